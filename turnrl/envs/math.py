@@ -1,0 +1,157 @@
+"""Math environments: a task list graded by :func:`turnrl.verifiers.math.verify`, with an optional calculator.
+
+``turnrl/GSM8K-v0`` and ``turnrl/MATH500-v0`` read their data as described in :mod:`turnrl.envs.data`;
+``turnrl/Arithmetic-v0`` (:mod:`turnrl.envs.arithmetic`) generates its own.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from turnrl.envs.core import Task, TaskSource
+from turnrl.envs.data import DataFormatError, load_rows
+from turnrl.envs.tool_env import DEFAULT_FEEDBACK, ToolEnv
+from turnrl.tools.calculator import calculator as calculator_tool
+from turnrl.verifiers.math import AnswerFormat, gsm8k_reference, verify
+
+DEFAULT_SYSTEM_PROMPT = "You are a helpful assistant. Solve the problem step by step."
+INSTRUCTIONS: dict[str, str] = {
+    "boxed": "Put your final answer within \\boxed{}.",
+    "hash": "End your reply with a line '#### ANSWER' giving the final answer.",
+    "tag": "Put your final answer within <answer></answer> tags.",
+}
+TEMPLATES: dict[str, str] = {
+    "boxed": "The answer is \\boxed{%s}.",
+    "hash": "The answer is below.\n#### %s",
+    "tag": "<answer>%s</answer>",
+}
+
+
+class MathEnv(ToolEnv):
+    """A math word-problem environment: one answer per task, graded by math equivalence.
+
+    Args:
+        tasks: the problems (see :class:`~turnrl.envs.tool_env.ToolEnv`).
+        system_prompt: the system message; ``None`` for none.
+        answer_format: where the final answer must be — ``"boxed"`` (``\\boxed{}``), ``"hash"`` (``#### N``)
+            or ``"tag"`` (``<answer>…</answer>``). The matching instruction is appended to each problem.
+        max_turns: the most assistant turns; default 1, or 4 when ``retry`` or ``calculator`` is on.
+        retry: after a wrong answer, say so and let the model answer again while turns remain.
+        feedback: the message after a wrong answer.
+        calculator: offer the safe calculator tool.
+        tool_style: ``"hermes"`` or ``"tags"`` (``<calculator>2+2</calculator>``) for the calculator.
+    """
+
+    def __init__(
+        self,
+        tasks: TaskSource | Sequence[Task | dict[str, Any]],
+        *,
+        system_prompt: str | None = DEFAULT_SYSTEM_PROMPT,
+        answer_format: Literal["boxed", "hash", "tag"] = "boxed",
+        max_turns: int | None = None,
+        retry: bool = False,
+        feedback: str = DEFAULT_FEEDBACK,
+        calculator: bool = False,
+        tool_style: Literal["hermes", "tags"] = "hermes",
+        render_mode: str | None = None,
+    ) -> None:
+        if answer_format not in INSTRUCTIONS:
+            raise ValueError(f"answer_format must be one of {sorted(INSTRUCTIONS)}, got {answer_format!r}")
+        if max_turns is None:
+            max_turns = 4 if (retry or calculator) else 1
+        self.answer_format: AnswerFormat = answer_format
+        super().__init__(
+            tasks,
+            tools=[calculator_tool] if calculator else [],
+            verifier=functools.partial(verify, answer_format=answer_format),
+            tool_style=tool_style,
+            system_prompt=system_prompt,
+            instruction=INSTRUCTIONS[answer_format],
+            max_turns=max_turns,
+            retry=retry,
+            feedback=feedback,
+            render_mode=render_mode,
+        )
+
+    def format_answer(self, answer: str) -> str:
+        """A response stating ``answer`` in this env's answer format."""
+        return TEMPLATES[self.answer_format] % answer
+
+    def wrong_action(self) -> str:
+        """A well-formed answer that is not the reference."""
+        wrong = "-987654321" if self.task is None or self.task.answer.strip() != "-987654321" else "-123456789"
+        return self.format_answer(wrong)
+
+
+def _field(row: dict[str, Any], key: str, where: str) -> str:
+    if key not in row or not isinstance(row[key], (str, int, float)):
+        raise DataFormatError(f"{where}: missing or non-text field {key!r} (fields: {sorted(row)})")
+    return str(row[key])
+
+
+def gsm8k_tasks(split: str = "test", path: str | Path | None = None) -> list[Task]:
+    """GSM8K rows ``{"question", "answer"}`` as tasks; the reference is the number after ``####``."""
+    rows = load_rows("gsm8k", split, path)
+    return [
+        Task(
+            id=f"gsm8k/{split}/{i}",
+            prompt=_field(r, "question", f"gsm8k row {i}"),
+            answer=gsm8k_reference(_field(r, "answer", f"gsm8k row {i}")),
+            metadata={"solution": r["answer"]},
+        )
+        for i, r in enumerate(rows)
+    ]
+
+
+def math500_tasks(path: str | Path | None = None) -> list[Task]:
+    """MATH-500 rows ``{"problem", "answer", "subject", "level", "unique_id"}`` as tasks."""
+    rows = load_rows("math500", "test", path)
+    return [
+        Task(
+            id=str(r.get("unique_id", f"math500/{i}")),
+            prompt=_field(r, "problem", f"math500 row {i}"),
+            answer=_field(r, "answer", f"math500 row {i}"),
+            metadata={k: r[k] for k in ("subject", "level") if k in r},
+        )
+        for i, r in enumerate(rows)
+    ]
+
+
+def _limit(tasks: list[Task], limit: int | None) -> list[Task]:
+    if limit is None:
+        return tasks
+    if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+        raise ValueError(f"limit must be a positive integer or None, got {limit!r}")
+    return tasks[:limit]
+
+
+class GSM8KEnv(MathEnv):
+    """``turnrl/GSM8K-v0``: grade-school math word problems (Cobbe et al., 2021).
+
+    Args:
+        split: ``"test"`` (1319 problems) or ``"train"`` (7473).
+        path: a JSONL file to read instead of the resolved default (see :mod:`turnrl.envs.data`).
+        limit: keep only the first ``limit`` problems.
+        **options: the :class:`MathEnv` options (``answer_format``, ``max_turns``, ``retry``, ``calculator``, …).
+    """
+
+    def __init__(
+        self, split: Literal["train", "test"] = "test", path: str | None = None, limit: int | None = None, **options: Any
+    ) -> None:
+        super().__init__(_limit(gsm8k_tasks(split, path), limit), **options)
+
+
+class MATH500Env(MathEnv):
+    """``turnrl/MATH500-v0``: the 500-problem MATH test subset (Lightman et al., 2023).
+
+    Args:
+        path: a JSONL file to read instead of the resolved default (see :mod:`turnrl.envs.data`).
+        limit: keep only the first ``limit`` problems.
+        **options: the :class:`MathEnv` options.
+    """
+
+    def __init__(self, path: str | None = None, limit: int | None = None, **options: Any) -> None:
+        super().__init__(_limit(math500_tasks(path), limit), **options)

@@ -1,0 +1,153 @@
+"""PAG episodes: the policy answers, verifies its own answer, and revises only after "wrong".
+
+ALGORITHMS.md §7 (Jiang et al., 2025, arXiv 2506.10406). ``SelfVerify(env)`` turns any single-answer
+environment — one that can grade a response with ``env.score(text) -> Verdict`` — into the episode
+
+    answer (role "policy") → verify (role "verifier") → [revise (role "policy"), only after "wrong"]
+
+with one reward per turn, each meant for the last token of its turn:
+
+* answer: R_y = 1 if the answer is correct, else 0;
+* verify: R_v = 1 if the verdict matches the truth of the answer, else 0 (0 when unparseable);
+* revise: acc₂ + α·(acc₂ − acc₁), α = 1.
+
+``mode="eval"`` revises whenever the verdict is not "correct" (also when unparseable), as the paper evaluates.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from turnrl.envs.core import Obs, StepResult, TextEnv
+from turnrl.verifiers.base import Verdict
+from turnrl.verifiers.pag import VERDICT_CORRECT, VERDICT_WRONG, parse_verdict, revision_reward, verdict_reward
+from turnrl.types import Message
+
+VERIFY_PROMPT = (
+    "Check the solution step by step. If you find a mistake, state the wrong step, explain why, and end with "
+    f"'{VERDICT_WRONG}'. If all steps are correct, end with '{VERDICT_CORRECT}'."
+)
+REVISE_PROMPT = "You indicated that your previous answer was wrong. Please provide the correct solution."
+
+Phase = Literal["answer", "verify", "revise", "done"]
+
+
+class SelfVerify(TextEnv):
+    """Wrap a single-answer environment into a PAG self-verification episode (see the module docstring).
+
+    Args:
+        env: the inner environment; it must provide ``score(response) -> Verdict`` for its current task (every
+            :class:`~turnrl.envs.tool_env.ToolEnv`, hence every math environment, does). Only its ``reset`` and
+            ``score`` are used; its own turn limit does not apply.
+        alpha: the revision bonus α.
+        mode: ``"train"`` revises only after "wrong"; ``"eval"`` whenever the verdict is not "correct".
+        verify_prompt: the user message that asks for the verification.
+        revise_prompt: the user message that asks for a revision.
+
+    ``info`` of every step carries ``role`` (who acted: "policy" or "verifier"), ``phase`` ("answer", "verify",
+    "revise"), ``next_role`` (who acts next, or None at the end) and ``correct`` (of the answer turns).
+    """
+
+    def __init__(
+        self,
+        env: TextEnv,
+        *,
+        alpha: float = 1.0,
+        mode: Literal["train", "eval"] = "train",
+        verify_prompt: str = VERIFY_PROMPT,
+        revise_prompt: str = REVISE_PROMPT,
+        render_mode: str | None = None,
+    ) -> None:
+        inner = getattr(env, "unwrapped", env)
+        if not callable(getattr(inner, "score", None)):
+            raise TypeError(
+                f"SelfVerify needs a single-answer environment with a score(response) -> Verdict method; "
+                f"{type(inner).__name__} has none"
+            )
+        if mode not in ("train", "eval"):
+            raise ValueError(f"mode must be 'train' or 'eval', got {mode!r}")
+        super().__init__(max_turns=3, render_mode=render_mode)
+        self.env = inner
+        self.alpha = float(alpha)
+        self.mode = mode
+        self.verify_prompt = verify_prompt
+        self.revise_prompt = revise_prompt
+        self.phase: Phase = "answer"
+        self.first: Verdict | None = None
+
+    @property
+    def task(self) -> Any:
+        """The inner environment's current task."""
+        return getattr(self.env, "task", None)
+
+    def _reset(self, options: dict[str, Any]) -> tuple[Obs, dict[str, Any]]:
+        seed = int(self.np_random.integers(2**31))  # the inner env draws from a seed derived from ours
+        obs, info = self.env.reset(seed=seed, options=options)
+        self.phase, self.first = "answer", None
+        return obs, {**info, "role": "policy", "next_role": "policy", "phase": "answer"}
+
+    def _step(self, action: str) -> StepResult:
+        if self.phase == "answer":
+            self.first = self.env.score(action)
+            self.phase = "verify"
+            info = self._info("answer", "policy", "verifier", correct=self.first.correct, extracted=self.first.extracted)
+            return (Message(role="user", content=self.verify_prompt),), self.first.score, False, False, info
+        assert self.first is not None
+        if self.phase == "verify":
+            verdict = parse_verdict(action)
+            reward = verdict_reward(verdict, self.first.correct)
+            revise = verdict == "wrong" or (self.mode == "eval" and verdict != "correct")
+            info = self._info(
+                "verify", "verifier", "policy" if revise else None,
+                verdict=verdict, verdict_correct=reward == 1.0, correct=self.first.correct,
+            )
+            if revise:
+                self.phase = "revise"
+                return (Message(role="user", content=self.revise_prompt),), reward, False, False, info
+            self.phase = "done"
+            return (), reward, True, False, info
+        second = self.env.score(action)
+        self.phase = "done"
+        reward = revision_reward(self.first.correct, second.correct, self.alpha)
+        info = self._info("revise", "policy", None, correct=second.correct, extracted=second.extracted,
+                          first_correct=self.first.correct)
+        return (), reward, True, False, info
+
+    @staticmethod
+    def _info(phase: str, role: str, next_role: str | None, **extra: Any) -> dict[str, Any]:
+        return {"phase": phase, "role": role, "next_role": next_role, "tool_calls": [], "error": None, **extra}
+
+    def oracle_action(self) -> str | None:
+        """The inner oracle's answer, then "The answer is correct"."""
+        if self.phase == "verify":
+            return f"I checked every step. {VERDICT_CORRECT}."
+        return self.env.oracle_action()
+
+    def wrong_action(self) -> str:
+        """A wrong answer in the answer/revise turns, an unparseable verdict in the verify turn."""
+        return self.env.wrong_action() if self.phase != "verify" else "I am not sure."
+
+
+def _pag(cls_path: str, **kwargs: Any) -> SelfVerify:
+    pag_keys = {"alpha", "mode", "verify_prompt", "revise_prompt", "render_mode"}
+    pag = {k: kwargs.pop(k) for k in list(kwargs) if k in pag_keys}
+    module, name = cls_path.split(":")
+    import importlib
+
+    inner_cls = getattr(importlib.import_module(module), name)
+    return SelfVerify(inner_cls(**kwargs), **pag)
+
+
+def gsm8k_pag(**kwargs: Any) -> SelfVerify:
+    """``turnrl/GSM8K-PAG-v0``: GSM8K as a PAG episode; kwargs go to SelfVerify or to GSM8KEnv."""
+    return _pag("turnrl.envs.math:GSM8KEnv", **kwargs)
+
+
+def math500_pag(**kwargs: Any) -> SelfVerify:
+    """``turnrl/MATH500-PAG-v0``: MATH-500 as a PAG episode; kwargs go to SelfVerify or to MATH500Env."""
+    return _pag("turnrl.envs.math:MATH500Env", **kwargs)
+
+
+def arithmetic_pag(**kwargs: Any) -> SelfVerify:
+    """``turnrl/Arithmetic-PAG-v0``: Arithmetic as a PAG episode; kwargs go to SelfVerify or to ArithmeticEnv."""
+    return _pag("turnrl.envs.arithmetic:ArithmeticEnv", **kwargs)

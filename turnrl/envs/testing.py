@@ -1,0 +1,189 @@
+"""The conformance harness: ``check_environment(env)`` makes the environment contract executable.
+
+It runs Gymnasium's ``check_env`` and then scripted episodes — a random agent, an always-wrong agent and, where
+the environment can give one, an oracle agent — and reports every failure with a message naming the likely
+cause. It never stops at the first failure.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import gymnasium as gym
+from gymnasium.utils.env_checker import check_env
+
+from turnrl.envs.core import ResetNeeded, TextEnv
+
+Agent = Callable[[TextEnv], str]
+
+
+@dataclass
+class EpisodeLog:
+    """What one scripted episode did."""
+
+    agent: str
+    steps: int = 0
+    rewards: list[float] = field(default_factory=list)
+    correct: list[bool | None] = field(default_factory=list)
+    terminated: bool = False
+    truncated: bool = False
+
+    @property
+    def total_reward(self) -> float:
+        """Sum of the step rewards."""
+        return math.fsum(self.rewards)
+
+
+@dataclass
+class CheckReport:
+    """The result of :func:`check_environment`: failures (empty when the env conforms) and episode logs."""
+
+    env_name: str
+    failures: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    episodes: list[EpisodeLog] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """Whether every check passed."""
+        return not self.failures
+
+    def __str__(self) -> str:
+        head = f"{self.env_name}: {'OK' if self.ok else f'{len(self.failures)} failure(s)'}"
+        lines = [head] + [f"  FAIL {f}" for f in self.failures] + [f"  note {n}" for n in self.notes]
+        for ep in self.episodes:
+            lines.append(
+                f"  {ep.agent:>6} agent: {ep.steps} step(s), total reward {ep.total_reward:g}, "
+                f"correct {ep.correct}, terminated={ep.terminated} truncated={ep.truncated}"
+            )
+        return "\n".join(lines)
+
+
+def _random_agent(env: TextEnv) -> str:
+    return env.action_space.sample()
+
+
+def _wrong_agent(env: TextEnv) -> str:
+    return env.wrong_action()
+
+
+def _oracle_agent(env: TextEnv) -> str:
+    action = env.oracle_action()
+    if action is None:
+        raise LookupError("no oracle action")
+    return action
+
+
+def _check_step_values(report: CheckReport, where: str, env: TextEnv, result: Any) -> None:
+    if not (isinstance(result, tuple) and len(result) == 5):
+        report.failures.append(f"{where}: step must return (obs, reward, terminated, truncated, info), got {result!r}")
+        return
+    obs, reward, terminated, truncated, info = result
+    if obs not in env.observation_space:
+        report.failures.append(f"{where}: observation {obs!r} is not in the observation space (a tuple of Message)")
+    if not isinstance(reward, float) or not math.isfinite(reward):
+        report.failures.append(f"{where}: reward must be a finite float, got {reward!r}")
+    if type(terminated) is not bool or type(truncated) is not bool:
+        report.failures.append(f"{where}: terminated/truncated must be bool, got {terminated!r}/{truncated!r}")
+    if not isinstance(info, dict):
+        report.failures.append(f"{where}: info must be a dict, got {type(info).__name__}")
+        return
+    try:
+        json.dumps(info)
+    except (TypeError, ValueError) as e:
+        report.failures.append(f"{where}: info is not JSON-serializable ({e}); trajectories must store it")
+
+
+def run_episode(env: TextEnv, agent: Agent, name: str, seed: int, report: CheckReport, max_steps: int) -> EpisodeLog:
+    """Play one episode with ``agent``, recording failures of the step contract in ``report``."""
+    log = EpisodeLog(agent=name)
+    env.reset(seed=seed)
+    for _ in range(max_steps):
+        result = env.step(agent(env))
+        _check_step_values(report, f"{name} agent, step {log.steps}", env, result)
+        _, reward, terminated, truncated, info = result
+        log.steps += 1
+        log.rewards.append(float(reward))
+        log.correct.append(info.get("correct") if isinstance(info, dict) else None)
+        if terminated or truncated:
+            log.terminated, log.truncated = bool(terminated), bool(truncated)
+            break
+    else:
+        report.failures.append(f"{name} agent: the episode did not end within {max_steps} steps")
+        return log
+    limit = getattr(env, "max_turns", None)
+    if limit is not None and log.steps > limit:
+        report.failures.append(f"{name} agent: {log.steps} steps exceed max_turns={limit}")
+    try:
+        env.step("one more turn")
+        report.failures.append(f"{name} agent: step() after the end of the episode did not raise ResetNeeded")
+    except ResetNeeded:
+        pass
+    return log
+
+
+def _gymnasium_check(env: TextEnv, report: CheckReport) -> None:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            check_env(env, skip_render_check=True, skip_close_check=True)
+        except Exception as e:  # noqa: BLE001 — report, keep checking
+            report.failures.append(f"gymnasium check_env: {type(e).__name__}: {e}")
+    for w in caught:
+        if issubclass(w.category, UserWarning):
+            report.failures.append(f"gymnasium check_env warned: {w.message}")
+
+
+def _check_reset(env: TextEnv, seed: int, report: CheckReport) -> None:
+    obs1, _ = env.reset(seed=seed)
+    obs2, _ = env.reset(seed=seed)
+    if obs1 != obs2:
+        report.failures.append("reset(seed=s) twice gave different observations: seed the env's np_random only")
+    if not obs1 or obs1[-1].role != "user":
+        report.failures.append("reset must return the opening messages, ending with the user's prompt")
+    try:
+        env.reset(seed=seed)
+        env.step(123)  # type: ignore[arg-type]
+        report.failures.append("step(123) did not raise TypeError for a non-string action")
+    except TypeError:
+        pass
+
+
+def check_environment(env: gym.Env, *, seed: int = 0, episodes: int = 2, max_steps: int = 64) -> CheckReport:
+    """Check that ``env`` honours the turnrl environment contract; return a report (never raises for failures).
+
+    Runs Gymnasium's ``check_env``; checks reset determinism and type errors; then plays ``episodes`` episodes
+    each with a random agent and an always-wrong agent (no correct answer, total reward ≤ 0), and one with the
+    oracle agent if ``env.oracle_action()`` gives one (the last answer correct, total reward > 0).
+    """
+    base = env.unwrapped
+    name = base.spec.id if base.spec is not None else type(base).__name__
+    report = CheckReport(env_name=name)
+    if not isinstance(base, TextEnv):
+        report.failures.append(f"{type(base).__name__} does not derive from turnrl.envs.TextEnv")
+        return report
+    _gymnasium_check(base, report)
+    _check_reset(base, seed, report)
+    for i in range(episodes):
+        report.episodes.append(run_episode(base, _random_agent, "random", seed + i, report, max_steps))
+        wrong = run_episode(base, _wrong_agent, "wrong", seed + i, report, max_steps)
+        report.episodes.append(wrong)
+        if any(c is True for c in wrong.correct) or wrong.total_reward > 0:
+            report.failures.append(
+                f"wrong agent (episode {i}) was rewarded: correct={wrong.correct}, rewards={wrong.rewards}"
+            )
+    base.reset(seed=seed)
+    if base.oracle_action() is None:
+        report.notes.append("no oracle agent: oracle_action() returned None")
+        return report
+    oracle = run_episode(base, _oracle_agent, "oracle", seed, report, max_steps)
+    report.episodes.append(oracle)
+    answered = [c for c in oracle.correct if c is not None]
+    if not answered or answered[-1] is not True or oracle.total_reward <= 0:
+        report.failures.append(f"oracle agent did not succeed: correct={oracle.correct}, rewards={oracle.rewards}")
+    return report

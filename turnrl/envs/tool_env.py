@@ -1,0 +1,198 @@
+"""A generic tool-use environment: pose a task, run the agent's tool calls, grade its final answer.
+
+With it, a new tool-use environment is a task list, a few ``@tool`` functions and a verifier — see
+``examples/unit_converter_env.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from turnrl.envs.core import Obs, StepResult, Task, TaskSource, TextEnv, pick_index
+from turnrl.tools.base import Tool, Toolbox, ToolOutput
+from turnrl.tools.parsers import ParseResult, ToolCallParser, get_parser
+from turnrl.types import Message, ToolCall
+from turnrl.verifiers.base import Verdict
+
+Verifier = Callable[[str, str], Verdict]
+
+DEFAULT_FEEDBACK = "That is not correct. Try again."
+NO_ANSWER_FEEDBACK = "No final answer was found in your reply. {instruction}"
+
+
+def as_tasks(tasks: TaskSource | Sequence[Task | dict[str, Any]]) -> TaskSource:
+    """Accept a task source, or a sequence of :class:`Task` / dicts with ``id``, ``prompt``, ``answer``."""
+    if isinstance(tasks, (list, tuple)):
+        return [t if isinstance(t, Task) else Task.model_validate(t) for t in tasks]
+    if isinstance(tasks, TaskSource):
+        return tasks
+    raise TypeError(f"tasks must be a sequence of Task/dict or a TaskSource, got {type(tasks).__name__}")
+
+
+class ToolEnv(TextEnv):
+    """Pose a task, execute the agent's tool calls, grade its final answer with a verifier.
+
+    Each step is one assistant message:
+
+    * if it contains tool calls (or malformed attempts at one), each call runs and its output comes back as a
+      ``tool`` message; a malformed or unknown call, bad arguments or a failing tool become an error message
+      for the model, and the episode goes on. Reward 0.
+    * otherwise the message is the final answer: ``verifier(message, task.answer)`` grades it, and its
+      ``score`` is the reward. The episode terminates, unless ``retry`` is on, the answer was wrong and turns
+      remain: then the model gets ``feedback`` and answers again.
+
+    The last allowed turn (``max_turns``) is always graded if it holds no tool call, so the episode ends
+    ``terminated``; it ends ``truncated`` only when the turn limit cuts it while the agent is still calling tools.
+
+    Args:
+        tasks: the tasks (a sequence of :class:`Task` or dicts, or any :class:`TaskSource`).
+        tools: the tools the agent may call (``@tool`` functions).
+        verifier: ``(response_text, reference) -> Verdict``.
+        tool_style: ``"hermes"`` (``<tool_call>{json}</tool_call>``), ``"tags"`` (``<toolname>input</toolname>``)
+            or a parser object.
+        system_prompt: the system message (None for none). Tool instructions are appended when
+            ``describe_tools`` is on.
+        instruction: text appended to every task prompt (e.g. where to put the answer).
+        max_turns: the most assistant turns per episode.
+        retry: after a wrong answer, give feedback and let the agent try again while turns remain.
+        feedback: the message sent after a wrong answer when ``retry`` is on.
+        describe_tools: append the tools' descriptions and call format to the system prompt (for chat templates
+            that do not render tools themselves).
+    """
+
+    def __init__(
+        self,
+        tasks: TaskSource | Sequence[Task | dict[str, Any]],
+        tools: Sequence[Tool] = (),
+        verifier: Verifier | None = None,
+        *,
+        tool_style: str | ToolCallParser = "hermes",
+        system_prompt: str | None = None,
+        instruction: str = "",
+        max_turns: int = 1,
+        retry: bool = False,
+        feedback: str = DEFAULT_FEEDBACK,
+        describe_tools: bool = True,
+        render_mode: str | None = None,
+    ) -> None:
+        super().__init__(max_turns=max_turns, render_mode=render_mode)
+        if verifier is None or not callable(verifier):
+            raise TypeError("ToolEnv needs a verifier: a function (response_text, reference) -> Verdict")
+        self.tasks = as_tasks(tasks)
+        self.toolbox = Toolbox(tools)
+        self.parser = get_parser(tool_style, [t.name for t in self.toolbox])
+        self.verifier = verifier
+        self.system_prompt = system_prompt
+        self.instruction = instruction
+        self.retry = bool(retry)
+        self.feedback = feedback
+        self.describe_tools = describe_tools
+        self.task: Task | None = None
+
+    @property
+    def tools(self) -> Sequence[Tool]:
+        """The tools the agent may call."""
+        return list(self.toolbox)
+
+    def __len__(self) -> int:
+        return len(self.tasks)
+
+    # ---- reset ----
+
+    def system_message(self) -> str | None:
+        """The system prompt, with tool instructions appended when tools are described in the prompt."""
+        parts = [self.system_prompt] if self.system_prompt else []
+        if self.describe_tools and len(self.toolbox):
+            parts.append(self.parser.instructions(self.tools))
+        return "\n\n".join(parts) or None
+
+    def user_message(self, task: Task) -> str:
+        """The task prompt with the instruction appended."""
+        return f"{task.prompt}\n\n{self.instruction}" if self.instruction else task.prompt
+
+    def _reset(self, options: dict[str, Any]) -> tuple[Obs, dict[str, Any]]:
+        unknown = set(options) - {"index", "task"}
+        if unknown:
+            raise ValueError(f"unknown reset options {sorted(unknown)}; {type(self).__name__} accepts 'index' and 'task'")
+        if "task" in options:
+            task = options["task"]
+            self.task = task if isinstance(task, Task) else Task.model_validate(task)
+            index = None
+        else:
+            index = pick_index(self, len(self.tasks), options)
+            self.task = self.tasks[index]
+        system = self.system_message()
+        obs = ((Message(role="system", content=system),) if system else ()) + (
+            Message(role="user", content=self.user_message(self.task)),
+        )
+        return obs, {"task_id": self.task.id, "index": index, "role": "policy"}
+
+    # ---- step ----
+
+    def _tool_step(self, parsed: ParseResult, outputs: Sequence[ToolOutput]) -> StepResult:
+        messages = [
+            Message(role="tool", name=call.name, content=out.content) for call, out in zip(parsed.calls, outputs)
+        ]
+        messages += [Message(role="tool", name="error", content=f"Error: {err}") for err in parsed.errors]
+        errors = [out.content for out in outputs if not out.ok] + [f"Error: {err}" for err in parsed.errors]
+        info = {
+            "role": "policy",
+            "correct": None,
+            "tool_calls": [c.model_dump() for c in parsed.calls],
+            "error": "; ".join(errors) or None,
+        }
+        last = self._turn + 1 >= self.max_turns
+        return tuple(messages), 0.0, False, last, info
+
+    def score(self, response: str) -> Verdict:
+        """Grade ``response`` as a final answer to the current task (pure: does not advance the episode)."""
+        if self.task is None:
+            raise RuntimeError("no current task; call reset() first")
+        return self.verifier(response, self.task.answer)
+
+    def _answer_step(self, action: str) -> StepResult:
+        verdict = self.score(action)
+        info: dict[str, Any] = {
+            "role": "policy",
+            "correct": verdict.correct,
+            "extracted": verdict.extracted,
+            "verdict": dict(verdict.details),
+            "tool_calls": [],
+            "error": None,
+        }
+        last = self._turn + 1 >= self.max_turns
+        if verdict.correct or not self.retry or last:
+            return (), verdict.score, True, False, info
+        text = self.feedback
+        if verdict.extracted is None:
+            text = NO_ANSWER_FEEDBACK.format(instruction=self.instruction).strip()
+        return (Message(role="user", content=text),), verdict.score, False, False, info
+
+    def _step(self, action: str) -> StepResult:
+        parsed = self.parser.parse(action) if len(self.toolbox) else ParseResult()
+        if parsed.found:
+            return self._tool_step(parsed, [self.toolbox.invoke(c) for c in parsed.calls])
+        return self._answer_step(action)
+
+    async def _astep(self, action: str) -> StepResult:
+        parsed = self.parser.parse(action) if len(self.toolbox) else ParseResult()
+        if parsed.found:
+            outputs = await asyncio.gather(*(self.toolbox.ainvoke(c) for c in parsed.calls))
+            return self._tool_step(parsed, outputs)
+        return await asyncio.to_thread(self._answer_step, action)
+
+    def oracle_action(self) -> str | None:
+        """The reference answer with the instruction's format, if :meth:`format_answer` knows it."""
+        if self.task is None:
+            return None
+        return self.format_answer(self.task.answer)
+
+    def format_answer(self, answer: str) -> str | None:
+        """A response that states ``answer`` the way the verifier expects; None if unknown (override)."""
+        return None
+
+    def call(self, name: str, **arguments: Any) -> ToolOutput:
+        """Invoke one of this env's tools directly (handy in tests and notebooks)."""
+        return self.toolbox.invoke(ToolCall(name=name, arguments=arguments))

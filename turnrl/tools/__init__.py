@@ -1,0 +1,21 @@
+"""Tools: the ``@tool`` decorator, tool-call parsers and built-in tools (DESIGN.md §The flow, point 2)."""
+
+from turnrl.tools.base import Tool, Toolbox, ToolError, ToolOutput, tool
+from turnrl.tools.calculator import CalculatorError, calculator
+from turnrl.tools.parsers import HermesParser, ParseResult, TagParser, ToolCallParser, extract_tag, get_parser
+
+__all__ = [
+    "CalculatorError",
+    "HermesParser",
+    "ParseResult",
+    "TagParser",
+    "Tool",
+    "ToolCallParser",
+    "ToolError",
+    "ToolOutput",
+    "Toolbox",
+    "calculator",
+    "extract_tag",
+    "get_parser",
+    "tool",
+]

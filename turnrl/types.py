@@ -1,0 +1,199 @@
+"""The interchange format: Message, ToolCall, Turn, Trajectory (DESIGN.md §The flow, point 6).
+
+Everything downstream of an environment — rollouts, algorithms, evaluation, SWiRL decomposition, DQO's
+offline data — consumes :class:`Trajectory`. It round-trips through JSONL and Parquet without loss
+(see :mod:`turnrl.storage`).
+
+Token fields are optional: a Trajectory built from text alone (a scripted episode, a transcript) has none;
+the rollout fills them. When present they obey these invariants, checked on construction:
+
+* ``token_ids``, ``loss_mask`` and ``logprobs`` have the same length ``L``;
+* ``loss_mask[i]`` is 1 on tokens the policy generated and 0 on prompt/template/environment tokens;
+* each turn's ``token_span = (start, end)`` indexes the generated tokens of that turn in ``token_ids``,
+  spans are ordered and do not overlap, and ``loss_mask`` is 1 inside them.
+"""
+
+from __future__ import annotations
+
+import math
+import uuid
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+Role = Literal["system", "user", "assistant", "tool"]
+
+
+class ToolCall(BaseModel):
+    """One tool invocation parsed from an assistant message.
+
+    ``arguments`` holds JSON-style keyword arguments (Hermes/OpenAI style). Tag-style calls such as
+    ``<calculator>2+2</calculator>`` carry their text in ``raw`` and leave ``arguments`` empty; the tool maps
+    ``raw`` onto its single string parameter.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    raw: str | None = None
+    id: str | None = None
+
+    def to_openai(self) -> dict[str, Any]:
+        """Return the OpenAI chat-completions form ``{"type": "function", "function": {...}}``."""
+        out: dict[str, Any] = {
+            "type": "function",
+            "function": {"name": self.name, "arguments": self.arguments if not self.raw else {"input": self.raw}},
+        }
+        if self.id is not None:
+            out["id"] = self.id
+        return out
+
+
+class Message(BaseModel):
+    """One chat message. ``name`` is the tool's name on ``role="tool"`` messages."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    role: Role
+    content: str
+    name: str | None = None
+    tool_calls: list[ToolCall] | None = None
+    tool_call_id: str | None = None
+
+    def to_chat(self) -> dict[str, Any]:
+        """Return the plain dict that chat templates (``tokenizer.apply_chat_template``) expect."""
+        out: dict[str, Any] = {"role": self.role, "content": self.content}
+        if self.name is not None:
+            out["name"] = self.name
+        if self.tool_calls:
+            out["tool_calls"] = [c.to_openai() for c in self.tool_calls]
+        if self.tool_call_id is not None:
+            out["tool_call_id"] = self.tool_call_id
+        return out
+
+
+class Turn(BaseModel):
+    """One agent turn: the assistant's action and what the environment answered.
+
+    Attributes:
+        index: 0-based position of the turn in the episode.
+        role: who acted in this turn — ``"policy"`` or ``"verifier"`` (PAG, ALGORITHMS.md §7) or another
+            env-defined role. Role-aware algorithms normalize advantages per role.
+        action: the assistant message the agent produced.
+        observation: the new messages the environment returned after the action (may be empty on the last turn).
+        reward: the reward of this step; the rollout places it on the turn's last generated token.
+        terminated / truncated: the step's Gymnasium flags.
+        info: the step's ``info`` dict (JSON-serializable).
+        token_span: ``(start, end)`` of this turn's generated tokens in ``Trajectory.token_ids``, if known.
+        obs_span: ``(start, end)`` of the observation's template tokens that follow, if known.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    index: int
+    role: str = "policy"
+    action: Message
+    observation: list[Message] = Field(default_factory=list)
+    reward: float = 0.0
+    terminated: bool = False
+    truncated: bool = False
+    info: dict[str, Any] = Field(default_factory=dict)
+    token_span: tuple[int, int] | None = None
+    obs_span: tuple[int, int] | None = None
+
+
+class Trajectory(BaseModel):
+    """One episode, token-exact when the rollout produced it (see the module docstring for invariants)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str = Field(default_factory=lambda: uuid.uuid4().hex)
+    env_id: str | None = None
+    task_id: str | None = None
+    seed: int | None = None
+    group_id: str | None = None
+    prompt: list[Message] = Field(default_factory=list)
+    turns: list[Turn] = Field(default_factory=list)
+    terminated: bool = False
+    truncated: bool = False
+    error: str | None = None
+    token_ids: list[int] | None = None
+    loss_mask: list[int] | None = None
+    logprobs: list[float] | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _check_tokens(self) -> Trajectory:
+        fields = {"token_ids": self.token_ids, "loss_mask": self.loss_mask, "logprobs": self.logprobs}
+        present = {k: v for k, v in fields.items() if v is not None}
+        if present and len(present) != 3:
+            missing = sorted(set(fields) - set(present))
+            raise ValueError(f"token fields must be given together; missing {missing}")
+        if not present:
+            return self
+        n = len(self.token_ids)  # type: ignore[arg-type]
+        if len(self.loss_mask) != n or len(self.logprobs) != n:  # type: ignore[arg-type]
+            raise ValueError(
+                f"token_ids ({n}), loss_mask ({len(self.loss_mask)}) and logprobs ({len(self.logprobs)}) "  # type: ignore[arg-type]
+                "must have the same length"
+            )
+        if any(m not in (0, 1) for m in self.loss_mask):  # type: ignore[union-attr]
+            raise ValueError("loss_mask must contain only 0 and 1")
+        prev_end = 0
+        for turn in self.turns:
+            if turn.token_span is None:
+                continue
+            start, end = turn.token_span
+            if not prev_end <= start <= end <= n:
+                raise ValueError(f"turn {turn.index}: token_span {turn.token_span} out of order or out of range (L={n})")
+            if any(self.loss_mask[i] != 1 for i in range(start, end)):  # type: ignore[index]
+                raise ValueError(f"turn {turn.index}: loss_mask must be 1 inside token_span {turn.token_span}")
+            prev_end = end
+        return self
+
+    # ---- derived views (properties, never stored) ----
+
+    @property
+    def messages(self) -> list[Message]:
+        """The whole conversation in order: prompt, then each action followed by its observation."""
+        out = list(self.prompt)
+        for turn in self.turns:
+            out.append(turn.action)
+            out.extend(turn.observation)
+        return out
+
+    @property
+    def total_reward(self) -> float:
+        """Sum of the per-turn rewards."""
+        return math.fsum(t.reward for t in self.turns)
+
+    @property
+    def num_turns(self) -> int:
+        """Number of agent turns."""
+        return len(self.turns)
+
+    @property
+    def correct(self) -> bool | None:
+        """The last turn's ``info["correct"]`` if it reported one."""
+        for turn in reversed(self.turns):
+            if "correct" in turn.info and turn.info["correct"] is not None:
+                return bool(turn.info["correct"])
+        return None
+
+    def token_rewards(self) -> list[float]:
+        """Per-token rewards: each turn's reward on the last token of its ``token_span``; 0 elsewhere.
+
+        Raises:
+            ValueError: the trajectory has no tokens, or a rewarded turn has no (or an empty) span.
+        """
+        if self.token_ids is None:
+            raise ValueError("this trajectory has no token fields; it was not produced by a token-level rollout")
+        out = [0.0] * len(self.token_ids)
+        for turn in self.turns:
+            if turn.token_span is None or turn.token_span[1] <= turn.token_span[0]:
+                if turn.reward != 0.0:
+                    raise ValueError(f"turn {turn.index} has reward {turn.reward} but no generated tokens to carry it")
+                continue
+            out[turn.token_span[1] - 1] += turn.reward
+        return out

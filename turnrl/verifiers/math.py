@@ -1,0 +1,159 @@
+"""Math answer verification: extract one final answer, compare it with the reference using math-verify.
+
+A response must commit to one answer. A response that hedges — several different boxed answers, "18 or 19",
+a list of candidates where one value is asked for — is not correct, even if the right value is among them.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+from typing import Literal
+
+from math_verify import parse as mv_parse
+from math_verify import verify as mv_verify
+
+from turnrl.verifiers.base import Verdict
+
+AnswerFormat = Literal["auto", "boxed", "hash", "tag"]
+ANSWER_FORMATS: tuple[str, ...] = ("auto", "boxed", "hash", "tag")
+MAX_ANSWER_CHARS = 300
+
+# math-verify logs a warning each time its (signal-based) timeout is disabled off the main thread.
+logging.getLogger("math_verify").setLevel(logging.ERROR)
+
+_HEDGE = re.compile(r"\\text\{\s*or\s*\}|\bor\b|\beither\b|\\lor\b", re.I)
+_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
+
+
+def extract_boxed(text: str) -> list[str]:
+    r"""Contents of every ``\boxed{…}`` / ``\fbox{…}`` in ``text`` (balanced braces), in order."""
+    out: list[str] = []
+    for m in re.finditer(r"\\(?:boxed|fbox)\s*\{", text):
+        depth, i = 1, m.end()
+        while i < len(text) and depth:
+            depth += {"{": 1, "}": -1}.get(text[i], 0)
+            i += 1
+        if depth == 0:
+            out.append(text[m.end() : i - 1].strip())
+    return out
+
+
+def _hash_answers(text: str) -> list[str]:
+    return [m.group(1).strip() for m in re.finditer(r"####\s*([^\n]*)", text) if m.group(1).strip()]
+
+
+def _tag_answers(text: str) -> list[str]:
+    return [m.group(1).strip() for m in re.finditer(r"<answer>(.*?)</answer>", text, re.S)]
+
+
+def _fallback_answers(text: str) -> list[str]:
+    phrase = list(re.finditer(r"answer is[:\s]*([^\n]+?)\s*(?:\.\s|\.?$)", text, re.I | re.M))
+    if phrase:
+        return [phrase[-1].group(1).strip()]
+    numbers = _NUMBER.findall(text)
+    return [numbers[-1]] if numbers else []
+
+
+_EXTRACTORS = {"boxed": extract_boxed, "hash": _hash_answers, "tag": _tag_answers}
+
+
+def extract_candidates(text: str, answer_format: AnswerFormat = "auto") -> tuple[list[str], str]:
+    """All final-answer candidates of the requested format, and the format they were found in.
+
+    ``auto`` tries ``<answer>`` tags, then ``\\boxed{}``, then ``####``, then a plain "the answer is X" or the
+    last number (format ``"plain"``).
+    """
+    if answer_format not in ANSWER_FORMATS:
+        raise ValueError(f"unknown answer_format {answer_format!r}; choose one of {ANSWER_FORMATS}")
+    if answer_format != "auto":
+        return _EXTRACTORS[answer_format](text), answer_format
+    for fmt in ("tag", "boxed", "hash"):
+        found = _EXTRACTORS[fmt](text)
+        if found:
+            return found, fmt
+    return _fallback_answers(text), "plain"
+
+
+def gsm8k_reference(answer: str) -> str:
+    """The final answer of a GSM8K solution: the text after the last ``####``, without thousands separators."""
+    if "####" not in answer:
+        return answer.strip()
+    return answer.rsplit("####", 1)[1].strip().replace(",", "")
+
+
+def normalize(answer: str) -> str:
+    """Light clean-up before math-verify: currency signs, ``\\$``, trailing periods, ``\\!`` spacing."""
+    s = answer.strip()
+    s = s.replace("\\$", "").replace("$", "").replace("\\!", "").replace("\\dfrac", "\\frac")
+    s = re.sub(r"^\\text\{\s*(.*?)\s*\}$", r"\1", s)
+    return s.strip().rstrip(".").strip()
+
+
+def _is_list(s: str) -> bool:
+    """Whether an answer lists several values ("18, 19"); thousands separators do not count."""
+    return "," in re.sub(r"(?<=\d),(?=\d{3}(?!\d))", "", s)
+
+
+def _parse(s: str) -> list[object]:
+    # math-verify's timeout uses signal.alarm, which only works on the main thread.
+    timeout = 5 if threading.current_thread() is threading.main_thread() else None
+    return mv_parse(f"${s}$", parsing_timeout=timeout)
+
+
+def _equivalent(a: str, b: str) -> bool:
+    """Whether two normalized answers are mathematically equal (math-verify), or equal as strings."""
+    if a == b:
+        return True
+    timeout = 5 if threading.current_thread() is threading.main_thread() else None
+    pa, pb = _parse(a), _parse(b)
+    if pa and pb:
+        return bool(mv_verify(pa, pb, timeout_seconds=timeout))
+    return a.replace(" ", "").lower() == b.replace(" ", "").lower()
+
+
+def _matches(pred: str, ref: str) -> bool:
+    if _equivalent(pred, ref):
+        return True
+    # "50%" for a reference of 50 (GSM8K): also compare with the percent sign stripped.
+    stripped = pred.replace("\\%", "").replace("%", "").strip()
+    return stripped != pred and "%" not in ref and _equivalent(stripped, ref)
+
+
+def verify(prediction: str, reference: str, *, answer_format: AnswerFormat = "auto") -> Verdict:
+    """Judge a model response against a reference answer.
+
+    Args:
+        prediction: the full response text; the final answer is extracted from it.
+        reference: the reference answer (a GSM8K solution with ``#### N`` is accepted as is).
+        answer_format: where the answer must be — ``boxed`` (``\\boxed{}``), ``hash`` (``#### N``), ``tag``
+            (``<answer>…</answer>``) or ``auto`` (any of these, else "the answer is X" / the last number).
+
+    Returns:
+        A :class:`Verdict` with ``correct``, ``score`` (1.0 or 0.0), the ``extracted`` answer and ``details``
+        (``reason`` when not correct: ``no_answer``, ``hedged``, ``too_long`` or ``mismatch``).
+    """
+    if not isinstance(prediction, str):
+        raise TypeError(f"prediction must be a string, got {type(prediction).__name__}")
+    ref = normalize(gsm8k_reference(reference))
+    candidates, fmt = extract_candidates(prediction, answer_format)
+    if not candidates:
+        return Verdict(correct=False, score=0.0, extracted=None, details={"reason": "no_answer", "format": fmt})
+    answers = [normalize(c) for c in candidates]
+    final = answers[-1]
+    if len(final) > MAX_ANSWER_CHARS:
+        return Verdict(correct=False, score=0.0, extracted=final[:MAX_ANSWER_CHARS], details={"reason": "too_long"})
+    distinct = list(dict.fromkeys(answers))
+    hedged = (
+        _HEDGE.search(final) is not None
+        or (_is_list(final) and not _is_list(ref))
+        or any(not _equivalent(a, final) for a in distinct if a != final)
+    )
+    if hedged:
+        return Verdict(
+            correct=False, score=0.0, extracted=final, details={"reason": "hedged", "candidates": distinct, "format": fmt}
+        )
+    correct = _matches(final, ref)
+    details = {"format": fmt} if correct else {"reason": "mismatch", "format": fmt}
+    return Verdict(correct=correct, score=float(correct), extracted=final, details=details)
