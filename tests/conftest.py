@@ -1,0 +1,22 @@
+"""Shared test set-up: data comes from ../shared/data unless TURNRL_DATA_DIR says otherwise."""
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_DATA = REPO.parent / "shared" / "data"
+
+os.environ.setdefault("TURNRL_DATA_DIR", str(SHARED_DATA))
+# Never reach for the hub from tests: a missing file must fail fast with our message.
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+@pytest.fixture
+def data_dir() -> Path:
+    """The shared data folder (GSM8K, MATH-500, HotPotQA)."""
+    path = Path(os.environ["TURNRL_DATA_DIR"])
+    assert (path / "gsm8k" / "test.jsonl").is_file(), f"shared data missing at {path}"
+    return path

@@ -1,0 +1,5 @@
+"""``python -m turnrl`` runs the CLI."""
+
+from turnrl.cli import main
+
+main()
