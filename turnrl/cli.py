@@ -38,7 +38,8 @@ def _make(env_id: str, kwargs: dict[str, Any]) -> Any:
     try:
         return make(env_id, **kwargs)
     except (UnknownEnvironmentError, InvalidEnvKwargs, FileNotFoundError, ValueError, TypeError) as e:
-        console.print(f"[red]error:[/red] {e}")
+        console.print("[red]error:[/red] ", end="")
+        console.print(str(e), soft_wrap=True, markup=False, highlight=False)
         raise typer.Exit(2) from e
 
 

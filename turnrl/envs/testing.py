@@ -102,6 +102,15 @@ def _check_step_values(report: CheckReport, where: str, env: TextEnv, result: An
 def run_episode(env: TextEnv, agent: Agent, name: str, seed: int, report: CheckReport, max_steps: int) -> EpisodeLog:
     """Play one episode with ``agent``, recording failures of the step contract in ``report``."""
     log = EpisodeLog(agent=name)
+    try:
+        return _play(env, agent, name, seed, report, max_steps, log)
+    except Exception as e:  # noqa: BLE001 — a crash is a failure to report, not the end of the check
+        report.failures.append(f"{name} agent, step {log.steps}: raised {type(e).__name__}: {e}")
+        return log
+
+
+def _play(env: TextEnv, agent: Agent, name: str, seed: int, report: CheckReport, max_steps: int,
+          log: EpisodeLog) -> EpisodeLog:
     env.reset(seed=seed)
     for _ in range(max_steps):
         result = env.step(agent(env))
@@ -168,7 +177,10 @@ def check_environment(env: gym.Env, *, seed: int = 0, episodes: int = 2, max_ste
         report.failures.append(f"{type(base).__name__} does not derive from turnrl.envs.TextEnv")
         return report
     _gymnasium_check(base, report)
-    _check_reset(base, seed, report)
+    try:
+        _check_reset(base, seed, report)
+    except Exception as e:  # noqa: BLE001
+        report.failures.append(f"reset checks raised {type(e).__name__}: {e}")
     for i in range(episodes):
         report.episodes.append(run_episode(base, _random_agent, "random", seed + i, report, max_steps))
         wrong = run_episode(base, _wrong_agent, "wrong", seed + i, report, max_steps)
@@ -177,8 +189,13 @@ def check_environment(env: gym.Env, *, seed: int = 0, episodes: int = 2, max_ste
             report.failures.append(
                 f"wrong agent (episode {i}) was rewarded: correct={wrong.correct}, rewards={wrong.rewards}"
             )
-    base.reset(seed=seed)
-    if base.oracle_action() is None:
+    try:
+        base.reset(seed=seed)
+        has_oracle = base.oracle_action() is not None
+    except Exception as e:  # noqa: BLE001
+        report.failures.append(f"reset/oracle_action raised {type(e).__name__}: {e}")
+        return report
+    if not has_oracle:
         report.notes.append("no oracle agent: oracle_action() returned None")
         return report
     oracle = run_episode(base, _oracle_agent, "oracle", seed, report, max_steps)

@@ -1,0 +1,63 @@
+import subprocess
+import sys
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from turnrl.cli import app, parse_kwargs
+
+runner = CliRunner()
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_envs_list():
+    result = runner.invoke(app, ["envs", "list"])
+    assert result.exit_code == 0
+    for env_id in ("turnrl/GSM8K-v0", "turnrl/MATH500-PAG-v0", "turnrl/Arithmetic-v0"):
+        assert env_id in result.output
+
+
+def test_envs_check_passes_and_reports_bad_input():
+    result = runner.invoke(app, ["envs", "check", "turnrl/Arithmetic-v0", "--kw", "level=3", "-k", "calculator=true"])
+    assert result.exit_code == 0, result.output
+    assert "OK" in result.output and "oracle agent" in result.output
+    result = runner.invoke(app, ["envs", "check", "turnrl/Arithmetc-v0"])
+    assert result.exit_code == 2 and "Did you mean 'turnrl/Arithmetic-v0'" in result.output
+    result = runner.invoke(app, ["envs", "check", "turnrl/Arithmetic-v0", "--kw", "levle=2"])
+    assert result.exit_code == 2 and "Did you mean 'level'" in result.output
+
+
+def test_play_reads_turns_from_stdin():
+    turns = "<calculator>40 + 2</calculator>\nso it is \\\n\\boxed{42}\n"
+    result = runner.invoke(
+        app, ["play", "turnrl/Arithmetic-v0", "-k", "calculator=true", "-k", "tool_style=tags", "--index", "0"],
+        input=turns,
+    )
+    assert result.exit_code == 0, result.output
+    assert "[tool:calculator] 42" in result.output
+    assert "episode over" in result.output
+
+
+def test_play_oracle_and_quit():
+    result = runner.invoke(app, ["play", "turnrl/GSM8K-v0", "--index", "0"], input=":oracle\n")
+    assert result.exit_code == 0 and "reward 1" in result.output and "episode over" in result.output
+    result = runner.invoke(app, ["play", "turnrl/GSM8K-v0"], input=":q\n")
+    assert result.exit_code == 0 and "bye" in result.output
+
+
+def test_parse_kwargs():
+    assert parse_kwargs(["a=3", "b=true", "c=[1, 2]", "d=text", "e="]) == {"a": 3, "b": True, "c": [1, 2], "d": "text", "e": ""}
+
+
+def test_quickstart_command_runs_as_installed():
+    result = subprocess.run([sys.executable, "-m", "turnrl", "quickstart"], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "quickstart OK" in result.stdout and "total reward 3 over 3 turn(s)" in result.stdout
+
+
+def test_example_env_script():
+    result = subprocess.run(
+        [sys.executable, str(REPO / "examples" / "unit_converter_env.py")], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    assert "examples/Units-v0: OK" in result.stdout and "reward: 1.0 correct: True" in result.stdout
