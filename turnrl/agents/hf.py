@@ -1,0 +1,163 @@
+"""The Hugging Face transformers backend: batched sampling with a KV cache, exact per-token logprobs.
+
+The CPU default. It shares the model object with the trainer (no weight copies): after an optimizer step the
+next ``generate`` call samples from the updated weights.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from turnrl.agents.base import Completion, SamplingParams
+
+
+def filter_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
+    """Mask (to -inf) everything outside the top-k tokens and outside the top-p probability mass.
+
+    Args:
+        logits: ``(B, V)`` temperature-scaled logits.
+    """
+    if top_k > 0 and top_k < logits.shape[-1]:
+        kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]  # (B, 1)
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p < 1.0:
+        sorted_logits, order = torch.sort(logits, descending=True, dim=-1)
+        cum = sorted_logits.softmax(-1).cumsum(-1)
+        drop = cum - sorted_logits.softmax(-1) >= top_p  # keep the smallest prefix whose mass reaches top_p
+        sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
+        logits = torch.full_like(logits, float("-inf")).scatter(-1, order, sorted_logits)
+    return logits
+
+
+class HFAgent:
+    """Generate with a ``transformers`` causal LM.
+
+    Args:
+        model: a causal LM (``AutoModelForCausalLM``); used in eval mode under ``torch.no_grad`` while generating.
+        tokenizer: its tokenizer (with a chat template for multi-turn rollouts).
+        batch_size: the most sequences decoded at once (prompts × n are split into chunks of this size).
+    """
+
+    def __init__(self, model: Any, tokenizer: Any, *, batch_size: int = 32) -> None:
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        self.model = model
+        self.tokenizer = tokenizer
+        self.batch_size = batch_size
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+        eos_ids = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
+        if tokenizer.eos_token_id is not None:
+            eos_ids.add(tokenizer.eos_token_id)
+        self.eos_ids = sorted(eos_ids)
+
+    @classmethod
+    def from_pretrained(cls, name_or_path: str, *, batch_size: int = 32, **kwargs: Any) -> HFAgent:
+        """Load a model by path, hub name or built-in name (see :func:`turnrl.agents.models.load_model`)."""
+        from turnrl.agents.models import load_model
+
+        model, tokenizer = load_model(name_or_path, **kwargs)
+        return cls(model, tokenizer, batch_size=batch_size)
+
+    @property
+    def device(self) -> torch.device:
+        """Where the model's parameters are."""
+        return next(self.model.parameters()).device
+
+    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]:
+        """Sample ``params.n`` completions for each token prompt (see :class:`~turnrl.agents.base.Agent`)."""
+        if any(len(p) == 0 for p in prompts):
+            raise ValueError("every prompt needs at least one token")
+        generator = torch.Generator(device="cpu")
+        if params.seed is None:
+            generator.seed()
+        else:
+            generator.manual_seed(params.seed)
+        rows = [(i, p) for i, p in enumerate(prompts) for _ in range(params.n)]
+        out: list[Completion] = []
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            for start in range(0, len(rows), self.batch_size):
+                out += self._generate_batch(rows[start : start + self.batch_size], params, generator)
+        finally:
+            self.model.train(was_training)
+        return out
+
+    @torch.no_grad()
+    def _generate_batch(
+        self, rows: list[tuple[int, list[int]]], params: SamplingParams, generator: torch.Generator
+    ) -> list[Completion]:
+        device = self.device
+        B, L = len(rows), max(len(p) for _, p in rows)
+        input_ids = torch.full((B, L), self.pad_id, dtype=torch.long)
+        attention = torch.zeros((B, L), dtype=torch.long)
+        for b, (_, p) in enumerate(rows):  # left padding
+            input_ids[b, L - len(p) :] = torch.tensor(p)
+            attention[b, L - len(p) :] = 1
+        input_ids, attention = input_ids.to(device), attention.to(device)
+        positions = (attention.cumsum(-1) - 1).clamp(min=0)
+        eos = torch.tensor(self.eos_ids, device=device)
+
+        tokens = torch.zeros((B, params.max_new_tokens), dtype=torch.long)
+        logps = torch.zeros((B, params.max_new_tokens), dtype=torch.float32)
+        lengths = torch.full((B,), params.max_new_tokens, dtype=torch.long)
+        stopped = torch.zeros(B, dtype=torch.bool)
+        window = max((len(s) for s in params.stop), default=0) + 2
+        done = torch.zeros(B, dtype=torch.bool, device=device)
+
+        out = self.model(input_ids=input_ids, attention_mask=attention, position_ids=positions, use_cache=True)
+        cache = out.past_key_values
+        for t in range(params.max_new_tokens):
+            logits = out.logits[:, -1, :].float()  # (B, V)
+            temp = params.fire_temperature if (t == 0 and params.fire_temperature) else params.temperature
+            scaled = logits / temp if temp > 0 else logits
+            logp_all = torch.log_softmax(scaled, dim=-1)
+            if temp == 0:
+                nxt = scaled.argmax(-1)
+            else:
+                probs = filter_logits(scaled, params.top_k, params.top_p).softmax(-1)
+                nxt = torch.multinomial(probs.cpu(), 1, generator=generator).squeeze(-1).to(device)
+            nxt = torch.where(done, torch.full_like(nxt, self.pad_id), nxt)
+            tokens[:, t] = nxt.cpu()
+            logps[:, t] = logp_all.gather(-1, nxt[:, None]).squeeze(-1).cpu()
+            newly = ~done & torch.isin(nxt, eos)
+            if params.stop:
+                newly |= ~done & self._hits_stop(tokens[:, : t + 1], window, params.stop, done).to(device)
+            stopped |= newly.cpu()
+            lengths = torch.where(newly.cpu(), torch.full_like(lengths, t + 1), lengths)
+            done |= newly
+            if bool(done.all()) or t + 1 == params.max_new_tokens:
+                break
+            attention = torch.cat([attention, torch.ones((B, 1), dtype=attention.dtype, device=device)], dim=1)
+            positions = positions[:, -1:] + 1
+            out = self.model(
+                input_ids=nxt[:, None], attention_mask=attention, position_ids=positions, past_key_values=cache, use_cache=True
+            )
+            cache = out.past_key_values
+
+        completions = []
+        for b, (index, _) in enumerate(rows):
+            n = int(lengths[b])
+            ids = tokens[b, :n].tolist()
+            completions.append(
+                Completion(
+                    text=self.tokenizer.decode(ids, skip_special_tokens=True),
+                    token_ids=ids,
+                    logprobs=logps[b, :n].tolist(),
+                    finish_reason="stop" if bool(stopped[b]) else "length",
+                    prompt_index=index,
+                )
+            )
+        return completions
+
+    def _hits_stop(self, tokens: torch.Tensor, window: int, stop: tuple[str, ...], done: torch.Tensor) -> torch.Tensor:
+        hits = torch.zeros(tokens.shape[0], dtype=torch.bool)
+        for b in range(tokens.shape[0]):
+            if bool(done[b]):
+                continue
+            tail = self.tokenizer.decode(tokens[b, -window:].tolist(), skip_special_tokens=False)
+            hits[b] = any(s in tail for s in stop)
+        return hits

@@ -1,0 +1,236 @@
+"""Token-exact multi-turn rollouts (DESIGN.md §The flow, point 5).
+
+``Rollout.run(envs)`` plays one episode in each environment with one agent. Every turn, the prompts of all live
+episodes go to the agent in one batched ``generate`` call; then the environments step concurrently (``astep``,
+bounded by ``env_concurrency``, each with a timeout). Each episode's token sequence is only ever appended to:
+
+* the generated tokens, with loss mask 1 and their logprobs;
+* the chat-template tokens of the environment's new messages, with loss mask 0 (see :mod:`turnrl.rl.tokens`).
+
+The conversation is never re-tokenized from text, so the trainer sees exactly what the model saw and produced.
+A failing environment (exception or timeout) ends only its own episode, recorded in ``Trajectory.error``.
+Finished trajectories go to ``sink`` (e.g. a :class:`turnrl.storage.TrajectoryWriter`) as they finish.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from turnrl.agents.base import Agent, Completion, SamplingParams
+from turnrl.envs.core import TextEnv
+from turnrl.rl.tokens import ChatRenderer
+from turnrl.types import Message, Trajectory, Turn
+
+
+@dataclass
+class _Episode:
+    env: TextEnv
+    traj: Trajectory
+    tokens: list[int] = field(default_factory=list)
+    mask: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    renderer: ChatRenderer | None = None
+    role: str = "policy"
+    prompts_seen: list[list[int]] = field(default_factory=list)  # what the agent was conditioned on, per turn
+
+    def append(self, ids: Sequence[int], mask: int, logprobs: Sequence[float] | None = None) -> None:
+        self.tokens.extend(ids)
+        self.mask.extend([mask] * len(ids))
+        self.logprobs.extend(logprobs if logprobs is not None else [0.0] * len(ids))
+
+
+@dataclass
+class RolloutStats:
+    """Where the time of the last :meth:`Rollout.run` went."""
+
+    generate_s: float = 0.0
+    env_s: float = 0.0
+    bookkeeping_s: float = 0.0
+    generated_tokens: int = 0
+    turns: int = 0
+
+
+class Rollout:
+    """Run episodes of any environments with one agent, producing token-exact Trajectories.
+
+    Args:
+        agent: generates from token prompts; its ``tokenizer`` renders the chat template.
+        params: sampling parameters for every turn (``n`` must be 1: a group is several envs on one task).
+        max_turns: an extra cap on agent turns (the env's own ``max_turns`` applies too).
+        max_context: the most tokens an episode may hold; a turn's generation budget shrinks to fit, and an
+            episode with no room left ends ``truncated`` with ``metadata["truncated_by"] = "context"``.
+        env_concurrency: how many environment steps run at once.
+        env_timeout: seconds one environment step may take before its episode is ended with an error.
+        sink: called with each Trajectory as soon as it finishes (streaming storage, progress bars).
+        keep_prompts: record each turn's full prompt in ``Trajectory.metadata["prompts"]`` (for tests/debugging).
+    """
+
+    def __init__(
+        self,
+        agent: Agent,
+        params: SamplingParams,
+        *,
+        max_turns: int | None = None,
+        max_context: int = 4096,
+        env_concurrency: int = 16,
+        env_timeout: float | None = 60.0,
+        sink: Callable[[Trajectory], Any] | None = None,
+        keep_prompts: bool = False,
+    ) -> None:
+        if params.n != 1:
+            raise ValueError("Rollout samples one completion per episode (params.n == 1); use several envs per task")
+        self.agent, self.params = agent, params
+        self.max_turns, self.max_context = max_turns, max_context
+        self.env_concurrency, self.env_timeout = env_concurrency, env_timeout
+        self.sink, self.keep_prompts = sink, keep_prompts
+        self.stats = RolloutStats()
+        eos = getattr(agent.tokenizer, "eos_token_id", None)
+        self._eos = {eos} | set(getattr(agent, "eos_ids", []) or []) if eos is not None else set()
+
+    def run(
+        self,
+        envs: Sequence[TextEnv],
+        *,
+        seeds: Sequence[int | None] | None = None,
+        options: Sequence[dict[str, Any] | None] | None = None,
+        group_ids: Sequence[str | None] | None = None,
+    ) -> list[Trajectory]:
+        """Play one episode per env (reset with ``seeds[i]``/``options[i]``); return the trajectories in env order."""
+        return asyncio.run(self.arun(envs, seeds=seeds, options=options, group_ids=group_ids))
+
+    async def arun(
+        self,
+        envs: Sequence[TextEnv],
+        *,
+        seeds: Sequence[int | None] | None = None,
+        options: Sequence[dict[str, Any] | None] | None = None,
+        group_ids: Sequence[str | None] | None = None,
+    ) -> list[Trajectory]:
+        """Async :meth:`run` (for callers already inside an event loop)."""
+        n = len(envs)
+        seeds = list(seeds) if seeds is not None else [None] * n
+        options = list(options) if options is not None else [None] * n
+        group_ids = list(group_ids) if group_ids is not None else [None] * n
+        if not len(seeds) == len(options) == len(group_ids) == n:
+            raise ValueError("seeds, options and group_ids must have one entry per env")
+        self.stats = RolloutStats()
+        episodes = [self._start(env, s, o, g) for env, s, o, g in zip(envs, seeds, options, group_ids)]
+        live = [ep for ep in episodes if ep.traj.error is None and not ep.traj.truncated]
+        for ep in episodes:
+            if ep not in live:
+                self._finish(ep)
+        semaphore = asyncio.Semaphore(self.env_concurrency)
+        while live:
+            completions = self._generate(live)
+            if completions is None:
+                break
+            results = await asyncio.gather(*(self._step(ep, c, semaphore) for ep, c in zip(live, completions)))
+            live = [ep for ep, keep in zip(live, results) if keep]
+        return [ep.traj for ep in episodes]
+
+    # ---- pieces of one turn ----
+
+    def _start(self, env: TextEnv, seed: int | None, options: dict[str, Any] | None, group_id: str | None) -> _Episode:
+        spec = env.unwrapped.spec
+        traj = Trajectory(env_id=spec.id if spec is not None else type(env.unwrapped).__name__, seed=seed, group_id=group_id)
+        ep = _Episode(env=env, traj=traj)
+        try:
+            obs, info = env.reset(seed=seed, options=options)
+            ep.renderer = ChatRenderer(self.agent.tokenizer, getattr(env.unwrapped, "tool_schemas", lambda: [])())
+            traj.task_id, traj.prompt = info.get("task_id"), list(obs)
+            ep.role = info.get("next_role") or info.get("role") or "policy"
+            t0 = time.perf_counter()
+            ep.append(ep.renderer.prompt_tokens(obs), 0)
+            self.stats.bookkeeping_s += time.perf_counter() - t0
+        except Exception as e:  # noqa: BLE001 — one bad env must not sink the batch
+            traj.error = f"reset failed: {type(e).__name__}: {e}"
+            return ep
+        if len(ep.tokens) >= self.max_context:
+            traj.truncated = True
+            traj.metadata["truncated_by"] = "context"
+        return ep
+
+    def _generate(self, live: list[_Episode]) -> list[Completion] | None:
+        budgets: dict[int, list[int]] = {}
+        for i, ep in enumerate(live):
+            budgets.setdefault(min(self.params.max_new_tokens, self.max_context - len(ep.tokens)), []).append(i)
+        completions: list[Completion | None] = [None] * len(live)
+        t0 = time.perf_counter()
+        try:
+            for budget, idx in budgets.items():
+                params = self.params.model_copy(update={"max_new_tokens": budget})
+                outs = self.agent.generate([list(live[i].tokens) for i in idx], params)
+                for i, c in zip(idx, outs):
+                    completions[i] = c
+        except Exception as e:  # noqa: BLE001 — keep everything collected so far
+            for ep in live:
+                ep.traj.error = f"generation failed: {type(e).__name__}: {e}"
+                self._finish(ep)
+            return None
+        self.stats.generate_s += time.perf_counter() - t0
+        return completions  # type: ignore[return-value]
+
+    async def _step(self, ep: _Episode, completion: Completion, semaphore: asyncio.Semaphore) -> bool:
+        """Record the completion, step the env, append its observation. Returns whether the episode goes on."""
+        t0 = time.perf_counter()
+        if self.keep_prompts:
+            ep.prompts_seen.append(list(ep.tokens))
+        start = len(ep.tokens)
+        ep.append(completion.token_ids, 1, completion.logprobs)
+        span = (start, len(ep.tokens))
+        self.stats.bookkeeping_s += time.perf_counter() - t0
+        self.stats.generated_tokens += len(completion.token_ids)
+        self.stats.turns += 1
+        action = Message(role="assistant", content=completion.text)
+        t1 = time.perf_counter()
+        try:
+            async with semaphore:
+                obs, reward, terminated, truncated, info = await asyncio.wait_for(
+                    ep.env.astep(completion.text), timeout=self.env_timeout
+                )
+        except Exception as e:  # noqa: BLE001
+            reason = f"timed out after {self.env_timeout}s" if isinstance(e, TimeoutError) else f"{type(e).__name__}: {e}"
+            ep.traj.turns.append(Turn(index=len(ep.traj.turns), role=ep.role, action=action, token_span=span,
+                                      info={"finish_reason": completion.finish_reason}))
+            ep.traj.error = f"env step failed: {reason}"
+            self._finish(ep)
+            return False
+        self.stats.env_s += time.perf_counter() - t1
+        t2 = time.perf_counter()
+        turn = Turn(
+            index=len(ep.traj.turns), role=info.get("role", ep.role), action=action, observation=list(obs),
+            reward=reward, terminated=terminated, truncated=truncated,
+            info={**info, "finish_reason": completion.finish_reason}, token_span=span,
+        )
+        ep.traj.turns.append(turn)
+        ep.role = info.get("next_role") or "policy"
+        over_turns = self.max_turns is not None and len(ep.traj.turns) >= self.max_turns
+        if terminated or truncated or over_turns:
+            ep.traj.terminated, ep.traj.truncated = terminated, truncated or (over_turns and not terminated)
+            self._finish(ep)
+            return False
+        ended_with_eos = bool(completion.token_ids) and completion.token_ids[-1] in self._eos
+        assert ep.renderer is not None
+        obs_ids = ep.renderer.observation_tokens(obs, ended_with_eos=ended_with_eos)
+        turn.obs_span = (len(ep.tokens), len(ep.tokens) + len(obs_ids))
+        ep.append(obs_ids, 0)
+        self.stats.bookkeeping_s += time.perf_counter() - t2
+        if len(ep.tokens) >= self.max_context:
+            ep.traj.truncated = True
+            ep.traj.metadata["truncated_by"] = "context"
+            self._finish(ep)
+            return False
+        return True
+
+    def _finish(self, ep: _Episode) -> None:
+        traj = ep.traj
+        traj.token_ids, traj.loss_mask, traj.logprobs = ep.tokens, ep.mask, ep.logprobs
+        traj.metadata["prompt_length"] = next((i for i, m in enumerate(ep.mask) if m == 1), len(ep.mask))
+        if self.keep_prompts:
+            traj.metadata["prompts"] = ep.prompts_seen
+        if self.sink is not None:
+            self.sink(traj)
