@@ -133,6 +133,7 @@ def load(path: str | Path) -> list[Trajectory]:
 
 
 __all__ = [
+    "TrajectoryWriter",
     "iter_jsonl",
     "load",
     "read_jsonl",
@@ -141,3 +142,42 @@ __all__ = [
     "write_jsonl",
     "write_parquet",
 ]
+
+
+class TrajectoryWriter:
+    """Write trajectories as they finish, so that an interrupted run keeps everything that finished.
+
+    ``.jsonl``: each trajectory is appended and flushed at once. ``.parquet``: trajectories stream to
+    ``<path>.partial.jsonl`` and become the Parquet file on :meth:`close` (the partial file is then removed; after
+    an interruption it holds every finished trajectory). Use as a context manager or call :meth:`close`.
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        if self.path.suffix not in (".jsonl", ".parquet"):
+            raise ValueError(f"unknown trajectory file type {self.path.suffix!r}; use .jsonl or .parquet")
+        self.stream_path = self.path if self.path.suffix == ".jsonl" else self.path.with_name(self.path.name + ".partial.jsonl")
+        self.stream_path.parent.mkdir(parents=True, exist_ok=True)
+        self._file = self.stream_path.open("w", encoding="utf-8")
+        self.count = 0
+
+    def __call__(self, traj: Trajectory) -> None:
+        """Append one trajectory (flushed)."""
+        self._file.write(_dumps(traj.model_dump(mode="json")) + "\n")
+        self._file.flush()
+        self.count += 1
+
+    def close(self) -> None:
+        """Finish the file (for Parquet: convert the streamed JSONL and remove it)."""
+        if self._file.closed:
+            return
+        self._file.close()
+        if self.path.suffix == ".parquet":
+            write_parquet(iter_jsonl(self.stream_path), self.path)
+            self.stream_path.unlink()
+
+    def __enter__(self) -> TrajectoryWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

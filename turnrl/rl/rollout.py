@@ -216,14 +216,14 @@ class Rollout:
         ended_with_eos = bool(completion.token_ids) and completion.token_ids[-1] in self._eos
         assert ep.renderer is not None
         obs_ids = ep.renderer.observation_tokens(obs, ended_with_eos=ended_with_eos)
-        turn.obs_span = (len(ep.tokens), len(ep.tokens) + len(obs_ids))
-        ep.append(obs_ids, 0)
-        self.stats.bookkeeping_s += time.perf_counter() - t2
-        if len(ep.tokens) >= self.max_context:
+        if len(ep.tokens) + len(obs_ids) >= self.max_context:  # no room to append the reply and generate
             ep.traj.truncated = True
             ep.traj.metadata["truncated_by"] = "context"
             self._finish(ep)
             return False
+        turn.obs_span = (len(ep.tokens), len(ep.tokens) + len(obs_ids))
+        ep.append(obs_ids, 0)
+        self.stats.bookkeeping_s += time.perf_counter() - t2
         return True
 
     def _finish(self, ep: _Episode) -> None:

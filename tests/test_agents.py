@@ -1,0 +1,122 @@
+import pytest
+import torch
+
+from turnrl.agents.base import SamplingParams
+from turnrl.agents.hf import HFAgent, filter_logits
+from turnrl.agents.scripted import FixedAgent, RandomAgent, ScriptedAgent
+from turnrl.agents.tiny import tiny_model, tiny_tokenizer
+
+
+@pytest.fixture(scope="module")
+def agent():
+    tok = tiny_tokenizer("chatml")
+    return HFAgent(tiny_model(tok), tok, batch_size=8)
+
+
+def prompts_of(tok, texts):
+    return [tok.apply_chat_template([{"role": "user", "content": t}], add_generation_prompt=True, tokenize=False)
+            for t in texts]
+
+
+def encode(tok, texts):
+    return [tok.encode(t, add_special_tokens=False) for t in prompts_of(tok, texts)]
+
+
+def forward_logprobs(model, prompt, completion, temperature=1.0):
+    ids = torch.tensor([prompt + completion])
+    with torch.no_grad():
+        logits = model(ids).logits[0, len(prompt) - 1 : -1].float() / temperature
+    return torch.log_softmax(logits, -1).gather(-1, torch.tensor(completion)[:, None]).squeeze(-1)
+
+
+def test_batched_greedy_equals_one_by_one_despite_padding(agent):
+    prompts = encode(agent.tokenizer, ["What is 2 + 2?", "hi", "A much longer question about the answer being correct?"])
+    assert len({len(p) for p in prompts}) == 3
+    params = SamplingParams(temperature=0, max_new_tokens=12)
+    batched = agent.generate(prompts, params)
+    single = [agent.generate([p], params)[0] for p in prompts]
+    assert [c.token_ids for c in batched] == [c.token_ids for c in single]
+    assert [c.prompt_index for c in batched] == [0, 1, 2]
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0, 0.7])
+def test_logprobs_match_a_separate_forward_pass(agent, temperature):
+    prompts = encode(agent.tokenizer, ["What is 2 + 2?", "The answer is"])
+    outs = agent.generate(prompts, SamplingParams(temperature=temperature, max_new_tokens=10, seed=3))
+    for p, c in zip(prompts, outs):
+        ref = forward_logprobs(agent.model, p, c.token_ids, temperature or 1.0)
+        assert torch.allclose(ref, torch.tensor(c.logprobs), atol=1e-4)
+
+
+def test_fire_samples_the_first_token_at_its_own_temperature(agent):
+    p = encode(agent.tokenizer, ["What is 2 + 2?"])[0]
+    c = agent.generate([p], SamplingParams(temperature=0.5, fire_temperature=10.0, max_new_tokens=6, seed=1))[0]
+    first = forward_logprobs(agent.model, p, c.token_ids[:1], 10.0)
+    rest = forward_logprobs(agent.model, p, c.token_ids, 0.5)[1:]
+    assert torch.allclose(first, torch.tensor(c.logprobs[:1]), atol=1e-4)
+    assert torch.allclose(rest, torch.tensor(c.logprobs[1:]), atol=1e-4)
+
+
+def test_seed_n_and_grouping(agent):
+    prompts = encode(agent.tokenizer, ["a", "b"])
+    params = SamplingParams(temperature=1.0, max_new_tokens=8, seed=11, n=3)
+    a, b = agent.generate(prompts, params), agent.generate(prompts, params)
+    assert [c.token_ids for c in a] == [c.token_ids for c in b]
+    assert [c.prompt_index for c in a] == [0, 0, 0, 1, 1, 1]
+    assert len({tuple(c.token_ids) for c in a[:3]}) > 1  # samples of one prompt differ
+    c = agent.generate(prompts, params.model_copy(update={"seed": 12}))
+    assert [x.token_ids for x in c] != [x.token_ids for x in a]
+
+
+def test_finish_reasons_and_eos(agent):
+    tok = agent.tokenizer
+    outs = agent.generate(encode(tok, ["x"] * 6), SamplingParams(temperature=1.0, max_new_tokens=5, seed=0))
+    for c in outs:
+        assert len(c.token_ids) == len(c.logprobs) <= 5
+        if c.finish_reason == "stop":
+            assert c.token_ids[-1] == tok.eos_token_id and tok.eos_token_id not in c.token_ids[:-1]
+        else:
+            assert len(c.token_ids) == 5 and tok.eos_token_id not in c.token_ids
+
+
+def test_stop_strings_end_a_completion(agent):
+    tok = agent.tokenizer
+    p = encode(tok, ["hello"])[0]
+    free = agent.generate([p], SamplingParams(temperature=0, max_new_tokens=30))[0]
+    assert len(free.text) >= 4
+    stop = free.text[2:4]
+    c = agent.generate([p], SamplingParams(temperature=0, max_new_tokens=30, stop=(stop,)))[0]
+    assert c.finish_reason == "stop" and stop in tok.decode(c.token_ids) and len(c.token_ids) <= len(free.token_ids)
+    assert c.token_ids == free.token_ids[: len(c.token_ids)]
+
+
+def test_filter_logits():
+    logits = torch.tensor([[1.0, 2.0, 3.0, 4.0]])
+    assert torch.isinf(filter_logits(logits, 2, 1.0)).tolist() == [[True, True, False, False]]
+    probs = logits.softmax(-1)[0]  # [0.032, 0.087, 0.237, 0.644]
+    kept = ~torch.isinf(filter_logits(logits, 0, 0.7))
+    assert kept.tolist() == [[False, False, True, True]] and probs[3] < 0.7 < probs[2] + probs[3]
+
+
+def test_sampling_params_validation():
+    with pytest.raises(ValueError):
+        SamplingParams(temperature=-1)
+    with pytest.raises(ValueError):
+        SamplingParams(stop=("",))
+    with pytest.raises(ValueError):
+        SamplingParams(unknown=1)
+
+
+def test_scripted_agents():
+    tok = tiny_tokenizer("chatml")
+    fixed = FixedAgent(tok, ["first", "second"])
+    p1 = encode(tok, ["q"])[0]
+    c = fixed.generate([p1], SamplingParams())[0]
+    assert c.text == "first" and c.token_ids[-1] == tok.eos_token_id and c.logprobs == [0.0] * len(c.token_ids)
+    p2 = p1 + c.token_ids + tok.encode("\n<|im_start|>user\nmore<|im_end|>\n<|im_start|>assistant\n")
+    assert fixed.generate([p2], SamplingParams())[0].text == "second"
+    echo = ScriptedAgent(tok, lambda prompt: "long reply " * 20)
+    c = echo.generate([p1], SamplingParams(max_new_tokens=5))[0]
+    assert c.finish_reason == "length" and len(c.token_ids) == 5
+    rnd = RandomAgent(tok).generate([p1, p1], SamplingParams(max_new_tokens=7, n=2))
+    assert len(rnd) == 4 and all(1 <= len(c.token_ids) <= 7 for c in rnd)

@@ -1,0 +1,94 @@
+"""Scripted agents for tests and demos: fixed replies, a function of the prompt text, or random tokens.
+
+They speak through a real tokenizer, so rollouts with them are token-exact like with a model: the reply text is
+encoded, an end-of-sequence token appended, and every logprob is 0 (a deterministic policy).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from turnrl.agents.base import Completion, SamplingParams
+
+
+class ScriptedAgent:
+    """Replies with ``policy(prompt_text)``; the prompt is the decoded token prompt (chat template included).
+
+    Args:
+        tokenizer: encodes replies and decodes prompts.
+        policy: ``prompt_text -> reply_text``.
+        end_with_eos: append the tokenizer's end-of-sequence token to each reply (as a model would).
+    """
+
+    def __init__(self, tokenizer: Any, policy: Callable[[str], str], *, end_with_eos: bool = True) -> None:
+        self.tokenizer = tokenizer
+        self.policy = policy
+        self.end_with_eos = end_with_eos
+        self.calls: list[list[list[int]]] = []  # every batch of prompts received (for tests)
+
+    def _complete(self, text: str, index: int, params: SamplingParams) -> Completion:
+        ids = list(self.tokenizer.encode(text, add_special_tokens=False))
+        eos = self.tokenizer.eos_token_id
+        finish = "stop"
+        if self.end_with_eos and eos is not None:
+            ids.append(eos)
+        if len(ids) > params.max_new_tokens:
+            ids, finish = ids[: params.max_new_tokens], "length"
+        return Completion(
+            text=self.tokenizer.decode(ids, skip_special_tokens=True),
+            token_ids=ids,
+            logprobs=[0.0] * len(ids),
+            finish_reason=finish,  # type: ignore[arg-type]
+            prompt_index=index,
+        )
+
+    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]:
+        """One reply per prompt and sample."""
+        self.calls.append([list(p) for p in prompts])
+        out = []
+        for i, p in enumerate(prompts):
+            text = self.policy(self.tokenizer.decode(p, skip_special_tokens=False))
+            out += [self._complete(text, i, params) for _ in range(params.n)]
+        return out
+
+
+class FixedAgent(ScriptedAgent):
+    """Replies with ``replies[k]`` on its k-th turn of each episode (the last reply repeats).
+
+    The turn is counted from the number of assistant turns already in the prompt (``assistant_marker`` occurrences
+    after the generation prompt), so episodes of different lengths in one batch stay in step.
+    """
+
+    def __init__(self, tokenizer: Any, replies: Sequence[str], *, assistant_marker: str = "<|im_start|>assistant") -> None:
+        if not replies:
+            raise ValueError("FixedAgent needs at least one reply")
+        self.replies = list(replies)
+
+        def policy(prompt: str) -> str:
+            k = max(prompt.count(assistant_marker) - 1, 0)
+            return self.replies[min(k, len(self.replies) - 1)]
+
+        super().__init__(tokenizer, policy)
+
+
+class RandomAgent:
+    """Samples uniformly random tokens (random length up to ``max_new_tokens``): a fuzzer for environments."""
+
+    def __init__(self, tokenizer: Any, seed: int = 0) -> None:
+        self.tokenizer = tokenizer
+        self.rng = np.random.default_rng(seed)
+
+    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]:
+        """Random completions; logprob log(1/V) per token."""
+        vocab = len(self.tokenizer)
+        out = []
+        for i, _ in enumerate(prompts):
+            for _ in range(params.n):
+                n = int(self.rng.integers(1, params.max_new_tokens + 1))
+                ids = self.rng.integers(0, vocab, size=n).tolist()
+                out.append(Completion(self.tokenizer.decode(ids, skip_special_tokens=True), ids,
+                                      [-float(np.log(vocab))] * n, "length" if n == params.max_new_tokens else "stop", i))
+        return out
