@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import sys
+import time
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -132,6 +135,60 @@ def play(
         if terminated or truncated:
             console.print(f"[bold]episode over[/bold]: terminated={terminated} truncated={truncated}")
             return
+
+
+@app.command("eval")
+def eval_cmd(
+    env: Annotated[str, typer.Option("--env", help="environment id, e.g. turnrl/GSM8K-v0")],
+    agent: Annotated[str, typer.Option(help="smollm2-135m-instruct, hf:PATH, vllm:PATH, openai:URL#MODEL, tiny:chatml")],
+    limit: Annotated[int, typer.Option(help="evaluate tasks 0..limit-1")] = 100,
+    samples: Annotated[int, typer.Option(help="episodes per task (pass@k up to this k)")] = 1,
+    out: Annotated[str, typer.Option(help="output folder")] = "runs/eval",
+    seed: int = 0,
+    temperature: Annotated[float | None, typer.Option(help="default: 0 for one sample, 1 for several")] = None,
+    top_p: float = 1.0,
+    max_new_tokens: Annotated[int, typer.Option(help="per turn")] = 256,
+    batch_size: Annotated[int, typer.Option(help="episodes generated together")] = 32,
+    max_context: int = 4096,
+    tokenizer: Annotated[str | None, typer.Option(help="tokenizer path/name for openai: agents")] = None,
+    kw: KwOption = None,
+) -> None:
+    """Evaluate an agent on an environment; write items.jsonl, report.md, metrics.json and plot.png to --out."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from turnrl.agents import SamplingParams, make_agent
+    from turnrl.rl.evaluate import evaluate
+
+    env_kwargs = parse_kwargs(kw)
+    _make(env, env_kwargs)  # fail fast, with the registry's message, before loading a model
+    try:
+        the_agent = make_agent(agent, batch_size=batch_size, tokenizer=tokenizer)
+    except (ValueError, OSError, ImportError) as e:
+        console.print("[red]error:[/red] ", end="")
+        console.print(str(e), soft_wrap=True, markup=False, highlight=False)
+        raise typer.Exit(2) from e
+    temp = temperature if temperature is not None else (0.0 if samples == 1 else 1.0)
+    params = SamplingParams(temperature=temp, top_p=top_p, max_new_tokens=max_new_tokens)
+    columns = [TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+               TextColumn("{task.fields[rate]} gen tok/s  acc {task.fields[acc]}")]
+    with Progress(*columns, console=console) as progress:
+        total = limit * samples
+        task = progress.add_task(env, total=total, rate="-", acc="-")
+        state = {"tokens": 0, "correct": 0, "done": 0}
+        started = time.perf_counter()
+
+        def on_episode(traj: Any) -> None:
+            state["tokens"] += sum(traj.loss_mask or [])
+            state["correct"] += bool(traj.correct)
+            state["done"] += 1
+            rate = state["tokens"] / max(time.perf_counter() - started, 1e-9)
+            progress.update(task, advance=1, rate=f"{rate:.1f}", acc=f"{state['correct'] / state['done']:.3f}")
+
+        metrics = evaluate(the_agent, env, env_kwargs=env_kwargs, limit=limit, samples=samples, params=params,
+                           seed=seed, out=out, batch_episodes=batch_size, max_context=max_context,
+                           on_episode=on_episode)
+    console.print((Path(out) / "report.md").read_text(), markup=False, highlight=False)
+    console.print(f"[dim]metrics: {json.dumps(metrics)}[/dim]", soft_wrap=True)
 
 
 @app.command()

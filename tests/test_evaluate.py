@@ -1,0 +1,74 @@
+import json
+import math
+
+import pytest
+from typer.testing import CliRunner
+
+from turnrl.agents import SamplingParams, make_agent
+from turnrl.agents.scripted import ScriptedAgent
+from turnrl.agents.tiny import tiny_tokenizer
+from turnrl.cli import app
+from turnrl.rl.evaluate import evaluate, pass_at_k
+
+
+def test_pass_at_k_estimator():
+    assert pass_at_k(4, 0, 1) == 0.0 and pass_at_k(4, 4, 3) == 1.0
+    assert pass_at_k(4, 1, 1) == pytest.approx(0.25)
+    assert pass_at_k(4, 1, 2) == pytest.approx(1 - math.comb(3, 2) / math.comb(4, 2))  # 0.5
+    assert pass_at_k(10, 3, 10) == 1.0
+    with pytest.raises(ValueError):
+        pass_at_k(2, 3, 1)
+
+
+def test_scripted_eval_counts_correct_answers(tmp_path):
+    tok = tiny_tokenizer("chatml")
+
+    def half_right(prompt: str) -> str:  # right on even sums, wrong on odd ones
+        q = prompt.rsplit("What is ", 1)[1].split("?")[0]
+        value = eval(q)  # noqa: S307 — our generated arithmetic
+        return f"\\boxed{{{value if value % 2 == 0 else value + 1}}}"
+
+    metrics = evaluate(ScriptedAgent(tok, half_right), "turnrl/Arithmetic-v0", env_kwargs={"level": 2}, limit=20,
+                       samples=2, out=tmp_path)
+    rows = [json.loads(x) for x in (tmp_path / "items.jsonl").read_text().splitlines()]
+    assert len(rows) == 40 and metrics["episodes"] == 40 and metrics["tasks"] == 20
+    expected = sum(int(r["final_response"][7:-1]) % 2 == 0 and r["correct"] for r in rows) / 40
+    assert metrics["accuracy"] == pytest.approx(expected) and 0 < metrics["accuracy"] < 1
+    assert metrics["pass@1"] == metrics["accuracy"] and metrics["pass@2"] == metrics["accuracy"]  # deterministic agent
+    assert (tmp_path / "report.md").read_text().startswith("# turnrl/Arithmetic-v0")
+    assert (tmp_path / "plot.png").read_bytes()[:4] == b"\x89PNG"
+    assert len((tmp_path / "trajectories.jsonl").read_text().splitlines()) == 40
+
+
+def test_eval_repeats_with_the_same_seed(tmp_path):
+    agent = make_agent("tiny:chatml")
+    params = SamplingParams(temperature=1.0, max_new_tokens=12)
+    kwargs = dict(env_kwargs={"calculator": True, "max_turns": 2}, limit=6, samples=3, params=params)
+    a = evaluate(agent, "turnrl/Arithmetic-v0", seed=1, out=tmp_path / "a", **kwargs)
+    b = evaluate(agent, "turnrl/Arithmetic-v0", seed=1, out=tmp_path / "b", **kwargs)
+    c = evaluate(agent, "turnrl/Arithmetic-v0", seed=2, out=tmp_path / "c", **kwargs)
+    items = lambda d: (tmp_path / d / "items.jsonl").read_text()  # noqa: E731
+    assert items("a") == items("b") and items("a") != items("c")
+    drop = lambda m: {k: v for k, v in m.items() if k not in ("wall_seconds", "generated_tokens_per_second")}  # noqa: E731
+    assert drop(a) == drop(b)
+
+
+def test_eval_cli(tmp_path):
+    result = CliRunner().invoke(app, ["eval", "--env", "turnrl/Arithmetic-PAG-v0", "--agent", "tiny:gemma", "--limit",
+                                      "3", "--samples", "2", "--max-new-tokens", "8", "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert "pass@2" in result.output and (tmp_path / "metrics.json").exists()
+    result = CliRunner().invoke(app, ["eval", "--env", "turnrl/Arithmetic-v0", "--agent", "gpt:x"])
+    assert result.exit_code == 2 and "unknown agent spec" in result.output
+
+
+@pytest.mark.slow
+def test_smollm2_eval_on_gsm8k(tmp_path):
+    """The real built-in model, end to end (fetched and converted once into the cache)."""
+    agent = make_agent("smollm2-135m-instruct", batch_size=4)
+    metrics = evaluate(agent, "turnrl/GSM8K-v0", limit=4, out=tmp_path,
+                       params=SamplingParams(temperature=0.0, max_new_tokens=48))
+    assert metrics["episodes"] == 4 and metrics["errors"] == 0
+    assert 0 < metrics["generated_tokens_per_episode"] <= 48
+    rows = [json.loads(x) for x in (tmp_path / "items.jsonl").read_text().splitlines()]
+    assert all(r["final_response"] for r in rows)  # the model said something
