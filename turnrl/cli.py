@@ -192,12 +192,16 @@ def eval_cmd(
 
 
 @app.command()
-def quickstart() -> None:
-    """List the environments and play a few scripted episodes, printing transcripts and rewards."""
+def quickstart(
+    model: Annotated[str, typer.Option(help="agent spec to evaluate after the scripted episodes")] = "smollm2-135m-instruct",
+    no_model: Annotated[bool, typer.Option("--no-model", help="only the scripted episodes")] = False,
+    limit: Annotated[int, typer.Option(help="problems to evaluate the model on")] = 16,
+) -> None:
+    """List the environments, play scripted episodes, then evaluate a real model on a small Arithmetic slice."""
     from turnrl.quickstart import run
 
     envs_list()
-    sys.exit(run(console))
+    sys.exit(run(console, None if no_model else model, limit))
 
 
 def main() -> None:

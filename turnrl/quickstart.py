@@ -61,8 +61,28 @@ def oracle_agent(conversation: list[Message], env: turnrl.envs.TextEnv) -> str:
     return env.oracle_action() or ""
 
 
-def run(console: Console) -> int:
-    """Play the demo episodes; return 0 if every one went as scripted."""
+def run(console: Console, model: str | None = "smollm2-135m-instruct", limit: int = 16) -> int:
+    """Play the demo episodes, then (with ``model``) evaluate the model; return 0 if everything went as expected."""
+    failures = run_scripted(console)
+    if model is None:
+        return int(failures > 0)
+    from turnrl.agents import SamplingParams, make_agent
+    from turnrl.rl.evaluate import evaluate
+
+    console.rule(f"Evaluating {model} on turnrl/Arithmetic-v0 (level 1, {limit} held-out problems, greedy)")
+    agent = make_agent(model, batch_size=limit)
+    out = "runs/quickstart"
+    metrics = evaluate(agent, "turnrl/Arithmetic-v0", env_kwargs={"level": 1, "split": "test"}, limit=limit,
+                       params=SamplingParams(temperature=0.0, max_new_tokens=96), out=out)
+    console.print(open(f"{out}/report.md").read(), markup=False, highlight=False)
+    console.print(f"[bold]accuracy {metrics['accuracy']:.3f}[/], {metrics['generated_tokens_per_second']:.1f} "
+                  f"generated tokens/s; report, items, trajectories and plot in {out}/")
+    failures += metrics["errors"] > 0
+    return int(failures > 0)
+
+
+def run_scripted(console: Console) -> int:
+    """Play the scripted demo episodes; return the number that did not go as scripted."""
     failures = 0
 
     env = turnrl.make("turnrl/Arithmetic-v0", level=5, calculator=True, tool_style="tags")
@@ -85,5 +105,5 @@ def run(console: Console) -> int:
         _show(console, f"GSM8K-v0 from {os.environ.get(DATA_ENV_VAR)}: the oracle agent", traj)
         failures += traj.total_reward != 1.0
 
-    console.print("[bold green]quickstart OK[/]" if not failures else f"[bold red]{failures} demo episode(s) failed[/]")
-    return int(failures > 0)
+    console.print("[bold green]scripted episodes OK[/]" if not failures else f"[bold red]{failures} demo episode(s) failed[/]")
+    return failures
