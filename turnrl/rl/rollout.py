@@ -125,7 +125,7 @@ class Rollout:
                 self._finish(ep)
         semaphore = asyncio.Semaphore(self.env_concurrency)
         while live:
-            completions = self._generate(live)
+            completions = await self._generate(live)
             if completions is None:
                 break
             results = await asyncio.gather(*(self._step(ep, c, semaphore) for ep, c in zip(live, completions)))
@@ -154,7 +154,7 @@ class Rollout:
             traj.metadata["truncated_by"] = "context"
         return ep
 
-    def _generate(self, live: list[_Episode]) -> list[Completion] | None:
+    async def _generate(self, live: list[_Episode]) -> list[Completion] | None:
         budgets: dict[int, list[int]] = {}
         for i, ep in enumerate(live):
             budgets.setdefault(min(self.params.max_new_tokens, self.max_context - len(ep.tokens)), []).append(i)
@@ -163,7 +163,9 @@ class Rollout:
         try:
             for budget, idx in budgets.items():
                 params = self.params.model_copy(update={"max_new_tokens": budget})
-                outs = self.agent.generate([list(live[i].tokens) for i in idx], params)
+                prompts = [list(live[i].tokens) for i in idx]
+                agenerate = getattr(self.agent, "agenerate", None)  # HTTP backends: don't block the event loop
+                outs = await agenerate(prompts, params) if agenerate else self.agent.generate(prompts, params)
                 for i, c in zip(idx, outs):
                     completions[i] = c
         except Exception as e:  # noqa: BLE001 — keep everything collected so far
