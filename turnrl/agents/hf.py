@@ -99,6 +99,7 @@ class HFAgent:
             attention[b, L - len(p) :] = 1
         input_ids, attention = input_ids.to(device), attention.to(device)
         positions = (attention.cumsum(-1) - 1).clamp(min=0)
+        full_attention = torch.cat([attention, torch.ones((B, params.max_new_tokens), dtype=attention.dtype, device=device)], 1)
         eos = torch.tensor(self.eos_ids, device=device)
 
         tokens = torch.zeros((B, params.max_new_tokens), dtype=torch.long)
@@ -108,7 +109,9 @@ class HFAgent:
         window = max((len(s) for s in params.stop), default=0) + 2
         done = torch.zeros(B, dtype=torch.bool, device=device)
 
-        out = self.model(input_ids=input_ids, attention_mask=attention, position_ids=positions, use_cache=True)
+        # logits_to_keep=1: only the last position's logits are needed (the LM head over a long prompt is costly)
+        out = self.model(input_ids=input_ids, attention_mask=attention, position_ids=positions, use_cache=True,
+                         logits_to_keep=1)
         cache = out.past_key_values
         for t in range(params.max_new_tokens):
             logits = out.logits[:, -1, :].float()  # (B, V)
@@ -131,10 +134,11 @@ class HFAgent:
             done |= newly
             if bool(done.all()) or t + 1 == params.max_new_tokens:
                 break
-            attention = torch.cat([attention, torch.ones((B, 1), dtype=attention.dtype, device=device)], dim=1)
+            attention = full_attention[:, : L + t + 1]
             positions = positions[:, -1:] + 1
             out = self.model(
-                input_ids=nxt[:, None], attention_mask=attention, position_ids=positions, past_key_values=cache, use_cache=True
+                input_ids=nxt[:, None], attention_mask=attention, position_ids=positions, past_key_values=cache,
+                use_cache=True, logits_to_keep=1,
             )
             cache = out.past_key_values
 
