@@ -16,7 +16,9 @@ from turnrl.agents.vllm import VLLMAgent  # noqa: E402
 @pytest.fixture(scope="module")
 def agents():
     model, tok = load_model("smollm2-135m-instruct")
-    engine = VLLMAgent("smollm2-135m-instruct", dtype="float32", enforce_eager=True, max_model_len=1024)
+    # On CPUs gpu_memory_utilization is the share of host memory vLLM reserves for its KV cache.
+    engine = VLLMAgent("smollm2-135m-instruct", dtype="float32", enforce_eager=True, max_model_len=1024,
+                       gpu_memory_utilization=0.2)
     return HFAgent(model, tok), engine
 
 
@@ -41,8 +43,10 @@ def test_sampling_n_and_fire(agents):
     ps = prompts(hf.tokenizer)
     outs = engine.generate(ps, SamplingParams(temperature=1.0, max_new_tokens=8, n=2, seed=0))
     assert [c.prompt_index for c in outs] == [0, 0, 1, 1, 2, 2]
-    fire = engine.generate(ps[:1], SamplingParams(temperature=0.0, fire_temperature=10.0, max_new_tokens=8, seed=0))
+    fire = engine.generate(ps[:1], SamplingParams(temperature=0.0, fire_temperature=2.0, max_new_tokens=8, seed=0))
     assert 1 <= len(fire[0].token_ids) <= 8 and len(fire[0].logprobs) == len(fire[0].token_ids)
+    with pytest.raises(ValueError, match="up to 2"):
+        engine.generate(ps[:1], SamplingParams(fire_temperature=10.0))
 
 
 def test_load_weights_changes_outputs(agents):

@@ -9,6 +9,7 @@ that create one need an ``if __name__ == "__main__":`` guard.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -24,6 +25,19 @@ def _import_vllm() -> Any:
             "(with torch==2.13.0+cpu and transformers<5.20) on a CPU"
         ) from e
     return vllm
+
+
+class _ReloadWeights:
+    """A picklable function run inside each vLLM worker process (``collective_rpc``) that loads new weights there."""
+
+    def __init__(self, items: list[tuple[str, Any]]) -> None:
+        self.items = items
+
+    def __call__(self, worker: Any) -> None:
+        if hasattr(worker, "reload_weights"):  # in-place reload in checkpoint format, post-processing included
+            worker.reload_weights(weights_iterator=iter(self.items), is_checkpoint_format=True)
+        else:  # older workers: the model's own loader maps HF names onto vLLM's fused layers
+            worker.model_runner.model.load_weights(weights=self.items)
 
 
 class VLLMAgent:
@@ -44,6 +58,9 @@ class VLLMAgent:
                 raise ValueError("give a model path/name or an existing vllm.LLM")
             from turnrl.agents.models import resolve_model_path
 
+            # load_weights ships a function to the engine's worker processes (collective_rpc), which vLLM's V1
+            # engine pickles only with this opt-in; the function comes from this process, not from outside.
+            os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")
             llm = vllm.LLM(model=resolve_model_path(model), dtype=dtype, **engine_kwargs)
         self.llm = llm
         self.tokenizer = llm.get_tokenizer()
@@ -80,6 +97,11 @@ class VLLMAgent:
 
     def _generate_fire(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]:
         """FIRE (ALGORITHMS.md §8): one token at ``fire_temperature``, then the rest at ``temperature``."""
+        if params.fire_temperature is not None and params.fire_temperature > 2.0:
+            raise ValueError(
+                f"vLLM accepts temperatures up to 2, got fire_temperature={params.fire_temperature}; "
+                "use fire_temperature <= 2 with vLLM, or the hf backend for hotter first tokens"
+            )
         first = self._run(prompts, self._vllm_params(params, params.fire_temperature, 1, params.n, params.seed))
         heads = [(i, list(o.token_ids), self._logprobs(o)) for i, r in enumerate(first) for o in r.outputs]
         conts: list[Any] = [None] * len(heads)
@@ -109,15 +131,11 @@ class VLLMAgent:
     def load_weights(self, state_dict: Mapping[str, Any] | Iterable[tuple[str, Any]]) -> None:
         """Load new weights (e.g. the trainer's ``model.state_dict()``) into the running engine.
 
-        Uses ``LLM.apply_model`` where vLLM has it (every worker calls the model's own ``load_weights``, which maps
-        Hugging Face names onto vLLM's fused layers); older engines are reached through the driver worker.
+        Every worker process runs :class:`_ReloadWeights`: vLLM's in-place ``reload_weights`` where the worker has
+        it, else the model's own ``load_weights``. The prefix cache is reset afterwards.
         """
         items = list(state_dict.items()) if isinstance(state_dict, Mapping) else list(state_dict)
-        items = [(name, t.detach().cpu() if hasattr(t, "detach") else t) for name, t in items]
-        if hasattr(self.llm, "apply_model"):
-            self.llm.apply_model(lambda model: model.load_weights(weights=items))
-        else:  # pragma: no cover — vLLM < 0.9
-            engine = self.llm.llm_engine
-            engine.model_executor.driver_worker.model_runner.model.load_weights(weights=items)
+        items = [(name, t.detach().cpu().contiguous() if hasattr(t, "detach") else t) for name, t in items]
+        self.llm.collective_rpc(_ReloadWeights(items))
         if hasattr(self.llm, "reset_prefix_cache"):
             self.llm.reset_prefix_cache()  # cached KV blocks were computed with the old weights
