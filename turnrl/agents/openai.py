@@ -10,13 +10,13 @@ returns only token strings gets them re-encoded with the tokenizer, and the comp
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import os
 from typing import Any
 
 import httpx
 
 from turnrl.agents.base import Completion, SamplingParams
+from turnrl.utils import run_sync
 
 _RETRY_STATUS = {408, 409, 429, 500, 502, 503, 504}
 
@@ -27,16 +27,6 @@ class OpenAIError(RuntimeError):
     def __init__(self, message: str, status: int | None = None) -> None:
         super().__init__(message)
         self.status = status
-
-
-def _run_sync(coro: Any) -> Any:
-    """Run a coroutine from sync code, also when the caller is already inside an event loop."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(coro)
-    with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        return pool.submit(asyncio.run, coro).result()
 
 
 class OpenAIAgent:
@@ -132,7 +122,7 @@ class OpenAIAgent:
 
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]:
         """Sample ``params.n`` completions per token prompt (see :class:`~turnrl.agents.base.Agent`)."""
-        return _run_sync(self.agenerate(prompts, params))
+        return run_sync(self.agenerate(prompts, params))
 
     def _completion(self, choice: dict[str, Any], index: int) -> Completion:
         text = choice.get("text", "")
@@ -169,7 +159,7 @@ class OpenAIAgent:
 
     def chat(self, messages: list[dict[str, Any]], params: SamplingParams | None = None) -> list[str]:
         """Sync :meth:`achat`."""
-        return _run_sync(self.achat(messages, params))
+        return run_sync(self.achat(messages, params))
 
 
 def _error_text(resp: httpx.Response) -> str:

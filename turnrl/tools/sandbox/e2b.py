@@ -1,0 +1,1 @@
+class E2BSandbox: pass
