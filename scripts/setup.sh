@@ -9,6 +9,14 @@ want=$(sha256sum pyproject.toml | cut -d' ' -f1)
 if [ -x .venv/bin/turnrl ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   exit 0
 fi
+# bubblewrap isolates LocalSandbox runs (Debian package; needs root to install).
+if ! command -v bwrap >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    (apt-get update -qq && apt-get install -y -qq bubblewrap) >/dev/null 2>&1 || echo "warning: could not install bubblewrap" >&2
+  else
+    echo "warning: bubblewrap (bwrap) is missing; LocalSandbox needs it: sudo apt-get install bubblewrap" >&2
+  fi
+fi
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 pipq() { .venv/bin/python -m pip install -q "$@" 2> >(grep -v "is ignored: it is neither" >&2); }
 pipq --upgrade pip

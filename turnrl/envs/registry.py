@@ -27,6 +27,7 @@ BUILTIN_ENVS: dict[str, str] = {
     "turnrl/Arithmetic-PAG-v0": "turnrl.envs.self_verify:arithmetic_pag",
     "turnrl/GSM8K-PAG-v0": "turnrl.envs.self_verify:gsm8k_pag",
     "turnrl/MATH500-PAG-v0": "turnrl.envs.self_verify:math500_pag",
+    "turnrl/HumanEval-v0": "turnrl.envs.code:HumanEvalEnv",
 }
 
 _REGISTERED: dict[str, str] = {}

@@ -57,7 +57,8 @@ class ToolEnv(TextEnv):
         instruction: text appended to every task prompt (e.g. where to put the answer).
         max_turns: the most assistant turns per episode.
         retry: after a wrong answer, give feedback and let the agent try again while turns remain.
-        feedback: the message sent after a wrong answer when ``retry`` is on.
+        feedback: the message sent after a wrong answer when ``retry`` is on (a verdict's
+            ``details["feedback"]``, e.g. a failing test, is sent instead when present).
         describe_tools: append the tools' descriptions and call format to the system prompt (for chat templates
             that do not render tools themselves).
     """
@@ -165,8 +166,8 @@ class ToolEnv(TextEnv):
         last = self._turn + 1 >= self.max_turns
         if verdict.correct or not self.retry or last:
             return (), verdict.score, True, False, info
-        text = self.feedback
-        if verdict.extracted is None:
+        text = verdict.details.get("feedback") or self.feedback  # a verifier may explain the failure (tests)
+        if verdict.extracted is None and not verdict.details.get("feedback"):
             text = NO_ANSWER_FEEDBACK.format(instruction=self.instruction).strip()
         return (Message(role="user", content=text),), verdict.score, False, False, info
 

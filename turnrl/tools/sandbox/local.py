@@ -26,6 +26,7 @@ import shutil
 import signal
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -290,3 +291,16 @@ class LocalSandbox:
             with contextlib.suppress(ValueError):
                 return f"killed by signal {signal.Signals(sig).name}"
         return None
+
+
+_default: LocalSandbox | None = None
+_default_lock = threading.Lock()
+
+
+def default_sandbox() -> LocalSandbox:
+    """A shared :class:`LocalSandbox` with default limits, created on first use."""
+    global _default
+    with _default_lock:
+        if _default is None:
+            _default = LocalSandbox()
+        return _default
