@@ -107,14 +107,14 @@ class HFAgent:
         lengths = torch.full((B,), params.max_new_tokens, dtype=torch.long)
         stopped = torch.zeros(B, dtype=torch.bool)
         window = max((len(s) for s in params.stop), default=0) + 2
-        done = torch.zeros(B, dtype=torch.bool, device=device)
+        active = torch.arange(B)  # rows still generating; finished rows leave the batch (and the KV cache)
 
         # logits_to_keep=1: only the last position's logits are needed (the LM head over a long prompt is costly)
         out = self.model(input_ids=input_ids, attention_mask=attention, position_ids=positions, use_cache=True,
                          logits_to_keep=1)
         cache = out.past_key_values
         for t in range(params.max_new_tokens):
-            logits = out.logits[:, -1, :].float()  # (B, V)
+            logits = out.logits[:, -1, :].float()  # (A, V)
             temp = params.fire_temperature if (t == 0 and params.fire_temperature) else params.temperature
             scaled = logits / temp if temp > 0 else logits
             logp_all = torch.log_softmax(scaled, dim=-1)
@@ -123,17 +123,20 @@ class HFAgent:
             else:
                 probs = filter_logits(scaled, params.top_k, params.top_p).softmax(-1)
                 nxt = torch.multinomial(probs.cpu(), 1, generator=generator).squeeze(-1).to(device)
-            nxt = torch.where(done, torch.full_like(nxt, self.pad_id), nxt)
-            tokens[:, t] = nxt.cpu()
-            logps[:, t] = logp_all.gather(-1, nxt[:, None]).squeeze(-1).cpu()
-            newly = ~done & torch.isin(nxt, eos)
+            tokens[active, t] = nxt.cpu()
+            logps[active, t] = logp_all.gather(-1, nxt[:, None]).squeeze(-1).cpu()
+            newly = torch.isin(nxt, eos).cpu()
             if params.stop:
-                newly |= ~done & self._hits_stop(tokens[:, : t + 1], window, params.stop, done).to(device)
-            stopped |= newly.cpu()
-            lengths = torch.where(newly.cpu(), torch.full_like(lengths, t + 1), lengths)
-            done |= newly
-            if bool(done.all()) or t + 1 == params.max_new_tokens:
+                newly |= self._hits_stop(tokens[active, : t + 1], window, params.stop)
+            stopped[active[newly]] = True
+            lengths[active[newly]] = t + 1
+            if bool(newly.all()) or t + 1 == params.max_new_tokens:
                 break
+            if bool(newly.any()):
+                keep = (~newly).nonzero().squeeze(-1)
+                cache.batch_select_indices(keep.to(device))
+                full_attention, positions, nxt = full_attention[keep.to(device)], positions[keep.to(device)], nxt[keep.to(device)]
+                active = active[keep]
             attention = full_attention[:, : L + t + 1]
             positions = positions[:, -1:] + 1
             out = self.model(
@@ -157,11 +160,7 @@ class HFAgent:
             )
         return completions
 
-    def _hits_stop(self, tokens: torch.Tensor, window: int, stop: tuple[str, ...], done: torch.Tensor) -> torch.Tensor:
-        hits = torch.zeros(tokens.shape[0], dtype=torch.bool)
-        for b in range(tokens.shape[0]):
-            if bool(done[b]):
-                continue
-            tail = self.tokenizer.decode(tokens[b, -window:].tolist(), skip_special_tokens=False)
-            hits[b] = any(s in tail for s in stop)
-        return hits
+    def _hits_stop(self, tokens: torch.Tensor, window: int, stop: tuple[str, ...]) -> torch.Tensor:
+        """Which rows' recent tokens contain a stop string. ``tokens``: (A, t) of the active rows."""
+        tails = [self.tokenizer.decode(row[-window:].tolist(), skip_special_tokens=False) for row in tokens]
+        return torch.tensor([any(s in tail for s in stop) for tail in tails], dtype=torch.bool)
