@@ -160,6 +160,8 @@ class ToolEnv(TextEnv):
             "correct": verdict.correct,
             "extracted": verdict.extracted,
             "verdict": dict(verdict.details),
+            "metrics": {k: float(v) for k, v in verdict.details.items()
+                        if isinstance(v, (int, float)) and not isinstance(v, bool)},
             "tool_calls": [],
             "error": None,
         }

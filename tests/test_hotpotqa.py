@@ -1,0 +1,91 @@
+import json
+
+import pytest
+
+import turnrl
+from turnrl.envs.data import DataFormatError
+from turnrl.envs.testing import check_environment
+from turnrl.episode import play_episode
+from turnrl.tools.search import Passage, bm25_index
+from turnrl.verifiers.qa import exact_match, f1_score, normalize_answer, verify
+
+
+def test_official_normalization_em_f1():
+    assert normalize_answer("The  Chief of Protocol!") == "chief of protocol"
+    assert exact_match("the Chief of Protocol.", "Chief of Protocol") == 1.0
+    assert f1_score("Chief", "Chief of Protocol") == pytest.approx(0.5)
+    assert f1_score("yes", "no") == 0.0 and f1_score("no", "no") == 1.0
+    v = verify("I think <answer>Chief</answer>", "Chief of Protocol")
+    assert not v.correct and v.score == pytest.approx(0.5) and v.details["em"] == 0.0
+    assert verify("Chief of Protocol", "Chief of Protocol").details["reason"] == "no_answer"
+    assert verify("<answer>Chief of Protocol</answer>", "chief of protocol", reward="em").score == 1.0
+
+
+def test_bm25_index_is_cached_and_handles_odd_queries():
+    passages = [Passage("Shirley Temple", "American actress and Chief of Protocol."), Passage("Paris", "Capital of France.")]
+    idx = bm25_index(passages)
+    assert bm25_index(list(passages)) is idx
+    assert idx.search("who was chief of protocol", 2)[0].title == "Shirley Temple"
+    assert idx.search("zzzz qqqq") == [] and idx.search("the of a") == []
+    assert idx.lookup("paris").title == "Paris" and idx.lookup("Nowhere") is None
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"tool_style": "swirl"}, {"corpus": "split"}])
+def test_oracle_reaches_em_1_on_every_question(kwargs):
+    env = turnrl.make("turnrl/HotPotQA-v0", **kwargs)
+    assert len(env) == 500 and check_environment(env).ok
+    for i in range(len(env)):
+        traj = play_episode(env, lambda conv, e: e.oracle_action(), options={"index": i})
+        metrics = traj.turns[-1].info["metrics"]
+        assert metrics["em"] == 1.0 and metrics["support_recall"] == 1.0, env.task.id
+
+
+def test_swirl_style_search_budget_and_bad_queries():
+    env = turnrl.make("turnrl/HotPotQA-v0", tool_style="swirl", max_searches=3)
+    env.reset(options={"index": 0})
+    obs, *_ = env.step("<search_query>Corliss Archer film actress</search_query>")
+    assert obs[0].content.startswith("Corliss Archer film actress -> ")
+    obs, *_ = env.step("<search_query>Corliss Archer film actress</search_query>")
+    assert "(you already searched this)" in obs[0].content
+    obs, *_ = env.step("<search_query>   </search_query>")
+    assert obs[0].content == "Error: the query is empty"
+    obs, r, term, trunc, info = env.step("<lookup>No Such Article</lookup>")
+    assert "Error: no article titled 'No Such Article'" in obs[0].content
+    assert trunc  # max_turns = max_searches + 1 = 4: still calling tools at the limit
+
+
+def test_budget_and_huge_queries_are_refused():
+    env = turnrl.make("turnrl/HotPotQA-v0", max_searches=1, max_turns=4)
+    env.reset(options={"index": 0})
+    call = lambda q: '<tool_call>{"name": "search", "arguments": {"query": %s}}</tool_call>' % json.dumps(q)  # noqa: E731
+    obs, *_ = env.step(call("x" * 1000))
+    assert "too long" in obs[0].content
+    obs, *_ = env.step(call("Shirley Temple"))
+    assert "Shirley Temple" in obs[0].content
+    obs, *_ = env.step(call("Kiss and Tell"))
+    assert "search budget (1) is used up" in obs[0].content
+    _, r, term, _, info = env.step("<answer>Chief of Protocol</answer>")
+    assert r == 1.0 and term and info["metrics"]["support_recall"] >= 0.5 and info["metrics"]["searches"] == 1.0
+
+
+def test_broken_corpus_file(tmp_path):
+    good = (tmp_path / "ok.jsonl")
+    good.write_text(json.dumps({"_id": "1", "question": "q", "answer": "a", "supporting_facts": [["T", 0]],
+                                "context": [["T", ["a sentence."]]]}) + "\n{broken\n")
+    with pytest.raises(DataFormatError, match=r"ok\.jsonl:2"):
+        turnrl.make("turnrl/HotPotQA-v0", path=str(good))
+    good.write_text(json.dumps({"_id": "1", "question": "q"}) + "\n")
+    with pytest.raises(DataFormatError, match="expected _id, question, answer"):
+        turnrl.make("turnrl/HotPotQA-v0", path=str(good))
+
+
+def test_eval_reports_em_f1_recall(tmp_path):
+    from turnrl.agents.scripted import FixedAgent
+    from turnrl.agents.tiny import tiny_tokenizer
+    from turnrl.rl.evaluate import evaluate
+
+    agent = FixedAgent(tiny_tokenizer("chatml"), ['<tool_call>{"name": "search", "arguments": {"query": "film"}}</tool_call>',
+                                                  "<answer>Chief of Protocol</answer>"])
+    m = evaluate(agent, "turnrl/HotPotQA-v0", limit=3, out=tmp_path)
+    assert {"mean_em", "mean_f1", "mean_support_recall", "mean_searches"} <= set(m)
+    assert m["mean_searches"] == 1.0 and m["tool_call_rate"] == 1.0 and 0 < m["mean_em"] < 1

@@ -1,0 +1,196 @@
+"""``turnrl/HotPotQA-v0``: multi-hop question answering with search tools over the distractor-setting paragraphs.
+
+Tools: ``search(query)`` (BM25, top-k passages) and ``lookup(title)``. Two corpus scopes: ``example`` (the
+question's own 10 paragraphs) and ``split`` (every paragraph of every question in the loaded file, deduplicated by
+title: open retrieval). Two call styles: Hermes ``<tool_call>`` JSON, and SWiRL's tags (``<search_query>…
+</search_query>``, results shown as ``QUERY -> RESULT``). The answer goes in ``<answer>…</answer>``; the reward is
+token F1 (or exact match) with the official normalization; ``info["metrics"]`` carries ``em``, ``f1``,
+``support_recall`` (share of the supporting titles the agent retrieved) and ``searches``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+from turnrl.envs.core import Task
+from turnrl.envs.data import DataFormatError, load_rows
+from turnrl.envs.tool_env import ToolEnv
+from turnrl.tools.base import ToolError, tool
+from turnrl.tools.parsers import TagParser
+from turnrl.tools.search import BM25Index, Passage, bm25_index
+from turnrl.verifiers.base import Verdict
+from turnrl.verifiers.qa import verify as qa_verify
+
+SYSTEM_PROMPT = (
+    "Answer the question by searching for the facts you need; questions usually need two articles. "
+    "Keep the final answer short (a name, a date, yes/no)."
+)
+INSTRUCTION = "Give your final answer within <answer></answer> tags."
+MAX_QUERY_CHARS = 300
+
+
+def hotpotqa_tasks(split: str = "dev", path: str | Path | None = None) -> list[Task]:
+    """HotPotQA distractor rows as tasks; paragraphs and supporting titles go into ``metadata``."""
+    tasks = []
+    for i, row in enumerate(load_rows("hotpotqa", split, path)):
+        try:
+            context = [(str(title), "".join(sentences)) for title, sentences in row["context"]]
+            support = sorted({str(title) for title, _ in row["supporting_facts"]})
+            tasks.append(Task(id=str(row["_id"]), prompt=str(row["question"]), answer=str(row["answer"]),
+                              metadata={"context": context, "supporting_titles": support,
+                                        "type": row.get("type"), "level": row.get("level")}))
+        except (KeyError, TypeError, ValueError) as e:
+            raise DataFormatError(f"hotpotqa row {i + 1}: expected _id, question, answer, supporting_facts, "
+                                  f"context ({type(e).__name__}: {e})") from e
+    return tasks
+
+
+class HotPotQAEnv(ToolEnv):
+    """Multi-hop QA with search (see the module docstring).
+
+    Args:
+        split: ``"dev"`` (resolves ``hotpotqa/dev*.jsonl``) or ``"train"``.
+        path: a JSONL file in the distractor format instead.
+        limit: keep the first ``limit`` questions.
+        corpus: ``"example"`` or ``"split"``.
+        top_k: passages per search.
+        max_searches: tool calls allowed per episode; later calls are refused with a message.
+        tool_style: ``"hermes"`` or ``"swirl"`` (tags).
+        max_turns: default ``max_searches + 1``.
+        reward: ``"f1"`` or ``"em"``.
+    """
+
+    def __init__(
+        self,
+        split: Literal["dev", "train"] = "dev",
+        path: str | None = None,
+        limit: int | None = None,
+        *,
+        corpus: Literal["example", "split"] = "example",
+        top_k: int = 3,
+        max_searches: int = 5,
+        tool_style: Literal["hermes", "swirl"] = "hermes",
+        max_turns: int | None = None,
+        reward: Literal["f1", "em"] = "f1",
+        system_prompt: str | None = SYSTEM_PROMPT,
+        render_mode: str | None = None,
+    ) -> None:
+        if corpus not in ("example", "split"):
+            raise ValueError(f"corpus must be 'example' or 'split', got {corpus!r}")
+        if tool_style not in ("hermes", "swirl"):
+            raise ValueError(f"tool_style must be 'hermes' or 'swirl', got {tool_style!r}")
+        if top_k < 1 or max_searches < 0:
+            raise ValueError(f"need top_k >= 1 and max_searches >= 0, got {top_k}, {max_searches}")
+        tasks = hotpotqa_tasks(split, path)
+        tasks = tasks[:limit] if limit is not None else tasks
+        self.corpus, self.top_k, self.max_searches, self.style = corpus, top_k, max_searches, tool_style
+        self._split_index: BM25Index | None = None
+        self._index: BM25Index | None = None
+        self._queries: list[str] = []
+        self._retrieved: set[str] = set()
+        parser = TagParser({"search_query": "search", "lookup": "lookup"}) if tool_style == "swirl" else "hermes"
+        super().__init__(
+            tasks, tools=self._make_tools(), verifier=lambda text, ref: qa_verify(text, ref, reward=reward),
+            tool_style=parser, system_prompt=system_prompt, instruction=INSTRUCTION,
+            max_turns=max_turns if max_turns is not None else max_searches + 1, render_mode=render_mode,
+        )
+
+    # ---- tools (closures over the current episode) ----
+
+    def _make_tools(self) -> list[Any]:
+        env = self
+
+        @tool
+        def search(query: str) -> str:
+            """Search the articles; returns the best-matching paragraphs with their titles.
+
+            Args:
+                query: what to look for, e.g. a name and a relation.
+            """
+            q = env._spend(query)
+            hits = env._index.search(q, env.top_k) if env._index else []
+            env._retrieved.update(p.title for p in hits)
+            repeat = " (you already searched this)" if env._queries.count(q) > 1 else ""
+            if not hits:
+                return f"{q} -> no results{repeat}" if env.style == "swirl" else f"No results for {q!r}.{repeat}"
+            if env.style == "swirl":
+                return "\n".join(f"{q} -> {p.title}: {p.text}" for p in hits) + repeat
+            return "\n".join(f"{i}. {p.title}: {p.text}" for i, p in enumerate(hits, 1)) + repeat
+
+        @tool
+        def lookup(title: str) -> str:
+            """Read the article with this exact title.
+
+            Args:
+                title: the article's title, as shown in search results.
+            """
+            t = env._spend(title)
+            found = env._index.lookup(t) if env._index else None
+            if found is None:
+                raise ToolError(f"no article titled {t!r}; use search to find titles")
+            env._retrieved.add(found.title)
+            return f"{t} -> {found.text}" if env.style == "swirl" else f"{found.title}: {found.text}"
+
+        return [search, lookup]
+
+    def _spend(self, text: str) -> str:
+        q = " ".join(text.split())
+        if not q:
+            raise ToolError("the query is empty")
+        if len(q) > MAX_QUERY_CHARS:
+            raise ToolError(f"the query is too long ({len(q)} characters, limit {MAX_QUERY_CHARS})")
+        if len(self._queries) >= self.max_searches:
+            raise ToolError(f"the search budget ({self.max_searches}) is used up; give your answer now")
+        self._queries.append(q)
+        return q
+
+    # ---- episode ----
+
+    def _corpus_index(self) -> BM25Index:
+        assert self.task is not None
+        if self.corpus == "example":
+            return bm25_index([Passage(t, text) for t, text in self.task.metadata["context"]])
+        if self._split_index is None:
+            seen: dict[str, str] = {}
+            for i in range(len(self.tasks)):
+                for title, text in self.tasks[i].metadata["context"]:
+                    seen.setdefault(title, text)
+            self._split_index = bm25_index([Passage(t, x) for t, x in seen.items()])
+        return self._split_index
+
+    def _reset(self, options: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+        obs, info = super()._reset(options)
+        if "context" not in self.task.metadata:  # a task posed via options={"task": ...}
+            raise ValueError("a HotPotQA task needs metadata['context'] (list of [title, text]) and 'supporting_titles'")
+        self._index = self._corpus_index()
+        self._queries, self._retrieved = [], set()
+        return obs, info
+
+    def score(self, response: str) -> Verdict:
+        """QA verdict plus retrieval metrics (support recall, searches)."""
+        verdict = super().score(response)
+        support = self.task.metadata.get("supporting_titles") or []  # type: ignore[union-attr]
+        recall = len(self._retrieved & set(support)) / len(support) if support else 0.0
+        details = {**verdict.details, "support_recall": recall, "searches": float(len(self._queries))}
+        return verdict.model_copy(update={"details": details})
+
+    def format_answer(self, answer: str) -> str:
+        """A response giving ``answer``."""
+        return f"<answer>{answer}</answer>"
+
+    def oracle_action(self) -> str | None:
+        """Look up each supporting title not yet retrieved, then answer with the gold answer."""
+        if self.task is None:
+            return None
+        for title in self.task.metadata.get("supporting_titles", []):
+            if title not in self._retrieved and len(self._queries) < self.max_searches:
+                if self.style == "swirl":
+                    return f"<lookup>{title}</lookup>"
+                return "<tool_call>" + json.dumps({"name": "lookup", "arguments": {"title": title}}) + "</tool_call>"
+        return self.format_answer(self.task.answer)
+
+    def wrong_action(self) -> str:
+        """An answer that shares no token with any real answer."""
+        return "<answer>xyzzy plugh</answer>"
