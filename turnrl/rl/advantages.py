@@ -1,0 +1,113 @@
+"""Advantage estimators: pure tensor functions (ALGORITHMS.md §0, §3, §5, §7).
+
+Tensors are ``(B, T)`` (batch, token); ``mask`` is the loss mask (1 = a token the policy generated).
+No config objects, no ``.item()``, no logging: tensors and scalars in, tensors out.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def masked_gae(
+    rewards: torch.Tensor,
+    values: torch.Tensor,
+    mask: torch.Tensor,
+    gamma: float = 1.0,
+    lam: float | torch.Tensor = 1.0,
+    cut_at_mask: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Generalized advantage estimation over generated tokens only (ALGORITHMS.md §0 "Masked GAE").
+
+    Env/template tokens (mask 0) are skipped: the recursion passes through them unchanged, so a multi-turn episode
+    is one sequence. With ``cut_at_mask`` a turn ends where the next token is masked, and nothing flows back across
+    the boundary (PAG's turn-independent GAE, §7).
+
+    Args:
+        rewards: ``(B, T)`` per-token rewards (each turn's reward on its last generated token).
+        values: ``(B, T)`` value estimates V(s_t).
+        mask: ``(B, T)`` loss mask.
+        gamma: discount.
+        lam: GAE λ, a float or a ``(B,)`` tensor (one per sequence: VAPO's length-adaptive λ).
+        cut_at_mask: reset the recursion at turn boundaries.
+
+    Returns:
+        ``(advantages, returns)``, both ``(B, T)``; advantages are 0 on masked tokens; returns = advantages + values.
+    """
+    B, T = rewards.shape
+    m = mask.to(rewards.dtype)
+    lam_t = torch.as_tensor(lam, dtype=rewards.dtype, device=rewards.device).expand(B)  # (B,)
+    adv = torch.zeros_like(rewards)
+    last = torch.zeros(B, dtype=rewards.dtype, device=rewards.device)
+    next_v = torch.zeros(B, dtype=rewards.dtype, device=rewards.device)
+    for t in range(T - 1, -1, -1):  # a loop over time on (B,) tensors; no per-sequence Python loop
+        if cut_at_mask and t + 1 < T:
+            boundary = m[:, t + 1] == 0
+            next_v = torch.where(boundary, torch.zeros_like(next_v), next_v)
+            last = torch.where(boundary, torch.zeros_like(last), last)
+        live = m[:, t] > 0
+        delta = rewards[:, t] + gamma * next_v - values[:, t]
+        new_last = delta + gamma * lam_t * last
+        last = torch.where(live, new_last, last)
+        next_v = torch.where(live, values[:, t], next_v)
+        adv[:, t] = torch.where(live, new_last, torch.zeros_like(new_last))
+    return adv, adv + values
+
+
+def length_adaptive_lambda(lengths: torch.Tensor, alpha: float = 0.05) -> torch.Tensor:
+    """VAPO's λ_policy = 1 − 1/(α·l) per sequence (ALGORITHMS.md §3), clamped to [0, 1) (the clamp is ours).
+
+    Args:
+        lengths: ``(B,)`` response lengths (generated tokens).
+    """
+    lam = 1.0 - 1.0 / (alpha * lengths.to(torch.float64).clamp(min=1e-9))
+    return lam.clamp(min=0.0, max=1.0 - 1e-12).to(torch.get_default_dtype())
+
+
+def group_normalize(scores: torch.Tensor, group_ids: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    """GRPO's group-normalized advantage Â_i = (R_i − mean_g) / (std_g + eps), unbiased std (ALGORITHMS.md §0).
+
+    Args:
+        scores: ``(B,)`` sequence rewards.
+        group_ids: ``(B,)`` integer group of each sequence (samples of one prompt share a group).
+
+    Returns:
+        ``(B,)``; a group of one gets 0 (its std is undefined), a zero-variance group gets 0.
+    """
+    _, inv, counts = torch.unique(group_ids, return_inverse=True, return_counts=True)
+    G = counts.numel()
+    s = scores.to(torch.float64)
+    sums = torch.zeros(G, dtype=s.dtype).index_add_(0, inv, s)
+    mean = sums / counts
+    sq = torch.zeros(G, dtype=s.dtype).index_add_(0, inv, (s - mean[inv]) ** 2)
+    std = torch.sqrt(sq / (counts - 1).clamp(min=1))
+    adv = (s - mean[inv]) / (std[inv] + eps)
+    adv = torch.where(counts[inv] > 1, adv, torch.zeros_like(adv))
+    return adv.to(scores.dtype)
+
+
+def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Mean of ``x`` over positions where ``mask`` is 1."""
+    m = mask.to(x.dtype)
+    return (x * m).sum() / m.sum().clamp(min=1)
+
+
+def masked_whiten(x: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
+    """Whiten ``x`` to mean 0, variance 1 over masked positions; masked-out positions become 0."""
+    m = mask.to(x.dtype)
+    mean = masked_mean(x, mask)
+    var = masked_mean((x - mean) ** 2, mask)
+    return (x - mean) * torch.rsqrt(var + eps) * m
+
+
+def role_whiten(x: torch.Tensor, mask: torch.Tensor, roles: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
+    """PAG's RoleAdvNorm (ALGORITHMS.md §7): whiten separately over each role's tokens.
+
+    Args:
+        roles: ``(B, T)`` integer role per token (e.g. 0 policy, 1 verifier); only masked tokens count.
+    """
+    out = torch.zeros_like(x)
+    for role in torch.unique(roles[mask.bool()]):
+        sel = mask.bool() & (roles == role)
+        out = out + masked_whiten(x, sel, eps)
+    return out
