@@ -191,6 +191,69 @@ def eval_cmd(
     console.print(f"[dim]metrics: {json.dumps(metrics)}[/dim]", soft_wrap=True)
 
 
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": False})
+def train(
+    config: Annotated[str, typer.Argument(help="YAML config, e.g. configs/quickstart.yaml")],
+    overrides: Annotated[list[str] | None, typer.Argument(help="dotted overrides, e.g. optim.lr=1e-5 steps=10")] = None,
+    resume: Annotated[bool, typer.Option(help="continue from OUT_DIR/checkpoint.pt if it exists")] = True,
+) -> None:
+    """Train a policy (GRPO/DAPO) with the local trainer; metrics to OUT_DIR/metrics.jsonl and TensorBoard."""
+    from pydantic import ValidationError
+
+    from turnrl.rl.trainer import Trainer, load_config
+
+    try:
+        cfg = load_config(config, overrides)
+    except (ValidationError, ValueError, OSError) as e:
+        console.print("[red]error in the config:[/red]")
+        console.print(str(e), markup=False, highlight=False)
+        raise typer.Exit(2) from e
+    trainer = Trainer(cfg)
+    ckpt = Path(cfg.out_dir) / "checkpoint.pt"
+    if resume and ckpt.exists():
+        trainer.load(ckpt)
+        console.print(f"resumed from {ckpt} at step {trainer.step}")
+    from rich.progress import Progress
+
+    with Progress(console=console) as progress:
+        task = progress.add_task("training", total=cfg.steps, completed=trainer.step)
+        while trainer.step < cfg.steps:
+            trainer.train(stop_after=1)
+            h = trainer.history[-1]
+            progress.update(task, completed=trainer.step,
+                            description=f"step {trainer.step} reward {h.get('reward_mean', 0):.3f} "
+                                        f"success {h.get('success', 0):.3f}")
+    first, last = trainer.history[0], trainer.history[-1]
+    console.print(f"held-out success: {first.get('eval_success')} -> {last.get('eval_success')} "
+                  f"after {trainer.step} steps; run in {cfg.out_dir}")
+
+
+@app.command()
+def plot(run_dir: Annotated[str, typer.Argument(help="a training run folder (with metrics.jsonl)")]) -> None:
+    """Draw a training run's learning curves to RUN_DIR/curves.png."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    path = Path(run_dir) / "metrics.jsonl"
+    if not path.exists():
+        console.print(f"[red]error:[/red] {path} not found")
+        raise typer.Exit(2)
+    rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+    keys = [k for k in ("reward_mean", "success", "eval_success", "entropy", "response_length", "clip_frac", "kl",
+                        "zero_variance_groups") if any(k in r for r in rows)]
+    fig, axes = plt.subplots(1, len(keys), figsize=(3.2 * len(keys), 3))
+    for ax, key in zip(axes if len(keys) > 1 else [axes], keys):
+        pts = [(r["step"], r[key]) for r in rows if key in r]
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="." if len(pts) < 40 else None)
+        ax.set(title=key, xlabel="step")
+    fig.tight_layout()
+    out = Path(run_dir) / "curves.png"
+    fig.savefig(out, dpi=90)
+    console.print(f"wrote {out}")
+
+
 @app.command()
 def serve(
     agent: Annotated[str, typer.Option(help="agent spec, e.g. smollm2-135m-instruct or hf:PATH")],

@@ -1,0 +1,109 @@
+import json
+
+import pytest
+import torch
+from pydantic import ValidationError
+
+import turnrl
+from turnrl.agents.base import SamplingParams
+from turnrl.agents.scripted import FixedAgent
+from turnrl.agents.tiny import tiny_model, tiny_tokenizer
+from turnrl.envs import Task, ToolEnv
+from turnrl.rl.batch import collate, token_logprobs
+from turnrl.rl.rollout import Rollout
+from turnrl.rl.trainer import TrainConfig, Trainer, load_config
+from turnrl.verifiers.base import Verdict
+
+
+def upper(text: str, ref: str) -> Verdict:
+    ok = text.strip()[:1].isupper()
+    return Verdict(correct=ok, score=float(ok))
+
+
+class UpperEnv(ToolEnv):
+    """Toy env: one kind of answer is rewarded (a reply that starts with a capital letter)."""
+
+    def __init__(self, **kw):
+        super().__init__([Task(id=f"t{i}", prompt=f"Say something {i}.", answer="") for i in range(8)], verifier=upper, **kw)
+
+
+turnrl.register("tests/Upper-v0", UpperEnv)
+
+
+def config(tmp_path, algo="grpo", steps=30, **extra):
+    return TrainConfig(model="tiny", env={"id": "tests/Upper-v0"}, algorithm={"name": algo, **extra.pop("algorithm", {})},
+                       rollout={"prompts_per_step": 4, "group_size": 8, "max_new_tokens": 4},
+                       optim={"lr": 1e-2, "minibatch_size": 16, **extra.pop("optim", {})}, steps=steps, eval_tasks=8,
+                       out_dir=str(tmp_path), **extra)
+
+
+def new_trainer(cfg):
+    tok = tiny_tokenizer("chatml")
+    return Trainer(cfg, model=tiny_model(tok), tokenizer=tok)
+
+
+@pytest.mark.parametrize("algo", ["grpo", "dapo"])
+def test_each_algorithm_raises_the_success_rate(tmp_path, algo):
+    trainer = new_trainer(config(tmp_path, algo))
+    before = [p.detach().clone() for p in trainer.model.parameters()]
+    history = trainer.train()
+    early = sum(h["success"] for h in history[1:6]) / 5
+    late = sum(h["success"] for h in history[-5:]) / 5
+    assert early < 0.5 and late > early + 0.3, (early, late)
+    assert history[-1]["eval_success"] > history[0]["eval_success"]
+    updated = [h for h in history[1:] if "loss" in h]  # DAPO skips steps whose groups all lack reward variance
+    assert len(updated) >= 20 and all(torch.isfinite(torch.tensor(h["loss"])) for h in updated)
+    assert any(not torch.equal(a, b) for a, b in zip(before, trainer.model.parameters()))
+    lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
+    assert len(lines) == 30 and {"reward_mean", "entropy", "clip_frac", "tokens_per_s"} <= set(json.loads(lines[0]))
+
+
+def test_kl_to_reference_is_reported(tmp_path):
+    history = new_trainer(config(tmp_path, steps=3, algorithm={"kl_coef": 0.1})).train()
+    assert all(h["kl"] >= 0 for h in history[1:]) and history[-1]["kl"] > 0
+
+
+def test_killed_and_resumed_run_continues_bit_exactly(tmp_path):
+    full = new_trainer(config(tmp_path / "a", steps=6))
+    full.train()
+    part = new_trainer(config(tmp_path / "b", steps=6, checkpoint_every=3))
+    part.train(stop_after=3)
+    resumed = new_trainer(config(tmp_path / "b", steps=6, checkpoint_every=3))
+    resumed.load(tmp_path / "b" / "checkpoint.pt")
+    assert resumed.step == 3
+    resumed.train()
+    for a, b in zip(full.model.parameters(), resumed.model.parameters()):
+        assert torch.equal(a, b)
+    drop = lambda h: {k: v for k, v in h.items() if k not in ("seconds", "tokens_per_s", "generate_s")}  # noqa: E731
+    assert [drop(h) for h in full.history] == [drop(h) for h in resumed.history]
+
+
+def test_config_rejects_unknown_keys_and_takes_dotted_overrides(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("env: {id: tests/Upper-v0}\nalgorithm: {name: dapo}\n")
+    cfg = load_config(path, ["optim.lr=0.5", "rollout.group_size=4", "steps=2"])
+    assert cfg.optim.lr == 0.5 and cfg.rollout.group_size == 4 and cfg.algorithm.clip_high == 0.28
+    assert cfg.algorithm.aggregation == "token-mean" and cfg.algorithm.dynamic
+    with pytest.raises(ValidationError, match="lerning_rate"):
+        load_config(path, ["optim.lerning_rate=1"])
+    with pytest.raises(ValidationError):
+        load_config(path, ["algorithm.name=reinforce"])
+
+
+def test_collate_keeps_turns_roles_and_rewards():
+    tok = tiny_tokenizer("chatml")
+    agent = FixedAgent(tok, ["\\boxed{5}", "The answer is wrong", "\\boxed{4}"])
+    trajs = Rollout(agent, SamplingParams()).run([turnrl.make("turnrl/Arithmetic-PAG-v0") for _ in range(2)],
+                                                 options=[{"task": {"id": "t", "prompt": "2+2?", "answer": "4"}}] * 2,
+                                                 group_ids=["g", "g"])
+    b = collate(trajs, tok.pad_token_id)
+    assert b.group_ids.tolist() == [0, 0] and b.scores.tolist() == [3.0, 3.0]
+    for k, (role, reward) in enumerate([(0, 0.0), (1, 1.0), (0, 2.0)]):
+        sel = b.turn_ids[0] == k
+        assert sel.any() and (b.roles[0][sel] == role).all() and b.token_rewards[0][sel][-1] == reward
+    assert torch.equal(b.loss_mask[0] > 0, b.turn_ids[0] >= 0)
+    model = tiny_model(tok)
+    logp, ent = token_logprobs(model, b.input_ids, b.attention_mask)
+    assert logp.shape == b.input_ids.shape and (ent >= 0).all()
+    with pytest.raises(ValueError, match="no token fields"):
+        collate([turnrl.Trajectory()], 0)
