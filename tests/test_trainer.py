@@ -107,3 +107,24 @@ def test_collate_keeps_turns_roles_and_rewards():
     assert logp.shape == b.input_ids.shape and (ent >= 0).all()
     with pytest.raises(ValueError, match="no token fields"):
         collate([turnrl.Trajectory()], 0)
+
+
+def test_train_and_plot_commands(tmp_path):
+    from typer.testing import CliRunner
+
+    from turnrl.cli import app
+
+    cfg = tmp_path / "toy.yaml"
+    cfg.write_text(f"model: 'tiny:chatml'\nenv: {{id: tests/Upper-v0}}\nrollout: {{prompts_per_step: 2, group_size: 4, "
+                   f"max_new_tokens: 4}}\noptim: {{lr: 0.01}}\nsteps: 2\neval_tasks: 4\nout_dir: {tmp_path / 'run'}\n")
+    runner = CliRunner()
+    result = runner.invoke(app, ["train", str(cfg), "steps=3"])
+    assert result.exit_code == 0, result.output
+    assert "held-out success" in result.output and (tmp_path / "run" / "checkpoint.pt").exists()
+    assert len((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()) == 3
+    result = runner.invoke(app, ["train", str(cfg), "steps=4"])  # resumes from the checkpoint at step 3
+    assert "resumed" in result.output and len((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()) == 4
+    result = runner.invoke(app, ["plot", str(tmp_path / "run")])
+    assert result.exit_code == 0 and (tmp_path / "run" / "curves.png").read_bytes()[:4] == b"\x89PNG"
+    result = runner.invoke(app, ["train", str(cfg), "optim.lerning=3"])
+    assert result.exit_code == 2 and "lerning" in result.output
