@@ -42,9 +42,10 @@ def new_trainer(cfg):
     return Trainer(cfg, model=tiny_model(tok), tokenizer=tok)
 
 
-@pytest.mark.parametrize("algo", ["grpo", "dapo"])
+@pytest.mark.parametrize("algo", ["grpo", "dapo", "ppo", "vapo"])
 def test_each_algorithm_raises_the_success_rate(tmp_path, algo):
-    trainer = new_trainer(config(tmp_path, algo))
+    extra = {"algorithm": {"value_warmup_steps": 3}} if algo == "vapo" else {}
+    trainer = new_trainer(config(tmp_path, algo, **extra))
     before = [p.detach().clone() for p in trainer.model.parameters()]
     history = trainer.train()
     early = sum(h["success"] for h in history[1:6]) / 5
@@ -63,17 +64,21 @@ def test_kl_to_reference_is_reported(tmp_path):
     assert all(h["kl"] >= 0 for h in history[1:]) and history[-1]["kl"] > 0
 
 
-def test_killed_and_resumed_run_continues_bit_exactly(tmp_path):
-    full = new_trainer(config(tmp_path / "a", steps=6))
+@pytest.mark.parametrize("algo", ["grpo", "vapo"])
+def test_killed_and_resumed_run_continues_bit_exactly(tmp_path, algo):
+    extra = {"algorithm": {"value_warmup_steps": 2}} if algo == "vapo" else {}
+    full = new_trainer(config(tmp_path / "a", algo, steps=6, **extra))
     full.train()
-    part = new_trainer(config(tmp_path / "b", steps=6, checkpoint_every=3))
+    part = new_trainer(config(tmp_path / "b", algo, steps=6, checkpoint_every=3, **extra))
     part.train(stop_after=3)
-    resumed = new_trainer(config(tmp_path / "b", steps=6, checkpoint_every=3))
+    resumed = new_trainer(config(tmp_path / "b", algo, steps=6, checkpoint_every=3, **extra))
     resumed.load(tmp_path / "b" / "checkpoint.pt")
     assert resumed.step == 3
     resumed.train()
     for a, b in zip(full.model.parameters(), resumed.model.parameters()):
         assert torch.equal(a, b)
+    if algo == "vapo":
+        assert all(torch.equal(a, b) for a, b in zip(full.value_head.parameters(), resumed.value_head.parameters()))
     drop = lambda h: {k: v for k, v in h.items() if k not in ("seconds", "tokens_per_s", "generate_s")}  # noqa: E731
     assert [drop(h) for h in full.history] == [drop(h) for h in resumed.history]
 
@@ -128,3 +133,32 @@ def test_train_and_plot_commands(tmp_path):
     assert result.exit_code == 0 and (tmp_path / "run" / "curves.png").read_bytes()[:4] == b"\x89PNG"
     result = runner.invoke(app, ["train", str(cfg), "optim.lerning=3"])
     assert result.exit_code == 2 and "lerning" in result.output
+
+
+def test_vapo_value_pretraining_moves_only_the_critic(tmp_path):
+    trainer = new_trainer(config(tmp_path, "vapo", steps=2, algorithm={"value_warmup_steps": 5}))
+    policy = [p.detach().clone() for p in trainer.model.parameters()]
+    critic = [p.detach().clone() for p in trainer.value_head.parameters()]
+    history = trainer.train()
+    assert all(torch.equal(a, b) for a, b in zip(policy, trainer.model.parameters()))
+    assert any(not torch.equal(a, b) for a, b in zip(critic, trainer.value_head.parameters()))
+    assert "explained_variance" in history[-1] and "value_loss" in history[-1]
+    cfg = trainer.cfg.algorithm
+    assert (cfg.clip_high, cfg.aggregation, cfg.critic_lambda, cfg.mu) == (0.28, "token-mean", 1.0, 0.1)
+
+
+def test_critic_targets_with_lambda_one_are_returns_to_go():
+    from turnrl.rl.algorithms import AlgorithmConfig, critic_advantages
+    from turnrl.rl.batch import Batch
+
+    T = 5
+    mask = torch.tensor([[0.0, 1, 1, 0, 1]])
+    rewards = torch.tensor([[0.0, 0, 0.5, 0, 1.0]])
+    b = Batch(input_ids=torch.zeros(1, T, dtype=torch.long), attention_mask=torch.ones(1, T, dtype=torch.long),
+              loss_mask=mask, old_logp=torch.zeros(1, T), token_rewards=rewards, turn_ids=torch.zeros(1, T, dtype=torch.long),
+              roles=torch.zeros(1, T, dtype=torch.long), response_lengths=torch.tensor([3.0]), scores=torch.tensor([1.5]),
+              correct=torch.ones(1), group_ids=torch.zeros(1, dtype=torch.long))
+    adv, ret = critic_advantages(b, torch.zeros(1, T), AlgorithmConfig(name="vapo"))
+    assert torch.allclose(ret[0, [1, 2, 4]], torch.tensor([1.5, 1.5, 1.0]))
+    _, cut = critic_advantages(b, torch.zeros(1, T), AlgorithmConfig(name="vapo", turn_independent=True))
+    assert torch.allclose(cut[0, [1, 2, 4]], torch.tensor([0.5, 0.5, 1.0]))  # PAG: no flow across turns

@@ -101,11 +101,37 @@ def token_logprobs(model: torch.nn.Module, input_ids: torch.Tensor, attention_ma
     Returns:
         ``(logp, entropy)``, both ``(B, T)``; position 0 (no context) is 0.
     """
-    logits = model(input_ids=input_ids, attention_mask=attention_mask).logits[:, :-1].float()  # (B, T-1, V)
+    logp, entropy, _ = forward_tokens(model, input_ids, attention_mask, temperature)
+    return logp, entropy
+
+
+def forward_tokens(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                   temperature: float = 1.0, hidden: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """One forward pass: ``(logp, entropy, last_hidden)``; ``last_hidden`` ``(B, T, H)`` only when asked for."""
+    out = model(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=hidden)
+    logits = out.logits[:, :-1].float()  # (B, T-1, V)
     if temperature > 0 and temperature != 1.0:
         logits = logits / temperature
     logp_all = torch.log_softmax(logits, dim=-1)
     logp = logp_all.gather(-1, input_ids[:, 1:, None]).squeeze(-1)  # (B, T-1)
     entropy = -(logp_all.exp() * logp_all).sum(-1)
     pad = torch.zeros_like(logp[:, :1])
-    return torch.cat([pad, logp], 1), torch.cat([pad, entropy], 1)
+    last_hidden = out.hidden_states[-1] if hidden else None
+    return torch.cat([pad, logp], 1), torch.cat([pad, entropy], 1), last_hidden
+
+
+class ValueHead(torch.nn.Module):
+    """A linear critic on the policy's last hidden states: ``V(s_t)`` is read from the hidden state of the token
+    before ``t`` (the state in which token ``t`` was chosen). Features are detached, so critic training (and value
+    pretraining) does not move the policy. Initialized to predict 0."""
+
+    def __init__(self, hidden_size: int) -> None:
+        super().__init__()
+        self.proj = torch.nn.Linear(hidden_size, 1)
+        torch.nn.init.zeros_(self.proj.weight)
+        torch.nn.init.zeros_(self.proj.bias)
+
+    def forward(self, last_hidden: torch.Tensor) -> torch.Tensor:
+        """``(B, T, H)`` hidden states → ``(B, T)`` values aligned to token positions."""
+        v = self.proj(last_hidden.detach().float()).squeeze(-1)[:, :-1]  # state before token t+1
+        return torch.cat([torch.zeros_like(v[:, :1]), v], 1)

@@ -24,12 +24,14 @@ from turnrl.agents.hf import HFAgent
 from turnrl.envs.registry import make
 from turnrl.rl.algorithms import (
     AlgorithmConfig,
+    critic_advantages,
     group_advantages,
     policy_loss,
     sequence_rewards,
     zero_variance_groups,
 )
-from turnrl.rl.batch import Batch, collate, token_logprobs
+from turnrl.rl.batch import Batch, ValueHead, collate, forward_tokens, token_logprobs  # noqa: F401
+from turnrl.rl.losses import clipped_value_loss, masked_nll
 from turnrl.rl.rollout import Rollout
 
 logger = logging.getLogger(__name__)
@@ -102,7 +104,7 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> TrainCo
 
 
 class Trainer:
-    """Train a policy on an environment with GRPO or DAPO (see the module docstring)."""
+    """Train a policy on an environment with GRPO, DAPO, PPO or VAPO (see the module docstring)."""
 
     def __init__(self, config: TrainConfig, *, model: Any = None, tokenizer: Any = None) -> None:
         self.cfg = config
@@ -118,7 +120,13 @@ class Trainer:
             import copy
 
             self.ref_model = copy.deepcopy(model).eval().requires_grad_(False)
-        self.optimizer = torch.optim.AdamW(model.parameters(), lr=config.optim.lr, weight_decay=config.optim.weight_decay)
+        groups: list[dict[str, Any]] = [{"params": list(model.parameters()), "lr": config.optim.lr}]
+        self.value_head: ValueHead | None = None
+        if config.algorithm.uses_critic:
+            self.value_head = ValueHead(model.config.hidden_size)
+            groups.append({"params": list(self.value_head.parameters()),
+                           "lr": config.algorithm.critic_lr or 2 * config.optim.lr, "weight_decay": 0.0})
+        self.optimizer = torch.optim.AdamW(groups, lr=config.optim.lr, weight_decay=config.optim.weight_decay)
         warm = config.optim.warmup_steps
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda s: min(1.0, (s + 1) / warm) if warm else 1.0)
         self.step, self.cursor, self.history = 0, 0, []
@@ -169,7 +177,15 @@ class Trainer:
             return {"skipped": 1.0}
         batch = collate(trajs, self.tokenizer.pad_token_id)
         scores = sequence_rewards(batch, cfg.algorithm, cfg.rollout.max_new_tokens)
-        adv = group_advantages(batch, scores)
+        old_values = returns = None
+        if self.value_head is not None:
+            with torch.no_grad():
+                hidden = forward_tokens(self.model, batch.input_ids, batch.attention_mask, hidden=True)[2]
+                old_values = self.value_head(hidden) * batch.loss_mask
+            adv, returns = critic_advantages(batch, old_values, cfg.algorithm)
+        else:
+            adv = group_advantages(batch, scores)
+        policy_on = self.step >= cfg.algorithm.warmup  # VAPO's value pretraining: the critic learns first
         ref_logp = self._ref_logp(batch)
         sums: dict[str, float] = {}
         count = 0
@@ -179,12 +195,26 @@ class Trainer:
             chunks = [order[i : i + o.minibatch_size] for i in range(0, len(batch), o.minibatch_size)]
             for k, idx in enumerate(chunks):
                 mb = batch.select(idx)
-                logp, entropy = token_logprobs(self.model, mb.input_ids, mb.attention_mask, cfg.rollout.temperature)
+                logp, entropy, hidden = forward_tokens(self.model, mb.input_ids, mb.attention_mask,
+                                                       cfg.rollout.temperature, hidden=self.value_head is not None)
                 loss, metrics = policy_loss(logp, mb, adv[idx], cfg.algorithm,
                                             ref_logp[idx] if ref_logp is not None else None)
+                if not policy_on:
+                    loss = loss * 0.0
+                if policy_on and cfg.algorithm.mu > 0:  # VAPO: imitate the correct samples
+                    nll = masked_nll(logp, mb.loss_mask * mb.correct[:, None], cfg.algorithm.aggregation)
+                    loss = loss + cfg.algorithm.mu * nll
+                    metrics["nll"] = nll.detach()
+                if self.value_head is not None:
+                    values = self.value_head(hidden)
+                    vloss, vmetrics = clipped_value_loss(values, old_values[idx], returns[idx], mb.loss_mask,
+                                                         cfg.algorithm.eps_value, cfg.algorithm.aggregation)
+                    loss = loss + cfg.algorithm.vf_coef * vloss
+                    metrics.update(vmetrics, value_loss=vloss.detach())
                 (loss / o.grad_accum).backward()
                 if (k + 1) % o.grad_accum == 0 or k + 1 == len(chunks):
-                    grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), o.grad_clip)
+                    params = [p for g in self.optimizer.param_groups for p in g["params"]]
+                    grad_norm = torch.nn.utils.clip_grad_norm_(params, o.grad_clip)
                     self.optimizer.step()
                     self.optimizer.zero_grad(set_to_none=True)
                     sums["grad_norm"] = sums.get("grad_norm", 0.0) + float(grad_norm)
@@ -264,6 +294,7 @@ class Trainer:
     def save(self, path: str | Path) -> None:
         """Everything needed to continue exactly: weights, optimizer, scheduler, RNG, cursor, history."""
         torch.save({"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                    "value_head": self.value_head.state_dict() if self.value_head is not None else None,
                     "scheduler": self.scheduler.state_dict(), "rng": torch.get_rng_state(), "step": self.step,
                     "cursor": self.cursor, "history": self.history, "config": self.cfg.model_dump()}, path)
 
@@ -271,6 +302,8 @@ class Trainer:
         """Resume from :meth:`save`'s file."""
         state = torch.load(path, weights_only=False)
         self.model.load_state_dict(state["model"])
+        if self.value_head is not None:
+            self.value_head.load_state_dict(state["value_head"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         torch.set_rng_state(state["rng"])
