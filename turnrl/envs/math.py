@@ -19,11 +19,13 @@ from turnrl.verifiers.math import AnswerFormat, gsm8k_reference, verify
 
 DEFAULT_SYSTEM_PROMPT = "You are a helpful assistant. Solve the problem step by step."
 INSTRUCTIONS: dict[str, str] = {
+    "auto": "End with 'The answer is N.'",
     "boxed": "Put your final answer within \\boxed{}.",
     "hash": "End your reply with a line '#### ANSWER' giving the final answer.",
     "tag": "Put your final answer within <answer></answer> tags.",
 }
 TEMPLATES: dict[str, str] = {
+    "auto": "The answer is %s.",
     "boxed": "The answer is \\boxed{%s}.",
     "hash": "The answer is below.\n#### %s",
     "tag": "<answer>%s</answer>",
@@ -37,7 +39,8 @@ class MathEnv(ToolEnv):
         tasks: the problems (see :class:`~turnrl.envs.tool_env.ToolEnv`).
         system_prompt: the system message; ``None`` for none.
         answer_format: where the final answer must be — ``"boxed"`` (``\\boxed{}``), ``"hash"`` (``#### N``)
-            or ``"tag"`` (``<answer>…</answer>``). The matching instruction is appended to each problem.
+            or ``"tag"`` (``<answer>…</answer>``), or ``"auto"`` (any of those, else "the answer is N" or the
+            last number — lenient, for small models; hedging is still wrong). The instruction is appended.
         max_turns: the most assistant turns; default 1, or 4 when ``retry`` or ``calculator`` is on.
         retry: after a wrong answer, say so and let the model answer again while turns remain.
         feedback: the message after a wrong answer.
@@ -50,7 +53,7 @@ class MathEnv(ToolEnv):
         tasks: TaskSource | Sequence[Task | dict[str, Any]],
         *,
         system_prompt: str | None = DEFAULT_SYSTEM_PROMPT,
-        answer_format: Literal["boxed", "hash", "tag"] = "boxed",
+        answer_format: Literal["boxed", "hash", "tag", "auto"] = "boxed",
         max_turns: int | None = None,
         retry: bool = False,
         feedback: str = DEFAULT_FEEDBACK,
