@@ -107,6 +107,7 @@ def test_reset_selects_tasks_reproducibly():
 
 
 @pytest.mark.parametrize("fmt, good, bad", [
+    ("auto", "2 plus 2 makes 4. The answer is 4.", "The answer is 4 or 5."),
     ("boxed", "\\boxed{4}", "#### 4"),
     ("hash", "so\n#### 4", "\\boxed{5}"),
     ("tag", "<answer>4</answer>", "\\boxed{4}"),
@@ -115,7 +116,7 @@ def test_answer_formats(fmt, good, bad):
     env = turnrl.make("turnrl/Arithmetic-v0", answer_format=fmt)
     task = {"id": "t", "prompt": "What is 2 + 2?", "answer": "4"}
     obs, _ = env.reset(options={"task": task})
-    assert {"boxed": "\\boxed{}", "hash": "####", "tag": "<answer>"}[fmt] in obs[-1].content
+    assert {"boxed": "\\boxed{}", "hash": "####", "tag": "<answer>", "auto": "The answer is N"}[fmt] in obs[-1].content
     assert env.step(good)[1] == 1.0
     env.reset(options={"task": task})
     assert env.step(bad)[1] == 0.0
