@@ -56,7 +56,8 @@ def test_each_algorithm_raises_the_success_rate(tmp_path, algo):
     assert len(updated) >= 20 and all(torch.isfinite(torch.tensor(h["loss"])) for h in updated)
     assert any(not torch.equal(a, b) for a, b in zip(before, trainer.model.parameters()))
     lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
-    assert len(lines) == 30 and {"reward_mean", "entropy", "clip_frac", "tokens_per_s"} <= set(json.loads(lines[0]))
+    assert len(lines) == 31 and "eval_success" in json.loads(lines[0])
+    assert {"reward_mean", "entropy", "clip_frac", "tokens_per_s"} <= set(json.loads(lines[1]))
 
 
 def test_kl_to_reference_is_reported(tmp_path):
@@ -126,9 +127,9 @@ def test_train_and_plot_commands(tmp_path):
     result = runner.invoke(app, ["train", str(cfg), "steps=3"])
     assert result.exit_code == 0, result.output
     assert "held-out success" in result.output and (tmp_path / "run" / "checkpoint.pt").exists()
-    assert len((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()) == 3
+    assert len((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()) == 4  # the step-0 eval + 3 steps
     result = runner.invoke(app, ["train", str(cfg), "steps=4"])  # resumes from the checkpoint at step 3
-    assert "resumed" in result.output and len((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()) == 4
+    assert "resumed" in result.output and len((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()) == 5
     result = runner.invoke(app, ["plot", str(tmp_path / "run")])
     assert result.exit_code == 0 and (tmp_path / "run" / "curves.png").read_bytes()[:4] == b"\x89PNG"
     result = runner.invoke(app, ["train", str(cfg), "optim.lerning=3"])

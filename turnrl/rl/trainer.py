@@ -255,6 +255,8 @@ class Trainer:
         writer = _tensorboard(self.out)
         if self.step == 0 and not self.history:
             self.history.append({"step": 0.0, "eval_success": self.evaluate()})
+            with (self.out / "metrics.jsonl").open("w") as f:
+                f.write(json.dumps(self.history[0]) + "\n")
         end = self.cfg.steps if stop_after is None else min(self.cfg.steps, self.step + stop_after)
         while self.step < end:
             t0 = time.perf_counter()
