@@ -123,7 +123,7 @@ def forward_tokens(model: torch.nn.Module, input_ids: torch.Tensor, attention_ma
 class ValueHead(torch.nn.Module):
     """A linear critic on the policy's last hidden states: ``V(s_t)`` is read from the hidden state of the token
     before ``t`` (the state in which token ``t`` was chosen). Features are detached, so critic training (and value
-    pretraining) does not move the policy. Initialized to predict 0."""
+    pretraining) does not move the policy; they are layer-normalized (no affine). Initialized to predict 0."""
 
     def __init__(self, hidden_size: int) -> None:
         super().__init__()
@@ -133,5 +133,9 @@ class ValueHead(torch.nn.Module):
 
     def forward(self, last_hidden: torch.Tensor) -> torch.Tensor:
         """``(B, T, H)`` hidden states → ``(B, T)`` values aligned to token positions."""
-        v = self.proj(last_hidden.detach().float()).squeeze(-1)[:, :-1]  # state before token t+1
+        h = last_hidden.detach().float()
+        # Normalize the features: LM hidden states have a few huge dimensions, which make Adam's per-weight steps
+        # move the values by a lot and the critic oscillate (seen with SmolLM2).
+        h = torch.nn.functional.layer_norm(h, h.shape[-1:])
+        v = self.proj(h).squeeze(-1)[:, :-1]  # state before token t+1
         return torch.cat([torch.zeros_like(v[:, :1]), v], 1)
