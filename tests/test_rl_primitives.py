@@ -224,3 +224,5 @@ def test_clipped_value_loss():
     perfect = clipped_value_loss(torch.tensor([[1.0, 2.0]]), torch.tensor([[1.0, 2.0]]), torch.tensor([[1.0, 2.0]]),
                                  torch.ones(1, 2))[1]
     assert perfect["explained_variance"].item() == pytest.approx(1.0)
+    flat = clipped_value_loss(torch.tensor([[0.3, 0.1]]), torch.zeros(1, 2), torch.zeros(1, 2), torch.ones(1, 2))[1]
+    assert flat["explained_variance"].item() == 0.0  # constant returns: undefined, reported as 0

@@ -87,7 +87,9 @@ def clipped_value_loss(
     with torch.no_grad():
         var = (((returns - (returns * m).sum() / m.sum().clamp(min=1)) ** 2) * m).sum() / m.sum().clamp(min=1)
         resid = (((returns - values) ** 2) * m).sum() / m.sum().clamp(min=1)
-        metrics = {"explained_variance": 1.0 - resid / var.clamp(min=1e-8),
+        # Undefined when the returns have no variance (e.g. a minibatch with no success): reported as 0 then.
+        ev = torch.where(var > 1e-8, 1.0 - resid / var.clamp(min=1e-8), torch.zeros_like(var))
+        metrics = {"explained_variance": ev,
                    "value_clip_frac": (((clipped - returns) ** 2 > (values - returns) ** 2).to(m.dtype) * m).sum()
                    / m.sum().clamp(min=1)}
     return aggregate(loss_t, mask, agg), metrics
