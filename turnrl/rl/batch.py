@@ -134,8 +134,8 @@ class ValueHead(torch.nn.Module):
     def forward(self, last_hidden: torch.Tensor) -> torch.Tensor:
         """``(B, T, H)`` hidden states → ``(B, T)`` values aligned to token positions."""
         h = last_hidden.detach().float()
-        # Normalize the features: LM hidden states have a few huge dimensions, which make Adam's per-weight steps
-        # move the values by a lot and the critic oscillate (seen with SmolLM2).
+        # Normalize the features: LM hidden states can have a few very large dimensions, which would make Adam's
+        # per-weight steps move the predicted values by a lot; unit-scale features keep each step small.
         h = torch.nn.functional.layer_norm(h, h.shape[-1:])
         v = self.proj(h).squeeze(-1)[:, :-1]  # state before token t+1
         return torch.cat([torch.zeros_like(v[:, :1]), v], 1)
