@@ -173,14 +173,17 @@ class ToolEnv(TextEnv):
             text = NO_ANSWER_FEEDBACK.format(instruction=self.instruction).strip()
         return (Message(role="user", content=text),), verdict.score, False, False, info
 
+    def _parse(self, action: str) -> ParseResult:
+        return self.parser.parse(action) if len(self.toolbox) else ParseResult()
+
     def _step(self, action: str) -> StepResult:
-        parsed = self.parser.parse(action) if len(self.toolbox) else ParseResult()
+        parsed = self._parse(action)
         if parsed.found:
             return self._tool_step(parsed, [self.toolbox.invoke(c) for c in parsed.calls])
         return self._answer_step(action)
 
     async def _astep(self, action: str) -> StepResult:
-        parsed = self.parser.parse(action) if len(self.toolbox) else ParseResult()
+        parsed = self._parse(action)
         if parsed.found:
             outputs = await asyncio.gather(*(self.toolbox.ainvoke(c) for c in parsed.calls))
             return self._tool_step(parsed, outputs)

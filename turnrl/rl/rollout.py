@@ -89,7 +89,7 @@ class Rollout:
         self.sink, self.keep_prompts = sink, keep_prompts
         self.stats = RolloutStats()
         eos = getattr(agent.tokenizer, "eos_token_id", None)
-        self._eos = {eos} | set(getattr(agent, "eos_ids", []) or []) if eos is not None else set()
+        self._eos = set(getattr(agent, "eos_ids", None) or []) | ({eos} if eos is not None else set())
 
     def run(
         self,

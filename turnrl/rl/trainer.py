@@ -30,7 +30,7 @@ from turnrl.rl.algorithms import (
     sequence_rewards,
     zero_variance_groups,
 )
-from turnrl.rl.batch import Batch, ValueHead, collate, forward_tokens, token_logprobs  # noqa: F401
+from turnrl.rl.batch import Batch, ValueHead, collate, forward_tokens, token_logprobs
 from turnrl.rl.losses import clipped_value_loss, masked_nll
 from turnrl.rl.rollout import Rollout
 
