@@ -48,6 +48,19 @@ def test_logprobs_match_a_separate_forward_pass(agent, temperature):
         assert torch.allclose(ref, torch.tensor(c.logprobs), atol=1e-4)
 
 
+def test_repeated_prompts_are_prefilled_once_with_the_same_results(agent):
+    a, b = encode(agent.tokenizer, ["What is 2 + 2?", "hi"])
+    greedy = SamplingParams(temperature=0, max_new_tokens=10)
+    outs = agent.generate([a, b, a, a], greedy)
+    assert outs[0].token_ids == outs[2].token_ids == outs[3].token_ids == agent.generate([a], greedy)[0].token_ids
+    assert outs[1].token_ids == agent.generate([b], greedy)[0].token_ids
+    sampled = agent.generate([a, b, a], SamplingParams(temperature=1.0, max_new_tokens=10, seed=5, n=3))
+    assert len({tuple(c.token_ids) for c in sampled if c.prompt_index != 1}) > 1
+    for c in sampled:
+        p = [a, b, a][c.prompt_index]
+        assert torch.allclose(forward_logprobs(agent.model, p, c.token_ids), torch.tensor(c.logprobs), atol=1e-4)
+
+
 def test_fire_samples_the_first_token_at_its_own_temperature(agent):
     p = encode(agent.tokenizer, ["What is 2 + 2?"])[0]
     c = agent.generate([p], SamplingParams(temperature=0.5, fire_temperature=10.0, max_new_tokens=6, seed=1))[0]

@@ -9,7 +9,8 @@ from turnrl.agents.base import SamplingParams
 from turnrl.agents.scripted import FixedAgent
 from turnrl.agents.tiny import tiny_model, tiny_tokenizer
 from turnrl.envs import Task, ToolEnv
-from turnrl.rl.batch import collate, token_logprobs
+from turnrl.rl.batch import collate
+from turnrl.rl.forward import token_logprobs
 from turnrl.rl.rollout import Rollout
 from turnrl.rl.trainer import TrainConfig, Trainer, load_config
 from turnrl.verifiers.base import Verdict

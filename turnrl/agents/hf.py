@@ -109,12 +109,25 @@ class HFAgent:
         window = max((len(s) for s in params.stop), default=0) + 2
         active = torch.arange(B)  # rows still generating; finished rows leave the batch (and the KV cache)
 
+        # Identical prompts (a GRPO group, n > 1) are prefilled once and their keys/values repeated.
         # logits_to_keep=1: only the last position's logits are needed (the LM head over a long prompt is costly)
-        out = self.model(input_ids=input_ids, attention_mask=attention, position_ids=positions, use_cache=True,
-                         logits_to_keep=1)
+        slot: dict[tuple[int, ...], int] = {}
+        first_rows, which_list = [], []
+        for b, (_, p) in enumerate(rows):
+            if tuple(p) not in slot:
+                slot[tuple(p)] = len(first_rows)
+                first_rows.append(b)
+            which_list.append(slot[tuple(p)])
+        uniq, which = torch.tensor(first_rows, device=device), torch.tensor(which_list, device=device)
+        out = self.model(input_ids=input_ids[uniq], attention_mask=attention[uniq], position_ids=positions[uniq],
+                         use_cache=True, logits_to_keep=1)
         cache = out.past_key_values
+        logits = out.logits[:, -1, :]
+        if len(uniq) < B:
+            cache.batch_select_indices(which)
+            logits = logits[which]
         for t in range(params.max_new_tokens):
-            logits = out.logits[:, -1, :].float()  # (A, V)
+            logits = logits.float()  # (A, V)
             temp = params.fire_temperature if (t == 0 and params.fire_temperature) else params.temperature
             scaled = logits / temp if temp > 0 else logits
             logp_all = torch.log_softmax(scaled, dim=-1)
@@ -143,7 +156,7 @@ class HFAgent:
                 input_ids=nxt[:, None], attention_mask=attention, position_ids=positions, past_key_values=cache,
                 use_cache=True, logits_to_keep=1,
             )
-            cache = out.past_key_values
+            cache, logits = out.past_key_values, out.logits[:, -1, :]
 
         completions = []
         for b, (index, _) in enumerate(rows):

@@ -30,7 +30,8 @@ from turnrl.rl.algorithms import (
     sequence_rewards,
     zero_variance_groups,
 )
-from turnrl.rl.batch import Batch, ValueHead, collate, forward_tokens, token_logprobs
+from turnrl.rl.batch import Batch, ValueHead, collate
+from turnrl.rl.forward import forward_tokens, token_logprobs
 from turnrl.rl.losses import clipped_value_loss, masked_nll
 from turnrl.rl.rollout import Rollout
 
@@ -69,6 +70,7 @@ class OptimConfig(BaseModel):
     epochs: int = Field(1, ge=1)
     minibatch_size: int = Field(8, ge=1)
     grad_accum: int = Field(1, ge=1)
+    share_prompts: bool = Field(True, description="run a group's common prompt once per forward/backward pass")
 
 
 class TrainConfig(BaseModel):
@@ -126,7 +128,10 @@ class Trainer:
             self.value_head = ValueHead(model.config.hidden_size)
             groups.append({"params": list(self.value_head.parameters()),
                            "lr": config.algorithm.critic_lr or 2 * config.optim.lr, "weight_decay": 0.0})
-        self.optimizer = torch.optim.AdamW(groups, lr=config.optim.lr, weight_decay=config.optim.weight_decay)
+        # The fused kernel is ~9x faster than the per-tensor loop on CPU (0.09 s vs 0.78 s per SmolLM2 step).
+        fused = all(p.device.type in ("cpu", "cuda") and p.dtype.is_floating_point for g in groups for p in g["params"])
+        self.optimizer = torch.optim.AdamW(groups, lr=config.optim.lr, weight_decay=config.optim.weight_decay,
+                                           fused=fused or None)
         warm = config.optim.warmup_steps
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda s: min(1.0, (s + 1) / warm) if warm else 1.0)
         self.step, self.cursor, self.history = 0, 0, []
@@ -180,7 +185,8 @@ class Trainer:
         old_values = returns = None
         if self.value_head is not None:
             with torch.no_grad():
-                hidden = forward_tokens(self.model, batch.input_ids, batch.attention_mask, hidden=True)[2]
+                hidden = forward_tokens(self.model, batch.input_ids, batch.attention_mask, hidden=True,
+                                        loss_mask=batch.loss_mask, share_prefix=o.share_prompts)[2]
                 old_values = self.value_head(hidden) * batch.loss_mask
             adv, returns = critic_advantages(batch, old_values, cfg.algorithm)
         else:
@@ -196,7 +202,8 @@ class Trainer:
             for k, idx in enumerate(chunks):
                 mb = batch.select(idx)
                 logp, entropy, hidden = forward_tokens(self.model, mb.input_ids, mb.attention_mask,
-                                                       cfg.rollout.temperature, hidden=self.value_head is not None)
+                                                       cfg.rollout.temperature, hidden=self.value_head is not None,
+                                                       loss_mask=mb.loss_mask, share_prefix=o.share_prompts)
                 loss, metrics = policy_loss(logp, mb, adv[idx], cfg.algorithm,
                                             ref_logp[idx] if ref_logp is not None else None)
                 if not policy_on:
@@ -235,7 +242,8 @@ class Trainer:
         if self.ref_model is None:
             return None
         with torch.no_grad():
-            return token_logprobs(self.ref_model, batch.input_ids, batch.attention_mask, self.cfg.rollout.temperature)[0]
+            return token_logprobs(self.ref_model, batch.input_ids, batch.attention_mask, self.cfg.rollout.temperature,
+                                  loss_mask=batch.loss_mask, share_prefix=self.cfg.optim.share_prompts)[0]
 
     def evaluate(self) -> float:
         """Greedy success rate on the first ``eval_tasks`` tasks of the held-out env."""
