@@ -15,7 +15,7 @@ Generated tokens/s and seconds per step are printed too. Sampling makes completi
 two, which is why the figure is per token rather than per step.
 
 Needs TRL: ``pip install -e .[bench]`` (trl 1.16). Usage:
-    python bench/train_vs_trl.py [--steps 4] [--warmup 1] [--model smollm2-135m-instruct] [--threads N]
+    python bench/train_vs_trl.py [--steps 4] [--warmup 1] [--model smollm2-135m-instruct] [--threads N] [--unshared]
 """
 
 from __future__ import annotations
@@ -70,12 +70,12 @@ def peer_reward(completions: list[Any], answer: list[str], **_: Any) -> list[flo
     return out
 
 
-def run_turnrl(model: Any, tokenizer: Any, n_tasks: int, steps: int) -> list[dict[str, float]]:
+def run_turnrl(model: Any, tokenizer: Any, n_tasks: int, steps: int, share: bool = True) -> list[dict[str, float]]:
     """``steps`` GRPO steps of turnrl's trainer (rollout → advantages → one minibatch update)."""
     cfg = TrainConfig.model_validate({
         "model": "unused", "env": {"id": ENV_ID}, "algorithm": {"name": "grpo"},
         "rollout": {"prompts_per_step": 1, "group_size": GROUP, "max_new_tokens": MAX_NEW, "temperature": 1.0},
-        "optim": {"lr": LR, "minibatch_size": GROUP, "grad_accum": 1}, "steps": steps, "out_dir": "/tmp/unused",
+        "optim": {"lr": LR, "minibatch_size": GROUP, "grad_accum": 1, "share_prompts": share}, "steps": steps, "out_dir": "/tmp/unused",
     })
     trainer = Trainer(cfg, model=model, tokenizer=tokenizer)
     assert trainer.n_tasks == n_tasks
@@ -141,7 +141,7 @@ def summarize(name: str, rows: list[dict[str, float]]) -> float:
     if "generate_s" in rows[0]:
         extra = (f"  (generation {statistics.mean(r['generate_s'] for r in rows):.2f} s, "
                  f"update {statistics.mean(r['update_s'] for r in rows):.2f} s)")
-    print(f"{name:7s} {sec / len(rows):6.2f} s/step  {tok / sec:7.1f} training tok/s  {gen / sec:6.1f} generated tok/s"
+    print(f"{name:8s} {sec / len(rows):6.2f} s/step  {tok / sec:7.1f} training tok/s  {gen / sec:6.1f} generated tok/s"
           f"  {gen / len(rows) / GROUP:5.1f} tok/completion{extra}")
     return tok / sec
 
@@ -152,6 +152,8 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=4, help="timed steps per trainer")
     ap.add_argument("--warmup", type=int, default=1, help="untimed first steps per trainer")
     ap.add_argument("--threads", type=int, default=torch.get_num_threads())
+    ap.add_argument("--unshared", action="store_true",
+                    help="also time turnrl with optim.share_prompts off (each row runs its own prompt)")
     args = ap.parse_args()
     try:
         import trl
@@ -175,6 +177,12 @@ def main() -> None:
     model, tok = load_model(args.model)
     ours = run_turnrl(model, tok, total, total)
     del model
+    plain = None
+    if args.unshared:
+        torch.manual_seed(0)
+        model, tok = load_model(args.model)
+        plain = run_turnrl(model, tok, total, total, share=False)
+        del model
     torch.manual_seed(0)
     model, tok = load_model(args.model)
     theirs = run_trl(model, tok, prompts, answers, total)
@@ -184,7 +192,11 @@ def main() -> None:
         expected = expected["input_ids"] if hasattr(expected, "keys") else expected
         assert list(row["prompt_ids"]) == list(expected), f"step {k}: prompt tokens differ from the chat template's"
     a = summarize("turnrl", ours[args.warmup:])
+    if plain is not None:
+        c = summarize("unshared", plain[args.warmup:])
     b = summarize("TRL", theirs[args.warmup:])
+    if plain is not None:
+        print(f"ratio turnrl unshared / TRL: {c / b:.2f}×")
     print(f"ratio turnrl / TRL training tokens/s: {a / b:.2f}×  (target ≥ 1.2)")
 
 

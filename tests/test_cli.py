@@ -63,8 +63,20 @@ def test_example_env_script():
     assert "examples/Units-v0: OK" in result.stdout and "reward: 1.0 correct: True" in result.stdout
 
 
-def test_quickstart_with_a_model(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "turnrl", "quickstart", "--model", "tiny:chatml", "--limit", "4"],
-                            capture_output=True, text=True, timeout=300, cwd=tmp_path)
+def test_quickstart_trains_a_model(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "turnrl", "quickstart", "--model", "tiny:chatml", "--steps", "2",
+                             "--eval-tasks", "4"], capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "accuracy" in result.stdout and (tmp_path / "runs" / "quickstart" / "report.md").exists()
+    assert "held-out success before training" in result.stdout and "step 2/2" in result.stdout
+    assert "after 2 GRPO steps" in result.stdout
+    run = tmp_path / "runs" / "quickstart"
+    assert len((run / "metrics.jsonl").read_text().splitlines()) == 3
+    for name in ("curves.png", "checkpoint.pt", "eval/step-0/report.md", "eval/step-2/items.jsonl"):
+        assert (run / name).exists(), name
+
+
+def test_quickstart_config_file_is_the_embedded_run():
+    from turnrl.quickstart import QUICKSTART
+    from turnrl.rl.trainer import TrainConfig, load_config
+
+    assert load_config(REPO / "configs" / "quickstart.yaml") == TrainConfig.model_validate(QUICKSTART)

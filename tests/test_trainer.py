@@ -81,7 +81,7 @@ def test_killed_and_resumed_run_continues_bit_exactly(tmp_path, algo):
         assert torch.equal(a, b)
     if algo == "vapo":
         assert all(torch.equal(a, b) for a, b in zip(full.value_head.parameters(), resumed.value_head.parameters()))
-    drop = lambda h: {k: v for k, v in h.items() if k not in ("seconds", "tokens_per_s", "generate_s")}  # noqa: E731
+    drop = lambda h: {k: v for k, v in h.items() if k not in ("seconds", "tokens_per_s", "train_tokens_per_s", "generate_s")}  # noqa: E731
     assert [drop(h) for h in full.history] == [drop(h) for h in resumed.history]
 
 
@@ -164,3 +164,29 @@ def test_critic_targets_with_lambda_one_are_returns_to_go():
     assert torch.allclose(ret[0, [1, 2, 4]], torch.tensor([1.5, 1.5, 1.0]))
     _, cut = critic_advantages(b, torch.zeros(1, T), AlgorithmConfig(name="vapo", turn_independent=True))
     assert torch.allclose(cut[0, [1, 2, 4]], torch.tensor([0.5, 0.5, 1.0]))  # PAG: no flow across turns
+
+
+def test_wandb_offline_run_records_the_metrics_and_a_resumed_run_continues_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    cfg = config(tmp_path, steps=2, wandb={"mode": "offline", "project": "turnrl-tests"})
+    first = new_trainer(cfg)
+    first.train(stop_after=1)
+    first.save(tmp_path / "checkpoint.pt")
+    run_id = (tmp_path / "wandb_id.txt").read_text()
+    resumed = new_trainer(cfg)
+    resumed.load(tmp_path / "checkpoint.pt")
+    resumed.train()
+    assert (tmp_path / "wandb_id.txt").read_text() == run_id
+    logs = sorted((tmp_path / "wandb").glob("offline-run-*/run-*.wandb"))
+    assert len(logs) == 2 and all(p.name == f"run-{run_id}.wandb" for p in logs)
+    data = b"".join(p.read_bytes() for p in logs)
+    for key in (b"eval_success", b"reward_mean", b"grad_norm", b"train_tokens_per_s", b"tests/Upper-v0"):
+        assert key in data, key
+
+
+def test_wandb_configured_but_missing_is_a_clear_error(tmp_path, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "wandb", None)  # what `import wandb` sees when it is not installed
+    with pytest.raises(ImportError, match=r"pip install 'turnrl\[wandb\]'"):
+        new_trainer(config(tmp_path, steps=1, wandb={"mode": "offline"})).train()

@@ -217,12 +217,18 @@ def train(
 
     with Progress(console=console) as progress:
         task = progress.add_task("training", total=cfg.steps, completed=trainer.step)
-        while trainer.step < cfg.steps:
-            trainer.train(stop_after=1)
-            h = trainer.history[-1]
+
+        def show(h: dict[str, float]) -> None:
+            held_out = f" held-out {h['eval_success']:.3f}" if "eval_success" in h else ""
             progress.update(task, completed=trainer.step,
                             description=f"step {trainer.step} reward {h.get('reward_mean', 0):.3f} "
-                                        f"success {h.get('success', 0):.3f}")
+                                        f"success {h.get('success', 0):.3f}{held_out}")
+
+        try:
+            trainer.train(on_step=show)
+        except ImportError as e:  # an optional logger configured but not installed
+            console.print(f"[red]{e}[/red]")
+            raise typer.Exit(2) from e
     first, last = trainer.history[0], trainer.history[-1]
     console.print(f"held-out success: {first.get('eval_success')} -> {last.get('eval_success')} "
                   f"after {trainer.step} steps; run in {cfg.out_dir}")
@@ -231,59 +237,29 @@ def train(
 @app.command()
 def plot(run_dir: Annotated[str, typer.Argument(help="a training run folder (with metrics.jsonl)")]) -> None:
     """Draw a training run's learning curves to RUN_DIR/curves.png."""
-    import matplotlib
+    from turnrl.rl.curves import plot_run
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    path = Path(run_dir) / "metrics.jsonl"
-    if not path.exists():
-        console.print(f"[red]error:[/red] {path} not found")
-        raise typer.Exit(2)
-    rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
-    keys = [k for k in ("reward_mean", "success", "eval_success", "entropy", "response_length", "clip_frac", "kl",
-                        "zero_variance_groups") if any(k in r for r in rows)]
-    fig, axes = plt.subplots(1, len(keys), figsize=(3.2 * len(keys), 3))
-    for ax, key in zip(axes if len(keys) > 1 else [axes], keys):
-        pts = [(r["step"], r[key]) for r in rows if key in r]
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="." if len(pts) < 40 else None)
-        ax.set(title=key, xlabel="step")
-    fig.tight_layout()
-    out = Path(run_dir) / "curves.png"
-    fig.savefig(out, dpi=90)
+    try:
+        out = plot_run(run_dir)
+    except FileNotFoundError as e:
+        console.print(f"[red]error:[/red] {e}")
+        raise typer.Exit(2) from e
     console.print(f"wrote {out}")
 
 
 @app.command()
-def serve(
-    agent: Annotated[str, typer.Option(help="agent spec, e.g. smollm2-135m-instruct or hf:PATH")],
-    name: Annotated[str | None, typer.Option(help="model name clients ask for (default: the agent spec)")] = None,
-    host: str = "127.0.0.1",
-    port: int = 8000,
-) -> None:
-    """Serve an agent over an OpenAI-compatible HTTP API (/v1/completions, /v1/chat/completions)."""
-    from turnrl.agents import make_agent
-    from turnrl.agents.server import AgentServer
-
-    server = AgentServer(make_agent(agent), name or agent, host=host, port=port)
-    console.print(f"serving {name or agent} at {server.url} (Ctrl-C stops)")
-    try:
-        server.httpd.serve_forever()
-    except KeyboardInterrupt:
-        server.httpd.server_close()
-
-
-@app.command()
 def quickstart(
-    model: Annotated[str, typer.Option(help="agent spec to evaluate after the scripted episodes")] = "smollm2-135m-instruct",
+    model: Annotated[str, typer.Option(help="agent to train after the scripted episodes (a Hugging Face model)")] = "smollm2-135m-instruct",
     no_model: Annotated[bool, typer.Option("--no-model", help="only the scripted episodes")] = False,
-    limit: Annotated[int, typer.Option(help="problems to evaluate the model on")] = 16,
+    steps: Annotated[int, typer.Option(min=1, help="GRPO steps of the training demo")] = 8,
+    eval_tasks: Annotated[int, typer.Option(min=1, help="held-out problems evaluated before and after")] = 64,
+    out: Annotated[str, typer.Option(help="the training run's folder")] = "runs/quickstart",
 ) -> None:
-    """List the environments, play scripted episodes, then evaluate a real model on a small Arithmetic slice."""
+    """List the environments, play scripted episodes, then train a real model briefly and show it improve."""
     from turnrl.quickstart import run
 
     envs_list()
-    sys.exit(run(console, None if no_model else model, limit))
+    sys.exit(run(console, None if no_model else model, steps, eval_tasks, out))
 
 
 def main() -> None:

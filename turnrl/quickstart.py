@@ -1,12 +1,15 @@
-"""The quickstart demo: scripted agents play a few episodes; transcripts and rewards are printed.
-
-No model is involved yet: the agents are short scripts, so the demo shows what an environment asks, how tools
-answer, and how each turn is rewarded. Returns a non-zero exit code if an episode did not go as scripted.
+"""The quickstart demo: scripted agents play a few episodes (transcripts and per-turn rewards printed), then a
+real model (SmolLM2-135M-Instruct by default) is trained briefly with GRPO and its held-out success is shown
+before and after. Returns a non-zero exit code if an episode did not go as scripted.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import time
+from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.panel import Panel
@@ -61,24 +64,72 @@ def oracle_agent(conversation: list[Message], env: turnrl.envs.TextEnv) -> str:
     return env.oracle_action() or ""
 
 
-def run(console: Console, model: str | None = "smollm2-135m-instruct", limit: int = 16) -> int:
-    """Play the demo episodes, then (with ``model``) evaluate the model; return 0 if everything went as expected."""
+# The quickstart's training run (embedded so the installed package needs no files; configs/quickstart.yaml holds
+# the same run, kept equal by a test). Level-1 sums with the calculator offered; the lenient answer format, since
+# the base model rarely boxes its answers (with the strict one every group has zero reward variance).
+QUICKSTART: dict[str, Any] = {
+    "model": "smollm2-135m-instruct",
+    "env": {"id": "turnrl/Arithmetic-v0",
+            "kwargs": {"level": 1, "split": "train", "answer_format": "auto", "calculator": True, "tool_style": "tags",
+                       "max_turns": 2},
+            "eval_kwargs": {"split": "test"}},
+    "algorithm": {"name": "grpo"},
+    "rollout": {"prompts_per_step": 4, "group_size": 8, "max_new_tokens": 48, "temperature": 0.8},
+    "optim": {"lr": 2.0e-5, "minibatch_size": 8, "grad_accum": 4},
+    "steps": 8,
+    "eval_tasks": 64,
+    "out_dir": "runs/quickstart",
+}
+
+
+def run(console: Console, model: str | None = "smollm2-135m-instruct", steps: int = 8, eval_tasks: int = 64,
+        out_dir: str = "runs/quickstart") -> int:
+    """Play the demo episodes, then (with ``model``) train it briefly; return 0 if everything went as expected."""
     failures = run_scripted(console)
     if model is None:
         return int(failures > 0)
-    from turnrl.agents import SamplingParams, make_agent
-    from turnrl.rl.evaluate import evaluate
+    return int(failures > 0 or train_demo(console, model, steps, eval_tasks, out_dir) != 0)
 
-    console.rule(f"Evaluating {model} on turnrl/Arithmetic-v0 (level 1, {limit} held-out problems, greedy)")
-    agent = make_agent(model, batch_size=limit)
-    out = "runs/quickstart"
-    metrics = evaluate(agent, "turnrl/Arithmetic-v0", env_kwargs={"level": 1, "split": "test"}, limit=limit,
-                       params=SamplingParams(temperature=0.0, max_new_tokens=96), out=out)
-    console.print(open(f"{out}/report.md").read(), markup=False, highlight=False)
-    console.print(f"[bold]accuracy {metrics['accuracy']:.3f}[/], {metrics['generated_tokens_per_second']:.1f} "
-                  f"generated tokens/s; report, items, trajectories and plot in {out}/")
-    failures += metrics["errors"] > 0
-    return int(failures > 0)
+
+def train_demo(console: Console, model: str, steps: int, eval_tasks: int, out_dir: str) -> int:
+    """A short GRPO run of :data:`QUICKSTART`; prints held-out success before and after and sample answers."""
+    from turnrl.rl.curves import plot_run
+    from turnrl.rl.trainer import Trainer, TrainConfig
+
+    cfg = TrainConfig.model_validate({**QUICKSTART, "model": model, "steps": steps, "eval_tasks": eval_tasks,
+                                      "out_dir": out_dir})
+    r = cfg.rollout
+    console.rule(f"Training {model} with GRPO on turnrl/Arithmetic-v0 (level 1, calculator offered): {steps} steps "
+                 f"of {r.prompts_per_step} problems x {r.group_size} samples")
+    t0 = time.perf_counter()
+    trainer = Trainer(cfg)
+
+    def show(h: dict[str, float]) -> None:
+        if h["step"] == 0:
+            console.print(f"held-out success before training: [bold]{h['eval_success']:.1%}[/] ({eval_tasks} test "
+                          f"problems, greedy)")
+            return
+        held_out = f", held-out {h['eval_success']:.1%}" if "eval_success" in h else ""
+        console.print(f"step {int(h['step'])}/{steps}: reward {h['reward_mean']:.2f}, success {h['success']:.1%} "
+                      f"of {int(h['rollout_episodes'])} samples, {h['response_length']:.0f} tokens/answer, "
+                      f"{h['seconds']:.1f} s{held_out}")
+
+    history = trainer.train(on_step=show)
+    before, after = history[0]["eval_success"], history[-1]["eval_success"]
+    out = Path(out_dir)
+    plot_run(out)
+    for label, step in (("before", 0), ("after", steps)):
+        items = [json.loads(x) for x in (out / "eval" / f"step-{step}" / "items.jsonl").read_text().splitlines()]
+        console.print(f"[dim]{label}:[/dim] " + " | ".join(_esc(repr(_reply(i))) for i in items[:3]), soft_wrap=True)
+    console.print(Panel(f"held-out success {before:.1%} -> {after:.1%} ({100 * (after - before):+.1f} points) after "
+                        f"{steps} GRPO steps in {time.perf_counter() - t0:.0f} s\nrun folder {out}/: metrics.jsonl, "
+                        f"curves.png, eval/step-*/report.md, checkpoint.pt, tb/", expand=False))
+    return 0
+
+
+def _reply(item: dict[str, Any]) -> str:
+    """The last reply of an evaluated episode."""
+    return (item.get("final_response") or "")[-100:]
 
 
 def run_scripted(console: Console) -> int:

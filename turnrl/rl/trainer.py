@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,7 @@ from turnrl.rl.batch import Batch, ValueHead, collate
 from turnrl.rl.forward import forward_tokens, token_logprobs
 from turnrl.rl.losses import clipped_value_loss, masked_nll
 from turnrl.rl.rollout import Rollout
+from turnrl.rl.tracking import Tracker, WandbConfig
 
 logger = logging.getLogger(__name__)
 
@@ -88,6 +90,7 @@ class TrainConfig(BaseModel):
     eval_tasks: int = Field(32, ge=1)
     checkpoint_every: int = Field(0, ge=0, description="0 = only at the end")
     out_dir: str = "runs/train"
+    wandb: WandbConfig | None = Field(None, description="also log to Weights & Biases (extra wandb)")
 
 
 def load_config(path: str | Path, overrides: list[str] | None = None) -> TrainConfig:
@@ -235,6 +238,7 @@ class Trainer:
         self.model.eval()
         out = {k: v / count for k, v in sums.items()}
         out["response_length"] = float(batch.response_lengths.mean())
+        out["train_tokens"] = float(batch.attention_mask.sum())
         out["zero_variance_groups"] = float(zero_variance_groups(scores, batch.group_ids).float().mean())
         return out
 
@@ -245,26 +249,35 @@ class Trainer:
             return token_logprobs(self.ref_model, batch.input_ids, batch.attention_mask, self.cfg.rollout.temperature,
                                   loss_mask=batch.loss_mask, share_prefix=self.cfg.optim.share_prompts)[0]
 
-    def evaluate(self) -> float:
-        """Greedy success rate on the first ``eval_tasks`` tasks of the held-out env."""
+    def evaluate(self, out: str | Path | None = None) -> float:
+        """Greedy success rate on the first ``eval_tasks`` tasks of the held-out env (report, items and
+        trajectories in ``out`` when given; :meth:`train` uses ``OUT_DIR/eval/step-N``)."""
         from turnrl.rl.evaluate import evaluate
 
         kwargs = {**self.cfg.env.kwargs, **(self.cfg.env.eval_kwargs or {})}
         m = evaluate(self.agent, self.cfg.env.id, env_kwargs=kwargs, limit=self.cfg.eval_tasks, seed=self.cfg.seed,
                      params=SamplingParams(temperature=0.0, max_new_tokens=self.cfg.rollout.max_new_tokens),
-                     batch_episodes=64, max_context=self.cfg.rollout.max_context)
+                     batch_episodes=64, max_context=self.cfg.rollout.max_context, out=out)
         return m["accuracy"]
 
     # ---- the loop ----
 
-    def train(self, *, stop_after: int | None = None) -> list[dict[str, float]]:
-        """Run until ``cfg.steps`` (or ``stop_after`` more steps, to simulate an interruption); return the history."""
+    def train(self, *, stop_after: int | None = None,
+              on_step: Callable[[dict[str, float]], None] | None = None) -> list[dict[str, float]]:
+        """Run until ``cfg.steps`` (or ``stop_after`` more steps, to simulate an interruption); return the history.
+
+        ``on_step`` is called with each step's metrics (after the held-out evaluation, if any, ran), and with the
+        step-0 evaluation's record when the run starts fresh.
+        """
         self.out.mkdir(parents=True, exist_ok=True)
-        writer = _tensorboard(self.out)
+        tracker = Tracker(self.out, self.cfg.wandb, self.cfg.model_dump())
         if self.step == 0 and not self.history:
-            self.history.append({"step": 0.0, "eval_success": self.evaluate()})
+            self.history.append({"step": 0.0, "eval_success": self.evaluate(self.out / "eval" / "step-0")})
             with (self.out / "metrics.jsonl").open("w") as f:
                 f.write(json.dumps(self.history[0]) + "\n")
+            tracker.log(self.history[0], 0)
+            if on_step is not None:
+                on_step(self.history[0])
         end = self.cfg.steps if stop_after is None else min(self.cfg.steps, self.step + stop_after)
         while self.step < end:
             t0 = time.perf_counter()
@@ -274,21 +287,21 @@ class Trainer:
             info["step"] = float(self.step)
             info["seconds"] = time.perf_counter() - t0
             info["tokens_per_s"] = info["generated_tokens"] / max(info["seconds"], 1e-9)
+            info["train_tokens_per_s"] = info.get("train_tokens", 0.0) / max(info["seconds"], 1e-9)
             info["lr"] = self.scheduler.get_last_lr()[0]
             evaluate_now = self.step == self.cfg.steps or (self.cfg.eval_every and self.step % self.cfg.eval_every == 0)
             if evaluate_now:
-                info["eval_success"] = self.evaluate()
+                info["eval_success"] = self.evaluate(self.out / "eval" / f"step-{self.step}")
             self._monitor(info)
             self.history.append(info)
             with (self.out / "metrics.jsonl").open("a") as f:
                 f.write(json.dumps(info) + "\n")
-            if writer is not None:
-                for k, v in info.items():
-                    writer.add_scalar(k, v, self.step)
+            tracker.log(info, self.step)
+            if on_step is not None:
+                on_step(info)
             if self.step == self.cfg.steps or (self.cfg.checkpoint_every and self.step % self.cfg.checkpoint_every == 0):
                 self.save(self.out / "checkpoint.pt")
-        if writer is not None:
-            writer.close()
+        tracker.close()
         return self.history
 
     def _monitor(self, info: dict[str, float]) -> None:
@@ -318,14 +331,6 @@ class Trainer:
         self.scheduler.load_state_dict(state["scheduler"])
         torch.set_rng_state(state["rng"])
         self.step, self.cursor, self.history = state["step"], state["cursor"], state["history"]
-
-
-def _tensorboard(out: Path) -> Any:
-    try:
-        from torch.utils.tensorboard import SummaryWriter
-    except ImportError:  # tensorboard is optional
-        return None
-    return SummaryWriter(str(out / "tb"))
 
 
 __all__ = ["Trainer", "TrainConfig", "load_config"]
