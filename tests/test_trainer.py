@@ -58,7 +58,7 @@ def test_each_algorithm_raises_the_success_rate(tmp_path, algo):
     assert any(not torch.equal(a, b) for a, b in zip(before, trainer.model.parameters()))
     lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
     assert len(lines) == 31 and "eval_success" in json.loads(lines[0])
-    assert {"reward_mean", "entropy", "clip_frac", "tokens_per_s"} <= set(json.loads(lines[1]))
+    assert {"reward_mean", "reward_std", "entropy", "clip_frac", "tokens_per_s", "train_tokens_per_s"} <= set(json.loads(lines[1]))
 
 
 def test_kl_to_reference_is_reported(tmp_path):
@@ -66,9 +66,11 @@ def test_kl_to_reference_is_reported(tmp_path):
     assert all(h["kl"] >= 0 for h in history[1:]) and history[-1]["kl"] > 0
 
 
-@pytest.mark.parametrize("algo", ["grpo", "vapo"])
+@pytest.mark.parametrize("algo", ["grpo", "vapo", "ppo-critic-model"])
 def test_killed_and_resumed_run_continues_bit_exactly(tmp_path, algo):
     extra = {"algorithm": {"value_warmup_steps": 2}} if algo == "vapo" else {}
+    if algo == "ppo-critic-model":
+        algo, extra = "ppo", {"algorithm": {"critic_model": "tiny:chatml"}}
     full = new_trainer(config(tmp_path / "a", algo, steps=6, **extra))
     full.train()
     part = new_trainer(config(tmp_path / "b", algo, steps=6, checkpoint_every=3, **extra))
@@ -79,8 +81,9 @@ def test_killed_and_resumed_run_continues_bit_exactly(tmp_path, algo):
     resumed.train()
     for a, b in zip(full.model.parameters(), resumed.model.parameters()):
         assert torch.equal(a, b)
-    if algo == "vapo":
-        assert all(torch.equal(a, b) for a, b in zip(full.value_head.parameters(), resumed.value_head.parameters()))
+    critics = (full.critic or full.value_head, resumed.critic or resumed.value_head)
+    if algo != "grpo":
+        assert all(torch.equal(a, b) for a, b in zip(critics[0].parameters(), critics[1].parameters()))
     drop = lambda h: {k: v for k, v in h.items() if k not in ("seconds", "tokens_per_s", "train_tokens_per_s", "generate_s")}  # noqa: E731
     assert [drop(h) for h in full.history] == [drop(h) for h in resumed.history]
 
@@ -135,6 +138,22 @@ def test_train_and_plot_commands(tmp_path):
     assert result.exit_code == 0 and (tmp_path / "run" / "curves.png").read_bytes()[:4] == b"\x89PNG"
     result = runner.invoke(app, ["train", str(cfg), "optim.lerning=3"])
     assert result.exit_code == 2 and "lerning" in result.output
+
+
+def test_ppo_with_a_separate_critic_model(tmp_path):
+    trainer = new_trainer(config(tmp_path, "ppo", steps=20, algorithm={"critic_model": "tiny:chatml"}))
+    assert trainer.value_head is None and trainer.critic is not None
+    backbone = [p.detach().clone() for p in trainer.critic.backbone.parameters()]
+    history = trainer.train()
+    assert sum(h["success"] for h in history[-5:]) / 5 > sum(h["success"] for h in history[1:6]) / 5 + 0.3
+    assert any(not torch.equal(a, b) for a, b in zip(backbone, trainer.critic.backbone.parameters()))
+    value_loss = [h["value_loss"] for h in history[1:]]
+    assert sum(value_loss[-5:]) < sum(value_loss[:5])  # the critic fits the returns better than it did at first
+    with pytest.raises(ValueError, match="must share the policy's tokenizer"):
+        from turnrl.agents.tiny import tiny_model as tm
+        from turnrl.rl.critic import SeparateCritic
+
+        SeparateCritic(tm(tiny_tokenizer("chatml", vocab_size=300)), vocab_size=600)
 
 
 def test_vapo_value_pretraining_moves_only_the_critic(tmp_path):

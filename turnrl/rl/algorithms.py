@@ -3,8 +3,9 @@
 * ``grpo`` — group-normalized sequence advantages, clipped surrogate, optional KL to a reference model.
 * ``dapo`` — GRPO plus clip-higher (0.2/0.28), token-mean, dynamic sampling (zero-variance groups dropped and
   resampled by the trainer), soft overlong punishment added to the reward.
-* ``ppo`` — a value head on the policy, masked GAE (λ 0.95 actor and critic), whitened advantages, clipped value
-  loss. ``turn_independent`` cuts GAE at turn boundaries (PAG, §7).
+* ``ppo`` — a value head on the policy (or a separate critic transformer, ``critic_model``), masked GAE (λ 0.95
+  actor and critic), whitened advantages, clipped value loss. ``turn_independent`` cuts GAE at turn boundaries
+  (PAG, §7).
 * ``vapo`` — PPO with value pretraining (policy frozen for ``value_warmup_steps``), decoupled GAE (λ_critic = 1),
   length-adaptive λ_actor (α = 0.05), clip-higher, token-mean, and μ·NLL on correct samples (μ = 0.1) (§3).
 """
@@ -49,6 +50,8 @@ class AlgorithmConfig(BaseModel):
     vf_coef: float = Field(0.5, ge=0)
     eps_value: float = Field(0.5, gt=0)
     critic_lr: float | None = Field(None, gt=0, description="default: 2 x the actor's lr")
+    critic_model: str | None = Field(None, description="a separate critic transformer (agent spec sharing the "
+                                     "policy's tokenizer, e.g. a smaller model); default: a value head on the policy")
     nll_coef: float | None = Field(None, ge=0, description="μ of the positive-example NLL; vapo 0.1, else 0")
     value_warmup_steps: int | None = Field(None, ge=0, description="vapo 50, else 0: steps training only the critic")
     whiten_advantages: bool | None = Field(None, description="ppo on / vapo off")

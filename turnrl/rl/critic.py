@@ -1,0 +1,70 @@
+"""Critics for PPO and VAPO: ``V(s_t)`` for every token position, aligned like the log-probabilities.
+
+* :class:`ValueHead` — a linear head on the policy's own last hidden states (detached: the critic does not move
+  the policy). Cheap: no second transformer.
+* :class:`SeparateCritic` — its own transformer (any causal LM sharing the policy's vocabulary, e.g. a smaller
+  one) plus a linear head, trained end to end (``algorithm.critic_model``).
+
+Both read ``V(s_t)`` from the hidden state of the token before ``t`` (the state in which token ``t`` was chosen),
+and both start by predicting 0.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def _aligned(values: torch.Tensor) -> torch.Tensor:
+    """``(B, T)`` per-position outputs → values of the state before each token (position 0 gets 0)."""
+    v = values[:, :-1]
+    return torch.cat([torch.zeros_like(v[:, :1]), v], 1)
+
+
+class ValueHead(torch.nn.Module):
+    """A linear critic on the policy's last hidden states: ``V(s_t)`` is read from the hidden state of the token
+    before ``t`` (the state in which token ``t`` was chosen). Features are detached, so critic training (and value
+    pretraining) does not move the policy; they are layer-normalized (no affine). Initialized to predict 0."""
+
+    def __init__(self, hidden_size: int) -> None:
+        super().__init__()
+        self.proj = torch.nn.Linear(hidden_size, 1)
+        torch.nn.init.zeros_(self.proj.weight)
+        torch.nn.init.zeros_(self.proj.bias)
+
+    def forward(self, last_hidden: torch.Tensor) -> torch.Tensor:
+        """``(B, T, H)`` hidden states → ``(B, T)`` values aligned to token positions."""
+        h = last_hidden.detach().float()
+        # Normalize the features: LM hidden states can have a few very large dimensions, which would make Adam's
+        # per-weight steps move the predicted values by a lot; unit-scale features keep each step small.
+        h = torch.nn.functional.layer_norm(h, h.shape[-1:])
+        return _aligned(self.proj(h).squeeze(-1))
+
+
+class SeparateCritic(torch.nn.Module):
+    """A critic with its own transformer: the backbone of a causal LM plus a linear value head, trained end to end.
+
+    Args:
+        model: a Hugging Face causal LM (its ``base_model`` is kept; the LM head is not used). It reads the
+            policy's token ids, so its vocabulary must cover the policy tokenizer's.
+        vocab_size: the policy tokenizer's size, checked against the critic's embeddings.
+
+    Raises:
+        ValueError: the critic's vocabulary is smaller than the policy's.
+    """
+
+    def __init__(self, model: torch.nn.Module, vocab_size: int) -> None:
+        super().__init__()
+        embeddings = model.get_input_embeddings().num_embeddings
+        if embeddings < vocab_size:
+            raise ValueError(f"the critic model has {embeddings} token embeddings but the policy's tokenizer has "
+                             f"{vocab_size} tokens; the critic must share the policy's tokenizer")
+        self.backbone = model.base_model
+        self.proj = torch.nn.Linear(model.config.hidden_size, 1)
+        torch.nn.init.zeros_(self.proj.weight)
+        torch.nn.init.zeros_(self.proj.bias)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """``(B, T)`` token ids → ``(B, T)`` values aligned to token positions."""
+        h = self.backbone(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state.float()
+        h = torch.nn.functional.layer_norm(h, h.shape[-1:])  # as in ValueHead: unit-scale features
+        return _aligned(self.proj(h).squeeze(-1))
