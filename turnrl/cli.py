@@ -251,7 +251,7 @@ def plot(run_dir: Annotated[str, typer.Argument(help="a training run folder (wit
 def quickstart(
     model: Annotated[str, typer.Option(help="agent to train after the scripted episodes (a Hugging Face model)")] = "smollm2-135m-instruct",
     no_model: Annotated[bool, typer.Option("--no-model", help="only the scripted episodes")] = False,
-    steps: Annotated[int, typer.Option(min=1, help="GRPO steps of the training demo")] = 8,
+    steps: Annotated[int, typer.Option(min=1, help="GRPO steps of the training demo")] = 10,
     eval_tasks: Annotated[int, typer.Option(min=1, help="held-out problems evaluated before and after")] = 64,
     out: Annotated[str, typer.Option(help="the training run's folder")] = "runs/quickstart",
 ) -> None:

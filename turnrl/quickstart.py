@@ -76,14 +76,14 @@ QUICKSTART: dict[str, Any] = {
     "algorithm": {"name": "grpo"},
     "rollout": {"prompts_per_step": 4, "group_size": 8, "max_new_tokens": 48, "temperature": 0.8},
     "optim": {"lr": 2.0e-5, "minibatch_size": 8, "grad_accum": 4},
-    "steps": 8,
+    "steps": 10,
     "eval_tasks": 64,
     "out_dir": "runs/quickstart",
 }
 
 
-def run(console: Console, model: str | None = "smollm2-135m-instruct", steps: int = 8, eval_tasks: int = 64,
-        out_dir: str = "runs/quickstart") -> int:
+def run(console: Console, model: str | None = "smollm2-135m-instruct", steps: int = QUICKSTART["steps"],
+        eval_tasks: int = QUICKSTART["eval_tasks"], out_dir: str = QUICKSTART["out_dir"]) -> int:
     """Play the demo episodes, then (with ``model``) train it briefly; return 0 if everything went as expected."""
     failures = run_scripted(console)
     if model is None:
