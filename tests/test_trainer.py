@@ -132,6 +132,7 @@ def test_train_and_plot_commands(tmp_path):
     assert result.exit_code == 0, result.output
     assert "held-out success" in result.output and (tmp_path / "run" / "checkpoint.pt").exists()
     assert len((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()) == 4  # the step-0 eval + 3 steps
+    assert "step 0 held-out" in result.output and "step 3 reward" in result.output  # a line per step in a log
     result = runner.invoke(app, ["train", str(cfg), "steps=4"])  # resumes from the checkpoint at step 3
     assert "resumed" in result.output and len((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()) == 5
     result = runner.invoke(app, ["plot", str(tmp_path / "run")])

@@ -220,9 +220,13 @@ def train(
 
         def show(h: dict[str, float]) -> None:
             held_out = f" held-out {h['eval_success']:.3f}" if "eval_success" in h else ""
-            progress.update(task, completed=trainer.step,
-                            description=f"step {trainer.step} reward {h.get('reward_mean', 0):.3f} "
-                                        f"success {h.get('success', 0):.3f}{held_out}")
+            line = f"step {trainer.step} reward {h.get('reward_mean', 0):.3f} success {h.get('success', 0):.3f}"
+            progress.update(task, completed=trainer.step, description=line + held_out)
+            if not console.is_terminal:  # a log file: no live bar, so one line per step
+                secs = f" {h['seconds']:.1f} s" if "seconds" in h else ""
+                console.print(f"{line if trainer.step else 'step 0'}{held_out}{secs}", highlight=False)
+            elif held_out:  # keep each evaluation above the bar
+                console.print(f"step {trainer.step}:{held_out}", highlight=False)
 
         try:
             trainer.train(on_step=show)
