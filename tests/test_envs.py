@@ -18,7 +18,7 @@ from turnrl.envs import (
 from turnrl.envs.arithmetic import ArithmeticTasks, split_of
 from turnrl.envs.data import load_rows
 from turnrl.envs.testing import check_environment
-from turnrl.tools import calculator, tool
+from turnrl.tools import tool
 from turnrl.verifiers.math import verify
 
 

@@ -46,7 +46,7 @@ def test_eval_repeats_with_the_same_seed(tmp_path):
     kwargs = dict(env_kwargs={"calculator": True, "max_turns": 2}, limit=6, samples=3, params=params)
     a = evaluate(agent, "turnrl/Arithmetic-v0", seed=1, out=tmp_path / "a", **kwargs)
     b = evaluate(agent, "turnrl/Arithmetic-v0", seed=1, out=tmp_path / "b", **kwargs)
-    c = evaluate(agent, "turnrl/Arithmetic-v0", seed=2, out=tmp_path / "c", **kwargs)
+    evaluate(agent, "turnrl/Arithmetic-v0", seed=2, out=tmp_path / "c", **kwargs)
     items = lambda d: (tmp_path / d / "items.jsonl").read_text()  # noqa: E731
     assert items("a") == items("b") and items("a") != items("c")
     drop = lambda m: {k: v for k, v in m.items() if k not in ("wall_seconds", "generated_tokens_per_second")}  # noqa: E731
