@@ -80,3 +80,16 @@ def test_quickstart_config_file_is_the_embedded_run():
     from turnrl.rl.trainer import TrainConfig, load_config
 
     assert load_config(REPO / "configs" / "quickstart.yaml") == TrainConfig.model_validate(QUICKSTART)
+
+
+def test_every_shipped_config_validates_and_names_a_registered_env():
+    import turnrl
+    from turnrl.rl.trainer import load_config
+
+    paths = sorted((REPO / "configs").glob("*.yaml"))
+    assert len(paths) >= 5
+    for path in paths:
+        cfg = load_config(path)
+        env = turnrl.make(cfg.env.id, **{**cfg.env.kwargs, **cfg.env.eval_kwargs})  # the held-out env builds too
+        env.close()
+        assert cfg.out_dir == f"runs/{path.stem}", path
