@@ -58,7 +58,9 @@ def test_each_algorithm_raises_the_success_rate(tmp_path, algo):
     assert any(not torch.equal(a, b) for a, b in zip(before, trainer.model.parameters()))
     lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
     assert len(lines) == 31 and "eval_success" in json.loads(lines[0])
-    assert {"reward_mean", "reward_std", "entropy", "clip_frac", "tokens_per_s", "train_tokens_per_s"} <= set(json.loads(lines[1]))
+    assert {"reward_mean", "reward_std", "entropy", "clip_frac", "tokens_per_s", "train_tokens_per_s",
+            "rewarded_incorrect", "warnings"} <= set(json.loads(lines[1]))
+    assert all(h["rewarded_incorrect"] == 0.0 for h in history[1:])  # the toy env rewards only correct answers
 
 
 def test_kl_to_reference_is_reported(tmp_path):
@@ -210,3 +212,27 @@ def test_wandb_configured_but_missing_is_a_clear_error(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "wandb", None)  # what `import wandb` sees when it is not installed
     with pytest.raises(ImportError, match=r"pip install 'turnrl\[wandb\]'"):
         new_trainer(config(tmp_path, steps=1, wandb={"mode": "offline"})).train()
+
+
+def upper_or_half(text: str, ref: str) -> Verdict:
+    ok = upper(text, ref).correct
+    return Verdict(correct=ok, score=1.0 if ok else 0.5)
+
+
+class PartialCreditEnv(ToolEnv):
+    """Half the reward for a reply that is not correct: the share of rewarded-but-wrong episodes is 1 - success."""
+
+    def __init__(self, **kw):
+        super().__init__([Task(id=f"t{i}", prompt=f"Say something {i}.", answer="") for i in range(8)],
+                         verifier=upper_or_half, **kw)
+
+
+turnrl.register("tests/PartialCredit-v0", PartialCreditEnv)
+
+
+def test_rewarded_incorrect_share_is_recorded(tmp_path):
+    cfg = config(tmp_path, steps=2)
+    cfg.env.id = "tests/PartialCredit-v0"
+    history = new_trainer(cfg).train()
+    for h in history[1:]:
+        assert h["rewarded_incorrect"] == pytest.approx(1 - h["success"]) and 0 < h["rewarded_incorrect"] < 1

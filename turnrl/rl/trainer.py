@@ -35,6 +35,7 @@ from turnrl.rl.batch import Batch, collate
 from turnrl.rl.critic import SeparateCritic, ValueHead
 from turnrl.rl.forward import forward_tokens, token_logprobs
 from turnrl.rl.losses import clipped_value_loss, masked_nll
+from turnrl.rl.monitors import check_health
 from turnrl.rl.rollout import Rollout
 from turnrl.rl.tracking import Tracker, WandbConfig
 
@@ -184,6 +185,7 @@ class Trainer:
         info = {"generated_tokens": float(gen_tokens), "generate_s": gen_s, "rollout_episodes": float(len(seen)),
                 "reward_mean": float(rewards.mean()), "reward_std": float(rewards.std(correction=0)),
                 "success": sum(bool(t.correct) for t in seen) / len(seen),
+                "rewarded_incorrect": sum(t.total_reward > 0 and t.correct is False for t in seen) / len(seen),
                 "turns": sum(t.num_turns for t in seen) / len(seen),
                 "tool_calls": sum(len(turn.info.get("tool_calls") or []) for t in seen for turn in t.turns) / len(seen)}
         return kept, info
@@ -313,7 +315,10 @@ class Trainer:
             evaluate_now = self.step == self.cfg.steps or (self.cfg.eval_every and self.step % self.cfg.eval_every == 0)
             if evaluate_now:
                 info["eval_success"] = self.evaluate(self.out / "eval" / f"step-{self.step}")
-            self._monitor(info)
+            warnings = check_health(self.history, info, self.cfg.rollout.max_new_tokens)
+            for w in warnings:
+                logger.warning("step %d: %s", self.step, w)
+            info["warnings"] = float(len(warnings))
             self.history.append(info)
             with (self.out / "metrics.jsonl").open("a") as f:
                 f.write(json.dumps(info) + "\n")
@@ -324,14 +329,6 @@ class Trainer:
                 self.save(self.out / "checkpoint.pt")
         tracker.close()
         return self.history
-
-    def _monitor(self, info: dict[str, float]) -> None:
-        if info.get("entropy", 1.0) < 0.05:
-            logger.warning("step %d: entropy collapsed to %.3f", self.step, info["entropy"])
-        if info.get("zero_variance_groups", 0.0) >= 1.0:
-            logger.warning("step %d: every group has zero reward variance: no learning signal", self.step)
-        if info.get("response_length", 0.0) >= 0.98 * self.cfg.rollout.max_new_tokens:
-            logger.warning("step %d: responses hit the length limit (%.0f tokens)", self.step, info["response_length"])
 
     # ---- checkpoints ----
 
