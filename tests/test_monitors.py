@@ -21,6 +21,8 @@ def steps(**series):
 def test_entropy_and_signal_and_length_limit():
     assert entropy_collapse({"entropy": 0.01}) and not entropy_collapse({"entropy": 0.5}) and not entropy_collapse({})
     assert no_signal({"zero_variance_groups": 1.0}) and not no_signal({"zero_variance_groups": 0.75})
+    assert "harder tasks" in no_signal({"zero_variance_groups": 1.0, "success": 1.0})
+    assert "easier tasks" in no_signal({"zero_variance_groups": 1.0, "success": 0.0})
     assert "48 of 48" in length_limit({"response_length": 48}, 48) and not length_limit({"response_length": 30}, 48)
 
 

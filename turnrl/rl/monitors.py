@@ -30,9 +30,14 @@ def entropy_collapse(info: Metrics, floor: float = 0.05) -> str | None:
 
 def no_signal(info: Metrics) -> str | None:
     """Every group of samples got the same reward: nothing to learn from this step."""
-    if info.get("zero_variance_groups", 0.0) >= 1.0:
-        return "every group has zero reward variance: no learning signal"
-    return None
+    if info.get("zero_variance_groups", 0.0) < 1.0:
+        return None
+    hint = ""
+    if info.get("success") == 1.0:
+        hint = " (every sample solved its task: harder tasks would teach more)"
+    elif info.get("success") == 0.0:
+        hint = " (no sample solved its task: easier tasks, more samples or a higher temperature)"
+    return "every group has zero reward variance: no learning signal" + hint
 
 
 def length_limit(info: Metrics, max_new_tokens: int, share: float = 0.98) -> str | None:
