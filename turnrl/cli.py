@@ -252,6 +252,25 @@ def plot(run_dir: Annotated[str, typer.Argument(help="a training run folder (wit
 
 
 @app.command()
+def serve(
+    agent: Annotated[str, typer.Option(help="agent spec, e.g. smollm2-135m-instruct or hf:PATH")],
+    name: Annotated[str | None, typer.Option(help="model name clients ask for (default: the agent spec)")] = None,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+) -> None:
+    """Serve an agent over an OpenAI-compatible HTTP API (/v1/completions, /v1/chat/completions)."""
+    from turnrl.agents import make_agent
+    from turnrl.agents.server import AgentServer
+
+    server = AgentServer(make_agent(agent), name or agent, host=host, port=port)
+    console.print(f"serving {name or agent} at {server.url} (Ctrl-C stops)", soft_wrap=True, highlight=False)
+    try:
+        server.httpd.serve_forever()
+    except KeyboardInterrupt:
+        server.httpd.server_close()
+
+
+@app.command()
 def quickstart(
     model: Annotated[str, typer.Option(help="agent to train after the scripted episodes (a Hugging Face model)")] = "smollm2-135m-instruct",
     no_model: Annotated[bool, typer.Option("--no-model", help="only the scripted episodes")] = False,
