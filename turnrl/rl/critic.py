@@ -14,9 +14,22 @@ from __future__ import annotations
 import torch
 
 
-def _aligned(values: torch.Tensor) -> torch.Tensor:
-    """``(B, T)`` per-position outputs → values of the state before each token (position 0 gets 0)."""
-    v = values[:, :-1]
+def _zero_linear(hidden_size: int) -> torch.nn.Linear:
+    """The value projection, initialized to predict 0."""
+    proj = torch.nn.Linear(hidden_size, 1)
+    torch.nn.init.zeros_(proj.weight)
+    torch.nn.init.zeros_(proj.bias)
+    return proj
+
+
+def _values(proj: torch.nn.Linear, hidden: torch.Tensor) -> torch.Tensor:
+    """``(B, T, H)`` features → ``(B, T)`` values of the state before each token (position 0 gets 0).
+
+    Features are layer-normalized first: LM hidden states can have a few very large dimensions, which would make
+    Adam's per-weight steps move the predicted values by a lot; unit-scale features keep each step small.
+    """
+    h = torch.nn.functional.layer_norm(hidden.float(), hidden.shape[-1:])
+    v = proj(h).squeeze(-1)[:, :-1]
     return torch.cat([torch.zeros_like(v[:, :1]), v], 1)
 
 
@@ -27,17 +40,11 @@ class ValueHead(torch.nn.Module):
 
     def __init__(self, hidden_size: int) -> None:
         super().__init__()
-        self.proj = torch.nn.Linear(hidden_size, 1)
-        torch.nn.init.zeros_(self.proj.weight)
-        torch.nn.init.zeros_(self.proj.bias)
+        self.proj = _zero_linear(hidden_size)
 
     def forward(self, last_hidden: torch.Tensor) -> torch.Tensor:
         """``(B, T, H)`` hidden states → ``(B, T)`` values aligned to token positions."""
-        h = last_hidden.detach().float()
-        # Normalize the features: LM hidden states can have a few very large dimensions, which would make Adam's
-        # per-weight steps move the predicted values by a lot; unit-scale features keep each step small.
-        h = torch.nn.functional.layer_norm(h, h.shape[-1:])
-        return _aligned(self.proj(h).squeeze(-1))
+        return _values(self.proj, last_hidden.detach())
 
 
 class SeparateCritic(torch.nn.Module):
@@ -59,12 +66,8 @@ class SeparateCritic(torch.nn.Module):
             raise ValueError(f"the critic model has {embeddings} token embeddings but the policy's tokenizer has "
                              f"{vocab_size} tokens; the critic must share the policy's tokenizer")
         self.backbone = model.base_model
-        self.proj = torch.nn.Linear(model.config.hidden_size, 1)
-        torch.nn.init.zeros_(self.proj.weight)
-        torch.nn.init.zeros_(self.proj.bias)
+        self.proj = _zero_linear(model.config.hidden_size)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """``(B, T)`` token ids → ``(B, T)`` values aligned to token positions."""
-        h = self.backbone(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state.float()
-        h = torch.nn.functional.layer_norm(h, h.shape[-1:])  # as in ValueHead: unit-scale features
-        return _aligned(self.proj(h).squeeze(-1))
+        return _values(self.proj, self.backbone(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state)

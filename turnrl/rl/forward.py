@@ -66,8 +66,8 @@ def forward_tokens(model: torch.nn.Module, input_ids: torch.Tensor, attention_ma
         if len(rows) == 1:
             rest += rows
             continue
-        lp, ent, h, F, end = _shared_prompt_pass(model, input_ids, attention_mask, rows, int(first[rows[0]]),
-                                                 int(lengths[rows].max()), temperature, hidden)
+        F, end = int(first[rows[0]]), int(lengths[rows].max())
+        lp, ent, h = _shared_prompt_pass(model, input_ids, attention_mask, rows, F, end, temperature, hidden)
         idx = torch.tensor(rows, device=device)
         logp[idx, F:end] = lp
         entropy[idx, F:end] = ent
@@ -107,7 +107,7 @@ def _shared_prompt_pass(model: torch.nn.Module, input_ids: torch.Tensor, attenti
     h = None
     if hidden:
         h = torch.cat([head.hidden_states[-1].expand(n, F, -1), tail.hidden_states[-1]], 1)
-    return lp, ent, h, F, end
+    return lp, ent, h
 
 
 def _score(logits: torch.Tensor, targets: torch.Tensor, temperature: float) -> tuple[torch.Tensor, torch.Tensor]:

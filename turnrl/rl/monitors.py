@@ -21,6 +21,18 @@ from collections.abc import Sequence
 Metrics = dict[str, float]
 
 
+def _mean(records: Sequence[Metrics], key: str) -> float | None:
+    """Mean of ``key`` over the records that have it (``None`` if none has)."""
+    values = [r[key] for r in records if key in r]
+    return sum(values) / len(values) if values else None
+
+
+def _start(history: Sequence[Metrics], key: str, window: int) -> float | None:
+    """Mean of ``key`` over the run's first ``window`` records that have it (``None`` until there are that many)."""
+    early = [h for h in history if key in h][:window]
+    return _mean(early, key) if len(early) == window else None
+
+
 def entropy_collapse(info: Metrics, floor: float = 0.05) -> str | None:
     """Mean token entropy of the generated tokens below ``floor`` nats."""
     if "entropy" in info and info["entropy"] < floor:
@@ -49,10 +61,9 @@ def length_limit(info: Metrics, max_new_tokens: int, share: float = 0.98) -> str
 
 def length_explosion(history: Sequence[Metrics], info: Metrics, factor: float = 3.0, window: int = 3) -> str | None:
     """Mean response length above ``factor`` × its mean over the run's first ``window`` training steps."""
-    early = [h["response_length"] for h in history if "response_length" in h][:window]
-    if len(early) < window or "response_length" not in info:
+    base = _start(history, "response_length", window)
+    if base is None or "response_length" not in info:
         return None
-    base = sum(early) / len(early)
     if base > 0 and info["response_length"] > factor * base:
         return f"response length exploded: {info['response_length']:.0f} tokens vs {base:.0f} at the start"
     return None
@@ -66,20 +77,13 @@ def reward_without_correctness(history: Sequence[Metrics], info: Metrics, share:
     The rise matters: partial credit by design (QA F1, PAG's verification turns) is there from the start; a bonus
     being farmed grows.
     """
-    now = info.get("rewarded_incorrect")
-    early = [h["rewarded_incorrect"] for h in history if "rewarded_incorrect" in h][:window]
-    if now is None or len(early) < window:
+    now, base = info.get("rewarded_incorrect"), _start(history, "rewarded_incorrect", window)
+    if now is None or base is None:
         return None
-    base = sum(early) / len(early)
     if now >= share and now - base >= rise:
         return (f"{now:.0%} of episodes earn reward without a correct answer (from {base:.0%} at the start): "
                 "a format or partial-credit bonus may be being farmed")
     return None
-
-
-def _mean_reward(records: Sequence[Metrics]) -> float | None:
-    rewards = [r["reward_mean"] for r in records if "reward_mean" in r]
-    return sum(rewards) / len(rewards) if rewards else None
 
 
 def held_out_divergence(history: Sequence[Metrics], info: Metrics, drop: float = 0.1, window: int = 3) -> str | None:
@@ -97,10 +101,10 @@ def held_out_divergence(history: Sequence[Metrics], info: Metrics, drop: float =
     if history[best]["eval_success"] - info["eval_success"] < drop:
         return None
     if "reward_mean" in history[best]:
-        then = _mean_reward(records[max(0, best - window + 1) : best + 1])
+        then = _mean(records[max(0, best - window + 1) : best + 1], "reward_mean")
     else:  # the evaluation before any training
-        then = _mean_reward(records[best + 1 : best + 1 + window])
-    now = _mean_reward(records[-window:])
+        then = _mean(records[best + 1 : best + 1 + window], "reward_mean")
+    now = _mean(records[-window:], "reward_mean")
     if then is None or now is None or now <= then:
         return None
     return (f"held-out success fell to {info['eval_success']:.1%} from its best {history[best]['eval_success']:.1%} "
