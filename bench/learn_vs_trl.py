@@ -51,11 +51,10 @@ def train_turnrl(model: Any, tok: Any, env_kwargs: dict[str, Any], steps: int, o
     })
     trainer = Trainer(cfg, model=model, tokenizer=tok)
     t0 = time.perf_counter()
-    for _ in range(steps):
-        trajs, info = trainer.collect()
-        trainer.update(trajs)
-        trainer.step += 1
-        print(f"  turnrl step {trainer.step}: success {info['success']:.2f}", flush=True)
+    for step in range(steps):
+        trajs, info = trainer.source.collect(step)
+        trainer.learner.update(trajs)
+        print(f"  turnrl step {step + 1}: success {info['success']:.2f}", flush=True)
     return time.perf_counter() - t0
 
 

@@ -78,14 +78,13 @@ def run_turnrl(model: Any, tokenizer: Any, n_tasks: int, steps: int, share: bool
         "optim": {"lr": LR, "minibatch_size": GROUP, "grad_accum": 1, "share_prompts": share}, "steps": steps, "out_dir": "/tmp/unused",
     })
     trainer = Trainer(cfg, model=model, tokenizer=tokenizer)
-    assert trainer.n_tasks == n_tasks
+    assert trainer.source.n_tasks == n_tasks
     rows = []
-    for _ in range(steps):
+    for step in range(steps):
         t0 = time.perf_counter()
-        trajs, info = trainer.collect()
+        trajs, info = trainer.source.collect(step)
         t1 = time.perf_counter()
-        trainer.update(trajs)
-        trainer.step += 1
+        trainer.learner.update(trajs)
         t2 = time.perf_counter()
         rows.append({"seconds": t2 - t0, "generate_s": t1 - t0, "update_s": t2 - t1,
                      "tokens": float(sum(len(t.token_ids) for t in trajs)),

@@ -4,6 +4,16 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
+# A headless browser for tests/test_view.py (Debian's chromium + chromedriver, driven by selenium). Checked on every
+# run (instant when present); installed only as root with apt-get, otherwise a warning and the test skips.
+if ! { command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1; }; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver) >/dev/null 2>&1 \
+      || echo "warning: could not install chromium and chromium-driver; tests/test_view.py's browser test will skip" >&2
+  else
+    echo "warning: chromium/chromedriver missing (tests/test_view.py's browser test skips): sudo apt-get install chromium chromium-driver" >&2
+  fi
+fi
 stamp=.venv/.turnrl-installed
 want=$(sha256sum pyproject.toml | cut -d' ' -f1)
 if [ -x .venv/bin/turnrl ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then

@@ -4,7 +4,7 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from turnrl.cli import app, parse_kwargs
+from turnrl.cli import _shares_tasks, app, parse_kwargs
 
 runner = CliRunner()
 REPO = Path(__file__).resolve().parents[1]
@@ -21,6 +21,8 @@ def test_envs_check_passes_and_reports_bad_input():
     result = runner.invoke(app, ["envs", "check", "turnrl/Arithmetic-v0", "--kw", "level=3", "-k", "calculator=true"])
     assert result.exit_code == 0, result.output
     assert "OK" in result.output and "oracle agent" in result.output
+    result = runner.invoke(app, ["envs", "check", "turnrl/Arithmetic-v0", "-k", "calculator=true", "--no-call-tools"])
+    assert result.exit_code == 0 and "generated call(s) ran" not in result.output, result.output
     result = runner.invoke(app, ["envs", "check", "turnrl/Arithmetc-v0"])
     assert result.exit_code == 2 and "Did you mean 'turnrl/Arithmetic-v0'" in result.output
     result = runner.invoke(app, ["envs", "check", "turnrl/Arithmetic-v0", "--kw", "levle=2"])
@@ -91,8 +93,11 @@ def test_every_shipped_config_validates_and_names_a_registered_env():
     for path in paths:
         cfg = load_config(path)
         env = turnrl.make(cfg.env.id, **{**cfg.env.kwargs, **cfg.env.eval_kwargs})  # the held-out env builds too
+        assert not _shares_tasks(turnrl.make(cfg.env.id, **cfg.env.kwargs), env, cfg.eval_tasks), path  # held out
         env.close()
         assert cfg.out_dir == f"runs/{path.stem}", path
+    held, train = (turnrl.make("turnrl/Arithmetic-v0", split=s) for s in ("test", "train"))
+    assert _shares_tasks(train, turnrl.make("turnrl/Arithmetic-v0", retry=True), 4) and not _shares_tasks(train, held, 4)
 
 
 def test_serve_command_answers_on_127_0_0_1():
@@ -118,3 +123,45 @@ def test_serve_command_answers_on_127_0_0_1():
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def test_train_help_names_every_algorithm():
+    from turnrl.rl import algorithms
+
+    if hasattr(algorithms, "algorithm_names"):  # the algorithm registry
+        names = set(algorithms.algorithm_names())
+    else:
+        import typing
+
+        names = set(typing.get_args(algorithms.AlgorithmConfig.model_fields["name"].annotation))
+    result = runner.invoke(app, ["train", "--help"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0
+    assert names and all(name in result.output for name in names), (names, result.output)
+
+
+def test_an_env_constructor_that_raises_is_one_line_with_its_place(tmp_path, monkeypatch):
+    import gymnasium as gym
+
+    from turnrl.envs import registry
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "raising_env_mod.py").write_text(
+        "import turnrl\nfrom turnrl.envs import TextEnv\n\n\nclass Boom(TextEnv):\n    def __init__(self):\n"
+        "        raise RuntimeError('the catalog file is missing')\n\n\n"
+        "turnrl.register('clitest/Boom-v0', 'raising_env_mod:Boom')\n")
+    try:
+        for args in (["envs", "check", "raising_env_mod:clitest/Boom-v0"], ["play", "raising_env_mod:clitest/Boom-v0"]):
+            result = runner.invoke(app, args)
+            assert result.exit_code == 2
+            assert result.output == ("error: making raising_env_mod:clitest/Boom-v0 raised RuntimeError: the catalog "
+                                     "file is missing (raising_env_mod.py:7)\n")
+    finally:
+        del gym.registry["clitest/Boom-v0"]
+        registry._REGISTERED.pop("clitest/Boom-v0")
+        registry._SOURCES.pop("clitest/Boom-v0")
+
+
+def test_play_an_index_past_the_last_task_is_one_error_line():
+    result = runner.invoke(app, ["play", "turnrl/GSM8K-v0", "--index", "99999"])
+    assert result.exit_code == 2
+    assert result.output.startswith("error: options['index'] must be an integer in [0, 1319), got 99999")

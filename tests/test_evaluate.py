@@ -72,3 +72,39 @@ def test_smollm2_eval_on_gsm8k(tmp_path):
     assert 0 < metrics["generated_tokens_per_episode"] <= 48
     rows = [json.loads(x) for x in (tmp_path / "items.jsonl").read_text().splitlines()]
     assert all(r["final_response"] for r in rows)  # the model said something
+
+
+def test_report_shows_whole_episodes_and_why_answers_failed(tmp_path):
+    """A scripted agent that calls the calculator, then answers right, wrong or not at all by the task's sum."""
+    import re
+
+    from turnrl.rl.evaluate import figure
+
+    tok = tiny_tokenizer("chatml")
+
+    def policy(prompt: str) -> str:
+        question = prompt.rsplit("What is ", 1)[1].split("?")[0]
+        if "<calculator>" not in prompt.rsplit("What is ", 1)[1]:
+            return f"<calculator>{question}</calculator>"
+        value = int(re.findall(r"-?\d+", prompt.rsplit("<calculator>", 1)[1].split("</calculator>", 1)[1])[0])
+        return [f"\\boxed{{{value}}}", f"\\boxed{{{value + 1}}}", "I am not sure."][value % 3]
+
+    env_kwargs = {"level": 1, "calculator": True, "tool_style": "tags"}
+    evaluate(ScriptedAgent(tok, policy), "turnrl/Arithmetic-v0", env_kwargs=env_kwargs, limit=12, out=tmp_path)
+    rows = [json.loads(x) for x in (tmp_path / "items.jsonl").read_text().splitlines()]
+    reasons = [r["failure"] for r in rows]
+    assert {None, "wrong", "no answer"} == set(reasons) and all(r["tool_calls"] == 1 for r in rows)
+    report = (tmp_path / "report.md").read_text()
+    failed = [r for r in reasons if r]
+    assert (f"| no answer | {failed.count('no answer')} | {failed.count('no answer') / len(failed):.3f} |"
+            in report.split("## Why answers failed", 1)[1])
+    episodes = report.split("## Example episodes", 1)[1].split("## Configuration")[0]
+    assert episodes.count("### ") == 6  # 2 successes and 4 failures, the reasons taking turns
+    assert "(correct, 2 turn(s), reward 1)" in episodes and "(failed: no answer, 2 turn(s)" in episodes
+    assert "> **assistant, turn 0, reward 0**: <calculator>" in episodes and "> **tool:calculator**: " in episodes
+    titles = [ax.get_title() for ax in figure(json.loads((tmp_path / "metrics.json").read_text()), rows, "t").axes]
+    assert titles[0].startswith("outcomes") and "pass@k" not in titles  # one sample: no pass@k curve
+    metrics = {"accuracy": 0.5, "pass@1": 0.5, "pass@2": 0.7}
+    assert figure(metrics, rows, "t").axes[0].get_title() == "pass@k"
+    assert [ax.get_xlabel() for ax in figure(metrics, rows, "t").axes[1:3]] == ["turns per episode",
+                                                                               "tool calls per episode"]

@@ -1,9 +1,12 @@
 import json
 import threading
+import time
 
 import pytest
 
 from turnrl.verifiers.math import extract_boxed, gsm8k_reference, verify
+from turnrl.verifiers.math import verify as math_verify
+from turnrl.verifiers.qa import verify as qa_verify
 from turnrl.verifiers.pag import parse_verdict, revision_reward, verdict_reward
 
 
@@ -125,3 +128,67 @@ def test_revision_bonus_table():
     assert revision_reward(True, True) == 1.0
     assert revision_reward(False, False) == 0.0
     assert revision_reward(False, True, alpha=0.5) == 1.5
+
+
+# ---- gaming the math and QA verifiers (docs/REWARD_HACKING.md) ----
+
+@pytest.mark.parametrize("response", [
+    r"\boxed{17} or \boxed{19}", r"\boxed{17 \text{ or } 19}", r"\boxed{x = 17 \vee x = 19}", r"\boxed{17 \lor 19}",
+    r"\boxed{17 \cup 19}", r"\boxed{17 \;|\; 19}", r"\boxed{17 \mid 19}", r"\boxed{17 \\ 19}", r"\boxed{17 \sim 19}",
+    r"\boxed{18 \pm 1}", r"\boxed{17, 19}", r"\boxed{\{17, 19\}}", r"\boxed{19 \text{ (or 17)}}", "The answer is 17 or 19.",
+    r"\boxed{17}" + "\n" + r"\boxed{19}",
+])
+def test_math_hedges_earn_nothing(response):
+    v = math_verify(response, "19")
+    assert not v.correct and v.score == 0.0 and v.details["reason"] == "hedged", v
+
+
+@pytest.mark.parametrize("response", [r"\boxed{9^{9^{9^{9}}}}", r"\boxed{10^{10^{10}}}", r"\boxed{9^9^9}",
+                                      r"\boxed{2^{100000}}", r"\boxed{100000!}", "\\boxed{" + "9" * 500 + "}"])
+def test_math_answers_that_would_hang_the_verifier_are_refused_fast(response):
+    start = time.perf_counter()
+    v = math_verify(response, "19")
+    assert not v.correct and v.details["reason"] in ("too_complex", "too_long") and time.perf_counter() - start < 1
+
+
+@pytest.mark.parametrize("response", [r"\boxed{|-19|}", r"\boxed{\frac{38}{2}}", r"\boxed{\sqrt{361}}", r"\boxed{19.0}",
+                                      r"\boxed{2^{4} + 3}", r"\boxed{19 \text{ apples}}", r"\boxed{19}\boxed{19}"])
+def test_math_honest_answers_still_pass(response):
+    assert math_verify(response, "19").correct
+
+
+QUESTION = "Which was released first, Blue Velvet or The Elephant Man?"
+
+
+@pytest.mark.parametrize(("response", "reason"), [
+    ("<answer>The Elephant Man or Blue Velvet</answer>", "hedged"),
+    ("<answer>The Elephant Man; Blue Velvet</answer>", "hedged"),
+    ("<answer>The Elephant Man / Blue Velvet</answer>", "hedged"),
+    ("<answer>The Elephant Man, Blue Velvet</answer>", "hedged"),
+    ("<answer>The Elephant Man\nBlue Velvet</answer>", "hedged"),
+    ("<answer>Blue Velvet</answer> <answer>The Elephant Man</answer>", "hedged"),
+    ("<answer>Elephant Man Blue Velvet</answer>", "padded"),                        # both names of a comparison
+    ("<answer>" + " ".join(["man elephant film 1980 lynch"] * 20) + "</answer>", "padded"),   # a long F1 farm
+    ("<answer>The Elephant Man which was released first of the two films</answer>", "padded"),
+    (f"<answer>{QUESTION} The Elephant Man</answer>", "repeats_question"),
+    ("<answer>Blue Velvet vs The Elephant Man: which was released first</answer>", "repeats_question"),
+])
+def test_qa_gaming_earns_nothing(response, reason):
+    v = qa_verify(response, "The Elephant Man", question=QUESTION)
+    assert not v.correct and v.score == 0.0 and v.details["reason"] == reason and v.details["tampering"] == 1, v
+    assert v.details["f1"] > 0  # the official F1 would have paid
+
+
+@pytest.mark.parametrize(("response", "reference", "score"), [
+    ("<answer>The Elephant Man</answer>", "The Elephant Man", 1.0),
+    ("<answer>Elephant Man</answer>", "The Elephant Man", 1.0),
+    ("<answer>Washington, D.C.</answer>", "Washington, D.C.", 1.0),
+    ("<answer>1,000 people</answer>", "1,000 people", 1.0),
+    ("<answer>Either/Or</answer>", "Either/Or", 1.0),
+    ("<answer>Lynch</answer> <answer>Lynch</answer>", "Lynch", 1.0),
+    ("<answer>David K. Lynch</answer>", "David Lynch", 0.8),                       # partial credit stays
+    ("<answer>Chief</answer>", "Chief of Protocol", 0.5),
+])
+def test_qa_committed_answers_keep_their_credit(response, reference, score):
+    v = qa_verify(response, reference, question=QUESTION)
+    assert v.score == pytest.approx(score) and v.details["tampering"] == 0, v

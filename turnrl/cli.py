@@ -2,18 +2,31 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
 import json
 import sys
 import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import typer
 import yaml
 from rich.console import Console
 from rich.table import Table
 
-from turnrl.envs.registry import InvalidEnvKwargs, UnknownEnvironmentError, make, registered
+from turnrl.envs.registry import (
+    EnvImportError,
+    InvalidEnvKwargs,
+    UnknownEnvironmentError,
+    entry_point_problems,
+    error_location,
+    import_env_module,
+    make,
+    registered,
+    resolve,
+    source_of,
+)
 
 app = typer.Typer(help="turnrl: RL for multi-turn LLM agents.", no_args_is_help=True, add_completion=False)
 envs_app = typer.Typer(help="Environments: list and check them.", no_args_is_help=True)
@@ -23,6 +36,30 @@ console = Console()
 KwOption = Annotated[
     list[str] | None,
     typer.Option("--kw", "-k", help="Environment keyword argument KEY=VALUE (VALUE read as YAML); repeatable."),
+]
+
+
+def fail(message: str) -> NoReturn:
+    """Print ``error: MESSAGE`` on one line and exit with status 2 (bad input, nothing was run)."""
+    console.print("[red]error:[/red] ", end="")
+    console.print(" ".join(message.split()), soft_wrap=True, markup=False, highlight=False)
+    raise typer.Exit(2)
+
+
+def _import_modules(modules: list[str] | None) -> list[str] | None:
+    for name in modules or []:
+        try:
+            import_env_module(name, [Path.cwd()])
+        except EnvImportError as e:
+            fail(str(e))
+    return modules
+
+
+ImportOption = Annotated[
+    list[str] | None,
+    typer.Option("--import", metavar="MODULE", callback=_import_modules, is_eager=True,
+                 help="Import MODULE first (from sys.path or the current folder), e.g. one that registers "
+                      "environments; repeatable."),
 ]
 
 
@@ -37,13 +74,15 @@ def parse_kwargs(pairs: list[str] | None) -> dict[str, Any]:
     return out
 
 
-def _make(env_id: str, kwargs: dict[str, Any]) -> Any:
+def _make(env_id: str, kwargs: dict[str, Any], search: list[Path] | None = None) -> Any:
+    """The environment, or the one-line ``error:`` (exit 2) saying what to change."""
     try:
+        resolve(env_id, search if search is not None else [Path.cwd()])
         return make(env_id, **kwargs)
-    except (UnknownEnvironmentError, InvalidEnvKwargs, FileNotFoundError, ValueError, TypeError) as e:
-        console.print("[red]error:[/red] ", end="")
-        console.print(str(e), soft_wrap=True, markup=False, highlight=False)
-        raise typer.Exit(2) from e
+    except (UnknownEnvironmentError, InvalidEnvKwargs, EnvImportError, FileNotFoundError, ValueError, TypeError) as e:
+        fail(str(e))
+    except Exception as e:  # noqa: BLE001 — the environment's own constructor failed: say where, in one line
+        fail(f"making {env_id} raised {type(e).__name__}: {e}{error_location(e)}")
 
 
 def _summary(env_id: str) -> str:
@@ -51,32 +90,41 @@ def _summary(env_id: str) -> str:
     from gymnasium.envs.registration import load_env_creator
 
     entry = gym.spec(env_id).entry_point
-    obj = load_env_creator(entry) if isinstance(entry, str) else entry
+    try:
+        obj = load_env_creator(entry) if isinstance(entry, str) else entry
+    except Exception as e:  # noqa: BLE001 — one broken package must not hide the others
+        return f"(cannot import {entry}: {type(e).__name__}: {e})"
     doc = (obj.__doc__ or "").strip().splitlines()
     return doc[0].replace(f"``{env_id}``: ", "") if doc else ""
 
 
 @envs_app.command("list")
-def envs_list() -> None:
-    """List the registered environments."""
+def envs_list(imports: ImportOption = None) -> None:
+    """List the registered environments: built-in, declared by installed packages, or from imported modules."""
     table = Table(title="turnrl environments")
     table.add_column("id", style="bold cyan")
     table.add_column("description")
+    table.add_column("from", style="dim")
     for env_id in registered():
-        table.add_row(env_id, _summary(env_id))
+        table.add_row(env_id, _summary(env_id), source_of(env_id))
     console.print(table)
+    for problem in entry_point_problems():
+        console.print(f"[yellow]skipped[/yellow] {problem}", markup=True, highlight=False, soft_wrap=True)
 
 
 @envs_app.command("check")
 def envs_check(
-    env_id: Annotated[str, typer.Argument(help="e.g. turnrl/GSM8K-v0")],
+    env_id: Annotated[str, typer.Argument(help="e.g. turnrl/GSM8K-v0, or mymodule:myproject/Name-v0")],
     kw: KwOption = None,
     seed: int = 0,
+    call_tools: Annotated[bool, typer.Option(help="call each tool with generated arguments (off for tools with side "
+                                                  "effects)")] = True,
+    imports: ImportOption = None,
 ) -> None:
     """Run the conformance harness on one environment; exit 1 if it fails."""
     from turnrl.envs.testing import check_environment
 
-    report = check_environment(_make(env_id, parse_kwargs(kw)), seed=seed)
+    report = check_environment(_make(env_id, parse_kwargs(kw)), seed=seed, call_tools=call_tools)
     console.print(str(report), markup=False)
     if not report.ok:
         raise typer.Exit(1)
@@ -108,14 +156,18 @@ def _show_messages(messages: Any) -> None:
 
 @app.command()
 def play(
-    env_id: Annotated[str, typer.Argument(help="e.g. turnrl/Arithmetic-v0")],
+    env_id: Annotated[str, typer.Argument(help="e.g. turnrl/Arithmetic-v0, or mymodule:myproject/Name-v0")],
     kw: KwOption = None,
     seed: int = 0,
     index: Annotated[int | None, typer.Option(help="task index (default: drawn from the seed)")] = None,
+    imports: ImportOption = None,
 ) -> None:
     """Play an environment yourself: type the agent's turns (end a line with \\ to continue it; :q quits)."""
     env = _make(env_id, parse_kwargs(kw))
-    obs, info = env.reset(seed=seed, options={"index": index} if index is not None else None)
+    try:
+        obs, info = env.reset(seed=seed, options={"index": index} if index is not None else None)
+    except ValueError as e:  # e.g. an index past the last task
+        fail(str(e))
     console.print(f"[dim]task {info.get('task_id')} — type ':oracle' for the oracle's answer, ':q' to quit[/dim]")
     _show_messages(obs)
     total = 0.0
@@ -139,7 +191,7 @@ def play(
 
 @app.command("eval")
 def eval_cmd(
-    env: Annotated[str, typer.Option("--env", help="environment id, e.g. turnrl/GSM8K-v0")],
+    env: Annotated[str, typer.Option("--env", help="e.g. turnrl/GSM8K-v0, or mymodule:myproject/Name-v0")],
     agent: Annotated[str, typer.Option(help="smollm2-135m-instruct, hf:PATH, vllm:PATH, openai:URL#MODEL, tiny:chatml")],
     limit: Annotated[int, typer.Option(help="evaluate tasks 0..limit-1")] = 100,
     samples: Annotated[int, typer.Option(help="episodes per task (pass@k up to this k)")] = 1,
@@ -152,6 +204,7 @@ def eval_cmd(
     max_context: int = 4096,
     tokenizer: Annotated[str | None, typer.Option(help="tokenizer path/name for openai: agents")] = None,
     kw: KwOption = None,
+    imports: ImportOption = None,
 ) -> None:
     """Evaluate an agent on an environment; write items.jsonl, report.md, metrics.json and plot.png to --out."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -160,13 +213,16 @@ def eval_cmd(
     from turnrl.rl.evaluate import evaluate
 
     env_kwargs = parse_kwargs(kw)
-    _make(env, env_kwargs)  # fail fast, with the registry's message, before loading a model
+    probe = _make(env, env_kwargs)  # fail fast, with the registry's message, before loading a model
+    n_tasks = len(probe) if hasattr(probe, "__len__") else None
+    if n_tasks is not None and limit > n_tasks:
+        console.print(f"note: --limit {limit} is more than the {n_tasks} task(s) of {env}; evaluating all {n_tasks}",
+                      soft_wrap=True, markup=False, highlight=False)
+        limit = n_tasks
     try:
         the_agent = make_agent(agent, batch_size=batch_size, tokenizer=tokenizer)
     except (ValueError, OSError, ImportError) as e:
-        console.print("[red]error:[/red] ", end="")
-        console.print(str(e), soft_wrap=True, markup=False, highlight=False)
-        raise typer.Exit(2) from e
+        fail(str(e))
     temp = temperature if temperature is not None else (0.0 if samples == 1 else 1.0)
     params = SamplingParams(temperature=temp, top_p=top_p, max_new_tokens=max_new_tokens)
     columns = [TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -191,24 +247,63 @@ def eval_cmd(
     console.print(f"[dim]metrics: {json.dumps(metrics)}[/dim]", soft_wrap=True)
 
 
+def _config_error(e: Exception) -> str:
+    """A config problem on one line: each pydantic error as ``field.path: message``."""
+    from pydantic import ValidationError
+
+    if not isinstance(e, ValidationError):
+        return str(e) if isinstance(e, (OSError, ValueError, yaml.YAMLError)) else f"{type(e).__name__}: {e}"
+    parts = []
+    for err in e.errors():
+        where = ".".join(str(x) for x in err["loc"]) or "(top level)"
+        value = err.get("input")
+        shown = f" (got {value!r})" if err["type"] != "missing" and isinstance(value, (str, int, float, bool)) else ""
+        parts.append(f"{where}: {err['msg']}{shown}")
+    return "; ".join(parts)
+
+
+def _shares_tasks(train_env: Any, held_env: Any, n: int) -> bool:
+    """Whether the first ``n`` held-out tasks are posed by the training env too (same prompts at the same index)."""
+    try:
+        n = min(n, 16, len(train_env), len(held_env))
+        prompts = [[env.reset(seed=0, options={"index": i})[0][-1].content for i in range(n)]
+                   for env in (train_env, held_env)]
+    except Exception:  # noqa: BLE001 — no index option or no length: nothing to compare
+        return False
+    return bool(set(prompts[0]) & set(prompts[1]))
+
+
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": False})
 def train(
     config: Annotated[str, typer.Argument(help="YAML config, e.g. configs/quickstart.yaml")],
     overrides: Annotated[list[str] | None, typer.Argument(help="dotted overrides, e.g. optim.lr=1e-5 steps=10")] = None,
     resume: Annotated[bool, typer.Option(help="continue from OUT_DIR/checkpoint.pt if it exists")] = True,
+    imports: ImportOption = None,
 ) -> None:
-    """Train a policy (GRPO/DAPO) with the local trainer; metrics to OUT_DIR/metrics.jsonl and TensorBoard."""
-    from pydantic import ValidationError
-
+    """Train a policy with GRPO, DAPO, PPO or VAPO (algorithm.name: grpo, dapo, ppo, vapo); metrics to
+    OUT_DIR/metrics.jsonl and TensorBoard. env.id may be mymodule:myproject/Name-v0, with mymodule.py next to the
+    config."""
     from turnrl.rl.trainer import Trainer, load_config
 
     try:
         cfg = load_config(config, overrides)
-    except (ValidationError, ValueError, OSError) as e:
-        console.print("[red]error in the config:[/red]")
-        console.print(str(e), markup=False, highlight=False)
-        raise typer.Exit(2) from e
-    trainer = Trainer(cfg)
+    except Exception as e:  # noqa: BLE001 — a config that does not load or validate: say why, in one line
+        fail(f"{config}: {_config_error(e)}")
+    search = [Path(config).resolve().parent, Path.cwd()]
+    train_env = _make(cfg.env.id, cfg.env.kwargs, search)  # fail fast, before loading any model
+    held_env = _make(cfg.env.id, {**cfg.env.kwargs, **(cfg.env.eval_kwargs or {})}, search)
+    on_train = _shares_tasks(train_env, held_env, cfg.eval_tasks)
+    if on_train:
+        console.print(f"warning: {cfg.env.id} has no held-out split here (env.eval_kwargs poses the training tasks), "
+                      "so the held-out success below is measured on training tasks; set env.eval_kwargs "
+                      "(e.g. split: test) to tasks the policy does not train on", soft_wrap=True, markup=False,
+                      highlight=False)
+    from turnrl.rl.placement.ray import RayPlacementError
+
+    try:
+        trainer = Trainer(cfg)
+    except RayPlacementError as e:
+        fail(str(e))
     ckpt = Path(cfg.out_dir) / "checkpoint.pt"
     if resume and ckpt.exists():
         trainer.load(ckpt)
@@ -233,8 +328,13 @@ def train(
         except ImportError as e:  # an optional logger configured but not installed
             console.print(f"[red]{e}[/red]")
             raise typer.Exit(2) from e
+        except RayPlacementError as e:  # workers gone for good: what was collected is in the run's journal
+            fail(str(e))
+        finally:
+            trainer.close()
     first, last = trainer.history[0], trainer.history[-1]
-    console.print(f"held-out success: {first.get('eval_success')} -> {last.get('eval_success')} "
+    label = "success on training tasks (no held-out split)" if on_train else "held-out success"
+    console.print(f"{label}: {first.get('eval_success')} -> {last.get('eval_success')} "
                   f"after {trainer.step} steps; run in {cfg.out_dir}")
 
 
@@ -246,8 +346,7 @@ def plot(run_dir: Annotated[str, typer.Argument(help="a training run folder (wit
     try:
         out = plot_run(run_dir)
     except FileNotFoundError as e:
-        console.print(f"[red]error:[/red] {e}")
-        raise typer.Exit(2) from e
+        fail(str(e))
     console.print(f"wrote {out}")
 
 
@@ -283,6 +382,35 @@ def quickstart(
 
     envs_list()
     sys.exit(run(console, None if no_model else model, steps, eval_tasks, out))
+
+
+# `turnrl view` and `turnrl check-template` live in their own modules; only their registration is here.
+from turnrl.view.command import view_command  # noqa: E402
+
+app.command("view")(view_command)
+from turnrl.agents.template_check import check_template_command  # noqa: E402
+
+app.command("check-template")(check_template_command)
+
+
+def _with_import_option(fn: Any) -> Any:
+    """``fn`` with the ``--import`` option appended, for commands defined without it (e.g. in other modules)."""
+    signature = inspect.signature(fn, eval_str=True)
+    if any(p.annotation is ImportOption for p in signature.parameters.values()):
+        return fn
+
+    @functools.wraps(fn)
+    def command(*args: Any, imports: list[str] | None = None, **kwargs: Any) -> Any:
+        return fn(*args, **kwargs)  # the modules were imported by the option's callback
+
+    extra = inspect.Parameter("imports", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=ImportOption)
+    command.__signature__ = signature.replace(parameters=[*signature.parameters.values(), extra])
+    command.__annotations__ = {p.name: p.annotation for p in command.__signature__.parameters.values()}
+    return command
+
+
+for _info in app.registered_commands + envs_app.registered_commands:  # --import on every command
+    _info.callback = _with_import_option(_info.callback)
 
 
 def main() -> None:

@@ -66,29 +66,42 @@ class HFAgent:
         """Where the model's parameters are."""
         return next(self.model.parameters()).device
 
-    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]:
-        """Sample ``params.n`` completions for each token prompt (see :class:`~turnrl.agents.base.Agent`)."""
+    def generate(self, prompts: list[list[int]], params: SamplingParams, *,
+                 seeds: list[int] | None = None) -> list[Completion]:
+        """Sample ``params.n`` completions for each token prompt (see :class:`~turnrl.agents.base.Agent`).
+
+        ``seeds`` (one per prompt) gives every row its own random stream, so what a row samples does not depend on
+        which other prompts share its batch (``params.seed`` is then unused).
+        """
         if any(len(p) == 0 for p in prompts):
             raise ValueError("every prompt needs at least one token")
+        if seeds is not None and len(seeds) != len(prompts):
+            raise ValueError(f"seeds must have one entry per prompt ({len(prompts)}), got {len(seeds)}")
         generator = torch.Generator(device="cpu")
         if params.seed is None:
             generator.seed()
         else:
             generator.manual_seed(params.seed)
         rows = [(i, p) for i, p in enumerate(prompts) for _ in range(params.n)]
+        row_gens = None
+        if seeds is not None:
+            row_gens = [torch.Generator(device="cpu").manual_seed((seeds[i] * 1_000_003 + j) % 2**63)
+                        for i in range(len(prompts)) for j in range(params.n)]
         out: list[Completion] = []
         was_training = self.model.training
         self.model.eval()
         try:
             for start in range(0, len(rows), self.batch_size):
-                out += self._generate_batch(rows[start : start + self.batch_size], params, generator)
+                gens = row_gens[start : start + self.batch_size] if row_gens is not None else None
+                out += self._generate_batch(rows[start : start + self.batch_size], params, generator, gens)
         finally:
             self.model.train(was_training)
         return out
 
     @torch.no_grad()
     def _generate_batch(
-        self, rows: list[tuple[int, list[int]]], params: SamplingParams, generator: torch.Generator
+        self, rows: list[tuple[int, list[int]]], params: SamplingParams, generator: torch.Generator,
+        row_gens: list[torch.Generator] | None = None,
     ) -> list[Completion]:
         device = self.device
         B, L = len(rows), max(len(p) for _, p in rows)
@@ -134,8 +147,12 @@ class HFAgent:
             if temp == 0:
                 nxt = scaled.argmax(-1)
             else:
-                probs = filter_logits(scaled, params.top_k, params.top_p).softmax(-1)
-                nxt = torch.multinomial(probs.cpu(), 1, generator=generator).squeeze(-1).to(device)
+                probs = filter_logits(scaled, params.top_k, params.top_p).softmax(-1).cpu()
+                if row_gens is None:
+                    nxt = torch.multinomial(probs, 1, generator=generator).squeeze(-1).to(device)
+                else:  # one stream per row: batch-invariant sampling
+                    nxt = torch.cat([torch.multinomial(probs[a : a + 1], 1, generator=row_gens[int(r)])[0]
+                                     for a, r in enumerate(active)]).to(device)
             tokens[active, t] = nxt.cpu()
             logps[active, t] = logp_all.gather(-1, nxt[:, None]).squeeze(-1).cpu()
             newly = torch.isin(nxt, eos).cpu()

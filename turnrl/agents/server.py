@@ -1,45 +1,95 @@
-"""A small OpenAI-compatible HTTP server over any turnrl agent (``turnrl serve``).
+"""An OpenAI-compatible HTTP server over any turnrl agent (``turnrl serve``), on Werkzeug.
 
-Endpoints: ``GET /v1/models``, ``POST /v1/completions`` (prompt as text or token ids; ``logprobs`` and vLLM's
-``return_tokens_as_token_ids`` supported), ``POST /v1/chat/completions``. It serves local models to judges
-and evaluation clients, and gives the OpenAI backend a real server to be tested against on 127.0.0.1.
-Requests are handled one generation at a time.
+Endpoints: ``GET /v1/models``, ``GET /v1/models/{id}``, ``POST /v1/completions`` (prompt as text, texts, or token
+ids; ``logprobs=k``; vLLM's ``return_tokens_as_token_ids``) and ``POST /v1/chat/completions``. Both generation
+endpoints support ``stream`` (server-sent events, with ``stream_options.include_usage``), logprobs with
+``top_logprobs`` (models with a local forward pass), ``stop`` (cut from the returned text, as OpenAI does), ``seed``
+and ``n``; chat supports ``tools`` (rendered by the chat template) with ``tool_choice`` ``"auto"``/``"none"`` and
+returns parsed ``tool_calls`` (Hermes ``<tool_call>`` blocks). Anything else — penalties, ``logit_bias``,
+``response_format`` other than text, forced tool choice, ``echo``, unknown parameters — is refused with a 400 in
+OpenAI's error shape that names the parameter. One generation runs at a time; a stream is sent once its generation
+has finished (the chunks then carry one token each).
 """
 
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 import uuid
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Iterator
 from typing import Any
 
 from pydantic import ValidationError
+from werkzeug.exceptions import HTTPException
+from werkzeug.routing import Map, Rule
+from werkzeug.serving import WSGIRequestHandler, make_server
+from werkzeug.wrappers import Request, Response
 
 from turnrl.agents.base import Completion, SamplingParams
 
+_COMMON = {"model", "max_tokens", "temperature", "top_p", "top_k", "n", "stop", "seed", "stream", "stream_options",
+           "user", "frequency_penalty", "presence_penalty", "logit_bias", "logprobs"}
+CHAT_PARAMS = _COMMON | {"messages", "max_completion_tokens", "top_logprobs", "tools", "tool_choice",
+                         "parallel_tool_calls", "response_format", "metadata", "store"}
+COMPLETION_PARAMS = _COMMON | {"prompt", "echo", "best_of", "suffix", "return_tokens_as_token_ids",
+                               "skip_special_tokens"}
+CHAT_MAX_TOKENS = 512  # when a chat request gives no max_tokens (OpenAI's default is the model's whole context)
 
-class _BadRequest(Exception):
-    def __init__(self, status: int, message: str) -> None:
+
+class APIError(Exception):
+    """A request the server refuses, sent as ``{"error": {"message", "type", "param", "code"}}``."""
+
+    def __init__(self, status: int, message: str, *, param: str | None = None, code: str | None = None,
+                 kind: str = "invalid_request_error") -> None:
         super().__init__(message)
-        self.status = status
+        self.status, self.param, self.code, self.kind = status, param, code, kind
+
+    def payload(self) -> dict[str, Any]:
+        """The OpenAI error body."""
+        return {"error": {"message": str(self), "type": self.kind, "param": self.param, "code": self.code}}
 
 
-def _params(body: dict[str, Any]) -> SamplingParams:
+def _unsupported(param: str, why: str) -> APIError:
+    return APIError(400, f"{param!r} is not supported by turnrl serve: {why}", param=param, code="unsupported_parameter")
+
+
+def _check_params(body: dict[str, Any], allowed: set[str]) -> None:
+    unknown = sorted(set(body) - allowed)
+    if unknown:
+        raise APIError(400, f"unsupported parameter(s) {unknown}; this endpoint accepts {sorted(allowed)}",
+                       param=unknown[0], code="unsupported_parameter")
+    for key in ("frequency_penalty", "presence_penalty"):
+        if body.get(key):
+            raise _unsupported(key, "leave it out or 0 (sampling is plain temperature/top-p/top-k)")
+    if body.get("logit_bias"):
+        raise _unsupported("logit_bias", "no logit biasing")
+    if body.get("stream_options") is not None and not body.get("stream"):
+        raise APIError(400, "'stream_options' is only allowed with stream=true", param="stream_options")
+
+
+def _params(body: dict[str, Any], default_max: int) -> SamplingParams:
     stop = body.get("stop") or ()
+    max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
     try:
         return SamplingParams(
-            temperature=body.get("temperature", 1.0),
-            top_p=body.get("top_p", 1.0),
-            top_k=max(int(body.get("top_k", 0) or 0), 0),
-            max_new_tokens=body.get("max_tokens", body.get("max_completion_tokens", 16)),
+            temperature=1.0 if body.get("temperature") is None else body["temperature"],
+            top_p=1.0 if body.get("top_p") is None else body["top_p"],
+            top_k=max(int(body.get("top_k") or 0), 0),
+            max_new_tokens=default_max if max_tokens is None else max_tokens,
             stop=(stop,) if isinstance(stop, str) else tuple(stop),
             seed=body.get("seed"),
-            n=body.get("n", 1),
+            n=1 if body.get("n") is None else body["n"],
         )
     except (ValidationError, TypeError, ValueError) as e:
-        raise _BadRequest(400, f"invalid sampling parameters: {e}") from e
+        raise APIError(400, f"invalid sampling parameters: {e}") from e
+
+
+def _cut_at_stop(text: str, stop: tuple[str, ...]) -> str:
+    """OpenAI leaves the stop sequence out of the returned text."""
+    cuts = [i for s in stop if (i := text.find(s)) >= 0]
+    return text[: min(cuts)] if cuts else text
 
 
 class AgentServer:
@@ -48,57 +98,21 @@ class AgentServer:
     def __init__(self, agent: Any, model: str, host: str = "127.0.0.1", port: int = 0) -> None:
         self.agent, self.model = agent, model
         self._lock = threading.Lock()
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: Any) -> None:  # quiet
-                pass
-
-            def do_GET(self) -> None:  # noqa: N802
-                if self.path.rstrip("/") == "/v1/models":
-                    self._send(200, {"object": "list", "data": [{"id": server.model, "object": "model"}]})
-                else:
-                    self._send(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
-
-            def do_POST(self) -> None:  # noqa: N802
-                try:
-                    length = int(self.headers.get("Content-Length", 0))
-                    try:
-                        body = json.loads(self.rfile.read(length) or b"{}")
-                    except json.JSONDecodeError as e:
-                        raise _BadRequest(400, f"request body is not JSON: {e}") from e
-                    if not isinstance(body, dict):
-                        raise _BadRequest(400, "request body must be a JSON object")
-                    if body.get("model") != server.model:
-                        raise _BadRequest(404, f"model {body.get('model')!r} not found; this server has {server.model!r}")
-                    route = self.path.rstrip("/")
-                    if route == "/v1/completions":
-                        self._send(200, server.completions(body))
-                    elif route == "/v1/chat/completions":
-                        self._send(200, server.chat(body))
-                    else:
-                        raise _BadRequest(404, f"no route {self.path}")
-                except _BadRequest as e:
-                    self._send(e.status, {"error": {"message": str(e), "type": "invalid_request_error"}})
-                except Exception as e:  # noqa: BLE001
-                    self._send(500, {"error": {"message": f"{type(e).__name__}: {e}", "type": "server_error"}})
-
-            def _send(self, status: int, payload: dict[str, Any]) -> None:
-                data = json.dumps(payload).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-        self.httpd = ThreadingHTTPServer((host, port), Handler)
+        self.urls = Map([
+            Rule("/v1/models", endpoint="models", methods=["GET"]),
+            Rule("/v1/models/<path:name>", endpoint="model", methods=["GET"]),
+            Rule("/v1/completions", endpoint="completions", methods=["POST"]),
+            Rule("/v1/chat/completions", endpoint="chat", methods=["POST"]),
+        ], strict_slashes=False)
+        self.httpd = make_server(host, port, self._wsgi, threaded=True, request_handler=_QuietHandler)
         self.thread: threading.Thread | None = None
+
+    # ---- serving ----
 
     @property
     def url(self) -> str:
         """The base URL, e.g. ``http://127.0.0.1:8123/v1``."""
-        host, port = self.httpd.server_address[:2]
-        return f"http://{host}:{port}/v1"
+        return f"http://{self.httpd.host}:{self.httpd.server_port}/v1"
 
     def start(self) -> AgentServer:
         """Serve in a background thread."""
@@ -117,47 +131,349 @@ class AgentServer:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
+    def _wsgi(self, environ: dict[str, Any], start_response: Any) -> Any:
+        request = Request(environ)
+        try:
+            try:
+                endpoint, args = self.urls.bind_to_environ(environ).match()
+            except HTTPException as e:
+                raise APIError(e.code or 404, f"{request.method} {request.path}: {e.name}",
+                               kind="not_found_error" if e.code == 404 else "invalid_request_error") from e
+            if endpoint == "models":
+                response = self._json({"object": "list", "data": [self._model_card()]})
+            elif endpoint == "model":
+                if args["name"] != self.model:
+                    raise APIError(404, f"model {args['name']!r} not found; this server has {self.model!r}",
+                                   param="model", code="model_not_found", kind="not_found_error")
+                response = self._json(self._model_card())
+            else:
+                body = self._body(request)
+                result = self.completions(body) if endpoint == "completions" else self.chat(body)
+                if isinstance(result, dict):
+                    response = self._json(result)
+                else:
+                    response = Response(result, mimetype="text/event-stream", headers={"Cache-Control": "no-cache"})
+        except APIError as e:
+            response = self._json(e.payload(), e.status)
+        except Exception as e:  # noqa: BLE001 — any failure is an answer in the API's shape
+            response = self._json({"error": {"message": f"{type(e).__name__}: {e}", "type": "server_error",
+                                             "param": None, "code": None}}, 500)
+        return response(environ, start_response)
+
+    @staticmethod
+    def _json(payload: dict[str, Any], status: int = 200) -> Response:
+        return Response(json.dumps(payload), status=status, mimetype="application/json")
+
+    def _model_card(self) -> dict[str, Any]:
+        return {"id": self.model, "object": "model", "created": 0, "owned_by": "turnrl"}
+
+    def _body(self, request: Request) -> dict[str, Any]:
+        try:
+            body = json.loads(request.get_data() or b"{}")
+        except json.JSONDecodeError as e:
+            raise APIError(400, f"request body is not JSON: {e}") from e
+        if not isinstance(body, dict):
+            raise APIError(400, "request body must be a JSON object")
+        if body.get("model") != self.model:
+            raise APIError(404, f"model {body.get('model')!r} not found; this server has {self.model!r}",
+                           param="model", code="model_not_found", kind="not_found_error")
+        return body
+
+    # ---- generation ----
+
     def _generate(self, prompt_ids: list[int], params: SamplingParams) -> list[Completion]:
         with self._lock:
             return self.agent.generate([prompt_ids], params)
 
-    def completions(self, body: dict[str, Any]) -> dict[str, Any]:
-        """Handle ``/v1/completions``."""
-        prompt = body.get("prompt")
+    def _top_logprobs(self, prompt: list[int], c: Completion, k: int, temperature: float) -> list[list[tuple[int, float]]]:
+        """The ``k`` most likely tokens at each generated position, under the distribution the agent sampled from."""
+        model = getattr(self.agent, "model", None)
+        if model is None or not hasattr(model, "forward"):
+            raise _unsupported("top_logprobs", "this agent has no local model to score alternatives; ask for logprobs only")
+        if not c.token_ids:
+            return []
+        import torch
+
+        with self._lock, torch.no_grad():
+            device = next(model.parameters()).device
+            ids = torch.tensor([prompt + c.token_ids], device=device)
+            logits = model(ids).logits[0, len(prompt) - 1 : -1].float()  # (T, V): position t predicts token t
+            logp = torch.log_softmax(logits / (temperature if temperature > 0 else 1.0), dim=-1)
+            values, indices = logp.topk(min(k, logp.shape[-1]), dim=-1)
+        return [list(zip(i.tolist(), v.tolist())) for i, v in zip(indices, values)]
+
+    def _pieces(self, ids: list[int]) -> list[str]:
+        """Each generated token's share of the decoded text (special tokens contribute nothing)."""
         tok = self.agent.tokenizer
+        out, prev = [], ""
+        for i in range(len(ids)):
+            text = tok.decode(ids[: i + 1], skip_special_tokens=True)
+            out.append(text[len(prev):] if text.startswith(prev) else text)
+            prev = text
+        return out
+
+    # ---- /v1/completions ----
+
+    def completions(self, body: dict[str, Any]) -> dict[str, Any] | Iterator[str]:
+        """Handle ``/v1/completions``: a response dict, or an iterator of server-sent events when streaming."""
+        _check_params(body, COMPLETION_PARAMS)
+        if body.get("echo"):
+            raise _unsupported("echo", "the prompt is not echoed back")
+        if body.get("suffix"):
+            raise _unsupported("suffix", "no fill-in-the-middle")
+        params = _params(body, 16)
+        if body.get("best_of") not in (None, 1, params.n):
+            raise _unsupported("best_of", "no server-side ranking of candidates; use n")
+        k = body.get("logprobs")
+        if k is not None and (isinstance(k, bool) or not isinstance(k, int) or not 0 <= k <= 20):
+            raise APIError(400, f"logprobs must be an integer from 0 to 20 on /v1/completions, got {k!r}", param="logprobs")
+        tok = self.agent.tokenizer
+        prompt = body.get("prompt")
         if isinstance(prompt, str):
-            ids = list(tok.encode(prompt, add_special_tokens=False))
-        elif isinstance(prompt, list) and prompt and all(isinstance(x, int) for x in prompt):
-            ids = prompt
+            prompts = [list(tok.encode(prompt, add_special_tokens=False))]
+        elif isinstance(prompt, list) and prompt and all(isinstance(x, int) and not isinstance(x, bool) for x in prompt):
+            prompts = [prompt]
+        elif isinstance(prompt, list) and prompt and all(isinstance(x, str) for x in prompt):
+            prompts = [list(tok.encode(p, add_special_tokens=False)) for p in prompt]
         else:
-            raise _BadRequest(400, "prompt must be a non-empty string or a list of token ids")
-        outs = self._generate(ids, _params(body))
+            raise APIError(400, "prompt must be a non-empty string, a list of strings, or a list of token ids",
+                           param="prompt")
         as_ids = bool(body.get("return_tokens_as_token_ids"))
+        choices, used = [], 0
+        for p in prompts:
+            for c in self._generate(p, params):
+                text = c.text if as_ids else _cut_at_stop(c.text, params.stop)  # token-level clients keep everything
+                choice: dict[str, Any] = {"index": len(choices), "text": text, "finish_reason": c.finish_reason,
+                                          "logprobs": None}
+                if k is not None:
+                    names = [f"token_id:{t}" if as_ids else tok.decode([t]) for t in c.token_ids]
+                    top = self._top_logprobs(p, c, k, params.temperature) if k > 0 else None
+                    pieces = self._pieces(c.token_ids)
+                    offsets = [sum(len(x) for x in pieces[:i]) for i in range(len(pieces))]
+                    choice["logprobs"] = {
+                        "tokens": names, "token_logprobs": c.logprobs, "text_offset": offsets,
+                        "top_logprobs": None if top is None else [
+                            {(f"token_id:{t}" if as_ids else tok.decode([t])): lp for t, lp in row} for row in top],
+                    }
+                choices.append((choice, c))
+            used += len(p)
+        generated = sum(len(c.token_ids) for _, c in choices)
+        envelope = self._envelope("text_completion", [ch for ch, _ in choices], used, generated)
+        if not body.get("stream"):
+            return envelope
+        return self._stream_completions(envelope, choices, body)
+
+    def _stream_completions(self, envelope: dict[str, Any], choices: list[tuple[dict[str, Any], Completion]],
+                            body: dict[str, Any]) -> Iterator[str]:
+        head = {k: envelope[k] for k in ("id", "object", "created", "model")}
+        for choice, c in choices:
+            lp = choice["logprobs"]
+            pieces = self._pieces(c.token_ids)
+            budget = len(choice["text"])
+            for i, piece in enumerate(pieces):
+                piece = piece[: max(budget, 0)]
+                budget -= len(piece)
+                chunk_lp = None if lp is None else {key: (lp[key][i : i + 1] if lp[key] is not None else None)
+                                                    for key in ("tokens", "token_logprobs", "text_offset", "top_logprobs")}
+                yield _sse({**head, "choices": [{"index": choice["index"], "text": piece, "logprobs": chunk_lp,
+                                                 "finish_reason": None}]})
+            yield _sse({**head, "choices": [{"index": choice["index"], "text": "", "logprobs": None,
+                                             "finish_reason": choice["finish_reason"]}]})
+        if (body.get("stream_options") or {}).get("include_usage"):
+            yield _sse({**head, "choices": [], "usage": envelope["usage"]})
+        yield "data: [DONE]\n\n"
+
+    # ---- /v1/chat/completions ----
+
+    def chat(self, body: dict[str, Any]) -> dict[str, Any] | Iterator[str]:
+        """Handle ``/v1/chat/completions``: a response dict, or an iterator of server-sent events when streaming."""
+        _check_params(body, CHAT_PARAMS)
+        fmt = body.get("response_format")
+        if fmt is not None and (not isinstance(fmt, dict) or fmt.get("type") != "text"):
+            raise _unsupported("response_format", "no constrained decoding (JSON mode, json_schema); ask for JSON in "
+                               "the prompt and validate it yourself")
+        params = _params(body, CHAT_MAX_TOKENS)
+        want_lp = body.get("logprobs")
+        if want_lp is not None and not isinstance(want_lp, bool):
+            raise APIError(400, f"logprobs must be true or false on /v1/chat/completions, got {want_lp!r}", param="logprobs")
+        k = body.get("top_logprobs")
+        if k is not None:
+            if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k <= 20:
+                raise APIError(400, f"top_logprobs must be an integer from 0 to 20, got {k!r}", param="top_logprobs")
+            if not want_lp:
+                raise APIError(400, "top_logprobs requires logprobs=true", param="top_logprobs")
+        tools = body.get("tools") or None
+        parse_tools = tools is not None and self._tool_choice(body.get("tool_choice"), tools)
+        messages = _chat_messages(body.get("messages"))
+        tok = self.agent.tokenizer
+        kwargs = {"tools": [t for t in tools if isinstance(t, dict)]} if tools else {}
+        try:
+            text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **kwargs)
+        except Exception as e:  # noqa: BLE001 — the template refused these messages (e.g. an unsupported role)
+            raise APIError(400, f"the model's chat template cannot render these messages: {type(e).__name__}: {e}",
+                           param="messages") from e
+        ids = list(tok.encode(text, add_special_tokens=False))
+        outs = self._generate(ids, params)
         choices = []
         for i, c in enumerate(outs):
-            choice: dict[str, Any] = {"index": i, "text": c.text, "finish_reason": c.finish_reason}
-            if body.get("logprobs") is not None:
-                tokens = [f"token_id:{t}" if as_ids else tok.decode([t]) for t in c.token_ids]
-                choice["logprobs"] = {"tokens": tokens, "token_logprobs": c.logprobs}
-            choices.append(choice)
-        return self._envelope("text_completion", choices, len(ids), sum(len(c.token_ids) for c in outs))
+            content = _cut_at_stop(c.text, params.stop)
+            message: dict[str, Any] = {"role": "assistant", "content": content, "refusal": None}
+            finish = c.finish_reason
+            if parse_tools:
+                calls, rest = _tool_calls(content)
+                if calls:
+                    message.update(content=rest or None, tool_calls=calls)
+                    finish = "tool_calls"
+            logprobs = None
+            if want_lp:
+                logprobs = {"content": self._chat_logprobs(ids, c, k or 0, params.temperature, len(content)),
+                            "refusal": None}
+            choices.append({"index": i, "message": message, "logprobs": logprobs, "finish_reason": finish})
+        envelope = self._envelope("chat.completion", choices, len(ids), sum(len(c.token_ids) for c in outs))
+        if not body.get("stream"):
+            return envelope
+        return self._stream_chat(envelope, body)
 
-    def chat(self, body: dict[str, Any]) -> dict[str, Any]:
-        """Handle ``/v1/chat/completions``."""
-        messages = body.get("messages")
-        if not isinstance(messages, list) or not messages:
-            raise _BadRequest(400, "messages must be a non-empty list")
-        text = self.agent.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        ids = list(self.agent.tokenizer.encode(text, add_special_tokens=False))
-        outs = self._generate(ids, _params(body))
-        choices = [{"index": i, "message": {"role": "assistant", "content": c.text}, "finish_reason": c.finish_reason}
-                   for i, c in enumerate(outs)]
-        return self._envelope("chat.completion", choices, len(ids), sum(len(c.token_ids) for c in outs))
+    @staticmethod
+    def _tool_choice(choice: Any, tools: Any) -> bool:
+        """Whether to parse tool calls; refuses what cannot be honoured."""
+        if not isinstance(tools, list) or not all(isinstance(t, dict) and t.get("type") == "function" for t in tools):
+            raise APIError(400, "tools must be a list of {\"type\": \"function\", \"function\": {...}} objects",
+                           param="tools")
+        if choice in (None, "auto"):
+            return True
+        if choice == "none":
+            return False
+        raise _unsupported("tool_choice", f"{json.dumps(choice)} would force a tool call, which this server cannot "
+                           "guarantee; use \"auto\" (the model decides) or \"none\"")
+
+    def _chat_logprobs(self, prompt: list[int], c: Completion, k: int, temperature: float, keep_chars: int) -> list[dict[str, Any]]:
+        tok = self.agent.tokenizer
+        top = self._top_logprobs(prompt, c, k, temperature) if k > 0 else None
+        out, seen = [], 0
+        for i, (t, lp, piece) in enumerate(zip(c.token_ids, c.logprobs, self._pieces(c.token_ids))):
+            if seen >= keep_chars and piece:  # past a stop sequence that was cut from the content
+                break
+            seen += len(piece)
+            name = tok.decode([t])
+            entry = {"token": name, "logprob": lp, "bytes": list(name.encode()), "top_logprobs": []}
+            if top is not None:
+                entry["top_logprobs"] = [{"token": (s := tok.decode([a])), "logprob": b, "bytes": list(s.encode())}
+                                         for a, b in top[i]]
+            out.append(entry)
+        return out
+
+    def _stream_chat(self, envelope: dict[str, Any], body: dict[str, Any]) -> Iterator[str]:
+        head = {"id": envelope["id"], "object": "chat.completion.chunk", "created": envelope["created"],
+                "model": envelope["model"], "system_fingerprint": None}
+        for choice in envelope["choices"]:
+            i, message = choice["index"], choice["message"]
+            yield _sse({**head, "choices": [{"index": i, "delta": {"role": "assistant", "content": ""},
+                                             "logprobs": None, "finish_reason": None}]})
+            entries = (choice["logprobs"] or {}).get("content")
+            if entries is not None:  # one chunk per token, with its logprob
+                budget = len(message["content"] or "")
+                for entry in entries:
+                    piece = bytes(entry["bytes"]).decode(errors="replace")[: max(budget, 0)]
+                    budget -= len(piece)
+                    yield _sse({**head, "choices": [{"index": i, "delta": {"content": piece},
+                                                     "logprobs": {"content": [entry], "refusal": None},
+                                                     "finish_reason": None}]})
+            elif message["content"]:
+                for piece in _split_words(message["content"]):
+                    yield _sse({**head, "choices": [{"index": i, "delta": {"content": piece}, "logprobs": None,
+                                                     "finish_reason": None}]})
+            if message.get("tool_calls"):
+                calls = [{"index": j, **call} for j, call in enumerate(message["tool_calls"])]
+                yield _sse({**head, "choices": [{"index": i, "delta": {"tool_calls": calls}, "logprobs": None,
+                                                 "finish_reason": None}]})
+            yield _sse({**head, "choices": [{"index": i, "delta": {}, "logprobs": None,
+                                             "finish_reason": choice["finish_reason"]}]})
+        if (body.get("stream_options") or {}).get("include_usage"):
+            yield _sse({**head, "choices": [], "usage": envelope["usage"]})
+        yield "data: [DONE]\n\n"
 
     def _envelope(self, kind: str, choices: list[dict[str, Any]], prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:
+        prefix = "chatcmpl" if kind == "chat.completion" else "cmpl"
         return {
-            "id": f"cmpl-{uuid.uuid4().hex[:12]}", "object": kind, "created": int(time.time()), "model": self.model,
-            "choices": choices,
+            "id": f"{prefix}-{uuid.uuid4().hex[:16]}", "object": kind, "created": int(time.time()), "model": self.model,
+            "system_fingerprint": None, "choices": choices,
             "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
                       "total_tokens": prompt_tokens + completion_tokens},
         }
+
+
+class _QuietHandler(WSGIRequestHandler):
+    """Werkzeug's handler without a log line per request (errors are still logged)."""
+
+    def log_request(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+
+def _sse(payload: dict[str, Any]) -> str:
+    return f"data: {json.dumps(payload)}\n\n"
+
+
+def _split_words(text: str) -> list[str]:
+    out, start = [], 0
+    for i, ch in enumerate(text):
+        if ch.isspace() and i > start:
+            out.append(text[start:i])
+            start = i
+    return [*out, text[start:]] if start < len(text) else out
+
+
+def _text_of(content: Any, where: str) -> str:
+    """A message's content as text: a string, or a list of text parts."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list) and all(isinstance(p, dict) for p in content):
+        kinds = {p.get("type") for p in content} - {"text"}
+        if kinds:
+            raise APIError(400, f"{where}: only text content parts are supported, got {sorted(map(str, kinds))}",
+                           param="messages")
+        return "".join(str(p.get("text", "")) for p in content)
+    raise APIError(400, f"{where}: content must be a string or a list of text parts", param="messages")
+
+
+def _chat_messages(messages: Any) -> list[dict[str, Any]]:
+    """OpenAI messages → the dicts chat templates expect (tool-call arguments as objects, text content)."""
+    if not isinstance(messages, list) or not messages:
+        raise APIError(400, "messages must be a non-empty list", param="messages")
+    out = []
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict) or m.get("role") not in ("system", "developer", "user", "assistant", "tool"):
+            raise APIError(400, f"messages[{i}] needs a role of system, developer, user, assistant or tool",
+                           param="messages")
+        msg: dict[str, Any] = {"role": "system" if m["role"] == "developer" else m["role"],
+                               "content": _text_of(m.get("content"), f"messages[{i}]")}
+        for key in ("name", "tool_call_id"):
+            if m.get(key) is not None:
+                msg[key] = m[key]
+        if m.get("tool_calls"):
+            calls = []
+            for call in m["tool_calls"]:
+                fn = dict(call.get("function") or {})
+                if isinstance(fn.get("arguments"), str):
+                    try:
+                        fn["arguments"] = json.loads(fn["arguments"] or "{}")
+                    except json.JSONDecodeError as e:
+                        raise APIError(400, f"messages[{i}].tool_calls: arguments are not JSON: {e}",
+                                       param="messages") from e
+                calls.append({**call, "function": fn})
+            msg["tool_calls"] = calls
+        out.append(msg)
+    return out
+
+
+def _tool_calls(text: str) -> tuple[list[dict[str, Any]], str]:
+    """Hermes ``<tool_call>`` blocks in ``text`` as OpenAI ``tool_calls``, and the text left around them."""
+    from turnrl.tools.parsers import HermesParser
+
+    parsed = HermesParser().parse(text)
+    calls = [{"id": call.id or f"call_{uuid.uuid4().hex[:12]}", "type": "function",
+              "function": {"name": call.name, "arguments": json.dumps(call.arguments)}} for call in parsed.calls]
+    rest = re.sub(r"<tool_call>.*?</tool_call>", "", text, flags=re.S).strip() if calls else text
+    return calls, rest

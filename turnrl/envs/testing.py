@@ -1,7 +1,9 @@
 """The conformance harness: ``check_environment(env)`` makes the environment contract executable.
 
-It runs Gymnasium's ``check_env`` and then scripted episodes — a random agent, an always-wrong agent and, where
-the environment can give one, an oracle agent — and reports every failure with a message naming the likely
+It runs Gymnasium's ``check_env``; calls every tool with arguments generated from its JSON schema (and with wrong
+types, a missing and an extra argument); checks that the verifier returns a ``Verdict``; then plays scripted
+episodes — a random agent, an always-wrong agent and, where the environment can give one, an oracle agent, which
+must use the tools when the environment has any — and reports every failure with a message naming the likely
 cause. It never stops at the first failure.
 """
 
@@ -18,6 +20,7 @@ import gymnasium as gym
 from gymnasium.utils.env_checker import check_env
 
 from turnrl.envs.core import ResetNeeded, TextEnv
+from turnrl.envs.tool_checks import check_tools, check_verifier
 
 Agent = Callable[[TextEnv], str]
 
@@ -32,6 +35,8 @@ class EpisodeLog:
     correct: list[bool | None] = field(default_factory=list)
     terminated: bool = False
     truncated: bool = False
+    tool_calls: int = 0
+    tool_errors: list[str] = field(default_factory=list)
 
     @property
     def total_reward(self) -> float:
@@ -55,11 +60,22 @@ class CheckReport:
 
     def __str__(self) -> str:
         head = f"{self.env_name}: {'OK' if self.ok else f'{len(self.failures)} failure(s)'}"
-        lines = [head] + [f"  FAIL {f}" for f in self.failures] + [f"  note {n}" for n in self.notes]
+        first: dict[str, int] = {}  # the same error met at several steps is shown once, with a count
+        shown: list[list[Any]] = []
+        for f in self.failures:
+            cause = f.split(": ", 1)[-1]
+            if cause in first:
+                shown[first[cause]][1] += 1
+            else:
+                first[cause] = len(shown)
+                shown.append([f, 0])
+        lines = [head] + [f"  FAIL {f}" + (f" (and {n} more time(s) elsewhere)" if n else "") for f, n in shown]
+        lines += [f"  note {n}" for n in self.notes]
         for ep in self.episodes:
             lines.append(
                 f"  {ep.agent:>6} agent: {ep.steps} step(s), total reward {ep.total_reward:g}, "
-                f"correct {ep.correct}, terminated={ep.terminated} truncated={ep.truncated}"
+                f"correct {ep.correct}, tool calls {ep.tool_calls}, terminated={ep.terminated} "
+                f"truncated={ep.truncated}"
             )
         return "\n".join(lines)
 
@@ -119,6 +135,10 @@ def _play(env: TextEnv, agent: Agent, name: str, seed: int, report: CheckReport,
         log.steps += 1
         log.rewards.append(float(reward))
         log.correct.append(info.get("correct") if isinstance(info, dict) else None)
+        calls = (info.get("tool_calls") or []) if isinstance(info, dict) else []
+        log.tool_calls += len(calls)
+        if calls and info.get("error"):
+            log.tool_errors.append(f"step {log.steps - 1}: {info['error']}")
         if terminated or truncated:
             log.terminated, log.truncated = bool(terminated), bool(truncated)
             break
@@ -149,6 +169,7 @@ def _gymnasium_check(env: TextEnv, report: CheckReport) -> None:
 
 
 def _check_reset(env: TextEnv, seed: int, report: CheckReport) -> None:
+    """Reset is deterministic under a seed, opens with the user's prompt, and step() rejects non-text."""
     obs1, _ = env.reset(seed=seed)
     obs2, _ = env.reset(seed=seed)
     if obs1 != obs2:
@@ -163,12 +184,16 @@ def _check_reset(env: TextEnv, seed: int, report: CheckReport) -> None:
         pass
 
 
-def check_environment(env: gym.Env, *, seed: int = 0, episodes: int = 2, max_steps: int = 64) -> CheckReport:
+def check_environment(
+    env: gym.Env, *, seed: int = 0, episodes: int = 2, max_steps: int = 64, call_tools: bool = True
+) -> CheckReport:
     """Check that ``env`` honours the turnrl environment contract; return a report (never raises for failures).
 
-    Runs Gymnasium's ``check_env``; checks reset determinism and type errors; then plays ``episodes`` episodes
-    each with a random agent and an always-wrong agent (no correct answer, total reward ≤ 0), and one with the
-    oracle agent if ``env.oracle_action()`` gives one (the last answer correct, total reward > 0).
+    Runs Gymnasium's ``check_env``; checks reset determinism and type errors; calls each tool with generated
+    arguments (``call_tools=False`` skips this for tools with side effects) and checks the verifier's return type;
+    then plays ``episodes`` episodes each with a random agent and an always-wrong agent (no correct answer, total
+    reward ≤ 0), and, if ``env.oracle_action()`` gives one, with the oracle agent (the last answer correct, total
+    reward > 0, its tool calls succeed, and at least one tool call when the env has tools).
     """
     base = env.unwrapped
     name = base.spec.id if base.spec is not None else type(base).__name__
@@ -177,10 +202,11 @@ def check_environment(env: gym.Env, *, seed: int = 0, episodes: int = 2, max_ste
         report.failures.append(f"{type(base).__name__} does not derive from turnrl.envs.TextEnv")
         return report
     _gymnasium_check(base, report)
-    try:
-        _check_reset(base, seed, report)
-    except Exception as e:  # noqa: BLE001
-        report.failures.append(f"reset checks raised {type(e).__name__}: {e}")
+    for check in (_check_reset, *((check_tools,) if call_tools else ()), check_verifier):
+        try:
+            check(base, seed, report)
+        except Exception as e:  # noqa: BLE001
+            report.failures.append(f"{check.__name__.strip('_')} raised {type(e).__name__}: {e}")
     for i in range(episodes):
         report.episodes.append(run_episode(base, _random_agent, "random", seed + i, report, max_steps))
         wrong = run_episode(base, _wrong_agent, "wrong", seed + i, report, max_steps)
@@ -198,9 +224,25 @@ def check_environment(env: gym.Env, *, seed: int = 0, episodes: int = 2, max_ste
     if not has_oracle:
         report.notes.append("no oracle agent: oracle_action() returned None")
         return report
-    oracle = run_episode(base, _oracle_agent, "oracle", seed, report, max_steps)
-    report.episodes.append(oracle)
-    answered = [c for c in oracle.correct if c is not None]
-    if not answered or answered[-1] is not True or oracle.total_reward <= 0:
-        report.failures.append(f"oracle agent did not succeed: correct={oracle.correct}, rewards={oracle.rewards}")
+    _check_oracle(base, seed, episodes, max_steps, report)
     return report
+
+
+def _check_oracle(env: TextEnv, seed: int, episodes: int, max_steps: int, report: CheckReport) -> None:
+    oracles = [run_episode(env, _oracle_agent, "oracle", seed + i, report, max_steps) for i in range(episodes)]
+    report.episodes += oracles
+    for i, oracle in enumerate(oracles):
+        answered = [c for c in oracle.correct if c is not None]
+        if not answered or answered[-1] is not True or oracle.total_reward <= 0:
+            report.failures.append(
+                f"oracle agent (episode {i}) did not succeed: correct={oracle.correct}, rewards={oracle.rewards}"
+            )
+        for error in oracle.tool_errors:
+            report.failures.append(f"oracle agent (episode {i}), {error} — the oracle's own tool call failed")
+    names = [getattr(t, "name", repr(t)) for t in env.tools]
+    if names and not any(o.tool_calls for o in oracles):
+        report.failures.append(
+            f"the oracle never called a tool although the env offers {', '.join(names)}: make oracle_action() use "
+            "them (in a ToolEnv, override oracle_calls(task) to return the ToolCalls that solve the task), so that "
+            "this check sees the tools work inside an episode"
+        )

@@ -10,6 +10,8 @@ import asyncio
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from pydantic import ValidationError
+
 from turnrl.envs.core import Obs, StepResult, Task, TaskSource, TextEnv, pick_index
 from turnrl.tools.base import Tool, Toolbox, ToolOutput
 from turnrl.tools.parsers import ParseResult, ToolCallParser, get_parser
@@ -17,6 +19,8 @@ from turnrl.types import Message, ToolCall
 from turnrl.verifiers.base import Verdict
 
 Verifier = Callable[[str, str], Verdict]
+
+TOOL_MAX_TURNS = 4  # the default with tools or retry: room for a few tool calls (or retries) and an answer
 
 DEFAULT_FEEDBACK = "That is not correct. Try again."
 NO_ANSWER_FEEDBACK = "No final answer was found in your reply. {instruction}"
@@ -29,6 +33,20 @@ def as_tasks(tasks: TaskSource | Sequence[Task | dict[str, Any]]) -> TaskSource:
     if isinstance(tasks, TaskSource):
         return tasks
     raise TypeError(f"tasks must be a sequence of Task/dict or a TaskSource, got {type(tasks).__name__}")
+
+
+def _task(task: Any) -> Task:
+    """``reset(options={"task": ...})``'s task, or a ValueError that says what a task needs."""
+    if isinstance(task, Task):
+        return task
+    try:
+        return Task.model_validate(task)
+    except ValidationError as e:
+        problems = "; ".join(f"{'.'.join(str(x) for x in err['loc']) or 'task'}: {err['msg']}" for err in e.errors())
+        raise ValueError(
+            f"options['task'] must be a Task or a dict with 'prompt' and 'answer' strings (optional 'id' — made from "
+            f"the content when missing — and 'metadata'); got {problems}"
+        ) from None
 
 
 class ToolEnv(TextEnv):
@@ -55,7 +73,8 @@ class ToolEnv(TextEnv):
         system_prompt: the system message (None for none). Tool instructions are appended when
             ``describe_tools`` is on.
         instruction: text appended to every task prompt (e.g. where to put the answer).
-        max_turns: the most assistant turns per episode.
+        max_turns: the most assistant turns per episode; default 1, or 4 when the env has tools or ``retry`` is on
+            (so that a tool result can be followed by an answer).
         retry: after a wrong answer, give feedback and let the agent try again while turns remain.
         feedback: the message sent after a wrong answer when ``retry`` is on (a verdict's
             ``details["feedback"]``, e.g. a failing test, is sent instead when present).
@@ -72,12 +91,14 @@ class ToolEnv(TextEnv):
         tool_style: str | ToolCallParser = "hermes",
         system_prompt: str | None = None,
         instruction: str = "",
-        max_turns: int = 1,
+        max_turns: int | None = None,
         retry: bool = False,
         feedback: str = DEFAULT_FEEDBACK,
         describe_tools: bool = True,
         render_mode: str | None = None,
     ) -> None:
+        if max_turns is None:
+            max_turns = TOOL_MAX_TURNS if (len(tools) or retry) else 1
         super().__init__(max_turns=max_turns, render_mode=render_mode)
         if verifier is None or not callable(verifier):
             raise TypeError("ToolEnv needs a verifier: a function (response_text, reference) -> Verdict")
@@ -118,8 +139,7 @@ class ToolEnv(TextEnv):
         if unknown:
             raise ValueError(f"unknown reset options {sorted(unknown)}; {type(self).__name__} accepts 'index' and 'task'")
         if "task" in options:
-            task = options["task"]
-            self.task = task if isinstance(task, Task) else Task.model_validate(task)
+            self.task = _task(options["task"])
             index = None
         else:
             index = pick_index(self, len(self.tasks), options)
@@ -148,10 +168,20 @@ class ToolEnv(TextEnv):
         return tuple(messages), 0.0, False, last, info
 
     def score(self, response: str) -> Verdict:
-        """Grade ``response`` as a final answer to the current task (pure: does not advance the episode)."""
+        """Grade ``response`` as a final answer to the current task (pure: does not advance the episode).
+
+        Raises:
+            TypeError: the verifier returned something other than a :class:`~turnrl.verifiers.base.Verdict`.
+        """
         if self.task is None:
             raise RuntimeError("no current task; call reset() first")
-        return self.verifier(response, self.task.answer)
+        verdict = self.verifier(response, self.task.answer)
+        if not isinstance(verdict, Verdict):
+            raise TypeError(
+                f"the verifier of {type(self).__name__} returned {type(verdict).__name__} ({verdict!r:.60}), not a "
+                "Verdict: return turnrl.verifiers.Verdict(correct=ok, score=1.0 if ok else 0.0)"
+            )
+        return verdict
 
     def _answer_step(self, action: str) -> StepResult:
         verdict = self.score(action)
@@ -190,10 +220,21 @@ class ToolEnv(TextEnv):
         return await asyncio.to_thread(self._answer_step, action)
 
     def oracle_action(self) -> str | None:
-        """The reference answer with the instruction's format, if :meth:`format_answer` knows it."""
+        """The next of :meth:`oracle_calls` while turns remain, then the reference answer as :meth:`format_answer`
+        writes it (None if it does not know how)."""
         if self.task is None:
             return None
-        return self.format_answer(self.task.answer)
+        answer = self.format_answer(self.task.answer)
+        calls = self.oracle_calls(self.task)
+        write = getattr(self.parser, "format_call", None)
+        if answer is not None and self._turn < len(calls) and self._turn + 1 < self.max_turns and write is not None:
+            return write(calls[self._turn])
+        return answer
+
+    def oracle_calls(self, task: Task) -> list[ToolCall]:
+        """The tool calls that solve ``task``, made one per turn before the oracle answers (override; default
+        none). The conformance harness checks that an env with tools has an oracle that uses them."""
+        return []
 
     def format_answer(self, answer: str) -> str | None:
         """A response that states ``answer`` the way the verifier expects; None if unknown (override)."""

@@ -16,6 +16,7 @@ def masked_gae(
     gamma: float = 1.0,
     lam: float | torch.Tensor = 1.0,
     cut_at_mask: bool = False,
+    bootstrap: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Generalized advantage estimation over generated tokens only (ALGORITHMS.md §0 "Masked GAE").
 
@@ -30,6 +31,9 @@ def masked_gae(
         gamma: discount.
         lam: GAE λ, a float or a ``(B,)`` tensor (one per sequence: VAPO's length-adaptive λ).
         cut_at_mask: reset the recursion at turn boundaries.
+        bootstrap: ``(B,)`` value of the state after each sequence's last token: V(s_T) for an episode that was
+            *truncated* (turn or context limit), 0 for one that terminated. Default: 0 for every sequence (all
+            terminated). With ``cut_at_mask`` it still applies to the last turn only.
 
     Returns:
         ``(advantages, returns)``, both ``(B, T)``; advantages are 0 on masked tokens; returns = advantages + values.
@@ -40,6 +44,8 @@ def masked_gae(
     adv = torch.zeros_like(rewards)
     last = torch.zeros(B, dtype=rewards.dtype, device=rewards.device)
     next_v = torch.zeros(B, dtype=rewards.dtype, device=rewards.device)
+    if bootstrap is not None:
+        next_v = bootstrap.to(rewards.dtype).detach().clone()
     for t in range(T - 1, -1, -1):  # a loop over time on (B,) tensors; no per-sequence Python loop
         if cut_at_mask and t + 1 < T:
             boundary = m[:, t + 1] == 0
@@ -77,9 +83,9 @@ def group_normalize(scores: torch.Tensor, group_ids: torch.Tensor, eps: float = 
     _, inv, counts = torch.unique(group_ids, return_inverse=True, return_counts=True)
     G = counts.numel()
     s = scores.to(torch.float64)
-    sums = torch.zeros(G, dtype=s.dtype).index_add_(0, inv, s)
+    sums = torch.zeros(G, dtype=s.dtype, device=s.device).index_add_(0, inv, s)
     mean = sums / counts
-    sq = torch.zeros(G, dtype=s.dtype).index_add_(0, inv, (s - mean[inv]) ** 2)
+    sq = torch.zeros(G, dtype=s.dtype, device=s.device).index_add_(0, inv, (s - mean[inv]) ** 2)
     std = torch.sqrt(sq / (counts - 1).clamp(min=1))
     adv = (s - mean[inv]) / (std[inv] + eps)
     adv = torch.where(counts[inv] > 1, adv, torch.zeros_like(adv))

@@ -33,6 +33,7 @@ class Batch:
     scores: torch.Tensor  # (B,) total reward per sequence
     correct: torch.Tensor  # (B,) float, 1 if the trajectory's last graded answer was correct
     group_ids: torch.Tensor  # (B,) long, sequences sampled for the same task share a group
+    truncated: torch.Tensor  # (B,) float, 1 if the episode was cut by a turn or context limit (not terminated)
 
     def __len__(self) -> int:
         return self.input_ids.shape[0]
@@ -45,6 +46,23 @@ class Batch:
     def to(self, device: torch.device | str) -> Batch:
         """Move every tensor to ``device``."""
         return Batch(**{f.name: getattr(self, f.name).to(device) for f in fields(self)})
+
+
+def untrainable(traj: Trajectory) -> str | None:
+    """Why an episode must be left out of training, or None.
+
+    Episodes that ended in an error (environment exception or timeout, failed reset or generation) carry no
+    reward signal of the policy's making; a turn with a reward but no generated tokens has nowhere to put it.
+    """
+    if traj.error is not None:
+        return f"error: {traj.error}"
+    if traj.token_ids is None:
+        return "no token fields (not produced by turnrl.rl.rollout.Rollout)"
+    for turn in traj.turns:
+        span = turn.token_span
+        if turn.reward != 0.0 and (span is None or span[1] <= span[0]):
+            return f"turn {turn.index} has reward {turn.reward} but no generated tokens to carry it"
+    return None
 
 
 def collate(trajectories: Sequence[Trajectory], pad_id: int, roles: Mapping[str, int] = DEFAULT_ROLES) -> Batch:
@@ -91,4 +109,5 @@ def collate(trajectories: Sequence[Trajectory], pad_id: int, roles: Mapping[str,
         turn_ids=turn_ids, roles=role_ids, response_lengths=loss_mask.sum(-1),
         scores=torch.tensor([t.total_reward for t in trajectories], dtype=torch.float32),
         correct=torch.tensor([float(bool(t.correct)) for t in trajectories]), group_ids=group_ids,
+        truncated=torch.tensor([float(t.truncated and not t.terminated) for t in trajectories]),
     )

@@ -22,15 +22,22 @@ def _zero_linear(hidden_size: int) -> torch.nn.Linear:
     return proj
 
 
-def _values(proj: torch.nn.Linear, hidden: torch.Tensor) -> torch.Tensor:
+def _values(proj: torch.nn.Linear, hidden: torch.Tensor, lengths: torch.Tensor | None = None
+            ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """``(B, T, H)`` features → ``(B, T)`` values of the state before each token (position 0 gets 0).
 
-    Features are layer-normalized first: LM hidden states can have a few very large dimensions, which would make
-    Adam's per-weight steps move the predicted values by a lot; unit-scale features keep each step small.
+    With ``lengths`` ``(B,)`` also returns ``(B,)`` values of the state *after* each row's last token (the bootstrap
+    value of a truncated episode). Features are layer-normalized first: LM hidden states can have a few very large
+    dimensions, which would make Adam's per-weight steps move the predicted values by a lot; unit-scale features
+    keep each step small.
     """
     h = torch.nn.functional.layer_norm(hidden.float(), hidden.shape[-1:])
-    v = proj(h).squeeze(-1)[:, :-1]
-    return torch.cat([torch.zeros_like(v[:, :1]), v], 1)
+    after = proj(h).squeeze(-1)  # (B, T): V of the state after token t
+    v = after[:, :-1]
+    v = torch.cat([torch.zeros_like(v[:, :1]), v], 1)
+    if lengths is None:
+        return v
+    return v, after.gather(1, (lengths.long() - 1).clamp(min=0)[:, None]).squeeze(1)
 
 
 class ValueHead(torch.nn.Module):
@@ -42,9 +49,11 @@ class ValueHead(torch.nn.Module):
         super().__init__()
         self.proj = _zero_linear(hidden_size)
 
-    def forward(self, last_hidden: torch.Tensor) -> torch.Tensor:
-        """``(B, T, H)`` hidden states → ``(B, T)`` values aligned to token positions."""
-        return _values(self.proj, last_hidden.detach())
+    def forward(self, last_hidden: torch.Tensor, lengths: torch.Tensor | None = None
+                ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """``(B, T, H)`` hidden states → ``(B, T)`` values aligned to token positions (and, given ``lengths``, the
+        ``(B,)`` values after each row's last token)."""
+        return _values(self.proj, last_hidden.detach(), lengths)
 
 
 class SeparateCritic(torch.nn.Module):
@@ -68,6 +77,9 @@ class SeparateCritic(torch.nn.Module):
         self.backbone = model.base_model
         self.proj = _zero_linear(model.config.hidden_size)
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        """``(B, T)`` token ids → ``(B, T)`` values aligned to token positions."""
-        return _values(self.proj, self.backbone(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state)
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, lengths: torch.Tensor | None = None
+                ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """``(B, T)`` token ids → ``(B, T)`` values aligned to token positions (and, given ``lengths``, the ``(B,)``
+        values after each row's last token)."""
+        hidden = self.backbone(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        return _values(self.proj, hidden, lengths)

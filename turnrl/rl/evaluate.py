@@ -11,7 +11,7 @@ import json
 import math
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,44 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return 1.0 - math.comb(n - c, k) / math.comb(n, k)
 
 
+FAILURES = ("error", "truncated", "tool error", "no answer", "wrong")  # in order of precedence
+
+
+def failure_reason(traj: Trajectory) -> str | None:
+    """Why an episode did not succeed (None if it did): the rollout failed (``error``), a limit cut it
+    (``truncated``), a tool call failed (``tool error``), no final answer was found (``no answer``), or ``wrong``."""
+    if traj.correct:
+        return None
+    if traj.error is not None:
+        return "error"
+    if traj.truncated:
+        return "truncated"
+    if any(t.info.get("tool_calls") and t.info.get("error") for t in traj.turns):
+        return "tool error"
+    graded = [t for t in traj.turns if t.info.get("correct") is not None]
+    if not graded or (graded[-1].info.get("extracted") is None and "extracted" in graded[-1].info):
+        return "no answer"
+    return "wrong"
+
+
+def render_episode(traj: Trajectory, max_chars: int = 600) -> list[str]:
+    """The whole episode as Markdown lines: each assistant turn, the tool calls' results and feedback, rewards."""
+
+    def clip(text: str) -> str:
+        text = text.strip()
+        return text if len(text) <= max_chars else text[:max_chars] + f" […{len(text) - max_chars} more characters]"
+
+    def quote(who: str, text: str) -> list[str]:
+        return [f"> **{who}**: " + (clip(text) or "(empty)").replace("\n", "\n> "), ""]
+
+    lines = [line for m in traj.prompt if m.role == "user" for line in quote("user", m.content)]
+    for t in traj.turns:
+        lines += quote(f"assistant, turn {t.index}, reward {t.reward:g}", t.action.content)
+        for m in t.observation:
+            lines += quote(m.role if m.name is None else f"{m.role}:{m.name}", m.content)
+    return lines + (quote("error", traj.error) if traj.error else [])
+
+
 def episode_row(traj: Trajectory, index: int, sample: int) -> dict[str, Any]:
     """The per-episode record written to ``items.jsonl``."""
     last = traj.turns[-1].info if traj.turns else {}
@@ -50,6 +88,7 @@ def episode_row(traj: Trajectory, index: int, sample: int) -> dict[str, Any]:
         "terminated": traj.terminated,
         "truncated": traj.truncated,
         "error": traj.error,
+        "failure": failure_reason(traj),
         "metrics": {k: v for k, v in (last.get("metrics") or {}).items() if isinstance(v, (int, float))},
         "final_response": traj.turns[-1].action.content if traj.turns else None,
     }
@@ -85,41 +124,83 @@ def summarize(rows: list[dict[str, Any]], samples: int) -> dict[str, Any]:
     return metrics
 
 
-def write_report(out: Path, title: str, metrics: dict[str, Any], rows: list[dict[str, Any]], config: dict[str, Any]) -> str:
-    """Write ``report.md`` and return its text."""
+def pick_examples(trajs: list[Trajectory], successes: int = 2, failures: int = 4) -> list[Trajectory]:
+    """A few successes and failures to show, the failures of different reasons first."""
+    good = [t for t in trajs if t.correct][:successes]
+    by_reason: dict[str, list[Trajectory]] = defaultdict(list)
+    for t in trajs:
+        if not t.correct:
+            by_reason[failure_reason(t) or "wrong"].append(t)
+    bad: list[Trajectory] = []
+    while len(bad) < failures and any(by_reason.values()):
+        for reason in FAILURES:
+            if by_reason.get(reason) and len(bad) < failures:
+                bad.append(by_reason[reason].pop(0))
+    return good + bad
+
+
+def write_report(out: Path, title: str, metrics: dict[str, Any], rows: list[dict[str, Any]], config: dict[str, Any],
+                 examples: Sequence[Trajectory] = ()) -> str:
+    """Write ``report.md`` (metrics, why answers failed, whole example episodes, configuration); return its text."""
     lines = [f"# {title}", "", "| metric | value |", "|---|---|"]
     for k, v in metrics.items():
         lines.append(f"| {k} | {v:.4f} |" if isinstance(v, float) else f"| {k} | {v} |")
-    lines += ["", "## Configuration", "", "```json", json.dumps(config, indent=2, default=str), "```", "",
-              "## Examples", ""]
-    for r in rows[:3]:
-        response = " ".join((r["final_response"] or "").split())[:300]
-        lines.append(f"- `{r['task_id']}` correct={r['correct']} turns={r['turns']}: {response}")
+    failed = [r.get("failure") or "wrong" for r in rows if not r["correct"]]
+    if failed:
+        lines += ["", "## Why answers failed", "", "| reason | episodes | share of failures |", "|---|---|---|"]
+        lines += [f"| {reason} | {failed.count(reason)} | {failed.count(reason) / len(failed):.3f} |"
+                  for reason in FAILURES if reason in failed]
+    lines += ["", "## Example episodes", ""]
+    for traj in examples:
+        outcome = "correct" if traj.correct else f"failed: {failure_reason(traj)}"
+        lines += [f"### `{traj.task_id}` ({outcome}, {traj.num_turns} turn(s), reward {traj.total_reward:g})", ""]
+        lines += render_episode(traj)
+    lines += ["## Configuration", "", "```json", json.dumps(config, indent=2, default=str), "```"]
     text = "\n".join(lines) + "\n"
     (out / "report.md").write_text(text)
     return text
 
 
 def plot(out: Path, metrics: dict[str, Any], rows: list[dict[str, Any]], title: str) -> Path:
-    """Draw pass@k and the distribution of generated tokens per episode to ``plot.png``."""
+    """Draw :func:`figure` to ``plot.png``."""
+    import matplotlib.pyplot as plt
+
+    fig = figure(metrics, rows, title)
+    path = out / "plot.png"
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def figure(metrics: dict[str, Any], rows: list[dict[str, Any]], title: str) -> Any:
+    """Outcomes (pass@k instead when there are several samples per task), turns, tool calls and generated tokens
+    per episode."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4))
+    fig, ((a, b), (c, d)) = plt.subplots(2, 2, figsize=(10, 7))
     ks = sorted(int(k.split("@")[1]) for k in metrics if k.startswith("pass@"))
-    a.plot(ks, [metrics[f"pass@{k}"] for k in ks], marker="o")
-    a.set(xlabel="k", ylabel="pass@k", ylim=(0, 1), title="pass@k")
-    a.set_xscale("log", base=2)
-    b.hist([r["generated_tokens"] for r in rows], bins=20, color="tab:orange")
-    b.set(xlabel="generated tokens per episode", ylabel="episodes", title=f"accuracy {metrics['accuracy']:.3f}")
+    if len(ks) > 1:
+        a.plot(ks, [metrics[f"pass@{k}"] for k in ks], marker="o")
+        a.set(xlabel="k", ylabel="pass@k", ylim=(0, 1), title="pass@k")
+        a.set_xscale("log", base=2)
+    else:  # one sample per task: no curve to draw; the outcomes instead
+        outcomes = ["correct", *FAILURES]
+        counts = [sum(r["correct"] for r in rows), *(sum(r.get("failure") == f for r in rows) for f in FAILURES)]
+        a.bar(outcomes, counts, color=["tab:green"] + ["tab:red"] * len(FAILURES))
+        a.set(ylabel="episodes", title=f"outcomes (accuracy {metrics['accuracy']:.3f})")
+        a.tick_params(axis="x", labelrotation=30)
+    for ax, key, label in ((b, "turns", "turns"), (c, "tool_calls", "tool calls")):
+        values = [r[key] for r in rows]
+        ax.hist(values, bins=range(0, max(values, default=0) + 2), align="left", rwidth=0.8)
+        ax.set(xlabel=f"{label} per episode", ylabel="episodes", title=f"mean {np.mean(values) if values else 0:.2f}")
+    d.hist([r["generated_tokens"] for r in rows], bins=20, color="tab:orange")
+    d.set(xlabel="generated tokens per episode", ylabel="episodes")
     fig.suptitle(title)
     fig.tight_layout()
-    path = out / "plot.png"
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return fig
 
 
 def evaluate(
@@ -135,6 +216,7 @@ def evaluate(
     batch_episodes: int = 32,
     max_context: int = 4096,
     on_episode: Callable[[Trajectory], Any] | None = None,
+    env_timeout: float | None = 60.0,
 ) -> dict[str, Any]:
     """Evaluate ``agent`` on tasks ``0..limit-1`` of ``env_id`` with ``samples`` episodes each.
 
@@ -144,6 +226,7 @@ def evaluate(
         out: the output folder (created); None writes nothing.
         batch_episodes: episodes rolled out together (each turn's generation is batched across them).
         on_episode: called with each finished trajectory (progress bars).
+        env_timeout: seconds one environment step may take before its episode ends with an error.
 
     Returns:
         The metrics dict (also in ``metrics.json``).
@@ -168,18 +251,20 @@ def evaluate(
             on_episode(traj)
 
     rows: list[dict[str, Any]] = []
+    kept: list[Trajectory] = []  # candidates for the report's example episodes
     t0 = time.perf_counter()
     generated = 0
     try:
         for b, start in enumerate(range(0, len(jobs), batch_episodes)):
             chunk = jobs[start : start + batch_episodes]
             rollout = Rollout(agent, params.model_copy(update={"seed": seed * 100_003 + b}), max_context=max_context,
-                              sink=sink)
+                              env_timeout=env_timeout, sink=sink)
             envs = [make(env_id, **env_kwargs) for _ in chunk]
             trajs = rollout.run(envs, seeds=[seed + i for i, _ in chunk], options=[{"index": i} for i, _ in chunk],
                                 group_ids=[str(i) for i, _ in chunk])
             generated += rollout.stats.generated_tokens
             rows += [episode_row(t, i, s) for t, (i, s) in zip(trajs, chunk)]
+            kept = pick_examples(kept + trajs, successes=2, failures=2 * len(FAILURES))
     finally:
         if writer is not None:
             writer.close()
@@ -194,6 +279,7 @@ def evaluate(
         (out_dir / "metrics.json").write_text(json.dumps(metrics, indent=2))
         config = {"env_id": env_id, "env_kwargs": env_kwargs, "limit": limit, "samples": samples, "seed": seed,
                   "params": params.model_dump()}
-        write_report(out_dir, f"{env_id}: {n_tasks} tasks x {samples} samples", metrics, rows, config)
+        write_report(out_dir, f"{env_id}: {n_tasks} tasks x {samples} samples", metrics, rows, config,
+                     pick_examples(kept))
         plot(out_dir, metrics, rows, env_id)
     return metrics

@@ -1,7 +1,8 @@
 """Policy and value losses: pure tensor functions (ALGORITHMS.md §0, §3, §4).
 
 Tensors are ``(B, T)``; ``mask`` is the loss mask. Each loss returns ``(loss, metrics)`` with tensor metrics
-(no ``.item()`` inside: the caller decides when to synchronize).
+(no ``.item()`` inside: the caller decides when to synchronize). Every aggregated loss takes an optional ``count``,
+the global normalizer of :func:`agg_count`.
 """
 
 from __future__ import annotations
@@ -14,16 +15,32 @@ AggMode = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"]
 AGG_MODES: tuple[str, ...] = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
 
 
-def aggregate(values: torch.Tensor, mask: torch.Tensor, mode: AggMode = "token-mean") -> torch.Tensor:
+def agg_count(mask: torch.Tensor, mode: AggMode = "token-mean") -> torch.Tensor:
+    """The denominator of :func:`aggregate` over ``mask``: masked tokens (``token-mean``) or sequences with at least
+    one masked token (the seq-mean modes). Counts add up over micro-batches and ranks, so the sum of the counts of
+    every piece of a batch is the *global* normalizer that keeps a split batch's loss equal to the whole one's."""
+    if mode not in AGG_MODES:
+        raise ValueError(f"unknown aggregation mode {mode!r}; choose one of {AGG_MODES}")
+    m = mask.to(torch.float32)
+    return m.sum() if mode == "token-mean" else (m.sum(-1) > 0).sum().to(torch.float32)
+
+
+def aggregate(values: torch.Tensor, mask: torch.Tensor, mode: AggMode = "token-mean",
+              count: torch.Tensor | float | None = None) -> torch.Tensor:
     """Reduce per-token losses to a scalar (ALGORITHMS.md §0 "Loss aggregation").
 
     ``token-mean``: Σ m·ℓ / Σ m over the batch (DAPO, VAPO, PAG). ``seq-mean-token-mean``: mean over sequences of
     each sequence's masked mean (original GRPO/PPO). ``seq-mean-token-sum``: mean over sequences of masked sums.
     Sequences with no masked token are ignored by the seq-mean modes.
+
+    Args:
+        count: the normalizer (see :func:`agg_count`); default: this batch's own. Pass the sum of the counts of
+            all micro-batches (and ranks) of one optimizer step to make ``Σ_micro aggregate(micro, count=total)``
+            equal ``aggregate(whole batch)``: token-mean stays a token mean however the batch is split.
     """
     m = mask.to(values.dtype)
     if mode == "token-mean":
-        return (values * m).sum() / m.sum().clamp(min=1)
+        return (values * m).sum() / (m.sum().clamp(min=1) if count is None else count)
     per_seq_tokens = m.sum(-1)  # (B,)
     has = per_seq_tokens > 0
     if mode == "seq-mean-token-mean":
@@ -32,7 +49,7 @@ def aggregate(values: torch.Tensor, mask: torch.Tensor, mode: AggMode = "token-m
         per_seq = (values * m).sum(-1)
     else:
         raise ValueError(f"unknown aggregation mode {mode!r}; choose one of {AGG_MODES}")
-    return (per_seq * has).sum() / has.sum().clamp(min=1)
+    return (per_seq * has).sum() / (has.sum().clamp(min=1) if count is None else count)
 
 
 def clipped_surrogate(
@@ -44,6 +61,7 @@ def clipped_surrogate(
     eps_high: float = 0.2,
     dual_clip: float | None = None,
     agg: AggMode = "token-mean",
+    count: torch.Tensor | float | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """PPO's clipped surrogate with decoupled clip (clip-higher) and optional dual clip (ALGORITHMS.md §0, §4).
 
@@ -69,7 +87,7 @@ def clipped_surrogate(
             "approx_kl": (0.5 * log_ratio**2 * m).sum() / m.sum().clamp(min=1),
             "ratio_mean": (ratio * m).sum() / m.sum().clamp(min=1),
         }
-    return aggregate(loss_t, mask, agg), metrics
+    return aggregate(loss_t, mask, agg, count), metrics
 
 
 def clipped_value_loss(
@@ -79,6 +97,7 @@ def clipped_value_loss(
     mask: torch.Tensor,
     eps_v: float = 0.5,
     agg: AggMode = "token-mean",
+    count: torch.Tensor | float | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """½·agg(max((v − R)², (clip(v, v_old − ε_v, v_old + ε_v) − R)²)) (ALGORITHMS.md §0)."""
     clipped = old_values + torch.clamp(values - old_values, -eps_v, eps_v)
@@ -92,12 +111,13 @@ def clipped_value_loss(
         metrics = {"explained_variance": ev,
                    "value_clip_frac": (((clipped - returns) ** 2 > (values - returns) ** 2).to(m.dtype) * m).sum()
                    / m.sum().clamp(min=1)}
-    return aggregate(loss_t, mask, agg), metrics
+    return aggregate(loss_t, mask, agg, count), metrics
 
 
-def masked_nll(logp: torch.Tensor, mask: torch.Tensor, agg: AggMode = "token-mean") -> torch.Tensor:
+def masked_nll(logp: torch.Tensor, mask: torch.Tensor, agg: AggMode = "token-mean",
+               count: torch.Tensor | float | None = None) -> torch.Tensor:
     """Negative log-likelihood of the masked tokens (VAPO's positive-example LM loss uses the correct samples' mask).
 
     Returns 0 (with a gradient path) when the mask is empty, e.g. when no sample in the batch was correct.
     """
-    return aggregate(-logp, mask, agg)
+    return aggregate(-logp, mask, agg, count)

@@ -15,6 +15,8 @@ Finished trajectories go to ``sink`` (e.g. a :class:`turnrl.storage.TrajectoryWr
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -36,11 +38,31 @@ class _Episode:
     renderer: ChatRenderer | None = None
     role: str = "policy"
     prompts_seen: list[list[int]] = field(default_factory=list)  # what the agent was conditioned on, per turn
+    sample_seed: int | None = None  # this episode's own random stream (batch-invariant sampling), if any
 
     def append(self, ids: Sequence[int], mask: int, logprobs: Sequence[float] | None = None) -> None:
         self.tokens.extend(ids)
         self.mask.extend([mask] * len(ids))
         self.logprobs.extend(logprobs if logprobs is not None else [0.0] * len(ids))
+
+
+class _DaemonExecutor(concurrent.futures.ThreadPoolExecutor):
+    """Runs each call on its own daemon thread: an environment step that never returns (cut by the step timeout)
+    cannot block the end of the rollout or of the process, as a joined thread pool's worker would."""
+
+    def submit(self, fn, /, *args, **kwargs):  # noqa: ANN001, ANN201 — concurrent.futures.Executor's signature
+        future: concurrent.futures.Future = concurrent.futures.Future()
+
+        def work() -> None:
+            if not future.set_running_or_notify_cancel():
+                return
+            try:
+                future.set_result(fn(*args, **kwargs))
+            except BaseException as e:  # noqa: BLE001 — handed to the awaiting coroutine
+                future.set_exception(e)
+
+        threading.Thread(target=work, daemon=True, name="turnrl-env-step").start()
+        return future
 
 
 @dataclass
@@ -67,6 +89,8 @@ class Rollout:
         env_timeout: seconds one environment step may take before its episode is ended with an error.
         sink: called with each Trajectory as soon as it finishes (streaming storage, progress bars).
         keep_prompts: record each turn's full prompt in ``Trajectory.metadata["prompts"]`` (for tests/debugging).
+        policy_version: recorded as ``metadata["policy_version"] = [at start, at end]`` of every episode (the
+            weights' version; a callable is read at the start and at the end of each episode).
     """
 
     def __init__(
@@ -80,6 +104,7 @@ class Rollout:
         env_timeout: float | None = 60.0,
         sink: Callable[[Trajectory], Any] | None = None,
         keep_prompts: bool = False,
+        policy_version: int | Callable[[], int] | None = None,
     ) -> None:
         if params.n != 1:
             raise ValueError("Rollout samples one completion per episode (params.n == 1); use several envs per task")
@@ -87,6 +112,7 @@ class Rollout:
         self.max_turns, self.max_context = max_turns, max_context
         self.env_concurrency, self.env_timeout = env_concurrency, env_timeout
         self.sink, self.keep_prompts = sink, keep_prompts
+        self.policy_version = policy_version
         self.stats = RolloutStats()
         eos = getattr(agent.tokenizer, "eos_token_id", None)
         self._eos = set(getattr(agent, "eos_ids", None) or []) | ({eos} if eos is not None else set())
@@ -98,9 +124,26 @@ class Rollout:
         seeds: Sequence[int | None] | None = None,
         options: Sequence[dict[str, Any] | None] | None = None,
         group_ids: Sequence[str | None] | None = None,
+        sample_seeds: Sequence[int] | None = None,
+        metadata: Sequence[dict[str, Any]] | None = None,
     ) -> list[Trajectory]:
-        """Play one episode per env (reset with ``seeds[i]``/``options[i]``); return the trajectories in env order."""
-        return asyncio.run(self.arun(envs, seeds=seeds, options=options, group_ids=group_ids))
+        """Play one episode per env (reset with ``seeds[i]``/``options[i]``); return the trajectories in env order.
+
+        ``metadata[i]`` is copied into episode i's ``Trajectory.metadata`` when it starts (e.g. a job key, so that
+        a streamed episode can be matched to its job).
+
+        ``sample_seeds`` (one per env) gives each episode its own sampling stream (turn k of episode i is sampled
+        with seed ``sample_seeds[i] * 1009 + k``), so an episode's tokens do not depend on the rest of the batch;
+        the agent's ``generate`` must accept ``seeds=``.
+        """
+        loop = asyncio.new_event_loop()
+        loop.set_default_executor(_DaemonExecutor())  # env steps run in threads (asyncio.to_thread) that may hang
+        try:
+            return loop.run_until_complete(self.arun(envs, seeds=seeds, options=options, group_ids=group_ids,
+                                                     sample_seeds=sample_seeds, metadata=metadata))
+        finally:
+            loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.close()
 
     async def arun(
         self,
@@ -109,16 +152,22 @@ class Rollout:
         seeds: Sequence[int | None] | None = None,
         options: Sequence[dict[str, Any] | None] | None = None,
         group_ids: Sequence[str | None] | None = None,
+        sample_seeds: Sequence[int] | None = None,
+        metadata: Sequence[dict[str, Any]] | None = None,
     ) -> list[Trajectory]:
         """Async :meth:`run` (for callers already inside an event loop)."""
         n = len(envs)
         seeds = list(seeds) if seeds is not None else [None] * n
         options = list(options) if options is not None else [None] * n
         group_ids = list(group_ids) if group_ids is not None else [None] * n
-        if not len(seeds) == len(options) == len(group_ids) == n:
-            raise ValueError("seeds, options and group_ids must have one entry per env")
+        per_episode = list(sample_seeds) if sample_seeds is not None else [None] * n
+        extra = list(metadata) if metadata is not None else [{}] * n
+        if not len(seeds) == len(options) == len(group_ids) == len(per_episode) == len(extra) == n:
+            raise ValueError("seeds, options, group_ids, sample_seeds and metadata must have one entry per env")
         self.stats = RolloutStats()
-        episodes = [self._start(env, s, o, g) for env, s, o, g in zip(envs, seeds, options, group_ids)]
+        episodes = [self._start(env, s, o, g, m) for env, s, o, g, m in zip(envs, seeds, options, group_ids, extra)]
+        for ep, sample_seed in zip(episodes, per_episode):
+            ep.sample_seed = sample_seed
         live = [ep for ep in episodes if ep.traj.error is None and not ep.traj.truncated]
         for ep in episodes:
             if ep not in live:
@@ -134,9 +183,13 @@ class Rollout:
 
     # ---- pieces of one turn ----
 
-    def _start(self, env: TextEnv, seed: int | None, options: dict[str, Any] | None, group_id: str | None) -> _Episode:
+    def _start(self, env: TextEnv, seed: int | None, options: dict[str, Any] | None, group_id: str | None,
+               metadata: dict[str, Any] | None = None) -> _Episode:
         spec = env.unwrapped.spec
-        traj = Trajectory(env_id=spec.id if spec is not None else type(env.unwrapped).__name__, seed=seed, group_id=group_id)
+        traj = Trajectory(env_id=spec.id if spec is not None else type(env.unwrapped).__name__, seed=seed,
+                          group_id=group_id, metadata=dict(metadata or {}))
+        if self.policy_version is not None:
+            traj.metadata["policy_version"] = [self._version(), None]
         ep = _Episode(env=env, traj=traj)
         try:
             obs, info = env.reset(seed=seed, options=options)
@@ -165,7 +218,11 @@ class Rollout:
                 params = self.params.model_copy(update={"max_new_tokens": budget})
                 prompts = [list(live[i].tokens) for i in idx]
                 agenerate = getattr(self.agent, "agenerate", None)  # HTTP backends: don't block the event loop
-                outs = await agenerate(prompts, params) if agenerate else self.agent.generate(prompts, params)
+                if live[idx[0]].sample_seed is not None:  # batch-invariant: each episode's own stream per turn
+                    seeds = [(live[i].sample_seed * 1009 + len(live[i].traj.turns)) % 2**62 for i in idx]
+                    outs = self.agent.generate(prompts, params, seeds=seeds)
+                else:
+                    outs = await agenerate(prompts, params) if agenerate else self.agent.generate(prompts, params)
                 for i, c in zip(idx, outs):
                     completions[i] = c
         except Exception as e:  # noqa: BLE001 — keep everything collected so far
@@ -228,9 +285,19 @@ class Rollout:
         self.stats.bookkeeping_s += time.perf_counter() - t2
         return True
 
+    def _version(self) -> int:
+        v = self.policy_version
+        return int(v() if callable(v) else v)  # type: ignore[arg-type]
+
     def _finish(self, ep: _Episode) -> None:
         traj = ep.traj
         traj.token_ids, traj.loss_mask, traj.logprobs = ep.tokens, ep.mask, ep.logprobs
+        if self.policy_version is not None:
+            traj.metadata["policy_version"] = [traj.metadata.get("policy_version", [None])[0], self._version()]
+        if traj.error is None:
+            for turn in traj.turns:  # a reward needs a generated token to sit on (see Trajectory.token_rewards)
+                if turn.reward != 0.0 and (turn.token_span is None or turn.token_span[1] <= turn.token_span[0]):
+                    traj.error = f"turn {turn.index} has reward {turn.reward} but no generated tokens to carry it"
         traj.metadata["prompt_length"] = next((i for i, m in enumerate(ep.mask) if m == 1), len(ep.mask))
         if self.keep_prompts:
             traj.metadata["prompts"] = ep.prompts_seen

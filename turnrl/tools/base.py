@@ -7,6 +7,7 @@ inside the tool into a :class:`ToolOutput` with ``ok=False`` and a message that 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import inspect
 import json
 import re
@@ -43,6 +44,19 @@ def _param_docs(doc: str) -> dict[str, str]:
         if pm:
             out[pm.group(1)] = pm.group(2).strip()
     return out
+
+
+def _jsonable(obj: Any) -> Any:
+    """``json.dumps``'s fallback for tool results: models, dataclasses, sets and numpy values as JSON data."""
+    if isinstance(obj, BaseModel):
+        return obj.model_dump(mode="json")
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return dataclasses.asdict(obj)
+    if isinstance(obj, (set, frozenset)):
+        return sorted(obj, key=repr)
+    if callable(getattr(obj, "tolist", None)):  # numpy arrays and scalars
+        return obj.tolist()
+    return str(obj)
 
 
 def _summary(doc: str) -> str:
@@ -131,7 +145,7 @@ class Tool:
             return ToolOutput(f"Error: invalid arguments for {self.name}: {problems}", ok=False)
 
     def _finish(self, result: Any) -> ToolOutput:
-        text = result if isinstance(result, str) else json.dumps(result, ensure_ascii=False, default=str)
+        text = result if isinstance(result, str) else json.dumps(result, ensure_ascii=False, default=_jsonable)
         if len(text) > self.max_output_chars:
             cut = len(text) - self.max_output_chars
             text = text[: self.max_output_chars] + f"\n[... output truncated, {cut} more characters]"

@@ -107,6 +107,10 @@ class HermesParser:
         call_id = item.get("id") if isinstance(item.get("id"), str) else None
         return ToolCall(name=item["name"], arguments=args, id=call_id)
 
+    def format_call(self, call: ToolCall) -> str:
+        """``call`` as a model would write it in this style."""
+        return "<tool_call>" + json.dumps({"name": call.name, "arguments": call.arguments}) + "</tool_call>"
+
     def instructions(self, tools: Sequence[Any]) -> str:
         """Describe the tools and the ``<tool_call>`` format."""
         lines = ["You can call these tools:"]
@@ -148,6 +152,17 @@ class TagParser:
             if text.count(f"<{tag}>") > text.count(f"</{tag}>"):
                 result.errors.append(f"a <{tag}> tag was opened but never closed with </{tag}>")
         return result
+
+    def format_call(self, call: ToolCall) -> str:
+        """``call`` as a model would write it in this style (its raw text, or its single argument's value)."""
+        tag = {v: k for k, v in self.tags.items()}.get(call.name, call.name)
+        if call.raw is not None:
+            text = call.raw
+        elif len(call.arguments) == 1:
+            text = str(next(iter(call.arguments.values())))
+        else:
+            raise ValueError(f"the tag style passes one text input; {call.name!r} got {sorted(call.arguments)}")
+        return f"<{tag}>{text}</{tag}>"
 
     def instructions(self, tools: Sequence[Any]) -> str:
         """Describe the tools and their tags."""

@@ -1,7 +1,10 @@
 """Math answer verification: extract one final answer, compare it with the reference using math-verify.
 
 A response must commit to one answer. A response that hedges — several different boxed answers, "18 or 19",
-a list of candidates where one value is asked for — is not correct, even if the right value is among them.
+``x = 17 \vee x = 19``, a union, a list of candidates where one value is asked for — is not correct, even if the
+right value is among them: an answer that math-verify also finds equal to another number it contains is a hedge.
+Answers whose evaluation could hang the verifier (power towers, huge exponents or factorials: sympy evaluates them
+eagerly, holding the GIL, so no timeout can stop it) are refused unparsed as ``too_complex``.
 """
 
 from __future__ import annotations
@@ -23,7 +26,9 @@ MAX_ANSWER_CHARS = 300
 # math-verify logs a warning each time its (signal-based) timeout is disabled off the main thread.
 logging.getLogger("math_verify").setLevel(logging.ERROR)
 
-_HEDGE = re.compile(r"\\text\{\s*or\s*\}|\bor\b|\beither\b|\\lor\b", re.I)
+_HEDGE = re.compile(r"\\text\{\s*or\s*\}|\bor\b|\beither\b|\\lor\b|\\vee\b|\\cup\b|\\pm\b|\\mp\b|\\sim\b|\\\\", re.I)
+# A power whose exponent holds another power or 5+ digits, chained powers, a factorial of 4+ digits, a huge literal.
+_COSTLY = re.compile(r"\^\s*\{[^{}]*(?:\^|\d{5})|\^\s*\(?[\d.]*\d{5}|\^\s*\w+\s*\^|\^\s*\{[^{}]*\{|\d{4,}\s*!|\d{400}")
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
 
 
@@ -113,6 +118,19 @@ def _equivalent(a: str, b: str) -> bool:
     return a.replace(" ", "").lower() == b.replace(" ", "").lower()
 
 
+def _hedge_marks(s: str) -> set[str]:
+    """The alternatives an answer writes: "or", \\vee, \\cup, \\pm, a line break, a lone "|" (|x| is an absolute
+    value)... A mark the reference also has (an interval union, a matrix, 1 \\pm \\sqrt{5}) is no hedge."""
+    marks = {m.group(0).lower().strip() for m in _HEDGE.finditer(s)}
+    return marks | ({"|"} if s.count("|") % 2 else set()) | ({"\\mid"} if "\\mid" in s else set())
+
+
+def _ambiguous(pred: str, ref: str) -> bool:
+    """Whether ``pred`` (which matches ``ref``) also matches another number written in it: a hedge in disguise."""
+    others = [n for n in dict.fromkeys(_NUMBER.findall(pred)) if not _equivalent(n.replace(",", ""), ref)]
+    return any(_matches(pred, n.replace(",", "")) for n in others[:5])
+
+
 def _matches(pred: str, ref: str) -> bool:
     if _equivalent(pred, ref):
         return True
@@ -132,7 +150,7 @@ def verify(prediction: str, reference: str, *, answer_format: AnswerFormat = "au
 
     Returns:
         A :class:`Verdict` with ``correct``, ``score`` (1.0 or 0.0), the ``extracted`` answer and ``details``
-        (``reason`` when not correct: ``no_answer``, ``hedged``, ``too_long`` or ``mismatch``).
+        (``reason`` when not correct: ``no_answer``, ``hedged``, ``too_long``, ``too_complex`` or ``mismatch``).
     """
     if not isinstance(prediction, str):
         raise TypeError(f"prediction must be a string, got {type(prediction).__name__}")
@@ -145,8 +163,10 @@ def verify(prediction: str, reference: str, *, answer_format: AnswerFormat = "au
     if len(final) > MAX_ANSWER_CHARS:
         return Verdict(correct=False, score=0.0, extracted=final[:MAX_ANSWER_CHARS], details={"reason": "too_long"})
     distinct = list(dict.fromkeys(answers))
+    if any(_COSTLY.search(a) for a in distinct):
+        return Verdict(correct=False, score=0.0, extracted=final, details={"reason": "too_complex", "format": fmt})
     hedged = (
-        _HEDGE.search(final) is not None
+        bool(_hedge_marks(final) - _hedge_marks(ref))
         or (_is_list(final) and not _is_list(ref))
         or any(not _equivalent(a, final) for a in distinct if a != final)
     )
@@ -155,5 +175,9 @@ def verify(prediction: str, reference: str, *, answer_format: AnswerFormat = "au
             correct=False, score=0.0, extracted=final, details={"reason": "hedged", "candidates": distinct, "format": fmt}
         )
     correct = _matches(final, ref)
+    if correct and _ambiguous(final, ref):
+        return Verdict(
+            correct=False, score=0.0, extracted=final, details={"reason": "hedged", "candidates": distinct, "format": fmt}
+        )
     details = {"format": fmt} if correct else {"reason": "mismatch", "format": fmt}
     return Verdict(correct=correct, score=float(correct), extracted=final, details=details)

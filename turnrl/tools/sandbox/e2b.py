@@ -78,7 +78,9 @@ class E2BSandbox:
         try:
             for name, text in {"main.py": code, "stdin.txt": stdin, **extra}.items():
                 sbx.files.write(f"{_WORKDIR}/{name}", text)
-            cmd = f"cd {shlex.quote(_WORKDIR)} && python3 main.py < stdin.txt"
+            # stdin.txt is removed once open, so the program can read its input only once, from stdin (the code-test
+            # harness receives its secret that way)
+            cmd = f"cd {shlex.quote(_WORKDIR)} && {{ rm -f stdin.txt; python3 main.py; }} < stdin.txt"
             try:
                 res = sbx.commands.run(cmd, timeout=timeout)
                 stdout, stderr, exit_code, error, timed_out = res.stdout, res.stderr, res.exit_code, None, False

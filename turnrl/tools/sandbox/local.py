@@ -95,6 +95,8 @@ class LocalSandbox:
         allow_weak: without bubblewrap, run with rlimits only (no filesystem/network isolation) instead of refusing.
         extra_ro_binds: more host paths to expose read-only at the same place (e.g. a virtualenv).
         uid_base: first of the unprivileged user ids used for runs when turnrl runs as root.
+        proc: mount a ``/proc`` for the program. Without one it cannot read its own memory through
+            ``/proc/self/mem`` (what the code-test sandbox wants: see :func:`default_test_sandbox`).
     """
 
     def __init__(
@@ -111,6 +113,7 @@ class LocalSandbox:
         allow_weak: bool = False,
         extra_ro_binds: tuple[str, ...] = (),
         uid_base: int = 61000,
+        proc: bool = True,
     ) -> None:
         self.bwrap = shutil.which("bwrap")
         if self.bwrap is None and not allow_weak:
@@ -122,6 +125,7 @@ class LocalSandbox:
         self.cpu_seconds, self.memory_mb, self.file_size_mb = cpu_seconds, memory_mb, file_size_mb
         self.disk_mb, self.max_processes, self.output_limit = disk_mb, max_processes, output_limit
         self.extra_ro_binds = tuple(extra_ro_binds)
+        self.proc = proc
         self.weak = self.bwrap is None
         self.as_root = os.geteuid() == 0
         self._slots: queue.Queue[int] = queue.Queue()
@@ -139,7 +143,7 @@ class LocalSandbox:
             "--ro-bind", "/usr", "/usr",
             "--symlink", "usr/bin", "/bin", "--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64",
             "--symlink", "usr/sbin", "/sbin",
-            "--dev", "/dev", "--proc", "/proc",
+            "--dev", "/dev", *(["--proc", "/proc"] if self.proc else []),
             "--size", size, "--tmpfs", "/tmp",
             "--size", size, "--tmpfs", "/sandbox",
         ]
@@ -294,6 +298,7 @@ class LocalSandbox:
 
 
 _default: LocalSandbox | None = None
+_default_tests: LocalSandbox | None = None
 _default_lock = threading.Lock()
 
 
@@ -304,3 +309,12 @@ def default_sandbox() -> LocalSandbox:
         if _default is None:
             _default = LocalSandbox()
         return _default
+
+
+def default_test_sandbox() -> LocalSandbox:
+    """The shared sandbox of ``run_tests``: default limits, no ``/proc`` (its own user ids, from 61100)."""
+    global _default_tests
+    with _default_lock:
+        if _default_tests is None:
+            _default_tests = LocalSandbox(proc=False, uid_base=61100)
+        return _default_tests

@@ -1,0 +1,154 @@
+"""The conformance harness on tool environments: it calls the tools, checks verdicts and the oracle's tool use."""
+
+from dataclasses import dataclass
+from typing import Literal
+
+from turnrl.envs import Task, ToolEnv
+from turnrl.envs.testing import check_environment
+from turnrl.envs.tool_checks import arguments, candidates
+from turnrl.tools import ToolError, tool
+from turnrl.tools.base import Tool, ToolOutput
+from turnrl.types import ToolCall
+from turnrl.verifiers import Verdict
+from turnrl.verifiers.math import verify
+
+TASKS = [Task(id="t0", prompt="What is 6 / 3?", answer="2", metadata={"a": 6, "b": 3})]
+
+
+def boxed(text, reference):
+    return verify(text, reference, answer_format="boxed")
+
+
+class DivEnv(ToolEnv):
+    """Division with a tool; subclasses break one thing each."""
+
+    def __init__(self, tools, verifier=boxed, **options):
+        super().__init__(TASKS, tools=tools, verifier=verifier, **options)
+
+    def oracle_calls(self, task):
+        return [ToolCall(name=self.tools[0].name, arguments=task.metadata)]
+
+    def format_answer(self, answer):
+        return f"\\boxed{{{answer}}}"
+
+
+@tool
+def careful_divide(a: float, b: float) -> float:
+    """Divide a by b.
+
+    Args:
+        a: the dividend.
+        b: the divisor.
+    """
+    if b == 0:
+        raise ToolError("b must not be 0")
+    return a / b
+
+
+@tool
+def divide(a: float, b: float) -> float:
+    """Divide a by b (forgets that b may be 0)."""
+    return a / b
+
+
+def failures(report):
+    return "\n".join(report.failures)
+
+
+def test_a_well_behaved_tool_env_passes():
+    report = check_environment(DivEnv([careful_divide]))
+    assert report.ok, str(report)
+    assert "tool 'careful_divide': 6 generated call(s) ran, 3 malformed call(s) refused" in report.notes
+    oracle = [ep for ep in report.episodes if ep.agent == "oracle"]
+    assert len(oracle) == 2 and all(ep.tool_calls == 1 and ep.correct == [None, True] for ep in oracle)
+
+
+def test_a_tool_that_raises_on_valid_input_is_reported():
+    report = check_environment(DivEnv([divide]))
+    assert not report.ok
+    assert ("tool 'divide' raised ZeroDivisionError: float division by zero on valid arguments "
+            '{"a": 1.5, "b": 0}; fix it, or raise turnrl.tools.ToolError') in failures(report)
+
+
+def test_a_verifier_that_returns_no_verdict_is_reported():
+    env = DivEnv([careful_divide], verifier=lambda text, reference: reference in text)
+    report = check_environment(env)
+    assert ("grading a wrong answer raised TypeError: the verifier of DivEnv returned bool (False), not a Verdict: "
+            "return turnrl.verifiers.Verdict(correct=ok, score=1.0 if ok else 0.0)") in failures(report)
+    assert "(and " in str(report)  # the same error in every episode is shown once, with a count
+
+
+def test_an_oracle_that_never_uses_the_tools_is_reported():
+    class Lazy(DivEnv):
+        def oracle_calls(self, task):
+            return []
+
+    report = check_environment(Lazy([careful_divide]))
+    assert ["the oracle never called a tool although the env offers careful_divide"] == [
+        f.split(":")[0] for f in report.failures]
+
+
+def test_an_oracle_tool_call_that_fails_is_reported():
+    class Clumsy(DivEnv):
+        def oracle_calls(self, task):
+            return [ToolCall(name="careful_divide", arguments={"a": 1, "b": 0})]
+
+    report = check_environment(Clumsy([careful_divide]))
+    assert "oracle agent (episode 0), step 0: Error: b must not be 0 — the oracle's own tool call failed" in failures(
+        report)
+
+
+def test_a_tool_that_accepts_malformed_calls_is_reported():
+    class Lenient(Tool):
+        def invoke(self, call):
+            return ToolOutput("fine")
+
+    report = check_environment(DivEnv([Lenient(careful_divide.fn, name="careful_divide")]))
+    text = failures(report)
+    assert "tool 'careful_divide' accepted an unexpected argument" in text
+    assert "tool 'careful_divide' accepted the required argument 'a' missing" in text
+    assert "tool 'careful_divide' accepted 'a' of the wrong type" in text
+
+
+def test_tools_that_are_not_tools_are_reported():
+    class Odd(DivEnv):
+        @property
+        def tools(self):
+            return [careful_divide, len]
+
+    report = check_environment(Odd([careful_divide], describe_tools=False), episodes=1)
+    assert "env.tools holds <built-in function len>, not a turnrl Tool: decorate the function with @tool" in failures(
+        report)
+
+
+def test_call_tools_false_skips_the_calls():
+    report = check_environment(DivEnv([divide]), call_tools=False)
+    assert report.ok, str(report)
+
+
+def test_generated_arguments_follow_the_schema():
+    @dataclass
+    class Point:
+        x: int
+        y: int
+
+    @tool
+    def place(unit: Literal["m", "km"], point: Point, tags: list[str], scale: float = 2.0, note: str | None = None) -> str:
+        """Place a point."""
+        return f"{unit} {point} {tags} {scale} {note}"
+
+    params = place.schema()["function"]["parameters"]
+    defs = params.get("$defs", {})
+    sets = [arguments(params, defs, i) for i in range(6)]
+    assert all(set(s) == {"unit", "point", "tags"} for s in sets[::2])  # required only
+    assert all(set(s) == {"unit", "point", "tags", "scale", "note"} for s in sets[1::2])  # and the optional ones
+    assert {s["unit"] for s in sets} == {"m", "km"}
+    for s in sets:
+        place.args_model.model_validate(s)  # every generated set is valid input
+    assert candidates({"type": "integer", "examples": [42]}, {})[0] == 42
+
+
+def test_verdict_type_checked_where_the_env_grades():
+    env = DivEnv([careful_divide], verifier=lambda text, reference: Verdict(correct=True, score=1.0))
+    env.reset(seed=0)
+    assert env.score("anything").correct

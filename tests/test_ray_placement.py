@@ -1,0 +1,187 @@
+"""The Ray placement on a real local Ray cluster (started by the module fixture, 2 CPUs) with a tiny model."""
+
+import os
+import time
+
+import pytest
+import torch
+
+import toy_envs  # noqa: F401  (registers the toy environments)
+from turnrl.agents.tiny import tiny_model, tiny_tokenizer
+from turnrl.rl.placement.ledger import Ledger
+from turnrl.rl.placement.ray import RayPlacementError
+from turnrl.rl.sources import Job
+from turnrl.rl.trainer import TrainConfig, Trainer
+from turnrl.types import Trajectory
+
+ray = pytest.importorskip("ray")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def cluster():
+    os.environ["TURNRL_TEST_PID"] = str(os.getpid())
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    yield
+    ray.shutdown()
+
+
+def config(tmp_path, placement="ray", env="tests/Upper-v0", steps=3, **extra):
+    data = {"model": "tiny", "env": {"id": env}, "placement": placement,
+            "rollout": {"prompts_per_step": 4, "group_size": 8, "max_new_tokens": 4, "seed_per_episode": True,
+                        **extra.pop("rollout", {})},
+            "optim": {"lr": 1e-2, "minibatch_size": 16}, "steps": steps, "eval_tasks": 8, "out_dir": str(tmp_path),
+            **extra}
+    if placement == "ray":
+        data["ray"] = {"rollout_workers": 2, "start_timeout": 60, **data.get("ray", {})}
+    return TrainConfig.model_validate(data)
+
+
+def trainer(cfg):
+    tok = tiny_tokenizer("chatml")
+    return Trainer(cfg, model=tiny_model(tok), tokenizer=tok)
+
+
+def test_two_workers_train_like_the_local_placement(tmp_path):
+    local = trainer(config(tmp_path / "local", "local", steps=30)).train()
+    t = trainer(config(tmp_path / "ray", steps=30))
+    try:
+        remote = t.train()
+    finally:
+        t.close()
+    for key in ("reward_mean", "success", "generated_tokens", "rollout_episodes", "zero_variance_groups"):
+        assert remote[1][key] == local[1][key], key  # the first step: the same episodes, token for token
+    for key in ("loss", "clip_frac", "entropy"):
+        assert remote[1][key] == pytest.approx(local[1][key], rel=1e-4, abs=1e-6), key
+    early, late = (sum(h["success"] for h in remote[a:b]) / 5 for a, b in ((1, 6), (-5, None)))
+    assert early < 0.5 and late > early + 0.3, (early, late)
+    assert remote[-1]["eval_success"] > remote[0]["eval_success"]
+    assert all(h["logp_diff"] < 1e-4 for h in remote[1:])  # workers sample with the learner's current weights
+    assert [h["policy_version"] for h in remote[1:]] == [float(s) for s in range(1, 31)]
+
+
+def test_a_worker_killed_mid_step_loses_and_repeats_nothing(tmp_path):
+    t = trainer(config(tmp_path, env="tests/Slow-v0", steps=1))
+    committed, killed = [], []
+
+    def on_commit(traj, ledger):
+        committed.append(traj.id)
+        if len(committed) == 2:  # worker 1 plays tasks 2 and 3, which grade in 1 s and 1.5 s: still in flight
+            killed.append(ledger.summary())
+            ray.kill(t.runner.workers[1], no_restart=False)
+
+    t.runner.on_commit = on_commit
+    pid = ray.get(t.runner.workers[1].ready.remote())["pid"]
+    try:
+        trajs, info = t.source.collect(0)
+        t.runner._await_ready([1], "checking")  # Ray may still be restarting it when the step is already done
+        restarted = ray.get(t.runner.workers[1].ready.remote(), timeout=30)
+    finally:
+        t.close()
+    assert killed and killed[0]["done"] == 2
+    keys = [tr.metadata["job"] for tr in trajs]
+    assert sorted(keys) == sorted(j.key for j in t.source.jobs(0, 0, 0))  # every job exactly once
+    assert {tr.id for tr in trajs} >= set(committed[:2])  # what was committed before the kill is kept
+    assert len(committed) == len(trajs) == 32 and info["worker_restarts"] >= 1
+    assert all(tr.error is None and tr.token_ids for tr in trajs)
+    assert restarted["pid"] != pid and restarted["version"] == 0  # a new process; weights come with its next lease
+
+
+def test_a_hanging_environment_times_out_and_the_run_goes_on(tmp_path):
+    t = trainer(config(tmp_path, env="tests/Hanging-v0", steps=2, rollout={"env_timeout": 1.0}))
+    start = time.monotonic()
+    try:
+        history = t.train()
+    finally:
+        t.close()
+    assert time.monotonic() - start < 60
+    step = history[1]
+    assert step["error_episodes"] == 8 and step["dropped_episodes"] == 8 and step["rollout_episodes"] == 32
+    assert "loss" in step and len(history) == 3
+
+
+def test_resumed_driver_reuses_committed_episodes_and_ends_with_the_same_weights(tmp_path):
+    full = trainer(config(tmp_path / "full", steps=4))
+    try:
+        full.train()
+    finally:
+        full.close()
+    part = trainer(config(tmp_path / "part", steps=4, checkpoint_every=2))
+
+    class DriverDied(Exception):
+        pass
+
+    def die(traj, ledger):
+        if len(ledger.done) == 5:
+            raise DriverDied
+
+    try:
+        part.train(stop_after=2)
+        part.runner.on_commit = die  # the driver dies in step 3, five episodes into it
+        with pytest.raises(DriverDied):
+            part.train()
+    finally:
+        part.close()
+    assert len((tmp_path / "part" / "ray" / "step-2.jsonl").read_text().splitlines()) == 5
+    resumed = trainer(config(tmp_path / "part", steps=4, checkpoint_every=2))
+    try:
+        resumed.load(tmp_path / "part" / "checkpoint.pt")
+        assert resumed.step == 2
+        history = resumed.train()
+    finally:
+        resumed.close()
+    assert history[3]["reused_episodes"] == 5 and history[3]["rollout_episodes"] == 32
+    for a, b in zip(full.model.parameters(), resumed.model.parameters()):
+        assert torch.allclose(a, b, atol=1e-5)
+
+
+def test_bad_placements_fail_fast_with_what_to_change(tmp_path):
+    start = time.monotonic()
+    with pytest.raises(RayPlacementError, match="cannot reach a Ray cluster at ray.address='127.0.0.1:1'"):
+        trainer(config(tmp_path, ray={"address": "127.0.0.1:1"}))
+    assert time.monotonic() - start < 10
+    with pytest.raises(RayPlacementError, match="lower ray.rollout_workers"):
+        trainer(config(tmp_path, ray={"rollout_workers": 5, "worker_cpus": 1.0}))
+    start = time.monotonic()
+    with pytest.raises(RayPlacementError, match="died while starting.*not available on the worker"):
+        trainer(config(tmp_path, env="tests/WorkerHostile-v0"))
+    assert time.monotonic() - start < 60
+    with pytest.raises(ValueError, match="workers"):
+        config(tmp_path, ray={"workers": 2})
+    with pytest.raises(ValueError, match="placement is 'local'"):
+        TrainConfig.model_validate({"env": {"id": "tests/Upper-v0"}, "ray": {"rollout_workers": 2}})
+
+
+def test_ledger_commits_each_job_once_and_refuses_stale_leases():
+    jobs = [Job(0, 0, t, s) for t in range(2) for s in range(2)]
+    ledger = Ledger(jobs)
+    a, mine = ledger.lease(3)
+    b, theirs = ledger.lease(3)
+    assert len(mine) == 3 and len(theirs) == 1
+    traj = Trajectory()
+    assert ledger.commit(mine[0].key, a, traj)
+    assert not ledger.commit(mine[0].key, a, traj)  # twice
+    assert ledger.release(a) == mine[1:]  # the dead worker's unfinished jobs go back
+    c, again = ledger.lease(4)
+    assert again == mine[1:]
+    assert not ledger.commit(mine[1].key, a, traj)  # a commit under the released lease is refused
+    assert ledger.commit(mine[1].key, c, traj) and ledger.commit(mine[2].key, c, traj)
+    assert not ledger.complete and ledger.commit(theirs[0].key, b, traj) and ledger.complete
+    assert ledger.refused == 2 and [t for t in ledger.results()] == [traj] * 4
+
+
+def test_train_command_runs_a_config_on_ray_workers(tmp_path):
+    """`turnrl train CONFIG placement=ray ray.rollout_workers=2`, as the README says (a tiny model for speed)."""
+    from typer.testing import CliRunner
+
+    from turnrl.cli import app
+
+    cfg = tmp_path / "toy.yaml"
+    cfg.write_text(f"model: 'tiny:chatml'\nenv: {{id: tests/Upper-v0}}\nrollout: {{prompts_per_step: 2, "
+                   f"group_size: 4, max_new_tokens: 4}}\nsteps: 2\neval_tasks: 4\nout_dir: {tmp_path / 'run'}\n")
+    result = CliRunner().invoke(app, ["train", str(cfg), "placement=ray", "ray.rollout_workers=2"])
+    assert result.exit_code == 0, result.output
+    lines = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+    assert len(lines) == 3 and '"worker_restarts": 0.0' in lines[1] and '"policy_version": 1.0' in lines[1]
+    assert list((tmp_path / "run" / "ray").iterdir()) == []  # the journals of trained steps are pruned at the checkpoint
+    result = CliRunner().invoke(app, ["train", str(cfg), "placement=ray", "ray.rollout_wokers=2"])
+    assert result.exit_code == 2 and "rollout_wokers" in result.output

@@ -1,0 +1,68 @@
+"""Toy environments shared by the trainer tests (importable by Ray workers through the tests folder on sys.path)."""
+
+import turnrl
+from turnrl.envs import Task, ToolEnv
+from turnrl.verifiers.base import Verdict
+
+
+def upper(text: str, ref: str) -> Verdict:
+    """Correct when the reply starts with a capital letter."""
+    ok = text.strip()[:1].isupper()
+    return Verdict(correct=ok, score=float(ok))
+
+
+class UpperEnv(ToolEnv):
+    """Toy env: one kind of answer is rewarded (a reply that starts with a capital letter)."""
+
+    def __init__(self, **kw):
+        super().__init__([Task(id=f"t{i}", prompt=f"Say something {i}.", answer="") for i in range(8)], verifier=upper, **kw)
+
+
+turnrl.register("tests/Upper-v0", "toy_envs:UpperEnv")
+
+
+class SlowEnv(UpperEnv):
+    """UpperEnv whose task i takes 0.5·i seconds to grade: episodes of one batch finish one after another."""
+
+    def _step(self, action):
+        import time
+
+        time.sleep(0.5 * int(self.task.id[1:]))
+        return super()._step(action)
+
+    async def _astep(self, action):
+        import asyncio
+
+        return await asyncio.to_thread(self._step, action)  # the blocking step in a thread, as a plain env's
+
+
+class HangingEnv(UpperEnv):
+    """UpperEnv whose task 0 never finishes grading (an environment that hangs)."""
+
+    def _step(self, action):
+        import time
+
+        if self.task.id == "t0":
+            time.sleep(10**6)
+        return super()._step(action)
+
+    async def _astep(self, action):
+        import asyncio
+
+        return await asyncio.to_thread(self._step, action)  # a thread that never returns: cut by the step timeout
+
+
+class WorkerHostileEnv(UpperEnv):
+    """Builds in the test's own process only (TURNRL_TEST_PID): a rollout worker that builds it dies at start."""
+
+    def __init__(self, **kw):
+        import os
+
+        if os.getpid() != int(os.environ.get("TURNRL_TEST_PID", os.getpid())):
+            raise RuntimeError("this environment's data is not available on the worker")
+        super().__init__(**kw)
+
+
+turnrl.register("tests/Slow-v0", "toy_envs:SlowEnv")
+turnrl.register("tests/Hanging-v0", "toy_envs:HangingEnv")
+turnrl.register("tests/WorkerHostile-v0", "toy_envs:WorkerHostileEnv")

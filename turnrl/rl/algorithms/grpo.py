@@ -1,0 +1,103 @@
+"""GRPO and DAPO: group-normalized sequence advantages and the clipped surrogate (ALGORITHMS.md §0, §4).
+
+* ``grpo`` — Â_i = (R_i − mean_g R) / (std_g R + ε) on every generated token of sequence i; clipped surrogate with
+  ε = 0.2; seq-mean-token-mean; optional k3 KL to a frozen reference.
+* ``dapo`` — GRPO plus clip-higher (ε_high = 0.28), token-mean, dynamic sampling (groups whose rewards are all equal
+  carry no signal: they are dropped and more are sampled, up to ``max_resample`` rounds) and, when configured, the
+  soft overlong punishment added to each sequence's reward.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field
+
+from turnrl.rl.advantages import group_normalize
+from turnrl.rl.algorithms.base import PolicyGradient, PolicyGradientConfig
+from turnrl.rl.batch import Batch, collate
+from turnrl.rl.losses import AggMode
+from turnrl.rl.rewards import overlong_penalty
+from turnrl.types import Trajectory
+
+
+class OverlongConfig(BaseModel):
+    """DAPO's soft overlong punishment: L_max is the per-turn generation limit, ``cache_len`` the buffer."""
+
+    model_config = ConfigDict(extra="forbid")
+    cache_len: int = Field(16, ge=1)
+
+
+class GRPOConfig(PolicyGradientConfig):
+    """GRPO's options (ALGORITHMS.md §0)."""
+
+    name: Literal["grpo"] = "grpo"
+    dynamic_sampling: bool = Field(False, description="drop zero-variance groups and sample more (dapo: on)")
+    max_resample: int = Field(10, ge=1, description="generation rounds per step when dynamic sampling")
+    overlong: OverlongConfig | None = Field(None, description="DAPO's soft overlong punishment (off by default)")
+
+
+class DAPOConfig(GRPOConfig):
+    """DAPO's options: GRPO's with clip-higher, token-mean and dynamic sampling on (ALGORITHMS.md §4)."""
+
+    name: Literal["dapo"] = "dapo"  # type: ignore[assignment]
+    eps_high: float = Field(0.28, gt=0)
+    agg: AggMode = "token-mean"
+    dynamic_sampling: bool = True
+
+
+def sequence_rewards(batch: Batch, overlong: OverlongConfig | None, max_new_tokens: int) -> torch.Tensor:
+    """Per-sequence rewards ``(B,)``: the episode's total, plus the overlong penalty of its longest turn if enabled."""
+    scores = batch.scores.clone()
+    if overlong is not None:
+        top = int(batch.turn_ids.max())
+        turn_lengths = torch.stack([(batch.turn_ids == k).sum(-1) for k in range(top + 1)], -1) if top >= 0 \
+            else torch.zeros(len(batch), 1, device=scores.device)
+        scores = scores + overlong_penalty(turn_lengths.max(-1).values, max_new_tokens,
+                                           min(overlong.cache_len, max_new_tokens))
+    return scores
+
+
+def zero_variance_groups(scores: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor:
+    """``(B,)`` bool: the sequence's group has identical scores (no learning signal; DAPO drops these)."""
+    out = torch.zeros_like(scores, dtype=torch.bool)
+    for g in group_ids.unique():
+        sel = group_ids == g
+        out[sel] = bool((scores[sel] == scores[sel][0]).all())
+    return out
+
+
+class GRPO(PolicyGradient):
+    """Group Relative Policy Optimization (see the module docstring)."""
+
+    name = "grpo"
+    Config = GRPOConfig
+    cfg: GRPOConfig
+
+    @property
+    def max_rounds(self) -> int:
+        """``max_resample`` rounds with dynamic sampling, else 1."""
+        return self.cfg.max_resample if self.cfg.dynamic_sampling else 1
+
+    def keep(self, trajectories: Sequence[Trajectory], max_new_tokens: int) -> list[bool]:
+        """With dynamic sampling, drop every member of a group whose rewards are all equal."""
+        if not self.cfg.dynamic_sampling or not trajectories:
+            return [True] * len(trajectories)
+        batch = collate(trajectories, 0)
+        zero = zero_variance_groups(sequence_rewards(batch, self.cfg.overlong, max_new_tokens), batch.group_ids)
+        return [not z for z in zero.tolist()]
+
+    def advantages(self, batch: Batch, max_new_tokens: int, values: torch.Tensor | None = None,
+                   bootstrap: torch.Tensor | None = None) -> tuple[torch.Tensor, None]:
+        """Each sequence's group-normalized reward on its generated tokens ``(B, T)``."""
+        scores = sequence_rewards(batch, self.cfg.overlong, max_new_tokens)
+        return group_normalize(scores, batch.group_ids)[:, None] * batch.loss_mask, None
+
+
+class DAPO(GRPO):
+    """Decoupled clip and dynamic sampling policy optimization (ALGORITHMS.md §4)."""
+
+    name = "dapo"
+    Config = DAPOConfig

@@ -1,0 +1,108 @@
+"""PPO and VAPO: a critic, (decoupled, length-adaptive) GAE and the clipped surrogate (ALGORITHMS.md §0, §3).
+
+* ``ppo`` — a value head on the policy (or a separate critic transformer, ``critic_model``), masked GAE with
+  λ = 0.95 for actor and critic, whitened advantages, clipped value loss (ε_v = 0.5). ``turn_independent`` cuts GAE
+  at turn boundaries (PAG, §7). Truncated episodes bootstrap from the critic's value of their last state.
+* ``vapo`` — PPO with value pretraining (the policy is not stepped at all for ``value_warmup_steps``), decoupled GAE
+  (λ_critic = 1), length-adaptive λ_actor = 1 − 1/(α·l) (α = 0.05), clip-higher, token-mean, and μ·NLL on correct
+  samples (μ = 0.1).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+from pydantic import Field
+
+from turnrl.rl.advantages import length_adaptive_lambda, masked_gae, masked_whiten
+from turnrl.rl.algorithms.base import Experience, Forward, PolicyGradient, PolicyGradientConfig
+from turnrl.rl.batch import Batch
+from turnrl.rl.losses import AggMode, clipped_value_loss
+
+
+class PPOConfig(PolicyGradientConfig):
+    """PPO's options (ALGORITHMS.md §0)."""
+
+    name: Literal["ppo"] = "ppo"
+    lam_actor: float = Field(0.95, ge=0, le=1, description="GAE λ of the actor's advantages")
+    lam_critic: float = Field(0.95, ge=0, le=1, description="GAE λ of the critic's targets (vapo: 1)")
+    vf_coef: float = Field(0.5, ge=0)
+    eps_value: float = Field(0.5, gt=0)
+    critic_lr: float | None = Field(None, gt=0, description="default: 2 x the actor's lr")
+    critic_model: str | None = Field(None, description="a separate critic transformer (agent spec sharing the "
+                                     "policy's tokenizer, e.g. a smaller model); default: a value head on the policy")
+    value_warmup_steps: int = Field(0, ge=0, description="steps that train only the critic (vapo: 50)")
+    whiten_advantages: bool = Field(True, description="whiten the actor's advantages (vapo: off)")
+    turn_independent: bool = Field(False, description="cut GAE at turn boundaries: nothing flows across turns (PAG)")
+
+
+class VAPOConfig(PPOConfig):
+    """VAPO's options (ALGORITHMS.md §3). ``lam_actor`` None = length-adaptive."""
+
+    name: Literal["vapo"] = "vapo"  # type: ignore[assignment]
+    eps_high: float = Field(0.28, gt=0)
+    agg: AggMode = "token-mean"
+    nll_coef: float = Field(0.1, ge=0)
+    lam_actor: float | None = Field(None, ge=0, le=1, description="None: length-adaptive 1 - 1/(alpha·length)")  # type: ignore[assignment]
+    alpha: float = Field(0.05, gt=0, description="length-adaptive λ: 1 - 1/(alpha·length)")
+    lam_critic: float = Field(1.0, ge=0, le=1)
+    value_warmup_steps: int = Field(50, ge=0)
+    whiten_advantages: bool = False
+
+
+class PPO(PolicyGradient):
+    """Proximal Policy Optimization with a critic (see the module docstring)."""
+
+    name = "ppo"
+    Config = PPOConfig
+    uses_critic = True
+    cfg: PPOConfig
+
+    def trains_policy(self, step: int) -> bool:
+        """False during value pretraining (the first ``value_warmup_steps`` steps)."""
+        return step >= self.cfg.value_warmup_steps
+
+    def actor_lambda(self, batch: Batch) -> float | torch.Tensor:
+        """λ_actor: the configured value (PPO) or VAPO's length-adaptive λ per sequence (§3)."""
+        lam = self.cfg.lam_actor
+        if lam is None:
+            return length_adaptive_lambda(batch.response_lengths, self.cfg.alpha)  # type: ignore[attr-defined]
+        return lam
+
+    def advantages(self, batch: Batch, max_new_tokens: int, values: torch.Tensor | None = None,
+                   bootstrap: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Actor advantages (GAE with λ_actor, optionally whitened) and critic targets (GAE with λ_critic).
+
+        Decoupled GAE (VC-PPO/VAPO): the two λ differ; with λ_critic = 1 and γ = 1 the target is the return to go.
+        ``bootstrap`` ``(B,)``: V of the state after the last token for truncated episodes, 0 for terminated ones.
+        """
+        if values is None:
+            raise ValueError(f"{self.name} needs the critic's values")
+        mask, cut = batch.loss_mask, self.cfg.turn_independent
+        adv, _ = masked_gae(batch.token_rewards, values, mask, 1.0, self.actor_lambda(batch), cut, bootstrap)
+        _, returns = masked_gae(batch.token_rewards, values, mask, 1.0, self.cfg.lam_critic, cut, bootstrap)
+        if self.cfg.whiten_advantages:
+            adv = masked_whiten(adv, mask)
+        return adv, returns
+
+    def loss(self, fwd: Forward, exp: Experience, counts: dict[str, torch.Tensor],
+             train_policy: bool = True) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """Policy loss (when ``train_policy``) + vf_coef · clipped value loss."""
+        if fwd.values is None or exp.old_values is None or exp.returns is None:
+            raise ValueError(f"{self.name} needs values, old values and returns")
+        if train_policy:
+            loss, metrics = self.policy_loss(fwd, exp, counts)
+        else:
+            loss, metrics = torch.zeros((), device=fwd.values.device), {}
+        vloss, vmetrics = clipped_value_loss(fwd.values, exp.old_values, exp.returns, exp.batch.loss_mask,
+                                             self.cfg.eps_value, self.cfg.agg, counts["policy"])
+        metrics.update(vmetrics, value_loss=vloss.detach())
+        return loss + self.cfg.vf_coef * vloss, metrics
+
+
+class VAPO(PPO):
+    """Value-based augmented PPO (ALGORITHMS.md §3)."""
+
+    name = "vapo"
+    Config = VAPOConfig

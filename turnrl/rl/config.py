@@ -1,0 +1,116 @@
+"""Training run configs (``turnrl train CONFIG.yaml key.sub=value …``): pydantic models, unknown keys are errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, field_validator, model_validator
+
+from turnrl.rl.algorithms import AlgorithmConfig, parse_algorithm_config
+from turnrl.rl.tracking import WandbConfig
+
+
+class EnvConfig(BaseModel):
+    """Training and held-out environments."""
+
+    model_config = ConfigDict(extra="forbid")
+    id: str
+    kwargs: dict[str, Any] = Field(default_factory=dict)
+    eval_kwargs: dict[str, Any] | None = Field(None, description="overrides for the held-out env (e.g. split: test)")
+
+
+class RolloutConfig(BaseModel):
+    """Sampling during training."""
+
+    model_config = ConfigDict(extra="forbid")
+    prompts_per_step: int = Field(4, ge=1)
+    group_size: int = Field(8, ge=2)
+    max_new_tokens: int = Field(64, ge=1)
+    temperature: float = Field(1.0, gt=0)
+    top_p: float = Field(1.0, gt=0, le=1)
+    max_context: int = Field(2048, ge=16)
+    env_timeout: float = Field(60.0, gt=0, description="seconds one environment step may take; then the episode "
+                               "ends with an error (and is left out of training)")
+    seed_per_episode: bool = Field(False, description="sample each episode from its own random stream (seeded by "
+                                   "step, task and sample), so trajectories do not depend on how episodes are "
+                                   "batched or spread over workers; the ray placement always does")
+
+
+class OptimConfig(BaseModel):
+    """AdamW with linear warm-up, gradient clipping and accumulation."""
+
+    model_config = ConfigDict(extra="forbid")
+    lr: float = Field(1e-5, gt=0)
+    weight_decay: float = Field(0.0, ge=0)
+    grad_clip: float = Field(1.0, gt=0)
+    warmup_steps: int = Field(0, ge=0)
+    epochs: int = Field(1, ge=1)
+    minibatch_size: int = Field(8, ge=1, description="sequences per micro-batch")
+    grad_accum: int = Field(1, ge=1, description="micro-batches per optimizer step; the loss is normalized over "
+                            "all of them (token-mean stays a token mean)")
+    share_prompts: bool = Field(True, description="run a group's common prompt once per forward/backward pass")
+
+
+class RayConfig(BaseModel):
+    """The Ray placement: rollout workers as Ray actors (``placement: ray``)."""
+
+    model_config = ConfigDict(extra="forbid")
+    address: str | None = Field(None, description="'auto' or HOST:PORT joins a running cluster; "
+                                "None starts a local one")
+    rollout_workers: int = Field(2, ge=1)
+    worker_cpus: float = Field(0.5, gt=0, description="CPUs reserved per worker (fractional on small machines)")
+    num_cpus: float | None = Field(None, gt=0, description="CPUs of a local cluster (default: the machine's)")
+    max_restarts: int = Field(2, ge=0, description="restarts of a worker that dies before the run fails")
+    start_timeout: float = Field(120.0, gt=0, description="seconds a worker may take to start (load the model)")
+    episode_timeout: float = Field(600.0, gt=0, description="seconds a worker may go without finishing an "
+                                   "episode before it is restarted and its jobs re-run")
+    connect_timeout: float = Field(30.0, gt=0, description="seconds to reach the cluster at `address`")
+
+
+class TrainConfig(BaseModel):
+    """A training run (``turnrl train CONFIG.yaml``); unknown keys are errors."""
+
+    model_config = ConfigDict(extra="forbid")
+    model: str = "smollm2-135m-instruct"
+    env: EnvConfig
+    algorithm: SerializeAsAny[AlgorithmConfig] = Field(default_factory=lambda: parse_algorithm_config({}))
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig)
+    optim: OptimConfig = Field(default_factory=OptimConfig)
+    placement: Literal["local", "ray"] = Field("local", description="where rollouts run: in this process, or on "
+                                               "Ray rollout workers (options under `ray`)")
+    ray: RayConfig = Field(default_factory=RayConfig)
+    steps: int = Field(20, ge=1)
+    seed: int = 0
+    eval_every: int = Field(0, ge=0, description="0 = only before and after training")
+    eval_tasks: int = Field(32, ge=1)
+    checkpoint_every: int = Field(0, ge=0, description="0 = only at the end")
+    out_dir: str = "runs/train"
+    wandb: WandbConfig | None = Field(None, description="also log to Weights & Biases (extra wandb)")
+
+    @field_validator("algorithm", mode="before")
+    @classmethod
+    def _algorithm(cls, value: Any) -> AlgorithmConfig:
+        return parse_algorithm_config(value)
+
+    @model_validator(mode="after")
+    def _placement_options(self) -> TrainConfig:
+        if self.placement == "local" and "ray" in self.model_fields_set:
+            raise ValueError("`ray` options are set but placement is 'local'; add placement=ray (or drop them)")
+        return self
+
+
+def load_config(path: str | Path, overrides: list[str] | None = None) -> TrainConfig:
+    """Load a YAML config and apply dotted ``key.sub=value`` overrides (values read as YAML)."""
+    data = yaml.safe_load(Path(path).read_text()) or {}
+    for item in overrides or []:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ValueError(f"override must be key.sub=value, got {item!r}")
+        node = data
+        *parents, leaf = key.strip().split(".")
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[leaf] = yaml.safe_load(value)
+    return TrainConfig.model_validate(data)

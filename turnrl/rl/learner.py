@@ -1,0 +1,235 @@
+"""The learner core (DESIGN.md §Trainers): policy, critic, reference model, optimizer and scheduler.
+
+It knows nothing of rollouts or placements. Per training step:
+
+* :meth:`Learner.prepare` turns Trajectories into an :class:`~turnrl.rl.algorithms.Experience`: untrainable
+  episodes (errors, timeouts, a reward with no tokens) are left out, so their group is normalized over the rest;
+  values, bootstrap values of truncated episodes, advantages (over whole groups, before any split) and reference
+  log-probabilities are computed on the model's device.
+* :meth:`Learner.micro_loss` is the loss of one micro-batch under the step's *global* counts (summed over every
+  micro-batch of the optimizer step — and, in a learner group, over every rank), so token-mean stays a token mean
+  however the batch is split.
+* :meth:`Learner.update` runs ``epochs`` × optimizer steps × ``grad_accum`` micro-batches and steps the scheduler;
+  :meth:`export_weights` hands the new weights out with their version; :meth:`state_dict` saves everything.
+
+The algorithm functions are pure and shared by every placement; the learner calls only the registry's interface.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from turnrl.rl.algorithms import Algorithm, Experience, Forward
+from turnrl.rl.algorithms.grpo import zero_variance_groups
+from turnrl.rl.batch import Batch, collate, untrainable
+from turnrl.rl.config import TrainConfig
+from turnrl.rl.critic import SeparateCritic, ValueHead
+from turnrl.rl.forward import forward_tokens, token_logprobs
+from turnrl.types import Trajectory
+
+
+class Learner:
+    """Owns the trainable state of a run and turns Trajectories into updates (see the module docstring).
+
+    Args:
+        config: the run config (``optim``, ``rollout.temperature``/``max_new_tokens`` and the algorithm are used).
+        algorithm: the registered algorithm object.
+        model, tokenizer: the policy (a Hugging Face causal LM) and its tokenizer.
+    """
+
+    def __init__(self, config: TrainConfig, algorithm: Algorithm, model: Any, tokenizer: Any) -> None:
+        self.cfg, self.algorithm = config, algorithm
+        self.model, self.tokenizer = model, tokenizer
+        self.version = 0
+        self.updates = 0  # training steps taken (the scheduler's step)
+        self.ref_model = copy.deepcopy(model).eval().requires_grad_(False) if algorithm.needs_reference else None
+        o = config.optim
+        groups: list[dict[str, Any]] = [{"params": list(model.parameters()), "lr": o.lr}]
+        self.value_head: ValueHead | None = None
+        self.critic: SeparateCritic | None = None
+        if algorithm.uses_critic:
+            acfg = algorithm.cfg
+            if getattr(acfg, "critic_model", None):
+                from turnrl.agents import make_agent
+
+                self.critic = SeparateCritic(make_agent(acfg.critic_model, batch_size=1).model, len(tokenizer))
+            else:
+                self.value_head = ValueHead(model.config.hidden_size)
+            (self.critic or self.value_head).to(self.device)  # type: ignore[union-attr]
+            groups.append({"params": list((self.critic or self.value_head).parameters()),  # type: ignore[union-attr]
+                           "lr": getattr(acfg, "critic_lr", None) or 2 * o.lr, "weight_decay": 0.0})
+        # The fused kernel is ~9x faster than the per-tensor loop on CPU (0.09 s vs 0.78 s per SmolLM2 step).
+        fused = all(p.device.type in ("cpu", "cuda") and p.dtype.is_floating_point for g in groups for p in g["params"])
+        self.optimizer = torch.optim.AdamW(groups, lr=o.lr, weight_decay=o.weight_decay, fused=fused or None)
+        warm, late = o.warmup_steps, self._critic_only_steps()
+
+        def ramp(start: int):  # noqa: ANN202 — linear LR warm-up that begins when the group starts training
+            return lambda s: min(1.0, (s - start + 1) / warm) if warm else 1.0
+
+        # The policy's warm-up starts after VAPO's value pretraining, not during it.
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, [ramp(late), ramp(0)][: len(groups)])
+
+    @property
+    def device(self) -> torch.device:
+        """Where the policy's parameters (and every batch) live."""
+        return next(self.model.parameters()).device
+
+    def _critic_only_steps(self) -> int:
+        s = 0
+        while not self.algorithm.trains_policy(s) and s < 10**6:
+            s += 1
+        return s
+
+    # ---- experience ----
+
+    def prepare(self, trajectories: Sequence[Trajectory]) -> tuple[Experience | None, dict[str, float]]:
+        """Batch the trainable episodes and compute their advantages over whole groups (before any split).
+
+        Returns ``(experience or None if nothing is trainable, metrics)``; ``dropped_episodes`` counts the episodes
+        left out (errors, timeouts, a reward with no tokens).
+        """
+        keep = [t for t in trajectories if untrainable(t) is None]
+        info = {"dropped_episodes": float(len(trajectories) - len(keep))}
+        if not keep:
+            return None, info
+        o, r = self.cfg.optim, self.cfg.rollout
+        batch = collate(keep, self.tokenizer.pad_token_id).to(self.device)
+        old_values = bootstrap = None
+        if self.algorithm.uses_critic:
+            with torch.no_grad():
+                hidden = None
+                if self.value_head is not None:
+                    hidden = forward_tokens(self.model, batch.input_ids, batch.attention_mask, hidden=True,
+                                            loss_mask=batch.loss_mask, share_prefix=o.share_prompts)[2]
+                values, last = self._values(batch, hidden, with_last=True)
+                old_values = values * batch.loss_mask
+                bootstrap = last * batch.truncated  # V(s_T) for truncated episodes, 0 for terminated ones
+        adv, returns = self.algorithm.advantages(batch, r.max_new_tokens, old_values, bootstrap)
+        ref_logp = None
+        if self.ref_model is not None:
+            with torch.no_grad():
+                ref_logp = token_logprobs(self.ref_model, batch.input_ids, batch.attention_mask, r.temperature,
+                                          loss_mask=batch.loss_mask, share_prefix=o.share_prompts)[0]
+        return Experience(batch, adv, returns, old_values, ref_logp), info
+
+    def _values(self, batch: Batch, policy_hidden: torch.Tensor | None, with_last: bool = False) -> Any:
+        """``V(s_t)`` per position from the separate critic, or from the value head on the policy's features."""
+        lengths = batch.attention_mask.sum(-1) if with_last else None
+        if self.critic is not None:
+            return self.critic(batch.input_ids, batch.attention_mask, lengths)
+        if self.value_head is None or policy_hidden is None:
+            raise RuntimeError("values need a critic and, for the value head, the policy's hidden states")
+        return self.value_head(policy_hidden, lengths)
+
+    # ---- one micro-batch ----
+
+    def counts(self, exp: Experience) -> dict[str, torch.Tensor]:
+        """The algorithm's additive normalizers of ``exp`` (sum them over micro-batches and ranks)."""
+        return self.algorithm.counts(exp.batch)
+
+    def micro_loss(self, mb: Experience, counts: dict[str, torch.Tensor], train_policy: bool = True
+                   ) -> tuple[torch.Tensor, dict[str, torch.Tensor], Forward]:
+        """Forward one micro-batch and return its loss under the step's global ``counts`` (no backward)."""
+        o, b = self.cfg.optim, mb.batch
+        with torch.set_grad_enabled(train_policy):
+            logp, entropy, hidden = forward_tokens(self.model, b.input_ids, b.attention_mask,
+                                                   self.cfg.rollout.temperature, hidden=self.value_head is not None,
+                                                   loss_mask=b.loss_mask, share_prefix=o.share_prompts)
+        values = self._values(b, hidden) if self.algorithm.uses_critic else None
+        fwd = Forward(logp, entropy, values)
+        loss, metrics = self.algorithm.loss(fwd, mb, counts, train_policy)
+        m = b.loss_mask
+        metrics["entropy"] = (entropy.detach() * m).sum() / m.sum().clamp(min=1)
+        return loss, metrics, fwd
+
+    def optimizer_step(self) -> torch.Tensor:
+        """Clip the gradient norm, step, zero the gradients; returns the norm before clipping."""
+        params = [p for g in self.optimizer.param_groups for p in g["params"]]
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, self.cfg.optim.grad_clip)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return grad_norm
+
+    # ---- one training step ----
+
+    def update(self, trajectories: Sequence[Trajectory]) -> dict[str, float]:
+        """Prepare, then ``epochs`` passes of optimizer steps over micro-batches; the version goes up by one."""
+        exp, info = self.prepare(trajectories)
+        if exp is None:
+            return {**info, "skipped": 1.0}
+        o = self.cfg.optim
+        train_policy = self.algorithm.trains_policy(self.updates)
+        sums: dict[str, float] = {}
+        n_micro = n_windows = 0
+        diff_sum, diff_tokens, diff_max = 0.0, 0.0, 0.0
+        self.model.train()
+        if self.critic is not None:
+            self.critic.train()
+        for epoch in range(o.epochs):
+            order = torch.arange(len(exp), device=self.device)
+            chunks = [order[i : i + o.minibatch_size] for i in range(0, len(exp), o.minibatch_size)]
+            for w in range(0, len(chunks), o.grad_accum):
+                window = [exp.select(idx) for idx in chunks[w : w + o.grad_accum]]
+                counts = _sum_counts([self.counts(mb) for mb in window])
+                window_loss = 0.0
+                for mb in window:
+                    loss, metrics, fwd = self.micro_loss(mb, counts, train_policy)
+                    loss.backward()
+                    window_loss += float(loss.detach())
+                    if epoch == 0 and w == 0:  # before the first step: rollout vs learner on the same weights
+                        d = (fwd.logp.detach() - mb.batch.old_logp).abs() * mb.batch.loss_mask
+                        diff_sum, diff_tokens = diff_sum + float(d.sum()), diff_tokens + float(mb.batch.loss_mask.sum())
+                        diff_max = max(diff_max, float(d.max()))
+                    for key, v in metrics.items():
+                        sums[key] = sums.get(key, 0.0) + float(v)
+                    n_micro += 1
+                grad_norm = self.optimizer_step()
+                sums["grad_norm"] = sums.get("grad_norm", 0.0) + float(grad_norm)
+                sums["loss"] = sums.get("loss", 0.0) + window_loss
+                n_windows += 1
+        self.scheduler.step()
+        self.updates += 1
+        self.version += 1
+        self.model.eval()
+        out = {k: v / (n_windows if k in ("grad_norm", "loss") else n_micro) for k, v in sums.items()}
+        b = exp.batch
+        out.update(info, response_length=float(b.response_lengths.mean()), train_tokens=float(b.attention_mask.sum()),
+                   zero_variance_groups=float(zero_variance_groups(b.scores, b.group_ids).float().mean()),
+                   logp_diff=diff_sum / max(diff_tokens, 1.0), logp_diff_max=diff_max,
+                   policy_version=float(self.version))
+        if not train_policy:
+            out["critic_only"] = 1.0
+        return out
+
+    # ---- weights and state ----
+
+    def export_weights(self) -> tuple[int, dict[str, torch.Tensor]]:
+        """``(version, CPU copy of the policy's weights)`` for rollout workers."""
+        return self.version, {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()}
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything the learner needs to continue exactly."""
+        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "value_head": self.value_head.state_dict() if self.value_head is not None else None,
+                "critic": self.critic.state_dict() if self.critic is not None else None,
+                "scheduler": self.scheduler.state_dict(), "version": self.version, "updates": self.updates}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`."""
+        self.model.load_state_dict(state["model"])
+        if self.value_head is not None:
+            self.value_head.load_state_dict(state["value_head"])
+        if self.critic is not None:
+            self.critic.load_state_dict(state["critic"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.version, self.updates = state["version"], state["updates"]
+
+
+def _sum_counts(parts: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """Add up the counts of the micro-batches of one optimizer step (``clamp(min=1)``: an empty mask divides by 1)."""
+    return {k: sum((p[k] for p in parts), torch.zeros(())).clamp(min=1) for k in parts[0]}

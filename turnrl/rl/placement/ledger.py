@@ -1,0 +1,104 @@
+"""The job ledger of the Ray placement: every episode of a step is committed exactly once.
+
+A job is *pending* until a worker takes it under a lease, *leased* while that worker plays it, and *done* once its
+Trajectory is committed. A commit under a lease that is no longer the job's current lease (the worker was declared
+dead or hung and the job handed to another) is refused, as is a second commit of a done job; releasing a lease
+puts its unfinished jobs back to pending, so a killed worker's jobs are re-run and nothing finished is lost.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from turnrl.rl.sources import Job
+from turnrl.types import Trajectory
+
+
+class Ledger:
+    """Jobs of one step: pending → leased → done (see the module docstring)."""
+
+    def __init__(self, jobs: Iterable[Job] = ()) -> None:
+        self.jobs: dict[str, Job] = {}
+        self.lease_of: dict[str, int | None] = {}  # job key → current lease (None = pending)
+        self.done: dict[str, Trajectory] = {}
+        self.leases: dict[int, list[str]] = {}
+        self.refused = 0
+        self.attempts: dict[str, int] = {}
+        self._ids = itertools.count(1)
+        self.add(jobs)
+
+    def add(self, jobs: Iterable[Job]) -> None:
+        """Register new pending jobs (already known keys are ignored)."""
+        for job in jobs:
+            if job.key not in self.jobs:
+                self.jobs[job.key] = job
+                self.lease_of[job.key] = None
+
+    @property
+    def pending(self) -> list[Job]:
+        """Jobs nobody holds, in the order they were added."""
+        return [self.jobs[k] for k, lease in self.lease_of.items() if lease is None and k not in self.done]
+
+    @property
+    def complete(self) -> bool:
+        """Whether every job is done."""
+        return len(self.done) == len(self.jobs)
+
+    def lease(self, n: int) -> tuple[int, list[Job]]:
+        """Lease up to ``n`` pending jobs; returns ``(lease id, jobs)`` (no jobs when none are pending)."""
+        jobs = self.pending[:n]
+        lease = next(self._ids)
+        self.leases[lease] = [j.key for j in jobs]
+        for j in jobs:
+            self.lease_of[j.key] = lease
+            self.attempts[j.key] = self.attempts.get(j.key, 0) + 1
+        return lease, jobs
+
+    def commit(self, key: str, lease: int, traj: Trajectory) -> bool:
+        """Record a finished job. Returns False (and changes nothing) for a stale lease or a job already done."""
+        if key in self.done or key not in self.jobs or self.lease_of.get(key) != lease:
+            self.refused += 1
+            return False
+        self.done[key] = traj
+        return True
+
+    def release(self, lease: int) -> list[Job]:
+        """Put the lease's unfinished jobs back to pending; returns them."""
+        back = []
+        for key in self.leases.pop(lease, []):
+            if key not in self.done and self.lease_of.get(key) == lease:
+                self.lease_of[key] = None
+                back.append(self.jobs[key])
+        return back
+
+    def fail(self, key: str, reason: str) -> Trajectory:
+        """Give up on a pending job (it failed on every attempt): it is done, as an episode that ended in an error
+        (left out of training, counted in the step's metrics)."""
+        job = self.jobs[key]
+        traj = Trajectory(group_id=job.group_id, error=reason, metadata={"job": key})
+        self.done[key] = traj
+        return traj
+
+    def outstanding(self, lease: int) -> list[str]:
+        """Keys of the lease's jobs not yet done."""
+        return [k for k in self.leases.get(lease, []) if k not in self.done and self.lease_of.get(k) == lease]
+
+    def restore(self, trajectories: Sequence[Trajectory]) -> int:
+        """Mark jobs done from trajectories committed before a restart (``metadata["job"]``); returns how many."""
+        n = 0
+        for t in trajectories:
+            key = t.metadata.get("job")
+            if key in self.jobs and key not in self.done:
+                self.done[key] = t
+                n += 1
+        return n
+
+    def results(self) -> list[Trajectory]:
+        """The committed Trajectories, in job order."""
+        return [self.done[k] for k in self.jobs if k in self.done]
+
+    def summary(self) -> dict[str, Any]:
+        """Counts for metrics and error messages."""
+        return {"jobs": len(self.jobs), "done": len(self.done), "pending": len(self.pending), "refused": self.refused}

@@ -1,0 +1,94 @@
+"""A rollout worker of the Ray placement: an agent backend and its own environments in one Ray actor.
+
+The actor is created by :class:`turnrl.rl.placement.ray.RayRunner` (``ray.remote(RolloutWorker)``); this module
+does not import Ray, so it can be read and unit-tested on its own. One torch thread per worker: on a small machine
+several workers and the learner share the cores.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+from turnrl.agents.hf import HFAgent
+from turnrl.envs.registry import make, register
+from turnrl.rl.config import TrainConfig
+from turnrl.rl.sources import Job, play
+from turnrl.types import Trajectory
+
+
+class RolloutWorker:
+    """Plays leased jobs with the policy weights of a given version and streams each finished episode back.
+
+    Args:
+        config: the run config as a dict.
+        model: ``[model]`` — the policy at version 0 (wrapped in a list so that Ray hands over the object).
+        tokenizer: the policy's tokenizer.
+        env_spec: ``(env id, entry point, default kwargs)`` registered here before any env is made, so that
+            environments registered only in the driver's process (a user's own) exist in the worker too.
+        batch_size: the most sequences the agent decodes at once.
+    """
+
+    def __init__(self, config: dict[str, Any], model: list[Any], tokenizer: Any,
+                 env_spec: tuple[str, Any, dict[str, Any]] | None, batch_size: int = 64) -> None:
+        torch.set_num_threads(1)
+        self.cfg = TrainConfig.model_validate(config)
+        if env_spec is not None:
+            env_id, entry_point, kwargs = env_spec
+            register(env_id, entry_point, **kwargs)
+        policy = model[0]
+        if not isinstance(policy, torch.nn.Module):  # an ObjectRef (nested refs are not resolved by Ray)
+            import ray
+
+            policy = ray.get(policy, timeout=self.cfg.ray.start_timeout)
+        self.agent = HFAgent(policy, tokenizer, batch_size=batch_size)
+        make(self.cfg.env.id, **self.cfg.env.kwargs).close()  # fail at start, not mid-step, if envs cannot be built
+        self.version = 0
+        self.pid = os.getpid()
+
+    def ready(self) -> dict[str, int]:
+        """Answer once started: the process id and the weights' version."""
+        return {"pid": self.pid, "version": self.version}
+
+    def set_weights(self, version: int, weights: list[Any]) -> int:
+        """Load ``weights[0]`` (a state dict, or an object ref to one) as ``version``; returns the version held."""
+        if version != self.version:
+            state = weights[0]
+            if not isinstance(state, dict):  # an ObjectRef: fetched only when the version differs
+                import ray
+
+                state = ray.get(state, timeout=self.cfg.ray.start_timeout)
+            self.agent.model.load_state_dict(state)
+            self.version = version
+        return self.version
+
+    def run(self, lease: int, jobs: list[Job], version: int, weights: list[Any]) -> Iterator[tuple[int, str, Any]]:
+        """Play ``jobs`` with weights ``version`` (fetched first if this worker holds another); yield
+        ``(lease, job key, Trajectory)`` for each episode as soon as it finishes."""
+        self.set_weights(version, weights)
+        done: queue.Queue[Trajectory | BaseException | None] = queue.Queue()
+
+        def sink(traj: Trajectory) -> None:
+            traj.metadata["worker"] = self.pid
+            done.put(traj)
+
+        def work() -> None:
+            try:
+                play(self.cfg, self.agent, jobs, lambda: self.version, per_episode_seeds=True, sink=sink)
+                done.put(None)
+            except BaseException as e:  # noqa: BLE001 — reported to the driver, which re-runs the jobs
+                done.put(e)
+
+        threading.Thread(target=work, daemon=True, name="turnrl-rollout").start()
+        while True:  # each Trajectory as its episode finishes (the rollout's sink)
+            item = done.get()
+            if item is None:
+                return
+            if isinstance(item, BaseException):
+                raise RuntimeError(f"rollout worker {self.pid} failed: {type(item).__name__}: {item}") from item
+            yield lease, item.metadata["job"], item

@@ -1,0 +1,197 @@
+"""The web app behind ``turnrl view``: a small JSON API over an :class:`EpisodeIndex` and one static page.
+
+Routes: ``/`` (the page), ``/static/…``, ``/api/info`` (sources, filter choices, indexing progress),
+``/api/episodes`` (filtered list, paged), ``/api/episode/<i>`` (one episode: conversation and tokens),
+``/api/group/<i>`` (the episodes of its group). Served by Werkzeug on 127.0.0.1 by default.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+from pathlib import Path
+from typing import Any
+
+from werkzeug.exceptions import HTTPException, NotFound
+from werkzeug.routing import Map, Rule
+from werkzeug.serving import WSGIRequestHandler, make_server
+from werkzeug.wrappers import Request, Response
+
+from turnrl.types import Trajectory
+from turnrl.view.index import EpisodeIndex
+
+STATIC = Path(__file__).parent / "static"
+_CONTENT_TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
+                  ".css": "text/css; charset=utf-8"}
+
+
+class TokenTexts:
+    """Each token id's text under a tokenizer (cached); without a tokenizer, None."""
+
+    def __init__(self, tokenizer: Any | None) -> None:
+        self.tokenizer = tokenizer
+        self._cache: dict[int, str] = {}
+
+    def __call__(self, ids: list[int]) -> list[str] | None:
+        """The texts of ``ids`` (special tokens kept), or None without a tokenizer."""
+        if self.tokenizer is None:
+            return None
+        missing = sorted({i for i in ids if i not in self._cache})
+        if missing:
+            texts = self.tokenizer.batch_decode([[i] for i in missing], skip_special_tokens=False)
+            self._cache.update(zip(missing, texts))
+        return [self._cache[i] for i in ids]
+
+
+def _finite(values: list[float] | None) -> list[float | None] | None:
+    """JSON has no NaN/inf: they become null."""
+    if values is None:
+        return None
+    return [v if isinstance(v, (int, float)) and math.isfinite(v) else None for v in values]
+
+
+def episode_payload(traj: Trajectory, texts: TokenTexts, row: dict[str, Any]) -> dict[str, Any]:
+    """One episode for the page: the conversation by turn and the token arrays with their segments."""
+    ids = traj.token_ids or []
+    n = len(ids)
+    segment = ["prompt"] * n  # prompt | gen | obs | other, and the turn each token belongs to
+    turn_of = [-1] * n
+    for t in traj.turns:
+        for span, kind in ((t.token_span, "gen"), (t.obs_span, "obs")):
+            if span is not None:
+                for i in range(span[0], min(span[1], n)):
+                    segment[i], turn_of[i] = kind, t.index
+    meta = dict(traj.metadata)
+    adv, learner = meta.pop("advantages", None), meta.pop("learner_logprobs", None)
+    notes = []
+    for name, values in (("advantages", adv), ("learner_logprobs", learner)):
+        if values is not None and len(values) != n:
+            notes.append(f"metadata[{name!r}] has {len(values)} values for {n} tokens; not shown")
+    tokens = None
+    if traj.token_ids is not None:
+        tokens = {
+            "ids": ids, "text": texts(ids), "mask": traj.loss_mask, "logp": _finite(traj.logprobs),
+            "adv": _finite(adv) if adv is not None and len(adv) == n else None,
+            "learner": _finite(learner) if learner is not None and len(learner) == n else None,
+            "segment": segment, "turn": turn_of,
+        }
+    turns = [{
+        "index": t.index, "role": t.role, "reward": t.reward, "terminated": t.terminated, "truncated": t.truncated,
+        "action": t.action.model_dump(exclude_none=True),
+        "observation": [m.model_dump(exclude_none=True) for m in t.observation],
+        "tool_calls": t.info.get("tool_calls") or [c.model_dump() for c in t.action.tool_calls or []],
+        "info": {k: v for k, v in t.info.items() if k != "tool_calls"},
+        "token_span": t.token_span, "obs_span": t.obs_span,
+    } for t in traj.turns]
+    meta.pop("prompts", None)
+    return {
+        "row": row, "id": traj.id, "env_id": traj.env_id, "task_id": traj.task_id, "seed": traj.seed,
+        "group_id": traj.group_id, "error": traj.error, "terminated": traj.terminated, "truncated": traj.truncated,
+        "prompt": [m.model_dump(exclude_none=True) for m in traj.prompt], "turns": turns, "tokens": tokens,
+        "metadata": json.loads(json.dumps(meta, default=str)), "notes": notes,
+    }
+
+
+class ViewApp:
+    """The WSGI application: routes requests to the index and the static page."""
+
+    def __init__(self, index: EpisodeIndex, tokenizer: Any | None = None, tokenizer_name: str | None = None) -> None:
+        self.index, self.texts, self.tokenizer_name = index, TokenTexts(tokenizer), tokenizer_name
+        self.urls = Map([
+            Rule("/", endpoint="page"),
+            Rule("/static/<name>", endpoint="static"),
+            Rule("/api/info", endpoint="info"),
+            Rule("/api/episodes", endpoint="episodes"),
+            Rule("/api/episode/<int:i>", endpoint="episode"),
+            Rule("/api/group/<int:i>", endpoint="group"),
+        ])
+
+    def __call__(self, environ: dict[str, Any], start_response: Any) -> Any:
+        request = Request(environ)
+        try:
+            endpoint, args = self.urls.bind_to_environ(environ).match()
+            response = getattr(self, f"on_{endpoint}")(request, **args)
+        except HTTPException as e:
+            response = e.get_response(environ)
+        return response(environ, start_response)
+
+    @staticmethod
+    def _json(payload: Any, status: int = 200) -> Response:
+        return Response(json.dumps(payload, allow_nan=False), status=status, mimetype="application/json")
+
+    def on_page(self, request: Request) -> Response:
+        return self.on_static(request, "index.html")
+
+    def on_static(self, request: Request, name: str) -> Response:
+        path = STATIC / name
+        if path.suffix not in _CONTENT_TYPES or not path.is_file():
+            raise NotFound(f"no file {name}")
+        return Response(path.read_bytes(), content_type=_CONTENT_TYPES[path.suffix])
+
+    def on_info(self, request: Request) -> Response:
+        ix = self.index
+        return self._json({
+            "path": str(ix.path), "sources": [{"label": s.label, "kind": s.kind, "step": s.step} for s in ix.sources],
+            "indexed": len(ix.rows), "done": ix.done, "error": ix.error, "seconds": round(ix.seconds, 3),
+            "tokenizer": self.tokenizer_name, "facets": ix.facets(),
+        })
+
+    def on_episodes(self, request: Request) -> Response:
+        args = request.args
+        try:
+            result = self.index.query(dict(args), offset=args.get("offset", 0, type=int),
+                                      limit=min(args.get("limit", 200, type=int), 2000))
+        except ValueError as e:
+            return self._json({"error": f"bad filter: {e}"}, 400)
+        return self._json(result)
+
+    def on_episode(self, request: Request, i: int) -> Response:
+        try:
+            traj = self.index.load(i)
+        except IndexError as e:
+            raise NotFound(str(e)) from e
+        return self._json(episode_payload(traj, self.texts, self.index.rows[i]))
+
+    def on_group(self, request: Request, i: int) -> Response:
+        if not 0 <= i < len(self.index.rows):
+            raise NotFound(f"no episode {i}")
+        return self._json({"rows": self.index.group(i)})
+
+
+class _QuietHandler(WSGIRequestHandler):
+    """Werkzeug's handler without a log line per request (errors are still logged)."""
+
+    def log_request(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+
+class ViewServer:
+    """Serve a :class:`ViewApp` on ``host:port`` (port 0 picks a free one); a context manager in tests."""
+
+    def __init__(self, app: ViewApp, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.app = app
+        self.httpd = make_server(host, port, app, threaded=True, request_handler=_QuietHandler)
+        self.thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        """The page's address, e.g. ``http://127.0.0.1:8123/``."""
+        return f"http://{self.httpd.host}:{self.httpd.server_port}/"
+
+    def start(self) -> ViewServer:
+        """Serve in a daemon thread."""
+        self.thread = threading.Thread(target=self.httpd.serve_forever, name="turnrl-view", daemon=True)
+        self.thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop serving and release the port."""
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+    def __enter__(self) -> ViewServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
