@@ -62,6 +62,51 @@ def test_eval_cli(tmp_path):
     assert result.exit_code == 2 and "unknown agent spec" in result.output
 
 
+
+def test_eval_defaults_to_the_held_out_split_and_says_so(tmp_path):
+    agent = make_agent("tiny:chatml")
+    params = SamplingParams(temperature=0.0, max_new_tokens=4)
+    m = evaluate(agent, "turnrl/Arithmetic-v0", limit=3, params=params, out=tmp_path / "held")
+    ids = [json.loads(x)["task_id"] for x in (tmp_path / "held" / "items.jsonl").read_text().splitlines()]
+    assert ids == [f"arithmetic/test/L1/{i}" for i in range(3)] and m["split"] == "test" and m["held_out"] is True
+    report = (tmp_path / "held" / "report.md").read_text()
+    assert "split: **test** (held-out) · tasks 0–2 of 100000 (`arithmetic/test/L1/0` … `arithmetic/test/L1/2`)" in report
+    # a split named by the caller is kept, and the report says it is not held out
+    m = evaluate(agent, "turnrl/Arithmetic-v0", env_kwargs={"split": "train"}, limit=2, params=params,
+                 out=tmp_path / "train")
+    assert m["split"] == "train" and m["held_out"] is False
+    assert "split: **train** — NOT held-out (training tasks; its held-out split is test)" in (
+        tmp_path / "train" / "report.md").read_text()
+    # PAG wraps its inner env's splits; an env that declares none is reported as unknown
+    m = evaluate(agent, "turnrl/Arithmetic-PAG-v0", limit=1, params=params)
+    assert m["split"] == "test" and m["held_out"] is True
+    evaluate(agent, "toy_envs:tests/Upper-v0", limit=1, params=params, out=tmp_path / "toy")
+    assert "split: not declared by the environment" in (tmp_path / "toy" / "report.md").read_text()
+
+
+def test_training_evaluates_the_held_out_split_unless_told():
+    import turnrl
+    from turnrl.rl.evaluate import run_eval_kwargs
+
+    train = turnrl.make("turnrl/Arithmetic-v0", split="train", level=2)
+    assert run_eval_kwargs(train, {"split": "train", "level": 2}, None) == {"split": "test", "level": 2}
+    assert run_eval_kwargs(train, {"level": 2}, {"level": 3}) == {"split": "test", "level": 3}
+    assert run_eval_kwargs(train, {"split": "train"}, {"split": "train"}) == {"split": "train"}  # said explicitly
+    gsm = turnrl.make("turnrl/GSM8K-v0", split="train", limit=2)
+    assert run_eval_kwargs(gsm, {"split": "train", "limit": 2}, None)["split"] == "test"
+    assert turnrl.make("turnrl/HotPotQA-v0").held_out_split == "dev"
+
+
+def test_eval_cli_reports_the_split(tmp_path):
+    result = CliRunner().invoke(app, ["eval", "--env", "turnrl/Arithmetic-v0", "--agent", "tiny:chatml", "--limit", "2",
+                                      "--max-new-tokens", "4", "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert "split: **test** (held-out)" in result.output and "arithmetic/test/L1/1" in result.output
+    result = CliRunner().invoke(app, ["eval", "--env", "turnrl/Arithmetic-v0", "--agent", "tiny:chatml", "--limit", "1",
+                                      "--max-new-tokens", "4", "--kw", "split=train", "--out", str(tmp_path / "t")])
+    assert result.exit_code == 0 and "NOT held-out" in result.output, result.output
+
+
 @pytest.mark.slow
 def test_smollm2_eval_on_gsm8k(tmp_path):
     """The real built-in model, end to end (fetched and converted once into the cache)."""

@@ -1,6 +1,12 @@
 """The learner/driver split reproduces the first trainer's metrics (tests/golden/trace.json, recorded before it).
 
-Bit for bit where no fix changed the maths. Two cases moved, by design:
+On the host that recorded the trace the split reproduces it bit for bit (the parameters' digest matches). Other
+CPUs round float reductions differently in the last bits, and the drift grows over a few Adam steps (up to a
+relative 5e-5 between two hosts here), so the figures are compared within a relative 1e-3, fractions of clipped
+tokens (a threshold count: one token across the boundary moves it) within 0.1, and the parameters by each tensor's
+sum and norm. A change in the maths (a normalizer, a sign, a missing term) moves them by far more.
+
+Two cases moved, by design:
 * ``dapo-accum`` (token-mean with grad_accum=2): the loss is now normalized by the optimizer step's global token
   count instead of averaging two micro-batch token means, so the update, and every figure after the first
   micro-batch, differs;
@@ -41,6 +47,14 @@ def test_split_reproduces_the_golden_trace(tmp_path, case, one_thread):
         assert {k: got["history"][1][k] for k in ROLLOUT_KEYS} == {k: want["history"][1][k] for k in ROLLOUT_KEYS}
         assert got["params"] != want["params"]
         return
+    if got["params"] == want["params"]:  # the recording host: bit for bit
+        for g, w in zip(got["history"], want["history"]):
+            assert {k: g[k] for k in w} == w  # every figure the first trainer reported (new ones added)
+        return
     for g, w in zip(got["history"], want["history"]):
-        assert {k: g[k] for k in w} == w  # every figure the first trainer reported, bit for bit (new ones added)
-    assert got["params"] == want["params"]
+        assert set(w) <= set(g)
+        for k, v in w.items():
+            tol = pytest.approx(v, abs=0.1) if k.endswith("clip_frac") else pytest.approx(v, rel=1e-3, abs=1e-6)
+            assert g[k] == tol, (g["step"], k)
+    for (gs, gn), (ws, wn) in zip(got["param_stats"], want["param_stats"], strict=True):
+        assert gn == pytest.approx(wn, rel=1e-4) and abs(gs - ws) <= 1e-4 * wn + 1e-6

@@ -104,3 +104,20 @@ def test_dense_retriever_finds_paraphrases():
     assert check_environment(env).ok
     with pytest.raises(ValueError, match="retriever"):
         turnrl.make("turnrl/HotPotQA-v0", retriever="tfidf")
+
+
+
+def test_the_env_refuses_an_answer_that_repeats_the_question(tmp_path):
+    # a question that holds most of its long answer: echoing the question back would earn a high F1
+    row = {"_id": "q1", "question": "Who wrote the Final Act of the Congress of Vienna?",
+           "answer": "the Final Act of the Congress of Vienna", "supporting_facts": [["Vienna", 0]],
+           "context": [["Vienna", ["The Congress of Vienna signed its Final Act in 1815."]]]}
+    (tmp_path / "one.jsonl").write_text(json.dumps(row) + "\n")
+    env = turnrl.make("turnrl/HotPotQA-v0", path=str(tmp_path / "one.jsonl"))
+    echo = "<answer>wrote Final Act of Congress of Vienna</answer>"
+    assert verify(echo, row["answer"]).score > 0.5  # without the question the echo is paid
+    env.reset(options={"index": 0})
+    _, reward, term, _, info = env.step(echo)
+    assert term and reward == 0.0 and info["metrics"]["tampering"] == 1.0, info
+    env.reset(options={"index": 0})
+    assert env.step(f"<answer>{row['answer']}</answer>")[1] == 1.0

@@ -222,3 +222,36 @@ def test_rewarded_incorrect_share_is_recorded(tmp_path):
     history = new_trainer(cfg).train()
     for h in history[1:]:
         assert h["rewarded_incorrect"] == pytest.approx(1 - h["success"]) and 0 < h["rewarded_incorrect"] < 1
+
+
+def test_a_run_keeps_its_config_and_each_steps_episodes_with_advantages_and_learner_logprobs(tmp_path):
+    import yaml
+
+    from turnrl.storage import read_jsonl
+    from turnrl.view.index import EpisodeIndex, discover
+
+    cfg = config(tmp_path, "grpo", steps=2, optim={"minibatch_size": 8})  # 4 windows: 3 after an optimizer step
+    new_trainer(cfg).train()
+    assert TrainConfig.model_validate(yaml.safe_load((tmp_path / "config.yaml").read_text())) == cfg
+    for step in (1, 2):
+        trajs = read_jsonl(tmp_path / "train" / f"step-{step}" / "trajectories.jsonl")
+        assert len(trajs) == 32
+        for t in trajs:
+            adv, learner = t.metadata["advantages"], t.metadata["learner_logprobs"]
+            assert len(adv) == len(learner) == len(t.token_ids)
+            trained = [i for i, m in enumerate(t.loss_mask) if m]
+            assert trained and all(adv[i] is None and learner[i] is None for i, m in enumerate(t.loss_mask) if not m)
+            assert len({adv[i] for i in trained}) == 1  # GRPO: one advantage per episode, on every generated token
+            if t.metadata["learner_logprobs_after"] == 0:  # scored before any step: the rollout's own weights
+                assert max(abs(learner[i] - t.logprobs[i]) for i in trained) < 1e-4
+        after = sorted({t.metadata["learner_logprobs_after"] for t in trajs})
+        assert after == [0, 1, 2, 3]
+        group = [t for t in trajs if t.group_id == trajs[0].group_id]
+        rewards = torch.tensor([t.total_reward for t in group])
+        if rewards.std() > 0:  # advantages are the group-normalized rewards
+            assert sorted(g.metadata["advantages"][g.loss_mask.index(1)] > 0 for g in group) == sorted(
+                (rewards > rewards.mean()).tolist())
+    sources = discover(tmp_path)
+    assert {(s.kind, s.step) for s in sources if s.kind == "train"} == {("train", 1), ("train", 2)}
+    index = EpisodeIndex.open(tmp_path, background=False)
+    assert index.facets()["has_advantages"] and index.facets()["has_learner_logprobs"]

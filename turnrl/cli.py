@@ -193,7 +193,7 @@ def play(
 def eval_cmd(
     env: Annotated[str, typer.Option("--env", help="e.g. turnrl/GSM8K-v0, or mymodule:myproject/Name-v0")],
     agent: Annotated[str, typer.Option(help="smollm2-135m-instruct, hf:PATH, vllm:PATH, openai:URL#MODEL, tiny:chatml")],
-    limit: Annotated[int, typer.Option(help="evaluate tasks 0..limit-1")] = 100,
+    limit: Annotated[int, typer.Option(help="evaluate tasks 0..limit-1 of the held-out split (--kw split=… for another)")] = 100,
     samples: Annotated[int, typer.Option(help="episodes per task (pass@k up to this k)")] = 1,
     out: Annotated[str, typer.Option(help="output folder")] = "runs/eval",
     seed: int = 0,
@@ -210,10 +210,12 @@ def eval_cmd(
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from turnrl.agents import SamplingParams, make_agent
-    from turnrl.rl.evaluate import evaluate
+    from turnrl.rl.evaluate import evaluate, held_out_kwargs
 
     env_kwargs = parse_kwargs(kw)
     probe = _make(env, env_kwargs)  # fail fast, with the registry's message, before loading a model
+    if (held := held_out_kwargs(probe, env_kwargs)) is not None:  # the held-out split unless --kw split=… says
+        env_kwargs, probe = held, _make(env, held)
     n_tasks = len(probe) if hasattr(probe, "__len__") else None
     if n_tasks is not None and limit > n_tasks:
         console.print(f"note: --limit {limit} is more than the {n_tasks} task(s) of {env}; evaluating all {n_tasks}",
@@ -283,6 +285,7 @@ def train(
     """Train a policy with GRPO, DAPO, PPO or VAPO (algorithm.name: grpo, dapo, ppo, vapo); metrics to
     OUT_DIR/metrics.jsonl and TensorBoard. env.id may be mymodule:myproject/Name-v0, with mymodule.py next to the
     config."""
+    from turnrl.rl.evaluate import run_eval_kwargs
     from turnrl.rl.trainer import Trainer, load_config
 
     try:
@@ -291,7 +294,7 @@ def train(
         fail(f"{config}: {_config_error(e)}")
     search = [Path(config).resolve().parent, Path.cwd()]
     train_env = _make(cfg.env.id, cfg.env.kwargs, search)  # fail fast, before loading any model
-    held_env = _make(cfg.env.id, {**cfg.env.kwargs, **(cfg.env.eval_kwargs or {})}, search)
+    held_env = _make(cfg.env.id, run_eval_kwargs(train_env, cfg.env.kwargs, cfg.env.eval_kwargs), search)
     on_train = _shares_tasks(train_env, held_env, cfg.eval_tasks)
     if on_train:
         console.print(f"warning: {cfg.env.id} has no held-out split here (env.eval_kwargs poses the training tasks), "

@@ -170,3 +170,4 @@ class ArithmeticEnv(MathEnv):
     ) -> None:
         levels = [level] if isinstance(level, int) else list(level)
         super().__init__(ArithmeticTasks(levels, split, size), **options)
+        self.split, self.held_out_split = split, "test"

@@ -146,3 +146,4 @@ class HumanEvalEnv(CodeEnv):
     def __init__(self, limit: int | None = None, **options: Any) -> None:
         tasks = humaneval_tasks()
         super().__init__(tasks[:limit] if limit is not None else tasks, **options)
+        self.split = self.held_out_split = "test"  # a test set only

@@ -90,6 +90,13 @@ class TextEnv(gym.Env[Obs, str]):
 
     metadata: dict[str, Any] = {"render_modes": ["ansi"]}  # noqa: RUF012 — gymnasium's convention
 
+    #: The data split this instance poses (``"train"``, ``"test"``, ``"dev"`` …), or None where the environment has
+    #: no notion of one. Subclasses with splits set it in ``__init__``.
+    split: str | None = None
+    #: The split that is held out from training (``turnrl eval`` and the trainer's held-out evaluation use it unless
+    #: told otherwise), or None where there is none.
+    held_out_split: str | None = None
+
     def __init__(self, *, max_turns: int = 1, render_mode: str | None = None) -> None:
         if not isinstance(max_turns, int) or isinstance(max_turns, bool) or max_turns < 1:
             raise ValueError(f"max_turns must be a positive integer, got {max_turns!r}")

@@ -98,10 +98,11 @@ class HotPotQAEnv(ToolEnv):
         self._retrieved: set[str] = set()
         parser = TagParser({"search_query": "search", "lookup": "lookup"}) if tool_style == "swirl" else "hermes"
         super().__init__(
-            tasks, tools=self._make_tools(), verifier=lambda text, ref: qa_verify(text, ref, reward=reward),
+            tasks, tools=self._make_tools(), verifier=lambda text, ref: qa_verify(text, ref, reward=reward, question=self.task.prompt),
             tool_style=parser, system_prompt=system_prompt, instruction=INSTRUCTION,
             max_turns=max_turns if max_turns is not None else max_searches + 1, render_mode=render_mode,
         )
+        self.split, self.held_out_split = split, "dev"
 
     # ---- tools (closures over the current episode) ----
 

@@ -163,6 +163,7 @@ class GSM8KEnv(MathEnv):
         self, split: Literal["train", "test"] = "test", path: str | None = None, limit: int | None = None, **options: Any
     ) -> None:
         super().__init__(_limit(gsm8k_tasks(split, path), limit), **options)
+        self.split, self.held_out_split = split, "test"
 
 
 class MATH500Env(MathEnv):
@@ -176,3 +177,4 @@ class MATH500Env(MathEnv):
 
     def __init__(self, path: str | None = None, limit: int | None = None, **options: Any) -> None:
         super().__init__(_limit(math500_tasks(path), limit), **options)
+        self.split = self.held_out_split = "test"  # a test set only

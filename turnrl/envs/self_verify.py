@@ -68,6 +68,7 @@ class SelfVerify(TextEnv):
             raise ValueError(f"mode must be 'train' or 'eval', got {mode!r}")
         super().__init__(max_turns=3, render_mode=render_mode)
         self.env = inner
+        self.split, self.held_out_split = getattr(inner, "split", None), getattr(inner, "held_out_split", None)
         self.alpha = float(alpha)
         self.mode = mode
         self.verify_prompt = verify_prompt

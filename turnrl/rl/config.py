@@ -18,7 +18,9 @@ class EnvConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
     id: str
     kwargs: dict[str, Any] = Field(default_factory=dict)
-    eval_kwargs: dict[str, Any] | None = Field(None, description="overrides for the held-out env (e.g. split: test)")
+    eval_kwargs: dict[str, Any] | None = Field(None, description=(
+        "overrides for the held-out env (e.g. split: test); without a split, the env's held-out split where it "
+        "declares one"))
 
 
 class RolloutConfig(BaseModel):
@@ -87,6 +89,9 @@ class TrainConfig(BaseModel):
     eval_tasks: int = Field(32, ge=1)
     checkpoint_every: int = Field(0, ge=0, description="0 = only at the end")
     out_dir: str = "runs/train"
+    save_trajectories: bool = Field(True, description=(
+        "write each step's episodes, with per-token advantages and learner log-probabilities, to "
+        "OUT_DIR/train/step-N/trajectories.jsonl (turnrl view OUT_DIR shows them)"))
     wandb: WandbConfig | None = Field(None, description="also log to Weights & Biases (extra wandb)")
 
     @field_validator("algorithm", mode="before")

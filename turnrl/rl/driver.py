@@ -15,10 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import yaml
 
 from turnrl.rl.config import TrainConfig
 from turnrl.rl.monitors import check_health
 from turnrl.rl.tracking import Tracker
+from turnrl.storage import TrajectoryWriter
 
 logger = logging.getLogger(__name__)
 
@@ -27,7 +29,9 @@ class Driver:
     """Run ``cfg.steps`` training steps.
 
     Args:
-        config: the run config (``steps``, ``eval_every``, ``checkpoint_every``, ``out_dir``, ``wandb``).
+        config: the run config (``steps``, ``eval_every``, ``checkpoint_every``, ``out_dir``, ``wandb``,
+            ``save_trajectories``). The run folder gets ``config.yaml``, ``metrics.jsonl``, ``checkpoint.pt``,
+            ``eval/step-N/`` (held-out reports) and ``train/step-N/trajectories.jsonl`` (the episodes of step N).
         learner: has ``update(trajectories) -> metrics``, ``state_dict()``, ``load_state_dict()`` and ``version``.
         source: an :class:`~turnrl.rl.sources.ExperienceSource`.
         evaluate: ``evaluate(out_dir) -> held-out success`` (writes its report to ``out_dir``).
@@ -47,6 +51,9 @@ class Driver:
         step-0 evaluation's record when the run starts fresh.
         """
         self.out.mkdir(parents=True, exist_ok=True)
+        # the run's config beside its outputs (`turnrl view` reads the model's tokenizer from it)
+        config = self.cfg.model_dump(mode="json", exclude={"ray"} if self.cfg.placement == "local" else None)
+        (self.out / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))  # `turnrl train` loads it
         tracker = Tracker(self.out, self.cfg.wandb, self.cfg.model_dump())
         try:
             if self.step == 0 and not self.history:
@@ -70,6 +77,10 @@ class Driver:
         trajs, info = self.source.collect(self.step)
         info.update(self.learner.update(trajs))
         self.step += 1
+        if self.cfg.save_trajectories:
+            with TrajectoryWriter(self.out / "train" / f"step-{self.step}" / "trajectories.jsonl") as write:
+                for t in trajs:
+                    write(t)
         info["step"] = float(self.step)
         info["seconds"] = time.perf_counter() - t0
         info["tokens_per_s"] = info["generated_tokens"] / max(info["seconds"], 1e-9)

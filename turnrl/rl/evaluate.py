@@ -1,7 +1,7 @@
 """Evaluate an agent on any registered environment: accuracy, pass@k, turns, tool use, tokens.
 
-``evaluate(...)`` runs ``samples`` episodes on each of the first ``limit`` tasks through the token-exact
-rollout, streams the trajectories to ``OUT/trajectories.jsonl``, and writes ``OUT/items.jsonl`` (one line per
+``evaluate(...)`` runs ``samples`` episodes on each of the first ``limit`` tasks of the environment's held-out
+split (unless ``env_kwargs`` names a split; see :func:`held_out_kwargs`) through the token-exact rollout, streams the trajectories to ``OUT/trajectories.jsonl``, and writes ``OUT/items.jsonl`` (one line per
 episode), ``OUT/report.md``, ``OUT/metrics.json`` and ``OUT/plot.png``. With the same seed the numbers repeat.
 """
 
@@ -31,6 +31,42 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     if n - c < k:
         return 1.0
     return 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
+def held_out_kwargs(env: Any, env_kwargs: dict[str, Any]) -> dict[str, Any] | None:
+    """The kwargs that pose ``env``'s held-out split instead, or None when nothing changes.
+
+    Nothing changes when the kwargs name a split themselves (the caller chose), when the environment declares no
+    held-out split (``TextEnv.held_out_split``), or when ``env`` already poses it.
+    """
+    held = getattr(env, "held_out_split", None)
+    if "split" in env_kwargs or held is None or getattr(env, "split", None) == held:
+        return None
+    return {**env_kwargs, "split": held}
+
+
+def run_eval_kwargs(train_env: Any, kwargs: dict[str, Any], eval_kwargs: dict[str, Any] | None) -> dict[str, Any]:
+    """The kwargs of a training run's held-out environment: ``kwargs`` updated by ``eval_kwargs``, and, where
+    ``eval_kwargs`` names no split and the environment (``train_env``, made with ``kwargs``) declares a held-out
+    split, that split — a split named only for training (``split: train``) never carries over to evaluation."""
+    merged = {**kwargs, **(eval_kwargs or {})}
+    held = getattr(train_env, "held_out_split", None)
+    if "split" not in (eval_kwargs or {}) and held is not None:
+        merged["split"] = held
+    return merged
+
+
+def split_line(env: Any, first: int, last: int, first_id: str | None, last_id: str | None) -> str:
+    """One line for a report: which split the tasks came from, whether it is held out, and which tasks."""
+    split, held = getattr(env, "split", None), getattr(env, "held_out_split", None)
+    size = f" of {len(env)}" if hasattr(env, "__len__") else ""
+    span = f"tasks {first}–{last}{size}" + (f" (`{first_id}` … `{last_id}`)" if first_id else "")
+    if split is None:
+        return f"split: not declared by the environment (turnrl cannot tell whether these are held out) · {span}"
+    if split == held:
+        return f"split: **{split}** (held-out) · {span}"
+    other = f"; its held-out split is {held}" if held else ""
+    return f"split: **{split}** — NOT held-out (training tasks{other}) · {span}"
 
 
 FAILURES = ("error", "truncated", "tool error", "no answer", "wrong")  # in order of precedence
@@ -140,9 +176,9 @@ def pick_examples(trajs: list[Trajectory], successes: int = 2, failures: int = 4
 
 
 def write_report(out: Path, title: str, metrics: dict[str, Any], rows: list[dict[str, Any]], config: dict[str, Any],
-                 examples: Sequence[Trajectory] = ()) -> str:
+                 examples: Sequence[Trajectory] = (), subtitle: str | None = None) -> str:
     """Write ``report.md`` (metrics, why answers failed, whole example episodes, configuration); return its text."""
-    lines = [f"# {title}", "", "| metric | value |", "|---|---|"]
+    lines = [f"# {title}", "", *([subtitle, ""] if subtitle else []), "| metric | value |", "|---|---|"]
     for k, v in metrics.items():
         lines.append(f"| {k} | {v:.4f} |" if isinstance(v, float) else f"| {k} | {v} |")
     failed = [r.get("failure") or "wrong" for r in rows if not r["correct"]]
@@ -221,6 +257,8 @@ def evaluate(
     """Evaluate ``agent`` on tasks ``0..limit-1`` of ``env_id`` with ``samples`` episodes each.
 
     Args:
+        env_kwargs: the environment's kwargs. Without a ``split`` the environment's held-out split is evaluated
+            where it declares one (:func:`held_out_kwargs`); the report says which split and tasks were used.
         params: sampling parameters; default greedy for one sample, temperature 1 for several.
         seed: the sampling seed (with the same seed the numbers repeat).
         out: the output folder (created); None writes nothing.
@@ -236,6 +274,8 @@ def evaluate(
     env_kwargs = dict(env_kwargs or {})
     params = params or SamplingParams(temperature=0.0 if samples == 1 else 1.0, max_new_tokens=256)
     probe = make(env_id, **env_kwargs)
+    if (held := held_out_kwargs(probe, env_kwargs)) is not None:
+        env_kwargs, probe = held, make(env_id, **held)
     n_tasks = min(limit, len(probe)) if hasattr(probe, "__len__") else limit
     jobs = [(i, s) for i in range(n_tasks) for s in range(samples)]
     out_dir = Path(out) if out is not None else None
@@ -272,6 +312,10 @@ def evaluate(
     metrics = summarize(rows, samples)
     metrics["wall_seconds"] = round(wall, 2)
     metrics["generated_tokens_per_second"] = round(generated / wall, 2) if wall > 0 else 0.0
+    metrics["split"] = getattr(probe, "split", None)
+    metrics["held_out"] = metrics["split"] is not None and metrics["split"] == getattr(probe, "held_out_split", None)
+    ids = {r["index"]: r["task_id"] for r in rows}
+    subtitle = split_line(probe, 0, n_tasks - 1, ids.get(0), ids.get(n_tasks - 1))
     if out_dir is not None:
         with (out_dir / "items.jsonl").open("w") as f:
             for r in rows:
@@ -280,6 +324,6 @@ def evaluate(
         config = {"env_id": env_id, "env_kwargs": env_kwargs, "limit": limit, "samples": samples, "seed": seed,
                   "params": params.model_dump()}
         write_report(out_dir, f"{env_id}: {n_tasks} tasks x {samples} samples", metrics, rows, config,
-                     pick_examples(kept))
+                     pick_examples(kept), subtitle=subtitle)
         plot(out_dir, metrics, rows, env_id)
     return metrics

@@ -92,7 +92,7 @@ class Learner:
         Returns ``(experience or None if nothing is trainable, metrics)``; ``dropped_episodes`` counts the episodes
         left out (errors, timeouts, a reward with no tokens).
         """
-        keep = [t for t in trajectories if untrainable(t) is None]
+        keep = _trainable(trajectories)
         info = {"dropped_episodes": float(len(trajectories) - len(keep))}
         if not keep:
             return None, info
@@ -157,7 +157,14 @@ class Learner:
     # ---- one training step ----
 
     def update(self, trajectories: Sequence[Trajectory]) -> dict[str, float]:
-        """Prepare, then ``epochs`` passes of optimizer steps over micro-batches; the version goes up by one."""
+        """Prepare, then ``epochs`` passes of optimizer steps over micro-batches; the version goes up by one.
+
+        Each trained trajectory's ``metadata`` gets, per token of ``token_ids`` (None where not trained):
+        ``advantages`` and ``learner_logprobs`` — the learner's log-probability of the token in its first pass,
+        to set beside the rollout's ``logprobs`` (``turnrl view`` colours the difference) — and
+        ``learner_logprobs_after`` (how many optimizer steps of this update came before that pass: 0 for the
+        first window, where rollout and learner hold the same weights).
+        """
         exp, info = self.prepare(trajectories)
         if exp is None:
             return {**info, "skipped": 1.0}
@@ -166,6 +173,8 @@ class Learner:
         sums: dict[str, float] = {}
         n_micro = n_windows = 0
         diff_sum, diff_tokens, diff_max = 0.0, 0.0, 0.0
+        first_logp = torch.zeros_like(exp.batch.old_logp)
+        first_after = [0] * len(exp)
         self.model.train()
         if self.critic is not None:
             self.critic.train()
@@ -173,13 +182,18 @@ class Learner:
             order = torch.arange(len(exp), device=self.device)
             chunks = [order[i : i + o.minibatch_size] for i in range(0, len(exp), o.minibatch_size)]
             for w in range(0, len(chunks), o.grad_accum):
-                window = [exp.select(idx) for idx in chunks[w : w + o.grad_accum]]
+                rows = chunks[w : w + o.grad_accum]
+                window = [exp.select(idx) for idx in rows]
                 counts = _sum_counts([self.counts(mb) for mb in window])
                 window_loss = 0.0
-                for mb in window:
+                for idx, mb in zip(rows, window):
                     loss, metrics, fwd = self.micro_loss(mb, counts, train_policy)
                     loss.backward()
                     window_loss += float(loss.detach())
+                    if epoch == 0:
+                        first_logp[idx] = fwd.logp.detach().float()
+                        for r in idx.tolist():
+                            first_after[r] = n_windows
                     if epoch == 0 and w == 0:  # before the first step: rollout vs learner on the same weights
                         d = (fwd.logp.detach() - mb.batch.old_logp).abs() * mb.batch.loss_mask
                         diff_sum, diff_tokens = diff_sum + float(d.sum()), diff_tokens + float(mb.batch.loss_mask.sum())
@@ -195,6 +209,7 @@ class Learner:
         self.updates += 1
         self.version += 1
         self.model.eval()
+        _annotate(_trainable(trajectories), exp, first_logp, first_after)
         out = {k: v / (n_windows if k in ("grad_norm", "loss") else n_micro) for k, v in sums.items()}
         b = exp.batch
         out.update(info, response_length=float(b.response_lengths.mean()), train_tokens=float(b.attention_mask.sum()),
@@ -228,6 +243,23 @@ class Learner:
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.version, self.updates = state["version"], state["updates"]
+
+
+def _trainable(trajectories: Sequence[Trajectory]) -> list[Trajectory]:
+    """The episodes a step trains on (errors, timeouts and rewards without tokens are left out)."""
+    return [t for t in trajectories if untrainable(t) is None]
+
+
+def _annotate(kept: list[Trajectory], exp: Experience, learner_logp: torch.Tensor, after: list[int]) -> None:
+    """Write per-token advantages and learner log-probabilities into each trained trajectory's metadata."""
+    mask = exp.batch.loss_mask.bool().cpu()
+    adv, logp = exp.adv.detach().float().cpu(), learner_logp.cpu()
+    for i, traj in enumerate(kept):
+        n = len(traj.token_ids or [])
+        m = mask[i, :n].tolist()
+        traj.metadata["advantages"] = [round(a, 6) if k else None for a, k in zip(adv[i, :n].tolist(), m)]
+        traj.metadata["learner_logprobs"] = [round(v, 6) if k else None for v, k in zip(logp[i, :n].tolist(), m)]
+        traj.metadata["learner_logprobs_after"] = after[i]
 
 
 def _sum_counts(parts: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:

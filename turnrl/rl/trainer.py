@@ -34,6 +34,7 @@ class Trainer:
 
     def __init__(self, config: TrainConfig, *, model: Any = None, tokenizer: Any = None) -> None:
         self.cfg = config
+        self._eval_kwargs: dict[str, Any] | None = None  # the held-out env's kwargs, resolved at the first evaluation
         batch = config.rollout.prompts_per_step * config.rollout.group_size
         if model is None:
             from turnrl.agents import make_agent
@@ -65,9 +66,13 @@ class Trainer:
     def evaluate(self, out: str | Path | None = None) -> float:
         """Greedy success rate on the first ``eval_tasks`` tasks of the held-out env (report, items and
         trajectories in ``out`` when given; training uses ``OUT_DIR/eval/step-N``)."""
-        from turnrl.rl.evaluate import evaluate
+        from turnrl.envs.registry import make
+        from turnrl.rl.evaluate import evaluate, run_eval_kwargs
 
-        kwargs = {**self.cfg.env.kwargs, **(self.cfg.env.eval_kwargs or {})}
+        if self._eval_kwargs is None:
+            train_env = make(self.cfg.env.id, **self.cfg.env.kwargs)
+            self._eval_kwargs = run_eval_kwargs(train_env, self.cfg.env.kwargs, self.cfg.env.eval_kwargs)
+        kwargs = self._eval_kwargs
         m = evaluate(self.agent, self.cfg.env.id, env_kwargs=kwargs, limit=self.cfg.eval_tasks, seed=self.cfg.seed,
                      params=SamplingParams(temperature=0.0, max_new_tokens=self.cfg.rollout.max_new_tokens),
                      batch_episodes=64, max_context=self.cfg.rollout.max_context, out=out,
