@@ -6,12 +6,14 @@ For each placement (local; ray with 1 worker; ray with 2 workers) it trains Smol
 config (GRPO, 4 prompts × 8 samples, 48 new tokens) for ``--steps`` steps from the same weights, with
 batch-invariant sampling (``rollout.seed_per_episode``) so that all three play the same episodes, and prints
 generated tokens/s of the rollouts and seconds per step (rollout + update; held-out evaluation excluded), and the
-ratios against local. The Ray cluster is local (``num_cpus`` = this machine's cores).
+ratios against local. The Ray cluster is local (``num_cpus`` = this machine's cores) and the workers share them
+(``worker_cpus`` = cores / workers; a worker runs that many torch threads), as the local placement uses them all.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import tempfile
 import time
@@ -27,7 +29,8 @@ def run(placement: str, workers: int, steps: int, model: str) -> dict[str, float
 
     overrides = [f"steps={steps + 1}", "rollout.seed_per_episode=true", f"placement={placement}", f"model={model}"]
     if placement == "ray":
-        overrides += [f"ray.rollout_workers={workers}", f"ray.worker_cpus={1.0 / workers}"]
+        # the same CPUs in every placement: the workers share this machine's cores (rollouts and updates alternate)
+        overrides += [f"ray.rollout_workers={workers}", f"ray.worker_cpus={(os.cpu_count() or 1) / workers}"]
     with tempfile.TemporaryDirectory() as out:
         cfg = load_config("configs/quickstart.yaml", overrides + [f"out_dir={out}"])
         agent = make_agent(model, batch_size=32)

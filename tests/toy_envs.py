@@ -66,3 +66,27 @@ class WorkerHostileEnv(UpperEnv):
 turnrl.register("tests/Slow-v0", "toy_envs:SlowEnv")
 turnrl.register("tests/Hanging-v0", "toy_envs:HangingEnv")
 turnrl.register("tests/WorkerHostile-v0", "toy_envs:WorkerHostileEnv")
+
+
+class ScriptedTruthEnv(UpperEnv):
+    """The answer's truth is scripted, whatever is said: task i's answer is correct unless i % 4 == 0."""
+
+    def score(self, response):
+        ok = int(self.task.id[1:]) % 4 != 0
+        return Verdict(correct=ok, score=float(ok))
+
+
+def case_verdict(text):
+    """A verdict a tiny model can say: a reply that starts with a capital letter means "correct", lowercase "wrong"."""
+    first = text.strip()[:1]
+    return "correct" if first.isupper() else "wrong" if first.islower() else None
+
+
+def toy_pag(**kw):
+    """A PAG episode (answer → verify → revise after "wrong") over ScriptedTruthEnv with case verdicts."""
+    from turnrl.envs.self_verify import SelfVerify
+
+    return SelfVerify(ScriptedTruthEnv(), verdict_parser=case_verdict, **kw)
+
+
+turnrl.register("tests/ToyPAG-v0", "toy_envs:toy_pag")

@@ -96,6 +96,9 @@ class TextEnv(gym.Env[Obs, str]):
     #: The split that is held out from training (``turnrl eval`` and the trainer's held-out evaluation use it unless
     #: told otherwise), or None where there is none.
     held_out_split: str | None = None
+    #: Keyword arguments this environment is evaluated with unless the caller names them (e.g. PAG's
+    #: ``{"mode": "eval"}``: revise whenever the verdict is not "correct"); each is also an attribute of the env.
+    evaluation_options: dict[str, Any] = {}  # noqa: RUF012 — read-only
 
     def __init__(self, *, max_turns: int = 1, render_mode: str | None = None) -> None:
         if not isinstance(max_turns, int) or isinstance(max_turns, bool) or max_turns < 1:

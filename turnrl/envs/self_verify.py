@@ -16,6 +16,7 @@ with one reward per turn, each meant for the last token of its turn:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Literal
 
 from turnrl.envs.core import Obs, StepResult, TextEnv
@@ -43,10 +44,17 @@ class SelfVerify(TextEnv):
         mode: ``"train"`` revises only after "wrong"; ``"eval"`` whenever the verdict is not "correct".
         verify_prompt: the user message that asks for the verification.
         revise_prompt: the user message that asks for a revision.
+        verdict_parser: reads the verifier turn's verdict — ``"correct"``, ``"wrong"`` or None (unparseable);
+            default :func:`~turnrl.verifiers.pag.parse_verdict` (one end-anchored "The answer is correct/wrong").
+
+    ``turnrl eval`` and the trainer's held-out evaluations build it with ``mode="eval"`` unless told otherwise
+    (``evaluation_options``).
 
     ``info`` of every step carries ``role`` (who acted: "policy" or "verifier"), ``phase`` ("answer", "verify",
     "revise"), ``next_role`` (who acts next, or None at the end) and ``correct`` (of the answer turns).
     """
+
+    evaluation_options: dict[str, Any] = {"mode": "eval"}  # noqa: RUF012 — read-only
 
     def __init__(
         self,
@@ -56,6 +64,7 @@ class SelfVerify(TextEnv):
         mode: Literal["train", "eval"] = "train",
         verify_prompt: str = VERIFY_PROMPT,
         revise_prompt: str = REVISE_PROMPT,
+        verdict_parser: Callable[[str], Literal["correct", "wrong"] | None] = parse_verdict,
         render_mode: str | None = None,
     ) -> None:
         inner = getattr(env, "unwrapped", env)
@@ -73,6 +82,7 @@ class SelfVerify(TextEnv):
         self.mode = mode
         self.verify_prompt = verify_prompt
         self.revise_prompt = revise_prompt
+        self.verdict_parser = verdict_parser
         self.phase: Phase = "answer"
         self.first: Verdict | None = None
 
@@ -80,6 +90,12 @@ class SelfVerify(TextEnv):
     def task(self) -> Any:
         """The inner environment's current task."""
         return getattr(self.env, "task", None)
+
+    def __len__(self) -> int:
+        """The inner environment's number of tasks (``reset(options={"index": i})`` poses task ``i``)."""
+        if not hasattr(self.env, "__len__"):
+            raise TypeError(f"{type(self.env).__name__} does not say how many tasks it has")
+        return len(self.env)
 
     def _reset(self, options: dict[str, Any]) -> tuple[Obs, dict[str, Any]]:
         seed = int(self.np_random.integers(2**31))  # the inner env draws from a seed derived from ours
@@ -95,7 +111,7 @@ class SelfVerify(TextEnv):
             return (Message(role="user", content=self.verify_prompt),), self.first.score, False, False, info
         assert self.first is not None
         if self.phase == "verify":
-            verdict = parse_verdict(action)
+            verdict = self.verdict_parser(action)
             reward = verdict_reward(verdict, self.first.correct)
             revise = verdict == "wrong" or (self.mode == "eval" and verdict != "correct")
             info = self._info(
@@ -130,7 +146,7 @@ class SelfVerify(TextEnv):
 
 
 def _pag(cls_path: str, **kwargs: Any) -> SelfVerify:
-    pag_keys = {"alpha", "mode", "verify_prompt", "revise_prompt", "render_mode"}
+    pag_keys = {"alpha", "mode", "verify_prompt", "revise_prompt", "verdict_parser", "render_mode"}
     pag = {k: kwargs.pop(k) for k in list(kwargs) if k in pag_keys}
     module, name = cls_path.split(":")
     import importlib

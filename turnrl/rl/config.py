@@ -62,13 +62,25 @@ class RayConfig(BaseModel):
     address: str | None = Field(None, description="'auto' or HOST:PORT joins a running cluster; "
                                 "None starts a local one")
     rollout_workers: int = Field(2, ge=1)
-    worker_cpus: float = Field(0.5, gt=0, description="CPUs reserved per worker (fractional on small machines)")
+    worker_cpus: float = Field(0.5, gt=0, description="CPUs reserved per worker (fractional on small machines); a "
+                               "worker runs max(1, int(worker_cpus)) torch threads")
     num_cpus: float | None = Field(None, gt=0, description="CPUs of a local cluster (default: the machine's)")
     max_restarts: int = Field(2, ge=0, description="restarts of a worker that dies before the run fails")
     start_timeout: float = Field(120.0, gt=0, description="seconds a worker may take to start (load the model)")
     episode_timeout: float = Field(600.0, gt=0, description="seconds a worker may go without finishing an "
                                    "episode before it is restarted and its jobs re-run")
     connect_timeout: float = Field(30.0, gt=0, description="seconds to reach the cluster at `address`")
+
+
+class DataConfig(BaseModel):
+    """Offline training data (dqo, dpo, rft): stored Trajectories, e.g. written by ``turnrl rollout``; no rollouts."""
+
+    model_config = ConfigDict(extra="forbid")
+    path: str | list[str] = Field(description="JSONL or Parquet file(s) of token-exact Trajectories")
+    batch_size: int = Field(32, ge=1, description="episodes per training step (whole tasks; dpo: whole pairs)")
+    epochs: float | None = Field(None, gt=0, description="passes over the data; sets `steps` (leave steps unset); "
+                                 "the run's config.yaml records the resulting steps")
+    shuffle: bool = Field(True, description="reshuffle the units every epoch (seeded by `seed`)")
 
 
 class TrainConfig(BaseModel):
@@ -93,6 +105,8 @@ class TrainConfig(BaseModel):
         "write each step's episodes, with per-token advantages and learner log-probabilities, to "
         "OUT_DIR/train/step-N/trajectories.jsonl (turnrl view OUT_DIR shows them)"))
     wandb: WandbConfig | None = Field(None, description="also log to Weights & Biases (extra wandb)")
+    data: DataConfig | None = Field(None, description="train offline from stored Trajectories (dqo, dpo, rft): "
+                                    "epochs over the data, no rollouts")
 
     @field_validator("algorithm", mode="before")
     @classmethod
@@ -103,6 +117,27 @@ class TrainConfig(BaseModel):
     def _placement_options(self) -> TrainConfig:
         if self.placement == "local" and "ray" in self.model_fields_set:
             raise ValueError("`ray` options are set but placement is 'local'; add placement=ray (or drop them)")
+        return self
+
+    @model_validator(mode="after")
+    def _offline_data(self) -> TrainConfig:
+        from turnrl.rl.algorithms import algorithm_class
+        from turnrl.rl.algorithms.offline import OfflineAlgorithm
+
+        name, cls = self.algorithm.name, algorithm_class(self.algorithm.name)
+        if not issubclass(cls, OfflineAlgorithm):
+            if self.data is not None:
+                raise ValueError(f"algorithm {name!r} samples its own episodes (on-policy) and cannot train from "
+                                 "`data`; drop `data`, or pick an offline algorithm (dqo, dpo, rft)")
+            return self
+        if self.data is None:
+            raise ValueError(f"algorithm {name!r} trains offline from a dataset: set data.path to Trajectories "
+                             "written by `turnrl rollout` (e.g. data: {path: runs/arith-data.parquet})")
+        if self.data.epochs is not None and "steps" in self.model_fields_set:
+            raise ValueError("set either `steps` or data.epochs (which sets the steps), not both")
+        if self.placement != "local":
+            raise ValueError(f"algorithm {name!r} trains offline (no rollouts to place); use placement: local")
+        cls.check_config(self)
         return self
 
 

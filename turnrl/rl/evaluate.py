@@ -19,6 +19,7 @@ import numpy as np
 
 from turnrl.agents.base import Agent, SamplingParams
 from turnrl.envs.registry import make
+from turnrl.rl.pag_metrics import pag_episode, pag_summary
 from turnrl.rl.rollout import Rollout
 from turnrl.storage import TrajectoryWriter
 from turnrl.types import Trajectory
@@ -34,15 +35,19 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 
 
 def held_out_kwargs(env: Any, env_kwargs: dict[str, Any]) -> dict[str, Any] | None:
-    """The kwargs that pose ``env``'s held-out split instead, or None when nothing changes.
+    """The kwargs that evaluate ``env`` as it asks to be evaluated, or None when nothing changes.
 
-    Nothing changes when the kwargs name a split themselves (the caller chose), when the environment declares no
-    held-out split (``TextEnv.held_out_split``), or when ``env`` already poses it.
+    That is its held-out split (``TextEnv.held_out_split``) unless the kwargs name a split (the caller chose), and
+    its ``evaluation_options`` (e.g. PAG's ``mode: eval``) unless the kwargs name them.
     """
+    extra: dict[str, Any] = {}
     held = getattr(env, "held_out_split", None)
-    if "split" in env_kwargs or held is None or getattr(env, "split", None) == held:
-        return None
-    return {**env_kwargs, "split": held}
+    if "split" not in env_kwargs and held is not None and getattr(env, "split", None) != held:
+        extra["split"] = held
+    for key, value in (getattr(env, "evaluation_options", None) or {}).items():
+        if key not in env_kwargs and getattr(env, key, None) != value:
+            extra[key] = value
+    return {**env_kwargs, **extra} if extra else None
 
 
 def run_eval_kwargs(train_env: Any, kwargs: dict[str, Any], eval_kwargs: dict[str, Any] | None) -> dict[str, Any]:
@@ -127,6 +132,7 @@ def episode_row(traj: Trajectory, index: int, sample: int) -> dict[str, Any]:
         "failure": failure_reason(traj),
         "metrics": {k: v for k, v in (last.get("metrics") or {}).items() if isinstance(v, (int, float))},
         "final_response": traj.turns[-1].action.content if traj.turns else None,
+        "pag": pag_episode(traj),  # None unless a self-verification episode
     }
 
 
@@ -157,6 +163,7 @@ def summarize(rows: list[dict[str, Any]], samples: int) -> dict[str, Any]:
             extra[key].append(float(value))
     for key, values in sorted(extra.items()):
         metrics[f"mean_{key}"] = float(np.mean(values))
+    metrics.update(pag_summary(r.get("pag") for r in rows))
     return metrics
 
 

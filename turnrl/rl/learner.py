@@ -212,7 +212,9 @@ class Learner:
         _annotate(_trainable(trajectories), exp, first_logp, first_after)
         out = {k: v / (n_windows if k in ("grad_norm", "loss") else n_micro) for k, v in sums.items()}
         b = exp.batch
+        turns = sum(int((b.turn_ids == k).any(-1).sum()) for k in range(int(b.turn_ids.max()) + 1))
         out.update(info, response_length=float(b.response_lengths.mean()), train_tokens=float(b.attention_mask.sum()),
+                   turn_length=float(b.loss_mask.sum()) / max(turns, 1),
                    zero_variance_groups=float(zero_variance_groups(b.scores, b.group_ids).float().mean()),
                    logp_diff=diff_sum / max(diff_tokens, 1.0), logp_diff_max=diff_max,
                    policy_version=float(self.version))

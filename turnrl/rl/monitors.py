@@ -8,7 +8,9 @@ Each check reads the step's metrics (and the run's history before it) and return
 * length explosion — the mean response has grown several-fold since the run's first steps;
 * reward without correctness — more and more episodes earn reward while the verifier says they are wrong: a
   partial-credit or format bonus is being farmed (the "\\boxed{25} \\boxed{51}" kind of hacking);
-* training reward up, held-out success down — the policy is fitting the training reward, not the task.
+* training reward up, held-out success down — the policy is fitting the training reward, not the task;
+* verdict collapse (PAG) — the self-verifier almost always says "correct" or almost always "wrong", the two
+  failure modes of PAG's ablations (final-only reward; no turn independence).
 
 :func:`check_health` runs them all; the trainer logs what it returns and counts it in ``metrics.jsonl``.
 Pure functions over metric dicts, so they are tested on made-up histories.
@@ -53,9 +55,11 @@ def no_signal(info: Metrics) -> str | None:
 
 
 def length_limit(info: Metrics, max_new_tokens: int, share: float = 0.98) -> str | None:
-    """The mean response is at the per-turn generation limit."""
-    if info.get("response_length", 0.0) >= share * max_new_tokens:
-        return f"responses hit the length limit ({info['response_length']:.0f} of {max_new_tokens} tokens)"
+    """The mean turn is at the per-turn generation limit (``turn_length``; the whole response where a record has
+    no per-turn figure: one turn per episode)."""
+    length = info.get("turn_length", info.get("response_length", 0.0))
+    if length >= share * max_new_tokens:
+        return f"responses hit the length limit ({length:.0f} of {max_new_tokens} tokens per turn)"
     return None
 
 
@@ -111,9 +115,27 @@ def held_out_divergence(history: Sequence[Metrics], info: Metrics, drop: float =
             f"while the training reward rose ({then:.3f} -> {now:.3f}): reward hacking or overfitting")
 
 
+def verdict_collapse(history: Sequence[Metrics], info: Metrics, share: float = 0.95, window: int = 3,
+                     min_verdicts: int = 16) -> str | None:
+    """Over the last ``window`` steps (at least ``min_verdicts`` verdicts), at least ``share`` of the PAG verdicts
+    say the same thing: the verifier has stopped checking (ALGORITHMS.md §7's collapse modes)."""
+    records = [h for h in [*history, info][-window:] if "pag_verdict_correct" in h]
+    counts = [h.get("pag_verdicts", 0.0) for h in records]
+    if not records or "pag_verdict_correct" not in info or sum(counts) < min_verdicts:
+        return None
+    total = sum(counts)
+    for key, word, why in (("pag_verdict_correct", "correct", "rewarding only the final answer does this"),
+                           ("pag_verdict_wrong", "wrong", "GAE across turns (no turn cut) does this")):
+        said = sum(h.get(key, 0.0) * c for h, c in zip(records, counts)) / total
+        if said >= share:
+            return (f"verdicts collapsed: {said:.0%} of the last {total:.0f} say the answer is {word} "
+                    f"(verifier accuracy {info.get('pag_verifier_acc', float('nan')):.0%}); {why}")
+    return None
+
+
 def check_health(history: Sequence[Metrics], info: Metrics, max_new_tokens: int) -> list[str]:
     """All warnings for this step's ``info`` given the ``history`` of earlier records (step 0 included)."""
     found = [entropy_collapse(info), no_signal(info), length_limit(info, max_new_tokens),
              length_explosion(history, info), reward_without_correctness(history, info),
-             held_out_divergence(history, info)]
+             held_out_divergence(history, info), verdict_collapse(history, info)]
     return [w for w in found if w is not None]

@@ -23,6 +23,7 @@ from turnrl.agents.base import SamplingParams
 from turnrl.envs.registry import make
 from turnrl.rl.algorithms import Algorithm
 from turnrl.rl.config import TrainConfig
+from turnrl.rl.pag_metrics import pag_episode, pag_summary
 from turnrl.rl.rollout import Rollout
 from turnrl.types import Trajectory
 
@@ -116,7 +117,8 @@ class LocalRunner:
 
 
 def rollout_metrics(seen: Sequence[Trajectory]) -> dict[str, float]:
-    """Reward, success, turns, tool calls and errors over every episode sampled this step."""
+    """Reward, success, turns, tool calls and errors over every episode sampled this step (and, for
+    self-verification episodes, the PAG figures of :mod:`turnrl.rl.pag_metrics`)."""
     n = max(len(seen), 1)
     rewards = torch.tensor([t.total_reward for t in seen] or [0.0])
     return {"rollout_episodes": float(len(seen)), "reward_mean": float(rewards.mean()),
@@ -126,7 +128,8 @@ def rollout_metrics(seen: Sequence[Trajectory]) -> dict[str, float]:
             "tool_calls": sum(len(turn.info.get("tool_calls") or []) for t in seen for turn in t.turns) / n,
             "error_episodes": float(sum(t.error is not None for t in seen)),
             "tampering_episodes": sum(any((turn.info.get("metrics") or {}).get("tampering", 0) > 0 for turn in t.turns)
-                                      for t in seen) / n}
+                                      for t in seen) / n,
+            **pag_summary(pag_episode(t) for t in seen)}
 
 
 class OnPolicySource:

@@ -26,6 +26,11 @@ _REGISTRY: dict[str, str | type[Algorithm]] = {
     "dapo": "turnrl.rl.algorithms.grpo:DAPO",
     "ppo": "turnrl.rl.algorithms.ppo:PPO",
     "vapo": "turnrl.rl.algorithms.ppo:VAPO",
+    "dqo": "turnrl.rl.algorithms.dqo:DQO",
+    "dpo": "turnrl.rl.algorithms.offline:DPO",
+    "rft": "turnrl.rl.algorithms.offline:RFT",
+    "pag": "turnrl.rl.algorithms.pag:PAG",
+    "pag-grpo": "turnrl.rl.algorithms.pag:PAGGRPO",
 }
 
 

@@ -79,12 +79,18 @@ class PPO(PolicyGradient):
         """
         if values is None:
             raise ValueError(f"{self.name} needs the critic's values")
-        mask, cut = batch.loss_mask, self.cfg.turn_independent
-        adv, _ = masked_gae(batch.token_rewards, values, mask, 1.0, self.actor_lambda(batch), cut, bootstrap)
-        _, returns = masked_gae(batch.token_rewards, values, mask, 1.0, self.cfg.lam_critic, cut, bootstrap)
-        if self.cfg.whiten_advantages:
-            adv = masked_whiten(adv, mask)
-        return adv, returns
+        mask, cut, rewards = batch.loss_mask, self.cfg.turn_independent, self.token_rewards(batch)
+        adv, _ = masked_gae(rewards, values, mask, 1.0, self.actor_lambda(batch), cut, bootstrap)
+        _, returns = masked_gae(rewards, values, mask, 1.0, self.cfg.lam_critic, cut, bootstrap)
+        return self.normalize(adv, batch), returns
+
+    def token_rewards(self, batch: Batch) -> torch.Tensor:
+        """The per-token rewards GAE runs on: each turn's reward on its last generated token."""
+        return batch.token_rewards
+
+    def normalize(self, adv: torch.Tensor, batch: Batch) -> torch.Tensor:
+        """Whiten the actor's advantages over the generated tokens (``whiten_advantages``), or leave them."""
+        return masked_whiten(adv, batch.loss_mask) if self.cfg.whiten_advantages else adv
 
     def loss(self, fwd: Forward, exp: Experience, counts: dict[str, torch.Tensor],
              train_policy: bool = True) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:

@@ -36,8 +36,8 @@ class RolloutWorker:
 
     def __init__(self, config: dict[str, Any], model: list[Any], tokenizer: Any,
                  env_spec: tuple[str, Any, dict[str, Any]] | None, batch_size: int = 64) -> None:
-        torch.set_num_threads(1)
         self.cfg = TrainConfig.model_validate(config)
+        torch.set_num_threads(max(1, int(self.cfg.ray.worker_cpus)))  # the CPUs Ray reserved for this worker
         if env_spec is not None:
             env_id, entry_point, kwargs = env_spec
             register(env_id, entry_point, **kwargs)

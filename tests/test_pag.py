@@ -1,0 +1,177 @@
+"""PAG (ALGORITHMS.md §7) through the registered algorithms: turn-independent GAE, RoleAdvNorm, the ablations,
+per-turn GRPO, the PAG metrics and the verdict-collapse monitor."""
+
+import pytest
+import torch
+from pydantic import ValidationError
+
+import toy_envs  # noqa: F401  (registers tests/ToyPAG-v0)
+import turnrl
+from turnrl.agents.scripted import FixedAgent, ScriptedAgent
+from turnrl.agents.tiny import tiny_model, tiny_tokenizer
+from turnrl.agents.base import SamplingParams
+from turnrl.rl.algorithms import get_algorithm, parse_algorithm_config
+from turnrl.rl.algorithms.pag import final_only_rewards, turn_group_advantages
+from turnrl.rl.batch import Batch, collate
+from turnrl.rl.evaluate import evaluate
+from turnrl.rl.monitors import check_health, verdict_collapse
+from turnrl.rl.pag_metrics import pag_episode, pag_summary
+from turnrl.rl.rollout import Rollout
+from turnrl.rl.trainer import TrainConfig, Trainer
+
+MASK = [1, 1, 1, 0, 1, 1, 0, 1, 1]  # answer, template, verify, template, revise (§7's check)
+TURNS = [0, 0, 0, -1, 1, 1, -1, 2, 2]
+ROLES = [0, 0, 0, -1, 1, 1, -1, 0, 0]
+
+
+def batch(rewards_per_turn, correct=(1.0,), groups=(0,)):
+    """Sequences with §7's mask, each turn's reward on its last token."""
+    B, T = len(rewards_per_turn), len(MASK)
+    rewards = torch.zeros(B, T)
+    for b, (r1, r2, r3) in enumerate(rewards_per_turn):
+        rewards[b, 2], rewards[b, 5], rewards[b, 8] = r1, r2, r3
+    mask = torch.tensor([MASK] * B, dtype=torch.float32)
+    return Batch(input_ids=torch.ones(B, T, dtype=torch.long), attention_mask=torch.ones(B, T, dtype=torch.long),
+                 loss_mask=mask, old_logp=torch.zeros(B, T), token_rewards=rewards,
+                 turn_ids=torch.tensor([TURNS] * B), roles=torch.tensor([ROLES] * B),
+                 response_lengths=mask.sum(-1), scores=rewards.sum(-1), correct=torch.tensor(list(correct)),
+                 group_ids=torch.tensor(list(groups)), truncated=torch.zeros(B))
+
+
+def pag(**options):
+    return get_algorithm(parse_algorithm_config({"name": "pag", **options}))
+
+
+def test_defaults_are_those_of_section_7_and_foreign_options_are_errors():
+    c = pag().cfg
+    assert (c.lam_actor, c.lam_critic, c.turn_independent, c.role_norm, c.eps_low, c.eps_high, c.agg, c.kl_coef) == (
+        1.0, 1.0, True, True, 0.2, 0.28, "token-mean", 0.0)
+    assert pag().uses_critic and not pag().needs_reference
+    with pytest.raises(ValidationError, match="dynamic_sampling"):
+        TrainConfig.model_validate({"env": {"id": "tests/ToyPAG-v0"}, "algorithm": {"name": "pag", "dynamic_sampling": True}})
+    with pytest.raises(ValidationError, match="role_norm"):
+        TrainConfig.model_validate({"env": {"id": "tests/ToyPAG-v0"}, "algorithm": {"name": "grpo", "role_norm": False}})
+
+
+def test_each_turns_advantage_is_its_own_reward_with_the_cut():
+    b = batch([(0.5, 1.0, 2.0)])
+    adv, returns = pag(role_norm=False).advantages(b, 8, torch.zeros(1, 9))
+    expected = torch.tensor([[0.5, 0.5, 0.5, 0, 1, 1, 0, 2, 2]])
+    assert torch.allclose(adv, expected) and torch.allclose(returns, expected)
+    leaky, _ = pag(role_norm=False, turn_independent=False).advantages(b, 8, torch.zeros(1, 9))
+    assert torch.allclose(leaky[0, :3], torch.tensor([3.5] * 3))  # the ablation: later rewards flow back
+    # with a critic, each turn's advantage is its reward minus the baseline of its own tokens only
+    values = torch.tensor([[0.2, 0.3, 0.4, 9.0, 0.1, 0.6, 9.0, 1.0, 1.5]])
+    adv, _ = pag(role_norm=False).advantages(b, 8, values)
+    assert torch.allclose(adv[0, 2], torch.tensor(0.5 - 0.4)) and torch.allclose(adv[0, 5], torch.tensor(1.0 - 0.6))
+    assert torch.allclose(adv[0, 0], torch.tensor(0.5 - 0.2))  # λ = 1 within the turn: the turn's return - V
+
+
+def test_role_adv_norm_gives_each_role_mean_0_and_variance_1():
+    b = batch([(1, 0, 2), (0, 1, 0), (1, 1, -1), (0, 0, 0)], correct=(1, 0, 0, 0), groups=(0, 0, 1, 1))
+    adv, _ = pag().advantages(b, 8, torch.rand(4, 9))
+    for role in (0, 1):
+        sel = (b.roles == role) & b.loss_mask.bool()
+        assert abs(float(adv[sel].mean())) < 1e-5 and abs(float(adv[sel].var(correction=0)) - 1) < 1e-3
+    assert (adv[b.loss_mask == 0] == 0).all()
+
+
+def test_final_only_reward_puts_the_final_correctness_on_the_last_token():
+    b = batch([(1, 1, 2), (0, 1, 0)], correct=(1.0, 0.0), groups=(0, 0))
+    r = final_only_rewards(b.loss_mask, b.correct)
+    assert r[0, 8] == 1 and r[0].sum() == 1 and r[1].sum() == 0
+    adv, _ = pag(reward="final-only", role_norm=False).advantages(b, 8, torch.zeros(2, 9))
+    assert adv[0, 4] == 0 and adv[0, 8] == 1  # with the cut, the verifier turn earns nothing under final-only
+
+
+def test_pag_grpo_normalizes_each_turn_within_its_group_and_role():
+    b = batch([(1, 0, 2), (0, 1, 0), (1, 1, -1)], groups=(0, 0, 0), correct=(1, 0, 0))
+    adv, _ = get_algorithm(parse_algorithm_config({"name": "pag-grpo"})).advantages(b, 8)
+    policy = torch.tensor([1, 0, 1, 2, 0, -1.0])  # the group's policy turns: answers then revisions
+    verifier = torch.tensor([0, 1, 1.0])
+    z = lambda x: (x - x.mean()) / (x.std() + 1e-6)  # noqa: E731
+    zp, zv = z(policy), z(verifier)
+    for row in range(3):
+        assert torch.allclose(adv[row, :3], zp[row].repeat(3), atol=1e-5)
+        assert torch.allclose(adv[row, 7:], zp[3 + row].repeat(2), atol=1e-5)
+        assert torch.allclose(adv[row, 4:6], zv[row].repeat(2), atol=1e-5)
+    assert (adv[b.loss_mask == 0] == 0).all()
+    # by_role=False: every turn of the group is normalized together
+    pooled = turn_group_advantages(b.token_rewards, b.turn_ids, b.roles, b.group_ids, b.loss_mask, by_role=False)
+    everything = z(torch.tensor([1, 0, 1, 0, 1, 1, 2, 0, -1.0]))  # answers, verdicts, revisions of rows 0..2
+    assert torch.allclose(pooled[1, 4:6], everything[4].repeat(2), atol=1e-5)
+
+
+def episodes(replies, indices):
+    tok = tiny_tokenizer("chatml")
+    envs = [turnrl.make("tests/ToyPAG-v0") for _ in indices]
+    return tok, Rollout(FixedAgent(tok, replies), SamplingParams(max_new_tokens=8)).run(
+        envs, options=[{"index": i} for i in indices], group_ids=[str(i) for i in indices])
+
+
+def test_pag_metrics_of_scripted_episodes():
+    # task 0's answer is wrong, tasks 1-3 right (ScriptedTruthEnv); "x…" says wrong, "Y…" says correct
+    _, says_wrong = episodes(["answer", "x", "again"], [0, 1])  # right about 0, wrong about 1 -> revise both
+    _, says_right = episodes(["answer", "Yes"], [0, 2, 3])
+    _, unparseable = episodes(["answer", "..."], [1])
+    eps = [pag_episode(t) for t in says_wrong + says_right + unparseable]
+    m = pag_summary(eps)
+    assert m["pag_episodes"] == 6 and m["pag_verdicts"] == 6
+    assert m["pag_acc_turn1"] == pytest.approx(4 / 6) and m["pag_acc_final"] == pytest.approx(4 / 6)
+    assert m["pag_verifier_acc"] == pytest.approx(3 / 6)  # wrong about 0 (said Y), right about 0 (x), 2, 3
+    assert m["pag_verifier_acc_on_wrong"] == pytest.approx(1 / 2) and m["pag_verifier_acc_on_correct"] == pytest.approx(2 / 4)
+    assert (m["pag_verdict_correct"], m["pag_verdict_wrong"], m["pag_verdict_unparseable"]) == pytest.approx((3 / 6, 2 / 6, 1 / 6))
+    assert m["pag_revision_rate"] == pytest.approx(2 / 6)  # train mode: only after "wrong"
+    assert m["pag_wrong_to_right"] == 0 and m["pag_right_to_wrong"] == 0
+    assert pag_episode(turnrl.Trajectory()) is None and pag_summary([None]) == {}
+
+
+def test_eval_on_arithmetic_pag_reports_the_pag_figures(tmp_path):
+    tok = tiny_tokenizer("chatml")
+
+    def agent(prompt):  # answers wrong, says "wrong", then revises to the right answer
+        if "previous answer was wrong" in prompt:
+            q = prompt.split("What is ", 1)[1].split("?")[0]
+            return f"\\boxed{{{eval(q)}}}"  # noqa: S307 — our generated arithmetic
+        return "The answer is wrong" if "Check the solution" in prompt.rsplit("<|im_start|>user", 1)[-1] else "\\boxed{-999}"
+
+    m = evaluate(ScriptedAgent(tok, agent), "turnrl/Arithmetic-PAG-v0", limit=4, out=tmp_path)
+    assert m["pag_acc_turn1"] == 0 and m["pag_acc_final"] == 1 and m["pag_wrong_to_right"] == 1
+    assert m["pag_verifier_acc"] == 1 and m["pag_verifier_acc_on_wrong"] == 1 and m["pag_revision_rate"] == 1
+    assert "pag_acc_final" in (tmp_path / "report.md").read_text()
+
+
+def test_verdict_collapse_monitor():
+    step = lambda c, w, n=32: {"pag_verdict_correct": c, "pag_verdict_wrong": w, "pag_verdicts": n,  # noqa: E731
+                               "pag_verifier_acc": 0.5}
+    assert "say the answer is correct" in verdict_collapse([step(0.97, 0.03)] * 2, step(1.0, 0.0))
+    assert "say the answer is wrong" in verdict_collapse([step(0.0, 1.0)] * 2, step(0.02, 0.98))
+    assert verdict_collapse([step(0.6, 0.4)] * 2, step(0.99, 0.01)) is None  # not yet over the window
+    assert verdict_collapse([], step(1.0, 0.0, n=4)) is None  # too few verdicts to say
+    assert any("collapsed" in w for w in check_health([step(1.0, 0.0)] * 2, step(1.0, 0.0), 64))
+    assert check_health([], {"turn_length": 10.0, "response_length": 30.0}, 32) == []  # three turns of 10 tokens
+
+
+def test_pag_training_raises_the_verifiers_accuracy_on_a_toy_env(tmp_path):
+    cfg = TrainConfig(model="tiny", env={"id": "tests/ToyPAG-v0"}, algorithm={"name": "pag"},
+                      rollout={"prompts_per_step": 4, "group_size": 8, "max_new_tokens": 4},
+                      optim={"lr": 3e-2, "minibatch_size": 16}, steps=40, eval_tasks=8, out_dir=str(tmp_path),
+                      save_trajectories=False)
+    tok = tiny_tokenizer("chatml")
+    history = Trainer(cfg, model=tiny_model(tok), tokenizer=tok).train()
+    acc = [h["pag_verifier_acc"] for h in history[1:]]
+    early, late = sum(acc[:5]) / 5, sum(acc[-5:]) / 5
+    assert late > early + 0.3 and late >= 0.6, (early, late)  # seeds 0-2: 0.22-0.25 -> 0.75
+    assert all(h["pag_acc_turn1"] == 0.75 for h in history[1:])  # the truth is scripted: 3 tasks in 4 are right
+
+
+def test_pag_envs_are_evaluated_in_eval_mode_unless_told():
+    from turnrl.rl.evaluate import held_out_kwargs
+
+    env = turnrl.make("turnrl/Arithmetic-PAG-v0")
+    assert held_out_kwargs(env, {}) == {"split": "test", "mode": "eval"}
+    assert held_out_kwargs(env, {"mode": "train", "split": "train"}) is None
+    # eval mode revises after an unparseable verdict too
+    tok = tiny_tokenizer("chatml")
+    m = evaluate(FixedAgent(tok, ["\\boxed{-999}", "I am not sure.", "\\boxed{-998}"]), "turnrl/Arithmetic-PAG-v0", limit=2)
+    assert m["pag_revision_rate"] == 1 and m["pag_verdict_unparseable"] == 1

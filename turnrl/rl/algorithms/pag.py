@@ -1,0 +1,121 @@
+"""PAG: train the policy as its own generative verifier (ALGORITHMS.md §7; Jiang et al., 2025, arXiv 2506.10406).
+
+Episodes come from :class:`~turnrl.envs.self_verify.SelfVerify` (``turnrl/*-PAG-v0``): answer (role "policy") →
+verify (role "verifier") → revise (role "policy", only after "wrong"), each turn's reward on its last token.
+
+* ``pag`` — PPO with a critic (a value head on the policy, or ``critic_model``), **turn-independent** GAE with
+  γ = λ = 1 (values and advantages never cross a turn boundary: each turn's advantage is its own reward minus the
+  critic's baseline), **RoleAdvNorm** (advantages whitened separately over policy-turn and verifier-turn tokens),
+  clip 0.2/0.28, token-mean, no KL. Ablations, one switch each: ``turn_independent: false`` (GAE flows across
+  turns — the paper's verifier then says "wrong" to everything), ``reward: final-only`` (only the final answer's
+  correctness, on the episode's last token — the verifier then says "correct" to everything) and
+  ``role_norm: false`` (one whitening over all tokens).
+* ``pag-grpo`` — the critic-free comparison: each turn's reward normalized within its group over the turns of the
+  same role (policy turns together, verifier turns together), on that turn's tokens only; GRPO's surrogate.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+from pydantic import Field
+
+from turnrl.rl.advantages import group_normalize, masked_whiten, role_whiten
+from turnrl.rl.algorithms.grpo import GRPO, GRPOConfig
+from turnrl.rl.algorithms.ppo import PPO, PPOConfig
+from turnrl.rl.batch import Batch
+from turnrl.rl.losses import AggMode
+
+
+class PAGConfig(PPOConfig):
+    """PAG's options (ALGORITHMS.md §7 defaults)."""
+
+    name: Literal["pag"] = "pag"  # type: ignore[assignment]
+    lam_actor: float = Field(1.0, ge=0, le=1)
+    lam_critic: float = Field(1.0, ge=0, le=1)
+    eps_high: float = Field(0.28, gt=0)
+    agg: AggMode = "token-mean"
+    turn_independent: bool = Field(True, description="cut GAE at turn boundaries (ablation: false)")
+    whiten_advantages: bool = Field(False, description="one whitening over all tokens (used when role_norm is off)")
+    role_norm: bool = Field(True, description="RoleAdvNorm: whiten policy-turn and verifier-turn advantages "
+                            "separately (ablation: false)")
+    reward: Literal["per-turn", "final-only"] = Field(
+        "per-turn", description="each turn's own reward, or only the final answer's correctness (ablation)")
+
+
+class PAGGRPOConfig(GRPOConfig):
+    """``pag-grpo``'s options: GRPO's, with DAPO's clip-higher and token-mean as in PAG."""
+
+    name: Literal["pag-grpo"] = "pag-grpo"  # type: ignore[assignment]
+    eps_high: float = Field(0.28, gt=0)
+    agg: AggMode = "token-mean"
+    role_norm: bool = Field(True, description="normalize each turn's reward over the group's turns of its role "
+                            "(false: over all of the group's turns)")
+
+
+def final_only_rewards(loss_mask: torch.Tensor, correct: torch.Tensor) -> torch.Tensor:
+    """PAG's "final-only" ablation (§7): the final answer's correctness (``(B,)``) on each sequence's last generated
+    token, no other reward."""
+    positions = torch.arange(loss_mask.shape[1], device=loss_mask.device).expand_as(loss_mask)
+    last = torch.where(loss_mask.bool(), positions, torch.full_like(positions, -1)).max(-1).values
+    out = torch.zeros(loss_mask.shape, dtype=torch.float32, device=loss_mask.device)
+    rows = torch.nonzero(last >= 0).squeeze(-1)
+    out[rows, last[rows]] = correct[rows].to(out.dtype)
+    return out
+
+
+def turn_group_advantages(token_rewards: torch.Tensor, turn_ids: torch.Tensor, roles: torch.Tensor,
+                          group_ids: torch.Tensor, mask: torch.Tensor, by_role: bool = True) -> torch.Tensor:
+    """Per-turn group-relative advantages (``pag-grpo``, §7 with §0's group normalization).
+
+    Each turn's reward (the sum of its tokens' rewards) is normalized against the turns of the same group — and,
+    with ``by_role``, of the same role — and placed on every generated token of that turn. Nothing crosses turns.
+    """
+    m = mask.bool() & (turn_ids >= 0)
+    B = token_rewards.shape[0]
+    K = int(turn_ids[m].max()) + 1 if m.any() else 1
+    idx = turn_ids.clamp(min=0)
+    zero = torch.zeros(B, K, dtype=torch.float32, device=token_rewards.device)
+    reward = zero.scatter_add(1, idx, (token_rewards * m).float())
+    present = zero.scatter_add(1, idx, m.float()) > 0
+    role = torch.zeros(B, K, dtype=torch.long, device=token_rewards.device).scatter(1, idx, torch.where(m, roles, 0))
+    n_roles = int(roles.max()) + 1 if by_role and roles.numel() else 1
+    keys = group_ids[:, None].expand(B, K) * max(n_roles, 1) + (role if by_role else 0)
+    adv = torch.zeros_like(reward)
+    adv[present] = group_normalize(reward[present], keys[present])
+    return adv.gather(1, idx) * m
+
+
+class PAG(PPO):
+    """PPO for self-verification episodes (see the module docstring)."""
+
+    name = "pag"
+    Config = PAGConfig
+    cfg: PAGConfig
+
+    def token_rewards(self, batch: Batch) -> torch.Tensor:
+        """Each turn's reward on its last token, or (``reward: final-only``) the final answer's correctness."""
+        if self.cfg.reward == "final-only":
+            return final_only_rewards(batch.loss_mask, batch.correct)
+        return batch.token_rewards
+
+    def normalize(self, adv: torch.Tensor, batch: Batch) -> torch.Tensor:
+        """RoleAdvNorm (``role_norm``), else one whitening (``whiten_advantages``), else none."""
+        if self.cfg.role_norm:
+            return role_whiten(adv, batch.loss_mask, batch.roles)
+        return masked_whiten(adv, batch.loss_mask) if self.cfg.whiten_advantages else adv
+
+
+class PAGGRPO(GRPO):
+    """Critic-free multi-turn GRPO on PAG episodes (see the module docstring)."""
+
+    name = "pag-grpo"
+    Config = PAGGRPOConfig
+    cfg: PAGGRPOConfig
+
+    def advantages(self, batch: Batch, max_new_tokens: int, values: torch.Tensor | None = None,
+                   bootstrap: torch.Tensor | None = None) -> tuple[torch.Tensor, None]:
+        """Per-turn, per-role group-normalized rewards on each turn's tokens."""
+        return turn_group_advantages(batch.token_rewards, batch.turn_ids, batch.roles, batch.group_ids,
+                                     batch.loss_mask, self.cfg.role_norm), None

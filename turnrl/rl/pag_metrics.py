@@ -1,0 +1,71 @@
+"""What PAG training is for, measured (ALGORITHMS.md §7): answer accuracy before and after self-revision, and how
+well the policy verifies its own answers.
+
+:func:`pag_episode` reads one self-verification episode (the ``phase``/``verdict``/``correct`` infos that
+:class:`~turnrl.envs.self_verify.SelfVerify` writes on its turns); :func:`pag_summary` aggregates episodes into:
+
+* ``pag_acc_turn1`` / ``pag_acc_final`` — the first answer's accuracy and the final answer's (the revision's where
+  there is one);
+* ``pag_verifier_acc`` — verdicts that match the truth of the first answer, over episodes that reached the verify
+  turn; ``pag_verifier_acc_on_correct`` / ``pag_verifier_acc_on_wrong`` — the same over correct and over wrong
+  first answers (a verifier that always says "correct" scores 1 and 0);
+* ``pag_verdict_correct`` / ``pag_verdict_wrong`` / ``pag_verdict_unparseable`` — the verdict distribution;
+* ``pag_revision_rate`` — episodes with a revision; ``pag_wrong_to_right`` / ``pag_right_to_wrong`` — episodes
+  whose final answer is right where the first was wrong, and the reverse (shares of all PAG episodes);
+* ``pag_episodes`` and ``pag_verdicts`` — how many episodes and verdicts the figures rest on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from turnrl.types import Trajectory
+
+
+def pag_episode(traj: Trajectory) -> dict[str, Any] | None:
+    """The PAG facts of one episode, or None if it is not a self-verification episode (no answer turn)."""
+    by_phase = {t.info.get("phase"): t.info for t in traj.turns}
+    answer = by_phase.get("answer")
+    if answer is None or "correct" not in answer:
+        return None
+    first = bool(answer["correct"])
+    verify, revise = by_phase.get("verify"), by_phase.get("revise")
+    final = bool(revise["correct"]) if revise is not None and "correct" in revise else first
+    return {
+        "first_correct": first,
+        "final_correct": final,
+        "verdict": verify.get("verdict") if verify is not None else None,
+        "verified": verify is not None,
+        "verdict_right": bool(verify.get("verdict_correct")) if verify is not None else None,
+        "revised": revise is not None,
+    }
+
+
+def pag_summary(episodes: Iterable[dict[str, Any] | None]) -> dict[str, float]:
+    """The module docstring's figures over :func:`pag_episode` records (None entries are skipped); {} if none."""
+    eps = [e for e in episodes if e is not None]
+    if not eps:
+        return {}
+    n = len(eps)
+    verified = [e for e in eps if e["verified"]]
+    out = {
+        "pag_episodes": float(n),
+        "pag_verdicts": float(len(verified)),
+        "pag_acc_turn1": sum(e["first_correct"] for e in eps) / n,
+        "pag_acc_final": sum(e["final_correct"] for e in eps) / n,
+        "pag_revision_rate": sum(e["revised"] for e in eps) / n,
+        "pag_wrong_to_right": sum(not e["first_correct"] and e["final_correct"] for e in eps) / n,
+        "pag_right_to_wrong": sum(e["first_correct"] and not e["final_correct"] for e in eps) / n,
+    }
+    if verified:
+        v = len(verified)
+        out["pag_verifier_acc"] = sum(e["verdict_right"] for e in verified) / v
+        out["pag_verdict_correct"] = sum(e["verdict"] == "correct" for e in verified) / v
+        out["pag_verdict_wrong"] = sum(e["verdict"] == "wrong" for e in verified) / v
+        out["pag_verdict_unparseable"] = sum(e["verdict"] is None for e in verified) / v
+        for truth, key in ((True, "pag_verifier_acc_on_correct"), (False, "pag_verifier_acc_on_wrong")):
+            part = [e for e in verified if e["first_correct"] == truth]
+            if part:
+                out[key] = sum(e["verdict_right"] for e in part) / len(part)
+    return out
