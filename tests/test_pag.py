@@ -175,3 +175,12 @@ def test_pag_envs_are_evaluated_in_eval_mode_unless_told():
     tok = tiny_tokenizer("chatml")
     m = evaluate(FixedAgent(tok, ["\\boxed{-999}", "I am not sure.", "\\boxed{-998}"]), "turnrl/Arithmetic-PAG-v0", limit=2)
     assert m["pag_revision_rate"] == 1 and m["pag_verdict_unparseable"] == 1
+
+
+def test_math_envs_take_their_own_instruction():
+    env = turnrl.make("turnrl/Arithmetic-PAG-v0", answer_format="auto", instruction="Put it in a box.")
+    obs, _ = env.reset(options={"index": 0})
+    assert obs[-1].content.endswith("Put it in a box.") and "The answer is N" not in obs[-1].content
+    q = obs[-1].content.split("What is ", 1)[1].split("?")[0]
+    _, reward, *_ = env.step(f"{q} = {eval(q)}")  # noqa: S307 — graded leniently all the same
+    assert reward == 1.0

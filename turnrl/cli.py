@@ -249,6 +249,64 @@ def eval_cmd(
     console.print(f"[dim]metrics: {json.dumps(metrics)}[/dim]", soft_wrap=True)
 
 
+@app.command()
+def rollout(
+    env: Annotated[str, typer.Option("--env", help="e.g. turnrl/Arithmetic-v0, or mymodule:myproject/Name-v0")],
+    agent: Annotated[str, typer.Option(help="smollm2-135m-instruct, hf:PATH, vllm:PATH, openai:URL#MODEL, tiny:chatml")],
+    out: Annotated[str, typer.Option(help="the dataset file (.parquet or .jsonl); an existing one is resumed")],
+    tasks: Annotated[int, typer.Option(min=1, help="sample tasks 0..tasks-1 of the environment's (training) split")] = 100,
+    samples: Annotated[int, typer.Option(min=1, help="episodes per task")] = 8,
+    seed: int = 0,
+    temperature: Annotated[float, typer.Option(min=0.0, help="sampling temperature of the behaviour policy")] = 1.0,
+    top_p: float = 1.0,
+    max_new_tokens: Annotated[int, typer.Option(help="per turn")] = 256,
+    batch_size: Annotated[int, typer.Option(help="episodes generated together")] = 64,
+    max_context: int = 4096,
+    tokenizer: Annotated[str | None, typer.Option(help="tokenizer path/name for openai: agents")] = None,
+    kw: KwOption = None,
+    imports: ImportOption = None,
+) -> None:
+    """Sample an offline dataset for dqo, dpo and rft: SAMPLES episodes of each task with their rewards, the agent's
+    log-probabilities and identity, as Trajectories; resumable (tasks already in --out are skipped)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from turnrl.agents import SamplingParams, make_agent
+    from turnrl.rl.collect import rollout_dataset
+
+    env_kwargs = parse_kwargs(kw)
+    probe = _make(env, env_kwargs)  # fail fast, before loading a model
+    split, held = getattr(probe, "split", None), getattr(probe, "held_out_split", None)
+    if split is not None and split == held:
+        console.print(f"warning: these are {env}'s held-out ({split}) tasks; a policy trained on them is then "
+                      "evaluated on what it trained on (pass --kw split=train)", soft_wrap=True, markup=False,
+                      highlight=False)
+    if not out.endswith((".parquet", ".jsonl")):
+        fail(f"--out must end in .parquet or .jsonl, got {out!r}")
+    try:
+        the_agent = make_agent(agent, batch_size=batch_size, tokenizer=tokenizer)
+    except (ValueError, OSError, ImportError) as e:
+        fail(str(e))
+    params = SamplingParams(temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens)
+    n = min(tasks, len(probe)) if hasattr(probe, "__len__") else tasks
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=console) as progress:
+        bar = progress.add_task(env, total=n * samples)
+        try:
+            summary = rollout_dataset(the_agent, agent, env, out=out, tasks=tasks, samples=samples, params=params,
+                                      env_kwargs=env_kwargs, seed=seed, batch_episodes=batch_size,
+                                      max_context=max_context, on_episode=lambda _: progress.advance(bar))
+        except ValueError as e:
+            fail(str(e))
+    g = summary
+    console.print(f"{int(g['episodes'])} episodes of {int(g['tasks'])} tasks in {g['out']} "
+                  f"({int(g['new_episodes'])} new, {int(g['skipped_tasks'])} tasks already written) by {agent}: "
+                  f"success rate {g['success_rate']:.3f}, mean reward {g['mean_reward']:.3f}, "
+                  f"{g['generated_tokens_per_episode']:.1f} generated tokens/episode, {int(g['errors'])} errors; "
+                  f"groups with both outcomes {int(g['groups_both_outcomes'])} (all correct "
+                  f"{int(g['groups_all_correct'])}, all incorrect {int(g['groups_all_incorrect'])}); "
+                  f"{g['wall_seconds']:.1f} s", soft_wrap=True, markup=False, highlight=False)
+
+
 def _config_error(e: Exception) -> str:
     """A config problem on one line: each pydantic error as ``field.path: message``."""
     from pydantic import ValidationError
@@ -282,9 +340,10 @@ def train(
     resume: Annotated[bool, typer.Option(help="continue from OUT_DIR/checkpoint.pt if it exists")] = True,
     imports: ImportOption = None,
 ) -> None:
-    """Train a policy with GRPO, DAPO, PPO or VAPO (algorithm.name: grpo, dapo, ppo, vapo); metrics to
-    OUT_DIR/metrics.jsonl and TensorBoard. env.id may be mymodule:myproject/Name-v0, with mymodule.py next to the
-    config."""
+    """Train a policy with GRPO, DAPO, PPO or VAPO (algorithm.name: grpo, dapo, ppo, vapo), a self-verifying policy
+    on a *-PAG-v0 env (pag, pag-grpo), or offline from a
+    `turnrl rollout` dataset (data.path) with DQO, DPO or RFT (dqo, dpo, rft); metrics to OUT_DIR/metrics.jsonl and
+    TensorBoard. env.id may be mymodule:myproject/Name-v0, with mymodule.py next to the config."""
     from turnrl.rl.evaluate import run_eval_kwargs
     from turnrl.rl.trainer import Trainer, load_config
 
@@ -301,11 +360,12 @@ def train(
                       "so the held-out success below is measured on training tasks; set env.eval_kwargs "
                       "(e.g. split: test) to tasks the policy does not train on", soft_wrap=True, markup=False,
                       highlight=False)
+    from turnrl.rl.algorithms.offline import OfflineDataError
     from turnrl.rl.placement.ray import RayPlacementError
 
     try:
         trainer = Trainer(cfg)
-    except RayPlacementError as e:
+    except (RayPlacementError, OfflineDataError) as e:
         fail(str(e))
     ckpt = Path(cfg.out_dir) / "checkpoint.pt"
     if resume and ckpt.exists():
@@ -314,7 +374,7 @@ def train(
     from rich.progress import Progress
 
     with Progress(console=console) as progress:
-        task = progress.add_task("training", total=cfg.steps, completed=trainer.step)
+        task = progress.add_task("training", total=trainer.cfg.steps, completed=trainer.step)
 
         def show(h: dict[str, float]) -> None:
             held_out = f" held-out {h['eval_success']:.3f}" if "eval_success" in h else ""

@@ -50,6 +50,9 @@ class MathEnv(ToolEnv):
         feedback: the message after a wrong answer.
         calculator: offer the safe calculator tool.
         tool_style: ``"hermes"`` or ``"tags"`` (``<calculator>2+2</calculator>``) for the calculator.
+        instruction: the line appended to each problem; default the answer format's (``"auto"``: "End with 'The
+            answer is N.'" — which a self-verification episode's "The answer is correct" would echo; there, e.g.
+            the boxed instruction with ``"auto"`` grading).
     """
 
     def __init__(
@@ -63,6 +66,7 @@ class MathEnv(ToolEnv):
         feedback: str = DEFAULT_FEEDBACK,
         calculator: bool = False,
         tool_style: Literal["hermes", "tags"] = "hermes",
+        instruction: str | None = None,
         render_mode: str | None = None,
     ) -> None:
         if answer_format not in INSTRUCTIONS:
@@ -76,7 +80,7 @@ class MathEnv(ToolEnv):
             verifier=functools.partial(verify, answer_format=answer_format),
             tool_style=tool_style,
             system_prompt=system_prompt,
-            instruction=INSTRUCTIONS[answer_format],
+            instruction=INSTRUCTIONS[answer_format] if instruction is None else instruction,
             max_turns=max_turns,
             retry=retry,
             feedback=feedback,

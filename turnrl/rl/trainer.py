@@ -1,5 +1,8 @@
 """``Trainer``: a training run assembled from the learner core, an experience source and the driver.
 
+Offline algorithms (dqo, dpo, rft; ``data:`` in the config) take each step's episodes from stored Trajectories
+(:class:`turnrl.rl.offline_data.OfflineSource`) instead of rollouts; ``data.epochs`` resolves to ``steps``.
+
 Each step: pick ``prompts_per_step`` training tasks (a data cursor walks the env's task indices) → roll out
 ``group_size`` episodes per task with the current weights → the learner leaves out episodes that ended in an
 error, computes advantages over whole groups and takes ``epochs`` passes of optimizer steps → metrics (JSONL and
@@ -36,21 +39,37 @@ class Trainer:
         self.cfg = config
         self._eval_kwargs: dict[str, Any] | None = None  # the held-out env's kwargs, resolved at the first evaluation
         batch = config.rollout.prompts_per_step * config.rollout.group_size
+        self.algorithm = get_algorithm(config.algorithm)
+        offline = None
+        if config.data is not None:  # offline (dqo, dpo, rft): epochs over stored data, checked before the model loads
+            from turnrl.rl.offline_data import OfflineSource
+
+            offline = OfflineSource(config.data.path, self.algorithm, config.data.batch_size,  # type: ignore[arg-type]
+                                    seed=config.seed, shuffle=config.data.shuffle)
+            if config.data.epochs is not None:  # resolved: config.yaml records the steps
+                steps = offline.steps_for(config.data.epochs)
+                config = self.cfg = config.model_copy(
+                    update={"steps": steps, "data": config.data.model_copy(update={"epochs": None})})
         if model is None:
             from turnrl.agents import make_agent
 
             agent = make_agent(config.model, batch_size=batch)
             model, tokenizer = agent.model, agent.tokenizer
-        self.algorithm = get_algorithm(config.algorithm)
+        if offline is not None:
+            offline.check_tokenizer(tokenizer)
         self.learner = Learner(config, self.algorithm, model, tokenizer)
         self.agent = HFAgent(model, tokenizer, batch_size=batch)
-        if config.placement == "ray":
-            from turnrl.rl.placement.ray import RayRunner
-
-            self.runner: Any = RayRunner(config, self.learner, tokenizer)
+        self.runner: Any = None
+        if offline is not None:
+            self.source: Any = offline
         else:
-            self.runner = LocalRunner(config, self.agent, lambda: self.learner.version)
-        self.source = OnPolicySource(config, self.algorithm, self.runner)
+            if config.placement == "ray":
+                from turnrl.rl.placement.ray import RayRunner
+
+                self.runner = RayRunner(config, self.learner, tokenizer)
+            else:
+                self.runner = LocalRunner(config, self.agent, lambda: self.learner.version)
+            self.source = OnPolicySource(config, self.algorithm, self.runner)
         self.driver = Driver(config, self.learner, self.source, self.evaluate)
 
     # the parts, under the names the first trainer had
