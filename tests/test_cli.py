@@ -86,14 +86,16 @@ def test_quickstart_config_file_is_the_embedded_run():
 
 def test_every_shipped_config_validates_and_names_a_registered_env():
     import turnrl
+    from turnrl.rl.evaluate import run_eval_kwargs
     from turnrl.rl.trainer import load_config
 
     paths = sorted((REPO / "configs").glob("*.yaml"))
     assert len(paths) >= 5
     for path in paths:
         cfg = load_config(path)
-        env = turnrl.make(cfg.env.id, **{**cfg.env.kwargs, **cfg.env.eval_kwargs})  # the held-out env builds too
-        assert not _shares_tasks(turnrl.make(cfg.env.id, **cfg.env.kwargs), env, cfg.eval_tasks), path  # held out
+        train = turnrl.make(cfg.env.id, **cfg.env.kwargs)
+        env = turnrl.make(cfg.env.id, **run_eval_kwargs(train, cfg.env.kwargs, cfg.env.eval_kwargs))  # builds too
+        assert not _shares_tasks(train, env, cfg.eval_tasks), path  # held out
         env.close()
         assert cfg.out_dir == f"runs/{path.stem}", path
     held, train = (turnrl.make("turnrl/Arithmetic-v0", split=s) for s in ("test", "train"))
