@@ -124,8 +124,9 @@ def verdict_collapse(history: Sequence[Metrics], info: Metrics, share: float = 0
     if not records or "pag_verdict_correct" not in info or sum(counts) < min_verdicts:
         return None
     total = sum(counts)
-    for key, word, why in (("pag_verdict_correct", "correct", "rewarding only the final answer does this"),
-                           ("pag_verdict_wrong", "wrong", "GAE across turns (no turn cut) does this")):
+    for key, word, why in (("pag_verdict_correct", "correct", "the paper's final-only-reward ablation does this; so "
+                            "does a verifier that never samples the other verdict (harder tasks give it reasons to)"),
+                           ("pag_verdict_wrong", "wrong", "the paper's ablation without the turn cut does this")):
         said = sum(h.get(key, 0.0) * c for h, c in zip(records, counts)) / total
         if said >= share:
             return (f"verdicts collapsed: {said:.0%} of the last {total:.0f} say the answer is {word} "
