@@ -4,6 +4,7 @@ import os
 from pathlib import Path
 
 import pytest
+import torch
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
@@ -20,3 +21,13 @@ def data_dir() -> Path:
     path = Path(os.environ["TURNRL_DATA_DIR"])
     assert (path / "gsm8k" / "test.jsonl").is_file(), f"shared data missing at {path}"
     return path
+
+
+@pytest.fixture
+def one_thread():
+    """Torch on one thread for the test: tiny models train fastest so (and do not fight a busy machine's other
+    processes for cores), and reductions run in a fixed order (the golden trace was recorded so)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

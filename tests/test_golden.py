@@ -20,7 +20,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 
 sys.path.insert(0, str(Path(__file__).parent / "golden"))
 from record import CASES, run  # noqa: E402
@@ -28,14 +27,6 @@ from record import CASES, run  # noqa: E402
 GOLDEN = json.loads((Path(__file__).parent / "golden" / "trace.json").read_text())
 MOVED = {"dapo-accum", "vapo-warmup"}
 ROLLOUT_KEYS = ("reward_mean", "reward_std", "success", "turns", "tool_calls", "generated_tokens", "rollout_episodes")
-
-
-@pytest.fixture
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)  # the trace was recorded with one thread (reduction order)
-    yield
-    torch.set_num_threads(n)
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

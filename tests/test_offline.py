@@ -30,13 +30,7 @@ runner = CliRunner()
 PARAMS = SamplingParams(temperature=1.0, max_new_tokens=4)
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models train fastest on one thread (and do not fight a busy machine's other processes for cores)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 @pytest.fixture(scope="module")
