@@ -184,3 +184,15 @@ def test_math_envs_take_their_own_instruction():
     q = obs[-1].content.split("What is ", 1)[1].split("?")[0]
     _, reward, *_ = env.step(f"{q} = {eval(q)}")  # noqa: S307 — graded leniently all the same
     assert reward == 1.0
+
+
+def test_a_prompt_that_is_not_text_is_refused_when_the_env_is_made():
+    from typer.testing import CliRunner
+
+    from turnrl.cli import app
+
+    with pytest.raises(TypeError, match="verify_prompt must be a string"):
+        turnrl.make("turnrl/Arithmetic-PAG-v0", verify_prompt={"Say": True})
+    # `--kw` values are YAML: "Say: yes" is a mapping; the command says so in one line, not at the first step
+    result = CliRunner().invoke(app, ["envs", "check", "turnrl/Arithmetic-PAG-v0", "--kw", "verify_prompt=Say: yes"])
+    assert result.exit_code == 2 and "read as YAML" in result.output, result.output

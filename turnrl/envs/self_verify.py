@@ -73,6 +73,10 @@ class SelfVerify(TextEnv):
                 f"SelfVerify needs a single-answer environment with a score(response) -> Verdict method; "
                 f"{type(inner).__name__} has none"
             )
+        for name, prompt in (("verify_prompt", verify_prompt), ("revise_prompt", revise_prompt)):
+            if not isinstance(prompt, str):
+                raise TypeError(f"{name} must be a string, got {type(prompt).__name__} ({prompt!r:.60}); on the command "
+                                "line a value is read as YAML: quote it if it holds ': '")
         if mode not in ("train", "eval"):
             raise ValueError(f"mode must be 'train' or 'eval', got {mode!r}")
         super().__init__(max_turns=3, render_mode=render_mode)
