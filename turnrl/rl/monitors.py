@@ -124,13 +124,13 @@ def verdict_collapse(history: Sequence[Metrics], info: Metrics, share: float = 0
     if not records or "pag_verdict_correct" not in info or sum(counts) < min_verdicts:
         return None
     total = sum(counts)
-    for key, word, why in (("pag_verdict_correct", "correct", "the paper's final-only-reward ablation does this; so "
-                            "does a verifier that never samples the other verdict (harder tasks give it reasons to)"),
+    for key, word, why in (("pag_verdict_correct", "correct", "the paper's final-only-reward ablation does this"),
                            ("pag_verdict_wrong", "wrong", "the paper's ablation without the turn cut does this")):
         said = sum(h.get(key, 0.0) * c for h, c in zip(records, counts)) / total
         if said >= share:
             return (f"verdicts collapsed: {said:.0%} of the last {total:.0f} say the answer is {word} "
-                    f"(verifier accuracy {info.get('pag_verifier_acc', float('nan')):.0%}); {why}")
+                    f"(verifier accuracy {info.get('pag_verifier_acc', float('nan')):.0%}); {why}, and so does a "
+                    "verifier that (almost) never samples the other verdict")
     return None
 
 
