@@ -172,7 +172,6 @@ class Learner:
         train_policy = self.algorithm.trains_policy(self.updates)
         sums: dict[str, float] = {}
         n_micro = n_windows = 0
-        diff_sum, diff_tokens, diff_max = 0.0, 0.0, 0.0
         first_logp = torch.zeros_like(exp.batch.old_logp)
         first_after = [0] * len(exp)
         self.model.train()
@@ -190,14 +189,10 @@ class Learner:
                     loss, metrics, fwd = self.micro_loss(mb, counts, train_policy)
                     loss.backward()
                     window_loss += float(loss.detach())
-                    if epoch == 0:
+                    if epoch == 0:  # the learner's first look at each row
                         first_logp[idx] = fwd.logp.detach().float()
                         for r in idx.tolist():
                             first_after[r] = n_windows
-                    if epoch == 0 and w == 0:  # before the first step: rollout vs learner on the same weights
-                        d = (fwd.logp.detach() - mb.batch.old_logp).abs() * mb.batch.loss_mask
-                        diff_sum, diff_tokens = diff_sum + float(d.sum()), diff_tokens + float(mb.batch.loss_mask.sum())
-                        diff_max = max(diff_max, float(d.max()))
                     for key, v in metrics.items():
                         sums[key] = sums.get(key, 0.0) + float(v)
                     n_micro += 1
@@ -212,11 +207,14 @@ class Learner:
         _annotate(_trainable(trajectories), exp, first_logp, first_after)
         out = {k: v / (n_windows if k in ("grad_norm", "loss") else n_micro) for k, v in sums.items()}
         b = exp.batch
+        # rollout vs learner on the same weights: the rows scored before the first optimizer step
+        same = torch.tensor([a == 0 for a in first_after], device=b.loss_mask.device)[:, None] * b.loss_mask
+        diff = (first_logp - b.old_logp).abs() * same
         turns = sum(int((b.turn_ids == k).any(-1).sum()) for k in range(int(b.turn_ids.max()) + 1))
         out.update(info, response_length=float(b.response_lengths.mean()), train_tokens=float(b.attention_mask.sum()),
                    turn_length=float(b.loss_mask.sum()) / max(turns, 1),
                    zero_variance_groups=float(zero_variance_groups(b.scores, b.group_ids).float().mean()),
-                   logp_diff=diff_sum / max(diff_tokens, 1.0), logp_diff_max=diff_max,
+                   logp_diff=float(diff.sum()) / max(float(same.sum()), 1.0), logp_diff_max=float(diff.max()),
                    policy_version=float(self.version))
         if not train_policy:
             out["critic_only"] = 1.0
