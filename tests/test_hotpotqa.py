@@ -121,3 +121,18 @@ def test_the_env_refuses_an_answer_that_repeats_the_question(tmp_path):
     assert term and reward == 0.0 and info["metrics"]["tampering"] == 1.0, info
     env.reset(options={"index": 0})
     assert env.step(f"<answer>{row['answer']}</answer>")[1] == 1.0
+
+
+def test_dev_train_and_dev_test_are_disjoint_parts_of_the_dev_file():
+    from turnrl.rl.evaluate import held_out_kwargs, run_eval_kwargs
+
+    dev = turnrl.make("turnrl/HotPotQA-v0")
+    train = turnrl.make("turnrl/HotPotQA-v0", split="dev-train", tool_style="swirl")
+    test = turnrl.make("turnrl/HotPotQA-v0", split="dev-test")
+    ids = lambda env: [env.tasks[i].id for i in range(len(env))]  # noqa: E731
+    assert len(test) == 100 and len(train) == len(dev) - 100
+    assert ids(test) + ids(train) == ids(dev) and not set(ids(test)) & set(ids(train))
+    # a run trained on dev-train is evaluated on dev-test, by default and by `turnrl eval`
+    assert run_eval_kwargs(train, {"split": "dev-train"}, None)["split"] == "dev-test"
+    assert held_out_kwargs(train, {})["split"] == "dev-test"
+    assert test.split == test.held_out_split and train.split != train.held_out_split

@@ -31,6 +31,9 @@ from turnrl.envs.registry import (
 app = typer.Typer(help="turnrl: RL for multi-turn LLM agents.", no_args_is_help=True, add_completion=False)
 envs_app = typer.Typer(help="Environments: list and check them.", no_args_is_help=True)
 app.add_typer(envs_app, name="envs")
+swirl_app = typer.Typer(help="SWiRL's data (ALGORITHMS.md §1): generate multi-step tool-use trajectories, filter "
+                        "them, decompose them into steps.", no_args_is_help=True)
+app.add_typer(swirl_app, name="swirl")
 console = Console()
 
 KwOption = Annotated[
@@ -342,8 +345,8 @@ def train(
 ) -> None:
     """Train a policy with GRPO, DAPO, PPO or VAPO (algorithm.name: grpo, dapo, ppo, vapo), a self-verifying policy
     on a *-PAG-v0 env (pag, pag-grpo), or offline from a
-    `turnrl rollout` dataset (data.path) with DQO, DPO or RFT (dqo, dpo, rft); metrics to OUT_DIR/metrics.jsonl and
-    TensorBoard. env.id may be mymodule:myproject/Name-v0, with mymodule.py next to the config."""
+    `turnrl rollout` dataset (data.path) with DQO, DPO, RFT or SFT (dqo, dpo, rft, sft), or step-wise from stored
+    SWiRL states (swirl; data.path from `turnrl swirl decompose`); metrics to OUT_DIR/metrics.jsonl and TensorBoard. env.id may be mymodule:myproject/Name-v0, with mymodule.py next to the config."""
     from turnrl.rl.evaluate import run_eval_kwargs
     from turnrl.rl.trainer import Trainer, load_config
 
@@ -456,6 +459,130 @@ from turnrl.agents.template_check import check_template_command  # noqa: E402
 app.command("check-template")(check_template_command)
 
 
+# ---- turnrl swirl: SWiRL's data pipeline ----
+
+def _say(text: str) -> None:
+    console.print(text, soft_wrap=True, markup=False, highlight=False)
+
+
+@swirl_app.command("generate")
+def swirl_generate(
+    env: Annotated[str, typer.Option("--env", help="e.g. turnrl/Arithmetic-v0 with --kw tool_style=swirl")],
+    agent: Annotated[str, typer.Option(help="smollm2-135m-instruct, hf:PATH, vllm:PATH, openai:URL#MODEL, tiny:chatml")],
+    out: Annotated[str, typer.Option(help="the dataset (.parquet or .jsonl); an existing one is resumed")],
+    tasks: Annotated[int, typer.Option(min=1, help="questions 0..tasks-1 of the environment's split")] = 100,
+    samples: Annotated[int, typer.Option(min=1, help="trajectories per question (the paper: 5)")] = 5,
+    seed: int = 0,
+    temperature: Annotated[float, typer.Option(min=0.0)] = 1.0,
+    top_p: float = 1.0,
+    max_new_tokens: Annotated[int, typer.Option(min=1, help="per step")] = 128,
+    batch_size: Annotated[int, typer.Option(min=1, help="episodes generated together")] = 64,
+    max_context: int = 2048,
+    retries: Annotated[int, typer.Option(min=0, help="rounds that re-ask questions whose generation failed")] = 2,
+    tokenizer: Annotated[str | None, typer.Option(help="tokenizer path/name for openai: agents")] = None,
+    kw: KwOption = None,
+    imports: ImportOption = None,
+) -> None:
+    """K trajectories per question with live tools, as token-exact Trajectories with the gold answer and the
+    question in their metadata; resumable (questions already in --out are skipped); a question whose generation
+    keeps failing is skipped after --retries rounds and counted."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from turnrl.agents import make_agent
+    from turnrl.swirl.generate import generate
+
+    env_kwargs = parse_kwargs(kw)
+    probe = _make(env, env_kwargs)  # fail fast, before loading a model
+    if not getattr(probe.unwrapped, "stop", ()):
+        _say(f"note: {env} declares no stop strings, so a turn may hold several steps; SWiRL's format is "
+             "--kw tool_style=swirl")
+    split, held = getattr(probe, "split", None), getattr(probe, "held_out_split", None)
+    if split is not None and split == held:
+        _say(f"warning: these are {env}'s held-out ({split}) questions; a policy trained on them is then evaluated "
+             "on what it trained on (pass --kw split=train)")
+    if not out.endswith((".parquet", ".jsonl")):
+        fail(f"--out must end in .parquet or .jsonl, got {out!r}")
+    try:
+        the_agent = make_agent(agent, batch_size=batch_size, tokenizer=tokenizer)
+    except (ValueError, OSError, ImportError) as e:
+        fail(str(e))
+    n = min(tasks, len(probe)) if hasattr(probe, "__len__") else tasks
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=console, transient=True) as progress:
+        bar = progress.add_task(env, total=n * samples)
+        try:
+            g = generate(the_agent, agent, env, env_kwargs, out=out, tasks=tasks, samples=samples,
+                         temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens, seed=seed,
+                         retries=retries, batch_episodes=batch_size, max_context=max_context,
+                         on_episode=lambda _: progress.advance(bar))
+        except ValueError as e:
+            fail(str(e))
+    _say(f"{int(g['episodes'])} trajectories of {int(g['tasks'])} questions in {g['out']} by {agent}: success rate "
+         f"{g['success_rate']:.3f}, tool-call rate {g['tool_call_rate']:.3f}, {g['steps_per_trajectory']:.2f} steps per "
+         f"trajectory, {int(g['errors'])} errors; {int(g['skipped_questions'])} questions skipped after {retries} "
+         f"retries ({int(g['retried_questions'])} retried); {g['wall_seconds']:.1f} s")
+
+
+@swirl_app.command("filter")
+def swirl_filter(
+    data: Annotated[str, typer.Argument(help="trajectories from `turnrl swirl generate`")],
+    out: Annotated[str, typer.Option(help="where the kept trajectories go (.parquet or .jsonl)")],
+    mode: Annotated[str, typer.Option(help="none, process, outcome or both (process ∧ outcome)")] = "process",
+    judge: Annotated[str, typer.Option(help="the process judge: rule, or an agent (openai:URL#MODEL, hf:PATH, …)")] = "rule",
+) -> None:
+    """Keep the trajectories that pass the filter (process: every step GOOD; outcome: the answer is correct); print
+    how many each criterion kept. Exit 2 when nothing is kept."""
+    from turnrl.storage import load, save
+    from turnrl.swirl.filters import MODES, EmptyFilterError, filter_trajectories, report_table
+
+    if mode not in MODES:
+        fail(f"--mode must be one of {', '.join(MODES)}, got {mode!r}")
+    if not out.endswith((".parquet", ".jsonl")):
+        fail(f"--out must end in .parquet or .jsonl, got {out!r}")
+    try:
+        trajs = load(data)
+    except (OSError, ValueError) as e:
+        fail(f"cannot read {data}: {e}")
+    try:
+        from turnrl.swirl.judges import make_step_judge
+
+        step_judge = make_step_judge(judge) if mode in ("process", "both") else None
+        kept, report = filter_trajectories(trajs, mode, step_judge)  # type: ignore[arg-type]
+    except EmptyFilterError as e:
+        _say(report_table(e.report))
+        fail(str(e))
+    except (ValueError, OSError, ImportError) as e:
+        fail(str(e))
+    save(kept, out)
+    _say(report_table(report))
+    _say(f"kept {len(kept)} of {len(trajs)} trajectories ({report['kept_steps']} steps) in {out}")
+
+
+@swirl_app.command("decompose")
+def swirl_decompose(
+    data: Annotated[str, typer.Argument(help="(filtered) trajectories")],
+    out: Annotated[str, typer.Option(help="where the step rows go (.parquet or .jsonl)")],
+) -> None:
+    """One row per step: the state (the token prefix, exactly as the model saw it) and the step's tokens, the only
+    ones trained on; the input of `turnrl train` with algorithm.name swirl or sft."""
+    from turnrl.storage import load, save
+    from turnrl.swirl.steps import decompose_all
+
+    if not out.endswith((".parquet", ".jsonl")):
+        fail(f"--out must end in .parquet or .jsonl, got {out!r}")
+    try:
+        trajs = load(data)
+        rows = decompose_all(trajs)
+    except (OSError, ValueError) as e:
+        fail(str(e))
+    if not rows:
+        fail(f"{data} holds no steps to decompose")
+    save(rows, out)
+    per = [t.num_turns for t in trajs]
+    _say(f"{len(rows)} step rows from {len(trajs)} trajectories in {out}: {len(rows) / max(len(trajs), 1):.2f} steps "
+         f"per trajectory (min {min(per)}, max {max(per)})")
+
+
 def _with_import_option(fn: Any) -> Any:
     """``fn`` with the ``--import`` option appended, for commands defined without it (e.g. in other modules)."""
     signature = inspect.signature(fn, eval_str=True)
@@ -472,7 +599,7 @@ def _with_import_option(fn: Any) -> Any:
     return command
 
 
-for _info in app.registered_commands + envs_app.registered_commands:  # --import on every command
+for _info in app.registered_commands + envs_app.registered_commands + swirl_app.registered_commands:  # --import
     _info.callback = _with_import_option(_info.callback)
 
 

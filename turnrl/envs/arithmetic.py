@@ -158,7 +158,8 @@ class ArithmeticEnv(MathEnv):
         split: ``"train"`` or ``"test"`` (disjoint sets of problems).
         size: how many task indices exist (``reset(options={"index": i})`` with ``0 <= i < size``).
         **options: the :class:`~turnrl.envs.math.MathEnv` options (``answer_format``, ``max_turns``, ``retry``,
-            ``calculator``, ``tool_style``, ``system_prompt``, ``feedback``).
+            ``calculator``, ``tool_style``, ``system_prompt``, ``feedback``, ``demos``); ``tool_style="swirl"`` gives
+            SWiRL's format (``<math_exp>`` calls, ``EXPR -> RESULT``, ``<answer>`` tags, few-shot demos).
     """
 
     def __init__(

@@ -99,6 +99,10 @@ class TextEnv(gym.Env[Obs, str]):
     #: Keyword arguments this environment is evaluated with unless the caller names them (e.g. PAG's
     #: ``{"mode": "eval"}``: revise whenever the verdict is not "correct"); each is also an attribute of the env.
     evaluation_options: dict[str, Any] = {}  # noqa: RUF012 — read-only
+    #: Strings that end the agent's turn as soon as it writes one (the rollout adds them to its sampling
+    #: parameters; the completion keeps the string), e.g. SWiRL's ``("</math_exp>", "</answer>")`` so that a turn
+    #: is one tool call or one answer.
+    stop: tuple[str, ...] = ()
 
     def __init__(self, *, max_turns: int = 1, render_mode: str | None = None) -> None:
         if not isinstance(max_turns, int) or isinstance(max_turns, bool) or max_turns < 1:

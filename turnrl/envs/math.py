@@ -12,12 +12,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from turnrl.envs.core import Task, TaskSource
+from turnrl.envs.core import StepResult, Task, TaskSource
 from turnrl.envs.data import DataFormatError, load_rows
+from turnrl.envs.swirl_format import MATH_DEMOS, MATH_INSTRUCTIONS, MATH_STOP, with_demos
 from turnrl.envs.tool_env import DEFAULT_FEEDBACK, ToolEnv
-from turnrl.tools.base import ToolError
+from turnrl.tools.base import ToolError, ToolOutput
 from turnrl.tools.calculator import calculator as calculator_tool
 from turnrl.tools.calculator import evaluate as calculate
+from turnrl.tools.parsers import ParseResult, TagParser
 from turnrl.types import ToolCall
 from turnrl.verifiers.math import AnswerFormat, gsm8k_reference, verify
 
@@ -44,12 +46,18 @@ class MathEnv(ToolEnv):
         system_prompt: the system message; ``None`` for none.
         answer_format: where the final answer must be — ``"boxed"`` (``\\boxed{}``), ``"hash"`` (``#### N``)
             or ``"tag"`` (``<answer>…</answer>``), or ``"auto"`` (any of those, else "the answer is N" or the
-            last number — lenient, for small models; hedging is still wrong). The instruction is appended.
+            last number — lenient, for small models; hedging is still wrong). The instruction is appended. Default
+            ``"boxed"``; ``"tag"`` with ``tool_style="swirl"``, which accepts no other.
         max_turns: the most assistant turns; default 1, or 4 when ``retry`` or ``calculator`` is on.
         retry: after a wrong answer, say so and let the model answer again while turns remain.
         feedback: the message after a wrong answer.
         calculator: offer the safe calculator tool.
-        tool_style: ``"hermes"`` or ``"tags"`` (``<calculator>2+2</calculator>``) for the calculator.
+        tool_style: ``"hermes"`` or ``"tags"`` (``<calculator>2+2</calculator>``) for the calculator, or ``"swirl"``:
+            SWiRL's format (:mod:`turnrl.envs.swirl_format`) — the calculator on as ``<math_exp>EXPR</math_exp>``,
+            results shown as ``EXPR -> RESULT``, the answer in ``<answer>`` tags, a turn ends at a closing tag
+            (``stop``), at most 10 steps by default, and few-shot ``demos`` in the system prompt.
+        demos: with ``tool_style="swirl"``: ``"default"`` (built-in demonstrations), ``"none"``, a file path or the
+            demonstrations' text.
         instruction: the line appended to each problem; default the answer format's (``"auto"``: "End with 'The
             answer is N.'" — which a self-verification episode's "The answer is correct" would echo; there, e.g.
             the boxed instruction with ``"auto"`` grading).
@@ -60,32 +68,52 @@ class MathEnv(ToolEnv):
         tasks: TaskSource | Sequence[Task | dict[str, Any]],
         *,
         system_prompt: str | None = DEFAULT_SYSTEM_PROMPT,
-        answer_format: Literal["boxed", "hash", "tag", "auto"] = "boxed",
+        answer_format: Literal["boxed", "hash", "tag", "auto"] | None = None,
         max_turns: int | None = None,
         retry: bool = False,
         feedback: str = DEFAULT_FEEDBACK,
         calculator: bool = False,
-        tool_style: Literal["hermes", "tags"] = "hermes",
+        tool_style: Literal["hermes", "tags", "swirl"] = "hermes",
         instruction: str | None = None,
+        demos: str | None = "default",
         render_mode: str | None = None,
     ) -> None:
-        if answer_format not in INSTRUCTIONS:
+        if answer_format is not None and answer_format not in INSTRUCTIONS:
             raise ValueError(f"answer_format must be one of {sorted(INSTRUCTIONS)}, got {answer_format!r}")
+        parser: Any = tool_style
+        if tool_style == "swirl":
+            if answer_format not in (None, "tag"):
+                raise ValueError(f"tool_style='swirl' answers in <answer> tags, so answer_format={answer_format!r} "
+                                 "cannot go with it; leave answer_format out (or pass 'tag')")
+            answer_format, calculator, parser = "tag", True, TagParser({"math_exp": "calculator"})
+            system_prompt = with_demos(system_prompt, MATH_INSTRUCTIONS, demos, MATH_DEMOS)
+            self.stop = MATH_STOP
+            instruction = "" if instruction is None else instruction
+            max_turns = 10 if max_turns is None else max_turns
         if max_turns is None:
             max_turns = 4 if (retry or calculator) else 1
-        self.answer_format: AnswerFormat = answer_format
+        self.swirl = tool_style == "swirl"
+        self.answer_format: AnswerFormat = answer_format or "boxed"
         super().__init__(
             tasks,
             tools=[calculator_tool] if calculator else [],
-            verifier=functools.partial(verify, answer_format=answer_format),
-            tool_style=tool_style,
+            verifier=functools.partial(verify, answer_format=self.answer_format),
+            tool_style=parser,
+            describe_tools=tool_style != "swirl",  # the SWiRL instructions say it all
             system_prompt=system_prompt,
-            instruction=INSTRUCTIONS[answer_format] if instruction is None else instruction,
+            instruction=INSTRUCTIONS[self.answer_format] if instruction is None else instruction,
             max_turns=max_turns,
             retry=retry,
             feedback=feedback,
             render_mode=render_mode,
         )
+
+    def _tool_step(self, parsed: ParseResult, outputs: Sequence[ToolOutput]) -> StepResult:
+        """SWiRL's style shows each result as ``EXPR -> RESULT``."""
+        if self.swirl:
+            outputs = [ToolOutput(content=f"{call.raw or ''} -> {out.content}", ok=out.ok)
+                       for call, out in zip(parsed.calls, outputs)]
+        return super()._tool_step(parsed, outputs)
 
     def format_answer(self, answer: str) -> str:
         """A response stating ``answer`` in this env's answer format."""
@@ -160,7 +188,8 @@ class GSM8KEnv(MathEnv):
         split: ``"test"`` (1319 problems) or ``"train"`` (7473).
         path: a JSONL file to read instead of the resolved default (see :mod:`turnrl.envs.data`).
         limit: keep only the first ``limit`` problems.
-        **options: the :class:`MathEnv` options (``answer_format``, ``max_turns``, ``retry``, ``calculator``, …).
+        **options: the :class:`MathEnv` options (``answer_format``, ``max_turns``, ``retry``, ``calculator``,
+            ``tool_style`` — ``"swirl"`` for SWiRL's format —, ``demos``, …).
     """
 
     def __init__(

@@ -92,6 +92,25 @@ def group_normalize(scores: torch.Tensor, group_ids: torch.Tensor, eps: float = 
     return adv.to(scores.dtype)
 
 
+def leave_one_out(scores: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor:
+    """RLOO's baseline-subtracted reward Â_i = R_i − mean_{j≠i, j∈g} R_j, SWiRL's per-state baseline over the G fresh
+    samples of one stored state (ALGORITHMS.md §1 [recon]).
+
+    Args:
+        scores: ``(B,)`` rewards.
+        group_ids: ``(B,)`` integer group of each sample.
+
+    Returns:
+        ``(B,)``; a group of one gets 0 (it has no other sample to compare with).
+    """
+    _, inv, counts = torch.unique(group_ids, return_inverse=True, return_counts=True)
+    s = scores.to(torch.float64)
+    sums = torch.zeros(counts.numel(), dtype=s.dtype, device=s.device).index_add_(0, inv, s)
+    n = counts[inv].to(s.dtype)
+    adv = torch.where(n > 1, s - (sums[inv] - s) / (n - 1).clamp(min=1), torch.zeros_like(s))
+    return adv.to(scores.dtype)
+
+
 def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Mean of ``x`` over positions where ``mask`` is 1."""
     m = mask.to(x.dtype)

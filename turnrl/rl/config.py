@@ -73,7 +73,8 @@ class RayConfig(BaseModel):
 
 
 class DataConfig(BaseModel):
-    """Offline training data (dqo, dpo, rft): stored Trajectories, e.g. written by ``turnrl rollout``; no rollouts."""
+    """Stored training data: Trajectories for offline algorithms (dqo, dpo, rft, sft; e.g. written by ``turnrl
+    rollout``), or the step rows whose states swirl samples from (``turnrl swirl decompose``)."""
 
     model_config = ConfigDict(extra="forbid")
     path: str | list[str] = Field(description="JSONL or Parquet file(s) of token-exact Trajectories")
@@ -105,8 +106,8 @@ class TrainConfig(BaseModel):
         "write each step's episodes, with per-token advantages and learner log-probabilities, to "
         "OUT_DIR/train/step-N/trajectories.jsonl (turnrl view OUT_DIR shows them)"))
     wandb: WandbConfig | None = Field(None, description="also log to Weights & Biases (extra wandb)")
-    data: DataConfig | None = Field(None, description="train offline from stored Trajectories (dqo, dpo, rft): "
-                                    "epochs over the data, no rollouts")
+    data: DataConfig | None = Field(None, description="train offline from stored Trajectories (dqo, dpo, rft, "
+                                    "sft: epochs over the data, no rollouts), or swirl's stored states")
 
     @field_validator("algorithm", mode="before")
     @classmethod
@@ -122,13 +123,17 @@ class TrainConfig(BaseModel):
     @model_validator(mode="after")
     def _offline_data(self) -> TrainConfig:
         from turnrl.rl.algorithms import algorithm_class
-        from turnrl.rl.algorithms.offline import OfflineAlgorithm
 
         name, cls = self.algorithm.name, algorithm_class(self.algorithm.name)
-        if not issubclass(cls, OfflineAlgorithm):
+        if cls.experience == "states":
+            from turnrl.rl.algorithms.swirl import check_states_config
+
+            check_states_config(self)
+            return self
+        if cls.experience != "offline":
             if self.data is not None:
                 raise ValueError(f"algorithm {name!r} samples its own episodes (on-policy) and cannot train from "
-                                 "`data`; drop `data`, or pick an offline algorithm (dqo, dpo, rft)")
+                                 "`data`; drop `data`, or pick an offline algorithm (dqo, dpo, rft, sft) or swirl")
             return self
         if self.data is None:
             raise ValueError(f"algorithm {name!r} trains offline from a dataset: set data.path to Trajectories "

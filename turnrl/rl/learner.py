@@ -213,9 +213,10 @@ class Learner:
         turns = sum(int((b.turn_ids == k).any(-1).sum()) for k in range(int(b.turn_ids.max()) + 1))
         out.update(info, response_length=float(b.response_lengths.mean()), train_tokens=float(b.attention_mask.sum()),
                    turn_length=float(b.loss_mask.sum()) / max(turns, 1),
-                   zero_variance_groups=float(zero_variance_groups(b.scores, b.group_ids).float().mean()),
                    logp_diff=float(diff.sum()) / max(float(same.sum()), 1.0), logp_diff_max=float(diff.max()),
                    policy_version=float(self.version))
+        if type(self.algorithm).experience != "offline":  # stored data has no sampled groups to vary in reward
+            out["zero_variance_groups"] = float(zero_variance_groups(b.scores, b.group_ids).float().mean())
         if not train_policy:
             out["critic_only"] = 1.0
         return out

@@ -81,7 +81,8 @@ class Rollout:
 
     Args:
         agent: generates from token prompts; its ``tokenizer`` renders the chat template.
-        params: sampling parameters for every turn (``n`` must be 1: a group is several envs on one task).
+        params: sampling parameters for every turn (``n`` must be 1: a group is several envs on one task); an
+            env's own ``stop`` strings are added to ``params.stop`` for its episodes.
         max_turns: an extra cap on agent turns (the env's own ``max_turns`` applies too).
         max_context: the most tokens an episode may hold; a turn's generation budget shrinks to fit, and an
             episode with no room left ends ``truncated`` with ``metadata["truncated_by"] = "context"``.
@@ -208,14 +209,15 @@ class Rollout:
         return ep
 
     async def _generate(self, live: list[_Episode]) -> list[Completion] | None:
-        budgets: dict[int, list[int]] = {}
-        for i, ep in enumerate(live):
-            budgets.setdefault(min(self.params.max_new_tokens, self.max_context - len(ep.tokens)), []).append(i)
+        budgets: dict[tuple[int, tuple[str, ...]], list[int]] = {}
+        for i, ep in enumerate(live):  # one generate call per (token budget, the env's stop strings)
+            stop = tuple(dict.fromkeys(self.params.stop + tuple(getattr(ep.env.unwrapped, "stop", ()) or ())))
+            budgets.setdefault((min(self.params.max_new_tokens, self.max_context - len(ep.tokens)), stop), []).append(i)
         completions: list[Completion | None] = [None] * len(live)
         t0 = time.perf_counter()
         try:
-            for budget, idx in budgets.items():
-                params = self.params.model_copy(update={"max_new_tokens": budget})
+            for (budget, stop), idx in budgets.items():
+                params = self.params.model_copy(update={"max_new_tokens": budget, "stop": stop})
                 prompts = [list(live[i].tokens) for i in idx]
                 agenerate = getattr(self.agent, "agenerate", None)  # HTTP backends: don't block the event loop
                 if live[idx[0]].sample_seed is not None:  # batch-invariant: each episode's own stream per turn

@@ -1,7 +1,9 @@
 """``Trainer``: a training run assembled from the learner core, an experience source and the driver.
 
-Offline algorithms (dqo, dpo, rft; ``data:`` in the config) take each step's episodes from stored Trajectories
-(:class:`turnrl.rl.offline_data.OfflineSource`) instead of rollouts; ``data.epochs`` resolves to ``steps``.
+Where a step's episodes come from is the algorithm's ``experience``: fresh rollouts (on-policy); stored
+Trajectories for offline algorithms (dqo, dpo, rft, sft; :class:`turnrl.rl.offline_data.OfflineSource`); or fresh
+steps sampled from stored states (swirl; :class:`turnrl.swirl.source.StateSource`). ``data.epochs`` resolves to
+``steps``.
 
 Each step: pick ``prompts_per_step`` training tasks (a data cursor walks the env's task indices) → roll out
 ``group_size`` episodes per task with the current weights → the learner leaves out episodes that ended in an
@@ -41,7 +43,8 @@ class Trainer:
         batch = config.rollout.prompts_per_step * config.rollout.group_size
         self.algorithm = get_algorithm(config.algorithm)
         offline = None
-        if config.data is not None:  # offline (dqo, dpo, rft): epochs over stored data, checked before the model loads
+        kind = type(self.algorithm).experience
+        if kind == "offline":  # dqo, dpo, rft, sft: epochs over stored data, checked before the model loads
             from turnrl.rl.offline_data import OfflineSource
 
             offline = OfflineSource(config.data.path, self.algorithm, config.data.batch_size,  # type: ignore[arg-type]
@@ -49,6 +52,15 @@ class Trainer:
             if config.data.epochs is not None:  # resolved: config.yaml records the steps
                 steps = offline.steps_for(config.data.epochs)
                 config = self.cfg = config.model_copy(
+                    update={"steps": steps, "data": config.data.model_copy(update={"epochs": None})})
+        states = None
+        if kind == "states":  # swirl: fresh steps from stored states, read (and checked) before the model loads
+            from turnrl.swirl.source import StateSource
+
+            states = StateSource(config, None, version=lambda: self.learner.version)
+            if config.data is not None and config.data.epochs is not None:
+                steps = states.steps_for(config.data.epochs)
+                config = self.cfg = states.cfg = config.model_copy(
                     update={"steps": steps, "data": config.data.model_copy(update={"epochs": None})})
         if model is None:
             from turnrl.agents import make_agent
@@ -62,6 +74,9 @@ class Trainer:
         self.runner: Any = None
         if offline is not None:
             self.source: Any = offline
+        elif states is not None:
+            states.agent = self.agent  # the policy being trained
+            self.source = states
         else:
             if config.placement == "ray":
                 from turnrl.rl.placement.ray import RayRunner

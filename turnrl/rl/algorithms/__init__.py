@@ -31,6 +31,8 @@ _REGISTRY: dict[str, str | type[Algorithm]] = {
     "rft": "turnrl.rl.algorithms.offline:RFT",
     "pag": "turnrl.rl.algorithms.pag:PAG",
     "pag-grpo": "turnrl.rl.algorithms.pag:PAGGRPO",
+    "swirl": "turnrl.rl.algorithms.swirl:SWiRL",
+    "sft": "turnrl.rl.algorithms.swirl:SFT",
 }
 
 

@@ -84,6 +84,9 @@ class Algorithm:
     name: ClassVar[str]
     Config: ClassVar[type[AlgorithmConfig]]
     uses_critic: ClassVar[bool] = False
+    #: Where a training step's episodes come from: ``on-policy`` (fresh rollouts of the env's tasks), ``offline``
+    #: (stored Trajectories, ``data:``) or ``states`` (fresh samples from stored states, ``data:``; SWiRL).
+    experience: ClassVar[str] = "on-policy"
 
     def __init__(self, config: AlgorithmConfig) -> None:
         if not isinstance(config, self.Config):

@@ -15,7 +15,7 @@ the same data as DQO (:mod:`turnrl.rl.algorithms.dqo`) live here:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 import torch
 from pydantic import Field
@@ -43,6 +43,8 @@ class OfflineAlgorithm(Algorithm):
     the task groups, and :meth:`training_view` on each episode it hands out. The learner then calls the usual
     ``advantages``/``counts``/``loss`` of :class:`Algorithm`.
     """
+
+    experience: ClassVar[str] = "offline"
 
     @classmethod
     def check_config(cls, cfg: TrainConfig) -> None:

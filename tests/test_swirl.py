@@ -1,0 +1,295 @@
+"""SWiRL's training side (ALGORITHMS.md §1, §10): step judges, the states source, ``swirl`` and ``sft``."""
+
+import pytest
+import torch
+
+import toy_envs  # noqa: F401 — registers tests/Upper-v0
+import turnrl
+from turnrl.agents.base import SamplingParams
+from turnrl.agents.scripted import FixedAgent, ScriptedAgent
+from turnrl.agents.tiny import tiny_model, tiny_tokenizer
+from turnrl.rl.advantages import leave_one_out
+from turnrl.rl.algorithms import get_algorithm
+from turnrl.rl.algorithms.base import Experience, Forward
+from turnrl.rl.batch import collate
+from turnrl.rl.rollout import Rollout
+from turnrl.rl.trainer import TrainConfig, Trainer
+from turnrl.storage import save
+from turnrl.swirl.judges import LLMStepJudge, RuleStepJudge, StepLabel, parse_step
+from turnrl.swirl.source import StateError, StateSource
+from turnrl.swirl.steps import decompose_all
+from turnrl.types import Message, Trajectory, Turn
+
+
+def episode(question, steps, system="Examples: <math_exp>12 * 7</math_exp> 12 * 7 -> 84 <answer>84</answer>"):
+    """A text-only trajectory: ``steps`` = [(action, tool result or None)]."""
+    turns = [Turn(index=i, action=Message(role="assistant", content=a),
+                  observation=[Message(role="tool", name="calculator", content=o)] if o else [])
+             for i, (a, o) in enumerate(steps)]
+    return Trajectory(prompt=[Message(role="system", content=system), Message(role="user", content=question)],
+                      turns=turns)
+
+
+def labels(question, steps):
+    return [lb.good for lb in RuleStepJudge().label_trajectory(episode(question, steps))]
+
+
+# ---- the formula ----
+
+def test_leave_one_out_subtracts_the_mean_of_the_other_samples():
+    scores = torch.tensor([1.0, 0.0, 0.0, 1.0, 1.0, 5.0])
+    groups = torch.tensor([0, 0, 0, 1, 1, 2])
+    adv = leave_one_out(scores, groups)
+    assert torch.allclose(adv, torch.tensor([1.0, -0.5, -0.5, 0.0, 0.0, 0.0]))  # a group of one gets 0
+    for g in (0, 1):  # per group the advantages sum to 0 (G/(G-1) times the mean-centred reward)
+        assert abs(float(adv[groups == g].sum())) < 1e-6
+
+
+# ---- the rule judge, and attempts to game it ----
+
+def test_a_grounded_calculation_whose_result_is_the_answer_is_good():
+    q = "What is 23 + 45?"
+    assert labels(q, [("<math_exp>23 + 45</math_exp>", "23 + 45 -> 68"), ("<answer>68</answer>", None)]) == [True, True]
+    # two steps: the second uses the first's result
+    q = "Ava has 5 bags of 12 apples and gives away 7. How many are left?"
+    assert labels(q, [("<math_exp>5 * 12</math_exp>", "5 * 12 -> 60"), ("<math_exp>60 - 7</math_exp>", "60 - 7 -> 53"),
+                      ("<answer>53</answer>", None)]) == [True, True, True]
+
+
+@pytest.mark.parametrize("steps, bad_step, why", [
+    # made-up operands: the number 46 is in neither the question nor a result
+    ([("<math_exp>23 + 46</math_exp>", "23 + 46 -> 69"), ("<answer>69</answer>", None)], 0, "neither in the question"),
+    # the demos' numbers in the system prompt are not the question's
+    ([("<math_exp>12 * 7</math_exp>", "12 * 7 -> 84"), ("<answer>84</answer>", None)], 0, "neither in the question"),
+    # a calculation whose result is never used, then a guess
+    ([("<math_exp>23 + 45</math_exp>", "23 + 45 -> 68"), ("<answer>70</answer>", None)], 0, "never used"),
+    # the same calculation twice to farm GOOD steps
+    ([("<math_exp>23 + 45</math_exp>", "23 + 45 -> 68"), ("<math_exp>23+45</math_exp>", "23+45 -> 68"),
+      ("<answer>68</answer>", None)], 1, "repeats"),
+    # answering without any tool result (a guess, even a right one)
+    ([("<answer>68</answer>", None)], 0, "no tool result"),
+    # two calls in one step, an unclosed tag, free text, an expression that does not evaluate, an empty answer
+    ([("<math_exp>23 + 45</math_exp><math_exp>45 + 23</math_exp>", "x"), ("<answer>68</answer>", None)], 0, "2 tool"),
+    ([("<math_exp>23 + 45", None)], 0, "never closed"),
+    ([("The answer is 68.", None)], 0, "neither a tool call"),
+    ([("<math_exp>23 +* 45</math_exp>", "error")], 0, "does not evaluate"),
+    ([("<math_exp>23 + 45</math_exp>", "23 + 45 -> 68"), ("<answer></answer>", None)], 1, "empty answer"),
+])
+def test_the_rule_judge_refuses_what_a_policy_could_exploit(steps, bad_step, why):
+    result = RuleStepJudge().label_trajectory(episode("What is 23 + 45?", steps))
+    assert result[bad_step].good is False and why in result[bad_step].reason, result[bad_step]
+
+
+def test_search_steps_must_be_new_and_find_something_new():
+    def ep(steps):
+        turns = [Turn(index=i, action=Message(role="assistant", content=a),
+                      observation=[Message(role="tool", name="search", content=f"{a} -> {o}")] if o is not None else [])
+                 for i, (a, o) in enumerate(steps)]
+        return Trajectory(prompt=[Message(role="user", content="Who directed Jaws?")], turns=turns)
+
+    judge = RuleStepJudge()
+    good = ep([("<search_query>Jaws film</search_query>", "Jaws is a 1975 film directed by Steven Spielberg."),
+               ("<answer>Steven Spielberg</answer>", None)])
+    assert [lb.good for lb in judge.label_trajectory(good)] == [True, True]
+    repeat = ep([("<search_query>Jaws film</search_query>", "Jaws is a film."),
+                 ("<search_query>jaws  FILM</search_query>", "Jaws is a film.")])
+    assert [lb.good for lb in judge.label_trajectory(repeat)] == [True, False]
+    same_result = ep([("<search_query>Jaws film</search_query>", "Jaws is a film."),
+                      ("<search_query>Jaws movie</search_query>", "Jaws is a film.")])
+    assert "nothing new" in judge.label_trajectory(same_result)[1].reason
+    empty = ep([("<search_query> </search_query>", ""), ("<search_query>Jaws</search_query>", "no results")])
+    assert [lb.good for lb in judge.label_trajectory(empty)] == [False, False]
+    unsupported = ep([("<search_query>Jaws film</search_query>", "Jaws is a 1975 film."),
+                      ("<answer>Steven Spielberg</answer>", None)])
+    assert judge.label_trajectory(unsupported)[1].good is False  # not in any retrieved result
+
+
+def test_rows_are_judged_on_their_last_step_without_looking_ahead():
+    row = episode("What is 23 + 45?", [("<math_exp>23 + 45</math_exp>", "23 + 45 -> 68")])
+    assert RuleStepJudge().label_rows([row])[0].good is True  # a whole trajectory would also need its use later
+    assert RuleStepJudge().label_trajectory(row)[0].good is False
+
+
+def test_the_llm_judge_sees_no_gold_answer_and_never_reads_an_unparseable_reply_as_good():
+    tok = tiny_tokenizer("chatml")
+    seen = []
+
+    def judge_policy(prompt):
+        seen.append(prompt)
+        step = prompt.rsplit("Last step:", 1)[1]
+        return "Fine.\nGOOD" if "<math_exp>" in step else ("Nope.\nBAD" if "<answer>" in step else "It depends.")
+
+    judge = LLMStepJudge(ScriptedAgent(tok, judge_policy, end_with_eos=False))
+    traj = episode("What is 23 + 45?", [("<math_exp>23 + 45</math_exp>", "23 + 45 -> 68"), ("<answer>68</answer>", None),
+                                        ("hmm", None)])
+    traj.metadata["gold"] = "SECRET-GOLD-68"
+    got = judge.label_trajectory(traj)
+    assert [lb.good for lb in got] == [True, False, None] and "unparseable" in got[2].reason
+    assert StepLabel(None).score == 0.0 and seen and not any("SECRET-GOLD" in p for p in seen)
+    assert "23 + 45 -> 68" in seen[1]  # the context holds the earlier step and its result
+
+
+# ---- the algorithm ----
+
+def _one_group(rewards, tok):
+    ids = tok.encode("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n")
+    trajs = []
+    for r in rewards:
+        gen = tok.encode("Yes")
+        trajs.append(Trajectory(group_id="g", prompt=[Message(role="user", content="hi")],
+                                turns=[Turn(index=0, action=Message(role="assistant", content="Yes"), reward=r,
+                                            token_span=(len(ids), len(ids) + len(gen)))],
+                                token_ids=ids + gen, loss_mask=[0] * len(ids) + [1] * len(gen),
+                                logprobs=[0.0] * len(ids) + [-1.0] * len(gen)))
+    return collate(trajs, tok.pad_token_id)
+
+
+@pytest.mark.parametrize("baseline", ["rloo", "normalize"])
+def test_flipping_the_reward_sign_flips_the_update(baseline):
+    tok = tiny_tokenizer("chatml")
+    alg = get_algorithm({"name": "swirl", "baseline": baseline})
+    grads = []
+    for sign in (1.0, -1.0):
+        batch = _one_group([sign * 1.0, 0.0, sign * 1.0, 0.0], tok)
+        adv, _ = alg.advantages(batch, 8)
+        logp = batch.old_logp.clone().requires_grad_(True)
+        loss, _ = alg.loss(Forward(logp=logp, entropy=torch.zeros_like(logp)), Experience(batch, adv),
+                           alg.counts(batch))
+        loss.backward()
+        grads.append(logp.grad.clone())
+    assert grads[0].abs().sum() > 0 and torch.allclose(grads[0], -grads[1])
+
+
+def test_configs_say_what_swirl_and_sft_need(tmp_path):
+    with pytest.raises(ValueError, match="turnrl swirl decompose"):
+        TrainConfig.model_validate({"env": {"id": "turnrl/Arithmetic-v0"}, "algorithm": {"name": "swirl"}})
+    with pytest.raises(ValueError, match="drop data.batch_size"):
+        TrainConfig.model_validate({"env": {"id": "turnrl/Arithmetic-v0"}, "algorithm": {"name": "swirl"},
+                                    "data": {"path": "x.parquet", "batch_size": 8}})
+    with pytest.raises(ValueError, match="needs `judge`"):
+        TrainConfig.model_validate({"env": {"id": "turnrl/Arithmetic-v0"}, "algorithm": {"name": "swirl", "reward": "judge"},
+                                    "data": {"path": "x.parquet"}})
+    with pytest.raises(ValueError, match="trains offline"):
+        TrainConfig.model_validate({"env": {"id": "turnrl/Arithmetic-v0"}, "algorithm": {"name": "sft"}})
+    with pytest.raises(ValueError, match="or swirl"):
+        TrainConfig.model_validate({"env": {"id": "turnrl/Arithmetic-v0"}, "data": {"path": "x.parquet"}})
+    cfg = TrainConfig.model_validate({"env": {"id": "turnrl/Arithmetic-v0"}, "algorithm": {"name": "swirl"},
+                                      "data": {"path": str(tmp_path / "none.parquet")}, "model": "tiny"})
+    with pytest.raises(StateError, match="no such file"):
+        Trainer(cfg)  # before any model is loaded
+
+
+# ---- the states source on real SWiRL-format episodes ----
+
+def _arith_rows(tmp_path, tok):
+    """Step rows of scripted Arithmetic episodes in the SWiRL format (calculator, then the answer)."""
+    env_kwargs = {"level": 2, "tool_style": "swirl"}
+    env = turnrl.make("turnrl/Arithmetic-v0", **env_kwargs)
+    obs, _ = env.reset(options={"index": 0})
+    q = obs[-1].content.split("What is ", 1)[1].split("?")[0]
+    agent = FixedAgent(tok, [f"<math_exp>{q}</math_exp>", f"<answer>{eval(q)}</answer>"])  # noqa: S307
+    trajs = Rollout(agent, SamplingParams(max_new_tokens=32)).run(
+        [turnrl.make("turnrl/Arithmetic-v0", **env_kwargs)], seeds=[0], options=[{"index": 0}],
+        metadata=[{"dataset": {"env_id": "turnrl/Arithmetic-v0", "env_kwargs": env_kwargs}, "task_index": 0}])
+    assert trajs[0].correct and trajs[0].error is None
+    rows = decompose_all(trajs)
+    path = tmp_path / "rows.parquet"
+    save(rows, path)
+    return path, rows, q
+
+
+def test_the_source_samples_from_the_exact_state_and_runs_the_step_in_the_replayed_env(tmp_path):
+    tok = tiny_tokenizer("chatml")
+    path, rows, q = _arith_rows(tmp_path, tok)
+    cfg = TrainConfig.model_validate({"model": "tiny", "env": {"id": "turnrl/Arithmetic-v0",
+                                                               "kwargs": {"level": 2, "tool_style": "swirl"}},
+                                      "algorithm": {"name": "swirl"}, "data": {"path": str(path), "shuffle": False},
+                                      "rollout": {"prompts_per_step": 2, "group_size": 2, "max_new_tokens": 64}})
+    # a policy that recomputes at the first state and answers 0 at the second
+    policy = ScriptedAgent(tok, lambda p: "<answer>0</answer>" if "->" in p.rsplit("<|im_start|>user", 1)[1]
+                           else f"<math_exp>{q}</math_exp>", end_with_eos=False)
+    source = StateSource(cfg, policy)
+    samples, metrics = source.collect(0)
+    assert len(samples) == 4 and metrics["states"] == 2
+    for k, s in enumerate(samples):
+        row = rows[k // 2]
+        start = row.turns[-1].token_span[0]
+        assert s.token_ids[:start] == row.token_ids[:start]  # token-exact state
+        assert s.loss_mask == [0] * start + [1] * (len(s.token_ids) - start)
+        assert s.group_id == f"0-{row.id}"
+    calc, answer = samples[0].turns[-1], samples[2].turns[-1]
+    assert calc.observation[0].content == f"{q} -> {eval(q)}" and calc.reward == 1.0  # noqa: S307 — ran, grounded
+    assert answer.info["correct"] is False and answer.reward == 0.0 and "equals no tool result" in answer.info["step_reason"]
+    assert metrics["step_good"] == 0.5 and metrics["step_calculator"] == 0.5
+    # a stored observation the env does not reproduce: the state cannot be replayed
+    bad = rows[1].model_copy(deep=True)
+    bad.turns[0].observation[0].content = "tampered"
+    save([bad], tmp_path / "bad.parquet")
+    cfg2 = cfg.model_copy(update={"data": cfg.data.model_copy(update={"path": str(tmp_path / "bad.parquet")})})
+    with pytest.raises(StateError, match="not deterministic"):
+        StateSource(cfg2, policy).collect(0)
+
+
+def test_rollout_rewards_score_the_end_of_the_episode(tmp_path):
+    tok = tiny_tokenizer("chatml")
+    path, rows, q = _arith_rows(tmp_path, tok)
+    cfg = TrainConfig.model_validate({"model": "tiny", "env": {"id": "turnrl/Arithmetic-v0",
+                                                               "kwargs": {"level": 2, "tool_style": "swirl"}},
+                                      "algorithm": {"name": "swirl", "reward": "rollout"},
+                                      "data": {"path": str(path), "shuffle": False},
+                                      "rollout": {"prompts_per_step": 1, "group_size": 2, "max_new_tokens": 64}})
+    answer = str(eval(q))  # noqa: S307
+    # after the calculator step, the policy copies the result; a first step that guesses ends wrong at once
+    policy = ScriptedAgent(tok, lambda p: f"<answer>{answer}</answer>" if "->" in p.rsplit("<|im_start|>user", 1)[1]
+                           else f"<math_exp>{q}</math_exp>", end_with_eos=False)
+    samples, _ = StateSource(cfg, policy).collect(0)
+    assert [s.turns[-1].reward for s in samples] == [1.0, 1.0]  # calculator step, then played on to the answer
+    assert samples[0].metadata["swirl"]["rollout_turns"] == 1
+
+
+# ---- learning ----
+
+def _upper_rows(tmp_path, tok):
+    agent = FixedAgent(tok, ["ok"])
+    trajs = Rollout(agent, SamplingParams(max_new_tokens=4)).run(
+        [turnrl.make("tests/Upper-v0") for _ in range(8)], options=[{"index": i} for i in range(8)])
+    path = tmp_path / "upper-rows.parquet"
+    save(decompose_all(trajs), path)
+    return path
+
+
+class CapitalJudge:
+    """A scripted step judge: a step is GOOD when it starts with a capital letter."""
+
+    def label_rows(self, rows):
+        return [StepLabel(r.turns[-1].action.content.strip()[:1].isupper()) for r in rows]
+
+    def label_trajectory(self, traj):
+        return self.label_rows([traj])
+
+
+def test_swirl_raises_the_mean_step_reward_on_a_toy_env(tmp_path):
+    tok = tiny_tokenizer("chatml")
+    cfg = TrainConfig(model="tiny", env={"id": "tests/Upper-v0"}, algorithm={"name": "swirl", "execute": False},
+                      data={"path": str(_upper_rows(tmp_path, tok))},
+                      rollout={"prompts_per_step": 4, "group_size": 8, "max_new_tokens": 4},
+                      optim={"lr": 3e-2, "minibatch_size": 16}, steps=30, eval_tasks=4, out_dir=str(tmp_path / "run"),
+                      save_trajectories=False)
+    trainer = Trainer(cfg, model=tiny_model(tok), tokenizer=tok)
+    trainer.source.judge = CapitalJudge()
+    history = trainer.train()
+    reward = [h["reward_mean"] for h in history[1:]]
+    early, late = sum(reward[:5]) / 5, sum(reward[-5:]) / 5
+    assert late > early + 0.3, (early, late)
+
+
+def test_sft_imitates_every_stored_row(tmp_path):
+    tok = tiny_tokenizer("chatml")
+    path = _upper_rows(tmp_path, tok)  # "ok" is a wrong answer in this env: rft would train on nothing
+    cfg = TrainConfig(model="tiny", env={"id": "tests/Upper-v0"}, algorithm={"name": "sft"},
+                      data={"path": str(path), "batch_size": 8}, optim={"lr": 3e-2, "minibatch_size": 8}, steps=15,
+                      eval_tasks=4, out_dir=str(tmp_path / "run"), save_trajectories=False)
+    history = Trainer(cfg, model=tiny_model(tok), tokenizer=tok).train()
+    nll = [h["nll"] for h in history[1:]]
+    assert history[1]["sft_rows"] == 8 and nll[-1] < 0.5 * nll[0], nll
+    assert "zero_variance_groups" not in history[1]  # stored rows are no sampled groups: no "no signal" warning

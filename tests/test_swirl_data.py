@@ -1,0 +1,301 @@
+"""SWiRL's data side (ALGORITHMS.md §1): the format, generation, filters and the step-wise decomposition."""
+
+import pytest
+from typer.testing import CliRunner
+
+import turnrl
+from turnrl.agents.base import SamplingParams
+from turnrl.agents.scripted import ScriptedAgent
+from turnrl.agents.tiny import tiny_tokenizer
+from turnrl.cli import app
+from turnrl.envs.testing import check_environment
+from turnrl.rl.rollout import Rollout
+from turnrl.storage import load
+from turnrl.swirl.filters import EmptyFilterError, filter_trajectories, report_table
+from turnrl.swirl.generate import generate
+from turnrl.swirl.judges import RuleStepJudge, StepLabel
+from turnrl.swirl.steps import decompose, decompose_all
+from turnrl.types import Trajectory
+
+ENV = "turnrl/Arithmetic-v0"
+KW = {"level": 2, "tool_style": "swirl"}
+TOK = tiny_tokenizer("chatml")
+
+
+def question(prompt_text):
+    return prompt_text.rsplit("What is ", 1)[1].split("?")[0]
+
+
+def solver(answer_offset=0, calls=1):
+    """A scripted SWiRL policy: ``calls`` calculator steps (the first is the question's expression), then the answer
+    (off by ``answer_offset``)."""
+    def policy(prompt):
+        q = question(prompt)
+        done = prompt.count("<|im_start|>tool")
+        if done < calls:
+            return f"<math_exp>{q}</math_exp>" if done == 0 else f"<math_exp>{eval(q)} + 0</math_exp>"  # noqa: S307
+        return f"<answer>{eval(q) + answer_offset}</answer>"  # noqa: S307
+    return policy
+
+
+def guesser(prompt):
+    return f"<answer>{eval(question(prompt))}</answer>"  # noqa: S307 — right, but no tool result behind it
+
+
+class StopRecorder(ScriptedAgent):
+    """A scripted agent that records the stop strings of each generate call."""
+
+    def __init__(self, policy):
+        super().__init__(TOK, policy, end_with_eos=False)
+        self.stops = []
+
+    def generate(self, prompts, params):
+        self.stops.append(params.stop)
+        return super().generate(prompts, params)
+
+
+def episodes(policy, n=2, agent=None):
+    agent = agent or ScriptedAgent(TOK, policy, end_with_eos=False)
+    return Rollout(agent, SamplingParams(max_new_tokens=64)).run(
+        [turnrl.make(ENV, **KW) for _ in range(n)], options=[{"index": i} for i in range(n)])
+
+
+# ---- the format ----
+
+def test_the_swirl_format_of_math_envs(tmp_path):
+    env = turnrl.make(ENV, **KW)
+    obs, _ = env.reset(options={"index": 0})
+    q = question(obs[-1].content)
+    assert env.stop == ("</math_exp>", "</answer>") and env.max_turns == 10 and env.unwrapped.answer_format == "tag"
+    assert "<math_exp>" in obs[0].content and "Examples:" in obs[0].content  # the default demos
+    assert "tool: 3 * 12 -> 36" in obs[0].content and obs[-1].content == f"What is {q}?"
+    result, reward, done, *_ = env.step(f"<math_exp>{q}</math_exp>")
+    assert result[0].content == f"{q} -> {eval(q)}" and reward == 0 and not done  # noqa: S307  e.g. "23 + 45 -> 68"
+    assert env.step("<math_exp>1 +* 2</math_exp>")[0][0].content.startswith("1 +* 2 -> Error: ")
+    _, reward, done, *_ = env.step(f"<answer>{eval(q) + 1}</answer>")  # noqa: S307
+    assert reward == 0.0 and done
+    env.reset(options={"index": 0})
+    _, reward, done, _, info = env.step(f"<answer>{eval(q)}</answer>")  # noqa: S307
+    assert reward == 1.0 and done and info["correct"]
+    # demos: none, a file, the text itself; a misspelled path is an error, not demonstrations
+    assert "Examples:" not in turnrl.make(ENV, **KW, demos="none").reset()[0][0].content
+    assert "Examples:" not in turnrl.make(ENV, **KW, demos=None).reset()[0][0].content
+    demo_file = tmp_path / "demos.txt"
+    demo_file.write_text("Question: What is 2 * 3?\nassistant: <math_exp>2 * 3</math_exp>\ntool: 2 * 3 -> 6\n")
+    assert "2 * 3 -> 6" in turnrl.make(ENV, **KW, demos=str(demo_file)).reset()[0][0].content
+    mine = turnrl.make(ENV, **KW, demos="Question: 1 + 1?\nassistant: <answer>2</answer>").reset()[0][0].content
+    assert "Examples:\n\nQuestion: 1 + 1?" in mine and "Tom has 3 boxes" not in mine
+    with pytest.raises(FileNotFoundError, match="no such file"):
+        turnrl.make(ENV, **KW, demos=str(tmp_path / "missing.txt"))
+    # the answer goes in <answer> tags: another answer_format cannot go with the swirl style
+    with pytest.raises(ValueError, match="answer_format='auto' cannot go with it"):
+        turnrl.make(ENV, **KW, answer_format="auto")
+    with pytest.raises(ValueError, match="answer_format='boxed'"):
+        turnrl.make(ENV, **KW, answer_format="boxed")
+    assert turnrl.make(ENV, **KW, answer_format="tag").stop == ("</math_exp>", "</answer>")
+    assert turnrl.make(ENV, level=2).unwrapped.answer_format == "boxed" and turnrl.make(ENV, level=2).stop == ()
+
+
+def test_the_swirl_format_of_hotpotqa():
+    env = turnrl.make("turnrl/HotPotQA-v0", tool_style="swirl", limit=3)
+    obs, _ = env.reset(options={"index": 0})
+    assert env.stop[:2] == ("</search_query>", "</answer>") and env.max_turns == 5 and env.unwrapped.top_k == 1
+    assert "Examples:" in obs[0].content and obs[0].content.count("<search_query>") >= 4  # 2 demos, 2 searches each
+    result, reward, done, *_ = env.step("<search_query>Kiss and Tell 1945 film</search_query>")
+    assert result[0].content.startswith("Kiss and Tell 1945 film -> ") and not done
+    _, reward, done, *_ = env.step(f"<answer>{env.unwrapped.task.answer}</answer>")
+    assert reward == 1.0 and done
+    assert "Examples:" not in turnrl.make("turnrl/HotPotQA-v0", tool_style="swirl", limit=1, demos="none").reset()[0][0].content
+
+
+def test_the_conformance_harness_passes_the_swirl_styles():
+    for env in (turnrl.make(ENV, **KW), turnrl.make("turnrl/GSM8K-v0", tool_style="swirl", limit=3),
+                turnrl.make("turnrl/HotPotQA-v0", tool_style="swirl", limit=3)):
+        report = check_environment(env)
+        assert report.ok, report
+    env = turnrl.make(ENV, **KW)
+    env.reset(options={"index": 0})
+    assert env.unwrapped.oracle_action().startswith("<math_exp>") and env.unwrapped.format_answer("7") == "<answer>7</answer>"
+
+
+def test_the_rollout_stops_a_turn_at_the_envs_stop_strings():
+    agent = StopRecorder(solver())
+    (traj,) = episodes(None, n=1, agent=agent)
+    assert traj.correct and traj.num_turns == 2
+    assert all(set(s) >= {"</math_exp>", "</answer>"} for s in agent.stops)
+
+
+# ---- decomposition ----
+
+def test_decomposition_gives_one_row_per_step_with_growing_token_exact_prefixes():
+    trajs = episodes(solver(calls=2), n=3)
+    rows = decompose_all(trajs)
+    assert len(rows) == sum(t.num_turns for t in trajs) == 9
+    for t in trajs:
+        mine = [r for r in rows if r.group_id == t.id]
+        starts = [r.metadata["swirl"]["prefix_len"] for r in mine]
+        assert all(a < b for a, b in zip(starts, starts[1:]))  # prefixes strictly grow
+        for i, r in enumerate(mine):
+            s, e = t.turns[i].token_span
+            assert starts[i] == s and r.id == f"{t.id}/step-{i}"
+            assert r.token_ids[:s] == t.token_ids[:s] and r.token_ids == t.token_ids[:e]  # the state, token-exact
+            assert r.loss_mask == [0] * s + [1] * (e - s)
+            assert r.logprobs[s:e] == t.logprobs[s:e] and not any(r.logprobs[:s])
+            assert r.turns[-1].token_span == (s, e) and all(u.token_span is None for u in r.turns[:-1])
+            assert r.turns[-1].action.content == t.turns[i].action.content and len(r.turns) == i + 1
+            assert r.prompt == t.prompt and r.task_id == t.task_id
+            meta = r.metadata["swirl"]
+            assert (meta["source"], meta["step"], meta["steps"], meta["task_id"]) == (t.id, i, 3, t.task_id)
+            Trajectory.model_validate(r.model_dump())  # every row passes the validators
+        assert mine[-1].correct and mine[0].correct is None  # only the answer step is graded
+    with pytest.raises(ValueError, match="no token fields"):
+        decompose(trajs[0].model_copy(update={"token_ids": None, "loss_mask": None, "logprobs": None}))
+
+
+# ---- filters ----
+
+class ScriptedJudge:
+    """A step judge of our own: labels each step by a rule on its text (``GOOD`` / ``BAD`` / ``None``)."""
+
+    def __init__(self, rule):
+        self.rule = rule
+
+    def label_trajectory(self, traj):
+        return [StepLabel(self.rule(turn.action.content)) for turn in traj.turns]
+
+    def label_rows(self, rows):
+        return [StepLabel(self.rule(r.turns[-1].action.content)) for r in rows]
+
+
+def test_the_filter_truth_table():
+    right = episodes(solver(calls=1))  # every step GOOD, answer right
+    wrong = episodes(solver(answer_offset=1, calls=1))  # the answer follows no result: BAD, and wrong
+    lucky = episodes(guesser)  # right, but a guess (BAD)
+    process_ok_but_wrong = episodes(solver(calls=1))
+    for t in process_ok_but_wrong:  # good steps, but the verifier says the final answer is wrong
+        t.turns[-1].info["correct"] = False
+    ungraded = episodes(solver(calls=1))
+    for t in ungraded:  # no gold label
+        t.turns[-1].info["correct"] = None
+    broken = episodes(solver(calls=1))[:1]
+    broken[0].error = "env step failed: boom"
+    data = right + wrong + lucky + process_ok_but_wrong + ungraded + broken
+    judge = RuleStepJudge()
+    kept = {m: {t.id for t in filter_trajectories(data, m, judge)[0]} for m in ("none", "process", "outcome", "both")}
+    ids = lambda ts: {t.id for t in ts}  # noqa: E731
+    assert kept["none"] == ids(data) - ids(broken)  # errors are left out by every mode
+    assert kept["process"] == ids(right + process_ok_but_wrong + ungraded)  # process-only keeps a wrong answer
+    assert kept["outcome"] == ids(right + lucky)  # outcome needs the gold label: ungraded ones are out
+    assert kept["both"] == kept["process"] & kept["outcome"] == ids(right)
+    out, report = filter_trajectories(data, "both", judge)
+    assert report["trajectories"] == 11 and report["errors"] == 1 and report["ungraded"] == 2
+    assert (report["kept_by_process"], report["kept_by_outcome"], report["kept_by_both"], report["kept"]) == (6, 4, 2, 2)
+    assert report["steps_bad"] == 6 and report["steps_good"] == 12 and report["kept_steps"] == 4  # wrong: both BAD
+    assert all(lb["good"] for t in out for lb in t.metadata["swirl_labels"])
+    assert all("swirl_labels" not in t.metadata for t in data)  # the inputs are not changed
+    table = report_table(report)
+    assert "| every step GOOD (process) | 6 / 11 |" in table and "2 ungraded" in table
+    _, report = filter_trajectories(data, "outcome")
+    assert report["kept_by_process"] is None and report["kept_by_both"] is None and "not judged" in report_table(report)
+
+
+def test_an_unparseable_judgement_is_never_good():
+    data = episodes(solver(calls=1))
+    unsure = ScriptedJudge(lambda text: None if "<answer>" in text else True)
+    with pytest.raises(EmptyFilterError, match=r"every step GOOD: 0") as e:
+        filter_trajectories(data, "process", unsure)
+    assert e.value.report["steps_unparseable"] == 2 and e.value.report["steps_good"] == 2
+    kept, _ = filter_trajectories(data, "process", ScriptedJudge(lambda text: True))
+    assert len(kept) == 2
+    with pytest.raises(ValueError, match="must label every step"):
+        filter_trajectories(data, "process", type("Short", (), {"label_trajectory": lambda self, t: []})())
+
+
+def test_an_empty_filter_result_says_which_filter_removed_everything():
+    data = episodes(guesser)
+    with pytest.raises(EmptyFilterError, match=r"the process filter kept none of 2 .*every step GOOD: 0, correct answer: 2"):
+        filter_trajectories(data, "process", RuleStepJudge())
+    wrong = episodes(solver(answer_offset=1))
+    with pytest.raises(EmptyFilterError, match=r"the outcome filter kept none of 2 .*correct answer: 0 \(0 ungraded\)"):
+        filter_trajectories(wrong, "outcome")
+    with pytest.raises(EmptyFilterError, match="the both filter kept none of 4"):
+        filter_trajectories(data + wrong, "both", RuleStepJudge())
+    with pytest.raises(ValueError, match="needs a step judge"):
+        filter_trajectories(data, "process")
+    with pytest.raises(ValueError, match="one of none, process, outcome, both"):
+        filter_trajectories(data, "strict")
+
+
+# ---- generation ----
+
+class FlakyAgent(ScriptedAgent):
+    """A teacher endpoint that goes down: its generate raises on the calls listed in ``fail_on`` (0-based)."""
+
+    def __init__(self, policy, fail_on):
+        super().__init__(TOK, policy, end_with_eos=False)
+        self.n_calls, self.fail_on = 0, set(fail_on)
+
+    def generate(self, prompts, params):
+        self.n_calls += 1
+        if self.n_calls - 1 in self.fail_on:
+            raise ConnectionError("the endpoint went away")
+        return super().generate(prompts, params)
+
+
+def test_a_failing_teacher_is_retried_then_its_question_skipped_and_nothing_written_is_lost(tmp_path):
+    out = tmp_path / "data.parquet"
+    settings = {"max_new_tokens": 64, "batch_episodes": 2}  # one question (2 samples, 2 steps) per batch
+    # question 0 takes calls 0-1; question 1's first call fails: it is retried after question 2, and succeeds
+    first = generate(FlakyAgent(solver(), fail_on={2}), "teacher", ENV, KW, out=out, tasks=3, samples=2, **settings)
+    assert first["skipped_questions"] == 0 and first["retried_questions"] == 1 and first["episodes"] == 6
+    got = load(out)
+    assert all(t.error is None and t.correct for t in got) and first["steps_per_trajectory"] == 2
+    env = turnrl.make(ENV, **KW)
+    for t in got:  # what the later stages need: the gold answer and the question
+        env.reset(options={"index": t.metadata["task_index"]})
+        assert t.metadata["gold"] == env.unwrapped.task.answer and t.metadata["question"] == env.unwrapped.task.prompt
+
+    # an endpoint that stays down: its questions are skipped and counted; the questions already written stay
+    out2 = tmp_path / "data2.parquet"
+    generate(ScriptedAgent(TOK, solver(), end_with_eos=False), "teacher", ENV, KW, out=out2, tasks=1, samples=2,
+             **settings)
+    before = load(out2)
+    down = FlakyAgent(solver(), fail_on=set(range(100)))
+    summary = generate(down, "teacher", ENV, KW, out=out2, tasks=3, samples=2, retries=1, **settings)
+    assert summary["skipped_questions"] == 2 and summary["retried_questions"] == 2 and summary["episodes"] == 2
+    assert down.n_calls == 4  # 2 questions x (1 try + 1 retry); question 0 is not asked again
+    assert [t.model_dump() for t in load(out2)] == [t.model_dump() for t in before]
+
+    # resume once the endpoint is back: only the skipped questions are sampled
+    back = ScriptedAgent(TOK, solver(), end_with_eos=False)
+    summary = generate(back, "teacher", ENV, KW, out=out2, tasks=3, samples=2, **settings)
+    assert summary["episodes"] == 6 and summary["skipped_questions"] == 0 and len(back.calls) == 4
+    again = load(out2)
+    assert sorted({t.metadata["task_index"] for t in again}) == [0, 1, 2]
+    assert [t.id for t in again if t.metadata["task_index"] == 0] == [t.id for t in before]
+
+
+# ---- the command line ----
+
+def test_the_command_line_pipeline(tmp_path):
+    runner = CliRunner()
+    data, kept, steps = (str(tmp_path / f) for f in ("data.parquet", "kept.parquet", "steps.parquet"))
+    r = runner.invoke(app, ["swirl", "generate", "--env", ENV, "--kw", "level=2", "--kw", "tool_style=swirl",
+                            "--agent", "tiny:chatml", "--tasks", "2", "--samples", "2", "--max-new-tokens", "8",
+                            "--out", data])
+    assert r.exit_code == 0, r.output
+    assert "4 trajectories of 2 questions" in r.output and "0 questions skipped" in r.output
+    assert all(t.metadata["gold"] and t.metadata["question"] for t in load(data))
+    # a random tiny model writes no valid step: the process filter keeps nothing, and says so
+    r = runner.invoke(app, ["swirl", "filter", data, "--mode", "process", "--out", kept])
+    assert r.exit_code == 2 and "error:" in r.output and "the process filter kept none of 4" in r.output, r.output
+    r = runner.invoke(app, ["swirl", "filter", data, "--mode", "strict", "--out", kept])
+    assert r.exit_code == 2 and "--mode must be one of" in r.output
+    r = runner.invoke(app, ["swirl", "filter", data, "--mode", "none", "--out", kept])
+    assert r.exit_code == 0 and "kept 4 of 4" in r.output and "| criterion |" in r.output, r.output
+    r = runner.invoke(app, ["swirl", "decompose", kept, "--out", steps])
+    assert r.exit_code == 0 and "step rows from 4 trajectories" in r.output, r.output
+    rows, source = load(steps), load(kept)
+    assert len(rows) == sum(t.num_turns for t in source)
+    assert all(r.token_ids == t.token_ids[: r.turns[-1].token_span[1]] for t in source for r in rows
+               if r.group_id == t.id)

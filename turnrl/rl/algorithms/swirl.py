@@ -1,0 +1,123 @@
+"""SWiRL's step-wise RL and its SFT baseline (ALGORITHMS.md §1, §10).
+
+* ``swirl`` — J(θ) = E_{s∼D, a∼π_θ(·|s)}[R(a | s)]: each training step draws ``rollout.prompts_per_step`` stored
+  states s (the token prefixes of the steps of filtered trajectories, ``data.path``), samples ``rollout.group_size``
+  fresh actions a from the current policy for each, rewards each action alone (``reward``: ``rule`` — the rule-based
+  process scorer; ``judge`` — the generative process judge with the agent ``judge``; ``rollout`` — the outcome of
+  playing the episode on from s ⊕ a with the current policy), subtracts a per-state baseline over the G samples
+  (``baseline``: ``rloo`` leave-one-out, or ``normalize`` GRPO's mean/std) and takes the clipped surrogate, with
+  an optional k3 KL to the reference. The experience source is :class:`turnrl.swirl.source.StateSource`.
+* ``sft`` — the paper's baseline: NLL on the step tokens of the stored (filtered, decomposed) rows, every row.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, ClassVar, Literal
+
+import torch
+from pydantic import Field, model_validator
+
+from turnrl.rl.advantages import group_normalize, leave_one_out
+from turnrl.rl.algorithms.base import AlgorithmConfig, Experience, Forward, PolicyGradient, PolicyGradientConfig
+from turnrl.rl.algorithms.offline import OfflineAlgorithm, OfflineDataError, Units
+from turnrl.rl.batch import Batch
+from turnrl.rl.losses import AggMode, agg_count, masked_nll
+
+if TYPE_CHECKING:
+    from turnrl.rl.config import TrainConfig
+
+
+class SWiRLConfig(PolicyGradientConfig):
+    """SWiRL's options (ALGORITHMS.md §1, §10)."""
+
+    name: Literal["swirl"] = "swirl"
+    reward: Literal["rule", "judge", "rollout"] = Field("rule", description=(
+        "the step reward: rule (rule-based process scorer), judge (LLM process judge: set `judge`), rollout (the "
+        "outcome of finishing the episode from the sampled step with the current policy)"))
+    judge: str | None = Field(None, description="agent spec of the process judge for reward: judge (e.g. "
+                              "openai:http://127.0.0.1:8000/v1#MODEL, hf:PATH, smollm2-135m-instruct)")
+    baseline: Literal["rloo", "normalize"] = Field("rloo", description="per-state baseline over the G samples: "
+                                                   "leave-one-out mean, or GRPO's (R − mean) / std")
+    execute: bool = Field(True, description="run each sampled step in the state's replayed environment, so the "
+                          "judge sees its tool result (and rollout can continue from it)")
+
+    @model_validator(mode="after")
+    def _judge(self) -> SWiRLConfig:
+        if self.reward == "judge" and not self.judge:
+            raise ValueError("swirl with reward: judge needs `judge`: the agent that judges each step (an agent "
+                             "spec such as openai:URL#MODEL or hf:PATH); or use reward: rule")
+        if self.reward == "rollout" and not self.execute:
+            raise ValueError("swirl with reward: rollout plays the episode on from the sampled step: keep execute on")
+        return self
+
+
+def state_advantages(scores: torch.Tensor, group_ids: torch.Tensor, baseline: str) -> torch.Tensor:
+    """``(B,)`` advantages of G sampled steps per state (ALGORITHMS.md §1 [recon]): leave-one-out or normalized."""
+    return leave_one_out(scores, group_ids) if baseline == "rloo" else group_normalize(scores, group_ids)
+
+
+class SWiRL(PolicyGradient):
+    """Step-wise RL on stored states (see the module docstring)."""
+
+    name = "swirl"
+    Config = SWiRLConfig
+    experience: ClassVar[str] = "states"
+    cfg: SWiRLConfig
+
+    def advantages(self, batch: Batch, max_new_tokens: int, values: torch.Tensor | None = None,
+                   bootstrap: torch.Tensor | None = None) -> tuple[torch.Tensor, None]:
+        """Each sampled step's baseline-subtracted reward on its tokens ``(B, T)``."""
+        return state_advantages(batch.scores, batch.group_ids, self.cfg.baseline)[:, None] * batch.loss_mask, None
+
+
+class SFTConfig(AlgorithmConfig):
+    """SFT's options."""
+
+    name: Literal["sft"] = "sft"
+    agg: AggMode = Field("token-mean", description="aggregation of the NLL over the rows' step tokens")
+
+
+class SFT(OfflineAlgorithm):
+    """Supervised fine-tuning on stored rows: NLL on every row's generated (loss-masked) tokens — SWiRL's SFT
+    baseline on filtered step rows, or plain SFT on any token-exact Trajectories."""
+
+    name = "sft"
+    Config = SFTConfig
+    cfg: SFTConfig
+
+    def units(self, groups: Units) -> tuple[Units, dict[str, float]]:
+        """Every trainable row (each on its own: rows of one trajectory need not share a batch).
+
+        Raises:
+            OfflineDataError: no row has generated tokens to imitate.
+        """
+        units, info = super().units(groups)
+        rows = [[t] for g in units for t in g if t.loss_mask and any(t.loss_mask)]
+        if not rows:
+            raise OfflineDataError("no row in the data has generated tokens to imitate (every loss mask is 0); "
+                                   "pass step rows from `turnrl swirl decompose` or rollout Trajectories")
+        return rows, {**info, "sft_rows": float(len(rows))}
+
+    def counts(self, batch: Batch) -> dict[str, torch.Tensor]:
+        """``nll``: the normalizer over the rows' generated tokens."""
+        return {"nll": agg_count(batch.loss_mask, self.cfg.agg)}
+
+    def loss(self, fwd: Forward, exp: Experience, counts: dict[str, torch.Tensor],
+             train_policy: bool = True) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """Masked NLL over the generated tokens."""
+        nll = masked_nll(fwd.logp, exp.batch.loss_mask, self.cfg.agg, counts["nll"])
+        return nll, {"nll": nll.detach()}
+
+
+def check_states_config(cfg: TrainConfig) -> None:
+    """What a states-source run needs: ``data.path`` (the stored step rows), no ``data.batch_size`` (states per step
+    are ``rollout.prompts_per_step``), the local placement."""
+    if cfg.data is None:
+        raise ValueError(f"algorithm {cfg.algorithm.name!r} samples fresh steps from stored states: set data.path to "
+                         "step rows written by `turnrl swirl decompose`")
+    if "batch_size" in cfg.data.model_fields_set:
+        raise ValueError(f"algorithm {cfg.algorithm.name!r} draws rollout.prompts_per_step states per step and "
+                         "rollout.group_size samples of each; drop data.batch_size")
+    if cfg.placement != "local":
+        raise ValueError(f"algorithm {cfg.algorithm.name!r} runs with placement: local for now")
+
