@@ -183,7 +183,7 @@ def test_configs_say_what_swirl_and_sft_need(tmp_path):
 
 def _arith_rows(tmp_path, tok):
     """Step rows of scripted Arithmetic episodes in the SWiRL format (calculator, then the answer)."""
-    env_kwargs = {"level": 2, "tool_style": "swirl"}
+    env_kwargs = {"level": 2, "tool_style": "swirl", "demos": "none"}
     env = turnrl.make("turnrl/Arithmetic-v0", **env_kwargs)
     obs, _ = env.reset(options={"index": 0})
     q = obs[-1].content.split("What is ", 1)[1].split("?")[0]
@@ -202,7 +202,7 @@ def test_the_source_samples_from_the_exact_state_and_runs_the_step_in_the_replay
     tok = tiny_tokenizer("chatml")
     path, rows, q = _arith_rows(tmp_path, tok)
     cfg = TrainConfig.model_validate({"model": "tiny", "env": {"id": "turnrl/Arithmetic-v0",
-                                                               "kwargs": {"level": 2, "tool_style": "swirl"}},
+                                                               "kwargs": {"level": 2, "tool_style": "swirl", "demos": "none"}},
                                       "algorithm": {"name": "swirl"}, "data": {"path": str(path), "shuffle": False},
                                       "rollout": {"prompts_per_step": 2, "group_size": 2, "max_new_tokens": 64}})
     # a policy that recomputes at the first state and answers 0 at the second
@@ -234,7 +234,7 @@ def test_rollout_rewards_score_the_end_of_the_episode(tmp_path):
     tok = tiny_tokenizer("chatml")
     path, rows, q = _arith_rows(tmp_path, tok)
     cfg = TrainConfig.model_validate({"model": "tiny", "env": {"id": "turnrl/Arithmetic-v0",
-                                                               "kwargs": {"level": 2, "tool_style": "swirl"}},
+                                                               "kwargs": {"level": 2, "tool_style": "swirl", "demos": "none"}},
                                       "algorithm": {"name": "swirl", "reward": "rollout"},
                                       "data": {"path": str(path), "shuffle": False},
                                       "rollout": {"prompts_per_step": 1, "group_size": 2, "max_new_tokens": 64}})

@@ -12,7 +12,8 @@ from turnrl.envs.testing import check_environment
 from turnrl.rl.rollout import Rollout
 from turnrl.storage import load
 from turnrl.swirl.filters import EmptyFilterError, filter_trajectories, report_table
-from turnrl.swirl.generate import generate
+from turnrl.rl.tokens import ChatRenderer
+from turnrl.swirl.generate import generate, without_demos
 from turnrl.swirl.judges import RuleStepJudge, StepLabel
 from turnrl.swirl.steps import decompose, decompose_all
 from turnrl.types import Trajectory
@@ -31,7 +32,7 @@ def solver(answer_offset=0, calls=1):
     (off by ``answer_offset``)."""
     def policy(prompt):
         q = question(prompt)
-        done = prompt.count("<|im_start|>tool")
+        done = prompt.rsplit("<|im_start|>user", 1)[1].count("<|im_start|>tool")  # after the demonstrations
         if done < calls:
             return f"<math_exp>{q}</math_exp>" if done == 0 else f"<math_exp>{eval(q)} + 0</math_exp>"  # noqa: S307
         return f"<answer>{eval(q) + answer_offset}</answer>"  # noqa: S307
@@ -67,8 +68,16 @@ def test_the_swirl_format_of_math_envs(tmp_path):
     obs, _ = env.reset(options={"index": 0})
     q = question(obs[-1].content)
     assert env.stop == ("</math_exp>", "</answer>") and env.max_turns == 10 and env.unwrapped.answer_format == "tag"
-    assert "<math_exp>" in obs[0].content and "Examples:" in obs[0].content  # the default demos
-    assert "tool: 3 * 12 -> 36" in obs[0].content and obs[-1].content == f"What is {q}?"
+    # the instructions in the system prompt; the default demos as chat turns between it and the question
+    assert "<math_exp>" in obs[0].content and "Examples:" not in obs[0].content and obs[-1].content == f"What is {q}?"
+    demos = [(m.role, m.content) for m in obs[1:-1]]
+    assert demos[:3] == [("user", "Tom has 3 boxes of 12 pens and gives away 5 pens. How many pens does he have?"),
+                         ("assistant", "<math_exp>3 * 12</math_exp>"), ("tool", "3 * 12 -> 36")]
+    assert obs[3].name == "calculator" and sum(r == "user" for r, _ in demos) == 3 and demos[-1][0] == "assistant"
+    system_style = turnrl.make(ENV, **KW, demos_in="system").reset()[0]
+    assert len(system_style) == 2 and "Examples:" in system_style[0].content and "tool: 3 * 12 -> 36" in system_style[0].content
+    with pytest.raises(ValueError, match="demos_in must be"):
+        turnrl.make(ENV, **KW, demos_in="user")
     result, reward, done, *_ = env.step(f"<math_exp>{q}</math_exp>")
     assert result[0].content == f"{q} -> {eval(q)}" and reward == 0 and not done  # noqa: S307  e.g. "23 + 45 -> 68"
     assert env.step("<math_exp>1 +* 2</math_exp>")[0][0].content.startswith("1 +* 2 -> Error: ")
@@ -78,13 +87,15 @@ def test_the_swirl_format_of_math_envs(tmp_path):
     _, reward, done, _, info = env.step(f"<answer>{eval(q)}</answer>")  # noqa: S307
     assert reward == 1.0 and done and info["correct"]
     # demos: none, a file, the text itself; a misspelled path is an error, not demonstrations
-    assert "Examples:" not in turnrl.make(ENV, **KW, demos="none").reset()[0][0].content
-    assert "Examples:" not in turnrl.make(ENV, **KW, demos=None).reset()[0][0].content
+    assert len(turnrl.make(ENV, **KW, demos="none").reset()[0]) == 2
+    assert len(turnrl.make(ENV, **KW, demos=None, demos_in="system").reset()[0]) == 2
     demo_file = tmp_path / "demos.txt"
     demo_file.write_text("Question: What is 2 * 3?\nassistant: <math_exp>2 * 3</math_exp>\ntool: 2 * 3 -> 6\n")
-    assert "2 * 3 -> 6" in turnrl.make(ENV, **KW, demos=str(demo_file)).reset()[0][0].content
-    mine = turnrl.make(ENV, **KW, demos="Question: 1 + 1?\nassistant: <answer>2</answer>").reset()[0][0].content
-    assert "Examples:\n\nQuestion: 1 + 1?" in mine and "Tom has 3 boxes" not in mine
+    assert turnrl.make(ENV, **KW, demos=str(demo_file)).reset()[0][3].content == "2 * 3 -> 6"
+    mine = turnrl.make(ENV, **KW, demos="Question: 1 + 1?\nassistant: <answer>2</answer>", demos_in="system")
+    assert "Examples:\n\nQuestion: 1 + 1?" in mine.reset()[0][0].content and "Tom has 3 boxes" not in mine.reset()[0][0].content
+    with pytest.raises(ValueError, match="must start with a 'Question:' line"):
+        turnrl.make(ENV, **KW, demos="assistant: <answer>2</answer>\nQuestion: 1 + 1?")
     with pytest.raises(FileNotFoundError, match="no such file"):
         turnrl.make(ENV, **KW, demos=str(tmp_path / "missing.txt"))
     # the answer goes in <answer> tags: another answer_format cannot go with the swirl style
@@ -100,12 +111,14 @@ def test_the_swirl_format_of_hotpotqa():
     env = turnrl.make("turnrl/HotPotQA-v0", tool_style="swirl", limit=3)
     obs, _ = env.reset(options={"index": 0})
     assert env.stop[:2] == ("</search_query>", "</answer>") and env.max_turns == 5 and env.unwrapped.top_k == 1
-    assert "Examples:" in obs[0].content and obs[0].content.count("<search_query>") >= 4  # 2 demos, 2 searches each
+    demos = obs[1:-1]  # 2 demos, 2 searches each; the question's instruction follows each demo question as well
+    assert sum(m.content.startswith("<search_query>") for m in demos) == 4 and demos[2].name == "search"
+    assert demos[0].content.endswith("<answer></answer> tags.") and obs[-1].content.endswith("<answer></answer> tags.")
     result, reward, done, *_ = env.step("<search_query>Kiss and Tell 1945 film</search_query>")
     assert result[0].content.startswith("Kiss and Tell 1945 film -> ") and not done
     _, reward, done, *_ = env.step(f"<answer>{env.unwrapped.task.answer}</answer>")
     assert reward == 1.0 and done
-    assert "Examples:" not in turnrl.make("turnrl/HotPotQA-v0", tool_style="swirl", limit=1, demos="none").reset()[0][0].content
+    assert len(turnrl.make("turnrl/HotPotQA-v0", tool_style="swirl", limit=1, demos="none").reset()[0]) == 2
 
 
 def test_the_conformance_harness_passes_the_swirl_styles():
@@ -273,6 +286,34 @@ def test_a_failing_teacher_is_retried_then_its_question_skipped_and_nothing_writ
     again = load(out2)
     assert sorted({t.metadata["task_index"] for t in again}) == [0, 1, 2]
     assert [t.id for t in again if t.metadata["task_index"] == 0] == [t.id for t in before]
+
+
+def test_generation_takes_the_demonstrations_out_of_the_stored_states(tmp_path):
+    """The teacher sees the demos; the stored trajectory holds the prompt without them, token-exact, and the same
+    generated and environment tokens after it."""
+    agent = ScriptedAgent(TOK, solver(), end_with_eos=False)
+    kept = generate(agent, "teacher", ENV, KW, out=tmp_path / "kept.parquet", tasks=2, samples=1, keep_demos=True,
+                    max_new_tokens=64)
+    taken = generate(agent, "teacher", ENV, KW, out=tmp_path / "taken.parquet", tasks=2, samples=1, max_new_tokens=64)
+    assert kept["success_rate"] == taken["success_rate"] == 1.0
+    env = turnrl.make(ENV, **KW, demos="none")
+    renderer = ChatRenderer(TOK)
+    for with_demos, without in zip(load(tmp_path / "kept.parquet"), load(tmp_path / "taken.parquet")):
+        assert len(with_demos.prompt) == 2 + 14 and len(without.prompt) == 2  # 3 demos: 6 + 4 + 4 messages
+        assert without.metadata["demos"] == "removed" and "demos" not in with_demos.metadata
+        obs, _ = env.reset(options={"index": without.metadata["task_index"]})
+        assert [m.content for m in without.prompt] == [m.content for m in obs]
+        n_old, n_new = len(renderer.prompt_tokens(with_demos.prompt)), len(renderer.prompt_tokens(obs))
+        assert without.token_ids == renderer.prompt_tokens(obs) + with_demos.token_ids[n_old:]
+        assert without.loss_mask[n_new:] == with_demos.loss_mask[n_old:] and sum(without.loss_mask[:n_new]) == 0
+        for a, b in zip(with_demos.turns, without.turns):
+            assert b.token_span == (a.token_span[0] - n_old + n_new, a.token_span[1] - n_old + n_new)
+            assert without.token_ids[slice(*b.token_span)] == with_demos.token_ids[slice(*a.token_span)]
+        rows = decompose(without)
+        assert len(rows) == 2 and "Tom has 3 boxes" not in TOK.decode(rows[-1].token_ids)
+    with pytest.raises(ValueError, match="not this tokenizer's rendering"):
+        without_demos(load(tmp_path / "kept.parquet")[0], turnrl.make(ENV, **KW).unwrapped.prompt_demos,
+                      ChatRenderer(tiny_tokenizer("llama3")))
 
 
 # ---- the command line ----

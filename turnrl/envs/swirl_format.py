@@ -1,13 +1,17 @@
 """SWiRL's format (ALGORITHMS.md §1): one tool call or one answer per turn, tool results as ``QUERY -> RESULT``.
 
 Calculator ``<math_exp>EXPR</math_exp>``, search ``<search_query>QUERY</search_query>``, final ``<answer>…</answer>``.
-Small models need to see the format: :func:`with_demos` appends few-shot demonstrations (built-in, a text, a file or
-none) to a system prompt.
+Small models need to see the format. Demonstrations (built-in, a text, a file or none) go either into the
+conversation before the question, as earlier chat turns (:func:`demo_messages`; what a 135M model follows — with them
+SmolLM2-135M-Instruct calls the calculator on every held-out problem, with the same text in the system prompt on
+none), or into the system prompt (:func:`with_demos`).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+
+from turnrl.types import Message
 
 MATH_STOP = ("</math_exp>", "</answer>")
 SEARCH_STOP = ("</search_query>", "</answer>")
@@ -27,7 +31,12 @@ assistant: <answer>31</answer>
 Question: What is 47 + 38?
 assistant: <math_exp>47 + 38</math_exp>
 tool: 47 + 38 -> 85
-assistant: <answer>85</answer>"""
+assistant: <answer>85</answer>
+
+Question: What is 672 / 8?
+assistant: <math_exp>672 / 8</math_exp>
+tool: 672 / 8 -> 84
+assistant: <answer>84</answer>"""
 
 SEARCH_INSTRUCTIONS = (
     "Answer the question one step per message. To search, write only a query in search_query tags, such as "
@@ -85,3 +94,54 @@ def with_demos(system_prompt: str | None, instructions: str, demos: str | None, 
     if text:
         parts.append("Examples:\n\n" + text.strip())
     return "\n\n".join(parts)
+
+
+ROLES = {"question": "user", "assistant": "assistant", "tool": "tool"}
+
+
+def demo_messages(text: str | None, tool_name: str, question_suffix: str = "") -> tuple[Message, ...]:
+    """Demonstrations as chat messages, to put before the question: each ``Question:`` line opens a user message
+    (``question_suffix`` appended, as the environment appends its instruction to real questions), ``assistant:``
+    an assistant one, ``tool:`` a tool result (named ``tool_name``); other lines continue the message above them and
+    blank lines separate examples.
+
+    Raises:
+        ValueError: the text does not start with ``Question:``, or a message is empty.
+    """
+    if not text:
+        return ()
+    messages: list[dict[str, str]] = []
+    for line in text.strip().splitlines():
+        head, sep, rest = line.partition(":")
+        role = ROLES.get(head.strip().lower()) if sep else None
+        if role is not None:
+            messages.append({"role": role, "content": rest.strip()})
+        elif not messages:
+            raise ValueError(f"demonstrations must start with a 'Question:' line, got {line[:60]!r}")
+        elif line.strip():
+            messages[-1]["content"] += "\n" + line.rstrip()
+    if messages[0]["role"] != "user":
+        raise ValueError("demonstrations must start with a 'Question:' line")
+    out = []
+    for m in messages:
+        if not m["content"]:
+            raise ValueError(f"an empty {m['role']!r} line in the demonstrations")
+        content = f"{m['content']}\n\n{question_suffix}" if m["role"] == "user" and question_suffix else m["content"]
+        out.append(Message(role=m["role"], content=content, name=tool_name if m["role"] == "tool" else None))
+    return tuple(out)
+
+
+def place_demos(system_prompt: str | None, instructions: str, demos: str | None, default: str, demos_in: str,
+                tool_name: str, question_suffix: str = "") -> tuple[str, tuple[Message, ...]]:
+    """``(system prompt, demonstration messages)`` for ``demos_in`` ``"turns"`` (the demonstrations as earlier chat
+    turns) or ``"system"`` (inside the system prompt).
+
+    Raises:
+        ValueError: another ``demos_in``.
+    """
+    if demos_in == "system":
+        return with_demos(system_prompt, instructions, demos, default), ()
+    if demos_in == "turns":
+        return (with_demos(system_prompt, instructions, None, default),
+                demo_messages(demo_text(demos, default), tool_name, question_suffix))
+    raise ValueError(f"demos_in must be 'turns' or 'system', got {demos_in!r}")

@@ -82,6 +82,10 @@ class ToolEnv(TextEnv):
             that do not render tools themselves).
     """
 
+    #: Few-shot demonstrations, as chat messages placed between the system message and the question (e.g. SWiRL's,
+    #: :func:`turnrl.envs.swirl_format.demo_messages`); part of the prompt, never trained on.
+    prompt_demos: tuple[Message, ...] = ()
+
     def __init__(
         self,
         tasks: TaskSource | Sequence[Task | dict[str, Any]],
@@ -145,7 +149,7 @@ class ToolEnv(TextEnv):
             index = pick_index(self, len(self.tasks), options)
             self.task = self.tasks[index]
         system = self.system_message()
-        obs = ((Message(role="system", content=system),) if system else ()) + (
+        obs = ((Message(role="system", content=system),) if system else ()) + tuple(self.prompt_demos) + (
             Message(role="user", content=self.user_message(self.task)),
         )
         return obs, {"task_id": self.task.id, "index": index, "role": "policy"}

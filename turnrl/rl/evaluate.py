@@ -104,7 +104,11 @@ def render_episode(traj: Trajectory, max_chars: int = 600) -> list[str]:
     def quote(who: str, text: str) -> list[str]:
         return [f"> **{who}**: " + (clip(text) or "(empty)").replace("\n", "\n> "), ""]
 
-    lines = [line for m in traj.prompt if m.role == "user" for line in quote("user", m.content)]
+    users = [i for i, m in enumerate(traj.prompt) if m.role == "user"]
+    shown = users[-1:]  # the question; the messages between the system prompt and it are few-shot demonstrations
+    skipped = users[-1] - (1 if traj.prompt[0].role == "system" else 0) if users else 0
+    lines = [f"*({skipped} demonstration messages before the question are not shown)*", ""] if skipped else []
+    lines += [line for i in shown for line in quote("user", traj.prompt[i].content)]
     for t in traj.turns:
         lines += quote(f"assistant, turn {t.index}, reward {t.reward:g}", t.action.content)
         for m in t.observation:

@@ -8,7 +8,12 @@ in the file are skipped). What this adds:
   still failing after ``retries`` rounds is dropped from the file and counted in ``skipped_questions`` (a later run
   with the same settings samples it again), and everything already written stays;
 * each trajectory carries what the later stages need in ``metadata``: the task's gold answer (``"gold"``, for
-  reports and the outcome filter — the process judge never sees it) and the question (``"question"``).
+  reports and the outcome filter — the process judge never sees it) and the question (``"question"``);
+* the few-shot demonstrations that the environment put before the question (``prompt_demos``: what lets a small
+  model produce usable data) are taken out of each stored trajectory (``keep_demos=False``, the default): the
+  prompt is re-rendered without them and the generated and environment tokens after it are kept as they were, so
+  a policy is trained on the states it will meet without demonstrations, where it is evaluated. The teacher saw
+  the demonstrations; the student's states do not hold them (``metadata["demos"] == "removed"``).
 
 Use an environment in SWiRL's format (``tool_style="swirl"``): it declares the stop strings that end a turn at its
 tool call or answer, so each agent turn is one step.
@@ -23,8 +28,9 @@ from typing import Any
 from turnrl.agents.base import SamplingParams
 from turnrl.envs.registry import make
 from turnrl.rl.collect import dataset_summary, rollout_dataset
+from turnrl.rl.tokens import ChatRenderer
 from turnrl.storage import load, save
-from turnrl.types import Trajectory
+from turnrl.types import Message, Trajectory
 
 
 def failed_generation(traj: Trajectory) -> bool:
@@ -50,10 +56,44 @@ def annotate(trajectories: list[Trajectory], env_id: str, env_kwargs: dict[str, 
         t.metadata["gold"], t.metadata["question"] = tasks[i]
 
 
+def without_demos(traj: Trajectory, demos: tuple[Message, ...], renderer: ChatRenderer) -> Trajectory:
+    """``traj`` with the demonstration messages ``demos`` taken out of its prompt: the prompt tokens re-rendered,
+    every token after the prompt (generated and environment ones) kept, token spans shifted. A trajectory without
+    those demonstrations comes back as it is.
+
+    Raises:
+        ValueError: the stored prompt tokens are not the chat template's rendering of the stored prompt (another
+            tokenizer), so they cannot be replaced exactly.
+    """
+    prompt, k = list(traj.prompt), len(demos)
+    start = next((i for i in range(len(prompt) - k + 1) if tuple(prompt[i:i + k]) == tuple(demos)), None)
+    if not demos or start is None or traj.token_ids is None:
+        return traj
+    old = renderer.prompt_tokens(prompt)
+    if list(traj.token_ids[: len(old)]) != old:
+        raise ValueError(f"trajectory {traj.id}: its prompt tokens are not this tokenizer's rendering of its prompt; "
+                         "pass the tokenizer that generated it")
+    new_prompt = prompt[:start] + prompt[start + k:]
+    new = renderer.prompt_tokens(new_prompt)
+    shift = len(new) - len(old)
+    data = traj.model_dump()
+    data.update(prompt=new_prompt, token_ids=new + list(traj.token_ids[len(old):]),
+                loss_mask=[0] * len(new) + list(traj.loss_mask[len(old):]),  # type: ignore[index]
+                logprobs=[0.0] * len(new) + list(traj.logprobs[len(old):]),  # type: ignore[index]
+                metadata={**traj.metadata, "demos": "removed",
+                          **({"prompt_length": traj.metadata["prompt_length"] + shift}
+                             if "prompt_length" in traj.metadata else {})})
+    for turn in data["turns"]:
+        if turn["token_span"] is not None:
+            turn["token_span"] = (turn["token_span"][0] + shift, turn["token_span"][1] + shift)
+    return Trajectory.model_validate(data)
+
+
 def generate(agent: Any, agent_name: str, env_id: str, env_kwargs: dict[str, Any] | None = None, *,
              out: str | Path, tasks: int, samples: int = 5, temperature: float = 1.0, top_p: float = 1.0,
              max_new_tokens: int = 256, seed: int = 0, retries: int = 2, batch_episodes: int = 64,
-             max_context: int = 2048, on_episode: Callable[[Trajectory], Any] | None = None) -> dict[str, Any]:
+             max_context: int = 2048, keep_demos: bool = False,
+             on_episode: Callable[[Trajectory], Any] | None = None) -> dict[str, Any]:
     """Sample ``samples`` trajectories of each of the first ``tasks`` questions of ``env_id`` into ``out``.
 
     Args:
@@ -68,7 +108,8 @@ def generate(agent: Any, agent_name: str, env_id: str, env_kwargs: dict[str, Any
         seed: seeds every episode.
         retries: rounds that re-ask the questions whose generation failed, before they are skipped.
         batch_episodes: episodes rolled out together (whole questions).
-        max_context: the most tokens a trajectory may hold.
+        max_context: the most tokens a trajectory may hold (demonstrations included).
+        keep_demos: keep the environment's demonstration messages in the stored prompts (see the module docstring).
         on_episode: called with each finished episode (progress bars).
 
     Returns:
@@ -84,6 +125,9 @@ def generate(agent: Any, agent_name: str, env_id: str, env_kwargs: dict[str, Any
     env_kwargs = dict(env_kwargs or {})
     params = SamplingParams(temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens)
     out = Path(out)
+    probe = make(env_id, **env_kwargs).unwrapped
+    demos = () if keep_demos else tuple(getattr(probe, "prompt_demos", ()))
+    renderer = ChatRenderer(agent.tokenizer, getattr(probe, "tool_schemas", lambda: [])()) if demos else None
     retried: set[int] = set()
     failed: set[int] = set()
     wall = 0.0
@@ -99,6 +143,8 @@ def generate(agent: Any, agent_name: str, env_id: str, env_kwargs: dict[str, Any
             if attempt < retries:
                 retried |= failed
         annotate(trajs, env_id, env_kwargs)
+        if renderer is not None:
+            trajs = [without_demos(t, demos, renderer) for t in trajs]
         tmp = out.with_name(out.name + ".tmp" + out.suffix)  # an interruption here must not cost the file
         save(trajs, tmp)
         tmp.replace(out)

@@ -98,12 +98,12 @@ def _norm(text: str) -> str:
 
 
 def question_text(traj: Trajectory) -> str:
-    """The task as the user posed it: the prompt's user messages (not the system prompt, whose demos hold
-    numbers of their own)."""
+    """The task as the user posed it: the prompt's last user message (not the system prompt nor the
+    demonstrations before it, whose numbers are their own)."""
     meta = traj.metadata.get("swirl", {}).get("question") or traj.metadata.get("question")
     if isinstance(meta, str) and meta:
         return meta
-    return "\n".join(m.content for m in traj.prompt if m.role == "user")
+    return next((m.content for m in reversed(traj.prompt) if m.role == "user"), "")
 
 
 def tool_results(turns: Sequence[Turn]) -> list[str]:

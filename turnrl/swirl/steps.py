@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from turnrl.swirl.judges import question_text
 from turnrl.types import Trajectory
 
 
@@ -22,7 +23,7 @@ def decompose(traj: Trajectory) -> list[Trajectory]:
     if traj.token_ids is None or traj.loss_mask is None or traj.logprobs is None:
         raise ValueError(f"trajectory {traj.id} has no token fields; SWiRL rows need token-exact rollouts "
                          "(turnrl swirl generate)")
-    question = traj.metadata.get("question") or "\n".join(m.content for m in traj.prompt if m.role == "user")
+    question = question_text(traj)
     rows = []
     for i, turn in enumerate(traj.turns):
         if turn.token_span is None:
