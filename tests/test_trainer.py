@@ -255,3 +255,19 @@ def test_a_run_keeps_its_config_and_each_steps_episodes_with_advantages_and_lear
     assert {(s.kind, s.step) for s in sources if s.kind == "train"} == {("train", 1), ("train", 2)}
     index = EpisodeIndex.open(tmp_path, background=False)
     assert index.facets()["has_advantages"] and index.facets()["has_learner_logprobs"]
+
+
+def test_a_run_starts_from_another_runs_policy_and_it_is_the_reference(tmp_path):
+    first = new_trainer(config(tmp_path / "a", steps=2))
+    history = first.train()
+    trained = {k: v.clone() for k, v in first.model.state_dict().items()}
+    second = new_trainer(config(tmp_path / "b", steps=1, init_from=str(tmp_path / "a"), algorithm={"kl_coef": 0.1}))
+    assert all(torch.equal(trained[k], v) for k, v in second.model.state_dict().items())
+    assert all(torch.equal(trained[k], v) for k, v in second.learner.ref_model.state_dict().items())
+    assert second.train()[0]["eval_success"] == history[-1]["eval_success"]  # step 0 is the first run's end
+    with pytest.raises(FileNotFoundError, match="no checkpoint at"):
+        new_trainer(config(tmp_path / "c", init_from=str(tmp_path / "nowhere")))
+    other = TrainConfig(model="tiny", env={"id": "tests/Upper-v0"}, init_from=str(tmp_path / "a"), out_dir=str(tmp_path / "d"))
+    tok = tiny_tokenizer("chatml")
+    with pytest.raises(ValueError, match="do not fit this model"):
+        Trainer(other, model=tiny_model(tok, hidden=48), tokenizer=tok)

@@ -89,6 +89,9 @@ class TrainConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     model: str = "smollm2-135m-instruct"
+    init_from: str | None = Field(None, description=(
+        "start from another run's policy: its OUT_DIR (or OUT_DIR/checkpoint.pt) of a run of the same `model`, e.g. "
+        "an SFT run before RL; the reference model (KL, DPO, DQO) is this starting policy"))
     env: EnvConfig
     algorithm: SerializeAsAny[AlgorithmConfig] = Field(default_factory=lambda: parse_algorithm_config({}))
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)

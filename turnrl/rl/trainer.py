@@ -20,6 +20,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from turnrl.agents.base import SamplingParams
 from turnrl.agents.hf import HFAgent
 from turnrl.rl.algorithms import get_algorithm
@@ -27,6 +29,25 @@ from turnrl.rl.config import EnvConfig, OptimConfig, RayConfig, RolloutConfig, T
 from turnrl.rl.driver import Driver
 from turnrl.rl.learner import Learner
 from turnrl.rl.sources import LocalRunner, OnPolicySource
+
+
+def load_policy(model: Any, run: str | Path) -> None:
+    """Load the policy weights of another run (its folder or its ``checkpoint.pt``) into ``model``, in place.
+
+    Raises:
+        FileNotFoundError: no checkpoint there.
+        ValueError: the checkpoint's weights do not fit ``model`` (a run of another model).
+    """
+    path = Path(run)
+    path = path / "checkpoint.pt" if path.is_dir() else path
+    if not path.is_file():
+        raise FileNotFoundError(f"init_from: no checkpoint at {path} (a finished run's OUT_DIR holds checkpoint.pt)")
+    state = torch.load(path, map_location="cpu", weights_only=False)
+    try:
+        model.load_state_dict(state["model"])
+    except (KeyError, RuntimeError) as e:
+        raise ValueError(f"init_from: the weights in {path} do not fit this model ({str(e)[:200]}); was that run "
+                         f"of another `model`? (it was {state.get('config', {}).get('model')!r})") from e
 
 
 class Trainer:
@@ -67,6 +88,8 @@ class Trainer:
 
             agent = make_agent(config.model, batch_size=batch)
             model, tokenizer = agent.model, agent.tokenizer
+        if config.init_from:
+            load_policy(model, config.init_from)
         if offline is not None:
             offline.check_tokenizer(tokenizer)
         self.learner = Learner(config, self.algorithm, model, tokenizer)
