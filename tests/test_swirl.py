@@ -66,6 +66,13 @@ def test_a_grounded_calculation_whose_result_is_the_answer_is_good():
     # the same calculation twice to farm GOOD steps
     ([("<math_exp>23 + 45</math_exp>", "23 + 45 -> 68"), ("<math_exp>23+45</math_exp>", "23+45 -> 68"),
       ("<answer>68</answer>", None)], 1, "repeats"),
+    # what SWiRL training on SmolLM2 first learned to farm: "calculating" the last result again instead of answering
+    ([("<math_exp>23 + 45</math_exp>", "23 + 45 -> 68"), ("<math_exp>68</math_exp>", "68 -> 68"),
+      ("<answer>68</answer>", None)], 1, "computes nothing"),
+    ([("<math_exp>23 + 45</math_exp>", "23 + 45 -> 68"), ("<math_exp>(68)</math_exp>", "(68) -> 68"),
+      ("<answer>68</answer>", None)], 1, "computes nothing"),
+    ([("<math_exp>23 + 45</math_exp>", "23 + 45 -> 68"), ("<math_exp>68 + 45 - 45</math_exp>", "68 + 45 - 45 -> 68"),
+      ("<answer>68</answer>", None)], 1, "already known"),
     # answering without any tool result (a guess, even a right one)
     ([("<answer>68</answer>", None)], 0, "no tool result"),
     # two calls in one step, an unclosed tag, free text, an expression that does not evaluate, an empty answer
@@ -108,6 +115,11 @@ def test_rows_are_judged_on_their_last_step_without_looking_ahead():
     row = episode("What is 23 + 45?", [("<math_exp>23 + 45</math_exp>", "23 + 45 -> 68")])
     assert RuleStepJudge().label_rows([row])[0].good is True  # a whole trajectory would also need its use later
     assert RuleStepJudge().label_trajectory(row)[0].good is False
+    # the fresh step SWiRL samples at the answer state: a no-op "calculation" of the known result is BAD, the answer GOOD
+    for step, good in (("<math_exp>68</math_exp>", False), ("<math_exp>23 + 45</math_exp>", False),
+                       ("<answer>68</answer>", True)):
+        fresh = episode("What is 23 + 45?", [("<math_exp>23 + 45</math_exp>", "23 + 45 -> 68"), (step, None)])
+        assert RuleStepJudge().label_rows([fresh])[0].good is good, step
 
 
 def test_the_llm_judge_sees_no_gold_answer_and_never_reads_an_unparseable_reply_as_good():

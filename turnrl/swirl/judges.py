@@ -5,9 +5,11 @@ No judge sees the gold answer. A step is one agent turn in the SWiRL format: a c
 
 * :class:`RuleStepJudge` — rule-based process scores where the tool allows them:
 
-  - calculator: the expression evaluates, is not a repeat of an earlier one, and every number in it comes from the
-    question or an earlier tool result (made-up operands are BAD); in a whole trajectory its result must also be
-    used later (in a later expression or the answer);
+  - calculator: the expression evaluates, is not a repeat of an earlier one, computes something (a bare number is
+    BAD) that is not already known (a result equal to an earlier tool result is BAD: ``<math_exp>2</math_exp>``
+    after ``48 - 46 -> 2`` was the first thing SWiRL training learned to farm), and every number in it comes from
+    the question or an earlier tool result (made-up operands are BAD); in a whole trajectory its result must also
+    be used later (in a later expression or the answer);
   - search: a non-empty query that is not a repeat, whose result (when the step was executed) is neither empty
     nor one already seen;
   - answer: it must follow from the tools' results — a number equal to a calculator result, or text found in a
@@ -172,6 +174,15 @@ class RuleStepJudge:
                    if parse_step(t.action.content).kind == "calculator"}
         if _norm(expr) in earlier:
             return StepLabel(False, "repeats an earlier calculation")
+        try:
+            result = float(value)
+        except (TypeError, ValueError):
+            result = None
+        own = numbers(expr)
+        if result is not None and len(own) == 1 and _has(own, result):  # "<math_exp>2</math_exp>": nothing computed
+            return StepLabel(False, "computes nothing (a bare number)")
+        if result is not None and _has([x for r in results for x in numbers(r)], result):
+            return StepLabel(False, "its result is already known from an earlier step")
         known = numbers(question) + [x for r in results for x in numbers(r)]
         made_up = [x for x in numbers(expr) if not _has(known, x) and not _has(known, -x)]
         if made_up:
@@ -179,10 +190,6 @@ class RuleStepJudge:
                                     f"{', '.join(f'{x:g}' for x in made_up[:3])}")
         if later is not None:
             used = [x for t in later for x in numbers(parse_step(t.action.content).text)]
-            try:
-                result = float(value)
-            except (TypeError, ValueError):
-                result = None
             if result is None or not _has(used, result):
                 return StepLabel(False, "its result is never used by a later step")
         return StepLabel(True, "a grounded calculation" + ("" if later is None else " whose result is used"))
