@@ -88,6 +88,36 @@ def _make(env_id: str, kwargs: dict[str, Any], search: list[Path] | None = None)
         fail(f"making {env_id} raised {type(e).__name__}: {e}{error_location(e)}")
 
 
+def _say(text: str) -> None:
+    console.print(text, soft_wrap=True, markup=False, highlight=False)
+
+
+def _check_out(out: str) -> None:
+    """A dataset path must name its format."""
+    if not out.endswith((".parquet", ".jsonl")):
+        fail(f"--out must end in .parquet or .jsonl, got {out!r}")
+
+
+def _dataset_run(env: str, env_kwargs: dict[str, Any], out: str, agent: str, batch_size: int,
+                 tokenizer: str | None, tasks: int, items: str) -> tuple[Any, Any, int]:
+    """What `turnrl rollout` and `turnrl swirl generate` check before sampling: the environment (made first, to fail
+    before a model loads), a warning when its ``items`` are held-out ones, the --out format, then the agent.
+    Returns ``(env, agent, how many of the first ``tasks`` tasks exist)``."""
+    from turnrl.agents import make_agent
+
+    probe = _make(env, env_kwargs)
+    split, held = getattr(probe, "split", None), getattr(probe, "held_out_split", None)
+    if split is not None and split == held:
+        _say(f"warning: these are {env}'s held-out ({split}) {items}; a policy trained on them is then evaluated on "
+             "what it trained on (pass --kw split=train)")
+    _check_out(out)
+    try:
+        the_agent = make_agent(agent, batch_size=batch_size, tokenizer=tokenizer)
+    except (ValueError, OSError, ImportError) as e:
+        fail(str(e))
+    return probe, the_agent, min(tasks, len(probe)) if hasattr(probe, "__len__") else tasks
+
+
 def _summary(env_id: str) -> str:
     import gymnasium as gym
     from gymnasium.envs.registration import load_env_creator
@@ -273,24 +303,12 @@ def rollout(
     log-probabilities and identity, as Trajectories; resumable (tasks already in --out are skipped)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from turnrl.agents import SamplingParams, make_agent
+    from turnrl.agents import SamplingParams
     from turnrl.rl.collect import rollout_dataset
 
     env_kwargs = parse_kwargs(kw)
-    probe = _make(env, env_kwargs)  # fail fast, before loading a model
-    split, held = getattr(probe, "split", None), getattr(probe, "held_out_split", None)
-    if split is not None and split == held:
-        console.print(f"warning: these are {env}'s held-out ({split}) tasks; a policy trained on them is then "
-                      "evaluated on what it trained on (pass --kw split=train)", soft_wrap=True, markup=False,
-                      highlight=False)
-    if not out.endswith((".parquet", ".jsonl")):
-        fail(f"--out must end in .parquet or .jsonl, got {out!r}")
-    try:
-        the_agent = make_agent(agent, batch_size=batch_size, tokenizer=tokenizer)
-    except (ValueError, OSError, ImportError) as e:
-        fail(str(e))
+    _, the_agent, n = _dataset_run(env, env_kwargs, out, agent, batch_size, tokenizer, tasks, "tasks")
     params = SamplingParams(temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens)
-    n = min(tasks, len(probe)) if hasattr(probe, "__len__") else tasks
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console) as progress:
         bar = progress.add_task(env, total=n * samples)
@@ -461,10 +479,6 @@ app.command("check-template")(check_template_command)
 
 # ---- turnrl swirl: SWiRL's data pipeline ----
 
-def _say(text: str) -> None:
-    console.print(text, soft_wrap=True, markup=False, highlight=False)
-
-
 @swirl_app.command("generate")
 def swirl_generate(
     env: Annotated[str, typer.Option("--env", help="e.g. turnrl/Arithmetic-v0 with --kw tool_style=swirl")],
@@ -491,25 +505,13 @@ def swirl_generate(
     generating model and are taken out of what is stored (--keep-demos keeps them)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from turnrl.agents import make_agent
     from turnrl.swirl.generate import generate
 
     env_kwargs = parse_kwargs(kw)
-    probe = _make(env, env_kwargs)  # fail fast, before loading a model
+    probe, the_agent, n = _dataset_run(env, env_kwargs, out, agent, batch_size, tokenizer, tasks, "questions")
     if not getattr(probe.unwrapped, "stop", ()):
         _say(f"note: {env} declares no stop strings, so a turn may hold several steps; SWiRL's format is "
              "--kw tool_style=swirl")
-    split, held = getattr(probe, "split", None), getattr(probe, "held_out_split", None)
-    if split is not None and split == held:
-        _say(f"warning: these are {env}'s held-out ({split}) questions; a policy trained on them is then evaluated "
-             "on what it trained on (pass --kw split=train)")
-    if not out.endswith((".parquet", ".jsonl")):
-        fail(f"--out must end in .parquet or .jsonl, got {out!r}")
-    try:
-        the_agent = make_agent(agent, batch_size=batch_size, tokenizer=tokenizer)
-    except (ValueError, OSError, ImportError) as e:
-        fail(str(e))
-    n = min(tasks, len(probe)) if hasattr(probe, "__len__") else tasks
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console, transient=True) as progress:
         bar = progress.add_task(env, total=n * samples)
@@ -540,8 +542,7 @@ def swirl_filter(
 
     if mode not in MODES:
         fail(f"--mode must be one of {', '.join(MODES)}, got {mode!r}")
-    if not out.endswith((".parquet", ".jsonl")):
-        fail(f"--out must end in .parquet or .jsonl, got {out!r}")
+    _check_out(out)
     try:
         trajs = load(data)
     except (OSError, ValueError) as e:
@@ -571,8 +572,7 @@ def swirl_decompose(
     from turnrl.storage import load, save
     from turnrl.swirl.steps import decompose_all
 
-    if not out.endswith((".parquet", ".jsonl")):
-        fail(f"--out must end in .parquet or .jsonl, got {out!r}")
+    _check_out(out)
     try:
         trajs = load(data)
         rows = decompose_all(trajs)

@@ -73,7 +73,7 @@ class HotPotQAEnv(ToolEnv):
         max_searches: tool calls allowed per episode; later calls are refused with a message.
         tool_style: ``"hermes"`` or ``"swirl"`` (SWiRL's tags, :mod:`turnrl.envs.swirl_format`:
             ``<search_query>``, plus ``<lookup>TITLE</lookup>``, then ``<answer>``; a turn ends at a closing tag
-            (``stop``), few-shot ``demos`` in the system prompt, at most 5 steps by default).
+            (``stop``), few-shot ``demos`` (see ``demos_in``), at most 5 steps by default).
         max_turns: default ``max_searches + 1`` (swirl: at most 5).
         demos: with ``tool_style="swirl"``: ``"default"``, ``"none"``, a file path or the demonstrations' text.
         demos_in: ``"turns"`` (default: as earlier chat turns before the question) or ``"system"``.

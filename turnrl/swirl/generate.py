@@ -125,8 +125,8 @@ def generate(agent: Any, agent_name: str, env_id: str, env_kwargs: dict[str, Any
     env_kwargs = dict(env_kwargs or {})
     params = SamplingParams(temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens)
     out = Path(out)
-    probe = make(env_id, **env_kwargs).unwrapped
-    demos = () if keep_demos else tuple(getattr(probe, "prompt_demos", ()))
+    probe = None if keep_demos else make(env_id, **env_kwargs).unwrapped
+    demos = tuple(getattr(probe, "prompt_demos", ()))
     renderer = ChatRenderer(agent.tokenizer, getattr(probe, "tool_schemas", lambda: [])()) if demos else None
     retried: set[int] = set()
     failed: set[int] = set()

@@ -32,10 +32,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
+from turnrl.tools.parsers import TagParser
 from turnrl.types import Message, Trajectory, Turn
 
 TOOL_TAGS = {"math_exp": "calculator", "search_query": "search"}
-_CALL = re.compile(r"<(math_exp|search_query)>(.*?)</\1>", re.S)
+_PARSER = TagParser(TOOL_TAGS)  # the environments' own parser of SWiRL's tags
 _ANSWER = re.compile(r"<answer>(.*?)</answer>", re.S)
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
 
@@ -65,12 +66,11 @@ class Step:
 
 def parse_step(text: str) -> Step:
     """Parse one SWiRL-format agent turn (a tool call first, as the environment reads it; else an answer)."""
-    calls = _CALL.findall(text)
+    calls = _PARSER.parse(text).calls
     if len(calls) > 1:
         return Step("invalid", f"{len(calls)} tool calls in one step (one per step)")
     if calls:
-        tag, body = calls[0]
-        return Step(TOOL_TAGS[tag], body.strip())
+        return Step(calls[0].name, calls[0].raw or "")  # type: ignore[arg-type] — the tool names are step kinds
     for tag in (*TOOL_TAGS, "answer"):
         if f"<{tag}>" in text and f"</{tag}>" not in text:
             return Step("invalid", f"<{tag}> opened but never closed")
