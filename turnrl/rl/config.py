@@ -72,6 +72,33 @@ class RayConfig(BaseModel):
     connect_timeout: float = Field(30.0, gt=0, description="seconds to reach the cluster at `address`")
 
 
+class LearnerConfig(BaseModel):
+    """Where the learner runs: in the driver's process (``torch``), or as a group of data-parallel DeepSpeed ranks
+    on Ray (``deepspeed``; needs ``placement: ray`` and the ``deepspeed`` package)."""
+
+    model_config = ConfigDict(extra="forbid")
+    backend: Literal["torch", "deepspeed"] = "torch"
+    ranks: int = Field(1, ge=1, description="data-parallel ranks (Ray actors), one DeepSpeed process group")
+    zero_stage: int = Field(2, ge=0, le=3, description="ZeRO stage: 0 = plain data parallel, 1 optimizer states, "
+                            "2 + gradients, 3 + parameters partitioned over the ranks")
+    rank_cpus: float = Field(0.5, gt=0, description="CPUs reserved per rank; a rank runs max(1, int(rank_cpus)) "
+                             "torch threads")
+    rank_gpus: float = Field(0.0, ge=0, description="GPUs per rank (NCCL when > 0, gloo on CPU otherwise)")
+    timeout: float = Field(600.0, gt=0, description="seconds any collective or any wait on a rank may take before "
+                           "it is an error that names the rank and the operation")
+    export_bucket_mb: float = Field(256.0, gt=0, description="weights are gathered and published in buckets of "
+                                    "about this size, never all at once")
+    start_timeout: float = Field(300.0, gt=0, description="seconds the ranks may take to start (load the model, "
+                                 "build DeepSpeed's CPU ops the first time)")
+
+    @model_validator(mode="after")
+    def _ranks_need_deepspeed(self) -> LearnerConfig:
+        if self.backend == "torch" and self.ranks > 1:
+            raise ValueError(f"learner.ranks={self.ranks} needs learner.backend=deepspeed (the torch learner is one "
+                             "process)")
+        return self
+
+
 class DataConfig(BaseModel):
     """Stored training data: Trajectories for offline algorithms (dqo, dpo, rft, sft; e.g. written by ``turnrl
     rollout``), or the step rows whose states swirl samples from (``turnrl swirl decompose``)."""
@@ -99,6 +126,7 @@ class TrainConfig(BaseModel):
     placement: Literal["local", "ray"] = Field("local", description="where rollouts run: in this process, or on "
                                                "Ray rollout workers (options under `ray`)")
     ray: RayConfig = Field(default_factory=RayConfig)
+    learner: LearnerConfig = Field(default_factory=LearnerConfig)
     steps: int = Field(20, ge=1)
     seed: int = 0
     eval_every: int = Field(0, ge=0, description="0 = only before and after training")
@@ -121,6 +149,8 @@ class TrainConfig(BaseModel):
     def _placement_options(self) -> TrainConfig:
         if self.placement == "local" and "ray" in self.model_fields_set:
             raise ValueError("`ray` options are set but placement is 'local'; add placement=ray (or drop them)")
+        if self.learner.backend == "deepspeed" and self.placement != "ray":
+            raise ValueError("learner.backend=deepspeed runs its ranks as Ray actors: add placement=ray")
         return self
 
     @model_validator(mode="after")

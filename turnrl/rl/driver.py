@@ -52,7 +52,7 @@ class Driver:
         """
         self.out.mkdir(parents=True, exist_ok=True)
         # the run's config beside its outputs (`turnrl view` reads the model's tokenizer from it)
-        config = self.cfg.model_dump(mode="json", exclude={"ray"} if self.cfg.placement == "local" else None)
+        config = self.cfg.model_dump(mode="json", exclude={"ray", "learner"} if self.cfg.placement == "local" else None)
         (self.out / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))  # `turnrl train` loads it
         tracker = Tracker(self.out, self.cfg.wandb, self.cfg.model_dump())
         try:
@@ -85,7 +85,7 @@ class Driver:
         info["seconds"] = time.perf_counter() - t0
         info["tokens_per_s"] = info["generated_tokens"] / max(info["seconds"], 1e-9)
         info["train_tokens_per_s"] = info.get("train_tokens", 0.0) / max(info["seconds"], 1e-9)
-        info["lr"] = self.learner.scheduler.get_last_lr()[0]
+        info["lr"] = self.learner.lr
         if self.step == self.cfg.steps or (self.cfg.eval_every and self.step % self.cfg.eval_every == 0):
             info["eval_success"] = self.evaluate(self.out / "eval" / f"step-{self.step}")
         warnings = check_health(self.history, info, self.cfg.rollout.max_new_tokens)

@@ -154,7 +154,31 @@ class Learner:
         self.optimizer.zero_grad(set_to_none=True)
         return grad_norm
 
+    # ---- what a learner group's rank overrides (turnrl.rl.placement.deepspeed_rank) ----
+
+    def micro_batches(self, window: torch.Tensor, exp: Experience) -> list[torch.Tensor | None]:
+        """The micro-batches this process runs of one optimizer step's rows ``window`` (``None``: a stand-in
+        micro-batch whose loss counts zero, for ranks that must match their peers' number of passes)."""
+        return [window[i : i + self.cfg.optim.minibatch_size] for i in range(0, len(window), self.cfg.optim.minibatch_size)]
+
+    def all_reduce(self, value: torch.Tensor, op: str = "sum") -> torch.Tensor:
+        """Combine ``value`` over the ranks of a learner group (``sum`` or ``max``); one process: itself."""
+        return value
+
+    def backward(self, loss: torch.Tensor, last: bool) -> None:
+        """Backpropagate one micro-batch's loss (``last``: the optimizer step's final micro-batch)."""
+        loss.backward()
+
     # ---- one training step ----
+
+    def windows(self, n: int) -> list[torch.Tensor]:
+        """The rows of each optimizer step of one epoch: ``grad_accum`` × ``minibatch_size`` consecutive rows.
+
+        A learner group splits each window over its ranks, so ranks change how a step is computed, never what."""
+        o = self.cfg.optim
+        size = o.minibatch_size * o.grad_accum
+        order = torch.arange(n, device=self.device)
+        return [order[i : i + size] for i in range(0, n, size)]
 
     def update(self, trajectories: Sequence[Trajectory]) -> dict[str, float]:
         """Prepare, then ``epochs`` passes of optimizer steps over micro-batches; the version goes up by one.
@@ -168,44 +192,54 @@ class Learner:
         exp, info = self.prepare(trajectories)
         if exp is None:
             return {**info, "skipped": 1.0}
-        o = self.cfg.optim
         train_policy = self.algorithm.trains_policy(self.updates)
-        sums: dict[str, float] = {}
-        n_micro = n_windows = 0
+        sums: dict[str, torch.Tensor] = {}
+        zero = torch.zeros((), dtype=torch.float64)
+        n_micro = zero.clone()
+        n_windows = 0
         first_logp = torch.zeros_like(exp.batch.old_logp)
-        first_after = [0] * len(exp)
+        first_after = torch.full((len(exp),), -1.0, device=self.device)
         self.model.train()
         if self.critic is not None:
             self.critic.train()
-        for epoch in range(o.epochs):
-            order = torch.arange(len(exp), device=self.device)
-            chunks = [order[i : i + o.minibatch_size] for i in range(0, len(exp), o.minibatch_size)]
-            for w in range(0, len(chunks), o.grad_accum):
-                rows = chunks[w : w + o.grad_accum]
-                window = [exp.select(idx) for idx in rows]
-                counts = _sum_counts([self.counts(mb) for mb in window])
-                window_loss = 0.0
-                for idx, mb in zip(rows, window):
+        for epoch in range(self.cfg.optim.epochs):
+            for window in self.windows(len(exp)):
+                plan = self.micro_batches(window, exp)
+                parts = [exp.select(idx if idx is not None else window[:1]) for idx in plan]
+                counts = _sum_counts([self.counts(mb) if idx is not None else
+                                      {k: v * 0 for k, v in self.counts(mb).items()} for idx, mb in zip(plan, parts)],
+                                     self.all_reduce)
+                window_loss = torch.zeros((), dtype=torch.float64)
+                for j, (idx, mb) in enumerate(zip(plan, parts)):
                     loss, metrics, fwd = self.micro_loss(mb, counts, train_policy)
-                    loss.backward()
+                    if idx is None:  # a stand-in: same passes as the peers, nothing learned
+                        loss = loss * 0.0
+                    self.backward(loss, last=j == len(plan) - 1)
+                    if idx is None:
+                        continue
                     window_loss += float(loss.detach())
                     if epoch == 0:  # the learner's first look at each row
                         first_logp[idx] = fwd.logp.detach().float()
-                        for r in idx.tolist():
-                            first_after[r] = n_windows
+                        first_after[idx] = float(n_windows)
                     for key, v in metrics.items():
-                        sums[key] = sums.get(key, 0.0) + float(v)
+                        sums[key] = sums.get(key, zero) + float(v)
                     n_micro += 1
                 grad_norm = self.optimizer_step()
-                sums["grad_norm"] = sums.get("grad_norm", 0.0) + float(grad_norm)
-                sums["loss"] = sums.get("loss", 0.0) + window_loss
+                sums["grad_norm"] = sums.get("grad_norm", zero) + float(grad_norm)
+                sums["loss"] = sums.get("loss", zero) + self.all_reduce(window_loss)
                 n_windows += 1
         self.scheduler.step()
         self.updates += 1
         self.version += 1
         self.model.eval()
+        # every rank's micro-batch metrics, first looks and counts, so that each rank reports the whole step
+        n_micro = self.all_reduce(n_micro).clamp(min=1)
+        first_logp = self.all_reduce(first_logp)
+        first_after = self.all_reduce(first_after, "max").long().tolist()
+        micro = {k: self.all_reduce(v) / n_micro for k, v in sums.items() if k not in ("grad_norm", "loss")}
+        out = {k: float(v) for k, v in micro.items()}
+        out.update(grad_norm=float(sums["grad_norm"]) / n_windows, loss=float(sums["loss"]) / n_windows)
         _annotate(_trainable(trajectories), exp, first_logp, first_after)
-        out = {k: v / (n_windows if k in ("grad_norm", "loss") else n_micro) for k, v in sums.items()}
         b = exp.batch
         # rollout vs learner on the same weights: the rows scored before the first optimizer step
         same = torch.tensor([a == 0 for a in first_after], device=b.loss_mask.device)[:, None] * b.loss_mask
@@ -220,6 +254,11 @@ class Learner:
         if not train_policy:
             out["critic_only"] = 1.0
         return out
+
+    @property
+    def lr(self) -> float:
+        """The policy's current learning rate."""
+        return float(self.scheduler.get_last_lr()[0])
 
     # ---- weights and state ----
 
@@ -263,6 +302,8 @@ def _annotate(kept: list[Trajectory], exp: Experience, learner_logp: torch.Tenso
         traj.metadata["learner_logprobs_after"] = after[i]
 
 
-def _sum_counts(parts: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
-    """Add up the counts of the micro-batches of one optimizer step (``clamp(min=1)``: an empty mask divides by 1)."""
-    return {k: sum((p[k] for p in parts), torch.zeros(())).clamp(min=1) for k in parts[0]}
+def _sum_counts(parts: list[dict[str, torch.Tensor]], reduce: Any = None) -> dict[str, torch.Tensor]:
+    """Add up the counts of the micro-batches of one optimizer step (and, with ``reduce``, over the ranks of a
+    learner group); ``clamp(min=1)``: an empty mask divides by 1."""
+    out = {k: sum((p[k] for p in parts), torch.zeros(())) for k in parts[0]}
+    return {k: (reduce(v) if reduce is not None else v).clamp(min=1) for k, v in out.items()}

@@ -92,7 +92,12 @@ class Trainer:
             load_policy(model, config.init_from)
         if offline is not None:
             offline.check_tokenizer(tokenizer)
-        self.learner = Learner(config, self.algorithm, model, tokenizer)
+        if config.learner.backend == "deepspeed":  # M DeepSpeed ranks on Ray; `model` stays as the published copy
+            from turnrl.rl.placement.learner_group import LearnerGroup
+
+            self.learner: Any = LearnerGroup(config, model, tokenizer)
+        else:
+            self.learner = Learner(config, self.algorithm, model, tokenizer)
         self.agent = HFAgent(model, tokenizer, batch_size=batch)
         self.runner: Any = None
         if offline is not None:
@@ -111,7 +116,7 @@ class Trainer:
         self.driver = Driver(config, self.learner, self.source, self.evaluate)
 
     # the parts, under the names the first trainer had
-    model = property(lambda self: self.learner.model)
+    model = property(lambda self: self.agent.model)
     tokenizer = property(lambda self: self.learner.tokenizer)
     value_head = property(lambda self: self.learner.value_head)
     critic = property(lambda self: self.learner.critic)
@@ -150,10 +155,11 @@ class Trainer:
         self.driver.load(path)
 
     def close(self) -> None:
-        """Release the placement's resources (Ray workers)."""
-        close = getattr(self.runner, "close", None)
-        if close is not None:
-            close()
+        """Release the placement's resources (Ray workers, learner ranks)."""
+        for part in (self.runner, self.learner):
+            close = getattr(part, "close", None)
+            if close is not None:
+                close()
 
 
 __all__ = ["EnvConfig", "OptimConfig", "RayConfig", "RolloutConfig", "TrainConfig", "Trainer", "load_config"]

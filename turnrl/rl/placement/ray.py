@@ -152,8 +152,11 @@ class RayRunner:
     def _weights(self) -> tuple[int, Any]:
         """The learner's current ``(version, object ref)``, put in the object store once per version."""
         if self.pushed is None or self.pushed[0] != self.learner.version:
-            version, state = self.learner.export_weights()
-            self.pushed = (version, _ray().put(state))
+            if hasattr(self.learner, "export_ref"):  # a learner group: rank 0 already put them in the object store
+                self.pushed = self.learner.export_ref()
+            else:
+                version, state = self.learner.export_weights()
+                self.pushed = (version, _ray().put(state))
         return self.pushed
 
     # ---- one round ----

@@ -1,0 +1,299 @@
+"""One rank of the DeepSpeed learner group: a Ray actor that is one process of a data-parallel DeepSpeed group.
+
+:class:`turnrl.rl.placement.learner_group.LearnerGroup` starts ``learner.ranks`` of these (``ray.remote(
+DeepSpeedRank)``); this module imports neither Ray nor DeepSpeed at the top, so it can be read on its own.
+
+How a rank computes exactly what one process computes (:class:`RankLearner`, the learner core with four hooks):
+
+* Every rank receives the whole step's Trajectories and prepares them (advantages over whole groups and over the
+  batch — whitening needs every row). The *training* is split: each optimizer step's rows (the local learner's
+  window of ``grad_accum × minibatch_size`` rows) are cut into one contiguous part per rank at group boundaries
+  (:func:`shard_rows`), so a group's shared prompt stays on one rank.
+* The loss normalizers (token counts, sequence counts) of a window are **all-reduced**: each micro-batch's loss is
+  divided by the count over every rank's micro-batches, as in one process.
+* DeepSpeed averages gradients over the ranks (a ``1/M`` the single process does not have) and, by default,
+  divides each loss by the accumulation steps: the rank multiplies its loss by ``M``, calls ``backward`` with
+  ``scale_wrt_gas=False`` and marks the accumulation boundary itself. Summed gradients = the single process's.
+* Ranks run the same number of passes per step (ZeRO-3 gathers parameters in every forward, and every backward
+  takes part in the gradient reduction): a rank with fewer micro-batches runs stand-ins whose loss is multiplied
+  by 0. Under ZeRO-3 the shared-prompt pass is off, so every micro-batch is exactly one forward call on every rank.
+
+Weights leave the group through :meth:`DeepSpeedRank.export`: every rank gathers the ZeRO-3 partitions bucket by
+bucket in the same order, and rank 0 keeps a CPU copy. Every collective has the process group's timeout
+(``learner.timeout``), so a dead peer is an error, not a hang.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import shutil
+import socket
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from turnrl.rl.algorithms import Experience, get_algorithm
+from turnrl.rl.config import TrainConfig
+from turnrl.rl.learner import Learner, _trainable
+from turnrl.types import Trajectory
+
+
+def shard_rows(groups: list[int], world: int) -> list[list[int]]:
+    """Cut positions ``0..len(groups)-1`` into ``world`` contiguous parts of about equal size, never inside a run of
+    equal group ids (a group split by the batch's window boundary is cut there, as the single process cuts it).
+
+    A part may be empty (fewer groups than ranks). Pure: every rank computes every rank's part the same way."""
+    runs: list[list[int]] = []
+    for i, g in enumerate(groups):
+        if runs and groups[runs[-1][0]] == g:
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+    parts: list[list[int]] = [[] for _ in range(world)]
+    n, done, r = len(groups), 0, 0
+    for run in runs:
+        # move to the next rank once this one holds its share (the last rank takes the rest)
+        while r < world - 1 and done >= (r + 1) * n / world:
+            r += 1
+        parts[r] += run
+        done += len(run)
+    return parts
+
+
+class _Trainable(torch.nn.Module):
+    """The modules DeepSpeed wraps as one: the policy and, for critic algorithms, the value head or critic."""
+
+    def __init__(self, policy: torch.nn.Module, value: torch.nn.Module | None) -> None:
+        super().__init__()
+        self.policy = policy
+        self.value = value
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        return self.policy(*args, **kwargs)
+
+
+class RankLearner(Learner):
+    """The learner core as rank ``rank`` of ``world`` (see the module docstring); the optimizer is DeepSpeed's."""
+
+    def __init__(self, config: TrainConfig, model: Any, tokenizer: Any, rank: int, world: int) -> None:
+        import deepspeed
+
+        lc = config.learner
+        if lc.zero_stage == 3 and config.optim.share_prompts:  # one forward call per micro-batch on every rank
+            config = config.model_copy(update={"optim": config.optim.model_copy(update={"share_prompts": False})})
+        super().__init__(config, get_algorithm(config.algorithm), model, tokenizer)
+        self.rank, self.world = rank, world
+        ds_config = {
+            "train_micro_batch_size_per_gpu": config.optim.minibatch_size,
+            "gradient_accumulation_steps": 1,  # the boundary is set by hand (see backward)
+            "gradient_clipping": config.optim.grad_clip,
+            "zero_optimization": {"stage": lc.zero_stage},
+            "zero_allow_untested_optimizer": True,
+            "steps_per_print": 2**31 - 1,
+            "wall_clock_breakdown": False,
+        }
+        value = self.critic or self.value_head
+        self.engine, *_ = deepspeed.initialize(model=_Trainable(model, value), optimizer=self.optimizer,
+                                               config=ds_config, dist_init_required=False)
+        # Forward passes go through the engine (ZeRO-3 counts its micro-steps there: called around it, gradients
+        # of a step's earlier micro-batches are overwritten instead of summed); the bare policy is kept for export.
+        self.policy = self.engine.module.policy
+        self.model = self.engine
+
+    # ---- the hooks of the learner core ----
+
+    def micro_batches(self, window: torch.Tensor, exp: Experience) -> list[torch.Tensor | None]:
+        mine = window[shard_rows(exp.batch.group_ids[window].tolist(), self.world)[self.rank]]
+        size = self.cfg.optim.minibatch_size
+        chunks: list[torch.Tensor | None] = [mine[i : i + size] for i in range(0, len(mine), size)]
+        most = int(self.all_reduce(torch.tensor(float(len(chunks))), "max"))
+        return chunks + [None] * (most - len(chunks))
+
+    def all_reduce(self, value: torch.Tensor, op: str = "sum") -> torch.Tensor:
+        import torch.distributed as dist
+
+        t = value.detach().to(self.device).clone()
+        dist.all_reduce(t, op=dist.ReduceOp.MAX if op == "max" else dist.ReduceOp.SUM)
+        return t.to(value.device)
+
+    def backward(self, loss: torch.Tensor, last: bool) -> None:
+        # DeepSpeed averages gradients over the ranks; the loss is already normalized over all of them.
+        self.engine.set_gradient_accumulation_boundary(last)
+        self.engine.backward(loss * self.world, scale_wrt_gas=False)
+
+    def optimizer_step(self) -> torch.Tensor:
+        self.engine.step()
+        norm = self.engine.get_global_grad_norm()
+        return torch.as_tensor(0.0 if norm is None else float(norm))
+
+
+class DeepSpeedRank:
+    """A Ray actor: one rank of the learner group.
+
+    Args:
+        config: the run config as a dict.
+        model: ``[model or ObjectRef]`` — the starting policy (every rank starts from the same weights).
+        tokenizer: the policy's tokenizer.
+        rank, world: this rank and the group's size.
+    """
+
+    def __init__(self, config: dict[str, Any], model: list[Any], tokenizer: Any, rank: int, world: int) -> None:
+        self.cfg = TrainConfig.model_validate(config)
+        torch.set_num_threads(max(1, int(self.cfg.learner.rank_cpus)))
+        self.rank, self.world = rank, world
+        self._model, self.tokenizer = model[0], tokenizer
+        self.learner: RankLearner | None = None
+
+    def address(self) -> tuple[str, int]:
+        """Rank 0: the host and a free port for the group's rendezvous."""
+        try:
+            import ray
+
+            host = ray.util.get_node_ip_address()
+        except Exception:  # noqa: BLE001 — outside Ray (a test calling the class directly)
+            host = "127.0.0.1"
+        with socket.socket() as s:
+            s.bind(("", 0))
+            return host, s.getsockname()[1]
+
+    def setup(self, master: str, port: int) -> dict[str, Any]:
+        """Join the process group (gloo on CPU, NCCL with a GPU; collectives time out after ``learner.timeout``)
+        and build the DeepSpeed engine. Returns the pid and the device."""
+        import deepspeed
+
+        policy = self._model
+        if not isinstance(policy, torch.nn.Module):
+            import ray
+
+            policy = ray.get(policy, timeout=self.cfg.learner.start_timeout)
+        gpu = self.cfg.learner.rank_gpus > 0 and torch.cuda.is_available()
+        os.environ.update(MASTER_ADDR=master, MASTER_PORT=str(port), RANK=str(self.rank), LOCAL_RANK="0",
+                          WORLD_SIZE=str(self.world), LOCAL_WORLD_SIZE="1")
+        deepspeed.init_distributed("nccl" if gpu else "gloo", auto_mpi_discovery=False,
+                                   timeout=datetime.timedelta(seconds=self.cfg.learner.timeout))
+        if gpu:
+            policy = policy.to("cuda")
+        self.learner = RankLearner(self.cfg, policy, self.tokenizer, self.rank, self.world)
+        self._model = None
+        return {"rank": self.rank, "pid": os.getpid(), "device": str(self.learner.device)}
+
+    def _ready(self) -> RankLearner:
+        if self.learner is None:
+            raise RuntimeError(f"learner rank {self.rank} is not set up (setup() was not called)")
+        return self.learner
+
+    def update(self, trajectories: list[Trajectory]) -> tuple[dict[str, float], list[dict[str, Any]] | None]:
+        """One training step on the whole batch (this rank trains its share). Rank 0 also returns, per trained
+        trajectory, the metadata the learner wrote (advantages, learner log-probabilities)."""
+        learner = self._ready()
+        metrics = learner.update(trajectories)
+        metrics["lr"] = learner.lr
+        if self.rank != 0:
+            return metrics, None
+        keys = ("advantages", "learner_logprobs", "learner_logprobs_after")
+        return metrics, [{k: t.metadata[k] for k in keys if k in t.metadata} for t in _trainable(trajectories)]
+
+    def export(self, bucket_mb: float) -> dict[str, torch.Tensor] | None:
+        """The policy's full weights as a CPU state dict on rank 0 (None elsewhere). Under ZeRO-3 every rank must
+        call this: partitions are gathered in buckets of about ``bucket_mb``, in the same order on every rank."""
+        import deepspeed
+
+        model = self._ready().policy
+        keys = list(model.state_dict().keys())
+        named = dict(model.named_parameters(remove_duplicate=False))
+        buffers = dict(model.named_buffers())
+        out: dict[str, torch.Tensor] = {}
+        if self.cfg.learner.zero_stage < 3:
+            if self.rank == 0:
+                out = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+            return out if self.rank == 0 else None
+        # ZeRO-3: gather distinct parameters bucket by bucket; tied names share one copy
+        names_of: dict[int, list[str]] = {}
+        order: list[torch.nn.Parameter] = []
+        for k in keys:
+            if k in named:
+                p = named[k]
+                if id(p) not in names_of:
+                    names_of[id(p)] = []
+                    order.append(p)
+                names_of[id(p)].append(k)
+        limit = self.cfg.learner.export_bucket_mb * 2**20
+        bucket: list[torch.nn.Parameter] = []
+        size = 0
+
+        def flush() -> None:
+            with deepspeed.zero.GatheredParameters(bucket, modifier_rank=None):
+                if self.rank == 0:
+                    for p in bucket:
+                        copy = p.detach().to("cpu", copy=True)
+                        for k in names_of[id(p)]:
+                            out[k] = copy
+            bucket.clear()
+
+        for p in order:
+            bucket.append(p)
+            size += getattr(p, "ds_numel", p.numel()) * p.element_size()
+            if size >= limit:
+                flush()
+                size = 0
+        if bucket:
+            flush()
+        if self.rank != 0:
+            return None
+        for k in keys:
+            if k not in out and k in buffers:
+                out[k] = buffers[k].detach().to("cpu", copy=True)
+        return {k: out[k] for k in keys}
+
+    def score(self, input_ids: list[list[int]], temperature: float = 1.0) -> list[list[float]]:
+        """The policy's log-probability of each token given the ones before (position 0: 0.0). Every rank calls
+        this under ZeRO-3 (the forward gathers parameters)."""
+        from turnrl.rl.forward import token_logprobs
+
+        learner = self._ready()
+        n = max(len(s) for s in input_ids)
+        ids = torch.zeros((len(input_ids), n), dtype=torch.long, device=learner.device)
+        mask = torch.zeros_like(ids)
+        for i, s in enumerate(input_ids):
+            ids[i, : len(s)] = torch.tensor(s)
+            mask[i, : len(s)] = 1
+        with torch.no_grad():
+            logp, _ = token_logprobs(learner.model, ids, mask, temperature)
+        return [logp[i, : len(s)].tolist() for i, s in enumerate(input_ids)]
+
+    # ---- checkpoints ----
+
+    def save(self, folder: str, tag: str) -> str:
+        """Write DeepSpeed's sharded checkpoint ``folder/tag`` (every rank writes its shard) with the scheduler,
+        version and update count; rank 0 then removes older tags."""
+        import torch.distributed as dist
+
+        learner = self._ready()
+        learner.engine.save_checkpoint(folder, tag=tag, client_state={
+            "scheduler": learner.scheduler.state_dict(), "version": learner.version, "updates": learner.updates})
+        dist.barrier()
+        if self.rank == 0:
+            for old in Path(folder).iterdir():
+                if old.is_dir() and old.name != tag:
+                    shutil.rmtree(old, ignore_errors=True)
+        return tag
+
+    def load(self, folder: str, tag: str) -> dict[str, int]:
+        """Restore :meth:`save`'s checkpoint (parameters, optimizer, scheduler, version)."""
+        learner = self._ready()
+        path, client = learner.engine.load_checkpoint(folder, tag=tag, load_optimizer_states=True,
+                                                      load_lr_scheduler_states=False)
+        if path is None:
+            raise FileNotFoundError(f"learner rank {self.rank}: no DeepSpeed checkpoint {tag!r} in {folder}")
+        learner.scheduler.load_state_dict(client["scheduler"])
+        learner.version, learner.updates = client["version"], client["updates"]
+        return {"version": learner.version, "updates": learner.updates}
+
+    def close(self) -> None:
+        """Leave the process group."""
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            dist.destroy_process_group()

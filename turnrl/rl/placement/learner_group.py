@@ -1,0 +1,210 @@
+"""The DeepSpeed learner group (``learner: {backend: deepspeed, ranks: M, zero_stage: 0–3}``, ``placement: ray``).
+
+:class:`LearnerGroup` stands where the driver expects a :class:`~turnrl.rl.learner.Learner` (``update``,
+``version``, ``lr``, ``export_weights``, ``state_dict``) and runs the learner as ``M`` Ray actors that form one
+DeepSpeed process group (:mod:`turnrl.rl.placement.deepspeed_rank`: gloo with ``DS_ACCELERATOR=cpu`` on CPU,
+NCCL on GPUs). The update equals one process's on the whole batch (the rank module says how).
+
+After each update the group publishes a versioned copy of the weights: every rank takes part in gathering them
+(ZeRO-3 partitions, in buckets), rank 0 returns them into Ray's object store, and the rollout workers fetch that
+object (:meth:`export_ref`); the driver's copy of the policy (held-out evaluation, ``checkpoint.pt``) loads it too.
+
+Every remote wait has ``learner.timeout``; a rank that dies or overruns is an error that names the rank and the
+operation, and the group is stopped (its process group cannot continue without the rank). Checkpoints are
+DeepSpeed's own, sharded (``OUT_DIR/deepspeed/update-N``); the driver's ``checkpoint.pt`` points at them and holds
+the published weights, so ``init_from`` and ``turnrl eval`` read a group's run like any other.
+
+The first start of DeepSpeed on CPU compiles its shared-memory op (about a minute); ``TORCH_EXTENSIONS_DIR``
+(default ``~/.cache/turnrl/torch_extensions``) keeps it for later runs.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from turnrl.rl.config import TrainConfig
+from turnrl.rl.learner import _trainable
+from turnrl.rl.placement.ray import RayPlacementError, _cause, _ray, connect
+from turnrl.types import Trajectory
+
+logger = logging.getLogger(__name__)
+
+
+class LearnerGroupError(RayPlacementError):
+    """A rank of the learner group died, overran ``learner.timeout``, or failed; the message names it."""
+
+
+def extensions_dir() -> str:
+    """Where DeepSpeed's compiled CPU ops are kept between runs (``TORCH_EXTENSIONS_DIR`` if set)."""
+    return os.environ.get("TORCH_EXTENSIONS_DIR") or str(Path.home() / ".cache" / "turnrl" / "torch_extensions")
+
+
+class LearnerGroup:
+    """``learner.ranks`` DeepSpeed ranks on Ray, used like the local learner (see the module docstring).
+
+    Args:
+        config: the run config (``learner``, ``ray``, ``optim``, ``algorithm``, ``out_dir``).
+        model, tokenizer: the starting policy (sent to every rank once) and its tokenizer; ``model`` stays in the
+            driver as the published copy (it loads every new version).
+    """
+
+    def __init__(self, config: TrainConfig, model: Any, tokenizer: Any) -> None:
+        try:
+            import deepspeed  # noqa: F401 — fail here, with the fix, rather than in every rank
+        except ImportError as e:
+            raise LearnerGroupError("learner.backend=deepspeed needs the `deepspeed` package; on CPU install it with "
+                                    "`DS_BUILD_OPS=0 DS_ACCELERATOR=cpu pip install --no-build-isolation deepspeed` "
+                                    "(scripts/setup.sh does)") from e
+        self.cfg, self.model, self.tokenizer = config, model, tokenizer
+        self.version = self.updates = 0
+        self._lr = config.optim.lr if not config.optim.warmup_steps else config.optim.lr / config.optim.warmup_steps
+        self.ranks: list[Any] = []
+        lc, rc = config.learner, config.ray
+        self.started = connect(rc.address, rc.num_cpus, rc.connect_timeout)
+        ray = _ray()
+        free = ray.available_resources().get("CPU", 0.0)
+        if lc.ranks * lc.rank_cpus > free + 1e-9:
+            self.close()
+            raise LearnerGroupError(f"{lc.ranks} learner ranks × learner.rank_cpus={lc.rank_cpus} need "
+                                    f"{lc.ranks * lc.rank_cpus:g} CPUs but the cluster has {free:g} free; lower "
+                                    "learner.ranks or learner.rank_cpus")
+        from turnrl.rl.placement.deepspeed_rank import DeepSpeedRank
+
+        threads = str(max(1, int(lc.rank_cpus)))
+        env = {"OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads, "TOKENIZERS_PARALLELISM": "false",
+               "TORCH_EXTENSIONS_DIR": extensions_dir(), "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+        if lc.rank_gpus == 0:
+            env["DS_ACCELERATOR"] = "cpu"  # must be set before deepspeed is imported in the rank
+        actor = ray.remote(DeepSpeedRank).options(num_cpus=lc.rank_cpus, num_gpus=lc.rank_gpus, max_restarts=0,
+                                                  runtime_env={"env_vars": env})
+        model_ref = ray.put(model)
+        self._published: tuple[int, Any] | None = None
+        try:
+            self.ranks = [actor.remote(config.model_dump(), [model_ref], tokenizer, r, lc.ranks)
+                          for r in range(lc.ranks)]
+            host, port = self._wait([self.ranks[0].address.remote()], "rendezvous", lc.start_timeout, [0])[0]
+            self.info = self._wait([r.setup.remote(host, port) for r in self.ranks], "setup", lc.start_timeout)
+        except BaseException:
+            self.close()
+            raise
+
+    # ---- waits that name the rank ----
+
+    def _wait(self, refs: list[Any], op: str, timeout: float | None = None, which: Sequence[int] | None = None
+              ) -> list[Any]:
+        """Results of ``refs`` (one per rank in ``which``, default all) within ``timeout`` (``learner.timeout``);
+        the first rank that fails or dies stops the group with an error naming it and ``op``."""
+        ray = _ray()
+        which = list(range(len(refs))) if which is None else list(which)
+        timeout = self.cfg.learner.timeout if timeout is None else timeout
+        rank_of = {ref: r for ref, r in zip(refs, which)}
+        results: dict[int, Any] = {}
+        pending, deadline = list(refs), time.monotonic() + timeout
+        while pending:
+            left = deadline - time.monotonic()
+            done, pending = ray.wait(pending, num_returns=1, timeout=max(left, 0.0))
+            if not done:
+                late = sorted(rank_of[p] for p in pending)
+                self.close()
+                raise LearnerGroupError(f"learner rank(s) {late} did not finish {op} within learner.timeout="
+                                        f"{timeout:g}s; the group was stopped")
+            r = rank_of[done[0]]
+            try:
+                results[r] = ray.get(done[0])
+            except ray.exceptions.RayError as e:
+                died = isinstance(e, ray.exceptions.RayActorError)
+                self.close()
+                raise LearnerGroupError(f"learner rank {r} {'died' if died else 'failed'} during {op}: "
+                                        f"{_cause(e)}; the group was stopped (resume from the last checkpoint)") from e
+        return [results[r] for r in which]
+
+    # ---- the learner interface ----
+
+    @property
+    def lr(self) -> float:
+        """The policy's learning rate after the last update."""
+        return self._lr
+
+    def update(self, trajectories: Sequence[Trajectory]) -> dict[str, float]:
+        """One training step on every rank; the trained trajectories get the learner's metadata; the new weights
+        are published."""
+        ray = _ray()
+        ref = ray.put(list(trajectories))
+        results = self._wait([r.update.remote(ref) for r in self.ranks], f"update {self.updates + 1}")
+        metrics, notes = results[0]
+        for traj, meta in zip(_trainable(trajectories), notes or []):
+            traj.metadata.update(meta)
+        if "skipped" not in metrics:
+            self.updates += 1
+            self.version = int(metrics["policy_version"])
+        self._lr = metrics.pop("lr", self._lr)
+        t0 = time.perf_counter()
+        self._publish()
+        metrics["export_s"] = time.perf_counter() - t0
+        return metrics
+
+    def _publish(self) -> None:
+        """Gather the weights (every rank), keep rank 0's copy in the object store, load it into the driver's."""
+        if self._published is not None and self._published[0] == self.version:
+            return
+        refs = [r.export.remote(self.cfg.learner.export_bucket_mb) for r in self.ranks]
+        self._wait(refs, f"weight export of version {self.version}")
+        state = _ray().get(refs[0])
+        self.model.load_state_dict(state)
+        self._published = (self.version, refs[0])
+
+    def export_ref(self) -> tuple[int, Any]:
+        """``(version, object ref of the weights)`` for rollout workers."""
+        self._publish()
+        assert self._published is not None
+        return self._published
+
+    def export_weights(self) -> tuple[int, dict[str, Any]]:
+        """``(version, CPU state dict)`` of the published weights."""
+        version, ref = self.export_ref()
+        return version, _ray().get(ref)
+
+    def score(self, input_ids: list[list[int]], temperature: float = 1.0) -> list[list[float]]:
+        """The group's log-probabilities of fixed sequences (rank 0's answer; every rank takes part)."""
+        return self._wait([r.score.remote(input_ids, temperature) for r in self.ranks], "score")[0]
+
+    # ---- checkpoints ----
+
+    def state_dict(self) -> dict[str, Any]:
+        """Write DeepSpeed's sharded checkpoint and return what the driver's checkpoint keeps: where it is, the
+        published weights (for ``init_from`` and ``turnrl eval``), version and update count."""
+        folder, tag = str(Path(self.cfg.out_dir) / "deepspeed"), f"update-{self.updates}"
+        self._wait([r.save.remote(folder, tag) for r in self.ranks], f"checkpoint {tag}")
+        self._publish()
+        return {"model": self.model.state_dict(), "deepspeed": {"folder": folder, "tag": tag},
+                "version": self.version, "updates": self.updates, "lr": self._lr}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume every rank from the checkpoint :meth:`state_dict` wrote."""
+        ds = state.get("deepspeed")
+        if not ds:
+            raise ValueError("this checkpoint was written by the torch learner; resume it with learner.backend=torch "
+                             "(or start the DeepSpeed run fresh with init_from)")
+        got = self._wait([r.load.remote(ds["folder"], ds["tag"]) for r in self.ranks], f"resume from {ds['tag']}")
+        self.version, self.updates, self._lr = got[0]["version"], got[0]["updates"], state.get("lr", self._lr)
+        self.model.load_state_dict(state["model"])
+        self._published = None
+
+    def close(self) -> None:
+        """Stop the ranks (and the local cluster this group started)."""
+        ray = _ray()
+        for r in self.ranks:
+            try:
+                ray.kill(r, no_restart=True)
+            except Exception:  # noqa: BLE001 — already gone
+                pass
+        self.ranks = []
+        if self.started and ray.is_initialized():
+            ray.shutdown()
+            self.started = False
