@@ -1,6 +1,7 @@
 """The DeepSpeed learner group on a real local Ray cluster: 2 gloo ranks (``DS_ACCELERATOR=cpu``), a tiny model."""
 
 import os
+import time
 
 import pytest
 import torch
@@ -65,3 +66,76 @@ def test_two_ranks_update_like_one_process(cluster, tmp_path, stage):
         assert version == 2 and diff < 1e-5
     finally:
         group.close()
+
+
+def run_config(tmp_path, steps=3, **extra):
+    from test_ray_placement import config
+
+    return config(tmp_path, steps=steps, **extra)
+
+
+def group_config(tmp_path, steps=3, stage=2, **extra):
+    return run_config(tmp_path, steps=steps, learner={"backend": "deepspeed", "ranks": 2, "zero_stage": stage,
+                                                       "timeout": 60}, **extra)
+
+
+def make_trainer(config):
+    from test_ray_placement import trainer
+
+    return trainer(config)
+
+
+def test_a_learner_group_trains_like_the_local_learner_and_workers_get_each_version(cluster, tmp_path):
+    local = make_trainer(run_config(tmp_path / "local", placement="local"))
+    want = local.train()
+    t = make_trainer(group_config(tmp_path / "group"))
+    try:
+        got = t.train()
+    finally:
+        t.close()
+    for key in ("reward_mean", "generated_tokens", "rollout_episodes"):
+        assert got[1][key] == want[1][key], key  # the first step: the same episodes, token for token
+    for key in ("loss", "grad_norm"):
+        assert got[1][key] == pytest.approx(want[1][key], rel=1e-4, abs=1e-6), key
+    assert [h["policy_version"] for h in got[1:]] == [1.0, 2.0, 3.0]
+    assert all(h["logp_diff"] < 1e-4 for h in got[1:])  # rollout workers sampled with the group's current weights
+    for a, b in zip(local.model.parameters(), t.model.parameters()):  # the driver's copy is the published version
+        assert torch.allclose(a, b, atol=1e-4)
+    state = torch.load(tmp_path / "group" / "checkpoint.pt", weights_only=False)
+    assert state["deepspeed"]["tag"] == "update-3" and state["version"] == 3
+    assert (tmp_path / "group" / "deepspeed" / "update-3").is_dir()
+
+
+def test_a_rank_killed_mid_step_is_a_clear_error_and_resume_reproduces_the_run(cluster, tmp_path):
+    from turnrl.rl.placement.learner_group import LearnerGroupError
+
+    full = make_trainer(group_config(tmp_path / "full"))
+    try:
+        full.train()
+    finally:
+        full.close()
+    part = make_trainer(group_config(tmp_path / "part", checkpoint_every=1))
+
+    def kill(traj, ledger):
+        if len(ledger.done) == 5:
+            ray.kill(part.learner.ranks[1], no_restart=True)
+
+    try:
+        part.train(stop_after=2)
+        part.runner.on_commit = kill  # rank 1 dies in step 3, before the update
+        start = time.monotonic()
+        with pytest.raises(LearnerGroupError, match=r"learner rank 1 died during update 3"):
+            part.train()
+        assert time.monotonic() - start < 60
+    finally:
+        part.close()
+    resumed = make_trainer(group_config(tmp_path / "part", checkpoint_every=1))
+    try:
+        resumed.load(tmp_path / "part" / "checkpoint.pt")
+        assert resumed.step == 2 and resumed.learner.version == 2
+        history = resumed.train()
+    finally:
+        resumed.close()
+    assert history[-1]["policy_version"] == 3.0
+    for a, b in zip(full.model.parameters(), resumed.model.parameters()):
+        assert torch.allclose(a, b, atol=1e-5)

@@ -30,7 +30,7 @@ from typing import Any
 
 from turnrl.rl.config import TrainConfig
 from turnrl.rl.learner import _trainable
-from turnrl.rl.placement.ray import RayPlacementError, _cause, _ray, connect
+from turnrl.rl.placement.ray import RayPlacementError, _cause, _ray, connect, free_cpus
 from turnrl.types import Trajectory
 
 logger = logging.getLogger(__name__)
@@ -68,7 +68,7 @@ class LearnerGroup:
         lc, rc = config.learner, config.ray
         self.started = connect(rc.address, rc.num_cpus, rc.connect_timeout)
         ray = _ray()
-        free = ray.available_resources().get("CPU", 0.0)
+        free = free_cpus(lc.ranks * lc.rank_cpus)
         if lc.ranks * lc.rank_cpus > free + 1e-9:
             self.close()
             raise LearnerGroupError(f"{lc.ranks} learner ranks × learner.rank_cpus={lc.rank_cpus} need "

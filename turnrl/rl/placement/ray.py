@@ -78,6 +78,18 @@ def connect(address: str | None, num_cpus: float | None, timeout: float) -> bool
     return False
 
 
+def free_cpus(need: float, timeout: float = 5.0) -> float:
+    """The cluster's free CPUs once ``need`` are free, or what is free after ``timeout`` seconds (actors killed a
+    moment ago release their CPUs asynchronously)."""
+    ray = _ray()
+    deadline = time.monotonic() + timeout
+    while True:
+        free = ray.available_resources().get("CPU", 0.0)
+        if free + 1e-9 >= need or time.monotonic() > deadline:
+            return free
+        time.sleep(0.2)
+
+
 class RayRunner:
     """Plays jobs on Ray rollout workers (see the module docstring).
 
@@ -93,8 +105,8 @@ class RayRunner:
         rc = config.ray
         self.started = connect(rc.address, rc.num_cpus, rc.connect_timeout)
         ray = _ray()
-        free = ray.available_resources().get("CPU", 0.0)
         need = rc.rollout_workers * rc.worker_cpus
+        free = free_cpus(need)
         if need > free + 1e-9:
             self.close()
             raise RayPlacementError(f"{rc.rollout_workers} rollout workers × ray.worker_cpus={rc.worker_cpus} need "
