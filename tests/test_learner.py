@@ -185,3 +185,20 @@ def test_replay_source_serves_whole_groups_and_resumes(tmp_path):
     with pytest.raises(ValueError, match="no trajectory with token fields"):
         save([Trajectory()], tmp_path / "c.jsonl")
         ReplaySource(tmp_path / "c.jsonl", batch_size=4)
+
+
+def test_recompute_logprobs_takes_the_ratio_from_the_learner_and_reports_the_rollout_gap():
+    """An engine that returns raw (pre-temperature) logprobs: the ratio is off before any update unless the learner
+    rescores the tokens (optim.recompute_logprobs)."""
+    tok, trajs = episodes()
+    skewed = []
+    for t in trajs:
+        data = t.model_dump()
+        data["logprobs"] = [x * 0.7 for x in data["logprobs"]]  # not what the sampler used
+        skewed.append(Trajectory.model_validate(data))
+    one_window = {"minibatch_size": 8, "grad_accum": 1}
+    plain = learner(cfg("grpo", **one_window), tok).update(skewed)
+    fixed = learner(cfg("grpo", recompute_logprobs=True, **one_window), tok).update(skewed)
+    assert abs(plain["ratio_mean"] - 1) > 1e-2 and plain["logp_diff"] > 1e-2
+    assert fixed["ratio_mean"] == pytest.approx(1.0, abs=1e-5) and fixed["logp_diff"] < 1e-5
+    assert fixed["rollout_logp_diff"] == pytest.approx(plain["logp_diff"], rel=1e-3)

@@ -25,11 +25,11 @@ def cluster():
     ray.shutdown()
 
 
-def cfg(tmp_path, stage=2, algo="dapo", ranks=2, **optim):
+def cfg(tmp_path, stage=2, algo="dapo", ranks=2, lr=1e-2, **optim):
     return TrainConfig.model_validate({
         "model": "tiny", "env": {"id": "tests/Upper-v0"}, "algorithm": algo, "placement": "ray",
         "rollout": {"prompts_per_step": 2, "group_size": 4, "max_new_tokens": 6},
-        "optim": {"lr": 1e-2, "minibatch_size": 3, "grad_accum": 2, "share_prompts": False, **optim},
+        "optim": {"lr": lr, "minibatch_size": 3, "grad_accum": 2, "share_prompts": False, **optim},
         "learner": {"backend": "deepspeed", "ranks": ranks, "zero_stage": stage, "timeout": 120},
         "out_dir": str(tmp_path)})
 
@@ -42,12 +42,15 @@ def test_shards_are_contiguous_whole_groups_of_about_equal_size():
     assert sum(parts, []) == list(range(8)) and all(parts)
 
 
-@pytest.mark.parametrize("stage", [2, 3])
-def test_two_ranks_update_like_one_process(cluster, tmp_path, stage):
+@pytest.mark.parametrize("stage,algo,lr", [(2, "dapo", 1e-2), (3, "dapo", 1e-2),
+                                           (3, {"name": "ppo", "kl_coef": 0.05}, 5e-3)])
+def test_two_ranks_update_like_one_process(cluster, tmp_path, stage, algo, lr):
+    """Unequal rows and tokens per rank, two optimizer steps per update; PPO adds the value head (trained in the
+    same DeepSpeed engine, at twice the learning rate) and a reference model."""
     from turnrl.rl.placement.learner_group import LearnerGroup
 
     tok, trajs = episodes()
-    config = cfg(tmp_path, stage)
+    config = cfg(tmp_path, stage, algo, lr=lr)
     single = Learner(config, get_algorithm(config.algorithm), tiny_model(tok, seed=0), tok)
     group = LearnerGroup(config, tiny_model(tok, seed=0), tok)
     try:
@@ -91,6 +94,14 @@ def test_a_learner_group_trains_like_the_local_learner_and_workers_get_each_vers
     t = make_trainer(group_config(tmp_path / "group"))
     try:
         got = t.train()
+        probe = [[1, 5, 9, 13, 2, 7], [3, 4, 4, 8]]
+        learner = t.learner.score(probe)
+        assert t.runner.sync() == 3
+        for w in t.runner.workers:  # each worker holds the group's last version, token for token
+            version, held = ray.get(w.score.remote(probe), timeout=30)
+            assert version == t.learner.version == 3
+            for a, b in zip(held, learner):
+                assert a == pytest.approx(b, abs=1e-5)
     finally:
         t.close()
     for key in ("reward_mean", "generated_tokens", "rollout_episodes"):
@@ -139,3 +150,17 @@ def test_a_rank_killed_mid_step_is_a_clear_error_and_resume_reproduces_the_run(c
     assert history[-1]["policy_version"] == 3.0
     for a, b in zip(full.model.parameters(), resumed.model.parameters()):
         assert torch.allclose(a, b, atol=1e-5)
+
+
+def test_learner_options_that_cannot_work_fail_with_what_to_change(tmp_path):
+    base = {"model": "tiny", "env": {"id": "tests/Upper-v0"}, "out_dir": str(tmp_path)}
+    with pytest.raises(ValueError, match="needs learner.backend=deepspeed"):
+        TrainConfig.model_validate({**base, "learner": {"ranks": 2}})
+    with pytest.raises(ValueError, match="add placement=ray"):
+        TrainConfig.model_validate({**base, "learner": {"backend": "deepspeed"}})
+    with pytest.raises(ValueError, match="value_warmup_steps"):
+        TrainConfig.model_validate({**base, "placement": "ray", "algorithm": "vapo",
+                                    "learner": {"backend": "deepspeed"}})
+    ok = TrainConfig.model_validate({**base, "placement": "ray", "algorithm": {"name": "vapo", "value_warmup_steps": 0},
+                                     "learner": {"backend": "deepspeed", "ranks": 2, "zero_stage": 3}})
+    assert ok.learner.ranks == 2

@@ -58,5 +58,49 @@ def test_load_weights_changes_outputs(agents):
     state["lm_head.weight"] = state["model.embed_tokens.weight"] = torch.flip(state["model.embed_tokens.weight"], [0])
     engine.load_weights(state)
     assert engine.generate(ps, params)[0].token_ids != before
+    engine.load_weights(hf.model.state_dict())  # back to the shared model for the other tests
+    assert engine.generate(ps, params)[0].token_ids == before
     engine.load_weights(hf.model.state_dict())
     assert engine.generate(ps, params)[0].token_ids == before
+
+
+def _scored(model, prompt, completion, temperature):
+    """The learner's log-probabilities of ``completion`` after ``prompt`` at ``temperature``."""
+    from turnrl.rl.forward import token_logprobs
+
+    ids = torch.tensor([prompt + completion])
+    logp, _ = token_logprobs(model, ids, torch.ones_like(ids), temperature)
+    return logp[0, len(prompt):].tolist()
+
+
+def test_sampled_logprobs_are_the_samplers_at_temperature_and_with_fire(agents):
+    """vLLM's default returns logprobs before temperature: the PPO ratio would be off before any update."""
+    hf, engine = agents
+    assert "processed" in engine.logprobs_mode
+    ps = prompts(hf.tokenizer)
+    for c in engine.generate(ps, SamplingParams(temperature=0.7, max_new_tokens=12, seed=0)):
+        want = _scored(hf.model, ps[c.prompt_index], c.token_ids, 0.7)
+        assert c.logprobs == pytest.approx(want, abs=2e-2)
+        assert c.logprobs != pytest.approx(_scored(hf.model, ps[c.prompt_index], c.token_ids, 1.0), abs=2e-2)
+    fire = engine.generate(ps[:2], SamplingParams(temperature=0.7, fire_temperature=2.0, max_new_tokens=8, seed=1))
+    for c in fire:
+        head = _scored(hf.model, ps[c.prompt_index], c.token_ids[:1], 2.0)
+        rest = _scored(hf.model, ps[c.prompt_index], c.token_ids, 0.7)[1:]
+        assert c.logprobs == pytest.approx(head + rest, abs=2e-2)
+
+
+def test_score_is_the_models_and_follows_loaded_weights(agents):
+    from turnrl.rl.forward import sequence_logprobs
+
+    hf, engine = agents
+    seqs = [p[:12] for p in prompts(hf.tokenizer)]
+    assert engine.score(seqs)[0] == pytest.approx(sequence_logprobs(hf.model, seqs)[0], abs=2e-2)
+    state = {k: v.clone() for k, v in hf.model.state_dict().items()}
+    state["model.norm.weight"] = state["model.norm.weight"] * 0.5
+    engine.load_weights(state)
+    changed = hf.model.__class__(hf.model.config)
+    changed.load_state_dict(state)
+    got, want = engine.score(seqs), sequence_logprobs(changed.eval(), seqs)
+    for a, b in zip(got, want):
+        assert a == pytest.approx(b, abs=2e-2)
+    engine.load_weights(hf.model.state_dict())  # back to the shared model for the other tests

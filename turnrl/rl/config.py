@@ -53,6 +53,10 @@ class OptimConfig(BaseModel):
     grad_accum: int = Field(1, ge=1, description="micro-batches per optimizer step; the loss is normalized over "
                             "all of them (token-mean stays a token mean)")
     share_prompts: bool = Field(True, description="run a group's common prompt once per forward/backward pass")
+    recompute_logprobs: bool = Field(False, description=(
+        "score the rollout's tokens with the learner's weights before the update and use those as the old "
+        "log-probabilities of the ratio (for rollout engines whose numbers differ from the learner's: other "
+        "kernels or precision, or a vLLM without processed logprobs); `rollout_logp_diff` reports the gap"))
 
 
 class RayConfig(BaseModel):
@@ -70,6 +74,12 @@ class RayConfig(BaseModel):
     episode_timeout: float = Field(600.0, gt=0, description="seconds a worker may go without finishing an "
                                    "episode before it is restarted and its jobs re-run")
     connect_timeout: float = Field(30.0, gt=0, description="seconds to reach the cluster at `address`")
+    rollout_backend: Literal["hf", "vllm"] = Field("hf", description="what generates in a worker: the policy in "
+                                                   "transformers (CPU or GPU), or a vLLM engine (GPU; extra gpu)")
+    worker_gpus: float = Field(0.0, ge=0, description="GPUs per rollout worker (fractional to share one GPU with "
+                               "a learner rank)")
+    vllm: dict[str, Any] = Field(default_factory=dict, description="vllm.LLM options of vLLM workers, e.g. "
+                                 "{gpu_memory_utilization: 0.3, dtype: bfloat16, enforce_eager: true}")
 
 
 class LearnerConfig(BaseModel):
@@ -151,6 +161,10 @@ class TrainConfig(BaseModel):
             raise ValueError("`ray` options are set but placement is 'local'; add placement=ray (or drop them)")
         if self.learner.backend == "deepspeed" and self.placement != "ray":
             raise ValueError("learner.backend=deepspeed runs its ranks as Ray actors: add placement=ray")
+        if self.learner.backend == "deepspeed" and getattr(self.algorithm, "value_warmup_steps", 0) > 0:
+            raise ValueError("value pretraining (algorithm.value_warmup_steps > 0) needs learner.backend=torch: "
+                             "DeepSpeed's optimizer steps the policy too (with zero gradients, its Adam moments and "
+                             "step count move); set algorithm.value_warmup_steps=0 or use the torch learner")
         return self
 
     @model_validator(mode="after")

@@ -28,6 +28,22 @@ def token_logprobs(model: torch.nn.Module, input_ids: torch.Tensor, attention_ma
     return logp, entropy
 
 
+def sequence_logprobs(model: torch.nn.Module, sequences: list[list[int]], temperature: float = 1.0
+                      ) -> list[list[float]]:
+    """Each token's log-probability given the tokens before it (position 0: 0.0), for unpadded token lists; the
+    probe that compares the weights two processes hold (a learner rank and a rollout worker)."""
+    device = next(model.parameters()).device
+    n = max(len(s) for s in sequences)
+    ids = torch.zeros((len(sequences), n), dtype=torch.long, device=device)
+    mask = torch.zeros_like(ids)
+    for i, s in enumerate(sequences):
+        ids[i, : len(s)] = torch.tensor(s, device=device)
+        mask[i, : len(s)] = 1
+    with torch.no_grad():
+        logp, _ = token_logprobs(model, ids, mask, temperature)
+    return [logp[i, : len(s)].tolist() for i, s in enumerate(sequences)]
+
+
 def forward_tokens(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                    temperature: float = 1.0, hidden: bool = False, *, loss_mask: torch.Tensor | None = None,
                    share_prefix: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:

@@ -108,6 +108,13 @@ class Learner:
                 values, last = self._values(batch, hidden, with_last=True)
                 old_values = values * batch.loss_mask
                 bootstrap = last * batch.truncated  # V(s_T) for truncated episodes, 0 for terminated ones
+        if o.recompute_logprobs:  # the ratio's denominator from the learner, not from the rollout engine
+            with torch.no_grad():
+                logp = token_logprobs(self.model, batch.input_ids, batch.attention_mask, r.temperature,
+                                      loss_mask=batch.loss_mask, share_prefix=o.share_prompts)[0] * batch.loss_mask
+            gap = (logp - batch.old_logp).abs() * batch.loss_mask
+            info["rollout_logp_diff"] = float(gap.sum()) / max(float(batch.loss_mask.sum()), 1.0)
+            batch.old_logp = logp
         adv, returns = self.algorithm.advantages(batch, r.max_new_tokens, old_values, bootstrap)
         ref_logp = None
         if self.ref_model is not None:

@@ -62,6 +62,22 @@ def shard_rows(groups: list[int], world: int) -> list[list[int]]:
     return parts
 
 
+def blueprint(model: torch.nn.Module) -> dict[str, Any]:
+    """What a rank rebuilds the policy from: its class, config and weights. The model object itself is not sent:
+    a transformers model unpickled in another process returns no hidden states (``output_hidden_states``), which
+    the value head needs."""
+    return {"cls": type(model), "config": model.config,
+            "state": {k: v.detach().cpu() for k, v in model.state_dict().items()}}
+
+
+def rebuild(spec: dict[str, Any]) -> torch.nn.Module:
+    """The policy of :func:`blueprint` (same class, config and weights), in eval mode."""
+    model = spec["cls"](spec["config"])
+    dtype = next(iter(spec["state"].values())).dtype
+    model.to(dtype).load_state_dict(spec["state"])
+    return model.eval()
+
+
 class _Trainable(torch.nn.Module):
     """The modules DeepSpeed wraps as one: the policy and, for critic algorithms, the value head or critic."""
 
@@ -70,7 +86,7 @@ class _Trainable(torch.nn.Module):
         self.policy = policy
         self.value = value
 
-    def forward(self, *args: Any, **kwargs: Any) -> Any:
+    def forward(self, *args: Any, **kwargs: Any) -> Any:  # pragma: no cover — the learner calls the parts
         return self.policy(*args, **kwargs)
 
 
@@ -97,10 +113,16 @@ class RankLearner(Learner):
         value = self.critic or self.value_head
         self.engine, *_ = deepspeed.initialize(model=_Trainable(model, value), optimizer=self.optimizer,
                                                config=ds_config, dist_init_required=False)
-        # Forward passes go through the engine (ZeRO-3 counts its micro-steps there: called around it, gradients
-        # of a step's earlier micro-batches are overwritten instead of summed); the bare policy is kept for export.
-        self.policy = self.engine.module.policy
-        self.model = self.engine
+        self.model = self.policy = self.engine.module.policy
+
+    def micro_loss(self, mb: Experience, counts: dict[str, torch.Tensor], train_policy: bool = True) -> Any:
+        # What DeepSpeed's engine.forward does first: ZeRO counts micro-steps here (without it, ZeRO-3 overwrites
+        # the gradients of a step's earlier micro-batches instead of summing them). The learner calls the policy
+        # itself, not engine.forward, which drops the hidden states the value head needs.
+        clear = getattr(self.engine.optimizer, "clear_backward_seen_flag", None)
+        if clear is not None:
+            clear()
+        return super().micro_loss(mb, counts, train_policy)
 
     # ---- the hooks of the learner core ----
 
@@ -134,7 +156,8 @@ class DeepSpeedRank:
 
     Args:
         config: the run config as a dict.
-        model: ``[model or ObjectRef]`` — the starting policy (every rank starts from the same weights).
+        model: ``[blueprint or ObjectRef to one]`` — the starting policy (:func:`blueprint`; every rank starts from
+            the same weights).
         tokenizer: the policy's tokenizer.
         rank, world: this rank and the group's size.
     """
@@ -163,11 +186,12 @@ class DeepSpeedRank:
         and build the DeepSpeed engine. Returns the pid and the device."""
         import deepspeed
 
-        policy = self._model
-        if not isinstance(policy, torch.nn.Module):
+        spec = self._model
+        if not isinstance(spec, dict):  # an ObjectRef (nested refs are not resolved by Ray)
             import ray
 
-            policy = ray.get(policy, timeout=self.cfg.learner.start_timeout)
+            spec = ray.get(spec, timeout=self.cfg.learner.start_timeout)
+        policy = rebuild(spec)
         gpu = self.cfg.learner.rank_gpus > 0 and torch.cuda.is_available()
         os.environ.update(MASTER_ADDR=master, MASTER_PORT=str(port), RANK=str(self.rank), LOCAL_RANK="0",
                           WORLD_SIZE=str(self.world), LOCAL_WORLD_SIZE="1")
@@ -250,18 +274,9 @@ class DeepSpeedRank:
     def score(self, input_ids: list[list[int]], temperature: float = 1.0) -> list[list[float]]:
         """The policy's log-probability of each token given the ones before (position 0: 0.0). Every rank calls
         this under ZeRO-3 (the forward gathers parameters)."""
-        from turnrl.rl.forward import token_logprobs
+        from turnrl.rl.forward import sequence_logprobs
 
-        learner = self._ready()
-        n = max(len(s) for s in input_ids)
-        ids = torch.zeros((len(input_ids), n), dtype=torch.long, device=learner.device)
-        mask = torch.zeros_like(ids)
-        for i, s in enumerate(input_ids):
-            ids[i, : len(s)] = torch.tensor(s)
-            mask[i, : len(s)] = 1
-        with torch.no_grad():
-            logp, _ = token_logprobs(learner.model, ids, mask, temperature)
-        return [logp[i, : len(s)].tolist() for i, s in enumerate(input_ids)]
+        return sequence_logprobs(self._ready().model, input_ids, temperature)
 
     # ---- checkpoints ----
 

@@ -74,7 +74,7 @@ class LearnerGroup:
             raise LearnerGroupError(f"{lc.ranks} learner ranks × learner.rank_cpus={lc.rank_cpus} need "
                                     f"{lc.ranks * lc.rank_cpus:g} CPUs but the cluster has {free:g} free; lower "
                                     "learner.ranks or learner.rank_cpus")
-        from turnrl.rl.placement.deepspeed_rank import DeepSpeedRank
+        from turnrl.rl.placement.deepspeed_rank import DeepSpeedRank, blueprint
 
         threads = str(max(1, int(lc.rank_cpus)))
         env = {"OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads, "TOKENIZERS_PARALLELISM": "false",
@@ -83,7 +83,7 @@ class LearnerGroup:
             env["DS_ACCELERATOR"] = "cpu"  # must be set before deepspeed is imported in the rank
         actor = ray.remote(DeepSpeedRank).options(num_cpus=lc.rank_cpus, num_gpus=lc.rank_gpus, max_restarts=0,
                                                   runtime_env={"env_vars": env})
-        model_ref = ray.put(model)
+        model_ref = ray.put(blueprint(model))
         self._published: tuple[int, Any] | None = None
         try:
             self.ranks = [actor.remote(config.model_dump(), [model_ref], tokenizer, r, lc.ranks)

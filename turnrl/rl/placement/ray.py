@@ -116,7 +116,8 @@ class RayRunner:
 
         env = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
                "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}  # the modules the driver sees
-        self._actor = ray.remote(RolloutWorker).options(num_cpus=rc.worker_cpus, max_restarts=rc.max_restarts,
+        self._actor = ray.remote(RolloutWorker).options(num_cpus=rc.worker_cpus, num_gpus=rc.worker_gpus,
+                                                        max_restarts=rc.max_restarts,
                                                         max_task_retries=0, runtime_env={"env_vars": env})
         self._model_ref = ray.put(learner.model)
         self._tokenizer = tokenizer
@@ -170,6 +171,16 @@ class RayRunner:
                 version, state = self.learner.export_weights()
                 self.pushed = (version, _ray().put(state))
         return self.pushed
+
+    def sync(self) -> int:
+        """Push the learner's current weights to every worker now (they otherwise fetch them with their next lease);
+        returns the version they hold."""
+        ray = _ray()
+        version, ref = self._weights()
+        held = ray.get([w.set_weights.remote(version, [ref]) for w in self.workers], timeout=self.cfg.ray.start_timeout)
+        if any(v != version for v in held):
+            raise RayPlacementError(f"rollout workers hold versions {held} after a push of version {version}")
+        return version
 
     # ---- one round ----
 

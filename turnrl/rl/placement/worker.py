@@ -46,7 +46,14 @@ class RolloutWorker:
             import ray
 
             policy = ray.get(policy, timeout=self.cfg.ray.start_timeout)
-        self.agent = HFAgent(policy, tokenizer, batch_size=batch_size)
+        self.vllm = self.cfg.ray.rollout_backend == "vllm"
+        if self.vllm:  # the engine loads the model's files, then the policy's weights (init_from may differ)
+            from turnrl.agents.vllm import VLLMAgent
+
+            self.agent: Any = VLLMAgent(self.cfg.model, **self.cfg.ray.vllm)
+            self.agent.load_weights(policy.state_dict())
+        else:
+            self.agent = HFAgent(policy, tokenizer, batch_size=batch_size)
         make(self.cfg.env.id, **self.cfg.env.kwargs).close()  # fail at start, not mid-step, if envs cannot be built
         self.version = 0
         self.pid = os.getpid()
@@ -63,9 +70,22 @@ class RolloutWorker:
                 import ray
 
                 state = ray.get(state, timeout=self.cfg.ray.start_timeout)
-            self.agent.model.load_state_dict(state)
+            if self.vllm:
+                self.agent.load_weights(state)  # into every engine worker; prefix cache reset
+            else:
+                self.agent.model.load_state_dict(state)
             self.version = version
         return self.version
+
+    def score(self, input_ids: list[list[int]], temperature: float = 1.0) -> tuple[int, list[list[float]]]:
+        """``(version held, the log-probabilities of fixed sequences under those weights)``."""
+        if self.vllm:
+            if temperature != 1.0:
+                raise ValueError("a vLLM worker scores at temperature 1 (vLLM's prompt log-probabilities)")
+            return self.version, self.agent.score(input_ids)
+        from turnrl.rl.forward import sequence_logprobs
+
+        return self.version, sequence_logprobs(self.agent.model, input_ids, temperature)
 
     def run(self, lease: int, jobs: list[Job], version: int, weights: list[Any]) -> Iterator[tuple[int, str, Any]]:
         """Play ``jobs`` with weights ``version`` (fetched first if this worker holds another); yield
