@@ -29,7 +29,7 @@ def cfg(tmp_path, stage=2, algo="dapo", ranks=2, lr=1e-2, **optim):
     return TrainConfig.model_validate({
         "model": "tiny", "env": {"id": "tests/Upper-v0"}, "algorithm": algo, "placement": "ray",
         "rollout": {"prompts_per_step": 2, "group_size": 4, "max_new_tokens": 6},
-        "optim": {"lr": lr, "minibatch_size": 3, "grad_accum": 2, "share_prompts": False, **optim},
+        "optim": {"lr": lr, "share_prompts": False, **optim},
         "learner": {"backend": "deepspeed", "ranks": ranks, "zero_stage": stage, "timeout": 120},
         "out_dir": str(tmp_path)})
 
@@ -37,7 +37,8 @@ def cfg(tmp_path, stage=2, algo="dapo", ranks=2, lr=1e-2, **optim):
 def test_shards_are_contiguous_whole_groups_of_about_equal_size():
     assert shard_rows([0, 0, 0, 1, 1, 1], 2) == [[0, 1, 2], [3, 4, 5]]
     assert shard_rows([0, 0, 0, 0, 1, 1], 2) == [[0, 1, 2, 3], [4, 5]]
-    assert shard_rows([0, 0], 3) == [[0, 1], [], []]
+    assert shard_rows([0, 0, 0, 0, 0, 0, 0, 0], 2) == [[0, 1, 2, 3], [4, 5, 6, 7]]  # one big group is split
+    assert sorted(sum(shard_rows([0, 0], 3), [])) == [0, 1] and all(len(p) <= 1 for p in shard_rows([0, 0], 3))
     parts = shard_rows([0, 1, 1, 2, 3, 3, 3, 4], 3)
     assert sum(parts, []) == list(range(8)) and all(parts)
 
@@ -45,20 +46,32 @@ def test_shards_are_contiguous_whole_groups_of_about_equal_size():
 @pytest.mark.parametrize("stage,algo,lr", [(2, "dapo", 1e-2), (3, "dapo", 1e-2),
                                            (3, {"name": "ppo", "kl_coef": 0.05}, 5e-3)])
 def test_two_ranks_update_like_one_process(cluster, tmp_path, stage, algo, lr):
-    """Unequal rows and tokens per rank, two optimizer steps per update; PPO adds the value head (trained in the
-    same DeepSpeed engine, at twice the learning rate) and a reference model."""
+    """Unequal rows and tokens per rank, two optimizer steps per update (windows of 6 and 2 rows, micro-batches of
+    3); PPO adds the value head (trained in the same DeepSpeed engine, at twice the learning rate) and a reference
+    model."""
+    _check_two_ranks(tmp_path, stage, algo, lr, minibatch_size=3, grad_accum=2)
+
+
+def test_a_rank_with_nothing_to_train_keeps_step_with_its_peer(cluster, tmp_path):
+    """One row per optimizer step: rank 1 runs only stand-ins (it hung when its metrics had fewer keys to reduce)."""
+    _check_two_ranks(tmp_path, 2, "grpo", 1e-2, minibatch_size=1, grad_accum=1, unequal=False)
+
+
+def _check_two_ranks(tmp_path, stage, algo, lr, unequal=True, **optim):
+    """Two updates of one process and of 2 ranks on the same episodes: the same losses, norms and weights."""
     from turnrl.rl.placement.learner_group import LearnerGroup
 
     tok, trajs = episodes()
-    config = cfg(tmp_path, stage, algo, lr=lr)
+    config = cfg(tmp_path, stage, algo, lr=lr, **optim)
     single = Learner(config, get_algorithm(config.algorithm), tiny_model(tok, seed=0), tok)
     group = LearnerGroup(config, tiny_model(tok, seed=0), tok)
     try:
         exp, _ = single.prepare(trajs)
-        window = single.windows(len(exp))[0]  # 2 optimizer steps of 6 and 2 rows; micro-batches of 3
+        window = single.windows(len(exp))[0]
         parts = shard_rows(exp.batch.group_ids[window].tolist(), 2)
         tokens = [float(exp.batch.loss_mask[window[p]].sum()) for p in parts]
-        assert len(parts[0]) != len(parts[1]) and tokens[0] != tokens[1]  # unequal rows and tokens per rank
+        if unequal:
+            assert len(parts[0]) != len(parts[1]) and tokens[0] != tokens[1]  # unequal rows and tokens per rank
         for _ in range(2):
             want, got = single.update(trajs), group.update(trajs)
             assert got["loss"] == pytest.approx(want["loss"], abs=1e-5)

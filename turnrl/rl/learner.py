@@ -222,7 +222,9 @@ class Learner:
                     if idx is None:  # a stand-in: same passes as the peers, nothing learned
                         loss = loss * 0.0
                     self.backward(loss, last=j == len(plan) - 1)
-                    if idx is None:
+                    if idx is None:  # the same metric keys on every rank (their sums are all-reduced), adding 0
+                        for key in metrics:
+                            sums[key] = sums.get(key, zero)
                         continue
                     window_loss += float(loss.detach())
                     if epoch == 0:  # the learner's first look at each row

@@ -41,25 +41,23 @@ from turnrl.types import Trajectory
 
 
 def shard_rows(groups: list[int], world: int) -> list[list[int]]:
-    """Cut positions ``0..len(groups)-1`` into ``world`` contiguous parts of about equal size, never inside a run of
-    equal group ids (a group split by the batch's window boundary is cut there, as the single process cuts it).
+    """Cut positions ``0..len(groups)-1`` into ``world`` contiguous parts of about equal size.
 
-    A part may be empty (fewer groups than ranks). Pure: every rank computes every rank's part the same way."""
-    runs: list[list[int]] = []
-    for i, g in enumerate(groups):
-        if runs and groups[runs[-1][0]] == g:
-            runs[-1].append(i)
-        else:
-            runs.append([i])
-    parts: list[list[int]] = [[] for _ in range(world)]
-    n, done, r = len(groups), 0, 0
-    for run in runs:
-        # move to the next rank once this one holds its share (the last rank takes the rest)
-        while r < world - 1 and done >= (r + 1) * n / world:
-            r += 1
-        parts[r] += run
-        done += len(run)
-    return parts
+    Each cut moves to the nearest boundary between groups when one lies within half a part's size (so that a group's
+    shared prompt stays on one rank); otherwise it falls inside a group (one large group is split rather than left
+    to one rank). A part may be empty (fewer rows than ranks). Pure: every rank computes every rank's part the same
+    way."""
+    n = len(groups)
+    bounds = [0] + [i for i in range(1, n) if groups[i] != groups[i - 1]] + [n]
+    cuts, last = [0], 0
+    for r in range(1, world):
+        ideal = round(r * n / world)
+        near = min(bounds, key=lambda b: (abs(b - ideal), b))
+        cut = near if abs(near - ideal) <= n / (2 * world) else ideal
+        last = max(last, cut)
+        cuts.append(last)
+    cuts.append(n)
+    return [list(range(cuts[r], cuts[r + 1])) for r in range(world)]
 
 
 def blueprint(model: torch.nn.Module) -> dict[str, Any]:
