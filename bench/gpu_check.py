@@ -6,7 +6,9 @@ last version to the workers and checks that the weights arrived: the vLLM worker
 sequence equal the learner's (fp32 on both sides). Prints generation and training throughput, the weight export
 time and the GPU memory in use.
 
-Usage: python bench/gpu_check.py [--steps 3] [--out runs/gpu-check]
+Runs twice: weights through Ray's object store, then streamed over NCCL into vLLM (``learner.weight_sync``).
+
+Usage: python bench/gpu_check.py [--steps 3] [--out runs/gpu-check] [--weight-sync object_store nccl]
 """
 
 from __future__ import annotations
@@ -23,18 +25,30 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--out", default="runs/gpu-check")
+    ap.add_argument("--weight-sync", nargs="+", default=["object_store", "nccl"],
+                    help="the weight transports to check, one short run each")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         print("no CUDA device: the GPU path cannot run here", file=sys.stderr)
         return 2
     import ray
 
+    ray.init(num_cpus=4, num_gpus=1, include_dashboard=False, log_to_driver=True)
+    failed = 0
+    for mode in args.weight_sync:
+        failed += not check(mode, args.steps, f"{args.out}-{mode}")
+    ray.shutdown()
+    return 1 if failed else 0
+
+
+def check(mode: str, steps: int, out: str) -> bool:
+    """One short training run with weight transport ``mode``; True when the weights reached vLLM."""
+    import ray
+
     from turnrl.rl.trainer import Trainer, load_config
 
-    cpus = 4
-    ray.init(num_cpus=cpus, num_gpus=1, include_dashboard=False, log_to_driver=True)
     cfg = load_config("configs/quickstart.yaml", [
-        f"steps={args.steps}", "eval_tasks=16", f"out_dir={args.out}", "placement=ray",
+        f"steps={steps}", "eval_tasks=16", f"out_dir={out}", "placement=ray", f"learner.weight_sync={mode}",
         "learner.backend=deepspeed", "learner.ranks=1", "learner.rank_gpus=0.5", "learner.rank_cpus=1",
         "ray.rollout_workers=1", "ray.rollout_backend=vllm", "ray.worker_gpus=0.4", "ray.worker_cpus=1",
         "ray.vllm={gpu_memory_utilization: 0.3, dtype: float32, enforce_eager: true, max_model_len: 2048}"])
@@ -54,13 +68,13 @@ def main() -> int:
     train = sum(h["train_tokens"] for h in steps) / sum(h["seconds"] - h["generate_s"] for h in steps)
     mem = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.used,memory.total", "--format=csv,noheader"],
                          capture_output=True, text=True).stdout.strip()
-    report = {"version": version, "worker_version": held, "max_logprob_diff": diff, "generate_tokens_per_s": gen,
+    report = {"weight_sync": mode, "version": version, "worker_version": held, "max_logprob_diff": diff, "generate_tokens_per_s": gen,
               "train_tokens_per_s": train, "export_s": [h.get("export_s") for h in steps],
               "held_out": [h.get("eval_success") for h in history if "eval_success" in h], "gpu": mem}
     print(json.dumps(report, indent=1))
     ok = held == version and diff < 1e-3
-    print("weights reached vLLM: " + ("yes" if ok else "NO"))
-    return 0 if ok else 1
+    print(f"weights reached vLLM ({mode}): " + ("yes" if ok else "NO"), flush=True)
+    return ok
 
 
 if __name__ == "__main__":

@@ -177,3 +177,26 @@ def test_learner_options_that_cannot_work_fail_with_what_to_change(tmp_path):
     ok = TrainConfig.model_validate({**base, "placement": "ray", "algorithm": {"name": "vapo", "value_warmup_steps": 0},
                                      "learner": {"backend": "deepspeed", "ranks": 2, "zero_stage": 3}})
     assert ok.learner.ranks == 2
+
+
+def test_nccl_weight_sync_needs_a_deepspeed_group_and_one_vllm_engine(tmp_path):
+    base = {"model": "tiny", "env": {"id": "tests/Upper-v0"}, "out_dir": str(tmp_path), "placement": "ray",
+            "learner": {"backend": "deepspeed", "weight_sync": "nccl"}}
+    with pytest.raises(ValueError, match="ray.rollout_backend=vllm and ray.rollout_workers=1"):
+        TrainConfig.model_validate(base)
+    ok = TrainConfig.model_validate({**base, "ray": {"rollout_backend": "vllm", "rollout_workers": 1}})
+    assert ok.learner.weight_sync == "nccl"
+
+
+def test_parameter_meta_lists_each_distinct_parameter_in_state_dict_order():
+    from turnrl.agents.tiny import tiny_tokenizer
+    from turnrl.rl.placement.deepspeed_rank import full_parameters, parameter_meta
+
+    model = tiny_model(tiny_tokenizer("chatml"))
+    model.tie_weights()
+    meta = parameter_meta(model)
+    items = list(full_parameters(model, zero3=False, bucket_mb=1.0))
+    assert [m[0] for m in meta] == [names[0] for names, _ in items]
+    assert [m[2] for m in meta] == [tuple(t.shape) for _, t in items]
+    covered = {n for names, _ in items for n in names}
+    assert covered == {k for k in model.state_dict() if k in dict(model.named_parameters(remove_duplicate=False))}

@@ -104,3 +104,23 @@ def test_score_is_the_models_and_follows_loaded_weights(agents):
     for a, b in zip(got, want):
         assert a == pytest.approx(b, abs=2e-2)
     engine.load_weights(hf.model.state_dict())  # back to the shared model for the other tests
+
+
+def test_the_nccl_weight_source_matches_its_metadata_and_the_state_dict():
+    """Up to the GPU boundary: the source learner rank 0 streams from (vLLM's WeightSource) declares exactly what it
+    yields, and the init info vLLM's NCCL trainer engine takes is built from our fields."""
+    from vllm.distributed.weight_transfer.nccl_engine import NCCLTrainerInitInfo
+
+    from turnrl.agents.tiny import tiny_model, tiny_tokenizer
+    from turnrl.rl.placement.weight_sync import _source
+
+    model = tiny_model(tiny_tokenizer("chatml"))
+    source = _source(model, zero3=False, bucket_mb=1.0)
+    meta, items = source.metadata(), list(source)
+    assert [m.name for m in meta] == [name for name, _ in items]
+    state = model.state_dict()
+    for m, (name, tensor) in zip(meta, items):
+        assert tuple(tensor.shape) == m.shape and tensor.dtype == m.dtype and torch.equal(tensor, state[name])
+    assert sum(len(g) for g in source.groups()) == len(meta)  # vLLM's per-layer grouping covers every parameter
+    info = NCCLTrainerInitInfo(master_address="127.0.0.1", master_port=29999, world_size=2, rank=0)
+    assert info.is_sender

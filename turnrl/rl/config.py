@@ -100,6 +100,10 @@ class LearnerConfig(BaseModel):
                                     "about this size, never all at once")
     start_timeout: float = Field(300.0, gt=0, description="seconds the ranks may take to start (load the model, "
                                  "build DeepSpeed's CPU ops the first time)")
+    weight_sync: Literal["object_store", "nccl"] = Field(
+        "object_store", description="how new weights reach the rollout workers: rank 0's CPU copy through Ray's "
+        "object store (any backend), or NCCL broadcasts from rank 0 into one vLLM engine (GPU, "
+        "ray.rollout_backend: vllm, ray.rollout_workers: 1)")
 
     @model_validator(mode="after")
     def _ranks_need_deepspeed(self) -> LearnerConfig:
@@ -161,6 +165,10 @@ class TrainConfig(BaseModel):
             raise ValueError("`ray` options are set but placement is 'local'; add placement=ray (or drop them)")
         if self.learner.backend == "deepspeed" and self.placement != "ray":
             raise ValueError("learner.backend=deepspeed runs its ranks as Ray actors: add placement=ray")
+        if self.learner.weight_sync == "nccl" and (self.learner.backend != "deepspeed" or self.ray.rollout_backend
+                                                    != "vllm" or self.ray.rollout_workers != 1):
+            raise ValueError("learner.weight_sync=nccl streams from a DeepSpeed rank into one vLLM engine: it needs "
+                             "learner.backend=deepspeed, ray.rollout_backend=vllm and ray.rollout_workers=1")
         if self.learner.backend == "deepspeed" and getattr(self.algorithm, "value_warmup_steps", 0) > 0:
             raise ValueError("value pretraining (algorithm.value_warmup_steps > 0) needs learner.backend=torch: "
                              "DeepSpeed's optimizer steps the policy too (with zero gradients, its Adam moments and "

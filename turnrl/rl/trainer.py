@@ -131,6 +131,9 @@ class Trainer:
         from turnrl.envs.registry import make
         from turnrl.rl.evaluate import evaluate, run_eval_kwargs
 
+        sync = getattr(self.learner, "sync_driver", None)  # a learner group: bring the driver's copy up to date
+        if sync is not None:
+            sync()
         if self._eval_kwargs is None:
             train_env = make(self.cfg.env.id, **self.cfg.env.kwargs)
             self._eval_kwargs = run_eval_kwargs(train_env, self.cfg.env.kwargs, self.cfg.env.eval_kwargs)

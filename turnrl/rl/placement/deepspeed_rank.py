@@ -29,6 +29,7 @@ import datetime
 import os
 import shutil
 import socket
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +59,53 @@ def shard_rows(groups: list[int], world: int) -> list[list[int]]:
         cuts.append(last)
     cuts.append(n)
     return [list(range(cuts[r], cuts[r + 1])) for r in range(world)]
+
+
+def full_parameters(model: torch.nn.Module, zero3: bool, bucket_mb: float
+                    ) -> Iterator[tuple[list[str], torch.Tensor]]:
+    """``(names, full tensor)`` for each distinct parameter of ``model`` in ``state_dict`` order (tied names
+    together), on every rank. Under ZeRO-3 the partitions are gathered in buckets of about ``bucket_mb``: every rank
+    must iterate to the end, in lockstep (each bucket is a collective). A yielded tensor is valid only until the next
+    one is requested."""
+    named = dict(model.named_parameters(remove_duplicate=False))
+    names_of: dict[int, list[str]] = {}
+    order: list[torch.nn.Parameter] = []
+    for k in model.state_dict().keys():
+        if k in named:
+            p = named[k]
+            if id(p) not in names_of:
+                names_of[id(p)] = []
+                order.append(p)
+            names_of[id(p)].append(k)
+    if not zero3:
+        for p in order:
+            yield names_of[id(p)], p.detach()
+        return
+    import deepspeed
+
+    limit, bucket, size = bucket_mb * 2**20, [], 0
+    for i, p in enumerate(order):
+        bucket.append(p)
+        size += getattr(p, "ds_numel", p.numel()) * p.element_size()
+        if size >= limit or i == len(order) - 1:
+            with deepspeed.zero.GatheredParameters(bucket, modifier_rank=None):
+                for q in bucket:
+                    yield names_of[id(q)], q.detach()
+            bucket, size = [], 0
+
+
+def parameter_meta(model: torch.nn.Module) -> list[tuple[str, torch.dtype, tuple[int, ...]]]:
+    """``(first name, dtype, full shape)`` of each distinct parameter, in :func:`full_parameters`' order, without
+    gathering (ZeRO-3 keeps the full shape in ``ds_shape``)."""
+    named = dict(model.named_parameters(remove_duplicate=False))
+    seen: set[int] = set()
+    out = []
+    for k in model.state_dict().keys():
+        if k in named and id(named[k]) not in seen:
+            p = named[k]
+            seen.add(id(p))
+            out.append((k, p.dtype, tuple(getattr(p, "ds_shape", p.shape))))
+    return out
 
 
 def blueprint(model: torch.nn.Module) -> dict[str, Any]:
@@ -220,54 +268,40 @@ class DeepSpeedRank:
     def export(self, bucket_mb: float) -> dict[str, torch.Tensor] | None:
         """The policy's full weights as a CPU state dict on rank 0 (None elsewhere). Under ZeRO-3 every rank must
         call this: partitions are gathered in buckets of about ``bucket_mb``, in the same order on every rank."""
-        import deepspeed
-
         model = self._ready().policy
         keys = list(model.state_dict().keys())
-        named = dict(model.named_parameters(remove_duplicate=False))
-        buffers = dict(model.named_buffers())
-        out: dict[str, torch.Tensor] = {}
         if self.cfg.learner.zero_stage < 3:
+            return {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()} if self.rank == 0 else None
+        out: dict[str, torch.Tensor] = {}
+        for names, tensor in full_parameters(model, True, bucket_mb):
             if self.rank == 0:
-                out = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
-            return out if self.rank == 0 else None
-        # ZeRO-3: gather distinct parameters bucket by bucket; tied names share one copy
-        names_of: dict[int, list[str]] = {}
-        order: list[torch.nn.Parameter] = []
-        for k in keys:
-            if k in named:
-                p = named[k]
-                if id(p) not in names_of:
-                    names_of[id(p)] = []
-                    order.append(p)
-                names_of[id(p)].append(k)
-        limit = self.cfg.learner.export_bucket_mb * 2**20
-        bucket: list[torch.nn.Parameter] = []
-        size = 0
-
-        def flush() -> None:
-            with deepspeed.zero.GatheredParameters(bucket, modifier_rank=None):
-                if self.rank == 0:
-                    for p in bucket:
-                        copy = p.detach().to("cpu", copy=True)
-                        for k in names_of[id(p)]:
-                            out[k] = copy
-            bucket.clear()
-
-        for p in order:
-            bucket.append(p)
-            size += getattr(p, "ds_numel", p.numel()) * p.element_size()
-            if size >= limit:
-                flush()
-                size = 0
-        if bucket:
-            flush()
+                copy = tensor.to("cpu", copy=True)
+                out.update((k, copy) for k in names)  # tied names share one copy
         if self.rank != 0:
             return None
-        for k in keys:
-            if k not in out and k in buffers:
-                out[k] = buffers[k].detach().to("cpu", copy=True)
+        buffers = dict(model.named_buffers())
+        out.update((k, buffers[k].detach().to("cpu", copy=True)) for k in keys if k not in out and k in buffers)
         return {k: out[k] for k in keys}
+
+    # ---- weights over NCCL to vLLM workers (learner.weight_sync: nccl; GPU only) ----
+
+    def open_weight_sync(self, host: str, port: int, world_size: int, workers: list[Any]) -> int:
+        """Join the NCCL group with the vLLM rollout workers (rank 0 sends; every rank takes part in the gathers).
+        Blocks until the workers have joined; returns this rank."""
+        from turnrl.rl.placement.weight_sync import open_trainer
+
+        learner = self._ready()
+        self._sync = open_trainer(learner.policy, self.cfg.learner.zero_stage == 3, self.cfg.learner.export_bucket_mb,
+                                  self.rank, host, port, world_size, workers)
+        return self.rank
+
+    def send_weights(self, version: int) -> int:
+        """Stream the current weights to the vLLM workers (bucketed NCCL broadcasts; the workers load them with the
+        model's ``load_weights`` and reset the prefix cache); rank 0 then tells them the version."""
+        if getattr(self, "_sync", None) is None:
+            raise RuntimeError(f"learner rank {self.rank}: open_weight_sync() was not called")
+        self._sync.send(version)
+        return version
 
     def score(self, input_ids: list[list[int]], temperature: float = 1.0) -> list[list[float]]:
         """The policy's log-probability of each token given the ones before (position 0: 0.0). Every rank calls

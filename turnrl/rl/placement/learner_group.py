@@ -84,7 +84,8 @@ class LearnerGroup:
         actor = ray.remote(DeepSpeedRank).options(num_cpus=lc.rank_cpus, num_gpus=lc.rank_gpus, max_restarts=0,
                                                   runtime_env={"env_vars": env})
         model_ref = ray.put(blueprint(model))
-        self._published: tuple[int, Any] | None = None
+        self._published: tuple[int, Any] | None = None  # (version, ref) of the driver's copy
+        self._streamed = -1  # the version last streamed over NCCL (weight_sync: nccl)
         try:
             self.ranks = [actor.remote(config.model_dump(), [model_ref], tokenizer, r, lc.ranks)
                           for r in range(lc.ranks)]
@@ -149,26 +150,51 @@ class LearnerGroup:
         metrics["export_s"] = time.perf_counter() - t0
         return metrics
 
+    def connect_rollout(self, workers: list[Any]) -> None:
+        """``learner.weight_sync: nccl``: open the NCCL transfer group between rank 0 and the vLLM worker (the
+        runner calls this once its workers are up)."""
+        if self.cfg.learner.weight_sync != "nccl":
+            return
+        host, port = self._wait([self.ranks[0].address.remote()], "transfer rendezvous", which=[0])[0]
+        world = 1 + int(self.cfg.ray.vllm.get("tensor_parallel_size", 1))
+        self._wait([r.open_weight_sync.remote(host, port, world, workers) for r in self.ranks],
+                   "opening the NCCL weight transfer", self.cfg.learner.start_timeout)
+        self._streamed = 0  # the workers start from the same weights as the ranks
+
     def _publish(self) -> None:
-        """Gather the weights (every rank), keep rank 0's copy in the object store, load it into the driver's."""
+        """Publish the current version: streamed into the vLLM worker (``weight_sync: nccl``; the driver's copy
+        follows on demand), or gathered into the object store and the driver's copy."""
+        if self.cfg.learner.weight_sync == "nccl":
+            if self._streamed != self.version:
+                self._wait([r.send_weights.remote(self.version) for r in self.ranks],
+                           f"weight transfer of version {self.version}")
+                self._streamed = self.version
+            return
+        self.sync_driver()
+
+    def export_ref(self) -> tuple[int, Any]:
+        """``(version, object ref of the weights)`` for rollout workers (with ``weight_sync: nccl`` the workers
+        already hold the version: the ref is None)."""
+        self._publish()
+        if self.cfg.learner.weight_sync == "nccl":
+            return self.version, None
+        assert self._published is not None
+        return self._published
+
+    def sync_driver(self) -> None:
+        """Bring the driver's copy of the policy to the current version (held-out evaluation, checkpoints)."""
         if self._published is not None and self._published[0] == self.version:
             return
         refs = [r.export.remote(self.cfg.learner.export_bucket_mb) for r in self.ranks]
         self._wait(refs, f"weight export of version {self.version}")
-        state = _ray().get(refs[0])
-        self.model.load_state_dict(state)
+        self.model.load_state_dict(_ray().get(refs[0]))
         self._published = (self.version, refs[0])
 
-    def export_ref(self) -> tuple[int, Any]:
-        """``(version, object ref of the weights)`` for rollout workers."""
-        self._publish()
-        assert self._published is not None
-        return self._published
-
     def export_weights(self) -> tuple[int, dict[str, Any]]:
-        """``(version, CPU state dict)`` of the published weights."""
-        version, ref = self.export_ref()
-        return version, _ray().get(ref)
+        """``(version, CPU state dict)`` of the current weights."""
+        self.sync_driver()
+        assert self._published is not None
+        return self._published[0], _ray().get(self._published[1])
 
     def score(self, input_ids: list[list[int]], temperature: float = 1.0) -> list[list[float]]:
         """The group's log-probabilities of fixed sequences (rank 0's answer; every rank takes part)."""
@@ -181,7 +207,7 @@ class LearnerGroup:
         published weights (for ``init_from`` and ``turnrl eval``), version and update count."""
         folder, tag = str(Path(self.cfg.out_dir) / "deepspeed"), f"update-{self.updates}"
         self._wait([r.save.remote(folder, tag) for r in self.ranks], f"checkpoint {tag}")
-        self._publish()
+        self.sync_driver()
         return {"model": self.model.state_dict(), "deepspeed": {"folder": folder, "tag": tag},
                 "version": self.version, "updates": self.updates, "lr": self._lr}
 

@@ -130,6 +130,9 @@ class RayRunner:
         try:
             self.workers = [self._start() for _ in range(rc.rollout_workers)]
             self._await_ready(list(range(len(self.workers))), "starting")
+            link = getattr(learner, "connect_rollout", None)  # a learner group streaming over NCCL
+            if link is not None:
+                link(self.workers)
         except BaseException:
             self.close()
             raise
@@ -252,6 +255,10 @@ class RayRunner:
         """After worker ``w`` failed: wait for Ray's restart (it re-runs ``__init__``: version-0 weights, so the next
         lease carries the current ones); drop it when it cannot come back."""
         self.restarts += 1
+        if self.cfg.learner.weight_sync == "nccl":
+            raise RayPlacementError(f"rollout worker {w} failed, and a restarted vLLM worker cannot rejoin the NCCL "
+                                    "weight transfer mid-run; resume the run from its checkpoint (or use "
+                                    "learner.weight_sync=object_store, which survives restarts)")
         try:
             self._await_ready([w], "restarting")
         except RayPlacementError as e:

@@ -50,7 +50,10 @@ class RolloutWorker:
         if self.vllm:  # the engine loads the model's files, then the policy's weights (init_from may differ)
             from turnrl.agents.vllm import VLLMAgent
 
-            self.agent: Any = VLLMAgent(self.cfg.model, **self.cfg.ray.vllm)
+            options = dict(self.cfg.ray.vllm)
+            if self.cfg.learner.weight_sync == "nccl":
+                options.setdefault("weight_transfer_config", {"backend": "nccl"})
+            self.agent: Any = VLLMAgent(self.cfg.model, **options)
             self.agent.load_weights(policy.state_dict())
         else:
             self.agent = HFAgent(policy, tokenizer, batch_size=batch_size)
@@ -76,6 +79,32 @@ class RolloutWorker:
                 self.agent.model.load_state_dict(state)
             self.version = version
         return self.version
+
+    # ---- vLLM's weight-transfer control plane (learner.weight_sync: nccl; driven by learner rank 0) ----
+
+    def init_weight_transfer_engine(self, request: Any) -> None:
+        """Join the NCCL transfer group (blocks until the learner's rank 0 has opened it)."""
+        self.agent.llm.init_weight_transfer_engine(request)
+
+    def start_weight_update(self) -> None:
+        self.agent.llm.start_weight_update()
+
+    def update_weights(self, request: Any) -> None:
+        """Receive one round of broadcast weights (runs while rank 0 sends)."""
+        self.agent.llm.update_weights(request)
+
+    def finish_weight_update(self) -> None:
+        self.agent.llm.finish_weight_update()
+        if hasattr(self.agent.llm, "reset_prefix_cache"):
+            self.agent.llm.reset_prefix_cache()  # cached KV blocks were computed with the old weights
+
+    def update_weight_version(self, version: str) -> int:
+        """The version the streamed weights are (the runner then sends no object-store copy)."""
+        self.version = int(version)
+        return self.version
+
+    def shutdown_weight_transfer_engine(self) -> None:
+        self.agent.llm.shutdown_weight_transfer_engine()
 
     def score(self, input_ids: list[list[int]], temperature: float = 1.0) -> tuple[int, list[list[float]]]:
         """``(version held, the log-probabilities of fixed sequences under those weights)``."""
