@@ -30,7 +30,7 @@ from typing import Any
 
 from turnrl.rl.config import TrainConfig
 from turnrl.rl.learner import _trainable
-from turnrl.rl.placement.ray import RayPlacementError, _cause, _ray, connect, free_cpus
+from turnrl.rl.placement.ray import RayPlacementError, _cause, _ray, connect, free_cpus, stop
 from turnrl.types import Trajectory
 
 logger = logging.getLogger(__name__)
@@ -224,13 +224,5 @@ class LearnerGroup:
 
     def close(self) -> None:
         """Stop the ranks (and the local cluster this group started)."""
-        ray = _ray()
-        for r in self.ranks:
-            try:
-                ray.kill(r, no_restart=True)
-            except Exception:  # noqa: BLE001 — already gone
-                pass
-        self.ranks = []
-        if self.started and ray.is_initialized():
-            ray.shutdown()
-            self.started = False
+        stop(self.ranks, self.started)
+        self.ranks, self.started = [], False

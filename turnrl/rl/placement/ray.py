@@ -78,6 +78,18 @@ def connect(address: str | None, num_cpus: float | None, timeout: float) -> bool
     return False
 
 
+def stop(actors: Sequence[Any], shutdown: bool) -> None:
+    """Kill ``actors`` (never restarted; ones already gone are skipped) and, with ``shutdown``, the local cluster."""
+    ray = _ray()
+    for a in actors:
+        try:
+            ray.kill(a, no_restart=True)
+        except Exception:  # noqa: BLE001 — already gone
+            pass
+    if shutdown and ray.is_initialized():
+        ray.shutdown()
+
+
 def free_cpus(need: float, timeout: float = 5.0) -> float:
     """The cluster's free CPUs once ``need`` are free, or what is free after ``timeout`` seconds (actors killed a
     moment ago release their CPUs asynchronously)."""
@@ -293,16 +305,8 @@ class RayRunner:
 
     def close(self) -> None:
         """Stop the workers (and the local cluster this runner started)."""
-        ray = _ray()
-        for w in self.workers:
-            try:
-                ray.kill(w, no_restart=True)
-            except Exception:  # noqa: BLE001 — already gone
-                pass
-        self.workers = []
-        if self.started and ray.is_initialized():
-            ray.shutdown()
-            self.started = False
+        stop(self.workers, self.started)
+        self.workers, self.started = [], False
 
 
 def _env_spec(env_id: str) -> tuple[str, Any, dict[str, Any]] | None:
