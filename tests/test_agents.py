@@ -133,3 +133,25 @@ def test_scripted_agents():
     assert c.finish_reason == "length" and len(c.token_ids) == 5
     rnd = RandomAgent(tok).generate([p1, p1], SamplingParams(max_new_tokens=7, n=2))
     assert len(rnd) == 4 and all(1 <= len(c.token_ids) <= 7 for c in rnd)
+
+
+def test_run_spec_loads_the_policy_a_training_run_saved(tmp_path):
+    import toy_envs  # noqa: F401  (registers tests/Upper-v0)
+    from turnrl.agents import make_agent
+    from turnrl.rl.trainer import TrainConfig, Trainer
+
+    with pytest.raises(FileNotFoundError, match="no config.yaml"):
+        make_agent(f"run:{tmp_path}")
+    cfg = TrainConfig.model_validate({"model": "tiny:chatml", "env": {"id": "tests/Upper-v0"}, "steps": 1,
+                                      "rollout": {"prompts_per_step": 2, "group_size": 2, "max_new_tokens": 4},
+                                      "optim": {"lr": 1e-2}, "eval_tasks": 2, "out_dir": str(tmp_path)})
+    trainer = Trainer(cfg)
+    before = [p.detach().clone() for p in make_agent("tiny:chatml").model.parameters()]
+    with pytest.raises(FileNotFoundError, match="no checkpoint"):
+        (tmp_path / "config.yaml").write_text("model: tiny:chatml\n")
+        make_agent(f"run:{tmp_path}")
+    trainer.train()
+    agent = make_agent(f"run:{tmp_path}")
+    trained = list(trainer.model.parameters())
+    assert all(torch.equal(a, b) for a, b in zip(agent.model.parameters(), trained))
+    assert any(not torch.equal(a, b) for a, b in zip(before, trained))  # the run's weights, not a fresh model

@@ -225,7 +225,7 @@ def play(
 @app.command("eval")
 def eval_cmd(
     env: Annotated[str, typer.Option("--env", help="e.g. turnrl/GSM8K-v0, or mymodule:myproject/Name-v0")],
-    agent: Annotated[str, typer.Option(help="smollm2-135m-instruct, hf:PATH, vllm:PATH, openai:URL#MODEL, tiny:chatml")],
+    agent: Annotated[str, typer.Option(help="smollm2-135m-instruct, hf:PATH, vllm:PATH, openai:URL#MODEL, tiny:chatml, run:OUT_DIR (a trained run)")],
     limit: Annotated[int, typer.Option(help="evaluate tasks 0..limit-1 of the held-out split (--kw split=… for another)")] = 100,
     samples: Annotated[int, typer.Option(help="episodes per task (pass@k up to this k)")] = 1,
     out: Annotated[str, typer.Option(help="output folder")] = "runs/eval",
@@ -285,7 +285,7 @@ def eval_cmd(
 @app.command()
 def rollout(
     env: Annotated[str, typer.Option("--env", help="e.g. turnrl/Arithmetic-v0, or mymodule:myproject/Name-v0")],
-    agent: Annotated[str, typer.Option(help="smollm2-135m-instruct, hf:PATH, vllm:PATH, openai:URL#MODEL, tiny:chatml")],
+    agent: Annotated[str, typer.Option(help="smollm2-135m-instruct, hf:PATH, vllm:PATH, openai:URL#MODEL, tiny:chatml, run:OUT_DIR (a trained run)")],
     out: Annotated[str, typer.Option(help="the dataset file (.parquet or .jsonl); an existing one is resumed")],
     tasks: Annotated[int, typer.Option(min=1, help="sample tasks 0..tasks-1 of the environment's (training) split")] = 100,
     samples: Annotated[int, typer.Option(min=1, help="episodes per task")] = 8,
@@ -482,7 +482,7 @@ app.command("check-template")(check_template_command)
 @swirl_app.command("generate")
 def swirl_generate(
     env: Annotated[str, typer.Option("--env", help="e.g. turnrl/Arithmetic-v0 with --kw tool_style=swirl")],
-    agent: Annotated[str, typer.Option(help="smollm2-135m-instruct, hf:PATH, vllm:PATH, openai:URL#MODEL, tiny:chatml")],
+    agent: Annotated[str, typer.Option(help="smollm2-135m-instruct, hf:PATH, vllm:PATH, openai:URL#MODEL, tiny:chatml, run:OUT_DIR (a trained run)")],
     out: Annotated[str, typer.Option(help="the dataset (.parquet or .jsonl); an existing one is resumed")],
     tasks: Annotated[int, typer.Option(min=1, help="questions 0..tasks-1 of the environment's split")] = 100,
     samples: Annotated[int, typer.Option(min=1, help="trajectories per question (the paper: 5)")] = 5,

@@ -5,7 +5,8 @@
 * ``smollm2-135m-instruct`` or ``hf:PATH_OR_NAME`` — Hugging Face transformers (the CPU default);
 * ``vllm:PATH_OR_NAME`` — a vLLM engine (GPU; ``pip install 'turnrl[gpu]'``);
 * ``openai:URL#MODEL`` — any OpenAI-compatible server (needs ``tokenizer=`` for token-level rollouts);
-* ``tiny:TEMPLATE`` — a tiny random model with a small tokenizer (tests, smoke runs).
+* ``tiny:TEMPLATE`` — a tiny random model with a small tokenizer (tests, smoke runs);
+* ``run:OUT_DIR`` — the policy a ``turnrl train`` run saved: its ``model`` with the weights of its ``checkpoint.pt``.
 """
 
 from __future__ import annotations
@@ -27,11 +28,13 @@ def make_agent(spec: str, *, batch_size: int = 32, tokenizer: str | None = None)
     kind, sep, rest = spec.partition(":")
     if not sep:
         kind, rest = "hf", spec
-    elif kind not in ("hf", "vllm", "openai", "tiny"):
+    elif kind not in ("hf", "vllm", "openai", "tiny", "run"):
         raise ValueError(
             f"unknown agent spec {spec!r}; use a built-in name ({', '.join(BUILTIN_MODELS)}), a path, "
-            "or hf:PATH, vllm:PATH, openai:URL#MODEL, tiny:TEMPLATE"
+            "or hf:PATH, vllm:PATH, openai:URL#MODEL, tiny:TEMPLATE, run:OUT_DIR"
         )
+    if kind == "run":
+        return _run_agent(rest, batch_size)
     if kind == "hf":
         from turnrl.agents.hf import HFAgent
 
@@ -59,3 +62,27 @@ def make_agent(spec: str, *, batch_size: int = 32, tokenizer: str | None = None)
 
         tok = AutoTokenizer.from_pretrained(resolve_model_path(tokenizer))
     return OpenAIAgent(url, model, tokenizer=tok)
+
+
+def _run_agent(folder: str, batch_size: int) -> Any:
+    """The policy a training run saved: the run's ``model`` (its ``config.yaml``) with its checkpoint's weights.
+
+    Raises:
+        FileNotFoundError: ``folder`` is not a run's output folder, or holds no checkpoint yet.
+    """
+    from pathlib import Path
+
+    import yaml
+
+    config = Path(folder) / "config.yaml"
+    if not config.is_file():
+        raise FileNotFoundError(f"run:{folder}: no config.yaml there (run:OUT_DIR takes the out_dir of a `turnrl "
+                                "train` run)")
+    name = (yaml.safe_load(config.read_text()) or {}).get("model")
+    if not name:
+        raise ValueError(f"run:{folder}: its config.yaml names no model")
+    agent = make_agent(str(name), batch_size=batch_size)
+    from turnrl.rl.trainer import load_policy  # the checkpoint format belongs to the trainer
+
+    load_policy(agent.model, folder)
+    return agent
