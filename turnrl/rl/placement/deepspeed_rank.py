@@ -7,8 +7,8 @@ How a rank computes exactly what one process computes (:class:`RankLearner`, the
 
 * Every rank receives the whole step's Trajectories and prepares them (advantages over whole groups and over the
   batch — whitening needs every row). The *training* is split: each optimizer step's rows (the local learner's
-  window of ``grad_accum × minibatch_size`` rows) are cut into one contiguous part per rank at group boundaries
-  (:func:`shard_rows`), so a group's shared prompt stays on one rank.
+  window of ``grad_accum × minibatch_size`` rows) are cut into one contiguous part per rank, at a group boundary
+  where one is near (:func:`shard_rows`), so a group's shared prompt mostly stays on one rank.
 * The loss normalizers (token counts, sequence counts) of a window are **all-reduced**: each micro-batch's loss is
   divided by the count over every rank's micro-batches, as in one process.
 * DeepSpeed averages gradients over the ranks (a ``1/M`` the single process does not have) and, by default,
@@ -61,12 +61,9 @@ def shard_rows(groups: list[int], world: int) -> list[list[int]]:
     return [list(range(cuts[r], cuts[r + 1])) for r in range(world)]
 
 
-def full_parameters(model: torch.nn.Module, zero3: bool, bucket_mb: float
-                    ) -> Iterator[tuple[list[str], torch.Tensor]]:
-    """``(names, full tensor)`` for each distinct parameter of ``model`` in ``state_dict`` order (tied names
-    together), on every rank. Under ZeRO-3 the partitions are gathered in buckets of about ``bucket_mb``: every rank
-    must iterate to the end, in lockstep (each bucket is a collective). A yielded tensor is valid only until the next
-    one is requested."""
+def _distinct_parameters(model: torch.nn.Module) -> list[tuple[list[str], torch.nn.Parameter]]:
+    """Each distinct parameter of ``model`` with all its ``state_dict`` names (tied weights share one entry), in
+    ``state_dict`` order."""
     named = dict(model.named_parameters(remove_duplicate=False))
     names_of: dict[int, list[str]] = {}
     order: list[torch.nn.Parameter] = []
@@ -77,35 +74,37 @@ def full_parameters(model: torch.nn.Module, zero3: bool, bucket_mb: float
                 names_of[id(p)] = []
                 order.append(p)
             names_of[id(p)].append(k)
+    return [(names_of[id(p)], p) for p in order]
+
+
+def full_parameters(model: torch.nn.Module, zero3: bool, bucket_mb: float
+                    ) -> Iterator[tuple[list[str], torch.Tensor]]:
+    """``(names, full tensor)`` for each distinct parameter of ``model`` in ``state_dict`` order (tied names
+    together), on every rank. Under ZeRO-3 the partitions are gathered in buckets of about ``bucket_mb``: every rank
+    must iterate to the end, in lockstep (each bucket is a collective). A yielded tensor is valid only until the next
+    one is requested."""
+    entries = _distinct_parameters(model)
     if not zero3:
-        for p in order:
-            yield names_of[id(p)], p.detach()
+        for names, p in entries:
+            yield names, p.detach()
         return
     import deepspeed
 
     limit, bucket, size = bucket_mb * 2**20, [], 0
-    for i, p in enumerate(order):
-        bucket.append(p)
+    for i, (names, p) in enumerate(entries):
+        bucket.append((names, p))
         size += getattr(p, "ds_numel", p.numel()) * p.element_size()
-        if size >= limit or i == len(order) - 1:
-            with deepspeed.zero.GatheredParameters(bucket, modifier_rank=None):
-                for q in bucket:
-                    yield names_of[id(q)], q.detach()
+        if size >= limit or i == len(entries) - 1:
+            with deepspeed.zero.GatheredParameters([q for _, q in bucket], modifier_rank=None):
+                for q_names, q in bucket:
+                    yield q_names, q.detach()
             bucket, size = [], 0
 
 
 def parameter_meta(model: torch.nn.Module) -> list[tuple[str, torch.dtype, tuple[int, ...]]]:
     """``(first name, dtype, full shape)`` of each distinct parameter, in :func:`full_parameters`' order, without
     gathering (ZeRO-3 keeps the full shape in ``ds_shape``)."""
-    named = dict(model.named_parameters(remove_duplicate=False))
-    seen: set[int] = set()
-    out = []
-    for k in model.state_dict().keys():
-        if k in named and id(named[k]) not in seen:
-            p = named[k]
-            seen.add(id(p))
-            out.append((k, p.dtype, tuple(getattr(p, "ds_shape", p.shape))))
-    return out
+    return [(names[0], p.dtype, tuple(getattr(p, "ds_shape", p.shape))) for names, p in _distinct_parameters(model)]
 
 
 def blueprint(model: torch.nn.Module) -> dict[str, Any]:
