@@ -11,7 +11,7 @@ from turnrl.agents.scripted import FixedAgent, ScriptedAgent
 from turnrl.agents.tiny import tiny_model, tiny_tokenizer
 from turnrl.agents.base import SamplingParams
 from turnrl.rl.algorithms import get_algorithm, parse_algorithm_config
-from turnrl.rl.algorithms.pag import final_only_rewards, turn_group_advantages
+from turnrl.rl.algorithms.pag import balance_verifier_rewards, final_only_rewards, turn_group_advantages
 from turnrl.rl.batch import Batch, collate
 from turnrl.rl.evaluate import evaluate
 from turnrl.rl.monitors import check_health, verdict_collapse
@@ -74,6 +74,48 @@ def test_role_adv_norm_gives_each_role_mean_0_and_variance_1():
         sel = (b.roles == role) & b.loss_mask.bool()
         assert abs(float(adv[sel].mean())) < 1e-5 and abs(float(adv[sel].var(correction=0)) - 1) < 1e-3
     assert (adv[b.loss_mask == 0] == 0).all()
+
+
+def test_verifier_balance_makes_a_verdict_that_ignores_the_answer_earn_nothing():
+    # 3 right first answers, 1 wrong; the verifier says "correct" to all: rewards 1, 1, 1, 0 (a collapsed verifier)
+    b = batch([(1, 1, 0), (1, 1, 0), (1, 1, 0), (0, 0, 0)], correct=(1, 1, 1, 0), groups=(0, 0, 0, 0))
+    r = balance_verifier_rewards(b.token_rewards, b.turn_ids, b.roles, b.loss_mask)
+    ver = lambda x: x[:, 5].tolist()  # noqa: E731 — the verifier turn's last token
+    assert ver(r) == pytest.approx([2 / 3, 2 / 3, 2 / 3, 0.0])  # weights n/(2 n_c): 4/6 for right, 4/2 for wrong
+    # saying "wrong" to everything earns the same total: the verdict alone, without the truth, gains nothing
+    flipped = batch([(1, 0, 0), (1, 0, 0), (1, 0, 0), (0, 1, 0)], correct=(1, 1, 1, 0), groups=(0, 0, 0, 0))
+    r_flip = balance_verifier_rewards(flipped.token_rewards, flipped.turn_ids, flipped.roles, flipped.loss_mask)
+    assert sum(ver(r)) == pytest.approx(sum(ver(r_flip))) == pytest.approx(2.0)
+    # a verifier that tells them apart earns more than either; the policy turns' rewards are untouched
+    right = batch([(1, 1, 0), (1, 1, 0), (1, 1, 0), (0, 1, 0)], correct=(1, 1, 1, 0), groups=(0, 0, 0, 0))
+    r_right = balance_verifier_rewards(right.token_rewards, right.turn_ids, right.roles, right.loss_mask)
+    assert sum(ver(r_right)) == pytest.approx(4.0)
+    assert torch.equal(r[:, [2, 8]], b.token_rewards[:, [2, 8]])
+    # one truth only: nothing to balance
+    same = batch([(1, 1, 0), (1, 0, 0)], correct=(1, 1), groups=(0, 0))
+    assert torch.equal(balance_verifier_rewards(same.token_rewards, same.turn_ids, same.roles, same.loss_mask),
+                       same.token_rewards)
+    # through both algorithms: the option changes the verifier turns' advantages only
+    plain, _ = pag(role_norm=False).advantages(b, 8, torch.zeros(4, 9))
+    bal, _ = pag(role_norm=False, verifier_balance=True).advantages(b, 8, torch.zeros(4, 9))
+    assert torch.allclose(bal[:, 4:6], r[:, 5:6].expand(4, 2)) and torch.equal(bal[:, :3], plain[:, :3])
+
+
+def test_verifier_balance_removes_the_pull_to_the_majority_verdict():
+    # a verifier that says "correct" half the time whatever the truth; 6 right first answers, 2 wrong
+    rows = [(1, 1, 0)] * 3 + [(1, 0, 0)] * 3 + [(0, 0, 0), (0, 1, 0)]
+    says_correct = torch.tensor([1.0] * 3 + [-1.0] * 3 + [1.0, -1.0])
+    b = batch(rows, correct=(1,) * 6 + (0, 0), groups=(0,) * 8)
+
+    def push(algo):  # Σ advantage × (+1 "correct", -1 "wrong"): the net push on the verdict "correct"
+        adv, _ = algo.advantages(b, 8, torch.zeros(8, 9)) if algo.name == "pag" else algo.advantages(b, 8)
+        return float((adv[:, 5] * says_correct).sum())
+
+    for name in ("pag", "pag-grpo"):
+        plain = get_algorithm(parse_algorithm_config({"name": name}))
+        balanced = get_algorithm(parse_algorithm_config({"name": name, "verifier_balance": True}))
+        assert push(plain) > 0.5  # pulled toward the majority truth's verdict
+        assert abs(push(balanced)) < 1e-5  # no pull: only telling the truths apart would gain
 
 
 def test_final_only_reward_puts_the_final_correctness_on_the_last_token():

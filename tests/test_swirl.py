@@ -305,3 +305,62 @@ def test_sft_imitates_every_stored_row(tmp_path):
     nll = [h["nll"] for h in history[1:]]
     assert history[1]["sft_rows"] == 8 and nll[-1] < 0.5 * nll[0], nll
     assert "zero_variance_groups" not in history[1]  # stored rows are no sampled groups: no "no signal" warning
+
+
+class ExactJudge:
+    """A scripted step judge: only the stored step's exact text is GOOD (a random tiny model never writes it)."""
+
+    def __init__(self, text):
+        self.text = text
+
+    def label_rows(self, rows):
+        return [StepLabel(r.turns[-1].action.content == self.text) for r in rows]
+
+    def label_trajectory(self, traj):
+        return self.label_rows([traj])
+
+
+def test_data_action_puts_the_stored_step_in_each_group_and_pulls_the_policy_to_it(tmp_path):
+    from turnrl.rl.forward import sequence_logprobs
+
+    tok = tiny_tokenizer("chatml")
+    good = "Zebra crossing"
+    trajs = Rollout(FixedAgent(tok, [good]), SamplingParams(max_new_tokens=32)).run(
+        [turnrl.make("tests/Upper-v0") for _ in range(8)], options=[{"index": i} for i in range(8)])
+    rows = decompose_all(trajs)
+    save(rows, tmp_path / "rows.parquet")
+
+    def trainer(data_action, steps):
+        cfg = TrainConfig(model="tiny", env={"id": "tests/Upper-v0"},
+                          algorithm={"name": "swirl", "execute": False, "data_action": data_action},
+                          data={"path": str(tmp_path / "rows.parquet"), "shuffle": False},
+                          rollout={"prompts_per_step": 4, "group_size": 4, "max_new_tokens": 16},
+                          optim={"lr": 3e-2, "minibatch_size": 16}, steps=steps, eval_tasks=4,
+                          out_dir=str(tmp_path / f"run-{data_action}"), save_trajectories=False)
+        t = Trainer(cfg, model=tiny_model(tok), tokenizer=tok)
+        t.source.judge = ExactJudge(good)
+        return t
+
+    def stored_logp(t):
+        return sum(sum(sequence_logprobs(t.learner.model, [r.token_ids])[0][r.turns[-1].token_span[0]:])
+                   for r in rows) / len(rows)
+
+    # the source: 3 fresh steps and the stored one per state, token-exact, scored by the current policy
+    t = trainer(True, 1)
+    samples, metrics = t.source.collect(0)
+    assert len(samples) == 16 and [s.metadata["swirl"]["data_action"] for s in samples[:4]] == [False] * 3 + [True]
+    stored = samples[3]
+    assert stored.token_ids == rows[0].token_ids and stored.turns[-1].action.content == good
+    start = rows[0].turns[-1].token_span[0]
+    expected = sequence_logprobs(t.learner.model, [rows[0].token_ids])[0][start:]
+    assert stored.logprobs[start:] == pytest.approx(expected, abs=1e-5)
+    assert metrics["data_step_good"] == 1.0 and metrics["step_good"] == 0.0  # the policy's own steps apart
+    assert metrics["states"] == 4
+    # training: without the stored step every group is all-BAD and nothing is learned; with it the policy moves to it
+    plain, guided = trainer(False, 8), trainer(True, 8)
+    before = stored_logp(plain)
+    assert stored_logp(guided) == pytest.approx(before, abs=1e-4)  # the same initial weights
+    plain.train()
+    guided.train()
+    assert stored_logp(plain) == pytest.approx(before, abs=1e-3)
+    assert stored_logp(guided) > before + 5.0, (before, stored_logp(guided))

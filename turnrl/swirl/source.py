@@ -10,6 +10,9 @@ is run in it, so its tool result is part of the sample and the judge sees it. Th
 
 * ``rule`` / ``judge`` — the step judge's GOOD (1) or BAD/unparseable (0), from the context alone;
 * ``rollout`` — 1 if the episode, played on from the sampled step with the current policy, ends correct.
+
+With ``algorithm.data_action`` the last of each state's G samples is the stored step itself (its tokens as stored,
+its log-probabilities scored by the current policy at the sampling temperature), executed and rewarded like the rest.
 """
 
 from __future__ import annotations
@@ -121,6 +124,7 @@ class StateSource:
         alg = cfg.algorithm
         self.cfg, self.agent, self.version = cfg, agent, version
         self.reward, self.execute = getattr(alg, "reward", "rule"), getattr(alg, "execute", True)
+        self.data_action = bool(getattr(alg, "data_action", False))
         files = [cfg.data.path] if isinstance(cfg.data.path, str) else list(cfg.data.path)
         rows: list[Trajectory] = []
         for f in files:
@@ -166,31 +170,53 @@ class StateSource:
         return out
 
     def sample(self, states: Sequence[Trajectory], step: int) -> list[Trajectory]:
-        """``group_size`` fresh steps of each state, as Trajectories (not yet rewarded)."""
+        """``group_size`` steps of each state, as Trajectories (not yet rewarded): fresh ones from the policy, and
+        with ``data_action`` the stored step as the last of each group."""
         r, G = self.cfg.rollout, self.cfg.rollout.group_size
+        fresh = G - 1 if self.data_action else G
         prefixes = [state_of(s)[0] for s in states]
         longest = max(len(p) for p in prefixes)
         budget = max(1, min(r.max_new_tokens, r.max_context - longest))
         params = SamplingParams(temperature=r.temperature, top_p=r.top_p, max_new_tokens=budget,
                                 stop=self.stop, seed=self.cfg.seed * 1_000_003 + step)
-        completions = self.agent.generate([p for p in prefixes for _ in range(G)], params)
+        completions = self.agent.generate([p for p in prefixes for _ in range(fresh)], params)
+        steps: list[tuple[str, list[int], list[float], str | None, bool]] = [
+            (c.text, list(c.token_ids), list(c.logprobs), c.finish_reason, False) for c in completions]
+        if self.data_action:
+            stored = [self.stored_step(s, p) for s, p in zip(states, prefixes)]
+            steps = [x for i in range(len(states)) for x in (*steps[i * fresh:(i + 1) * fresh], stored[i])]
         version = self.version()
         out = []
-        for k, c in enumerate(completions):
+        for k, (text, ids, logprobs, finish, from_data) in enumerate(steps):
             row, prefix = states[k // G], prefixes[k // G]
             context = [t.model_copy(update={"token_span": None, "obs_span": None}) for t in row.turns[:-1]]
-            turn = Turn(index=len(context), role=row.turns[-1].role, action=Message(role="assistant", content=c.text),
-                        token_span=(len(prefix), len(prefix) + len(c.token_ids)),
-                        info={"finish_reason": c.finish_reason, "kind": parse_step(c.text).kind})
-            swirl = {**row.metadata.get("swirl", {}), "state": row.id, "sample": k % G}
+            turn = Turn(index=len(context), role=row.turns[-1].role, action=Message(role="assistant", content=text),
+                        token_span=(len(prefix), len(prefix) + len(ids)),
+                        info={"finish_reason": finish, "kind": parse_step(text).kind})
+            swirl = {**row.metadata.get("swirl", {}), "state": row.id, "sample": k % G, "data_action": from_data}
             out.append(Trajectory(
                 env_id=row.env_id, task_id=row.task_id, seed=row.seed, group_id=f"{step}-{row.id}",
-                prompt=row.prompt, turns=[*context, turn], token_ids=prefix + list(c.token_ids),
-                loss_mask=[0] * len(prefix) + [1] * len(c.token_ids),
-                logprobs=[0.0] * len(prefix) + list(c.logprobs),
+                prompt=row.prompt, turns=[*context, turn], token_ids=prefix + ids,
+                loss_mask=[0] * len(prefix) + [1] * len(ids),
+                logprobs=[0.0] * len(prefix) + logprobs,
                 metadata={**{k2: v for k2, v in row.metadata.items() if k2 not in ("swirl", "policy_version")},
                           "swirl": swirl, "prompt_length": len(prefix), "policy_version": [version, version]}))
         return out
+
+    def stored_step(self, row: Trajectory, prefix: list[int]) -> tuple[str, list[int], list[float], str | None, bool]:
+        """The row's own step: its text and tokens as stored, its log-probabilities under the current policy (the
+        stored ones were the teacher's, often with demonstrations in its context)."""
+        from turnrl.rl.forward import sequence_logprobs
+
+        span = row.turns[-1].token_span
+        assert span is not None and row.token_ids is not None
+        ids = list(row.token_ids[span[0]:span[1]])
+        model = getattr(self.agent, "model", None)
+        if model is None:
+            raise StateError("algorithm.data_action scores the stored steps with the policy's model; the agent "
+                             f"{type(self.agent).__name__} has none (use the local HF policy)")
+        logp = sequence_logprobs(model, [prefix + ids], self.cfg.rollout.temperature)[0][len(prefix):]
+        return row.turns[-1].action.content, ids, logp, "stop", True
 
     def run_steps(self, samples: list[Trajectory]) -> list[TextEnv | None]:
         """Run each sampled step in its replayed environment (observation, flags and info go on the turn)."""
@@ -248,13 +274,20 @@ class StateSource:
             turn = t.turns[-1]
             t.turns[-1] = turn.model_copy(update={"reward": label.score if t.error is None else 0.0, "info": {
                 **turn.info, "step_good": label.good, "step_reason": label.reason[:300]}})
-        n = max(len(samples), 1)
-        kinds = [t.turns[-1].info.get("kind") for t in samples]
-        metrics = {**rollout_metrics(samples), "epoch": float(self.epoch), "states": float(len(states)),
-                   "generate_s": generate_s, "generated_tokens": float(sum(sum(t.loss_mask or []) for t in samples)),
-                   "step_good": sum(bool(lb.good) for lb in labels) / n,
-                   "step_unparseable": sum(lb.good is None for lb in labels) / n,
+        # the policy's own steps measure the policy; the stored steps (data_action) are reported apart
+        from_data = [bool(t.metadata["swirl"].get("data_action")) for t in samples]
+        own = [t for t, d in zip(samples, from_data) if not d]
+        own_labels = [lb for lb, d in zip(labels, from_data) if not d]
+        data_labels = [lb for lb, d in zip(labels, from_data) if d]
+        n = max(len(own), 1)
+        kinds = [t.turns[-1].info.get("kind") for t in own]
+        metrics = {**rollout_metrics(own), "epoch": float(self.epoch), "states": float(len(states)),
+                   "generate_s": generate_s, "generated_tokens": float(sum(sum(t.loss_mask or []) for t in own)),
+                   "step_good": sum(bool(lb.good) for lb in own_labels) / n,
+                   "step_unparseable": sum(lb.good is None for lb in own_labels) / n,
                    **{f"step_{k}": kinds.count(k) / n for k in ("calculator", "search", "answer", "invalid")}}
+        if data_labels:
+            metrics["data_step_good"] = sum(bool(lb.good) for lb in data_labels) / len(data_labels)
         return samples, metrics
 
     def state_dict(self) -> dict[str, Any]:

@@ -9,7 +9,10 @@ verify (role "verifier") → revise (role "policy", only after "wrong"), each tu
   clip 0.2/0.28, token-mean, no KL. Ablations, one switch each: ``turn_independent: false`` (GAE flows across
   turns — the paper's verifier then says "wrong" to everything), ``reward: final-only`` (only the final answer's
   correctness, on the episode's last token — the verifier then says "correct" to everything) and
-  ``role_norm: false`` (one whitening over all tokens).
+  ``role_norm: false`` (one whitening over all tokens). Option [ours]: ``verifier_balance: true`` weighs each
+  verifier turn's reward by the inverse share of its answer's truth in the batch, so that the verifier's objective is
+  its balanced accuracy: a verdict that ignores the answer ("correct" to everything) then earns nothing, and only
+  telling right answers from wrong ones is reinforced (see :func:`balance_verifier_rewards`).
 * ``pag-grpo`` — the critic-free comparison: each turn's reward normalized within its group over the turns of the
   same role (policy turns together, verifier turns together), on that turn's tokens only; GRPO's surrogate.
 """
@@ -42,6 +45,8 @@ class PAGConfig(PPOConfig):
                             "separately (ablation: false)")
     reward: Literal["per-turn", "final-only"] = Field(
         "per-turn", description="each turn's own reward, or only the final answer's correctness (ablation)")
+    verifier_balance: bool = Field(False, description="[ours] weigh verifier rewards by the inverse share of their "
+                                   "answer's truth in the batch (the verifier optimizes balanced accuracy)")
 
 
 class PAGGRPOConfig(GRPOConfig):
@@ -52,6 +57,8 @@ class PAGGRPOConfig(GRPOConfig):
     agg: AggMode = "token-mean"
     role_norm: bool = Field(True, description="normalize each turn's reward over the group's turns of its role "
                             "(false: over all of the group's turns)")
+    verifier_balance: bool = Field(False, description="[ours] weigh verifier rewards by the inverse share of their "
+                                   "answer's truth in the batch (the verifier optimizes balanced accuracy)")
 
 
 def final_only_rewards(loss_mask: torch.Tensor, correct: torch.Tensor) -> torch.Tensor:
@@ -63,6 +70,29 @@ def final_only_rewards(loss_mask: torch.Tensor, correct: torch.Tensor) -> torch.
     rows = torch.nonzero(last >= 0).squeeze(-1)
     out[rows, last[rows]] = correct[rows].to(out.dtype)
     return out
+
+
+def balance_verifier_rewards(token_rewards: torch.Tensor, turn_ids: torch.Tensor, roles: torch.Tensor,
+                             mask: torch.Tensor, verifier_role: int = 1) -> torch.Tensor:
+    """Weigh each verifier turn's reward by the inverse share of its answer's truth in the batch (§7, option [ours]).
+
+    The truth a verdict judges is the first answer's reward (turn 0: R_y = 1 if correct). With ``n`` verifier turns,
+    ``n_c`` of them judging answers of truth ``c``, a verifier reward is multiplied by ``n / (2 n_c)``: both truths
+    then weigh the same in the batch, a verdict that ignores the answer has the same expected reward whatever it says,
+    and only verdicts that depend on the answer's truth gain. Without it a verifier whose verdicts cannot yet tell the
+    truths apart is pulled to the majority truth's verdict (the collapse §7 describes). Rows without a verifier turn,
+    and a batch in which only one truth occurs, are returned unchanged. Other roles' rewards are untouched.
+    """
+    m = mask.bool()
+    first = (token_rewards * (m & (turn_ids == 0))).sum(-1) > 0.5  # (B,) the first answer was right
+    ver = m & (roles == verifier_role)
+    has = ver.any(-1)
+    n_right, n_wrong = int((has & first).sum()), int((has & ~first).sum())
+    if n_right == 0 or n_wrong == 0:
+        return token_rewards
+    n = n_right + n_wrong
+    weight = torch.where(first, n / (2 * n_right), n / (2 * n_wrong)).to(token_rewards.dtype)
+    return torch.where(ver, token_rewards * weight[:, None], token_rewards)
 
 
 def turn_group_advantages(token_rewards: torch.Tensor, turn_ids: torch.Tensor, roles: torch.Tensor,
@@ -98,6 +128,8 @@ class PAG(PPO):
         """Each turn's reward on its last token, or (``reward: final-only``) the final answer's correctness."""
         if self.cfg.reward == "final-only":
             return final_only_rewards(batch.loss_mask, batch.correct)
+        if self.cfg.verifier_balance:
+            return balance_verifier_rewards(batch.token_rewards, batch.turn_ids, batch.roles, batch.loss_mask)
         return batch.token_rewards
 
     def normalize(self, adv: torch.Tensor, batch: Batch) -> torch.Tensor:
@@ -117,5 +149,8 @@ class PAGGRPO(GRPO):
     def advantages(self, batch: Batch, max_new_tokens: int, values: torch.Tensor | None = None,
                    bootstrap: torch.Tensor | None = None) -> tuple[torch.Tensor, None]:
         """Per-turn, per-role group-normalized rewards on each turn's tokens."""
-        return turn_group_advantages(batch.token_rewards, batch.turn_ids, batch.roles, batch.group_ids,
+        rewards = batch.token_rewards
+        if self.cfg.verifier_balance:
+            rewards = balance_verifier_rewards(rewards, batch.turn_ids, batch.roles, batch.loss_mask)
+        return turn_group_advantages(rewards, batch.turn_ids, batch.roles, batch.group_ids,
                                      batch.loss_mask, self.cfg.role_norm), None

@@ -6,7 +6,10 @@
   process scorer; ``judge`` — the generative process judge with the agent ``judge``; ``rollout`` — the outcome of
   playing the episode on from s ⊕ a with the current policy), subtracts a per-state baseline over the G samples
   (``baseline``: ``rloo`` leave-one-out, or ``normalize`` GRPO's mean/std) and takes the clipped surrogate, with
-  an optional k3 KL to the reference. The experience source is :class:`turnrl.swirl.source.StateSource`.
+  an optional k3 KL to the reference. The experience source is :class:`turnrl.swirl.source.StateSource`. With
+  ``data_action`` [ours] the stored step itself takes the place of one of the G samples: judged like them, its
+  advantage is positive exactly when it beats the policy's own steps, so a policy that never writes a good step
+  (a small model without demonstrations) is pulled toward the data's steps until its own are as good.
 * ``sft`` — the paper's baseline: NLL on the step tokens of the stored (filtered, decomposed) rows, every row.
 """
 
@@ -40,6 +43,10 @@ class SWiRLConfig(PolicyGradientConfig):
                                                    "leave-one-out mean, or GRPO's (R − mean) / std")
     execute: bool = Field(True, description="run each sampled step in the state's replayed environment, so the "
                           "judge sees its tool result (and rollout can continue from it)")
+    data_action: bool = Field(False, description=(
+        "[ours] one of each state's G samples is the stored step itself (rewarded like the others, its old "
+        "log-probabilities from the current policy): a policy that never samples a good step still has one to "
+        "reinforce (off-policy guidance, as in LUFFY, without its policy shaping)"))
 
     @model_validator(mode="after")
     def _judge(self) -> SWiRLConfig:
