@@ -109,6 +109,11 @@ def test_search_steps_must_be_new_and_find_something_new():
     unsupported = ep([("<search_query>Jaws film</search_query>", "Jaws is a 1975 film."),
                       ("<answer>Steven Spielberg</answer>", None)])
     assert judge.label_trajectory(unsupported)[1].good is False  # not in any retrieved result
+    copied = ep([("<search_query>Jaws film</search_query>", "Jaws is a 1975 American thriller film directed by Steven "
+                                                            "Spielberg, based on the novel by Peter Benchley."),
+                 ("<answer>Jaws is a 1975 American thriller film directed by Steven Spielberg</answer>", None)])
+    label = judge.label_trajectory(copied)[1]  # found in the result, but a copied passage, not an answer
+    assert label.good is False and "not a short answer" in label.reason
 
 
 def test_rows_are_judged_on_their_last_step_without_looking_ahead():

@@ -12,9 +12,11 @@ No judge sees the gold answer. A step is one agent turn in the SWiRL format: a c
     be used later (in a later expression or the answer);
   - search: a non-empty query that is not a repeat, whose result (when the step was executed) is neither empty
     nor one already seen;
-  - answer: it must follow from the tools' results — a number equal to a calculator result, or text found in a
-    retrieved result. A bare answer with no tool result behind it is BAD: that is what makes the rule reward
-    *tool use*, and also its blind spot (a correct mental-arithmetic answer is BAD; docs/REWARD_HACKING.md);
+  - answer: it must follow from the tools' results — a number equal to a calculator result, or a short text (at
+    most :attr:`RuleStepJudge.max_answer_words` words) found in a retrieved result; a copied passage is BAD (it is
+    "found" in the result, and scores F1 ≈ 0: what SmolLM2 with demonstrations writes on HotPotQA). A bare answer
+    with no tool result behind it is BAD: that is what makes the rule reward *tool use*, and also its blind spot (a
+    correct mental-arithmetic answer is BAD; docs/REWARD_HACKING.md);
   - anything else (no tag, an unclosed tag, two calls in one step) is BAD.
 
 * :class:`LLMStepJudge` — the process judge of :mod:`turnrl.verifiers.judge` with any agent; an unparseable or
@@ -137,7 +139,15 @@ class StepJudge(Protocol):
 
 
 class RuleStepJudge:
-    """Rule-based process scores for calculator, search and answer steps (see the module docstring)."""
+    """Rule-based process scores for calculator, search and answer steps (see the module docstring).
+
+    Args:
+        max_answer_words: the longest text answer that can be GOOD (HotPotQA's answers are short spans: 99 % of its
+            dev answers have at most 8 words).
+    """
+
+    def __init__(self, max_answer_words: int = 8) -> None:
+        self.max_answer_words = int(max_answer_words)
 
     def label_trajectory(self, traj: Trajectory) -> list[StepLabel]:
         """Every step of ``traj``; a calculator result must also be used by a later step."""
@@ -219,6 +229,9 @@ class RuleStepJudge:
             computed = [x for r in results for x in numbers(r)]
             ok = _has(computed, values[0])
             return StepLabel(ok, "equals a tool result" if ok else "equals no tool result")
+        words = len(_norm(answer).split())
+        if words > self.max_answer_words:
+            return StepLabel(False, f"not a short answer ({words} words; at most {self.max_answer_words})")
         ok = any(_norm(answer) in _norm(r) for r in results)
         return StepLabel(ok, "found in a retrieved result" if ok else "found in no retrieved result")
 
