@@ -183,7 +183,7 @@ class StateSource:
         steps: list[tuple[str, list[int], list[float], str | None, bool]] = [
             (c.text, list(c.token_ids), list(c.logprobs), c.finish_reason, False) for c in completions]
         if self.data_action:
-            stored = [self.stored_step(s, p) for s, p in zip(states, prefixes)]
+            stored = self.stored_steps(states, prefixes)
             steps = [x for i in range(len(states)) for x in (*steps[i * fresh:(i + 1) * fresh], stored[i])]
         version = self.version()
         out = []
@@ -203,20 +203,21 @@ class StateSource:
                           "swirl": swirl, "prompt_length": len(prefix), "policy_version": [version, version]}))
         return out
 
-    def stored_step(self, row: Trajectory, prefix: list[int]) -> tuple[str, list[int], list[float], str | None, bool]:
-        """The row's own step: its text and tokens as stored, its log-probabilities under the current policy (the
-        stored ones were the teacher's, often with demonstrations in its context)."""
+    def stored_steps(self, states: Sequence[Trajectory], prefixes: Sequence[list[int]]
+                     ) -> list[tuple[str, list[int], list[float], str | None, bool]]:
+        """Each row's own step: its text and tokens as stored, its log-probabilities under the current policy (the
+        stored ones were the teacher's, often with demonstrations in its context), all scored in one forward pass."""
         from turnrl.rl.forward import sequence_logprobs
 
-        span = row.turns[-1].token_span
-        assert span is not None and row.token_ids is not None
-        ids = list(row.token_ids[span[0]:span[1]])
         model = getattr(self.agent, "model", None)
         if model is None:
             raise StateError("algorithm.data_action scores the stored steps with the policy's model; the agent "
                              f"{type(self.agent).__name__} has none (use the local HF policy)")
-        logp = sequence_logprobs(model, [prefix + ids], self.cfg.rollout.temperature)[0][len(prefix):]
-        return row.turns[-1].action.content, ids, logp, "stop", True
+        spans = [row.turns[-1].token_span for row in states]
+        ids = [list(row.token_ids[a:b]) for row, (a, b) in zip(states, spans)]  # type: ignore[index,misc]
+        scored = sequence_logprobs(model, [p + x for p, x in zip(prefixes, ids)], self.cfg.rollout.temperature)
+        return [(row.turns[-1].action.content, x, logp[len(p):], "stop", True)
+                for row, p, x, logp in zip(states, prefixes, ids, scored)]
 
     def run_steps(self, samples: list[Trajectory]) -> list[TextEnv | None]:
         """Run each sampled step in its replayed environment (observation, flags and info go on the turn)."""
