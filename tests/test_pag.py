@@ -238,3 +238,67 @@ def test_a_prompt_that_is_not_text_is_refused_when_the_env_is_made():
     # `--kw` values are YAML: "Say: yes" is a mapping; the command says so in one line, not at the first step
     result = CliRunner().invoke(app, ["envs", "check", "turnrl/Arithmetic-PAG-v0", "--kw", "verify_prompt=Say: yes"])
     assert result.exit_code == 2 and "read as YAML" in result.output, result.output
+
+
+# ---- the verifier warm-up's rows (ours) ----
+
+def test_warm_up_rows_relabel_each_verify_turn_with_the_true_verdict_token_exactly(tmp_path):
+    from turnrl.rl.pag_rows import VERDICT_TEXT, pag_rows
+    from turnrl.storage import load, save
+
+    # task 0's answer is wrong, 1-3 right; this policy says "wrong" about every answer, then revises
+    tok, trajs = episodes(["answer", "x", "again"], [0, 1, 2, 3])
+    rows, report = pag_rows(trajs, tok, balance=False)
+    assert report["truth_wrong"] == 1 and report["truth_correct"] == 3 and report["sampled_verdict_agreed"] == 0.25
+    for traj, row in zip(trajs, rows):
+        start = traj.turns[1].token_span[0]  # the verify turn of the source
+        assert row.token_ids[:start] == traj.token_ids[:start]  # the state as the policy saw it
+        truth = "correct" if traj.turns[0].info["correct"] else "wrong"
+        action = row.token_ids[start:]
+        assert row.loss_mask == [0] * start + [1] * len(action)
+        assert tok.decode(action[:-1]) == VERDICT_TEXT[truth] and action[-1] == tok.eos_token_id
+        assert row.turns[-1].action.content == VERDICT_TEXT[truth] and row.turns[-1].token_span == (start, len(row.token_ids))
+    # balance: the one "wrong" row is repeated until it has as many as the three "correct" ones
+    balanced, report = pag_rows(trajs, tok)
+    truths = [r.metadata["pag_rows"]["truth"] for r in balanced]
+    assert truths.count("wrong") == truths.count("correct") == 3 and report["repeated_rows"] == 2
+    assert len({r.id for r in balanced}) == len(balanced)
+    save(balanced, tmp_path / "rows.parquet")  # what sft reads
+    assert [r.token_ids for r in load(tmp_path / "rows.parquet")] == [r.token_ids for r in balanced]
+    with pytest.raises(ValueError, match="graded verify turn"):
+        pag_rows([turnrl.Trajectory()], tok)
+    # the command line
+    from typer.testing import CliRunner
+
+    from turnrl.cli import app
+
+    save(trajs, tmp_path / "episodes.parquet")
+    r = CliRunner().invoke(app, ["pag", "rows", str(tmp_path / "episodes.parquet"), "--tokenizer", "tiny:chatml",
+                                 "--out", str(tmp_path / "cli-rows.parquet")])
+    assert r.exit_code == 0 and "6 rows" in r.output and "2 repeated to balance" in r.output, r.output
+    assert [x.token_ids for x in load(tmp_path / "cli-rows.parquet")] == [x.token_ids for x in balanced]
+    r = CliRunner().invoke(app, ["pag", "rows", str(tmp_path / "cli-rows.parquet"), "--tokenizer", "tiny:chatml",
+                                 "--out", str(tmp_path / "again.parquet")])
+    assert r.exit_code != 0 and "graded verify turn" in r.output, r.output
+
+
+def test_warm_up_rows_keep_only_revisions_that_turned_wrong_right():
+    from turnrl.rl.pag_rows import pag_rows
+
+    tok = tiny_tokenizer("chatml")
+
+    def agent(prompt):  # answers wrong, says "wrong", revises right on task 0 (its first number is even) only
+        q = prompt.split("What is ", 1)[1].split("?")[0]
+        if "previous answer was wrong" in prompt:
+            return f"\\boxed{{{eval(q) + (0 if int(q.split()[0]) % 2 == 0 else 1)}}}"  # noqa: S307
+        return "The answer is wrong" if "Check the solution" in prompt.rsplit("<|im_start|>user", 1)[-1] else "\\boxed{-999}"
+
+    envs = [turnrl.make("turnrl/Arithmetic-PAG-v0", level=1) for _ in range(8)]
+    trajs = Rollout(ScriptedAgent(tok, agent), SamplingParams(max_new_tokens=16)).run(
+        envs, options=[{"index": i} for i in range(8)])
+    fixed = [t for t in trajs if t.turns[-1].info.get("correct")]
+    assert 0 < len(fixed) < 8
+    rows, report = pag_rows(trajs, tok, revisions=True)
+    revisions = [r for r in rows if r.metadata["pag_rows"]["kind"] == "revision"]
+    assert report["revision_rows"] == len(revisions) == len(fixed)
+    assert all(r.turns[-1].info["phase"] == "revise" and r.turns[-1].info["correct"] for r in revisions)

@@ -116,6 +116,62 @@ def test_search_steps_must_be_new_and_find_something_new():
     assert label.good is False and "not a short answer" in label.reason
 
 
+def qa_episode(question, steps):
+    """A HotPotQA-style trajectory: ``steps`` = [(action, "TITLE: TEXT" or None)], results shown as the SWiRL env
+    shows them (``QUERY -> TITLE: TEXT``)."""
+    turns = []
+    for i, (a, hit) in enumerate(steps):
+        query = parse_step(a).text
+        obs = [Message(role="tool", name="search", content=f"{query} -> {hit}")] if hit is not None else []
+        turns.append(Turn(index=i, action=Message(role="assistant", content=a), observation=obs))
+    return Trajectory(prompt=[Message(role="user", content=question)], turns=turns)
+
+
+JAWS = "Jaws (film): Jaws is a 1975 American thriller film directed by Steven Spielberg, known for its score."
+DUEL = "Duel (1971 film): Duel is a 1971 television film directed by Steven Spielberg."
+
+
+@pytest.mark.parametrize("question, searches, answer, good, why", [
+    ("Who directed Jaws?", [JAWS], "Steven Spielberg", True, "found in a retrieved text"),
+    # what SWiRL on HotPotQA learned first: "No" to everything ("no" is inside "known"; not a word of the text)
+    ("Who directed Jaws?", [JAWS, DUEL], "No", False, "does not ask yes or no"),
+    ("Who composed the score of Jaws?", [JAWS], "kno", False, "found in no retrieved text"),
+    # yes/no needs a yes/no question and both sides searched
+    ("Were Jaws and Duel directed by the same person?", [JAWS], "yes", False, "fewer than two searches"),
+    ("Were Jaws and Duel directed by the same person?", [JAWS, DUEL], "yes", True, "yes/no"),
+    # the title of what the search returned is not an answer; the question's own words are not one either
+    ("Which film did Spielberg make in 1975?", ["Jaws 2: The 1978 sequel, by Jeannot Szwarc."], "Jaws 2", False, "no retrieved"),
+    ("Who directed the film Jaws?", [JAWS], "Jaws", False, "every word of it is in the question"),
+    ("Who directed the film Jaws?", [JAWS], "the film", False, "every word of it is in the question"),
+    ("Who directed Jaws?", [JAWS], "the", False, "only stop words"),
+    # ... unless the question offers the choice
+    ("Which is older, Jaws or Duel?", [JAWS, DUEL], "Duel", True, "found in a retrieved text"),
+])
+def test_answers_come_from_retrieved_text_not_from_the_question_a_title_or_a_guessed_no(question, searches, answer,
+                                                                                          good, why):
+    steps = [(f"<search_query>q{i}</search_query>", hit) for i, hit in enumerate(searches)]
+    row = qa_episode(question, steps + [(f"<answer>{answer}</answer>", None)])
+    label = RuleStepJudge().label_rows([row])[0]
+    assert label.good is good and why in label.reason, label
+
+
+def test_the_rule_judge_finds_hotpotqas_gold_answers_good_given_the_supporting_paragraphs():
+    from turnrl.envs.hotpotqa import hotpotqa_tasks
+
+    tasks = hotpotqa_tasks("dev")
+    verdicts, no_everywhere = [], []
+    for task in tasks:
+        support = [f"{t}: {x}" for t, x in task.metadata["context"] if t in task.metadata["supporting_titles"]]
+        steps = [(f"<search_query>{t.split(':')[0]}</search_query>", hit) for t, hit in zip(support, support)]
+        verdicts.append(RuleStepJudge().label_rows([qa_episode(task.prompt, steps + [(f"<answer>{task.answer}</answer>",
+                                                                                       None)])])[0].good)
+        no_everywhere.append(RuleStepJudge().label_rows([qa_episode(task.prompt, steps + [("<answer>no</answer>",
+                                                                                            None)])])[0].good)
+    assert sum(verdicts) >= 0.95 * len(tasks)  # 491 of 500 on the shared dev file
+    gold_no = sum(t.answer.strip().lower() == "no" for t in tasks)
+    assert sum(no_everywhere) <= 2 * gold_no + 5  # "no" is GOOD only on the few yes/no questions
+
+
 def test_rows_are_judged_on_their_last_step_without_looking_ahead():
     row = episode("What is 23 + 45?", [("<math_exp>23 + 45</math_exp>", "23 + 45 -> 68")])
     assert RuleStepJudge().label_rows([row])[0].good is True  # a whole trajectory would also need its use later
@@ -262,6 +318,36 @@ def test_rollout_rewards_score_the_end_of_the_episode(tmp_path):
     samples, _ = StateSource(cfg, policy).collect(0)
     assert [s.turns[-1].reward for s in samples] == [1.0, 1.0]  # calculator step, then played on to the answer
     assert samples[0].metadata["swirl"]["rollout_turns"] == 1
+
+
+class AlwaysGood:
+    """A step judge that finds every step GOOD."""
+
+    def label_rows(self, rows):
+        return [StepLabel(True, "good") for _ in rows]
+
+
+def test_final_outcome_weighs_a_final_steps_label_by_the_environments_reward(tmp_path):
+    tok = tiny_tokenizer("chatml")
+    path, rows, q = _arith_rows(tmp_path, tok)
+    answer = int(eval(q))  # noqa: S307
+    base = {"model": "tiny", "env": {"id": "turnrl/Arithmetic-v0",
+                                     "kwargs": {"level": 2, "tool_style": "swirl", "demos": "none"}},
+            "data": {"path": str(path), "shuffle": False},
+            "rollout": {"prompts_per_step": 2, "group_size": 2, "max_new_tokens": 64}}
+    # the calculator at the first state; at the answer state one right and one wrong (but "GOOD") answer
+    replies = iter([f"<math_exp>{q}</math_exp>", f"<math_exp>{q}</math_exp>", f"<answer>{answer}</answer>",
+                    f"<answer>{answer + 1}</answer>"] * 2)
+    rewards = {}
+    for outcome in (False, True):
+        cfg = TrainConfig.model_validate({**base, "algorithm": {"name": "swirl", "final_outcome": outcome}})
+        policy = ScriptedAgent(tok, lambda p: next(replies), end_with_eos=False)
+        samples, _ = StateSource(cfg, policy, judge=AlwaysGood()).collect(0)
+        rewards[outcome] = [s.turns[-1].reward for s in samples]
+    assert rewards[False] == [1.0, 1.0, 1.0, 1.0]
+    assert rewards[True] == [1.0, 1.0, 1.0, 0.0]  # the wrong answer: GOOD to the judge, 0 from the environment
+    with pytest.raises(ValueError, match="final_outcome"):
+        TrainConfig.model_validate({**base, "algorithm": {"name": "swirl", "final_outcome": True, "reward": "rollout"}})
 
 
 # ---- learning ----

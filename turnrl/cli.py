@@ -34,6 +34,8 @@ app.add_typer(envs_app, name="envs")
 swirl_app = typer.Typer(help="SWiRL's data (ALGORITHMS.md §1): generate multi-step tool-use trajectories, filter "
                         "them, decompose them into steps.", no_args_is_help=True)
 app.add_typer(swirl_app, name="swirl")
+pag_app = typer.Typer(help="PAG's data (ALGORITHMS.md §7): rows for a verifier warm-up.", no_args_is_help=True)
+app.add_typer(pag_app, name="pag")
 console = Console()
 
 KwOption = Annotated[
@@ -586,6 +588,35 @@ def swirl_decompose(
          f"per trajectory (min {min(per)}, max {max(per)})")
 
 
+@pag_app.command("rows")
+def pag_rows_command(
+    data: Annotated[str, typer.Argument(help="PAG episodes (turnrl rollout on a *-PAG-v0 env)")],
+    out: Annotated[str, typer.Option(help="where the rows go (.parquet or .jsonl)")],
+    tokenizer: Annotated[str, typer.Option(help="the policy's tokenizer: a model name or path, hf:PATH, tiny:TEMPLATE")],
+    balance: Annotated[bool, typer.Option(help="repeat the minority verdict's rows until both have as many")] = True,
+    revisions: Annotated[bool, typer.Option(help="also the revisions that turned a wrong answer right")] = False,
+) -> None:
+    """Rows for a verifier warm-up (ours): each episode's verify state with the TRUE verdict of its first answer as
+    the action (relabelled from the environment's grade); train them with algorithm.name sft, then pag with
+    init_from that run."""
+    from turnrl.agents.template_check import load_tokenizer
+    from turnrl.rl.pag_rows import pag_rows
+    from turnrl.storage import load, save
+
+    _check_out(out)
+    try:
+        rows, report = pag_rows(load(data), load_tokenizer(tokenizer), balance=balance, revisions=revisions)
+    except (OSError, ValueError) as e:
+        fail(str(e))
+    save(rows, out)
+    r = report
+    _say(f"{int(r['rows'])} rows in {out} from {int(r['episodes'])} episodes: {int(r['verdict_rows'])} verify turns "
+         f"(true verdict correct {int(r['truth_correct'])}, wrong {int(r['truth_wrong'])}; the sampled verdict agreed "
+         f"with the truth in {r['sampled_verdict_agreed']:.0%} and was unparseable in "
+         f"{r['sampled_verdict_unparseable']:.0%}), {int(r.get('repeated_rows', 0))} repeated to balance, "
+         f"{int(r.get('revision_rows', 0))} revisions")
+
+
 def _with_import_option(fn: Any) -> Any:
     """``fn`` with the ``--import`` option appended, for commands defined without it (e.g. in other modules)."""
     signature = inspect.signature(fn, eval_str=True)
@@ -602,7 +633,8 @@ def _with_import_option(fn: Any) -> Any:
     return command
 
 
-for _info in app.registered_commands + envs_app.registered_commands + swirl_app.registered_commands:  # --import
+for _info in (app.registered_commands + envs_app.registered_commands + swirl_app.registered_commands
+              + pag_app.registered_commands):  # --import
     _info.callback = _with_import_option(_info.callback)
 
 

@@ -12,11 +12,17 @@ No judge sees the gold answer. A step is one agent turn in the SWiRL format: a c
     be used later (in a later expression or the answer);
   - search: a non-empty query that is not a repeat, whose result (when the step was executed) is neither empty
     nor one already seen;
-  - answer: it must follow from the tools' results — a number equal to a calculator result, or a short text (at
-    most :attr:`RuleStepJudge.max_answer_words` words) found in a retrieved result; a copied passage is BAD (it is
-    "found" in the result, and scores F1 ≈ 0: what SmolLM2 with demonstrations writes on HotPotQA). A bare answer
-    with no tool result behind it is BAD: that is what makes the rule reward *tool use*, and also its blind spot (a
-    correct mental-arithmetic answer is BAD; docs/REWARD_HACKING.md);
+  - answer: it must follow from the tools' results — a number equal to a tool result, or a short text (at most
+    :attr:`RuleStepJudge.max_answer_words` words) found, as whole words, in the *text* of a retrieved result (a
+    search result's title does not count: "answer with the title of what the search returned" is not an answer).
+    BAD are: a copied passage (it is "found" in the result, and scores F1 ≈ 0: what SmolLM2 with demonstrations
+    writes on HotPotQA); a word found only inside another ("no" in "known"); an answer of stop words only; an
+    answer whose words all come from the question, unless the question offers a choice ("A or B?"); "yes"/"no"
+    unless the question asks yes or no and at least two searches returned something (a comparison needs both
+    sides; SWiRL on HotPotQA first learned to answer "No" to everything, docs/REWARD_HACKING.md). On HotPotQA's dev
+    file, given its supporting paragraphs, 491 of the 500 gold answers are GOOD. A bare answer with no tool result
+    behind it is BAD: that is what makes the rule reward *tool use*, and also its blind spot (a correct
+    mental-arithmetic answer is BAD; docs/REWARD_HACKING.md);
   - anything else (no tag, an unclosed tag, two calls in one step) is BAD.
 
 * :class:`LLMStepJudge` — the process judge of :mod:`turnrl.verifiers.judge` with any agent; an unparseable or
@@ -41,6 +47,12 @@ TOOL_TAGS = {"math_exp": "calculator", "search_query": "search"}
 _PARSER = TagParser(TOOL_TAGS)  # the environments' own parser of SWiRL's tags
 _ANSWER = re.compile(r"<answer>(.*?)</answer>", re.S)
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
+# Words that carry no answer: an answer made only of these is BAD wherever it is "found".
+STOP_WORDS = frozenset(
+    "a an the of in on at to for by with from and or but not no yes is are was were be been being do does did "
+    "which what who whom whose when where why how that this these those it its as he she they his her their".split())
+# A question that starts with one of these asks yes or no.
+_YES_NO_OPENERS = frozenset("is are was were do does did can could has have had will would should may might".split())
 
 StepKind = Literal["calculator", "search", "answer", "invalid"]
 
@@ -121,6 +133,34 @@ def tool_results(turns: Sequence[Turn]) -> list[str]:
     return out
 
 
+def result_texts(turns: Sequence[Turn]) -> list[str]:
+    """What an answer may be drawn from: :func:`tool_results`, with each search hit's ``TITLE: `` cut off (one
+    hit per line, ``QUERY -> TITLE: TEXT``); results of other tools are kept whole."""
+    out = []
+    for turn in turns:
+        is_search = parse_step(turn.action.content).kind == "search"
+        for m in turn.observation:
+            if m.role != "tool":
+                continue
+            if not is_search:
+                out.append(m.content.split(" -> ", 1)[1] if " -> " in m.content else m.content)
+                continue
+            for line in m.content.splitlines():
+                hit = line.split(" -> ", 1)[1] if " -> " in line else line
+                out.append(hit.split(": ", 1)[1] if ": " in hit else hit)
+    return out
+
+
+def searches_with_results(turns: Sequence[Turn]) -> int:
+    """How many of ``turns`` were searches that returned something."""
+    n = 0
+    for turn in turns:
+        if parse_step(turn.action.content).kind == "search":
+            found = _result_of(turn)
+            n += found is not None and bool(_norm(found)) and not _norm(found).startswith("no results")
+    return n
+
+
 def _result_of(turn: Turn) -> str | None:
     results = tool_results([turn])
     return results[0] if results else None
@@ -170,7 +210,7 @@ class RuleStepJudge:
             return self._calculator(step.text, question, before, results, turn, later)
         if step.kind == "search":
             return self._search(step.text, before, results, turn)
-        return self._answer(step.text, results)
+        return self._answer(step.text, question, before)
 
     def _calculator(self, expr: str, question: str, before: Sequence[Turn], results: list[str], turn: Turn,
                     later: Sequence[Turn] | None) -> StepLabel:
@@ -219,9 +259,10 @@ class RuleStepJudge:
                 return StepLabel(False, "the search returned nothing new")
         return StepLabel(True, "a new search" + ("" if found is None else " with new results"))
 
-    def _answer(self, answer: str, results: list[str]) -> StepLabel:
-        if not answer:
+    def _answer(self, answer: str, question: str, before: Sequence[Turn]) -> StepLabel:
+        if not _norm(answer):
             return StepLabel(False, "an empty answer")
+        results = result_texts(before)
         if not results:
             return StepLabel(False, "no tool result to follow from")
         values = numbers(answer)
@@ -229,11 +270,24 @@ class RuleStepJudge:
             computed = [x for r in results for x in numbers(r)]
             ok = _has(computed, values[0])
             return StepLabel(ok, "equals a tool result" if ok else "equals no tool result")
-        words = len(_norm(answer).split())
-        if words > self.max_answer_words:
-            return StepLabel(False, f"not a short answer ({words} words; at most {self.max_answer_words})")
-        ok = any(_norm(answer) in _norm(r) for r in results)
-        return StepLabel(ok, "found in a retrieved result" if ok else "found in no retrieved result")
+        words = _norm(answer).split()
+        if len(words) > self.max_answer_words:
+            return StepLabel(False, f"not a short answer ({len(words)} words; at most {self.max_answer_words})")
+        q_words = _norm(question).split()
+        if _norm(answer) in ("yes", "no"):
+            if not q_words or q_words[0] not in _YES_NO_OPENERS:
+                return StepLabel(False, "yes/no to a question that does not ask yes or no")
+            if searches_with_results(before) < 2:
+                return StepLabel(False, "yes/no after fewer than two searches with results")
+            return StepLabel(True, "yes/no to a yes/no question after two searches")
+        content = [w for w in words if w not in STOP_WORDS]
+        if not content:
+            return StepLabel(False, "only stop words")
+        if set(content) <= set(q_words) and "or" not in q_words:
+            return StepLabel(False, "every word of it is in the question")
+        padded = f" {_norm(answer)} "
+        ok = any(padded in f" {_norm(r)} " for r in results)
+        return StepLabel(ok, "found in a retrieved text" if ok else "found in no retrieved text")
 
 
 def render_context(before: Sequence[Turn]) -> str:

@@ -9,7 +9,9 @@ with the episode's seed and task, the stored actions stepped again, their observ
 is run in it, so its tool result is part of the sample and the judge sees it. The reward (the step's only reward):
 
 * ``rule`` / ``judge`` — the step judge's GOOD (1) or BAD/unparseable (0), from the context alone;
-* ``rollout`` — 1 if the episode, played on from the sampled step with the current policy, ends correct.
+* ``rollout`` — 1 if the episode, played on from the sampled step with the current policy, ends correct;
+* with ``algorithm.final_outcome``, a ``rule`` / ``judge`` reward of a step that ends the episode is multiplied by
+  the environment's reward for it (``info["env_reward"]``, e.g. the answer's F1): GOOD and right.
 
 With ``algorithm.data_action`` the last of each state's G samples is the stored step itself (its tokens as stored,
 its log-probabilities scored by the current policy at the sampling temperature), executed and rewarded like the rest.
@@ -125,6 +127,7 @@ class StateSource:
         self.cfg, self.agent, self.version = cfg, agent, version
         self.reward, self.execute = getattr(alg, "reward", "rule"), getattr(alg, "execute", True)
         self.data_action = bool(getattr(alg, "data_action", False))
+        self.final_outcome = bool(getattr(alg, "final_outcome", False))
         files = [cfg.data.path] if isinstance(cfg.data.path, str) else list(cfg.data.path)
         rows: list[Trajectory] = []
         for f in files:
@@ -273,7 +276,10 @@ class StateSource:
             labels = self.judge.label_rows(samples)
         for t, label in zip(samples, labels):
             turn = t.turns[-1]
-            t.turns[-1] = turn.model_copy(update={"reward": label.score if t.error is None else 0.0, "info": {
+            score = label.score if t.error is None else 0.0
+            if self.final_outcome and turn.terminated:
+                score *= float(turn.info.get("env_reward") or 0.0)
+            t.turns[-1] = turn.model_copy(update={"reward": score, "info": {
                 **turn.info, "step_good": label.good, "step_reason": label.reason[:300]}})
         # the policy's own steps measure the policy; the stored steps (data_action) are reported apart
         from_data = [bool(t.metadata["swirl"].get("data_action")) for t in samples]

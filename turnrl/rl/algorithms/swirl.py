@@ -6,7 +6,8 @@
   process scorer; ``judge`` — the generative process judge with the agent ``judge``; ``rollout`` — the outcome of
   playing the episode on from s ⊕ a with the current policy), subtracts a per-state baseline over the G samples
   (``baseline``: ``rloo`` leave-one-out, or ``normalize`` GRPO's mean/std) and takes the clipped surrogate, with
-  an optional k3 KL to the reference. The experience source is :class:`turnrl.swirl.source.StateSource`. With
+  an optional k3 KL to the reference. With ``final_outcome`` [ours] a final step's judged reward is multiplied by
+  the environment's reward for it (process ∧ outcome). The experience source is :class:`turnrl.swirl.source.StateSource`. With
   ``data_action`` [ours] the stored step itself takes the place of one of the G samples: judged like them, its
   advantage is positive exactly when it beats the policy's own steps, so a policy that never writes a good step
   (a small model without demonstrations) is pulled toward the data's steps until its own are as good.
@@ -47,12 +48,20 @@ class SWiRLConfig(PolicyGradientConfig):
         "[ours] one of each state's G samples is the stored step itself (rewarded like the others, its old "
         "log-probabilities from the current policy): a policy that never samples a good step still has one to "
         "reinforce (off-policy guidance, as in LUFFY, without its policy shaping)"))
+    final_outcome: bool = Field(False, description=(
+        "[ours] a step that ends the episode (the answer) is rewarded by the judge's GOOD times the environment's "
+        "own reward for it (e.g. F1 against the gold answer): process AND outcome for final steps, so of the "
+        "grounded answers the right one wins; other steps keep the judge's reward. Needs reward rule or judge"))
 
     @model_validator(mode="after")
     def _judge(self) -> SWiRLConfig:
         if self.reward == "judge" and not self.judge:
             raise ValueError("swirl with reward: judge needs `judge`: the agent that judges each step (an agent "
                              "spec such as openai:URL#MODEL or hf:PATH); or use reward: rule")
+        if self.final_outcome and (self.reward == "rollout" or not self.execute):
+            raise ValueError("swirl final_outcome weighs the judge's label of an answer by the environment's reward "
+                             "for it: it needs reward rule or judge, and execute on (rollout rewards are outcomes "
+                             "already)")
         if self.reward == "rollout" and not self.execute:
             raise ValueError("swirl with reward: rollout plays the episode on from the sampled step: keep execute on")
         return self

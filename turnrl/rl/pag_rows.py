@@ -1,0 +1,124 @@
+"""Verdict rows for a PAG verifier warm-up (ours; ALGORITHMS.md §7 names the collapse this answers).
+
+PAG's verifier learns only from the verdicts it samples. A small policy that (almost) never writes one of the two
+verdicts — SmolLM2-135M writes "The answer is correct" in ~5 % of its verifications of Arithmetic, half of them
+unparseable — collapses onto the other, with or without ``verifier_balance``: an exploration failure, not a reward
+problem. The warm-up gives both verdicts a start by supervised learning on the truth the environment already
+knows, the way a generative verifier is trained from labels:
+
+* from PAG episodes of any policy (``turnrl rollout`` on a ``*-PAG-v0`` environment), one row per episode with a
+  verify turn: the *state* is the token prefix before that turn, exactly as the policy saw it (its own first answer
+  and the verify prompt); the *action* is the true verdict of that first answer (its ``correct`` grade), written as
+  one of two fixed sentences — relabelled in hindsight, not sampled;
+* ``balance``: the minority verdict's rows are repeated until both verdicts have as many rows (so the warm-up does
+  not teach the majority verdict, the collapse it is meant to prevent);
+* ``revisions``: also the revision turns that turned a wrong first answer right (after a "wrong" verdict, so they
+  agree with the relabelled state), as they were sampled.
+
+The rows have the layout of SWiRL's step rows (loss mask on the action only), so ``algorithm.name: sft`` trains
+on them; then ``pag`` starts from that run (``init_from``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from turnrl.swirl.steps import decompose
+from turnrl.types import Message, Trajectory
+from turnrl.verifiers.pag import VERDICT_CORRECT, VERDICT_WRONG
+
+VERDICT_TEXT = {"correct": f"{VERDICT_CORRECT}.", "wrong": f"{VERDICT_WRONG}."}
+
+
+def _whole(traj: Trajectory) -> bool:
+    """A token-exact whole episode (not a step row, whose earlier turns have no token spans)."""
+    return traj.error is None and traj.token_ids is not None and all(t.token_span is not None for t in traj.turns)
+
+
+def _phase_index(traj: Trajectory, phase: str) -> int | None:
+    return next((i for i, t in enumerate(traj.turns) if t.info.get("phase") == phase), None)
+
+
+def _end_tokens(tokenizer: Any, old: Sequence[int]) -> list[int]:
+    """The end-of-turn token the relabelled action ends with: the sampled turn's own, else the tokenizer's eos."""
+    special = set(getattr(tokenizer, "all_special_ids", []) or [])
+    if old and old[-1] in special:
+        return [int(old[-1])]
+    eos = getattr(tokenizer, "eos_token_id", None)
+    return [int(eos)] if eos is not None else []
+
+
+def verdict_row(traj: Trajectory, tokenizer: Any) -> Trajectory | None:
+    """The episode's verify state with the true verdict of its first answer as the action; None if the episode has
+    no verify turn (it ended at the answer, failed, or is not a PAG episode) or its first answer is ungraded."""
+    answer, verify = _phase_index(traj, "answer"), _phase_index(traj, "verify")
+    if answer is None or verify is None or not _whole(traj):
+        return None
+    correct = traj.turns[answer].info.get("correct")
+    if correct is None:
+        return None
+    truth = "correct" if correct else "wrong"
+    row = decompose(traj)[verify]
+    start, end = row.turns[-1].token_span  # type: ignore[misc]
+    ids = list(tokenizer.encode(VERDICT_TEXT[truth], add_special_tokens=False))
+    ids += _end_tokens(tokenizer, row.token_ids[start:end])  # type: ignore[index]
+    turn = row.turns[-1]
+    sampled = turn.info.get("verdict")
+    row.turns[-1] = turn.model_copy(update={
+        "action": Message(role="assistant", content=VERDICT_TEXT[truth]), "token_span": (start, start + len(ids)),
+        "reward": 1.0, "terminated": truth == "correct",
+        "info": {**turn.info, "verdict": truth, "verdict_correct": True, "sampled_verdict": sampled}})
+    row.token_ids = row.token_ids[:start] + ids  # type: ignore[index]
+    row.loss_mask = [0] * start + [1] * len(ids)
+    row.logprobs = [0.0] * (start + len(ids))
+    row.id = f"{traj.id}/verdict"
+    row.metadata = {**row.metadata, "pag_rows": {"kind": "verdict", "truth": truth, "sampled_verdict": sampled}}
+    return row
+
+
+def revision_row(traj: Trajectory) -> Trajectory | None:
+    """The episode's revision as sampled, when it turned a wrong first answer right; else None."""
+    revise = _phase_index(traj, "revise")
+    if revise is None or not _whole(traj):
+        return None
+    info = traj.turns[revise].info
+    if not (info.get("correct") and info.get("first_correct") is False):
+        return None
+    row = decompose(traj)[revise]
+    row.metadata = {**row.metadata, "pag_rows": {"kind": "revision"}}
+    return row
+
+
+def pag_rows(trajectories: Sequence[Trajectory], tokenizer: Any, *, balance: bool = True,
+             revisions: bool = False) -> tuple[list[Trajectory], dict[str, float]]:
+    """The warm-up rows of ``trajectories`` (see the module docstring) and a report of what was kept.
+
+    Raises:
+        ValueError: no episode has a graded verify turn (the data is not PAG episodes, or every episode failed).
+    """
+    verdicts = [r for r in (verdict_row(t, tokenizer) for t in trajectories) if r is not None]
+    if not verdicts:
+        raise ValueError(f"none of the {len(trajectories)} episodes has a graded verify turn: the data must be whole, "
+                         "token-exact PAG episodes (turnrl rollout --env turnrl/Arithmetic-PAG-v0 ...), not rows")
+    by = {v: [r for r in verdicts if r.metadata["pag_rows"]["truth"] == v] for v in ("correct", "wrong")}
+    sampled = [r.metadata["pag_rows"]["sampled_verdict"] for r in verdicts]
+    report: dict[str, float] = {
+        "episodes": float(len(trajectories)), "verdict_rows": float(len(verdicts)),
+        "truth_correct": float(len(by["correct"])), "truth_wrong": float(len(by["wrong"])),
+        "sampled_verdict_agreed": sum(s == r.metadata["pag_rows"]["truth"] for s, r in zip(sampled, verdicts))
+        / len(verdicts),
+        "sampled_verdict_unparseable": sum(s is None for s in sampled) / len(verdicts)}
+    rows = list(verdicts)
+    if balance and by["correct"] and by["wrong"]:
+        small, large = sorted(by.values(), key=len)
+        extra = [small[i % len(small)].model_copy(update={"id": f"{small[i % len(small)].id}/repeat-{i // len(small)}"})
+                 for i in range(len(large) - len(small))]
+        rows += extra
+        report["repeated_rows"] = float(len(extra))
+    if revisions:
+        fixed = [r for r in (revision_row(t) for t in trajectories) if r is not None]
+        rows += fixed
+        report["revision_rows"] = float(len(fixed))
+    report["rows"] = float(len(rows))
+    return rows, report
