@@ -15,7 +15,7 @@ from turnrl.rl.batch import collate
 from turnrl.rl.rollout import Rollout
 from turnrl.rl.trainer import TrainConfig, Trainer
 from turnrl.storage import save
-from turnrl.swirl.judges import LLMStepJudge, RuleStepJudge, StepLabel, parse_step
+from turnrl.swirl.judges import LLMStepJudge, RuleStepJudge, StepLabel, make_step_judge, parse_step
 from turnrl.swirl.source import StateError, StateSource
 from turnrl.swirl.steps import decompose_all
 from turnrl.types import Message, Trajectory, Turn
@@ -153,6 +153,25 @@ def test_answers_come_from_retrieved_text_not_from_the_question_a_title_or_a_gue
     row = qa_episode(question, steps + [(f"<answer>{answer}</answer>", None)])
     label = RuleStepJudge().label_rows([row])[0]
     assert label.good is good and why in label.reason, label
+
+
+def test_max_searches_makes_searching_on_instead_of_answering_bad(tmp_path):
+    hits = [JAWS, DUEL, "Spielberg: Steven Spielberg is an American film director.", "E.T.: E.T. is a 1982 film."]
+    steps = [(f"<search_query>q{i}</search_query>", hit) for i, hit in enumerate(hits)]
+    row = qa_episode("Who directed Jaws?", steps)
+    assert [lb.good for lb in RuleStepJudge().label_trajectory(row)] == [True] * 4  # new searches: always GOOD
+    capped = RuleStepJudge(max_searches=2).label_trajectory(row)
+    assert [lb.good for lb in capped] == [True, True, False, False] and "at most 2" in capped[2].reason
+    # from a run's config, and a wrong option is an error that names the right ones
+    cfg = TrainConfig.model_validate({"env": {"id": "turnrl/HotPotQA-v0"}, "data": {"path": str(tmp_path / "x.parquet")},
+                                      "algorithm": {"name": "swirl", "judge_options": {"max_searches": 2}}})
+    assert cfg.algorithm.judge_options == {"max_searches": 2}
+    assert make_step_judge("rule", **cfg.algorithm.judge_options).max_searches == 2  # what StateSource builds
+    with pytest.raises(ValueError, match="max_answer_words, max_searches"):
+        TrainConfig.model_validate({"env": {"id": "turnrl/HotPotQA-v0"}, "data": {"path": "x.parquet"},
+                                    "algorithm": {"name": "swirl", "judge_options": {"searches": 2}}})
+    with pytest.raises(ValueError, match="max_searches >= 1"):
+        RuleStepJudge(max_searches=0)
 
 
 def test_the_rule_judge_finds_hotpotqas_gold_answers_good_given_the_supporting_paragraphs():
@@ -327,7 +346,7 @@ class AlwaysGood:
         return [StepLabel(True, "good") for _ in rows]
 
 
-def test_final_outcome_weighs_a_final_steps_label_by_the_environments_reward(tmp_path):
+def test_final_outcome_weighs_the_environments_reward_into_a_final_steps_label(tmp_path):
     tok = tiny_tokenizer("chatml")
     path, rows, q = _arith_rows(tmp_path, tok)
     answer = int(eval(q))  # noqa: S307
@@ -337,17 +356,18 @@ def test_final_outcome_weighs_a_final_steps_label_by_the_environments_reward(tmp
             "rollout": {"prompts_per_step": 2, "group_size": 2, "max_new_tokens": 64}}
     # the calculator at the first state; at the answer state one right and one wrong (but "GOOD") answer
     replies = iter([f"<math_exp>{q}</math_exp>", f"<math_exp>{q}</math_exp>", f"<answer>{answer}</answer>",
-                    f"<answer>{answer + 1}</answer>"] * 2)
+                    f"<answer>{answer + 1}</answer>"] * 3)
     rewards = {}
-    for outcome in (False, True):
+    for outcome in (0.0, 1.0, 0.5):
         cfg = TrainConfig.model_validate({**base, "algorithm": {"name": "swirl", "final_outcome": outcome}})
         policy = ScriptedAgent(tok, lambda p: next(replies), end_with_eos=False)
         samples, _ = StateSource(cfg, policy, judge=AlwaysGood()).collect(0)
         rewards[outcome] = [s.turns[-1].reward for s in samples]
-    assert rewards[False] == [1.0, 1.0, 1.0, 1.0]
-    assert rewards[True] == [1.0, 1.0, 1.0, 0.0]  # the wrong answer: GOOD to the judge, 0 from the environment
+    assert rewards[0.0] == [1.0, 1.0, 1.0, 1.0]
+    assert rewards[1.0] == [1.0, 1.0, 1.0, 0.0]  # the wrong answer: GOOD to the judge, 0 from the environment
+    assert rewards[0.5] == [1.0, 1.0, 1.0, 0.5]  # GOOD × (1 − w + w·R)
     with pytest.raises(ValueError, match="final_outcome"):
-        TrainConfig.model_validate({**base, "algorithm": {"name": "swirl", "final_outcome": True, "reward": "rollout"}})
+        TrainConfig.model_validate({**base, "algorithm": {"name": "swirl", "final_outcome": 1, "reward": "rollout"}})
 
 
 # ---- learning ----

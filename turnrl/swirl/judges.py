@@ -11,7 +11,9 @@ No judge sees the gold answer. A step is one agent turn in the SWiRL format: a c
     the question or an earlier tool result (made-up operands are BAD); in a whole trajectory its result must also
     be used later (in a later expression or the answer);
   - search: a non-empty query that is not a repeat, whose result (when the step was executed) is neither empty
-    nor one already seen;
+    nor one already seen; with ``max_searches`` N, a search after N earlier ones is BAD (new searches are otherwise
+    always GOOD, and a policy paid per step learns to search instead of answering: SWiRL on HotPotQA searched five
+    times and never answered by step 10; a two-hop question needs two paragraphs);
   - answer: it must follow from the tools' results — a number equal to a tool result, or a short text (at most
     :attr:`RuleStepJudge.max_answer_words` words) found, as whole words, in the *text* of a retrieved result (a
     search result's title does not count: "answer with the title of what the search returned" is not an answer).
@@ -184,10 +186,15 @@ class RuleStepJudge:
     Args:
         max_answer_words: the longest text answer that can be GOOD (HotPotQA's answers are short spans: 99 % of its
             dev answers have at most 8 words).
+        max_searches: how many searches of an episode can be GOOD (None: no limit).
     """
 
-    def __init__(self, max_answer_words: int = 8) -> None:
+    def __init__(self, max_answer_words: int = 8, max_searches: int | None = None) -> None:
+        if max_answer_words < 1 or (max_searches is not None and max_searches < 1):
+            raise ValueError(f"need max_answer_words >= 1 and max_searches >= 1 (or None), got {max_answer_words}, "
+                             f"{max_searches}")
         self.max_answer_words = int(max_answer_words)
+        self.max_searches = max_searches
 
     def label_trajectory(self, traj: Trajectory) -> list[StepLabel]:
         """Every step of ``traj``; a calculator result must also be used by a later step."""
@@ -251,6 +258,9 @@ class RuleStepJudge:
                    if parse_step(t.action.content).kind == "search"}
         if _norm(query) in earlier:
             return StepLabel(False, "repeats an earlier search")
+        done = sum(parse_step(t.action.content).kind == "search" for t in before)
+        if self.max_searches is not None and done >= self.max_searches:
+            return StepLabel(False, f"a search after {done} (at most {self.max_searches} can be GOOD): answer")
         found = _result_of(turn)
         if found is not None:
             if not _norm(found) or _norm(found).startswith("no results"):
@@ -332,12 +342,12 @@ class LLMStepJudge:
 
 
 def make_step_judge(spec: str | StepJudge, **kwargs: Any) -> StepJudge:
-    """``"rule"`` → :class:`RuleStepJudge`; any agent spec (``tiny:chatml``, ``hf:PATH``, ``openai:URL#MODEL``,
+    """``"rule"`` → :class:`RuleStepJudge` (``kwargs``: its options); any agent spec (``tiny:chatml``, ``hf:PATH``, ``openai:URL#MODEL``,
     ``smollm2-135m-instruct`` …) → an :class:`LLMStepJudge` with that agent; a judge object is returned as is."""
     if not isinstance(spec, str):
         return spec
     if spec == "rule":
-        return RuleStepJudge()
+        return RuleStepJudge(**kwargs)
     from turnrl.agents import make_agent
 
     return LLMStepJudge(make_agent(spec), **kwargs)

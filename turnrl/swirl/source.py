@@ -10,8 +10,8 @@ is run in it, so its tool result is part of the sample and the judge sees it. Th
 
 * ``rule`` / ``judge`` — the step judge's GOOD (1) or BAD/unparseable (0), from the context alone;
 * ``rollout`` — 1 if the episode, played on from the sampled step with the current policy, ends correct;
-* with ``algorithm.final_outcome``, a ``rule`` / ``judge`` reward of a step that ends the episode is multiplied by
-  the environment's reward for it (``info["env_reward"]``, e.g. the answer's F1): GOOD and right.
+* with ``algorithm.final_outcome`` w > 0, the ``rule`` / ``judge`` reward of a step that ends the episode is
+  GOOD × (1 − w + w·R), R the environment's reward for it (``info["env_reward"]``, e.g. the answer's F1).
 
 With ``algorithm.data_action`` the last of each state's G samples is the stored step itself (its tokens as stored,
 its log-probabilities scored by the current policy at the sampling temperature), executed and rewarded like the rest.
@@ -127,7 +127,7 @@ class StateSource:
         self.cfg, self.agent, self.version = cfg, agent, version
         self.reward, self.execute = getattr(alg, "reward", "rule"), getattr(alg, "execute", True)
         self.data_action = bool(getattr(alg, "data_action", False))
-        self.final_outcome = bool(getattr(alg, "final_outcome", False))
+        self.final_outcome = float(getattr(alg, "final_outcome", 0.0))
         files = [cfg.data.path] if isinstance(cfg.data.path, str) else list(cfg.data.path)
         rows: list[Trajectory] = []
         for f in files:
@@ -141,7 +141,8 @@ class StateSource:
                              "(write them with `turnrl swirl decompose`)")
         self.left_out = len(rows) - len(self.rows)
         if judge is None and self.reward != "rollout":
-            judge = make_step_judge("rule" if self.reward == "rule" else alg.judge)  # type: ignore[attr-defined]
+            judge = make_step_judge("rule" if self.reward == "rule" else alg.judge,  # type: ignore[attr-defined]
+                                    **getattr(alg, "judge_options", {}))
         self.judge = judge
         probe = make(cfg.env.id, **cfg.env.kwargs)
         self.stop = tuple(getattr(probe.unwrapped, "stop", ()) or ())
@@ -277,8 +278,9 @@ class StateSource:
         for t, label in zip(samples, labels):
             turn = t.turns[-1]
             score = label.score if t.error is None else 0.0
-            if self.final_outcome and turn.terminated:
-                score *= float(turn.info.get("env_reward") or 0.0)
+            if self.final_outcome > 0 and turn.terminated:
+                w = self.final_outcome
+                score *= 1.0 - w + w * float(turn.info.get("env_reward") or 0.0)
             t.turns[-1] = turn.model_copy(update={"reward": score, "info": {
                 **turn.info, "step_good": label.good, "step_reason": label.reason[:300]}})
         # the policy's own steps measure the policy; the stored steps (data_action) are reported apart

@@ -6,8 +6,8 @@
   process scorer; ``judge`` — the generative process judge with the agent ``judge``; ``rollout`` — the outcome of
   playing the episode on from s ⊕ a with the current policy), subtracts a per-state baseline over the G samples
   (``baseline``: ``rloo`` leave-one-out, or ``normalize`` GRPO's mean/std) and takes the clipped surrogate, with
-  an optional k3 KL to the reference. With ``final_outcome`` [ours] a final step's judged reward is multiplied by
-  the environment's reward for it (process ∧ outcome). The experience source is :class:`turnrl.swirl.source.StateSource`. With
+  an optional k3 KL to the reference. With ``final_outcome`` w [ours] a final step's judged reward becomes
+  GOOD × (1 − w + w·R_env) (w = 1: process ∧ outcome). The experience source is :class:`turnrl.swirl.source.StateSource`. With
   ``data_action`` [ours] the stored step itself takes the place of one of the G samples: judged like them, its
   advantage is positive exactly when it beats the policy's own steps, so a policy that never writes a good step
   (a small model without demonstrations) is pulled toward the data's steps until its own are as good.
@@ -16,7 +16,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import torch
 from pydantic import Field, model_validator
@@ -40,6 +40,9 @@ class SWiRLConfig(PolicyGradientConfig):
         "outcome of finishing the episode from the sampled step with the current policy)"))
     judge: str | None = Field(None, description="agent spec of the process judge for reward: judge (e.g. "
                               "openai:http://127.0.0.1:8000/v1#MODEL, hf:PATH, smollm2-135m-instruct)")
+    judge_options: dict[str, Any] = Field(default_factory=dict, description=(
+        "options of the step judge: for rule, max_answer_words (default 8) and max_searches (default none: how "
+        "many searches of an episode can be GOOD); for an LLM judge, those of turnrl.verifiers.judge"))
     baseline: Literal["rloo", "normalize"] = Field("rloo", description="per-state baseline over the G samples: "
                                                    "leave-one-out mean, or GRPO's (R − mean) / std")
     execute: bool = Field(True, description="run each sampled step in the state's replayed environment, so the "
@@ -48,17 +51,25 @@ class SWiRLConfig(PolicyGradientConfig):
         "[ours] one of each state's G samples is the stored step itself (rewarded like the others, its old "
         "log-probabilities from the current policy): a policy that never samples a good step still has one to "
         "reinforce (off-policy guidance, as in LUFFY, without its policy shaping)"))
-    final_outcome: bool = Field(False, description=(
-        "[ours] a step that ends the episode (the answer) is rewarded by the judge's GOOD times the environment's "
-        "own reward for it (e.g. F1 against the gold answer): process AND outcome for final steps, so of the "
-        "grounded answers the right one wins; other steps keep the judge's reward. Needs reward rule or judge"))
+    final_outcome: float = Field(0.0, ge=0.0, le=1.0, description=(
+        "[ours] the weight w of the environment's own reward R (e.g. the answer's F1 against the gold one) in the "
+        "reward of a step that ends the episode: GOOD × (1 − w + w·R). 0: the judge alone; 1: GOOD and right "
+        "(process AND outcome); between: a grounded answer earns 1 − w, a right one up to 1. Needs reward rule or "
+        "judge"))
 
     @model_validator(mode="after")
     def _judge(self) -> SWiRLConfig:
         if self.reward == "judge" and not self.judge:
             raise ValueError("swirl with reward: judge needs `judge`: the agent that judges each step (an agent "
                              "spec such as openai:URL#MODEL or hf:PATH); or use reward: rule")
-        if self.final_outcome and (self.reward == "rollout" or not self.execute):
+        if self.reward == "rule" and self.judge_options:
+            from turnrl.swirl.judges import RuleStepJudge
+
+            try:
+                RuleStepJudge(**self.judge_options)
+            except TypeError as e:
+                raise ValueError(f"judge_options for the rule judge: {e} (it takes max_answer_words, max_searches)") from e
+        if self.final_outcome > 0 and (self.reward == "rollout" or not self.execute):
             raise ValueError("swirl final_outcome weighs the judge's label of an answer by the environment's reward "
                              "for it: it needs reward rule or judge, and execute on (rollout rewards are outcomes "
                              "already)")
