@@ -248,7 +248,7 @@ def test_warm_up_rows_relabel_each_verify_turn_with_the_true_verdict_token_exact
 
     # task 0's answer is wrong, 1-3 right; this policy says "wrong" about every answer, then revises
     tok, trajs = episodes(["answer", "x", "again"], [0, 1, 2, 3])
-    rows, report = pag_rows(trajs, tok, balance=False)
+    rows, report = pag_rows(trajs, tok, balance="none")
     assert report["truth_wrong"] == 1 and report["truth_correct"] == 3 and report["sampled_verdict_agreed"] == 0.25
     for traj, row in zip(trajs, rows):
         start = traj.turns[1].token_span[0]  # the verify turn of the source
@@ -258,8 +258,12 @@ def test_warm_up_rows_relabel_each_verify_turn_with_the_true_verdict_token_exact
         assert row.loss_mask == [0] * start + [1] * len(action)
         assert tok.decode(action[:-1]) == VERDICT_TEXT[truth] and action[-1] == tok.eos_token_id
         assert row.turns[-1].action.content == VERDICT_TEXT[truth] and row.turns[-1].token_span == (start, len(row.token_ids))
-    # balance: the one "wrong" row is repeated until it has as many as the three "correct" ones
-    balanced, report = pag_rows(trajs, tok)
+    # balance down (the default): one row of each verdict; up: the one "wrong" row is repeated three times
+    down, report = pag_rows(trajs, tok)
+    assert sorted(r.metadata["pag_rows"]["truth"] for r in down) == ["correct", "wrong"] and report["dropped_rows"] == 2
+    with pytest.raises(ValueError, match="balance must be"):
+        pag_rows(trajs, tok, balance="yes")
+    balanced, report = pag_rows(trajs, tok, balance="up")
     truths = [r.metadata["pag_rows"]["truth"] for r in balanced]
     assert truths.count("wrong") == truths.count("correct") == 3 and report["repeated_rows"] == 2
     assert len({r.id for r in balanced}) == len(balanced)
@@ -274,7 +278,7 @@ def test_warm_up_rows_relabel_each_verify_turn_with_the_true_verdict_token_exact
 
     save(trajs, tmp_path / "episodes.parquet")
     r = CliRunner().invoke(app, ["pag", "rows", str(tmp_path / "episodes.parquet"), "--tokenizer", "tiny:chatml",
-                                 "--out", str(tmp_path / "cli-rows.parquet")])
+                                 "--balance", "up", "--out", str(tmp_path / "cli-rows.parquet")])
     assert r.exit_code == 0 and "6 rows" in r.output and "2 repeated to balance" in r.output, r.output
     assert [x.token_ids for x in load(tmp_path / "cli-rows.parquet")] == [x.token_ids for x in balanced]
     r = CliRunner().invoke(app, ["pag", "rows", str(tmp_path / "cli-rows.parquet"), "--tokenizer", "tiny:chatml",

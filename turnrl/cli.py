@@ -593,7 +593,8 @@ def pag_rows_command(
     data: Annotated[str, typer.Argument(help="PAG episodes (turnrl rollout on a *-PAG-v0 env)")],
     out: Annotated[str, typer.Option(help="where the rows go (.parquet or .jsonl)")],
     tokenizer: Annotated[str, typer.Option(help="the policy's tokenizer: a model name or path, hf:PATH, tiny:TEMPLATE")],
-    balance: Annotated[bool, typer.Option(help="repeat the minority verdict's rows until both have as many")] = True,
+    balance: Annotated[str, typer.Option(help="down: keep as many majority-verdict rows as the minority has; up: repeat "
+                                         "the minority's rows; none")] = "down",
     revisions: Annotated[bool, typer.Option(help="also the revisions that turned a wrong answer right")] = False,
 ) -> None:
     """Rows for a verifier warm-up (ours): each episode's verify state with the TRUE verdict of its first answer as
@@ -613,7 +614,8 @@ def pag_rows_command(
     _say(f"{int(r['rows'])} rows in {out} from {int(r['episodes'])} episodes: {int(r['verdict_rows'])} verify turns "
          f"(true verdict correct {int(r['truth_correct'])}, wrong {int(r['truth_wrong'])}; the sampled verdict agreed "
          f"with the truth in {r['sampled_verdict_agreed']:.0%} and was unparseable in "
-         f"{r['sampled_verdict_unparseable']:.0%}), {int(r.get('repeated_rows', 0))} repeated to balance, "
+         f"{r['sampled_verdict_unparseable']:.0%}), {int(r.get('dropped_rows', 0))} left out and "
+         f"{int(r.get('repeated_rows', 0))} repeated to balance, "
          f"{int(r.get('revision_rows', 0))} revisions")
 
 

@@ -10,8 +10,11 @@ knows, the way a generative verifier is trained from labels:
   verify turn: the *state* is the token prefix before that turn, exactly as the policy saw it (its own first answer
   and the verify prompt); the *action* is the true verdict of that first answer (its ``correct`` grade), written as
   one of two fixed sentences — relabelled in hindsight, not sampled;
-* ``balance``: the minority verdict's rows are repeated until both verdicts have as many rows (so the warm-up does
-  not teach the majority verdict, the collapse it is meant to prevent);
+* ``balance``: ``"down"`` keeps as many rows of the majority verdict as the minority has (a seeded choice),
+  ``"up"`` repeats the minority's rows until both have as many, ``"none"`` keeps the truth's own shares. Measured
+  on SmolLM2 / Arithmetic level 1 (53 right and 331 wrong first answers): ``"up"`` taught "wrong" everywhere — the
+  53 repeated states were memorized, and new states looked like the 331 — so the warm-up must not teach the
+  majority verdict by diversity either: ``"down"`` is the default;
 * ``revisions``: also the revision turns that turned a wrong first answer right (after a "wrong" verdict, so they
   agree with the relabelled state), as they were sampled.
 
@@ -21,8 +24,9 @@ on them; then ``pag`` starts from that run (``init_from``).
 
 from __future__ import annotations
 
+import random
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 from turnrl.swirl.steps import decompose
 from turnrl.types import Message, Trajectory
@@ -90,13 +94,16 @@ def revision_row(traj: Trajectory) -> Trajectory | None:
     return row
 
 
-def pag_rows(trajectories: Sequence[Trajectory], tokenizer: Any, *, balance: bool = True,
-             revisions: bool = False) -> tuple[list[Trajectory], dict[str, float]]:
+def pag_rows(trajectories: Sequence[Trajectory], tokenizer: Any, *, balance: Literal["down", "up", "none"] = "down",
+             revisions: bool = False, seed: int = 0) -> tuple[list[Trajectory], dict[str, float]]:
     """The warm-up rows of ``trajectories`` (see the module docstring) and a report of what was kept.
 
     Raises:
-        ValueError: no episode has a graded verify turn (the data is not PAG episodes, or every episode failed).
+        ValueError: no episode has a graded verify turn (the data is not PAG episodes, or every episode failed), or
+            an unknown ``balance``.
     """
+    if balance not in ("down", "up", "none"):
+        raise ValueError(f"balance must be 'down', 'up' or 'none', got {balance!r}")
     verdicts = [r for r in (verdict_row(t, tokenizer) for t in trajectories) if r is not None]
     if not verdicts:
         raise ValueError(f"none of the {len(trajectories)} episodes has a graded verify turn: the data must be whole, "
@@ -110,12 +117,16 @@ def pag_rows(trajectories: Sequence[Trajectory], tokenizer: Any, *, balance: boo
         / len(verdicts),
         "sampled_verdict_unparseable": sum(s is None for s in sampled) / len(verdicts)}
     rows = list(verdicts)
-    if balance and by["correct"] and by["wrong"]:
+    if balance != "none" and by["correct"] and by["wrong"]:
         small, large = sorted(by.values(), key=len)
-        extra = [small[i % len(small)].model_copy(update={"id": f"{small[i % len(small)].id}/repeat-{i // len(small)}"})
-                 for i in range(len(large) - len(small))]
-        rows += extra
-        report["repeated_rows"] = float(len(extra))
+        if balance == "down":
+            keep = {id(r) for r in small} | {id(r) for r in random.Random(seed).sample(large, len(small))}
+            rows = [r for r in verdicts if id(r) in keep]  # in the data's order
+            report["dropped_rows"] = float(len(large) - len(small))
+        else:
+            rows += [small[i % len(small)].model_copy(update={"id": f"{small[i % len(small)].id}/repeat-{i // len(small)}"})
+                     for i in range(len(large) - len(small))]
+            report["repeated_rows"] = float(len(large) - len(small))
     if revisions:
         fixed = [r for r in (revision_row(t) for t in trajectories) if r is not None]
         rows += fixed
