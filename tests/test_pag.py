@@ -192,6 +192,9 @@ def test_verdict_collapse_monitor():
     assert verdict_collapse([], step(1.0, 0.0, n=4)) is None  # too few verdicts to say
     assert any("collapsed" in w for w in check_health([step(1.0, 0.0)] * 2, step(1.0, 0.0), 64))
     assert check_health([], {"turn_length": 10.0, "response_length": 30.0}, 32) == []  # three turns of 10 tokens
+    # an offline objective's episodes are stored data (e.g. verdict rows): their verdicts say nothing of the policy
+    assert check_health([step(1.0, 0.0)] * 2, step(1.0, 0.0), 64, sampled=False) == []
+    assert any("entropy" in w for w in check_health([], {"entropy": 0.01}, 64, sampled=False))
 
 
 def test_pag_training_raises_the_verifiers_accuracy_on_a_toy_env(tmp_path):
@@ -306,3 +309,65 @@ def test_warm_up_rows_keep_only_revisions_that_turned_wrong_right():
     revisions = [r for r in rows if r.metadata["pag_rows"]["kind"] == "revision"]
     assert report["revision_rows"] == len(revisions) == len(fixed)
     assert all(r.turns[-1].info["phase"] == "revise" and r.turns[-1].info["correct"] for r in revisions)
+
+
+# ---- verdict exploration (ours) ----
+
+def test_verdict_exploration_replaces_a_share_of_verdicts_with_the_other_one_token_exactly():
+    from turnrl.rl.forward import sequence_logprobs
+    from turnrl.rl.pag_explore import VerdictExplorer
+
+    tok = tiny_tokenizer("chatml")
+    agent = FixedAgent(tok, ["answer", "x", "again"])  # always says "wrong" ("x…"), then revises
+    agent.model = tiny_model(tok)
+    explorer = VerdictExplorer(agent, share=0.5, temperature=1.0, seed=0)
+    envs = [turnrl.make("tests/ToyPAG-v0") for _ in range(16)]
+    trajs = Rollout(agent, SamplingParams(max_new_tokens=8), rewrite=explorer).run(
+        envs, options=[{"index": i % 4} for i in range(16)])
+    forced = [t for t in trajs if t.turns[1].info.get("rewritten")]
+    kept = [t for t in trajs if not t.turns[1].info.get("rewritten")]
+    assert 3 <= len(forced) <= 13 and kept  # about half
+    for t in forced:
+        verify = t.turns[1]
+        assert verify.action.content == "Yes" and verify.info["verdict"] == "correct"
+        assert t.num_turns == 2  # "correct" ends the episode: no revision
+        assert verify.reward == (1.0 if verify.info["correct"] else 0.0)  # rewarded against the truth like any verdict
+        a, b = verify.token_span
+        assert t.token_ids[a:b] == tok.encode("Yes", add_special_tokens=False) + [tok.eos_token_id]
+        want = sequence_logprobs(agent.model, [t.token_ids[:b]], 1.0)[0][a:b]
+        assert t.logprobs[a:b] == pytest.approx(want, abs=1e-5) and all(m == 1 for m in t.loss_mask[a:b])
+        assert not t.turns[0].info.get("rewritten")  # only verify turns
+    assert all(t.turns[1].action.content == "x" and t.num_turns == 3 for t in kept)
+    with pytest.raises(ValueError, match="in \\(0, 1\\)"):
+        VerdictExplorer(agent, share=1.0, temperature=1.0)
+    with pytest.raises(ValueError, match="has none"):
+        VerdictExplorer(FixedAgent(tok, ["x"]), share=0.5, temperature=1.0)
+
+
+def test_verdict_texts_must_be_read_as_their_verdicts():
+    from toy_envs import ScriptedTruthEnv, case_verdict
+
+    from turnrl.envs.self_verify import SelfVerify
+
+    assert turnrl.make("turnrl/Arithmetic-PAG-v0").unwrapped.verdict_texts == {
+        "correct": "The answer is correct.", "wrong": "The answer is wrong."}
+    with pytest.raises(ValueError, match="is not read as 'wrong'"):
+        SelfVerify(ScriptedTruthEnv(), verdict_parser=case_verdict, verdict_texts={"correct": "Yes", "wrong": "No"})
+    assert SelfVerify(ScriptedTruthEnv(), verdict_parser=case_verdict).verdict_texts is None  # a parser of its own
+
+
+def test_pag_trains_with_verdict_exploration(tmp_path):
+    with pytest.raises(ValidationError):
+        TrainConfig(model="tiny", env={"id": "tests/ToyPAG-v0"}, algorithm={"name": "pag", "verdict_explore": 1.0})
+    cfg = TrainConfig(model="tiny", env={"id": "tests/ToyPAG-v0"}, algorithm={"name": "pag-grpo", "verdict_explore": 0.5},
+                      rollout={"prompts_per_step": 2, "group_size": 4, "max_new_tokens": 4}, steps=2, eval_tasks=4,
+                      out_dir=str(tmp_path))
+    tok = tiny_tokenizer("chatml")
+    history = Trainer(cfg, model=tiny_model(tok), tokenizer=tok).train()
+    assert len(history) == 3 and all(torch.isfinite(torch.tensor(h["loss"])) for h in history[1:])
+    from turnrl.storage import load
+
+    trained = load(tmp_path / "train" / "step-1" / "trajectories.jsonl")
+    assert any(t.turns[1].info.get("rewritten") for t in trained if t.num_turns > 1)
+    evaluated = load(tmp_path / "eval" / "step-2" / "trajectories.jsonl")
+    assert not any(turn.info.get("rewritten") for t in evaluated for turn in t.turns)  # held-out never explores

@@ -86,7 +86,8 @@ def toy_pag(**kw):
     """A PAG episode (answer → verify → revise after "wrong") over ScriptedTruthEnv with case verdicts."""
     from turnrl.envs.self_verify import SelfVerify
 
-    return SelfVerify(ScriptedTruthEnv(), verdict_parser=case_verdict, **kw)
+    return SelfVerify(ScriptedTruthEnv(), verdict_parser=case_verdict, verdict_texts={"correct": "Yes", "wrong": "no"},
+                      **kw)
 
 
 turnrl.register("tests/ToyPAG-v0", "toy_envs:toy_pag")

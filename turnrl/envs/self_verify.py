@@ -46,6 +46,9 @@ class SelfVerify(TextEnv):
         revise_prompt: the user message that asks for a revision.
         verdict_parser: reads the verifier turn's verdict — ``"correct"``, ``"wrong"`` or None (unparseable);
             default :func:`~turnrl.verifiers.pag.parse_verdict` (one end-anchored "The answer is correct/wrong").
+        verdict_texts: a short reply for each verdict, ``{"correct": ..., "wrong": ...}``, that ``verdict_parser``
+            reads as that verdict (default "The answer is correct." / "The answer is wrong."); what a trainer writes
+            when it needs a verdict the policy did not sample (``pag``'s ``verdict_explore``).
 
     ``turnrl eval`` and the trainer's held-out evaluations build it with ``mode="eval"`` unless told otherwise
     (``evaluation_options``).
@@ -65,6 +68,7 @@ class SelfVerify(TextEnv):
         verify_prompt: str = VERIFY_PROMPT,
         revise_prompt: str = REVISE_PROMPT,
         verdict_parser: Callable[[str], Literal["correct", "wrong"] | None] = parse_verdict,
+        verdict_texts: dict[str, str] | None = None,
         render_mode: str | None = None,
     ) -> None:
         inner = getattr(env, "unwrapped", env)
@@ -87,6 +91,12 @@ class SelfVerify(TextEnv):
         self.verify_prompt = verify_prompt
         self.revise_prompt = revise_prompt
         self.verdict_parser = verdict_parser
+        texts = dict(verdict_texts or {"correct": f"{VERDICT_CORRECT}.", "wrong": f"{VERDICT_WRONG}."})
+        misread = [v for v in ("correct", "wrong") if verdict_parser(texts.get(v, "")) != v]
+        if misread and verdict_texts is not None:
+            raise ValueError(f"verdict_texts[{misread[0]!r}] = {texts.get(misread[0])!r} is not read as {misread[0]!r} "
+                             "by the verdict parser: give a reply for each verdict that the parser reads as that verdict")
+        self.verdict_texts: dict[str, str] | None = None if misread else texts  # None: a parser of its own, no texts
         self.phase: Phase = "answer"
         self.first: Verdict | None = None
 
@@ -150,7 +160,7 @@ class SelfVerify(TextEnv):
 
 
 def _pag(cls_path: str, **kwargs: Any) -> SelfVerify:
-    pag_keys = {"alpha", "mode", "verify_prompt", "revise_prompt", "verdict_parser", "render_mode"}
+    pag_keys = {"alpha", "mode", "verify_prompt", "revise_prompt", "verdict_parser", "verdict_texts", "render_mode"}
     pag = {k: kwargs.pop(k) for k in list(kwargs) if k in pag_keys}
     module, name = cls_path.split(":")
     import importlib

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 import yaml
 
+from turnrl.rl.algorithms import algorithm_class
 from turnrl.rl.config import TrainConfig
 from turnrl.rl.monitors import check_health
 from turnrl.rl.tracking import Tracker
@@ -39,6 +40,7 @@ class Driver:
 
     def __init__(self, config: TrainConfig, learner: Any, source: Any, evaluate: Callable[[Path], float]) -> None:
         self.cfg, self.learner, self.source, self.evaluate = config, learner, source, evaluate
+        self.sampled = algorithm_class(config.algorithm.name).experience != "offline"  # the policy's own episodes
         self.step = 0
         self.history: list[dict[str, float]] = []
         self.out = Path(config.out_dir)
@@ -88,7 +90,7 @@ class Driver:
         info["lr"] = self.learner.lr
         if self.step == self.cfg.steps or (self.cfg.eval_every and self.step % self.cfg.eval_every == 0):
             info["eval_success"] = self.evaluate(self.out / "eval" / f"step-{self.step}")
-        warnings = check_health(self.history, info, self.cfg.rollout.max_new_tokens)
+        warnings = check_health(self.history, info, self.cfg.rollout.max_new_tokens, sampled=self.sampled)
         for w in warnings:
             logger.warning("step %d: %s", self.step, w)
         info["warnings"] = float(len(warnings))

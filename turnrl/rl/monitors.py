@@ -12,7 +12,9 @@ Each check reads the step's metrics (and the run's history before it) and return
 * verdict collapse (PAG) — the self-verifier almost always says "correct" or almost always "wrong", the two
   failure modes of PAG's ablations (final-only reward; no turn independence).
 
-:func:`check_health` runs them all; the trainer logs what it returns and counts it in ``metrics.jsonl``.
+:func:`check_health` runs them all; the trainer logs what it returns and counts it in ``metrics.jsonl``. For an
+offline objective (sft, rft, dpo, dqo) the episodes are stored data, not the policy's samples: only the entropy
+check applies (a "verdict collapse" of a dataset of verdict rows says nothing about the policy).
 Pure functions over metric dicts, so they are tested on made-up histories.
 """
 
@@ -134,8 +136,11 @@ def verdict_collapse(history: Sequence[Metrics], info: Metrics, share: float = 0
     return None
 
 
-def check_health(history: Sequence[Metrics], info: Metrics, max_new_tokens: int) -> list[str]:
-    """All warnings for this step's ``info`` given the ``history`` of earlier records (step 0 included)."""
+def check_health(history: Sequence[Metrics], info: Metrics, max_new_tokens: int, *, sampled: bool = True) -> list[str]:
+    """All warnings for this step's ``info`` given the ``history`` of earlier records (step 0 included);
+    ``sampled=False`` (an offline objective's stored episodes): only the checks of the learner's own figures."""
+    if not sampled:
+        return [w for w in (entropy_collapse(info),) if w is not None]
     found = [entropy_collapse(info), no_signal(info), length_limit(info, max_new_tokens),
              length_explosion(history, info), reward_without_correctness(history, info),
              held_out_divergence(history, info), verdict_collapse(history, info)]

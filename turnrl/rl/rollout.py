@@ -27,6 +27,11 @@ from turnrl.envs.core import TextEnv
 from turnrl.rl.tokens import ChatRenderer
 from turnrl.types import Message, Trajectory, Turn
 
+# (envs, roles, token prompts, completions) of one generation round → a replacement per completion, or None to
+# keep it; a replaced turn is marked ``info["rewritten"] = True`` (e.g. PAG's verdict exploration).
+Rewrite = Callable[[Sequence[TextEnv], Sequence[str], Sequence[list[int]], Sequence[Completion]],
+                   Sequence[Completion | None]]
+
 
 @dataclass
 class _Episode:
@@ -39,6 +44,7 @@ class _Episode:
     role: str = "policy"
     prompts_seen: list[list[int]] = field(default_factory=list)  # what the agent was conditioned on, per turn
     sample_seed: int | None = None  # this episode's own random stream (batch-invariant sampling), if any
+    rewritten: bool = False  # this turn's completion was replaced by the rollout's ``rewrite`` hook
 
     def append(self, ids: Sequence[int], mask: int, logprobs: Sequence[float] | None = None) -> None:
         self.tokens.extend(ids)
@@ -92,6 +98,9 @@ class Rollout:
         keep_prompts: record each turn's full prompt in ``Trajectory.metadata["prompts"]`` (for tests/debugging).
         policy_version: recorded as ``metadata["policy_version"] = [at start, at end]`` of every episode (the
             weights' version; a callable is read at the start and at the end of each episode).
+        rewrite: called after each generation round with every live episode's env, role, token prompt and
+            completion; a completion it returns replaces the sampled one (its tokens and log-probabilities go into
+            the trajectory as they are, the turn is marked ``info["rewritten"]``), None keeps it.
     """
 
     def __init__(
@@ -106,6 +115,7 @@ class Rollout:
         sink: Callable[[Trajectory], Any] | None = None,
         keep_prompts: bool = False,
         policy_version: int | Callable[[], int] | None = None,
+        rewrite: Rewrite | None = None,
     ) -> None:
         if params.n != 1:
             raise ValueError("Rollout samples one completion per episode (params.n == 1); use several envs per task")
@@ -114,6 +124,7 @@ class Rollout:
         self.env_concurrency, self.env_timeout = env_concurrency, env_timeout
         self.sink, self.keep_prompts = sink, keep_prompts
         self.policy_version = policy_version
+        self.rewrite = rewrite
         self.stats = RolloutStats()
         eos = getattr(agent.tokenizer, "eos_token_id", None)
         self._eos = set(getattr(agent, "eos_ids", None) or []) | ({eos} if eos is not None else set())
@@ -227,6 +238,13 @@ class Rollout:
                     outs = await agenerate(prompts, params) if agenerate else self.agent.generate(prompts, params)
                 for i, c in zip(idx, outs):
                     completions[i] = c
+            if self.rewrite is not None:
+                new = self.rewrite([ep.env for ep in live], [ep.role for ep in live], [list(ep.tokens) for ep in live],
+                                   completions)  # type: ignore[arg-type]
+                for i, c in enumerate(new):
+                    live[i].rewritten = c is not None
+                    if c is not None:
+                        completions[i] = c
         except Exception as e:  # noqa: BLE001 — keep everything collected so far
             for ep in live:
                 ep.traj.error = f"generation failed: {type(e).__name__}: {e}"
@@ -265,8 +283,10 @@ class Rollout:
         turn = Turn(
             index=len(ep.traj.turns), role=info.get("role", ep.role), action=action, observation=list(obs),
             reward=reward, terminated=terminated, truncated=truncated,
-            info={**info, "finish_reason": completion.finish_reason}, token_span=span,
+            info={**info, "finish_reason": completion.finish_reason, **({"rewritten": True} if ep.rewritten else {})},
+            token_span=span,
         )
+        ep.rewritten = False
         ep.traj.turns.append(turn)
         ep.role = info.get("next_role") or "policy"
         over_turns = self.max_turns is not None and len(ep.traj.turns) >= self.max_turns

@@ -12,7 +12,10 @@ verify (role "verifier") → revise (role "policy", only after "wrong"), each tu
   ``role_norm: false`` (one whitening over all tokens). Option [ours]: ``verifier_balance: true`` weighs each
   verifier turn's reward by the inverse share of its answer's truth in the batch, so that the verifier's objective is
   its balanced accuracy: a verdict that ignores the answer ("correct" to everything) then earns nothing, and only
-  telling right answers from wrong ones is reinforced (see :func:`balance_verifier_rewards`).
+  telling right answers from wrong ones is reinforced (see :func:`balance_verifier_rewards`). Option [ours]:
+  ``verdict_explore: p`` replaces the sampled verdict of a share p of verify turns by the other one, scored by the
+  current policy and played out (:mod:`turnrl.rl.pag_explore`): the verifier sees the reward of a verdict it never
+  samples.
 * ``pag-grpo`` — the critic-free comparison: each turn's reward normalized within its group over the turns of the
   same role (policy turns together, verifier turns together), on that turn's tokens only; GRPO's surrogate.
 """
@@ -45,6 +48,10 @@ class PAGConfig(PPOConfig):
                             "separately (ablation: false)")
     reward: Literal["per-turn", "final-only"] = Field(
         "per-turn", description="each turn's own reward, or only the final answer's correctness (ablation)")
+    verdict_explore: float = Field(0.0, ge=0.0, lt=1.0, description=(
+        "[ours] the share of verify turns whose sampled verdict is replaced by the other one (scored by the current "
+        "policy, played out and rewarded like any verdict): the verifier learns the reward of a verdict it never "
+        "samples (turnrl.rl.pag_explore); held-out evaluations never explore"))
     verifier_balance: bool = Field(False, description="[ours] weigh verifier rewards by the inverse share of their "
                                    "answer's truth in the batch (the verifier optimizes balanced accuracy)")
 
@@ -57,6 +64,10 @@ class PAGGRPOConfig(GRPOConfig):
     agg: AggMode = "token-mean"
     role_norm: bool = Field(True, description="normalize each turn's reward over the group's turns of its role "
                             "(false: over all of the group's turns)")
+    verdict_explore: float = Field(0.0, ge=0.0, lt=1.0, description=(
+        "[ours] the share of verify turns whose sampled verdict is replaced by the other one (scored by the current "
+        "policy, played out and rewarded like any verdict): the verifier learns the reward of a verdict it never "
+        "samples (turnrl.rl.pag_explore); held-out evaluations never explore"))
     verifier_balance: bool = Field(False, description="[ours] weigh verifier rewards by the inverse share of their "
                                    "answer's truth in the batch (the verifier optimizes balanced accuracy)")
 
