@@ -592,9 +592,10 @@ def swirl_decompose(
 def pag_rows_command(
     data: Annotated[str, typer.Argument(help="PAG episodes (turnrl rollout on a *-PAG-v0 env)")],
     out: Annotated[str, typer.Option(help="where the rows go (.parquet or .jsonl)")],
-    tokenizer: Annotated[str, typer.Option(help="the policy's tokenizer: a model name or path, hf:PATH, tiny:TEMPLATE")],
-    balance: Annotated[str, typer.Option(help="down: keep as many majority-verdict rows as the minority has; up: repeat "
-                                         "the minority's rows; none")] = "down",
+    tokenizer: Annotated[str, typer.Option(help="the policy's tokenizer: a model name or path, hf:PATH, "
+                                           "tiny:TEMPLATE")],
+    balance: Annotated[str, typer.Option(help="down: keep as many majority-verdict rows as the minority has; up: "
+                                         "repeat the minority's rows; none")] = "down",
     revisions: Annotated[bool, typer.Option(help="also the revisions that turned a wrong answer right")] = False,
 ) -> None:
     """Rows for a verifier warm-up (ours): each episode's verify state with the TRUE verdict of its first answer as

@@ -94,8 +94,9 @@ class SelfVerify(TextEnv):
         texts = dict(verdict_texts or {"correct": f"{VERDICT_CORRECT}.", "wrong": f"{VERDICT_WRONG}."})
         misread = [v for v in ("correct", "wrong") if verdict_parser(texts.get(v, "")) != v]
         if misread and verdict_texts is not None:
-            raise ValueError(f"verdict_texts[{misread[0]!r}] = {texts.get(misread[0])!r} is not read as {misread[0]!r} "
-                             "by the verdict parser: give a reply for each verdict that the parser reads as that verdict")
+            v = misread[0]
+            raise ValueError(f"verdict_texts[{v!r}] = {texts.get(v)!r} is not read as {v!r} by the verdict parser: "
+                             "give a reply for each verdict that the parser reads as that verdict")
         self.verdict_texts: dict[str, str] | None = None if misread else texts  # None: a parser of its own, no texts
         self.phase: Phase = "answer"
         self.first: Verdict | None = None

@@ -124,8 +124,9 @@ def pag_rows(trajectories: Sequence[Trajectory], tokenizer: Any, *, balance: Lit
             rows = [r for r in verdicts if id(r) in keep]  # in the data's order
             report["dropped_rows"] = float(len(large) - len(small))
         else:
-            rows += [small[i % len(small)].model_copy(update={"id": f"{small[i % len(small)].id}/repeat-{i // len(small)}"})
-                     for i in range(len(large) - len(small))]
+            n = len(small)
+            rows += [small[i % n].model_copy(update={"id": f"{small[i % n].id}/repeat-{i // n}"})
+                     for i in range(len(large) - n)]
             report["repeated_rows"] = float(len(large) - len(small))
     if revisions:
         fixed = [r for r in (revision_row(t) for t in trajectories) if r is not None]

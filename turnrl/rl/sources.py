@@ -23,6 +23,7 @@ from turnrl.agents.base import SamplingParams
 from turnrl.envs.registry import make
 from turnrl.rl.algorithms import Algorithm
 from turnrl.rl.config import TrainConfig
+from turnrl.rl.pag_explore import verdict_explorer
 from turnrl.rl.pag_metrics import pag_episode, pag_summary
 from turnrl.rl.rollout import Rollout
 from turnrl.types import Trajectory
@@ -93,10 +94,9 @@ def play(cfg: TrainConfig, agent: Any, jobs: Sequence[Job], version: Callable[[]
     policy version at its start and end); returns the Trajectories in job order and the rollout (its stats)."""
     r = cfg.rollout
     envs = [make(cfg.env.id, **cfg.env.kwargs) for _ in jobs]
-    from turnrl.rl.pag_explore import verdict_explorer
-
-    rollout = Rollout(agent, step_params(cfg, jobs[0].step, jobs[0].round), max_context=r.max_context,
-                      env_timeout=r.env_timeout, policy_version=version, sink=sink, rewrite=verdict_explorer(cfg, agent, seed=step_params(cfg, jobs[0].step, jobs[0].round).seed or 0))
+    params = step_params(cfg, jobs[0].step, jobs[0].round)
+    rollout = Rollout(agent, params, max_context=r.max_context, env_timeout=r.env_timeout, policy_version=version,
+                      sink=sink, rewrite=verdict_explorer(cfg, agent, seed=params.seed or 0))
     settings = [episode_settings(cfg, j) for j in jobs]
     trajs = rollout.run(envs, seeds=[s["seed"] for s in settings], options=[s["options"] for s in settings],
                         group_ids=[s["group_id"] for s in settings],

@@ -140,27 +140,25 @@ def result_texts(turns: Sequence[Turn]) -> list[str]:
     hit per line, ``QUERY -> TITLE: TEXT``); results of other tools are kept whole."""
     out = []
     for turn in turns:
-        is_search = parse_step(turn.action.content).kind == "search"
+        if parse_step(turn.action.content).kind != "search":
+            out += tool_results([turn])
+            continue
         for m in turn.observation:
-            if m.role != "tool":
-                continue
-            if not is_search:
-                out.append(m.content.split(" -> ", 1)[1] if " -> " in m.content else m.content)
-                continue
-            for line in m.content.splitlines():
+            for line in m.content.splitlines() if m.role == "tool" else ():
                 hit = line.split(" -> ", 1)[1] if " -> " in line else line
                 out.append(hit.split(": ", 1)[1] if ": " in hit else hit)
     return out
 
 
+def _found_nothing(result: str) -> bool:
+    """A search result that returned nothing."""
+    return not _norm(result) or _norm(result).startswith("no results")
+
+
 def searches_with_results(turns: Sequence[Turn]) -> int:
     """How many of ``turns`` were searches that returned something."""
-    n = 0
-    for turn in turns:
-        if parse_step(turn.action.content).kind == "search":
-            found = _result_of(turn)
-            n += found is not None and bool(_norm(found)) and not _norm(found).startswith("no results")
-    return n
+    return sum(parse_step(t.action.content).kind == "search" and (found := _result_of(t)) is not None
+               and not _found_nothing(found) for t in turns)
 
 
 def _result_of(turn: Turn) -> str | None:
@@ -263,7 +261,7 @@ class RuleStepJudge:
             return StepLabel(False, f"a search after {done} (at most {self.max_searches} can be GOOD): answer")
         found = _result_of(turn)
         if found is not None:
-            if not _norm(found) or _norm(found).startswith("no results"):
+            if _found_nothing(found):
                 return StepLabel(False, "the search returned nothing")
             if _norm(found) in {_norm(r) for r in results}:
                 return StepLabel(False, "the search returned nothing new")
@@ -280,11 +278,12 @@ class RuleStepJudge:
             computed = [x for r in results for x in numbers(r)]
             ok = _has(computed, values[0])
             return StepLabel(ok, "equals a tool result" if ok else "equals no tool result")
-        words = _norm(answer).split()
+        norm = _norm(answer)
+        words = norm.split()
         if len(words) > self.max_answer_words:
             return StepLabel(False, f"not a short answer ({len(words)} words; at most {self.max_answer_words})")
         q_words = _norm(question).split()
-        if _norm(answer) in ("yes", "no"):
+        if norm in ("yes", "no"):
             if not q_words or q_words[0] not in _YES_NO_OPENERS:
                 return StepLabel(False, "yes/no to a question that does not ask yes or no")
             if searches_with_results(before) < 2:
@@ -295,8 +294,7 @@ class RuleStepJudge:
             return StepLabel(False, "only stop words")
         if set(content) <= set(q_words) and "or" not in q_words:
             return StepLabel(False, "every word of it is in the question")
-        padded = f" {_norm(answer)} "
-        ok = any(padded in f" {_norm(r)} " for r in results)
+        ok = any(f" {norm} " in f" {_norm(r)} " for r in results)
         return StepLabel(ok, "found in a retrieved text" if ok else "found in no retrieved text")
 
 
@@ -342,8 +340,9 @@ class LLMStepJudge:
 
 
 def make_step_judge(spec: str | StepJudge, **kwargs: Any) -> StepJudge:
-    """``"rule"`` → :class:`RuleStepJudge` (``kwargs``: its options); any agent spec (``tiny:chatml``, ``hf:PATH``, ``openai:URL#MODEL``,
-    ``smollm2-135m-instruct`` …) → an :class:`LLMStepJudge` with that agent; a judge object is returned as is."""
+    """``"rule"`` → :class:`RuleStepJudge` (``kwargs``: its options); any agent spec (``tiny:chatml``, ``hf:PATH``,
+    ``openai:URL#MODEL``, ``smollm2-135m-instruct`` …) → an :class:`LLMStepJudge` with that agent; a judge object is
+    returned as is."""
     if not isinstance(spec, str):
         return spec
     if spec == "rule":

@@ -25,7 +25,7 @@ from __future__ import annotations
 from typing import Literal
 
 import torch
-from pydantic import Field
+from pydantic import BaseModel, Field
 
 from turnrl.rl.advantages import group_normalize, masked_whiten, role_whiten
 from turnrl.rl.algorithms.grpo import GRPO, GRPOConfig
@@ -34,7 +34,18 @@ from turnrl.rl.batch import Batch
 from turnrl.rl.losses import AggMode
 
 
-class PAGConfig(PPOConfig):
+class VerifierOptions(BaseModel):
+    """The verifier options [ours] that ``pag`` and ``pag-grpo`` share."""
+
+    verdict_explore: float = Field(0.0, ge=0.0, lt=1.0, description=(
+        "[ours] the share of verify turns whose sampled verdict is replaced by the other one (scored by the current "
+        "policy, played out and rewarded like any verdict): the verifier learns the reward of a verdict it never "
+        "samples (turnrl.rl.pag_explore); held-out evaluations never explore"))
+    verifier_balance: bool = Field(False, description="[ours] weigh verifier rewards by the inverse share of their "
+                                   "answer's truth in the batch (the verifier optimizes balanced accuracy)")
+
+
+class PAGConfig(PPOConfig, VerifierOptions):
     """PAG's options (ALGORITHMS.md §7 defaults)."""
 
     name: Literal["pag"] = "pag"  # type: ignore[assignment]
@@ -48,15 +59,9 @@ class PAGConfig(PPOConfig):
                             "separately (ablation: false)")
     reward: Literal["per-turn", "final-only"] = Field(
         "per-turn", description="each turn's own reward, or only the final answer's correctness (ablation)")
-    verdict_explore: float = Field(0.0, ge=0.0, lt=1.0, description=(
-        "[ours] the share of verify turns whose sampled verdict is replaced by the other one (scored by the current "
-        "policy, played out and rewarded like any verdict): the verifier learns the reward of a verdict it never "
-        "samples (turnrl.rl.pag_explore); held-out evaluations never explore"))
-    verifier_balance: bool = Field(False, description="[ours] weigh verifier rewards by the inverse share of their "
-                                   "answer's truth in the batch (the verifier optimizes balanced accuracy)")
 
 
-class PAGGRPOConfig(GRPOConfig):
+class PAGGRPOConfig(GRPOConfig, VerifierOptions):
     """``pag-grpo``'s options: GRPO's, with DAPO's clip-higher and token-mean as in PAG."""
 
     name: Literal["pag-grpo"] = "pag-grpo"  # type: ignore[assignment]
@@ -64,12 +69,6 @@ class PAGGRPOConfig(GRPOConfig):
     agg: AggMode = "token-mean"
     role_norm: bool = Field(True, description="normalize each turn's reward over the group's turns of its role "
                             "(false: over all of the group's turns)")
-    verdict_explore: float = Field(0.0, ge=0.0, lt=1.0, description=(
-        "[ours] the share of verify turns whose sampled verdict is replaced by the other one (scored by the current "
-        "policy, played out and rewarded like any verdict): the verifier learns the reward of a verdict it never "
-        "samples (turnrl.rl.pag_explore); held-out evaluations never explore"))
-    verifier_balance: bool = Field(False, description="[ours] weigh verifier rewards by the inverse share of their "
-                                   "answer's truth in the batch (the verifier optimizes balanced accuracy)")
 
 
 def final_only_rewards(loss_mask: torch.Tensor, correct: torch.Tensor) -> torch.Tensor:

@@ -7,10 +7,11 @@
   playing the episode on from s ⊕ a with the current policy), subtracts a per-state baseline over the G samples
   (``baseline``: ``rloo`` leave-one-out, or ``normalize`` GRPO's mean/std) and takes the clipped surrogate, with
   an optional k3 KL to the reference. With ``final_outcome`` w [ours] a final step's judged reward becomes
-  GOOD × (1 − w + w·R_env) (w = 1: process ∧ outcome). The experience source is :class:`turnrl.swirl.source.StateSource`. With
-  ``data_action`` [ours] the stored step itself takes the place of one of the G samples: judged like them, its
-  advantage is positive exactly when it beats the policy's own steps, so a policy that never writes a good step
-  (a small model without demonstrations) is pulled toward the data's steps until its own are as good.
+  GOOD × (1 − w + w·R_env) (w = 1: process ∧ outcome). The experience source is
+  :class:`turnrl.swirl.source.StateSource`. With ``data_action`` [ours] the stored step itself takes the place of
+  one of the G samples: judged like them, its advantage is positive exactly when it beats the policy's own steps, so
+  a policy that never writes a good step (a small model without demonstrations) is pulled toward the data's steps
+  until its own are as good.
 * ``sft`` — the paper's baseline: NLL on the step tokens of the stored (filtered, decomposed) rows, every row.
 """
 
@@ -68,7 +69,8 @@ class SWiRLConfig(PolicyGradientConfig):
             try:
                 RuleStepJudge(**self.judge_options)
             except TypeError as e:
-                raise ValueError(f"judge_options for the rule judge: {e} (it takes max_answer_words, max_searches)") from e
+                raise ValueError(f"judge_options for the rule judge: {e} "
+                                 "(it takes max_answer_words, max_searches)") from e
         if self.final_outcome > 0 and (self.reward == "rollout" or not self.execute):
             raise ValueError("swirl final_outcome weighs the judge's label of an answer by the environment's reward "
                              "for it: it needs reward rule or judge, and execute on (rollout rewards are outcomes "
