@@ -311,6 +311,45 @@ def test_warm_up_rows_keep_only_revisions_that_turned_wrong_right():
     assert all(r.turns[-1].info["phase"] == "revise" and r.turns[-1].info["correct"] for r in revisions)
 
 
+def test_sibling_revisions_pair_a_wrong_answers_revision_state_with_a_right_answer_to_the_same_question(tmp_path):
+    from turnrl.rl.pag_rows import VERDICT_TEXT, pag_rows
+    from turnrl.storage import load, save
+
+    tok = tiny_tokenizer("chatml")
+    calls = []
+
+    def agent(prompt):  # two episodes per question: the first answers right, the second wrong; both say "wrong"
+        last = prompt.rsplit("<|im_start|>user", 1)[-1]
+        if "Check the solution" in last:
+            return VERDICT_TEXT["wrong"]
+        if "previous answer was wrong" in last:
+            return "\\boxed{-999}"
+        q = prompt.split("What is ", 1)[1].split("?")[0]
+        calls.append(q)
+        return f"\\boxed{{{eval(q) + (len(calls) + 1) % 2}}}"  # noqa: S307
+
+    envs = [turnrl.make("turnrl/Arithmetic-PAG-v0", level=1) for _ in range(8)]
+    trajs = Rollout(ScriptedAgent(tok, agent), SamplingParams(max_new_tokens=16)).run(
+        envs, options=[{"index": i // 2} for i in range(6)] + [{"index": 10}, {"index": 11}])
+    firsts = [t.turns[0].info["correct"] for t in trajs]
+    assert firsts[:6] == [True, False] * 3 and all(t.num_turns == 3 for t in trajs)
+    trajs[7] = trajs[7].model_copy(update={"task_id": trajs[6].task_id + "-other"})  # a question answered only wrong
+    rows, report = pag_rows(trajs, tok, balance="none", sibling_revisions=True)
+    paired = [r for r in rows if r.metadata["pag_rows"]["kind"] == "sibling_revision"]
+    assert report["sibling_revision_rows"] == len(paired) == 3  # the wrong ones of questions 0-2, not of 10 or 11
+    for row, wrong, right in zip(paired, trajs[1:6:2], trajs[0:6:2]):
+        start = wrong.turns[2].token_span[0]
+        # the state: the wrong episode up to its revision, token for token as the rollout appended it
+        assert row.token_ids[:start] == wrong.token_ids[:start] and row.turns[-1].token_span == (start, len(row.token_ids))
+        s, e = right.turns[0].token_span
+        assert row.token_ids[start:] == right.token_ids[s:e] and row.logprobs[start:] == right.logprobs[s:e]
+        assert row.loss_mask == [0] * start + [1] * (e - s) and row.task_id == wrong.task_id
+        assert row.turns[-1].info["phase"] == "revise" and row.turns[-1].info["correct"]
+    save(rows, tmp_path / "rows.parquet")
+    assert len(load(tmp_path / "rows.parquet")) == len(rows)
+    assert "sibling_revision_rows" not in pag_rows(trajs, tok)[1]
+
+
 # ---- verdict exploration (ours) ----
 
 def test_verdict_exploration_replaces_a_share_of_verdicts_with_the_other_one_token_exactly():

@@ -340,3 +340,66 @@ def test_the_command_line_pipeline(tmp_path):
     assert len(rows) == sum(t.num_turns for t in source)
     assert all(r.token_ids == t.token_ids[: r.turns[-1].token_span[1]] for t in source for r in rows
                if r.group_id == t.id)
+
+
+# ---- hindsight answers ----
+
+def _hotpot_teacher(tasks):
+    """A scripted HotPotQA teacher that finds the evidence and answers badly: it searches each supporting title,
+    then copies a long passage into its answer (BAD: not a short answer; wrong)."""
+    by_question = {t.prompt: t for t in tasks}
+
+    def policy(prompt):
+        task = next(t for q, t in by_question.items() if q in prompt)
+        done = prompt.count("<|im_start|>tool")
+        titles = task.metadata["supporting_titles"]
+        if done < len(titles):
+            return f"<search_query>{titles[done]}</search_query>"
+        return "<answer>" + " ".join(prompt.rsplit("->", 1)[1].split()[:20]) + "</answer>"
+    return policy
+
+
+def test_hindsight_answers_cut_at_the_evidence_and_answer_there_with_the_gold_span(tmp_path):
+    from turnrl.envs.hotpotqa import hotpotqa_tasks
+    from turnrl.swirl.relabel import ground_answers
+
+    tasks = hotpotqa_tasks("dev")[:8]
+    kw = {"tool_style": "swirl", "demos": "none", "limit": 8}
+    agent = ScriptedAgent(TOK, _hotpot_teacher(tasks), end_with_eos=True)
+    generate(agent, "teacher", "turnrl/HotPotQA-v0", kw, out=tmp_path / "d.parquet", tasks=8, samples=1,
+             max_new_tokens=200, max_context=4096)
+    trajs = load(tmp_path / "d.parquet")
+    assert all(t.correct is False and t.num_turns == 3 for t in trajs)  # two searches, then a copied passage
+    judge = RuleStepJudge()
+    assert all(judge.label_trajectory(t)[-1].good is False for t in trajs)
+    out, report = ground_answers(trajs, TOK)
+    assert len(out) == len(trajs) and report["relabelled"] + report["not_grounded"] == len(trajs)
+    changed = [(old, new) for old, new in zip(trajs, out) if "relabel" in new.metadata]
+    assert len(changed) == report["relabelled"] >= 4, report
+    for old, new in changed:
+        at = new.metadata["relabel"]["step"]
+        start = old.turns[at].token_span[0]
+        gold = old.metadata["gold"]
+        assert new.num_turns == at + 1 and 1 <= at <= 2 and new.correct is True
+        assert new.token_ids[:start] == old.token_ids[:start]  # the teacher's own state, token for token
+        assert TOK.decode(new.token_ids[start:]) == f"<answer>{gold}</answer>{TOK.eos_token}"
+        assert new.loss_mask[start:] == [1] * (len(new.token_ids) - start) and len(new.logprobs) == len(new.token_ids)
+        assert [lb.good for lb in judge.label_trajectory(new)] == [True] * new.num_turns  # every step GOOD
+        # the earliest grounded step: one search earlier the gold answer was not yet in a result
+        early = new.model_copy(update={"turns": [*new.turns[:at - 1], new.turns[-1]]})
+        assert at == 1 or judge.label_trajectory(early)[-1].good is False
+        rows = decompose(new)
+        assert len(rows) == at + 1 and rows[-1].token_ids[:start] == decompose(old)[at].token_ids[:start]
+        Trajectory.model_validate(new.model_dump())
+    # what is left alone: no gold in the results, no gold label, an answer already right
+    unreachable = trajs[0].model_copy(update={"metadata": {**trajs[0].metadata, "gold": "xyzzy plugh"}})
+    unlabelled = trajs[0].model_copy(update={"metadata": {k: v for k, v in trajs[0].metadata.items() if k != "gold"}})
+    right = changed[0][1]
+    out, report = ground_answers([unreachable, unlabelled, right], TOK)
+    assert out == [unreachable, unlabelled, right]
+    assert (report["not_grounded"], report["no_gold"], report["already_correct"], report["relabelled"]) == (1, 1, 1, 0)
+    # the command line
+    r = CliRunner().invoke(app, ["swirl", "relabel", str(tmp_path / "d.parquet"), "--out", str(tmp_path / "r.parquet"),
+                                 "--tokenizer", "tiny:chatml"])
+    assert r.exit_code == 0 and f"relabelled {len(changed)} of 8 trajectories" in r.output, r.output
+    assert len(load(tmp_path / "r.parquet")) == 8

@@ -564,6 +564,34 @@ def swirl_filter(
     _say(f"kept {len(kept)} of {len(trajs)} trajectories ({report['kept_steps']} steps) in {out}")
 
 
+@swirl_app.command("relabel")
+def swirl_relabel(
+    data: Annotated[str, typer.Argument(help="trajectories from `turnrl swirl generate` (training questions only)")],
+    out: Annotated[str, typer.Option(help="where every trajectory goes, the relabelled ones changed")],
+    tokenizer: Annotated[str, typer.Option(help="the teacher's tokenizer: a model name or path, hf:PATH, "
+                                           "tiny:TEMPLATE")],
+    max_answer_words: Annotated[int, typer.Option(help="the rule judge's longest GOOD answer")] = 8,
+) -> None:
+    """Hindsight answers (ours): where a trajectory's own tool results hold the gold answer, cut it at the earliest
+    such step and answer there with the gold answer (a GOOD step for the rule judge); then filter and decompose as
+    usual. Uses the gold answer, like the outcome filter."""
+    from turnrl.agents.template_check import load_tokenizer
+    from turnrl.storage import load, save
+    from turnrl.swirl.judges import RuleStepJudge
+    from turnrl.swirl.relabel import ground_answers
+
+    _check_out(out)
+    try:
+        trajs, report = ground_answers(load(data), load_tokenizer(tokenizer), RuleStepJudge(max_answer_words))
+    except (OSError, ValueError) as e:
+        fail(str(e))
+    save(trajs, out)
+    r = report
+    _say(f"relabelled {r['relabelled']} of {r['trajectories']} trajectories in {out} ({r['steps_dropped']} later steps "
+         f"dropped); left as they were: {r['already_correct']} already correct, {r['not_grounded']} whose results hold "
+         f"no gold answer, {r['no_gold']} without a gold label or tokens")
+
+
 @swirl_app.command("decompose")
 def swirl_decompose(
     data: Annotated[str, typer.Argument(help="(filtered) trajectories")],
@@ -597,6 +625,8 @@ def pag_rows_command(
     balance: Annotated[str, typer.Option(help="down: keep as many majority-verdict rows as the minority has; up: "
                                          "repeat the minority's rows; none")] = "down",
     revisions: Annotated[bool, typer.Option(help="also the revisions that turned a wrong answer right")] = False,
+    sibling_revisions: Annotated[bool, typer.Option(help="also, for each wrong first answer, a revision that is a "
+                                                    "right answer to the same question from another episode")] = False,
 ) -> None:
     """Rows for a verifier warm-up (ours): each episode's verify state with the TRUE verdict of its first answer as
     the action (relabelled from the environment's grade); train them with algorithm.name sft, then pag with
@@ -607,7 +637,8 @@ def pag_rows_command(
 
     _check_out(out)
     try:
-        rows, report = pag_rows(load(data), load_tokenizer(tokenizer), balance=balance, revisions=revisions)
+        rows, report = pag_rows(load(data), load_tokenizer(tokenizer), balance=balance, revisions=revisions,
+                               sibling_revisions=sibling_revisions)
     except (OSError, ValueError) as e:
         fail(str(e))
     save(rows, out)
@@ -617,7 +648,7 @@ def pag_rows_command(
          f"with the truth in {r['sampled_verdict_agreed']:.0%} and was unparseable in "
          f"{r['sampled_verdict_unparseable']:.0%}), {int(r.get('dropped_rows', 0))} left out and "
          f"{int(r.get('repeated_rows', 0))} repeated to balance, "
-         f"{int(r.get('revision_rows', 0))} revisions")
+         f"{int(r.get('revision_rows', 0))} revisions, {int(r.get('sibling_revision_rows', 0))} sibling revisions")
 
 
 def _with_import_option(fn: Any) -> Any:

@@ -16,7 +16,14 @@ knows, the way a generative verifier is trained from labels:
   53 repeated states were memorized, and new states looked like the 331 — so the warm-up must not teach the
   majority verdict by diversity either: ``"down"`` is the default;
 * ``revisions``: also the revision turns that turned a wrong first answer right (after a "wrong" verdict, so they
-  agree with the relabelled state), as they were sampled.
+  agree with the relabelled state), as they were sampled;
+* ``sibling_revisions``: a revision for every wrong first answer whose question the policy also answered right in
+  another episode (``task_id``): the state is the wrong episode's own, continued with the true verdict "wrong" and
+  the environment's revise prompt (the chat template's tokens, as a rollout appends them); the action is that
+  right sibling answer's tokens, as sampled. Revisions that fix what they revise are what PAG's revision bonus
+  rewards, and a small policy almost never samples one (none in 20 steps on SmolLM2); pairing a worse output with
+  a better one of the same policy is how Welleck et al. (2022, "Generating Sequences by Learning to
+  Self-Correct") train a corrector.
 
 The rows have the layout of SWiRL's step rows (loss mask on the action only), so ``algorithm.name: sft`` trains
 on them; then ``pag`` starts from that run (``init_from``).
@@ -28,6 +35,8 @@ import random
 from collections.abc import Sequence
 from typing import Any, Literal
 
+from turnrl.envs.self_verify import REVISE_PROMPT
+from turnrl.rl.tokens import ChatRenderer, end_of_turn
 from turnrl.swirl.steps import decompose
 from turnrl.types import Message, Trajectory
 from turnrl.verifiers.pag import VERDICT_CORRECT, VERDICT_WRONG
@@ -44,15 +53,6 @@ def _phase_index(traj: Trajectory, phase: str) -> int | None:
     return next((i for i, t in enumerate(traj.turns) if t.info.get("phase") == phase), None)
 
 
-def _end_tokens(tokenizer: Any, old: Sequence[int]) -> list[int]:
-    """The end-of-turn token the relabelled action ends with: the sampled turn's own, else the tokenizer's eos."""
-    special = set(getattr(tokenizer, "all_special_ids", []) or [])
-    if old and old[-1] in special:
-        return [int(old[-1])]
-    eos = getattr(tokenizer, "eos_token_id", None)
-    return [int(eos)] if eos is not None else []
-
-
 def verdict_row(traj: Trajectory, tokenizer: Any) -> Trajectory | None:
     """The episode's verify state with the true verdict of its first answer as the action; None if the episode has
     no verify turn (it ended at the answer, failed, or is not a PAG episode) or its first answer is ungraded."""
@@ -66,7 +66,7 @@ def verdict_row(traj: Trajectory, tokenizer: Any) -> Trajectory | None:
     row = decompose(traj)[verify]
     start, end = row.turns[-1].token_span  # type: ignore[misc]
     ids = list(tokenizer.encode(VERDICT_TEXT[truth], add_special_tokens=False))
-    ids += _end_tokens(tokenizer, row.token_ids[start:end])  # type: ignore[index]
+    ids += end_of_turn(tokenizer, row.token_ids[start:end])  # type: ignore[index]
     turn = row.turns[-1]
     sampled = turn.info.get("verdict")
     row.turns[-1] = turn.model_copy(update={
@@ -94,8 +94,58 @@ def revision_row(traj: Trajectory) -> Trajectory | None:
     return row
 
 
+def _revise_prompt(trajectories: Sequence[Trajectory]) -> str:
+    """The environment's revise prompt, as an episode that revised shows it (else the default)."""
+    for traj in trajectories:
+        verify = _phase_index(traj, "verify")
+        if verify is not None and _phase_index(traj, "revise") is not None:
+            users = [m.content for m in traj.turns[verify].observation if m.role == "user"]
+            if users:
+                return users[-1]
+    return REVISE_PROMPT
+
+
+def sibling_revision_rows(trajectories: Sequence[Trajectory], tokenizer: Any) -> list[Trajectory]:
+    """For each wrong first answer whose question has a right first answer in another episode: the wrong episode's
+    revision state after the true verdict, with that right answer's tokens as the action (module docstring)."""
+    right: dict[str, Trajectory] = {}
+    for traj in trajectories:
+        answer = _phase_index(traj, "answer")
+        if answer is not None and _whole(traj) and traj.turns[answer].info.get("correct") is True:
+            right.setdefault(traj.task_id, traj)
+    renderer = ChatRenderer(tokenizer)
+    prompt = Message(role="user", content=_revise_prompt(trajectories))
+    rows = []
+    for traj in trajectories:
+        answer = _phase_index(traj, "answer")
+        sibling = right.get(traj.task_id)
+        if answer is None or sibling is None or traj.turns[answer].info.get("correct") is not False:
+            continue
+        verdict = verdict_row(traj, tokenizer)
+        if verdict is None:
+            continue
+        assert verdict.token_ids is not None
+        ended = verdict.token_ids[-1] == getattr(tokenizer, "eos_token_id", None)
+        state = verdict.token_ids + renderer.observation_tokens([prompt], ended_with_eos=ended)
+        source = sibling.turns[_phase_index(sibling, "answer")]  # type: ignore[index]
+        s, e = source.token_span  # type: ignore[misc]
+        action = sibling.token_ids[s:e]  # type: ignore[index]
+        context = [*verdict.turns[:-1], verdict.turns[-1].model_copy(update={"token_span": None, "observation": [prompt],
+                                                                            "terminated": False})]
+        revise = source.model_copy(update={
+            "index": len(context), "token_span": (len(state), len(state) + len(action)), "observation": [],
+            "reward": 1.0, "terminated": True,
+            "info": {**source.info, "phase": "revise", "correct": True, "first_correct": False, "sibling": sibling.id}})
+        rows.append(verdict.model_copy(update={
+            "id": f"{traj.id}/sibling-revision", "turns": [*context, revise], "terminated": True,
+            "token_ids": state + action, "loss_mask": [0] * len(state) + [1] * len(action),
+            "logprobs": [0.0] * len(state) + list(sibling.logprobs[s:e]),  # type: ignore[index]
+            "metadata": {**verdict.metadata, "pag_rows": {"kind": "sibling_revision", "sibling": sibling.id}}}))
+    return rows
+
+
 def pag_rows(trajectories: Sequence[Trajectory], tokenizer: Any, *, balance: Literal["down", "up", "none"] = "down",
-             revisions: bool = False, seed: int = 0) -> tuple[list[Trajectory], dict[str, float]]:
+             revisions: bool = False, sibling_revisions: bool = False, seed: int = 0) -> tuple[list[Trajectory], dict[str, float]]:
     """The warm-up rows of ``trajectories`` (see the module docstring) and a report of what was kept.
 
     Raises:
@@ -132,5 +182,9 @@ def pag_rows(trajectories: Sequence[Trajectory], tokenizer: Any, *, balance: Lit
         fixed = [r for r in (revision_row(t) for t in trajectories) if r is not None]
         rows += fixed
         report["revision_rows"] = float(len(fixed))
+    if sibling_revisions:
+        paired = sibling_revision_rows(trajectories, tokenizer)
+        rows += paired
+        report["sibling_revision_rows"] = float(len(paired))
     report["rows"] = float(len(rows))
     return rows, report

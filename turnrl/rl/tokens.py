@@ -71,3 +71,13 @@ class ChatRenderer:
     def observation_tokens(self, messages: Sequence[Message], *, ended_with_eos: bool) -> list[int]:
         """Tokens of :meth:`observation_text`."""
         return self.encode(self.observation_text(messages, ended_with_eos=ended_with_eos))
+
+
+def end_of_turn(tokenizer: Any, replaced: Sequence[int]) -> list[int]:
+    """The end-of-turn token for a turn written in place of ``replaced`` (a relabelled action): ``replaced``'s own
+    last token if it is a special token (the turn ended there), else the tokenizer's eos (none if it has none)."""
+    special = set(getattr(tokenizer, "all_special_ids", []) or [])
+    if replaced and replaced[-1] in special:
+        return [int(replaced[-1])]
+    eos = getattr(tokenizer, "eos_token_id", None)
+    return [int(eos)] if eos is not None else []
