@@ -246,6 +246,7 @@ def test_a_prompt_that_is_not_text_is_refused_when_the_env_is_made():
 # ---- the verifier warm-up's rows (ours) ----
 
 def test_warm_up_rows_relabel_each_verify_turn_with_the_true_verdict_token_exactly(tmp_path):
+    from turnrl.rl.batch import untrainable
     from turnrl.rl.pag_rows import VERDICT_TEXT, pag_rows
     from turnrl.storage import load, save
 
@@ -253,6 +254,9 @@ def test_warm_up_rows_relabel_each_verify_turn_with_the_true_verdict_token_exact
     tok, trajs = episodes(["answer", "x", "again"], [0, 1, 2, 3])
     rows, report = pag_rows(trajs, tok, balance="none")
     assert report["truth_wrong"] == 1 and report["truth_correct"] == 3 and report["sampled_verdict_agreed"] == 0.25
+    # every row can be trained on: a right first answer's reward (on a context turn, without tokens) left in info
+    # once made the "correct" rows untrainable, and SFT silently taught "wrong" only
+    assert [untrainable(r) for r in rows] == [None] * 4 and rows[1].turns[0].info["reward"] == 1.0
     for traj, row in zip(trajs, rows):
         start = traj.turns[1].token_span[0]  # the verify turn of the source
         assert row.token_ids[:start] == traj.token_ids[:start]  # the state as the policy saw it
@@ -312,6 +316,7 @@ def test_warm_up_rows_keep_only_revisions_that_turned_wrong_right():
 
 
 def test_sibling_revisions_pair_a_wrong_answers_revision_state_with_a_right_answer_to_the_same_question(tmp_path):
+    from turnrl.rl.batch import untrainable
     from turnrl.rl.pag_rows import VERDICT_TEXT, pag_rows
     from turnrl.storage import load, save
 
@@ -337,6 +342,7 @@ def test_sibling_revisions_pair_a_wrong_answers_revision_state_with_a_right_answ
     rows, report = pag_rows(trajs, tok, balance="none", sibling_revisions=True)
     paired = [r for r in rows if r.metadata["pag_rows"]["kind"] == "sibling_revision"]
     assert report["sibling_revision_rows"] == len(paired) == 3  # the wrong ones of questions 0-2, not of 10 or 11
+    assert all(untrainable(r) is None for r in rows)
     for row, wrong, right in zip(paired, trajs[1:6:2], trajs[0:6:2]):
         start = wrong.turns[2].token_span[0]
         # the state: the wrong episode up to its revision, token for token as the rollout appended it

@@ -475,3 +475,18 @@ def test_data_action_puts_the_stored_step_in_each_group_and_pulls_the_policy_to_
     guided.train()
     assert stored_logp(plain) == pytest.approx(before, abs=1e-3)
     assert stored_logp(guided) > before + 5.0, (before, stored_logp(guided))
+
+
+def test_offline_data_says_how_many_rows_it_cannot_train_on_and_why(tmp_path, caplog):
+    from turnrl.rl.algorithms.swirl import SFT, SFTConfig
+    from turnrl.storage import load
+
+    tok = tiny_tokenizer("chatml")
+    rows = load(_upper_rows(tmp_path, tok))
+    broken = rows[0].model_copy(update={"turns": [rows[0].turns[0].model_copy(update={"reward": 1.0,
+                                                                                       "token_span": None})]})
+    with caplog.at_level("WARNING", logger="turnrl.rl.algorithms.offline"):
+        units, info = SFT(SFTConfig()).units([[broken], *([r] for r in rows[1:])])
+    assert info["data_untrainable"] == 1 and len(units) == len(rows) - 1
+    assert f"1 of {len(rows)} stored episodes cannot be trained on" in caplog.text and broken.id in caplog.text
+    assert "no generated tokens" in caplog.text

@@ -9,6 +9,7 @@ from turnrl.agents.scripted import ScriptedAgent
 from turnrl.agents.tiny import tiny_tokenizer
 from turnrl.cli import app
 from turnrl.envs.testing import check_environment
+from turnrl.rl.batch import untrainable
 from turnrl.rl.rollout import Rollout
 from turnrl.storage import load
 from turnrl.swirl.filters import EmptyFilterError, filter_trajectories, report_table
@@ -160,6 +161,7 @@ def test_decomposition_gives_one_row_per_step_with_growing_token_exact_prefixes(
             meta = r.metadata["swirl"]
             assert (meta["source"], meta["step"], meta["steps"], meta["task_id"]) == (t.id, i, 3, t.task_id)
             Trajectory.model_validate(r.model_dump())  # every row passes the validators
+            assert untrainable(r) is None
         assert mine[-1].correct and mine[0].correct is None  # only the answer step is graded
     with pytest.raises(ValueError, match="no token fields"):
         decompose(trajs[0].model_copy(update={"token_ids": None, "loss_mask": None, "logprobs": None}))

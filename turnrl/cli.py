@@ -564,12 +564,15 @@ def swirl_filter(
     _say(f"kept {len(kept)} of {len(trajs)} trajectories ({report['kept_steps']} steps) in {out}")
 
 
+DataTokenizerOption = Annotated[str, typer.Option(
+    "--tokenizer", help="the tokenizer of the model that wrote the data: a model name or path, hf:PATH, tiny:TEMPLATE")]
+
+
 @swirl_app.command("relabel")
 def swirl_relabel(
     data: Annotated[str, typer.Argument(help="trajectories from `turnrl swirl generate` (training questions only)")],
     out: Annotated[str, typer.Option(help="where every trajectory goes, the relabelled ones changed")],
-    tokenizer: Annotated[str, typer.Option(help="the teacher's tokenizer: a model name or path, hf:PATH, "
-                                           "tiny:TEMPLATE")],
+    tokenizer: DataTokenizerOption,
     max_answer_words: Annotated[int, typer.Option(help="the rule judge's longest GOOD answer")] = 8,
 ) -> None:
     """Hindsight answers (ours): where a trajectory's own tool results hold the gold answer, cut it at the earliest
@@ -620,8 +623,7 @@ def swirl_decompose(
 def pag_rows_command(
     data: Annotated[str, typer.Argument(help="PAG episodes (turnrl rollout on a *-PAG-v0 env)")],
     out: Annotated[str, typer.Option(help="where the rows go (.parquet or .jsonl)")],
-    tokenizer: Annotated[str, typer.Option(help="the policy's tokenizer: a model name or path, hf:PATH, "
-                                           "tiny:TEMPLATE")],
+    tokenizer: DataTokenizerOption,
     balance: Annotated[str, typer.Option(help="down: keep as many majority-verdict rows as the minority has; up: "
                                          "repeat the minority's rows; none")] = "down",
     revisions: Annotated[bool, typer.Option(help="also the revisions that turned a wrong answer right")] = False,

@@ -11,10 +11,10 @@ knows, the way a generative verifier is trained from labels:
   and the verify prompt); the *action* is the true verdict of that first answer (its ``correct`` grade), written as
   one of two fixed sentences — relabelled in hindsight, not sampled;
 * ``balance``: ``"down"`` keeps as many rows of the majority verdict as the minority has (a seeded choice),
-  ``"up"`` repeats the minority's rows until both have as many, ``"none"`` keeps the truth's own shares. Measured
-  on SmolLM2 / Arithmetic level 1 (53 right and 331 wrong first answers): ``"up"`` taught "wrong" everywhere — the
-  53 repeated states were memorized, and new states looked like the 331 — so the warm-up must not teach the
-  majority verdict by diversity either: ``"down"`` is the default;
+  ``"up"`` repeats the minority's rows until both have as many, ``"none"`` keeps the truth's own shares. ``"down"``
+  is the default: repeated rows add no new states for the minority verdict. (A first measurement, "up" teaching
+  "wrong" everywhere, was a bug: every "correct" row kept its first answer's reward on a context turn and was left
+  out of training as untrainable — only "wrong" rows were trained on. Rows now keep context rewards in ``info``.);
 * ``revisions``: also the revision turns that turned a wrong first answer right (after a "wrong" verdict, so they
   agree with the relabelled state), as they were sampled;
 * ``sibling_revisions``: a revision for every wrong first answer whose question the policy also answered right in
@@ -37,7 +37,7 @@ from typing import Any, Literal
 
 from turnrl.envs.self_verify import REVISE_PROMPT
 from turnrl.rl.tokens import ChatRenderer, end_of_turn
-from turnrl.swirl.steps import decompose
+from turnrl.swirl.steps import context_turn, decompose
 from turnrl.types import Message, Trajectory
 from turnrl.verifiers.pag import VERDICT_CORRECT, VERDICT_WRONG
 
@@ -130,8 +130,7 @@ def sibling_revision_rows(trajectories: Sequence[Trajectory], tokenizer: Any) ->
         source = sibling.turns[_phase_index(sibling, "answer")]  # type: ignore[index]
         s, e = source.token_span  # type: ignore[misc]
         action = sibling.token_ids[s:e]  # type: ignore[index]
-        context = [*verdict.turns[:-1], verdict.turns[-1].model_copy(update={"token_span": None, "observation": [prompt],
-                                                                            "terminated": False})]
+        context = [*verdict.turns[:-1], context_turn(verdict.turns[-1]).model_copy(update={"observation": [prompt]})]
         revise = source.model_copy(update={
             "index": len(context), "token_span": (len(state), len(state) + len(action)), "observation": [],
             "reward": 1.0, "terminated": True,

@@ -2,7 +2,8 @@
 
 Row i is a Trajectory holding the state s_i — the token prefix before step i, exactly as the model saw it (the
 prompt, earlier steps and their tool results, the chat template's tokens) — followed by the step's own tokens, the
-only ones with loss mask 1. Its turns are the source's turns 0..i; the earlier ones are context (no token spans).
+only ones with loss mask 1. Its turns are the source's turns 0..i; the earlier ones are context (no token spans,
+their rewards kept in ``info["reward"]``).
 Prefixes strictly grow along a trajectory, and every row is token-for-token a prefix of its source.
 """
 
@@ -11,7 +12,15 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from turnrl.swirl.judges import question_text
-from turnrl.types import Trajectory
+from turnrl.types import Trajectory, Turn
+
+
+def context_turn(turn: Turn) -> Turn:
+    """An earlier turn as a row's context: no token spans, and its reward moved to ``info["reward"]`` (a reward
+    belongs on generated tokens, and a row has none for its context: a rewarded context turn would make the row
+    untrainable, :func:`turnrl.rl.batch.untrainable`)."""
+    info = {**turn.info, "reward": turn.reward} if turn.reward else turn.info
+    return turn.model_copy(update={"token_span": None, "obs_span": None, "reward": 0.0, "info": info})
 
 
 def decompose(traj: Trajectory) -> list[Trajectory]:
@@ -29,7 +38,7 @@ def decompose(traj: Trajectory) -> list[Trajectory]:
         if turn.token_span is None:
             raise ValueError(f"trajectory {traj.id}: turn {i} has no token span")
         start, end = turn.token_span
-        context = [t.model_copy(update={"token_span": None, "obs_span": None}) for t in traj.turns[:i]]
+        context = [context_turn(t) for t in traj.turns[:i]]
         rows.append(Trajectory(
             id=f"{traj.id}/step-{i}", env_id=traj.env_id, task_id=traj.task_id, seed=traj.seed, group_id=traj.id,
             prompt=traj.prompt, turns=[*context, turn.model_copy(update={"obs_span": None})],

@@ -14,6 +14,7 @@ the same data as DQO (:mod:`turnrl.rl.algorithms.dqo`) live here:
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, ClassVar, Literal
 
@@ -25,6 +26,8 @@ from turnrl.rl.batch import Batch, untrainable
 from turnrl.rl.losses import AggMode, agg_count, masked_nll
 from turnrl.rl.preference import dpo_loss, sequence_logp
 from turnrl.types import Trajectory
+
+logger = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from turnrl.rl.config import TrainConfig
@@ -61,6 +64,10 @@ class OfflineAlgorithm(Algorithm):
         kept = [[t for t in g if untrainable(t) is None] for g in groups]
         units = [g for g in kept if g]
         n = sum(len(g) for g in groups)
+        dropped = [(t.id, why) for g in groups for t in g if (why := untrainable(t)) is not None]
+        if dropped:
+            logger.warning("%d of %d stored episodes cannot be trained on and are left out; the first, %s: %s",
+                           len(dropped), n, *dropped[0])
         return units, {"data_episodes": float(n), "data_tasks": float(len(groups)),
                        "data_untrainable": float(n - sum(len(g) for g in units))}
 
