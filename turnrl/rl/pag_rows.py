@@ -114,6 +114,7 @@ def sibling_revision_rows(trajectories: Sequence[Trajectory], tokenizer: Any) ->
         if answer is not None and _whole(traj) and traj.turns[answer].info.get("correct") is True:
             right.setdefault(traj.task_id, traj)
     renderer = ChatRenderer(tokenizer)
+    ends = set(getattr(tokenizer, "all_special_ids", []) or []) | {getattr(tokenizer, "eos_token_id", None)}
     prompt = Message(role="user", content=_revise_prompt(trajectories))
     rows = []
     for traj in trajectories:
@@ -125,7 +126,9 @@ def sibling_revision_rows(trajectories: Sequence[Trajectory], tokenizer: Any) ->
         if verdict is None:
             continue
         assert verdict.token_ids is not None
-        ended = verdict.token_ids[-1] == getattr(tokenizer, "eos_token_id", None)
+        # the verdict ends with its end-of-turn token (end_of_turn: the sampled one's own, else eos), as a rollout
+        # sees a turn that ended at a stop token
+        ended = verdict.token_ids[-1] in ends
         state = verdict.token_ids + renderer.observation_tokens([prompt], ended_with_eos=ended)
         source = sibling.turns[_phase_index(sibling, "answer")]  # type: ignore[index]
         s, e = source.token_span  # type: ignore[misc]

@@ -43,14 +43,23 @@ def grounded_at(traj: Trajectory, answer: str, judge: RuleStepJudge) -> int | No
     return None
 
 
+def _left_alone(traj: Trajectory) -> str | None:
+    """Why ``traj`` is not a candidate for a hindsight answer (``"already_correct"``, ``"no_gold"``: no gold label,
+    no token fields or an error), or None."""
+    if traj.correct is True:
+        return "already_correct"
+    gold = traj.metadata.get("gold")
+    if not isinstance(gold, str) or not gold.strip() or traj.token_ids is None or traj.error is not None:
+        return "no_gold"
+    return None
+
+
 def ground_answer(traj: Trajectory, tokenizer: Any, judge: RuleStepJudge | None = None) -> Trajectory | None:
     """``traj`` cut at its earliest grounded step with the gold answer written there (see the module docstring);
     None when it cannot be relabelled (no gold, no tokens, already correct, gold never grounded)."""
-    gold = traj.metadata.get("gold")
-    if not isinstance(gold, str) or not gold.strip() or traj.token_ids is None or traj.error is not None:
+    if _left_alone(traj) is not None:
         return None
-    if traj.correct is True:
-        return None
+    gold = traj.metadata["gold"]
     at = grounded_at(traj, gold.strip(), judge or RuleStepJudge())
     if at is None:
         return None
@@ -89,11 +98,5 @@ def ground_answers(trajectories: Sequence[Trajectory], tokenizer: Any, judge: Ru
             out.append(new)
             continue
         out.append(t)
-        gold = t.metadata.get("gold")
-        if t.correct is True:
-            report["already_correct"] += 1
-        elif not isinstance(gold, str) or not gold.strip() or t.token_ids is None or t.error is not None:
-            report["no_gold"] += 1
-        else:
-            report["not_grounded"] += 1
+        report[_left_alone(t) or "not_grounded"] += 1
     return out, report

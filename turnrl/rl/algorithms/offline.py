@@ -61,15 +61,15 @@ class OfflineAlgorithm(Algorithm):
 
         Default: each group's trainable episodes (errors and rewards without tokens are left out and counted).
         """
-        kept = [[t for t in g if untrainable(t) is None] for g in groups]
-        units = [g for g in kept if g]
+        why = [[untrainable(t) for t in g] for g in groups]
+        units = [kept for g, reasons in zip(groups, why) if (kept := [t for t, r in zip(g, reasons) if r is None])]
+        dropped = [(t.id, r) for g, reasons in zip(groups, why) for t, r in zip(g, reasons) if r is not None]
         n = sum(len(g) for g in groups)
-        dropped = [(t.id, why) for g in groups for t in g if (why := untrainable(t)) is not None]
         if dropped:
             logger.warning("%d of %d stored episodes cannot be trained on and are left out; the first, %s: %s",
                            len(dropped), n, *dropped[0])
         return units, {"data_episodes": float(n), "data_tasks": float(len(groups)),
-                       "data_untrainable": float(n - sum(len(g) for g in units))}
+                       "data_untrainable": float(len(dropped))}
 
     def training_view(self, traj: Trajectory) -> Trajectory:
         """The episode as the learner should see it (default: unchanged)."""
