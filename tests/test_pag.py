@@ -162,6 +162,10 @@ def test_pag_metrics_of_scripted_episodes():
     assert m["pag_acc_turn1"] == pytest.approx(4 / 6) and m["pag_acc_final"] == pytest.approx(4 / 6)
     assert m["pag_verifier_acc"] == pytest.approx(3 / 6)  # wrong about 0 (said Y), right about 0 (x), 2, 3
     assert m["pag_verifier_acc_on_wrong"] == pytest.approx(1 / 2) and m["pag_verifier_acc_on_correct"] == pytest.approx(2 / 4)
+    assert m["pag_verifier_balanced_acc"] == pytest.approx(1 / 2)
+    # a verifier that says "correct" to everything: accuracy = the share of right answers, balanced accuracy 0.5
+    always = pag_summary([pag_episode(t) for t in says_right + episodes(["answer", "Yes"], [1])[1]])
+    assert always["pag_verifier_acc"] == pytest.approx(3 / 4) and always["pag_verifier_balanced_acc"] == 0.5
     assert (m["pag_verdict_correct"], m["pag_verdict_wrong"], m["pag_verdict_unparseable"]) == pytest.approx((3 / 6, 2 / 6, 1 / 6))
     assert m["pag_revision_rate"] == pytest.approx(2 / 6)  # train mode: only after "wrong"
     assert m["pag_wrong_to_right"] == 0 and m["pag_right_to_wrong"] == 0
@@ -315,15 +319,15 @@ def test_warm_up_rows_keep_only_revisions_that_turned_wrong_right():
     assert all(r.turns[-1].info["phase"] == "revise" and r.turns[-1].info["correct"] for r in revisions)
 
 
-def test_sibling_revisions_pair_a_wrong_answers_revision_state_with_a_right_answer_to_the_same_question(tmp_path):
-    from turnrl.rl.batch import untrainable
-    from turnrl.rl.pag_rows import VERDICT_TEXT, pag_rows
-    from turnrl.storage import load, save
+def sibling_episodes():
+    """Two episodes of each of questions 0-2 (the first answers right, the second wrong), one of question 10 (right)
+    and one of a question answered only wrong; every verdict "wrong", every revision wrong."""
+    from turnrl.rl.pag_rows import VERDICT_TEXT
 
     tok = tiny_tokenizer("chatml")
     calls = []
 
-    def agent(prompt):  # two episodes per question: the first answers right, the second wrong; both say "wrong"
+    def agent(prompt):
         last = prompt.rsplit("<|im_start|>user", 1)[-1]
         if "Check the solution" in last:
             return VERDICT_TEXT["wrong"]
@@ -331,14 +335,23 @@ def test_sibling_revisions_pair_a_wrong_answers_revision_state_with_a_right_answ
             return "\\boxed{-999}"
         q = prompt.split("What is ", 1)[1].split("?")[0]
         calls.append(q)
-        return f"\\boxed{{{eval(q) + (len(calls) + 1) % 2}}}"  # noqa: S307
+        return f"{q} = \\boxed{{{eval(q) + (len(calls) + 1) % 2}}}"  # noqa: S307
 
     envs = [turnrl.make("turnrl/Arithmetic-PAG-v0", level=1) for _ in range(8)]
-    trajs = Rollout(ScriptedAgent(tok, agent), SamplingParams(max_new_tokens=16)).run(
+    trajs = Rollout(ScriptedAgent(tok, agent), SamplingParams(max_new_tokens=24)).run(
         envs, options=[{"index": i // 2} for i in range(6)] + [{"index": 10}, {"index": 11}])
     firsts = [t.turns[0].info["correct"] for t in trajs]
     assert firsts[:6] == [True, False] * 3 and all(t.num_turns == 3 for t in trajs)
     trajs[7] = trajs[7].model_copy(update={"task_id": trajs[6].task_id + "-other"})  # a question answered only wrong
+    return tok, trajs
+
+
+def test_sibling_revisions_pair_a_wrong_answers_revision_state_with_a_right_answer_to_the_same_question(tmp_path):
+    from turnrl.rl.batch import untrainable
+    from turnrl.rl.pag_rows import pag_rows
+    from turnrl.storage import load, save
+
+    tok, trajs = sibling_episodes()
     rows, report = pag_rows(trajs, tok, balance="none", sibling_revisions=True)
     paired = [r for r in rows if r.metadata["pag_rows"]["kind"] == "sibling_revision"]
     assert report["sibling_revision_rows"] == len(paired) == 3  # the wrong ones of questions 0-2, not of 10 or 11
@@ -354,6 +367,44 @@ def test_sibling_revisions_pair_a_wrong_answers_revision_state_with_a_right_answ
     save(rows, tmp_path / "rows.parquet")
     assert len(load(tmp_path / "rows.parquet")) == len(rows)
     assert "sibling_revision_rows" not in pag_rows(trajs, tok)[1]
+
+
+def test_rationale_verdict_rows_re_solve_with_a_right_sibling_answer_then_give_the_true_verdict(tmp_path):
+    from turnrl.rl.batch import untrainable
+    from turnrl.rl.pag_rows import VERDICT_TEXT, pag_rows
+    from turnrl.storage import save
+
+    tok, trajs = sibling_episodes()
+    rows, report = pag_rows(trajs, tok, balance="none", rationales=True, sibling_revisions=True)
+    verdicts = [r for r in rows if r.metadata["pag_rows"]["kind"] == "verdict"]
+    # the last question was never answered right: nothing to re-solve with, no verdict row
+    assert len(verdicts) == 7 and report["no_rationale"] == 1 and report["verdict_rows"] == 7
+    assert all(untrainable(r) is None for r in rows)
+    # a right answer re-solves with itself (its question's only right answer), a wrong one with its right sibling
+    for row, traj, right in zip(verdicts, trajs[:7], [trajs[0], trajs[0], trajs[2], trajs[2], trajs[4], trajs[4],
+                                                     trajs[6]], strict=True):
+        truth = "correct" if traj.turns[0].info["correct"] else "wrong"
+        text = f"{right.turns[0].action.content}\n\n{VERDICT_TEXT[truth]}"  # the right answer, then the truth
+        start = traj.turns[1].token_span[0]
+        assert row.turns[-1].action.content == text and row.token_ids[:start] == traj.token_ids[:start]
+        assert tok.decode(row.token_ids[start:-1]) == text and row.token_ids[-1] == tok.eos_token_id
+    # the wrong answer's verifier re-solves to a different number than the answer it judges
+    assert trajs[1].turns[0].action.content not in verdicts[1].turns[-1].action.content
+    # a sibling revision continues from the re-solving verdict, as a rollout of that verifier would
+    paired = [r for r in rows if r.metadata["pag_rows"]["kind"] == "sibling_revision"]
+    assert len(paired) == 3 and all(p.token_ids[:len(v.token_ids)] == v.token_ids
+                                    for p, v in zip(paired, verdicts[1::2]))
+    with pytest.raises(ValueError, match="no episode answered right"):
+        pag_rows(trajs[7:], tok, rationales=True)
+    # the command line
+    from typer.testing import CliRunner
+
+    from turnrl.cli import app
+
+    save(trajs, tmp_path / "episodes.parquet")
+    r = CliRunner().invoke(app, ["pag", "rows", str(tmp_path / "episodes.parquet"), "--tokenizer", "tiny:chatml",
+                                 "--rationales", "--out", str(tmp_path / "rows.parquet")])
+    assert r.exit_code == 0 and "1 verify turns without a right answer" in r.output, r.output
 
 
 # ---- verdict exploration (ours) ----

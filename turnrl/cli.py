@@ -629,6 +629,8 @@ def pag_rows_command(
     revisions: Annotated[bool, typer.Option(help="also the revisions that turned a wrong answer right")] = False,
     sibling_revisions: Annotated[bool, typer.Option(help="also, for each wrong first answer, a revision that is a "
                                                     "right answer to the same question from another episode")] = False,
+    rationales: Annotated[bool, typer.Option(help="each verdict re-solves first: the shortest right answer to the "
+                                             "same question from another episode, then the verdict")] = False,
 ) -> None:
     """Rows for a verifier warm-up (ours): each episode's verify state with the TRUE verdict of its first answer as
     the action (relabelled from the environment's grade); train them with algorithm.name sft, then pag with
@@ -640,7 +642,7 @@ def pag_rows_command(
     _check_out(out)
     try:
         rows, report = pag_rows(load(data), load_tokenizer(tokenizer), balance=balance, revisions=revisions,
-                               sibling_revisions=sibling_revisions)
+                               sibling_revisions=sibling_revisions, rationales=rationales)
     except (OSError, ValueError) as e:
         fail(str(e))
     save(rows, out)
@@ -650,7 +652,8 @@ def pag_rows_command(
          f"with the truth in {r['sampled_verdict_agreed']:.0%} and was unparseable in "
          f"{r['sampled_verdict_unparseable']:.0%}), {int(r.get('dropped_rows', 0))} left out and "
          f"{int(r.get('repeated_rows', 0))} repeated to balance, "
-         f"{int(r.get('revision_rows', 0))} revisions, {int(r.get('sibling_revision_rows', 0))} sibling revisions")
+         f"{int(r.get('revision_rows', 0))} revisions, {int(r.get('sibling_revision_rows', 0))} sibling revisions"
+         + (f"; {int(r['no_rationale'])} verify turns without a right answer to re-solve with" if rationales else ""))
 
 
 def _with_import_option(fn: Any) -> Any:

@@ -8,7 +8,9 @@ well the policy verifies its own answers.
   there is one);
 * ``pag_verifier_acc`` — verdicts that match the truth of the first answer, over episodes that reached the verify
   turn; ``pag_verifier_acc_on_correct`` / ``pag_verifier_acc_on_wrong`` — the same over correct and over wrong
-  first answers (a verifier that always says "correct" scores 1 and 0);
+  first answers (a verifier that always says "correct" scores 1 and 0); ``pag_verifier_balanced_acc`` — their
+  mean, when both kinds of answers occur: 0.5 for a verifier whose verdicts ignore the answer (whatever the share of
+  right answers), 1 for a perfect one — the figure that says whether the verifier tells right from wrong;
 * ``pag_verdict_correct`` / ``pag_verdict_wrong`` / ``pag_verdict_unparseable`` — the verdict distribution;
 * ``pag_revision_rate`` — episodes with a revision; ``pag_wrong_to_right`` / ``pag_right_to_wrong`` — episodes
   whose final answer is right where the first was wrong, and the reverse (shares of all PAG episodes);
@@ -68,4 +70,6 @@ def pag_summary(episodes: Iterable[dict[str, Any] | None]) -> dict[str, float]:
             part = [e for e in verified if e["first_correct"] == truth]
             if part:
                 out[key] = sum(e["verdict_right"] for e in part) / len(part)
+        if "pag_verifier_acc_on_correct" in out and "pag_verifier_acc_on_wrong" in out:
+            out["pag_verifier_balanced_acc"] = (out["pag_verifier_acc_on_correct"] + out["pag_verifier_acc_on_wrong"]) / 2
     return out
