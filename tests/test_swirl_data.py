@@ -405,3 +405,48 @@ def test_hindsight_answers_cut_at_the_evidence_and_answer_there_with_the_gold_sp
                                  "--tokenizer", "tiny:chatml"])
     assert r.exit_code == 0 and f"relabelled {len(changed)} of 8 trajectories" in r.output, r.output
     assert len(load(tmp_path / "r.parquet")) == 8
+
+
+# ---- the gold-path teacher ----
+
+def test_the_gold_path_teacher_searches_the_question_then_the_missing_article_then_answers_gold(tmp_path):
+    from turnrl.envs.hotpotqa import hotpotqa_tasks
+    from turnrl.swirl.gold import GoldPathAgent
+
+    runner, data = CliRunner(), str(tmp_path / "gold.parquet")
+    r = runner.invoke(app, ["swirl", "generate", "--env", "turnrl/HotPotQA-v0", "--agent", "gold", "--tokenizer",
+                            "tiny:chatml", "--kw", "split=dev-train", "--kw", "limit=12", "--kw", "tool_style=swirl",
+                            "--tasks", "12", "--samples", "1", "--max-new-tokens", "400", "--max-context", "8192",
+                            "--out", data])
+    assert r.exit_code == 0 and "12 trajectories of 12 questions" in r.output, r.output
+    trajs, tasks = load(data), {t.prompt: t for t in hotpotqa_tasks("dev-train")[:12]}
+    for t in trajs:
+        task = tasks[t.metadata["question"]]
+        steps = [turn.action.content for turn in t.turns]
+        assert steps[0] == f"<search_query>{task.prompt}</search_query>"  # the question's own words first
+        assert 2 <= len(steps) <= 3 and steps[-1] == f"<answer>{task.answer}</answer>" and t.correct is True
+        assert all(s.startswith("<search_query>") for s in steps[:-1])
+        if len(steps) == 3:  # the second search asks for a supporting article the first one missed
+            title = steps[1].removeprefix("<search_query>").removesuffix("</search_query>")
+            assert title in task.metadata["supporting_titles"] and f"-> {title}:" not in t.turns[0].observation[0].content
+        assert t.metadata.get("demos") == "removed"  # the stored states hold no demonstrations
+    # the answer is always the gold one, so the process filter decides what is worth learning: an answer that no
+    # result of the path holds is BAD
+    judge = RuleStepJudge()
+    labels = [judge.label_trajectory(t)[-1].good for t in trajs]
+    grounded = [any(task_answer_in(turn, t.metadata["gold"]) for turn in t.turns[:-1]) for t in trajs]
+    assert sum(labels) >= 8 and all(g for g, lb in zip(grounded, labels) if lb), (labels, grounded)
+    # it refuses the held-out split and environments without supporting articles
+    r = runner.invoke(app, ["swirl", "generate", "--env", "turnrl/HotPotQA-v0", "--agent", "gold", "--tokenizer",
+                            "tiny:chatml", "--kw", "split=dev-test", "--kw", "tool_style=swirl", "--out",
+                            str(tmp_path / "x.parquet")])
+    assert r.exit_code == 2 and "held-out split" in r.output, r.output
+    with pytest.raises(ValueError, match="supporting_titles"):
+        GoldPathAgent(TOK, turnrl.make(ENV, **KW).unwrapped.tasks)
+    with pytest.raises(ValueError, match="found none of its"):
+        GoldPathAgent(TOK, list(tasks.values())).step("<|im_start|>user\nWho wrote Hamlet?<|im_end|>")
+
+
+def task_answer_in(turn, gold):
+    """Whether ``gold`` occurs in the tool results of ``turn`` (case-insensitive)."""
+    return any(gold.lower() in o.content.lower() for o in turn.observation)

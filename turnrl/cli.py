@@ -114,10 +114,24 @@ def _dataset_run(env: str, env_kwargs: dict[str, Any], out: str, agent: str, bat
              "what it trained on (pass --kw split=train)")
     _check_out(out)
     try:
-        the_agent = make_agent(agent, batch_size=batch_size, tokenizer=tokenizer)
+        if agent == "gold":
+            the_agent = _gold_agent(probe, split, held, tokenizer)
+        else:
+            the_agent = make_agent(agent, batch_size=batch_size, tokenizer=tokenizer)
     except (ValueError, OSError, ImportError) as e:
         fail(str(e))
     return probe, the_agent, min(tasks, len(probe)) if hasattr(probe, "__len__") else tasks
+
+
+def _gold_agent(env: Any, split: Any, held: Any, tokenizer: str | None) -> Any:
+    """``--agent gold``: the teacher that writes each training question's gold search path (turnrl.swirl.gold)."""
+    from turnrl.agents.template_check import load_tokenizer
+    from turnrl.swirl.gold import GoldPathAgent
+
+    if split is not None and split == held:
+        raise ValueError(f"--agent gold reads the gold answers: it writes training data, and {split!r} is the "
+                         "held-out split (pass --kw split=… for a training split)")
+    return GoldPathAgent(load_tokenizer(tokenizer or "smollm2-135m-instruct"), getattr(env.unwrapped, "tasks", []))
 
 
 def _summary(env_id: str) -> str:
@@ -484,7 +498,7 @@ app.command("check-template")(check_template_command)
 @swirl_app.command("generate")
 def swirl_generate(
     env: Annotated[str, typer.Option("--env", help="e.g. turnrl/Arithmetic-v0 with --kw tool_style=swirl")],
-    agent: Annotated[str, typer.Option(help="smollm2-135m-instruct, hf:PATH, vllm:PATH, openai:URL#MODEL, tiny:chatml, run:OUT_DIR (a trained run)")],
+    agent: Annotated[str, typer.Option(help="smollm2-135m-instruct, hf:PATH, vllm:PATH, openai:URL#MODEL, tiny:chatml, run:OUT_DIR (a trained run), or gold (HotPotQA's annotated search path and answer, training splits only; --tokenizer the student's)")],
     out: Annotated[str, typer.Option(help="the dataset (.parquet or .jsonl); an existing one is resumed")],
     tasks: Annotated[int, typer.Option(min=1, help="questions 0..tasks-1 of the environment's split")] = 100,
     samples: Annotated[int, typer.Option(min=1, help="trajectories per question (the paper: 5)")] = 5,
@@ -495,7 +509,7 @@ def swirl_generate(
     batch_size: Annotated[int, typer.Option(min=1, help="episodes generated together")] = 64,
     max_context: int = 2048,
     retries: Annotated[int, typer.Option(min=0, help="rounds that re-ask questions whose generation failed")] = 2,
-    tokenizer: Annotated[str | None, typer.Option(help="tokenizer path/name for openai: agents")] = None,
+    tokenizer: Annotated[str | None, typer.Option(help="tokenizer path/name for openai: agents and --agent gold (default smollm2-135m-instruct)")] = None,
     keep_demos: Annotated[bool, typer.Option("--keep-demos", help="keep the few-shot demonstrations in the stored "
                                              "prompts (default: taken out, as the trained policy sees none)")] = False,
     kw: KwOption = None,
