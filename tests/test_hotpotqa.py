@@ -52,6 +52,9 @@ def test_swirl_style_search_budget_and_bad_queries():
     obs, r, term, trunc, info = env.step("<lookup>No Such Article</lookup>")
     assert "Error: no article titled 'No Such Article'" in obs[0].content
     assert trunc  # max_turns = max_searches + 1 = 4: still calling tools at the limit
+    # an episode cut while searching has the figures of no answer, so a report's means count it (F1 0, not missing)
+    assert info["metrics"]["f1"] == 0.0 and info["metrics"]["em"] == 0.0 and info["metrics"]["searches"] == 3.0
+    assert info["metrics"]["support_recall"] == pytest.approx(env.unwrapped.score("").details["support_recall"])
 
 
 def test_budget_and_huge_queries_are_refused():
@@ -89,6 +92,10 @@ def test_eval_reports_em_f1_recall(tmp_path):
     m = evaluate(agent, "turnrl/HotPotQA-v0", limit=3, out=tmp_path)
     assert {"mean_em", "mean_f1", "mean_support_recall", "mean_searches"} <= set(m)
     assert m["mean_searches"] == 1.0 and m["tool_call_rate"] == 1.0 and 0 < m["mean_em"] < 1
+    # an agent that searches until the turn limit never answers: every episode counts, with F1 0
+    searcher = FixedAgent(tiny_tokenizer("chatml"), ['<tool_call>{"name": "search", "arguments": {"query": "film"}}</tool_call>'])
+    m = evaluate(searcher, "turnrl/HotPotQA-v0", limit=3, out=tmp_path / "searcher")
+    assert m["truncated_rate"] == 1.0 and m["mean_f1"] == 0.0 and m["mean_searches"] == 5.0, m
 
 
 def test_dense_retriever_finds_paraphrases():

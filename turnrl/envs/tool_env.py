@@ -169,7 +169,16 @@ class ToolEnv(TextEnv):
             "error": "; ".join(errors) or None,
         }
         last = self._turn + 1 >= self.max_turns
+        if last:  # cut while still calling tools: the episode's figures are those of no answer (F1 0, not missing)
+            info["metrics"] = self._metrics("")
         return tuple(messages), 0.0, False, last, info
+
+    def _metrics(self, response: str) -> dict[str, float]:
+        """The numeric details of ``score(response)`` (the report's ``mean_*`` figures); none if it cannot score."""
+        try:
+            return _numeric(self.score(response))
+        except (TypeError, ValueError, KeyError):
+            return {}
 
     def score(self, response: str) -> Verdict:
         """Grade ``response`` as a final answer to the current task (pure: does not advance the episode).
@@ -194,8 +203,7 @@ class ToolEnv(TextEnv):
             "correct": verdict.correct,
             "extracted": verdict.extracted,
             "verdict": dict(verdict.details),
-            "metrics": {k: float(v) for k, v in verdict.details.items()
-                        if isinstance(v, (int, float)) and not isinstance(v, bool)},
+            "metrics": _numeric(verdict),
             "tool_calls": [],
             "error": None,
         }
@@ -247,3 +255,8 @@ class ToolEnv(TextEnv):
     def call(self, name: str, **arguments: Any) -> ToolOutput:
         """Invoke one of this env's tools directly (handy in tests and notebooks)."""
         return self.toolbox.invoke(ToolCall(name=name, arguments=arguments))
+
+
+def _numeric(verdict: Verdict) -> dict[str, float]:
+    """A verdict's numeric details (booleans left out)."""
+    return {k: float(v) for k, v in verdict.details.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
