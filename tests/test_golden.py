@@ -4,7 +4,9 @@ On the host that recorded the trace the split reproduces it bit for bit (the par
 CPUs round float reductions differently in the last bits, and the drift grows over a few Adam steps (up to a
 relative 5e-5 between two hosts here), so the figures are compared within a relative 1e-3 — except fractions of
 clipped tokens, threshold counts that one token across the boundary moves (two hosts differed by 0.09) — and the
-parameters by each tensor's sum and norm. A change in the maths (a normalizer, a sign, a missing term) moves them by far more.
+parameters by each tensor's norm (relative 1e-4) and sum (within 1e-3 of the norm: a sum of many small terms
+cancels, and a third host's PPO case moved one by 1.3e-4 of its norm). A change in the maths (a normalizer, a sign,
+a missing term) moves them by far more.
 
 Two cases moved, by design:
 * ``dapo-accum`` (token-mean with grad_accum=2): the loss is now normalized by the optimizer step's global token
@@ -50,4 +52,4 @@ def test_split_reproduces_the_golden_trace(tmp_path, case, one_thread):
                 continue
             assert g[k] == pytest.approx(v, rel=1e-3, abs=1e-6), (g["step"], k)
     for (gs, gn), (ws, wn) in zip(got["param_stats"], want["param_stats"], strict=True):
-        assert gn == pytest.approx(wn, rel=1e-4) and abs(gs - ws) <= 1e-4 * wn + 1e-6
+        assert gn == pytest.approx(wn, rel=1e-4) and abs(gs - ws) <= 1e-3 * wn + 1e-6

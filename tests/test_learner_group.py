@@ -79,7 +79,8 @@ def _check_two_ranks(tmp_path, stage, algo, lr, unequal=True, **optim):
         assert group.version == single.version == 2
         version, state = group.export_weights()
         diff = max(float((state[k] - v).abs().max()) for k, v in single.model.state_dict().items())
-        assert version == 2 and diff < 1e-5
+        # within 2e-3 of one Adam step (lr per coordinate): ranks reduce in another order, and hosts round differently
+        assert version == 2 and diff < 2e-3 * lr, diff
     finally:
         group.close()
 

@@ -180,9 +180,12 @@ def browser():
 
 
 def _wait(driver, predicate, timeout=15, what="condition"):
+    """Wait for ``predicate``; an element the page re-renders between finding and reading it is looked up again."""
+    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.support.ui import WebDriverWait
 
-    return WebDriverWait(driver, timeout).until(lambda d: predicate(d), message=f"timed out waiting for {what}")
+    return WebDriverWait(driver, timeout, ignored_exceptions=(StaleElementReferenceException,)).until(
+        lambda d: predicate(d), message=f"timed out waiting for {what}")
 
 
 def test_page_filters_opens_an_episode_and_shows_trained_tokens_differently(server, browser, run_dir, tmp_path):
