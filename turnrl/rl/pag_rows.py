@@ -186,21 +186,16 @@ def pag_rows(trajectories: Sequence[Trajectory], tokenizer: Any, *, balance: Lit
     """
     if balance not in ("down", "up", "none"):
         raise ValueError(f"balance must be 'down', 'up' or 'none', got {balance!r}")
-    verdicts = [r for r in (verdict_row(t, tokenizer) for t in trajectories) if r is not None]
-    if not verdicts:
+    right = right_answers(trajectories) if rationales else {}
+    texts = {t.id: sibling_rationale(t, right) for t in trajectories} if rationales else {}
+    graded = [(t, r) for t in trajectories if (r := verdict_row(t, tokenizer, texts.get(t.id))) is not None]
+    if not graded:
         raise ValueError(f"none of the {len(trajectories)} episodes has a graded verify turn: the data must be whole, "
                          "token-exact PAG episodes (turnrl rollout --env turnrl/Arithmetic-PAG-v0 ...), not rows")
-    no_rationale = 0
-    if rationales:
-        right = right_answers(trajectories)
-        texts = {t.id: sibling_rationale(t, right) for t in trajectories}
-        with_text = [r for r in (verdict_row(t, tokenizer, texts[t.id]) for t in trajectories if texts[t.id])
-                     if r is not None]
-        no_rationale = len(verdicts) - len(with_text)
-        if not with_text:
-            raise ValueError(f"rationales: none of the {len(verdicts)} graded verify turns has a right answer to its "
-                             "question in the data to re-solve with (no episode answered right)")
-        verdicts = with_text
+    verdicts = [r for t, r in graded if not rationales or texts[t.id]]
+    if not verdicts:
+        raise ValueError(f"rationales: none of the {len(graded)} graded verify turns has a right answer to its "
+                         "question in the data to re-solve with (no episode answered right)")
     by = {v: [r for r in verdicts if r.metadata["pag_rows"]["truth"] == v] for v in ("correct", "wrong")}
     sampled = [r.metadata["pag_rows"]["sampled_verdict"] for r in verdicts]
     report: dict[str, float] = {
@@ -210,7 +205,7 @@ def pag_rows(trajectories: Sequence[Trajectory], tokenizer: Any, *, balance: Lit
         / len(verdicts),
         "sampled_verdict_unparseable": sum(s is None for s in sampled) / len(verdicts)}
     if rationales:
-        report["no_rationale"] = float(no_rationale)
+        report["no_rationale"] = float(len(graded) - len(verdicts))
     rows = list(verdicts)
     if balance != "none" and by["correct"] and by["wrong"]:
         small, large = sorted(by.values(), key=len)

@@ -56,7 +56,7 @@ class GoldPathAgent(ScriptedAgent):
         Raises:
             ValueError: no known question appears in the prompt.
         """
-        found = [(prompt.find(q), q) for q in self.tasks if q in prompt]  # first: a search's result echoes it
+        found = [(at, q) for q in self.tasks if (at := prompt.find(q)) >= 0]  # first: a search's result echoes it
         if not found:
             raise ValueError(f"the gold-path teacher found none of its {len(self.tasks)} questions in the prompt "
                              f"(…{prompt[-200:]!r}); give it the environment's tasks")
