@@ -257,3 +257,34 @@ def test_process_rewards_sit_on_the_last_token_of_their_step():
     bad = long.model_copy(update={"metadata": {"process_rewards": [[0, 1.0]]}})  # a prompt token is no step end
     with pytest.raises(OfflineDataError, match="not a generated token"):
         with_process_rewards(bad, 1.0)
+
+
+def test_recomputed_logprobs_leave_the_behaviour_logprobs_to_the_importance_weights():
+    # data sampled by another policy μ (a model with other weights); the learner recomputes π_old: the weights must
+    # still be π_θ/μ (not π_θ/π_old, which is 1 on the first pass)
+    tok = tiny_tokenizer("chatml")
+    trajs, _, _ = bandit(tok, tiny_model(tok, seed=7))
+    config = dqo_config().model_copy(update={"optim": dqo_config().optim.model_copy(update={"recompute_logprobs": True})})
+    learner = Learner(config, get_algorithm(config.algorithm), tiny_model(tok, seed=1), tok)
+    exp, info = learner.prepare(trajs)
+    assert info["rollout_logp_diff"] > 1e-3  # μ and π_old differ
+    assert torch.equal(exp.batch.behaviour_logp, collate(trajs, tok.pad_token_id).old_logp)
+    assert not torch.allclose(exp.batch.old_logp, exp.batch.behaviour_logp)
+    first = learner.update(trajs)
+    assert abs(first["is_weight_mean"] - 1.0) > 1e-3  # μ ≠ π_θ: the weights are not all 1
+
+
+def test_dqo_refuses_data_sampled_at_another_temperature():
+    from turnrl.rl.offline_data import check_temperature
+
+    tok = tiny_tokenizer("chatml")
+    trajs, _, _ = bandit(tok, tiny_model(tok))
+    hot = [t.model_copy(update={"metadata": {**t.metadata, "dataset": {"sampling": {"temperature": 0.7}}}})
+           for t in trajs]
+    with pytest.raises(OfflineDataError, match=r"temperature 0.7.*rollout.temperature=1.*rollout.temperature=0.7"):
+        check_temperature(hot, 1.0)
+    check_temperature(hot, 0.7)
+    greedy = [t.model_copy(update={"metadata": {"dataset": {"sampling": {"temperature": 0.0}}}}) for t in trajs]
+    check_temperature(greedy, 1.0)  # greedy samplers record log-probabilities at T = 1
+    assert DQO(dqo_config().algorithm).uses_behaviour_logprobs
+    assert not DQO(dqo_config(importance_weights="none").algorithm).uses_behaviour_logprobs

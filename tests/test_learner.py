@@ -202,3 +202,26 @@ def test_recompute_logprobs_takes_the_ratio_from_the_learner_and_reports_the_rol
     assert abs(plain["ratio_mean"] - 1) > 1e-2 and plain["logp_diff"] > 1e-2
     assert fixed["ratio_mean"] == pytest.approx(1.0, abs=1e-5) and fixed["logp_diff"] < 1e-5
     assert fixed["rollout_logp_diff"] == pytest.approx(plain["logp_diff"], rel=1e-3)
+
+
+def test_later_epochs_take_the_rows_in_a_new_seeded_order():
+    tok = tiny_tokenizer("chatml")
+    one = learner(cfg(minibatch_size=2, epochs=3), tok)
+    first, second, third = (torch.cat(one.windows(8, e)).tolist() for e in range(3))
+    assert first == list(range(8))  # epoch 0: the batch's order (whole groups per optimizer step)
+    assert sorted(second) == list(range(8)) and second != first and third != second  # a permutation per epoch
+    again = learner(cfg(minibatch_size=2, epochs=3), tok)
+    assert torch.cat(again.windows(8, 1)).tolist() == second  # seeded: the same on every rank and after a resume
+    fixed = learner(cfg(minibatch_size=2, epochs=3, shuffle=False), tok)
+    assert torch.cat(fixed.windows(8, 2)).tolist() == first
+
+
+def test_a_filled_batch_never_cuts_a_group_in_half():
+    from turnrl.rl.sources import whole_groups
+
+    _, trajs = episodes(n_groups=3, size=4)
+    short = trajs[:4] + trajs[5:]  # group g1 lost an episode (an error)
+    kept = whole_groups(short, 8)
+    assert [t.group_id for t in kept] == ["g0"] * 4 + ["g1"] * 3  # g2 would overflow: left for later, not cut
+    assert [t.group_id for t in whole_groups(trajs, 8)] == ["g0"] * 4 + ["g1"] * 4
+    assert len(whole_groups(trajs, 2)) == 4  # at least one group, whole

@@ -71,11 +71,32 @@ def test_pag_turn_independent_gae_has_no_leakage():
     assert leaky[0, 0] == 2.0  # without the cut, later turns' rewards flow back
 
 
-def test_truncated_episode_bootstraps_through_its_last_value():
-    # a truncated episode has no terminal reward; with V of the last state kept, the advantage is r + V' - V
+def test_terminated_episode_does_not_bootstrap():
+    # no bootstrap given: the state after the last token is terminal, V(s_T) = 0
     r, v = torch.zeros(1, 3), torch.tensor([[0.5, 0.5, 0.5]])
     adv, ret = masked_gae(r, v, torch.ones(1, 3), lam=0.0)
-    assert torch.allclose(adv[0, :2], torch.zeros(2)) and adv[0, 2] == -0.5  # terminal: V(s_T) = 0
+    assert torch.allclose(adv[0, :2], torch.zeros(2)) and adv[0, 2] == -0.5
+
+
+def test_truncated_episode_bootstraps_through_its_last_value():
+    # a truncated episode has no terminal reward; with V(s_T) = b kept, the last token's advantage is r + b - V
+    r, v = torch.zeros(1, 3), torch.tensor([[0.5, 0.5, 0.5]])
+    adv, _ = masked_gae(r, v, torch.ones(1, 3), lam=0.0, bootstrap=torch.tensor([2.0]))
+    assert torch.allclose(adv[0], torch.tensor([0.0, 0.0, 1.5]))
+    adv1, ret1 = masked_gae(r, v, torch.ones(1, 3), lam=1.0, bootstrap=torch.tensor([2.0]))
+    assert torch.allclose(ret1[0], torch.full((3,), 2.0))  # γ = λ = 1: the return to go is the bootstrap
+
+
+@pytest.mark.parametrize("cut", [False, True])
+def test_padded_truncated_row_keeps_its_bootstrap(cut):
+    # ALGORITHMS.md §0: two truncated rows with bootstrap 2, γ = λ = 1, V = 0; the second is right-padded (and has a
+    # template suffix) — the padding is not a turn boundary, so both get advantage 2 on their last turn
+    mask = torch.tensor([[1, 1, 0, 1, 1, 1], [1, 1, 0, 1, 0, 0]], dtype=torch.float)
+    adv, _ = masked_gae(torch.zeros(2, 6), torch.zeros(2, 6), mask, cut_at_mask=cut, bootstrap=torch.tensor([2.0, 2.0]))
+    assert adv[0, 3:].tolist() == [2.0, 2.0, 2.0] and adv[1, 3].item() == 2.0
+    # the first turn: cut at the turn boundary (a later turn follows), or the bootstrap flows back without the cut
+    first = 0.0 if cut else 2.0
+    assert adv[:, :2].tolist() == [[first, first], [first, first]]
 
 
 # ---- §0 group normalization, whitening ----

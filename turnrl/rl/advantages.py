@@ -21,8 +21,9 @@ def masked_gae(
     """Generalized advantage estimation over generated tokens only (ALGORITHMS.md §0 "Masked GAE").
 
     Env/template tokens (mask 0) are skipped: the recursion passes through them unchanged, so a multi-turn episode
-    is one sequence. With ``cut_at_mask`` a turn ends where the next token is masked, and nothing flows back across
-    the boundary (PAG's turn-independent GAE, §7).
+    is one sequence. With ``cut_at_mask`` a turn ends where the next token is masked *and* a later turn follows, and
+    nothing flows back across the boundary (PAG's turn-independent GAE, §7); the masked tail after the last turn
+    (template suffix, right padding) is not a boundary, so a truncated row's bootstrap reaches its last turn.
 
     Args:
         rewards: ``(B, T)`` per-token rewards (each turn's reward on its last generated token).
@@ -33,7 +34,7 @@ def masked_gae(
         cut_at_mask: reset the recursion at turn boundaries.
         bootstrap: ``(B,)`` value of the state after each sequence's last token: V(s_T) for an episode that was
             *truncated* (turn or context limit), 0 for one that terminated. Default: 0 for every sequence (all
-            terminated). With ``cut_at_mask`` it still applies to the last turn only.
+            terminated). With ``cut_at_mask`` it reaches the last turn only, however the row is padded.
 
     Returns:
         ``(advantages, returns)``, both ``(B, T)``; advantages are 0 on masked tokens; returns = advantages + values.
@@ -46,9 +47,12 @@ def masked_gae(
     next_v = torch.zeros(B, dtype=rewards.dtype, device=rewards.device)
     if bootstrap is not None:
         next_v = bootstrap.to(rewards.dtype).detach().clone()
+    # later[:, t]: a generated token at t or after it. A turn boundary needs one *after* the masked gap: the template
+    # suffix and right padding that follow a sequence's last turn are not a boundary (§0).
+    later = m.flip(-1).cummax(-1).values.flip(-1) > 0 if cut_at_mask else None
     for t in range(T - 1, -1, -1):  # a loop over time on (B,) tensors; no per-sequence Python loop
-        if cut_at_mask and t + 1 < T:
-            boundary = m[:, t + 1] == 0
+        if later is not None and t + 2 < T:
+            boundary = (m[:, t + 1] == 0) & later[:, t + 2]
             next_v = torch.where(boundary, torch.zeros_like(next_v), next_v)
             last = torch.where(boundary, torch.zeros_like(last), last)
         live = m[:, t] > 0

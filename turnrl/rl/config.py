@@ -52,6 +52,8 @@ class OptimConfig(BaseModel):
     minibatch_size: int = Field(8, ge=1, description="sequences per micro-batch")
     grad_accum: int = Field(1, ge=1, description="micro-batches per optimizer step; the loss is normalized over "
                             "all of them (token-mean stays a token mean)")
+    shuffle: bool = Field(True, description="with epochs > 1, every epoch after the first takes the rows in a new "
+                          "seeded order (the first keeps whole groups in one optimizer step)")
     share_prompts: bool = Field(True, description="run a group's common prompt once per forward/backward pass")
     recompute_logprobs: bool = Field(False, description=(
         "score the rollout's tokens with the learner's weights before the update and use those as the old "

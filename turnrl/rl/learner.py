@@ -112,9 +112,9 @@ class Learner:
             with torch.no_grad():
                 logp = token_logprobs(self.model, batch.input_ids, batch.attention_mask, r.temperature,
                                       loss_mask=batch.loss_mask, share_prefix=o.share_prompts)[0] * batch.loss_mask
-            gap = (logp - batch.old_logp).abs() * batch.loss_mask
+            gap = (logp - batch.behaviour_logp).abs() * batch.loss_mask
             info["rollout_logp_diff"] = float(gap.sum()) / max(float(batch.loss_mask.sum()), 1.0)
-            batch.old_logp = logp
+            batch.old_logp = logp  # π_old; ``behaviour_logp`` keeps μ (importance weights need it)
         adv, returns = self.algorithm.advantages(batch, r.max_new_tokens, old_values, bootstrap)
         ref_logp = None
         if self.ref_model is not None:
@@ -178,13 +178,20 @@ class Learner:
 
     # ---- one training step ----
 
-    def windows(self, n: int) -> list[torch.Tensor]:
-        """The rows of each optimizer step of one epoch: ``grad_accum`` × ``minibatch_size`` consecutive rows.
+    def windows(self, n: int, epoch: int = 0) -> list[torch.Tensor]:
+        """The rows of each optimizer step of one epoch: ``grad_accum`` × ``minibatch_size`` rows each.
 
-        A learner group splits each window over its ranks, so ranks change how a step is computed, never what."""
+        The first epoch takes the rows in the batch's order (whole groups stay in one optimizer step); every later
+        epoch takes a fresh permutation (``optim.shuffle``), seeded by the run's seed, the update and the epoch — the
+        same on every rank and after a resume. A learner group splits each window over its ranks, so ranks change
+        how a step is computed, never what."""
         o = self.cfg.optim
         size = o.minibatch_size * o.grad_accum
-        order = torch.arange(n, device=self.device)
+        if epoch > 0 and o.shuffle:
+            gen = torch.Generator().manual_seed(self.cfg.seed * 1_000_003 + self.updates * 1_009 + epoch)
+            order = torch.randperm(n, generator=gen).to(self.device)
+        else:
+            order = torch.arange(n, device=self.device)
         return [order[i : i + size] for i in range(0, n, size)]
 
     def update(self, trajectories: Sequence[Trajectory]) -> dict[str, float]:
@@ -210,7 +217,7 @@ class Learner:
         if self.critic is not None:
             self.critic.train()
         for epoch in range(self.cfg.optim.epochs):
-            for window in self.windows(len(exp)):
+            for window in self.windows(len(exp), epoch):
                 plan = self.micro_batches(window, exp)
                 parts = [exp.select(idx if idx is not None else window[:1]) for idx in plan]
                 counts = _sum_counts([self.counts(mb) if idx is not None else

@@ -7,7 +7,8 @@ task groups for dqo and rft, (correct, incorrect) pairs for dpo), after the chec
   ``metadata["tokenizer"]`` must equal the model tokenizer's, and data without one must decode to its own prompt
   text with the model's tokenizer (:func:`check_tokenizer`);
 * the algorithm's own checks (:meth:`~turnrl.rl.algorithms.offline.OfflineAlgorithm.check_data`: DQO's behaviour
-  log-probabilities).
+  log-probabilities), and, where it uses them, that they were taken at the learner's temperature
+  (:func:`check_temperature`).
 """
 
 from __future__ import annotations
@@ -67,6 +68,30 @@ def check_tokenizer(trajectories: Sequence[Trajectory], tokenizer: Any, where: s
                     "tokenized by another tokenizer: re-sample it with `turnrl rollout` and this model")
 
 
+def check_temperature(trajectories: Sequence[Trajectory], temperature: float, where: str = "the data") -> None:
+    """Refuse behaviour log-probabilities taken at another temperature than the learner scores at.
+
+    ``turnrl rollout`` records its sampling settings in ``metadata["dataset"]["sampling"]``; a sampler's
+    log-probabilities are ``log_softmax(logits / T)`` at its temperature T (1 when greedy). Importance weights
+    π_θ/μ compare them with the learner's at ``rollout.temperature``: at two temperatures they are off by the
+    temperature change, not by how far the policy moved. Episodes without a record are not checked.
+
+    Raises:
+        OfflineDataError: the recorded temperature differs (the message names both and the fix).
+    """
+    mine = temperature if temperature > 0 else 1.0
+    for t in trajectories:
+        sampling = (t.metadata.get("dataset") or {}).get("sampling") or {}
+        if "temperature" not in sampling:
+            continue
+        theirs = float(sampling["temperature"]) or 1.0  # greedy samplers record log-probabilities at T = 1
+        if abs(theirs - mine) > 1e-6:
+            raise OfflineDataError(
+                f"{where}: episode {t.id}'s log-probabilities were taken at temperature {theirs:g}, but the learner "
+                f"scores at rollout.temperature={mine:g}, so π_θ/μ would measure the temperature change; set "
+                f"rollout.temperature={theirs:g} (or algorithm.importance_weights=none)")
+
+
 class OfflineSource(ReplaySource):
     """Epochs over stored Trajectories for an :class:`OfflineAlgorithm`, in batches of whole units (no rollouts).
 
@@ -75,6 +100,8 @@ class OfflineSource(ReplaySource):
         algorithm: the offline objective (its units, data checks and training view).
         batch_size: episodes per training step (whole units; at least one unit).
         seed, shuffle: the seeded per-epoch shuffle of :class:`ReplaySource`.
+        temperature: the learner's scoring temperature; data the algorithm takes behaviour log-probabilities from
+            must have been sampled at it (:func:`check_temperature`).
 
     Call :meth:`check_tokenizer` once the model's tokenizer is loaded.
 
@@ -83,7 +110,7 @@ class OfflineSource(ReplaySource):
     """
 
     def __init__(self, paths: str | Path | Sequence[str | Path], algorithm: OfflineAlgorithm, batch_size: int, *,
-                 seed: int = 0, shuffle: bool = True) -> None:
+                 seed: int = 0, shuffle: bool = True, temperature: float | None = None) -> None:
         files = [paths] if isinstance(paths, (str, Path)) else list(paths)
         for f in files:
             if not Path(f).is_file():
@@ -98,6 +125,8 @@ class OfflineSource(ReplaySource):
         episodes = [t for g in self.groups for t in g]
         try:
             algorithm.check_data(episodes)
+            if temperature is not None and algorithm.uses_behaviour_logprobs:
+                check_temperature(episodes, temperature)
             self.groups, self.data_metrics = algorithm.units(self.groups)
         except OfflineDataError as e:
             raise OfflineDataError(f"{self.where}: {e}") from e

@@ -134,6 +134,21 @@ def rollout_metrics(seen: Sequence[Trajectory]) -> dict[str, float]:
             **pag_summary(pag_episode(t) for t in seen)}
 
 
+def whole_groups(trajectories: Sequence[Trajectory], want: int) -> list[Trajectory]:
+    """The first groups (in order) whose episodes add up to at most ``want`` (at least one group): a batch is never
+    filled by cutting a group in half (its group statistics would be of the part), so it may hold fewer than
+    ``want`` when episodes that ended in an error left groups short."""
+    groups: dict[str, list[Trajectory]] = {}
+    for t in trajectories:
+        groups.setdefault(t.group_id if t.group_id is not None else t.id, []).append(t)
+    out: list[Trajectory] = []
+    for members in groups.values():
+        if out and len(out) + len(members) > want:
+            break
+        out += members
+    return out
+
+
 class OnPolicySource:
     """Fresh episodes of the current policy: ``prompts_per_step`` tasks × ``group_size`` samples per step.
 
@@ -176,7 +191,7 @@ class OnPolicySource:
             ok = [t for t in trajs if t.error is None]
             kept += [t for t, keep in zip(ok, self.algorithm.keep(ok, r.max_new_tokens)) if keep]
             if len(kept) >= want:
-                kept = kept[:want]
+                kept = whole_groups(kept, want)
                 break
         return kept, {**stats, **rollout_metrics(seen)}
 

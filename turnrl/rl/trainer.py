@@ -69,7 +69,8 @@ class Trainer:
             from turnrl.rl.offline_data import OfflineSource
 
             offline = OfflineSource(config.data.path, self.algorithm, config.data.batch_size,  # type: ignore[arg-type]
-                                    seed=config.seed, shuffle=config.data.shuffle)
+                                    seed=config.seed, shuffle=config.data.shuffle,
+                                    temperature=config.rollout.temperature)
             if config.data.epochs is not None:  # resolved: config.yaml records the steps
                 steps = offline.steps_for(config.data.epochs)
                 config = self.cfg = config.model_copy(

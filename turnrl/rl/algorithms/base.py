@@ -98,6 +98,12 @@ class Algorithm:
         """Whether the learner must keep a frozen reference model."""
         return getattr(self.cfg, "kl_coef", 0.0) > 0
 
+    @property
+    def uses_behaviour_logprobs(self) -> bool:
+        """Whether the loss reads the sampler's own log-probabilities μ (``Batch.behaviour_logp``), which must then
+        be taken at the temperature the learner scores at."""
+        return False
+
     def trains_policy(self, step: int) -> bool:
         """Whether the policy is updated at training step ``step`` (0-based); VAPO trains only its critic first."""
         return True

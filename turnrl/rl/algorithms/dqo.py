@@ -130,6 +130,11 @@ class DQO(OfflineAlgorithm):
         """The soft reward is measured against a frozen reference."""
         return True
 
+    @property
+    def uses_behaviour_logprobs(self) -> bool:
+        """The importance weights π_θ/μ read the stored behaviour log-probabilities (unless switched off)."""
+        return self.cfg.importance_weights != "none"
+
     def check_data(self, trajectories: Sequence[Trajectory]) -> None:
         """Behaviour log-probabilities for the importance weights; process rewards if they are switched on.
 
@@ -174,7 +179,7 @@ class DQO(OfflineAlgorithm):
         log_ratio = (fwd.logp - exp.ref_logp) * m
         soft_r = soft_rewards(rewards, log_ratio.detach(), m, cfg.beta)
         G, N = lambda_returns(soft_r, exp.returns, m, cfg.lam)
-        w = importance_weights(fwd.logp, b.old_logp, m, cfg.importance_weights, cfg.is_clip)
+        w = importance_weights(fwd.logp, b.behaviour_logp, m, cfg.importance_weights, cfg.is_clip)  # μ, never π_old
         vloss, metrics = dqo_value_loss(fwd.values, G, m, w, cfg.agg, counts["policy"])
         ploss, pmetrics = dqo_policy_loss(log_ratio, exp.old_values, rewards, N, m, w, cfg.beta, cfg.agg,
                                           counts["policy"])
