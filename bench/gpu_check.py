@@ -45,7 +45,7 @@ def check(mode: str, steps: int, out: str) -> bool:
     """One short training run with weight transport ``mode``; True when the weights reached vLLM."""
     import ray
 
-    from turnrl.rl.trainer import Trainer, load_config
+    from turnrl.rl.run.trainer import Trainer, load_config
 
     cfg = load_config("configs/quickstart.yaml", [
         f"steps={steps}", "eval_tasks=16", f"out_dir={out}", "placement=ray", f"learner.weight_sync={mode}",

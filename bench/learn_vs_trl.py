@@ -28,8 +28,8 @@ import turnrl
 from turnrl.agents.base import SamplingParams
 from turnrl.agents.hf import HFAgent
 from turnrl.agents.models import load_model
-from turnrl.rl.evaluate import evaluate
-from turnrl.rl.trainer import Trainer, TrainConfig
+from turnrl.rl.run.evaluate import evaluate
+from turnrl.rl.run.trainer import TrainConfig, Trainer
 from turnrl.verifiers.math import verify
 
 PROMPTS, GROUP, MAX_NEW, TEMP, LR = 4, 8, 48, 0.8, 2e-5

@@ -26,8 +26,8 @@ from typing import Any
 import torch
 
 from turnrl.rl.algorithms import get_algorithm
-from turnrl.rl.learner import Learner
-from turnrl.rl.trainer import TrainConfig
+from turnrl.rl.core.learner import Learner
+from turnrl.rl.run.trainer import TrainConfig
 from turnrl.types import Message, Trajectory, Turn
 
 

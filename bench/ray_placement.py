@@ -24,8 +24,8 @@ import torch
 def run(placement: str, workers: int, steps: int, model: str) -> dict[str, float]:
     """Train ``steps`` steps; return the mean rollout throughput and step time (the first step excluded)."""
     from turnrl.agents import make_agent
-    from turnrl.rl.config import load_config
-    from turnrl.rl.trainer import Trainer
+    from turnrl.rl.run.config import load_config
+    from turnrl.rl.run.trainer import Trainer
 
     overrides = [f"steps={steps + 1}", "rollout.seed_per_episode=true", f"placement={placement}", f"model={model}"]
     if placement == "ray":

@@ -20,8 +20,8 @@ import turnrl
 from turnrl.agents import SamplingParams
 from turnrl.agents.hf import HFAgent
 from turnrl.agents.tiny import tiny_model, tiny_tokenizer
-from turnrl.rl.rollout import Rollout
-from turnrl.rl.tokens import ChatRenderer
+from turnrl.rl.sources.rollout import Rollout
+from turnrl.tokens import ChatRenderer
 
 
 def retokenize_cost(renderer: ChatRenderer, traj) -> float:

@@ -32,7 +32,7 @@ import turnrl
 from turnrl.agents.models import load_model
 from turnrl.envs.core import Task
 from turnrl.envs.math import MathEnv
-from turnrl.rl.trainer import Trainer, TrainConfig
+from turnrl.rl.run.trainer import TrainConfig, Trainer
 
 ENV_ID = "bench/PeerArithmetic-v0"
 MAX_NEW, GROUP, LR = 48, 8, 1e-5

@@ -137,8 +137,9 @@ def test_scripted_agents():
 
 def test_run_spec_loads_the_policy_a_training_run_saved(tmp_path):
     import toy_envs  # noqa: F401  (registers tests/Upper-v0)
+
     from turnrl.agents import make_agent
-    from turnrl.rl.trainer import TrainConfig, Trainer
+    from turnrl.rl.run.trainer import TrainConfig, Trainer
 
     with pytest.raises(FileNotFoundError, match="no config.yaml"):
         make_agent(f"run:{tmp_path}")

@@ -79,15 +79,15 @@ def test_quickstart_trains_a_model(tmp_path):
 
 def test_quickstart_config_file_is_the_embedded_run():
     from turnrl.quickstart import QUICKSTART
-    from turnrl.rl.trainer import TrainConfig, load_config
+    from turnrl.rl.run.trainer import TrainConfig, load_config
 
     assert load_config(REPO / "configs" / "quickstart.yaml") == TrainConfig.model_validate(QUICKSTART)
 
 
 def test_every_shipped_config_validates_and_names_a_registered_env():
     import turnrl
-    from turnrl.rl.evaluate import run_eval_kwargs
-    from turnrl.rl.trainer import load_config
+    from turnrl.rl.run.evaluate import run_eval_kwargs
+    from turnrl.rl.run.trainer import load_config
 
     paths = sorted((REPO / "configs").glob("*.yaml"))
     assert len(paths) >= 5

@@ -7,14 +7,8 @@ import pytest
 import torch
 
 from turnrl.agents.tiny import tiny_model, tiny_tokenizer
-from turnrl.rl.algorithms import get_algorithm
-from turnrl.rl.algorithms.dqo import DQO, with_process_rewards
-from turnrl.rl.algorithms.offline import OfflineDataError
-from turnrl.rl.batch import collate
-from turnrl.rl.config import TrainConfig
-from turnrl.rl.forward import token_logprobs
-from turnrl.rl.learner import Learner
-from turnrl.rl.soft_q import (
+from turnrl.methods.dqo.algorithm import DQO, with_process_rewards
+from turnrl.methods.dqo.soft_q import (
     dqo_policy_loss,
     dqo_value_loss,
     importance_weights,
@@ -24,7 +18,13 @@ from turnrl.rl.soft_q import (
     soft_bellman_residual,
     soft_rewards,
 )
-from turnrl.rl.tokens import ChatRenderer
+from turnrl.rl.algorithms import get_algorithm
+from turnrl.rl.core.batch import collate
+from turnrl.rl.core.forward import token_logprobs
+from turnrl.rl.core.learner import Learner
+from turnrl.rl.run.config import TrainConfig
+from turnrl.rl.sources.replay import OfflineDataError
+from turnrl.tokens import ChatRenderer
 from turnrl.types import Message, Trajectory, Turn
 
 BETA = 0.3
@@ -275,7 +275,7 @@ def test_recomputed_logprobs_leave_the_behaviour_logprobs_to_the_importance_weig
 
 
 def test_dqo_refuses_data_sampled_at_another_temperature():
-    from turnrl.rl.offline_data import check_temperature
+    from turnrl.rl.sources.replay import check_temperature
 
     tok = tiny_tokenizer("chatml")
     trajs, _, _ = bandit(tok, tiny_model(tok))

@@ -8,7 +8,7 @@ from turnrl.agents import SamplingParams, make_agent
 from turnrl.agents.scripted import ScriptedAgent
 from turnrl.agents.tiny import tiny_tokenizer
 from turnrl.cli import app
-from turnrl.rl.evaluate import evaluate, pass_at_k
+from turnrl.rl.run.evaluate import evaluate, pass_at_k
 
 
 def test_pass_at_k_estimator():
@@ -86,7 +86,7 @@ def test_eval_defaults_to_the_held_out_split_and_says_so(tmp_path):
 
 def test_training_evaluates_the_held_out_split_unless_told():
     import turnrl
-    from turnrl.rl.evaluate import run_eval_kwargs
+    from turnrl.rl.run.evaluate import run_eval_kwargs
 
     train = turnrl.make("turnrl/Arithmetic-v0", split="train", level=2)
     assert run_eval_kwargs(train, {"split": "train", "level": 2}, None) == {"split": "test", "level": 2}
@@ -123,7 +123,7 @@ def test_report_shows_whole_episodes_and_why_answers_failed(tmp_path):
     """A scripted agent that calls the calculator, then answers right, wrong or not at all by the task's sum."""
     import re
 
-    from turnrl.rl.evaluate import figure
+    from turnrl.rl.run.evaluate import figure
 
     tok = tiny_tokenizer("chatml")
 

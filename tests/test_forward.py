@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from turnrl.agents.tiny import tiny_model, tiny_tokenizer
-from turnrl.rl.forward import forward_tokens
+from turnrl.rl.core.forward import forward_tokens
 
 PAD = 0
 

@@ -85,7 +85,7 @@ def test_broken_corpus_file(tmp_path):
 def test_eval_reports_em_f1_recall(tmp_path):
     from turnrl.agents.scripted import FixedAgent
     from turnrl.agents.tiny import tiny_tokenizer
-    from turnrl.rl.evaluate import evaluate
+    from turnrl.rl.run.evaluate import evaluate
 
     agent = FixedAgent(tiny_tokenizer("chatml"), ['<tool_call>{"name": "search", "arguments": {"query": "film"}}</tool_call>',
                                                   "<answer>Chief of Protocol</answer>"])
@@ -131,7 +131,7 @@ def test_the_env_refuses_an_answer_that_repeats_the_question(tmp_path):
 
 
 def test_dev_train_and_dev_test_are_disjoint_parts_of_the_dev_file():
-    from turnrl.rl.evaluate import held_out_kwargs, run_eval_kwargs
+    from turnrl.rl.run.evaluate import held_out_kwargs, run_eval_kwargs
 
     dev = turnrl.make("turnrl/HotPotQA-v0")
     train = turnrl.make("turnrl/HotPotQA-v0", split="dev-train", tool_style="swirl")

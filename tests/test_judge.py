@@ -6,13 +6,7 @@ from turnrl.agents.openai import OpenAIAgent
 from turnrl.agents.scripted import ScriptedAgent
 from turnrl.agents.server import AgentServer
 from turnrl.agents.tiny import tiny_model, tiny_tokenizer
-from turnrl.verifiers.judge import (
-    HybridReward,
-    OutcomeJudge,
-    PairwiseJudge,
-    ProcessJudge,
-    parse_label,
-)
+from turnrl.verifiers.judge import HybridReward, OutcomeJudge, PairwiseJudge, ProcessJudge, parse_label
 
 TOK = tiny_tokenizer("chatml")
 

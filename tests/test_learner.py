@@ -2,19 +2,19 @@
 
 import pytest
 import torch
-
 import toy_envs  # noqa: F401
+
 import turnrl
 from turnrl.agents.base import Completion, SamplingParams
 from turnrl.agents.tiny import tiny_model, tiny_tokenizer
 from turnrl.envs import Task, ToolEnv
-from turnrl.rl.advantages import group_normalize, masked_gae
 from turnrl.rl.algorithms import get_algorithm
-from turnrl.rl.batch import collate
-from turnrl.rl.learner import Learner
-from turnrl.rl.losses import agg_count, aggregate
-from turnrl.rl.rollout import Rollout
-from turnrl.rl.trainer import TrainConfig
+from turnrl.rl.core.batch import collate
+from turnrl.rl.core.learner import Learner
+from turnrl.rl.formulas.advantages import group_normalize, masked_gae
+from turnrl.rl.formulas.losses import agg_count, aggregate
+from turnrl.rl.run.trainer import TrainConfig
+from turnrl.rl.sources.rollout import Rollout
 from turnrl.types import Trajectory
 from turnrl.verifiers.base import Verdict
 
@@ -167,7 +167,7 @@ def test_batches_and_advantages_live_on_the_model_device():
 
 
 def test_replay_source_serves_whole_groups_and_resumes(tmp_path):
-    from turnrl.rl.sources import ReplaySource
+    from turnrl.rl.sources.replay import ReplaySource
     from turnrl.storage import save
 
     _, trajs = episodes(3, 4)
@@ -217,7 +217,7 @@ def test_later_epochs_take_the_rows_in_a_new_seeded_order():
 
 
 def test_a_filled_batch_never_cuts_a_group_in_half():
-    from turnrl.rl.sources import whole_groups
+    from turnrl.rl.sources.base import whole_groups
 
     _, trajs = episodes(n_groups=3, size=4)
     short = trajs[:4] + trajs[5:]  # group g1 lost an episode (an error)

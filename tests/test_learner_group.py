@@ -1,18 +1,17 @@
 """The DeepSpeed learner group on a real local Ray cluster: 2 gloo ranks (``DS_ACCELERATOR=cpu``), a tiny model."""
 
-import os
 import time
 
 import pytest
 import torch
-
 import toy_envs  # noqa: F401  (registers the toy environments)
 from test_learner import episodes
+
 from turnrl.agents.tiny import tiny_model
 from turnrl.rl.algorithms import get_algorithm
-from turnrl.rl.learner import Learner
+from turnrl.rl.core.learner import Learner
 from turnrl.rl.placement.deepspeed_rank import shard_rows
-from turnrl.rl.trainer import TrainConfig
+from turnrl.rl.run.trainer import TrainConfig
 
 ray = pytest.importorskip("ray")
 pytest.importorskip("deepspeed")
@@ -26,8 +25,10 @@ def cluster():
 
 
 def cfg(tmp_path, stage=2, algo="dapo", ranks=2, lr=1e-2, **optim):
+    name = algo if isinstance(algo, str) else algo["name"]
+    stored = {"data": {"path": "unused.parquet"}} if name in ("dqo", "sft", "rft") else {}
     return TrainConfig.model_validate({
-        "model": "tiny", "env": {"id": "tests/Upper-v0"}, "algorithm": algo, "placement": "ray",
+        **stored, "model": "tiny", "env": {"id": "tests/Upper-v0"}, "algorithm": algo, "placement": "ray",
         "rollout": {"prompts_per_step": 2, "group_size": 4, "max_new_tokens": 6},
         "optim": {"lr": lr, "share_prompts": False, **optim},
         "learner": {"backend": "deepspeed", "ranks": ranks, "zero_stage": stage, "timeout": 120},
@@ -44,11 +45,14 @@ def test_shards_are_contiguous_whole_groups_of_about_equal_size():
 
 
 @pytest.mark.parametrize("stage,algo,lr", [(2, "dapo", 1e-2), (3, "dapo", 1e-2),
-                                           (3, {"name": "ppo", "kl_coef": 0.05}, 5e-3)])
+                                           (3, {"name": "ppo", "kl_coef": 0.05}, 5e-3),
+                                           (3, {"name": "dqo", "beta": 0.1}, 5e-3), (2, "sft", 1e-2)])
 def test_two_ranks_update_like_one_process(cluster, tmp_path, stage, algo, lr):
     """Unequal rows and tokens per rank, two optimizer steps per update (windows of 6 and 2 rows, micro-batches of
     3); PPO adds the value head (trained in the same DeepSpeed engine, at twice the learning rate) and a reference
-    model."""
+    model; DQO (offline: a value head, a reference, importance weights) and SFT train on a group too. Each rank
+    scores only its own rows before the update (values, reference log-probabilities), and under ZeRO-3 the
+    reference is partitioned: each rank holds about half of it."""
     _check_two_ranks(tmp_path, stage, algo, lr, minibatch_size=3, grad_accum=2)
 
 
@@ -76,6 +80,8 @@ def _check_two_ranks(tmp_path, stage, algo, lr, unequal=True, **optim):
             want, got = single.update(trajs), group.update(trajs)
             assert got["loss"] == pytest.approx(want["loss"], abs=1e-5)
             assert got["grad_norm"] == pytest.approx(want["grad_norm"], rel=1e-4)
+            if single.ref_model is not None:  # a full copy on one process; partitioned over the ranks under ZeRO-3
+                assert got["reference_share"] == (pytest.approx(0.5, abs=0.1) if stage == 3 else 1.0)
         assert group.version == single.version == 2
         version, state = group.export_weights()
         diff = max(float((state[k] - v).abs().max()) for k, v in single.model.state_dict().items())
@@ -129,6 +135,36 @@ def test_a_learner_group_trains_like_the_local_learner_and_workers_get_each_vers
     state = torch.load(tmp_path / "group" / "checkpoint.pt", weights_only=False)
     assert state["deepspeed"]["tag"] == "update-3" and state["version"] == 3
     assert (tmp_path / "group" / "deepspeed" / "update-3").is_dir()
+
+
+@pytest.mark.parametrize("algo", [{"name": "dqo", "beta": 0.1}, {"name": "sft"}])
+def test_an_offline_run_trains_on_a_learner_group_like_the_local_learner(cluster, tmp_path, algo):
+    """Offline objectives through `turnrl train` on 2 ZeRO-3 ranks: the same data, the same losses as one process;
+    placement: ray only hosts the ranks (no rollout workers start)."""
+    from turnrl.agents.base import SamplingParams
+    from turnrl.agents.hf import HFAgent
+    from turnrl.agents.tiny import tiny_tokenizer
+    from turnrl.rl.sources.collect import rollout_dataset
+
+    tok = tiny_tokenizer("chatml")
+    data = tmp_path / "data.parquet"
+    rollout_dataset(HFAgent(tiny_model(tok, seed=3), tok), "tiny:chatml", "tests/Upper-v0", out=data, tasks=4,
+                    samples=4, params=SamplingParams(temperature=1.0, max_new_tokens=6))
+    common = {"model": "tiny", "env": {"id": "tests/Upper-v0"}, "algorithm": algo, "steps": 2, "eval_tasks": 2,
+              "data": {"path": str(data), "batch_size": 8}, "optim": {"lr": 5e-3, "minibatch_size": 4}}
+    local = make_trainer(TrainConfig.model_validate({**common, "out_dir": str(tmp_path / "local")}))
+    want = local.train()
+    group = make_trainer(TrainConfig.model_validate({
+        **common, "out_dir": str(tmp_path / "group"), "placement": "ray",
+        "learner": {"backend": "deepspeed", "ranks": 2, "zero_stage": 3, "timeout": 120}}))
+    try:
+        got = group.train()
+        assert group.runner is None  # no rollouts to place
+    finally:
+        group.close()
+    for g, w in zip(got[1:], want[1:]):
+        assert g["loss"] == pytest.approx(w["loss"], abs=1e-5) and g["data_episodes"] == w["data_episodes"]
+    assert got[-1]["eval_success"] == want[-1]["eval_success"]
 
 
 def test_a_rank_killed_mid_step_is_a_clear_error_and_resume_reproduces_the_run(cluster, tmp_path):
@@ -191,7 +227,7 @@ def test_nccl_weight_sync_needs_a_deepspeed_group_and_one_vllm_engine(tmp_path):
 
 def test_parameter_meta_lists_each_distinct_parameter_in_state_dict_order():
     from turnrl.agents.tiny import tiny_tokenizer
-    from turnrl.rl.placement.deepspeed_rank import full_parameters, parameter_meta
+    from turnrl.rl.placement.parameters import full_parameters, parameter_meta
 
     model = tiny_model(tiny_tokenizer("chatml"))
     model.tie_weights()

@@ -1,6 +1,6 @@
 """The training-health monitors on made-up histories: each fires on its failure and stays quiet on a healthy run."""
 
-from turnrl.rl.monitors import (
+from turnrl.rl.run.monitors import (
     check_health,
     entropy_collapse,
     held_out_divergence,

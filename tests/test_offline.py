@@ -6,24 +6,25 @@ import math
 
 import pytest
 import torch
+import toy_envs  # noqa: F401 — registers tests/Upper-v0
 import yaml
 from pydantic import ValidationError
 from typer.testing import CliRunner
 
-import toy_envs  # noqa: F401 — registers tests/Upper-v0
 from turnrl.agents.base import SamplingParams
 from turnrl.agents.hf import HFAgent
 from turnrl.agents.scripted import ScriptedAgent
 from turnrl.agents.tiny import tiny_model, tiny_tokenizer
 from turnrl.cli import app
+from turnrl.methods.offline.algorithms import DPO, dpo_pairs
+from turnrl.methods.offline.preference import dpo_loss, sequence_logp
+from turnrl.methods.offline.source import OfflineSource
 from turnrl.rl.algorithms import get_algorithm
-from turnrl.rl.algorithms.offline import DPO, RFT, OfflineDataError, dpo_pairs
-from turnrl.rl.collect import rollout_dataset
-from turnrl.rl.config import TrainConfig
-from turnrl.rl.learner import Learner
-from turnrl.rl.offline_data import OfflineSource, check_tokenizer, tokenizer_fingerprint
-from turnrl.rl.preference import dpo_loss, sequence_logp
-from turnrl.rl.trainer import Trainer
+from turnrl.rl.core.learner import Learner
+from turnrl.rl.run.config import TrainConfig
+from turnrl.rl.run.trainer import Trainer
+from turnrl.rl.sources.collect import rollout_dataset
+from turnrl.rl.sources.replay import OfflineDataError, check_tokenizer, tokenizer_fingerprint
 from turnrl.storage import load, save
 
 runner = CliRunner()

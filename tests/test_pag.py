@@ -3,21 +3,22 @@ per-turn GRPO, the PAG metrics and the verdict-collapse monitor."""
 
 import pytest
 import torch
+import toy_envs  # noqa: F401  (registers tests/ToyPAG-v0)
 from pydantic import ValidationError
 
-import toy_envs  # noqa: F401  (registers tests/ToyPAG-v0)
 import turnrl
+from turnrl.agents.base import SamplingParams
 from turnrl.agents.scripted import FixedAgent, ScriptedAgent
 from turnrl.agents.tiny import tiny_model, tiny_tokenizer
-from turnrl.agents.base import SamplingParams
+from turnrl.methods.pag.algorithm import balance_verifier_rewards, final_only_rewards, turn_group_advantages
+from turnrl.methods.pag.metrics import pag_episode, pag_summary
+from turnrl.methods.pag.monitors import verdict_collapse
 from turnrl.rl.algorithms import get_algorithm, parse_algorithm_config
-from turnrl.rl.algorithms.pag import balance_verifier_rewards, final_only_rewards, turn_group_advantages
-from turnrl.rl.batch import Batch, collate
-from turnrl.rl.evaluate import evaluate
-from turnrl.rl.monitors import check_health, verdict_collapse
-from turnrl.rl.pag_metrics import pag_episode, pag_summary
-from turnrl.rl.rollout import Rollout
-from turnrl.rl.trainer import TrainConfig, Trainer
+from turnrl.rl.core.batch import Batch
+from turnrl.rl.run.evaluate import evaluate
+from turnrl.rl.run.monitors import check_health
+from turnrl.rl.run.trainer import TrainConfig, Trainer
+from turnrl.rl.sources.rollout import Rollout
 
 MASK = [1, 1, 1, 0, 1, 1, 0, 1, 1]  # answer, template, verify, template, revise (§7's check)
 TURNS = [0, 0, 0, -1, 1, 1, -1, 2, 2]
@@ -215,7 +216,7 @@ def test_pag_training_raises_the_verifiers_accuracy_on_a_toy_env(tmp_path):
 
 
 def test_pag_envs_are_evaluated_in_eval_mode_unless_told():
-    from turnrl.rl.evaluate import held_out_kwargs
+    from turnrl.rl.run.evaluate import held_out_kwargs
 
     env = turnrl.make("turnrl/Arithmetic-PAG-v0")
     assert held_out_kwargs(env, {}) == {"split": "test", "mode": "eval"}
@@ -250,8 +251,8 @@ def test_a_prompt_that_is_not_text_is_refused_when_the_env_is_made():
 # ---- the verifier warm-up's rows (ours) ----
 
 def test_warm_up_rows_relabel_each_verify_turn_with_the_true_verdict_token_exactly(tmp_path):
-    from turnrl.rl.batch import untrainable
-    from turnrl.rl.pag_rows import VERDICT_TEXT, pag_rows
+    from turnrl.methods.pag.rows import VERDICT_TEXT, pag_rows
+    from turnrl.rl.core.batch import untrainable
     from turnrl.storage import load, save
 
     # task 0's answer is wrong, 1-3 right; this policy says "wrong" about every answer, then revises
@@ -298,7 +299,7 @@ def test_warm_up_rows_relabel_each_verify_turn_with_the_true_verdict_token_exact
 
 
 def test_warm_up_rows_keep_only_revisions_that_turned_wrong_right():
-    from turnrl.rl.pag_rows import pag_rows
+    from turnrl.methods.pag.rows import pag_rows
 
     tok = tiny_tokenizer("chatml")
 
@@ -322,7 +323,7 @@ def test_warm_up_rows_keep_only_revisions_that_turned_wrong_right():
 def sibling_episodes():
     """Two episodes of each of questions 0-2 (the first answers right, the second wrong), one of question 10 (right)
     and one of a question answered only wrong; every verdict "wrong", every revision wrong."""
-    from turnrl.rl.pag_rows import VERDICT_TEXT
+    from turnrl.methods.pag.rows import VERDICT_TEXT
 
     tok = tiny_tokenizer("chatml")
     calls = []
@@ -347,8 +348,8 @@ def sibling_episodes():
 
 
 def test_sibling_revisions_pair_a_wrong_answers_revision_state_with_a_right_answer_to_the_same_question(tmp_path):
-    from turnrl.rl.batch import untrainable
-    from turnrl.rl.pag_rows import pag_rows
+    from turnrl.methods.pag.rows import pag_rows
+    from turnrl.rl.core.batch import untrainable
     from turnrl.storage import load, save
 
     tok, trajs = sibling_episodes()
@@ -370,8 +371,8 @@ def test_sibling_revisions_pair_a_wrong_answers_revision_state_with_a_right_answ
 
 
 def test_rationale_verdict_rows_re_solve_with_a_right_sibling_answer_then_give_the_true_verdict(tmp_path):
-    from turnrl.rl.batch import untrainable
-    from turnrl.rl.pag_rows import VERDICT_TEXT, pag_rows
+    from turnrl.methods.pag.rows import VERDICT_TEXT, pag_rows
+    from turnrl.rl.core.batch import untrainable
     from turnrl.storage import save
 
     tok, trajs = sibling_episodes()
@@ -410,8 +411,8 @@ def test_rationale_verdict_rows_re_solve_with_a_right_sibling_answer_then_give_t
 # ---- verdict exploration (ours) ----
 
 def test_verdict_exploration_replaces_a_share_of_verdicts_with_the_other_one_token_exactly():
-    from turnrl.rl.forward import sequence_logprobs
-    from turnrl.rl.pag_explore import VerdictExplorer
+    from turnrl.methods.pag.explore import VerdictExplorer
+    from turnrl.rl.core.forward import sequence_logprobs
 
     tok = tiny_tokenizer("chatml")
     agent = FixedAgent(tok, ["answer", "x", "again"])  # always says "wrong" ("x…"), then revises

@@ -5,13 +5,13 @@ import time
 
 import pytest
 import torch
-
 import toy_envs  # noqa: F401  (registers the toy environments)
+
 from turnrl.agents.tiny import tiny_model, tiny_tokenizer
 from turnrl.rl.placement.ledger import Ledger
 from turnrl.rl.placement.ray import RayPlacementError
-from turnrl.rl.sources import Job
-from turnrl.rl.trainer import TrainConfig, Trainer
+from turnrl.rl.run.trainer import TrainConfig, Trainer
+from turnrl.rl.sources.base import Job
 from turnrl.types import Trajectory
 
 ray = pytest.importorskip("ray")

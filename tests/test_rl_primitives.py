@@ -7,10 +7,15 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from turnrl.rl.advantages import group_normalize, length_adaptive_lambda, masked_gae, masked_whiten, role_whiten
-from turnrl.rl.losses import aggregate, clipped_surrogate, clipped_value_loss, masked_nll
-from turnrl.rl.rewards import overlong_penalty
-
+from turnrl.rl.formulas.advantages import (
+    group_normalize,
+    length_adaptive_lambda,
+    masked_gae,
+    masked_whiten,
+    role_whiten,
+)
+from turnrl.rl.formulas.losses import aggregate, clipped_surrogate, clipped_value_loss, masked_nll
+from turnrl.rl.formulas.rewards import overlong_penalty
 
 
 @pytest.fixture(autouse=True)

@@ -11,8 +11,8 @@ from turnrl.agents.hf import HFAgent
 from turnrl.agents.scripted import FixedAgent, ScriptedAgent
 from turnrl.agents.tiny import TEMPLATES, tiny_model, tiny_tokenizer
 from turnrl.envs import Task, ToolEnv
-from turnrl.rl.rollout import Rollout
-from turnrl.rl.tokens import ChatRenderer
+from turnrl.rl.sources.rollout import Rollout
+from turnrl.tokens import ChatRenderer
 from turnrl.verifiers.math import verify
 
 TOOL_CALL = '<tool_call>{"name": "calculator", "arguments": {"expression": "17 * 23"}}</tool_call>'

@@ -2,22 +2,22 @@
 
 import pytest
 import torch
-
 import toy_envs  # noqa: F401 — registers tests/Upper-v0
+
 import turnrl
 from turnrl.agents.base import SamplingParams
 from turnrl.agents.scripted import FixedAgent, ScriptedAgent
 from turnrl.agents.tiny import tiny_model, tiny_tokenizer
-from turnrl.rl.advantages import leave_one_out
+from turnrl.methods.swirl.judges import LLMStepJudge, RuleStepJudge, StepLabel, make_step_judge, parse_step
+from turnrl.methods.swirl.source import StateError, StateSource
+from turnrl.methods.swirl.steps import decompose_all
 from turnrl.rl.algorithms import get_algorithm
 from turnrl.rl.algorithms.base import Experience, Forward
-from turnrl.rl.batch import collate
-from turnrl.rl.rollout import Rollout
-from turnrl.rl.trainer import TrainConfig, Trainer
+from turnrl.rl.core.batch import collate
+from turnrl.rl.formulas.advantages import leave_one_out
+from turnrl.rl.run.trainer import TrainConfig, Trainer
+from turnrl.rl.sources.rollout import Rollout
 from turnrl.storage import save
-from turnrl.swirl.judges import LLMStepJudge, RuleStepJudge, StepLabel, make_step_judge, parse_step
-from turnrl.swirl.source import StateError, StateSource
-from turnrl.swirl.steps import decompose_all
 from turnrl.types import Message, Trajectory, Turn
 
 
@@ -263,7 +263,7 @@ def test_configs_say_what_swirl_and_sft_need(tmp_path):
                                     "data": {"path": "x.parquet"}})
     with pytest.raises(ValueError, match="trains offline"):
         TrainConfig.model_validate({"env": {"id": "turnrl/Arithmetic-v0"}, "algorithm": {"name": "sft"}})
-    with pytest.raises(ValueError, match="or swirl"):
+    with pytest.raises(ValueError, match="an algorithm that trains from it .*sft, swirl"):
         TrainConfig.model_validate({"env": {"id": "turnrl/Arithmetic-v0"}, "data": {"path": "x.parquet"}})
     cfg = TrainConfig.model_validate({"env": {"id": "turnrl/Arithmetic-v0"}, "algorithm": {"name": "swirl"},
                                       "data": {"path": str(tmp_path / "none.parquet")}, "model": "tiny"})
@@ -432,7 +432,7 @@ class ExactJudge:
 
 
 def test_data_action_puts_the_stored_step_in_each_group_and_pulls_the_policy_to_it(tmp_path):
-    from turnrl.rl.forward import sequence_logprobs
+    from turnrl.rl.core.forward import sequence_logprobs
 
     tok = tiny_tokenizer("chatml")
     good = "Zebra crossing"
@@ -478,7 +478,7 @@ def test_data_action_puts_the_stored_step_in_each_group_and_pulls_the_policy_to_
 
 
 def test_offline_data_says_how_many_rows_it_cannot_train_on_and_why(tmp_path, caplog):
-    from turnrl.rl.algorithms.swirl import SFT, SFTConfig
+    from turnrl.methods.offline.algorithms import SFT, SFTConfig
     from turnrl.storage import load
 
     tok = tiny_tokenizer("chatml")

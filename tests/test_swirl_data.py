@@ -9,14 +9,14 @@ from turnrl.agents.scripted import ScriptedAgent
 from turnrl.agents.tiny import tiny_tokenizer
 from turnrl.cli import app
 from turnrl.envs.testing import check_environment
-from turnrl.rl.batch import untrainable
-from turnrl.rl.rollout import Rollout
+from turnrl.methods.swirl.filters import EmptyFilterError, filter_trajectories, report_table
+from turnrl.methods.swirl.generate import generate, without_demos
+from turnrl.methods.swirl.judges import RuleStepJudge, StepLabel
+from turnrl.methods.swirl.steps import decompose, decompose_all
+from turnrl.rl.core.batch import untrainable
+from turnrl.rl.sources.rollout import Rollout
 from turnrl.storage import load
-from turnrl.swirl.filters import EmptyFilterError, filter_trajectories, report_table
-from turnrl.rl.tokens import ChatRenderer
-from turnrl.swirl.generate import generate, without_demos
-from turnrl.swirl.judges import RuleStepJudge, StepLabel
-from turnrl.swirl.steps import decompose, decompose_all
+from turnrl.tokens import ChatRenderer
 from turnrl.types import Trajectory
 
 ENV = "turnrl/Arithmetic-v0"
@@ -363,7 +363,7 @@ def _hotpot_teacher(tasks):
 
 def test_hindsight_answers_cut_at_the_evidence_and_answer_there_with_the_gold_span(tmp_path):
     from turnrl.envs.hotpotqa import hotpotqa_tasks
-    from turnrl.swirl.relabel import ground_answers
+    from turnrl.methods.swirl.relabel import ground_answers
 
     tasks = hotpotqa_tasks("dev")[:8]
     kw = {"tool_style": "swirl", "demos": "none", "limit": 8}
@@ -411,7 +411,7 @@ def test_hindsight_answers_cut_at_the_evidence_and_answer_there_with_the_gold_sp
 
 def test_the_gold_path_teacher_searches_the_question_then_the_missing_article_then_answers_gold(tmp_path):
     from turnrl.envs.hotpotqa import hotpotqa_tasks
-    from turnrl.swirl.gold import GoldPathAgent
+    from turnrl.methods.swirl.gold import GoldPathAgent
 
     runner, data = CliRunner(), str(tmp_path / "gold.parquet")
     r = runner.invoke(app, ["swirl", "generate", "--env", "turnrl/HotPotQA-v0", "--agent", "gold", "--tokenizer",

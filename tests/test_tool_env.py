@@ -9,8 +9,7 @@ import pytest
 from pydantic import BaseModel
 
 import turnrl
-from turnrl.envs import InvalidEnvKwargs, Task, ToolEnv
-from turnrl.envs import registry
+from turnrl.envs import InvalidEnvKwargs, Task, ToolEnv, registry
 from turnrl.envs.registry import _accepted_kwargs
 from turnrl.tools import tool
 from turnrl.tools.parsers import HermesParser, TagParser

@@ -3,17 +3,17 @@ import json
 import pytest
 import torch
 from pydantic import ValidationError
+from toy_envs import upper
 
 import turnrl
-from toy_envs import upper
 from turnrl.agents.base import SamplingParams
 from turnrl.agents.scripted import FixedAgent
 from turnrl.agents.tiny import tiny_model, tiny_tokenizer
 from turnrl.envs import Task, ToolEnv
-from turnrl.rl.batch import collate
-from turnrl.rl.forward import token_logprobs
-from turnrl.rl.rollout import Rollout
-from turnrl.rl.trainer import TrainConfig, Trainer, load_config
+from turnrl.rl.core.batch import collate
+from turnrl.rl.core.forward import token_logprobs
+from turnrl.rl.run.trainer import TrainConfig, Trainer, load_config
+from turnrl.rl.sources.rollout import Rollout
 from turnrl.verifiers.base import Verdict
 
 
@@ -29,7 +29,7 @@ def new_trainer(cfg):
     return Trainer(cfg, model=tiny_model(tok), tokenizer=tok)
 
 
-@pytest.mark.parametrize("algo", ["grpo", "dapo", "ppo", "vapo"])
+@pytest.mark.parametrize("algo", ["grpo", "dapo", "ppo", "vapo", "rloo", "reinforce++"])
 def test_each_algorithm_raises_the_success_rate(tmp_path, algo):
     extra = {"algorithm": {"value_warmup_steps": 3}} if algo == "vapo" else {}
     trainer = new_trainer(config(tmp_path, algo, **extra))
@@ -140,7 +140,7 @@ def test_ppo_with_a_separate_critic_model(tmp_path):
     assert sum(value_loss[-5:]) < sum(value_loss[:5])  # the critic fits the returns better than it did at first
     with pytest.raises(ValueError, match="must share the policy's tokenizer"):
         from turnrl.agents.tiny import tiny_model as tm
-        from turnrl.rl.critic import SeparateCritic
+        from turnrl.rl.core.critic import SeparateCritic
 
         SeparateCritic(tm(tiny_tokenizer("chatml", vocab_size=300)), vocab_size=600)
 
@@ -159,7 +159,7 @@ def test_vapo_value_pretraining_moves_only_the_critic(tmp_path):
 
 def test_critic_targets_with_lambda_one_are_returns_to_go():
     from turnrl.rl.algorithms import get_algorithm
-    from turnrl.rl.batch import Batch
+    from turnrl.rl.core.batch import Batch
 
     T = 5
     mask = torch.tensor([[0.0, 1, 1, 0, 1]])

@@ -6,8 +6,8 @@ import pytest
 
 from turnrl.verifiers.math import extract_boxed, gsm8k_reference, verify
 from turnrl.verifiers.math import verify as math_verify
-from turnrl.verifiers.qa import verify as qa_verify
 from turnrl.verifiers.pag import parse_verdict, revision_reward, verdict_reward
+from turnrl.verifiers.qa import verify as qa_verify
 
 
 @pytest.mark.parametrize(

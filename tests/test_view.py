@@ -13,10 +13,10 @@ import httpx
 import pytest
 
 import turnrl
+from turnrl.agents.base import SamplingParams
 from turnrl.agents.scripted import ScriptedAgent
 from turnrl.agents.tiny import tiny_tokenizer
-from turnrl.agents.base import SamplingParams
-from turnrl.rl.rollout import Rollout
+from turnrl.rl.sources.rollout import Rollout
 from turnrl.storage import read_jsonl, write_jsonl, write_parquet
 from turnrl.view import EpisodeIndex, ViewApp, ViewServer, discover
 

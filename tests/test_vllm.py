@@ -66,7 +66,7 @@ def test_load_weights_changes_outputs(agents):
 
 def _scored(model, prompt, completion, temperature):
     """The learner's log-probabilities of ``completion`` after ``prompt`` at ``temperature``."""
-    from turnrl.rl.forward import token_logprobs
+    from turnrl.rl.core.forward import token_logprobs
 
     ids = torch.tensor([prompt + completion])
     logp, _ = token_logprobs(model, ids, torch.ones_like(ids), temperature)
@@ -90,7 +90,7 @@ def test_sampled_logprobs_are_the_samplers_at_temperature_and_with_fire(agents):
 
 
 def test_score_is_the_models_and_follows_loaded_weights(agents):
-    from turnrl.rl.forward import sequence_logprobs
+    from turnrl.rl.core.forward import sequence_logprobs
 
     hf, engine = agents
     seqs = [p[:12] for p in prompts(hf.tokenizer)]

@@ -1,137 +1,38 @@
-"""The ``turnrl`` command: list, check and play environments; the quickstart demo."""
+"""The ``turnrl`` command: list, check and play environments, evaluate, collect datasets, train, serve, view; the
+quickstart demo. Each method's own subcommands (``turnrl swirl …``, ``turnrl pag …``) live in its folder and are
+mounted from :data:`turnrl.methods.COMMANDS`; the shared options and errors are in :mod:`turnrl.cli_shared`.
+
+Over 400 lines: one typer app whose commands are one function each (their option declarations are most of the
+lines); each command's work lives in the module it calls.
+"""
 
 from __future__ import annotations
 
-import functools
-import inspect
 import json
 import sys
 import time
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import Annotated, Any
 
 import typer
 import yaml
-from rich.console import Console
 from rich.table import Table
 
-from turnrl.envs.registry import (
-    EnvImportError,
-    InvalidEnvKwargs,
-    UnknownEnvironmentError,
-    entry_point_problems,
-    error_location,
-    import_env_module,
-    make,
-    registered,
-    resolve,
-    source_of,
+from turnrl.cli_shared import (
+    ImportOption,
+    KwOption,
+    _dataset_run,
+    _make,
+    add_import_option,
+    console,
+    fail,
+    parse_kwargs,
 )
+from turnrl.envs.registry import entry_point_problems, registered, source_of
 
 app = typer.Typer(help="turnrl: RL for multi-turn LLM agents.", no_args_is_help=True, add_completion=False)
 envs_app = typer.Typer(help="Environments: list and check them.", no_args_is_help=True)
 app.add_typer(envs_app, name="envs")
-swirl_app = typer.Typer(help="SWiRL's data (ALGORITHMS.md §1): generate multi-step tool-use trajectories, filter "
-                        "them, decompose them into steps.", no_args_is_help=True)
-app.add_typer(swirl_app, name="swirl")
-pag_app = typer.Typer(help="PAG's data (ALGORITHMS.md §7): rows for a verifier warm-up.", no_args_is_help=True)
-app.add_typer(pag_app, name="pag")
-console = Console()
-
-KwOption = Annotated[
-    list[str] | None,
-    typer.Option("--kw", "-k", help="Environment keyword argument KEY=VALUE (VALUE read as YAML); repeatable."),
-]
-
-
-def fail(message: str) -> NoReturn:
-    """Print ``error: MESSAGE`` on one line and exit with status 2 (bad input, nothing was run)."""
-    console.print("[red]error:[/red] ", end="")
-    console.print(" ".join(message.split()), soft_wrap=True, markup=False, highlight=False)
-    raise typer.Exit(2)
-
-
-def _import_modules(modules: list[str] | None) -> list[str] | None:
-    for name in modules or []:
-        try:
-            import_env_module(name, [Path.cwd()])
-        except EnvImportError as e:
-            fail(str(e))
-    return modules
-
-
-ImportOption = Annotated[
-    list[str] | None,
-    typer.Option("--import", metavar="MODULE", callback=_import_modules, is_eager=True,
-                 help="Import MODULE first (from sys.path or the current folder), e.g. one that registers "
-                      "environments; repeatable."),
-]
-
-
-def parse_kwargs(pairs: list[str] | None) -> dict[str, Any]:
-    """``["max_turns=3", "calculator=true"]`` → ``{"max_turns": 3, "calculator": True}``."""
-    out: dict[str, Any] = {}
-    for pair in pairs or []:
-        key, sep, value = pair.partition("=")
-        if not sep or not key.strip():
-            raise typer.BadParameter(f"expected KEY=VALUE, got {pair!r}")
-        out[key.strip()] = yaml.safe_load(value) if value.strip() else ""
-    return out
-
-
-def _make(env_id: str, kwargs: dict[str, Any], search: list[Path] | None = None) -> Any:
-    """The environment, or the one-line ``error:`` (exit 2) saying what to change."""
-    try:
-        resolve(env_id, search if search is not None else [Path.cwd()])
-        return make(env_id, **kwargs)
-    except (UnknownEnvironmentError, InvalidEnvKwargs, EnvImportError, FileNotFoundError, ValueError, TypeError) as e:
-        fail(str(e))
-    except Exception as e:  # noqa: BLE001 — the environment's own constructor failed: say where, in one line
-        fail(f"making {env_id} raised {type(e).__name__}: {e}{error_location(e)}")
-
-
-def _say(text: str) -> None:
-    console.print(text, soft_wrap=True, markup=False, highlight=False)
-
-
-def _check_out(out: str) -> None:
-    """A dataset path must name its format."""
-    if not out.endswith((".parquet", ".jsonl")):
-        fail(f"--out must end in .parquet or .jsonl, got {out!r}")
-
-
-def _dataset_run(env: str, env_kwargs: dict[str, Any], out: str, agent: str, batch_size: int,
-                 tokenizer: str | None, tasks: int, items: str) -> tuple[Any, Any, int]:
-    """What `turnrl rollout` and `turnrl swirl generate` check before sampling: the environment (made first, to fail
-    before a model loads), a warning when its ``items`` are held-out ones, the --out format, then the agent.
-    Returns ``(env, agent, how many of the first ``tasks`` tasks exist)``."""
-    from turnrl.agents import make_agent
-
-    probe = _make(env, env_kwargs)
-    split, held = getattr(probe, "split", None), getattr(probe, "held_out_split", None)
-    if split is not None and split == held:
-        _say(f"warning: these are {env}'s held-out ({split}) {items}; a policy trained on them is then evaluated on "
-             "what it trained on (pass --kw split=train)")
-    _check_out(out)
-    try:
-        if agent == "gold":
-            the_agent = _gold_agent(probe, split, held, tokenizer)
-        else:
-            the_agent = make_agent(agent, batch_size=batch_size, tokenizer=tokenizer)
-    except (ValueError, OSError, ImportError) as e:
-        fail(str(e))
-    return probe, the_agent, min(tasks, len(probe)) if hasattr(probe, "__len__") else tasks
-
-
-def _gold_agent(env: Any, split: Any, held: Any, tokenizer: str | None) -> Any:
-    """``--agent gold``: the teacher that writes each training question's gold search path (turnrl.swirl.gold)."""
-    from turnrl.agents.template_check import load_tokenizer
-    from turnrl.swirl.gold import GoldPathAgent
-
-    if split is not None and split == held:
-        raise ValueError(f"--agent gold reads the gold answers: it writes training data, and {split!r} is the "
-                         "held-out split (pass --kw split=… for a training split)")
-    return GoldPathAgent(load_tokenizer(tokenizer or "smollm2-135m-instruct"), getattr(env.unwrapped, "tasks", []))
 
 
 def _summary(env_id: str) -> str:
@@ -259,7 +160,7 @@ def eval_cmd(
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from turnrl.agents import SamplingParams, make_agent
-    from turnrl.rl.evaluate import evaluate, held_out_kwargs
+    from turnrl.rl.run.evaluate import evaluate, held_out_kwargs
 
     env_kwargs = parse_kwargs(kw)
     probe = _make(env, env_kwargs)  # fail fast, with the registry's message, before loading a model
@@ -320,7 +221,7 @@ def rollout(
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from turnrl.agents import SamplingParams
-    from turnrl.rl.collect import rollout_dataset
+    from turnrl.rl.sources.collect import rollout_dataset
 
     env_kwargs = parse_kwargs(kw)
     _, the_agent, n = _dataset_run(env, env_kwargs, out, agent, batch_size, tokenizer, tasks, "tasks")
@@ -377,12 +278,12 @@ def train(
     resume: Annotated[bool, typer.Option(help="continue from OUT_DIR/checkpoint.pt if it exists")] = True,
     imports: ImportOption = None,
 ) -> None:
-    """Train a policy with GRPO, DAPO, PPO or VAPO (algorithm.name: grpo, dapo, ppo, vapo), a self-verifying policy
-    on a *-PAG-v0 env (pag, pag-grpo), or offline from a
-    `turnrl rollout` dataset (data.path) with DQO, DPO, RFT or SFT (dqo, dpo, rft, sft), or step-wise from stored
-    SWiRL states (swirl; data.path from `turnrl swirl decompose`); metrics to OUT_DIR/metrics.jsonl and TensorBoard. env.id may be mymodule:myproject/Name-v0, with mymodule.py next to the config."""
-    from turnrl.rl.evaluate import run_eval_kwargs
-    from turnrl.rl.trainer import Trainer, load_config
+    """Train a policy with a registered algorithm (algorithm.name: {algorithms}; yours with --import MODULE): on-policy
+    from the environment, offline from a `turnrl rollout` dataset (data.path), or step-wise from stored states
+    (data.path); metrics to OUT_DIR/metrics.jsonl and TensorBoard. env.id may be mymodule:myproject/Name-v0, with
+    mymodule.py next to the config."""
+    from turnrl.rl.run.evaluate import run_eval_kwargs
+    from turnrl.rl.run.trainer import Trainer, load_config
 
     try:
         cfg = load_config(config, overrides)
@@ -397,8 +298,8 @@ def train(
                       "so the held-out success below is measured on training tasks; set env.eval_kwargs "
                       "(e.g. split: test) to tasks the policy does not train on", soft_wrap=True, markup=False,
                       highlight=False)
-    from turnrl.rl.algorithms.offline import OfflineDataError
     from turnrl.rl.placement.ray import RayPlacementError
+    from turnrl.rl.sources.replay import OfflineDataError
 
     try:
         trainer = Trainer(cfg)
@@ -441,7 +342,7 @@ def train(
 @app.command()
 def plot(run_dir: Annotated[str, typer.Argument(help="a training run folder (with metrics.jsonl)")]) -> None:
     """Draw a training run's learning curves to RUN_DIR/curves.png."""
-    from turnrl.rl.curves import plot_run
+    from turnrl.rl.run.curves import plot_run
 
     try:
         out = plot_run(run_dir)
@@ -493,202 +394,30 @@ from turnrl.agents.template_check import check_template_command  # noqa: E402
 app.command("check-template")(check_template_command)
 
 
-# ---- turnrl swirl: SWiRL's data pipeline ----
+def _name_algorithms() -> None:
+    """`turnrl train --help` lists the registered algorithms (names only: nothing is imported)."""
+    from turnrl.rl.algorithms import algorithm_names
 
-@swirl_app.command("generate")
-def swirl_generate(
-    env: Annotated[str, typer.Option("--env", help="e.g. turnrl/Arithmetic-v0 with --kw tool_style=swirl")],
-    agent: Annotated[str, typer.Option(help="smollm2-135m-instruct, hf:PATH, vllm:PATH, openai:URL#MODEL, tiny:chatml, run:OUT_DIR (a trained run), or gold (HotPotQA's annotated search path and answer, training splits only; --tokenizer the student's)")],
-    out: Annotated[str, typer.Option(help="the dataset (.parquet or .jsonl); an existing one is resumed")],
-    tasks: Annotated[int, typer.Option(min=1, help="questions 0..tasks-1 of the environment's split")] = 100,
-    samples: Annotated[int, typer.Option(min=1, help="trajectories per question (the paper: 5)")] = 5,
-    seed: int = 0,
-    temperature: Annotated[float, typer.Option(min=0.0)] = 1.0,
-    top_p: float = 1.0,
-    max_new_tokens: Annotated[int, typer.Option(min=1, help="per step")] = 128,
-    batch_size: Annotated[int, typer.Option(min=1, help="episodes generated together")] = 64,
-    max_context: int = 2048,
-    retries: Annotated[int, typer.Option(min=0, help="rounds that re-ask questions whose generation failed")] = 2,
-    tokenizer: Annotated[str | None, typer.Option(help="tokenizer path/name for openai: agents and --agent gold (default smollm2-135m-instruct)")] = None,
-    keep_demos: Annotated[bool, typer.Option("--keep-demos", help="keep the few-shot demonstrations in the stored "
-                                             "prompts (default: taken out, as the trained policy sees none)")] = False,
-    kw: KwOption = None,
-    imports: ImportOption = None,
-) -> None:
-    """K trajectories per question with live tools, as token-exact Trajectories with the gold answer and the
-    question in their metadata; resumable (questions already in --out are skipped); a question whose generation
-    keeps failing is skipped after --retries rounds and counted. The environment's few-shot demonstrations help the
-    generating model and are taken out of what is stored (--keep-demos keeps them)."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    from turnrl.swirl.generate import generate
-
-    env_kwargs = parse_kwargs(kw)
-    probe, the_agent, n = _dataset_run(env, env_kwargs, out, agent, batch_size, tokenizer, tasks, "questions")
-    if not getattr(probe.unwrapped, "stop", ()):
-        _say(f"note: {env} declares no stop strings, so a turn may hold several steps; SWiRL's format is "
-             "--kw tool_style=swirl")
-    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=console, transient=True) as progress:
-        bar = progress.add_task(env, total=n * samples)
-        try:
-            g = generate(the_agent, agent, env, env_kwargs, out=out, tasks=tasks, samples=samples,
-                         temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens, seed=seed,
-                         retries=retries, batch_episodes=batch_size, max_context=max_context,
-                         keep_demos=keep_demos, on_episode=lambda _: progress.advance(bar))
-        except ValueError as e:
-            fail(str(e))
-    _say(f"{int(g['episodes'])} trajectories of {int(g['tasks'])} questions in {g['out']} by {agent}: success rate "
-         f"{g['success_rate']:.3f}, tool-call rate {g['tool_call_rate']:.3f}, {g['steps_per_trajectory']:.2f} steps per "
-         f"trajectory, {int(g['errors'])} errors; {int(g['skipped_questions'])} questions skipped after {retries} "
-         f"retries ({int(g['retried_questions'])} retried); {g['wall_seconds']:.1f} s")
+    train.__doc__ = (train.__doc__ or "").replace("{algorithms}", ", ".join(algorithm_names()))
 
 
-@swirl_app.command("filter")
-def swirl_filter(
-    data: Annotated[str, typer.Argument(help="trajectories from `turnrl swirl generate`")],
-    out: Annotated[str, typer.Option(help="where the kept trajectories go (.parquet or .jsonl)")],
-    mode: Annotated[str, typer.Option(help="none, process, outcome or both (process ∧ outcome)")] = "process",
-    judge: Annotated[str, typer.Option(help="the process judge: rule, or an agent (openai:URL#MODEL, hf:PATH, …)")] = "rule",
-) -> None:
-    """Keep the trajectories that pass the filter (process: every step GOOD; outcome: the answer is correct); print
-    how many each criterion kept. Exit 2 when nothing is kept."""
-    from turnrl.storage import load, save
-    from turnrl.swirl.filters import MODES, EmptyFilterError, filter_trajectories, report_table
+def _mount_methods() -> None:
+    """Each method's subcommands (``turnrl.methods.COMMANDS``), then ``--import`` on every command."""
+    import importlib
 
-    if mode not in MODES:
-        fail(f"--mode must be one of {', '.join(MODES)}, got {mode!r}")
-    _check_out(out)
-    try:
-        trajs = load(data)
-    except (OSError, ValueError) as e:
-        fail(f"cannot read {data}: {e}")
-    try:
-        from turnrl.swirl.judges import make_step_judge
+    from turnrl.methods import COMMANDS
 
-        step_judge = make_step_judge(judge) if mode in ("process", "both") else None
-        kept, report = filter_trajectories(trajs, mode, step_judge)  # type: ignore[arg-type]
-    except EmptyFilterError as e:
-        _say(report_table(e.report))
-        fail(str(e))
-    except (ValueError, OSError, ImportError) as e:
-        fail(str(e))
-    save(kept, out)
-    _say(report_table(report))
-    _say(f"kept {len(kept)} of {len(trajs)} trajectories ({report['kept_steps']} steps) in {out}")
+    apps = [app, envs_app]
+    for name, entry in COMMANDS.items():
+        module, _, attr = entry.partition(":")
+        sub = getattr(importlib.import_module(module), attr)
+        app.add_typer(sub, name=name)
+        apps.append(sub)
+    add_import_option(*apps)
 
 
-DataTokenizerOption = Annotated[str, typer.Option(
-    "--tokenizer", help="the tokenizer of the model that wrote the data: a model name or path, hf:PATH, tiny:TEMPLATE")]
-
-
-@swirl_app.command("relabel")
-def swirl_relabel(
-    data: Annotated[str, typer.Argument(help="trajectories from `turnrl swirl generate` (training questions only)")],
-    out: Annotated[str, typer.Option(help="where every trajectory goes, the relabelled ones changed")],
-    tokenizer: DataTokenizerOption,
-    max_answer_words: Annotated[int, typer.Option(help="the rule judge's longest GOOD answer")] = 8,
-) -> None:
-    """Hindsight answers (ours): where a trajectory's own tool results hold the gold answer, cut it at the earliest
-    such step and answer there with the gold answer (a GOOD step for the rule judge); then filter and decompose as
-    usual. Uses the gold answer, like the outcome filter."""
-    from turnrl.agents.template_check import load_tokenizer
-    from turnrl.storage import load, save
-    from turnrl.swirl.judges import RuleStepJudge
-    from turnrl.swirl.relabel import ground_answers
-
-    _check_out(out)
-    try:
-        trajs, report = ground_answers(load(data), load_tokenizer(tokenizer), RuleStepJudge(max_answer_words))
-    except (OSError, ValueError) as e:
-        fail(str(e))
-    save(trajs, out)
-    r = report
-    _say(f"relabelled {r['relabelled']} of {r['trajectories']} trajectories in {out} ({r['steps_dropped']} later steps "
-         f"dropped); left as they were: {r['already_correct']} already correct, {r['not_grounded']} whose results hold "
-         f"no gold answer, {r['no_gold']} without a gold label or tokens")
-
-
-@swirl_app.command("decompose")
-def swirl_decompose(
-    data: Annotated[str, typer.Argument(help="(filtered) trajectories")],
-    out: Annotated[str, typer.Option(help="where the step rows go (.parquet or .jsonl)")],
-) -> None:
-    """One row per step: the state (the token prefix, exactly as the model saw it) and the step's tokens, the only
-    ones trained on; the input of `turnrl train` with algorithm.name swirl or sft."""
-    from turnrl.storage import load, save
-    from turnrl.swirl.steps import decompose_all
-
-    _check_out(out)
-    try:
-        trajs = load(data)
-        rows = decompose_all(trajs)
-    except (OSError, ValueError) as e:
-        fail(str(e))
-    if not rows:
-        fail(f"{data} holds no steps to decompose")
-    save(rows, out)
-    per = [t.num_turns for t in trajs]
-    _say(f"{len(rows)} step rows from {len(trajs)} trajectories in {out}: {len(rows) / max(len(trajs), 1):.2f} steps "
-         f"per trajectory (min {min(per)}, max {max(per)})")
-
-
-@pag_app.command("rows")
-def pag_rows_command(
-    data: Annotated[str, typer.Argument(help="PAG episodes (turnrl rollout on a *-PAG-v0 env)")],
-    out: Annotated[str, typer.Option(help="where the rows go (.parquet or .jsonl)")],
-    tokenizer: DataTokenizerOption,
-    balance: Annotated[str, typer.Option(help="down: keep as many majority-verdict rows as the minority has; up: "
-                                         "repeat the minority's rows; none")] = "down",
-    revisions: Annotated[bool, typer.Option(help="also the revisions that turned a wrong answer right")] = False,
-    sibling_revisions: Annotated[bool, typer.Option(help="also, for each wrong first answer, a revision that is a "
-                                                    "right answer to the same question from another episode")] = False,
-    rationales: Annotated[bool, typer.Option(help="each verdict re-solves first: the shortest right answer to the "
-                                             "same question from another episode, then the verdict")] = False,
-) -> None:
-    """Rows for a verifier warm-up (ours): each episode's verify state with the TRUE verdict of its first answer as
-    the action (relabelled from the environment's grade); train them with algorithm.name sft, then pag with
-    init_from that run."""
-    from turnrl.agents.template_check import load_tokenizer
-    from turnrl.rl.pag_rows import pag_rows
-    from turnrl.storage import load, save
-
-    _check_out(out)
-    try:
-        rows, report = pag_rows(load(data), load_tokenizer(tokenizer), balance=balance, revisions=revisions,
-                               sibling_revisions=sibling_revisions, rationales=rationales)
-    except (OSError, ValueError) as e:
-        fail(str(e))
-    save(rows, out)
-    r = report
-    _say(f"{int(r['rows'])} rows in {out} from {int(r['episodes'])} episodes: {int(r['verdict_rows'])} verify turns "
-         f"(true verdict correct {int(r['truth_correct'])}, wrong {int(r['truth_wrong'])}; the sampled verdict agreed "
-         f"with the truth in {r['sampled_verdict_agreed']:.0%} and was unparseable in "
-         f"{r['sampled_verdict_unparseable']:.0%}), {int(r.get('dropped_rows', 0))} left out and "
-         f"{int(r.get('repeated_rows', 0))} repeated to balance, "
-         f"{int(r.get('revision_rows', 0))} revisions, {int(r.get('sibling_revision_rows', 0))} sibling revisions"
-         + (f"; {int(r['no_rationale'])} verify turns without a right answer to re-solve with" if rationales else ""))
-
-
-def _with_import_option(fn: Any) -> Any:
-    """``fn`` with the ``--import`` option appended, for commands defined without it (e.g. in other modules)."""
-    signature = inspect.signature(fn, eval_str=True)
-    if any(p.annotation is ImportOption for p in signature.parameters.values()):
-        return fn
-
-    @functools.wraps(fn)
-    def command(*args: Any, imports: list[str] | None = None, **kwargs: Any) -> Any:
-        return fn(*args, **kwargs)  # the modules were imported by the option's callback
-
-    extra = inspect.Parameter("imports", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=ImportOption)
-    command.__signature__ = signature.replace(parameters=[*signature.parameters.values(), extra])
-    command.__annotations__ = {p.name: p.annotation for p in command.__signature__.parameters.values()}
-    return command
-
-
-for _info in (app.registered_commands + envs_app.registered_commands + swirl_app.registered_commands
-              + pag_app.registered_commands):  # --import
-    _info.callback = _with_import_option(_info.callback)
+_name_algorithms()
+_mount_methods()
 
 
 def main() -> None:

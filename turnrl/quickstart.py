@@ -94,8 +94,8 @@ def run(console: Console, model: str | None = QUICKSTART["model"], steps: int = 
 
 def train_demo(console: Console, model: str, steps: int, eval_tasks: int, out_dir: str) -> None:
     """A short GRPO run of :data:`QUICKSTART`; prints held-out success before and after and sample answers."""
-    from turnrl.rl.curves import plot_run
-    from turnrl.rl.trainer import Trainer, TrainConfig
+    from turnrl.rl.run.curves import plot_run
+    from turnrl.rl.run.trainer import TrainConfig, Trainer
 
     cfg = TrainConfig.model_validate({**QUICKSTART, "model": model, "steps": steps, "eval_tasks": eval_tasks,
                                       "out_dir": out_dir})

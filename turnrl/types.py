@@ -197,3 +197,41 @@ class Trajectory(BaseModel):
                 continue
             out[turn.token_span[1] - 1] += turn.reward
         return out
+
+
+class SamplingParams(BaseModel):
+    """How to sample.
+
+    Attributes:
+        temperature: 0 for greedy decoding.
+        top_p: nucleus sampling mass (1.0 = off).
+        top_k: keep the k most likely tokens (0 = off).
+        max_new_tokens: the most tokens to generate per completion.
+        stop: strings that end a completion (the completion keeps the stop string; tokens are never cut).
+        seed: makes sampling reproducible (per call); None draws fresh randomness.
+        n: completions per prompt; results are grouped by prompt (``[p0s0, p0s1, …, p1s0, …]``).
+        fire_temperature: FIRE sampling (ALGORITHMS.md §8): the first token at this (high) temperature, the rest at
+            ``temperature``. None = off.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    temperature: float = Field(1.0, ge=0.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    top_k: int = Field(0, ge=0)
+    max_new_tokens: int = Field(256, ge=1)
+    stop: tuple[str, ...] = ()
+    seed: int | None = None
+    n: int = Field(1, ge=1)
+    fire_temperature: float | None = Field(None, gt=0.0)
+
+    @model_validator(mode="after")
+    def _check(self) -> SamplingParams:
+        if any(not s for s in self.stop):
+            raise ValueError("stop strings must be non-empty")
+        return self
+
+    @property
+    def greedy(self) -> bool:
+        """Whether decoding is greedy (temperature 0, no FIRE)."""
+        return self.temperature == 0.0 and self.fire_temperature is None

@@ -53,7 +53,7 @@ def stats(model: torch.nn.Module) -> list[list[float]]:
 
 def run(case: str, out_dir: str) -> dict:
     """Train one case; return its metrics history (without timings) and the final parameters' digest."""
-    from turnrl.rl.trainer import Trainer, TrainConfig
+    from turnrl.rl.run.trainer import TrainConfig, Trainer
 
     tok = tiny_tokenizer("chatml")
     trainer = Trainer(TrainConfig.model_validate(config(case, out_dir)), model=tiny_model(tok), tokenizer=tok)

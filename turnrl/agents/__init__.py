@@ -82,7 +82,7 @@ def _run_agent(folder: str, batch_size: int) -> Any:
     if not name:
         raise ValueError(f"run:{folder}: its config.yaml names no model")
     agent = make_agent(str(name), batch_size=batch_size)
-    from turnrl.rl.trainer import load_policy  # the checkpoint format belongs to the trainer
+    from turnrl.checkpoint import load_policy
 
     load_policy(agent.model, folder)
     return agent

@@ -9,6 +9,9 @@ returns parsed ``tool_calls`` (Hermes ``<tool_call>`` blocks). Anything else —
 ``response_format`` other than text, forced tool choice, ``echo``, unknown parameters — is refused with a 400 in
 OpenAI's error shape that names the parameter. One generation runs at a time; a stream is sent once its generation
 has finished (the chunks then carry one token each).
+
+Over 400 lines: one class per API surface is the unit here — the request checks, both endpoints and their streaming
+share the server's lock and agent, and splitting them would scatter OpenAI's contract over several files.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ thinking blocks) through a tokenizer's chat template and reports, one :class:`Ch
 * ``thinking``: whether earlier turns' ``<think>`` blocks are stripped;
 * ``end of turn``: how the generated end-of-sequence token meets the template's closing text.
 
-turnrl's rollout only appends tokens (:mod:`turnrl.rl.tokens`), so what it trains on is what the model saw; a
+turnrl's rollout only appends tokens (:mod:`turnrl.tokens`), so what it trains on is what the model saw; a
 template that is not append-only only means a fresh re-render (a chat server at inference) differs from it.
 A check *fails* only where the rollout cannot run at all (no template, roles the rollout needs raise, turn
 boundaries lost); :attr:`TemplateReport.ok` is then False and the command exits 1.
@@ -113,7 +113,7 @@ def check_template(tok: Any, model: str = "") -> TemplateReport:
     roles = _check_roles(tok, add)
     if not roles.get("user") or not roles.get("assistant"):
         return report
-    from turnrl.rl.tokens import ChatRenderer  # what the rollout uses: the checks must exercise the same code
+    from turnrl.tokens import ChatRenderer  # what the rollout uses: the checks must exercise the same code
     from turnrl.types import Message
 
     renderer = ChatRenderer(tok)

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from turnrl.envs.spaces import MessagesSpace, TextSpace
 from turnrl.tools.base import Tool
-from turnrl.types import Message
+from turnrl.types import Message, Trajectory
 
 Obs = tuple[Message, ...]
 StepResult = tuple[Obs, float, bool, bool, dict[str, Any]]
@@ -137,6 +137,12 @@ class TextEnv(gym.Env[Obs, str]):
 
     async def _astep(self, action: str) -> StepResult:
         return await asyncio.to_thread(self._step, action)
+
+    def summarize_episodes(self, trajectories: Sequence[Trajectory]) -> dict[str, float]:
+        """Figures of this environment's own making over finished episodes (training steps and ``turnrl eval``
+        report them beside the generic ones); none by default. Example: the self-verification environments report
+        Acc@turn1, Acc@final and the verifier's accuracy."""
+        return {}
 
     def oracle_action(self) -> str | None:
         """An action that solves the current state, when the environment knows one (tests, demos); else None."""

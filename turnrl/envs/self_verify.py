@@ -16,13 +16,13 @@ with one reward per turn, each meant for the last token of its turn:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 from turnrl.envs.core import Obs, StepResult, TextEnv
+from turnrl.types import Message, Trajectory
 from turnrl.verifiers.base import Verdict
 from turnrl.verifiers.pag import VERDICT_CORRECT, VERDICT_WRONG, parse_verdict, revision_reward, verdict_reward
-from turnrl.types import Message
 
 VERIFY_PROMPT = (
     "Check the solution step by step. If you find a mistake, state the wrong step, explain why, and end with "
@@ -58,6 +58,13 @@ class SelfVerify(TextEnv):
     """
 
     evaluation_options: dict[str, Any] = {"mode": "eval"}  # noqa: RUF012 — read-only
+
+    def summarize_episodes(self, trajectories: Sequence[Trajectory]) -> dict[str, float]:
+        """PAG's figures (:func:`turnrl.methods.pag.metrics.pag_summary`): Acc@turn1, Acc@final, verifier accuracy
+        (also on right and on wrong first answers, and balanced), verdict shares, revisions."""
+        from turnrl.methods.pag.metrics import pag_episode, pag_summary  # only types: environments stay apart from rl/
+
+        return pag_summary(pag_episode(t) for t in trajectories)
 
     def __init__(
         self,

@@ -1,0 +1,14 @@
+"""The training machinery, in rooms that never name a method (docs/ARCHITECTURE.md draws them):
+
+* :mod:`turnrl.rl.core` — the learner core (policy, critic, reference, optimizer), batches and forward passes;
+* :mod:`turnrl.rl.formulas` — the shared pure tensor functions (advantages, losses, reward shaping);
+* :mod:`turnrl.rl.algorithms` — the algorithm interface, its registry and the general estimators (GRPO, DAPO, PPO,
+  VAPO, RLOO, REINFORCE++);
+* :mod:`turnrl.rl.sources` — where a step's episodes come from: the token-exact rollout, the one function that plays
+  jobs, the on-policy and replay sources, dataset collection;
+* :mod:`turnrl.rl.placement` — where the pieces run (this process, Ray workers, DeepSpeed ranks);
+* :mod:`turnrl.rl.run` — a run: config, trainer, driver, evaluation, monitors, tracking.
+
+Methods with their own algorithms, sources, hooks, metrics and tools (PAG, SWiRL, DQO, the offline baselines) live
+in :mod:`turnrl.methods` and plug in through the registry and the interface of :mod:`turnrl.rl.algorithms.base`.
+"""

@@ -1,6 +1,8 @@
 """The test harness that ``turnrl.verifiers.code.run_tests`` runs as ``main.py`` inside the sandbox.
 
 turnrl never imports this module: its *source* is the program the sandbox runs (standard library only, Python ≥ 3.8).
+Over 400 lines: the sandbox runs one self-contained file — the harness cannot import helpers of its own, and every
+defence below must be in it before any untrusted code runs.
 The threat model and every defence are in ``docs/REWARD_HACKING.md``. In short:
 
 * **Input.** stdin holds a line with the run's secret token, then a JSON job: ``solution``, ``tests`` (a list of

@@ -90,7 +90,7 @@ class Judge:
     def __init__(self, agent: Any, *, template: str | None = None, labels: Sequence[str] | None = None,
                  params: Any = None, system_prompt: str | None = None) -> None:
         if params is None:
-            from turnrl.agents.base import SamplingParams  # lazy: verifiers don't need agents at import
+            from turnrl.types import SamplingParams
 
             params = SamplingParams(temperature=0.0, max_new_tokens=256)
         self.agent, self.params, self.system_prompt = agent, params, system_prompt

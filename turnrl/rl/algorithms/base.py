@@ -1,9 +1,9 @@
 """What an algorithm is: a config (its options and the defaults it implies), advantages and a loss.
 
 The learner core calls only this interface; placements never branch on an algorithm's name. Every formula lives in
-:mod:`turnrl.rl.advantages`, :mod:`turnrl.rl.losses` and :mod:`turnrl.rl.rewards`; algorithm modules compose them.
+:mod:`turnrl.rl.formulas.advantages`, :mod:`turnrl.rl.formulas.losses` and :mod:`turnrl.rl.formulas.rewards`; algorithm modules compose them.
 
-Call order, per training step (see :class:`turnrl.rl.learner.Learner`):
+Call order, per training step (see :class:`turnrl.rl.core.learner.Learner`):
 
 1. ``keep(trajectories)`` — which episodes an on-policy source keeps (DAPO's dynamic sampling drops groups with
    no reward variance);
@@ -17,16 +17,22 @@ Call order, per training step (see :class:`turnrl.rl.learner.Learner`):
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
-from typing import ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
-from turnrl.rl.batch import Batch
-from turnrl.rl.losses import AggMode, agg_count, aggregate, clipped_surrogate, masked_nll
+from turnrl.rl.core.batch import Batch
+from turnrl.rl.formulas.advantages import zero_variance_groups
+from turnrl.rl.formulas.losses import AggMode, agg_count, aggregate, clipped_surrogate, masked_nll
 from turnrl.types import Trajectory
+
+if TYPE_CHECKING:
+    from turnrl.rl.run.config import TrainConfig
+    from turnrl.rl.sources.rollout import Rewrite
 
 
 class AlgorithmConfig(BaseModel):
@@ -77,26 +83,70 @@ class Forward:
     values: torch.Tensor | None = None
 
 
+@dataclass(frozen=True)
+class CriticSpec:
+    """The critic an algorithm needs, built by the run (:mod:`turnrl.rl.core.models`), never by the learner.
+
+    Attributes:
+        model: None for a value head on the policy's own features; else an agent spec of a separate critic
+            transformer sharing the policy's tokenizer (e.g. a smaller model).
+        lr: the critic's learning rate (None: 2 × ``optim.lr``).
+    """
+
+    model: str | None = None
+    lr: float | None = None
+
+
 class Algorithm:
-    """An objective: its options (``Config``), advantages and loss. Subclasses register with
-    :func:`turnrl.rl.algorithms.register_algorithm`."""
+    """An objective: its options (``Config``), the experience source and models it needs, rollout hooks, advantages
+    and a loss. The learner, driver, sources and CLI use only this interface (docs/ARCHITECTURE.md).
+
+    A subclass must set ``name`` and ``Config`` (an :class:`AlgorithmConfig` whose ``name`` field defaults to the
+    algorithm's name) and implement :meth:`advantages`, :meth:`counts` and :meth:`loss`; everything else has a
+    default. Register it with :func:`turnrl.rl.algorithms.register_algorithm` (or the ``turnrl.algorithms`` entry
+    point group) and train it with ``turnrl train --import MODULE``.
+    """
 
     name: ClassVar[str]
     Config: ClassVar[type[AlgorithmConfig]]
-    uses_critic: ClassVar[bool] = False
-    #: Where a training step's episodes come from: ``on-policy`` (fresh rollouts of the env's tasks), ``offline``
-    #: (stored Trajectories, ``data:``) or ``states`` (fresh samples from stored states, ``data:``; SWiRL).
-    experience: ClassVar[str] = "on-policy"
+    #: Where a training step's episodes come from: ``"module:Class"`` of a
+    #: :class:`~turnrl.rl.sources.base.ExperienceSource` (default: fresh on-policy rollouts of the env's tasks).
+    source: ClassVar[str] = "turnrl.rl.sources.onpolicy:OnPolicySource"
+    #: The methods a subclass must implement (checked when it is registered).
+    required: ClassVar[tuple[str, ...]] = ("advantages", "counts", "loss")
 
     def __init__(self, config: AlgorithmConfig) -> None:
         if not isinstance(config, self.Config):
             raise TypeError(f"{type(self).__name__} needs a {self.Config.__name__}, got {type(config).__name__}")
         self.cfg = config
 
+    # ---- what a run needs (asked before anything is built) ----
+
+    @classmethod
+    def source_class(cls) -> type:
+        """The experience source class named by :attr:`source`."""
+        module, _, attr = cls.source.partition(":")
+        return getattr(importlib.import_module(module), attr)
+
+    @classmethod
+    def check_config(cls, cfg: TrainConfig) -> None:
+        """Raise ValueError if the run's settings cannot work with this algorithm (called while the run config
+        validates). Default: the experience source's checks; subclasses add their own and call ``super()``."""
+        cls.source_class().check_config(cfg)
+
     @property
     def needs_reference(self) -> bool:
-        """Whether the learner must keep a frozen reference model."""
-        return getattr(self.cfg, "kl_coef", 0.0) > 0
+        """Whether the learner must keep a frozen reference model (default: a KL coefficient above 0)."""
+        return False
+
+    def critic(self) -> CriticSpec | None:
+        """The critic this algorithm trains beside the policy, or None (no values)."""
+        return None
+
+    @property
+    def uses_critic(self) -> bool:
+        """Whether the learner computes values (:meth:`critic` is not None)."""
+        return self.critic() is not None
 
     @property
     def uses_behaviour_logprobs(self) -> bool:
@@ -104,9 +154,16 @@ class Algorithm:
         be taken at the temperature the learner scores at."""
         return False
 
+    @property
+    def critic_only_steps(self) -> int:
+        """Training steps at the start that train only the critic (VAPO's value pretraining); 0 by default."""
+        return 0
+
     def trains_policy(self, step: int) -> bool:
-        """Whether the policy is updated at training step ``step`` (0-based); VAPO trains only its critic first."""
-        return True
+        """Whether the policy is updated at training step ``step`` (0-based)."""
+        return step >= self.critic_only_steps
+
+    # ---- hooks of the on-policy source ----
 
     def keep(self, trajectories: Sequence[Trajectory], max_new_tokens: int) -> list[bool]:
         """Which freshly sampled episodes an on-policy source keeps (all, unless the algorithm filters)."""
@@ -117,9 +174,29 @@ class Algorithm:
         """How many generation rounds an on-policy source may run per step to fill the batch."""
         return 1
 
+    def rollout_hook(self, agent: Any, temperature: float, seed: int) -> Rewrite | None:
+        """A rollout hook that may replace sampled turns (:data:`turnrl.rl.sources.rollout.Rewrite`), built for one
+        generation batch of training rollouts (never for evaluation), or None."""
+        return None
+
+    # ---- the learner's calls ----
+
+    def batch_metrics(self, batch: Batch) -> dict[str, float]:
+        """Figures of a prepared batch to report with the step (default: none)."""
+        return {}
+
     def advantages(self, batch: Batch, max_new_tokens: int, values: torch.Tensor | None = None,
-                   bootstrap: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """``(adv (B, T), returns (B, T) or None)`` over the whole batch."""
+                   bootstrap: torch.Tensor | None = None, ref_logp: torch.Tensor | None = None
+                   ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """``(adv (B, T), returns (B, T) or None)`` over the whole batch.
+
+        Args:
+            batch: the step's whole batch (before any split into micro-batches or ranks).
+            max_new_tokens: the per-turn generation limit (overlong shaping).
+            values: ``(B, T)`` the critic's values, for algorithms with a :meth:`critic`.
+            bootstrap: ``(B,)`` the critic's value after the last token of a truncated episode, 0 if terminated.
+            ref_logp: ``(B, T)`` the reference's log-probabilities, where :attr:`needs_reference`.
+        """
         raise NotImplementedError
 
     def counts(self, batch: Batch) -> dict[str, torch.Tensor]:
@@ -137,6 +214,15 @@ class PolicyGradient(Algorithm):
     §3, §4). Subclasses supply the advantages."""
 
     cfg: PolicyGradientConfig
+
+    @property
+    def needs_reference(self) -> bool:
+        """A frozen reference for the k3 KL when ``kl_coef`` > 0."""
+        return self.cfg.kl_coef > 0
+
+    def batch_metrics(self, batch: Batch) -> dict[str, float]:
+        """``zero_variance_groups``: the share of sampled episodes whose group's rewards are all equal (no signal)."""
+        return {"zero_variance_groups": float(zero_variance_groups(batch.scores, batch.group_ids).float().mean())}
 
     def counts(self, batch: Batch) -> dict[str, torch.Tensor]:
         """``policy``: the normalizer of the surrogate, KL and value terms; ``nll``: of the NLL on correct rows."""

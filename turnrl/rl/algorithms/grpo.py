@@ -15,11 +15,11 @@ from typing import Literal
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
-from turnrl.rl.advantages import group_normalize
 from turnrl.rl.algorithms.base import PolicyGradient, PolicyGradientConfig
-from turnrl.rl.batch import Batch, collate
-from turnrl.rl.losses import AggMode
-from turnrl.rl.rewards import overlong_penalty
+from turnrl.rl.core.batch import Batch, collate
+from turnrl.rl.formulas.advantages import group_normalize, zero_variance_groups
+from turnrl.rl.formulas.losses import AggMode
+from turnrl.rl.formulas.rewards import overlong_penalty
 from turnrl.types import Trajectory
 
 
@@ -60,15 +60,6 @@ def sequence_rewards(batch: Batch, overlong: OverlongConfig | None, max_new_toke
     return scores
 
 
-def zero_variance_groups(scores: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor:
-    """``(B,)`` bool: the sequence's group has identical scores (no learning signal; DAPO drops these)."""
-    out = torch.zeros_like(scores, dtype=torch.bool)
-    for g in group_ids.unique():
-        sel = group_ids == g
-        out[sel] = bool((scores[sel] == scores[sel][0]).all())
-    return out
-
-
 class GRPO(PolicyGradient):
     """Group Relative Policy Optimization (see the module docstring)."""
 
@@ -90,7 +81,8 @@ class GRPO(PolicyGradient):
         return [not z for z in zero.tolist()]
 
     def advantages(self, batch: Batch, max_new_tokens: int, values: torch.Tensor | None = None,
-                   bootstrap: torch.Tensor | None = None) -> tuple[torch.Tensor, None]:
+                   bootstrap: torch.Tensor | None = None, ref_logp: torch.Tensor | None = None
+                   ) -> tuple[torch.Tensor, None]:
         """Each sequence's group-normalized reward on its generated tokens ``(B, T)``."""
         scores = sequence_rewards(batch, self.cfg.overlong, max_new_tokens)
         return group_normalize(scores, batch.group_ids)[:, None] * batch.loss_mask, None

@@ -10,15 +10,18 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import torch
 from pydantic import Field
 
-from turnrl.rl.advantages import length_adaptive_lambda, masked_gae, masked_whiten
-from turnrl.rl.algorithms.base import Experience, Forward, PolicyGradient, PolicyGradientConfig
-from turnrl.rl.batch import Batch
-from turnrl.rl.losses import AggMode, clipped_value_loss
+from turnrl.rl.algorithms.base import CriticSpec, Experience, Forward, PolicyGradient, PolicyGradientConfig
+from turnrl.rl.core.batch import Batch
+from turnrl.rl.formulas.advantages import length_adaptive_lambda, masked_gae, masked_whiten
+from turnrl.rl.formulas.losses import AggMode, clipped_value_loss
+
+if TYPE_CHECKING:
+    from turnrl.rl.run.config import TrainConfig
 
 
 class PPOConfig(PolicyGradientConfig):
@@ -56,12 +59,26 @@ class PPO(PolicyGradient):
 
     name = "ppo"
     Config = PPOConfig
-    uses_critic = True
     cfg: PPOConfig
 
-    def trains_policy(self, step: int) -> bool:
-        """False during value pretraining (the first ``value_warmup_steps`` steps)."""
-        return step >= self.cfg.value_warmup_steps
+    @classmethod
+    def check_config(cls, cfg: TrainConfig) -> None:
+        """Value pretraining needs the torch learner: DeepSpeed's optimizer steps the policy too (with zero
+        gradients its Adam moments and step count move)."""
+        super().check_config(cfg)
+        if cfg.learner.backend == "deepspeed" and cfg.algorithm.value_warmup_steps > 0:  # type: ignore[attr-defined]
+            raise ValueError("value pretraining (algorithm.value_warmup_steps > 0) needs learner.backend=torch: "
+                             "DeepSpeed's optimizer steps the policy too (with zero gradients, its Adam moments and "
+                             "step count move); set algorithm.value_warmup_steps=0 or use the torch learner")
+
+    def critic(self) -> CriticSpec:
+        """A value head on the policy, or the separate ``critic_model``, at ``critic_lr``."""
+        return CriticSpec(self.cfg.critic_model, self.cfg.critic_lr)
+
+    @property
+    def critic_only_steps(self) -> int:
+        """VAPO's value pretraining: the first ``value_warmup_steps`` steps train only the critic."""
+        return self.cfg.value_warmup_steps
 
     def actor_lambda(self, batch: Batch) -> float | torch.Tensor:
         """λ_actor: the configured value (PPO) or VAPO's length-adaptive λ per sequence (§3)."""
@@ -71,7 +88,8 @@ class PPO(PolicyGradient):
         return lam
 
     def advantages(self, batch: Batch, max_new_tokens: int, values: torch.Tensor | None = None,
-                   bootstrap: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                   bootstrap: torch.Tensor | None = None, ref_logp: torch.Tensor | None = None
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
         """Actor advantages (GAE with λ_actor, optionally whitened) and critic targets (GAE with λ_critic).
 
         Decoupled GAE (VC-PPO/VAPO): the two λ differ; with λ_critic = 1 and γ = 1 the target is the return to go.

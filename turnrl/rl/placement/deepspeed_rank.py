@@ -29,15 +29,15 @@ import datetime
 import os
 import shutil
 import socket
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from turnrl.rl.algorithms import Experience, get_algorithm
-from turnrl.rl.config import TrainConfig
-from turnrl.rl.learner import Learner, _trainable
+from turnrl.rl.core.learner import Learner, _trainable
+from turnrl.rl.placement.parameters import full_parameters
+from turnrl.rl.run.config import TrainConfig
 from turnrl.types import Trajectory
 
 
@@ -59,52 +59,6 @@ def shard_rows(groups: list[int], world: int) -> list[list[int]]:
         cuts.append(last)
     cuts.append(n)
     return [list(range(cuts[r], cuts[r + 1])) for r in range(world)]
-
-
-def _distinct_parameters(model: torch.nn.Module) -> list[tuple[list[str], torch.nn.Parameter]]:
-    """Each distinct parameter of ``model`` with all its ``state_dict`` names (tied weights share one entry), in
-    ``state_dict`` order."""
-    named = dict(model.named_parameters(remove_duplicate=False))
-    names_of: dict[int, list[str]] = {}
-    order: list[torch.nn.Parameter] = []
-    for k in model.state_dict().keys():
-        if k in named:
-            p = named[k]
-            if id(p) not in names_of:
-                names_of[id(p)] = []
-                order.append(p)
-            names_of[id(p)].append(k)
-    return [(names_of[id(p)], p) for p in order]
-
-
-def full_parameters(model: torch.nn.Module, zero3: bool, bucket_mb: float
-                    ) -> Iterator[tuple[list[str], torch.Tensor]]:
-    """``(names, full tensor)`` for each distinct parameter of ``model`` in ``state_dict`` order (tied names
-    together), on every rank. Under ZeRO-3 the partitions are gathered in buckets of about ``bucket_mb``: every rank
-    must iterate to the end, in lockstep (each bucket is a collective). A yielded tensor is valid only until the next
-    one is requested."""
-    entries = _distinct_parameters(model)
-    if not zero3:
-        for names, p in entries:
-            yield names, p.detach()
-        return
-    import deepspeed
-
-    limit, bucket, size = bucket_mb * 2**20, [], 0
-    for i, (names, p) in enumerate(entries):
-        bucket.append((names, p))
-        size += getattr(p, "ds_numel", p.numel()) * p.element_size()
-        if size >= limit or i == len(entries) - 1:
-            with deepspeed.zero.GatheredParameters([q for _, q in bucket], modifier_rank=None):
-                for q_names, q in bucket:
-                    yield q_names, q.detach()
-            bucket, size = [], 0
-
-
-def parameter_meta(model: torch.nn.Module) -> list[tuple[str, torch.dtype, tuple[int, ...]]]:
-    """``(first name, dtype, full shape)`` of each distinct parameter, in :func:`full_parameters`' order, without
-    gathering (ZeRO-3 keeps the full shape in ``ds_shape``)."""
-    return [(names[0], p.dtype, tuple(getattr(p, "ds_shape", p.shape))) for names, p in _distinct_parameters(model)]
 
 
 def blueprint(model: torch.nn.Module) -> dict[str, Any]:
@@ -159,6 +113,29 @@ class RankLearner(Learner):
         self.engine, *_ = deepspeed.initialize(model=_Trainable(model, value), optimizer=self.optimizer,
                                                config=ds_config, dist_init_required=False)
         self.model = self.policy = self.engine.module.policy
+        self.ref_engine = None
+        if self.ref_model is not None and lc.zero_stage == 3:  # the frozen reference partitioned like the policy
+            ref_config = {"train_micro_batch_size_per_gpu": config.optim.minibatch_size,
+                          "zero_optimization": {"stage": 3}, "steps_per_print": 2**31 - 1,
+                          "wall_clock_breakdown": False}
+            self.ref_engine, *_ = deepspeed.initialize(model=self.ref_model, config=ref_config,
+                                                       dist_init_required=False)
+            self.ref_model = self.ref_engine.module.eval()
+
+    def reference_share(self) -> float:
+        """The share of the reference model's parameters this rank holds (1: a full copy; about 1/world under
+        ZeRO-3)."""
+        if self.ref_model is None:
+            return 0.0
+        held = sum(int(p.ds_tensor.numel()) if hasattr(p, "ds_tensor") else int(p.numel())
+                   for p in self.ref_model.parameters())
+        full = sum(int(getattr(p, "ds_numel", p.numel())) for p in self.ref_model.parameters())
+        return held / max(full, 1)
+
+    def scoring_rows(self, batch: Any) -> torch.Tensor:
+        """This rank's share of whole groups (:func:`shard_rows`): each rank scores its rows before the update."""
+        mine = shard_rows(batch.group_ids.tolist(), self.world)[self.rank]
+        return torch.tensor(mine, dtype=torch.long, device=batch.group_ids.device)
 
     def micro_loss(self, mb: Experience, counts: dict[str, torch.Tensor], train_policy: bool = True) -> Any:
         # What DeepSpeed's engine.forward does first: ZeRO counts micro-steps here (without it, ZeRO-3 overwrites
@@ -259,6 +236,8 @@ class DeepSpeedRank:
         learner = self._ready()
         metrics = learner.update(trajectories)
         metrics["lr"] = learner.lr
+        if learner.ref_model is not None:
+            metrics["reference_share"] = learner.reference_share()
         if self.rank != 0:
             return metrics, None
         keys = ("advantages", "learner_logprobs", "learner_logprobs_after")
@@ -305,7 +284,7 @@ class DeepSpeedRank:
     def score(self, input_ids: list[list[int]], temperature: float = 1.0) -> list[list[float]]:
         """The policy's log-probability of each token given the ones before (position 0: 0.0). Every rank calls
         this under ZeRO-3 (the forward gathers parameters)."""
-        from turnrl.rl.forward import sequence_logprobs
+        from turnrl.rl.core.forward import sequence_logprobs
 
         return sequence_logprobs(self._ready().model, input_ids, temperature)
 

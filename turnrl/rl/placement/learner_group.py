@@ -1,6 +1,6 @@
 """The DeepSpeed learner group (``learner: {backend: deepspeed, ranks: M, zero_stage: 0–3}``, ``placement: ray``).
 
-:class:`LearnerGroup` stands where the driver expects a :class:`~turnrl.rl.learner.Learner` (``update``,
+:class:`LearnerGroup` stands where the driver expects a :class:`~turnrl.rl.core.learner.Learner` (``update``,
 ``version``, ``lr``, ``export_weights``, ``state_dict``) and runs the learner as ``M`` Ray actors that form one
 DeepSpeed process group (:mod:`turnrl.rl.placement.deepspeed_rank`: gloo with ``DS_ACCELERATOR=cpu`` on CPU,
 NCCL on GPUs). The update equals one process's on the whole batch (the rank module says how).
@@ -28,9 +28,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from turnrl.rl.config import TrainConfig
-from turnrl.rl.learner import _trainable
+from turnrl.rl.core.learner import _trainable
 from turnrl.rl.placement.ray import RayPlacementError, _cause, _ray, connect, free_cpus, stop
+from turnrl.rl.run.config import TrainConfig
 from turnrl.types import Trajectory
 
 logger = logging.getLogger(__name__)
@@ -180,6 +180,11 @@ class LearnerGroup:
             return self.version, None
         assert self._published is not None
         return self._published
+
+    def export_for_workers(self, put: Any) -> tuple[int, Any]:
+        """``(version, object ref)`` for rollout workers: rank 0 already put the weights in the object store
+        (:meth:`export_ref`; ``put`` is not needed)."""
+        return self.export_ref()
 
     def sync_driver(self) -> None:
         """Bring the driver's copy of the policy to the current version (held-out evaluation, checkpoints)."""

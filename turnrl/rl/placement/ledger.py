@@ -12,7 +12,7 @@ import itertools
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from turnrl.rl.sources import Job
+from turnrl.rl.sources.base import Job
 from turnrl.types import Trajectory
 
 

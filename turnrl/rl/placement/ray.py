@@ -26,9 +26,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from turnrl.rl.config import TrainConfig
 from turnrl.rl.placement.ledger import Ledger
-from turnrl.rl.sources import Job
+from turnrl.rl.run.config import TrainConfig
+from turnrl.rl.sources.base import Job
 from turnrl.storage import read_jsonl, write_jsonl
 from turnrl.types import Trajectory
 
@@ -142,9 +142,7 @@ class RayRunner:
         try:
             self.workers = [self._start() for _ in range(rc.rollout_workers)]
             self._await_ready(list(range(len(self.workers))), "starting")
-            link = getattr(learner, "connect_rollout", None)  # a learner group streaming over NCCL
-            if link is not None:
-                link(self.workers)
+            learner.connect_rollout(self.workers)  # a learner group streaming over NCCL opens its channel
         except BaseException:
             self.close()
             raise
@@ -180,11 +178,7 @@ class RayRunner:
     def _weights(self) -> tuple[int, Any]:
         """The learner's current ``(version, object ref)``, put in the object store once per version."""
         if self.pushed is None or self.pushed[0] != self.learner.version:
-            if hasattr(self.learner, "export_ref"):  # a learner group: rank 0 already put them in the object store
-                self.pushed = self.learner.export_ref()
-            else:
-                version, state = self.learner.export_weights()
-                self.pushed = (version, _ray().put(state))
+            self.pushed = self.learner.export_for_workers(_ray().put)
         return self.pushed
 
     def sync(self) -> int:

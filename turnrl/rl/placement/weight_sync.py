@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from turnrl.rl.placement.deepspeed_rank import full_parameters, parameter_meta
+from turnrl.rl.placement.parameters import full_parameters, parameter_meta
 
 
 def _source(policy: torch.nn.Module, zero3: bool, bucket_mb: float) -> Any:

@@ -17,8 +17,9 @@ import torch
 
 from turnrl.agents.hf import HFAgent
 from turnrl.envs.registry import make, register
-from turnrl.rl.config import TrainConfig
-from turnrl.rl.sources import Job, play
+from turnrl.rl.run.config import TrainConfig
+from turnrl.rl.sources.base import Job
+from turnrl.rl.sources.onpolicy import play_jobs
 from turnrl.types import Trajectory
 
 
@@ -112,7 +113,7 @@ class RolloutWorker:
             if temperature != 1.0:
                 raise ValueError("a vLLM worker scores at temperature 1 (vLLM's prompt log-probabilities)")
             return self.version, self.agent.score(input_ids)
-        from turnrl.rl.forward import sequence_logprobs
+        from turnrl.rl.core.forward import sequence_logprobs
 
         return self.version, sequence_logprobs(self.agent.model, input_ids, temperature)
 
@@ -128,7 +129,7 @@ class RolloutWorker:
 
         def work() -> None:
             try:
-                play(self.cfg, self.agent, jobs, lambda: self.version, per_episode_seeds=True, sink=sink)
+                play_jobs(self.cfg, self.agent, jobs, lambda: self.version, per_episode_seeds=True, sink=sink)
                 done.put(None)
             except BaseException as e:  # noqa: BLE001 — reported to the driver, which re-runs the jobs
                 done.put(e)

@@ -1,0 +1,31 @@
+"""Run checkpoints as a policy: load the weights a training run saved (``OUT_DIR/checkpoint.pt``) into a model.
+
+Both the trainer (``init_from``) and the agents (``run:OUT_DIR`` specs) read checkpoints through here.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+
+def load_policy(model: Any, run: str | Path) -> None:
+    """Load the policy weights of another run (its folder or its ``checkpoint.pt``) into ``model``, in place.
+
+    Raises:
+        FileNotFoundError: no checkpoint there.
+        ValueError: the checkpoint's weights do not fit ``model`` (a run of another model).
+    """
+    path = Path(run)
+    path = path / "checkpoint.pt" if path.is_dir() else path
+    if not path.is_file():
+        raise FileNotFoundError(f"init_from: no checkpoint at {path} (a finished run's OUT_DIR holds checkpoint.pt)")
+    state = torch.load(path, map_location="cpu", weights_only=False)
+    try:
+        model.load_state_dict(state["model"])
+    except (KeyError, RuntimeError) as e:
+        raise ValueError(f"init_from: the weights in {path} do not fit this model ({str(e)[:200]}); was that run "
+                         f"of another `model`? (it was {state.get('config', {}).get('model')!r})") from e
+

@@ -1,0 +1,181 @@
+"""PAG: train the policy as its own generative verifier (ALGORITHMS.md §7; Jiang et al., 2025, arXiv 2506.10406).
+
+Episodes come from :class:`~turnrl.envs.self_verify.SelfVerify` (``turnrl/*-PAG-v0``): answer (role "policy") →
+verify (role "verifier") → revise (role "policy", only after "wrong"), each turn's reward on its last token.
+
+* ``pag`` — PPO with a critic (a value head on the policy, or ``critic_model``), **turn-independent** GAE with
+  γ = λ = 1 (values and advantages never cross a turn boundary: each turn's advantage is its own reward minus the
+  critic's baseline), **RoleAdvNorm** (advantages whitened separately over policy-turn and verifier-turn tokens),
+  clip 0.2/0.28, token-mean, no KL. Ablations, one switch each: ``turn_independent: false`` (GAE flows across
+  turns — the paper's verifier then says "wrong" to everything), ``reward: final-only`` (only the final answer's
+  correctness, on the episode's last token — the verifier then says "correct" to everything) and
+  ``role_norm: false`` (one whitening over all tokens). Option [ours]: ``verifier_balance: true`` weighs each
+  verifier turn's reward by the inverse share of its answer's truth in the batch, so that the verifier's objective is
+  its balanced accuracy: a verdict that ignores the answer ("correct" to everything) then earns nothing, and only
+  telling right answers from wrong ones is reinforced (see :func:`balance_verifier_rewards`). Option [ours]:
+  ``verdict_explore: p`` replaces the sampled verdict of a share p of verify turns by the other one, scored by the
+  current policy and played out (:mod:`turnrl.methods.pag.explore`): the verifier sees the reward of a verdict it never
+  samples.
+* ``pag-grpo`` — the critic-free comparison: each turn's reward normalized within its group over the turns of the
+  same role (policy turns together, verifier turns together), on that turn's tokens only; GRPO's surrogate.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Literal
+
+import torch
+from pydantic import BaseModel, Field
+
+from turnrl.methods.pag.explore import verdict_explorer
+from turnrl.rl.algorithms.grpo import GRPO, GRPOConfig
+from turnrl.rl.algorithms.ppo import PPO, PPOConfig
+from turnrl.rl.core.batch import Batch
+from turnrl.rl.formulas.advantages import group_normalize, masked_whiten, role_whiten
+from turnrl.rl.formulas.losses import AggMode
+
+if TYPE_CHECKING:
+    from turnrl.rl.sources.rollout import Rewrite
+
+
+class VerifierOptions(BaseModel):
+    """The verifier options [ours] that ``pag`` and ``pag-grpo`` share."""
+
+    verdict_explore: float = Field(0.0, ge=0.0, lt=1.0, description=(
+        "[ours] the share of verify turns whose sampled verdict is replaced by the other one (scored by the current "
+        "policy, played out and rewarded like any verdict): the verifier learns the reward of a verdict it never "
+        "samples (turnrl.methods.pag.explore); held-out evaluations never explore"))
+    verifier_balance: bool = Field(False, description="[ours] weigh verifier rewards by the inverse share of their "
+                                   "answer's truth in the batch (the verifier optimizes balanced accuracy)")
+
+
+class PAGConfig(PPOConfig, VerifierOptions):
+    """PAG's options (ALGORITHMS.md §7 defaults)."""
+
+    name: Literal["pag"] = "pag"  # type: ignore[assignment]
+    lam_actor: float = Field(1.0, ge=0, le=1)
+    lam_critic: float = Field(1.0, ge=0, le=1)
+    eps_high: float = Field(0.28, gt=0)
+    agg: AggMode = "token-mean"
+    turn_independent: bool = Field(True, description="cut GAE at turn boundaries (ablation: false)")
+    whiten_advantages: bool = Field(False, description="one whitening over all tokens (used when role_norm is off)")
+    role_norm: bool = Field(True, description="RoleAdvNorm: whiten policy-turn and verifier-turn advantages "
+                            "separately (ablation: false)")
+    reward: Literal["per-turn", "final-only"] = Field(
+        "per-turn", description="each turn's own reward, or only the final answer's correctness (ablation)")
+
+
+class PAGGRPOConfig(GRPOConfig, VerifierOptions):
+    """``pag-grpo``'s options: GRPO's, with DAPO's clip-higher and token-mean as in PAG."""
+
+    name: Literal["pag-grpo"] = "pag-grpo"  # type: ignore[assignment]
+    eps_high: float = Field(0.28, gt=0)
+    agg: AggMode = "token-mean"
+    role_norm: bool = Field(True, description="normalize each turn's reward over the group's turns of its role "
+                            "(false: over all of the group's turns)")
+
+
+def final_only_rewards(loss_mask: torch.Tensor, correct: torch.Tensor) -> torch.Tensor:
+    """PAG's "final-only" ablation (§7): the final answer's correctness (``(B,)``) on each sequence's last generated
+    token, no other reward."""
+    positions = torch.arange(loss_mask.shape[1], device=loss_mask.device).expand_as(loss_mask)
+    last = torch.where(loss_mask.bool(), positions, torch.full_like(positions, -1)).max(-1).values
+    out = torch.zeros(loss_mask.shape, dtype=torch.float32, device=loss_mask.device)
+    rows = torch.nonzero(last >= 0).squeeze(-1)
+    out[rows, last[rows]] = correct[rows].to(out.dtype)
+    return out
+
+
+def balance_verifier_rewards(token_rewards: torch.Tensor, turn_ids: torch.Tensor, roles: torch.Tensor,
+                             mask: torch.Tensor, verifier_role: int = 1) -> torch.Tensor:
+    """Weigh each verifier turn's reward by the inverse share of its answer's truth in the batch (§7, option [ours]).
+
+    The truth a verdict judges is the first answer's reward (turn 0: R_y = 1 if correct). With ``n`` verifier turns,
+    ``n_c`` of them judging answers of truth ``c``, a verifier reward is multiplied by ``n / (2 n_c)``: both truths
+    then weigh the same in the batch, a verdict that ignores the answer has the same expected reward whatever it says,
+    and only verdicts that depend on the answer's truth gain. Without it a verifier whose verdicts cannot yet tell the
+    truths apart is pulled to the majority truth's verdict (the collapse §7 describes). Rows without a verifier turn,
+    and a batch in which only one truth occurs, are returned unchanged. Other roles' rewards are untouched.
+    """
+    m = mask.bool()
+    first = (token_rewards * (m & (turn_ids == 0))).sum(-1) > 0.5  # (B,) the first answer was right
+    ver = m & (roles == verifier_role)
+    has = ver.any(-1)
+    n_right, n_wrong = int((has & first).sum()), int((has & ~first).sum())
+    if n_right == 0 or n_wrong == 0:
+        return token_rewards
+    n = n_right + n_wrong
+    weight = torch.where(first, n / (2 * n_right), n / (2 * n_wrong)).to(token_rewards.dtype)
+    return torch.where(ver, token_rewards * weight[:, None], token_rewards)
+
+
+def turn_group_advantages(token_rewards: torch.Tensor, turn_ids: torch.Tensor, roles: torch.Tensor,
+                          group_ids: torch.Tensor, mask: torch.Tensor, by_role: bool = True) -> torch.Tensor:
+    """Per-turn group-relative advantages (``pag-grpo``, §7 with §0's group normalization).
+
+    Each turn's reward (the sum of its tokens' rewards) is normalized against the turns of the same group — and,
+    with ``by_role``, of the same role — and placed on every generated token of that turn. Nothing crosses turns.
+    """
+    m = mask.bool() & (turn_ids >= 0)
+    B = token_rewards.shape[0]
+    K = int(turn_ids[m].max()) + 1 if m.any() else 1
+    idx = turn_ids.clamp(min=0)
+    zero = torch.zeros(B, K, dtype=torch.float32, device=token_rewards.device)
+    reward = zero.scatter_add(1, idx, (token_rewards * m).float())
+    present = zero.scatter_add(1, idx, m.float()) > 0
+    role = torch.zeros(B, K, dtype=torch.long, device=token_rewards.device).scatter(1, idx, torch.where(m, roles, 0))
+    n_roles = int(roles.max()) + 1 if by_role and roles.numel() else 1
+    keys = group_ids[:, None].expand(B, K) * max(n_roles, 1) + (role if by_role else 0)
+    adv = torch.zeros_like(reward)
+    adv[present] = group_normalize(reward[present], keys[present])
+    return adv.gather(1, idx) * m
+
+
+class ExploresVerdicts:
+    """The rollout hook that ``pag`` and ``pag-grpo`` share: verdict exploration (``verdict_explore`` > 0)."""
+
+    cfg: VerifierOptions
+
+    def rollout_hook(self, agent: Any, temperature: float, seed: int) -> Rewrite | None:
+        """A :class:`~turnrl.methods.pag.explore.VerdictExplorer` for one generation batch, or None."""
+        return verdict_explorer(self.cfg.verdict_explore, agent, temperature, seed)
+
+
+class PAG(ExploresVerdicts, PPO):
+    """PPO for self-verification episodes (see the module docstring)."""
+
+    name = "pag"
+    Config = PAGConfig
+    cfg: PAGConfig
+
+    def token_rewards(self, batch: Batch) -> torch.Tensor:
+        """Each turn's reward on its last token, or (``reward: final-only``) the final answer's correctness."""
+        if self.cfg.reward == "final-only":
+            return final_only_rewards(batch.loss_mask, batch.correct)
+        if self.cfg.verifier_balance:
+            return balance_verifier_rewards(batch.token_rewards, batch.turn_ids, batch.roles, batch.loss_mask)
+        return batch.token_rewards
+
+    def normalize(self, adv: torch.Tensor, batch: Batch) -> torch.Tensor:
+        """RoleAdvNorm (``role_norm``), else one whitening (``whiten_advantages``), else none."""
+        if self.cfg.role_norm:
+            return role_whiten(adv, batch.loss_mask, batch.roles)
+        return masked_whiten(adv, batch.loss_mask) if self.cfg.whiten_advantages else adv
+
+
+class PAGGRPO(ExploresVerdicts, GRPO):
+    """Critic-free multi-turn GRPO on PAG episodes (see the module docstring)."""
+
+    name = "pag-grpo"
+    Config = PAGGRPOConfig
+    cfg: PAGGRPOConfig
+
+    def advantages(self, batch: Batch, max_new_tokens: int, values: torch.Tensor | None = None,
+                   bootstrap: torch.Tensor | None = None, ref_logp: torch.Tensor | None = None
+                   ) -> tuple[torch.Tensor, None]:
+        """Per-turn, per-role group-normalized rewards on each turn's tokens."""
+        rewards = batch.token_rewards
+        if self.cfg.verifier_balance:
+            rewards = balance_verifier_rewards(rewards, batch.turn_ids, batch.roles, batch.loss_mask)
+        return turn_group_advantages(rewards, batch.turn_ids, batch.roles, batch.group_ids,
+                                     batch.loss_mask, self.cfg.role_norm), None

@@ -1,0 +1,356 @@
+"""SWiRL's step judges (ALGORITHMS.md §1, §10): is one step GOOD or BAD, judged from the context alone.
+
+No judge sees the gold answer. A step is one agent turn in the SWiRL format: a calculator call
+``<math_exp>EXPR</math_exp>``, a search ``<search_query>Q</search_query>`` or a final ``<answer>…</answer>``.
+
+* :class:`RuleStepJudge` — rule-based process scores where the tool allows them:
+
+  - calculator: the expression evaluates, is not a repeat of an earlier one, computes something (a bare number is
+    BAD) that is not already known (a result equal to an earlier tool result is BAD: ``<math_exp>2</math_exp>``
+    after ``48 - 46 -> 2`` was the first thing SWiRL training learned to farm), and every number in it comes from
+    the question or an earlier tool result (made-up operands are BAD); in a whole trajectory its result must also
+    be used later (in a later expression or the answer);
+  - search: a non-empty query that is not a repeat, whose result (when the step was executed) is neither empty
+    nor one already seen; with ``max_searches`` N, a search after N earlier ones is BAD (new searches are otherwise
+    always GOOD, and a policy paid per step learns to search instead of answering: SWiRL on HotPotQA searched five
+    times and never answered by step 10; a two-hop question needs two paragraphs);
+  - answer: it must follow from the tools' results — a number equal to a tool result, or a short text (at most
+    :attr:`RuleStepJudge.max_answer_words` words) found, as whole words, in the *text* of a retrieved result (a
+    search result's title does not count: "answer with the title of what the search returned" is not an answer).
+    BAD are: a copied passage (it is "found" in the result, and scores F1 ≈ 0: what SmolLM2 with demonstrations
+    writes on HotPotQA); a word found only inside another ("no" in "known"); an answer of stop words only; an
+    answer whose words all come from the question, unless the question offers a choice ("A or B?"); "yes"/"no"
+    unless the question asks yes or no and at least two searches returned something (a comparison needs both
+    sides; SWiRL on HotPotQA first learned to answer "No" to everything, docs/REWARD_HACKING.md). On HotPotQA's dev
+    file, given its supporting paragraphs, 491 of the 500 gold answers are GOOD. A bare answer with no tool result
+    behind it is BAD: that is what makes the rule reward *tool use*, and also its blind spot (a correct
+    mental-arithmetic answer is BAD; docs/REWARD_HACKING.md);
+  - anything else (no tag, an unclosed tag, two calls in one step) is BAD.
+
+* :class:`LLMStepJudge` — the process judge of :mod:`turnrl.verifiers.judge` with any agent; an unparseable or
+  failed judgement gives ``good=None``, which never counts as GOOD.
+
+Both label either every step of a whole trajectory (:meth:`label_trajectory`, for filtering stored data) or the
+*last* turn of step rows (:meth:`label_rows`, for rewarding freshly sampled steps: context = the prompt and the
+earlier turns; the step's own tool result is read from the turn's observation when it was executed).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+from turnrl.tools.parsers import TagParser
+from turnrl.types import Trajectory, Turn
+
+TOOL_TAGS = {"math_exp": "calculator", "search_query": "search"}
+_PARSER = TagParser(TOOL_TAGS)  # the environments' own parser of SWiRL's tags
+_ANSWER = re.compile(r"<answer>(.*?)</answer>", re.S)
+_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
+# Words that carry no answer: an answer made only of these is BAD wherever it is "found".
+STOP_WORDS = frozenset(
+    "a an the of in on at to for by with from and or but not no yes is are was were be been being do does did "
+    "which what who whom whose when where why how that this these those it its as he she they his her their".split())
+# A question that starts with one of these asks yes or no.
+_YES_NO_OPENERS = frozenset("is are was were do does did can could has have had will would should may might".split())
+
+StepKind = Literal["calculator", "search", "answer", "invalid"]
+
+
+@dataclass(frozen=True)
+class StepLabel:
+    """A judgement of one step: ``good`` True/False, or None when the judge's reply was unparseable or failed."""
+
+    good: bool | None
+    reason: str = ""
+
+    @property
+    def score(self) -> float:
+        """1.0 for GOOD, else 0.0 (BAD and unparseable alike)."""
+        return 1.0 if self.good else 0.0
+
+
+@dataclass(frozen=True)
+class Step:
+    """One parsed step: what kind it is and its text (the expression, query or answer; the reason when invalid)."""
+
+    kind: StepKind
+    text: str
+
+
+def parse_step(text: str) -> Step:
+    """Parse one SWiRL-format agent turn (a tool call first, as the environment reads it; else an answer)."""
+    calls = _PARSER.parse(text).calls
+    if len(calls) > 1:
+        return Step("invalid", f"{len(calls)} tool calls in one step (one per step)")
+    if calls:
+        return Step(calls[0].name, calls[0].raw or "")  # type: ignore[arg-type] — the tool names are step kinds
+    for tag in (*TOOL_TAGS, "answer"):
+        if f"<{tag}>" in text and f"</{tag}>" not in text:
+            return Step("invalid", f"<{tag}> opened but never closed")
+    answers = _ANSWER.findall(text)
+    if answers:
+        return Step("answer", answers[-1].strip())
+    return Step("invalid", "neither a tool call nor an <answer>")
+
+
+def numbers(text: str) -> list[float]:
+    """The numbers written in ``text`` (thousands separators allowed)."""
+    out = []
+    for m in _NUMBER.findall(text):
+        try:
+            out.append(float(m.replace(",", "")))
+        except ValueError:
+            continue
+    return out
+
+
+def _has(values: Sequence[float], x: float) -> bool:
+    return any(abs(v - x) <= 1e-6 * max(1.0, abs(x)) for v in values)
+
+
+def _norm(text: str) -> str:
+    return " ".join(re.sub(r"[^\w\s]", " ", text.lower()).split())
+
+
+def question_text(traj: Trajectory) -> str:
+    """The task as the user posed it: the prompt's last user message (not the system prompt nor the
+    demonstrations before it, whose numbers are their own)."""
+    meta = traj.metadata.get("swirl", {}).get("question") or traj.metadata.get("question")
+    if isinstance(meta, str) and meta:
+        return meta
+    return next((m.content for m in reversed(traj.prompt) if m.role == "user"), "")
+
+
+def tool_results(turns: Sequence[Turn]) -> list[str]:
+    """The tool messages the environment returned after ``turns``; SWiRL shows them as ``QUERY -> RESULT``, and
+    this returns the RESULT part."""
+    out = []
+    for turn in turns:
+        for m in turn.observation:
+            if m.role == "tool":
+                out.append(m.content.split(" -> ", 1)[1] if " -> " in m.content else m.content)
+    return out
+
+
+def result_texts(turns: Sequence[Turn]) -> list[str]:
+    """What an answer may be drawn from: :func:`tool_results`, with each search hit's ``TITLE: `` cut off (one
+    hit per line, ``QUERY -> TITLE: TEXT``); results of other tools are kept whole."""
+    out = []
+    for turn in turns:
+        if parse_step(turn.action.content).kind != "search":
+            out += tool_results([turn])
+            continue
+        for m in turn.observation:
+            for line in m.content.splitlines() if m.role == "tool" else ():
+                hit = line.split(" -> ", 1)[1] if " -> " in line else line
+                out.append(hit.split(": ", 1)[1] if ": " in hit else hit)
+    return out
+
+
+def _found_nothing(result: str) -> bool:
+    """A search result that returned nothing."""
+    return not _norm(result) or _norm(result).startswith("no results")
+
+
+def searches_with_results(turns: Sequence[Turn]) -> int:
+    """How many of ``turns`` were searches that returned something."""
+    return sum(parse_step(t.action.content).kind == "search" and (found := _result_of(t)) is not None
+               and not _found_nothing(found) for t in turns)
+
+
+def _result_of(turn: Turn) -> str | None:
+    results = tool_results([turn])
+    return results[0] if results else None
+
+
+class StepJudge(Protocol):
+    """Labels SWiRL steps GOOD/BAD without the gold answer."""
+
+    def label_trajectory(self, traj: Trajectory) -> list[StepLabel]:
+        """One label per turn of a whole trajectory (may look at later steps)."""
+        ...
+
+    def label_rows(self, rows: Sequence[Trajectory]) -> list[StepLabel]:
+        """A label for the last turn of each row (its context: the prompt and the earlier turns)."""
+        ...
+
+
+class RuleStepJudge:
+    """Rule-based process scores for calculator, search and answer steps (see the module docstring).
+
+    Args:
+        max_answer_words: the longest text answer that can be GOOD (HotPotQA's answers are short spans: 99 % of its
+            dev answers have at most 8 words).
+        max_searches: how many searches of an episode can be GOOD (None: no limit).
+    """
+
+    def __init__(self, max_answer_words: int = 8, max_searches: int | None = None) -> None:
+        if max_answer_words < 1 or (max_searches is not None and max_searches < 1):
+            raise ValueError(f"need max_answer_words >= 1 and max_searches >= 1 (or None), got {max_answer_words}, "
+                             f"{max_searches}")
+        self.max_answer_words = int(max_answer_words)
+        self.max_searches = max_searches
+
+    def label_trajectory(self, traj: Trajectory) -> list[StepLabel]:
+        """Every step of ``traj``; a calculator result must also be used by a later step."""
+        q = question_text(traj)
+        return [self.label_step(q, traj.turns[:i], turn, traj.turns[i + 1:]) for i, turn in enumerate(traj.turns)]
+
+    def label_rows(self, rows: Sequence[Trajectory]) -> list[StepLabel]:
+        """The last turn of each row, from its own context (no later steps to look at)."""
+        return [self.label_step(question_text(r), r.turns[:-1], r.turns[-1], None) if r.turns
+                else StepLabel(False, "no step") for r in rows]
+
+    def label_step(self, question: str, before: Sequence[Turn], turn: Turn,
+                   later: Sequence[Turn] | None) -> StepLabel:
+        """One step given the question, the turns before it and (for whole trajectories) the turns after it."""
+        step = parse_step(turn.action.content)
+        if step.kind == "invalid":
+            return StepLabel(False, step.text)
+        results = tool_results(before)
+        if step.kind == "calculator":
+            return self._calculator(step.text, question, before, results, turn, later)
+        if step.kind == "search":
+            return self._search(step.text, before, results, turn)
+        return self._answer(step.text, question, before)
+
+    def _calculator(self, expr: str, question: str, before: Sequence[Turn], results: list[str], turn: Turn,
+                    later: Sequence[Turn] | None) -> StepLabel:
+        from turnrl.tools.calculator import CalculatorError, evaluate
+
+        try:
+            value = evaluate(expr)
+        except (CalculatorError, ValueError, TypeError, ZeroDivisionError, OverflowError) as e:
+            return StepLabel(False, f"the expression does not evaluate: {e}")
+        earlier = {_norm(parse_step(t.action.content).text) for t in before
+                   if parse_step(t.action.content).kind == "calculator"}
+        if _norm(expr) in earlier:
+            return StepLabel(False, "repeats an earlier calculation")
+        try:
+            result = float(value)
+        except (TypeError, ValueError):
+            result = None
+        own = numbers(expr)
+        if result is not None and len(own) == 1 and _has(own, result):  # "<math_exp>2</math_exp>": nothing computed
+            return StepLabel(False, "computes nothing (a bare number)")
+        if result is not None and _has([x for r in results for x in numbers(r)], result):
+            return StepLabel(False, "its result is already known from an earlier step")
+        known = numbers(question) + [x for r in results for x in numbers(r)]
+        made_up = [x for x in numbers(expr) if not _has(known, x) and not _has(known, -x)]
+        if made_up:
+            return StepLabel(False, f"uses numbers found neither in the question nor in earlier results: "
+                                    f"{', '.join(f'{x:g}' for x in made_up[:3])}")
+        if later is not None:
+            used = [x for t in later for x in numbers(parse_step(t.action.content).text)]
+            if result is None or not _has(used, result):
+                return StepLabel(False, "its result is never used by a later step")
+        return StepLabel(True, "a grounded calculation" + ("" if later is None else " whose result is used"))
+
+    def _search(self, query: str, before: Sequence[Turn], results: list[str], turn: Turn) -> StepLabel:
+        if not _norm(query):
+            return StepLabel(False, "an empty search query")
+        earlier = {_norm(parse_step(t.action.content).text) for t in before
+                   if parse_step(t.action.content).kind == "search"}
+        if _norm(query) in earlier:
+            return StepLabel(False, "repeats an earlier search")
+        done = sum(parse_step(t.action.content).kind == "search" for t in before)
+        if self.max_searches is not None and done >= self.max_searches:
+            return StepLabel(False, f"a search after {done} (at most {self.max_searches} can be GOOD): answer")
+        found = _result_of(turn)
+        if found is not None:
+            if _found_nothing(found):
+                return StepLabel(False, "the search returned nothing")
+            if _norm(found) in {_norm(r) for r in results}:
+                return StepLabel(False, "the search returned nothing new")
+        return StepLabel(True, "a new search" + ("" if found is None else " with new results"))
+
+    def _answer(self, answer: str, question: str, before: Sequence[Turn]) -> StepLabel:
+        if not _norm(answer):
+            return StepLabel(False, "an empty answer")
+        results = result_texts(before)
+        if not results:
+            return StepLabel(False, "no tool result to follow from")
+        values = numbers(answer)
+        if values and len(values) == 1 and _norm(answer) == _norm(_NUMBER.findall(answer)[0]):
+            computed = [x for r in results for x in numbers(r)]
+            ok = _has(computed, values[0])
+            return StepLabel(ok, "equals a tool result" if ok else "equals no tool result")
+        norm = _norm(answer)
+        words = norm.split()
+        if len(words) > self.max_answer_words:
+            return StepLabel(False, f"not a short answer ({len(words)} words; at most {self.max_answer_words})")
+        q_words = _norm(question).split()
+        if norm in ("yes", "no"):
+            if not q_words or q_words[0] not in _YES_NO_OPENERS:
+                return StepLabel(False, "yes/no to a question that does not ask yes or no")
+            if searches_with_results(before) < 2:
+                return StepLabel(False, "yes/no after fewer than two searches with results")
+            return StepLabel(True, "yes/no to a yes/no question after two searches")
+        content = [w for w in words if w not in STOP_WORDS]
+        if not content:
+            return StepLabel(False, "only stop words")
+        if set(content) <= set(q_words) and "or" not in q_words:
+            return StepLabel(False, "every word of it is in the question")
+        ok = any(f" {norm} " in f" {_norm(r)} " for r in results)
+        return StepLabel(ok, "found in a retrieved text" if ok else "found in no retrieved text")
+
+
+def render_context(before: Sequence[Turn]) -> str:
+    """The steps so far as text for an LLM judge: each action, then each result."""
+    lines = []
+    for t in before:
+        lines.append(t.action.content.strip())
+        lines += [m.content.strip() for m in t.observation if m.role == "tool"]
+    return "\n".join(lines) or "(nothing yet)"
+
+
+class LLMStepJudge:
+    """SWiRL's generative process judge (:class:`turnrl.verifiers.judge.ProcessJudge`) with any agent."""
+
+    def __init__(self, agent: Any, **judge_kwargs: Any) -> None:
+        from turnrl.verifiers.judge import ProcessJudge
+
+        self.judge = ProcessJudge(agent, **judge_kwargs)
+
+    def _items(self, question: str, before: Sequence[Turn], turn: Turn) -> dict[str, str]:
+        return {"question": question, "context": render_context(before), "step": turn.action.content.strip()}
+
+    def _labels(self, items: list[dict[str, str]]) -> list[StepLabel]:
+        out = []
+        for j in self.judge.judge_many(items):
+            if j.error:
+                out.append(StepLabel(None, j.error))
+            elif j.label is None:
+                out.append(StepLabel(None, "unparseable judgement: " + j.raw.strip()[-120:]))
+            else:
+                out.append(StepLabel(j.label == "GOOD", j.raw.strip()[-200:]))
+        return out
+
+    def label_trajectory(self, traj: Trajectory) -> list[StepLabel]:
+        """Every step, each judged from its own context (one batched call)."""
+        q = question_text(traj)
+        return self._labels([self._items(q, traj.turns[:i], t) for i, t in enumerate(traj.turns)])
+
+    def label_rows(self, rows: Sequence[Trajectory]) -> list[StepLabel]:
+        """The last turn of each row (one batched call)."""
+        return self._labels([self._items(question_text(r), r.turns[:-1], r.turns[-1]) for r in rows])
+
+
+def make_step_judge(spec: str | StepJudge, **kwargs: Any) -> StepJudge:
+    """``"rule"`` → :class:`RuleStepJudge` (``kwargs``: its options); any agent spec (``tiny:chatml``, ``hf:PATH``,
+    ``openai:URL#MODEL``, ``smollm2-135m-instruct`` …) → an :class:`LLMStepJudge` with that agent; a judge object is
+    returned as is."""
+    if not isinstance(spec, str):
+        return spec
+    if spec == "rule":
+        return RuleStepJudge(**kwargs)
+    from turnrl.agents import make_agent
+
+    return LLMStepJudge(make_agent(spec), **kwargs)
+
+
+__all__ = ["LLMStepJudge", "RuleStepJudge", "Step", "StepJudge", "StepLabel", "make_step_judge", "numbers",
+           "parse_step", "question_text", "render_context", "tool_results"]

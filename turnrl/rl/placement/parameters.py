@@ -1,0 +1,54 @@
+"""The policy's parameters as whole tensors, on any rank: the gathered (ZeRO-3) or plain parameters in buckets, and
+their names, dtypes and shapes — what weight exports and the NCCL weight transfer send."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import torch
+
+
+def _distinct_parameters(model: torch.nn.Module) -> list[tuple[list[str], torch.nn.Parameter]]:
+    """Each distinct parameter of ``model`` with all its ``state_dict`` names (tied weights share one entry), in
+    ``state_dict`` order."""
+    named = dict(model.named_parameters(remove_duplicate=False))
+    names_of: dict[int, list[str]] = {}
+    order: list[torch.nn.Parameter] = []
+    for k in model.state_dict().keys():
+        if k in named:
+            p = named[k]
+            if id(p) not in names_of:
+                names_of[id(p)] = []
+                order.append(p)
+            names_of[id(p)].append(k)
+    return [(names_of[id(p)], p) for p in order]
+
+
+def full_parameters(model: torch.nn.Module, zero3: bool, bucket_mb: float
+                    ) -> Iterator[tuple[list[str], torch.Tensor]]:
+    """``(names, full tensor)`` for each distinct parameter of ``model`` in ``state_dict`` order (tied names
+    together), on every rank. Under ZeRO-3 the partitions are gathered in buckets of about ``bucket_mb``: every rank
+    must iterate to the end, in lockstep (each bucket is a collective). A yielded tensor is valid only until the next
+    one is requested."""
+    entries = _distinct_parameters(model)
+    if not zero3:
+        for names, p in entries:
+            yield names, p.detach()
+        return
+    import deepspeed
+
+    limit, bucket, size = bucket_mb * 2**20, [], 0
+    for i, (names, p) in enumerate(entries):
+        bucket.append((names, p))
+        size += getattr(p, "ds_numel", p.numel()) * p.element_size()
+        if size >= limit or i == len(entries) - 1:
+            with deepspeed.zero.GatheredParameters([q for _, q in bucket], modifier_rank=None):
+                for q_names, q in bucket:
+                    yield q_names, q.detach()
+            bucket, size = [], 0
+
+
+def parameter_meta(model: torch.nn.Module) -> list[tuple[str, torch.dtype, tuple[int, ...]]]:
+    """``(first name, dtype, full shape)`` of each distinct parameter, in :func:`full_parameters`' order, without
+    gathering (ZeRO-3 keeps the full shape in ``ds_shape``)."""
+    return [(names[0], p.dtype, tuple(getattr(p, "ds_shape", p.shape))) for names, p in _distinct_parameters(model)]

@@ -1,0 +1,197 @@
+"""Training run configs (``turnrl train CONFIG.yaml key.sub=value …``): pydantic models, unknown keys are errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, field_validator, model_validator
+
+from turnrl.rl.algorithms import AlgorithmConfig, parse_algorithm_config
+from turnrl.rl.run.tracking import WandbConfig
+
+
+class EnvConfig(BaseModel):
+    """Training and held-out environments."""
+
+    model_config = ConfigDict(extra="forbid")
+    id: str
+    kwargs: dict[str, Any] = Field(default_factory=dict)
+    eval_kwargs: dict[str, Any] | None = Field(None, description=(
+        "overrides for the held-out env (e.g. split: test); without a split, the env's held-out split where it "
+        "declares one"))
+
+
+class RolloutConfig(BaseModel):
+    """Sampling during training."""
+
+    model_config = ConfigDict(extra="forbid")
+    prompts_per_step: int = Field(4, ge=1)
+    group_size: int = Field(8, ge=2)
+    max_new_tokens: int = Field(64, ge=1)
+    temperature: float = Field(1.0, gt=0)
+    top_p: float = Field(1.0, gt=0, le=1)
+    max_context: int = Field(2048, ge=16)
+    env_timeout: float = Field(60.0, gt=0, description="seconds one environment step may take; then the episode "
+                               "ends with an error (and is left out of training)")
+    seed_per_episode: bool = Field(False, description="sample each episode from its own random stream (seeded by "
+                                   "step, task and sample), so trajectories do not depend on how episodes are "
+                                   "batched or spread over workers; the ray placement always does")
+
+
+class OptimConfig(BaseModel):
+    """AdamW with linear warm-up, gradient clipping and accumulation."""
+
+    model_config = ConfigDict(extra="forbid")
+    lr: float = Field(1e-5, gt=0)
+    weight_decay: float = Field(0.0, ge=0)
+    grad_clip: float = Field(1.0, gt=0)
+    warmup_steps: int = Field(0, ge=0)
+    epochs: int = Field(1, ge=1)
+    minibatch_size: int = Field(8, ge=1, description="sequences per micro-batch")
+    grad_accum: int = Field(1, ge=1, description="micro-batches per optimizer step; the loss is normalized over "
+                            "all of them (token-mean stays a token mean)")
+    shuffle: bool = Field(True, description="with epochs > 1, every epoch after the first takes the rows in a new "
+                          "seeded order (the first keeps whole groups in one optimizer step)")
+    share_prompts: bool = Field(True, description="run a group's common prompt once per forward/backward pass")
+    recompute_logprobs: bool = Field(False, description=(
+        "score the rollout's tokens with the learner's weights before the update and use those as the old "
+        "log-probabilities of the ratio (for rollout engines whose numbers differ from the learner's: other "
+        "kernels or precision, or a vLLM without processed logprobs); `rollout_logp_diff` reports the gap"))
+
+
+class RayConfig(BaseModel):
+    """The Ray placement: rollout workers as Ray actors (``placement: ray``)."""
+
+    model_config = ConfigDict(extra="forbid")
+    address: str | None = Field(None, description="'auto' or HOST:PORT joins a running cluster; "
+                                "None starts a local one")
+    rollout_workers: int = Field(2, ge=1)
+    worker_cpus: float = Field(0.5, gt=0, description="CPUs reserved per worker (fractional on small machines); a "
+                               "worker runs max(1, int(worker_cpus)) torch threads")
+    num_cpus: float | None = Field(None, gt=0, description="CPUs of a local cluster (default: the machine's)")
+    max_restarts: int = Field(2, ge=0, description="restarts of a worker that dies before the run fails")
+    start_timeout: float = Field(120.0, gt=0, description="seconds a worker may take to start (load the model)")
+    episode_timeout: float = Field(600.0, gt=0, description="seconds a worker may go without finishing an "
+                                   "episode before it is restarted and its jobs re-run")
+    connect_timeout: float = Field(30.0, gt=0, description="seconds to reach the cluster at `address`")
+    rollout_backend: Literal["hf", "vllm"] = Field("hf", description="what generates in a worker: the policy in "
+                                                   "transformers (CPU or GPU), or a vLLM engine (GPU; extra gpu)")
+    worker_gpus: float = Field(0.0, ge=0, description="GPUs per rollout worker (fractional to share one GPU with "
+                               "a learner rank)")
+    vllm: dict[str, Any] = Field(default_factory=dict, description="vllm.LLM options of vLLM workers, e.g. "
+                                 "{gpu_memory_utilization: 0.3, dtype: bfloat16, enforce_eager: true}")
+
+
+class LearnerConfig(BaseModel):
+    """Where the learner runs: in the driver's process (``torch``), or as a group of data-parallel DeepSpeed ranks
+    on Ray (``deepspeed``; needs ``placement: ray`` and the ``deepspeed`` package)."""
+
+    model_config = ConfigDict(extra="forbid")
+    backend: Literal["torch", "deepspeed"] = "torch"
+    ranks: int = Field(1, ge=1, description="data-parallel ranks (Ray actors), one DeepSpeed process group")
+    zero_stage: int = Field(2, ge=0, le=3, description="ZeRO stage: 0 = plain data parallel, 1 optimizer states, "
+                            "2 + gradients, 3 + parameters partitioned over the ranks")
+    rank_cpus: float = Field(0.5, gt=0, description="CPUs reserved per rank; a rank runs max(1, int(rank_cpus)) "
+                             "torch threads")
+    rank_gpus: float = Field(0.0, ge=0, description="GPUs per rank (NCCL when > 0, gloo on CPU otherwise)")
+    timeout: float = Field(600.0, gt=0, description="seconds any collective or any wait on a rank may take before "
+                           "it is an error that names the rank and the operation")
+    export_bucket_mb: float = Field(256.0, gt=0, description="weights are gathered and published in buckets of "
+                                    "about this size, never all at once")
+    start_timeout: float = Field(300.0, gt=0, description="seconds the ranks may take to start (load the model, "
+                                 "build DeepSpeed's CPU ops the first time)")
+    weight_sync: Literal["object_store", "nccl"] = Field(
+        "object_store", description="how new weights reach the rollout workers: rank 0's CPU copy through Ray's "
+        "object store (any backend), or NCCL broadcasts from rank 0 into one vLLM engine (GPU, "
+        "ray.rollout_backend: vllm, ray.rollout_workers: 1)")
+
+    @model_validator(mode="after")
+    def _ranks_need_deepspeed(self) -> LearnerConfig:
+        if self.backend == "torch" and self.ranks > 1:
+            raise ValueError(f"learner.ranks={self.ranks} needs learner.backend=deepspeed (the torch learner is one "
+                             "process)")
+        return self
+
+
+class DataConfig(BaseModel):
+    """Stored training data, for algorithms whose experience source reads it: Trajectories (e.g. written by ``turnrl
+    rollout``) or stored states."""
+
+    model_config = ConfigDict(extra="forbid")
+    path: str | list[str] = Field(description="JSONL or Parquet file(s) of token-exact Trajectories")
+    batch_size: int = Field(32, ge=1, description="episodes per training step (whole tasks; dpo: whole pairs)")
+    epochs: float | None = Field(None, gt=0, description="passes over the data; sets `steps` (leave steps unset); "
+                                 "the run's config.yaml records the resulting steps")
+    shuffle: bool = Field(True, description="reshuffle the units every epoch (seeded by `seed`)")
+
+
+class TrainConfig(BaseModel):
+    """A training run (``turnrl train CONFIG.yaml``); unknown keys are errors."""
+
+    model_config = ConfigDict(extra="forbid")
+    model: str = "smollm2-135m-instruct"
+    init_from: str | None = Field(None, description=(
+        "start from another run's policy: its OUT_DIR (or OUT_DIR/checkpoint.pt) of a run of the same `model`, e.g. "
+        "an SFT run before RL; the reference model (KL, DPO, DQO) is this starting policy"))
+    env: EnvConfig
+    algorithm: SerializeAsAny[AlgorithmConfig] = Field(default_factory=lambda: parse_algorithm_config({}))
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig)
+    optim: OptimConfig = Field(default_factory=OptimConfig)
+    placement: Literal["local", "ray"] = Field("local", description="where rollouts run: in this process, or on "
+                                               "Ray rollout workers (options under `ray`)")
+    ray: RayConfig = Field(default_factory=RayConfig)
+    learner: LearnerConfig = Field(default_factory=LearnerConfig)
+    steps: int = Field(20, ge=1)
+    seed: int = 0
+    eval_every: int = Field(0, ge=0, description="0 = only before and after training")
+    eval_tasks: int = Field(32, ge=1)
+    checkpoint_every: int = Field(0, ge=0, description="0 = only at the end")
+    out_dir: str = "runs/train"
+    save_trajectories: bool = Field(True, description=(
+        "write each step's episodes, with per-token advantages and learner log-probabilities, to "
+        "OUT_DIR/train/step-N/trajectories.jsonl (turnrl view OUT_DIR shows them)"))
+    wandb: WandbConfig | None = Field(None, description="also log to Weights & Biases (extra wandb)")
+    data: DataConfig | None = Field(None, description="stored training data, for algorithms that train from it "
+                                    "(offline objectives: epochs over stored Trajectories; step-wise ones: stored "
+                                    "states)")
+
+    @field_validator("algorithm", mode="before")
+    @classmethod
+    def _algorithm(cls, value: Any) -> AlgorithmConfig:
+        return parse_algorithm_config(value)
+
+    @model_validator(mode="after")
+    def _placement_options(self) -> TrainConfig:
+        if self.placement == "local" and "ray" in self.model_fields_set:
+            raise ValueError("`ray` options are set but placement is 'local'; add placement=ray (or drop them)")
+        if self.learner.backend == "deepspeed" and self.placement != "ray":
+            raise ValueError("learner.backend=deepspeed runs its ranks as Ray actors: add placement=ray")
+        if self.learner.weight_sync == "nccl" and (self.learner.backend != "deepspeed" or self.ray.rollout_backend
+                                                    != "vllm" or self.ray.rollout_workers != 1):
+            raise ValueError("learner.weight_sync=nccl streams from a DeepSpeed rank into one vLLM engine: it needs "
+                             "learner.backend=deepspeed, ray.rollout_backend=vllm and ray.rollout_workers=1")
+        return self
+
+    @model_validator(mode="after")
+    def _algorithm_checks(self) -> TrainConfig:
+        from turnrl.rl.algorithms import algorithm_class
+
+        algorithm_class(self.algorithm.name).check_config(self)  # its own checks and its experience source's
+        return self
+
+
+def load_config(path: str | Path, overrides: list[str] | None = None) -> TrainConfig:
+    """Load a YAML config and apply dotted ``key.sub=value`` overrides (values read as YAML)."""
+    data = yaml.safe_load(Path(path).read_text()) or {}
+    for item in overrides or []:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ValueError(f"override must be key.sub=value, got {item!r}")
+        node = data
+        *parents, leaf = key.strip().split(".")
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[leaf] = yaml.safe_load(value)
+    return TrainConfig.model_validate(data)

@@ -1,0 +1,122 @@
+"""The driver (DESIGN.md §Trainers): the loop of steps, held-out evaluation, monitors, metrics and checkpoints.
+
+It talks to a learner (``update``, ``state_dict``), an experience source (``collect``, ``state_dict``) and an
+evaluation function; it does not know where they run. A killed run resumes from its last checkpoint and continues
+exactly like an uninterrupted one (learner, source position, RNG, metrics history).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+import yaml
+
+from turnrl.rl.run.config import TrainConfig
+from turnrl.rl.run.monitors import check_health
+from turnrl.rl.run.tracking import Tracker
+from turnrl.storage import TrajectoryWriter
+
+logger = logging.getLogger(__name__)
+
+
+class Driver:
+    """Run ``cfg.steps`` training steps.
+
+    Args:
+        config: the run config (``steps``, ``eval_every``, ``checkpoint_every``, ``out_dir``, ``wandb``,
+            ``save_trajectories``). The run folder gets ``config.yaml``, ``metrics.jsonl``, ``checkpoint.pt``,
+            ``eval/step-N/`` (held-out reports) and ``train/step-N/trajectories.jsonl`` (the episodes of step N).
+        learner: has ``update(trajectories) -> metrics``, ``state_dict()``, ``load_state_dict()`` and ``version``.
+        source: an :class:`~turnrl.rl.sources.base.ExperienceSource`.
+        evaluate: ``evaluate(out_dir) -> held-out success`` (writes its report to ``out_dir``).
+    """
+
+    def __init__(self, config: TrainConfig, learner: Any, source: Any, evaluate: Callable[[Path], float]) -> None:
+        self.cfg, self.learner, self.source, self.evaluate = config, learner, source, evaluate
+        self.sampled = source.sampled  # the policy's own episodes (not stored data): sampling health is checked
+        self.step = 0
+        self.history: list[dict[str, float]] = []
+        self.out = Path(config.out_dir)
+
+    def train(self, *, stop_after: int | None = None,
+              on_step: Callable[[dict[str, float]], None] | None = None) -> list[dict[str, float]]:
+        """Run until ``cfg.steps`` (or ``stop_after`` more steps, to simulate an interruption); return the history.
+
+        ``on_step`` is called with each step's metrics (after the held-out evaluation, if any, ran), and with the
+        step-0 evaluation's record when the run starts fresh.
+        """
+        self.out.mkdir(parents=True, exist_ok=True)
+        # the run's config beside its outputs (`turnrl view` reads the model's tokenizer from it)
+        config = self.cfg.model_dump(mode="json", exclude={"ray", "learner"} if self.cfg.placement == "local" else None)
+        (self.out / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))  # `turnrl train` loads it
+        tracker = Tracker(self.out, self.cfg.wandb, self.cfg.model_dump())
+        try:
+            if self.step == 0 and not self.history:
+                self.source.reset()
+                self._record({"step": 0.0, "eval_success": self.evaluate(self.out / "eval" / "step-0")}, tracker,
+                             on_step, fresh=True)
+            end = self.cfg.steps if stop_after is None else min(self.cfg.steps, self.step + stop_after)
+            while self.step < end:
+                self._record(self._one_step(), tracker, on_step)
+                if self.step == self.cfg.steps or (self.cfg.checkpoint_every
+                                                   and self.step % self.cfg.checkpoint_every == 0):
+                    self.save(self.out / "checkpoint.pt")
+        finally:
+            tracker.close()
+        return self.history
+
+    def _one_step(self) -> dict[str, float]:
+        t0 = time.perf_counter()
+        trajs, info = self.source.collect(self.step)
+        info.update(self.learner.update(trajs))
+        self.step += 1
+        if self.cfg.save_trajectories:
+            with TrajectoryWriter(self.out / "train" / f"step-{self.step}" / "trajectories.jsonl") as write:
+                for t in trajs:
+                    write(t)
+        info["step"] = float(self.step)
+        info["seconds"] = time.perf_counter() - t0
+        info["tokens_per_s"] = info["generated_tokens"] / max(info["seconds"], 1e-9)
+        info["train_tokens_per_s"] = info.get("train_tokens", 0.0) / max(info["seconds"], 1e-9)
+        info["lr"] = self.learner.lr
+        if self.step == self.cfg.steps or (self.cfg.eval_every and self.step % self.cfg.eval_every == 0):
+            info["eval_success"] = self.evaluate(self.out / "eval" / f"step-{self.step}")
+        warnings = check_health(self.history, info, self.cfg.rollout.max_new_tokens, sampled=self.sampled)
+        for w in warnings:
+            logger.warning("step %d: %s", self.step, w)
+        info["warnings"] = float(len(warnings))
+        return info
+
+    def _record(self, info: dict[str, float], tracker: Tracker, on_step: Callable[[dict[str, float]], None] | None,
+                fresh: bool = False) -> None:
+        self.history.append(info)
+        with (self.out / "metrics.jsonl").open("w" if fresh else "a") as f:
+            f.write(json.dumps(info) + "\n")
+        tracker.log(info, self.step)
+        if on_step is not None:
+            on_step(info)
+
+    # ---- checkpoints ----
+
+    def save(self, path: str | Path) -> None:
+        """Everything needed to continue exactly: the learner, the source's position, RNG, step and history."""
+        state = self.learner.state_dict()
+        state.update(rng=torch.get_rng_state(), step=self.step, history=self.history, source=self.source.state_dict(),
+                     config=self.cfg.model_dump())
+        tmp = Path(path).with_suffix(".tmp")
+        torch.save(state, tmp)
+        tmp.replace(path)  # a run killed while saving keeps its previous checkpoint
+
+    def load(self, path: str | Path) -> None:
+        """Resume from :meth:`save`'s file."""
+        state = torch.load(path, weights_only=False)
+        self.learner.load_state_dict(state)
+        torch.set_rng_state(state["rng"])
+        self.step, self.history = state["step"], state["history"]
+        self.source.load_state_dict(state["source"])

@@ -1,0 +1,129 @@
+"""``Trainer``: a training run assembled from the learner core, an experience source and the driver.
+
+The algorithm names its experience source (:attr:`~turnrl.rl.algorithms.base.Algorithm.source`): the trainer opens
+it before the model loads (stored data is read and checked first), lets it resolve derived settings (``data.epochs``
+→ ``steps``), builds the models the algorithm asks for (:func:`turnrl.rl.core.models.build_models`), then hands the
+source the run's parts — the policy as an agent, its tokenizer and the placement's runner. Nothing here names an
+algorithm.
+
+Placements: ``placement: local`` plays episodes in this process with the very model being trained;
+``placement: ray`` on Ray rollout workers that receive the weights after every update
+(:mod:`turnrl.rl.placement.ray`); ``learner.backend: deepspeed`` trains on a group of DeepSpeed ranks
+(:mod:`turnrl.rl.placement.learner_group`). A killed run resumes from its last checkpoint and continues exactly
+like an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from turnrl.agents.base import SamplingParams
+from turnrl.agents.hf import HFAgent
+from turnrl.checkpoint import load_policy
+from turnrl.rl.algorithms import get_algorithm
+from turnrl.rl.core.learner import Learner
+from turnrl.rl.core.models import build_models
+from turnrl.rl.placement import LearnerProtocol
+from turnrl.rl.run.config import EnvConfig, OptimConfig, RayConfig, RolloutConfig, TrainConfig, load_config
+from turnrl.rl.run.driver import Driver
+from turnrl.rl.sources.base import ExperienceSource, Runner, RunParts
+from turnrl.rl.sources.onpolicy import LocalRunner
+
+
+class Trainer:
+    """Train a policy on an environment with a registered algorithm (see the module docstring).
+
+    Args:
+        config: the run.
+        model, tokenizer: the policy; default: loaded from ``config.model``.
+    """
+
+    def __init__(self, config: TrainConfig, *, model: Any = None, tokenizer: Any = None) -> None:
+        self.cfg = config
+        self._eval_kwargs: dict[str, Any] | None = None  # the held-out env's kwargs, resolved at the first evaluation
+        batch = config.rollout.prompts_per_step * config.rollout.group_size
+        self.algorithm = get_algorithm(config.algorithm)
+        # the algorithm's experience source, opened (data read and checked) before the model loads
+        self.source: ExperienceSource = self.algorithm.source_class().open(config, self.algorithm)
+        config = self.cfg = self.source.configure(config)  # e.g. data.epochs -> steps (config.yaml records them)
+        if model is None:
+            from turnrl.agents import make_agent
+
+            agent = make_agent(config.model, batch_size=batch)
+            model, tokenizer = agent.model, agent.tokenizer
+        if config.init_from:
+            load_policy(model, config.init_from)
+        if config.learner.backend == "deepspeed":  # M DeepSpeed ranks on Ray; `model` stays as the published copy
+            from turnrl.rl.placement.learner_group import LearnerGroup
+
+            self.learner: LearnerProtocol = LearnerGroup(config, model, tokenizer)
+        else:
+            self.learner = Learner(config, self.algorithm, model, tokenizer, models=build_models(
+                self.algorithm, model, tokenizer))
+        self.agent = HFAgent(model, tokenizer, batch_size=batch)
+        self._tokenizer = tokenizer
+        self.runner: Runner | None = None
+        self.source.attach(RunParts(self.agent, tokenizer, lambda: self.learner.version, self._runner))
+        self.driver = Driver(config, self.learner, self.source, self.evaluate)
+
+    def _runner(self) -> Runner:
+        """The placement's runner of on-policy jobs (built when a source first asks)."""
+        if self.runner is None:
+            if self.cfg.placement == "ray":
+                from turnrl.rl.placement.ray import RayRunner
+
+                self.runner = RayRunner(self.cfg, self.learner, self._tokenizer)
+            else:
+                self.runner = LocalRunner(self.cfg, self.agent, lambda: self.learner.version)
+        return self.runner
+
+    # the parts, under the names the first trainer had
+    model = property(lambda self: self.agent.model)
+    tokenizer = property(lambda self: self.learner.tokenizer)
+    value_head = property(lambda self: self.learner.value_head)
+    critic = property(lambda self: self.learner.critic)
+    optimizer = property(lambda self: self.learner.optimizer)
+    scheduler = property(lambda self: self.learner.scheduler)
+    step = property(lambda self: self.driver.step)
+    history = property(lambda self: self.driver.history)
+
+    def evaluate(self, out: str | Path | None = None) -> float:
+        """Greedy success rate on the first ``eval_tasks`` tasks of the held-out env (report, items and
+        trajectories in ``out`` when given; training uses ``OUT_DIR/eval/step-N``)."""
+        from turnrl.envs.registry import make
+        from turnrl.rl.run.evaluate import evaluate, run_eval_kwargs
+
+        self.learner.sync_driver()  # a learner group: bring the driver's copy up to date
+        if self._eval_kwargs is None:
+            train_env = make(self.cfg.env.id, **self.cfg.env.kwargs)
+            self._eval_kwargs = run_eval_kwargs(train_env, self.cfg.env.kwargs, self.cfg.env.eval_kwargs)
+        kwargs = self._eval_kwargs
+        m = evaluate(self.agent, self.cfg.env.id, env_kwargs=kwargs, limit=self.cfg.eval_tasks, seed=self.cfg.seed,
+                     params=SamplingParams(temperature=0.0, max_new_tokens=self.cfg.rollout.max_new_tokens),
+                     batch_episodes=64, max_context=self.cfg.rollout.max_context, out=out,
+                     env_timeout=self.cfg.rollout.env_timeout)
+        return m["accuracy"]
+
+    def train(self, *, stop_after: int | None = None,
+              on_step: Callable[[dict[str, float]], None] | None = None) -> list[dict[str, float]]:
+        """Run the driver (see :meth:`turnrl.rl.run.driver.Driver.train`)."""
+        return self.driver.train(stop_after=stop_after, on_step=on_step)
+
+    def save(self, path: str | Path) -> None:
+        """Checkpoint (see :meth:`turnrl.rl.run.driver.Driver.save`)."""
+        self.driver.save(path)
+
+    def load(self, path: str | Path) -> None:
+        """Resume (see :meth:`turnrl.rl.run.driver.Driver.load`)."""
+        self.driver.load(path)
+
+    def close(self) -> None:
+        """Release the placement's resources (Ray workers, learner ranks)."""
+        if self.runner is not None:
+            self.runner.close()
+        self.learner.close()
+
+
+__all__ = ["EnvConfig", "load_policy", "OptimConfig", "RayConfig", "RolloutConfig", "TrainConfig", "Trainer", "load_config"]

@@ -1,0 +1,181 @@
+"""What an experience source is (DESIGN.md §Trainers): "give me this step's Trajectories", and the pieces every
+source shares — a job (one episode to play), the rollout metrics of a step, whole groups.
+
+An algorithm names its source class (:attr:`turnrl.rl.algorithms.base.Algorithm.source`); the trainer calls, in
+order: :meth:`ExperienceSource.check_config` (while the run config validates), :meth:`~ExperienceSource.open` (before
+the model loads: read and check data), :meth:`~ExperienceSource.configure` (derived settings, e.g. ``steps`` from
+``data.epochs``), :meth:`~ExperienceSource.attach` (the policy is loaded), then per step
+:meth:`~ExperienceSource.collect`, and ``state_dict``/``load_state_dict`` at checkpoints.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+
+import torch
+
+from turnrl.types import Trajectory
+
+if TYPE_CHECKING:
+    from turnrl.rl.run.config import TrainConfig
+
+
+@dataclass(frozen=True)
+class Job:
+    """One episode to play: ``sample`` of task ``task`` at training ``step``, generation round ``round``."""
+
+    step: int
+    round: int
+    task: int
+    sample: int
+
+    @property
+    def key(self) -> str:
+        """A stable name (ledger key, group and file names)."""
+        return f"{self.step}-{self.round}-{self.task}-{self.sample}"
+
+    @property
+    def group_id(self) -> str:
+        """Samples of one task in one round form a group."""
+        return f"{self.step}-{self.round}-{self.task}"
+
+
+class Runner(Protocol):
+    """Plays jobs with the current policy (in this process, or on Ray rollout workers); returns the Trajectories (one
+    per job, any order) and metrics. Its state (a journal of finished episodes) is saved with the source's."""
+
+    def run(self, jobs: Sequence[Job]) -> tuple[list[Trajectory], dict[str, float]]:
+        """Play every job once."""
+        ...
+
+    def state_dict(self) -> dict[str, Any]:
+        """What a resumed run needs of the runner ({} when nothing)."""
+        ...
+
+    def reset(self) -> None:
+        """A fresh run starts: forget what was kept of an earlier run in the same folder."""
+        ...
+
+    def close(self) -> None:
+        """Release workers and other resources."""
+        ...
+
+
+@dataclass
+class RunParts:
+    """What a source may use once the policy is loaded.
+
+    Attributes:
+        agent: the policy being trained, as an agent (in this process it shares the learner's model).
+        tokenizer: the policy's tokenizer.
+        version: the learner's current policy version.
+        runner: the placement's :class:`Runner` (built on first call; only on-policy sources ask for one).
+    """
+
+    agent: Any
+    tokenizer: Any
+    version: Callable[[], int]
+    runner: Callable[[], Runner]
+
+
+def data_readers() -> list[str]:
+    """The registered algorithms whose experience source reads ``data:`` (for error messages)."""
+    from turnrl.rl.algorithms import AlgorithmRegistrationError, algorithm_class, algorithm_names
+
+    out = []
+    for name in algorithm_names():
+        try:
+            if algorithm_class(name).source_class().reads_data:
+                out.append(name)
+        except AlgorithmRegistrationError:
+            continue
+    return out
+
+
+class ExperienceSource:
+    """Where a training step's Trajectories come from (see the module docstring for the call order).
+
+    Subclasses implement :meth:`collect`, :meth:`state_dict` and :meth:`load_state_dict`, and override the rest
+    where they need to.
+    """
+
+    #: Whether the episodes are the policy's own samples (monitors check sampling health only then).
+    sampled: ClassVar[bool] = True
+    #: Whether the source reads ``data:`` (stored episodes or states); ``check_config`` enforces it both ways.
+    reads_data: ClassVar[bool] = False
+
+    @classmethod
+    def check_config(cls, cfg: TrainConfig) -> None:
+        """Raise ValueError if the run's settings cannot work with this source (called while the config validates).
+
+        Default: ``data`` is set exactly when the source reads it.
+        """
+        name = cfg.algorithm.name
+        if cls.reads_data and cfg.data is None:
+            raise ValueError(f"algorithm {name!r} trains from stored data: set data.path (e.g. data: {{path: "
+                             "runs/arith-data.parquet}})")
+        if not cls.reads_data and cfg.data is not None:
+            raise ValueError(f"algorithm {name!r} samples its own episodes (on-policy) and cannot train from `data`; "
+                             f"drop `data`, or pick an algorithm that trains from it ({', '.join(data_readers())})")
+        if cfg.data is not None and cfg.data.epochs is not None and "steps" in cfg.model_fields_set:
+            raise ValueError("set either `steps` or data.epochs (which sets the steps), not both")
+
+    @classmethod
+    def open(cls, cfg: TrainConfig, algorithm: Any) -> ExperienceSource:
+        """The source of a run, before the model loads (read and check data here, so bad data fails fast)."""
+        return cls(cfg, algorithm)  # type: ignore[call-arg]
+
+    def configure(self, cfg: TrainConfig) -> TrainConfig:
+        """The run config with the settings this source derives resolved (default: unchanged)."""
+        return cfg
+
+    def attach(self, parts: RunParts) -> None:
+        """The policy is loaded: keep what :meth:`collect` needs of ``parts``."""
+
+    def collect(self, step: int) -> tuple[list[Trajectory], dict[str, float]]:
+        """The Trajectories to train on at ``step`` (0-based) and metrics about them."""
+        raise NotImplementedError
+
+    def state_dict(self) -> dict[str, Any]:
+        """The source's position (a resumed run continues from it)."""
+        raise NotImplementedError
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`."""
+        raise NotImplementedError
+
+    def reset(self) -> None:
+        """A fresh run starts (nothing to forget by default)."""
+
+
+def rollout_metrics(seen: Sequence[Trajectory], env: Any = None) -> dict[str, float]:
+    """Reward, success, turns, tool calls and errors over every episode sampled this step, and the figures the
+    environment ``env`` reports of its own episodes (:meth:`turnrl.envs.core.TextEnv.summarize_episodes`)."""
+    n = max(len(seen), 1)
+    rewards = torch.tensor([t.total_reward for t in seen] or [0.0])
+    return {"rollout_episodes": float(len(seen)), "reward_mean": float(rewards.mean()),
+            "reward_std": float(rewards.std(correction=0)), "success": sum(bool(t.correct) for t in seen) / n,
+            "rewarded_incorrect": sum(t.total_reward > 0 and t.correct is False for t in seen) / n,
+            "turns": sum(t.num_turns for t in seen) / n,
+            "tool_calls": sum(len(turn.info.get("tool_calls") or []) for t in seen for turn in t.turns) / n,
+            "error_episodes": float(sum(t.error is not None for t in seen)),
+            "tampering_episodes": sum(any((turn.info.get("metrics") or {}).get("tampering", 0) > 0 for turn in t.turns)
+                                      for t in seen) / n,
+            **(env.unwrapped.summarize_episodes(seen) if env is not None else {})}
+
+
+def whole_groups(trajectories: Sequence[Trajectory], want: int) -> list[Trajectory]:
+    """The first groups (in order) whose episodes add up to at most ``want`` (at least one group): a batch is never
+    filled by cutting a group in half (its group statistics would be of the part), so it may hold fewer than
+    ``want`` when episodes that ended in an error left groups short."""
+    groups: dict[str, list[Trajectory]] = {}
+    for t in trajectories:
+        groups.setdefault(t.group_id if t.group_id is not None else t.id, []).append(t)
+    out: list[Trajectory] = []
+    for members in groups.values():
+        if out and len(out) + len(members) > want:
+            break
+        out += members
+    return out

@@ -1,0 +1,130 @@
+"""The on-policy source: fresh episodes of the current policy, with the algorithm's filter (DAPO's dynamic sampling:
+groups without reward variance are dropped and more are sampled). *Where* the episodes run is a
+:class:`~turnrl.rl.sources.base.Runner`: in this process (:class:`LocalRunner`) or on Ray rollout workers
+(:class:`turnrl.rl.placement.ray.RayRunner`); both play jobs with :func:`turnrl.rl.sources.play.play`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from turnrl.agents.base import SamplingParams
+from turnrl.envs.registry import make
+from turnrl.rl.algorithms.base import Algorithm
+from turnrl.rl.run.config import TrainConfig
+from turnrl.rl.sources.base import ExperienceSource, Job, Runner, RunParts, rollout_metrics, whole_groups
+from turnrl.rl.sources.play import batch_seed, play
+from turnrl.rl.sources.rollout import Rollout
+from turnrl.types import Trajectory
+
+
+def play_jobs(cfg: TrainConfig, agent: Any, jobs: Sequence[Job], version: Callable[[], int], *,
+              per_episode_seeds: bool, sink: Callable[[Trajectory], Any] | None = None
+              ) -> tuple[list[Trajectory], Rollout]:
+    """Play a training round's ``jobs`` as the run config says (env, sampling, limits) with the algorithm's rollout
+    hook; the Trajectories in job order and the rollout (its stats)."""
+    from turnrl.rl.algorithms import get_algorithm
+
+    r = cfg.rollout
+    params = SamplingParams(temperature=r.temperature, top_p=r.top_p, max_new_tokens=r.max_new_tokens)
+    hook = get_algorithm(cfg.algorithm).rollout_hook(agent, r.temperature, batch_seed(cfg.seed, jobs[0].step,
+                                                                                       jobs[0].round)) if jobs else None
+    return play(agent, cfg.env.id, cfg.env.kwargs, jobs, seed=cfg.seed, params=params, max_context=r.max_context,
+                env_timeout=r.env_timeout, per_episode_seeds=per_episode_seeds, version=version, sink=sink,
+                rewrite=hook)
+
+
+class LocalRunner:
+    """Plays jobs in this process with an agent that shares the learner's model (no weight copies)."""
+
+    def __init__(self, cfg: TrainConfig, agent: Any, version: Callable[[], int]) -> None:
+        self.cfg, self.agent, self.version = cfg, agent, version
+
+    def run(self, jobs: Sequence[Job]) -> tuple[list[Trajectory], dict[str, float]]:
+        """One batched rollout over all jobs."""
+        trajs, rollout = play_jobs(self.cfg, self.agent, jobs, self.version,
+                                   per_episode_seeds=self.cfg.rollout.seed_per_episode)
+        return trajs, {"generated_tokens": float(rollout.stats.generated_tokens), "generate_s": rollout.stats.generate_s}
+
+    def state_dict(self) -> dict[str, Any]:
+        """Nothing to keep: the episodes are in the source's step."""
+        return {}
+
+    def reset(self) -> None:
+        """Nothing to forget."""
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+class OnPolicySource(ExperienceSource):
+    """Fresh episodes of the current policy: ``prompts_per_step`` tasks × ``group_size`` samples per step.
+
+    A data cursor walks the training env's task indices. With an algorithm that filters (DAPO's dynamic sampling),
+    kept groups accumulate over up to ``algorithm.max_rounds`` rounds until the batch is full; episodes that ended
+    in an error are never counted as kept (the learner leaves them out).
+    """
+
+    def __init__(self, cfg: TrainConfig, algorithm: Algorithm, runner: Runner | None = None) -> None:
+        self.cfg, self.algorithm, self._runner = cfg, algorithm, runner
+        self.cursor = 0
+        self.env = make(cfg.env.id, **cfg.env.kwargs)  # a probe: the task count and the env's episode figures
+        self.n_tasks = len(self.env)
+
+    @property
+    def runner(self) -> Runner:
+        """Where the jobs run (given, or the placement's from :meth:`attach`)."""
+        if self._runner is None:
+            raise RuntimeError("OnPolicySource has no runner: pass one, or attach() the run's parts first")
+        return self._runner
+
+    def attach(self, parts: RunParts) -> None:
+        """Take the placement's runner."""
+        if self._runner is None:
+            self._runner = parts.runner()
+
+    def jobs(self, step: int, round_: int, first_task: int) -> list[Job]:
+        """The jobs of one round: ``group_size`` samples of ``prompts_per_step`` consecutive tasks."""
+        r = self.cfg.rollout
+        tasks = [(first_task + k) % self.n_tasks for k in range(r.prompts_per_step)]
+        return [Job(step, round_, t, s) for t in tasks for s in range(r.group_size)]
+
+    def collect(self, step: int) -> tuple[list[Trajectory], dict[str, float]]:
+        """Roll out this step's groups (see the class docstring)."""
+        r = self.cfg.rollout
+        want = r.prompts_per_step * r.group_size
+        kept: list[Trajectory] = []
+        seen: list[Trajectory] = []
+        stats: dict[str, float] = {"generated_tokens": 0.0, "generate_s": 0.0}
+        rounds = self.algorithm.max_rounds
+        for round_ in range(rounds):
+            jobs = self.jobs(step, round_, self.cursor)
+            trajs, info = self.runner.run(jobs)
+            order = {j.key: i for i, j in enumerate(jobs)}
+            trajs = sorted(trajs, key=lambda t: order[t.metadata["job"]])  # job order, whoever finished first
+            self.cursor = (self.cursor + r.prompts_per_step) % self.n_tasks
+            for k, v in info.items():  # the runner's figures, added up over the rounds
+                stats[k] = stats.get(k, 0.0) + v
+            seen += trajs
+            if rounds == 1:
+                kept = trajs
+                break
+            ok = [t for t in trajs if t.error is None]
+            kept += [t for t, keep in zip(ok, self.algorithm.keep(ok, r.max_new_tokens)) if keep]
+            if len(kept) >= want:
+                kept = whole_groups(kept, want)
+                break
+        return kept, {**stats, **rollout_metrics(seen, self.env)}
+
+    def state_dict(self) -> dict[str, Any]:
+        """The data cursor and the runner's state."""
+        return {"cursor": self.cursor, "runner": self.runner.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore the data cursor."""
+        self.cursor = state["cursor"]
+
+    def reset(self) -> None:
+        """A fresh run starts: forget what the runner kept of an earlier run in the same folder."""
+        self.runner.reset()

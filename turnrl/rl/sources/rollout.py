@@ -1,0 +1,327 @@
+"""Token-exact multi-turn rollouts (DESIGN.md §The flow, point 5).
+
+``Rollout.run(envs)`` plays one episode in each environment with one agent. Every turn, the prompts of all live
+episodes go to the agent in one batched ``generate`` call; then the environments step concurrently (``astep``,
+bounded by ``env_concurrency``, each with a timeout). Each episode's token sequence is only ever appended to:
+
+* the generated tokens, with loss mask 1 and their logprobs;
+* the chat-template tokens of the environment's new messages, with loss mask 0 (see :mod:`turnrl.tokens`).
+
+The conversation is never re-tokenized from text, so the trainer sees exactly what the model saw and produced.
+A failing environment (exception or timeout) ends only its own episode, recorded in ``Trajectory.error``.
+Finished trajectories go to ``sink`` (e.g. a :class:`turnrl.storage.TrajectoryWriter`) as they finish.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from turnrl.agents.base import Agent, Completion, SamplingParams
+from turnrl.envs.core import TextEnv
+from turnrl.tokens import ChatRenderer
+from turnrl.types import Message, Trajectory, Turn
+
+# (envs, roles, token prompts, completions) of one generation round → a replacement per completion, or None to
+# keep it; a replaced turn is marked ``info["rewritten"] = True`` (e.g. PAG's verdict exploration).
+Rewrite = Callable[[Sequence[TextEnv], Sequence[str], Sequence[list[int]], Sequence[Completion]],
+                   Sequence[Completion | None]]
+
+
+@dataclass
+class _Episode:
+    env: TextEnv
+    traj: Trajectory
+    tokens: list[int] = field(default_factory=list)
+    mask: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    renderer: ChatRenderer | None = None
+    role: str = "policy"
+    prompts_seen: list[list[int]] = field(default_factory=list)  # what the agent was conditioned on, per turn
+    sample_seed: int | None = None  # this episode's own random stream (batch-invariant sampling), if any
+    rewritten: bool = False  # this turn's completion was replaced by the rollout's ``rewrite`` hook
+
+    def append(self, ids: Sequence[int], mask: int, logprobs: Sequence[float] | None = None) -> None:
+        self.tokens.extend(ids)
+        self.mask.extend([mask] * len(ids))
+        self.logprobs.extend(logprobs if logprobs is not None else [0.0] * len(ids))
+
+
+class _DaemonExecutor(concurrent.futures.ThreadPoolExecutor):
+    """Runs each call on its own daemon thread: an environment step that never returns (cut by the step timeout)
+    cannot block the end of the rollout or of the process, as a joined thread pool's worker would."""
+
+    def submit(self, fn, /, *args, **kwargs):  # noqa: ANN001, ANN201 — concurrent.futures.Executor's signature
+        future: concurrent.futures.Future = concurrent.futures.Future()
+
+        def work() -> None:
+            if not future.set_running_or_notify_cancel():
+                return
+            try:
+                future.set_result(fn(*args, **kwargs))
+            except BaseException as e:  # noqa: BLE001 — handed to the awaiting coroutine
+                future.set_exception(e)
+
+        threading.Thread(target=work, daemon=True, name="turnrl-env-step").start()
+        return future
+
+
+@dataclass
+class RolloutStats:
+    """Where the time of the last :meth:`Rollout.run` went."""
+
+    generate_s: float = 0.0
+    env_s: float = 0.0
+    bookkeeping_s: float = 0.0
+    generated_tokens: int = 0
+    turns: int = 0
+
+
+class Rollout:
+    """Run episodes of any environments with one agent, producing token-exact Trajectories.
+
+    Args:
+        agent: generates from token prompts; its ``tokenizer`` renders the chat template.
+        params: sampling parameters for every turn (``n`` must be 1: a group is several envs on one task); an
+            env's own ``stop`` strings are added to ``params.stop`` for its episodes.
+        max_turns: an extra cap on agent turns (the env's own ``max_turns`` applies too).
+        max_context: the most tokens an episode may hold; a turn's generation budget shrinks to fit, and an
+            episode with no room left ends ``truncated`` with ``metadata["truncated_by"] = "context"``.
+        env_concurrency: how many environment steps run at once.
+        env_timeout: seconds one environment step may take before its episode is ended with an error.
+        sink: called with each Trajectory as soon as it finishes (streaming storage, progress bars).
+        keep_prompts: record each turn's full prompt in ``Trajectory.metadata["prompts"]`` (for tests/debugging).
+        policy_version: recorded as ``metadata["policy_version"] = [at start, at end]`` of every episode (the
+            weights' version; a callable is read at the start and at the end of each episode).
+        rewrite: called after each generation round with every live episode's env, role, token prompt and
+            completion; a completion it returns replaces the sampled one (its tokens and log-probabilities go into
+            the trajectory as they are, the turn is marked ``info["rewritten"]``), None keeps it.
+    """
+
+    def __init__(
+        self,
+        agent: Agent,
+        params: SamplingParams,
+        *,
+        max_turns: int | None = None,
+        max_context: int = 4096,
+        env_concurrency: int = 16,
+        env_timeout: float | None = 60.0,
+        sink: Callable[[Trajectory], Any] | None = None,
+        keep_prompts: bool = False,
+        policy_version: int | Callable[[], int] | None = None,
+        rewrite: Rewrite | None = None,
+    ) -> None:
+        if params.n != 1:
+            raise ValueError("Rollout samples one completion per episode (params.n == 1); use several envs per task")
+        self.agent, self.params = agent, params
+        self.max_turns, self.max_context = max_turns, max_context
+        self.env_concurrency, self.env_timeout = env_concurrency, env_timeout
+        self.sink, self.keep_prompts = sink, keep_prompts
+        self.policy_version = policy_version
+        self.rewrite = rewrite
+        self.stats = RolloutStats()
+        eos = getattr(agent.tokenizer, "eos_token_id", None)
+        self._eos = set(getattr(agent, "eos_ids", None) or []) | ({eos} if eos is not None else set())
+
+    def run(
+        self,
+        envs: Sequence[TextEnv],
+        *,
+        seeds: Sequence[int | None] | None = None,
+        options: Sequence[dict[str, Any] | None] | None = None,
+        group_ids: Sequence[str | None] | None = None,
+        sample_seeds: Sequence[int] | None = None,
+        metadata: Sequence[dict[str, Any]] | None = None,
+    ) -> list[Trajectory]:
+        """Play one episode per env (reset with ``seeds[i]``/``options[i]``); return the trajectories in env order.
+
+        ``metadata[i]`` is copied into episode i's ``Trajectory.metadata`` when it starts (e.g. a job key, so that
+        a streamed episode can be matched to its job).
+
+        ``sample_seeds`` (one per env) gives each episode its own sampling stream (turn k of episode i is sampled
+        with seed ``sample_seeds[i] * 1009 + k``), so an episode's tokens do not depend on the rest of the batch;
+        the agent's ``generate`` must accept ``seeds=``.
+        """
+        loop = asyncio.new_event_loop()
+        loop.set_default_executor(_DaemonExecutor())  # env steps run in threads (asyncio.to_thread) that may hang
+        try:
+            return loop.run_until_complete(self.arun(envs, seeds=seeds, options=options, group_ids=group_ids,
+                                                     sample_seeds=sample_seeds, metadata=metadata))
+        finally:
+            loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.close()
+
+    async def arun(
+        self,
+        envs: Sequence[TextEnv],
+        *,
+        seeds: Sequence[int | None] | None = None,
+        options: Sequence[dict[str, Any] | None] | None = None,
+        group_ids: Sequence[str | None] | None = None,
+        sample_seeds: Sequence[int] | None = None,
+        metadata: Sequence[dict[str, Any]] | None = None,
+    ) -> list[Trajectory]:
+        """Async :meth:`run` (for callers already inside an event loop)."""
+        n = len(envs)
+        seeds = list(seeds) if seeds is not None else [None] * n
+        options = list(options) if options is not None else [None] * n
+        group_ids = list(group_ids) if group_ids is not None else [None] * n
+        per_episode = list(sample_seeds) if sample_seeds is not None else [None] * n
+        extra = list(metadata) if metadata is not None else [{}] * n
+        if not len(seeds) == len(options) == len(group_ids) == len(per_episode) == len(extra) == n:
+            raise ValueError("seeds, options, group_ids, sample_seeds and metadata must have one entry per env")
+        self.stats = RolloutStats()
+        episodes = [self._start(env, s, o, g, m) for env, s, o, g, m in zip(envs, seeds, options, group_ids, extra)]
+        for ep, sample_seed in zip(episodes, per_episode):
+            ep.sample_seed = sample_seed
+        live = [ep for ep in episodes if ep.traj.error is None and not ep.traj.truncated]
+        for ep in episodes:
+            if ep not in live:
+                self._finish(ep)
+        semaphore = asyncio.Semaphore(self.env_concurrency)
+        while live:
+            completions = await self._generate(live)
+            if completions is None:
+                break
+            results = await asyncio.gather(*(self._step(ep, c, semaphore) for ep, c in zip(live, completions)))
+            live = [ep for ep, keep in zip(live, results) if keep]
+        return [ep.traj for ep in episodes]
+
+    # ---- pieces of one turn ----
+
+    def _start(self, env: TextEnv, seed: int | None, options: dict[str, Any] | None, group_id: str | None,
+               metadata: dict[str, Any] | None = None) -> _Episode:
+        spec = env.unwrapped.spec
+        traj = Trajectory(env_id=spec.id if spec is not None else type(env.unwrapped).__name__, seed=seed,
+                          group_id=group_id, metadata=dict(metadata or {}))
+        if self.policy_version is not None:
+            traj.metadata["policy_version"] = [self._version(), None]
+        ep = _Episode(env=env, traj=traj)
+        try:
+            obs, info = env.reset(seed=seed, options=options)
+            ep.renderer = ChatRenderer(self.agent.tokenizer, getattr(env.unwrapped, "tool_schemas", lambda: [])())
+            traj.task_id, traj.prompt = info.get("task_id"), list(obs)
+            ep.role = info.get("next_role") or info.get("role") or "policy"
+            t0 = time.perf_counter()
+            ep.append(ep.renderer.prompt_tokens(obs), 0)
+            self.stats.bookkeeping_s += time.perf_counter() - t0
+        except Exception as e:  # noqa: BLE001 — one bad env must not sink the batch
+            traj.error = f"reset failed: {type(e).__name__}: {e}"
+            return ep
+        if len(ep.tokens) >= self.max_context:
+            traj.truncated = True
+            traj.metadata["truncated_by"] = "context"
+        return ep
+
+    async def _generate(self, live: list[_Episode]) -> list[Completion] | None:
+        budgets: dict[tuple[int, tuple[str, ...]], list[int]] = {}
+        for i, ep in enumerate(live):  # one generate call per (token budget, the env's stop strings)
+            stop = tuple(dict.fromkeys(self.params.stop + tuple(getattr(ep.env.unwrapped, "stop", ()) or ())))
+            budgets.setdefault((min(self.params.max_new_tokens, self.max_context - len(ep.tokens)), stop), []).append(i)
+        completions: list[Completion | None] = [None] * len(live)
+        t0 = time.perf_counter()
+        try:
+            for (budget, stop), idx in budgets.items():
+                params = self.params.model_copy(update={"max_new_tokens": budget, "stop": stop})
+                prompts = [list(live[i].tokens) for i in idx]
+                agenerate = getattr(self.agent, "agenerate", None)  # HTTP backends: don't block the event loop
+                if live[idx[0]].sample_seed is not None:  # batch-invariant: each episode's own stream per turn
+                    seeds = [(live[i].sample_seed * 1009 + len(live[i].traj.turns)) % 2**62 for i in idx]
+                    outs = self.agent.generate(prompts, params, seeds=seeds)
+                else:
+                    outs = await agenerate(prompts, params) if agenerate else self.agent.generate(prompts, params)
+                for i, c in zip(idx, outs):
+                    completions[i] = c
+            if self.rewrite is not None:
+                new = self.rewrite([ep.env for ep in live], [ep.role for ep in live], [list(ep.tokens) for ep in live],
+                                   completions)  # type: ignore[arg-type]
+                for i, c in enumerate(new):
+                    live[i].rewritten = c is not None
+                    if c is not None:
+                        completions[i] = c
+        except Exception as e:  # noqa: BLE001 — keep everything collected so far
+            for ep in live:
+                ep.traj.error = f"generation failed: {type(e).__name__}: {e}"
+                self._finish(ep)
+            return None
+        self.stats.generate_s += time.perf_counter() - t0
+        return completions  # type: ignore[return-value]
+
+    async def _step(self, ep: _Episode, completion: Completion, semaphore: asyncio.Semaphore) -> bool:
+        """Record the completion, step the env, append its observation. Returns whether the episode goes on."""
+        t0 = time.perf_counter()
+        if self.keep_prompts:
+            ep.prompts_seen.append(list(ep.tokens))
+        start = len(ep.tokens)
+        ep.append(completion.token_ids, 1, completion.logprobs)
+        span = (start, len(ep.tokens))
+        self.stats.bookkeeping_s += time.perf_counter() - t0
+        self.stats.generated_tokens += len(completion.token_ids)
+        self.stats.turns += 1
+        action = Message(role="assistant", content=completion.text)
+        t1 = time.perf_counter()
+        try:
+            async with semaphore:
+                obs, reward, terminated, truncated, info = await asyncio.wait_for(
+                    ep.env.astep(completion.text), timeout=self.env_timeout
+                )
+        except Exception as e:  # noqa: BLE001
+            reason = f"timed out after {self.env_timeout}s" if isinstance(e, TimeoutError) else f"{type(e).__name__}: {e}"
+            ep.traj.turns.append(Turn(index=len(ep.traj.turns), role=ep.role, action=action, token_span=span,
+                                      info={"finish_reason": completion.finish_reason}))
+            ep.traj.error = f"env step failed: {reason}"
+            self._finish(ep)
+            return False
+        self.stats.env_s += time.perf_counter() - t1
+        t2 = time.perf_counter()
+        turn = Turn(
+            index=len(ep.traj.turns), role=info.get("role", ep.role), action=action, observation=list(obs),
+            reward=reward, terminated=terminated, truncated=truncated,
+            info={**info, "finish_reason": completion.finish_reason, **({"rewritten": True} if ep.rewritten else {})},
+            token_span=span,
+        )
+        ep.rewritten = False
+        ep.traj.turns.append(turn)
+        ep.role = info.get("next_role") or "policy"
+        over_turns = self.max_turns is not None and len(ep.traj.turns) >= self.max_turns
+        if terminated or truncated or over_turns:
+            ep.traj.terminated, ep.traj.truncated = terminated, truncated or (over_turns and not terminated)
+            self._finish(ep)
+            return False
+        ended_with_eos = bool(completion.token_ids) and completion.token_ids[-1] in self._eos
+        assert ep.renderer is not None
+        obs_ids = ep.renderer.observation_tokens(obs, ended_with_eos=ended_with_eos)
+        if len(ep.tokens) + len(obs_ids) >= self.max_context:  # no room to append the reply and generate
+            ep.traj.truncated = True
+            ep.traj.metadata["truncated_by"] = "context"
+            self._finish(ep)
+            return False
+        turn.obs_span = (len(ep.tokens), len(ep.tokens) + len(obs_ids))
+        ep.append(obs_ids, 0)
+        self.stats.bookkeeping_s += time.perf_counter() - t2
+        return True
+
+    def _version(self) -> int:
+        v = self.policy_version
+        return int(v() if callable(v) else v)  # type: ignore[arg-type]
+
+    def _finish(self, ep: _Episode) -> None:
+        traj = ep.traj
+        traj.token_ids, traj.loss_mask, traj.logprobs = ep.tokens, ep.mask, ep.logprobs
+        if self.policy_version is not None:
+            traj.metadata["policy_version"] = [traj.metadata.get("policy_version", [None])[0], self._version()]
+        if traj.error is None:
+            for turn in traj.turns:  # a reward needs a generated token to sit on (see Trajectory.token_rewards)
+                if turn.reward != 0.0 and (turn.token_span is None or turn.token_span[1] <= turn.token_span[0]):
+                    traj.error = f"turn {turn.index} has reward {turn.reward} but no generated tokens to carry it"
+        traj.metadata["prompt_length"] = next((i for i, m in enumerate(ep.mask) if m == 1), len(ep.mask))
+        if self.keep_prompts:
+            traj.metadata["prompts"] = ep.prompts_seen
+        if self.sink is not None:
+            self.sink(traj)
