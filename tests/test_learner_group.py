@@ -167,6 +167,34 @@ def test_an_offline_run_trains_on_a_learner_group_like_the_local_learner(cluster
     assert got[-1]["eval_success"] == want[-1]["eval_success"]
 
 
+def test_a_step_wise_run_samples_with_the_groups_weights(cluster, tmp_path):
+    """SWiRL on 2 ranks: the driver samples fresh steps from stored states with its copy of the policy, which loads
+    every version the group publishes — the run matches the local learner's."""
+    from test_swirl import CapitalJudge, _upper_rows
+
+    from turnrl.agents.tiny import tiny_tokenizer
+
+    rows = _upper_rows(tmp_path, tiny_tokenizer("chatml"))
+    common = {"model": "tiny", "env": {"id": "tests/Upper-v0"}, "algorithm": {"name": "swirl", "execute": False},
+              "data": {"path": str(rows)}, "rollout": {"prompts_per_step": 2, "group_size": 4, "max_new_tokens": 4},
+              "optim": {"lr": 1e-2, "minibatch_size": 8}, "steps": 2, "eval_tasks": 2, "save_trajectories": False}
+    runs = []
+    for name, extra in (("local", {}), ("group", {"placement": "ray", "learner": {
+            "backend": "deepspeed", "ranks": 2, "zero_stage": 2, "timeout": 120}})):
+        t = make_trainer(TrainConfig.model_validate({**common, **extra, "out_dir": str(tmp_path / name)}))
+        t.source.judge = CapitalJudge()
+        try:
+            runs.append((t.train(), [p.detach().clone() for p in t.model.parameters()]))
+        finally:
+            t.close()
+    (want, local), (got, group) = runs
+    assert got[1]["reward_mean"] == want[1]["reward_mean"]  # the same states and samples before any update
+    for g, w in zip(got[1:], want[1:]):
+        assert g["loss"] == pytest.approx(w["loss"], abs=1e-5)
+    for a, b in zip(local, group):  # the driver's copy followed the group's updates
+        assert torch.allclose(a, b, atol=1e-4)
+
+
 def test_a_rank_killed_mid_step_is_a_clear_error_and_resume_reproduces_the_run(cluster, tmp_path):
     from turnrl.rl.placement.learner_group import LearnerGroupError
 

@@ -87,7 +87,9 @@ class LearnerGroup:
         self._published: tuple[int, Any] | None = None  # (version, ref) of the driver's copy
         self._streamed = -1  # the version last streamed over NCCL (weight_sync: nccl)
         try:
-            self.ranks = [actor.remote(config.model_dump(), [model_ref], tokenizer, r, lc.ranks)
+            # only what was set: a rank re-validates the config, and checks that read which options were set (e.g.
+            # a step-wise source refusing data.batch_size) must see the same config as the driver
+            self.ranks = [actor.remote(config.model_dump(exclude_unset=True), [model_ref], tokenizer, r, lc.ranks)
                           for r in range(lc.ranks)]
             host, port = self._wait([self.ranks[0].address.remote()], "rendezvous", lc.start_timeout, [0])[0]
             self.info = self._wait([r.setup.remote(host, port) for r in self.ranks], "setup", lc.start_timeout)
