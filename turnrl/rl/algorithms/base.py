@@ -27,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from turnrl.rl.core.batch import Batch
 from turnrl.rl.formulas.advantages import zero_variance_groups
-from turnrl.rl.formulas.losses import AggMode, agg_count, aggregate, clipped_surrogate, masked_nll
+from turnrl.rl.formulas.losses import AggMode, agg_count, aggregate, behaviour_weights, clipped_surrogate, masked_nll
 from turnrl.types import Trajectory
 
 if TYPE_CHECKING:
@@ -51,6 +51,11 @@ class PolicyGradientConfig(AlgorithmConfig):
     agg: AggMode = Field("seq-mean-token-mean", description="loss aggregation (dapo, vapo: token-mean)")
     kl_coef: float = Field(0.0, ge=0, description="β of the k3 KL to a frozen reference model; 0 = no reference")
     nll_coef: float = Field(0.0, ge=0, description="μ of the NLL on correct samples (vapo 0.1)")
+    behaviour_is_cap: float | None = Field(None, ge=1, description=(
+        "decoupled PPO / truncated importance sampling (ALGORITHMS.md §11): weigh each token's surrogate by "
+        "min(π_old/μ, C) with C this cap (2 is usual), π_old the learner's own log-probabilities "
+        "(optim.recompute_logprobs) and μ the sampler's — for rollout engines whose numbers differ from the "
+        "learner's, or stale samples; None = off"))
 
 
 @dataclass
@@ -215,10 +220,26 @@ class PolicyGradient(Algorithm):
 
     cfg: PolicyGradientConfig
 
+    @classmethod
+    def check_config(cls, cfg: TrainConfig) -> None:
+        """The source's checks; ``behaviour_is_cap`` needs the learner's own π_old (``optim.recompute_logprobs``)."""
+        super().check_config(cfg)
+        algo = cfg.algorithm
+        if isinstance(algo, PolicyGradientConfig) and algo.behaviour_is_cap is not None \
+                and not cfg.optim.recompute_logprobs:
+            raise ValueError("algorithm.behaviour_is_cap weighs tokens by π_old/μ, the learner's log-probabilities "
+                             "over the sampler's: set optim.recompute_logprobs=true (without it π_old is μ and every "
+                             "weight is 1)")
+
     @property
     def needs_reference(self) -> bool:
         """A frozen reference for the k3 KL when ``kl_coef`` > 0."""
         return self.cfg.kl_coef > 0
+
+    @property
+    def uses_behaviour_logprobs(self) -> bool:
+        """With ``behaviour_is_cap`` the surrogate is weighted by π_old/μ."""
+        return self.cfg.behaviour_is_cap is not None
 
     def batch_metrics(self, batch: Batch) -> dict[str, float]:
         """``zero_variance_groups``: the share of sampled episodes whose group's rewards are all equal (no signal)."""
@@ -235,8 +256,12 @@ class PolicyGradient(Algorithm):
                     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """Surrogate (+ β·KL, + μ·NLL) of the micro-batch."""
         cfg, b = self.cfg, exp.batch
+        weights, is_metrics = None, {}
+        if cfg.behaviour_is_cap is not None:  # §11: decoupled PPO / truncated IS against the sampler's μ
+            weights, is_metrics = behaviour_weights(b.old_logp, b.behaviour_logp, b.loss_mask, cfg.behaviour_is_cap)
         loss, metrics = clipped_surrogate(fwd.logp, b.old_logp, exp.adv, b.loss_mask, cfg.eps_low, cfg.eps_high,
-                                          cfg.dual_clip, cfg.agg, counts["policy"])
+                                          cfg.dual_clip, cfg.agg, counts["policy"], weights)
+        metrics.update(is_metrics)
         if cfg.kl_coef > 0:
             if exp.ref_logp is None:
                 raise ValueError("kl_coef > 0 needs reference log-probabilities")

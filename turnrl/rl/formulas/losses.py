@@ -62,11 +62,13 @@ def clipped_surrogate(
     dual_clip: float | None = None,
     agg: AggMode = "token-mean",
     count: torch.Tensor | float | None = None,
+    weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """PPO's clipped surrogate with decoupled clip (clip-higher) and optional dual clip (ALGORITHMS.md §0, §4).
 
     ρ = exp(clamp(logp − old_logp, −20, 20)); ℓ = max(−Aρ, −A·clip(ρ, 1−ε_low, 1+ε_high)); for A < 0 with dual
-    clip c: ℓ = min(ℓ, c·(−A)).
+    clip c: ℓ = min(ℓ, c·(−A)). With ``weights`` ``(B, T)`` (no gradient) each token's ℓ is multiplied by its
+    weight before aggregation: decoupled PPO / truncated importance sampling (§11, :func:`behaviour_weights`).
 
     Returns:
         ``(loss, {"clip_frac", "approx_kl", "ratio_mean"})``.
@@ -80,6 +82,8 @@ def clipped_surrogate(
         if dual_clip <= 1.0:
             raise ValueError(f"dual_clip must be > 1, got {dual_clip}")
         loss_t = torch.where(advantages < 0, torch.minimum(loss_t, dual_clip * -advantages), loss_t)
+    if weights is not None:
+        loss_t = weights.detach() * loss_t
     m = mask.to(loss_t.dtype)
     with torch.no_grad():
         metrics = {
@@ -88,6 +92,35 @@ def clipped_surrogate(
             "ratio_mean": (ratio * m).sum() / m.sum().clamp(min=1),
         }
     return aggregate(loss_t, mask, agg, count), metrics
+
+
+def behaviour_weights(prox_logp: torch.Tensor, behaviour_logp: torch.Tensor, mask: torch.Tensor, cap: float
+                      ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """The off-policy weight w_t = min(π_prox(y_t)/μ(y_t), C) of decoupled PPO and of truncated importance sampling
+    of the rollout–learner mismatch (ALGORITHMS.md §11; Hilton et al., 2021; Yao et al., 2025).
+
+    π_prox is the policy at the start of the update as the learner scores it (``old_logp`` recomputed), μ the policy
+    that sampled the token (the rollout engine's log-probability, possibly of an older version). The weight is a
+    constant of the loss (no gradient flows through it); with μ = π_prox it is 1 and the surrogate is §0's.
+
+    Args:
+        prox_logp, behaviour_logp: ``(B, T)`` log π_prox and log μ of each token.
+        mask: ``(B, T)`` loss mask (weights are 0 elsewhere).
+        cap: C ≥ 1, the truncation.
+
+    Returns:
+        ``(w (B, T), {"is_weight_mean", "is_weight_max", "is_weight_clipped"})`` over masked tokens.
+    """
+    if cap < 1:
+        raise ValueError(f"the importance-weight cap must be >= 1, got {cap}")
+    m = mask.to(prox_logp.dtype)
+    with torch.no_grad():
+        raw = torch.exp(torch.clamp(prox_logp - behaviour_logp, -20.0, 20.0))
+        w = torch.clamp(raw, max=cap) * m
+        n = m.sum().clamp(min=1)
+        metrics = {"is_weight_mean": w.sum() / n, "is_weight_max": w.max(),
+                   "is_weight_clipped": ((raw > cap).to(m.dtype) * m).sum() / n}
+    return w, metrics
 
 
 def clipped_value_loss(

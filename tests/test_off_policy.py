@@ -1,0 +1,85 @@
+"""Off-policy corrections (ALGORITHMS.md §11): decoupled PPO / truncated importance sampling of the rollout–learner
+mismatch — the weight min(π_prox/μ, C) as a pure function, each listed check a test, and the option on the
+policy-gradient family (``algorithm.behaviour_is_cap``) in a real learner step."""
+
+import pytest
+import torch
+from pydantic import ValidationError
+from test_dqo import bandit
+
+from turnrl.agents.tiny import tiny_model, tiny_tokenizer
+from turnrl.rl.algorithms import get_algorithm
+from turnrl.rl.core.learner import Learner
+from turnrl.rl.formulas.losses import behaviour_weights, clipped_surrogate
+from turnrl.rl.run.config import TrainConfig
+
+
+def case(seed=0, B=3, T=6):
+    g = torch.Generator().manual_seed(seed)
+    logp = -torch.rand(B, T, generator=g) * 3
+    adv = torch.randn(B, T, generator=g)
+    mask = (torch.rand(B, T, generator=g) > 0.3).float()
+    return logp, adv, mask
+
+
+def test_weights_are_one_and_the_loss_is_section_0s_when_the_sampler_is_the_proximal_policy():
+    logp, adv, mask = case()
+    old = logp - 0.1
+    w, m = behaviour_weights(old, old.clone(), mask, 2.0)
+    assert torch.equal(w, mask) and float(m["is_weight_mean"]) == 1.0 and float(m["is_weight_clipped"]) == 0.0
+    plain, _ = clipped_surrogate(logp, old, adv, mask, 0.2, 0.28)
+    weighted, _ = clipped_surrogate(logp, old, adv, mask, 0.2, 0.28, weights=w)
+    assert torch.allclose(plain, weighted)
+
+
+def test_a_token_the_sampler_found_unlikely_weighs_the_cap_not_the_raw_ratio():
+    prox = torch.tensor([[-0.1, -1.0, -2.0]])
+    mu = torch.tensor([[-9.0, -1.0, -1.5]])  # token 0: μ ≪ π_prox (raw ratio e^8.9); token 2: π_prox < μ
+    w, m = behaviour_weights(prox, mu, torch.ones(1, 3), 2.0)
+    assert w[0, 0].item() == 2.0 and w[0, 1].item() == 1.0 and w[0, 2].item() == pytest.approx(float(torch.exp(
+        torch.tensor(-0.5))))  # truncation from above only
+    assert float(m["is_weight_clipped"]) == pytest.approx(1 / 3) and float(m["is_weight_max"]) == 2.0
+    with pytest.raises(ValueError, match=">= 1"):
+        behaviour_weights(prox, mu, torch.ones(1, 3), 0.5)
+
+
+def test_no_gradient_flows_through_the_weight():
+    logp, adv, mask = case(1)
+    prox = (logp - 0.2).requires_grad_(True)
+    mu = (logp - 0.5).requires_grad_(True)
+    w, _ = behaviour_weights(prox, mu, mask, 2.0)
+    assert w.grad_fn is None
+    theta = logp.clone().requires_grad_(True)
+    loss, _ = clipped_surrogate(theta, prox.detach(), adv, mask, weights=w)
+    loss.backward()
+    assert prox.grad is None and mu.grad is None and theta.grad is not None
+    # the gradient on θ is the weighted one: each token's gradient scaled by its weight
+    theta2 = logp.clone().requires_grad_(True)
+    clipped_surrogate(theta2, prox.detach(), adv, mask)[0].backward()
+    assert torch.allclose(theta.grad, theta2.grad * w)
+
+
+def config(**optim):
+    return TrainConfig.model_validate({"model": "tiny", "env": {"id": "tests/Upper-v0"},
+                                       "algorithm": {"name": "grpo", "behaviour_is_cap": 2.0},
+                                       "optim": {"lr": 1e-2, **optim}})
+
+
+def test_the_option_needs_the_learners_own_logprobs():
+    with pytest.raises(ValidationError, match="behaviour_is_cap.*optim.recompute_logprobs=true"):
+        config()
+    assert get_algorithm(config(recompute_logprobs=True).algorithm).uses_behaviour_logprobs
+
+
+def test_a_learner_step_weighs_the_samples_of_another_policy():
+    # μ: a model with other weights sampled the data; the learner's π_old differs, so weights differ from 1
+    import toy_envs  # noqa: F401
+
+    tok = tiny_tokenizer("chatml")
+    trajs, _, _ = bandit(tok, tiny_model(tok, seed=7))
+    cfg = config(recompute_logprobs=True)
+    learner = Learner(cfg, get_algorithm(cfg.algorithm), tiny_model(tok, seed=1), tok)
+    info = learner.update(trajs)
+    assert info["rollout_logp_diff"] > 1e-3
+    assert 0 < info["is_weight_mean"] <= 2.0 and info["is_weight_mean"] != pytest.approx(1.0, abs=1e-4)
+    assert info["is_weight_max"] <= 2.0 and torch.isfinite(torch.tensor(info["loss"]))
