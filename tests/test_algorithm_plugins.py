@@ -87,6 +87,22 @@ def test_a_user_module_registers_an_algorithm_and_turnrl_train_runs_it(tmp_path,
     assert algorithm_class("sign-pg").__module__ == "my_algorithms"
 
 
+def test_the_readmes_example_algorithm_trains_as_written(tmp_path, monkeypatch, clean_registry):
+    """The README's "Your own algorithm" module, copied as it stands, trains through `turnrl train --import`."""
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    start = readme.index("**Your own algorithm.**")
+    block = readme[readme.index("```python", start) + len("```python"):readme.index("```", readme.index("```python",
+                                                                                                        start) + 9)]
+    path = write_run(tmp_path, {"name": "sign-pg", "scale": 2.0})
+    (tmp_path / "my_algorithms.py").write_text(block)
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(app, ["train", str(path), "--import", "my_algorithms"])
+    assert result.exit_code == 0, result.output
+    assert len((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()) == 3
+
+
 def test_without_the_import_the_name_is_unknown_and_the_error_says_how(tmp_path, monkeypatch, clean_registry):
     path = write_run(tmp_path, {"name": "sign-pg"})
     monkeypatch.chdir(tmp_path)
