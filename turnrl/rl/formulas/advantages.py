@@ -1,4 +1,4 @@
-"""Advantage estimators: pure tensor functions (ALGORITHMS.md §0, §3, §5, §7).
+"""Advantage estimators: pure tensor functions (ALGORITHMS.md §0, §3, §5, §6, §7, §12).
 
 Tensors are ``(B, T)`` (batch, token); ``mask`` is the loss mask (1 = a token the policy generated).
 No config objects, no ``.item()``, no logging: tensors and scalars in, tensors out.
@@ -64,14 +64,15 @@ def masked_gae(
     return adv, adv + values
 
 
-def length_adaptive_lambda(lengths: torch.Tensor, alpha: float = 0.05) -> torch.Tensor:
-    """VAPO's λ_policy = 1 − 1/(α·l) per sequence (ALGORITHMS.md §3), clamped to [0, 1) (the clamp is ours).
+def length_adaptive_lambda(lengths: torch.Tensor, alpha: float = 0.05, floor: float = 0.0) -> torch.Tensor:
+    """VAPO's λ_policy = 1 − 1/(α·l) per sequence (ALGORITHMS.md §3), clamped to [floor, 1) (the clamp is ours;
+    T-PPO's λ_actor uses ``floor`` 0.95, §6).
 
     Args:
         lengths: ``(B,)`` response lengths (generated tokens).
     """
     lam = 1.0 - 1.0 / (alpha * lengths.to(torch.float64).clamp(min=1e-9))
-    return lam.clamp(min=0.0, max=1.0 - 1e-12).to(torch.get_default_dtype())
+    return lam.clamp(min=floor, max=1.0 - 1e-12).to(torch.get_default_dtype())
 
 
 def group_normalize(scores: torch.Tensor, group_ids: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
@@ -172,3 +173,38 @@ def reward_to_go(rewards: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """
     m = mask.to(rewards.dtype)
     return (rewards * m).flip(-1).cumsum(-1).flip(-1) * m
+
+
+def egae_bootstrap(values: torch.Tensor, mask: torch.Tensor, finished: torch.Tensor) -> torch.Tensor:
+    """T-PPO's Extended GAE bootstrap (ALGORITHMS.md §6 [ref]): an unfinished response of current length l continues
+    from V(s_l) := V(s_{l−1}), the value at its last generated token; a finished one ends at 0 (standard GAE).
+
+    Pass it as ``bootstrap`` to :func:`masked_gae`: with γ = λ = 1 an unfinished response's advantage is then
+    Σ_{k≥t} r_k + V(s_{l−1}) − V(s_t).
+
+    Args:
+        values: ``(B, T)`` V(s_t) at each token.
+        mask: ``(B, T)`` loss mask (the generated tokens).
+        finished: ``(B,)`` 1 where the response ended (end of sequence or its last window), 0 where it goes on.
+
+    Returns:
+        ``(B,)``; 0 for finished rows and rows without a generated token.
+    """
+    T = mask.shape[-1]
+    positions = torch.arange(T, device=mask.device).expand_as(mask)
+    last = torch.where(mask.bool(), positions, torch.full_like(positions, -1)).max(-1).values  # (B,)
+    v_last = values.gather(-1, last.clamp(min=0)[:, None]).squeeze(-1)
+    keep = (last >= 0) & (finished.to(values.dtype) == 0)
+    return torch.where(keep, v_last, torch.zeros_like(v_last))
+
+
+def window_mask(mask: torch.Tensor, window_start: torch.Tensor) -> torch.Tensor:
+    """T-PPO's policy mask (ALGORITHMS.md §6): the generated tokens of each sequence's current window only (earlier
+    windows act as prompt).
+
+    Args:
+        mask: ``(B, T)`` loss mask.
+        window_start: ``(B,)`` token index where the current window begins (0: the whole response is new).
+    """
+    positions = torch.arange(mask.shape[-1], device=mask.device).expand_as(mask)
+    return mask * (positions >= window_start[:, None]).to(mask.dtype)
