@@ -10,7 +10,9 @@ the rollout fills them. When present they obey these invariants, checked on cons
 * ``token_ids``, ``loss_mask`` and ``logprobs`` have the same length ``L``;
 * ``loss_mask[i]`` is 1 on tokens the policy generated and 0 on prompt/template/environment tokens;
 * each turn's ``token_span = (start, end)`` indexes the generated tokens of that turn in ``token_ids``,
-  spans are ordered and do not overlap, and ``loss_mask`` is 1 inside them.
+  spans are ordered and do not overlap, and ``loss_mask`` is 1 inside them;
+* ``token_versions``, where recorded, has length ``L`` too: the policy version that sampled each generated token,
+  −1 on the tokens the policy did not generate (the staleness of a token is the learner's version minus it).
 """
 
 from __future__ import annotations
@@ -121,6 +123,7 @@ class Trajectory(BaseModel):
     token_ids: list[int] | None = None
     loss_mask: list[int] | None = None
     logprobs: list[float] | None = None
+    token_versions: list[int] | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
 
     @model_validator(mode="after")
@@ -131,6 +134,8 @@ class Trajectory(BaseModel):
             missing = sorted(set(fields) - set(present))
             raise ValueError(f"token fields must be given together; missing {missing}")
         if not present:
+            if self.token_versions is not None:
+                raise ValueError("token_versions needs the token fields (token_ids, loss_mask, logprobs)")
             return self
         n = len(self.token_ids)  # type: ignore[arg-type]
         if len(self.loss_mask) != n or len(self.logprobs) != n:  # type: ignore[arg-type]
@@ -140,6 +145,8 @@ class Trajectory(BaseModel):
             )
         if any(m not in (0, 1) for m in self.loss_mask):  # type: ignore[union-attr]
             raise ValueError("loss_mask must contain only 0 and 1")
+        if self.token_versions is not None and len(self.token_versions) != n:
+            raise ValueError(f"token_versions ({len(self.token_versions)}) must have one entry per token ({n})")
         prev_end = 0
         for turn in self.turns:
             if turn.token_span is None:

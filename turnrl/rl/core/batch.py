@@ -35,10 +35,13 @@ class Batch:
     group_ids: torch.Tensor  # (B,) long, sequences sampled for the same task share a group
     truncated: torch.Tensor  # (B,) float, 1 if the episode was cut by a turn or context limit (not terminated)
     behaviour_logp: torch.Tensor = None  # type: ignore[assignment]  # (B, T) μ: the sampler's own; never recomputed
+    versions: torch.Tensor = None  # type: ignore[assignment]  # (B, T) long: the version that sampled the token, −1
 
     def __post_init__(self) -> None:
         if self.behaviour_logp is None:  # built from the sampler's figures: μ = π_old
             self.behaviour_logp = self.old_logp.clone()
+        if self.versions is None:  # not recorded
+            self.versions = torch.full(self.input_ids.shape, -1, dtype=torch.long, device=self.input_ids.device)
 
     def __len__(self) -> int:
         return self.input_ids.shape[0]
@@ -85,6 +88,7 @@ def collate(trajectories: Sequence[Trajectory], pad_id: int, roles: Mapping[str,
     attention = torch.zeros((B, T), dtype=torch.long)
     loss_mask = torch.zeros((B, T))
     old_logp = torch.zeros((B, T))
+    versions = torch.full((B, T), -1, dtype=torch.long)
     rewards = torch.zeros((B, T))
     turn_ids = torch.full((B, T), -1, dtype=torch.long)
     role_ids = torch.full((B, T), -1, dtype=torch.long)
@@ -98,6 +102,8 @@ def collate(trajectories: Sequence[Trajectory], pad_id: int, roles: Mapping[str,
         attention[b, :n] = 1
         loss_mask[b, :n] = torch.tensor(traj.loss_mask, dtype=torch.float32)
         old_logp[b, :n] = torch.tensor(traj.logprobs, dtype=torch.float32)
+        if traj.token_versions is not None:
+            versions[b, :n] = torch.tensor(traj.token_versions, dtype=torch.long)
         rewards[b, :n] = torch.tensor(traj.token_rewards(), dtype=torch.float32)
         for turn in traj.turns:
             if turn.token_span is None:
@@ -114,5 +120,5 @@ def collate(trajectories: Sequence[Trajectory], pad_id: int, roles: Mapping[str,
         turn_ids=turn_ids, roles=role_ids, response_lengths=loss_mask.sum(-1),
         scores=torch.tensor([t.total_reward for t in trajectories], dtype=torch.float32),
         correct=torch.tensor([float(bool(t.correct)) for t in trajectories]), group_ids=group_ids,
-        truncated=torch.tensor([float(t.truncated and not t.terminated) for t in trajectories]),
+        truncated=torch.tensor([float(t.truncated and not t.terminated) for t in trajectories]), versions=versions,
     )

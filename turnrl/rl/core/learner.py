@@ -287,7 +287,7 @@ class Learner:
                    turn_length=float(b.loss_mask.sum()) / max(turns, 1),
                    logp_diff=float(diff.sum()) / max(float(same.sum()), 1.0), logp_diff_max=float(diff.max()),
                    policy_version=float(self.version))
-        out.update(self.algorithm.batch_metrics(b))
+        out.update(self.algorithm.batch_metrics(b), **staleness_metrics(b.versions, b.loss_mask, self.version - 1))
         if not train_policy:
             out["critic_only"] = 1.0
         return out
@@ -359,3 +359,15 @@ def _sum_counts(parts: list[dict[str, torch.Tensor]], reduce: Any = None) -> dic
     learner group); ``clamp(min=1)``: an empty mask divides by 1."""
     out = {k: sum((p[k] for p in parts), torch.zeros(())) for k in parts[0]}
     return {k: (reduce(v) if reduce is not None else v).clamp(min=1) for k, v in out.items()}
+
+
+def staleness_metrics(versions: torch.Tensor, mask: torch.Tensor, version: int) -> dict[str, float]:
+    """``staleness_mean``/``staleness_max``: how many versions before ``version`` (the weights updated) the
+    generated tokens were sampled, over the tokens whose version is recorded; ``staleness_0``: the share sampled
+    by ``version`` itself. Empty when no version is recorded (stored data)."""
+    known = (versions >= 0) & mask.bool()
+    if not bool(known.any()):
+        return {}
+    lag = (version - versions)[known].float()
+    return {"staleness_mean": float(lag.mean()), "staleness_max": float(lag.max()),
+            "staleness_0": float((lag == 0).float().mean())}

@@ -35,6 +35,9 @@ class RolloutConfig(BaseModel):
     max_context: int = Field(2048, ge=16)
     env_timeout: float = Field(60.0, gt=0, description="seconds one environment step may take; then the episode "
                                "ends with an error (and is left out of training)")
+    max_staleness: int = Field(0, ge=0, description=(
+        "k: no token used in an update was sampled more than k policy versions before the weights being updated; "
+        "older episodes are dropped and counted (`stale_episodes`). 0 = synchronous"))
     seed_per_episode: bool = Field(False, description="sample each episode from its own random stream (seeded by "
                                    "step, task and sample), so trajectories do not depend on how episodes are "
                                    "batched or spread over workers; the ray placement always does")

@@ -20,6 +20,7 @@ import yaml
 from turnrl.rl.run.config import TrainConfig
 from turnrl.rl.run.monitors import check_health
 from turnrl.rl.run.tracking import Tracker
+from turnrl.rl.sources.base import within_staleness
 from turnrl.storage import TrajectoryWriter
 
 logger = logging.getLogger(__name__)
@@ -74,7 +75,12 @@ class Driver:
     def _one_step(self) -> dict[str, float]:
         t0 = time.perf_counter()
         trajs, info = self.source.collect(self.step)
-        info.update(self.learner.update(trajs))
+        if self.sampled:  # the staleness bound (stored data carries no versions of this run)
+            fresh, info["stale_episodes"] = within_staleness(trajs, self.learner.version, self.cfg.rollout.max_staleness)
+            info["stale_episodes"] = float(info["stale_episodes"])
+        else:
+            fresh = trajs
+        info.update(self.learner.update(fresh))
         self.step += 1
         if self.cfg.save_trajectories:
             with TrajectoryWriter(self.out / "train" / f"step-{self.step}" / "trajectories.jsonl") as write:

@@ -179,3 +179,18 @@ def whole_groups(trajectories: Sequence[Trajectory], want: int) -> list[Trajecto
             break
         out += members
     return out
+
+
+def oldest_version(traj: Trajectory) -> int | None:
+    """The oldest policy version that sampled one of the episode's generated tokens (None: not recorded)."""
+    versions = [v for v, m in zip(traj.token_versions or [], traj.loss_mask or []) if m and v >= 0]
+    return min(versions) if versions else None
+
+
+def within_staleness(trajectories: Sequence[Trajectory], version: int, max_staleness: int
+                     ) -> tuple[list[Trajectory], int]:
+    """The episodes no token of which is more than ``max_staleness`` versions older than ``version`` (the weights
+    about to be updated), and how many were left out (ALGORITHMS.md §11: an update uses no token with lag > k).
+    Episodes without recorded versions are kept."""
+    kept = [t for t in trajectories if (v := oldest_version(t)) is None or version - v <= max_staleness]
+    return kept, len(trajectories) - len(kept)

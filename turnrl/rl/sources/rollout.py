@@ -40,16 +40,19 @@ class _Episode:
     tokens: list[int] = field(default_factory=list)
     mask: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
+    versions: list[int] = field(default_factory=list)  # the policy version that sampled each token, −1 elsewhere
     renderer: ChatRenderer | None = None
     role: str = "policy"
     prompts_seen: list[list[int]] = field(default_factory=list)  # what the agent was conditioned on, per turn
     sample_seed: int | None = None  # this episode's own random stream (batch-invariant sampling), if any
     rewritten: bool = False  # this turn's completion was replaced by the rollout's ``rewrite`` hook
 
-    def append(self, ids: Sequence[int], mask: int, logprobs: Sequence[float] | None = None) -> None:
+    def append(self, ids: Sequence[int], mask: int, logprobs: Sequence[float] | None = None,
+               version: int = -1) -> None:
         self.tokens.extend(ids)
         self.mask.extend([mask] * len(ids))
         self.logprobs.extend(logprobs if logprobs is not None else [0.0] * len(ids))
+        self.versions.extend([version] * len(ids))
 
 
 class _DaemonExecutor(concurrent.futures.ThreadPoolExecutor):
@@ -97,7 +100,8 @@ class Rollout:
         sink: called with each Trajectory as soon as it finishes (streaming storage, progress bars).
         keep_prompts: record each turn's full prompt in ``Trajectory.metadata["prompts"]`` (for tests/debugging).
         policy_version: recorded as ``metadata["policy_version"] = [at start, at end]`` of every episode (the
-            weights' version; a callable is read at the start and at the end of each episode).
+            weights' version; a callable is read at the start and at the end of each episode, and before each
+            generation round: ``Trajectory.token_versions`` holds the version that sampled each generated token).
         rewrite: called after each generation round with every live episode's env, role, token prompt and
             completion; a completion it returns replaces the sampled one (its tokens and log-probabilities go into
             the trajectory as they are, the turn is marked ``info["rewritten"]``), None keeps it.
@@ -124,6 +128,7 @@ class Rollout:
         self.env_concurrency, self.env_timeout = env_concurrency, env_timeout
         self.sink, self.keep_prompts = sink, keep_prompts
         self.policy_version = policy_version
+        self._sampled_by = -1  # the version generating the current round (set before each round)
         self.rewrite = rewrite
         self.stats = RolloutStats()
         eos = getattr(agent.tokenizer, "eos_token_id", None)
@@ -225,6 +230,7 @@ class Rollout:
             stop = tuple(dict.fromkeys(self.params.stop + tuple(getattr(ep.env.unwrapped, "stop", ()) or ())))
             budgets.setdefault((min(self.params.max_new_tokens, self.max_context - len(ep.tokens)), stop), []).append(i)
         completions: list[Completion | None] = [None] * len(live)
+        self._sampled_by = self._version() if self.policy_version is not None else -1  # the weights generating now
         t0 = time.perf_counter()
         try:
             for (budget, stop), idx in budgets.items():
@@ -259,7 +265,7 @@ class Rollout:
         if self.keep_prompts:
             ep.prompts_seen.append(list(ep.tokens))
         start = len(ep.tokens)
-        ep.append(completion.token_ids, 1, completion.logprobs)
+        ep.append(completion.token_ids, 1, completion.logprobs, self._sampled_by)
         span = (start, len(ep.tokens))
         self.stats.bookkeeping_s += time.perf_counter() - t0
         self.stats.generated_tokens += len(completion.token_ids)
@@ -315,6 +321,7 @@ class Rollout:
         traj = ep.traj
         traj.token_ids, traj.loss_mask, traj.logprobs = ep.tokens, ep.mask, ep.logprobs
         if self.policy_version is not None:
+            traj.token_versions = ep.versions
             traj.metadata["policy_version"] = [traj.metadata.get("policy_version", [None])[0], self._version()]
         if traj.error is None:
             for turn in traj.turns:  # a reward needs a generated token to sit on (see Trajectory.token_rewards)
