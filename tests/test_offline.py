@@ -221,6 +221,9 @@ def test_offline_configs_say_what_is_missing_or_in_conflict(data, tmp_path):
                                     "optim": {"minibatch_size": 3}})
     with pytest.raises(ValidationError, match="either `steps` or data.epochs"):
         TrainConfig.model_validate({**base, "algorithm": "rft", "steps": 3, "data": {"path": str(data), "epochs": 1}})
+    with pytest.raises(ValidationError, match="dpo on a DeepSpeed learner group is not supported yet"):
+        TrainConfig.model_validate({**base, "algorithm": "dpo", "data": {"path": str(data)}, "placement": "ray",
+                                    "learner": {"backend": "deepspeed", "ranks": 2}})
     with pytest.raises(ValidationError, match="has no option 'lam' .an option of dqo"):
         TrainConfig.model_validate({**base, "algorithm": {"name": "dpo", "lam": 1.0}, "data": {"path": str(data)}})
     with pytest.raises(OfflineDataError, match="does not exist.*turnrl rollout"):

@@ -85,8 +85,12 @@ class DPO(OfflineAlgorithm):
 
     @classmethod
     def check_config(cls, cfg: TrainConfig) -> None:
-        """Micro-batches must hold whole pairs: ``optim.minibatch_size`` and ``data.batch_size`` even."""
+        """Micro-batches must hold whole pairs: ``optim.minibatch_size`` and ``data.batch_size`` even, and one
+        process (a learner group's ranks would split pairs)."""
         super().check_config(cfg)
+        if cfg.learner.backend == "deepspeed":
+            raise ValueError("dpo on a DeepSpeed learner group is not supported yet: the ranks split a task's rows "
+                             "by group, which can cut a (correct, incorrect) pair in two; use learner.backend=torch")
         if cfg.optim.minibatch_size % 2 or (cfg.data is not None and cfg.data.batch_size % 2):
             raise ValueError(f"dpo trains on (correct, incorrect) pairs, so optim.minibatch_size "
                              f"({cfg.optim.minibatch_size}) and data.batch_size "

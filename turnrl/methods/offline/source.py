@@ -82,9 +82,13 @@ class OfflineSource(ReplaySource):
     @classmethod
     def open(cls, cfg: TrainConfig, algorithm: Any) -> OfflineSource:
         """Read and check the data before the model loads."""
+        from turnrl.envs.registry import make
+
         assert cfg.data is not None  # check_config
-        return cls(cfg.data.path, algorithm, cfg.data.batch_size, seed=cfg.seed, shuffle=cfg.data.shuffle,
-                   temperature=cfg.rollout.temperature)
+        source = cls(cfg.data.path, algorithm, cfg.data.batch_size, seed=cfg.seed, shuffle=cfg.data.shuffle,
+                     temperature=cfg.rollout.temperature)
+        source.env = make(cfg.env.id, **cfg.env.kwargs)  # e.g. PAG's figures of stored verdict rows
+        return source
 
     def configure(self, cfg: TrainConfig) -> TrainConfig:
         """``data.epochs`` resolved to ``steps`` (the run's config.yaml records them)."""

@@ -167,7 +167,7 @@ def sibling_revision_rows(trajectories: Sequence[Trajectory], tokenizer: Any,
         rows.append(verdict.model_copy(update={
             "id": f"{traj.id}/sibling-revision", "turns": [*context, revise], "terminated": True,
             "token_ids": state + action, "loss_mask": [0] * len(state) + [1] * len(action),
-            "logprobs": [0.0] * len(state) + list(sibling.logprobs[s:e]),  # type: ignore[index]
+            "logprobs": [0.0] * len(state) + list(sibling.logprobs[s:e]), "token_versions": None,  # type: ignore[index]
             "metadata": {**verdict.metadata, "pag_rows": {"kind": "sibling_revision", "sibling": sibling.id}}}))
     return rows
 

@@ -80,6 +80,7 @@ def without_demos(traj: Trajectory, demos: tuple[Message, ...], renderer: ChatRe
     data.update(prompt=new_prompt, token_ids=new + list(traj.token_ids[len(old):]),
                 loss_mask=[0] * len(new) + list(traj.loss_mask[len(old):]),  # type: ignore[index]
                 logprobs=[0.0] * len(new) + list(traj.logprobs[len(old):]),  # type: ignore[index]
+                token_versions=None,  # re-rendered tokens: the versions of the sampling run no longer line up
                 metadata={**traj.metadata, "demos": "removed",
                           **({"prompt_length": traj.metadata["prompt_length"] + shift}
                              if "prompt_length" in traj.metadata else {})})

@@ -76,7 +76,7 @@ def ground_answer(traj: Trajectory, tokenizer: Any, judge: RuleStepJudge | None 
     return traj.model_copy(update={
         "id": f"{traj.id}/grounded", "turns": [*traj.turns[:at], turn], "terminated": True, "truncated": False,
         "token_ids": traj.token_ids[:start] + ids, "loss_mask": traj.loss_mask[:start] + [1] * len(ids),
-        "logprobs": traj.logprobs[:start] + [0.0] * len(ids),
+        "logprobs": traj.logprobs[:start] + [0.0] * len(ids), "token_versions": None,  # edited tokens: no sampler
         "metadata": {**traj.metadata, "relabel": {"step": at, "replaced_steps": original,
                                                   "source_correct": traj.correct}}})
 

@@ -182,7 +182,7 @@ class StateSource(ExperienceSource):
             judge = make_step_judge("rule" if self.reward == "rule" else alg.judge,  # type: ignore[attr-defined]
                                     **getattr(alg, "judge_options", {}))
         self.judge = judge
-        probe = make(cfg.env.id, **cfg.env.kwargs)
+        self.env = probe = make(cfg.env.id, **cfg.env.kwargs)  # its stop strings and its own episode figures
         self.stop = tuple(getattr(probe.unwrapped, "stop", ()) or ())
         self.epoch, self.position = 0, 0
         self._order = self._shuffled(0)
@@ -328,7 +328,7 @@ class StateSource(ExperienceSource):
         data_labels = [lb for lb, d in zip(labels, from_data) if d]
         n = max(len(own), 1)
         kinds = [t.turns[-1].info.get("kind") for t in own]
-        metrics = {**rollout_metrics(own), "epoch": float(self.epoch), "states": float(len(states)),
+        metrics = {**rollout_metrics(own, self.env), "epoch": float(self.epoch), "states": float(len(states)),
                    "generate_s": generate_s, "generated_tokens": float(sum(sum(t.loss_mask or []) for t in own)),
                    "step_good": sum(bool(lb.good) for lb in own_labels) / n,
                    "step_unparseable": sum(lb.good is None for lb in own_labels) / n,

@@ -55,6 +55,12 @@ class Trainer:
             model, tokenizer = agent.model, agent.tokenizer
         if config.init_from:
             load_policy(model, config.init_from)
+        self.agent = HFAgent(model, tokenizer, batch_size=batch)
+        self._tokenizer = tokenizer
+        self.runner: Runner | None = None
+        # the source sees the policy now, before a learner group starts (stored data of another tokenizer fails
+        # here); a runner is built when the source first asks, once the learner exists
+        self.source.attach(RunParts(self.agent, tokenizer, lambda: self.learner.version, self._runner))
         if config.learner.backend == "deepspeed":  # M DeepSpeed ranks on Ray; `model` stays as the published copy
             from turnrl.rl.placement.learner_group import LearnerGroup
 
@@ -62,10 +68,11 @@ class Trainer:
         else:
             self.learner = Learner(config, self.algorithm, model, tokenizer, models=build_models(
                 self.algorithm, model, tokenizer))
-        self.agent = HFAgent(model, tokenizer, batch_size=batch)
-        self._tokenizer = tokenizer
-        self.runner: Runner | None = None
-        self.source.attach(RunParts(self.agent, tokenizer, lambda: self.learner.version, self._runner))
+        try:
+            self.source.start()  # e.g. the rollout workers
+        except BaseException:
+            self.learner.close()
+            raise
         self.driver = Driver(config, self.learner, self.source, self.evaluate)
 
     def _runner(self) -> Runner:

@@ -4,7 +4,8 @@ source shares — a job (one episode to play), the rollout metrics of a step, wh
 An algorithm names its source class (:attr:`turnrl.rl.algorithms.base.Algorithm.source`); the trainer calls, in
 order: :meth:`ExperienceSource.check_config` (while the run config validates), :meth:`~ExperienceSource.open` (before
 the model loads: read and check data), :meth:`~ExperienceSource.configure` (derived settings, e.g. ``steps`` from
-``data.epochs``), :meth:`~ExperienceSource.attach` (the policy is loaded), then per step
+``data.epochs``), :meth:`~ExperienceSource.attach` (the policy is loaded), :meth:`~ExperienceSource.start` (the
+learner exists), then per step
 :meth:`~ExperienceSource.collect`, and ``state_dict``/``load_state_dict`` at checkpoints.
 """
 
@@ -132,7 +133,11 @@ class ExperienceSource:
         return cfg
 
     def attach(self, parts: RunParts) -> None:
-        """The policy is loaded: keep what :meth:`collect` needs of ``parts``."""
+        """The policy is loaded (no learner yet): keep what :meth:`collect` needs of ``parts``; check stored data
+        against the tokenizer here, so that it fails before a learner group starts."""
+
+    def start(self) -> None:
+        """The learner exists: start what the source runs on (the on-policy source's runner); nothing by default."""
 
     def collect(self, step: int) -> tuple[list[Trajectory], dict[str, float]]:
         """The Trajectories to train on at ``step`` (0-based) and metrics about them."""

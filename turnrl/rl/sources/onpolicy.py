@@ -68,21 +68,27 @@ class OnPolicySource(ExperienceSource):
 
     def __init__(self, cfg: TrainConfig, algorithm: Algorithm, runner: Runner | None = None) -> None:
         self.cfg, self.algorithm, self._runner = cfg, algorithm, runner
+        self._make_runner: Callable[[], Runner] | None = None
         self.cursor = 0
         self.env = make(cfg.env.id, **cfg.env.kwargs)  # a probe: the task count and the env's episode figures
         self.n_tasks = len(self.env)
 
     @property
     def runner(self) -> Runner:
-        """Where the jobs run (given, or the placement's from :meth:`attach`)."""
+        """Where the jobs run: given, or the placement's (built on first use, once the learner exists)."""
         if self._runner is None:
-            raise RuntimeError("OnPolicySource has no runner: pass one, or attach() the run's parts first")
+            if self._make_runner is None:
+                raise RuntimeError("OnPolicySource has no runner: pass one, or attach() the run's parts first")
+            self._runner = self._make_runner()
         return self._runner
 
     def attach(self, parts: RunParts) -> None:
-        """Take the placement's runner."""
-        if self._runner is None:
-            self._runner = parts.runner()
+        """Keep the placement's runner factory (:meth:`start` builds the runner once the learner exists)."""
+        self._make_runner = parts.runner
+
+    def start(self) -> None:
+        """Start the placement's runner (Ray workers start here; a placement that cannot work fails here)."""
+        _ = self.runner
 
     def jobs(self, step: int, round_: int, first_task: int) -> list[Job]:
         """The jobs of one round: ``group_size`` samples of ``prompts_per_step`` consecutive tasks."""

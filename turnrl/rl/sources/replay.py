@@ -118,6 +118,7 @@ class ReplaySource(ExperienceSource):
             groups.setdefault(t.group_id if t.group_id is not None else t.id, []).append(t)
         self.groups = list(groups.values())
         self.batch_size, self.seed, self.shuffle = batch_size, seed, shuffle
+        self.env: Any = None  # the run's environment, where known: its own figures of the stored episodes
         self.epoch, self.position = 0, 0
         self._order = self._shuffled(0)
 
@@ -139,7 +140,7 @@ class ReplaySource(ExperienceSource):
             if self.position == len(self._order):
                 self.epoch, self.position = self.epoch + 1, 0
                 self._order = self._shuffled(self.epoch)
-        return out, {**rollout_metrics(out), "epoch": float(self.epoch)}
+        return out, {**rollout_metrics(out, self.env), "epoch": float(self.epoch)}
 
     def state_dict(self) -> dict[str, Any]:
         """Epoch and position in it."""
