@@ -403,14 +403,12 @@ def _name_algorithms() -> None:
 
 def _mount_methods() -> None:
     """Each method's subcommands (``turnrl.methods.COMMANDS``), then ``--import`` on every command."""
-    import importlib
-
     from turnrl.methods import COMMANDS
+    from turnrl.utils import load_entry
 
     apps = [app, envs_app]
     for name, entry in COMMANDS.items():
-        module, _, attr = entry.partition(":")
-        sub = getattr(importlib.import_module(module), attr)
+        sub = load_entry(entry)
         app.add_typer(sub, name=name)
         apps.append(sub)
     add_import_option(*apps)

@@ -10,7 +10,6 @@ SWiRL, DQO, the offline baselines) come in as entries like any of those.
 
 from __future__ import annotations
 
-import importlib
 from difflib import get_close_matches
 from typing import Any
 
@@ -23,6 +22,7 @@ from turnrl.rl.algorithms.base import (
     PolicyGradient,
     PolicyGradientConfig,
 )
+from turnrl.utils import load_entry
 
 #: The built-in algorithms; methods with their own folder (turnrl/methods/) come in as entries like any user module.
 BUILTINS: dict[str, str] = {
@@ -123,9 +123,8 @@ def algorithm_class(name: str) -> type[Algorithm]:
                          "yours that registers one is loaded with `turnrl train --import MODULE`.")
     entry = _REGISTRY[name]
     if isinstance(entry, str):
-        module, _, attr = entry.partition(":")
         try:
-            loaded = getattr(importlib.import_module(module), attr)
+            loaded = load_entry(entry)
         except (ImportError, AttributeError) as e:
             raise AlgorithmRegistrationError(f"algorithm {name!r} is registered as {entry!r}, which does not load "
                                              f"({type(e).__name__}: {e}); fix the entry or the module") from e

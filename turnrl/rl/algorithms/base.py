@@ -17,7 +17,6 @@ Call order, per training step (see :class:`turnrl.rl.core.learner.Learner`):
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -29,6 +28,7 @@ from turnrl.rl.core.batch import Batch
 from turnrl.rl.formulas.advantages import zero_variance_groups
 from turnrl.rl.formulas.losses import AggMode, agg_count, aggregate, behaviour_weights, clipped_surrogate, masked_nll
 from turnrl.types import Trajectory
+from turnrl.utils import load_entry
 
 if TYPE_CHECKING:
     from turnrl.rl.run.config import TrainConfig
@@ -130,8 +130,7 @@ class Algorithm:
     @classmethod
     def source_class(cls) -> type:
         """The experience source class named by :attr:`source`."""
-        module, _, attr = cls.source.partition(":")
-        return getattr(importlib.import_module(module), attr)
+        return load_entry(cls.source)
 
     @classmethod
     def check_config(cls, cfg: TrainConfig) -> None:

@@ -75,11 +75,10 @@ class Driver:
     def _one_step(self) -> dict[str, float]:
         t0 = time.perf_counter()
         trajs, info = self.source.collect(self.step)
+        fresh = trajs
         if self.sampled:  # the staleness bound (stored data carries no versions of this run)
-            fresh, info["stale_episodes"] = within_staleness(trajs, self.learner.version, self.cfg.rollout.max_staleness)
-            info["stale_episodes"] = float(info["stale_episodes"])
-        else:
-            fresh = trajs
+            fresh, stale = within_staleness(trajs, self.learner.version, self.cfg.rollout.max_staleness)
+            info["stale_episodes"] = float(stale)
         info.update(self.learner.update(fresh))
         self.step += 1
         if self.cfg.save_trajectories:

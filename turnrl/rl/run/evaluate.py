@@ -301,12 +301,11 @@ def evaluate(
 
     rows: list[dict[str, Any]] = []
     kept: list[Trajectory] = []  # candidates for the report's example episodes
-    figures: dict[str, float] = {}
     t0 = time.perf_counter()
     generated = 0
     everything: list[Trajectory] = []
     try:
-        for b, start in enumerate(range(0, len(jobs), batch_episodes)):
+        for start in range(0, len(jobs), batch_episodes):
             chunk = jobs[start : start + batch_episodes]
             trajs, rollout = play(agent, env_id, env_kwargs, chunk, seed=seed, params=params, max_context=max_context,
                                   env_timeout=env_timeout, sink=sink, chunk=chunk[0].task,
@@ -316,10 +315,10 @@ def evaluate(
             everything += [t.model_copy(update=dict.fromkeys(("token_ids", "loss_mask", "logprobs", "token_versions")))
                            for t in trajs]  # for the environment's figures: turns only, not every token
             kept = pick_examples(kept + trajs, successes=2, failures=2 * len(FAILURES))
-        figures = probe.unwrapped.summarize_episodes(everything)  # the environment's own figures (e.g. PAG's)
     finally:
         if writer is not None:
             writer.close()
+    figures = probe.unwrapped.summarize_episodes(everything)  # the environment's own figures (e.g. PAG's)
     wall = time.perf_counter() - t0
     metrics = {**summarize(rows, samples), **figures}
     metrics["wall_seconds"] = round(wall, 2)

@@ -129,12 +129,7 @@ def check_health(history: Sequence[Metrics], info: Metrics, max_new_tokens: int,
 
 def method_checks() -> list[Callable[[Sequence[Metrics], Metrics], str | None]]:
     """The checks the methods add (:data:`turnrl.methods.MONITORS`, ``"module:function"`` entries)."""
-    import importlib
-
     from turnrl.methods import MONITORS
+    from turnrl.utils import load_entry
 
-    out = []
-    for entry in MONITORS:
-        module, _, attr = entry.partition(":")
-        out.append(getattr(importlib.import_module(module), attr))
-    return out
+    return [load_entry(entry) for entry in MONITORS]
