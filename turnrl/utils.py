@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import importlib
+import threading
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
@@ -19,6 +20,37 @@ def run_sync(coro: Coroutine[Any, Any, T]) -> T:
         return asyncio.run(coro)
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         return pool.submit(asyncio.run, coro).result()
+
+
+class DaemonExecutor(concurrent.futures.ThreadPoolExecutor):
+    """Runs each call on its own daemon thread: a call that never returns (e.g. an environment step cut by its
+    timeout) cannot block the end of the event loop or of the process, as a joined thread pool's worker would."""
+
+    def submit(self, fn, /, *args, **kwargs):  # noqa: ANN001, ANN201 — concurrent.futures.Executor's signature
+        future: concurrent.futures.Future = concurrent.futures.Future()
+
+        def work() -> None:
+            if not future.set_running_or_notify_cancel():
+                return
+            try:
+                future.set_result(fn(*args, **kwargs))
+            except BaseException as e:  # noqa: BLE001 — handed to the awaiting coroutine
+                future.set_exception(e)
+
+        threading.Thread(target=work, daemon=True, name="turnrl-daemon-call").start()
+        return future
+
+
+def run_with_daemon_threads(coro: Coroutine[Any, Any, T]) -> T:
+    """Run a coroutine on a new event loop whose default executor (``asyncio.to_thread``) is a
+    :class:`DaemonExecutor`, so that blocking calls that hang cannot keep it from ending."""
+    loop = asyncio.new_event_loop()
+    loop.set_default_executor(DaemonExecutor())
+    try:
+        return loop.run_until_complete(coro)
+    finally:
+        loop.run_until_complete(loop.shutdown_asyncgens())
+        loop.close()
 
 
 def load_entry(entry: str) -> Any:

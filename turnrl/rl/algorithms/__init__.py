@@ -30,6 +30,7 @@ BUILTINS: dict[str, str] = {
     "dapo": "turnrl.rl.algorithms.grpo:DAPO",
     "ppo": "turnrl.rl.algorithms.ppo:PPO",
     "vapo": "turnrl.rl.algorithms.ppo:VAPO",
+    "tppo": "turnrl.rl.algorithms.tppo:TPPO",
     "rloo": "turnrl.rl.algorithms.rloo:RLOO",
     "reinforce++": "turnrl.rl.algorithms.reinforce:REINFORCEPlusPlus",
     "dqo": "turnrl.methods.dqo.algorithm:DQO",

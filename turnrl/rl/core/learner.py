@@ -27,6 +27,7 @@ from turnrl.rl.core.batch import Batch, collate, untrainable
 from turnrl.rl.core.critic import SeparateCritic, ValueHead
 from turnrl.rl.core.forward import forward_tokens, token_logprobs
 from turnrl.rl.core.models import Models, build_models
+from turnrl.rl.formulas.advantages import window_mask
 from turnrl.rl.run.config import TrainConfig
 from turnrl.types import Trajectory
 
@@ -287,7 +288,8 @@ class Learner:
                    turn_length=float(b.loss_mask.sum()) / max(turns, 1),
                    logp_diff=float(diff.sum()) / max(float(same.sum()), 1.0), logp_diff_max=float(diff.max()),
                    policy_version=float(self.version))
-        out.update(self.algorithm.batch_metrics(b), **staleness_metrics(b.versions, b.loss_mask, self.version - 1))
+        out.update(self.algorithm.batch_metrics(b), **staleness_metrics(b.versions, window_mask(b.loss_mask, b.window_start),
+                                                                         self.version - 1))
         if not train_policy:
             out["critic_only"] = 1.0
         return out

@@ -187,8 +187,10 @@ def whole_groups(trajectories: Sequence[Trajectory], want: int) -> list[Trajecto
 
 
 def oldest_version(traj: Trajectory) -> int | None:
-    """The oldest policy version that sampled one of the episode's generated tokens (None: not recorded)."""
-    versions = [v for v, m in zip(traj.token_versions or [], traj.loss_mask or []) if m and v >= 0]
+    """The oldest policy version that sampled one of the episode's generated tokens that an update trains on — those
+    of its current window, for an episode played in windows (earlier windows act as prompt); None: not recorded."""
+    start = int(traj.metadata.get("window_start", 0))
+    versions = [v for v, m in zip((traj.token_versions or [])[start:], (traj.loss_mask or [])[start:]) if m and v >= 0]
     return min(versions) if versions else None
 
 

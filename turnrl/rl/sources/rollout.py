@@ -10,13 +10,15 @@ bounded by ``env_concurrency``, each with a timeout). Each episode's token seque
 The conversation is never re-tokenized from text, so the trainer sees exactly what the model saw and produced.
 A failing environment (exception or timeout) ends only its own episode, recorded in ``Trajectory.error``.
 Finished trajectories go to ``sink`` (e.g. a :class:`turnrl.storage.TrajectoryWriter`) as they finish.
+
+Windows (T-PPO's successive batching): :meth:`Rollout.start` resets the envs, :meth:`Rollout.advance` plays until
+each episode finished or generated ``budget`` more tokens — a window may end inside a turn, which the next call
+continues token-exactly — and :meth:`Rollout.snapshot` gives a trainable copy of an episode still in play.
 """
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
-import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -26,6 +28,7 @@ from turnrl.agents.base import Agent, Completion, SamplingParams
 from turnrl.envs.core import TextEnv
 from turnrl.tokens import ChatRenderer
 from turnrl.types import Message, Trajectory, Turn
+from turnrl.utils import run_with_daemon_threads
 
 # (envs, roles, token prompts, completions) of one generation round → a replacement per completion, or None to
 # keep it; a replaced turn is marked ``info["rewritten"] = True`` (e.g. PAG's verdict exploration).
@@ -34,7 +37,9 @@ Rewrite = Callable[[Sequence[TextEnv], Sequence[str], Sequence[list[int]], Seque
 
 
 @dataclass
-class _Episode:
+class Episode:
+    """One episode in play: its environment, the Trajectory so far and its token fields (only ever appended to)."""
+
     env: TextEnv
     traj: Trajectory
     tokens: list[int] = field(default_factory=list)
@@ -46,6 +51,12 @@ class _Episode:
     prompts_seen: list[list[int]] = field(default_factory=list)  # what the agent was conditioned on, per turn
     sample_seed: int | None = None  # this episode's own random stream (batch-invariant sampling), if any
     rewritten: bool = False  # this turn's completion was replaced by the rollout's ``rewrite`` hook
+    done: bool = False  # finished (its Trajectory is complete and went to the sink)
+    turn_start: int | None = None  # where the current turn's tokens begin while it is paused mid-turn (windows)
+    segments: int = 0  # generation calls of the current turn so far (1 + the times it was paused)
+    window_start: int = 0  # token index where the current window began
+    window_used: int = 0  # tokens generated in the current window
+    cut_by_window: bool = False  # the last generation budget was the window's (not the turn's or the context's)
 
     def append(self, ids: Sequence[int], mask: int, logprobs: Sequence[float] | None = None,
                version: int = -1) -> None:
@@ -53,25 +64,6 @@ class _Episode:
         self.mask.extend([mask] * len(ids))
         self.logprobs.extend(logprobs if logprobs is not None else [0.0] * len(ids))
         self.versions.extend([version] * len(ids))
-
-
-class _DaemonExecutor(concurrent.futures.ThreadPoolExecutor):
-    """Runs each call on its own daemon thread: an environment step that never returns (cut by the step timeout)
-    cannot block the end of the rollout or of the process, as a joined thread pool's worker would."""
-
-    def submit(self, fn, /, *args, **kwargs):  # noqa: ANN001, ANN201 — concurrent.futures.Executor's signature
-        future: concurrent.futures.Future = concurrent.futures.Future()
-
-        def work() -> None:
-            if not future.set_running_or_notify_cancel():
-                return
-            try:
-                future.set_result(fn(*args, **kwargs))
-            except BaseException as e:  # noqa: BLE001 — handed to the awaiting coroutine
-                future.set_exception(e)
-
-        threading.Thread(target=work, daemon=True, name="turnrl-env-step").start()
-        return future
 
 
 @dataclass
@@ -153,14 +145,8 @@ class Rollout:
         with seed ``sample_seeds[i] * 1009 + k``), so an episode's tokens do not depend on the rest of the batch;
         the agent's ``generate`` must accept ``seeds=``.
         """
-        loop = asyncio.new_event_loop()
-        loop.set_default_executor(_DaemonExecutor())  # env steps run in threads (asyncio.to_thread) that may hang
-        try:
-            return loop.run_until_complete(self.arun(envs, seeds=seeds, options=options, group_ids=group_ids,
-                                                     sample_seeds=sample_seeds, metadata=metadata))
-        finally:
-            loop.run_until_complete(loop.shutdown_asyncgens())
-            loop.close()
+        return run_with_daemon_threads(self.arun(envs, seeds=seeds, options=options, group_ids=group_ids,
+                                                 sample_seeds=sample_seeds, metadata=metadata))
 
     async def arun(
         self,
@@ -182,32 +168,70 @@ class Rollout:
         if not len(seeds) == len(options) == len(group_ids) == len(per_episode) == len(extra) == n:
             raise ValueError("seeds, options, group_ids, sample_seeds and metadata must have one entry per env")
         self.stats = RolloutStats()
-        episodes = [self._start(env, s, o, g, m) for env, s, o, g, m in zip(envs, seeds, options, group_ids, extra)]
-        for ep, sample_seed in zip(episodes, per_episode):
+        episodes = self.start(envs, seeds=seeds, options=options, group_ids=group_ids, sample_seeds=per_episode,
+                              metadata=extra)
+        await self.advance(episodes)
+        return [ep.traj for ep in episodes]
+
+    def start(self, envs: Sequence[TextEnv], *, seeds: Sequence[int | None], options: Sequence[dict[str, Any] | None],
+              group_ids: Sequence[str | None], sample_seeds: Sequence[int | None],
+              metadata: Sequence[dict[str, Any]]) -> list[Episode]:
+        """Reset each env and render its prompt: the episodes, ready for :meth:`advance` (one argument per env; an
+        episode whose reset failed or whose prompt fills the context is finished already)."""
+        episodes = [self._start(env, s, o, g, m) for env, s, o, g, m in zip(envs, seeds, options, group_ids, metadata)]
+        for ep, sample_seed in zip(episodes, sample_seeds):
             ep.sample_seed = sample_seed
-        live = [ep for ep in episodes if ep.traj.error is None and not ep.traj.truncated]
-        for ep in episodes:
-            if ep not in live:
+            if ep.traj.error is not None or ep.traj.truncated:
                 self._finish(ep)
+        return episodes
+
+    async def advance(self, episodes: Sequence[Episode], budget: int | None = None) -> None:
+        """Play ``episodes`` until each is finished, or — with ``budget`` (T-PPO's window W) — has generated
+        ``budget`` more tokens. A window may end inside a turn: the turn is paused (its tokens so far stay in the
+        episode, generated, with their log-probabilities and versions) and the next :meth:`advance` continues it
+        from there; the environment steps only once the turn is complete. The turn's per-turn limit
+        (``params.max_new_tokens``) counts the tokens of all its pieces.
+        """
+        if budget is not None and budget < 1:
+            raise ValueError(f"a window must allow at least one token (got budget={budget})")
+        if budget is not None and self.rewrite is not None:
+            raise ValueError("a rollout hook that rewrites turns cannot run in windows (it would see half turns)")
+        live = [ep for ep in episodes if not ep.done]
+        for ep in live:
+            ep.window_start, ep.window_used = (len(ep.tokens) if budget is not None else 0), 0
         semaphore = asyncio.Semaphore(self.env_concurrency)
         while live:
-            completions = await self._generate(live)
+            completions = await self._generate(live, budget)
             if completions is None:
                 break
             results = await asyncio.gather(*(self._step(ep, c, semaphore) for ep, c in zip(live, completions)))
-            live = [ep for ep, keep in zip(live, results) if keep]
-        return [ep.traj for ep in episodes]
+            live = [ep for ep, keep in zip(live, results) if keep and (budget is None or ep.window_used < budget)]
+
+    def play(self, episodes: Sequence[Episode], budget: int | None = None) -> None:
+        """:meth:`advance` from synchronous code."""
+        run_with_daemon_threads(self.advance(episodes, budget))
+
+    def snapshot(self, ep: Episode) -> Trajectory:
+        """A trainable copy of an unfinished episode as it stands: its tokens so far, the turns completed so far,
+        ``metadata["partial"] = True`` and ``metadata["window_start"]`` (where the last window began)."""
+        traj = ep.traj.model_copy(deep=True)
+        traj.token_ids, traj.loss_mask, traj.logprobs = list(ep.tokens), list(ep.mask), list(ep.logprobs)
+        if self.policy_version is not None:
+            traj.token_versions = list(ep.versions)
+        traj.metadata.update(partial=True, window_start=ep.window_start,
+                             prompt_length=next((i for i, m in enumerate(ep.mask) if m == 1), len(ep.mask)))
+        return traj
 
     # ---- pieces of one turn ----
 
     def _start(self, env: TextEnv, seed: int | None, options: dict[str, Any] | None, group_id: str | None,
-               metadata: dict[str, Any] | None = None) -> _Episode:
+               metadata: dict[str, Any] | None = None) -> Episode:
         spec = env.unwrapped.spec
         traj = Trajectory(env_id=spec.id if spec is not None else type(env.unwrapped).__name__, seed=seed,
                           group_id=group_id, metadata=dict(metadata or {}))
         if self.policy_version is not None:
             traj.metadata["policy_version"] = [self._version(), None]
-        ep = _Episode(env=env, traj=traj)
+        ep = Episode(env=env, traj=traj)
         try:
             obs, info = env.reset(seed=seed, options=options)
             ep.renderer = ChatRenderer(self.agent.tokenizer, getattr(env.unwrapped, "tool_schemas", lambda: [])())
@@ -224,11 +248,16 @@ class Rollout:
             traj.metadata["truncated_by"] = "context"
         return ep
 
-    async def _generate(self, live: list[_Episode]) -> list[Completion] | None:
+    async def _generate(self, live: list[Episode], window: int | None = None) -> list[Completion] | None:
         budgets: dict[tuple[int, tuple[str, ...]], list[int]] = {}
         for i, ep in enumerate(live):  # one generate call per (token budget, the env's stop strings)
             stop = tuple(dict.fromkeys(self.params.stop + tuple(getattr(ep.env.unwrapped, "stop", ()) or ())))
-            budgets.setdefault((min(self.params.max_new_tokens, self.max_context - len(ep.tokens)), stop), []).append(i)
+            in_turn = len(ep.tokens) - ep.turn_start if ep.turn_start is not None else 0
+            budget = min(self.params.max_new_tokens - in_turn, self.max_context - len(ep.tokens))
+            ep.cut_by_window = window is not None and window - ep.window_used < budget
+            if ep.cut_by_window:
+                budget = window - ep.window_used  # type: ignore[operator]
+            budgets.setdefault((budget, stop), []).append(i)
         completions: list[Completion | None] = [None] * len(live)
         self._sampled_by = self._version() if self.policy_version is not None else -1  # the weights generating now
         t0 = time.perf_counter()
@@ -238,7 +267,8 @@ class Rollout:
                 prompts = [list(live[i].tokens) for i in idx]
                 agenerate = getattr(self.agent, "agenerate", None)  # HTTP backends: don't block the event loop
                 if live[idx[0]].sample_seed is not None:  # batch-invariant: each episode's own stream per turn
-                    seeds = [(live[i].sample_seed * 1009 + len(live[i].traj.turns)) % 2**62 for i in idx]
+                    seeds = [(live[i].sample_seed * 1009 + len(live[i].traj.turns) + live[i].segments * 7919) % 2**62
+                             for i in idx]
                     outs = self.agent.generate(prompts, params, seeds=seeds)
                 else:
                     outs = await agenerate(prompts, params) if agenerate else self.agent.generate(prompts, params)
@@ -259,23 +289,32 @@ class Rollout:
         self.stats.generate_s += time.perf_counter() - t0
         return completions  # type: ignore[return-value]
 
-    async def _step(self, ep: _Episode, completion: Completion, semaphore: asyncio.Semaphore) -> bool:
+    async def _step(self, ep: Episode, completion: Completion, semaphore: asyncio.Semaphore) -> bool:
         """Record the completion, step the env, append its observation. Returns whether the episode goes on."""
         t0 = time.perf_counter()
-        if self.keep_prompts:
+        if self.keep_prompts and ep.turn_start is None:
             ep.prompts_seen.append(list(ep.tokens))
-        start = len(ep.tokens)
+        start = len(ep.tokens) if ep.turn_start is None else ep.turn_start
         ep.append(completion.token_ids, 1, completion.logprobs, self._sampled_by)
-        span = (start, len(ep.tokens))
-        self.stats.bookkeeping_s += time.perf_counter() - t0
+        ep.window_used += len(completion.token_ids)
         self.stats.generated_tokens += len(completion.token_ids)
+        self.stats.bookkeeping_s += time.perf_counter() - t0
+        paused = ep.cut_by_window and completion.finish_reason == "length"  # the window ended inside the turn
+        if paused:
+            ep.turn_start, ep.segments = start, ep.segments + 1
+            return True
+        span = (start, len(ep.tokens))
+        text = completion.text
+        if ep.turn_start is not None:  # the turn's pieces, decoded as one
+            text = self.agent.tokenizer.decode(ep.tokens[start:], skip_special_tokens=True)
+        ep.turn_start, ep.segments = None, 0
         self.stats.turns += 1
-        action = Message(role="assistant", content=completion.text)
+        action = Message(role="assistant", content=text)
         t1 = time.perf_counter()
         try:
             async with semaphore:
                 obs, reward, terminated, truncated, info = await asyncio.wait_for(
-                    ep.env.astep(completion.text), timeout=self.env_timeout
+                    ep.env.astep(text), timeout=self.env_timeout
                 )
         except Exception as e:  # noqa: BLE001
             reason = f"timed out after {self.env_timeout}s" if isinstance(e, TimeoutError) else f"{type(e).__name__}: {e}"
@@ -300,7 +339,7 @@ class Rollout:
             ep.traj.terminated, ep.traj.truncated = terminated, truncated or (over_turns and not terminated)
             self._finish(ep)
             return False
-        ended_with_eos = bool(completion.token_ids) and completion.token_ids[-1] in self._eos
+        ended_with_eos = span[1] > span[0] and ep.tokens[span[1] - 1] in self._eos
         assert ep.renderer is not None
         obs_ids = ep.renderer.observation_tokens(obs, ended_with_eos=ended_with_eos)
         if len(ep.tokens) + len(obs_ids) >= self.max_context:  # no room to append the reply and generate
@@ -317,7 +356,8 @@ class Rollout:
         v = self.policy_version
         return int(v() if callable(v) else v)  # type: ignore[arg-type]
 
-    def _finish(self, ep: _Episode) -> None:
+    def _finish(self, ep: Episode) -> None:
+        ep.done = True
         traj = ep.traj
         traj.token_ids, traj.loss_mask, traj.logprobs = ep.tokens, ep.mask, ep.logprobs
         if self.policy_version is not None:
@@ -328,6 +368,8 @@ class Rollout:
                 if turn.reward != 0.0 and (turn.token_span is None or turn.token_span[1] <= turn.token_span[0]):
                     traj.error = f"turn {turn.index} has reward {turn.reward} but no generated tokens to carry it"
         traj.metadata["prompt_length"] = next((i for i, m in enumerate(ep.mask) if m == 1), len(ep.mask))
+        if ep.window_start:  # played in windows: where the last one began (T-PPO trains the policy on it only)
+            traj.metadata["window_start"] = ep.window_start
         if self.keep_prompts:
             traj.metadata["prompts"] = ep.prompts_seen
         if self.sink is not None:

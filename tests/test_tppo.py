@@ -1,0 +1,237 @@
+"""T-PPO (ALGORITHMS.md §6, issue 29): windows that end inside a turn resume token-exactly, the environment steps only
+on complete turns, the algorithm's masks and EGAE, W ≥ max length is plain PPO, and a windowed run learns."""
+
+import pytest
+import torch
+from pydantic import ValidationError
+from toy_envs import UpperEnv  # noqa: F401 — registers tests/Upper-v0
+
+import turnrl
+from turnrl.agents.base import SamplingParams
+from turnrl.agents.hf import HFAgent
+from turnrl.agents.tiny import tiny_model, tiny_tokenizer
+from turnrl.rl.algorithms import get_algorithm, parse_algorithm_config
+from turnrl.rl.core.batch import collate
+from turnrl.rl.formulas.advantages import masked_gae
+from turnrl.rl.run.trainer import TrainConfig, Trainer
+from turnrl.rl.sources.rollout import Rollout
+
+
+def arithmetic_envs(n, steps):
+    envs = [turnrl.make("turnrl/Arithmetic-v0", level=1, retry=True, max_turns=3) for _ in range(n)]
+    for env in envs:
+        step = env.unwrapped.astep
+
+        async def counted(action, _step=step):
+            steps.append(action)
+            return await _step(action)
+
+        env.unwrapped.astep = counted
+    return envs
+
+
+def play(agent, window, n=3, version=None):
+    """Play n episodes greedily, in windows of ``window`` tokens (None: all at once); snapshots of each window."""
+    steps = []
+    rollout = Rollout(agent, SamplingParams(temperature=0.0, max_new_tokens=10), policy_version=version)
+    eps = rollout.start(arithmetic_envs(n, steps), seeds=[0] * n, options=[{"index": i} for i in range(n)],
+                        group_ids=[None] * n, sample_seeds=[None] * n, metadata=[{}] * n)
+    snaps = []
+    while not all(ep.done for ep in eps):
+        rollout.play(eps, window)
+        snaps.append([None if ep.done else rollout.snapshot(ep) for ep in eps])
+    return [ep.traj for ep in eps], snaps, steps
+
+
+@pytest.fixture(scope="module")
+def agent():
+    tok = tiny_tokenizer("chatml")
+    model = tiny_model(tok, seed=1)
+    with torch.no_grad():  # large random weights: varied greedy text (a small init repeats one token)
+        for p in model.parameters():
+            p.mul_(8)
+    return HFAgent(model, tok, batch_size=8)
+
+
+def test_windows_that_end_inside_turns_resume_token_exactly_and_the_env_steps_only_on_whole_turns(agent):
+    whole, _, whole_steps = play(agent, None)
+    windowed, snaps, steps = play(agent, 3)
+    assert len(snaps) > 3  # many windows: turns of up to 10 tokens were paused and resumed
+    for a, b in zip(whole, windowed):
+        assert b.token_ids == a.token_ids and b.loss_mask == a.loss_mask
+        assert torch.allclose(torch.tensor(b.logprobs), torch.tensor(a.logprobs), atol=1e-4)
+        assert [t.action.content for t in b.turns] == [t.action.content for t in a.turns]
+        assert [t.token_span for t in b.turns] == [t.token_span for t in a.turns]
+        assert [t.reward for t in b.turns] == [t.reward for t in a.turns]
+    assert sorted(steps) == sorted(whole_steps)  # one env step per complete turn, with the whole turn's text
+    paused_mid_turn = 0
+    for i, final in enumerate(windowed):
+        previous = None
+        for window in snaps:
+            s = window[i]
+            if s is None:
+                continue
+            assert s.metadata["partial"] and s.token_ids == final.token_ids[: len(s.token_ids)]
+            assert s.loss_mask == final.loss_mask[: len(s.loss_mask)]
+            start = s.metadata["window_start"]
+            assert sum(s.loss_mask[start:]) <= 3 and (previous is None or start == len(previous.token_ids))
+            paused_mid_turn += s.loss_mask[-1] == 1  # the snapshot ends on a generated token: inside a turn
+            previous = s
+    assert paused_mid_turn > 0
+
+
+def test_a_weight_update_between_windows_changes_the_versions_inside_a_turn(agent):
+    version = [0]
+
+    class Bumping:  # the version moves on after every window
+        def __call__(self):
+            return version[0]
+
+    steps = []
+    rollout = Rollout(agent, SamplingParams(temperature=0.0, max_new_tokens=10), policy_version=Bumping())
+    eps = rollout.start(arithmetic_envs(1, steps), seeds=[0], options=[{"index": 0}], group_ids=[None],
+                        sample_seeds=[None], metadata=[{}])
+    while not eps[0].done:
+        rollout.play(eps, 4)
+        version[0] += 1
+    t = eps[0].traj
+    generated = [(v, i) for i, (v, m) in enumerate(zip(t.token_versions, t.loss_mask)) if m]
+    for k, (v, i) in enumerate(generated):
+        assert v == k // 4  # four tokens per window, each window under the next version
+    s, e = t.turns[0].token_span
+    assert len({t.token_versions[i] for i in range(s, e)}) > 1  # the first turn spans an update
+
+
+def tppo(**kw):
+    return get_algorithm(parse_algorithm_config({"name": "tppo", **kw}))
+
+
+def windowed_batch():
+    """Three rows: finished in its first window; unfinished with an earlier window; finished in a later window."""
+    tok = tiny_tokenizer("chatml")
+    from turnrl.types import Message, Trajectory, Turn
+
+    def traj(n_prompt, n_gen, reward, partial, start):
+        ids = list(range(5, 5 + n_prompt + n_gen))
+        mask = [0] * n_prompt + [1] * n_gen
+        turn = Turn(index=0, role="policy", action=Message(role="assistant", content="x"), reward=reward,
+                    token_span=(n_prompt, n_prompt + n_gen), terminated=not partial)
+        meta = {"window_start": start} if start else {}
+        if partial:
+            meta["partial"] = True
+        return Trajectory(env_id="e", turns=[turn], token_ids=ids, loss_mask=mask, logprobs=[-1.0] * len(ids),
+                          terminated=not partial, metadata=meta)
+
+    rows = [traj(3, 4, 1.0, False, 0), traj(2, 6, 0.0, True, 5), traj(2, 7, 1.0, False, 6)]
+    return collate(rows, tok.pad_token_id)
+
+
+def test_masks_cover_the_window_for_the_policy_and_finished_sequences_for_the_value():
+    b = windowed_batch()
+    algo = tppo()
+    pm, vm = algo.policy_mask(b), algo.value_mask(b)
+    assert pm[0].tolist() == b.loss_mask[0].tolist()  # one window: the whole response
+    assert pm[1].nonzero().squeeze(-1).tolist() == [5, 6, 7]  # the current window only
+    assert pm[2].nonzero().squeeze(-1).tolist() == [6, 7, 8]
+    assert vm[1].sum() == 0 and vm[0].tolist() == b.loss_mask[0].tolist() and vm[2].tolist() == b.loss_mask[2].tolist()
+    values = torch.randn(b.loss_mask.shape) * b.loss_mask
+    adv, _ = algo.advantages(b, 8, values, torch.zeros(3))
+    assert (adv * (1 - pm)).abs().sum() == 0 and (adv.abs() <= 10).all()
+
+
+def test_a_sequence_finished_in_its_first_window_gets_standard_gae_and_an_unfinished_one_egae():
+    b = windowed_batch()
+    algo = tppo(lam_actor=1.0, whiten_advantages=False, adv_clip=None)
+    values = torch.randn(b.loss_mask.shape) * b.loss_mask
+    adv, returns = algo.advantages(b, 8, values, torch.zeros(3))
+    std, _ = masked_gae(b.token_rewards, values, b.loss_mask, 1.0, 1.0)
+    assert torch.allclose(adv[0], std[0])  # finished in its first window: standard GAE
+    # γ = λ = 1, unfinished: Σ_{k≥t} r_k + V(s_{l−1}) − V(s_t) on the window's tokens
+    last = int(b.loss_mask[1].nonzero().max())
+    for t in (5, 6, 7):
+        assert torch.isclose(adv[1, t], values[1, last] - values[1, t], atol=1e-6)
+    assert torch.isclose(returns[1, 5], values[1, last], atol=1e-6)  # the critic's EGAE target
+
+
+def test_the_value_loss_ignores_unfinished_sequences():
+    b = windowed_batch()
+    algo = tppo()
+    values = torch.randn(b.loss_mask.shape) * b.loss_mask
+    adv, returns = algo.advantages(b, 8, values, torch.zeros(3))
+    from turnrl.rl.algorithms import Experience, Forward
+
+    exp = Experience(b, adv, returns, values, None)
+    fwd = Forward(logp=b.old_logp.clone(), entropy=torch.zeros_like(values), values=values + 0.3)
+    loss, _ = algo.loss(fwd, exp, algo.counts(b), train_policy=False)
+    moved = Forward(logp=fwd.logp, entropy=fwd.entropy, values=fwd.values.clone())
+    moved.values[1] += 5.0  # the unfinished row's values: not in the value loss
+    assert torch.equal(algo.loss(moved, exp, algo.counts(b), train_policy=False)[0], loss)
+    moved.values[0] += 5.0
+    assert not torch.equal(algo.loss(moved, exp, algo.counts(b), train_policy=False)[0], loss)
+
+
+def config(tmp_path, algo, steps, **algorithm):
+    return TrainConfig(model="tiny", env={"id": "tests/Upper-v0"}, algorithm={"name": algo, **algorithm},
+                       rollout={"prompts_per_step": 4, "group_size": 4, "max_new_tokens": 4},
+                       optim={"lr": 1e-2, "minibatch_size": 16}, steps=steps, eval_tasks=8, out_dir=str(tmp_path))
+
+
+def run(cfg):
+    tok = tiny_tokenizer("chatml")
+    trainer = Trainer(cfg, model=tiny_model(tok), tokenizer=tok)
+    return trainer, trainer.train()
+
+
+def test_a_window_no_response_reaches_is_plain_ppo(tmp_path):
+    as_ppo = dict(window=64, lam_actor=0.95, lam_critic=0.95, eps_high=0.2, dual_clip=None, agg="seq-mean-token-mean",
+                  nll_coef=0.0, adv_clip=None, value_warmup_steps=0)
+    _, t = run(config(tmp_path / "tppo", "tppo", 3, **as_ppo))
+    _, p = run(config(tmp_path / "ppo", "ppo", 3))
+    keys = ["loss", "value_loss", "reward_mean", "response_length", "clip_frac", "grad_norm", "eval_success"]
+    for a, b in zip(t, p):
+        for k in keys:
+            if k in b:
+                assert a[k] == pytest.approx(b[k], rel=1e-5, abs=1e-7), k
+    assert all(h.get("carried_episodes", 0) == 0 for h in t)
+
+
+def test_tppo_in_windows_shorter_than_the_answers_trains_on_each_window_once(tmp_path):
+    cfg = config(tmp_path, "tppo", 6, window=3, value_warmup_steps=2).model_copy(update={"save_trajectories": True})
+    trainer, history = run(cfg)
+    assert sum(h["carried_episodes"] for h in history[1:]) > 0 and all(h["critic_only"] == 1 for h in history[1:3])
+    assert all(0 < h["unfinished_share"] < 1 for h in history[2:]) and all("critic_only" not in h for h in history[3:])
+    assert all(h.get("staleness_max", 0) == 0 for h in history[1:])  # the window's tokens: the current weights
+    from turnrl.storage import read_jsonl
+
+    trained: dict[str, list[int]] = {}  # job → the positions of the generated tokens the policy trained on
+    for step in range(1, 7):
+        for t in read_jsonl(tmp_path / "train" / f"step-{step}" / "trajectories.jsonl"):
+            start = t.metadata.get("window_start", 0)
+            window = [i for i, m in enumerate(t.loss_mask) if m and i >= start]
+            assert 0 < len(window) <= 3
+            trained.setdefault(t.metadata["job"], []).extend(window)
+    for job, positions in trained.items():  # every generated token trained once, in order
+        assert positions == sorted(set(positions)), job
+    done = [t for t in read_jsonl(tmp_path / "train" / "step-6" / "trajectories.jsonl") if not t.metadata.get("partial")]
+    assert done and all(trained[t.metadata["job"]] == [i for i, m in enumerate(t.loss_mask) if m] for t in done
+                        if t.metadata["job"].startswith(("0-", "1-", "2-", "3-")))
+
+
+def test_a_resumed_windowed_run_plays_the_episodes_in_play_again(tmp_path):
+    cfg = config(tmp_path, "tppo", 4, window=2, value_warmup_steps=0)
+    trainer, _ = run(cfg.model_copy(update={"steps": 2}))
+    state = trainer.driver.source.state_dict()
+    assert state["in_play"] and all(len(k.split("-")) == 4 for k in state["in_play"])
+    tok = tiny_tokenizer("chatml")
+    again = Trainer(cfg, model=tiny_model(tok), tokenizer=tok)
+    again.driver.source.load_state_dict(state)
+    trajs, info = again.driver.source.collect(2)
+    keys = [t.metadata["job"] for t in trajs]
+    assert set(state["in_play"]) <= set(keys) and info["regenerated_episodes"] == len(state["in_play"])
+
+
+def test_bad_tppo_settings_are_refused_before_a_model_loads(tmp_path):
+    with pytest.raises(ValidationError, match="window"):
+        config(tmp_path, "tppo", 1, window=0)
+    with pytest.raises(ValidationError, match="placement=local"):
+        TrainConfig(model="tiny", env={"id": "tests/Upper-v0"}, algorithm={"name": "tppo"}, placement="ray")
