@@ -21,6 +21,8 @@ class Completion:
             top-k/top-p truncation: ``log_softmax(logits / T)`` with T the temperature of that step (1 when greedy).
         finish_reason: ``"stop"`` (end-of-sequence token or stop string) or ``"length"`` (hit max_new_tokens).
         prompt_index: which prompt of the batch this continues.
+        policy_version: the version of the weights that sampled it, where the agent knows (a rollout worker whose
+            weights may change between generation calls); None: the rollout's own count applies.
     """
 
     text: str
@@ -29,6 +31,7 @@ class Completion:
     finish_reason: FinishReason
     prompt_index: int = 0
     metadata: dict[str, Any] = field(default_factory=dict)
+    policy_version: int | None = None
 
 
 @runtime_checkable

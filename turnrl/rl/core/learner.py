@@ -288,8 +288,10 @@ class Learner:
                    turn_length=float(b.loss_mask.sum()) / max(turns, 1),
                    logp_diff=float(diff.sum()) / max(float(same.sum()), 1.0), logp_diff_max=float(diff.max()),
                    policy_version=float(self.version))
-        out.update(self.algorithm.batch_metrics(b), **staleness_metrics(b.versions, window_mask(b.loss_mask, b.window_start),
-                                                                         self.version - 1))
+        window = window_mask(b.loss_mask, b.window_start)
+        out.update(self.algorithm.batch_metrics(b), **staleness_metrics(b.versions, window, self.version - 1),
+                   **logp_diff_by_lag((first_logp - b.behaviour_logp).abs(), b.versions, window * same,
+                                      self.version - 1))
         if not train_policy:
             out["critic_only"] = 1.0
         return out
@@ -371,5 +373,17 @@ def staleness_metrics(versions: torch.Tensor, mask: torch.Tensor, version: int) 
     if not bool(known.any()):
         return {}
     lag = (version - versions)[known].float()
-    return {"staleness_mean": float(lag.mean()), "staleness_max": float(lag.max()),
-            "staleness_0": float((lag == 0).float().mean())}
+    out = {"staleness_mean": float(lag.mean()), "staleness_max": float(lag.max())}
+    for d in range(min(int(lag.max()), 3) + 1):  # the histogram: the share of tokens d versions old (3: 3 or more)
+        out[f"staleness_{d}"] = float(((lag == d) if d < 3 else (lag >= d)).float().mean())
+    return out
+
+
+def logp_diff_by_lag(diff: torch.Tensor, versions: torch.Tensor, mask: torch.Tensor, version: int
+                     ) -> dict[str, float]:
+    """``logp_diff_lag{d}``: the mean |learner − sampler| log-probability gap over the tokens sampled ``d`` versions
+    before ``version`` (d = 0, 1, 2, 3 or more): how far the policy moved since a stale token was sampled."""
+    known = (versions >= 0) & mask.bool()
+    lag = (version - versions).clamp(max=3)
+    return {f"logp_diff_lag{d}": float(diff[known & (lag == d)].mean()) for d in range(4)
+            if bool((known & (lag == d)).any())}

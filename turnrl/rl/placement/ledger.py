@@ -1,7 +1,8 @@
 """The job ledger of the Ray placement: every episode of a step is committed exactly once.
 
 A job is *pending* until a worker takes it under a lease, *leased* while that worker plays it, and *done* once its
-Trajectory is committed. A commit under a lease that is no longer the job's current lease (the worker was declared
+Trajectory is committed; :meth:`Ledger.take` hands done jobs out and forgets them. The ledger may hold jobs of
+several steps at once (rollouts of the next step start while the learner updates). A commit under a lease that is no longer the job's current lease (the worker was declared
 dead or hung and the job handed to another) is refused, as is a second commit of a done job; releasing a lease
 puts its unfinished jobs back to pending, so a killed worker's jobs are re-run and nothing finished is lost.
 """
@@ -46,9 +47,10 @@ class Ledger:
         """Whether every job is done."""
         return len(self.done) == len(self.jobs)
 
-    def lease(self, n: int) -> tuple[int, list[Job]]:
-        """Lease up to ``n`` pending jobs; returns ``(lease id, jobs)`` (no jobs when none are pending)."""
-        jobs = self.pending[:n]
+    def lease(self, n: int, step: int | None = None) -> tuple[int, list[Job]]:
+        """Lease up to ``n`` pending jobs (of training step ``step`` only, if given); returns ``(lease id, jobs)``
+        (no jobs when none are pending)."""
+        jobs = [j for j in self.pending if step is None or j.step == step][:n]
         lease = next(self._ids)
         self.leases[lease] = [j.key for j in jobs]
         for j in jobs:
@@ -94,6 +96,20 @@ class Ledger:
                 self.done[key] = t
                 n += 1
         return n
+
+    def settled(self, keys: Sequence[str]) -> bool:
+        """Whether every job of ``keys`` is done."""
+        return all(k in self.done for k in keys)
+
+    def take(self, keys: Sequence[str]) -> list[Trajectory]:
+        """The committed Trajectories of ``keys`` (in that order), forgotten by the ledger (a later commit of one of
+        them is refused as unknown)."""
+        out = [self.done.pop(k) for k in keys]
+        for k in keys:
+            self.jobs.pop(k, None)
+            self.lease_of.pop(k, None)
+            self.attempts.pop(k, None)
+        return out
 
     def results(self) -> list[Trajectory]:
         """The committed Trajectories, in job order."""

@@ -6,6 +6,13 @@ worker streams every finished episode back as it finishes (a Ray streaming gener
 exactly once and appends it to a journal file. Before a worker plays a lease it holds the learner's current weights
 (pushed through the object store after every update, with their version; a restarted worker fetches them first).
 
+Overlap (``rollout.max_staleness`` = k ≥ 1): the on-policy source hands the next step's jobs over ahead
+(:meth:`RayRunner.prefetch`), so a worker that has no job of the current step left starts them — with the weights
+it holds — while the others finish and the learner updates; when the next round starts the learner's new weights
+are pushed to every worker at once, and a worker in the middle of a lease loads them between two generation
+calls (the tokens after that record the new version). The driver drops episodes with a token more than k versions
+old (``stale_episodes``). k = 0 is the synchronous placement: nothing is started ahead, nothing pushed mid-lease.
+
 Faults: a worker that dies mid-step (``ray.kill``, a crash) is restarted by Ray (``max_restarts``) and its
 unfinished jobs are re-leased; what it committed before stays. A worker that finishes no episode for
 ``episode_timeout`` seconds is killed and restarted the same way. An environment step that hangs is cut by
@@ -28,7 +35,7 @@ from typing import Any
 
 from turnrl.rl.placement.ledger import Ledger
 from turnrl.rl.run.config import TrainConfig
-from turnrl.rl.sources.base import Job
+from turnrl.rl.sources.base import Job, oldest_version
 from turnrl.storage import read_jsonl, write_jsonl
 from turnrl.types import Trajectory
 
@@ -114,6 +121,7 @@ class RayRunner:
     def __init__(self, config: TrainConfig, learner: Any, tokenizer: Any) -> None:
         self.cfg, self.learner = config, learner
         self.workers: list[Any] = []
+        self.alive: list[int] = []
         rc = config.ray
         self.started = connect(rc.address, rc.num_cpus, rc.connect_timeout)
         ray = _ray()
@@ -129,18 +137,25 @@ class RayRunner:
         env = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
                "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}  # the modules the driver sees
         self._actor = ray.remote(RolloutWorker).options(num_cpus=rc.worker_cpus, num_gpus=rc.worker_gpus,
-                                                        max_restarts=rc.max_restarts,
+                                                        max_restarts=rc.max_restarts, max_concurrency=2,
                                                         max_task_retries=0, runtime_env={"env_vars": env})
+        # The policy and tokenizer reach a worker with ``setup`` after each (re)start, never as constructor
+        # arguments: Ray cannot always restart an actor whose constructor arguments were in the object store
+        # (ray#53727). The runner holds these references for its whole life.
         self._model_ref = ray.put(learner.model)
-        self._tokenizer = tokenizer
+        self._tokenizer_ref = ray.put(tokenizer)
         self._env_spec = _env_spec(config.env.id)
         self.batch = config.rollout.prompts_per_step * config.rollout.group_size
         self.pushed: tuple[int, Any] | None = None
         self.on_commit: Callable[[Trajectory, Ledger], None] | None = None
         self.journal = Path(config.out_dir) / "ray"
         self.restarts = 0
+        self.ledger = Ledger()  # jobs of this step and, with max_staleness ≥ 1, of the next one
+        self.streams: dict[Any, tuple[int, int]] = {}  # a lease's stream of episodes → (worker index, lease)
+        self.inflight_version = 0  # the newest version pushed to workers while they play
         try:
             self.workers = [self._start() for _ in range(rc.rollout_workers)]
+            self.alive = list(range(len(self.workers)))
             self._await_ready(list(range(len(self.workers))), "starting")
             learner.connect_rollout(self.workers)  # a learner group streaming over NCCL opens its channel
         except BaseException:
@@ -148,8 +163,7 @@ class RayRunner:
             raise
 
     def _start(self) -> Any:
-        return self._actor.remote(self.cfg.model_dump(), [self._model_ref], self._tokenizer, self._env_spec,
-                                  self.batch)
+        return self._actor.remote(self.cfg.model_dump(), self._env_spec, self.batch)
 
     def _await_ready(self, idx: Sequence[int], doing: str) -> None:
         """Wait (``start_timeout``) until the workers answer; a worker that cannot start is an error. A worker that
@@ -159,7 +173,10 @@ class RayRunner:
         for i in idx:
             while True:
                 try:
-                    ray.get(self.workers[i].ready.remote(), timeout=max(deadline - time.monotonic(), 0.1))
+                    state = ray.get(self.workers[i].ready.remote(), timeout=max(deadline - time.monotonic(), 0.1))
+                    if not state["setup"]:
+                        ray.get(self.workers[i].setup.remote([self._model_ref], [self._tokenizer_ref]),
+                                timeout=max(deadline - time.monotonic(), 0.1))
                     break
                 except ray.exceptions.GetTimeoutError as e:
                     raise RayPlacementError(f"rollout worker {i} did not start within ray.start_timeout="
@@ -191,73 +208,109 @@ class RayRunner:
             raise RayPlacementError(f"rollout workers hold versions {held} after a push of version {version}")
         return version
 
-    # ---- one round ----
+    # ---- rounds of jobs, and the next step's jobs in flight ----
+
+    def prefetch(self, jobs: Sequence[Job], start: bool = True) -> None:
+        """Queue ``jobs`` (a later step's): with ``start`` idle workers start them now, with the weights they are
+        sent, while the learner updates; otherwise once the next :meth:`run` has no job of its own step left for
+        them. :meth:`run` collects them (``rollout.max_staleness`` ≥ 1 bounds how old their tokens may be)."""
+        self.ledger.add(jobs)
+        if start:
+            self._dispatch()
+
+    def _push_inflight(self) -> None:
+        """Send the learner's new weights to every worker now, without waiting: a worker playing a lease loads
+        them between two generation calls (its episodes' later tokens record the new version)."""
+        if self.cfg.rollout.max_staleness == 0 or self.inflight_version == self.learner.version:
+            return
+        version, ref = self._weights()
+        for w in self.alive:
+            self.workers[w].set_weights.remote(version, [ref])
+        self.inflight_version = version
+
+    def _dispatch(self, step: int | None = None) -> None:
+        """Lease pending jobs to idle workers: those of the earliest step first, spread evenly."""
+        busy = {w for w, _ in self.streams.values()}
+        idle = [w for w in self.alive if w not in busy]
+        while idle and self.ledger.pending:
+            first = step if step is not None and any(j.step == step for j in self.ledger.pending) \
+                else min(j.step for j in self.ledger.pending)
+            todo = [j for j in self.ledger.pending if j.step == first]
+            # this step's jobs over the idle workers; a later step's over all, so that workers that finish this
+            # step afterwards find some of it left
+            share = -(-len(todo) // len(idle if step is None or first == step else self.alive))
+            version, ref = self._weights()
+            while idle and any(j.step == first for j in self.ledger.pending):
+                w = idle.pop(0)
+                lease, leased = self.ledger.lease(share, first)
+                self.streams[self.workers[w].run.remote(lease, leased, version, [ref])] = (w, lease)
 
     def run(self, jobs: Sequence[Job]) -> tuple[list[Trajectory], dict[str, float]]:
-        """Play every job exactly once on the workers; returns the Trajectories (job order) and metrics."""
+        """Play every job exactly once on the workers; returns the Trajectories (job order) and metrics. Jobs
+        queued by :meth:`prefetch` are played (or already done) by now; the workers may go on with later ones."""
         ray = _ray()
         t0 = time.perf_counter()
-        ledger = Ledger(jobs)
+        step = jobs[0].step
+        self._push_inflight()
+        ledger, keys = self.ledger, [j.key for j in jobs]
+        ahead = sum(k in ledger.jobs for k in keys)  # prefetched: started before this call
+        ledger.add(jobs)
         reused = ledger.restore(self._journaled(jobs))
-        version, ref = self._weights()
-        streams: dict[Any, tuple[int, int]] = {}  # generator → (worker index, lease)
-        alive = list(range(len(self.workers)))
+        refused, restarts = ledger.refused, self.restarts
         last = time.monotonic()
-        while not ledger.complete:
-            for job in ledger.pending:  # a job that broke every worker it ran on ends as an error episode
-                if ledger.attempts.get(job.key, 0) > self.cfg.ray.max_restarts:
-                    self._journal(ledger.fail(job.key, f"rollout failed on {ledger.attempts[job.key]} attempts"),
-                                  job.step)
-            if ledger.complete:
+        while not ledger.settled(keys):
+            for job in jobs:  # a job that broke every worker it ran on ends as an error episode
+                if job.key not in ledger.done and ledger.lease_of.get(job.key) is None \
+                        and ledger.attempts.get(job.key, 0) > self.cfg.ray.max_restarts:
+                    self._journal(ledger.fail(job.key, f"rollout failed on {ledger.attempts[job.key]} attempts"))
+            if ledger.settled(keys):
                 break
-            busy = {w for w, _ in streams.values()}
-            idle = [w for w in alive if w not in busy]
-            if ledger.pending and idle:
-                share = -(-len(ledger.pending) // len(idle))  # spread what is pending over the idle workers
-                for w in idle:
-                    lease, leased = ledger.lease(share)
-                    if leased:
-                        streams[self.workers[w].run.remote(lease, leased, version, [ref])] = (w, lease)
-            if not streams:
-                raise RayPlacementError(f"no rollout worker left: {ledger.summary()} of step {jobs[0].step} "
+            self._dispatch(step)
+            if not self.streams:
+                raise RayPlacementError(f"no rollout worker left: {ledger.summary()} at step {step} "
                                         f"(restarts: {self.restarts})")
-            ready, _ = ray.wait(list(streams), num_returns=1, timeout=1.0)
+            ready, _ = ray.wait(list(self.streams), num_returns=1, timeout=1.0)
             if not ready:
                 if time.monotonic() - last > self.cfg.ray.episode_timeout:
-                    for gen, (w, lease) in list(streams.items()):  # hung: restart and hand its jobs out again
+                    for gen, (w, lease) in list(self.streams.items()):  # hung: restart and hand its jobs out again
                         logger.warning("rollout worker %d finished no episode in %ss; restarting it", w,
                                        self.cfg.ray.episode_timeout)
                         ray.kill(self.workers[w], no_restart=False)
-                        del streams[gen]
+                        del self.streams[gen]
                         ledger.release(lease)
-                        self._recover(w, alive)
+                        self._recover(w)
                     last = time.monotonic()
                 continue
             for gen in ready:
-                w, lease = streams[gen]
+                w, lease = self.streams[gen]
                 try:
                     got_lease, key, traj = ray.get(next(gen), timeout=self.cfg.ray.episode_timeout)
                 except StopIteration:
-                    del streams[gen]
+                    del self.streams[gen]
                     ledger.release(lease)  # nothing should be left; if something is, it runs again
                     continue
                 except (ray.exceptions.RayError, RuntimeError) as e:
                     logger.warning("rollout worker %d lost its lease (%s); re-running its unfinished jobs", w, _cause(e))
-                    del streams[gen]
+                    del self.streams[gen]
                     ledger.release(lease)
-                    self._recover(w, alive)
+                    self._recover(w)
                     continue
                 last = time.monotonic()
                 if ledger.commit(key, got_lease, traj):
-                    self._journal(traj, jobs[0].step)
+                    self._journal(traj)
                     if self.on_commit is not None:
                         self.on_commit(traj, ledger)
-        trajs = ledger.results()
+        for gen, (w, lease) in list(self.streams.items()):  # leases with nothing left to play: their workers are free
+            if not ledger.outstanding(lease):
+                del self.streams[gen]
+                ledger.release(lease)
+        trajs = ledger.take(keys)
         return trajs, {"generated_tokens": float(sum(sum(t.loss_mask or []) for t in trajs)),
                        "generate_s": time.perf_counter() - t0, "reused_episodes": float(reused),
-                       "refused_commits": float(ledger.refused), "worker_restarts": float(self.restarts)}
+                       "prefetched_episodes": float(ahead), "refused_commits": float(ledger.refused - refused),
+                       "worker_restarts": float(self.restarts - restarts)}
 
-    def _recover(self, w: int, alive: list[int]) -> None:
+    def _recover(self, w: int) -> None:
         """After worker ``w`` failed: wait for Ray's restart (it re-runs ``__init__``: version-0 weights, so the next
         lease carries the current ones); drop it when it cannot come back."""
         self.restarts += 1
@@ -269,11 +322,12 @@ class RayRunner:
             self._await_ready([w], "restarting")
         except RayPlacementError as e:
             logger.warning("dropping rollout worker %d: %s", w, e)
-            alive.remove(w)
+            self.alive.remove(w)
 
     # ---- the journal: committed episodes of unfinished steps survive a driver restart ----
 
-    def _journal(self, traj: Trajectory, step: int) -> None:
+    def _journal(self, traj: Trajectory) -> None:
+        step = int(str(traj.metadata["job"]).split("-")[0])
         write_jsonl([traj], self.journal / f"step-{step}.jsonl", append=True)
 
     def _journaled(self, jobs: Sequence[Job]) -> list[Trajectory]:
@@ -282,8 +336,11 @@ class RayRunner:
         if not path.exists():
             return []
         keys = {j.key for j in jobs}
+        bound = self.learner.version - self.cfg.rollout.max_staleness
         return [t for t in read_jsonl(path) if t.metadata.get("job") in keys
-                and (t.metadata.get("policy_version") or [None])[0] == self.learner.version]
+                and ((oldest_version(t) if oldest_version(t) is not None else -1) >= bound
+                     if self.cfg.rollout.max_staleness else
+                     (t.metadata.get("policy_version") or [None])[0] == self.learner.version)]
 
     def reset(self) -> None:
         """A fresh run: remove the journal of an earlier run in the same folder."""

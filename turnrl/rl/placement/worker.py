@@ -23,62 +23,103 @@ from turnrl.rl.sources.onpolicy import play_jobs
 from turnrl.types import Trajectory
 
 
+class VersionedAgent:
+    """The worker's agent behind a lock that weight loads share: every ``generate`` call runs under one version of
+    the weights, stamped on its completions (``Completion.policy_version``), so a weight update that lands while an
+    episode is in play (between two generation calls — never inside one) shows at the right token."""
+
+    agenerate = None  # every call goes through the lock (the rollout falls back to ``generate``)
+
+    def __init__(self, agent: Any, lock: threading.Lock, version: Any) -> None:
+        self.agent, self.lock, self.version = agent, lock, version
+
+    def __getattr__(self, name: str) -> Any:  # tokenizer, eos_ids, model, …
+        return getattr(self.agent, name)
+
+    def generate(self, prompts: list[list[int]], params: Any, *, seeds: list[int] | None = None) -> list[Any]:
+        """The agent's completions, each stamped with the version that sampled it."""
+        with self.lock:
+            out = self.agent.generate(prompts, params, **({"seeds": seeds} if seeds is not None else {}))
+            version = self.version()
+        for c in out:
+            c.policy_version = version
+        return out
+
+
 class RolloutWorker:
     """Plays leased jobs with the policy weights of a given version and streams each finished episode back.
 
+    The actor runs two calls at once (``max_concurrency=2``): weights pushed while a lease plays load between two
+    generation calls (:class:`VersionedAgent`), and only ever move forward (an older version is ignored).
+
+    The constructor takes only small arguments; the policy and its tokenizer arrive with :meth:`setup` (the
+    runner calls it after every start and restart), so a restart never depends on a constructor argument kept in
+    the object store (ray#53727).
+
     Args:
         config: the run config as a dict.
-        model: ``[model]`` — the policy at version 0 (wrapped in a list so that Ray hands over the object).
-        tokenizer: the policy's tokenizer.
         env_spec: ``(env id, entry point, default kwargs)`` registered here before any env is made, so that
             environments registered only in the driver's process (a user's own) exist in the worker too.
         batch_size: the most sequences the agent decodes at once.
     """
 
-    def __init__(self, config: dict[str, Any], model: list[Any], tokenizer: Any,
-                 env_spec: tuple[str, Any, dict[str, Any]] | None, batch_size: int = 64) -> None:
+    def __init__(self, config: dict[str, Any], env_spec: tuple[str, Any, dict[str, Any]] | None,
+                 batch_size: int = 64) -> None:
         self.cfg = TrainConfig.model_validate(config)
         torch.set_num_threads(max(1, int(self.cfg.ray.worker_cpus)))  # the CPUs Ray reserved for this worker
         if env_spec is not None:
             env_id, entry_point, kwargs = env_spec
             register(env_id, entry_point, **kwargs)
-        policy = model[0]
-        if not isinstance(policy, torch.nn.Module):  # an ObjectRef (nested refs are not resolved by Ray)
+        make(self.cfg.env.id, **self.cfg.env.kwargs).close()  # fail at start, not mid-step, if envs cannot be built
+        self.batch_size = batch_size
+        self.vllm = self.cfg.ray.rollout_backend == "vllm"
+        self.agent: Any = None
+        self.version = 0
+        self.lock = threading.Lock()  # generation calls and weight loads take turns
+        self.player: VersionedAgent | None = None
+        self.pid = os.getpid()
+
+    def setup(self, model: list[Any], tokenizer: list[Any]) -> dict[str, Any]:
+        """Build the agent from ``model[0]`` (the policy at version 0) and ``tokenizer[0]`` — objects or object refs
+        (in lists, so that Ray hands the references over); returns :meth:`ready`'s answer."""
+        policy, tokenizer = model[0], tokenizer[0]
+        if not isinstance(policy, torch.nn.Module):  # ObjectRefs (nested refs are not resolved by Ray)
             import ray
 
-            policy = ray.get(policy, timeout=self.cfg.ray.start_timeout)
-        self.vllm = self.cfg.ray.rollout_backend == "vllm"
+            policy, tokenizer = ray.get([policy, tokenizer], timeout=self.cfg.ray.start_timeout)
         if self.vllm:  # the engine loads the model's files, then the policy's weights (init_from may differ)
             from turnrl.agents.vllm import VLLMAgent
 
             options = dict(self.cfg.ray.vllm)
             if self.cfg.learner.weight_sync == "nccl":
                 options.setdefault("weight_transfer_config", {"backend": "nccl"})
-            self.agent: Any = VLLMAgent(self.cfg.model, **options)
+            self.agent = VLLMAgent(self.cfg.model, **options)
             self.agent.load_weights(policy.state_dict())
         else:
-            self.agent = HFAgent(policy, tokenizer, batch_size=batch_size)
-        make(self.cfg.env.id, **self.cfg.env.kwargs).close()  # fail at start, not mid-step, if envs cannot be built
+            self.agent = HFAgent(policy, tokenizer, batch_size=self.batch_size)
         self.version = 0
-        self.pid = os.getpid()
+        self.player = VersionedAgent(self.agent, self.lock, lambda: self.version)
+        return self.ready()
 
-    def ready(self) -> dict[str, int]:
-        """Answer once started: the process id and the weights' version."""
-        return {"pid": self.pid, "version": self.version}
+    def ready(self) -> dict[str, Any]:
+        """Answer once started: the process id, the weights' version and whether :meth:`setup` ran."""
+        return {"pid": self.pid, "version": self.version, "setup": self.agent is not None}
 
     def set_weights(self, version: int, weights: list[Any]) -> int:
-        """Load ``weights[0]`` (a state dict, or an object ref to one) as ``version``; returns the version held."""
-        if version != self.version:
+        """Load ``weights[0]`` (a state dict, or an object ref to one) as ``version`` if it is newer than the weights
+        held (between two generation calls of a lease in play); returns the version held."""
+        if version > self.version:
             state = weights[0]
-            if not isinstance(state, dict):  # an ObjectRef: fetched only when the version differs
+            if not isinstance(state, dict):  # an ObjectRef: fetched only when the version is newer
                 import ray
 
                 state = ray.get(state, timeout=self.cfg.ray.start_timeout)
-            if self.vllm:
-                self.agent.load_weights(state)  # into every engine worker; prefix cache reset
-            else:
-                self.agent.model.load_state_dict(state)
-            self.version = version
+            with self.lock:
+                if self.vllm:
+                    self.agent.load_weights(state)  # into every engine worker; prefix cache reset
+                else:
+                    self.agent.model.load_state_dict(state)
+                self.version = version
         return self.version
 
     # ---- vLLM's weight-transfer control plane (learner.weight_sync: nccl; driven by learner rank 0) ----
@@ -120,6 +161,8 @@ class RolloutWorker:
     def run(self, lease: int, jobs: list[Job], version: int, weights: list[Any]) -> Iterator[tuple[int, str, Any]]:
         """Play ``jobs`` with weights ``version`` (fetched first if this worker holds another); yield
         ``(lease, job key, Trajectory)`` for each episode as soon as it finishes."""
+        if self.player is None:
+            raise RuntimeError(f"rollout worker {self.pid} has no policy yet (restarted without setup)")
         self.set_weights(version, weights)
         done: queue.Queue[Trajectory | BaseException | None] = queue.Queue()
 
@@ -129,7 +172,7 @@ class RolloutWorker:
 
         def work() -> None:
             try:
-                play_jobs(self.cfg, self.agent, jobs, lambda: self.version, per_episode_seeds=True, sink=sink)
+                play_jobs(self.cfg, self.player, jobs, lambda: self.version, per_episode_seeds=True, sink=sink)
                 done.put(None)
             except BaseException as e:  # noqa: BLE001 — reported to the driver, which re-runs the jobs
                 done.put(e)

@@ -37,7 +37,8 @@ class RolloutConfig(BaseModel):
                                "ends with an error (and is left out of training)")
     max_staleness: int = Field(0, ge=0, description=(
         "k: no token used in an update was sampled more than k policy versions before the weights being updated; "
-        "older episodes are dropped and counted (`stale_episodes`). 0 = synchronous"))
+        "older episodes are dropped and counted (`stale_episodes`). 0 = synchronous; ≥ 1 (placement ray): the next "
+        "step's rollouts run while the learner updates, and workers load new weights between generation calls"))
     seed_per_episode: bool = Field(False, description="sample each episode from its own random stream (seeded by "
                                    "step, task and sample), so trajectories do not depend on how episodes are "
                                    "batched or spread over workers; the ray placement always does")
@@ -169,6 +170,13 @@ class TrainConfig(BaseModel):
     def _placement_options(self) -> TrainConfig:
         if self.placement == "local" and "ray" in self.model_fields_set:
             raise ValueError("`ray` options are set but placement is 'local'; add placement=ray (or drop them)")
+        if self.rollout.max_staleness > 0 and self.placement != "ray":
+            raise ValueError(f"rollout.max_staleness={self.rollout.max_staleness} lets rollouts of the next step run "
+                             "while the learner updates, which needs rollout workers: add placement=ray (on "
+                             "placement local every token is sampled by the weights being updated: use 0)")
+        if self.rollout.max_staleness > 0 and self.learner.weight_sync == "nccl":
+            raise ValueError("rollout.max_staleness > 0 pushes weights to workers while they generate, which the NCCL "
+                             "weight transfer does not do yet: use learner.weight_sync=object_store or max_staleness=0")
         if self.learner.backend == "deepspeed" and self.placement != "ray":
             raise ValueError("learner.backend=deepspeed runs its ranks as Ray actors: add placement=ray")
         if self.learner.weight_sync == "nccl" and (self.learner.backend != "deepspeed" or self.ray.rollout_backend

@@ -51,6 +51,12 @@ class Runner(Protocol):
         """Play every job once."""
         ...
 
+    def prefetch(self, jobs: Sequence[Job], start: bool = True) -> None:
+        """Queue a later step's jobs (``rollout.max_staleness`` ≥ 1): with ``start`` idle workers begin them now,
+        while the learner updates; otherwise once the next :meth:`run` leaves a worker without jobs of its own step.
+        A runner that cannot overlap rollouts with updates does nothing (they run with :meth:`run`)."""
+        ...
+
     def state_dict(self) -> dict[str, Any]:
         """What a resumed run needs of the runner ({} when nothing)."""
         ...

@@ -47,6 +47,9 @@ class LocalRunner:
                                    per_episode_seeds=self.cfg.rollout.seed_per_episode)
         return trajs, {"generated_tokens": float(rollout.stats.generated_tokens), "generate_s": rollout.stats.generate_s}
 
+    def prefetch(self, jobs: Sequence[Job], start: bool = True) -> None:
+        """Nothing: one process cannot generate while it updates (max_staleness must be 0 here)."""
+
     def state_dict(self) -> dict[str, Any]:
         """Nothing to keep: the episodes are in the source's step."""
         return {}
@@ -61,7 +64,9 @@ class LocalRunner:
 class OnPolicySource(ExperienceSource):
     """Fresh episodes of the current policy: ``prompts_per_step`` tasks × ``group_size`` samples per step.
 
-    A data cursor walks the training env's task indices. With an algorithm that filters (DAPO's dynamic sampling),
+    A data cursor walks the training env's task indices. With ``rollout.max_staleness`` ≥ 1 the next step's jobs
+    are handed to the runner ahead (:meth:`~turnrl.rl.sources.base.Runner.prefetch`), so that Ray rollout workers
+    play them while the learner updates. With an algorithm that filters (DAPO's dynamic sampling),
     kept groups accumulate over up to ``algorithm.max_rounds`` rounds until the batch is full; episodes that ended
     in an error are never counted as kept (the learner leaves them out).
     """
@@ -104,6 +109,10 @@ class OnPolicySource(ExperienceSource):
         seen: list[Trajectory] = []
         stats: dict[str, float] = {"generated_tokens": 0.0, "generate_s": 0.0}
         rounds = self.algorithm.max_rounds
+        ahead = r.max_staleness > 0  # overlap: the next step's first round plays while this one and the update run
+        if ahead and rounds == 1:  # its tasks are known now (no extra rounds move the cursor): workers that finish
+            # this step's jobs early start on them
+            self.runner.prefetch(self.jobs(step + 1, 0, (self.cursor + r.prompts_per_step) % self.n_tasks), start=False)
         for round_ in range(rounds):
             jobs = self.jobs(step, round_, self.cursor)
             trajs, info = self.runner.run(jobs)
@@ -121,6 +130,8 @@ class OnPolicySource(ExperienceSource):
             if len(kept) >= want:
                 kept = whole_groups(kept, want)
                 break
+        if ahead:
+            self.runner.prefetch(self.jobs(step + 1, 0, self.cursor))
         return kept, {**stats, **rollout_metrics(seen, self.env)}
 
     def state_dict(self) -> dict[str, Any]:

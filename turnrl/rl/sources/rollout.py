@@ -295,7 +295,8 @@ class Rollout:
         if self.keep_prompts and ep.turn_start is None:
             ep.prompts_seen.append(list(ep.tokens))
         start = len(ep.tokens) if ep.turn_start is None else ep.turn_start
-        ep.append(completion.token_ids, 1, completion.logprobs, self._sampled_by)
+        version = completion.policy_version if completion.policy_version is not None else self._sampled_by
+        ep.append(completion.token_ids, 1, completion.logprobs, version)
         ep.window_used += len(completion.token_ids)
         self.stats.generated_tokens += len(completion.token_ids)
         self.stats.bookkeeping_s += time.perf_counter() - t0

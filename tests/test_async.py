@@ -1,0 +1,164 @@
+"""Rollouts that overlap updates on a real local Ray cluster (issue 29): the next step's episodes play while the
+learner updates, new weights land between two generation calls of an episode in play, the staleness bound holds,
+and a killed worker or driver loses and duplicates nothing."""
+
+import os
+
+import pytest
+import torch
+import toy_envs  # noqa: F401  (registers the toy environments)
+
+from turnrl.agents.tiny import tiny_model, tiny_tokenizer
+from turnrl.rl.core.forward import sequence_logprobs
+from turnrl.rl.placement.worker import RolloutWorker
+from turnrl.rl.run.trainer import TrainConfig, Trainer
+from turnrl.rl.sources.base import Job
+from turnrl.storage import read_jsonl
+
+ray = pytest.importorskip("ray")
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    os.environ["TURNRL_TEST_PID"] = str(os.getpid())
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    yield
+    ray.shutdown()
+
+
+def config(tmp_path, env="tests/Upper-v0", steps=3, k=1, **extra):
+    return TrainConfig.model_validate({
+        "model": "tiny", "env": {"id": env}, "placement": "ray",
+        "rollout": {"prompts_per_step": 4, "group_size": 8, "max_new_tokens": 4, "max_staleness": k,
+                    **extra.pop("rollout", {})},
+        "ray": {"rollout_workers": 2, "start_timeout": 60},
+        "optim": {"lr": 1e-2, "minibatch_size": 16}, "steps": steps, "eval_tasks": 8, "out_dir": str(tmp_path),
+        **extra})
+
+
+def trainer(cfg):
+    tok = tiny_tokenizer("chatml")
+    return Trainer(cfg, model=tiny_model(tok), tokenizer=tok)
+
+
+def test_k1_plays_the_next_step_during_the_update_within_the_bound_and_learns(cluster, tmp_path):
+    t = trainer(config(tmp_path, steps=30))
+    try:
+        history = t.train()
+    finally:
+        t.close()
+    steps = history[1:]
+    assert sum(h["prefetched_episodes"] for h in steps) >= 32 * 25  # the next step's jobs were handed out ahead
+    assert all(h["staleness_max"] <= 1 and h["stale_episodes"] == 0 for h in steps)
+    assert sum(h.get("staleness_1", 0) > 0 for h in steps) >= 10  # tokens sampled by the weights before the update
+    assert any("logp_diff_lag1" in h for h in steps) and all(h["rollout_episodes"] == 32 for h in steps)
+    early, late = (sum(h["success"] for h in history[a:b]) / 5 for a, b in ((1, 6), (-5, None)))
+    assert early < 0.5 and late > early + 0.3, (early, late)
+    assert history[-1]["eval_success"] > history[0]["eval_success"]
+
+
+def test_k0_starts_nothing_ahead(cluster, tmp_path):
+    t = trainer(config(tmp_path, steps=2, k=0))
+    try:
+        history = t.train()
+    finally:
+        t.close()
+    assert all(h["prefetched_episodes"] == 0 and h["staleness_max"] == 0 for h in history[1:])
+
+
+def test_new_weights_land_between_two_generation_calls_of_an_episode_in_play():
+    tok = tiny_tokenizer("chatml")
+    old, new = tiny_model(tok, seed=0), tiny_model(tok, seed=1)
+    cfg = TrainConfig.model_validate({"model": "tiny", "placement": "ray", "ray": {"rollout_workers": 1},
+                                      "env": {"id": "turnrl/Arithmetic-v0", "kwargs": {"level": 1, "retry": True,
+                                                                                        "max_turns": 3}},
+                                      "rollout": {"max_new_tokens": 6, "prompts_per_step": 1, "group_size": 2}})
+    threads = torch.get_num_threads()
+    try:
+        worker = RolloutWorker(cfg.model_dump(), None, batch_size=4)
+        worker.setup([tiny_model(tok, seed=0)], [tok])
+    finally:
+        torch.set_num_threads(threads)
+    generate, calls = worker.player.generate, []
+
+    def generate_then_update(*args, **kwargs):
+        out = generate(*args, **kwargs)
+        calls.append(len(out))
+        if len(calls) == 1:  # the first turn is out: the learner's version 1 arrives before the second
+            worker.set_weights(1, [new.state_dict()])
+        return out
+
+    worker.player.generate = generate_then_update
+    trajs = [t for _, _, t in worker.run(7, [Job(0, 0, 0, 0), Job(0, 0, 0, 1)], 0, [None])]
+    assert len(calls) >= 2 and worker.version == 1
+    for t in trajs:
+        assert t.num_turns >= 2, "the episode must go on after the update"
+        (s0, e0), (s1, e1) = t.turns[0].token_span, t.turns[1].token_span
+        assert set(t.token_versions[s0:e0]) == {0} and set(t.token_versions[s1:e1]) == {1}
+        assert t.metadata["policy_version"] == [0, 1]
+        ids = [t.token_ids]
+        for model, (s, e) in ((old, (s0, e0)), (new, (s1, e1))):  # each turn's logprobs: the weights that sampled it
+            scored = sequence_logprobs(model, ids, 1.0)[0]
+            assert torch.allclose(torch.tensor(scored[s:e]), torch.tensor(t.logprobs[s:e]), atol=1e-4)
+
+
+def test_a_worker_killed_with_the_next_steps_episodes_in_play_loses_and_repeats_nothing(cluster, tmp_path):
+    t = trainer(config(tmp_path, env="tests/Slow-v0", steps=2))
+    committed = []
+    t.runner.on_commit = lambda traj, ledger: committed.append(traj)
+    try:
+        first, _ = t.source.collect(0)
+        t.learner.update(first)
+        ledger = t.runner.ledger
+        in_play = {k for k, lease in ledger.lease_of.items() if lease is not None and k not in ledger.done}
+        assert in_play and all(k.startswith("1-") for k in in_play), (ledger.summary(), t.runner.streams)
+        playing = [w for w, lease in t.runner.streams.values() if ledger.outstanding(lease)]
+        assert playing
+        ray.kill(t.runner.workers[playing[0]], no_restart=False)
+        second, info = t.source.collect(1)
+    finally:
+        t.close()
+    keys = [tr.metadata["job"] for tr in second]
+    assert sorted(keys) == sorted(j.key for j in t.source.jobs(1, 0, 4)) and len(set(keys)) == 32
+    assert info["worker_restarts"] >= 1 and all(tr.error is None and tr.token_ids for tr in second)
+    done_before = {tr.id for tr in committed if tr.metadata["job"].startswith("1-")}
+    assert done_before <= {tr.id for tr in second} | {tr.id for tr in committed if tr.metadata["job"] not in keys}
+    assert {tr.id for tr in second} <= {tr.id for tr in committed}  # each trained episode was committed once
+    assert len({tr.metadata["job"] for tr in committed if tr.metadata["job"].startswith("1-")}) == 32
+
+
+def test_a_resumed_driver_with_episodes_in_play_trains_every_step_on_each_job_once(cluster, tmp_path):
+    part = trainer(config(tmp_path, steps=4, checkpoint_every=2, save_trajectories=True))
+
+    class DriverDied(Exception):
+        pass
+
+    def die(traj, ledger):
+        if sum(k.startswith("2-") for k in ledger.done) == 5:
+            raise DriverDied
+
+    try:
+        part.train(stop_after=2)
+        part.runner.on_commit = die  # the driver dies in step 3, five of its episodes in
+        with pytest.raises(DriverDied):
+            part.train()
+    finally:
+        part.close()
+    resumed = trainer(config(tmp_path, steps=4, checkpoint_every=2, save_trajectories=True))
+    try:
+        resumed.load(tmp_path / "checkpoint.pt")
+        history = resumed.train()
+    finally:
+        resumed.close()
+    assert history[3]["reused_episodes"] >= 1 and all(h["rollout_episodes"] == 32 for h in history[1:])
+    for step in range(1, 5):
+        keys = [tr.metadata["job"] for tr in read_jsonl(tmp_path / "train" / f"step-{step}" /
+                                                                      "trajectories.jsonl")]
+        assert len(keys) == len(set(keys)) == 32 and {k.split("-")[0] for k in keys} == {str(step - 1)}
+
+
+def test_async_options_where_they_cannot_run_are_refused(tmp_path):
+    with pytest.raises(ValueError, match="add placement=ray"):
+        TrainConfig(model="tiny", env={"id": "tests/Upper-v0"}, rollout={"max_staleness": 1})
+    with pytest.raises(ValueError, match="greater than or equal to 0"):
+        TrainConfig(model="tiny", env={"id": "tests/Upper-v0"}, rollout={"max_staleness": -1})
