@@ -1,6 +1,13 @@
 """Ray placement vs local on the quickstart: rollout throughput and per-step overhead, side by side in one run.
 
     python bench/ray_placement.py --steps 3
+    python bench/ray_placement.py --async --steps 4             # ray × 2: synchronous vs max_staleness 1 and 2
+    python bench/ray_placement.py --async --slow-tool --steps 4  # the same with a tool that answers in 0.2–1 s
+
+With ``--async`` it compares, on Ray with 2 workers, the synchronous placement (k = 0) with rollouts that overlap
+the learner's update (``rollout.max_staleness`` k = 1, 2): episodes/s, generated tokens/s, and the share of the
+wall time the learner waits for episodes (``learner idle``). ``--slow-tool`` plays ``bench/slow_tool_env.py``:
+the quickstart's environment whose every step takes 0.2–1 s to answer.
 
 For each placement (local; ray with 1 worker; ray with 2 workers) it trains SmolLM2-135M-Instruct on the quickstart
 config (GRPO, 4 prompts × 8 samples, 48 new tokens) for ``--steps`` steps from the same weights, with
@@ -21,13 +28,20 @@ import time
 import torch
 
 
-def run(placement: str, workers: int, steps: int, model: str) -> dict[str, float]:
+def run(placement: str, workers: int, steps: int, model: str, staleness: int = 0, slow_tool: bool = False
+        ) -> dict[str, float]:
     """Train ``steps`` steps; return the mean rollout throughput and step time (the first step excluded)."""
     from turnrl.agents import make_agent
     from turnrl.rl.run.config import load_config
     from turnrl.rl.run.trainer import Trainer
 
-    overrides = [f"steps={steps + 1}", "rollout.seed_per_episode=true", f"placement={placement}", f"model={model}"]
+    overrides = [f"steps={steps + 1}", "rollout.seed_per_episode=true", f"placement={placement}", f"model={model}",
+                 f"rollout.max_staleness={staleness}"]
+    if slow_tool:
+        import turnrl
+
+        turnrl.register("bench/SlowToolArithmetic-v0", "slow_tool_env:SlowToolArithmetic")
+        overrides.append("env.id=bench/SlowToolArithmetic-v0")
     if placement == "ray":
         # the same CPUs in every placement: the workers share this machine's cores (rollouts and updates alternate)
         overrides += [f"ray.rollout_workers={workers}", f"ray.worker_cpus={(os.cpu_count() or 1) / workers}"]
@@ -44,29 +58,44 @@ def run(placement: str, workers: int, steps: int, model: str) -> dict[str, float
                 trajs, info = trainer.source.collect(step)
                 s1 = time.perf_counter()
                 trainer.learner.update(trajs)
-                rows.append({"rollout_s": s1 - s0, "step_s": time.perf_counter() - s0,
+                rows.append({"rollout_s": s1 - s0, "step_s": time.perf_counter() - s0, "episodes": len(trajs),
                              "tokens": info["generated_tokens"], "success": info["success"]})
                 print(f"  {placement}/{workers} step {step}: rollout {s1 - s0:.1f} s, step {rows[-1]['step_s']:.1f} s, "
                       f"{info['generated_tokens']:.0f} tokens, success {info['success']:.3f}", flush=True)
         finally:
             trainer.close()
     rows = rows[1:]  # the first step warms up (worker processes, caches)
+    wall = sum(r["step_s"] for r in rows)
     return {"start_s": start_s, "tok_s": sum(r["tokens"] for r in rows) / sum(r["rollout_s"] for r in rows),
-            "step_s": statistics.mean(r["step_s"] for r in rows), "success": statistics.mean(r["success"] for r in rows)}
+            "step_s": statistics.mean(r["step_s"] for r in rows), "success": statistics.mean(r["success"] for r in rows),
+            "eps_s": sum(r["episodes"] for r in rows) / wall, "wall_tok_s": sum(r["tokens"] for r in rows) / wall,
+            "learner_idle": sum(r["rollout_s"] for r in rows) / wall}
 
 
 def main() -> None:
-    """Run the three placements and print the table."""
+    """Run the placements and print the table."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--model", default="smollm2-135m-instruct")
     parser.add_argument("--only", choices=["local", "ray"], help="run one placement (ratios need both)")
+    parser.add_argument("--async", dest="overlap", action="store_true", help="ray × 2 with max_staleness 0, 1, 2")
+    parser.add_argument("--slow-tool", action="store_true", help="a tool that answers in 0.2–1 s")
     args = parser.parse_args()
     torch.manual_seed(0)
+    if args.overlap:
+        runs = {f"ray × 2, k={k}": run("ray", 2, args.steps, args.model, k, args.slow_tool) for k in (0, 1, 2)}
+        base = runs["ray × 2, k=0"]
+        print(f"\n{'run':<16}{'episodes/s':>11}{'× sync':>8}{'gen tok/s':>11}{'× sync':>8}{'s/step':>8}"
+              f"{'learner idle':>14}{'success':>9}")
+        for name, r in runs.items():
+            print(f"{name:<16}{r['eps_s']:>11.3f}{r['eps_s'] / base['eps_s']:>8.2f}{r['wall_tok_s']:>11.1f}"
+                  f"{r['wall_tok_s'] / base['wall_tok_s']:>8.2f}{r['step_s']:>8.1f}{r['learner_idle']:>14.2f}"
+                  f"{r['success']:>9.3f}")
+        return
     results = {}
     for placement, workers in (("local", 0), ("ray", 1), ("ray", 2)):
         if args.only in (None, placement):
-            results[(placement, workers)] = run(placement, workers, args.steps, args.model)
+            results[(placement, workers)] = run(placement, workers, args.steps, args.model, 0, args.slow_tool)
     base = results.get(("local", 0), next(iter(results.values())))
     print(f"\n{'placement':<12}{'start s':>9}{'gen tok/s':>11}{'× local':>9}{'s/step':>9}{'× local':>9}{'success':>9}")
     for (placement, workers), r in results.items():

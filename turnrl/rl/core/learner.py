@@ -315,8 +315,8 @@ class Learner:
 
     def export_for_workers(self, put: Any) -> tuple[int, Any]:
         """``(version, put(CPU weights))``: what rollout workers load (``put``: e.g. Ray's object store)."""
-        version, state = self.export_weights()
-        return version, put(state)
+        # no copy of our own: ``put`` stores (copies) the tensors before the next update can change them
+        return self.version, put({k: v.detach().cpu() for k, v in self.model.state_dict().items()})
 
     def connect_rollout(self, workers: list[Any]) -> None:
         """Open a direct weight channel to rollout workers (a learner in this process has none: they fetch

@@ -36,7 +36,7 @@ import torch
 
 from turnrl.rl.algorithms import Experience, get_algorithm
 from turnrl.rl.core.learner import Learner, _trainable
-from turnrl.rl.placement.parameters import full_parameters
+from turnrl.rl.placement.parameters import full_parameters, to_shared
 from turnrl.rl.run.config import TrainConfig
 from turnrl.types import Trajectory
 
@@ -243,13 +243,15 @@ class DeepSpeedRank:
         keys = ("advantages", "learner_logprobs", "learner_logprobs_after")
         return metrics, [{k: t.metadata[k] for k in keys if k in t.metadata} for t in _trainable(trajectories)]
 
-    def export(self, bucket_mb: float) -> dict[str, torch.Tensor] | None:
-        """The policy's full weights as a CPU state dict on rank 0 (None elsewhere). Under ZeRO-3 every rank must
-        call this: partitions are gathered in buckets of about ``bucket_mb``, in the same order on every rank."""
+    def export(self, bucket_mb: float) -> dict[str, Any] | None:
+        """The policy's full weights on rank 0 (None elsewhere), as :func:`~turnrl.rl.placement.parameters.to_shared`
+        arrays (readers get them from the object store without a copy). Under ZeRO-3 every rank must call this:
+        partitions are gathered in buckets of about ``bucket_mb``, in the same order on every rank."""
         model = self._ready().policy
         keys = list(model.state_dict().keys())
         if self.cfg.learner.zero_stage < 3:
-            return {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()} if self.rank == 0 else None
+            return to_shared({k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}) \
+                if self.rank == 0 else None
         out: dict[str, torch.Tensor] = {}
         for names, tensor in full_parameters(model, True, bucket_mb):
             if self.rank == 0:
@@ -259,7 +261,7 @@ class DeepSpeedRank:
             return None
         buffers = dict(model.named_buffers())
         out.update((k, buffers[k].detach().to("cpu", copy=True)) for k in keys if k not in out and k in buffers)
-        return {k: out[k] for k in keys}
+        return to_shared({k: out[k] for k in keys})
 
     # ---- weights over NCCL to vLLM workers (learner.weight_sync: nccl; GPU only) ----
 

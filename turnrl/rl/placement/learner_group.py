@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from turnrl.rl.core.learner import _trainable
+from turnrl.rl.placement.parameters import from_shared
 from turnrl.rl.placement.ray import RayPlacementError, _cause, _ray, connect, free_cpus, stop
 from turnrl.rl.run.config import TrainConfig
 from turnrl.types import Trajectory
@@ -194,14 +195,14 @@ class LearnerGroup:
             return
         refs = [r.export.remote(self.cfg.learner.export_bucket_mb) for r in self.ranks]
         self._wait(refs, f"weight export of version {self.version}")
-        self.model.load_state_dict(_ray().get(refs[0]))
+        self.model.load_state_dict(from_shared(_ray().get(refs[0])))
         self._published = (self.version, refs[0])
 
     def export_weights(self) -> tuple[int, dict[str, Any]]:
         """``(version, CPU state dict)`` of the current weights."""
         self.sync_driver()
         assert self._published is not None
-        return self._published[0], _ray().get(self._published[1])
+        return self._published[0], from_shared(_ray().get(self._published[1]))
 
     def score(self, input_ids: list[list[int]], temperature: float = 1.0) -> list[list[float]]:
         """The group's log-probabilities of fixed sequences (rank 0's answer; every rank takes part)."""

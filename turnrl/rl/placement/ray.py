@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from turnrl.rl.placement.ledger import Ledger
+from turnrl.rl.placement.parameters import to_shared
 from turnrl.rl.run.config import TrainConfig
 from turnrl.rl.sources.base import Job, oldest_version
 from turnrl.storage import read_jsonl, write_jsonl
@@ -134,7 +135,10 @@ class RayRunner:
                                     "ray.worker_cpus")
         from turnrl.rl.placement.worker import RolloutWorker
 
-        env = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
+        # the worker's torch threads, also in the threads it computes on (OpenMP starts a new thread with
+        # OMP_NUM_THREADS, whatever torch.set_num_threads said in the main thread: 1 would halve its speed)
+        threads = str(max(1, int(rc.worker_cpus)))
+        env = {"OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads, "TOKENIZERS_PARALLELISM": "false",
                "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}  # the modules the driver sees
         self._actor = ray.remote(RolloutWorker).options(num_cpus=rc.worker_cpus, num_gpus=rc.worker_gpus,
                                                         max_restarts=rc.max_restarts, max_concurrency=2,
@@ -195,7 +199,8 @@ class RayRunner:
     def _weights(self) -> tuple[int, Any]:
         """The learner's current ``(version, object ref)``, put in the object store once per version."""
         if self.pushed is None or self.pushed[0] != self.learner.version:
-            self.pushed = self.learner.export_for_workers(_ray().put)
+            ray = _ray()
+            self.pushed = self.learner.export_for_workers(lambda state: ray.put(to_shared(state)))
         return self.pushed
 
     def sync(self) -> int:

@@ -17,10 +17,24 @@ import torch
 
 from turnrl.agents.hf import HFAgent
 from turnrl.envs.registry import make, register
+from turnrl.rl.placement.parameters import from_shared
 from turnrl.rl.run.config import TrainConfig
 from turnrl.rl.sources.base import Job
 from turnrl.rl.sources.onpolicy import play_jobs
 from turnrl.types import Trajectory
+
+
+def adopt_weights(model: torch.nn.Module, state: dict[str, torch.Tensor]) -> None:
+    """Make ``state``'s tensors the model's weights without copying them (a rollout worker only reads its weights:
+    the object store's arrays serve as they are, saving a 0.65 GB copy per update for SmolLM2-135M); a state that
+    does not match the model name for name, shape and dtype is copied in with ``load_state_dict`` instead."""
+    own = model.state_dict(keep_vars=True)
+    if set(own) != set(state) or any(own[k].shape != v.shape or own[k].dtype != v.dtype for k, v in state.items()):
+        model.load_state_dict(state)
+        return
+    with torch.no_grad():
+        for name, tensor in own.items():
+            tensor.data = state[name]
 
 
 class VersionedAgent:
@@ -66,7 +80,8 @@ class RolloutWorker:
     def __init__(self, config: dict[str, Any], env_spec: tuple[str, Any, dict[str, Any]] | None,
                  batch_size: int = 64) -> None:
         self.cfg = TrainConfig.model_validate(config)
-        torch.set_num_threads(max(1, int(self.cfg.ray.worker_cpus)))  # the CPUs Ray reserved for this worker
+        self.threads = max(1, int(self.cfg.ray.worker_cpus))  # the CPUs Ray reserved for this worker
+        torch.set_num_threads(self.threads)
         if env_spec is not None:
             env_id, entry_point, kwargs = env_spec
             register(env_id, entry_point, **kwargs)
@@ -114,11 +129,12 @@ class RolloutWorker:
                 import ray
 
                 state = ray.get(state, timeout=self.cfg.ray.start_timeout)
+            state = from_shared(state)  # numpy arrays straight from the object store (no copy until the load)
             with self.lock:
                 if self.vllm:
                     self.agent.load_weights(state)  # into every engine worker; prefix cache reset
                 else:
-                    self.agent.model.load_state_dict(state)
+                    adopt_weights(self.agent.model, state)
                 self.version = version
         return self.version
 
@@ -150,6 +166,7 @@ class RolloutWorker:
 
     def score(self, input_ids: list[list[int]], temperature: float = 1.0) -> tuple[int, list[list[float]]]:
         """``(version held, the log-probabilities of fixed sequences under those weights)``."""
+        torch.set_num_threads(self.threads)  # this call runs on one of the actor's threads
         if self.vllm:
             if temperature != 1.0:
                 raise ValueError("a vLLM worker scores at temperature 1 (vLLM's prompt log-probabilities)")
@@ -171,6 +188,7 @@ class RolloutWorker:
             done.put(traj)
 
         def work() -> None:
+            torch.set_num_threads(self.threads)  # per thread: a new thread's OpenMP team starts from OMP_NUM_THREADS
             try:
                 play_jobs(self.cfg, self.player, jobs, lambda: self.version, per_episode_seeds=True, sink=sink)
                 done.put(None)
