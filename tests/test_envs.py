@@ -22,7 +22,8 @@ from turnrl.tools import tool
 from turnrl.verifiers.math import verify
 
 
-@pytest.mark.parametrize("env_id", turnrl.registered())
+# the shipped envs (the tests register toy ones, some broken on purpose: a hanging one, one that kills workers)
+@pytest.mark.parametrize("env_id", [e for e in turnrl.registered() if not e.startswith("tests/")])
 def test_every_registered_env_passes_the_conformance_harness(env_id):
     report = check_environment(turnrl.make(env_id), seed=1)
     assert report.ok, str(report)
