@@ -165,8 +165,10 @@ def test_ledger_commits_each_job_once_and_refuses_stale_leases():
     assert again == mine[1:]
     assert not ledger.commit(mine[1].key, a, traj)  # a commit under the released lease is refused
     assert ledger.commit(mine[1].key, c, traj) and ledger.commit(mine[2].key, c, traj)
-    assert not ledger.complete and ledger.commit(theirs[0].key, b, traj) and ledger.complete
-    assert ledger.refused == 2 and [t for t in ledger.results()] == [traj] * 4
+    keys = [j.key for j in jobs]
+    assert not ledger.settled(keys) and ledger.commit(theirs[0].key, b, traj) and ledger.settled(keys)
+    assert ledger.refused == 2 and ledger.take(keys) == [traj] * 4
+    assert not ledger.commit(theirs[0].key, b, traj) and ledger.refused == 3  # taken: a late commit is refused
 
 
 def test_train_command_runs_a_config_on_ray_workers(tmp_path):

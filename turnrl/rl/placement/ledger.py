@@ -2,9 +2,10 @@
 
 A job is *pending* until a worker takes it under a lease, *leased* while that worker plays it, and *done* once its
 Trajectory is committed; :meth:`Ledger.take` hands done jobs out and forgets them. The ledger may hold jobs of
-several steps at once (rollouts of the next step start while the learner updates). A commit under a lease that is no longer the job's current lease (the worker was declared
-dead or hung and the job handed to another) is refused, as is a second commit of a done job; releasing a lease
-puts its unfinished jobs back to pending, so a killed worker's jobs are re-run and nothing finished is lost.
+several steps at once (rollouts of the next step start while the learner updates). A commit under a lease that is
+no longer the job's current lease (the worker was declared dead or hung and the job handed to another) is refused,
+as is a second commit of a done job; releasing a lease puts its unfinished jobs back to pending, so a killed
+worker's jobs are re-run and nothing finished is lost.
 """
 
 from __future__ import annotations
@@ -41,11 +42,6 @@ class Ledger:
     def pending(self) -> list[Job]:
         """Jobs nobody holds, in the order they were added."""
         return [self.jobs[k] for k, lease in self.lease_of.items() if lease is None and k not in self.done]
-
-    @property
-    def complete(self) -> bool:
-        """Whether every job is done."""
-        return len(self.done) == len(self.jobs)
 
     def lease(self, n: int, step: int | None = None) -> tuple[int, list[Job]]:
         """Lease up to ``n`` pending jobs (of training step ``step`` only, if given); returns ``(lease id, jobs)``
@@ -110,10 +106,6 @@ class Ledger:
             self.lease_of.pop(k, None)
             self.attempts.pop(k, None)
         return out
-
-    def results(self) -> list[Trajectory]:
-        """The committed Trajectories, in job order."""
-        return [self.done[k] for k in self.jobs if k in self.done]
 
     def summary(self) -> dict[str, Any]:
         """Counts for metrics and error messages."""

@@ -336,16 +336,20 @@ class RayRunner:
         write_jsonl([traj], self.journal / f"step-{step}.jsonl", append=True)
 
     def _journaled(self, jobs: Sequence[Job]) -> list[Trajectory]:
-        """Episodes of these jobs committed before a restart, under the weights the learner holds now."""
+        """Episodes of these jobs committed before a restart, under the weights the learner holds now (with
+        ``max_staleness`` k: none of whose tokens is more than k versions older)."""
         path = self.journal / f"step-{jobs[0].step}.jsonl"
         if not path.exists():
             return []
-        keys = {j.key for j in jobs}
-        bound = self.learner.version - self.cfg.rollout.max_staleness
-        return [t for t in read_jsonl(path) if t.metadata.get("job") in keys
-                and ((oldest_version(t) if oldest_version(t) is not None else -1) >= bound
-                     if self.cfg.rollout.max_staleness else
-                     (t.metadata.get("policy_version") or [None])[0] == self.learner.version)]
+        keys, k = {j.key for j in jobs}, self.cfg.rollout.max_staleness
+
+        def usable(t: Trajectory) -> bool:  # synchronous: begun under these weights; else within the bound
+            if k == 0:
+                return (t.metadata.get("policy_version") or [None])[0] == self.learner.version
+            oldest = oldest_version(t)
+            return oldest is not None and self.learner.version - oldest <= k
+
+        return [t for t in read_jsonl(path) if t.metadata.get("job") in keys and usable(t)]
 
     def reset(self) -> None:
         """A fresh run: remove the journal of an earlier run in the same folder."""

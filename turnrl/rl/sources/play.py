@@ -24,7 +24,7 @@ from typing import Any, Literal
 from turnrl.agents.base import SamplingParams
 from turnrl.envs.registry import make
 from turnrl.rl.sources.base import Job
-from turnrl.rl.sources.rollout import Rewrite, Rollout
+from turnrl.rl.sources.rollout import Episode, Rewrite, Rollout
 from turnrl.types import Trajectory
 
 
@@ -78,9 +78,21 @@ def play(agent: Any, env_id: str, env_kwargs: dict[str, Any], jobs: Sequence[Job
     params = params.model_copy(update={"seed": batch_seed(seed, jobs[0].step, jobs[0].round, chunk)})
     rollout = Rollout(agent, params, max_context=max_context, env_timeout=env_timeout, policy_version=version,
                       sink=sink, rewrite=rewrite)
-    trajs = rollout.run([make(env_id, **env_kwargs) for _ in jobs], seeds=[env_seed(seed, j) for j in jobs],
-                        options=[{"index": j.task} for j in jobs],
-                        group_ids=[(group_id or (lambda j: j.group_id))(j) for j in jobs],
-                        sample_seeds=[sample_seed(seed, j) for j in jobs] if per_episode_seeds else None,
-                        metadata=[{**(metadata(j) if metadata else {}), "job": j.key} for j in jobs])
-    return trajs, rollout
+    episodes = start_jobs(rollout, env_id, env_kwargs, jobs, seed=seed, per_episode_seeds=per_episode_seeds,
+                          group_id=group_id, metadata=metadata)
+    rollout.play(episodes)
+    return [ep.traj for ep in episodes], rollout
+
+
+def start_jobs(rollout: Rollout, env_id: str, env_kwargs: dict[str, Any], jobs: Sequence[Job], *, seed: int,
+               per_episode_seeds: bool, group_id: Callable[[Job], str] | None = None,
+               metadata: Callable[[Job], dict[str, Any]] | None = None) -> list[Episode]:
+    """The episodes of ``jobs``, reset under the seeding rule (the module docstring) and ready for
+    :meth:`Rollout.advance`: one environment per job, reset with the task's seed and index, grouped by
+    ``group_id`` (default :attr:`Job.group_id`), ``metadata["job"]`` the job's key, and with ``per_episode_seeds``
+    each its own sampling stream."""
+    return rollout.start([make(env_id, **env_kwargs) for _ in jobs], seeds=[env_seed(seed, j) for j in jobs],
+                         options=[{"index": j.task} for j in jobs],
+                         group_ids=[(group_id or (lambda j: j.group_id))(j) for j in jobs],
+                         sample_seeds=[sample_seed(seed, j) if per_episode_seeds else None for j in jobs],
+                         metadata=[{**(metadata(j) if metadata else {}), "job": j.key} for j in jobs])

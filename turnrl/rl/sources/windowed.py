@@ -14,12 +14,13 @@ episodes that were in play when it stopped: their jobs are played again from the
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any
 
 from turnrl.agents.base import SamplingParams
 from turnrl.envs.registry import make
 from turnrl.rl.sources.base import ExperienceSource, Job, RunParts, rollout_metrics
-from turnrl.rl.sources.play import batch_seed, env_seed, sample_seed
+from turnrl.rl.sources.play import batch_seed, start_jobs
 from turnrl.rl.sources.rollout import Episode, Rollout
 from turnrl.types import Trajectory
 
@@ -66,7 +67,7 @@ class WindowedSource(ExperienceSource):
         jobs: list[Job] = []
         while self.replay and len(jobs) < groups * g:
             jobs.append(self.replay.pop(0))
-        for _ in range(groups - -(-len(jobs) // g)):
+        for _ in range(groups - math.ceil(len(jobs) / g)):  # the groups the replayed jobs leave to fill
             jobs += [Job(step, 0, self.cursor, s) for s in range(g)]
             self.cursor = (self.cursor + 1) % self.n_tasks
         return jobs
@@ -83,12 +84,8 @@ class WindowedSource(ExperienceSource):
                                 seed=batch_seed(self.cfg.seed, step, 0))
         rollout = Rollout(self.agent, params, max_context=r.max_context, env_timeout=r.env_timeout,
                           policy_version=self.version)
-        fresh = rollout.start([make(self.cfg.env.id, **self.cfg.env.kwargs) for _ in jobs],
-                              seeds=[env_seed(self.cfg.seed, j) for j in jobs],
-                              options=[{"index": j.task} for j in jobs], group_ids=[j.group_id for j in jobs],
-                              sample_seeds=[sample_seed(self.cfg.seed, j) if r.seed_per_episode else None
-                                            for j in jobs],
-                              metadata=[{"job": j.key} for j in jobs])
+        fresh = start_jobs(rollout, self.cfg.env.id, self.cfg.env.kwargs, jobs, seed=self.cfg.seed,
+                           per_episode_seeds=r.seed_per_episode)
         playing = self.carry + list(zip(jobs, fresh))
         rollout.play([ep for _, ep in playing], self.window)
         trajs = [ep.traj if ep.done else rollout.snapshot(ep) for _, ep in playing]
