@@ -50,14 +50,23 @@ class VersionedAgent:
     def __getattr__(self, name: str) -> Any:  # tokenizer, eos_ids, model, …
         return getattr(self.agent, name)
 
-    def generate(self, prompts: list[list[int]], params: Any, *, seeds: list[int] | None = None) -> list[Any]:
+    def generate(self, prompts: list[list[int]], params: Any, *, seeds: list[int] | None = None,
+                 sessions: list[str | None] | None = None) -> list[Any]:
         """The agent's completions, each stamped with the version that sampled it."""
+        kwargs: dict[str, Any] = {"seeds": seeds} if seeds is not None else {}
+        if sessions is not None:
+            kwargs["sessions"] = sessions
         with self.lock:
-            out = self.agent.generate(prompts, params, **({"seeds": seeds} if seeds is not None else {}))
+            out = self.agent.generate(prompts, params, **kwargs)
             version = self.version()
         for c in out:
             c.policy_version = version
         return out
+
+    def release(self, sessions: list[str]) -> None:
+        """Free finished episodes' KV caches (under the lock: a weight load may be dropping them)."""
+        with self.lock:
+            self.agent.release(sessions)
 
 
 class RolloutWorker:
@@ -111,7 +120,8 @@ class RolloutWorker:
             self.agent = VLLMAgent(self.cfg.model, **options)
             self.agent.load_weights(policy.state_dict())
         else:
-            self.agent = HFAgent(policy, tokenizer, batch_size=self.batch_size)
+            self.agent = HFAgent(policy, tokenizer, batch_size=self.batch_size,
+                                 kv_cache_mb=self.cfg.rollout.kv_cache_mb)
         self.version = 0
         self.player = VersionedAgent(self.agent, self.lock, lambda: self.version)
         return self.ready()

@@ -39,6 +39,10 @@ class RolloutConfig(BaseModel):
         "k: no token used in an update was sampled more than k policy versions before the weights being updated; "
         "older episodes are dropped and counted (`stale_episodes`). 0 = synchronous; ≥ 1 (placement ray): the next "
         "step's rollouts run while the learner updates, and workers load new weights between generation calls"))
+    kv_cache_mb: float = Field(2048, ge=0, description=(
+        "memory (MB) the HF backend may keep between turns for live episodes' KV caches, so each turn feeds only "
+        "the new tokens instead of the whole conversation; past it the oldest episodes' caches are evicted and "
+        "re-prefilled (`kv_evicted`); 0 re-prefills every turn"))
     seed_per_episode: bool = Field(False, description="sample each episode from its own random stream (seeded by "
                                    "step, task and sample), so trajectories do not depend on how episodes are "
                                    "batched or spread over workers; the ray placement always does")

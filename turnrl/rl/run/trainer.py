@@ -55,7 +55,7 @@ class Trainer:
             model, tokenizer = agent.model, agent.tokenizer
         if config.init_from:
             load_policy(model, config.init_from)
-        self.agent = HFAgent(model, tokenizer, batch_size=batch)
+        self.agent = HFAgent(model, tokenizer, batch_size=batch, kv_cache_mb=config.rollout.kv_cache_mb)
         self._tokenizer = tokenizer
         self.runner: Runner | None = None
         # the source sees the policy now, before a learner group starts (stored data of another tokenizer fails

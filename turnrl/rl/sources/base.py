@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import torch
 
+from turnrl.agents.kv import trajectory_kv_metrics
 from turnrl.types import Trajectory
 
 if TYPE_CHECKING:
@@ -162,9 +163,11 @@ class ExperienceSource:
 
 
 def rollout_metrics(seen: Sequence[Trajectory], env: Any = None) -> dict[str, float]:
-    """Reward, success, turns, tool calls and errors over every episode sampled this step, and the figures the
-    environment ``env`` reports of its own episodes (:meth:`turnrl.envs.core.TextEnv.summarize_episodes`)."""
+    """Reward, success, turns, tool calls and errors over every episode sampled this step, prompt tokens prefilled
+    vs served from KV caches (:func:`~turnrl.rl.sources.rollout.kv_metrics`, for episodes a rollout played), and the
+    figures the environment ``env`` reports of its own episodes (:meth:`turnrl.envs.core.TextEnv.summarize_episodes`)."""
     n = max(len(seen), 1)
+    played = [t for t in seen if "prefill_tokens" in t.metadata]
     rewards = torch.tensor([t.total_reward for t in seen] or [0.0])
     return {"rollout_episodes": float(len(seen)), "reward_mean": float(rewards.mean()),
             "reward_std": float(rewards.std(correction=0)), "success": sum(bool(t.correct) for t in seen) / n,
@@ -174,6 +177,7 @@ def rollout_metrics(seen: Sequence[Trajectory], env: Any = None) -> dict[str, fl
             "error_episodes": float(sum(t.error is not None for t in seen)),
             "tampering_episodes": sum(any((turn.info.get("metrics") or {}).get("tampering", 0) > 0 for turn in t.turns)
                                       for t in seen) / n,
+            **(trajectory_kv_metrics(played) if played else {}),
             **(env.unwrapped.summarize_episodes(seen) if env is not None else {})}
 
 

@@ -11,6 +11,12 @@ The conversation is never re-tokenized from text, so the trainer sees exactly wh
 A failing environment (exception or timeout) ends only its own episode, recorded in ``Trajectory.error``.
 Finished trajectories go to ``sink`` (e.g. a :class:`turnrl.storage.TrajectoryWriter`) as they finish.
 
+KV reuse: with an agent that keeps sessions (``agent.supports_sessions``, the HF agent), every episode names its
+session in each ``generate`` call, so the agent feeds only the tokens added since the episode's last turn; the
+session is released when the episode ends. Each trajectory records ``metadata["prefill_tokens"]`` (prompt tokens
+run through the model) and ``["cached_tokens"]`` (served from its cache), and ``["kv_events"]`` where its cache was
+rewritten, evicted, invalidated or too large.
+
 Windows (T-PPO's successive batching): :meth:`Rollout.start` resets the envs, :meth:`Rollout.advance` plays until
 each episode finished or generated ``budget`` more tokens — a window may end inside a turn, which the next call
 continues token-exactly — and :meth:`Rollout.snapshot` gives a trainable copy of an episode still in play.
@@ -21,11 +27,11 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from turnrl.agents.base import Agent, Completion, SamplingParams
 from turnrl.envs.core import TextEnv
+from turnrl.rl.sources.episode import Episode, RolloutStats
 from turnrl.tokens import ChatRenderer
 from turnrl.types import Message, Trajectory, Turn
 from turnrl.utils import run_with_daemon_threads
@@ -34,47 +40,6 @@ from turnrl.utils import run_with_daemon_threads
 # keep it; a replaced turn is marked ``info["rewritten"] = True`` (e.g. PAG's verdict exploration).
 Rewrite = Callable[[Sequence[TextEnv], Sequence[str], Sequence[list[int]], Sequence[Completion]],
                    Sequence[Completion | None]]
-
-
-@dataclass
-class Episode:
-    """One episode in play: its environment, the Trajectory so far and its token fields (only ever appended to)."""
-
-    env: TextEnv
-    traj: Trajectory
-    tokens: list[int] = field(default_factory=list)
-    mask: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
-    versions: list[int] = field(default_factory=list)  # the policy version that sampled each token, −1 elsewhere
-    renderer: ChatRenderer | None = None
-    role: str = "policy"
-    prompts_seen: list[list[int]] = field(default_factory=list)  # what the agent was conditioned on, per turn
-    sample_seed: int | None = None  # this episode's own random stream (batch-invariant sampling), if any
-    rewritten: bool = False  # this turn's completion was replaced by the rollout's ``rewrite`` hook
-    done: bool = False  # finished (its Trajectory is complete and went to the sink)
-    turn_start: int | None = None  # where the current turn's tokens begin while it is paused mid-turn (windows)
-    segments: int = 0  # generation calls of the current turn so far (1 + the times it was paused)
-    window_start: int = 0  # token index where the current window began
-    window_used: int = 0  # tokens generated in the current window
-    cut_by_window: bool = False  # the last generation budget was the window's (not the turn's or the context's)
-
-    def append(self, ids: Sequence[int], mask: int, logprobs: Sequence[float] | None = None,
-               version: int = -1) -> None:
-        self.tokens.extend(ids)
-        self.mask.extend([mask] * len(ids))
-        self.logprobs.extend(logprobs if logprobs is not None else [0.0] * len(ids))
-        self.versions.extend([version] * len(ids))
-
-
-@dataclass
-class RolloutStats:
-    """Where the time of the last :meth:`Rollout.run` went."""
-
-    generate_s: float = 0.0
-    env_s: float = 0.0
-    bookkeeping_s: float = 0.0
-    generated_tokens: int = 0
-    turns: int = 0
 
 
 class Rollout:
@@ -125,6 +90,7 @@ class Rollout:
         self.stats = RolloutStats()
         eos = getattr(agent.tokenizer, "eos_token_id", None)
         self._eos = set(getattr(agent, "eos_ids", None) or []) | ({eos} if eos is not None else set())
+        self._sessions = bool(getattr(agent, "supports_sessions", False))
 
     def run(
         self,
@@ -266,14 +232,19 @@ class Rollout:
                 params = self.params.model_copy(update={"max_new_tokens": budget, "stop": stop})
                 prompts = [list(live[i].tokens) for i in idx]
                 agenerate = getattr(self.agent, "agenerate", None)  # HTTP backends: don't block the event loop
+                kwargs: dict[str, Any] = {}
+                if self._sessions:  # the agent keeps each episode's KV cache between its turns
+                    kwargs["sessions"] = [live[i].session for i in idx]
                 if live[idx[0]].sample_seed is not None:  # batch-invariant: each episode's own stream per turn
-                    seeds = [(live[i].sample_seed * 1009 + len(live[i].traj.turns) + live[i].segments * 7919) % 2**62
-                             for i in idx]
-                    outs = self.agent.generate(prompts, params, seeds=seeds)
+                    kwargs["seeds"] = [(live[i].sample_seed * 1009 + len(live[i].traj.turns) + live[i].segments * 7919)
+                                       % 2**62 for i in idx]
+                if kwargs or not agenerate:
+                    outs = self.agent.generate(prompts, params, **kwargs)
                 else:
-                    outs = await agenerate(prompts, params) if agenerate else self.agent.generate(prompts, params)
-                for i, c in zip(idx, outs):
+                    outs = await agenerate(prompts, params)
+                for i, p, c in zip(idx, prompts, outs):
                     completions[i] = c
+                    self._count_prefill(live[i], len(p), c)
             if self.rewrite is not None:
                 new = self.rewrite([ep.env for ep in live], [ep.role for ep in live], [list(ep.tokens) for ep in live],
                                    completions)  # type: ignore[arg-type]
@@ -353,13 +324,29 @@ class Rollout:
         self.stats.bookkeeping_s += time.perf_counter() - t2
         return True
 
+    def _count_prefill(self, ep: Episode, prompt_length: int, completion: Completion) -> None:
+        cached = int(completion.metadata.get("cached_tokens", 0))
+        ep.prefill_tokens += prompt_length - cached
+        ep.cached_tokens += cached
+        self.stats.prefill_tokens += prompt_length - cached
+        self.stats.cached_tokens += cached
+        event = completion.metadata.get("kv")
+        if event is not None:
+            ep.kv_events[event] = ep.kv_events.get(event, 0) + 1
+            self.stats.kv_events[event] = self.stats.kv_events.get(event, 0) + 1
+
     def _version(self) -> int:
         v = self.policy_version
         return int(v() if callable(v) else v)  # type: ignore[arg-type]
 
     def _finish(self, ep: Episode) -> None:
         ep.done = True
+        if self._sessions:
+            self.agent.release([ep.session])  # type: ignore[attr-defined]
         traj = ep.traj
+        traj.metadata.update(prefill_tokens=ep.prefill_tokens, cached_tokens=ep.cached_tokens)
+        if ep.kv_events:
+            traj.metadata["kv_events"] = dict(ep.kv_events)
         traj.token_ids, traj.loss_mask, traj.logprobs = ep.tokens, ep.mask, ep.logprobs
         if self.policy_version is not None:
             traj.token_versions = ep.versions

@@ -1,0 +1,204 @@
+"""Cross-turn KV reuse and continuous batching in the HF agent: the same tokens and logprobs as re-prefilling.
+
+Every comparison runs one model twice — with sessions (each episode's KV cache kept between its turns) and with
+sessions off (``kv_cache_mb=0``: the whole conversation re-prefilled every turn) — on the same episodes.
+"""
+
+import pytest
+import torch
+
+import turnrl
+from turnrl.agents.base import Completion, SamplingParams
+from turnrl.agents.hf import HFAgent
+from turnrl.agents.kv import SessionCache, common_prefix, trajectory_kv_metrics
+from turnrl.agents.tiny import TEMPLATES, tiny_model, tiny_tokenizer
+from turnrl.rl.sources.rollout import Rollout
+
+GREEDY = SamplingParams(temperature=0.0, max_new_tokens=12)
+
+
+def envs(n=5, turns=4):
+    return [turnrl.make("turnrl/Arithmetic-v0", calculator=True, retry=True, max_turns=turns) for _ in range(n)]
+
+
+def both(template="chatml", params=GREEDY, batch_size=3, kv_cache_mb=64, n=5, turns=4, rewrite=None, **run):
+    """Play the same episodes re-prefilling and with sessions; return (re-prefill, sessions, session agent, its
+    rollout)."""
+    tok = tiny_tokenizer(template)
+    model = tiny_model(tok)
+    out = []
+    for mb in (0, kv_cache_mb):
+        agent = HFAgent(model, tok, batch_size=batch_size, kv_cache_mb=mb)
+        rollout = Rollout(agent, params, rewrite=rewrite)
+        out.append((rollout.run(envs(n, turns), seeds=list(range(n)), **run), agent, rollout))
+    (plain, plain_agent, _), (cached, agent, rollout) = out
+    assert not plain_agent.supports_sessions and agent.supports_sessions == (kv_cache_mb > 0)
+    return plain, cached, agent, rollout
+
+
+def assert_same(plain, cached, tol=1e-5):
+    assert [t.error for t in cached] == [None] * len(cached)
+    assert [t.token_ids for t in plain] == [t.token_ids for t in cached]
+    assert [t.loss_mask for t in plain] == [t.loss_mask for t in cached]
+    for a, b in zip(plain, cached):
+        assert torch.allclose(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=tol, rtol=0)
+
+
+@pytest.mark.parametrize("template", sorted(TEMPLATES))
+def test_greedy_multi_turn_equals_re_prefill_on_every_template(template):
+    plain, cached, agent, rollout = both(template)
+    assert_same(plain, cached)
+    assert all(t.num_turns >= 3 for t in cached)
+    m = rollout.stats.kv_metrics()
+    assert m["cache_hit_share"] > 0.6  # turns after the first feed only the reply and the next header
+    assert m["prefill_tokens"] + m["cached_tokens"] == sum(t.metadata["prefill_tokens"] + t.metadata["cached_tokens"]
+                                                          for t in plain)
+    assert sum(t.metadata["cached_tokens"] for t in plain) == 0
+    assert trajectory_kv_metrics(cached) == pytest.approx(m)
+    assert len(agent.sessions) == 0 and agent.sessions.nbytes == 0  # every finished episode released its cache
+
+
+def test_seeded_sampling_equals_re_prefill():
+    params = SamplingParams(temperature=1.0, top_p=0.95, max_new_tokens=10)
+    plain, cached, _, _ = both(params=params, sample_seeds=[11, 12, 13, 14, 15])
+    assert_same(plain, cached)
+
+
+def test_a_budget_smaller_than_one_episode_re_prefills_and_says_so():
+    plain, cached, agent, rollout = both(kv_cache_mb=0.001)  # ~1 KB: no episode's cache fits
+    assert_same(plain, cached)
+    m = rollout.stats.kv_metrics()
+    assert m["cached_tokens"] == 0 and m["kv_oversize"] > 0
+    assert all(t.metadata["kv_events"].get("oversize", 0) >= 2 for t in cached)
+
+
+def test_eviction_keeps_the_budget_and_the_results():
+    tok = tiny_tokenizer("chatml")
+    model = tiny_model(tok)
+    c = model.config
+    per_token = 2 * c.num_hidden_layers * c.num_key_value_heads * (c.hidden_size // c.num_attention_heads) * 4
+    budget_mb = per_token * 1000 / 2**20  # room for about two of the five episodes (~490 tokens each at the end)
+    peak = []
+
+    class Watch(HFAgent):
+        def generate(self, *a, **k):
+            out = super().generate(*a, **k)
+            peak.append(self.sessions.nbytes)
+            return out
+
+    plain, cached, _, _ = both(kv_cache_mb=budget_mb)
+    assert_same(plain, cached)
+    agent = Watch(model, tok, batch_size=3, kv_cache_mb=budget_mb)
+    rollout = Rollout(agent, GREEDY)
+    rollout.run(envs(), seeds=list(range(5)))
+    m = rollout.stats.kv_metrics()
+    assert m["kv_evicted"] > 0 and m["cached_tokens"] > 0  # some reuse, some re-prefill
+    assert max(peak) <= agent.sessions.budget_bytes
+
+
+def test_a_rewritten_history_reuses_the_common_prefix_and_is_counted():
+    tok = tiny_tokenizer("chatml")
+
+    def rewrite(envs, roles, prompts, completions):  # replace every completion with a fixed reply
+        ids = tok.encode("I think 7.", add_special_tokens=False) + [tok.convert_tokens_to_ids("<|im_end|>")]
+        return [Completion(text="I think 7.", token_ids=ids, logprobs=[0.0] * len(ids), finish_reason="stop")
+                for _ in completions]
+
+    plain, cached, _, rollout = both(rewrite=rewrite)
+    assert_same(plain, cached)
+    m = rollout.stats.kv_metrics()
+    assert m["kv_rewritten"] > 0 and m["cached_tokens"] > 0  # reused up to where the turn was replaced
+
+
+def test_weights_changed_between_turns_invalidate_the_cache():
+    tok = tiny_tokenizer("chatml")
+    agent = HFAgent(tiny_model(tok), tok, batch_size=2)
+    prompt = tok.apply_chat_template([{"role": "user", "content": "What is 2 + 2?"}], add_generation_prompt=True)
+    prompt = list(prompt if isinstance(prompt, list) else prompt["input_ids"])
+    first = agent.generate([prompt], GREEDY, sessions=["a"])[0]
+    second_prompt = prompt + first.token_ids + tok.encode("\n<|im_start|>user\nAgain<|im_end|>\n<|im_start|>assistant\n",
+                                                          add_special_tokens=False)
+    with torch.no_grad():  # an optimizer step: weights updated in place
+        for p in agent.model.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    again = agent.generate([second_prompt], GREEDY, sessions=["a"])[0]
+    assert again.metadata["kv"] == "invalidated" and again.metadata["cached_tokens"] == 0
+    fresh = HFAgent(agent.model, tok, kv_cache_mb=0).generate([second_prompt], GREEDY)[0]
+    assert again.token_ids == fresh.token_ids
+    third = second_prompt + again.token_ids + tok.encode("\nok", add_special_tokens=False)
+    hit = agent.generate([third], GREEDY, sessions=["a"])[0]
+    assert hit.metadata["kv"] == "hit" and hit.metadata["cached_tokens"] == len(second_prompt) + len(again.token_ids) - 1
+    assert hit.token_ids == HFAgent(agent.model, tok, kv_cache_mb=0).generate([third], GREEDY)[0].token_ids
+
+
+def test_a_load_that_replaces_the_weights_invalidates_too():
+    tok = tiny_tokenizer("chatml")
+    agent = HFAgent(tiny_model(tok), tok)
+    prompt = tok.encode("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n", add_special_tokens=False)
+    c = agent.generate([prompt], GREEDY, sessions=["s"])[0]
+    for name, p in agent.model.named_parameters():  # a rollout worker adopting new arrays (no in-place update)
+        p.data = p.data.clone()
+    again = agent.generate([prompt + c.token_ids], GREEDY, sessions=["s"])[0]
+    assert again.metadata["kv"] == "invalidated"
+
+
+def test_continuous_batching_refills_slots_and_matches_one_by_one():
+    tok = tiny_tokenizer("llama3")
+    agent = HFAgent(tiny_model(tok), tok, batch_size=2)
+    texts = ["What is 2 + 2?", "hi", "A much longer question about the answer being correct?", "x", "yy zz", "q"]
+    prompts = [tok.encode(f"<|start_header_id|>user<|end_header_id|>\n\n{t}<|eot_id|>", add_special_tokens=False)
+               for t in texts]
+    for params in (SamplingParams(temperature=0.0, max_new_tokens=14),
+                   SamplingParams(temperature=1.0, max_new_tokens=14, stop=("e", "o"))):  # rows end apart
+        joined = agent.generate(prompts, params, seeds=list(range(6)))
+        alone = [agent.generate([p], params, seeds=[i])[0] for i, p in enumerate(prompts)]
+        assert [c.token_ids for c in joined] == [c.token_ids for c in alone]
+        for a, b in zip(joined, alone):
+            assert torch.allclose(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-5)
+    assert len({len(c.token_ids) for c in joined}) > 2  # finished rows left while others went on, and were refilled
+
+
+def test_session_arguments_are_checked():
+    tok = tiny_tokenizer("chatml")
+    agent = HFAgent(tiny_model(tok), tok)
+    p = tok.encode("hello", add_special_tokens=False)
+    with pytest.raises(ValueError, match="one entry per prompt"):
+        agent.generate([p, p], GREEDY, sessions=["a"])
+    with pytest.raises(ValueError, match="n == 1"):
+        agent.generate([p], GREEDY.model_copy(update={"n": 2}), sessions=["a"])
+    with pytest.raises(ValueError, match="once per generate call"):
+        agent.generate([p, p], GREEDY, sessions=["a", "a"])
+    with pytest.raises(ValueError, match="negative"):
+        HFAgent(agent.model, tok, kv_cache_mb=-1)
+
+
+def test_session_cache_lookup_store_and_lru():
+    def kv(n):
+        return [torch.ones(1, 1, n, 2)], [torch.ones(1, 1, n, 2)]
+
+    cache = SessionCache(budget_bytes=20 * 2 * 2 * 4)  # keys+values of 20 tokens (1 head, dim 2, fp32)
+    assert cache.lookup("a", [1, 2, 3]).event == "new"
+    cache.store("a", [1, 2, 3, 4], *kv(4))
+    r = cache.lookup("a", [1, 2, 3, 4, 5, 6])
+    assert (r.length, r.event, r.keys[0].shape[2]) == (4, "hit", 4)
+    cache.store("a", [1, 2, 3, 4, 5], *kv(5))
+    r = cache.lookup("a", [1, 2, 9, 9])
+    assert (r.length, r.event) == (2, "rewritten")
+    cache.store("a", [1, 2, 9], *kv(3))
+    assert cache.lookup("a", [1, 2, 9]).length == 2  # one token is always left to feed
+    cache.store("a", [1] * 8, *kv(8))
+    cache.store("b", [2] * 8, *kv(8))
+    cache.store("c", [3] * 8, *kv(8))  # 24 tokens > 20: "a" (the oldest session) goes
+    assert set(cache.entries) == {"b", "c"} and cache.nbytes <= cache.budget_bytes
+    assert cache.lookup("a", [1] * 9).event == "evicted"
+    cache.store("a", [1] * 8, *kv(8))  # the oldest session: it is the one not kept (no thrashing in rounds)
+    assert set(cache.entries) == {"b", "c"} and cache.lookup("a", [1] * 9).event == "evicted"
+    cache.store("d", [4] * 30, *kv(30))
+    assert "d" not in cache.entries and cache.lookup("d", [4] * 31).event == "oversize"
+    cache.check_weights(1)
+    cache.check_weights(2)
+    assert len(cache) == 0 and cache.lookup("b", [2] * 9).event == "invalidated"
+    cache.release("b")
+    assert cache.lookup("b", [2] * 9).event == "new"
+    assert common_prefix([1, 2, 3], [1, 2, 4, 5]) == 2 and common_prefix([], [1]) == 0
+    assert common_prefix([1, 2], [1, 2, 3]) == 2

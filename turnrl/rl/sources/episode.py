@@ -1,0 +1,65 @@
+"""An episode in play and a rollout's running figures: the state :class:`~turnrl.rl.sources.rollout.Rollout` keeps."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from turnrl.agents.kv import kv_metrics
+from turnrl.envs.core import TextEnv
+from turnrl.tokens import ChatRenderer
+from turnrl.types import Trajectory
+
+
+@dataclass
+class Episode:
+    """One episode in play: its environment, the Trajectory so far and its token fields (only ever appended to)."""
+
+    env: TextEnv
+    traj: Trajectory
+    tokens: list[int] = field(default_factory=list)
+    mask: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    versions: list[int] = field(default_factory=list)  # the policy version that sampled each token, −1 elsewhere
+    renderer: ChatRenderer | None = None
+    role: str = "policy"
+    prompts_seen: list[list[int]] = field(default_factory=list)  # what the agent was conditioned on, per turn
+    sample_seed: int | None = None  # this episode's own random stream (batch-invariant sampling), if any
+    rewritten: bool = False  # this turn's completion was replaced by the rollout's ``rewrite`` hook
+    done: bool = False  # finished (its Trajectory is complete and went to the sink)
+    turn_start: int | None = None  # where the current turn's tokens begin while it is paused mid-turn (windows)
+    segments: int = 0  # generation calls of the current turn so far (1 + the times it was paused)
+    window_start: int = 0  # token index where the current window began
+    window_used: int = 0  # tokens generated in the current window
+    cut_by_window: bool = False  # the last generation budget was the window's (not the turn's or the context's)
+    session: str = field(default_factory=lambda: uuid.uuid4().hex)  # names its KV cache in the agent
+    prefill_tokens: int = 0  # prompt tokens the agent ran through the model (not served from its KV cache)
+    cached_tokens: int = 0  # prompt tokens served from the agent's KV cache of this episode
+    kv_events: dict[str, int] = field(default_factory=dict)  # what happened to its cache, per generation call
+
+    def append(self, ids: Sequence[int], mask: int, logprobs: Sequence[float] | None = None,
+               version: int = -1) -> None:
+        self.tokens.extend(ids)
+        self.mask.extend([mask] * len(ids))
+        self.logprobs.extend(logprobs if logprobs is not None else [0.0] * len(ids))
+        self.versions.extend([version] * len(ids))
+
+
+@dataclass
+class RolloutStats:
+    """Where the time of the last :meth:`Rollout.run` went."""
+
+    generate_s: float = 0.0
+    env_s: float = 0.0
+    bookkeeping_s: float = 0.0
+    generated_tokens: int = 0
+    turns: int = 0
+    prefill_tokens: int = 0
+    cached_tokens: int = 0
+    kv_events: dict[str, int] = field(default_factory=dict)
+
+    def kv_metrics(self) -> dict[str, float]:
+        """Prompt tokens run through the model vs served from KV caches, and the cache events (see
+        :func:`kv_metrics`)."""
+        return kv_metrics(self.prefill_tokens, self.cached_tokens, self.kv_events)
