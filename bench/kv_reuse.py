@@ -1,6 +1,6 @@
 """Cross-turn KV reuse vs re-prefilling the conversation every turn: multi-turn tool episodes, side by side.
 
-    python bench/kv_reuse.py                       # 1, 8 and 32 turns, 8 episodes, 24 new tokens per turn
+    python bench/kv_reuse.py                       # 1, 8 and 32 turns, 4 episodes, 24 new tokens per turn
     python bench/kv_reuse.py --turns 1 8 --episodes 4
 
 Each (turns, mode) runs in its own process, one after the other, on SmolLM2-135M-Instruct (fp32, CPU, greedy):
@@ -26,7 +26,9 @@ import time
 def play(turns: int, episodes: int, max_new: int, reuse: bool, model: str, out: str) -> None:
     """One measurement (in a child process): play the episodes, write the figures and trajectories to ``out``."""
     import torch
+    import transformers
 
+    transformers.utils.logging.disable_progress_bar()
     sys.path.insert(0, os.path.dirname(__file__))
     from multiturn_env import SearchSession
 
@@ -58,7 +60,7 @@ def play(turns: int, episodes: int, max_new: int, reuse: bool, model: str, out: 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--turns", type=int, nargs="+", default=[1, 8, 32])
-    ap.add_argument("--episodes", type=int, default=8)
+    ap.add_argument("--episodes", type=int, default=4)
     ap.add_argument("--max-new-tokens", type=int, default=24)
     ap.add_argument("--model", default="smollm2-135m-instruct")
     ap.add_argument("--child", nargs=2, metavar=("MODE", "OUT"), help=argparse.SUPPRESS)

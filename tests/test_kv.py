@@ -4,6 +4,9 @@ Every comparison runs one model twice — with sessions (each episode's KV cache
 sessions off (``kv_cache_mb=0``: the whole conversation re-prefilled every turn) — on the same episodes.
 """
 
+import asyncio
+import time
+
 import pytest
 import torch
 
@@ -202,3 +205,147 @@ def test_session_cache_lookup_store_and_lru():
     assert cache.lookup("b", [2] * 9).event == "new"
     assert common_prefix([1, 2, 3], [1, 2, 4, 5]) == 2 and common_prefix([], [1]) == 0
     assert common_prefix([1, 2], [1, 2, 3]) == 2
+
+
+# ---- continuous batching across turns (Rollout(continuous=True)) ----
+
+
+def run_modes(template="chatml", params=GREEDY, n=5, turns=4, env_factory=None, batch_size=3, **run):
+    """The same episodes in rounds and continuously (both with sessions); returns both and the continuous rollout."""
+    tok = tiny_tokenizer(template)
+    model = tiny_model(tok)
+    out = []
+    for continuous in (False, True):
+        agent = HFAgent(model, tok, batch_size=batch_size)
+        rollout = Rollout(agent, params, continuous=continuous)
+        made = env_factory() if env_factory else envs(n, turns)
+        out.append(rollout.run(made, seeds=list(range(len(made))), **run))
+    return out[0], out[1], rollout
+
+
+@pytest.mark.parametrize("template", sorted(TEMPLATES))
+def test_continuous_turns_equal_rounds_greedy(template):
+    rounds, continuous, rollout = run_modes(template)
+    assert_same(rounds, continuous)
+    assert rollout.stats.kv_metrics()["cache_hit_share"] > 0.6
+
+
+def test_continuous_turns_equal_rounds_with_episode_seeds():
+    params = SamplingParams(temperature=1.0, max_new_tokens=10)
+    rounds, continuous, _ = run_modes(params=params, sample_seeds=[5, 6, 7, 8, 9])
+    assert_same(rounds, continuous)
+
+
+def test_continuous_turns_do_not_wait_for_a_slow_environment():
+    """Episode 0's environment takes 1.5 s per step; in rounds every episode waits for it each turn, continuously
+    the other episodes play all their turns meanwhile."""
+    from turnrl.envs.arithmetic import ArithmeticEnv
+
+    class Slow(ArithmeticEnv):
+        slow = False
+
+        async def _astep(self, action):
+            if self.slow:
+                await asyncio.sleep(1.5)
+            return await super()._astep(action)
+
+    def factory():
+        made = [Slow(calculator=True, retry=True, max_turns=3) for _ in range(4)]
+        made[0].slow = True
+        return made
+
+    tok = tiny_tokenizer("chatml")
+    model = tiny_model(tok)
+    finished_at = {}
+    for continuous in (False, True):
+        t0 = time.perf_counter()
+        rollout = Rollout(HFAgent(model, tok, batch_size=4), GREEDY, continuous=continuous,
+                          sink=lambda t, c=continuous: finished_at.setdefault(c, []).append(
+                              (t.seed, time.perf_counter() - t0)))
+        rollout.run(factory(), seeds=list(range(4)))
+    fast = lambda c: max(s for seed, s in finished_at[c] if seed != 0)  # noqa: E731
+    slow = lambda c: max(s for seed, s in finished_at[c] if seed == 0)  # noqa: E731
+    assert fast(True) < 1.5 < slow(True)  # the others finished all their turns during the slow one's first step
+    assert fast(False) > 2.5  # in rounds, their second and third turns each waited for a slow step
+
+
+def test_continuous_windows_pause_and_resume_like_rounds():
+    tok = tiny_tokenizer("chatml")
+    model = tiny_model(tok)
+    got = []
+    for continuous in (False, True):
+        rollout = Rollout(HFAgent(model, tok, batch_size=3), GREEDY.model_copy(update={"max_new_tokens": 10}),
+                          continuous=continuous)
+        made = envs(3, 3)
+        eps = rollout.start(made, seeds=[0, 1, 2], options=[None] * 3, group_ids=[None] * 3,
+                            sample_seeds=[None] * 3, metadata=[{}] * 3)
+        windows = 0
+        while not all(ep.done for ep in eps):
+            rollout.play(eps, budget=7)  # windows end inside turns
+            windows += 1
+            assert all(ep.done or ep.window_used == 7 for ep in eps)
+        got.append(([ep.traj.token_ids for ep in eps], windows))
+    assert got[0] == got[1]
+
+
+def test_continuous_needs_an_agent_that_takes_requests_as_they_come():
+    from turnrl.agents.scripted import FixedAgent
+
+    tok = tiny_tokenizer("chatml")
+    with pytest.raises(ValueError, match="agenerate_one"):
+        Rollout(FixedAgent(tok, ["hi"]), GREEDY, continuous=True)
+    with pytest.raises(ValueError, match="whole rounds"):
+        Rollout(HFAgent(tiny_model(tok), tok), GREEDY, continuous=True, rewrite=lambda *a: [None])
+
+
+def test_a_failed_generation_ends_only_its_episodes_in_continuous_mode():
+    tok = tiny_tokenizer("chatml")
+    agent = HFAgent(tiny_model(tok), tok, batch_size=2)
+    calls = {"n": 0}
+    real = agent._prefill
+
+    def flaky(rows):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise RuntimeError("out of memory")
+        return real(rows)
+
+    agent._prefill = flaky
+    trajs = Rollout(agent, GREEDY, continuous=True).run(envs(4, 3), seeds=list(range(4)))
+    failed = [t for t in trajs if t.error]
+    assert failed and all("generation failed: RuntimeError: out of memory" in t.error for t in failed)
+    assert any(t.error is None and t.num_turns == 3 for t in trajs)  # the others went on
+    assert all(len(t.token_ids) > 0 for t in trajs)  # what was collected is kept
+
+
+def test_a_training_run_reuses_caches_and_batches_turns_continuously(tmp_path):
+    from turnrl.rl.run.trainer import TrainConfig, Trainer
+
+    def train(**rollout):
+        tok = tiny_tokenizer("chatml")
+        cfg = TrainConfig(model="tiny", env={"id": "turnrl/Arithmetic-v0",
+                                             "kwargs": {"calculator": True, "retry": True, "max_turns": 3}},
+                          algorithm={"name": "grpo"}, steps=2, eval_tasks=4, out_dir=str(tmp_path / str(rollout)),
+                          rollout={"prompts_per_step": 2, "group_size": 4, "max_new_tokens": 8,
+                                   "seed_per_episode": True, **rollout},
+                          optim={"lr": 1e-2, "minibatch_size": 8})
+        torch.manual_seed(0)
+        trainer = Trainer(cfg, model=tiny_model(tok), tokenizer=tok)
+        try:
+            return [trainer.source.collect(step)[1] for step in range(1)][0]
+        finally:
+            trainer.close()
+
+    plain, reuse, both_ = train(kv_cache_mb=0), train(), train(continuous_batching=True)
+    assert plain["cache_hit_share"] == 0 and reuse["cache_hit_share"] > 0.5 and both_["cache_hit_share"] > 0.5
+    assert plain["prefill_tokens"] > 2 * reuse["prefill_tokens"]
+    assert plain["prefill_tokens"] + plain["cached_tokens"] == reuse["prefill_tokens"] + reuse["cached_tokens"]
+    assert reuse["generated_tokens"] == both_["generated_tokens"] == plain["generated_tokens"]
+
+
+def test_continuous_batching_is_refused_where_it_cannot_run():
+    from turnrl.rl.run.config import TrainConfig
+
+    with pytest.raises(ValueError, match="local placement"):
+        TrainConfig(model="tiny", env={"id": "tests/Upper-v0"}, placement="ray",
+                    rollout={"continuous_batching": True})

@@ -124,3 +124,16 @@ def test_the_nccl_weight_source_matches_its_metadata_and_the_state_dict():
     assert sum(len(g) for g in source.groups()) == len(meta)  # vLLM's per-layer grouping covers every parameter
     info = NCCLTrainerInitInfo(master_address="127.0.0.1", master_port=29999, world_size=2, rank=0)
     assert info.is_sender
+
+
+def test_prefix_cache_serves_the_next_turn(agents):
+    hf, engine = agents
+    p = prompts(hf.tokenizer)[2]
+    params = SamplingParams(temperature=0.0, max_new_tokens=16)
+    first = engine.generate([p], params)[0]
+    reply = hf.tokenizer.encode("\n<|im_start|>user\nAnd one more.<|im_end|>\n<|im_start|>assistant\n",
+                                add_special_tokens=False)
+    second = engine.generate([p + first.token_ids + reply], params)[0]
+    assert second.metadata["prompt_tokens"] == len(p) + len(first.token_ids) + len(reply)
+    assert second.metadata["cached_tokens"] >= 16  # at least one full KV block of the first turn was reused
+    assert second.token_ids == hf.generate([p + first.token_ids + reply], params)[0].token_ids

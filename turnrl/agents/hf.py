@@ -7,34 +7,18 @@ dropped).
 
 from __future__ import annotations
 
+import asyncio
 from collections import deque
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from transformers import DynamicCache
-from transformers.cache_utils import DynamicLayer
 
 from turnrl.agents.base import Completion, SamplingParams
-from turnrl.agents.kv import KVEvent, SessionCache
+from turnrl.agents.batching import Batch, Row, filter_logits, full_attention_only, sample, weights_fingerprint
+from turnrl.agents.kv import SessionCache
 
-
-def filter_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
-    """Mask (to -inf) everything outside the top-k tokens and outside the top-p probability mass.
-
-    Args:
-        logits: ``(B, V)`` temperature-scaled logits.
-    """
-    if top_k > 0 and top_k < logits.shape[-1]:
-        kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]  # (B, 1)
-        logits = logits.masked_fill(logits < kth, float("-inf"))
-    if top_p < 1.0:
-        sorted_logits, order = torch.sort(logits, descending=True, dim=-1)
-        cum = sorted_logits.softmax(-1).cumsum(-1)
-        drop = cum - sorted_logits.softmax(-1) >= top_p  # keep the smallest prefix whose mass reaches top_p
-        sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
-        logits = torch.full_like(logits, float("-inf")).scatter(-1, order, sorted_logits)
-    return logits
+__all__ = ["HFAgent", "filter_logits"]
 
 
 class HFAgent:
@@ -75,6 +59,10 @@ class HFAgent:
         self.eos_ids = sorted(eos_ids)
         self.sessions = SessionCache(int(kv_cache_mb * 2**20))
         self.supports_sessions = kv_cache_mb > 0 and full_attention_only(model)
+        self._stream_loop: Any = None  # agenerate_one's event loop, queue and driver task
+        self._queue: deque[Row] = deque()
+        self._driver: Any = None
+        self._stream_gen: torch.Generator | None = None
 
     @classmethod
     def from_pretrained(cls, name_or_path: str, *, batch_size: int = 32, kv_cache_mb: float = 2048,
@@ -89,6 +77,60 @@ class HFAgent:
     def device(self) -> torch.device:
         """Where the model's parameters are."""
         return next(self.model.parameters()).device
+
+    async def agenerate_one(self, prompt: list[int], params: SamplingParams, *, seed: int | None = None,
+                            session: str | None = None) -> Completion:
+        """One completion of ``prompt``, decoded in the batch that is already running (continuous batching across
+        calls): the request joins it at the next step, and its result returns as soon as it finishes, whatever the
+        other rows do. Call it from many coroutines of one event loop (a rollout's episodes, each as soon as its
+        environment answered); the loop runs one decode step at a time between their other work.
+
+        ``seed`` gives the request its own random stream (else one shared by the loop's requests); ``session`` as
+        in :meth:`generate`. ``params.n`` must be 1.
+        """
+        if not prompt:
+            raise ValueError("every prompt needs at least one token")
+        if params.n != 1:
+            raise ValueError("agenerate_one samples one completion (params.n == 1)")
+        loop = asyncio.get_running_loop()
+        if self._stream_loop is not loop:  # a new event loop: a new queue, driver and shared stream
+            self._stream_loop, self._queue, self._driver = loop, deque(), None
+            self._stream_gen = torch.Generator(device="cpu")
+            self._stream_gen.seed()
+        row = Row(0, list(prompt), params, session if self.supports_sessions else None, shared=self._stream_gen)
+        if seed is not None:
+            row.gen = torch.Generator(device="cpu").manual_seed(seed * 1_000_003 % 2**63)
+        row.future = loop.create_future()
+        self._queue.append(row)
+        if self._driver is None or self._driver.done():
+            self._driver = loop.create_task(self._drive())
+        return await row.future
+
+    async def _drive(self) -> None:
+        """Decode the queued requests until none is left, one step at a time, yielding to the loop after each."""
+        batch: Batch | None = None
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            while self._queue or batch is not None:
+                with torch.no_grad():
+                    batch = self._admit(batch, self._queue, streamed=True)
+                    if batch is None:
+                        continue
+                    batch, finished = self._step(batch)
+                for row in finished:
+                    if not row.future.done():
+                        row.future.set_result(self._completion(row))
+                await asyncio.sleep(0)  # let episodes step their environments and queue their next turns
+        except BaseException as e:  # noqa: BLE001 — every waiting request learns why, none waits forever
+            for row in [*(batch.rows if batch is not None else []), *self._queue]:
+                if not row.future.done():
+                    row.future.set_exception(e if isinstance(e, Exception) else RuntimeError(repr(e)))
+            self._queue.clear()
+            if not isinstance(e, Exception):
+                raise
+        finally:
+            self.model.train(was_training)
 
     def release(self, sessions: list[str]) -> None:
         """Free the cached keys/values of sessions whose episodes ended."""
@@ -119,15 +161,13 @@ class HFAgent:
                 raise ValueError("each session may appear once per generate call")
             if not self.supports_sessions:
                 sessions = None
-            else:
-                self.sessions.check_weights(weights_fingerprint(self.model))
         generator = torch.Generator(device="cpu")
         if params.seed is None:
             generator.seed()
         else:
             generator.manual_seed(params.seed)
-        rows = [_Row(i, p, sessions[i] if sessions is not None else None) for i, p in enumerate(prompts)
-                for _ in range(params.n)]
+        rows = [Row(i, p, params, sessions[i] if sessions is not None else None, shared=generator)
+                for i, p in enumerate(prompts) for _ in range(params.n)]
         if seeds is not None:  # row j of prompt i: its own stream
             for k, row in enumerate(rows):
                 j = k % params.n
@@ -136,46 +176,64 @@ class HFAgent:
         self.model.eval()
         try:
             with torch.no_grad():
-                self._decode(rows, params, generator)
+                waiting: deque[Row] = deque(rows)
+                batch: Batch | None = None
+                while waiting or batch is not None:
+                    batch, _ = self._step(self._admit(batch, waiting))  # type: ignore[arg-type]
         finally:
             self.model.train(was_training)
         return [self._completion(row) for row in rows]
 
     # ---- continuous batching ----
 
-    def _decode(self, rows: list[_Row], params: SamplingParams, generator: torch.Generator) -> None:
-        """Decode every row: up to ``batch_size`` at once, a finished row's slot refilled from the waiting ones."""
-        waiting, batch = deque(rows), None
-        eos = torch.tensor(self.eos_ids, dtype=torch.long)
-        window = max((len(s) for s in params.stop), default=0) + 2
-        while waiting or batch is not None:
-            room = self.batch_size - (len(batch.rows) if batch is not None else 0)
-            if waiting and room > 0:
-                joining = self._prefill([waiting.popleft() for _ in range(min(room, len(waiting)))])
-                batch = joining if batch is None else batch.merge(joining)
-            assert batch is not None
-            nxt = self._sample(batch, params, generator)
-            done = torch.isin(nxt, eos)
-            for a, row in enumerate(batch.rows):
-                row.tokens.append(int(nxt[a]))
-                if bool(done[a]) or (params.stop and self._hits_stop(row.tokens[-window:], params.stop)):
-                    row.finish, done[a] = "stop", True
-                elif len(row.tokens) >= params.max_new_tokens:
-                    done[a] = True
-            if bool(done.any()):
-                for a in done.nonzero().squeeze(-1).tolist():
-                    self._keep_session(batch, a)
-                if bool(done.all()):
-                    batch = None
-                    continue
-                batch.select((~done).nonzero().squeeze(-1))
-                nxt = nxt[~done]
-            batch.feed(self.model, nxt)
+    def _admit(self, batch: Batch | None, waiting: deque[Row], streamed: bool = False) -> Batch | None:
+        """Fill the batch's free slots from ``waiting`` (prefilled together, then joined to the running rows). A
+        failed prefill raises — or, for ``streamed`` requests, fails only the rows that were joining."""
+        room = self.batch_size - (len(batch.rows) if batch is not None else 0)
+        if waiting and room > 0:
+            rows = [waiting.popleft() for _ in range(min(room, len(waiting)))]
+            try:
+                joining = self._prefill(rows)
+            except Exception as e:
+                if not streamed:
+                    raise
+                for row in rows:
+                    if not row.future.done():
+                        row.future.set_exception(e)
+                return batch
+            batch = joining if batch is None else batch.merge(joining)
+        return batch
 
-    def _prefill(self, rows: list[_Row]) -> _Batch:
+    def _step(self, batch: Batch) -> tuple[Batch | None, list[Row]]:
+        """Sample every row's next token; finished rows leave (their sessions stored), the rest are fed theirs.
+        Returns the batch (None once empty) and the rows that finished."""
+        nxt = sample(batch)
+        done = torch.isin(nxt, torch.tensor(self.eos_ids, dtype=torch.long))
+        for a, row in enumerate(batch.rows):
+            row.tokens.append(int(nxt[a]))
+            stop = row.params.stop
+            if bool(done[a]) or (stop and self._hits_stop(row.tokens[-(max(map(len, stop)) + 2):], stop)):
+                row.finish, done[a] = "stop", True
+            elif len(row.tokens) >= row.params.max_new_tokens:
+                done[a] = True
+        if not bool(done.any()):
+            batch.feed(self.model, nxt)
+            return batch, []
+        finished = [batch.rows[a] for a in done.nonzero().squeeze(-1).tolist()]
+        for a in done.nonzero().squeeze(-1).tolist():
+            self._keep_session(batch, a)
+        if bool(done.all()):
+            return None, finished
+        batch.select((~done).nonzero().squeeze(-1))
+        batch.feed(self.model, nxt[~done])
+        return batch, finished
+
+    def _prefill(self, rows: list[Row]) -> Batch:
         """Run the rows' prompts through the model — only the part their session caches do not cover — as one
         batch: ``[pad][cached keys/values][pad][new tokens]`` per row, the pads masked out."""
         device = self.device
+        if any(row.session is not None for row in rows):  # keys/values computed with other weights are stale
+            self.sessions.check_weights(weights_fingerprint(self.model))
         reuse = []
         for row in rows:
             if row.session is not None:
@@ -228,33 +286,9 @@ class HFAgent:
             cache.batch_select_indices(index)
             logits, attention = logits[index], attention[torch.tensor(which)]
         next_pos = torch.tensor([len(r.prompt) for r in rows], dtype=torch.long, device=device)
-        return _Batch(rows, cache, attention.to(device), next_pos, logits)
+        return Batch(rows, cache, attention.to(device), next_pos, logits)
 
-    def _sample(self, batch: _Batch, params: SamplingParams, generator: torch.Generator) -> torch.Tensor:
-        """One token per row from the pending logits (recorded with its log-probability); returns them."""
-        logits = batch.logits.float()  # (A, V)
-        first = params.fire_temperature
-        temps = [first if (first and not row.tokens) else params.temperature for row in batch.rows]
-        t = torch.tensor(temps, dtype=logits.dtype, device=logits.device)[:, None]
-        scaled = torch.where(t > 0, logits / t.clamp(min=1e-9), logits)
-        logp_all = torch.log_softmax(scaled, dim=-1)
-        nxt = scaled.argmax(-1)
-        sampled = [a for a, temp in enumerate(temps) if temp > 0]
-        if sampled:
-            index = torch.tensor(sampled, device=logits.device)
-            probs = filter_logits(scaled[index], params.top_k, params.top_p).softmax(-1).cpu()
-            if all(batch.rows[a].gen is None for a in sampled):
-                draws = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
-            else:  # one stream per row: batch-invariant sampling
-                draws = torch.cat([torch.multinomial(probs[i : i + 1], 1, generator=batch.rows[a].gen or generator)[0]
-                                   for i, a in enumerate(sampled)])
-            nxt[index] = draws.to(nxt.device)
-        logps = logp_all.gather(-1, nxt[:, None]).squeeze(-1).cpu()
-        for a, row in enumerate(batch.rows):
-            row.logprobs.append(float(logps[a]))
-        return nxt.cpu()
-
-    def _keep_session(self, batch: _Batch, a: int) -> None:
+    def _keep_session(self, batch: Batch, a: int) -> None:
         """Store row ``a``'s keys/values (everything fed so far: its prompt and all its tokens but the last)."""
         row = batch.rows[a]
         if row.session is None:
@@ -267,7 +301,7 @@ class HFAgent:
         values = [layer.values[a : a + 1, :, real] for layer in batch.cache.layers]
         self.sessions.store(row.session, tokens, keys, values)
 
-    def _completion(self, row: _Row) -> Completion:
+    def _completion(self, row: Row) -> Completion:
         meta: dict[str, Any] = {}
         if row.session is not None:
             meta = {"prompt_tokens": len(row.prompt), "cached_tokens": row.cached, "kv": row.event}
@@ -279,89 +313,3 @@ class HFAgent:
         """Whether a row's recent tokens contain a stop string."""
         text = self.tokenizer.decode(tail, skip_special_tokens=False)
         return any(s in text for s in stop)
-
-
-@dataclass
-class _Row:
-    """One sequence being generated: its prompt, session, random stream and what it has produced."""
-
-    prompt_index: int
-    prompt: list[int]
-    session: str | None = None
-    gen: torch.Generator | None = None
-    tokens: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
-    finish: str = "length"
-    cached: int = 0  # prompt tokens whose keys/values came from the session cache
-    event: KVEvent = "off"
-
-
-@dataclass
-class _Batch:
-    """The sequences decoding together: one KV cache, left-padded to a common length (``attention`` marks the real
-    positions of each row), each row's next position id, and the logits of each row's next token."""
-
-    rows: list[_Row]
-    cache: Any
-    attention: torch.Tensor  # (A, L)
-    positions: torch.Tensor  # (A,)
-    logits: torch.Tensor  # (A, V)
-
-    def feed(self, model: Any, nxt: torch.Tensor) -> None:
-        """Run each row's sampled token through the model; the logits of the following one become pending."""
-        device = self.attention.device
-        self.attention = torch.cat([self.attention, self.attention.new_ones((len(self.rows), 1))], 1)
-        out = model(input_ids=nxt.to(device)[:, None], attention_mask=self.attention,
-                    position_ids=self.positions[:, None], past_key_values=self.cache, use_cache=True, logits_to_keep=1)
-        self.cache, self.logits = out.past_key_values, out.logits[:, -1, :]
-        self.positions = self.positions + 1
-
-    def select(self, keep: torch.Tensor) -> None:
-        """Keep only rows ``keep`` (the others finished) and cut the padding no remaining row needs."""
-        device = self.attention.device
-        self.rows = [self.rows[int(a)] for a in keep]
-        keep = keep.to(device)
-        self.cache.batch_select_indices(keep)
-        self.attention, self.positions, self.logits = self.attention[keep], self.positions[keep], self.logits[keep]
-        lead = int(self.attention.any(0).int().argmax())  # columns every remaining row has masked out
-        if lead > 0:
-            for layer in self.cache.layers:
-                layer.keys, layer.values = layer.keys[:, :, lead:], layer.values[:, :, lead:]
-            self.attention = self.attention[:, lead:]
-
-    def merge(self, other: _Batch) -> _Batch:
-        """This batch and ``other`` (just prefilled) as one: both left-padded to the longer cache."""
-        length = max(self.attention.shape[1], other.attention.shape[1])
-
-        def pad(t: torch.Tensor, dim: int) -> torch.Tensor:
-            missing = length - t.shape[dim]
-            if missing == 0:
-                return t
-            shape = list(t.shape)
-            shape[dim] = missing
-            return torch.cat([t.new_zeros(shape), t], dim)
-
-        layers = [(torch.cat([pad(a.keys, 2), pad(b.keys, 2)]), torch.cat([pad(a.values, 2), pad(b.values, 2)]))
-                  for a, b in zip(self.cache.layers, other.cache.layers)]
-        return _Batch(self.rows + other.rows, DynamicCache(ddp_cache_data=layers),
-                      torch.cat([pad(self.attention, 1), pad(other.attention, 1)]),
-                      torch.cat([self.positions, other.positions]), torch.cat([self.logits, other.logits]))
-
-
-def weights_fingerprint(model: Any) -> int:
-    """Changes whenever a parameter is updated in place (an optimizer step bumps its version counter) or replaced
-    (a load that swaps the storage): session caches computed before are then stale."""
-    return hash(tuple((p.data_ptr(), p._version) for p in model.parameters()))
-
-
-def full_attention_only(model: Any) -> bool:
-    """Whether every layer of the model's cache is a plain full-attention one (sliding-window and recurrent layers
-    keep only part of the history, so a session cache cannot be cut at any prefix)."""
-    config = getattr(model, "config", None)
-    if config is None:
-        return False
-    try:
-        layers = DynamicCache(config=config).layers
-    except Exception:  # noqa: BLE001 — a config transformers cannot map: stay on full prefills
-        return False
-    return bool(layers) and all(type(layer) is DynamicLayer for layer in layers)

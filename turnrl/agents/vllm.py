@@ -6,7 +6,10 @@ Log-probabilities are those of the distribution each token was sampled from (``l
 temperature).
 
 Prompts go in as token ids (``TokensPrompt``), so rollouts stay token-exact; each generated token comes back with
-its logprob. ``load_weights(state_dict)`` pushes a trainer's updated weights into the engine, which is what a
+its logprob, and each completion says how many prompt tokens the engine's prefix cache served
+(``metadata["cached_tokens"]``): prefix caching is on, so a multi-turn episode's next turn prefills only its new
+tokens (in the Ray placement every turn of an episode runs on the worker that played its previous turns — a worker
+plays whole episodes — so its cache is there). ``load_weights(state_dict)`` pushes a trainer's updated weights into the engine, which is what a
 training loop with vLLM rollouts needs after each optimizer step. vLLM engines run in a child process: scripts
 that create one need an ``if __name__ == "__main__":`` guard.
 """
@@ -62,6 +65,18 @@ def processed_logprobs_kwargs() -> dict[str, str]:
     return {"logprobs_mode": "processed_logprobs"} if "logprobs_mode" in fields else {}
 
 
+def prefix_caching_kwargs() -> dict[str, bool]:
+    """The engine option that keeps computed KV blocks and reuses them for any prompt that starts with the same
+    tokens: a multi-turn episode's next turn then prefills only its new tokens (on by default in vLLM's V1 engine;
+    set explicitly so that an older default cannot turn it off). Empty where the installed vLLM has no such option."""
+    try:
+        from vllm.engine.arg_utils import EngineArgs
+    except ImportError:  # pragma: no cover
+        return {}
+    fields = getattr(EngineArgs, "__dataclass_fields__", {})
+    return {"enable_prefix_caching": True} if "enable_prefix_caching" in fields else {}
+
+
 def _engine_logprobs_mode(llm: Any) -> str:
     """The logprobs mode a running engine was built with ("raw_logprobs" where vLLM predates the option)."""
     config = getattr(getattr(llm, "llm_engine", None), "model_config", None)
@@ -90,7 +105,7 @@ class VLLMAgent:
             # load_weights ships a function to the engine's worker processes (collective_rpc), which vLLM's V1
             # engine pickles only with this opt-in; the function comes from this process, not from outside.
             os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")
-            engine_kwargs = {**processed_logprobs_kwargs(), **engine_kwargs}
+            engine_kwargs = {**processed_logprobs_kwargs(), **prefix_caching_kwargs(), **engine_kwargs}
             llm = vllm.LLM(model=resolve_model_path(model), dtype=dtype, **engine_kwargs)
         self.llm = llm
         self.logprobs_mode = _engine_logprobs_mode(llm)
@@ -129,7 +144,7 @@ class VLLMAgent:
         if params.fire_temperature is None:
             sp = self._vllm_params(params, params.temperature, params.max_new_tokens, params.n, params.seed)
             results = self._run(prompts, sp)
-            return [self._completion(list(o.token_ids), self._logprobs(o), o.finish_reason, i)
+            return [self._completion(list(o.token_ids), self._logprobs(o), o.finish_reason, i, r, len(prompts[i]))
                     for i, r in enumerate(results) for o in sorted(r.outputs, key=lambda o: o.index)]
         return self._generate_fire(prompts, params)
 
@@ -157,13 +172,19 @@ class VLLMAgent:
             out.append(self._completion(ids, lps, finish, i))
         return out
 
-    def _completion(self, ids: list[int], logprobs: list[float], finish: Any, index: int) -> Completion:
+    def _completion(self, ids: list[int], logprobs: list[float], finish: Any, index: int, request: Any = None,
+                    prompt_length: int = 0) -> Completion:
+        meta = {}
+        cached = getattr(request, "num_cached_tokens", None)  # prompt tokens the prefix cache served
+        if isinstance(cached, int):
+            meta = {"prompt_tokens": prompt_length, "cached_tokens": cached, "kv": "hit" if cached else "new"}
         return Completion(
             text=self.tokenizer.decode(ids, skip_special_tokens=True),
             token_ids=ids,
             logprobs=logprobs,
             finish_reason="length" if finish == "length" else "stop",
             prompt_index=index,
+            metadata=meta,
         )
 
     def score(self, sequences: list[list[int]]) -> list[list[float]]:

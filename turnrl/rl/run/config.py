@@ -43,6 +43,10 @@ class RolloutConfig(BaseModel):
         "memory (MB) the HF backend may keep between turns for live episodes' KV caches, so each turn feeds only "
         "the new tokens instead of the whole conversation; past it the oldest episodes' caches are evicted and "
         "re-prefilled (`kv_evicted`); 0 re-prefills every turn"))
+    continuous_batching: bool = Field(False, description=(
+        "continuous batching across turns (HF backend, local placement): each episode's next turn joins the running "
+        "batch as soon as its environment answered, instead of waiting for the round's slowest episode; episodes "
+        "then sample from their own streams (as with seed_per_episode)"))
     seed_per_episode: bool = Field(False, description="sample each episode from its own random stream (seeded by "
                                    "step, task and sample), so trajectories do not depend on how episodes are "
                                    "batched or spread over workers; the ray placement always does")
@@ -178,6 +182,10 @@ class TrainConfig(BaseModel):
             raise ValueError(f"rollout.max_staleness={self.rollout.max_staleness} lets rollouts of the next step run "
                              "while the learner updates, which needs rollout workers: add placement=ray (on "
                              "placement local every token is sampled by the weights being updated: use 0)")
+        if self.rollout.continuous_batching and self.placement != "local":
+            raise ValueError("rollout.continuous_batching runs on the local placement's HF agent; Ray workers decode "
+                             "in rounds (a weight load falls between two generation calls): drop it or use "
+                             "placement=local")
         if self.rollout.max_staleness > 0 and self.learner.weight_sync == "nccl":
             raise ValueError("rollout.max_staleness > 0 pushes weights to workers while they generate, which the NCCL "
                              "weight transfer does not do yet: use learner.weight_sync=object_store or max_staleness=0")

@@ -32,7 +32,7 @@ def play_jobs(cfg: TrainConfig, agent: Any, jobs: Sequence[Job], version: Callab
                                                                                        jobs[0].round)) if jobs else None
     return play(agent, cfg.env.id, cfg.env.kwargs, jobs, seed=cfg.seed, params=params, max_context=r.max_context,
                 env_timeout=r.env_timeout, per_episode_seeds=per_episode_seeds, version=version, sink=sink,
-                rewrite=hook)
+                rewrite=hook, continuous=r.continuous_batching)
 
 
 class LocalRunner:

@@ -53,7 +53,8 @@ def play(agent: Any, env_id: str, env_kwargs: dict[str, Any], jobs: Sequence[Job
          per_episode_seeds: bool | Literal["auto"] = "auto", version: Callable[[], int] | None = None,
          sink: Callable[[Trajectory], Any] | None = None, rewrite: Rewrite | None = None,
          chunk: int = 0, group_id: Callable[[Job], str] | None = None,
-         metadata: Callable[[Job], dict[str, Any]] | None = None) -> tuple[list[Trajectory], Rollout]:
+         metadata: Callable[[Job], dict[str, Any]] | None = None, continuous: bool = False
+         ) -> tuple[list[Trajectory], Rollout]:
     """Play ``jobs`` (all of one step and round) with ``agent`` in one batched token-exact :class:`Rollout`.
 
     Args:
@@ -67,17 +68,19 @@ def play(agent: Any, env_id: str, env_kwargs: dict[str, Any], jobs: Sequence[Job
         chunk: which of several calls for one step and round this is (its batch seed; see the module docstring).
         group_id: the group of a job's episode (default :attr:`Job.group_id`: samples of one task in one round).
         metadata: extra metadata per job; ``metadata["job"]`` is always the job's key.
+        continuous: continuous batching across turns (see :class:`Rollout`); episodes then always sample from their
+            own streams, so what they sample does not depend on when their turns joined the batch.
 
     Returns:
         The Trajectories in job order and the rollout (its ``stats``).
     """
     if not jobs:
         return [], Rollout(agent, params, max_context=max_context, env_timeout=env_timeout)
-    if per_episode_seeds == "auto":
+    if per_episode_seeds == "auto" or continuous:
         per_episode_seeds = supports_episode_seeds(agent)
     params = params.model_copy(update={"seed": batch_seed(seed, jobs[0].step, jobs[0].round, chunk)})
     rollout = Rollout(agent, params, max_context=max_context, env_timeout=env_timeout, policy_version=version,
-                      sink=sink, rewrite=rewrite)
+                      sink=sink, rewrite=rewrite, continuous=continuous)
     episodes = start_jobs(rollout, env_id, env_kwargs, jobs, seed=seed, per_episode_seeds=per_episode_seeds,
                           group_id=group_id, metadata=metadata)
     rollout.play(episodes)

@@ -11,6 +11,9 @@ The conversation is never re-tokenized from text, so the trainer sees exactly wh
 A failing environment (exception or timeout) ends only its own episode, recorded in ``Trajectory.error``.
 Finished trajectories go to ``sink`` (e.g. a :class:`turnrl.storage.TrajectoryWriter`) as they finish.
 
+Continuous batching (``continuous=True``): each episode plays its own turn loop and its next turn joins the agent's
+running batch as soon as its environment answered, never waiting for the round's slowest episode.
+
 KV reuse: with an agent that keeps sessions (``agent.supports_sessions``, the HF agent), every episode names its
 session in each ``generate`` call, so the agent feeds only the tokens added since the episode's last turn; the
 session is released when the episode ends. Each trajectory records ``metadata["prefill_tokens"]`` (prompt tokens
@@ -62,22 +65,17 @@ class Rollout:
         rewrite: called after each generation round with every live episode's env, role, token prompt and
             completion; a completion it returns replaces the sampled one (its tokens and log-probabilities go into
             the trajectory as they are, the turn is marked ``info["rewritten"]``), None keeps it.
+        continuous: continuous batching across turns: each episode's next turn joins the agent's running batch as
+            soon as its environment answered, instead of waiting for the round's slowest episode (the agent needs
+            ``agenerate_one``, as the HF agent has; not with ``rewrite``, which sees whole rounds). Sampling is then
+            batch-invariant only with ``sample_seeds`` (the order requests join depends on the environments' timing).
     """
 
-    def __init__(
-        self,
-        agent: Agent,
-        params: SamplingParams,
-        *,
-        max_turns: int | None = None,
-        max_context: int = 4096,
-        env_concurrency: int = 16,
-        env_timeout: float | None = 60.0,
-        sink: Callable[[Trajectory], Any] | None = None,
-        keep_prompts: bool = False,
-        policy_version: int | Callable[[], int] | None = None,
-        rewrite: Rewrite | None = None,
-    ) -> None:
+    def __init__(self, agent: Agent, params: SamplingParams, *, max_turns: int | None = None,
+                 max_context: int = 4096, env_concurrency: int = 16, env_timeout: float | None = 60.0,
+                 sink: Callable[[Trajectory], Any] | None = None, keep_prompts: bool = False,
+                 policy_version: int | Callable[[], int] | None = None, rewrite: Rewrite | None = None,
+                 continuous: bool = False) -> None:
         if params.n != 1:
             raise ValueError("Rollout samples one completion per episode (params.n == 1); use several envs per task")
         self.agent, self.params = agent, params
@@ -87,21 +85,22 @@ class Rollout:
         self.policy_version = policy_version
         self._sampled_by = -1  # the version generating the current round (set before each round)
         self.rewrite = rewrite
+        if continuous and not hasattr(agent, "agenerate_one"):
+            raise ValueError(f"continuous batching needs an agent that decodes requests as they come "
+                             f"(agenerate_one, as the HF agent has); {type(agent).__name__} has none")
+        if continuous and rewrite is not None:
+            raise ValueError("a rollout hook that rewrites turns sees whole rounds: it cannot run with continuous "
+                             "batching")
+        self.continuous = continuous
         self.stats = RolloutStats()
         eos = getattr(agent.tokenizer, "eos_token_id", None)
         self._eos = set(getattr(agent, "eos_ids", None) or []) | ({eos} if eos is not None else set())
         self._sessions = bool(getattr(agent, "supports_sessions", False))
 
-    def run(
-        self,
-        envs: Sequence[TextEnv],
-        *,
-        seeds: Sequence[int | None] | None = None,
-        options: Sequence[dict[str, Any] | None] | None = None,
-        group_ids: Sequence[str | None] | None = None,
-        sample_seeds: Sequence[int] | None = None,
-        metadata: Sequence[dict[str, Any]] | None = None,
-    ) -> list[Trajectory]:
+    def run(self, envs: Sequence[TextEnv], *, seeds: Sequence[int | None] | None = None,
+            options: Sequence[dict[str, Any] | None] | None = None, group_ids: Sequence[str | None] | None = None,
+            sample_seeds: Sequence[int] | None = None, metadata: Sequence[dict[str, Any]] | None = None
+            ) -> list[Trajectory]:
         """Play one episode per env (reset with ``seeds[i]``/``options[i]``); return the trajectories in env order.
 
         ``metadata[i]`` is copied into episode i's ``Trajectory.metadata`` when it starts (e.g. a job key, so that
@@ -114,16 +113,10 @@ class Rollout:
         return run_with_daemon_threads(self.arun(envs, seeds=seeds, options=options, group_ids=group_ids,
                                                  sample_seeds=sample_seeds, metadata=metadata))
 
-    async def arun(
-        self,
-        envs: Sequence[TextEnv],
-        *,
-        seeds: Sequence[int | None] | None = None,
-        options: Sequence[dict[str, Any] | None] | None = None,
-        group_ids: Sequence[str | None] | None = None,
-        sample_seeds: Sequence[int] | None = None,
-        metadata: Sequence[dict[str, Any]] | None = None,
-    ) -> list[Trajectory]:
+    async def arun(self, envs: Sequence[TextEnv], *, seeds: Sequence[int | None] | None = None,
+                   options: Sequence[dict[str, Any] | None] | None = None,
+                   group_ids: Sequence[str | None] | None = None, sample_seeds: Sequence[int] | None = None,
+                   metadata: Sequence[dict[str, Any]] | None = None) -> list[Trajectory]:
         """Async :meth:`run` (for callers already inside an event loop)."""
         n = len(envs)
         seeds = list(seeds) if seeds is not None else [None] * n
@@ -166,6 +159,11 @@ class Rollout:
         for ep in live:
             ep.window_start, ep.window_used = (len(ep.tokens) if budget is not None else 0), 0
         semaphore = asyncio.Semaphore(self.env_concurrency)
+        if self.continuous:
+            t0 = time.perf_counter()
+            await asyncio.gather(*(self._play_alone(ep, budget, semaphore) for ep in live))
+            self.stats.generate_s += time.perf_counter() - t0  # generation and environments overlap
+            return
         while live:
             completions = await self._generate(live, budget)
             if completions is None:
@@ -214,16 +212,27 @@ class Rollout:
             traj.metadata["truncated_by"] = "context"
         return ep
 
+    def _request(self, ep: Episode, window: int | None) -> tuple[int, tuple[str, ...], int | None]:
+        """The next generation of ``ep``: its token budget (the turn's, the context's or the window's), its stop
+        strings (the rollout's and the env's) and its seed (with its own stream: one per turn and piece)."""
+        stop = tuple(dict.fromkeys(self.params.stop + tuple(getattr(ep.env.unwrapped, "stop", ()) or ())))
+        in_turn = len(ep.tokens) - ep.turn_start if ep.turn_start is not None else 0
+        budget = min(self.params.max_new_tokens - in_turn, self.max_context - len(ep.tokens))
+        ep.cut_by_window = window is not None and window - ep.window_used < budget
+        if ep.cut_by_window:
+            budget = window - ep.window_used  # type: ignore[operator]
+        seed = None
+        if ep.sample_seed is not None:
+            seed = (ep.sample_seed * 1009 + len(ep.traj.turns) + ep.segments * 7919) % 2**62
+        return budget, stop, seed
+
     async def _generate(self, live: list[Episode], window: int | None = None) -> list[Completion] | None:
         budgets: dict[tuple[int, tuple[str, ...]], list[int]] = {}
+        seeds: list[int | None] = []
         for i, ep in enumerate(live):  # one generate call per (token budget, the env's stop strings)
-            stop = tuple(dict.fromkeys(self.params.stop + tuple(getattr(ep.env.unwrapped, "stop", ()) or ())))
-            in_turn = len(ep.tokens) - ep.turn_start if ep.turn_start is not None else 0
-            budget = min(self.params.max_new_tokens - in_turn, self.max_context - len(ep.tokens))
-            ep.cut_by_window = window is not None and window - ep.window_used < budget
-            if ep.cut_by_window:
-                budget = window - ep.window_used  # type: ignore[operator]
+            budget, stop, seed = self._request(ep, window)
             budgets.setdefault((budget, stop), []).append(i)
+            seeds.append(seed)
         completions: list[Completion | None] = [None] * len(live)
         self._sampled_by = self._version() if self.policy_version is not None else -1  # the weights generating now
         t0 = time.perf_counter()
@@ -235,9 +244,8 @@ class Rollout:
                 kwargs: dict[str, Any] = {}
                 if self._sessions:  # the agent keeps each episode's KV cache between its turns
                     kwargs["sessions"] = [live[i].session for i in idx]
-                if live[idx[0]].sample_seed is not None:  # batch-invariant: each episode's own stream per turn
-                    kwargs["seeds"] = [(live[i].sample_seed * 1009 + len(live[i].traj.turns) + live[i].segments * 7919)
-                                       % 2**62 for i in idx]
+                if seeds[idx[0]] is not None:  # batch-invariant: each episode's own stream per turn
+                    kwargs["seeds"] = [seeds[i] for i in idx]
                 if kwargs or not agenerate:
                     outs = self.agent.generate(prompts, params, **kwargs)
                 else:
@@ -259,6 +267,31 @@ class Rollout:
             return None
         self.stats.generate_s += time.perf_counter() - t0
         return completions  # type: ignore[return-value]
+
+    async def _generate_one(self, ep: Episode, window: int | None) -> Completion | None:
+        """Continuous batching: the next generation of one episode, joined to the agent's running batch."""
+        budget, stop, seed = self._request(ep, window)
+        params = self.params.model_copy(update={"max_new_tokens": budget, "stop": stop})
+        prompt = list(ep.tokens)
+        version = self._version() if self.policy_version is not None else -1
+        try:
+            c = await self.agent.agenerate_one(prompt, params, seed=seed,  # type: ignore[attr-defined]
+                                               session=ep.session if self._sessions else None)
+        except Exception as e:  # noqa: BLE001 — this episode ends; what it collected is kept
+            ep.traj.error = f"generation failed: {type(e).__name__}: {e}"
+            self._finish(ep)
+            return None
+        if c.policy_version is None:
+            c.policy_version = version
+        self._count_prefill(ep, len(prompt), c)
+        return c
+
+    async def _play_alone(self, ep: Episode, budget: int | None, semaphore: asyncio.Semaphore) -> None:
+        """Continuous batching: one episode's turns, each generated as soon as its environment answered."""
+        while budget is None or ep.window_used < budget:
+            completion = await self._generate_one(ep, budget)
+            if completion is None or not await self._step(ep, completion, semaphore):
+                return
 
     async def _step(self, ep: Episode, completion: Completion, semaphore: asyncio.Semaphore) -> bool:
         """Record the completion, step the env, append its observation. Returns whether the episode goes on."""

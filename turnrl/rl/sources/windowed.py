@@ -83,9 +83,9 @@ class WindowedSource(ExperienceSource):
         params = SamplingParams(temperature=r.temperature, top_p=r.top_p, max_new_tokens=r.max_new_tokens,
                                 seed=batch_seed(self.cfg.seed, step, 0))
         rollout = Rollout(self.agent, params, max_context=r.max_context, env_timeout=r.env_timeout,
-                          policy_version=self.version)
+                          policy_version=self.version, continuous=r.continuous_batching)
         fresh = start_jobs(rollout, self.cfg.env.id, self.cfg.env.kwargs, jobs, seed=self.cfg.seed,
-                           per_episode_seeds=r.seed_per_episode)
+                           per_episode_seeds=r.seed_per_episode or r.continuous_batching)
         playing = self.carry + list(zip(jobs, fresh))
         rollout.play([ep for _, ep in playing], self.window)
         trajs = [ep.traj if ep.done else rollout.snapshot(ep) for _, ep in playing]

@@ -1,0 +1,156 @@
+"""How the HF agent lays out the sequences it decodes together (continuous batching, DESIGN.md §The flow, point 4).
+
+A :class:`Batch` holds one KV cache for all its rows, left-padded to a common length; ``attention`` marks each row's
+real positions, so rows of different lengths — and rows whose cached history and new tokens are separated by
+padding — decode side by side. Rows leave (:meth:`Batch.select`) as they finish and new ones join
+(:meth:`Batch.merge`) at any step; :func:`sample` draws each row's next token by its own sampling parameters.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from transformers import DynamicCache
+from transformers.cache_utils import DynamicLayer
+
+from turnrl.agents.base import SamplingParams
+from turnrl.agents.kv import KVEvent
+
+
+def filter_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
+    """Mask (to -inf) everything outside the top-k tokens and outside the top-p probability mass.
+
+    Args:
+        logits: ``(B, V)`` temperature-scaled logits.
+    """
+    if top_k > 0 and top_k < logits.shape[-1]:
+        kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]  # (B, 1)
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p < 1.0:
+        sorted_logits, order = torch.sort(logits, descending=True, dim=-1)
+        cum = sorted_logits.softmax(-1).cumsum(-1)
+        drop = cum - sorted_logits.softmax(-1) >= top_p  # keep the smallest prefix whose mass reaches top_p
+        sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
+        logits = torch.full_like(logits, float("-inf")).scatter(-1, order, sorted_logits)
+    return logits
+
+
+@dataclass
+class Row:
+    """One sequence being generated: its prompt and sampling parameters, its session, its random stream (``gen``,
+    its own; else ``shared``, its call's) and what it has produced."""
+
+    prompt_index: int
+    prompt: list[int]
+    params: SamplingParams
+    session: str | None = None
+    gen: torch.Generator | None = None
+    shared: torch.Generator | None = None
+    tokens: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    finish: str = "length"
+    cached: int = 0  # prompt tokens whose keys/values came from the session cache
+    event: KVEvent = "off"
+    future: Any = None  # an asyncio future its completion goes to (streamed requests)
+
+
+@dataclass
+class Batch:
+    """The sequences decoding together: one KV cache, left-padded to a common length (``attention`` marks the real
+    positions of each row), each row's next position id, and the logits of each row's next token."""
+
+    rows: list[Row]
+    cache: Any
+    attention: torch.Tensor  # (A, L)
+    positions: torch.Tensor  # (A,)
+    logits: torch.Tensor  # (A, V)
+
+    def feed(self, model: Any, nxt: torch.Tensor) -> None:
+        """Run each row's sampled token through the model; the logits of the following one become pending."""
+        device = self.attention.device
+        self.attention = torch.cat([self.attention, self.attention.new_ones((len(self.rows), 1))], 1)
+        out = model(input_ids=nxt.to(device)[:, None], attention_mask=self.attention,
+                    position_ids=self.positions[:, None], past_key_values=self.cache, use_cache=True, logits_to_keep=1)
+        self.cache, self.logits = out.past_key_values, out.logits[:, -1, :]
+        self.positions = self.positions + 1
+
+    def select(self, keep: torch.Tensor) -> None:
+        """Keep only rows ``keep`` (the others finished) and cut the padding no remaining row needs."""
+        device = self.attention.device
+        self.rows = [self.rows[int(a)] for a in keep]
+        keep = keep.to(device)
+        self.cache.batch_select_indices(keep)
+        self.attention, self.positions, self.logits = self.attention[keep], self.positions[keep], self.logits[keep]
+        lead = int(self.attention.any(0).int().argmax())  # columns every remaining row has masked out
+        if lead > 0:
+            for layer in self.cache.layers:
+                layer.keys, layer.values = layer.keys[:, :, lead:], layer.values[:, :, lead:]
+            self.attention = self.attention[:, lead:]
+
+    def merge(self, other: Batch) -> Batch:
+        """This batch and ``other`` (just prefilled) as one: both left-padded to the longer cache."""
+        length = max(self.attention.shape[1], other.attention.shape[1])
+
+        def pad(t: torch.Tensor, dim: int) -> torch.Tensor:
+            missing = length - t.shape[dim]
+            if missing == 0:
+                return t
+            shape = list(t.shape)
+            shape[dim] = missing
+            return torch.cat([t.new_zeros(shape), t], dim)
+
+        layers = [(torch.cat([pad(a.keys, 2), pad(b.keys, 2)]), torch.cat([pad(a.values, 2), pad(b.values, 2)]))
+                  for a, b in zip(self.cache.layers, other.cache.layers)]
+        return Batch(self.rows + other.rows, DynamicCache(ddp_cache_data=layers),
+                      torch.cat([pad(self.attention, 1), pad(other.attention, 1)]),
+                      torch.cat([self.positions, other.positions]), torch.cat([self.logits, other.logits]))
+
+
+def weights_fingerprint(model: Any) -> int:
+    """Changes whenever a parameter is updated in place (an optimizer step bumps its version counter) or replaced
+    (a load that swaps the storage): session caches computed before are then stale."""
+    return hash(tuple((p.data_ptr(), p._version) for p in model.parameters()))
+
+
+def full_attention_only(model: Any) -> bool:
+    """Whether every layer of the model's cache is a plain full-attention one (sliding-window and recurrent layers
+    keep only part of the history, so a session cache cannot be cut at any prefix)."""
+    config = getattr(model, "config", None)
+    if config is None:
+        return False
+    try:
+        layers = DynamicCache(config=config).layers
+    except Exception:  # noqa: BLE001 — a config transformers cannot map: stay on full prefills
+        return False
+    return bool(layers) and all(type(layer) is DynamicLayer for layer in layers)
+
+
+def sample(batch: Batch) -> torch.Tensor:
+    """One token per row from the batch's pending logits, each row by its own sampling parameters (its first token
+    at ``fire_temperature`` where set); each token's log-probability is appended to its row. Rows that share a
+    generator and filter draw in one call (so one call's rows sample as they always did); a row with its own stream
+    draws alone (batch-invariant)."""
+    logits = batch.logits.float()  # (A, V)
+    temps = [row.params.fire_temperature if (row.params.fire_temperature and not row.tokens) else row.params.temperature
+             for row in batch.rows]
+    t = torch.tensor(temps, dtype=logits.dtype, device=logits.device)[:, None]
+    scaled = torch.where(t > 0, logits / t.clamp(min=1e-9), logits)
+    logp_all = torch.log_softmax(scaled, dim=-1)
+    nxt = scaled.argmax(-1)
+    groups: dict[tuple[int, float, int], list[int]] = {}
+    for a, (row, temp) in enumerate(zip(batch.rows, temps)):
+        if temp > 0:
+            stream = id(row.shared) if row.gen is None else -1 - a
+            groups.setdefault((row.params.top_k, row.params.top_p, stream), []).append(a)
+    for (top_k, top_p, stream), members in groups.items():
+        index = torch.tensor(members, device=logits.device)
+        probs = filter_logits(scaled[index], top_k, top_p).softmax(-1).cpu()
+        row = batch.rows[members[0]]
+        draws = torch.multinomial(probs, 1, generator=row.gen or row.shared).squeeze(-1)
+        nxt[index] = draws.to(nxt.device)
+    logps = logp_all.gather(-1, nxt[:, None]).squeeze(-1).cpu()
+    for a, row in enumerate(batch.rows):
+        row.logprobs.append(float(logps[a]))
+    return nxt.cpu()
