@@ -349,3 +349,27 @@ def test_continuous_batching_is_refused_where_it_cannot_run():
     with pytest.raises(ValueError, match="local placement"):
         TrainConfig(model="tiny", env={"id": "tests/Upper-v0"}, placement="ray",
                     rollout={"continuous_batching": True})
+
+
+def test_growing_cache_layer_appends_in_place_and_survives_selection():
+    from transformers import DynamicCache
+
+    from turnrl.agents.batching import growing_cache
+
+    torch.manual_seed(0)
+    steps = [(torch.randn(3, 2, n, 4), torch.randn(3, 2, n, 4)) for n in (5, 1, 1, 70, 1)]
+    grow, plain = growing_cache(), DynamicCache()
+    for i, (k, v) in enumerate(steps):
+        a, b = grow.update(k, v, 0), plain.update(k, v, 0)
+        assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+        if i == 1:
+            ptr = grow.layers[0].keys.data_ptr()
+        if i == 2:
+            assert grow.layers[0].keys.data_ptr() == ptr  # appended in place: no copy of the cache
+    assert grow.get_seq_length() == plain.get_seq_length() == 78
+    keep = torch.tensor([2, 0])
+    grow.batch_select_indices(keep)
+    plain.batch_select_indices(keep)
+    k, v = torch.randn(2, 2, 1, 4), torch.randn(2, 2, 1, 4)
+    a, b = grow.update(k, v, 0), plain.update(k, v, 0)
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) and a[0].shape == (2, 2, 79, 4)

@@ -12,10 +12,17 @@ from collections import deque
 from typing import Any
 
 import torch
-from transformers import DynamicCache
 
 from turnrl.agents.base import Completion, SamplingParams
-from turnrl.agents.batching import Batch, Row, filter_logits, full_attention_only, sample, weights_fingerprint
+from turnrl.agents.batching import (
+    Batch,
+    Row,
+    filter_logits,
+    full_attention_only,
+    growing_cache,
+    sample,
+    weights_fingerprint,
+)
 from turnrl.agents.kv import SessionCache
 
 __all__ = ["HFAgent", "filter_logits"]
@@ -58,7 +65,8 @@ class HFAgent:
             eos_ids.add(tokenizer.eos_token_id)
         self.eos_ids = sorted(eos_ids)
         self.sessions = SessionCache(int(kv_cache_mb * 2**20))
-        self.supports_sessions = kv_cache_mb > 0 and full_attention_only(model)
+        self.full_attention = full_attention_only(model)  # else: no sessions, and rows join only an empty batch
+        self.supports_sessions = kv_cache_mb > 0 and self.full_attention
         self._stream_loop: Any = None  # agenerate_one's event loop, queue and driver task
         self._queue: deque[Row] = deque()
         self._driver: Any = None
@@ -190,6 +198,8 @@ class HFAgent:
         """Fill the batch's free slots from ``waiting`` (prefilled together, then joined to the running rows). A
         failed prefill raises — or, for ``streamed`` requests, fails only the rows that were joining."""
         room = self.batch_size - (len(batch.rows) if batch is not None else 0)
+        if batch is not None and not self.full_attention:  # sliding-window layers cannot be left-padded and merged
+            room = 0
         if waiting and room > 0:
             rows = [waiting.popleft() for _ in range(min(room, len(waiting)))]
             try:
@@ -264,7 +274,7 @@ class HFAgent:
             attention[u, P - row.cached : P] = 1
             attention[u, P + S - len(new):] = 1
             positions[u, S - len(new):] = torch.arange(row.cached, len(row.prompt))
-        past = None
+        past = growing_cache() if self.full_attention else None
         if P > 0:
             layers = []
             for n in range(len(next(k for k, _ in reuse if k is not None))):
@@ -277,7 +287,7 @@ class HFAgent:
                             t[u, :, P - rows[b].cached :] = reuse[b][part][n][0]
                     kv.append(t)
                 layers.append((kv[0], kv[1]))
-            past = DynamicCache(ddp_cache_data=layers)
+            past = growing_cache(layers)
         out = self.model(input_ids=ids.to(device), attention_mask=attention.to(device),
                          position_ids=positions.to(device), past_key_values=past, use_cache=True, logits_to_keep=1)
         cache, logits = out.past_key_values, out.logits[:, -1, :]
