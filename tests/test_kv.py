@@ -373,3 +373,20 @@ def test_growing_cache_layer_appends_in_place_and_survives_selection():
     k, v = torch.randn(2, 2, 1, 4), torch.randn(2, 2, 1, 4)
     a, b = grow.update(k, v, 0), plain.update(k, v, 0)
     assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) and a[0].shape == (2, 2, 79, 4)
+
+
+def test_smollm2_multi_turn_with_sessions_equals_re_prefill():
+    """The real SmolLM2-135M-Instruct (its own chat template, fp32): three greedy turns of two episodes, continuous
+    batching with sessions vs rounds re-prefilling every turn."""
+    from turnrl.agents.models import load_model
+
+    model, tok = load_model("smollm2-135m-instruct")
+    got = []
+    for continuous, mb in ((False, 0), (True, 256)):
+        rollout = Rollout(HFAgent(model, tok, batch_size=2, kv_cache_mb=mb),
+                          SamplingParams(temperature=0.0, max_new_tokens=16), continuous=continuous)
+        got.append((rollout.run(envs(2, 3), seeds=[0, 1]), rollout.stats.kv_metrics()))
+    (plain, m0), (cached, m1) = got
+    assert_same(plain, cached)
+    assert all(t.num_turns == 3 for t in cached)
+    assert m0["cache_hit_share"] == 0 and m1["cache_hit_share"] > 0.6

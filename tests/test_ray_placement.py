@@ -187,3 +187,21 @@ def test_train_command_runs_a_config_on_ray_workers(tmp_path):
     assert list((tmp_path / "run" / "ray").iterdir()) == []  # the journals of trained steps are pruned at the checkpoint
     result = CliRunner().invoke(app, ["train", str(cfg), "placement=ray", "ray.rollout_wokers=2"])
     assert result.exit_code == 2 and "rollout_wokers" in result.output
+
+
+def test_every_turn_of_an_episode_runs_on_its_worker_which_keeps_its_kv_cache(tmp_path):
+    """Sticky sessions: a worker plays whole episodes, so each turn after the first finds the episode's KV cache on
+    the worker that served the turn before (one `new`, then only `hit`s)."""
+    cfg = config(tmp_path, env="turnrl/Arithmetic-v0", steps=1, rollout={"max_new_tokens": 6})
+    cfg.env.kwargs.update(calculator=True, retry=True, max_turns=3)
+    t = trainer(cfg)
+    try:
+        pids = {ray.get(w.ready.remote())["pid"] for w in t.runner.workers}
+        trajs, info = t.source.collect(0)
+    finally:
+        t.close()
+    assert {tr.metadata["worker"] for tr in trajs} <= pids
+    assert all(tr.num_turns == 3 for tr in trajs)
+    for tr in trajs:
+        assert tr.metadata["kv_events"] == {"new": 1, "hit": 2}
+    assert info["cache_hit_share"] > 0.5 and info["kv_evicted"] == 0

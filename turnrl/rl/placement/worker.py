@@ -43,6 +43,7 @@ class VersionedAgent:
     episode is in play (between two generation calls — never inside one) shows at the right token."""
 
     agenerate = None  # every call goes through the lock (the rollout falls back to ``generate``)
+    agenerate_one = None  # no continuous batching across turns: a weight load must fall between two calls
 
     def __init__(self, agent: Any, lock: threading.Lock, version: Any) -> None:
         self.agent, self.lock, self.version = agent, lock, version

@@ -85,7 +85,7 @@ class Rollout:
         self.policy_version = policy_version
         self._sampled_by = -1  # the version generating the current round (set before each round)
         self.rewrite = rewrite
-        if continuous and not hasattr(agent, "agenerate_one"):
+        if continuous and getattr(agent, "agenerate_one", None) is None:
             raise ValueError(f"continuous batching needs an agent that decodes requests as they come "
                              f"(agenerate_one, as the HF agent has); {type(agent).__name__} has none")
         if continuous and rewrite is not None:
