@@ -33,14 +33,15 @@ class HFAgent:
 
     Continuous batching: at most ``batch_size`` sequences decode at once; a sequence that finishes leaves the batch
     and a waiting one is prefilled and joins it at the next step, so a call with more prompts than ``batch_size``
-    never waits for a chunk's slowest row.
+    never waits for a chunk's slowest row. :meth:`agenerate_one` extends it across calls: requests from many
+    coroutines (a rollout's episodes, each as soon as its environment answered) join the running batch.
 
     Sessions (multi-turn reuse): ``generate(..., sessions=[...])`` names the episode each prompt belongs to. The
     keys and values of everything a session's prompt and completion ran through the model are kept after the call
     (:class:`~turnrl.agents.kv.SessionCache`), so that its next prompt — the same tokens, the completion and the
     environment's reply — feeds only the new tokens. A prompt that does not extend its session's cache (a history
-    that was rewritten) reuses the common prefix; entries are evicted least recently used first past
-    ``kv_cache_mb`` and re-prefilled when needed; all are dropped when the weights change (an optimizer step, a
+    that was rewritten) reuses the common prefix; past ``kv_cache_mb`` the oldest sessions' entries are evicted
+    and re-prefilled when needed; all are dropped when the weights change (an optimizer step, a
     load). :meth:`release` frees a session when its episode ends.
 
     Args:
