@@ -143,6 +143,9 @@ def test_a_load_that_replaces_the_weights_invalidates_too():
         p.data = p.data.clone()
     again = agent.generate([prompt + c.token_ids], GREEDY, sessions=["s"])[0]
     assert again.metadata["kv"] == "invalidated"
+    agent.invalidate_sessions()  # what a Ray worker calls after adopting new arrays (addresses may recur)
+    third = agent.generate([prompt + c.token_ids + again.token_ids], GREEDY, sessions=["s"])[0]
+    assert third.metadata["kv"] == "invalidated" and third.metadata["cached_tokens"] == 0
 
 
 def test_continuous_batching_refills_slots_and_matches_one_by_one():
@@ -390,3 +393,53 @@ def test_smollm2_multi_turn_with_sessions_equals_re_prefill():
     assert_same(plain, cached)
     assert all(t.num_turns == 3 for t in cached)
     assert m0["cache_hit_share"] == 0 and m1["cache_hit_share"] > 0.6
+
+
+def test_a_failure_while_joining_answers_every_waiting_request():
+    """An error outside the prefill (e.g. out of memory while merging a joining row into the running batch) must
+    reach every request — the joining one too — instead of leaving it waiting forever."""
+    from turnrl.agents import batching
+
+    tok = tiny_tokenizer("chatml")
+    agent = HFAgent(tiny_model(tok), tok, batch_size=4)
+    prompt = tok.encode("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n", add_special_tokens=False)
+
+    async def scenario():
+        first = asyncio.ensure_future(agent.agenerate_one(prompt, GREEDY.model_copy(update={"max_new_tokens": 30})))
+        for _ in range(3):
+            await asyncio.sleep(0)  # the first request is decoding
+        second = asyncio.ensure_future(agent.agenerate_one(prompt + [5], GREEDY))
+        return await asyncio.wait_for(asyncio.gather(first, second, return_exceptions=True), timeout=30)
+
+    real = batching.Batch.merge
+    batching.Batch.merge = lambda self, other: (_ for _ in ()).throw(RuntimeError("out of memory"))
+    try:
+        results = asyncio.run(scenario())
+    finally:
+        batching.Batch.merge = real
+    assert [type(r).__name__ for r in results] == ["RuntimeError", "RuntimeError"]
+    assert not agent._live
+
+
+def test_sliding_window_models_decode_rows_that_finish_apart():
+    """A model with sliding-window attention keeps its own cache layers (no sessions, no padding cut): when the
+    longest prompt finishes first, the others go on as each does alone."""
+    import random
+
+    from transformers import MistralConfig, MistralForCausalLM
+
+    tok = tiny_tokenizer("chatml")
+    torch.manual_seed(0)
+    model = MistralForCausalLM(MistralConfig(
+        vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=4, sliding_window=8, max_position_embeddings=4096, pad_token_id=tok.pad_token_id,
+        eos_token_id=tok.eos_token_id, bos_token_id=None, tie_word_embeddings=True)).eval()
+    agent = HFAgent(model, tok, batch_size=8)
+    assert not agent.supports_sessions and not agent.full_attention
+    rng = random.Random(1)
+    prompts = [[rng.randrange(5, len(tok) - 5) for _ in range(n)] for n in (30, 12, 14)]
+    params = SamplingParams(temperature=0.0, max_new_tokens=10)
+    agent.eos_ids = [agent.generate([prompts[0]], params)[0].token_ids[0]]  # the longest row ends at its first token
+    alone = [agent.generate([p], params)[0].token_ids for p in prompts]
+    assert len(alone[0]) == 1 and len(alone[1]) > 1
+    assert [c.token_ids for c in agent.generate(prompts, params)] == alone

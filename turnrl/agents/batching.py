@@ -37,7 +37,7 @@ def filter_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tenso
     return logits
 
 
-@dataclass
+@dataclass(eq=False)  # compared by identity: a row is one request
 class Row:
     """One sequence being generated: its prompt and sampling parameters, its session, its random stream (``gen``,
     its own; else ``shared``, its call's) and what it has produced."""
@@ -84,7 +84,8 @@ class Batch:
         self.cache.batch_select_indices(keep)
         self.attention, self.positions, self.logits = self.attention[keep], self.positions[keep], self.logits[keep]
         lead = int(self.attention.any(0).int().argmax())  # columns every remaining row has masked out
-        if lead > 0:
+        # (sliding-window layers keep only their last positions and count their own length: left as they are)
+        if lead > 0 and all(isinstance(layer, GrowingLayer) for layer in self.cache.layers):
             for layer in self.cache.layers:
                 layer.keys, layer.values = layer.keys[:, :, lead:], layer.values[:, :, lead:]
             self.attention = self.attention[:, lead:]

@@ -70,6 +70,7 @@ class HFAgent:
         self.supports_sessions = kv_cache_mb > 0 and self.full_attention
         self._stream_loop: Any = None  # agenerate_one's event loop, queue and driver task
         self._queue: deque[Row] = deque()
+        self._live: set[Row] = set()  # streamed requests not answered yet (wherever they are: queue, batch, joining)
         self._driver: Any = None
         self._stream_gen: torch.Generator | None = None
 
@@ -103,13 +104,15 @@ class HFAgent:
             raise ValueError("agenerate_one samples one completion (params.n == 1)")
         loop = asyncio.get_running_loop()
         if self._stream_loop is not loop:  # a new event loop: a new queue, driver and shared stream
-            self._stream_loop, self._queue, self._driver = loop, deque(), None
+            self._stream_loop, self._queue, self._driver, self._live = loop, deque(), None, set()
             self._stream_gen = torch.Generator(device="cpu")
             self._stream_gen.seed()
         row = Row(0, list(prompt), params, session if self.supports_sessions else None, shared=self._stream_gen)
         if seed is not None:
             row.gen = torch.Generator(device="cpu").manual_seed(seed * 1_000_003 % 2**63)
         row.future = loop.create_future()
+        self._live.add(row)
+        row.future.add_done_callback(lambda _f, r=row: self._live.discard(r))
         self._queue.append(row)
         if self._driver is None or self._driver.done():
             self._driver = loop.create_task(self._drive())
@@ -132,7 +135,7 @@ class HFAgent:
                         row.future.set_result(self._completion(row))
                 await asyncio.sleep(0)  # let episodes step their environments and queue their next turns
         except BaseException as e:  # noqa: BLE001 — every waiting request learns why, none waits forever
-            for row in [*(batch.rows if batch is not None else []), *self._queue]:
+            for row in list(self._live):  # queued, decoding, joining or just finished: none is left waiting
                 if not row.future.done():
                     row.future.set_exception(e if isinstance(e, Exception) else RuntimeError(repr(e)))
             self._queue.clear()
@@ -140,6 +143,10 @@ class HFAgent:
                 raise
         finally:
             self.model.train(was_training)
+
+    def invalidate_sessions(self) -> None:
+        """Drop every session cache (call after loading weights by a path the fingerprint may miss)."""
+        self.sessions.invalidate()
 
     def release(self, sessions: list[str]) -> None:
         """Free the cached keys/values of sessions whose episodes ended."""

@@ -97,9 +97,13 @@ class SessionCache:
     def check_weights(self, fingerprint: int) -> None:
         """Drop every entry when the weights' ``fingerprint`` differs from the one the entries were computed with."""
         if self.fingerprint is not None and fingerprint != self.fingerprint:
-            for session in list(self.entries):
-                self._drop(session, "invalidated")
+            self.invalidate()
         self.fingerprint = fingerprint
+
+    def invalidate(self) -> None:
+        """Drop every entry, reported as ``"invalidated"`` (new weights were loaded)."""
+        for session in list(self.entries):
+            self._drop(session, "invalidated")
 
     def lookup(self, session: str, prompt: list[int]) -> Reuse:
         """What of ``prompt`` the session's entry already covers. At least one prompt token is always left to feed

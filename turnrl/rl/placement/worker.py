@@ -146,6 +146,7 @@ class RolloutWorker:
                     self.agent.load_weights(state)  # into every engine worker; prefix cache reset
                 else:
                     adopt_weights(self.agent.model, state)
+                    self.agent.invalidate_sessions()  # storage swapped (addresses may recur): drop caches explicitly
                 self.version = version
         return self.version
 
