@@ -237,9 +237,10 @@ class HFAgent:
         if not bool(done.any()):
             batch.feed(self.model, nxt)
             return batch, []
-        finished = [batch.rows[a] for a in done.nonzero().squeeze(-1).tolist()]
-        for a in done.nonzero().squeeze(-1).tolist():
+        ended = done.nonzero().squeeze(-1).tolist()
+        for a in ended:
             self._keep_session(batch, a)
+        finished = [batch.rows[a] for a in ended]
         if bool(done.all()):
             return None, finished
         batch.select((~done).nonzero().squeeze(-1))
@@ -282,7 +283,7 @@ class HFAgent:
             attention[u, P - row.cached : P] = 1
             attention[u, P + S - len(new):] = 1
             positions[u, S - len(new):] = torch.arange(row.cached, len(row.prompt))
-        past = growing_cache() if self.full_attention else None
+        past = None
         if P > 0:
             layers = []
             for n in range(len(next(k for k, _ in reuse if k is not None))):
@@ -296,6 +297,8 @@ class HFAgent:
                     kv.append(t)
                 layers.append((kv[0], kv[1]))
             past = growing_cache(layers)
+        elif self.full_attention:
+            past = growing_cache()
         out = self.model(input_ids=ids.to(device), attention_mask=attention.to(device),
                          position_ids=positions.to(device), past_key_values=past, use_cache=True, logits_to_keep=1)
         cache, logits = out.past_key_values, out.logits[:, -1, :]
