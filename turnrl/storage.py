@@ -32,6 +32,7 @@ PARQUET_SCHEMA = pa.schema(
         ("loss_mask", pa.list_(pa.int8())),
         ("logprobs", pa.list_(pa.float64())),
         ("token_versions", pa.list_(pa.int64())),
+        ("segments", pa.list_(pa.int64())),
         ("prompt", pa.string()),
         ("turns", pa.string()),
         ("metadata", pa.string()),
@@ -85,7 +86,7 @@ def read_jsonl(path: str | Path) -> list[Trajectory]:
 def _to_row(traj: Trajectory) -> dict[str, object]:
     data = traj.model_dump(mode="json")
     row = {k: data[k] for k in _SCALARS}
-    row.update({k: data[k] for k in ("token_ids", "loss_mask", "logprobs", "token_versions")})
+    row.update({k: data[k] for k in ("token_ids", "loss_mask", "logprobs", "token_versions", "segments")})
     row.update({k: _dumps(data[k]) for k in _JSON_FIELDS})
     return row
 
@@ -94,6 +95,7 @@ def _from_row(row: dict[str, object]) -> Trajectory:
     data = {k: row[k] for k in _SCALARS}
     data.update({k: row[k] for k in ("token_ids", "loss_mask", "logprobs")})
     data["token_versions"] = row.get("token_versions")  # files written before versions were recorded have none
+    data["segments"] = row.get("segments")  # nor before context segments
     data.update({k: json.loads(row[k]) for k in _JSON_FIELDS})  # type: ignore[arg-type]
     return Trajectory.model_validate(data)
 

@@ -12,7 +12,13 @@ the rollout fills them. When present they obey these invariants, checked on cons
 * each turn's ``token_span = (start, end)`` indexes the generated tokens of that turn in ``token_ids``,
   spans are ordered and do not overlap, and ``loss_mask`` is 1 inside them;
 * ``token_versions``, where recorded, has length ``L`` too: the policy version that sampled each generated token,
-  −1 on the tokens the policy did not generate (the staleness of a token is the learner's version minus it).
+  −1 on the tokens the policy did not generate (the staleness of a token is the learner's version minus it);
+* ``segments``, where given, are the offsets at which the episode's *context segments* begin: an episode whose
+  history was rewritten (messages dropped, trimmed, summarized) is several token sequences, concatenated in
+  ``token_ids``, each opening with its own prompt tokens and seen by the model as a sequence of its own (no token
+  attends to another segment's; positions restart at 0). The offsets start at 0, strictly increase, each lies
+  inside ``token_ids`` with ``loss_mask`` 0 there, and no turn's ``token_span`` or ``obs_span`` crosses one. None
+  (or ``[0]``) is one segment. The episode stays one episode for the algorithms (one reward, one group member).
 """
 
 from __future__ import annotations
@@ -124,6 +130,7 @@ class Trajectory(BaseModel):
     loss_mask: list[int] | None = None
     logprobs: list[float] | None = None
     token_versions: list[int] | None = None
+    segments: list[int] | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
 
     @model_validator(mode="after")
@@ -134,8 +141,9 @@ class Trajectory(BaseModel):
             missing = sorted(set(fields) - set(present))
             raise ValueError(f"token fields must be given together; missing {missing}")
         if not present:
-            if self.token_versions is not None:
-                raise ValueError("token_versions needs the token fields (token_ids, loss_mask, logprobs)")
+            for name in ("token_versions", "segments"):
+                if getattr(self, name) is not None:
+                    raise ValueError(f"{name} needs the token fields (token_ids, loss_mask, logprobs)")
             return self
         n = len(self.token_ids)  # type: ignore[arg-type]
         if len(self.loss_mask) != n or len(self.logprobs) != n:  # type: ignore[arg-type]
@@ -147,6 +155,8 @@ class Trajectory(BaseModel):
             raise ValueError("loss_mask must contain only 0 and 1")
         if self.token_versions is not None and len(self.token_versions) != n:
             raise ValueError(f"token_versions ({len(self.token_versions)}) must have one entry per token ({n})")
+        if self.segments is not None:
+            self._check_segments(n)
         prev_end = 0
         for turn in self.turns:
             if turn.token_span is None:
@@ -158,6 +168,24 @@ class Trajectory(BaseModel):
                 raise ValueError(f"turn {turn.index}: loss_mask must be 1 inside token_span {turn.token_span}")
             prev_end = end
         return self
+
+    def _check_segments(self, n: int) -> None:
+        segs = self.segments
+        assert segs is not None and self.loss_mask is not None
+        if not segs or segs[0] != 0:
+            raise ValueError(f"segments must start with offset 0 (got {segs})")
+        if any(b <= a for a, b in zip(segs, segs[1:])):
+            raise ValueError(f"segments must strictly increase (got {segs})")
+        if segs[-1] >= n:
+            raise ValueError(f"segment offset {segs[-1]} is past the last token (L={n})")
+        for turn in self.turns:
+            for name in ("token_span", "obs_span"):
+                span = getattr(turn, name)
+                if span is not None and any(span[0] < s < span[1] for s in segs):
+                    raise ValueError(f"turn {turn.index}: {name} {span} crosses a segment boundary (segments {segs})")
+        for s in segs:
+            if self.loss_mask[s] != 0:
+                raise ValueError(f"segment at {s} must open with prompt tokens (loss_mask 0), not a generated one")
 
     # ---- derived views (properties, never stored) ----
 
@@ -187,6 +215,17 @@ class Trajectory(BaseModel):
             if "correct" in turn.info and turn.info["correct"] is not None:
                 return bool(turn.info["correct"])
         return None
+
+    def segment_bounds(self) -> list[tuple[int, int]]:
+        """``(start, end)`` of each context segment in ``token_ids`` (one, the whole sequence, without ``segments``).
+
+        Raises:
+            ValueError: the trajectory has no tokens.
+        """
+        if self.token_ids is None:
+            raise ValueError("this trajectory has no token fields; it was not produced by a token-level rollout")
+        starts = self.segments or [0]
+        return list(zip(starts, [*starts[1:], len(self.token_ids)]))
 
     def token_rewards(self) -> list[float]:
         """Per-token rewards: each turn's reward on the last token of its ``token_span``; 0 elsewhere.

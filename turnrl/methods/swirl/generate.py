@@ -63,12 +63,15 @@ def without_demos(traj: Trajectory, demos: tuple[Message, ...], renderer: ChatRe
 
     Raises:
         ValueError: the stored prompt tokens are not the chat template's rendering of the stored prompt (another
-            tokenizer), so they cannot be replaced exactly.
+            tokenizer), so they cannot be replaced exactly; or the episode has several context segments.
     """
     prompt, k = list(traj.prompt), len(demos)
     start = next((i for i in range(len(prompt) - k + 1) if tuple(prompt[i:i + k]) == tuple(demos)), None)
     if not demos or start is None or traj.token_ids is None:
         return traj
+    if traj.segments is not None and len(traj.segments) > 1:
+        raise ValueError(f"trajectory {traj.id} has {len(traj.segments)} context segments (its history was "
+                         "rewritten): each segment's prompt tokens would need re-rendering without the demonstrations")
     old = renderer.prompt_tokens(prompt)
     if list(traj.token_ids[: len(old)]) != old:
         raise ValueError(f"trajectory {traj.id}: its prompt tokens are not this tokenizer's rendering of its prompt; "

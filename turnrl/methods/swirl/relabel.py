@@ -73,12 +73,16 @@ def ground_answer(traj: Trajectory, tokenizer: Any, judge: RuleStepJudge | None 
                 info={**{k: v for k, v in old.info.items() if k in ("role", "turn")}, "correct": True,
                       "relabelled": True, "extracted": gold.strip(), "tool_calls": []})
     assert traj.loss_mask is not None and traj.logprobs is not None
+    segments = [s for s in traj.segments or [0] if s < start]  # the context segments before the cut
+    meta = dict(traj.metadata)
+    if isinstance(meta.get("segment_reasons"), list):
+        meta["segment_reasons"] = meta["segment_reasons"][: len(segments) - 1]
     return traj.model_copy(update={
         "id": f"{traj.id}/grounded", "turns": [*traj.turns[:at], turn], "terminated": True, "truncated": False,
         "token_ids": traj.token_ids[:start] + ids, "loss_mask": traj.loss_mask[:start] + [1] * len(ids),
         "logprobs": traj.logprobs[:start] + [0.0] * len(ids), "token_versions": None,  # edited tokens: no sampler
-        "metadata": {**traj.metadata, "relabel": {"step": at, "replaced_steps": original,
-                                                  "source_correct": traj.correct}}})
+        "segments": segments if traj.segments else None,
+        "metadata": {**meta, "relabel": {"step": at, "replaced_steps": original, "source_correct": traj.correct}}})
 
 
 def ground_answers(trajectories: Sequence[Trajectory], tokenizer: Any, judge: RuleStepJudge | None = None,

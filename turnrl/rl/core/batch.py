@@ -5,7 +5,9 @@ tokens before it (``behaviour_logp`` keeps the sampler's own when the learner re
 holds each turn's reward on its last generated token. An episode played in windows (T-PPO) carries where its current
 window begins (``window_start``) and whether it has finished (``finished``; a snapshot of one still in play is
 not). Multi-turn episodes are one sequence with env tokens masked;
-per-turn rewards stay on their turns (turn-level credit).
+per-turn rewards stay on their turns (turn-level credit). An episode whose history was rewritten is still one row,
+its context segments (``Trajectory.segments``) laid end to end; ``segment_ids[:, t]`` says which segment token ``t``
+belongs to, and the forward passes (:mod:`turnrl.rl.core.forward`) run each segment as a sequence of its own.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ class Batch:
     versions: torch.Tensor = None  # type: ignore[assignment]  # (B, T) long: the version that sampled the token, −1
     window_start: torch.Tensor = None  # type: ignore[assignment]  # (B,) long: where the current window begins (0)
     finished: torch.Tensor = None  # type: ignore[assignment]  # (B,) float: 0 for an episode still in play (T-PPO)
+    segment_ids: torch.Tensor = None  # type: ignore[assignment]  # (B, T) long: each token's context segment (0)
 
     def __post_init__(self) -> None:
         if self.behaviour_logp is None:  # built from the sampler's figures: μ = π_old
@@ -50,6 +53,8 @@ class Batch:
             self.window_start = torch.zeros(len(self), dtype=torch.long, device=self.input_ids.device)
         if self.finished is None:
             self.finished = torch.ones(len(self), device=self.input_ids.device)
+        if self.segment_ids is None:  # one context per row
+            self.segment_ids = torch.zeros(self.input_ids.shape, dtype=torch.long, device=self.input_ids.device)
 
     def __len__(self) -> int:
         return self.input_ids.shape[0]
@@ -100,6 +105,7 @@ def collate(trajectories: Sequence[Trajectory], pad_id: int, roles: Mapping[str,
     rewards = torch.zeros((B, T))
     turn_ids = torch.full((B, T), -1, dtype=torch.long)
     role_ids = torch.full((B, T), -1, dtype=torch.long)
+    segment_ids = torch.zeros((B, T), dtype=torch.long)
     groups: dict[str, int] = {}
     group_ids = torch.zeros(B, dtype=torch.long)
     for b, traj in enumerate(trajectories):
@@ -113,6 +119,8 @@ def collate(trajectories: Sequence[Trajectory], pad_id: int, roles: Mapping[str,
         if traj.token_versions is not None:
             versions[b, :n] = torch.tensor(traj.token_versions, dtype=torch.long)
         rewards[b, :n] = torch.tensor(traj.token_rewards(), dtype=torch.float32)
+        for k, (s, e) in enumerate(traj.segment_bounds()[1:], start=1):
+            segment_ids[b, s:e] = k
         for turn in traj.turns:
             if turn.token_span is None:
                 continue
@@ -131,4 +139,5 @@ def collate(trajectories: Sequence[Trajectory], pad_id: int, roles: Mapping[str,
         truncated=torch.tensor([float(t.truncated and not t.terminated) for t in trajectories]), versions=versions,
         window_start=torch.tensor([int(t.metadata.get("window_start", 0)) for t in trajectories], dtype=torch.long),
         finished=torch.tensor([0.0 if t.metadata.get("partial") else 1.0 for t in trajectories]),
+        segment_ids=segment_ids,
     )

@@ -6,12 +6,16 @@
   one) plus a linear head, trained end to end (``algorithm.critic_model``).
 
 Both read ``V(s_t)`` from the hidden state of the token before ``t`` (the state in which token ``t`` was chosen),
-and both start by predicting 0.
+and both start by predicting 0. With context segments (``segment_ids``, :class:`turnrl.rl.core.forward.Segments`)
+each segment is a sequence of its own: its first token gets value 0 like a row's (a prompt token: no loss reads
+it), and the separate critic's transformer runs each segment alone.
 """
 
 from __future__ import annotations
 
 import torch
+
+from turnrl.rl.core.forward import Segments
 
 
 def _zero_linear(hidden_size: int) -> torch.nn.Linear:
@@ -22,9 +26,10 @@ def _zero_linear(hidden_size: int) -> torch.nn.Linear:
     return proj
 
 
-def _values(proj: torch.nn.Linear, hidden: torch.Tensor, lengths: torch.Tensor | None = None
-            ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-    """``(B, T, H)`` features → ``(B, T)`` values of the state before each token (position 0 gets 0).
+def _values(proj: torch.nn.Linear, hidden: torch.Tensor, lengths: torch.Tensor | None = None,
+            segment_ids: torch.Tensor | None = None) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """``(B, T, H)`` features → ``(B, T)`` values of the state before each token (position 0, and with
+    ``segment_ids`` the first token of each segment, get 0).
 
     With ``lengths`` ``(B,)`` also returns ``(B,)`` values of the state *after* each row's last token (the bootstrap
     value of a truncated episode). Features are layer-normalized first: LM hidden states can have a few very large
@@ -35,6 +40,10 @@ def _values(proj: torch.nn.Linear, hidden: torch.Tensor, lengths: torch.Tensor |
     after = proj(h).squeeze(-1)  # (B, T): V of the state after token t
     v = after[:, :-1]
     v = torch.cat([torch.zeros_like(v[:, :1]), v], 1)
+    if segment_ids is not None:  # a segment's first token has no state before it in its own context
+        opens = torch.zeros_like(segment_ids, dtype=torch.bool)
+        opens[:, 1:] = segment_ids[:, 1:] != segment_ids[:, :-1]
+        v = v.masked_fill(opens, 0.0)
     if lengths is None:
         return v
     return v, after.gather(1, (lengths.long() - 1).clamp(min=0)[:, None]).squeeze(1)
@@ -49,11 +58,12 @@ class ValueHead(torch.nn.Module):
         super().__init__()
         self.proj = _zero_linear(hidden_size)
 
-    def forward(self, last_hidden: torch.Tensor, lengths: torch.Tensor | None = None
-                ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, last_hidden: torch.Tensor, lengths: torch.Tensor | None = None,
+                segment_ids: torch.Tensor | None = None) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """``(B, T, H)`` hidden states → ``(B, T)`` values aligned to token positions (and, given ``lengths``, the
-        ``(B,)`` values after each row's last token)."""
-        return _values(self.proj, last_hidden.detach(), lengths)
+        ``(B,)`` values after each row's last token). With ``segment_ids`` the hidden states must be per segment
+        (:func:`turnrl.rl.core.forward.forward_tokens` given the same ``segment_ids``)."""
+        return _values(self.proj, last_hidden.detach(), lengths, segment_ids)
 
 
 class SeparateCritic(torch.nn.Module):
@@ -77,9 +87,14 @@ class SeparateCritic(torch.nn.Module):
         self.backbone = model.base_model
         self.proj = _zero_linear(model.config.hidden_size)
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, lengths: torch.Tensor | None = None
-                ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, lengths: torch.Tensor | None = None,
+                segment_ids: torch.Tensor | None = None) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """``(B, T)`` token ids → ``(B, T)`` values aligned to token positions (and, given ``lengths``, the ``(B,)``
-        values after each row's last token)."""
-        hidden = self.backbone(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-        return _values(self.proj, hidden, lengths)
+        values after each row's last token); with ``segment_ids`` each context segment is run alone (one call)."""
+        segments = Segments.of(attention_mask, segment_ids)
+        if segments is None:
+            hidden = self.backbone(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        else:
+            hidden = segments.pack(self.backbone(input_ids=segments.unpack(input_ids),
+                                                 attention_mask=segments.attention_mask).last_hidden_state)
+        return _values(self.proj, hidden, lengths, segment_ids)

@@ -10,6 +10,12 @@ Two savings over one plain forward pass over the batch, both exact up to float r
   length P this removes (G − 1)·P tokens from the forward and the backward pass.
 
 The padding past each cluster's longest row is also cut. Rows with nothing generated still get hidden states.
+
+**Context segments** (``segment_ids``, :attr:`turnrl.types.Trajectory.segments`): a row whose episode's history was
+rewritten holds several sequences end to end. When any row has more than one, every row's segments become rows of
+their own (:class:`Segments`: a padded ``(S, T_max)`` batch, each segment's positions from 0), the pass above runs
+once on them (one forward call per micro-batch without ``share_prefix``; segments of any rows that share a prompt
+share its pass), and the results go back to the rows' positions. Without segments nothing of this runs.
 """
 
 from __future__ import annotations
@@ -19,12 +25,66 @@ from collections import defaultdict
 import torch
 
 
+class Segments:
+    """The context segments of a padded batch as rows of their own, and the way back.
+
+    Built by :meth:`of`, which returns None when no row has more than one segment. ``unpack`` takes a ``(B, T, …)``
+    tensor to ``(S, T_max, …)`` (segment ``k`` of row ``b`` at positions ``0..len``); ``pack`` puts an
+    ``(S, T_max, …)`` result back at its rows' positions (zeros at padding), keeping gradients.
+    """
+
+    def __init__(self, B: int, T: int, pieces: list[tuple[int, int, int]], device: torch.device) -> None:
+        self.B, self.T = B, T
+        self.pieces = pieces  # (row, start, end) of each segment, row by row
+        starts = torch.tensor([b * T + s for b, s, _ in pieces], dtype=torch.long, device=device)
+        lens = torch.tensor([e - s for _, s, e in pieces], dtype=torch.long, device=device)
+        steps = torch.arange(int(lens.max()), device=device)
+        self.valid = steps[None] < lens[:, None]  # (S, T_max)
+        self.attention_mask = self.valid.long()
+        self.src = torch.where(self.valid, starts[:, None] + steps[None], torch.zeros_like(self.valid, dtype=torch.long))
+
+    @classmethod
+    def of(cls, attention_mask: torch.Tensor, segment_ids: torch.Tensor | None) -> Segments | None:
+        """The segments of right-padded rows (a new segment wherever ``segment_ids`` changes inside a row's real
+        tokens); None when there is at most one per row (the plain pass applies)."""
+        if segment_ids is None:
+            return None
+        real = attention_mask > 0
+        change = torch.zeros_like(real)
+        change[:, 1:] = (segment_ids[:, 1:] != segment_ids[:, :-1]) & real[:, 1:]
+        if not bool(change.any()):
+            return None
+        B, T = segment_ids.shape
+        lengths = real.sum(-1).tolist()
+        cuts: list[list[int]] = [[] for _ in range(B)]
+        for b, t in torch.nonzero(change).tolist():
+            cuts[b].append(t)
+        pieces = []
+        for b in range(B):
+            if lengths[b] == 0:
+                continue
+            bounds = [0, *sorted(cuts[b]), lengths[b]]
+            pieces += [(b, s, e) for s, e in zip(bounds, bounds[1:])]
+        return cls(B, T, pieces, segment_ids.device)
+
+    def unpack(self, x: torch.Tensor) -> torch.Tensor:
+        """``(B, T, …)`` → ``(S, T_max, …)``; padding positions hold arbitrary values of ``x`` (mask them)."""
+        return x.reshape(self.B * self.T, *x.shape[2:])[self.src]
+
+    def pack(self, y: torch.Tensor) -> torch.Tensor:
+        """``(S, T_max, …)`` → ``(B, T, …)``, zeros where no segment token is; differentiable in ``y``."""
+        out = y.new_zeros((self.B * self.T, *y.shape[2:]))
+        out = out.index_put((self.src[self.valid],), y[self.valid])
+        return out.reshape(self.B, self.T, *y.shape[2:])
+
+
 def token_logprobs(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                    temperature: float = 1.0, *, loss_mask: torch.Tensor | None = None,
-                   share_prefix: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+                   share_prefix: bool = False, segment_ids: torch.Tensor | None = None
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(logp, entropy)``, both ``(B, T)``, aligned to token positions (see :func:`forward_tokens`)."""
     logp, entropy, _ = forward_tokens(model, input_ids, attention_mask, temperature, loss_mask=loss_mask,
-                                      share_prefix=share_prefix)
+                                      share_prefix=share_prefix, segment_ids=segment_ids)
     return logp, entropy
 
 
@@ -46,7 +106,8 @@ def sequence_logprobs(model: torch.nn.Module, sequences: list[list[int]], temper
 
 def forward_tokens(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                    temperature: float = 1.0, hidden: bool = False, *, loss_mask: torch.Tensor | None = None,
-                   share_prefix: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+                   share_prefix: bool = False, segment_ids: torch.Tensor | None = None
+                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """``(logp, entropy, last_hidden)`` of right-padded sequences.
 
     Args:
@@ -55,11 +116,22 @@ def forward_tokens(model: torch.nn.Module, input_ids: torch.Tensor, attention_ma
         hidden: also return the last layer's hidden states ``(B, T, H)`` (detached: they feed the value head).
         loss_mask: ``(B, T)``, nonzero on generated tokens. Without it every position is scored.
         share_prefix: run identical prompts once (needs ``loss_mask``).
+        segment_ids: ``(B, T)``, each token's context segment; each segment is scored as a sequence of its own.
 
     Returns:
-        ``logp[b, t]`` = log p(token t | tokens < t) and ``entropy[b, t]`` (no gradient) of that distribution,
-        0 at position 0, at padding and (with ``loss_mask``) before the row's first generated token.
+        ``logp[b, t]`` = log p(token t | tokens < t of its segment) and ``entropy[b, t]`` (no gradient) of that
+        distribution, 0 at position 0, at padding and (with ``loss_mask``) before the row's first generated token —
+        with segments: 0 at each segment's first token and before its first generated token. Hidden states are
+        each token's within its segment (0 at padding).
     """
+    segments = Segments.of(attention_mask, segment_ids)
+    if segments is not None:
+        logp, entropy, last_hidden = forward_tokens(
+            model, segments.unpack(input_ids), segments.attention_mask, temperature, hidden,
+            loss_mask=None if loss_mask is None else segments.unpack(loss_mask) * segments.valid,
+            share_prefix=share_prefix)
+        return (segments.pack(logp), segments.pack(entropy),
+                None if last_hidden is None else segments.pack(last_hidden))
     B, T = input_ids.shape
     device = input_ids.device
     lengths = attention_mask.sum(-1)

@@ -99,16 +99,16 @@ class Learner:
             hidden = None
             if self.value_head is not None:
                 hidden = forward_tokens(self.model, b.input_ids, b.attention_mask, hidden=True, loss_mask=b.loss_mask,
-                                        share_prefix=share)[2]
+                                        share_prefix=share, segment_ids=b.segment_ids)[2]
             return self._values(b, hidden, with_last=True)
 
         def policy(b: Batch) -> tuple[torch.Tensor, ...]:
             return token_logprobs(self.model, b.input_ids, b.attention_mask, r.temperature, loss_mask=b.loss_mask,
-                                  share_prefix=share)[:1]
+                                  share_prefix=share, segment_ids=b.segment_ids)[:1]
 
         def reference(b: Batch) -> tuple[torch.Tensor, ...]:
             return token_logprobs(self.ref_model, b.input_ids, b.attention_mask, r.temperature,
-                                  loss_mask=b.loss_mask, share_prefix=share)[:1]
+                                  loss_mask=b.loss_mask, share_prefix=share, segment_ids=b.segment_ids)[:1]
 
         if self.uses_critic:
             values, last = self.score(batch, critic)
@@ -150,10 +150,10 @@ class Learner:
         """``V(s_t)`` per position from the separate critic, or from the value head on the policy's features."""
         lengths = batch.attention_mask.sum(-1) if with_last else None
         if self.critic is not None:
-            return self.critic(batch.input_ids, batch.attention_mask, lengths)
+            return self.critic(batch.input_ids, batch.attention_mask, lengths, batch.segment_ids)
         if self.value_head is None or policy_hidden is None:
             raise RuntimeError("values need a critic and, for the value head, the policy's hidden states")
-        return self.value_head(policy_hidden, lengths)
+        return self.value_head(policy_hidden, lengths, batch.segment_ids)
 
     # ---- one micro-batch ----
 
@@ -168,7 +168,8 @@ class Learner:
         with torch.set_grad_enabled(train_policy):
             logp, entropy, hidden = forward_tokens(self.model, b.input_ids, b.attention_mask,
                                                    self.cfg.rollout.temperature, hidden=self.value_head is not None,
-                                                   loss_mask=b.loss_mask, share_prefix=o.share_prompts)
+                                                   loss_mask=b.loss_mask, share_prefix=o.share_prompts,
+                                                   segment_ids=b.segment_ids)
         values = self._values(b, hidden) if self.uses_critic else None
         fwd = Forward(logp, entropy, values)
         loss, metrics = self.algorithm.loss(fwd, mb, counts, train_policy)

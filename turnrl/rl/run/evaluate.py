@@ -312,7 +312,8 @@ def evaluate(
                                   group_id=lambda j: str(j.task))
             generated += rollout.stats.generated_tokens
             rows += [episode_row(t, j.task, j.sample) for t, j in zip(trajs, chunk)]
-            everything += [t.model_copy(update=dict.fromkeys(("token_ids", "loss_mask", "logprobs", "token_versions")))
+            everything += [t.model_copy(update=dict.fromkeys(("token_ids", "loss_mask", "logprobs", "token_versions",
+                                                                "segments")))
                            for t in trajs]  # for the environment's figures: turns only, not every token
             kept = pick_examples(kept + trajs, successes=2, failures=2 * len(FAILURES))
     finally:
