@@ -355,14 +355,18 @@ def plot(run_dir: Annotated[str, typer.Argument(help="a training run folder (wit
 def serve(
     agent: Annotated[str, typer.Option(help="agent spec, e.g. smollm2-135m-instruct or hf:PATH")],
     name: Annotated[str | None, typer.Option(help="model name clients ask for (default: the agent spec)")] = None,
-    host: str = "127.0.0.1",
+    host: Annotated[str, typer.Option(help="where to listen; anything but a loopback address needs --api-key")] = "127.0.0.1",
     port: int = 8000,
+    api_key: Annotated[str | None, typer.Option(envvar="TURNRL_API_KEY", help="the key every request must send "
+                                                "(Authorization: Bearer KEY)")] = None,
 ) -> None:
     """Serve an agent over an OpenAI-compatible HTTP API (/v1/completions, /v1/chat/completions)."""
     from turnrl.agents import make_agent
-    from turnrl.agents.server import AgentServer
+    from turnrl.agents.server import LOOPBACK, AgentServer
 
-    server = AgentServer(make_agent(agent), name or agent, host=host, port=port)
+    if host not in LOOPBACK and not api_key:
+        fail(f"listening on {host} (not a loopback address) needs an API key: pass --api-key KEY or set TURNRL_API_KEY")
+    server = AgentServer(make_agent(agent), name or agent, host=host, port=port, api_key=api_key)
     console.print(f"serving {name or agent} at {server.url} (Ctrl-C stops)", soft_wrap=True, highlight=False)
     try:
         server.httpd.serve_forever()

@@ -89,14 +89,15 @@ class HFAgent:
         return next(self.model.parameters()).device
 
     async def agenerate_one(self, prompt: list[int], params: SamplingParams, *, seed: int | None = None,
-                            session: str | None = None) -> Completion:
+                            session: str | None = None, choice: int = 0) -> Completion:
         """One completion of ``prompt``, decoded in the batch that is already running (continuous batching across
         calls): the request joins it at the next step, and its result returns as soon as it finishes, whatever the
         other rows do. Call it from many coroutines of one event loop (a rollout's episodes, each as soon as its
         environment answered); the loop runs one decode step at a time between their other work.
 
-        ``seed`` gives the request its own random stream (else one shared by the loop's requests); ``session`` as
-        in :meth:`generate`. ``params.n`` must be 1.
+        ``seed`` gives the request its own random stream (else one shared by the loop's requests) — the stream of
+        completion ``choice`` of ``generate(..., seeds=[seed])`` with ``n`` > ``choice``; ``session`` as in
+        :meth:`generate`. ``params.n`` must be 1.
         """
         if not prompt:
             raise ValueError("every prompt needs at least one token")
@@ -109,7 +110,7 @@ class HFAgent:
             self._stream_gen.seed()
         row = Row(0, list(prompt), params, session if self.supports_sessions else None, shared=self._stream_gen)
         if seed is not None:
-            row.gen = torch.Generator(device="cpu").manual_seed(seed * 1_000_003 % 2**63)
+            row.gen = torch.Generator(device="cpu").manual_seed((seed * 1_000_003 + choice) % 2**63)
         row.future = loop.create_future()
         self._live.add(row)
         row.future.add_done_callback(lambda _f, r=row: self._live.discard(r))

@@ -7,108 +7,70 @@ endpoints support ``stream`` (server-sent events, with ``stream_options.include_
 and ``n``; chat supports ``tools`` (rendered by the chat template) with ``tool_choice`` ``"auto"``/``"none"`` and
 returns parsed ``tool_calls`` (Hermes ``<tool_call>`` blocks). Anything else — penalties, ``logit_bias``,
 ``response_format`` other than text, forced tool choice, ``echo``, unknown parameters — is refused with a 400 in
-OpenAI's error shape that names the parameter. One generation runs at a time; a stream is sent once its generation
-has finished (the chunks then carry one token each).
+OpenAI's error shape that names the parameter (:mod:`turnrl.agents.openai_api`). One generation runs at a time; a
+stream is sent once its generation has finished (the chunks then carry one token each).
 
-Over 400 lines: one class per API surface is the unit here — the request checks, both endpoints and their streaming
-share the server's lock and agent, and splitting them would scatter OpenAI's contract over several files.
+With ``api_key`` every request must carry it (``Authorization: Bearer KEY``); listening on anything but a loopback
+address requires one. Subclasses (the training gateway, :mod:`turnrl.gateway`) add routes and a per-request context
+through :meth:`AgentServer.rules`, :meth:`~AgentServer.context`, :meth:`~AgentServer.chat_prompt`,
+:meth:`~AgentServer.generate` and :meth:`~AgentServer.answered`.
 """
 
 from __future__ import annotations
 
+import hmac
 import json
-import re
 import threading
 import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
 
-from pydantic import ValidationError
 from werkzeug.exceptions import HTTPException
 from werkzeug.routing import Map, Rule
 from werkzeug.serving import WSGIRequestHandler, make_server
 from werkzeug.wrappers import Request, Response
 
 from turnrl.agents.base import Completion, SamplingParams
+from turnrl.agents.openai_api import (
+    CHAT_MAX_TOKENS,
+    CHAT_PARAMS,
+    COMPLETION_PARAMS,
+    APIError,
+    chat_messages,
+    check_params,
+    cut_at_stop,
+    parse_tool_calls,
+    sampling_params,
+    split_words,
+    sse,
+    tool_choice,
+    unsupported,
+)
 
-_COMMON = {"model", "max_tokens", "temperature", "top_p", "top_k", "n", "stop", "seed", "stream", "stream_options",
-           "user", "frequency_penalty", "presence_penalty", "logit_bias", "logprobs"}
-CHAT_PARAMS = _COMMON | {"messages", "max_completion_tokens", "top_logprobs", "tools", "tool_choice",
-                         "parallel_tool_calls", "response_format", "metadata", "store"}
-COMPLETION_PARAMS = _COMMON | {"prompt", "echo", "best_of", "suffix", "return_tokens_as_token_ids",
-                               "skip_special_tokens"}
-CHAT_MAX_TOKENS = 512  # when a chat request gives no max_tokens (OpenAI's default is the model's whole context)
-
-
-class APIError(Exception):
-    """A request the server refuses, sent as ``{"error": {"message", "type", "param", "code"}}``."""
-
-    def __init__(self, status: int, message: str, *, param: str | None = None, code: str | None = None,
-                 kind: str = "invalid_request_error") -> None:
-        super().__init__(message)
-        self.status, self.param, self.code, self.kind = status, param, code, kind
-
-    def payload(self) -> dict[str, Any]:
-        """The OpenAI error body."""
-        return {"error": {"message": str(self), "type": self.kind, "param": self.param, "code": self.code}}
-
-
-def _unsupported(param: str, why: str) -> APIError:
-    return APIError(400, f"{param!r} is not supported by turnrl serve: {why}", param=param, code="unsupported_parameter")
-
-
-def _check_params(body: dict[str, Any], allowed: set[str]) -> None:
-    unknown = sorted(set(body) - allowed)
-    if unknown:
-        raise APIError(400, f"unsupported parameter(s) {unknown}; this endpoint accepts {sorted(allowed)}",
-                       param=unknown[0], code="unsupported_parameter")
-    for key in ("frequency_penalty", "presence_penalty"):
-        if body.get(key):
-            raise _unsupported(key, "leave it out or 0 (sampling is plain temperature/top-p/top-k)")
-    if body.get("logit_bias"):
-        raise _unsupported("logit_bias", "no logit biasing")
-    if body.get("stream_options") is not None and not body.get("stream"):
-        raise APIError(400, "'stream_options' is only allowed with stream=true", param="stream_options")
-
-
-def _params(body: dict[str, Any], default_max: int) -> SamplingParams:
-    stop = body.get("stop") or ()
-    max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
-    try:
-        return SamplingParams(
-            temperature=1.0 if body.get("temperature") is None else body["temperature"],
-            top_p=1.0 if body.get("top_p") is None else body["top_p"],
-            top_k=max(int(body.get("top_k") or 0), 0),
-            max_new_tokens=default_max if max_tokens is None else max_tokens,
-            stop=(stop,) if isinstance(stop, str) else tuple(stop),
-            seed=body.get("seed"),
-            n=1 if body.get("n") is None else body["n"],
-        )
-    except (ValidationError, TypeError, ValueError) as e:
-        raise APIError(400, f"invalid sampling parameters: {e}") from e
-
-
-def _cut_at_stop(text: str, stop: tuple[str, ...]) -> str:
-    """OpenAI leaves the stop sequence out of the returned text."""
-    cuts = [i for s in stop if (i := text.find(s)) >= 0]
-    return text[: min(cuts)] if cuts else text
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
 class AgentServer:
     """Serve ``agent`` under the model name ``model`` on ``host:port`` (port 0 picks a free one)."""
 
-    def __init__(self, agent: Any, model: str, host: str = "127.0.0.1", port: int = 0) -> None:
-        self.agent, self.model = agent, model
+    def __init__(self, agent: Any, model: str, host: str = "127.0.0.1", port: int = 0, *,
+                 api_key: str | None = None) -> None:
+        if host not in LOOPBACK and not api_key:
+            raise ValueError(f"listening on {host!r} (not a loopback address) needs an API key: pass api_key "
+                             "(`turnrl serve --api-key KEY`), or listen on 127.0.0.1")
+        self.agent, self.model, self.api_key = agent, model, api_key
         self._lock = threading.Lock()
-        self.urls = Map([
-            Rule("/v1/models", endpoint="models", methods=["GET"]),
-            Rule("/v1/models/<path:name>", endpoint="model", methods=["GET"]),
-            Rule("/v1/completions", endpoint="completions", methods=["POST"]),
-            Rule("/v1/chat/completions", endpoint="chat", methods=["POST"]),
-        ], strict_slashes=False)
+        self.urls = Map(self.rules(), strict_slashes=False)
         self.httpd = make_server(host, port, self._wsgi, threaded=True, request_handler=_QuietHandler)
         self.thread: threading.Thread | None = None
+
+    def rules(self) -> list[Rule]:
+        """The routes: ``models``, ``model``, ``completions`` and ``chat`` endpoints (subclasses add their own)."""
+        return [Rule("/v1/models", endpoint="models", methods=["GET"]),
+                Rule("/v1/models/<path:name>", endpoint="model", methods=["GET"]),
+                Rule("/v1/completions", endpoint="completions", methods=["POST"]),
+                Rule("/v1/chat/completions", endpoint="chat", methods=["POST"])]
 
     # ---- serving ----
 
@@ -142,6 +104,8 @@ class AgentServer:
             except HTTPException as e:
                 raise APIError(e.code or 404, f"{request.method} {request.path}: {e.name}",
                                kind="not_found_error" if e.code == 404 else "invalid_request_error") from e
+            self._authorize(request)
+            ctx = self.context(request, args)
             if endpoint == "models":
                 response = self._json({"object": "list", "data": [self._model_card()]})
             elif endpoint == "model":
@@ -151,7 +115,7 @@ class AgentServer:
                 response = self._json(self._model_card())
             else:
                 body = self._body(request)
-                result = self.completions(body) if endpoint == "completions" else self.chat(body)
+                result = self.completions(body, ctx) if endpoint == "completions" else self.chat(body, ctx)
                 if isinstance(result, dict):
                     response = self._json(result)
                 else:
@@ -162,6 +126,19 @@ class AgentServer:
             response = self._json({"error": {"message": f"{type(e).__name__}: {e}", "type": "server_error",
                                              "param": None, "code": None}}, 500)
         return response(environ, start_response)
+
+    def _authorize(self, request: Request) -> None:
+        if self.api_key is None:
+            return
+        given = request.headers.get("Authorization", "")
+        token = given[7:].strip() if given.lower().startswith("bearer ") else ""
+        if not hmac.compare_digest(token.encode(), self.api_key.encode()):
+            raise APIError(401, "missing or wrong API key: send `Authorization: Bearer KEY` (the OpenAI client's "
+                           "api_key)", code="invalid_api_key", kind="authentication_error")
+
+    def context(self, request: Request, args: dict[str, Any]) -> Any:
+        """What a request carries besides its body (the gateway: its session); None here."""
+        return None
 
     @staticmethod
     def _json(payload: dict[str, Any], status: int = 200) -> Response:
@@ -184,15 +161,34 @@ class AgentServer:
 
     # ---- generation ----
 
-    def _generate(self, prompt_ids: list[int], params: SamplingParams) -> list[Completion]:
+    def generate(self, prompt_ids: list[int], params: SamplingParams, ctx: Any = None) -> list[Completion]:
+        """``params.n`` completions of one token prompt (here: one generation at a time)."""
         with self._lock:
             return self.agent.generate([prompt_ids], params)
+
+    def chat_prompt(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, ctx: Any = None
+                    ) -> list[int]:
+        """The token prompt of a chat request: the chat template's rendering of ``messages`` (and ``tools``)."""
+        kwargs = {"tools": tools} if tools else {}
+        try:
+            text = self.agent.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True,
+                                                            **kwargs)
+        except Exception as e:  # noqa: BLE001 — the template refused these messages (e.g. an unsupported role)
+            raise APIError(400, f"the model's chat template cannot render these messages: {type(e).__name__}: {e}",
+                           param="messages") from e
+        return list(self.agent.tokenizer.encode(text, add_special_tokens=False))
+
+    def answered(self, ctx: Any, prompt: list[int], outs: list[Completion], request: dict[str, Any]) -> None:
+        """Called with every answered generation request before the response is sent (the gateway records it):
+        the token prompt, the completions and ``request`` — ``{"endpoint": "chat"|"completions", "messages",
+        "tools", "returned": the assistant messages sent back, one per completion}`` (chat) or ``{"endpoint":
+        "completions"}``. Nothing here."""
 
     def _top_logprobs(self, prompt: list[int], c: Completion, k: int, temperature: float) -> list[list[tuple[int, float]]]:
         """The ``k`` most likely tokens at each generated position, under the distribution the agent sampled from."""
         model = getattr(self.agent, "model", None)
         if model is None or not hasattr(model, "forward"):
-            raise _unsupported("top_logprobs", "this agent has no local model to score alternatives; ask for logprobs only")
+            raise unsupported("top_logprobs", "this agent has no local model to score alternatives; ask for logprobs only")
         if not c.token_ids:
             return []
         import torch
@@ -217,16 +213,16 @@ class AgentServer:
 
     # ---- /v1/completions ----
 
-    def completions(self, body: dict[str, Any]) -> dict[str, Any] | Iterator[str]:
+    def completions(self, body: dict[str, Any], ctx: Any = None) -> dict[str, Any] | Iterator[str]:
         """Handle ``/v1/completions``: a response dict, or an iterator of server-sent events when streaming."""
-        _check_params(body, COMPLETION_PARAMS)
+        check_params(body, COMPLETION_PARAMS)
         if body.get("echo"):
-            raise _unsupported("echo", "the prompt is not echoed back")
+            raise unsupported("echo", "the prompt is not echoed back")
         if body.get("suffix"):
-            raise _unsupported("suffix", "no fill-in-the-middle")
-        params = _params(body, 16)
+            raise unsupported("suffix", "no fill-in-the-middle")
+        params = sampling_params(body, 16)
         if body.get("best_of") not in (None, 1, params.n):
-            raise _unsupported("best_of", "no server-side ranking of candidates; use n")
+            raise unsupported("best_of", "no server-side ranking of candidates; use n")
         k = body.get("logprobs")
         if k is not None and (isinstance(k, bool) or not isinstance(k, int) or not 0 <= k <= 20):
             raise APIError(400, f"logprobs must be an integer from 0 to 20 on /v1/completions, got {k!r}", param="logprobs")
@@ -244,8 +240,10 @@ class AgentServer:
         as_ids = bool(body.get("return_tokens_as_token_ids"))
         choices, used = [], 0
         for p in prompts:
-            for c in self._generate(p, params):
-                text = c.text if as_ids else _cut_at_stop(c.text, params.stop)  # token-level clients keep everything
+            outs = self.generate(p, params, ctx)
+            self.answered(ctx, p, outs, {"endpoint": "completions"})
+            for c in outs:
+                text = c.text if as_ids else cut_at_stop(c.text, params.stop)  # token-level clients keep everything
                 choice: dict[str, Any] = {"index": len(choices), "text": text, "finish_reason": c.finish_reason,
                                           "logprobs": None}
                 if k is not None:
@@ -278,24 +276,24 @@ class AgentServer:
                 budget -= len(piece)
                 chunk_lp = None if lp is None else {key: (lp[key][i : i + 1] if lp[key] is not None else None)
                                                     for key in ("tokens", "token_logprobs", "text_offset", "top_logprobs")}
-                yield _sse({**head, "choices": [{"index": choice["index"], "text": piece, "logprobs": chunk_lp,
+                yield sse({**head, "choices": [{"index": choice["index"], "text": piece, "logprobs": chunk_lp,
                                                  "finish_reason": None}]})
-            yield _sse({**head, "choices": [{"index": choice["index"], "text": "", "logprobs": None,
+            yield sse({**head, "choices": [{"index": choice["index"], "text": "", "logprobs": None,
                                              "finish_reason": choice["finish_reason"]}]})
         if (body.get("stream_options") or {}).get("include_usage"):
-            yield _sse({**head, "choices": [], "usage": envelope["usage"]})
+            yield sse({**head, "choices": [], "usage": envelope["usage"]})
         yield "data: [DONE]\n\n"
 
     # ---- /v1/chat/completions ----
 
-    def chat(self, body: dict[str, Any]) -> dict[str, Any] | Iterator[str]:
+    def chat(self, body: dict[str, Any], ctx: Any = None) -> dict[str, Any] | Iterator[str]:
         """Handle ``/v1/chat/completions``: a response dict, or an iterator of server-sent events when streaming."""
-        _check_params(body, CHAT_PARAMS)
+        check_params(body, CHAT_PARAMS)
         fmt = body.get("response_format")
         if fmt is not None and (not isinstance(fmt, dict) or fmt.get("type") != "text"):
-            raise _unsupported("response_format", "no constrained decoding (JSON mode, json_schema); ask for JSON in "
+            raise unsupported("response_format", "no constrained decoding (JSON mode, json_schema); ask for JSON in "
                                "the prompt and validate it yourself")
-        params = _params(body, CHAT_MAX_TOKENS)
+        params = sampling_params(body, CHAT_MAX_TOKENS)
         want_lp = body.get("logprobs")
         if want_lp is not None and not isinstance(want_lp, bool):
             raise APIError(400, f"logprobs must be true or false on /v1/chat/completions, got {want_lp!r}", param="logprobs")
@@ -306,24 +304,17 @@ class AgentServer:
             if not want_lp:
                 raise APIError(400, "top_logprobs requires logprobs=true", param="top_logprobs")
         tools = body.get("tools") or None
-        parse_tools = tools is not None and self._tool_choice(body.get("tool_choice"), tools)
-        messages = _chat_messages(body.get("messages"))
-        tok = self.agent.tokenizer
-        kwargs = {"tools": [t for t in tools if isinstance(t, dict)]} if tools else {}
-        try:
-            text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **kwargs)
-        except Exception as e:  # noqa: BLE001 — the template refused these messages (e.g. an unsupported role)
-            raise APIError(400, f"the model's chat template cannot render these messages: {type(e).__name__}: {e}",
-                           param="messages") from e
-        ids = list(tok.encode(text, add_special_tokens=False))
-        outs = self._generate(ids, params)
+        parse_tools = tools is not None and tool_choice(body.get("tool_choice"), tools)
+        messages = chat_messages(body.get("messages"))
+        ids = self.chat_prompt(messages, tools, ctx)
+        outs = self.generate(ids, params, ctx)
         choices = []
         for i, c in enumerate(outs):
-            content = _cut_at_stop(c.text, params.stop)
+            content = cut_at_stop(c.text, params.stop)
             message: dict[str, Any] = {"role": "assistant", "content": content, "refusal": None}
             finish = c.finish_reason
             if parse_tools:
-                calls, rest = _tool_calls(content)
+                calls, rest = parse_tool_calls(content)
                 if calls:
                     message.update(content=rest or None, tool_calls=calls)
                     finish = "tool_calls"
@@ -332,23 +323,12 @@ class AgentServer:
                 logprobs = {"content": self._chat_logprobs(ids, c, k or 0, params.temperature, len(content)),
                             "refusal": None}
             choices.append({"index": i, "message": message, "logprobs": logprobs, "finish_reason": finish})
+        self.answered(ctx, ids, outs, {"endpoint": "chat", "messages": messages, "tools": tools,
+                                       "returned": [ch["message"] for ch in choices]})
         envelope = self._envelope("chat.completion", choices, len(ids), sum(len(c.token_ids) for c in outs))
         if not body.get("stream"):
             return envelope
         return self._stream_chat(envelope, body)
-
-    @staticmethod
-    def _tool_choice(choice: Any, tools: Any) -> bool:
-        """Whether to parse tool calls; refuses what cannot be honoured."""
-        if not isinstance(tools, list) or not all(isinstance(t, dict) and t.get("type") == "function" for t in tools):
-            raise APIError(400, "tools must be a list of {\"type\": \"function\", \"function\": {...}} objects",
-                           param="tools")
-        if choice in (None, "auto"):
-            return True
-        if choice == "none":
-            return False
-        raise _unsupported("tool_choice", f"{json.dumps(choice)} would force a tool call, which this server cannot "
-                           "guarantee; use \"auto\" (the model decides) or \"none\"")
 
     def _chat_logprobs(self, prompt: list[int], c: Completion, k: int, temperature: float, keep_chars: int) -> list[dict[str, Any]]:
         tok = self.agent.tokenizer
@@ -371,7 +351,7 @@ class AgentServer:
                 "model": envelope["model"], "system_fingerprint": None}
         for choice in envelope["choices"]:
             i, message = choice["index"], choice["message"]
-            yield _sse({**head, "choices": [{"index": i, "delta": {"role": "assistant", "content": ""},
+            yield sse({**head, "choices": [{"index": i, "delta": {"role": "assistant", "content": ""},
                                              "logprobs": None, "finish_reason": None}]})
             entries = (choice["logprobs"] or {}).get("content")
             if entries is not None:  # one chunk per token, with its logprob
@@ -379,21 +359,21 @@ class AgentServer:
                 for entry in entries:
                     piece = bytes(entry["bytes"]).decode(errors="replace")[: max(budget, 0)]
                     budget -= len(piece)
-                    yield _sse({**head, "choices": [{"index": i, "delta": {"content": piece},
+                    yield sse({**head, "choices": [{"index": i, "delta": {"content": piece},
                                                      "logprobs": {"content": [entry], "refusal": None},
                                                      "finish_reason": None}]})
             elif message["content"]:
-                for piece in _split_words(message["content"]):
-                    yield _sse({**head, "choices": [{"index": i, "delta": {"content": piece}, "logprobs": None,
+                for piece in split_words(message["content"]):
+                    yield sse({**head, "choices": [{"index": i, "delta": {"content": piece}, "logprobs": None,
                                                      "finish_reason": None}]})
             if message.get("tool_calls"):
                 calls = [{"index": j, **call} for j, call in enumerate(message["tool_calls"])]
-                yield _sse({**head, "choices": [{"index": i, "delta": {"tool_calls": calls}, "logprobs": None,
+                yield sse({**head, "choices": [{"index": i, "delta": {"tool_calls": calls}, "logprobs": None,
                                                  "finish_reason": None}]})
-            yield _sse({**head, "choices": [{"index": i, "delta": {}, "logprobs": None,
+            yield sse({**head, "choices": [{"index": i, "delta": {}, "logprobs": None,
                                              "finish_reason": choice["finish_reason"]}]})
         if (body.get("stream_options") or {}).get("include_usage"):
-            yield _sse({**head, "choices": [], "usage": envelope["usage"]})
+            yield sse({**head, "choices": [], "usage": envelope["usage"]})
         yield "data: [DONE]\n\n"
 
     def _envelope(self, kind: str, choices: list[dict[str, Any]], prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:
@@ -413,70 +393,3 @@ class _QuietHandler(WSGIRequestHandler):
         pass
 
 
-def _sse(payload: dict[str, Any]) -> str:
-    return f"data: {json.dumps(payload)}\n\n"
-
-
-def _split_words(text: str) -> list[str]:
-    out, start = [], 0
-    for i, ch in enumerate(text):
-        if ch.isspace() and i > start:
-            out.append(text[start:i])
-            start = i
-    return [*out, text[start:]] if start < len(text) else out
-
-
-def _text_of(content: Any, where: str) -> str:
-    """A message's content as text: a string, or a list of text parts."""
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list) and all(isinstance(p, dict) for p in content):
-        kinds = {p.get("type") for p in content} - {"text"}
-        if kinds:
-            raise APIError(400, f"{where}: only text content parts are supported, got {sorted(map(str, kinds))}",
-                           param="messages")
-        return "".join(str(p.get("text", "")) for p in content)
-    raise APIError(400, f"{where}: content must be a string or a list of text parts", param="messages")
-
-
-def _chat_messages(messages: Any) -> list[dict[str, Any]]:
-    """OpenAI messages → the dicts chat templates expect (tool-call arguments as objects, text content)."""
-    if not isinstance(messages, list) or not messages:
-        raise APIError(400, "messages must be a non-empty list", param="messages")
-    out = []
-    for i, m in enumerate(messages):
-        if not isinstance(m, dict) or m.get("role") not in ("system", "developer", "user", "assistant", "tool"):
-            raise APIError(400, f"messages[{i}] needs a role of system, developer, user, assistant or tool",
-                           param="messages")
-        msg: dict[str, Any] = {"role": "system" if m["role"] == "developer" else m["role"],
-                               "content": _text_of(m.get("content"), f"messages[{i}]")}
-        for key in ("name", "tool_call_id"):
-            if m.get(key) is not None:
-                msg[key] = m[key]
-        if m.get("tool_calls"):
-            calls = []
-            for call in m["tool_calls"]:
-                fn = dict(call.get("function") or {})
-                if isinstance(fn.get("arguments"), str):
-                    try:
-                        fn["arguments"] = json.loads(fn["arguments"] or "{}")
-                    except json.JSONDecodeError as e:
-                        raise APIError(400, f"messages[{i}].tool_calls: arguments are not JSON: {e}",
-                                       param="messages") from e
-                calls.append({**call, "function": fn})
-            msg["tool_calls"] = calls
-        out.append(msg)
-    return out
-
-
-def _tool_calls(text: str) -> tuple[list[dict[str, Any]], str]:
-    """Hermes ``<tool_call>`` blocks in ``text`` as OpenAI ``tool_calls``, and the text left around them."""
-    from turnrl.tools.parsers import HermesParser
-
-    parsed = HermesParser().parse(text)
-    calls = [{"id": call.id or f"call_{uuid.uuid4().hex[:12]}", "type": "function",
-              "function": {"name": call.name, "arguments": json.dumps(call.arguments)}} for call in parsed.calls]
-    rest = re.sub(r"<tool_call>.*?</tool_call>", "", text, flags=re.S).strip() if calls else text
-    return calls, rest

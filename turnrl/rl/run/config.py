@@ -139,6 +139,32 @@ class DataConfig(BaseModel):
     shuffle: bool = Field(True, description="reshuffle the units every epoch (seeded by `seed`)")
 
 
+class ProgramConfig(BaseModel):
+    """Train a user agent program through the OpenAI-compatible gateway instead of playing `env` natively: every
+    episode is one run of the program on one of `env`'s tasks (the environment still poses the tasks and grades an
+    answer the program returns)."""
+
+    model_config = ConfigDict(extra="forbid")
+    function: str | None = Field(None, description="'module:function' called as function(base_url, api_key, task) "
+                                 "(the module is found on sys.path or in the current folder; --import works too)")
+    command: str | list[str] | None = Field(None, description="a command run per episode with OPENAI_BASE_URL, "
+                                            "OPENAI_API_KEY and TURNRL_TASK set; its last output line is the result")
+    concurrency: int = Field(32, ge=1, description="episodes (program runs) at once; their calls share batches")
+    timeout: float = Field(600.0, gt=0, description="seconds one program run may take; then its episode is left "
+                           "out as an error (and its session refuses further calls)")
+    model_name: str = Field("turnrl-policy", description="the model name the program asks for")
+    host: str = Field("127.0.0.1", description="where the gateway listens (anything but a loopback address needs "
+                      "api_key)")
+    port: int = Field(0, ge=0, description="0 picks a free port")
+    api_key: str | None = Field(None, description="the key programs must send (default: a random one per run)")
+
+    @model_validator(mode="after")
+    def _one_program(self) -> ProgramConfig:
+        if (self.function is None) == (self.command is None):
+            raise ValueError("program: set exactly one of `function` ('module:function') or `command`")
+        return self
+
+
 class TrainConfig(BaseModel):
     """A training run (``turnrl train CONFIG.yaml``); unknown keys are errors."""
 
@@ -168,6 +194,8 @@ class TrainConfig(BaseModel):
     data: DataConfig | None = Field(None, description="stored training data, for algorithms that train from it "
                                     "(offline objectives: epochs over stored Trajectories; step-wise ones: stored "
                                     "states)")
+    program: ProgramConfig | None = Field(None, description="train a user agent program through the OpenAI-"
+                                          "compatible gateway (its episodes instead of native rollouts of `env`)")
 
     @field_validator("algorithm", mode="before")
     @classmethod
@@ -189,6 +217,12 @@ class TrainConfig(BaseModel):
         if self.rollout.max_staleness > 0 and self.learner.weight_sync == "nccl":
             raise ValueError("rollout.max_staleness > 0 pushes weights to workers while they generate, which the NCCL "
                              "weight transfer does not do yet: use learner.weight_sync=object_store or max_staleness=0")
+        if self.program is not None and self.placement != "local":
+            raise ValueError("`program` runs the agent program against a gateway in the trainer's process: use "
+                             "placement=local")
+        if self.program is not None and self.rollout.max_staleness > 0:
+            raise ValueError("`program` episodes are played while nothing updates the policy: use "
+                             "rollout.max_staleness=0")
         if self.learner.backend == "deepspeed" and self.placement != "ray":
             raise ValueError("learner.backend=deepspeed runs its ranks as Ray actors: add placement=ray")
         if self.learner.weight_sync == "nccl" and (self.learner.backend != "deepspeed" or self.ray.rollout_backend
@@ -201,7 +235,18 @@ class TrainConfig(BaseModel):
     def _algorithm_checks(self) -> TrainConfig:
         from turnrl.rl.algorithms import algorithm_class
 
-        algorithm_class(self.algorithm.name).check_config(self)  # its own checks and its experience source's
+        cls = algorithm_class(self.algorithm.name)
+        cls.check_config(self)  # its own checks and its experience source's
+        if self.program is not None:
+            from turnrl.rl.algorithms.base import Algorithm
+            from turnrl.rl.sources.onpolicy import OnPolicySource
+
+            if cls.source_class() is not OnPolicySource:
+                raise ValueError(f"algorithm {self.algorithm.name!r} does not sample whole episodes on-policy, which "
+                                 "is what a `program` gives; pick grpo, dapo, rloo, reinforce, ppo or vapo")
+            if cls.rollout_hook is not Algorithm.rollout_hook:
+                raise ValueError(f"algorithm {self.algorithm.name!r} rewrites turns while they are sampled, which "
+                                 "cannot be done to a program's calls")
         return self
 
 

@@ -262,6 +262,7 @@ def evaluate(
     max_context: int = 4096,
     on_episode: Callable[[Trajectory], Any] | None = None,
     env_timeout: float | None = 60.0,
+    player: Callable[..., tuple[list[Trajectory], int]] | None = None,
 ) -> dict[str, Any]:
     """Evaluate ``agent`` on tasks ``0..limit-1`` of ``env_id`` with ``samples`` episodes each.
 
@@ -274,6 +275,8 @@ def evaluate(
         batch_episodes: episodes rolled out together (each turn's generation is batched across them).
         on_episode: called with each finished trajectory (progress bars).
         env_timeout: seconds one environment step may take before its episode ends with an error.
+        player: plays the episodes instead of the native rollout (a user program through the gateway):
+            ``player(jobs, env_kwargs, sink) -> (trajectories in job order, generated tokens)``.
 
     Returns:
         The metrics dict (also in ``metrics.json``).
@@ -307,10 +310,14 @@ def evaluate(
     try:
         for start in range(0, len(jobs), batch_episodes):
             chunk = jobs[start : start + batch_episodes]
-            trajs, rollout = play(agent, env_id, env_kwargs, chunk, seed=seed, params=params, max_context=max_context,
-                                  env_timeout=env_timeout, sink=sink, chunk=chunk[0].task,
-                                  group_id=lambda j: str(j.task))
-            generated += rollout.stats.generated_tokens
+            if player is not None:
+                trajs, tokens = player(chunk, env_kwargs, sink)
+            else:
+                trajs, rollout = play(agent, env_id, env_kwargs, chunk, seed=seed, params=params,
+                                      max_context=max_context, env_timeout=env_timeout, sink=sink, chunk=chunk[0].task,
+                                      group_id=lambda j: str(j.task))
+                tokens = rollout.stats.generated_tokens
+            generated += tokens
             rows += [episode_row(t, j.task, j.sample) for t, j in zip(trajs, chunk)]
             everything += [t.model_copy(update=dict.fromkeys(("token_ids", "loss_mask", "logprobs", "token_versions",
                                                                 "segments")))

@@ -78,7 +78,11 @@ class Trainer:
     def _runner(self) -> Runner:
         """The placement's runner of on-policy jobs (built when a source first asks)."""
         if self.runner is None:
-            if self.cfg.placement == "ray":
+            if self.cfg.program is not None:
+                from turnrl.gateway.runner import GatewayRunner
+
+                self.runner = GatewayRunner(self.cfg, self.agent, lambda: self.learner.version)
+            elif self.cfg.placement == "ray":
                 from turnrl.rl.placement.ray import RayRunner
 
                 self.runner = RayRunner(self.cfg, self.learner, self._tokenizer)
@@ -107,10 +111,17 @@ class Trainer:
             train_env = make(self.cfg.env.id, **self.cfg.env.kwargs)
             self._eval_kwargs = run_eval_kwargs(train_env, self.cfg.env.kwargs, self.cfg.env.eval_kwargs)
         kwargs = self._eval_kwargs
+        player = None
+        if self.cfg.program is not None:  # the program is the agent: evaluated through the gateway, greedy
+            from turnrl.gateway.runner import GatewayRunner
+
+            runner = self._runner()
+            assert isinstance(runner, GatewayRunner)
+            player = runner.player(greedy=True)
         m = evaluate(self.agent, self.cfg.env.id, env_kwargs=kwargs, limit=self.cfg.eval_tasks, seed=self.cfg.seed,
                      params=SamplingParams(temperature=0.0, max_new_tokens=self.cfg.rollout.max_new_tokens),
                      batch_episodes=64, max_context=self.cfg.rollout.max_context, out=out,
-                     env_timeout=self.cfg.rollout.env_timeout)
+                     env_timeout=self.cfg.rollout.env_timeout, player=player)
         return m["accuracy"]
 
     def train(self, *, stop_after: int | None = None,

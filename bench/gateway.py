@@ -1,0 +1,134 @@
+"""Gateway overhead: episodes/s of an agent program talking to the policy through the OpenAI-compatible gateway vs
+the same episodes played natively by turnrl, side by side.
+
+    python bench/gateway.py                        # 32 concurrent episodes, 3 turns, 32 new tokens per turn
+    python bench/gateway.py --episodes 32 --turns 3 --max-new 32 --repeat 2
+
+Both modes run in their own process, one after the other, on SmolLM2-135M-Instruct (fp32, CPU), sampling at
+temperature 1 from each episode's own seeded stream, on multi-turn arithmetic with a calculator (retry on a wrong
+answer, so episodes take several turns):
+
+* ``native`` — turnrl's rollout with continuous batching (each episode's next turn joins the running batch as soon
+  as its environment answered) and per-episode KV caches;
+* ``gateway`` — a program per episode, 32 at once in threads, each an `openai` client looping chat completions and
+  stepping its own copy of the environment; the gateway records every call and the same HF agent decodes all
+  sessions in one continuous batch.
+
+The sessions sample with the streams the native episodes use, so both modes generate the same tokens: the script
+checks that, so the ratio is the gateway's own cost (HTTP, JSON, template rendering, the drift check, recording).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+
+
+def measure(mode: str, episodes: int, turns: int, max_new: int, model: str, out: str) -> None:
+    """One measurement (in a child process): play the episodes, write the figures and tokens to ``out``."""
+    import torch
+    import transformers
+
+    transformers.utils.logging.disable_progress_bar()
+    import turnrl
+    from turnrl.agents import SamplingParams
+    from turnrl.agents.hf import HFAgent
+    from turnrl.rl.sources.rollout import Rollout
+
+    def env():
+        return turnrl.make("turnrl/Arithmetic-v0", level=2, calculator=True, retry=True, max_turns=turns,
+                           answer_format="auto")
+
+    torch.manual_seed(0)
+    agent = HFAgent.from_pretrained(model, batch_size=episodes, kv_cache_mb=4096)
+    params = SamplingParams(temperature=1.0, max_new_tokens=max_new)
+    Rollout(agent, params.model_copy(update={"max_new_tokens": 4})).run([env()])  # one-off setup of the first pass
+    seeds = [1000 + i for i in range(episodes)]
+    if mode == "native":
+        t0 = time.perf_counter()
+        trajs = Rollout(agent, params, continuous=True).run([env() for _ in range(episodes)], seeds=seeds,
+                                                            sample_seeds=seeds)
+        wall = time.perf_counter() - t0
+    else:
+        from openai import OpenAI
+
+        from turnrl.gateway import Gateway, build_trajectory
+
+        gateway = Gateway(agent, "policy", max_context=4096).start()
+        ids = [gateway.open(f"e{i}", seed=s) for i, s in enumerate(seeds)]
+        results: dict[str, tuple[float, dict]] = {}
+
+        def program(sid: str, seed: int) -> None:  # what a user's agent does: its own loop, its own environment
+            client = OpenAI(base_url=gateway.base_url(sid), api_key=gateway.api_key, max_retries=0)
+            e = env()
+            obs, _ = e.reset(seed=seed)
+            messages = [m.to_chat() for m in obs]
+            while True:
+                reply = client.chat.completions.create(model="policy", messages=messages, max_tokens=max_new,
+                                                       temperature=1.0)
+                text = reply.choices[0].message.content
+                messages.append({"role": "assistant", "content": text})
+                obs, reward, terminated, truncated, info = e.step(text)
+                if terminated or truncated:
+                    results[sid] = (reward, info)
+                    return
+                messages += [m.to_chat() for m in obs]
+
+        t0 = time.perf_counter()
+        threads = [threading.Thread(target=program, args=(sid, s)) for sid, s in zip(ids, seeds)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(600)
+        trajs = [build_trajectory(gateway.close(sid).calls, reward=results[sid][0],
+                                  correct=results[sid][1].get("correct"), eos_ids=gateway.eos_ids) for sid in ids]
+        wall = time.perf_counter() - t0
+        gateway.stop()
+    errors = [t.error for t in trajs if t.error]
+    if errors:
+        raise SystemExit(f"episodes failed: {errors[:3]}")
+    figures = {"wall_s": wall, "episodes_s": episodes / wall, "turns": sum(t.num_turns for t in trajs) / episodes,
+               "generated": sum(sum(t.loss_mask) for t in trajs), "tokens": [t.token_ids for t in trajs]}
+    with open(out, "w") as f:
+        json.dump(figures, f)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--episodes", type=int, default=32)
+    ap.add_argument("--turns", type=int, default=3)
+    ap.add_argument("--max-new", type=int, default=32)
+    ap.add_argument("--repeat", type=int, default=1, help="runs of each mode (alternating)")
+    ap.add_argument("--model", default="smollm2-135m-instruct")
+    ap.add_argument("--child", nargs=2, metavar=("MODE", "OUT"), help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.child:
+        measure(a.child[0], a.episodes, a.turns, a.max_new, a.model, a.child[1])
+        return
+    rows: dict[str, list[dict]] = {"native": [], "gateway": []}
+    for r in range(a.repeat):
+        for mode in ("native", "gateway"):
+            out = f"/tmp/turnrl-bench-gateway-{mode}-{r}.json"
+            subprocess.run([sys.executable, __file__, "--episodes", str(a.episodes), "--turns", str(a.turns),
+                            "--max-new", str(a.max_new), "--model", a.model, "--child", mode, out], check=True,
+                           env={**os.environ, "TOKENIZERS_PARALLELISM": "false"})
+            with open(out) as f:
+                rows[mode].append(json.load(f))
+    same = all(n["tokens"] == g["tokens"] for n, g in zip(rows["native"], rows["gateway"]))
+    print(f"{a.episodes} concurrent episodes, up to {a.turns} turns, {a.max_new} new tokens per turn; "
+          f"same tokens in both modes: {same}")
+    print(f"{'mode':8} {'run':>3} {'wall s':>8} {'episodes/s':>11} {'turns/ep':>9} {'generated':>10}")
+    for mode, runs in rows.items():
+        for r, x in enumerate(runs):
+            print(f"{mode:8} {r:>3} {x['wall_s']:>8.1f} {x['episodes_s']:>11.3f} {x['turns']:>9.2f} {x['generated']:>10}")
+    best = {m: max(x["episodes_s"] for x in runs) for m, runs in rows.items()}
+    print(f"gateway / native episodes/s (best of {a.repeat}): {best['gateway'] / best['native']:.2f}x")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,151 @@
+"""One agent serving generation requests from many threads (the gateway's HTTP handlers) in shared batches.
+
+With an agent that decodes requests as they come (``agenerate_one``, the HF agent: continuous batching) an event
+loop runs in its own thread and every request joins the running batch at its next decode step. Any other agent
+(vLLM, an HTTP backend, a scripted one) gets the requests that arrived within a few milliseconds of each other in
+one ``generate`` call. Every wait has a timeout; a failed generation fails only the requests that were in it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures as cf
+import inspect
+import queue
+import random
+import threading
+from typing import Any
+
+from turnrl.agents.base import Completion, SamplingParams
+
+
+class Engine:
+    """Serve ``generate`` calls of many threads with ``agent`` (see the module docstring).
+
+    Args:
+        agent: the policy (its ``agenerate_one`` is used where it has one, else ``generate``).
+        timeout: seconds a request may wait for its completions before it fails.
+        window: seconds the batching agent path waits for more requests to share a ``generate`` call.
+    """
+
+    def __init__(self, agent: Any, *, timeout: float = 600.0, window: float = 0.01) -> None:
+        self.agent, self.timeout, self.window = agent, timeout, window
+        self.streaming = getattr(agent, "agenerate_one", None) is not None
+        self._closed = False
+        threads = _torch_threads()
+        if self.streaming:
+            self._loop = asyncio.new_event_loop()
+            self._thread = threading.Thread(target=self._run_loop, args=(threads,), daemon=True,
+                                            name="turnrl-gateway-engine")
+        else:
+            self._queue: queue.Queue[tuple[list[int], SamplingParams, int | None, cf.Future]] = queue.Queue()
+            self._seeds = "seeds" in inspect.signature(agent.generate).parameters
+            self._thread = threading.Thread(target=self._run_batches, args=(threads,), daemon=True,
+                                            name="turnrl-gateway-engine")
+        self._thread.start()
+
+    def generate(self, prompt: list[int], params: SamplingParams, *, seed: int | None = None,
+                 session: str | None = None) -> list[Completion]:
+        """``params.n`` completions of ``prompt``; choice ``j`` samples from its own stream of ``seed`` (where the
+        agent takes seeds). ``session`` names the KV cache to reuse (one completion only)."""
+        if self._closed:
+            raise RuntimeError("the gateway's engine is closed")
+        one = params.model_copy(update={"n": 1})
+        futures = [self._submit(prompt, one, seed, j, session if params.n == 1 else None) for j in range(params.n)]
+        done, pending = cf.wait(futures, timeout=self.timeout)
+        for f in pending:
+            f.cancel()
+        if pending:
+            raise TimeoutError(f"generation took longer than {self.timeout:g}s")
+        return [f.result() for f in futures]
+
+    def release(self, session: str) -> None:
+        """Free a finished session's KV cache (in the engine's thread, where the cache is used)."""
+        if self.streaming and getattr(self.agent, "supports_sessions", False) and not self._closed:
+            self._loop.call_soon_threadsafe(self.agent.release, [session])
+
+    def close(self) -> None:
+        """Stop the engine's thread (requests still waiting fail)."""
+        if self._closed:
+            return
+        self._closed = True
+        if self.streaming:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+        else:
+            self._queue.put(None)  # type: ignore[arg-type]
+        self._thread.join(timeout=10)
+
+    # ---- the two paths ----
+
+    def _submit(self, prompt: list[int], params: SamplingParams, seed: int | None, choice: int,
+                session: str | None) -> cf.Future:
+        if self.streaming:
+            coro = self.agent.agenerate_one(prompt, params, seed=seed, session=session,
+                                            **({"choice": choice} if choice else {}))
+            return asyncio.run_coroutine_threadsafe(coro, self._loop)
+        future: cf.Future = cf.Future()
+        self._queue.put((prompt, params, None if seed is None else seed * 1_000_003 + choice, future))
+        return future
+
+    def _run_loop(self, threads: int) -> None:
+        _set_torch_threads(threads)
+        asyncio.set_event_loop(self._loop)
+        self._loop.run_forever()
+
+    def _run_batches(self, threads: int) -> None:
+        _set_torch_threads(threads)
+        while True:
+            first = self._queue.get()
+            if first is None:
+                return
+            items = [first]
+            deadline = threading.Event()
+            deadline.wait(self.window)  # let concurrent requests arrive
+            while True:
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if item is None:
+                    self._queue.put(None)  # type: ignore[arg-type]
+                    break
+                items.append(item)
+            groups: dict[str, list[tuple[list[int], SamplingParams, int | None, cf.Future]]] = {}
+            for item in items:
+                if item[3].set_running_or_notify_cancel():
+                    groups.setdefault(item[1].model_dump_json(exclude={"seed"}), []).append(item)
+            for group in groups.values():
+                self._generate_group(group)
+
+    def _generate_group(self, group: list[tuple[list[int], SamplingParams, int | None, cf.Future]]) -> None:
+        params = group[0][1]
+        try:
+            kwargs = {}
+            if self._seeds:
+                kwargs["seeds"] = [s if s is not None else random.getrandbits(61) for _, _, s, _ in group]
+            outs = self.agent.generate([p for p, *_ in group], params, **kwargs)
+        except Exception as e:  # noqa: BLE001 — every request of the group learns why
+            for *_, f in group:
+                f.set_exception(e)
+            return
+        for (*_, f), c in zip(group, outs):
+            f.set_result(c)
+
+
+def _torch_threads() -> int:
+    try:
+        import torch
+
+        return torch.get_num_threads()
+    except ImportError:  # pragma: no cover — torch is a dependency
+        return 1
+
+
+def _set_torch_threads(n: int) -> None:
+    """A new thread's OpenMP pool starts from OMP_NUM_THREADS, not from the main thread's setting."""
+    try:
+        import torch
+
+        torch.set_num_threads(n)
+    except ImportError:  # pragma: no cover
+        pass

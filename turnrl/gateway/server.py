@@ -1,0 +1,212 @@
+"""The training gateway: an OpenAI-compatible server whose every call becomes training data.
+
+A user's agent program talks to the policy being trained through any OpenAI client. The gateway serves it like
+``turnrl serve`` (chat and completions, ``tools``, streaming, ``n``, logprobs — :class:`~turnrl.agents.server.
+AgentServer`), with three differences:
+
+* **Sessions.** Calls are grouped into episodes by a session id, in the URL path: the program gets
+  ``base_url = http://127.0.0.1:PORT/s/SESSION/v1`` and needs nothing else (``OpenAI(base_url=base_url,
+  api_key=api_key)``). A client that keeps one base URL may send the header ``X-Session-Id: SESSION`` to
+  ``http://127.0.0.1:PORT/v1`` instead. A call naming no session, an unknown one or one that has ended is refused
+  (400, 404, 409 in OpenAI's error shape).
+* **Exact tokens.** A chat call that extends an earlier one is prompted with the exact tokens sampled before, plus
+  the template tokens of the new messages (:mod:`turnrl.gateway.history`); everything answered is recorded
+  (:mod:`turnrl.gateway.record`).
+* **Batching.** Concurrent sessions share the policy's generation calls (:mod:`turnrl.gateway.engine`).
+
+The run's sampling settings override the request's (``sampling``: e.g. the rollout temperature — the learner scores
+tokens under the distribution that sampled them), ``max_tokens`` is capped by ``max_new_tokens``, and a prompt longer
+than ``max_context`` allows is refused with OpenAI's ``context_length_exceeded``. A request without a ``seed`` draws
+from the session's own stream: call k of a session opened with ``seed`` s samples with seed ``s·1009 + k``, as turn
+k of a native turnrl episode with sample seed s does. A key is always required (one is made when none is given).
+"""
+
+from __future__ import annotations
+
+import secrets
+import threading
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from werkzeug.routing import Rule
+from werkzeug.wrappers import Request
+
+from turnrl.agents.base import Completion, SamplingParams
+from turnrl.agents.openai_api import APIError, chat_messages
+from turnrl.agents.server import AgentServer
+from turnrl.gateway.engine import Engine
+from turnrl.gateway.history import ChatHistory, Match
+from turnrl.gateway.record import Call
+
+
+@dataclass
+class Session:
+    """One episode's calls (see :mod:`turnrl.gateway.record`)."""
+
+    id: str
+    history: ChatHistory
+    seed: int | None = None
+    sampling: dict[str, Any] = field(default_factory=dict)
+    calls: list[Call] = field(default_factory=list)
+    started: int = 0  # generation requests begun (the default seed stream)
+    closed: bool = False
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def next_seed(self) -> int | None:
+        """The seed of the session's next call that gives none (None: the session has no stream)."""
+        with self.lock:
+            k, self.started = self.started, self.started + 1
+        return None if self.seed is None else (self.seed * 1009 + k) % 2**62
+
+
+@dataclass
+class _Request:
+    session: Session
+    match: Match | None = None
+    version: int = -1
+
+
+class Gateway(AgentServer):
+    """The training gateway (see the module docstring).
+
+    Args:
+        agent: the policy, as an agent (the HF agent decodes concurrent sessions in one continuous batch).
+        model: the model name clients ask for.
+        host, port: where to listen (port 0 picks a free one).
+        api_key: the key clients must send; default a random one (:attr:`api_key`).
+        version: the policy version, recorded with every call.
+        sampling: fields of :class:`~turnrl.agents.base.SamplingParams` that override every request's.
+        max_new_tokens: the most tokens one call may generate.
+        max_context: the most tokens a prompt and its completion may hold.
+        timeout: seconds one request may wait for its completions.
+    """
+
+    def __init__(self, agent: Any, model: str = "turnrl-policy", *, host: str = "127.0.0.1", port: int = 0,
+                 api_key: str | None = None, version: Callable[[], int] | None = None,
+                 sampling: dict[str, Any] | None = None, max_new_tokens: int | None = None,
+                 max_context: int | None = None, timeout: float = 600.0) -> None:
+        super().__init__(agent, model, host, port, api_key=api_key or secrets.token_urlsafe(24))
+        self.version = version or (lambda: 0)
+        self.sampling = dict(sampling or {})
+        self.max_new_tokens, self.max_context = max_new_tokens, max_context
+        self.engine = Engine(agent, timeout=timeout)
+        self.sessions: dict[str, Session] = {}
+        self._ended: set[str] = set()
+        self._sessions_lock = threading.Lock()
+        eos = getattr(agent.tokenizer, "eos_token_id", None)
+        self.eos_ids = set(getattr(agent, "eos_ids", None) or []) | ({eos} if eos is not None else set())
+
+    def rules(self) -> list[Rule]:
+        """The plain routes (session in the ``X-Session-Id`` header) and the same under ``/s/<session>``."""
+        base = super().rules()
+        return base + [Rule("/s/<session>" + r.rule, endpoint=r.endpoint, methods=r.methods) for r in base]
+
+    # ---- sessions ----
+
+    @property
+    def root(self) -> str:
+        """``http://HOST:PORT`` (no path)."""
+        return f"http://{self.httpd.host}:{self.httpd.server_port}"
+
+    def base_url(self, session: str) -> str:
+        """The OpenAI ``base_url`` of a session: ``http://HOST:PORT/s/SESSION/v1``."""
+        return f"{self.root}/s/{session}/v1"
+
+    def open(self, session: str | None = None, *, seed: int | None = None,
+             sampling: dict[str, Any] | None = None) -> str:
+        """Start recording a session (default id: a random one); returns its id. ``seed`` starts its own sampling
+        stream; ``sampling`` overrides the gateway's sampling settings for it (e.g. greedy for evaluation)."""
+        sid = session or uuid.uuid4().hex
+        if not sid.replace("-", "").replace("_", "").replace(".", "").isalnum():
+            raise ValueError(f"a session id may hold letters, digits, '-', '_' and '.', got {sid!r}")
+        with self._sessions_lock:
+            if sid in self.sessions or sid in self._ended:
+                raise ValueError(f"session {sid!r} exists already")
+            self.sessions[sid] = Session(sid, ChatHistory(self.agent.tokenizer, self.eos_ids), seed=seed,
+                                         sampling=dict(sampling or {}))
+        return sid
+
+    def close(self, session: str) -> Session:
+        """Stop recording a session and return what it recorded; later calls naming it get a 409."""
+        with self._sessions_lock:
+            s = self.sessions.pop(session)
+            self._ended.add(session)
+        with s.lock:
+            s.closed = True
+        self.engine.release(session)
+        return s
+
+    def stop(self) -> None:
+        """Stop serving and the engine."""
+        super().stop()
+        self.engine.close()
+
+    # ---- the AgentServer hooks ----
+
+    def context(self, request: Request, args: dict[str, Any]) -> _Request | None:
+        sid = args.get("session") or request.headers.get("X-Session-Id")
+        if sid is None:
+            return None
+        with self._sessions_lock:
+            s = self.sessions.get(sid)
+            ended = sid in self._ended
+        if s is None:
+            if ended:
+                raise APIError(409, f"session {sid!r} has ended (its episode is recorded); open a new one",
+                               code="session_ended")
+            raise APIError(404, f"unknown session {sid!r}: use the base_url the gateway gave your program",
+                           code="session_not_found", kind="not_found_error")
+        return _Request(s)
+
+    def chat_prompt(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, ctx: Any = None
+                    ) -> list[int]:
+        req = _need_session(ctx)
+        try:
+            ids, req.match = req.session.history.prompt(messages, tools)
+        except Exception as e:  # noqa: BLE001 — the template refused these messages
+            raise APIError(400, f"the model's chat template cannot render these messages: {type(e).__name__}: {e}",
+                           param="messages") from e
+        return ids
+
+    def generate(self, prompt_ids: list[int], params: SamplingParams, ctx: Any = None) -> list[Completion]:
+        req = _need_session(ctx)
+        params = params.model_copy(update={**self.sampling, **req.session.sampling})
+        budget = params.max_new_tokens if self.max_new_tokens is None else min(params.max_new_tokens,
+                                                                                self.max_new_tokens)
+        if self.max_context is not None:
+            room = self.max_context - len(prompt_ids)
+            if room < 1:
+                raise APIError(400, f"this model's maximum context length is {self.max_context} tokens; the "
+                               f"messages hold {len(prompt_ids)}: shorten the history", param="messages",
+                               code="context_length_exceeded")
+            budget = min(budget, room)
+        params = params.model_copy(update={"max_new_tokens": budget})
+        seed = params.seed if params.seed is not None else req.session.next_seed()
+        req.version = int(self.version())
+        try:
+            return self.engine.generate(prompt_ids, params, seed=seed, session=req.session.id)
+        except TimeoutError as e:
+            raise APIError(503, f"generation timed out: {e}", kind="server_error", code="timeout") from e
+
+    def answered(self, ctx: Any, prompt: list[int], outs: list[Completion], request: dict[str, Any]) -> None:
+        req = _need_session(ctx)
+        s = req.session
+        returned = None
+        if request["endpoint"] == "chat":
+            returned = chat_messages(request["returned"])
+            s.history.answered(request["messages"], request["tools"], prompt, returned,
+                               [c.token_ids for c in outs])
+        with s.lock:
+            if s.closed:
+                return  # the episode was recorded without it (its program ran past its time)
+            s.calls.append(Call(len(s.calls), list(prompt), outs, req.version, request["endpoint"],
+                                request.get("messages"), returned, req.match))
+
+
+def _need_session(ctx: Any) -> _Request:
+    if ctx is None:
+        raise APIError(400, "no session: use the base_url the gateway gave your program (…/s/SESSION/v1) or send "
+                       "the header X-Session-Id", code="session_required")
+    return ctx
