@@ -18,7 +18,9 @@ from turnrl.agents.scripted import ScriptedAgent
 from turnrl.agents.tiny import tiny_tokenizer
 from turnrl.rl.sources.rollout import Rollout
 from turnrl.storage import read_jsonl, write_jsonl, write_parquet
+from turnrl.types import Message, Trajectory, Turn
 from turnrl.view import EpisodeIndex, ViewApp, ViewServer, discover
+from turnrl.view.app import TokenTexts, episode_payload
 
 ENV_KW = {"calculator": True, "max_turns": 3}
 
@@ -306,3 +308,71 @@ def test_nan_logprobs_are_served_as_null(run_dir, tmp_path):
     with ViewServer(ViewApp(index, None, None)) as s:
         ep = httpx.get(s.url + "api/episode/0", timeout=10).json()
     assert ep["tokens"]["logp"][-1] is None and ep["tokens"]["text"] is None
+
+
+def segmented_episode(tok):
+    """An episode whose history was rewritten twice: three context segments, one turn each (the second segment's
+    reason recorded, the third's not)."""
+    ids, mask, turns, starts = [], [], [], []
+
+    def add(text, m):
+        s = len(ids)
+        ids.extend(tok.encode(text, add_special_tokens=False))
+        mask.extend([m] * (len(ids) - s))
+        return s, len(ids)
+
+    for k, (question, answer) in enumerate([("What is 2 + 3?", "Let me add."), ("Summary: adding 2 and 3.", "It is 5"),
+                                            ("Answer now.", "\\boxed{5}")]):
+        starts.append(len(ids))
+        add(f"<|im_start|>user\n{question}<|im_end|>\n<|im_start|>assistant\n", 0)
+        span = add(f"{answer}<|im_end|>", 1)
+        turns.append(Turn(index=k, action=Message(role="assistant", content=answer), token_span=span,
+                          info={"segment": k}, reward=1.0 if k == 2 else 0.0))
+    return Trajectory(id="rewritten", env_id="gateway", task_id="rewritten-task",
+                      prompt=[Message(role="user", content="What is 2 + 3?")], turns=turns, token_ids=ids,
+                      loss_mask=mask, logprobs=[-0.1 * m for m in mask], segments=starts, terminated=True,
+                      metadata={"segment_reasons": ["history rewritten: 2 messages dropped"]})
+
+
+def test_page_marks_where_the_history_was_rewritten(browser, tmp_path):
+    from selenium.webdriver.common.by import By
+
+    tok = tiny_tokenizer("chatml")
+    traj = segmented_episode(tok)
+    write_jsonl([traj], tmp_path / "eval" / "step-0" / "trajectories.jsonl")
+    index = EpisodeIndex.open(tmp_path)
+    assert index.wait(30)
+    with ViewServer(ViewApp(index, tok, "tiny:chatml")) as server:
+        ep = httpx.get(server.url + "api/episode/0", timeout=10).json()
+        assert [t["segment"] for t in ep["turns"]] == [0, 1, 2]
+        assert ep["contexts"] == [
+            {"index": 1, "start": traj.segments[1], "reason": "history rewritten: 2 messages dropped"},
+            {"index": 2, "start": traj.segments[2], "reason": "new context segment"}]
+        browser.get(server.url + "#e=0&tab=chat")
+        _wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, ".pane .segment-divider"), what="the dividers")
+        chat = browser.find_element(By.CSS_SELECTOR, ".pane .chat")
+        dividers = chat.find_elements(By.CSS_SELECTOR, ".segment-divider")
+        assert [d.text for d in dividers] == ["new context 2: history rewritten: 2 messages dropped",
+                                              "new context 3: new context segment"]
+        assert all(d.is_displayed() and d.size["height"] > 0 for d in dividers)
+        # each divider sits right before the first turn of its segment
+        order = [el.get_attribute("class") or "" for el in chat.find_elements(By.XPATH, "./*")]
+        heads = [i for i, c in enumerate(order) if c == "turnhead"]
+        marks = [i for i, c in enumerate(order) if c == "segment-divider"]
+        assert marks == [heads[1] - 1, heads[2] - 1]
+        assert "3 contexts" in browser.find_element(By.CSS_SELECTOR, ".pane .facts").text
+        # the tokens: a marker at each segment's first token
+        browser.find_element(By.ID, "tab-tokens").click()
+        _wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, ".pane .segmark"), what="the token markers")
+        marks = browser.find_elements(By.CSS_SELECTOR, ".pane .tokens .segmark")
+        after = [m.find_element(By.XPATH, "following-sibling::span[contains(@class, 'tok')][1]") for m in marks]
+        assert [int(a.get_attribute("data-i")) for a in after] == traj.segments[1:]
+        assert "history rewritten: 2 messages dropped" in marks[0].text and "new context segment" in marks[1].text
+    # a plain episode: one context, no dividers
+    plain = traj.model_copy(update={"segments": None, "metadata": {},
+                                    "turns": [t.model_copy(update={"info": {}}) for t in traj.turns]})
+    payload = episode_payload(plain, TokenTexts(None), {})
+    assert payload["contexts"] == [] and [t["segment"] for t in payload["turns"]] == [0, 0, 0]
+    # without info["segment"], a turn's segment comes from its token span
+    spans = traj.model_copy(update={"turns": [t.model_copy(update={"info": {}}) for t in traj.turns]})
+    assert [t["segment"] for t in episode_payload(spans, TokenTexts(None), {})["turns"]] == [0, 1, 2]

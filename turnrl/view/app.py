@@ -2,7 +2,9 @@
 
 Routes: ``/`` (the page), ``/static/…``, ``/api/info`` (sources, filter choices, indexing progress),
 ``/api/episodes`` (filtered list, paged), ``/api/episode/<i>`` (one episode: conversation and tokens),
-``/api/group/<i>`` (the episodes of its group). Served by Werkzeug on 127.0.0.1 by default.
+``/api/group/<i>`` (the episodes of its group). Served by Werkzeug on 127.0.0.1 by default. An episode whose
+history was rewritten (context segments, ``Trajectory.segments``) shows a divider, with the reason, where each new
+context begins.
 """
 
 from __future__ import annotations
@@ -51,6 +53,27 @@ def _finite(values: list[float] | None) -> list[float | None] | None:
     return [v if isinstance(v, (int, float)) and math.isfinite(v) else None for v in values]
 
 
+def contexts(traj: Trajectory) -> tuple[list[dict[str, Any]], list[int]]:
+    """Where the episode's history was rewritten: one entry per context segment after the first (``index``,
+    token ``start`` or None, ``reason`` from ``metadata["segment_reasons"]``, else "new context segment"), and
+    each turn's segment (``info["segment"]``, else found from its token spans, else the turn before's)."""
+    starts = traj.segments or [0]
+    of_turn, k = [], 0
+    for t in traj.turns:
+        seg = t.info.get("segment")
+        if not isinstance(seg, int) or isinstance(seg, bool):
+            span = t.token_span or t.obs_span
+            seg = max(i for i, s in enumerate(starts) if s <= span[0]) if span is not None and traj.segments else k
+        of_turn.append(k := seg)
+    n = max([len(starts), *(s + 1 for s in of_turn)])
+    reasons = traj.metadata.get("segment_reasons")
+    reasons = reasons if isinstance(reasons, list) else []
+    out = [{"index": i, "start": starts[i] if i < len(starts) else None,
+            "reason": reasons[i - 1] if i - 1 < len(reasons) and isinstance(reasons[i - 1], str) and reasons[i - 1]
+            else "new context segment"} for i in range(1, n)]
+    return out, of_turn
+
+
 def episode_payload(traj: Trajectory, texts: TokenTexts, row: dict[str, Any]) -> dict[str, Any]:
     """One episode for the page: the conversation by turn and the token arrays with their segments."""
     ids = traj.token_ids or []
@@ -76,20 +99,22 @@ def episode_payload(traj: Trajectory, texts: TokenTexts, row: dict[str, Any]) ->
             "learner": _finite(learner) if learner is not None and len(learner) == n else None,
             "segment": segment, "turn": turn_of,
         }
+    segments, turn_segment = contexts(traj)
     turns = [{
-        "index": t.index, "role": t.role, "reward": t.reward, "terminated": t.terminated, "truncated": t.truncated,
+        "index": t.index, "segment": seg, "role": t.role, "reward": t.reward, "terminated": t.terminated,
+        "truncated": t.truncated,
         "action": t.action.model_dump(exclude_none=True),
         "observation": [m.model_dump(exclude_none=True) for m in t.observation],
         "tool_calls": t.info.get("tool_calls") or [c.model_dump() for c in t.action.tool_calls or []],
         "info": {k: v for k, v in t.info.items() if k != "tool_calls"},
         "token_span": t.token_span, "obs_span": t.obs_span,
-    } for t in traj.turns]
+    } for t, seg in zip(traj.turns, turn_segment)]
     meta.pop("prompts", None)
     return {
         "row": row, "id": traj.id, "env_id": traj.env_id, "task_id": traj.task_id, "seed": traj.seed,
         "group_id": traj.group_id, "error": traj.error, "terminated": traj.terminated, "truncated": traj.truncated,
         "prompt": [m.model_dump(exclude_none=True) for m in traj.prompt], "turns": turns, "tokens": tokens,
-        "metadata": json.loads(json.dumps(meta, default=str)), "notes": notes,
+        "metadata": json.loads(json.dumps(meta, default=str)), "notes": notes, "contexts": segments,
     }
 
 

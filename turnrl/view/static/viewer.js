@@ -117,6 +117,7 @@ function paneHTML(ep, k, group) {
     `<span class="badge ${r.outcome}">${r.outcome}</span>`, `${r.turns} turns`, `${r.tool_calls} tool calls`,
     ep.tokens ? `${ep.tokens.ids.length} tokens (${r.trained_tokens} trained)` : "no tokens",
   ];
+  if (ep.contexts && ep.contexts.length) facts.push(`${ep.contexts.length + 1} contexts (history rewritten)`);
   const notes = ep.notes.concat(ep.error ? [`error: ${ep.error}`] : []);
   return `<section class="pane" data-index="${r.index}">
     <h2>${esc(ep.task_id ?? ep.id)} ${compare}</h2>
@@ -131,9 +132,17 @@ function msgHTML(m) {
   return `<div class="msg ${esc(m.role)}"><div class="who">${esc(who)}</div><pre>${esc(m.content)}</pre></div>`;
 }
 
+function dividerHTML(c) {  // where the episode's history was rewritten: a new context segment begins
+  return `<div class="segment-divider" data-segment="${c.index}"><span>new context ${c.index + 1}: ${esc(c.reason)}</span></div>`;
+}
+
 function chatHTML(ep) {
   let html = `<div class="chat">` + ep.prompt.map(msgHTML).join("");
+  const contexts = ep.contexts || [];
+  let seg = 0;
   for (const t of ep.turns) {
+    for (const c of contexts) if (c.index > seg && c.index <= (t.segment ?? 0)) html += dividerHTML(c);
+    seg = Math.max(seg, t.segment ?? 0);
     const info = t.info || {};
     const bits = [`turn ${t.index}`, t.role, `<span class="reward">reward ${fmt(t.reward)}</span>`];
     if (info.correct !== undefined && info.correct !== null) bits.push(info.correct ? "correct" : "wrong");
@@ -179,8 +188,10 @@ function tokensHTML(ep) {
   const thr = Math.log(Math.max(Number($("#lowp").value) || 0, 1e-12));
   const scale = { adv: tk.adv ? Math.max(...tk.adv.map(a => Math.abs(a ?? 0)), 1e-9) : 1 };
   const out = [];
+  const starts = new Map((ep.contexts || []).filter(c => c.start !== null).map(c => [c.start, c]));
   let turn = null;
   for (let i = 0; i < tk.ids.length; i++) {
+    if (starts.has(i)) out.push(`<span class="segmark" data-segment="${starts.get(i).index}">\n── new context ${starts.get(i).index + 1}: ${esc(starts.get(i).reason)} ──\n</span>`);
     if (tk.segment[i] === "gen" && tk.turn[i] !== turn) {
       turn = tk.turn[i];
       out.push(`<span class="turnmark">[turn ${turn}] </span>`);
