@@ -1,0 +1,196 @@
+"""Agents written with an agent framework train unchanged: examples/agents_sdk_agent.py (the OpenAI Agents SDK,
+`openai-agents`) played through a real gateway on 127.0.0.1 — by a tiny real model, by a scripted policy that
+drives the SDK's whole tool loop — and trained one step from examples/agents_sdk_agent.yaml.
+
+Nothing may leave the machine: the SDK's tracing uploads to OpenAI by default, so every socket the tests open is
+checked to be a loopback one.
+"""
+
+import ipaddress
+import json
+import re
+import socket
+from pathlib import Path
+
+import pytest
+import torch
+
+from turnrl.agents.hf import HFAgent
+from turnrl.agents.openai_api import CHAT_PARAMS
+from turnrl.agents.scripted import ScriptedAgent
+from turnrl.agents.tiny import tiny_model, tiny_tokenizer
+from turnrl.gateway import Gateway, Program
+from turnrl.gateway.runner import play_programs
+from turnrl.rl.sources.base import Job
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+PROGRAM = "agents_sdk_agent:run"
+ENV = "turnrl/Arithmetic-v0"
+
+
+@pytest.fixture
+def loopback_only(monkeypatch):
+    """Record every host looked up and address connected to; the test fails if any is not a loopback one."""
+    seen = []
+    connect, getaddrinfo = socket.socket.connect, socket.getaddrinfo
+
+    def guarded_connect(sock, address):
+        seen.append(address)
+        return connect(sock, address)
+
+    def guarded_getaddrinfo(host, *args, **kwargs):
+        seen.append((host,))
+        return getaddrinfo(host, *args, **kwargs)
+
+    monkeypatch.setattr(socket.socket, "connect", guarded_connect)
+    monkeypatch.setattr(socket, "getaddrinfo", guarded_getaddrinfo)
+    yield seen
+
+    def local(address):
+        host = address[0] if isinstance(address, tuple) else address
+        if host in ("localhost", None) or isinstance(host, bytes):
+            return True
+        try:
+            return ipaddress.ip_address(host).is_loopback
+        except ValueError:
+            return False
+
+    outside = [a for a in seen if not isinstance(a, str) and not local(a)]  # a str is a Unix socket's path
+    assert not outside, f"the program reached beyond this machine: {outside}"
+    assert seen, "the guard saw no connection at all"
+
+
+def watch(gateway):
+    """Keep every chat request body the gateway is sent and every session it closes (as recorded)."""
+    bodies, sessions = [], []
+    chat, close = gateway.chat, gateway.close
+
+    def chat_seen(body, ctx=None):
+        bodies.append(body)
+        return chat(body, ctx)
+
+    def close_seen(sid):
+        sessions.append(close(sid))
+        return sessions[-1]
+
+    gateway.chat, gateway.close = chat_seen, close_seen
+    return bodies, sessions
+
+
+def tool_names(tools):
+    return sorted(t["function"]["name"] for t in tools or [])
+
+
+def test_the_agents_sdk_example_is_recorded_with_a_tiny_model(loopback_only):
+    tok = tiny_tokenizer("chatml")
+    agent = HFAgent(tiny_model(tok), tok, batch_size=4, kv_cache_mb=64)
+    gateway = Gateway(agent, "tiny", max_new_tokens=16, max_context=4096).start()
+    bodies, sessions = watch(gateway)
+    jobs = [Job(0, 0, task, 0) for task in range(4)]
+    try:
+        trajs = play_programs(gateway, Program(function=PROGRAM, search=[EXAMPLES]), ENV, {"level": 1}, jobs,
+                              seed=0, concurrency=4, timeout=120)
+    finally:
+        gateway.stop()
+
+    assert len(trajs) == 4
+    for traj in trajs:
+        assert traj.error is None, traj.error
+        assert traj.num_turns >= 1 and traj.metadata["gateway"]["calls"] >= 1
+        assert traj.token_ids and len(traj.token_ids) == len(traj.loss_mask) == len(traj.logprobs)
+        assert sum(traj.loss_mask) >= traj.num_turns  # every call's sampled tokens are trained on
+        assert isinstance(traj.metadata.get("answer"), str) and traj.correct is not None  # graded by the env
+    by_job = {s.id.rsplit("-", 1)[0]: s for s in sessions}  # a session's id is its job's key and a suffix
+    assert [len(by_job[t.metadata["job"]].calls) for t in trajs] == [t.metadata["gateway"]["calls"] for t in trajs]
+
+    # what the SDK sent: its own calculator schema on every call, and only parameters the gateway accepts
+    assert len(bodies) == sum(t.metadata["gateway"]["calls"] for t in trajs)
+    for body in bodies:
+        assert set(body) <= CHAT_PARAMS and body["model"] == "tiny", sorted(body)
+        assert tool_names(body.get("tools")) == ["calculator"]
+        schema = body["tools"][0]["function"]["parameters"]
+        assert schema["properties"]["expression"]["type"] == "string" and schema["required"] == ["expression"]
+
+    # what the gateway recorded: the tool schema each prompt was rendered with, and the SDK's messages
+    for session in sessions:
+        assert session.history.states and all(tool_names(json.loads(state.tools)) == ["calculator"]
+                                               for state in session.history.states)
+        first = session.calls[0]
+        assert first.endpoint == "chat" and [m["role"] for m in first.messages] == ["system", "user"]
+        assert "Solve the problem step by step" in first.messages[0]["content"]  # the task's system prompt ...
+        assert "calculator" in first.messages[0]["content"]  # ... and the agent's instructions, as one message
+        assert re.match(r"What is \d+ [-+*/] \d+\?", first.messages[1]["content"])
+        prompt = tok.decode(first.prompt)
+        assert first.messages[1]["content"] in prompt and "<|im_start|>assistant" in prompt
+
+
+def tool_then_answer(prompt: str) -> str:
+    """A scripted policy that uses the calculator as the SDK offers it, then answers with the tool's result."""
+    assert '"name": "calculator"' in prompt and '"strict": true' in prompt  # the SDK's schema, in the template
+    results = re.findall(r"<tool_response>\s*(.*?)\s*</tool_response>", prompt, flags=re.DOTALL)
+    if results:
+        return f"The answer is {results[-1]}."
+    question = re.findall(r"What is (.+?)\?", prompt)[-1]
+    return f'<tool_call>{{"name": "calculator", "arguments": {{"expression": "{question}"}}}}</tool_call>'
+
+
+def always_a_tool(prompt: str) -> str:
+    return 'Let me check. <tool_call>{"name": "calculator", "arguments": {"expression": "1 + 1"}}</tool_call>'
+
+
+def test_the_sdk_runs_its_tool_loop_through_the_gateway_token_exactly(loopback_only):
+    tok = tiny_tokenizer("qwen_tools")  # a template that renders the tool schema into the prompt
+
+    def play(policy, tasks):
+        gateway = Gateway(ScriptedAgent(tok, policy), "tiny", max_context=8192).start()
+        bodies, sessions = watch(gateway)
+        try:
+            trajs = play_programs(gateway, Program(function=PROGRAM, search=[EXAMPLES]), ENV,
+                                  {"level": 1, "answer_format": "auto"}, [Job(0, 0, t, 0) for t in tasks], seed=0,
+                                  concurrency=2, timeout=120)
+        finally:
+            gateway.stop()
+        return trajs, bodies, sessions
+
+    trajs, bodies, sessions = play(tool_then_answer, [0, 1])
+    by_job = {s.id.rsplit("-", 1)[0]: s for s in sessions}
+    for traj in trajs:
+        session = by_job[traj.metadata["job"]]
+        assert traj.error is None and traj.correct is True and traj.total_reward == 1.0  # the SDK ran the tool
+        assert traj.num_turns == 2 and traj.segments is None  # the SDK replays its history: one token sequence
+        assert [c.match.how for c in session.calls] == ["fresh", "extended"]
+        first, second = session.calls
+        assert second.prompt[: len(first.prompt) + len(first.outs[0].token_ids)] == first.prompt + \
+            first.outs[0].token_ids  # the second prompt holds the sampled call tokens exactly
+        call, result = second.messages[-2:]
+        assert call["role"] == "assistant" and call["tool_calls"][0]["function"]["name"] == "calculator"
+        assert result["role"] == "tool" and result["tool_call_id"] == call["tool_calls"][0]["id"]
+        assert traj.metadata["answer"] == f"The answer is {result['content']}."
+        for turn, c in zip(traj.turns, session.calls):
+            s, e = turn.token_span
+            assert traj.token_ids[s:e] == c.outs[0].token_ids and all(traj.loss_mask[s:e])
+    assert all(set(b) == {"model", "messages", "tools", "max_tokens"} for b in bodies), [sorted(b) for b in bodies]
+
+    # a model that never stops calling tools: the SDK stops at MAX_TURNS and the example returns its last text
+    trajs, _, sessions = play(always_a_tool, [2])
+    assert trajs[0].error is None and trajs[0].num_turns == 4 and len(sessions[0].calls) == 4
+    assert trajs[0].metadata["answer"] == "Let me check." and trajs[0].correct is False
+
+
+def test_the_agents_sdk_example_trains_one_step_unchanged(tmp_path, monkeypatch):
+    from turnrl.rl.run.config import load_config
+    from turnrl.rl.run.trainer import Trainer
+
+    monkeypatch.chdir(EXAMPLES)  # the config names the program as `agents_sdk_agent:run`, found next to it
+    cfg = load_config(EXAMPLES / "agents_sdk_agent.yaml", [
+        "model=tiny:chatml", "steps=1", "eval_tasks=2", f"out_dir={tmp_path / 'run'}", "rollout.prompts_per_step=2",
+        "rollout.group_size=2", "rollout.max_new_tokens=8", "optim.minibatch_size=4", "optim.grad_accum=1"])
+    assert cfg.program.function == PROGRAM and cfg.out_dir == str(tmp_path / "run")
+    trainer = Trainer(cfg)
+    try:
+        history = trainer.train()
+    finally:
+        trainer.close()
+    step = history[-1]
+    assert step["rollout_episodes"] == 4 and step["error_episodes"] == 0 and "eval_success" in step
+    assert torch.isfinite(torch.tensor(step["loss"]))
