@@ -239,9 +239,8 @@ class TrainConfig(BaseModel):
         cls.check_config(self)  # its own checks and its experience source's
         if self.program is not None:
             from turnrl.rl.algorithms.base import Algorithm
-            from turnrl.rl.sources.onpolicy import OnPolicySource
 
-            if cls.source_class() is not OnPolicySource:
+            if cls.source != Algorithm.source:  # the on-policy source (its runner plays the program)
                 raise ValueError(f"algorithm {self.algorithm.name!r} does not sample whole episodes on-policy, which "
                                  "is what a `program` gives; pick grpo, dapo, rloo, reinforce, ppo or vapo")
             if cls.rollout_hook is not Algorithm.rollout_hook:
