@@ -23,6 +23,17 @@ class EnvConfig(BaseModel):
         "declares one"))
 
 
+class ContextConfig(BaseModel):
+    """Keep each context of a long episode under a token budget by rewriting its history (a new segment of the
+    episode): drop the oldest turns, or have the policy summarize them."""
+
+    model_config = ConfigDict(extra="forbid")
+    budget: int = Field(ge=16, description="the most tokens one context may hold before its history is rewritten")
+    mode: Literal["drop", "summarize"] = Field("drop", description="drop the oldest turns, or replace the history "
+                                               "with a summary the policy writes (trained like its other turns)")
+    summary_tokens: int = Field(128, ge=1, description="the most tokens of a summary")
+
+
 class RolloutConfig(BaseModel):
     """Sampling during training."""
 
@@ -47,6 +58,8 @@ class RolloutConfig(BaseModel):
         "continuous batching across turns (HF backend, local placement): each episode's next turn joins the running "
         "batch as soon as its environment answered, instead of waiting for the round's slowest episode; episodes "
         "then sample from their own streams (as with seed_per_episode)"))
+    context: ContextConfig | None = Field(None, description="context management for long episodes (see "
+                                          "ContextConfig); max_context then applies to each context")
     seed_per_episode: bool = Field(False, description="sample each episode from its own random stream (seeded by "
                                    "step, task and sample), so trajectories do not depend on how episodes are "
                                    "batched or spread over workers; the ray placement always does")
@@ -234,12 +247,18 @@ class TrainConfig(BaseModel):
     @model_validator(mode="after")
     def _algorithm_checks(self) -> TrainConfig:
         from turnrl.rl.algorithms import algorithm_class
+        from turnrl.rl.algorithms.base import Algorithm
 
         cls = algorithm_class(self.algorithm.name)
         cls.check_config(self)  # its own checks and its experience source's
+        if self.rollout.context is not None and (cls.source != Algorithm.source or self.placement != "local"):
+            raise ValueError("rollout.context (history rewriting) runs in the on-policy source's local rollouts: use "
+                             "placement=local and an algorithm that samples whole episodes (grpo, dapo, rloo, "
+                             "reinforce, ppo, vapo)")
+        if self.rollout.context is not None and self.program is not None:
+            raise ValueError("rollout.context rewrites turnrl's own environments' histories; a `program` manages its "
+                             "own history (the gateway records its rewrites as segments): drop one")
         if self.program is not None:
-            from turnrl.rl.algorithms.base import Algorithm
-
             if cls.source != Algorithm.source:  # the on-policy source (its runner plays the program)
                 raise ValueError(f"algorithm {self.algorithm.name!r} does not sample whole episodes on-policy, which "
                                  "is what a `program` gives; pick grpo, dapo, rloo, reinforce, ppo or vapo")

@@ -263,6 +263,7 @@ def evaluate(
     on_episode: Callable[[Trajectory], Any] | None = None,
     env_timeout: float | None = 60.0,
     player: Callable[..., tuple[list[Trajectory], int]] | None = None,
+    context: Any = None,
 ) -> dict[str, Any]:
     """Evaluate ``agent`` on tasks ``0..limit-1`` of ``env_id`` with ``samples`` episodes each.
 
@@ -277,6 +278,7 @@ def evaluate(
         env_timeout: seconds one environment step may take before its episode ends with an error.
         player: plays the episodes instead of the native rollout (a user program through the gateway):
             ``player(jobs, env_kwargs, sink) -> (trajectories in job order, generated tokens)``.
+        context: a :class:`~turnrl.rl.sources.context.ContextBudget` (history rewriting for long episodes).
 
     Returns:
         The metrics dict (also in ``metrics.json``).
@@ -315,7 +317,7 @@ def evaluate(
             else:
                 trajs, rollout = play(agent, env_id, env_kwargs, chunk, seed=seed, params=params,
                                       max_context=max_context, env_timeout=env_timeout, sink=sink, chunk=chunk[0].task,
-                                      group_id=lambda j: str(j.task))
+                                      group_id=lambda j: str(j.task), context=context)
                 tokens = rollout.stats.generated_tokens
             generated += tokens
             rows += [episode_row(t, j.task, j.sample) for t, j in zip(trajs, chunk)]

@@ -105,6 +105,7 @@ class Trainer:
         trajectories in ``out`` when given; training uses ``OUT_DIR/eval/step-N``)."""
         from turnrl.envs.registry import make
         from turnrl.rl.run.evaluate import evaluate, run_eval_kwargs
+        from turnrl.rl.sources.onpolicy import context_budget
 
         self.learner.sync_driver()  # a learner group: bring the driver's copy up to date
         if self._eval_kwargs is None:
@@ -121,7 +122,7 @@ class Trainer:
         m = evaluate(self.agent, self.cfg.env.id, env_kwargs=kwargs, limit=self.cfg.eval_tasks, seed=self.cfg.seed,
                      params=SamplingParams(temperature=0.0, max_new_tokens=self.cfg.rollout.max_new_tokens),
                      batch_episodes=64, max_context=self.cfg.rollout.max_context, out=out,
-                     env_timeout=self.cfg.rollout.env_timeout, player=player)
+                     env_timeout=self.cfg.rollout.env_timeout, player=player, context=context_budget(self.cfg))
         return m["accuracy"]
 
     def train(self, *, stop_after: int | None = None,

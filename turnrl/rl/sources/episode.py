@@ -6,6 +6,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from turnrl.agents.base import Completion
 from turnrl.agents.kv import kv_metrics
 from turnrl.envs.core import TextEnv
 from turnrl.tokens import ChatRenderer
@@ -37,6 +38,20 @@ class Episode:
     prefill_tokens: int = 0  # prompt tokens the agent ran through the model (not served from its KV cache)
     cached_tokens: int = 0  # prompt tokens served from the agent's KV cache of this episode
     kv_events: dict[str, int] = field(default_factory=dict)  # what happened to its cache, per generation call
+    context_starts: list[int] = field(default_factory=list)  # where each context after the first begins (segments)
+    context_reasons: list[str] = field(default_factory=list)  # why each was started (the history was rewritten)
+    context_first: int = 0  # the oldest of the environment's turns still in the current context
+
+    @property
+    def context_start(self) -> int:
+        """Where the context the model sees now begins (0 until a budget rewrote the history)."""
+        return self.context_starts[-1] if self.context_starts else 0
+
+    def finish_segments(self) -> None:
+        """Record the contexts in the Trajectory (``segments`` and ``metadata["segment_reasons"]``)."""
+        if self.context_starts:
+            self.traj.segments = [0, *self.context_starts]
+            self.traj.metadata["segment_reasons"] = list(self.context_reasons)
 
     def append(self, ids: Sequence[int], mask: int, logprobs: Sequence[float] | None = None,
                version: int = -1) -> None:
@@ -58,6 +73,19 @@ class RolloutStats:
     prefill_tokens: int = 0
     cached_tokens: int = 0
     kv_events: dict[str, int] = field(default_factory=dict)
+
+    def count_prefill(self, ep: Episode, prompt_length: int, completion: Completion) -> None:
+        """Count a generation's prompt tokens run through the model vs served from ``ep``'s KV cache, and what
+        happened to the cache, in ``ep`` and here."""
+        cached = int(completion.metadata.get("cached_tokens", 0))
+        ep.prefill_tokens += prompt_length - cached
+        ep.cached_tokens += cached
+        self.prefill_tokens += prompt_length - cached
+        self.cached_tokens += cached
+        event = completion.metadata.get("kv")
+        if event is not None:
+            ep.kv_events[event] = ep.kv_events.get(event, 0) + 1
+            self.kv_events[event] = self.kv_events.get(event, 0) + 1
 
     def kv_metrics(self) -> dict[str, float]:
         """Prompt tokens run through the model vs served from KV caches, and the cache events (see

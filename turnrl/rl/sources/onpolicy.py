@@ -14,9 +14,16 @@ from turnrl.envs.registry import make
 from turnrl.rl.algorithms.base import Algorithm
 from turnrl.rl.run.config import TrainConfig
 from turnrl.rl.sources.base import ExperienceSource, Job, Runner, RunParts, rollout_metrics, whole_groups
+from turnrl.rl.sources.context import ContextBudget
 from turnrl.rl.sources.play import batch_seed, play
 from turnrl.rl.sources.rollout import Rollout
 from turnrl.types import Trajectory
+
+
+def context_budget(cfg: TrainConfig) -> ContextBudget | None:
+    """The run's context management (``rollout.context``), or None."""
+    c = cfg.rollout.context
+    return None if c is None else ContextBudget(c.budget, c.mode, c.summary_tokens)
 
 
 def play_jobs(cfg: TrainConfig, agent: Any, jobs: Sequence[Job], version: Callable[[], int], *,
@@ -32,7 +39,7 @@ def play_jobs(cfg: TrainConfig, agent: Any, jobs: Sequence[Job], version: Callab
                                                                                        jobs[0].round)) if jobs else None
     return play(agent, cfg.env.id, cfg.env.kwargs, jobs, seed=cfg.seed, params=params, max_context=r.max_context,
                 env_timeout=r.env_timeout, per_episode_seeds=per_episode_seeds, version=version, sink=sink,
-                rewrite=hook, continuous=r.continuous_batching)
+                rewrite=hook, continuous=r.continuous_batching, context=context_budget(cfg))
 
 
 class LocalRunner:

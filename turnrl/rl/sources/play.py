@@ -24,6 +24,7 @@ from typing import Any, Literal
 from turnrl.agents.base import SamplingParams
 from turnrl.envs.registry import make
 from turnrl.rl.sources.base import Job
+from turnrl.rl.sources.context import ContextBudget
 from turnrl.rl.sources.rollout import Episode, Rewrite, Rollout
 from turnrl.types import Trajectory
 
@@ -53,8 +54,8 @@ def play(agent: Any, env_id: str, env_kwargs: dict[str, Any], jobs: Sequence[Job
          per_episode_seeds: bool | Literal["auto"] = "auto", version: Callable[[], int] | None = None,
          sink: Callable[[Trajectory], Any] | None = None, rewrite: Rewrite | None = None,
          chunk: int = 0, group_id: Callable[[Job], str] | None = None,
-         metadata: Callable[[Job], dict[str, Any]] | None = None, continuous: bool = False
-         ) -> tuple[list[Trajectory], Rollout]:
+         metadata: Callable[[Job], dict[str, Any]] | None = None, continuous: bool = False,
+         context: ContextBudget | None = None) -> tuple[list[Trajectory], Rollout]:
     """Play ``jobs`` (all of one step and round) with ``agent`` in one batched token-exact :class:`Rollout`.
 
     Args:
@@ -70,6 +71,7 @@ def play(agent: Any, env_id: str, env_kwargs: dict[str, Any], jobs: Sequence[Job
         metadata: extra metadata per job; ``metadata["job"]`` is always the job's key.
         continuous: continuous batching across turns (see :class:`Rollout`); episodes then always sample from their
             own streams, so what they sample does not depend on when their turns joined the batch.
+        context: keep each context under a token budget by rewriting the history (see :class:`Rollout`).
 
     Returns:
         The Trajectories in job order and the rollout (its ``stats``).
@@ -80,7 +82,7 @@ def play(agent: Any, env_id: str, env_kwargs: dict[str, Any], jobs: Sequence[Job
         per_episode_seeds = supports_episode_seeds(agent)
     params = params.model_copy(update={"seed": batch_seed(seed, jobs[0].step, jobs[0].round, chunk)})
     rollout = Rollout(agent, params, max_context=max_context, env_timeout=env_timeout, policy_version=version,
-                      sink=sink, rewrite=rewrite, continuous=continuous)
+                      sink=sink, rewrite=rewrite, continuous=continuous, context=context)
     episodes = start_jobs(rollout, env_id, env_kwargs, jobs, seed=seed, per_episode_seeds=per_episode_seeds,
                           group_id=group_id, metadata=metadata)
     rollout.play(episodes)

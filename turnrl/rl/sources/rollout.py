@@ -28,12 +28,14 @@ continues token-exactly — and :meth:`Rollout.snapshot` gives a trainable copy 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from turnrl.agents.base import Agent, Completion, SamplingParams
 from turnrl.envs.core import TextEnv
+from turnrl.rl.sources.context import ContextBudget, compact
 from turnrl.rl.sources.episode import Episode, RolloutStats
 from turnrl.tokens import ChatRenderer
 from turnrl.types import Message, Trajectory, Turn
@@ -69,13 +71,15 @@ class Rollout:
             soon as its environment answered, instead of waiting for the round's slowest episode (the agent needs
             ``agenerate_one``, as the HF agent has; not with ``rewrite``, which sees whole rounds). Sampling is then
             batch-invariant only with ``sample_seeds`` (the order requests join depends on the environments' timing).
+        context: keep each context under a token budget by rewriting the history (a new segment of the episode;
+            :mod:`turnrl.rl.sources.context`); ``max_context`` then applies to each context.
     """
 
     def __init__(self, agent: Agent, params: SamplingParams, *, max_turns: int | None = None,
                  max_context: int = 4096, env_concurrency: int = 16, env_timeout: float | None = 60.0,
                  sink: Callable[[Trajectory], Any] | None = None, keep_prompts: bool = False,
                  policy_version: int | Callable[[], int] | None = None, rewrite: Rewrite | None = None,
-                 continuous: bool = False) -> None:
+                 continuous: bool = False, context: ContextBudget | None = None) -> None:
         if params.n != 1:
             raise ValueError("Rollout samples one completion per episode (params.n == 1); use several envs per task")
         self.agent, self.params = agent, params
@@ -91,7 +95,8 @@ class Rollout:
         if continuous and rewrite is not None:
             raise ValueError("a rollout hook that rewrites turns sees whole rounds: it cannot run with continuous "
                              "batching")
-        self.continuous = continuous
+        self.continuous, self.context = continuous, context
+        self._seeded_agent = "seeds" in inspect.signature(agent.generate).parameters
         self.stats = RolloutStats()
         eos = getattr(agent.tokenizer, "eos_token_id", None)
         self._eos = set(getattr(agent, "eos_ids", None) or []) | ({eos} if eos is not None else set())
@@ -182,6 +187,7 @@ class Rollout:
         traj.token_ids, traj.loss_mask, traj.logprobs = list(ep.tokens), list(ep.mask), list(ep.logprobs)
         if self.policy_version is not None:
             traj.token_versions = list(ep.versions)
+        traj.segments = [0, *ep.context_starts] if ep.context_starts else None
         traj.metadata.update(partial=True, window_start=ep.window_start,
                              prompt_length=next((i for i, m in enumerate(ep.mask) if m == 1), len(ep.mask)))
         return traj
@@ -217,7 +223,7 @@ class Rollout:
         strings (the rollout's and the env's) and its seed (with its own stream: one per turn and piece)."""
         stop = tuple(dict.fromkeys(self.params.stop + tuple(getattr(ep.env.unwrapped, "stop", ()) or ())))
         in_turn = len(ep.tokens) - ep.turn_start if ep.turn_start is not None else 0
-        budget = min(self.params.max_new_tokens - in_turn, self.max_context - len(ep.tokens))
+        budget = min(self.params.max_new_tokens - in_turn, self.max_context - (len(ep.tokens) - ep.context_start))
         ep.cut_by_window = window is not None and window - ep.window_used < budget
         if ep.cut_by_window:
             budget = window - ep.window_used  # type: ignore[operator]
@@ -239,7 +245,7 @@ class Rollout:
         try:
             for (budget, stop), idx in budgets.items():
                 params = self.params.model_copy(update={"max_new_tokens": budget, "stop": stop})
-                prompts = [list(live[i].tokens) for i in idx]
+                prompts = [list(live[i].tokens[live[i].context_start:]) for i in idx]
                 agenerate = getattr(self.agent, "agenerate", None)  # HTTP backends: don't block the event loop
                 kwargs: dict[str, Any] = {}
                 if self._sessions:  # the agent keeps each episode's KV cache between its turns
@@ -252,7 +258,7 @@ class Rollout:
                     outs = await agenerate(prompts, params)
                 for i, p, c in zip(idx, prompts, outs):
                     completions[i] = c
-                    self._count_prefill(live[i], len(p), c)
+                    self.stats.count_prefill(live[i], len(p), c)
             if self.rewrite is not None:
                 new = self.rewrite([ep.env for ep in live], [ep.role for ep in live], [list(ep.tokens) for ep in live],
                                    completions)  # type: ignore[arg-type]
@@ -272,7 +278,7 @@ class Rollout:
         """Continuous batching: the next generation of one episode, joined to the agent's running batch."""
         budget, stop, seed = self._request(ep, window)
         params = self.params.model_copy(update={"max_new_tokens": budget, "stop": stop})
-        prompt = list(ep.tokens)
+        prompt = list(ep.tokens[ep.context_start:])
         version = self._version() if self.policy_version is not None else -1
         try:
             c = await self.agent.agenerate_one(prompt, params, seed=seed,  # type: ignore[attr-defined]
@@ -283,7 +289,7 @@ class Rollout:
             return None
         if c.policy_version is None:
             c.policy_version = version
-        self._count_prefill(ep, len(prompt), c)
+        self.stats.count_prefill(ep, len(prompt), c)
         return c
 
     async def _play_alone(self, ep: Episode, budget: int | None, semaphore: asyncio.Semaphore) -> None:
@@ -297,7 +303,7 @@ class Rollout:
         """Record the completion, step the env, append its observation. Returns whether the episode goes on."""
         t0 = time.perf_counter()
         if self.keep_prompts and ep.turn_start is None:
-            ep.prompts_seen.append(list(ep.tokens))
+            ep.prompts_seen.append(list(ep.tokens[ep.context_start:]))
         start = len(ep.tokens) if ep.turn_start is None else ep.turn_start
         version = completion.policy_version if completion.policy_version is not None else self._sampled_by
         ep.append(completion.token_ids, 1, completion.logprobs, version)
@@ -339,7 +345,7 @@ class Rollout:
         ep.rewritten = False
         ep.traj.turns.append(turn)
         ep.role = info.get("next_role") or "policy"
-        over_turns = self.max_turns is not None and len(ep.traj.turns) >= self.max_turns
+        over_turns = self.max_turns is not None and sum(not t.info.get("summary") for t in ep.traj.turns) >= self.max_turns
         if terminated or truncated or over_turns:
             ep.traj.terminated, ep.traj.truncated = terminated, truncated or (over_turns and not terminated)
             self._finish(ep)
@@ -347,7 +353,10 @@ class Rollout:
         ended_with_eos = span[1] > span[0] and ep.tokens[span[1] - 1] in self._eos
         assert ep.renderer is not None
         obs_ids = ep.renderer.observation_tokens(obs, ended_with_eos=ended_with_eos)
-        if len(ep.tokens) + len(obs_ids) >= self.max_context:  # no room to append the reply and generate
+        used = len(ep.tokens) - ep.context_start
+        if self.context is not None and self.context.overflows(used, len(obs_ids), self.params.max_new_tokens):
+            return await compact(self, ep, turn, obs)  # the history rewritten: a new segment
+        if used + len(obs_ids) >= self.max_context:  # no room to append the reply and generate
             ep.traj.truncated = True
             ep.traj.metadata["truncated_by"] = "context"
             self._finish(ep)
@@ -356,17 +365,6 @@ class Rollout:
         ep.append(obs_ids, 0)
         self.stats.bookkeeping_s += time.perf_counter() - t2
         return True
-
-    def _count_prefill(self, ep: Episode, prompt_length: int, completion: Completion) -> None:
-        cached = int(completion.metadata.get("cached_tokens", 0))
-        ep.prefill_tokens += prompt_length - cached
-        ep.cached_tokens += cached
-        self.stats.prefill_tokens += prompt_length - cached
-        self.stats.cached_tokens += cached
-        event = completion.metadata.get("kv")
-        if event is not None:
-            ep.kv_events[event] = ep.kv_events.get(event, 0) + 1
-            self.stats.kv_events[event] = self.stats.kv_events.get(event, 0) + 1
 
     def _version(self) -> int:
         v = self.policy_version
@@ -381,6 +379,7 @@ class Rollout:
         if ep.kv_events:
             traj.metadata["kv_events"] = dict(ep.kv_events)
         traj.token_ids, traj.loss_mask, traj.logprobs = ep.tokens, ep.mask, ep.logprobs
+        ep.finish_segments()
         if self.policy_version is not None:
             traj.token_versions = ep.versions
             traj.metadata["policy_version"] = [traj.metadata.get("policy_version", [None])[0], self._version()]
