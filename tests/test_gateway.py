@@ -396,6 +396,7 @@ def test_program_settings_are_checked():
     for extra, words in (({"program": {"function": "a:b", "command": "x"}}, "exactly one"),
                          ({"program": {}}, "exactly one"),
                          ({"placement": "ray"}, "placement=local"),
+                         ({"program": {"function": "a:b", "host": "0.0.0.0"}}, "set program.api_key"),
                          ({"algorithm": {"name": "tppo"}}, "on-policy")):
         with pytest.raises(ValidationError, match=words):
             TrainConfig(**{**base, **extra})
@@ -420,3 +421,16 @@ def test_the_openai_only_example_trains_one_step_unchanged(tmp_path, monkeypatch
     step = history[-1]
     assert step["rollout_episodes"] == 4 and step["error_episodes"] == 0 and "eval_success" in step
     assert torch.isfinite(torch.tensor(step["loss"]))
+
+
+def test_the_cli_says_in_one_line_that_a_program_cannot_be_loaded(tmp_path):
+    import subprocess
+
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text("model: tiny:chatml\nenv: {id: turnrl/Arithmetic-v0}\nprogram: {function: not_here:run}\n")
+    done = subprocess.run([sys.executable, "-m", "turnrl", "train", str(cfg)], capture_output=True, text=True,
+                          timeout=120, cwd=tmp_path)
+    assert done.returncode != 0
+    lines = [line for line in (done.stdout + done.stderr).splitlines() if line.strip()]
+    assert any("program.function" in line and "no module named 'not_here'" in line for line in lines), lines
+    assert "Traceback" not in done.stdout + done.stderr

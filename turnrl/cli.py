@@ -298,12 +298,18 @@ def train(
                       "so the held-out success below is measured on training tasks; set env.eval_kwargs "
                       "(e.g. split: test) to tasks the policy does not train on", soft_wrap=True, markup=False,
                       highlight=False)
+    from turnrl.gateway.program import ProgramError, load_function
     from turnrl.rl.placement.ray import RayPlacementError
     from turnrl.rl.sources.replay import OfflineDataError
 
+    if cfg.program is not None and cfg.program.function is not None:  # fail fast; its folder joins sys.path
+        try:
+            load_function(cfg.program.function, search)
+        except ProgramError as e:
+            fail(f"{config}: program.function: {e}")
     try:
         trainer = Trainer(cfg)
-    except (RayPlacementError, OfflineDataError) as e:
+    except (RayPlacementError, OfflineDataError, ProgramError) as e:
         fail(str(e))
     ckpt = Path(cfg.out_dir) / "checkpoint.pt"
     if resume and ckpt.exists():

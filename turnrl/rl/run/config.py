@@ -175,6 +175,9 @@ class ProgramConfig(BaseModel):
     def _one_program(self) -> ProgramConfig:
         if (self.function is None) == (self.command is None):
             raise ValueError("program: set exactly one of `function` ('module:function') or `command`")
+        if self.host not in ("127.0.0.1", "localhost", "::1") and not self.api_key:
+            raise ValueError(f"program.host={self.host!r} listens beyond this machine: set program.api_key (the key "
+                             "your programs send), or keep 127.0.0.1")
         return self
 
 
