@@ -12,7 +12,9 @@ answer, so episodes take several turns):
   as its environment answered) and per-episode KV caches;
 * ``gateway`` — a program per episode, 32 at once in threads, each an `openai` client looping chat completions and
   stepping its own copy of the environment; the gateway records every call and the same HF agent decodes all
-  sessions in one continuous batch.
+  sessions in one continuous batch, in the main thread, as a training run does (``--engine-thread``: in a thread of
+  the gateway's own, as a standalone gateway does — every OS thread that runs torch kernels gets its own OpenMP
+  team, and two teams on two cores slow each other).
 
 The sessions sample with the streams the native episodes use, so both modes generate the same tokens: the script
 checks that, so the ratio is the gateway's own cost (HTTP, JSON, template rendering, the drift check, recording).
@@ -25,11 +27,12 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 
-def measure(mode: str, episodes: int, turns: int, max_new: int, model: str, out: str) -> None:
+def measure(mode: str, episodes: int, turns: int, max_new: int, model: str, out: str, engine_thread: bool = False
+            ) -> None:
     """One measurement (in a child process): play the episodes, write the figures and tokens to ``out``."""
     import torch
     import transformers
@@ -59,7 +62,7 @@ def measure(mode: str, episodes: int, turns: int, max_new: int, model: str, out:
 
         from turnrl.gateway import Gateway, build_trajectory
 
-        gateway = Gateway(agent, "policy", max_context=4096).start()
+        gateway = Gateway(agent, "policy", max_context=4096, engine_thread=engine_thread).start()
         ids = [gateway.open(f"e{i}", seed=s) for i, s in enumerate(seeds)]
         results: dict[str, tuple[float, dict]] = {}
 
@@ -80,11 +83,11 @@ def measure(mode: str, episodes: int, turns: int, max_new: int, model: str, out:
                 messages += [m.to_chat() for m in obs]
 
         t0 = time.perf_counter()
-        threads = [threading.Thread(target=program, args=(sid, s)) for sid, s in zip(ids, seeds)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(600)
+        with ThreadPoolExecutor(max_workers=episodes) as pool:  # as a training run plays programs
+            futures = [pool.submit(program, sid, s) for sid, s in zip(ids, seeds)]
+            gateway.engine.serve(futures, timeout=600)  # decodes in this thread (engine_thread=False)
+            for f in futures:
+                f.result()
         trajs = [build_trajectory(gateway.close(sid).calls, reward=results[sid][0],
                                   correct=results[sid][1].get("correct"), eos_ids=gateway.eos_ids) for sid in ids]
         wall = time.perf_counter() - t0
@@ -105,17 +108,19 @@ def main() -> None:
     ap.add_argument("--max-new", type=int, default=32)
     ap.add_argument("--repeat", type=int, default=1, help="runs of each mode (alternating)")
     ap.add_argument("--model", default="smollm2-135m-instruct")
+    ap.add_argument("--engine-thread", action="store_true", help="decode in the gateway's own thread")
     ap.add_argument("--child", nargs=2, metavar=("MODE", "OUT"), help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child:
-        measure(a.child[0], a.episodes, a.turns, a.max_new, a.model, a.child[1])
+        measure(a.child[0], a.episodes, a.turns, a.max_new, a.model, a.child[1], a.engine_thread)
         return
     rows: dict[str, list[dict]] = {"native": [], "gateway": []}
     for r in range(a.repeat):
         for mode in ("native", "gateway"):
             out = f"/tmp/turnrl-bench-gateway-{mode}-{r}.json"
             subprocess.run([sys.executable, __file__, "--episodes", str(a.episodes), "--turns", str(a.turns),
-                            "--max-new", str(a.max_new), "--model", a.model, "--child", mode, out], check=True,
+                            "--max-new", str(a.max_new), "--model", a.model, "--child", mode, out,
+                            *(["--engine-thread"] if a.engine_thread else [])], check=True,
                            env={**os.environ, "TOKENIZERS_PARALLELISM": "false"})
             with open(out) as f:
                 rows[mode].append(json.load(f))

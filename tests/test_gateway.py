@@ -434,3 +434,72 @@ def test_the_cli_says_in_one_line_that_a_program_cannot_be_loaded(tmp_path):
     lines = [line for line in (done.stdout + done.stderr).splitlines() if line.strip()]
     assert any("program.function" in line and "no module named 'not_here'" in line for line in lines), lines
     assert "Traceback" not in done.stdout + done.stderr
+
+
+# ---- review findings, kept as tests ----
+
+
+def test_the_segment_of_the_last_call_comes_last_so_the_reward_ends_the_row():
+    from turnrl.agents.base import Completion
+    from turnrl.gateway.record import Call
+
+    def call(i, prompt, out):
+        return Call(i, prompt, [Completion(text="", token_ids=out, logprobs=[-0.5] * len(out), finish_reason="stop")],
+                    version=0, endpoint="completions")
+
+    # a sub-agent's conversation (call 1) runs between two calls of the main one (calls 0 and 2)
+    traj = build_trajectory([call(0, [1, 2], [3]), call(1, [9, 9], [8]), call(2, [1, 2, 3, 4], [5])], reward=1.0,
+                            correct=True, eos_ids=set())
+    assert traj.token_ids == [9, 9, 8, 1, 2, 3, 4, 5] and traj.segments == [0, 3]
+    rewards = traj.token_rewards()
+    assert rewards[-1] == 1.0 and sum(rewards) == 1.0  # on the last token: returns reach every sampled token
+    assert traj.turns[-1].info["call"] == 2 and traj.correct is True
+    assert traj.metadata["segment_reasons"] == ["the first conversation, continued after another began"]
+
+
+def test_streamed_logprob_chunks_carry_whole_characters():
+    from turnrl.agents.scripted import ScriptedAgent
+    from turnrl.agents.server import AgentServer
+
+    tok = tiny_tokenizer("chatml")
+    text = "héllo wörld — ok"
+    with AgentServer(ScriptedAgent(tok, lambda prompt: text), "scripted") as server:
+        client = OpenAI(base_url=server.url, api_key="x")
+        chunks = list(client.chat.completions.create(model="scripted", messages=[{"role": "user", "content": "hi"}],
+                                                     stream=True, logprobs=True))
+    streamed = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert streamed == text
+
+
+def test_a_session_with_its_own_stream_ignores_the_requests_seed(gateway):
+    def sample(sid):
+        client = OpenAI(base_url=gateway.base_url(sid), api_key=gateway.api_key)
+        out = client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}], seed=0,
+                                             max_tokens=8, temperature=1.0).choices[0].message.content
+        gateway.close(sid)
+        return out
+
+    a, b, a_again = sample(gateway.open("g1", seed=1)), sample(gateway.open("g2", seed=2)), sample(
+        gateway.open("g3", seed=1))
+    assert a == a_again and a != b  # a group's samples differ even when the program always sends seed=0
+
+
+def test_a_gateway_without_an_engine_thread_decodes_while_its_caller_serves(agent):
+    from concurrent.futures import ThreadPoolExecutor
+
+    gw = Gateway(agent, "tiny", engine_thread=False).start()
+    try:
+        sids = [gw.open(f"c{i}", seed=i) for i in range(4)]
+
+        def ask(sid):
+            client = OpenAI(base_url=gw.base_url(sid), api_key=gw.api_key, max_retries=0)
+            return client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": sid}],
+                                                  max_tokens=4).choices[0].message.content
+
+        with ThreadPoolExecutor(4) as pool:
+            futures = [pool.submit(ask, sid) for sid in sids]
+            gw.engine.serve(futures, timeout=120)  # the decoding happens in this thread, inside serve
+            assert all(f.done() and f.exception() is None for f in futures)
+        assert all(len(gw.close(sid).calls) == 1 for sid in sids)
+    finally:
+        gw.stop()

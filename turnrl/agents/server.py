@@ -207,7 +207,12 @@ class AgentServer:
         out, prev = [], ""
         for i in range(len(ids)):
             text = tok.decode(ids[: i + 1], skip_special_tokens=True)
-            out.append(text[len(prev):] if text.startswith(prev) else text)
+            if text.endswith("\ufffd") and i + 1 < len(ids):  # half a character: it comes with the next token
+                out.append("")
+                continue
+            same = len(prev) if text.startswith(prev) else next(
+                (k for k, (a, b) in enumerate(zip(prev, text)) if a != b), min(len(prev), len(text)))
+            out.append(text[same:])
             prev = text
         return out
 
@@ -328,7 +333,7 @@ class AgentServer:
         envelope = self._envelope("chat.completion", choices, len(ids), sum(len(c.token_ids) for c in outs))
         if not body.get("stream"):
             return envelope
-        return self._stream_chat(envelope, body)
+        return self._stream_chat(envelope, body, [self._pieces(c.token_ids) for c in outs] if want_lp else None)
 
     def _chat_logprobs(self, prompt: list[int], c: Completion, k: int, temperature: float, keep_chars: int) -> list[dict[str, Any]]:
         tok = self.agent.tokenizer
@@ -346,7 +351,10 @@ class AgentServer:
             out.append(entry)
         return out
 
-    def _stream_chat(self, envelope: dict[str, Any], body: dict[str, Any]) -> Iterator[str]:
+    def _stream_chat(self, envelope: dict[str, Any], body: dict[str, Any], pieces: list[list[str]] | None
+                     ) -> Iterator[str]:
+        """Server-sent events of a finished chat completion; with logprobs one chunk per token, whose text is the
+        token's share of the decoded text (``pieces``: a token alone may decode to half a character)."""
         head = {"id": envelope["id"], "object": "chat.completion.chunk", "created": envelope["created"],
                 "model": envelope["model"], "system_fingerprint": None}
         for choice in envelope["choices"]:
@@ -356,8 +364,8 @@ class AgentServer:
             entries = (choice["logprobs"] or {}).get("content")
             if entries is not None:  # one chunk per token, with its logprob
                 budget = len(message["content"] or "")
-                for entry in entries:
-                    piece = bytes(entry["bytes"]).decode(errors="replace")[: max(budget, 0)]
+                for entry, text in zip(entries, pieces[i] if pieces is not None else []):
+                    piece = text[: max(budget, 0)]
                     budget -= len(piece)
                     yield sse({**head, "choices": [{"index": i, "delta": {"content": piece},
                                                      "logprobs": {"content": [entry], "refusal": None},

@@ -1,9 +1,13 @@
 """One agent serving generation requests from many threads (the gateway's HTTP handlers) in shared batches.
 
 With an agent that decodes requests as they come (``agenerate_one``, the HF agent: continuous batching) an event
-loop runs in its own thread and every request joins the running batch at its next decode step. Any other agent
-(vLLM, an HTTP backend, a scripted one) gets the requests that arrived within a few milliseconds of each other in
-one ``generate`` call. Every wait has a timeout; a failed generation fails only the requests that were in it.
+loop decodes and every request joins the running batch at its next decode step. The loop runs in the engine's own
+thread, or — ``own_thread=False`` — in the thread that calls :meth:`Engine.serve` while it waits for its programs:
+a training run decodes in the thread that also updates the weights, so that no decode step overlaps an optimizer
+step and one OpenMP thread team does all the model's work (every OS thread that runs torch kernels gets its own team,
+and on a small machine two teams slow each other by half). Any other agent (vLLM, an HTTP backend, a scripted one)
+gets the requests that arrived within a few milliseconds of each other in one ``generate`` call, from a thread of
+its own. Every wait has a timeout; a failed generation fails only the requests that were in it.
 """
 
 from __future__ import annotations
@@ -26,23 +30,40 @@ class Engine:
         agent: the policy (its ``agenerate_one`` is used where it has one, else ``generate``).
         timeout: seconds a request may wait for its completions before it fails.
         window: seconds the batching agent path waits for more requests to share a ``generate`` call.
+        own_thread: decode in the engine's own thread (False: only while a caller runs :meth:`serve`).
     """
 
-    def __init__(self, agent: Any, *, timeout: float = 600.0, window: float = 0.01) -> None:
+    def __init__(self, agent: Any, *, timeout: float = 600.0, window: float = 0.01, own_thread: bool = True) -> None:
         self.agent, self.timeout, self.window = agent, timeout, window
         self.streaming = getattr(agent, "agenerate_one", None) is not None
         self._closed = False
+        self._thread: threading.Thread | None = None
         threads = _torch_threads()
         if self.streaming:
             self._loop = asyncio.new_event_loop()
-            self._thread = threading.Thread(target=self._run_loop, args=(threads,), daemon=True,
-                                            name="turnrl-gateway-engine")
+            if own_thread:
+                self._thread = threading.Thread(target=self._run_loop, args=(threads,), daemon=True,
+                                                name="turnrl-gateway-engine")
         else:
             self._queue: queue.Queue[tuple[list[int], SamplingParams, int | None, cf.Future]] = queue.Queue()
             self._seeds = "seeds" in inspect.signature(agent.generate).parameters
             self._thread = threading.Thread(target=self._run_batches, args=(threads,), daemon=True,
                                             name="turnrl-gateway-engine")
-        self._thread.start()
+        if self._thread is not None:
+            self._thread.start()
+
+    def serve(self, futures: list[cf.Future], timeout: float | None = None) -> None:
+        """Wait until ``futures`` (programs running in other threads) are done — decoding their requests in this
+        thread when the engine has no thread of its own — or ``timeout`` seconds have passed."""
+        if self._thread is not None or not self.streaming:
+            cf.wait(futures, timeout=timeout)
+            return
+
+        async def done() -> None:
+            await asyncio.wait([asyncio.wrap_future(f, loop=self._loop) for f in futures], timeout=timeout)
+
+        if futures:
+            self._loop.run_until_complete(done())
 
     def generate(self, prompt: list[int], params: SamplingParams, *, seed: int | None = None,
                  session: str | None = None) -> list[Completion]:
@@ -69,11 +90,17 @@ class Engine:
         if self._closed:
             return
         self._closed = True
-        if self.streaming:
+        if self.streaming and self._thread is not None:
             self._loop.call_soon_threadsafe(self._loop.stop)
+        elif self.streaming:  # nothing runs the loop: fail what waits in it, then close it
+            for task in asyncio.all_tasks(self._loop):
+                task.cancel()
+            self._loop.run_until_complete(asyncio.sleep(0))
+            self._loop.close()
         else:
             self._queue.put(None)  # type: ignore[arg-type]
-        self._thread.join(timeout=10)
+        if self._thread is not None:
+            self._thread.join(timeout=10)
 
     # ---- the two paths ----
 
@@ -84,7 +111,7 @@ class Engine:
                                             **({"choice": choice} if choice else {}))
             return asyncio.run_coroutine_threadsafe(coro, self._loop)
         future: cf.Future = cf.Future()
-        self._queue.put((prompt, params, None if seed is None else seed * 1_000_003 + choice, future))
+        self._queue.put((prompt, params, None if seed is None else (seed + choice * 7919) % 2**62, future))
         return future
 
     def _run_loop(self, threads: int) -> None:

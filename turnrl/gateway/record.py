@@ -10,7 +10,8 @@ assistant messages it returned. At the end the calls become one episode:
   are the last turn's observation: tool results, the user's next message), then the sampled tokens with mask 1;
 * any other call (the program rewrote its history, or talks in a second conversation) opens a new segment — its own
   token-exact sequence, whose prompt the model saw as it is (``Trajectory.segments`` holds where each begins, and
-  ``metadata["segment_reasons"]`` why).
+  ``metadata["segment_reasons"]`` why). Segments are ordered by their last call, so the one that holds the last
+  call answered comes last (returns and advantages run backwards along the tokens from the episode's reward).
 
 A call with ``n`` > 1 keeps the completion that a later call continued (else the first); the others are counted in
 ``metadata["gateway"]["unused_choices"]``. Every call is one turn, in token order (a segment's turns together); the
@@ -114,6 +115,10 @@ def build_trajectory(calls: list[Call], *, reward: float, correct: bool | None, 
         else:
             seg.add(call.prompt, 0)
         seg.turns.append((call, keep[call.index], seg.add(c.token_ids, 1, c.logprobs, call.version), None))
+    first = segments[0]
+    segments.sort(key=lambda seg: seg.turns[-1][0].index)  # the last call's segment last (see the docstring)
+    if segments[0] is not first:
+        first.reason = "the first conversation, continued after another began"
     tokens, mask, logprobs, versions, starts, turns = [], [], [], [], [], []
     last_call = calls[-1].index
     for s, seg in enumerate(segments):

@@ -104,7 +104,9 @@ def play_programs(gateway: Gateway, program: Program, env_id: str, env_kwargs: d
         return traj
 
     with ThreadPoolExecutor(max_workers=max(1, concurrency), thread_name_prefix="turnrl-episode") as pool:
-        return list(pool.map(one, jobs))
+        futures = [pool.submit(one, job) for job in jobs]
+        gateway.engine.serve(futures)  # decodes here when the gateway has no engine thread of its own
+        return [f.result() for f in futures]
 
 
 class GatewayRunner:
@@ -123,9 +125,10 @@ class GatewayRunner:
         if self.gateway is None:
             pc, r = self.cfg.program, self.cfg.rollout
             self.gateway = Gateway(self.agent, pc.model_name, host=pc.host, port=pc.port, api_key=pc.api_key,
-                                   version=self.version, sampling={"temperature": r.temperature, "top_p": r.top_p},
+                                   version=self.version,
+                                   sampling={"temperature": r.temperature, "top_p": r.top_p, "top_k": 0},
                                    max_new_tokens=r.max_new_tokens, max_context=r.max_context,
-                                   timeout=pc.timeout).start()
+                                   timeout=pc.timeout, engine_thread=False).start()
         return self.gateway
 
     def run(self, jobs: Sequence[Any]) -> tuple[list[Trajectory], dict[str, float]]:

@@ -16,13 +16,15 @@ AgentServer`), with three differences:
 
 The run's sampling settings override the request's (``sampling``: e.g. the rollout temperature — the learner scores
 tokens under the distribution that sampled them), ``max_tokens`` is capped by ``max_new_tokens``, and a prompt longer
-than ``max_context`` allows is refused with OpenAI's ``context_length_exceeded``. A request without a ``seed`` draws
-from the session's own stream: call k of a session opened with ``seed`` s samples with seed ``s·1009 + k``, as turn
-k of a native turnrl episode with sample seed s does. A key is always required (one is made when none is given).
+than ``max_context`` allows is refused with OpenAI's ``context_length_exceeded``. A session opened with a ``seed``
+samples from its own stream, whatever seed a request names: call k of a session opened with ``seed`` s samples with
+seed ``s·1009 + k``, as turn k of a native turnrl episode with sample seed s does (a program that always sends the
+same seed would otherwise give every sample of a group the same tokens); other sessions honour the request's. A key is always required (one is made when none is given).
 """
 
 from __future__ import annotations
 
+import re
 import secrets
 import threading
 import uuid
@@ -81,17 +83,19 @@ class Gateway(AgentServer):
         max_new_tokens: the most tokens one call may generate.
         max_context: the most tokens a prompt and its completion may hold.
         timeout: seconds one request may wait for its completions.
+        engine_thread: decode in a thread of the gateway's own; False: only while a caller waits in
+            ``gateway.engine.serve(futures)`` (a training run: decoding and updates in one thread, never at once).
     """
 
     def __init__(self, agent: Any, model: str = "turnrl-policy", *, host: str = "127.0.0.1", port: int = 0,
                  api_key: str | None = None, version: Callable[[], int] | None = None,
                  sampling: dict[str, Any] | None = None, max_new_tokens: int | None = None,
-                 max_context: int | None = None, timeout: float = 600.0) -> None:
+                 max_context: int | None = None, timeout: float = 600.0, engine_thread: bool = True) -> None:
         super().__init__(agent, model, host, port, api_key=api_key or secrets.token_urlsafe(24))
         self.version = version or (lambda: 0)
         self.sampling = dict(sampling or {})
         self.max_new_tokens, self.max_context = max_new_tokens, max_context
-        self.engine = Engine(agent, timeout=timeout)
+        self.engine = Engine(agent, timeout=timeout, own_thread=engine_thread)
         self.sessions: dict[str, Session] = {}
         self._ended: set[str] = set()
         self._sessions_lock = threading.Lock()
@@ -119,7 +123,7 @@ class Gateway(AgentServer):
         """Start recording a session (default id: a random one); returns its id. ``seed`` starts its own sampling
         stream; ``sampling`` overrides the gateway's sampling settings for it (e.g. greedy for evaluation)."""
         sid = session or uuid.uuid4().hex
-        if not sid.replace("-", "").replace("_", "").replace(".", "").isalnum():
+        if not re.fullmatch(r"[A-Za-z0-9._-]{1,128}", sid):
             raise ValueError(f"a session id may hold letters, digits, '-', '_' and '.', got {sid!r}")
         with self._sessions_lock:
             if sid in self.sessions or sid in self._ended:
@@ -183,7 +187,9 @@ class Gateway(AgentServer):
                                code="context_length_exceeded")
             budget = min(budget, room)
         params = params.model_copy(update={"max_new_tokens": budget})
-        seed = params.seed if params.seed is not None else req.session.next_seed()
+        seed = req.session.next_seed()  # a session opened with a seed samples from its own stream, whatever the
+        if seed is None:  # request asks (a program that always sends seed=0 would make a group's samples equal)
+            seed = params.seed
         req.version = int(self.version())
         try:
             return self.engine.generate(prompt_ids, params, seed=seed, session=req.session.id)

@@ -220,6 +220,11 @@ class TrainConfig(BaseModel):
 
     @model_validator(mode="after")
     def _placement_options(self) -> TrainConfig:
+        c = self.rollout.context
+        if c is not None and c.budget > self.rollout.max_context:
+            raise ValueError(f"rollout.context.budget ({c.budget}) is larger than rollout.max_context "
+                             f"({self.rollout.max_context}): episodes would be cut by max_context before their "
+                             "history is ever rewritten; lower the budget or raise max_context")
         if self.placement == "local" and "ray" in self.model_fields_set:
             raise ValueError("`ray` options are set but placement is 'local'; add placement=ray (or drop them)")
         if self.rollout.max_staleness > 0 and self.placement != "ray":

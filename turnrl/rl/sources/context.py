@@ -54,6 +54,16 @@ class ContextBudget:
         return context_length + added + max_new > self.budget
 
 
+def _with_note(prompt: Sequence[Message], note: str) -> list[Message]:
+    """The opening messages with ``note`` added: to the last of them if it is the user's (templates that need
+    alternating roles refuse two user messages in a row), else as a user message of its own."""
+    out = list(prompt)
+    if out and out[-1].role == "user":
+        out[-1] = out[-1].model_copy(update={"content": f"{out[-1].content}\n\n{note}"})
+        return out
+    return [*out, Message(role="user", content=note)]
+
+
 def _history(turns: Sequence[Turn], last_observation: Sequence[Message]) -> list[list[Message]]:
     """Each turn's messages (its action and what the environment answered), the last with ``last_observation``."""
     out = [[t.action, *t.observation] for t in turns]
@@ -74,7 +84,7 @@ async def compact(rollout: Rollout, ep: Episode, turn: Turn, obs: Sequence[Messa
         summary = await _summarize(rollout, ep, turn, obs)
         if summary is None:
             return False
-        messages = [*prompt, Message(role="user", content=f"{SUMMARY_NOTE}\n{summary}")]
+        messages = _with_note(prompt, f"{SUMMARY_NOTE}\n{summary}")
         ids = ep.renderer.prompt_tokens(messages)
         reason = f"history summarized by the policy ({len(env_turns) - ep.context_first} turn(s) replaced)"
         ep.context_first = len(env_turns)
@@ -85,8 +95,8 @@ async def compact(rollout: Rollout, ep: Episode, turn: Turn, obs: Sequence[Messa
         exchanges = _history(env_turns, obs)
         for keep in range(len(exchanges) - ep.context_first - 1, 0, -1):  # drop at least one, keep the latest
             dropped = len(exchanges) - keep
-            note = Message(role="user", content=DROPPED_NOTE.format(n=dropped))
-            candidate = ep.renderer.prompt_tokens([*prompt, note, *(m for ex in exchanges[-keep:] for m in ex)])
+            opening = _with_note(prompt, DROPPED_NOTE.format(n=dropped))
+            candidate = ep.renderer.prompt_tokens([*opening, *(m for ex in exchanges[-keep:] for m in ex)])
             if len(candidate) + max_new <= budget.budget:
                 ids, reason = candidate, f"history trimmed: the {dropped} oldest turn(s) dropped"
                 ep.context_first = dropped
@@ -129,9 +139,12 @@ async def _summarize(rollout: Rollout, ep: Episode, turn: Turn, obs: Sequence[Me
         ep.traj.error = f"generation failed (summary): {type(e).__name__}: {e}"
         rollout._finish(ep)
         return None
-    version = completion.policy_version if completion.policy_version is not None else rollout._sampled_by
+    version = completion.policy_version
+    if version is None:
+        version = rollout._version() if rollout.policy_version is not None else -1
     start = len(ep.tokens)
     ep.append(completion.token_ids, 1, completion.logprobs, version)
+    ep.window_used += len(completion.token_ids)
     rollout.stats.generated_tokens += len(completion.token_ids)
     ep.traj.turns.append(Turn(index=len(ep.traj.turns), role=ep.role, action=Message(role="assistant",
                               content=completion.text), info={"summary": True,
@@ -142,10 +155,14 @@ async def _summarize(rollout: Rollout, ep: Episode, turn: Turn, obs: Sequence[Me
 
 async def _generate(rollout: Rollout, ep: Episode, params: SamplingParams, seed: int | None):  # noqa: ANN202
     prompt = list(ep.tokens[ep.context_start:])
+    if rollout.keep_prompts:
+        ep.prompts_seen.append(list(prompt))
     agent = rollout.agent
     if getattr(agent, "agenerate_one", None) is not None:  # joins whatever batch is running in this loop
         c = await agent.agenerate_one(prompt, params, seed=seed,  # type: ignore[attr-defined]
                                       session=ep.session if rollout._sessions else None)
+    elif getattr(agent, "agenerate", None) is not None:  # an HTTP backend: do not block the loop
+        c = (await agent.agenerate([prompt], params))[0]  # type: ignore[attr-defined]
     else:
         kwargs = {"seeds": [seed]} if seed is not None and rollout._seeded_agent else {}
         c = agent.generate([prompt], params, **kwargs)[0]
