@@ -90,6 +90,21 @@ def tool_choice(choice: Any, tools: Any) -> bool:
                        "guarantee; use \"auto\" (the model decides) or \"none\"")
 
 
+def token_pieces(tok: Any, ids: list[int]) -> list[str]:
+    """Each generated token's share of the decoded text (special tokens contribute nothing)."""
+    out, prev = [], ""
+    for i in range(len(ids)):
+        text = tok.decode(ids[: i + 1], skip_special_tokens=True)
+        if text.endswith("\ufffd") and i + 1 < len(ids):  # half a character: it comes with the next token
+            out.append("")
+            continue
+        same = len(prev) if text.startswith(prev) else next(
+            (k for k, (a, b) in enumerate(zip(prev, text)) if a != b), min(len(prev), len(text)))
+        out.append(text[same:])
+        prev = text
+    return out
+
+
 def sse(payload: dict[str, Any]) -> str:
     return f"data: {json.dumps(payload)}\n\n"
 

@@ -44,6 +44,7 @@ from turnrl.agents.openai_api import (
     sampling_params,
     split_words,
     sse,
+    token_pieces,
     tool_choice,
     unsupported,
 )
@@ -202,19 +203,7 @@ class AgentServer:
         return [list(zip(i.tolist(), v.tolist())) for i, v in zip(indices, values)]
 
     def _pieces(self, ids: list[int]) -> list[str]:
-        """Each generated token's share of the decoded text (special tokens contribute nothing)."""
-        tok = self.agent.tokenizer
-        out, prev = [], ""
-        for i in range(len(ids)):
-            text = tok.decode(ids[: i + 1], skip_special_tokens=True)
-            if text.endswith("\ufffd") and i + 1 < len(ids):  # half a character: it comes with the next token
-                out.append("")
-                continue
-            same = len(prev) if text.startswith(prev) else next(
-                (k for k, (a, b) in enumerate(zip(prev, text)) if a != b), min(len(prev), len(text)))
-            out.append(text[same:])
-            prev = text
-        return out
+        return token_pieces(self.agent.tokenizer, ids)
 
     # ---- /v1/completions ----
 

@@ -74,7 +74,17 @@ def _history(turns: Sequence[Turn], last_observation: Sequence[Message]) -> list
 
 async def compact(rollout: Rollout, ep: Episode, turn: Turn, obs: Sequence[Message]) -> bool:
     """Rewrite ``ep``'s history under the rollout's budget after ``turn`` (whose reply ``obs`` is not appended yet)
-    and start its new segment. Returns whether the episode goes on (False: it was finished, truncated by context)."""
+    and start its new segment. Returns whether the episode goes on (False: it was finished — truncated by context,
+    or with an error when the rewrite failed, e.g. a template that refuses the rewritten history)."""
+    try:
+        return await _compact(rollout, ep, turn, obs)
+    except Exception as e:  # noqa: BLE001 — only this episode ends
+        ep.traj.error = f"rewriting the history failed: {type(e).__name__}: {e}"
+        rollout._finish(ep)
+        return False
+
+
+async def _compact(rollout: Rollout, ep: Episode, turn: Turn, obs: Sequence[Message]) -> bool:
     budget: ContextBudget = rollout.context  # type: ignore[assignment]
     assert ep.renderer is not None
     max_new = rollout.params.max_new_tokens

@@ -355,12 +355,7 @@ class Rollout:
         obs_ids = ep.renderer.observation_tokens(obs, ended_with_eos=ended_with_eos)
         used = len(ep.tokens) - ep.context_start
         if self.context is not None and self.context.overflows(used, len(obs_ids), self.params.max_new_tokens):
-            try:
-                return await compact(self, ep, turn, obs)  # the history rewritten: a new segment
-            except Exception as e:  # noqa: BLE001 — e.g. a template that refuses the rewritten history
-                ep.traj.error = f"rewriting the history failed: {type(e).__name__}: {e}"
-                self._finish(ep)
-                return False
+            return await compact(self, ep, turn, obs)  # the history rewritten: a new segment
         if used + len(obs_ids) >= self.max_context:  # no room to append the reply and generate
             ep.traj.truncated = True
             ep.traj.metadata["truncated_by"] = "context"
