@@ -35,6 +35,7 @@ import json
 import operator
 import os
 import sys
+import threading
 
 from agents import (
     Agent,
@@ -61,6 +62,8 @@ HINT = ("You can use a calculator: write <tool_call>{\"name\": \"calculator\", \
 _OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
         ast.USub: operator.neg, ast.UAdd: operator.pos}
 
+_PARSE = threading.Lock()  # turnrl runs several episodes of this program at once, in threads
+
 
 def evaluate(expression: str) -> str:
     """Arithmetic only (no names, no calls), or an error message the model can read."""
@@ -75,7 +78,9 @@ def evaluate(expression: str) -> str:
         raise ValueError("only numbers and + - * / ( ) are allowed")
 
     try:
-        value = ev(ast.parse(str(expression), mode="eval").body)
+        with _PARSE:  # Python 3.11's parser is not safe in several threads at once (cpython#106905)
+            tree = ast.parse(str(expression), mode="eval")
+        value = ev(tree.body)
     except (SyntaxError, ValueError, ZeroDivisionError, TypeError, OverflowError) as e:
         return f"error: {e}"
     return str(int(value)) if float(value).is_integer() else f"{value:.6g}"

@@ -19,6 +19,7 @@ import json
 import operator
 import os
 import sys
+import threading
 
 from openai import OpenAI
 
@@ -39,6 +40,8 @@ HINT = ("You can use a calculator: write <tool_call>{\"name\": \"calculator\", \
 _OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
         ast.USub: operator.neg, ast.UAdd: operator.pos}
 
+_PARSE = threading.Lock()  # turnrl runs several episodes of this program at once, in threads
+
 
 def calculator(expression: str) -> str:
     """The tool: arithmetic only (no names, no calls), or an error message the model can read."""
@@ -52,7 +55,9 @@ def calculator(expression: str) -> str:
         raise ValueError("only numbers and + - * / ( ) are allowed")
 
     try:
-        value = ev(ast.parse(str(expression), mode="eval").body)
+        with _PARSE:  # Python 3.11's parser is not safe in several threads at once (cpython#106905)
+            tree = ast.parse(str(expression), mode="eval")
+        value = ev(tree.body)
     except (SyntaxError, ValueError, ZeroDivisionError, TypeError) as e:
         return f"error: {e}"
     return str(int(value)) if float(value).is_integer() else f"{value:.6g}"

@@ -402,17 +402,19 @@ def test_program_settings_are_checked():
             TrainConfig(**{**base, **extra})
 
 
-def test_the_openai_only_example_trains_one_step_unchanged(tmp_path, monkeypatch):
+@pytest.mark.parametrize("example", ["openai_agent", "agents_sdk_agent"])
+def test_each_example_agent_trains_one_step_unchanged(example, tmp_path, monkeypatch):
     from pathlib import Path
 
     from turnrl.rl.run.config import load_config
     from turnrl.rl.run.trainer import Trainer
 
     examples = Path(__file__).resolve().parents[1] / "examples"
-    monkeypatch.chdir(examples)  # the config names the program as `openai_agent:run`, found next to it
-    cfg = load_config(examples / "openai_agent.yaml", [
+    monkeypatch.chdir(examples)  # the config names the program as `EXAMPLE:run`, found next to it
+    cfg = load_config(examples / f"{example}.yaml", [
         "model=tiny:chatml", "steps=1", "eval_tasks=2", f"out_dir={tmp_path / 'run'}", "rollout.prompts_per_step=2",
         "rollout.group_size=2", "rollout.max_new_tokens=8", "optim.minibatch_size=4", "optim.grad_accum=1"])
+    assert cfg.program.function == f"{example}:run"
     trainer = Trainer(cfg)
     try:
         history = trainer.train()

@@ -1,6 +1,6 @@
 """Agents written with an agent framework train unchanged: examples/agents_sdk_agent.py (the OpenAI Agents SDK,
 `openai-agents`) played through a real gateway on 127.0.0.1 — by a tiny real model, by a scripted policy that
-drives the SDK's whole tool loop — and trained one step from examples/agents_sdk_agent.yaml.
+drives the SDK's whole tool loop (tests/test_gateway.py trains it one step from examples/agents_sdk_agent.yaml).
 
 Nothing may leave the machine: the SDK's tracing uploads to OpenAI by default, so every socket the tests open is
 checked to be a loopback one.
@@ -13,7 +13,6 @@ import socket
 from pathlib import Path
 
 import pytest
-import torch
 
 from turnrl.agents.hf import HFAgent
 from turnrl.agents.openai_api import CHAT_PARAMS
@@ -175,22 +174,3 @@ def test_the_sdk_runs_its_tool_loop_through_the_gateway_token_exactly(loopback_o
     trajs, _, sessions = play(always_a_tool, [2])
     assert trajs[0].error is None and trajs[0].num_turns == 4 and len(sessions[0].calls) == 4
     assert trajs[0].metadata["answer"] == "Let me check." and trajs[0].correct is False
-
-
-def test_the_agents_sdk_example_trains_one_step_unchanged(tmp_path, monkeypatch):
-    from turnrl.rl.run.config import load_config
-    from turnrl.rl.run.trainer import Trainer
-
-    monkeypatch.chdir(EXAMPLES)  # the config names the program as `agents_sdk_agent:run`, found next to it
-    cfg = load_config(EXAMPLES / "agents_sdk_agent.yaml", [
-        "model=tiny:chatml", "steps=1", "eval_tasks=2", f"out_dir={tmp_path / 'run'}", "rollout.prompts_per_step=2",
-        "rollout.group_size=2", "rollout.max_new_tokens=8", "optim.minibatch_size=4", "optim.grad_accum=1"])
-    assert cfg.program.function == PROGRAM and cfg.out_dir == str(tmp_path / "run")
-    trainer = Trainer(cfg)
-    try:
-        history = trainer.train()
-    finally:
-        trainer.close()
-    step = history[-1]
-    assert step["rollout_episodes"] == 4 and step["error_episodes"] == 0 and "eval_success" in step
-    assert torch.isfinite(torch.tensor(step["loss"]))

@@ -5,8 +5,11 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import importlib
+import sys
 import threading
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Sequence
+from pathlib import Path
+from types import ModuleType
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -51,6 +54,24 @@ def run_with_daemon_threads(coro: Coroutine[Any, Any, T]) -> T:
     finally:
         loop.run_until_complete(loop.shutdown_asyncgens())
         loop.close()
+
+
+def import_from(name: str, search: Sequence[str | Path]) -> ModuleType | None:
+    """Import module ``name`` from ``sys.path``, else from the first folder of ``search`` that holds it (that folder
+    is appended to ``sys.path``); None when no folder holds it. A module that exists but fails to import raises."""
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as e:
+        if e.name is None or not (name == e.name or name.startswith(e.name + ".")):
+            raise  # the module exists; something it imports does not
+    top = name.split(".")[0]
+    for folder in (Path(p).resolve() for p in search):
+        if (folder / f"{top}.py").is_file() or (folder / top).is_dir():
+            if str(folder) not in sys.path:
+                sys.path.append(str(folder))
+            importlib.invalidate_caches()
+            return importlib.import_module(name)
+    return None
 
 
 def load_entry(entry: str) -> Any:

@@ -28,7 +28,6 @@ import dataclasses
 import importlib
 import importlib.metadata
 import inspect
-import sys
 import textwrap
 import traceback
 from collections.abc import Sequence
@@ -41,6 +40,7 @@ import gymnasium as gym
 from gymnasium.envs.registration import load_env_creator, parse_env_id
 
 from turnrl.envs.core import TextEnv
+from turnrl.utils import import_from
 
 ENTRY_POINT_GROUP = "turnrl.envs"
 BUILTIN_SOURCE = "turnrl (built-in)"
@@ -151,11 +151,6 @@ def error_location(e: BaseException) -> str:
     return f" ({Path(frames[-1].filename).name}:{frames[-1].lineno})" if frames else ""
 
 
-def _is_missing(e: ModuleNotFoundError, name: str) -> bool:
-    """Whether ``e`` says ``name`` itself (or a parent package) does not exist, not a module it imports."""
-    return e.name is not None and (name == e.name or name.startswith(e.name + "."))
-
-
 def import_env_module(name: str, search: Sequence[str | Path] = ()) -> ModuleType:
     """Import the module ``name`` (which registers environments) and record the ids it registered.
 
@@ -183,18 +178,10 @@ def import_env_module(name: str, search: Sequence[str | Path] = ()) -> ModuleTyp
 
 
 def _import(name: str, search: Sequence[str | Path]) -> ModuleType:
-    try:
-        return importlib.import_module(name)
-    except ModuleNotFoundError as e:
-        if not _is_missing(e, name):
-            raise
+    module = import_from(name, search)
+    if module is not None:
+        return module
     top = name.split(".")[0]
-    for folder in (Path(p).resolve() for p in search):
-        if (folder / f"{top}.py").is_file() or (folder / top).is_dir():
-            if str(folder) not in sys.path:
-                sys.path.append(str(folder))
-            importlib.invalidate_caches()
-            return importlib.import_module(name)
     places = "sys.path" + "".join(f" or {p}" for p in search)
     raise EnvImportError(
         f"no module named {name!r} on {places}. Run from the folder that holds {top}.py, add that folder to "

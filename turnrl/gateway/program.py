@@ -24,19 +24,19 @@ Anything else — raising, exiting non-zero, running past its time, returning no
 from __future__ import annotations
 
 import asyncio
-import importlib
 import inspect
 import json
 import math
 import os
 import shlex
 import subprocess
-import sys
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from turnrl.utils import import_from
 
 RETURNS = ("return a reward (a number), the final answer (a string), or a dict with 'reward' and/or 'answer' "
            "(and optionally 'correct')")
@@ -109,18 +109,10 @@ def load_function(spec: str, search: Sequence[str | Path] = ()) -> Callable[...,
 
 
 def _import(name: str, search: Sequence[str | Path]) -> Any:
-    try:
-        return importlib.import_module(name)
-    except ModuleNotFoundError as e:
-        if e.name is None or not (name == e.name or name.startswith(e.name + ".")):
-            raise
+    module = import_from(name, search)
+    if module is not None:
+        return module
     top = name.split(".")[0]
-    for folder in (Path(p).resolve() for p in search):
-        if (folder / f"{top}.py").is_file() or (folder / top).is_dir():
-            if str(folder) not in sys.path:
-                sys.path.append(str(folder))
-            importlib.invalidate_caches()
-            return importlib.import_module(name)
     raise ProgramError(f"no module named {name!r} on sys.path"
                        + "".join(f" or in {p}" for p in search)
                        + f"; run from the folder that holds {top}.py or add that folder to PYTHONPATH")

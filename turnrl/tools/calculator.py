@@ -14,6 +14,7 @@ import ast
 import math
 import operator
 import re
+import threading
 from collections.abc import Callable
 
 from turnrl.tools.base import ToolError, tool
@@ -27,6 +28,11 @@ MAX_FACTORIAL = 450  # 450! has ≈ 1000 digits
 class CalculatorError(ToolError):
     """The expression is invalid or refused; the message says why."""
 
+
+# CPython 3.11 keeps the AST constructor's recursion depth in interpreter-wide state: parses in several threads at
+# once (environments stepped concurrently, gateway programs) can fail with "SystemError: AST constructor recursion
+# depth mismatch" (python/cpython#106905). One parse at a time.
+_AST_LOCK = threading.Lock()
 
 def _check_int(x: int | float) -> int | float:
     if isinstance(x, int) and x.bit_length() > MAX_INT_BITS:
@@ -180,7 +186,8 @@ def evaluate(expression: str) -> int | float:
     """
     expr = _prepare(expression)
     try:
-        tree = ast.parse(expr, mode="eval")
+        with _AST_LOCK:
+            tree = ast.parse(expr, mode="eval")
     except (SyntaxError, ValueError, MemoryError, RecursionError) as e:
         raise CalculatorError(f"cannot parse {expression.strip()!r}") from e
     try:
