@@ -56,6 +56,20 @@ def run_with_daemon_threads(coro: Coroutine[Any, Any, T]) -> T:
         loop.close()
 
 
+# CPython 3.11 keeps the AST constructor's recursion depth in interpreter-wide state: parses in several threads at
+# once (environments made or stepped concurrently, gateway programs) can fail with "SystemError: AST constructor
+# recursion depth mismatch" (python/cpython#106905). Every parse in turnrl takes this lock.
+AST_LOCK = threading.Lock()
+
+
+def parse_python(source: str, **kwargs: Any) -> Any:
+    """``ast.parse(source, **kwargs)``, one at a time in the process (see ``AST_LOCK``)."""
+    import ast
+
+    with AST_LOCK:
+        return ast.parse(source, **kwargs)
+
+
 def import_from(name: str, search: Sequence[str | Path]) -> ModuleType | None:
     """Import module ``name`` from ``sys.path``, else from the first folder of ``search`` that holds it (that folder
     is appended to ``sys.path``); None when no folder holds it. A module that exists but fails to import raises."""

@@ -40,7 +40,7 @@ import gymnasium as gym
 from gymnasium.envs.registration import load_env_creator, parse_env_id
 
 from turnrl.envs.core import TextEnv
-from turnrl.utils import import_from
+from turnrl.utils import import_from, parse_python
 
 ENTRY_POINT_GROUP = "turnrl.envs"
 BUILTIN_SOURCE = "turnrl (built-in)"
@@ -233,7 +233,7 @@ def _suggest(env_id: str) -> str:
 def _passed_to_parent(fn: Any) -> tuple[set[str], int] | None:
     """The keywords and the number of positional arguments ``fn`` itself passes to its parent's ``__init__``."""
     try:
-        tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
+        tree = parse_python(textwrap.dedent(inspect.getsource(fn)))
     except (OSError, TypeError, SyntaxError):
         return None
     for node in ast.walk(tree):

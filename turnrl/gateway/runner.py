@@ -95,16 +95,21 @@ def play_programs(gateway: Gateway, program: Program, env_id: str, env_kwargs: d
     task}``) and each session samples from the job's own stream (:func:`~turnrl.rl.sources.play.sample_seed`)."""
     from turnrl.rl.sources.play import env_seed, sample_seed
 
-    def one(job: Any) -> Trajectory:
+    envs = [make(env_id, **env_kwargs) for _ in jobs]  # made here: making environments in threads is not safe
+
+    def one(job: Any, env: Any) -> Trajectory:
         fields = {"group_id": (group_id or (lambda j: j.group_id))(job), "metadata": {"job": job.key}}
-        traj = play_one(gateway, program, make(env_id, **env_kwargs), env_seed=env_seed(seed, job), index=job.task,
-                        sample_seed=sample_seed(seed, job), timeout=timeout, fields=fields, sampling=sampling)
+        try:
+            traj = play_one(gateway, program, env, env_seed=env_seed(seed, job), index=job.task,
+                            sample_seed=sample_seed(seed, job), timeout=timeout, fields=fields, sampling=sampling)
+        except Exception as e:  # noqa: BLE001 — one episode's failure is its own, the step goes on
+            traj = Trajectory(error=f"the episode failed: {type(e).__name__}: {e}", env_id=env_id, **fields)
         if sink is not None:
             sink(traj)
         return traj
 
     with ThreadPoolExecutor(max_workers=max(1, concurrency), thread_name_prefix="turnrl-episode") as pool:
-        futures = [pool.submit(one, job) for job in jobs]
+        futures = [pool.submit(one, job, env) for job, env in zip(jobs, envs)]
         gateway.engine.serve(futures)  # decodes here when the gateway has no engine thread of its own
         return [f.result() for f in futures]
 

@@ -14,10 +14,10 @@ import ast
 import math
 import operator
 import re
-import threading
 from collections.abc import Callable
 
 from turnrl.tools.base import ToolError, tool
+from turnrl.utils import parse_python
 
 MAX_CHARS = 500
 MAX_DEPTH = 30
@@ -28,11 +28,6 @@ MAX_FACTORIAL = 450  # 450! has ≈ 1000 digits
 class CalculatorError(ToolError):
     """The expression is invalid or refused; the message says why."""
 
-
-# CPython 3.11 keeps the AST constructor's recursion depth in interpreter-wide state: parses in several threads at
-# once (environments stepped concurrently, gateway programs) can fail with "SystemError: AST constructor recursion
-# depth mismatch" (python/cpython#106905). One parse at a time.
-_AST_LOCK = threading.Lock()
 
 def _check_int(x: int | float) -> int | float:
     if isinstance(x, int) and x.bit_length() > MAX_INT_BITS:
@@ -186,8 +181,7 @@ def evaluate(expression: str) -> int | float:
     """
     expr = _prepare(expression)
     try:
-        with _AST_LOCK:
-            tree = ast.parse(expr, mode="eval")
+        tree = parse_python(expr, mode="eval")  # one parse at a time (CPython 3.11, cpython#106905)
     except (SyntaxError, ValueError, MemoryError, RecursionError) as e:
         raise CalculatorError(f"cannot parse {expression.strip()!r}") from e
     try:
