@@ -159,12 +159,8 @@ def build_trajectory(calls: list[Call], *, reward: float, correct: bool | None, 
 
 
 def _action(call: Call, i: int, tokenizer: Any) -> Message:
-    if call.returned is not None:
-        m = call.returned[i]
-        calls = [ToolCall(name=str((tc.get("function") or {}).get("name")), id=tc.get("id"),
-                          arguments=_arguments((tc.get("function") or {}).get("arguments")))
-                 for tc in m.get("tool_calls") or []]
-        return Message(role="assistant", content=m.get("content") or "", tool_calls=calls or None)
+    if call.returned is not None:  # the assistant message as sent back to the client
+        return _messages([call.returned[i]])[0]
     c = call.outs[i]
     text = c.text if tokenizer is None else tokenizer.decode(c.token_ids, skip_special_tokens=True)
     return Message(role="assistant", content=text)
