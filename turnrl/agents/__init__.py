@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from turnrl.agents.base import Agent, Completion, SamplingParams
-from turnrl.agents.models import BUILTIN_MODELS, load_model
+from turnrl.agents.models import BUILTIN_MODELS, load_model, resolve_model_path
 
 __all__ = ["Agent", "Completion", "SamplingParams", "load_model", "make_agent"]
 
@@ -24,6 +24,8 @@ def make_agent(spec: str, *, batch_size: int = 32, tokenizer: str | None = None)
 
     Raises:
         ValueError: an unknown prefix or a malformed spec (the message lists the valid forms).
+        ModelNotFoundError: (an ``OSError``) a model that is no built-in, no path, and no hub id the hub or the local
+            hub cache can serve now — at once, with a 'did you mean' for a near-miss of a built-in name.
     """
     kind, sep, rest = spec.partition(":")
     if not sep:
@@ -35,6 +37,8 @@ def make_agent(spec: str, *, batch_size: int = 32, tokenizer: str | None = None)
         )
     if kind == "run":
         return _run_agent(rest, batch_size)
+    if kind in ("hf", "vllm"):  # where the model is, or why not, before the seconds of importing torch or vLLM
+        rest = resolve_model_path(rest)
     if kind == "hf":
         from turnrl.agents.hf import HFAgent
 
@@ -57,8 +61,6 @@ def make_agent(spec: str, *, batch_size: int = 32, tokenizer: str | None = None)
     tok = None
     if tokenizer is not None:
         from transformers import AutoTokenizer
-
-        from turnrl.agents.models import resolve_model_path
 
         tok = AutoTokenizer.from_pretrained(resolve_model_path(tokenizer))
     return OpenAIAgent(url, model, tokenizer=tok)

@@ -6,16 +6,24 @@ built-in name. The built-in ``smollm2-135m-instruct`` is the SmolLM2-135M-Instru
 gguf, and saved as safetensors so later loads take well under a second instead of ~35 s.
 
 The cache lives in ``$TURNRL_CACHE`` (default ``~/.cache/turnrl``).
+
+A spec resolves without waiting on a network (:func:`resolve_model_path`): built-in names and existing paths first; a
+near-miss of a built-in name fails at once with "did you mean"; an ``OWNER/NAME`` hub id goes to transformers only
+when the hub takes a connection within 3 s and ``HF_HUB_OFFLINE`` is unset, else it loads from the local hub cache or
+fails at once saying how to use a local folder instead.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import re
+import socket
 import subprocess
 import sys
 import zipfile
 from dataclasses import dataclass
+from difflib import get_close_matches
 from pathlib import Path
 from typing import Any
 
@@ -88,11 +96,80 @@ def fetch_builtin(name: str) -> Path:
     return target
 
 
+class ModelNotFoundError(OSError):
+    """A model spec that names no built-in, no existing path, and no reachable (or cached) hub repository."""
+
+
+_HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*")
+_LOCAL_HINT = ("give a local folder holding config.json, the weights and the tokenizer (download one where the hub is "
+               "reachable: `hf download OWNER/NAME --local-dir DIR`, then copy DIR here and pass its path)")
+
+
 def resolve_model_path(name_or_path: str) -> str:
-    """A built-in name becomes its cache folder; anything else (a path or a hub name) is returned as is."""
+    """Where a model spec's files are, without waiting on a network: a built-in name becomes its cache folder, an
+    existing path stays as is, and an ``owner/name`` hub id stays as is when the hub answers (transformers downloads
+    it) or becomes its folder in the local hub cache when the hub is offline (``HF_HUB_OFFLINE``) or unreachable.
+
+    Raises:
+        ModelNotFoundError: a name close to a built-in one (the message says which), a path that does not exist, or a
+            hub id the hub cannot serve now and the local cache does not hold — each at once, with what to change.
+    """
     if name_or_path in BUILTIN_MODELS:
         return str(fetch_builtin(name_or_path))
-    return name_or_path
+    if Path(name_or_path).expanduser().exists():
+        return str(Path(name_or_path).expanduser())
+    builtins = ", ".join(sorted(BUILTIN_MODELS))
+    close = get_close_matches(name_or_path.lower(), list(BUILTIN_MODELS), n=1, cutoff=0.75)
+    if close:
+        raise ModelNotFoundError(f"unknown model {name_or_path!r}: not a built-in name and no such path; did you mean "
+                                 f"{close[0]!r}? (built-ins: {builtins})")
+    if not _HUB_ID.fullmatch(name_or_path) or ".." in name_or_path:
+        raise ModelNotFoundError(
+            f"unknown model {name_or_path!r}: no such file or folder, not a built-in name ({builtins}), and not a "
+            "Hugging Face hub id (OWNER/NAME, e.g. HuggingFaceTB/SmolLM2-135M-Instruct)")
+    return _hub_model(name_or_path)
+
+
+def hub_offline() -> bool:
+    """Whether ``HF_HUB_OFFLINE`` (or transformers' ``TRANSFORMERS_OFFLINE``) asks for no hub requests."""
+    return any(os.environ.get(v, "").strip().lower() in ("1", "true", "yes", "on")
+               for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
+
+
+def hub_unreachable(timeout: float = 3.0) -> str | None:
+    """Why the hub (``HF_ENDPOINT``, or the HTTPS proxy that leads to it) takes no TCP connection within ``timeout``
+    seconds, or None when it does — one connection attempt instead of transformers' minute of retries."""
+    from urllib.parse import urlsplit
+    from urllib.request import getproxies, proxy_bypass
+
+    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
+    url = urlsplit(endpoint)
+    host, port = url.hostname or "", url.port or (443 if url.scheme == "https" else 80)
+    proxy = getproxies().get(url.scheme)
+    if proxy and not proxy_bypass(host):
+        purl = urlsplit(proxy if "://" in proxy else f"http://{proxy}")
+        host, port = purl.hostname or "", purl.port or 80
+    try:
+        socket.create_connection((host, port), timeout=timeout).close()
+    except OSError as e:
+        return f"cannot reach {endpoint} ({host}:{port}: {e})"
+    return None
+
+
+def _hub_model(repo: str) -> str:
+    """``repo`` when the hub answers; its folder in the local hub cache when the hub is offline or unreachable."""
+    reason = "HF_HUB_OFFLINE is set" if hub_offline() else hub_unreachable()
+    if reason is None:
+        return repo
+    from huggingface_hub import snapshot_download
+
+    try:
+        folder = snapshot_download(repo, local_files_only=True)
+    except Exception as e:  # noqa: BLE001 — not cached (its exception type varies with huggingface_hub's version)
+        raise ModelNotFoundError(f"cannot load model {repo!r}: {reason}, and the local hub cache holds no copy of it "
+                                 f"({type(e).__name__}); {_LOCAL_HINT}") from e
+    logger.info("%s: loading %s from the local hub cache %s", reason, repo, folder)
+    return folder
 
 
 def load_model(name_or_path: str, *, dtype: Any = "float32", device: str = "cpu") -> tuple[Any, Any]:
