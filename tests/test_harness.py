@@ -152,3 +152,83 @@ def test_verdict_type_checked_where_the_env_grades():
     env = DivEnv([careful_divide], verifier=lambda text, reference: Verdict(correct=True, score=1.0))
     env.reset(seed=0)
     assert env.score("anything").correct
+
+
+DATES_ENV = '''
+import datetime
+
+import turnrl
+from turnrl.envs import Task, ToolEnv
+from turnrl.tools import tool
+from turnrl.types import ToolCall
+from turnrl.verifiers import Verdict
+
+
+@tool
+def weekday(date: str) -> str:
+    """The weekday of a date.
+
+    Args:
+        date: the date as YYYY-MM-DD.
+    """
+    return datetime.date.fromisoformat(date).strftime("%A")
+
+
+def exact(text, reference):
+    return Verdict(correct=text.strip() == reference, score=float(text.strip() == reference))
+
+
+class DatesEnv(ToolEnv):
+    """Which weekday was it?"""
+
+    def __init__(self, split="train", **options):
+        days = {"train": ["2024-01-01", "2024-02-29"], "test": ["2023-07-04"]}[split]
+        tasks = [Task(id=d, prompt=f"Which weekday was {d}?", answer=datetime.date.fromisoformat(d).strftime("%A"),
+                      metadata={"date": d}) for d in days]
+        super().__init__(tasks, tools=[weekday], verifier=exact, **options)
+        self.split, self.held_out_split = split, HELD_OUT
+
+    def oracle_calls(self, task):
+        return [ToolCall(name="weekday", arguments={"date": task.metadata["date"]})]
+
+    def format_answer(self, answer):
+        return answer
+
+
+turnrl.register("usertest/Dates-v0", "MODULE:DatesEnv")
+'''
+
+
+def _envs_check(tmp_path, held_out):
+    import subprocess
+    import sys
+    import uuid
+
+    module = f"dates_{uuid.uuid4().hex[:8]}"
+    text = DATES_ENV.replace("MODULE", module).replace("HELD_OUT", repr(held_out))
+    (tmp_path / f"{module}.py").write_text(text)
+    return subprocess.run([sys.executable, "-m", "turnrl", "envs", "check", f"{module}:usertest/Dates-v0"],
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
+
+
+def test_a_tool_that_raises_value_error_on_a_meaningless_value_is_a_warning_not_a_failure(tmp_path):
+    """A user's date tool given "a": at run time the model reads the ValueError as the tool's answer, so
+    `turnrl envs check` warns (with the advice) and passes; before, it failed the environment (exit 1)."""
+    out = _envs_check(tmp_path, "test")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "usertest/Dates-v0: OK, 1 warning(s)" in out.stdout
+    warn = next(line for line in out.stdout.splitlines() if line.startswith("  WARN "))
+    assert warn.startswith("  WARN tool 'weekday' raised ValueError: Invalid isoformat string: 'a' on schema-valid "
+                           'arguments {"date": "a"}; the model reads \'Error: weekday failed: ValueError: ')
+    assert "raise turnrl.tools.ToolError('what to change')" in warn
+    assert "FAIL" not in out.stdout
+
+
+def test_an_environment_without_a_held_out_split_is_warned_about(tmp_path):
+    out = _envs_check(tmp_path, None)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "usertest/Dates-v0: OK, 2 warning(s)" in out.stdout
+    assert "  WARN no held-out split (held_out_split is None): `turnrl eval` and a training run's held-out " in out.stdout
+    assert 'self.split, self.held_out_split = split, "test"' in out.stdout
+    report = check_environment(DivEnv([careful_divide]))
+    assert report.ok and report.warnings == [report.warnings[0]] and "no held-out split" in report.warnings[0]

@@ -75,7 +75,7 @@ def envs_check(
     from turnrl.envs.testing import check_environment
 
     report = check_environment(_make(env_id, parse_kwargs(kw)), seed=seed, call_tools=call_tools)
-    console.print(str(report), markup=False)
+    console.print(str(report), markup=False, highlight=False, soft_wrap=True)
     if not report.ok:
         raise typer.Exit(1)
 

@@ -4,7 +4,9 @@ It runs Gymnasium's ``check_env``; calls every tool with arguments generated fro
 types, a missing and an extra argument); checks that the verifier returns a ``Verdict``; then plays scripted
 episodes — a random agent, an always-wrong agent and, where the environment can give one, an oracle agent, which
 must use the tools when the environment has any — and reports every failure with a message naming the likely
-cause. It never stops at the first failure.
+cause. It never stops at the first failure. Failures are what breaks an episode or a run (``turnrl envs check`` exits
+1); warnings are what the model or the user can live with but should know (no held-out split; a tool that answers a
+schema-valid but meaningless argument with a plain ``ValueError``, which the model reads as the error's text).
 """
 
 from __future__ import annotations
@@ -46,10 +48,12 @@ class EpisodeLog:
 
 @dataclass
 class CheckReport:
-    """The result of :func:`check_environment`: failures (empty when the env conforms) and episode logs."""
+    """The result of :func:`check_environment`: failures (empty when the env conforms), warnings, notes and episode
+    logs."""
 
     env_name: str
     failures: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     episodes: list[EpisodeLog] = field(default_factory=list)
 
@@ -60,6 +64,7 @@ class CheckReport:
 
     def __str__(self) -> str:
         head = f"{self.env_name}: {'OK' if self.ok else f'{len(self.failures)} failure(s)'}"
+        head += f", {len(self.warnings)} warning(s)" if self.warnings else ""
         first: dict[str, int] = {}  # the same error met at several steps is shown once, with a count
         shown: list[list[Any]] = []
         for f in self.failures:
@@ -70,6 +75,7 @@ class CheckReport:
                 first[cause] = len(shown)
                 shown.append([f, 0])
         lines = [head] + [f"  FAIL {f}" + (f" (and {n} more time(s) elsewhere)" if n else "") for f, n in shown]
+        lines += [f"  WARN {w}" for w in self.warnings]
         lines += [f"  note {n}" for n in self.notes]
         for ep in self.episodes:
             lines.append(
@@ -201,6 +207,11 @@ def check_environment(
     if not isinstance(base, TextEnv):
         report.failures.append(f"{type(base).__name__} does not derive from turnrl.envs.TextEnv")
         return report
+    if base.held_out_split is None:
+        report.warnings.append(
+            "no held-out split (held_out_split is None): `turnrl eval` and a training run's held-out evaluation then "
+            "score tasks the policy may have trained on; give __init__ a `split` argument that picks the tasks and set "
+            "`self.split, self.held_out_split = split, \"test\"` (as turnrl/envs/arithmetic.py does)")
     _gymnasium_check(base, report)
     for check in (_check_reset, *((check_tools,) if call_tools else ()), check_verifier):
         try:

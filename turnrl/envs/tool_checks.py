@@ -1,8 +1,9 @@
 """The conformance harness's checks of tools and verifiers (used by :func:`turnrl.envs.testing.check_environment`).
 
 * :func:`check_tools` calls each tool with arguments generated from its JSON schema. A tool may refuse valid
-  input by raising :class:`~turnrl.tools.ToolError` (the model sees the message); any other exception is a bug
-  the report names. Wrong types, a missing required argument and an unexpected argument must come back as an
+  input by raising :class:`~turnrl.tools.ToolError` (the model sees the message). A plain ``ValueError`` (Python's
+  "right type, meaningless value", e.g. a date tool given ``"a"``) is a warning: at run time it too becomes an error
+  message the model reads, only a less helpful one. Any other exception is a bug in the tool the report fails. Wrong types, a missing required argument and an unexpected argument must come back as an
   error message for the model (``ok=False``), never as an exception or a success.
 * :func:`check_verifier` grades a wrong and the reference answer and checks that each gives a
   :class:`~turnrl.verifiers.base.Verdict`.
@@ -91,7 +92,7 @@ def _run(tool: Tool, args: dict[str, Any]) -> Any:
 def _valid_calls(env: TextEnv, tool: Tool, seed: int, report: CheckReport) -> int:
     params = tool.schema()["function"]["parameters"]
     defs = params.get("$defs", {})
-    ran = 0
+    ran, warned = 0, False
     for i in range(VALID_CALLS):
         args = arguments(params, defs, i)
         env.reset(seed=seed)  # tools may read or spend the episode's state
@@ -101,6 +102,14 @@ def _valid_calls(env: TextEnv, tool: Tool, seed: int, report: CheckReport) -> in
             continue  # the generated values break a constraint of the schema: not valid input
         except ToolError:
             pass  # a deliberate message for the model
+        except ValueError as e:  # the value refused: the model reads "Error: NAME failed: ValueError: …" (a warning)
+            if not warned:
+                warned = True
+                error = f"{type(e).__name__}: {e}"
+                report.warnings.append(
+                    f"tool {tool.name!r} raised {error} on schema-valid arguments {json.dumps(args, default=str)}; "
+                    f"the model reads 'Error: {tool.name} failed: {error}'. Fix it if the tool should take this value, "
+                    "or raise turnrl.tools.ToolError('what to change') so that the model reads how to call it")
         except Exception as e:  # noqa: BLE001 — the bug this check is for
             report.failures.append(
                 f"tool {tool.name!r} raised {type(e).__name__}: {e} on valid arguments {json.dumps(args, default=str)}; "
