@@ -68,8 +68,8 @@ def watch(gateway):
         bodies.append(body)
         return chat(body, ctx)
 
-    def close_seen(sid):
-        sessions.append(close(sid))
+    def close_seen(sid, **kwargs):
+        sessions.append(close(sid, **kwargs))
         return sessions[-1]
 
     gateway.chat, gateway.close = chat_seen, close_seen

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from turnrl.template_tools import fit_to_template, template_support
 from turnrl.types import Message
 
 _PLACEHOLDER = "\u2063TURNRL_ASSISTANT_PLACEHOLDER\u2063"
@@ -24,20 +25,28 @@ class ChatRenderer:
     Args:
         tokenizer: a Hugging Face tokenizer with a chat template.
         tools: OpenAI-style tool schemas passed to the template (``tools=``), or None.
+        fit_tools: where the template cannot render tools, structured tool calls or ``tool`` messages, rewrite
+            the messages so that nothing is lost (:func:`turnrl.template_tools.fit_to_template`; for requests from
+            outside — turnrl's environments describe their tools themselves).
     """
 
-    def __init__(self, tokenizer: Any, tools: Sequence[dict[str, Any]] | None = None) -> None:
+    def __init__(self, tokenizer: Any, tools: Sequence[dict[str, Any]] | None = None, *, fit_tools: bool = False
+                 ) -> None:
         if getattr(tokenizer, "chat_template", None) is None:
             raise ValueError("the tokenizer has no chat template; set tokenizer.chat_template")
         self.tokenizer = tokenizer
         self.tools = list(tools) if tools else None
+        self.support = template_support(tokenizer) if fit_tools else None
         eos = tokenizer.eos_token_id
         self._eos_text = tokenizer.decode([eos], skip_special_tokens=False) if eos is not None else None
 
     def render(self, messages: Sequence[Message | dict[str, Any]], *, add_generation_prompt: bool) -> str:
         """The chat template's text for ``messages``."""
         chat = [m.to_chat() if isinstance(m, Message) else m for m in messages]
-        kwargs: dict[str, Any] = {"tools": self.tools} if self.tools else {}
+        tools = self.tools
+        if self.support is not None and not self.support.complete:
+            chat, tools = fit_to_template(chat, tools, self.support)
+        kwargs: dict[str, Any] = {"tools": tools} if tools else {}
         return self.tokenizer.apply_chat_template(
             chat, tokenize=False, add_generation_prompt=add_generation_prompt, **kwargs
         )

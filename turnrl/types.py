@@ -1,4 +1,4 @@
-"""The interchange format: Message, ToolCall, Turn, Trajectory (DESIGN.md §The flow, point 6).
+"""The interchange format: Message, ToolCall, Turn, Trajectory (docs/concepts.md §6).
 
 Everything downstream of an environment — rollouts, algorithms, evaluation, SWiRL decomposition, DQO's
 offline data — consumes :class:`Trajectory`. It round-trips through JSONL and Parquet without loss
@@ -86,7 +86,7 @@ class Turn(BaseModel):
 
     Attributes:
         index: 0-based position of the turn in the episode.
-        role: who acted in this turn — ``"policy"`` or ``"verifier"`` (PAG, ALGORITHMS.md §7) or another
+        role: who acted in this turn — ``"policy"`` or ``"verifier"`` (PAG, docs/algorithms.md §7) or another
             env-defined role. Role-aware algorithms normalize advantages per role.
         action: the assistant message the agent produced.
         observation: the new messages the environment returned after the action (may be empty on the last turn).
@@ -256,8 +256,10 @@ class SamplingParams(BaseModel):
         stop: strings that end a completion (the completion keeps the stop string; tokens are never cut).
         seed: makes sampling reproducible (per call); None draws fresh randomness.
         n: completions per prompt; results are grouped by prompt (``[p0s0, p0s1, …, p1s0, …]``).
-        fire_temperature: FIRE sampling (ALGORITHMS.md §8): the first token at this (high) temperature, the rest at
+        fire_temperature: FIRE sampling (docs/algorithms.md §8): the first token at this (high) temperature, the rest at
             ``temperature``. None = off.
+        top_logprobs: also record, per generated token, the ``top_logprobs`` most likely tokens with their
+            log-probabilities under the same distribution as ``Completion.logprobs`` (agents that can; 0 = off).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -270,6 +272,7 @@ class SamplingParams(BaseModel):
     seed: int | None = None
     n: int = Field(1, ge=1)
     fire_temperature: float | None = Field(None, gt=0.0)
+    top_logprobs: int = Field(0, ge=0, le=20)
 
     @model_validator(mode="after")
     def _check(self) -> SamplingParams:

@@ -1,4 +1,4 @@
-"""The agent protocol: token prompts in, completions with per-token logprobs out (DESIGN.md §The flow, point 4)."""
+"""The agent protocol: token prompts in, completions with per-token logprobs out (docs/concepts.md §4)."""
 
 from __future__ import annotations
 
@@ -23,6 +23,9 @@ class Completion:
         prompt_index: which prompt of the batch this continues.
         policy_version: the version of the weights that sampled it, where the agent knows (a rollout worker whose
             weights may change between generation calls); None: the rollout's own count applies.
+        top_logprobs: with ``SamplingParams.top_logprobs`` = k, per generated token the k most likely
+            ``(token_id, logprob)`` pairs from the same log-probabilities as ``logprobs`` (so the chosen token's
+            entry equals its logprob exactly); None where not asked or the agent cannot.
     """
 
     text: str
@@ -32,11 +35,17 @@ class Completion:
     prompt_index: int = 0
     metadata: dict[str, Any] = field(default_factory=dict)
     policy_version: int | None = None
+    top_logprobs: list[list[tuple[int, float]]] | None = None
 
 
 @runtime_checkable
 class Agent(Protocol):
     """Anything that continues token prompts: ``generate(prompts, params) -> completions``.
+
+    An agent that can report tokens as they are sampled accepts ``on_token=callback`` in ``generate``: it calls
+    ``callback(completion_index, token_id, logprob, top)`` for every token right after sampling it (the index into
+    the returned list; ``top`` the token's alternatives with ``params.top_logprobs``, else None); ``turnrl serve``
+    streams through it. An exception raised by the callback aborts the call.
 
     ``tokenizer`` (a Hugging Face tokenizer with a chat template) renders conversations into the token prompts
     the rollout sends; agents that only speak text (scripted ones) may have none.

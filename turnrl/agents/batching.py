@@ -1,4 +1,4 @@
-"""How the HF agent lays out the sequences it decodes together (continuous batching, DESIGN.md §The flow, point 4).
+"""How the HF agent lays out the sequences it decodes together (continuous batching, docs/concepts.md §4).
 
 A :class:`Batch` holds one KV cache for all its rows, left-padded to a common length; ``attention`` marks each row's
 real positions, so rows of different lengths — and rows whose cached history and new tokens are separated by
@@ -54,6 +54,8 @@ class Row:
     cached: int = 0  # prompt tokens whose keys/values came from the session cache
     event: KVEvent = "off"
     future: Any = None  # an asyncio future its completion goes to (streamed requests)
+    on_token: Any = None  # called (token_id, logprob, alternatives or None) right after each token is sampled
+    tops: list[list[tuple[int, float]]] = field(default_factory=list)  # params.top_logprobs alternatives per token
 
 
 @dataclass
@@ -187,4 +189,11 @@ def sample(batch: Batch) -> torch.Tensor:
     logps = logp_all.gather(-1, nxt[:, None]).squeeze(-1).cpu()
     for a, row in enumerate(batch.rows):
         row.logprobs.append(float(logps[a]))
+    want = [a for a, row in enumerate(batch.rows) if row.params.top_logprobs]
+    if want:  # alternatives from the same log-probabilities as the chosen token's
+        k = min(max(batch.rows[a].params.top_logprobs for a in want), logp_all.shape[-1])
+        values, ids = logp_all[torch.tensor(want, device=logp_all.device)].topk(k, dim=-1)
+        for j, a in enumerate(want):
+            kk = batch.rows[a].params.top_logprobs
+            batch.rows[a].tops.append(list(zip(ids[j, :kk].tolist(), values[j, :kk].tolist())))
     return nxt.cpu()

@@ -89,7 +89,7 @@ class HFAgent:
         return next(self.model.parameters()).device
 
     async def agenerate_one(self, prompt: list[int], params: SamplingParams, *, seed: int | None = None,
-                            session: str | None = None, choice: int = 0) -> Completion:
+                            session: str | None = None, choice: int = 0, on_token: Any = None) -> Completion:
         """One completion of ``prompt``, decoded in the batch that is already running (continuous batching across
         calls): the request joins it at the next step, and its result returns as soon as it finishes, whatever the
         other rows do. Call it from many coroutines of one event loop (a rollout's episodes, each as soon as its
@@ -97,7 +97,8 @@ class HFAgent:
 
         ``seed`` gives the request its own random stream (else one shared by the loop's requests) — the stream of
         completion ``choice`` of ``generate(..., seeds=[seed])`` with ``n`` > ``choice``; ``session`` as in
-        :meth:`generate`. ``params.n`` must be 1.
+        :meth:`generate`. ``params.n`` must be 1. ``on_token(choice, token_id, logprob, top)`` is called for each
+        token as it is sampled (it must not raise: it runs inside the shared decode loop).
         """
         if not prompt:
             raise ValueError("every prompt needs at least one token")
@@ -111,6 +112,8 @@ class HFAgent:
         row = Row(0, list(prompt), params, session if self.supports_sessions else None, shared=self._stream_gen)
         if seed is not None:
             row.gen = torch.Generator(device="cpu").manual_seed((seed * 1_000_003 + choice) % 2**63)
+        if on_token is not None:
+            row.on_token = lambda t, lp, top: on_token(choice, t, lp, top)
         row.future = loop.create_future()
         self._live.add(row)
         row.future.add_done_callback(lambda _f, r=row: self._live.discard(r))
@@ -155,14 +158,16 @@ class HFAgent:
             self.sessions.release(s)
 
     def generate(self, prompts: list[list[int]], params: SamplingParams, *, seeds: list[int] | None = None,
-                 sessions: list[str | None] | None = None) -> list[Completion]:
+                 sessions: list[str | None] | None = None, on_token: Any = None) -> list[Completion]:
         """Sample ``params.n`` completions for each token prompt (see :class:`~turnrl.agents.base.Agent`).
 
         ``seeds`` (one per prompt) gives every row its own random stream, so what a row samples does not depend on
         which other prompts share its batch (``params.seed`` is then unused). ``sessions`` (one per prompt, None for
         none; ``params.n`` must be 1) reuses and keeps each session's KV cache; each completion's ``metadata`` then
         says how many prompt tokens came from the cache (``cached_tokens``) and what happened to it (``kv``: new,
-        hit, rewritten, evicted, invalidated, oversize).
+        hit, rewritten, evicted, invalidated, oversize). ``on_token(index, token_id, logprob, top)`` is called for
+        every token right after it is sampled (``index`` into the returned list; ``top``: its alternatives when
+        ``params.top_logprobs`` asks for them, else None); an exception it raises aborts the call.
         """
         if any(len(p) == 0 for p in prompts):
             raise ValueError("every prompt needs at least one token")
@@ -189,6 +194,9 @@ class HFAgent:
             for k, row in enumerate(rows):
                 j = k % params.n
                 row.gen = torch.Generator(device="cpu").manual_seed((seeds[row.prompt_index] * 1_000_003 + j) % 2**63)
+        if on_token is not None:
+            for k, row in enumerate(rows):
+                row.on_token = lambda t, lp, top, k=k: on_token(k, t, lp, top)
         was_training = self.model.training
         self.model.eval()
         try:
@@ -230,6 +238,8 @@ class HFAgent:
         done = torch.isin(nxt, torch.tensor(self.eos_ids, dtype=torch.long))
         for a, row in enumerate(batch.rows):
             row.tokens.append(int(nxt[a]))
+            if row.on_token is not None:
+                row.on_token(row.tokens[-1], row.logprobs[-1], row.tops[-1] if row.params.top_logprobs else None)
             stop = row.params.stop
             if bool(done[a]) or (stop and self._hits_stop(row.tokens[-(max(map(len, stop)) + 2):], stop)):
                 row.finish, done[a] = "stop", True
@@ -329,7 +339,8 @@ class HFAgent:
             meta = {"prompt_tokens": len(row.prompt), "cached_tokens": row.cached, "kv": row.event}
         return Completion(text=self.tokenizer.decode(row.tokens, skip_special_tokens=True), token_ids=row.tokens,
                           logprobs=row.logprobs, finish_reason=row.finish,  # type: ignore[arg-type]
-                          prompt_index=row.prompt_index, metadata=meta)
+                          prompt_index=row.prompt_index, metadata=meta,
+                          top_logprobs=row.tops if row.params.top_logprobs else None)
 
     def _hits_stop(self, tail: list[int], stop: tuple[str, ...]) -> bool:
         """Whether a row's recent tokens contain a stop string."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 import uuid
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
@@ -109,15 +110,6 @@ def sse(payload: dict[str, Any]) -> str:
     return f"data: {json.dumps(payload)}\n\n"
 
 
-def split_words(text: str) -> list[str]:
-    out, start = [], 0
-    for i, ch in enumerate(text):
-        if ch.isspace() and i > start:
-            out.append(text[start:i])
-            start = i
-    return [*out, text[start:]] if start < len(text) else out
-
-
 def _text_of(content: Any, where: str) -> str:
     """A message's content as text: a string, or a list of text parts."""
     if content is None:
@@ -172,3 +164,26 @@ def parse_tool_calls(text: str) -> tuple[list[dict[str, Any]], str]:
               "function": {"name": call.name, "arguments": json.dumps(call.arguments)}} for call in parsed.calls]
     rest = re.sub(r"<tool_call>.*?</tool_call>", "", text, flags=re.S).strip() if calls else text
     return calls, rest
+
+
+@dataclass
+class ChatCall:
+    """A checked chat request: its token prompt, sampling, messages, tools and what to return."""
+
+    prompt: list[int]
+    params: SamplingParams
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]] | None
+    parse_tools: bool
+    want_lp: bool
+    k: int
+
+
+@dataclass
+class CompletionCall:
+    """A checked ``/v1/completions`` request: token prompts, sampling, ``logprobs`` (k or None), token-id names."""
+
+    prompts: list[list[int]]
+    params: SamplingParams
+    k: int | None
+    as_ids: bool

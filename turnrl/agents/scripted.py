@@ -45,13 +45,19 @@ class ScriptedAgent:
             prompt_index=index,
         )
 
-    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]:
-        """One reply per prompt and sample."""
+    def generate(self, prompts: list[list[int]], params: SamplingParams, *, on_token: Any = None
+                 ) -> list[Completion]:
+        """One reply per prompt and sample; ``on_token(index, token_id, logprob, None)`` hears each reply's tokens
+        in order (as a streaming model would report them)."""
         self.calls.append([list(p) for p in prompts])
         out = []
         for i, p in enumerate(prompts):
             text = self.policy(self.tokenizer.decode(p, skip_special_tokens=False))
             out += [self._complete(text, i, params) for _ in range(params.n)]
+        if on_token is not None:
+            for k, c in enumerate(out):
+                for t, lp in zip(c.token_ids, c.logprobs):
+                    on_token(k, t, lp, None)
         return out
 
 

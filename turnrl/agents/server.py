@@ -2,13 +2,15 @@
 
 Endpoints: ``GET /v1/models``, ``GET /v1/models/{id}``, ``POST /v1/completions`` (prompt as text, texts, or token
 ids; ``logprobs=k``; vLLM's ``return_tokens_as_token_ids``) and ``POST /v1/chat/completions``. Both generation
-endpoints support ``stream`` (server-sent events, with ``stream_options.include_usage``), logprobs with
-``top_logprobs`` (models with a local forward pass), ``stop`` (cut from the returned text, as OpenAI does), ``seed``
-and ``n``; chat supports ``tools`` (rendered by the chat template) with ``tool_choice`` ``"auto"``/``"none"`` and
-returns parsed ``tool_calls`` (Hermes ``<tool_call>`` blocks). Anything else — penalties, ``logit_bias``,
-``response_format`` other than text, forced tool choice, ``echo``, unknown parameters — is refused with a 400 in
-OpenAI's error shape that names the parameter (:mod:`turnrl.agents.openai_api`). One generation runs at a time; a
-stream is sent once its generation has finished (the chunks then carry one token each).
+endpoints support ``stream`` (server-sent events sent while the tokens are generated, with
+``stream_options.include_usage``; :mod:`turnrl.agents.streaming`), logprobs with ``top_logprobs`` (recorded while
+sampling by the HF agent), ``stop`` (cut from the returned text, as OpenAI does), ``seed`` and ``n``; chat supports
+``tools`` with ``tool_choice`` ``"auto"``/``"none"`` and returns parsed ``tool_calls`` (Hermes ``<tool_call>``
+blocks). Tools are rendered by the chat template; where it cannot render them (or earlier turns' tool calls), they
+are written into the messages instead (:mod:`turnrl.template_tools`), so no model silently loses them. Anything
+else — penalties, ``logit_bias``, ``response_format`` other than text, forced tool choice, ``echo``, unknown
+parameters — is refused with a 400 in OpenAI's error shape that names the parameter
+(:mod:`turnrl.agents.openai_api`). One generation runs at a time.
 
 With ``api_key`` every request must carry it (``Authorization: Bearer KEY``); listening on anything but a loopback
 address requires one. Subclasses (the training gateway, :mod:`turnrl.gateway`) add routes and a per-request context
@@ -19,6 +21,7 @@ through :meth:`AgentServer.rules`, :meth:`~AgentServer.context`, :meth:`~AgentSe
 from __future__ import annotations
 
 import hmac
+import inspect
 import json
 import threading
 import time
@@ -37,23 +40,37 @@ from turnrl.agents.openai_api import (
     CHAT_PARAMS,
     COMPLETION_PARAMS,
     APIError,
+    ChatCall,
+    CompletionCall,
     chat_messages,
     check_params,
     cut_at_stop,
     parse_tool_calls,
     sampling_params,
-    split_words,
-    sse,
     token_pieces,
     tool_choice,
     unsupported,
 )
+from turnrl.agents.streaming import chat_events, completion_events
+from turnrl.tokens import ChatRenderer
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
+def _parameters(fn: Any) -> set[str]:
+    try:
+        return set(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        return set()
+
+
 class AgentServer:
     """Serve ``agent`` under the model name ``model`` on ``host:port`` (port 0 picks a free one)."""
+
+    #: a streamed generation stops at its next token once its client is gone
+    cancel_streams = True
+    #: the longest wait for the next token of a stream, in seconds
+    stream_timeout = 600.0
 
     def __init__(self, agent: Any, model: str, host: str = "127.0.0.1", port: int = 0, *,
                  api_key: str | None = None) -> None:
@@ -62,6 +79,7 @@ class AgentServer:
                              "(`turnrl serve --api-key KEY`), or listen on 127.0.0.1")
         self.agent, self.model, self.api_key = agent, model, api_key
         self._lock = threading.Lock()
+        self._agent_streams = "on_token" in _parameters(getattr(agent, "generate", None))
         self.urls = Map(self.rules(), strict_slashes=False)
         self.httpd = make_server(host, port, self._wsgi, threaded=True, request_handler=_QuietHandler)
         self.thread: threading.Thread | None = None
@@ -162,22 +180,27 @@ class AgentServer:
 
     # ---- generation ----
 
-    def generate(self, prompt_ids: list[int], params: SamplingParams, ctx: Any = None) -> list[Completion]:
-        """``params.n`` completions of one token prompt (here: one generation at a time)."""
+    def generate(self, prompt_ids: list[int], params: SamplingParams, ctx: Any = None, on_token: Any = None
+                 ) -> list[Completion]:
+        """``params.n`` completions of one token prompt (here: one generation at a time). ``on_token`` (streaming)
+        is passed to agents whose ``generate`` takes it."""
         with self._lock:
+            if on_token is not None and self._agent_streams:
+                return self.agent.generate([prompt_ids], params, on_token=on_token)
             return self.agent.generate([prompt_ids], params)
 
     def chat_prompt(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, ctx: Any = None
                     ) -> list[int]:
-        """The token prompt of a chat request: the chat template's rendering of ``messages`` (and ``tools``)."""
-        kwargs = {"tools": tools} if tools else {}
+        """The token prompt of a chat request: the chat template's rendering of ``messages`` and ``tools`` — where
+        the template cannot render tools or tool calls, they are written into the messages
+        (:mod:`turnrl.template_tools`)."""
+        renderer = ChatRenderer(self.agent.tokenizer, tools, fit_tools=True)
         try:
-            text = self.agent.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True,
-                                                            **kwargs)
+            text = renderer.render(messages, add_generation_prompt=True)
         except Exception as e:  # noqa: BLE001 — the template refused these messages (e.g. an unsupported role)
             raise APIError(400, f"the model's chat template cannot render these messages: {type(e).__name__}: {e}",
                            param="messages") from e
-        return list(self.agent.tokenizer.encode(text, add_special_tokens=False))
+        return renderer.encode(text)
 
     def answered(self, ctx: Any, prompt: list[int], outs: list[Completion], request: dict[str, Any]) -> None:
         """Called with every answered generation request before the response is sent (the gateway records it):
@@ -186,7 +209,10 @@ class AgentServer:
         "completions"}``. Nothing here."""
 
     def _top_logprobs(self, prompt: list[int], c: Completion, k: int, temperature: float) -> list[list[tuple[int, float]]]:
-        """The ``k`` most likely tokens at each generated position, under the distribution the agent sampled from."""
+        """The ``k`` most likely tokens at each generated position, under the distribution the agent sampled from:
+        recorded while sampling where the agent does (the HF agent), else scored by a forward pass."""
+        if c.top_logprobs is not None and len(c.top_logprobs) == len(c.token_ids):
+            return [row[:k] for row in c.top_logprobs]
         model = getattr(self.agent, "model", None)
         if model is None or not hasattr(model, "forward"):
             raise unsupported("top_logprobs", "this agent has no local model to score alternatives; ask for logprobs only")
@@ -202,8 +228,13 @@ class AgentServer:
             values, indices = logp.topk(min(k, logp.shape[-1]), dim=-1)
         return [list(zip(i.tolist(), v.tolist())) for i, v in zip(indices, values)]
 
-    def _pieces(self, ids: list[int]) -> list[str]:
-        return token_pieces(self.agent.tokenizer, ids)
+    def new_id(self, kind: str) -> str:
+        """A response id (``chatcmpl-…`` or ``cmpl-…``)."""
+        return f"{'chatcmpl' if kind == 'chat.completion' else 'cmpl'}-{uuid.uuid4().hex[:16]}"
+
+    @staticmethod
+    def now() -> int:
+        return int(time.time())
 
     # ---- /v1/completions ----
 
@@ -231,52 +262,53 @@ class AgentServer:
         else:
             raise APIError(400, "prompt must be a non-empty string, a list of strings, or a list of token ids",
                            param="prompt")
-        as_ids = bool(body.get("return_tokens_as_token_ids"))
-        choices, used = [], 0
-        for p in prompts:
-            outs = self.generate(p, params, ctx)
+        if k:
+            params = params.model_copy(update={"top_logprobs": k})
+        call = CompletionCall(prompts, params, k, bool(body.get("return_tokens_as_token_ids")))
+        if body.get("stream"):
+            return completion_events(self, call, body, ctx)
+        return self.run_completions(call, ctx)[0]
+
+    def run_completions(self, call: CompletionCall, ctx: Any = None, on_token: Any = None
+                        ) -> tuple[dict[str, Any], list[Completion]]:
+        """Generate every prompt of a checked request: the response and its completions, in choice order."""
+        choices, outs_all, used = [], [], 0
+        for n, p in enumerate(call.prompts):
+            base = n * call.params.n
+            relay = None if on_token is None else (lambda i, *rest, base=base: on_token(base + i, *rest))
+            outs = self.generate(p, call.params, ctx, relay)
             self.answered(ctx, p, outs, {"endpoint": "completions"})
             for c in outs:
-                text = c.text if as_ids else cut_at_stop(c.text, params.stop)  # token-level clients keep everything
+                text = c.text if call.as_ids else cut_at_stop(c.text, call.params.stop)  # token-level: everything
                 choice: dict[str, Any] = {"index": len(choices), "text": text, "finish_reason": c.finish_reason,
                                           "logprobs": None}
-                if k is not None:
-                    names = [f"token_id:{t}" if as_ids else tok.decode([t]) for t in c.token_ids]
-                    top = self._top_logprobs(p, c, k, params.temperature) if k > 0 else None
+                if call.k is not None:
+                    top = self._top_logprobs(p, c, call.k, call.params.temperature) if call.k > 0 else None
                     pieces = self._pieces(c.token_ids)
-                    offsets = [sum(len(x) for x in pieces[:i]) for i in range(len(pieces))]
                     choice["logprobs"] = {
-                        "tokens": names, "token_logprobs": c.logprobs, "text_offset": offsets,
+                        "tokens": [self._token_name(call, t) for t in c.token_ids], "token_logprobs": c.logprobs,
+                        "text_offset": [sum(len(x) for x in pieces[:i]) for i in range(len(pieces))],
                         "top_logprobs": None if top is None else [
-                            {(f"token_id:{t}" if as_ids else tok.decode([t])): lp for t, lp in row} for row in top],
+                            {self._token_name(call, t): lp for t, lp in row} for row in top],
                     }
-                choices.append((choice, c))
+                choices.append(choice)
+                outs_all.append(c)
             used += len(p)
-        generated = sum(len(c.token_ids) for _, c in choices)
-        envelope = self._envelope("text_completion", [ch for ch, _ in choices], used, generated)
-        if not body.get("stream"):
-            return envelope
-        return self._stream_completions(envelope, choices, body)
+        generated = sum(len(c.token_ids) for c in outs_all)
+        return self._envelope("text_completion", choices, used, generated), outs_all
 
-    def _stream_completions(self, envelope: dict[str, Any], choices: list[tuple[dict[str, Any], Completion]],
-                            body: dict[str, Any]) -> Iterator[str]:
-        head = {k: envelope[k] for k in ("id", "object", "created", "model")}
-        for choice, c in choices:
-            lp = choice["logprobs"]
-            pieces = self._pieces(c.token_ids)
-            budget = len(choice["text"])
-            for i, piece in enumerate(pieces):
-                piece = piece[: max(budget, 0)]
-                budget -= len(piece)
-                chunk_lp = None if lp is None else {key: (lp[key][i : i + 1] if lp[key] is not None else None)
-                                                    for key in ("tokens", "token_logprobs", "text_offset", "top_logprobs")}
-                yield sse({**head, "choices": [{"index": choice["index"], "text": piece, "logprobs": chunk_lp,
-                                                 "finish_reason": None}]})
-            yield sse({**head, "choices": [{"index": choice["index"], "text": "", "logprobs": None,
-                                             "finish_reason": choice["finish_reason"]}]})
-        if (body.get("stream_options") or {}).get("include_usage"):
-            yield sse({**head, "choices": [], "usage": envelope["usage"]})
-        yield "data: [DONE]\n\n"
+    def _token_name(self, call: CompletionCall, t: int) -> str:
+        return f"token_id:{t}" if call.as_ids else self.agent.tokenizer.decode([t])
+
+    def completion_lp(self, call: CompletionCall, token: int, logprob: float, top: Any, offset: int
+                      ) -> dict[str, Any]:
+        """The ``logprobs`` of one streamed token of ``/v1/completions``."""
+        return {"tokens": [self._token_name(call, token)], "token_logprobs": [logprob], "text_offset": [offset],
+                "top_logprobs": None if not call.k or top is None else [
+                    {self._token_name(call, t): lp for t, lp in top[: call.k]}]}
+
+    def _pieces(self, ids: list[int]) -> list[str]:
+        return token_pieces(self.agent.tokenizer, ids)
 
     # ---- /v1/chat/completions ----
 
@@ -297,86 +329,60 @@ class AgentServer:
                 raise APIError(400, f"top_logprobs must be an integer from 0 to 20, got {k!r}", param="top_logprobs")
             if not want_lp:
                 raise APIError(400, "top_logprobs requires logprobs=true", param="top_logprobs")
+            if k:
+                params = params.model_copy(update={"top_logprobs": k})
         tools = body.get("tools") or None
         parse_tools = tools is not None and tool_choice(body.get("tool_choice"), tools)
         messages = chat_messages(body.get("messages"))
-        ids = self.chat_prompt(messages, tools, ctx)
-        outs = self.generate(ids, params, ctx)
+        call = ChatCall(self.chat_prompt(messages, tools, ctx), params, messages, tools, parse_tools, bool(want_lp),
+                        k or 0)
+        if body.get("stream"):
+            return chat_events(self, call, body, ctx)
+        return self.run_chat(call, ctx)[0]
+
+    def run_chat(self, call: ChatCall, ctx: Any = None, on_token: Any = None) -> tuple[dict[str, Any], list[Completion]]:
+        """Generate a checked chat request: the response and its completions."""
+        outs = self.generate(call.prompt, call.params, ctx, on_token)
         choices = []
         for i, c in enumerate(outs):
-            content = cut_at_stop(c.text, params.stop)
+            content = cut_at_stop(c.text, call.params.stop)
             message: dict[str, Any] = {"role": "assistant", "content": content, "refusal": None}
             finish = c.finish_reason
-            if parse_tools:
+            if call.parse_tools:
                 calls, rest = parse_tool_calls(content)
                 if calls:
                     message.update(content=rest or None, tool_calls=calls)
                     finish = "tool_calls"
             logprobs = None
-            if want_lp:
-                logprobs = {"content": self._chat_logprobs(ids, c, k or 0, params.temperature, len(content)),
-                            "refusal": None}
+            if call.want_lp:
+                logprobs = {"content": self._chat_logprobs(call, c, len(content)), "refusal": None}
             choices.append({"index": i, "message": message, "logprobs": logprobs, "finish_reason": finish})
-        self.answered(ctx, ids, outs, {"endpoint": "chat", "messages": messages, "tools": tools,
-                                       "returned": [ch["message"] for ch in choices]})
-        envelope = self._envelope("chat.completion", choices, len(ids), sum(len(c.token_ids) for c in outs))
-        if not body.get("stream"):
-            return envelope
-        return self._stream_chat(envelope, body, [self._pieces(c.token_ids) for c in outs] if want_lp else None)
+        self.answered(ctx, call.prompt, outs, {"endpoint": "chat", "messages": call.messages, "tools": call.tools,
+                                               "returned": [ch["message"] for ch in choices]})
+        envelope = self._envelope("chat.completion", choices, len(call.prompt), sum(len(c.token_ids) for c in outs))
+        return envelope, outs
 
-    def _chat_logprobs(self, prompt: list[int], c: Completion, k: int, temperature: float, keep_chars: int) -> list[dict[str, Any]]:
+    def lp_entry(self, token: int, logprob: float, top: Any, k: int) -> dict[str, Any]:
+        """One token's entry in a chat response's ``logprobs.content``."""
         tok = self.agent.tokenizer
-        top = self._top_logprobs(prompt, c, k, temperature) if k > 0 else None
+        name = tok.decode([token])
+        alternatives = [{"token": (s := tok.decode([a])), "logprob": b, "bytes": list(s.encode())}
+                        for a, b in (top or [])[:k]] if k else []
+        return {"token": name, "logprob": logprob, "bytes": list(name.encode()), "top_logprobs": alternatives}
+
+    def _chat_logprobs(self, call: ChatCall, c: Completion, keep_chars: int) -> list[dict[str, Any]]:
+        top = self._top_logprobs(call.prompt, c, call.k, call.params.temperature) if call.k > 0 else None
         out, seen = [], 0
         for i, (t, lp, piece) in enumerate(zip(c.token_ids, c.logprobs, self._pieces(c.token_ids))):
             if seen >= keep_chars and piece:  # past a stop sequence that was cut from the content
                 break
             seen += len(piece)
-            name = tok.decode([t])
-            entry = {"token": name, "logprob": lp, "bytes": list(name.encode()), "top_logprobs": []}
-            if top is not None:
-                entry["top_logprobs"] = [{"token": (s := tok.decode([a])), "logprob": b, "bytes": list(s.encode())}
-                                         for a, b in top[i]]
-            out.append(entry)
+            out.append(self.lp_entry(t, lp, None if top is None else top[i], call.k))
         return out
 
-    def _stream_chat(self, envelope: dict[str, Any], body: dict[str, Any], pieces: list[list[str]] | None
-                     ) -> Iterator[str]:
-        """Server-sent events of a finished chat completion; with logprobs one chunk per token, whose text is the
-        token's share of the decoded text (``pieces``: a token alone may decode to half a character)."""
-        head = {"id": envelope["id"], "object": "chat.completion.chunk", "created": envelope["created"],
-                "model": envelope["model"], "system_fingerprint": None}
-        for choice in envelope["choices"]:
-            i, message = choice["index"], choice["message"]
-            yield sse({**head, "choices": [{"index": i, "delta": {"role": "assistant", "content": ""},
-                                             "logprobs": None, "finish_reason": None}]})
-            entries = (choice["logprobs"] or {}).get("content")
-            if entries is not None:  # one chunk per token, with its logprob
-                budget = len(message["content"] or "")
-                for entry, text in zip(entries, pieces[i] if pieces is not None else []):
-                    piece = text[: max(budget, 0)]
-                    budget -= len(piece)
-                    yield sse({**head, "choices": [{"index": i, "delta": {"content": piece},
-                                                     "logprobs": {"content": [entry], "refusal": None},
-                                                     "finish_reason": None}]})
-            elif message["content"]:
-                for piece in split_words(message["content"]):
-                    yield sse({**head, "choices": [{"index": i, "delta": {"content": piece}, "logprobs": None,
-                                                     "finish_reason": None}]})
-            if message.get("tool_calls"):
-                calls = [{"index": j, **call} for j, call in enumerate(message["tool_calls"])]
-                yield sse({**head, "choices": [{"index": i, "delta": {"tool_calls": calls}, "logprobs": None,
-                                                 "finish_reason": None}]})
-            yield sse({**head, "choices": [{"index": i, "delta": {}, "logprobs": None,
-                                             "finish_reason": choice["finish_reason"]}]})
-        if (body.get("stream_options") or {}).get("include_usage"):
-            yield sse({**head, "choices": [], "usage": envelope["usage"]})
-        yield "data: [DONE]\n\n"
-
     def _envelope(self, kind: str, choices: list[dict[str, Any]], prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:
-        prefix = "chatcmpl" if kind == "chat.completion" else "cmpl"
         return {
-            "id": f"{prefix}-{uuid.uuid4().hex[:16]}", "object": kind, "created": int(time.time()), "model": self.model,
+            "id": self.new_id(kind), "object": kind, "created": self.now(), "model": self.model,
             "system_fingerprint": None, "choices": choices,
             "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
                       "total_tokens": prompt_tokens + completion_tokens},
@@ -388,5 +394,3 @@ class _QuietHandler(WSGIRequestHandler):
 
     def log_request(self, *args: Any, **kwargs: Any) -> None:
         pass
-
-

@@ -66,13 +66,16 @@ class Engine:
             self._loop.run_until_complete(done())
 
     def generate(self, prompt: list[int], params: SamplingParams, *, seed: int | None = None,
-                 session: str | None = None) -> list[Completion]:
+                 session: str | None = None, on_token: Any = None) -> list[Completion]:
         """``params.n`` completions of ``prompt``; choice ``j`` samples from its own stream of ``seed`` (where the
-        agent takes seeds). ``session`` names the KV cache to reuse (one completion only)."""
+        agent takes seeds). ``session`` names the KV cache to reuse (one completion only). ``on_token(choice,
+        token_id, logprob, top)`` hears each token as it is sampled, where the agent decodes requests as they come
+        (it runs in the engine's loop and must not raise)."""
         if self._closed:
             raise RuntimeError("the gateway's engine is closed")
         one = params.model_copy(update={"n": 1})
-        futures = [self._submit(prompt, one, seed, j, session if params.n == 1 else None) for j in range(params.n)]
+        futures = [self._submit(prompt, one, seed, j, session if params.n == 1 else None, on_token)
+                   for j in range(params.n)]
         done, pending = cf.wait(futures, timeout=self.timeout)
         for f in pending:
             f.cancel()
@@ -105,10 +108,12 @@ class Engine:
     # ---- the two paths ----
 
     def _submit(self, prompt: list[int], params: SamplingParams, seed: int | None, choice: int,
-                session: str | None) -> cf.Future:
+                session: str | None, on_token: Any = None) -> cf.Future:
         if self.streaming:
-            coro = self.agent.agenerate_one(prompt, params, seed=seed, session=session,
-                                            **({"choice": choice} if choice else {}))
+            extra = {"on_token": on_token} if on_token is not None else {}
+            if choice:
+                extra["choice"] = choice
+            coro = self.agent.agenerate_one(prompt, params, seed=seed, session=session, **extra)
             return asyncio.run_coroutine_threadsafe(coro, self._loop)
         future: cf.Future = cf.Future()
         self._queue.put((prompt, params, None if seed is None else (seed + choice * 7919) % 2**62, future))

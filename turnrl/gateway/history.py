@@ -69,7 +69,7 @@ class ChatHistory:
     def prompt(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> tuple[list[int], Match]:
         """The token prompt of a call with ``messages`` (normalized by :func:`turnrl.agents.openai_api.chat_messages`)
         and ``tools``, and how it was built."""
-        renderer = ChatRenderer(self.tokenizer, tools)
+        renderer = ChatRenderer(self.tokenizer, tools, fit_tools=True)
         keys = tuple(message_key(m) for m in messages)
         tools_key = json.dumps(tools or [], sort_keys=True, default=str)
         fresh = renderer.encode(renderer.render(messages, add_generation_prompt=True))

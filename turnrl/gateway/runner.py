@@ -63,8 +63,8 @@ def play_one(gateway: Gateway, program: Program, env: Any, *, env_seed: int | No
                        seed=sample_seed, sampling=sampling)
     try:
         outcome = program.run(gateway.base_url(sid), gateway.api_key, task_of(env, obs, info, index, gateway.model), sid, timeout)
-    finally:
-        session = gateway.close(sid)
+    finally:  # calls still generating (a stream the program hung up on) are recorded within its time
+        session = gateway.close(sid, wait=t0 + timeout - time.perf_counter())
     reward, correct, error, last_info = outcome.reward, outcome.correct, outcome.error, {}
     if error is None and outcome.answer is not None and session.calls:
         try:

@@ -28,7 +28,8 @@ import re
 import secrets
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,6 +56,8 @@ class Session:
     started: int = 0  # generation requests begun (the default seed stream)
     closed: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock)
+    busy: int = 0  # calls generating now
+    idle: threading.Condition = field(default_factory=threading.Condition)
 
     def next_seed(self) -> int | None:
         """The seed of the session's next call that gives none (None: the session has no stream)."""
@@ -87,6 +90,10 @@ class Gateway(AgentServer):
             ``gateway.engine.serve(futures)`` (a training run: decoding and updates in one thread, never at once).
     """
 
+    #: a streamed call decodes to its end even when its client goes away (it is recorded; other sessions share the
+    #: decode loop, which a cancelled row would stop)
+    cancel_streams = False
+
     def __init__(self, agent: Any, model: str = "turnrl-policy", *, host: str = "127.0.0.1", port: int = 0,
                  api_key: str | None = None, version: Callable[[], int] | None = None,
                  sampling: dict[str, Any] | None = None, max_new_tokens: int | None = None,
@@ -96,6 +103,7 @@ class Gateway(AgentServer):
         self.sampling = dict(sampling or {})
         self.max_new_tokens, self.max_context = max_new_tokens, max_context
         self.engine = Engine(agent, timeout=timeout, own_thread=engine_thread)
+        self.stream_timeout = timeout
         self.sessions: dict[str, Session] = {}
         self._ended: set[str] = set()
         self._sessions_lock = threading.Lock()
@@ -132,11 +140,14 @@ class Gateway(AgentServer):
                                          sampling=dict(sampling or {}))
         return sid
 
-    def close(self, session: str) -> Session:
-        """Stop recording a session and return what it recorded; later calls naming it get a 409."""
+    def close(self, session: str, *, wait: float = 30.0) -> Session:
+        """Stop recording a session and return what it recorded; later calls naming it get a 409. Calls still
+        generating (a client that hung up on a stream) are waited for up to ``wait`` seconds, to be recorded."""
         with self._sessions_lock:
             s = self.sessions.pop(session)
             self._ended.add(session)
+        with s.idle:
+            s.idle.wait_for(lambda: s.busy == 0, timeout=max(wait, 0.0))
         with s.lock:
             s.closed = True
         self.engine.release(session)
@@ -174,7 +185,8 @@ class Gateway(AgentServer):
                            param="messages") from e
         return ids
 
-    def generate(self, prompt_ids: list[int], params: SamplingParams, ctx: Any = None) -> list[Completion]:
+    def generate(self, prompt_ids: list[int], params: SamplingParams, ctx: Any = None, on_token: Any = None
+                 ) -> list[Completion]:
         req = _need_session(ctx)
         params = params.model_copy(update={**self.sampling, **req.session.sampling})
         budget = params.max_new_tokens if self.max_new_tokens is None else min(params.max_new_tokens,
@@ -192,9 +204,17 @@ class Gateway(AgentServer):
             seed = params.seed
         req.version = int(self.version())
         try:
-            return self.engine.generate(prompt_ids, params, seed=seed, session=req.session.id)
+            return self.engine.generate(prompt_ids, params, seed=seed, session=req.session.id, on_token=on_token)
         except TimeoutError as e:
             raise APIError(503, f"generation timed out: {e}", kind="server_error", code="timeout") from e
+
+    def run_chat(self, call: Any, ctx: Any = None, on_token: Any = None) -> Any:
+        with _busy(ctx):
+            return super().run_chat(call, ctx, on_token)
+
+    def run_completions(self, call: Any, ctx: Any = None, on_token: Any = None) -> Any:
+        with _busy(ctx):
+            return super().run_completions(call, ctx, on_token)
 
     def answered(self, ctx: Any, prompt: list[int], outs: list[Completion], request: dict[str, Any]) -> None:
         req = _need_session(ctx)
@@ -209,6 +229,20 @@ class Gateway(AgentServer):
                 return  # the episode was recorded without it (its program ran past its time)
             s.calls.append(Call(len(s.calls), list(prompt), outs, req.version, request["endpoint"],
                                 request.get("messages"), returned, req.match))
+
+
+@contextmanager
+def _busy(ctx: Any) -> Iterator[None]:
+    """Count a call as generating in its session (:meth:`Gateway.close` waits for it)."""
+    s = _need_session(ctx).session
+    with s.idle:
+        s.busy += 1
+    try:
+        yield
+    finally:
+        with s.idle:
+            s.busy -= 1
+            s.idle.notify_all()
 
 
 def _need_session(ctx: Any) -> _Request:

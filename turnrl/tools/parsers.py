@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from turnrl.template_tools import describe_tools
 from turnrl.types import ToolCall
 
 
@@ -112,15 +113,8 @@ class HermesParser:
         return "<tool_call>" + json.dumps({"name": call.name, "arguments": call.arguments}) + "</tool_call>"
 
     def instructions(self, tools: Sequence[Any]) -> str:
-        """Describe the tools and the ``<tool_call>`` format."""
-        lines = ["You can call these tools:"]
-        lines += [f"- {t.name}: {t.description} Arguments (JSON schema): "
-                  f"{json.dumps(t.schema()['function']['parameters'])}" for t in tools]
-        lines.append(
-            'To call a tool, write <tool_call>{"name": "TOOL", "arguments": {...}}</tool_call> and stop; '
-            "the result comes back in the next message."
-        )
-        return "\n".join(lines)
+        """Describe the tools and the ``<tool_call>`` format (:func:`turnrl.template_tools.describe_tools`)."""
+        return describe_tools([t.schema() for t in tools])
 
 
 class TagParser:

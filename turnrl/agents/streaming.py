@@ -1,0 +1,249 @@
+"""Server-sent events while the tokens are generated, for :class:`turnrl.agents.server.AgentServer`.
+
+The generation runs in a thread of its own; an agent that reports its tokens as it samples them (``generate(...,
+on_token=...)``, the HF agent) feeds a queue that the response reads, so the first chunk leaves as soon as the
+first token whose text is certain exists. Text is held back only where it may still change: half a character
+(a token that decodes to part of a UTF-8 sequence), the start of a stop string (OpenAI leaves stop strings out),
+and — when tool calls are parsed — everything from ``<tool_call>`` on (it is sent as ``tool_calls`` at the end).
+Agents that cannot report tokens stream the same chunks once their generation has finished.
+
+A client that goes away stops the generation at its next token (where the server allows it: the training gateway
+lets it finish, so that the call is recorded). A generation error after the stream has started arrives as an
+``error`` event, as OpenAI's streams send it.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from turnrl.agents.openai_api import APIError, sse, token_pieces
+
+TOOL_TAG = "<tool_call>"
+
+
+class ClientGone(Exception):
+    """Raised from the token callback to stop a generation whose client disconnected."""
+
+
+class TextStream:
+    """One completion's text as its tokens arrive: which tokens are certain enough to send.
+
+    Args:
+        tokenizer: decodes the tokens.
+        hold: strings whose first characters are held back until the text shows whether they follow (stop
+            strings, ``<tool_call>``); the text from a complete one on is never sent as content.
+    """
+
+    def __init__(self, tokenizer: Any, hold: tuple[str, ...]) -> None:
+        self.tokenizer, self.hold = tokenizer, tuple(h for h in hold if h)
+        self.tokens: list[int] = []
+        self.logprobs: list[float] = []
+        self.tops: list[Any] = []
+        self.pieces: list[str | None] = []  # each token's share of the text; None: half a character so far
+        self.text = ""
+        self.sent = 0  # tokens sent
+        self.chars = 0  # characters sent
+
+    def push(self, token: int, logprob: float, top: Any = None) -> list[int]:
+        """Add a token; returns the indices of the tokens that can be sent now (in order)."""
+        self.tokens.append(token)
+        self.logprobs.append(logprob)
+        self.tops.append(top)
+        text = self.tokenizer.decode(self.tokens, skip_special_tokens=True)
+        if text.endswith("\ufffd"):
+            self.pieces.append(None)
+            return []
+        same = len(self.text) if text.startswith(self.text) else next(
+            (k for k, (a, b) in enumerate(zip(self.text, text)) if a != b), min(len(self.text), len(text)))
+        self.pieces = ["" if p is None else p for p in self.pieces]  # half characters: completed by this token
+        self.pieces.append(text[same:])
+        self.text = text
+        limit = self.safe_length(text)
+        ready = []
+        while self.sent < len(self.pieces) and self.chars + len(self.pieces[self.sent] or "") <= limit:
+            ready.append(self.sent)
+            self.chars += len(self.pieces[self.sent] or "")
+            self.sent += 1
+        return ready
+
+    def chars_before(self, j: int) -> int:
+        """Characters of the text before token ``j``."""
+        return sum(len(p or "") for p in self.pieces[:j])
+
+    def safe_length(self, text: str) -> int:
+        """How much of ``text`` cannot change: up to the first held string, or a partial one at its end."""
+        limit = len(text)
+        for h in self.hold:
+            at = text.find(h)
+            if at >= 0:
+                limit = min(limit, at)
+                continue
+            for k in range(min(len(h) - 1, len(text)), 0, -1):
+                if text.endswith(h[:k]):
+                    limit = min(limit, len(text) - k)
+                    break
+        return limit
+
+
+def remainder(pieces: list[str], start: int, budget: int) -> list[str]:
+    """The pieces of tokens ``start``… cut so that together they hold at most ``budget`` characters."""
+    out = []
+    for piece in pieces[start:]:
+        piece = piece[: max(budget, 0)]
+        budget -= len(piece)
+        out.append(piece)
+    return out
+
+
+class Generation:
+    """Runs ``work(on_token)`` in a thread and hands its tokens and result over a queue.
+
+    ``work`` gets the token callback (``(index, token_id, logprob, top)``) and returns the finished result; a
+    :meth:`close` before it ends makes the callback raise :class:`ClientGone` when ``cancellable``.
+    """
+
+    def __init__(self, work: Callable[[Callable[..., None]], Any], *, cancellable: bool, timeout: float) -> None:
+        self.events: queue.Queue[tuple[str, Any]] = queue.Queue()
+        self.closed = threading.Event()
+        self.cancellable, self.timeout = cancellable, timeout
+        self.thread = threading.Thread(target=self._run, args=(work,), daemon=True, name="turnrl-stream")
+        self.thread.start()
+
+    def _on_token(self, index: int, token: int, logprob: float, top: Any = None) -> None:
+        if self.cancellable and self.closed.is_set():
+            raise ClientGone("the client closed the stream")
+        self.events.put(("token", (index, token, logprob, top)))
+
+    def _run(self, work: Callable[[Callable[..., None]], Any]) -> None:
+        try:
+            self.events.put(("done", work(self._on_token)))
+        except BaseException as e:  # noqa: BLE001 — the response reports it
+            self.events.put(("error", e))
+
+    def __iter__(self) -> Iterator[tuple[int, int, float, Any]]:
+        """The tokens as they come; then :attr:`result` holds the result (or the error is raised)."""
+        while True:
+            try:
+                kind, payload = self.events.get(timeout=self.timeout)
+            except queue.Empty:
+                raise APIError(504, f"no token for {self.timeout:g}s: the generation is stuck or too slow",
+                               kind="server_error", code="timeout") from None
+            if kind == "token":
+                yield payload
+            elif kind == "done":
+                self.result = payload
+                return
+            else:
+                raise payload
+
+    def close(self) -> None:
+        """The client is gone (or the response ended): stop at the next token where allowed."""
+        self.closed.set()
+
+
+def error_event(e: BaseException) -> str:
+    """An error that happened after the stream started, in OpenAI's shape."""
+    if isinstance(e, APIError):
+        return sse(e.payload())
+    return sse({"error": {"message": f"{type(e).__name__}: {e}", "type": "server_error", "param": None,
+                          "code": None}})
+
+
+def chat_events(server: Any, call: Any, body: dict[str, Any], ctx: Any) -> Iterator[str]:
+    """The events of a streamed chat completion (``call``: the server's checked request)."""
+    head = {"id": server.new_id("chat.completion"), "object": "chat.completion.chunk", "created": server.now(),
+            "model": server.model, "system_fingerprint": None}
+    n = call.params.n
+    hold = (*call.params.stop, *((TOOL_TAG,) if call.parse_tools else ()))
+    texts = [TextStream(server.agent.tokenizer, hold) for _ in range(n)]
+    gen = Generation(lambda on_token: server.run_chat(call, ctx, on_token), cancellable=server.cancel_streams,
+                     timeout=server.stream_timeout)
+
+    def chunk(i: int, delta: dict[str, Any], logprobs: Any = None, finish: str | None = None) -> str:
+        return sse({**head, "choices": [{"index": i, "delta": delta, "logprobs": logprobs, "finish_reason": finish}]})
+
+    try:
+        for i in range(n):
+            yield chunk(i, {"role": "assistant", "content": ""})
+        for i, token, logprob, top in gen:
+            s = texts[i]
+            ready = s.push(token, logprob, top)
+            if call.want_lp:
+                for j in ready:
+                    entry = server.lp_entry(s.tokens[j], s.logprobs[j], s.tops[j], call.k)
+                    yield chunk(i, {"content": s.pieces[j] or ""}, {"content": [entry], "refusal": None})
+            elif ready and (text := "".join(s.pieces[j] or "" for j in ready)):
+                yield chunk(i, {"content": text})
+        envelope, outs = gen.result
+        for choice, c, s in zip(envelope["choices"], outs, texts):
+            i, message = choice["index"], choice["message"]
+            content = message["content"] or ""
+            sent = "".join(p or "" for p in s.pieces[: s.sent])
+            rest = content[len(sent):] if content.startswith(sent) else ""
+            entries = (choice["logprobs"] or {}).get("content")
+            if entries is not None:
+                pieces = remainder(token_pieces(server.agent.tokenizer, c.token_ids), s.sent, len(rest))
+                for entry, piece in zip(entries[s.sent:], pieces):
+                    yield chunk(i, {"content": piece}, {"content": [entry], "refusal": None})
+            elif rest:
+                yield chunk(i, {"content": rest})
+            if message.get("tool_calls"):
+                calls = [{"index": j, **tc} for j, tc in enumerate(message["tool_calls"])]
+                yield chunk(i, {"tool_calls": calls})
+            yield chunk(i, {}, finish=choice["finish_reason"])
+        if (body.get("stream_options") or {}).get("include_usage"):
+            yield sse({**head, "choices": [], "usage": envelope["usage"]})
+    except Exception as e:  # noqa: BLE001 — the stream has started: the error is an event
+        yield error_event(e)
+    finally:
+        gen.close()
+    yield "data: [DONE]\n\n"
+
+
+def completion_events(server: Any, call: Any, body: dict[str, Any], ctx: Any) -> Iterator[str]:
+    """The events of a streamed ``/v1/completions`` request (``call``: the server's checked request)."""
+    head = {"id": server.new_id("text_completion"), "object": "text_completion", "created": server.now(),
+            "model": server.model}
+    n = call.params.n
+    hold = () if call.as_ids else call.params.stop  # token-level clients get every token's text
+    texts = [TextStream(server.agent.tokenizer, hold) for _ in range(n * len(call.prompts))]
+    gen = Generation(lambda on_token: server.run_completions(call, ctx, on_token), cancellable=server.cancel_streams,
+                     timeout=server.stream_timeout)
+
+    def chunk(i: int, text: str, logprobs: Any = None, finish: str | None = None) -> str:
+        return sse({**head, "choices": [{"index": i, "text": text, "logprobs": logprobs, "finish_reason": finish}]})
+
+    try:
+        for i, token, logprob, top in gen:
+            s = texts[i]
+            ready = s.push(token, logprob, top)
+            if call.k is not None:
+                for j in ready:
+                    yield chunk(i, s.pieces[j] or "", server.completion_lp(call, s.tokens[j], s.logprobs[j],
+                                                                         s.tops[j], s.chars_before(j)))
+            elif ready and (text := "".join(s.pieces[j] or "" for j in ready)):
+                yield chunk(i, text)
+        envelope, outs = gen.result
+        for choice, c, s in zip(envelope["choices"], outs, texts):
+            i, lp = choice["index"], choice["logprobs"]
+            sent = "".join(p or "" for p in s.pieces[: s.sent])
+            rest = choice["text"][len(sent):] if choice["text"].startswith(sent) else ""
+            if lp is not None:
+                pieces = remainder(token_pieces(server.agent.tokenizer, c.token_ids), s.sent, len(rest))
+                for j, piece in enumerate(pieces, start=s.sent):
+                    one = {key: (lp[key][j : j + 1] if lp[key] is not None else None)
+                           for key in ("tokens", "token_logprobs", "text_offset", "top_logprobs")}
+                    yield chunk(i, piece, one)
+            elif rest:
+                yield chunk(i, rest)
+            yield chunk(i, "", finish=choice["finish_reason"])
+        if (body.get("stream_options") or {}).get("include_usage"):
+            yield sse({**head, "choices": [], "usage": envelope["usage"]})
+    except Exception as e:  # noqa: BLE001 — the stream has started: the error is an event
+        yield error_event(e)
+    finally:
+        gen.close()
+    yield "data: [DONE]\n\n"
