@@ -119,3 +119,17 @@ def fit_to_template(messages: list[dict[str, Any]], tools: list[dict[str, Any]] 
             m.clear()
             m.update(role="user", content=f"<tool_response{name}>\n{content}\n</tool_response>")
     return out, tools
+
+
+def tools_note(tokenizer: Any) -> str | None:
+    """What a server tells its user about a template that cannot render tools (None: it can, or has no template)."""
+    if getattr(tokenizer, "chat_template", None) is None:
+        return None
+    s = template_support(tokenizer)
+    missing = [what for what, ok in (("tools", s.tools), ("assistant tool calls", s.tool_calls),
+                                     ("tool messages", s.tool_role)) if not ok]
+    if not missing:
+        return None
+    return (f"note: this model's chat template does not render {' or '.join(missing)}; requests that use them get "
+            "them written into the messages instead (tools described in the system message with the "
+            "<tool_call>{\"name\": …, \"arguments\": {…}}</tool_call> format, which is parsed back into tool_calls)")
