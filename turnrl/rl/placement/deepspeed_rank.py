@@ -215,6 +215,10 @@ class DeepSpeedRank:
             spec = ray.get(spec, timeout=self.cfg.learner.start_timeout)
         policy = rebuild(spec)
         gpu = self.cfg.learner.rank_gpus > 0 and torch.cuda.is_available()
+        if not gpu:  # DeepSpeed's CPU op, built (once) or loaded where no killed rank's lock can block it
+            from turnrl.rl.placement.extensions import extensions_dir, load_cpu_op
+
+            load_cpu_op(extensions_dir())
         os.environ.update(MASTER_ADDR=master, MASTER_PORT=str(port), RANK=str(self.rank), LOCAL_RANK="0",
                           WORLD_SIZE=str(self.world), LOCAL_WORLD_SIZE="1")
         deepspeed.init_distributed("nccl" if gpu else "gloo", auto_mpi_discovery=False,

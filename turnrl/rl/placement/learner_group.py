@@ -14,8 +14,9 @@ operation, and the group is stopped (its process group cannot continue without t
 DeepSpeed's own, sharded (``OUT_DIR/deepspeed/update-N``); the driver's ``checkpoint.pt`` points at them and holds
 the published weights, so ``init_from`` and ``turnrl eval`` read a group's run like any other.
 
-The first start of DeepSpeed on CPU compiles its shared-memory op (about a minute); ``TORCH_EXTENSIONS_DIR``
-(default ``~/.cache/turnrl/torch_extensions``) keeps it for later runs.
+The first start of DeepSpeed on CPU compiles its shared-memory op (about a minute) into a folder of this Python
+environment's own under ``TORCH_EXTENSIONS_DIR`` (default ``~/.cache/turnrl/torch_extensions``), which keeps it for
+later runs; a build that a killed rank left half done is cleared, not waited for (:mod:`.extensions`).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from turnrl.rl.core.learner import _trainable
+from turnrl.rl.placement.extensions import CPU_OP, extensions_dir
 from turnrl.rl.placement.parameters import from_shared
 from turnrl.rl.placement.ray import RayPlacementError, _cause, _ray, connect, free_cpus, stop
 from turnrl.rl.run.config import TrainConfig
@@ -39,11 +41,6 @@ logger = logging.getLogger(__name__)
 
 class LearnerGroupError(RayPlacementError):
     """A rank of the learner group died, overran ``learner.timeout``, or failed; the message names it."""
-
-
-def extensions_dir() -> str:
-    """Where DeepSpeed's compiled CPU ops are kept between runs (``TORCH_EXTENSIONS_DIR`` if set)."""
-    return os.environ.get("TORCH_EXTENSIONS_DIR") or str(Path.home() / ".cache" / "turnrl" / "torch_extensions")
 
 
 class LearnerGroup:
@@ -79,7 +76,7 @@ class LearnerGroup:
 
         threads = str(max(1, int(lc.rank_cpus)))
         env = {"OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads, "TOKENIZERS_PARALLELISM": "false",
-               "TORCH_EXTENSIONS_DIR": extensions_dir(), "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+               "TORCH_EXTENSIONS_DIR": str(extensions_dir()), "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
         if lc.rank_gpus == 0:
             env["DS_ACCELERATOR"] = "cpu"  # must be set before deepspeed is imported in the rank
         actor = ray.remote(DeepSpeedRank).options(num_cpus=lc.rank_cpus, num_gpus=lc.rank_gpus, max_restarts=0,
@@ -116,8 +113,11 @@ class LearnerGroup:
             if not done:
                 late = sorted(rank_of[p] for p in pending)
                 self.close()
+                lock = extensions_dir() / CPU_OP / "lock"
+                hint = (f" ({lock} exists: if no process is compiling DeepSpeed's CPU op, a killed one left it; "
+                        "remove it)" if lock.exists() else "")
                 raise LearnerGroupError(f"learner rank(s) {late} did not finish {op} within learner.timeout="
-                                        f"{timeout:g}s; the group was stopped")
+                                        f"{timeout:g}s; the group was stopped{hint}")
             r = rank_of[done[0]]
             try:
                 results[r] = ray.get(done[0])
