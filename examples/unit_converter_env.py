@@ -1,7 +1,7 @@
 """Your own tool-use environment: unit conversion with a `convert` tool (the environment is the first 50 lines).
 
-From this folder, every command sees it as `unit_converter_env:examples/Units-v0` (see the README's "Your own
-environment"). `python examples/unit_converter_env.py` checks it with the conformance harness and plays one episode.
+From this folder, every command sees it as `unit_converter_env:examples/Units-v0` (see "Your own environment" in
+docs/environments.md). `python examples/unit_converter_env.py` checks it with the conformance harness and plays one episode.
 """
 
 import functools
@@ -49,6 +49,7 @@ class UnitsEnv(ToolEnv):
         # "auto" also grades "The answer is N." and a last number: small models rarely use the tags at first
         super().__init__(make_tasks(split), tools=[convert], verifier=functools.partial(verify, answer_format="auto"),
                          instruction="Answer with a number in <answer></answer> tags.", **options)
+        self.split, self.held_out_split = split, "test"  # `turnrl eval` and training's held-out evaluation use test
 
     def oracle_calls(self, task):  # what solves a task: the harness checks that the tools work in an episode
         return [ToolCall(name="convert", arguments=task.metadata)]

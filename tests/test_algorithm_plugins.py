@@ -1,5 +1,5 @@
 """Algorithms as plug-ins: a user module registers one and trains it through `turnrl train --import` without touching
-the package; registration refuses incomplete classes and taken names; RLOO and REINFORCE++ (ALGORITHMS.md §12) are
+the package; registration refuses incomplete classes and taken names; RLOO and REINFORCE++ (docs/algorithms.md §12) are
 built-ins written the same way, each check of §12 a test."""
 
 import json
@@ -87,12 +87,13 @@ def test_a_user_module_registers_an_algorithm_and_turnrl_train_runs_it(tmp_path,
     assert algorithm_class("sign-pg").__module__ == "my_algorithms"
 
 
-def test_the_readmes_example_algorithm_trains_as_written(tmp_path, monkeypatch, clean_registry):
-    """The README's "Your own algorithm" module, copied as it stands, trains through `turnrl train --import`."""
+def test_the_documented_example_algorithm_trains_as_written(tmp_path, monkeypatch, clean_registry):
+    """The "Your own algorithm" module of docs/training.md, copied as it stands, trains through `turnrl train
+    --import`."""
     from pathlib import Path
 
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    start = readme.index("**Your own algorithm.**")
+    readme = (Path(__file__).resolve().parents[1] / "docs" / "training.md").read_text()
+    start = readme.index("## Your own algorithm")
     block = readme[readme.index("```python", start) + len("```python"):readme.index("```", readme.index("```python",
                                                                                                         start) + 9)]
     path = write_run(tmp_path, {"name": "sign-pg", "scale": 2.0})
@@ -157,7 +158,7 @@ def test_an_installed_package_registers_through_the_entry_point_group(tmp_path, 
     assert type(algo).__module__ == "my_algorithms" and algo.cfg.scale == 3.0
 
 
-# ---- RLOO (ALGORITHMS.md §12) ----
+# ---- RLOO (docs/algorithms.md §12) ----
 
 def batch_of(scores, groups, T=5, mask=None):
     B = len(scores)
@@ -194,7 +195,7 @@ def test_rloo_values_and_k_one_refused():
     assert parse_algorithm_config("rloo").agg == "seq-mean-token-sum"
 
 
-# ---- REINFORCE++ (ALGORITHMS.md §12) ----
+# ---- REINFORCE++ (docs/algorithms.md §12) ----
 
 def test_reward_to_go_and_the_kl_penalty():
     mask = torch.tensor([[0.0, 1, 1, 0, 1]])

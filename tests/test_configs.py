@@ -1,6 +1,7 @@
-"""Every shipped config and every command its header and the README give still work after a refactor:
+"""Every shipped config and every command its header, the README and the docs pages give still work after a refactor:
 
-* each `turnrl …` command written in a config's header comment or in a README code block parses against the CLI
+* each `turnrl …` command written in a config's header comment or in a code block of README.md or docs/ parses
+  against the CLI
   (its subcommand, options and arguments exist), and a `turnrl train` command's config and overrides validate;
 * each config trains one step with the tiny model — its stored data, where it reads some, made here from tiny-model
   episodes on the config's own environment.
@@ -10,7 +11,6 @@ import re
 import shlex
 from pathlib import Path
 
-import click
 import pytest
 import torch
 import typer
@@ -34,10 +34,13 @@ def header_commands(path: Path) -> list[str]:
     return _commands(lines)
 
 
-def readme_commands() -> list[str]:
-    """The `turnrl …` commands in the README's code blocks."""
+DOC_PAGES = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
+
+
+def readme_commands(page: Path = REPO / "README.md") -> list[str]:
+    """The `turnrl …` commands in the code blocks of a Markdown page (README.md or a docs page)."""
     lines, inside = [], False
-    for line in (REPO / "README.md").read_text().splitlines():
+    for line in page.read_text().splitlines():
         if line.startswith("```"):
             inside = not inside
             continue
@@ -64,26 +67,42 @@ def _commands(lines: list[str]) -> list[str]:
                       line)
         if m:
             out.append(re.split(r"\s{2,}\(|\s{3,}", m[1])[0])  # drop a trailing "   (and --mode process)" note
-    return [" ".join(c.split()) for c in out if "..." not in c and "…" not in c]
+    placeholder = re.compile(r"\[?[A-Z][A-Z_]+\]?")  # a schematic `turnrl train CONFIG [--import MODULE]`
+    return [" ".join(c.split()) for c in out
+            if "..." not in c and "…" not in c and not any(placeholder.fullmatch(w) for w in c.split())]
+
+
+def _is_group(cmd) -> bool:
+    """A command with subcommands (typer ≥ 0.29 vendors click: its groups are not ``click.Group``)."""
+    return hasattr(cmd, "list_commands")
 
 
 def parse(command: str) -> None:
     """Parse ``command`` with the CLI's own parser, without running it (raises click's usage errors)."""
     args = shlex.split(command)[1:]
     cmd = typer.main.get_command(app)
-    ctx = click.Context(cmd, info_name="turnrl")
-    while isinstance(cmd, click.Group):  # walk down the subcommands
+    ctx = typer.Context(cmd, info_name="turnrl")
+    while _is_group(cmd):  # walk down the subcommands
         name, args = args[0], args[1:]
         cmd = cmd.get_command(ctx, name)
         assert cmd is not None, f"no command {name!r} in {command!r}"
-        ctx = cmd.make_context(name, list(args), parent=ctx) if not isinstance(cmd, click.Group) else click.Context(
-            cmd, info_name=name, parent=ctx)
+        ctx = typer.Context(cmd, info_name=name, parent=ctx) if _is_group(cmd) else cmd.make_context(
+            name, list(args), parent=ctx)
     if cmd.name == "train":
-        load_config(REPO / ctx.params["config"], ctx.params["overrides"])  # the config and its overrides validate
+        load_config(Path.cwd() / ctx.params["config"], ctx.params["overrides"])  # the config and its overrides validate
+
+
+def test_parse_refuses_what_the_cli_refuses():
+    parse("turnrl train configs/quickstart.yaml steps=3")
+    for bad in ("turnrl no-such-command", "turnrl eval --no-such-option 1", "turnrl swirl no-such-step",
+                "turnrl train configs/quickstart.yaml stepz=3"):
+        with pytest.raises(Exception):
+            parse(bad)
 
 
 def all_commands() -> list[tuple[str, str]]:
-    return [(p.name, c) for p in CONFIGS for c in header_commands(p)] + [("README.md", c) for c in readme_commands()]
+    return [(p.name, c) for p in CONFIGS for c in header_commands(p)] + [
+        (str(page.relative_to(REPO)), c) for page in DOC_PAGES for c in readme_commands(page)]
 
 
 def test_the_command_extraction_finds_the_documented_pipelines():

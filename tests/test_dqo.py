@@ -1,4 +1,4 @@
-"""DQO (ALGORITHMS.md §2): the soft-Q formulas on a solved tabular MDP, their identities, and learner steps."""
+"""DQO (docs/algorithms.md §2): the soft-Q formulas on a solved tabular MDP, their identities, and learner steps."""
 
 import itertools
 import math

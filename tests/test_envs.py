@@ -303,7 +303,7 @@ def test_data_dir_layout(data_dir):
         load_rows("gsm8k", "validation")
 
 
-# ---- PAG self-verification (ALGORITHMS.md §7) ----
+# ---- PAG self-verification (docs/algorithms.md §7) ----
 
 TASK = {"id": "t", "prompt": "What is 2 + 2?", "answer": "4"}
 

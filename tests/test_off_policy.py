@@ -1,4 +1,4 @@
-"""Off-policy corrections (ALGORITHMS.md §11): decoupled PPO / truncated importance sampling of the rollout–learner
+"""Off-policy corrections (docs/algorithms.md §11): decoupled PPO / truncated importance sampling of the rollout–learner
 mismatch — the weight min(π_prox/μ, C) as a pure function, each listed check a test, and the option on the
 policy-gradient family (``algorithm.behaviour_is_cap``) in a real learner step."""
 

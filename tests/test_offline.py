@@ -1,4 +1,4 @@
-"""Offline training (ALGORITHMS.md §9, DESIGN.md §Trainers): `turnrl rollout` datasets, DPO and RFT baselines, the
+"""Offline training (docs/algorithms.md §9, docs/concepts.md §8): `turnrl rollout` datasets, DPO and RFT baselines, the
 offline source and its bad-input answers, and dqo/dpo/rft trained end to end from one file."""
 
 import json

@@ -1,4 +1,4 @@
-"""PAG (ALGORITHMS.md §7) through the registered algorithms: turn-independent GAE, RoleAdvNorm, the ablations,
+"""PAG (docs/algorithms.md §7) through the registered algorithms: turn-independent GAE, RoleAdvNorm, the ablations,
 per-turn GRPO, the PAG metrics and the verdict-collapse monitor."""
 
 import pytest

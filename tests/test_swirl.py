@@ -1,4 +1,4 @@
-"""SWiRL's training side (ALGORITHMS.md §1, §10): step judges, the states source, ``swirl`` and ``sft``."""
+"""SWiRL's training side (docs/algorithms.md §1, §10): step judges, the states source, ``swirl`` and ``sft``."""
 
 import pytest
 import torch

@@ -1,4 +1,4 @@
-"""SWiRL's data side (ALGORITHMS.md §1): the format, generation, filters and the step-wise decomposition."""
+"""SWiRL's data side (docs/algorithms.md §1): the format, generation, filters and the step-wise decomposition."""
 
 import pytest
 from typer.testing import CliRunner

@@ -1,4 +1,4 @@
-"""T-PPO (ALGORITHMS.md §6, issue 29): windows that end inside a turn resume token-exactly, the environment steps only
+"""T-PPO (docs/algorithms.md §6, issue 29): windows that end inside a turn resume token-exactly, the environment steps only
 on complete turns, the algorithm's masks and EGAE, W ≥ max length is plain PPO, and a windowed run learns."""
 
 import pytest

@@ -1,4 +1,4 @@
-"""T-PPO's formulas (ALGORITHMS.md §6), each listed check a test: Extended GAE for unfinished responses, the policy
+"""T-PPO's formulas (docs/algorithms.md §6), each listed check a test: Extended GAE for unfinished responses, the policy
 mask of the current window, the value mask of finished sequences, λ_actor with a floor. (The algorithm and its
 successive-batching source come next; issue 29.)"""
 

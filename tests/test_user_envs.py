@@ -1,5 +1,5 @@
 """A user's own environment, outside the package, through every command: by ``module:Env-v0`` and through the
-``turnrl.envs`` entry point of a small installed package; the README's commands on the example."""
+``turnrl.envs`` entry point of a small installed package; the documented commands on the example."""
 
 import json
 import os
@@ -271,10 +271,11 @@ def test_train_errors_are_one_line_before_any_model_loads(tmp_path):
         assert result.output.count("\n") == 1, result.output
 
 
-def test_readme_commands_run_on_the_example(tmp_path):
-    """The README's "Your own environment" commands, as written, except the tiny model and fewer steps."""
-    readme = (REPO / "README.md").read_text()
-    section = readme.split("## Your own environment", 1)[1].split("\n## ", 1)[0]
+def test_the_documented_commands_run_on_the_example(tmp_path):
+    """The "Your own environment" commands of docs/environments.md, as written, except the tiny model and fewer
+    steps."""
+    page = (REPO / "docs" / "environments.md").read_text()
+    section = page.split("## Your own environment", 1)[1].split("\n## ", 1)[0]
     block = re.search(r"```bash\n(.*?)```", section, re.S)[1]
     commands = [shlex.split(line.split("#", 1)[0]) for line in block.splitlines() if line.split("#", 1)[0].strip()]
     assert [c[:2] for c in commands] == [["cd", "examples"], ["turnrl", "envs"], ["turnrl", "play"],
@@ -300,12 +301,13 @@ def test_readme_commands_run_on_the_example(tmp_path):
 
 
 def test_example_claims_hold():
-    """The README's line count of the example environment and its entry-point snippet stay true."""
+    """The docs' line count of the example environment and its entry-point snippet stay true."""
     lines = (REPO / "examples" / "unit_converter_env.py").read_text().splitlines()
     start = next(i for i, x in enumerate(lines) if x.startswith("import "))
     end = next(i for i, x in enumerate(lines) if x.startswith("turnrl.register("))
     assert 45 <= end - start + 1 <= 55  # "about 50 lines"
-    assert "about 50 lines" in (REPO / "README.md").read_text()
+    page = (REPO / "docs" / "environments.md").read_text()
+    assert "about 50 lines" in page
     assert textwrap.dedent('''
         [project.entry-points."turnrl.envs"]
-        "myproject/Lookup-v0" = "mypackage.envs:LookupEnv"''') in (REPO / "README.md").read_text()
+        "myproject/Lookup-v0" = "mypackage.envs:LookupEnv"''') in page

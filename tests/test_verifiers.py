@@ -96,7 +96,7 @@ def test_every_math500_answer_verifies_against_itself(data_dir):
     assert len(rows) == 500 and failures == []
 
 
-# ---- PAG verdicts and rewards (ALGORITHMS.md §7) ----
+# ---- PAG verdicts and rewards (docs/algorithms.md §7) ----
 
 @pytest.mark.parametrize(
     "text, verdict",

@@ -150,7 +150,7 @@ def run_scripted(console: Console) -> int:
         env = turnrl.make("turnrl/GSM8K-v0")
     except DataNotFoundError:
         console.print(f"[yellow]GSM8K skipped: set {DATA_ENV_VAR} to a folder with gsm8k/test.jsonl "
-                      "(e.g. ../shared/data) to include it.[/]")
+                      "to include it (docs/environments.md, 'Where the data comes from').[/]")
     else:
         traj = play_episode(env, oracle_agent, seed=0)
         _show(console, f"GSM8K-v0 from {os.environ.get(DATA_ENV_VAR)}: the oracle agent", traj)

@@ -1,4 +1,4 @@
-"""Agents: policies that act (DESIGN.md §The flow, point 4).
+"""Agents: policies that act (docs/concepts.md §4).
 
 ``make_agent(spec)`` builds one from a string:
 

@@ -149,7 +149,7 @@ class VLLMAgent:
         return self._generate_fire(prompts, params)
 
     def _generate_fire(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]:
-        """FIRE (ALGORITHMS.md §8): one token at ``fire_temperature``, then the rest at ``temperature``."""
+        """FIRE (docs/algorithms.md §8): one token at ``fire_temperature``, then the rest at ``temperature``."""
         if params.fire_temperature is not None and params.fire_temperature > 2.0:
             raise ValueError(
                 f"vLLM accepts temperatures up to 2, got fire_temperature={params.fire_temperature}; "

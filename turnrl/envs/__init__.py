@@ -1,4 +1,4 @@
-"""Gymnasium text environments (DESIGN.md §The flow, point 1).
+"""Gymnasium text environments (docs/concepts.md §1).
 
 Importing this package registers the built-in ``turnrl/<Name>-v0`` ids; environment modules themselves load
 only when an environment is made.

@@ -1,6 +1,6 @@
 """The base class of every turnrl environment: a Gymnasium ``Env`` whose actions are text.
 
-The docstrings here are the specification (DESIGN.md §The flow, point 1).
+The docstrings here are the specification (docs/concepts.md §1).
 """
 
 from __future__ import annotations

@@ -3,8 +3,8 @@
 Resolution order for a dataset split:
 
 1. an explicit ``path`` argument (a JSONL file);
-2. the folder named by the environment variable ``TURNRL_DATA_DIR``, laid out like ``shared/data``
-   (``gsm8k/test.jsonl``, ``math500/test.jsonl``, ``hotpotqa/*.jsonl``);
+2. the folder named by the environment variable ``TURNRL_DATA_DIR``, holding ``gsm8k/{train,test}.jsonl``,
+   ``math500/test.jsonl`` and ``hotpotqa/{dev,train}*.jsonl`` (docs/environments.md, "Where the data comes from");
 3. Hugging Face ``datasets`` by the dataset's hub name (needs the ``hub`` extra and network access).
 
 If all fail, :class:`DataNotFoundError` says what was tried and what to set.
@@ -139,6 +139,6 @@ def load_rows(dataset: str, split: str, path: str | Path | None = None) -> list[
         tried.append(f"Hugging Face datasets could not load {info.hub_name!r}: {type(e).__name__}: {str(e)[:200]}")
     raise DataNotFoundError(
         f"no data for {dataset!r} split {split!r}. Tried: " + "; ".join(tried) + ". "
-        f"Fix: pass path='.../{pattern}', or set {DATA_ENV_VAR} to a folder laid out like shared/data "
-        f"(containing {info.folder}/{pattern})."
+        f"Fix: pass path='.../{pattern}', or set {DATA_ENV_VAR} to a folder containing {info.folder}/{pattern} "
+        "(docs/environments.md, 'Where the data comes from')."
     )

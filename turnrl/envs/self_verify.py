@@ -1,6 +1,6 @@
 """PAG episodes: the policy answers, verifies its own answer, and revises only after "wrong".
 
-ALGORITHMS.md §7 (Jiang et al., 2025, arXiv 2506.10406). ``SelfVerify(env)`` turns any single-answer
+docs/algorithms.md §7 (Jiang et al., 2025, arXiv 2506.10406). ``SelfVerify(env)`` turns any single-answer
 environment — one that can grade a response with ``env.score(text) -> Verdict`` — into the episode
 
     answer (role "policy") → verify (role "verifier") → [revise (role "policy"), only after "wrong"]

@@ -1,4 +1,4 @@
-"""SWiRL's format (ALGORITHMS.md §1): one tool call or one answer per turn, tool results as ``QUERY -> RESULT``.
+"""SWiRL's format (docs/algorithms.md §1): one tool call or one answer per turn, tool results as ``QUERY -> RESULT``.
 
 Calculator ``<math_exp>EXPR</math_exp>``, search ``<search_query>QUERY</search_query>``, final ``<answer>…</answer>``.
 Small models need to see the format. Demonstrations (built-in, a text, a file or none) go either into the

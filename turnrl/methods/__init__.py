@@ -2,7 +2,7 @@
 hooks, metrics, data tools and CLI subcommands — and plugs in through the algorithm registry
 (:mod:`turnrl.rl.algorithms`) and the subcommand table below. The core never imports a method by name.
 
-* :mod:`turnrl.methods.pag` — PAG, the policy as its own generative verifier (ALGORITHMS.md §7);
+* :mod:`turnrl.methods.pag` — PAG, the policy as its own generative verifier (docs/algorithms.md §7);
 * :mod:`turnrl.methods.swirl` — SWiRL, step-wise RL on multi-step tool use (§1, §10);
 * :mod:`turnrl.methods.dqo` — DQO, offline soft-Q learning (§2);
 * :mod:`turnrl.methods.offline` — the offline baselines on stored data: SFT, RFT, DPO (§9).

@@ -1,4 +1,4 @@
-"""Tools: the ``@tool`` decorator, tool-call parsers and built-in tools (DESIGN.md §The flow, point 2)."""
+"""Tools: the ``@tool`` decorator, tool-call parsers and built-in tools (docs/concepts.md §2)."""
 
 from turnrl.tools.base import Tool, Toolbox, ToolError, ToolOutput, tool
 from turnrl.tools.calculator import CalculatorError, calculator

@@ -1,4 +1,4 @@
-"""Verifiers: pure functions ``(prediction, reference) -> Verdict`` (DESIGN.md §The flow, point 3)."""
+"""Verifiers: pure functions ``(prediction, reference) -> Verdict`` (docs/concepts.md §3)."""
 
 from turnrl.verifiers.base import Verdict
 

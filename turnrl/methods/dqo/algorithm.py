@@ -1,4 +1,4 @@
-"""DQO: offline soft-Q learning on sampled, token-exact Trajectories (ALGORITHMS.md §2; arXiv 2410.09302).
+"""DQO: offline soft-Q learning on sampled, token-exact Trajectories (docs/algorithms.md §2; arXiv 2410.09302).
 
 Modules (§2): the policy π_θ, a frozen reference π_ref, and a value model V_φ — a value head on the policy's
 (detached) features, or a separate small model (``critic_model``); the Q-function is ``Q_θ(s, a) = β log
@@ -54,7 +54,7 @@ from turnrl.types import Message, Trajectory, Turn
 
 
 class DQOConfig(AlgorithmConfig):
-    """DQO's options (ALGORITHMS.md §2)."""
+    """DQO's options (docs/algorithms.md §2)."""
 
     name: Literal["dqo"] = "dqo"
     beta: float = Field(0.05, gt=0, description="β: the KL coefficient folded into the reward (§2: 0.03–0.1)")

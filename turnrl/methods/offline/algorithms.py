@@ -1,4 +1,4 @@
-"""The offline baselines on the same data as DQO (ALGORITHMS.md §9; DQO itself: :mod:`turnrl.methods.dqo`), each an
+"""The offline baselines on the same data as DQO (docs/algorithms.md §9; DQO itself: :mod:`turnrl.methods.dqo`), each an
 :class:`~turnrl.methods.offline.base.OfflineAlgorithm` trained from stored Trajectories with no rollouts:
 
 * ``dpo`` — pairs (y_w, y_l) of a correct and an incorrect episode of the same task (the same group); the sigmoid
@@ -39,7 +39,7 @@ def _outcome_groups(groups: Units) -> tuple[list[tuple[list[Trajectory], list[Tr
 
 
 def dpo_pairs(groups: Units, mode: Literal["all", "one"]) -> tuple[Units, dict[str, float]]:
-    """DPO's pairs ``[y_w, y_l]`` (correct first) within each task group, and counts (ALGORITHMS.md §9).
+    """DPO's pairs ``[y_w, y_l]`` (correct first) within each task group, and counts (docs/algorithms.md §9).
 
     ``all``: every (correct, incorrect) combination; ``one``: the first correct and the first incorrect episode.
     Tasks with a single outcome (all correct or all incorrect) give no pair: they are skipped and counted in
@@ -64,7 +64,7 @@ def dpo_pairs(groups: Units, mode: Literal["all", "one"]) -> tuple[Units, dict[s
 
 
 class DPOConfig(AlgorithmConfig):
-    """DPO's options (ALGORITHMS.md §9)."""
+    """DPO's options (docs/algorithms.md §9)."""
 
     name: Literal["dpo"] = "dpo"
     beta: float = Field(0.1, gt=0, description="β of the DPO sigmoid loss")
@@ -135,14 +135,14 @@ class DPO(OfflineAlgorithm):
 
 
 class RFTConfig(AlgorithmConfig):
-    """RFT's options (ALGORITHMS.md §9)."""
+    """RFT's options (docs/algorithms.md §9)."""
 
     name: Literal["rft"] = "rft"
     agg: AggMode = Field("token-mean", description="aggregation of the NLL over the correct episodes' tokens")
 
 
 class RFT(OfflineAlgorithm):
-    """Rejection-sampling fine-tuning: NLL on the generated tokens of the correct episodes (ALGORITHMS.md §9)."""
+    """Rejection-sampling fine-tuning: NLL on the generated tokens of the correct episodes (docs/algorithms.md §9)."""
 
     name = "rft"
     Config = RFTConfig

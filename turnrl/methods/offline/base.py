@@ -1,5 +1,5 @@
 """What an offline objective is: trained from stored Trajectories (``data:`` in the run config), never from rollouts
-(ALGORITHMS.md §2, §9). Its experience source is :class:`turnrl.methods.offline.source.OfflineSource`."""
+(docs/algorithms.md §2, §9). Its experience source is :class:`turnrl.methods.offline.source.OfflineSource`."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Sequence log-likelihoods and the DPO loss: pure tensor functions (ALGORITHMS.md §9, Rafailov et al. 2023)."""
+"""Sequence log-likelihoods and the DPO loss: pure tensor functions (docs/algorithms.md §9, Rafailov et al. 2023)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import torch.nn.functional as F
 def sequence_logp(logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """``log π(y|x)`` of each row: the sum of the *generated* tokens' log-probabilities (``(B, T)`` → ``(B,)``).
 
-    Environment and template tokens (mask 0) are context, not part of y (ALGORITHMS.md §9).
+    Environment and template tokens (mask 0) are context, not part of y (docs/algorithms.md §9).
     """
     return (logp * mask.to(logp.dtype)).sum(-1)
 
@@ -17,7 +17,7 @@ def sequence_logp(logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 def dpo_loss(logp_w: torch.Tensor, ref_w: torch.Tensor, logp_l: torch.Tensor, ref_l: torch.Tensor, beta: float
              ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Per-pair DPO loss ``−log σ(β[(log π_θ(y_w) − log π_ref(y_w)) − (log π_θ(y_l) − log π_ref(y_l))])``
-    (ALGORITHMS.md §9); ``(P,)`` sequence log-probabilities in, ``(P,)`` losses out.
+    (docs/algorithms.md §9); ``(P,)`` sequence log-probabilities in, ``(P,)`` losses out.
 
     At π_θ = π_ref every loss is log 2, and the gradient raises log π_θ(y_w) and lowers log π_θ(y_l).
 

@@ -1,4 +1,4 @@
-"""Offline training data (DESIGN.md §Trainers, experience sources): a stored dataset replayed for DQO, DPO and RFT.
+"""Offline training data (docs/concepts.md §8, experience sources): a stored dataset replayed for DQO, DPO and RFT.
 
 :class:`OfflineSource` is a :class:`~turnrl.rl.sources.ReplaySource` whose units are the offline algorithm's (whole
 task groups for dqo and rft, (correct, incorrect) pairs for dpo), after the checks that make a dataset usable:

@@ -1,4 +1,4 @@
-"""PAG: the policy as its own generative verifier (ALGORITHMS.md §7; Jiang et al., 2025, arXiv 2506.10406).
+"""PAG: the policy as its own generative verifier (docs/algorithms.md §7; Jiang et al., 2025, arXiv 2506.10406).
 
 * :mod:`.algorithm` — ``pag`` (PPO with turn-independent GAE and RoleAdvNorm) and ``pag-grpo``;
 * :mod:`.explore` — verdict exploration, a rollout hook (``algorithm.verdict_explore``);

@@ -1,4 +1,4 @@
-"""PAG: train the policy as its own generative verifier (ALGORITHMS.md §7; Jiang et al., 2025, arXiv 2506.10406).
+"""PAG: train the policy as its own generative verifier (docs/algorithms.md §7; Jiang et al., 2025, arXiv 2506.10406).
 
 Episodes come from :class:`~turnrl.envs.self_verify.SelfVerify` (``turnrl/*-PAG-v0``): answer (role "policy") →
 verify (role "verifier") → revise (role "policy", only after "wrong"), each turn's reward on its last token.
@@ -50,7 +50,7 @@ class VerifierOptions(BaseModel):
 
 
 class PAGConfig(PPOConfig, VerifierOptions):
-    """PAG's options (ALGORITHMS.md §7 defaults)."""
+    """PAG's options (docs/algorithms.md §7 defaults)."""
 
     name: Literal["pag"] = "pag"  # type: ignore[assignment]
     lam_actor: float = Field(1.0, ge=0, le=1)

@@ -1,4 +1,4 @@
-"""``turnrl pag …``: PAG's data tools (ALGORITHMS.md §7) — rows for a verifier warm-up."""
+"""``turnrl pag …``: PAG's data tools (docs/algorithms.md §7) — rows for a verifier warm-up."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import typer
 
 from turnrl.cli_shared import DataTokenizerOption, _check_out, _say, fail
 
-app = typer.Typer(help="PAG's data (ALGORITHMS.md §7): rows for a verifier warm-up.", no_args_is_help=True)
+app = typer.Typer(help="PAG's data (docs/algorithms.md §7): rows for a verifier warm-up.", no_args_is_help=True)
 
 
 @app.command("rows")

@@ -1,4 +1,4 @@
-"""Verdict exploration for PAG (ours; ALGORITHMS.md §7 names the collapse it answers).
+"""Verdict exploration for PAG (ours; docs/algorithms.md §7 names the collapse it answers).
 
 PAG's verifier is rewarded only for the verdicts it samples. A policy that (almost) never writes one of the two
 verdicts — SmolLM2-135M on Arithmetic writes "The answer is wrong" in almost none of its verifications under the

@@ -1,4 +1,4 @@
-"""What PAG training is for, measured (ALGORITHMS.md §7): answer accuracy before and after self-revision, and how
+"""What PAG training is for, measured (docs/algorithms.md §7): answer accuracy before and after self-revision, and how
 well the policy verifies its own answers.
 
 :func:`pag_episode` reads one self-verification episode (the ``phase``/``verdict``/``correct`` infos that

@@ -1,4 +1,4 @@
-"""PAG's training-health check (ALGORITHMS.md §7): verdict collapse — the self-verifier almost always says "correct"
+"""PAG's training-health check (docs/algorithms.md §7): verdict collapse — the self-verifier almost always says "correct"
 or almost always "wrong", the two failure modes of PAG's ablations (final-only reward; no turn independence). Run
 after every step by :func:`turnrl.rl.run.monitors.check_health` (listed in :data:`turnrl.methods.MONITORS`); it
 reads the figures the self-verification environments report (:mod:`turnrl.methods.pag.metrics`)."""
@@ -13,7 +13,7 @@ Metrics = dict[str, float]
 def verdict_collapse(history: Sequence[Metrics], info: Metrics, share: float = 0.95, window: int = 3,
                      min_verdicts: int = 16) -> str | None:
     """Over the last ``window`` steps (at least ``min_verdicts`` verdicts), at least ``share`` of the PAG verdicts
-    say the same thing: the verifier has stopped checking (ALGORITHMS.md §7's collapse modes)."""
+    say the same thing: the verifier has stopped checking (docs/algorithms.md §7's collapse modes)."""
     records = [h for h in [*history, info][-window:] if "pag_verdict_correct" in h]
     counts = [h.get("pag_verdicts", 0.0) for h in records]
     if not records or "pag_verdict_correct" not in info or sum(counts) < min_verdicts:

@@ -1,4 +1,4 @@
-"""Verdict rows for a PAG verifier warm-up (ours; ALGORITHMS.md §7 names the collapse this answers).
+"""Verdict rows for a PAG verifier warm-up (ours; docs/algorithms.md §7 names the collapse this answers).
 
 PAG's verifier learns only from the verdicts it samples. A small policy that (almost) never writes one of the two
 verdicts — SmolLM2-135M writes "The answer is correct" in ~5 % of its verifications of Arithmetic, half of them

@@ -1,1 +1,1 @@
-"""SWiRL (ALGORITHMS.md §1): synthetic multi-step tool-use data, step-wise filtering and step-wise RL."""
+"""SWiRL (docs/algorithms.md §1): synthetic multi-step tool-use data, step-wise filtering and step-wise RL."""

@@ -1,4 +1,4 @@
-"""SWiRL's step-wise RL (ALGORITHMS.md §1, §10); its SFT baseline is ``sft`` (:mod:`turnrl.methods.offline`).
+"""SWiRL's step-wise RL (docs/algorithms.md §1, §10); its SFT baseline is ``sft`` (:mod:`turnrl.methods.offline`).
 
 * ``swirl`` — J(θ) = E_{s∼D, a∼π_θ(·|s)}[R(a | s)]: each training step draws ``rollout.prompts_per_step`` stored
   states s (the token prefixes of the steps of filtered trajectories, ``data.path``), samples ``rollout.group_size``
@@ -28,7 +28,7 @@ from turnrl.rl.formulas.advantages import group_normalize, leave_one_out
 
 
 class SWiRLConfig(PolicyGradientConfig):
-    """SWiRL's options (ALGORITHMS.md §1, §10)."""
+    """SWiRL's options (docs/algorithms.md §1, §10)."""
 
     name: Literal["swirl"] = "swirl"
     reward: Literal["rule", "judge", "rollout"] = Field("rule", description=(
@@ -76,7 +76,7 @@ class SWiRLConfig(PolicyGradientConfig):
 
 
 def state_advantages(scores: torch.Tensor, group_ids: torch.Tensor, baseline: str) -> torch.Tensor:
-    """``(B,)`` advantages of G sampled steps per state (ALGORITHMS.md §1 [recon]): leave-one-out or normalized."""
+    """``(B,)`` advantages of G sampled steps per state (docs/algorithms.md §1 [recon]): leave-one-out or normalized."""
     return leave_one_out(scores, group_ids) if baseline == "rloo" else group_normalize(scores, group_ids)
 
 

@@ -1,4 +1,4 @@
-"""``turnrl swirl …``: SWiRL's data pipeline (ALGORITHMS.md §1) — generate multi-step tool-use trajectories, filter
+"""``turnrl swirl …``: SWiRL's data pipeline (docs/algorithms.md §1) — generate multi-step tool-use trajectories, filter
 them step by step, relabel answers, decompose them into step rows."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from turnrl.cli_shared import (
     parse_kwargs,
 )
 
-app = typer.Typer(help="SWiRL's data (ALGORITHMS.md §1): generate multi-step tool-use trajectories, filter "
+app = typer.Typer(help="SWiRL's data (docs/algorithms.md §1): generate multi-step tool-use trajectories, filter "
                   "them, decompose them into steps.", no_args_is_help=True)
 
 

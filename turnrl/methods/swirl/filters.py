@@ -1,4 +1,4 @@
-"""SWiRL's data filters (ALGORITHMS.md §1): none, process, outcome, process ∧ outcome.
+"""SWiRL's data filters (docs/algorithms.md §1): none, process, outcome, process ∧ outcome.
 
 * process — a step judge labels every step from its context alone (no gold answer); a trajectory is kept only if
   every step is GOOD (an unparseable or failed judgement, ``good=None``, is never GOOD);

@@ -1,4 +1,4 @@
-"""SWiRL's data stage (ALGORITHMS.md §1): K trajectories per question with live tools, from any agent.
+"""SWiRL's data stage (docs/algorithms.md §1): K trajectories per question with live tools, from any agent.
 
 Built on :func:`turnrl.rl.sources.collect.rollout_dataset` (resumable Parquet of token-exact Trajectories; questions already
 in the file are skipped). What this adds:

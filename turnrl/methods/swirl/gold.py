@@ -1,6 +1,6 @@
 """A teacher that reads the gold annotations: SWiRL data for multi-hop QA without a large model (ours).
 
-ALGORITHMS.md §1 generates its data with a large teacher. Offline, the only model here is SmolLM2-135M, whose
+docs/algorithms.md §1 generates its data with a large teacher. Offline, the only model here is SmolLM2-135M, whose
 HotPotQA trajectories almost never end in a right answer (1 of 128), so SWiRL's filters leave little to learn from.
 HotPotQA annotates each training question with its supporting articles, and those give a search path:
 

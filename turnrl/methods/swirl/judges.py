@@ -1,4 +1,4 @@
-"""SWiRL's step judges (ALGORITHMS.md §1, §10): is one step GOOD or BAD, judged from the context alone.
+"""SWiRL's step judges (docs/algorithms.md §1, §10): is one step GOOD or BAD, judged from the context alone.
 
 No judge sees the gold answer. A step is one agent turn in the SWiRL format: a calculator call
 ``<math_exp>EXPR</math_exp>``, a search ``<search_query>Q</search_query>`` or a final ``<answer>…</answer>``.

@@ -1,4 +1,4 @@
-"""Hindsight answers for SWiRL data (ours; ALGORITHMS.md §1 is the pipeline this feeds).
+"""Hindsight answers for SWiRL data (ours; docs/algorithms.md §1 is the pipeline this feeds).
 
 A weak teacher often finds the evidence and then answers badly: SmolLM2-135M on HotPotQA retrieves a passage
 that holds the gold answer in about a quarter of its trajectories, and then copies the whole passage into

@@ -1,4 +1,4 @@
-"""SWiRL's experience source: fresh steps of the current policy from stored states (ALGORITHMS.md §1, §10).
+"""SWiRL's experience source: fresh steps of the current policy from stored states (docs/algorithms.md §1, §10).
 
 Each training step takes the next ``rollout.prompts_per_step`` step rows (a seeded shuffle, reshuffled every epoch)
 and samples ``rollout.group_size`` actions from each row's *state* — the token prefix before the stored step,

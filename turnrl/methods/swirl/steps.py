@@ -1,4 +1,4 @@
-"""SWiRL's step-wise decomposition (ALGORITHMS.md §1): a trajectory of K steps → K rows (s_i, a_i).
+"""SWiRL's step-wise decomposition (docs/algorithms.md §1): a trajectory of K steps → K rows (s_i, a_i).
 
 Row i is a Trajectory holding the state s_i — the token prefix before step i, exactly as the model saw it (the
 prompt, earlier steps and their tool results, the chat template's tokens) — followed by the step's own tokens, the

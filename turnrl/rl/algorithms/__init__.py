@@ -1,4 +1,4 @@
-"""The algorithm registry: one place where names map to objectives (DESIGN.md §Trainers).
+"""The algorithm registry: one place where names map to objectives (docs/concepts.md §8).
 
 ``get_algorithm(config)`` builds the registered :class:`Algorithm` for a validated config;
 ``parse_algorithm_config(data)`` validates a config dict against the options of the algorithm it names, so an

@@ -52,7 +52,7 @@ class PolicyGradientConfig(AlgorithmConfig):
     kl_coef: float = Field(0.0, ge=0, description="β of the k3 KL to a frozen reference model; 0 = no reference")
     nll_coef: float = Field(0.0, ge=0, description="μ of the NLL on correct samples (vapo 0.1)")
     behaviour_is_cap: float | None = Field(None, ge=1, description=(
-        "decoupled PPO / truncated importance sampling (ALGORITHMS.md §11): weigh each token's surrogate by "
+        "decoupled PPO / truncated importance sampling (docs/algorithms.md §11): weigh each token's surrogate by "
         "min(π_old/μ, C) with C this cap (2 is usual), π_old the learner's own log-probabilities "
         "(optim.recompute_logprobs) and μ the sampler's — for rollout engines whose numbers differ from the "
         "learner's, or stale samples; None = off"))
@@ -214,7 +214,7 @@ class Algorithm:
 
 
 class PolicyGradient(Algorithm):
-    """Clipped surrogate + optional k3 KL to the reference + optional μ·NLL on correct samples (ALGORITHMS.md §0,
+    """Clipped surrogate + optional k3 KL to the reference + optional μ·NLL on correct samples (docs/algorithms.md §0,
     §3, §4). Subclasses supply the advantages."""
 
     cfg: PolicyGradientConfig

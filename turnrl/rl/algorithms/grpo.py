@@ -1,4 +1,4 @@
-"""GRPO and DAPO: group-normalized sequence advantages and the clipped surrogate (ALGORITHMS.md §0, §4).
+"""GRPO and DAPO: group-normalized sequence advantages and the clipped surrogate (docs/algorithms.md §0, §4).
 
 * ``grpo`` — Â_i = (R_i − mean_g R) / (std_g R + ε) on every generated token of sequence i; clipped surrogate with
   ε = 0.2; seq-mean-token-mean; optional k3 KL to a frozen reference.
@@ -31,7 +31,7 @@ class OverlongConfig(BaseModel):
 
 
 class GRPOConfig(PolicyGradientConfig):
-    """GRPO's options (ALGORITHMS.md §0)."""
+    """GRPO's options (docs/algorithms.md §0)."""
 
     name: Literal["grpo"] = "grpo"
     dynamic_sampling: bool = Field(False, description="drop zero-variance groups and sample more (dapo: on)")
@@ -40,7 +40,7 @@ class GRPOConfig(PolicyGradientConfig):
 
 
 class DAPOConfig(GRPOConfig):
-    """DAPO's options: GRPO's with clip-higher, token-mean and dynamic sampling on (ALGORITHMS.md §4)."""
+    """DAPO's options: GRPO's with clip-higher, token-mean and dynamic sampling on (docs/algorithms.md §4)."""
 
     name: Literal["dapo"] = "dapo"  # type: ignore[assignment]
     eps_high: float = Field(0.28, gt=0)
@@ -89,7 +89,7 @@ class GRPO(PolicyGradient):
 
 
 class DAPO(GRPO):
-    """Decoupled clip and dynamic sampling policy optimization (ALGORITHMS.md §4)."""
+    """Decoupled clip and dynamic sampling policy optimization (docs/algorithms.md §4)."""
 
     name = "dapo"
     Config = DAPOConfig

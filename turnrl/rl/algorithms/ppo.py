@@ -1,4 +1,4 @@
-"""PPO and VAPO: a critic, (decoupled, length-adaptive) GAE and the clipped surrogate (ALGORITHMS.md §0, §3).
+"""PPO and VAPO: a critic, (decoupled, length-adaptive) GAE and the clipped surrogate (docs/algorithms.md §0, §3).
 
 * ``ppo`` — a value head on the policy (or a separate critic transformer, ``critic_model``), masked GAE with
   λ = 0.95 for actor and critic, whitened advantages, clipped value loss (ε_v = 0.5). ``turn_independent`` cuts GAE
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 
 class PPOConfig(PolicyGradientConfig):
-    """PPO's options (ALGORITHMS.md §0)."""
+    """PPO's options (docs/algorithms.md §0)."""
 
     name: Literal["ppo"] = "ppo"
     lam_actor: float = Field(0.95, ge=0, le=1, description="GAE λ of the actor's advantages")
@@ -41,7 +41,7 @@ class PPOConfig(PolicyGradientConfig):
 
 
 class VAPOConfig(PPOConfig):
-    """VAPO's options (ALGORITHMS.md §3). ``lam_actor`` None = length-adaptive."""
+    """VAPO's options (docs/algorithms.md §3). ``lam_actor`` None = length-adaptive."""
 
     name: Literal["vapo"] = "vapo"  # type: ignore[assignment]
     eps_high: float = Field(0.28, gt=0)
@@ -126,7 +126,7 @@ class PPO(PolicyGradient):
 
 
 class VAPO(PPO):
-    """Value-based augmented PPO (ALGORITHMS.md §3)."""
+    """Value-based augmented PPO (docs/algorithms.md §3)."""
 
     name = "vapo"
     Config = VAPOConfig

@@ -1,4 +1,4 @@
-"""REINFORCE++ (ALGORITHMS.md §12; Hu, 2025, arXiv 2501.03262): REINFORCE with PPO's clipped surrogate, a per-token
+"""REINFORCE++ (docs/algorithms.md §12; Hu, 2025, arXiv 2501.03262): REINFORCE with PPO's clipped surrogate, a per-token
 KL penalty in the reward and advantages whitened over the whole batch — no critic, no per-group statistics.
 
 Per generated token t of a sequence: r_t = −β·KL_t, plus each turn's reward on its last token (the outcome on the
@@ -22,7 +22,7 @@ from turnrl.rl.formulas.losses import AggMode
 
 
 class REINFORCEPlusPlusConfig(PolicyGradientConfig):
-    """REINFORCE++'s options (ALGORITHMS.md §12)."""
+    """REINFORCE++'s options (docs/algorithms.md §12)."""
 
     name: Literal["reinforce++"] = "reinforce++"
     kl_reward_coef: float = Field(0.01, ge=0, description="β of the per-token KL penalty folded into the reward "

@@ -1,4 +1,4 @@
-"""RLOO: REINFORCE with a leave-one-out baseline (ALGORITHMS.md §12; Ahmadian et al., 2024, arXiv 2402.14740).
+"""RLOO: REINFORCE with a leave-one-out baseline (docs/algorithms.md §12; Ahmadian et al., 2024, arXiv 2402.14740).
 
 Â_i = R_i − mean_{j≠i} R_j over the k samples of a prompt (no standard deviation), broadcast to every generated token
 of sample i (:func:`turnrl.rl.formulas.advantages.leave_one_out`). The loss is §0's clipped surrogate, which at ratio 1
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 
 class RLOOConfig(PolicyGradientConfig):
-    """RLOO's options (ALGORITHMS.md §12)."""
+    """RLOO's options (docs/algorithms.md §12)."""
 
     name: Literal["rloo"] = "rloo"
     agg: AggMode = Field("seq-mean-token-sum", description="loss aggregation (the paper: each sequence's summed "

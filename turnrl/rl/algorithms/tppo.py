@@ -1,4 +1,4 @@
-"""T-PPO: truncated PPO with successive batching (ALGORITHMS.md §6).
+"""T-PPO: truncated PPO with successive batching (docs/algorithms.md §6).
 
 Each step generates at most ``window`` (W) tokens per episode; an episode that has not finished re-enters the next
 step with its tokens so far and new tasks fill the rest of the batch (:class:`turnrl.rl.sources.windowed.
@@ -32,7 +32,7 @@ from turnrl.rl.formulas.losses import AggMode, agg_count, clipped_value_loss
 
 
 class TPPOConfig(PPOConfig):
-    """T-PPO's options (ALGORITHMS.md §6). ``lam_actor`` None = length-adaptive with a floor."""
+    """T-PPO's options (docs/algorithms.md §6). ``lam_actor`` None = length-adaptive with a floor."""
 
     name: Literal["tppo"] = "tppo"  # type: ignore[assignment]
     window: int = Field(128, ge=1, description="W: the most tokens an episode generates per step; an unfinished "

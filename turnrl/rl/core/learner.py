@@ -1,4 +1,4 @@
-"""The learner core (DESIGN.md §Trainers): policy, critic, reference model, optimizer and scheduler.
+"""The learner core (docs/concepts.md §8): policy, critic, reference model, optimizer and scheduler.
 
 It knows nothing of rollouts or placements. Per training step:
 

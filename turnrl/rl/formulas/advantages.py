@@ -1,4 +1,4 @@
-"""Advantage estimators: pure tensor functions (ALGORITHMS.md §0, §3, §5, §6, §7, §12).
+"""Advantage estimators: pure tensor functions (docs/algorithms.md §0, §3, §5, §6, §7, §12).
 
 Tensors are ``(B, T)`` (batch, token); ``mask`` is the loss mask (1 = a token the policy generated).
 No config objects, no ``.item()``, no logging: tensors and scalars in, tensors out.
@@ -18,7 +18,7 @@ def masked_gae(
     cut_at_mask: bool = False,
     bootstrap: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Generalized advantage estimation over generated tokens only (ALGORITHMS.md §0 "Masked GAE").
+    """Generalized advantage estimation over generated tokens only (docs/algorithms.md §0 "Masked GAE").
 
     Env/template tokens (mask 0) are skipped: the recursion passes through them unchanged, so a multi-turn episode
     is one sequence. With ``cut_at_mask`` a turn ends where the next token is masked *and* a later turn follows, and
@@ -65,7 +65,7 @@ def masked_gae(
 
 
 def length_adaptive_lambda(lengths: torch.Tensor, alpha: float = 0.05, floor: float = 0.0) -> torch.Tensor:
-    """VAPO's λ_policy = 1 − 1/(α·l) per sequence (ALGORITHMS.md §3), clamped to [floor, 1) (the clamp is ours;
+    """VAPO's λ_policy = 1 − 1/(α·l) per sequence (docs/algorithms.md §3), clamped to [floor, 1) (the clamp is ours;
     T-PPO's λ_actor uses ``floor`` 0.95, §6).
 
     Args:
@@ -76,7 +76,7 @@ def length_adaptive_lambda(lengths: torch.Tensor, alpha: float = 0.05, floor: fl
 
 
 def group_normalize(scores: torch.Tensor, group_ids: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
-    """GRPO's group-normalized advantage Â_i = (R_i − mean_g) / (std_g + eps), unbiased std (ALGORITHMS.md §0).
+    """GRPO's group-normalized advantage Â_i = (R_i − mean_g) / (std_g + eps), unbiased std (docs/algorithms.md §0).
 
     Args:
         scores: ``(B,)`` sequence rewards.
@@ -99,7 +99,7 @@ def group_normalize(scores: torch.Tensor, group_ids: torch.Tensor, eps: float = 
 
 def leave_one_out(scores: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor:
     """RLOO's baseline-subtracted reward Â_i = R_i − mean_{j≠i, j∈g} R_j, SWiRL's per-state baseline over the G fresh
-    samples of one stored state (ALGORITHMS.md §1 [recon]).
+    samples of one stored state (docs/algorithms.md §1 [recon]).
 
     Args:
         scores: ``(B,)`` rewards.
@@ -131,7 +131,7 @@ def masked_whiten(x: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -> tor
 
 
 def role_whiten(x: torch.Tensor, mask: torch.Tensor, roles: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
-    """PAG's RoleAdvNorm (ALGORITHMS.md §7): whiten separately over each role's tokens.
+    """PAG's RoleAdvNorm (docs/algorithms.md §7): whiten separately over each role's tokens.
 
     Args:
         roles: ``(B, T)`` integer role per token (e.g. 0 policy, 1 verifier); only masked tokens count.
@@ -154,7 +154,7 @@ def zero_variance_groups(scores: torch.Tensor, group_ids: torch.Tensor) -> torch
 
 def kl_penalized_rewards(rewards: torch.Tensor, logp: torch.Tensor, ref_logp: torch.Tensor, mask: torch.Tensor,
                          beta: float) -> torch.Tensor:
-    """REINFORCE++'s per-token reward r_t − β·(log π(y_t) − log π_ref(y_t)) on generated tokens (ALGORITHMS.md §12).
+    """REINFORCE++'s per-token reward r_t − β·(log π(y_t) − log π_ref(y_t)) on generated tokens (docs/algorithms.md §12).
 
     Args:
         rewards: ``(B, T)`` per-token rewards (each turn's reward on its last generated token).
@@ -166,7 +166,7 @@ def kl_penalized_rewards(rewards: torch.Tensor, logp: torch.Tensor, ref_logp: to
 
 def reward_to_go(rewards: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Returns to go with γ = 1 over generated tokens: G_t = Σ_{t' ≥ t, m_{t'} = 1} r_{t'} on generated tokens, 0
-    elsewhere (ALGORITHMS.md §12, REINFORCE++).
+    elsewhere (docs/algorithms.md §12, REINFORCE++).
 
     Args:
         rewards, mask: ``(B, T)``.
@@ -176,7 +176,7 @@ def reward_to_go(rewards: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 
 def egae_bootstrap(values: torch.Tensor, mask: torch.Tensor, finished: torch.Tensor) -> torch.Tensor:
-    """T-PPO's Extended GAE bootstrap (ALGORITHMS.md §6 [ref]): an unfinished response of current length l continues
+    """T-PPO's Extended GAE bootstrap (docs/algorithms.md §6 [ref]): an unfinished response of current length l continues
     from V(s_l) := V(s_{l−1}), the value at its last generated token; a finished one ends at 0 (standard GAE).
 
     Pass it as ``bootstrap`` to :func:`masked_gae`: with γ = λ = 1 an unfinished response's advantage is then
@@ -199,7 +199,7 @@ def egae_bootstrap(values: torch.Tensor, mask: torch.Tensor, finished: torch.Ten
 
 
 def window_mask(mask: torch.Tensor, window_start: torch.Tensor) -> torch.Tensor:
-    """T-PPO's policy mask (ALGORITHMS.md §6): the generated tokens of each sequence's current window only (earlier
+    """T-PPO's policy mask (docs/algorithms.md §6): the generated tokens of each sequence's current window only (earlier
     windows act as prompt).
 
     Args:

@@ -1,4 +1,4 @@
-"""Policy and value losses: pure tensor functions (ALGORITHMS.md §0, §3, §4).
+"""Policy and value losses: pure tensor functions (docs/algorithms.md §0, §3, §4).
 
 Tensors are ``(B, T)``; ``mask`` is the loss mask. Each loss returns ``(loss, metrics)`` with tensor metrics
 (no ``.item()`` inside: the caller decides when to synchronize). Every aggregated loss takes an optional ``count``,
@@ -27,7 +27,7 @@ def agg_count(mask: torch.Tensor, mode: AggMode = "token-mean") -> torch.Tensor:
 
 def aggregate(values: torch.Tensor, mask: torch.Tensor, mode: AggMode = "token-mean",
               count: torch.Tensor | float | None = None) -> torch.Tensor:
-    """Reduce per-token losses to a scalar (ALGORITHMS.md §0 "Loss aggregation").
+    """Reduce per-token losses to a scalar (docs/algorithms.md §0 "Loss aggregation").
 
     ``token-mean``: Σ m·ℓ / Σ m over the batch (DAPO, VAPO, PAG). ``seq-mean-token-mean``: mean over sequences of
     each sequence's masked mean (original GRPO/PPO). ``seq-mean-token-sum``: mean over sequences of masked sums.
@@ -64,7 +64,7 @@ def clipped_surrogate(
     count: torch.Tensor | float | None = None,
     weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """PPO's clipped surrogate with decoupled clip (clip-higher) and optional dual clip (ALGORITHMS.md §0, §4).
+    """PPO's clipped surrogate with decoupled clip (clip-higher) and optional dual clip (docs/algorithms.md §0, §4).
 
     ρ = exp(clamp(logp − old_logp, −20, 20)); ℓ = max(−Aρ, −A·clip(ρ, 1−ε_low, 1+ε_high)); for A < 0 with dual
     clip c: ℓ = min(ℓ, c·(−A)). With ``weights`` ``(B, T)`` (no gradient) each token's ℓ is multiplied by its
@@ -97,7 +97,7 @@ def clipped_surrogate(
 def behaviour_weights(prox_logp: torch.Tensor, behaviour_logp: torch.Tensor, mask: torch.Tensor, cap: float
                       ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """The off-policy weight w_t = min(π_prox(y_t)/μ(y_t), C) of decoupled PPO and of truncated importance sampling
-    of the rollout–learner mismatch (ALGORITHMS.md §11; Hilton et al., 2021; Yao et al., 2025).
+    of the rollout–learner mismatch (docs/algorithms.md §11; Hilton et al., 2021; Yao et al., 2025).
 
     π_prox is the policy at the start of the update as the learner scores it (``old_logp`` recomputed), μ the policy
     that sampled the token (the rollout engine's log-probability, possibly of an older version). The weight is a
@@ -132,7 +132,7 @@ def clipped_value_loss(
     agg: AggMode = "token-mean",
     count: torch.Tensor | float | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """½·agg(max((v − R)², (clip(v, v_old − ε_v, v_old + ε_v) − R)²)) (ALGORITHMS.md §0)."""
+    """½·agg(max((v − R)², (clip(v, v_old − ε_v, v_old + ε_v) − R)²)) (docs/algorithms.md §0)."""
     clipped = old_values + torch.clamp(values - old_values, -eps_v, eps_v)
     loss_t = 0.5 * torch.maximum((values - returns) ** 2, (clipped - returns) ** 2)
     m = mask.to(values.dtype)

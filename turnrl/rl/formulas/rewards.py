@@ -1,4 +1,4 @@
-"""Reward shaping: pure functions (ALGORITHMS.md §4)."""
+"""Reward shaping: pure functions (docs/algorithms.md §4)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import torch
 
 
 def overlong_penalty(length: torch.Tensor, max_len: int, cache_len: int) -> torch.Tensor:
-    """DAPO's soft overlong punishment, added to the reward (ALGORITHMS.md §4).
+    """DAPO's soft overlong punishment, added to the reward (docs/algorithms.md §4).
 
     0 if |y| ≤ L_max − L_cache; ((L_max − L_cache) − |y|) / L_cache inside the buffer; −1 beyond L_max.
 

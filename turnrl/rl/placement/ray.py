@@ -1,4 +1,4 @@
-"""The Ray placement: rollout workers as Ray actors that lose nothing (DESIGN.md §Trainers).
+"""The Ray placement: rollout workers as Ray actors that lose nothing (docs/concepts.md §8).
 
 :class:`RayRunner` is the :class:`~turnrl.rl.sources.Runner` of ``placement: ray``. For each generation round it
 fills a :class:`~turnrl.rl.placement.ledger.Ledger` with the round's jobs and leases them to the live workers; each

@@ -1,4 +1,4 @@
-"""The driver (DESIGN.md §Trainers): the loop of steps, held-out evaluation, monitors, metrics and checkpoints.
+"""The driver (docs/concepts.md §8): the loop of steps, held-out evaluation, monitors, metrics and checkpoints.
 
 It talks to a learner (``update``, ``state_dict``), an experience source (``collect``, ``state_dict``) and an
 evaluation function; it does not know where they run. A killed run resumes from its last checkpoint and continues

@@ -1,4 +1,4 @@
-"""What an experience source is (DESIGN.md §Trainers): "give me this step's Trajectories", and the pieces every
+"""What an experience source is (docs/concepts.md §8): "give me this step's Trajectories", and the pieces every
 source shares — a job (one episode to play), the rollout metrics of a step, whole groups.
 
 An algorithm names its source class (:attr:`turnrl.rl.algorithms.base.Algorithm.source`); the trainer calls, in
@@ -207,7 +207,7 @@ def oldest_version(traj: Trajectory) -> int | None:
 def within_staleness(trajectories: Sequence[Trajectory], version: int, max_staleness: int
                      ) -> tuple[list[Trajectory], int]:
     """The episodes no token of which is more than ``max_staleness`` versions older than ``version`` (the weights
-    about to be updated), and how many were left out (ALGORITHMS.md §11: an update uses no token with lag > k).
+    about to be updated), and how many were left out (docs/algorithms.md §11: an update uses no token with lag > k).
     Episodes without recorded versions are kept."""
     kept = [t for t in trajectories if (v := oldest_version(t)) is None or version - v <= max_staleness]
     return kept, len(trajectories) - len(kept)

@@ -1,4 +1,4 @@
-"""Token-exact multi-turn rollouts (DESIGN.md §The flow, point 5).
+"""Token-exact multi-turn rollouts (docs/concepts.md §5).
 
 ``Rollout.run(envs)`` plays one episode in each environment with one agent. Every turn, the prompts of all live
 episodes go to the agent in one batched ``generate`` call; then the environments step concurrently (``astep``,
