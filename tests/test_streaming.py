@@ -244,3 +244,53 @@ def test_sampling_params_top_logprobs_from_the_hf_agent():
     (d,) = agent.generate([ids], SamplingParams(temperature=1.0, max_new_tokens=6, seed=0),
                           on_token=lambda *a: heard.append(a))
     assert d.top_logprobs is None and [(t, lp) for _, t, lp, _ in heard] == list(zip(c.token_ids, c.logprobs))
+
+
+def test_turnrl_serve_with_the_builtin_model_streams_and_sees_tools(tmp_path):
+    """The issue's own scenario: `turnrl serve --agent smollm2-135m-instruct`, the official client, tools, stream."""
+    import os
+    import re
+    import signal
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-m", "turnrl", "serve", "--agent", "smollm2-135m-instruct", "--port", "0"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, "COLUMNS": "400"})
+    try:
+        lines = []
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            lines.append(line)
+            if (m := re.search(r"at (http://\S+/v1)", line)) or not line:
+                break
+        assert m, "".join(lines)
+        note = proc.stdout.readline()
+        assert "does not render tools" in note and "<tool_call>" in note
+        client = openai.OpenAI(base_url=m.group(1), api_key="x", max_retries=0, timeout=120)
+        model = "smollm2-135m-instruct"
+        bare = client.chat.completions.create(model=model, messages=ask(), max_tokens=1)
+        tooled = client.chat.completions.create(model=model, messages=ask(), max_tokens=1, tools=TOOLS)
+        assert tooled.usage.prompt_tokens > bare.usage.prompt_tokens + 30  # the schema reached the model
+        arrived = []
+        for chunk in client.chat.completions.create(model=model, messages=ask("Count from 1 to 30."), max_tokens=48,
+                                                    temperature=0, stream=True):
+            if chunk.choices and chunk.choices[0].delta.content:
+                arrived.append(time.monotonic())
+        assert len(arrived) > 10 and arrived[-1] - arrived[0] > 0.3  # spread over the generation, not one burst
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=30)
+
+
+def test_a_stream_that_fails_before_its_first_token_gets_an_http_error():
+    from turnrl.gateway.server import Gateway
+
+    tok = tiny_tokenizer("chatml")
+    with Gateway(HFAgent(tiny_model(tok), tok), "tiny", max_context=8) as gateway:
+        sid = gateway.open("long")
+        client = openai.OpenAI(base_url=gateway.base_url(sid), api_key=gateway.api_key, max_retries=0, timeout=30)
+        with pytest.raises(openai.BadRequestError, match="maximum context length is 8") as e:
+            list(client.chat.completions.create(model="tiny", messages=ask(), stream=True))
+        assert e.value.status_code == 400 and e.value.body["code"] == "context_length_exceeded"

@@ -109,6 +109,7 @@ class Generation:
         self.events: queue.Queue[tuple[str, Any]] = queue.Queue()
         self.closed = threading.Event()
         self.cancellable, self.timeout = cancellable, timeout
+        self._first: tuple[str, Any] | None = None  # the event start() waited for
         self.thread = threading.Thread(target=self._run, args=(work,), daemon=True, name="turnrl-stream")
         self.thread.start()
 
@@ -123,14 +124,27 @@ class Generation:
         except BaseException as e:  # noqa: BLE001 — the response reports it
             self.events.put(("error", e))
 
+    def _next(self) -> tuple[str, Any]:
+        try:
+            return self.events.get(timeout=self.timeout)
+        except queue.Empty:
+            raise APIError(504, f"no token for {self.timeout:g}s: the generation is stuck or too slow",
+                           kind="server_error", code="timeout") from None
+
+    def start(self) -> Generation:
+        """Wait for the first token (or the end): a generation that fails before it raises here, so the request
+        still gets its HTTP error status rather than an error event in a stream that already said 200."""
+        self._first = self._next()
+        if self._first[0] == "error":
+            self.close()
+            raise self._first[1]
+        return self
+
     def __iter__(self) -> Iterator[tuple[int, int, float, Any]]:
         """The tokens as they come; then :attr:`result` holds the result (or the error is raised)."""
         while True:
-            try:
-                kind, payload = self.events.get(timeout=self.timeout)
-            except queue.Empty:
-                raise APIError(504, f"no token for {self.timeout:g}s: the generation is stuck or too slow",
-                               kind="server_error", code="timeout") from None
+            kind, payload = self._first or self._next()
+            self._first = None
             if kind == "token":
                 yield payload
             elif kind == "done":
@@ -153,14 +167,19 @@ def error_event(e: BaseException) -> str:
 
 
 def chat_events(server: Any, call: Any, body: dict[str, Any], ctx: Any) -> Iterator[str]:
-    """The events of a streamed chat completion (``call``: the server's checked request)."""
+    """The events of a streamed chat completion (``call``: the server's checked request); the generation has
+    started (or failed, raising) when this returns."""
+    gen = Generation(lambda on_token: server.run_chat(call, ctx, on_token), cancellable=server.cancel_streams,
+                     timeout=server.stream_timeout).start()
+    return _chat_events(server, call, body, gen)
+
+
+def _chat_events(server: Any, call: Any, body: dict[str, Any], gen: Generation) -> Iterator[str]:
     head = {"id": server.new_id("chat.completion"), "object": "chat.completion.chunk", "created": server.now(),
             "model": server.model, "system_fingerprint": None}
     n = call.params.n
     hold = (*call.params.stop, *((TOOL_TAG,) if call.parse_tools else ()))
     texts = [TextStream(server.agent.tokenizer, hold) for _ in range(n)]
-    gen = Generation(lambda on_token: server.run_chat(call, ctx, on_token), cancellable=server.cancel_streams,
-                     timeout=server.stream_timeout)
 
     def chunk(i: int, delta: dict[str, Any], logprobs: Any = None, finish: str | None = None) -> str:
         return sse({**head, "choices": [{"index": i, "delta": delta, "logprobs": logprobs, "finish_reason": finish}]})
@@ -204,14 +223,19 @@ def chat_events(server: Any, call: Any, body: dict[str, Any], ctx: Any) -> Itera
 
 
 def completion_events(server: Any, call: Any, body: dict[str, Any], ctx: Any) -> Iterator[str]:
-    """The events of a streamed ``/v1/completions`` request (``call``: the server's checked request)."""
+    """The events of a streamed ``/v1/completions`` request (``call``: the server's checked request); the
+    generation has started (or failed, raising) when this returns."""
+    gen = Generation(lambda on_token: server.run_completions(call, ctx, on_token), cancellable=server.cancel_streams,
+                     timeout=server.stream_timeout).start()
+    return _completion_events(server, call, body, gen)
+
+
+def _completion_events(server: Any, call: Any, body: dict[str, Any], gen: Generation) -> Iterator[str]:
     head = {"id": server.new_id("text_completion"), "object": "text_completion", "created": server.now(),
             "model": server.model}
     n = call.params.n
     hold = () if call.as_ids else call.params.stop  # token-level clients get every token's text
     texts = [TextStream(server.agent.tokenizer, hold) for _ in range(n * len(call.prompts))]
-    gen = Generation(lambda on_token: server.run_completions(call, ctx, on_token), cancellable=server.cancel_streams,
-                     timeout=server.stream_timeout)
 
     def chunk(i: int, text: str, logprobs: Any = None, finish: str | None = None) -> str:
         return sse({**head, "choices": [{"index": i, "text": text, "logprobs": logprobs, "finish_reason": finish}]})
