@@ -51,6 +51,7 @@ NOTES: dict[str, str] = {
     "wandb.entity": "Weights & Biases team or user (default: your account's)",
     "wandb.mode": "`offline` writes locally without an account; `disabled` turns logging off",
     "wandb.tags": "tags of the W&B run",
+    "algorithm": "the objective (`algorithm.name`) and its own options; each algorithm's are listed below",
     "algorithm.name": "which registered algorithm trains the policy",
     "algorithm.eps_low": "the lower clip ε_low of the probability ratio: ρ is clipped to [1 − ε_low, 1 + ε_high]",
     "algorithm.vf_coef": "weight of the value loss next to the policy loss",

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-import yaml
 from rich.table import Table
 
 from turnrl.cli_shared import (
@@ -245,21 +244,6 @@ def rollout(
                   f"{g['wall_seconds']:.1f} s", soft_wrap=True, markup=False, highlight=False)
 
 
-def _config_error(e: Exception) -> str:
-    """A config problem on one line: each pydantic error as ``field.path: message``."""
-    from pydantic import ValidationError
-
-    if not isinstance(e, ValidationError):
-        return str(e) if isinstance(e, (OSError, ValueError, yaml.YAMLError)) else f"{type(e).__name__}: {e}"
-    parts = []
-    for err in e.errors():
-        where = ".".join(str(x) for x in err["loc"]) or "(top level)"
-        value = err.get("input")
-        shown = f" (got {value!r})" if err["type"] != "missing" and isinstance(value, (str, int, float, bool)) else ""
-        parts.append(f"{where}: {err['msg']}{shown}")
-    return "; ".join(parts)
-
-
 def _shares_tasks(train_env: Any, held_env: Any, n: int) -> bool:
     """Whether the first ``n`` held-out tasks are posed by the training env too (same prompts at the same index)."""
     try:
@@ -282,13 +266,14 @@ def train(
     from the environment, offline from a `turnrl rollout` dataset (data.path), or step-wise from stored states
     (data.path); metrics to OUT_DIR/metrics.jsonl and TensorBoard. env.id may be mymodule:myproject/Name-v0, with
     mymodule.py next to the config."""
+    from turnrl.rl.run.config import config_error
     from turnrl.rl.run.evaluate import run_eval_kwargs
     from turnrl.rl.run.trainer import Trainer, load_config
 
     try:
         cfg = load_config(config, overrides)
     except Exception as e:  # noqa: BLE001 — a config that does not load or validate: say why, in one line
-        fail(f"{config}: {_config_error(e)}")
+        fail(config_error(e, config, overrides))
     search = [Path(config).resolve().parent, Path.cwd()]
     train_env = _make(cfg.env.id, cfg.env.kwargs, search)  # fail fast, before loading any model
     held_env = _make(cfg.env.id, run_eval_kwargs(train_env, cfg.env.kwargs, cfg.env.eval_kwargs), search)
