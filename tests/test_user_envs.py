@@ -259,9 +259,11 @@ def test_train_errors_are_one_line_before_any_model_loads(tmp_path):
         (train(base, "env.kwargs.levle=2"), "error: turnrl/Arithmetic-v0 does not accept the keyword argument "
                                              "'levle'. Did you mean 'level'?"),
         (train(base, "env.eval_kwargs.split=dev"), "error: split must be"),
-        (train(base, "rollout.group_size=1"), f"error: {tmp_path / 'c.yaml'}: rollout.group_size: Input should be "
-                                              "greater than or equal to 2 (got 1)"),
-        (train(base, "stepz=3"), f"error: {tmp_path / 'c.yaml'}: stepz: Extra inputs are not permitted (got 3)"),
+        (train(base, "rollout.group_size=1"), "error: override rollout.group_size=1: Input should be greater than or "
+                                              "equal to 2 (got 1)"),
+        (train(base, "stepz=3"), "error: override stepz=3: unknown key 'stepz'; did you mean 'steps'?"),
+        (train(base + "rollout: {group_size: 1}\n"), f"error: {tmp_path / 'c.yaml'}: rollout.group_size: Input should "
+                                                      "be greater than or equal to 2 (got 1)"),
         (train("env: [unclosed\n"), f"error: {tmp_path / 'c.yaml'}: while parsing"),
         (runner.invoke(app, ["train", str(tmp_path / "missing.yaml")]), "error: "),
     ]

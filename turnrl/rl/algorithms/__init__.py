@@ -155,7 +155,9 @@ def parse_algorithm_config(data: Any) -> AlgorithmConfig:
         parts = []
         for key in unknown:
             owners = [n for n in algorithm_names() if key in _options(n)]
-            where = f"an option of {', '.join(owners)}" if owners else "not an option of any algorithm"
+            close = get_close_matches(key, [k for k in cls.Config.model_fields if k != "name"], n=1)
+            where = (f"an option of {', '.join(owners)}" if owners else
+                     f"did you mean {close[0]!r}?" if close else "not an option of any algorithm")
             parts.append(f"{key!r} ({where})")
         raise ValueError(f"algorithm {name!r} has no option {', '.join(parts)}; its options: "
                          f"{', '.join(k for k in cls.Config.model_fields if k != 'name')}")

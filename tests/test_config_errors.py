@@ -1,0 +1,62 @@
+"""A training config's mistakes on one line that says where: the file's own keys by their path in the file, a
+command-line override by the override; an unknown key with "did you mean" (as environment ids have)."""
+
+import pytest
+from pydantic import ValidationError
+from typer.testing import CliRunner
+
+from turnrl.cli import app
+from turnrl.rl.run.config import config_error, load_config
+
+BASE = "model: tiny:chatml\nenv: {id: turnrl/Arithmetic-v0}\n"
+
+
+def _error(path, overrides=()):
+    with pytest.raises(ValidationError) as info:
+        load_config(path, list(overrides))
+    return config_error(info.value, path, list(overrides))
+
+
+def test_unknown_keys_get_did_you_mean_in_the_file_and_in_overrides(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text(BASE + "rollout: {group_sise: 4}\nstepz: 3\n")
+    assert _error(path) == (f"{path}: rollout.group_sise: unknown key 'group_sise'; did you mean 'group_size'?; "
+                            f"{path}: stepz: unknown key 'stepz'; did you mean 'steps'?")
+    path.write_text(BASE)
+    assert _error(path, ["optim.lerning_rate=1"]) == (
+        "override optim.lerning_rate=1: unknown key 'lerning_rate'; optim takes: lr, weight_decay, grad_clip, "
+        "warmup_steps, epochs, minibatch_size, grad_accum, shuffle, share_prompts, recompute_logprobs")
+    assert _error(path, ["algorithm.kl_coeff=0.1"]) == (
+        "override algorithm.kl_coeff=0.1: algorithm: algorithm 'grpo' has no option 'kl_coeff' (did you mean "
+        "'kl_coef'?); its options: eps_low, eps_high, dual_clip, agg, kl_coef, nll_coef, behaviour_is_cap, "
+        "dynamic_sampling, max_resample, overlong")
+
+
+def test_an_error_in_an_override_names_the_override_not_the_file(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text(BASE + "rollout: {group_size: 4}\n")
+    assert _error(path, ["rollout.group_size=1", "steps=2"]) == (
+        "override rollout.group_size=1: Input should be greater than or equal to 2 (got 1)")
+    # a section only the override made: the required field it lacks is the override's too
+    assert _error(path, ["rollout.context.budgit=64"]) == (
+        "override rollout.context.budgit=64: rollout.context.budget: Field required; "
+        "override rollout.context.budgit=64: unknown key 'budgit'; did you mean 'budget'?")
+    # the file's own mistake stays the file's, whatever the overrides
+    path.write_text(BASE + "rollout: {group_size: 1}\n")
+    assert _error(path, ["steps=2"]) == (
+        f"{path}: rollout.group_size: Input should be greater than or equal to 2 (got 1)")
+    # a whole-config check: the file, with the overrides that took part
+    path.write_text(BASE)
+    assert _error(path, ["rollout.max_staleness=1", "steps=2"]).startswith(
+        f"{path} (with rollout.max_staleness=1, steps=2): rollout.max_staleness=1 lets rollouts of the next step run")
+
+
+def test_the_train_command_prints_it_on_one_line(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text(BASE)
+    result = CliRunner().invoke(app, ["train", str(path), "rollout.temprature=0.5"])
+    assert result.exit_code == 2
+    assert result.output == ("error: override rollout.temprature=0.5: unknown key 'temprature'; did you mean "
+                             "'temperature'?\n")
+    result = CliRunner().invoke(app, ["train", str(path), "steps"])
+    assert result.exit_code == 2 and result.output == "error: override must be key.sub=value, got 'steps'\n"
