@@ -94,8 +94,8 @@ def test_truncated_episode_bootstraps_through_its_last_value():
 
 @pytest.mark.parametrize("cut", [False, True])
 def test_padded_truncated_row_keeps_its_bootstrap(cut):
-    # docs/algorithms.md §0: two truncated rows with bootstrap 2, γ = λ = 1, V = 0; the second is right-padded (and has a
-    # template suffix) — the padding is not a turn boundary, so both get advantage 2 on their last turn
+    # docs/algorithms.md §0: two truncated rows with bootstrap 2, γ = λ = 1, V = 0; the second is right-padded (and has
+    # a template suffix) — the padding is not a turn boundary, so both get advantage 2 on their last turn
     mask = torch.tensor([[1, 1, 0, 1, 1, 1], [1, 1, 0, 1, 0, 0]], dtype=torch.float)
     adv, _ = masked_gae(torch.zeros(2, 6), torch.zeros(2, 6), mask, cut_at_mask=cut, bootstrap=torch.tensor([2.0, 2.0]))
     assert adv[0, 3:].tolist() == [2.0, 2.0, 2.0] and adv[1, 3].item() == 2.0

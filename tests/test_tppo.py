@@ -1,5 +1,5 @@
-"""T-PPO (docs/algorithms.md §6, issue 29): windows that end inside a turn resume token-exactly, the environment steps only
-on complete turns, the algorithm's masks and EGAE, W ≥ max length is plain PPO, and a windowed run learns."""
+"""T-PPO (docs/algorithms.md §6, issue 29): windows that end inside a turn resume token-exactly, the environment steps
+only on complete turns, the algorithm's masks and EGAE, W ≥ max length is plain PPO, and a windowed run learns."""
 
 import pytest
 import torch

@@ -27,7 +27,8 @@ def parse_verdict(text: str) -> Literal["correct", "wrong"] | None:
 
 
 def verdict_reward(verdict: Literal["correct", "wrong"] | None, answer_correct: bool) -> float:
-    """R_v (docs/algorithms.md §7): 1 if the verdict matches the truth of the previous attempt, else 0 (also if unparseable)."""
+    """R_v (docs/algorithms.md §7): 1 if the verdict matches the truth of the previous attempt, else 0 (also if
+    unparseable)."""
     if verdict is None:
         return 0.0
     return 1.0 if (verdict == "correct") == bool(answer_correct) else 0.0

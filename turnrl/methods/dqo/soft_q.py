@@ -139,7 +139,8 @@ def soft_bellman_residual(log_ratio: torch.Tensor, values: torch.Tensor, next_va
 
 def importance_weights(logp: torch.Tensor, behaviour_logp: torch.Tensor, mask: torch.Tensor,
                        mode: ImportanceMode = "token", clip: float = 2.0) -> torch.Tensor:
-    """Detached, clipped importance weights ``min(π_θ/μ, clip)`` of the data's behaviour policy μ (docs/algorithms.md §2).
+    """Detached, clipped importance weights ``min(π_θ/μ, clip)`` of the data's behaviour policy μ (docs/algorithms.md
+    §2).
 
     ``token``: each action's own ratio π_θ(a_h|s_h)/μ(a_h|s_h). ``trajectory``: the product of the ratios of every
     action of the row, the same weight on all its actions. ``none``: 1 (the data is taken as on-policy). Every mode
@@ -172,7 +173,8 @@ def importance_weights(logp: torch.Tensor, behaviour_logp: torch.Tensor, mask: t
 def dqo_value_loss(values: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor, weights: torch.Tensor,
                    agg: AggMode = "token-mean", count: torch.Tensor | float | None = None
                    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """DQO's value loss ``agg(w_h · (V_φ(s_h) − sg G^λ(s_h))²)`` (docs/algorithms.md §2); only ``values`` get a gradient.
+    """DQO's value loss ``agg(w_h · (V_φ(s_h) − sg G^λ(s_h))²)`` (docs/algorithms.md §2); only ``values`` get a
+    gradient.
 
     Returns:
         ``(loss, {"value_mean", "target_mean"})``.

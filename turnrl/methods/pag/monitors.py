@@ -1,6 +1,6 @@
-"""PAG's training-health check (docs/algorithms.md §7): verdict collapse — the self-verifier almost always says "correct"
-or almost always "wrong", the two failure modes of PAG's ablations (final-only reward; no turn independence). Run
-after every step by :func:`turnrl.rl.run.monitors.check_health` (listed in :data:`turnrl.methods.MONITORS`); it
+"""PAG's training-health check (docs/algorithms.md §7): verdict collapse — the self-verifier almost always says
+"correct" or almost always "wrong", the two failure modes of PAG's ablations (final-only reward; no turn independence).
+Run after every step by :func:`turnrl.rl.run.monitors.check_health` (listed in :data:`turnrl.methods.MONITORS`); it
 reads the figures the self-verification environments report (:mod:`turnrl.methods.pag.metrics`)."""
 
 from __future__ import annotations

@@ -154,7 +154,8 @@ def zero_variance_groups(scores: torch.Tensor, group_ids: torch.Tensor) -> torch
 
 def kl_penalized_rewards(rewards: torch.Tensor, logp: torch.Tensor, ref_logp: torch.Tensor, mask: torch.Tensor,
                          beta: float) -> torch.Tensor:
-    """REINFORCE++'s per-token reward r_t − β·(log π(y_t) − log π_ref(y_t)) on generated tokens (docs/algorithms.md §12).
+    """REINFORCE++'s per-token reward r_t − β·(log π(y_t) − log π_ref(y_t)) on generated tokens (docs/algorithms.md
+    §12).
 
     Args:
         rewards: ``(B, T)`` per-token rewards (each turn's reward on its last generated token).
@@ -176,8 +177,8 @@ def reward_to_go(rewards: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 
 def egae_bootstrap(values: torch.Tensor, mask: torch.Tensor, finished: torch.Tensor) -> torch.Tensor:
-    """T-PPO's Extended GAE bootstrap (docs/algorithms.md §6 [ref]): an unfinished response of current length l continues
-    from V(s_l) := V(s_{l−1}), the value at its last generated token; a finished one ends at 0 (standard GAE).
+    """T-PPO's Extended GAE bootstrap (docs/algorithms.md §6 [ref]): an unfinished response of current length l
+    continues from V(s_l) := V(s_{l−1}), the value at its last generated token; a finished one ends at 0 (standard GAE).
 
     Pass it as ``bootstrap`` to :func:`masked_gae`: with γ = λ = 1 an unfinished response's advantage is then
     Σ_{k≥t} r_k + V(s_{l−1}) − V(s_t).

@@ -1,4 +1,5 @@
-"""Successive batching (T-PPO, docs/algorithms.md §6): episodes played in windows of at most W generated tokens per step.
+"""Successive batching (T-PPO, docs/algorithms.md §6): episodes played in windows of at most W generated tokens per
+step.
 
 Each step, the episodes still in play from the last step continue where they stopped (token-exact: their tokens,
 log-probabilities and versions so far are kept, a turn paused mid-way resumes inside the same turn) and new tasks
