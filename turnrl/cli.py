@@ -17,6 +17,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
+from turnrl.cli_play import play
 from turnrl.cli_shared import (
     ImportOption,
     KwOption,
@@ -79,63 +80,7 @@ def envs_check(
         raise typer.Exit(1)
 
 
-def _read_turn() -> str | None:
-    """One agent turn from stdin: lines until an empty line (or a single line with no continuation)."""
-    lines: list[str] = []
-    while True:
-        try:
-            line = input("assistant> " if not lines else "        ... ")
-        except EOFError:
-            return "\n".join(lines) if lines else None
-        if not lines and line.strip() in (":q", ":quit"):
-            return None
-        if line.endswith("\\"):
-            lines.append(line[:-1])
-            continue
-        lines.append(line)
-        return "\n".join(lines)
-
-
-def _show_messages(messages: Any) -> None:
-    for m in messages:
-        who = m.role if m.name is None else f"{m.role}:{m.name}"
-        console.print(f"[bold magenta]\\[{who}][/bold magenta] ", end="")
-        console.print(m.content, markup=False, highlight=False)
-
-
-@app.command()
-def play(
-    env_id: Annotated[str, typer.Argument(help="e.g. turnrl/Arithmetic-v0, or mymodule:myproject/Name-v0")],
-    kw: KwOption = None,
-    seed: int = 0,
-    index: Annotated[int | None, typer.Option(help="task index (default: drawn from the seed)")] = None,
-    imports: ImportOption = None,
-) -> None:
-    """Play an environment yourself: type the agent's turns (end a line with \\ to continue it; :q quits)."""
-    env = _make(env_id, parse_kwargs(kw))
-    try:
-        obs, info = env.reset(seed=seed, options={"index": index} if index is not None else None)
-    except ValueError as e:  # e.g. an index past the last task
-        fail(str(e))
-    console.print(f"[dim]task {info.get('task_id')} — type ':oracle' for the oracle's answer, ':q' to quit[/dim]")
-    _show_messages(obs)
-    total = 0.0
-    while True:
-        text = _read_turn()
-        if text is None:
-            console.print("[dim]bye[/dim]")
-            return
-        if text.strip() == ":oracle":
-            text = env.oracle_action() or ""
-            console.print(f"[dim](oracle)[/dim] {text}", markup=False)
-        obs, reward, terminated, truncated, info = env.step(text)
-        total += reward
-        _show_messages(obs)
-        shown = {k: v for k, v in info.items() if v not in (None, [], {})}
-        console.print(f"[green]reward {reward:g}[/green] (total {total:g})  info {shown}", highlight=False)
-        if terminated or truncated:
-            console.print(f"[bold]episode over[/bold]: terminated={terminated} truncated={truncated}")
-            return
+app.command()(play)  # turnrl/cli_play.py
 
 
 @app.command("eval")
