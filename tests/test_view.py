@@ -376,3 +376,39 @@ def test_page_marks_where_the_history_was_rewritten(browser, tmp_path):
     # without info["segment"], a turn's segment comes from its token span
     spans = traj.model_copy(update={"turns": [t.model_copy(update={"info": {}}) for t in traj.turns]})
     assert [t["segment"] for t in episode_payload(spans, TokenTexts(None), {})["turns"]] == [0, 1, 2]
+
+
+def test_every_episode_says_which_run_it_came_from(run_dir, tmp_path, browser):
+    """A folder of runs: a training run (its config.yaml), a `turnrl eval` output (items.jsonl), and a bare folder
+    of trajectories; the list shows each episode's run, and filters by it."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    runs = tmp_path / "runs"
+    shutil.copytree(run_dir, runs / "grpo-a")
+    (runs / "grpo-a" / "config.yaml").write_text("model: tiny:chatml\n")
+    shutil.copytree(run_dir / "eval" / "step-0", runs / "evals" / "gsm8k")  # items.jsonl beside its trajectories
+    shutil.copytree(run_dir / "train", runs / "loose" / "deep")
+    index = EpisodeIndex.open(runs, background=False)
+    by_source = {r["source"]: r["run"] for r in index.rows}
+    assert by_source == {"grpo-a/eval/step-0/trajectories.jsonl": "grpo-a",
+                         "grpo-a/train/trajectories-step-1.jsonl": "grpo-a",
+                         "evals/gsm8k/trajectories.jsonl": "evals/gsm8k",
+                         "loose/deep/trajectories-step-1.jsonl": "loose"}
+    assert index.facets()["runs"] == ["evals/gsm8k", "grpo-a", "loose"]
+    assert index.query({"run": "grpo-a"})["total"] == 16 and index.query({"run": "loose"})["total"] == 8
+    assert {r["run"] for r in EpisodeIndex.open(run_dir, background=False).rows} == {run_dir.name}  # one run
+
+    rows_css = "#episodes tbody tr"
+    with ViewServer(ViewApp(index, None, None)) as server:
+        browser.get(server.url)
+        _wait(browser, lambda d: len(d.find_elements(By.CSS_SELECTOR, rows_css)) == 32, what="32 episodes listed")
+        header = [th.text for th in browser.find_elements(By.CSS_SELECTOR, "#episodes thead th")]
+        assert header[:3] == ["#", "run", "step"]
+        cells = [td.text for td in browser.find_elements(By.CSS_SELECTOR, rows_css + " td.run")]
+        assert sorted(set(cells)) == ["evals/gsm8k", "grpo-a", "loose"] and len(cells) == 32
+        Select(browser.find_element(By.ID, "f-run")).select_by_value("evals/gsm8k")
+        _wait(browser, lambda d: len(d.find_elements(By.CSS_SELECTOR, rows_css)) == 8, what="one run's 8 episodes")
+        browser.find_element(By.CSS_SELECTOR, rows_css).click()
+        _wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, ".pane .facts"), what="the episode")
+        assert "run evals/gsm8k" in browser.find_element(By.CSS_SELECTOR, ".pane .facts").text

@@ -1,7 +1,9 @@
 """The episode index behind ``turnrl view``: find trajectory files, summarize every episode once, load one lazily.
 
 A path is a run folder (``metrics.jsonl``, ``eval/step-N/trajectories.jsonl``, training trajectories anywhere
-below), an eval folder, or one trajectories file (``.jsonl`` or ``.parquet``). Indexing reads each file once,
+below), an eval folder, a folder of several runs, or one trajectories file (``.jsonl`` or ``.parquet``). Every episode
+says which run it came from: the outermost folder at or below the path that a run or an evaluation leaves behind
+(``config.yaml``, ``metrics.jsonl``, ``items.jsonl``, ``metrics.json``). Indexing reads each file once,
 keeping per episode only a small summary (for the list and its filters), its lower-cased text (for search) and
 where it lies in the file (a byte offset for JSONL, a row for Parquet). Opening an episode seeks to it and
 validates just that one :class:`~turnrl.types.Trajectory`. Indexing runs in a background thread, so the page
@@ -23,16 +25,19 @@ from turnrl.types import Trajectory
 
 _STEP = re.compile(r"step[-_]?(\d+)")
 _FILE_SUFFIXES = (".jsonl", ".parquet")
+_RUN_MARKERS = ("config.yaml", "metrics.jsonl", "items.jsonl", "metrics.json")  # a training run's, `turnrl eval`'s
 
 
 @dataclass(frozen=True)
 class Source:
-    """One trajectories file: where it is and what it holds (``kind`` is ``"eval"`` or ``"train"``)."""
+    """One trajectories file: where it is, what it holds (``kind`` is ``"eval"`` or ``"train"``) and the run it
+    belongs to (its folder, relative to the viewed path; the viewed folder's own name where that is the run)."""
 
     path: Path
     kind: str
     step: int | None
     label: str
+    run: str = ""
 
 
 def discover(path: str | Path) -> list[Source]:
@@ -59,8 +64,17 @@ def discover(path: str | Path) -> list[Source]:
         match = next((m for p in reversed(rel.parts) if (m := _STEP.search(p))), None)
         # `turnrl eval` and the trainer's held-out evaluations write items.jsonl beside their trajectories
         kind = "eval" if "eval" in parts[:-1] or (f.parent / "items.jsonl").is_file() else "train"
-        sources.append(Source(f, kind, int(match.group(1)) if match else None, str(rel)))
+        sources.append(Source(f, kind, int(match.group(1)) if match else None, str(rel), _run_of(f, base)))
     return sorted(sources, key=lambda s: (s.kind, s.step if s.step is not None else -1, s.label))
+
+
+def _run_of(f: Path, base: Path) -> str:
+    """The run ``f`` came from: the outermost folder from ``base`` down to ``f``'s that holds a run's files (else
+    the first folder below ``base``, or ``base``), named relative to ``base`` (``base`` by its own name)."""
+    folders = [base] + [p for p in reversed(f.parents) if base in p.parents]
+    run = next((d for d in folders if any((d / m).is_file() for m in _RUN_MARKERS)),
+               folders[1] if len(folders) > 1 else base)
+    return base.resolve().name if run == base else str(run.relative_to(base))
 
 
 def _is_trajectory_file(p: Path) -> bool:
@@ -169,7 +183,7 @@ class EpisodeIndex:
 
     def _row(self, s: int, source: Source, data: dict[str, Any]) -> tuple[dict[str, Any], str]:
         row, text = summarize(data)
-        row["source"], row["kind"] = source.label, source.kind
+        row["source"], row["kind"], row["run"] = source.label, source.kind, source.run
         meta_step = row.pop("meta_step")
         row["step"] = meta_step if meta_step is not None else source.step
         return row, text
@@ -219,6 +233,7 @@ class EpisodeIndex:
         rewards = [r["reward"] for r in rows]
         return {
             "env_ids": sorted({r["env_id"] or "" for r in rows}),
+            "runs": sorted({r["run"] for r in rows}),
             "steps": sorted({r["step"] for r in rows if r["step"] is not None}),
             "kinds": sorted({r["kind"] for r in rows}),
             "reward_range": [min(rewards), max(rewards)] if rewards else [0.0, 0.0],
@@ -232,7 +247,7 @@ class EpisodeIndex:
     def query(self, filters: dict[str, str], *, offset: int = 0, limit: int = 200) -> dict[str, Any]:
         """The rows that pass ``filters`` (string values, as in a URL query), one page of them and the total.
 
-        Filters: ``env``, ``outcome`` (correct/wrong/error/unknown), ``kind``, ``step``, ``reward_min``,
+        Filters: ``env``, ``run``, ``outcome`` (correct/wrong/error/unknown), ``kind``, ``step``, ``reward_min``,
         ``reward_max``, ``turns_min``, ``turns_max``, ``tools`` (``with``/``without``), ``q`` (text search,
         all words must occur), ``group`` (``source|group_id``).
         """
@@ -298,6 +313,8 @@ def _predicates(filters: dict[str, str]) -> list[Any]:
 
     if filters.get("env"):
         preds.append(lambda r, v=filters["env"]: r["env_id"] == v)
+    if filters.get("run"):
+        preds.append(lambda r, v=filters["run"]: r["run"] == v)
     if filters.get("outcome"):
         preds.append(lambda r, v=filters["outcome"]: r["outcome"] == v)
     if filters.get("kind"):

@@ -38,7 +38,7 @@ function renderList(res, append) {
   const body = $("#episodes tbody");
   const html = res.rows.map(r => `<tr data-index="${r.index}" class="${r.index === state.selected ? "selected" : ""}"
       title="${esc(r.source)} · ${esc(r.env_id)}${r.group_id !== null ? " · group " + esc(r.group_id) : ""}\n${esc(r.preview)}">
-    <td>${r.index}</td><td>${r.step ?? ""}</td><td class="task">${esc(r.task_id ?? r.id)}</td><td>${fmt(r.reward)}</td>
+    <td>${r.index}</td><td class="run">${esc(r.run)}</td><td>${r.step ?? ""}</td><td class="task">${esc(r.task_id ?? r.id)}</td><td>${fmt(r.reward)}</td>
     <td><span class="badge ${r.outcome}">${r.outcome}</span></td><td>${r.turns}</td><td>${r.tool_calls}</td></tr>`).join("");
   if (append) body.insertAdjacentHTML("beforeend", html); else body.innerHTML = html;
   $("#count").textContent = `${res.total.toLocaleString()} episode${res.total === 1 ? "" : "s"} match` +
@@ -58,6 +58,7 @@ async function refreshInfo() {
   state.info = info;
   $("#path").textContent = info.path;
   const f = info.facets;
+  fillSelect($("#f-run"), f.runs);
   fillSelect($("#f-env"), f.env_ids);
   fillSelect($("#f-kind"), f.kinds);
   fillSelect($("#f-step"), f.steps);
@@ -113,7 +114,7 @@ function paneHTML(ep, k, group) {
   }
   if (k === 1) compare = `<button type="button" class="close-compare">close</button>`;
   const facts = [
-    `#${r.index}`, ep.env_id, r.kind + (r.step !== null ? ` step ${r.step}` : ""), `reward ${fmt(r.reward)}`,
+    `#${r.index}`, `run ${esc(r.run)}`, ep.env_id, r.kind + (r.step !== null ? ` step ${r.step}` : ""), `reward ${fmt(r.reward)}`,
     `<span class="badge ${r.outcome}">${r.outcome}</span>`, `${r.turns} turns`, `${r.tool_calls} tool calls`,
     ep.tokens ? `${ep.tokens.ids.length} tokens (${r.trained_tokens} trained)` : "no tokens",
   ];
