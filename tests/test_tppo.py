@@ -201,6 +201,8 @@ def test_tppo_in_windows_shorter_than_the_answers_trains_on_each_window_once(tmp
     assert sum(h["carried_episodes"] for h in history[1:]) > 0 and all(h["critic_only"] == 1 for h in history[1:3])
     assert all(0 < h["unfinished_share"] < 1 for h in history[2:]) and all("critic_only" not in h for h in history[3:])
     assert all(h.get("staleness_max", 0) == 0 for h in history[1:])  # the window's tokens: the current weights
+    # a turn a window paused counts as a turn: the mean turn stays within max_new_tokens (no false length warning)
+    assert all(0 < h["turn_length"] <= 4 for h in history if "turn_length" in h)
     from turnrl.storage import read_jsonl
 
     trained: dict[str, list[int]] = {}  # job → the positions of the generated tokens the policy trained on

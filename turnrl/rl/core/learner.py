@@ -285,6 +285,7 @@ class Learner:
         same = torch.tensor([a == 0 for a in first_after], device=b.loss_mask.device)[:, None] * b.loss_mask
         diff = (first_logp - b.old_logp).abs() * same
         turns = sum(int((b.turn_ids == k).any(-1).sum()) for k in range(int(b.turn_ids.max()) + 1))
+        turns += int(((b.turn_ids < 0) & b.loss_mask.bool()).any(-1).sum())  # a turn a window paused (T-PPO)
         out.update(info, response_length=float(b.response_lengths.mean()), train_tokens=float(b.attention_mask.sum()),
                    turn_length=float(b.loss_mask.sum()) / max(turns, 1),
                    logp_diff=float(diff.sum()) / max(float(same.sum()), 1.0), logp_diff_max=float(diff.max()),

@@ -1,0 +1,92 @@
+"""T-PPO vs PPO on answers with a long tail of lengths: training wall time to the same held-out success.
+
+    python bench/tppo_vs_ppo.py                       # SmolLM2-135M, Arithmetic level 1, 256 new tokens, W = 64
+    python bench/tppo_vs_ppo.py --steps 2 --eval-every 1 --eval-tasks 4 --max-new 32 --window 8   # a smoke run
+
+Both runs are ``algorithm: tppo`` with the same options, seed and tasks; the baseline's window is
+``max_new_tokens`` (every answer finishes in its first window: T-PPO with W at least the longest answer is PPO
+with T-PPO's options exactly — a check of docs/algorithms.md §6), the other's is ``--window``. The base model
+answers most level-1 sums in 20–40 tokens but now and then rambles to the token limit: a synchronous step waits for
+that answer, a windowed step decodes at most W tokens and carries it over. Each run trains ``--steps`` steps and is
+evaluated greedily on the held-out split every ``--eval-every`` steps; the table gives the training seconds (the
+steps' own time, evaluation excluded) at each evaluation, and the time each run needed to first reach the
+baseline's final held-out success. Run it alone: a timing taken while anything else runs on the machine is void.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+
+def train(name: str, out: Path, args: argparse.Namespace, window: int) -> list[tuple[int, float, float]]:
+    """Train one run; returns (step, training seconds so far, held-out success) at each evaluation."""
+    overrides = [
+        "model=" + args.model, "env.id=turnrl/Arithmetic-v0", "env.kwargs.level=1", "env.kwargs.split=train",
+        "env.kwargs.answer_format=auto", "env.eval_kwargs.split=test", "algorithm.name=tppo",
+        f"algorithm.window={window}", f"algorithm.value_warmup_steps={args.warmup}",
+        f"rollout.prompts_per_step={args.prompts}", f"rollout.group_size={args.group}",
+        f"rollout.max_new_tokens={args.max_new}", "rollout.temperature=0.8", "optim.lr=2e-5",
+        "optim.minibatch_size=8", f"optim.grad_accum={max(args.prompts * args.group // 8, 1)}",
+        f"steps={args.steps}", f"eval_every={args.eval_every}", f"eval_tasks={args.eval_tasks}",
+        f"seed={args.seed}", f"out_dir={out}",
+    ]
+    cmd = [sys.executable, "-m", "turnrl", "train", "configs/quickstart.yaml", *overrides, "--no-resume"]
+    print(f"[{name}] {' '.join(cmd[2:])}", flush=True)
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL if args.quiet else None)
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    spent, points = 0.0, []
+    for row in rows:
+        if "seconds" in row:
+            spent += row["seconds"]
+        if "eval_success" in row:
+            points.append((int(row["step"]), spent, row["eval_success"]))
+    return points
+
+
+def first_reach(points: list[tuple[int, float, float]], target: float) -> float | None:
+    return next((s for _, s, v in points if v >= target - 1e-9), None)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", default="smollm2-135m-instruct")
+    p.add_argument("--steps", type=int, default=30)
+    p.add_argument("--eval-every", type=int, default=10)
+    p.add_argument("--eval-tasks", type=int, default=64)
+    p.add_argument("--max-new", type=int, default=256, help="max_new_tokens (the baseline's window)")
+    p.add_argument("--window", type=int, default=64, help="T-PPO's window W")
+    p.add_argument("--warmup", type=int, default=5, help="critic warm-up steps")
+    p.add_argument("--prompts", type=int, default=4)
+    p.add_argument("--group", type=int, default=8)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default=None, help="keep the runs here (default: a temporary folder)")
+    p.add_argument("--quiet", action="store_true", help="hide the runs' own output")
+    args = p.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(args.out or tmp)
+        base = train(f"PPO (W = {args.max_new})", root / "ppo", args, args.max_new)
+        tppo = train(f"T-PPO (W = {args.window})", root / "tppo", args, args.window)
+    print(f"\nheld-out success (greedy, {args.eval_tasks} test tasks) by training seconds:")
+    print(f"{'step':>5} | {'PPO s':>8} {'success':>8} | {'T-PPO s':>8} {'success':>8}")
+    for (step, s1, v1), (_, s2, v2) in zip(base, tppo):
+        print(f"{step:>5} | {s1:>8.0f} {v1:>8.3f} | {s2:>8.0f} {v2:>8.3f}")
+    target = base[-1][2]
+    a, b = first_reach(base, target), first_reach(tppo, target)
+    print(f"\ntarget = PPO's final held-out success {target:.3f}")
+    print(f"PPO reached it after {a:.0f} s of training" if a is not None else "PPO: never (cannot happen)")
+    if b is None:
+        print(f"T-PPO did not reach it in {args.steps} steps (final {tppo[-1][2]:.3f} after {tppo[-1][1]:.0f} s)")
+    else:
+        print(f"T-PPO reached it after {b:.0f} s: {a / b:.2f}x less wall time" if b > 0 else "T-PPO: at step 0")
+    total_a, total_b = base[-1][1], tppo[-1][1]
+    print(f"seconds per step: PPO {total_a / args.steps:.1f}, T-PPO {total_b / args.steps:.1f} "
+          f"({total_a / max(total_b, 1e-9):.2f}x)")
+
+
+if __name__ == "__main__":
+    main()
