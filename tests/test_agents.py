@@ -156,3 +156,19 @@ def test_run_spec_loads_the_policy_a_training_run_saved(tmp_path):
     trained = list(trainer.model.parameters())
     assert all(torch.equal(a, b) for a, b in zip(agent.model.parameters(), trained))
     assert any(not torch.equal(a, b) for a, b in zip(before, trained))  # the run's weights, not a fresh model
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.05])  # greedy, and sampled from a peaked distribution
+def test_a_chosen_tokens_top_logprobs_entry_is_its_logprob_exactly(agent, temperature):
+    """The alternatives come from the same log-probabilities as the chosen token's (not a second pass ~1e-5 off)."""
+    prompts = encode(agent.tokenizer, ["What is 2 + 2?", "The answer is"])
+    params = SamplingParams(temperature=temperature, max_new_tokens=10, seed=3, top_logprobs=5)
+    for c in agent.generate(prompts, params):
+        assert c.top_logprobs is not None and len(c.top_logprobs) == len(c.token_ids) == len(c.logprobs)
+        found = 0
+        for token, logprob, top in zip(c.token_ids, c.logprobs, c.top_logprobs):
+            assert len(top) == 5 and [v for _, v in top] == sorted((v for _, v in top), reverse=True)
+            same = [v for t, v in top if t == token]
+            assert same in ([], [logprob])
+            found += bool(same)
+        assert found == len(c.token_ids) if temperature == 0 else found > 0, found
