@@ -69,6 +69,11 @@ class TextStream:
             self.sent += 1
         return ready
 
+    def rest(self, final: str) -> str:
+        """What of the ``final`` text has not been sent (nothing where the sent text is not its beginning)."""
+        sent = "".join(p or "" for p in self.pieces[: self.sent])
+        return final[len(sent):] if final.startswith(sent) else ""
+
     def chars_before(self, j: int) -> int:
         """Characters of the text before token ``j``."""
         return sum(len(p or "") for p in self.pieces[:j])
@@ -166,60 +171,68 @@ def error_event(e: BaseException) -> str:
                           "code": None}})
 
 
+def framed(gen: Generation, events: Iterator[str]) -> Iterator[str]:
+    """``events``, then ``[DONE]``; an error on the way is an event (the stream has started), and the generation
+    is told when the stream ends, however it ends (a client that hung up)."""
+    try:
+        yield from events
+    except Exception as e:  # noqa: BLE001
+        yield error_event(e)
+    finally:
+        gen.close()
+    yield "data: [DONE]\n\n"
+
+
+def usage(head: dict[str, Any], body: dict[str, Any], envelope: dict[str, Any]) -> Iterator[str]:
+    """The closing usage chunk, where the request asked for it (``stream_options.include_usage``)."""
+    if (body.get("stream_options") or {}).get("include_usage"):
+        yield sse({**head, "choices": [], "usage": envelope["usage"]})
+
+
 def chat_events(server: Any, call: Any, body: dict[str, Any], ctx: Any) -> Iterator[str]:
     """The events of a streamed chat completion (``call``: the server's checked request); the generation has
     started (or failed, raising) when this returns."""
     gen = Generation(lambda on_token: server.run_chat(call, ctx, on_token), cancellable=server.cancel_streams,
                      timeout=server.stream_timeout).start()
-    return _chat_events(server, call, body, gen)
+    return framed(gen, _chat_events(server, call, body, gen))
 
 
 def _chat_events(server: Any, call: Any, body: dict[str, Any], gen: Generation) -> Iterator[str]:
     head = {"id": server.new_id("chat.completion"), "object": "chat.completion.chunk", "created": server.now(),
             "model": server.model, "system_fingerprint": None}
-    n = call.params.n
     hold = (*call.params.stop, *((TOOL_TAG,) if call.parse_tools else ()))
-    texts = [TextStream(server.agent.tokenizer, hold) for _ in range(n)]
+    texts = [TextStream(server.agent.tokenizer, hold) for _ in range(call.params.n)]
 
     def chunk(i: int, delta: dict[str, Any], logprobs: Any = None, finish: str | None = None) -> str:
         return sse({**head, "choices": [{"index": i, "delta": delta, "logprobs": logprobs, "finish_reason": finish}]})
 
-    try:
-        for i in range(n):
-            yield chunk(i, {"role": "assistant", "content": ""})
-        for i, token, logprob, top in gen:
-            s = texts[i]
-            ready = s.push(token, logprob, top)
-            if call.want_lp:
-                for j in ready:
-                    entry = server.lp_entry(s.tokens[j], s.logprobs[j], s.tops[j], call.k)
-                    yield chunk(i, {"content": s.pieces[j] or ""}, {"content": [entry], "refusal": None})
-            elif ready and (text := "".join(s.pieces[j] or "" for j in ready)):
-                yield chunk(i, {"content": text})
-        envelope, outs = gen.result
-        for choice, c, s in zip(envelope["choices"], outs, texts):
-            i, message = choice["index"], choice["message"]
-            content = message["content"] or ""
-            sent = "".join(p or "" for p in s.pieces[: s.sent])
-            rest = content[len(sent):] if content.startswith(sent) else ""
-            entries = (choice["logprobs"] or {}).get("content")
-            if entries is not None:
-                pieces = remainder(token_pieces(server.agent.tokenizer, c.token_ids), s.sent, len(rest))
-                for entry, piece in zip(entries[s.sent:], pieces):
-                    yield chunk(i, {"content": piece}, {"content": [entry], "refusal": None})
-            elif rest:
-                yield chunk(i, {"content": rest})
-            if message.get("tool_calls"):
-                calls = [{"index": j, **tc} for j, tc in enumerate(message["tool_calls"])]
-                yield chunk(i, {"tool_calls": calls})
-            yield chunk(i, {}, finish=choice["finish_reason"])
-        if (body.get("stream_options") or {}).get("include_usage"):
-            yield sse({**head, "choices": [], "usage": envelope["usage"]})
-    except Exception as e:  # noqa: BLE001 — the stream has started: the error is an event
-        yield error_event(e)
-    finally:
-        gen.close()
-    yield "data: [DONE]\n\n"
+    for i in range(call.params.n):
+        yield chunk(i, {"role": "assistant", "content": ""})
+    for i, token, logprob, top in gen:
+        s = texts[i]
+        ready = s.push(token, logprob, top)
+        if call.want_lp:
+            for j in ready:
+                entry = server.lp_entry(s.tokens[j], s.logprobs[j], s.tops[j], call.k)
+                yield chunk(i, {"content": s.pieces[j] or ""}, {"content": [entry], "refusal": None})
+        elif ready and (text := "".join(s.pieces[j] or "" for j in ready)):
+            yield chunk(i, {"content": text})
+    envelope, outs = gen.result
+    for choice, c, s in zip(envelope["choices"], outs, texts):
+        i, message = choice["index"], choice["message"]
+        rest = s.rest(message["content"] or "")
+        entries = (choice["logprobs"] or {}).get("content")
+        if entries is not None:
+            pieces = remainder(token_pieces(server.agent.tokenizer, c.token_ids), s.sent, len(rest))
+            for entry, piece in zip(entries[s.sent:], pieces):
+                yield chunk(i, {"content": piece}, {"content": [entry], "refusal": None})
+        elif rest:
+            yield chunk(i, {"content": rest})
+        if message.get("tool_calls"):
+            calls = [{"index": j, **tc} for j, tc in enumerate(message["tool_calls"])]
+            yield chunk(i, {"tool_calls": calls})
+        yield chunk(i, {}, finish=choice["finish_reason"])
+    yield from usage(head, body, envelope)
 
 
 def completion_events(server: Any, call: Any, body: dict[str, Any], ctx: Any) -> Iterator[str]:
@@ -227,47 +240,37 @@ def completion_events(server: Any, call: Any, body: dict[str, Any], ctx: Any) ->
     generation has started (or failed, raising) when this returns."""
     gen = Generation(lambda on_token: server.run_completions(call, ctx, on_token), cancellable=server.cancel_streams,
                      timeout=server.stream_timeout).start()
-    return _completion_events(server, call, body, gen)
+    return framed(gen, _completion_events(server, call, body, gen))
 
 
 def _completion_events(server: Any, call: Any, body: dict[str, Any], gen: Generation) -> Iterator[str]:
     head = {"id": server.new_id("text_completion"), "object": "text_completion", "created": server.now(),
             "model": server.model}
-    n = call.params.n
     hold = () if call.as_ids else call.params.stop  # token-level clients get every token's text
-    texts = [TextStream(server.agent.tokenizer, hold) for _ in range(n * len(call.prompts))]
+    texts = [TextStream(server.agent.tokenizer, hold) for _ in range(call.params.n * len(call.prompts))]
 
     def chunk(i: int, text: str, logprobs: Any = None, finish: str | None = None) -> str:
         return sse({**head, "choices": [{"index": i, "text": text, "logprobs": logprobs, "finish_reason": finish}]})
 
-    try:
-        for i, token, logprob, top in gen:
-            s = texts[i]
-            ready = s.push(token, logprob, top)
-            if call.k is not None:
-                for j in ready:
-                    yield chunk(i, s.pieces[j] or "", server.completion_lp(call, s.tokens[j], s.logprobs[j],
-                                                                         s.tops[j], s.chars_before(j)))
-            elif ready and (text := "".join(s.pieces[j] or "" for j in ready)):
-                yield chunk(i, text)
-        envelope, outs = gen.result
-        for choice, c, s in zip(envelope["choices"], outs, texts):
-            i, lp = choice["index"], choice["logprobs"]
-            sent = "".join(p or "" for p in s.pieces[: s.sent])
-            rest = choice["text"][len(sent):] if choice["text"].startswith(sent) else ""
-            if lp is not None:
-                pieces = remainder(token_pieces(server.agent.tokenizer, c.token_ids), s.sent, len(rest))
-                for j, piece in enumerate(pieces, start=s.sent):
-                    one = {key: (lp[key][j : j + 1] if lp[key] is not None else None)
-                           for key in ("tokens", "token_logprobs", "text_offset", "top_logprobs")}
-                    yield chunk(i, piece, one)
-            elif rest:
-                yield chunk(i, rest)
-            yield chunk(i, "", finish=choice["finish_reason"])
-        if (body.get("stream_options") or {}).get("include_usage"):
-            yield sse({**head, "choices": [], "usage": envelope["usage"]})
-    except Exception as e:  # noqa: BLE001 — the stream has started: the error is an event
-        yield error_event(e)
-    finally:
-        gen.close()
-    yield "data: [DONE]\n\n"
+    for i, token, logprob, top in gen:
+        s = texts[i]
+        ready = s.push(token, logprob, top)
+        if call.k is not None:
+            for j in ready:
+                yield chunk(i, s.pieces[j] or "", server.completion_lp(call, s.tokens[j], s.logprobs[j], s.tops[j],
+                                                                     s.chars_before(j)))
+        elif ready and (text := "".join(s.pieces[j] or "" for j in ready)):
+            yield chunk(i, text)
+    envelope, outs = gen.result
+    for choice, c, s in zip(envelope["choices"], outs, texts):
+        i, lp, rest = choice["index"], choice["logprobs"], s.rest(choice["text"])
+        if lp is not None:
+            pieces = remainder(token_pieces(server.agent.tokenizer, c.token_ids), s.sent, len(rest))
+            for j, piece in enumerate(pieces, start=s.sent):
+                one = {key: (lp[key][j : j + 1] if lp[key] is not None else None)
+                       for key in ("tokens", "token_logprobs", "text_offset", "top_logprobs")}
+                yield chunk(i, piece, one)
+        elif rest:
+            yield chunk(i, rest)
+        yield chunk(i, "", finish=choice["finish_reason"])
+    yield from usage(head, body, envelope)
