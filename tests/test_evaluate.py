@@ -139,10 +139,10 @@ def test_report_shows_whole_episodes_and_why_answers_failed(tmp_path):
     rows = [json.loads(x) for x in (tmp_path / "items.jsonl").read_text().splitlines()]
     reasons = [r["failure"] for r in rows]
     assert {None, "wrong", "no answer"} == set(reasons) and all(r["tool_calls"] == 1 for r in rows)
+    assert [r["outcome"] for r in rows] == [r or "correct" for r in reasons]
     report = (tmp_path / "report.md").read_text()
-    failed = [r for r in reasons if r]
-    assert (f"| no answer | {failed.count('no answer')} | {failed.count('no answer') / len(failed):.3f} |"
-            in report.split("## Why answers failed", 1)[1])
+    assert (f"| no answer | {reasons.count('no answer')} | {reasons.count('no answer') / len(rows):.3f} |"
+            in report.split("## Outcomes", 1)[1])
     episodes = report.split("## Example episodes", 1)[1].split("## Configuration")[0]
     assert episodes.count("### ") == 6  # 2 successes and 4 failures, the reasons taking turns
     assert "(correct, 2 turn(s), reward 1)" in episodes and "(failed: no answer, 2 turn(s)" in episodes
@@ -150,6 +150,195 @@ def test_report_shows_whole_episodes_and_why_answers_failed(tmp_path):
     titles = [ax.get_title() for ax in figure(json.loads((tmp_path / "metrics.json").read_text()), rows, "t").axes]
     assert titles[0].startswith("outcomes") and "pass@k" not in titles  # one sample: no pass@k curve
     metrics = {"accuracy": 0.5, "pass@1": 0.5, "pass@2": 0.7}
-    assert figure(metrics, rows, "t").axes[0].get_title() == "pass@k"
-    assert [ax.get_xlabel() for ax in figure(metrics, rows, "t").axes[1:3]] == ["turns per episode",
+    assert [ax.get_title() for ax in figure(metrics, rows, "t").axes[:2]] == ["outcomes (accuracy 0.500)", "pass@k"]
+    assert [ax.get_xlabel() for ax in figure(metrics, rows, "t").axes[2:4]] == ["turns per episode",
                                                                                "tool calls per episode"]
+
+
+def _arithmetic_policy(prompt: str) -> str:
+    """By the task's sum: right, a long reply cut at the token limit before its (right) answer, no answer, wrong."""
+    value = eval(prompt.rsplit("What is ", 1)[1].split("?")[0])  # noqa: S307 — our generated arithmetic
+    return [f"\\boxed{{{value}}}", "Let me think step by step. " * 10 + f"\\boxed{{{value}}}", "I am not sure.",
+            f"\\boxed{{{value + 1}}}"][value % 4]
+
+
+def test_replies_cut_at_max_new_tokens_are_counted_apart(tmp_path):
+    """Issue 32 §6: a reply cut at max_new_tokens is its own outcome — not 'no answer' — in the items, the metrics,
+    the report (each cut turn marked) and the plot (the limit drawn on the per-turn lengths)."""
+    from turnrl.rl.run.evaluate import figure
+
+    agent = ScriptedAgent(tiny_tokenizer("chatml"), _arithmetic_policy)
+    m = evaluate(agent, "turnrl/Arithmetic-v0", limit=16, params=SamplingParams(temperature=0.0, max_new_tokens=12),
+                 out=tmp_path)
+    rows = [json.loads(x) for x in (tmp_path / "items.jsonl").read_text().splitlines()]
+    cut = [r for r in rows if r["final_response"].startswith("Let me think")]
+    assert cut and all(r["outcome"] == r["failure"] == "token limit" and r["turn_tokens"] == [12] for r in cut)
+    assert {r["outcome"] for r in rows} == {"correct", "token limit", "no answer", "wrong"}
+    assert m["outcomes"]["token limit"] == len(cut) == m["turns_cut_at_token_limit"]
+    assert m["outcomes"]["no answer"] == sum(r["final_response"] == "I am not sure." for r in rows)
+    assert sum(m["outcomes"].values()) == 16 and m["token_limit_rate"] == len(cut) / 16
+    report = (tmp_path / "report.md").read_text()
+    assert f"| token limit | {len(cut)} | {len(cut) / 16:.3f} |" in report
+    assert "- *token limit*: the last reply was cut at max_new_tokens (12)" in report
+    assert "(failed: token limit, 1 turn(s), reward 0)" in report
+    assert "> **assistant, turn 0, reward 0, cut at max_new_tokens (12 tokens)**: Let me think" in report
+    fig = figure(m, rows, "t", max_new_tokens=12)
+    bars = dict(zip([t.get_text() for t in fig.axes[0].get_xticklabels()], [p.get_height() for p in fig.axes[0].patches]))
+    assert bars["token limit"] == len(cut) and bars["no answer"] == m["outcomes"]["no answer"]
+    per_turn = next(ax for ax in fig.axes if ax.get_xlabel() == "generated tokens per turn")
+    assert [line.get_xdata()[0] for line in per_turn.get_lines()] == [12]
+    assert per_turn.get_legend().get_texts()[0].get_text() == "max_new_tokens = 12"
+    assert per_turn.get_title() == f"{len(cut)} of 16 turn(s) cut at the token limit"
+    # a cut reply that leaves no room in the context is the context's doing, not the token limit's
+    m = evaluate(agent, "turnrl/Arithmetic-v0", limit=4, params=SamplingParams(temperature=0.0, max_new_tokens=64),
+                 max_context=56)
+    assert m["outcomes"]["token limit"] == 0 and m["outcomes"]["context limit"] >= 1, m["outcomes"]
+
+
+def test_count_axes_have_integer_ticks():
+    """Issue 32 §8: episodes, turns and tool calls are counted in whole numbers on every plot axis."""
+    from turnrl.rl.run.evaluate import figure
+
+    rows = [{"correct": c, "outcome": o, "turns": t, "tool_calls": 0, "generated_tokens": g, "turn_tokens": [g]}
+            for c, o, t, g in ((True, "correct", 1, 5), (False, "wrong", 2, 7), (False, "wrong", 1, 3))]
+    fig = figure({"accuracy": 1 / 3, "pass@1": 1 / 3}, rows, "t", max_new_tokens=8)
+    fig.canvas.draw()
+    for ax in fig.axes:
+        axis_ticks = [("y", ax.get_yticks())] + ([("x", ax.get_xticks())] if ax.get_xlabel().endswith("episode") or
+                                                 "tokens" in ax.get_xlabel() else [])
+        for which, ticks in axis_ticks:
+            assert all(float(t).is_integer() for t in ticks), (ax.get_title(), ax.get_xlabel(), which, ticks)
+
+
+def test_replies_without_visible_text_are_shown_not_empty(tmp_path):
+    """Issue 32 §8: a reply of whitespace or special tokens shows what was generated, escaped, not '(empty)'."""
+    tok = tiny_tokenizer("chatml")
+    replies = {"13 + 11": "\n\n\n", "13 + 1": "<pad><pad>", "20 + 8": "  \t<pad>"}
+
+    def policy(prompt: str) -> str:
+        return replies.get(prompt.rsplit("What is ", 1)[1].split("?")[0], "\\boxed{0}")
+
+    evaluate(ScriptedAgent(tok, policy), "turnrl/Arithmetic-v0", limit=3, out=tmp_path)
+    report = (tmp_path / "report.md").read_text()
+    assert "(empty)" not in report
+    n = len(tok.encode("\n\n\n", add_special_tokens=False)) + 1  # and the end-of-turn token
+    assert f"(no visible text: {n} generated token(s), whitespace and special tokens only: `\\n\\n\\n<|im_end|>`)" in report
+    assert "(no visible text: 3 generated token(s), special tokens only: `<pad><pad><|im_end|>`)" in report
+    assert "whitespace and special tokens only: `  \\t<pad><|im_end|>`" in report
+    # without a tokenizer to decode them: the text, escaped
+    from turnrl.rl.run.eval_report import shown_reply
+    from turnrl.types import Message, Trajectory, Turn
+
+    turn = Turn(index=0, action=Message(role="assistant", content="\n \n"), token_span=(4, 7))
+    assert shown_reply(Trajectory(turns=[turn]), turn) == "(no visible text: 3 generated token(s), whitespace only: `\\n \\n`)"
+    turn = Turn(index=0, action=Message(role="assistant", content=""), token_span=(4, 4))
+    assert shown_reply(Trajectory(turns=[turn]), turn) == "(empty: no tokens generated)"
+
+
+def test_eval_on_a_split_that_is_not_held_out_says_so_first(tmp_path):
+    """Issue 32 §4: the warning is at the top of `turnrl eval`'s output, before the model loads, not only in the
+    report; none for the held-out split."""
+    args = ["eval", "--agent", "tiny:chatml", "--limit", "1", "--max-new-tokens", "2"]
+    result = CliRunner().invoke(app, [*args, "--env", "turnrl/Arithmetic-v0", "--kw", "split=train", "--out",
+                                      str(tmp_path / "a")])
+    assert result.exit_code == 0, result.output
+    assert result.output.startswith("warning: evaluating turnrl/Arithmetic-v0's 'train' split, which is NOT held out: "
+                                    "these are training tasks (its held-out split is 'test'"), result.output
+    result = CliRunner().invoke(app, [*args, "--env", "toy_envs:tests/Upper-v0", "--out", str(tmp_path / "b")])
+    assert result.exit_code == 0, result.output
+    assert result.output.startswith("warning: toy_envs:tests/Upper-v0 declares no split, so turnrl cannot tell"), (
+        result.output)
+    result = CliRunner().invoke(app, [*args, "--env", "turnrl/Arithmetic-v0", "--out", str(tmp_path / "c")])
+    assert result.exit_code == 0 and "warning" not in result.output, result.output
+
+
+def test_the_example_environment_is_evaluated_on_its_held_out_split(tmp_path):
+    """Issue 32 §4: the README's example environment declares its splits, so `turnrl eval` uses test tasks."""
+    from pathlib import Path
+
+    import gymnasium as gym
+
+    import turnrl
+    from turnrl.envs import registry
+    from turnrl.rl.run.evaluate import held_out_kwargs
+
+    registry.resolve("unit_converter_env:examples/Units-v0", [Path(__file__).resolve().parents[1] / "examples"])
+    try:
+        env = turnrl.make("examples/Units-v0")
+        assert (env.split, env.held_out_split) == ("train", "test")
+        assert held_out_kwargs(env, {}) == {"split": "test"} and held_out_kwargs(env, {"split": "train"}) is None
+        test = turnrl.make("examples/Units-v0", split="test")
+        assert not {t.prompt for t in env.unwrapped.tasks} & {t.prompt for t in test.unwrapped.tasks}
+        m = evaluate(ScriptedAgent(tiny_tokenizer("chatml"), lambda p: "<answer>1</answer>"), "examples/Units-v0",
+                     limit=2, out=tmp_path)
+        assert m["split"] == "test" and m["held_out"] is True
+        assert [json.loads(x)["task_id"] for x in (tmp_path / "items.jsonl").read_text().splitlines()] == [
+            "units/test/0", "units/test/1"]
+    finally:
+        del gym.registry["examples/Units-v0"]
+        registry._REGISTERED.pop("examples/Units-v0", None)
+        registry._SOURCES.pop("examples/Units-v0", None)
+
+
+def test_an_interrupted_evaluation_writes_what_finished_and_resumes(tmp_path):
+    """Issue 32 §3, in process: a real SIGINT at the 5th episode (the episodes whose last step was under way finish
+    too); the items, report and metrics of those that finished are written and marked interrupted; --resume plays
+    only the others and ends as an uninterrupted run."""
+    import os
+    import signal
+
+    from turnrl.rl.run.evaluate import EvaluationInterrupted
+
+    agent = ScriptedAgent(tiny_tokenizer("chatml"), _arithmetic_policy)
+    kwargs = dict(limit=6, samples=2, params=SamplingParams(temperature=0.0, max_new_tokens=12), batch_episodes=4,
+                  agent_name="scripted")
+    seen: list[str] = []
+
+    def stop_at_five(traj):
+        seen.append(traj.metadata["job"])
+        if len(seen) == 5:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    with pytest.raises(EvaluationInterrupted) as stopped:
+        evaluate(agent, "turnrl/Arithmetic-v0", out=tmp_path / "run", on_episode=stop_at_five, **kwargs)
+    done = stopped.value.done
+    assert 5 <= done < 12 and stopped.value.total == 12 and len(seen) == done
+    items = lambda d: [json.loads(x) for x in (tmp_path / d / "items.jsonl").read_text().splitlines()]  # noqa: E731
+    order = [f"0-0-{r['index']}-{r['sample']}" for r in items("run")]
+    assert order == sorted(seen, key=lambda k: [int(x) for x in k.split("-")])  # each finished episode, in order
+    m = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert m["interrupted"] is True and m["episodes"] == done and m["episodes_planned"] == 12
+    assert f"**Interrupted**: {done} of 12 episodes finished" in (tmp_path / "run" / "report.md").read_text()
+    assert (tmp_path / "run" / "plot.png").is_file()
+    with pytest.raises(ValueError, match=r"other settings \(seed: 0 there, 1 now\)"):
+        evaluate(agent, "turnrl/Arithmetic-v0", out=tmp_path / "run", resume=True, seed=1, **kwargs)
+    seen.clear()
+    m = evaluate(agent, "turnrl/Arithmetic-v0", out=tmp_path / "run", resume=True, on_episode=seen.append, **kwargs)
+    assert len(seen) == 12 - done and m["resumed_episodes"] == done and "interrupted" not in m
+    full = evaluate(agent, "turnrl/Arithmetic-v0", out=tmp_path / "full", **kwargs)
+    assert items("run") == items("full")
+    same = lambda d: {k: v for k, v in d.items() if k not in ("wall_seconds", "generated_tokens_per_second",  # noqa: E731
+                                                           "resumed_episodes")}
+    assert same(m) == same(full)
+    streamed = (tmp_path / "run" / "trajectories.jsonl").read_text().splitlines()
+    assert sorted(json.loads(x)["metadata"]["job"] for x in streamed) == sorted(f"0-0-{i}-{s}" for i in range(6)
+                                                                                 for s in range(2))
+    report = lambda d: (tmp_path / d / "report.md").read_text().split("## Outcomes")[1]  # noqa: E731
+    assert report("run") == report("full")  # the same outcomes, examples and configuration
+
+
+def test_eval_resume_refuses_other_settings_before_loading_a_model(tmp_path):
+    args = ["eval", "--env", "turnrl/Arithmetic-v0", "--agent", "tiny:chatml", "--limit", "2", "--max-new-tokens", "2",
+            "--out", str(tmp_path)]
+    assert CliRunner().invoke(app, args).exit_code == 0
+    result = CliRunner().invoke(app, [*args, "--seed", "3", "--kw", "level=2", "--resume"])
+    assert result.exit_code == 2
+    assert result.output.startswith(f"error: --resume: {tmp_path} was evaluated with other settings ("), result.output
+    assert "env_kwargs.level: None there, 2 now; seed: 0 there, 3 now" in " ".join(result.output.split())
+    result = CliRunner().invoke(app, [*args, "--agent", "tiny:gemma", "--resume"])
+    assert result.exit_code == 2 and "agent: 'tiny:chatml' there, 'tiny:gemma' now" in " ".join(result.output.split())
+    (tmp_path / "run.json").unlink()
+    result = CliRunner().invoke(app, [*args, "--resume"])
+    assert result.exit_code == 2 and "holds trajectories but no run.json" in result.output
+    result = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "new"), "--resume"])
+    assert result.exit_code == 0 and "holds no earlier evaluation; evaluating every episode" in result.output

@@ -1,33 +1,21 @@
 """The ``turnrl`` command: list, check and play environments, evaluate, collect datasets, train, serve, view; the
 quickstart demo. Each method's own subcommands (``turnrl swirl …``, ``turnrl pag …``) live in its folder and are
-mounted from :data:`turnrl.methods.COMMANDS`; the shared options and errors are in :mod:`turnrl.cli_shared`.
-
-Over 400 lines: one typer app whose commands are one function each (their option declarations are most of the
-lines); each command's work lives in the module it calls.
+mounted from :data:`turnrl.methods.COMMANDS`; the shared options and errors are in :mod:`turnrl.cli_shared`;
+``eval`` and ``rollout`` are in :mod:`turnrl.cli_eval`. Each command's work lives in the module it calls.
 """
 
 from __future__ import annotations
 
-import json
 import sys
-import time
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from rich.table import Table
 
+from turnrl.cli_eval import eval_cmd, rollout
 from turnrl.cli_play import play
-from turnrl.cli_shared import (
-    ImportOption,
-    KwOption,
-    _dataset_run,
-    _make,
-    add_import_option,
-    console,
-    fail,
-    parse_kwargs,
-)
+from turnrl.cli_shared import ImportOption, KwOption, _make, add_import_option, console, fail, parse_kwargs
 from turnrl.envs.registry import entry_point_problems, registered, source_of
 
 app = typer.Typer(help="turnrl: RL for multi-turn LLM agents.", no_args_is_help=True, add_completion=False)
@@ -83,110 +71,9 @@ def envs_check(
 app.command()(play)  # turnrl/cli_play.py
 
 
-@app.command("eval")
-def eval_cmd(
-    env: Annotated[str, typer.Option("--env", help="e.g. turnrl/GSM8K-v0, or mymodule:myproject/Name-v0")],
-    agent: Annotated[str, typer.Option(help="smollm2-135m-instruct, hf:PATH, vllm:PATH, openai:URL#MODEL, tiny:chatml, run:OUT_DIR (a trained run)")],
-    limit: Annotated[int, typer.Option(help="evaluate tasks 0..limit-1 of the held-out split (--kw split=… for another)")] = 100,
-    samples: Annotated[int, typer.Option(help="episodes per task (pass@k up to this k)")] = 1,
-    out: Annotated[str, typer.Option(help="output folder")] = "runs/eval",
-    seed: int = 0,
-    temperature: Annotated[float | None, typer.Option(help="default: 0 for one sample, 1 for several")] = None,
-    top_p: float = 1.0,
-    max_new_tokens: Annotated[int, typer.Option(help="per turn")] = 256,
-    batch_size: Annotated[int, typer.Option(help="episodes generated together")] = 32,
-    max_context: int = 4096,
-    tokenizer: Annotated[str | None, typer.Option(help="tokenizer path/name for openai: agents")] = None,
-    kw: KwOption = None,
-    imports: ImportOption = None,
-) -> None:
-    """Evaluate an agent on an environment; write items.jsonl, report.md, metrics.json and plot.png to --out."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    from turnrl.agents import SamplingParams, make_agent
-    from turnrl.rl.run.evaluate import evaluate, held_out_kwargs
-
-    env_kwargs = parse_kwargs(kw)
-    probe = _make(env, env_kwargs)  # fail fast, with the registry's message, before loading a model
-    if (held := held_out_kwargs(probe, env_kwargs)) is not None:  # the held-out split unless --kw split=… says
-        env_kwargs, probe = held, _make(env, held)
-    n_tasks = len(probe) if hasattr(probe, "__len__") else None
-    if n_tasks is not None and limit > n_tasks:
-        console.print(f"note: --limit {limit} is more than the {n_tasks} task(s) of {env}; evaluating all {n_tasks}",
-                      soft_wrap=True, markup=False, highlight=False)
-        limit = n_tasks
-    try:
-        the_agent = make_agent(agent, batch_size=batch_size, tokenizer=tokenizer)
-    except (ValueError, OSError, ImportError) as e:
-        fail(str(e))
-    temp = temperature if temperature is not None else (0.0 if samples == 1 else 1.0)
-    params = SamplingParams(temperature=temp, top_p=top_p, max_new_tokens=max_new_tokens)
-    columns = [TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-               TextColumn("{task.fields[rate]} gen tok/s  acc {task.fields[acc]}")]
-    with Progress(*columns, console=console) as progress:
-        total = limit * samples
-        task = progress.add_task(env, total=total, rate="-", acc="-")
-        state = {"tokens": 0, "correct": 0, "done": 0}
-        started = time.perf_counter()
-
-        def on_episode(traj: Any) -> None:
-            state["tokens"] += sum(traj.loss_mask or [])
-            state["correct"] += bool(traj.correct)
-            state["done"] += 1
-            rate = state["tokens"] / max(time.perf_counter() - started, 1e-9)
-            progress.update(task, advance=1, rate=f"{rate:.1f}", acc=f"{state['correct'] / state['done']:.3f}")
-
-        metrics = evaluate(the_agent, env, env_kwargs=env_kwargs, limit=limit, samples=samples, params=params,
-                           seed=seed, out=out, batch_episodes=batch_size, max_context=max_context,
-                           on_episode=on_episode)
-    console.print((Path(out) / "report.md").read_text(), markup=False, highlight=False)
-    console.print(f"[dim]metrics: {json.dumps(metrics)}[/dim]", soft_wrap=True)
-
-
-@app.command()
-def rollout(
-    env: Annotated[str, typer.Option("--env", help="e.g. turnrl/Arithmetic-v0, or mymodule:myproject/Name-v0")],
-    agent: Annotated[str, typer.Option(help="smollm2-135m-instruct, hf:PATH, vllm:PATH, openai:URL#MODEL, tiny:chatml, run:OUT_DIR (a trained run)")],
-    out: Annotated[str, typer.Option(help="the dataset file (.parquet or .jsonl); an existing one is resumed")],
-    tasks: Annotated[int, typer.Option(min=1, help="sample tasks 0..tasks-1 of the environment's (training) split")] = 100,
-    samples: Annotated[int, typer.Option(min=1, help="episodes per task")] = 8,
-    seed: int = 0,
-    temperature: Annotated[float, typer.Option(min=0.0, help="sampling temperature of the behaviour policy")] = 1.0,
-    top_p: float = 1.0,
-    max_new_tokens: Annotated[int, typer.Option(help="per turn")] = 256,
-    batch_size: Annotated[int, typer.Option(help="episodes generated together")] = 64,
-    max_context: int = 4096,
-    tokenizer: Annotated[str | None, typer.Option(help="tokenizer path/name for openai: agents")] = None,
-    kw: KwOption = None,
-    imports: ImportOption = None,
-) -> None:
-    """Sample an offline dataset for dqo, dpo and rft: SAMPLES episodes of each task with their rewards, the agent's
-    log-probabilities and identity, as Trajectories; resumable (tasks already in --out are skipped)."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    from turnrl.agents import SamplingParams
-    from turnrl.rl.sources.collect import rollout_dataset
-
-    env_kwargs = parse_kwargs(kw)
-    _, the_agent, n = _dataset_run(env, env_kwargs, out, agent, batch_size, tokenizer, tasks, "tasks")
-    params = SamplingParams(temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens)
-    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=console) as progress:
-        bar = progress.add_task(env, total=n * samples)
-        try:
-            summary = rollout_dataset(the_agent, agent, env, out=out, tasks=tasks, samples=samples, params=params,
-                                      env_kwargs=env_kwargs, seed=seed, batch_episodes=batch_size,
-                                      max_context=max_context, on_episode=lambda _: progress.advance(bar))
-        except ValueError as e:
-            fail(str(e))
-    g = summary
-    console.print(f"{int(g['episodes'])} episodes of {int(g['tasks'])} tasks in {g['out']} "
-                  f"({int(g['new_episodes'])} new, {int(g['skipped_tasks'])} tasks already written) by {agent}: "
-                  f"success rate {g['success_rate']:.3f}, mean reward {g['mean_reward']:.3f}, "
-                  f"{g['generated_tokens_per_episode']:.1f} generated tokens/episode, {int(g['errors'])} errors; "
-                  f"groups with both outcomes {int(g['groups_both_outcomes'])} (all correct "
-                  f"{int(g['groups_all_correct'])}, all incorrect {int(g['groups_all_incorrect'])}); "
-                  f"{g['wall_seconds']:.1f} s", soft_wrap=True, markup=False, highlight=False)
+# `turnrl eval` and `turnrl rollout` (and what an interrupted run of either does) live in turnrl/cli_eval.py.
+app.command("eval")(eval_cmd)
+app.command()(rollout)
 
 
 def _shares_tasks(train_env: Any, held_env: Any, n: int) -> bool:
@@ -299,11 +186,14 @@ def serve(
     """Serve an agent over an OpenAI-compatible HTTP API (/v1/completions, /v1/chat/completions)."""
     from turnrl.agents import make_agent
     from turnrl.agents.server import LOOPBACK, AgentServer
+    from turnrl.template_tools import tools_note
 
     if host not in LOOPBACK and not api_key:
         fail(f"listening on {host} (not a loopback address) needs an API key: pass --api-key KEY or set TURNRL_API_KEY")
     server = AgentServer(make_agent(agent), name or agent, host=host, port=port, api_key=api_key)
     console.print(f"serving {name or agent} at {server.url} (Ctrl-C stops)", soft_wrap=True, highlight=False)
+    if (note := tools_note(server.agent.tokenizer)) is not None:
+        console.print(note, soft_wrap=True, highlight=False)
     try:
         server.httpd.serve_forever()
     except KeyboardInterrupt:

@@ -46,11 +46,22 @@ class DaemonExecutor(concurrent.futures.ThreadPoolExecutor):
 
 def run_with_daemon_threads(coro: Coroutine[Any, Any, T]) -> T:
     """Run a coroutine on a new event loop whose default executor (``asyncio.to_thread``) is a
-    :class:`DaemonExecutor`, so that blocking calls that hang cannot keep it from ending."""
+    :class:`DaemonExecutor`, so that blocking calls that hang cannot keep it from ending. Interrupted
+    (``KeyboardInterrupt``), it cancels the tasks still running before it raises."""
     loop = asyncio.new_event_loop()
     loop.set_default_executor(DaemonExecutor())
     try:
         return loop.run_until_complete(coro)
+    except KeyboardInterrupt:  # Ctrl-C: cancel what still runs (as asyncio.run does), so that nothing is left pending
+        pending = asyncio.all_tasks(loop)
+        for task in pending:
+            task.cancel()
+
+        async def drain() -> None:
+            await asyncio.gather(*pending, return_exceptions=True)
+
+        loop.run_until_complete(drain())
+        raise
     finally:
         loop.run_until_complete(loop.shutdown_asyncgens())
         loop.close()

@@ -7,6 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
+from turnrl.cli_eval import dataset_interrupted, interruptible
 from turnrl.cli_shared import (
     DataTokenizerOption,
     ImportOption,
@@ -37,6 +38,7 @@ def _gold_agent(env: Any, tokenizer: str | None) -> Any:
 
 @app.command("generate")
 def swirl_generate(
+    ctx: typer.Context,
     env: Annotated[str, typer.Option("--env", help="e.g. turnrl/Arithmetic-v0 with --kw tool_style=swirl")],
     agent: Annotated[str, typer.Option(help="smollm2-135m-instruct, hf:PATH, vllm:PATH, openai:URL#MODEL, tiny:chatml, run:OUT_DIR (a trained run), or gold (HotPotQA's annotated search path and answer, training splits only; --tokenizer the student's)")],
     out: Annotated[str, typer.Option(help="the dataset (.parquet or .jsonl); an existing one is resumed")],
@@ -58,7 +60,8 @@ def swirl_generate(
     """K trajectories per question with live tools, as token-exact Trajectories with the gold answer and the
     question in their metadata; resumable (questions already in --out are skipped); a question whose generation
     keeps failing is skipped after --retries rounds and counted. The environment's few-shot demonstrations help the
-    generating model and are taken out of what is stored (--keep-demos keeps them)."""
+    generating model and are taken out of what is stored (--keep-demos keeps them). Ctrl-C or SIGTERM keeps what
+    finished and prints the command that finishes the rest."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from turnrl.methods.swirl.generate import generate
@@ -70,8 +73,8 @@ def swirl_generate(
     if not getattr(probe.unwrapped, "stop", ()):
         _say(f"note: {env} declares no stop strings, so a turn may hold several steps; SWiRL's format is "
              "--kw tool_style=swirl")
-    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=console, transient=True) as progress:
+    with interruptible() as stop, Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                           TimeElapsedColumn(), console=console, transient=True) as progress:
         bar = progress.add_task(env, total=n * samples)
         try:
             g = generate(the_agent, agent, env, env_kwargs, out=out, tasks=tasks, samples=samples,
@@ -80,6 +83,9 @@ def swirl_generate(
                          keep_demos=keep_demos, on_episode=lambda _: progress.advance(bar))
         except ValueError as e:
             fail(str(e))
+        except KeyboardInterrupt:
+            progress.stop()
+            raise dataset_interrupted(ctx, out, n * samples, stop["code"]) from None
     _say(f"{int(g['episodes'])} trajectories of {int(g['tasks'])} questions in {g['out']} by {agent}: success rate "
          f"{g['success_rate']:.3f}, tool-call rate {g['tool_call_rate']:.3f}, {g['steps_per_trajectory']:.2f} steps per "
          f"trajectory, {int(g['errors'])} errors; {int(g['skipped_questions'])} questions skipped after {retries} "
