@@ -252,7 +252,7 @@ def _histogram(ax: Any, values: list[int], xlabel: str, ylabel: str, top: int | 
     hi, few = max([*values, top or 0, 1]), max([*values, top or 0, 1]) <= 60
     bins = np.arange(0, hi + 2) - 0.5 if few else np.linspace(0, hi + 1, 31)  # few: one bar centred on each value
     ax.hist(values, bins=bins, rwidth=0.8 if few else None, **kw)
-    ax.set(xlabel=xlabel, ylabel=ylabel, xlim=(-0.5, hi + 0.5) if few else (0, hi + 1))
+    ax.set(xlabel=xlabel, ylabel=ylabel, xlim=(-0.5, hi + 0.5) if few else (0, hi * 1.06 + 1))
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))
 
