@@ -133,6 +133,7 @@ def eval_cmd(
             _say(f"note: --resume: {out} holds no earlier evaluation; evaluating every episode")
     elif (old := _interrupted_in(out)) is not None:
         _say(f"note: {out} holds an interrupted evaluation ({old}); this run starts it over (--resume would finish it)")
+    started = time.time()
     with interruptible() as stop:
         try:
             metrics = _run_eval(env, agent, env_kwargs, limit, samples, params, seed, out, batch_size, max_context,
@@ -144,8 +145,12 @@ def eval_cmd(
             _say(f"to finish the other {e.total - e.done}: {resume_command(ctx, '--resume')}")
             raise typer.Exit(stop["code"]) from None
         except KeyboardInterrupt:
-            _say(f"interrupted before the report was written; to finish the evaluation from the episodes in {out}: "
-                 f"{resume_command(ctx, '--resume')}")
+            run = Path(out) / "run.json"
+            if run.is_file() and run.stat().st_mtime >= started - 1:  # this run began writing to --out
+                _say(f"interrupted before the report was written; to finish the evaluation from the episodes in "
+                     f"{out}: {resume_command(ctx, '--resume')}")
+            else:
+                _say("interrupted before any episode was played; nothing was written")
             raise typer.Exit(stop["code"]) from None
     console.print((Path(out) / "report.md").read_text(), markup=False, highlight=False)
     console.print(f"[dim]metrics: {json.dumps(metrics)}[/dim]", soft_wrap=True)
