@@ -3,9 +3,10 @@ KL penalty in the reward and advantages whitened over the whole batch — no cri
 
 Per generated token t of a sequence: r_t = −β·KL_t, plus each turn's reward on its last token (the outcome on the
 last token of a single-turn episode), with KL_t = log π_old(y_t) − log π_ref(y_t) (the k1 estimate at the sampled
-token, [paper]); returns to go with γ = 1, G_t = Σ_{t' ≥ t} r_{t'} (:func:`~turnrl.rl.formulas.advantages.reward_to_go`);
-advantages = G whitened over every generated token of the batch (the *global* batch, before any micro-batch split:
-the learner computes advantages on the whole step). β = ``kl_reward_coef`` (0.01 by default; 0: no reference model).
+token, [paper]); returns to go with γ = 1, G_t = Σ_{t' ≥ t} r_{t'}
+(:func:`~turnrl.rl.formulas.advantages.reward_to_go`); advantages = G whitened over every generated token of the batch
+(the *global* batch, before any micro-batch split: the learner computes advantages on the whole step). β =
+``kl_reward_coef`` (0.01 by default; 0: no reference model).
 """
 
 from __future__ import annotations
