@@ -60,6 +60,10 @@ def test_a_hub_id_with_an_unreachable_hub_fails_fast_and_says_how_to_use_a_local
     assert float(seconds) < 5, out.stdout
     assert "cannot reach http://127.0.0.1:" in message and "local hub cache holds no copy" in message
     assert "--local-dir" in message and "pass its path" in message
+    # the built-in model's own hub id is a hub id, not a misspelling of the built-in name
+    code = code.replace("some-org/some-model", "HuggingFaceTB/SmolLM2-135M-Instruct")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert "did you mean" not in out.stdout and "local hub cache holds no copy" in out.stdout, out.stdout
 
 
 def test_a_hub_id_in_the_local_hub_cache_loads_from_there_when_the_hub_is_unreachable_or_offline(tmp_path):

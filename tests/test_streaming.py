@@ -294,3 +294,75 @@ def test_a_stream_that_fails_before_its_first_token_gets_an_http_error():
         with pytest.raises(openai.BadRequestError, match="maximum context length is 8") as e:
             list(client.chat.completions.create(model="tiny", messages=ask(), stream=True))
         assert e.value.status_code == 400 and e.value.body["code"] == "context_length_exceeded"
+
+
+def streamed_message(chunks):
+    """What a client rebuilds from a chat stream: the content and the tool calls."""
+    content = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    calls = [{"id": d.id, "type": "function", "function": {"name": d.function.name, "arguments": d.function.arguments}}
+             for c in chunks if c.choices for d in (c.choices[0].delta.tool_calls or [])]
+    return content, calls
+
+
+@pytest.mark.parametrize("reply", [
+    "I'll check.\n<tool_call>{\"name\": \"calculator\", \"arguments\": {\"expression\": \"2+2\"}}</tool_call>",
+    "\n<tool_call>{\"name\": \"calculator\", \"arguments\": {\"expression\": \"2+2\"}}</tool_call>\nDone  ",
+    "  Sure <tool_call>{\"name\": \"calculator\", \"arguments\": {\"expression\": \"2+2\"}}</tool_call> then more",
+])
+def test_a_streamed_tool_turn_rebuilds_the_message_a_plain_request_returns(reply):
+    agent = ScriptedAgent(tiny_tokenizer("chatml"), lambda _p: reply)
+    with AgentServer(agent, "s") as server:
+        client = openai.OpenAI(base_url=server.url, api_key="x", max_retries=0, timeout=30)
+        plain = client.chat.completions.create(model="s", messages=ask(), tools=TOOLS).choices[0].message
+        for logprobs in (False, True):
+            chunks = list(client.chat.completions.create(model="s", messages=ask(), tools=TOOLS, stream=True,
+                                                         logprobs=logprobs))
+            content, calls = streamed_message(chunks)
+            assert content == (plain.content or "") and "<tool" not in content
+            assert [c["function"]["arguments"] for c in calls] == [c.function.arguments for c in plain.tool_calls]
+
+
+def test_a_streamed_tool_turn_extends_the_gateways_token_exact_history():
+    from turnrl.gateway.server import Gateway
+
+    call = '<tool_call>{"name": "calculator", "arguments": {"expression": "2+2"}}</tool_call>'
+    agent = ScriptedAgent(tiny_tokenizer("chatml"), lambda p: "It is 4." if "<tool_response" in p or "\n4<" in p
+                          else f"Let me see.\n{call}")
+    with Gateway(agent, "s") as gateway:
+        sid = gateway.open("t")
+        client = openai.OpenAI(base_url=gateway.base_url(sid), api_key=gateway.api_key, max_retries=0, timeout=30)
+        chunks = list(client.chat.completions.create(model="s", messages=ask(), tools=TOOLS, stream=True))
+        content, calls = streamed_message(chunks)
+        follow = ask() + [{"role": "assistant", "content": content, "tool_calls": calls},
+                          {"role": "tool", "tool_call_id": calls[0]["id"], "content": "4"}]
+        list(client.chat.completions.create(model="s", messages=follow, tools=TOOLS, stream=True))
+        session = gateway.close(sid)
+    assert [c.match.how for c in session.calls] == ["fresh", "extended"]
+
+
+def test_templates_without_a_system_role_or_a_tool_role_get_tools_in_the_first_user_turn():
+    from turnrl.template_tools import TemplateSupport
+
+    tok = tiny_tokenizer("chatml")
+    tok.chat_template = (  # Gemma-like: no system role, strict alternation
+        "{% for m in messages %}{% if m['role'] == 'system' %}{{ raise_exception('System role not supported') }}"
+        "{% endif %}{% if (m['role'] == 'user') != (loop.index0 % 2 == 0) %}"
+        "{{ raise_exception('roles must alternate user/assistant') }}{% endif %}"
+        "{{ '<start>' + m['role'] + '\n' + m['content'] + '<end>\n' }}{% endfor %}"
+        "{% if add_generation_prompt %}{{ '<start>assistant\n' }}{% endif %}")
+    support = template_support(tok)
+    assert support == TemplateSupport(tools=False, tool_calls=False, tool_role=False, system_role=False)
+    two_calls = [{"id": f"c{i}", "type": "function", "function": {"name": "calculator", "arguments": "{}"}}
+                 for i in range(2)]
+    messages = ask() + [{"role": "assistant", "content": "", "tool_calls": two_calls},
+                        {"role": "tool", "tool_call_id": "c0", "content": "1"},
+                        {"role": "tool", "tool_call_id": "c1", "content": "2"}]
+    out, tools = fit_to_template(messages, TOOLS, support)
+    assert [m["role"] for m in out] == ["user", "assistant", "user"] and tools is None
+    assert out[0]["content"].startswith("You can call these tools:") and out[0]["content"].endswith("What is 2 + 2?")
+    assert out[2]["content"] == "<tool_response>\n1\n</tool_response>\n<tool_response>\n2\n</tool_response>"
+    agent = ScriptedAgent(tok, lambda p: "ok")
+    with AgentServer(agent, "g") as server:  # renders, where it used to be a 400 or tools silently dropped
+        client = openai.OpenAI(base_url=server.url, api_key="x", max_retries=0, timeout=30)
+        assert client.chat.completions.create(model="g", messages=messages, tools=TOOLS).choices[0].message.content
+    assert "calculator" in tok.decode(agent.calls[-1][0])

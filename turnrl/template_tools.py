@@ -28,11 +28,13 @@ _CALL = {"id": "call_probe", "type": "function", "function": {"name": _PROBE_TOO
 @dataclass(frozen=True)
 class TemplateSupport:
     """What a chat template renders: ``tools`` (the schemas passed as ``tools=``), ``tool_calls`` (structured calls
-    of assistant messages) and ``tool_role`` (messages with role ``tool``)."""
+    of assistant messages), ``tool_role`` (messages with role ``tool``) and ``system_role`` (a system message; some
+    templates refuse one)."""
 
     tools: bool
     tool_calls: bool
     tool_role: bool
+    system_role: bool = True
 
     @property
     def complete(self) -> bool:
@@ -65,6 +67,7 @@ def template_support(tokenizer: Any) -> TemplateSupport:
         tool_role=renders([user, {"role": "assistant", "content": "", "tool_calls": [_CALL]},
                            {"role": "tool", "content": _PROBE_RESULT, "tool_call_id": "call_probe",
                             "name": _PROBE_TOOL}], _PROBE_RESULT),
+        system_role=renders([{"role": "system", "content": _PROBE_RESULT}, user], _PROBE_RESULT),
     )
     with _cache_lock:
         _cache[key] = support
@@ -101,23 +104,34 @@ def fit_to_template(messages: list[dict[str, Any]], tools: list[dict[str, Any]] 
                     ) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
     """``messages`` and ``tools`` rewritten for a template with ``support`` (see the module docstring): returns the
     messages and the tools to pass to the template (None when they were moved into the system message)."""
-    out = [dict(m) for m in messages]
-    if tools and not support.tools:
-        text = describe_tools(tools)
-        if out and out[0].get("role") == "system":
-            out[0]["content"] = f"{out[0].get('content') or ''}\n\n{text}".lstrip()
-        else:
-            out.insert(0, {"role": "system", "content": text})
-        tools = None
-    for m in out:
+    out: list[dict[str, Any]] = []
+    for m in (dict(m) for m in messages):
         if m.get("role") == "assistant" and m.get("tool_calls") and not support.tool_calls:
             calls = "\n".join(call_text(c) for c in m.pop("tool_calls"))
             m["content"] = f"{m.get('content') or ''}\n{calls}".lstrip("\n") if m.get("content") else calls
         elif m.get("role") == "tool" and not support.tool_role:
             name = f' name="{m["name"]}"' if m.get("name") else ""
-            content = m.get("content") or ""
-            m.clear()
-            m.update(role="user", content=f"<tool_response{name}>\n{content}\n</tool_response>")
+            result = f"<tool_response{name}>\n{m.get('content') or ''}\n</tool_response>"
+            if out and out[-1].get("tool_results"):  # the results of one turn's calls: one user turn
+                out[-1]["content"] += "\n" + result
+                continue
+            m = {"role": "user", "content": result, "tool_results": True}
+        out.append(m)
+    for m in out:
+        m.pop("tool_results", None)
+    if tools and not support.tools:
+        text = describe_tools(tools)
+        if out and out[0].get("role") == "system":
+            out[0]["content"] = f"{out[0].get('content') or ''}\n\n{text}".lstrip()
+        elif support.system_role:
+            out.insert(0, {"role": "system", "content": text})
+        else:  # a template without a system role: the description opens the first user turn
+            first = next((m for m in out if m.get("role") == "user"), None)
+            if first is None:
+                out.insert(0, {"role": "user", "content": text})
+            else:
+                first["content"] = f"{text}\n\n{first.get('content') or ''}"
+        tools = None
     return out, tools
 
 

@@ -119,7 +119,8 @@ def resolve_model_path(name_or_path: str) -> str:
     if Path(name_or_path).expanduser().exists():
         return str(Path(name_or_path).expanduser())
     builtins = ", ".join(sorted(BUILTIN_MODELS))
-    close = get_close_matches(name_or_path.lower(), list(BUILTIN_MODELS), n=1, cutoff=0.75)
+    close = [] if "/" in name_or_path else get_close_matches(name_or_path.lower(), list(BUILTIN_MODELS), n=1,
+                                                             cutoff=0.75)  # OWNER/NAME is a hub id, never a typo
     if close:
         raise ModelNotFoundError(f"unknown model {name_or_path!r}: not a built-in name and no such path; did you mean "
                                  f"{close[0]!r}? (built-ins: {builtins})")

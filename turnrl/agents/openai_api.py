@@ -162,7 +162,9 @@ def parse_tool_calls(text: str) -> tuple[list[dict[str, Any]], str]:
     parsed = HermesParser().parse(text)
     calls = [{"id": call.id or f"call_{uuid.uuid4().hex[:12]}", "type": "function",
               "function": {"name": call.name, "arguments": json.dumps(call.arguments)}} for call in parsed.calls]
-    rest = re.sub(r"<tool_call>.*?</tool_call>", "", text, flags=re.S).strip() if calls else text
+    # the text around the calls; only its end is stripped, so that it is what a stream sent (which holds back
+    # trailing whitespace where tool calls are parsed: it cannot know whether a call follows)
+    rest = re.sub(r"<tool_call>.*?</tool_call>", "", text, flags=re.S).rstrip() if calls else text
     return calls, rest
 
 

@@ -57,13 +57,6 @@ from turnrl.tokens import ChatRenderer
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
-def _parameters(fn: Any) -> set[str]:
-    try:
-        return set(inspect.signature(fn).parameters)
-    except (TypeError, ValueError):
-        return set()
-
-
 class AgentServer:
     """Serve ``agent`` under the model name ``model`` on ``host:port`` (port 0 picks a free one)."""
 
@@ -79,7 +72,10 @@ class AgentServer:
                              "(`turnrl serve --api-key KEY`), or listen on 127.0.0.1")
         self.agent, self.model, self.api_key = agent, model, api_key
         self._lock = threading.Lock()
-        self._agent_streams = "on_token" in _parameters(getattr(agent, "generate", None))
+        try:  # an agent that reports its tokens as it samples them (a live stream)
+            self._agent_streams = "on_token" in inspect.signature(agent.generate).parameters
+        except (AttributeError, TypeError, ValueError):
+            self._agent_streams = False
         self.urls = Map(self.rules(), strict_slashes=False)
         self.httpd = make_server(host, port, self._wsgi, threaded=True, request_handler=_QuietHandler)
         self.thread: threading.Thread | None = None
@@ -213,9 +209,8 @@ class AgentServer:
         recorded while sampling where the agent does (the HF agent), else scored by a forward pass."""
         if c.top_logprobs is not None and len(c.top_logprobs) == len(c.token_ids):
             return [row[:k] for row in c.top_logprobs]
-        model = getattr(self.agent, "model", None)
-        if model is None or not hasattr(model, "forward"):
-            raise unsupported("top_logprobs", "this agent has no local model to score alternatives; ask for logprobs only")
+        self._check_top_logprobs(1)
+        model = self.agent.model
         if not c.token_ids:
             return []
         import torch
@@ -228,13 +223,15 @@ class AgentServer:
             values, indices = logp.topk(min(k, logp.shape[-1]), dim=-1)
         return [list(zip(i.tolist(), v.tolist())) for i, v in zip(indices, values)]
 
+    def _check_top_logprobs(self, k: int | None) -> None:
+        """Refuse alternatives (``top_logprobs`` > 0) from an agent that has no local model to rank them."""
+        model = getattr(self.agent, "model", None)
+        if k and (model is None or not hasattr(model, "forward")):
+            raise unsupported("top_logprobs", "this agent has no local model to score alternatives; ask for logprobs only")
+
     def new_id(self, kind: str) -> str:
         """A response id (``chatcmpl-…`` or ``cmpl-…``)."""
         return f"{'chatcmpl' if kind == 'chat.completion' else 'cmpl'}-{uuid.uuid4().hex[:16]}"
-
-    @staticmethod
-    def now() -> int:
-        return int(time.time())
 
     # ---- /v1/completions ----
 
@@ -262,6 +259,7 @@ class AgentServer:
         else:
             raise APIError(400, "prompt must be a non-empty string, a list of strings, or a list of token ids",
                            param="prompt")
+        self._check_top_logprobs(k)
         if k:
             params = params.model_copy(update={"top_logprobs": k})
         call = CompletionCall(prompts, params, k, bool(body.get("return_tokens_as_token_ids")))
@@ -329,6 +327,7 @@ class AgentServer:
                 raise APIError(400, f"top_logprobs must be an integer from 0 to 20, got {k!r}", param="top_logprobs")
             if not want_lp:
                 raise APIError(400, "top_logprobs requires logprobs=true", param="top_logprobs")
+            self._check_top_logprobs(k)
             if k:
                 params = params.model_copy(update={"top_logprobs": k})
         tools = body.get("tools") or None
@@ -382,7 +381,7 @@ class AgentServer:
 
     def _envelope(self, kind: str, choices: list[dict[str, Any]], prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:
         return {
-            "id": self.new_id(kind), "object": kind, "created": self.now(), "model": self.model,
+            "id": self.new_id(kind), "object": kind, "created": int(time.time()), "model": self.model,
             "system_fingerprint": None, "choices": choices,
             "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
                       "total_tokens": prompt_tokens + completion_tokens},

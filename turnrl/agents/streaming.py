@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -35,10 +36,13 @@ class TextStream:
         tokenizer: decodes the tokens.
         hold: strings whose first characters are held back until the text shows whether they follow (stop
             strings, ``<tool_call>``); the text from a complete one on is never sent as content.
+        hold_trailing_space: also hold whitespace at the end until more text follows (where tool calls are parsed,
+            the content before a call is returned without its trailing whitespace).
     """
 
-    def __init__(self, tokenizer: Any, hold: tuple[str, ...]) -> None:
+    def __init__(self, tokenizer: Any, hold: tuple[str, ...], *, hold_trailing_space: bool = False) -> None:
         self.tokenizer, self.hold = tokenizer, tuple(h for h in hold if h)
+        self.hold_trailing_space = hold_trailing_space
         self.tokens: list[int] = []
         self.logprobs: list[float] = []
         self.tops: list[Any] = []
@@ -70,9 +74,14 @@ class TextStream:
         return ready
 
     def rest(self, final: str) -> str:
-        """What of the ``final`` text has not been sent (nothing where the sent text is not its beginning)."""
+        """What of the ``final`` text has not been sent."""
         sent = "".join(p or "" for p in self.pieces[: self.sent])
-        return final[len(sent):] if final.startswith(sent) else ""
+        if final.startswith(sent):
+            return final[len(sent):]
+        # a tokenizer whose decoding is not prefix-stable (clean_up_tokenization_spaces): what was sent cannot be
+        # taken back; send the final text from where the two part, rather than lose its end
+        same = next((k for k, (a, b) in enumerate(zip(sent, final)) if a != b), min(len(sent), len(final)))
+        return final[same:] if same < len(final) else ""
 
     def chars_before(self, j: int) -> int:
         """Characters of the text before token ``j``."""
@@ -90,6 +99,8 @@ class TextStream:
                 if text.endswith(h[:k]):
                     limit = min(limit, len(text) - k)
                     break
+        if self.hold_trailing_space:
+            limit = len(text[:limit].rstrip())
         return limit
 
 
@@ -139,7 +150,11 @@ class Generation:
     def start(self) -> Generation:
         """Wait for the first token (or the end): a generation that fails before it raises here, so the request
         still gets its HTTP error status rather than an error event in a stream that already said 200."""
-        self._first = self._next()
+        try:
+            self._first = self._next()
+        except BaseException:
+            self.close()  # the client gets the error: the generation stops (where allowed)
+            raise
         if self._first[0] == "error":
             self.close()
             raise self._first[1]
@@ -198,10 +213,11 @@ def chat_events(server: Any, call: Any, body: dict[str, Any], ctx: Any) -> Itera
 
 
 def _chat_events(server: Any, call: Any, body: dict[str, Any], gen: Generation) -> Iterator[str]:
-    head = {"id": server.new_id("chat.completion"), "object": "chat.completion.chunk", "created": server.now(),
+    head = {"id": server.new_id("chat.completion"), "object": "chat.completion.chunk", "created": int(time.time()),
             "model": server.model, "system_fingerprint": None}
     hold = (*call.params.stop, *((TOOL_TAG,) if call.parse_tools else ()))
-    texts = [TextStream(server.agent.tokenizer, hold) for _ in range(call.params.n)]
+    texts = [TextStream(server.agent.tokenizer, hold, hold_trailing_space=call.parse_tools)
+             for _ in range(call.params.n)]
 
     def chunk(i: int, delta: dict[str, Any], logprobs: Any = None, finish: str | None = None) -> str:
         return sse({**head, "choices": [{"index": i, "delta": delta, "logprobs": logprobs, "finish_reason": finish}]})
@@ -222,7 +238,10 @@ def _chat_events(server: Any, call: Any, body: dict[str, Any], gen: Generation) 
         i, message = choice["index"], choice["message"]
         rest = s.rest(message["content"] or "")
         entries = (choice["logprobs"] or {}).get("content")
-        if entries is not None:
+        if entries is not None and message.get("tool_calls"):  # the text left around the calls, in one piece
+            if rest or entries[s.sent:]:
+                yield chunk(i, {"content": rest}, {"content": entries[s.sent:], "refusal": None})
+        elif entries is not None:
             pieces = remainder(token_pieces(server.agent.tokenizer, c.token_ids), s.sent, len(rest))
             for entry, piece in zip(entries[s.sent:], pieces):
                 yield chunk(i, {"content": piece}, {"content": [entry], "refusal": None})
@@ -244,7 +263,7 @@ def completion_events(server: Any, call: Any, body: dict[str, Any], ctx: Any) ->
 
 
 def _completion_events(server: Any, call: Any, body: dict[str, Any], gen: Generation) -> Iterator[str]:
-    head = {"id": server.new_id("text_completion"), "object": "text_completion", "created": server.now(),
+    head = {"id": server.new_id("text_completion"), "object": "text_completion", "created": int(time.time()),
             "model": server.model}
     hold = () if call.as_ids else call.params.stop  # token-level clients get every token's text
     texts = [TextStream(server.agent.tokenizer, hold) for _ in range(call.params.n * len(call.prompts))]

@@ -36,6 +36,7 @@ class Engine:
     def __init__(self, agent: Any, *, timeout: float = 600.0, window: float = 0.01, own_thread: bool = True) -> None:
         self.agent, self.timeout, self.window = agent, timeout, window
         self.streaming = getattr(agent, "agenerate_one", None) is not None
+        self.reports_tokens = self.streaming and "on_token" in inspect.signature(agent.agenerate_one).parameters
         self._closed = False
         self._thread: threading.Thread | None = None
         threads = _torch_threads()
@@ -110,7 +111,7 @@ class Engine:
     def _submit(self, prompt: list[int], params: SamplingParams, seed: int | None, choice: int,
                 session: str | None, on_token: Any = None) -> cf.Future:
         if self.streaming:
-            extra = {"on_token": on_token} if on_token is not None else {}
+            extra = {"on_token": on_token} if on_token is not None and self.reports_tokens else {}
             if choice:
                 extra["choice"] = choice
             coro = self.agent.agenerate_one(prompt, params, seed=seed, session=session, **extra)
