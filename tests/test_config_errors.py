@@ -60,3 +60,14 @@ def test_the_train_command_prints_it_on_one_line(tmp_path):
                              "'temperature'?\n")
     result = CliRunner().invoke(app, ["train", str(path), "steps"])
     assert result.exit_code == 2 and result.output == "error: override must be key.sub=value, got 'steps'\n"
+
+
+def test_an_override_through_a_value_names_the_override(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text(BASE)
+    for overrides, where in ((["rollout.temperature=0.5", "rollout.temperature.x=1"], "rollout.temperature"),
+                             (["env=foo", "env.id=x"], "env")):
+        with pytest.raises(ValueError) as info:
+            load_config(path, overrides)
+        message = config_error(info.value, path, overrides)
+        assert message.startswith(f"override {overrides[1]}: {where} is a value") and str(path) not in message

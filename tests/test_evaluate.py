@@ -179,7 +179,7 @@ def test_replies_cut_at_max_new_tokens_are_counted_apart(tmp_path):
     assert sum(m["outcomes"].values()) == 16 and m["token_limit_rate"] == len(cut) / 16
     report = (tmp_path / "report.md").read_text()
     assert f"| token limit | {len(cut)} | {len(cut) / 16:.3f} |" in report
-    assert "- *token limit*: the last reply was cut at max_new_tokens (12)" in report
+    assert "- *token limit*: the last reply was cut at its token limit (12)" in report
     assert "(failed: token limit, 1 turn(s), reward 0)" in report
     assert "> **assistant, turn 0, reward 0, cut at max_new_tokens (12 tokens)**: Let me think" in report
     fig = figure(m, rows, "t", max_new_tokens=12)
@@ -342,3 +342,34 @@ def test_eval_resume_refuses_other_settings_before_loading_a_model(tmp_path):
     assert result.exit_code == 2 and "holds trajectories but no run.json" in result.output
     result = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "new"), "--resume"])
     assert result.exit_code == 0 and "holds no earlier evaluation; evaluating every episode" in result.output
+
+
+def test_outcome_precedence_a_graded_answer_outranks_an_earlier_tool_error_and_a_short_cut_is_a_token_limit():
+    from turnrl.rl.run.eval_report import outcome
+    from turnrl.types import Message, Trajectory, Turn
+
+    def turn(text, **info):
+        return Turn(index=0, action=Message(role="assistant", content=text), info=info)
+
+    failed_call = turn("<tool_call>…</tool_call>", tool_calls=[{"name": "calculator"}], error="bad expression")
+    wrong = turn("The answer is 5.", correct=False, extracted="5")
+    assert outcome(Trajectory(turns=[failed_call, wrong])) == "wrong"
+    assert outcome(Trajectory(turns=[failed_call, turn("I give up.", correct=False, extracted=None)])) == "tool error"
+    # cut below max_new_tokens by a limit of the request's own (a gateway program's max_tokens), not the context
+    short = Trajectory(turns=[turn("Let me", finish_reason="length")])
+    short.turns[0].token_span = (10, 14)
+    assert outcome(short, max_new_tokens=64) == "token limit"
+    short.turns[0].info["cut_by"] = "context"  # the rollout's mark: the context's room was the smaller budget
+    assert outcome(short, max_new_tokens=64) == "context limit"
+
+
+def test_resume_with_a_smaller_limit_keeps_the_episodes_past_it(tmp_path):
+    agent = ScriptedAgent(tiny_tokenizer("chatml"), _arithmetic_policy)
+    kwargs = dict(params=SamplingParams(temperature=0.0, max_new_tokens=12), agent_name="scripted", out=tmp_path)
+    evaluate(agent, "turnrl/Arithmetic-v0", limit=4, **kwargs)
+    m = evaluate(agent, "turnrl/Arithmetic-v0", limit=2, resume=True, **kwargs)
+    assert m["resumed_episodes"] == 2 and len((tmp_path / "items.jsonl").read_text().splitlines()) == 2
+    assert len((tmp_path / "trajectories.jsonl").read_text().splitlines()) == 4  # the other two are kept
+    calls = len(agent.calls)
+    m = evaluate(agent, "turnrl/Arithmetic-v0", limit=4, resume=True, **kwargs)
+    assert m["resumed_episodes"] == 4 and len(agent.calls) == calls  # nothing played again

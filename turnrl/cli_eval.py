@@ -126,7 +126,7 @@ def eval_cmd(
     settings = settings_of(env, env_kwargs, samples, seed, params, max_context, agent)
     if resume:  # refuse a mismatch before loading a model
         try:
-            previous_episodes(Path(out), settings, set())
+            previous_episodes(Path(out), settings)
         except ValueError as e:
             fail(str(e))
         if not (Path(out) / "run.json").is_file():

@@ -298,10 +298,13 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> TrainCo
         pydantic.ValidationError: the config does not validate (:func:`config_error` says it in one line).
     """
     data = yaml.safe_load(Path(path).read_text()) or {}
-    for (*parents, leaf), value, _ in parse_overrides(overrides):
+    for (*parents, leaf), value, item in parse_overrides(overrides):
         node = data
-        for p in parents:
+        for n, p in enumerate(parents):
             node = node.setdefault(p, {})
+            if not isinstance(node, dict):  # e.g. rollout.temperature.x=1: temperature is a value, not a section
+                raise ValueError(f"override {item}: {'.'.join(parents[: n + 1])} is a value ({node!r}), not a "
+                                 "section with keys")
         node[leaf] = value
     return TrainConfig.model_validate(data)
 

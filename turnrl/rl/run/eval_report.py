@@ -3,9 +3,9 @@
 :mod:`turnrl.rl.run.evaluate`).
 
 Each episode has one outcome (:func:`outcome`): ``correct``, or why not, in this order of precedence: the rollout
-failed (``error``), its last reply was cut at ``max_new_tokens`` (``token limit``), its context was full
-(``context limit``), it ran out of turns (``turn limit``), a tool call failed (``tool error``), no final answer
-was found (``no answer``), or the answer was ``wrong``.
+failed (``error``), its last reply was cut at its token limit (``token limit``), its context was full
+(``context limit``), it ran out of turns (``turn limit``), its final answer was ``wrong``, a tool call failed and
+no answer came (``tool error``), or no final answer was found (``no answer``).
 """
 
 from __future__ import annotations
@@ -25,10 +25,12 @@ FAILURES = ("error", "token limit", "context limit", "turn limit", "tool error",
 OUTCOMES = ("correct", *FAILURES)
 EXPLAINED = {
     "error": "the rollout failed (the environment or the model raised; see the episode's error)",
-    "token limit": "the last reply was cut at max_new_tokens{limit} before it ended: raise --max-new-tokens",
-    "context limit": "the episode filled its context (max_context): raise --max-context",
+    "token limit": "the last reply was cut at its token limit{limit} before it ended: raise it (`turnrl eval "
+                   "--max-new-tokens`, `rollout.max_new_tokens` in a training config, or the program's max_tokens)",
+    "context limit": "the episode filled its context: raise it (`turnrl eval --max-context`, `rollout.max_context` "
+                     "in a training config)",
     "turn limit": "the episode used all its turns without a final answer",
-    "tool error": "a tool call failed",
+    "tool error": "a tool call failed and no final answer came",
     "no answer": "the reply ended without a final answer the verifier could find",
     "wrong": "the final answer was wrong",
 }
@@ -64,16 +66,19 @@ def outcome(traj: Trajectory, max_new_tokens: int | None = None) -> str:
     if traj.error is not None:
         return "error"
     last = traj.turns[-1] if traj.turns else None
+    by_context = traj.metadata.get("truncated_by") == "context"
     if last is not None and last.info.get("finish_reason") == "length":
-        return "token limit" if cut_at_token_limit(last, max_new_tokens) else "context limit"
+        # the rollout marks a reply the context's room cut; other cuts below max_new_tokens are a limit of the
+        # request's own (a gateway program's max_tokens)
+        return "context limit" if last.info.get("cut_by") == "context" else "token limit"
     if traj.truncated:
-        return "context limit" if traj.metadata.get("truncated_by") == "context" else "turn limit"
+        return "context limit" if by_context else "turn limit"
+    graded = [t for t in traj.turns if t.info.get("correct") is not None]
+    if graded and not (graded[-1].info.get("extracted") is None and "extracted" in graded[-1].info):
+        return "wrong"  # an answer was graded (an earlier failed tool call did not decide the episode)
     if any(t.info.get("tool_calls") and t.info.get("error") for t in traj.turns):
         return "tool error"
-    graded = [t for t in traj.turns if t.info.get("correct") is not None]
-    if not graded or (graded[-1].info.get("extracted") is None and "extracted" in graded[-1].info):
-        return "no answer"
-    return "wrong"
+    return "no answer"
 
 
 def failure_reason(traj: Trajectory, max_new_tokens: int | None = None) -> str | None:

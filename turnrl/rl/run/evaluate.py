@@ -10,7 +10,9 @@ Interrupted (Ctrl-C, or SIGTERM where the caller turns it into ``KeyboardInterru
 metrics and plot of the episodes that finished, says so in them, and raises :class:`EvaluationInterrupted`.
 ``resume=True`` then keeps the finished episodes of ``OUT/trajectories.jsonl`` — where ``OUT/run.json`` shows the
 same settings (environment and its kwargs, samples, seed, sampling, context, agent) — and plays only the others;
-the items come out as an uninterrupted run's (one per task and sample, in order).
+the items come out as an uninterrupted run's (one per task and sample, in order; the same episodes where each is
+sampled from its own seed or greedily — an agent sampling a batch from one seed draws other samples for a batch that
+starts elsewhere). Finished episodes past a smaller ``limit`` stay in ``trajectories.jsonl``.
 """
 
 from __future__ import annotations
@@ -139,8 +141,8 @@ def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def previous_episodes(out: Path, settings: dict[str, Any], keys: set[str]) -> dict[str, Trajectory]:
-    """The finished episodes of an earlier evaluation in ``out`` that this one (``settings``, job ``keys``) reuses.
+def previous_episodes(out: Path, settings: dict[str, Any]) -> dict[str, Trajectory]:
+    """The finished episodes of an earlier evaluation in ``out`` (``settings`` must be its own), by job key.
 
     Raises:
         ValueError: ``out`` holds trajectories but no ``run.json``, or one written with other settings.
@@ -157,10 +159,10 @@ def previous_episodes(out: Path, settings: dict[str, Any], keys: set[str]) -> di
                          if theirs.get(k) != mine.get(k))
         raise ValueError(f"--resume: {out} was evaluated with other settings ({diff}); rerun with the same options "
                          "to resume it, or evaluate into another --out")
-    found: dict[str, Trajectory] = {}
+    found: dict[str, Trajectory] = {}  # every finished episode once, those this evaluation does not reuse too
     for traj in _read_finished(stream):
         key = traj.metadata.get("job")
-        if key in keys and key not in found:
+        if key is not None and key not in found:
             found[key] = traj
     return found
 
@@ -224,13 +226,15 @@ def evaluate(
     max_new = params.max_new_tokens
     settings = eval_settings(env_id, env_kwargs, samples, seed, params, max_context, agent_name, context)
     out_dir = Path(out) if out is not None else None
-    previous = previous_episodes(out_dir, settings, set(by_key)) if resume and out_dir is not None else {}
+    found = previous_episodes(out_dir, settings) if resume and out_dir is not None else {}
+    previous = {k: t for k, t in found.items() if k in by_key}
     stream = out_dir / "trajectories.jsonl" if out_dir is not None else None
     if out_dir is not None and stream is not None:
         out_dir.mkdir(parents=True, exist_ok=True)
         (out_dir / "run.json").write_text(json.dumps({"settings": settings, "limit": limit}, indent=2, default=str))
-        tmp = stream.with_name("trajectories.tmp.jsonl")  # the reused episodes, in job order; the new ones follow
-        write_jsonl(sorted(previous.values(), key=lambda t: by_key[t.metadata["job"]][0]), tmp)
+        tmp = stream.with_name("trajectories.tmp.jsonl")  # the reused episodes in job order, those past the limit,
+        beyond = [t for k, t in found.items() if k not in by_key]  # then the new ones
+        write_jsonl(sorted(previous.values(), key=lambda t: by_key[t.metadata["job"]][0]) + beyond, tmp)
         tmp.replace(stream)
 
     rows: dict[str, dict[str, Any]] = {}
@@ -285,7 +289,8 @@ def evaluate(
     done = [j for j in jobs if j.key in rows]
     wall = time.perf_counter() - t0
     metrics = summarize([rows[j.key] for j in done], samples)
-    metrics.update(probe.unwrapped.summarize_episodes([light[j.key] for j in done]))  # the environment's own figures
+    if done:  # the environment's own figures (user code: not asked about nothing)
+        metrics.update(probe.unwrapped.summarize_episodes([light[j.key] for j in done]))
     metrics["wall_seconds"] = round(wall, 2)
     metrics["generated_tokens_per_second"] = round(generated / wall, 2) if wall > 0 else 0.0
     metrics["split"] = getattr(probe, "split", None)

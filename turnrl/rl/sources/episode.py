@@ -34,6 +34,7 @@ class Episode:
     window_start: int = 0  # token index where the current window began
     window_used: int = 0  # tokens generated in the current window
     cut_by_window: bool = False  # the last generation budget was the window's (not the turn's or the context's)
+    cut_by_context: bool = False  # the last generation budget was the context's room (less than the turn's)
     session: str = field(default_factory=lambda: uuid.uuid4().hex)  # names its KV cache in the agent
     prefill_tokens: int = 0  # prompt tokens the agent ran through the model (not served from its KV cache)
     cached_tokens: int = 0  # prompt tokens served from the agent's KV cache of this episode

@@ -223,7 +223,9 @@ class Rollout:
         strings (the rollout's and the env's) and its seed (with its own stream: one per turn and piece)."""
         stop = tuple(dict.fromkeys(self.params.stop + tuple(getattr(ep.env.unwrapped, "stop", ()) or ())))
         in_turn = len(ep.tokens) - ep.turn_start if ep.turn_start is not None else 0
-        budget = min(self.params.max_new_tokens - in_turn, self.max_context - (len(ep.tokens) - ep.context_start))
+        room = self.max_context - (len(ep.tokens) - ep.context_start)
+        budget = min(self.params.max_new_tokens - in_turn, room)
+        ep.cut_by_context = room < self.params.max_new_tokens - in_turn
         ep.cut_by_window = window is not None and window - ep.window_used < budget
         if ep.cut_by_window:
             budget = window - ep.window_used  # type: ignore[operator]
@@ -339,7 +341,8 @@ class Rollout:
         turn = Turn(
             index=len(ep.traj.turns), role=info.get("role", ep.role), action=action, observation=list(obs),
             reward=reward, terminated=terminated, truncated=truncated,
-            info={**info, "finish_reason": completion.finish_reason, **({"rewritten": True} if ep.rewritten else {})},
+            info={**info, "finish_reason": completion.finish_reason, **({"rewritten": True} if ep.rewritten else {}),
+                  **({"cut_by": "context"} if completion.finish_reason == "length" and ep.cut_by_context else {})},
             token_span=span,
         )
         ep.rewritten = False
