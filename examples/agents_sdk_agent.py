@@ -56,8 +56,8 @@ set_tracing_disabled(True)  # never upload traces to OpenAI
 
 MAX_TURNS = 4  # model calls per task
 MAX_TOKENS = 96  # tokens per model call
-HINT = ("You can use a calculator: write <tool_call>{\"name\": \"calculator\", \"arguments\": {\"expression\": "
-        "\"2 + 2\"}}</tool_call> and wait for the result. When you know the answer, reply with it.")
+# The server describes the tool (its template, or turnrl's gateway for templates that cannot render tools).
+HINT = "Use the calculator tool for arithmetic. When you know the answer, reply with it."
 
 _OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
         ast.USub: operator.neg, ast.UAdd: operator.pos}

@@ -34,8 +34,8 @@ TOOLS = [{
                        "required": ["expression"]},
     },
 }]
-HINT = ("You can use a calculator: write <tool_call>{\"name\": \"calculator\", \"arguments\": {\"expression\": "
-        "\"2 + 2\"}}</tool_call> and wait for the result. When you know the answer, reply with it.")
+# The server describes the tool (its template, or turnrl's gateway for templates that cannot render tools).
+HINT = "Use the calculator tool for arithmetic. When you know the answer, reply with it."
 
 _OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
         ast.USub: operator.neg, ast.UAdd: operator.pos}

@@ -21,6 +21,7 @@ import re
 import socket
 import subprocess
 import sys
+import threading
 import zipfile
 from dataclasses import dataclass
 from difflib import get_close_matches
@@ -150,11 +151,19 @@ def hub_unreachable(timeout: float = 3.0) -> str | None:
     if proxy and not proxy_bypass(host):
         purl = urlsplit(proxy if "://" in proxy else f"http://{proxy}")
         host, port = purl.hostname or "", purl.port or 80
-    try:
-        socket.create_connection((host, port), timeout=timeout).close()
-    except OSError as e:
-        return f"cannot reach {endpoint} ({host}:{port}: {e})"
-    return None
+    result: list[str | None] = []
+
+    def attempt() -> None:  # the name lookup too, which create_connection's timeout does not bound
+        try:
+            socket.create_connection((host, port), timeout=timeout).close()
+            result.append(None)
+        except OSError as e:
+            result.append(f"cannot reach {endpoint} ({host}:{port}: {e})")
+
+    thread = threading.Thread(target=attempt, daemon=True)
+    thread.start()
+    thread.join(timeout + 0.5)
+    return result[0] if result else f"cannot reach {endpoint} ({host}:{port}: no answer within {timeout:g} s)"
 
 
 def _hub_model(repo: str) -> str:
