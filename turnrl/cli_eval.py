@@ -9,7 +9,7 @@ import shlex
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
@@ -81,6 +81,26 @@ def dataset_interrupted(ctx: typer.Context, out: str, total: int, code: int) -> 
          f"{out}.partial.jsonl); a rerun keeps every task whose episodes all finished and samples the rest")
     _say(f"to finish: {resume_command(ctx)}")
     return typer.Exit(code)
+
+
+def dataset_progress(ctx: typer.Context, out: str, what: str, total: int,
+                     work: Callable[[Callable[[Any], None]], dict[str, Any]], *, transient: bool = False
+                     ) -> dict[str, Any]:
+    """Run ``work(on_episode)`` — a dataset command's episodes — under a progress bar of ``total`` episodes: a bad
+    setting (``ValueError``) is one error line, Ctrl-C or SIGTERM says what was kept and how to finish
+    (:func:`dataset_interrupted`)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with interruptible() as stop, Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                           TimeElapsedColumn(), console=console, transient=transient) as progress:
+        bar = progress.add_task(what, total=total)
+        try:
+            return work(lambda _: progress.advance(bar))
+        except ValueError as e:
+            fail(str(e))
+        except KeyboardInterrupt:
+            progress.stop()
+            raise dataset_interrupted(ctx, out, total, stop["code"]) from None
 
 
 def eval_cmd(
@@ -217,7 +237,6 @@ def rollout(
     """Sample an offline dataset for dqo, dpo and rft: SAMPLES episodes of each task with their rewards, the agent's
     log-probabilities and identity, as Trajectories; resumable (tasks already in --out are skipped; Ctrl-C or
     SIGTERM keeps what finished and prints the command that finishes the rest)."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from turnrl.agents import SamplingParams
     from turnrl.rl.sources.collect import rollout_dataset
@@ -225,18 +244,9 @@ def rollout(
     env_kwargs = parse_kwargs(kw)
     _, the_agent, n = _dataset_run(env, env_kwargs, out, agent, batch_size, tokenizer, tasks, "tasks")
     params = SamplingParams(temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens)
-    with interruptible() as stop, Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                           TimeElapsedColumn(), console=console) as progress:
-        bar = progress.add_task(env, total=n * samples)
-        try:
-            g = rollout_dataset(the_agent, agent, env, out=out, tasks=tasks, samples=samples, params=params,
-                                env_kwargs=env_kwargs, seed=seed, batch_episodes=batch_size,
-                                max_context=max_context, on_episode=lambda _: progress.advance(bar))
-        except ValueError as e:
-            fail(str(e))
-        except KeyboardInterrupt:
-            progress.stop()
-            raise dataset_interrupted(ctx, out, n * samples, stop["code"]) from None
+    g = dataset_progress(ctx, out, env, n * samples, lambda on_episode: rollout_dataset(
+        the_agent, agent, env, out=out, tasks=tasks, samples=samples, params=params, env_kwargs=env_kwargs, seed=seed,
+        batch_episodes=batch_size, max_context=max_context, on_episode=on_episode))
     _say(f"{int(g['episodes'])} episodes of {int(g['tasks'])} tasks in {g['out']} "
          f"({int(g['new_episodes'])} new, {int(g['skipped_tasks'])} tasks already written) by {agent}: "
          f"success rate {g['success_rate']:.3f}, mean reward {g['mean_reward']:.3f}, "

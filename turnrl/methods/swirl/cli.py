@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from turnrl.cli_eval import dataset_interrupted, interruptible
+from turnrl.cli_eval import dataset_progress
 from turnrl.cli_shared import (
     DataTokenizerOption,
     ImportOption,
@@ -15,7 +15,6 @@ from turnrl.cli_shared import (
     _check_out,
     _dataset_run,
     _say,
-    console,
     fail,
     parse_kwargs,
 )
@@ -62,7 +61,6 @@ def swirl_generate(
     keeps failing is skipped after --retries rounds and counted. The environment's few-shot demonstrations help the
     generating model and are taken out of what is stored (--keep-demos keeps them). Ctrl-C or SIGTERM keeps what
     finished and prints the command that finishes the rest."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from turnrl.methods.swirl.generate import generate
 
@@ -73,19 +71,10 @@ def swirl_generate(
     if not getattr(probe.unwrapped, "stop", ()):
         _say(f"note: {env} declares no stop strings, so a turn may hold several steps; SWiRL's format is "
              "--kw tool_style=swirl")
-    with interruptible() as stop, Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                           TimeElapsedColumn(), console=console, transient=True) as progress:
-        bar = progress.add_task(env, total=n * samples)
-        try:
-            g = generate(the_agent, agent, env, env_kwargs, out=out, tasks=tasks, samples=samples,
-                         temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens, seed=seed,
-                         retries=retries, batch_episodes=batch_size, max_context=max_context,
-                         keep_demos=keep_demos, on_episode=lambda _: progress.advance(bar))
-        except ValueError as e:
-            fail(str(e))
-        except KeyboardInterrupt:
-            progress.stop()
-            raise dataset_interrupted(ctx, out, n * samples, stop["code"]) from None
+    g = dataset_progress(ctx, out, env, n * samples, lambda on_episode: generate(
+        the_agent, agent, env, env_kwargs, out=out, tasks=tasks, samples=samples, temperature=temperature, top_p=top_p,
+        max_new_tokens=max_new_tokens, seed=seed, retries=retries, batch_episodes=batch_size, max_context=max_context,
+        keep_demos=keep_demos, on_episode=on_episode), transient=True)
     _say(f"{int(g['episodes'])} trajectories of {int(g['tasks'])} questions in {g['out']} by {agent}: success rate "
          f"{g['success_rate']:.3f}, tool-call rate {g['tool_call_rate']:.3f}, {g['steps_per_trajectory']:.2f} steps per "
          f"trajectory, {int(g['errors'])} errors; {int(g['skipped_questions'])} questions skipped after {retries} "
