@@ -91,6 +91,11 @@ def tool_choice(choice: Any, tools: Any) -> bool:
                        "guarantee; use \"auto\" (the model decides) or \"none\"")
 
 
+def common_prefix(a: str, b: str) -> int:
+    """How many leading characters ``a`` and ``b`` share."""
+    return next((k for k, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+
+
 def token_pieces(tok: Any, ids: list[int]) -> list[str]:
     """Each generated token's share of the decoded text (special tokens contribute nothing)."""
     out, prev = [], ""
@@ -99,9 +104,7 @@ def token_pieces(tok: Any, ids: list[int]) -> list[str]:
         if text.endswith("\ufffd") and i + 1 < len(ids):  # half a character: it comes with the next token
             out.append("")
             continue
-        same = len(prev) if text.startswith(prev) else next(
-            (k for k, (a, b) in enumerate(zip(prev, text)) if a != b), min(len(prev), len(text)))
-        out.append(text[same:])
+        out.append(text[common_prefix(prev, text):])
         prev = text
     return out
 

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from turnrl.agents.openai_api import APIError, sse, token_pieces
+from turnrl.agents.openai_api import APIError, common_prefix, sse, token_pieces
 
 TOOL_TAG = "<tool_call>"
 
@@ -50,6 +50,7 @@ class TextStream:
         self.text = ""
         self.sent = 0  # tokens sent
         self.chars = 0  # characters sent
+        self.offsets: list[int] = []  # where each sent token's text begins
 
     def push(self, token: int, logprob: float, top: Any = None) -> list[int]:
         """Add a token; returns the indices of the tokens that can be sent now (in order)."""
@@ -60,15 +61,14 @@ class TextStream:
         if text.endswith("\ufffd"):
             self.pieces.append(None)
             return []
-        same = len(self.text) if text.startswith(self.text) else next(
-            (k for k, (a, b) in enumerate(zip(self.text, text)) if a != b), min(len(self.text), len(text)))
         self.pieces = ["" if p is None else p for p in self.pieces]  # half characters: completed by this token
-        self.pieces.append(text[same:])
+        self.pieces.append(text[common_prefix(self.text, text):])
         self.text = text
         limit = self.safe_length(text)
         ready = []
         while self.sent < len(self.pieces) and self.chars + len(self.pieces[self.sent] or "") <= limit:
             ready.append(self.sent)
+            self.offsets.append(self.chars)
             self.chars += len(self.pieces[self.sent] or "")
             self.sent += 1
         return ready
@@ -76,16 +76,10 @@ class TextStream:
     def rest(self, final: str) -> str:
         """What of the ``final`` text has not been sent."""
         sent = "".join(p or "" for p in self.pieces[: self.sent])
-        if final.startswith(sent):
-            return final[len(sent):]
-        # a tokenizer whose decoding is not prefix-stable (clean_up_tokenization_spaces): what was sent cannot be
-        # taken back; send the final text from where the two part, rather than lose its end
-        same = next((k for k, (a, b) in enumerate(zip(sent, final)) if a != b), min(len(sent), len(final)))
-        return final[same:] if same < len(final) else ""
-
-    def chars_before(self, j: int) -> int:
-        """Characters of the text before token ``j``."""
-        return sum(len(p or "") for p in self.pieces[:j])
+        # from where the two part: all that follows the sent text, or — with a tokenizer whose decoding is not
+        # prefix-stable (clean_up_tokenization_spaces), where what was sent cannot be taken back — the final text
+        # from its first difference, rather than lose its end
+        return final[common_prefix(sent, final):]
 
     def safe_length(self, text: str) -> int:
         """How much of ``text`` cannot change: up to the first held string, or a partial one at its end."""
@@ -277,7 +271,7 @@ def _completion_events(server: Any, call: Any, body: dict[str, Any], gen: Genera
         if call.k is not None:
             for j in ready:
                 yield chunk(i, s.pieces[j] or "", server.completion_lp(call, s.tokens[j], s.logprobs[j], s.tops[j],
-                                                                     s.chars_before(j)))
+                                                                     s.offsets[j]))
         elif ready and (text := "".join(s.pieces[j] or "" for j in ready)):
             yield chunk(i, text)
     envelope, outs = gen.result
