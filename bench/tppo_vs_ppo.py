@@ -23,12 +23,13 @@ import tempfile
 from pathlib import Path
 
 
-def train(name: str, out: Path, args: argparse.Namespace, window: int) -> list[tuple[int, float, float]]:
+def train(name: str, out: Path, args: argparse.Namespace, window: int, train_on: str = "window"
+          ) -> list[tuple[int, float, float]]:
     """Train one run; returns (step, training seconds so far, held-out success) at each evaluation."""
     overrides = [
         "model=" + args.model, "env.id=turnrl/Arithmetic-v0", "env.kwargs.level=1", "env.kwargs.split=train",
         "env.kwargs.answer_format=auto", "env.eval_kwargs.split=test", "algorithm.name=tppo",
-        f"algorithm.window={window}", f"algorithm.value_warmup_steps={args.warmup}",
+        f"algorithm.window={window}", f"algorithm.train_on={train_on}", f"algorithm.value_warmup_steps={args.warmup}",
         f"rollout.prompts_per_step={args.prompts}", f"rollout.group_size={args.group}",
         f"rollout.max_new_tokens={args.max_new}", "rollout.temperature=0.8", "optim.lr=2e-5",
         "optim.minibatch_size=8", f"optim.grad_accum={max(args.prompts * args.group // 8, 1)}",
@@ -38,6 +39,11 @@ def train(name: str, out: Path, args: argparse.Namespace, window: int) -> list[t
     cmd = [sys.executable, "-m", "turnrl", "train", "configs/quickstart.yaml", *overrides, "--no-resume"]
     print(f"[{name}] {' '.join(cmd[2:])}", flush=True)
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL if args.quiet else None)
+    return points(out)
+
+
+def points(out: Path) -> list[tuple[int, float, float]]:
+    """(step, training seconds so far, held-out success) at each evaluation of the run in ``out``."""
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if line.strip()]
     spent, points = 0.0, []
     for row in rows:
@@ -60,6 +66,10 @@ def main() -> None:
     p.add_argument("--eval-tasks", type=int, default=64)
     p.add_argument("--max-new", type=int, default=256, help="max_new_tokens (the baseline's window)")
     p.add_argument("--window", type=int, default=64, help="T-PPO's window W")
+    p.add_argument("--train-on", choices=["window", "finished"], default="window",
+                   help="T-PPO's algorithm.train_on: each step's newest windows (the paper) or finished episodes whole")
+    p.add_argument("--skip-baseline", default=None, metavar="DIR",
+                   help="read the PPO run from DIR/ppo (an earlier --out) instead of training it again")
     p.add_argument("--warmup", type=int, default=5, help="critic warm-up steps")
     p.add_argument("--prompts", type=int, default=4)
     p.add_argument("--group", type=int, default=8)
@@ -69,8 +79,12 @@ def main() -> None:
     args = p.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(args.out or tmp)
-        base = train(f"PPO (W = {args.max_new})", root / "ppo", args, args.max_new)
-        tppo = train(f"T-PPO (W = {args.window})", root / "tppo", args, args.window)
+        if args.skip_baseline:
+            base = points(Path(args.skip_baseline) / "ppo")
+        else:
+            base = train(f"PPO (W = {args.max_new})", root / "ppo", args, args.max_new)
+        tppo = train(f"T-PPO (W = {args.window}, train_on = {args.train_on})", root / f"tppo-{args.train_on}", args,
+                     args.window, args.train_on)
     print(f"\nheld-out success (greedy, {args.eval_tasks} test tasks) by training seconds:")
     print(f"{'step':>5} | {'PPO s':>8} {'success':>8} | {'T-PPO s':>8} {'success':>8}")
     for (step, s1, v1), (_, s2, v2) in zip(base, tppo):

@@ -205,3 +205,53 @@ def test_every_turn_of_an_episode_runs_on_its_worker_which_keeps_its_kv_cache(tm
     for tr in trajs:
         assert tr.metadata["kv_events"] == {"new": 1, "hit": 2}
     assert info["cache_hit_share"] > 0.5 and info["kv_evicted"] == 0
+
+
+def test_tppo_on_ray_continues_each_unfinished_episode_on_its_own_worker(tmp_path):
+    cfg = config(tmp_path, steps=4, algorithm={"name": "tppo", "window": 2, "value_warmup_steps": 1},
+                 save_trajectories=True)
+    t = trainer(cfg)
+    try:
+        history = t.train()
+    finally:
+        t.close()
+    assert sum(h["carried_episodes"] for h in history[1:]) > 0 and all(h["lost_episodes"] == 0 for h in history[1:])
+    assert all(h.get("staleness_max", 0) == 0 for h in history[1:])  # every window under the current weights
+    from turnrl.storage import read_jsonl
+
+    workers: dict[str, set[int]] = {}
+    trained: dict[str, list[int]] = {}
+    for step in range(1, 5):
+        for tr in read_jsonl(tmp_path / "train" / f"step-{step}" / "trajectories.jsonl"):
+            job = tr.metadata["job"]
+            workers.setdefault(job, set()).add(tr.metadata["worker"])
+            start = tr.metadata.get("window_start", 0)
+            trained.setdefault(job, []).extend(i for i, m in enumerate(tr.loss_mask) if m and i >= start)
+    assert any(len(p) > 2 for p in trained.values())  # episodes that spanned windows
+    assert all(len(w) == 1 for w in workers.values())  # one worker per episode, window after window
+    assert all(p == sorted(set(p)) for p in trained.values())  # every generated token trained once, in order
+
+
+def test_tppo_on_ray_plays_the_episodes_of_a_killed_worker_again_and_trains_none_twice(tmp_path):
+    cfg = config(tmp_path, steps=4, algorithm={"name": "tppo", "window": 1, "train_on": "finished"})
+    t = trainer(cfg)
+    try:
+        first, _ = t.source.collect(0)
+        held = {j.key for j in t.source.carry if t.source.player.owner[j.key] == 1}
+        assert held  # worker 1 holds unfinished episodes
+        ray.kill(t.runner.workers[1], no_restart=False)
+        second, info = t.source.collect(1)
+        lost = {j.key for j in t.source.replay}
+        third, again = t.source.collect(2)
+        waiting = {j.key for j in t.source.carry + t.source.replay}
+        waiting |= {tr.metadata["job"] for group in t.source.waiting.values() for tr in group}
+    finally:
+        t.close()
+    # its episodes in play are lost (and, had the call reached the dead process, the new jobs it was given)
+    assert held <= lost and info["lost_episodes"] == len(lost) and info["worker_restarts"] >= 1
+    assert again["regenerated_episodes"] > 0
+    keys = [tr.metadata["job"] for tr in first + second + third]
+    assert len(keys) == len(set(keys))  # no finished episode twice
+    assert not lost & {tr.metadata["job"] for tr in second}  # nothing of a lost episode is trained
+    assert lost <= waiting | {tr.metadata["job"] for tr in third}  # each plays again from the start (or finished)
+    assert all(not tr.metadata.get("partial") for tr in first + second + third)

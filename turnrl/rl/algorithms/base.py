@@ -25,7 +25,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 from turnrl.rl.core.batch import Batch
-from turnrl.rl.formulas.advantages import zero_variance_groups
+from turnrl.rl.formulas.advantages import window_mask, zero_variance_groups
 from turnrl.rl.formulas.losses import AggMode, agg_count, aggregate, behaviour_weights, clipped_surrogate, masked_nll
 from turnrl.types import Trajectory
 from turnrl.utils import load_entry
@@ -188,6 +188,11 @@ class Algorithm:
     def batch_metrics(self, batch: Batch) -> dict[str, float]:
         """Figures of a prepared batch to report with the step (default: none)."""
         return {}
+
+    def policy_mask(self, batch: Batch) -> torch.Tensor:
+        """The generated tokens an update trains the policy on (the staleness and log-probability-gap metrics cover
+        these): each sequence's current window — the whole response unless it was played in windows."""
+        return window_mask(batch.loss_mask, batch.window_start)
 
     def advantages(self, batch: Batch, max_new_tokens: int, values: torch.Tensor | None = None,
                    bootstrap: torch.Tensor | None = None, ref_logp: torch.Tensor | None = None

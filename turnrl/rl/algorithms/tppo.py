@@ -14,6 +14,12 @@ WindowedSource`). The learner then trains on every episode that generated in thi
 
 With W at least the longest response every episode finishes in its first window and T-PPO is PPO with these
 options.
+
+``train_on: finished`` keeps the windows and the carry-over but trains a group only once all of its episodes have
+finished, on all of their tokens with PPO's GAE (the "partial rollouts" of Kimi k1.5, by whole groups): no
+unfinished response is scored by the critic alone. The tokens of earlier windows were sampled by older policy
+versions — as many versions back as the windows an episode took — which the staleness metrics show and
+``optim.recompute_logprobs`` with ``behaviour_is_cap`` corrects (decoupled PPO, docs/algorithms.md §11).
 """
 
 from __future__ import annotations
@@ -47,6 +53,10 @@ class TPPOConfig(PPOConfig):
     nll_coef: float = Field(0.1, ge=0)
     adv_clip: float | None = Field(10.0, gt=0, description="clamp the whitened advantages to ±adv_clip; None = off")
     value_warmup_steps: int = Field(10, ge=0, description="critic warm-up: steps that train only the critic")
+    train_on: Literal["window", "finished"] = Field("window", description=(
+        "window: every step trains each episode's newest window, an unfinished one through EGAE (the paper's T-PPO); "
+        "finished: a group trains once all its episodes finished, on all their tokens (partial rollouts: earlier "
+        "windows were sampled by older versions, see optim.recompute_logprobs and algorithm.behaviour_is_cap)"))
 
 
 class TPPO(PPO):
@@ -63,9 +73,11 @@ class TPPO(PPO):
             return self.cfg.lam_actor
         return length_adaptive_lambda(batch.response_lengths, self.cfg.alpha, self.cfg.lam_floor)
 
-    @staticmethod
-    def policy_mask(batch: Batch) -> torch.Tensor:
-        """The tokens the policy loss covers: the generated tokens of each sequence's current window."""
+    def policy_mask(self, batch: Batch) -> torch.Tensor:
+        """The tokens the policy loss covers: the generated tokens of each sequence's current window; with
+        ``train_on: finished`` every generated token (the batch holds finished episodes only)."""
+        if self.cfg.train_on == "finished":
+            return batch.loss_mask
         return window_mask(batch.loss_mask, batch.window_start)
 
     @staticmethod

@@ -27,7 +27,6 @@ from turnrl.rl.core.batch import Batch, collate, untrainable
 from turnrl.rl.core.critic import SeparateCritic, ValueHead
 from turnrl.rl.core.forward import forward_tokens, token_logprobs
 from turnrl.rl.core.models import Models, build_models
-from turnrl.rl.formulas.advantages import window_mask
 from turnrl.rl.run.config import TrainConfig
 from turnrl.types import Trajectory
 
@@ -290,7 +289,7 @@ class Learner:
                    turn_length=float(b.loss_mask.sum()) / max(turns, 1),
                    logp_diff=float(diff.sum()) / max(float(same.sum()), 1.0), logp_diff_max=float(diff.max()),
                    policy_version=float(self.version))
-        window = window_mask(b.loss_mask, b.window_start)
+        window = self.algorithm.policy_mask(b)
         out.update(self.algorithm.batch_metrics(b), **staleness_metrics(b.versions, window, self.version - 1),
                    **logp_diff_by_lag((first_logp - b.behaviour_logp).abs(), b.versions, window * same,
                                       self.version - 1))

@@ -103,6 +103,7 @@ class RolloutWorker:
         self.lock = threading.Lock()  # generation calls and weight loads take turns
         self.player: VersionedAgent | None = None
         self.pid = os.getpid()
+        self.in_play: dict[str, tuple[Job, Any]] = {}  # T-PPO: the unfinished episodes this worker holds, by job
 
     def setup(self, model: list[Any], tokenizer: list[Any]) -> dict[str, Any]:
         """Build the agent from ``model[0]`` (the policy at version 0) and ``tokenizer[0]`` — objects or object refs
@@ -186,6 +187,32 @@ class RolloutWorker:
         from turnrl.rl.core.forward import sequence_logprobs
 
         return self.version, sequence_logprobs(self.agent.model, input_ids, temperature)
+
+    def play_window(self, step: int, carried: list[Job], jobs: list[Job], window: int, snapshots: bool, version: int,
+                    weights: list[Any]) -> Any:
+        """T-PPO's successive batching (:func:`turnrl.rl.sources.windowed.play_window`) with weights ``version``:
+        continue the ``carried`` jobs' episodes this worker holds and start ``jobs``, each for at most ``window``
+        tokens; the unfinished ones stay here for the next call. Returns the :class:`~turnrl.rl.sources.windowed.
+        Window`; a carried job this worker does not hold (it was restarted) is in ``lost``, and an episode held but
+        not carried on (the driver let it go) is closed."""
+        from turnrl.rl.sources.windowed import play_window
+
+        if self.player is None:
+            raise RuntimeError(f"rollout worker {self.pid} has no policy yet (restarted without setup)")
+        torch.set_num_threads(self.threads)
+        self.set_weights(version, weights)
+        keys = {j.key for j in carried}
+        for key in [k for k in self.in_play if k not in keys]:
+            self.in_play.pop(key)[1].env.close()
+        lost = [j for j in carried if j.key not in self.in_play]
+        carry = [self.in_play[j.key] for j in carried if j.key in self.in_play]
+        out, still = play_window(self.cfg, self.player, lambda: self.version, carry, jobs, step, window,
+                                 per_episode_seeds=True, snapshots=snapshots)
+        self.in_play = {j.key: (j, ep) for j, ep in still}
+        for traj in out.finished + out.snapshots:
+            traj.metadata["worker"] = self.pid
+        out.lost = lost
+        return out
 
     def run(self, lease: int, jobs: list[Job], version: int, weights: list[Any]) -> Iterator[tuple[int, str, Any]]:
         """Play ``jobs`` with weights ``version`` (fetched first if this worker holds another); yield

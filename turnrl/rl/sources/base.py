@@ -197,8 +197,9 @@ def whole_groups(trajectories: Sequence[Trajectory], want: int) -> list[Trajecto
 
 
 def oldest_version(traj: Trajectory) -> int | None:
-    """The oldest policy version that sampled one of the episode's generated tokens that an update trains on — those
-    of its current window, for an episode played in windows (earlier windows act as prompt); None: not recorded."""
+    """The oldest policy version that sampled one of the generated tokens of the episode's last window (all of them,
+    unless it was played in windows); None: not recorded. The bound covers the lag an update adds; the earlier
+    windows of an episode T-PPO trains whole (``train_on: finished``) are older by design (docs/algorithms.md §6)."""
     start = int(traj.metadata.get("window_start", 0))
     versions = [v for v, m in zip((traj.token_versions or [])[start:], (traj.loss_mask or [])[start:]) if m and v >= 0]
     return min(versions) if versions else None

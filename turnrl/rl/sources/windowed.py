@@ -5,17 +5,26 @@ Each step, the episodes still in play from the last step continue where they sto
 log-probabilities and versions so far are kept, a turn paused mid-way resumes inside the same turn) and new tasks
 fill the batch in whole groups; every episode then generates up to ``algorithm.window`` tokens. The step trains on
 all of them: the finished Trajectories, and a snapshot of each unfinished one (``metadata["partial"]``, with
-``metadata["window_start"]`` where its window began). The environments of unfinished episodes stay alive in this
-process between steps, so the source runs on ``placement: local``.
+``metadata["window_start"]`` where its window began) — or, with ``algorithm.train_on: finished``, on the groups
+all of whose episodes have finished, whole (a group's short answers wait for its long ones, so that no step trains
+a task's quick answers without its slow ones: that would tilt every update toward whatever is not yet finished).
+
+Where the episodes live between steps: with ``placement: local`` in this process (:class:`LocalWindows`); with
+``placement: ray`` in the rollout worker that began them (:class:`turnrl.rl.placement.ray_windows.RayWindows`: an
+unfinished episode always continues on its own worker, whose environments and KV caches hold it). Both play a
+window with :func:`play_window`.
 
 Jobs and seeds follow the on-policy source's rule (:mod:`turnrl.rl.sources.play`): with a window no episode reaches,
-this source plays exactly the on-policy source's episodes. A resumed run cannot bring back the environments of the
-episodes that were in play when it stopped: their jobs are played again from the start (``regenerated_episodes``).
+this source plays exactly the on-policy source's episodes. An episode whose environment is gone — a resumed run
+(the driver stopped), a rollout worker that died — is played again from the start (``regenerated_episodes``): a
+finished episode is trained once, never twice, and nothing of a lost one is trained after it is lost.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from turnrl.agents.base import SamplingParams
@@ -29,6 +38,62 @@ if TYPE_CHECKING:
     from turnrl.rl.run.config import TrainConfig
 
 
+@dataclass
+class Window:
+    """What one window of play gave: the episodes that finished, snapshots of the unfinished ones (when asked for),
+    the jobs still in play, the jobs whose episodes were lost (to play again from the start) and figures."""
+
+    finished: list[Trajectory] = field(default_factory=list)
+    snapshots: list[Trajectory] = field(default_factory=list)
+    in_play: list[Job] = field(default_factory=list)
+    lost: list[Job] = field(default_factory=list)
+    stats: dict[str, float] = field(default_factory=dict)
+
+
+def play_window(cfg: TrainConfig, agent: Any, version: Callable[[], int] | None, carry: Sequence[tuple[Job, Episode]],
+                jobs: Sequence[Job], step: int, window: int, *, per_episode_seeds: bool, snapshots: bool
+                ) -> tuple[Window, list[tuple[Job, Episode]]]:
+    """Continue the ``carry`` episodes and start ``jobs``, each for at most ``window`` generated tokens; the
+    :class:`Window` and the (job, episode) pairs still in play."""
+    r = cfg.rollout
+    params = SamplingParams(temperature=r.temperature, top_p=r.top_p, max_new_tokens=r.max_new_tokens,
+                            seed=batch_seed(cfg.seed, step, 0))
+    rollout = Rollout(agent, params, max_context=r.max_context, env_timeout=r.env_timeout, policy_version=version,
+                      continuous=r.continuous_batching)
+    fresh = start_jobs(rollout, cfg.env.id, cfg.env.kwargs, jobs, seed=cfg.seed, per_episode_seeds=per_episode_seeds)
+    playing = list(carry) + list(zip(jobs, fresh))
+    rollout.play([ep for _, ep in playing], window)
+    still = [(j, ep) for j, ep in playing if not ep.done]
+    out = Window(finished=[ep.traj for _, ep in playing if ep.done],
+                 snapshots=[rollout.snapshot(ep) for _, ep in still] if snapshots else [],
+                 in_play=[j for j, _ in still],
+                 stats={"generated_tokens": float(rollout.stats.generated_tokens),
+                        "generate_s": rollout.stats.generate_s})
+    return out, still
+
+
+class LocalWindows:
+    """Plays windows in this process; the unfinished episodes (their environments alive) stay here."""
+
+    def __init__(self, cfg: TrainConfig, agent: Any, version: Callable[[], int]) -> None:
+        self.cfg, self.agent, self.version = cfg, agent, version
+        self.in_play: dict[str, tuple[Job, Episode]] = {}
+
+    def play(self, step: int, carried: Sequence[Job], jobs: Sequence[Job], window: int, snapshots: bool) -> Window:
+        """One window of the ``carried`` jobs' episodes and of new ``jobs``."""
+        lost = [j for j in carried if j.key not in self.in_play]
+        carry = [self.in_play[j.key] for j in carried if j.key in self.in_play]
+        r = self.cfg.rollout
+        out, still = play_window(self.cfg, self.agent, self.version, carry, jobs, step, window,
+                                 per_episode_seeds=r.seed_per_episode or r.continuous_batching, snapshots=snapshots)
+        self.in_play = {j.key: (j, ep) for j, ep in still}
+        out.lost = lost
+        return out
+
+    def close(self) -> None:
+        """Nothing to release (the runner's owner closes it)."""
+
+
 class WindowedSource(ExperienceSource):
     """Fresh episodes played ``window`` tokens per step; unfinished ones carry over (see the module docstring).
 
@@ -38,12 +103,11 @@ class WindowedSource(ExperienceSource):
 
     @classmethod
     def check_config(cls, cfg: TrainConfig) -> None:
-        """The on-policy checks, and ``placement: local`` (unfinished episodes' environments live in this process)."""
+        """The on-policy checks, and no overlap of steps (the windows are T-PPO's own)."""
         super().check_config(cfg)
-        if cfg.placement != "local":
-            raise ValueError(f"algorithm {cfg.algorithm.name!r} plays episodes in windows and keeps the unfinished "
-                             "ones' environments in the driver between steps, which runs on placement: local only; "
-                             "set placement=local (Ray rollout workers do not carry episodes over yet)")
+        if cfg.rollout.max_staleness > 0:
+            raise ValueError(f"algorithm {cfg.algorithm.name!r} plays episodes in windows, which bound every step's "
+                             "generation instead of overlapping steps: set rollout.max_staleness=0")
 
     def __init__(self, cfg: TrainConfig, algorithm: Any) -> None:
         self.cfg, self.algorithm = cfg, algorithm
@@ -51,14 +115,33 @@ class WindowedSource(ExperienceSource):
         self.env = make(cfg.env.id, **cfg.env.kwargs)  # a probe: the task count and the env's episode figures
         self.n_tasks = len(self.env)
         self.cursor = 0
-        self.carry: list[tuple[Job, Episode]] = []
-        self.replay: list[Job] = []  # jobs in play when a resumed run stopped: played again from the start
-        self.agent: Any = None
-        self.version: Any = None
+        self.carry: list[Job] = []  # the jobs whose episodes are in play (held by :attr:`player`)
+        self.replay: list[Job] = []  # jobs whose episodes were lost (a resumed run, a dead worker): played again
+        self.waiting: dict[str, list[Trajectory]] = {}  # train_on finished: finished episodes of unfinished groups
+        self.parts: RunParts | None = None
+        self._player: Any = None
 
     def attach(self, parts: RunParts) -> None:
-        """Keep the policy as an agent (it shares the learner's model) and its version."""
-        self.agent, self.version = parts.agent, parts.version
+        """Keep the run's parts: the policy as an agent (it shares the learner's model), its version, the runner."""
+        self.parts = parts
+
+    def start(self) -> None:
+        """Start the player: in this process, or (``placement: ray``) on the placement's rollout workers."""
+        _ = self.player
+
+    @property
+    def player(self) -> Any:
+        """Where the windows are played (see the module docstring); built on first use."""
+        if self._player is None:
+            if self.parts is None:
+                raise RuntimeError("WindowedSource has no agent: attach() the run's parts first")
+            if self.cfg.placement == "ray":
+                from turnrl.rl.placement.ray_windows import RayWindows
+
+                self._player = RayWindows(self.parts.runner())
+            else:
+                self._player = LocalWindows(self.cfg, self.parts.agent, self.parts.version)
+        return self._player
 
     def new_jobs(self, step: int, room: int) -> list[Job]:
         """Jobs that fill ``room`` places in whole groups (at least one group): replayed ones first, then the next
@@ -75,38 +158,43 @@ class WindowedSource(ExperienceSource):
 
     def collect(self, step: int) -> tuple[list[Trajectory], dict[str, float]]:
         """Play this step's window (see the module docstring)."""
-        if self.agent is None:
-            raise RuntimeError("WindowedSource has no agent: attach() the run's parts first")
         r = self.cfg.rollout
         replayed = len(self.replay)
         jobs = self.new_jobs(step, r.prompts_per_step * r.group_size - len(self.carry))
         replayed -= len(self.replay)
-        params = SamplingParams(temperature=r.temperature, top_p=r.top_p, max_new_tokens=r.max_new_tokens,
-                                seed=batch_seed(self.cfg.seed, step, 0))
-        rollout = Rollout(self.agent, params, max_context=r.max_context, env_timeout=r.env_timeout,
-                          policy_version=self.version, continuous=r.continuous_batching)
-        fresh = start_jobs(rollout, self.cfg.env.id, self.cfg.env.kwargs, jobs, seed=self.cfg.seed,
-                           per_episode_seeds=r.seed_per_episode or r.continuous_batching)
-        playing = self.carry + list(zip(jobs, fresh))
-        rollout.play([ep for _, ep in playing], self.window)
-        trajs = [ep.traj if ep.done else rollout.snapshot(ep) for _, ep in playing]
-        self.carry = [(j, ep) for j, ep in playing if not ep.done]
-        finished = [ep.traj for _, ep in playing if ep.done]
-        return trajs, {"generated_tokens": float(rollout.stats.generated_tokens),
-                       "generate_s": rollout.stats.generate_s, "carried_episodes": float(len(self.carry)),
-                       "new_episodes": float(len(jobs)), "regenerated_episodes": float(replayed),
-                       **rollout_metrics(finished, self.env)}
+        whole = self.algorithm.cfg.train_on == "finished"
+        out = self.player.play(step, self.carry, jobs, self.window, snapshots=not whole)
+        self.carry = out.in_play
+        self.replay += out.lost
+        trajs = out.finished + out.snapshots
+        if whole:
+            trajs = self.complete_groups(out.finished)
+        return trajs, {**out.stats, "carried_episodes": float(len(self.carry)), "new_episodes": float(len(jobs)),
+                       "regenerated_episodes": float(replayed), "lost_episodes": float(len(out.lost)),
+                       "waiting_episodes": float(sum(map(len, self.waiting.values()))),
+                       **rollout_metrics(out.finished, self.env)}
+
+    def complete_groups(self, finished: list[Trajectory]) -> list[Trajectory]:
+        """``train_on: finished``: add ``finished`` to the waiting groups; the groups none of whose episodes is still
+        in play (or to be played again), whole."""
+        for traj in finished:
+            self.waiting.setdefault(str(traj.group_id), []).append(traj)
+        open_groups = {j.group_id for j in self.carry + self.replay}
+        done = [g for g in self.waiting if g not in open_groups]
+        return [traj for g in done for traj in self.waiting.pop(g)]
 
     def state_dict(self) -> dict[str, Any]:
-        """The data cursor and the jobs still in play (a resumed run plays them again from the start)."""
-        return {"cursor": self.cursor, "in_play": [j.key for j, _ in self.carry] + [j.key for j in self.replay]}
+        """The data cursor and the jobs still in play or waiting for their group (a resumed run plays them again from
+        the start)."""
+        waiting = [str(t.metadata["job"]) for group in self.waiting.values() for t in group]
+        return {"cursor": self.cursor, "in_play": [j.key for j in self.carry] + [j.key for j in self.replay] + waiting}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore the cursor; the jobs that were in play are played again from the start."""
         self.cursor = state["cursor"]
         self.replay = [Job(*map(int, key.split("-"))) for key in state.get("in_play", [])]
-        self.carry = []
+        self.carry, self.waiting = [], {}
 
     def reset(self) -> None:
         """A fresh run starts: nothing in play."""
-        self.carry, self.replay, self.cursor = [], [], 0
+        self.carry, self.replay, self.waiting, self.cursor = [], [], {}, 0
