@@ -2,6 +2,8 @@
 
     python bench/tppo_vs_ppo.py                       # SmolLM2-135M, Arithmetic level 1, 256 new tokens, W = 64
     python bench/tppo_vs_ppo.py --steps 2 --eval-every 1 --eval-tasks 4 --max-new 32 --window 8   # a smoke run
+    python bench/tppo_vs_ppo.py --train-on finished   # T-PPO trains whole groups once they finished
+    python bench/tppo_vs_ppo.py --train-on finished --skip-baseline runs/tppo --out runs/tppo2   # reuse a PPO run
 
 Both runs are ``algorithm: tppo`` with the same options, seed and tasks; the baseline's window is
 ``max_new_tokens`` (every answer finishes in its first window: T-PPO with W at least the longest answer is PPO
