@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from turnrl.rl.sources.base import Job
-from turnrl.rl.sources.windowed import Window
+from turnrl.rl.sources.windows import Window
 
 logger = logging.getLogger(__name__)
 

@@ -190,12 +190,12 @@ class RolloutWorker:
 
     def play_window(self, step: int, carried: list[Job], jobs: list[Job], window: int, snapshots: bool, version: int,
                     weights: list[Any]) -> Any:
-        """T-PPO's successive batching (:func:`turnrl.rl.sources.windowed.play_window`) with weights ``version``:
+        """T-PPO's successive batching (:func:`turnrl.rl.sources.windows.play_window`) with weights ``version``:
         continue the ``carried`` jobs' episodes this worker holds and start ``jobs``, each for at most ``window``
-        tokens; the unfinished ones stay here for the next call. Returns the :class:`~turnrl.rl.sources.windowed.
-        Window`; a carried job this worker does not hold (it was restarted) is in ``lost``, and an episode held but
-        not carried on (the driver let it go) is closed."""
-        from turnrl.rl.sources.windowed import play_window
+        tokens; the unfinished ones stay here for the next call. Returns the
+        :class:`~turnrl.rl.sources.windows.Window`; a carried job this worker does not hold (it was restarted) is in
+        ``lost``, and an episode held but not carried on (the driver let it go) is closed."""
+        from turnrl.rl.sources.windows import play_window
 
         if self.player is None:
             raise RuntimeError(f"rollout worker {self.pid} has no policy yet (restarted without setup)")
@@ -203,7 +203,10 @@ class RolloutWorker:
         self.set_weights(version, weights)
         keys = {j.key for j in carried}
         for key in [k for k in self.in_play if k not in keys]:
-            self.in_play.pop(key)[1].env.close()
+            try:
+                self.in_play.pop(key)[1].env.close()
+            except Exception:  # noqa: BLE001 — an environment that fails to close is let go all the same
+                pass
         lost = [j for j in carried if j.key not in self.in_play]
         carry = [self.in_play[j.key] for j in carried if j.key in self.in_play]
         out, still = play_window(self.cfg, self.player, lambda: self.version, carry, jobs, step, window,
