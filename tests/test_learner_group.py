@@ -1,6 +1,7 @@
 """The DeepSpeed learner group on a real local Ray cluster: 2 gloo ranks (``DS_ACCELERATOR=cpu``), a tiny model."""
 
 import time
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -108,33 +109,46 @@ def make_trainer(config):
     return trainer(config)
 
 
-def test_a_learner_group_trains_like_the_local_learner_and_workers_get_each_version(cluster, tmp_path):
-    local = make_trainer(run_config(tmp_path / "local", placement="local"))
-    want = local.train()
-    t = make_trainer(group_config(tmp_path / "group"))
+PROBE = [[1, 5, 9, 13, 2, 7], [3, 4, 4, 8]]
+
+
+@pytest.fixture(scope="module")
+def group_run(cluster, tmp_path_factory):
+    """One 3-step run on a 2-rank DeepSpeed group, which both tests below compare with: its folder, history and
+    final weights, and the probe's log-probabilities under the learner and under each rollout worker after a sync."""
+    out = tmp_path_factory.mktemp("group")
+    t = make_trainer(group_config(out))
     try:
-        got = t.train()
-        probe = [[1, 5, 9, 13, 2, 7], [3, 4, 4, 8]]
-        learner = t.learner.score(probe)
-        assert t.runner.sync() == 3
-        for w in t.runner.workers:  # each worker holds the group's last version, token for token
-            version, held = ray.get(w.score.remote(probe), timeout=30)
-            assert version == t.learner.version == 3
-            for a, b in zip(held, learner):
-                assert a == pytest.approx(b, abs=1e-5)
+        history = t.train()
+        run = SimpleNamespace(out=out, history=history, learner=t.learner.score(PROBE), synced=t.runner.sync(),
+                              version=t.learner.version,
+                              workers=[ray.get(w.score.remote(PROBE), timeout=30) for w in t.runner.workers],
+                              params=[p.detach().clone() for p in t.model.parameters()])
     finally:
         t.close()
+    return run
+
+
+def test_a_learner_group_trains_like_the_local_learner_and_workers_get_each_version(group_run, tmp_path):
+    local = make_trainer(run_config(tmp_path / "local", placement="local"))
+    want = local.train()
+    got = group_run.history
+    assert group_run.synced == group_run.version == 3
+    for version, held in group_run.workers:  # each worker holds the group's last version, token for token
+        assert version == 3
+        for a, b in zip(held, group_run.learner):
+            assert a == pytest.approx(b, abs=1e-5)
     for key in ("reward_mean", "generated_tokens", "rollout_episodes"):
         assert got[1][key] == want[1][key], key  # the first step: the same episodes, token for token
     for key in ("loss", "grad_norm"):
         assert got[1][key] == pytest.approx(want[1][key], rel=1e-4, abs=1e-6), key
     assert [h["policy_version"] for h in got[1:]] == [1.0, 2.0, 3.0]
     assert all(h["logp_diff"] < 1e-4 for h in got[1:])  # rollout workers sampled with the group's current weights
-    for a, b in zip(local.model.parameters(), t.model.parameters()):  # the driver's copy is the published version
+    for a, b in zip(local.model.parameters(), group_run.params):  # the driver's copy is the published version
         assert torch.allclose(a, b, atol=1e-4)
-    state = torch.load(tmp_path / "group" / "checkpoint.pt", weights_only=False)
+    state = torch.load(group_run.out / "checkpoint.pt", weights_only=False)
     assert state["deepspeed"]["tag"] == "update-3" and state["version"] == 3
-    assert (tmp_path / "group" / "deepspeed" / "update-3").is_dir()
+    assert (group_run.out / "deepspeed" / "update-3").is_dir()
 
 
 @pytest.mark.parametrize("algo", [{"name": "dqo", "beta": 0.1}, {"name": "sft"}])
@@ -195,14 +209,9 @@ def test_a_step_wise_run_samples_with_the_groups_weights(cluster, tmp_path):
         assert torch.allclose(a, b, atol=1e-4)
 
 
-def test_a_rank_killed_mid_step_is_a_clear_error_and_resume_reproduces_the_run(cluster, tmp_path):
+def test_a_rank_killed_mid_step_is_a_clear_error_and_resume_reproduces_the_run(group_run, tmp_path):
     from turnrl.rl.placement.learner_group import LearnerGroupError
 
-    full = make_trainer(group_config(tmp_path / "full"))
-    try:
-        full.train()
-    finally:
-        full.close()
     part = make_trainer(group_config(tmp_path / "part", checkpoint_every=1))
 
     def kill(traj, ledger):
@@ -226,7 +235,7 @@ def test_a_rank_killed_mid_step_is_a_clear_error_and_resume_reproduces_the_run(c
     finally:
         resumed.close()
     assert history[-1]["policy_version"] == 3.0
-    for a, b in zip(full.model.parameters(), resumed.model.parameters()):
+    for a, b in zip(group_run.params, resumed.model.parameters()):  # the run without the kill
         assert torch.allclose(a, b, atol=1e-5)
 
 
