@@ -65,7 +65,7 @@ class RayWindows:
         while calls:
             ready, _ = ray.wait(list(calls), num_returns=1, timeout=max(deadline - time.monotonic(), 0.0))
             if not ready:  # hung: restart the workers still playing; their episodes are lost
-                for ref_, w in calls.items():
+                for w in calls.values():
                     logger.warning("rollout worker %d did not finish its window in ray.episode_timeout=%ss; "
                                    "restarting it", w, runner.cfg.ray.episode_timeout)
                     ray.kill(runner.workers[w], no_restart=False)

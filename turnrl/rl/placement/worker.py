@@ -103,7 +103,7 @@ class RolloutWorker:
         self.lock = threading.Lock()  # generation calls and weight loads take turns
         self.player: VersionedAgent | None = None
         self.pid = os.getpid()
-        self.in_play: dict[str, tuple[Job, Any]] = {}  # T-PPO: the unfinished episodes this worker holds, by job
+        self.windows: Any = None  # T-PPO: a LocalWindows holding this worker's unfinished episodes (after setup)
 
     def setup(self, model: list[Any], tokenizer: list[Any]) -> dict[str, Any]:
         """Build the agent from ``model[0]`` (the policy at version 0) and ``tokenizer[0]`` — objects or object refs
@@ -126,6 +126,9 @@ class RolloutWorker:
                                  kv_cache_mb=self.cfg.rollout.kv_cache_mb)
         self.version = 0
         self.player = VersionedAgent(self.agent, self.lock, lambda: self.version)
+        from turnrl.rl.sources.windows import LocalWindows
+
+        self.windows = LocalWindows(self.cfg, self.player, lambda: self.version, per_episode_seeds=True)
         return self.ready()
 
     def ready(self) -> dict[str, Any]:
@@ -190,31 +193,16 @@ class RolloutWorker:
 
     def play_window(self, step: int, carried: list[Job], jobs: list[Job], window: int, snapshots: bool, version: int,
                     weights: list[Any]) -> Any:
-        """T-PPO's successive batching (:func:`turnrl.rl.sources.windows.play_window`) with weights ``version``:
-        continue the ``carried`` jobs' episodes this worker holds and start ``jobs``, each for at most ``window``
-        tokens; the unfinished ones stay here for the next call. Returns the
-        :class:`~turnrl.rl.sources.windows.Window`; a carried job this worker does not hold (it was restarted) is in
-        ``lost``, and an episode held but not carried on (the driver let it go) is closed."""
-        from turnrl.rl.sources.windows import play_window
-
-        if self.player is None:
+        """T-PPO's successive batching with weights ``version``: :meth:`turnrl.rl.sources.windows.LocalWindows.play`
+        on the episodes this worker holds (a restarted worker holds none: its carried jobs come back ``lost``);
+        returns the :class:`~turnrl.rl.sources.windows.Window`."""
+        if self.windows is None:
             raise RuntimeError(f"rollout worker {self.pid} has no policy yet (restarted without setup)")
         torch.set_num_threads(self.threads)
         self.set_weights(version, weights)
-        keys = {j.key for j in carried}
-        for key in [k for k in self.in_play if k not in keys]:
-            try:
-                self.in_play.pop(key)[1].env.close()
-            except Exception:  # noqa: BLE001 — an environment that fails to close is let go all the same
-                pass
-        lost = [j for j in carried if j.key not in self.in_play]
-        carry = [self.in_play[j.key] for j in carried if j.key in self.in_play]
-        out, still = play_window(self.cfg, self.player, lambda: self.version, carry, jobs, step, window,
-                                 per_episode_seeds=True, snapshots=snapshots)
-        self.in_play = {j.key: (j, ep) for j, ep in still}
+        out = self.windows.play(step, carried, jobs, window, snapshots)
         for traj in out.finished + out.snapshots:
             traj.metadata["worker"] = self.pid
-        out.lost = lost
         return out
 
     def run(self, lease: int, jobs: list[Job], version: int, weights: list[Any]) -> Iterator[tuple[int, str, Any]]:

@@ -54,19 +54,31 @@ def play_window(cfg: TrainConfig, agent: Any, version: Callable[[], int] | None,
 
 
 class LocalWindows:
-    """Plays windows in this process; the unfinished episodes (their environments alive) stay here."""
+    """Plays windows in the process it lives in (the driver's with ``placement: local``, a Ray rollout worker's);
+    the unfinished episodes, their environments alive, stay with it. ``per_episode_seeds`` None: the run config's
+    rule (``rollout.seed_per_episode`` or ``continuous_batching``)."""
 
-    def __init__(self, cfg: TrainConfig, agent: Any, version: Callable[[], int]) -> None:
+    def __init__(self, cfg: TrainConfig, agent: Any, version: Callable[[], int],
+                 per_episode_seeds: bool | None = None) -> None:
         self.cfg, self.agent, self.version = cfg, agent, version
+        r = cfg.rollout
+        self.per_episode_seeds = (r.seed_per_episode or r.continuous_batching) if per_episode_seeds is None \
+            else per_episode_seeds
         self.in_play: dict[str, tuple[Job, Episode]] = {}
 
     def play(self, step: int, carried: Sequence[Job], jobs: Sequence[Job], window: int, snapshots: bool) -> Window:
-        """One window of the ``carried`` jobs' episodes and of new ``jobs``."""
+        """One window of the ``carried`` jobs' episodes and of new ``jobs``. A carried job whose episode is not held
+        here is in ``lost``; an episode held but not carried on (let go by the driver) is closed."""
+        keys = {j.key for j in carried}
+        for key in [k for k in self.in_play if k not in keys]:
+            try:
+                self.in_play.pop(key)[1].env.close()
+            except Exception:  # noqa: BLE001 — an environment that fails to close is let go all the same
+                pass
         lost = [j for j in carried if j.key not in self.in_play]
         carry = [self.in_play[j.key] for j in carried if j.key in self.in_play]
-        r = self.cfg.rollout
         out, still = play_window(self.cfg, self.agent, self.version, carry, jobs, step, window,
-                                 per_episode_seeds=r.seed_per_episode or r.continuous_batching, snapshots=snapshots)
+                                 per_episode_seeds=self.per_episode_seeds, snapshots=snapshots)
         self.in_play = {j.key: (j, ep) for j, ep in still}
         out.lost = lost
         return out
