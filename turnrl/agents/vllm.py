@@ -16,9 +16,11 @@ that create one need an ``if __name__ == "__main__":`` guard.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
-from collections.abc import Iterable, Mapping
+import tempfile
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from turnrl.agents.base import Completion, SamplingParams
@@ -38,16 +40,43 @@ def _import_vllm() -> Any:
 
 
 class _ReloadWeights:
-    """A picklable function run inside each vLLM worker process (``collective_rpc``) that loads new weights there."""
+    """A picklable function run inside each vLLM worker process (``collective_rpc``) that loads new weights there.
 
-    def __init__(self, items: list[tuple[str, Any]]) -> None:
-        self.items = items
+    The weights travel as a file (:func:`weights_file`), not inside the call: vLLM pickles a call's arguments
+    through its message queues, which took 34 s for SmolLM2-135M's 0.5 GB here, against well under a second for a
+    file in shared memory that each worker maps. The engine's workers run on this machine (vLLM's multiprocessing
+    executor)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
 
     def __call__(self, worker: Any) -> None:
+        import torch
+
+        items = list(torch.load(self.path, mmap=True, weights_only=True).items())
         if hasattr(worker, "reload_weights"):  # in-place reload in checkpoint format, post-processing included
-            worker.reload_weights(weights_iterator=iter(self.items), is_checkpoint_format=True)
+            worker.reload_weights(weights_iterator=iter(items), is_checkpoint_format=True)
         else:  # older workers: the model's own loader maps HF names onto vLLM's fused layers
-            worker.model_runner.model.load_weights(weights=self.items)
+            worker.model_runner.model.load_weights(weights=items)
+
+
+@contextlib.contextmanager
+def weights_file(state_dict: Mapping[str, Any] | Iterable[tuple[str, Any]]) -> Iterator[str]:
+    """Write the weights to a temporary file (in ``/dev/shm`` where there is one) for :class:`_ReloadWeights`;
+    removed on exit."""
+    import torch
+
+    items = state_dict.items() if isinstance(state_dict, Mapping) else state_dict
+    state = {name: (t.detach().cpu() if hasattr(t, "detach") else torch.as_tensor(t)) for name, t in items}
+    folder = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+    fd, path = tempfile.mkstemp(prefix="turnrl-weights-", suffix=".pt", dir=folder)
+    os.close(fd)
+    try:
+        torch.save(state, path)
+        yield path
+    finally:
+        with contextlib.suppress(OSError):
+            os.remove(path)
 
 
 def processed_logprobs_kwargs() -> dict[str, str]:
@@ -133,8 +162,13 @@ class VLLMAgent:
     def _logprobs(output: Any) -> list[float]:
         return [float(step[tok].logprob) for tok, step in zip(output.token_ids, output.logprobs or [])]
 
-    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]:
-        """Sample ``params.n`` completions per token prompt (see :class:`~turnrl.agents.base.Agent`)."""
+    def generate(self, prompts: list[list[int]], params: SamplingParams, *,
+                 seeds: list[int] | None = None) -> list[Completion]:
+        """Sample ``params.n`` completions per token prompt (see :class:`~turnrl.agents.base.Agent`); ``seeds`` (one
+        per prompt) gives each prompt its own random stream (vLLM seeds each request), so what a prompt samples does
+        not depend on the rest of the batch."""
+        if seeds is not None and len(seeds) != len(prompts):
+            raise ValueError(f"seeds must have one entry per prompt ({len(prompts)}), got {len(seeds)}")
         hot = params.temperature not in (0.0, 1.0) or params.fire_temperature not in (None, 1.0)
         if hot and "processed" not in self.logprobs_mode and not self._warned:
             self._warned = True
@@ -142,25 +176,32 @@ class VLLMAgent:
                            "the sampler's; build it with logprobs_mode='processed_logprobs' or train with "
                            "optim.recompute_logprobs=true", self.logprobs_mode, params.temperature)
         if params.fire_temperature is None:
-            sp = self._vllm_params(params, params.temperature, params.max_new_tokens, params.n, params.seed)
-            results = self._run(prompts, sp)
+            sp = [self._vllm_params(params, params.temperature, params.max_new_tokens, params.n, seed)
+                  for seed in (seeds if seeds is not None else [params.seed])]
+            results = self._run(prompts, sp if seeds is not None else sp[0])
             return [self._completion(list(o.token_ids), self._logprobs(o), o.finish_reason, i, r, len(prompts[i]))
                     for i, r in enumerate(results) for o in sorted(r.outputs, key=lambda o: o.index)]
-        return self._generate_fire(prompts, params)
+        return self._generate_fire(prompts, params, seeds)
 
-    def _generate_fire(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]:
+    def _generate_fire(self, prompts: list[list[int]], params: SamplingParams,
+                       seeds: list[int] | None = None) -> list[Completion]:
         """FIRE (docs/algorithms.md §8): one token at ``fire_temperature``, then the rest at ``temperature``."""
         if params.fire_temperature is not None and params.fire_temperature > 2.0:
             raise ValueError(
                 f"vLLM accepts temperatures up to 2, got fire_temperature={params.fire_temperature}; "
                 "use fire_temperature <= 2 with vLLM, or the hf backend for hotter first tokens"
             )
-        first = self._run(prompts, self._vllm_params(params, params.fire_temperature, 1, params.n, params.seed))
+        def seed(i: int) -> int | None:
+            return seeds[i] if seeds is not None else params.seed
+
+        first = self._run(prompts, [self._vllm_params(params, params.fire_temperature, 1, params.n, seed(i))
+                                    for i in range(len(prompts))])
         heads = [(i, list(o.token_ids), self._logprobs(o)) for i, r in enumerate(first) for o in r.outputs]
         conts: list[Any] = [None] * len(heads)
         todo = [k for k, (_, ids, _) in enumerate(heads) if ids and ids[-1] not in self.eos_ids and params.max_new_tokens > 1]
         if todo:
-            sp = self._vllm_params(params, params.temperature, params.max_new_tokens - 1, 1, params.seed)
+            sp = [self._vllm_params(params, params.temperature, params.max_new_tokens - 1, 1, seed(heads[k][0]))
+                  for k in todo]
             rest = self._run([prompts[heads[k][0]] + heads[k][1] for k in todo], sp)
             for k, r in zip(todo, rest):
                 conts[k] = r.outputs[0]
@@ -202,10 +243,10 @@ class VLLMAgent:
         """Load new weights (e.g. the trainer's ``model.state_dict()``) into the running engine.
 
         Every worker process runs :class:`_ReloadWeights`: vLLM's in-place ``reload_weights`` where the worker has
-        it, else the model's own ``load_weights``. The prefix cache is reset afterwards.
+        it, else the model's own ``load_weights`` (the weights travel as a file, :func:`weights_file`). The prefix cache is
+        reset afterwards.
         """
-        items = list(state_dict.items()) if isinstance(state_dict, Mapping) else list(state_dict)
-        items = [(name, t.detach().cpu().contiguous() if hasattr(t, "detach") else t) for name, t in items]
-        self.llm.collective_rpc(_ReloadWeights(items))
+        with weights_file(state_dict) as path:
+            self.llm.collective_rpc(_ReloadWeights(path))
         if hasattr(self.llm, "reset_prefix_cache"):
             self.llm.reset_prefix_cache()  # cached KV blocks were computed with the old weights

@@ -40,7 +40,11 @@ def adopt_weights(model: torch.nn.Module, state: dict[str, torch.Tensor]) -> Non
 class VersionedAgent:
     """The worker's agent behind a lock that weight loads share: every ``generate`` call runs under one version of
     the weights, stamped on its completions (``Completion.policy_version``), so a weight update that lands while an
-    episode is in play (between two generation calls — never inside one) shows at the right token."""
+    episode is in play (between two generation calls — never inside one) shows at the right token.
+
+    An agent that takes weights in flight (``inflight_updates``: :class:`~turnrl.agents.vllm_async.AsyncVLLMAgent`)
+    generates outside the lock and labels its tokens itself (``Completion.token_versions``): a load then lands
+    inside a generation call, between two decoding steps."""
 
     agenerate = None  # every call goes through the lock (the rollout falls back to ``generate``)
     agenerate_one = None  # no continuous batching across turns: a weight load must fall between two calls
@@ -57,6 +61,8 @@ class VersionedAgent:
         kwargs: dict[str, Any] = {"seeds": seeds} if seeds is not None else {}
         if sessions is not None:
             kwargs["sessions"] = sessions
+        if getattr(self.agent, "inflight_updates", False):
+            return self.agent.generate(prompts, params, **kwargs)  # the engine labels every token's version
         with self.lock:
             out = self.agent.generate(prompts, params, **kwargs)
             version = self.version()
@@ -114,13 +120,11 @@ class RolloutWorker:
 
             policy, tokenizer = ray.get([policy, tokenizer], timeout=self.cfg.ray.start_timeout)
         if self.vllm:  # the engine loads the model's files, then the policy's weights (init_from may differ)
-            from turnrl.agents.vllm import VLLMAgent
-
-            options = dict(self.cfg.ray.vllm)
-            if self.cfg.learner.weight_sync == "nccl":
-                options.setdefault("weight_transfer_config", {"backend": "nccl"})
-            self.agent = VLLMAgent(self.cfg.model, **options)
-            self.agent.load_weights(policy.state_dict())
+            self.agent = self._vllm_agent()
+            if self.inflight:
+                self.agent.update_weights(policy.state_dict(), 0)  # the engine labels these weights version 0
+            else:
+                self.agent.load_weights(policy.state_dict())
         else:
             self.agent = HFAgent(policy, tokenizer, batch_size=self.batch_size,
                                  kv_cache_mb=self.cfg.rollout.kv_cache_mb)
@@ -130,6 +134,24 @@ class RolloutWorker:
 
         self.windows = LocalWindows(self.cfg, self.player, lambda: self.version, per_episode_seeds=True)
         return self.ready()
+
+    def _vllm_agent(self) -> Any:
+        """vLLM's asynchronous engine where it can take weights in flight (``ray.vllm_inflight_updates``), else the
+        plain one (whose loads wait for the running generation call)."""
+        from turnrl.agents.vllm import VLLMAgent
+        from turnrl.agents.vllm_async import AsyncVLLMAgent, supports_inflight_updates
+
+        options = dict(self.cfg.ray.vllm)
+        if self.cfg.learner.weight_sync == "nccl":
+            options.setdefault("weight_transfer_config", {"backend": "nccl"})
+        if self.cfg.ray.vllm_inflight_updates and supports_inflight_updates():
+            return AsyncVLLMAgent(self.cfg.model, timeout=self.cfg.ray.episode_timeout, **options)
+        return VLLMAgent(self.cfg.model, **options)
+
+    @property
+    def inflight(self) -> bool:
+        """Whether weight loads land inside running generation calls (the agent labels its tokens' versions)."""
+        return bool(getattr(self.agent, "inflight_updates", False))
 
     def ready(self) -> dict[str, Any]:
         """Answer once started: the process id, the weights' version and whether :meth:`setup` ran."""
@@ -145,6 +167,10 @@ class RolloutWorker:
 
                 state = ray.get(state, timeout=self.cfg.ray.start_timeout)
             state = from_shared(state)  # numpy arrays straight from the object store (no copy until the load)
+            if self.inflight:  # pause → load → resume inside the engine; running requests go on under ``version``
+                self.agent.update_weights(state, version)
+                self.version = version
+                return self.version
             with self.lock:
                 if self.vllm:
                     self.agent.load_weights(state)  # into every engine worker; prefix cache reset
@@ -156,29 +182,41 @@ class RolloutWorker:
 
     # ---- vLLM's weight-transfer control plane (learner.weight_sync: nccl; driven by learner rank 0) ----
 
+    def _engine(self, name: str, *args: Any) -> Any:
+        """Call the vLLM engine's ``name`` (awaited on the engine's own loop where the engine is asynchronous)."""
+        out = getattr(self.agent.llm, name)(*args)
+        return self.agent.call(out) if self.inflight else out
+
     def init_weight_transfer_engine(self, request: Any) -> None:
         """Join the NCCL transfer group (blocks until the learner's rank 0 has opened it)."""
-        self.agent.llm.init_weight_transfer_engine(request)
+        self._engine("init_weight_transfer_engine", request)
 
     def start_weight_update(self) -> None:
-        self.agent.llm.start_weight_update()
+        if self.inflight:
+            self.agent.pause()  # running requests kept; they go on under the new weights after the resume
+        self._engine("start_weight_update")
 
     def update_weights(self, request: Any) -> None:
         """Receive one round of broadcast weights (runs while rank 0 sends)."""
-        self.agent.llm.update_weights(request)
+        self._engine("update_weights", request)
 
     def finish_weight_update(self) -> None:
-        self.agent.llm.finish_weight_update()
+        self._engine("finish_weight_update")
+        if self.inflight:
+            return  # the pause cleared the caches; :meth:`update_weight_version` labels the weights and resumes
         if hasattr(self.agent.llm, "reset_prefix_cache"):
             self.agent.llm.reset_prefix_cache()  # cached KV blocks were computed with the old weights
 
     def update_weight_version(self, version: str) -> int:
         """The version the streamed weights are (the runner then sends no object-store copy)."""
+        if self.inflight:
+            self.agent.set_version(int(version))
+            self.agent.resume()
         self.version = int(version)
         return self.version
 
     def shutdown_weight_transfer_engine(self) -> None:
-        self.agent.llm.shutdown_weight_transfer_engine()
+        self._engine("shutdown_weight_transfer_engine")
 
     def score(self, input_ids: list[list[int]], temperature: float = 1.0) -> tuple[int, list[list[float]]]:
         """``(version held, the log-probabilities of fixed sequences under those weights)``."""

@@ -107,6 +107,10 @@ class RayConfig(BaseModel):
                                "a learner rank)")
     vllm: dict[str, Any] = Field(default_factory=dict, description="vllm.LLM options of vLLM workers, e.g. "
                                  "{gpu_memory_utilization: 0.3, dtype: bfloat16, enforce_eager: true}")
+    vllm_inflight_updates: bool = Field(True, description="vLLM workers take new weights while requests run "
+                                        "(pause, load, resume: nothing is dropped, each token records the version "
+                                        "that sampled it), where the installed vLLM can (>= 0.32); false: a load "
+                                        "waits for the running generation call to finish")
 
 
 class LearnerConfig(BaseModel):

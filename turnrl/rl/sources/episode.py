@@ -55,11 +55,15 @@ class Episode:
             self.traj.metadata["segment_reasons"] = list(self.context_reasons)
 
     def append(self, ids: Sequence[int], mask: int, logprobs: Sequence[float] | None = None,
-               version: int = -1) -> None:
+               version: int | Sequence[int] = -1) -> None:
+        """Append tokens with their loss mask, log-probabilities and the version that sampled each (one for all,
+        or one per token where the weights changed inside the generation call)."""
+        if not isinstance(version, int) and len(version) != len(ids):
+            raise ValueError(f"{len(version)} token versions for {len(ids)} tokens")
         self.tokens.extend(ids)
         self.mask.extend([mask] * len(ids))
         self.logprobs.extend(logprobs if logprobs is not None else [0.0] * len(ids))
-        self.versions.extend([version] * len(ids))
+        self.versions.extend([version] * len(ids) if isinstance(version, int) else version)
 
 
 @dataclass

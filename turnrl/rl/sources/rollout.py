@@ -308,6 +308,7 @@ class Rollout:
             ep.prompts_seen.append(list(ep.tokens[ep.context_start:]))
         start = len(ep.tokens) if ep.turn_start is None else ep.turn_start
         version = completion.policy_version if completion.policy_version is not None else self._sampled_by
+        version = completion.token_versions or version  # per token where the weights changed inside the call
         ep.append(completion.token_ids, 1, completion.logprobs, version)
         ep.window_used += len(completion.token_ids)
         self.stats.generated_tokens += len(completion.token_ids)
