@@ -267,3 +267,39 @@ def test_a_vllm_worker_takes_weights_inside_a_turn_and_its_episodes_stay_token_e
             at = [i for i, v in enumerate(t.token_versions) if v == version]
             assert [t.logprobs[i] for i in at] == pytest.approx([scored[i - 1] for i in at], abs=2e-2)
     assert inside >= 1, "the update landed between turns in every episode: it must be able to land inside one"
+
+
+def test_async_training_on_ray_with_a_vllm_worker(tmp_path):
+    """The whole path: a DeepSpeed-free learner, one vLLM rollout worker in a Ray actor, staleness bound 1 — the
+    worker plays the next step's episodes while the learner updates and takes each new version in flight."""
+    ray = pytest.importorskip("ray")
+    from turnrl.rl.run.trainer import TrainConfig, Trainer
+    from turnrl.storage import read_jsonl
+    from turnrl.types import Trajectory
+
+    cfg = TrainConfig.model_validate({
+        "model": "smollm2-135m-instruct", "env": {"id": "turnrl/Arithmetic-v0", "kwargs": {"level": 1}},
+        "placement": "ray", "steps": 3, "eval_tasks": 2, "out_dir": str(tmp_path),
+        "rollout": {"prompts_per_step": 2, "group_size": 2, "max_new_tokens": 48, "max_staleness": 1},
+        "ray": {"rollout_workers": 1, "rollout_backend": "vllm", "start_timeout": 300, "worker_cpus": 1,
+                "vllm": {"dtype": "float32", "enforce_eager": True, "max_model_len": 1024,
+                         "gpu_memory_utilization": 0.2}},
+        "optim": {"minibatch_size": 4}})
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    try:
+        t = Trainer(cfg)
+        try:
+            history = t.train()
+        finally:
+            t.close()
+    finally:
+        ray.shutdown()
+    steps = history[1:]
+    assert len(steps) == 3 and all(h["staleness_max"] <= 1 and h["stale_episodes"] == 0 for h in steps)
+    for step in (1, 2, 3):
+        saved = [Trajectory.model_validate(r) for r in read_jsonl(tmp_path / "train" / f"step-{step}" /
+                                                                  "trajectories.jsonl")]
+        assert len(saved) == 4
+        for traj in saved:
+            generated = [v for v, m in zip(traj.token_versions, traj.loss_mask) if m]
+            assert generated == sorted(generated) and step - 2 <= min(generated) <= max(generated) <= step - 1
