@@ -468,3 +468,37 @@ def test_pag_trains_with_verdict_exploration(tmp_path):
     assert any(t.turns[1].info.get("rewritten") for t in trained if t.num_turns > 1)
     evaluated = load(tmp_path / "eval" / "step-2" / "trajectories.jsonl")
     assert not any(turn.info.get("rewritten") for t in evaluated for turn in t.turns)  # held-out never explores
+
+
+def test_a_per_truth_baseline_gives_a_constant_verdict_zero_net_advantage_on_each_truth():
+    from turnrl.methods.pag.algorithm import first_answer_right, truth_roles
+
+    # 3 right first answers, 1 wrong; the verifier says "correct" to all: verifier rewards 1, 1, 1, 0
+    rows, correct = [(1, 1, 0)] * 3 + [(0, 0, 0)], (1, 1, 1, 0)
+    b = batch(rows, correct=correct, groups=(0, 0, 0, 0))
+    right = first_answer_right(b.token_rewards, b.turn_ids, b.loss_mask)
+    assert right.tolist() == [True, True, True, False]
+    roles = truth_roles(b.roles, right, b.loss_mask)
+    assert roles[3, 4:6].tolist() == [2, 2] and roles[0, 4:6].tolist() == [1, 1]  # wrong-answer verdicts apart
+    assert torch.equal(roles[:, [0, 1, 2, 7, 8]], b.roles[:, [0, 1, 2, 7, 8]]) and roles[3, 3] == -1
+    values = torch.rand(4, 9, generator=torch.Generator().manual_seed(0))
+    role, _ = pag().advantages(b, 8, values)
+    truth, _ = pag(verifier_baseline="truth").advantages(b, 8, values)
+    ver = (b.roles == 1) & b.loss_mask.bool()
+    on_right, on_wrong = ver & right[:, None], ver & ~right[:, None]
+    # RoleAdvNorm: the constant "correct" is pushed up on right answers, down on the wrong one — a truth-blind
+    # verdict is scored by which truth it happened to meet
+    assert float(role[on_right].mean()) > 0.3 and float(role[on_wrong].mean()) < -0.3
+    # per truth: a constant verdict earns zero net advantage on each truth (only the critic's noise is left)
+    assert abs(float(truth[on_right].sum())) < 1e-4 and abs(float(truth[on_wrong].sum())) < 1e-4
+    assert torch.allclose(truth[b.roles == 0], role[b.roles == 0])  # the policy turns are untouched
+    # a verdict that beats its truth's average gains: on the right answers, one says "wrong" (reward 0)
+    mixed = batch([(1, 1, 0), (1, 1, 0), (1, 0, 0), (0, 0, 0), (0, 1, 0)], correct=(1, 1, 1, 0, 0), groups=(0,) * 5)
+    adv, _ = pag(verifier_baseline="truth").advantages(mixed, 8, torch.zeros(5, 9))
+    assert adv[0, 5] > 0 > adv[2, 5] and adv[4, 5] > 0 > adv[3, 5]
+    # pag-grpo: the same split inside its per-group, per-role normalization
+    g = get_algorithm(parse_algorithm_config({"name": "pag-grpo", "verifier_baseline": "truth"}))
+    gadv, _ = g.advantages(b, 8)
+    assert torch.allclose(gadv[ver], torch.zeros(int(ver.sum())))  # every verdict equals its truth's others
+    with pytest.raises(ValidationError, match="needs role_norm: true"):
+        parse_algorithm_config({"name": "pag", "verifier_baseline": "truth", "role_norm": False})

@@ -15,7 +15,9 @@ verify (role "verifier") → revise (role "policy", only after "wrong"), each tu
   telling right answers from wrong ones is reinforced (see :func:`balance_verifier_rewards`). Option [ours]:
   ``verdict_explore: p`` replaces the sampled verdict of a share p of verify turns by the other one, scored by the
   current policy and played out (:mod:`turnrl.methods.pag.explore`): the verifier sees the reward of a verdict it never
-  samples.
+  samples. Option [ours]: ``verifier_baseline: truth`` normalizes the advantages of verify turns that judged right
+  first answers apart from those that judged wrong ones (:func:`truth_roles`): within each truth every verdict is
+  measured against the others on the same truth, so a constant verdict earns zero net advantage on either truth.
 * ``pag-grpo`` — the critic-free comparison: each turn's reward normalized within its group over the turns of the
   same role (policy turns together, verifier turns together), on that turn's tokens only; GRPO's surrogate.
 """
@@ -25,7 +27,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Literal
 
 import torch
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 from turnrl.methods.pag.explore import verdict_explorer
 from turnrl.rl.algorithms.grpo import GRPO, GRPOConfig
@@ -47,6 +49,17 @@ class VerifierOptions(BaseModel):
         "samples (turnrl.methods.pag.explore); held-out evaluations never explore"))
     verifier_balance: bool = Field(False, description="[ours] weigh verifier rewards by the inverse share of their "
                                    "answer's truth in the batch (the verifier optimizes balanced accuracy)")
+    verifier_baseline: Literal["role", "truth"] = Field("role", description=(
+        "[ours] what verify turns' advantages are normalized against: all verify turns (role, RoleAdvNorm as in "
+        "the paper), or the verify turns that judged a first answer of the same truth (truth: right-answer and "
+        "wrong-answer verdicts normalized apart, so a verdict that ignores the answer earns zero net advantage)"))
+
+    @model_validator(mode="after")
+    def _truth_needs_roles(self) -> VerifierOptions:
+        if self.verifier_baseline == "truth" and not getattr(self, "role_norm", True):
+            raise ValueError("verifier_baseline: truth normalizes verify turns per truth inside the per-role "
+                             "normalization; it needs role_norm: true")
+        return self
 
 
 class PAGConfig(PPOConfig, VerifierOptions):
@@ -86,6 +99,26 @@ def final_only_rewards(loss_mask: torch.Tensor, correct: torch.Tensor) -> torch.
     return out
 
 
+def first_answer_right(token_rewards: torch.Tensor, turn_ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """``(B,)`` bool: the first answer (turn 0) was right — its reward R_y is 1 (§7); what a verdict judges."""
+    return (token_rewards * (mask.bool() & (turn_ids == 0))).sum(-1) > 0.5
+
+
+def truth_roles(roles: torch.Tensor, right: torch.Tensor, mask: torch.Tensor, verifier_role: int = 1) -> torch.Tensor:
+    """Roles with the verify turns split by the truth they judged (§7, option ``verifier_baseline: truth`` [ours]).
+
+    Verifier tokens of rows whose first answer was wrong get a role of their own (one above every role present), so
+    a per-role normalization — RoleAdvNorm's whitening, ``pag-grpo``'s group normalization — measures each verdict
+    against the verdicts on answers of the same truth. A verdict that ignores the answer then has the same reward as
+    every other verdict of its truth and zero net advantage on each, and only verdicts that beat their truth's
+    average gain: the verifier's baseline no longer rewards saying the majority truth's verdict. Other roles, and
+    tokens outside ``mask``, keep theirs.
+    """
+    wrong_role = int(roles.max()) + 1 if roles.numel() else verifier_role + 1
+    split = mask.bool() & (roles == verifier_role) & ~right[:, None]
+    return torch.where(split, torch.full_like(roles, max(wrong_role, verifier_role + 1)), roles)
+
+
 def balance_verifier_rewards(token_rewards: torch.Tensor, turn_ids: torch.Tensor, roles: torch.Tensor,
                              mask: torch.Tensor, verifier_role: int = 1) -> torch.Tensor:
     """Weigh each verifier turn's reward by the inverse share of its answer's truth in the batch (§7, option [ours]).
@@ -98,7 +131,7 @@ def balance_verifier_rewards(token_rewards: torch.Tensor, turn_ids: torch.Tensor
     and a batch in which only one truth occurs, are returned unchanged. Other roles' rewards are untouched.
     """
     m = mask.bool()
-    first = (token_rewards * (m & (turn_ids == 0))).sum(-1) > 0.5  # (B,) the first answer was right
+    first = first_answer_right(token_rewards, turn_ids, mask)
     ver = m & (roles == verifier_role)
     has = ver.any(-1)
     n_right, n_wrong = int((has & first).sum()), int((has & ~first).sum())
@@ -132,9 +165,17 @@ def turn_group_advantages(token_rewards: torch.Tensor, turn_ids: torch.Tensor, r
 
 
 class ExploresVerdicts:
-    """The rollout hook that ``pag`` and ``pag-grpo`` share: verdict exploration (``verdict_explore`` > 0)."""
+    """What ``pag`` and ``pag-grpo`` share: verdict exploration (``verdict_explore`` > 0) and the verifier's
+    baseline (``verifier_baseline``)."""
 
     cfg: VerifierOptions
+
+    def roles(self, batch: Batch) -> torch.Tensor:
+        """The roles advantages are normalized over: the batch's, verify turns split by truth where asked."""
+        if self.cfg.verifier_baseline == "role":
+            return batch.roles
+        return truth_roles(batch.roles, first_answer_right(batch.token_rewards, batch.turn_ids, batch.loss_mask),
+                           batch.loss_mask)
 
     def rollout_hook(self, agent: Any, temperature: float, seed: int) -> Rewrite | None:
         """A :class:`~turnrl.methods.pag.explore.VerdictExplorer` for one generation batch, or None."""
@@ -157,9 +198,10 @@ class PAG(ExploresVerdicts, PPO):
         return batch.token_rewards
 
     def normalize(self, adv: torch.Tensor, batch: Batch) -> torch.Tensor:
-        """RoleAdvNorm (``role_norm``), else one whitening (``whiten_advantages``), else none."""
+        """RoleAdvNorm (``role_norm``; verify turns split by truth with ``verifier_baseline: truth``), else one
+        whitening (``whiten_advantages``), else none."""
         if self.cfg.role_norm:
-            return role_whiten(adv, batch.loss_mask, batch.roles)
+            return role_whiten(adv, batch.loss_mask, self.roles(batch))
         return masked_whiten(adv, batch.loss_mask) if self.cfg.whiten_advantages else adv
 
 
@@ -177,5 +219,5 @@ class PAGGRPO(ExploresVerdicts, GRPO):
         rewards = batch.token_rewards
         if self.cfg.verifier_balance:
             rewards = balance_verifier_rewards(rewards, batch.turn_ids, batch.roles, batch.loss_mask)
-        return turn_group_advantages(rewards, batch.turn_ids, batch.roles, batch.group_ids,
+        return turn_group_advantages(rewards, batch.turn_ids, self.roles(batch), batch.group_ids,
                                      batch.loss_mask, self.cfg.role_norm), None
