@@ -185,7 +185,23 @@ def test_eval_on_arithmetic_pag_reports_the_pag_figures(tmp_path):
     m = evaluate(ScriptedAgent(tok, agent), "turnrl/Arithmetic-PAG-v0", limit=4, out=tmp_path)
     assert m["pag_acc_turn1"] == 0 and m["pag_acc_final"] == 1 and m["pag_wrong_to_right"] == 1
     assert m["pag_verifier_acc"] == 1 and m["pag_verifier_acc_on_wrong"] == 1 and m["pag_revision_rate"] == 1
-    assert "pag_acc_final" in (tmp_path / "report.md").read_text()
+    report = (tmp_path / "report.md").read_text()
+    assert "pag_acc_final" in report and m["env"]["pag_acc_final"] == 1
+    # the headline, above the table: every first answer was wrong, so there is nothing to tell apart
+    assert report.index("## Self-verification") < report.index("| metric | value |")
+    assert "**Verifier balanced accuracy: n/a**" in report and "on wrong ones 100.0%" in report
+
+
+def test_the_self_verification_headline_leads_with_balanced_accuracy():
+    from turnrl.rl.run.eval_report import self_verification_lines
+
+    m = {"pag_acc_turn1": 0.7, "pag_acc_final": 0.75, "pag_verifier_acc_on_correct": 1.0, "pag_verifier_acc_on_wrong": 0.0,
+         "pag_verifier_balanced_acc": 0.5, "pag_verdict_correct": 1.0, "pag_verdict_wrong": 0.0}
+    lines = self_verification_lines(m)
+    assert lines[2] == "**Verifier balanced accuracy: 50.0%** (50 % is a verdict that ignores the answer)"
+    assert "on right first answers 100.0%, on wrong ones 0.0%" in lines[4] and "unparseable n/a" in lines[4]
+    assert "first answer 70.0% → final 75.0%" in lines[5]
+    assert self_verification_lines({"accuracy": 1.0}) == []  # not a self-verification evaluation
 
 
 def test_verdict_collapse_monitor():
@@ -213,6 +229,8 @@ def test_pag_training_raises_the_verifiers_accuracy_on_a_toy_env(tmp_path):
     early, late = sum(acc[:5]) / 5, sum(acc[-5:]) / 5
     assert late > early + 0.3 and late >= 0.6, (early, late)  # seeds 0-2: 0.22-0.25 -> 0.75
     assert all(h["pag_acc_turn1"] == 0.75 for h in history[1:])  # the truth is scripted: 3 tasks in 4 are right
+    for h in (history[0], history[-1]):  # held-out: the env's own figures beside eval_success
+        assert h["eval_pag_acc_turn1"] == 0.75 and 0 <= h["eval_pag_verifier_balanced_acc"] <= 1
 
 
 def test_pag_envs_are_evaluated_in_eval_mode_unless_told():

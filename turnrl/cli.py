@@ -139,7 +139,11 @@ def train(
 
         def show(h: dict[str, float]) -> None:
             held_out = f" held-out {h['eval_success']:.3f}" if "eval_success" in h else ""
+            if "eval_pag_verifier_balanced_acc" in h:  # self-verification: whether the verifier tells right from wrong
+                held_out += f" verifier (balanced) {h['eval_pag_verifier_balanced_acc']:.3f}"
             line = f"step {trainer.step} reward {h.get('reward_mean', 0):.3f} success {h.get('success', 0):.3f}"
+            if "pag_verifier_balanced_acc" in h:
+                line += f" verifier (balanced) {h['pag_verifier_balanced_acc']:.3f}"
             progress.update(task, completed=trainer.step, description=line + held_out)
             if not console.is_terminal:  # a log file: no live bar, so one line per step
                 secs = f" {h['seconds']:.1f} s" if "seconds" in h else ""

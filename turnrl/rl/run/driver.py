@@ -35,10 +35,12 @@ class Driver:
             ``eval/step-N/`` (held-out reports) and ``train/step-N/trajectories.jsonl`` (the episodes of step N).
         learner: has ``update(trajectories) -> metrics``, ``state_dict()``, ``load_state_dict()`` and ``version``.
         source: an :class:`~turnrl.rl.sources.base.ExperienceSource`.
-        evaluate: ``evaluate(out_dir) -> held-out success`` (writes its report to ``out_dir``).
+        evaluate: ``evaluate(out_dir) -> {"eval_success": held-out success, "eval_<figure>": …}`` (the
+            environment's own held-out figures beside it, e.g. PAG's verifier accuracies; writes its report to
+            ``out_dir``).
     """
 
-    def __init__(self, config: TrainConfig, learner: Any, source: Any, evaluate: Callable[[Path], float]) -> None:
+    def __init__(self, config: TrainConfig, learner: Any, source: Any, evaluate: Callable[[Path], dict[str, float]]) -> None:
         self.cfg, self.learner, self.source, self.evaluate = config, learner, source, evaluate
         self.sampled = source.sampled  # the policy's own episodes (not stored data): sampling health is checked
         self.step = 0
@@ -60,7 +62,7 @@ class Driver:
         try:
             if self.step == 0 and not self.history:
                 self.source.reset()
-                self._record({"step": 0.0, "eval_success": self.evaluate(self.out / "eval" / "step-0")}, tracker,
+                self._record({"step": 0.0, **self.evaluate(self.out / "eval" / "step-0")}, tracker,
                              on_step, fresh=True)
             end = self.cfg.steps if stop_after is None else min(self.cfg.steps, self.step + stop_after)
             while self.step < end:
@@ -91,7 +93,7 @@ class Driver:
         info["train_tokens_per_s"] = info.get("train_tokens", 0.0) / max(info["seconds"], 1e-9)
         info["lr"] = self.learner.lr
         if self.step == self.cfg.steps or (self.cfg.eval_every and self.step % self.cfg.eval_every == 0):
-            info["eval_success"] = self.evaluate(self.out / "eval" / f"step-{self.step}")
+            info.update(self.evaluate(self.out / "eval" / f"step-{self.step}"))
         warnings = check_health(self.history, info, self.cfg.rollout.max_new_tokens, sampled=self.sampled)
         for w in warnings:
             logger.warning("step %d: %s", self.step, w)

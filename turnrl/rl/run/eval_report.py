@@ -207,6 +207,35 @@ def render_episode(traj: Trajectory, max_chars: int = 600, decode: Callable[[lis
     return lines + (quote("error", traj.error) if traj.error else [])
 
 
+def self_verification_lines(metrics: dict[str, Any]) -> list[str]:
+    """The headline of a self-verification (PAG) evaluation: the verifier's balanced accuracy first — the figure that
+    says whether it tells right answers from wrong ones (0.5: verdicts that ignore the answer, whatever the share of
+    right answers) — then what self-revision did; [] where the episodes were not self-verification ones."""
+    if "pag_acc_turn1" not in metrics:
+        return []
+
+    def pct(key: str) -> str:
+        return f"{metrics[key]:.1%}" if key in metrics else "n/a"
+
+    balanced = metrics.get("pag_verifier_balanced_acc")
+    lines = ["## Self-verification", ""]
+    if balanced is None:
+        lines.append("**Verifier balanced accuracy: n/a** (the verdicts judged only right or only wrong first answers: "
+                     "there is nothing to tell apart)")
+    else:
+        lines.append(f"**Verifier balanced accuracy: {balanced:.1%}** (50 % is a verdict that ignores the answer)")
+    lines += [
+        "",
+        f"- verdicts right on right first answers {pct('pag_verifier_acc_on_correct')}, on wrong ones "
+        f"{pct('pag_verifier_acc_on_wrong')}; said correct {pct('pag_verdict_correct')}, wrong "
+        f"{pct('pag_verdict_wrong')}, unparseable {pct('pag_verdict_unparseable')}",
+        f"- accuracy at the first answer {pct('pag_acc_turn1')} → final {pct('pag_acc_final')} (wrong → right "
+        f"{pct('pag_wrong_to_right')}, right → wrong {pct('pag_right_to_wrong')}, revised {pct('pag_revision_rate')})",
+        "",
+    ]
+    return lines
+
+
 def write_report(out: Path, title: str, metrics: dict[str, Any], rows: list[dict[str, Any]], config: dict[str, Any],
                  examples: Sequence[Trajectory] = (), subtitle: str | None = None, notice: str | None = None,
                  decode: Callable[[list[int]], str] | None = None) -> str:
@@ -214,7 +243,7 @@ def write_report(out: Path, title: str, metrics: dict[str, Any], rows: list[dict
     (e.g. that the run was interrupted) stands under the title."""
     max_new = (config.get("params") or {}).get("max_new_tokens")
     lines = [f"# {title}", "", *([subtitle, ""] if subtitle else []), *([notice, ""] if notice else []),
-             "| metric | value |", "|---|---|"]
+             *self_verification_lines(metrics), "| metric | value |", "|---|---|"]
     for k, v in metrics.items():
         if not isinstance(v, dict):
             lines.append(f"| {k} | {v:.4f} |" if isinstance(v, float) else f"| {k} | {v} |")

@@ -290,7 +290,9 @@ def evaluate(
     wall = time.perf_counter() - t0
     metrics = summarize([rows[j.key] for j in done], samples)
     if done:  # the environment's own figures (user code: not asked about nothing)
-        metrics.update(probe.unwrapped.summarize_episodes([light[j.key] for j in done]))
+        own = probe.unwrapped.summarize_episodes([light[j.key] for j in done])
+        metrics.update(own)
+        metrics["env"] = {k: v for k, v in own.items() if isinstance(v, (int, float))}  # the same, by themselves
     metrics["wall_seconds"] = round(wall, 2)
     metrics["generated_tokens_per_second"] = round(generated / wall, 2) if wall > 0 else 0.0
     metrics["split"] = getattr(probe, "split", None)

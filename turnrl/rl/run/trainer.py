@@ -43,6 +43,7 @@ class Trainer:
     def __init__(self, config: TrainConfig, *, model: Any = None, tokenizer: Any = None) -> None:
         self.cfg = config
         self._eval_kwargs: dict[str, Any] | None = None  # the held-out env's kwargs, resolved at the first evaluation
+        self.eval_metrics: dict[str, Any] = {}  # the last evaluation's figures
         batch = config.rollout.prompts_per_step * config.rollout.group_size
         self.algorithm = get_algorithm(config.algorithm)
         # the algorithm's experience source, opened (data read and checked) before the model loads
@@ -73,7 +74,7 @@ class Trainer:
         except BaseException:
             self.learner.close()
             raise
-        self.driver = Driver(config, self.learner, self.source, self.evaluate)
+        self.driver = Driver(config, self.learner, self.source, self._held_out)
 
     def _runner(self) -> Runner:
         """The placement's runner of on-policy jobs (built when a source first asks)."""
@@ -102,7 +103,8 @@ class Trainer:
 
     def evaluate(self, out: str | Path | None = None) -> float:
         """Greedy success rate on the first ``eval_tasks`` tasks of the held-out env (report, items and
-        trajectories in ``out`` when given; training uses ``OUT_DIR/eval/step-N``)."""
+        trajectories in ``out`` when given; training uses ``OUT_DIR/eval/step-N``); all of the evaluation's figures
+        are in ``self.eval_metrics`` afterwards."""
         from turnrl.envs.registry import make
         from turnrl.rl.run.evaluate import evaluate, run_eval_kwargs
         from turnrl.rl.sources.onpolicy import context_budget
@@ -123,7 +125,15 @@ class Trainer:
                      params=SamplingParams(temperature=0.0, max_new_tokens=self.cfg.rollout.max_new_tokens),
                      batch_episodes=64, max_context=self.cfg.rollout.max_context, out=out,
                      env_timeout=self.cfg.rollout.env_timeout, player=player, context=context_budget(self.cfg))
+        self.eval_metrics = m
         return m["accuracy"]
+
+    def _held_out(self, out: Path) -> dict[str, float]:
+        """The driver's evaluation: ``eval_success`` and, beside it, the environment's own figures (``eval_`` +
+        the names its ``summarize_episodes`` gives, e.g. ``eval_pag_verifier_balanced_acc``)."""
+        success = self.evaluate(out)
+        own = self.eval_metrics.get("env") or {}
+        return {"eval_success": success, **{f"eval_{k}": float(v) for k, v in own.items()}}
 
     def train(self, *, stop_after: int | None = None,
               on_step: Callable[[dict[str, float]], None] | None = None) -> list[dict[str, float]]:
