@@ -520,3 +520,105 @@ def test_a_per_truth_baseline_gives_a_constant_verdict_zero_net_advantage_on_eac
     assert torch.allclose(gadv[ver], torch.zeros(int(ver.sum())))  # every verdict equals its truth's others
     with pytest.raises(ValidationError, match="needs role_norm: true"):
         parse_algorithm_config({"name": "pag", "verifier_baseline": "truth", "role_norm": False})
+
+
+# ---- verify turns that may call tools (SelfVerify(verify_tools=True)) ----
+
+def tool_pag(**kw):
+    return turnrl.make("turnrl/Arithmetic-PAG-v0", calculator=True, tool_style="tags", level=2, verify_tools=True, **kw)
+
+
+def test_a_verify_turn_may_check_with_the_tool_before_its_verdict():
+    env = tool_pag()
+    env.reset(seed=0)
+    assert (env.task.answer, env.max_turns) == ("16", 5)  # 39 - 23; answer, two tool turns, verdict, revision
+    obs, r, term, _, info = env.step("\\boxed{15}")
+    assert "recompute it with a tool" in obs[0].content and info["next_role"] == "verifier"
+    obs, r, term, _, info = env.step("<calculator>39 - 23</calculator>")
+    assert [m.content for m in obs] == ["16"] and r == 0 and not term
+    assert (info["phase"], info["role"], info["next_role"], info["verify_tool"]) == ("verify", "verifier", "verifier", True)
+    obs, r, term, _, info = env.step("The tool says 16, not 15. The answer is wrong.")
+    assert r == 1 and info["verdict"] == "wrong" and info["next_role"] == "policy"
+    assert (info["verify_tool_calls"], info["check_says_right"], info["tool_agreed"]) == (1, False, True)
+    assert env.step("\\boxed{16}")[1] == 2.0  # the revision: acc2 + (acc2 - acc1)
+    # a right answer, a tool error (an observation), then the limit: the next reply is the verdict, call or not
+    env = tool_pag(max_verify_calls=1)
+    env.reset(seed=0)
+    env.step("\\boxed{16}")
+    obs, r, term, _, info = env.step("<calculator>39 - </calculator>")
+    assert "cannot parse" in obs[0].content and info["error"] and not term
+    obs, r, term, _, info = env.step("<calculator>39 - 23</calculator>")
+    assert term and r == 0 and info["verdict"] is None and info["verify_tool_calls"] == 1
+    assert info["check_says_right"] is None and info["tool_agreed"] is None  # the failed call gave no result
+    # a verdict that contradicts its own check
+    env = tool_pag()
+    env.reset(seed=0)
+    env.step("\\boxed{16}")
+    env.step("<calculator>39-23</calculator>")
+    info = env.step("The answer is wrong.")[4]
+    assert (info["check_says_right"], info["tool_agreed"], info["verdict_correct"]) == (True, False, False)
+
+
+def test_verify_tools_are_refused_without_tools_and_off_by_default():
+    with pytest.raises(ValueError, match="verify_tools needs an environment with tools.*calculator=True"):
+        turnrl.make("turnrl/Arithmetic-PAG-v0", verify_tools=True)
+    with pytest.raises(ValueError, match="max_verify_calls must be at least 1"):
+        tool_pag(max_verify_calls=0)
+    env = turnrl.make("turnrl/Arithmetic-PAG-v0", calculator=True, tool_style="tags")  # the paper's setting
+    env.reset(seed=0)
+    env.step("\\boxed{16}")
+    obs, r, term, _, info = env.step("<calculator>39-23</calculator>")  # no tools in the verify turn: a verdict
+    assert term and info["verdict"] is None and "verify_tool_calls" not in info and env.max_turns == 3
+
+
+def test_verify_tool_turns_are_verifier_turns_token_exact_and_counted():
+    tok = tiny_tokenizer("chatml")
+
+    def agent(prompt):
+        last = prompt.rsplit("<|im_start|>", 2)[-2]
+        if "Check the solution" in last:
+            q = prompt.split("What is ", 1)[1].split("?")[0]
+            return f"<calculator>{q}</calculator>"
+        if "previous answer was wrong" in last:
+            q = prompt.split("What is ", 1)[1].split("?")[0]
+            return f"\\boxed{{{eval(q)}}}"  # noqa: S307 — our generated arithmetic
+        if last.startswith("tool"):  # the calculator's result came back
+            return "The answer is wrong."
+        return "\\boxed{-999}"
+
+    envs = [tool_pag() for _ in range(3)]
+    trajs = Rollout(ScriptedAgent(tok, agent), SamplingParams(max_new_tokens=32)).run(envs, seeds=[0, 1, 2])
+    for t in trajs:
+        assert [turn.role for turn in t.turns] == ["policy", "verifier", "verifier", "policy"], t.error
+        assert [turn.info["phase"] for turn in t.turns] == ["answer", "verify", "verify", "revise"]
+        assert t.turns[2].info["tool_agreed"] is True and [turn.reward for turn in t.turns] == [0, 0, 1, 2]
+        for turn in t.turns:  # each turn's tokens are what the agent wrote
+            s, e = turn.token_span
+            assert tok.decode(t.token_ids[s:e], skip_special_tokens=True).strip() == turn.action.content.strip()
+    m = envs[0].summarize_episodes(trajs)
+    assert m["pag_verify_tool_rate"] == 1 and m["pag_verify_tool_agreement"] == 1 and m["pag_verify_check_right"] == 1
+    assert m["pag_verifier_acc_on_wrong"] == 1 and m["pag_acc_final"] == 1
+
+
+def test_every_verifier_turn_is_rewarded_with_its_verdict():
+    from turnrl.methods.pag.algorithm import spread_verdict_reward
+
+    # answer (turn 0), tool call (turn 1, verifier), verdict (turn 2, verifier), revision (turn 3)
+    mask = torch.tensor([[1, 1, 0, 1, 1, 0, 1, 1, 0, 1, 1]] * 2, dtype=torch.float32)
+    turns = torch.tensor([[0, 0, -1, 1, 1, -1, 2, 2, -1, 3, 3]] * 2)
+    roles = torch.tensor([[0, 0, -1, 1, 1, -1, 1, 1, -1, 0, 0]] * 2)
+    rewards = torch.zeros(2, 11)
+    rewards[0, 1], rewards[0, 7], rewards[0, 10] = 0.0, 1.0, 2.0  # a right verdict on a wrong answer, then a fix
+    rewards[1, 1], rewards[1, 7] = 1.0, 0.0  # a wrong verdict on a right answer
+    out = spread_verdict_reward(rewards, turns, roles, mask)
+    assert out[0].tolist() == [0, 0, 0, 0, 1, 0, 0, 1, 0, 0, 2]  # the tool turn's last token gets R_v = 1
+    assert out[1].tolist() == [0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0]
+    single = batch([(1, 1, 0)])  # §7's plain episode: one verifier turn, nothing changes
+    assert torch.equal(spread_verdict_reward(single.token_rewards, single.turn_ids, single.roles, single.loss_mask),
+                       single.token_rewards)
+    b = Batch(input_ids=torch.ones(2, 11, dtype=torch.long), attention_mask=torch.ones(2, 11, dtype=torch.long),
+              loss_mask=mask, old_logp=torch.zeros(2, 11), token_rewards=rewards, turn_ids=turns, roles=roles,
+              response_lengths=mask.sum(-1), scores=rewards.sum(-1), correct=torch.tensor([1.0, 1.0]),
+              group_ids=torch.tensor([0, 1]), truncated=torch.zeros(2))
+    adv, _ = pag(role_norm=False).advantages(b, 8, torch.zeros(2, 11))
+    assert adv[0, 3:5].tolist() == [1.0, 1.0]  # the tool call is credited with the verdict it led to

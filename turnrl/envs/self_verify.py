@@ -12,10 +12,20 @@ with one reward per turn, each meant for the last token of its turn:
 * revise: acc₂ + α·(acc₂ − acc₁), α = 1.
 
 ``mode="eval"`` revises whenever the verdict is not "correct" (also when unparseable), as the paper evaluates.
+
+``verify_tools=True`` (default off: the paper's setting) lets the verify turn *check*: before its verdict the verifier
+may call the inner environment's tools (the calculator of a math environment built with ``calculator=True``) up to
+``max_verify_calls`` times; each tool turn is a verifier turn whose observation is the tool's result (errors
+included, as observations), its own reward 0 — the trainer gives it the verdict's reward (§7: every verifier turn of
+an episode is rewarded with its verdict). After the last allowed call the next reply is read as the verdict, tool
+call or not. The verdict turn's info says how many tool turns preceded it (``verify_tool_calls``), whether the last
+tool result matched the first answer (``check_says_right``; None where no result could be compared) and whether
+the verdict agreed with that check (``tool_agreed``).
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
@@ -27,6 +37,10 @@ from turnrl.verifiers.pag import VERDICT_CORRECT, VERDICT_WRONG, parse_verdict, 
 VERIFY_PROMPT = (
     "Check the solution step by step. If you find a mistake, state the wrong step, explain why, and end with "
     f"'{VERDICT_WRONG}'. If all steps are correct, end with '{VERDICT_CORRECT}'."
+)
+VERIFY_TOOLS_PROMPT = (
+    "Check the solution. You may recompute it with a tool first and compare the tool's result with your answer. "
+    f"If it is wrong, end with '{VERDICT_WRONG}'. If it is right, end with '{VERDICT_CORRECT}'."
 )
 REVISE_PROMPT = "You indicated that your previous answer was wrong. Please provide the correct solution."
 
@@ -49,6 +63,10 @@ class SelfVerify(TextEnv):
         verdict_texts: a short reply for each verdict, ``{"correct": ..., "wrong": ...}``, that ``verdict_parser``
             reads as that verdict (default "The answer is correct." / "The answer is wrong."); what a trainer writes
             when it needs a verdict the policy did not sample (``pag``'s ``verdict_explore``).
+        verify_tools: let the verify turn call the inner environment's tools before its verdict (the module
+            docstring); the inner environment must have tools. ``verify_prompt`` then defaults to
+            ``VERIFY_TOOLS_PROMPT``.
+        max_verify_calls: the most tool turns before the verdict (with ``verify_tools``).
 
     ``turnrl eval`` and the trainer's held-out evaluations build it with ``mode="eval"`` unless told otherwise
     (``evaluation_options``).
@@ -72,10 +90,12 @@ class SelfVerify(TextEnv):
         *,
         alpha: float = 1.0,
         mode: Literal["train", "eval"] = "train",
-        verify_prompt: str = VERIFY_PROMPT,
+        verify_prompt: str | None = None,
         revise_prompt: str = REVISE_PROMPT,
         verdict_parser: Callable[[str], Literal["correct", "wrong"] | None] = parse_verdict,
         verdict_texts: dict[str, str] | None = None,
+        verify_tools: bool = False,
+        max_verify_calls: int = 2,
         render_mode: str | None = None,
     ) -> None:
         inner = getattr(env, "unwrapped", env)
@@ -84,13 +104,21 @@ class SelfVerify(TextEnv):
                 f"SelfVerify needs a single-answer environment with a score(response) -> Verdict method; "
                 f"{type(inner).__name__} has none"
             )
+        if verify_tools and not len(getattr(inner, "toolbox", ()) or ()):
+            raise ValueError(f"verify_tools needs an environment with tools; {type(inner).__name__} has none here "
+                             "(math environments: calculator=True; or verify_tools=False, the paper's setting)")
+        if max_verify_calls < 1:
+            raise ValueError(f"max_verify_calls must be at least 1, got {max_verify_calls}")
+        if verify_prompt is None:
+            verify_prompt = VERIFY_TOOLS_PROMPT if verify_tools else VERIFY_PROMPT
         for name, prompt in (("verify_prompt", verify_prompt), ("revise_prompt", revise_prompt)):
             if not isinstance(prompt, str):
                 raise TypeError(f"{name} must be a string, got {type(prompt).__name__} ({prompt!r:.60}); on the command "
                                 "line a value is read as YAML: quote it if it holds ': '")
         if mode not in ("train", "eval"):
             raise ValueError(f"mode must be 'train' or 'eval', got {mode!r}")
-        super().__init__(max_turns=3, render_mode=render_mode)
+        self.verify_tools, self.max_verify_calls = bool(verify_tools), int(max_verify_calls)
+        super().__init__(max_turns=3 + (self.max_verify_calls if verify_tools else 0), render_mode=render_mode)
         self.env = inner
         self.split, self.held_out_split = getattr(inner, "split", None), getattr(inner, "held_out_split", None)
         self.alpha = float(alpha)
@@ -107,6 +135,8 @@ class SelfVerify(TextEnv):
         self.verdict_texts: dict[str, str] | None = None if misread else texts  # None: a parser of its own, no texts
         self.phase: Phase = "answer"
         self.first: Verdict | None = None
+        self.verify_calls = 0  # tool turns in this episode's verify phase
+        self.tool_results: list[str] = []  # their successful results, in order
 
     @property
     def task(self) -> Any:
@@ -123,6 +153,7 @@ class SelfVerify(TextEnv):
         seed = int(self.np_random.integers(2**31))  # the inner env draws from a seed derived from ours
         obs, info = self.env.reset(seed=seed, options=options)
         self.phase, self.first = "answer", None
+        self.verify_calls, self.tool_results = 0, []
         return obs, {**info, "role": "policy", "next_role": "policy", "phase": "answer"}
 
     def _step(self, action: str) -> StepResult:
@@ -133,12 +164,19 @@ class SelfVerify(TextEnv):
             return (Message(role="user", content=self.verify_prompt),), self.first.score, False, False, info
         assert self.first is not None
         if self.phase == "verify":
+            calls = self._verify_calls(action)
+            if calls is not None:
+                return self._tool_turn(calls, [self.env.toolbox.invoke(c) for c in calls.calls])
             verdict = self.verdict_parser(action)
             reward = verdict_reward(verdict, self.first.correct)
             revise = verdict == "wrong" or (self.mode == "eval" and verdict != "correct")
+            check = self._check_says_right()
             info = self._info(
                 "verify", "verifier", "policy" if revise else None,
                 verdict=verdict, verdict_correct=reward == 1.0, correct=self.first.correct,
+                **({"verify_tool_calls": self.verify_calls, "check_says_right": check,
+                    "tool_agreed": None if check is None or verdict is None else (verdict == "correct") == check}
+                   if self.verify_tools else {}),
             )
             if revise:
                 self.phase = "revise"
@@ -151,6 +189,43 @@ class SelfVerify(TextEnv):
         info = self._info("revise", "policy", None, correct=second.correct, extracted=second.extracted,
                           first_correct=self.first.correct)
         return (), reward, True, False, info
+
+    async def _astep(self, action: str) -> StepResult:
+        calls = self._verify_calls(action) if self.phase == "verify" else None
+        if calls is None:
+            return await super()._astep(action)
+        return self._tool_turn(calls, await asyncio.gather(*(self.env.toolbox.ainvoke(c) for c in calls.calls)))
+
+    def _verify_calls(self, action: str) -> Any:
+        """The tool calls of a verify-phase reply, when tools are on and calls remain; else None (a verdict)."""
+        if not self.verify_tools or self.verify_calls >= self.max_verify_calls:
+            return None
+        parsed = self.env._parse(action)
+        return parsed if parsed.found else None
+
+    def _tool_turn(self, parsed: Any, outputs: Sequence[Any]) -> StepResult:
+        """A verifier tool turn: the results (or errors) as observations, reward 0, the verifier acts next."""
+        self.verify_calls += 1
+        self.tool_results += [out.content for out in outputs if out.ok]
+        messages = [Message(role="tool", name=c.name, content=out.content) for c, out in zip(parsed.calls, outputs)]
+        messages += [Message(role="tool", name="error", content=f"Error: {err}") for err in parsed.errors]
+        errors = [out.content for out in outputs if not out.ok] + [f"Error: {err}" for err in parsed.errors]
+        info = self._info("verify", "verifier", "verifier", verify_tool=True, correct=self.first.correct)
+        info.update(tool_calls=[c.model_dump() for c in parsed.calls], error="; ".join(errors) or None)
+        return tuple(messages), 0.0, False, False, info
+
+    def _check_says_right(self) -> bool | None:
+        """Whether the last tool result equals the first answer, judged by the inner verifier (the result as the
+        reference); None without a result, an extracted first answer, or a way to state it as an answer."""
+        if not self.tool_results or self.first is None or self.first.extracted is None:
+            return None
+        stated = self.env.format_answer(str(self.first.extracted))
+        if stated is None:
+            return None
+        try:
+            return bool(self.env.verifier(stated, self.tool_results[-1]).correct)
+        except Exception:  # noqa: BLE001 — a figure only: a result the verifier cannot read compares as unknown
+            return None
 
     @staticmethod
     def _info(phase: str, role: str, next_role: str | None, **extra: Any) -> dict[str, Any]:
@@ -168,7 +243,8 @@ class SelfVerify(TextEnv):
 
 
 def _pag(cls_path: str, **kwargs: Any) -> SelfVerify:
-    pag_keys = {"alpha", "mode", "verify_prompt", "revise_prompt", "verdict_parser", "verdict_texts", "render_mode"}
+    pag_keys = {"alpha", "mode", "verify_prompt", "revise_prompt", "verdict_parser", "verdict_texts", "verify_tools",
+                "max_verify_calls", "render_mode"}
     pag = {k: kwargs.pop(k) for k in list(kwargs) if k in pag_keys}
     module, name = cls_path.split(":")
     import importlib

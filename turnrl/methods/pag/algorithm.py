@@ -99,6 +99,28 @@ def final_only_rewards(loss_mask: torch.Tensor, correct: torch.Tensor) -> torch.
     return out
 
 
+def spread_verdict_reward(token_rewards: torch.Tensor, turn_ids: torch.Tensor, roles: torch.Tensor,
+                          mask: torch.Tensor, verifier_role: int = 1) -> torch.Tensor:
+    """Every verifier turn of a sequence rewarded with its verdict (§7 with verify tools [ours]).
+
+    With ``verify_tools`` the verify phase is several verifier turns — tool calls, then the verdict — and the
+    environment can reward only the verdict turn (R_v, known last). Each verifier turn's reward becomes the sum of
+    the sequence's verifier rewards (R_v: the tool turns' own are 0), on that turn's last token, so that with
+    turn-independent advantages a tool call is credited with the verdict it led to. A sequence with one verifier
+    turn is unchanged; other roles' rewards are untouched.
+    """
+    m = mask.bool() & (turn_ids >= 0)
+    ver = m & (roles == verifier_role)
+    if not ver.any():
+        return token_rewards
+    total = (token_rewards * ver).sum(-1, keepdim=True)  # (B, 1) R_v
+    nxt = torch.nn.functional.pad(turn_ids[:, 1:], (0, 1), value=-1)  # the next position's turn (−1 past the end)
+    nxt_in = torch.nn.functional.pad(m[:, 1:], (0, 1), value=False)
+    last = ver & ~(nxt_in & (nxt == turn_ids))  # the last generated token of each verifier turn
+    return torch.where(ver, torch.where(last, total.expand_as(token_rewards), torch.zeros_like(token_rewards)),
+                       token_rewards)
+
+
 def first_answer_right(token_rewards: torch.Tensor, turn_ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """``(B,)`` bool: the first answer (turn 0) was right — its reward R_y is 1 (§7); what a verdict judges."""
     return (token_rewards * (mask.bool() & (turn_ids == 0))).sum(-1) > 0.5
@@ -193,9 +215,10 @@ class PAG(ExploresVerdicts, PPO):
         """Each turn's reward on its last token, or (``reward: final-only``) the final answer's correctness."""
         if self.cfg.reward == "final-only":
             return final_only_rewards(batch.loss_mask, batch.correct)
+        rewards = spread_verdict_reward(batch.token_rewards, batch.turn_ids, batch.roles, batch.loss_mask)
         if self.cfg.verifier_balance:
-            return balance_verifier_rewards(batch.token_rewards, batch.turn_ids, batch.roles, batch.loss_mask)
-        return batch.token_rewards
+            return balance_verifier_rewards(rewards, batch.turn_ids, batch.roles, batch.loss_mask)
+        return rewards
 
     def normalize(self, adv: torch.Tensor, batch: Batch) -> torch.Tensor:
         """RoleAdvNorm (``role_norm``; verify turns split by truth with ``verifier_baseline: truth``), else one
@@ -216,7 +239,7 @@ class PAGGRPO(ExploresVerdicts, GRPO):
                    bootstrap: torch.Tensor | None = None, ref_logp: torch.Tensor | None = None
                    ) -> tuple[torch.Tensor, None]:
         """Per-turn, per-role group-normalized rewards on each turn's tokens."""
-        rewards = batch.token_rewards
+        rewards = spread_verdict_reward(batch.token_rewards, batch.turn_ids, batch.roles, batch.loss_mask)
         if self.cfg.verifier_balance:
             rewards = balance_verifier_rewards(rewards, batch.turn_ids, batch.roles, batch.loss_mask)
         return turn_group_advantages(rewards, batch.turn_ids, self.roles(batch), batch.group_ids,

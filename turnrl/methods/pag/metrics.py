@@ -14,7 +14,11 @@ well the policy verifies its own answers.
 * ``pag_verdict_correct`` / ``pag_verdict_wrong`` / ``pag_verdict_unparseable`` — the verdict distribution;
 * ``pag_revision_rate`` — episodes with a revision; ``pag_wrong_to_right`` / ``pag_right_to_wrong`` — episodes
   whose final answer is right where the first was wrong, and the reverse (shares of all PAG episodes);
-* ``pag_episodes`` and ``pag_verdicts`` — how many episodes and verdicts the figures rest on.
+* ``pag_episodes`` and ``pag_verdicts`` — how many episodes and verdicts the figures rest on;
+* with verify tools on (``verify_tools``): ``pag_verify_tool_rate`` — verdicts preceded by at least one tool call;
+  ``pag_verify_tool_agreement`` — verdicts that agree with their check (the last tool result equal to the first
+  answer ⇔ "correct"), over verdicts with a check; ``pag_verify_check_right`` — checks that were themselves right
+  (the result matched the first answer exactly when that answer was right).
 """
 
 from __future__ import annotations
@@ -41,6 +45,9 @@ def pag_episode(traj: Trajectory) -> dict[str, Any] | None:
         "verified": verify is not None,
         "verdict_right": bool(verify.get("verdict_correct")) if verify is not None else None,
         "revised": revise is not None,
+        "verify_tool_calls": verify.get("verify_tool_calls") if verify is not None else None,
+        "check_says_right": verify.get("check_says_right") if verify is not None else None,
+        "tool_agreed": verify.get("tool_agreed") if verify is not None else None,
     }
 
 
@@ -72,4 +79,20 @@ def pag_summary(episodes: Iterable[dict[str, Any] | None]) -> dict[str, float]:
                 out[key] = sum(e["verdict_right"] for e in part) / len(part)
         if "pag_verifier_acc_on_correct" in out and "pag_verifier_acc_on_wrong" in out:
             out["pag_verifier_balanced_acc"] = (out["pag_verifier_acc_on_correct"] + out["pag_verifier_acc_on_wrong"]) / 2
+        out.update(_tool_figures(verified))
+    return out
+
+
+def _tool_figures(verified: list[dict[str, Any]]) -> dict[str, float]:
+    """The verify-tools figures of the module docstring ({} where the episodes had verify tools off)."""
+    tooled = [e for e in verified if e.get("verify_tool_calls") is not None]
+    if not tooled:
+        return {}
+    out = {"pag_verify_tool_rate": sum(e["verify_tool_calls"] > 0 for e in tooled) / len(tooled)}
+    agreed = [e["tool_agreed"] for e in tooled if e.get("tool_agreed") is not None]
+    if agreed:
+        out["pag_verify_tool_agreement"] = sum(agreed) / len(agreed)
+    checks = [e["check_says_right"] == e["first_correct"] for e in tooled if e.get("check_says_right") is not None]
+    if checks:
+        out["pag_verify_check_right"] = sum(checks) / len(checks)
     return out
