@@ -622,3 +622,59 @@ def test_every_verifier_turn_is_rewarded_with_its_verdict():
               group_ids=torch.tensor([0, 1]), truncated=torch.zeros(2))
     adv, _ = pag(role_norm=False).advantages(b, 8, torch.zeros(2, 11))
     assert adv[0, 3:5].tolist() == [1.0, 1.0]  # the tool call is credited with the verdict it led to
+
+
+def test_checking_warm_up_rows_call_the_tool_then_give_the_true_verdict(tmp_path):
+    from typer.testing import CliRunner
+
+    from turnrl.cli import app
+    from turnrl.methods.pag.checks import CheckingTeacher, checking_rows, generate_checks
+    from turnrl.storage import load
+
+    tok = tiny_tokenizer("chatml")
+
+    def policy(prompt):  # right when the result is even, one too many when it is odd
+        v = eval(prompt.split("What is ", 1)[1].split("?")[0])  # noqa: S307 — our generated arithmetic
+        return f"\\boxed{{{v if v % 2 == 0 else v + 1}}}"
+
+    kw = {"calculator": True, "tool_style": "tags", "level": 2, "verify_tools": True}
+    trajs = generate_checks(ScriptedAgent(tok, policy), "turnrl/Arithmetic-PAG-v0", kw, tasks=12, max_new_tokens=64)
+    for t in trajs:
+        right = t.turns[0].info["correct"]
+        call, verdict = t.turns[1], t.turns[2]
+        assert call.role == verdict.role == "verifier" and call.action.content.startswith("<calculator>")
+        assert call.observation[0].content == t.turns[2].action.content.split("The check gives ")[1].split(" ")[0]
+        assert verdict.info["verdict"] == ("correct" if right else "wrong") and verdict.info["tool_agreed"] is True
+        assert [tu.role for tu in t.turns] == ["policy", "verifier", "verifier"] + ([] if right else ["policy"])
+    rows, report = checking_rows(trajs)
+    assert report["right_first"] + report["wrong_first"] == 12 and report["dropped_steps"] == 0
+    small = min(report["right_first"], report["wrong_first"])
+    assert report["tool_rows"] == report["verdict_rows"] == 2 * small  # balanced: as many of each truth
+    kinds = [(r.metadata["pag_rows"]["kind"], r.metadata["pag_rows"]["truth"]) for r in rows]
+    assert kinds.count(("check_verdict", "correct")) == kinds.count(("check_verdict", "wrong")) == small
+    for row in rows:  # a step row: the state as the policy saw it, the loss on the step's action only
+        s, e = row.turns[-1].token_span
+        assert row.loss_mask == [0] * s + [1] * (e - s) and len(row.token_ids) == e
+        assert tok.decode(row.token_ids[s:e], skip_special_tokens=True) == row.turns[-1].action.content
+    # step-wise filtering: a verdict that is not the truth, and a check whose result misled, are left out
+    bad = trajs[0].model_copy(deep=True)
+    bad.turns[2].info.update(verdict_correct=False)
+    bad.turns[2].info.update(check_says_right=not bad.turns[0].info["correct"])
+    _, r2 = checking_rows([bad], balance="none")
+    assert (r2["rows"], r2["dropped_steps"]) == (0, 2)
+    with pytest.raises(ValueError, match="verify_tools=True"):
+        env = turnrl.make("turnrl/Arithmetic-PAG-v0")
+        env.reset(seed=0)
+        env.step("\\boxed{1}")
+        CheckingTeacher(tok)([env], ["verifier"], [[1]], [None])
+    # the command: the same rows from a tiny model's answers (mostly wrong: balanced down to the right ones)
+    out = tmp_path / "checks.jsonl"
+    result = CliRunner().invoke(app, ["pag", "checks", "--env", "turnrl/Arithmetic-PAG-v0", "--agent", "tiny:chatml",
+                                      "--out", str(out), "--tasks", "4", "--max-new-tokens", "8", "--kw",
+                                      "calculator=true", "--kw", "tool_style=tags", "--kw", "verify_tools=true",
+                                      "--balance", "none"])
+    assert result.exit_code == 0, result.output
+    assert "rows in" in result.output and len(load(out)) == 8  # four episodes: a tool call and a verdict each
+    refused = CliRunner().invoke(app, ["pag", "checks", "--env", "turnrl/Arithmetic-PAG-v0", "--agent", "tiny:chatml",
+                                       "--out", str(tmp_path / "x.jsonl")])
+    assert refused.exit_code != 0 and "verify_tools=true" in refused.output

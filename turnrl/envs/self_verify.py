@@ -216,9 +216,12 @@ class SelfVerify(TextEnv):
 
     def _check_says_right(self) -> bool | None:
         """Whether the last tool result equals the first answer, judged by the inner verifier (the result as the
-        reference); None without a result, an extracted first answer, or a way to state it as an answer."""
-        if not self.tool_results or self.first is None or self.first.extracted is None:
+        reference); False for a first answer that states nothing the verifier could extract; None without a result
+        or a way to state the answer."""
+        if not self.tool_results or self.first is None:
             return None
+        if self.first.extracted is None:
+            return False
         stated = self.env.format_answer(str(self.first.extracted))
         if stated is None:
             return None

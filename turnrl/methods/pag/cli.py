@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from turnrl.cli_shared import DataTokenizerOption, _check_out, _say, fail
+from turnrl.cli_shared import DataTokenizerOption, KwOption, _check_out, _dataset_run, _say, fail, parse_kwargs
 
 app = typer.Typer(help="PAG's data (docs/algorithms.md §7): rows for a verifier warm-up.", no_args_is_help=True)
 
@@ -46,3 +46,48 @@ def pag_rows_command(
          f"{int(r.get('repeated_rows', 0))} repeated to balance, "
          f"{int(r.get('revision_rows', 0))} revisions, {int(r.get('sibling_revision_rows', 0))} sibling revisions"
          + (f"; {int(r['no_rationale'])} verify turns without a right answer to re-solve with" if rationales else ""))
+
+
+@app.command("checks")
+def pag_checks_command(
+    env: Annotated[str, typer.Option("--env", help="a *-PAG-v0 env with tools in its verify turn, e.g. "
+                                     "turnrl/Arithmetic-PAG-v0 --kw calculator=true --kw verify_tools=true")],
+    agent: Annotated[str, typer.Option(help="the policy that writes the first answers: smollm2-135m-instruct, "
+                                       "hf:PATH, run:OUT_DIR, tiny:chatml, …")],
+    out: Annotated[str, typer.Option(help="where the rows go (.parquet or .jsonl)")],
+    tasks: Annotated[int, typer.Option(min=1, help="questions 0..tasks-1 of the environment's split")] = 200,
+    samples: Annotated[int, typer.Option(min=1, help="episodes per question")] = 1,
+    seed: int = 0,
+    temperature: Annotated[float, typer.Option(min=0.0)] = 1.0,
+    max_new_tokens: Annotated[int, typer.Option(min=1)] = 128,
+    batch_size: Annotated[int, typer.Option(min=1, help="episodes generated together")] = 64,
+    balance: Annotated[str, typer.Option(help="down: as many episodes with a wrong first answer as with a right "
+                                         "one; none")] = "down",
+    episodes: Annotated[str | None, typer.Option(help="also keep the whole checked episodes here")] = None,
+    kw: KwOption = None,
+) -> None:
+    """Rows for a verifier that checks (ours): the policy answers, a teacher verifies by calling the environment's
+    tool (its oracle calculation) and giving the true verdict; the verifier steps become SWiRL step rows, filtered
+    step by step and balanced between right and wrong first answers. Train them with algorithm.name sft, then pag
+    (env.kwargs verify_tools: true) with init_from that run."""
+    from turnrl.methods.pag.checks import checking_rows, generate_checks
+    from turnrl.storage import save
+
+    env_kwargs = parse_kwargs(kw)
+    probe, the_agent, n = _dataset_run(env, env_kwargs, out, agent, batch_size, None, tasks, "questions")
+    if not getattr(probe.unwrapped, "verify_tools", False):
+        fail(f"{env} has no tools in its verify turn: pass --kw verify_tools=true (and the tool itself, e.g. --kw "
+             "calculator=true)")
+    trajs = generate_checks(the_agent, env, env_kwargs, tasks=n, samples=samples, temperature=temperature,
+                            max_new_tokens=max_new_tokens, seed=seed, batch_episodes=batch_size)
+    try:
+        rows, r = checking_rows(trajs, balance=balance, seed=seed)  # type: ignore[arg-type]
+    except ValueError as e:
+        fail(str(e))
+    if episodes:
+        save(trajs, episodes)
+    save(rows, out)
+    _say(f"{int(r['rows'])} rows in {out} ({int(r['tool_rows'])} tool calls, {int(r['verdict_rows'])} verdicts) from "
+         f"{int(r['episodes'])} episodes: first answers right {int(r['right_first'])}, wrong {int(r['wrong_first'])}; "
+         f"{int(r.get('dropped_episodes', 0))} episodes left out to balance, {int(r['dropped_steps'])} steps "
+         "filtered out")

@@ -1,0 +1,164 @@
+"""Warm-up data for verifiers that check (ours, issue "verification that can check"; docs/algorithms.md §7).
+
+A verifier that only reads its own answer has to *feel* whether it is right, which a small model cannot (SmolLM2's
+verdicts did not depend on the answer's truth). One that recomputes with a tool only has to compare two numbers.
+The data is built the way SWiRL builds tool-use data: from the environment, with a teacher for the steps the
+policy cannot yet take.
+
+* :class:`CheckingTeacher` is a rollout hook (``Rollout(rewrite=...)``) for PAG environments with
+  ``verify_tools`` on: the policy writes the first answer as it would; each verifier turn is written by the teacher —
+  first the oracle's tool call (the environment's own ``oracle_calls``: the calculation that solves the task, in the
+  environment's tool format), then, with the tool's result in context, a short comparison and the *true* verdict of
+  the first answer. The environment runs the tool and grades everything as in training, so the episodes are
+  token-exact and their infos say what the check found.
+* :func:`checking_rows` cuts the verifier turns out as SWiRL step rows (the state exactly as the policy saw it, the
+  loss on the step's action only), filtered step by step — a tool step is kept only when its call ran and its
+  result told the truth about the first answer (``check_says_right`` equal to the answer's grade), a verdict step
+  only when its verdict is the true one — and balanced between right and wrong first answers (``down``: as many
+  episodes of the majority truth as the minority has).
+
+``turnrl pag checks`` does both; train the rows with ``algorithm.name: sft``, then PAG with ``init_from``.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from typing import Any, Literal
+
+from turnrl.agents.base import Completion
+from turnrl.envs.core import TextEnv
+from turnrl.methods.swirl.steps import decompose
+from turnrl.types import Trajectory
+from turnrl.verifiers.pag import VERDICT_CORRECT, VERDICT_WRONG
+
+
+def check_call(env: Any) -> str | None:
+    """The tool call a checking verifier writes for the current task: the first of the inner environment's
+    ``oracle_calls``, in its tool format; None where it knows none or cannot write one."""
+    inner = env.env
+    calls = inner.oracle_calls(inner.task)
+    write = getattr(inner.parser, "format_call", None)
+    return write(calls[0]) if calls and write is not None else None
+
+
+def check_verdict(env: Any) -> str:
+    """The verdict turn after a check: the tool's result, the first answer, whether they agree, the true verdict."""
+    first = env.first
+    truth = bool(first.correct)
+    verdict = f"{VERDICT_CORRECT if truth else VERDICT_WRONG}."
+    if not env.tool_results:
+        return verdict
+    if first.extracted is None:
+        return f"The check gives {env.tool_results[-1]} and the answer states no result. {verdict}"
+    agree = "they agree" if truth else "they differ"
+    return f"The check gives {env.tool_results[-1]} and the answer was {first.extracted}: {agree}. {verdict}"
+
+
+class CheckingTeacher:
+    """Writes the verifier turns of ``verify_tools`` PAG episodes as checks (module docstring).
+
+    Args:
+        tokenizer: the policy's tokenizer (the teacher's turns are encoded with it and end with its end-of-sequence
+            token, as a sampled turn that stopped would).
+    """
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.tokenizer = tokenizer
+        eos = getattr(tokenizer, "eos_token_id", None)
+        self.eos = [int(eos)] if eos is not None else []
+
+    def __call__(self, envs: Sequence[TextEnv], roles: Sequence[str], prompts: Sequence[list[int]],
+                 completions: Sequence[Completion]) -> list[Completion | None]:
+        """The teacher's reply for every verifier turn, None for the policy's turns (kept as sampled)."""
+        out: list[Completion | None] = [None] * len(completions)
+        for i, (env, role, c) in enumerate(zip(envs, roles, completions)):
+            if role != "verifier":
+                continue
+            inner = env.unwrapped
+            if not getattr(inner, "verify_tools", False):
+                raise ValueError(f"the checking teacher writes tool calls in verify turns: {type(inner).__name__} "
+                                 "needs verify_tools=True (and an environment with tools, e.g. calculator=True)")
+            call = check_call(inner) if inner.verify_calls == 0 else None
+            text = call if call is not None else check_verdict(inner)
+            ids = list(self.tokenizer.encode(text, add_special_tokens=False)) + self.eos
+            out[i] = Completion(text=text, token_ids=ids, logprobs=[0.0] * len(ids), finish_reason="stop",
+                                prompt_index=c.prompt_index)
+        return out
+
+
+def _verify_steps(traj: Trajectory) -> list[int]:
+    return [i for i, t in enumerate(traj.turns) if t.info.get("phase") == "verify"]
+
+
+def checking_rows(trajectories: Sequence[Trajectory], *, balance: Literal["down", "none"] = "down",
+                  seed: int = 0) -> tuple[list[Trajectory], dict[str, float]]:
+    """The filtered, balanced verifier step rows of checked PAG episodes (module docstring) and a report.
+
+    Raises:
+        ValueError: no episode has a graded first answer and a verify phase, or an unknown ``balance``.
+    """
+    if balance not in ("down", "none"):
+        raise ValueError(f"balance must be 'down' or 'none', got {balance!r}")
+    usable = [t for t in trajectories if t.error is None and t.token_ids is not None and _verify_steps(t)
+              and t.turns[0].info.get("correct") is not None]
+    if not usable:
+        raise ValueError(f"none of the {len(trajectories)} episodes has a graded first answer and a verify phase: "
+                         "the data must be whole, token-exact PAG episodes with verify_tools (turnrl pag checks)")
+    by = {truth: [t for t in usable if bool(t.turns[0].info["correct"]) == truth] for truth in (True, False)}
+    kept = list(usable)
+    report: dict[str, float] = {"episodes": float(len(trajectories)), "right_first": float(len(by[True])),
+                                "wrong_first": float(len(by[False]))}
+    if balance == "down" and by[True] and by[False]:
+        small, large = sorted(by.values(), key=len)
+        chosen = {t.id for t in small} | {t.id for t in random.Random(seed).sample(large, len(small))}
+        kept = [t for t in usable if t.id in chosen]
+        report["dropped_episodes"] = float(len(large) - len(small))
+    rows: list[Trajectory] = []
+    tool_rows = verdict_rows = dropped_steps = 0
+    for traj in kept:
+        steps = decompose(traj)
+        verdict_turn = traj.turns[_verify_steps(traj)[-1]]
+        check_right = verdict_turn.info.get("check_says_right") == traj.turns[0].info["correct"]
+        for i in _verify_steps(traj):
+            turn = traj.turns[i]
+            is_tool = bool(turn.info.get("verify_tool"))
+            good = (turn.info.get("error") is None and check_right) if is_tool else bool(turn.info.get("verdict_correct"))
+            if not good:
+                dropped_steps += 1
+                continue
+            row = steps[i]
+            row.metadata = {**row.metadata, "pag_rows": {"kind": "check_call" if is_tool else "check_verdict",
+                                                         "truth": "correct" if traj.turns[0].info["correct"] else "wrong"}}
+            rows.append(row)
+            tool_rows += is_tool
+            verdict_rows += not is_tool
+    report.update(rows=float(len(rows)), tool_rows=float(tool_rows), verdict_rows=float(verdict_rows),
+                  dropped_steps=float(dropped_steps))
+    return rows, report
+
+
+def generate_checks(agent: Any, env_id: str, env_kwargs: dict[str, Any], *, tasks: int, samples: int = 1,
+                    temperature: float = 1.0, max_new_tokens: int = 128, seed: int = 0,
+                    batch_episodes: int = 64) -> list[Trajectory]:
+    """Play ``samples`` checked PAG episodes of each of the first ``tasks`` tasks: the policy ``agent`` answers, the
+    :class:`CheckingTeacher` verifies; returns the whole episodes."""
+    from turnrl.agents.base import SamplingParams
+    from turnrl.envs.registry import make
+    from turnrl.rl.sources.rollout import Rollout
+
+    teacher = CheckingTeacher(agent.tokenizer)
+    params = SamplingParams(temperature=temperature, max_new_tokens=max_new_tokens, seed=seed)
+    jobs = [(task, k) for task in range(tasks) for k in range(samples)]
+    out: list[Trajectory] = []
+    for start in range(0, len(jobs), batch_episodes):
+        chunk = jobs[start:start + batch_episodes]
+        envs = [make(env_id, **env_kwargs) for _ in chunk]
+        try:
+            rollout = Rollout(agent, params, rewrite=teacher)
+            out += rollout.run(envs, seeds=[seed * 1_000_003 + task * 101 + k for task, k in chunk],
+                               options=[{"index": task} for task, _ in chunk])
+        finally:
+            for env in envs:
+                env.close()
+    return out
