@@ -65,7 +65,8 @@ class SelfVerify(TextEnv):
             when it needs a verdict the policy did not sample (``pag``'s ``verdict_explore``).
         verify_tools: let the verify turn call the inner environment's tools before its verdict (the module
             docstring); the inner environment must have tools. ``verify_prompt`` then defaults to
-            ``VERIFY_TOOLS_PROMPT``.
+            ``VERIFY_TOOLS_PROMPT`` followed by the tools' description and call format, and the inner environment's
+            system prompt no longer describes them (the first answer is written without tools, as in the paper).
         max_verify_calls: the most tool turns before the verdict (with ``verify_tools``).
 
     ``turnrl eval`` and the trainer's held-out evaluations build it with ``mode="eval"`` unless told otherwise
@@ -110,7 +111,10 @@ class SelfVerify(TextEnv):
         if max_verify_calls < 1:
             raise ValueError(f"max_verify_calls must be at least 1, got {max_verify_calls}")
         if verify_prompt is None:
-            verify_prompt = VERIFY_TOOLS_PROMPT if verify_tools else VERIFY_PROMPT
+            verify_prompt = VERIFY_PROMPT
+            if verify_tools:  # the tools are offered where they may be used: in the verify turn, not the answer's
+                verify_prompt = f"{VERIFY_TOOLS_PROMPT}\n\n{inner.parser.instructions(inner.tools)}"
+                inner.describe_tools = False
         for name, prompt in (("verify_prompt", verify_prompt), ("revise_prompt", revise_prompt)):
             if not isinstance(prompt, str):
                 raise TypeError(f"{name} must be a string, got {type(prompt).__name__} ({prompt!r:.60}); on the command "
