@@ -92,13 +92,13 @@ def _check_two_ranks(tmp_path, stage, algo, lr, unequal=True, **optim):
         group.close()
 
 
-def run_config(tmp_path, steps=3, **extra):
+def run_config(tmp_path, steps=2, **extra):
     from test_ray_placement import config
 
     return config(tmp_path, steps=steps, **extra)
 
 
-def group_config(tmp_path, steps=3, stage=2, **extra):
+def group_config(tmp_path, steps=2, stage=2, **extra):
     return run_config(tmp_path, steps=steps, learner={"backend": "deepspeed", "ranks": 2, "zero_stage": stage,
                                                        "timeout": 60}, **extra)
 
@@ -114,7 +114,7 @@ PROBE = [[1, 5, 9, 13, 2, 7], [3, 4, 4, 8]]
 
 @pytest.fixture(scope="module")
 def group_run(cluster, tmp_path_factory):
-    """One 3-step run on a 2-rank DeepSpeed group, which both tests below compare with: its folder, history and
+    """One 2-step run on a 2-rank DeepSpeed group, which both tests below compare with: its folder, history and
     final weights, and the probe's log-probabilities under the learner and under each rollout worker after a sync."""
     out = tmp_path_factory.mktemp("group")
     t = make_trainer(group_config(out))
@@ -133,22 +133,22 @@ def test_a_learner_group_trains_like_the_local_learner_and_workers_get_each_vers
     local = make_trainer(run_config(tmp_path / "local", placement="local"))
     want = local.train()
     got = group_run.history
-    assert group_run.synced == group_run.version == 3
+    assert group_run.synced == group_run.version == 2
     for version, held in group_run.workers:  # each worker holds the group's last version, token for token
-        assert version == 3
+        assert version == 2
         for a, b in zip(held, group_run.learner):
             assert a == pytest.approx(b, abs=1e-5)
     for key in ("reward_mean", "generated_tokens", "rollout_episodes"):
         assert got[1][key] == want[1][key], key  # the first step: the same episodes, token for token
     for key in ("loss", "grad_norm"):
         assert got[1][key] == pytest.approx(want[1][key], rel=1e-4, abs=1e-6), key
-    assert [h["policy_version"] for h in got[1:]] == [1.0, 2.0, 3.0]
+    assert [h["policy_version"] for h in got[1:]] == [1.0, 2.0]
     assert all(h["logp_diff"] < 1e-4 for h in got[1:])  # rollout workers sampled with the group's current weights
     for a, b in zip(local.model.parameters(), group_run.params):  # the driver's copy is the published version
         assert torch.allclose(a, b, atol=1e-4)
     state = torch.load(group_run.out / "checkpoint.pt", weights_only=False)
-    assert state["deepspeed"]["tag"] == "update-3" and state["version"] == 3
-    assert (group_run.out / "deepspeed" / "update-3").is_dir()
+    assert state["deepspeed"]["tag"] == "update-2" and state["version"] == 2
+    assert (group_run.out / "deepspeed" / "update-2").is_dir()
 
 
 @pytest.mark.parametrize("algo", [{"name": "dqo", "beta": 0.1}, {"name": "sft"}])
@@ -219,10 +219,10 @@ def test_a_rank_killed_mid_step_is_a_clear_error_and_resume_reproduces_the_run(g
             ray.kill(part.learner.ranks[1], no_restart=True)
 
     try:
-        part.train(stop_after=2)
-        part.runner.on_commit = kill  # rank 1 dies in step 3, before the update
+        part.train(stop_after=1)
+        part.runner.on_commit = kill  # rank 1 dies in step 2, before the update
         start = time.monotonic()
-        with pytest.raises(LearnerGroupError, match=r"learner rank 1 died during update 3"):
+        with pytest.raises(LearnerGroupError, match=r"learner rank 1 died during update 2"):
             part.train()
         assert time.monotonic() - start < 60
     finally:
@@ -230,11 +230,11 @@ def test_a_rank_killed_mid_step_is_a_clear_error_and_resume_reproduces_the_run(g
     resumed = make_trainer(group_config(tmp_path / "part", checkpoint_every=1))
     try:
         resumed.load(tmp_path / "part" / "checkpoint.pt")
-        assert resumed.step == 2 and resumed.learner.version == 2
+        assert resumed.step == 1 and resumed.learner.version == 1
         history = resumed.train()
     finally:
         resumed.close()
-    assert history[-1]["policy_version"] == 3.0
+    assert history[-1]["policy_version"] == 2.0
     for a, b in zip(group_run.params, resumed.model.parameters()):  # the run without the kill
         assert torch.allclose(a, b, atol=1e-5)
 

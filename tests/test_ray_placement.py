@@ -2,6 +2,7 @@
 
 import os
 import time
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -41,13 +42,29 @@ def trainer(cfg):
     return Trainer(cfg, model=tiny_model(tok), tokenizer=tok)
 
 
-def test_two_workers_train_like_the_local_placement(tmp_path):
-    local = trainer(config(tmp_path / "local", "local", steps=30)).train()
-    t = trainer(config(tmp_path / "ray", steps=30))
+@pytest.fixture(scope="module")
+def ray_run(tmp_path_factory):
+    """One 30-step run on 2 rollout workers, which two tests below check: its history, and the weights it held after
+    step 4 (the uninterrupted run that a resumed driver must reproduce)."""
+    t = trainer(config(tmp_path_factory.mktemp("ray"), steps=30))
+    at_step_4 = []
+
+    def keep_weights(info):
+        if info["step"] == 4:
+            at_step_4.extend(p.detach().clone() for p in t.model.parameters())
+
     try:
-        remote = t.train()
+        history = t.train(on_step=keep_weights)
     finally:
         t.close()
+    assert len(at_step_4) == len(list(t.model.parameters()))
+    return SimpleNamespace(history=history, params_at_step_4=at_step_4)
+
+
+def test_two_workers_train_like_the_local_placement(ray_run, tmp_path):
+    # the same config on the local placement, stopped after its first step (only that step is compared)
+    local = trainer(config(tmp_path / "local", "local", steps=30)).train(stop_after=1)
+    remote = ray_run.history
     for key in ("reward_mean", "success", "generated_tokens", "rollout_episodes", "zero_variance_groups"):
         assert remote[1][key] == local[1][key], key  # the first step: the same episodes, token for token
     for key in ("loss", "clip_frac", "entropy"):
@@ -99,13 +116,9 @@ def test_a_hanging_environment_times_out_and_the_run_goes_on(tmp_path):
     assert "loss" in step and len(history) == 3
 
 
-def test_resumed_driver_reuses_committed_episodes_and_ends_with_the_same_weights(tmp_path):
-    full = trainer(config(tmp_path / "full", steps=4))
-    try:
-        full.train()
-    finally:
-        full.close()
-    part = trainer(config(tmp_path / "part", steps=4, checkpoint_every=2))
+def test_resumed_driver_reuses_committed_episodes_and_ends_with_the_same_weights(ray_run, tmp_path):
+    # the same config as ray_run's uninterrupted run, checkpointed every 2 steps; compared after step 4
+    part = trainer(config(tmp_path / "part", steps=30, checkpoint_every=2))
 
     class DriverDied(Exception):
         pass
@@ -122,15 +135,16 @@ def test_resumed_driver_reuses_committed_episodes_and_ends_with_the_same_weights
     finally:
         part.close()
     assert len((tmp_path / "part" / "ray" / "step-2.jsonl").read_text().splitlines()) == 5
-    resumed = trainer(config(tmp_path / "part", steps=4, checkpoint_every=2))
+    resumed = trainer(config(tmp_path / "part", steps=30, checkpoint_every=2))
     try:
         resumed.load(tmp_path / "part" / "checkpoint.pt")
         assert resumed.step == 2
-        history = resumed.train()
+        history = resumed.train(stop_after=2)
     finally:
         resumed.close()
+    assert len(history) == 5 and history[-1]["step"] == 4
     assert history[3]["reused_episodes"] == 5 and history[3]["rollout_episodes"] == 32
-    for a, b in zip(full.model.parameters(), resumed.model.parameters()):
+    for a, b in zip(ray_run.params_at_step_4, resumed.model.parameters(), strict=True):
         assert torch.allclose(a, b, atol=1e-5)
 
 

@@ -275,7 +275,7 @@ def test_train_errors_are_one_line_before_any_model_loads(tmp_path):
 
 def test_the_documented_commands_run_on_the_example(tmp_path):
     """The "Your own environment" commands of docs/environments.md, as written, except the tiny model and fewer
-    steps."""
+    steps (run side by side: none depends on another's output)."""
     page = (REPO / "docs" / "environments.md").read_text()
     section = page.split("## Your own environment", 1)[1].split("\n## ", 1)[0]
     block = re.search(r"```bash\n(.*?)```", section, re.S)[1]
@@ -288,13 +288,28 @@ def test_the_documented_commands_run_on_the_example(tmp_path):
     fast = {"eval": ["--max-new-tokens", "8"],
             "train": ["model=tiny:chatml", "steps=2", "eval_tasks=2", "rollout.prompts_per_step=2",
                       "rollout.group_size=2", "rollout.max_new_tokens=8", "optim.grad_accum=1"]}
-    outputs = {}
-    for cmd in commands[1:]:
-        args = [turnrl, *("tiny:chatml" if a == "smollm2-135m-instruct" else a for a in cmd[1:]), *fast.get(cmd[1], [])]
-        result = subprocess.run(args, cwd=work, input=":oracle\n:oracle\n", capture_output=True, text=True,
-                                timeout=300, env={**os.environ, "COLUMNS": "200"})
-        assert result.returncode == 0, (cmd, result.stdout, result.stderr)
-        outputs[cmd[1]] = result.stdout
+    # the commands do not depend on each other (each reads the example; eval and train write their own runs/
+    # folders): all four start at once, so that their start-ups (imports, the model) share the cores
+    (tmp_path / "typed").write_text(":oracle\n:oracle\n")
+    procs = {}
+    try:
+        for cmd in commands[1:]:
+            args = [turnrl, *("tiny:chatml" if a == "smollm2-135m-instruct" else a for a in cmd[1:]),
+                    *fast.get(cmd[1], [])]
+            with (open(tmp_path / "typed") as stdin, open(tmp_path / f"{cmd[1]}.out", "w") as stdout,
+                  open(tmp_path / f"{cmd[1]}.err", "w") as stderr):
+                procs[cmd[1]] = (cmd, subprocess.Popen(args, cwd=work, stdin=stdin, stdout=stdout, stderr=stderr,
+                                                       env={**os.environ, "COLUMNS": "200"}))
+        outputs = {}
+        for name, (cmd, proc) in procs.items():
+            proc.wait(timeout=300)
+            outputs[name] = (tmp_path / f"{name}.out").read_text()
+            assert proc.returncode == 0, (cmd, outputs[name], (tmp_path / f"{name}.err").read_text())
+    finally:
+        for _, proc in procs.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
     assert "examples/Units-v0: OK" in outputs["envs"]
     assert "reward 1" in outputs["play"] and "episode over: terminated=True" in outputs["play"]
     assert (work / "runs" / "units-eval" / "report.md").is_file()
