@@ -139,10 +139,13 @@ def checking_rows(trajectories: Sequence[Trajectory], *, balance: Literal["down"
 
 
 def generate_checks(agent: Any, env_id: str, env_kwargs: dict[str, Any], *, tasks: int, samples: int = 1,
-                    temperature: float = 1.0, max_new_tokens: int = 128, seed: int = 0,
-                    batch_episodes: int = 64) -> list[Trajectory]:
+                    temperature: float = 1.0, max_new_tokens: int = 128, seed: int = 0, batch_episodes: int = 64,
+                    on_batch: Any = None) -> list[Trajectory]:
     """Play ``samples`` checked PAG episodes of each of the first ``tasks`` tasks: the policy ``agent`` answers, the
-    :class:`CheckingTeacher` verifies; returns the whole episodes."""
+    :class:`CheckingTeacher` verifies; returns the whole episodes. ``on_batch(done, total)`` after each batch.
+
+    The rollout still samples the verifier turns the teacher then replaces (a rewrite hook sees sampled turns), so
+    a batch costs about as much as a plain PAG rollout."""
     from turnrl.agents.base import SamplingParams
     from turnrl.envs.registry import make
     from turnrl.rl.sources.rollout import Rollout
@@ -161,4 +164,6 @@ def generate_checks(agent: Any, env_id: str, env_kwargs: dict[str, Any], *, task
         finally:
             for env in envs:
                 env.close()
+        if on_batch is not None:
+            on_batch(len(out), len(jobs))
     return out

@@ -79,7 +79,8 @@ def pag_checks_command(
         fail(f"{env} has no tools in its verify turn: pass --kw verify_tools=true (and the tool itself, e.g. --kw "
              "calculator=true)")
     trajs = generate_checks(the_agent, env, env_kwargs, tasks=n, samples=samples, temperature=temperature,
-                            max_new_tokens=max_new_tokens, seed=seed, batch_episodes=batch_size)
+                            max_new_tokens=max_new_tokens, seed=seed, batch_episodes=batch_size,
+                            on_batch=lambda done, total: _say(f"{done}/{total} episodes"))
     try:
         rows, r = checking_rows(trajs, balance=balance, seed=seed)  # type: ignore[arg-type]
     except ValueError as e:
