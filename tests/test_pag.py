@@ -678,3 +678,20 @@ def test_checking_warm_up_rows_call_the_tool_then_give_the_true_verdict(tmp_path
     refused = CliRunner().invoke(app, ["pag", "checks", "--env", "turnrl/Arithmetic-PAG-v0", "--agent", "tiny:chatml",
                                        "--out", str(tmp_path / "x.jsonl")])
     assert refused.exit_code != 0 and "verify_tools=true" in refused.output
+
+
+def test_gsm8k_pag_verifies_with_the_calculator_on_its_last_calculation():
+    from turnrl.methods.pag.checks import check_call, check_verdict
+
+    env = turnrl.make("turnrl/GSM8K-PAG-v0", calculator=True, tool_style="tags", verify_tools=True)
+    env.reset(seed=0)
+    wrong = str(int(float(env.task.answer)) + 1)
+    env.step(f"\\boxed{{{wrong}}}")
+    call = check_call(env)
+    assert call is not None and call.startswith("<calculator>")
+    obs, r, term, _, info = env.step(call)
+    assert float(obs[0].content) == float(env.task.answer) and info["verify_tool"] and not term
+    verdict = check_verdict(env)
+    assert verdict.endswith("The answer is wrong.") and f"the answer was {wrong}" in verdict
+    info = env.step(verdict)[4]
+    assert (info["verdict"], info["check_says_right"], info["tool_agreed"]) == ("wrong", False, True)
