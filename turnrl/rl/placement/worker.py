@@ -107,6 +107,7 @@ class RolloutWorker:
         self.agent: Any = None
         self.version = 0
         self.lock = threading.Lock()  # generation calls and weight loads take turns
+        self.load_lock = threading.Lock()  # in-flight loads, one at a time (generation goes on meanwhile)
         self.player: VersionedAgent | None = None
         self.pid = os.getpid()
         self.windows: Any = None  # T-PPO: a LocalWindows holding this worker's unfinished episodes (after setup)
@@ -167,11 +168,16 @@ class RolloutWorker:
 
                 state = ray.get(state, timeout=self.cfg.ray.start_timeout)
             state = from_shared(state)  # numpy arrays straight from the object store (no copy until the load)
+            # checked again under the lock: a call with a newer version may have loaded while this one fetched
             if self.inflight:  # pause → load → resume inside the engine; running requests go on under ``version``
-                self.agent.update_weights(state, version)
-                self.version = version
+                with self.load_lock:
+                    if version > self.version:
+                        self.agent.update_weights(state, version)
+                        self.version = version
                 return self.version
             with self.lock:
+                if version <= self.version:
+                    return self.version
                 if self.vllm:
                     self.agent.load_weights(state)  # into every engine worker; prefix cache reset
                 else:
