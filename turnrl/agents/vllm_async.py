@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 
 from turnrl.agents.base import Completion, SamplingParams
 from turnrl.agents.vllm import (
+    VLLMAgent,
     _import_vllm,
     _ReloadWeights,
     prefix_caching_kwargs,
@@ -174,7 +175,7 @@ class AsyncVLLMAgent:
                         if isinstance(cached, int) else {})
                 out.append(Completion(
                     text=self.tokenizer.decode(ids, skip_special_tokens=True), token_ids=ids,
-                    logprobs=[float(step[t].logprob) for t, step in zip(ids, o.logprobs or [])],
+                    logprobs=VLLMAgent._logprobs(o),
                     finish_reason="length" if o.finish_reason == "length" else "stop", prompt_index=i,
                     metadata=meta, policy_version=versions[0] if versions else self.version,
                     token_versions=versions,

@@ -30,6 +30,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 from turnrl.envs.core import Obs, StepResult, TextEnv
+from turnrl.envs.tool_env import tool_observation
 from turnrl.types import Message, Trajectory
 from turnrl.verifiers.base import Verdict
 from turnrl.verifiers.pag import VERDICT_CORRECT, VERDICT_WRONG, parse_verdict, revision_reward, verdict_reward
@@ -211,11 +212,9 @@ class SelfVerify(TextEnv):
         """A verifier tool turn: the results (or errors) as observations, reward 0, the verifier acts next."""
         self.verify_calls += 1
         self.tool_results += [out.content for out in outputs if out.ok]
-        messages = [Message(role="tool", name=c.name, content=out.content) for c, out in zip(parsed.calls, outputs)]
-        messages += [Message(role="tool", name="error", content=f"Error: {err}") for err in parsed.errors]
-        errors = [out.content for out in outputs if not out.ok] + [f"Error: {err}" for err in parsed.errors]
+        messages, error = tool_observation(parsed, outputs)
         info = self._info("verify", "verifier", "verifier", verify_tool=True, correct=self.first.correct)
-        info.update(tool_calls=[c.model_dump() for c in parsed.calls], error="; ".join(errors) or None)
+        info.update(tool_calls=[c.model_dump() for c in parsed.calls], error=error)
         return tuple(messages), 0.0, False, False, info
 
     def _check_says_right(self) -> bool | None:

@@ -157,16 +157,12 @@ class ToolEnv(TextEnv):
     # ---- step ----
 
     def _tool_step(self, parsed: ParseResult, outputs: Sequence[ToolOutput]) -> StepResult:
-        messages = [
-            Message(role="tool", name=call.name, content=out.content) for call, out in zip(parsed.calls, outputs)
-        ]
-        messages += [Message(role="tool", name="error", content=f"Error: {err}") for err in parsed.errors]
-        errors = [out.content for out in outputs if not out.ok] + [f"Error: {err}" for err in parsed.errors]
+        messages, error = tool_observation(parsed, outputs)
         info = {
             "role": "policy",
             "correct": None,
             "tool_calls": [c.model_dump() for c in parsed.calls],
-            "error": "; ".join(errors) or None,
+            "error": error,
         }
         last = self._turn + 1 >= self.max_turns
         if last:  # cut while still calling tools: the episode's figures are those of no answer (F1 0, not missing)
@@ -255,6 +251,15 @@ class ToolEnv(TextEnv):
     def call(self, name: str, **arguments: Any) -> ToolOutput:
         """Invoke one of this env's tools directly (handy in tests and notebooks)."""
         return self.toolbox.invoke(ToolCall(name=name, arguments=arguments))
+
+
+def tool_observation(parsed: ParseResult, outputs: Sequence[ToolOutput]) -> tuple[list[Message], str | None]:
+    """The observation of a tool turn — one tool message per call's output, one per parse error — and the turn's
+    error text (failed calls and parse errors joined; None if none)."""
+    messages = [Message(role="tool", name=call.name, content=out.content) for call, out in zip(parsed.calls, outputs)]
+    messages += [Message(role="tool", name="error", content=f"Error: {err}") for err in parsed.errors]
+    errors = [out.content for out in outputs if not out.ok] + [f"Error: {err}" for err in parsed.errors]
+    return messages, "; ".join(errors) or None
 
 
 def _numeric(verdict: Verdict) -> dict[str, float]:
