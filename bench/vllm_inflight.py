@@ -107,7 +107,7 @@ def main() -> None:
             plain.load_weights(state)
 
     wall_p, wait_p, _ = update_mid_batch(locked_generate, locked_load, ps, params, alone / 3)
-    del plain  # one engine at a time
+    plain = None  # one engine at a time (the closures above are done with it)
 
     inflight = AsyncVLLMAgent("smollm2-135m-instruct", **engine)
     inflight.update_weights(model.state_dict(), 0)

@@ -185,7 +185,7 @@ def config_sections() -> list[tuple[str, type]]:
         out.append((path, model))
         for name, field in model.model_fields.items():
             sub = _model_of(field.annotation)
-            if sub is not None and name != "algorithm":
+            if sub is not None and name not in ("algorithm", "tasks"):  # (one table per algorithm / strategy)
                 todo.append((f"{path}.{name}" if path else name, sub))
     return out
 
@@ -221,7 +221,25 @@ def config_reference() -> str:
         rows, _ = _table(cfg, f"algorithm.{name}.", link_sections=False)
         rows = [r.replace(f"`algorithm.{name}.", "`") for r in rows]
         out += [f"### `{name}` {{#{anchor('algorithm-' + name)}}}", "", doc, "", *rows, ""]
+    out += ["## `tasks` {#key-tasks}", "", "`tasks.strategy` picks how an on-policy run chooses its tasks; the other "
+            "keys under `tasks` are that strategy's own ([which tasks](../training.md#which-tasks)).", ""]
+    for cfg in task_configs():
+        doc = " ".join((cfg.__doc__ or "").split())
+        rows, nested = _table(cfg, "tasks.")
+        name = cfg.model_fields["strategy"].default
+        out += [f"### `{name}` {{#{anchor('tasks-' + name)}}}", "", doc, "", *rows, ""]
+        for path, sub in nested:
+            sub_rows, _ = _table(sub, f"{path}[].")
+            out += [f"#### `{path}[]` {{#{anchor(path)}}}", "", " ".join((sub.__doc__ or "").split()), "", *sub_rows,
+                    ""]
     return "\n".join(out)
+
+
+def task_configs() -> list[type]:
+    """The ``tasks:`` strategies' configs, in the order of the union."""
+    from turnrl.rl.sources.task_config import TaskConfig
+
+    return list(typing.get_args(typing.get_args(TaskConfig)[0]))
 
 
 def cli_reference() -> str:

@@ -119,7 +119,7 @@ def test_a_worker_killed_with_the_next_steps_episodes_in_play_loses_and_repeats_
     finally:
         t.close()
     keys = [tr.metadata["job"] for tr in second]
-    assert sorted(keys) == sorted(j.key for j in t.source.jobs(1, 0, 4)) and len(set(keys)) == 32
+    assert sorted(keys) == sorted(Job(1, 0, task, s).key for task in range(4, 8) for s in range(8)) and len(set(keys)) == 32
     assert info["worker_restarts"] >= 1 and all(tr.error is None and tr.token_ids for tr in second)
     done_before = {tr.id for tr in committed if tr.metadata["job"].startswith("1-")}
     assert done_before <= {tr.id for tr in second} | {tr.id for tr in committed if tr.metadata["job"] not in keys}

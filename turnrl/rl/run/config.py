@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, field_validat
 
 from turnrl.rl.algorithms import AlgorithmConfig, parse_algorithm_config
 from turnrl.rl.run.tracking import WandbConfig
+from turnrl.rl.sources.task_config import SequentialTasks, TaskConfig
 
 
 class EnvConfig(BaseModel):
@@ -196,6 +197,8 @@ class TrainConfig(BaseModel):
     env: EnvConfig
     algorithm: SerializeAsAny[AlgorithmConfig] = Field(default_factory=lambda: parse_algorithm_config({}))
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
+    tasks: TaskConfig = Field(default_factory=SequentialTasks, description="which tasks an on-policy run trains on: "
+                              "strategy sequential (default), uniform, difficulty, pre-ppo or curriculum")
     optim: OptimConfig = Field(default_factory=OptimConfig)
     placement: Literal["local", "ray"] = Field("local", description="where rollouts run: in this process, or on "
                                                "Ray rollout workers (options under `ray`)")

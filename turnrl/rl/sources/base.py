@@ -113,6 +113,8 @@ class ExperienceSource:
     sampled: ClassVar[bool] = True
     #: Whether the source reads ``data:`` (stored episodes or states); ``check_config`` enforces it both ways.
     reads_data: ClassVar[bool] = False
+    #: Whether the source's tasks come from the run's task sampler (``tasks:``); others refuse a ``tasks`` section.
+    samples_tasks: ClassVar[bool] = False
 
     @classmethod
     def check_config(cls, cfg: TrainConfig) -> None:
@@ -127,6 +129,9 @@ class ExperienceSource:
         if not cls.reads_data and cfg.data is not None:
             raise ValueError(f"algorithm {name!r} samples its own episodes (on-policy) and cannot train from `data`; "
                              f"drop `data`, or pick an algorithm that trains from it ({', '.join(data_readers())})")
+        if not cls.samples_tasks and cfg.tasks.strategy != "sequential":
+            raise ValueError(f"algorithm {name!r} does not choose its tasks with a task sampler: drop `tasks` "
+                             f"(strategy {cfg.tasks.strategy!r}), or pick an on-policy algorithm such as grpo or ppo")
         if cfg.data is not None and cfg.data.epochs is not None and "steps" in cfg.model_fields_set:
             raise ValueError("set either `steps` or data.epochs (which sets the steps), not both")
 

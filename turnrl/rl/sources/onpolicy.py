@@ -6,7 +6,9 @@ groups without reward variance are dropped and more are sampled). *Where* the ep
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from turnrl.agents.base import SamplingParams
@@ -17,6 +19,7 @@ from turnrl.rl.sources.base import ExperienceSource, Job, Runner, RunParts, roll
 from turnrl.rl.sources.context import ContextBudget
 from turnrl.rl.sources.play import batch_seed, play
 from turnrl.rl.sources.rollout import Rollout
+from turnrl.rl.sources.tasks import Sequential, group_success, make_sampler
 from turnrl.types import Trajectory
 
 
@@ -71,19 +74,24 @@ class LocalRunner:
 class OnPolicySource(ExperienceSource):
     """Fresh episodes of the current policy: ``prompts_per_step`` tasks × ``group_size`` samples per step.
 
-    A data cursor walks the training env's task indices. With ``rollout.max_staleness`` ≥ 1 the next step's jobs
+    The run's task sampler (``tasks:``, :mod:`turnrl.rl.sources.tasks`; default: the task indices in order) chooses
+    each round's tasks and sees the success of every group played, and each round's choice is appended to
+    ``OUT_DIR/tasks.jsonl`` (step, round, tasks, their mixture members and the pass rates the sampler assumed). With ``rollout.max_staleness`` ≥ 1 the next step's jobs
     are handed to the runner ahead (:meth:`~turnrl.rl.sources.base.Runner.prefetch`), so that Ray rollout workers
     play them while the learner updates. With an algorithm that filters (DAPO's dynamic sampling),
     kept groups accumulate over up to ``algorithm.max_rounds`` rounds until the batch is full; episodes that ended
     in an error are never counted as kept (the learner leaves them out).
     """
 
+    samples_tasks = True
+
     def __init__(self, cfg: TrainConfig, algorithm: Algorithm, runner: Runner | None = None) -> None:
         self.cfg, self.algorithm, self._runner = cfg, algorithm, runner
         self._make_runner: Callable[[], Runner] | None = None
-        self.cursor = 0
         self.env = make(cfg.env.id, **cfg.env.kwargs)  # a probe: the task count and the env's episode figures
         self.n_tasks = len(self.env)
+        self.sampler = make_sampler(cfg.tasks, self.env, cfg.seed)
+        self._prepared: dict[str, float] | None = None
 
     @property
     def runner(self) -> Runner:
@@ -102,11 +110,37 @@ class OnPolicySource(ExperienceSource):
         """Start the placement's runner (Ray workers start here; a placement that cannot work fails here)."""
         _ = self.runner
 
-    def jobs(self, step: int, round_: int, first_task: int) -> list[Job]:
-        """The jobs of one round: ``group_size`` samples of ``prompts_per_step`` consecutive tasks."""
+    def jobs(self, step: int, round_: int) -> list[Job]:
+        """The jobs of one round: ``group_size`` samples of each of the ``prompts_per_step`` tasks the sampler
+        chooses (the same jobs however often a round is asked for)."""
         r = self.cfg.rollout
-        tasks = [(first_task + k) % self.n_tasks for k in range(r.prompts_per_step)]
+        tasks = self.sampler.tasks(step, round_, r.prompts_per_step)
         return [Job(step, round_, t, s) for t in tasks for s in range(r.group_size)]
+
+    def _prepare(self) -> dict[str, float]:
+        """The sampler's work before the first step (Pre-PPO scores its pool with the runner), once."""
+        if self._prepared is not None:
+            return {}
+
+        def play(tasks: list[int], samples: int) -> list[tuple[int, float]]:
+            trajs, _ = self.runner.run([Job(-1, 0, t, s) for t in tasks for s in range(samples)])
+            return [(int(t.metadata["job"].split("-")[-2]), t.total_reward) for t in trajs if t.error is None]
+
+        self._prepared = self.sampler.prepare(play)
+        return self._prepared
+
+    def _log(self, jobs: list[Job]) -> None:
+        """Append a round's choice to OUT_DIR/tasks.jsonl."""
+        tasks = list(dict.fromkeys(j.task for j in jobs))
+        if not tasks:
+            return
+        members = [self.sampler.pool.names[int(self.sampler.pool.member[t])] for t in tasks]
+        row = {"step": jobs[0].step, "round": jobs[0].round, "tasks": tasks, "members": members,
+               "pass_estimates": self.sampler.estimates(tasks)}
+        path = Path(self.cfg.out_dir) / "tasks.jsonl"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a", encoding="utf-8") as f:
+            f.write(json.dumps(row) + "\n")
 
     def collect(self, step: int) -> tuple[list[Trajectory], dict[str, float]]:
         """Roll out this step's groups (see the class docstring)."""
@@ -114,18 +148,20 @@ class OnPolicySource(ExperienceSource):
         want = r.prompts_per_step * r.group_size
         kept: list[Trajectory] = []
         seen: list[Trajectory] = []
-        stats: dict[str, float] = {"generated_tokens": 0.0, "generate_s": 0.0}
+        stats: dict[str, float] = {"generated_tokens": 0.0, "generate_s": 0.0, **self._prepare()}
         rounds = self.algorithm.max_rounds
+        chosen: list[int] = []
         ahead = r.max_staleness > 0  # overlap: the next step's first round plays while this one and the update run
-        if ahead and rounds == 1:  # its tasks are known now (no extra rounds move the cursor): workers that finish
-            # this step's jobs early start on them
-            self.runner.prefetch(self.jobs(step + 1, 0, (self.cursor + r.prompts_per_step) % self.n_tasks), start=False)
+        first = self.jobs(step, 0)
+        if ahead and rounds == 1:  # its tasks are known now (no extra rounds): workers that finish this step's jobs
+            self.runner.prefetch(self.jobs(step + 1, 0), start=False)  # early start on them
         for round_ in range(rounds):
-            jobs = self.jobs(step, round_, self.cursor)
+            jobs = first if round_ == 0 else self.jobs(step, round_)
+            self._log(jobs)
+            chosen += list(dict.fromkeys(j.task for j in jobs))
             trajs, info = self.runner.run(jobs)
             order = {j.key: i for i, j in enumerate(jobs)}
             trajs = sorted(trajs, key=lambda t: order[t.metadata["job"]])  # job order, whoever finished first
-            self.cursor = (self.cursor + r.prompts_per_step) % self.n_tasks
             for k, v in info.items():  # the runner's figures, added up over the rounds
                 stats[k] = stats.get(k, 0.0) + v
             seen += trajs
@@ -137,17 +173,26 @@ class OnPolicySource(ExperienceSource):
             if len(kept) >= want:
                 kept = whole_groups(kept, want)
                 break
+        stats.update(self.sampler.metrics(chosen))
+        self.sampler.observe(step, group_success(seen))
         if ahead:
-            self.runner.prefetch(self.jobs(step + 1, 0, self.cursor))
+            self.runner.prefetch(self.jobs(step + 1, 0))
         return kept, {**stats, **rollout_metrics(seen, self.env)}
 
     def state_dict(self) -> dict[str, Any]:
-        """The data cursor and the runner's state."""
-        return {"cursor": self.cursor, "runner": self.runner.state_dict()}
+        """The task sampler's state (what it chose ahead, what it learned of the tasks) and the runner's."""
+        return {"tasks": self.sampler.state_dict(), "prepared": self._prepared, "runner": self.runner.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore the data cursor."""
-        self.cursor = state["cursor"]
+        """Restore the task sampler (a checkpoint from before samplers existed holds a plain data cursor)."""
+        if "tasks" in state:
+            self.sampler.load_state_dict(state["tasks"])
+            self._prepared = state.get("prepared")
+        elif isinstance(self.sampler, Sequential):
+            self.sampler.cursors = [int(state["cursor"])]
+        else:
+            raise ValueError("this checkpoint predates task samplers: resume it with the default `tasks:` "
+                             "(sequential)")
 
     def reset(self) -> None:
         """A fresh run starts: forget what the runner kept of an earlier run in the same folder."""

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from turnrl.envs.registry import make
 from turnrl.rl.sources.base import ExperienceSource, Job, RunParts, rollout_metrics
+from turnrl.rl.sources.tasks import group_success, make_sampler
 from turnrl.rl.sources.windows import LocalWindows
 from turnrl.types import Trajectory
 
@@ -41,10 +42,15 @@ class WindowedSource(ExperienceSource):
     fit (at least one per step when none fit, so that the run always takes new tasks).
     """
 
+    samples_tasks = True
+
     @classmethod
     def check_config(cls, cfg: TrainConfig) -> None:
         """The on-policy checks, and no overlap of steps (the windows are T-PPO's own)."""
         super().check_config(cfg)
+        if cfg.tasks.strategy == "pre-ppo":
+            raise ValueError(f"algorithm {cfg.algorithm.name!r} plays episodes in windows and cannot score a Pre-PPO "
+                             "pool first: use tasks.strategy difficulty, uniform or curriculum")
         if cfg.rollout.max_staleness > 0:
             raise ValueError(f"algorithm {cfg.algorithm.name!r} plays episodes in windows, which bound every step's "
                              "generation instead of overlapping steps: set rollout.max_staleness=0")
@@ -54,7 +60,7 @@ class WindowedSource(ExperienceSource):
         self.window: int = algorithm.cfg.window
         self.env = make(cfg.env.id, **cfg.env.kwargs)  # a probe: the task count and the env's episode figures
         self.n_tasks = len(self.env)
-        self.cursor = 0
+        self.sampler = make_sampler(cfg.tasks, self.env, cfg.seed)
         self.carry: list[Job] = []  # the jobs whose episodes are in play (held by :attr:`player`)
         self.replay: list[Job] = []  # jobs whose episodes were lost (a resumed run, a dead worker): played again
         self.waiting: dict[str, list[Trajectory]] = {}  # train_on finished: finished episodes of unfinished groups
@@ -85,15 +91,15 @@ class WindowedSource(ExperienceSource):
 
     def new_jobs(self, step: int, room: int) -> list[Job]:
         """Jobs that fill ``room`` places in whole groups (at least one group): replayed ones first, then the next
-        tasks of the data cursor."""
+        tasks the task sampler chooses."""
         g = self.cfg.rollout.group_size
         groups = max(room // g, 1)
         jobs: list[Job] = []
         while self.replay and len(jobs) < groups * g:
             jobs.append(self.replay.pop(0))
-        for _ in range(groups - math.ceil(len(jobs) / g)):  # the groups the replayed jobs leave to fill
-            jobs += [Job(step, 0, self.cursor, s) for s in range(g)]
-            self.cursor = (self.cursor + 1) % self.n_tasks
+        new = groups - math.ceil(len(jobs) / g)  # the groups the replayed jobs leave to fill
+        for task in self.sampler.tasks(step, 0, new) if new > 0 else []:
+            jobs += [Job(step, 0, task, s) for s in range(g)]
         return jobs
 
     def collect(self, step: int) -> tuple[list[Trajectory], dict[str, float]]:
@@ -107,6 +113,7 @@ class WindowedSource(ExperienceSource):
         self.carry = out.in_play
         self.replay += out.lost
         trajs = out.finished + out.snapshots
+        self.sampler.observe(step, group_success(out.finished))
         if whole:
             trajs = self.complete_groups(out.finished)
         return trajs, {**out.stats, "carried_episodes": float(len(self.carry)), "new_episodes": float(len(jobs)),
@@ -124,17 +131,21 @@ class WindowedSource(ExperienceSource):
         return [traj for g in done for traj in self.waiting.pop(g)]
 
     def state_dict(self) -> dict[str, Any]:
-        """The data cursor and the jobs still in play or waiting for their group (a resumed run plays them again from
+        """The task sampler's state and the jobs still in play or waiting for their group (a resumed run plays them again from
         the start)."""
         waiting = [str(t.metadata["job"]) for group in self.waiting.values() for t in group]
-        return {"cursor": self.cursor, "in_play": [j.key for j in self.carry] + [j.key for j in self.replay] + waiting}
+        return {"tasks": self.sampler.state_dict(), "in_play": [j.key for j in self.carry] + [j.key for j in self.replay] + waiting}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore the cursor; the jobs that were in play are played again from the start."""
-        self.cursor = state["cursor"]
+        """Restore the task sampler; the jobs that were in play are played again from the start."""
+        if "tasks" in state:
+            self.sampler.load_state_dict(state["tasks"])
+        else:  # a checkpoint from before task samplers: a plain cursor
+            self.sampler.cursors = [int(state["cursor"])]
         self.replay = [Job(*map(int, key.split("-"))) for key in state.get("in_play", [])]
         self.carry, self.waiting = [], {}
 
     def reset(self) -> None:
         """A fresh run starts: nothing in play."""
-        self.carry, self.replay, self.waiting, self.cursor = [], [], {}, 0
+        self.carry, self.replay, self.waiting = [], [], {}
+        self.sampler = make_sampler(self.cfg.tasks, self.env, self.cfg.seed)
