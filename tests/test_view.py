@@ -412,3 +412,29 @@ def test_every_episode_says_which_run_it_came_from(run_dir, tmp_path, browser):
         browser.find_element(By.CSS_SELECTOR, rows_css).click()
         _wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, ".pane .facts"), what="the episode")
         assert "run evals/gsm8k" in browser.find_element(By.CSS_SELECTOR, ".pane .facts").text
+
+
+def test_a_mixtures_members_are_a_facet_and_a_filter(tmp_path, browser):
+    """Episodes of a turnrl/Mixture-v0 run: the list can be narrowed to one member (what the task sampler chose)."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    tok = tiny_tokenizer("chatml")
+    agent = ScriptedAgent(tok, lambda prompt: "The answer is \\boxed{1}.")
+    members = [{"id": "turnrl/Arithmetic-v0", "kwargs": {"level": k, "size": 20}, "name": f"arith-l{k}"}
+               for k in (1, 3)]
+    envs = [turnrl.make("turnrl/Mixture-v0", envs=members) for _ in range(6)]
+    trajs = Rollout(agent, SamplingParams(max_new_tokens=16)).run(envs, seeds=list(range(6)),
+                                                                  options=[{"index": i} for i in range(6)])
+    write_jsonl(trajs, tmp_path / "mix" / "train" / "trajectories-step-1.jsonl")
+    write_jsonl(scripted_episodes(tok, 2), tmp_path / "plain" / "trajectories.jsonl")
+    index = EpisodeIndex.open(tmp_path, background=False)
+    assert index.facets()["members"] == ["arith-l1", "arith-l3"]
+    assert index.query({"member": "arith-l3"})["total"] == 3
+    assert all(r["task_id"].startswith("arith-l3:") for r in index.query({"member": "arith-l3"})["rows"])
+    with ViewServer(ViewApp(index, None, None)) as server:
+        browser.get(server.url)
+        rows_css = "#episodes tbody tr"
+        _wait(browser, lambda d: len(d.find_elements(By.CSS_SELECTOR, rows_css)) == 8, what="8 episodes listed")
+        Select(browser.find_element(By.ID, "f-member")).select_by_value("arith-l1")
+        _wait(browser, lambda d: len(d.find_elements(By.CSS_SELECTOR, rows_css)) == 3, what="the member's 3 episodes")

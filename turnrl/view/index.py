@@ -109,6 +109,7 @@ def summarize(data: dict[str, Any]) -> tuple[dict[str, Any], str]:
         "id": data.get("id"),
         "env_id": data.get("env_id"),
         "task_id": data.get("task_id"),
+        "member": mixture_member(data),
         "group_id": data.get("group_id"),
         "reward": float(sum(float(t.get("reward") or 0.0) for t in turns)),
         "outcome": outcome,
@@ -123,6 +124,14 @@ def summarize(data: dict[str, Any]) -> tuple[dict[str, Any], str]:
     }
     text = "\n".join([data.get("task_id") or "", data.get("error") or "", *texts]).lower()
     return row, text
+
+
+def mixture_member(data: dict[str, Any]) -> str | None:
+    """The mixture member (``turnrl/Mixture-v0``) that posed an episode: its task id's ``MEMBER:`` prefix."""
+    if data.get("env_id") != "turnrl/Mixture-v0":
+        return None
+    member, sep, _ = str(data.get("task_id") or "").partition(":")
+    return member if sep else None
 
 
 @dataclass
@@ -233,6 +242,7 @@ class EpisodeIndex:
         rewards = [r["reward"] for r in rows]
         return {
             "env_ids": sorted({r["env_id"] or "" for r in rows}),
+            "members": sorted({r["member"] for r in rows if r["member"]}),
             "runs": sorted({r["run"] for r in rows}),
             "steps": sorted({r["step"] for r in rows if r["step"] is not None}),
             "kinds": sorted({r["kind"] for r in rows}),
@@ -247,7 +257,7 @@ class EpisodeIndex:
     def query(self, filters: dict[str, str], *, offset: int = 0, limit: int = 200) -> dict[str, Any]:
         """The rows that pass ``filters`` (string values, as in a URL query), one page of them and the total.
 
-        Filters: ``env``, ``run``, ``outcome`` (correct/wrong/error/unknown), ``kind``, ``step``, ``reward_min``,
+        Filters: ``env``, ``member`` (a mixture's), ``run``, ``outcome`` (correct/wrong/error/unknown), ``kind``, ``step``, ``reward_min``,
         ``reward_max``, ``turns_min``, ``turns_max``, ``tools`` (``with``/``without``), ``q`` (text search,
         all words must occur), ``group`` (``source|group_id``).
         """
@@ -313,6 +323,8 @@ def _predicates(filters: dict[str, str]) -> list[Any]:
 
     if filters.get("env"):
         preds.append(lambda r, v=filters["env"]: r["env_id"] == v)
+    if filters.get("member"):
+        preds.append(lambda r, v=filters["member"]: r["member"] == v)
     if filters.get("run"):
         preds.append(lambda r, v=filters["run"]: r["run"] == v)
     if filters.get("outcome"):

@@ -60,6 +60,8 @@ async function refreshInfo() {
   const f = info.facets;
   fillSelect($("#f-run"), f.runs);
   fillSelect($("#f-env"), f.env_ids);
+  fillSelect($("#f-member"), f.members);
+  $("#f-member").parentElement.hidden = !f.members.length;
   fillSelect($("#f-kind"), f.kinds);
   fillSelect($("#f-step"), f.steps);
   const o = f.outcomes;
