@@ -13,6 +13,7 @@ import turnrl
 from turnrl.agents.tiny import tiny_model, tiny_tokenizer
 from turnrl.envs.mixture import MixtureError
 from turnrl.rl.run.trainer import TrainConfig, Trainer
+from turnrl.rl.sources.base import Job, task_jobs
 from turnrl.rl.sources.task_config import CurriculumTasks, DifficultyTasks, PrePPOTasks, SequentialTasks, UniformTasks
 from turnrl.rl.sources.tasks import TaskPool, difficulty_weight, ema_update, make_sampler, select_lowest
 from turnrl.types import Message, Trajectory, Turn
@@ -118,11 +119,13 @@ def test_difficulty_frequencies_follow_p_times_one_minus_p():
 def test_difficulty_tracks_pass_rates_and_gives_unseen_tasks_their_members_rate():
     s = make_sampler(DifficultyTasks(ema=0.5, prior=0.5), pool([3, 3]), seed=0)
     s.observe(0, [(0, 1.0), (0, 1.0), (0, 0.0), (0, 0.0), (3, 0.0), (3, 0.0)])
-    assert s.task_p == {0: 0.5, 3: 0.0}
-    s.observe(1, [(0, 1.0)])
+    assert s.task_p == {0: 0.5, 3: 0.25}  # a new task's first group moves it from the prior by the ema weight
+    assert s.member_p == [0.5, 0.0]
+    s.observe(1, [(0, 1.0), (4, 0.0)])
     assert s.task_p[0] == ema_update(0.5, 1.0, 0.5) == 0.75
+    assert s.task_p[4] == 0.0  # its member's rate (0.0) was its start
     p = s.pass_rates()
-    assert p[1] == p[2] == s.member_p[0] and p[4] == p[5] == 0.0  # member 1's tasks: never passed, so rarely drawn
+    assert p[1] == p[2] == s.member_p[0] and p[5] == s.member_p[1] == 0.0  # unseen tasks: their member's rate
     assert ema_update(None, 0.3, 0.1) == 0.3
 
 
@@ -225,7 +228,7 @@ def test_a_resumed_run_draws_the_tasks_of_an_uninterrupted_one(tmp_path, one_thr
     history = resumed.train()
     assert choices(tmp_path / "whole") == choices(tmp_path / "part")
     assert len(choices(tmp_path / "whole")) == 4
-    assert "tasks_pass_estimate" in history[-1] and history[-1]["tasks_tracked"] >= 2
+    assert "sampler_pass_estimate" in history[-1] and history[-1]["sampler_tracked"] >= 2
 
 
 def test_pre_ppo_scores_its_pool_with_the_runs_policy_before_the_first_step(tmp_path, one_thread):
@@ -245,3 +248,28 @@ def test_settings_that_cannot_work_fail_before_a_model_loads(tmp_path):
         TrainConfig.model_validate({"env": {"id": ARITH}, "tasks": {"strategy": "hardest-first"}})
     with pytest.raises(ValueError, match="Mixture"):  # no model given: the run would load one after the source
         Trainer(run_config(tmp_path, tasks={"strategy": "curriculum", "stages": [{"members": ["x"]}]}))
+
+
+def test_pre_ppo_rounds_hold_distinct_tasks_across_passes_and_every_pass_covers_the_kept():
+    s = make_sampler(PrePPOTasks(pool=10, keep=1.0), pool([10]), seed=3)
+    s.prepare(lambda tasks, n: [(t, 0.0) for t in tasks])
+    rounds = [s.tasks(step, 0, 4) for step in range(25)]  # 100 tasks: 10 passes, rounds straddle passes
+    assert all(len(set(r)) == 4 for r in rounds)
+    flat = [t for r in rounds for t in r]
+    assert all(sorted(flat[i : i + 10]) == list(range(10)) for i in range(0, 100, 10))
+
+
+def test_a_task_chosen_twice_in_a_round_gets_distinct_job_keys_and_one_group():
+    jobs = task_jobs(2, 0, [5, 7, 5], group_size=2)
+    assert [j.key for j in jobs] == ["2-0-5-0", "2-0-5-1", "2-0-7-0", "2-0-7-1", "2-0-5-2", "2-0-5-3"]
+    assert len({j.group_id for j in jobs}) == 2
+    assert Job.parse("-1-0-12-3") == Job(-1, 0, 12, 3) and Job.parse(jobs[4].key) == jobs[4]
+
+
+def test_a_mixture_lends_its_current_members_attributes():
+    env = mixture(member("a"), {"id": "turnrl/Arithmetic-PAG-v0", "name": "pag"})
+    env.reset(seed=0, options={"index": 1})
+    assert env.verdict_texts == env._members[1].verdict_texts  # PAG's rollout hooks read it
+    env.reset(seed=0, options={"index": 0})
+    with pytest.raises(AttributeError):
+        env.verdict_texts  # noqa: B018 — the arithmetic member has none

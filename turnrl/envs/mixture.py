@@ -2,9 +2,10 @@
 
 A mixture poses the tasks of its members under one index space. Each member is ``{"id": ..., "kwargs": {...},
 "name": ..., "weight": ...}``; ``name`` (default: the id's name, e.g. ``arithmetic-v0``) must be unique, and
-``weight`` (default 1) is the member's share of the tasks a run trains on — the run's task sampler
-(``tasks:`` in a training config) draws members in proportion to it. A zero weight keeps a member out of training
-while it is still evaluated; weights that are all zero are an error.
+``weight`` (default 1) is the member's relative weight in the run's task sampler (``tasks:`` in a training
+config): the ``sequential`` and ``uniform`` samplers draw members in proportion to it, ``difficulty`` multiplies it
+by how informative the member's tasks are, ``pre-ppo`` draws its pool by it and ``curriculum`` its stages' members.
+A zero weight keeps a member out of training while it is still evaluated; weights that are all zero are an error.
 
 Index layout: members take turns (index 0 is member 0's task 0, index 1 member 1's task 0, …; a member whose tasks
 run out drops out of the rotation), so the first N tasks — what ``turnrl eval --limit N`` and the trainer's
@@ -12,8 +13,13 @@ held-out evaluation play — cover every member evenly.
 
 Splits: ``split=None`` leaves each member on its own kwargs; ``split="held-out"`` (:attr:`held_out_split`, what
 held-out evaluation asks for) puts every member on *its* held-out split with its evaluation options (e.g. PAG's
-``mode: eval``), so members whose held-out splits have different names (GSM8K's ``test``, HotPotQA's ``dev``) mix;
-any other string is passed to every member as its ``split``.
+``mode: eval``), so members whose held-out splits have different names (GSM8K's ``test``, HotPotQA's ``dev``) mix
+(a member that declares no held-out split keeps its kwargs, and the mixture's ``split`` then reads ``"mixed"``: the
+evaluation report does not call it held out); any other string is passed to every member as its ``split``.
+
+Anything else asked of the mixture (an attribute it does not have) is the current member's — the member of the
+last reset — so that algorithms that read an environment's own attributes (PAG's verdict texts) work on a
+mixture of such environments.
 
 Episodes: a task's ``task_id`` is ``"<member name>:<member's task id>"``, and :meth:`summarize_episodes` reports
 ``<name>_success``, ``<name>_episodes`` and each member's own figures under ``<name>_`` (so a run logs them per
@@ -88,11 +94,16 @@ class MixtureEnv(TextEnv):
             raise MixtureError(f"every member of the mixture has weight 0 ({', '.join(self.names)}): nothing would "
                                "be trained on; give at least one a positive weight")
         self.split, self.held_out_split = split, HELD_OUT
+        self._lacking: list[str] = []  # members without a held-out split (held-out mode)
         self._members: list[TextEnv] = [make(i, **self._kwargs(i, kw)) for i, kw in self._specs]
         self.sizes = [len(e) for e in self._members]  # type: ignore[arg-type]
-        if splits := {getattr(e, "split", None) for e in self._members}:
-            if split is None:
-                self.split = splits.pop() if len(splits) == 1 else "mixed"
+        if empty := [n for n, size in zip(self.names, self.sizes) if size == 0]:
+            raise MixtureError(f"members {empty} have no tasks (check their split and data)")
+        splits = {getattr(e, "split", None) for e in self._members}
+        if split is None:
+            self.split = splits.pop() if len(splits) == 1 else "mixed"
+        elif split == HELD_OUT and self._lacking:  # not every member could be put on a held-out split
+            self.split = "mixed"
         self._rounds = [sum(min(s, r) for s in self.sizes) for r in range(0, max(self.sizes) + 1)] \
             if max(self.sizes) <= 1_000_000 else None
         self._current: TextEnv | None = None
@@ -111,6 +122,8 @@ class MixtureEnv(TextEnv):
         out = dict(kwargs)
         if held is not None:
             out["split"] = held
+        else:
+            self._lacking.append(env_id)
         for key, value in (getattr(probe, "evaluation_options", None) or {}).items():
             out.setdefault(key, value)
         return out
@@ -192,6 +205,13 @@ class MixtureEnv(TextEnv):
 
     async def _astep(self, action: str) -> StepResult:
         return await self.member.astep(action)
+
+    def __getattr__(self, name: str) -> Any:
+        """Anything else the mixture lacks is the current member's (e.g. a PAG member's ``verdict_texts``, which
+        PAG's rollout hooks read)."""
+        if name.startswith("_") or "_members" not in self.__dict__:
+            raise AttributeError(name)
+        return getattr(self.member, name)
 
     def oracle_action(self) -> str | None:
         return self.member.oracle_action()

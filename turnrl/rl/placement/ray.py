@@ -332,7 +332,7 @@ class RayRunner:
     # ---- the journal: committed episodes of unfinished steps survive a driver restart ----
 
     def _journal(self, traj: Trajectory) -> None:
-        step = int(str(traj.metadata["job"]).split("-")[0])
+        step = Job.parse(traj.metadata["job"]).step
         write_jsonl([traj], self.journal / f"step-{step}.jsonl", append=True)
 
     def _journaled(self, jobs: Sequence[Job]) -> list[Trajectory]:
@@ -359,7 +359,7 @@ class RayRunner:
     def state_dict(self) -> dict[str, Any]:
         """The journal's folder (steps up to the learner's are trained: their journals are removed)."""
         for path in self.journal.glob("step-*.jsonl"):
-            if int(path.stem.split("-")[1]) < self.learner.updates:
+            if int(path.stem.removeprefix("step-")) < self.learner.updates:
                 path.unlink()
         return {"journal": str(self.journal)}
 

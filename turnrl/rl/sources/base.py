@@ -33,6 +33,12 @@ class Job:
     task: int
     sample: int
 
+    @classmethod
+    def parse(cls, key: str) -> Job:
+        """The job of a :attr:`key` (its step may be negative: −1 for work before the first step)."""
+        step, round_, task, sample = str(key).rsplit("-", 3)
+        return cls(int(step), int(round_), int(task), int(sample))
+
     @property
     def key(self) -> str:
         """A stable name (ledger key, group and file names)."""
@@ -165,6 +171,18 @@ class ExperienceSource:
 
     def reset(self) -> None:
         """A fresh run starts (nothing to forget by default)."""
+
+
+def task_jobs(step: int, round_: int, tasks: Sequence[int], group_size: int) -> list[Job]:
+    """``group_size`` jobs per task; a task chosen twice in one round (a pool smaller than the round) gets the next
+    sample numbers, so every job key is distinct and its episodes join one larger group."""
+    seen: dict[int, int] = {}
+    jobs = []
+    for t in tasks:
+        first = seen.get(t, 0)
+        seen[t] = first + group_size
+        jobs += [Job(step, round_, t, first + s) for s in range(group_size)]
+    return jobs
 
 
 def rollout_metrics(seen: Sequence[Trajectory], env: Any = None) -> dict[str, float]:

@@ -15,7 +15,7 @@ from turnrl.agents.base import SamplingParams
 from turnrl.envs.registry import make
 from turnrl.rl.algorithms.base import Algorithm
 from turnrl.rl.run.config import TrainConfig
-from turnrl.rl.sources.base import ExperienceSource, Job, Runner, RunParts, rollout_metrics, whole_groups
+from turnrl.rl.sources.base import ExperienceSource, Job, Runner, RunParts, rollout_metrics, task_jobs, whole_groups
 from turnrl.rl.sources.context import ContextBudget
 from turnrl.rl.sources.play import batch_seed, play
 from turnrl.rl.sources.rollout import Rollout
@@ -113,9 +113,8 @@ class OnPolicySource(ExperienceSource):
     def jobs(self, step: int, round_: int) -> list[Job]:
         """The jobs of one round: ``group_size`` samples of each of the ``prompts_per_step`` tasks the sampler
         chooses (the same jobs however often a round is asked for)."""
-        r = self.cfg.rollout
-        tasks = self.sampler.tasks(step, round_, r.prompts_per_step)
-        return [Job(step, round_, t, s) for t in tasks for s in range(r.group_size)]
+        return task_jobs(step, round_, self.sampler.tasks(step, round_, self.cfg.rollout.prompts_per_step),
+                         self.cfg.rollout.group_size)
 
     def _prepare(self) -> dict[str, float]:
         """The sampler's work before the first step (Pre-PPO scores its pool with the runner), once."""
@@ -123,8 +122,13 @@ class OnPolicySource(ExperienceSource):
             return {}
 
         def play(tasks: list[int], samples: int) -> list[tuple[int, float]]:
-            trajs, _ = self.runner.run([Job(-1, 0, t, s) for t in tasks for s in range(samples)])
-            return [(int(t.metadata["job"].split("-")[-2]), t.total_reward) for t in trajs if t.error is None]
+            jobs = [Job(-1, 0, t, s) for t in tasks for s in range(samples)]
+            size = self.cfg.rollout.prompts_per_step * self.cfg.rollout.group_size
+            out = []
+            for start in range(0, len(jobs), size):  # a training step's worth of episodes at a time
+                trajs, _ = self.runner.run(jobs[start : start + size])
+                out += [(Job.parse(t.metadata["job"]).task, t.total_reward) for t in trajs if t.error is None]
+            return out
 
         self._prepared = self.sampler.prepare(play)
         return self._prepared
@@ -136,7 +140,7 @@ class OnPolicySource(ExperienceSource):
             return
         members = [self.sampler.pool.names[int(self.sampler.pool.member[t])] for t in tasks]
         row = {"step": jobs[0].step, "round": jobs[0].round, "tasks": tasks, "members": members,
-               "pass_estimates": self.sampler.estimates(tasks)}
+               "pass_estimates": self.sampler.assumed(jobs[0].step, jobs[0].round, tasks)}
         path = Path(self.cfg.out_dir) / "tasks.jsonl"
         path.parent.mkdir(parents=True, exist_ok=True)
         with path.open("a", encoding="utf-8") as f:
@@ -195,5 +199,7 @@ class OnPolicySource(ExperienceSource):
                              "(sequential)")
 
     def reset(self) -> None:
-        """A fresh run starts: forget what the runner kept of an earlier run in the same folder."""
+        """A fresh run starts: forget what the runner kept, and the task choices logged, of an earlier run in the same
+        folder."""
         self.runner.reset()
+        (Path(self.cfg.out_dir) / "tasks.jsonl").unlink(missing_ok=True)

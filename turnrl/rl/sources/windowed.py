@@ -26,8 +26,8 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from turnrl.envs.registry import make
-from turnrl.rl.sources.base import ExperienceSource, Job, RunParts, rollout_metrics
-from turnrl.rl.sources.tasks import group_success, make_sampler
+from turnrl.rl.sources.base import ExperienceSource, Job, RunParts, rollout_metrics, task_jobs
+from turnrl.rl.sources.tasks import Sequential, group_success, make_sampler
 from turnrl.rl.sources.windows import LocalWindows
 from turnrl.types import Trajectory
 
@@ -98,9 +98,7 @@ class WindowedSource(ExperienceSource):
         while self.replay and len(jobs) < groups * g:
             jobs.append(self.replay.pop(0))
         new = groups - math.ceil(len(jobs) / g)  # the groups the replayed jobs leave to fill
-        for task in self.sampler.tasks(step, 0, new) if new > 0 else []:
-            jobs += [Job(step, 0, task, s) for s in range(g)]
-        return jobs
+        return jobs + (task_jobs(step, 0, self.sampler.tasks(step, 0, new), g) if new > 0 else [])
 
     def collect(self, step: int) -> tuple[list[Trajectory], dict[str, float]]:
         """Play this step's window (see the module docstring)."""
@@ -140,9 +138,12 @@ class WindowedSource(ExperienceSource):
         """Restore the task sampler; the jobs that were in play are played again from the start."""
         if "tasks" in state:
             self.sampler.load_state_dict(state["tasks"])
-        else:  # a checkpoint from before task samplers: a plain cursor
+        elif isinstance(self.sampler, Sequential):  # a checkpoint from before task samplers: a plain cursor
             self.sampler.cursors = [int(state["cursor"])]
-        self.replay = [Job(*map(int, key.split("-"))) for key in state.get("in_play", [])]
+        else:
+            raise ValueError("this checkpoint predates task samplers: resume it with the default `tasks:` "
+                             "(sequential)")
+        self.replay = [Job.parse(key) for key in state.get("in_play", [])]
         self.carry, self.waiting = [], {}
 
     def reset(self) -> None:

@@ -89,7 +89,7 @@ def group_success(trajectories: Sequence[Any]) -> list[tuple[int, float]]:
         if t.error is not None or "job" not in t.metadata:
             continue
         ok = t.correct if t.correct is not None else t.total_reward > 0
-        out.append((int(str(t.metadata["job"]).split("-")[-2]), float(bool(ok))))
+        out.append((int(str(t.metadata["job"]).rsplit("-", 2)[-2]), float(bool(ok))))
     return out
 
 
@@ -102,13 +102,20 @@ class TaskSampler:
     def __init__(self, cfg: Any, pool: TaskPool, seed: int) -> None:
         self.cfg, self.pool, self.seed = cfg, pool, seed
         self._chosen: dict[tuple[int, int], list[int]] = {}
+        self._assumed: dict[tuple[int, int], list[float | None]] = {}  # estimates at choice time (for the log)
 
     def tasks(self, step: int, round_: int, k: int) -> list[int]:
         """The ``k`` tasks of ``step``'s round ``round_`` (chosen on the first call, the same ever after)."""
         key = (step, round_)
         if key not in self._chosen:
             self._chosen[key] = self._choose(step, round_, k, stream(self.seed, step, round_))
+            self._assumed[key] = self.estimates(self._chosen[key])
         return list(self._chosen[key])
+
+    def assumed(self, step: int, round_: int, tasks: Sequence[int]) -> list[float | None]:
+        """The pass rates the sampler assumed of ``tasks`` when it chose the round (now, if it chose before a resume)."""
+        by_task = dict(zip(self._chosen.get((step, round_), []), self._assumed.get((step, round_), [])))
+        return [by_task[t] if t in by_task else self.estimates([t])[0] for t in tasks]
 
     def _choose(self, step: int, round_: int, k: int, rng: np.random.Generator) -> list[int]:
         raise NotImplementedError
@@ -116,6 +123,7 @@ class TaskSampler:
     def observe(self, step: int, results: Sequence[tuple[int, float]]) -> None:
         """Step ``step`` is over: ``results`` are (task, success) of its episodes. Forgets the step's choices."""
         self._chosen = {key: v for key, v in self._chosen.items() if key[0] > step}
+        self._assumed = {key: v for key, v in self._assumed.items() if key[0] > step}
 
     def metrics(self, chosen: Sequence[int]) -> dict[str, float]:
         """Figures of a step's choice: each member's share of the tasks (mixtures)."""

@@ -93,7 +93,9 @@ class Difficulty(TaskSampler):
         by_member: dict[int, list[float]] = {}
         for task, oks in by_task.items():
             s = sum(oks) / len(oks)
-            self.task_p[task] = ema_update(self.task_p.get(task), s, self.cfg.ema)
+            first = self.member_p[int(self.pool.member[task])]  # a new task starts from its member's rate
+            self.task_p[task] = ema_update(self.task_p.get(task, self.cfg.prior if first is None else first), s,
+                                           self.cfg.ema)
             by_member.setdefault(int(self.pool.member[task]), []).append(s)
         for m, ss in by_member.items():
             self.member_p[m] = ema_update(self.member_p[m], sum(ss) / len(ss), self.cfg.ema)
@@ -105,11 +107,11 @@ class Difficulty(TaskSampler):
     def metrics(self, chosen: Sequence[int]) -> dict[str, float]:
         out = super().metrics(chosen)
         if chosen:
-            out["tasks_pass_estimate"] = float(np.mean(self.estimates(chosen)))
-        out["tasks_tracked"] = float(len(self.task_p))
+            out["sampler_pass_estimate"] = float(np.mean(self.estimates(chosen)))
+        out["sampler_tracked"] = float(len(self.task_p))
         for name, p in zip(self.pool.names, self.member_p):
             if p is not None and len(self.pool.names) > 1:
-                out[f"tasks_{name}_pass"] = p
+                out[f"sampler_{name}_pass"] = p
         return out
 
     def _state(self) -> dict[str, Any]:

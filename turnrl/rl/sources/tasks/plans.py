@@ -23,7 +23,9 @@ class PrePPO(TaskSampler):
     def __init__(self, cfg: PrePPOTasks, pool: TaskPool, seed: int) -> None:
         super().__init__(cfg, pool, seed)
         self.kept: list[int] | None = None
-        self.position = 0  # tasks handed out so far (passes over `kept` follow one another)
+        self.order: list[int] = []  # the current pass over `kept`
+        self.next = 0  # the position in it
+        self.passes = 0
 
     @property
     def prepared(self) -> bool:
@@ -46,19 +48,28 @@ class PrePPO(TaskSampler):
     def _choose(self, step: int, round_: int, k: int, rng: np.random.Generator) -> list[int]:
         if self.kept is None:
             raise RuntimeError("Pre-PPO chooses tasks only after prepare() scored its pool")
-        out = []
-        for _ in range(k):
-            n, i = divmod(self.position, len(self.kept))
-            order = stream(self.seed, -1, n + 1).permutation(len(self.kept))  # pass n's order
-            out.append(self.kept[int(order[i])])
-            self.position += 1
+        out: list[int] = []
+        while len(out) < k:
+            if self.next >= len(self.order):
+                self._next_pass(set(out))
+            out.append(self.order[self.next])
+            self.next += 1
         return out
 
+    def _next_pass(self, avoid: set[int]) -> None:
+        """The next pass over the kept tasks: a seeded shuffle, with the tasks already in the round being filled
+        moved to its end (a round holds a task twice only when fewer tasks were kept than it needs)."""
+        assert self.kept is not None
+        order = [self.kept[int(i)] for i in stream(self.seed, -1, self.passes + 1).permutation(len(self.kept))]
+        self.order = [t for t in order if t not in avoid] + [t for t in order if t in avoid]
+        self.passes, self.next = self.passes + 1, 0
+
     def _state(self) -> dict[str, Any]:
-        return {"kept": self.kept, "position": self.position}
+        return {"kept": self.kept, "order": self.order, "next": self.next, "passes": self.passes}
 
     def _load(self, state: dict[str, Any]) -> None:
-        self.kept, self.position = state["kept"], int(state["position"])
+        self.kept, self.order = state["kept"], [int(t) for t in state["order"]]
+        self.next, self.passes = int(state["next"]), int(state["passes"])
 
 
 @dataclass
@@ -126,7 +137,7 @@ class Curriculum(TaskSampler):
             self.stage, self.steps_in_stage, self.recent = self.stage + 1, 0, []
 
     def metrics(self, chosen: Sequence[int]) -> dict[str, float]:
-        return {**super().metrics(chosen), "tasks_stage": float(self.stage)}
+        return {**super().metrics(chosen), "sampler_stage": float(self.stage)}
 
     def _state(self) -> dict[str, Any]:
         return {"stage": self.stage, "steps_in_stage": self.steps_in_stage, "recent": list(self.recent)}
