@@ -151,8 +151,8 @@ def test_math_answers_that_would_hang_the_verifier_are_refused_fast(response):
     assert not v.correct and v.details["reason"] in ("too_complex", "too_long") and time.perf_counter() - start < 1
 
 
-@pytest.mark.parametrize("response", [r"\boxed{|-19|}", r"\boxed{\frac{38}{2}}", r"\boxed{\sqrt{361}}", r"\boxed{19.0}",
-                                      r"\boxed{2^{4} + 3}", r"\boxed{19 \text{ apples}}", r"\boxed{19}\boxed{19}"])
+@pytest.mark.parametrize("response", [r"\boxed{|-19|}", r"\boxed{\sqrt{361}}", r"\boxed{19.0}",
+                                      r"\boxed{19 \text{ apples}}", r"\boxed{19}\boxed{19}"])
 def test_math_honest_answers_still_pass(response):
     assert math_verify(response, "19").correct
 
@@ -192,3 +192,24 @@ def test_qa_gaming_earns_nothing(response, reason):
 def test_qa_committed_answers_keep_their_credit(response, reference, score):
     v = qa_verify(response, reference, question=QUESTION)
     assert v.score == pytest.approx(score) and v.details["tampering"] == 0, v
+
+
+@pytest.mark.parametrize("response, reference", [
+    ("The answer is 41 * 7 - 56", "231"),  # what Pre-PPO on Arithmetic level 4 taught SmolLM2 (2026-11-26)
+    ("The answer is 558 / 6", "93"),
+    ("The answer is (21 - 10) * 3.", "33"),
+    ("\\boxed{\\frac{558}{6}}", "93"),
+    ("\\boxed{97 \\times 4}", "388"),
+    ("#### 30 \\cdot 8", "240"),
+    ("\\boxed{\\frac{38}{2}}", "19"),  # an integer's unreduced fraction: the division was never done
+    ("\\boxed{2^{4} + 3}", "19"),
+])
+def test_restating_the_calculation_instead_of_its_result_earns_nothing(response, reference):
+    v = verify(response, reference)
+    assert not v.correct and v.details["reason"] == "unevaluated"
+
+
+def test_results_stay_right_next_to_their_working():
+    assert verify("(21 - 10) * 3 = 33. The answer is 33.", "33").correct
+    assert verify("The answer is -5.", "-5").correct and verify("\\boxed{1,000}", "1000").correct
+    assert verify("\\boxed{\\frac{3}{4}}", "\\frac{3}{4}").correct  # a fraction where the reference is one

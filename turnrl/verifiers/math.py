@@ -4,7 +4,9 @@ A response must commit to one answer. A response that hedges — several differe
 ``x = 17 \vee x = 19``, a union, a list of candidates where one value is asked for — is not correct, even if the
 right value is among them: an answer that math-verify also finds equal to another number it contains is a hedge.
 Answers whose evaluation could hang the verifier (power towers, huge exponents or factorials: sympy evaluates them
-eagerly, holding the GIL, so no timeout can stop it) are refused unparsed as ``too_complex``.
+eagerly, holding the GIL, so no timeout can stop it) are refused unparsed as ``too_complex``. Where the reference
+is a plain number, an answer that is still a calculation (``41 * 7 - 56``, ``\frac{558}{6}``; a simple fraction is
+allowed for a decimal reference: ``\frac{1}{2}`` for 0.5) is ``unevaluated``.
 """
 
 from __future__ import annotations
@@ -139,6 +141,20 @@ def _matches(pred: str, ref: str) -> bool:
     return stripped != pred and "%" not in ref and _equivalent(stripped, ref)
 
 
+_PLAIN_NUMBER = re.compile(r"^-?\d+(?:\.\d+)?$")
+_OPERATION = re.compile(r"[\d)}]\s*(?:[-+*/×÷^·:]|\\times|\\cdot|\\div)\s*[-\d({\\]|\\d?frac")
+
+
+_FRACTION = re.compile(r"^-?(?:\d+\s*/\s*\d+|\\d?frac\{\d+\}\{\d+\})$")  # a decimal's exact form: 1/2 for 0.5
+
+
+def _unevaluated(answer: str) -> bool:
+    """Whether an answer is a calculation rather than its result (``41 * 7 - 56``, ``558 / 6``, ``\\frac{558}{6}``):
+    math-verify finds it equal to its value, so a policy that restates the question's expression would be paid for
+    a sum it never did (SmolLM2 learned exactly that under Pre-PPO on Arithmetic levels 3-4, 2026-11-26)."""
+    return bool(_OPERATION.search(answer.replace(",", "")))
+
+
 def verify(prediction: str, reference: str, *, answer_format: AnswerFormat = "auto") -> Verdict:
     """Judge a model response against a reference answer.
 
@@ -150,7 +166,8 @@ def verify(prediction: str, reference: str, *, answer_format: AnswerFormat = "au
 
     Returns:
         A :class:`Verdict` with ``correct``, ``score`` (1.0 or 0.0), the ``extracted`` answer and ``details``
-        (``reason`` when not correct: ``no_answer``, ``hedged``, ``too_long``, ``too_complex`` or ``mismatch``).
+        (``reason`` when not correct: ``no_answer``, ``hedged``, ``too_long``, ``too_complex``, ``unevaluated`` or
+        ``mismatch``).
     """
     if not isinstance(prediction, str):
         raise TypeError(f"prediction must be a string, got {type(prediction).__name__}")
@@ -174,6 +191,8 @@ def verify(prediction: str, reference: str, *, answer_format: AnswerFormat = "au
         return Verdict(
             correct=False, score=0.0, extracted=final, details={"reason": "hedged", "candidates": distinct, "format": fmt}
         )
+    if _PLAIN_NUMBER.match(ref) and _unevaluated(final) and not ("." in ref and _FRACTION.match(final)):
+        return Verdict(correct=False, score=0.0, extracted=final, details={"reason": "unevaluated", "format": fmt})
     correct = _matches(final, ref)
     if correct and _ambiguous(final, ref):
         return Verdict(
