@@ -91,3 +91,23 @@ def toy_pag(**kw):
 
 
 turnrl.register("tests/ToyPAG-v0", "toy_envs:toy_pag")
+
+
+CAPITALS = [("France", "Paris"), ("Japan", "Tokyo"), ("Peru", "Lima"), ("Kenya", "Nairobi")]
+
+
+def same_words(text: str, ref: str) -> Verdict:
+    """Correct when the reply, lowercased and stripped of a final period, is the reference."""
+    ok = text.strip().rstrip(".").lower() == ref.lower()
+    return Verdict(correct=ok, score=float(ok), extracted=text.strip())
+
+
+class CapitalsEnv(ToolEnv):
+    """Toy env with text references (no number: the hybrid reward's `auto` sends it to the judge)."""
+
+    def __init__(self, **kw):
+        super().__init__([Task(id=f"c{i}", prompt=f"What is the capital of {c}?", answer=a)
+                          for i, (c, a) in enumerate(CAPITALS)], verifier=same_words, **kw)
+
+
+turnrl.register("tests/Capitals-v0", "toy_envs:CapitalsEnv")

@@ -144,6 +144,12 @@ class TextEnv(gym.Env[Obs, str]):
         Acc@turn1, Acc@final and the verifier's accuracy."""
         return {}
 
+    def task_at(self, index: int) -> Task | None:
+        """The task ``reset(options={"index": index})`` poses (its prompt and reference answer), when the environment
+        has such a list; None by default. A training run's generative judge (``reward:``) reads the question and the
+        reference from here."""
+        return None
+
     def oracle_action(self) -> str | None:
         """An action that solves the current state, when the environment knows one (tests, demos); else None."""
         return None

@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from turnrl.envs.core import Obs, StepResult, TextEnv
+from turnrl.envs.core import Obs, StepResult, Task, TextEnv
 from turnrl.tools.base import Tool
 from turnrl.types import Trajectory
 
@@ -212,6 +212,11 @@ class MixtureEnv(TextEnv):
         if name.startswith("_") or "_members" not in self.__dict__:
             raise AttributeError(name)
         return getattr(self.member, name)
+
+    def task_at(self, index: int) -> Task | None:
+        """The member's task behind mixture index ``index``."""
+        m, local = self.locate(index)
+        return self._members[m].unwrapped.task_at(local)
 
     def oracle_action(self) -> str | None:
         return self.member.oracle_action()

@@ -54,6 +54,7 @@ BUILTIN_ENVS: dict[str, str] = {
     "turnrl/MATH500-PAG-v0": "turnrl.envs.self_verify:math500_pag",
     "turnrl/HumanEval-v0": "turnrl.envs.code:HumanEvalEnv",
     "turnrl/HotPotQA-v0": "turnrl.envs.hotpotqa:HotPotQAEnv",
+    "turnrl/Functions-v0": "turnrl.envs.functions:FunctionsEnv",
     "turnrl/Mixture-v0": "turnrl.envs.mixture:MixtureEnv",
 }
 

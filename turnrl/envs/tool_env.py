@@ -125,6 +125,10 @@ class ToolEnv(TextEnv):
     def __len__(self) -> int:
         return len(self.tasks)
 
+    def task_at(self, index: int) -> Task | None:
+        """Task ``index`` of :attr:`tasks`."""
+        return self.tasks[index]
+
     # ---- reset ----
 
     def system_message(self) -> str | None:

@@ -206,7 +206,7 @@ class HybridReward:
         if rule is None:
             from turnrl.verifiers.math import verify as rule
         self.judge, self.rule = judge, rule
-        self.applies = applies or _mathy
+        self.applies = applies or rule_applies
 
     def __call__(self, prediction: str, reference: str, *, question: str = "") -> Verdict:
         """Grade with the rule if it applies to ``reference``, else with the judge; ``details["source"]`` says which."""
@@ -217,6 +217,8 @@ class HybridReward:
         return v.model_copy(update={"details": {**v.details, "source": "judge"}})
 
 
-def _mathy(reference: str) -> bool:
+def rule_applies(reference: str) -> bool:
+    """Whether a rule (math equivalence) can check answers against ``reference``: it holds a digit and no word of
+    two or more letters outside LaTeX commands (``42``, ``\\frac{1}{2}``, ``x = 3``; not ``Paris`` or ``1984 film``)."""
     text = re.sub(r"\\[a-zA-Z]+", "", reference)
     return bool(re.search(r"\d", text)) and not re.search(r"[A-Za-z]{2,}", text)

@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, field_validat
 
 from turnrl.rl.algorithms import AlgorithmConfig, parse_algorithm_config
 from turnrl.rl.run.tracking import WandbConfig
+from turnrl.rl.sources.reward_config import RewardConfig
 from turnrl.rl.sources.task_config import SequentialTasks, TaskConfig
 
 
@@ -199,6 +200,9 @@ class TrainConfig(BaseModel):
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
     tasks: TaskConfig = Field(default_factory=SequentialTasks, description="which tasks an on-policy run trains on: "
                               "strategy sequential (default), uniform, difficulty, pre-ppo or curriculum")
+    reward: RewardConfig | None = Field(None, description="how an on-policy run scores its episodes: rule "
+                                        "verifiers where they apply, a generative judge elsewhere (default: each "
+                                        "environment's own reward)")
     optim: OptimConfig = Field(default_factory=OptimConfig)
     placement: Literal["local", "ray"] = Field("local", description="where rollouts run: in this process, or on "
                                                "Ray rollout workers (options under `ray`)")

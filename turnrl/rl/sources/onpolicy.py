@@ -18,6 +18,7 @@ from turnrl.rl.run.config import TrainConfig
 from turnrl.rl.sources.base import ExperienceSource, Job, Runner, RunParts, rollout_metrics, task_jobs, whole_groups
 from turnrl.rl.sources.context import ContextBudget
 from turnrl.rl.sources.play import batch_seed, play
+from turnrl.rl.sources.reward import reward_metrics, run_reward
 from turnrl.rl.sources.rollout import Rollout
 from turnrl.rl.sources.tasks import Sequential, group_success, make_sampler
 from turnrl.types import Trajectory
@@ -84,6 +85,7 @@ class OnPolicySource(ExperienceSource):
     """
 
     samples_tasks = True
+    scores_episodes = True
 
     def __init__(self, cfg: TrainConfig, algorithm: Algorithm, runner: Runner | None = None) -> None:
         self.cfg, self.algorithm, self._runner = cfg, algorithm, runner
@@ -91,6 +93,7 @@ class OnPolicySource(ExperienceSource):
         self.env = make(cfg.env.id, **cfg.env.kwargs)  # a probe: the task count and the env's episode figures
         self.n_tasks = len(self.env)
         self.sampler = make_sampler(cfg.tasks, self.env, cfg.seed)
+        self.reward = run_reward(cfg.reward, self.env)
         self._prepared: dict[str, float] | None = None
 
     @property
@@ -103,8 +106,11 @@ class OnPolicySource(ExperienceSource):
         return self._runner
 
     def attach(self, parts: RunParts) -> None:
-        """Keep the placement's runner factory (:meth:`start` builds the runner once the learner exists)."""
+        """Keep the placement's runner factory (:meth:`start` builds the runner once the learner exists); build the
+        reward's judge."""
         self._make_runner = parts.runner
+        if self.reward is not None:
+            self.reward.attach(parts.agent)
 
     def start(self) -> None:
         """Start the placement's runner (Ray workers start here; a placement that cannot work fails here)."""
@@ -127,6 +133,8 @@ class OnPolicySource(ExperienceSource):
             out = []
             for start in range(0, len(jobs), size):  # a training step's worth of episodes at a time
                 trajs, _ = self.runner.run(jobs[start : start + size])
+                if self.reward is not None:
+                    self.reward.apply(trajs)
                 out += [(Job.parse(t.metadata["job"]).task, t.total_reward) for t in trajs if t.error is None]
             return out
 
@@ -166,6 +174,8 @@ class OnPolicySource(ExperienceSource):
             trajs, info = self.runner.run(jobs)
             order = {j.key: i for i, j in enumerate(jobs)}
             trajs = sorted(trajs, key=lambda t: order[t.metadata["job"]])  # job order, whoever finished first
+            if self.reward is not None:
+                self.reward.apply(trajs)
             for k, v in info.items():  # the runner's figures, added up over the rounds
                 stats[k] = stats.get(k, 0.0) + v
             seen += trajs
@@ -181,7 +191,7 @@ class OnPolicySource(ExperienceSource):
         self.sampler.observe(step, group_success(seen))
         if ahead:
             self.runner.prefetch(self.jobs(step + 1, 0))
-        return kept, {**stats, **rollout_metrics(seen, self.env)}
+        return kept, {**stats, **rollout_metrics(seen, self.env), **reward_metrics(seen)}
 
     def state_dict(self) -> dict[str, Any]:
         """The task sampler's state (what it chose ahead, what it learned of the tasks) and the runner's."""

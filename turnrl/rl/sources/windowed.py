@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from turnrl.envs.registry import make
 from turnrl.rl.sources.base import ExperienceSource, Job, RunParts, rollout_metrics, task_jobs
+from turnrl.rl.sources.reward import reward_metrics, run_reward
 from turnrl.rl.sources.tasks import Sequential, group_success, make_sampler
 from turnrl.rl.sources.windows import LocalWindows
 from turnrl.types import Trajectory
@@ -43,6 +44,7 @@ class WindowedSource(ExperienceSource):
     """
 
     samples_tasks = True
+    scores_episodes = True
 
     @classmethod
     def check_config(cls, cfg: TrainConfig) -> None:
@@ -61,6 +63,7 @@ class WindowedSource(ExperienceSource):
         self.env = make(cfg.env.id, **cfg.env.kwargs)  # a probe: the task count and the env's episode figures
         self.n_tasks = len(self.env)
         self.sampler = make_sampler(cfg.tasks, self.env, cfg.seed)
+        self.reward = run_reward(cfg.reward, self.env)
         self.carry: list[Job] = []  # the jobs whose episodes are in play (held by :attr:`player`)
         self.replay: list[Job] = []  # jobs whose episodes were lost (a resumed run, a dead worker): played again
         self.waiting: dict[str, list[Trajectory]] = {}  # train_on finished: finished episodes of unfinished groups
@@ -68,8 +71,11 @@ class WindowedSource(ExperienceSource):
         self._player: Any = None
 
     def attach(self, parts: RunParts) -> None:
-        """Keep the run's parts: the policy as an agent (it shares the learner's model), its version, the runner."""
+        """Keep the run's parts: the policy as an agent (it shares the learner's model), its version, the runner;
+        build the reward's judge."""
         self.parts = parts
+        if self.reward is not None:
+            self.reward.attach(parts.agent)
 
     def start(self) -> None:
         """Start the player: in this process, or (``placement: ray``) on the placement's rollout workers."""
@@ -110,6 +116,8 @@ class WindowedSource(ExperienceSource):
         out = self.player.play(step, self.carry, jobs, self.window, snapshots=not whole)
         self.carry = out.in_play
         self.replay += out.lost
+        if self.reward is not None:  # finished episodes only: a snapshot's reward is still to come
+            self.reward.apply(out.finished)
         trajs = out.finished + out.snapshots
         self.sampler.observe(step, group_success(out.finished))
         if whole:
@@ -117,7 +125,7 @@ class WindowedSource(ExperienceSource):
         return trajs, {**out.stats, "carried_episodes": float(len(self.carry)), "new_episodes": float(len(jobs)),
                        "regenerated_episodes": float(replayed), "lost_episodes": float(len(out.lost)),
                        "waiting_episodes": float(sum(map(len, self.waiting.values()))),
-                       **rollout_metrics(out.finished, self.env)}
+                       **rollout_metrics(out.finished, self.env), **reward_metrics(out.finished)}
 
     def complete_groups(self, finished: list[Trajectory]) -> list[Trajectory]:
         """``train_on: finished``: add ``finished`` to the waiting groups; the groups none of whose episodes is still

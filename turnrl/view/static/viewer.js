@@ -149,6 +149,10 @@ function chatHTML(ep) {
     const info = t.info || {};
     const bits = [`turn ${t.index}`, t.role, `<span class="reward">reward ${fmt(t.reward)}</span>`];
     if (info.correct !== undefined && info.correct !== null) bits.push(info.correct ? "correct" : "wrong");
+    if (info.reward_source === "judge") {
+      const rule = info.rule_correct === null || info.rule_correct === undefined ? "" : `, rule: ${info.rule_correct ? "correct" : "wrong"}`;
+      bits.push(`judge: ${esc(info.judge_label ?? "unreadable")}${rule}`);
+    }
     if (info.finish_reason) bits.push(`finish: ${esc(info.finish_reason)}`);
     if (t.terminated) bits.push("terminated");
     if (t.truncated) bits.push("truncated");
