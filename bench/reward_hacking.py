@@ -23,6 +23,10 @@ import time
 from collections import defaultdict
 
 
+ONE_WORD = ("Question: {question}\nReference answer: {gold}\nStudent answer: {prediction}\n\nDoes the student answer "
+            "agree with the reference answer? Reply with one word, YES or NO.")
+
+
 def math_cases(task, other: str) -> list[tuple[str, str]]:
     """(class, reply) for one arithmetic task: honest controls, then gamed answers."""
     ref = task.answer
@@ -62,6 +66,8 @@ def main() -> None:
     p.add_argument("--judge", default="smollm2-135m-instruct", help="the judge agent spec")
     p.add_argument("--tasks", type=int, default=20, help="tasks per domain")
     p.add_argument("--max-new", type=int, default=128)
+    p.add_argument("--one-word", action="store_true", help="ask the judge for a one-word YES/NO reply instead of the "
+                   "built-in template's explanation and final line")
     p.add_argument("--out", default=None, help="also write every case and its payments as JSONL here")
     args = p.parse_args()
 
@@ -93,7 +99,9 @@ def main() -> None:
         else:
             r["rule"] = qa_verify(r["prediction"], r["gold"], question=r["question"]).score
 
-    judge = OutcomeJudge(make_agent(args.judge), params=SamplingParams(temperature=0.0, max_new_tokens=args.max_new))
+    template = ONE_WORD if args.one_word else None
+    judge = OutcomeJudge(make_agent(args.judge), template=template,
+                         params=SamplingParams(temperature=0.0, max_new_tokens=args.max_new))
     start = time.perf_counter()
     judgements = judge.judge_many([{k: r[k] for k in ("question", "gold", "prediction")} for r in rows])
     took = time.perf_counter() - start
@@ -109,6 +117,10 @@ def main() -> None:
     for r in rows:
         groups[(r["domain"], r["class"])].append(r)
     routed = sum(not rule_applies(r["gold"]) for r in rows) / len(rows)
+    labels = defaultdict(int)
+    for r in rows:
+        labels[str(r["judge_label"])] += 1
+    print(f"judge {args.judge} ({'one-word' if args.one_word else 'built-in'} template): labels {dict(labels)}")
     print(f"judge {args.judge}: {len(rows)} judgements in {took:.0f} s, "
           f"{sum(r['judge_label'] is None for r in rows) / len(rows):.0%} unreadable; hybrid sends {routed:.0%} of "
           "the answers to the judge (every QA task: its references are words)")
