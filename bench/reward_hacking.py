@@ -22,7 +22,6 @@ import sys
 import time
 from collections import defaultdict
 
-
 ONE_WORD = ("Question: {question}\nReference answer: {gold}\nStudent answer: {prediction}\n\nDoes the student answer "
             "agree with the reference answer? Reply with one word, YES or NO.")
 

@@ -228,10 +228,13 @@ class Trajectory(BaseModel):
         return list(zip(starts, [*starts[1:], len(self.token_ids)]))
 
     def token_rewards(self) -> list[float]:
-        """Per-token rewards: each turn's reward on the last token of its ``token_span``; 0 elsewhere.
+        """Per-token rewards: each turn's reward on the last token of its ``token_span``, plus the dense rewards of
+        ``metadata["dense_rewards"]`` (``[[token_index, reward], …]`` on generated tokens, e.g. a process reward
+        model's at line ends); 0 elsewhere. ``total_reward`` counts the turns' rewards only.
 
         Raises:
-            ValueError: the trajectory has no tokens, or a rewarded turn has no (or an empty) span.
+            ValueError: the trajectory has no tokens, a rewarded turn has no (or an empty) span, or a dense reward
+                sits on a token that was not generated.
         """
         if self.token_ids is None:
             raise ValueError("this trajectory has no token fields; it was not produced by a token-level rollout")
@@ -242,6 +245,10 @@ class Trajectory(BaseModel):
                     raise ValueError(f"turn {turn.index} has reward {turn.reward} but no generated tokens to carry it")
                 continue
             out[turn.token_span[1] - 1] += turn.reward
+        for index, reward in self.metadata.get("dense_rewards") or []:
+            if not 0 <= index < len(out) or self.loss_mask[index] != 1:  # type: ignore[index]
+                raise ValueError(f"a dense reward sits on token {index}, which is not a generated token")
+            out[index] += float(reward)
         return out
 
 

@@ -96,10 +96,12 @@ class CriticSpec:
         model: None for a value head on the policy's own features; else an agent spec of a separate critic
             transformer sharing the policy's tokenizer (e.g. a smaller model).
         lr: the critic's learning rate (None: 2 × ``optim.lr``).
+        init: a process reward model's folder to start the separate critic from (its weights; same ``model``).
     """
 
     model: str | None = None
     lr: float | None = None
+    init: str | None = None
 
 
 class Algorithm:

@@ -35,6 +35,9 @@ class PPOConfig(PolicyGradientConfig):
     critic_lr: float | None = Field(None, gt=0, description="default: 2 x the actor's lr")
     critic_model: str | None = Field(None, description="a separate critic transformer (agent spec sharing the "
                                      "policy's tokenizer, e.g. a smaller model); default: a value head on the policy")
+    critic_init: str | None = Field(None, description=(
+        "start the separate critic as a process reward model (its folder, `turnrl prm train`): its backbone and "
+        "head; critic_model defaults to the PRM's base model"))
     value_warmup_steps: int = Field(0, ge=0, description="steps that train only the critic (vapo: 50)")
     whiten_advantages: bool = Field(True, description="whiten the actor's advantages (vapo: off)")
     turn_independent: bool = Field(False, description="cut GAE at turn boundaries: nothing flows across turns (PAG)")
@@ -70,10 +73,28 @@ class PPO(PolicyGradient):
             raise ValueError("value pretraining (algorithm.value_warmup_steps > 0) needs learner.backend=torch: "
                              "DeepSpeed's optimizer steps the policy too (with zero gradients, its Adam moments and "
                              "step count move); set algorithm.value_warmup_steps=0 or use the torch learner")
+        init, model = cfg.algorithm.critic_init, cfg.algorithm.critic_model  # type: ignore[attr-defined]
+        if init is not None:
+            from turnrl.rl.core.prm import saved_base
+
+            try:
+                base = saved_base(init)
+            except FileNotFoundError as e:
+                raise ValueError(f"algorithm.critic_init: {e}") from None
+            if model is not None and model != base:
+                raise ValueError(f"algorithm.critic_init's process reward model was trained on {base!r}, but "
+                                 f"algorithm.critic_model is {model!r}: the critic starts as the PRM, so it must be "
+                                 "the same model (leave critic_model out)")
 
     def critic(self) -> CriticSpec:
-        """A value head on the policy, or the separate ``critic_model``, at ``critic_lr``."""
-        return CriticSpec(self.cfg.critic_model, self.cfg.critic_lr)
+        """A value head on the policy, or the separate ``critic_model`` (started as the PRM of ``critic_init``), at
+        ``critic_lr``."""
+        model = self.cfg.critic_model
+        if self.cfg.critic_init is not None and model is None:
+            from turnrl.rl.core.prm import saved_base
+
+            model = saved_base(self.cfg.critic_init)
+        return CriticSpec(model, self.cfg.critic_lr, self.cfg.critic_init)
 
     @property
     def critic_only_steps(self) -> int:

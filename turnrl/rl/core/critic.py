@@ -87,6 +87,12 @@ class SeparateCritic(torch.nn.Module):
         self.backbone = model.base_model
         self.proj = _zero_linear(model.config.hidden_size)
 
+    def after(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """``(B, T)`` token ids → ``(B, T)`` values of the state *after* each token (what a process reward model
+        trained as this critic predicts at a line end: :mod:`turnrl.methods.prm`)."""
+        hidden = self.backbone(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        return self.proj(torch.nn.functional.layer_norm(hidden.float(), hidden.shape[-1:])).squeeze(-1)
+
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, lengths: torch.Tensor | None = None,
                 segment_ids: torch.Tensor | None = None) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """``(B, T)`` token ids → ``(B, T)`` values aligned to token positions (and, given ``lengths``, the ``(B,)``

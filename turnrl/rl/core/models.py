@@ -54,7 +54,12 @@ def build_models(algorithm: Any, policy: torch.nn.Module, tokenizer: Any,
     if spec is not None:
         device = next(policy.parameters()).device
         if spec.model:
-            out.critic = SeparateCritic(load(spec.model), len(tokenizer)).to(device)
+            out.critic = SeparateCritic(load(spec.model), len(tokenizer))
+            if spec.init is not None:
+                from turnrl.rl.core.prm import load_into
+
+                load_into(out.critic, spec.init, spec.model)
+            out.critic = out.critic.to(device)
         else:
             out.value_head = ValueHead(policy.config.hidden_size).to(device)
         out.critic_lr = spec.lr

@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, field_validat
 
 from turnrl.rl.algorithms import AlgorithmConfig, parse_algorithm_config
 from turnrl.rl.run.tracking import WandbConfig
-from turnrl.rl.sources.reward_config import RewardConfig
+from turnrl.rl.sources.reward_config import ProcessRewardConfig, RewardConfig
 from turnrl.rl.sources.task_config import SequentialTasks, TaskConfig
 
 
@@ -203,6 +203,9 @@ class TrainConfig(BaseModel):
     reward: RewardConfig | None = Field(None, description="how an on-policy run scores its episodes: rule "
                                         "verifiers where they apply, a generative judge elsewhere (default: each "
                                         "environment's own reward)")
+    process_reward: ProcessRewardConfig | None = Field(None, description=(
+        "dense rewards at the line ends of every reply from a process reward model (`turnrl prm train`), for "
+        "algorithms with a critic"))
     optim: OptimConfig = Field(default_factory=OptimConfig)
     placement: Literal["local", "ray"] = Field("local", description="where rollouts run: in this process, or on "
                                                "Ray rollout workers (options under `ray`)")
@@ -270,6 +273,10 @@ class TrainConfig(BaseModel):
 
         cls = algorithm_class(self.algorithm.name)
         cls.check_config(self)  # its own checks and its experience source's
+        if self.process_reward is not None and cls.critic is Algorithm.critic:
+            raise ValueError(f"process_reward puts rewards on the line ends inside a reply, which only an algorithm "
+                             f"with a critic credits token by token; {self.algorithm.name!r} has none: use ppo or "
+                             "vapo")
         if self.rollout.context is not None and (cls.source != Algorithm.source or self.placement != "local"):
             raise ValueError("rollout.context (history rewriting) runs in the on-policy source's local rollouts: use "
                              "placement=local and an algorithm that samples whole episodes (grpo, dapo, rloo, "

@@ -140,10 +140,10 @@ class ExperienceSource:
         if not cls.samples_tasks and cfg.tasks.strategy != "sequential":
             raise ValueError(f"algorithm {name!r} does not choose its tasks with a task sampler: drop `tasks` "
                              f"(strategy {cfg.tasks.strategy!r}), or pick an on-policy algorithm such as grpo or ppo")
-        if not cls.scores_episodes and cfg.reward is not None:
+        if not cls.scores_episodes and (cfg.reward is not None or cfg.process_reward is not None):
             raise ValueError(f"algorithm {name!r} does not score fresh episodes, which is what `reward` (a rule or a "
-                             "judge per task) is for: drop `reward`, or pick an on-policy algorithm such as grpo or "
-                             "ppo")
+                             "judge per task) and `process_reward` are for: drop them, or pick an on-policy algorithm "
+                             "such as grpo or ppo")
         if cfg.data is not None and cfg.data.epochs is not None and "steps" in cfg.model_fields_set:
             raise ValueError("set either `steps` or data.epochs (which sets the steps), not both")
 

@@ -18,7 +18,7 @@ from turnrl.rl.run.config import TrainConfig
 from turnrl.rl.sources.base import ExperienceSource, Job, Runner, RunParts, rollout_metrics, task_jobs, whole_groups
 from turnrl.rl.sources.context import ContextBudget
 from turnrl.rl.sources.play import batch_seed, play
-from turnrl.rl.sources.reward import reward_metrics, run_reward
+from turnrl.rl.sources.reward import process_metrics, process_rewards, reward_metrics, run_reward
 from turnrl.rl.sources.rollout import Rollout
 from turnrl.rl.sources.tasks import Sequential, group_success, make_sampler
 from turnrl.types import Trajectory
@@ -94,6 +94,7 @@ class OnPolicySource(ExperienceSource):
         self.n_tasks = len(self.env)
         self.sampler = make_sampler(cfg.tasks, self.env, cfg.seed)
         self.reward = run_reward(cfg.reward, self.env)
+        self.process = process_rewards(cfg.process_reward)
         self._prepared: dict[str, float] | None = None
 
     @property
@@ -111,6 +112,8 @@ class OnPolicySource(ExperienceSource):
         self._make_runner = parts.runner
         if self.reward is not None:
             self.reward.attach(parts.agent)
+        if self.process is not None:
+            self.process.attach(parts.tokenizer)
 
     def start(self) -> None:
         """Start the placement's runner (Ray workers start here; a placement that cannot work fails here)."""
@@ -176,6 +179,8 @@ class OnPolicySource(ExperienceSource):
             trajs = sorted(trajs, key=lambda t: order[t.metadata["job"]])  # job order, whoever finished first
             if self.reward is not None:
                 self.reward.apply(trajs)
+            if self.process is not None:
+                self.process.apply(trajs)
             for k, v in info.items():  # the runner's figures, added up over the rounds
                 stats[k] = stats.get(k, 0.0) + v
             seen += trajs
@@ -191,7 +196,8 @@ class OnPolicySource(ExperienceSource):
         self.sampler.observe(step, group_success(seen))
         if ahead:
             self.runner.prefetch(self.jobs(step + 1, 0))
-        return kept, {**stats, **rollout_metrics(seen, self.env), **reward_metrics(seen)}
+        return kept, {**stats, **rollout_metrics(seen, self.env), **reward_metrics(seen),
+                      **process_metrics(seen)}
 
     def state_dict(self) -> dict[str, Any]:
         """The task sampler's state (what it chose ahead, what it learned of the tasks) and the runner's."""

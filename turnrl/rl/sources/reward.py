@@ -26,10 +26,11 @@ where the judge and the environment's rule agree — how far a judge can be trus
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from turnrl.rl.sources.base import Job
-from turnrl.rl.sources.reward_config import RewardConfig
+from turnrl.rl.sources.reward_config import ProcessRewardConfig, RewardConfig
 from turnrl.rl.sources.tasks import TaskPool
 from turnrl.types import SamplingParams, Trajectory
 from turnrl.verifiers.judge import OutcomeJudge, rule_applies
@@ -143,6 +144,75 @@ def reward_metrics(trajs: Sequence[Trajectory]) -> dict[str, float]:
         out["reward_judge_agreement"] = sum(bool(t.turns[-1].info["rule_correct"]) == bool(t.turns[-1].info["correct"])
                                             for t in both) / len(both)
     return out
+
+
+class ProcessRewards:
+    """A run's ``process_reward:``: the PRM's dense rewards at the line ends of every generated reply (stored as the
+    episode's ``metadata["dense_rewards"]``, which :meth:`~turnrl.types.Trajectory.token_rewards` adds), built when
+    the policy's tokenizer is known.
+
+    Raises:
+        FileNotFoundError: the PRM folder holds no model.
+        ValueError: the PRM reads another tokenizer than the policy's.
+    """
+
+    def __init__(self, cfg: ProcessRewardConfig) -> None:
+        self.cfg = cfg
+        self.prm: Any = None
+        self.tokenizer: Any = None
+
+    def attach(self, tokenizer: Any) -> None:
+        """Load the PRM and check that it reads the policy's tokens."""
+        from turnrl.rl.core.prm import ProcessRewardModel
+
+        self.prm, self.tokenizer = ProcessRewardModel.load(self.cfg.model), tokenizer
+        if len(self.prm.tokenizer) != len(tokenizer) or self.prm.tokenizer.eos_token != tokenizer.eos_token:
+            raise ValueError(f"the process reward model in {self.cfg.model} was trained on {self.prm.base!r}, whose "
+                             "tokenizer is not the policy's: train the PRM on the policy's own model")
+
+    def apply(self, trajs: Sequence[Trajectory]) -> None:
+        """Put the dense rewards on ``trajs`` (episodes with tokens and no error)."""
+        from turnrl.rl.core.prm import dense_rewards, line_ends
+
+        live = [t for t in trajs if t.error is None and t.token_ids is not None]
+        spans = [[(s, e) for s, e in (turn.token_span for turn in t.turns if turn.token_span is not None) if e > s]
+                 for t in live]
+        plans = [[[s - 1, *line_ends(t.token_ids, (s, e), self.tokenizer)] for s, e in sp]  # per reply: before it,
+                 for t, sp in zip(live, spans)]                                                 # then its line ends
+        values = self.prm.scores(live, [[p for turn in plan for p in turn] for plan in plans])
+        for t, sp, plan, vs in zip(live, spans, plans, values):
+            marks: list[list[float]] = []
+            k = 0
+            for (_, end), turn in zip(sp, plan):
+                v, k = vs[k : k + len(turn)], k + len(turn)
+                lines, last = dense_rewards(v[1:], v[0], self.cfg.form, self.cfg.coef)
+                marks += [[p, r] for p, r in zip(turn[1:], lines)] + ([[end - 1, last]] if last else [])
+            t.metadata["dense_rewards"] = marks
+
+
+def process_metrics(trajs: Sequence[Trajectory]) -> dict[str, float]:
+    """``process_reward_mean`` (the dense rewards' sum per episode) and ``process_rewarded_tokens`` (per episode)."""
+    scored = [t for t in trajs if "dense_rewards" in t.metadata]
+    if not scored:
+        return {}
+    return {"process_reward_mean": sum(r for t in scored for _, r in t.metadata["dense_rewards"]) / len(scored),
+            "process_rewarded_tokens": sum(len(t.metadata["dense_rewards"]) for t in scored) / len(scored)}
+
+
+def process_rewards(cfg: ProcessRewardConfig | None) -> ProcessRewards | None:
+    """The run's process rewards, or None; a PRM folder without a model fails here, before the policy loads.
+
+    Raises:
+        FileNotFoundError: no ``prm.pt`` in the folder.
+    """
+    if cfg is None:
+        return None
+    from turnrl.rl.core.prm import FILE
+
+    if not (Path(cfg.model) / FILE).is_file():
+        raise FileNotFoundError(f"process_reward.model: {cfg.model} holds no process reward model ({FILE}); train one "
+                                "with `turnrl prm train LABELS --out FOLDER`")
+    return ProcessRewards(cfg)
 
 
 def run_reward(cfg: RewardConfig | None, env: Any) -> RunReward | None:

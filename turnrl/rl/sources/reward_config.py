@@ -54,3 +54,17 @@ class RewardConfig(BaseModel):
             raise ValueError(f"reward.template must show the judge {', '.join('{' + k + '}' for k in missing)}")
         return template
 
+
+
+class ProcessRewardConfig(BaseModel):
+    """[PRM for code, docs/algorithms.md §8] Dense rewards from a process reward model (`turnrl prm train`) at the line
+    ends of every generated reply, added to the environment's (or the hybrid) reward as per-token rewards — for
+    algorithms with a critic (ppo, vapo), whose GAE gives each token its credit."""
+
+    model_config = ConfigDict(extra="forbid")
+    model: str = Field(description="the PRM's folder (`turnrl prm train … --out FOLDER`)")
+    coef: float = Field(0.5, gt=0, description="the scale of the dense rewards")
+    form: Literal["delta", "value"] = Field("delta", description=(
+        "delta: the change of the PRM's value from the line before (potential-based: a reply's dense rewards sum to "
+        "coef · (V(last line) − V(before the reply)), so extra lines earn nothing); value: the PRM's value at each "
+        "line end (more lines, more reward)"))

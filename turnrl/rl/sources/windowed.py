@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from turnrl.envs.registry import make
 from turnrl.rl.sources.base import ExperienceSource, Job, RunParts, rollout_metrics, task_jobs
-from turnrl.rl.sources.reward import reward_metrics, run_reward
+from turnrl.rl.sources.reward import process_metrics, process_rewards, reward_metrics, run_reward
 from turnrl.rl.sources.tasks import Sequential, group_success, make_sampler
 from turnrl.rl.sources.windows import LocalWindows
 from turnrl.types import Trajectory
@@ -64,6 +64,7 @@ class WindowedSource(ExperienceSource):
         self.n_tasks = len(self.env)
         self.sampler = make_sampler(cfg.tasks, self.env, cfg.seed)
         self.reward = run_reward(cfg.reward, self.env)
+        self.process = process_rewards(cfg.process_reward)
         self.carry: list[Job] = []  # the jobs whose episodes are in play (held by :attr:`player`)
         self.replay: list[Job] = []  # jobs whose episodes were lost (a resumed run, a dead worker): played again
         self.waiting: dict[str, list[Trajectory]] = {}  # train_on finished: finished episodes of unfinished groups
@@ -76,6 +77,8 @@ class WindowedSource(ExperienceSource):
         self.parts = parts
         if self.reward is not None:
             self.reward.attach(parts.agent)
+        if self.process is not None:
+            self.process.attach(parts.tokenizer)
 
     def start(self) -> None:
         """Start the player: in this process, or (``placement: ray``) on the placement's rollout workers."""
@@ -118,6 +121,8 @@ class WindowedSource(ExperienceSource):
         self.replay += out.lost
         if self.reward is not None:  # finished episodes only: a snapshot's reward is still to come
             self.reward.apply(out.finished)
+        if self.process is not None:
+            self.process.apply(out.finished)
         trajs = out.finished + out.snapshots
         self.sampler.observe(step, group_success(out.finished))
         if whole:
@@ -125,7 +130,8 @@ class WindowedSource(ExperienceSource):
         return trajs, {**out.stats, "carried_episodes": float(len(self.carry)), "new_episodes": float(len(jobs)),
                        "regenerated_episodes": float(replayed), "lost_episodes": float(len(out.lost)),
                        "waiting_episodes": float(sum(map(len, self.waiting.values()))),
-                       **rollout_metrics(out.finished, self.env), **reward_metrics(out.finished)}
+                       **rollout_metrics(out.finished, self.env), **reward_metrics(out.finished),
+                       **process_metrics(out.finished)}
 
     def complete_groups(self, finished: list[Trajectory]) -> list[Trajectory]:
         """``train_on: finished``: add ``finished`` to the waiting groups; the groups none of whose episodes is still
