@@ -273,3 +273,17 @@ def test_a_mixture_lends_its_current_members_attributes():
     env.reset(seed=0, options={"index": 0})
     with pytest.raises(AttributeError):
         env.verdict_texts  # noqa: B018 — the arithmetic member has none
+
+
+def test_one_run_trains_on_a_mixture_of_environment_kinds_and_reports_each_held_out(tmp_path, one_thread):
+    members = [{"id": ARITH, "kwargs": {"level": 1, "split": "train"}, "name": "arith"},
+               {"id": "turnrl/Functions-v0", "kwargs": {"split": "train"}, "name": "code"},
+               {"id": "tests/Capitals-v0", "name": "capitals"}]
+    cfg = run_config(tmp_path, env={"id": "turnrl/Mixture-v0", "kwargs": {"envs": members}}, steps=2, eval_tasks=6,
+                     rollout={"prompts_per_step": 3, "group_size": 2, "max_new_tokens": 8},
+                     tasks={"strategy": "uniform"})
+    history = tiny_trainer(cfg).train()
+    last = history[-1]
+    for name in ("arith", "code", "capitals"):  # per member: its held-out figure (2 tasks each) and its task share
+        assert 0.0 <= last[f"eval_{name}_success"] <= 1.0 and last[f"eval_{name}_episodes"] == 2.0
+    assert sum(last[f"tasks_{n}"] for n in ("arith", "code", "capitals")) == pytest.approx(1.0)

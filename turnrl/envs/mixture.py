@@ -28,7 +28,6 @@ member, and held-out evaluation reports them as ``eval_<name>_success``).
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Sequence
 from typing import Any
 
@@ -104,8 +103,10 @@ class MixtureEnv(TextEnv):
             self.split = splits.pop() if len(splits) == 1 else "mixed"
         elif split == HELD_OUT and self._lacking:  # not every member could be put on a held-out split
             self.split = "mixed"
-        self._rounds = [sum(min(s, r) for s in self.sizes) for r in range(0, max(self.sizes) + 1)] \
-            if max(self.sizes) <= 1_000_000 else None
+        # rounds[r]: the tasks before round r (round r holds task r of every member with more than r tasks)
+        ordered = np.sort(self.sizes)
+        alive = len(ordered) - np.searchsorted(ordered, np.arange(max(self.sizes)), side="right")  # members in round r
+        self._rounds = np.concatenate([[0], np.cumsum(alive)])
         self._current: TextEnv | None = None
         self._current_name = ""
 
@@ -137,20 +138,9 @@ class MixtureEnv(TextEnv):
         """(member, the member's own task index) of mixture task ``index`` (members take turns)."""
         if not 0 <= index < len(self):
             raise ValueError(f"options['index'] must be an integer in [0, {len(self)}), got {index!r}")
-        # the round r holds the tasks r of every member with more than r tasks; rounds[r] tasks come before it
-        r = bisect.bisect_right(self._rounds, index) - 1 if self._rounds is not None else self._round(index)
+        r = int(np.searchsorted(self._rounds, index, side="right")) - 1
         alive = [m for m, s in enumerate(self.sizes) if s > r]
-        return alive[index - self._before(r)], r
-
-    def _before(self, r: int) -> int:
-        return self._rounds[r] if self._rounds is not None else sum(min(s, r) for s in self.sizes)
-
-    def _round(self, index: int) -> int:
-        lo, hi = 0, max(self.sizes)
-        while lo < hi:  # the last round r with _before(r) <= index
-            mid = (lo + hi + 1) // 2
-            lo, hi = (mid, hi) if self._before(mid) <= index else (lo, mid - 1)
-        return lo
+        return alive[index - int(self._rounds[r])], r
 
     def task_members(self) -> np.ndarray:
         """The member of every task index (an int array of ``len(self)``), computed without a loop over tasks."""
@@ -158,9 +148,8 @@ class MixtureEnv(TextEnv):
         out = np.empty(len(self), dtype=np.int64)
         for m, size in enumerate(self.sizes):
             j = np.arange(size)
-            before = np.minimum(sizes[:, None], j[None, :]).sum(axis=0)  # tasks in the rounds before round j
             ahead = (sizes[:m, None] > j[None, :]).sum(axis=0)  # members before m still in round j
-            out[before + ahead] = m
+            out[self._rounds[j] + ahead] = m
         return out
 
     def member_of(self, index: int) -> int:
