@@ -79,6 +79,13 @@ def test_labels_on_the_real_sandbox_mark_where_a_reply_went_wrong():
     assert targets(labeled[0])[-1] == (wrong.turns[0].token_span[1] - 1, 0.0)  # the outcome on the last token
 
 
+def test_comment_lines_are_neutral():
+    reply = "```python\n# add the constant\ndef f(x):\n    # here\n    return x\n```"
+    ids = TOK.encode(reply) + [TOK.eos_token_id]
+    lines = [TOK.decode(ids[: i + 1]).splitlines()[-1] for i in line_ends(ids, (0, len(ids)), TOK)]
+    assert [ln.strip() for ln in lines] == ["```python", "def f(x):", "return x"]
+
+
 def test_process_labels_need_an_environment_with_tests():
     with pytest.raises(PRMDataError, match="no tests"):
         check_env(turnrl.make("turnrl/Arithmetic-v0"))
@@ -96,7 +103,8 @@ def test_delta_rewards_sum_to_a_constant_so_extra_lines_earn_nothing():
     assert once[0] == pytest.approx([0.05, 0.25])  # the line that raised the estimate gets the credit
     value_once, value_padded = dense_rewards([plain, good], 0.3, "value", 0.5), dense_rewards(
         [plain, good, good, good, good], 0.3, "value", 0.5)
-    assert total(value_padded) > total(value_once) + 1.0  # the paper's raw values: repeating a good line pays
+    assert total(value_once) == pytest.approx(0.5 * 0.65)  # the paper's: coef × the mean score over the lines
+    assert total(value_padded) > total(value_once)  # lines that look right still pay (not their count)
     with pytest.raises(ValueError, match="form"):
         dense_rewards([0.1], 0.0, "sum", 1.0)
 

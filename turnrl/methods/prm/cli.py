@@ -23,6 +23,7 @@ def prm_label_command(
     temperature: Annotated[float, typer.Option(min=0.0)] = 1.0,
     max_new_tokens: Annotated[int, typer.Option(min=1)] = 256,
     batch: Annotated[int, typer.Option(min=1, help="episodes searched together")] = 32,
+    limit: Annotated[int | None, typer.Option(min=1, help="label only the first LIMIT episodes")] = None,
 ) -> None:
     """Label every line end of each episode's reply: 1 if some completion from there passes the tests (binary search
     over the lines of failing replies; replies that pass are positive everywhere)."""
@@ -37,6 +38,7 @@ def prm_label_command(
         trajs = load(data)
     except (OSError, ValueError) as e:
         fail(str(e))
+    trajs = trajs[:limit] if limit is not None else trajs
     if not trajs:
         fail(f"{data} holds no episodes")
     meta = trajs[0].metadata.get("dataset") or {}
@@ -80,6 +82,8 @@ def prm_train_command(
     batch_size: Annotated[int, typer.Option(min=1)] = 8,
     held_out: Annotated[float, typer.Option(min=0.0, max=0.5, help="share of episodes held out for its figures")]
     = 0.1,
+    select: Annotated[str, typer.Option(help="all: every labeled episode; revised: only failing replies with a "
+                                        "positive prefix (the paper's best subset)")] = "all",
     seed: int = 0,
 ) -> None:
     """Train a process reward model: the base model's backbone and a value head, fit by regression to the line
@@ -91,6 +95,12 @@ def prm_train_command(
         trajs = load(data)
     except (OSError, ValueError) as e:
         fail(str(e))
+    if select not in ("all", "revised"):
+        fail(f"--select must be all or revised, got {select!r}")
+    if select == "revised":
+        trajs = [t for t in trajs if not t.metadata.get("prm_outcome") and any(
+            y for _, y in t.metadata.get("prm_labels") or [])]
+        _say(f"{len(trajs)} revised episodes (failing, with a positive prefix)")
     prm = ProcessRewardModel.new(base)
 
     def log(m: dict[str, float]) -> None:

@@ -29,17 +29,25 @@ FILE = "prm.pt"
 
 def line_ends(token_ids: Sequence[int], span: tuple[int, int], tokenizer: Any) -> list[int]:
     """Indices (into ``token_ids``) of the generated tokens in ``span`` that end a line (their text holds a newline),
-    the span's last token excluded (it ends the reply, and carries the outcome)."""
+    the span's last token excluded (it ends the reply, and carries the outcome). Lines that are only a comment are
+    left out (they are neutral: the paper's guard against a policy padding its code with comments the PRM likes)."""
     start, end = span
-    return [i for i in range(start, end - 1) if "\n" in tokenizer.decode([token_ids[i]])]
+    out, line_start = [], start
+    for i in range(start, end - 1):
+        if "\n" in tokenizer.decode([token_ids[i]]):
+            if not tokenizer.decode(token_ids[line_start : i + 1]).strip().startswith("#"):
+                out.append(i)
+            line_start = i + 1
+    return out
 
 
 def dense_rewards(values: Sequence[float], start: float, form: str, coef: float) -> tuple[list[float], float]:
     """Dense rewards of one reply from the PRM's values at its line ends: one per line end, and one for the reply's
     last token (docs/algorithms.md §8).
 
-    ``value``: ``coef · V(line i)`` at each line end, nothing at the end — the PRM's score as each line's reward (the
-    paper's reading; a policy can farm it by writing more lines that look right). ``delta`` [ours]: potential-based
+    ``value``: ``coef · V(line i) / T`` at each of the ``T`` line ends, nothing at the end — the PRM's score as each
+    line's reward, normalized by the line count as the paper does after its policy learned to write excessive lines
+    (the sum is ``coef`` × the mean score: more lines no longer add up, lines that look right still pay). ``delta`` [ours]: potential-based
     shaping with Φ = coef · V: ``coef · (V(line i) − V(line i−1))`` at line end i, ``V(line 0)`` = ``start`` (the value
     before the reply), and ``−coef · V(last line)`` at the last token (Φ of the end is 0). A reply's dense rewards
     then sum to ``−coef · start`` whatever it writes — more lines or lines that merely look right earn nothing — and
@@ -47,7 +55,7 @@ def dense_rewards(values: Sequence[float], start: float, form: str, coef: float)
     1999).
     """
     if form == "value":
-        return [coef * v for v in values], 0.0
+        return [coef * v / len(values) for v in values], 0.0
     if form != "delta":
         raise ValueError(f"form must be 'delta' or 'value', got {form!r}")
     before = [start, *values[:-1]]

@@ -65,6 +65,6 @@ class ProcessRewardConfig(BaseModel):
     model: str = Field(description="the PRM's folder (`turnrl prm train … --out FOLDER`)")
     coef: float = Field(0.5, gt=0, description="the scale of the dense rewards")
     form: Literal["delta", "value"] = Field("delta", description=(
-        "delta: the change of the PRM's value from the line before (potential-based: a reply's dense rewards sum to "
-        "coef · (V(last line) − V(before the reply)), so extra lines earn nothing); value: the PRM's value at each "
-        "line end (more lines, more reward)"))
+        "delta: the change of the PRM's value since the line before, and the last value taken back at the reply's "
+        "end (potential-based: a reply's dense rewards add up to the same amount whatever it writes); value: the "
+        "PRM's value at each line end divided by the reply's line count (the paper's; lines that look right pay)"))
