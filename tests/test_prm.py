@@ -184,8 +184,10 @@ def test_ppo_trains_with_dense_process_rewards_and_a_critic_started_as_the_prm(t
 def test_settings_that_cannot_work_fail_before_a_model_loads(tmp_path):
     with pytest.raises(ValueError, match="only an algorithm with a critic"):
         TrainConfig.model_validate({"env": {"id": FN}, "process_reward": {"model": str(tmp_path)}})
-    with pytest.raises(ValueError, match="holds no process reward model"):
-        run_config(tmp_path, algorithm={"name": "ppo", "critic_init": str(tmp_path / "nothing")})
+    tok = tiny_tokenizer("chatml")
+    with pytest.raises(FileNotFoundError, match="holds no process reward model"):  # when the critic is built
+        Trainer(run_config(tmp_path, algorithm={"name": "ppo", "critic_init": str(tmp_path / "nothing")}),
+                model=tiny_model(tok), tokenizer=tok)
     with pytest.raises(FileNotFoundError, match="holds no process reward model"):
         Trainer(run_config(tmp_path, process_reward={"model": str(tmp_path / "nothing")}))
 

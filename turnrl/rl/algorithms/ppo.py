@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 import torch
@@ -74,14 +75,11 @@ class PPO(PolicyGradient):
                              "DeepSpeed's optimizer steps the policy too (with zero gradients, its Adam moments and "
                              "step count move); set algorithm.value_warmup_steps=0 or use the torch learner")
         init, model = cfg.algorithm.critic_init, cfg.algorithm.critic_model  # type: ignore[attr-defined]
-        if init is not None:
-            from turnrl.rl.core.prm import saved_base
+        if init is not None and model is not None and (Path(init) / "prm.json").is_file():  # (a missing folder:
+            from turnrl.rl.core.prm import saved_base  # when the critic builds)
 
-            try:
-                base = saved_base(init)
-            except FileNotFoundError as e:
-                raise ValueError(f"algorithm.critic_init: {e}") from None
-            if model is not None and model != base:
+            base = saved_base(init)
+            if model != base:
                 raise ValueError(f"algorithm.critic_init's process reward model was trained on {base!r}, but "
                                  f"algorithm.critic_model is {model!r}: the critic starts as the PRM, so it must be "
                                  "the same model (leave critic_model out)")

@@ -57,10 +57,12 @@ class RunReward:
                              f"{'mixture member' if len(self.pool.names) > 1 else 'environment id'} "
                              f"({', '.join(self.pool.names)})")
         routes = {cfg.route.get(name, cfg.default) for name in self.pool.names}
-        if routes & {"judge", "auto"} and len(self.pool) and self.env.task_at(0) is None:
-            raise ValueError(f"reward routes tasks of {type(self.env).__name__} to the judge, but that environment "
-                             "cannot give the judge its tasks' questions and reference answers (no task_at): route "
-                             "them to `rule` (reward.default: rule)")
+        for m, name in enumerate(self.pool.names):  # `auto` sends a task without a reference to the rule
+            own = self.pool.tasks_of[m]
+            if cfg.route.get(name, cfg.default) == "judge" and len(own) and self.env.task_at(int(own[0])) is None:
+                raise ValueError(f"reward routes the tasks of {name} to the judge, but that environment cannot give "
+                                 "the judge its tasks' questions and reference answers (no task_at): route them to "
+                                 f"`rule` (reward.route: {{{name}: rule}})")
         self.uses_judge = bool(routes & {"judge", "auto"})
         self.agent: Any = None
         self._judge: OutcomeJudge | None = None
