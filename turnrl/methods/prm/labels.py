@@ -18,13 +18,14 @@ What we settled on:
 * **Estimates err one way** — with few completions a positive prefix may look negative (no sample passed), never
   the reverse (a pass is a pass): the labels are lower bounds, and more completions raise them.
 
-:func:`label_prefixes` is the search on an abstract "does some completion pass from line i" oracle (the tests check
-it on scripted suites); :func:`label_episodes` runs it with a real agent and environment.
+:func:`search` is the binary search, once; :func:`label_prefixes` runs it against an abstract "does some completion
+pass from line i" oracle (the tests check it on scripted suites), :func:`label_episodes` runs many at once with a
+real agent and environment.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from typing import Any
 
 from turnrl.rl.core.prm import line_ends
@@ -35,25 +36,37 @@ class PRMDataError(ValueError):
     """Episodes or an environment the process labels cannot be made for."""
 
 
+def search(n_lines: int, passes: bool) -> Generator[int, bool, list[int]]:
+    """The binary search for one reply, as a coroutine: it yields the line end to probe next, is sent whether some
+    completion from there passes, and returns the 0/1 labels of the ``n_lines`` line ends (see the module docstring).
+    A passing reply yields nothing."""
+    lo, hi = (n_lines - 1, n_lines) if passes else (-1, n_lines)  # prefix lo is positive (or none known), hi negative
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if (yield mid):
+            lo = mid
+        else:
+            hi = mid
+    return [1] * (lo + 1) + [0] * (n_lines - lo - 1)
+
+
 def label_prefixes(n_lines: int, passes: bool, passes_from: Callable[[int], bool]) -> tuple[list[int], int]:
-    """0/1 labels of a reply's ``n_lines`` line-end prefixes, and how many probes it took.
+    """0/1 labels of a reply's ``n_lines`` line-end prefixes, and how many probes it took (:func:`search`, one probe
+    at a time).
 
     Args:
         n_lines: the reply's line ends.
         passes: whether the whole reply passed its tests (then every prefix is positive).
         passes_from: ``i -> whether some completion from the prefix up to line end i passes`` (one probe).
     """
-    if passes:
-        return [1] * n_lines, 0
-    lo, hi, probes = -1, n_lines, 0  # invariant: prefix lo is positive (or none is known), prefix hi is negative
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        probes += 1
-        if passes_from(mid):
-            lo = mid
-        else:
-            hi = mid
-    return [1] * (lo + 1) + [0] * (n_lines - lo - 1), probes
+    steps, probes = search(n_lines, passes), 0
+    try:
+        mid = next(steps)
+        while True:
+            probes += 1
+            mid = steps.send(passes_from(mid))
+    except StopIteration as done:
+        return done.value, probes
 
 
 def _reply_span(traj: Trajectory) -> tuple[int, int]:
@@ -111,26 +124,29 @@ def label_episodes(trajs: Sequence[Trajectory], agent: Any, env: Any, *, complet
     for t in trajs:
         span = _reply_span(t)
         ends = line_ends(t.token_ids, span, tok)  # type: ignore[arg-type]
-        cases.append({"traj": t, "span": span, "ends": ends, "task": task_index(t), "passes": bool(t.correct),
-                      "lo": -1, "hi": len(ends), "probes": 0})
-    for c in cases:
-        if c["passes"]:
-            c["lo"] = c["hi"] - 1
+        c = {"traj": t, "span": span, "ends": ends, "task": task_index(t), "passes": bool(t.correct),
+             "search": search(len(ends), bool(t.correct)), "probes": 0, "labels": None}
+        try:
+            c["mid"] = next(c["search"])
+        except StopIteration as done:
+            c["labels"] = done.value
+        cases.append(c)
     sampled = 0
-    while todo := [c for c in cases if c["hi"] - c["lo"] > 1]:
-        mids = [(c["lo"] + c["hi"]) // 2 for c in todo]
-        prompts = [list(c["traj"].token_ids[: c["ends"][m] + 1]) for c, m in zip(todo, mids) for _ in range(completions)]
+    while todo := [c for c in cases if c["labels"] is None]:  # one round of probes of every open search at once
+        prompts = [list(c["traj"].token_ids[: c["ends"][c["mid"]] + 1]) for c in todo for _ in range(completions)]
         outs = agent.generate(prompts, params)
         sampled += len(outs)
-        for k, (c, m) in enumerate(zip(todo, mids)):
-            start = c["span"][0]
-            head = tok.decode(c["traj"].token_ids[start : c["ends"][m] + 1])
+        for k, c in enumerate(todo):
+            head = tok.decode(c["traj"].token_ids[c["span"][0] : c["ends"][c["mid"]] + 1])
             ok = any(_passes(env, c["task"], head + o.text) for o in outs[k * completions : (k + 1) * completions])
             c["probes"] += 1
-            c["lo" if ok else "hi"] = m
+            try:
+                c["mid"] = c["search"].send(ok)
+            except StopIteration as done:
+                c["labels"] = done.value
     out, positive, total = [], 0, 0
     for c in cases:
-        labels = [1] * (c["lo"] + 1) + [0] * (len(c["ends"]) - c["lo"] - 1)
+        labels = c["labels"]
         positive, total = positive + sum(labels), total + len(labels)
         meta = {**c["traj"].metadata, "prm_labels": [[i, y] for i, y in zip(c["ends"], labels)],
                 "prm_outcome": int(c["passes"])}
@@ -139,7 +155,7 @@ def label_episodes(trajs: Sequence[Trajectory], agent: Any, env: Any, *, complet
                  "positive_share": positive / total if total else 0.0,
                  "probes": float(sum(c["probes"] for c in cases)), "completions_sampled": float(sampled),
                  "passing_episodes": float(sum(c["passes"] for c in cases)),
-                 "rescued": float(sum(not c["passes"] and c["lo"] >= 0 for c in cases))}
+                 "rescued": float(sum(not c["passes"] and any(c["labels"]) for c in cases))}
 
 
 def _passes(env: Any, task: int, reply: str) -> bool:

@@ -10,7 +10,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 import torch
@@ -18,6 +17,7 @@ from pydantic import Field
 
 from turnrl.rl.algorithms.base import CriticSpec, Experience, Forward, PolicyGradient, PolicyGradientConfig
 from turnrl.rl.core.batch import Batch
+from turnrl.rl.core.prm import saved_base
 from turnrl.rl.formulas.advantages import length_adaptive_lambda, masked_gae, masked_whiten
 from turnrl.rl.formulas.losses import AggMode, clipped_value_loss
 
@@ -75,10 +75,11 @@ class PPO(PolicyGradient):
                              "DeepSpeed's optimizer steps the policy too (with zero gradients, its Adam moments and "
                              "step count move); set algorithm.value_warmup_steps=0 or use the torch learner")
         init, model = cfg.algorithm.critic_init, cfg.algorithm.critic_model  # type: ignore[attr-defined]
-        if init is not None and model is not None and (Path(init) / "prm.json").is_file():  # (a missing folder:
-            from turnrl.rl.core.prm import saved_base  # when the critic builds)
-
-            base = saved_base(init)
+        if init is not None and model is not None:
+            try:
+                base = saved_base(init)
+            except FileNotFoundError:  # a folder made later (documented commands): it fails when the critic is built
+                return
             if model != base:
                 raise ValueError(f"algorithm.critic_init's process reward model was trained on {base!r}, but "
                                  f"algorithm.critic_model is {model!r}: the critic starts as the PRM, so it must be "
@@ -89,8 +90,6 @@ class PPO(PolicyGradient):
         ``critic_lr``."""
         model = self.cfg.critic_model
         if self.cfg.critic_init is not None and model is None:
-            from turnrl.rl.core.prm import saved_base
-
             model = saved_base(self.cfg.critic_init)
         return CriticSpec(model, self.cfg.critic_lr, self.cfg.critic_init)
 

@@ -26,6 +26,12 @@ def _zero_linear(hidden_size: int) -> torch.nn.Linear:
     return proj
 
 
+def _after(proj: torch.nn.Linear, hidden: torch.Tensor) -> torch.Tensor:
+    """``(B, T, H)`` features → ``(B, T)`` values of the state *after* each token (layer-normalized features, see
+    :func:`_values`)."""
+    return proj(torch.nn.functional.layer_norm(hidden.float(), hidden.shape[-1:])).squeeze(-1)
+
+
 def _values(proj: torch.nn.Linear, hidden: torch.Tensor, lengths: torch.Tensor | None = None,
             segment_ids: torch.Tensor | None = None) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """``(B, T, H)`` features → ``(B, T)`` values of the state before each token (position 0, and with
@@ -36,8 +42,7 @@ def _values(proj: torch.nn.Linear, hidden: torch.Tensor, lengths: torch.Tensor |
     dimensions, which would make Adam's per-weight steps move the predicted values by a lot; unit-scale features
     keep each step small.
     """
-    h = torch.nn.functional.layer_norm(hidden.float(), hidden.shape[-1:])
-    after = proj(h).squeeze(-1)  # (B, T): V of the state after token t
+    after = _after(proj, hidden)  # (B, T): V of the state after token t
     v = after[:, :-1]
     v = torch.cat([torch.zeros_like(v[:, :1]), v], 1)
     if segment_ids is not None:  # a segment's first token has no state before it in its own context
@@ -90,8 +95,7 @@ class SeparateCritic(torch.nn.Module):
     def after(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """``(B, T)`` token ids → ``(B, T)`` values of the state *after* each token (what a process reward model
         trained as this critic predicts at a line end: :mod:`turnrl.methods.prm`)."""
-        hidden = self.backbone(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-        return self.proj(torch.nn.functional.layer_norm(hidden.float(), hidden.shape[-1:])).squeeze(-1)
+        return _after(self.proj, self.backbone(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, lengths: torch.Tensor | None = None,
                 segment_ids: torch.Tensor | None = None) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:

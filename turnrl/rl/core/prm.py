@@ -21,10 +21,11 @@ from typing import Any
 
 import torch
 
+from turnrl.rl.core.batch import collate
 from turnrl.rl.core.critic import SeparateCritic
 from turnrl.types import Trajectory
 
-FILE = "prm.pt"
+FILE, META = "prm.pt", "prm.json"
 
 
 def line_ends(token_ids: Sequence[int], span: tuple[int, int], tokenizer: Any) -> list[int]:
@@ -47,8 +48,9 @@ def dense_rewards(values: Sequence[float], start: float, form: str, coef: float)
 
     ``value``: ``coef · V(line i) / T`` at each of the ``T`` line ends, nothing at the end — the PRM's score as each
     line's reward, normalized by the line count as the paper does after its policy learned to write excessive lines
-    (the sum is ``coef`` × the mean score: more lines no longer add up, lines that look right still pay). ``delta`` [ours]: potential-based
-    shaping with Φ = coef · V: ``coef · (V(line i) − V(line i−1))`` at line end i, ``V(line 0)`` = ``start`` (the value
+    (the sum is ``coef`` × the mean score: more lines no longer add up, lines that look right still pay).
+
+    ``delta`` [ours]: potential-based shaping with Φ = coef · V: ``coef · (V(line i) − V(line i−1))`` at line end i, ``V(line 0)`` = ``start`` (the value
     before the reply), and ``−coef · V(last line)`` at the last token (Φ of the end is 0). A reply's dense rewards
     then sum to ``−coef · start`` whatever it writes — more lines or lines that merely look right earn nothing — and
     only move credit to the lines that raised the PRM's estimate (γ = 1: no policy's return changes rank; Ng et al.,
@@ -72,12 +74,21 @@ def targets(traj: Trajectory) -> list[tuple[int, float]]:
     return marks
 
 
+def check_folder(folder: str | Path) -> Path:
+    """``folder`` if it holds a process reward model (what :meth:`ProcessRewardModel.save` writes).
+
+    Raises:
+        FileNotFoundError: it does not.
+    """
+    path = Path(folder)
+    if not (path / FILE).is_file() or not (path / META).is_file():
+        raise FileNotFoundError(f"{folder} holds no process reward model ({FILE}, {META}); train one with `turnrl prm "
+                                "train LABELS --out FOLDER`")
+    return path
+
+
 def _saved(folder: str | Path) -> dict[str, Any]:
-    path = Path(folder) / FILE
-    if not path.is_file():
-        raise FileNotFoundError(f"{folder} holds no process reward model ({FILE}); train one with `turnrl prm train "
-                                "LABELS --out FOLDER`")
-    return torch.load(path, map_location="cpu", weights_only=False)
+    return torch.load(check_folder(folder) / FILE, map_location="cpu", weights_only=False)
 
 
 def saved_base(folder: str | Path) -> str:
@@ -86,11 +97,7 @@ def saved_base(folder: str | Path) -> str:
     Raises:
         FileNotFoundError: no PRM there.
     """
-    meta = Path(folder) / "prm.json"
-    if not meta.is_file():
-        raise FileNotFoundError(f"{folder} holds no process reward model (prm.json); train one with `turnrl prm "
-                                "train LABELS --out FOLDER`")
-    return str(json.loads(meta.read_text())["base"])
+    return str(json.loads((check_folder(folder) / META).read_text())["base"])
 
 
 def load_into(critic: SeparateCritic, folder: str | Path, base: str) -> None:
@@ -145,18 +152,12 @@ class ProcessRewardModel:
         out = Path(folder)
         out.mkdir(parents=True, exist_ok=True)
         torch.save({"base": self.base, "state_dict": self.critic.state_dict(), "metrics": self.metrics}, out / FILE)
-        (out / "prm.json").write_text(json.dumps({"base": self.base, "metrics": self.metrics}, indent=2) + "\n")
+        (out / META).write_text(json.dumps({"base": self.base, "metrics": self.metrics}, indent=2) + "\n")
         return out / FILE
 
     def _batch(self, trajs: Sequence[Trajectory]) -> tuple[torch.Tensor, torch.Tensor]:
-        n = max(len(t.token_ids or []) for t in trajs)
-        pad = self.tokenizer.pad_token_id or 0
-        ids = torch.full((len(trajs), n), pad, dtype=torch.long)
-        mask = torch.zeros((len(trajs), n), dtype=torch.long)
-        for b, t in enumerate(trajs):
-            ids[b, : len(t.token_ids)] = torch.tensor(t.token_ids)
-            mask[b, : len(t.token_ids)] = 1
-        return ids, mask
+        b = collate(trajs, self.tokenizer.pad_token_id or 0)
+        return b.input_ids, b.attention_mask
 
     @torch.no_grad()
     def scores(self, trajs: Sequence[Trajectory], positions: Sequence[Sequence[int]], batch_size: int = 8

@@ -26,7 +26,6 @@ where the judge and the environment's rule agree — how far a judge can be trus
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from turnrl.rl.sources.base import Job
@@ -209,11 +208,9 @@ def process_rewards(cfg: ProcessRewardConfig | None) -> ProcessRewards | None:
     """
     if cfg is None:
         return None
-    from turnrl.rl.core.prm import FILE
+    from turnrl.rl.core.prm import check_folder
 
-    if not (Path(cfg.model) / FILE).is_file():
-        raise FileNotFoundError(f"process_reward.model: {cfg.model} holds no process reward model ({FILE}); train one "
-                                "with `turnrl prm train LABELS --out FOLDER`")
+    check_folder(cfg.model)
     return ProcessRewards(cfg)
 
 
