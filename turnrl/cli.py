@@ -19,8 +19,9 @@ from turnrl.cli_shared import ImportOption, KwOption, _make, add_import_option, 
 from turnrl.envs.registry import entry_point_problems, registered, source_of
 
 app = typer.Typer(help="turnrl: RL for multi-turn LLM agents.", no_args_is_help=True, add_completion=False)
-envs_app = typer.Typer(help="Environments: list and check them.", no_args_is_help=True)
+envs_app = typer.Typer(help="Environments: list, check and serve them.", no_args_is_help=True)
 app.add_typer(envs_app, name="envs")
+app.add_typer(envs_app, name="env", hidden=True)  # `turnrl env serve ID` reads as well
 
 
 def _summary(env_id: str) -> str:
@@ -66,6 +67,45 @@ def envs_check(
     console.print(str(report), markup=False, highlight=False, soft_wrap=True)
     if not report.ok:
         raise typer.Exit(1)
+
+
+@envs_app.command("serve")
+def envs_serve(
+    env_ids: Annotated[list[str], typer.Argument(help="the ids to serve, e.g. turnrl/GSM8K-v0 (the first is also "
+                                                      "served at /ws, for OpenEnv clients)")],
+    kw: KwOption = None,
+    host: Annotated[str, typer.Option(help="the address to listen on; 0.0.0.0 for every interface")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="the port (0: any free port)")] = 8000,
+    max_sessions: Annotated[int, typer.Option(help="sessions (connections, each with its own environment) open at "
+                                                   "once")] = 64,
+    step_timeout: Annotated[float, typer.Option(help="seconds a reset or step may take; past it the session ends "
+                                                     "with a TIMEOUT error")] = 120.0,
+    idle_timeout: Annotated[float, typer.Option(help="seconds a session may wait for its next message before it is "
+                                                     "closed")] = 600.0,
+    imports: ImportOption = None,
+) -> None:
+    """Serve environments over WebSocket sessions (OpenEnv's protocol): clients name them
+    remote:http://HOST:PORT/ID in any command or config, and OpenEnv clients connect to http://HOST:PORT/ID."""
+    from turnrl.envs.registry import EnvImportError, InvalidEnvKwargs, UnknownEnvironmentError
+    from turnrl.envs.remote.server import EnvServer
+
+    try:
+        server = EnvServer(env_ids, kwargs=parse_kwargs(kw), host=host, port=port, max_sessions=max_sessions,
+                           step_timeout=step_timeout, idle_timeout=idle_timeout)
+    except (UnknownEnvironmentError, InvalidEnvKwargs, EnvImportError, ValueError, TypeError, FileNotFoundError) as e:
+        fail(str(e))
+    try:
+        server.start()
+    except OSError as e:
+        fail(str(e))
+    for env_id, url in server.urls().items():
+        console.print(f"serving {env_id} at remote:{url}", markup=False, highlight=False, soft_wrap=True)
+    console.print(f"health: http://{host}:{server.port}/health · stop with Ctrl-C", markup=False, highlight=False)
+    try:
+        while server._thread is not None and server._thread.is_alive():
+            server._thread.join(0.5)
+    except KeyboardInterrupt:
+        server.stop()
 
 
 app.command()(play)  # turnrl/cli_play.py

@@ -40,6 +40,7 @@ import gymnasium as gym
 from gymnasium.envs.registration import load_env_creator, parse_env_id
 
 from turnrl.envs.core import TextEnv
+from turnrl.envs.remote.protocol import REMOTE_PREFIX, split_remote_id
 from turnrl.utils import import_from, parse_python
 
 ENTRY_POINT_GROUP = "turnrl.envs"
@@ -200,6 +201,12 @@ def resolve(env_id: str, search: Sequence[str | Path] = ()) -> str:
     """
     if not isinstance(env_id, str):
         raise UnknownEnvironmentError(_suggest(repr(env_id)))
+    if env_id.startswith(REMOTE_PREFIX):
+        try:
+            split_remote_id(env_id)
+        except ValueError as e:
+            raise UnknownEnvironmentError(str(e)) from None
+        return env_id
     if ":" not in env_id:
         if env_id not in gym.registry:
             raise UnknownEnvironmentError(_suggest(env_id))
@@ -292,14 +299,21 @@ def make(env_id: str, **kwargs: Any) -> TextEnv:
     """Create an environment (unwrapped) with ``kwargs`` overriding its registered defaults.
 
     Args:
-        env_id: a registered id (``"turnrl/GSM8K-v0"``), or ``"module.path:Name-v0"`` to import the module that
-            registers it first (Gymnasium's convention).
+        env_id: a registered id (``"turnrl/GSM8K-v0"``), ``"module.path:Name-v0"`` to import the module that
+            registers it first (Gymnasium's convention), or ``"remote:http://HOST:PORT/ID"`` for an environment that a
+            server runs (``turnrl envs serve ID``, or an OpenEnv server): the kwargs are made there.
 
     Raises:
         UnknownEnvironmentError: no such id (the message suggests close ids).
         EnvImportError: the module of ``"module:Name-v0"`` cannot be imported.
         InvalidEnvKwargs: a keyword argument the environment does not accept (with a suggestion).
+        RemoteEnvError: a ``remote:`` server cannot be reached or refuses the kwargs.
     """
+    if isinstance(env_id, str) and env_id.startswith(REMOTE_PREFIX):
+        from turnrl.envs.remote.client import make_remote
+
+        resolve(env_id)
+        return make_remote(env_id, **kwargs)
     spec = gym.spec(resolve(env_id))
     creator = load_env_creator(spec.entry_point) if isinstance(spec.entry_point, str) else spec.entry_point
     merged = {**spec.kwargs, **kwargs}

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from turnrl.envs.core import TextEnv
-from turnrl.tools.base import Tool, ToolError
+from turnrl.tools.base import Tool, ToolError, ToolOutput
 from turnrl.types import ToolCall
 from turnrl.verifiers.base import Verdict
 
@@ -89,7 +89,35 @@ def _run(tool: Tool, args: dict[str, Any]) -> Any:
     return asyncio.run(tool.fn(**validated)) if tool.is_async else tool.fn(**validated)
 
 
+def _external_calls(env: TextEnv, tool: Tool, seed: int, report: CheckReport) -> int:
+    """A tool that runs elsewhere (MCP, a remote environment): each generated call must come back as an output."""
+    params = tool.schema()["function"]["parameters"]
+    defs, ran, refused = params.get("$defs", {}), 0, []
+    for i in range(VALID_CALLS):
+        args = arguments(params, defs, i)
+        env.reset(seed=seed)
+        try:
+            out = tool.invoke(ToolCall(name=tool.name, arguments=args))
+        except Exception as e:  # noqa: BLE001 — the bug this check is for
+            report.failures.append(f"tool {tool.name!r} raised {type(e).__name__}: {e} on arguments "
+                                   f"{json.dumps(args, default=str)} instead of returning an output")
+            return ran + 1
+        if not isinstance(out, ToolOutput) or not isinstance(out.content, str):
+            report.failures.append(f"tool {tool.name!r} returned {out!r} for {json.dumps(args, default=str)}, not a "
+                                   "ToolOutput")
+            continue
+        ran += 1
+        if not out.ok:
+            refused.append(out.content)
+    example = f", e.g. {refused[0][:120]!r}" if refused else ""
+    report.notes.append(f"tool {tool.name!r} (runs elsewhere) answered {ran} generated call(s), refused "
+                        f"{len(refused)}{example}")
+    return ran
+
+
 def _valid_calls(env: TextEnv, tool: Tool, seed: int, report: CheckReport) -> int:
+    if not tool.local:
+        return _external_calls(env, tool, seed, report)
     params = tool.schema()["function"]["parameters"]
     defs = params.get("$defs", {})
     ran, warned = 0, False

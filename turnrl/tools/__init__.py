@@ -2,11 +2,14 @@
 
 from turnrl.tools.base import Tool, Toolbox, ToolError, ToolOutput, tool
 from turnrl.tools.calculator import CalculatorError, calculator
+from turnrl.tools.mcp import MCPServer, MCPServerError, mcp_tools
 from turnrl.tools.parsers import HermesParser, ParseResult, TagParser, ToolCallParser, extract_tag, get_parser
 
 __all__ = [
     "CalculatorError",
     "HermesParser",
+    "MCPServer",
+    "MCPServerError",
     "ParseResult",
     "TagParser",
     "Tool",
@@ -17,5 +20,6 @@ __all__ = [
     "calculator",
     "extract_tag",
     "get_parser",
+    "mcp_tools",
     "tool",
 ]

@@ -72,6 +72,9 @@ class Tool:
     into chat templates; ``tool.invoke(call)`` validates and runs a parsed :class:`~turnrl.types.ToolCall`.
     """
 
+    #: Whether the tool is a Python function here (``fn``, ``args_model``); see :class:`ExternalTool` for the others.
+    local = True
+
     def __init__(
         self,
         fn: Callable[..., Any],
@@ -184,6 +187,88 @@ class Tool:
             return self._failure(e)
 
 
+class ExternalTool(Tool):
+    """A tool that runs elsewhere — on an MCP server, in a remote environment — known by its name, description and
+    JSON-schema ``parameters``. Subclasses implement :meth:`_call` (and :meth:`_acall` where they can wait without a
+    thread); ``invoke`` keeps :class:`Tool`'s promise: bad input and failures come back as ``ok=False`` outputs.
+    """
+
+    local = False
+
+    def __init__(self, name: str, description: str, parameters: dict[str, Any], *, max_output_chars: int = 4000) -> None:
+        self.fn = None
+        self.name = name
+        self.description = description or name
+        self.parameters = dict(parameters or {"type": "object", "properties": {}})
+        self.max_output_chars = max_output_chars
+        self.is_async = False
+        self.args_model = None  # type: ignore[assignment] — the schema is JSON, not a pydantic model
+
+    def __call__(self, **arguments: Any) -> ToolOutput:
+        """Run the tool with these arguments (as :meth:`invoke` does)."""
+        return self.invoke(ToolCall(name=self.name, arguments=arguments))
+
+    @property
+    def required(self) -> list[str]:
+        """Names of the required parameters."""
+        return list(self.parameters.get("required") or [])
+
+    def schema(self) -> dict[str, Any]:
+        """The OpenAI function-calling schema, with the parameters as the tool's owner gives them."""
+        return {"type": "function", "function": {"name": self.name, "description": self.description,
+                                                 "parameters": self.parameters}}
+
+    def _arguments(self, call: ToolCall) -> dict[str, Any]:
+        if call.raw is None:
+            return call.arguments
+        fields = list((self.parameters.get("properties") or {}))
+        if len(self.required) == 1:
+            return {self.required[0]: call.raw}
+        if len(fields) == 1:
+            return {fields[0]: call.raw}
+        raise ToolError(f"tool {self.name!r} takes several arguments ({', '.join(fields)}); "
+                        "call it with JSON arguments instead of plain text")
+
+    def _call(self, call: ToolCall) -> ToolOutput:
+        raise NotImplementedError
+
+    async def _acall(self, call: ToolCall) -> ToolOutput:
+        return await asyncio.to_thread(self._call, call)
+
+    def _prepare(self, call: ToolCall) -> ToolCall | ToolOutput:
+        try:
+            return ToolCall(name=self.name, arguments=self._arguments(call))
+        except ToolError as e:
+            return ToolOutput(f"Error: {e}", ok=False)
+
+    def _clip(self, out: ToolOutput) -> ToolOutput:
+        if len(out.content) <= self.max_output_chars:
+            return out
+        cut = len(out.content) - self.max_output_chars
+        return ToolOutput(out.content[: self.max_output_chars] + f"\n[... output truncated, {cut} more characters]",
+                          ok=out.ok)
+
+    def invoke(self, call: ToolCall) -> ToolOutput:
+        """Run ``call`` where the tool lives. Never raises for bad input or failures."""
+        prepared = self._prepare(call)
+        if isinstance(prepared, ToolOutput):
+            return prepared
+        try:
+            return self._clip(self._call(prepared))
+        except Exception as e:  # noqa: BLE001 — a failing tool is an observation, not a crash
+            return self._failure(e)
+
+    async def ainvoke(self, call: ToolCall) -> ToolOutput:
+        """Async :meth:`invoke`."""
+        prepared = self._prepare(call)
+        if isinstance(prepared, ToolOutput):
+            return prepared
+        try:
+            return self._clip(await self._acall(prepared))
+        except Exception as e:  # noqa: BLE001
+            return self._failure(e)
+
+
 def _loop_running() -> bool:
     try:
         asyncio.get_running_loop()
@@ -225,7 +310,8 @@ class Toolbox:
         self.tools: dict[str, Tool] = {}
         for t in tools:
             if not isinstance(t, Tool):
-                raise TypeError(f"expected a Tool (use the @tool decorator), got {type(t).__name__}")
+                raise TypeError(f"expected a Tool (use the @tool decorator, or turnrl.tools.mcp_tools for an MCP "
+                                f"server's), got {type(t).__name__}")
             if t.name in self.tools:
                 raise ValueError(f"two tools are named {t.name!r}")
             self.tools[t.name] = t
