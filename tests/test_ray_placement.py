@@ -117,6 +117,23 @@ def test_a_hanging_environment_times_out_and_the_run_goes_on(tmp_path):
     assert "loss" in step and len(history) == 3
 
 
+def test_ray_workers_play_a_remote_environment_whose_hanging_step_the_server_cuts(tmp_path):
+    """remote: ids on the Ray placement: the workers open their own sessions; the server's step timeout ends the
+    hanging episodes (task t0) with an error, and the run goes on."""
+    from turnrl.envs.remote.server import EnvServer
+
+    with EnvServer(["tests/Hanging-v0"], port=0, step_timeout=1.0) as server:
+        t = trainer(config(tmp_path, env=f"remote:http://127.0.0.1:{server.port}/tests/Hanging-v0", steps=2))
+        try:
+            history = t.train()
+        finally:
+            t.close()
+        assert server.served_sessions >= 3  # two workers' and the held-out evaluation's
+    step = history[1]
+    assert step["error_episodes"] == 8 and step["dropped_episodes"] == 8 and step["rollout_episodes"] == 32
+    assert "loss" in step and len(history) == 3
+
+
 def test_resumed_driver_reuses_committed_episodes_and_ends_with_the_same_weights(ray_run, tmp_path):
     # the same config as ray_run's uninterrupted run, checkpointed every 2 steps; compared after step 4
     part = trainer(config(tmp_path / "part", steps=30, checkpoint_every=2))

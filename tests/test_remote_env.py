@@ -274,6 +274,15 @@ def test_turnrl_plays_and_evaluates_an_openenv_environment(openenv_server, tmp_p
     assert result.returncode == 0, result.stdout + result.stderr
     rows = [json.loads(line) for line in (out / "items.jsonl").read_text().splitlines()]
     assert len(rows) == 3
+    config = tmp_path / "openenv.yaml"  # and trains on it: GRPO groups share their task (the same reset seed)
+    config.write_text(f"model: tiny:chatml\nenv:\n  id: remote:{openenv_server}\nrollout:\n  prompts_per_step: 2\n"
+                      f"  group_size: 2\n  max_new_tokens: 4\noptim:\n  minibatch_size: 4\nsteps: 2\neval_tasks: 2\n"
+                      f"out_dir: {tmp_path / 'run'}\n")
+    result = subprocess.run([sys.executable, "-m", "turnrl", "train", str(config)], capture_output=True, text=True,
+                            timeout=300, env={**os.environ, "COLUMNS": "200"})
+    assert result.returncode == 0, result.stdout + result.stderr
+    steps = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert len(steps) == 3 and steps[1]["rollout_episodes"] == 4 and steps[1]["reward_mean"] > 0
 
 
 def test_training_through_a_remote_environment_learns(server, tmp_path, one_thread):

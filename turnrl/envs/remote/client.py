@@ -36,6 +36,10 @@ from turnrl.envs.remote.protocol import RemoteEnvError
 from turnrl.tools.base import ExternalTool, ToolOutput, _jsonable
 from turnrl.types import Message, ToolCall, Trajectory
 
+#: How many tasks an OpenEnv environment is taken to have (task i: the one its reset poses for seed i), so that
+#: samplers and evaluations can number them; ``openenv_tasks`` changes it.
+OPENENV_TASKS = 100_000
+
 #: Threads that wait on servers for ``astep`` (a rollout steps many remote episodes at once).
 _POOL = ThreadPoolExecutor(max_workers=64, thread_name_prefix="turnrl-remote")
 
@@ -62,13 +66,15 @@ class RemoteEnv(TextEnv):
         remote_timeout: seconds to wait for each answer (a reset, step or call) before the episode fails.
         remote_connect_timeout: seconds to wait for the server to accept a session.
         **kwargs: the environment's keyword arguments, made on the server (a turnrl server; an OpenEnv server
-            makes its environment itself and takes only ``max_turns``, which the client enforces).
+            makes its environment itself and takes only ``max_turns`` and ``openenv_tasks``, which the client keeps).
 
     With an OpenEnv server: the opening observation and each step's observation become one user message (the
     observation's only text field, or its fields as JSON); the step's action is the text in the action's only text
     field (``message`` for most), or, when the action has several fields, the JSON object the model writes (text that
     is no such object is answered with an error message, as a malformed tool call is); ``done`` ends the episode
-    (``terminated``), the client's ``max_turns`` (default 1) truncates it.
+    (``terminated``), the client's ``max_turns`` (default 1) truncates it. It poses its own tasks: the client numbers
+    them (``openenv_tasks``, default 100 000) and task ``i`` is the one the server poses when reset with seed ``i``
+    (so that the samples of a group share their task where the environment is seeded).
 
     Raises:
         RemoteEnvError: no server answers at ``url``, nothing is served at its path, or the server refuses the
@@ -88,13 +94,16 @@ class RemoteEnv(TextEnv):
         self.openenv = spec is None
         if spec is None:
             max_turns = self.env_kwargs.pop("max_turns", 1)
+            tasks = self.env_kwargs.pop("openenv_tasks", OPENENV_TASKS)
             if self.env_kwargs:
                 self._drop()
                 raise RemoteEnvError(
                     f"{self.url} is an OpenEnv server, which makes its environment itself: it takes no keyword "
-                    f"arguments ({', '.join(sorted(self.env_kwargs))} given); only max_turns, which the client "
-                    "enforces")
-            spec = self._openenv_spec(max_turns)
+                    f"arguments ({', '.join(sorted(self.env_kwargs))} given); only max_turns and openenv_tasks, "
+                    "which the client keeps")
+            if not isinstance(tasks, int) or isinstance(tasks, bool) or tasks < 1:
+                raise ValueError(f"openenv_tasks must be a positive integer, got {tasks!r}")
+            spec = self._openenv_spec(max_turns, tasks)
         self.remote = spec
         super().__init__(max_turns=spec.max_turns, render_mode=render_mode)
         self.split, self.held_out_split = spec.split, spec.held_out_split
@@ -104,7 +113,7 @@ class RemoteEnv(TextEnv):
         self.stop = tuple(spec.stop)
         self._tools = [RemoteTool(self, s) for s in spec.tools]
         self.spec = EnvSpec(id=spec.env_id, entry_point=f"{p.REMOTE_PREFIX}{self.url}",
-                            kwargs={**self.env_kwargs, "max_turns": spec.max_turns} if self.openenv else spec.kwargs)
+                            kwargs={"max_turns": spec.max_turns, "openenv_tasks": spec.size} if self.openenv else spec.kwargs)
 
     # ---- the session ----
 
@@ -251,10 +260,15 @@ class RemoteEnv(TextEnv):
         seed = getattr(self, "_next_seed", None)
         if seed is not None:
             data["seed"] = seed
-        if options and self.openenv:  # the server poses its own task: an index (evaluation's) only varies the seed
+        if self.openenv:  # the server poses its own tasks: task i is the one it poses for seed i
             unknown = sorted(set(options) - {"index"})
             if unknown:
                 raise ValueError(f"an OpenEnv server takes no reset options (got {unknown}); it poses its own task")
+            if "index" in options:
+                index = options["index"]
+                if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < (self.remote.size or 0):
+                    raise ValueError(f"options['index'] must be an integer in [0, {self.remote.size}), got {index!r}")
+                data["seed"] = index
         elif options:
             data["options"] = options
         reply = self._request({"type": "reset", "data": data}, "reset", new_session=True)
@@ -319,7 +333,7 @@ class RemoteEnv(TextEnv):
 
     # ---- OpenEnv servers ----
 
-    def _openenv_spec(self, max_turns: Any) -> p.Spec:
+    def _openenv_spec(self, max_turns: Any, tasks: int) -> p.Spec:
         import httpx
 
         self._action_schema: dict[str, Any] = {}
@@ -335,7 +349,7 @@ class RemoteEnv(TextEnv):
         texts = [k for k, v in props.items() if isinstance(v, dict) and v.get("type") == "string"]
         required = set(self._action_schema.get("required") or [])
         self._text_field = texts[0] if len(texts) == 1 and required <= {texts[0]} else None
-        return p.Spec(protocol="openenv", env_id=name, max_turns=max_turns,
+        return p.Spec(protocol="openenv", env_id=name, max_turns=max_turns, size=tasks,
                       description=str(self._action_schema.get("description", "")))
 
     def _openenv_action(self, text: str) -> dict[str, Any] | str:
