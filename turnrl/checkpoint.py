@@ -12,7 +12,8 @@ import torch
 
 
 def load_policy(model: Any, run: str | Path) -> None:
-    """Load the policy weights of another run (its folder or its ``checkpoint.pt``) into ``model``, in place.
+    """Load the policy weights of another run (its folder or its ``checkpoint.pt``) into ``model``, in place (a LoRA
+    run's adapters are put on ``model`` and merged into its weights).
 
     Raises:
         FileNotFoundError: no checkpoint there.
@@ -23,6 +24,17 @@ def load_policy(model: Any, run: str | Path) -> None:
     if not path.is_file():
         raise FileNotFoundError(f"init_from: no checkpoint at {path} (a finished run's OUT_DIR holds checkpoint.pt)")
     state = torch.load(path, map_location="cpu", weights_only=False)
+    if state.get("lora"):  # a LoRA run: its adapters on this base model, merged in place
+        from turnrl.lora import apply_lora, load_adapter, merge_into_base
+
+        wrapped = apply_lora(model, state["lora"])
+        try:
+            load_adapter(wrapped, state["model"])
+        except ValueError as e:
+            raise ValueError(f"init_from: {path}: {e} (it was a run of {state.get('config', {}).get('model')!r})") \
+                from None
+        merge_into_base(wrapped)
+        return
     try:
         model.load_state_dict(state["model"])
     except (KeyError, RuntimeError) as e:

@@ -108,6 +108,37 @@ def envs_serve(
         server.stop()
 
 
+lora_app = typer.Typer(help="LoRA runs (learner.lora): merge a run's adapters into its base model.",
+                       no_args_is_help=True)
+app.add_typer(lora_app, name="lora")
+
+
+@lora_app.command("merge")
+def lora_merge(
+    run: Annotated[str, typer.Argument(help="the out_dir of a `turnrl train` run with learner.lora")],
+    out: Annotated[str, typer.Option(help="the folder to write the merged model and its tokenizer to")],
+) -> None:
+    """Write a LoRA run's policy as one model (its base with the adapters merged in): a folder that --agent, model:
+    and `turnrl serve` load by path."""
+    import torch
+
+    from turnrl.agents import make_agent
+
+    ckpt = Path(run) / "checkpoint.pt"
+    if not ckpt.is_file():
+        fail(f"{run}: no checkpoint.pt there (the out_dir of a `turnrl train` run holds one)")
+    if not torch.load(ckpt, map_location="cpu", weights_only=False).get("lora"):
+        fail(f"{run} was trained without learner.lora: its checkpoint holds the whole model (use run:{run} as is)")
+    try:
+        agent = make_agent(f"run:{run}", batch_size=1)
+    except (FileNotFoundError, ValueError) as e:
+        fail(str(e))
+    Path(out).mkdir(parents=True, exist_ok=True)
+    agent.model.save_pretrained(out)
+    agent.tokenizer.save_pretrained(out)
+    console.print(f"merged {run} into {out}: use --agent {out}", markup=False, highlight=False, soft_wrap=True)
+
+
 app.command()(play)  # turnrl/cli_play.py
 
 

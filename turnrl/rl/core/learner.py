@@ -51,7 +51,8 @@ class Learner:
         self.value_head: ValueHead | None = models.value_head
         self.critic: SeparateCritic | None = models.critic
         o = config.optim
-        groups: list[dict[str, Any]] = [{"params": list(model.parameters()), "lr": o.lr}]
+        # a LoRA policy: only the adapters train (the base weights have requires_grad off)
+        groups: list[dict[str, Any]] = [{"params": [p for p in model.parameters() if p.requires_grad], "lr": o.lr}]
         value = self.critic or self.value_head
         if value is not None:
             groups.append({"params": list(value.parameters()), "lr": models.critic_lr or 2 * o.lr,
@@ -325,14 +326,28 @@ class Learner:
 
     def state_dict(self) -> dict[str, Any]:
         """Everything the learner needs to continue exactly."""
-        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+        from turnrl.lora import adapter_state, is_lora
+
+        lora = is_lora(self.model)
+        model = adapter_state(self.model) if lora else self.model.state_dict()  # of a LoRA policy: the adapters
+        return {"model": model, "lora": self.cfg.learner.lora.model_dump() if lora else None,
+                "optimizer": self.optimizer.state_dict(),
                 "value_head": self.value_head.state_dict() if self.value_head is not None else None,
                 "critic": self.critic.state_dict() if self.critic is not None else None,
                 "scheduler": self.scheduler.state_dict(), "version": self.version, "updates": self.updates}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state_dict`."""
-        self.model.load_state_dict(state["model"])
+        from turnrl.lora import is_lora, load_adapter
+
+        if is_lora(self.model) != bool(state.get("lora")):
+            raise ValueError("the checkpoint was saved " + ("with" if state.get("lora") else "without")
+                             + " learner.lora and this run is " + ("with" if is_lora(self.model) else "without")
+                             + " it: resume with the same learner.lora")
+        if state.get("lora"):
+            load_adapter(self.model, state["model"])
+        else:
+            self.model.load_state_dict(state["model"])
         if self.value_head is not None:
             self.value_head.load_state_dict(state["value_head"])
         if self.critic is not None:

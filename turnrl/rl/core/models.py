@@ -19,13 +19,14 @@ class Models:
     """The learner's models besides the policy.
 
     Attributes:
-        reference: a frozen copy of the starting policy, or None.
+        reference: a frozen copy of the starting policy (of a LoRA policy: the policy with its adapters off), or
+            None.
         value_head: a linear critic on the policy's features, or None.
         critic: a critic with its own transformer, or None (at most one of ``value_head`` and ``critic``).
         critic_lr: the critic's learning rate (None: 2 × ``optim.lr``).
     """
 
-    reference: torch.nn.Module | None = None
+    reference: Any = None
     value_head: ValueHead | None = None
     critic: SeparateCritic | None = None
     critic_lr: float | None = None
@@ -49,7 +50,9 @@ def build_models(algorithm: Any, policy: torch.nn.Module, tokenizer: Any,
     """
     out = Models()
     if algorithm.needs_reference:
-        out.reference = copy.deepcopy(policy).eval().requires_grad_(False)
+        from turnrl.lora import AdapterOff, is_lora
+
+        out.reference = AdapterOff(policy) if is_lora(policy) else copy.deepcopy(policy).eval().requires_grad_(False)
     spec = algorithm.critic()
     if spec is not None:
         device = next(policy.parameters()).device

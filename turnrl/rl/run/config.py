@@ -8,6 +8,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, field_validator, model_validator
 
+from turnrl.lora import LoraConfig
 from turnrl.rl.algorithms import AlgorithmConfig, parse_algorithm_config
 from turnrl.rl.run.tracking import WandbConfig
 from turnrl.rl.sources.reward_config import ProcessRewardConfig, RewardConfig
@@ -137,6 +138,9 @@ class LearnerConfig(BaseModel):
         "object_store", description="how new weights reach the rollout workers: rank 0's CPU copy through Ray's "
         "object store (any backend), or NCCL broadcasts from rank 0 into one vLLM engine (GPU, "
         "ray.rollout_backend: vllm, ray.rollout_workers: 1)")
+    lora: LoraConfig | None = Field(None, description="train low-rank adapters instead of the whole policy (peft): "
+                                    "{r, alpha, dropout, target_modules}; the KL reference is the policy with its "
+                                    "adapters off; checkpoints hold the adapters")
 
     @model_validator(mode="after")
     def _ranks_need_deepspeed(self) -> LearnerConfig:
@@ -258,6 +262,9 @@ class TrainConfig(BaseModel):
         if self.program is not None and self.rollout.max_staleness > 0:
             raise ValueError("`program` episodes are played while nothing updates the policy: use "
                              "rollout.max_staleness=0")
+        if self.learner.lora is not None and self.placement != "local":
+            raise ValueError("learner.lora trains on placement local for now (rollout workers and the DeepSpeed group "
+                             "do not receive adapters yet): use placement=local, or drop learner.lora")
         if self.learner.backend == "deepspeed" and self.placement != "ray":
             raise ValueError("learner.backend=deepspeed runs its ranks as Ray actors: add placement=ray")
         if self.learner.weight_sync == "nccl" and (self.learner.backend != "deepspeed" or self.ray.rollout_backend

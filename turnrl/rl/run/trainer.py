@@ -56,6 +56,10 @@ class Trainer:
             model, tokenizer = agent.model, agent.tokenizer
         if config.init_from:
             load_policy(model, config.init_from)
+        if config.learner.lora is not None:  # adapters on the (loaded) policy; only they train
+            from turnrl.lora import apply_lora
+
+            model = apply_lora(model, config.learner.lora)
         self.agent = HFAgent(model, tokenizer, batch_size=batch, kv_cache_mb=config.rollout.kv_cache_mb)
         self._tokenizer = tokenizer
         self.runner: Runner | None = None

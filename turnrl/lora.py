@@ -1,0 +1,130 @@
+"""LoRA: train low-rank adapters instead of the whole policy (peft; ``pip install 'turnrl[lora]'``).
+
+``learner.lora: {r, alpha, dropout, target_modules}`` wraps the policy in adapters before training: only they train
+(and sit in the optimizer), the KL reference is the same model with its adapters switched off (no second copy), and
+a checkpoint stores the adapters alone with the settings that made them. Loading such a checkpoint
+(``run:OUT_DIR``, ``init_from``) puts the adapters on the run's base model and merges them; ``turnrl lora merge``
+writes the merged model as a folder every command loads by path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, Literal
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class LoraConfig(BaseModel):
+    """Low-rank adapters on the policy (peft's LoRA)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    r: int = Field(16, ge=1, description="the adapters' rank")
+    alpha: float = Field(32.0, gt=0, description="the scale numerator: updates are scaled by alpha / r")
+    dropout: float = Field(0.0, ge=0, lt=1, description="dropout on the adapters' input")
+    target_modules: list[str] | Literal["all-linear"] = Field(
+        "all-linear", description="the module names (the last part, e.g. q_proj, v_proj) that get adapters; "
+        "all-linear: every linear layer but the output head")
+
+
+def _peft() -> Any:
+    try:
+        import peft
+    except ImportError as e:
+        raise ImportError("learner.lora needs the peft package: pip install 'turnrl[lora]'") from e
+    return peft
+
+
+def is_lora(model: Any) -> bool:
+    """Whether ``model`` carries LoRA adapters (a peft model)."""
+    return hasattr(model, "peft_config") and hasattr(model, "disable_adapter")
+
+
+def linear_names(model: torch.nn.Module) -> list[str]:
+    """The distinct last names of ``model``'s linear layers (what ``target_modules`` may name)."""
+    return sorted({name.rsplit(".", 1)[-1] for name, m in model.named_modules() if isinstance(m, torch.nn.Linear)})
+
+
+def apply_lora(model: torch.nn.Module, cfg: LoraConfig | dict[str, Any]) -> Any:
+    """Wrap ``model`` in fresh adapters (its own weights frozen; changed in place, the wrapper returned).
+
+    Raises:
+        ValueError: a target module that ``model`` does not have (the message lists those it has).
+    """
+    peft = _peft()
+    cfg = cfg if isinstance(cfg, LoraConfig) else LoraConfig.model_validate(cfg)
+    targets = cfg.target_modules
+    if targets != "all-linear":
+        have = linear_names(model)
+        missing = [t for t in targets if t not in have]
+        if missing:
+            raise ValueError(f"learner.lora.target_modules: this model has no linear layer named "
+                             f"{', '.join(missing)}; its linear layers are {', '.join(have)} (or use all-linear)")
+    spec = peft.LoraConfig(r=cfg.r, lora_alpha=cfg.alpha, lora_dropout=cfg.dropout, target_modules=targets,
+                           task_type="CAUSAL_LM", bias="none")
+    wrapped = peft.get_peft_model(model, spec)
+    if not any(p.requires_grad for p in wrapped.parameters()):
+        raise ValueError("learner.lora: no adapter was added (no target module matched)")
+    return wrapped
+
+
+def adapter_state(model: Any) -> dict[str, torch.Tensor]:
+    """The adapters' weights alone (what a checkpoint stores and what rollout workers receive)."""
+    from peft import get_peft_model_state_dict
+
+    return {k: v.detach().cpu() for k, v in get_peft_model_state_dict(model).items()}
+
+
+def load_adapter(model: Any, state: dict[str, torch.Tensor]) -> None:
+    """Set ``model``'s adapters to ``state`` (from :func:`adapter_state`).
+
+    Raises:
+        ValueError: the adapters are of another shape or another model (different layers or rank).
+    """
+    from peft import set_peft_model_state_dict
+
+    own = adapter_state(model)
+    if set(own) != set(state):
+        extra, missing = sorted(set(state) - set(own)), sorted(set(own) - set(state))
+        raise ValueError(f"the adapter does not fit this model: {len(missing)} of its adapter weights are missing "
+                         f"(e.g. {missing[:2]}), {len(extra)} are of layers it lacks (e.g. {extra[:2]}); an adapter "
+                         "of another base model or other target_modules?")
+    bad = [k for k in own if tuple(own[k].shape) != tuple(state[k].shape)]
+    if bad:
+        raise ValueError(f"the adapter does not fit this model: {bad[0]} is {tuple(state[bad[0]].shape)}, the model's "
+                         f"is {tuple(own[bad[0]].shape)} (another rank or another base model)")
+    set_peft_model_state_dict(model, state)
+
+
+def merge_into_base(model: Any) -> torch.nn.Module:
+    """The base model with the adapters merged into its weights (in place; the adapters are gone)."""
+    return model.merge_and_unload()
+
+
+class AdapterOff:
+    """The policy with its adapters switched off: the KL reference of a LoRA run, sharing every weight with it.
+
+    Calling it runs the policy inside ``disable_adapter()`` without gradients; it is not an ``nn.Module`` on purpose
+    (so nothing moves, freezes or saves the shared weights through it).
+    """
+
+    def __init__(self, policy: Any) -> None:
+        self.policy = policy
+
+    def parameters(self) -> Iterator[torch.nn.Parameter]:
+        return self.policy.parameters()
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        with self.off(), torch.no_grad():
+            return self.policy(*args, **kwargs)
+
+    @contextmanager
+    def off(self) -> Iterator[None]:
+        with self.policy.disable_adapter():
+            yield
+
+    def eval(self) -> AdapterOff:
+        return self
