@@ -23,6 +23,7 @@ from turnrl.envs.registry import (
     make,
     resolve,
 )
+from turnrl.envs.remote.protocol import RemoteEnvError
 
 console = Console()
 
@@ -73,7 +74,8 @@ def _make(env_id: str, kwargs: dict[str, Any], search: list[Path] | None = None)
     try:
         resolve(env_id, search if search is not None else [Path.cwd()])
         return make(env_id, **kwargs)
-    except (UnknownEnvironmentError, InvalidEnvKwargs, EnvImportError, FileNotFoundError, ValueError, TypeError) as e:
+    except (UnknownEnvironmentError, InvalidEnvKwargs, EnvImportError, FileNotFoundError, ValueError, TypeError,
+            RemoteEnvError) as e:
         fail(str(e))
     except Exception as e:  # noqa: BLE001 — the environment's own constructor failed: say where, in one line
         fail(f"making {env_id} raised {type(e).__name__}: {e}{error_location(e)}")
