@@ -14,8 +14,8 @@ from turnrl.agents.tiny import tiny_model, tiny_tokenizer
 from turnrl.lora import AdapterOff, apply_lora, load_adapter
 from turnrl.rl.run.trainer import TrainConfig, Trainer
 
-# The tiny model's tied embeddings are small and random: only an adapter on its output head moves the first token far
-# enough for the toy task; real models learn with the default (every linear layer but the head).
+# The tiny model's embeddings are small and random: only an adapter on its output head (untied for it) moves the first
+# token far enough for the toy task; real models learn with the default (every linear layer but the head).
 LEARNING_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "lm_head"]
 
 
@@ -24,7 +24,7 @@ def config(tmp_path, steps=3, lora=None, **extra):
                        algorithm={"name": "grpo", **extra.pop("algorithm", {})},
                        rollout={"prompts_per_step": 4, "group_size": 8, "max_new_tokens": 4},
                        optim={"lr": 1e-2, "minibatch_size": 16}, steps=steps, eval_tasks=8, out_dir=str(tmp_path),
-                       learner={"lora": lora if lora is not None else {"r": 4}}, **extra)
+                       **{"learner": {"lora": lora if lora is not None else {"r": 4}}, **extra})
 
 
 def logits(model, ids=((5, 9, 13, 2, 7, 30),)):
@@ -32,8 +32,17 @@ def logits(model, ids=((5, 9, 13, 2, 7, 30),)):
         return model(input_ids=torch.tensor(ids)).logits
 
 
+def untied_tiny():
+    """The tiny model with its own output head (its embeddings untied), so that the head may carry an adapter."""
+    model = tiny_model(tiny_tokenizer("chatml"))
+    model.config.tie_word_embeddings = False
+    model.lm_head.weight = torch.nn.Parameter(model.lm_head.weight.detach().clone())
+    return model
+
+
 def test_only_the_adapters_train_and_the_policy_learns(tmp_path, one_thread):
-    trainer = Trainer(config(tmp_path, steps=30, lora={"r": 8, "target_modules": LEARNING_TARGETS}))
+    trainer = Trainer(config(tmp_path, steps=30, lora={"r": 8, "target_modules": LEARNING_TARGETS}),
+                      model=untied_tiny(), tokenizer=tiny_tokenizer("chatml"))
     base = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if "lora_" not in n}
     trained = [p for group in trainer.learner.optimizer.param_groups for p in group["params"]]
     assert trained and all(p.requires_grad for p in trained)
@@ -94,6 +103,31 @@ def test_the_checkpoint_holds_the_adapters_and_run_agents_and_merge_give_the_lea
     assert history[4]["loss"] is not None  # step 4 trained on the restored adapters
 
 
+def test_a_lora_run_as_a_start_merges_onto_its_own_base_and_trains_whole(tmp_path, one_thread):
+    first, second = tmp_path / "first", tmp_path / "second"
+    for out, start in ((first, None), (second, str(first))):  # a LoRA run, then a LoRA run that starts from it
+        trainer = Trainer(config(out, steps=2, init_from=start))
+        try:
+            trainer.train()
+            learned = logits(trainer.model)
+        finally:
+            trainer.close()
+    agent = make_agent(f"run:{second}", batch_size=1)  # the first run's adapters, then the second's
+    assert torch.allclose(logits(agent.model), learned, atol=1e-5)
+    full = Trainer(config(tmp_path / "full", steps=1, init_from=str(second), learner={}))  # no lora: the whole model
+    try:
+        assert all(p.requires_grad for p in full.model.parameters())
+        assert "loss" in full.train()[1]
+    finally:
+        full.close()
+    resumed = Trainer(config(second, steps=3, lora={"r": 8}, init_from=str(first)))
+    try:
+        with pytest.raises(ValueError, match=r"made with learner.lora=\{'r': 4.* this run has \{'r': 8"):
+            resumed.load(second / "checkpoint.pt")
+    finally:
+        resumed.close()
+
+
 def test_bad_lora_settings_are_one_clear_error(tmp_path):
     model = tiny_model(tiny_tokenizer("chatml"))
     with pytest.raises(ValueError, match=r"no linear layer named qkv_proj; its linear layers are down_proj, .*q_proj"):
@@ -102,8 +136,10 @@ def test_bad_lora_settings_are_one_clear_error(tmp_path):
     other = apply_lora(tiny_model(tiny_tokenizer("chatml"), hidden=64), {"r": 4})
     from turnrl.lora import adapter_state
 
-    with pytest.raises(ValueError, match="does not fit this model: .* another rank or another base model"):
+    with pytest.raises(ValueError, match="does not fit this model: .*another rank or another base model"):
         load_adapter(small, adapter_state(other))
+    with pytest.raises(ValueError, match="lm_head shares its weight with the input embeddings"):
+        apply_lora(tiny_model(tiny_tokenizer("chatml")), {"target_modules": ["q_proj", "lm_head"]})
     with pytest.raises(ValueError, match="learner.lora trains on placement local for now"):
         TrainConfig(model="tiny:chatml", env={"id": "tests/Upper-v0"}, placement="ray", learner={"lora": {"r": 4}})
     result = subprocess.run([sys.executable, "-m", "turnrl", "lora", "merge", str(tmp_path), "--out",

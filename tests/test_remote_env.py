@@ -107,6 +107,27 @@ def test_many_sessions_step_at_once(server):
     assert not server.sessions  # closed sessions free their environments
 
 
+def test_a_dropped_environment_ends_its_session_at_once(server):
+    env = remote(server, "turnrl/Arithmetic-v0", **ARITH)  # with tools: they must not keep it alive
+    env.reset(seed=0)
+    assert len(server.sessions) == 1
+    del env  # no close(), no garbage collection: reference counting alone
+    deadline = time.time() + 5
+    while server.sessions and time.time() < deadline:
+        time.sleep(0.05)
+    assert not server.sessions
+
+
+def test_a_session_the_server_closed_while_idle_is_reopened_at_the_next_reset():
+    with EnvServer(["tests/Upper-v0"], port=0, idle_timeout=0.3) as srv:
+        env = remote(srv, "tests/Upper-v0")
+        env.reset(seed=0)
+        assert env.step("Yes")[1] == 1.0
+        time.sleep(0.8)  # the server closes the idle session
+        env.reset(seed=1)  # a new session, without an error
+        assert env.step("Yes")[1] == 1.0 and srv.served_sessions == 2
+
+
 def test_one_session_too_many_is_refused_clearly():
     with EnvServer(["tests/Upper-v0"], port=0, max_sessions=2) as srv:
         keep = [remote(srv, "tests/Upper-v0") for _ in range(2)]

@@ -24,16 +24,20 @@ def load_policy(model: Any, run: str | Path) -> None:
     if not path.is_file():
         raise FileNotFoundError(f"init_from: no checkpoint at {path} (a finished run's OUT_DIR holds checkpoint.pt)")
     state = torch.load(path, map_location="cpu", weights_only=False)
-    if state.get("lora"):  # a LoRA run: its adapters on this base model, merged in place
+    if state.get("lora"):  # a LoRA run: its adapters on the base it trained on (this model + its init_from), merged
         from turnrl.lora import apply_lora, load_adapter, merge_into_base
 
+        start = (state.get("config") or {}).get("init_from")
+        if start:
+            load_policy(model, start)
+        trainable = {n: p.requires_grad for n, p in model.named_parameters()}
         wrapped = apply_lora(model, state["lora"])
         try:
             load_adapter(wrapped, state["model"])
         except ValueError as e:
             raise ValueError(f"init_from: {path}: {e} (it was a run of {state.get('config', {}).get('model')!r})") \
                 from None
-        merge_into_base(wrapped)
+        merge_into_base(wrapped, trainable)
         return
     try:
         model.load_state_dict(state["model"])

@@ -77,7 +77,7 @@ def envs_serve(
     host: Annotated[str, typer.Option(help="the address to listen on; 0.0.0.0 for every interface")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="the port (0: any free port)")] = 8000,
     max_sessions: Annotated[int, typer.Option(help="sessions (connections, each with its own environment) open at "
-                                                   "once")] = 64,
+                                                   "once; a trainer holds one per episode of a step")] = 1024,
     step_timeout: Annotated[float, typer.Option(help="seconds a reset or step may take; past it the session ends "
                                                      "with a TIMEOUT error")] = 120.0,
     idle_timeout: Annotated[float, typer.Option(help="seconds a session may wait for its next message before it is "
@@ -311,7 +311,7 @@ def _mount_methods() -> None:
     from turnrl.methods import COMMANDS
     from turnrl.utils import load_entry
 
-    apps = [app, envs_app]
+    apps = [app, envs_app, lora_app]
     for name, entry in COMMANDS.items():
         sub = load_entry(entry)
         app.add_typer(sub, name=name)

@@ -63,6 +63,13 @@ def apply_lora(model: torch.nn.Module, cfg: LoraConfig | dict[str, Any]) -> Any:
         if missing:
             raise ValueError(f"learner.lora.target_modules: this model has no linear layer named "
                              f"{', '.join(missing)}; its linear layers are {', '.join(have)} (or use all-linear)")
+        out = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+        inp = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
+        head = next((n.rsplit(".", 1)[-1] for n, m in model.named_modules() if out is not None and m is out), None)
+        if head in targets and inp is not None and out.weight is inp.weight:
+            raise ValueError(f"learner.lora.target_modules: {head} shares its weight with the input embeddings "
+                             "(tied word embeddings), so its adapter cannot be merged without changing the embeddings "
+                             f"too; leave {head} out")
     spec = peft.LoraConfig(r=cfg.r, lora_alpha=cfg.alpha, lora_dropout=cfg.dropout, target_modules=targets,
                            task_type="CAUSAL_LM", bias="none")
     wrapped = peft.get_peft_model(model, spec)
@@ -99,9 +106,14 @@ def load_adapter(model: Any, state: dict[str, torch.Tensor]) -> None:
     set_peft_model_state_dict(model, state)
 
 
-def merge_into_base(model: Any) -> torch.nn.Module:
-    """The base model with the adapters merged into its weights (in place; the adapters are gone)."""
-    return model.merge_and_unload()
+def merge_into_base(model: Any, trainable: dict[str, bool] | None = None) -> torch.nn.Module:
+    """The base model with the adapters merged into its weights (in place; the adapters are gone). ``trainable``:
+    the base parameters' ``requires_grad`` before :func:`apply_lora` froze them, restored here (peft leaves them
+    frozen)."""
+    base = model.merge_and_unload()
+    for name, p in base.named_parameters():
+        p.requires_grad_(True if trainable is None else trainable.get(name, True))
+    return base
 
 
 class AdapterOff:
@@ -128,3 +140,19 @@ class AdapterOff:
 
     def eval(self) -> AdapterOff:
         return self
+
+
+def restore(model: Any, state: dict[str, Any], cfg: LoraConfig | None) -> None:
+    """Load a learner checkpoint's policy (``state["model"]``, adapters where ``state["lora"]``) into ``model``.
+
+    Raises:
+        ValueError: the checkpoint and the run differ in ``learner.lora`` (on/off, or its settings).
+    """
+    own = cfg.model_dump() if cfg is not None else None
+    if own != (state.get("lora") or None):
+        raise ValueError(f"the checkpoint was made with learner.lora={state.get('lora')}, this run has {own}: "
+                         "resume with the same learner.lora")
+    if own is not None:
+        load_adapter(model, state["model"])
+    else:
+        model.load_state_dict(state["model"])

@@ -107,6 +107,11 @@ def _external_calls(env: TextEnv, tool: Tool, seed: int, report: CheckReport) ->
                                    "ToolOutput")
             continue
         ran += 1
+        if not out.ok and out.content.startswith(f"Error: {tool.name} failed: "):  # an exception inside the tool
+            report.failures.append(f"tool {tool.name!r} raised inside on arguments {json.dumps(args, default=str)}: "
+                                   f"{out.content[:200]}; fix it, or raise turnrl.tools.ToolError('what to change') "
+                                   "so that the model reads why")
+            return ran
         if not out.ok:
             refused.append(out.content)
     example = f", e.g. {refused[0][:120]!r}" if refused else ""

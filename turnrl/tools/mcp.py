@@ -175,23 +175,38 @@ _CONNECTIONS: dict[str, _Connection] = {}
 _LOCK = threading.Lock()
 
 
-def _connection(server: MCPServer, fresh: bool = False) -> _Connection:
-    """The shared connection to ``server`` (started, or restarted when it has died)."""
+_STARTING: dict[str, threading.Lock] = {}
+
+
+def _connection(server: MCPServer) -> _Connection:
+    """The shared connection to ``server`` (started, or restarted when it has died). Starting one server holds only
+    that server's lock, so calls to the others go on meanwhile."""
+    key = server.key()
     with _LOCK:
-        conn = _CONNECTIONS.get(server.key())
-        if conn is None or fresh or not conn.alive:
-            if conn is not None:
-                conn.close()
-            conn = _CONNECTIONS[server.key()] = _Connection(server)
+        conn = _CONNECTIONS.get(key)
+        if conn is not None and conn.alive:
+            return conn
+        starting = _STARTING.setdefault(key, threading.Lock())
+    with starting:
+        with _LOCK:
+            conn = _CONNECTIONS.get(key)
+        if conn is not None and conn.alive:
+            return conn  # another thread started it meanwhile
+        if conn is not None:
+            conn.close()
+        conn = _Connection(server)
+        with _LOCK:
+            _CONNECTIONS[key] = conn
         return conn
 
 
-def _forget(server: MCPServer) -> None:
-    """Drop the connection to ``server`` (it died); the next call makes a new one."""
+def _forget(server: MCPServer, conn: _Connection) -> None:
+    """Drop ``conn`` (it died) if it is still ``server``'s connection; the next call makes a new one."""
     with _LOCK:
-        conn = _CONNECTIONS.pop(server.key(), None)
-    if conn is not None:
-        conn.close()
+        if _CONNECTIONS.get(server.key()) is not conn:
+            return  # already replaced by a newer connection: leave that one alone
+        del _CONNECTIONS[server.key()]
+    conn.close()
 
 
 def _connection_lost(e: BaseException) -> bool:
@@ -200,7 +215,9 @@ def _connection_lost(e: BaseException) -> bool:
     while isinstance(e, BaseExceptionGroup) and e.exceptions:
         e = e.exceptions[0]
     code = getattr(getattr(e, "error", None), "code", getattr(e, "code", None))
-    return code == -32000 or isinstance(e, (anyio.ClosedResourceError, anyio.BrokenResourceError, EOFError))
+    # -32000: the transport closed; "Session terminated": a streamable-HTTP server that restarted forgot the session
+    return code == -32000 or "session terminated" in str(e).lower() or isinstance(
+        e, (anyio.ClosedResourceError, anyio.BrokenResourceError, EOFError))
 
 
 @atexit.register
@@ -242,18 +259,20 @@ class MCPTool(ExternalTool):
         problem = self._problem(call.arguments)
         if problem:
             return ToolOutput(f"Error: invalid arguments for {self.name}: {problem}", ok=False)
+        conn = None
         try:
-            result = _connection(self.server).call(self.remote_name, call.arguments, self.server.timeout)
+            conn = _connection(self.server)
+            result = conn.call(self.remote_name, call.arguments, self.server.timeout)
         except TimeoutError:
             return ToolOutput(f"Error: {self.name} did not answer within {self.server.timeout:g} s", ok=False)
         except (ConnectionError, MCPServerError) as e:
             return ToolOutput(f"Error: {self.name} is unavailable: {e}", ok=False)
         except Exception as e:  # noqa: BLE001 — the SDK's protocol errors (e.g. an unknown tool)
-            if _connection_lost(e):  # the next call starts the server again
-                _forget(self.server)
+            if _connection_lost(e) and conn is not None:  # the next call starts the server again
+                _forget(self.server, conn)
                 return ToolOutput(f"Error: {self.name} is unavailable: the MCP server {self.server.label} closed the "
                                   "connection", ok=False)
-            return ToolOutput(f"Error: {self.name} failed: {_describe(e)}", ok=False)
+            return ToolOutput(f"Error: {self.name}: {_describe(e)}", ok=False)
         return _output(result)
 
 

@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 import socket
 import threading
 import time
+import weakref
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 from urllib.parse import urlsplit
@@ -31,6 +31,7 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus, InvalidURI, W
 from websockets.sync.client import ClientConnection, connect
 
 from turnrl.envs.core import Obs, StepResult, Task, TextEnv
+from turnrl.envs.remote import openenv
 from turnrl.envs.remote import protocol as p
 from turnrl.envs.remote.protocol import RemoteEnvError
 from turnrl.tools.base import ExternalTool, ToolOutput, _jsonable
@@ -40,8 +41,16 @@ from turnrl.types import Message, ToolCall, Trajectory
 #: samplers and evaluations can number them; ``openenv_tasks`` changes it.
 OPENENV_TASKS = 100_000
 
+#: Seconds a client waits for the server to make a session's environment (the server's own limit, make_timeout, is
+#: 300 s by default).
+MAKE_TIMEOUT = 300.0
+
 #: Threads that wait on servers for ``astep`` (a rollout steps many remote episodes at once).
 _POOL = ThreadPoolExecutor(max_workers=64, thread_name_prefix="turnrl-remote")
+
+
+class _Lost(RemoteEnvError):
+    """The connection broke (closed by the server, a network error): a new session may work."""
 
 
 class RemoteTool(ExternalTool):
@@ -50,10 +59,13 @@ class RemoteTool(ExternalTool):
     def __init__(self, env: RemoteEnv, schema: dict[str, Any]) -> None:
         fn = schema.get("function", schema)
         super().__init__(fn["name"], fn.get("description", ""), fn.get("parameters") or {"type": "object"})
-        self._env = env
+        self._env = weakref.ref(env)  # no cycle: an environment dropped by its rollout ends its session at once
 
     def _call(self, call: ToolCall) -> ToolOutput:
-        data = self._env._request({"type": "tool", "data": call.model_dump(exclude_none=True)}, f"tool {self.name}",
+        env = self._env()
+        if env is None:
+            raise RemoteEnvError(f"tool {self.name}: its remote environment is gone")
+        data = env._request({"type": "tool", "data": call.model_dump(exclude_none=True)}, f"tool {self.name}",
                                   new_session=True).data
         return ToolOutput(str(data.get("content", "")), ok=bool(data.get("ok", False)))
 
@@ -148,7 +160,8 @@ class RemoteEnv(TextEnv):
             conn = self._connect()
             self._conn = conn
             try:
-                reply = self._exchange(conn, {"type": "make", "data": {"kwargs": self.env_kwargs}}, "make")
+                reply = self._exchange(conn, {"type": "make", "data": {"kwargs": self.env_kwargs}}, "make",
+                                       timeout=max(self.remote_timeout, MAKE_TIMEOUT))
             except RemoteEnvError:
                 self._drop()
                 raise
@@ -176,25 +189,27 @@ class RemoteEnv(TextEnv):
             raise RemoteEnvError(f"{self.where} sent a malformed spec: {e}") from None
         return conn, spec
 
-    def _exchange(self, conn: ClientConnection, message: dict[str, Any], what: str) -> p.Reply:
+    def _exchange(self, conn: ClientConnection, message: dict[str, Any], what: str,
+                  timeout: float | None = None) -> p.Reply:
+        timeout = timeout or self.remote_timeout
         try:
             try:
                 conn.send(json.dumps(message, default=_jsonable))
             except ConnectionClosed:
                 raw = conn.recv(timeout=0.5)  # the server said why before it closed (e.g. CAPACITY_REACHED)
             else:
-                raw = conn.recv(timeout=self.remote_timeout)
+                raw = conn.recv(timeout=timeout)
         except TimeoutError:
             self._drop()
-            raise RemoteEnvError(f"{self.where} did not answer the {what} within {self.remote_timeout:g} s "
+            raise RemoteEnvError(f"{self.where} did not answer the {what} within {timeout:g} s "
                                  "(remote_timeout); the session is dropped, the next reset opens a new one") from None
         except ConnectionClosed as e:
             self._drop()
-            raise RemoteEnvError(f"{self.where} closed the session during the {what} ({e}); the next reset opens a "
-                                 "new one") from None
+            raise _Lost(f"{self.where} closed the session during the {what} ({e}); the next reset opens a "
+                        "new one") from None
         except OSError as e:
             self._drop()
-            raise RemoteEnvError(f"{self.where}: the {what} failed: {e}") from None
+            raise _Lost(f"{self.where}: the {what} failed: {e}") from None
         return p.parse_reply(raw, self.where)
 
     def _drop(self) -> None:
@@ -208,19 +223,34 @@ class RemoteEnv(TextEnv):
     def _request(self, message: dict[str, Any], what: str, *, new_session: bool = False) -> p.Reply:
         """Send one message and read its answer; an ``error`` answer raises :class:`RemoteEnvError`."""
         with self._lock:
-            if self._conn is None:
-                if not new_session:
-                    raise RemoteEnvError(f"the session with {self.where} was lost; call reset() to start a new one")
-                self._conn, spec = self._open()
-                if spec is not None and spec.tools != self.remote.tools:
-                    self.remote = spec
-            reply = self._exchange(self._conn, message, what)
+            for attempt in (0, 1):
+                if self._conn is None:
+                    if not new_session:
+                        raise RemoteEnvError(f"the session with {self.where} was lost; call reset() to start a new one")
+                    self._reopen()
+                try:
+                    reply = self._exchange(self._conn, message, what)
+                except _Lost:
+                    if attempt or not new_session:
+                        raise
+                    continue  # the server had closed this session (idle, restarted): once more on a new one
+                if (new_session and not attempt and reply.type == "error"
+                        and reply.data.get("code") == p.SESSION_ERROR):
+                    self._drop()
+                    continue
+                break
         if reply.type == "error":
             code = reply.data.get("code")
             if code in (p.TIMEOUT, p.SESSION_ERROR, p.CAPACITY_REACHED, p.FACTORY_ERROR):
                 self._drop()
             raise RemoteEnvError(f"{self.where} answered the {what} with {code}: {reply.data.get('message')}")
         return reply
+
+    def _reopen(self) -> None:
+        self._conn, spec = self._open()
+        if spec is not None and spec != self.remote:
+            self.remote = spec
+            self._tools = [RemoteTool(self, t) for t in spec.tools]
 
     def close(self) -> None:
         """End the session (the server frees its environment)."""
@@ -285,7 +315,7 @@ class RemoteEnv(TextEnv):
 
     def _step(self, action: str) -> StepResult:
         if self.openenv:
-            payload = self._openenv_action(action)
+            payload = self.openenv_action.payload(action)
             if isinstance(payload, str):  # the text is no action: the model reads why, as with a malformed tool call
                 return (Message(role="user", content=payload),), 0.0, False, False, {"error": payload}
             return self._openenv_turn(self._request({"type": "step", "data": payload}, f"step {self.turn}"))
@@ -331,51 +361,14 @@ class RemoteEnv(TextEnv):
                                                   for t in trajectories])
         return {k: float(v) for k, v in (value or {}).items()}
 
-    # ---- OpenEnv servers ----
+    # ---- OpenEnv servers (the mapping is in turnrl.envs.remote.openenv) ----
 
     def _openenv_spec(self, max_turns: Any, tasks: int) -> p.Spec:
-        import httpx
-
-        self._action_schema: dict[str, Any] = {}
-        name = "remote/OpenEnv"
-        try:
-            schema = httpx.get(p.http_url(self.url, "schema"), timeout=self.remote_connect_timeout).json()
-            self._action_schema = schema.get("action") or {}
-            meta = httpx.get(p.http_url(self.url, "metadata"), timeout=self.remote_connect_timeout).json()
-            name = _env_name(str(meta.get("name") or "")) or name
-        except (httpx.HTTPError, ValueError, AttributeError):
-            pass  # no schema: the action is the JSON object the model writes
-        props = self._action_schema.get("properties") or {}
-        texts = [k for k, v in props.items() if isinstance(v, dict) and v.get("type") == "string"]
-        required = set(self._action_schema.get("required") or [])
-        self._text_field = texts[0] if len(texts) == 1 and required <= {texts[0]} else None
-        return p.Spec(protocol="openenv", env_id=name, max_turns=max_turns, size=tasks,
-                      description=str(self._action_schema.get("description", "")))
-
-    def _openenv_action(self, text: str) -> dict[str, Any] | str:
-        if self._text_field is not None:
-            return {self._text_field: text}
-        try:
-            value = json.loads(_strip_fence(text))
-        except json.JSONDecodeError:
-            value = None
-        if not isinstance(value, dict):
-            return ("Error: this environment's action is a JSON object"
-                    + (f" with the fields {json.dumps(self._action_schema.get('properties'))}"
-                       if self._action_schema.get("properties") else "") + "; write only that object.")
-        return value
+        self.openenv_action = openenv.Action.fetch(self.url, self.remote_connect_timeout)
+        return p.Spec(protocol="openenv", env_id=self.openenv_action.env_id, max_turns=max_turns, size=tasks)
 
     def _openenv_turn(self, reply: p.Reply) -> StepResult:
-        try:
-            data = p.ObservationData.model_validate(reply.data)
-        except ValueError as e:
-            raise RemoteEnvError(f"{self.where} sent a malformed observation: {e}") from None
-        fields = {k: v for k, v in data.observation.items() if k not in ("done", "reward", "metadata")}
-        texts = [v for v in fields.values() if isinstance(v, str)]
-        content = texts[0] if len(fields) == 1 and texts else json.dumps(fields, ensure_ascii=False, default=str)
-        reward = 0.0 if data.reward is None else float(data.reward)
-        info = {"openenv": fields, "metadata": data.observation.get("metadata") or {}}
-        return (Message(role="user", content=content),), reward, bool(data.done), False, info
+        return openenv.turn(reply, self.where)
 
 
 class SizedRemoteEnv(RemoteEnv):
@@ -392,13 +385,3 @@ def make_remote(env_id: str, **kwargs: Any) -> RemoteEnv:
     if env.remote.size is not None:
         env.__class__ = SizedRemoteEnv
     return env
-
-
-def _env_name(name: str) -> str:
-    cleaned = re.sub(r"[^A-Za-z0-9_.-]", "", name.replace(" ", ""))
-    return f"remote/{cleaned}-v0" if cleaned else ""
-
-
-def _strip_fence(text: str) -> str:
-    m = re.search(r"```(?:json)?\s*(.*?)```", text, re.S)
-    return m.group(1) if m else text.strip()

@@ -188,3 +188,28 @@ def http_url(url: str, endpoint: str) -> str:
     path = parts.path.rstrip("/")
     path = path[:-3] if path.endswith("/ws") else path
     return urlunsplit((scheme, parts.netloc, f"{path}/{endpoint}", "", ""))
+
+
+def version() -> str:
+    """``turnrl X.Y.Z``, for ``/metadata``."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed
+
+    try:
+        return f"turnrl {installed('turnrl')}"
+    except PackageNotFoundError:
+        return "turnrl"
+
+
+#: The JSON schemas ``GET /schema`` answers (OpenEnv's ``action``, ``observation`` and ``state``).
+SCHEMAS = {
+    "action": {"type": "object", "properties": {"message": {"type": "string",
+                                                            "description": "the assistant's text"}},
+               "required": ["message"]},
+    "observation": {"type": "object", "properties": {
+        "messages": {"type": "array", "items": Message.model_json_schema()},
+        "info": {"type": "object"}, "terminated": {"type": "boolean"}, "truncated": {"type": "boolean"}}},
+    "state": {"type": "object", "properties": {
+        "env_id": {"type": "string"}, "episodes": {"type": "integer"}, "turn": {"type": "integer"},
+        "started": {"type": "boolean"}, "finished": {"type": "boolean"}, "task_id": {"type": ["string", "null"]}}},
+}

@@ -16,7 +16,7 @@ import http
 import json
 import threading
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from websockets.asyncio.server import ServerConnection, serve
@@ -26,7 +26,33 @@ from websockets.http11 import Request, Response
 from turnrl.envs.core import TextEnv
 from turnrl.envs.remote import protocol as p
 from turnrl.tools.base import _jsonable
-from turnrl.types import Message, ToolCall, Trajectory
+from turnrl.types import ToolCall, Trajectory
+
+
+class _DaemonThreads(ThreadPoolExecutor):
+    """Each call in its own daemon thread: a step that never returns (cut by ``step_timeout``) neither blocks the
+    other sessions' calls nor the process's exit."""
+
+    def __init__(self) -> None:
+        super().__init__(max_workers=1)
+        self.running = 0
+
+    def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> Future:
+        future: Future = Future()
+
+        def run() -> None:
+            if not future.set_running_or_notify_cancel():
+                return
+            self.running += 1
+            try:
+                future.set_result(fn(*args, **kwargs))
+            except BaseException as e:  # noqa: BLE001 — handed to the awaiting coroutine
+                future.set_exception(e)
+            finally:
+                self.running -= 1
+
+        threading.Thread(target=run, name="turnrl-env-call", daemon=True).start()
+        return future
 
 
 class _Session:
@@ -45,7 +71,8 @@ class EnvServer:
         env_ids: the ids to serve (registered ids or ``module:Name-v0``); the first is also served at ``/ws``.
         kwargs: keyword arguments every session's environment is made with; a client's ``make`` adds to them.
         host, port: where to listen (port 0: any free port; :attr:`port` says which).
-        max_sessions: sessions open at once; one more is refused with ``CAPACITY_REACHED``.
+        max_sessions: sessions open at once; one more is refused with ``CAPACITY_REACHED`` (a trainer holds one per
+            episode of a step: at least ``prompts_per_step × group_size``, plus its held-out evaluation's batch).
         step_timeout: seconds a reset, step or call may take; past it the session ends with ``TIMEOUT``.
         idle_timeout: seconds a session may wait for its next message before it is closed.
         make_timeout: seconds making a session's environment may take.
@@ -56,7 +83,7 @@ class EnvServer:
     """
 
     def __init__(self, env_ids: Sequence[str], *, kwargs: dict[str, Any] | None = None, host: str = "127.0.0.1",
-                 port: int = 8000, max_sessions: int = 64, step_timeout: float = 120.0, idle_timeout: float = 600.0,
+                 port: int = 8000, max_sessions: int = 1024, step_timeout: float = 120.0, idle_timeout: float = 600.0,
                  make_timeout: float = 300.0) -> None:
         from turnrl.envs.registry import make, resolve
 
@@ -87,6 +114,7 @@ class EnvServer:
         self._stop: asyncio.Event | None = None
         self._ready = threading.Event()
         self._failed: BaseException | None = None
+        self._threads: _DaemonThreads | None = None
 
     # ---- running ----
 
@@ -101,8 +129,8 @@ class EnvServer:
 
     async def _main(self) -> None:
         loop = asyncio.get_running_loop()
-        loop.set_default_executor(ThreadPoolExecutor(max_workers=self.max_sessions + 4,
-                                                     thread_name_prefix="turnrl-env"))
+        self._threads = _DaemonThreads()
+        loop.set_default_executor(self._threads)
         self._loop, self._stop = loop, asyncio.Event()
         async with serve(self._session, self.host, self.port, process_request=self._http, max_size=2**24,
                          ping_interval=20, ping_timeout=60) as server:
@@ -181,14 +209,16 @@ class EnvServer:
         if path == "/":
             return self._json(conn, http.HTTPStatus.OK, {"protocol": p.PROTOCOL, "environments": self.env_ids})
         if tail == "health":
+            busy = self._threads.running if self._threads is not None else 0
             return self._json(conn, http.HTTPStatus.OK, {"status": "healthy", "sessions": len(self.sessions),
-                                                         "max_sessions": self.max_sessions})
+                                                         "max_sessions": self.max_sessions,
+                                                         "calls_running": busy})
         if env_id in self.env_ids and tail == "metadata":
             return self._json(conn, http.HTTPStatus.OK, {
-                "name": env_id, "description": self.descriptions[env_id], "version": _version(),
+                "name": env_id, "description": self.descriptions[env_id], "version": p.version(),
                 "protocol": p.PROTOCOL})
         if env_id in self.env_ids and tail == "schema":
-            return self._json(conn, http.HTTPStatus.OK, _SCHEMAS)
+            return self._json(conn, http.HTTPStatus.OK, p.SCHEMAS)
         return self._json(conn, http.HTTPStatus.NOT_FOUND, {
             "error": f"unknown path {path}: GET /, /health, /ID/metadata, /ID/schema; sessions at /ID/ws",
             "code": p.NOT_FOUND})
@@ -351,32 +381,11 @@ def _close(env: TextEnv) -> None:
 def _spec(env_id: str, env: TextEnv) -> dict[str, Any]:
     size = len(env) if hasattr(env, "__len__") else None
     return p.Spec(
-        protocol=p.PROTOCOL, env_id=env_id, kwargs=dict(getattr(env.spec, "kwargs", None) or {}),
+        protocol=p.PROTOCOL, env_id=env_id,
+        kwargs=json.loads(json.dumps(dict(getattr(env.spec, "kwargs", None) or {}), default=repr)),
         max_turns=env.max_turns, split=env.split, held_out_split=env.held_out_split,
         evaluation_options=dict(env.evaluation_options),
         options={k: getattr(env, k, None) for k in env.evaluation_options},
         helpers=[m for m in p.CALLABLE if getattr(type(env), m, None) is not getattr(TextEnv, m)], stop=list(env.stop), tools=env.tool_schemas(), size=size,
         description=((type(env).__doc__ or "").strip().splitlines() or [""])[0],
     ).model_dump(mode="json")
-
-
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return f"turnrl {version('turnrl')}"
-    except PackageNotFoundError:
-        return "turnrl"
-
-
-_SCHEMAS = {
-    "action": {"type": "object", "properties": {"message": {"type": "string",
-                                                            "description": "the assistant's text"}},
-               "required": ["message"]},
-    "observation": {"type": "object", "properties": {
-        "messages": {"type": "array", "items": Message.model_json_schema()},
-        "info": {"type": "object"}, "terminated": {"type": "boolean"}, "truncated": {"type": "boolean"}}},
-    "state": {"type": "object", "properties": {
-        "env_id": {"type": "string"}, "episodes": {"type": "integer"}, "turn": {"type": "integer"},
-        "started": {"type": "boolean"}, "finished": {"type": "boolean"}, "task_id": {"type": ["string", "null"]}}},
-}

@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+from turnrl.lora import adapter_state, is_lora, restore
 from turnrl.rl.algorithms import Algorithm, Experience, Forward
 from turnrl.rl.core.batch import Batch, collate, untrainable
 from turnrl.rl.core.critic import SeparateCritic, ValueHead
@@ -326,8 +327,6 @@ class Learner:
 
     def state_dict(self) -> dict[str, Any]:
         """Everything the learner needs to continue exactly."""
-        from turnrl.lora import adapter_state, is_lora
-
         lora = is_lora(self.model)
         model = adapter_state(self.model) if lora else self.model.state_dict()  # of a LoRA policy: the adapters
         return {"model": model, "lora": self.cfg.learner.lora.model_dump() if lora else None,
@@ -338,16 +337,7 @@ class Learner:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state_dict`."""
-        from turnrl.lora import is_lora, load_adapter
-
-        if is_lora(self.model) != bool(state.get("lora")):
-            raise ValueError("the checkpoint was saved " + ("with" if state.get("lora") else "without")
-                             + " learner.lora and this run is " + ("with" if is_lora(self.model) else "without")
-                             + " it: resume with the same learner.lora")
-        if state.get("lora"):
-            load_adapter(self.model, state["model"])
-        else:
-            self.model.load_state_dict(state["model"])
+        restore(self.model, state, self.cfg.learner.lora if is_lora(self.model) else None)
         if self.value_head is not None:
             self.value_head.load_state_dict(state["value_head"])
         if self.critic is not None:

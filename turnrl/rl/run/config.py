@@ -1,4 +1,8 @@
-"""Training run configs (``turnrl train CONFIG.yaml key.sub=value …``): pydantic models, unknown keys are errors."""
+"""Training run configs (``turnrl train CONFIG.yaml key.sub=value …``): pydantic models, unknown keys are errors.
+
+Over 400 lines: the whole top-level schema and its cross-key checks sit together, so that one file answers "which
+keys exist and which combinations are refused" (the sub-configs of algorithms, tasks and rewards live elsewhere).
+"""
 
 from __future__ import annotations
 
@@ -138,9 +142,8 @@ class LearnerConfig(BaseModel):
         "object_store", description="how new weights reach the rollout workers: rank 0's CPU copy through Ray's "
         "object store (any backend), or NCCL broadcasts from rank 0 into one vLLM engine (GPU, "
         "ray.rollout_backend: vllm, ray.rollout_workers: 1)")
-    lora: LoraConfig | None = Field(None, description="train low-rank adapters instead of the whole policy (peft): "
-                                    "{r, alpha, dropout, target_modules}; the KL reference is the policy with its "
-                                    "adapters off; checkpoints hold the adapters")
+    lora: LoraConfig | None = Field(None, description="train low-rank adapters (peft) instead of the whole policy; "
+                                    "checkpoints hold the adapters")
 
     @model_validator(mode="after")
     def _ranks_need_deepspeed(self) -> LearnerConfig:
@@ -263,8 +266,8 @@ class TrainConfig(BaseModel):
             raise ValueError("`program` episodes are played while nothing updates the policy: use "
                              "rollout.max_staleness=0")
         if self.learner.lora is not None and self.placement != "local":
-            raise ValueError("learner.lora trains on placement local for now (rollout workers and the DeepSpeed group "
-                             "do not receive adapters yet): use placement=local, or drop learner.lora")
+            raise ValueError("learner.lora trains on placement local for now (rollout workers and DeepSpeed ranks do "
+                             "not take adapters yet)")
         if self.learner.backend == "deepspeed" and self.placement != "ray":
             raise ValueError("learner.backend=deepspeed runs its ranks as Ray actors: add placement=ray")
         if self.learner.weight_sync == "nccl" and (self.learner.backend != "deepspeed" or self.ray.rollout_backend

@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 from turnrl.agents.base import SamplingParams
+from turnrl.envs.core import TextEnv
 from turnrl.envs.registry import make
 from turnrl.rl.sources.base import Job
 from turnrl.rl.sources.context import ContextBudget
@@ -96,8 +97,27 @@ def start_jobs(rollout: Rollout, env_id: str, env_kwargs: dict[str, Any], jobs: 
     :meth:`Rollout.advance`: one environment per job, reset with the task's seed and index, grouped by
     ``group_id`` (default :attr:`Job.group_id`), ``metadata["job"]`` the job's key, and with ``per_episode_seeds``
     each its own sampling stream."""
-    return rollout.start([make(env_id, **env_kwargs) for _ in jobs], seeds=[env_seed(seed, j) for j in jobs],
+    return rollout.start([_make(env_id, env_kwargs) for _ in jobs], seeds=[env_seed(seed, j) for j in jobs],
                          options=[{"index": j.task} for j in jobs],
                          group_ids=[(group_id or (lambda j: j.group_id))(j) for j in jobs],
                          sample_seeds=[sample_seed(seed, j) if per_episode_seeds else None for j in jobs],
                          metadata=[{**(metadata(j) if metadata else {}), "job": j.key} for j in jobs])
+
+
+class Unbuilt(TextEnv):
+    """Stands for an environment that could not be made (e.g. its server refused the session): its reset raises
+    why, so that only its episode fails."""
+
+    def __init__(self, env_id: str, error: Exception) -> None:
+        super().__init__()
+        self.env_id, self.error = env_id, error
+
+    def _reset(self, options: dict[str, Any]) -> Any:
+        raise RuntimeError(f"making {self.env_id} failed: {type(self.error).__name__}: {self.error}")
+
+
+def _make(env_id: str, env_kwargs: dict[str, Any]) -> TextEnv:
+    try:
+        return make(env_id, **env_kwargs)
+    except Exception as e:  # noqa: BLE001 — one environment that cannot be made fails its episode, not the step
+        return Unbuilt(env_id, e)
