@@ -3,7 +3,6 @@
 come from an MCP server passes the conformance harness and trains from its config."""
 
 import os
-import socket
 import subprocess
 import sys
 import textwrap
@@ -11,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+from local_net import free_port, wait_for_port
 
 import turnrl
 from turnrl.envs.testing import check_environment
@@ -58,18 +58,10 @@ def test_a_tag_style_call_maps_its_text_onto_the_one_argument():
 
 
 def test_streamable_http_server(tmp_path):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     proc = subprocess.Popen([*INVENTORY, "--http", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        deadline = time.time() + 60
-        while time.time() < deadline:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                time.sleep(0.2)
+        wait_for_port(port)
         tools = {t.name: t for t in mcp_tools(f"http://127.0.0.1:{port}/mcp", prefix="inv_")}
         assert list(tools) == ["inv_search_items", "inv_get_stock", "inv_get_price"]
         assert tools["inv_get_price"](sku="SKU-100").content == \

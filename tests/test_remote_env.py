@@ -8,7 +8,6 @@ import asyncio
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import threading
@@ -17,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import toy_envs  # noqa: F401 — registers tests/*
+from local_net import free_port, wait_for_port
 
 import turnrl
 from turnrl.envs.registry import UnknownEnvironmentError
@@ -39,12 +39,6 @@ def server():
 
 def remote(srv, env_id, **kwargs):
     return turnrl.make(f"remote:http://127.0.0.1:{srv.port}/{env_id}", **kwargs)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def oracle(conversation, env):
@@ -266,13 +260,7 @@ def openenv_server(tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "uvicorn", "server.app:app", "--host", "127.0.0.1", "--port",
                              str(port)], cwd=tmp_path / "echo_probe", stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
-    deadline = time.time() + 60
-    while time.time() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            break
-        except OSError:
-            time.sleep(0.2)
+    wait_for_port(port)
     yield f"http://127.0.0.1:{port}"
     proc.terminate()
     proc.wait(timeout=30)
