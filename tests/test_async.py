@@ -6,7 +6,7 @@ import os
 
 import pytest
 import torch
-import toy_envs  # noqa: F401  (registers the toy environments)
+from toy_envs import assert_learns  # (importing it registers the toy environments)
 
 from turnrl.agents.tiny import tiny_model, tiny_tokenizer
 from turnrl.rl.core.forward import sequence_logprobs
@@ -52,8 +52,7 @@ def test_k1_plays_the_next_step_during_the_update_within_the_bound_and_learns(cl
     assert all(h["staleness_max"] <= 1 and h["stale_episodes"] == 0 for h in steps)
     assert sum(h.get("staleness_1", 0) > 0 for h in steps) >= 10  # tokens sampled by the weights before the update
     assert any("logp_diff_lag1" in h for h in steps) and all(h["rollout_episodes"] == 32 for h in steps)
-    early, late = (sum(h["success"] for h in history[a:b]) / 5 for a, b in ((1, 6), (-5, None)))
-    assert early < 0.5 and late > early + 0.3, (early, late)
+    assert_learns(history)
     assert history[-1]["eval_success"] > history[0]["eval_success"]
 
 

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 import torch
-import toy_envs  # noqa: F401 — registers tests/*
+from toy_envs import assert_learns  # importing it registers tests/*
 
 from turnrl.agents import make_agent
 from turnrl.agents.tiny import tiny_model, tiny_tokenizer
@@ -51,9 +51,7 @@ def test_only_the_adapters_train_and_the_policy_learns(tmp_path, one_thread):
         history = trainer.train()
     finally:
         trainer.close()
-    early = sum(h["success"] for h in history[1:6]) / 5
-    late = sum(h["success"] for h in history[-5:]) / 5
-    assert early < 0.5 and late > early + 0.3, (early, late)
+    assert_learns(history)
     for name, p in trainer.model.named_parameters():  # the base weights never moved
         if "lora_" not in name:
             assert torch.equal(p, base[name]), name

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-import toy_envs  # noqa: F401  (registers the toy environments)
+from toy_envs import assert_learns  # (importing it registers the toy environments)
 
 from turnrl.agents.tiny import tiny_model, tiny_tokenizer
 from turnrl.rl.placement.ledger import Ledger
@@ -69,8 +69,7 @@ def test_two_workers_train_like_the_local_placement(ray_run, tmp_path):
         assert remote[1][key] == local[1][key], key  # the first step: the same episodes, token for token
     for key in ("loss", "clip_frac", "entropy"):
         assert remote[1][key] == pytest.approx(local[1][key], rel=1e-4, abs=1e-6), key
-    early, late = (sum(h["success"] for h in remote[a:b]) / 5 for a, b in ((1, 6), (-5, None)))
-    assert early < 0.5 and late > early + 0.3, (early, late)
+    assert_learns(remote)
     assert remote[-1]["eval_success"] > remote[0]["eval_success"]
     assert all(h["logp_diff"] < 1e-4 for h in remote[1:])  # workers sample with the learner's current weights
     assert [h["policy_version"] for h in remote[1:]] == [float(s) for s in range(1, 31)]

@@ -3,7 +3,7 @@ import json
 import pytest
 import torch
 from pydantic import ValidationError
-from toy_envs import upper
+from toy_envs import assert_learns, upper
 
 import turnrl
 from turnrl.agents.base import SamplingParams
@@ -35,9 +35,7 @@ def test_each_algorithm_raises_the_success_rate(tmp_path, algo):
     trainer = new_trainer(config(tmp_path, algo, **extra))
     before = [p.detach().clone() for p in trainer.model.parameters()]
     history = trainer.train()
-    early = sum(h["success"] for h in history[1:6]) / 5
-    late = sum(h["success"] for h in history[-5:]) / 5
-    assert early < 0.5 and late > early + 0.3, (early, late)
+    assert_learns(history)
     assert history[-1]["eval_success"] > history[0]["eval_success"]
     updated = [h for h in history[1:] if "loss" in h]  # DAPO skips steps whose groups all lack reward variance
     assert len(updated) >= 20 and all(torch.isfinite(torch.tensor(h["loss"])) for h in updated)

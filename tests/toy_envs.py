@@ -21,6 +21,13 @@ class UpperEnv(ToolEnv):
 turnrl.register("tests/Upper-v0", "toy_envs:UpperEnv")
 
 
+def assert_learns(history):
+    """The learning check of a run on tests/Upper-v0: mean success over its first five steps below 0.5, over its last
+    five more than 0.3 above that."""
+    early, late = (sum(h["success"] for h in history[a:b]) / 5 for a, b in ((1, 6), (-5, None)))
+    assert early < 0.5 and late > early + 0.3, (early, late)
+
+
 class SlowEnv(UpperEnv):
     """UpperEnv whose task i takes 0.5·i seconds to grade: episodes of one batch finish one after another."""
 

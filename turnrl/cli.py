@@ -127,7 +127,7 @@ def lora_merge(
     ckpt = Path(run) / "checkpoint.pt"
     if not ckpt.is_file():
         fail(f"{run}: no checkpoint.pt there (the out_dir of a `turnrl train` run holds one)")
-    if not torch.load(ckpt, map_location="cpu", weights_only=False).get("lora"):
+    if not torch.load(ckpt, map_location="cpu", weights_only=False, mmap=True).get("lora"):  # no full read
         fail(f"{run} was trained without learner.lora: its checkpoint holds the whole model (use run:{run} as is)")
     try:
         agent = make_agent(f"run:{run}", batch_size=1)

@@ -123,10 +123,17 @@ class Tool:
             prop.pop("title", None)
         return {"type": "function", "function": {"name": self.name, "description": self.description, "parameters": params}}
 
+    @property
+    def parameter_names(self) -> list[str]:
+        """Names of all parameters, in order."""
+        return list(self.args_model.model_fields)
+
     def _arguments(self, call: ToolCall) -> dict[str, Any]:
+        """The call's arguments; a plain-text (tag-style) call's text goes to the one required parameter, or to the
+        only parameter."""
         if call.raw is None:
             return call.arguments
-        fields = list(self.args_model.model_fields)
+        fields = self.parameter_names
         if len(self.required) == 1:
             return {self.required[0]: call.raw}
         if len(fields) == 1:
@@ -149,10 +156,14 @@ class Tool:
 
     def _finish(self, result: Any) -> ToolOutput:
         text = result if isinstance(result, str) else json.dumps(result, ensure_ascii=False, default=_jsonable)
-        if len(text) > self.max_output_chars:
-            cut = len(text) - self.max_output_chars
-            text = text[: self.max_output_chars] + f"\n[... output truncated, {cut} more characters]"
-        return ToolOutput(text)
+        return ToolOutput(self._truncate(text))
+
+    def _truncate(self, text: str) -> str:
+        """``text`` cut to ``max_output_chars``, saying how much was cut."""
+        if len(text) <= self.max_output_chars:
+            return text
+        cut = len(text) - self.max_output_chars
+        return text[: self.max_output_chars] + f"\n[... output truncated, {cut} more characters]"
 
     def _failure(self, e: Exception) -> ToolOutput:
         if isinstance(e, ToolError):
@@ -195,7 +206,8 @@ class ExternalTool(Tool):
 
     local = False
 
-    def __init__(self, name: str, description: str, parameters: dict[str, Any], *, max_output_chars: int = 4000) -> None:
+    def __init__(self, name: str, description: str, parameters: dict[str, Any], *,
+                 max_output_chars: int = 4000) -> None:
         self.fn = None
         self.name = name
         self.description = description or name
@@ -218,16 +230,10 @@ class ExternalTool(Tool):
         return {"type": "function", "function": {"name": self.name, "description": self.description,
                                                  "parameters": self.parameters}}
 
-    def _arguments(self, call: ToolCall) -> dict[str, Any]:
-        if call.raw is None:
-            return call.arguments
-        fields = list((self.parameters.get("properties") or {}))
-        if len(self.required) == 1:
-            return {self.required[0]: call.raw}
-        if len(fields) == 1:
-            return {fields[0]: call.raw}
-        raise ToolError(f"tool {self.name!r} takes several arguments ({', '.join(fields)}); "
-                        "call it with JSON arguments instead of plain text")
+    @property
+    def parameter_names(self) -> list[str]:
+        """Names of all parameters, in the schema's order."""
+        return list(self.parameters.get("properties") or {})
 
     def _call(self, call: ToolCall) -> ToolOutput:
         raise NotImplementedError
@@ -242,11 +248,7 @@ class ExternalTool(Tool):
             return ToolOutput(f"Error: {e}", ok=False)
 
     def _clip(self, out: ToolOutput) -> ToolOutput:
-        if len(out.content) <= self.max_output_chars:
-            return out
-        cut = len(out.content) - self.max_output_chars
-        return ToolOutput(out.content[: self.max_output_chars] + f"\n[... output truncated, {cut} more characters]",
-                          ok=out.ok)
+        return ToolOutput(self._truncate(out.content), ok=out.ok)
 
     def invoke(self, call: ToolCall) -> ToolOutput:
         """Run ``call`` where the tool lives. Never raises for bad input or failures."""

@@ -138,7 +138,7 @@ class _Connection:
         async with Client(target) as client:
             tools, cursor = [], None
             while True:
-                listed = await client.list_tools(cursor=cursor) if cursor else await client.list_tools()
+                listed = await client.list_tools(cursor=cursor)
                 tools += list(listed.tools)
                 cursor = getattr(listed, "next_cursor", None)
                 if not cursor:
@@ -173,8 +173,6 @@ class _Connection:
 
 _CONNECTIONS: dict[str, _Connection] = {}
 _LOCK = threading.Lock()
-
-
 _STARTING: dict[str, threading.Lock] = {}
 
 
@@ -212,8 +210,7 @@ def _forget(server: MCPServer, conn: _Connection) -> None:
 def _connection_lost(e: BaseException) -> bool:
     import anyio
 
-    while isinstance(e, BaseExceptionGroup) and e.exceptions:
-        e = e.exceptions[0]
+    e = _innermost(e)
     code = getattr(getattr(e, "error", None), "code", getattr(e, "code", None))
     # -32000: the transport closed; "Session terminated": a streamable-HTTP server that restarted forgot the session
     return code == -32000 or "session terminated" in str(e).lower() or isinstance(
@@ -303,9 +300,15 @@ def _output(result: Any) -> ToolOutput:
 
 def _describe(e: BaseException) -> str:
     """One line for an exception, looking inside the exception groups that anyio raises."""
+    e = _innermost(e)
+    return f"{type(e).__name__}: {e}"
+
+
+def _innermost(e: BaseException) -> BaseException:
+    """The first exception inside (nested) exception groups; ``e`` itself if it is none."""
     while isinstance(e, BaseExceptionGroup) and e.exceptions:
         e = e.exceptions[0]
-    return f"{type(e).__name__}: {e}"
+    return e
 
 
 def _child_env(extra: dict[str, str] | None) -> dict[str, str] | None:

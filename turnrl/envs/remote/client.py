@@ -30,7 +30,7 @@ from gymnasium.envs.registration import EnvSpec
 from websockets.exceptions import ConnectionClosed, InvalidStatus, InvalidURI, WebSocketException
 from websockets.sync.client import ClientConnection, connect
 
-from turnrl.envs.core import Obs, StepResult, Task, TextEnv
+from turnrl.envs.core import Obs, StepResult, Task, TextEnv, pick_index
 from turnrl.envs.remote import openenv
 from turnrl.envs.remote import protocol as p
 from turnrl.envs.remote.protocol import RemoteEnvError
@@ -102,7 +102,7 @@ class RemoteEnv(TextEnv):
         self.env_kwargs = dict(kwargs)
         self._lock = threading.RLock()
         self._conn: ClientConnection | None = None
-        self._conn, spec = self._open()
+        spec = self._open()
         self.openenv = spec is None
         if spec is None:
             max_turns = self.env_kwargs.pop("max_turns", 1)
@@ -124,8 +124,8 @@ class RemoteEnv(TextEnv):
             setattr(self, key, value)
         self.stop = tuple(spec.stop)
         self._tools = [RemoteTool(self, s) for s in spec.tools]
-        self.spec = EnvSpec(id=spec.env_id, entry_point=f"{p.REMOTE_PREFIX}{self.url}",
-                            kwargs={"max_turns": spec.max_turns, "openenv_tasks": spec.size} if self.openenv else spec.kwargs)
+        kept = {"max_turns": spec.max_turns, "openenv_tasks": spec.size} if self.openenv else spec.kwargs
+        self.spec = EnvSpec(id=spec.env_id, entry_point=f"{p.REMOTE_PREFIX}{self.url}", kwargs=kept)
 
     # ---- the session ----
 
@@ -152,15 +152,15 @@ class RemoteEnv(TextEnv):
                 "`turnrl envs serve ID --port PORT` (or an OpenEnv server) and name it as "
                 "remote:http://HOST:PORT/ID") from None
 
-    def _open(self) -> tuple[ClientConnection, p.Spec | None]:
-        """Connect and send ``make``: a turnrl server answers with the spec; an OpenEnv server does not know it. A
-        server at capacity is asked again until ``remote_connect_timeout`` has passed."""
+    def _open(self) -> p.Spec | None:
+        """Open the session (``self._conn``) and send ``make``: a turnrl server answers with the spec (returned); an
+        OpenEnv server does not know it (None). A server at capacity is asked again until ``remote_connect_timeout``
+        has passed."""
         deadline, pause = time.monotonic() + self.remote_connect_timeout, 0.1
         while True:
-            conn = self._connect()
-            self._conn = conn
+            self._conn = self._connect()
             try:
-                reply = self._exchange(conn, {"type": "make", "data": {"kwargs": self.env_kwargs}}, "make",
+                reply = self._exchange(self._conn, {"type": "make", "data": {"kwargs": self.env_kwargs}}, "make",
                                        timeout=max(self.remote_timeout, MAKE_TIMEOUT))
             except RemoteEnvError:
                 self._drop()
@@ -175,7 +175,7 @@ class RemoteEnv(TextEnv):
             time.sleep(pause)
             pause = min(2 * pause, 1.0)
         if reply.type == "error" and reply.data.get("code") == p.UNKNOWN_TYPE:
-            return conn, None
+            return None
         if reply.type == "error":
             self._drop()
             raise RemoteEnvError(f"{self.where} could not make the environment: {reply.data.get('message')}")
@@ -187,7 +187,7 @@ class RemoteEnv(TextEnv):
         except ValueError as e:
             self._drop()
             raise RemoteEnvError(f"{self.where} sent a malformed spec: {e}") from None
-        return conn, spec
+        return spec
 
     def _exchange(self, conn: ClientConnection, message: dict[str, Any], what: str,
                   timeout: float | None = None) -> p.Reply:
@@ -247,7 +247,7 @@ class RemoteEnv(TextEnv):
         return reply
 
     def _reopen(self) -> None:
-        self._conn, spec = self._open()
+        spec = self._open()
         if spec is not None and spec != self.remote:
             self.remote = spec
             self._tools = [RemoteTool(self, t) for t in spec.tools]
@@ -295,15 +295,12 @@ class RemoteEnv(TextEnv):
             if unknown:
                 raise ValueError(f"an OpenEnv server takes no reset options (got {unknown}); it poses its own task")
             if "index" in options:
-                index = options["index"]
-                if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < (self.remote.size or 0):
-                    raise ValueError(f"options['index'] must be an integer in [0, {self.remote.size}), got {index!r}")
-                data["seed"] = index
+                data["seed"] = pick_index(self, self.remote.size or 0, options)
         elif options:
             data["options"] = options
         reply = self._request({"type": "reset", "data": data}, "reset", new_session=True)
         if self.openenv:
-            obs, _, _, _, info = self._openenv_turn(reply)
+            obs, _, _, _, info = openenv.turn(reply, self.where)
         else:
             obs, _, _, _, info = p.parse_turn(reply, self.where)
         return obs, info
@@ -318,7 +315,7 @@ class RemoteEnv(TextEnv):
             payload = self.openenv_action.payload(action)
             if isinstance(payload, str):  # the text is no action: the model reads why, as with a malformed tool call
                 return (Message(role="user", content=payload),), 0.0, False, False, {"error": payload}
-            return self._openenv_turn(self._request({"type": "step", "data": payload}, f"step {self.turn}"))
+            return openenv.turn(self._request({"type": "step", "data": payload}, f"step {self.turn}"), self.where)
         return p.parse_turn(self._request({"type": "step", "data": {"message": action}}, f"step {self.turn}"),
                             self.where)
 
@@ -366,9 +363,6 @@ class RemoteEnv(TextEnv):
     def _openenv_spec(self, max_turns: Any, tasks: int) -> p.Spec:
         self.openenv_action = openenv.Action.fetch(self.url, self.remote_connect_timeout)
         return p.Spec(protocol="openenv", env_id=self.openenv_action.env_id, max_turns=max_turns, size=tasks)
-
-    def _openenv_turn(self, reply: p.Reply) -> StepResult:
-        return openenv.turn(reply, self.where)
 
 
 class SizedRemoteEnv(RemoteEnv):

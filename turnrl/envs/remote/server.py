@@ -96,13 +96,13 @@ class EnvServer:
             if not value > 0:
                 raise ValueError(f"{name} must be positive, got {value}")
         self.kwargs = dict(kwargs or {})
-        self.env_ids = [resolve(i) if ":" in i and not i.startswith(p.REMOTE_PREFIX) else i for i in env_ids]
-        if any(i.startswith(p.REMOTE_PREFIX) for i in self.env_ids):
+        if any(i.startswith(p.REMOTE_PREFIX) for i in env_ids):
             raise ValueError("a remote: id cannot be served again; serve the environment where it is registered")
+        self.env_ids = [resolve(i) for i in env_ids]  # module:Name-v0 → Name-v0 (the module registers it)
         self.descriptions: dict[str, str] = {}
         for env_id in self.env_ids:
             probe = make(env_id, **self.kwargs)
-            self.descriptions[env_id] = ((type(probe).__doc__ or "").strip().splitlines() or [""])[0]
+            self.descriptions[env_id] = _doc_line(probe)
             probe.close()
         self.host, self.port = host, port
         self.max_sessions, self.step_timeout = max_sessions, step_timeout
@@ -386,6 +386,11 @@ def _spec(env_id: str, env: TextEnv) -> dict[str, Any]:
         max_turns=env.max_turns, split=env.split, held_out_split=env.held_out_split,
         evaluation_options=dict(env.evaluation_options),
         options={k: getattr(env, k, None) for k in env.evaluation_options},
-        helpers=[m for m in p.CALLABLE if getattr(type(env), m, None) is not getattr(TextEnv, m)], stop=list(env.stop), tools=env.tool_schemas(), size=size,
-        description=((type(env).__doc__ or "").strip().splitlines() or [""])[0],
+        helpers=[m for m in p.CALLABLE if getattr(type(env), m, None) is not getattr(TextEnv, m)],
+        stop=list(env.stop), tools=env.tool_schemas(), size=size, description=_doc_line(env),
     ).model_dump(mode="json")
+
+
+def _doc_line(env: TextEnv) -> str:
+    """The first line of the environment class's docstring (its description in ``/metadata`` and the spec)."""
+    return ((type(env).__doc__ or "").strip().splitlines() or [""])[0]
