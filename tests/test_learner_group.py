@@ -1,5 +1,6 @@
 """The DeepSpeed learner group on a real local Ray cluster: 2 gloo ranks (``DS_ACCELERATOR=cpu``), a tiny model."""
 
+import copy
 import time
 from types import SimpleNamespace
 
@@ -25,14 +26,14 @@ def cluster():
     ray.shutdown()
 
 
-def cfg(tmp_path, stage=2, algo="dapo", ranks=2, lr=1e-2, **optim):
+def cfg(tmp_path, stage=2, algo="dapo", ranks=2, lr=1e-2, lora=None, **optim):
     name = algo if isinstance(algo, str) else algo["name"]
     stored = {"data": {"path": "unused.parquet"}} if name in ("dqo", "sft", "rft") else {}
     return TrainConfig.model_validate({
         **stored, "model": "tiny", "env": {"id": "tests/Upper-v0"}, "algorithm": algo, "placement": "ray",
         "rollout": {"prompts_per_step": 2, "group_size": 4, "max_new_tokens": 6},
         "optim": {"lr": lr, "share_prompts": False, **optim},
-        "learner": {"backend": "deepspeed", "ranks": ranks, "zero_stage": stage, "timeout": 120},
+        "learner": {"backend": "deepspeed", "ranks": ranks, "zero_stage": stage, "timeout": 120, "lora": lora},
         "out_dir": str(tmp_path)})
 
 
@@ -62,14 +63,35 @@ def test_a_rank_with_nothing_to_train_keeps_step_with_its_peer(cluster, tmp_path
     _check_two_ranks(tmp_path, 2, "grpo", 1e-2, minibatch_size=1, grad_accum=1, unequal=False)
 
 
-def _check_two_ranks(tmp_path, stage, algo, lr, unequal=True, **optim):
+@pytest.mark.parametrize("stage", [2, 3])
+def test_lora_ranks_update_like_one_process_and_export_the_adapters_alone(cluster, tmp_path, stage):
+    """learner.lora on the group: the ranks start from the driver's adapters, train only them (PPO: with the value
+    head, and the policy with its adapters off as the KL reference — no reference copy on any rank, none
+    partitioned), and publish the adapters alone."""
+    _check_two_ranks(tmp_path, stage, {"name": "ppo", "kl_coef": 0.05}, 5e-3, minibatch_size=3, grad_accum=2,
+                     lora={"r": 4, "target_modules": ["q_proj", "v_proj", "up_proj"]})
+
+
+def _check_two_ranks(tmp_path, stage, algo, lr, unequal=True, lora=None, **optim):
     """Two updates of one process and of 2 ranks on the same episodes: the same losses, norms and weights."""
+    from turnrl.lora import adapter_state, apply_lora
     from turnrl.rl.placement.learner_group import LearnerGroup
 
     tok, trajs = episodes()
-    config = cfg(tmp_path, stage, algo, lr=lr, **optim)
-    single = Learner(config, get_algorithm(config.algorithm), tiny_model(tok, seed=0), tok)
-    group = LearnerGroup(config, tiny_model(tok, seed=0), tok)
+    config = cfg(tmp_path, stage, algo, lr=lr, lora=lora, **optim)
+    if lora is None:
+        single = Learner(config, get_algorithm(config.algorithm), tiny_model(tok, seed=0), tok)
+        group = LearnerGroup(config, tiny_model(tok, seed=0), tok)
+    else:  # the same adapters on both (the group's ranks take them from the driver's policy)
+        torch.manual_seed(0)
+        model = apply_lora(tiny_model(tok, seed=0), lora)
+        with torch.no_grad():  # nonzero B: the adapters count from the first forward on
+            for name, p in model.named_parameters():
+                if "lora_B" in name:
+                    p.normal_(0, 0.02)
+        single = Learner(config, get_algorithm(config.algorithm), model, tok)
+        group = LearnerGroup(config, copy.deepcopy(model), tok)
+        start = {k: v.clone() for k, v in adapter_state(model).items()}
     try:
         exp, _ = single.prepare(trajs)
         window = single.windows(len(exp))[0]
@@ -81,11 +103,17 @@ def _check_two_ranks(tmp_path, stage, algo, lr, unequal=True, **optim):
             want, got = single.update(trajs), group.update(trajs)
             assert got["loss"] == pytest.approx(want["loss"], abs=1e-5)
             assert got["grad_norm"] == pytest.approx(want["grad_norm"], rel=1e-4)
-            if single.ref_model is not None:  # a full copy on one process; partitioned over the ranks under ZeRO-3
+            if lora is not None:  # the policy with its adapters off: no reference weights of its own
+                assert got["reference_share"] == 0.0
+            elif single.ref_model is not None:  # a full copy on one process; partitioned over the ranks by ZeRO-3
                 assert got["reference_share"] == (pytest.approx(0.5, abs=0.1) if stage == 3 else 1.0)
         assert group.version == single.version == 2
         version, state = group.export_weights()
-        diff = max(float((state[k] - v).abs().max()) for k, v in single.model.state_dict().items())
+        want = adapter_state(single.model) if lora is not None else single.model.state_dict()
+        assert set(state) == set(want)  # of a LoRA policy: the adapters alone
+        if lora is not None:  # which trained
+            assert max(float((state[k] - v).abs().max()) for k, v in start.items()) > lr
+        diff = max(float((state[k] - v).abs().max()) for k, v in want.items())
         # within 2e-3 of one Adam step (lr per coordinate): ranks reduce in another order, and hosts round differently
         assert version == 2 and diff < 2e-3 * lr, diff
     finally:
@@ -149,6 +177,41 @@ def test_a_learner_group_trains_like_the_local_learner_and_workers_get_each_vers
     state = torch.load(group_run.out / "checkpoint.pt", weights_only=False)
     assert state["deepspeed"]["tag"] == "update-2" and state["version"] == 2
     assert (group_run.out / "deepspeed" / "update-2").is_dir()
+
+
+def test_a_lora_run_on_a_group_syncs_workers_with_the_adapters_and_checkpoints_them(cluster, tmp_path):
+    """`learner.lora` on 2 ZeRO-3 ranks with 2 rollout workers: every episode is sampled with the current adapters,
+    the workers get the adapters alone and score like the group, and the checkpoint (adapters + settings) loads as
+    the group's policy."""
+    from turnrl.checkpoint import load_policy
+    from turnrl.rl.core.forward import sequence_logprobs
+
+    lora = {"r": 4, "target_modules": ["q_proj", "v_proj", "up_proj", "down_proj"]}
+    t = make_trainer(run_config(tmp_path, steps=3, learner={"backend": "deepspeed", "ranks": 2, "zero_stage": 3,
+                                                            "timeout": 60, "lora": lora}))
+    try:
+        history = t.train()
+        learner, version = t.learner.score(PROBE), t.runner.sync()
+        sent = ray.get(t.runner.pushed[1], timeout=30)
+        workers = [ray.get(w.score.remote(PROBE), timeout=30) for w in t.runner.workers]
+    finally:
+        t.close()
+    assert version == 3 and all(h["logp_diff"] < 1e-4 for h in history[1:])
+    assert sent and all(".lora_A." in k or ".lora_B." in k for k in sent)
+    for held_version, held in workers:
+        assert held_version == 3
+        for a, b in zip(held, learner):
+            assert a == pytest.approx(b, abs=1e-5)
+    state = torch.load(tmp_path / "checkpoint.pt", weights_only=False)
+    assert state["lora"]["r"] == 4 and all("lora_" in k for k in state["model"])
+    from turnrl.agents.tiny import tiny_tokenizer
+
+    merged = tiny_model(tiny_tokenizer("chatml"))
+    load_policy(merged, tmp_path)
+    for a, b in zip(sequence_logprobs(merged, PROBE), learner):
+        assert a == pytest.approx(b, abs=1e-4)
+    assert max(abs(a - b) for a, b in zip(sequence_logprobs(tiny_model(tiny_tokenizer("chatml")), PROBE)[0],
+                                          learner[0])) > 1e-3  # the adapters trained
 
 
 @pytest.mark.parametrize("algo", [{"name": "dqo", "beta": 0.1}, {"name": "sft"}])

@@ -126,6 +126,36 @@ def test_a_lora_run_as_a_start_merges_onto_its_own_base_and_trains_whole(tmp_pat
         resumed.close()
 
 
+@pytest.mark.parametrize("algo", [{"name": "dqo", "beta": 0.1}, {"name": "sft"}])
+def test_offline_objectives_train_the_adapters_alone(tmp_path, one_thread, algo):
+    """Offline data (DQO: with its value head and the adapters-off reference; SFT): the adapters train, nothing of
+    the base moves."""
+    from turnrl.agents.base import SamplingParams
+    from turnrl.agents.hf import HFAgent
+    from turnrl.rl.sources.collect import rollout_dataset
+
+    tok = tiny_tokenizer("chatml")
+    data = tmp_path / "data.parquet"
+    rollout_dataset(HFAgent(tiny_model(tok, seed=3), tok), "tiny:chatml", "tests/Upper-v0", out=data, tasks=4,
+                    samples=4, params=SamplingParams(temperature=1.0, max_new_tokens=6))
+    trainer = Trainer(TrainConfig.model_validate({
+        "model": "tiny:chatml", "env": {"id": "tests/Upper-v0"}, "algorithm": algo, "steps": 2, "eval_tasks": 2,
+        "data": {"path": str(data), "batch_size": 8}, "optim": {"lr": 5e-3, "minibatch_size": 4},
+        "learner": {"lora": {"r": 4}}, "out_dir": str(tmp_path / "run")}))
+    base = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if "lora_" not in n}
+    adapters = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if "lora_" in n}
+    try:
+        history = trainer.train()
+        if algo["name"] == "dqo":
+            assert isinstance(trainer.learner.ref_model, AdapterOff)
+    finally:
+        trainer.close()
+    assert all(h["loss"] == h["loss"] for h in history[1:])  # finite losses
+    named = dict(trainer.model.named_parameters())
+    assert all(torch.equal(named[n], p) for n, p in base.items())
+    assert max(float((named[n] - p).abs().max()) for n, p in adapters.items()) > 1e-3
+
+
 def test_bad_lora_settings_are_one_clear_error(tmp_path):
     model = tiny_model(tiny_tokenizer("chatml"))
     with pytest.raises(ValueError, match=r"no linear layer named qkv_proj; its linear layers are down_proj, .*q_proj"):
@@ -138,8 +168,9 @@ def test_bad_lora_settings_are_one_clear_error(tmp_path):
         load_adapter(small, adapter_state(other))
     with pytest.raises(ValueError, match="lm_head shares its weight with the input embeddings"):
         apply_lora(tiny_model(tiny_tokenizer("chatml")), {"target_modules": ["q_proj", "lm_head"]})
-    with pytest.raises(ValueError, match="learner.lora trains on placement local for now"):
-        TrainConfig(model="tiny:chatml", env={"id": "tests/Upper-v0"}, placement="ray", learner={"lora": {"r": 4}})
+    with pytest.raises(ValueError, match="learner.lora sends rollout workers the adapters alone"):
+        TrainConfig(model="tiny:chatml", env={"id": "tests/Upper-v0"}, placement="ray", ray={"rollout_backend": "vllm"},
+                    learner={"lora": {"r": 4}, "backend": "deepspeed", "weight_sync": "nccl"})
     result = subprocess.run([sys.executable, "-m", "turnrl", "lora", "merge", str(tmp_path), "--out",
                              str(tmp_path / "m")], capture_output=True, text=True, timeout=120)
     assert result.returncode == 2 and "no checkpoint.pt there" in result.stdout + result.stderr

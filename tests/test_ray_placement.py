@@ -202,6 +202,45 @@ def test_ledger_commits_each_job_once_and_refuses_stale_leases():
     assert not ledger.commit(theirs[0].key, b, traj) and ledger.refused == 3  # taken: a late commit is refused
 
 
+PROBE = [[1, 5, 9, 13, 2, 7], [3, 4, 4, 8]]
+
+
+def test_lora_workers_receive_only_the_adapter_and_sample_with_each_new_one(tmp_path):
+    """The stale-adapter failure users report (the rollout engine keeps sampling with an old adapter): after every
+    update each worker scores a fixed sequence exactly as the learner does, and what it was sent is the adapter
+    alone, with its version."""
+    from test_lora import LEARNING_TARGETS, untied_tiny
+
+    from turnrl.rl.core.forward import sequence_logprobs
+
+    cfg = config(tmp_path, steps=4, learner={"lora": {"r": 8, "target_modules": LEARNING_TARGETS}})
+    t = Trainer(cfg, model=untied_tiny(), tokenizer=tiny_tokenizer("chatml"))
+    seen = []
+
+    def check(info):
+        version = t.runner.sync()
+        sent = ray.get(t.runner.pushed[1], timeout=30)
+        held = [ray.get(w.score.remote(PROBE), timeout=30) for w in t.runner.workers]
+        seen.append((info["step"], version, sequence_logprobs(t.model, PROBE), held, sent))
+
+    try:
+        history = t.train(on_step=check)
+    finally:
+        t.close()
+    full = sum(p.numel() for n, p in t.model.named_parameters() if "lora_" not in n)
+    assert [s[:2] for s in seen] == [(0, 0), (1, 1), (2, 2), (3, 3), (4, 4)]
+    for _, version, want, held, sent in seen:
+        assert sent and all(".lora_A." in k or ".lora_B." in k for k in sent)  # adapters only
+        assert sum(array.size for array, _ in sent.values()) < full / 4
+        for worker_version, got in held:
+            assert worker_version == version
+            for a, b in zip(got, want):
+                assert a == pytest.approx(b, abs=1e-5)
+    moved = max(abs(a - b) for a, b in zip(seen[0][2][0], seen[-1][2][0]))
+    assert moved > 1e-2  # the adapters moved: matching them was not trivial
+    assert all(h["logp_diff"] < 1e-4 for h in history[1:])  # every episode was sampled with the current adapter
+
+
 def test_train_command_runs_a_config_on_ray_workers(tmp_path):
     """`turnrl train CONFIG placement=ray ray.rollout_workers=2`, as the README says (a tiny model for speed)."""
     from typer.testing import CliRunner

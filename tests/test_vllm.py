@@ -303,3 +303,52 @@ def test_async_training_on_ray_with_a_vllm_worker(tmp_path):
         for traj in saved:
             generated = [v for v, m in zip(traj.token_versions, traj.loss_mask) if m]
             assert generated == sorted(generated) and step - 2 <= min(generated) <= max(generated) <= step - 1
+
+
+def test_a_lora_vllm_worker_serves_each_new_adapter_and_never_a_stale_one():
+    """The stale-adapter failure users report, on vLLM's own LoRA support: a rollout worker holds the base weights
+    once, and after every push (the adapters alone, as the object store carries them) its engine scores fixed
+    sequences like the learner's peft policy — and not like the adapter before."""
+    import toy_envs  # noqa: F401  (registers tests/Upper-v0)
+
+    from turnrl.lora import adapter_state, apply_lora
+    from turnrl.rl.core.forward import sequence_logprobs
+    from turnrl.rl.placement.parameters import to_shared
+    from turnrl.rl.placement.worker import RolloutWorker
+    from turnrl.rl.run.config import TrainConfig
+
+    lora = {"r": 8, "target_modules": ["q_proj", "v_proj", "up_proj"]}
+    model, tok = load_model("smollm2-135m-instruct")
+    policy = apply_lora(model, lora)
+    cfg = TrainConfig.model_validate({
+        "model": "smollm2-135m-instruct", "placement": "ray", "env": {"id": "tests/Upper-v0"},
+        "ray": {"rollout_workers": 1, "rollout_backend": "vllm",
+                "vllm": {"dtype": "float32", "enforce_eager": True, "max_model_len": 1024,
+                         "gpu_memory_utilization": 0.2}},
+        "learner": {"lora": lora}})
+    threads = torch.get_num_threads()
+    try:
+        worker = RolloutWorker(cfg.model_dump(), None, batch_size=4)
+        worker.setup([policy], [tok])
+    finally:
+        torch.set_num_threads(threads)
+    assert not worker.inflight and worker.agent.lora is not None
+    seqs = [p[:12] for p in prompts(tok)]
+    params = SamplingParams(temperature=0.0, max_new_tokens=12)
+    before = None
+    for version in range(3):
+        if version:  # a trained adapter of the next version
+            with torch.no_grad():
+                for name, p in policy.named_parameters():
+                    if "lora_B" in name:
+                        p.normal_(0, 0.02)
+            assert worker.set_weights(version, [to_shared(adapter_state(policy))]) == version
+        held, got = worker.score(seqs)
+        assert held == version
+        for a, b in zip(got, sequence_logprobs(policy, seqs)):
+            assert a == pytest.approx(b, abs=2e-2)
+        if before is not None:  # a stale adapter would have scored like this
+            assert max(abs(a - b) for x, y in zip(got, before) for a, b in zip(x, y)) > 0.1
+        before = got
+        hf = HFAgent(policy, tok).generate(prompts(tok)[:1], params)[0].token_ids
+        assert worker.agent.generate(prompts(tok)[:1], params)[0].token_ids == hf

@@ -82,7 +82,19 @@ def adapter_state(model: Any) -> dict[str, torch.Tensor]:
     """The adapters' weights alone (what a checkpoint stores and what rollout workers receive)."""
     from peft import get_peft_model_state_dict
 
-    return {k: v.detach().cpu() for k, v in get_peft_model_state_dict(model).items()}
+    # the base embeddings never train: peft would add them when the output head carries an adapter
+    state = get_peft_model_state_dict(model, save_embedding_layers=False)
+    return {k: v.detach().cpu() for k, v in state.items()}
+
+
+def base_state(model: Any) -> dict[str, torch.Tensor]:
+    """The base model's own weights of a LoRA policy, under the names they had before :func:`apply_lora` (adapters
+    left out, not merged): what a rollout engine or a learner rank starts from before it takes adapters."""
+    out = {}
+    for name, tensor in model.get_base_model().state_dict().items():
+        if ".lora_" not in name:
+            out[name.replace(".base_layer.", ".")] = tensor.detach()
+    return out
 
 
 def load_adapter(model: Any, state: dict[str, torch.Tensor]) -> None:

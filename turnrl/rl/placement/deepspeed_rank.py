@@ -34,6 +34,7 @@ from typing import Any
 
 import torch
 
+from turnrl.lora import AdapterOff, LoraConfig, adapter_state, apply_lora, base_state, is_lora, load_adapter
 from turnrl.rl.algorithms import Experience, get_algorithm
 from turnrl.rl.core.learner import Learner, _trainable
 from turnrl.rl.placement.parameters import full_parameters, to_shared
@@ -61,19 +62,26 @@ def shard_rows(groups: list[int], world: int) -> list[list[int]]:
     return [list(range(cuts[r], cuts[r + 1])) for r in range(world)]
 
 
-def blueprint(model: torch.nn.Module) -> dict[str, Any]:
-    """What a rank rebuilds the policy from: its class, config and weights. The model object itself is not sent:
-    a transformers model unpickled in another process returns no hidden states (``output_hidden_states``), which
-    the value head needs."""
+def blueprint(model: torch.nn.Module, lora: LoraConfig | None = None) -> dict[str, Any]:
+    """What a rank rebuilds the policy from: its class, config and weights — of a LoRA policy (``lora``: its
+    settings) the base model's and the adapters'. The model object itself is not sent: a transformers model
+    unpickled in another process returns no hidden states (``output_hidden_states``), which the value head needs."""
+    if lora is not None:
+        base = model.get_base_model()
+        return {"cls": type(base), "config": base.config, "state": {k: v.cpu() for k, v in base_state(model).items()},
+                "lora": lora.model_dump(), "adapter": adapter_state(model)}
     return {"cls": type(model), "config": model.config,
             "state": {k: v.detach().cpu() for k, v in model.state_dict().items()}}
 
 
 def rebuild(spec: dict[str, Any]) -> torch.nn.Module:
-    """The policy of :func:`blueprint` (same class, config and weights), in eval mode."""
+    """The policy of :func:`blueprint` (same class, config and weights, adapters included), in eval mode."""
     model = spec["cls"](spec["config"])
     dtype = next(iter(spec["state"].values())).dtype
     model.to(dtype).load_state_dict(spec["state"])
+    if spec.get("lora"):
+        model = apply_lora(model, spec["lora"])
+        load_adapter(model, spec["adapter"])
     return model.eval()
 
 
@@ -114,7 +122,8 @@ class RankLearner(Learner):
                                                config=ds_config, dist_init_required=False)
         self.model = self.policy = self.engine.module.policy
         self.ref_engine = None
-        if self.ref_model is not None and lc.zero_stage == 3:  # the frozen reference partitioned like the policy
+        if isinstance(self.ref_model, torch.nn.Module) and lc.zero_stage == 3:  # partitioned like the policy (a
+            # LoRA policy's reference is the policy itself with the adapters off: nothing of its own to partition)
             ref_config = {"train_micro_batch_size_per_gpu": config.optim.minibatch_size,
                           "zero_optimization": {"stage": 3}, "steps_per_print": 2**31 - 1,
                           "wall_clock_breakdown": False}
@@ -124,8 +133,8 @@ class RankLearner(Learner):
 
     def reference_share(self) -> float:
         """The share of the reference model's parameters this rank holds (1: a full copy; about 1/world under
-        ZeRO-3)."""
-        if self.ref_model is None:
+        ZeRO-3; 0: none of its own, the LoRA policy with its adapters off)."""
+        if self.ref_model is None or isinstance(self.ref_model, AdapterOff):
             return 0.0
         held = sum(int(p.ds_tensor.numel()) if hasattr(p, "ds_tensor") else int(p.numel())
                    for p in self.ref_model.parameters())
@@ -252,6 +261,8 @@ class DeepSpeedRank:
         arrays (readers get them from the object store without a copy). Under ZeRO-3 every rank must call this:
         partitions are gathered in buckets of about ``bucket_mb``, in the same order on every rank."""
         model = self._ready().policy
+        if is_lora(model):
+            return self._export_adapter(model)
         keys = list(model.state_dict().keys())
         if self.cfg.learner.zero_stage < 3:
             return to_shared({k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}) \
@@ -266,6 +277,19 @@ class DeepSpeedRank:
         buffers = dict(model.named_buffers())
         out.update((k, buffers[k].detach().to("cpu", copy=True)) for k in keys if k not in out and k in buffers)
         return to_shared({k: out[k] for k in keys})
+
+    def _export_adapter(self, model: Any) -> dict[str, Any] | None:
+        """A LoRA policy's adapters alone (what rollout workers and the driver's copy load), gathered under ZeRO-3
+        (every rank calls this)."""
+        adapters = [p for p in model.parameters() if p.requires_grad]
+        if self.cfg.learner.zero_stage == 3:
+            import deepspeed
+
+            with deepspeed.zero.GatheredParameters(adapters, modifier_rank=None):
+                state = {k: v.clone() for k, v in adapter_state(model).items()} if self.rank == 0 else None
+        else:
+            state = {k: v.clone() for k, v in adapter_state(model).items()} if self.rank == 0 else None
+        return to_shared(state) if state is not None else None
 
     # ---- weights over NCCL to vLLM workers (learner.weight_sync: nccl; GPU only) ----
 

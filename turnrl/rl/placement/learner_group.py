@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from turnrl.lora import adapter_state, load_adapter, restore
 from turnrl.rl.core.learner import _trainable
 from turnrl.rl.placement.extensions import CPU_OP, extensions_dir
 from turnrl.rl.placement.parameters import from_shared
@@ -81,7 +82,7 @@ class LearnerGroup:
             env["DS_ACCELERATOR"] = "cpu"  # must be set before deepspeed is imported in the rank
         actor = ray.remote(DeepSpeedRank).options(num_cpus=lc.rank_cpus, num_gpus=lc.rank_gpus, max_restarts=0,
                                                   runtime_env={"env_vars": env})
-        model_ref = ray.put(blueprint(model))
+        model_ref = ray.put(blueprint(model, config.learner.lora))
         self._published: tuple[int, Any] | None = None  # (version, ref) of the driver's copy
         self._streamed = -1  # the version last streamed over NCCL (weight_sync: nccl)
         try:
@@ -195,7 +196,11 @@ class LearnerGroup:
             return
         refs = [r.export.remote(self.cfg.learner.export_bucket_mb) for r in self.ranks]
         self._wait(refs, f"weight export of version {self.version}")
-        self.model.load_state_dict(from_shared(_ray().get(refs[0])))
+        state = from_shared(_ray().get(refs[0]))
+        if self.cfg.learner.lora is not None:
+            load_adapter(self.model, state)  # the ranks export a LoRA policy's adapters alone
+        else:
+            self.model.load_state_dict(state)
         self._published = (self.version, refs[0])
 
     def export_weights(self) -> tuple[int, dict[str, Any]]:
@@ -216,18 +221,24 @@ class LearnerGroup:
         folder, tag = str(Path(self.cfg.out_dir) / "deepspeed"), f"update-{self.updates}"
         self._wait([r.save.remote(folder, tag) for r in self.ranks], f"checkpoint {tag}")
         self.sync_driver()
-        return {"model": self.model.state_dict(), "deepspeed": {"folder": folder, "tag": tag},
+        lora = self.cfg.learner.lora
+        return {"model": adapter_state(self.model) if lora is not None else self.model.state_dict(),
+                "lora": lora.model_dump() if lora is not None else None, "deepspeed": {"folder": folder, "tag": tag},
                 "version": self.version, "updates": self.updates, "lr": self._lr}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume every rank from the checkpoint :meth:`state_dict` wrote."""
         ds = state.get("deepspeed")
+        lora = self.cfg.learner.lora.model_dump() if self.cfg.learner.lora is not None else None
+        if ds and lora != (state.get("lora") or None):  # before the ranks try to load adapters they do not have
+            raise ValueError(f"the checkpoint was made with learner.lora={state.get('lora')}, this run has {lora}: "
+                             "resume with the same learner.lora")
         if not ds:
             raise ValueError("this checkpoint was written by the torch learner; resume it with learner.backend=torch "
                              "(or start the DeepSpeed run fresh with init_from)")
         got = self._wait([r.load.remote(ds["folder"], ds["tag"]) for r in self.ranks], f"resume from {ds['tag']}")
         self.version, self.updates, self._lr = got[0]["version"], got[0]["updates"], state.get("lr", self._lr)
-        self.model.load_state_dict(state["model"])
+        restore(self.model, state, self.cfg.learner.lora)
         self._published = None
 
     def close(self) -> None:

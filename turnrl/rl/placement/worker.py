@@ -17,6 +17,7 @@ import torch
 
 from turnrl.agents.hf import HFAgent
 from turnrl.envs.registry import make, register
+from turnrl.lora import adapter_state, base_state, is_lora, load_adapter
 from turnrl.rl.placement.parameters import from_shared
 from turnrl.rl.run.config import TrainConfig
 from turnrl.rl.sources.base import Job
@@ -27,7 +28,11 @@ from turnrl.types import Trajectory
 def adopt_weights(model: torch.nn.Module, state: dict[str, torch.Tensor]) -> None:
     """Make ``state``'s tensors the model's weights without copying them (a rollout worker only reads its weights:
     the object store's arrays serve as they are, saving a 0.65 GB copy per update for SmolLM2-135M); a state that
-    does not match the model name for name, shape and dtype is copied in with ``load_state_dict`` instead."""
+    does not match the model name for name, shape and dtype is copied in with ``load_state_dict`` instead. A LoRA
+    policy takes adapters only (:func:`turnrl.lora.adapter_state`; copied in: they are small)."""
+    if is_lora(model):
+        load_adapter(model, state)
+        return
     own = model.state_dict(keep_vars=True)
     if set(own) != set(state) or any(own[k].shape != v.shape or own[k].dtype != v.dtype for k, v in state.items()):
         model.load_state_dict(state)
@@ -109,6 +114,7 @@ class RolloutWorker:
         self.lock = threading.Lock()  # generation calls and weight loads take turns
         self.load_lock = threading.Lock()  # in-flight loads, one at a time (generation goes on meanwhile)
         self.player: VersionedAgent | None = None
+        self.adapter_config: Any = None  # a LoRA policy on vLLM: the adapters' peft config (weights come per version)
         self.pid = os.getpid()
         self.windows: Any = None  # T-PPO: a LocalWindows holding this worker's unfinished episodes (after setup)
 
@@ -120,7 +126,12 @@ class RolloutWorker:
             import ray
 
             policy, tokenizer = ray.get([policy, tokenizer], timeout=self.cfg.ray.start_timeout)
-        if self.vllm:  # the engine loads the model's files, then the policy's weights (init_from may differ)
+        if self.vllm and is_lora(policy):  # the base weights once; adapters from now on (new ones at every update)
+            self.agent = self._vllm_agent()
+            self.adapter_config = policy.peft_config["default"]
+            self.agent.load_weights(base_state(policy))
+            self.agent.load_adapter(adapter_state(policy), self.adapter_config)
+        elif self.vllm:  # the engine loads the model's files, then the policy's weights (init_from may differ)
             self.agent = self._vllm_agent()
             if self.inflight:
                 self.agent.update_weights(policy.state_dict(), 0)  # the engine labels these weights version 0
@@ -139,12 +150,14 @@ class RolloutWorker:
     def _vllm_agent(self) -> Any:
         """vLLM's asynchronous engine where it can take weights in flight (``ray.vllm_inflight_updates``), else the
         plain one (whose loads wait for the running generation call)."""
-        from turnrl.agents.vllm import VLLMAgent
+        from turnrl.agents.vllm import VLLMAgent, lora_engine_kwargs
         from turnrl.agents.vllm_async import AsyncVLLMAgent, supports_inflight_updates
 
         options = dict(self.cfg.ray.vllm)
         if self.cfg.learner.weight_sync == "nccl":
             options.setdefault("weight_transfer_config", {"backend": "nccl"})
+        if self.cfg.learner.lora is not None:  # adapters swap between two generation calls, never inside one
+            return VLLMAgent(self.cfg.model, **{**lora_engine_kwargs(self.cfg.learner.lora.r), **options})
         if self.cfg.ray.vllm_inflight_updates and supports_inflight_updates():
             return AsyncVLLMAgent(self.cfg.model, timeout=self.cfg.ray.episode_timeout, **options)
         return VLLMAgent(self.cfg.model, **options)
@@ -178,7 +191,9 @@ class RolloutWorker:
             with self.lock:
                 if version <= self.version:
                     return self.version
-                if self.vllm:
+                if self.vllm and self.adapter_config is not None:
+                    self.agent.load_adapter(state, self.adapter_config)  # a new adapter id: never the cached one
+                elif self.vllm:
                     self.agent.load_weights(state)  # into every engine worker; prefix cache reset
                 else:
                     adopt_weights(self.agent.model, state)

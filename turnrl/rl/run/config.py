@@ -265,9 +265,9 @@ class TrainConfig(BaseModel):
         if self.program is not None and self.rollout.max_staleness > 0:
             raise ValueError("`program` episodes are played while nothing updates the policy: use "
                              "rollout.max_staleness=0")
-        if self.learner.lora is not None and self.placement != "local":
-            raise ValueError("learner.lora trains on placement local for now (rollout workers and DeepSpeed ranks do "
-                             "not take adapters yet)")
+        if self.learner.lora is not None and self.learner.weight_sync == "nccl":
+            raise ValueError("learner.lora sends rollout workers the adapters alone, through the object store: use "
+                             "learner.weight_sync=object_store (the NCCL transfer streams whole models)")
         if self.learner.backend == "deepspeed" and self.placement != "ray":
             raise ValueError("learner.backend=deepspeed runs its ranks as Ray actors: add placement=ray")
         if self.learner.weight_sync == "nccl" and (self.learner.backend != "deepspeed" or self.ray.rollout_backend
