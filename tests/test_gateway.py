@@ -402,7 +402,7 @@ def test_program_settings_are_checked():
             TrainConfig(**{**base, **extra})
 
 
-@pytest.mark.parametrize("example", ["openai_agent", "agents_sdk_agent"])
+@pytest.mark.parametrize("example", ["openai_agent", "agents_sdk_agent", "agents_sdk_mcp_agent"])
 def test_each_example_agent_trains_one_step_unchanged(example, tmp_path, monkeypatch):
     from pathlib import Path
 

@@ -174,3 +174,51 @@ def test_the_sdk_runs_its_tool_loop_through_the_gateway_token_exactly(loopback_o
     trajs, _, sessions = play(always_a_tool, [2])
     assert trajs[0].error is None and trajs[0].num_turns == 4 and len(sessions[0].calls) == 4
     assert trajs[0].metadata["answer"] == "Let me check." and trajs[0].correct is False
+
+
+def inventory_tools_then_answer(prompt: str) -> str:
+    """A scripted policy for the inventory tasks that uses the MCP tools the SDK offers: the item's sku by name,
+    then its stock or price, then the answer."""
+    for name in ("search_items", "get_stock", "get_price"):
+        assert f'"name": "{name}"' in prompt  # the environment's tools, listed by the gateway's MCP server
+    results = re.findall(r"<tool_response>\s*(.*?)\s*</tool_response>", prompt, flags=re.DOTALL)
+    stock = re.findall(r"How many (.+?)s are in stock", prompt)
+    cost = re.findall(r"What do (\d+) (.+?)s cost", prompt)
+    name = stock[-1] if stock else cost[-1][1]
+    if not results:
+        return f'<tool_call>{{"name": "search_items", "arguments": {{"query": "{name}"}}}}</tool_call>'
+    if len(results) == 1:
+        sku = json.loads(results[0])[0]["sku"]
+        tool = "get_stock" if stock else "get_price"
+        return f'<tool_call>{{"name": "{tool}", "arguments": {{"sku": "{sku}"}}}}</tool_call>'
+    value = json.loads(results[-1])
+    answer = value["total"] if stock else f"{int(cost[-1][0]) * value:.2f}"
+    return f"<answer>{answer}</answer>"
+
+
+def test_an_sdk_agent_with_mcp_tools_trains_on_an_environments_tools_through_the_gateway(loopback_only, monkeypatch):
+    """program.mcp_tools: the example agent asks the gateway's MCP server for its tools (the inventory environment's,
+    which come from the inventory MCP service) and the SDK calls them; every call is recorded on its episode, and
+    the answers the tools made possible are graded correct."""
+    from turnrl.gateway.tools import ToolServer
+
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+    import inventory_env  # noqa: F401  (registers examples/Inventory-v0)
+
+    tok = tiny_tokenizer("qwen_tools")
+    gateway = Gateway(ScriptedAgent(tok, inventory_tools_then_answer), "tiny", max_context=8192).start()
+    tools = ToolServer(api_key=gateway.api_key).start()
+    try:
+        trajs = play_programs(gateway, Program(function="agents_sdk_mcp_agent:run", search=[EXAMPLES]),
+                              "inventory_env:examples/Inventory-v0", {}, [Job(0, 0, t, 0) for t in (0, 1, 2, 3)],
+                              seed=0, concurrency=2, timeout=120, tools=tools)
+        assert tools._envs == {}  # every episode's tools were detached when it ended
+    finally:
+        tools.stop()
+        gateway.stop()
+    for traj in trajs:
+        assert traj.error is None and traj.correct is True and traj.total_reward == 1.0, traj.error
+        calls = traj.metadata["mcp_calls"]
+        assert [c["name"] for c in calls][0] == "search_items" and len(calls) == 2 and all(c["ok"] for c in calls)
+        assert calls[1]["name"] == ("get_stock" if traj.task_id.endswith("/stock") else "get_price")
+        assert traj.num_turns == 3

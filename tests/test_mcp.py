@@ -14,7 +14,7 @@ from local_net import free_port, wait_for_port
 
 import turnrl
 from turnrl.envs.testing import check_environment
-from turnrl.tools.mcp import MCPServer, MCPServerError, mcp_tools
+from turnrl.tools.mcp import MCPServer, MCPServerError, close_all, mcp_tools
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "examples"
@@ -156,3 +156,57 @@ def test_the_example_trains_from_its_config(tmp_path):
         cwd=EXAMPLES, capture_output=True, text=True, timeout=300, env={**os.environ, "COLUMNS": "200"})
     assert result.returncode == 0, result.stdout + result.stderr
     assert len((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()) == 3
+
+
+def test_gateway_tool_server_serves_each_sessions_environment_tools():
+    """program.mcp_tools' server, read by turnrl's own MCP client: the episode's tools with their schemas, calls
+    through the environment's toolbox (its errors as MCP tool errors), a slow call cut, every call recorded; a
+    session that is not open is a 404 and a missing key a 401."""
+    from turnrl.envs import Task, ToolEnv
+    from turnrl.gateway.tools import ToolServer
+    from turnrl.tools import tool
+    from turnrl.verifiers.base import Verdict
+
+    @tool
+    def lookup(key: str) -> str:
+        """Look a key up.
+
+        Args:
+            key: what to look up.
+        """
+        if key == "slow":
+            time.sleep(3)
+        if key == "boom":
+            raise RuntimeError("the lookup service is down")
+        return {"a": "alpha", "b": "beta"}.get(key, "unknown key")
+
+    env = ToolEnv([Task(id="t", prompt="What is a?", answer="alpha")], tools=[lookup],
+                  verifier=lambda text, ref: Verdict(correct=ref in text, score=float(ref in text)))
+    env.reset(options={"index": 0})
+    server = ToolServer(api_key="k3y", call_timeout=1.0).start()
+    try:
+        url = server.attach("ep-1", env)
+        assert url == f"http://127.0.0.1:{server.port}/s/ep-1/mcp"
+        tools = mcp_tools({"url": url, "headers": {"Authorization": "Bearer k3y"}}, timeout=10)
+        assert [t.name for t in tools] == ["lookup"]
+        assert tools[0].schema()["function"]["parameters"] == lookup.schema()["function"]["parameters"]
+        assert tools[0](key="a").content == "alpha"
+        boom = tools[0](key="boom")
+        assert not boom.ok and "the lookup service is down" in boom.content
+        t0 = time.monotonic()
+        slow = tools[0](key="slow")
+        assert not slow.ok and "timed out after 1s" in slow.content and time.monotonic() - t0 < 2.5
+        calls = server.detach("ep-1")
+        assert [(c["name"], c["arguments"], c["ok"]) for c in calls] == [
+            ("lookup", {"key": "a"}, True), ("lookup", {"key": "boom"}, False), ("lookup", {"key": "slow"}, False)]
+        assert "Error" in tools[0](key="a").content  # the episode is over: its URL is gone ...
+        close_all()
+        with pytest.raises(MCPServerError, match="Not Found"):  # ... for a new connection too
+            mcp_tools({"url": url, "headers": {"Authorization": "Bearer k3y"}}, timeout=5)
+        server.attach("ep-2", env)
+        with pytest.raises(MCPServerError, match="refused the connection"):
+            mcp_tools(server.url("ep-2"), timeout=5)
+        with pytest.raises(ValueError, match="a session id may hold"):
+            server.attach("../x", env)
+    finally:
+        server.stop()

@@ -14,8 +14,8 @@ command is run with the environment variables ``OPENAI_BASE_URL``, ``OPENAI_API_
 as JSON) and ``TURNRL_SESSION``, and its last line of standard output is the result (JSON, or a plain answer).
 The task is ``{"id", "index", "messages", "question", "tools", "model"}``: the environment's opening messages in
 OpenAI's form, the last user message's text, the environment's tool schemas (empty when it has none) and the model
-name to ask for. A program never
-imports the trainer.
+name to ask for; with ``program.mcp_tools`` also ``mcp_url``, where an MCP client calls those tools
+(:mod:`turnrl.gateway.tools`; ``TURNRL_MCP_URL`` for a command). A program never imports the trainer.
 
 Anything else — raising, exiting non-zero, running past its time, returning nothing or a non-number — is an
 :class:`Outcome` with an ``error`` that says so (the episode is left out of training and counted).
@@ -153,7 +153,7 @@ def run_command(command: str | Sequence[str], base_url: str, api_key: str, task:
     """Run a program command (see the module docstring) and read its last line of standard output."""
     argv = shlex.split(command) if isinstance(command, str) else list(command)
     env = {**os.environ, "OPENAI_BASE_URL": base_url, "OPENAI_API_KEY": api_key, "TURNRL_TASK": json.dumps(task),
-           "TURNRL_SESSION": session}
+           "TURNRL_SESSION": session, **({"TURNRL_MCP_URL": task["mcp_url"]} if task.get("mcp_url") else {})}
     try:
         done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout, check=False)
     except subprocess.TimeoutExpired:

@@ -16,6 +16,7 @@ from turnrl.envs.registry import make
 from turnrl.gateway.program import Outcome, call_function, load_function, run_command
 from turnrl.gateway.record import build_trajectory
 from turnrl.gateway.server import Gateway
+from turnrl.gateway.tools import ToolServer
 from turnrl.types import Trajectory
 
 
@@ -48,10 +49,11 @@ def task_of(env: Any, obs: Sequence[Any], info: dict[str, Any], index: int, mode
 
 def play_one(gateway: Gateway, program: Program, env: Any, *, env_seed: int | None, index: int,
              sample_seed: int | None, timeout: float, fields: dict[str, Any],
-             sampling: dict[str, Any] | None = None) -> Trajectory:
+             sampling: dict[str, Any] | None = None, tools: ToolServer | None = None) -> Trajectory:
     """One episode: reset ``env`` on task ``index``, run the program in a fresh session, grade its answer with the
     environment where it returned one, and build the Trajectory of what the session recorded (``sampling``
-    overrides the gateway's sampling settings for this session, e.g. greedy for evaluation)."""
+    overrides the gateway's sampling settings for this session, e.g. greedy for evaluation; ``tools`` serves the
+    environment's tools to the program over MCP for the episode, its calls recorded in ``metadata["mcp_calls"]``)."""
     t0 = time.perf_counter()
     spec = env.unwrapped.spec
     fields = {"env_id": spec.id if spec is not None else type(env.unwrapped).__name__, "seed": env_seed, **fields}
@@ -61,9 +63,16 @@ def play_one(gateway: Gateway, program: Program, env: Any, *, env_seed: int | No
         return Trajectory(error=f"reset failed: {type(e).__name__}: {e}", **fields)
     sid = gateway.open(f"{fields.get('metadata', {}).get('job', 'episode')}-{uuid.uuid4().hex[:8]}",
                        seed=sample_seed, sampling=sampling)
+    task = task_of(env, obs, info, index, gateway.model)
+    serve_tools = tools is not None and bool(task["tools"])
+    mcp_calls: list[dict[str, Any]] = []
     try:
-        outcome = program.run(gateway.base_url(sid), gateway.api_key, task_of(env, obs, info, index, gateway.model), sid, timeout)
+        if serve_tools:
+            task["mcp_url"] = tools.attach(sid, env)  # type: ignore[union-attr]
+        outcome = program.run(gateway.base_url(sid), gateway.api_key, task, sid, timeout)
     finally:  # calls still generating (a stream the program hung up on) are recorded within its time
+        if serve_tools:
+            mcp_calls = tools.detach(sid)  # type: ignore[union-attr]
         session = gateway.close(sid, wait=t0 + timeout - time.perf_counter())
     reward, correct, error, last_info = outcome.reward, outcome.correct, outcome.error, {}
     if error is None and outcome.answer is not None and session.calls:
@@ -78,6 +87,8 @@ def play_one(gateway: Gateway, program: Program, env: Any, *, env_seed: int | No
     meta = dict(fields.pop("metadata", {}) or {})
     meta.update(program_seconds=round(time.perf_counter() - t0, 3), **({"answer": outcome.answer}
                                                                        if outcome.answer is not None else {}))
+    if serve_tools:
+        meta["mcp_calls"] = mcp_calls
     traj = build_trajectory(session.calls, reward=reward or 0.0, correct=correct, eos_ids=gateway.eos_ids,
                             tokenizer=gateway.agent.tokenizer, error=error, task_id=info.get("task_id"), metadata=meta,
                             **fields)
@@ -88,8 +99,8 @@ def play_one(gateway: Gateway, program: Program, env: Any, *, env_seed: int | No
 
 def play_programs(gateway: Gateway, program: Program, env_id: str, env_kwargs: dict[str, Any], jobs: Sequence[Any],
                   *, seed: int, concurrency: int, timeout: float, sink: Callable[[Trajectory], Any] | None = None,
-                  group_id: Callable[[Any], str] | None = None, sampling: dict[str, Any] | None = None
-                  ) -> list[Trajectory]:
+                  group_id: Callable[[Any], str] | None = None, sampling: dict[str, Any] | None = None,
+                  tools: ToolServer | None = None) -> list[Trajectory]:
     """Play ``jobs`` (:class:`~turnrl.rl.sources.base.Job`) with the program, ``concurrency`` at once; the
     Trajectories in job order. Environments are reset like native episodes (seed ``seed + task``, ``{"index":
     task}``) and each session samples from the job's own stream (:func:`~turnrl.rl.sources.play.sample_seed`)."""
@@ -101,7 +112,8 @@ def play_programs(gateway: Gateway, program: Program, env_id: str, env_kwargs: d
         fields = {"group_id": (group_id or (lambda j: j.group_id))(job), "metadata": {"job": job.key}}
         try:
             traj = play_one(gateway, program, env, env_seed=env_seed(seed, job), index=job.task,
-                            sample_seed=sample_seed(seed, job), timeout=timeout, fields=fields, sampling=sampling)
+                            sample_seed=sample_seed(seed, job), timeout=timeout, fields=fields, sampling=sampling,
+                            tools=tools)
         except Exception as e:  # noqa: BLE001 — one episode's failure is its own, the step goes on
             traj = Trajectory(error=f"the episode failed: {type(e).__name__}: {e}", env_id=env_id, **fields)
         if sink is not None:
@@ -124,6 +136,7 @@ class GatewayRunner:
         self.cfg, self.agent, self.version = cfg, agent, version
         self.program = Program(pc.function, pc.command)
         self.gateway: Gateway | None = None
+        self.tools: ToolServer | None = None  # the environments' tools over MCP (program.mcp_tools)
 
     def open(self) -> Gateway:
         """The run's gateway (started on first use)."""
@@ -134,6 +147,8 @@ class GatewayRunner:
                                    sampling={"temperature": r.temperature, "top_p": r.top_p, "top_k": 0},
                                    max_new_tokens=r.max_new_tokens, max_context=r.max_context,
                                    timeout=pc.timeout, engine_thread=False).start()
+            if pc.mcp_tools:
+                self.tools = ToolServer(pc.host, api_key=self.gateway.api_key).start()
         return self.gateway
 
     def run(self, jobs: Sequence[Any]) -> tuple[list[Trajectory], dict[str, float]]:
@@ -141,7 +156,7 @@ class GatewayRunner:
         pc = self.cfg.program
         t0 = time.perf_counter()
         trajs = play_programs(self.open(), self.program, self.cfg.env.id, self.cfg.env.kwargs, jobs,
-                              seed=self.cfg.seed, concurrency=pc.concurrency, timeout=pc.timeout)
+                              seed=self.cfg.seed, concurrency=pc.concurrency, timeout=pc.timeout, tools=self.tools)
         return trajs, {"generated_tokens": float(sum(sum(t.loss_mask or []) for t in trajs)),
                        "generate_s": time.perf_counter() - t0}
 
@@ -153,7 +168,8 @@ class GatewayRunner:
                  ) -> tuple[list[Trajectory], int]:
             trajs = play_programs(self.open(), self.program, self.cfg.env.id, env_kwargs, jobs, seed=self.cfg.seed,
                                   concurrency=pc.concurrency, timeout=pc.timeout, sink=sink,
-                                  group_id=lambda j: str(j.task), sampling={"temperature": 0.0} if greedy else None)
+                                  group_id=lambda j: str(j.task), sampling={"temperature": 0.0} if greedy else None,
+                                  tools=self.tools)
             return trajs, sum(sum(t.loss_mask or []) for t in trajs)
 
         return play
@@ -170,6 +186,9 @@ class GatewayRunner:
 
     def close(self) -> None:
         """Stop the gateway."""
+        if self.tools is not None:
+            self.tools.stop()
+            self.tools = None
         if self.gateway is not None:
             self.gateway.stop()
             self.gateway = None

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import contextlib
 import json
 import shlex
 import tempfile
@@ -48,6 +49,8 @@ class MCPServer(BaseModel):
     env: dict[str, str] | None = Field(None, description="environment variables for a command (added to PATH, HOME "
                                                          "and the like, which the SDK passes on)")
     cwd: str | None = Field(None, description="the working folder of a command")
+    headers: dict[str, str] | None = Field(None, description="HTTP headers sent with every request to a url, e.g. "
+                                                             "{Authorization: Bearer KEY}")
     timeout: float = Field(30.0, gt=0, description="seconds one tool call may take")
     startup_timeout: float = Field(30.0, gt=0, description="seconds the server may take to start and list its tools")
     include: tuple[str, ...] | None = Field(None, description="take only these tools (default: all it lists)")
@@ -59,6 +62,8 @@ class MCPServer(BaseModel):
             raise ValueError("an MCP server has either a command (stdio) or a url (streamable HTTP)")
         if self.command is not None and not self.command:
             raise ValueError("the MCP server's command is empty")
+        if self.headers and self.url is None:
+            raise ValueError("headers go with an MCP server's url (a command's server gets env instead)")
         if self.url is not None and not self.url.startswith(("http://", "https://")):
             raise ValueError(f"an MCP server's url starts with http:// or https://, got {self.url!r}")
         return self
@@ -81,7 +86,7 @@ class MCPServer(BaseModel):
 
     def key(self) -> str:
         """What identifies one connection (the same server started the same way)."""
-        return json.dumps([self.command, self.url, self.env, self.cwd])
+        return json.dumps([self.command, self.url, self.env, self.cwd, self.headers])
 
 
 class _Connection:
@@ -103,8 +108,10 @@ class _Connection:
             raise MCPServerError(f"the MCP server {server.label} did not answer within {server.startup_timeout:g} s "
                                  f"(startup_timeout){self._stderr_tail()}")
         if self.error is not None:
-            raise MCPServerError(f"the MCP server {server.label} did not start: {_describe(self.error)}"
-                                 f"{self._stderr_tail()}") from None
+            what = "did not start" if server.command is not None else "refused the connection"
+            hint = "" if server.command is not None else " (check the URL, and any credentials it wants in headers)"
+            raise MCPServerError(f"the MCP server {server.label} {what}: {_describe(self.error)}"
+                                 f"{self._stderr_tail()}{hint}") from None
 
     def _stderr_tail(self) -> str:
         try:
@@ -129,13 +136,21 @@ class _Connection:
 
         self.loop, self._closing = asyncio.get_running_loop(), asyncio.Event()
         s = self.server
-        if s.command is not None:
-            params = StdioServerParameters(command=s.command[0], args=list(s.command[1:]), cwd=s.cwd,
-                                           env=_child_env(s.env))
-            target: Any = stdio_client(params, errlog=self._stderr)
-        else:
-            target = s.url
-        async with Client(target) as client:
+        async with contextlib.AsyncExitStack() as stack:
+            if s.command is not None:
+                params = StdioServerParameters(command=s.command[0], args=list(s.command[1:]), cwd=s.cwd,
+                                               env=_child_env(s.env))
+                target: Any = stdio_client(params, errlog=self._stderr)
+            elif s.headers:
+                import httpx2  # the mcp SDK's HTTP client
+                from mcp.client.streamable_http import streamable_http_client
+
+                http = await stack.enter_async_context(
+                    httpx2.AsyncClient(headers=dict(s.headers), timeout=httpx2.Timeout(30.0, read=300.0)))
+                target = streamable_http_client(s.url, http_client=http)
+            else:
+                target = s.url
+            client = await stack.enter_async_context(Client(target))
             tools, cursor = [], None
             while True:
                 listed = await client.list_tools(cursor=cursor)

@@ -183,6 +183,9 @@ class ProgramConfig(BaseModel):
                       "api_key)")
     port: int = Field(0, ge=0, description="0 picks a free port")
     api_key: str | None = Field(None, description="the key programs must send (default: a random one per run)")
+    mcp_tools: bool = Field(False, description="serve each episode's environment tools to the program as an MCP "
+                            "server (streamable HTTP) at task['mcp_url'] (TURNRL_MCP_URL for a command); needs the "
+                            "mcp extra")
 
     @model_validator(mode="after")
     def _one_program(self) -> ProgramConfig:

@@ -1,0 +1,198 @@
+"""The environment's tools for gateway programs, as an MCP server (``program.mcp_tools: true``; the ``mcp`` extra).
+
+An agent that reaches its tools through the Model Context Protocol (the OpenAI Agents SDK's
+``MCPServerStreamableHttp``, LangChain's MCP adapters, the ``mcp`` SDK's own client) trains on a turnrl
+environment's tools unchanged: each episode's task carries ``mcp_url`` = ``http://HOST:PORT/s/SESSION/mcp``, a
+streamable-HTTP MCP server (stateless, JSON responses) whose tools are that episode's environment's:
+
+* ``tools/list`` answers the environment's tool schemas (name, description, JSON schema of the arguments);
+* ``tools/call`` runs the call through the environment's own toolbox — so unknown tools, bad arguments, a tool that
+  raises and a tool that runs past its time are turnrl's tool contract, and come back as MCP tool errors
+  (``isError``) carrying the message the model would have seen in a native episode. A call that takes longer than
+  ``call_timeout`` seconds is answered with an error (the tool's own timeout usually comes first).
+
+Every call is recorded on its session (name, arguments, ok) and lands in the episode's
+``metadata["mcp_calls"]``. A URL whose session is not open (never opened, or its episode is over) answers 404.
+Given a key (the gateway's, in training), the server wants it with every request (``Authorization: Bearer KEY``,
+the header an OpenAI client sends the gateway), or answers 401.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import socket
+import threading
+import time
+from typing import Any
+
+from turnrl.types import ToolCall
+
+_PATH = re.compile(r"/s/([A-Za-z0-9._-]{1,128})/mcp/?")
+
+
+def _mcp() -> Any:
+    try:
+        from mcp import types
+        from mcp.server.lowlevel import Server
+    except ImportError as e:
+        raise ImportError("program.mcp_tools needs the mcp package: pip install 'turnrl[mcp]'") from e
+    return types, Server
+
+
+class ToolServer:
+    """Serves each open session's environment tools over MCP (see the module docstring).
+
+    Args:
+        host: where to listen (a free port is picked).
+        api_key: required with every request as ``Authorization: Bearer KEY`` (None: no key).
+        call_timeout: seconds one tool call may take before it is answered with an error.
+        start_timeout: seconds to wait for the server to listen.
+    """
+
+    def __init__(self, host: str = "127.0.0.1", *, api_key: str | None = None, call_timeout: float = 120.0,
+                 start_timeout: float = 30.0) -> None:
+        self.host, self.api_key, self.call_timeout, self.start_timeout = host, api_key, call_timeout, start_timeout
+        self._envs: dict[str, Any] = {}
+        self._calls: dict[str, list[dict[str, Any]]] = {}
+        self._lock = threading.Lock()
+        self._server: Any = None
+        self._thread: threading.Thread | None = None
+        self.port = 0
+
+    # ---- sessions ----
+
+    def url(self, session: str) -> str:
+        """The MCP endpoint of ``session``."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}/s/{session}/mcp"
+
+    def attach(self, session: str, env: Any) -> str:
+        """Serve ``env``'s tools at :meth:`url` of ``session`` until :meth:`detach`; returns the URL."""
+        if not _PATH.fullmatch(f"/s/{session}/mcp"):
+            raise ValueError(f"a session id may hold letters, digits, '-', '_' and '.', got {session!r}")
+        with self._lock:
+            self._envs[session] = env
+            self._calls[session] = []
+        return self.url(session)
+
+    def detach(self, session: str) -> list[dict[str, Any]]:
+        """Stop serving ``session`` (its URL answers 404 from now on); returns the calls it made."""
+        with self._lock:
+            self._envs.pop(session, None)
+            return self._calls.pop(session, [])
+
+    def _env(self, session: str) -> Any:
+        with self._lock:
+            return self._envs.get(session)
+
+    # ---- MCP ----
+
+    def _mcp_server(self) -> Any:
+        types, Server = _mcp()
+
+        def session_of(ctx: Any) -> tuple[str, Any]:
+            scope = getattr(ctx.request, "scope", None) or {}
+            sid = scope.get("turnrl_session", "")
+            env = self._env(sid)
+            if env is None:  # the episode ended while the request was in flight
+                raise ValueError(f"session {sid!r} is not open (its episode is over)")
+            return sid, env
+
+        async def list_tools(ctx: Any, params: Any) -> Any:
+            _, env = session_of(ctx)
+            tools = []
+            for schema in env.unwrapped.toolbox.schemas():
+                fn = schema["function"]
+                tools.append(types.Tool(name=fn["name"], description=fn.get("description") or "",
+                                        input_schema=fn.get("parameters") or {"type": "object", "properties": {}}))
+            return types.ListToolsResult(tools=tools)
+
+        async def call_tool(ctx: Any, params: Any) -> Any:
+            sid, env = session_of(ctx)
+            call = ToolCall(name=params.name, arguments=dict(params.arguments or {}))
+            t0 = time.perf_counter()
+            try:
+                out = await asyncio.wait_for(env.unwrapped.toolbox.ainvoke(call), self.call_timeout)
+                text, ok = out.content, out.ok
+            except asyncio.TimeoutError:
+                text, ok = f"Error: tool {call.name!r} timed out after {self.call_timeout:g}s", False
+            except Exception as e:  # noqa: BLE001 — the toolbox maps tool failures itself; anything else is reported
+                text, ok = f"Error: tool {call.name!r} failed: {type(e).__name__}: {e}", False
+            with self._lock:
+                if sid in self._calls:
+                    self._calls[sid].append({"name": call.name, "arguments": call.arguments, "ok": ok,
+                                             "seconds": round(time.perf_counter() - t0, 4)})
+            return types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=not ok)
+
+        return Server("turnrl-env-tools", on_list_tools=list_tools, on_call_tool=call_tool)
+
+    def _app(self) -> Any:
+        """The ASGI app: ``/s/SESSION/mcp`` to the MCP transport (the session put in the request's scope), the rest
+        404; the key checked where one is needed."""
+        server = self._mcp_server()
+        mcp_app = server.streamable_http_app(streamable_http_path="/mcp", stateless_http=True, json_response=True,
+                                             host=self.host)
+        manager = server.session_manager
+        from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
+
+        transport = StreamableHTTPASGIApp(manager)
+
+        async def reply(send: Any, status: int, message: str) -> None:
+            body = json.dumps({"error": message}).encode()
+            await send({"type": "http.response.start", "status": status,
+                        "headers": [(b"content-type", b"application/json")]})
+            await send({"type": "http.response.body", "body": body})
+
+        async def app(scope: Any, receive: Any, send: Any) -> None:
+            if scope["type"] == "lifespan":
+                await mcp_app(scope, receive, send)  # runs the MCP session manager for the server's life
+                return
+            if scope["type"] != "http":
+                return
+            m = _PATH.fullmatch(scope["path"])
+            if m is None:
+                await reply(send, 404, "not found: the environment's tools are at /s/SESSION/mcp")
+                return
+            if self.api_key:
+                auth = dict(scope.get("headers") or []).get(b"authorization", b"").decode()
+                if auth != f"Bearer {self.api_key}":
+                    await reply(send, 401, "send the gateway's key as 'Authorization: Bearer KEY'")
+                    return
+            if self._env(m.group(1)) is None:
+                await reply(send, 404, f"session {m.group(1)!r} is not open (never opened, or its episode is over)")
+                return
+            await transport({**scope, "turnrl_session": m.group(1)}, receive, send)
+
+        return app
+
+    def start(self) -> ToolServer:
+        """Listen (in a thread of this process); returns self once the server answers."""
+        import uvicorn
+
+        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((self.host, 0))
+        self.port = sock.getsockname()[1]
+        config = uvicorn.Config(self._app(), log_level="warning", lifespan="on", timeout_graceful_shutdown=2)
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [sock]}, daemon=True,
+                                        name="turnrl-mcp-tools")
+        self._thread.start()
+        deadline = time.monotonic() + self.start_timeout
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"the MCP tool server did not start on {self.host} within {self.start_timeout:g}s")
+            time.sleep(0.02)
+        return self
+
+    def stop(self) -> None:
+        """Stop serving (waits a few seconds for the thread)."""
+        if self._server is not None:
+            self._server.should_exit = True
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        self._server = self._thread = None
