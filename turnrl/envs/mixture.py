@@ -94,7 +94,7 @@ class MixtureEnv(TextEnv):
                                "be trained on; give at least one a positive weight")
         self.split, self.held_out_split = split, HELD_OUT
         self._lacking: list[str] = []  # members without a held-out split (held-out mode)
-        self._members: list[TextEnv] = [make(i, **self._kwargs(i, kw)) for i, kw in self._specs]
+        self._members: list[TextEnv] = [self._member(i, kw) for i, kw in self._specs]
         self.sizes = [len(e) for e in self._members]  # type: ignore[arg-type]
         if empty := [n for n, size in zip(self.names, self.sizes) if size == 0]:
             raise MixtureError(f"members {empty} have no tasks (check their split and data)")
@@ -110,14 +110,15 @@ class MixtureEnv(TextEnv):
         self._current: TextEnv | None = None
         self._current_name = ""
 
-    def _kwargs(self, env_id: str, kwargs: dict[str, Any]) -> dict[str, Any]:
-        """A member's kwargs under the mixture's split (see the module docstring)."""
-        if self.split is None:
-            return kwargs
-        if self.split != HELD_OUT:
-            return {**kwargs, "split": self.split}
+    def _member(self, env_id: str, kwargs: dict[str, Any]) -> TextEnv:
+        """A member built under the mixture's split (see the module docstring). Held-out: the member as configured
+        says its held-out split and evaluation options; it is rebuilt with them only where they change its kwargs."""
         from turnrl.envs.registry import make
 
+        if self.split is None:
+            return make(env_id, **kwargs)
+        if self.split != HELD_OUT:
+            return make(env_id, **{**kwargs, "split": self.split})
         probe = make(env_id, **kwargs)
         held = getattr(probe, "held_out_split", None)
         out = dict(kwargs)
@@ -127,7 +128,10 @@ class MixtureEnv(TextEnv):
             self._lacking.append(env_id)
         for key, value in (getattr(probe, "evaluation_options", None) or {}).items():
             out.setdefault(key, value)
-        return out
+        if out == kwargs:
+            return probe
+        probe.close()
+        return make(env_id, **out)
 
     # ---- the index space ----
 
