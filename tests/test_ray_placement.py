@@ -226,9 +226,20 @@ def test_lora_workers_receive_only_the_adapter_and_sample_with_each_new_one(tmp_
     try:
         history = t.train(on_step=check)
         # a worker that restarts starts over from the first adapters (version 0) and must take the current ones
-        ray.kill(t.runner.workers[0], no_restart=False)
-        t.runner._recover(0)
-        assert ray.get(t.runner.workers[0].ready.remote(), timeout=60)["version"] == 0
+        worker = t.runner.workers[0]
+        old = ray.get(worker.ready.remote(), timeout=30)["pid"]
+        ray.kill(worker, no_restart=False)
+        deadline = time.monotonic() + 60
+        while True:  # until Ray has restarted it (calls meanwhile find it unavailable)
+            try:
+                if ray.get(worker.ready.remote(), timeout=30)["pid"] != old:
+                    break
+            except (ray.exceptions.ActorUnavailableError, ray.exceptions.RayActorError):
+                pass
+            assert time.monotonic() < deadline, "the worker was not restarted"
+            time.sleep(0.2)
+        t.runner._recover(0)  # what the runner does for a failed worker: wait for it, hand it the policy
+        assert ray.get(worker.ready.remote(), timeout=60)["version"] == 0
         assert t.runner.sync() == 4
         restarted = ray.get(t.runner.workers[0].score.remote(PROBE), timeout=30)
     finally:

@@ -60,7 +60,6 @@ class MixtureEnv(TextEnv):
 
     def __init__(self, envs: Sequence[dict[str, Any]] | None = None, split: str | None = None) -> None:
         super().__init__(max_turns=10**9)  # each member caps its own episodes
-        from turnrl.envs.registry import make
 
         if envs is None:
             envs = [{"id": "turnrl/Arithmetic-v0", "kwargs": {"level": k}, "name": f"arith-l{k}"} for k in range(1, 6)]
