@@ -624,6 +624,34 @@ def test_every_verifier_turn_is_rewarded_with_its_verdict():
     assert adv[0, 3:5].tolist() == [1.0, 1.0]  # the tool call is credited with the verdict it led to
 
 
+def test_a_comparing_check_subtracts_the_answer_and_its_verdict_reads_the_difference():
+    """--compare: the check in two calls — the calculation, then the calculator on check − answer — and a verdict
+    that states the difference; the check figures still judge the first call's result."""
+    from turnrl.methods.pag.checks import checking_rows, generate_checks
+
+    tok = tiny_tokenizer("chatml")
+
+    def policy(prompt):  # right when the result is even, one too many when it is odd
+        v = eval(prompt.split("What is ", 1)[1].split("?")[0])  # noqa: S307 — our generated arithmetic
+        return f"\\boxed{{{v if v % 2 == 0 else v + 1}}}"
+
+    kw = {"calculator": True, "tool_style": "tags", "level": 2, "verify_tools": True}
+    trajs = generate_checks(ScriptedAgent(tok, policy), "turnrl/Arithmetic-PAG-v0", kw, tasks=8, max_new_tokens=64,
+                            compare=True)
+    for t in trajs:
+        right = t.turns[0].info["correct"]
+        check, compare, verdict = t.turns[1:4]
+        assert check.role == compare.role == verdict.role == "verifier"
+        stated = t.turns[0].info["extracted"]
+        assert compare.action.content == f"<calculator>{check.observation[0].content} - ({stated})</calculator>"
+        assert compare.observation[0].content == ("0" if right else "-1")  # the answer is one too many
+        assert verdict.action.content == ("The difference is 0. The answer is correct." if right else
+                                          "The difference is -1, not 0. The answer is wrong.")
+        assert verdict.info["check_says_right"] is right and verdict.info["tool_agreed"] is True
+    rows, report = checking_rows(trajs, balance="none")
+    assert report["dropped_steps"] == 0 and report["tool_rows"] == 2 * report["verdict_rows"] == 16
+
+
 def test_checking_warm_up_rows_call_the_tool_then_give_the_true_verdict(tmp_path):
     from typer.testing import CliRunner
 

@@ -218,9 +218,9 @@ class SelfVerify(TextEnv):
         return tuple(messages), 0.0, False, False, info
 
     def _check_says_right(self) -> bool | None:
-        """Whether the last tool result equals the first answer, judged by the inner verifier (the result as the
-        reference); False for a first answer that states nothing the verifier could extract; None without a result
-        or a way to state the answer."""
+        """Whether the check — the first tool result (a later call may compare it with the answer) — equals the
+        first answer, judged by the inner verifier (the result as the reference); False for a first answer that
+        states nothing the verifier could extract; None without a result or a way to state the answer."""
         if not self.tool_results or self.first is None:
             return None
         if self.first.extracted is None:
@@ -229,7 +229,7 @@ class SelfVerify(TextEnv):
         if stated is None:
             return None
         try:
-            return bool(self.env.verifier(stated, self.tool_results[-1]).correct)
+            return bool(self.env.verifier(stated, self.tool_results[0]).correct)
         except Exception:  # noqa: BLE001 — a figure only: a result the verifier cannot read compares as unknown
             return None
 

@@ -9,7 +9,9 @@ policy cannot yet take.
   ``verify_tools`` on: the policy writes the first answer as it would; each verifier turn is written by the teacher —
   first the oracle's tool call (the environment's own ``oracle_calls``: the calculation that solves the task, in the
   environment's tool format), then, with the tool's result in context, a short comparison and the *true* verdict of
-  the first answer. The environment runs the tool and grades everything as in training, so the episodes are
+  the first answer. With ``compare`` the comparison is a tool call too: the calculator on ``check − answer``, so
+  that the verdict only has to read whether the tool said 0 (a verdict that copies a tool result, rather than one
+  that compares two numbers itself). The environment runs the tool and grades everything as in training, so the episodes are
   token-exact and their infos say what the check found.
 * :func:`checking_rows` cuts the verifier turns out as SWiRL step rows (the state exactly as the policy saw it, the
   loss on the step's action only), filtered step by step — a tool step is kept only when its call ran and its
@@ -42,17 +44,36 @@ def check_call(env: Any) -> str | None:
     return write(calls[0]) if calls and write is not None else None
 
 
+def compare_call(env: Any) -> str | None:
+    """The second tool call of a comparing check: the calculator on ``check result − first answer`` (0: they
+    agree), in the inner environment's tool format; None where the check gave no result, the answer states none, or
+    the environment has no calculator."""
+    inner = env.env
+    write = getattr(inner.parser, "format_call", None)
+    calls = inner.oracle_calls(inner.task)
+    if not env.tool_results or env.first.extracted is None or write is None or not calls:
+        return None
+    from turnrl.types import ToolCall
+
+    expression = f"{env.tool_results[0]} - ({env.first.extracted})"
+    return write(ToolCall(name=calls[0].name, arguments={"expression": expression}))
+
+
 def check_verdict(env: Any) -> str:
-    """The verdict turn after a check: the tool's result, the first answer, whether they agree, the true verdict."""
+    """The verdict turn after a check: the tool's result, the first answer, whether they agree (with a comparing
+    check: the difference the tool computed), the true verdict."""
     first = env.first
     truth = bool(first.correct)
     verdict = f"{VERDICT_CORRECT if truth else VERDICT_WRONG}."
     if not env.tool_results:
         return verdict
     if first.extracted is None:
-        return f"The check gives {env.tool_results[-1]} and the answer states no result. {verdict}"
+        return f"The check gives {env.tool_results[0]} and the answer states no result. {verdict}"
+    if len(env.tool_results) > 1:  # the comparison: check − answer
+        gap = env.tool_results[-1]
+        return f"The difference is {gap}{'' if truth else ', not 0'}. {verdict}"
     agree = "they agree" if truth else "they differ"
-    return f"The check gives {env.tool_results[-1]} and the answer was {first.extracted}: {agree}. {verdict}"
+    return f"The check gives {env.tool_results[0]} and the answer was {first.extracted}: {agree}. {verdict}"
 
 
 class CheckingTeacher:
@@ -63,8 +84,8 @@ class CheckingTeacher:
             token, as a sampled turn that stopped would).
     """
 
-    def __init__(self, tokenizer: Any) -> None:
-        self.tokenizer = tokenizer
+    def __init__(self, tokenizer: Any, compare: bool = False) -> None:
+        self.tokenizer, self.compare = tokenizer, compare
         eos = getattr(tokenizer, "eos_token_id", None)
         self.eos = [int(eos)] if eos is not None else []
 
@@ -80,6 +101,8 @@ class CheckingTeacher:
                 raise ValueError(f"the checking teacher writes tool calls in verify turns: {type(inner).__name__} "
                                  "needs verify_tools=True (and an environment with tools, e.g. calculator=True)")
             call = check_call(inner) if inner.verify_calls == 0 else None
+            if self.compare and inner.verify_calls == 1 and inner.max_verify_calls >= 2:
+                call = compare_call(inner)
             text = call if call is not None else check_verdict(inner)
             ids = list(self.tokenizer.encode(text, add_special_tokens=False)) + self.eos
             out[i] = Completion(text=text, token_ids=ids, logprobs=[0.0] * len(ids), finish_reason="stop",
@@ -140,9 +163,10 @@ def checking_rows(trajectories: Sequence[Trajectory], *, balance: Literal["down"
 
 def generate_checks(agent: Any, env_id: str, env_kwargs: dict[str, Any], *, tasks: int, samples: int = 1,
                     temperature: float = 1.0, max_new_tokens: int = 128, seed: int = 0, batch_episodes: int = 64,
-                    on_batch: Any = None) -> list[Trajectory]:
+                    on_batch: Any = None, compare: bool = False) -> list[Trajectory]:
     """Play ``samples`` checked PAG episodes of each of the first ``tasks`` tasks: the policy ``agent`` answers, the
-    :class:`CheckingTeacher` verifies; returns the whole episodes. ``on_batch(done, total)`` after each batch.
+    :class:`CheckingTeacher` verifies (``compare``: with a comparing check); returns the whole episodes.
+    ``on_batch(done, total)`` after each batch.
 
     The rollout still samples the verifier turns the teacher then replaces (a rewrite hook sees sampled turns), so
     a batch costs about as much as a plain PAG rollout."""
@@ -150,7 +174,7 @@ def generate_checks(agent: Any, env_id: str, env_kwargs: dict[str, Any], *, task
     from turnrl.envs.registry import make
     from turnrl.rl.sources.rollout import Rollout
 
-    teacher = CheckingTeacher(agent.tokenizer)
+    teacher = CheckingTeacher(agent.tokenizer, compare=compare)
     params = SamplingParams(temperature=temperature, max_new_tokens=max_new_tokens, seed=seed)
     jobs = [(task, k) for task in range(tasks) for k in range(samples)]
     out: list[Trajectory] = []

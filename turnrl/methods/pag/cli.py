@@ -64,6 +64,8 @@ def pag_checks_command(
     balance: Annotated[str, typer.Option(help="down: as many episodes with a wrong first answer as with a right "
                                          "one; none")] = "down",
     episodes: Annotated[str | None, typer.Option(help="also keep the whole checked episodes here")] = None,
+    compare: Annotated[bool, typer.Option(help="check in two calls: the calculation, then the calculator on check - "
+                                          "answer, so the verdict reads whether the tool said 0")] = False,
     kw: KwOption = None,
 ) -> None:
     """Rows for a verifier that checks (ours): the policy answers, a teacher verifies by calling the environment's
@@ -80,7 +82,7 @@ def pag_checks_command(
              "calculator=true)")
     trajs = generate_checks(the_agent, env, env_kwargs, tasks=n, samples=samples, temperature=temperature,
                             max_new_tokens=max_new_tokens, seed=seed, batch_episodes=batch_size,
-                            on_batch=lambda done, total: _say(f"{done}/{total} episodes"))
+                            on_batch=lambda done, total: _say(f"{done}/{total} episodes"), compare=compare)
     try:
         rows, r = checking_rows(trajs, balance=balance, seed=seed)  # type: ignore[arg-type]
     except ValueError as e:

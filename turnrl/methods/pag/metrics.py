@@ -16,7 +16,7 @@ well the policy verifies its own answers.
   whose final answer is right where the first was wrong, and the reverse (shares of all PAG episodes);
 * ``pag_episodes`` and ``pag_verdicts`` — how many episodes and verdicts the figures rest on;
 * with verify tools on (``verify_tools``): ``pag_verify_tool_rate`` — verdicts preceded by at least one tool call;
-  ``pag_verify_tool_agreement`` — verdicts that agree with their check (the last tool result equal to the first
+  ``pag_verify_tool_agreement`` — verdicts that agree with their check (the first tool result equal to the first
   answer ⇔ "correct"), over verdicts with a check; ``pag_verify_check_right`` — checks that were themselves right
   (the result matched the first answer exactly when that answer was right).
 """
