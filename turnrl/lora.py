@@ -154,17 +154,34 @@ class AdapterOff:
         return self
 
 
-def restore(model: Any, state: dict[str, Any], cfg: LoraConfig | None) -> None:
-    """Load a learner checkpoint's policy (``state["model"]``, adapters where ``state["lora"]``) into ``model``.
+def policy_state(model: Any, cfg: LoraConfig | None) -> dict[str, Any]:
+    """What a learner checkpoint keeps of the policy: ``{"model": …, "lora": …}`` — of a LoRA policy (``cfg``: its
+    settings) the adapters and the settings, else every weight and None. :func:`restore` reads it back."""
+    if cfg is not None and is_lora(model):
+        return {"model": adapter_state(model), "lora": cfg.model_dump()}
+    return {"model": model.state_dict(), "lora": None}
+
+
+def check_resume(state: dict[str, Any], cfg: LoraConfig | None) -> None:
+    """Refuse a checkpoint made with other ``learner.lora`` settings (on/off, or its values) than ``cfg``.
 
     Raises:
-        ValueError: the checkpoint and the run differ in ``learner.lora`` (on/off, or its settings).
+        ValueError: they differ.
     """
     own = cfg.model_dump() if cfg is not None else None
     if own != (state.get("lora") or None):
         raise ValueError(f"the checkpoint was made with learner.lora={state.get('lora')}, this run has {own}: "
                          "resume with the same learner.lora")
-    if own is not None:
+
+
+def restore(model: Any, state: dict[str, Any], cfg: LoraConfig | None) -> None:
+    """Load a learner checkpoint's policy (``state["model"]``, adapters where ``state["lora"]``) into ``model``.
+
+    Raises:
+        ValueError: the checkpoint and the run differ in ``learner.lora`` (:func:`check_resume`).
+    """
+    check_resume(state, cfg)
+    if cfg is not None:
         load_adapter(model, state["model"])
     else:
         model.load_state_dict(state["model"])

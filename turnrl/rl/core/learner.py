@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from turnrl.lora import adapter_state, is_lora, restore
+from turnrl.lora import adapter_state, is_lora, policy_state, restore
 from turnrl.rl.algorithms import Algorithm, Experience, Forward
 from turnrl.rl.core.batch import Batch, collate, untrainable
 from turnrl.rl.core.critic import SeparateCritic, ValueHead
@@ -330,9 +330,7 @@ class Learner:
 
     def state_dict(self) -> dict[str, Any]:
         """Everything the learner needs to continue exactly."""
-        lora = is_lora(self.model)
-        model = adapter_state(self.model) if lora else self.model.state_dict()  # of a LoRA policy: the adapters
-        return {"model": model, "lora": self.cfg.learner.lora.model_dump() if lora else None,
+        return {**policy_state(self.model, self.cfg.learner.lora),  # of a LoRA policy: the adapters
                 "optimizer": self.optimizer.state_dict(),
                 "value_head": self.value_head.state_dict() if self.value_head is not None else None,
                 "critic": self.critic.state_dict() if self.critic is not None else None,

@@ -25,6 +25,7 @@ bucket in the same order, and rank 0 keeps a CPU copy. Every collective has the 
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import os
 import shutil
@@ -281,13 +282,13 @@ class DeepSpeedRank:
     def _export_adapter(self, model: Any) -> dict[str, Any] | None:
         """A LoRA policy's adapters alone (what rollout workers and the driver's copy load), gathered under ZeRO-3
         (every rank calls this)."""
-        adapters = [p for p in model.parameters() if p.requires_grad]
+        gathered: Any = contextlib.nullcontext()
         if self.cfg.learner.zero_stage == 3:
             import deepspeed
 
-            with deepspeed.zero.GatheredParameters(adapters, modifier_rank=None):
-                state = {k: v.clone() for k, v in adapter_state(model).items()} if self.rank == 0 else None
-        else:
+            gathered = deepspeed.zero.GatheredParameters([p for p in model.parameters() if p.requires_grad],
+                                                         modifier_rank=None)
+        with gathered:  # copies: the gathered tensors are released on exit
             state = {k: v.clone() for k, v in adapter_state(model).items()} if self.rank == 0 else None
         return to_shared(state) if state is not None else None
 

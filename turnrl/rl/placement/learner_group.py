@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from turnrl.lora import adapter_state, load_adapter, restore
+from turnrl.lora import check_resume, load_adapter, policy_state, restore
 from turnrl.rl.core.learner import _trainable
 from turnrl.rl.placement.extensions import CPU_OP, extensions_dir
 from turnrl.rl.placement.parameters import from_shared
@@ -221,18 +221,14 @@ class LearnerGroup:
         folder, tag = str(Path(self.cfg.out_dir) / "deepspeed"), f"update-{self.updates}"
         self._wait([r.save.remote(folder, tag) for r in self.ranks], f"checkpoint {tag}")
         self.sync_driver()
-        lora = self.cfg.learner.lora
-        return {"model": adapter_state(self.model) if lora is not None else self.model.state_dict(),
-                "lora": lora.model_dump() if lora is not None else None, "deepspeed": {"folder": folder, "tag": tag},
+        return {**policy_state(self.model, self.cfg.learner.lora), "deepspeed": {"folder": folder, "tag": tag},
                 "version": self.version, "updates": self.updates, "lr": self._lr}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume every rank from the checkpoint :meth:`state_dict` wrote."""
         ds = state.get("deepspeed")
-        lora = self.cfg.learner.lora.model_dump() if self.cfg.learner.lora is not None else None
-        if ds and lora != (state.get("lora") or None):  # before the ranks try to load adapters they do not have
-            raise ValueError(f"the checkpoint was made with learner.lora={state.get('lora')}, this run has {lora}: "
-                             "resume with the same learner.lora")
+        if ds:  # before the ranks try to load adapters they do not have
+            check_resume(state, self.cfg.learner.lora)
         if not ds:
             raise ValueError("this checkpoint was written by the torch learner; resume it with learner.backend=torch "
                              "(or start the DeepSpeed run fresh with init_from)")
