@@ -61,6 +61,11 @@ class _ReloadWeights:
             worker.model_runner.model.load_weights(weights=items)
 
 
+def _scratch() -> str | None:
+    """Where weights for the engine's workers are written: shared memory where there is one (None: the default)."""
+    return "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+
+
 @contextlib.contextmanager
 def weights_file(state_dict: Mapping[str, Any] | Iterable[tuple[str, Any]]) -> Iterator[str]:
     """Write the weights to a temporary file (in ``/dev/shm`` where there is one) for :class:`_ReloadWeights`;
@@ -69,8 +74,7 @@ def weights_file(state_dict: Mapping[str, Any] | Iterable[tuple[str, Any]]) -> I
 
     items = state_dict.items() if isinstance(state_dict, Mapping) else state_dict
     state = {name: (t.detach().cpu() if hasattr(t, "detach") else torch.as_tensor(t)) for name, t in items}
-    folder = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
-    fd, path = tempfile.mkstemp(prefix="turnrl-weights-", suffix=".pt", dir=folder)
+    fd, path = tempfile.mkstemp(prefix="turnrl-weights-", suffix=".pt", dir=_scratch())
     os.close(fd)
     try:
         torch.save(state, path)
@@ -294,7 +298,7 @@ class VLLMAgent:
         from safetensors.torch import save_file
         from vllm.lora.request import LoRARequest
 
-        folder = tempfile.mkdtemp(prefix="turnrl-lora-", dir="/dev/shm" if os.access("/dev/shm", os.W_OK) else None)
+        folder = tempfile.mkdtemp(prefix="turnrl-lora-", dir=_scratch())
         try:
             config.save_pretrained(folder)  # adapter_config.json
             save_file({k: v.detach().cpu().contiguous() for k, v in state.items()},

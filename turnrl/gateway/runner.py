@@ -64,15 +64,14 @@ def play_one(gateway: Gateway, program: Program, env: Any, *, env_seed: int | No
     sid = gateway.open(f"{fields.get('metadata', {}).get('job', 'episode')}-{uuid.uuid4().hex[:8]}",
                        seed=sample_seed, sampling=sampling)
     task = task_of(env, obs, info, index, gateway.model)
-    serve_tools = tools is not None
     mcp_calls: list[dict[str, Any]] = []
     try:
-        if serve_tools:
-            task["mcp_url"] = tools.attach(sid, env)  # type: ignore[union-attr]
+        if tools is not None:
+            task["mcp_url"] = tools.attach(sid, env)
         outcome = program.run(gateway.base_url(sid), gateway.api_key, task, sid, timeout)
-    finally:  # calls still generating (a stream the program hung up on) are recorded within its time
-        if serve_tools:  # tool calls still running are waited for, within the program's time
-            mcp_calls = tools.detach(sid, wait=t0 + timeout - time.perf_counter())  # type: ignore[union-attr]
+    finally:  # calls still running (a stream the program hung up on, a tool call) are recorded within its time
+        if tools is not None:
+            mcp_calls = tools.detach(sid, wait=t0 + timeout - time.perf_counter())
         session = gateway.close(sid, wait=t0 + timeout - time.perf_counter())
     reward, correct, error, last_info = outcome.reward, outcome.correct, outcome.error, {}
     if error is None and outcome.answer is not None and session.calls:
@@ -87,7 +86,7 @@ def play_one(gateway: Gateway, program: Program, env: Any, *, env_seed: int | No
     meta = dict(fields.pop("metadata", {}) or {})
     meta.update(program_seconds=round(time.perf_counter() - t0, 3), **({"answer": outcome.answer}
                                                                        if outcome.answer is not None else {}))
-    if serve_tools:
+    if tools is not None:
         meta["mcp_calls"] = mcp_calls
     traj = build_trajectory(session.calls, reward=reward or 0.0, correct=correct, eos_ids=gateway.eos_ids,
                             tokenizer=gateway.agent.tokenizer, error=error, task_id=info.get("task_id"), metadata=meta,
