@@ -4,6 +4,7 @@ the exact command that finishes the rest (:func:`interruptible`, :func:`resume_c
 
 from __future__ import annotations
 
+import functools
 import json
 import shlex
 import signal
@@ -117,6 +118,8 @@ def eval_cmd(
     batch_size: Annotated[int, typer.Option(help="episodes generated together")] = 32,
     max_context: int = 4096,
     tokenizer: Annotated[str | None, typer.Option(help="tokenizer path/name for openai: agents")] = None,
+    device: Annotated[str, typer.Option(help="where an hf:, tiny: or run: agent runs: auto (a CUDA GPU when torch "
+                                        "sees one), cpu, cuda or cuda:N")] = "auto",
     resume: Annotated[bool, typer.Option("--resume", help="finish an interrupted evaluation in --out: keep its "
                                          "finished episodes and play the rest (the same options)")] = False,
     kw: KwOption = None,
@@ -157,7 +160,7 @@ def eval_cmd(
     with interruptible() as stop:
         try:
             metrics = _run_eval(env, agent, env_kwargs, limit, samples, params, seed, out, batch_size, max_context,
-                                tokenizer, resume, make_agent)
+                                tokenizer, resume, functools.partial(make_agent, device=device))
         except EvaluationInterrupted as e:
             console.print((Path(out) / "report.md").read_text(), markup=False, highlight=False)
             _say(f"interrupted: {e.done} of {e.total} episodes finished; {out}/report.md, items.jsonl, metrics.json "

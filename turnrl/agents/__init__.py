@@ -19,8 +19,10 @@ from turnrl.agents.models import BUILTIN_MODELS, load_model, resolve_model_path
 __all__ = ["Agent", "Completion", "SamplingParams", "load_model", "make_agent"]
 
 
-def make_agent(spec: str, *, batch_size: int = 32, tokenizer: str | None = None) -> Any:
-    """Build an agent from a spec string (see the module docstring).
+def make_agent(spec: str, *, batch_size: int = 32, tokenizer: str | None = None, device: str = "cpu") -> Any:
+    """Build an agent from a spec string (see the module docstring). ``device`` places the weights of the agents
+    that run in this process (hf:, tiny:, run:): ``cpu``, ``cuda``, ``cuda:N`` or ``auto`` (a GPU when torch sees
+    one).
 
     Raises:
         ValueError: an unknown prefix or a malformed spec (the message lists the valid forms).
@@ -35,20 +37,24 @@ def make_agent(spec: str, *, batch_size: int = 32, tokenizer: str | None = None)
             f"unknown agent spec {spec!r}; use a built-in name ({', '.join(BUILTIN_MODELS)}), a path, "
             "or hf:PATH, vllm:PATH, openai:URL#MODEL, tiny:TEMPLATE, run:OUT_DIR"
         )
+    if kind in ("run", "hf", "tiny") and device != "cpu":  # a GPU that is not there fails before anything loads
+        from turnrl.agents.models import pick_device
+
+        device = pick_device(device)
     if kind == "run":
-        return _run_agent(rest, batch_size)
+        return _run_agent(rest, batch_size, device)
     if kind in ("hf", "vllm"):  # where the model is, or why not, before the seconds of importing torch or vLLM
         rest = resolve_model_path(rest)
     if kind == "hf":
         from turnrl.agents.hf import HFAgent
 
-        return HFAgent.from_pretrained(rest, batch_size=batch_size)
+        return HFAgent.from_pretrained(rest, batch_size=batch_size, device=device)
     if kind == "tiny":
         from turnrl.agents.hf import HFAgent
         from turnrl.agents.tiny import tiny_model, tiny_tokenizer
 
         tok = tiny_tokenizer(rest or "chatml")
-        return HFAgent(tiny_model(tok), tok, batch_size=batch_size)
+        return HFAgent(tiny_model(tok).to(device), tok, batch_size=batch_size)
     if kind == "vllm":
         from turnrl.agents.vllm import VLLMAgent
 
@@ -66,7 +72,7 @@ def make_agent(spec: str, *, batch_size: int = 32, tokenizer: str | None = None)
     return OpenAIAgent(url, model, tokenizer=tok)
 
 
-def _run_agent(folder: str, batch_size: int) -> Any:
+def _run_agent(folder: str, batch_size: int, device: str = "cpu") -> Any:
     """The policy a training run saved: the run's ``model`` (its ``config.yaml``) with its checkpoint's weights.
 
     Raises:
@@ -87,4 +93,5 @@ def _run_agent(folder: str, batch_size: int) -> Any:
     from turnrl.checkpoint import load_policy
 
     load_policy(agent.model, folder)
+    agent.model.to(device)
     return agent

@@ -182,6 +182,33 @@ def _hub_model(repo: str) -> str:
     return folder
 
 
+def pick_device(spec: str = "auto", *, gpu_ok: bool = True) -> str:
+    """The torch device for ``spec``: ``auto`` (a CUDA GPU when torch sees one and ``gpu_ok``, else ``cpu``),
+    ``cpu``, ``cuda`` or ``cuda:N``.
+
+    Raises:
+        ValueError: a CUDA device that torch cannot see (a CPU build of torch, no GPU, or N out of range), with what
+            to change — before anything loads.
+    """
+    import torch
+
+    if spec == "auto":
+        return "cuda" if gpu_ok and torch.cuda.is_available() else "cpu"
+    if spec == "cpu":
+        return spec
+    kind, _, index = spec.partition(":")
+    if kind != "cuda" or not (index == "" or index.isdigit()):
+        raise ValueError(f"device={spec!r}: use auto, cpu, cuda or cuda:N")
+    if not torch.cuda.is_available():
+        why = ("this torch is a CPU build" if torch.version.cuda is None
+               else f"this torch (CUDA {torch.version.cuda}) sees no GPU")
+        raise ValueError(f"device={spec!r}, but {why}: use device=cpu (or auto), or install a CUDA build of torch")
+    if index and int(index) >= torch.cuda.device_count():
+        raise ValueError(f"device={spec!r}, but torch sees {torch.cuda.device_count()} GPU(s) (cuda:0 to "
+                         f"cuda:{torch.cuda.device_count() - 1})")
+    return spec
+
+
 def load_model(name_or_path: str, *, dtype: Any = "float32", device: str = "cpu") -> tuple[Any, Any]:
     """Load a causal LM and its tokenizer from a local path, a hub name, or a built-in name.
 

@@ -217,6 +217,10 @@ class TrainConfig(BaseModel):
         "dense rewards at the line ends of every reply from a process reward model (`turnrl prm train`), for "
         "algorithms with a critic"))
     optim: OptimConfig = Field(default_factory=OptimConfig)
+    device: str = Field("auto", pattern=r"^(auto|cpu|cuda(:\d+)?)$", description=(
+        "where this process's policy generates and trains: auto (a CUDA GPU when torch sees one and placement is "
+        "local, else cpu), cpu, cuda or cuda:N. On placement ray the workers and DeepSpeed ranks take GPUs through "
+        "`ray` and `learner` options; there auto keeps the driver's copy on cpu"))
     placement: Literal["local", "ray"] = Field("local", description="where rollouts run: in this process, or on "
                                                "Ray rollout workers (options under `ray`)")
     ray: RayConfig = Field(default_factory=RayConfig)

@@ -122,7 +122,7 @@ class Driver:
 
     def load(self, path: str | Path) -> None:
         """Resume from :meth:`save`'s file."""
-        state = torch.load(path, weights_only=False)
+        state = torch.load(path, map_location="cpu", weights_only=False)  # a GPU run resumes anywhere
         self.learner.load_state_dict(state)
         torch.set_rng_state(state["rng"])
         self.step, self.history = state["step"], state["history"]

@@ -41,6 +41,11 @@ class Trainer:
     """
 
     def __init__(self, config: TrainConfig, *, model: Any = None, tokenizer: Any = None) -> None:
+        from turnrl.agents.models import pick_device
+
+        # a GPU that is not there fails here, before anything loads; placement ray keeps the driver's copy on the
+        # CPU unless asked (its workers and ranks hold the GPUs)
+        self.device = pick_device(config.device, gpu_ok=config.placement == "local")
         self.cfg = config
         self._eval_kwargs: dict[str, Any] | None = None  # the held-out env's kwargs, resolved at the first evaluation
         self.eval_metrics: dict[str, Any] = {}  # the last evaluation's figures
@@ -60,6 +65,7 @@ class Trainer:
             from turnrl.lora import apply_lora
 
             model = apply_lora(model, config.learner.lora)
+        model.to(self.device)  # the learner builds its reference, value head and batches on the policy's device
         self.agent = HFAgent(model, tokenizer, batch_size=batch, kv_cache_mb=config.rollout.kv_cache_mb)
         self._tokenizer = tokenizer
         self.runner: Runner | None = None
