@@ -96,7 +96,6 @@ def measure(shape: str, device: str, tokenizer, batch: int, prompt: int, new: in
     if device.startswith("cuda"):
         row["peak_GB"] = round(torch.cuda.max_memory_allocated() / 1e9, 2)
         torch.cuda.reset_peak_memory_stats()
-    del model, agent, opt
     return row
 
 
