@@ -128,7 +128,9 @@ def test_an_nccl_rank_on_the_gpu_updates_like_one_process(cluster, tmp_path, sta
         version, state = group.export_weights()
         want = adapter_state(single.model) if lora is not None else single.model.state_dict()
         assert version == 2 and set(state) == set(want)
-        assert max(float((state[k].cpu() - v.cpu()).abs().max()) for k, v in want.items()) < 2e-5
+        # within 1 % of one Adam step (lr = 1e-2 per coordinate): ZeRO reduces in flat buckets, in another order
+        # (ZeRO-3 on an H200: 2.06e-5)
+        assert max(float((state[k].cpu() - v.cpu()).abs().max()) for k, v in want.items()) < 1e-4
     finally:
         group.close()
 
