@@ -172,3 +172,20 @@ def test_a_chosen_tokens_top_logprobs_entry_is_its_logprob_exactly(agent, temper
             assert same in ([], [logprob])
             found += bool(same)
         assert found == len(c.token_ids) if temperature == 0 else found > 0, found
+
+
+def test_inverse_transform_draws_follow_the_probabilities_and_the_seed():
+    """`draw` (the GPU path's sampler): frequencies match the probabilities, zero-probability entries are never
+    drawn, and a seeded CPU generator gives the same draws on every call (tests/test_gpu.py: on every device)."""
+    from turnrl.agents.batching import draw
+
+    probs = torch.tensor([[0.5, 0.0, 0.3, 0.2, 0.0], [0.0, 0.0, 0.0, 0.0, 1.0]]).repeat(4000, 1)
+    picked = draw(probs, torch.Generator().manual_seed(3))
+    first, second = picked[0::2], picked[1::2]
+    assert set(second.tolist()) == {4} and not ({1, 4} & set(first.tolist()))
+    freq = torch.bincount(first, minlength=5).double() / len(first)
+    assert torch.allclose(freq, probs[0].double(), atol=0.025), freq
+    assert torch.equal(picked, draw(probs, torch.Generator().manual_seed(3)))
+    assert not torch.equal(picked, draw(probs, torch.Generator().manual_seed(4)))
+    unnormalized = torch.tensor([[2.0, 0.0, 6.0]]).repeat(2000, 1)  # sums of 8: scaled, not clipped at 1
+    assert 0.7 < float((draw(unnormalized, torch.Generator().manual_seed(0)) == 2).double().mean()) < 0.8
