@@ -723,3 +723,22 @@ def test_gsm8k_pag_verifies_with_the_calculator_on_its_last_calculation():
     assert verdict.endswith("The answer is wrong.") and f"the answer was {wrong}" in verdict
     info = env.step(verdict)[4]
     assert (info["verdict"], info["check_says_right"], info["tool_agreed"]) == ("wrong", False, True)
+
+
+def test_recall_answer_puts_the_first_answer_beside_the_first_check_only():
+    env = tool_pag(recall_answer=True)
+    env.reset(seed=0)  # 39 - 23
+    env.step("\\boxed{15}")
+    obs, r, term, _, info = env.step("<calculator>39 - 23</calculator>")
+    assert [(m.role, m.content) for m in obs] == [("tool", "16"), ("user", "Your answer was 15.")]
+    assert r == 0 and not term and info["next_role"] == "verifier"
+    obs = env.step("<calculator>16 - 15</calculator>")[0]  # a second call: its result alone
+    assert [m.content for m in obs] == ["1"]
+    env = tool_pag(recall_answer=True)
+    env.reset(seed=0)
+    env.step("I do not know.")  # nothing extracted: said so, and the check cannot agree with it
+    assert env.step("<calculator>39 - 23</calculator>")[0][-1].content == "Your answer stated no result."
+    info = env.step("The answer is wrong.")[4]
+    assert info["verdict_correct"] and info["check_says_right"] is False
+    with pytest.raises(ValueError, match="recall_answer .* needs verify_tools=True"):
+        turnrl.make("turnrl/Arithmetic-PAG-v0", calculator=True, recall_answer=True)

@@ -134,8 +134,10 @@ def test_ppo_with_a_separate_critic_model(tmp_path):
     history = trainer.train()
     assert sum(h["success"] for h in history[-5:]) / 5 > sum(h["success"] for h in history[1:6]) / 5 + 0.3
     assert any(not torch.equal(a, b) for a, b in zip(backbone, trainer.critic.backbone.parameters()))
-    value_loss = [h["value_loss"] for h in history[1:]]
-    assert sum(value_loss[-5:]) < sum(value_loss[:5])  # the critic fits the returns better than it did at first
+    # the critic fits the returns better than it did at first, relative to their spread (which grows as the policy
+    # starts to succeed: each batch's reward variance is what predicting its mean would lose)
+    fit = [h["value_loss"] / max(h["reward_std"] ** 2, 1e-6) for h in history[1:]]
+    assert sum(fit[-5:]) < sum(fit[:5])
     with pytest.raises(ValueError, match="must share the policy's tokenizer"):
         from turnrl.agents.tiny import tiny_model as tm
         from turnrl.rl.core.critic import SeparateCritic

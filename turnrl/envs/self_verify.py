@@ -69,6 +69,9 @@ class SelfVerify(TextEnv):
             ``VERIFY_TOOLS_PROMPT`` followed by the tools' description and call format, and the inner environment's
             system prompt no longer describes them (the first answer is written without tools, as in the paper).
         max_verify_calls: the most tool turns before the verdict (with ``verify_tools``).
+        recall_answer: after the verifier's first tool turn, restate the first answer beside the tool's result
+            ("Your answer was 25."): the verdict compares two numbers next to each other instead of finding the
+            answer turns back (with ``verify_tools``; default off). It tells nothing about the answer's truth.
 
     ``turnrl eval`` and the trainer's held-out evaluations build it with ``mode="eval"`` unless told otherwise
     (``evaluation_options``).
@@ -98,6 +101,7 @@ class SelfVerify(TextEnv):
         verdict_texts: dict[str, str] | None = None,
         verify_tools: bool = False,
         max_verify_calls: int = 2,
+        recall_answer: bool = False,
         render_mode: str | None = None,
     ) -> None:
         inner = getattr(env, "unwrapped", env)
@@ -111,6 +115,9 @@ class SelfVerify(TextEnv):
                              "(math environments: calculator=True; or verify_tools=False, the paper's setting)")
         if max_verify_calls < 1:
             raise ValueError(f"max_verify_calls must be at least 1, got {max_verify_calls}")
+        if recall_answer and not verify_tools:
+            raise ValueError("recall_answer restates the first answer beside the verifier's first tool result: it "
+                             "needs verify_tools=True (and an environment with tools)")
         if verify_prompt is None:
             verify_prompt = VERIFY_PROMPT
             if verify_tools:  # the tools are offered where they may be used: in the verify turn, not the answer's
@@ -123,6 +130,7 @@ class SelfVerify(TextEnv):
         if mode not in ("train", "eval"):
             raise ValueError(f"mode must be 'train' or 'eval', got {mode!r}")
         self.verify_tools, self.max_verify_calls = bool(verify_tools), int(max_verify_calls)
+        self.recall_answer = bool(recall_answer)
         super().__init__(max_turns=3 + (self.max_verify_calls if verify_tools else 0), render_mode=render_mode)
         self.env = inner
         self.split, self.held_out_split = getattr(inner, "split", None), getattr(inner, "held_out_split", None)
@@ -213,6 +221,9 @@ class SelfVerify(TextEnv):
         self.verify_calls += 1
         self.tool_results += [out.content for out in outputs if out.ok]
         messages, error = tool_observation(parsed, outputs)
+        if self.recall_answer and self.verify_calls == 1:  # the two numbers to compare, side by side
+            said = "stated no result" if self.first.extracted is None else f"was {self.first.extracted}"
+            messages.append(Message(role="user", content=f"Your answer {said}."))
         info = self._info("verify", "verifier", "verifier", verify_tool=True, correct=self.first.correct)
         info.update(tool_calls=[c.model_dump() for c in parsed.calls], error=error)
         return tuple(messages), 0.0, False, False, info
@@ -250,7 +261,7 @@ class SelfVerify(TextEnv):
 
 def _pag(cls_path: str, **kwargs: Any) -> SelfVerify:
     pag_keys = {"alpha", "mode", "verify_prompt", "revise_prompt", "verdict_parser", "verdict_texts", "verify_tools",
-                "max_verify_calls", "render_mode"}
+                "max_verify_calls", "recall_answer", "render_mode"}
     pag = {k: kwargs.pop(k) for k in list(kwargs) if k in pag_keys}
     module, name = cls_path.split(":")
     import importlib
