@@ -59,14 +59,12 @@ def measure(shape: str, device: str, tokenizer, batch: int, prompt: int, new: in
     generated = sum(len(c.token_ids) for c in out)
 
     model.train()
-    ids = torch.tensor([p + c.token_ids for p, c in zip(prompts, out)], device=device) \
-        if len({len(c.token_ids) for c in out}) == 1 else None
-    if ids is None:  # an end of sequence after all: pad to the longest
-        n = max(len(p) + len(c.token_ids) for p, c in zip(prompts, out))
-        ids = torch.full((batch, n), tokenizer.pad_token_id or 0, dtype=torch.long, device=device)
-        for i, (p, c) in enumerate(zip(prompts, out)):
-            ids[i, : len(p) + len(c.token_ids)] = torch.tensor(p + c.token_ids, device=device)
-    mask = (ids != -1).long()
+    rows = [p + c.token_ids for p, c in zip(prompts, out)]  # right-padded to the longest (an end of sequence)
+    ids = torch.full((batch, max(map(len, rows))), tokenizer.pad_token_id or 0, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for i, r in enumerate(rows):
+        ids[i, : len(r)], mask[i, : len(r)] = torch.tensor(r), 1
+    ids, mask = ids.to(device), mask.to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-6, fused=True)
     micro = max(1, batch // 8)
 
@@ -90,7 +88,8 @@ def measure(shape: str, device: str, tokenizer, batch: int, prompt: int, new: in
     row = {"shape": shape, "device": device, "params_M": round(params / 1e6, 1), "batch": batch,
            "prompt_tokens": prompt, "new_tokens": new, "gen_s": round(gen_s, 2),
            "gen_tok_s": round(generated / gen_s, 1), "train_s": round(train_s, 3),
-           "train_tok_s": round(ids.numel() / train_s, 1), "train_precision": "bf16-autocast" if autocast else "fp32",
+           "train_tok_s": round(int(mask.sum()) / train_s, 1),
+           "train_precision": "bf16-autocast" if autocast else "fp32",
            "export_s": round(export_s, 3), "export_GB_s": round(sum(v.numel() * v.element_size()
                                                                      for v in state.values()) / 1e9 / export_s, 2)}
     if device.startswith("cuda"):
