@@ -459,6 +459,30 @@ def test_verdict_exploration_replaces_a_share_of_verdicts_with_the_other_one_tok
         VerdictExplorer(FixedAgent(tok, ["x"]), share=0.5, temperature=1.0)
 
 
+def test_verdict_exploration_with_verify_tools_rewrites_the_verdict_and_never_the_check():
+    from turnrl.methods.pag.explore import VerdictExplorer
+
+    tok = tiny_tokenizer("chatml")
+    agent = FixedAgent(tok, ["\\boxed{-999}", "<calculator>2 + 2</calculator>", "The answer is wrong.", "\\boxed{1}"])
+    agent.model = tiny_model(tok)
+    explorer = VerdictExplorer(agent, share=0.9, temperature=1.0, seed=0)
+    envs = [tool_pag() for _ in range(12)]
+    trajs = Rollout(agent, SamplingParams(max_new_tokens=16), rewrite=explorer).run(envs, seeds=list(range(12)))
+    forced = 0
+    for t in trajs:
+        assert t.error is None, t.error
+        check, verdict = t.turns[1], t.turns[2]
+        assert check.action.content.startswith("<calculator>") and check.info["verify_tool"]  # the check always ran
+        assert not check.info.get("rewritten") and not t.turns[0].info.get("rewritten")
+        if verdict.info.get("rewritten"):  # the forced "correct" on a wrong answer: judged after the check, no revision
+            forced += 1
+            assert verdict.info["verdict"] == "correct" and verdict.info["verify_tool_calls"] == 1
+            assert verdict.reward == 0 and t.num_turns == 3
+        else:
+            assert verdict.info["verdict"] == "wrong" and verdict.reward == 1 and t.num_turns == 4
+    assert 6 <= forced <= 12
+
+
 def test_verdict_texts_must_be_read_as_their_verdicts():
     from toy_envs import ScriptedTruthEnv, case_verdict
 
@@ -520,6 +544,32 @@ def test_a_per_truth_baseline_gives_a_constant_verdict_zero_net_advantage_on_eac
     assert torch.allclose(gadv[ver], torch.zeros(int(ver.sum())))  # every verdict equals its truth's others
     with pytest.raises(ValidationError, match="needs role_norm: true"):
         parse_algorithm_config({"name": "pag", "verifier_baseline": "truth", "role_norm": False})
+
+
+def test_balance_under_the_truth_baseline_weighs_the_normalized_advantages():
+    # a verifier that says "correct" half the time whatever the truth; 2 right first answers, 6 wrong
+    rows = [(1, 1, 0), (1, 0, 0)] + [(0, 0, 0), (0, 1, 0)] * 3
+    says_correct = torch.tensor([1.0, -1.0] + [1.0, -1.0] * 3)
+    b = batch(rows, correct=(1, 1) + (0,) * 6, groups=(0,) * 8)
+
+    def push(options):  # Σ over the verdict tokens of advantage × (+1 "correct", -1 "wrong")
+        algo = get_algorithm(parse_algorithm_config(options))
+        adv, _ = algo.advantages(b, 8, torch.zeros(8, 9)) if algo.name == "pag" else algo.advantages(b, 8)
+        return float((adv[:, 4:6].sum(-1) * says_correct).sum()), adv
+
+    for name in ("pag", "pag-grpo"):
+        truth, adv_t = push({"name": name, "verifier_baseline": "truth"})
+        assert truth < -1  # each truth centred, but the 6 wrong answers pull to "wrong" harder than the 2 right ones
+        # a weight on the rewards alone is divided out by the per-truth normalization: the pull would stay
+        assert torch.allclose(balance_verifier_rewards(b.token_rewards, b.turn_ids, b.roles, b.loss_mask)[:, 5],
+                              b.token_rewards[:, 5] * torch.tensor([2.0, 2.0] + [2 / 3] * 6))
+        both, adv_b = push({"name": name, "verifier_baseline": "truth", "verifier_balance": True})
+        if name == "pag":  # balanced: a truth-blind verdict has no net push
+            assert abs(both) < 1e-5
+        else:  # GRPO's sample std (n - 1) leaves the smaller truth's advantages a little smaller: a small remainder
+            assert abs(both) < abs(truth) / 4
+        assert torch.allclose(adv_b[b.roles == 0], adv_t[b.roles == 0])  # the policy turns are untouched
+        assert torch.allclose(adv_b[:2, 4:6], 2.0 * adv_t[:2, 4:6]) and torch.allclose(adv_b[2:, 4:6], adv_t[2:, 4:6] * 2 / 3)
 
 
 # ---- verify turns that may call tools (SelfVerify(verify_tools=True)) ----

@@ -177,7 +177,7 @@ class SelfVerify(TextEnv):
             return (Message(role="user", content=self.verify_prompt),), self.first.score, False, False, info
         assert self.first is not None
         if self.phase == "verify":
-            calls = self._verify_calls(action)
+            calls = self.verify_tool_calls(action)
             if calls is not None:
                 return self._tool_turn(calls, [self.env.toolbox.invoke(c) for c in calls.calls])
             verdict = self.verdict_parser(action)
@@ -204,13 +204,14 @@ class SelfVerify(TextEnv):
         return (), reward, True, False, info
 
     async def _astep(self, action: str) -> StepResult:
-        calls = self._verify_calls(action) if self.phase == "verify" else None
+        calls = self.verify_tool_calls(action) if self.phase == "verify" else None
         if calls is None:
             return await super()._astep(action)
         return self._tool_turn(calls, await asyncio.gather(*(self.env.toolbox.ainvoke(c) for c in calls.calls)))
 
-    def _verify_calls(self, action: str) -> Any:
-        """The tool calls of a verify-phase reply, when tools are on and calls remain; else None (a verdict)."""
+    def verify_tool_calls(self, action: str) -> Any:
+        """The tool calls of a verify-phase reply, when tools are on and calls remain; else None (the reply is the
+        verdict turn)."""
         if not self.verify_tools or self.verify_calls >= self.max_verify_calls:
             return None
         parsed = self.env._parse(action)

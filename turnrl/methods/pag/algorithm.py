@@ -17,7 +17,9 @@ verify (role "verifier") → revise (role "policy", only after "wrong"), each tu
   current policy and played out (:mod:`turnrl.methods.pag.explore`): the verifier sees the reward of a verdict it never
   samples. Option [ours]: ``verifier_baseline: truth`` normalizes the advantages of verify turns that judged right
   first answers apart from those that judged wrong ones (:func:`truth_roles`): within each truth every verdict is
-  measured against the others on the same truth, so a constant verdict earns zero net advantage on either truth.
+  measured against the others on the same truth, so a constant verdict earns zero net advantage on either truth; with ``verifier_balance`` as well, the
+  weights go on the normalized advantages instead of the rewards (:func:`balance_truth_advantages`: the
+  normalization would divide a reward weight out, and the majority truth would still pull harder).
 * ``pag-grpo`` — the critic-free comparison: each turn's reward normalized within its group over the turns of the
   same role (policy turns together, verifier turns together), on that turn's tokens only; GRPO's surrogate.
 """
@@ -47,8 +49,9 @@ class VerifierOptions(BaseModel):
         "[ours] the share of verify turns whose sampled verdict is replaced by the other one (scored by the current "
         "policy, played out and rewarded like any verdict): the verifier learns the reward of a verdict it never "
         "samples (turnrl.methods.pag.explore); held-out evaluations never explore"))
-    verifier_balance: bool = Field(False, description="[ours] weigh verifier rewards by the inverse share of their "
-                                   "answer's truth in the batch (the verifier optimizes balanced accuracy)")
+    verifier_balance: bool = Field(False, description=(
+        "[ours] weigh verifier rewards by the inverse share of their answer's truth in the batch (the verifier "
+        "optimizes balanced accuracy); with verifier_baseline: truth the weights go on the normalized advantages"))
     verifier_baseline: Literal["role", "truth"] = Field("role", description=(
         "[ours] what verify turns' advantages are normalized against: all verify turns (role, RoleAdvNorm as in "
         "the paper), or the verify turns that judged a first answer of the same truth (truth: right-answer and "
@@ -141,6 +144,19 @@ def truth_roles(roles: torch.Tensor, right: torch.Tensor, mask: torch.Tensor, ve
     return torch.where(split, torch.full_like(roles, max(wrong_role, verifier_role + 1)), roles)
 
 
+def truth_weights(right: torch.Tensor, has_verifier: torch.Tensor) -> torch.Tensor | None:
+    """``(B,)`` weights ``n / (2 n_c)`` that make both truths weigh the same (§7, option ``verifier_balance`` [ours]).
+
+    ``n`` is the number of rows with a verifier turn, ``n_c`` those among them whose first answer has truth ``c``
+    (``right``). None when only one truth occurs (nothing to balance).
+    """
+    n_right, n_wrong = int((has_verifier & right).sum()), int((has_verifier & ~right).sum())
+    if n_right == 0 or n_wrong == 0:
+        return None
+    n = n_right + n_wrong
+    return torch.where(right, n / (2 * n_right), n / (2 * n_wrong))
+
+
 def balance_verifier_rewards(token_rewards: torch.Tensor, turn_ids: torch.Tensor, roles: torch.Tensor,
                              mask: torch.Tensor, verifier_role: int = 1) -> torch.Tensor:
     """Weigh each verifier turn's reward by the inverse share of its answer's truth in the batch (§7, option [ours]).
@@ -152,16 +168,30 @@ def balance_verifier_rewards(token_rewards: torch.Tensor, turn_ids: torch.Tensor
     truths apart is pulled to the majority truth's verdict (the collapse §7 describes). Rows without a verifier turn,
     and a batch in which only one truth occurs, are returned unchanged. Other roles' rewards are untouched.
     """
-    m = mask.bool()
-    first = first_answer_right(token_rewards, turn_ids, mask)
-    ver = m & (roles == verifier_role)
-    has = ver.any(-1)
-    n_right, n_wrong = int((has & first).sum()), int((has & ~first).sum())
-    if n_right == 0 or n_wrong == 0:
+    ver = mask.bool() & (roles == verifier_role)
+    weight = truth_weights(first_answer_right(token_rewards, turn_ids, mask), ver.any(-1))
+    if weight is None:
         return token_rewards
-    n = n_right + n_wrong
-    weight = torch.where(first, n / (2 * n_right), n / (2 * n_wrong)).to(token_rewards.dtype)
-    return torch.where(ver, token_rewards * weight[:, None], token_rewards)
+    return torch.where(ver, token_rewards * weight.to(token_rewards.dtype)[:, None], token_rewards)
+
+
+def balance_truth_advantages(adv: torch.Tensor, token_rewards: torch.Tensor, turn_ids: torch.Tensor,
+                             roles: torch.Tensor, mask: torch.Tensor, verifier_role: int = 1) -> torch.Tensor:
+    """``verifier_balance`` under ``verifier_baseline: truth`` (§7, options [ours]): the weights on the advantages.
+
+    A per-truth normalization gives each truth's verify turns mean-0, variance-1 advantages, so a weight put on the
+    rewards before it is divided out again — yet the truth with more rows still moves the shared weights more: a
+    verifier that says "wrong" half the time whatever the truth gets +1 for "wrong" on every wrong answer and −1 on
+    every right one, a net pull to "wrong" when wrong answers are the majority. Multiplying each verify turn's
+    normalized advantages by ``n / (2 n_c)`` (:func:`truth_weights`) makes both truths pull equally: a verdict that
+    ignores the truth then has zero net push, whatever the shares. ``roles`` are the batch's own (not split by
+    truth); other roles' advantages, and a batch with one truth, are unchanged.
+    """
+    ver = mask.bool() & (roles == verifier_role)
+    weight = truth_weights(first_answer_right(token_rewards, turn_ids, mask), ver.any(-1))
+    if weight is None:
+        return adv
+    return torch.where(ver, adv * weight.to(adv.dtype)[:, None], adv)
 
 
 def turn_group_advantages(token_rewards: torch.Tensor, turn_ids: torch.Tensor, roles: torch.Tensor,
@@ -199,6 +229,14 @@ class ExploresVerdicts:
         return truth_roles(batch.roles, first_answer_right(batch.token_rewards, batch.turn_ids, batch.loss_mask),
                            batch.loss_mask)
 
+    def balance(self, adv: torch.Tensor, batch: Batch) -> torch.Tensor:
+        """With ``verifier_balance`` and ``verifier_baseline: truth``: both truths' normalized verdict advantages
+        weighed equally (:func:`balance_truth_advantages`); else ``adv`` unchanged (under ``role`` the balance is
+        on the rewards, before the normalization)."""
+        if not (self.cfg.verifier_balance and self.cfg.verifier_baseline == "truth"):
+            return adv
+        return balance_truth_advantages(adv, batch.token_rewards, batch.turn_ids, batch.roles, batch.loss_mask)
+
     def rollout_hook(self, agent: Any, temperature: float, seed: int) -> Rewrite | None:
         """A :class:`~turnrl.methods.pag.explore.VerdictExplorer` for one generation batch, or None."""
         return verdict_explorer(self.cfg.verdict_explore, agent, temperature, seed)
@@ -216,7 +254,7 @@ class PAG(ExploresVerdicts, PPO):
         if self.cfg.reward == "final-only":
             return final_only_rewards(batch.loss_mask, batch.correct)
         rewards = spread_verdict_reward(batch.token_rewards, batch.turn_ids, batch.roles, batch.loss_mask)
-        if self.cfg.verifier_balance:
+        if self.cfg.verifier_balance and self.cfg.verifier_baseline == "role":
             return balance_verifier_rewards(rewards, batch.turn_ids, batch.roles, batch.loss_mask)
         return rewards
 
@@ -224,7 +262,7 @@ class PAG(ExploresVerdicts, PPO):
         """RoleAdvNorm (``role_norm``; verify turns split by truth with ``verifier_baseline: truth``), else one
         whitening (``whiten_advantages``), else none."""
         if self.cfg.role_norm:
-            return role_whiten(adv, batch.loss_mask, self.roles(batch))
+            return self.balance(role_whiten(adv, batch.loss_mask, self.roles(batch)), batch)
         return masked_whiten(adv, batch.loss_mask) if self.cfg.whiten_advantages else adv
 
 
@@ -240,7 +278,8 @@ class PAGGRPO(ExploresVerdicts, GRPO):
                    ) -> tuple[torch.Tensor, None]:
         """Per-turn, per-role group-normalized rewards on each turn's tokens."""
         rewards = spread_verdict_reward(batch.token_rewards, batch.turn_ids, batch.roles, batch.loss_mask)
-        if self.cfg.verifier_balance:
+        if self.cfg.verifier_balance and self.cfg.verifier_baseline == "role":
             rewards = balance_verifier_rewards(rewards, batch.turn_ids, batch.roles, batch.loss_mask)
-        return turn_group_advantages(rewards, batch.turn_ids, self.roles(batch), batch.group_ids,
-                                     batch.loss_mask, self.cfg.role_norm), None
+        adv = turn_group_advantages(rewards, batch.turn_ids, self.roles(batch), batch.group_ids, batch.loss_mask,
+                                    self.cfg.role_norm)
+        return self.balance(adv, batch), None

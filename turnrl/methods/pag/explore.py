@@ -14,6 +14,9 @@ every group the verifier sees the reward of both verdicts; its advantage for the
 when that verdict was the true one. As with SWiRL's ``data_action`` (LUFFY-style guidance), the forced tokens are
 off-policy; no importance correction beyond PPO's ratio is made. Held-out evaluations never explore.
 
+With ``verify_tools`` only the verdict turn is rewritten: a verify-phase reply the environment takes as a tool call
+(a check, while calls remain) is played as sampled, so a forced verdict still comes after the check it could read.
+
 The rewritten turns carry ``info["rewritten"] = True``; the training-step verdict shares include them.
 """
 
@@ -59,6 +62,9 @@ class VerdictExplorer:
             if role != "verifier" or self.rng.random() >= self.share:
                 continue
             inner = env.unwrapped
+            calls = getattr(inner, "verify_tool_calls", None)
+            if calls is not None and calls(c.text) is not None:  # a check (verify_tools), not a verdict: played as is
+                continue
             texts = getattr(inner, "verdict_texts", None)
             if not texts:
                 raise ValueError(f"verdict_explore needs the environment's verdict_texts; {type(inner).__name__} has "
