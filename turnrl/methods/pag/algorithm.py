@@ -17,9 +17,10 @@ verify (role "verifier") → revise (role "policy", only after "wrong"), each tu
   current policy and played out (:mod:`turnrl.methods.pag.explore`): the verifier sees the reward of a verdict it never
   samples. Option [ours]: ``verifier_baseline: truth`` normalizes the advantages of verify turns that judged right
   first answers apart from those that judged wrong ones (:func:`truth_roles`): within each truth every verdict is
-  measured against the others on the same truth, so a constant verdict earns zero net advantage on either truth; with ``verifier_balance`` as well, the
-  weights go on the normalized advantages instead of the rewards (:func:`balance_truth_advantages`: the
-  normalization would divide a reward weight out, and the majority truth would still pull harder).
+  measured against the others on the same truth, so a constant verdict earns zero net advantage on either truth;
+  with ``verifier_balance`` as well, the weights go on the normalized advantages instead of the rewards
+  (:func:`balance_truth_advantages`: the normalization would divide a reward weight out, and the majority truth
+  would still pull harder).
 * ``pag-grpo`` — the critic-free comparison: each turn's reward normalized within its group over the turns of the
   same role (policy turns together, verifier turns together), on that turn's tokens only; GRPO's surrogate.
 """
