@@ -700,6 +700,28 @@ def test_a_comparing_check_subtracts_the_answer_and_its_verdict_reads_the_differ
         assert verdict.info["check_says_right"] is right and verdict.info["tool_agreed"] is True
     rows, report = checking_rows(trajs, balance="none")
     assert report["dropped_steps"] == 0 and report["tool_rows"] == 2 * report["verdict_rows"] == 16
+    assert report["revision_rows"] == 0 and all(len(t.turns) == 4 + (not t.turns[0].info["correct"]) for t in trajs)
+    # --revisions: after "wrong" the teacher states the check's result as the answer; the right ones become rows
+    revised = generate_checks(ScriptedAgent(tok, policy), "turnrl/Arithmetic-PAG-v0", kw, tasks=8, max_new_tokens=64,
+                              compare=True, revisions=True)
+    wrong = [t for t in revised if not t.turns[0].info["correct"]]
+    assert wrong and len(wrong) < len(revised)
+    for t in wrong:
+        revision = t.turns[4]
+        assert revision.info["phase"] == "revise" and revision.info["rewritten"] and revision.info["correct"]
+        assert revision.action.content == f"The answer is \\boxed{{{t.turns[1].observation[0].content}}}."
+        assert revision.reward == 2.0  # wrong -> right
+    assert not any(tu.info.get("rewritten") for t in revised for tu in t.turns if tu.role == "policy"
+                   and tu.info.get("phase") == "answer")  # the first answers stay the policy's own
+    rows, report = checking_rows(revised, balance="none")
+    assert report["revision_rows"] == len(wrong) and report["rows"] == 3 * 8 + len(wrong)
+    kinds = [r.metadata["pag_rows"]["kind"] for r in rows]
+    assert kinds.count("check_revision") == len(wrong)
+    # a revision the check got wrong is filtered out, never trained
+    bad = revised.index(wrong[0])
+    revised[bad] = revised[bad].model_copy(deep=True)
+    revised[bad].turns[4].info.update(correct=False)
+    assert checking_rows(revised, balance="none")[1]["revision_rows"] == len(wrong) - 1
 
 
 def test_checking_warm_up_rows_call_the_tool_then_give_the_true_verdict(tmp_path):

@@ -9,14 +9,16 @@ policy cannot yet take.
   ``verify_tools`` on: the policy writes the first answer as it would; each verifier turn is written by the teacher —
   first the oracle's tool call (the environment's own ``oracle_calls``: the calculation that solves the task, in the
   environment's tool format), then, with the tool's result in context, a short comparison and the *true* verdict of
-  the first answer. With ``compare`` the comparison is a tool call too: the calculator on ``check − answer``, so
+  the first answer. With ``revisions`` it also writes the revision after a "wrong" verdict: the check's result,
+  stated the way the environment grades answers (a policy warmed up on checks alone answers the revise turn with
+  another tool call, which the revise turn does not run). With ``compare`` the comparison is a tool call too: the calculator on ``check − answer``, so
   that the verdict only has to read whether the tool said 0 (a verdict that copies a tool result, rather than one
   that compares two numbers itself). The environment runs the tool and grades everything as in training, so the episodes are
   token-exact and their infos say what the check found.
 * :func:`checking_rows` cuts the verifier turns out as SWiRL step rows (the state exactly as the policy saw it, the
   loss on the step's action only), filtered step by step — a tool step is kept only when its call ran and its
   result told the truth about the first answer (``check_says_right`` equal to the answer's grade), a verdict step
-  only when its verdict is the true one — and balanced between right and wrong first answers (``down``: as many
+  only when its verdict is the true one, a teacher's revision only when it is right — and balanced between right and wrong first answers (``down``: as many
   episodes of the majority truth as the minority has).
 
 ``turnrl pag checks`` does both; train the rows with ``algorithm.name: sft``, then PAG with ``init_from``.
@@ -76,6 +78,14 @@ def check_verdict(env: Any) -> str:
     return f"The check gives {env.tool_results[0]} and the answer was {first.extracted}: {agree}. {verdict}"
 
 
+def check_revision(env: Any) -> str | None:
+    """The revision a checking teacher writes after "wrong": the check's result (the first tool result) stated the
+    way the inner environment grades answers; None without a result or a way to state it."""
+    if not env.tool_results:
+        return None
+    return env.env.format_answer(str(env.tool_results[0]))
+
+
 class CheckingTeacher:
     """Writes the verifier turns of ``verify_tools`` PAG episodes as checks (module docstring).
 
@@ -84,30 +94,36 @@ class CheckingTeacher:
             token, as a sampled turn that stopped would).
     """
 
-    def __init__(self, tokenizer: Any, compare: bool = False) -> None:
-        self.tokenizer, self.compare = tokenizer, compare
+    def __init__(self, tokenizer: Any, compare: bool = False, revisions: bool = False) -> None:
+        self.tokenizer, self.compare, self.revisions = tokenizer, compare, revisions
         eos = getattr(tokenizer, "eos_token_id", None)
         self.eos = [int(eos)] if eos is not None else []
 
     def __call__(self, envs: Sequence[TextEnv], roles: Sequence[str], prompts: Sequence[list[int]],
                  completions: Sequence[Completion]) -> list[Completion | None]:
-        """The teacher's reply for every verifier turn, None for the policy's turns (kept as sampled)."""
+        """The teacher's reply for every verifier turn (and, with ``revisions``, every revision), None for the
+        policy's other turns (kept as sampled)."""
         out: list[Completion | None] = [None] * len(completions)
         for i, (env, role, c) in enumerate(zip(envs, roles, completions)):
-            if role != "verifier":
-                continue
             inner = env.unwrapped
+            if role != "verifier":
+                text = check_revision(inner) if self.revisions and getattr(inner, "phase", None) == "revise" else None
+                if text is not None:
+                    out[i] = self._completion(text, c)
+                continue
             if not getattr(inner, "verify_tools", False):
                 raise ValueError(f"the checking teacher writes tool calls in verify turns: {type(inner).__name__} "
                                  "needs verify_tools=True (and an environment with tools, e.g. calculator=True)")
             call = check_call(inner) if inner.verify_calls == 0 else None
             if self.compare and inner.verify_calls == 1 and inner.max_verify_calls >= 2:
                 call = compare_call(inner)
-            text = call if call is not None else check_verdict(inner)
-            ids = list(self.tokenizer.encode(text, add_special_tokens=False)) + self.eos
-            out[i] = Completion(text=text, token_ids=ids, logprobs=[0.0] * len(ids), finish_reason="stop",
-                                prompt_index=c.prompt_index)
+            out[i] = self._completion(call if call is not None else check_verdict(inner), c)
         return out
+
+    def _completion(self, text: str, sampled: Completion) -> Completion:
+        ids = list(self.tokenizer.encode(text, add_special_tokens=False)) + self.eos
+        return Completion(text=text, token_ids=ids, logprobs=[0.0] * len(ids), finish_reason="stop",
+                          prompt_index=sampled.prompt_index)
 
 
 def _verify_steps(traj: Trajectory) -> list[int]:
@@ -138,7 +154,7 @@ def checking_rows(trajectories: Sequence[Trajectory], *, balance: Literal["down"
         kept = [t for t in usable if t.id in chosen]
         report["dropped_episodes"] = float(len(large) - len(small))
     rows: list[Trajectory] = []
-    tool_rows = verdict_rows = dropped_steps = 0
+    tool_rows = verdict_rows = revision_rows = dropped_steps = 0
     for traj in kept:
         steps = decompose(traj)
         verdict_turn = traj.turns[_verify_steps(traj)[-1]]
@@ -156,16 +172,27 @@ def checking_rows(trajectories: Sequence[Trajectory], *, balance: Literal["down"
             rows.append(row)
             tool_rows += is_tool
             verdict_rows += not is_tool
+        for i, turn in enumerate(traj.turns):  # the teacher's revisions (revisions=True), where right
+            if turn.info.get("phase") != "revise" or not turn.info.get("rewritten"):
+                continue
+            if not turn.info.get("correct"):
+                dropped_steps += 1
+                continue
+            row = steps[i]
+            row.metadata = {**row.metadata, "pag_rows": {"kind": "check_revision", "truth": "wrong"}}
+            rows.append(row)
+            revision_rows += 1
     report.update(rows=float(len(rows)), tool_rows=float(tool_rows), verdict_rows=float(verdict_rows),
-                  dropped_steps=float(dropped_steps))
+                  revision_rows=float(revision_rows), dropped_steps=float(dropped_steps))
     return rows, report
 
 
 def generate_checks(agent: Any, env_id: str, env_kwargs: dict[str, Any], *, tasks: int, samples: int = 1,
                     temperature: float = 1.0, max_new_tokens: int = 128, seed: int = 0, batch_episodes: int = 64,
-                    on_batch: Any = None, compare: bool = False) -> list[Trajectory]:
+                    on_batch: Any = None, compare: bool = False, revisions: bool = False) -> list[Trajectory]:
     """Play ``samples`` checked PAG episodes of each of the first ``tasks`` tasks: the policy ``agent`` answers, the
-    :class:`CheckingTeacher` verifies (``compare``: with a comparing check); returns the whole episodes.
+    :class:`CheckingTeacher` verifies (``compare``: with a comparing check; ``revisions``: and revises after
+    "wrong"); returns the whole episodes.
     ``on_batch(done, total)`` after each batch.
 
     The rollout still samples the verifier turns the teacher then replaces (a rewrite hook sees sampled turns), so
@@ -174,7 +201,7 @@ def generate_checks(agent: Any, env_id: str, env_kwargs: dict[str, Any], *, task
     from turnrl.envs.registry import make
     from turnrl.rl.sources.rollout import Rollout
 
-    teacher = CheckingTeacher(agent.tokenizer, compare=compare)
+    teacher = CheckingTeacher(agent.tokenizer, compare=compare, revisions=revisions)
     params = SamplingParams(temperature=temperature, max_new_tokens=max_new_tokens, seed=seed)
     jobs = [(task, k) for task in range(tasks) for k in range(samples)]
     out: list[Trajectory] = []

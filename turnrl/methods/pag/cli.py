@@ -66,6 +66,8 @@ def pag_checks_command(
     episodes: Annotated[str | None, typer.Option(help="also keep the whole checked episodes here")] = None,
     compare: Annotated[bool, typer.Option(help="check in two calls: the calculation, then the calculator on check - "
                                           "answer, so the verdict reads whether the tool said 0")] = False,
+    revisions: Annotated[bool, typer.Option(help="the teacher also revises after 'wrong' (the check's result, "
+                                            "stated as an answer); the right revisions become rows too")] = False,
     kw: KwOption = None,
 ) -> None:
     """Rows for a verifier that checks (ours): the policy answers, a teacher verifies by calling the environment's
@@ -82,7 +84,8 @@ def pag_checks_command(
              "calculator=true)")
     trajs = generate_checks(the_agent, env, env_kwargs, tasks=n, samples=samples, temperature=temperature,
                             max_new_tokens=max_new_tokens, seed=seed, batch_episodes=batch_size,
-                            on_batch=lambda done, total: _say(f"{done}/{total} episodes"), compare=compare)
+                            on_batch=lambda done, total: _say(f"{done}/{total} episodes"), compare=compare,
+                            revisions=revisions)
     try:
         rows, r = checking_rows(trajs, balance=balance, seed=seed)  # type: ignore[arg-type]
     except ValueError as e:
@@ -90,7 +93,8 @@ def pag_checks_command(
     if episodes:
         save(trajs, episodes)
     save(rows, out)
-    _say(f"{int(r['rows'])} rows in {out} ({int(r['tool_rows'])} tool calls, {int(r['verdict_rows'])} verdicts) from "
+    _say(f"{int(r['rows'])} rows in {out} ({int(r['tool_rows'])} tool calls, {int(r['verdict_rows'])} verdicts, "
+         f"{int(r['revision_rows'])} revisions) from "
          f"{int(r['episodes'])} episodes: first answers right {int(r['right_first'])}, wrong {int(r['wrong_first'])}; "
          f"{int(r.get('dropped_episodes', 0))} episodes left out to balance, {int(r['dropped_steps'])} steps "
          "filtered out")
