@@ -169,11 +169,7 @@ def balance_verifier_rewards(token_rewards: torch.Tensor, turn_ids: torch.Tensor
     truths apart is pulled to the majority truth's verdict (the collapse §7 describes). Rows without a verifier turn,
     and a batch in which only one truth occurs, are returned unchanged. Other roles' rewards are untouched.
     """
-    ver = mask.bool() & (roles == verifier_role)
-    weight = truth_weights(first_answer_right(token_rewards, turn_ids, mask), ver.any(-1))
-    if weight is None:
-        return token_rewards
-    return torch.where(ver, token_rewards * weight.to(token_rewards.dtype)[:, None], token_rewards)
+    return _weigh_verifier_turns(token_rewards, token_rewards, turn_ids, roles, mask, verifier_role)
 
 
 def balance_truth_advantages(adv: torch.Tensor, token_rewards: torch.Tensor, turn_ids: torch.Tensor,
@@ -188,11 +184,18 @@ def balance_truth_advantages(adv: torch.Tensor, token_rewards: torch.Tensor, tur
     ignores the truth then has zero net push, whatever the shares. ``roles`` are the batch's own (not split by
     truth); other roles' advantages, and a batch with one truth, are unchanged.
     """
+    return _weigh_verifier_turns(adv, token_rewards, turn_ids, roles, mask, verifier_role)
+
+
+def _weigh_verifier_turns(x: torch.Tensor, token_rewards: torch.Tensor, turn_ids: torch.Tensor, roles: torch.Tensor,
+                          mask: torch.Tensor, verifier_role: int) -> torch.Tensor:
+    """``x`` with every verifier token multiplied by its row's :func:`truth_weights` (the truth read from
+    ``token_rewards``' first turn); unchanged where only one truth occurs."""
     ver = mask.bool() & (roles == verifier_role)
     weight = truth_weights(first_answer_right(token_rewards, turn_ids, mask), ver.any(-1))
     if weight is None:
-        return adv
-    return torch.where(ver, adv * weight.to(adv.dtype)[:, None], adv)
+        return x
+    return torch.where(ver, x * weight.to(x.dtype)[:, None], x)
 
 
 def turn_group_advantages(token_rewards: torch.Tensor, turn_ids: torch.Tensor, roles: torch.Tensor,
@@ -218,8 +221,8 @@ def turn_group_advantages(token_rewards: torch.Tensor, turn_ids: torch.Tensor, r
 
 
 class ExploresVerdicts:
-    """What ``pag`` and ``pag-grpo`` share: verdict exploration (``verdict_explore`` > 0) and the verifier's
-    baseline (``verifier_baseline``)."""
+    """What ``pag`` and ``pag-grpo`` share: verdict exploration (``verdict_explore`` > 0), the verifier's rewards
+    and balance (``verifier_balance``) and its baseline (``verifier_baseline``)."""
 
     cfg: VerifierOptions
 
@@ -229,6 +232,15 @@ class ExploresVerdicts:
             return batch.roles
         return truth_roles(batch.roles, first_answer_right(batch.token_rewards, batch.turn_ids, batch.loss_mask),
                            batch.loss_mask)
+
+    def verifier_rewards(self, batch: Batch) -> torch.Tensor:
+        """Each turn's reward on its last token, every verifier turn credited with the verdict
+        (:func:`spread_verdict_reward`); with ``verifier_balance`` under the ``role`` baseline, weighed by truth
+        (:func:`balance_verifier_rewards` — under ``truth`` the weights go on the advantages, :meth:`balance`)."""
+        rewards = spread_verdict_reward(batch.token_rewards, batch.turn_ids, batch.roles, batch.loss_mask)
+        if self.cfg.verifier_balance and self.cfg.verifier_baseline == "role":
+            return balance_verifier_rewards(rewards, batch.turn_ids, batch.roles, batch.loss_mask)
+        return rewards
 
     def balance(self, adv: torch.Tensor, batch: Batch) -> torch.Tensor:
         """With ``verifier_balance`` and ``verifier_baseline: truth``: both truths' normalized verdict advantages
@@ -254,10 +266,7 @@ class PAG(ExploresVerdicts, PPO):
         """Each turn's reward on its last token, or (``reward: final-only``) the final answer's correctness."""
         if self.cfg.reward == "final-only":
             return final_only_rewards(batch.loss_mask, batch.correct)
-        rewards = spread_verdict_reward(batch.token_rewards, batch.turn_ids, batch.roles, batch.loss_mask)
-        if self.cfg.verifier_balance and self.cfg.verifier_baseline == "role":
-            return balance_verifier_rewards(rewards, batch.turn_ids, batch.roles, batch.loss_mask)
-        return rewards
+        return self.verifier_rewards(batch)
 
     def normalize(self, adv: torch.Tensor, batch: Batch) -> torch.Tensor:
         """RoleAdvNorm (``role_norm``; verify turns split by truth with ``verifier_baseline: truth``), else one
@@ -278,9 +287,6 @@ class PAGGRPO(ExploresVerdicts, GRPO):
                    bootstrap: torch.Tensor | None = None, ref_logp: torch.Tensor | None = None
                    ) -> tuple[torch.Tensor, None]:
         """Per-turn, per-role group-normalized rewards on each turn's tokens."""
-        rewards = spread_verdict_reward(batch.token_rewards, batch.turn_ids, batch.roles, batch.loss_mask)
-        if self.cfg.verifier_balance and self.cfg.verifier_baseline == "role":
-            rewards = balance_verifier_rewards(rewards, batch.turn_ids, batch.roles, batch.loss_mask)
-        adv = turn_group_advantages(rewards, batch.turn_ids, self.roles(batch), batch.group_ids, batch.loss_mask,
-                                    self.cfg.role_norm)
+        adv = turn_group_advantages(self.verifier_rewards(batch), batch.turn_ids, self.roles(batch), batch.group_ids,
+                                    batch.loss_mask, self.cfg.role_norm)
         return self.balance(adv, batch), None

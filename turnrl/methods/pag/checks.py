@@ -9,17 +9,17 @@ policy cannot yet take.
   ``verify_tools`` on: the policy writes the first answer as it would; each verifier turn is written by the teacher —
   first the oracle's tool call (the environment's own ``oracle_calls``: the calculation that solves the task, in the
   environment's tool format), then, with the tool's result in context, a short comparison and the *true* verdict of
-  the first answer. With ``revisions`` it also writes the revision after a "wrong" verdict: the check's result,
-  stated the way the environment grades answers (a policy warmed up on checks alone answers the revise turn with
-  another tool call, which the revise turn does not run). With ``compare`` the comparison is a tool call too: the calculator on ``check − answer``, so
+  the first answer. With ``compare`` the comparison is a tool call too: the calculator on ``check − answer``, so
   that the verdict only has to read whether the tool said 0 (a verdict that copies a tool result, rather than one
-  that compares two numbers itself). The environment runs the tool and grades everything as in training, so the episodes are
-  token-exact and their infos say what the check found.
+  that compares two numbers itself). With ``revisions`` it also writes the revision after a "wrong" verdict: the
+  check's result, stated the way the environment grades answers (a policy warmed up on checks alone answers the
+  revise turn with another tool call, which the revise turn does not run). The environment runs the tool and
+  grades everything as in training, so the episodes are token-exact and their infos say what the check found.
 * :func:`checking_rows` cuts the verifier turns out as SWiRL step rows (the state exactly as the policy saw it, the
   loss on the step's action only), filtered step by step — a tool step is kept only when its call ran and its
   result told the truth about the first answer (``check_says_right`` equal to the answer's grade), a verdict step
-  only when its verdict is the true one, a teacher's revision only when it is right — and balanced between right and wrong first answers (``down``: as many
-  episodes of the majority truth as the minority has).
+  only when its verdict is the true one, a teacher's revision only when it is right — and balanced between right
+  and wrong first answers (``down``: as many episodes of the majority truth as the minority has).
 
 ``turnrl pag checks`` does both; train the rows with ``algorithm.name: sft``, then PAG with ``init_from``.
 """
