@@ -700,12 +700,15 @@ def test_a_comparing_check_subtracts_the_answer_and_its_verdict_reads_the_differ
         assert verdict.info["check_says_right"] is right and verdict.info["tool_agreed"] is True
     rows, report = checking_rows(trajs, balance="none")
     assert report["dropped_steps"] == 0 and report["tool_rows"] == 2 * report["verdict_rows"] == 16
+    assert all(tu.info["rewritten"] for t in trajs for tu in t.turns if tu.role == "verifier")
     assert report["revision_rows"] == 0 and all(len(t.turns) == 4 + (not t.turns[0].info["correct"]) for t in trajs)
     # --revisions: after "wrong" the teacher states the check's result as the answer; the right ones become rows
-    revised = generate_checks(ScriptedAgent(tok, policy), "turnrl/Arithmetic-PAG-v0", kw, tasks=8, max_new_tokens=64,
-                              compare=True, revisions=True)
+    agent = ScriptedAgent(tok, policy)
+    revised = generate_checks(agent, "turnrl/Arithmetic-PAG-v0", kw, tasks=8, max_new_tokens=64, compare=True,
+                              revisions=True)
     wrong = [t for t in revised if not t.turns[0].info["correct"]]
     assert wrong and len(wrong) < len(revised)
+    assert sum(len(batch) for batch in agent.calls) == 8  # the teacher's turns are never sampled: first answers only
     for t in wrong:
         revision = t.turns[4]
         assert revision.info["phase"] == "revise" and revision.info["rewritten"] and revision.info["correct"]
@@ -814,3 +817,24 @@ def test_recall_answer_puts_the_first_answer_beside_the_first_check_only():
     assert info["verdict_correct"] and info["check_says_right"] is False
     with pytest.raises(ValueError, match="recall_answer .* needs verify_tools=True"):
         turnrl.make("turnrl/Arithmetic-PAG-v0", calculator=True, recall_answer=True)
+
+
+def test_a_hook_that_claims_a_turn_but_writes_nothing_ends_the_round_with_a_clear_error():
+    """A rollout hook's writes() keeps the agent from sampling a turn; a hook that then returns no completion for it
+    ends those episodes with an error that says so (never a silent empty turn)."""
+    tok = tiny_tokenizer("chatml")
+
+    class Lazy:
+        def writes(self, env, role):
+            return role == "verifier"
+
+        def __call__(self, envs, roles, prompts, completions):
+            assert all(c.token_ids == [] for c, r in zip(completions, roles) if r == "verifier")
+            return [None] * len(completions)
+
+    agent = ScriptedAgent(tok, lambda prompt: "\\boxed{1}")
+    envs = [turnrl.make("turnrl/Arithmetic-PAG-v0", level=1) for _ in range(2)]
+    trajs = Rollout(agent, SamplingParams(max_new_tokens=16), rewrite=Lazy()).run(envs, seeds=[0, 1])
+    for t in trajs:
+        assert [tu.role for tu in t.turns] == ["policy"]  # the first answers are kept
+        assert "writes() claimed turns [0, 1]" in t.error

@@ -120,6 +120,14 @@ class CheckingTeacher:
             out[i] = self._completion(call if call is not None else check_verdict(inner), c)
         return out
 
+    def writes(self, env: TextEnv, role: str) -> bool:
+        """Whether the teacher writes this turn whatever the policy would sample (the rollout then does not sample
+        it): every verifier turn, and with ``revisions`` every revision the check gives a result for."""
+        if role == "verifier":
+            return True
+        inner = env.unwrapped
+        return self.revisions and getattr(inner, "phase", None) == "revise" and check_revision(inner) is not None
+
     def _completion(self, text: str, sampled: Completion) -> Completion:
         ids = list(self.tokenizer.encode(text, add_special_tokens=False)) + self.eos
         return Completion(text=text, token_ids=ids, logprobs=[0.0] * len(ids), finish_reason="stop",
@@ -195,8 +203,8 @@ def generate_checks(agent: Any, env_id: str, env_kwargs: dict[str, Any], *, task
     "wrong"); returns the whole episodes.
     ``on_batch(done, total)`` after each batch.
 
-    The rollout still samples the verifier turns the teacher then replaces (a rewrite hook sees sampled turns), so
-    a batch costs about as much as a plain PAG rollout."""
+    The turns the teacher writes are not sampled (:meth:`CheckingTeacher.writes`): a batch costs the first answers
+    (and, without ``revisions``, the revisions) only."""
     from turnrl.agents.base import SamplingParams
     from turnrl.envs.registry import make
     from turnrl.rl.sources.rollout import Rollout

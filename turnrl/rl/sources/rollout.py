@@ -37,14 +37,10 @@ from turnrl.agents.base import Agent, Completion, SamplingParams
 from turnrl.envs.core import TextEnv
 from turnrl.rl.sources.context import ContextBudget, compact
 from turnrl.rl.sources.episode import Episode, RolloutStats
+from turnrl.rl.sources.rewrite import Rewrite, rewrite_round, unsampled
 from turnrl.tokens import ChatRenderer
 from turnrl.types import Message, Trajectory, Turn
 from turnrl.utils import run_with_daemon_threads
-
-# (envs, roles, token prompts, completions) of one generation round → a replacement per completion, or None to
-# keep it; a replaced turn is marked ``info["rewritten"] = True`` (e.g. PAG's verdict exploration).
-Rewrite = Callable[[Sequence[TextEnv], Sequence[str], Sequence[list[int]], Sequence[Completion]],
-                   Sequence[Completion | None]]
 
 
 class Rollout:
@@ -66,7 +62,8 @@ class Rollout:
             generation round: ``Trajectory.token_versions`` holds the version that sampled each generated token).
         rewrite: called after each generation round with every live episode's env, role, token prompt and
             completion; a completion it returns replaces the sampled one (its tokens and log-probabilities go into
-            the trajectory as they are, the turn is marked ``info["rewritten"]``), None keeps it.
+            the trajectory as they are, the turn is marked ``info["rewritten"]``), None keeps it. Turns the hook
+            declares it writes itself are not sampled (:mod:`turnrl.rl.sources.rewrite`).
         continuous: continuous batching across turns: each episode's next turn joins the agent's running batch as
             soon as its environment answered, instead of waiting for the round's slowest episode (the agent needs
             ``agenerate_one``, as the HF agent has; not with ``rewrite``, which sees whole rounds). Sampling is then
@@ -237,9 +234,11 @@ class Rollout:
     async def _generate(self, live: list[Episode], window: int | None = None) -> list[Completion] | None:
         budgets: dict[tuple[int, tuple[str, ...]], list[int]] = {}
         seeds: list[int | None] = []
+        skipped = unsampled(self.rewrite, [ep.env for ep in live], [ep.role for ep in live])  # the hook writes them
         for i, ep in enumerate(live):  # one generate call per (token budget, the env's stop strings)
             budget, stop, seed = self._request(ep, window)
-            budgets.setdefault((budget, stop), []).append(i)
+            if i not in skipped:
+                budgets.setdefault((budget, stop), []).append(i)
             seeds.append(seed)
         completions: list[Completion | None] = [None] * len(live)
         self._sampled_by = self._version() if self.policy_version is not None else -1  # the weights generating now
@@ -262,8 +261,8 @@ class Rollout:
                     completions[i] = c
                     self.stats.count_prefill(live[i], len(p), c)
             if self.rewrite is not None:
-                new = self.rewrite([ep.env for ep in live], [ep.role for ep in live], [list(ep.tokens) for ep in live],
-                                   completions)  # type: ignore[arg-type]
+                new = rewrite_round(self.rewrite, [ep.env for ep in live], [ep.role for ep in live],
+                                    [list(ep.tokens) for ep in live], completions, skipped)
                 for i, c in enumerate(new):
                     live[i].rewritten = c is not None
                     if c is not None:
