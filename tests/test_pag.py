@@ -838,3 +838,11 @@ def test_a_hook_that_claims_a_turn_but_writes_nothing_ends_the_round_with_a_clea
     for t in trajs:
         assert [tu.role for tu in t.turns] == ["policy"]  # the first answers are kept
         assert "writes() claimed turns [0, 1]" in t.error
+
+    class Broken(Lazy):
+        def writes(self, env, role):
+            raise RuntimeError("the hook's own bug")
+
+    envs = [turnrl.make("turnrl/Arithmetic-PAG-v0", level=1) for _ in range(2)]
+    trajs = Rollout(agent, SamplingParams(max_new_tokens=16), rewrite=Broken()).run(envs, seeds=[0, 1])
+    assert all(t.error and "the hook's own bug" in t.error and not t.turns for t in trajs)  # an error, not a crash

@@ -234,16 +234,16 @@ class Rollout:
     async def _generate(self, live: list[Episode], window: int | None = None) -> list[Completion] | None:
         budgets: dict[tuple[int, tuple[str, ...]], list[int]] = {}
         seeds: list[int | None] = []
-        skipped = unsampled(self.rewrite, [ep.env for ep in live], [ep.role for ep in live])  # the hook writes them
-        for i, ep in enumerate(live):  # one generate call per (token budget, the env's stop strings)
-            budget, stop, seed = self._request(ep, window)
-            if i not in skipped:
-                budgets.setdefault((budget, stop), []).append(i)
-            seeds.append(seed)
         completions: list[Completion | None] = [None] * len(live)
         self._sampled_by = self._version() if self.policy_version is not None else -1  # the weights generating now
         t0 = time.perf_counter()
         try:
+            skipped = unsampled(self.rewrite, [ep.env for ep in live], [ep.role for ep in live])  # not sampled
+            for i, ep in enumerate(live):  # one generate call per (token budget, the env's stop strings)
+                budget, stop, seed = self._request(ep, window)
+                if i not in skipped:
+                    budgets.setdefault((budget, stop), []).append(i)
+                seeds.append(seed)
             for (budget, stop), idx in budgets.items():
                 params = self.params.model_copy(update={"max_new_tokens": budget, "stop": stop})
                 prompts = [list(live[i].tokens[live[i].context_start:]) for i in idx]
