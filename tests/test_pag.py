@@ -846,3 +846,55 @@ def test_a_hook_that_claims_a_turn_but_writes_nothing_ends_the_round_with_a_clea
     envs = [turnrl.make("turnrl/Arithmetic-PAG-v0", level=1) for _ in range(2)]
     trajs = Rollout(agent, SamplingParams(max_new_tokens=16), rewrite=Broken()).run(envs, seeds=[0, 1])
     assert all(t.error and "the hook's own bug" in t.error and not t.turns for t in trajs)  # an error, not a crash
+
+
+def test_a_code_verifier_runs_the_candidate_on_an_example_in_the_sandbox():
+    """HumanEval-PAG with the python tool in the verify turn (a real sandbox): the verifier runs the candidate on
+    one of the problem's examples, reads the output, and its verdict is rewarded as in §7; a failing or endless
+    check is an observation, not a crash; token-exact through a rollout."""
+    kw = {"limit": 1, "python": True, "tool_style": "tags", "verify_tools": True, "timeout": 3}
+    env = turnrl.make("turnrl/HumanEval-PAG-v0", **kw)
+    env.reset(seed=0)
+    assert "run your code on the problem's examples" in env.unwrapped.verify_prompt
+    assert "<python>INPUT</python>" in env.unwrapped.verify_prompt
+    wrong = "def has_close_elements(numbers, threshold):\n    return False\n"
+    obs, reward, *_ = env.step(f"```python\n{wrong}```")
+    assert reward == 0.0
+    check = f"<python>{wrong}print(has_close_elements([1.0, 2.8, 3.0, 4.0, 5.0, 2.0], 0.3))</python>"
+    obs, reward, done, _, info = env.step(check)
+    assert [m.content for m in obs] == ["False"] and info["verify_tool"] and info["role"] == "verifier"
+    obs, reward, done, _, info = env.step("<python>raise ValueError('no')</python>")  # the second, last call
+    assert "ValueError: no" in obs[0].content and not done
+    obs, reward, done, _, info = env.step("It printed False where the example says True. The answer is wrong.")
+    assert (reward, info["verdict"], info["verify_tool_calls"]) == (1.0, "wrong", 2) and not done
+    # an endless check stops at the sandbox's timeout and comes back as the tool's result
+    env.reset(seed=0)
+    env.step(f"```python\n{wrong}```")
+    obs, *_ = env.step("<python>while True:\n    pass</python>")
+    assert "stopped" in obs[0].content and "timeout" in obs[0].content
+    # no tools without python=True: a clear error, not a silent no-op
+    with pytest.raises(ValueError, match="code: python=True"):
+        turnrl.make("turnrl/HumanEval-PAG-v0", limit=1, verify_tools=True)
+    # token-exact through a rollout: the answer, the check (a tool turn of the verifier), the verdict, the revision
+    tok = tiny_tokenizer("chatml")
+
+    def policy(prompt):
+        if prompt.rstrip().endswith("Please provide the correct solution.<|im_end|>\n<|im_start|>assistant"):
+            return "```python\ndef has_close_elements(numbers, threshold):\n    return any(abs(a - b) < threshold " \
+                   "for i, a in enumerate(numbers) for b in numbers[i + 1:])\n```"
+        if "<|im_start|>tool" in prompt:
+            return "The answer is wrong."
+        if "Check the solution" in prompt:
+            return check
+        return f"```python\n{wrong}```"
+
+    [traj] = Rollout(ScriptedAgent(tok, policy), SamplingParams(max_new_tokens=200)).run(
+        [turnrl.make("turnrl/HumanEval-PAG-v0", **kw)], seeds=[0])
+    assert traj.error is None, traj.error
+    assert [(t.role, t.info["phase"]) for t in traj.turns] == [("policy", "answer"), ("verifier", "verify"),
+                                                               ("verifier", "verify"), ("policy", "revise")]
+    assert traj.turns[1].observation[0].content == "False"
+    assert [t.reward for t in traj.turns] == [0.0, 0.0, 1.0, 2.0]  # wrong -> "wrong" -> right
+    for t in traj.turns:  # each action's tokens are exactly what the agent produced
+        s, e = t.token_span
+        assert tok.decode(traj.token_ids[s:e], skip_special_tokens=True) == t.action.content

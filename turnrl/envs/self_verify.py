@@ -66,8 +66,10 @@ class SelfVerify(TextEnv):
             when it needs a verdict the policy did not sample (``pag``'s ``verdict_explore``).
         verify_tools: let the verify turn call the inner environment's tools before its verdict (the module
             docstring); the inner environment must have tools. ``verify_prompt`` then defaults to
-            ``VERIFY_TOOLS_PROMPT`` followed by the tools' description and call format, and the inner environment's
-            system prompt no longer describes them (the first answer is written without tools, as in the paper).
+            ``VERIFY_TOOLS_PROMPT`` (or the inner environment's own ``verify_tools_prompt``, e.g. the code
+            environments': run the code on the examples) followed by the tools' description and call format, and
+            the inner environment's system prompt no longer describes them (the first answer is written without
+            tools, as in the paper).
         max_verify_calls: the most tool turns before the verdict (with ``verify_tools``).
         recall_answer: after the verifier's first tool turn, restate the first answer beside the tool's result
             ("Your answer was 25."): the verdict compares two numbers next to each other instead of finding the
@@ -112,7 +114,8 @@ class SelfVerify(TextEnv):
             )
         if verify_tools and not len(getattr(inner, "toolbox", ()) or ()):
             raise ValueError(f"verify_tools needs an environment with tools; {type(inner).__name__} has none here "
-                             "(math environments: calculator=True; or verify_tools=False, the paper's setting)")
+                             "(math environments: calculator=True; code: python=True; or verify_tools=False, the "
+                             "paper's setting)")
         if max_verify_calls < 1:
             raise ValueError(f"max_verify_calls must be at least 1, got {max_verify_calls}")
         if recall_answer and not verify_tools:
@@ -121,7 +124,8 @@ class SelfVerify(TextEnv):
         if verify_prompt is None:
             verify_prompt = VERIFY_PROMPT
             if verify_tools:  # the tools are offered where they may be used: in the verify turn, not the answer's
-                verify_prompt = f"{VERIFY_TOOLS_PROMPT}\n\n{inner.parser.instructions(inner.tools)}"
+                ask = getattr(inner, "verify_tools_prompt", VERIFY_TOOLS_PROMPT)  # the check this env's tools make
+                verify_prompt = f"{ask}\n\n{inner.parser.instructions(inner.tools)}"
                 inner.describe_tools = False
         for name, prompt in (("verify_prompt", verify_prompt), ("revise_prompt", revise_prompt)):
             if not isinstance(prompt, str):
@@ -279,6 +283,12 @@ def gsm8k_pag(**kwargs: Any) -> SelfVerify:
 def math500_pag(**kwargs: Any) -> SelfVerify:
     """``turnrl/MATH500-PAG-v0``: MATH-500 as a PAG episode; kwargs go to SelfVerify or to MATH500Env."""
     return _pag("turnrl.envs.math:MATH500Env", **kwargs)
+
+
+def humaneval_pag(**kwargs: Any) -> SelfVerify:
+    """``turnrl/HumanEval-PAG-v0``: HumanEval as a PAG episode; kwargs go to SelfVerify or to HumanEvalEnv
+    (``python=True, verify_tools=True``: the verifier may run the candidate on the problem's examples)."""
+    return _pag("turnrl.envs.code:HumanEvalEnv", **kwargs)
 
 
 def arithmetic_pag(**kwargs: Any) -> SelfVerify:
