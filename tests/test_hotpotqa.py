@@ -143,3 +143,27 @@ def test_dev_train_and_dev_test_are_disjoint_parts_of_the_dev_file():
     assert run_eval_kwargs(train, {"split": "dev-train"}, None)["split"] == "dev-test"
     assert held_out_kwargs(train, {})["split"] == "dev-test"
     assert test.split == test.held_out_split and train.split != train.held_out_split
+
+
+def test_a_qa_verifier_looks_the_fact_up_before_its_verdict():
+    """HotPotQA-PAG with verify_tools: the verifier searches (SWiRL's tags here), reads the passage, and its verdict
+    is rewarded as in §7; a search past the budget is an observation; without verify_tools no tool turn is taken."""
+    env = turnrl.make("turnrl/HotPotQA-PAG-v0", tool_style="swirl", verify_tools=True, max_searches=1)
+    env.reset(options={"index": 0})
+    assert "look the facts up with a tool" in env.unwrapped.verify_prompt
+    task = env.unwrapped.task
+    obs, reward, *_ = env.step("<answer>Paris</answer>")  # a wrong first answer
+    assert reward == 0.0
+    obs, reward, done, _, info = env.step(f"<search_query>{task.prompt[:80]}</search_query>")
+    assert info["verify_tool"] and info["role"] == "verifier" and " -> " in obs[0].content and not done
+    obs, reward, done, _, info = env.step(f"<search_query>{task.answer}</search_query>")  # past the search budget
+    assert "budget" in obs[0].content and info["error"] is not None and not done
+    obs, reward, done, _, info = env.step("The passage says otherwise. The answer is wrong.")
+    assert (reward, info["verdict"], info["verify_tool_calls"]) == (1.0, "wrong", 2)
+    obs, reward, done, _, info = env.step(f"<answer>{task.answer}</answer>")
+    assert done and info["correct"] and reward == 2.0  # wrong -> right
+    plain = turnrl.make("turnrl/HotPotQA-PAG-v0", tool_style="swirl")
+    plain.reset(options={"index": 0})
+    plain.step("<answer>Paris</answer>")
+    obs, reward, done, _, info = plain.step(f"<search_query>{task.answer}</search_query>")
+    assert info["verdict"] is None and reward == 0.0  # the paper's setting: a tool call is an unparseable verdict

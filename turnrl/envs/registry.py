@@ -54,6 +54,7 @@ BUILTIN_ENVS: dict[str, str] = {
     "turnrl/GSM8K-PAG-v0": "turnrl.envs.self_verify:gsm8k_pag",
     "turnrl/MATH500-PAG-v0": "turnrl.envs.self_verify:math500_pag",
     "turnrl/HumanEval-PAG-v0": "turnrl.envs.self_verify:humaneval_pag",
+    "turnrl/HotPotQA-PAG-v0": "turnrl.envs.self_verify:hotpotqa_pag",
     "turnrl/HumanEval-v0": "turnrl.envs.code:HumanEvalEnv",
     "turnrl/HotPotQA-v0": "turnrl.envs.hotpotqa:HotPotQAEnv",
     "turnrl/Functions-v0": "turnrl.envs.functions:FunctionsEnv",

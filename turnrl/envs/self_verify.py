@@ -254,10 +254,14 @@ class SelfVerify(TextEnv):
         return {"phase": phase, "role": role, "next_role": next_role, "tool_calls": [], "error": None, **extra}
 
     def oracle_action(self) -> str | None:
-        """The inner oracle's answer, then "The answer is correct"."""
+        """The reference answer as the inner environment states answers (its own oracle where it states none: an
+        oracle that would call a tool first cannot here, the answer turn takes no tools), then "The answer is
+        correct"."""
         if self.phase == "verify":
             return f"I checked every step. {VERDICT_CORRECT}."
-        return self.env.oracle_action()
+        task, state = self.env.task, getattr(self.env, "format_answer", None)
+        stated = state(str(task.answer)) if task is not None and state is not None else None
+        return stated if stated is not None else self.env.oracle_action()
 
     def wrong_action(self) -> str:
         """A wrong answer in the answer/revise turns, an unparseable verdict in the verify turn."""
@@ -289,6 +293,12 @@ def humaneval_pag(**kwargs: Any) -> SelfVerify:
     """``turnrl/HumanEval-PAG-v0``: HumanEval as a PAG episode; kwargs go to SelfVerify or to HumanEvalEnv
     (``python=True, verify_tools=True``: the verifier may run the candidate on the problem's examples)."""
     return _pag("turnrl.envs.code:HumanEvalEnv", **kwargs)
+
+
+def hotpotqa_pag(**kwargs: Any) -> SelfVerify:
+    """``turnrl/HotPotQA-PAG-v0``: HotPotQA as a PAG episode; kwargs go to SelfVerify or to HotPotQAEnv
+    (``verify_tools=True``: the verifier may search and look articles up before its verdict)."""
+    return _pag("turnrl.envs.hotpotqa:HotPotQAEnv", **kwargs)
 
 
 def arithmetic_pag(**kwargs: Any) -> SelfVerify:
