@@ -13,25 +13,28 @@ T=${TURNRL:-.venv/bin/turnrl}
 SEED=${SEED:-0}
 TASK=${TASK:-arithmetic}
 BOXED='Put your final answer within \boxed{}.'
-TOOLS="calculator: true, tool_style: tags, verify_tools: true, recall_answer: true"
+TOOLS=(calculator=true tool_style=tags verify_tools=true recall_answer=true)
 case "$TASK" in
   arithmetic)
     OUT=${1:-runs/pag-checking}; ENV_ID=turnrl/Arithmetic-PAG-v0; TASKS=300; TOKENS=64
-    KW="{level: 1, split: train, answer_format: auto, instruction: '$BOXED', $TOOLS}" ;;
+    PAIRS=(level=1 split=train answer_format=auto "${TOOLS[@]}") ;;
   gsm8k)
     OUT=${1:-runs/pag-checking-gsm8k}; ENV_ID=turnrl/GSM8K-PAG-v0; TASKS=${TASKS:-300}; TOKENS=256
-    KW="{split: train, answer_format: auto, instruction: '$BOXED', $TOOLS}" ;;
+    PAIRS=(split=train answer_format=auto "${TOOLS[@]}") ;;
   *) echo "TASK must be arithmetic or gsm8k, got '$TASK'" >&2; exit 2 ;;
 esac
-ENV_KW=()  # the same keyword arguments for `turnrl pag checks`, one --kw each
-while IFS= read -r item; do ENV_KW+=(--kw "$item"); done < <(
-  python3 -c 'import sys, yaml; [print(f"{k}={v}") for k, v in yaml.safe_load(sys.argv[1]).items()]' "$KW")
+# the same environment keyword arguments (and the boxed instruction) for all three stages: one --kw KEY=VALUE each
+# for `turnrl pag checks`, one YAML mapping replacing the configs' env.kwargs for `turnrl train`
+ENV_KW=()
+for pair in "${PAIRS[@]}"; do ENV_KW+=(--kw "$pair"); done
+KW=$(IFS=,; echo "{${PAIRS[*]//=/: }}")
 mkdir -p "$OUT"
-$T pag checks --env "$ENV_ID" "${ENV_KW[@]}" --compare --revisions \
+$T pag checks --env "$ENV_ID" "${ENV_KW[@]}" --kw "instruction=$BOXED" --compare --revisions \
   --agent smollm2-135m-instruct --tasks "$TASKS" --seed "$SEED" --temperature 0.8 --max-new-tokens "$TOKENS" \
   --out "$OUT/checks-rows.parquet"
 $T train configs/pag-arith-checks.yaml data.path="$OUT/checks-rows.parquet" env.id="$ENV_ID" "env.kwargs=$KW" \
-  rollout.max_new_tokens="$TOKENS" seed="$SEED" out_dir="$OUT/warmup" --no-resume
+  "env.kwargs.instruction=$BOXED" rollout.max_new_tokens="$TOKENS" seed="$SEED" out_dir="$OUT/warmup" --no-resume
 $T train configs/pag-arith.yaml init_from="$OUT/warmup" env.id="$ENV_ID" "env.kwargs=$KW" \
-  rollout.max_new_tokens="$TOKENS" algorithm.verifier_balance=true algorithm.kl_coef=0.3 optim.lr=1e-5 \
-  rollout.prompts_per_step=8 rollout.group_size=4 steps=4 eval_every=4 seed="$SEED" out_dir="$OUT/pag" --no-resume
+  "env.kwargs.instruction=$BOXED" rollout.max_new_tokens="$TOKENS" algorithm.verifier_balance=true \
+  algorithm.kl_coef=0.3 optim.lr=1e-5 rollout.prompts_per_step=8 rollout.group_size=4 steps=4 eval_every=4 \
+  seed="$SEED" out_dir="$OUT/pag" --no-resume

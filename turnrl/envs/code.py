@@ -31,13 +31,11 @@ from turnrl.tools.python import python_tool
 from turnrl.tools.sandbox.base import Sandbox
 from turnrl.verifiers.base import Verdict
 from turnrl.verifiers.code import extract_code, run_tests
-from turnrl.verifiers.pag import VERDICT_CORRECT, VERDICT_WRONG
 
 SYSTEM_PROMPT = "You are an expert Python programmer."
-VERIFY_TOOLS_PROMPT = (  # a PAG verify turn's request with python=True (SelfVerify reads it)
+VERIFY_TOOLS_CHECK = (  # the check a PAG verify turn is asked for with python=True (SelfVerify adds the verdict)
     "Check the solution. You may first run your code on the problem's examples with a tool and compare what it "
-    f"prints with the expected results. If it is wrong, end with '{VERDICT_WRONG}'. If it is right, end with "
-    f"'{VERDICT_CORRECT}'."
+    "prints with the expected results."
 )
 INSTRUCTION = "Reply with the complete solution in a single ```python code block."
 
@@ -60,7 +58,7 @@ class CodeEnv(ToolEnv):
         system_prompt, instruction: the messages' texts.
     """
 
-    verify_tools_prompt = VERIFY_TOOLS_PROMPT
+    verify_tools_check = VERIFY_TOOLS_CHECK
 
     def __init__(
         self,

@@ -22,7 +22,6 @@ from turnrl.tools.base import ToolError, tool
 from turnrl.tools.parsers import TagParser
 from turnrl.tools.search import BM25Index, Passage, bm25_index
 from turnrl.verifiers.base import Verdict
-from turnrl.verifiers.pag import VERDICT_CORRECT, VERDICT_WRONG
 from turnrl.verifiers.qa import verify as qa_verify
 
 SYSTEM_PROMPT = (
@@ -31,9 +30,8 @@ SYSTEM_PROMPT = (
 )
 INSTRUCTION = "Give your final answer within <answer></answer> tags."
 LOOKUP_INSTRUCTION = "To read an article whose exact title you have seen, write only <lookup>TITLE</lookup>."
-VERIFY_TOOLS_PROMPT = (  # a PAG verify turn's request with verify_tools (SelfVerify reads it)
-    "Check the answer. You may first look the facts up with a tool and compare what you find with your answer. "
-    f"If it is wrong, end with '{VERDICT_WRONG}'. If it is right, end with '{VERDICT_CORRECT}'."
+VERIFY_TOOLS_CHECK = (  # the check a PAG verify turn is asked for with verify_tools (SelfVerify adds the verdict)
+    "Check the answer. You may first look the facts up with a tool and compare what you find with your answer."
 )
 MAX_QUERY_CHARS = 300
 DEV_TEST_SIZE = 100  # split "dev-test": the dev file's first 100 questions; "dev-train": the rest
@@ -87,7 +85,7 @@ class HotPotQAEnv(ToolEnv):
             ``dense``).
     """
 
-    verify_tools_prompt = VERIFY_TOOLS_PROMPT
+    verify_tools_check = VERIFY_TOOLS_CHECK
 
     def __init__(
         self,

@@ -39,10 +39,11 @@ VERIFY_PROMPT = (
     "Check the solution step by step. If you find a mistake, state the wrong step, explain why, and end with "
     f"'{VERDICT_WRONG}'. If all steps are correct, end with '{VERDICT_CORRECT}'."
 )
-VERIFY_TOOLS_PROMPT = (
-    "Check the solution. You may recompute it with a tool first and compare the tool's result with your answer. "
-    f"If it is wrong, end with '{VERDICT_WRONG}'. If it is right, end with '{VERDICT_CORRECT}'."
+VERIFY_TOOLS_CHECK = (  # what the verify turn may check with tools; an environment may ask its own (verify_tools_check)
+    "Check the solution. You may recompute it with a tool first and compare the tool's result with your answer."
 )
+VERDICT_REQUEST = f"If it is wrong, end with '{VERDICT_WRONG}'. If it is right, end with '{VERDICT_CORRECT}'."
+VERIFY_TOOLS_PROMPT = f"{VERIFY_TOOLS_CHECK} {VERDICT_REQUEST}"
 REVISE_PROMPT = "You indicated that your previous answer was wrong. Please provide the correct solution."
 
 Phase = Literal["answer", "verify", "revise", "done"]
@@ -66,8 +67,9 @@ class SelfVerify(TextEnv):
             when it needs a verdict the policy did not sample (``pag``'s ``verdict_explore``).
         verify_tools: let the verify turn call the inner environment's tools before its verdict (the module
             docstring); the inner environment must have tools. ``verify_prompt`` then defaults to
-            ``VERIFY_TOOLS_PROMPT`` (or the inner environment's own ``verify_tools_prompt``, e.g. the code
-            environments': run the code on the examples) followed by the tools' description and call format, and
+            ``VERIFY_TOOLS_PROMPT`` (its first sentences replaced by the inner environment's own
+            ``verify_tools_check`` where it has one, e.g. the code environments': run the code on the examples;
+            the verdict request stays) followed by the tools' description and call format, and
             the inner environment's system prompt no longer describes them (the first answer is written without
             tools, as in the paper).
         max_verify_calls: the most tool turns before the verdict (with ``verify_tools``).
@@ -124,8 +126,8 @@ class SelfVerify(TextEnv):
         if verify_prompt is None:
             verify_prompt = VERIFY_PROMPT
             if verify_tools:  # the tools are offered where they may be used: in the verify turn, not the answer's
-                ask = getattr(inner, "verify_tools_prompt", VERIFY_TOOLS_PROMPT)  # the check this env's tools make
-                verify_prompt = f"{ask}\n\n{inner.parser.instructions(inner.tools)}"
+                check = getattr(inner, "verify_tools_check", VERIFY_TOOLS_CHECK)  # the check this env's tools make
+                verify_prompt = f"{check} {VERDICT_REQUEST}\n\n{inner.parser.instructions(inner.tools)}"
                 inner.describe_tools = False
         for name, prompt in (("verify_prompt", verify_prompt), ("revise_prompt", revise_prompt)):
             if not isinstance(prompt, str):

@@ -107,7 +107,7 @@ class CheckingTeacher:
         for i, (env, role, c) in enumerate(zip(envs, roles, completions)):
             inner = env.unwrapped
             if role != "verifier":
-                text = check_revision(inner) if self.revisions and getattr(inner, "phase", None) == "revise" else None
+                text = self._revision(inner)
                 if text is not None:
                     out[i] = self._completion(text, c)
                 continue
@@ -123,10 +123,11 @@ class CheckingTeacher:
     def writes(self, env: TextEnv, role: str) -> bool:
         """Whether the teacher writes this turn whatever the policy would sample (the rollout then does not sample
         it): every verifier turn, and with ``revisions`` every revision the check gives a result for."""
-        if role == "verifier":
-            return True
-        inner = env.unwrapped
-        return self.revisions and getattr(inner, "phase", None) == "revise" and check_revision(inner) is not None
+        return role == "verifier" or self._revision(env.unwrapped) is not None
+
+    def _revision(self, inner: Any) -> str | None:
+        """The teacher's revision of this turn: with ``revisions``, in the revise phase, where the check stated one."""
+        return check_revision(inner) if self.revisions and getattr(inner, "phase", None) == "revise" else None
 
     def _completion(self, text: str, sampled: Completion) -> Completion:
         ids = list(self.tokenizer.encode(text, add_special_tokens=False)) + self.eos

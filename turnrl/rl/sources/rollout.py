@@ -238,7 +238,8 @@ class Rollout:
         self._sampled_by = self._version() if self.policy_version is not None else -1  # the weights generating now
         t0 = time.perf_counter()
         try:
-            skipped = unsampled(self.rewrite, [ep.env for ep in live], [ep.role for ep in live])  # not sampled
+            envs, roles = [ep.env for ep in live], [ep.role for ep in live]
+            skipped = unsampled(self.rewrite, envs, roles)  # turns the hook writes itself: not sampled
             for i, ep in enumerate(live):  # one generate call per (token budget, the env's stop strings)
                 budget, stop, seed = self._request(ep, window)
                 if i not in skipped:
@@ -261,8 +262,7 @@ class Rollout:
                     completions[i] = c
                     self.stats.count_prefill(live[i], len(p), c)
             if self.rewrite is not None:
-                new = rewrite_round(self.rewrite, [ep.env for ep in live], [ep.role for ep in live],
-                                    [list(ep.tokens) for ep in live], completions, skipped)
+                new = rewrite_round(self.rewrite, envs, roles, [list(ep.tokens) for ep in live], completions, skipped)
                 for i, c in enumerate(new):
                     live[i].rewritten = c is not None
                     if c is not None:
