@@ -1,6 +1,7 @@
 """Shared test set-up: data comes from ../shared/data unless TURNRL_DATA_DIR says otherwise."""
 
 import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -31,3 +32,13 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture
+def sigint_raises():
+    """Ctrl-C (SIGINT) raises ``KeyboardInterrupt`` in this process, and the commands a test starts take it as from a
+    terminal, also when the suite itself runs with SIGINT ignored (a script's ``cmd &`` starts it so, and an ignored
+    signal is inherited: the tests that send SIGINT would then see nothing happen)."""
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)  # a handled signal is reset to default on exec
+    yield
+    signal.signal(signal.SIGINT, old)

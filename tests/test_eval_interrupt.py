@@ -90,7 +90,7 @@ def _printed_command(out: str, prefix: str) -> list[str]:
 
 
 @pytest.fixture
-def work(tmp_path, monkeypatch):
+def work(tmp_path, monkeypatch, sigint_raises):
     """A folder with the sleepy environment's module, the current folder; its registration undone after."""
     import gymnasium as gym
 

@@ -280,7 +280,7 @@ def test_the_example_environment_is_evaluated_on_its_held_out_split(tmp_path):
         registry._SOURCES.pop("examples/Units-v0", None)
 
 
-def test_an_interrupted_evaluation_writes_what_finished_and_resumes(tmp_path):
+def test_an_interrupted_evaluation_writes_what_finished_and_resumes(tmp_path, sigint_raises):
     """Issue 32 §3, in process: a real SIGINT at the 5th episode (the episodes whose last step was under way finish
     too); the items, report and metrics of those that finished are written and marked interrupted; --resume plays
     only the others and ends as an uninterrupted run."""

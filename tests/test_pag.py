@@ -852,7 +852,8 @@ def test_a_code_verifier_runs_the_candidate_on_an_example_in_the_sandbox():
     """HumanEval-PAG with the python tool in the verify turn (a real sandbox): the verifier runs the candidate on
     one of the problem's examples, reads the output, and its verdict is rewarded as in §7; a failing or endless
     check is an observation, not a crash; token-exact through a rollout."""
-    kw = {"limit": 1, "python": True, "tool_style": "tags", "verify_tools": True, "timeout": 3}
+    # a generous timeout for the checks that finish (a loaded machine starts a sandbox slowly), a short one below
+    kw = {"limit": 1, "python": True, "tool_style": "tags", "verify_tools": True, "timeout": 30}
     env = turnrl.make("turnrl/HumanEval-PAG-v0", **kw)
     env.reset(seed=0)
     assert "run your code on the problem's examples" in env.unwrapped.verify_prompt
@@ -868,6 +869,7 @@ def test_a_code_verifier_runs_the_candidate_on_an_example_in_the_sandbox():
     obs, reward, done, _, info = env.step("It printed False where the example says True. The answer is wrong.")
     assert (reward, info["verdict"], info["verify_tool_calls"]) == (1.0, "wrong", 2) and not done
     # an endless check stops at the sandbox's timeout and comes back as the tool's result
+    env = turnrl.make("turnrl/HumanEval-PAG-v0", **{**kw, "timeout": 2})
     env.reset(seed=0)
     env.step(f"```python\n{wrong}```")
     obs, *_ = env.step("<python>while True:\n    pass</python>")

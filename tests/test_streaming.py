@@ -246,7 +246,7 @@ def test_sampling_params_top_logprobs_from_the_hf_agent():
     assert d.top_logprobs is None and [(t, lp) for _, t, lp, _ in heard] == list(zip(c.token_ids, c.logprobs))
 
 
-def test_turnrl_serve_with_the_builtin_model_streams_and_sees_tools(tmp_path):
+def test_turnrl_serve_with_the_builtin_model_streams_and_sees_tools(tmp_path, sigint_raises):
     """The issue's own scenario: `turnrl serve --agent smollm2-135m-instruct`, the official client, tools, stream."""
     import os
     import re
