@@ -3,11 +3,16 @@
     python bench/ray_placement.py --steps 3
     python bench/ray_placement.py --async --steps 4             # ray × 2: synchronous vs max_staleness 1 and 2
     python bench/ray_placement.py --async --slow-tool --steps 4  # the same with a tool that answers in 0.2–1 s
+    python bench/ray_placement.py --async --slow-tool --split-cores --steps 4  # learner and workers on own cores
 
 With ``--async`` it compares, on Ray with 2 workers, the synchronous placement (k = 0) with rollouts that overlap
 the learner's update (``rollout.max_staleness`` k = 1, 2): episodes/s, generated tokens/s, and the share of the
 wall time the learner waits for episodes (``learner idle``). ``--slow-tool`` plays ``bench/slow_tool_env.py``:
-the quickstart's environment whose every step takes 0.2–1 s to answer.
+the quickstart's environment whose every step takes 0.2–1 s to answer. ``--split-cores`` gives the learner (this
+process) the first half of the machine's cores and the rollout workers the other half, each pinned there (CPU
+affinity of every thread): the layout of a GPU run, where rollouts and updates have devices of their own, so that a
+phase that waits leaves its cores idle instead of lending them to the other. Besides the learner's idle share it
+prints the workers' (1 − their CPU seconds / (wall × their cores)).
 
 For each placement (local; ray with 1 worker; ray with 2 workers) it trains SmolLM2-135M-Instruct on the quickstart
 config (GRPO, 4 prompts × 8 samples, 48 new tokens) for ``--steps`` steps from the same weights, with
@@ -24,12 +29,33 @@ import os
 import statistics
 import tempfile
 import time
+from pathlib import Path
 
 import torch
 
+CORES = sorted(os.sched_getaffinity(0))  # this machine's cores, read before any run pins this process
 
-def run(placement: str, workers: int, steps: int, model: str, staleness: int = 0, slow_tool: bool = False
-        ) -> dict[str, float]:
+
+def _pin(pid: int, cores: set[int]) -> None:
+    """Pin every thread of process ``pid`` to ``cores`` (threads started later inherit their starter's)."""
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            os.sched_setaffinity(int(task.name), cores)
+        except (ProcessLookupError, PermissionError):  # a thread that ended meanwhile
+            pass
+
+
+def _cpu_seconds(pids: list[int]) -> float:
+    """CPU seconds (user + system) the processes ``pids`` have used so far."""
+    total = 0.0
+    for pid in pids:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+def run(placement: str, workers: int, steps: int, model: str, staleness: int = 0, slow_tool: bool = False,
+        split: bool = False) -> dict[str, float]:
     """Train ``steps`` steps; return the mean rollout throughput and step time (the first step excluded)."""
     from turnrl.agents import make_agent
     from turnrl.rl.run.config import load_config
@@ -42,34 +68,53 @@ def run(placement: str, workers: int, steps: int, model: str, staleness: int = 0
 
         turnrl.register("bench/SlowToolArithmetic-v0", "slow_tool_env:SlowToolArithmetic")
         overrides.append("env.id=bench/SlowToolArithmetic-v0")
+    cores = CORES
+    learner_cores, worker_cores = set(cores[:len(cores) // 2]), set(cores[len(cores) // 2:])
     if placement == "ray":
-        # the same CPUs in every placement: the workers share this machine's cores (rollouts and updates alternate)
-        overrides += [f"ray.rollout_workers={workers}", f"ray.worker_cpus={(os.cpu_count() or 1) / workers}"]
+        # the same CPUs in every placement: the workers share this machine's cores (rollouts and updates alternate),
+        # or with ``split`` the cores that are theirs
+        overrides += [f"ray.rollout_workers={workers}",
+                      f"ray.worker_cpus={(len(worker_cores) if split else len(cores)) / workers}"]
     with tempfile.TemporaryDirectory() as out:
         cfg = load_config("configs/quickstart.yaml", overrides + [f"out_dir={out}"])
         agent = make_agent(model, batch_size=32)
         t0 = time.perf_counter()
         trainer = Trainer(cfg, model=agent.model, tokenizer=agent.tokenizer)
         start_s = time.perf_counter() - t0
-        rows = []
+        rows, pids = [], []
+        if placement == "ray":
+            import ray
+
+            runner = trainer._runner()  # the workers start now (else with the first step)
+            pids = [ray.get(w.ready.remote(), timeout=60)["pid"] for w in runner.workers]
+        if split:
+            torch.set_num_threads(len(learner_cores))
+            _pin(os.getpid(), learner_cores)
+            for pid in pids:
+                _pin(pid, worker_cores)
         try:
             for step in range(steps + 1):
-                s0 = time.perf_counter()
+                s0, c0 = time.perf_counter(), _cpu_seconds(pids)
                 trajs, info = trainer.source.collect(step)
                 s1 = time.perf_counter()
                 trainer.learner.update(trajs)
                 rows.append({"rollout_s": s1 - s0, "step_s": time.perf_counter() - s0, "episodes": len(trajs),
-                             "tokens": info["generated_tokens"], "success": info["success"]})
+                             "tokens": info["generated_tokens"], "success": info["success"],
+                             "worker_cpu_s": _cpu_seconds(pids) - c0})
                 print(f"  {placement}/{workers} step {step}: rollout {s1 - s0:.1f} s, step {rows[-1]['step_s']:.1f} s, "
                       f"{info['generated_tokens']:.0f} tokens, success {info['success']:.3f}", flush=True)
         finally:
             trainer.close()
+            if split:  # the next run starts unpinned
+                _pin(os.getpid(), set(cores))
+                torch.set_num_threads(len(cores))
     rows = rows[1:]  # the first step warms up (worker processes, caches)
     wall = sum(r["step_s"] for r in rows)
     return {"start_s": start_s, "tok_s": sum(r["tokens"] for r in rows) / sum(r["rollout_s"] for r in rows),
             "step_s": statistics.mean(r["step_s"] for r in rows), "success": statistics.mean(r["success"] for r in rows),
             "eps_s": sum(r["episodes"] for r in rows) / wall, "wall_tok_s": sum(r["tokens"] for r in rows) / wall,
-            "learner_idle": sum(r["rollout_s"] for r in rows) / wall}
+            "learner_idle": sum(r["rollout_s"] for r in rows) / wall,
+            "workers_idle": 1 - sum(r["worker_cpu_s"] for r in rows) / (wall * len(worker_cores if split else cores))}
 
 
 def main() -> None:
@@ -80,17 +125,22 @@ def main() -> None:
     parser.add_argument("--only", choices=["local", "ray"], help="run one placement (ratios need both)")
     parser.add_argument("--async", dest="overlap", action="store_true", help="ray × 2 with max_staleness 0, 1, 2")
     parser.add_argument("--slow-tool", action="store_true", help="a tool that answers in 0.2–1 s")
+    parser.add_argument("--split-cores", action="store_true",
+                        help="with --async: the learner on half the cores, the workers on the other half")
     args = parser.parse_args()
+    if args.split_cores and (not args.overlap or len(CORES) < 2):
+        parser.error("--split-cores needs --async and at least 2 cores")
     torch.manual_seed(0)
     if args.overlap:
-        runs = {f"ray × 2, k={k}": run("ray", 2, args.steps, args.model, k, args.slow_tool) for k in (0, 1, 2)}
+        runs = {f"ray × 2, k={k}": run("ray", 2, args.steps, args.model, k, args.slow_tool, args.split_cores)
+                for k in (0, 1, 2)}
         base = runs["ray × 2, k=0"]
         print(f"\n{'run':<16}{'episodes/s':>11}{'× sync':>8}{'gen tok/s':>11}{'× sync':>8}{'s/step':>8}"
-              f"{'learner idle':>14}{'success':>9}")
+              f"{'learner idle':>14}{'workers idle':>14}{'success':>9}")
         for name, r in runs.items():
             print(f"{name:<16}{r['eps_s']:>11.3f}{r['eps_s'] / base['eps_s']:>8.2f}{r['wall_tok_s']:>11.1f}"
                   f"{r['wall_tok_s'] / base['wall_tok_s']:>8.2f}{r['step_s']:>8.1f}{r['learner_idle']:>14.2f}"
-                  f"{r['success']:>9.3f}")
+                  f"{r['workers_idle']:>14.2f}{r['success']:>9.3f}")
         return
     results = {}
     for placement, workers in (("local", 0), ("ray", 1), ("ray", 2)):

@@ -4,6 +4,7 @@
     python bench/tppo_vs_ppo.py --steps 2 --eval-every 1 --eval-tasks 4 --max-new 32 --window 8   # a smoke run
     python bench/tppo_vs_ppo.py --train-on finished   # T-PPO trains whole groups once they finished
     python bench/tppo_vs_ppo.py --train-on finished --skip-baseline runs/tppo --out runs/tppo2   # reuse a PPO run
+    python bench/tppo_vs_ppo.py --train-on finished --overlong 64   # both runs punish answers near the limit
 
 Both runs are ``algorithm: tppo`` with the same options, seed and tasks; the baseline's window is
 ``max_new_tokens`` (every answer finishes in its first window: T-PPO with W at least the longest answer is PPO
@@ -38,6 +39,9 @@ def train(name: str, out: Path, args: argparse.Namespace, window: int, train_on:
         f"steps={args.steps}", f"eval_every={args.eval_every}", f"eval_tasks={args.eval_tasks}",
         f"seed={args.seed}", f"out_dir={out}",
     ]
+    if args.overlong:
+        overrides.append(f"algorithm.overlong.cache_len={args.overlong}")
+    overrides += args.set
     cmd = [sys.executable, "-m", "turnrl", "train", "configs/quickstart.yaml", *overrides, "--no-resume"]
     print(f"[{name}] {' '.join(cmd[2:])}", flush=True)
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL if args.quiet else None)
@@ -76,6 +80,10 @@ def main() -> None:
     p.add_argument("--prompts", type=int, default=4)
     p.add_argument("--group", type=int, default=8)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--overlong", type=int, default=0, metavar="L_CACHE",
+                   help="DAPO's soft overlong punishment with this buffer, in every run this invocation trains")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="a config override for every run this invocation trains (repeatable)")
     p.add_argument("--out", default=None, help="keep the runs here (default: a temporary folder)")
     p.add_argument("--quiet", action="store_true", help="hide the runs' own output")
     args = p.parse_args()

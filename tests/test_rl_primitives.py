@@ -15,7 +15,7 @@ from turnrl.rl.formulas.advantages import (
     role_whiten,
 )
 from turnrl.rl.formulas.losses import aggregate, clipped_surrogate, clipped_value_loss, masked_nll
-from turnrl.rl.formulas.rewards import overlong_penalty
+from turnrl.rl.formulas.rewards import longest_turn, on_last_token, overlong_penalty
 
 
 @pytest.fixture(autouse=True)
@@ -211,6 +211,18 @@ def test_overlong_penalty_shape_and_continuity():
     assert abs(f(80 + 1e-9)) < 1e-6 and abs(f(100 + 1e-9) - f(100)) < 1e-6  # continuous at both breakpoints
     with pytest.raises(ValueError):
         overlong_penalty(torch.tensor([1.0]), 10, 20)
+
+
+def test_longest_turn_counts_each_turns_generated_tokens():
+    turn_ids = torch.tensor([[-1, 0, 0, 0, -1, 1, 1, -1], [-1, -1, 0, -1, 1, 1, 1, 1], [-1] * 8])
+    assert longest_turn(turn_ids).tolist() == [3, 4, 0]  # a row with no generated token: 0
+
+
+def test_on_last_token_puts_a_sequence_value_on_its_last_generated_token():
+    mask = torch.tensor([[0, 1, 1, 0, 1, 0], [0, 0, 1, 1, 0, 0], [0, 0, 0, 0, 0, 0]])
+    out = on_last_token(torch.tensor([-0.5, 2.0, 7.0]), mask)
+    assert out[0].tolist() == [0, 0, 0, 0, -0.5, 0] and out[1].tolist() == [0, 0, 0, 2.0, 0, 0]
+    assert out[2].abs().sum() == 0  # nothing generated: nowhere to put it
 
 
 # ---- §3 VAPO ----

@@ -170,6 +170,25 @@ def test_the_value_loss_ignores_unfinished_sequences():
     assert not torch.equal(algo.loss(moved, exp, algo.counts(b), train_policy=False)[0], loss)
 
 
+def test_overlong_punishes_each_finished_sequence_on_its_last_token_and_waits_for_unfinished_ones():
+    b = windowed_batch()  # responses of 4, 6 (unfinished) and 7 tokens; L_max 8, buffer 4: 7 tokens cost -0.75
+    plain, shaped = tppo(), tppo(overlong={"cache_len": 4})
+    extra = shaped.shaped_rewards(b, 8) - plain.shaped_rewards(b, 8)
+    assert extra[0].abs().sum() == 0  # 4 tokens: inside L_max - L_cache
+    assert extra[1].abs().sum() == 0  # still in play (6 tokens so far): punished when it finishes
+    last = int(b.loss_mask[2].nonzero().max())
+    assert extra[2, last] == pytest.approx(-0.75) and extra[2].abs().sum() == pytest.approx(0.75)
+    values = torch.randn(b.loss_mask.shape) * b.loss_mask
+    a0, _ = tppo(whiten_advantages=False, adv_clip=None).advantages(b, 8, values, torch.zeros(3))
+    a1, _ = tppo(whiten_advantages=False, adv_clip=None, overlong={"cache_len": 4}).advantages(b, 8, values,
+                                                                                               torch.zeros(3))
+    assert (a1[2] * b.loss_mask[2] < a0[2] * b.loss_mask[2]).sum() > 0 and torch.equal(a1[0], a0[0])
+    ppo = get_algorithm(parse_algorithm_config({"name": "ppo", "overlong": {"cache_len": 4}}))
+    assert ppo.shaped_rewards(b, 8)[2, last] == pytest.approx(b.token_rewards[2, last].item() - 0.75)
+    with pytest.raises(ValidationError, match="cache_len"):
+        parse_algorithm_config({"name": "ppo", "overlong": {"cache_len": 0}})
+
+
 def config(tmp_path, algo, steps, **algorithm):
     return TrainConfig(model="tiny", env={"id": "tests/Upper-v0"}, algorithm={"name": algo, **algorithm},
                        rollout={"prompts_per_step": 4, "group_size": 4, "max_new_tokens": 4},

@@ -42,6 +42,14 @@ class AlgorithmConfig(BaseModel):
     name: str
 
 
+class OverlongConfig(BaseModel):
+    """DAPO's soft overlong punishment (docs/algorithms.md §4): L_max is the per-turn generation limit
+    (``rollout.max_new_tokens``), ``cache_len`` the buffer before it in which the penalty grows from 0 to −1."""
+
+    model_config = ConfigDict(extra="forbid")
+    cache_len: int = Field(16, ge=1)
+
+
 class PolicyGradientConfig(AlgorithmConfig):
     """The clipped-surrogate family (grpo, dapo, ppo, vapo, …)."""
 

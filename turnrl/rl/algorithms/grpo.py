@@ -13,21 +13,14 @@ from collections.abc import Sequence
 from typing import Literal
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
-from turnrl.rl.algorithms.base import PolicyGradient, PolicyGradientConfig
+from turnrl.rl.algorithms.base import OverlongConfig, PolicyGradient, PolicyGradientConfig
 from turnrl.rl.core.batch import Batch, collate
 from turnrl.rl.formulas.advantages import group_normalize, zero_variance_groups
 from turnrl.rl.formulas.losses import AggMode
-from turnrl.rl.formulas.rewards import overlong_penalty
+from turnrl.rl.formulas.rewards import longest_turn, overlong_penalty
 from turnrl.types import Trajectory
-
-
-class OverlongConfig(BaseModel):
-    """DAPO's soft overlong punishment: L_max is the per-turn generation limit, ``cache_len`` the buffer."""
-
-    model_config = ConfigDict(extra="forbid")
-    cache_len: int = Field(16, ge=1)
 
 
 class GRPOConfig(PolicyGradientConfig):
@@ -52,10 +45,7 @@ def sequence_rewards(batch: Batch, overlong: OverlongConfig | None, max_new_toke
     """Per-sequence rewards ``(B,)``: the episode's total, plus the overlong penalty of its longest turn if enabled."""
     scores = batch.scores.clone()
     if overlong is not None:
-        top = int(batch.turn_ids.max())
-        turn_lengths = torch.stack([(batch.turn_ids == k).sum(-1) for k in range(top + 1)], -1) if top >= 0 \
-            else torch.zeros(len(batch), 1, device=scores.device)
-        scores = scores + overlong_penalty(turn_lengths.max(-1).values, max_new_tokens,
+        scores = scores + overlong_penalty(longest_turn(batch.turn_ids), max_new_tokens,
                                            min(overlong.cache_len, max_new_tokens))
     return scores
 

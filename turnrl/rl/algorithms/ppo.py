@@ -15,11 +15,19 @@ from typing import TYPE_CHECKING, Literal
 import torch
 from pydantic import Field
 
-from turnrl.rl.algorithms.base import CriticSpec, Experience, Forward, PolicyGradient, PolicyGradientConfig
+from turnrl.rl.algorithms.base import (
+    CriticSpec,
+    Experience,
+    Forward,
+    OverlongConfig,
+    PolicyGradient,
+    PolicyGradientConfig,
+)
 from turnrl.rl.core.batch import Batch
 from turnrl.rl.core.prm import saved_base
 from turnrl.rl.formulas.advantages import length_adaptive_lambda, masked_gae, masked_whiten
 from turnrl.rl.formulas.losses import AggMode, clipped_value_loss
+from turnrl.rl.formulas.rewards import longest_turn, on_last_token, overlong_penalty
 
 if TYPE_CHECKING:
     from turnrl.rl.run.config import TrainConfig
@@ -42,6 +50,8 @@ class PPOConfig(PolicyGradientConfig):
     value_warmup_steps: int = Field(0, ge=0, description="steps that train only the critic (vapo: 50)")
     whiten_advantages: bool = Field(True, description="whiten the actor's advantages (vapo: off)")
     turn_independent: bool = Field(False, description="cut GAE at turn boundaries: nothing flows across turns (PAG)")
+    overlong: OverlongConfig | None = Field(None, description=(
+        "DAPO's soft overlong punishment on the last token's reward of each finished episode (off by default)"))
 
 
 class VAPOConfig(PPOConfig):
@@ -115,7 +125,7 @@ class PPO(PolicyGradient):
         """
         if values is None:
             raise ValueError(f"{self.name} needs the critic's values")
-        mask, cut, rewards = batch.loss_mask, self.cfg.turn_independent, self.token_rewards(batch)
+        mask, cut, rewards = batch.loss_mask, self.cfg.turn_independent, self.shaped_rewards(batch, max_new_tokens)
         adv, _ = masked_gae(rewards, values, mask, 1.0, self.actor_lambda(batch), cut, bootstrap)
         _, returns = masked_gae(rewards, values, mask, 1.0, self.cfg.lam_critic, cut, bootstrap)
         return self.normalize(adv, batch), returns
@@ -123,6 +133,17 @@ class PPO(PolicyGradient):
     def token_rewards(self, batch: Batch) -> torch.Tensor:
         """The per-token rewards GAE runs on: each turn's reward on its last generated token."""
         return batch.token_rewards
+
+    def shaped_rewards(self, batch: Batch, max_new_tokens: int) -> torch.Tensor:
+        """:meth:`token_rewards` plus, with ``overlong``, DAPO's soft overlong punishment of each finished sequence's
+        longest turn on its last generated token (docs/algorithms.md §4). A sequence still in play (T-PPO) gets it
+        in the window where it finishes, when its length is known."""
+        rewards = self.token_rewards(batch)
+        if self.cfg.overlong is None:
+            return rewards
+        penalty = overlong_penalty(longest_turn(batch.turn_ids), max_new_tokens,
+                                   min(self.cfg.overlong.cache_len, max_new_tokens))
+        return rewards + on_last_token(penalty.to(rewards.dtype) * batch.finished.to(rewards.dtype), batch.loss_mask)
 
     def normalize(self, adv: torch.Tensor, batch: Batch) -> torch.Tensor:
         """Whiten the actor's advantages over the generated tokens (``whiten_advantages``), or leave them."""

@@ -92,7 +92,7 @@ class TPPO(PPO):
         critic targets (EGAE with λ_critic)."""
         if values is None:
             raise ValueError("tppo needs the critic's values")
-        mask, cut, rewards = batch.loss_mask, self.cfg.turn_independent, batch.token_rewards
+        mask, cut, rewards = batch.loss_mask, self.cfg.turn_independent, self.shaped_rewards(batch, max_new_tokens)
         ended = bootstrap if bootstrap is not None else torch.zeros(len(batch), device=values.device)
         boot = torch.where(batch.finished > 0, ended, egae_bootstrap(values, mask, batch.finished))
         adv, _ = masked_gae(rewards, values, mask, 1.0, self.actor_lambda(batch), cut, boot)

@@ -21,3 +21,28 @@ def overlong_penalty(length: torch.Tensor, max_len: int, cache_len: int) -> torc
     soft = (max_len - cache_len - length) / cache_len
     out = torch.where(length <= max_len - cache_len, torch.zeros_like(length), soft)
     return torch.where(length > max_len, -torch.ones_like(length), out)
+
+
+def longest_turn(turn_ids: torch.Tensor) -> torch.Tensor:
+    """The length of each sequence's longest generated turn ``(B,)`` — the |y| of the overlong punishment in a
+    multi-turn episode, where L_max limits each turn (docs/algorithms.md §4).
+
+    Args:
+        turn_ids: ``(B, T)`` the turn of each generated token, −1 elsewhere.
+    """
+    top = int(turn_ids.max()) if turn_ids.numel() else -1
+    if top < 0:
+        return torch.zeros(turn_ids.shape[0], dtype=torch.long, device=turn_ids.device)
+    return torch.stack([(turn_ids == k).sum(-1) for k in range(top + 1)], -1).max(-1).values
+
+
+def on_last_token(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """``(B, T)``: each sequence's ``values[b]`` on its last generated token (``mask`` 1), 0 everywhere else — where
+    a sequence-level reward term goes for per-token credit (GAE). A row without a generated token gets nothing."""
+    T = mask.shape[-1]
+    positions = torch.arange(T, device=mask.device).expand_as(mask)
+    last = torch.where(mask > 0, positions, -1).max(-1).values  # (B,) −1: none
+    out = torch.zeros(mask.shape, dtype=values.dtype, device=mask.device)
+    rows = torch.nonzero(last >= 0).squeeze(-1)
+    out[rows, last[rows]] = values[rows]
+    return out
