@@ -1,6 +1,7 @@
 """Ray placement vs local on the quickstart: rollout throughput and per-step overhead, side by side in one run.
 
     python bench/ray_placement.py --steps 3
+    python bench/ray_placement.py --steps 3 --ray-workers 1       # local and ray × 1 only
     python bench/ray_placement.py --async --steps 4             # ray × 2: synchronous vs max_staleness 1 and 2
     python bench/ray_placement.py --async --slow-tool --steps 4  # the same with a tool that answers in 0.2–1 s
     python bench/ray_placement.py --async --slow-tool --split-cores --steps 4  # learner and workers on own cores
@@ -123,6 +124,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--model", default="smollm2-135m-instruct")
     parser.add_argument("--only", choices=["local", "ray"], help="run one placement (ratios need both)")
+    parser.add_argument("--ray-workers", type=int, nargs="+", default=[1, 2], metavar="N",
+                        help="the Ray placements to run, by rollout workers (default: 1 2)")
     parser.add_argument("--async", dest="overlap", action="store_true", help="ray × 2 with max_staleness 0, 1, 2")
     parser.add_argument("--slow-tool", action="store_true", help="a tool that answers in 0.2–1 s")
     parser.add_argument("--split-cores", action="store_true",
@@ -143,7 +146,7 @@ def main() -> None:
                   f"{r['workers_idle']:>14.2f}{r['success']:>9.3f}")
         return
     results = {}
-    for placement, workers in (("local", 0), ("ray", 1), ("ray", 2)):
+    for placement, workers in (("local", 0), *(("ray", n) for n in args.ray_workers)):
         if args.only in (None, placement):
             results[(placement, workers)] = run(placement, workers, args.steps, args.model, 0, args.slow_tool)
     base = results.get(("local", 0), next(iter(results.values())))

@@ -5,6 +5,7 @@
     python bench/tppo_vs_ppo.py --train-on finished   # T-PPO trains whole groups once they finished
     python bench/tppo_vs_ppo.py --train-on finished --skip-baseline runs/tppo --out runs/tppo2   # reuse a PPO run
     python bench/tppo_vs_ppo.py --train-on finished --overlong 64   # both runs punish answers near the limit
+    python bench/tppo_vs_ppo.py --train-on finished --report runs/tppo --target 0.8   # time two kept runs to 80 %
 
 Both runs are ``algorithm: tppo`` with the same options, seed and tasks; the baseline's window is
 ``max_new_tokens`` (every answer finishes in its first window: T-PPO with W at least the longest answer is PPO
@@ -12,8 +13,9 @@ with T-PPO's options exactly — a check of docs/algorithms.md §6), the other's
 answers most level-1 sums in 20–40 tokens but now and then rambles to the token limit: a synchronous step waits for
 that answer, a windowed step decodes at most W tokens and carries it over. Each run trains ``--steps`` steps and is
 evaluated greedily on the held-out split every ``--eval-every`` steps; the table gives the training seconds (the
-steps' own time, evaluation excluded) at each evaluation, and the time each run needed to first reach the
-baseline's final held-out success. Run it alone: a timing taken while anything else runs on the machine is void.
+steps' own time, evaluation excluded) at each evaluation, and the time each run needed to first reach each
+``--target``: by default the baseline's final held-out success and its best (PPO's success can peak and fall, and a
+fallen final is a low bar). Run it alone: a timing taken while anything else runs on the machine is void.
 """
 
 from __future__ import annotations
@@ -64,6 +66,31 @@ def first_reach(points: list[tuple[int, float, float]], target: float) -> float 
     return next((s for _, s, v in points if v >= target - 1e-9), None)
 
 
+def targets(base: list[tuple[int, float, float]], wanted: list[str]) -> list[tuple[str, float]]:
+    """The held-out success levels to time: ``final`` (PPO's last evaluation), ``best`` (PPO's best) or a number."""
+    out = []
+    for w in wanted:
+        if w == "final":
+            out.append(("PPO's final held-out success", base[-1][2]))
+        elif w == "best":
+            out.append(("PPO's best held-out success", max(v for _, _, v in base)))
+        else:
+            out.append(("held-out success", float(w)))
+    return out
+
+
+def reach(label: str, target: float, base: list[tuple[int, float, float]], tppo: list[tuple[int, float, float]],
+          steps: int) -> None:
+    """Print the training seconds each run needed to first reach ``target`` and their ratio."""
+    a, b = first_reach(base, target), first_reach(tppo, target)
+    print(f"target = {label} {target:.3f}: PPO " + (f"after {a:.0f} s" if a is not None else f"not in {steps} steps")
+          + ", T-PPO " + (f"after {b:.0f} s" if b is not None else f"not in {steps} steps"), end="")
+    if a is not None and b is not None:
+        print(f": {a / b:.2f}x less wall time" if b > 0 else ": both at step 0" if a == 0 else ": T-PPO at step 0")
+    else:
+        print()
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default="smollm2-135m-instruct")
@@ -84,31 +111,34 @@ def main() -> None:
                    help="DAPO's soft overlong punishment with this buffer, in every run this invocation trains")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="a config override for every run this invocation trains (repeatable)")
+    p.add_argument("--report", default=None, metavar="DIR",
+                   help="train nothing: print the table of the runs kept in DIR (an earlier --out)")
+    p.add_argument("--target", action="append", default=None, metavar="final|best|SUCCESS",
+                   help="the held-out success to time both runs to (repeatable; default: final and best)")
     p.add_argument("--out", default=None, help="keep the runs here (default: a temporary folder)")
     p.add_argument("--quiet", action="store_true", help="hide the runs' own output")
     args = p.parse_args()
+    args.target = args.target or ["final", "best"]
     with tempfile.TemporaryDirectory() as tmp:
-        root = Path(args.out or tmp)
-        if args.skip_baseline:
+        root = Path(args.report or args.out or tmp)
+        if args.report:
+            base, tppo = points(root / "ppo"), points(root / f"tppo-{args.train_on}")
+        elif args.skip_baseline:
             base = points(Path(args.skip_baseline) / "ppo")
         else:
             base = train(f"PPO (W = {args.max_new})", root / "ppo", args, args.max_new)
-        tppo = train(f"T-PPO (W = {args.window}, train_on = {args.train_on})", root / f"tppo-{args.train_on}", args,
-                     args.window, args.train_on)
+        if not args.report:
+            tppo = train(f"T-PPO (W = {args.window}, train_on = {args.train_on})", root / f"tppo-{args.train_on}", args,
+                         args.window, args.train_on)
     print(f"\nheld-out success (greedy, {args.eval_tasks} test tasks) by training seconds:")
     print(f"{'step':>5} | {'PPO s':>8} {'success':>8} | {'T-PPO s':>8} {'success':>8}")
     for (step, s1, v1), (_, s2, v2) in zip(base, tppo):
         print(f"{step:>5} | {s1:>8.0f} {v1:>8.3f} | {s2:>8.0f} {v2:>8.3f}")
-    target = base[-1][2]
-    a, b = first_reach(base, target), first_reach(tppo, target)
-    print(f"\ntarget = PPO's final held-out success {target:.3f}")
-    print(f"PPO reached it after {a:.0f} s of training" if a is not None else "PPO: never (cannot happen)")
-    if b is None:
-        print(f"T-PPO did not reach it in {args.steps} steps (final {tppo[-1][2]:.3f} after {tppo[-1][1]:.0f} s)")
-    else:
-        print(f"T-PPO reached it after {b:.0f} s: {a / b:.2f}x less wall time" if b > 0 else "T-PPO: at step 0")
+    print()
+    for label, target in targets(base, args.target):
+        reach(label, target, base, tppo, args.steps)
     total_a, total_b = base[-1][1], tppo[-1][1]
-    print(f"seconds per step: PPO {total_a / args.steps:.1f}, T-PPO {total_b / args.steps:.1f} "
+    print(f"seconds per step: PPO {total_a / max(base[-1][0], 1):.1f}, T-PPO {total_b / max(tppo[-1][0], 1):.1f} "
           f"({total_a / max(total_b, 1e-9):.2f}x)")
 
 

@@ -153,3 +153,15 @@ def test_e2b_failure_is_an_answer_not_a_crash():
     finally:
         httpd.shutdown()
         httpd.server_close()
+
+
+def test_format_answer_submits_the_given_program_and_the_oracle_the_solution():
+    tasks = [{"prompt": "Write add(a, b).", "tests": ["assert add(1, 2) == 3"], "solution": SOLUTION}]
+    env = CodeEnv([{"prompt": t["prompt"], "answer": "", "metadata": {"tests": t["tests"], "solution": t["solution"]}}
+                   for t in tasks])
+    env.reset()
+    wrong = "def add(a, b):\n    return a - b\n"
+    assert extract_code(env.format_answer(wrong)).strip() == wrong.strip()  # not the reference solution
+    assert not env.score(env.format_answer(wrong)).correct
+    assert env.format_answer("  ") is None
+    assert env.score(env.oracle_action()).correct

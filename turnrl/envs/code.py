@@ -124,9 +124,14 @@ class CodeEnv(ToolEnv):
         return Verdict(correct=verdict.correct, score=score, extracted=program[-2000:], details=verdict.details)
 
     def format_answer(self, answer: str) -> str | None:
-        """The oracle: the task's ``metadata["solution"]`` in a code block, when the data has one."""
+        """A response submitting the program ``answer`` (None for an empty one: code has no answer to state)."""
+        return f"```python\n{answer}\n```" if answer.strip() else None
+
+    def oracle_action(self) -> str | None:
+        """The task's ``metadata["solution"]`` as a response, when the data has one (the tasks' ``answer`` is empty:
+        the tests are the reference)."""
         solution = self.task.metadata.get("solution") if self.task is not None else None
-        return f"```python\n{solution}\n```" if solution else None
+        return self.format_answer(str(solution)) if solution else None
 
     def wrong_action(self) -> str:
         """A solution that raises."""
