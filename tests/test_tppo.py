@@ -295,3 +295,26 @@ def test_train_on_finished_with_a_window_no_response_reaches_is_the_window_run()
     a1, r1 = finished.advantages(b, 8, values, torch.zeros(3))
     a2, r2 = tppo().advantages(b, 8, values, torch.zeros(3))
     assert torch.equal(a1, a2) and torch.equal(r1, r2)
+
+
+def test_a_turn_resumed_in_a_later_window_does_not_replay_its_random_stream():
+    """With per-episode streams, the piece of a turn played after a window goes on with draws of its own (each
+    window is a new segment of the stream's seed). A uniform policy (zero weights) shows it: a replayed stream would
+    sample each piece's tokens again, identically."""
+    tok = tiny_tokenizer("chatml")
+    model = tiny_model(tok, seed=1)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.zero_()
+    uniform = HFAgent(model, tok, batch_size=8)
+    rollout = Rollout(uniform, SamplingParams(temperature=1.0, max_new_tokens=12))
+    eps = rollout.start(arithmetic_envs(2, []), seeds=[0, 0], options=[{"index": 0}, {"index": 1}],
+                        group_ids=[None] * 2, sample_seeds=[5, 6], metadata=[{}] * 2)
+    starts = [len(ep.tokens) for ep in eps]
+    for _ in range(3):
+        rollout.play(eps, 4)
+    for ep, start in zip(eps, starts):
+        generated = list(ep.tokens[start:start + 12])
+        assert len(generated) == 12  # three windows of 4 tokens inside the first turn
+        pieces = [generated[i:i + 4] for i in (0, 4, 8)]
+        assert pieces[0] != pieces[1] and pieces[1] != pieces[2], pieces
