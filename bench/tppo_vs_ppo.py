@@ -79,12 +79,13 @@ def targets(base: list[tuple[int, float, float]], wanted: list[str]) -> list[tup
     return out
 
 
-def reach(label: str, target: float, base: list[tuple[int, float, float]], tppo: list[tuple[int, float, float]],
-          steps: int) -> None:
+def reach(label: str, target: float, base: list[tuple[int, float, float]], tppo: list[tuple[int, float, float]]
+          ) -> None:
     """Print the training seconds each run needed to first reach ``target`` and their ratio."""
     a, b = first_reach(base, target), first_reach(tppo, target)
-    print(f"target = {label} {target:.3f}: PPO " + (f"after {a:.0f} s" if a is not None else f"not in {steps} steps")
-          + ", T-PPO " + (f"after {b:.0f} s" if b is not None else f"not in {steps} steps"), end="")
+    pa = f"after {a:.0f} s" if a is not None else f"not in {base[-1][0]} steps"
+    pb = f"after {b:.0f} s" if b is not None else f"not in {tppo[-1][0]} steps"
+    print(f"target = {label} {target:.3f}: PPO {pa}, T-PPO {pb}", end="")
     if a is not None and b is not None:
         print(f": {a / b:.2f}x less wall time" if b > 0 else ": both at step 0" if a == 0 else ": T-PPO at step 0")
     else:
@@ -136,7 +137,7 @@ def main() -> None:
         print(f"{step:>5} | {s1:>8.0f} {v1:>8.3f} | {s2:>8.0f} {v2:>8.3f}")
     print()
     for label, target in targets(base, args.target):
-        reach(label, target, base, tppo, args.steps)
+        reach(label, target, base, tppo)
     total_a, total_b = base[-1][1], tppo[-1][1]
     print(f"seconds per step: PPO {total_a / max(base[-1][0], 1):.1f}, T-PPO {total_b / max(tppo[-1][0], 1):.1f} "
           f"({total_a / max(total_b, 1e-9):.2f}x)")
