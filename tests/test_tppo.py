@@ -318,3 +318,33 @@ def test_a_turn_resumed_in_a_later_window_does_not_replay_its_random_stream():
         assert len(generated) == 12  # three windows of 4 tokens inside the first turn
         pieces = [generated[i:i + 4] for i in (0, 4, 8)]
         assert pieces[0] != pieces[1] and pieces[1] != pieces[2], pieces
+
+
+def test_min_groups_holds_finished_groups_until_enough_are_ready(tmp_path):
+    cfg = config(tmp_path, "tppo", 6, window=2, value_warmup_steps=0, train_on="finished", min_groups=4)
+    trainer, history = run(cfg.model_copy(update={"save_trajectories": True}))
+    assert any(h.get("ready_episodes", 0) > 0 for h in history[1:])  # some step held groups back
+    from turnrl.storage import read_jsonl
+
+    seen, trained_steps = [], 0
+    for step in range(1, 7):
+        path = tmp_path / "train" / f"step-{step}" / "trajectories.jsonl"
+        trajs = read_jsonl(path) if path.exists() else []
+        groups: dict[str, int] = {}
+        for t in trajs:
+            groups[t.group_id] = groups.get(t.group_id, 0) + 1
+        assert not groups or len(groups) >= 4  # an update holds at least min_groups whole groups
+        assert all(n == 4 for n in groups.values())
+        trained_steps += bool(trajs)
+        seen += [t.metadata["job"] for t in trajs]
+    assert trained_steps >= 1 and len(seen) == len(set(seen))  # each episode trained once
+    source = trainer.driver.source
+    held = {str(t.metadata["job"]) for t in source.ready}
+    assert held <= set(source.state_dict()["in_play"])  # a resumed run plays the held groups again
+
+
+def test_min_groups_needs_train_on_finished(tmp_path):
+    with pytest.raises(ValidationError, match="min_groups"):
+        config(tmp_path, "tppo", 1, min_groups=2)
+    with pytest.raises(ValidationError, match="min_groups"):
+        config(tmp_path, "tppo", 1, train_on="finished", min_groups=0)

@@ -20,6 +20,7 @@ finished, on all of their tokens with PPO's GAE (the "partial rollouts" of Kimi 
 unfinished response is scored by the critic alone. The tokens of earlier windows were sampled by older policy
 versions — as many versions back as the windows an episode took — which the staleness metrics show and
 ``optim.recompute_logprobs`` with ``behaviour_is_cap`` corrects (decoupled PPO, docs/algorithms.md §11).
+``min_groups`` holds finished groups until that many are ready, so that no update is made of a few slow groups alone.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from dataclasses import replace
 from typing import ClassVar, Literal
 
 import torch
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from turnrl.rl.algorithms.base import Experience, Forward
 from turnrl.rl.algorithms.ppo import PPO, PPOConfig
@@ -57,6 +58,17 @@ class TPPOConfig(PPOConfig):
         "window: every step trains each episode's newest window, an unfinished one through EGAE (the paper's T-PPO); "
         "finished: a group trains once all its episodes finished, on all their tokens (partial rollouts: earlier "
         "windows were sampled by older versions, see optim.recompute_logprobs and algorithm.behaviour_is_cap)"))
+    min_groups: int | None = Field(None, ge=1, description=(
+        "train_on finished: hold finished groups until at least this many are ready, then train them together, so "
+        "that no update is made of a few slow groups alone (e.g. rollout.prompts_per_step; None: train whatever "
+        "groups have finished)"))
+
+    @model_validator(mode="after")
+    def _min_groups_needs_finished(self) -> TPPOConfig:
+        if self.min_groups is not None and self.train_on != "finished":
+            raise ValueError("algorithm.min_groups holds finished groups and needs algorithm.train_on=finished "
+                             "(or leave min_groups unset)")
+        return self
 
 
 class TPPO(PPO):

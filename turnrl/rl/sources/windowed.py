@@ -7,7 +7,8 @@ fill the batch in whole groups; every episode then generates up to ``algorithm.w
 all of them: the finished Trajectories, and a snapshot of each unfinished one (``metadata["partial"]``, with
 ``metadata["window_start"]`` where its window began) — or, with ``algorithm.train_on: finished``, on the groups
 all of whose episodes have finished, whole (a group's short answers wait for its long ones, so that no step trains
-a task's quick answers without its slow ones: that would tilt every update toward whatever is not yet finished).
+a task's quick answers without its slow ones: that would tilt every update toward whatever is not yet finished),
+with ``algorithm.min_groups`` held until that many groups are ready, then trained together.
 
 Where the episodes live between steps: with ``placement: local`` in this process (:class:`LocalWindows`); with
 ``placement: ray`` in the rollout worker that began them (:class:`turnrl.rl.placement.ray_windows.RayWindows`: an
@@ -68,6 +69,7 @@ class WindowedSource(ExperienceSource):
         self.carry: list[Job] = []  # the jobs whose episodes are in play (held by :attr:`player`)
         self.replay: list[Job] = []  # jobs whose episodes were lost (a resumed run, a dead worker): played again
         self.waiting: dict[str, list[Trajectory]] = {}  # train_on finished: finished episodes of unfinished groups
+        self.ready: list[Trajectory] = []  # train_on finished with min_groups: whole groups held for the next update
         self.parts: RunParts | None = None
         self._player: Any = None
 
@@ -130,22 +132,28 @@ class WindowedSource(ExperienceSource):
         return trajs, {**out.stats, "carried_episodes": float(len(self.carry)), "new_episodes": float(len(jobs)),
                        "regenerated_episodes": float(replayed), "lost_episodes": float(len(out.lost)),
                        "waiting_episodes": float(sum(map(len, self.waiting.values()))),
+                       "ready_episodes": float(len(self.ready)),
                        **rollout_metrics(out.finished, self.env), **reward_metrics(out.finished),
                        **process_metrics(out.finished)}
 
     def complete_groups(self, finished: list[Trajectory]) -> list[Trajectory]:
         """``train_on: finished``: add ``finished`` to the waiting groups; the groups none of whose episodes is still
-        in play (or to be played again), whole."""
+        in play (or to be played again), whole — with ``algorithm.min_groups``, held until that many are ready, then
+        all of them."""
         for traj in finished:
             self.waiting.setdefault(str(traj.group_id), []).append(traj)
         open_groups = {j.group_id for j in self.carry + self.replay}
         done = [g for g in self.waiting if g not in open_groups]
-        return [traj for g in done for traj in self.waiting.pop(g)]
+        self.ready += [traj for g in done for traj in self.waiting.pop(g)]
+        if len({str(t.group_id) for t in self.ready}) < (self.algorithm.cfg.min_groups or 1):
+            return []
+        ready, self.ready = self.ready, []
+        return ready
 
     def state_dict(self) -> dict[str, Any]:
         """The task sampler's state and the jobs still in play or waiting for their group (a resumed run plays them again from
         the start)."""
-        waiting = [str(t.metadata["job"]) for group in self.waiting.values() for t in group]
+        waiting = [str(t.metadata["job"]) for group in [*self.waiting.values(), self.ready] for t in group]
         return {"tasks": self.sampler.state_dict(), "in_play": [j.key for j in self.carry] + [j.key for j in self.replay] + waiting}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -158,9 +166,9 @@ class WindowedSource(ExperienceSource):
             raise ValueError("this checkpoint predates task samplers: resume it with the default `tasks:` "
                              "(sequential)")
         self.replay = [Job.parse(key) for key in state.get("in_play", [])]
-        self.carry, self.waiting = [], {}
+        self.carry, self.waiting, self.ready = [], {}, []
 
     def reset(self) -> None:
         """A fresh run starts: nothing in play."""
-        self.carry, self.replay, self.waiting = [], [], {}
+        self.carry, self.replay, self.waiting, self.ready = [], [], {}, []
         self.sampler = make_sampler(self.cfg.tasks, self.env, self.cfg.seed)
