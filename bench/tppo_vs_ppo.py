@@ -122,15 +122,11 @@ def main() -> None:
     args.target = args.target or ["final", "best"]
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(args.report or args.out or tmp)
-        if args.report:
-            base, tppo = points(root / "ppo"), points(root / f"tppo-{args.train_on}")
-        elif args.skip_baseline:
-            base = points(Path(args.skip_baseline) / "ppo")
-        else:
-            base = train(f"PPO (W = {args.max_new})", root / "ppo", args, args.max_new)
-        if not args.report:
-            tppo = train(f"T-PPO (W = {args.window}, train_on = {args.train_on})", root / f"tppo-{args.train_on}", args,
-                         args.window, args.train_on)
+        kept = args.report or args.skip_baseline  # where a PPO run is read instead of trained
+        base = points(Path(kept) / "ppo") if kept else train(f"PPO (W = {args.max_new})", root / "ppo", args,
+                                                              args.max_new)
+        name, out = f"T-PPO (W = {args.window}, train_on = {args.train_on})", root / f"tppo-{args.train_on}"
+        tppo = points(out) if args.report else train(name, out, args, args.window, args.train_on)
     print(f"\nheld-out success (greedy, {args.eval_tasks} test tasks) by training seconds:")
     print(f"{'step':>5} | {'PPO s':>8} {'success':>8} | {'T-PPO s':>8} {'success':>8}")
     for (step, s1, v1), (_, s2, v2) in zip(base, tppo):
