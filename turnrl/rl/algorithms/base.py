@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from turnrl.rl.core.batch import Batch
 from turnrl.rl.formulas.advantages import window_mask, zero_variance_groups
 from turnrl.rl.formulas.losses import AggMode, agg_count, aggregate, behaviour_weights, clipped_surrogate, masked_nll
+from turnrl.rl.formulas.rewards import longest_turn, overlong_penalty
 from turnrl.types import Trajectory
 from turnrl.utils import load_entry
 
@@ -48,6 +49,10 @@ class OverlongConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     cache_len: int = Field(16, ge=1)
+
+    def penalty(self, turn_ids: torch.Tensor, max_new_tokens: int) -> torch.Tensor:
+        """``(B,)`` the punishment of each sequence's longest turn (``turn_ids`` ``(B, T)``, −1 off its turns)."""
+        return overlong_penalty(longest_turn(turn_ids), max_new_tokens, min(self.cache_len, max_new_tokens))
 
 
 class PolicyGradientConfig(AlgorithmConfig):

@@ -19,7 +19,6 @@ from turnrl.rl.algorithms.base import OverlongConfig, PolicyGradient, PolicyGrad
 from turnrl.rl.core.batch import Batch, collate
 from turnrl.rl.formulas.advantages import group_normalize, zero_variance_groups
 from turnrl.rl.formulas.losses import AggMode
-from turnrl.rl.formulas.rewards import longest_turn, overlong_penalty
 from turnrl.types import Trajectory
 
 
@@ -45,8 +44,7 @@ def sequence_rewards(batch: Batch, overlong: OverlongConfig | None, max_new_toke
     """Per-sequence rewards ``(B,)``: the episode's total, plus the overlong penalty of its longest turn if enabled."""
     scores = batch.scores.clone()
     if overlong is not None:
-        scores = scores + overlong_penalty(longest_turn(batch.turn_ids), max_new_tokens,
-                                           min(overlong.cache_len, max_new_tokens))
+        scores = scores + overlong.penalty(batch.turn_ids, max_new_tokens)
     return scores
 
 

@@ -27,7 +27,7 @@ from turnrl.rl.core.batch import Batch
 from turnrl.rl.core.prm import saved_base
 from turnrl.rl.formulas.advantages import length_adaptive_lambda, masked_gae, masked_whiten
 from turnrl.rl.formulas.losses import AggMode, clipped_value_loss
-from turnrl.rl.formulas.rewards import longest_turn, on_last_token, overlong_penalty
+from turnrl.rl.formulas.rewards import on_last_token
 
 if TYPE_CHECKING:
     from turnrl.rl.run.config import TrainConfig
@@ -141,8 +141,7 @@ class PPO(PolicyGradient):
         rewards = self.token_rewards(batch)
         if self.cfg.overlong is None:
             return rewards
-        penalty = overlong_penalty(longest_turn(batch.turn_ids), max_new_tokens,
-                                   min(self.cfg.overlong.cache_len, max_new_tokens))
+        penalty = self.cfg.overlong.penalty(batch.turn_ids, max_new_tokens)
         return rewards + on_last_token(penalty.to(rewards.dtype) * batch.finished.to(rewards.dtype), batch.loss_mask)
 
     def normalize(self, adv: torch.Tensor, batch: Batch) -> torch.Tensor:
