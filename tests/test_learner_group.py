@@ -113,11 +113,24 @@ def _check_two_ranks(tmp_path, stage, algo, lr, unequal=True, lora=None, **optim
         assert set(state) == set(want)  # of a LoRA policy: the adapters alone
         if lora is not None:  # which trained
             assert max(float((state[k] - v).abs().max()) for k, v in start.items()) > lr
-        diff = max(float((state[k] - v).abs().max()) for k, v in want.items())
-        # within 2e-3 of one Adam step (lr per coordinate): ranks reduce in another order, and hosts round differently
-        assert version == 2 and diff < 2e-3 * lr, diff
+        assert version == 2
+        assert_same_steps(state, want, lr)
     finally:
         group.close()
+
+
+def assert_same_steps(state, want, lr):
+    """The group's weights are the single process's to within float rounding, measured in Adam steps (lr each).
+
+    Almost every coordinate agrees to 2e-3 of a step. A few may not: Adam divides each coordinate's step by its own
+    gradient history, so a coordinate whose gradient is a near-cancelling sum (e.g. the tied embedding row of a byte
+    token never sampled, moved only through the softmax) turns the rounding of that sum into a visible share of its
+    step, and ranks and CPUs sum in different orders (an AVX2 host showed 0.0116 of a step on 2 coordinates of 51,872).
+    A missed, doubled or misweighted update moves most coordinates by a large share of a step, which both bounds catch.
+    """
+    diff = torch.cat([(state[k] - v).abs().flatten() for k, v in want.items()]) / lr
+    over = int((diff > 2e-3).sum())
+    assert float(diff.max()) < 0.05 and over <= 1e-3 * diff.numel(), (float(diff.max()), over, diff.numel())
 
 
 def run_config(tmp_path, steps=2, **extra):

@@ -221,13 +221,16 @@ def test_verdict_collapse_monitor():
 def test_pag_training_raises_the_verifiers_accuracy_on_a_toy_env(tmp_path):
     cfg = TrainConfig(model="tiny", env={"id": "tests/ToyPAG-v0"}, algorithm={"name": "pag"},
                       rollout={"prompts_per_step": 4, "group_size": 8, "max_new_tokens": 4},
-                      optim={"lr": 3e-2, "minibatch_size": 16}, steps=40, eval_tasks=8, out_dir=str(tmp_path),
+                      optim={"lr": 2e-2, "minibatch_size": 16}, steps=40, eval_tasks=8, out_dir=str(tmp_path),
                       save_trajectories=False)
     tok = tiny_tokenizer("chatml")
     history = Trainer(cfg, model=tiny_model(tok), tokenizer=tok).train()
     acc = [h["pag_verifier_acc"] for h in history[1:]]
     early, late = sum(acc[:5]) / 5, sum(acc[-5:]) / 5
-    assert late > early + 0.3 and late >= 0.6, (early, late)  # seeds 0-2: 0.22-0.25 -> 0.75
+    # seeds 0-8 (an AVX2 host): 0.16-0.25 -> 0.73-0.76. At lr 3e-2 (seeds 0-2 passed on another host) seed 0 reached
+    # 0.75 by step 21 here, then fell back to 0.2-0.4 from step 34: a critic's advantages keep moving verdicts that
+    # have all become "correct" (zero-variance groups), and too large a step overshoots.
+    assert late > early + 0.3 and late >= 0.6, (early, late)
     assert all(h["pag_acc_turn1"] == 0.75 for h in history[1:])  # the truth is scripted: 3 tasks in 4 are right
     for h in (history[0], history[-1]):  # held-out: the env's own figures beside eval_success
         assert h["eval_pag_acc_turn1"] == 0.75 and 0 <= h["eval_pag_verifier_balanced_acc"] <= 1
