@@ -113,7 +113,8 @@ def main() -> None:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="a config override for every run this invocation trains (repeatable)")
     p.add_argument("--report", default=None, metavar="DIR",
-                   help="train nothing: print the table of the runs kept in DIR (an earlier --out)")
+                   help="train nothing: print the table of the runs kept in DIR (an earlier --out; its PPO run, or "
+                        "--skip-baseline's)")
     p.add_argument("--target", action="append", default=None, metavar="final|best|SUCCESS",
                    help="the held-out success to time both runs to (repeatable; default: final and best)")
     p.add_argument("--out", default=None, help="keep the runs here (default: a temporary folder)")
@@ -122,21 +123,21 @@ def main() -> None:
     args.target = args.target or ["final", "best"]
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(args.report or args.out or tmp)
-        kept = args.report or args.skip_baseline  # where a PPO run is read instead of trained
+        kept = args.skip_baseline or args.report  # where a PPO run is read instead of trained
         base = points(Path(kept) / "ppo") if kept else train(f"PPO (W = {args.max_new})", root / "ppo", args,
                                                               args.max_new)
         name, out = f"T-PPO (W = {args.window}, train_on = {args.train_on})", root / f"tppo-{args.train_on}"
         tppo = points(out) if args.report else train(name, out, args, args.window, args.train_on)
     print(f"\nheld-out success (greedy, {args.eval_tasks} test tasks) by training seconds:")
     print(f"{'step':>5} | {'PPO s':>8} {'success':>8} | {'T-PPO s':>8} {'success':>8}")
-    for (step, s1, v1), (_, s2, v2) in zip(base, tppo):
-        print(f"{step:>5} | {s1:>8.0f} {v1:>8.3f} | {s2:>8.0f} {v2:>8.3f}")
+    cells = {run: {step: f"{s:>8.0f} {v:>8.3f}" for step, s, v in points} for run, points in (("ppo", base), ("t", tppo))}
+    for step in sorted(set(cells["ppo"]) | set(cells["t"])):  # the runs may have trained for different numbers of steps
+        print(f"{step:>5} | {cells['ppo'].get(step, ''):>17} | {cells['t'].get(step, ''):>17}")
     print()
     for label, target in targets(base, args.target):
         reach(label, target, base, tppo)
-    total_a, total_b = base[-1][1], tppo[-1][1]
-    print(f"seconds per step: PPO {total_a / max(base[-1][0], 1):.1f}, T-PPO {total_b / max(tppo[-1][0], 1):.1f} "
-          f"({total_a / max(total_b, 1e-9):.2f}x)")
+    per_a, per_b = base[-1][1] / max(base[-1][0], 1), tppo[-1][1] / max(tppo[-1][0], 1)
+    print(f"seconds per step: PPO {per_a:.1f}, T-PPO {per_b:.1f} ({per_a / max(per_b, 1e-9):.2f}x)")
 
 
 if __name__ == "__main__":
