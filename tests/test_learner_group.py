@@ -123,10 +123,11 @@ def assert_same_steps(state, want, lr):
     """The group's weights are the single process's to within float rounding, measured in Adam steps (lr each).
 
     Almost every coordinate agrees to 2e-3 of a step. A few may not: Adam divides each coordinate's step by its own
-    gradient history, so a coordinate whose gradient is a near-cancelling sum (e.g. the tied embedding row of a byte
-    token never sampled, moved only through the softmax) turns the rounding of that sum into a visible share of its
-    step, and ranks and CPUs sum in different orders (an AVX2 host showed 0.0116 of a step on 2 coordinates of 51,872).
-    A missed, doubled or misweighted update moves most coordinates by a large share of a step, which both bounds catch.
+    gradient history, so where a coordinate's gradient is small and summed from terms of both signs, the rounding of
+    that sum becomes a visible share of its step, and ranks and CPUs sum in different orders. (An AVX2 host showed
+    0.0116 of a step on 2 coordinates of 51,872, in the tied embedding row of the byte token "ÿ"; the same with the
+    clip ranges opened wide, so not a ratio crossing the clip.) A missed update, or one that weighs tokens otherwise
+    (seq-mean-token-mean against token-mean), moves most coordinates by 2 to 4 steps: both bounds catch it.
     """
     diff = torch.cat([(state[k] - v).abs().flatten() for k, v in want.items()]) / lr
     over = int((diff > 2e-3).sum())
