@@ -130,9 +130,9 @@ def main() -> None:
         tppo = points(out) if args.report else train(name, out, args, args.window, args.train_on)
     print(f"\nheld-out success (greedy, {args.eval_tasks} test tasks) by training seconds:")
     print(f"{'step':>5} | {'PPO s':>8} {'success':>8} | {'T-PPO s':>8} {'success':>8}")
-    cells = {run: {step: f"{s:>8.0f} {v:>8.3f}" for step, s, v in points} for run, points in (("ppo", base), ("t", tppo))}
-    for step in sorted(set(cells["ppo"]) | set(cells["t"])):  # the runs may have trained for different numbers of steps
-        print(f"{step:>5} | {cells['ppo'].get(step, ''):>17} | {cells['t'].get(step, ''):>17}")
+    ppo_cells, tppo_cells = ({step: f"{s:>8.0f} {v:>8.3f}" for step, s, v in run} for run in (base, tppo))
+    for step in sorted(ppo_cells.keys() | tppo_cells.keys()):  # the runs may have trained for different numbers of steps
+        print(f"{step:>5} | {ppo_cells.get(step, ''):>17} | {tppo_cells.get(step, ''):>17}")
     print()
     for label, target in targets(base, args.target):
         reach(label, target, base, tppo)
