@@ -5,6 +5,7 @@
     python bench/tppo_vs_ppo.py --train-on finished   # T-PPO trains whole groups once they finished
     python bench/tppo_vs_ppo.py --train-on finished --skip-baseline runs/tppo --out runs/tppo2   # reuse a PPO run
     python bench/tppo_vs_ppo.py --train-on finished --overlong 64   # both runs punish answers near the limit
+    python bench/tppo_vs_ppo.py --train-on finished --tppo-set algorithm.min_groups=4   # an option of T-PPO's run only
     python bench/tppo_vs_ppo.py --train-on finished --report runs/tppo --target 0.8   # time two kept runs to 80 %
 
 Both runs are ``algorithm: tppo`` with the same options, seed and tasks; the baseline's window is
@@ -28,8 +29,8 @@ import tempfile
 from pathlib import Path
 
 
-def train(name: str, out: Path, args: argparse.Namespace, window: int, train_on: str = "window"
-          ) -> list[tuple[int, float, float]]:
+def train(name: str, out: Path, args: argparse.Namespace, window: int, train_on: str = "window",
+          extra: list[str] | None = None) -> list[tuple[int, float, float]]:
     """Train one run; returns (step, training seconds so far, held-out success) at each evaluation."""
     overrides = [
         "model=" + args.model, "env.id=turnrl/Arithmetic-v0", "env.kwargs.level=1", "env.kwargs.split=train",
@@ -43,7 +44,7 @@ def train(name: str, out: Path, args: argparse.Namespace, window: int, train_on:
     ]
     if args.overlong:
         overrides.append(f"algorithm.overlong.cache_len={args.overlong}")
-    overrides += args.set
+    overrides += args.set + (extra or [])
     cmd = [sys.executable, "-m", "turnrl", "train", "configs/quickstart.yaml", *overrides, "--no-resume"]
     print(f"[{name}] {' '.join(cmd[2:])}", flush=True)
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL if args.quiet else None)
@@ -112,6 +113,8 @@ def main() -> None:
                    help="DAPO's soft overlong punishment with this buffer, in every run this invocation trains")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="a config override for every run this invocation trains (repeatable)")
+    p.add_argument("--tppo-set", action="append", default=[], metavar="KEY=VALUE",
+                   help="a config override for the T-PPO run only (repeatable), e.g. algorithm.min_groups=4")
     p.add_argument("--report", default=None, metavar="DIR",
                    help="train nothing: print the table of the runs kept in DIR (an earlier --out; its PPO run, or "
                         "--skip-baseline's)")
@@ -127,7 +130,7 @@ def main() -> None:
         base = points(Path(kept) / "ppo") if kept else train(f"PPO (W = {args.max_new})", root / "ppo", args,
                                                               args.max_new)
         name, out = f"T-PPO (W = {args.window}, train_on = {args.train_on})", root / f"tppo-{args.train_on}"
-        tppo = points(out) if args.report else train(name, out, args, args.window, args.train_on)
+        tppo = points(out) if args.report else train(name, out, args, args.window, args.train_on, args.tppo_set)
     print(f"\nheld-out success (greedy, {args.eval_tasks} test tasks) by training seconds:")
     print(f"{'step':>5} | {'PPO s':>8} {'success':>8} | {'T-PPO s':>8} {'success':>8}")
     ppo_cells, tppo_cells = ({step: f"{s:>8.0f} {v:>8.3f}" for step, s, v in run} for run in (base, tppo))

@@ -10,7 +10,8 @@ WindowedSource`). The learner then trains on every episode that generated in thi
 * the policy loss only on the current window's tokens (earlier windows act as prompt): token-mean, clip 0.2/0.28,
   dual clip 10, μ·NLL (0.1) on correct samples, advantages whitened over the window's tokens then clamped to ±10;
 * the value loss only on finished sequences, over all their tokens (clipped);
-* critic warm-up: the first ``value_warmup_steps`` steps train only the critic.
+* critic warm-up: the first ``value_warmup_steps`` updates train only the critic (a step that trains nothing,
+  while ``min_groups`` holds its groups, does not count).
 
 With W at least the longest response every episode finishes in its first window and T-PPO is PPO with these
 options.
@@ -53,7 +54,8 @@ class TPPOConfig(PPOConfig):
     agg: AggMode = "token-mean"
     nll_coef: float = Field(0.1, ge=0)
     adv_clip: float | None = Field(10.0, gt=0, description="clamp the whitened advantages to ±adv_clip; None = off")
-    value_warmup_steps: int = Field(10, ge=0, description="critic warm-up: steps that train only the critic")
+    value_warmup_steps: int = Field(10, ge=0, description=(
+        "critic warm-up: updates that train only the critic (a step that trains nothing does not count)"))
     train_on: Literal["window", "finished"] = Field("window", description=(
         "window: every step trains each episode's newest window, an unfinished one through EGAE (the paper's T-PPO); "
         "finished: a group trains once all its episodes finished, on all their tokens (partial rollouts: earlier "
