@@ -29,6 +29,8 @@ import statistics
 import time
 from pathlib import Path
 
+import yaml
+
 from turnrl.agents import SamplingParams, make_agent
 
 
@@ -100,17 +102,23 @@ def main() -> None:
     p.add_argument("--sizes", default="1,2,4,8,16,32", help="batch sizes to time (comma-separated)")
     p.add_argument("--tokens", type=int, default=64, help="decode steps timed per batch size")
     p.add_argument("--repeats", type=int, default=2, help="timings per point (the fastest is kept)")
+    p.add_argument("--upto", type=int, default=None, metavar="N",
+                   help="only the run's steps 1..N (e.g. up to the step whose held-out success you time)")
     p.add_argument("--costs", default=None, metavar="B=MS,...",
                    help="use these decode costs (ms per step for B rows, e.g. 1=116,32=358: an earlier run's line, or "
                         "another machine's) instead of measuring them here")
-    p.add_argument("--max-new", type=int, default=256, help="the run's max_new_tokens (one step decodes at most this)")
+    p.add_argument("--max-new", type=int, default=None,
+                   help="the run's max_new_tokens (one step decodes at most this; default: from its config.yaml)")
     args = p.parse_args()
-    steps = lengths(args.run)
+    steps = {k: v for k, v in lengths(args.run).items() if args.upto is None or k <= args.upto}
     if not steps:
         raise SystemExit(f"{args.run} has no train/step-N/trajectories.jsonl: give a run kept with its trajectories")
     metrics = {int(r["step"]): r for r in map(json.loads, (args.run / "metrics.jsonl").read_text().splitlines())
                if "seconds" in r}
     prompt = prompt_length(args.run)
+    if args.max_new is None:
+        cfg = yaml.safe_load((args.run / "config.yaml").read_text()) if (args.run / "config.yaml").exists() else {}
+        args.max_new = int(((cfg or {}).get("rollout") or {}).get("max_new_tokens") or 256)
     if args.costs:
         costs = {int(b): float(ms) / 1000 for b, ms in (kv.split("=") for kv in args.costs.split(","))}
     else:
@@ -131,7 +139,7 @@ def main() -> None:
               f" {s / f:>5.2f} | {fs / ff:>6.2f} | {sec:>6.1f}")
         for k, v in zip(("seconds", "gen", "sync", "full", "fsync", "ffull"), (sec, gen, s, f, fs, ff)):
             tot[k] += v
-    print(f"\nall steps: generation measured {tot['gen']:.0f} s, modelled {tot['sync']:.0f} s (sync) and "
+    print(f"\nsteps {min(steps)}-{max(steps)}: generation measured {tot['gen']:.0f} s, modelled {tot['sync']:.0f} s (sync) and "
           f"{tot['full']:.0f} s in full batches: {tot['sync'] / tot['full']:.2f}x on this machine, "
           f"{tot['fsync'] / tot['ffull']:.2f}x with a flat decode cost")
     # the tail's share of the measured generation, removed from the run's measured time
