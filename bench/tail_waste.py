@@ -32,22 +32,24 @@ from pathlib import Path
 import yaml
 
 from turnrl.agents import SamplingParams, make_agent
+from turnrl.storage import read_jsonl
+from turnrl.types import Trajectory
 
 
-def lengths(run: Path) -> dict[int, list[int]]:
-    """Each step's generated token counts (the tokens the policy sampled: ``loss_mask``), per episode."""
-    out = {}
-    for d in sorted(run.glob("train/step-*"), key=lambda p: int(p.name.split("-")[1])):
-        rows = [json.loads(line) for line in (d / "trajectories.jsonl").read_text().splitlines() if line.strip()]
-        out[int(d.name.split("-")[1])] = [sum(r["loss_mask"]) for r in rows]
-    return out
+def episodes(run: Path) -> dict[int, list[Trajectory]]:
+    """Each training step's episodes, read once from ``train/step-N/trajectories.jsonl``."""
+    steps = {int(d.name.split("-")[1]): d for d in run.glob("train/step-*")}
+    return {k: read_jsonl(steps[k] / "trajectories.jsonl") for k in sorted(steps)}
 
 
-def prompt_length(run: Path) -> int:
-    """The median prompt length of the run's first step (the tokens before the first sampled one)."""
-    first = next(iter(sorted(run.glob("train/step-*"))))
-    rows = [json.loads(line) for line in (first / "trajectories.jsonl").read_text().splitlines() if line.strip()]
-    return int(statistics.median(r["loss_mask"].index(1) if 1 in r["loss_mask"] else len(r["loss_mask"]) for r in rows))
+def lengths(trajs: list[Trajectory]) -> list[int]:
+    """The tokens each episode's policy sampled (its ``loss_mask``)."""
+    return [sum(t.loss_mask) for t in trajs]
+
+
+def prompt_length(trajs: list[Trajectory]) -> int:
+    """The median prompt length (the tokens before the first sampled one)."""
+    return int(statistics.median(t.loss_mask.index(1) if 1 in t.loss_mask else len(t.loss_mask) for t in trajs))
 
 
 def decode_costs(model: str, sizes: list[int], tokens: int, prompt: int, repeats: int) -> dict[int, float]:
@@ -110,12 +112,13 @@ def main() -> None:
     p.add_argument("--max-new", type=int, default=None,
                    help="the run's max_new_tokens (one step decodes at most this; default: from its config.yaml)")
     args = p.parse_args()
-    steps = {k: v for k, v in lengths(args.run).items() if args.upto is None or k <= args.upto}
+    kept = episodes(args.run)
+    steps = {k: lengths(v) for k, v in kept.items() if args.upto is None or k <= args.upto}
     if not steps:
         raise SystemExit(f"{args.run} has no train/step-N/trajectories.jsonl: give a run kept with its trajectories")
     metrics = {int(r["step"]): r for r in map(json.loads, (args.run / "metrics.jsonl").read_text().splitlines())
                if "seconds" in r}
-    prompt = prompt_length(args.run)
+    prompt = prompt_length(kept[min(kept)])
     if args.max_new is None:
         cfg = yaml.safe_load((args.run / "config.yaml").read_text()) if (args.run / "config.yaml").exists() else {}
         args.max_new = int(((cfg or {}).get("rollout") or {}).get("max_new_tokens") or 256)
@@ -139,8 +142,8 @@ def main() -> None:
               f" {s / f:>5.2f} | {fs / ff:>6.2f} | {sec:>6.1f}")
         for k, v in zip(("seconds", "gen", "sync", "full", "fsync", "ffull"), (sec, gen, s, f, fs, ff)):
             tot[k] += v
-    print(f"\nsteps {min(steps)}-{max(steps)}: generation measured {tot['gen']:.0f} s, modelled {tot['sync']:.0f} s (sync) and "
-          f"{tot['full']:.0f} s in full batches: {tot['sync'] / tot['full']:.2f}x on this machine, "
+    print(f"\nsteps {min(steps)}-{max(steps)}: generation measured {tot['gen']:.0f} s, modelled {tot['sync']:.0f} s "
+          f"(sync) and {tot['full']:.0f} s in full batches: {tot['sync'] / tot['full']:.2f}x on this machine, "
           f"{tot['fsync'] / tot['ffull']:.2f}x with a flat decode cost")
     # the tail's share of the measured generation, removed from the run's measured time
     saved = tot["gen"] * (1 - tot["full"] / tot["sync"])
