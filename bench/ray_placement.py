@@ -6,6 +6,7 @@
     python bench/ray_placement.py --async --steps 4             # ray × 2: synchronous vs max_staleness 1 and 2
     python bench/ray_placement.py --async --slow-tool --steps 4  # the same with a tool that answers in 0.2–1 s
     python bench/ray_placement.py --async --slow-tool --split-cores --steps 4  # learner and workers on own cores
+    python bench/ray_placement.py --async --slow-tool --split-cores --steps 9 --staleness 0 1 --held-out --seeds 0 1
 
 With ``--async`` it compares, on Ray with 2 workers, the synchronous placement (k = 0) with rollouts that overlap
 the learner's update (``rollout.max_staleness`` k = 1, 2): episodes/s, generated tokens/s, and the share of the
@@ -14,7 +15,10 @@ the quickstart's environment whose every step takes 0.2–1 s to answer. ``--spl
 process) the first half of the machine's cores and the rollout workers the other half, each pinned there (CPU
 affinity of every thread): the layout of a GPU run, where rollouts and updates have devices of their own, so that a
 phase that waits leaves its cores idle instead of lending them to the other. Besides the learner's idle share it
-prints the workers' (1 − their CPU seconds / (wall × their cores)).
+prints the workers' (1 − their CPU seconds / (wall × their cores)). ``--staleness K …`` picks the values of k
+(0 is the baseline), ``--seeds S …`` runs each k once per config seed and pools the steps, and ``--held-out``
+evaluates each run after its last step (greedy, the config's held-out tasks, on all cores, not timed): equal
+episodes per run, so the held-out figures compare k = 1 with k = 0 after the same number of episodes.
 
 For each placement (local; ray with 1 worker; ray with 2 workers) it trains SmolLM2-135M-Instruct on the quickstart
 config (GRPO, 4 prompts × 8 samples, 48 new tokens) for ``--steps`` steps from the same weights, with
@@ -69,15 +73,17 @@ def _steal() -> tuple[int, int]:
 
 
 def run(placement: str, workers: int, steps: int, model: str, staleness: int = 0, slow_tool: bool = False,
-        split: bool = False, warmup: int = 1) -> list[dict[str, float]]:
+        split: bool = False, warmup: int = 1, seed: int = 0, held_out: bool = False) -> list[dict[str, float]]:
     """Train ``warmup + steps`` steps; return the rows of the last ``steps`` (rollout and step seconds, tokens,
-    episodes, success, the workers' CPU seconds, the machine's steal ticks)."""
+    episodes, success, the workers' CPU seconds, the machine's steal ticks). With ``held_out`` the last row also
+    has ``eval_success``: greedy success on the config's held-out tasks after the last step (on all cores, not
+    timed)."""
     from turnrl.agents import make_agent
     from turnrl.rl.run.config import load_config
     from turnrl.rl.run.trainer import Trainer
 
     overrides = [f"steps={steps + warmup}", "rollout.seed_per_episode=true", f"placement={placement}", f"model={model}",
-                 f"rollout.max_staleness={staleness}"]
+                 f"rollout.max_staleness={staleness}", f"seed={seed}"]
     if slow_tool:
         import turnrl
 
@@ -120,9 +126,16 @@ def run(placement: str, workers: int, steps: int, model: str, staleness: int = 0
                              "steal": k1[0] - k0[0], "ticks": k1[1] - k0[1], "start_s": start_s})
                 print(f"  {placement}/{workers} step {step}: rollout {s1 - s0:.1f} s, step {rows[-1]['step_s']:.1f} s, "
                       f"{info['generated_tokens']:.0f} tokens, success {info['success']:.3f}", flush=True)
+            if split:  # the evaluation and the next run start unpinned
+                _pin(os.getpid(), set(cores))
+                torch.set_num_threads(len(cores))
+            if held_out:
+                rows[-1]["eval_success"] = trainer.evaluate()
+                print(f"  {placement}/{workers} k={staleness}: held-out success {rows[-1]['eval_success']:.3f}",
+                      flush=True)
         finally:
             trainer.close()
-            if split:  # the next run starts unpinned
+            if split:
                 _pin(os.getpid(), set(cores))
                 torch.set_num_threads(len(cores))
     return rows[warmup:]  # the first steps warm up (worker processes, caches, the object store's pages)
@@ -138,7 +151,8 @@ def summary(rows: list[dict[str, float]], cores: int) -> dict[str, float]:
             "eps_s": sum(r["episodes"] for r in rows) / wall, "wall_tok_s": sum(r["tokens"] for r in rows) / wall,
             "learner_idle": sum(r["rollout_s"] for r in rows) / wall,
             "workers_idle": 1 - sum(r["worker_cpu_s"] for r in rows) / (wall * cores),
-            "steal": sum(r["steal"] for r in rows) / max(sum(r["ticks"] for r in rows), 1)}
+            "steal": sum(r["steal"] for r in rows) / max(sum(r["ticks"] for r in rows), 1),
+            "held_out": [r["eval_success"] for r in rows if "eval_success" in r]}
 
 
 def main() -> None:
@@ -156,23 +170,39 @@ def main() -> None:
     parser.add_argument("--slow-tool", action="store_true", help="a tool that answers in 0.2–1 s")
     parser.add_argument("--split-cores", action="store_true",
                         help="with --async: the learner on half the cores, the workers on the other half")
+    parser.add_argument("--staleness", type=int, nargs="+", default=[0, 1, 2], metavar="K",
+                        help="with --async: the max_staleness values to run (default: 0 1 2; ratios need 0)")
+    parser.add_argument("--held-out", action="store_true",
+                        help="with --async: each run's greedy held-out success after its last step (not timed)")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0], metavar="S",
+                        help="with --async: run every k with each of these config seeds and pool the steps")
     args = parser.parse_args()
     if args.split_cores and (not args.overlap or len(CORES) < 2):
         parser.error("--split-cores needs --async and at least 2 cores")
     if args.steps < 1 or args.warmup < 0 or args.rounds < 1:
         parser.error("--steps and --rounds must be at least 1, --warmup at least 0")
+    if (args.held_out or args.seeds != [0] or args.staleness != [0, 1, 2]) and not args.overlap:
+        parser.error("--held-out, --seeds and --staleness go with --async")
+    if 0 not in args.staleness or min(args.staleness) < 0:
+        parser.error("--staleness needs 0 (the synchronous baseline) and no value below 0")
     torch.manual_seed(0)
     if args.overlap:
         cores = len(CORES) - len(CORES) // 2 if args.split_cores else len(CORES)
-        runs = {f"ray × 2, k={k}": summary(run("ray", 2, args.steps, args.model, k, args.slow_tool, args.split_cores,
-                                               args.warmup), cores) for k in (0, 1, 2)}
+        pooled: dict[int, list[dict[str, float]]] = {k: [] for k in args.staleness}
+        for seed in args.seeds:  # every k of a seed before the next seed: a drift of the machine falls on all alike
+            for k in args.staleness:
+                pooled[k] += run("ray", 2, args.steps, args.model, k, args.slow_tool, args.split_cores, args.warmup,
+                                 seed, args.held_out)
+        runs = {f"ray × 2, k={k}": summary(rows, cores) for k, rows in pooled.items()}
         base = runs["ray × 2, k=0"]
         print(f"\n{'run':<16}{'episodes/s':>11}{'× sync':>8}{'gen tok/s':>11}{'× sync':>8}{'s/step':>8}"
-              f"{'learner idle':>14}{'workers idle':>14}{'success':>9}{'steal':>7}")
+              f"{'learner idle':>14}{'workers idle':>14}{'success':>9}{'steal':>7}"
+              + (f"  held-out (seeds {' '.join(map(str, args.seeds))})" if args.held_out else ""))
         for name, r in runs.items():
             print(f"{name:<16}{r['eps_s']:>11.3f}{r['eps_s'] / base['eps_s']:>8.2f}{r['wall_tok_s']:>11.1f}"
                   f"{r['wall_tok_s'] / base['wall_tok_s']:>8.2f}{r['step_s']:>8.1f}{r['learner_idle']:>14.2f}"
-                  f"{r['workers_idle']:>14.2f}{r['success']:>9.3f}{r['steal']:>7.1%}")
+                  f"{r['workers_idle']:>14.2f}{r['success']:>9.3f}{r['steal']:>7.1%}"
+                  + ("  " + " ".join(f"{x:.3f}" for x in r["held_out"]) if args.held_out else ""))
         return
     order = [(p, w) for p, w in (("local", 0), *(("ray", n) for n in args.ray_workers)) if args.only in (None, p)]
     rows: dict[tuple[str, int], list[dict[str, float]]] = {key: [] for key in order}
