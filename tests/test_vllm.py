@@ -173,8 +173,9 @@ def _halved_norm(model):
     return state, changed.eval()
 
 
-def _while_running(agent, act, after=1.0, timeout=120.0):
-    """Call ``act`` once ``agent`` has had requests in its engine for ``after`` seconds."""
+def _while_running(agent, act, after, timeout=120.0):
+    """Call ``act`` once ``agent`` has had requests in its engine for ``after`` seconds (a share of a generation
+    timed beforehand on the same machine: a fixed wait can outlast the whole generation on a fast GPU)."""
     deadline = time.monotonic() + timeout
     while agent._running == 0:
         assert time.monotonic() < deadline, "no request reached the engine"
@@ -187,13 +188,15 @@ def test_weights_load_in_flight_and_each_token_says_which_version_sampled_it(age
     hf, _ = agents
     p = _story(hf.tokenizer)
     params = SamplingParams(temperature=0.0, max_new_tokens=160)
+    t0 = time.monotonic()
     before = inflight.generate([p], params)[0]
+    took = time.monotonic() - t0
     assert len(before.token_ids) == 160 and before.token_versions == [0] * 160  # a story runs to the limit
     state, changed = _halved_norm(hf.model)
     out = {}
     play = threading.Thread(target=lambda: out.update(c=inflight.generate([p], params)[0]))
     play.start()
-    _while_running(inflight, lambda: inflight.update_weights(state, 1))
+    _while_running(inflight, lambda: inflight.update_weights(state, 1), after=took / 3)
     play.join(timeout=300)
     c = out["c"]
     cut = c.token_versions.index(1)
@@ -247,11 +250,14 @@ def test_a_vllm_worker_takes_weights_inside_a_turn_and_its_episodes_stay_token_e
     finally:
         torch.set_num_threads(threads)
     assert worker.inflight and inflight.version == 0
+    t0 = time.monotonic()  # one turn's time: the push lands half-way through the first turn
+    inflight.generate([_story(hf.tokenizer)], SamplingParams(temperature=0.0, max_new_tokens=96))
+    turn_s = time.monotonic() - t0
     state, changed = _halved_norm(hf.model)
     out = []
     play = threading.Thread(target=lambda: out.extend(worker.run(7, [Job(0, 0, 0, 0), Job(0, 0, 0, 1)], 0, [None])))
     play.start()
-    _while_running(inflight, lambda: worker.set_weights(1, [state]))
+    _while_running(inflight, lambda: worker.set_weights(1, [state]), after=turn_s / 2)
     play.join(timeout=300)
     trajs = [t for _, _, t in out]
     assert len(trajs) == 2 and worker.version == 1
@@ -277,15 +283,17 @@ def test_async_training_on_ray_with_a_vllm_worker(tmp_path):
     from turnrl.storage import read_jsonl
     from turnrl.types import Trajectory
 
+    gpu = torch.cuda.is_available()
     cfg = TrainConfig.model_validate({
         "model": "smollm2-135m-instruct", "env": {"id": "turnrl/Arithmetic-v0", "kwargs": {"level": 1}},
         "placement": "ray", "steps": 3, "eval_tasks": 2, "out_dir": str(tmp_path),
         "rollout": {"prompts_per_step": 2, "group_size": 2, "max_new_tokens": 48, "max_staleness": 1},
         "ray": {"rollout_workers": 1, "rollout_backend": "vllm", "start_timeout": 300, "worker_cpus": 1,
+                "worker_gpus": 0.3 if gpu else 0.0,  # an actor given no GPU may see none
                 "vllm": {"dtype": "float32", "enforce_eager": True, "max_model_len": 1024,
                          "gpu_memory_utilization": 0.2}},
         "optim": {"minibatch_size": 4}})
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    ray.init(num_cpus=2, num_gpus=int(gpu), include_dashboard=False, log_to_driver=False, configure_logging=False)
     try:
         t = Trainer(cfg)
         try:
