@@ -91,6 +91,21 @@ def test_the_weights_file_round_trips_tied_weights_and_is_removed():
     assert not os.path.exists(path)
 
 
+def test_weights_go_to_the_temporary_folder_when_shared_memory_has_no_room_for_them():
+    import shutil
+    import tempfile
+
+    from turnrl.agents.vllm import _scratch
+
+    if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK):
+        free = shutil.disk_usage("/dev/shm").free
+        assert _scratch(0) == "/dev/shm" and _scratch(free // 2) == "/dev/shm"
+    assert _scratch(10**15) is None  # a petabyte fits no machine's shared memory: the temporary folder
+    state = tiny_model(tiny_tokenizer("chatml")).state_dict()
+    with weights_file(state) as path:
+        assert os.path.dirname(path) in ("/dev/shm", tempfile.gettempdir())
+
+
 def test_without_vllm_there_are_no_inflight_updates():
     if importlib.util.find_spec("vllm") is not None:
         pytest.skip("vLLM is installed here: tests/test_vllm.py runs the engine")

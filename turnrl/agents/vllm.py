@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import shutil
 import tempfile
 import weakref
 from collections.abc import Iterable, Iterator, Mapping
@@ -61,23 +62,36 @@ class _ReloadWeights:
             worker.model_runner.model.load_weights(weights=items)
 
 
-def _scratch() -> str | None:
-    """Where weights for the engine's workers are written: shared memory where there is one (None: the default)."""
-    return "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+def _scratch(nbytes: int = 0) -> str | None:
+    """Where weights for the engine's workers are written: shared memory where there is one with room for ``nbytes``
+    and a quarter more (a container's ``/dev/shm`` is often 64 MB), else the default temporary folder (None)."""
+    shm = "/dev/shm"
+    if not (os.path.isdir(shm) and os.access(shm, os.W_OK)):
+        return None
+    return shm if shutil.disk_usage(shm).free > nbytes * 1.25 else None
 
 
 @contextlib.contextmanager
 def weights_file(state_dict: Mapping[str, Any] | Iterable[tuple[str, Any]]) -> Iterator[str]:
-    """Write the weights to a temporary file (in ``/dev/shm`` where there is one) for :class:`_ReloadWeights`;
-    removed on exit."""
+    """Write the weights to a temporary file (in ``/dev/shm`` where it has room, else the temporary folder) for
+    :class:`_ReloadWeights`; removed on exit."""
     import torch
 
     items = state_dict.items() if isinstance(state_dict, Mapping) else state_dict
     state = {name: (t.detach().cpu() if hasattr(t, "detach") else torch.as_tensor(t)) for name, t in items}
-    fd, path = tempfile.mkstemp(prefix="turnrl-weights-", suffix=".pt", dir=_scratch())
-    os.close(fd)
+    nbytes = sum(t.numel() * t.element_size() for t in state.values())
+    path = ""
     try:
-        torch.save(state, path)
+        for folder in dict.fromkeys([_scratch(nbytes), None]):  # shared memory full after all: the temporary folder
+            fd, path = tempfile.mkstemp(prefix="turnrl-weights-", suffix=".pt", dir=folder)
+            os.close(fd)
+            try:
+                torch.save(state, path)
+                break
+            except (OSError, RuntimeError):  # no space left (torch reports a failed write as a RuntimeError)
+                os.remove(path)
+                if folder is None:
+                    raise
         yield path
     finally:
         with contextlib.suppress(OSError):
@@ -293,12 +307,11 @@ class VLLMAgent:
         removes the one before: vLLM caches adapters by id and prefix-caches by adapter, so reusing an id would keep
         serving the old adapter (the stale-adapter failure). It is loaded into the engine now, not at the next
         request."""
-        import shutil
-
         from safetensors.torch import save_file
         from vllm.lora.request import LoRARequest
 
-        folder = tempfile.mkdtemp(prefix="turnrl-lora-", dir=_scratch())
+        folder = tempfile.mkdtemp(prefix="turnrl-lora-", dir=_scratch(sum(v.numel() * v.element_size()
+                                                                            for v in state.values())))
         try:
             config.save_pretrained(folder)  # adapter_config.json
             save_file({k: v.detach().cpu().contiguous() for k, v in state.items()},
