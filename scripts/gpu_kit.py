@@ -9,7 +9,8 @@ Run it here, with turnrl's ``.venv`` (the kit takes its versions from it) and ac
 ``--have`` lists the packages the GPU machine's Python already holds (one per line, ``name`` or ``name==version``;
 run ``python3 -m pip list --format=freeze`` there); the kit holds the rest of turnrl's dependencies (and theirs,
 without torch), at the versions of ``.venv``, as wheels for the GPU machine's Python (``--python 3.12``) in
-``.gpu-kit/wheels``. ``--ray`` adds Ray without what turnrl never starts (its Java jars, the dashboard's web client,
+``.gpu-kit/wheels``; a package the machine holds at a version outside turnrl's pins (torch aside) is named in a
+warning. ``--ray`` adds Ray without what turnrl never starts (its Java jars, the dashboard's web client,
 RLlib, Data, Serve, Tune, Train, LLM) as an xz archive ``.gpu-kit/ray.tar.xz`` (a full Ray wheel is about 80 MB);
 ``--deepspeed`` builds DeepSpeed's pure-Python wheel (its CUDA ops are compiled on the GPU machine when first used,
 with the nvcc and ninja there). The built-in model's tokenizer goes to ``.gpu-kit/tokenizer`` (for
@@ -67,6 +68,27 @@ def closure(roots: list[str], have: set[str]) -> dict[str, str]:
     return need
 
 
+def outside_pins(have: dict[str, str]) -> list[str]:
+    """turnrl's own requirements that the GPU machine's versions (``have``: name → version, where known) miss, as
+    sentences: those packages are used as they are there, so a mismatch is worth knowing before the run."""
+    from packaging.requirements import Requirement
+    from packaging.version import InvalidVersion
+
+    out = []
+    for text in requires("turnrl") or []:
+        req = Requirement(text)
+        held = have.get(norm(req.name))
+        if (req.marker is not None and "extra" in str(req.marker)) or not held or not req.specifier \
+                or norm(req.name) == "torch":  # the machine's CUDA torch is the point, whatever its version
+            continue
+        try:
+            if not req.specifier.contains(held.split("+")[0], prereleases=True):
+                out.append(f"the GPU machine's {req.name} {held} is outside turnrl's {req.specifier}")
+        except InvalidVersion:
+            continue
+    return out
+
+
 def download(pins: list[str], dest: Path, python: str) -> None:
     """Binary wheels of ``pins`` (no dependencies) for ``python`` on x86-64 Linux, into ``dest``."""
     cmd = [sys.executable, "-m", "pip", "download", "-q", "--dest", str(dest), "--no-deps", "--only-binary=:all:",
@@ -97,8 +119,10 @@ def main() -> int:
     ap.add_argument("--deepspeed", action="store_true", help="also build DeepSpeed's pure-Python wheel")
     ap.add_argument("--out", type=Path, default=ROOT / ".gpu-kit")
     args = ap.parse_args()
-    have = {norm(re.split(r"[ =<>@]", line.strip(), maxsplit=1)[0]) for line in args.have.read_text().splitlines()
-            if line.strip() and not line.startswith("#")}
+    lines = [line.strip() for line in args.have.read_text().splitlines() if line.strip() and not line.startswith("#")]
+    have = {norm(re.split(r"[ =<>@]", line, maxsplit=1)[0]) for line in lines}
+    for warning in outside_pins({norm(n): v for n, _, v in (line.partition("==") for line in lines) if v}):
+        print(f"warning: {warning}", file=sys.stderr)
     if "torch" not in have:
         ap.error(f"{args.have} lists no torch: the kit expects a GPU machine whose Python has CUDA torch")
     have |= {"torch", "ray", "deepspeed"}  # torch is the machine's; Ray and DeepSpeed only on request, below

@@ -45,3 +45,9 @@ def test_ray_is_stripped_of_what_turnrl_never_starts_and_keeps_its_binaries_runn
                              "ray/core/src/ray/raylet/raylet"}
         assert kept["ray/core/src/ray/raylet/raylet"].mode == 0o755  # the raylet must stay executable
         assert tar.extractfile("ray/__init__.py").read() == b"# ray/__init__.py"
+
+
+def test_a_gpu_machine_package_outside_turnrls_pins_is_named(kit):
+    assert kit.outside_pins({"transformers": "4.0.0", "gymnasium": "1.4.0"}) == [
+        "the GPU machine's transformers 4.0.0 is outside turnrl's <5.20,>=5.16"]
+    assert kit.outside_pins({"transformers": "5.17.0+local", "torch": "2.11.0+cu130"}) == []  # torch: the machine's
