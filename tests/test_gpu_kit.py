@@ -2,6 +2,7 @@
 starts (the download itself and the GPU machine are outside this test)."""
 
 import importlib.util
+import sys
 import tarfile
 import zipfile
 from pathlib import Path
@@ -15,7 +16,11 @@ SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "gpu_kit.py"
 def kit():
     spec = importlib.util.spec_from_file_location("gpu_kit", SCRIPT)
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    dont_write, sys.dont_write_bytecode = sys.dont_write_bytecode, True  # no __pycache__ left in scripts/
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.dont_write_bytecode = dont_write
     return module
 
 
