@@ -57,6 +57,12 @@ def _pin(pid: int, cores: set[int]) -> None:
             pass
 
 
+def _unpin(cores: list[int]) -> None:
+    """This process back on all ``cores``, with a torch thread for each."""
+    _pin(os.getpid(), set(cores))
+    torch.set_num_threads(len(cores))
+
+
 def _cpu_seconds(pids: list[int]) -> float:
     """CPU seconds (user + system) the processes ``pids`` have used so far."""
     total = 0.0
@@ -127,8 +133,7 @@ def run(placement: str, workers: int, steps: int, model: str, staleness: int = 0
                 print(f"  {placement}/{workers} step {step}: rollout {s1 - s0:.1f} s, step {rows[-1]['step_s']:.1f} s, "
                       f"{info['generated_tokens']:.0f} tokens, success {info['success']:.3f}", flush=True)
             if split:  # the evaluation and the next run start unpinned
-                _pin(os.getpid(), set(cores))
-                torch.set_num_threads(len(cores))
+                _unpin(cores)
             if held_out:
                 rows[-1]["eval_success"] = trainer.evaluate()
                 print(f"  {placement}/{workers} k={staleness}: held-out success {rows[-1]['eval_success']:.3f}",
@@ -136,8 +141,7 @@ def run(placement: str, workers: int, steps: int, model: str, staleness: int = 0
         finally:
             trainer.close()
             if split:
-                _pin(os.getpid(), set(cores))
-                torch.set_num_threads(len(cores))
+                _unpin(cores)
     return rows[warmup:]  # the first steps warm up (worker processes, caches, the object store's pages)
 
 

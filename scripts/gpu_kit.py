@@ -32,14 +32,13 @@ import zipfile
 from importlib.metadata import PackageNotFoundError, requires, version
 from pathlib import Path
 
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name as norm  # a distribution name as the index compares them (PEP 503)
+from packaging.version import InvalidVersion
+
 ROOT = Path(__file__).resolve().parent.parent
 PLATFORMS = ["manylinux_2_17_x86_64", "manylinux2014_x86_64", "manylinux_2_28_x86_64", "any"]
 RAY_UNUSED = ("jars/", "dashboard/client/", "rllib/", "data/", "serve/", "tune/", "train/", "llm/")
-
-
-def norm(name: str) -> str:
-    """A distribution name as the index compares them (PEP 503)."""
-    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 def closure(roots: list[str], have: set[str]) -> dict[str, str]:
@@ -53,11 +52,9 @@ def closure(roots: list[str], have: set[str]) -> dict[str, str]:
             reqs = requires(todo.pop()) or []
         except PackageNotFoundError:
             continue
-        for req in reqs:
-            if "extra ==" in req:
-                continue
-            name = norm(re.split(r"[ ;<>=!~\[(]", req, maxsplit=1)[0])
-            if name in seen:
+        for req in map(Requirement, reqs):
+            name = norm(req.name)
+            if (req.marker is not None and "extra" in str(req.marker)) or name in seen:
                 continue
             seen.add(name)
             try:
@@ -71,9 +68,6 @@ def closure(roots: list[str], have: set[str]) -> dict[str, str]:
 def outside_pins(have: dict[str, str]) -> list[str]:
     """turnrl's own requirements that the GPU machine's versions (``have``: name → version, where known) miss, as
     sentences: those packages are used as they are there, so a mismatch is worth knowing before the run."""
-    from packaging.requirements import Requirement
-    from packaging.version import InvalidVersion
-
     out = []
     for text in requires("turnrl") or []:
         req = Requirement(text)
@@ -119,9 +113,13 @@ def main() -> int:
     ap.add_argument("--deepspeed", action="store_true", help="also build DeepSpeed's pure-Python wheel")
     ap.add_argument("--out", type=Path, default=ROOT / ".gpu-kit")
     args = ap.parse_args()
-    lines = [line.strip() for line in args.have.read_text().splitlines() if line.strip() and not line.startswith("#")]
-    have = {norm(re.split(r"[ =<>@]", line, maxsplit=1)[0]) for line in lines}
-    for warning in outside_pins({norm(n): v for n, _, v in (line.partition("==") for line in lines) if v}):
+    held: dict[str, str] = {}  # name → version ("" where the line gives none)
+    for line in args.have.read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            name, _, ver = line.strip().partition("==")
+            held[norm(re.split(r"[ <>@]", name, maxsplit=1)[0])] = ver
+    have = set(held)
+    for warning in outside_pins({n: v for n, v in held.items() if v}):
         print(f"warning: {warning}", file=sys.stderr)
     if "torch" not in have:
         ap.error(f"{args.have} lists no torch: the kit expects a GPU machine whose Python has CUDA torch")

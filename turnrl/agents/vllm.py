@@ -62,6 +62,11 @@ class _ReloadWeights:
             worker.model_runner.model.load_weights(weights=items)
 
 
+def _nbytes(tensors: Iterable[Any]) -> int:
+    """The bytes ``tensors`` hold."""
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
 def _scratch(nbytes: int = 0) -> str | None:
     """Where weights for the engine's workers are written: shared memory where there is one with room for ``nbytes``
     and a quarter more (a container's ``/dev/shm`` is often 64 MB), else the default temporary folder (None)."""
@@ -79,10 +84,9 @@ def weights_file(state_dict: Mapping[str, Any] | Iterable[tuple[str, Any]]) -> I
 
     items = state_dict.items() if isinstance(state_dict, Mapping) else state_dict
     state = {name: (t.detach().cpu() if hasattr(t, "detach") else torch.as_tensor(t)) for name, t in items}
-    nbytes = sum(t.numel() * t.element_size() for t in state.values())
     path = ""
     try:
-        for folder in dict.fromkeys([_scratch(nbytes), None]):  # shared memory full after all: the temporary folder
+        for folder in dict.fromkeys([_scratch(_nbytes(state.values())), None]):  # shared memory full after all: the temporary folder
             fd, path = tempfile.mkstemp(prefix="turnrl-weights-", suffix=".pt", dir=folder)
             os.close(fd)
             try:
@@ -310,8 +314,7 @@ class VLLMAgent:
         from safetensors.torch import save_file
         from vllm.lora.request import LoRARequest
 
-        folder = tempfile.mkdtemp(prefix="turnrl-lora-", dir=_scratch(sum(v.numel() * v.element_size()
-                                                                            for v in state.values())))
+        folder = tempfile.mkdtemp(prefix="turnrl-lora-", dir=_scratch(_nbytes(state.values())))
         try:
             config.save_pretrained(folder)  # adapter_config.json
             save_file({k: v.detach().cpu().contiguous() for k, v in state.items()},
