@@ -348,3 +348,27 @@ def test_min_groups_needs_train_on_finished(tmp_path):
         config(tmp_path, "tppo", 1, min_groups=2)
     with pytest.raises(ValidationError, match="min_groups"):
         config(tmp_path, "tppo", 1, train_on="finished", min_groups=0)
+
+
+def test_refill_prompts_starts_a_full_set_of_groups_every_step_beside_the_carried_episodes(tmp_path):
+    fit = config(tmp_path / "fit", "tppo", 4, window=2, value_warmup_steps=0, train_on="finished")
+    _, by_fit = run(fit)
+    full = config(tmp_path / "prompts", "tppo", 4, window=2, value_warmup_steps=0, train_on="finished",
+                  refill="prompts")
+    trainer, by_prompts = run(full.model_copy(update={"save_trajectories": True}))
+    steps = [h for h in by_prompts if "new_episodes" in h]
+    assert len(steps) == 4 and all(h["new_episodes"] == 16 for h in steps)  # 4 prompts × 4, whatever carries
+    assert sum(h["carried_episodes"] for h in steps[:-1]) > 0  # and some episodes did carry over beside them
+    # the default fits new groups into the places the carried episodes leave: a carried episode costs a group
+    fitted = [h for h in by_fit if "new_episodes" in h]
+    assert any(h["new_episodes"] < 16 for h in fitted[1:])
+    assert all(h["new_episodes"] + c <= 16 or h["new_episodes"] == 4
+               for h, c in zip(fitted[1:], [f["carried_episodes"] for f in fitted[:-1]]))
+    from turnrl.storage import read_jsonl
+
+    seen = [t.metadata["job"] for step in range(1, 5)
+            for p in [tmp_path / "prompts" / "train" / f"step-{step}" / "trajectories.jsonl"] if p.exists()
+            for t in read_jsonl(p)]
+    assert seen and len(seen) == len(set(seen))  # each episode still trains once
+    with pytest.raises(ValidationError, match="refill"):
+        config(tmp_path, "tppo", 1, refill="all")

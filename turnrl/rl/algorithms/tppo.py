@@ -22,6 +22,10 @@ unfinished response is scored by the critic alone. The tokens of earlier windows
 versions — as many versions back as the windows an episode took — which the staleness metrics show and
 ``optim.recompute_logprobs`` with ``behaviour_is_cap`` corrects (decoupled PPO, docs/algorithms.md §11).
 ``min_groups`` holds finished groups until that many are ready, so that no update is made of a few slow groups alone.
+
+``refill`` says how many new tasks a step starts: ``fit`` (the default) fills the places the carried episodes leave,
+in whole groups, so that a step with one carried episode starts a group fewer; ``prompts`` starts
+``rollout.prompts_per_step`` groups every step, as an unwindowed step does, and the carried episodes ride on top.
 """
 
 from __future__ import annotations
@@ -60,6 +64,10 @@ class TPPOConfig(PPOConfig):
         "window: every step trains each episode's newest window, an unfinished one through EGAE (the paper's T-PPO); "
         "finished: a group trains once all its episodes finished, on all their tokens (partial rollouts: earlier "
         "windows were sampled by older versions, see optim.recompute_logprobs and algorithm.behaviour_is_cap)"))
+    refill: Literal["fit", "prompts"] = Field("fit", description=(
+        "which new tasks a step starts beside the carried episodes — fit: whole groups into the places the carried "
+        "ones leave of rollout.prompts_per_step × group_size (at least one group); prompts: prompts_per_step new "
+        "groups every step, as many as an unwindowed step takes, the carried episodes on top"))
     min_groups: int | None = Field(None, ge=1, description=(
         "train_on finished: hold finished groups until at least this many are ready, then train them together, so "
         "that no update is made of a few slow groups alone (e.g. rollout.prompts_per_step; None: train whatever "

@@ -3,7 +3,8 @@ step.
 
 Each step, the episodes still in play from the last step continue where they stopped (token-exact: their tokens,
 log-probabilities and versions so far are kept, a turn paused mid-way resumes inside the same turn) and new tasks
-fill the batch in whole groups; every episode then generates up to ``algorithm.window`` tokens. The step trains on
+fill the batch in whole groups (``algorithm.refill``: the places the carried ones leave, or always
+``prompts_per_step`` groups); every episode then generates up to ``algorithm.window`` tokens. The step trains on
 all of them: the finished Trajectories, and a snapshot of each unfinished one (``metadata["partial"]``, with
 ``metadata["window_start"]`` where its window began) — or, with ``algorithm.train_on: finished``, on the groups
 all of whose episodes have finished, whole (a group's short answers wait for its long ones, so that no step trains
@@ -40,8 +41,9 @@ if TYPE_CHECKING:
 class WindowedSource(ExperienceSource):
     """Fresh episodes played ``window`` tokens per step; unfinished ones carry over (see the module docstring).
 
-    The batch holds ``prompts_per_step × group_size`` episodes: the carried ones, then as many new whole groups as
-    fit (at least one per step when none fit, so that the run always takes new tasks).
+    The batch holds the carried episodes and new whole groups: with ``algorithm.refill: fit`` as many as fit in
+    ``prompts_per_step × group_size`` places (at least one per step when none fit, so that the run always takes new
+    tasks); with ``refill: prompts`` always ``prompts_per_step`` of them, the carried episodes on top.
     """
 
     samples_tasks = True
@@ -115,7 +117,10 @@ class WindowedSource(ExperienceSource):
         """Play this step's window (see the module docstring)."""
         r = self.cfg.rollout
         replayed = len(self.replay)
-        jobs = self.new_jobs(step, r.prompts_per_step * r.group_size - len(self.carry))
+        room = r.prompts_per_step * r.group_size
+        if self.algorithm.cfg.refill == "fit":
+            room -= len(self.carry)
+        jobs = self.new_jobs(step, room)
         replayed -= len(self.replay)
         whole = self.algorithm.cfg.train_on == "finished"
         out = self.player.play(step, self.carry, jobs, self.window, snapshots=not whole)
