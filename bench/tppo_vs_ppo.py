@@ -6,6 +6,7 @@
     python bench/tppo_vs_ppo.py --train-on finished --skip-baseline runs/tppo --out runs/tppo2   # reuse a PPO run
     python bench/tppo_vs_ppo.py --train-on finished --overlong 64   # both runs punish answers near the limit
     python bench/tppo_vs_ppo.py --train-on finished --tppo-set algorithm.min_groups=4   # an option of T-PPO's run only
+    python bench/tppo_vs_ppo.py --train-on finished --tppo-set algorithm.refill=prompts  # full sets of new groups
     python bench/tppo_vs_ppo.py --train-on finished --report runs/tppo --target 0.8   # time two kept runs to 80 %
 
 Both runs are ``algorithm: tppo`` with the same options, seed and tasks; the baseline's window is
@@ -104,7 +105,9 @@ def main() -> None:
     p.add_argument("--train-on", choices=["window", "finished"], default="window",
                    help="T-PPO's algorithm.train_on: each step's newest windows (the paper) or finished episodes whole")
     p.add_argument("--skip-baseline", default=None, metavar="DIR",
-                   help="read the PPO run from DIR/ppo (an earlier --out) instead of training it again")
+                   help="read the PPO run from DIR/ppo (an earlier --out) instead of training it again; its "
+                        "seconds count only if it ran on this machine, alone (a rerun of the same seed on another "
+                        "host of the same kind gave the same episodes 1.19x faster)")
     p.add_argument("--warmup", type=int, default=5, help="critic warm-up steps")
     p.add_argument("--prompts", type=int, default=4)
     p.add_argument("--group", type=int, default=8)
