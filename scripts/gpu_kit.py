@@ -41,6 +41,11 @@ PLATFORMS = ["manylinux_2_17_x86_64", "manylinux2014_x86_64", "manylinux_2_28_x8
 RAY_UNUSED = ("jars/", "dashboard/client/", "rllib/", "data/", "serve/", "tune/", "train/", "llm/")
 
 
+def for_extra(req: Requirement) -> bool:
+    """Whether ``req`` is needed only with an extra (``; extra == "..."``), which the kit leaves out."""
+    return req.marker is not None and "extra" in str(req.marker)
+
+
 def closure(roots: list[str], have: set[str]) -> dict[str, str]:
     """``{name: version in this Python}`` of the distributions ``roots`` need (run-time requirements, no extras),
     transitively, leaving out ``have`` and what they need."""
@@ -54,7 +59,7 @@ def closure(roots: list[str], have: set[str]) -> dict[str, str]:
             continue
         for req in map(Requirement, reqs):
             name = norm(req.name)
-            if (req.marker is not None and "extra" in str(req.marker)) or name in seen:
+            if for_extra(req) or name in seen:
                 continue
             seen.add(name)
             try:
@@ -71,9 +76,10 @@ def outside_pins(have: dict[str, str]) -> list[str]:
     out = []
     for text in requires("turnrl") or []:
         req = Requirement(text)
-        held = have.get(norm(req.name))
-        if (req.marker is not None and "extra" in str(req.marker)) or not held or not req.specifier \
-                or norm(req.name) == "torch":  # the machine's CUDA torch is the point, whatever its version
+        name = norm(req.name)
+        held = have.get(name)
+        # torch: the machine's CUDA torch is the point, whatever its version
+        if for_extra(req) or not held or not req.specifier or name == "torch":
             continue
         try:
             if not req.specifier.contains(held.split("+")[0], prereleases=True):

@@ -84,9 +84,9 @@ def weights_file(state_dict: Mapping[str, Any] | Iterable[tuple[str, Any]]) -> I
 
     items = state_dict.items() if isinstance(state_dict, Mapping) else state_dict
     state = {name: (t.detach().cpu() if hasattr(t, "detach") else torch.as_tensor(t)) for name, t in items}
-    path = ""
+    path, room = "", _scratch(_nbytes(state.values()))
     try:
-        for folder in dict.fromkeys([_scratch(_nbytes(state.values())), None]):  # shared memory full after all: the temporary folder
+        for folder in dict.fromkeys([room, None]):  # shared memory full after all: the temporary folder
             fd, path = tempfile.mkstemp(prefix="turnrl-weights-", suffix=".pt", dir=folder)
             os.close(fd)
             try:
