@@ -9,9 +9,11 @@
     python bench/tppo_vs_ppo.py --train-on finished --tppo-set algorithm.refill=prompts  # full sets of new groups
     python bench/tppo_vs_ppo.py --train-on finished --report runs/tppo --target 0.8   # time two kept runs to 80 %
 
-Both runs are ``algorithm: tppo`` with the same options, seed and tasks; the baseline's window is
-``max_new_tokens`` (every answer finishes in its first window: T-PPO with W at least the longest answer is PPO
-with T-PPO's options exactly — a check of docs/algorithms.md §6), the other's is ``--window``. The base model
+Both runs are ``algorithm: tppo`` with the same options, seed and tasks; the baseline's window is one no episode
+reaches (``NO_WINDOW``: every episode finishes in its first window, and T-PPO with W at least the longest episode is
+PPO with T-PPO's options exactly — a check of docs/algorithms.md §6), the other's is ``--window``. (``max_new_tokens``
+is not enough: it bounds one turn, and the quickstart's episodes may take two — before 2026-11-28 the baseline's window
+was ``max_new_tokens``, and a two-turn answer longer than that carried over.) The base model
 answers most level-1 sums in 20–40 tokens but now and then rambles to the token limit: a synchronous step waits for
 that answer, a windowed step decodes at most W tokens and carries it over. Each run trains ``--steps`` steps and is
 evaluated greedily on the held-out split every ``--eval-every`` steps; the table gives the training seconds (the
@@ -28,6 +30,8 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+NO_WINDOW = 1_000_000  # the baseline's W: more tokens than any episode generates, so none is ever carried over
 
 
 def train(name: str, out: Path, args: argparse.Namespace, window: int, train_on: str = "window",
@@ -100,7 +104,7 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--eval-every", type=int, default=10)
     p.add_argument("--eval-tasks", type=int, default=64)
-    p.add_argument("--max-new", type=int, default=256, help="max_new_tokens (the baseline's window)")
+    p.add_argument("--max-new", type=int, default=256, help="rollout.max_new_tokens: the most tokens of one turn")
     p.add_argument("--window", type=int, default=64, help="T-PPO's window W")
     p.add_argument("--train-on", choices=["window", "finished"], default="window",
                    help="T-PPO's algorithm.train_on: each step's newest windows (the paper) or finished episodes whole")
@@ -130,8 +134,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(args.report or args.out or tmp)
         kept = args.skip_baseline or args.report  # where a PPO run is read instead of trained
-        base = points(Path(kept) / "ppo") if kept else train(f"PPO (W = {args.max_new})", root / "ppo", args,
-                                                              args.max_new)
+        base = points(Path(kept) / "ppo") if kept else train("PPO (no window)", root / "ppo", args, NO_WINDOW)
         name, out = f"T-PPO (W = {args.window}, train_on = {args.train_on})", root / f"tppo-{args.train_on}"
         tppo = points(out) if args.report else train(name, out, args, args.window, args.train_on, args.tppo_set)
     print(f"\nheld-out success (greedy, {args.eval_tasks} test tasks) by training seconds:")
