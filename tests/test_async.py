@@ -132,8 +132,9 @@ def test_a_resumed_driver_with_episodes_in_play_trains_every_step_on_each_job_on
     class DriverDied(Exception):
         pass
 
-    def die(traj, ledger):  # at the first commit once five of step 3's episodes are in ("== 5" missed it whenever
-        if sum(k.startswith("2-") for k in ledger.done) >= 5:  # more than five were played ahead during step 2)
+    # At the first commit once five of step 3's episodes are in: step 2 may play more than five of them ahead.
+    def die(traj, ledger):
+        if sum(k.startswith("2-") for k in ledger.done) >= 5:
             raise DriverDied
 
     try:
