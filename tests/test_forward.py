@@ -84,3 +84,17 @@ def test_scoring_all_positions_without_a_loss_mask():
     real = attn > 0
     real[:, 0] = False
     assert torch.allclose(lp[real], ref_lp[real], atol=1e-5) and h is None
+
+
+@pytest.mark.parametrize("share", [False, True])
+def test_hidden_states_alone_are_the_scoring_pass_hidden_states(share):
+    """``scores=False`` (what a value head reads) gives the same hidden states without scoring any token."""
+    tok = tiny_tokenizer("chatml")
+    ids, attn, mask = _batch()
+    model = tiny_model(tok, seed=2)
+    with torch.no_grad():
+        _, _, ref_h = forward_tokens(model, ids, attn, hidden=True, loss_mask=mask, share_prefix=share)
+        lp, ent, h = forward_tokens(model, ids, attn, hidden=True, loss_mask=mask, share_prefix=share, scores=False)
+    real = attn > 0
+    assert torch.equal(h[real], ref_h[real])
+    assert (lp == 0).all() and (ent == 0).all()

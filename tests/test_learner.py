@@ -225,3 +225,50 @@ def test_a_filled_batch_never_cuts_a_group_in_half():
     assert [t.group_id for t in kept] == ["g0"] * 4 + ["g1"] * 3  # g2 would overflow: left for later, not cut
     assert [t.group_id for t in whole_groups(trajs, 8)] == ["g0"] * 4 + ["g1"] * 4
     assert len(whole_groups(trajs, 2)) == 4  # at least one group, whole
+
+
+def test_split_rows_keeps_order_and_bounds_rows_and_padded_tokens():
+    from turnrl.rl.core.learner import split_rows
+
+    g = torch.Generator().manual_seed(3)
+    for _ in range(200):
+        n = int(torch.randint(0, 12, (1,), generator=g))
+        lengths = torch.randint(1, 50, (n,), generator=g).tolist()
+        size, budget = int(torch.randint(1, 6, (1,), generator=g)), int(torch.randint(10, 120, (1,), generator=g))
+        rows = torch.arange(100, 100 + n)
+        pieces = split_rows(rows, lengths, size, budget)
+        assert (torch.cat(pieces).tolist() if pieces else []) == rows.tolist()  # every row once, in order
+        for p in pieces:
+            widths = [lengths[int(r) - 100] for r in p]
+            assert 1 <= len(p) <= size
+            assert len(p) == 1 or len(p) * max(widths) <= budget  # a longer row runs alone
+        assert [len(p) for p in split_rows(rows, lengths, size, None)] == [min(size, n - i) for i in range(0, n, size)]
+
+
+def test_a_token_budget_bounds_every_pass_and_changes_no_number():
+    """optim.micro_tokens: the micro-batches and the scoring before the update run in pieces of at most that many
+    padded tokens; the update (values, reference, recomputed log-probabilities, loss, new weights) is the same."""
+    tok, trajs = episodes()
+    lengths = sorted(len(t.token_ids) for t in trajs)
+    budget = lengths[-1] + lengths[0]  # the longest row alone; two short ones together
+    algo = {"name": "ppo", "kl_coef": 0.05}
+    base = {"minibatch_size": 8, "grad_accum": 1, "recompute_logprobs": True}
+    plain, split = learner(cfg(algo, **base), tok), learner(cfg(algo, micro_tokens=budget, **base), tok)
+    passes: list[tuple[int, int]] = []
+    hooks = [m.register_forward_pre_hook(lambda _, args, kw: passes.append(tuple(kw["input_ids"].shape)),
+                                         with_kwargs=True) for m in (split.model, split.ref_model)]
+    before = [p.detach().clone() for p in (*plain.model.parameters(), *plain.value_head.parameters())]
+    a, b = plain.update(trajs), split.update(trajs)
+    for h in hooks:
+        h.remove()
+    assert passes and all(rows == 1 or rows * width <= budget for rows, width in passes)
+    assert len([p for p in passes if p[0] > 1]) > 0 and max(rows for rows, _ in passes) < 8  # split, not row by row
+    for key in ("loss", "value_loss", "grad_norm", "ratio_mean", "kl", "rollout_logp_diff"):
+        assert b[key] == pytest.approx(a[key], rel=1e-4, abs=1e-6), key
+    # the new weights: the same step (Adam's first step is about ±lr wherever a gradient is not ~0, so compare the
+    # whole step, not each parameter whose gradient is rounding noise)
+    def step(lrn):
+        params = [*lrn.model.parameters(), *lrn.value_head.parameters()]
+        return torch.cat([(p - q).flatten() for p, q in zip(params, before)])
+
+    assert (step(plain) - step(split)).norm() <= 1e-3 * step(plain).norm()

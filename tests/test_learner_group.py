@@ -63,6 +63,14 @@ def test_a_rank_with_nothing_to_train_keeps_step_with_its_peer(cluster, tmp_path
     _check_two_ranks(tmp_path, 2, "grpo", 1e-2, minibatch_size=1, grad_accum=1, unequal=False)
 
 
+def test_ranks_under_a_token_budget_update_like_one_process(cluster, tmp_path):
+    """optim.micro_tokens on a group (rows of 29, 28, 27 and 26 tokens per group; 57 tokens: the longest alone): each
+    rank cuts its share into pieces of its own when scoring and in micro-batches — of the first window, rank 0 its
+    four rows into three, rank 1 its two into two and a stand-in — and the update is still the single process's."""
+    _check_two_ranks(tmp_path, 3, {"name": "ppo", "kl_coef": 0.05}, 5e-3, minibatch_size=3, grad_accum=2,
+                     micro_tokens=57)
+
+
 @pytest.mark.parametrize("stage", [2, 3])
 def test_lora_ranks_update_like_one_process_and_export_the_adapters_alone(cluster, tmp_path, stage):
     """learner.lora on the group: the ranks start from the driver's adapters, train only them (PPO: with the value

@@ -134,6 +134,10 @@ class Algorithm:
     source: ClassVar[str] = "turnrl.rl.sources.onpolicy:OnPolicySource"
     #: The methods a subclass must implement (checked when it is registered).
     required: ClassVar[tuple[str, ...]] = ("advantages", "counts", "loss")
+    #: The metrics of :meth:`loss` that are parts of the step's loss under the global ``counts``, as the loss is: the
+    #: learner adds them up over an optimizer step's micro-batches (and ranks) and reports their mean over optimizer
+    #: steps, so they do not depend on how a step is split. Every other metric is the mean of its micro-batch values.
+    summed_metrics: ClassVar[frozenset[str]] = frozenset({"kl", "nll", "value_loss", "policy_loss"})
 
     def __init__(self, config: AlgorithmConfig) -> None:
         if not isinstance(config, self.Config):

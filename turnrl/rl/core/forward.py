@@ -106,7 +106,7 @@ def sequence_logprobs(model: torch.nn.Module, sequences: list[list[int]], temper
 
 def forward_tokens(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                    temperature: float = 1.0, hidden: bool = False, *, loss_mask: torch.Tensor | None = None,
-                   share_prefix: bool = False, segment_ids: torch.Tensor | None = None
+                   share_prefix: bool = False, segment_ids: torch.Tensor | None = None, scores: bool = True
                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """``(logp, entropy, last_hidden)`` of right-padded sequences.
 
@@ -117,6 +117,8 @@ def forward_tokens(model: torch.nn.Module, input_ids: torch.Tensor, attention_ma
         loss_mask: ``(B, T)``, nonzero on generated tokens. Without it every position is scored.
         share_prefix: run identical prompts once (needs ``loss_mask``).
         segment_ids: ``(B, T)``, each token's context segment; each segment is scored as a sequence of its own.
+        scores: False: hidden states only (what a value head reads); the LM head and the log-softmax do not run over
+            the sequence, and ``logp`` and ``entropy`` are zeros.
 
     Returns:
         ``logp[b, t]`` = log p(token t | tokens < t of its segment) and ``entropy[b, t]`` (no gradient) of that
@@ -129,7 +131,7 @@ def forward_tokens(model: torch.nn.Module, input_ids: torch.Tensor, attention_ma
         logp, entropy, last_hidden = forward_tokens(
             model, segments.unpack(input_ids), segments.attention_mask, temperature, hidden,
             loss_mask=None if loss_mask is None else segments.unpack(loss_mask) * segments.valid,
-            share_prefix=share_prefix)
+            share_prefix=share_prefix, scores=scores)
         return (segments.pack(logp), segments.pack(entropy),
                 None if last_hidden is None else segments.pack(last_hidden))
     B, T = input_ids.shape
@@ -155,18 +157,19 @@ def forward_tokens(model: torch.nn.Module, input_ids: torch.Tensor, attention_ma
             rest += rows
             continue
         F, end = int(first[rows[0]]), int(lengths[rows].max())
-        lp, ent, h = _shared_prompt_pass(model, input_ids, attention_mask, rows, F, end, temperature, hidden)
+        lp, ent, h = _shared_prompt_pass(model, input_ids, attention_mask, rows, F, end, temperature, hidden, scores)
         idx = torch.tensor(rows, device=device)
-        logp[idx, F:end] = lp
-        entropy[idx, F:end] = ent
+        if scores:
+            logp[idx, F:end] = lp
+            entropy[idx, F:end] = ent
         if h is not None:
             last_hidden = _place(last_hidden, h, idx, B, T)
     if rest:
         idx = torch.tensor(sorted(rest), device=device)
         F, end = int(first[idx].min()), int(lengths[idx].max())
         out = model(input_ids=input_ids[idx, :end], attention_mask=attention_mask[idx, :end],
-                    output_hidden_states=hidden, logits_to_keep=max(end - F + 1, 1))
-        if F < end:
+                    output_hidden_states=hidden, logits_to_keep=max(end - F + 1, 1) if scores else 1)
+        if F < end and scores:
             lp, ent = _score(out.logits[:, -(end - F + 1) : -1], input_ids[idx, F:end], temperature)
             logp[idx, F:end] = lp
             entropy[idx, F:end] = ent
@@ -177,8 +180,10 @@ def forward_tokens(model: torch.nn.Module, input_ids: torch.Tensor, attention_ma
 
 
 def _shared_prompt_pass(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                        rows: list[int], F: int, end: int, temperature: float, hidden: bool):  # noqa: ANN202
-    """One pass of the common prompt ``[0, F)``, then the rows' continuations ``[F, end)`` on its keys/values."""
+                        rows: list[int], F: int, end: int, temperature: float, hidden: bool,
+                        scores: bool = True):  # noqa: ANN202
+    """One pass of the common prompt ``[0, F)``, then the rows' continuations ``[F, end)`` on its keys/values
+    (``scores`` False: hidden states only; the log-probabilities and entropies returned are None)."""
     n = len(rows)
     idx = torch.tensor(rows, device=input_ids.device)
     head = model(input_ids=input_ids[rows[0] : rows[0] + 1, :F], use_cache=True, logits_to_keep=1,
@@ -189,9 +194,11 @@ def _shared_prompt_pass(model: torch.nn.Module, input_ids: torch.Tensor, attenti
     mask = torch.cat([attention_mask.new_ones((n, F)), attention_mask[idx, F:end]], 1)
     positions = torch.arange(F, end, device=input_ids.device)[None].expand(n, -1)
     tail = model(input_ids=tail_ids, attention_mask=mask, position_ids=positions, past_key_values=cache,
-                 use_cache=True, output_hidden_states=hidden)
-    logits = torch.cat([head.logits[:, -1:].expand(n, 1, -1), tail.logits[:, :-1]], 1)  # predict tokens F..end-1
-    lp, ent = _score(logits, tail_ids, temperature)
+                 use_cache=True, output_hidden_states=hidden, logits_to_keep=0 if scores else 1)
+    lp = ent = None
+    if scores:
+        logits = torch.cat([head.logits[:, -1:].expand(n, 1, -1), tail.logits[:, :-1]], 1)  # predict tokens F..end-1
+        lp, ent = _score(logits, tail_ids, temperature)
     h = None
     if hidden:
         h = torch.cat([head.hidden_states[-1].expand(n, F, -1), tail.hidden_states[-1]], 1)
@@ -205,8 +212,8 @@ def _score(logits: torch.Tensor, targets: torch.Tensor, temperature: float) -> t
         logits = logits / temperature
     logp_all = torch.log_softmax(logits, dim=-1)
     lp = logp_all.gather(-1, targets[..., None]).squeeze(-1)
-    with torch.no_grad():
-        ent = -(logp_all.exp() * logp_all).sum(-1)
+    with torch.no_grad():  # in place: one vocabulary-sized temporary, not two
+        ent = -logp_all.exp().mul_(logp_all).sum(-1)
     return lp, ent
 
 

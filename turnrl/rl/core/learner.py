@@ -100,7 +100,7 @@ class Learner:
             hidden = None
             if self.value_head is not None:
                 hidden = forward_tokens(self.model, b.input_ids, b.attention_mask, hidden=True, loss_mask=b.loss_mask,
-                                        share_prefix=share, segment_ids=b.segment_ids)[2]
+                                        share_prefix=share, segment_ids=b.segment_ids, scores=False)[2]
             return self._values(b, hidden, with_last=True)
 
         def policy(b: Batch) -> tuple[torch.Tensor, ...]:
@@ -133,18 +133,28 @@ class Learner:
         """``fn(rows) -> tensors`` (``(b, …)`` each, no gradient) on this process's :meth:`scoring_rows`, assembled
         into whole-batch tensors over the ranks (each rank fills its rows; the sum of the ranks' tensors is the
         whole). A rank without rows scores a stand-in row and contributes zeros, so that every rank runs the same
-        forward passes (partitioned ZeRO-3 parameters are gathered collectively)."""
+        forward passes (partitioned ZeRO-3 parameters are gathered collectively). With ``optim.micro_tokens`` the rows
+        are scored in pieces of at most that many padded tokens."""
         rows = self.scoring_rows(batch)
+        budget = self.cfg.optim.micro_tokens
         with torch.no_grad():
-            if rows is None:
+            if rows is None and budget is None:
                 return tuple(fn(batch))
-            part = fn(batch.select(rows if len(rows) else torch.zeros(1, dtype=torch.long, device=rows.device)))
+            mine = torch.arange(len(batch), device=batch.input_ids.device) if rows is None else rows
+            lengths = batch.attention_mask.sum(-1)[mine.to(batch.attention_mask.device)].tolist()
+            pieces = split_rows(mine, lengths, max(len(batch), 1), budget)
+            most = len(pieces)
+            if rows is not None:  # a rank runs as many passes as its busiest peer (stand-ins: row 0, unused)
+                most = 1 if budget is None else int(self.all_reduce(torch.tensor(float(most)), "max"))
+                most = max(most, 1)
+            stand_in = torch.zeros(1, dtype=torch.long, device=mine.device)
+            parts = [fn(batch.select(pieces[i] if i < len(pieces) else stand_in)) for i in range(most)]
         out = []
-        for t in part:
+        for k, t in enumerate(parts[0]):
             full = torch.zeros((len(batch), *t.shape[1:]), dtype=t.dtype, device=t.device)
-            if len(rows):
-                full[rows.to(t.device)] = t
-            out.append(self.all_reduce(full))
+            for piece, part in zip(pieces, parts):
+                full[piece.to(t.device)] = part[k]
+            out.append(full if rows is None else self.all_reduce(full))
         return tuple(out)
 
     def _values(self, batch: Batch, policy_hidden: torch.Tensor | None, with_last: bool = False) -> Any:
@@ -191,7 +201,8 @@ class Learner:
     def micro_batches(self, window: torch.Tensor, exp: Experience) -> list[torch.Tensor | None]:
         """The micro-batches this process runs of one optimizer step's rows ``window`` (``None``: a stand-in
         micro-batch whose loss counts zero, for ranks that must match their peers' number of passes)."""
-        return [window[i : i + self.cfg.optim.minibatch_size] for i in range(0, len(window), self.cfg.optim.minibatch_size)]
+        o = self.cfg.optim
+        return list(split_rows(window, row_lengths(exp, window), o.minibatch_size, o.micro_tokens))
 
     def all_reduce(self, value: torch.Tensor, op: str = "sum") -> torch.Tensor:
         """Combine ``value`` over the ranks of a learner group (``sum`` or ``max``); one process: itself."""
@@ -277,7 +288,9 @@ class Learner:
         n_micro = self.all_reduce(n_micro).clamp(min=1)
         first_logp = self.all_reduce(first_logp)
         first_after = self.all_reduce(first_after, "max").long().tolist()
-        micro = {k: self.all_reduce(v) / n_micro for k, v in sums.items() if k not in ("grad_norm", "loss")}
+        summed = self.algorithm.summed_metrics  # parts of the loss: a window's sum, averaged over windows
+        micro = {k: self.all_reduce(v) / (n_windows if k in summed else n_micro) for k, v in sums.items()
+                 if k not in ("grad_norm", "loss")}
         out = {k: float(v) for k, v in micro.items()}
         out.update(grad_norm=float(sums["grad_norm"]) / n_windows, loss=float(sums["loss"]) / n_windows)
         _annotate(_trainable(trajectories), exp, first_logp, first_after)
@@ -363,6 +376,28 @@ def _annotate(kept: list[Trajectory], exp: Experience, learner_logp: torch.Tenso
         traj.metadata["advantages"] = [round(a, 6) if k else None for a, k in zip(adv[i, :n].tolist(), m)]
         traj.metadata["learner_logprobs"] = [round(v, 6) if k else None for v, k in zip(logp[i, :n].tolist(), m)]
         traj.metadata["learner_logprobs_after"] = after[i]
+
+
+def row_lengths(exp: Experience, rows: torch.Tensor) -> list[int]:
+    """The real (unpadded) length of each of ``rows`` of ``exp``."""
+    return exp.batch.attention_mask.sum(-1)[rows.to(exp.batch.attention_mask.device)].tolist()
+
+
+def split_rows(rows: torch.Tensor, lengths: Sequence[int], size: int, budget: int | None) -> list[torch.Tensor]:
+    """``rows`` cut in order into pieces of at most ``size`` rows and, given ``budget``, at most ``budget`` padded
+    tokens (the piece's rows × its longest row, ``optim.micro_tokens``); a row longer than ``budget`` is a piece of
+    its own. ``lengths[i]`` is the length of ``rows[i]``."""
+    pieces: list[torch.Tensor] = []
+    start, longest = 0, 0
+    for i, n in enumerate(lengths):
+        widest = max(longest, n)
+        if i > start and (i - start >= size or (budget is not None and (i - start + 1) * widest > budget)):
+            pieces.append(rows[start:i])
+            start, widest = i, n
+        longest = widest
+    if len(lengths):
+        pieces.append(rows[start:])
+    return pieces
 
 
 def _sum_counts(parts: list[dict[str, torch.Tensor]], reduce: Any = None) -> dict[str, torch.Tensor]:

@@ -37,7 +37,7 @@ import torch
 
 from turnrl.lora import AdapterOff, LoraConfig, adapter_state, apply_lora, base_state, is_lora, load_adapter
 from turnrl.rl.algorithms import Experience, get_algorithm
-from turnrl.rl.core.learner import Learner, _trainable
+from turnrl.rl.core.learner import Learner, _trainable, row_lengths, split_rows
 from turnrl.rl.placement.parameters import full_parameters, to_shared
 from turnrl.rl.run.config import TrainConfig
 from turnrl.types import Trajectory
@@ -160,8 +160,9 @@ class RankLearner(Learner):
 
     def micro_batches(self, window: torch.Tensor, exp: Experience) -> list[torch.Tensor | None]:
         mine = window[shard_rows(exp.batch.group_ids[window].tolist(), self.world)[self.rank]]
-        size = self.cfg.optim.minibatch_size
-        chunks: list[torch.Tensor | None] = [mine[i : i + size] for i in range(0, len(mine), size)]
+        o = self.cfg.optim
+        chunks: list[torch.Tensor | None] = list(split_rows(mine, row_lengths(exp, mine), o.minibatch_size,
+                                                            o.micro_tokens))
         most = int(self.all_reduce(torch.tensor(float(len(chunks))), "max"))
         return chunks + [None] * (most - len(chunks))
 

@@ -84,6 +84,11 @@ class OptimConfig(BaseModel):
     minibatch_size: int = Field(8, ge=1, description="sequences per micro-batch")
     grad_accum: int = Field(1, ge=1, description="micro-batches per optimizer step; the loss is normalized over "
                             "all of them (token-mean stays a token mean)")
+    micro_tokens: int | None = Field(None, ge=1, description=(
+        "most tokens one forward pass holds, counted padded (rows × the longest row): a micro-batch of "
+        "minibatch_size rows splits further where long rows would pass it (a longer row runs alone), and the scoring "
+        "before the update (values, reference and recomputed log-probabilities) runs in pieces of this size; the "
+        "loss is the same, only the memory of long answers is bounded. None: micro-batches by rows only"))
     shuffle: bool = Field(True, description="with epochs > 1, every epoch after the first takes the rows in a new "
                           "seeded order (the first keeps whole groups in one optimizer step)")
     share_prompts: bool = Field(True, description="run a group's common prompt once per forward/backward pass")
