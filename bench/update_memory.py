@@ -94,8 +94,8 @@ def main() -> None:
             print(f"{name}: exit {proc.returncode} (-9: killed, out of memory)\n{proc.stderr[-1500:]}", flush=True)
             continue
         r = json.loads(proc.stdout.strip().splitlines()[-1])
-        print(f"{name:7s} micro_tokens={budget or 'None':>5}  peak RSS {r['peak_mb']:7.0f} MB  load {r['load_mb']:6.0f} MB  "
-              f"update {r['update_s']:6.1f} s  value_loss {r['value_loss']:.5f}  loss {r['loss']:.5f}", flush=True)
+        print(f"{name:7s} micro_tokens={budget or 'None':>5}  peak RSS {r['peak_mb']:7.0f} MB  "
+              f"load {r['load_mb']:6.0f} MB  update {r['update_s']:6.1f} s  value_loss {r['value_loss']:.5f}  loss {r['loss']:.5f}", flush=True)
 
 
 if __name__ == "__main__":

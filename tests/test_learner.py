@@ -228,7 +228,7 @@ def test_a_filled_batch_never_cuts_a_group_in_half():
 
 
 def test_split_rows_keeps_order_and_bounds_rows_and_padded_tokens():
-    from turnrl.rl.core.learner import split_rows
+    from turnrl.rl.core.batch import split_rows
 
     g = torch.Generator().manual_seed(3)
     for _ in range(200):

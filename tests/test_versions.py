@@ -12,7 +12,7 @@ from turnrl.agents.base import SamplingParams
 from turnrl.agents.scripted import FixedAgent
 from turnrl.agents.tiny import tiny_tokenizer
 from turnrl.rl.core.batch import collate
-from turnrl.rl.core.learner import staleness_metrics
+from turnrl.rl.core.staleness import staleness_metrics
 from turnrl.rl.sources.base import oldest_version, within_staleness
 from turnrl.rl.sources.rollout import Rollout
 from turnrl.storage import load, save

@@ -141,3 +141,20 @@ def collate(trajectories: Sequence[Trajectory], pad_id: int, roles: Mapping[str,
         finished=torch.tensor([0.0 if t.metadata.get("partial") else 1.0 for t in trajectories]),
         segment_ids=segment_ids,
     )
+
+
+def split_rows(rows: torch.Tensor, lengths: Sequence[int], size: int, budget: int | None) -> list[torch.Tensor]:
+    """``rows`` cut in order into pieces of at most ``size`` rows and, given ``budget``, at most ``budget`` padded
+    tokens (the piece's rows × its longest row, ``optim.micro_tokens``); a row longer than ``budget`` is a piece of
+    its own. ``lengths[i]`` is the length of ``rows[i]``."""
+    pieces: list[torch.Tensor] = []
+    start, longest = 0, 0
+    for i, n in enumerate(lengths):
+        widest = max(longest, n)
+        if i > start and (i - start >= size or (budget is not None and (i - start + 1) * widest > budget)):
+            pieces.append(rows[start:i])
+            start, widest = i, n
+        longest = widest
+    if len(lengths):
+        pieces.append(rows[start:])
+    return pieces

@@ -24,10 +24,11 @@ import torch
 
 from turnrl.lora import adapter_state, is_lora, policy_state, restore
 from turnrl.rl.algorithms import Algorithm, Experience, Forward
-from turnrl.rl.core.batch import Batch, collate, untrainable
+from turnrl.rl.core.batch import Batch, collate, split_rows, untrainable
 from turnrl.rl.core.critic import SeparateCritic, ValueHead
 from turnrl.rl.core.forward import forward_tokens, token_logprobs
 from turnrl.rl.core.models import Models, build_models
+from turnrl.rl.core.staleness import logp_diff_by_lag, staleness_metrics
 from turnrl.rl.run.config import TrainConfig
 from turnrl.types import Trajectory
 
@@ -202,7 +203,8 @@ class Learner:
         """The micro-batches this process runs of one optimizer step's rows ``window`` (``None``: a stand-in
         micro-batch whose loss counts zero, for ranks that must match their peers' number of passes)."""
         o = self.cfg.optim
-        return list(split_rows(window, row_lengths(exp, window), o.minibatch_size, o.micro_tokens))
+        lengths = exp.batch.attention_mask.sum(-1)[window.to(exp.batch.attention_mask.device)].tolist()
+        return list(split_rows(window, lengths, o.minibatch_size, o.micro_tokens))
 
     def all_reduce(self, value: torch.Tensor, op: str = "sum") -> torch.Tensor:
         """Combine ``value`` over the ranks of a learner group (``sum`` or ``max``); one process: itself."""
@@ -378,54 +380,8 @@ def _annotate(kept: list[Trajectory], exp: Experience, learner_logp: torch.Tenso
         traj.metadata["learner_logprobs_after"] = after[i]
 
 
-def row_lengths(exp: Experience, rows: torch.Tensor) -> list[int]:
-    """The real (unpadded) length of each of ``rows`` of ``exp``."""
-    return exp.batch.attention_mask.sum(-1)[rows.to(exp.batch.attention_mask.device)].tolist()
-
-
-def split_rows(rows: torch.Tensor, lengths: Sequence[int], size: int, budget: int | None) -> list[torch.Tensor]:
-    """``rows`` cut in order into pieces of at most ``size`` rows and, given ``budget``, at most ``budget`` padded
-    tokens (the piece's rows × its longest row, ``optim.micro_tokens``); a row longer than ``budget`` is a piece of
-    its own. ``lengths[i]`` is the length of ``rows[i]``."""
-    pieces: list[torch.Tensor] = []
-    start, longest = 0, 0
-    for i, n in enumerate(lengths):
-        widest = max(longest, n)
-        if i > start and (i - start >= size or (budget is not None and (i - start + 1) * widest > budget)):
-            pieces.append(rows[start:i])
-            start, widest = i, n
-        longest = widest
-    if len(lengths):
-        pieces.append(rows[start:])
-    return pieces
-
-
 def _sum_counts(parts: list[dict[str, torch.Tensor]], reduce: Any = None) -> dict[str, torch.Tensor]:
     """Add up the counts of the micro-batches of one optimizer step (and, with ``reduce``, over the ranks of a
     learner group); ``clamp(min=1)``: an empty mask divides by 1."""
     out = {k: sum((p[k] for p in parts), torch.zeros(())) for k in parts[0]}
     return {k: (reduce(v) if reduce is not None else v).clamp(min=1) for k, v in out.items()}
-
-
-def staleness_metrics(versions: torch.Tensor, mask: torch.Tensor, version: int) -> dict[str, float]:
-    """``staleness_mean``/``staleness_max``: how many versions before ``version`` (the weights updated) the
-    generated tokens were sampled, over the tokens whose version is recorded; ``staleness_0``: the share sampled
-    by ``version`` itself. Empty when no version is recorded (stored data)."""
-    known = (versions >= 0) & mask.bool()
-    if not bool(known.any()):
-        return {}
-    lag = (version - versions)[known].float()
-    out = {"staleness_mean": float(lag.mean()), "staleness_max": float(lag.max())}
-    for d in range(min(int(lag.max()), 3) + 1):  # the histogram: the share of tokens d versions old (3: 3 or more)
-        out[f"staleness_{d}"] = float(((lag == d) if d < 3 else (lag >= d)).float().mean())
-    return out
-
-
-def logp_diff_by_lag(diff: torch.Tensor, versions: torch.Tensor, mask: torch.Tensor, version: int
-                     ) -> dict[str, float]:
-    """``logp_diff_lag{d}``: the mean |learner − sampler| log-probability gap over the tokens sampled ``d`` versions
-    before ``version`` (d = 0, 1, 2, 3 or more): how far the policy moved since a stale token was sampled."""
-    known = (versions >= 0) & mask.bool()
-    lag = (version - versions).clamp(max=3)
-    return {f"logp_diff_lag{d}": float(diff[known & (lag == d)].mean()) for d in range(4)
-            if bool((known & (lag == d)).any())}

@@ -37,7 +37,8 @@ import torch
 
 from turnrl.lora import AdapterOff, LoraConfig, adapter_state, apply_lora, base_state, is_lora, load_adapter
 from turnrl.rl.algorithms import Experience, get_algorithm
-from turnrl.rl.core.learner import Learner, _trainable, row_lengths, split_rows
+from turnrl.rl.core.batch import split_rows
+from turnrl.rl.core.learner import Learner, _trainable
 from turnrl.rl.placement.parameters import full_parameters, to_shared
 from turnrl.rl.run.config import TrainConfig
 from turnrl.types import Trajectory
@@ -161,8 +162,8 @@ class RankLearner(Learner):
     def micro_batches(self, window: torch.Tensor, exp: Experience) -> list[torch.Tensor | None]:
         mine = window[shard_rows(exp.batch.group_ids[window].tolist(), self.world)[self.rank]]
         o = self.cfg.optim
-        chunks: list[torch.Tensor | None] = list(split_rows(mine, row_lengths(exp, mine), o.minibatch_size,
-                                                            o.micro_tokens))
+        lengths = exp.batch.attention_mask.sum(-1)[mine.to(exp.batch.attention_mask.device)].tolist()
+        chunks: list[torch.Tensor | None] = list(split_rows(mine, lengths, o.minibatch_size, o.micro_tokens))
         most = int(self.all_reduce(torch.tensor(float(len(chunks))), "max"))
         return chunks + [None] * (most - len(chunks))
 
