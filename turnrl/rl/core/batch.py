@@ -64,6 +64,12 @@ class Batch:
         idx = torch.as_tensor(index, dtype=torch.long)
         return Batch(**{f.name: getattr(self, f.name)[idx] for f in fields(self)})
 
+    def split(self, rows: torch.Tensor, size: int, budget: int | None) -> list[torch.Tensor]:
+        """``rows`` of this batch in passes of at most ``size`` rows and ``budget`` padded tokens (:func:`split_rows`
+        on the rows' real lengths)."""
+        lengths = self.attention_mask.sum(-1)[rows.to(self.attention_mask.device)].tolist()
+        return split_rows(rows, lengths, size, budget)
+
     def to(self, device: torch.device | str) -> Batch:
         """Move every tensor to ``device``."""
         return Batch(**{f.name: getattr(self, f.name).to(device) for f in fields(self)})

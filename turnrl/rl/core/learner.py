@@ -24,7 +24,7 @@ import torch
 
 from turnrl.lora import adapter_state, is_lora, policy_state, restore
 from turnrl.rl.algorithms import Algorithm, Experience, Forward
-from turnrl.rl.core.batch import Batch, collate, split_rows, untrainable
+from turnrl.rl.core.batch import Batch, collate, untrainable
 from turnrl.rl.core.critic import SeparateCritic, ValueHead
 from turnrl.rl.core.forward import forward_tokens, token_logprobs
 from turnrl.rl.core.models import Models, build_models
@@ -142,8 +142,7 @@ class Learner:
             if rows is None and budget is None:
                 return tuple(fn(batch))
             mine = torch.arange(len(batch), device=batch.input_ids.device) if rows is None else rows
-            lengths = batch.attention_mask.sum(-1)[mine.to(batch.attention_mask.device)].tolist()
-            pieces = split_rows(mine, lengths, max(len(batch), 1), budget)
+            pieces = batch.split(mine, max(len(batch), 1), budget)
             most = len(pieces)
             if rows is not None:  # a rank runs as many passes as its busiest peer (stand-ins: row 0, unused)
                 most = 1 if budget is None else int(self.all_reduce(torch.tensor(float(most)), "max"))
@@ -202,9 +201,7 @@ class Learner:
     def micro_batches(self, window: torch.Tensor, exp: Experience) -> list[torch.Tensor | None]:
         """The micro-batches this process runs of one optimizer step's rows ``window`` (``None``: a stand-in
         micro-batch whose loss counts zero, for ranks that must match their peers' number of passes)."""
-        o = self.cfg.optim
-        lengths = exp.batch.attention_mask.sum(-1)[window.to(exp.batch.attention_mask.device)].tolist()
-        return list(split_rows(window, lengths, o.minibatch_size, o.micro_tokens))
+        return list(exp.batch.split(window, self.cfg.optim.minibatch_size, self.cfg.optim.micro_tokens))
 
     def all_reduce(self, value: torch.Tensor, op: str = "sum") -> torch.Tensor:
         """Combine ``value`` over the ranks of a learner group (``sum`` or ``max``); one process: itself."""

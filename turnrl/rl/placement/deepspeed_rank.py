@@ -37,7 +37,6 @@ import torch
 
 from turnrl.lora import AdapterOff, LoraConfig, adapter_state, apply_lora, base_state, is_lora, load_adapter
 from turnrl.rl.algorithms import Experience, get_algorithm
-from turnrl.rl.core.batch import split_rows
 from turnrl.rl.core.learner import Learner, _trainable
 from turnrl.rl.placement.parameters import full_parameters, to_shared
 from turnrl.rl.run.config import TrainConfig
@@ -161,9 +160,7 @@ class RankLearner(Learner):
 
     def micro_batches(self, window: torch.Tensor, exp: Experience) -> list[torch.Tensor | None]:
         mine = window[shard_rows(exp.batch.group_ids[window].tolist(), self.world)[self.rank]]
-        o = self.cfg.optim
-        lengths = exp.batch.attention_mask.sum(-1)[mine.to(exp.batch.attention_mask.device)].tolist()
-        chunks: list[torch.Tensor | None] = list(split_rows(mine, lengths, o.minibatch_size, o.micro_tokens))
+        chunks = super().micro_batches(mine, exp)  # this rank's share, cut as one process cuts a window
         most = int(self.all_reduce(torch.tensor(float(len(chunks))), "max"))
         return chunks + [None] * (most - len(chunks))
 
