@@ -345,3 +345,32 @@ def test_tppo_on_ray_plays_the_episodes_of_a_killed_worker_again_and_trains_none
     assert not lost & {tr.metadata["job"] for tr in second}  # nothing of a lost episode is trained
     assert lost <= waiting | {tr.metadata["job"] for tr in third}  # each plays again from the start (or finished)
     assert all(not tr.metadata.get("partial") for tr in first + second + third)
+
+
+def test_tppo_on_ray_with_refill_prompts_and_min_groups_trains_whole_groups_once(tmp_path):
+    """``refill: prompts`` on Ray: every step hands the workers a full set of new groups beside the carried episodes,
+    and ``min_groups`` holds finished groups until enough are ready; each episode still trains once, whole."""
+    cfg = config(tmp_path, steps=4, save_trajectories=True,
+                 algorithm={"name": "tppo", "window": 1, "value_warmup_steps": 0, "train_on": "finished",
+                            "min_groups": 2, "refill": "prompts"})
+    t = trainer(cfg)
+    try:
+        history = t.train()
+    finally:
+        t.close()
+    steps = [h for h in history if "new_episodes" in h]
+    assert len(steps) == 4 and all(h["new_episodes"] == 32 for h in steps)  # 4 prompts × 8, whatever carries
+    assert sum(h["carried_episodes"] for h in steps[:-1]) > 0 and all(h["lost_episodes"] == 0 for h in steps)
+    from turnrl.storage import read_jsonl
+
+    seen: list[str] = []
+    for step in range(1, 5):
+        path = tmp_path / "train" / f"step-{step}" / "trajectories.jsonl"
+        groups: dict[str, int] = {}
+        for tr in read_jsonl(path) if path.exists() else []:
+            assert not tr.metadata.get("partial")
+            groups[tr.group_id] = groups.get(tr.group_id, 0) + 1
+            seen.append(tr.metadata["job"])
+        # a step that held its few finished groups trained nothing; an update holds min_groups whole groups or more
+        assert not groups or (len(groups) >= 2 and all(n == 8 for n in groups.values()))
+    assert seen and len(seen) == len(set(seen))  # no episode trained twice

@@ -343,6 +343,27 @@ def test_min_groups_holds_finished_groups_until_enough_are_ready(tmp_path):
     assert held <= set(source.state_dict()["in_play"])  # a resumed run plays the held groups again
 
 
+def test_min_groups_holds_nothing_during_the_critic_warm_up(tmp_path):
+    """The warm-up's updates train no policy: they take whatever groups have finished, so that the warm-up ends on the
+    step an unwindowed run's would; the policy's updates then wait for ``min_groups`` groups."""
+    cfg = config(tmp_path, "tppo", 8, window=1, value_warmup_steps=2, train_on="finished", min_groups=4)
+    _, history = run(cfg.model_copy(update={"save_trajectories": True}))
+    from turnrl.storage import read_jsonl
+
+    warm, held = 0, False
+    for h in history[1:]:
+        path = tmp_path / "train" / f"step-{int(h['step'])}" / "trajectories.jsonl"
+        groups = {t.group_id for t in read_jsonl(path)} if path.exists() else set()
+        if warm < 2:
+            assert h["ready_episodes"] == 0  # nothing held back: every finished group trains the critic at once
+            warm += bool(groups)
+            assert not groups or h.get("critic_only") == 1.0
+        else:
+            assert not groups or (len(groups) >= 4 and "critic_only" not in h)
+            held |= h["ready_episodes"] > 0
+    assert warm == 2 and held  # both warm-up updates ran, and later steps held groups back again
+
+
 def test_min_groups_needs_train_on_finished(tmp_path):
     with pytest.raises(ValidationError, match="min_groups"):
         config(tmp_path, "tppo", 1, min_groups=2)

@@ -10,8 +10,8 @@ WindowedSource`). The learner then trains on every episode that generated in thi
 * the policy loss only on the current window's tokens (earlier windows act as prompt): token-mean, clip 0.2/0.28,
   dual clip 10, μ·NLL (0.1) on correct samples, advantages whitened over the window's tokens then clamped to ±10;
 * the value loss only on finished sequences, over all their tokens (clipped);
-* critic warm-up: the first ``value_warmup_steps`` updates train only the critic (a step that trains nothing,
-  while ``min_groups`` holds its groups, does not count).
+* critic warm-up: the first ``value_warmup_steps`` updates train only the critic (a step that trains nothing does
+  not count; ``min_groups`` holds no groups during it, so that it ends on the step an unwindowed run's would).
 
 With W at least the longest response every episode finishes in its first window and T-PPO is PPO with these
 options.
@@ -21,7 +21,8 @@ finished, on all of their tokens with PPO's GAE (the "partial rollouts" of Kimi 
 unfinished response is scored by the critic alone. The tokens of earlier windows were sampled by older policy
 versions — as many versions back as the windows an episode took — which the staleness metrics show and
 ``optim.recompute_logprobs`` with ``behaviour_is_cap`` corrects (decoupled PPO, docs/algorithms.md §11).
-``min_groups`` holds finished groups until that many are ready, so that no update is made of a few slow groups alone.
+``min_groups`` holds finished groups until that many are ready, so that no policy update is made of a few slow groups
+alone (the critic's warm-up updates train whatever groups have finished).
 
 ``refill`` says how many new tasks a step starts: ``fit`` (the default) fills the places the carried episodes leave,
 in whole groups, so that a step with one carried episode starts a group fewer; ``prompts`` starts
@@ -70,8 +71,8 @@ class TPPOConfig(PPOConfig):
         "groups every step, as many as an unwindowed step takes, the carried episodes on top"))
     min_groups: int | None = Field(None, ge=1, description=(
         "train_on finished: hold finished groups until at least this many are ready, then train them together, so "
-        "that no update is made of a few slow groups alone (e.g. rollout.prompts_per_step; None: train whatever "
-        "groups have finished)"))
+        "that no policy update is made of a few slow groups alone (e.g. rollout.prompts_per_step; None: train "
+        "whatever groups have finished); the critic warm-up's updates do not wait"))
 
     @model_validator(mode="after")
     def _min_groups_needs_finished(self) -> TPPOConfig:

@@ -9,7 +9,8 @@ all of them: the finished Trajectories, and a snapshot of each unfinished one (`
 ``metadata["window_start"]`` where its window began) — or, with ``algorithm.train_on: finished``, on the groups
 all of whose episodes have finished, whole (a group's short answers wait for its long ones, so that no step trains
 a task's quick answers without its slow ones: that would tilt every update toward whatever is not yet finished),
-with ``algorithm.min_groups`` held until that many groups are ready, then trained together.
+with ``algorithm.min_groups`` held until that many groups are ready, then trained together (not during the critic
+warm-up: see :meth:`WindowedSource.groups_needed`).
 
 Where the episodes live between steps: with ``placement: local`` in this process (:class:`LocalWindows`); with
 ``placement: ray`` in the rollout worker that began them (:class:`turnrl.rl.placement.ray_windows.RayWindows`: an
@@ -150,10 +151,17 @@ class WindowedSource(ExperienceSource):
         open_groups = {j.group_id for j in self.carry + self.replay}
         done = [g for g in self.waiting if g not in open_groups]
         self.ready += [traj for g in done for traj in self.waiting.pop(g)]
-        if len({str(t.group_id) for t in self.ready}) < (self.algorithm.cfg.min_groups or 1):
+        if len({str(t.group_id) for t in self.ready}) < self.groups_needed():
             return []
         ready, self.ready = self.ready, []
         return ready
+
+    def groups_needed(self) -> int:
+        """How many whole groups the next update needs: ``algorithm.min_groups``, but one during the critic warm-up
+        (its updates train no policy, which is what ``min_groups`` guards, and counting only updates it would
+        otherwise end steps later than an unwindowed run's)."""
+        warming = self.parts is not None and self.parts.version() < self.algorithm.critic_only_steps
+        return 1 if warming else (self.algorithm.cfg.min_groups or 1)
 
     def state_dict(self) -> dict[str, Any]:
         """The task sampler's state and the jobs still in play or waiting for their group (a resumed run plays them again from
