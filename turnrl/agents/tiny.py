@@ -93,8 +93,10 @@ def tiny_tokenizer(template: str = "chatml", vocab_size: int = 512) -> Any:
     return fast
 
 
-def tiny_model(tokenizer: Any, *, hidden: int = 32, layers: int = 2, heads: int = 4, seed: int = 0) -> Any:
-    """A randomly initialized Llama sized for tests (fp32, eval mode)."""
+def tiny_model(tokenizer: Any, *, hidden: int = 32, layers: int = 2, heads: int = 4, kv_heads: int | None = None,
+               seed: int = 0) -> Any:
+    """A randomly initialized Llama sized for tests (fp32, eval mode); ``kv_heads`` < ``heads``: grouped-query
+    attention (as SmolLM2's 9 query heads over 3 key/value heads)."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -104,7 +106,7 @@ def tiny_model(tokenizer: Any, *, hidden: int = 32, layers: int = 2, heads: int 
         intermediate_size=hidden * 2,
         num_hidden_layers=layers,
         num_attention_heads=heads,
-        num_key_value_heads=heads,
+        num_key_value_heads=kv_heads or heads,
         max_position_embeddings=4096,
         pad_token_id=tokenizer.pad_token_id,
         eos_token_id=tokenizer.eos_token_id,
