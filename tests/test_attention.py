@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from turnrl.agents.attention import NAME, cpu_gqa_sdpa, use_cpu_gqa
+from turnrl.agents.attention import NAME, use_cpu_gqa
 from turnrl.agents.base import SamplingParams
 from turnrl.agents.hf import HFAgent
 from turnrl.agents.tiny import tiny_model, tiny_tokenizer
@@ -72,4 +72,3 @@ def test_other_attention_implementations_and_full_multi_head_attention_are_left_
     with torch.no_grad():
         assert torch.equal(plain(input_ids=ids, attention_mask=mask, position_ids=pos).logits,
                            fast(input_ids=ids, attention_mask=mask, position_ids=pos).logits)
-    assert callable(cpu_gqa_sdpa)
