@@ -19,7 +19,7 @@ import time
 
 import torch
 
-from turnrl.agents.attention import NAME
+from turnrl.agents.attention import use_cpu_gqa
 from turnrl.agents.base import SamplingParams
 from turnrl.agents.batching import Row
 from turnrl.agents.hf import HFAgent
@@ -54,22 +54,22 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
     agent = HFAgent.from_pretrained(args.model)
-    fast = agent.model.config._attn_implementation
-    if fast != NAME:
-        raise SystemExit(f"the model runs {fast!r} attention, not sdpa: nothing to compare")
+    impl = agent.model.config._attn_implementation
+    if impl != "sdpa":
+        raise SystemExit(f"the model runs {impl!r} attention, not sdpa: nothing to compare")
     short = [args.short // 2 + (args.short * i) // 31 for i in range(32)]  # 0.5–1.5 × --short: rows that joined
     cases = {"32 short": [short], f"4 × {args.long}": [[args.long] * 4],
              f"32 short + 4 × {args.long}": [short, [args.long] * 4]}
     times: dict[tuple[str, str], list[float]] = {}
     for r in range(args.rounds):
         for case, parts in cases.items():
-            for arm in ("sdpa", NAME) if r % 2 == 0 else (NAME, "sdpa"):  # ABBA: neither arm always goes first
-                agent.model.set_attn_implementation(arm)
+            for arm in ("sdpa", "cpu gqa") if r % 2 == 0 else ("cpu gqa", "sdpa"):  # ABBA: neither always first
+                use_cpu_gqa(arm == "cpu gqa")
                 times.setdefault((case, arm), []).append(step_ms(agent, parts, args.steps, seed=r))
     print(f"{args.model}, ms per decode step (median of {args.rounds} rounds of {args.steps} steps)")
     print(f"{'batch':<28} {'sdpa':>9} {'cpu gqa':>9} {'speed-up':>9}")
     for case in cases:
-        a, b = (statistics.median(times[(case, arm)]) for arm in ("sdpa", NAME))
+        a, b = (statistics.median(times[(case, arm)]) for arm in ("sdpa", "cpu gqa"))
         print(f"{case:<28} {a:>9.0f} {b:>9.0f} {a / b:>8.2f}×")
 
 

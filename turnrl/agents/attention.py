@@ -8,9 +8,11 @@ common length), so every decode step paid it, and a batch whose rows are padded 
 SmolLM2-135M (9 query heads over 3 key/value heads), 32 rows of 110 tokens decoding beside 4 rows of 1,500 took
 4.1 s per step, 80 % of it in that copy (``python bench/padded_decode.py``).
 
-:func:`use_cpu_gqa` switches a model from ``sdpa`` to :func:`cpu_gqa_sdpa`, which passes ``enable_gqa`` to SDPA on a
-CPU without gradients and otherwise is transformers' ``sdpa``. Its outputs are the same (the test compares them);
-with gradients (the learner's update) it leaves transformers' path alone, so training is untouched.
+:func:`use_cpu_gqa` registers :func:`cpu_gqa_sdpa` as transformers' ``sdpa`` attention in this process (the
+public ``AttentionInterface.register``). It passes ``enable_gqa`` to SDPA on a CPU without gradients and otherwise
+calls transformers' own function, so every other case — a GPU, the learner's update, a model without key/value
+groups — runs exactly as before. Its outputs are the same (the tests compare them). A model's config still says
+``sdpa``, so a model sent to another process (a Ray worker, a DeepSpeed rank) runs there with or without it.
 """
 
 from __future__ import annotations
@@ -21,9 +23,8 @@ import torch
 import torch.nn.functional as F
 from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
-from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
-NAME = "turnrl_cpu_gqa_sdpa"
+_ORIGINAL = sdpa_attention_forward
 
 
 def cpu_gqa_sdpa(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
@@ -37,22 +38,15 @@ def cpu_gqa_sdpa(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor
              or any(kwargs.get(k) is not None for k in ("position_bias", "cache"))
              or kwargs.get("output_attentions", False))
     if plain:
-        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
-                                      is_causal=is_causal, **kwargs)
+        return _ORIGINAL(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
+                         is_causal=is_causal, **kwargs)
     # with a mask, transformers' sdpa never asks for a causal kernel (is_causal = ... and attention_mask is None)
     out = F.scaled_dot_product_attention(query, key, value, attn_mask=attention_mask, dropout_p=dropout,
                                          scale=scaling, enable_gqa=True)
     return out.transpose(1, 2).contiguous(), None
 
 
-def use_cpu_gqa(model: Any) -> bool:
-    """Switch ``model``'s attention from transformers' ``sdpa`` to :func:`cpu_gqa_sdpa` (the same results, no cache
-    copies on a CPU). A model on another implementation (``eager``, ``flash_attention_2``, ...) is left as it is.
-    Returns whether it switched. The choice is not saved with the model's config."""
-    config = getattr(model, "config", None)
-    if getattr(config, "_attn_implementation", None) != "sdpa" or not hasattr(model, "set_attn_implementation"):
-        return False
-    AttentionInterface.register(NAME, cpu_gqa_sdpa)
-    AttentionMaskInterface.register(NAME, sdpa_mask)  # an unknown name would get no mask at all: padding unmasked
-    model.set_attn_implementation(NAME)
-    return True
+def use_cpu_gqa(on: bool = True) -> None:
+    """Make transformers' ``sdpa`` attention :func:`cpu_gqa_sdpa` in this process (``on=False``: transformers' own
+    function again). Models on other implementations (``eager``, ``flash_attention_2``, ...) are not affected."""
+    AttentionInterface.register("sdpa", cpu_gqa_sdpa if on else _ORIGINAL)

@@ -45,8 +45,8 @@ class HFAgent:
     and re-prefilled when needed; all are dropped when the weights change (an optimizer step, a
     load). :meth:`release` frees a session when its episode ends.
 
-    A model on transformers' ``sdpa`` attention is switched to :func:`turnrl.agents.attention.cpu_gqa_sdpa` (the same
-    results; on a CPU, grouped-query attention no longer copies the KV cache at every decode step).
+    Creating one makes transformers' ``sdpa`` attention :func:`turnrl.agents.attention.cpu_gqa_sdpa` in this process
+    (the same results; on a CPU, grouped-query attention no longer copies the KV cache at every decode step).
 
     Args:
         model: a causal LM (``AutoModelForCausalLM``); used in eval mode under ``torch.no_grad`` while generating.
@@ -61,7 +61,7 @@ class HFAgent:
         if kv_cache_mb < 0:
             raise ValueError(f"kv_cache_mb cannot be negative, got {kv_cache_mb}")
         self.model = model
-        use_cpu_gqa(model)
+        use_cpu_gqa()
         self.tokenizer = tokenizer
         self.batch_size = batch_size
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
