@@ -7,7 +7,7 @@ Continuous batching left-pads its rows to a common length and always passes an a
 transformers' ``sdpa`` repeats each key/value head of a grouped-query model once per query head (SmolLM2: 9 over 3), a
 copy of the whole cache per layer and step; :mod:`turnrl.agents.attention` lets PyTorch's CPU kernel group the heads
 instead (the same results). Each arm feeds random tokens through one prefilled batch and reports the median
-milliseconds per decode step over ``--rounds`` rounds, the arms alternating (ABAB) in one process. Run it alone: a
+milliseconds per decode step over ``--rounds`` rounds, the arms in ABBA order in one process. Run it alone: a
 timing taken while anything else runs on the machine is void.
 """
 

@@ -24,8 +24,6 @@ import torch.nn.functional as F
 from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-_ORIGINAL = sdpa_attention_forward
-
 
 def cpu_gqa_sdpa(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                  attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
@@ -38,8 +36,8 @@ def cpu_gqa_sdpa(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor
              or any(kwargs.get(k) is not None for k in ("position_bias", "cache"))
              or kwargs.get("output_attentions", False))
     if plain:
-        return _ORIGINAL(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
-                         is_causal=is_causal, **kwargs)
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
+                                      is_causal=is_causal, **kwargs)
     # with a mask, transformers' sdpa never asks for a causal kernel (is_causal = ... and attention_mask is None)
     out = F.scaled_dot_product_attention(query, key, value, attn_mask=attention_mask, dropout_p=dropout,
                                          scale=scaling, enable_gqa=True)
@@ -49,4 +47,4 @@ def cpu_gqa_sdpa(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor
 def use_cpu_gqa(on: bool = True) -> None:
     """Make transformers' ``sdpa`` attention :func:`cpu_gqa_sdpa` in this process (``on=False``: transformers' own
     function again). Models on other implementations (``eager``, ``flash_attention_2``, ...) are not affected."""
-    AttentionInterface.register("sdpa", cpu_gqa_sdpa if on else _ORIGINAL)
+    AttentionInterface.register("sdpa", cpu_gqa_sdpa if on else sdpa_attention_forward)

@@ -160,7 +160,7 @@ class WindowedSource(ExperienceSource):
         """How many whole groups the next update needs: ``algorithm.min_groups``, but one during the critic warm-up
         (its updates train no policy, which is what ``min_groups`` guards, and counting only updates it would
         otherwise end steps later than an unwindowed run's)."""
-        warming = self.parts is not None and self.parts.version() < self.algorithm.critic_only_steps
+        warming = self.parts is not None and not self.algorithm.trains_policy(self.parts.version())
         return 1 if warming else (self.algorithm.cfg.min_groups or 1)
 
     def state_dict(self) -> dict[str, Any]:
