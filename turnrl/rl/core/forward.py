@@ -11,6 +11,12 @@ Two savings over one plain forward pass over the batch, both exact up to float r
 
 The padding past each cluster's longest row is also cut. Rows with nothing generated still get hidden states.
 
+**Lanes** (``lanes``). Rows are padded to the longest row of their pass, so one answer that ran to the token limit
+makes every short row beside it cost as much as it does. With ``lanes`` the rows of each pass (a shared-prompt
+cluster, or the rows without one) are sorted by length and cut into lanes of similar length, each its own forward
+call (:func:`lanes_of` picks the cut that minimizes padded tokens plus a per-call overhead). Each row's numbers are
+the same, up to float rounding; only the padding computed changes.
+
 **Context segments** (``segment_ids``, :attr:`turnrl.types.Trajectory.segments`): a row whose episode's history was
 rewritten holds several sequences end to end. When any row has more than one, every row's segments become rows of
 their own (:class:`Segments`: a padded ``(S, T_max)`` batch, each segment's positions from 0), the pass above runs
@@ -78,13 +84,39 @@ class Segments:
         return out.reshape(self.B, self.T, *y.shape[2:])
 
 
+PASS_OVERHEAD = 32  # what one more forward call costs, in tokens of a pass (its launch, a few small kernels)
+
+
+def lanes_of(spans: list[int], overhead: int = PASS_OVERHEAD) -> list[list[int]]:
+    """Cut rows into lanes of similar length: the indices into ``spans`` (each row's padded length in a pass),
+    shortest first, grouped so that the sum over lanes of (rows × the lane's longest span + ``overhead``) is least.
+    One lane holding every row is the plain pass; rows of equal span always share a lane."""
+    order = sorted(range(len(spans)), key=lambda i: spans[i])
+    n = len(order)
+    best, cut = [0.0] + [float("inf")] * n, [0] * (n + 1)
+    for j in range(1, n + 1):  # best[j]: the least cost of the j shortest rows; a lane ends at a distinct span
+        if j < n and spans[order[j]] == spans[order[j - 1]]:
+            continue
+        for i in range(j):
+            if i and best[i] == float("inf"):
+                continue
+            cost = best[i] + (j - i) * spans[order[j - 1]] + overhead
+            if cost < best[j]:
+                best[j], cut[j] = cost, i
+    lanes, j = [], n
+    while j > 0:
+        lanes.append(order[cut[j] : j])
+        j = cut[j]
+    return lanes[::-1]
+
+
 def token_logprobs(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                    temperature: float = 1.0, *, loss_mask: torch.Tensor | None = None,
-                   share_prefix: bool = False, segment_ids: torch.Tensor | None = None
+                   share_prefix: bool = False, segment_ids: torch.Tensor | None = None, lanes: bool = False
                    ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(logp, entropy)``, both ``(B, T)``, aligned to token positions (see :func:`forward_tokens`)."""
     logp, entropy, _ = forward_tokens(model, input_ids, attention_mask, temperature, loss_mask=loss_mask,
-                                      share_prefix=share_prefix, segment_ids=segment_ids)
+                                      share_prefix=share_prefix, segment_ids=segment_ids, lanes=lanes)
     return logp, entropy
 
 
@@ -106,8 +138,8 @@ def sequence_logprobs(model: torch.nn.Module, sequences: list[list[int]], temper
 
 def forward_tokens(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                    temperature: float = 1.0, hidden: bool = False, *, loss_mask: torch.Tensor | None = None,
-                   share_prefix: bool = False, segment_ids: torch.Tensor | None = None, scores: bool = True
-                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+                   share_prefix: bool = False, segment_ids: torch.Tensor | None = None, scores: bool = True,
+                   lanes: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """``(logp, entropy, last_hidden)`` of right-padded sequences.
 
     Args:
@@ -119,6 +151,7 @@ def forward_tokens(model: torch.nn.Module, input_ids: torch.Tensor, attention_ma
         segment_ids: ``(B, T)``, each token's context segment; each segment is scored as a sequence of its own.
         scores: False: hidden states only (what a value head reads); the LM head and the log-softmax do not run over
             the sequence, and ``logp`` and ``entropy`` are zeros.
+        lanes: run rows of very different lengths in separate calls (see the module docstring); the same results.
 
     Returns:
         ``logp[b, t]`` = log p(token t | tokens < t of its segment) and ``entropy[b, t]`` (no gradient) of that
@@ -131,7 +164,7 @@ def forward_tokens(model: torch.nn.Module, input_ids: torch.Tensor, attention_ma
         logp, entropy, last_hidden = forward_tokens(
             model, segments.unpack(input_ids), segments.attention_mask, temperature, hidden,
             loss_mask=None if loss_mask is None else segments.unpack(loss_mask) * segments.valid,
-            share_prefix=share_prefix, scores=scores)
+            share_prefix=share_prefix, scores=scores, lanes=lanes)
         return (segments.pack(logp), segments.pack(entropy),
                 None if last_hidden is None else segments.pack(last_hidden))
     B, T = input_ids.shape
@@ -156,16 +189,24 @@ def forward_tokens(model: torch.nn.Module, input_ids: torch.Tensor, attention_ma
         if len(rows) == 1:
             rest += rows
             continue
-        F, end = int(first[rows[0]]), int(lengths[rows].max())
-        lp, ent, h = _shared_prompt_pass(model, input_ids, attention_mask, rows, F, end, temperature, hidden, scores)
-        idx = torch.tensor(rows, device=device)
-        if scores:
-            logp[idx, F:end] = lp
-            entropy[idx, F:end] = ent
-        if h is not None:
-            last_hidden = _place(last_hidden, h, idx, B, T)
-    if rest:
-        idx = torch.tensor(sorted(rest), device=device)
+        F = int(first[rows[0]])
+        spans = [int(lengths[b]) - F for b in rows]
+        for lane in lanes_of(spans, F + PASS_OVERHEAD) if lanes else [list(range(len(rows)))]:
+            part = [rows[k] for k in lane]
+            end = int(lengths[part].max())
+            lp, ent, h = _shared_prompt_pass(model, input_ids, attention_mask, part, F, end, temperature, hidden,
+                                             scores)
+            idx = torch.tensor(part, device=device)
+            if scores:
+                logp[idx, F:end] = lp
+                entropy[idx, F:end] = ent
+            if h is not None:
+                last_hidden = _place(last_hidden, h, idx, B, T)
+    rest.sort()
+    for lane in lanes_of([int(lengths[b]) for b in rest]) if lanes and rest else [list(range(len(rest)))]:
+        if not lane:
+            continue
+        idx = torch.tensor(sorted(rest[k] for k in lane), device=device)
         F, end = int(first[idx].min()), int(lengths[idx].max())
         out = model(input_ids=input_ids[idx, :end], attention_mask=attention_mask[idx, :end],
                     output_hidden_states=hidden, logits_to_keep=max(end - F + 1, 1) if scores else 1)

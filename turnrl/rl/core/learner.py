@@ -95,22 +95,24 @@ class Learner:
         o, r = self.cfg.optim, self.cfg.rollout
         batch = collate(keep, self.tokenizer.pad_token_id).to(self.device)
         old_values = bootstrap = None
-        share = o.share_prompts
+        share, lanes = o.share_prompts, o.lanes
 
         def critic(b: Batch) -> tuple[torch.Tensor, ...]:
             hidden = None
             if self.value_head is not None:
                 hidden = forward_tokens(self.model, b.input_ids, b.attention_mask, hidden=True, loss_mask=b.loss_mask,
-                                        share_prefix=share, segment_ids=b.segment_ids, scores=False)[2]
+                                        share_prefix=share, segment_ids=b.segment_ids, scores=False,
+                                        lanes=lanes)[2]
             return self._values(b, hidden, with_last=True)
 
         def policy(b: Batch) -> tuple[torch.Tensor, ...]:
             return token_logprobs(self.model, b.input_ids, b.attention_mask, r.temperature, loss_mask=b.loss_mask,
-                                  share_prefix=share, segment_ids=b.segment_ids)[:1]
+                                  share_prefix=share, segment_ids=b.segment_ids, lanes=lanes)[:1]
 
         def reference(b: Batch) -> tuple[torch.Tensor, ...]:
             return token_logprobs(self.ref_model, b.input_ids, b.attention_mask, r.temperature,
-                                  loss_mask=b.loss_mask, share_prefix=share, segment_ids=b.segment_ids)[:1]
+                                  loss_mask=b.loss_mask, share_prefix=share, segment_ids=b.segment_ids,
+                                  lanes=lanes)[:1]
 
         if self.uses_critic:
             values, last = self.score(batch, critic)
@@ -180,7 +182,7 @@ class Learner:
             logp, entropy, hidden = forward_tokens(self.model, b.input_ids, b.attention_mask,
                                                    self.cfg.rollout.temperature, hidden=self.value_head is not None,
                                                    loss_mask=b.loss_mask, share_prefix=o.share_prompts,
-                                                   segment_ids=b.segment_ids)
+                                                   segment_ids=b.segment_ids, lanes=o.lanes)
         values = self._values(b, hidden) if self.uses_critic else None
         fwd = Forward(logp, entropy, values)
         loss, metrics = self.algorithm.loss(fwd, mb, counts, train_policy)

@@ -105,8 +105,10 @@ class RankLearner(Learner):
         import deepspeed
 
         lc = config.learner
-        if lc.zero_stage == 3 and config.optim.share_prompts:  # one forward call per micro-batch on every rank
-            config = config.model_copy(update={"optim": config.optim.model_copy(update={"share_prompts": False})})
+        if lc.zero_stage == 3 and (config.optim.share_prompts or config.optim.lanes):  # one forward call per
+            # micro-batch on every rank: ZeRO-3 gathers each layer's weights in lock-step with the peers
+            config = config.model_copy(update={"optim": config.optim.model_copy(update={"share_prompts": False,
+                                                                                         "lanes": False})})
         super().__init__(config, get_algorithm(config.algorithm), model, tokenizer)
         self.rank, self.world = rank, world
         ds_config = {

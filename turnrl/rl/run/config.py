@@ -92,6 +92,9 @@ class OptimConfig(BaseModel):
     shuffle: bool = Field(True, description="with epochs > 1, every epoch after the first takes the rows in a new "
                           "seeded order (the first keeps whole groups in one optimizer step)")
     share_prompts: bool = Field(True, description="run a group's common prompt once per forward/backward pass")
+    lanes: bool = Field(True, description=(
+        "cut the rows of a forward/backward pass into lanes of similar length, each its own call, so that short "
+        "answers are not padded to the longest one beside them (the same numbers up to float rounding)"))
     recompute_logprobs: bool = Field(False, description=(
         "score the rollout's tokens with the learner's weights before the update and use those as the old "
         "log-probabilities of the ratio (for rollout engines whose numbers differ from the learner's: other "
