@@ -189,3 +189,28 @@ def test_inverse_transform_draws_follow_the_probabilities_and_the_seed():
     assert not torch.equal(picked, draw(probs, torch.Generator().manual_seed(4)))
     unnormalized = torch.tensor([[2.0, 0.0, 6.0]]).repeat(2000, 1)  # sums of 8: scaled, not clipped at 1
     assert 0.7 < float((draw(unnormalized, torch.Generator().manual_seed(0)) == 2).double().mean()) < 0.8
+
+
+def test_rows_with_long_contexts_decode_in_a_lane_of_their_own():
+    """Short prompts beside a few very long ones (T-PPO's carried answers) decode in separate batches, so no short
+    row is padded to a long context; with each row's own random stream every token and log-probability is the same
+    as in one batch."""
+    tok = tiny_tokenizer("chatml")
+    model = tiny_model(tok, seed=4)
+    g = torch.Generator().manual_seed(0)
+    prompts = [torch.randint(5, 400, (int(n),), generator=g).tolist() for n in [12] * 30 + [600, 640]]
+    params = SamplingParams(temperature=1.0, max_new_tokens=6)
+    seeds = list(range(len(prompts)))
+    widths = []  # (rows, padded context) of every decode call
+    hook = model.register_forward_pre_hook(
+        lambda _, args, kw: widths.append(tuple(kw["attention_mask"].shape)), with_kwargs=True)
+    apart = HFAgent(model, tok, batch_size=64).generate(prompts, params, seeds=seeds)
+    lanes_widths, widths[:] = list(widths), []
+    together = HFAgent(model, tok, batch_size=64, decode_lanes=False).generate(prompts, params, seeds=seeds)
+    hook.remove()
+    assert [c.token_ids for c in apart] == [c.token_ids for c in together]
+    for a, b in zip(apart, together):
+        assert a.logprobs == pytest.approx(b.logprobs, abs=1e-4)
+    assert max(w for rows, w in lanes_widths if rows >= 30) < 100  # the short rows never waited on a long context
+    assert max(w for rows, w in widths if rows >= 30) >= 600
+    assert [c.prompt_index for c in apart] == list(range(len(prompts)))

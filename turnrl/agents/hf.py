@@ -25,6 +25,7 @@ from turnrl.agents.batching import (
     weights_fingerprint,
 )
 from turnrl.agents.kv import SessionCache
+from turnrl.lanes import lanes_of
 
 __all__ = ["HFAgent", "filter_logits"]
 
@@ -53,9 +54,15 @@ class HFAgent:
         tokenizer: its tokenizer (with a chat template for multi-turn rollouts).
         batch_size: the most sequences decoded at once.
         kv_cache_mb: the memory the session caches may hold between calls (0 turns sessions off).
+        decode_lanes: decode the rows of a call whose contexts differ widely in separate batches (see
+            :meth:`_lanes`); rows with their own random streams sample the same tokens either way.
     """
 
-    def __init__(self, model: Any, tokenizer: Any, *, batch_size: int = 32, kv_cache_mb: float = 2048) -> None:
+    LANE_CALL = 6000  # one decode call's fixed cost, in rows × tokens of context (SmolLM2, CPU: 42 ms / 7 µs)
+    LANE_ROW = 80  # one more row's cost beyond its context, in tokens of context (0.56 ms / 7 µs)
+
+    def __init__(self, model: Any, tokenizer: Any, *, batch_size: int = 32, kv_cache_mb: float = 2048,
+                 decode_lanes: bool = True) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         if kv_cache_mb < 0:
@@ -64,6 +71,7 @@ class HFAgent:
         use_cpu_gqa()
         self.tokenizer = tokenizer
         self.batch_size = batch_size
+        self.decode_lanes = decode_lanes
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
         eos_ids = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
@@ -206,13 +214,27 @@ class HFAgent:
         self.model.eval()
         try:
             with torch.no_grad():
-                waiting: deque[Row] = deque(rows)
-                batch: Batch | None = None
-                while waiting or batch is not None:
-                    batch, _ = self._step(self._admit(batch, waiting))  # type: ignore[arg-type]
+                for lane in self._lanes(rows):
+                    waiting: deque[Row] = deque(lane)
+                    batch: Batch | None = None
+                    while waiting or batch is not None:
+                        batch, _ = self._step(self._admit(batch, waiting))  # type: ignore[arg-type]
         finally:
             self.model.train(was_training)
         return [self._completion(row) for row in rows]
+
+    def _lanes(self, rows: list[Row]) -> list[list[Row]]:
+        """The rows of one call in lanes of similar context length, decoded one lane after the other (each row in
+        its call's order within its lane). A batch is left-padded to its longest context, so rows carried over with
+        long histories (T-PPO's unfinished answers) make every short row beside them as slow as they are: on
+        SmolLM2 on a CPU a step of 32 rows of 150 tokens and 7 of 900 took 357 ms together and 219 ms apart. A lane
+        costs ``LANE_CALL`` + rows × (``LANE_ROW`` + its longest context) per step, in tokens of context; lanes
+        are cut where that costs least (:func:`turnrl.lanes.lanes_of`). One lane with
+        ``decode_lanes`` off. Rows with their own random streams (``seeds``) sample the same tokens either way."""
+        if not self.decode_lanes or len(rows) < 2:
+            return [rows]
+        spans = [len(r.prompt) + self.LANE_ROW for r in rows]
+        return [[rows[i] for i in sorted(lane)] for lane in lanes_of(spans, self.LANE_CALL)]
 
     # ---- continuous batching ----
 

@@ -14,8 +14,8 @@ The padding past each cluster's longest row is also cut. Rows with nothing gener
 **Lanes** (``lanes``). Rows are padded to the longest row of their pass, so one answer that ran to the token limit
 makes every short row beside it cost as much as it does. With ``lanes`` the rows of each pass (a shared-prompt
 cluster, or the rows without one) are sorted by length and cut into lanes of similar length, each its own forward
-call (:func:`lanes_of` picks the cut that minimizes padded tokens plus a per-call overhead). Each row's numbers are
-the same, up to float rounding; only the padding computed changes.
+call (:func:`turnrl.lanes.lanes_of` picks the cut that minimizes padded tokens plus a per-call overhead). Each row's
+numbers are the same, up to float rounding; only the padding computed changes.
 
 **Context segments** (``segment_ids``, :attr:`turnrl.types.Trajectory.segments`): a row whose episode's history was
 rewritten holds several sequences end to end. When any row has more than one, every row's segments become rows of
@@ -29,6 +29,8 @@ from __future__ import annotations
 from collections import defaultdict
 
 import torch
+
+from turnrl.lanes import lanes_of
 
 
 class Segments:
@@ -85,29 +87,6 @@ class Segments:
 
 
 PASS_OVERHEAD = 32  # what one more forward call costs, in tokens of a pass (its launch, a few small kernels)
-
-
-def lanes_of(spans: list[int], overhead: int = PASS_OVERHEAD) -> list[list[int]]:
-    """Cut rows into lanes of similar length: the indices into ``spans`` (each row's padded length in a pass),
-    shortest first, grouped so that the sum over lanes of (rows × the lane's longest span + ``overhead``) is least.
-    One lane holding every row is the plain pass; rows of equal span always share a lane."""
-    order = sorted(range(len(spans)), key=lambda i: spans[i])
-    n = len(order)
-    best, cut = [0.0] + [float("inf")] * n, [0] * (n + 1)
-    for j in range(1, n + 1):  # best[j]: the least cost of the j shortest rows; a lane ends at a distinct span
-        if j < n and spans[order[j]] == spans[order[j - 1]]:
-            continue
-        for i in range(j):
-            if i and best[i] == float("inf"):
-                continue
-            cost = best[i] + (j - i) * spans[order[j - 1]] + overhead
-            if cost < best[j]:
-                best[j], cut[j] = cost, i
-    lanes, j = [], n
-    while j > 0:
-        lanes.append(order[cut[j] : j])
-        j = cut[j]
-    return lanes[::-1]
 
 
 def token_logprobs(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
@@ -203,7 +182,8 @@ def forward_tokens(model: torch.nn.Module, input_ids: torch.Tensor, attention_ma
             if h is not None:
                 last_hidden = _place(last_hidden, h, idx, B, T)
     rest.sort()
-    for lane in lanes_of([int(lengths[b]) for b in rest]) if lanes and rest else [list(range(len(rest)))]:
+    rest_lanes = lanes_of([int(lengths[b]) for b in rest], PASS_OVERHEAD) if lanes else [list(range(len(rest)))]
+    for lane in rest_lanes:
         if not lane:
             continue
         idx = torch.tensor(sorted(rest[k] for k in lane), device=device)
