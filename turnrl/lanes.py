@@ -11,6 +11,8 @@ def lanes_of(spans: list[int], overhead: int) -> list[list[int]]:
     One lane holding every row is the plain pass; rows of equal span always share a lane."""
     order = sorted(range(len(spans)), key=lambda i: spans[i])
     n = len(order)
+    if n < 2 or n * (spans[order[-1]] - spans[order[0]]) <= overhead:  # no cut could save a call's cost
+        return [order] if n else []
     best, cut = [0.0] + [float("inf")] * n, [0] * (n + 1)
     for j in range(1, n + 1):  # best[j]: the least cost of the j shortest rows; a lane ends at a distinct span
         if j < n and spans[order[j]] == spans[order[j - 1]]:

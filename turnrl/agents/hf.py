@@ -228,10 +228,10 @@ class HFAgent:
         its call's order within its lane). A batch is left-padded to its longest context, so rows carried over with
         long histories (T-PPO's unfinished answers) make every short row beside them as slow as they are: on
         SmolLM2 on a CPU a step of 32 rows of 150 tokens and 7 of 900 took 1.18–1.63× longer in one batch
-        (``bench/decode_lanes.py``). A lane
-        costs ``LANE_CALL`` + rows × (``LANE_ROW`` + its longest context) per step, in tokens of context; lanes
-        are cut where that costs least (:func:`turnrl.lanes.lanes_of`). One lane with
-        ``decode_lanes`` off. Rows with their own random streams (``seeds``) sample the same tokens either way."""
+        (``bench/decode_lanes.py``). A lane costs ``LANE_CALL`` + rows × (``LANE_ROW`` + its longest context)
+        per step, in tokens of context; lanes are cut where that costs least (:func:`turnrl.lanes.lanes_of`).
+        One lane with ``decode_lanes`` off. Rows with their own random streams (``seeds``) sample the same tokens
+        either way."""
         if not self.decode_lanes or len(rows) < 2:
             return [rows]
         spans = [len(r.prompt) + self.LANE_ROW for r in rows]
