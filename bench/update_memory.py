@@ -109,7 +109,8 @@ def main() -> None:
             print(f"{name}: exit {proc.returncode} (-9: killed, out of memory)\n{proc.stderr[-1500:]}", flush=True)
             continue
         r = json.loads(proc.stdout.strip().splitlines()[-1])
-        print(f"{name:7s} micro_tokens={budget or 'None':>5}  {r['rows']} rows, {r['tokens']} tokens  peak RSS {r['peak_mb']:7.0f} MB  "
+        print(f"{name:7s} micro_tokens={budget or 'None':>5}  {r['rows']} rows, {r['tokens']} tokens  "
+              f"peak RSS {r['peak_mb']:7.0f} MB  "
               f"load {r['load_mb']:6.0f} MB  update {r['update_s']:6.1f} s  value_loss {r['value_loss']:.5f}  loss {r['loss']:.5f}", flush=True)
 
 

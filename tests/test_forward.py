@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from turnrl.agents.tiny import tiny_model, tiny_tokenizer
-from turnrl.rl.core.forward import PASS_OVERHEAD, forward_tokens, lanes_of
+from turnrl.lanes import lanes_of
+from turnrl.rl.core.forward import PASS_OVERHEAD, forward_tokens
 
 PAD = 0
 

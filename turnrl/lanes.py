@@ -17,9 +17,7 @@ def lanes_of(spans: list[int], overhead: int) -> list[list[int]]:
     for j in range(1, n + 1):  # best[j]: the least cost of the j shortest rows; a lane ends at a distinct span
         if j < n and spans[order[j]] == spans[order[j - 1]]:
             continue
-        for i in range(j):
-            if i and best[i] == float("inf"):
-                continue
+        for i in range(j):  # a cut after a row whose span repeats costs inf and is never taken
             cost = best[i] + (j - i) * spans[order[j - 1]] + overhead
             if cost < best[j]:
                 best[j], cut[j] = cost, i

@@ -164,13 +164,19 @@ def forward_tokens(model: torch.nn.Module, input_ids: torch.Tensor, attention_ma
             clusters[tuple(input_ids[b, : first[b]].tolist())].append(b)
         else:
             rest.append(b)
+
+    def cut(spans: list[int], overhead: int) -> list[list[int]]:  # positions into ``spans``, lane by lane
+        if lanes:
+            return lanes_of(spans, overhead)
+        return [list(range(len(spans)))] if spans else []
+
     for rows in list(clusters.values()):
         if len(rows) == 1:
             rest += rows
             continue
         F = int(first[rows[0]])
         spans = [int(lengths[b]) - F for b in rows]
-        for lane in lanes_of(spans, F + PASS_OVERHEAD) if lanes else [list(range(len(rows)))]:
+        for lane in cut(spans, F + PASS_OVERHEAD):
             part = [rows[k] for k in lane]
             end = int(lengths[part].max())
             lp, ent, h = _shared_prompt_pass(model, input_ids, attention_mask, part, F, end, temperature, hidden,
@@ -182,10 +188,7 @@ def forward_tokens(model: torch.nn.Module, input_ids: torch.Tensor, attention_ma
             if h is not None:
                 last_hidden = _place(last_hidden, h, idx, B, T)
     rest.sort()
-    rest_lanes = lanes_of([int(lengths[b]) for b in rest], PASS_OVERHEAD) if lanes else [list(range(len(rest)))]
-    for lane in rest_lanes:
-        if not lane:
-            continue
+    for lane in cut([int(lengths[b]) for b in rest], PASS_OVERHEAD):
         idx = torch.tensor(sorted(rest[k] for k in lane), device=device)
         F, end = int(first[idx].min()), int(lengths[idx].max())
         out = model(input_ids=input_ids[idx, :end], attention_mask=attention_mask[idx, :end],
