@@ -214,3 +214,45 @@ def test_rows_with_long_contexts_decode_in_a_lane_of_their_own():
     assert max(w for rows, w in lanes_widths if rows >= 30) < 100  # the short rows never waited on a long context
     assert max(w for rows, w in widths if rows >= 30) >= 600
     assert [c.prompt_index for c in apart] == list(range(len(prompts)))
+
+
+def test_the_next_lane_joins_once_the_running_one_has_few_rows_left():
+    """A lane of long contexts does not wait for the slowest row of the short lane before it: once only a few short
+    rows are left, padding them costs less than a call per step, so the long rows join the running batch. Every row
+    has its own stream, so tokens and log-probabilities are those of decoding the lanes one after the other."""
+    from turnrl.agents.batching import Row
+
+    tok = tiny_tokenizer("chatml")
+    model = tiny_model(tok, seed=4)
+    g = torch.Generator().manual_seed(1)
+    lengths = [12] * 30 + [600, 640]
+    news = [2] * 28 + [12, 12] + [6, 6]  # most short rows end after two tokens, two run on
+    prompts = [torch.randint(5, 400, (n,), generator=g).tolist() for n in lengths]
+
+    def rows() -> list:
+        out = [Row(i, p, SamplingParams(temperature=1.0, max_new_tokens=m)) for i, (p, m) in enumerate(zip(prompts, news))]
+        for i, row in enumerate(out):
+            row.gen = torch.Generator().manual_seed(100 + i)
+        return out
+
+    agent = HFAgent(model, tok, batch_size=64)
+    agent.eos_ids = [-1]  # rows end at their max_new_tokens only
+    calls = []  # (rows, padded width) of every forward
+    hook = model.register_forward_pre_hook(
+        lambda _, args, kw: calls.append(tuple(kw["attention_mask"].shape)), with_kwargs=True)
+    with torch.no_grad():
+        joined = rows()
+        lanes = agent._lanes(joined)
+        assert [len(lane) for lane in lanes] == [30, 2]
+        agent._decode(lanes)
+        together, calls[:] = list(calls), []
+        apart = rows()
+        for lane in agent._lanes(apart):  # each lane alone, one after the other
+            agent._decode([lane])
+    hook.remove()
+    assert [r.tokens for r in joined] == [r.tokens for r in apart] and [len(r.tokens) for r in joined] == news
+    for a, b in zip(joined, apart):
+        assert a.logprobs == pytest.approx(b.logprobs, abs=1e-4)
+    assert len(together) < len(calls) - 4  # the long rows' decode steps ran beside the short lane's last ones
+    assert any(n == 4 and w >= 640 for n, w in together)  # two short rows and two long ones in one batch
+    assert max(w for n, w in together if n >= 30) < 100  # never while the short lane was still full

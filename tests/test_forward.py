@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from turnrl.agents.tiny import tiny_model, tiny_tokenizer
-from turnrl.lanes import lanes_of
+from turnrl.lanes import lanes_of, merge_pays
 from turnrl.rl.core.forward import PASS_OVERHEAD, forward_tokens
 
 PAD = 0
@@ -152,3 +152,11 @@ def test_lanes_split_a_long_tail_only():
     assert lanes_of([20, 25, 30, 40], PASS_OVERHEAD) == [[0, 1, 2, 3]]  # a call costs more than the padding it saves
     assert lanes_of([7, 7, 7], 0) == [[0, 1, 2]]  # equal rows share a lane even when a call is free
     assert lanes_of([], PASS_OVERHEAD) == [] and lanes_of([5], PASS_OVERHEAD) == [[0]]
+
+
+def test_lanes_merge_when_padding_costs_less_than_a_call():
+    assert merge_pays(2, 14, 2, 600, 6000)  # two short rows padded to 600: 1,172 tokens < a call
+    assert merge_pays(2, 600, 2, 14, 6000) == merge_pays(2, 14, 2, 600, 6000)  # either lane may be the running one
+    assert not merge_pays(30, 14, 2, 600, 6000)  # thirty short rows padded: 17,580 tokens > a call
+    assert merge_pays(30, 500, 30, 500, 0)  # equal widths: nothing to pad, merging is free
+    assert not merge_pays(1, 10, 1, 12, 1)  # one token of padding beyond what a call costs

@@ -26,3 +26,11 @@ def lanes_of(spans: list[int], overhead: int) -> list[list[int]]:
         lanes.append(order[cut[j] : j])
         j = cut[j]
     return lanes[::-1]
+
+
+def merge_pays(rows_a: int, width_a: int, rows_b: int, width_b: int, overhead: int) -> bool:
+    """Whether two lanes that both have steps to run cost less as one call per step than as two: one call pads
+    both to the wider one, so it costs the narrower lane's rows × the difference in width, and saves a call's
+    ``overhead``. Widths are padded lengths (tokens), ``overhead`` is a call's fixed cost in the same units."""
+    wide = max(width_a, width_b)
+    return rows_a * (wide - width_a) + rows_b * (wide - width_b) <= overhead

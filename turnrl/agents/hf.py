@@ -25,7 +25,7 @@ from turnrl.agents.batching import (
     weights_fingerprint,
 )
 from turnrl.agents.kv import SessionCache
-from turnrl.lanes import lanes_of
+from turnrl.lanes import lanes_of, merge_pays
 
 __all__ = ["HFAgent", "filter_logits"]
 
@@ -214,18 +214,15 @@ class HFAgent:
         self.model.eval()
         try:
             with torch.no_grad():
-                for lane in self._lanes(rows):
-                    waiting: deque[Row] = deque(lane)
-                    batch: Batch | None = None
-                    while waiting or batch is not None:
-                        batch, _ = self._step(self._admit(batch, waiting))  # type: ignore[arg-type]
+                self._decode(self._lanes(rows))
         finally:
             self.model.train(was_training)
         return [self._completion(row) for row in rows]
 
     def _lanes(self, rows: list[Row]) -> list[list[Row]]:
-        """The rows of one call in lanes of similar context length, decoded one lane after the other (each row in
-        its call's order within its lane). A batch is left-padded to its longest context, so rows carried over with
+        """The rows of one call in lanes of similar context length, shortest first (each row in its call's order
+        within its lane); a lane starts when the one before it has finished or has few rows left (:meth:`_decode`).
+        A batch is left-padded to its longest context, so rows carried over with
         long histories (T-PPO's unfinished answers) make every short row beside them as slow as they are: on
         SmolLM2 on a CPU a step of 32 rows of 150 tokens and 7 of 900 took 1.18–1.63× longer in one batch
         (``bench/decode_lanes.py``). A lane costs ``LANE_CALL`` + rows × (``LANE_ROW`` + its longest context)
@@ -236,6 +233,27 @@ class HFAgent:
             return [rows]
         spans = [len(r.prompt) + self.LANE_ROW for r in rows]
         return [[rows[i] for i in sorted(lane)] for lane in lanes_of(spans, self.LANE_CALL)]
+
+    def _decode(self, lanes: list[list[Row]]) -> None:
+        """Decode the lanes, shortest contexts first. The next lane joins the running batch as soon as one call per
+        step for both costs less than a call each (:func:`turnrl.lanes.merge_pays`): once most of the running
+        lane's rows have finished, its few rows are cheap to pad to the next lane's contexts, and the next lane's
+        rows no longer wait for its slowest one (a T-PPO window: fresh answers mostly end early, one may run to
+        the window's end, and the carried rows would otherwise start only after it)."""
+        pending = deque(lanes)
+        waiting: deque[Row] = deque()
+        batch: Batch | None = None
+        while pending or waiting or batch is not None:
+            if pending and not waiting and (batch is None or self._joins(batch, pending[0])):
+                waiting.extend(pending.popleft())
+            batch, _ = self._step(self._admit(batch, waiting))  # type: ignore[arg-type]
+
+    def _joins(self, batch: Batch, lane: list[Row]) -> bool:
+        """Whether ``lane`` (not prefilled yet) should join the running ``batch`` now rather than after it."""
+        if not self.full_attention:  # nothing joins a running batch there
+            return False
+        width = max(len(row.prompt) for row in lane)
+        return merge_pays(len(batch.rows), int(batch.attention.shape[1]), len(lane), width, self.LANE_CALL)
 
     # ---- continuous batching ----
 
