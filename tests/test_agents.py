@@ -256,3 +256,37 @@ def test_the_next_lane_joins_once_the_running_one_has_few_rows_left():
     assert len(together) < len(calls) - 4  # the long rows' decode steps ran beside the short lane's last ones
     assert any(n == 4 and w >= 640 for n, w in together)  # two short rows and two long ones in one batch
     assert max(w for n, w in together if n >= 30) < 100  # never while the short lane was still full
+
+
+def test_streamed_requests_decode_in_lanes_that_merge_as_rows_finish():
+    """Requests that arrive together but differ widely in context (a T-PPO window in continuous batching) decode in
+    lanes side by side; once most short rows have finished, the lanes merge. Each request's own stream makes its
+    tokens those of ``generate`` with the same seed."""
+    import asyncio
+
+    tok = tiny_tokenizer("chatml")
+    model = tiny_model(tok, seed=4)
+    g = torch.Generator().manual_seed(2)
+    lengths = [12] * 30 + [600, 640]
+    news = [2] * 28 + [12, 12] + [6, 6]
+    prompts = [torch.randint(5, 400, (n,), generator=g).tolist() for n in lengths]
+    agent = HFAgent(model, tok, batch_size=64, kv_cache_mb=0)
+    agent.eos_ids = [-1]  # rows end at their max_new_tokens only
+    calls = []
+    hook = model.register_forward_pre_hook(
+        lambda _, args, kw: calls.append(tuple(kw["attention_mask"].shape)), with_kwargs=True)
+
+    async def scenario():
+        return await asyncio.wait_for(asyncio.gather(*[
+            agent.agenerate_one(p, SamplingParams(temperature=1.0, max_new_tokens=m), seed=100 + i)
+            for i, (p, m) in enumerate(zip(prompts, news))]), timeout=60)
+
+    streamed = asyncio.run(scenario())
+    hook.remove()
+    for i, (p, m) in enumerate(zip(prompts, news)):
+        alone = agent.generate([p], SamplingParams(temperature=1.0, max_new_tokens=m), seeds=[100 + i])[0]
+        assert streamed[i].token_ids == alone.token_ids and len(alone.token_ids) == m
+        assert streamed[i].logprobs == pytest.approx(alone.logprobs, abs=1e-4)
+    assert max(w for n, w in calls if n >= 30) < 100  # the full short lane never padded to the long contexts
+    assert any(n == 2 and w >= 600 for n, w in calls)  # the long lane stepped on its own meanwhile
+    assert any(n == 4 and w >= 640 for n, w in calls)  # then the two short rows left joined it

@@ -93,7 +93,8 @@ class Batch:
             self.attention = self.attention[:, lead:]
 
     def merge(self, other: Batch) -> Batch:
-        """This batch and ``other`` (just prefilled) as one: both left-padded to the longer cache."""
+        """This batch and ``other`` (just prefilled, or another running batch) as one: both left-padded to the longer
+        cache."""
         length = max(self.attention.shape[1], other.attention.shape[1])
 
         def pad(t: torch.Tensor, dim: int) -> torch.Tensor:

@@ -136,17 +136,24 @@ class HFAgent:
         return await row.future
 
     async def _drive(self) -> None:
-        """Decode the queued requests until none is left, one step at a time, yielding to the loop after each."""
-        batch: Batch | None = None
+        """Decode the queued requests until none is left, one step of every lane at a time, yielding to the loop
+        after each. Requests join in lanes of similar context (:meth:`_join_lanes`): a stream cannot wait for a
+        lane to empty, as :meth:`generate` does, so its lanes step side by side and merge once that is cheaper."""
+        lanes: list[Batch] = []
         was_training = self.model.training
         self.model.eval()
         try:
-            while self._queue or batch is not None:
+            while self._queue or lanes:
+                finished: list[Row] = []
                 with torch.no_grad():
-                    batch = self._admit(batch, self._queue, streamed=True)
-                    if batch is None:
-                        continue
-                    batch, finished = self._step(batch)
+                    lanes = self._join_lanes(lanes, self._queue)
+                    running = []
+                    for batch in lanes:
+                        left, done = self._step(batch)
+                        finished += done
+                        if left is not None:
+                            running.append(left)
+                    lanes = self._merged(running)
                 for row in finished:
                     if not row.future.done():
                         row.future.set_result(self._completion(row))
@@ -257,25 +264,49 @@ class HFAgent:
 
     # ---- continuous batching ----
 
-    def _admit(self, batch: Batch | None, waiting: deque[Row], streamed: bool = False) -> Batch | None:
-        """Fill the batch's free slots from ``waiting`` (prefilled together, then joined to the running rows). A
-        failed prefill raises — or, for ``streamed`` requests, fails only the rows that were joining."""
+    def _admit(self, batch: Batch | None, waiting: deque[Row]) -> Batch | None:
+        """Fill the batch's free slots from ``waiting`` (prefilled together, then joined to the running rows)."""
         room = self.batch_size - (len(batch.rows) if batch is not None else 0)
         if batch is not None and not self.full_attention:  # sliding-window layers cannot be left-padded and merged
             room = 0
         if waiting and room > 0:
-            rows = [waiting.popleft() for _ in range(min(room, len(waiting)))]
-            try:
-                joining = self._prefill(rows)
-            except Exception as e:
-                if not streamed:
-                    raise
-                for row in rows:
-                    if not row.future.done():
-                        row.future.set_exception(e)
-                return batch
+            joining = self._prefill([waiting.popleft() for _ in range(min(room, len(waiting)))])
             batch = joining if batch is None else batch.merge(joining)
         return batch
+
+    def _join_lanes(self, lanes: list[Batch], waiting: deque[Row]) -> list[Batch]:
+        """The running lanes with the waiting requests that fit (``batch_size`` rows in all), prefilled in lanes of
+        their own (:meth:`_lanes`) and merged where one batch costs less (:meth:`_merged`). A failed prefill fails
+        only the requests it held."""
+        room = self.batch_size - sum(len(b.rows) for b in lanes)
+        if lanes and not self.full_attention:  # sliding-window layers cannot be left-padded and merged
+            room = 0
+        if not waiting or room <= 0:
+            return lanes
+        joining = [waiting.popleft() for _ in range(min(room, len(waiting)))]
+        for lane in self._lanes(joining):
+            try:
+                lanes.append(self._prefill(lane))
+            except Exception as e:  # noqa: BLE001 — these requests learn why; the others decode on
+                for row in lane:
+                    if not row.future.done():
+                        row.future.set_exception(e)
+        return self._merged(lanes)
+
+    def _merged(self, lanes: list[Batch]) -> list[Batch]:
+        """Lanes side by side, narrowest first, each merged into the one before it where one call per step costs
+        less than two (:func:`turnrl.lanes.merge_pays`; rows that finished leave a lane narrow and cheap to pad)."""
+        if len(lanes) < 2 or not self.full_attention:
+            return lanes
+        out: list[Batch] = []
+        for batch in sorted(lanes, key=lambda b: b.attention.shape[1]):
+            last = out[-1] if out else None
+            if last is not None and merge_pays(len(last.rows), int(last.attention.shape[1]), len(batch.rows),
+                                               int(batch.attention.shape[1]), self.LANE_CALL):
+                out[-1] = last.merge(batch)
+            else:
+                out.append(batch)
+        return out
 
     def _step(self, batch: Batch) -> tuple[Batch | None, list[Row]]:
         """Sample every row's next token; finished rows leave (their sessions stored), the rest are fed theirs.
