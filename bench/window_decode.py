@@ -3,6 +3,7 @@ next joins the running batch once it has few rows left (the HF agent's default),
 
     python bench/window_decode.py                      # SmolLM2-135M: 32 fresh rows of 120 tokens, 5 carried of 800
     python bench/window_decode.py --fresh 32x120 --carried 7x900 --window 128 --repeats 3
+    python bench/window_decode.py --arms "lanes in turn,lanes that join,streamed" --repeats 3
 
 A window decodes fresh episodes (short contexts) beside carried ones (hundreds of tokens of context). Most fresh
 answers end within a few dozen tokens, one may run to the window's end; most carried ones run the whole window.
@@ -17,7 +18,8 @@ end early. Arms, each the same rows with the same random streams:
                      per step (``decode_lanes=True``, the default)
     streamed         every row as its own request (``agenerate_one``: continuous batching, lanes side by side)
 
-The arms run in turn, ``--repeats`` times over; each arm's fastest time is printed, with forward calls counted.
+The arms run in turn, ``--repeats`` times over; each arm's fastest time is printed, with forward calls counted,
+and its speed against the first arm.
 Run it alone: a timing taken while anything else runs on the machine is void.
 """
 
@@ -49,6 +51,8 @@ def main() -> None:
     p.add_argument("--carried-ending", type=int, default=2, help="carried rows that end early in the window")
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--arms", default="one batch,lanes in turn,lanes that join,streamed",
+                   help="which arms to time, comma-separated")
     args = p.parse_args()
     agent = make_agent(args.model, batch_size=64)
     agent.eos_ids = [-1]  # rows end at their own max_new_tokens only
@@ -83,6 +87,10 @@ def main() -> None:
         asyncio.run(run())
 
     arms = {"one batch": one_batch, "lanes in turn": in_turn, "lanes that join": joining, "streamed": streamed}
+    unknown = set(args.arms.split(",")) - set(arms)
+    if unknown:
+        p.error(f"unknown arms {sorted(unknown)}: choose from {list(arms)}")
+    arms = {name: fn for name, fn in arms.items() if name in args.arms.split(",")}
     calls = [0]
     agent.model.register_forward_pre_hook(lambda *_: calls.__setitem__(0, calls[0] + 1))
     print(f"fresh {args.fresh}: answers {sorted(news[:nf])}; carried {args.carried}: {news[nf:]}; "
@@ -99,9 +107,10 @@ def main() -> None:
                 fn()
                 best[name] = min(best[name], time.perf_counter() - t0)
                 counted[name] = calls[0]
-    base = best["one batch"]
+    base_name = next(iter(best))
     for name, s in best.items():
-        print(f"{name:>16s}  {s:6.2f} s  {counted[name]:4d} forward calls  ({base / s:.2f}x one batch)", flush=True)
+        print(f"{name:>16s}  {s:6.2f} s  {counted[name]:4d} forward calls  ({best[base_name] / s:.2f}x {base_name})",
+              flush=True)
 
 
 if __name__ == "__main__":
