@@ -17,6 +17,7 @@ from transformers.cache_utils import DynamicLayer
 
 from turnrl.agents.base import SamplingParams
 from turnrl.agents.kv import KVEvent
+from turnrl.lanes import merge_pays
 
 
 def filter_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
@@ -110,6 +111,20 @@ class Batch:
         return Batch(self.rows + other.rows, growing_cache(layers),
                       torch.cat([pad(self.attention, 1), pad(other.attention, 1)]),
                       torch.cat([self.positions, other.positions]), torch.cat([self.logits, other.logits]))
+
+
+def merge_lanes(lanes: list[Batch], overhead: int) -> list[Batch]:
+    """Batches decoding side by side (lanes), narrowest first, each merged into the one before it where one call
+    per step costs less than two (:func:`turnrl.lanes.merge_pays`, ``overhead``: a call's cost in tokens of
+    context): rows that finished leave a lane few and cheap to pad. Full-attention caches only."""
+    out: list[Batch] = []
+    for batch in sorted(lanes, key=lambda b: b.attention.shape[1]):
+        if out and merge_pays(len(out[-1].rows), int(out[-1].attention.shape[1]), len(batch.rows),
+                              int(batch.attention.shape[1]), overhead):
+            out[-1] = out[-1].merge(batch)
+        else:
+            out.append(batch)
+    return out
 
 
 class GrowingLayer(DynamicLayer):

@@ -21,6 +21,7 @@ from turnrl.agents.batching import (
     filter_logits,
     full_attention_only,
     growing_cache,
+    merge_lanes,
     sample,
     weights_fingerprint,
 )
@@ -153,7 +154,7 @@ class HFAgent:
                         finished += done
                         if left is not None:
                             running.append(left)
-                    lanes = self._merged(running)
+                    lanes = merge_lanes(running, self.LANE_CALL) if self.full_attention else running
                 for row in finished:
                     if not row.future.done():
                         row.future.set_result(self._completion(row))
@@ -228,41 +229,30 @@ class HFAgent:
 
     def _lanes(self, rows: list[Row]) -> list[list[Row]]:
         """The rows of one call in lanes of similar context length, shortest first (each row in its call's order
-        within its lane); a lane starts when the one before it has finished or has few rows left (:meth:`_decode`).
-        A batch is left-padded to its longest context, so rows carried over with
-        long histories (T-PPO's unfinished answers) make every short row beside them as slow as they are: on
-        SmolLM2 on a CPU a step of 32 rows of 150 tokens and 7 of 900 took 1.18–1.63× longer in one batch
-        (``bench/decode_lanes.py``). A lane costs ``LANE_CALL`` + rows × (``LANE_ROW`` + its longest context)
-        per step, in tokens of context; lanes are cut where that costs least (:func:`turnrl.lanes.lanes_of`).
-        One lane with ``decode_lanes`` off. Rows with their own random streams (``seeds``) sample the same tokens
-        either way."""
+        within its lane; one lane with ``decode_lanes`` off). A batch is left-padded to its longest context, so rows
+        with long histories (T-PPO's carried answers) make every short row beside them as slow as they are: 32 rows
+        of 150 tokens and 7 of 900 decoded 1.18–1.63× slower in one batch (SmolLM2, CPU, ``bench/decode_lanes.py``).
+        A lane costs ``LANE_CALL`` + rows × (``LANE_ROW`` + its longest context) per step, in tokens of context;
+        lanes are cut where that costs least (:func:`turnrl.lanes.lanes_of`). Rows with their own random streams
+        (``seeds``) sample the same tokens either way."""
         if not self.decode_lanes or len(rows) < 2:
             return [rows]
         spans = [len(r.prompt) + self.LANE_ROW for r in rows]
         return [[rows[i] for i in sorted(lane)] for lane in lanes_of(spans, self.LANE_CALL)]
 
     def _decode(self, lanes: list[list[Row]]) -> None:
-        """Decode the lanes, shortest contexts first. The next lane joins the running batch as soon as one call per
-        step for both costs less than a call each (:func:`turnrl.lanes.merge_pays`): once most of the running
-        lane's rows have finished, its few rows are cheap to pad to the next lane's contexts, and the next lane's
-        rows no longer wait for its slowest one (a T-PPO window: fresh answers mostly end early, one may run to
-        the window's end, and the carried rows would otherwise start only after it)."""
+        """Decode the lanes in turn; the next joins the running batch once one call per step costs less than two
+        (:func:`turnrl.lanes.merge_pays`): when most of the running lane's rows have finished (a T-PPO window's fresh
+        answers mostly end early), its few rows are cheap to pad, and the next lane need not wait for its slowest."""
         pending = deque(lanes)
         waiting: deque[Row] = deque()
         batch: Batch | None = None
         while pending or waiting or batch is not None:
-            if pending and not waiting and (batch is None or self._joins(batch, pending[0])):
+            if pending and not waiting and (batch is None or (self.full_attention and merge_pays(
+                    len(batch.rows), int(batch.attention.shape[1]), len(pending[0]),
+                    max(len(row.prompt) for row in pending[0]), self.LANE_CALL))):
                 waiting.extend(pending.popleft())
             batch, _ = self._step(self._admit(batch, waiting))  # type: ignore[arg-type]
-
-    def _joins(self, batch: Batch, lane: list[Row]) -> bool:
-        """Whether ``lane`` (not prefilled yet) should join the running ``batch`` now rather than after it."""
-        if not self.full_attention:  # nothing joins a running batch there
-            return False
-        width = max(len(row.prompt) for row in lane)
-        return merge_pays(len(batch.rows), int(batch.attention.shape[1]), len(lane), width, self.LANE_CALL)
-
-    # ---- continuous batching ----
 
     def _admit(self, batch: Batch | None, waiting: deque[Row]) -> Batch | None:
         """Fill the batch's free slots from ``waiting`` (prefilled together, then joined to the running rows)."""
@@ -276,7 +266,7 @@ class HFAgent:
 
     def _join_lanes(self, lanes: list[Batch], waiting: deque[Row]) -> list[Batch]:
         """The running lanes with the waiting requests that fit (``batch_size`` rows in all), prefilled in lanes of
-        their own (:meth:`_lanes`) and merged where one batch costs less (:meth:`_merged`). A failed prefill fails
+        their own (:meth:`_lanes`) and merged where one batch costs less (:func:`merge_lanes`). A failed prefill fails
         only the requests it held."""
         room = self.batch_size - sum(len(b.rows) for b in lanes)
         if lanes and not self.full_attention:  # sliding-window layers cannot be left-padded and merged
@@ -291,22 +281,7 @@ class HFAgent:
                 for row in lane:
                     if not row.future.done():
                         row.future.set_exception(e)
-        return self._merged(lanes)
-
-    def _merged(self, lanes: list[Batch]) -> list[Batch]:
-        """Lanes side by side, narrowest first, each merged into the one before it where one call per step costs
-        less than two (:func:`turnrl.lanes.merge_pays`; rows that finished leave a lane narrow and cheap to pad)."""
-        if len(lanes) < 2 or not self.full_attention:
-            return lanes
-        out: list[Batch] = []
-        for batch in sorted(lanes, key=lambda b: b.attention.shape[1]):
-            last = out[-1] if out else None
-            if last is not None and merge_pays(len(last.rows), int(last.attention.shape[1]), len(batch.rows),
-                                               int(batch.attention.shape[1]), self.LANE_CALL):
-                out[-1] = last.merge(batch)
-            else:
-                out.append(batch)
-        return out
+        return merge_lanes(lanes, self.LANE_CALL) if self.full_attention else lanes
 
     def _step(self, batch: Batch) -> tuple[Batch | None, list[Row]]:
         """Sample every row's next token; finished rows leave (their sessions stored), the rest are fed theirs.
