@@ -139,22 +139,20 @@ class HFAgent:
     async def _drive(self) -> None:
         """Decode the queued requests until none is left, one step of every lane at a time, yielding to the loop
         after each. Requests join in lanes of similar context (:meth:`_join_lanes`): a stream cannot wait for a
-        lane to empty, as :meth:`generate` does, so its lanes step side by side and merge once that is cheaper."""
+        lane to empty, as :meth:`generate` does, so its lanes step side by side and merge once that is cheaper
+        (:func:`merge_lanes`)."""
         lanes: list[Batch] = []
         was_training = self.model.training
         self.model.eval()
         try:
             while self._queue or lanes:
-                finished: list[Row] = []
                 with torch.no_grad():
                     lanes = self._join_lanes(lanes, self._queue)
-                    running = []
-                    for batch in lanes:
-                        left, done = self._step(batch)
-                        finished += done
-                        if left is not None:
-                            running.append(left)
-                    lanes = merge_lanes(running, self.LANE_CALL) if self.full_attention else running
+                    if self.full_attention:  # rows that finished or joined may have made two lanes cheaper as one
+                        lanes = merge_lanes(lanes, self.LANE_CALL)
+                    stepped = [self._step(batch) for batch in lanes]
+                lanes = [left for left, _ in stepped if left is not None]
+                finished = [row for _, done in stepped for row in done]
                 for row in finished:
                     if not row.future.done():
                         row.future.set_result(self._completion(row))
@@ -256,21 +254,22 @@ class HFAgent:
 
     def _admit(self, batch: Batch | None, waiting: deque[Row]) -> Batch | None:
         """Fill the batch's free slots from ``waiting`` (prefilled together, then joined to the running rows)."""
-        room = self.batch_size - (len(batch.rows) if batch is not None else 0)
-        if batch is not None and not self.full_attention:  # sliding-window layers cannot be left-padded and merged
-            room = 0
+        room = self._room(len(batch.rows) if batch is not None else 0)
         if waiting and room > 0:
             joining = self._prefill([waiting.popleft() for _ in range(min(room, len(waiting)))])
             batch = joining if batch is None else batch.merge(joining)
         return batch
 
+    def _room(self, running: int) -> int:
+        """How many waiting rows may join ``running`` decoding ones (``batch_size`` in all)."""
+        if running and not self.full_attention:  # sliding-window layers cannot be left-padded and merged
+            return 0
+        return self.batch_size - running
+
     def _join_lanes(self, lanes: list[Batch], waiting: deque[Row]) -> list[Batch]:
-        """The running lanes with the waiting requests that fit (``batch_size`` rows in all), prefilled in lanes of
-        their own (:meth:`_lanes`) and merged where one batch costs less (:func:`merge_lanes`). A failed prefill fails
-        only the requests it held."""
-        room = self.batch_size - sum(len(b.rows) for b in lanes)
-        if lanes and not self.full_attention:  # sliding-window layers cannot be left-padded and merged
-            room = 0
+        """The running lanes with the waiting requests that fit (:meth:`_room`), prefilled in lanes of their own
+        (:meth:`_lanes`). A failed prefill fails only the requests it held."""
+        room = self._room(sum(len(b.rows) for b in lanes))
         if not waiting or room <= 0:
             return lanes
         joining = [waiting.popleft() for _ in range(min(room, len(waiting)))]
@@ -281,7 +280,7 @@ class HFAgent:
                 for row in lane:
                     if not row.future.done():
                         row.future.set_exception(e)
-        return merge_lanes(lanes, self.LANE_CALL) if self.full_attention else lanes
+        return lanes
 
     def _step(self, batch: Batch) -> tuple[Batch | None, list[Row]]:
         """Sample every row's next token; finished rows leave (their sessions stored), the rest are fed theirs.
