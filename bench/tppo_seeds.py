@@ -15,7 +15,6 @@ n × the test tasks, and its curve is what a user of either method can expect, n
 from __future__ import annotations
 
 import argparse
-import re
 import statistics
 from pathlib import Path
 
@@ -41,9 +40,8 @@ def ratio(base: Curve, tppo: Curve, target: float) -> tuple[float | None, float 
 
 
 def fmt(x: float | None, spec: str, missing: str = "—") -> str:
-    """``x`` formatted, or ``missing`` right-aligned to the width ``spec`` asks for (``>7.0f``: 7)."""
-    width = re.match(r"\D*(\d*)", spec).group(1)  # type: ignore[union-attr]
-    return format(missing, f">{width}") if x is None else format(x, spec)
+    """``x`` formatted, or ``missing`` right-aligned to the width a number takes in ``spec``."""
+    return format(missing, f">{len(format(0.0, spec))}") if x is None else format(x, spec)
 
 
 def median_low(ratios: list[float | None]) -> float | None:
@@ -92,9 +90,8 @@ def main() -> None:
     target = mean_base[-1][2] if args.target is None else args.target
     a, b, r = ratio(mean_base, mean_tppo, target)
     label = "PPO's mean final" if args.target is None else "held-out success"
-    print(f"\ntarget = {label} {target:.3f}: PPO's mean curve after {fmt(a, '.0f')} s, T-PPO's "
-          + (f"after {b:.0f} s: {r:.2f}x less wall time" if r is not None else
-             f"{'after ' + fmt(b, '.0f') + ' s' if b is not None else 'never'}"))
+    reached_b = "never" if b is None else f"after {b:.0f} s" + (f": {r:.2f}x less wall time" if r is not None else "")
+    print(f"\ntarget = {label} {target:.3f}: PPO's mean curve after {fmt(a, '.0f')} s, T-PPO's {reached_b}")
 
 
 if __name__ == "__main__":
