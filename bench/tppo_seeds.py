@@ -18,7 +18,7 @@ import argparse
 import statistics
 from pathlib import Path
 
-from tppo_vs_ppo import first_reach, points
+from tppo_vs_ppo import first_reach, points, print_curves, seconds_per_step
 
 Curve = list[tuple[int, float, float]]  # (step, training seconds so far, held-out success)
 
@@ -73,20 +73,17 @@ def main() -> None:
         target = base[-1][2] if args.target is None else args.target
         a, b, r = ratio(base, tppo, target)
         ratios.append(r)
-        per_a, per_b = base[-1][1] / max(base[-1][0], 1), tppo[-1][1] / max(tppo[-1][0], 1)
         print(f"{i:>9} | {target:>9.3f} {fmt(a, '>7.0f')} | {fmt(b, '>7.0f')} {fmt(r, '>6.2f')} | "
-              f"{per_a:>10.1f} {per_b:>12.1f}")
+              f"{seconds_per_step(base):>10.1f} {seconds_per_step(tppo):>12.1f}")
     reached = [r for r in ratios if r is not None]
-    print(f"\nper seed: {len(reached)} of {len(ratios)} reached PPO's final; ratios "
+    goal = "PPO's final" if args.target is None else f"{args.target:.3f}"
+    print(f"\nper seed: {len(reached)} of {len(ratios)} reached {goal}; ratios "
           + ", ".join(fmt(r, ".2f", "not reached") for r in ratios)
           + f"; median {fmt(median_low(ratios), '.2f', 'not reached')} (the lower middle one of an even count; a "
           "seed that never reached it counts as the lowest)")
     mean_base, mean_tppo = mean_curve([b for b, _ in pairs]), mean_curve([t for _, t in pairs])
     print(f"\nmean over {len(pairs)} seeds (held-out success, training seconds):")
-    print(f"{'step':>5} | {'PPO s':>8} {'success':>8} | {'T-PPO s':>8} {'success':>8}")
-    cells = [{step: f"{s:>8.0f} {v:>8.3f}" for step, s, v in run} for run in (mean_base, mean_tppo)]
-    for step in sorted(cells[0].keys() | cells[1].keys()):
-        print(f"{step:>5} | {cells[0].get(step, ''):>17} | {cells[1].get(step, ''):>17}")
+    print_curves(mean_base, mean_tppo)
     target = mean_base[-1][2] if args.target is None else args.target
     a, b, r = ratio(mean_base, mean_tppo, target)
     label = "PPO's mean final" if args.target is None else "held-out success"

@@ -85,6 +85,20 @@ def targets(base: list[tuple[int, float, float]], wanted: list[str]) -> list[tup
     return out
 
 
+def print_curves(base: list[tuple[int, float, float]], tppo: list[tuple[int, float, float]]) -> None:
+    """The two curves side by side, a line per evaluation step (the runs may have trained for different numbers of
+    steps)."""
+    print(f"{'step':>5} | {'PPO s':>8} {'success':>8} | {'T-PPO s':>8} {'success':>8}")
+    ppo_cells, tppo_cells = ({step: f"{s:>8.0f} {v:>8.3f}" for step, s, v in run} for run in (base, tppo))
+    for step in sorted(ppo_cells.keys() | tppo_cells.keys()):
+        print(f"{step:>5} | {ppo_cells.get(step, ''):>17} | {tppo_cells.get(step, ''):>17}")
+
+
+def seconds_per_step(run: list[tuple[int, float, float]]) -> float:
+    """A run's training seconds per step, at its last evaluation."""
+    return run[-1][1] / max(run[-1][0], 1)
+
+
 def reach(label: str, target: float, base: list[tuple[int, float, float]], tppo: list[tuple[int, float, float]]
           ) -> None:
     """Print the training seconds each run needed to first reach ``target`` and their ratio."""
@@ -138,14 +152,11 @@ def main() -> None:
         name, out = f"T-PPO (W = {args.window}, train_on = {args.train_on})", root / f"tppo-{args.train_on}"
         tppo = points(out) if args.report else train(name, out, args, args.window, args.train_on, args.tppo_set)
     print(f"\nheld-out success (greedy, {args.eval_tasks} test tasks) by training seconds:")
-    print(f"{'step':>5} | {'PPO s':>8} {'success':>8} | {'T-PPO s':>8} {'success':>8}")
-    ppo_cells, tppo_cells = ({step: f"{s:>8.0f} {v:>8.3f}" for step, s, v in run} for run in (base, tppo))
-    for step in sorted(ppo_cells.keys() | tppo_cells.keys()):  # the runs may have trained for different numbers of steps
-        print(f"{step:>5} | {ppo_cells.get(step, ''):>17} | {tppo_cells.get(step, ''):>17}")
+    print_curves(base, tppo)
     print()
     for label, target in targets(base, args.target):
         reach(label, target, base, tppo)
-    per_a, per_b = base[-1][1] / max(base[-1][0], 1), tppo[-1][1] / max(tppo[-1][0], 1)
+    per_a, per_b = seconds_per_step(base), seconds_per_step(tppo)
     print(f"seconds per step: PPO {per_a:.1f}, T-PPO {per_b:.1f} ({per_a / max(per_b, 1e-9):.2f}x)")
 
 
