@@ -364,6 +364,7 @@ def test_tppo_on_ray_with_refill_prompts_and_min_groups_trains_whole_groups_once
     from turnrl.storage import read_jsonl
 
     seen: list[str] = []
+    trained = 0
     for step in range(1, 5):
         path = tmp_path / "train" / f"step-{step}" / "trajectories.jsonl"
         groups: dict[str, int] = {}
@@ -371,6 +372,8 @@ def test_tppo_on_ray_with_refill_prompts_and_min_groups_trains_whole_groups_once
             assert not tr.metadata.get("partial")
             groups[tr.group_id] = groups.get(tr.group_id, 0) + 1
             seen.append(tr.metadata["job"])
-        # a step that held its few finished groups trained nothing; an update holds min_groups whole groups or more
-        assert not groups or (len(groups) >= 2 and all(n == 8 for n in groups.values()))
+        # a step that held its few finished groups trained nothing; an update holds min_groups whole groups or more,
+        # but the first policy update takes whatever is ready
+        assert not groups or ((len(groups) >= 2 or trained == 0) and all(n == 8 for n in groups.values()))
+        trained += bool(groups)
     assert seen and len(seen) == len(set(seen))  # no episode trained twice

@@ -333,7 +333,9 @@ def test_min_groups_holds_finished_groups_until_enough_are_ready(tmp_path):
         groups: dict[str, int] = {}
         for t in trajs:
             groups[t.group_id] = groups.get(t.group_id, 0) + 1
-        assert not groups or len(groups) >= 4  # an update holds at least min_groups whole groups
+        # an update holds at least min_groups whole groups, but the first (with no warm-up, the first policy
+        # update) takes whatever is ready
+        assert not groups or len(groups) >= 4 or trained_steps == 0
         assert all(n == 4 for n in groups.values())
         trained_steps += bool(trajs)
         seen += [t.metadata["job"] for t in trajs]
@@ -343,25 +345,28 @@ def test_min_groups_holds_finished_groups_until_enough_are_ready(tmp_path):
     assert held <= set(source.state_dict()["in_play"])  # a resumed run plays the held groups again
 
 
-def test_min_groups_holds_nothing_during_the_critic_warm_up(tmp_path):
+def test_min_groups_holds_nothing_during_the_critic_warm_up_nor_for_the_first_policy_update(tmp_path):
     """The warm-up's updates train no policy: they take whatever groups have finished, so that the warm-up ends on the
-    step an unwindowed run's would; the policy's updates then wait for ``min_groups`` groups."""
-    cfg = config(tmp_path, "tppo", 8, window=1, value_warmup_steps=2, train_on="finished", min_groups=4)
+    step an unwindowed run's would; so does the first policy update, so that the actor starts on that step too; the
+    policy's later updates wait for ``min_groups`` groups."""
+    cfg = config(tmp_path, "tppo", 12, window=1, value_warmup_steps=2, train_on="finished", min_groups=4)
     _, history = run(cfg.model_copy(update={"save_trajectories": True}))
     from turnrl.storage import read_jsonl
 
-    warm, held = 0, False
+    updates, held = [], False
     for h in history[1:]:
         path = tmp_path / "train" / f"step-{int(h['step'])}" / "trajectories.jsonl"
         groups = {t.group_id for t in read_jsonl(path)} if path.exists() else set()
-        if warm < 2:
-            assert h["ready_episodes"] == 0  # nothing held back: every finished group trains the critic at once
-            warm += bool(groups)
-            assert not groups or h.get("critic_only") == 1.0
+        if len(updates) < 3:
+            assert h["ready_episodes"] == 0  # nothing held back: every finished group trains at once
+            assert not groups or (h.get("critic_only") == 1.0) == (len(updates) < 2)
         else:
             assert not groups or (len(groups) >= 4 and "critic_only" not in h)
             held |= h["ready_episodes"] > 0
-    assert warm == 2 and held  # both warm-up updates ran, and later steps held groups back again
+        if groups:
+            updates.append(len(groups))
+    assert len(updates) > 3 and held  # both warm-up updates and the first policy update ran; later steps held groups
+    assert min(updates[:3]) < 4  # one of the first three updates trained fewer than min_groups groups
 
 
 def test_min_groups_needs_train_on_finished(tmp_path):

@@ -11,7 +11,8 @@ WindowedSource`). The learner then trains on every episode that generated in thi
   dual clip 10, μ·NLL (0.1) on correct samples, advantages whitened over the window's tokens then clamped to ±10;
 * the value loss only on finished sequences, over all their tokens (clipped);
 * critic warm-up: the first ``value_warmup_steps`` updates train only the critic (a step that trains nothing does
-  not count; ``min_groups`` holds no groups during it, so that it ends on the step an unwindowed run's would).
+  not count; ``min_groups`` holds no groups during it nor for the first policy update, so that the warm-up ends
+  and the actor starts on the steps an unwindowed run's would).
 
 With W at least the longest response every episode finishes in its first window and T-PPO is PPO with these
 options.
@@ -22,7 +23,7 @@ unfinished response is scored by the critic alone. The tokens of earlier windows
 versions — as many versions back as the windows an episode took — which the staleness metrics show and
 ``optim.recompute_logprobs`` with ``behaviour_is_cap`` corrects (decoupled PPO, docs/algorithms.md §11).
 ``min_groups`` holds finished groups until that many are ready, so that no policy update is made of a few slow groups
-alone (the critic's warm-up updates train whatever groups have finished).
+alone (the critic's warm-up updates and the first policy update train whatever groups have finished).
 
 ``refill`` says how many new tasks a step starts: ``fit`` (the default) fills the places the carried episodes leave,
 in whole groups, so that a step with one carried episode starts a group fewer; ``prompts`` starts
@@ -72,7 +73,7 @@ class TPPOConfig(PPOConfig):
     min_groups: int | None = Field(None, ge=1, description=(
         "train_on finished: hold finished groups until at least this many are ready, then train them together, so "
         "that no policy update is made of a few slow groups alone (e.g. rollout.prompts_per_step; None: train "
-        "whatever groups have finished); the critic warm-up's updates do not wait"))
+        "whatever groups have finished); the critic warm-up's updates and the first policy update do not wait"))
 
     @model_validator(mode="after")
     def _min_groups_needs_finished(self) -> TPPOConfig:

@@ -10,7 +10,7 @@ all of them: the finished Trajectories, and a snapshot of each unfinished one (`
 all of whose episodes have finished, whole (a group's short answers wait for its long ones, so that no step trains
 a task's quick answers without its slow ones: that would tilt every update toward whatever is not yet finished),
 with ``algorithm.min_groups`` held until that many groups are ready, then trained together (not during the critic
-warm-up: see :meth:`WindowedSource.groups_needed`).
+warm-up nor for the first policy update: see :meth:`WindowedSource.groups_needed`).
 
 Where the episodes live between steps: with ``placement: local`` in this process (:class:`LocalWindows`); with
 ``placement: ray`` in the rollout worker that began them (:class:`turnrl.rl.placement.ray_windows.RayWindows`: an
@@ -159,9 +159,15 @@ class WindowedSource(ExperienceSource):
     def groups_needed(self) -> int:
         """How many whole groups the next update needs: ``algorithm.min_groups``, but one during the critic warm-up
         (its updates train no policy, which is what ``min_groups`` guards, and counting only updates it would
-        otherwise end steps later than an unwindowed run's)."""
-        warming = self.parts is not None and not self.algorithm.trains_policy(self.parts.version())
-        return 1 if warming else (self.algorithm.cfg.min_groups or 1)
+        otherwise end steps later than an unwindowed run's) and for the first update that trains the policy (the
+        warm-up trained every group that had finished, so only this step's quick groups are ready: holding them
+        would start the actor a step later than an unwindowed run's, and they are not the few slow groups that
+        ``min_groups`` keeps from making an update alone)."""
+        if self.parts is None:
+            return self.algorithm.cfg.min_groups or 1
+        version = self.parts.version()
+        first_policy_update = version == 0 or not self.algorithm.trains_policy(version - 1)
+        return 1 if first_policy_update else (self.algorithm.cfg.min_groups or 1)
 
     def state_dict(self) -> dict[str, Any]:
         """The task sampler's state and the jobs still in play or waiting for their group (a resumed run plays them again from
