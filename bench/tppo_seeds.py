@@ -79,8 +79,9 @@ def main() -> None:
     goal = "PPO's final" if args.target is None else f"{args.target:.3f}"
     print(f"\nper seed: {len(reached)} of {len(ratios)} reached {goal}; ratios "
           + ", ".join(fmt(r, ".2f", "not reached") for r in ratios)
-          + f"; median {fmt(median_low(ratios), '.2f', 'not reached')} (the lower middle one of an even count; a "
-          "seed that never reached it counts as the lowest)")
+          + f"; median {fmt(median_low(ratios), '.2f', 'not reached')} ("
+          + ("the lower middle one of an even count; " if len(ratios) % 2 == 0 else "")
+          + "a seed that never reached it counts as the lowest)")
     mean_base, mean_tppo = mean_curve([b for b, _ in pairs]), mean_curve([t for _, t in pairs])
     print(f"\nmean over {len(pairs)} seeds (held-out success, training seconds):")
     print_curves(mean_base, mean_tppo)
