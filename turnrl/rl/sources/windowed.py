@@ -166,8 +166,8 @@ class WindowedSource(ExperienceSource):
         if self.parts is None:
             return self.algorithm.cfg.min_groups or 1
         version = self.parts.version()
-        first_policy_update = version == 0 or not self.algorithm.trains_policy(version - 1)
-        return 1 if first_policy_update else (self.algorithm.cfg.min_groups or 1)
+        policy_trained = version > 0 and self.algorithm.trains_policy(version - 1)  # by the update before this one
+        return (self.algorithm.cfg.min_groups or 1) if policy_trained else 1
 
     def state_dict(self) -> dict[str, Any]:
         """The task sampler's state and the jobs still in play or waiting for their group (a resumed run plays them again from
