@@ -443,3 +443,61 @@ def test_sliding_window_models_decode_rows_that_finish_apart():
     alone = [agent.generate([p], params)[0].token_ids for p in prompts]
     assert len(alone[0]) == 1 and len(alone[1]) > 1
     assert [c.token_ids for c in agent.generate(prompts, params)] == alone
+
+
+def test_the_learners_own_optimizer_step_invalidates_the_cache():
+    """Issue 66, bug 2: the learner's fused AdamW writes the parameters in place without bumping their version
+    counters, so a cache keyed on storage alone survived the step; the learner now marks the weights changed."""
+    from turnrl.agents.kv import weights_epoch
+    from turnrl.rl.algorithms import get_algorithm
+    from turnrl.rl.core.learner import Learner
+    from turnrl.rl.run.config import TrainConfig
+
+    tok = tiny_tokenizer("chatml")
+    model = tiny_model(tok)
+    cfg = TrainConfig(model="tiny", env={"id": "turnrl/Arithmetic-v0"}, algorithm={"name": "grpo"},
+                      optim={"lr": 1e-2})
+    learner = Learner(cfg, get_algorithm(cfg.algorithm), model, tok)
+    assert learner.optimizer.defaults["fused"]  # the kernel that bumps no version counter
+    agent = HFAgent(model, tok, batch_size=2)
+    prompt = tok.encode("<|im_start|>user\nWhat is 2 + 2?<|im_end|>\n<|im_start|>assistant\n", add_special_tokens=False)
+    first = agent.generate([prompt], GREEDY, sessions=["a"])[0]
+    versions = [p._version for p in model.parameters()]
+    epoch = weights_epoch(model)
+    model.train()
+    model(input_ids=torch.tensor([prompt])).logits.float().pow(2).mean().backward()
+    learner.optimizer_step()
+    model.eval()
+    assert weights_epoch(model) == epoch + 1
+    # what made the storage fingerprint blind: the fused step left every version counter where it was
+    assert [p._version for p in model.parameters()] == versions
+    follow = prompt + first.token_ids + tok.encode("\n<|im_start|>user\nAgain<|im_end|>\n<|im_start|>assistant\n",
+                                                   add_special_tokens=False)
+    again = agent.generate([follow], GREEDY, sessions=["a"])[0]
+    assert again.metadata["kv"] == "invalidated" and again.metadata["cached_tokens"] == 0
+    fresh = HFAgent(model, tok, kv_cache_mb=0).generate([follow], GREEDY)[0]
+    assert again.token_ids == fresh.token_ids
+    assert torch.allclose(torch.tensor(again.logprobs), torch.tensor(fresh.logprobs), atol=1e-5, rtol=0)
+
+
+def test_every_path_that_writes_weights_marks_them_changed(tmp_path):
+    """Checkpoint loads (init_from and resume), LoRA adapter loads and a rollout worker's adoption of new arrays
+    each bump the weights epoch the session caches are keyed on."""
+    from turnrl.agents.kv import weights_epoch
+    from turnrl.checkpoint import load_policy
+    from turnrl.lora import adapter_state, apply_lora, load_adapter
+    from turnrl.rl.placement.worker import adopt_weights
+
+    tok = tiny_tokenizer("chatml")
+    model = tiny_model(tok)
+    seen = [weights_epoch(model)]
+    adopt_weights(model, {k: v.clone() for k, v in model.state_dict().items()})
+    seen.append(weights_epoch(model))
+    torch.save({"model": model.state_dict()}, tmp_path / "checkpoint.pt")
+    load_policy(model, tmp_path)
+    seen.append(weights_epoch(model))
+    assert seen == [0, 1, 2]
+    lora = apply_lora(tiny_model(tok), {"r": 2})
+    before = weights_epoch(lora)
+    load_adapter(lora, {k: v + 1 for k, v in adapter_state(lora).items()})
+    assert weights_epoch(lora) == before + 1

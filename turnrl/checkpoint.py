@@ -10,6 +10,8 @@ from typing import Any
 
 import torch
 
+from turnrl.agents.kv import mark_weights_changed
+
 
 def load_policy(model: Any, run: str | Path) -> None:
     """Load the policy weights of another run (its folder or its ``checkpoint.pt``) into ``model``, in place (a LoRA
@@ -38,10 +40,12 @@ def load_policy(model: Any, run: str | Path) -> None:
             raise ValueError(f"init_from: {path}: {e} (it was a run of {state.get('config', {}).get('model')!r})") \
                 from None
         merge_into_base(wrapped, trainable)
+        mark_weights_changed(model)
         return
     try:
         model.load_state_dict(state["model"])
     except (KeyError, RuntimeError) as e:
         raise ValueError(f"init_from: the weights in {path} do not fit this model ({str(e)[:200]}); was that run "
                          f"of another `model`? (it was {state.get('config', {}).get('model')!r})") from e
+    mark_weights_changed(model)
 

@@ -16,6 +16,8 @@ from typing import Any, Literal
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
+from turnrl.agents.kv import mark_weights_changed
+
 
 class LoraConfig(BaseModel):
     """Low-rank adapters on the policy (peft's LoRA)."""
@@ -116,6 +118,7 @@ def load_adapter(model: Any, state: dict[str, torch.Tensor]) -> None:
         raise ValueError(f"the adapter does not fit this model: {bad[0]} is {tuple(state[bad[0]].shape)}, the model's "
                          f"is {tuple(own[bad[0]].shape)} (another rank or another base model)")
     set_peft_model_state_dict(model, state)
+    mark_weights_changed(model)  # session KV caches computed with the old adapters are stale
 
 
 def merge_into_base(model: Any, trainable: dict[str, bool] | None = None) -> torch.nn.Module:
@@ -185,3 +188,4 @@ def restore(model: Any, state: dict[str, Any], cfg: LoraConfig | None) -> None:
         load_adapter(model, state["model"])
     else:
         model.load_state_dict(state["model"])
+        mark_weights_changed(model)

@@ -16,7 +16,7 @@ from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
 from turnrl.agents.base import SamplingParams
-from turnrl.agents.kv import KVEvent
+from turnrl.agents.kv import KVEvent, weights_epoch
 from turnrl.lanes import merge_pays
 
 
@@ -160,10 +160,12 @@ def growing_cache(layers: list[tuple[torch.Tensor, torch.Tensor]] | None = None)
     return cache
 
 
-def weights_fingerprint(model: Any) -> int:
-    """Changes whenever a parameter is updated in place (an optimizer step bumps its version counter) or replaced
-    (a load that swaps the storage): session caches computed before are then stale."""
-    return hash(tuple((p.data_ptr(), p._version) for p in model.parameters()))
+def weights_fingerprint(model: Any) -> tuple[int, int]:
+    """What session caches are keyed on: the model's weights epoch (:func:`turnrl.agents.kv.mark_weights_changed`,
+    bumped by every path of turnrl that writes weights), and as a second line for writes made outside turnrl, each
+    parameter's storage and version counter (a plain ``p.add_`` or ``load_state_dict`` bumps those; a fused optimizer
+    kernel does not, which is why the epoch comes first)."""
+    return weights_epoch(model), hash(tuple((p.data_ptr(), p._version) for p in model.parameters()))
 
 
 def full_attention_only(model: Any) -> bool:

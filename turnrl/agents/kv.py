@@ -12,6 +12,11 @@ fixed order, not recency: a rollout visits its episodes in rounds, and least-rec
 always evict the entry needed next (no reuse at all), where oldest-first keeps the same sessions cached round
 after round. Every entry is dropped when the weights change
 (:meth:`SessionCache.check_weights`): keys and values computed with old weights are not those of the new policy.
+What says the weights changed is the model's *weights epoch* (:func:`mark_weights_changed`), a counter that every
+path that writes weights bumps — the learner's optimizer step (fused AdamW writes parameters in place without
+bumping their version counters), a checkpoint or adapter load, a learner group's export into the driver's copy, a
+rollout worker's load — not the parameters' storage: a counter cannot miss a kernel that writes in place, where a
+fingerprint of storage pointers and version counters can.
 
 :func:`kv_metrics` turns what a rollout counted into step figures: prompt tokens prefilled vs served from caches.
 """
@@ -71,6 +76,21 @@ def common_prefix(a: list[int], b: list[int]) -> int:
     return lo
 
 
+WEIGHTS_EPOCH = "_turnrl_weights_epoch"  # the attribute of a model that holds its weights epoch
+
+
+def mark_weights_changed(model: Any) -> None:
+    """Say that ``model``'s weights changed (an optimizer step, a load): every session cache an agent computed with
+    the weights before is stale from now on. Call it from every path that writes a policy's weights (see the module
+    docstring); it costs nothing."""
+    object.__setattr__(model, WEIGHTS_EPOCH, weights_epoch(model) + 1)
+
+
+def weights_epoch(model: Any) -> int:
+    """How many times :func:`mark_weights_changed` was called on ``model`` (0: never)."""
+    return int(model.__dict__.get(WEIGHTS_EPOCH, 0)) if hasattr(model, "__dict__") else 0
+
+
 class SessionCache:
     """Per-session keys and values with a byte budget (the oldest sessions' entries evicted first).
 
@@ -88,14 +108,15 @@ class SessionCache:
         self._clock = 0
         self.dropped: dict[str, KVEvent] = {}  # sessions whose entry was dropped, until they are released
         self.nbytes = 0
-        self.fingerprint: int | None = None
+        self.fingerprint: Any = None
         self.counts: dict[str, int] = {}
 
     def __len__(self) -> int:
         return len(self.entries)
 
-    def check_weights(self, fingerprint: int) -> None:
-        """Drop every entry when the weights' ``fingerprint`` differs from the one the entries were computed with."""
+    def check_weights(self, fingerprint: Any) -> None:
+        """Drop every entry when the weights' ``fingerprint`` (:func:`turnrl.agents.batching.weights_fingerprint`)
+        differs from the one the entries were computed with."""
         if self.fingerprint is not None and fingerprint != self.fingerprint:
             self.invalidate()
         self.fingerprint = fingerprint

@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+from turnrl.agents.kv import mark_weights_changed
 from turnrl.lora import adapter_state, is_lora, policy_state, restore
 from turnrl.rl.algorithms import Algorithm, Experience, Forward
 from turnrl.rl.core.batch import Batch, collate, untrainable
@@ -195,6 +196,7 @@ class Learner:
         params = [p for g in self.optimizer.param_groups for p in g["params"]]
         grad_norm = torch.nn.utils.clip_grad_norm_(params, self.cfg.optim.grad_clip)
         self.optimizer.step()
+        mark_weights_changed(self.model)  # the fused kernel bumps no version counter: say it (session KV caches)
         self.optimizer.zero_grad(set_to_none=True)
         return grad_norm
 
@@ -352,7 +354,7 @@ class Learner:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state_dict`."""
-        restore(self.model, state, self.cfg.learner.lora if is_lora(self.model) else None)
+        restore(self.model, state, self.cfg.learner.lora if is_lora(self.model) else None)  # marks the weights changed
         if self.value_head is not None:
             self.value_head.load_state_dict(state["value_head"])
         if self.critic is not None:

@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from turnrl.agents.kv import mark_weights_changed
 from turnrl.lora import check_resume, load_adapter, policy_state, restore
 from turnrl.rl.core.learner import _trainable
 from turnrl.rl.placement.extensions import CPU_OP, extensions_dir
@@ -198,9 +199,10 @@ class LearnerGroup:
         self._wait(refs, f"weight export of version {self.version}")
         state = from_shared(_ray().get(refs[0]))
         if self.cfg.learner.lora is not None:
-            load_adapter(self.model, state)  # the ranks export a LoRA policy's adapters alone
+            load_adapter(self.model, state)  # the ranks export a LoRA policy's adapters alone (marks the change)
         else:
             self.model.load_state_dict(state)
+            mark_weights_changed(self.model)  # the driver's agent drops its session KV caches
         self._published = (self.version, refs[0])
 
     def export_weights(self) -> tuple[int, dict[str, Any]]:

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from turnrl.agents.hf import HFAgent
+from turnrl.agents.kv import mark_weights_changed
 from turnrl.envs.registry import make, register
 from turnrl.lora import adapter_state, base_state, is_lora, load_adapter
 from turnrl.rl.placement.parameters import from_shared
@@ -31,8 +32,9 @@ def adopt_weights(model: torch.nn.Module, state: dict[str, torch.Tensor]) -> Non
     does not match the model name for name, shape and dtype is copied in with ``load_state_dict`` instead. A LoRA
     policy takes adapters only (:func:`turnrl.lora.adapter_state`; copied in: they are small)."""
     if is_lora(model):
-        load_adapter(model, state)
+        load_adapter(model, state)  # marks the weights changed
         return
+    mark_weights_changed(model)  # session KV caches computed with the old weights are stale
     own = model.state_dict(keep_vars=True)
     if set(own) != set(state) or any(own[k].shape != v.shape or own[k].dtype != v.dtype for k, v in state.items()):
         model.load_state_dict(state)
