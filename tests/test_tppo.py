@@ -102,6 +102,54 @@ def test_a_weight_update_between_windows_changes_the_versions_inside_a_turn(agen
     assert len({t.token_versions[i] for i in range(s, e)}) > 1  # the first turn spans an update
 
 
+def test_a_stop_string_that_straddles_a_window_boundary_stops_the_turn_where_one_call_does(agent):
+    """Issue 66, bug 3: a window that pauses a turn makes the turn's first tokens part of the next call's prompt; a
+    stop string begun in one piece and ended in the next was missed, and the turn ran on to its token limit."""
+    tok = agent.tokenizer
+
+    def episode(window, stop):
+        rollout = Rollout(agent, SamplingParams(temperature=0.0, max_new_tokens=10, stop=stop))
+        eps = rollout.start(arithmetic_envs(1, []), seeds=[0], options=[{"index": 0}], group_ids=[None],
+                            sample_seeds=[None], metadata=[{}])
+        while not eps[0].done:
+            rollout.play(eps, window)
+        return eps[0].traj
+
+    def text(ids):
+        return tok.decode(ids, skip_special_tokens=False)
+
+    plain = episode(None, ())
+    s, e = plain.turns[0].token_span
+    turn = plain.token_ids[s:e]
+    # the first boundary with two characters on each side: a stop string of those four straddles it
+    cut = next(b for b in range(1, len(turn) - 1)
+               if len(text(turn[:b])) >= 2 and len(text(turn[:b + 1])) - len(text(turn[:b])) >= 2)
+    head = text(turn[:cut])
+    stop = (head[-2:] + text(turn[:cut + 1])[len(head):len(head) + 2],)
+    assert stop[0] not in head
+    whole = episode(None, stop)
+    first = whole.turns[0]
+    assert first.token_span[1] - first.token_span[0] == cut + 1 and first.info["finish_reason"] == "stop"
+    windowed = episode(cut, stop)  # the first window ends exactly inside the stop string
+    assert windowed.token_ids == whole.token_ids and windowed.loss_mask == whole.loss_mask
+    assert [t.token_span for t in windowed.turns] == [t.token_span for t in whole.turns]
+    assert [t.info["finish_reason"] for t in windowed.turns] == [t.info["finish_reason"] for t in whole.turns]
+    assert torch.allclose(torch.tensor(windowed.logprobs), torch.tensor(whole.logprobs), atol=1e-4)
+
+
+def test_stop_cut_finds_only_stop_strings_that_straddle_the_pieces():
+    from turnrl.rl.sources.stops import stop_cut
+
+    def decode(ids):
+        return "".join(chr(97 + i) for i in ids)  # token i is one letter
+
+    assert stop_cut(decode, [0, 1], [2, 3, 4], ("bc",)) == 1  # "b|c": ends on the first new token
+    assert stop_cut(decode, [0, 1], [2, 3, 4], ("abcd",)) == 2
+    assert stop_cut(decode, [0, 1], [2, 3, 4], ("cd",)) is None  # inside the new piece: the agent's own check
+    assert stop_cut(decode, [0, 1], [2, 3, 4], ("zz",)) is None
+    assert stop_cut(decode, [], [2, 3], ("cd",)) is None and stop_cut(decode, [0], [1], ()) is None
+
+
 def tppo(**kw):
     return get_algorithm(parse_algorithm_config({"name": "tppo", **kw}))
 

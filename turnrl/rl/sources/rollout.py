@@ -28,6 +28,7 @@ continues token-exactly — and :meth:`Rollout.snapshot` gives a trainable copy 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import inspect
 import time
 from collections.abc import Callable, Sequence
@@ -38,6 +39,7 @@ from turnrl.envs.core import TextEnv
 from turnrl.rl.sources.context import ContextBudget, compact
 from turnrl.rl.sources.episode import Episode, RolloutStats
 from turnrl.rl.sources.rewrite import Rewrite, rewrite_round, unsampled
+from turnrl.rl.sources.stops import stop_cut
 from turnrl.tokens import ChatRenderer
 from turnrl.types import Message, Trajectory, Turn
 from turnrl.utils import run_with_daemon_threads
@@ -215,10 +217,14 @@ class Rollout:
             traj.metadata["truncated_by"] = "context"
         return ep
 
+    def _stops(self, ep: Episode) -> tuple[str, ...]:
+        """The stop strings of ``ep``'s turns: the rollout's and its environment's."""
+        return tuple(dict.fromkeys(self.params.stop + tuple(getattr(ep.env.unwrapped, "stop", ()) or ())))
+
     def _request(self, ep: Episode, window: int | None) -> tuple[int, tuple[str, ...], int | None]:
         """The next generation of ``ep``: its token budget (the turn's, the context's or the window's), its stop
         strings (the rollout's and the env's) and its seed (with its own stream: one per turn and piece)."""
-        stop = tuple(dict.fromkeys(self.params.stop + tuple(getattr(ep.env.unwrapped, "stop", ()) or ())))
+        stop = self._stops(ep)
         in_turn = len(ep.tokens) - ep.turn_start if ep.turn_start is not None else 0
         room = self.max_context - (len(ep.tokens) - ep.context_start)
         budget = min(self.params.max_new_tokens - in_turn, room)
@@ -306,6 +312,8 @@ class Rollout:
         if self.keep_prompts and ep.turn_start is None:
             ep.prompts_seen.append(list(ep.tokens[ep.context_start:]))
         start = len(ep.tokens) if ep.turn_start is None else ep.turn_start
+        if ep.turn_start is not None:  # a turn a window paused: a stop string may straddle the pieces
+            completion = self._stopped_across_pieces(ep, completion)
         version = completion.policy_version if completion.policy_version is not None else self._sampled_by
         version = completion.token_versions or version  # per token where the weights changed inside the call
         ep.append(completion.token_ids, 1, completion.logprobs, version)
@@ -368,6 +376,21 @@ class Rollout:
         ep.append(obs_ids, 0)
         self.stats.bookkeeping_s += time.perf_counter() - t2
         return True
+
+    def _stopped_across_pieces(self, ep: Episode, completion: Completion) -> Completion:
+        """The completion cut where the turn would have stopped in one call, when a stop string began in its earlier
+        pieces and ends in this one (:func:`turnrl.rl.sources.stops.stop_cut`); as it is otherwise. The tokens kept
+        are the ones sampled, with their log-probabilities and versions."""
+        tok = self.agent.tokenizer
+        k = stop_cut(lambda ids: tok.decode(ids, skip_special_tokens=False), ep.tokens[ep.turn_start:],
+                     completion.token_ids, self._stops(ep))
+        if k is None:
+            return completion
+        ids = completion.token_ids[:k]
+        return dataclasses.replace(completion, token_ids=ids, logprobs=completion.logprobs[:k], finish_reason="stop",
+                                   text=tok.decode(ids, skip_special_tokens=True),
+                                   token_versions=completion.token_versions[:k] if completion.token_versions else None,
+                                   top_logprobs=completion.top_logprobs[:k] if completion.top_logprobs else None)
 
     def _version(self) -> int:
         v = self.policy_version
