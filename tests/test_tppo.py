@@ -311,9 +311,15 @@ def test_bad_tppo_settings_are_refused_before_a_model_loads(tmp_path):
 
 def test_train_on_finished_trains_each_group_once_whole_after_its_episodes_finish(tmp_path):
     cfg = config(tmp_path, "tppo", 6, window=3, value_warmup_steps=0, train_on="finished")
-    trainer, history = run(cfg.model_copy(update={"save_trajectories": True}))
+    # up to three tries per episode: a group's episodes finish windows apart, its quick ones wait across updates
+    retry = cfg.env.model_copy(update={"kwargs": {"retry": True, "max_turns": 3}})
+    trainer, history = run(cfg.model_copy(update={"save_trajectories": True, "env": retry}))
     assert sum(h["carried_episodes"] for h in history[1:]) > 0
     assert all(h.get("unfinished_share", 0) == 0 for h in history[1:])  # no snapshot reaches the learner
+    # issue 66, bug 1: quick answers that waited for their group across updates (held_versions_max ≥ 1) are not
+    # dropped as stale by the driver's bound (0 for T-PPO): every episode collected was trained
+    assert max(h.get("held_versions_max", 0) for h in history[1:]) >= 1
+    assert all(h["stale_episodes"] == 0 and h["stale_group_episodes"] == 0 for h in history[1:])
     # the earlier windows of a carried episode were sampled by older versions: the metrics show the lag
     assert max(h.get("staleness_max", 0) for h in history[1:]) >= 1
     from turnrl.storage import read_jsonl
@@ -326,6 +332,7 @@ def test_train_on_finished_trains_each_group_once_whole_after_its_episodes_finis
             groups[t.group_id] = groups.get(t.group_id, 0) + 1
         assert all(n == 4 for n in groups.values())  # a group trains whole, once its slowest episode finished
         for t in trajs:
+            assert "advantages" in t.metadata  # trained (the learner annotates what it trained), none left out
             assert not t.metadata.get("partial")
             start = t.metadata.get("window_start", 0)  # a carried episode: its last window began here
             earlier += any(a not in (None, 0.0) for a in t.metadata["advantages"][:start])  # trained too

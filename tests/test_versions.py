@@ -64,11 +64,17 @@ def test_versions_survive_jsonl_and_parquet_and_old_files_load(tmp_path):
 def test_the_staleness_bound_drops_and_counts_old_episodes_and_the_metrics_measure_the_lag():
     trajs = two_turn_episodes(3)  # tokens of versions 0 and 1
     kept, dropped = within_staleness(trajs, version=1, max_staleness=1)
-    assert len(kept) == 3 and dropped == 0
+    assert len(kept) == 3 and dropped["stale_episodes"] == 0
     kept, dropped = within_staleness(trajs, version=2, max_staleness=1)  # version-0 tokens lag 2 > 1
-    assert kept == [] and dropped == 3
+    assert kept == [] and dropped["stale_episodes"] == 3
     blind = [t.model_copy(update={"token_versions": None}) for t in trajs]
-    assert within_staleness(blind, version=9, max_staleness=0) == (blind, 0)  # stored data: nothing to judge
+    assert within_staleness(blind, version=9, max_staleness=0) == (blind, {"stale_episodes": 0,
+                                                                          "stale_group_episodes": 0})
+    grouped = [t.model_copy(update={"group_id": "g", "token_versions": [v + (i > 0) if v >= 0 else v
+                                                                        for v in t.token_versions]})
+               for i, t in enumerate(trajs)]
+    kept, dropped = within_staleness(grouped, version=2, max_staleness=1)  # one member lags 2: its group goes whole
+    assert kept == [] and dropped == {"stale_episodes": 1, "stale_group_episodes": 2}
     b = collate(trajs, 0)
     m = staleness_metrics(b.versions, b.loss_mask, version=1)
     gen = b.loss_mask.bool()

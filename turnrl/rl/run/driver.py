@@ -79,8 +79,9 @@ class Driver:
         trajs, info = self.source.collect(self.step)
         fresh = trajs
         if self.sampled:  # the staleness bound (stored data carries no versions of this run)
-            fresh, stale = within_staleness(trajs, self.learner.version, self.cfg.rollout.max_staleness)
-            info["stale_episodes"] = float(stale)
+            fresh, dropped = within_staleness(trajs, self.learner.version, self.cfg.rollout.max_staleness,
+                                              self.source.lag)
+            info.update(dropped)
         info.update(self.learner.update(fresh))
         self.step += 1
         if self.cfg.save_trajectories:

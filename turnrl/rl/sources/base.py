@@ -178,6 +178,18 @@ class ExperienceSource:
     def reset(self) -> None:
         """A fresh run starts (nothing to forget by default)."""
 
+    def lag(self, traj: Trajectory, version: int) -> int | None:
+        """The lag that ``rollout.max_staleness`` bounds for ``traj`` when the weights of ``version`` are about to
+        be updated (docs/algorithms.md §11): how many versions older than the weights that *should* have sampled
+        its trained tokens the oldest of them is. None: no versions recorded (kept).
+
+        Default: ``version`` minus the oldest version of the episode's last window (:func:`oldest_version`) — every
+        token of an on-policy episode should be the current weights'. A source that holds episodes back on purpose
+        measures from the moment it set them aside, so that the driver's bound never drops what the source keeps
+        by design (T-PPO's ``train_on: finished``, :meth:`turnrl.rl.sources.windowed.WindowedSource.lag`)."""
+        oldest = oldest_version(traj)
+        return None if oldest is None else version - oldest
+
 
 def task_jobs(step: int, round_: int, tasks: Sequence[int], group_size: int) -> list[Job]:
     """``group_size`` jobs per task; a task chosen twice in one round (a pool smaller than the round) gets the next
@@ -234,10 +246,25 @@ def oldest_version(traj: Trajectory) -> int | None:
     return min(versions) if versions else None
 
 
-def within_staleness(trajectories: Sequence[Trajectory], version: int, max_staleness: int
-                     ) -> tuple[list[Trajectory], int]:
-    """The episodes no token of which is more than ``max_staleness`` versions older than ``version`` (the weights
-    about to be updated), and how many were left out (docs/algorithms.md §11: an update uses no token with lag > k).
-    Episodes without recorded versions are kept."""
-    kept = [t for t in trajectories if (v := oldest_version(t)) is None or version - v <= max_staleness]
-    return kept, len(trajectories) - len(kept)
+def within_staleness(trajectories: Sequence[Trajectory], version: int, max_staleness: int,
+                     lag: Callable[[Trajectory, int], int | None] | None = None
+                     ) -> tuple[list[Trajectory], dict[str, float]]:
+    """The episodes an update of ``version`` may train under the bound ``max_staleness`` (docs/algorithms.md §11:
+    an update uses no token with lag > k), in whole groups, and what was left out: ``stale_episodes`` (over the
+    bound) and ``stale_group_episodes`` (within it, left out with a stale member of their group, which would
+    otherwise train in part). ``lag(traj, version)`` is the source's measure (:meth:`ExperienceSource.lag`; default
+    the on-policy one); episodes without recorded versions are kept."""
+    def on_policy(traj: Trajectory, v: int) -> int | None:
+        oldest = oldest_version(traj)
+        return None if oldest is None else v - oldest
+
+    measure = lag or on_policy
+    stale = [t for t in trajectories if (d := measure(t, version)) is not None and d > max_staleness]
+    groups = {_group(t) for t in stale}
+    kept = [t for t in trajectories if _group(t) not in groups]
+    return kept, {"stale_episodes": float(len(stale)),
+                  "stale_group_episodes": float(len(trajectories) - len(kept) - len(stale))}
+
+
+def _group(traj: Trajectory) -> str:
+    return str(traj.group_id) if traj.group_id is not None else f"episode:{traj.id}"

@@ -29,7 +29,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from turnrl.envs.registry import make
-from turnrl.rl.sources.base import ExperienceSource, Job, RunParts, rollout_metrics, task_jobs
+from turnrl.rl.sources.base import ExperienceSource, Job, RunParts, oldest_version, rollout_metrics, task_jobs
 from turnrl.rl.sources.reward import process_metrics, process_rewards, reward_metrics, run_reward
 from turnrl.rl.sources.tasks import Sequential, group_success, make_sampler
 from turnrl.rl.sources.windows import LocalWindows
@@ -134,8 +134,14 @@ class WindowedSource(ExperienceSource):
         trajs = out.finished + out.snapshots
         self.sampler.observe(step, group_success(out.finished))
         if whole:
+            now = self.parts.version() if self.parts is not None else 0
+            for traj in out.finished:  # set aside for its group: the staleness bound measures from here (lag())
+                traj.metadata["finished_at_version"] = now
             trajs = self.complete_groups(out.finished)
+        held = [self.parts.version() - int(t.metadata["finished_at_version"]) for t in trajs
+                if self.parts is not None and "finished_at_version" in t.metadata]
         return trajs, {**out.stats, "carried_episodes": float(len(self.carry)), "new_episodes": float(len(jobs)),
+                       **({"held_versions_max": float(max(held))} if held else {}),
                        "regenerated_episodes": float(replayed), "lost_episodes": float(len(out.lost)),
                        "waiting_episodes": float(sum(map(len, self.waiting.values()))),
                        "ready_episodes": float(len(self.ready)),
@@ -155,6 +161,18 @@ class WindowedSource(ExperienceSource):
             return []
         ready, self.ready = self.ready, []
         return ready
+
+    def lag(self, traj: Trajectory, version: int) -> int | None:
+        """The lag the driver's ``rollout.max_staleness`` (0 for T-PPO) bounds: of the episode's last window, from
+        the version that held the weights when the episode finished — with ``train_on: finished`` a quick answer
+        waits for its group's slow ones across updates (``held_versions_max`` reports how many), on purpose, and is
+        not stale for that (docs/algorithms.md §6, §11). The lag this source produces by design — the earlier
+        windows of a carried episode, the wait of a held one — is what ``optim.recompute_logprobs`` with
+        ``algorithm.behaviour_is_cap`` corrects (decoupled PPO)."""
+        oldest = oldest_version(traj)
+        if oldest is None:
+            return None
+        return int(traj.metadata.get("finished_at_version", version)) - oldest
 
     def groups_needed(self) -> int:
         """How many whole groups the next update needs: ``algorithm.min_groups``, but one during the critic warm-up
