@@ -48,6 +48,27 @@ def test_logprobs_match_a_separate_forward_pass(agent, temperature):
         assert torch.allclose(ref, torch.tensor(c.logprobs), atol=1e-4)
 
 
+def test_logprobs_are_of_the_distribution_top_k_and_top_p_sampled_from(agent):
+    """Issue 66: μ is the log-probability under the distribution actually sampled — filtered, renormalized — not
+    the full one (docs/algorithms.md §11), as vLLM's processed_logprobs."""
+    prompts = encode(agent.tokenizer, ["What is 2 + 2?", "The answer is"])
+    only = agent.generate(prompts, SamplingParams(temperature=1.0, top_k=1, max_new_tokens=8, seed=1))
+    greedy = agent.generate(prompts, SamplingParams(temperature=0.0, max_new_tokens=8))
+    assert [c.token_ids for c in only] == [c.token_ids for c in greedy]
+    assert all(lp == 0.0 for c in only for lp in c.logprobs)  # one token kept: probability 1
+    nucleus = agent.generate(prompts, SamplingParams(temperature=1.0, top_p=0.3, max_new_tokens=10, seed=2,
+                                                     top_logprobs=3))
+    raised = 0
+    for p, c in zip(prompts, nucleus):
+        full = forward_logprobs(agent.model, p, c.token_ids)
+        mine = torch.tensor(c.logprobs)
+        assert bool((mine >= full - 1e-5).all()) and bool((mine <= 0).all())  # renormalized over fewer tokens
+        raised += int((mine > full + 1e-3).sum())
+        for lp, tops, tok in zip(c.logprobs, c.top_logprobs, c.token_ids):
+            assert dict(tops).get(tok, lp) == lp and all(v >= -9999.0 for _, v in tops)  # no -inf in JSON
+    assert raised > 0
+
+
 def test_repeated_prompts_are_prefilled_once_with_the_same_results(agent):
     a, b = encode(agent.tokenizer, ["What is 2 + 2?", "hi"])
     greedy = SamplingParams(temperature=0, max_new_tokens=10)

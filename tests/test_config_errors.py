@@ -72,3 +72,13 @@ def test_an_override_through_a_value_names_the_override(tmp_path):
             load_config(path, overrides)
         message = config_error(info.value, path, overrides)
         assert message.startswith(f"override {overrides[1]}: {where} is a value") and str(path) not in message
+
+
+def test_a_nucleus_without_the_learners_old_logprobs_is_refused_with_what_to_set(tmp_path):
+    """Issue 66: with top_p < 1 the sampler's μ is of the nucleus, renormalized; a ratio over it is off from the
+    first step unless the learner scores π_old itself."""
+    path = tmp_path / "c.yaml"
+    path.write_text(BASE)
+    message = _error(path, ["rollout.top_p=0.9"])
+    assert "rollout.top_p=0.9" in message and "optim.recompute_logprobs=true" in message and "\n" not in message
+    load_config(path, ["rollout.top_p=0.9", "optim.recompute_logprobs=true"])  # accepted

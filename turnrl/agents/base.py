@@ -17,8 +17,9 @@ class Completion:
     Attributes:
         text: the decoded generated tokens (special tokens skipped).
         token_ids: the generated tokens exactly as sampled (an end-of-sequence token included when produced).
-        logprobs: one log-probability per generated token, under the distribution it was sampled from before
-            top-k/top-p truncation: ``log_softmax(logits / T)`` with T the temperature of that step (1 when greedy).
+        logprobs: one log-probability per generated token, under the distribution it was sampled from:
+            ``log_softmax(logits / T)`` with T the temperature of that step (1 when greedy), restricted to the tokens
+            top-k/top-p kept and renormalized where those are set (docs/algorithms.md §11: μ).
         finish_reason: ``"stop"`` (end-of-sequence token or stop string) or ``"length"`` (hit max_new_tokens).
         prompt_index: which prompt of the batch this continues.
         policy_version: the version of the weights that sampled it, where the agent knows (a rollout worker whose

@@ -196,7 +196,9 @@ def draw(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor
 
 def sample(batch: Batch) -> torch.Tensor:
     """One token per row from the batch's pending logits, each row by its own sampling parameters (its first token
-    at ``fire_temperature`` where set); each token's log-probability is appended to its row. Rows that share a
+    at ``fire_temperature`` where set); each token's log-probability is appended to its row: under the distribution
+    the token was drawn from — temperature-scaled and, with ``top_k``/``top_p``, filtered and renormalized
+    (docs/algorithms.md §11: μ, what importance weights divide by; vLLM's ``processed_logprobs`` are the same). Rows that share a
     generator and filter draw in one call (so one call's rows sample as they always did); a row with its own stream
     draws alone (batch-invariant)."""
     logits = batch.logits.float()  # (A, V)
@@ -213,9 +215,12 @@ def sample(batch: Batch) -> torch.Tensor:
             groups.setdefault((row.params.top_k, row.params.top_p, stream), []).append(a)
     for (top_k, top_p, stream), members in groups.items():
         index = torch.tensor(members, device=logits.device)
-        probs = filter_logits(scaled[index], top_k, top_p).softmax(-1)
+        kept = filter_logits(scaled[index], top_k, top_p)
+        probs = kept.softmax(-1)
         row = batch.rows[members[0]]
         nxt[index] = draw(probs, row.gen or row.shared)
+        if top_k > 0 or top_p < 1.0:  # the distribution sampled is the filtered one, renormalized (§11: μ)
+            logp_all[index] = torch.log_softmax(kept, dim=-1)
     logps = logp_all.gather(-1, nxt[:, None]).squeeze(-1).cpu()
     for a, row in enumerate(batch.rows):
         row.logprobs.append(float(logps[a]))
@@ -223,6 +228,7 @@ def sample(batch: Batch) -> torch.Tensor:
     if want:  # alternatives from the same log-probabilities as the chosen token's
         k = min(max(batch.rows[a].params.top_logprobs for a in want), logp_all.shape[-1])
         values, ids = logp_all[torch.tensor(want, device=logp_all.device)].topk(k, dim=-1)
+        values = values.clamp(min=-9999.0)  # tokens top-k/top-p left out: -9999 (as OpenAI's API), not -inf
         for j, a in enumerate(want):
             kk = batch.rows[a].params.top_logprobs
             batch.rows[a].tops.append(list(zip(ids[j, :kk].tolist(), values[j, :kk].tolist())))

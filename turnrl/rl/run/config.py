@@ -49,7 +49,9 @@ class RolloutConfig(BaseModel):
     group_size: int = Field(8, ge=2)
     max_new_tokens: int = Field(64, ge=1)
     temperature: float = Field(1.0, gt=0)
-    top_p: float = Field(1.0, gt=0, le=1)
+    top_p: float = Field(1.0, gt=0, le=1, description=(
+        "nucleus sampling mass; below 1 the recorded log-probabilities are of the nucleus, renormalized (what was "
+        "sampled), and optim.recompute_logprobs is required"))
     max_context: int = Field(2048, ge=16)
     env_timeout: float = Field(60.0, gt=0, description="seconds one environment step may take; then the episode "
                                "ends with an error (and is left out of training)")
@@ -298,6 +300,11 @@ class TrainConfig(BaseModel):
 
         cls = algorithm_class(self.algorithm.name)
         cls.check_config(self)  # its own checks and its experience source's
+        if self.rollout.top_p < 1 and cls.source_class().sampled and not self.optim.recompute_logprobs:
+            raise ValueError(f"rollout.top_p={self.rollout.top_p} samples from the nucleus, renormalized, so the "
+                             "sampler's log-probabilities (μ) are not the policy's and a ratio over them is off from "
+                             "the first step: set optim.recompute_logprobs=true (the learner's π_old in the ratio; "
+                             "algorithm.behaviour_is_cap then weighs by π_old/μ), or rollout.top_p=1")
         if self.process_reward is not None and cls.critic is Algorithm.critic:
             raise ValueError(f"process_reward puts rewards on the line ends inside a reply, which only an algorithm "
                              f"with a critic credits token by token; {self.algorithm.name!r} has none: use ppo or "
