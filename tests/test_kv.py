@@ -448,10 +448,10 @@ def test_sliding_window_models_decode_rows_that_finish_apart():
 def test_the_learners_own_optimizer_step_invalidates_the_cache():
     """Issue 66, bug 2: the learner's fused AdamW writes the parameters in place without bumping their version
     counters, so a cache keyed on storage alone survived the step; the learner now marks the weights changed."""
-    from turnrl.agents.kv import weights_epoch
     from turnrl.rl.algorithms import get_algorithm
     from turnrl.rl.core.learner import Learner
     from turnrl.rl.run.config import TrainConfig
+    from turnrl.weights import weights_epoch
 
     tok = tiny_tokenizer("chatml")
     model = tiny_model(tok)
@@ -483,10 +483,10 @@ def test_the_learners_own_optimizer_step_invalidates_the_cache():
 def test_every_path_that_writes_weights_marks_them_changed(tmp_path):
     """Checkpoint loads (init_from and resume), LoRA adapter loads and a rollout worker's adoption of new arrays
     each bump the weights epoch the session caches are keyed on."""
-    from turnrl.agents.kv import weights_epoch
     from turnrl.checkpoint import load_policy
     from turnrl.lora import adapter_state, apply_lora, load_adapter
     from turnrl.rl.placement.worker import adopt_weights
+    from turnrl.weights import weights_epoch
 
     tok = tiny_tokenizer("chatml")
     model = tiny_model(tok)

@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from turnrl.agents.kv import mark_weights_changed
+from turnrl.weights import mark_weights_changed
 
 
 def load_policy(model: Any, run: str | Path) -> None:

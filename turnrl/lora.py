@@ -16,7 +16,7 @@ from typing import Any, Literal
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
-from turnrl.agents.kv import mark_weights_changed
+from turnrl.weights import mark_weights_changed
 
 
 class LoraConfig(BaseModel):

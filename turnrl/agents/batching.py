@@ -16,7 +16,8 @@ from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
 from turnrl.agents.base import SamplingParams
-from turnrl.agents.kv import KVEvent, weights_epoch
+from turnrl.agents.kv import KVEvent
+from turnrl.weights import weights_epoch
 from turnrl.lanes import merge_pays
 
 

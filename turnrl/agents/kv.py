@@ -12,7 +12,7 @@ fixed order, not recency: a rollout visits its episodes in rounds, and least-rec
 always evict the entry needed next (no reuse at all), where oldest-first keeps the same sessions cached round
 after round. Every entry is dropped when the weights change
 (:meth:`SessionCache.check_weights`): keys and values computed with old weights are not those of the new policy.
-What says the weights changed is the model's *weights epoch* (:func:`mark_weights_changed`), a counter that every
+What says the weights changed is the model's *weights epoch* (:func:`turnrl.weights.mark_weights_changed`), a counter that every
 path that writes weights bumps — the learner's optimizer step (fused AdamW writes parameters in place without
 bumping their version counters), a checkpoint or adapter load, a learner group's export into the driver's copy, a
 rollout worker's load — not the parameters' storage: a counter cannot miss a kernel that writes in place, where a
@@ -31,6 +31,9 @@ from typing import Any, Literal
 import torch
 
 from turnrl.types import Trajectory
+from turnrl.weights import mark_weights_changed, weights_epoch
+
+__all__ = ["SessionCache", "kv_metrics", "mark_weights_changed", "trajectory_kv_metrics", "weights_epoch"]
 
 # what happened to a prompt's session cache, per generation: the first turn of a session, a full reuse, a reuse up
 # to where the history was rewritten, or a full re-prefill because the entry had been dropped (and why)
@@ -74,21 +77,6 @@ def common_prefix(a: list[int], b: list[int]) -> int:
         else:
             hi = mid
     return lo
-
-
-WEIGHTS_EPOCH = "_turnrl_weights_epoch"  # the attribute of a model that holds its weights epoch
-
-
-def mark_weights_changed(model: Any) -> None:
-    """Say that ``model``'s weights changed (an optimizer step, a load): every session cache an agent computed with
-    the weights before is stale from now on. Call it from every path that writes a policy's weights (see the module
-    docstring); it costs nothing."""
-    object.__setattr__(model, WEIGHTS_EPOCH, weights_epoch(model) + 1)
-
-
-def weights_epoch(model: Any) -> int:
-    """How many times :func:`mark_weights_changed` was called on ``model`` (0: never)."""
-    return int(model.__dict__.get(WEIGHTS_EPOCH, 0)) if hasattr(model, "__dict__") else 0
 
 
 class SessionCache:

@@ -22,16 +22,16 @@ from typing import Any
 
 import torch
 
-from turnrl.agents.kv import mark_weights_changed
 from turnrl.lora import adapter_state, is_lora, policy_state, restore
 from turnrl.rl.algorithms import Algorithm, Experience, Forward
 from turnrl.rl.core.batch import Batch, collate, untrainable
 from turnrl.rl.core.critic import SeparateCritic, ValueHead
 from turnrl.rl.core.forward import forward_tokens, token_logprobs
 from turnrl.rl.core.models import Models, build_models
-from turnrl.rl.core.staleness import logp_diff_by_lag, staleness_metrics
+from turnrl.rl.core.staleness import lag0_gap, logp_diff_by_lag, staleness_metrics
 from turnrl.rl.run.config import TrainConfig
 from turnrl.types import Trajectory
+from turnrl.weights import mark_weights_changed
 
 
 class Learner:
@@ -310,7 +310,8 @@ class Learner:
         window = self.algorithm.policy_mask(b)
         out.update(self.algorithm.batch_metrics(b), **staleness_metrics(b.versions, window, self.version - 1),
                    **logp_diff_by_lag((first_logp - b.behaviour_logp).abs(), b.versions, window * same,
-                                      self.version - 1))
+                                      self.version - 1),
+                   **lag0_gap(first_logp - b.behaviour_logp, b.versions, window * same, self.version - 1))
         if not train_policy:
             out["critic_only"] = 1.0
         return out

@@ -29,7 +29,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from turnrl.agents.kv import mark_weights_changed
 from turnrl.lora import check_resume, load_adapter, policy_state, restore
 from turnrl.rl.core.learner import _trainable
 from turnrl.rl.placement.extensions import CPU_OP, extensions_dir
@@ -37,6 +36,7 @@ from turnrl.rl.placement.parameters import from_shared
 from turnrl.rl.placement.ray import RayPlacementError, _cause, _ray, connect, free_cpus, stop
 from turnrl.rl.run.config import TrainConfig
 from turnrl.types import Trajectory
+from turnrl.weights import mark_weights_changed
 
 logger = logging.getLogger(__name__)
 

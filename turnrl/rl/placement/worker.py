@@ -16,7 +16,6 @@ from typing import Any
 import torch
 
 from turnrl.agents.hf import HFAgent
-from turnrl.agents.kv import mark_weights_changed
 from turnrl.envs.registry import make, register
 from turnrl.lora import adapter_state, base_state, is_lora, load_adapter
 from turnrl.rl.placement.parameters import from_shared
@@ -24,6 +23,7 @@ from turnrl.rl.run.config import TrainConfig
 from turnrl.rl.sources.base import Job
 from turnrl.rl.sources.onpolicy import play_jobs
 from turnrl.types import Trajectory
+from turnrl.weights import mark_weights_changed
 
 
 def adopt_weights(model: torch.nn.Module, state: dict[str, torch.Tensor]) -> None:

@@ -3,14 +3,22 @@
 from __future__ import annotations
 
 import uuid
+import zlib
+from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from turnrl.agents.base import Completion
+from turnrl.agents.base import Completion, SamplingParams
 from turnrl.agents.kv import kv_metrics
 from turnrl.envs.core import TextEnv
 from turnrl.tokens import ChatRenderer
 from turnrl.types import Trajectory
+
+
+def token_crc(ids: Sequence[int], crc: int = 0) -> int:
+    """A running CRC-32 of token ids (``crc``: of the ones before): the rollout records it of the tokens the agent
+    returned (``Trajectory.metadata["sampled_crc"]``), the consistency guard recomputes it of the tokens trained."""
+    return zlib.crc32(array("q", ids).tobytes(), crc)
 
 
 @dataclass
@@ -42,11 +50,33 @@ class Episode:
     context_starts: list[int] = field(default_factory=list)  # where each context after the first begins (segments)
     context_reasons: list[str] = field(default_factory=list)  # why each was started (the history was rewritten)
     context_first: int = 0  # the oldest of the environment's turns still in the current context
+    sampled_crc: int = 0  # CRC-32 of the generated tokens as they were appended (the guard's token identity check)
 
     @property
     def context_start(self) -> int:
         """Where the context the model sees now begins (0 until a budget rewrote the history)."""
         return self.context_starts[-1] if self.context_starts else 0
+
+    def stops(self, rollout_stop: tuple[str, ...]) -> tuple[str, ...]:
+        """The stop strings of this episode's turns: the rollout's (``rollout_stop``) and its environment's."""
+        return tuple(dict.fromkeys(rollout_stop + tuple(getattr(self.env.unwrapped, "stop", ()) or ())))
+
+    def request(self, params: SamplingParams, max_context: int, window: int | None
+                ) -> tuple[int, tuple[str, ...], int | None]:
+        """The next generation of this episode under the rollout's ``params``: its token budget (the turn's, the
+        context's — ``max_context`` — or the window's), its stop strings (the rollout's and the env's) and its seed
+        (with its own stream: one per turn and piece). Sets :attr:`cut_by_context` and :attr:`cut_by_window`."""
+        in_turn = len(self.tokens) - self.turn_start if self.turn_start is not None else 0
+        room = max_context - (len(self.tokens) - self.context_start)
+        budget = min(params.max_new_tokens - in_turn, room)
+        self.cut_by_context = room < params.max_new_tokens - in_turn
+        self.cut_by_window = window is not None and window - self.window_used < budget
+        if self.cut_by_window:
+            budget = window - self.window_used  # type: ignore[operator]
+        seed = None
+        if self.sample_seed is not None:
+            seed = (self.sample_seed * 1009 + len(self.traj.turns) + self.segments * 7919) % 2**62
+        return budget, self.stops(params.stop), seed
 
     def finish_segments(self) -> None:
         """Record the contexts in the Trajectory (``segments`` and ``metadata["segment_reasons"]``)."""
@@ -60,6 +90,8 @@ class Episode:
         or one per token where the weights changed inside the generation call)."""
         if not isinstance(version, int) and len(version) != len(ids):
             raise ValueError(f"{len(version)} token versions for {len(ids)} tokens")
+        if mask == 1:
+            self.sampled_crc = token_crc(ids, self.sampled_crc)
         self.tokens.extend(ids)
         self.mask.extend([mask] * len(ids))
         self.logprobs.extend(logprobs if logprobs is not None else [0.0] * len(ids))

@@ -28,10 +28,10 @@ continues token-exactly — and :meth:`Rollout.snapshot` gives a trainable copy 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import inspect
 import time
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 from turnrl.agents.base import Agent, Completion, SamplingParams
@@ -39,7 +39,7 @@ from turnrl.envs.core import TextEnv
 from turnrl.rl.sources.context import ContextBudget, compact
 from turnrl.rl.sources.episode import Episode, RolloutStats
 from turnrl.rl.sources.rewrite import Rewrite, rewrite_round, unsampled
-from turnrl.rl.sources.stops import stop_cut
+from turnrl.rl.sources.stops import past_stop, stopped_across_pieces
 from turnrl.tokens import ChatRenderer
 from turnrl.types import Message, Trajectory, Turn
 from turnrl.utils import run_with_daemon_threads
@@ -187,7 +187,7 @@ class Rollout:
         if self.policy_version is not None:
             traj.token_versions = list(ep.versions)
         traj.segments = [0, *ep.context_starts] if ep.context_starts else None
-        traj.metadata.update(partial=True, window_start=ep.window_start,
+        traj.metadata.update(partial=True, window_start=ep.window_start, sampled_crc=ep.sampled_crc,
                              prompt_length=next((i for i, m in enumerate(ep.mask) if m == 1), len(ep.mask)))
         return traj
 
@@ -217,26 +217,6 @@ class Rollout:
             traj.metadata["truncated_by"] = "context"
         return ep
 
-    def _stops(self, ep: Episode) -> tuple[str, ...]:
-        """The stop strings of ``ep``'s turns: the rollout's and its environment's."""
-        return tuple(dict.fromkeys(self.params.stop + tuple(getattr(ep.env.unwrapped, "stop", ()) or ())))
-
-    def _request(self, ep: Episode, window: int | None) -> tuple[int, tuple[str, ...], int | None]:
-        """The next generation of ``ep``: its token budget (the turn's, the context's or the window's), its stop
-        strings (the rollout's and the env's) and its seed (with its own stream: one per turn and piece)."""
-        stop = self._stops(ep)
-        in_turn = len(ep.tokens) - ep.turn_start if ep.turn_start is not None else 0
-        room = self.max_context - (len(ep.tokens) - ep.context_start)
-        budget = min(self.params.max_new_tokens - in_turn, room)
-        ep.cut_by_context = room < self.params.max_new_tokens - in_turn
-        ep.cut_by_window = window is not None and window - ep.window_used < budget
-        if ep.cut_by_window:
-            budget = window - ep.window_used  # type: ignore[operator]
-        seed = None
-        if ep.sample_seed is not None:
-            seed = (ep.sample_seed * 1009 + len(ep.traj.turns) + ep.segments * 7919) % 2**62
-        return budget, stop, seed
-
     async def _generate(self, live: list[Episode], window: int | None = None) -> list[Completion] | None:
         budgets: dict[tuple[int, tuple[str, ...]], list[int]] = {}
         seeds: list[int | None] = []
@@ -247,7 +227,7 @@ class Rollout:
             envs, roles = [ep.env for ep in live], [ep.role for ep in live]
             skipped = unsampled(self.rewrite, envs, roles)  # turns the hook writes itself: not sampled
             for i, ep in enumerate(live):  # one generate call per (token budget, the env's stop strings)
-                budget, stop, seed = self._request(ep, window)
+                budget, stop, seed = ep.request(self.params, self.max_context, window)
                 if i not in skipped:
                     budgets.setdefault((budget, stop), []).append(i)
                 seeds.append(seed)
@@ -283,7 +263,7 @@ class Rollout:
 
     async def _generate_one(self, ep: Episode, window: int | None) -> Completion | None:
         """Continuous batching: the next generation of one episode, joined to the agent's running batch."""
-        budget, stop, seed = self._request(ep, window)
+        budget, stop, seed = ep.request(self.params, self.max_context, window)
         params = self.params.model_copy(update={"max_new_tokens": budget, "stop": stop})
         prompt = list(ep.tokens[ep.context_start:])
         version = self._version() if self.policy_version is not None else -1
@@ -313,7 +293,8 @@ class Rollout:
             ep.prompts_seen.append(list(ep.tokens[ep.context_start:]))
         start = len(ep.tokens) if ep.turn_start is None else ep.turn_start
         if ep.turn_start is not None:  # a turn a window paused: a stop string may straddle the pieces
-            completion = self._stopped_across_pieces(ep, completion)
+            completion = stopped_across_pieces(self.agent.tokenizer, ep.tokens[ep.turn_start:], completion,
+                                               ep.stops(self.params.stop))
         version = completion.policy_version if completion.policy_version is not None else self._sampled_by
         version = completion.token_versions or version  # per token where the weights changed inside the call
         ep.append(completion.token_ids, 1, completion.logprobs, version)
@@ -354,6 +335,10 @@ class Rollout:
             token_span=span,
         )
         ep.rewritten = False
+        past = past_stop(partial(self.agent.tokenizer.decode, skip_special_tokens=False), ep.tokens[span[0]:span[1]],
+                         ep.stops(self.params.stop))
+        if past:  # a turn that ran on past its stop string: the consistency guard reports it
+            turn.info["past_stop"] = past
         ep.traj.turns.append(turn)
         ep.role = info.get("next_role") or "policy"
         over_turns = self.max_turns is not None and sum(not t.info.get("summary") for t in ep.traj.turns) >= self.max_turns
@@ -377,21 +362,6 @@ class Rollout:
         self.stats.bookkeeping_s += time.perf_counter() - t2
         return True
 
-    def _stopped_across_pieces(self, ep: Episode, completion: Completion) -> Completion:
-        """The completion cut where the turn would have stopped in one call, when a stop string began in its earlier
-        pieces and ends in this one (:func:`turnrl.rl.sources.stops.stop_cut`); as it is otherwise. The tokens kept
-        are the ones sampled, with their log-probabilities and versions."""
-        tok = self.agent.tokenizer
-        k = stop_cut(lambda ids: tok.decode(ids, skip_special_tokens=False), ep.tokens[ep.turn_start:],
-                     completion.token_ids, self._stops(ep))
-        if k is None:
-            return completion
-        ids = completion.token_ids[:k]
-        return dataclasses.replace(completion, token_ids=ids, logprobs=completion.logprobs[:k], finish_reason="stop",
-                                   text=tok.decode(ids, skip_special_tokens=True),
-                                   token_versions=completion.token_versions[:k] if completion.token_versions else None,
-                                   top_logprobs=completion.top_logprobs[:k] if completion.top_logprobs else None)
-
     def _version(self) -> int:
         v = self.policy_version
         return int(v() if callable(v) else v)  # type: ignore[arg-type]
@@ -401,7 +371,8 @@ class Rollout:
         if self._sessions:
             self.agent.release([ep.session])  # type: ignore[attr-defined]
         traj = ep.traj
-        traj.metadata.update(prefill_tokens=ep.prefill_tokens, cached_tokens=ep.cached_tokens)
+        traj.metadata.update(prefill_tokens=ep.prefill_tokens, cached_tokens=ep.cached_tokens,
+                             sampled_crc=ep.sampled_crc)
         if ep.kv_events:
             traj.metadata["kv_events"] = dict(ep.kv_events)
         traj.token_ids, traj.loss_mask, traj.logprobs = ep.tokens, ep.mask, ep.logprobs

@@ -10,7 +10,11 @@ played in pieces stops exactly where the same turn stops in one call, on every b
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
+from typing import Any
+
+from turnrl.agents.base import Completion
 
 
 def stop_cut(decode: Callable[[list[int]], str], before: Sequence[int], new: Sequence[int],
@@ -40,3 +44,36 @@ def stop_cut(decode: Callable[[list[int]], str], before: Sequence[int], new: Seq
         if any(s in text and s not in own for s in stop):
             return k
     return None
+
+
+def past_stop(decode: Callable[[list[int]], str], tokens: Sequence[int], stop: Sequence[str]) -> int:
+    """How many of a finished turn's ``tokens`` come after the token that completed its first stop string (0: none
+    contains a stop string, or the first one ends on the turn's last token, as it should). A turn that ran on past
+    its stop string trains tokens no policy should have produced there; the consistency guard counts such turns
+    (``guard_past_stop_turns``). One decode of the turn, and a binary search over its prefixes where a stop string
+    is found."""
+    if not stop or not tokens or not any(s in decode(list(tokens)) for s in stop):
+        return 0
+    lo, hi = 0, len(tokens)  # decode(tokens[:lo]) holds no stop string, decode(tokens[:hi]) does
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if any(s in decode(list(tokens[:mid])) for s in stop):
+            hi = mid
+        else:
+            lo = mid
+    return len(tokens) - hi
+
+
+def stopped_across_pieces(tokenizer: Any, before: Sequence[int], completion: Completion,
+                          stop: Sequence[str]) -> Completion:
+    """``completion`` (the next piece of a turn that began with ``before``) cut where the turn would have stopped in
+    one call, when a stop string began in the earlier pieces and ends in this one (:func:`stop_cut`); as it is
+    otherwise. The tokens kept are the ones sampled, with their log-probabilities and versions."""
+    k = stop_cut(lambda ids: tokenizer.decode(ids, skip_special_tokens=False), before, completion.token_ids, stop)
+    if k is None:
+        return completion
+    ids = completion.token_ids[:k]
+    return dataclasses.replace(completion, token_ids=ids, logprobs=completion.logprobs[:k], finish_reason="stop",
+                               text=tokenizer.decode(ids, skip_special_tokens=True),
+                               token_versions=completion.token_versions[:k] if completion.token_versions else None,
+                               top_logprobs=completion.top_logprobs[:k] if completion.top_logprobs else None)
