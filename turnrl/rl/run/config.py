@@ -13,6 +13,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, field_validator, model_validator
 
 from turnrl.lora import LoraConfig
+from turnrl.rl.run.guard import GuardConfig
+from turnrl.rl.run.guard import check_config as check_guard
 from turnrl.rl.algorithms import AlgorithmConfig, parse_algorithm_config
 from turnrl.rl.run.tracking import WandbConfig
 from turnrl.rl.sources.reward_config import ProcessRewardConfig, RewardConfig
@@ -250,6 +252,8 @@ class TrainConfig(BaseModel):
                                     "states)")
     program: ProgramConfig | None = Field(None, description="train a user agent program through the OpenAI-"
                                           "compatible gateway (its episodes instead of native rollouts of `env`)")
+    guard: GuardConfig = Field(default_factory=GuardConfig, description="the consistency guard: each step checks "
+                               "that it trains what the policy sampled (guard_* metrics; strict stops the run)")
 
     @field_validator("algorithm", mode="before")
     @classmethod
@@ -300,6 +304,7 @@ class TrainConfig(BaseModel):
 
         cls = algorithm_class(self.algorithm.name)
         cls.check_config(self)  # its own checks and its experience source's
+        check_guard(self, cls.source_class().sampled)
         if self.rollout.top_p < 1 and cls.source_class().sampled and not self.optim.recompute_logprobs:
             raise ValueError(f"rollout.top_p={self.rollout.top_p} samples from the nucleus, renormalized, so the "
                              "sampler's log-probabilities (μ) are not the policy's and a ratio over them is off from "

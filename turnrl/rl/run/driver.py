@@ -18,6 +18,7 @@ import torch
 import yaml
 
 from turnrl.rl.run.config import TrainConfig
+from turnrl.rl.run.guard import ConsistencyError, ConsistencyGuard
 from turnrl.rl.run.monitors import check_health
 from turnrl.rl.run.tracking import Tracker
 from turnrl.rl.sources.base import within_staleness
@@ -46,6 +47,8 @@ class Driver:
         self.step = 0
         self.history: list[dict[str, float]] = []
         self.out = Path(config.out_dir)
+        self.guard = ConsistencyGuard(config, sampled=self.sampled, group_size=source.group_size())
+        self._halt: list[str] = []  # a strict guard's failures: the run stops once the step is recorded
 
     def train(self, *, stop_after: int | None = None,
               on_step: Callable[[dict[str, float]], None] | None = None) -> list[dict[str, float]]:
@@ -67,6 +70,8 @@ class Driver:
             end = self.cfg.steps if stop_after is None else min(self.cfg.steps, self.step + stop_after)
             while self.step < end:
                 self._record(self._one_step(), tracker, on_step)
+                if self._halt:
+                    raise ConsistencyError("guard.strict: " + " | ".join(self._halt))
                 if self.step == self.cfg.steps or (self.cfg.checkpoint_every
                                                    and self.step % self.cfg.checkpoint_every == 0):
                     self.save(self.out / "checkpoint.pt")
@@ -83,6 +88,9 @@ class Driver:
                                               self.source.lag)
             info.update(dropped)
         info.update(self.learner.update(fresh))
+        figures, failed = self.guard.check(self.step + 1, trajs, fresh, info)
+        info.update(figures)
+        self._halt = failed if self.guard.strict else []
         self.step += 1
         if self.cfg.save_trajectories:
             with TrajectoryWriter(self.out / "train" / f"step-{self.step}" / "trajectories.jsonl") as write:

@@ -178,6 +178,12 @@ class ExperienceSource:
     def reset(self) -> None:
         """A fresh run starts (nothing to forget by default)."""
 
+    def group_size(self) -> int | None:
+        """The size (or a multiple of it: a task chosen twice in a round) of every group of a step's episodes, where
+        this source promises whole groups — the consistency guard checks it (``guard_partial_groups``); None where
+        it does not (default)."""
+        return None
+
     def lag(self, traj: Trajectory, version: int) -> int | None:
         """The lag that ``rollout.max_staleness`` bounds for ``traj`` when the weights of ``version`` are about to
         be updated (docs/algorithms.md §11): how many versions older than the weights that *should* have sampled

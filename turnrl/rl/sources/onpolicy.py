@@ -119,6 +119,11 @@ class OnPolicySource(ExperienceSource):
         """Start the placement's runner (Ray workers start here; a placement that cannot work fails here)."""
         _ = self.runner
 
+    def group_size(self) -> int | None:
+        """Whole groups of ``rollout.group_size``, errors included — unless the algorithm filters over several rounds
+        (DAPO's dynamic sampling leaves out episodes that ended in an error)."""
+        return self.cfg.rollout.group_size if self.algorithm.max_rounds == 1 else None
+
     def jobs(self, step: int, round_: int) -> list[Job]:
         """The jobs of one round: ``group_size`` samples of each of the ``prompts_per_step`` tasks the sampler
         chooses (the same jobs however often a round is asked for)."""

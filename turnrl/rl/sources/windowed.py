@@ -162,6 +162,11 @@ class WindowedSource(ExperienceSource):
         ready, self.ready = self.ready, []
         return ready
 
+    def group_size(self) -> int | None:
+        """With ``train_on: finished``, whole groups of ``rollout.group_size``; with ``train_on: window`` a group's
+        episodes that finished in earlier windows are not in a later step's batch (by design)."""
+        return self.cfg.rollout.group_size if self.algorithm.cfg.train_on == "finished" else None
+
     def lag(self, traj: Trajectory, version: int) -> int | None:
         """The lag the driver's ``rollout.max_staleness`` (0 for T-PPO) bounds: of the episode's last window, from
         the version that held the weights when the episode finished — with ``train_on: finished`` a quick answer

@@ -1,0 +1,207 @@
+"""The consistency guard: every training step checks that it trains what the policy sampled (docs/training.md, "The
+consistency guard").
+
+Features that each work alone can break each other where they meet: a KV cache that outlives an optimizer step, a
+stop string that a window boundary hides, an episode held on purpose that a staleness bound drops. Each time the
+trainer then updates on tokens no policy sampled there, and nothing crashes. The guard turns that class of bug into
+a figure in every step's metrics and a warning:
+
+* ``logp`` — on the tokens sampled by the very weights being updated (lag 0), which the learner scores before its
+  first optimizer step, the rollout's log-probabilities and the learner's agree within a tolerance per backend
+  (``guard_logp_gap``: the mean |gap|, ``guard_logp_gap_max``: the largest). With ``rollout.top_p`` < 1 the
+  rollout's are of the renormalized nucleus, never below the learner's: only the learner's excess counts.
+* ``tokens`` — each episode's generated tokens are the tokens the agent returned (a CRC the rollout records as it
+  appends them, ``Trajectory.metadata["sampled_crc"]``, against the tokens the learner receives).
+* ``versions`` — every generated token carries the policy version that sampled it.
+* ``stops`` — no turn ran on past its stop string (``Turn.info["past_stop"]``, recorded by the rollout).
+* ``groups`` — no group is trained in part: the driver's staleness bound left no member out of a group that
+  trains, and a source that promises whole groups (:meth:`~turnrl.rl.sources.base.ExperienceSource.group_size`)
+  delivered them.
+* ``stale`` — with ``rollout.max_staleness`` 0 nothing is stale: every token is the current weights', or held back
+  by its source on purpose (:meth:`~turnrl.rl.sources.base.ExperienceSource.lag`); a stale episode there means a
+  source holds episodes back without saying so.
+
+Each check that fires warns once per run, naming what it saw and the likely causes; its figure is in every step's
+metrics (``guard_*``, ``guard_violations``: how many checks fired this step). ``guard.strict`` stops the run at the
+end of the step instead (:class:`ConsistencyError`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from turnrl.rl.sources.episode import token_crc
+from turnrl.types import Trajectory
+
+if TYPE_CHECKING:
+    from turnrl.rl.run.config import TrainConfig
+
+logger = logging.getLogger(__name__)
+
+#: (mean, max) tolerances of the lag-0 gap, in nats, per rollout backend: the HF agent shares the learner's model
+#: and precision (fp32), so only batching's float rounding separates them; vLLM has kernels (and often a precision)
+#: of its own, and single tokens can differ by nats, so only the mean is held.
+TOLERANCES: dict[str, tuple[float, float | None]] = {"hf": (1e-3, 5e-2), "vllm": (5e-2, None)}
+
+CAUSES = {
+    "logp": "likely causes: a KV cache computed with older weights (a weight write that did not call "
+            "turnrl.weights.mark_weights_changed), a chat template or tokenizer that differs between rollout and "
+            "learner, sampling options the learner does not apply (temperature, top-p/top-k), or numerics (another "
+            "engine or precision: raise guard.logp_tolerance)",
+    "tokens": "likely causes: tokens re-tokenized from text, an episode's pieces joined in the wrong order, or a "
+              "history rewrite that replaced generated tokens",
+    "versions": "likely causes: an agent or rollout path that does not stamp the policy version on what it samples",
+    "stops": "likely causes: a turn resumed after a window whose stop string straddled the pieces, or a backend that "
+             "ignores stop strings",
+    "groups": "likely causes: a staleness bound or filter that dropped some of a group's episodes, or a source that "
+              "released a group before all its episodes finished",
+    "stale": "likely causes: a source that holds episodes back on purpose without measuring their lag "
+             "(ExperienceSource.lag), or weights that changed while an episode was in play",
+}
+
+
+class GuardConfig(BaseModel):
+    """The consistency guard (see :mod:`turnrl.rl.run.guard`)."""
+
+    model_config = ConfigDict(extra="forbid")
+    enabled: bool = Field(True, description="check every training step's consistency (guard_* metrics, a warning "
+                          "the first time each check fails)")
+    logp_tolerance: float | None = Field(None, ge=0, description=(
+        "the most mean |rollout − learner| log-probability gap, in nats, over the tokens sampled by the weights "
+        "being updated; None: per rollout backend (HF agent 1e-3, vLLM 5e-2)"))
+    logp_max_tolerance: float | None = Field(None, ge=0, description=(
+        "the most gap on any one such token; None: per rollout backend (HF agent 5e-2; vLLM: not checked)"))
+    strict: bool = Field(False, description="stop the run (after recording the step) when a check fails, instead "
+                         "of warning")
+
+
+class ConsistencyError(RuntimeError):
+    """A strict guard's check failed: the step trained on tokens that are not what the policy sampled."""
+
+
+def backend(cfg: TrainConfig) -> str:
+    """The rollout backend whose tolerances apply: ``vllm`` or ``hf``."""
+    return "vllm" if cfg.placement == "ray" and cfg.ray.rollout_backend == "vllm" else "hf"
+
+
+def check_config(cfg: TrainConfig, sampled: bool) -> None:
+    """Raise ValueError where a strict guard cannot do its work (``sampled``: the source's episodes are the policy's
+    own samples, with their log-probabilities)."""
+    g = cfg.guard
+    if g.strict and not g.enabled:
+        raise ValueError("guard.strict stops the run when a check fails, but guard.enabled is false: drop one")
+    if g.strict and not sampled:
+        raise ValueError(f"guard.strict compares the policy's own samples with the learner's scores, and algorithm "
+                         f"{cfg.algorithm.name!r} trains from stored data whose log-probabilities are not this run's "
+                         "policy's: drop guard.strict (the guard's other checks still run)")
+
+
+def generated(traj: Trajectory) -> list[int]:
+    """The episode's generated tokens (loss mask 1), in order."""
+    return [t for t, m in zip(traj.token_ids or [], traj.loss_mask or []) if m]
+
+
+class ConsistencyGuard:
+    """Checks each step (see the module docstring).
+
+    Args:
+        config: the run config (``guard``, ``rollout.top_p``, ``rollout.max_staleness``, the backend).
+        sampled: whether the source's episodes are the policy's own samples (stored data: only the token checks).
+        group_size: the size (or a multiple of it) each group a step trains has, where the source promises whole
+            groups; None where it does not.
+    """
+
+    def __init__(self, config: TrainConfig, *, sampled: bool, group_size: int | None = None) -> None:
+        g = config.guard
+        mean, most = TOLERANCES[backend(config)]
+        self.enabled, self.strict = g.enabled, g.strict
+        self.mean_tol = g.logp_tolerance if g.logp_tolerance is not None else mean
+        self.max_tol = g.logp_max_tolerance if g.logp_max_tolerance is not None else most
+        self.nucleus = config.rollout.top_p < 1
+        self.synchronous = config.rollout.max_staleness == 0
+        self.sampled, self.group_size = sampled, group_size
+        self.warned: set[str] = set()
+
+    def check(self, step: int, collected: Sequence[Trajectory], trained: Sequence[Trajectory],
+              info: dict[str, float]) -> tuple[dict[str, float], list[str]]:
+        """The step's ``guard_*`` figures and a message per check that failed.
+
+        Args:
+            step: the step (for messages).
+            collected: every episode the source gave this step.
+            trained: the ones handed to the learner (after the staleness bound).
+            info: the step's metrics so far (the learner's ``lag0_*`` and ``logp_diff_lag0``, ``stale_episodes``).
+        """
+        if not self.enabled:
+            return {}, []
+        figures: dict[str, float] = {}
+        failed: dict[str, str] = {}
+        if self.sampled and "lag0_tokens" in info:
+            self._logp(info, figures, failed)
+        bad = [t for t in trained if "sampled_crc" in t.metadata and token_crc(generated(t)) != t.metadata["sampled_crc"]]
+        figures["guard_token_mismatch"] = float(len(bad))
+        if bad:
+            failed["tokens"] = (f"{len(bad)} episode(s) reached the learner with generated tokens that are not the "
+                                f"ones the agent returned (e.g. {bad[0].metadata.get('job', bad[0].id)})")
+        if self.sampled:
+            unversioned = sum(int(v < 0) for t in trained if t.token_versions is not None
+                              for v, m in zip(t.token_versions, t.loss_mask or []) if m)
+            figures["guard_unversioned_tokens"] = float(unversioned)
+            if unversioned:
+                failed["versions"] = f"{unversioned} generated token(s) carry no policy version"
+        past = [(t, turn) for t in trained for turn in t.turns if turn.info.get("past_stop")]
+        figures["guard_past_stop_turns"] = float(len(past))
+        if past:
+            t, turn = past[0]
+            failed["stops"] = (f"{len(past)} turn(s) ran on past their stop string (e.g. turn {turn.index} of "
+                               f"{t.metadata.get('job', t.id)}: {turn.info['past_stop']} token(s) after it)")
+        partial = self._partial_groups(collected, trained)
+        figures["guard_partial_groups"] = float(len(partial))
+        if partial:
+            failed["groups"] = f"{len(partial)} group(s) trained in part: " + "; ".join(partial[:3])
+        stale = info.get("stale_episodes", 0.0) + info.get("stale_group_episodes", 0.0)
+        if self.sampled and self.synchronous and stale:
+            figures["guard_stale_synchronous"] = stale
+            failed["stale"] = (f"{int(stale)} episode(s) dropped as stale with rollout.max_staleness 0, where every "
+                               "token is sampled by the weights being updated")
+        figures["guard_violations"] = float(len(failed))
+        messages = [f"step {step}: consistency check '{kind}' failed: {what}; {CAUSES[kind]}"
+                    for kind, what in failed.items()]
+        for kind, message in zip(failed, messages):
+            if kind not in self.warned and not self.strict:
+                self.warned.add(kind)
+                logger.warning("%s (warned once; guard_* in metrics.jsonl every step)", message)
+        return figures, messages
+
+    def _logp(self, info: dict[str, float], figures: dict[str, float], failed: dict[str, str]) -> None:
+        n = int(info["lag0_tokens"])
+        mean, most = info.get("logp_diff_lag0", 0.0), info.get("lag0_gap_max", 0.0)
+        figures.update(guard_logp_gap=mean, guard_logp_gap_max=most)
+        if self.nucleus:  # the rollout's are of the renormalized nucleus: only the learner's excess is a fault
+            excess, limit = info.get("lag0_excess_max", 0.0), self.max_tol if self.max_tol is not None else self.mean_tol
+            if excess > limit:
+                failed["logp"] = (f"the learner's log-probability exceeds the rollout's by up to {excess:.4g} nats "
+                                  f"on {n} token(s) sampled by the weights being updated (tolerance {limit:g}; with "
+                                  "top_p < 1 the rollout's is of the nucleus and never below the learner's)")
+            return
+        over_max = self.max_tol is not None and most > self.max_tol
+        if mean > self.mean_tol or over_max:
+            failed["logp"] = (f"rollout and learner log-probabilities differ by {mean:.4g} nats on average, up to "
+                              f"{most:.4g}, on {n} token(s) sampled by the weights being updated (tolerance "
+                              f"{self.mean_tol:g} mean" + (f", {self.max_tol:g} max)" if self.max_tol is not None
+                                                           else ")"))
+
+    def _partial_groups(self, collected: Sequence[Trajectory], trained: Sequence[Trajectory]) -> list[str]:
+        """The groups that train with some of their episodes left out, each described."""
+        have = Counter(str(t.group_id) for t in collected if t.group_id is not None)
+        got = Counter(str(t.group_id) for t in trained if t.group_id is not None)
+        out = [f"{g} ({n} of {have[g]} collected)" for g, n in got.items() if n != have[g]]
+        if self.group_size:
+            out += [f"{g} ({n} episodes, groups of {self.group_size})" for g, n in got.items()
+                    if n == have[g] and n % self.group_size]
+        return out
