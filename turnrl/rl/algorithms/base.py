@@ -19,14 +19,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 from turnrl.rl.core.batch import Batch
 from turnrl.rl.formulas.advantages import window_mask, zero_variance_groups
-from turnrl.rl.formulas.losses import AggMode, agg_count, aggregate, behaviour_weights, clipped_surrogate, masked_nll
+from turnrl.rl.formulas.importance import off_policy_weights
+from turnrl.rl.formulas.losses import AggMode, agg_count, aggregate, clipped_surrogate, masked_nll
 from turnrl.rl.formulas.rewards import longest_turn, overlong_penalty
 from turnrl.types import Trajectory
 from turnrl.utils import load_entry
@@ -69,6 +70,11 @@ class PolicyGradientConfig(AlgorithmConfig):
         "min(π_old/μ, C) with C this cap (2 is usual), π_old the learner's own log-probabilities "
         "(optim.recompute_logprobs) and μ the sampler's — for rollout engines whose numbers differ from the "
         "learner's, or stale samples; None = off"))
+    behaviour_is: Literal["truncate", "mask-token", "mask-sequence", "icepop"] = Field("truncate", description=(
+        "what behaviour_is_cap C does with ρ = π_old/μ (docs/algorithms.md §11): truncate (min(ρ, C)), mask-token "
+        "(ρ, or 0 above C), mask-sequence (the answer's geometric-mean ρ, or the whole answer left out outside "
+        "[1/C, C]) or icepop (ρ, or 0 outside [behaviour_is_floor, C])"))
+    behaviour_is_floor: float = Field(0.5, gt=0, lt=1, description="IcePop's lower bound α (behaviour_is: icepop)")
 
 
 @dataclass
@@ -253,6 +259,11 @@ class PolicyGradient(Algorithm):
             raise ValueError("algorithm.behaviour_is_cap weighs tokens by π_old/μ, the learner's log-probabilities "
                              "over the sampler's: set optim.recompute_logprobs=true (without it π_old is μ and every "
                              "weight is 1)")
+        if isinstance(algo, PolicyGradientConfig) and algo.behaviour_is_cap is None and (
+                algo.behaviour_is != "truncate" or "behaviour_is_floor" in algo.model_fields_set):
+            raise ValueError(f"algorithm.behaviour_is={algo.behaviour_is} chooses what the importance weights do, "
+                             "and they are off: set algorithm.behaviour_is_cap (C, e.g. 2; icepop: its upper bound "
+                             "β, e.g. 5)")
 
     @property
     def needs_reference(self) -> bool:
@@ -280,8 +291,9 @@ class PolicyGradient(Algorithm):
         """Surrogate (+ β·KL, + μ·NLL) of the micro-batch."""
         cfg, b = self.cfg, exp.batch
         weights, is_metrics = None, {}
-        if cfg.behaviour_is_cap is not None:  # §11: decoupled PPO / truncated IS against the sampler's μ
-            weights, is_metrics = behaviour_weights(b.old_logp, b.behaviour_logp, b.loss_mask, cfg.behaviour_is_cap)
+        if cfg.behaviour_is_cap is not None:  # §11: importance weights against the sampler's μ
+            weights, is_metrics = off_policy_weights(cfg.behaviour_is, b.old_logp, b.behaviour_logp, b.loss_mask,
+                                                     cfg.behaviour_is_cap, cfg.behaviour_is_floor)
         loss, metrics = clipped_surrogate(fwd.logp, b.old_logp, exp.adv, b.loss_mask, cfg.eps_low, cfg.eps_high,
                                           cfg.dual_clip, cfg.agg, counts["policy"], weights)
         metrics.update(is_metrics)

@@ -11,6 +11,8 @@ from typing import Literal
 
 import torch
 
+from turnrl.rl.formulas.importance import behaviour_weights  # noqa: F401 — where it used to live
+
 AggMode = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"]
 AGG_MODES: tuple[str, ...] = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
 
@@ -92,35 +94,6 @@ def clipped_surrogate(
             "ratio_mean": (ratio * m).sum() / m.sum().clamp(min=1),
         }
     return aggregate(loss_t, mask, agg, count), metrics
-
-
-def behaviour_weights(prox_logp: torch.Tensor, behaviour_logp: torch.Tensor, mask: torch.Tensor, cap: float
-                      ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """The off-policy weight w_t = min(π_prox(y_t)/μ(y_t), C) of decoupled PPO and of truncated importance sampling
-    of the rollout–learner mismatch (docs/algorithms.md §11; Hilton et al., 2021; Yao et al., 2025).
-
-    π_prox is the policy at the start of the update as the learner scores it (``old_logp`` recomputed), μ the policy
-    that sampled the token (the rollout engine's log-probability, possibly of an older version). The weight is a
-    constant of the loss (no gradient flows through it); with μ = π_prox it is 1 and the surrogate is §0's.
-
-    Args:
-        prox_logp, behaviour_logp: ``(B, T)`` log π_prox and log μ of each token.
-        mask: ``(B, T)`` loss mask (weights are 0 elsewhere).
-        cap: C ≥ 1, the truncation.
-
-    Returns:
-        ``(w (B, T), {"is_weight_mean", "is_weight_max", "is_weight_clipped"})`` over masked tokens.
-    """
-    if cap < 1:
-        raise ValueError(f"the importance-weight cap must be >= 1, got {cap}")
-    m = mask.to(prox_logp.dtype)
-    with torch.no_grad():
-        raw = torch.exp(torch.clamp(prox_logp - behaviour_logp, -20.0, 20.0))
-        w = torch.clamp(raw, max=cap) * m
-        n = m.sum().clamp(min=1)
-        metrics = {"is_weight_mean": w.sum() / n, "is_weight_max": w.max(),
-                   "is_weight_clipped": ((raw > cap).to(m.dtype) * m).sum() / n}
-    return w, metrics
 
 
 def clipped_value_loss(
