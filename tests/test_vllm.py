@@ -92,6 +92,50 @@ def test_sampled_logprobs_are_the_samplers_at_temperature_and_with_fire(agents):
         assert c.logprobs == pytest.approx(head + rest, abs=2e-2)
 
 
+def test_a_stop_string_across_a_window_boundary_stops_the_turn_where_one_call_does(agents):
+    """Issue 66, bug 3 on vLLM: the engine checks stop strings against the tokens of its own request only; the
+    rollout finds one that began in the turn's earlier piece."""
+    import turnrl
+    from turnrl.rl.sources.rollout import Rollout
+
+    hf, engine = agents
+    tok = engine.tokenizer
+
+    def episode(window, stop):
+        rollout = Rollout(engine, SamplingParams(temperature=0.0, max_new_tokens=24, stop=stop))
+        eps = rollout.start([turnrl.make("turnrl/Arithmetic-v0", level=1)], seeds=[0], options=[{"index": 0}],
+                            group_ids=[None], sample_seeds=[None], metadata=[{}])
+        while not eps[0].done:
+            rollout.play(eps, window)
+        return eps[0].traj
+
+    def text(ids):
+        return tok.decode(ids, skip_special_tokens=False)
+
+    plain = episode(None, ())
+    s, e = plain.turns[0].token_span
+    turn = plain.token_ids[s:e]
+    cut = next(b for b in range(1, len(turn) - 1)
+               if len(text(turn[:b])) >= 2 and len(text(turn[:b + 1])) - len(text(turn[:b])) >= 2
+               and text(turn[:b])[-2:].strip() and text(turn[:b + 1])[len(text(turn[:b])):][:2].strip())
+    head = text(turn[:cut])
+    stop = (head[-2:] + text(turn[:cut + 1])[len(head):len(head) + 2],)
+    whole = episode(None, stop)
+    windowed = episode(cut, stop)
+    assert whole.turns[0].token_span[1] - whole.turns[0].token_span[0] <= cut + 1
+    assert windowed.token_ids == whole.token_ids
+    assert [t.token_span for t in windowed.turns] == [t.token_span for t in whole.turns]
+
+
+def test_logprobs_under_top_k_are_of_the_distribution_sampled(agents):
+    """μ after top-k (issue 66): with one token kept every log-probability is 0, as the HF agent's."""
+    hf, engine = agents
+    ps = prompts(hf.tokenizer)
+    for agent in (engine, hf):
+        outs = agent.generate(ps, SamplingParams(temperature=1.0, top_k=1, max_new_tokens=6, seed=0))
+        assert all(abs(lp) < 1e-4 for c in outs for lp in c.logprobs), type(agent).__name__
+
+
 def test_score_is_the_models_and_follows_loaded_weights(agents):
     from turnrl.rl.core.forward import sequence_logprobs
 

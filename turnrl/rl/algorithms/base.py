@@ -259,8 +259,7 @@ class PolicyGradient(Algorithm):
             raise ValueError("algorithm.behaviour_is_cap weighs tokens by π_old/μ, the learner's log-probabilities "
                              "over the sampler's: set optim.recompute_logprobs=true (without it π_old is μ and every "
                              "weight is 1)")
-        if isinstance(algo, PolicyGradientConfig) and algo.behaviour_is_cap is None and (
-                algo.behaviour_is != "truncate" or "behaviour_is_floor" in algo.model_fields_set):
+        if isinstance(algo, PolicyGradientConfig) and algo.behaviour_is_cap is None and algo.behaviour_is != "truncate":
             raise ValueError(f"algorithm.behaviour_is={algo.behaviour_is} chooses what the importance weights do, "
                              "and they are off: set algorithm.behaviour_is_cap (C, e.g. 2; icepop: its upper bound "
                              "β, e.g. 5)")

@@ -88,6 +88,9 @@ class Driver:
                                               self.source.lag)
             info.update(dropped)
         info.update(self.learner.update(fresh))
+        # every episode collected is trained or counted as dropped, with its reason (stale, stale_group, untrainable)
+        info["collected_episodes"] = float(len(trajs))
+        info["trained_episodes"] = float(len(fresh) - info.get("dropped_episodes", 0.0)) if fresh else 0.0
         figures, failed = self.guard.check(self.step + 1, trajs, fresh, info)
         info.update(figures)
         self._halt = failed if self.guard.strict else []
