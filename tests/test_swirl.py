@@ -404,6 +404,8 @@ def test_swirl_raises_the_mean_step_reward_on_a_toy_env(tmp_path):
     reward = [h["reward_mean"] for h in history[1:]]
     early, late = sum(reward[:5]) / 5, sum(reward[-5:]) / 5
     assert late > early + 0.3, (early, late)
+    # fresh steps after stored prefixes: not the stored episodes' sampling record (the guard checks the step's own)
+    assert all(h["guard_violations"] == 0 and h["guard_token_mismatch"] == 0 for h in history[1:])
 
 
 def test_sft_imitates_every_stored_row(tmp_path):

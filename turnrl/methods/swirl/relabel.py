@@ -74,7 +74,7 @@ def ground_answer(traj: Trajectory, tokenizer: Any, judge: RuleStepJudge | None 
                       "relabelled": True, "extracted": gold.strip(), "tool_calls": []})
     assert traj.loss_mask is not None and traj.logprobs is not None
     segments = [s for s in traj.segments or [0] if s < start]  # the context segments before the cut
-    meta = dict(traj.metadata)
+    meta = {k: v for k, v in traj.metadata.items() if k != "sampled_crc"}  # edited tokens: not what was sampled
     if isinstance(meta.get("segment_reasons"), list):
         meta["segment_reasons"] = meta["segment_reasons"][: len(segments) - 1]
     return traj.model_copy(update={

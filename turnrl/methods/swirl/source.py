@@ -241,7 +241,8 @@ class StateSource(ExperienceSource):
                 prompt=row.prompt, turns=[*context, turn], token_ids=prefix + ids,
                 loss_mask=[0] * len(prefix) + [1] * len(ids),
                 logprobs=[0.0] * len(prefix) + logprobs,
-                metadata={**{k2: v for k2, v in row.metadata.items() if k2 not in ("swirl", "policy_version")},
+                metadata={**{k2: v for k2, v in row.metadata.items()  # not the stored episode's sampling record
+                             if k2 not in ("swirl", "policy_version", "sampled_crc")},
                           "swirl": swirl, "prompt_length": len(prefix), "policy_version": [version, version]}))
         return out
 

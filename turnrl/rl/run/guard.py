@@ -111,7 +111,8 @@ class ConsistencyGuard:
 
     Args:
         config: the run config (``guard``, ``rollout.top_p``, ``rollout.max_staleness``, the backend).
-        sampled: whether the source's episodes are the policy's own samples (stored data: only the token checks).
+        sampled: whether the source's episodes are the policy's own samples (stored data: only the stop and group
+            checks: its log-probabilities, versions and tokens are not this run's sampling).
         group_size: the size (or a multiple of it) each group a step trains has, where the source promises whole
             groups; None where it does not.
     """
@@ -143,12 +144,13 @@ class ConsistencyGuard:
         failed: dict[str, str] = {}
         if self.sampled and "lag0_tokens" in info:
             self._logp(info, figures, failed)
-        bad = [t for t in trained if "sampled_crc" in t.metadata and token_crc(generated(t)) != t.metadata["sampled_crc"]]
-        figures["guard_token_mismatch"] = float(len(bad))
-        if bad:
-            failed["tokens"] = (f"{len(bad)} episode(s) reached the learner with generated tokens that are not the "
-                                f"ones the agent returned (e.g. {bad[0].metadata.get('job', bad[0].id)})")
-        if self.sampled:
+        if self.sampled:  # stored data may have been edited on purpose (relabelled steps): this run's samples only
+            bad = [t for t in trained
+                   if "sampled_crc" in t.metadata and token_crc(generated(t)) != t.metadata["sampled_crc"]]
+            figures["guard_token_mismatch"] = float(len(bad))
+            if bad:
+                failed["tokens"] = (f"{len(bad)} episode(s) reached the learner with generated tokens that are not "
+                                    f"the ones the agent returned (e.g. {bad[0].metadata.get('job', bad[0].id)})")
             unversioned = sum(int(v < 0) for t in trained if t.token_versions is not None
                               for v, m in zip(t.token_versions, t.loss_mask or []) if m)
             figures["guard_unversioned_tokens"] = float(unversioned)
