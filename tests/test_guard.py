@@ -190,3 +190,21 @@ def test_bad_guard_settings_are_refused_in_one_line(tmp_path):
     hf = ConsistencyGuard(config(tmp_path, 1, {"name": "grpo"}), sampled=True)
     assert (hf.mean_tol, hf.max_tol) == (1e-3, 5e-2)
     assert (ConsistencyGuard(vllm, sampled=True).mean_tol, ConsistencyGuard(vllm, sampled=True).max_tol) == (5e-2, None)
+
+
+def test_the_train_command_says_a_strict_guards_failure_in_one_line(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from turnrl.cli import app
+
+    monkeypatch.setattr("turnrl.rl.core.learner.mark_weights_changed", lambda model: None)
+    path = tmp_path / "c.yaml"
+    path.write_text("model: tiny:chatml\nenv: {id: tests/Upper-v0}\n"
+                    "algorithm: {name: tppo, window: 3, value_warmup_steps: 0}\n"
+                    "rollout: {prompts_per_step: 4, group_size: 4, max_new_tokens: 6}\n"
+                    "optim: {lr: 0.01, minibatch_size: 8}\nsteps: 5\neval_tasks: 2\nsave_trajectories: false\n"
+                    f"out_dir: {tmp_path / 'run'}\nguard: {{strict: true}}\n")
+    result = CliRunner().invoke(app, ["train", str(path)])
+    assert result.exit_code == 2, result.output
+    error = [line for line in result.output.splitlines() if line.startswith("error:")]
+    assert len(error) == 1 and "consistency check 'logp' failed" in error[0]

@@ -188,6 +188,7 @@ def train(
                       highlight=False)
     from turnrl.gateway.program import ProgramError, load_function
     from turnrl.rl.placement.ray import RayPlacementError
+    from turnrl.rl.run.guard import ConsistencyError
     from turnrl.rl.sources.replay import OfflineDataError
 
     if cfg.program is not None and cfg.program.function is not None:  # fail fast; its folder joins sys.path
@@ -228,6 +229,8 @@ def train(
             console.print(f"[red]{e}[/red]")
             raise typer.Exit(2) from e
         except RayPlacementError as e:  # workers gone for good: what was collected is in the run's journal
+            fail(str(e))
+        except ConsistencyError as e:  # guard.strict: the step that failed is recorded in metrics.jsonl
             fail(str(e))
         finally:
             trainer.close()
