@@ -15,6 +15,8 @@ between engine and trainer.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 
@@ -27,6 +29,16 @@ def _metrics(w: torch.Tensor, m: torch.Tensor, out: torch.Tensor, name: str) -> 
     """``is_weight_mean``/``is_weight_max`` over masked tokens and the share ``name`` of them that ``out`` marks."""
     n = m.sum().clamp(min=1)
     return {"is_weight_mean": w.sum() / n, "is_weight_max": w.max(), name: (out.to(m.dtype) * m).sum() / n}
+
+
+def _masked(prox_logp: torch.Tensor, behaviour_logp: torch.Tensor, mask: torch.Tensor,
+            out_of: Callable[[torch.Tensor], torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """w_t = ρ_t, or 0 where ``out_of(ρ)`` marks the token (the token-level masks), with their metrics."""
+    m = mask.to(prox_logp.dtype)
+    raw = _ratio(prox_logp, behaviour_logp)
+    out = out_of(raw)
+    w = torch.where(out, torch.zeros_like(raw), raw) * m
+    return w, _metrics(w, m, out, "is_weight_masked")
 
 
 def behaviour_weights(prox_logp: torch.Tensor, behaviour_logp: torch.Tensor, mask: torch.Tensor, cap: float
@@ -61,11 +73,7 @@ def token_mask_weights(prox_logp: torch.Tensor, behaviour_logp: torch.Tensor, ma
     """
     if cap < 1:
         raise ValueError(f"the importance-weight cap must be >= 1, got {cap}")
-    m = mask.to(prox_logp.dtype)
-    raw = _ratio(prox_logp, behaviour_logp)
-    out = raw > cap
-    w = torch.where(out, torch.zeros_like(raw), raw) * m
-    return w, _metrics(w, m, out, "is_weight_masked")
+    return _masked(prox_logp, behaviour_logp, mask, lambda raw: raw > cap)
 
 
 def sequence_mask_weights(prox_logp: torch.Tensor, behaviour_logp: torch.Tensor, mask: torch.Tensor, cap: float
@@ -102,11 +110,7 @@ def icepop_weights(prox_logp: torch.Tensor, behaviour_logp: torch.Tensor, mask: 
     """
     if not 0 < low < 1 <= high:
         raise ValueError(f"IcePop needs 0 < low < 1 <= high, got low={low}, high={high}")
-    m = mask.to(prox_logp.dtype)
-    raw = _ratio(prox_logp, behaviour_logp)
-    out = (raw < low) | (raw > high)
-    w = torch.where(out, torch.zeros_like(raw), raw) * m
-    return w, _metrics(w, m, out, "is_weight_masked")
+    return _masked(prox_logp, behaviour_logp, mask, lambda raw: (raw < low) | (raw > high))
 
 
 def off_policy_weights(mode: str, prox_logp: torch.Tensor, behaviour_logp: torch.Tensor, mask: torch.Tensor,
