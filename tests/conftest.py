@@ -42,3 +42,16 @@ def sigint_raises():
     old = signal.signal(signal.SIGINT, signal.default_int_handler)  # a handled signal is reset to default on exec
     yield
     signal.signal(signal.SIGINT, old)
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    """A real local Ray cluster of 2 CPUs for the module's tests (started once per module, shut down after it).
+    ``TURNRL_TEST_PID`` names the test's own process (``toy_envs``' environments that build only there make a
+    rollout worker that builds them die at start)."""
+    ray = pytest.importorskip("ray")
+    os.environ["TURNRL_TEST_PID"] = str(os.getpid())
+    if not ray.is_initialized():
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    yield ray
+    ray.shutdown()

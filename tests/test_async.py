@@ -2,7 +2,6 @@
 learner updates, new weights land between two generation calls of an episode in play, the staleness bound holds,
 and a killed worker or driver loses and duplicates nothing."""
 
-import os
 
 import pytest
 import torch
@@ -16,14 +15,6 @@ from turnrl.rl.sources.base import Job
 from turnrl.storage import read_jsonl
 
 ray = pytest.importorskip("ray")
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    os.environ["TURNRL_TEST_PID"] = str(os.getpid())
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
-    yield
-    ray.shutdown()
 
 
 def config(tmp_path, env="tests/Upper-v0", steps=3, k=1, **extra):
@@ -41,7 +32,7 @@ def trainer(cfg):
     return Trainer(cfg, model=tiny_model(tok), tokenizer=tok)
 
 
-def test_k1_plays_the_next_step_during_the_update_within_the_bound_and_learns(cluster, tmp_path):
+def test_k1_plays_the_next_step_during_the_update_within_the_bound_and_learns(ray_cluster, tmp_path):
     t = trainer(config(tmp_path, steps=30))
     try:
         history = t.train()
@@ -56,7 +47,7 @@ def test_k1_plays_the_next_step_during_the_update_within_the_bound_and_learns(cl
     assert history[-1]["eval_success"] > history[0]["eval_success"]
 
 
-def test_k0_starts_nothing_ahead(cluster, tmp_path):
+def test_k0_starts_nothing_ahead(ray_cluster, tmp_path):
     t = trainer(config(tmp_path, steps=2, k=0))
     try:
         history = t.train()
@@ -101,7 +92,7 @@ def test_new_weights_land_between_two_generation_calls_of_an_episode_in_play():
             assert torch.allclose(torch.tensor(scored[s:e]), torch.tensor(t.logprobs[s:e]), atol=1e-4)
 
 
-def test_a_worker_killed_with_the_next_steps_episodes_in_play_loses_and_repeats_nothing(cluster, tmp_path):
+def test_a_worker_killed_with_the_next_steps_episodes_in_play_loses_and_repeats_nothing(ray_cluster, tmp_path):
     t = trainer(config(tmp_path, env="tests/Slow-v0", steps=2))
     committed = []
     t.runner.on_commit = lambda traj, ledger: committed.append(traj)
@@ -126,7 +117,7 @@ def test_a_worker_killed_with_the_next_steps_episodes_in_play_loses_and_repeats_
     assert len({tr.metadata["job"] for tr in committed if tr.metadata["job"].startswith("1-")}) == 32
 
 
-def test_a_resumed_driver_with_episodes_in_play_trains_every_step_on_each_job_once(cluster, tmp_path):
+def test_a_resumed_driver_with_episodes_in_play_trains_every_step_on_each_job_once(ray_cluster, tmp_path):
     part = trainer(config(tmp_path, steps=4, checkpoint_every=2, save_trajectories=True))
 
     class DriverDied(Exception):

@@ -8,6 +8,7 @@ import pytest
 import torch
 from pydantic import ValidationError
 from toy_envs import UpperEnv
+from toy_envs import straddling_stop as stop_across
 
 import turnrl
 from turnrl.agents.base import SamplingParams
@@ -110,15 +111,7 @@ def straddling_stop(model, tok):
     env = turnrl.make("tests/StopProbe-v0")
     traj = rollout.run([env], seeds=[0], options=[{"index": 0}])[0]
     s, e = traj.turns[0].token_span
-    turn = traj.token_ids[s:e]
-
-    def text(ids):
-        return tok.decode(ids, skip_special_tokens=False)
-
-    cut = next(b for b in range(1, len(turn) - 1)
-               if len(text(turn[:b])) >= 2 and len(text(turn[:b + 1])) - len(text(turn[:b])) >= 2)
-    head = text(turn[:cut])
-    return cut, head[-2:] + text(turn[:cut + 1])[len(head):len(head) + 2]
+    return stop_across(tok, traj.token_ids[s:e])
 
 
 def test_a_stop_string_missed_across_windows_fires_the_stop_check(tmp_path, monkeypatch):

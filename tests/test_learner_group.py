@@ -19,13 +19,6 @@ ray = pytest.importorskip("ray")
 pytest.importorskip("deepspeed")
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
-    yield
-    ray.shutdown()
-
-
 def cfg(tmp_path, stage=2, algo="dapo", ranks=2, lr=1e-2, lora=None, **optim):
     name = algo if isinstance(algo, str) else algo["name"]
     stored = {"data": {"path": "unused.parquet"}} if name in ("dqo", "sft", "rft") else {}
@@ -49,7 +42,7 @@ def test_shards_are_contiguous_whole_groups_of_about_equal_size():
 @pytest.mark.parametrize("stage,algo,lr", [(2, "dapo", 1e-2), (3, "dapo", 1e-2),
                                            (3, {"name": "ppo", "kl_coef": 0.05}, 5e-3),
                                            (3, {"name": "dqo", "beta": 0.1}, 5e-3), (2, "sft", 1e-2)])
-def test_two_ranks_update_like_one_process(cluster, tmp_path, stage, algo, lr):
+def test_two_ranks_update_like_one_process(ray_cluster, tmp_path, stage, algo, lr):
     """Unequal rows and tokens per rank, two optimizer steps per update (windows of 6 and 2 rows, micro-batches of
     3); PPO adds the value head (trained in the same DeepSpeed engine, at twice the learning rate) and a reference
     model; DQO (offline: a value head, a reference, importance weights) and SFT train on a group too. Each rank
@@ -58,12 +51,12 @@ def test_two_ranks_update_like_one_process(cluster, tmp_path, stage, algo, lr):
     _check_two_ranks(tmp_path, stage, algo, lr, minibatch_size=3, grad_accum=2)
 
 
-def test_a_rank_with_nothing_to_train_keeps_step_with_its_peer(cluster, tmp_path):
+def test_a_rank_with_nothing_to_train_keeps_step_with_its_peer(ray_cluster, tmp_path):
     """One row per optimizer step: rank 1 runs only stand-ins (it hung when its metrics had fewer keys to reduce)."""
     _check_two_ranks(tmp_path, 2, "grpo", 1e-2, minibatch_size=1, grad_accum=1, unequal=False)
 
 
-def test_ranks_under_a_token_budget_update_like_one_process(cluster, tmp_path):
+def test_ranks_under_a_token_budget_update_like_one_process(ray_cluster, tmp_path):
     """optim.micro_tokens on a group (rows of 29, 28, 27 and 26 tokens per group; 57 tokens: the longest alone): each
     rank cuts its share into pieces of its own when scoring and in micro-batches — of the first window, rank 0 its
     four rows into three, rank 1 its two into two and a stand-in — and the update is still the single process's."""
@@ -72,7 +65,7 @@ def test_ranks_under_a_token_budget_update_like_one_process(cluster, tmp_path):
 
 
 @pytest.mark.parametrize("stage", [2, 3])
-def test_lora_ranks_update_like_one_process_and_export_the_adapters_alone(cluster, tmp_path, stage):
+def test_lora_ranks_update_like_one_process_and_export_the_adapters_alone(ray_cluster, tmp_path, stage):
     """learner.lora on the group: the ranks start from the driver's adapters, train only them (PPO: with the value
     head, and the policy with its adapters off as the KL reference — no reference copy on any rank, none
     partitioned), and publish the adapters alone."""
@@ -163,7 +156,7 @@ PROBE = [[1, 5, 9, 13, 2, 7], [3, 4, 4, 8]]
 
 
 @pytest.fixture(scope="module")
-def group_run(cluster, tmp_path_factory):
+def group_run(ray_cluster, tmp_path_factory):
     """One 2-step run on a 2-rank DeepSpeed group, which both tests below compare with: its folder, history and
     final weights, and the probe's log-probabilities under the learner and under each rollout worker after a sync."""
     out = tmp_path_factory.mktemp("group")
@@ -201,7 +194,7 @@ def test_a_learner_group_trains_like_the_local_learner_and_workers_get_each_vers
     assert (group_run.out / "deepspeed" / "update-2").is_dir()
 
 
-def test_a_lora_run_on_a_group_syncs_workers_with_the_adapters_and_checkpoints_them(cluster, tmp_path):
+def test_a_lora_run_on_a_group_syncs_workers_with_the_adapters_and_checkpoints_them(ray_cluster, tmp_path):
     """`learner.lora` on 2 ZeRO-3 ranks with 2 rollout workers: every episode is sampled with the current adapters,
     the workers get the adapters alone and score like the group, and the checkpoint (adapters + settings) loads as
     the group's policy."""
@@ -237,7 +230,7 @@ def test_a_lora_run_on_a_group_syncs_workers_with_the_adapters_and_checkpoints_t
 
 
 @pytest.mark.parametrize("algo", [{"name": "dqo", "beta": 0.1}, {"name": "sft"}])
-def test_an_offline_run_trains_on_a_learner_group_like_the_local_learner(cluster, tmp_path, algo):
+def test_an_offline_run_trains_on_a_learner_group_like_the_local_learner(ray_cluster, tmp_path, algo):
     """Offline objectives through `turnrl train` on 2 ZeRO-3 ranks: the same data, the same losses as one process;
     placement: ray only hosts the ranks (no rollout workers start)."""
     from turnrl.agents.base import SamplingParams
@@ -266,7 +259,7 @@ def test_an_offline_run_trains_on_a_learner_group_like_the_local_learner(cluster
     assert got[-1]["eval_success"] == want[-1]["eval_success"]
 
 
-def test_a_step_wise_run_samples_with_the_groups_weights(cluster, tmp_path):
+def test_a_step_wise_run_samples_with_the_groups_weights(ray_cluster, tmp_path):
     """SWiRL on 2 ranks: the driver samples fresh steps from stored states with its copy of the policy, which loads
     every version the group publishes — the run matches the local learner's."""
     from test_swirl import CapitalJudge, _upper_rows

@@ -11,7 +11,6 @@ reason. ``python tests/test_matrix.py`` prints the covering table.
 from __future__ import annotations
 
 import itertools
-import os
 import sys
 from pathlib import Path
 
@@ -113,17 +112,6 @@ def test_the_design_covers_every_pair_and_runs_most_combinations():
         assert any(not any(p in pairs_of(r) for r in runs) for p in pairs_of(c))
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    """A local Ray cluster for the combinations placed on Ray (started once)."""
-    ray = pytest.importorskip("ray")
-    os.environ["TURNRL_TEST_PID"] = str(os.getpid())
-    if not ray.is_initialized():
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
-    yield
-    ray.shutdown()
-
-
 @pytest.mark.parametrize("combo", DESIGN, ids=[label(c).replace(" ", ",") for c in DESIGN])
 def test_each_combination_runs_consistently_or_is_refused_before_a_model_loads(combo, tmp_path, request):
     why = refusal(combo)
@@ -131,7 +119,7 @@ def test_each_combination_runs_consistently_or_is_refused_before_a_model_loads(c
         assert "\n" not in why and len(why) < 400
         return
     if combo["placement"] == "ray":
-        request.getfixturevalue("cluster")
+        request.getfixturevalue("ray_cluster")
     from turnrl.agents.tiny import tiny_model, tiny_tokenizer
     from turnrl.rl.run.guard import TOLERANCES
     from turnrl.rl.run.trainer import Trainer

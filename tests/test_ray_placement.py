@@ -1,6 +1,5 @@
 """The Ray placement on a real local Ray cluster (started by the module fixture, 2 CPUs) with a tiny model."""
 
-import os
 import time
 from types import SimpleNamespace
 
@@ -19,11 +18,9 @@ ray = pytest.importorskip("ray")
 
 
 @pytest.fixture(scope="module", autouse=True)
-def cluster():
-    os.environ["TURNRL_TEST_PID"] = str(os.getpid())
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
-    yield
-    ray.shutdown()
+def cluster(ray_cluster):
+    """Every test of this module runs on the module's local Ray cluster (conftest's ray_cluster)."""
+    return ray_cluster
 
 
 def config(tmp_path, placement="ray", env="tests/Upper-v0", steps=3, **extra):

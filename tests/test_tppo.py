@@ -4,7 +4,7 @@ only on complete turns, the algorithm's masks and EGAE, W ≥ max length is plai
 import pytest
 import torch
 from pydantic import ValidationError
-from toy_envs import UpperEnv  # noqa: F401 — registers tests/Upper-v0
+from toy_envs import UpperEnv, straddling_stop  # noqa: F401 — UpperEnv registers tests/Upper-v0
 
 import turnrl
 from turnrl.agents.base import SamplingParams
@@ -115,18 +115,12 @@ def test_a_stop_string_that_straddles_a_window_boundary_stops_the_turn_where_one
             rollout.play(eps, window)
         return eps[0].traj
 
-    def text(ids):
-        return tok.decode(ids, skip_special_tokens=False)
-
     plain = episode(None, ())
     s, e = plain.turns[0].token_span
     turn = plain.token_ids[s:e]
-    # the first boundary with two characters on each side: a stop string of those four straddles it
-    cut = next(b for b in range(1, len(turn) - 1)
-               if len(text(turn[:b])) >= 2 and len(text(turn[:b + 1])) - len(text(turn[:b])) >= 2)
-    head = text(turn[:cut])
-    stop = (head[-2:] + text(turn[:cut + 1])[len(head):len(head) + 2],)
-    assert stop[0] not in head
+    cut, stop = straddling_stop(tok, turn)  # the first window ends exactly inside this stop string
+    stop = (stop,)
+    assert stop[0] not in tok.decode(turn[:cut], skip_special_tokens=False)
     whole = episode(None, stop)
     first = whole.turns[0]
     assert first.token_span[1] - first.token_span[0] == cut + 1 and first.info["finish_reason"] == "stop"

@@ -95,6 +95,8 @@ def test_sampled_logprobs_are_the_samplers_at_temperature_and_with_fire(agents):
 def test_a_stop_string_across_a_window_boundary_stops_the_turn_where_one_call_does(agents):
     """Issue 66, bug 3 on vLLM: the engine checks stop strings against the tokens of its own request only; the
     rollout finds one that began in the turn's earlier piece."""
+    from toy_envs import straddling_stop
+
     import turnrl
     from turnrl.rl.sources.rollout import Rollout
 
@@ -109,17 +111,10 @@ def test_a_stop_string_across_a_window_boundary_stops_the_turn_where_one_call_do
             rollout.play(eps, window)
         return eps[0].traj
 
-    def text(ids):
-        return tok.decode(ids, skip_special_tokens=False)
-
     plain = episode(None, ())
     s, e = plain.turns[0].token_span
-    turn = plain.token_ids[s:e]
-    cut = next(b for b in range(1, len(turn) - 1)
-               if len(text(turn[:b])) >= 2 and len(text(turn[:b + 1])) - len(text(turn[:b])) >= 2
-               and text(turn[:b])[-2:].strip() and text(turn[:b + 1])[len(text(turn[:b])):][:2].strip())
-    head = text(turn[:cut])
-    stop = (head[-2:] + text(turn[:cut + 1])[len(head):len(head) + 2],)
+    cut, stop = straddling_stop(tok, plain.token_ids[s:e], visible=True)
+    stop = (stop,)
     whole = episode(None, stop)
     windowed = episode(cut, stop)
     assert whole.turns[0].token_span[1] - whole.turns[0].token_span[0] <= cut + 1

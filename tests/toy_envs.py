@@ -118,3 +118,21 @@ class CapitalsEnv(ToolEnv):
 
 
 turnrl.register("tests/Capitals-v0", "toy_envs:CapitalsEnv")
+
+
+def straddling_stop(tok, turn: list[int], *, visible: bool = False) -> tuple[int, str]:
+    """A window length that ends inside ``turn`` (token ids a model sampled) and a stop string across that boundary:
+    the first cut with at least two characters of text on each side, the stop string those four characters (issue
+    66, bug 3: a stop string begun in one window and ended in the next). ``visible``: both halves hold more than
+    whitespace (a tokenizer that strips spaces from a stop string's ends would otherwise move it)."""
+    def text(ids):
+        return tok.decode(ids, skip_special_tokens=False)
+
+    def fits(b):
+        head, both = text(turn[:b]), text(turn[:b + 1])
+        ok = len(head) >= 2 and len(both) - len(head) >= 2
+        return ok and (not visible or (head[-2:].strip() and both[len(head):][:2].strip()))
+
+    cut = next(b for b in range(1, len(turn) - 1) if fits(b))
+    head = text(turn[:cut])
+    return cut, head[-2:] + text(turn[:cut + 1])[len(head):len(head) + 2]
