@@ -212,6 +212,33 @@ def test_inverse_transform_draws_follow_the_probabilities_and_the_seed():
     assert 0.7 < float((draw(unnormalized, torch.Generator().manual_seed(0)) == 2).double().mean()) < 0.8
 
 
+
+def test_episodes_with_their_own_seeds_draw_their_tokens_by_the_probabilities():
+    """Each episode of a run samples from a generator of its own, seeded from the run's seed and the episode's job
+    (rl/sources/play.sample_seed; a gateway session's call k from ``seed·1009 + k``), and its first token is that
+    generator's first uniform. Over the episodes of many groups those first draws must follow the probabilities as
+    one generator's do (issue 70: the gateway example's learning changed with the sampler's random stream, not with
+    a biased one), and the episodes of one group must not draw alike."""
+    from turnrl.agents.batching import draw
+    from turnrl.rl.sources.base import Job
+    from turnrl.rl.sources.play import sample_seed
+
+    probs = torch.tensor([[0.45, 0.25, 0.15, 0.1, 0.05]])
+    jobs = [Job(step=step, round=0, task=4 * (step - 1) + task, sample=sample)
+            for step in range(1, 126) for task in range(4) for sample in range(8)]  # 4000 episodes
+    picked = []
+    for job in jobs:
+        seed = (sample_seed(0, job) * 1009) % 2**62  # the session's first call, as the gateway seeds it
+        gen = torch.Generator().manual_seed((seed * 1_000_003) % 2**63)  # as HFAgent seeds a row of that seed
+        picked.append(int(draw(probs, gen)))
+    counts = torch.bincount(torch.tensor(picked), minlength=5).double()
+    expected = probs[0].double() * len(picked)
+    chi2 = float(((counts - expected) ** 2 / expected).sum())
+    assert chi2 < 18.5, (chi2, counts)  # 4 degrees of freedom: p ≈ 0.001
+    groups = torch.tensor(picked).view(-1, 8)
+    alike = float((groups == groups[:, :1]).all(-1).double().mean())
+    assert alike < 0.05, alike  # all eight alike by chance: 0.45^8 + … ≈ 0.2 %
+
 def test_rows_with_long_contexts_decode_in_a_lane_of_their_own():
     """Short prompts beside a few very long ones (T-PPO's carried answers) decode in separate batches, so no short
     row is padded to a long context; with each row's own random stream every token and log-probability is the same

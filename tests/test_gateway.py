@@ -386,6 +386,36 @@ def test_a_training_run_learns_from_program_episodes_with_segments(tmp_path):
     assert len(evals) == 2 and all(t.metadata["gateway"]["calls"] == 3 for t in evals)
 
 
+def program_answers_once(base_url, api_key, task):
+    """The smallest agent: one call, its reply is the answer (graded by the environment)."""
+    client = OpenAI(base_url=base_url, api_key=api_key, max_retries=0)
+    return client.chat.completions.create(model=task["model"], messages=task["messages"],
+                                          max_tokens=4).choices[0].message.content
+
+
+def test_a_policy_learns_through_the_gateway_as_it_does_natively(tmp_path):
+    """The learning smoke test of the gateway path: tests/Upper-v0 (a reply that starts with a capital letter), the
+    tiny model and the settings of the native learning test (tests/test_trainer.py), played by a program through
+    the gateway; the success rate must rise by the same rule as natively (toy_envs.assert_learns)."""
+    from toy_envs import assert_learns
+
+    from turnrl.rl.run.trainer import TrainConfig, Trainer
+
+    cfg = TrainConfig(model="tiny", env={"id": "tests/Upper-v0"}, algorithm={"name": "grpo"}, steps=30, eval_tasks=8,
+                      out_dir=str(tmp_path), rollout={"prompts_per_step": 4, "group_size": 8, "max_new_tokens": 4},
+                      optim={"lr": 1e-2, "minibatch_size": 16},
+                      program={"function": f"{__name__}:program_answers_once", "concurrency": 32, "timeout": 60})
+    tok = tiny_tokenizer("chatml")
+    torch.manual_seed(0)
+    trainer = Trainer(cfg, model=tiny_model(tok), tokenizer=tok)
+    try:
+        history = trainer.train()
+    finally:
+        trainer.close()
+    assert all(h["error_episodes"] == 0 and h["rollout_episodes"] == 32 for h in history if "success" in h)
+    assert_learns(history)
+
+
 def test_program_settings_are_checked():
     from pydantic import ValidationError
 
