@@ -30,6 +30,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tppo_vs_ppo import points
+
 REPO = Path(__file__).resolve().parents[1]
 NOISE = 0.12  # two standard errors of one 64-task held-out figure
 
@@ -93,9 +95,8 @@ CLAIMS = [
 # ---- reading a run ----
 
 def held_out(out: Path) -> tuple[float, float]:
-    """The first and the last held-out success of the run in ``out`` (its metrics.jsonl)."""
-    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    evals = [r["eval_success"] for r in rows if "eval_success" in r]
+    """The first and the last held-out success of the run in ``out`` (its metrics.jsonl, read as tppo_vs_ppo does)."""
+    evals = [success for _, _, success in points(out)]
     if len(evals) < 2:
         raise ValueError(f"{out}: {len(evals)} held-out evaluation(s); a claim needs one before and one after")
     return evals[0], evals[-1]
@@ -219,11 +220,9 @@ def main() -> None:
                   f"    {'cd ' + c.cwd + ' && ' if c.cwd != '.' else ''}{c.shown()}")
         return
     chosen = [c for c in CLAIMS if (c.name in args.only if args.only else c.quick)]
-    if args.read:
-        chosen = [c for c in chosen if c.quick]
     rows: list[tuple[Claim, dict[str, object] | None, float | None, str | None]] = []
     if args.read:
-        for c in chosen:
+        for c in [c for c in chosen if c.quick]:
             folder = Path(args.read) / c.name
             try:
                 rows.append((c, verdict(c, folder), None, None))

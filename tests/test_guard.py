@@ -7,8 +7,7 @@ import logging
 import pytest
 import torch
 from pydantic import ValidationError
-from toy_envs import UpperEnv
-from toy_envs import straddling_stop as stop_across
+from toy_envs import UpperEnv, straddling_stop
 
 import turnrl
 from turnrl.agents.base import SamplingParams
@@ -104,14 +103,14 @@ def test_held_episodes_dropped_as_stale_fire_the_stale_and_group_checks(tmp_path
 
 # ---- bug 3: a stop string that straddles a window boundary ----
 
-def straddling_stop(model, tok):
+def probe_stop(model, tok):
     """The first turn the model plays greedily on task 0, a window length that ends inside it and a stop string
     across that boundary (two characters each side)."""
     rollout = Rollout(HFAgent(model, tok), SamplingParams(temperature=0.0, max_new_tokens=10))
     env = turnrl.make("tests/StopProbe-v0")
     traj = rollout.run([env], seeds=[0], options=[{"index": 0}])[0]
     s, e = traj.turns[0].token_span
-    return stop_across(tok, traj.token_ids[s:e])
+    return straddling_stop(tok, traj.token_ids[s:e])
 
 
 def test_a_stop_string_missed_across_windows_fires_the_stop_check(tmp_path, monkeypatch):
@@ -124,7 +123,7 @@ def test_a_stop_string_missed_across_windows_fires_the_stop_check(tmp_path, monk
                 p.mul_(8)
         return m
 
-    cut, stop = straddling_stop(model(), tok)
+    cut, stop = probe_stop(model(), tok)
     monkeypatch.setattr(StopProbeEnv, "stop", (stop,))
     # near-greedy sampling and a learning rate that leaves the weights as they were: the run replays that turn
     cfg = config(tmp_path / "clean", 5, {"name": "tppo", "window": cut, "value_warmup_steps": 0},

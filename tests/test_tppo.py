@@ -119,12 +119,11 @@ def test_a_stop_string_that_straddles_a_window_boundary_stops_the_turn_where_one
     s, e = plain.turns[0].token_span
     turn = plain.token_ids[s:e]
     cut, stop = straddling_stop(tok, turn)  # the first window ends exactly inside this stop string
-    stop = (stop,)
-    assert stop[0] not in tok.decode(turn[:cut], skip_special_tokens=False)
-    whole = episode(None, stop)
+    assert stop not in tok.decode(turn[:cut], skip_special_tokens=False)
+    whole = episode(None, (stop,))
     first = whole.turns[0]
     assert first.token_span[1] - first.token_span[0] == cut + 1 and first.info["finish_reason"] == "stop"
-    windowed = episode(cut, stop)  # the first window ends exactly inside the stop string
+    windowed = episode(cut, (stop,))  # the first window ends exactly inside the stop string
     assert windowed.token_ids == whole.token_ids and windowed.loss_mask == whole.loss_mask
     assert [t.token_span for t in windowed.turns] == [t.token_span for t in whole.turns]
     assert [t.info["finish_reason"] for t in windowed.turns] == [t.info["finish_reason"] for t in whole.turns]

@@ -114,9 +114,8 @@ def test_a_stop_string_across_a_window_boundary_stops_the_turn_where_one_call_do
     plain = episode(None, ())
     s, e = plain.turns[0].token_span
     cut, stop = straddling_stop(tok, plain.token_ids[s:e], visible=True)
-    stop = (stop,)
-    whole = episode(None, stop)
-    windowed = episode(cut, stop)
+    whole = episode(None, (stop,))
+    windowed = episode(cut, (stop,))
     assert whole.turns[0].token_span[1] - whole.turns[0].token_span[0] <= cut + 1
     assert windowed.token_ids == whole.token_ids
     assert [t.token_span for t in windowed.turns] == [t.token_span for t in whole.turns]
