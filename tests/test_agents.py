@@ -5,6 +5,7 @@ from turnrl.agents.base import SamplingParams
 from turnrl.agents.hf import HFAgent, filter_logits
 from turnrl.agents.scripted import FixedAgent, RandomAgent, ScriptedAgent
 from turnrl.agents.tiny import tiny_model, tiny_tokenizer
+from turnrl.utils import row_seed, turn_seed
 
 
 @pytest.fixture(scope="module")
@@ -215,7 +216,7 @@ def test_inverse_transform_draws_follow_the_probabilities_and_the_seed():
 
 def test_episodes_with_their_own_seeds_draw_their_tokens_by_the_probabilities():
     """Each episode of a run samples from a generator of its own, seeded from the run's seed and the episode's job
-    (rl/sources/play.sample_seed; a gateway session's call k from ``seed·1009 + k``), and its first token is that
+    (rl/sources/play.sample_seed; a gateway session's call k from ``turnrl.utils.turn_seed(seed, k)``), and its first token is that
     generator's first uniform. Over the episodes of many groups those first draws must follow the probabilities as
     one generator's do (issue 70: the gateway example's learning changed with the sampler's random stream, not with
     a biased one), and the episodes of one group must not draw alike."""
@@ -228,8 +229,8 @@ def test_episodes_with_their_own_seeds_draw_their_tokens_by_the_probabilities():
             for step in range(1, 126) for task in range(4) for sample in range(8)]  # 4000 episodes
     picked = []
     for job in jobs:
-        seed = (sample_seed(0, job) * 1009) % 2**62  # the session's first call, as the gateway seeds it
-        gen = torch.Generator().manual_seed((seed * 1_000_003) % 2**63)  # as HFAgent seeds a row of that seed
+        seed = turn_seed(sample_seed(0, job), 0)  # the session's first call, as the gateway seeds it
+        gen = torch.Generator().manual_seed(row_seed(seed, 0))  # as HFAgent seeds a row of that seed
         picked.append(int(draw(probs, gen)))
     counts = torch.bincount(torch.tensor(picked), minlength=5).double()
     expected = probs[0].double() * len(picked)

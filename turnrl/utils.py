@@ -15,6 +15,19 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 
 
+def turn_seed(sample_seed: int, turn: int, salt: int = 0) -> int:
+    """The seed of turn ``turn`` of an episode whose sample seed is ``sample_seed``: each turn (and each call of a
+    gateway session) draws from its own stream, so an episode's tokens do not depend on the rest of the batch.
+    ``salt`` keeps streams apart that would otherwise share a turn number (a new context segment, a summary call)."""
+    return (sample_seed * 1009 + turn + salt) % 2**62
+
+
+def row_seed(seed: int, choice: int) -> int:
+    """The seed of completion ``choice`` of a generation request that gives ``seed`` (the HF agent's row
+    generators): the n completions of one request draw from n streams."""
+    return (seed * 1_000_003 + choice) % 2**63
+
+
 def run_sync(coro: Coroutine[Any, Any, T]) -> T:
     """Run a coroutine from sync code, also when the caller is already inside an event loop (via a worker thread)."""
     try:

@@ -27,6 +27,7 @@ from turnrl.agents.batching import (
 )
 from turnrl.agents.kv import SessionCache
 from turnrl.lanes import lanes_of, merge_pays
+from turnrl.utils import row_seed
 
 __all__ = ["HFAgent", "filter_logits"]
 
@@ -125,7 +126,7 @@ class HFAgent:
             self._stream_gen.seed()
         row = Row(0, list(prompt), params, session if self.supports_sessions else None, shared=self._stream_gen)
         if seed is not None:
-            row.gen = torch.Generator(device="cpu").manual_seed((seed * 1_000_003 + choice) % 2**63)
+            row.gen = torch.Generator(device="cpu").manual_seed(row_seed(seed, choice))
         if on_token is not None:
             row.on_token = lambda t, lp, top: on_token(choice, t, lp, top)
         row.future = loop.create_future()
@@ -212,7 +213,7 @@ class HFAgent:
         if seeds is not None:  # row j of prompt i: its own stream
             for k, row in enumerate(rows):
                 j = k % params.n
-                row.gen = torch.Generator(device="cpu").manual_seed((seeds[row.prompt_index] * 1_000_003 + j) % 2**63)
+                row.gen = torch.Generator(device="cpu").manual_seed(row_seed(seeds[row.prompt_index], j))
         if on_token is not None:
             for k, row in enumerate(rows):
                 row.on_token = lambda t, lp, top, k=k: on_token(k, t, lp, top)

@@ -18,7 +18,7 @@ The run's sampling settings override the request's (``sampling``: e.g. the rollo
 tokens under the distribution that sampled them), ``max_tokens`` is capped by ``max_new_tokens``, and a prompt longer
 than ``max_context`` allows is refused with OpenAI's ``context_length_exceeded``. A session opened with a ``seed``
 samples from its own stream, whatever seed a request names: call k of a session opened with ``seed`` s samples with
-seed ``s·1009 + k``, as turn k of a native turnrl episode with sample seed s does (a program that always sends the
+seed ``turn_seed(s, k)`` (``turnrl.utils``), as turn k of a native turnrl episode with sample seed s does (a program that always sends the
 same seed would otherwise give every sample of a group the same tokens); other sessions honour the request's. A key is always required (one is made when none is given).
 """
 
@@ -42,6 +42,7 @@ from turnrl.agents.server import AgentServer
 from turnrl.gateway.engine import Engine
 from turnrl.gateway.history import ChatHistory, Match
 from turnrl.gateway.record import Call
+from turnrl.utils import turn_seed
 
 
 @dataclass
@@ -63,7 +64,7 @@ class Session:
         """The seed of the session's next call that gives none (None: the session has no stream)."""
         with self.lock:
             k, self.started = self.started, self.started + 1
-        return None if self.seed is None else (self.seed * 1009 + k) % 2**62
+        return None if self.seed is None else turn_seed(self.seed, k)
 
 
 @dataclass

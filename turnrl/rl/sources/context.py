@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Literal
 
 from turnrl.agents.base import SamplingParams
 from turnrl.types import Message, Turn
+from turnrl.utils import turn_seed
 
 if TYPE_CHECKING:
     from turnrl.rl.sources.episode import Episode
@@ -142,7 +143,7 @@ async def _summarize(rollout: Rollout, ep: Episode, turn: Turn, obs: Sequence[Me
     ep.append(ask, 0)
     budget: ContextBudget = rollout.context  # type: ignore[assignment]
     params = rollout.params.model_copy(update={"max_new_tokens": min(budget.summary_tokens, room), "n": 1})
-    seed = None if ep.sample_seed is None else (ep.sample_seed * 1009 + len(ep.traj.turns) + 104_729) % 2**62
+    seed = None if ep.sample_seed is None else turn_seed(ep.sample_seed, len(ep.traj.turns), salt=104_729)
     try:
         completion = await _generate(rollout, ep, params, seed)
     except Exception as e:  # noqa: BLE001 — this episode ends; what it collected is kept

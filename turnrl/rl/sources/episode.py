@@ -13,6 +13,7 @@ from turnrl.agents.kv import kv_metrics
 from turnrl.envs.core import TextEnv
 from turnrl.tokens import ChatRenderer
 from turnrl.types import Trajectory
+from turnrl.utils import turn_seed
 
 
 def token_crc(ids: Sequence[int], crc: int = 0) -> int:
@@ -75,7 +76,7 @@ class Episode:
             budget = window - self.window_used  # type: ignore[operator]
         seed = None
         if self.sample_seed is not None:
-            seed = (self.sample_seed * 1009 + len(self.traj.turns) + self.segments * 7919) % 2**62
+            seed = turn_seed(self.sample_seed, len(self.traj.turns), salt=self.segments * 7919)
         return budget, self.stops(params.stop), seed
 
     def finish_segments(self) -> None:

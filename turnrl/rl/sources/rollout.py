@@ -111,7 +111,7 @@ class Rollout:
         a streamed episode can be matched to its job).
 
         ``sample_seeds`` (one per env) gives each episode its own sampling stream (turn k of episode i is sampled
-        with seed ``sample_seeds[i] * 1009 + k``), so an episode's tokens do not depend on the rest of the batch;
+        with seed ``turnrl.utils.turn_seed(sample_seeds[i], k)``), so an episode's tokens do not depend on the rest of the batch;
         the agent's ``generate`` must accept ``seeds=``.
         """
         return run_with_daemon_threads(self.arun(envs, seeds=seeds, options=options, group_ids=group_ids,
