@@ -77,7 +77,7 @@ CLAIMS = [
     Claim("dqo", "docs/results.md#offline-dqo-dpo-rft-on-one-dataset",
           "the dataset command of that section (9 min), then turnrl train configs/dqo-arith.yaml out_dir={out}",
           (0.172, 0.719), 31, quick=False, figure="held-out 17.2 % -> 71.9 % after one epoch of 2048 episodes"),
-    Claim("pag-checking", "README (PAG, what works) and docs/results.md#pag-self-correcting-verifier-policies",
+    Claim("pag-checking", "docs/results.md#pag-self-correcting-verifier-policies",
           "bash scripts/pag_checking_verifier.sh {out}", (0.391, 0.766), 35, quick=False,
           figure="after 4 PAG steps: balanced verifier accuracy 80.8 %, Acc@turn1 39.1 %, Acc@final 76.6 %"),
     Claim("samplers", "docs/results.md#which-tasks", "python bench/samplers.py --seeds 0 1 2 3", (0.037, 0.169),

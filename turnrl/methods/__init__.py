@@ -1,6 +1,7 @@
 """Methods: each folder holds everything one method adds to the core — its algorithm(s), experience source, rollout
 hooks, metrics, data tools and CLI subcommands — and plugs in through the algorithm registry
-(:mod:`turnrl.rl.algorithms`) and the subcommand table below. The core never imports a method by name.
+(:mod:`turnrl.rl.algorithms`) and the subcommand table below. The core still names them in a few places (the
+registry's table of built-ins, the monitors' table, PAG's report lines): docs/ARCHITECTURE.md, "Known gaps".
 
 * :mod:`turnrl.methods.pag` — PAG, the policy as its own generative verifier (docs/algorithms.md §7);
 * :mod:`turnrl.methods.swirl` — SWiRL, step-wise RL on multi-step tool use (§1, §10);

@@ -1,4 +1,5 @@
-"""The training machinery, in rooms that never name a method (docs/ARCHITECTURE.md draws them):
+"""The training machinery, in rooms meant never to name a method (docs/ARCHITECTURE.md draws them and lists the
+places that still do, under "Known gaps"):
 
 * :mod:`turnrl.rl.core` — the learner core (policy, critic, reference, optimizer), batches and forward passes;
 * :mod:`turnrl.rl.formulas` — the shared pure tensor functions (advantages, losses, reward shaping);

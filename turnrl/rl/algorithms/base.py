@@ -125,7 +125,8 @@ class CriticSpec:
 
 class Algorithm:
     """An objective: its options (``Config``), the experience source and models it needs, rollout hooks, advantages
-    and a loss. The learner, driver, sources and CLI use only this interface (docs/ARCHITECTURE.md).
+    and a loss. The learner, driver, sources and CLI reach an algorithm through this interface (docs/ARCHITECTURE.md;
+    its "Known gaps" lists where the core still names a method).
 
     A subclass must set ``name`` and ``Config`` (an :class:`AlgorithmConfig` whose ``name`` field defaults to the
     algorithm's name) and implement :meth:`advantages`, :meth:`counts` and :meth:`loss`; everything else has a
