@@ -15,7 +15,15 @@ from rich.table import Table
 
 from turnrl.cli_eval import eval_cmd, rollout
 from turnrl.cli_play import play
-from turnrl.cli_shared import ImportOption, KwOption, _make, add_import_option, console, fail, parse_kwargs
+from turnrl.cli_shared import (
+    ImportOption,
+    KwOption,
+    add_import_option,
+    console,
+    fail,
+    make_env,
+    parse_kwargs,
+)
 from turnrl.envs.registry import entry_point_problems, registered, source_of
 
 app = typer.Typer(help="turnrl: RL for multi-turn LLM agents.", no_args_is_help=True, add_completion=False)
@@ -63,7 +71,7 @@ def envs_check(
     """Run the conformance harness on one environment; exit 1 if it fails."""
     from turnrl.envs.testing import check_environment
 
-    report = check_environment(_make(env_id, parse_kwargs(kw)), seed=seed, call_tools=call_tools)
+    report = check_environment(make_env(env_id, parse_kwargs(kw)), seed=seed, call_tools=call_tools)
     console.print(str(report), markup=False, highlight=False, soft_wrap=True)
     if not report.ok:
         raise typer.Exit(1)
@@ -86,7 +94,11 @@ def envs_serve(
 ) -> None:
     """Serve environments over WebSocket sessions (OpenEnv's protocol): clients name them
     remote:http://HOST:PORT/ID in any command or config, and OpenEnv clients connect to http://HOST:PORT/ID."""
-    from turnrl.envs.registry import EnvImportError, InvalidEnvKwargs, UnknownEnvironmentError
+    from turnrl.envs.registry import (
+        EnvImportError,
+        InvalidEnvKwargs,
+        UnknownEnvironmentError,
+    )
     from turnrl.envs.remote.server import EnvServer
 
     try:
@@ -178,8 +190,8 @@ def train(
     except Exception as e:  # noqa: BLE001 — a config that does not load or validate: say why, in one line
         fail(config_error(e, config, overrides))
     search = [Path(config).resolve().parent, Path.cwd()]
-    train_env = _make(cfg.env.id, cfg.env.kwargs, search)  # fail fast, before loading any model
-    held_env = _make(cfg.env.id, run_eval_kwargs(train_env, cfg.env.kwargs, cfg.env.eval_kwargs), search)
+    train_env = make_env(cfg.env.id, cfg.env.kwargs, search)  # fail fast, before loading any model
+    held_env = make_env(cfg.env.id, run_eval_kwargs(train_env, cfg.env.kwargs, cfg.env.eval_kwargs), search)
     on_train = _shares_tasks(train_env, held_env, cfg.eval_tasks)
     if on_train:
         console.print(f"warning: {cfg.env.id} has no held-out split here (env.eval_kwargs poses the training tasks), "

@@ -17,7 +17,16 @@ from typing import Annotated, Any
 
 import typer
 
-from turnrl.cli_shared import ImportOption, KwOption, _dataset_run, _make, _say, console, fail, parse_kwargs
+from turnrl.cli_shared import (
+    ImportOption,
+    KwOption,
+    console,
+    dataset_run,
+    fail,
+    make_env,
+    parse_kwargs,
+    say,
+)
 
 AGENT_HELP = ("smollm2-135m-instruct, hf:PATH, vllm:PATH, openai:URL#MODEL, tiny:chatml, run:OUT_DIR (a trained "
               "run)")
@@ -78,9 +87,9 @@ def written_episodes(out: str) -> int:
 
 def dataset_interrupted(ctx: typer.Context, out: str, total: int, code: int) -> typer.Exit:
     """Say what an interrupted dataset run (`turnrl rollout`, `turnrl swirl generate`) kept and how to finish it."""
-    _say(f"interrupted: {min(written_episodes(out), total)} of {total} episodes are written ({out} and "
+    say(f"interrupted: {min(written_episodes(out), total)} of {total} episodes are written ({out} and "
          f"{out}.partial.jsonl); a rerun keeps every task whose episodes all finished and samples the rest")
-    _say(f"to finish: {resume_command(ctx)}")
+    say(f"to finish: {resume_command(ctx)}")
     return typer.Exit(code)
 
 
@@ -90,7 +99,13 @@ def dataset_progress(ctx: typer.Context, out: str, what: str, total: int,
     """Run ``work(on_episode)`` — a dataset command's episodes — under a progress bar of ``total`` episodes: a bad
     setting (``ValueError``) is one error line, Ctrl-C or SIGTERM says what was kept and how to finish
     (:func:`dataset_interrupted`)."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+    )
 
     with interruptible() as stop, Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                                            TimeElapsedColumn(), console=console, transient=transient) as progress:
@@ -128,18 +143,23 @@ def eval_cmd(
     """Evaluate an agent on an environment; write items.jsonl, report.md, metrics.json and plot.png to --out.
     Ctrl-C (or SIGTERM) writes them for the episodes that finished; --resume then plays the rest."""
     from turnrl.agents import SamplingParams, make_agent
-    from turnrl.rl.run.evaluate import EvaluationInterrupted, held_out_kwargs, held_out_warning, previous_episodes
+    from turnrl.rl.run.evaluate import (
+        EvaluationInterrupted,
+        held_out_kwargs,
+        held_out_warning,
+        previous_episodes,
+    )
     from turnrl.rl.run.evaluate import eval_settings as settings_of
 
     env_kwargs = parse_kwargs(kw)
-    probe = _make(env, env_kwargs)  # fail fast, with the registry's message, before loading a model
+    probe = make_env(env, env_kwargs)  # fail fast, with the registry's message, before loading a model
     if (held := held_out_kwargs(probe, env_kwargs)) is not None:  # the held-out split unless --kw split=… says
-        env_kwargs, probe = held, _make(env, held)
+        env_kwargs, probe = held, make_env(env, held)
     if (warning := held_out_warning(probe, env)) is not None:
-        _say(warning)
+        say(warning)
     n_tasks = len(probe) if hasattr(probe, "__len__") else None
     if n_tasks is not None and limit > n_tasks:
-        _say(f"note: --limit {limit} is more than the {n_tasks} task(s) of {env}; evaluating all {n_tasks}")
+        say(f"note: --limit {limit} is more than the {n_tasks} task(s) of {env}; evaluating all {n_tasks}")
         limit = n_tasks
     temp = temperature if temperature is not None else (0.0 if samples == 1 else 1.0)
     try:
@@ -153,9 +173,9 @@ def eval_cmd(
         except ValueError as e:
             fail(str(e))
         if not (Path(out) / "run.json").is_file():
-            _say(f"note: --resume: {out} holds no earlier evaluation; evaluating every episode")
+            say(f"note: --resume: {out} holds no earlier evaluation; evaluating every episode")
     elif (old := _interrupted_in(out)) is not None:
-        _say(f"note: {out} holds an interrupted evaluation ({old}); this run starts it over (--resume would finish it)")
+        say(f"note: {out} holds an interrupted evaluation ({old}); this run starts it over (--resume would finish it)")
     started = time.time()
     with interruptible() as stop:
         try:
@@ -163,17 +183,17 @@ def eval_cmd(
                                 tokenizer, resume, functools.partial(make_agent, device=device))
         except EvaluationInterrupted as e:
             console.print((Path(out) / "report.md").read_text(), markup=False, highlight=False)
-            _say(f"interrupted: {e.done} of {e.total} episodes finished; {out}/report.md, items.jsonl, metrics.json "
+            say(f"interrupted: {e.done} of {e.total} episodes finished; {out}/report.md, items.jsonl, metrics.json "
                  "and plot.png cover those")
-            _say(f"to finish the other {e.total - e.done}: {resume_command(ctx, '--resume')}")
+            say(f"to finish the other {e.total - e.done}: {resume_command(ctx, '--resume')}")
             raise typer.Exit(stop["code"]) from None
         except KeyboardInterrupt:
             run = Path(out) / "run.json"
             if run.is_file() and run.stat().st_mtime >= started - 1:  # this run began writing to --out
-                _say(f"interrupted before the report was written; to finish the evaluation from the episodes in "
+                say(f"interrupted before the report was written; to finish the evaluation from the episodes in "
                      f"{out}: {resume_command(ctx, '--resume')}")
             else:
-                _say("interrupted before any episode was played; nothing was written")
+                say("interrupted before any episode was played; nothing was written")
             raise typer.Exit(stop["code"]) from None
     console.print((Path(out) / "report.md").read_text(), markup=False, highlight=False)
     console.print(f"[dim]metrics: {json.dumps(metrics)}[/dim]", soft_wrap=True)
@@ -192,7 +212,13 @@ def _run_eval(env: str, agent: str, env_kwargs: dict[str, Any], limit: int, samp
               out: str, batch_size: int, max_context: int, tokenizer: str | None, resume: bool,
               make_agent: Any) -> dict[str, Any]:
     """Load the agent and evaluate, with a progress bar."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+    )
 
     from turnrl.rl.run.evaluate import evaluate
 
@@ -245,12 +271,12 @@ def rollout(
     from turnrl.rl.sources.collect import rollout_dataset
 
     env_kwargs = parse_kwargs(kw)
-    _, the_agent, n = _dataset_run(env, env_kwargs, out, agent, batch_size, tokenizer, tasks, "tasks")
+    _, the_agent, n = dataset_run(env, env_kwargs, out, agent, batch_size, tokenizer, tasks, "tasks")
     params = SamplingParams(temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens)
     g = dataset_progress(ctx, out, env, n * samples, lambda on_episode: rollout_dataset(
         the_agent, agent, env, out=out, tasks=tasks, samples=samples, params=params, env_kwargs=env_kwargs, seed=seed,
         batch_episodes=batch_size, max_context=max_context, on_episode=on_episode))
-    _say(f"{int(g['episodes'])} episodes of {int(g['tasks'])} tasks in {g['out']} "
+    say(f"{int(g['episodes'])} episodes of {int(g['tasks'])} tasks in {g['out']} "
          f"({int(g['new_episodes'])} new, {int(g['skipped_tasks'])} tasks already written) by {agent}: "
          f"success rate {g['success_rate']:.3f}, mean reward {g['mean_reward']:.3f}, "
          f"{g['generated_tokens_per_episode']:.1f} generated tokens/episode, {int(g['errors'])} errors; "

@@ -12,7 +12,14 @@ from typing import Annotated, Any
 
 import typer
 
-from turnrl.cli_shared import ImportOption, KwOption, _make, console, fail, parse_kwargs
+from turnrl.cli_shared import (
+    ImportOption,
+    KwOption,
+    console,
+    fail,
+    make_env,
+    parse_kwargs,
+)
 
 
 def _say(label: str, style: str, text: str = "") -> None:
@@ -57,7 +64,7 @@ def play(
     imports: ImportOption = None,
 ) -> None:
     """Play an environment yourself: type the agent's turns (end a line with \\ to continue it; :q quits)."""
-    env = _make(env_id, parse_kwargs(kw))
+    env = make_env(env_id, parse_kwargs(kw))
     try:
         obs, info = env.reset(seed=seed, options={"index": index} if index is not None else None)
     except ValueError as e:  # e.g. an index past the last task

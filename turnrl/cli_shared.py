@@ -69,7 +69,7 @@ def parse_kwargs(pairs: list[str] | None) -> dict[str, Any]:
     return out
 
 
-def _make(env_id: str, kwargs: dict[str, Any], search: list[Path] | None = None) -> Any:
+def make_env(env_id: str, kwargs: dict[str, Any], search: list[Path] | None = None) -> Any:
     """The environment, or the one-line ``error:`` (exit 2) saying what to change."""
     try:
         resolve(env_id, search if search is not None else [Path.cwd()])
@@ -81,17 +81,17 @@ def _make(env_id: str, kwargs: dict[str, Any], search: list[Path] | None = None)
         fail(f"making {env_id} raised {type(e).__name__}: {e}{error_location(e)}")
 
 
-def _say(text: str) -> None:
+def say(text: str) -> None:
     console.print(text, soft_wrap=True, markup=False, highlight=False)
 
 
-def _check_out(out: str) -> None:
+def check_dataset_out(out: str) -> None:
     """A dataset path must name its format."""
     if not out.endswith((".parquet", ".jsonl")):
         fail(f"--out must end in .parquet or .jsonl, got {out!r}")
 
 
-def _dataset_run(env: str, env_kwargs: dict[str, Any], out: str, agent: str, batch_size: int,
+def dataset_run(env: str, env_kwargs: dict[str, Any], out: str, agent: str, batch_size: int,
                  tokenizer: str | None, tasks: int, items: str,
                  special: Callable[[Any], Any] | None = None) -> tuple[Any, Any, int]:
     """What `turnrl rollout` and `turnrl swirl generate` check before sampling: the environment (made first, to fail
@@ -100,12 +100,12 @@ def _dataset_run(env: str, env_kwargs: dict[str, Any], out: str, agent: str, bat
     or returns None. Returns ``(env, agent, how many of the first ``tasks`` tasks exist)``."""
     from turnrl.agents import make_agent
 
-    probe = _make(env, env_kwargs)
+    probe = make_env(env, env_kwargs)
     split, held = getattr(probe, "split", None), getattr(probe, "held_out_split", None)
     if split is not None and split == held:
-        _say(f"warning: these are {env}'s held-out ({split}) {items}; a policy trained on them is then evaluated on "
+        say(f"warning: these are {env}'s held-out ({split}) {items}; a policy trained on them is then evaluated on "
              "what it trained on (pass --kw split=train)")
-    _check_out(out)
+    check_dataset_out(out)
     try:
         the_agent = special(probe) if special is not None else None
         if the_agent is None:

@@ -18,8 +18,9 @@ The run's sampling settings override the request's (``sampling``: e.g. the rollo
 tokens under the distribution that sampled them), ``max_tokens`` is capped by ``max_new_tokens``, and a prompt longer
 than ``max_context`` allows is refused with OpenAI's ``context_length_exceeded``. A session opened with a ``seed``
 samples from its own stream, whatever seed a request names: call k of a session opened with ``seed`` s samples with
-seed ``turn_seed(s, k)`` (``turnrl.utils``), as turn k of a native turnrl episode with sample seed s does (a program that always sends the
-same seed would otherwise give every sample of a group the same tokens); other sessions honour the request's. A key is always required (one is made when none is given).
+seed ``turn_seed(s, k)`` (``turnrl.utils``), as turn k of a native turnrl episode with sample seed s does (a program
+that always sends the same seed would otherwise give every sample of a group the same tokens); other sessions honour
+the request's. A key is always required (one is made when none is given).
 """
 
 from __future__ import annotations

@@ -6,7 +6,15 @@ from typing import Annotated
 
 import typer
 
-from turnrl.cli_shared import DataTokenizerOption, KwOption, _check_out, _dataset_run, _say, fail, parse_kwargs
+from turnrl.cli_shared import (
+    DataTokenizerOption,
+    KwOption,
+    check_dataset_out,
+    dataset_run,
+    fail,
+    parse_kwargs,
+    say,
+)
 
 app = typer.Typer(help="PAG's data (docs/algorithms.md §7): rows for a verifier warm-up.", no_args_is_help=True)
 
@@ -31,7 +39,7 @@ def pag_rows_command(
     from turnrl.methods.pag.rows import pag_rows
     from turnrl.storage import load, save
 
-    _check_out(out)
+    check_dataset_out(out)
     try:
         rows, report = pag_rows(load(data), load_tokenizer(tokenizer), balance=balance, revisions=revisions,
                                sibling_revisions=sibling_revisions, rationales=rationales)
@@ -39,7 +47,7 @@ def pag_rows_command(
         fail(str(e))
     save(rows, out)
     r = report
-    _say(f"{int(r['rows'])} rows in {out} from {int(r['episodes'])} episodes: {int(r['verdict_rows'])} verify turns "
+    say(f"{int(r['rows'])} rows in {out} from {int(r['episodes'])} episodes: {int(r['verdict_rows'])} verify turns "
          f"(true verdict correct {int(r['truth_correct'])}, wrong {int(r['truth_wrong'])}; the sampled verdict agreed "
          f"with the truth in {r['sampled_verdict_agreed']:.0%} and was unparseable in "
          f"{r['sampled_verdict_unparseable']:.0%}), {int(r.get('dropped_rows', 0))} left out and "
@@ -78,13 +86,13 @@ def pag_checks_command(
     from turnrl.storage import save
 
     env_kwargs = parse_kwargs(kw)
-    probe, the_agent, n = _dataset_run(env, env_kwargs, out, agent, batch_size, None, tasks, "questions")
+    probe, the_agent, n = dataset_run(env, env_kwargs, out, agent, batch_size, None, tasks, "questions")
     if not getattr(probe.unwrapped, "verify_tools", False):
         fail(f"{env} has no tools in its verify turn: pass --kw verify_tools=true (and the tool itself, e.g. --kw "
              "calculator=true)")
     trajs = generate_checks(the_agent, env, env_kwargs, tasks=n, samples=samples, temperature=temperature,
                             max_new_tokens=max_new_tokens, seed=seed, batch_episodes=batch_size,
-                            on_batch=lambda done, total: _say(f"{done}/{total} episodes"), compare=compare,
+                            on_batch=lambda done, total: say(f"{done}/{total} episodes"), compare=compare,
                             revisions=revisions)
     try:
         rows, r = checking_rows(trajs, balance=balance, seed=seed)  # type: ignore[arg-type]
@@ -93,7 +101,7 @@ def pag_checks_command(
     if episodes:
         save(trajs, episodes)
     save(rows, out)
-    _say(f"{int(r['rows'])} rows in {out} ({int(r['tool_rows'])} tool calls, {int(r['verdict_rows'])} verdicts, "
+    say(f"{int(r['rows'])} rows in {out} ({int(r['tool_rows'])} tool calls, {int(r['verdict_rows'])} verdicts, "
          f"{int(r['revision_rows'])} revisions) from "
          f"{int(r['episodes'])} episodes: first answers right {int(r['right_first'])}, wrong {int(r['wrong_first'])}; "
          f"{int(r.get('dropped_episodes', 0))} episodes left out to balance, {int(r['dropped_steps'])} steps "

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from turnrl.cli_shared import _check_out, _say, fail
+from turnrl.cli_shared import check_dataset_out, fail, say
 
 app = typer.Typer(help="PRM for code (docs/algorithms.md §8): label line prefixes by Monte-Carlo completion, train a "
                   "process reward model.", no_args_is_help=True)
@@ -33,7 +33,7 @@ def prm_label_command(
     from turnrl.storage import load, save
     from turnrl.types import SamplingParams
 
-    _check_out(out)
+    check_dataset_out(out)
     try:
         trajs = load(data)
     except (OSError, ValueError) as e:
@@ -62,10 +62,10 @@ def prm_label_command(
             fail(str(e))
         labeled += part
         totals = {k: totals.get(k, 0.0) + v for k, v in figures.items() if k != "positive_share"}
-        _say(f"{len(labeled)} / {len(trajs)} episodes labeled")
+        say(f"{len(labeled)} / {len(trajs)} episodes labeled")
     save(labeled, out)
     positive = sum(y for t in labeled for _, y in t.metadata["prm_labels"])
-    _say(f"{int(totals['episodes'])} episodes ({int(totals['passing_episodes'])} passing) in {out}: "
+    say(f"{int(totals['episodes'])} episodes ({int(totals['passing_episodes'])} passing) in {out}: "
          f"{int(totals['line_ends'])} line ends, {positive / max(totals['line_ends'], 1):.0%} positive; "
          f"{int(totals['probes'])} probes, {int(totals['completions_sampled'])} completions; "
          f"{int(totals['rescued'])} failing replies had a positive prefix")
@@ -100,14 +100,14 @@ def prm_train_command(
     if select == "revised":
         trajs = [t for t in trajs if not t.metadata.get("prm_outcome") and any(
             y for _, y in t.metadata.get("prm_labels") or [])]
-        _say(f"{len(trajs)} revised episodes (failing, with a positive prefix)")
+        say(f"{len(trajs)} revised episodes (failing, with a positive prefix)")
     prm = ProcessRewardModel.new(base)
 
     def log(m: dict[str, float]) -> None:
-        _say(" ".join(f"{k} {v:.4g}" for k, v in m.items()))
+        say(" ".join(f"{k} {v:.4g}" for k, v in m.items()))
 
     try:
         prm.train(trajs, epochs=epochs, lr=lr, batch_size=batch_size, held_out=held_out, seed=seed, log=log)
     except ValueError as e:
         fail(str(e))
-    _say(f"process reward model in {prm.save(out).parent}")
+    say(f"process reward model in {prm.save(out).parent}")

@@ -12,11 +12,11 @@ from turnrl.cli_shared import (
     DataTokenizerOption,
     ImportOption,
     KwOption,
-    _check_out,
-    _dataset_run,
-    _say,
+    check_dataset_out,
+    dataset_run,
     fail,
     parse_kwargs,
+    say,
 )
 
 app = typer.Typer(help="SWiRL's data (docs/algorithms.md §1): generate multi-step tool-use trajectories, filter "
@@ -66,16 +66,16 @@ def swirl_generate(
 
     env_kwargs = parse_kwargs(kw)
     special = (lambda probe: _gold_agent(probe, tokenizer)) if agent == "gold" else None
-    probe, the_agent, n = _dataset_run(env, env_kwargs, out, agent, batch_size, tokenizer, tasks, "questions",
+    probe, the_agent, n = dataset_run(env, env_kwargs, out, agent, batch_size, tokenizer, tasks, "questions",
                                        special)
     if not getattr(probe.unwrapped, "stop", ()):
-        _say(f"note: {env} declares no stop strings, so a turn may hold several steps; SWiRL's format is "
+        say(f"note: {env} declares no stop strings, so a turn may hold several steps; SWiRL's format is "
              "--kw tool_style=swirl")
     g = dataset_progress(ctx, out, env, n * samples, lambda on_episode: generate(
         the_agent, agent, env, env_kwargs, out=out, tasks=tasks, samples=samples, temperature=temperature, top_p=top_p,
         max_new_tokens=max_new_tokens, seed=seed, retries=retries, batch_episodes=batch_size, max_context=max_context,
         keep_demos=keep_demos, on_episode=on_episode), transient=True)
-    _say(f"{int(g['episodes'])} trajectories of {int(g['tasks'])} questions in {g['out']} by {agent}: success rate "
+    say(f"{int(g['episodes'])} trajectories of {int(g['tasks'])} questions in {g['out']} by {agent}: success rate "
          f"{g['success_rate']:.3f}, tool-call rate {g['tool_call_rate']:.3f}, {g['steps_per_trajectory']:.2f} steps per "
          f"trajectory, {int(g['errors'])} errors; {int(g['skipped_questions'])} questions skipped after {retries} "
          f"retries ({int(g['retried_questions'])} retried); {g['wall_seconds']:.1f} s")
@@ -90,12 +90,17 @@ def swirl_filter(
 ) -> None:
     """Keep the trajectories that pass the filter (process: every step GOOD; outcome: the answer is correct); print
     how many each criterion kept. Exit 2 when nothing is kept."""
-    from turnrl.methods.swirl.filters import MODES, EmptyFilterError, filter_trajectories, report_table
+    from turnrl.methods.swirl.filters import (
+        MODES,
+        EmptyFilterError,
+        filter_trajectories,
+        report_table,
+    )
     from turnrl.storage import load, save
 
     if mode not in MODES:
         fail(f"--mode must be one of {', '.join(MODES)}, got {mode!r}")
-    _check_out(out)
+    check_dataset_out(out)
     try:
         trajs = load(data)
     except (OSError, ValueError) as e:
@@ -106,13 +111,13 @@ def swirl_filter(
         step_judge = make_step_judge(judge) if mode in ("process", "both") else None
         kept, report = filter_trajectories(trajs, mode, step_judge)  # type: ignore[arg-type]
     except EmptyFilterError as e:
-        _say(report_table(e.report))
+        say(report_table(e.report))
         fail(str(e))
     except (ValueError, OSError, ImportError) as e:
         fail(str(e))
     save(kept, out)
-    _say(report_table(report))
-    _say(f"kept {len(kept)} of {len(trajs)} trajectories ({report['kept_steps']} steps) in {out}")
+    say(report_table(report))
+    say(f"kept {len(kept)} of {len(trajs)} trajectories ({report['kept_steps']} steps) in {out}")
 
 
 @app.command("relabel")
@@ -130,14 +135,14 @@ def swirl_relabel(
     from turnrl.methods.swirl.relabel import ground_answers
     from turnrl.storage import load, save
 
-    _check_out(out)
+    check_dataset_out(out)
     try:
         trajs, report = ground_answers(load(data), load_tokenizer(tokenizer), RuleStepJudge(max_answer_words))
     except (OSError, ValueError) as e:
         fail(str(e))
     save(trajs, out)
     r = report
-    _say(f"relabelled {r['relabelled']} of {r['trajectories']} trajectories in {out} ({r['steps_dropped']} later steps "
+    say(f"relabelled {r['relabelled']} of {r['trajectories']} trajectories in {out} ({r['steps_dropped']} later steps "
          f"dropped); left as they were: {r['already_correct']} already correct, {r['not_grounded']} whose results hold "
          f"no gold answer, {r['no_gold']} without a gold label or tokens")
 
@@ -152,7 +157,7 @@ def swirl_decompose(
     from turnrl.methods.swirl.steps import decompose_all
     from turnrl.storage import load, save
 
-    _check_out(out)
+    check_dataset_out(out)
     try:
         trajs = load(data)
         rows = decompose_all(trajs)
@@ -162,5 +167,5 @@ def swirl_decompose(
         fail(f"{data} holds no steps to decompose")
     save(rows, out)
     per = [t.num_turns for t in trajs]
-    _say(f"{len(rows)} step rows from {len(trajs)} trajectories in {out}: {len(rows) / max(len(trajs), 1):.2f} steps "
+    say(f"{len(rows)} step rows from {len(trajs)} trajectories in {out}: {len(rows) / max(len(trajs), 1):.2f} steps "
          f"per trajectory (min {min(per)}, max {max(per)})")

@@ -81,7 +81,7 @@ async def compact(rollout: Rollout, ep: Episode, turn: Turn, obs: Sequence[Messa
         return await _compact(rollout, ep, turn, obs)
     except Exception as e:  # noqa: BLE001 — only this episode ends
         ep.traj.error = f"rewriting the history failed: {type(e).__name__}: {e}"
-        rollout._finish(ep)
+        rollout.finish(ep)
         return False
 
 
@@ -115,7 +115,7 @@ async def _compact(rollout: Rollout, ep: Episode, turn: Turn, obs: Sequence[Mess
     if ids is None or len(ids) + 1 > rollout.max_context:
         ep.traj.truncated = True
         ep.traj.metadata["truncated_by"] = "context"
-        rollout._finish(ep)
+        rollout.finish(ep)
         return False
     turn.info["context"] = reason
     ep.context_starts.append(len(ep.tokens))
@@ -130,13 +130,13 @@ async def _summarize(rollout: Rollout, ep: Episode, turn: Turn, obs: Sequence[Me
     assert ep.renderer is not None
     request = [*obs, Message(role="user", content=SUMMARY_REQUEST)]
     ended_with_eos = turn.token_span is not None and turn.token_span[1] > turn.token_span[0] and \
-        ep.tokens[turn.token_span[1] - 1] in rollout._eos
+        ep.tokens[turn.token_span[1] - 1] in rollout.eos_ids
     ask = ep.renderer.observation_tokens(request, ended_with_eos=ended_with_eos)
     room = rollout.max_context - (len(ep.tokens) - ep.context_start) - len(ask)
     if room < 1:
         ep.traj.truncated = True
         ep.traj.metadata["truncated_by"] = "context"
-        rollout._finish(ep)
+        rollout.finish(ep)
         return None
     turn.obs_span = (len(ep.tokens), len(ep.tokens) + len(ask))
     turn.observation = list(request)
@@ -148,11 +148,11 @@ async def _summarize(rollout: Rollout, ep: Episode, turn: Turn, obs: Sequence[Me
         completion = await _generate(rollout, ep, params, seed)
     except Exception as e:  # noqa: BLE001 — this episode ends; what it collected is kept
         ep.traj.error = f"generation failed (summary): {type(e).__name__}: {e}"
-        rollout._finish(ep)
+        rollout.finish(ep)
         return None
     version = completion.policy_version
     if version is None:
-        version = rollout._version() if rollout.policy_version is not None else -1
+        version = rollout.current_version() if rollout.policy_version is not None else -1
     start = len(ep.tokens)
     ep.append(completion.token_ids, 1, completion.logprobs, version)
     ep.window_used += len(completion.token_ids)
@@ -171,11 +171,11 @@ async def _generate(rollout: Rollout, ep: Episode, params: SamplingParams, seed:
     agent = rollout.agent
     if getattr(agent, "agenerate_one", None) is not None:  # joins whatever batch is running in this loop
         c = await agent.agenerate_one(prompt, params, seed=seed,  # type: ignore[attr-defined]
-                                      session=ep.session if rollout._sessions else None)
+                                      session=ep.session if rollout.uses_sessions else None)
     elif getattr(agent, "agenerate", None) is not None:  # an HTTP backend: do not block the loop
         c = (await agent.agenerate([prompt], params))[0]  # type: ignore[attr-defined]
     else:
-        kwargs = {"seeds": [seed]} if seed is not None and rollout._seeded_agent else {}
+        kwargs = {"seeds": [seed]} if seed is not None and rollout.passes_seeds else {}
         c = agent.generate([prompt], params, **kwargs)[0]
     rollout.stats.count_prefill(ep, len(prompt), c)
     return c

@@ -79,6 +79,31 @@ class Episode:
             seed = turn_seed(self.sample_seed, len(self.traj.turns), salt=self.segments * 7919)
         return budget, self.stops(params.stop), seed
 
+    def write_trajectory(self, version: int | None, *, keep_prompts: bool = False) -> None:
+        """Write what the episode played into its Trajectory when it ends: tokens, loss mask, log-probabilities,
+        segments, figures (prefill, cache, the sampled tokens' checksum) and, with ``version`` (the policy's version
+        at the end; None when the run has none), each token's version and ``metadata["policy_version"]``. A turn
+        whose reward has no generated token to sit on makes the episode an error (see Trajectory.token_rewards)."""
+        traj = self.traj
+        traj.metadata.update(prefill_tokens=self.prefill_tokens, cached_tokens=self.cached_tokens,
+                             sampled_crc=self.sampled_crc)
+        if self.kv_events:
+            traj.metadata["kv_events"] = dict(self.kv_events)
+        traj.token_ids, traj.loss_mask, traj.logprobs = self.tokens, self.mask, self.logprobs
+        self.finish_segments()
+        if version is not None:
+            traj.token_versions = self.versions
+            traj.metadata["policy_version"] = [traj.metadata.get("policy_version", [None])[0], version]
+        if traj.error is None:
+            for turn in traj.turns:
+                if turn.reward != 0.0 and (turn.token_span is None or turn.token_span[1] <= turn.token_span[0]):
+                    traj.error = f"turn {turn.index} has reward {turn.reward} but no generated tokens to carry it"
+        traj.metadata["prompt_length"] = next((i for i, m in enumerate(self.mask) if m == 1), len(self.mask))
+        if self.window_start:  # played in windows: where the last one began (T-PPO trains the policy on it only)
+            traj.metadata["window_start"] = self.window_start
+        if keep_prompts:
+            traj.metadata["prompts"] = self.prompts_seen
+
     def finish_segments(self) -> None:
         """Record the contexts in the Trajectory (``segments`` and ``metadata["segment_reasons"]``)."""
         if self.context_starts:

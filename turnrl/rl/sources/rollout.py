@@ -72,6 +72,10 @@ class Rollout:
             batch-invariant only with ``sample_seeds`` (the order requests join depends on the environments' timing).
         context: keep each context under a token budget by rewriting the history (a new segment of the episode;
             :mod:`turnrl.rl.sources.context`); ``max_context`` then applies to each context.
+
+    What code that plays a turn of its own (the context rewriter) may use: ``eos_ids`` (the token ids that end a
+    turn), ``uses_sessions`` (the agent keeps each episode's KV cache between turns), ``passes_seeds`` (its
+    ``generate`` takes ``seeds=``), :meth:`current_version` and :meth:`finish`.
     """
 
     def __init__(self, agent: Agent, params: SamplingParams, *, max_turns: int | None = None,
@@ -95,11 +99,11 @@ class Rollout:
             raise ValueError("a rollout hook that rewrites turns sees whole rounds: it cannot run with continuous "
                              "batching")
         self.continuous, self.context = continuous, context
-        self._seeded_agent = "seeds" in inspect.signature(agent.generate).parameters
+        self.passes_seeds = "seeds" in inspect.signature(agent.generate).parameters
         self.stats = RolloutStats()
         eos = getattr(agent.tokenizer, "eos_token_id", None)
-        self._eos = set(getattr(agent, "eos_ids", None) or []) | ({eos} if eos is not None else set())
-        self._sessions = bool(getattr(agent, "supports_sessions", False))
+        self.eos_ids = set(getattr(agent, "eos_ids", None) or []) | ({eos} if eos is not None else set())
+        self.uses_sessions = bool(getattr(agent, "supports_sessions", False))
 
     def run(self, envs: Sequence[TextEnv], *, seeds: Sequence[int | None] | None = None,
             options: Sequence[dict[str, Any] | None] | None = None, group_ids: Sequence[str | None] | None = None,
@@ -111,8 +115,8 @@ class Rollout:
         a streamed episode can be matched to its job).
 
         ``sample_seeds`` (one per env) gives each episode its own sampling stream (turn k of episode i is sampled
-        with seed ``turnrl.utils.turn_seed(sample_seeds[i], k)``), so an episode's tokens do not depend on the rest of the batch;
-        the agent's ``generate`` must accept ``seeds=``.
+        with seed ``turnrl.utils.turn_seed(sample_seeds[i], k)``), so an episode's tokens do not depend on the rest
+        of the batch; the agent's ``generate`` must accept ``seeds=``.
         """
         return run_with_daemon_threads(self.arun(envs, seeds=seeds, options=options, group_ids=group_ids,
                                                  sample_seeds=sample_seeds, metadata=metadata))
@@ -145,7 +149,7 @@ class Rollout:
         for ep, sample_seed in zip(episodes, sample_seeds):
             ep.sample_seed = sample_seed
             if ep.traj.error is not None or ep.traj.truncated:
-                self._finish(ep)
+                self.finish(ep)
         return episodes
 
     async def advance(self, episodes: Sequence[Episode], budget: int | None = None) -> None:
@@ -199,7 +203,7 @@ class Rollout:
         traj = Trajectory(env_id=spec.id if spec is not None else type(env.unwrapped).__name__, seed=seed,
                           group_id=group_id, metadata=dict(metadata or {}))
         if self.policy_version is not None:
-            traj.metadata["policy_version"] = [self._version(), None]
+            traj.metadata["policy_version"] = [self.current_version(), None]
         ep = Episode(env=env, traj=traj)
         try:
             obs, info = env.reset(seed=seed, options=options)
@@ -221,7 +225,8 @@ class Rollout:
         budgets: dict[tuple[int, tuple[str, ...]], list[int]] = {}
         seeds: list[int | None] = []
         completions: list[Completion | None] = [None] * len(live)
-        self._sampled_by = self._version() if self.policy_version is not None else -1  # the weights generating now
+        # the weights generating now
+        self._sampled_by = self.current_version() if self.policy_version is not None else -1
         t0 = time.perf_counter()
         try:
             envs, roles = [ep.env for ep in live], [ep.role for ep in live]
@@ -236,7 +241,7 @@ class Rollout:
                 prompts = [list(live[i].tokens[live[i].context_start:]) for i in idx]
                 agenerate = getattr(self.agent, "agenerate", None)  # HTTP backends: don't block the event loop
                 kwargs: dict[str, Any] = {}
-                if self._sessions:  # the agent keeps each episode's KV cache between its turns
+                if self.uses_sessions:  # the agent keeps each episode's KV cache between its turns
                     kwargs["sessions"] = [live[i].session for i in idx]
                 if seeds[idx[0]] is not None:  # batch-invariant: each episode's own stream per turn
                     kwargs["seeds"] = [seeds[i] for i in idx]
@@ -256,7 +261,7 @@ class Rollout:
         except Exception as e:  # noqa: BLE001 — keep everything collected so far
             for ep in live:
                 ep.traj.error = f"generation failed: {type(e).__name__}: {e}"
-                self._finish(ep)
+                self.finish(ep)
             return None
         self.stats.generate_s += time.perf_counter() - t0
         return completions  # type: ignore[return-value]
@@ -266,13 +271,13 @@ class Rollout:
         budget, stop, seed = ep.request(self.params, self.max_context, window)
         params = self.params.model_copy(update={"max_new_tokens": budget, "stop": stop})
         prompt = list(ep.tokens[ep.context_start:])
-        version = self._version() if self.policy_version is not None else -1
+        version = self.current_version() if self.policy_version is not None else -1
         try:
             c = await self.agent.agenerate_one(prompt, params, seed=seed,  # type: ignore[attr-defined]
-                                               session=ep.session if self._sessions else None)
+                                               session=ep.session if self.uses_sessions else None)
         except Exception as e:  # noqa: BLE001 — this episode ends; what it collected is kept
             ep.traj.error = f"generation failed: {type(e).__name__}: {e}"
-            self._finish(ep)
+            self.finish(ep)
             return None
         if c.policy_version is None:
             c.policy_version = version
@@ -323,7 +328,7 @@ class Rollout:
             ep.traj.turns.append(Turn(index=len(ep.traj.turns), role=ep.role, action=action, token_span=span,
                                       info={"finish_reason": completion.finish_reason}))
             ep.traj.error = f"env step failed: {reason}"
-            self._finish(ep)
+            self.finish(ep)
             return False
         self.stats.env_s += time.perf_counter() - t1
         t2 = time.perf_counter()
@@ -344,9 +349,9 @@ class Rollout:
         over_turns = self.max_turns is not None and sum(not t.info.get("summary") for t in ep.traj.turns) >= self.max_turns
         if terminated or truncated or over_turns:
             ep.traj.terminated, ep.traj.truncated = terminated, truncated or (over_turns and not terminated)
-            self._finish(ep)
+            self.finish(ep)
             return False
-        ended_with_eos = span[1] > span[0] and ep.tokens[span[1] - 1] in self._eos
+        ended_with_eos = span[1] > span[0] and ep.tokens[span[1] - 1] in self.eos_ids
         assert ep.renderer is not None
         obs_ids = ep.renderer.observation_tokens(obs, ended_with_eos=ended_with_eos)
         used = len(ep.tokens) - ep.context_start
@@ -355,39 +360,25 @@ class Rollout:
         if used + len(obs_ids) >= self.max_context:  # no room to append the reply and generate
             ep.traj.truncated = True
             ep.traj.metadata["truncated_by"] = "context"
-            self._finish(ep)
+            self.finish(ep)
             return False
         turn.obs_span = (len(ep.tokens), len(ep.tokens) + len(obs_ids))
         ep.append(obs_ids, 0)
         self.stats.bookkeeping_s += time.perf_counter() - t2
         return True
 
-    def _version(self) -> int:
+    def current_version(self) -> int:
+        """The policy's version now (``policy_version``, read if it is a callable); only with one given."""
         v = self.policy_version
         return int(v() if callable(v) else v)  # type: ignore[arg-type]
 
-    def _finish(self, ep: Episode) -> None:
+    def finish(self, ep: Episode) -> None:
+        """End the episode: release its agent session, write its Trajectory (:meth:`Episode.write_trajectory`) and
+        hand that to ``sink``."""
         ep.done = True
-        if self._sessions:
+        if self.uses_sessions:
             self.agent.release([ep.session])  # type: ignore[attr-defined]
-        traj = ep.traj
-        traj.metadata.update(prefill_tokens=ep.prefill_tokens, cached_tokens=ep.cached_tokens,
-                             sampled_crc=ep.sampled_crc)
-        if ep.kv_events:
-            traj.metadata["kv_events"] = dict(ep.kv_events)
-        traj.token_ids, traj.loss_mask, traj.logprobs = ep.tokens, ep.mask, ep.logprobs
-        ep.finish_segments()
-        if self.policy_version is not None:
-            traj.token_versions = ep.versions
-            traj.metadata["policy_version"] = [traj.metadata.get("policy_version", [None])[0], self._version()]
-        if traj.error is None:
-            for turn in traj.turns:  # a reward needs a generated token to sit on (see Trajectory.token_rewards)
-                if turn.reward != 0.0 and (turn.token_span is None or turn.token_span[1] <= turn.token_span[0]):
-                    traj.error = f"turn {turn.index} has reward {turn.reward} but no generated tokens to carry it"
-        traj.metadata["prompt_length"] = next((i for i, m in enumerate(ep.mask) if m == 1), len(ep.mask))
-        if ep.window_start:  # played in windows: where the last one began (T-PPO trains the policy on it only)
-            traj.metadata["window_start"] = ep.window_start
-        if self.keep_prompts:
-            traj.metadata["prompts"] = ep.prompts_seen
+        version = self.current_version() if self.policy_version is not None else None
+        ep.write_trajectory(version, keep_prompts=self.keep_prompts)
         if self.sink is not None:
-            self.sink(traj)
+            self.sink(ep.traj)
