@@ -19,15 +19,35 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from turnrl.agents.base import SamplingParams
 from turnrl.types import Message, Turn
 from turnrl.utils import turn_seed
 
 if TYPE_CHECKING:
-    from turnrl.rl.sources.episode import Episode
-    from turnrl.rl.sources.rollout import Rollout
+    from turnrl.rl.sources.episode import Episode, RolloutStats
+
+
+class RolloutAPI(Protocol):
+    """What a rewrite needs of the rollout that plays the episode (:class:`turnrl.rl.sources.rollout.Rollout` is
+    one; its docstring says what each member is): the agent and the run's sampling, the context limits, the
+    rollout's figures, and the engine's public turn API."""
+
+    agent: Any
+    params: SamplingParams
+    context: ContextBudget | None
+    max_context: int
+    keep_prompts: bool
+    policy_version: Any
+    stats: RolloutStats
+    eos_ids: set[int]
+    uses_sessions: bool
+    passes_seeds: bool
+
+    def current_version(self) -> int: ...
+
+    def finish(self, ep: Episode) -> None: ...
 
 SUMMARY_REQUEST = ("This conversation is getting too long to continue. Summarize what you have done and found so far "
                    "in this task — the facts and intermediate results you still need — so that you can go on from "
@@ -73,7 +93,7 @@ def _history(turns: Sequence[Turn], last_observation: Sequence[Message]) -> list
     return out
 
 
-async def compact(rollout: Rollout, ep: Episode, turn: Turn, obs: Sequence[Message]) -> bool:
+async def compact(rollout: RolloutAPI, ep: Episode, turn: Turn, obs: Sequence[Message]) -> bool:
     """Rewrite ``ep``'s history under the rollout's budget after ``turn`` (whose reply ``obs`` is not appended yet)
     and start its new segment. Returns whether the episode goes on (False: it was finished — truncated by context,
     or with an error when the rewrite failed, e.g. a template that refuses the rewritten history)."""
@@ -85,7 +105,7 @@ async def compact(rollout: Rollout, ep: Episode, turn: Turn, obs: Sequence[Messa
         return False
 
 
-async def _compact(rollout: Rollout, ep: Episode, turn: Turn, obs: Sequence[Message]) -> bool:
+async def _compact(rollout: RolloutAPI, ep: Episode, turn: Turn, obs: Sequence[Message]) -> bool:
     budget: ContextBudget = rollout.context  # type: ignore[assignment]
     assert ep.renderer is not None
     max_new = rollout.params.max_new_tokens
@@ -124,7 +144,7 @@ async def _compact(rollout: Rollout, ep: Episode, turn: Turn, obs: Sequence[Mess
     return True
 
 
-async def _summarize(rollout: Rollout, ep: Episode, turn: Turn, obs: Sequence[Message]) -> str | None:
+async def _summarize(rollout: RolloutAPI, ep: Episode, turn: Turn, obs: Sequence[Message]) -> str | None:
     """Ask the policy for a summary after the reply ``obs`` (a turn of its own); its text, or None if the episode
     ended (no room, or the generation failed)."""
     assert ep.renderer is not None
@@ -164,7 +184,7 @@ async def _summarize(rollout: Rollout, ep: Episode, turn: Turn, obs: Sequence[Me
     return completion.text
 
 
-async def _generate(rollout: Rollout, ep: Episode, params: SamplingParams, seed: int | None):  # noqa: ANN202
+async def _generate(rollout: RolloutAPI, ep: Episode, params: SamplingParams, seed: int | None):  # noqa: ANN202
     prompt = list(ep.tokens[ep.context_start:])
     if rollout.keep_prompts:
         ep.prompts_seen.append(list(prompt))
