@@ -13,17 +13,15 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import ValidationError
 
+from turnrl.envs.check_report import CheckReport
 from turnrl.envs.core import TextEnv
 from turnrl.tools.base import Tool, ToolError, ToolOutput
 from turnrl.types import ToolCall
 from turnrl.verifiers.base import Verdict
-
-if TYPE_CHECKING:
-    from turnrl.envs.testing import CheckReport
 
 VALID_CALLS = 6  # argument sets tried per tool
 
