@@ -13,8 +13,6 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, field_validator, model_validator
 
 from turnrl.lora import LoraConfig
-from turnrl.rl.run.guard import GuardConfig
-from turnrl.rl.run.guard import check_config as check_guard
 from turnrl.rl.algorithms import AlgorithmConfig, parse_algorithm_config
 from turnrl.rl.run.tracking import WandbConfig
 from turnrl.rl.sources.reward_config import ProcessRewardConfig, RewardConfig
@@ -207,6 +205,21 @@ class ProgramConfig(BaseModel):
             raise ValueError(f"program.host={self.host!r} listens beyond this machine: set program.api_key (the key "
                              "your programs send), or keep 127.0.0.1")
         return self
+
+
+class GuardConfig(BaseModel):
+    """The consistency guard's settings (the guard itself: :mod:`turnrl.rl.run.guard`)."""
+
+    model_config = ConfigDict(extra="forbid")
+    enabled: bool = Field(True, description="check every training step's consistency (guard_* metrics, a warning "
+                          "the first time each check fails)")
+    logp_tolerance: float | None = Field(None, ge=0, description=(
+        "the most mean |rollout − learner| log-probability gap, in nats, over the tokens sampled by the weights "
+        "being updated; None: per rollout backend (HF agent 1e-3, vLLM 5e-2)"))
+    logp_max_tolerance: float | None = Field(None, ge=0, description=(
+        "the most gap on any one such token; None: per rollout backend (HF agent 5e-2; vLLM: not checked)"))
+    strict: bool = Field(False, description="stop the run (after recording the step) when a check fails, instead "
+                         "of warning")
 
 
 class TrainConfig(BaseModel):
@@ -434,3 +447,15 @@ def _unknown_key(loc: tuple[str, ...]) -> str:
     if close:
         return f"unknown key {loc[-1]!r}; did you mean {close[0]!r}?"
     return f"unknown key {loc[-1]!r}; {section} takes: {', '.join(names)}"
+
+
+def check_guard(cfg: TrainConfig, sampled: bool) -> None:
+    """Raise ValueError where a strict guard cannot do its work (``sampled``: the source's episodes are the policy's
+    own samples, with their log-probabilities)."""
+    g = cfg.guard
+    if g.strict and not g.enabled:
+        raise ValueError("guard.strict stops the run when a check fails, but guard.enabled is false: drop one")
+    if g.strict and not sampled:
+        raise ValueError(f"guard.strict compares the policy's own samples with the learner's scores, and algorithm "
+                         f"{cfg.algorithm.name!r} trains from stored data whose log-probabilities are not this run's "
+                         "policy's: drop guard.strict (the guard's other checks still run)")

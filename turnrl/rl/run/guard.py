@@ -31,15 +31,12 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, Field
-
+from turnrl.rl.run.config import GuardConfig, TrainConfig
 from turnrl.rl.sources.episode import token_crc
 from turnrl.types import Trajectory
 
-if TYPE_CHECKING:
-    from turnrl.rl.run.config import TrainConfig
+__all__ = ["CAUSES", "TOLERANCES", "ConsistencyError", "ConsistencyGuard", "GuardConfig", "backend", "generated"]
 
 logger = logging.getLogger(__name__)
 
@@ -65,21 +62,6 @@ CAUSES = {
 }
 
 
-class GuardConfig(BaseModel):
-    """The consistency guard (see :mod:`turnrl.rl.run.guard`)."""
-
-    model_config = ConfigDict(extra="forbid")
-    enabled: bool = Field(True, description="check every training step's consistency (guard_* metrics, a warning "
-                          "the first time each check fails)")
-    logp_tolerance: float | None = Field(None, ge=0, description=(
-        "the most mean |rollout − learner| log-probability gap, in nats, over the tokens sampled by the weights "
-        "being updated; None: per rollout backend (HF agent 1e-3, vLLM 5e-2)"))
-    logp_max_tolerance: float | None = Field(None, ge=0, description=(
-        "the most gap on any one such token; None: per rollout backend (HF agent 5e-2; vLLM: not checked)"))
-    strict: bool = Field(False, description="stop the run (after recording the step) when a check fails, instead "
-                         "of warning")
-
-
 class ConsistencyError(RuntimeError):
     """A strict guard's check failed: the step trained on tokens that are not what the policy sampled."""
 
@@ -87,18 +69,6 @@ class ConsistencyError(RuntimeError):
 def backend(cfg: TrainConfig) -> str:
     """The rollout backend whose tolerances apply: ``vllm`` or ``hf``."""
     return "vllm" if cfg.placement == "ray" and cfg.ray.rollout_backend == "vllm" else "hf"
-
-
-def check_config(cfg: TrainConfig, sampled: bool) -> None:
-    """Raise ValueError where a strict guard cannot do its work (``sampled``: the source's episodes are the policy's
-    own samples, with their log-probabilities)."""
-    g = cfg.guard
-    if g.strict and not g.enabled:
-        raise ValueError("guard.strict stops the run when a check fails, but guard.enabled is false: drop one")
-    if g.strict and not sampled:
-        raise ValueError(f"guard.strict compares the policy's own samples with the learner's scores, and algorithm "
-                         f"{cfg.algorithm.name!r} trains from stored data whose log-probabilities are not this run's "
-                         "policy's: drop guard.strict (the guard's other checks still run)")
 
 
 def generated(traj: Trajectory) -> list[int]:
