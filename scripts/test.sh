@@ -1,6 +1,13 @@
 #!/usr/bin/env bash
 # Sets up .venv if needed, then runs the test suite. Extra arguments go to pytest.
+#   bash scripts/test.sh          the whole suite (what CI runs)
+#   bash scripts/test.sh --fast   the fast tier for inner loops: every test module, without the tests
+#                                 tests/slow_tests.txt lists (over 1 s in a timed run; scripts/slow_tests.py)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+if [[ "${1:-}" == "--fast" ]]; then
+    shift
+    exec .venv/bin/python -m pytest -q -m "not slow" "$@"
+fi
 exec .venv/bin/python -m pytest -q "$@"

@@ -55,3 +55,17 @@ def ray_cluster():
         ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
     yield ray
     ray.shutdown()
+
+
+SLOW_TESTS = Path(__file__).with_name("slow_tests.txt")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark the tests tests/slow_tests.txt lists (written by scripts/slow_tests.py from a timed run) ``slow``, so that
+    ``-m "not slow"`` — `bash scripts/test.sh --fast` — leaves them out; the full suite runs them all."""
+    if not SLOW_TESTS.is_file():
+        return
+    slow = {line.strip() for line in SLOW_TESTS.read_text().splitlines() if line.strip() and not line.startswith("#")}
+    for item in items:
+        if item.nodeid in slow:
+            item.add_marker(pytest.mark.slow)
