@@ -33,7 +33,7 @@ def slow_tests(junit: Path, over: float) -> list[str]:
     for case in ET.parse(junit).iter("testcase"):
         if not case.get("classname"):  # a module skipped as a whole (e.g. tests/test_vllm.py without vLLM)
             continue
-        nid = node_id(case.get("classname", ""), case.get("name", ""))
+        nid = node_id(case.get("classname"), case.get("name", ""))
         by_module[nid.split("::")[0]].append((float(case.get("time", 0)), nid))
     slow = []
     for cases in by_module.values():

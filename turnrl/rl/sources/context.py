@@ -172,7 +172,7 @@ async def _summarize(rollout: RolloutAPI, ep: Episode, turn: Turn, obs: Sequence
         return None
     version = completion.policy_version
     if version is None:
-        version = rollout.current_version() if rollout.policy_version is not None else -1
+        version = rollout.current_version()
     start = len(ep.tokens)
     ep.append(completion.token_ids, 1, completion.logprobs, version)
     ep.window_used += len(completion.token_ids)

@@ -225,8 +225,7 @@ class Rollout:
         budgets: dict[tuple[int, tuple[str, ...]], list[int]] = {}
         seeds: list[int | None] = []
         completions: list[Completion | None] = [None] * len(live)
-        # the weights generating now
-        self._sampled_by = self.current_version() if self.policy_version is not None else -1
+        self._sampled_by = self.current_version()  # the weights generating now
         t0 = time.perf_counter()
         try:
             envs, roles = [ep.env for ep in live], [ep.role for ep in live]
@@ -271,7 +270,7 @@ class Rollout:
         budget, stop, seed = ep.request(self.params, self.max_context, window)
         params = self.params.model_copy(update={"max_new_tokens": budget, "stop": stop})
         prompt = list(ep.tokens[ep.context_start:])
-        version = self.current_version() if self.policy_version is not None else -1
+        version = self.current_version()
         try:
             c = await self.agent.agenerate_one(prompt, params, seed=seed,  # type: ignore[attr-defined]
                                                session=ep.session if self.uses_sessions else None)
@@ -368,9 +367,12 @@ class Rollout:
         return True
 
     def current_version(self) -> int:
-        """The policy's version now (``policy_version``, read if it is a callable); only with one given."""
+        """The policy's version now (``policy_version``, read if it is a callable); -1 when the rollout has none (what
+        it samples then carries no version)."""
         v = self.policy_version
-        return int(v() if callable(v) else v)  # type: ignore[arg-type]
+        if v is None:
+            return -1
+        return int(v() if callable(v) else v)
 
     def finish(self, ep: Episode) -> None:
         """End the episode: release its agent session, write its Trajectory (:meth:`Episode.write_trajectory`) and
