@@ -29,7 +29,7 @@ CONFIGS = {"quickstart (≤2 turns)": [], "3 turns": ["env.kwargs.max_turns=3", 
 def run(extra: list[str], steps: int, model: str) -> dict[str, float]:
     """Train ``steps`` steps after a warm-up; the mean step and rollout seconds and the cache hit share."""
     from turnrl.agents import make_agent
-    from turnrl.rl.run.config import load_config
+    from turnrl.rl.config import load_config
     from turnrl.rl.run.trainer import Trainer
 
     with tempfile.TemporaryDirectory() as out:

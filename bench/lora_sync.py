@@ -26,10 +26,10 @@ import torch
 from turnrl.agents.models import load_model
 from turnrl.lora import apply_lora, is_lora
 from turnrl.rl.algorithms import get_algorithm
+from turnrl.rl.config import TrainConfig
 from turnrl.rl.core.forward import sequence_logprobs
 from turnrl.rl.core.learner import Learner
 from turnrl.rl.placement.ray import RayRunner
-from turnrl.rl.run.config import TrainConfig
 
 LORA = {"r": 16, "alpha": 32, "target_modules": "all-linear"}
 PROBE = [[1, 22, 333, 4444, 5555, 66, 7, 888]]

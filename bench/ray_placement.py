@@ -85,7 +85,7 @@ def run(placement: str, workers: int, steps: int, model: str, staleness: int = 0
     has ``eval_success``: greedy success on the config's held-out tasks after the last step (on all cores, not
     timed)."""
     from turnrl.agents import make_agent
-    from turnrl.rl.run.config import load_config
+    from turnrl.rl.config import load_config
     from turnrl.rl.run.trainer import Trainer
 
     overrides = [f"steps={steps + warmup}", "rollout.seed_per_episode=true", f"placement={placement}", f"model={model}",

@@ -56,8 +56,8 @@ def arm(args: argparse.Namespace) -> None:
 
     from turnrl.agents.models import load_model
     from turnrl.rl.algorithms import get_algorithm
+    from turnrl.rl.config import TrainConfig
     from turnrl.rl.core.learner import Learner
-    from turnrl.rl.run.config import TrainConfig
 
     torch.manual_seed(0)
     optim = {"lr": 2e-5, "minibatch_size": 8, "grad_accum": 4, "lanes": not args.nolanes}

@@ -1,7 +1,7 @@
 """MkDocs hooks (``hooks:`` in mkdocs.yml): the reference pages that are generated from the code at build time.
 
 * ``<!-- generated: config-reference -->`` becomes every key of the training config, read from the pydantic models
-  of :mod:`turnrl.rl.run.config` and from each registered algorithm's ``Config`` — types, defaults, bounds and the
+  of :mod:`turnrl.rl.config` and from each registered algorithm's ``Config`` — types, defaults, bounds and the
   fields' own descriptions, so the page cannot fall behind the code;
 * ``<!-- generated: cli-reference -->`` becomes every ``turnrl`` command with its arguments and options, rendered by
   typer from the CLI itself;
@@ -177,7 +177,7 @@ def anchor(path: str) -> str:
 
 def config_sections() -> list[tuple[str, type]]:
     """Every section of the training config, top level first: ``("", TrainConfig)``, ``("rollout", …)``, …"""
-    from turnrl.rl.run.config import TrainConfig
+    from turnrl.rl.config import TrainConfig
 
     out, todo = [], [("", TrainConfig)]
     while todo:
@@ -237,7 +237,7 @@ def config_reference() -> str:
 
 def task_configs() -> list[type]:
     """The ``tasks:`` strategies' configs, in the order of the union."""
-    from turnrl.rl.sources.task_config import TaskConfig
+    from turnrl.rl.config.tasks import TaskConfig
 
     return list(typing.get_args(typing.get_args(TaskConfig)[0]))
 

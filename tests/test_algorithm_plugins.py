@@ -23,9 +23,9 @@ from turnrl.rl.algorithms import (
     parse_algorithm_config,
     register_algorithm,
 )
+from turnrl.rl.config import TrainConfig
 from turnrl.rl.core.batch import Batch
 from turnrl.rl.formulas.advantages import kl_penalized_rewards, reward_to_go
-from turnrl.rl.run.config import TrainConfig
 
 USER_MODULE = '''
 """A user's own algorithm: sign-PG (the sign of a sample's reward against its group's mean), registered on import."""

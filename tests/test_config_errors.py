@@ -6,7 +6,7 @@ from pydantic import ValidationError
 from typer.testing import CliRunner
 
 from turnrl.cli import app
-from turnrl.rl.run.config import config_error, load_config
+from turnrl.rl.config import config_error, load_config
 
 BASE = "model: tiny:chatml\nenv: {id: turnrl/Arithmetic-v0}\n"
 

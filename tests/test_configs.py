@@ -17,7 +17,7 @@ import typer
 
 from turnrl.cli import app
 from turnrl.rl.algorithms import algorithm_class
-from turnrl.rl.run.config import load_config
+from turnrl.rl.config import load_config
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIGS = sorted((REPO / "configs").glob("*.yaml"))

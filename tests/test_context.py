@@ -98,7 +98,7 @@ def test_a_budget_that_cannot_hold_the_latest_turn_ends_the_episode_truncated(ag
 def test_context_settings_are_checked():
     from pydantic import ValidationError
 
-    from turnrl.rl.run.config import TrainConfig
+    from turnrl.rl.config import TrainConfig
 
     base = {"env": {"id": "turnrl/Arithmetic-v0"}, "rollout": {"context": {"budget": 512, "mode": "summarize"}}}
     assert TrainConfig(**base).rollout.context.mode == "summarize"

@@ -19,10 +19,10 @@ from turnrl.methods.dqo.soft_q import (
     soft_rewards,
 )
 from turnrl.rl.algorithms import get_algorithm
+from turnrl.rl.config import TrainConfig
 from turnrl.rl.core.batch import collate
 from turnrl.rl.core.forward import token_logprobs
 from turnrl.rl.core.learner import Learner
-from turnrl.rl.run.config import TrainConfig
 from turnrl.rl.sources.replay import OfflineDataError
 from turnrl.tokens import ChatRenderer
 from turnrl.types import Message, Trajectory, Turn

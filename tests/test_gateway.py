@@ -419,7 +419,7 @@ def test_a_policy_learns_through_the_gateway_as_it_does_natively(tmp_path):
 def test_program_settings_are_checked():
     from pydantic import ValidationError
 
-    from turnrl.rl.run.config import TrainConfig
+    from turnrl.rl.config import TrainConfig
 
     base = {"env": {"id": "turnrl/Arithmetic-v0"}, "program": {"function": "a:b"}}
     TrainConfig(**base)
@@ -436,7 +436,7 @@ def test_program_settings_are_checked():
 def test_each_example_agent_trains_one_step_unchanged(example, tmp_path, monkeypatch):
     from pathlib import Path
 
-    from turnrl.rl.run.config import load_config
+    from turnrl.rl.config import load_config
     from turnrl.rl.run.trainer import Trainer
 
     examples = Path(__file__).resolve().parents[1] / "examples"

@@ -347,7 +347,7 @@ def test_a_training_run_reuses_caches_and_batches_turns_continuously(tmp_path):
 
 
 def test_continuous_batching_is_refused_where_it_cannot_run():
-    from turnrl.rl.run.config import TrainConfig
+    from turnrl.rl.config import TrainConfig
 
     with pytest.raises(ValueError, match="local placement"):
         TrainConfig(model="tiny", env={"id": "tests/Upper-v0"}, placement="ray",
@@ -449,8 +449,8 @@ def test_the_learners_own_optimizer_step_invalidates_the_cache():
     """Issue 66, bug 2: the learner's fused AdamW writes the parameters in place without bumping their version
     counters, so a cache keyed on storage alone survived the step; the learner now marks the weights changed."""
     from turnrl.rl.algorithms import get_algorithm
+    from turnrl.rl.config import TrainConfig
     from turnrl.rl.core.learner import Learner
-    from turnrl.rl.run.config import TrainConfig
     from turnrl.weights import weights_epoch
 
     tok = tiny_tokenizer("chatml")

@@ -9,9 +9,9 @@ from test_dqo import bandit
 
 from turnrl.agents.tiny import tiny_model, tiny_tokenizer
 from turnrl.rl.algorithms import get_algorithm
+from turnrl.rl.config import TrainConfig
 from turnrl.rl.core.learner import Learner
 from turnrl.rl.formulas.losses import behaviour_weights, clipped_surrogate
-from turnrl.rl.run.config import TrainConfig
 
 
 def case(seed=0, B=3, T=6):

@@ -20,8 +20,8 @@ from turnrl.methods.offline.algorithms import DPO, dpo_pairs
 from turnrl.methods.offline.preference import dpo_loss, sequence_logp
 from turnrl.methods.offline.source import OfflineSource
 from turnrl.rl.algorithms import get_algorithm
+from turnrl.rl.config import TrainConfig
 from turnrl.rl.core.learner import Learner
-from turnrl.rl.run.config import TrainConfig
 from turnrl.rl.run.trainer import Trainer
 from turnrl.rl.sources.collect import rollout_dataset
 from turnrl.rl.sources.replay import OfflineDataError, check_tokenizer, tokenizer_fingerprint

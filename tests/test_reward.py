@@ -10,10 +10,10 @@ import toy_envs  # noqa: F401  (registers the toy environments)
 import turnrl
 from turnrl.agents.scripted import ScriptedAgent
 from turnrl.agents.tiny import tiny_model, tiny_tokenizer
+from turnrl.rl.config.rewards import RewardConfig
 from turnrl.rl.run.trainer import TrainConfig, Trainer
 from turnrl.rl.sources.base import Job
 from turnrl.rl.sources.reward import RunReward, reward_metrics
-from turnrl.rl.sources.reward_config import RewardConfig
 from turnrl.types import Message, Trajectory, Turn
 from turnrl.verifiers.judge import rule_applies
 

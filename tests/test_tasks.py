@@ -12,9 +12,9 @@ from scipy.stats import chisquare
 import turnrl
 from turnrl.agents.tiny import tiny_model, tiny_tokenizer
 from turnrl.envs.mixture import MixtureError
+from turnrl.rl.config.tasks import CurriculumTasks, DifficultyTasks, PrePPOTasks, SequentialTasks, UniformTasks
 from turnrl.rl.run.trainer import TrainConfig, Trainer
 from turnrl.rl.sources.base import Job, task_jobs
-from turnrl.rl.sources.task_config import CurriculumTasks, DifficultyTasks, PrePPOTasks, SequentialTasks, UniformTasks
 from turnrl.rl.sources.tasks import TaskPool, difficulty_weight, ema_update, make_sampler, select_lowest
 from turnrl.types import Message, Trajectory, Turn
 

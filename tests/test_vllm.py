@@ -270,8 +270,8 @@ def test_a_vllm_worker_takes_weights_inside_a_turn_and_its_episodes_stay_token_e
     """A weight push while a lease plays lands between two decoding steps; each token's version and logprob are
     those of the weights that sampled it, and the episodes go on (no request dropped, nothing regenerated)."""
     from turnrl.envs.registry import register
+    from turnrl.rl.config import TrainConfig
     from turnrl.rl.placement.worker import RolloutWorker
-    from turnrl.rl.run.config import TrainConfig
     from turnrl.rl.sources.base import Job
 
     hf, _ = agents
@@ -358,10 +358,10 @@ def test_a_lora_vllm_worker_serves_each_new_adapter_and_never_a_stale_one():
     import toy_envs  # noqa: F401  (registers tests/Upper-v0)
 
     from turnrl.lora import adapter_state, apply_lora
+    from turnrl.rl.config import TrainConfig
     from turnrl.rl.core.forward import sequence_logprobs
     from turnrl.rl.placement.parameters import to_shared
     from turnrl.rl.placement.worker import RolloutWorker
-    from turnrl.rl.run.config import TrainConfig
 
     lora = {"r": 8, "target_modules": ["q_proj", "v_proj", "up_proj"]}
     model, tok = load_model("smollm2-135m-instruct")

@@ -181,7 +181,7 @@ def train(
     from the environment, offline from a `turnrl rollout` dataset (data.path), or step-wise from stored states
     (data.path); metrics to OUT_DIR/metrics.jsonl and TensorBoard. env.id may be mymodule:myproject/Name-v0, with
     mymodule.py next to the config."""
-    from turnrl.rl.run.config import config_error
+    from turnrl.rl.config import config_error
     from turnrl.rl.run.evaluate import run_eval_kwargs
     from turnrl.rl.run.trainer import Trainer, load_config
 

@@ -120,3 +120,16 @@ def load_entry(entry: str) -> Any:
     """
     module, _, attr = entry.partition(":")
     return getattr(importlib.import_module(module), attr)
+
+
+def moved_module(old: str, new: str) -> None:
+    """Make the module path ``old``, which users may import, the module ``new`` that took its place: the calling
+    module (``old`` itself, as its only statement) is replaced in ``sys.modules``, so ``import old`` and ``from old
+    import x`` give ``new``'s objects (the same objects, so a patch through either path patches both). Warns once
+    per process (a module runs once) with a FutureWarning, which Python shows by default, naming the new path.
+    Old paths keep working for one release."""
+    import warnings
+
+    warnings.warn(f"{old} has moved to {new}; import from {new} ({old} will be removed in the next release)",
+                  FutureWarning, stacklevel=3)
+    sys.modules[old] = importlib.import_module(new)

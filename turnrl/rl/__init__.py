@@ -1,6 +1,7 @@
 """The training machinery, in rooms meant never to name a method (docs/ARCHITECTURE.md draws them and lists the
 places that still do, under "Known gaps"):
 
+* :mod:`turnrl.rl.config` — the run configuration, at the bottom: every room may import it, it imports none;
 * :mod:`turnrl.rl.core` — the learner core (policy, critic, reference, optimizer), batches and forward passes;
 * :mod:`turnrl.rl.formulas` — the shared pure tensor functions (advantages, losses, reward shaping);
 * :mod:`turnrl.rl.algorithms` — the algorithm interface, its registry and the general estimators (GRPO, DAPO, PPO,
@@ -8,8 +9,12 @@ places that still do, under "Known gaps"):
 * :mod:`turnrl.rl.sources` — where a step's episodes come from: the token-exact rollout, the one function that plays
   jobs, the on-policy and replay sources, dataset collection;
 * :mod:`turnrl.rl.placement` — where the pieces run (this process, Ray workers, DeepSpeed ranks);
-* :mod:`turnrl.rl.run` — a run: config, trainer, driver, evaluation, monitors, tracking.
+* :mod:`turnrl.rl.run` — a run: trainer, driver, evaluation, monitors, tracking.
 
 Methods with their own algorithms, sources, hooks, metrics and tools (PAG, SWiRL, DQO, the offline baselines) live
 in :mod:`turnrl.methods` and plug in through the registry and the interface of :mod:`turnrl.rl.algorithms.base`.
 """
+
+# The registry installs the configuration's algorithm hooks (turnrl.rl.config.algorithm) when it is imported; the
+# package imports it so that every `import turnrl.rl.…` has them before a config validates.
+from turnrl.rl import algorithms as _algorithms  # noqa: E402,F401

@@ -25,7 +25,7 @@ from turnrl.rl.formulas.losses import AggMode, agg_count, masked_nll
 from turnrl.types import Trajectory
 
 if TYPE_CHECKING:
-    from turnrl.rl.run.config import TrainConfig
+    from turnrl.rl.config import TrainConfig
 
 
 def _outcome_groups(groups: Units) -> tuple[list[tuple[list[Trajectory], list[Trajectory]]], dict[str, float]]:

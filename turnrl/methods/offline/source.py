@@ -23,7 +23,7 @@ from turnrl.rl.sources.replay import OfflineDataError, ReplaySource, check_tempe
 from turnrl.types import Trajectory
 
 if TYPE_CHECKING:
-    from turnrl.rl.run.config import TrainConfig
+    from turnrl.rl.config import TrainConfig
 
 
 class OfflineSource(ReplaySource):

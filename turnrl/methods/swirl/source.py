@@ -30,7 +30,7 @@ from turnrl.agents.base import SamplingParams
 from turnrl.envs.core import Obs, StepResult, TextEnv
 from turnrl.envs.registry import make
 from turnrl.methods.swirl.judges import StepJudge, StepLabel, make_step_judge, parse_step
-from turnrl.rl.run.config import TrainConfig
+from turnrl.rl.config import TrainConfig
 from turnrl.rl.sources.base import ExperienceSource, RunParts, rollout_metrics
 from turnrl.rl.sources.replay import OfflineDataError
 from turnrl.types import Message, Trajectory, Turn

@@ -22,6 +22,8 @@ from turnrl.rl.algorithms.base import (
     PolicyGradient,
     PolicyGradientConfig,
 )
+from turnrl.rl.algorithms.run_checks import check_run_config
+from turnrl.rl.config import AlgorithmHooks, install_algorithm_hooks
 from turnrl.utils import load_entry
 
 #: The built-in algorithms; methods with their own folder (turnrl/methods/) come in as entries like any user module.
@@ -170,6 +172,14 @@ def _options(name: str) -> set[str]:
         return set(algorithm_class(name).Config.model_fields)
     except AlgorithmRegistrationError:
         return set()
+
+
+def _check_run_config(cfg: Any) -> None:
+    """The configuration's check hook: ``cfg`` against the algorithm it names."""
+    check_run_config(cfg, algorithm_class(cfg.algorithm.name))
+
+
+install_algorithm_hooks(AlgorithmHooks(parse=parse_algorithm_config, check=_check_run_config))
 
 
 def get_algorithm(config: AlgorithmConfig | dict[str, Any]) -> Algorithm:

@@ -18,30 +18,29 @@ Call order, per training step (see :class:`turnrl.rl.core.learner.Learner`):
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
+from turnrl.rl.config import AlgorithmConfig, TrainConfig
 from turnrl.rl.core.batch import Batch
+from turnrl.rl.core.experience import CriticSpec, Experience, Forward
 from turnrl.rl.formulas.advantages import window_mask, zero_variance_groups
 from turnrl.rl.formulas.importance import off_policy_weights
-from turnrl.rl.formulas.losses import AggMode, agg_count, aggregate, clipped_surrogate, masked_nll
+from turnrl.rl.formulas.losses import (
+    AggMode,
+    agg_count,
+    aggregate,
+    clipped_surrogate,
+    masked_nll,
+)
 from turnrl.rl.formulas.rewards import longest_turn, overlong_penalty
 from turnrl.types import Trajectory
 from turnrl.utils import load_entry
 
 if TYPE_CHECKING:
-    from turnrl.rl.run.config import TrainConfig
     from turnrl.rl.sources.rollout import Rewrite
-
-
-class AlgorithmConfig(BaseModel):
-    """Options every algorithm has. Subclasses add their own; options of another algorithm are errors."""
-
-    model_config = ConfigDict(extra="forbid")
-    name: str
 
 
 class OverlongConfig(BaseModel):
@@ -75,52 +74,6 @@ class PolicyGradientConfig(AlgorithmConfig):
         "(ρ, or 0 above C), mask-sequence (the answer's geometric-mean ρ, or the whole answer left out outside "
         "[1/C, C]) or icepop (ρ, or 0 outside [behaviour_is_floor, C])"))
     behaviour_is_floor: float = Field(0.5, gt=0, lt=1, description="IcePop's lower bound α (behaviour_is: icepop)")
-
-
-@dataclass
-class Experience:
-    """A prepared batch: the padded tensors plus what the learner computed for them before any update."""
-
-    batch: Batch
-    adv: torch.Tensor  # (B, T) advantages, 0 off the loss mask
-    returns: torch.Tensor | None = None  # (B, T) critic targets
-    old_values: torch.Tensor | None = None  # (B, T) V(s_t) before the update
-    ref_logp: torch.Tensor | None = None  # (B, T) reference log-probabilities (KL)
-
-    def __len__(self) -> int:
-        return len(self.batch)
-
-    def select(self, index: torch.Tensor | Sequence[int]) -> Experience:
-        """The rows ``index`` (micro-batches, rank shards)."""
-        idx = torch.as_tensor(index, dtype=torch.long, device=self.adv.device)
-        return Experience(self.batch.select(idx), **{f.name: None if getattr(self, f.name) is None else
-                                                      getattr(self, f.name)[idx] for f in fields(self)
-                                                      if f.name != "batch"})
-
-
-@dataclass
-class Forward:
-    """The learner's forward pass on a micro-batch (``(B, T)`` each; ``values`` only for critic algorithms)."""
-
-    logp: torch.Tensor
-    entropy: torch.Tensor
-    values: torch.Tensor | None = None
-
-
-@dataclass(frozen=True)
-class CriticSpec:
-    """The critic an algorithm needs, built by the run (:mod:`turnrl.rl.core.models`), never by the learner.
-
-    Attributes:
-        model: None for a value head on the policy's own features; else an agent spec of a separate critic
-            transformer sharing the policy's tokenizer (e.g. a smaller model).
-        lr: the critic's learning rate (None: 2 × ``optim.lr``).
-        init: a process reward model's folder to start the separate critic from (its weights; same ``model``).
-    """
-
-    model: str | None = None
-    lr: float | None = None
-    init: str | None = None
 
 
 class Algorithm:

@@ -30,7 +30,7 @@ from turnrl.rl.formulas.losses import AggMode, clipped_value_loss
 from turnrl.rl.formulas.rewards import on_last_token
 
 if TYPE_CHECKING:
-    from turnrl.rl.run.config import TrainConfig
+    from turnrl.rl.config import TrainConfig
 
 
 class PPOConfig(PolicyGradientConfig):

@@ -20,7 +20,7 @@ from turnrl.rl.formulas.advantages import leave_one_out
 from turnrl.rl.formulas.losses import AggMode
 
 if TYPE_CHECKING:
-    from turnrl.rl.run.config import TrainConfig
+    from turnrl.rl.config import TrainConfig
 
 
 class RLOOConfig(PolicyGradientConfig):

@@ -2,7 +2,7 @@
 
 It knows nothing of rollouts or placements. Per training step:
 
-* :meth:`Learner.prepare` turns Trajectories into an :class:`~turnrl.rl.algorithms.Experience`: untrainable
+* :meth:`Learner.prepare` turns Trajectories into an :class:`~turnrl.rl.core.experience.Experience`: untrainable
   episodes (errors, timeouts, a reward with no tokens) are left out, so their group is normalized over the rest;
   values, bootstrap values of truncated episodes, advantages (over whole groups, before any split) and reference
   log-probabilities are computed on the model's device.
@@ -23,13 +23,13 @@ from typing import Any
 import torch
 
 from turnrl.lora import adapter_state, is_lora, policy_state, restore
-from turnrl.rl.algorithms import Algorithm, Experience, Forward
+from turnrl.rl.config import TrainConfig
 from turnrl.rl.core.batch import Batch, collate, untrainable
 from turnrl.rl.core.critic import SeparateCritic, ValueHead
+from turnrl.rl.core.experience import Experience, Forward, Objective
 from turnrl.rl.core.forward import forward_tokens, token_logprobs
 from turnrl.rl.core.models import Models, build_models
 from turnrl.rl.core.staleness import lag0_gap, logp_diff_by_lag, staleness_metrics
-from turnrl.rl.run.config import TrainConfig
 from turnrl.types import Trajectory
 from turnrl.weights import mark_weights_changed
 
@@ -39,11 +39,11 @@ class Learner:
 
     Args:
         config: the run config (``optim``, ``rollout.temperature``/``max_new_tokens`` and the algorithm are used).
-        algorithm: the registered algorithm object.
+        algorithm: the registered algorithm object (any :class:`~turnrl.rl.core.experience.Objective`).
         model, tokenizer: the policy (a Hugging Face causal LM) and its tokenizer.
     """
 
-    def __init__(self, config: TrainConfig, algorithm: Algorithm, model: Any, tokenizer: Any, *,
+    def __init__(self, config: TrainConfig, algorithm: Objective, model: Any, tokenizer: Any, *,
                  models: Models | None = None) -> None:
         self.cfg, self.algorithm = config, algorithm
         self.model, self.tokenizer = model, tokenizer

@@ -37,9 +37,9 @@ import torch
 
 from turnrl.lora import AdapterOff, LoraConfig, adapter_state, apply_lora, base_state, is_lora, load_adapter
 from turnrl.rl.algorithms import Experience, get_algorithm
+from turnrl.rl.config import TrainConfig
 from turnrl.rl.core.learner import Learner, _trainable
 from turnrl.rl.placement.parameters import full_parameters, to_shared
-from turnrl.rl.run.config import TrainConfig
 from turnrl.types import Trajectory
 
 

@@ -30,11 +30,11 @@ from pathlib import Path
 from typing import Any
 
 from turnrl.lora import check_resume, load_adapter, policy_state, restore
+from turnrl.rl.config import TrainConfig
 from turnrl.rl.core.learner import _trainable
 from turnrl.rl.placement.extensions import CPU_OP, extensions_dir
 from turnrl.rl.placement.parameters import from_shared
 from turnrl.rl.placement.ray import RayPlacementError, _cause, _ray, connect, free_cpus, stop
-from turnrl.rl.run.config import TrainConfig
 from turnrl.types import Trajectory
 from turnrl.weights import mark_weights_changed
 

@@ -33,9 +33,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from turnrl.rl.config import TrainConfig
 from turnrl.rl.placement.ledger import Ledger
 from turnrl.rl.placement.parameters import to_shared
-from turnrl.rl.run.config import TrainConfig
 from turnrl.rl.sources.base import Job, oldest_version
 from turnrl.storage import read_jsonl, write_jsonl
 from turnrl.types import Trajectory

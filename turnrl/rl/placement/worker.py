@@ -18,8 +18,8 @@ import torch
 from turnrl.agents.hf import HFAgent
 from turnrl.envs.registry import make, register
 from turnrl.lora import adapter_state, base_state, is_lora, load_adapter
+from turnrl.rl.config import TrainConfig
 from turnrl.rl.placement.parameters import from_shared
-from turnrl.rl.run.config import TrainConfig
 from turnrl.rl.sources.base import Job
 from turnrl.rl.sources.onpolicy import play_jobs
 from turnrl.types import Trajectory

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 import yaml
 
-from turnrl.rl.run.config import TrainConfig
+from turnrl.rl.config import TrainConfig
 from turnrl.rl.run.guard import ConsistencyError, ConsistencyGuard
 from turnrl.rl.run.monitors import check_health
 from turnrl.rl.run.tracking import Tracker

@@ -32,7 +32,7 @@ import logging
 from collections import Counter
 from collections.abc import Sequence
 
-from turnrl.rl.run.config import GuardConfig, TrainConfig
+from turnrl.rl.config import GuardConfig, TrainConfig
 from turnrl.rl.sources.episode import token_crc
 from turnrl.types import Trajectory
 

@@ -6,22 +6,11 @@ from __future__ import annotations
 import logging
 import uuid
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from turnrl.rl.config import WandbConfig
 
 logger = logging.getLogger(__name__)
-
-
-class WandbConfig(BaseModel):
-    """Weights & Biases logging. A resumed run continues the same W&B run (its id is kept in the run folder)."""
-
-    model_config = ConfigDict(extra="forbid")
-    project: str = "turnrl"
-    entity: str | None = None
-    name: str | None = Field(None, description="default: the run folder's name")
-    mode: Literal["online", "offline", "disabled"] = "online"
-    tags: list[str] = Field(default_factory=list)
 
 
 class Tracker:

@@ -23,10 +23,10 @@ from turnrl.agents.base import SamplingParams
 from turnrl.agents.hf import HFAgent
 from turnrl.checkpoint import load_policy
 from turnrl.rl.algorithms import get_algorithm
+from turnrl.rl.config import EnvConfig, OptimConfig, RayConfig, RolloutConfig, TrainConfig, load_config
 from turnrl.rl.core.learner import Learner
 from turnrl.rl.core.models import build_models
 from turnrl.rl.placement import LearnerProtocol
-from turnrl.rl.run.config import EnvConfig, OptimConfig, RayConfig, RolloutConfig, TrainConfig, load_config
 from turnrl.rl.run.driver import Driver
 from turnrl.rl.sources.base import ExperienceSource, Runner, RunParts
 from turnrl.rl.sources.onpolicy import LocalRunner

@@ -21,7 +21,7 @@ from turnrl.agents.kv import trajectory_kv_metrics
 from turnrl.types import Trajectory
 
 if TYPE_CHECKING:
-    from turnrl.rl.run.config import TrainConfig
+    from turnrl.rl.config import TrainConfig
 
 
 @dataclass(frozen=True)

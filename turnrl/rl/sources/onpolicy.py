@@ -14,7 +14,7 @@ from typing import Any
 from turnrl.agents.base import SamplingParams
 from turnrl.envs.registry import make
 from turnrl.rl.algorithms.base import Algorithm
-from turnrl.rl.run.config import TrainConfig
+from turnrl.rl.config import TrainConfig
 from turnrl.rl.sources.base import ExperienceSource, Job, Runner, RunParts, rollout_metrics, task_jobs, whole_groups
 from turnrl.rl.sources.context import ContextBudget
 from turnrl.rl.sources.play import batch_seed, play

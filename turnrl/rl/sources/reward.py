@@ -1,4 +1,4 @@
-"""A run-level hybrid reward (``reward:``, :class:`~turnrl.rl.sources.reward_config.RewardConfig`): rule verifiers
+"""A run-level hybrid reward (``reward:``, :class:`~turnrl.rl.config.rewards.RewardConfig`): rule verifiers
 where they apply, a generative judge with the reference answer elsewhere — RTV + GenRM of "Exploring Data Scaling
 Trends and Effects in RLHF" (arXiv 2503.22230; docs/algorithms.md §8).
 
@@ -28,8 +28,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from turnrl.rl.config.rewards import ProcessRewardConfig, RewardConfig
 from turnrl.rl.sources.base import Job
-from turnrl.rl.sources.reward_config import ProcessRewardConfig, RewardConfig
 from turnrl.rl.sources.tasks import TaskPool
 from turnrl.types import SamplingParams, Trajectory
 from turnrl.verifiers.judge import OutcomeJudge, rule_applies

@@ -36,7 +36,7 @@ from turnrl.rl.sources.windows import LocalWindows
 from turnrl.types import Trajectory
 
 if TYPE_CHECKING:
-    from turnrl.rl.run.config import TrainConfig
+    from turnrl.rl.config import TrainConfig
 
 
 class WindowedSource(ExperienceSource):

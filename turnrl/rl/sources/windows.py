@@ -16,7 +16,7 @@ from turnrl.rl.sources.rollout import Episode, Rollout
 from turnrl.types import Trajectory
 
 if TYPE_CHECKING:
-    from turnrl.rl.run.config import TrainConfig
+    from turnrl.rl.config import TrainConfig
 
 
 @dataclass

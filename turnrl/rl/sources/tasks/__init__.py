@@ -1,5 +1,5 @@
 """Task samplers: which tasks each round of an on-policy run plays (the ``tasks:`` config section,
-:mod:`turnrl.rl.sources.task_config`; docs/training.md "Which tasks").
+:mod:`turnrl.rl.config.tasks`; docs/training.md "Which tasks").
 
 A sampler sees the training environment as a :class:`TaskPool` — its task count and, for a
 ``turnrl/Mixture-v0``, which member poses each task and the members' weights (any other environment is one member).
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from turnrl.rl.sources.task_config import (
+from turnrl.rl.config.tasks import (
     CurriculumTasks,
     DifficultyTasks,
     PrePPOTasks,

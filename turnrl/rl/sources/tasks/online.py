@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from turnrl.rl.sources.task_config import DifficultyTasks
+from turnrl.rl.config.tasks import DifficultyTasks
 from turnrl.rl.sources.tasks.base import TaskPool, TaskSampler, draw, draw_by_member
 
 
@@ -63,7 +63,7 @@ def ema_update(old: float | None, new: float, alpha: float) -> float:
 
 
 class Difficulty(TaskSampler):
-    """Weight ∝ p(1 − p) + ε (see :class:`~turnrl.rl.sources.task_config.DifficultyTasks`)."""
+    """Weight ∝ p(1 − p) + ε (see :class:`~turnrl.rl.config.tasks.DifficultyTasks`)."""
 
     strategy = "difficulty"
 

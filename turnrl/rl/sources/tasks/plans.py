@@ -10,13 +10,13 @@ from typing import Any
 
 import numpy as np
 
-from turnrl.rl.sources.task_config import CurriculumTasks, PrePPOTasks
+from turnrl.rl.config.tasks import CurriculumTasks, PrePPOTasks
 from turnrl.rl.sources.tasks.base import TaskPool, TaskSampler, draw_by_member, stream
 
 
 class PrePPO(TaskSampler):
     """Score a pool once, train on its lowest-scoring share (see
-    :class:`~turnrl.rl.sources.task_config.PrePPOTasks`)."""
+    :class:`~turnrl.rl.config.tasks.PrePPOTasks`)."""
 
     strategy = "pre-ppo"
 
@@ -96,7 +96,7 @@ def select_lowest(pool: Sequence[int], results: Sequence[tuple[int, float]], kee
 
 
 class Curriculum(TaskSampler):
-    """Stages of mixture members with switch rules (see :class:`~turnrl.rl.sources.task_config.CurriculumTasks`)."""
+    """Stages of mixture members with switch rules (see :class:`~turnrl.rl.config.tasks.CurriculumTasks`)."""
 
     strategy = "curriculum"
 

@@ -1,0 +1,226 @@
+"""The sections of a training config below the top level (``env``, ``rollout``, ``optim``, ``ray``, ``learner``,
+``data``, ``program``, ``guard``, ``wandb``): pydantic models, unknown keys are errors. :mod:`turnrl.rl.config.train`
+puts them together; the ``tasks``, ``reward`` and ``algorithm`` sections have modules of their own beside this one.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from turnrl.lora import LoraConfig
+
+
+class EnvConfig(BaseModel):
+    """Training and held-out environments."""
+
+    model_config = ConfigDict(extra="forbid")
+    id: str
+    kwargs: dict[str, Any] = Field(default_factory=dict)
+    eval_kwargs: dict[str, Any] | None = Field(None, description=(
+        "overrides for the held-out env (e.g. split: test); without a split, the env's held-out split where it "
+        "declares one"))
+
+
+class ContextConfig(BaseModel):
+    """Keep each context of a long episode under a token budget by rewriting its history (a new segment of the
+    episode): drop the oldest turns, or have the policy summarize them."""
+
+    model_config = ConfigDict(extra="forbid")
+    budget: int = Field(ge=16, description="the most tokens one context may hold before its history is rewritten")
+    mode: Literal["drop", "summarize"] = Field("drop", description="drop the oldest turns, or replace the history "
+                                               "with a summary the policy writes (trained like its other turns)")
+    summary_tokens: int = Field(128, ge=1, description="the most tokens of a summary")
+
+
+class RolloutConfig(BaseModel):
+    """Sampling during training."""
+
+    model_config = ConfigDict(extra="forbid")
+    prompts_per_step: int = Field(4, ge=1)
+    group_size: int = Field(8, ge=2)
+    max_new_tokens: int = Field(64, ge=1)
+    temperature: float = Field(1.0, gt=0)
+    top_p: float = Field(1.0, gt=0, le=1, description=(
+        "nucleus sampling mass; below 1 the recorded log-probabilities are of the nucleus, renormalized (what was "
+        "sampled), and optim.recompute_logprobs is required"))
+    max_context: int = Field(2048, ge=16)
+    env_timeout: float = Field(60.0, gt=0, description="seconds one environment step may take; then the episode "
+                               "ends with an error (and is left out of training)")
+    max_staleness: int = Field(0, ge=0, description=(
+        "k: no token used in an update was sampled more than k policy versions before the weights being updated; "
+        "older episodes are dropped and counted (`stale_episodes`). 0 = synchronous; ≥ 1 (placement ray): the next "
+        "step's rollouts run while the learner updates, and workers load new weights between generation calls"))
+    kv_cache_mb: float = Field(2048, ge=0, description=(
+        "memory (MB) the HF backend may keep between turns for live episodes' KV caches, so each turn feeds only "
+        "the new tokens instead of the whole conversation; past it the oldest episodes' caches are evicted and "
+        "re-prefilled (`kv_evicted`); 0 re-prefills every turn"))
+    continuous_batching: bool = Field(False, description=(
+        "continuous batching across turns (HF backend, local placement): each episode's next turn joins the running "
+        "batch as soon as its environment answered, instead of waiting for the round's slowest episode; episodes "
+        "then sample from their own streams (as with seed_per_episode)"))
+    context: ContextConfig | None = Field(None, description="context management for long episodes (see "
+                                          "ContextConfig); max_context then applies to each context")
+    seed_per_episode: bool = Field(False, description="sample each episode from its own random stream (seeded by "
+                                   "step, task and sample), so trajectories do not depend on how episodes are "
+                                   "batched or spread over workers; the ray placement always does")
+
+
+class OptimConfig(BaseModel):
+    """AdamW with linear warm-up, gradient clipping and accumulation."""
+
+    model_config = ConfigDict(extra="forbid")
+    lr: float = Field(1e-5, gt=0)
+    weight_decay: float = Field(0.0, ge=0)
+    grad_clip: float = Field(1.0, gt=0)
+    warmup_steps: int = Field(0, ge=0)
+    epochs: int = Field(1, ge=1)
+    minibatch_size: int = Field(8, ge=1, description="sequences per micro-batch")
+    grad_accum: int = Field(1, ge=1, description="micro-batches per optimizer step; the loss is normalized over "
+                            "all of them (token-mean stays a token mean)")
+    micro_tokens: int | None = Field(None, ge=1, description=(
+        "most tokens one forward pass holds, counted padded (rows × the longest row): a micro-batch of "
+        "minibatch_size rows splits further where long rows would pass it (a longer row runs alone), and the scoring "
+        "before the update (values, reference and recomputed log-probabilities) runs in pieces of this size; the "
+        "loss is the same, only the memory of long answers is bounded. None: micro-batches by rows only"))
+    shuffle: bool = Field(True, description="with epochs > 1, every epoch after the first takes the rows in a new "
+                          "seeded order (the first keeps whole groups in one optimizer step)")
+    share_prompts: bool = Field(True, description="run a group's common prompt once per forward/backward pass")
+    lanes: bool = Field(True, description=(
+        "cut the rows of a forward/backward pass into lanes of similar length, each its own call, so that short "
+        "answers are not padded to the longest one beside them (the same numbers up to float rounding)"))
+    recompute_logprobs: bool = Field(False, description=(
+        "score the rollout's tokens with the learner's weights before the update and use those as the old "
+        "log-probabilities of the ratio (for rollout engines whose numbers differ from the learner's: other "
+        "kernels or precision, or a vLLM without processed logprobs); `rollout_logp_diff` reports the gap"))
+
+
+class RayConfig(BaseModel):
+    """The Ray placement: rollout workers as Ray actors (``placement: ray``)."""
+
+    model_config = ConfigDict(extra="forbid")
+    address: str | None = Field(None, description="'auto' or HOST:PORT joins a running cluster; "
+                                "None starts a local one")
+    rollout_workers: int = Field(2, ge=1)
+    worker_cpus: float = Field(0.5, gt=0, description="CPUs reserved per worker (fractional on small machines); a "
+                               "worker runs max(1, int(worker_cpus)) torch threads")
+    num_cpus: float | None = Field(None, gt=0, description="CPUs of a local cluster (default: the machine's)")
+    max_restarts: int = Field(2, ge=0, description="restarts of a worker that dies before the run fails")
+    start_timeout: float = Field(120.0, gt=0, description="seconds a worker may take to start (load the model)")
+    episode_timeout: float = Field(600.0, gt=0, description="seconds a worker may go without finishing an "
+                                   "episode before it is restarted and its jobs re-run")
+    connect_timeout: float = Field(30.0, gt=0, description="seconds to reach the cluster at `address`")
+    rollout_backend: Literal["hf", "vllm"] = Field("hf", description="what generates in a worker: the policy in "
+                                                   "transformers (CPU or GPU), or a vLLM engine (GPU; extra gpu)")
+    worker_gpus: float = Field(0.0, ge=0, description="GPUs per rollout worker (fractional to share one GPU with "
+                               "a learner rank)")
+    vllm: dict[str, Any] = Field(default_factory=dict, description="vllm.LLM options of vLLM workers, e.g. "
+                                 "{gpu_memory_utilization: 0.3, dtype: bfloat16, enforce_eager: true}")
+    vllm_inflight_updates: bool = Field(True, description="vLLM workers take new weights while requests run "
+                                        "(pause, load, resume: nothing is dropped, each token records the version "
+                                        "that sampled it), where the installed vLLM can (>= 0.32); false: a load "
+                                        "waits for the running generation call to finish")
+
+
+class LearnerConfig(BaseModel):
+    """Where the learner runs: in the driver's process (``torch``), or as a group of data-parallel DeepSpeed ranks
+    on Ray (``deepspeed``; needs ``placement: ray`` and the ``deepspeed`` package)."""
+
+    model_config = ConfigDict(extra="forbid")
+    backend: Literal["torch", "deepspeed"] = "torch"
+    ranks: int = Field(1, ge=1, description="data-parallel ranks (Ray actors), one DeepSpeed process group")
+    zero_stage: int = Field(2, ge=0, le=3, description="ZeRO stage: 0 = plain data parallel, 1 optimizer states, "
+                            "2 + gradients, 3 + parameters partitioned over the ranks")
+    rank_cpus: float = Field(0.5, gt=0, description="CPUs reserved per rank; a rank runs max(1, int(rank_cpus)) "
+                             "torch threads")
+    rank_gpus: float = Field(0.0, ge=0, description="GPUs per rank (NCCL when > 0, gloo on CPU otherwise)")
+    timeout: float = Field(600.0, gt=0, description="seconds any collective or any wait on a rank may take before "
+                           "it is an error that names the rank and the operation")
+    export_bucket_mb: float = Field(256.0, gt=0, description="weights are gathered and published in buckets of "
+                                    "about this size, never all at once")
+    start_timeout: float = Field(300.0, gt=0, description="seconds the ranks may take to start (load the model, "
+                                 "build DeepSpeed's CPU ops the first time)")
+    weight_sync: Literal["object_store", "nccl"] = Field(
+        "object_store", description="how new weights reach the rollout workers: rank 0's CPU copy through Ray's "
+        "object store (any backend), or NCCL broadcasts from rank 0 into one vLLM engine (GPU, "
+        "ray.rollout_backend: vllm, ray.rollout_workers: 1)")
+    lora: LoraConfig | None = Field(None, description="train low-rank adapters (peft) instead of the whole policy; "
+                                    "checkpoints hold the adapters")
+
+    @model_validator(mode="after")
+    def _ranks_need_deepspeed(self) -> LearnerConfig:
+        if self.backend == "torch" and self.ranks > 1:
+            raise ValueError(f"learner.ranks={self.ranks} needs learner.backend=deepspeed (the torch learner is one "
+                             "process)")
+        return self
+
+
+class DataConfig(BaseModel):
+    """Stored training data, for algorithms whose experience source reads it: Trajectories (e.g. written by ``turnrl
+    rollout``) or stored states."""
+
+    model_config = ConfigDict(extra="forbid")
+    path: str | list[str] = Field(description="JSONL or Parquet file(s) of token-exact Trajectories")
+    batch_size: int = Field(32, ge=1, description="episodes per training step (whole tasks; dpo: whole pairs)")
+    epochs: float | None = Field(None, gt=0, description="passes over the data; sets `steps` (leave steps unset); "
+                                 "the run's config.yaml records the resulting steps")
+    shuffle: bool = Field(True, description="reshuffle the units every epoch (seeded by `seed`)")
+
+
+class ProgramConfig(BaseModel):
+    """Train a user agent program through the OpenAI-compatible gateway instead of playing `env` natively: every
+    episode is one run of the program on one of `env`'s tasks (the environment still poses the tasks and grades an
+    answer the program returns)."""
+
+    model_config = ConfigDict(extra="forbid")
+    function: str | None = Field(None, description="'module:function' called as function(base_url, api_key, task) "
+                                 "(the module is found on sys.path or in the current folder; --import works too)")
+    command: str | list[str] | None = Field(None, description="a command run per episode with OPENAI_BASE_URL, "
+                                            "OPENAI_API_KEY and TURNRL_TASK set; its last output line is the result")
+    concurrency: int = Field(32, ge=1, description="episodes (program runs) at once; their calls share batches")
+    timeout: float = Field(600.0, gt=0, description="seconds one program run may take; then its episode is left "
+                           "out as an error (and its session refuses further calls)")
+    model_name: str = Field("turnrl-policy", description="the model name the program asks for")
+    host: str = Field("127.0.0.1", description="where the gateway listens (anything but a loopback address needs "
+                      "api_key)")
+    port: int = Field(0, ge=0, description="0 picks a free port")
+    api_key: str | None = Field(None, description="the key programs must send (default: a random one per run)")
+    mcp_tools: bool = Field(False, description="serve each episode's environment tools to the program as an MCP "
+                            "server (streamable HTTP) at task['mcp_url'] (TURNRL_MCP_URL for a command); needs the "
+                            "mcp extra")
+
+    @model_validator(mode="after")
+    def _one_program(self) -> ProgramConfig:
+        if (self.function is None) == (self.command is None):
+            raise ValueError("program: set exactly one of `function` ('module:function') or `command`")
+        if self.host not in ("127.0.0.1", "localhost", "::1") and not self.api_key:
+            raise ValueError(f"program.host={self.host!r} listens beyond this machine: set program.api_key (the key "
+                             "your programs send), or keep 127.0.0.1")
+        return self
+
+
+class GuardConfig(BaseModel):
+    """The consistency guard's settings (the guard itself: :mod:`turnrl.rl.run.guard`)."""
+
+    model_config = ConfigDict(extra="forbid")
+    enabled: bool = Field(True, description="check every training step's consistency (guard_* metrics, a warning "
+                          "the first time each check fails)")
+    logp_tolerance: float | None = Field(None, ge=0, description=(
+        "the most mean |rollout − learner| log-probability gap, in nats, over the tokens sampled by the weights "
+        "being updated; None: per rollout backend (HF agent 1e-3, vLLM 5e-2)"))
+    logp_max_tolerance: float | None = Field(None, ge=0, description=(
+        "the most gap on any one such token; None: per rollout backend (HF agent 5e-2; vLLM: not checked)"))
+    strict: bool = Field(False, description="stop the run (after recording the step) when a check fails, instead "
+                         "of warning")
+
+
+class WandbConfig(BaseModel):
+    """Weights & Biases logging. A resumed run continues the same W&B run (its id is kept in the run folder)."""
+
+    model_config = ConfigDict(extra="forbid")
+    project: str = "turnrl"
+    entity: str | None = None
+    name: str | None = Field(None, description="default: the run folder's name")
+    mode: Literal["online", "offline", "disabled"] = "online"
+    tags: list[str] = Field(default_factory=list)

@@ -1,0 +1,139 @@
+"""The whole training run (``turnrl train CONFIG.yaml key.sub=value …``): :class:`TrainConfig` puts the sections
+together and refuses the combinations that cannot run. The algorithm's own section is typed as the base
+:class:`~turnrl.rl.config.algorithm.AlgorithmConfig` here and resolved to the named algorithm's options by the
+registry's hooks (:func:`~turnrl.rl.config.algorithm.algorithm_hooks`), so this module names no algorithm.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializeAsAny,
+    field_validator,
+    model_validator,
+)
+
+from turnrl.rl.config.algorithm import AlgorithmConfig, algorithm_hooks
+from turnrl.rl.config.rewards import ProcessRewardConfig, RewardConfig
+from turnrl.rl.config.sections import (
+    DataConfig,
+    EnvConfig,
+    GuardConfig,
+    LearnerConfig,
+    OptimConfig,
+    ProgramConfig,
+    RayConfig,
+    RolloutConfig,
+    WandbConfig,
+)
+from turnrl.rl.config.tasks import SequentialTasks, TaskConfig
+
+
+class TrainConfig(BaseModel):
+    """A training run (``turnrl train CONFIG.yaml``); unknown keys are errors."""
+
+    model_config = ConfigDict(extra="forbid")
+    model: str = "smollm2-135m-instruct"
+    init_from: str | None = Field(None, description=(
+        "start from another run's policy: its OUT_DIR (or OUT_DIR/checkpoint.pt) of a run of the same `model`, e.g. "
+        "an SFT run before RL; the reference model (KL, DPO, DQO) is this starting policy"))
+    env: EnvConfig
+    algorithm: SerializeAsAny[AlgorithmConfig] = Field(default_factory=lambda: algorithm_hooks().parse({}))
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig)
+    tasks: TaskConfig = Field(default_factory=SequentialTasks, description="which tasks an on-policy run trains on: "
+                              "strategy sequential (default), uniform, difficulty, pre-ppo or curriculum")
+    reward: RewardConfig | None = Field(None, description="how an on-policy run scores its episodes: rule "
+                                        "verifiers where they apply, a generative judge elsewhere (default: each "
+                                        "environment's own reward)")
+    process_reward: ProcessRewardConfig | None = Field(None, description=(
+        "dense rewards at the line ends of every reply from a process reward model (`turnrl prm train`), for "
+        "algorithms with a critic"))
+    optim: OptimConfig = Field(default_factory=OptimConfig)
+    device: str = Field("auto", pattern=r"^(auto|cpu|cuda(:\d+)?)$", description=(
+        "where this process's policy generates and trains: auto (a CUDA GPU when torch sees one and placement is "
+        "local, else cpu), cpu, cuda or cuda:N. On placement ray the workers and DeepSpeed ranks take GPUs through "
+        "`ray` and `learner` options; there auto keeps the driver's copy on cpu"))
+    placement: Literal["local", "ray"] = Field("local", description="where rollouts run: in this process, or on "
+                                               "Ray rollout workers (options under `ray`)")
+    ray: RayConfig = Field(default_factory=RayConfig)
+    learner: LearnerConfig = Field(default_factory=LearnerConfig)
+    steps: int = Field(20, ge=1)
+    seed: int = 0
+    eval_every: int = Field(0, ge=0, description="0 = only before and after training")
+    eval_tasks: int = Field(32, ge=1)
+    checkpoint_every: int = Field(0, ge=0, description="0 = only at the end")
+    out_dir: str = "runs/train"
+    save_trajectories: bool = Field(True, description=(
+        "write each step's episodes, with per-token advantages and learner log-probabilities, to "
+        "OUT_DIR/train/step-N/trajectories.jsonl (turnrl view OUT_DIR shows them)"))
+    wandb: WandbConfig | None = Field(None, description="also log to Weights & Biases (extra wandb)")
+    data: DataConfig | None = Field(None, description="stored training data, for algorithms that train from it "
+                                    "(offline objectives: epochs over stored Trajectories; step-wise ones: stored "
+                                    "states)")
+    program: ProgramConfig | None = Field(None, description="train a user agent program through the OpenAI-"
+                                          "compatible gateway (its episodes instead of native rollouts of `env`)")
+    guard: GuardConfig = Field(default_factory=GuardConfig, description="the consistency guard: each step checks "
+                               "that it trains what the policy sampled (guard_* metrics; strict stops the run)")
+
+    @field_validator("algorithm", mode="before")
+    @classmethod
+    def _algorithm(cls, value: Any) -> AlgorithmConfig:
+        return algorithm_hooks().parse(value)
+
+    @model_validator(mode="after")
+    def _placement_options(self) -> TrainConfig:
+        c = self.rollout.context
+        if c is not None and c.budget > self.rollout.max_context:
+            raise ValueError(f"rollout.context.budget ({c.budget}) is larger than rollout.max_context "
+                             f"({self.rollout.max_context}): episodes would be cut by max_context before their "
+                             "history is ever rewritten; lower the budget or raise max_context")
+        if self.placement == "local" and "ray" in self.model_fields_set:
+            raise ValueError("`ray` options are set but placement is 'local'; add placement=ray (or drop them)")
+        if self.rollout.max_staleness > 0 and self.placement != "ray":
+            raise ValueError(f"rollout.max_staleness={self.rollout.max_staleness} lets rollouts of the next step run "
+                             "while the learner updates, which needs rollout workers: add placement=ray (on "
+                             "placement local every token is sampled by the weights being updated: use 0)")
+        if self.rollout.continuous_batching and self.placement != "local":
+            raise ValueError("rollout.continuous_batching runs on the local placement's HF agent; Ray workers decode "
+                             "in rounds (a weight load falls between two generation calls): drop it or use "
+                             "placement=local")
+        if self.rollout.max_staleness > 0 and self.learner.weight_sync == "nccl":
+            raise ValueError("rollout.max_staleness > 0 pushes weights to workers while they generate, which the NCCL "
+                             "weight transfer does not do yet: use learner.weight_sync=object_store or max_staleness=0")
+        if self.program is not None and self.placement != "local":
+            raise ValueError("`program` runs the agent program against a gateway in the trainer's process: use "
+                             "placement=local")
+        if self.program is not None and self.rollout.max_staleness > 0:
+            raise ValueError("`program` episodes are played while nothing updates the policy: use "
+                             "rollout.max_staleness=0")
+        if self.learner.lora is not None and self.learner.weight_sync == "nccl":
+            raise ValueError("learner.lora sends rollout workers the adapters alone, through the object store: use "
+                             "learner.weight_sync=object_store (the NCCL transfer streams whole models)")
+        if self.learner.backend == "deepspeed" and self.placement != "ray":
+            raise ValueError("learner.backend=deepspeed runs its ranks as Ray actors: add placement=ray")
+        if self.learner.weight_sync == "nccl" and (self.learner.backend != "deepspeed" or self.ray.rollout_backend
+                                                    != "vllm" or self.ray.rollout_workers != 1):
+            raise ValueError("learner.weight_sync=nccl streams from a DeepSpeed rank into one vLLM engine: it needs "
+                             "learner.backend=deepspeed, ray.rollout_backend=vllm and ray.rollout_workers=1")
+        return self
+
+    @model_validator(mode="after")
+    def _algorithm_checks(self) -> TrainConfig:
+        algorithm_hooks().check(self)  # the algorithm's own checks, its experience source's and the guard's
+        return self
+
+
+def check_guard(cfg: TrainConfig, sampled: bool) -> None:
+    """Raise ValueError where a strict guard cannot do its work (``sampled``: the source's episodes are the policy's
+    own samples, with their log-probabilities)."""
+    g = cfg.guard
+    if g.strict and not g.enabled:
+        raise ValueError("guard.strict stops the run when a check fails, but guard.enabled is false: drop one")
+    if g.strict and not sampled:
+        raise ValueError(f"guard.strict compares the policy's own samples with the learner's scores, and algorithm "
+                         f"{cfg.algorithm.name!r} trains from stored data whose log-probabilities are not this run's "
+                         "policy's: drop guard.strict (the guard's other checks still run)")
