@@ -41,7 +41,7 @@ def measure(mode: str, episodes: int, turns: int, max_new: int, model: str, out:
     import turnrl
     from turnrl.agents import SamplingParams
     from turnrl.agents.hf import HFAgent
-    from turnrl.rl.sources.rollout import Rollout
+    from turnrl.rollout.engine import Rollout
 
     def env():
         return turnrl.make("turnrl/Arithmetic-v0", level=2, calculator=True, retry=True, max_turns=turns,

@@ -34,7 +34,7 @@ def play(turns: int, episodes: int, max_new: int, reuse: bool, model: str, out: 
 
     from turnrl.agents import SamplingParams
     from turnrl.agents.hf import HFAgent
-    from turnrl.rl.sources.rollout import Rollout
+    from turnrl.rollout.engine import Rollout
 
     torch.manual_seed(0)
     agent = HFAgent.from_pretrained(model, batch_size=episodes, kv_cache_mb=4096 if reuse else 0)

@@ -18,7 +18,7 @@ import torch
 
 import turnrl
 from turnrl.agents import SamplingParams, make_agent
-from turnrl.rl.sources.rollout import Rollout
+from turnrl.rollout.engine import Rollout
 
 
 class Recording:

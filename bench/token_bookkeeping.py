@@ -20,7 +20,7 @@ import turnrl
 from turnrl.agents import SamplingParams
 from turnrl.agents.hf import HFAgent
 from turnrl.agents.tiny import tiny_model, tiny_tokenizer
-from turnrl.rl.sources.rollout import Rollout
+from turnrl.rollout.engine import Rollout
 from turnrl.tokens import ChatRenderer
 
 

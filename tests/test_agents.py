@@ -222,7 +222,7 @@ def test_episodes_with_their_own_seeds_draw_their_tokens_by_the_probabilities():
     a biased one), and the episodes of one group must not draw alike."""
     from turnrl.agents.batching import draw
     from turnrl.rl.sources.base import Job
-    from turnrl.rl.sources.play import sample_seed
+    from turnrl.rollout.play import sample_seed
 
     probs = torch.tensor([[0.45, 0.25, 0.15, 0.1, 0.05]])
     jobs = [Job(step=step, round=0, task=4 * (step - 1) + task, sample=sample)

@@ -10,8 +10,8 @@ from turnrl.agents.hf import HFAgent
 from turnrl.agents.tiny import tiny_model, tiny_tokenizer
 from turnrl.envs.core import TextEnv
 from turnrl.rl.core.batch import collate
-from turnrl.rl.sources.context import DROPPED_NOTE, SUMMARY_NOTE, SUMMARY_REQUEST, ContextBudget
-from turnrl.rl.sources.rollout import Rollout
+from turnrl.rollout.context import DROPPED_NOTE, SUMMARY_NOTE, SUMMARY_REQUEST, ContextBudget
+from turnrl.rollout.engine import Rollout
 from turnrl.types import Message
 
 PARAMS = SamplingParams(temperature=1.0, max_new_tokens=8)

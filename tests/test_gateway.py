@@ -24,7 +24,7 @@ from turnrl.gateway.history import ChatHistory
 from turnrl.gateway.program import ProgramError, load_function
 from turnrl.gateway.runner import play_programs
 from turnrl.rl.sources.base import Job
-from turnrl.rl.sources.rollout import Rollout
+from turnrl.rollout.engine import Rollout
 
 
 def arithmetic(turns=4):

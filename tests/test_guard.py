@@ -15,7 +15,7 @@ from turnrl.agents.hf import HFAgent
 from turnrl.agents.tiny import tiny_model, tiny_tokenizer
 from turnrl.rl.run.guard import ConsistencyError, ConsistencyGuard
 from turnrl.rl.run.trainer import TrainConfig, Trainer
-from turnrl.rl.sources.rollout import Rollout
+from turnrl.rollout.engine import Rollout
 
 
 class StopProbeEnv(UpperEnv):
@@ -131,7 +131,7 @@ def test_a_stop_string_missed_across_windows_fires_the_stop_check(tmp_path, monk
                                                     "temperature": 1e-4}, optim={"lr": 1e-12})
     clean = train(cfg, model())
     assert not fired(clean, "guard_violations")
-    monkeypatch.setattr("turnrl.rl.sources.rollout.stopped_across_pieces", lambda tok, before, c, stop: c)
+    monkeypatch.setattr("turnrl.rollout.engine.stopped_across_pieces", lambda tok, before, c, stop: c)
     broken = train(cfg.model_copy(update={"out_dir": str(tmp_path / "broken")}), model())
     steps = fired(broken, "guard_past_stop_turns")
     assert steps and not fired(broken, "guard_token_mismatch")  # the turn's tokens were sampled; it ran on

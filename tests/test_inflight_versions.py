@@ -15,8 +15,8 @@ from turnrl.agents.hf import HFAgent
 from turnrl.agents.tiny import tiny_model, tiny_tokenizer
 from turnrl.agents.vllm import weights_file
 from turnrl.agents.vllm_async import supports_inflight_updates, token_versions
-from turnrl.rl.sources.episode import Episode
-from turnrl.rl.sources.rollout import Rollout
+from turnrl.rollout.engine import Rollout
+from turnrl.rollout.episode import Episode
 
 Span = namedtuple("Span", "version start end")  # the fields of vLLM's WeightVersionSpan
 

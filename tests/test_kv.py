@@ -15,7 +15,7 @@ from turnrl.agents.base import Completion, SamplingParams
 from turnrl.agents.hf import HFAgent
 from turnrl.agents.kv import SessionCache, common_prefix, trajectory_kv_metrics
 from turnrl.agents.tiny import TEMPLATES, tiny_model, tiny_tokenizer
-from turnrl.rl.sources.rollout import Rollout
+from turnrl.rollout.engine import Rollout
 
 GREEDY = SamplingParams(temperature=0.0, max_new_tokens=12)
 

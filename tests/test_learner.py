@@ -14,7 +14,7 @@ from turnrl.rl.core.learner import Learner
 from turnrl.rl.formulas.advantages import group_normalize, masked_gae
 from turnrl.rl.formulas.losses import agg_count, aggregate
 from turnrl.rl.run.trainer import TrainConfig
-from turnrl.rl.sources.rollout import Rollout
+from turnrl.rollout.engine import Rollout
 from turnrl.types import Trajectory
 from turnrl.verifiers.base import Verdict
 

@@ -14,7 +14,7 @@ from turnrl.agents.hf import HFAgent
 from turnrl.agents.openai import OpenAIAgent, OpenAIError
 from turnrl.agents.server import AgentServer
 from turnrl.agents.tiny import tiny_model, tiny_tokenizer
-from turnrl.rl.sources.rollout import Rollout
+from turnrl.rollout.engine import Rollout
 
 
 @pytest.fixture(scope="module")

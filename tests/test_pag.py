@@ -18,7 +18,7 @@ from turnrl.rl.core.batch import Batch
 from turnrl.rl.run.evaluate import evaluate
 from turnrl.rl.run.monitors import check_health
 from turnrl.rl.run.trainer import TrainConfig, Trainer
-from turnrl.rl.sources.rollout import Rollout
+from turnrl.rollout.engine import Rollout
 
 MASK = [1, 1, 1, 0, 1, 1, 0, 1, 1]  # answer, template, verify, template, revise (§7's check)
 TURNS = [0, 0, 0, -1, 1, 1, -1, 2, 2]

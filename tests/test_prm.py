@@ -18,7 +18,7 @@ from turnrl.rl.core.models import build_models
 from turnrl.rl.core.prm import ProcessRewardModel, dense_rewards, line_ends, load_into, targets
 from turnrl.rl.run.trainer import TrainConfig, Trainer
 from turnrl.rl.sources.base import Job
-from turnrl.rl.sources.play import play
+from turnrl.rollout.play import play
 from turnrl.types import SamplingParams
 
 TOK = tiny_tokenizer("chatml")

@@ -11,7 +11,7 @@ from turnrl.agents.hf import HFAgent
 from turnrl.agents.scripted import FixedAgent, ScriptedAgent
 from turnrl.agents.tiny import TEMPLATES, tiny_model, tiny_tokenizer
 from turnrl.envs import Task, ToolEnv
-from turnrl.rl.sources.rollout import Rollout
+from turnrl.rollout.engine import Rollout
 from turnrl.tokens import ChatRenderer
 from turnrl.verifiers.math import verify
 

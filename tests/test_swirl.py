@@ -16,7 +16,7 @@ from turnrl.rl.algorithms.base import Experience, Forward
 from turnrl.rl.core.batch import collate
 from turnrl.rl.formulas.advantages import leave_one_out
 from turnrl.rl.run.trainer import TrainConfig, Trainer
-from turnrl.rl.sources.rollout import Rollout
+from turnrl.rollout.engine import Rollout
 from turnrl.storage import save
 from turnrl.types import Message, Trajectory, Turn
 

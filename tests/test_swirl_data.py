@@ -14,7 +14,7 @@ from turnrl.methods.swirl.generate import generate, without_demos
 from turnrl.methods.swirl.judges import RuleStepJudge, StepLabel
 from turnrl.methods.swirl.steps import decompose, decompose_all
 from turnrl.rl.core.batch import untrainable
-from turnrl.rl.sources.rollout import Rollout
+from turnrl.rollout.engine import Rollout
 from turnrl.storage import load
 from turnrl.tokens import ChatRenderer
 from turnrl.types import Trajectory

@@ -14,7 +14,7 @@ from turnrl.rl.algorithms import get_algorithm, parse_algorithm_config
 from turnrl.rl.core.batch import collate
 from turnrl.rl.formulas.advantages import masked_gae
 from turnrl.rl.run.trainer import TrainConfig, Trainer
-from turnrl.rl.sources.rollout import Rollout
+from turnrl.rollout.engine import Rollout
 
 
 def arithmetic_envs(n, steps):
@@ -131,7 +131,7 @@ def test_a_stop_string_that_straddles_a_window_boundary_stops_the_turn_where_one
 
 
 def test_stop_cut_finds_only_stop_strings_that_straddle_the_pieces():
-    from turnrl.rl.sources.stops import stop_cut
+    from turnrl.rollout.stops import stop_cut
 
     def decode(ids):
         return "".join(chr(97 + i) for i in ids)  # token i is one letter

@@ -13,7 +13,7 @@ from turnrl.envs import Task, ToolEnv
 from turnrl.rl.core.batch import collate
 from turnrl.rl.core.forward import token_logprobs
 from turnrl.rl.run.trainer import TrainConfig, Trainer, load_config
-from turnrl.rl.sources.rollout import Rollout
+from turnrl.rollout.engine import Rollout
 from turnrl.verifiers.base import Verdict
 
 

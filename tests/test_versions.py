@@ -14,7 +14,7 @@ from turnrl.agents.tiny import tiny_tokenizer
 from turnrl.rl.core.batch import collate
 from turnrl.rl.core.staleness import staleness_metrics
 from turnrl.rl.sources.base import oldest_version, within_staleness
-from turnrl.rl.sources.rollout import Rollout
+from turnrl.rollout.engine import Rollout
 from turnrl.storage import load, save
 from turnrl.types import Trajectory
 

@@ -16,7 +16,7 @@ import turnrl
 from turnrl.agents.base import SamplingParams
 from turnrl.agents.scripted import ScriptedAgent
 from turnrl.agents.tiny import tiny_tokenizer
-from turnrl.rl.sources.rollout import Rollout
+from turnrl.rollout.engine import Rollout
 from turnrl.storage import read_jsonl, write_jsonl, write_parquet
 from turnrl.types import Message, Trajectory, Turn
 from turnrl.view import EpisodeIndex, ViewApp, ViewServer, discover

@@ -98,7 +98,7 @@ def test_a_stop_string_across_a_window_boundary_stops_the_turn_where_one_call_do
     from toy_envs import straddling_stop
 
     import turnrl
-    from turnrl.rl.sources.rollout import Rollout
+    from turnrl.rollout.engine import Rollout
 
     hf, engine = agents
     tok = engine.tokenizer

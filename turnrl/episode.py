@@ -1,7 +1,7 @@
 """Play one episode at the text level with any policy function and record it as a :class:`Trajectory`.
 
 This is the text-only loop for demos, tests and scripted agents. The token-exact rollout that training uses
-(generation batched over many episodes, token ids and logprobs) lives in ``turnrl.rl.sources.rollout``.
+(generation batched over many episodes, token ids and logprobs) lives in ``turnrl.rollout.engine``.
 """
 
 from __future__ import annotations

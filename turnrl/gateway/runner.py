@@ -1,6 +1,6 @@
 """Episodes from user programs: each job's task goes to the program through a gateway session, and what the session
 recorded becomes the job's Trajectory — for training (:class:`GatewayRunner`, the on-policy source's runner) and for
-held-out evaluation (:func:`play_programs`, under the seeding rule of :mod:`turnrl.rl.sources.play`).
+held-out evaluation (:func:`play_programs`, under the seeding rule of :mod:`turnrl.rollout.play`).
 """
 
 from __future__ import annotations
@@ -102,8 +102,8 @@ def play_programs(gateway: Gateway, program: Program, env_id: str, env_kwargs: d
                   tools: ToolServer | None = None) -> list[Trajectory]:
     """Play ``jobs`` (:class:`~turnrl.rl.sources.base.Job`) with the program, ``concurrency`` at once; the
     Trajectories in job order. Environments are reset like native episodes (seed ``seed + task``, ``{"index":
-    task}``) and each session samples from the job's own stream (:func:`~turnrl.rl.sources.play.sample_seed`)."""
-    from turnrl.rl.sources.play import env_seed, sample_seed
+    task}``) and each session samples from the job's own stream (:func:`~turnrl.rollout.play.sample_seed`)."""
+    from turnrl.rollout.play import env_seed, sample_seed
 
     envs = [make(env_id, **env_kwargs) for _ in jobs]  # made here: making environments in threads is not safe
 

@@ -6,8 +6,8 @@ places that still do, under "Known gaps"):
 * :mod:`turnrl.rl.formulas` — the shared pure tensor functions (advantages, losses, reward shaping);
 * :mod:`turnrl.rl.algorithms` — the algorithm interface, its registry and the general estimators (GRPO, DAPO, PPO,
   VAPO, RLOO, REINFORCE++);
-* :mod:`turnrl.rl.sources` — where a step's episodes come from: the token-exact rollout, the one function that plays
-  jobs, the on-policy and replay sources, dataset collection;
+* :mod:`turnrl.rl.sources` — where a step's episodes come from: the on-policy, windowed and replay sources, run-level
+  rewards, task samplers, dataset collection (they play episodes through :mod:`turnrl.rollout`, below ``rl/``);
 * :mod:`turnrl.rl.placement` — where the pieces run (this process, Ray workers, DeepSpeed ranks);
 * :mod:`turnrl.rl.run` — a run: trainer, driver, evaluation, monitors, tracking.
 

@@ -40,7 +40,7 @@ from turnrl.rl.formulas.advantages import group_normalize, masked_whiten, role_w
 from turnrl.rl.formulas.losses import AggMode
 
 if TYPE_CHECKING:
-    from turnrl.rl.sources.rollout import Rewrite
+    from turnrl.rollout.engine import Rewrite
 
 
 class VerifierOptions(BaseModel):

@@ -208,7 +208,7 @@ def generate_checks(agent: Any, env_id: str, env_kwargs: dict[str, Any], *, task
     (and, without ``revisions``, the revisions) only."""
     from turnrl.agents.base import SamplingParams
     from turnrl.envs.registry import make
-    from turnrl.rl.sources.rollout import Rollout
+    from turnrl.rollout.engine import Rollout
 
     teacher = CheckingTeacher(agent.tokenizer, compare=compare, revisions=revisions)
     params = SamplingParams(temperature=temperature, max_new_tokens=max_new_tokens, seed=seed)

@@ -31,7 +31,7 @@ from turnrl.envs.core import TextEnv
 
 
 class VerdictExplorer:
-    """A :data:`turnrl.rl.sources.rollout.Rewrite` hook that flips a share of verify turns (see the module docstring).
+    """A :data:`turnrl.rollout.engine.Rewrite` hook that flips a share of verify turns (see the module docstring).
 
     Args:
         agent: the policy (its ``model`` scores the forced replies, its ``tokenizer`` encodes them).

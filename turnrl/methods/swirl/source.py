@@ -286,7 +286,7 @@ class StateSource(ExperienceSource):
     def play_on(self, samples: list[Trajectory], envs: list[TextEnv | None]) -> list[float]:
         """``rollout`` rewards: each sample's outcome, its episode played on with the current policy where it did
         not end at the sampled step."""
-        from turnrl.rl.sources.rollout import Rollout
+        from turnrl.rollout.engine import Rollout
 
         rewards = [1.0 if t.correct else 0.0 for t in samples]
         live = [i for i, e in enumerate(envs) if e is not None and samples[i].error is None]

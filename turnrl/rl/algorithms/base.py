@@ -40,7 +40,7 @@ from turnrl.types import Trajectory
 from turnrl.utils import load_entry
 
 if TYPE_CHECKING:
-    from turnrl.rl.sources.rollout import Rewrite
+    from turnrl.rollout.engine import Rewrite
 
 
 class OverlongConfig(BaseModel):
@@ -158,7 +158,7 @@ class Algorithm:
         return 1
 
     def rollout_hook(self, agent: Any, temperature: float, seed: int) -> Rewrite | None:
-        """A rollout hook that may replace sampled turns (:data:`turnrl.rl.sources.rollout.Rewrite`), built for one
+        """A rollout hook that may replace sampled turns (:data:`turnrl.rollout.engine.Rewrite`), built for one
         generation batch of training rollouts (never for evaluation), or None."""
         return None
 

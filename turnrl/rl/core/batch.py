@@ -84,7 +84,7 @@ def untrainable(traj: Trajectory) -> str | None:
     if traj.error is not None:
         return f"error: {traj.error}"
     if traj.token_ids is None:
-        return "no token fields (not produced by turnrl.rl.sources.rollout.Rollout)"
+        return "no token fields (not produced by turnrl.rollout.engine.Rollout)"
     for turn in traj.turns:
         span = turn.token_span
         if turn.reward != 0.0 and (span is None or span[1] <= span[0]):
@@ -116,7 +116,7 @@ def collate(trajectories: Sequence[Trajectory], pad_id: int, roles: Mapping[str,
     group_ids = torch.zeros(B, dtype=torch.long)
     for b, traj in enumerate(trajectories):
         if traj.token_ids is None:
-            raise ValueError(f"trajectory {traj.id} has no token fields; produce it with turnrl.rl.sources.rollout.Rollout")
+            raise ValueError(f"trajectory {traj.id} has no token fields; produce it with turnrl.rollout.engine.Rollout")
         n = len(traj.token_ids)
         input_ids[b, :n] = torch.tensor(traj.token_ids)
         attention[b, :n] = 1

@@ -40,7 +40,7 @@ from turnrl.rl.run.eval_report import (  # noqa: F401 — re-exported: evaluatio
     write_report,
 )
 from turnrl.rl.sources.base import Job
-from turnrl.rl.sources.play import play
+from turnrl.rollout.play import play
 from turnrl.storage import write_jsonl
 from turnrl.types import Trajectory
 
@@ -200,7 +200,7 @@ def evaluate(
         env_timeout: seconds one environment step may take before its episode ends with an error.
         player: plays the episodes instead of the native rollout (a user program through the gateway):
             ``player(jobs, env_kwargs, sink) -> (trajectories in job order, generated tokens)``.
-        context: a :class:`~turnrl.rl.sources.context.ContextBudget` (history rewriting for long episodes).
+        context: a :class:`~turnrl.rollout.context.ContextBudget` (history rewriting for long episodes).
         resume: keep the finished episodes of an earlier evaluation in ``out`` with the same settings (``limit`` may
             differ) and play only the others (see the module docstring).
         agent_name: the agent's identity (e.g. its spec), recorded in ``run.json`` and checked by ``resume``.

@@ -33,7 +33,7 @@ from collections import Counter
 from collections.abc import Sequence
 
 from turnrl.rl.config import GuardConfig, TrainConfig
-from turnrl.rl.sources.episode import token_crc
+from turnrl.rollout.episode import token_crc
 from turnrl.types import Trajectory
 
 __all__ = ["CAUSES", "TOLERANCES", "ConsistencyError", "ConsistencyGuard", "GuardConfig", "backend", "generated"]

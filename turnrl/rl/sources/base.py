@@ -1,5 +1,5 @@
 """What an experience source is (docs/concepts.md §8): "give me this step's Trajectories", and the pieces every
-source shares — a job (one episode to play), the rollout metrics of a step, whole groups.
+source shares — the rollout metrics of a step, whole groups.
 
 An algorithm names its source class (:attr:`turnrl.rl.algorithms.base.Algorithm.source`); the trainer calls, in
 order: :meth:`ExperienceSource.check_config` (while the run config validates), :meth:`~ExperienceSource.open` (before
@@ -18,36 +18,11 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 import torch
 
 from turnrl.agents.kv import trajectory_kv_metrics
+from turnrl.rollout.job import Job
 from turnrl.types import Trajectory
 
 if TYPE_CHECKING:
     from turnrl.rl.config import TrainConfig
-
-
-@dataclass(frozen=True)
-class Job:
-    """One episode to play: ``sample`` of task ``task`` at training ``step``, generation round ``round``."""
-
-    step: int
-    round: int
-    task: int
-    sample: int
-
-    @classmethod
-    def parse(cls, key: str) -> Job:
-        """The job of a :attr:`key` (its step may be negative: −1 for work before the first step)."""
-        step, round_, task, sample = str(key).rsplit("-", 3)
-        return cls(int(step), int(round_), int(task), int(sample))
-
-    @property
-    def key(self) -> str:
-        """A stable name (ledger key, group and file names)."""
-        return f"{self.step}-{self.round}-{self.task}-{self.sample}"
-
-    @property
-    def group_id(self) -> str:
-        """Samples of one task in one round form a group."""
-        return f"{self.step}-{self.round}-{self.task}"
 
 
 class Runner(Protocol):
@@ -211,7 +186,7 @@ def task_jobs(step: int, round_: int, tasks: Sequence[int], group_size: int) -> 
 
 def rollout_metrics(seen: Sequence[Trajectory], env: Any = None) -> dict[str, float]:
     """Reward, success, turns, tool calls and errors over every episode sampled this step, prompt tokens prefilled
-    vs served from KV caches (:func:`~turnrl.rl.sources.rollout.kv_metrics`, for episodes a rollout played), and the
+    vs served from KV caches (:func:`~turnrl.rollout.engine.kv_metrics`, for episodes a rollout played), and the
     figures the environment ``env`` reports of its own episodes (:meth:`turnrl.envs.core.TextEnv.summarize_episodes`)."""
     n = max(len(seen), 1)
     played = [t for t in seen if "prefill_tokens" in t.metadata]

@@ -7,7 +7,7 @@ share the group ``task-INDEX`` (DPO pairs and DQO batches are built from groups)
 
 Resumable: episodes stream to ``OUT.partial.jsonl`` as they finish; a rerun with the same settings keeps every task
 already written in full (in ``OUT`` or the partial file), re-runs only the others and then writes ``OUT`` whole.
-Episodes are played by :func:`turnrl.rl.sources.play.play` under its seeding rule: episode ``s`` of task ``i`` is
+Episodes are played by :func:`turnrl.rollout.play.play` under its seeding rule: episode ``s`` of task ``i`` is
 sampled from its own random stream (seeded by the seed, ``i`` and ``s``) where the agent supports it, so what is
 sampled does not depend on how the run was cut.
 """
@@ -23,8 +23,8 @@ from typing import Any
 from turnrl.agents.base import SamplingParams
 from turnrl.envs.registry import make
 from turnrl.rl.sources.base import Job
-from turnrl.rl.sources.play import play
 from turnrl.rl.sources.replay import tokenizer_fingerprint
+from turnrl.rollout.play import play
 from turnrl.storage import load, save, write_jsonl
 from turnrl.types import Trajectory
 

@@ -1,7 +1,7 @@
 """The on-policy source: fresh episodes of the current policy, with the algorithm's filter (DAPO's dynamic sampling:
 groups without reward variance are dropped and more are sampled). *Where* the episodes run is a
 :class:`~turnrl.rl.sources.base.Runner`: in this process (:class:`LocalRunner`) or on Ray rollout workers
-(:class:`turnrl.rl.placement.ray.RayRunner`); both play jobs with :func:`turnrl.rl.sources.play.play`.
+(:class:`turnrl.rl.placement.ray.RayRunner`); both play jobs with :func:`turnrl.rollout.play.play`.
 """
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ from turnrl.envs.registry import make
 from turnrl.rl.algorithms.base import Algorithm
 from turnrl.rl.config import TrainConfig
 from turnrl.rl.sources.base import ExperienceSource, Job, Runner, RunParts, rollout_metrics, task_jobs, whole_groups
-from turnrl.rl.sources.context import ContextBudget
-from turnrl.rl.sources.play import batch_seed, play
 from turnrl.rl.sources.reward import process_metrics, process_rewards, reward_metrics, run_reward
-from turnrl.rl.sources.rollout import Rollout
 from turnrl.rl.sources.tasks import Sequential, group_success, make_sampler
+from turnrl.rollout.context import ContextBudget
+from turnrl.rollout.engine import Rollout
+from turnrl.rollout.play import batch_seed, play
 from turnrl.types import Trajectory
 
 

@@ -112,7 +112,7 @@ class ReplaySource(ExperienceSource):
         usable = [t for t in trajs if t.token_ids is not None]
         if not usable:
             raise ValueError(f"no trajectory with token fields in {[str(f) for f in files]}; record them with a "
-                             "token-level rollout (turnrl.rl.sources.rollout.Rollout)")
+                             "token-level rollout (turnrl.rollout.engine.Rollout)")
         groups: dict[str, list[Trajectory]] = {}
         for t in usable:
             groups.setdefault(t.group_id if t.group_id is not None else t.id, []).append(t)

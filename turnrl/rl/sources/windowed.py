@@ -17,7 +17,7 @@ Where the episodes live between steps: with ``placement: local`` in this process
 unfinished episode always continues on its own worker, whose environments and KV caches hold it). Both play a
 window with :func:`turnrl.rl.sources.windows.play_window`.
 
-Jobs and seeds follow the on-policy source's rule (:mod:`turnrl.rl.sources.play`): with a window no episode reaches,
+Jobs and seeds follow the on-policy source's rule (:mod:`turnrl.rollout.play`): with a window no episode reaches,
 this source plays exactly the on-policy source's episodes. An episode whose environment is gone — a resumed run
 (the driver stopped), a rollout worker that died — is played again from the start (``regenerated_episodes``): a
 finished episode is trained once, never twice, and nothing of a lost one is trained after it is lost.

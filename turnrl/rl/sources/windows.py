@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 from turnrl.agents.base import SamplingParams
 from turnrl.rl.sources.base import Job
-from turnrl.rl.sources.play import batch_seed, start_jobs
-from turnrl.rl.sources.rollout import Episode, Rollout
+from turnrl.rollout.engine import Episode, Rollout
+from turnrl.rollout.play import batch_seed, start_jobs
 from turnrl.types import Trajectory
 
 if TYPE_CHECKING:
