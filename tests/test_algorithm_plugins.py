@@ -158,6 +158,24 @@ def test_an_installed_package_registers_through_the_entry_point_group(tmp_path, 
     assert type(algo).__module__ == "my_algorithms" and algo.cfg.scale == 3.0
 
 
+
+def test_the_methods_come_in_through_the_entry_point_group_and_keep_their_names(monkeypatch, clean_registry):
+    """turnrl's own methods are declared as any installed package's algorithms are; the registry's own table holds
+    only the general estimators, and a plug-in cannot take a method's name, even before anything asked for it."""
+    from importlib.metadata import entry_points
+
+    declared = {ep.name: ep.value for ep in entry_points(group=registry.ENTRY_POINT_GROUP)}
+    assert {"pag", "pag-grpo", "swirl", "dqo", "dpo", "rft", "sft"} <= set(declared)
+    assert all(declared[n].startswith("turnrl.methods.") for n in ("pag", "swirl", "dqo", "sft"))
+    assert not any("methods" in entry for entry in registry.BUILTINS.values())
+    registry._REGISTRY.clear()
+    registry._REGISTRY.update(registry.BUILTINS)
+    monkeypatch.setattr(registry, "_entry_points_loaded", False)
+    with pytest.raises(AlgorithmRegistrationError, match=r"'pag' is already registered "
+                                                         r"\(turnrl.methods.pag.algorithm:PAG\), so .*Half cannot take"):
+        register_algorithm("pag", Half)
+    assert algorithm_class("pag").__module__ == "turnrl.methods.pag.algorithm"
+
 # ---- RLOO (docs/algorithms.md §12) ----
 
 def batch_of(scores, groups, T=5, mask=None):

@@ -1,6 +1,6 @@
 """docs/ARCHITECTURE.md names every module of the package, and only modules that exist.
 
-The page lists each ``turnrl/**/*.py`` file by its path relative to ``turnrl/`` in backticks (``rl/core/prm.py``).
+The page lists each ``turnrl/**/*.py`` file by its path relative to ``turnrl/`` in backticks (``rl/core/learner.py``).
 These tests read the page and the file tree only (no turnrl module is imported), so a module added without a line on
 the page, or a module moved or deleted while the page still names it, fails here with the paths to fix.
 """

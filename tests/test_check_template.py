@@ -5,9 +5,9 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from turnrl.agents.template_check import check_template, load_tokenizer
 from turnrl.agents.tiny import CHATML, TEMPLATES, tiny_tokenizer
 from turnrl.cli import app
+from turnrl.cli.template_check import check_template, load_tokenizer
 
 runner = CliRunner()
 

@@ -4,7 +4,7 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from turnrl.cli import _shares_tasks, app, parse_kwargs
+from turnrl.cli.main import _shares_tasks, app, parse_kwargs
 
 runner = CliRunner()
 REPO = Path(__file__).resolve().parents[1]
@@ -78,7 +78,7 @@ def test_quickstart_trains_a_model(tmp_path):
 
 
 def test_quickstart_config_file_is_the_embedded_run():
-    from turnrl.quickstart import QUICKSTART
+    from turnrl.cli.quickstart import QUICKSTART
     from turnrl.rl.run.trainer import TrainConfig, load_config
 
     assert load_config(REPO / "configs" / "quickstart.yaml") == TrainConfig.model_validate(QUICKSTART)

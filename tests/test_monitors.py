@@ -1,5 +1,7 @@
 """The training-health monitors on made-up histories: each fires on its failure and stays quiet on a healthy run."""
 
+import pytest
+
 from turnrl.rl.run.monitors import (
     check_health,
     entropy_collapse,
@@ -68,3 +70,12 @@ def test_check_health_on_a_healthy_and_a_hacked_run():
     hacked = {**info, "entropy": 0.01, "zero_variance_groups": 1.0, "response_length": 63,
               "rewarded_incorrect": 1.0, "eval_success": 0.0}
     assert len(check_health(healthy, hacked, max_new_tokens=64)) == 6  # 63 tokens: the limit, and 3.4x the start
+
+
+def test_the_methods_checks_are_registered_and_a_taken_name_is_refused():
+    from turnrl.rl.run.monitors import register_monitor, registered_monitors
+
+    checks = registered_monitors()
+    assert checks["pag-verdict-collapse"].__module__ == "turnrl.methods.pag.monitors"  # an entry point, as a plug-in's
+    with pytest.raises(ValueError, match="'pag-verdict-collapse' is already registered"):
+        register_monitor("pag-verdict-collapse", lambda history, info: None)

@@ -10,13 +10,13 @@ import turnrl
 from turnrl.agents.base import SamplingParams
 from turnrl.agents.scripted import FixedAgent, ScriptedAgent
 from turnrl.agents.tiny import tiny_model, tiny_tokenizer
+from turnrl.envs.self_verify_metrics import pag_episode, pag_summary
 from turnrl.methods.pag.algorithm import balance_verifier_rewards, final_only_rewards, turn_group_advantages
-from turnrl.methods.pag.metrics import pag_episode, pag_summary
 from turnrl.methods.pag.monitors import verdict_collapse
 from turnrl.rl.algorithms import get_algorithm, parse_algorithm_config
 from turnrl.rl.core.batch import Batch
 from turnrl.rl.run.evaluate import evaluate
-from turnrl.rl.run.monitors import check_health
+from turnrl.rl.run.monitors import check_health, registered_monitors
 from turnrl.rl.run.trainer import TrainConfig, Trainer
 from turnrl.rollout.engine import Rollout
 
@@ -193,7 +193,7 @@ def test_eval_on_arithmetic_pag_reports_the_pag_figures(tmp_path):
 
 
 def test_the_self_verification_headline_leads_with_balanced_accuracy():
-    from turnrl.rl.run.eval_report import self_verification_lines
+    from turnrl.envs.self_verify_metrics import self_verification_lines
 
     m = {"pag_acc_turn1": 0.7, "pag_acc_final": 0.75, "pag_verifier_acc_on_correct": 1.0, "pag_verifier_acc_on_wrong": 0.0,
          "pag_verifier_balanced_acc": 0.5, "pag_verdict_correct": 1.0, "pag_verdict_wrong": 0.0}
@@ -211,7 +211,10 @@ def test_verdict_collapse_monitor():
     assert "say the answer is wrong" in verdict_collapse([step(0.0, 1.0)] * 2, step(0.02, 0.98))
     assert verdict_collapse([step(0.6, 0.4)] * 2, step(0.99, 0.01)) is None  # not yet over the window
     assert verdict_collapse([], step(1.0, 0.0, n=4)) is None  # too few verdicts to say
-    assert any("collapsed" in w for w in check_health([step(1.0, 0.0)] * 2, step(1.0, 0.0), 64))
+    monitors = list(registered_monitors().values())  # PAG's check comes in as an entry point, as a plug-in's would
+    assert "pag-verdict-collapse" in registered_monitors()
+    assert any("collapsed" in w for w in check_health([step(1.0, 0.0)] * 2, step(1.0, 0.0), 64, monitors=monitors))
+    assert not any("collapsed" in w for w in check_health([step(1.0, 0.0)] * 2, step(1.0, 0.0), 64))  # not handed
     assert check_health([], {"turn_length": 10.0, "response_length": 30.0}, 32) == []  # three turns of 10 tokens
     # an offline objective's episodes are stored data (e.g. verdict rows): their verdicts say nothing of the policy
     assert check_health([step(1.0, 0.0)] * 2, step(1.0, 0.0), 64, sampled=False) == []

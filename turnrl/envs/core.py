@@ -144,6 +144,12 @@ class TextEnv(gym.Env[Obs, str]):
         Acc@turn1, Acc@final and the verifier's accuracy."""
         return {}
 
+    def report_lines(self, metrics: dict[str, Any]) -> list[str]:
+        """Markdown lines that head an evaluation report (``turnrl eval``'s ``report.md``), read from the
+        evaluation's ``metrics`` (its generic figures and those :meth:`summarize_episodes` gave); none by default.
+        Example: the self-verification environments lead with the verifier's balanced accuracy."""
+        return []
+
     def task_at(self, index: int) -> Task | None:
         """The task ``reset(options={"index": index})`` poses (its prompt and reference answer), when the environment
         has such a list; None by default. A training run's generative judge (``reward:``) reads the question and the

@@ -30,6 +30,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 from turnrl.envs.core import Obs, StepResult, TextEnv
+from turnrl.envs.self_verify_metrics import pag_episode, pag_summary, self_verification_lines
 from turnrl.envs.tool_env import tool_observation
 from turnrl.types import Message, Trajectory
 from turnrl.verifiers.base import Verdict
@@ -87,11 +88,14 @@ class SelfVerify(TextEnv):
     evaluation_options: dict[str, Any] = {"mode": "eval"}  # noqa: RUF012 — read-only
 
     def summarize_episodes(self, trajectories: Sequence[Trajectory]) -> dict[str, float]:
-        """PAG's figures (:func:`turnrl.methods.pag.metrics.pag_summary`): Acc@turn1, Acc@final, verifier accuracy
-        (also on right and on wrong first answers, and balanced), verdict shares, revisions."""
-        from turnrl.methods.pag.metrics import pag_episode, pag_summary  # only types: environments stay apart from rl/
-
+        """PAG's figures (:func:`turnrl.envs.self_verify_metrics.pag_summary`): Acc@turn1, Acc@final, verifier
+        accuracy (also on right and on wrong first answers, and balanced), verdict shares, revisions."""
         return pag_summary(pag_episode(t) for t in trajectories)
+
+    def report_lines(self, metrics: dict[str, Any]) -> list[str]:
+        """The verifier's balanced accuracy first, then what self-revision did
+        (:func:`turnrl.envs.self_verify_metrics.self_verification_lines`)."""
+        return self_verification_lines(metrics)
 
     def __init__(
         self,

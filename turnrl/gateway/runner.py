@@ -184,6 +184,10 @@ class GatewayRunner:
     def reset(self) -> None:
         """Nothing to forget."""
 
+    def windows(self) -> None:
+        """None: a program's episodes are not played in windows."""
+        return None
+
     def close(self) -> None:
         """Stop the gateway."""
         if self.tools is not None:

@@ -1,7 +1,8 @@
 """Methods: each folder holds everything one method adds to the core — its algorithm(s), experience source, rollout
-hooks, metrics, data tools and CLI subcommands — and plugs in through the algorithm registry
-(:mod:`turnrl.rl.algorithms`) and the subcommand table below. The core still names them in a few places (the
-registry's table of built-ins, the monitors' table, PAG's report lines): docs/ARCHITECTURE.md, "Known gaps".
+hooks, data tools and CLI subcommands — and plugs in from outside, as a user's plug-in does: its algorithms and health
+checks are entry points of turnrl's own ``pyproject.toml`` (groups ``turnrl.algorithms`` and ``turnrl.monitors``, read
+by :mod:`turnrl.rl.algorithms` and :mod:`turnrl.rl.run.monitors`), its subcommands are the table below (read by the
+CLI, which stands above the methods). Nothing in :mod:`turnrl.rl` names a method.
 
 * :mod:`turnrl.methods.pag` — PAG, the policy as its own generative verifier (docs/algorithms.md §7);
 * :mod:`turnrl.methods.swirl` — SWiRL, step-wise RL on multi-step tool use (§1, §10);
@@ -16,9 +17,3 @@ COMMANDS: dict[str, str] = {
     "pag": "turnrl.methods.pag.cli:app",
     "prm": "turnrl.methods.prm.cli:app",
 }
-
-#: Training-health checks the methods add to :func:`turnrl.rl.run.monitors.check_health` ("module:function", each
-#: ``check(history, info) -> warning or None``).
-MONITORS: tuple[str, ...] = (
-    "turnrl.methods.pag.monitors:verdict_collapse",
-)

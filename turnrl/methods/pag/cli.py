@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from turnrl.cli_shared import (
+from turnrl.cli.shared import (
     DataTokenizerOption,
     KwOption,
     check_dataset_out,
@@ -35,7 +35,7 @@ def pag_rows_command(
     """Rows for a verifier warm-up (ours): each episode's verify state with the TRUE verdict of its first answer as
     the action (relabelled from the environment's grade); train them with algorithm.name sft, then pag with
     init_from that run."""
-    from turnrl.agents.template_check import load_tokenizer
+    from turnrl.cli.template_check import load_tokenizer
     from turnrl.methods.pag.rows import pag_rows
     from turnrl.storage import load, save
 

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from turnrl.cli_shared import check_dataset_out, fail, say
+from turnrl.cli.shared import check_dataset_out, fail, say
 
 app = typer.Typer(help="PRM for code (docs/algorithms.md §8): label line prefixes by Monte-Carlo completion, train a "
                   "process reward model.", no_args_is_help=True)
@@ -88,7 +88,7 @@ def prm_train_command(
 ) -> None:
     """Train a process reward model: the base model's backbone and a value head, fit by regression to the line
     labels (and each reply's outcome at its last token)."""
-    from turnrl.rl.core.prm import ProcessRewardModel
+    from turnrl.methods.prm.model import ProcessRewardModel
     from turnrl.storage import load
 
     try:

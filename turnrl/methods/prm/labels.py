@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Callable, Generator, Sequence
 from typing import Any
 
-from turnrl.rl.core.prm import line_ends
+from turnrl.methods.prm.model import line_ends
 from turnrl.types import SamplingParams, Trajectory
 
 

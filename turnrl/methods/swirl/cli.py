@@ -7,8 +7,8 @@ from typing import Annotated, Any
 
 import typer
 
-from turnrl.cli_eval import dataset_progress
-from turnrl.cli_shared import (
+from turnrl.cli.eval import dataset_progress
+from turnrl.cli.shared import (
     DataTokenizerOption,
     ImportOption,
     KwOption,
@@ -25,7 +25,7 @@ app = typer.Typer(help="SWiRL's data (docs/algorithms.md §1): generate multi-st
 
 def _gold_agent(env: Any, tokenizer: str | None) -> Any:
     """``--agent gold``: the teacher that writes each training question's gold search path (turnrl.methods.swirl.gold)."""
-    from turnrl.agents.template_check import load_tokenizer
+    from turnrl.cli.template_check import load_tokenizer
     from turnrl.methods.swirl.gold import GoldPathAgent
 
     split, held = getattr(env, "split", None), getattr(env, "held_out_split", None)
@@ -130,7 +130,7 @@ def swirl_relabel(
     """Hindsight answers (ours): where a trajectory's own tool results hold the gold answer, cut it at the earliest
     such step and answer there with the gold answer (a GOOD step for the rule judge); then filter and decompose as
     usual. Uses the gold answer, like the outcome filter."""
-    from turnrl.agents.template_check import load_tokenizer
+    from turnrl.cli.template_check import load_tokenizer
     from turnrl.methods.swirl.judges import RuleStepJudge
     from turnrl.methods.swirl.relabel import ground_answers
     from turnrl.storage import load, save

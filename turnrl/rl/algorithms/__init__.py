@@ -4,8 +4,9 @@
 ``parse_algorithm_config(data)`` validates a config dict against the options of the algorithm it names, so an
 option of another algorithm is an error that says which algorithms have it. Entries are ``"module:Class"`` strings,
 imported on first use; :func:`register_algorithm` adds one — a user module (loaded with ``turnrl train --import
-MODULE``) or an installed package's ``turnrl.algorithms`` entry point. The methods in :mod:`turnrl.methods` (PAG,
-SWiRL, DQO, the offline baselines) come in as entries like any of those.
+MODULE``) — and installed packages declare theirs under the ``turnrl.algorithms`` entry point group. The methods in
+:mod:`turnrl.methods` (PAG, SWiRL, DQO, the offline baselines) come in that way, declared in turnrl's own
+``pyproject.toml``: this package names none of them.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from turnrl.rl.algorithms.run_checks import check_run_config
 from turnrl.rl.config import AlgorithmHooks, install_algorithm_hooks
 from turnrl.utils import load_entry
 
-#: The built-in algorithms; methods with their own folder (turnrl/methods/) come in as entries like any user module.
+#: The general estimators of this package; the methods' algorithms are entry points (see the module docstring).
 BUILTINS: dict[str, str] = {
     "grpo": "turnrl.rl.algorithms.grpo:GRPO",
     "dapo": "turnrl.rl.algorithms.grpo:DAPO",
@@ -35,13 +36,6 @@ BUILTINS: dict[str, str] = {
     "tppo": "turnrl.rl.algorithms.tppo:TPPO",
     "rloo": "turnrl.rl.algorithms.rloo:RLOO",
     "reinforce++": "turnrl.rl.algorithms.reinforce:REINFORCEPlusPlus",
-    "dqo": "turnrl.methods.dqo.algorithm:DQO",
-    "dpo": "turnrl.methods.offline.algorithms:DPO",
-    "rft": "turnrl.methods.offline.algorithms:RFT",
-    "sft": "turnrl.methods.offline.algorithms:SFT",
-    "pag": "turnrl.methods.pag.algorithm:PAG",
-    "pag-grpo": "turnrl.methods.pag.algorithm:PAGGRPO",
-    "swirl": "turnrl.methods.swirl.algorithm:SWiRL",
 }
 _REGISTRY: dict[str, str | type[Algorithm]] = dict(BUILTINS)
 ENTRY_POINT_GROUP = "turnrl.algorithms"
@@ -81,11 +75,13 @@ def register_algorithm(name: str, entry: str | type[Algorithm], *, replace: bool
         AlgorithmRegistrationError: ``name`` is taken (pass ``replace=True`` to override it on purpose), or the class
             is incomplete (:func:`check_algorithm_class`).
     """
+    _load_entry_points()  # a name an installed package (turnrl's methods included) declares is taken
     if name in _REGISTRY and not replace and _REGISTRY[name] is not entry:
         old = _REGISTRY[name]
         where = old if isinstance(old, str) else f"{old.__module__}:{old.__qualname__}"
-        raise AlgorithmRegistrationError(f"algorithm {name!r} is already registered ({where}); pick another name, "
-                                         "or pass replace=True to override it")
+        new = entry if isinstance(entry, str) else f"{entry.__module__}:{entry.__qualname__}"
+        raise AlgorithmRegistrationError(f"algorithm {name!r} is already registered ({where}), so {new} cannot take "
+                                         "it; pick another name, or pass replace=True to override it")
     if not isinstance(entry, str):
         check_algorithm_class(name, entry)
     _REGISTRY[name] = entry
@@ -93,14 +89,15 @@ def register_algorithm(name: str, entry: str | type[Algorithm], *, replace: bool
 
 def _load_entry_points() -> None:
     """Register the algorithms that installed packages declare under the ``turnrl.algorithms`` entry point group
-    (``name = "module:Class"``), once; a name already taken keeps its first registration."""
+    (``name = "module:Class"``), once, turnrl's own first; a name already taken keeps its first registration."""
     global _entry_points_loaded
     if _entry_points_loaded:
         return
     _entry_points_loaded = True
     from importlib.metadata import entry_points
 
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
+    found = sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda ep: not ep.value.startswith("turnrl."))
+    for ep in found:
         _REGISTRY.setdefault(ep.name, ep.value)
 
 

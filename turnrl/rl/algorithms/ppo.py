@@ -24,7 +24,7 @@ from turnrl.rl.algorithms.base import (
     PolicyGradientConfig,
 )
 from turnrl.rl.core.batch import Batch
-from turnrl.rl.core.prm import saved_base
+from turnrl.rl.core.value_model import saved_base
 from turnrl.rl.formulas.advantages import length_adaptive_lambda, masked_gae, masked_whiten
 from turnrl.rl.formulas.losses import AggMode, clipped_value_loss
 from turnrl.rl.formulas.rewards import on_last_token

@@ -59,7 +59,7 @@ def build_models(algorithm: Any, policy: torch.nn.Module, tokenizer: Any,
         if spec.model:
             out.critic = SeparateCritic(load(spec.model), len(tokenizer))
             if spec.init is not None:
-                from turnrl.rl.core.prm import load_into
+                from turnrl.rl.core.value_model import load_into
 
                 load_into(out.critic, spec.init, spec.model)
             out.critic = out.critic.to(device)

@@ -1,6 +1,8 @@
-"""Reward shaping: pure functions (docs/algorithms.md §4)."""
+"""Reward shaping: pure functions (docs/algorithms.md §4; the dense process rewards of §8)."""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import torch
 
@@ -46,3 +48,25 @@ def on_last_token(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     rows = torch.nonzero(last >= 0).squeeze(-1)
     out[rows, last[rows]] = values[rows]
     return out
+
+
+def dense_rewards(values: Sequence[float], start: float, form: str, coef: float) -> tuple[list[float], float]:
+    """Dense rewards of one reply from a process reward model's values at its line ends: one per line end, and one for the reply's
+    last token (docs/algorithms.md §8).
+
+    ``value``: ``coef · V(line i) / T`` at each of the ``T`` line ends, nothing at the end — the PRM's score as each
+    line's reward, normalized by the line count as the paper does after its policy learned to write excessive lines
+    (the sum is ``coef`` × the mean score: more lines no longer add up, lines that look right still pay).
+
+    ``delta`` [ours]: potential-based shaping with Φ = coef · V: ``coef · (V(line i) − V(line i−1))`` at line end i, ``V(line 0)`` = ``start`` (the value
+    before the reply), and ``−coef · V(last line)`` at the last token (Φ of the end is 0). A reply's dense rewards
+    then sum to ``−coef · start`` whatever it writes — more lines or lines that merely look right earn nothing — and
+    only move credit to the lines that raised the PRM's estimate (γ = 1: no policy's return changes rank; Ng et al.,
+    1999).
+    """
+    if form == "value":
+        return [coef * v / len(values) for v in values], 0.0
+    if form != "delta":
+        raise ValueError(f"form must be 'delta' or 'value', got {form!r}")
+    before = [start, *values[:-1]]
+    return [coef * (v - b) for v, b in zip(values, before)], -coef * (values[-1] if values else start)

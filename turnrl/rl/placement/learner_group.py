@@ -32,9 +32,11 @@ from typing import Any
 from turnrl.lora import check_resume, load_adapter, policy_state, restore
 from turnrl.rl.config import TrainConfig
 from turnrl.rl.core.learner import _trainable
+from turnrl.rl.placement.cluster import RayPlacementError, connect, free_cpus, stop
+from turnrl.rl.placement.cluster import cause as _cause
+from turnrl.rl.placement.cluster import ray_module as _ray
 from turnrl.rl.placement.extensions import CPU_OP, extensions_dir
 from turnrl.rl.placement.parameters import from_shared
-from turnrl.rl.placement.ray import RayPlacementError, _cause, _ray, connect, free_cpus, stop
 from turnrl.types import Trajectory
 from turnrl.weights import mark_weights_changed
 

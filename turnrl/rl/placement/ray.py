@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -34,6 +33,9 @@ from pathlib import Path
 from typing import Any
 
 from turnrl.rl.config import TrainConfig
+from turnrl.rl.placement.cluster import RayPlacementError, connect, free_cpus, stop
+from turnrl.rl.placement.cluster import cause as _cause
+from turnrl.rl.placement.cluster import ray_module as _ray
 from turnrl.rl.placement.ledger import Ledger
 from turnrl.rl.placement.parameters import to_shared
 from turnrl.rl.sources.base import Job, oldest_version
@@ -41,73 +43,6 @@ from turnrl.storage import read_jsonl, write_jsonl
 from turnrl.types import Trajectory
 
 logger = logging.getLogger(__name__)
-
-
-class RayPlacementError(RuntimeError):
-    """The Ray placement cannot go on (unreachable cluster, unplaceable or dead workers); the message says why."""
-
-
-def _ray() -> Any:
-    try:
-        import ray
-    except ImportError as e:  # pragma: no cover — ray is a dependency; a broken install says so
-        raise RayPlacementError("placement: ray needs the `ray` package: pip install ray") from e
-    return ray
-
-
-def connect(address: str | None, num_cpus: float | None, timeout: float) -> bool:
-    """Join the cluster at ``address`` ('auto' or HOST:PORT) or start a local one; returns whether we started it.
-
-    Raises:
-        RayPlacementError: nothing answers at ``address`` within ``timeout`` seconds, or no cluster runs for 'auto'.
-    """
-    ray = _ray()
-    if address not in (None, "auto", "local"):
-        host, _, port = address.rpartition(":")
-        host = host.removeprefix("ray://") or address
-        try:
-            with socket.create_connection((host, int(port) if port.isdigit() else 6379), timeout=min(timeout, 5.0)):
-                pass
-        except (OSError, ValueError) as e:
-            raise RayPlacementError(f"cannot reach a Ray cluster at ray.address={address!r} ({e}); start one there "
-                                    "with `ray start --head`, fix the address, or drop ray.address to start a "
-                                    "local cluster") from e
-    if ray.is_initialized():
-        return False
-    try:
-        if address is None or address == "local":
-            ray.init(num_cpus=num_cpus or os.cpu_count(), include_dashboard=False, log_to_driver=False,
-                     configure_logging=False)
-            return True
-        ray.init(address=address, log_to_driver=False, configure_logging=False)
-    except ConnectionError as e:
-        raise RayPlacementError(f"could not join a Ray cluster at ray.address={address!r}: {e}. Start one with "
-                                "`ray start --head`, or drop ray.address to start a local cluster") from e
-    return False
-
-
-def stop(actors: Sequence[Any], shutdown: bool) -> None:
-    """Kill ``actors`` (never restarted; ones already gone are skipped) and, with ``shutdown``, the local cluster."""
-    ray = _ray()
-    for a in actors:
-        try:
-            ray.kill(a, no_restart=True)
-        except Exception:  # noqa: BLE001 — already gone
-            pass
-    if shutdown and ray.is_initialized():
-        ray.shutdown()
-
-
-def free_cpus(need: float, timeout: float = 5.0) -> float:
-    """The cluster's free CPUs once ``need`` are free, or what is free after ``timeout`` seconds (actors killed a
-    moment ago release their CPUs asynchronously)."""
-    ray = _ray()
-    deadline = time.monotonic() + timeout
-    while True:
-        free = ray.available_resources().get("CPU", 0.0)
-        if free + 1e-9 >= need or time.monotonic() > deadline:
-            return free
-        time.sleep(0.2)
 
 
 class RayRunner:
@@ -363,6 +298,12 @@ class RayRunner:
                 path.unlink()
         return {"journal": str(self.journal)}
 
+    def windows(self) -> Any:
+        """T-PPO's windows played on these workers, each unfinished episode where it began."""
+        from turnrl.rl.placement.ray_windows import RayWindows
+
+        return RayWindows(self)
+
     def close(self) -> None:
         """Stop the workers (and the local cluster this runner started)."""
         stop(self.workers, self.started)
@@ -378,8 +319,3 @@ def _env_spec(env_id: str) -> tuple[str, Any, dict[str, Any]] | None:
     if spec is None:
         return None
     return spec.id, spec.entry_point, dict(spec.kwargs or {})
-
-
-def _cause(e: BaseException) -> str:
-    text = str(e).strip().splitlines()
-    return f"{type(e).__name__}: {text[-1] if text else ''}"

@@ -47,7 +47,9 @@ class RayWindows:
 
     def play(self, step: int, carried: Sequence[Job], jobs: Sequence[Job], window: int, snapshots: bool) -> Window:
         """One window on every live worker (see the module docstring)."""
-        from turnrl.rl.placement.ray import RayPlacementError, _cause, _ray
+        from turnrl.rl.placement.cluster import RayPlacementError
+        from turnrl.rl.placement.cluster import cause as _cause
+        from turnrl.rl.placement.cluster import ray_module as _ray
 
         ray, runner = _ray(), self.runner
         t0 = time.perf_counter()

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +19,7 @@ import yaml
 
 from turnrl.rl.config import TrainConfig
 from turnrl.rl.run.guard import ConsistencyError, ConsistencyGuard
-from turnrl.rl.run.monitors import check_health
+from turnrl.rl.run.monitors import Check, check_health
 from turnrl.rl.run.tracking import Tracker
 from turnrl.rl.sources.base import within_staleness
 from turnrl.storage import TrajectoryWriter
@@ -39,10 +39,14 @@ class Driver:
         evaluate: ``evaluate(out_dir) -> {"eval_success": held-out success, "eval_<figure>": …}`` (the
             environment's own held-out figures beside it, e.g. PAG's verifier accuracies; writes its report to
             ``out_dir``).
+        monitors: health checks run after every step beside the built-in ones
+            (:func:`turnrl.rl.run.monitors.check_health`).
     """
 
-    def __init__(self, config: TrainConfig, learner: Any, source: Any, evaluate: Callable[[Path], dict[str, float]]) -> None:
+    def __init__(self, config: TrainConfig, learner: Any, source: Any, evaluate: Callable[[Path], dict[str, float]],
+                 monitors: Sequence[Check] = ()) -> None:
         self.cfg, self.learner, self.source, self.evaluate = config, learner, source, evaluate
+        self.monitors = tuple(monitors)
         self.sampled = source.sampled  # the policy's own episodes (not stored data): sampling health is checked
         self.step = 0
         self.history: list[dict[str, float]] = []
@@ -106,7 +110,8 @@ class Driver:
         info["lr"] = self.learner.lr
         if self.step == self.cfg.steps or (self.cfg.eval_every and self.step % self.cfg.eval_every == 0):
             info.update(self.evaluate(self.out / "eval" / f"step-{self.step}"))
-        warnings = check_health(self.history, info, self.cfg.rollout.max_new_tokens, sampled=self.sampled)
+        warnings = check_health(self.history, info, self.cfg.rollout.max_new_tokens, sampled=self.sampled,
+                                monitors=self.monitors)
         for w in warnings:
             logger.warning("step %d: %s", self.step, w)
         info["warnings"] = float(len(warnings))

@@ -207,43 +207,15 @@ def render_episode(traj: Trajectory, max_chars: int = 600, decode: Callable[[lis
     return lines + (quote("error", traj.error) if traj.error else [])
 
 
-def self_verification_lines(metrics: dict[str, Any]) -> list[str]:
-    """The headline of a self-verification (PAG) evaluation: the verifier's balanced accuracy first — the figure that
-    says whether it tells right answers from wrong ones (0.5: verdicts that ignore the answer, whatever the share of
-    right answers) — then what self-revision did; [] where the episodes were not self-verification ones."""
-    if "pag_acc_turn1" not in metrics:
-        return []
-
-    def pct(key: str) -> str:
-        return f"{metrics[key]:.1%}" if key in metrics else "n/a"
-
-    balanced = metrics.get("pag_verifier_balanced_acc")
-    lines = ["## Self-verification", ""]
-    if balanced is None:
-        lines.append("**Verifier balanced accuracy: n/a** (the verdicts judged only right or only wrong first answers: "
-                     "there is nothing to tell apart)")
-    else:
-        lines.append(f"**Verifier balanced accuracy: {balanced:.1%}** (50 % is a verdict that ignores the answer)")
-    lines += [
-        "",
-        f"- verdicts right on right first answers {pct('pag_verifier_acc_on_correct')}, on wrong ones "
-        f"{pct('pag_verifier_acc_on_wrong')}; said correct {pct('pag_verdict_correct')}, wrong "
-        f"{pct('pag_verdict_wrong')}, unparseable {pct('pag_verdict_unparseable')}",
-        f"- accuracy at the first answer {pct('pag_acc_turn1')} → final {pct('pag_acc_final')} (wrong → right "
-        f"{pct('pag_wrong_to_right')}, right → wrong {pct('pag_right_to_wrong')}, revised {pct('pag_revision_rate')})",
-        "",
-    ]
-    return lines
-
-
 def write_report(out: Path, title: str, metrics: dict[str, Any], rows: list[dict[str, Any]], config: dict[str, Any],
                  examples: Sequence[Trajectory] = (), subtitle: str | None = None, notice: str | None = None,
-                 decode: Callable[[list[int]], str] | None = None) -> str:
+                 decode: Callable[[list[int]], str] | None = None, headline: Sequence[str] = ()) -> str:
     """Write ``report.md`` (metrics, outcomes, whole example episodes, configuration); return its text. ``notice``
-    (e.g. that the run was interrupted) stands under the title."""
+    (e.g. that the run was interrupted) stands under the title, then ``headline``: the environment's own lines
+    (:meth:`turnrl.envs.core.TextEnv.report_lines`)."""
     max_new = (config.get("params") or {}).get("max_new_tokens")
     lines = [f"# {title}", "", *([subtitle, ""] if subtitle else []), *([notice, ""] if notice else []),
-             *self_verification_lines(metrics), "| metric | value |", "|---|---|"]
+             *headline, "| metric | value |", "|---|---|"]
     for k, v in metrics.items():
         if not isinstance(v, dict):
             lines.append(f"| {k} | {v:.4f} |" if isinstance(v, float) else f"| {k} | {v} |")

@@ -317,7 +317,7 @@ def evaluate(
         write_report(out_dir, f"{env_id}: {n_tasks} tasks x {samples} samples", metrics, [rows[j.key] for j in done],
                      config, pick_examples([t for _, t in kept], max_new_tokens=max_new),
                      subtitle=split_line(probe, 0, n_tasks - 1, ids.get(0), ids.get(n_tasks - 1)), notice=notice,
-                     decode=decode)
+                     decode=decode, headline=probe.unwrapped.report_lines(metrics) if done else [])
         plot(out_dir, metrics, [rows[j.key] for j in done], env_id, max_new)
     if interrupted is not None:
         raise EvaluationInterrupted(metrics, len(done), len(jobs)) from interrupted

@@ -9,10 +9,13 @@ Each check reads the step's metrics (and the run's history before it) and return
 * reward without correctness — more and more episodes earn reward while the verifier says they are wrong: a
   partial-credit or format bonus is being farmed (the "\\boxed{25} \\boxed{51}" kind of hacking);
 * training reward up, held-out success down — the policy is fitting the training reward, not the task;
-* the methods' own checks, listed in :data:`turnrl.methods.MONITORS` (e.g. PAG's verdict collapse), each run on the
-  same arguments.
+* the checks plug-ins add, each run on the same arguments: registered with :func:`register_monitor`, or declared by an
+  installed package under the ``turnrl.monitors`` entry point group (``name = "module:function"``), which is how
+  turnrl's own methods add theirs (e.g. PAG's verdict collapse).
 
-:func:`check_health` runs them all; the trainer logs what it returns and counts it in ``metrics.jsonl``. When the
+:func:`check_health` runs the built-in checks and the ones it is handed; the trainer hands it
+:func:`registered_monitors` unless told otherwise (``Trainer(config, monitors=…)``), logs what it returns and counts
+it in ``metrics.jsonl``. When the
 episodes are stored data, not the policy's samples (an offline objective's source), only the entropy check applies.
 Pure functions over metric dicts, so they are tested on made-up histories.
 """
@@ -116,20 +119,69 @@ def held_out_divergence(history: Sequence[Metrics], info: Metrics, drop: float =
             f"while the training reward rose ({then:.3f} -> {now:.3f}): reward hacking or overfitting")
 
 
-def check_health(history: Sequence[Metrics], info: Metrics, max_new_tokens: int, *, sampled: bool = True) -> list[str]:
-    """All warnings for this step's ``info`` given the ``history`` of earlier records (step 0 included);
-    ``sampled=False`` (an offline objective's stored episodes): only the checks of the learner's own figures."""
+Check = Callable[[Sequence[Metrics], Metrics], "str | None"]
+ENTRY_POINT_GROUP = "turnrl.monitors"
+_MONITORS: dict[str, str | Check] = {}
+_entry_points_loaded = False
+
+
+def _load_entry_points() -> None:
+    """Register the checks that installed packages declare under ``turnrl.monitors``, once; turnrl's own first, so
+    another package cannot take a name turnrl's methods hold."""
+    global _entry_points_loaded
+    if _entry_points_loaded:
+        return
+    _entry_points_loaded = True
+    from importlib.metadata import entry_points
+
+    found = sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda ep: not ep.value.startswith("turnrl."))
+    for ep in found:
+        _MONITORS.setdefault(ep.name, ep.value)
+
+
+def register_monitor(name: str, check: str | Check, *, replace: bool = False) -> None:
+    """Add a health check run after every step: ``check(history, info) -> warning or None``, or a lazy
+    ``"module:function"`` string.
+
+    Raises:
+        ValueError: ``name`` is taken (pass ``replace=True`` to override it on purpose).
+    """
+    _load_entry_points()
+    if name in _MONITORS and not replace and _MONITORS[name] is not check:
+        raise ValueError(f"monitor {name!r} is already registered ({_MONITORS[name]!r}); pick another name, or pass "
+                         "replace=True to override it")
+    _MONITORS[name] = check
+
+
+def registered_monitors() -> dict[str, Check]:
+    """Every registered check by name, loaded.
+
+    Raises:
+        ValueError: an entry that does not load (naming it).
+    """
+    from turnrl.utils import load_entry
+
+    _load_entry_points()
+    out = {}
+    for name, entry in sorted(_MONITORS.items()):
+        if isinstance(entry, str):
+            try:
+                entry = _MONITORS[name] = load_entry(entry)
+            except (ImportError, AttributeError) as e:
+                raise ValueError(f"monitor {name!r} is registered as {entry!r}, which does not load "
+                                 f"({type(e).__name__}: {e})") from e
+        out[name] = entry
+    return out
+
+
+def check_health(history: Sequence[Metrics], info: Metrics, max_new_tokens: int, *, sampled: bool = True,
+                 monitors: Sequence[Check] = ()) -> list[str]:
+    """All warnings for this step's ``info`` given the ``history`` of earlier records (step 0 included): the
+    built-in checks and ``monitors`` (e.g. :func:`registered_monitors`'s); ``sampled=False`` (an offline objective's
+    stored episodes): only the checks of the learner's own figures."""
     if not sampled:
         return [w for w in (entropy_collapse(info),) if w is not None]
     found = [entropy_collapse(info), no_signal(info), length_limit(info, max_new_tokens),
              length_explosion(history, info), reward_without_correctness(history, info),
-             held_out_divergence(history, info), *(check(history, info) for check in method_checks())]
+             held_out_divergence(history, info), *(check(history, info) for check in monitors)]
     return [w for w in found if w is not None]
-
-
-def method_checks() -> list[Callable[[Sequence[Metrics], Metrics], str | None]]:
-    """The checks the methods add (:data:`turnrl.methods.MONITORS`, ``"module:function"`` entries)."""
-    from turnrl.methods import MONITORS
-    from turnrl.utils import load_entry
-
-    return [load_entry(entry) for entry in MONITORS]

@@ -15,7 +15,7 @@ like an uninterrupted one.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,7 @@ from turnrl.rl.core.learner import Learner
 from turnrl.rl.core.models import build_models
 from turnrl.rl.placement import LearnerProtocol
 from turnrl.rl.run.driver import Driver
+from turnrl.rl.run.monitors import Check, registered_monitors
 from turnrl.rl.sources.base import ExperienceSource, Runner, RunParts
 from turnrl.rl.sources.onpolicy import LocalRunner
 
@@ -38,9 +39,12 @@ class Trainer:
     Args:
         config: the run.
         model, tokenizer: the policy; default: loaded from ``config.model``.
+        monitors: the health checks run after every step beside the built-in ones; default: every registered one
+            (:func:`turnrl.rl.run.monitors.registered_monitors`, the methods' included).
     """
 
-    def __init__(self, config: TrainConfig, *, model: Any = None, tokenizer: Any = None) -> None:
+    def __init__(self, config: TrainConfig, *, model: Any = None, tokenizer: Any = None,
+                 monitors: Sequence[Check] | None = None) -> None:
         from turnrl.agents.models import pick_device
 
         # a GPU that is not there fails here, before anything loads; placement ray keeps the driver's copy on the
@@ -84,7 +88,9 @@ class Trainer:
         except BaseException:
             self.learner.close()
             raise
-        self.driver = Driver(config, self.learner, self.source, self._held_out)
+        if monitors is None:
+            monitors = list(registered_monitors().values())
+        self.driver = Driver(config, self.learner, self.source, self._held_out, monitors)
 
     def _runner(self) -> Runner:
         """The placement's runner of on-policy jobs (built when a source first asks)."""

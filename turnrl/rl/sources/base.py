@@ -51,6 +51,11 @@ class Runner(Protocol):
         """Release workers and other resources."""
         ...
 
+    def windows(self) -> Any:
+        """A player of T-PPO's windows on this runner's workers, where episodes live on workers (placement ray:
+        :class:`~turnrl.rl.placement.ray_windows.RayWindows`); None where they are played in this process."""
+        ...
+
 
 @dataclass
 class RunParts:

@@ -71,6 +71,10 @@ class LocalRunner:
     def close(self) -> None:
         """Nothing to release."""
 
+    def windows(self) -> None:
+        """None: windows are played in this process (:class:`~turnrl.rl.sources.windows.LocalWindows`)."""
+        return None
+
 
 class OnPolicySource(ExperienceSource):
     """Fresh episodes of the current policy: ``prompts_per_step`` tasks × ``group_size`` samples per step.

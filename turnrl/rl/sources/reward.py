@@ -164,16 +164,17 @@ class ProcessRewards:
 
     def attach(self, tokenizer: Any) -> None:
         """Load the PRM and check that it reads the policy's tokens."""
-        from turnrl.rl.core.prm import ProcessRewardModel
+        from turnrl.rl.core.value_model import ValueModel
 
-        self.prm, self.tokenizer = ProcessRewardModel.load(self.cfg.model), tokenizer
+        self.prm, self.tokenizer = ValueModel.load(self.cfg.model), tokenizer
         if len(self.prm.tokenizer) != len(tokenizer) or self.prm.tokenizer.eos_token != tokenizer.eos_token:
             raise ValueError(f"the process reward model in {self.cfg.model} was trained on {self.prm.base!r}, whose "
                              "tokenizer is not the policy's: train the PRM on the policy's own model")
 
     def apply(self, trajs: Sequence[Trajectory]) -> None:
         """Put the dense rewards on ``trajs`` (episodes with tokens and no error)."""
-        from turnrl.rl.core.prm import dense_rewards, line_ends
+        from turnrl.rl.core.value_model import line_ends
+        from turnrl.rl.formulas.rewards import dense_rewards
 
         live = [t for t in trajs if t.error is None and t.token_ids is not None]
         spans = [[(s, e) for s, e in (turn.token_span for turn in t.turns if turn.token_span is not None) if e > s]
@@ -208,7 +209,7 @@ def process_rewards(cfg: ProcessRewardConfig | None) -> ProcessRewards | None:
     """
     if cfg is None:
         return None
-    from turnrl.rl.core.prm import check_folder
+    from turnrl.rl.core.value_model import check_folder
 
     check_folder(cfg.model)
     return ProcessRewards(cfg)

@@ -95,10 +95,8 @@ class WindowedSource(ExperienceSource):
         if self._player is None:
             if self.parts is None:
                 raise RuntimeError("WindowedSource has no agent: attach() the run's parts first")
-            if self.cfg.placement == "ray":
-                from turnrl.rl.placement.ray_windows import RayWindows
-
-                self._player = RayWindows(self.parts.runner())
+            if self.cfg.placement == "ray":  # on the workers, through the placement's runner
+                self._player = self.parts.runner().windows()
             else:
                 self._player = LocalWindows(self.cfg, self.parts.agent, self.parts.version)
         return self._player

@@ -1,7 +1,7 @@
 """The ``turnrl`` command: list, check and play environments, evaluate, collect datasets, train, serve, view; the
 quickstart demo. Each method's own subcommands (``turnrl swirl …``, ``turnrl pag …``) live in its folder and are
-mounted from :data:`turnrl.methods.COMMANDS`; the shared options and errors are in :mod:`turnrl.cli_shared`;
-``eval`` and ``rollout`` are in :mod:`turnrl.cli_eval`. Each command's work lives in the module it calls.
+mounted from :data:`turnrl.methods.COMMANDS`; the shared options and errors are in :mod:`turnrl.cli.shared`;
+``eval`` and ``rollout`` are in :mod:`turnrl.cli.eval`. Each command's work lives in the module it calls.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from turnrl.cli_eval import eval_cmd, rollout
-from turnrl.cli_play import play
-from turnrl.cli_shared import (
+from turnrl.cli.eval import eval_cmd, rollout
+from turnrl.cli.play import play
+from turnrl.cli.shared import (
     ImportOption,
     KwOption,
     add_import_option,
@@ -151,10 +151,10 @@ def lora_merge(
     console.print(f"merged {run} into {out}: use --agent {out}", markup=False, highlight=False, soft_wrap=True)
 
 
-app.command()(play)  # turnrl/cli_play.py
+app.command()(play)  # turnrl/cli/play.py
 
 
-# `turnrl eval` and `turnrl rollout` (and what an interrupted run of either does) live in turnrl/cli_eval.py.
+# `turnrl eval` and `turnrl rollout` (and what an interrupted run of either does) live in turnrl/cli/eval.py.
 app.command("eval")(eval_cmd)
 app.command()(rollout)
 
@@ -299,17 +299,17 @@ def quickstart(
     out: Annotated[str, typer.Option(help="the training run's folder")] = "runs/quickstart",
 ) -> None:
     """List the environments, play scripted episodes, then train a real model briefly and show it improve."""
-    from turnrl.quickstart import run
+    from turnrl.cli.quickstart import run
 
     envs_list()
     sys.exit(run(console, None if no_model else model, steps, eval_tasks, out))
 
 
 # `turnrl view` and `turnrl check-template` live in their own modules; only their registration is here.
-from turnrl.view.command import view_command  # noqa: E402
+from turnrl.cli.view import view_command  # noqa: E402
 
 app.command("view")(view_command)
-from turnrl.agents.template_check import check_template_command  # noqa: E402
+from turnrl.cli.template_check import check_template_command  # noqa: E402
 
 app.command("check-template")(check_template_command)
 

@@ -1,0 +1,285 @@
+"""``turnrl eval`` and ``turnrl rollout`` (registered on :data:`turnrl.cli.app`), and what every command that plays
+many episodes does when it is stopped: Ctrl-C or SIGTERM writes what finished, says how many of how many, and prints
+the exact command that finishes the rest (:func:`interruptible`, :func:`resume_command`)."""
+
+from __future__ import annotations
+
+import functools
+import json
+import shlex
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from turnrl.cli.shared import (
+    ImportOption,
+    KwOption,
+    console,
+    dataset_run,
+    fail,
+    make_env,
+    parse_kwargs,
+    say,
+)
+
+AGENT_HELP = ("smollm2-135m-instruct, hf:PATH, vllm:PATH, openai:URL#MODEL, tiny:chatml, run:OUT_DIR (a trained "
+              "run)")
+
+
+@contextmanager
+def interruptible() -> Iterator[dict[str, Any]]:
+    """SIGTERM raises ``KeyboardInterrupt`` as Ctrl-C does, inside the block; yields ``{"code": exit status}``, 130
+    (SIGINT) or 143 (SIGTERM) by the last signal."""
+    state: dict[str, Any] = {"code": 130}
+    if threading.current_thread() is not threading.main_thread():  # signals reach the main thread only
+        yield state
+        return
+
+    def on_term(signum: int, frame: Any) -> None:
+        state["code"] = 128 + signum
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGTERM, on_term)
+    try:
+        yield state
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
+def resume_command(ctx: typer.Context, flag: str | None = None) -> str:
+    """The command line that ran ``ctx``'s command (the options given on it, as parsed), with ``flag`` added."""
+    names, c = [], ctx
+    while c.parent is not None:  # the subcommands' names, not the program's (`python -m turnrl` or a path)
+        names.insert(0, c.info_name or "")
+        c = c.parent
+    words = ["turnrl", *names]
+    for p in ctx.command.params:
+        source = ctx.get_parameter_source(p.name) if p.name else None
+        value = ctx.params.get(p.name) if p.name else None
+        if getattr(source, "name", None) not in ("COMMANDLINE", "ENVIRONMENT") or value is None:
+            continue
+        if getattr(p, "param_type_name", None) != "option":
+            words += [str(v) for v in (value if isinstance(value, (list, tuple)) else [value])]
+        elif p.is_flag and isinstance(value, bool):
+            words += [p.opts[0]] if value else p.secondary_opts[:1]
+        else:
+            words += [w for v in (value if p.multiple else [value]) for w in (p.opts[0], str(v))]
+    if flag is not None and flag not in words:
+        words.append(flag)
+    return shlex.join(words)
+
+
+def written_episodes(out: str) -> int:
+    """Distinct (task, sample) episodes a dataset run has kept in ``out`` and its partial file."""
+    from turnrl.rl.sources.collect import _read_partial
+    from turnrl.storage import load
+
+    path = Path(out)
+    trajs = (load(path) if path.is_file() else []) + _read_partial(path.with_name(path.name + ".partial.jsonl"))
+    return len({(t.metadata.get("task_index"), t.metadata.get("sample")) for t in trajs})
+
+
+def dataset_interrupted(ctx: typer.Context, out: str, total: int, code: int) -> typer.Exit:
+    """Say what an interrupted dataset run (`turnrl rollout`, `turnrl swirl generate`) kept and how to finish it."""
+    say(f"interrupted: {min(written_episodes(out), total)} of {total} episodes are written ({out} and "
+         f"{out}.partial.jsonl); a rerun keeps every task whose episodes all finished and samples the rest")
+    say(f"to finish: {resume_command(ctx)}")
+    return typer.Exit(code)
+
+
+def dataset_progress(ctx: typer.Context, out: str, what: str, total: int,
+                     work: Callable[[Callable[[Any], None]], dict[str, Any]], *, transient: bool = False
+                     ) -> dict[str, Any]:
+    """Run ``work(on_episode)`` — a dataset command's episodes — under a progress bar of ``total`` episodes: a bad
+    setting (``ValueError``) is one error line, Ctrl-C or SIGTERM says what was kept and how to finish
+    (:func:`dataset_interrupted`)."""
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
+    with interruptible() as stop, Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                           TimeElapsedColumn(), console=console, transient=transient) as progress:
+        bar = progress.add_task(what, total=total)
+        try:
+            return work(lambda _: progress.advance(bar))
+        except ValueError as e:
+            fail(str(e))
+        except KeyboardInterrupt:
+            progress.stop()
+            raise dataset_interrupted(ctx, out, total, stop["code"]) from None
+
+
+def eval_cmd(
+    ctx: typer.Context,
+    env: Annotated[str, typer.Option("--env", help="e.g. turnrl/GSM8K-v0, or mymodule:myproject/Name-v0")],
+    agent: Annotated[str, typer.Option(help=AGENT_HELP)],
+    limit: Annotated[int, typer.Option(help="evaluate tasks 0..limit-1 of the held-out split (--kw split=… for another)")] = 100,
+    samples: Annotated[int, typer.Option(help="episodes per task (pass@k up to this k)")] = 1,
+    out: Annotated[str, typer.Option(help="output folder")] = "runs/eval",
+    seed: int = 0,
+    temperature: Annotated[float | None, typer.Option(help="default: 0 for one sample, 1 for several")] = None,
+    top_p: float = 1.0,
+    max_new_tokens: Annotated[int, typer.Option(help="per turn")] = 256,
+    batch_size: Annotated[int, typer.Option(help="episodes generated together")] = 32,
+    max_context: int = 4096,
+    tokenizer: Annotated[str | None, typer.Option(help="tokenizer path/name for openai: agents")] = None,
+    device: Annotated[str, typer.Option(help="where an hf:, tiny: or run: agent runs: auto (a CUDA GPU when torch "
+                                        "sees one), cpu, cuda or cuda:N")] = "auto",
+    resume: Annotated[bool, typer.Option("--resume", help="finish an interrupted evaluation in --out: keep its "
+                                         "finished episodes and play the rest (the same options)")] = False,
+    kw: KwOption = None,
+    imports: ImportOption = None,
+) -> None:
+    """Evaluate an agent on an environment; write items.jsonl, report.md, metrics.json and plot.png to --out.
+    Ctrl-C (or SIGTERM) writes them for the episodes that finished; --resume then plays the rest."""
+    from turnrl.agents import SamplingParams, make_agent
+    from turnrl.rl.run.evaluate import (
+        EvaluationInterrupted,
+        held_out_kwargs,
+        held_out_warning,
+        previous_episodes,
+    )
+    from turnrl.rl.run.evaluate import eval_settings as settings_of
+
+    env_kwargs = parse_kwargs(kw)
+    probe = make_env(env, env_kwargs)  # fail fast, with the registry's message, before loading a model
+    if (held := held_out_kwargs(probe, env_kwargs)) is not None:  # the held-out split unless --kw split=… says
+        env_kwargs, probe = held, make_env(env, held)
+    if (warning := held_out_warning(probe, env)) is not None:
+        say(warning)
+    n_tasks = len(probe) if hasattr(probe, "__len__") else None
+    if n_tasks is not None and limit > n_tasks:
+        say(f"note: --limit {limit} is more than the {n_tasks} task(s) of {env}; evaluating all {n_tasks}")
+        limit = n_tasks
+    temp = temperature if temperature is not None else (0.0 if samples == 1 else 1.0)
+    try:
+        params = SamplingParams(temperature=temp, top_p=top_p, max_new_tokens=max_new_tokens)
+    except ValueError as e:
+        fail(f"sampling options: {e}")
+    settings = settings_of(env, env_kwargs, samples, seed, params, max_context, agent)
+    if resume:  # refuse a mismatch before loading a model
+        try:
+            previous_episodes(Path(out), settings)
+        except ValueError as e:
+            fail(str(e))
+        if not (Path(out) / "run.json").is_file():
+            say(f"note: --resume: {out} holds no earlier evaluation; evaluating every episode")
+    elif (old := _interrupted_in(out)) is not None:
+        say(f"note: {out} holds an interrupted evaluation ({old}); this run starts it over (--resume would finish it)")
+    started = time.time()
+    with interruptible() as stop:
+        try:
+            metrics = _run_eval(env, agent, env_kwargs, limit, samples, params, seed, out, batch_size, max_context,
+                                tokenizer, resume, functools.partial(make_agent, device=device))
+        except EvaluationInterrupted as e:
+            console.print((Path(out) / "report.md").read_text(), markup=False, highlight=False)
+            say(f"interrupted: {e.done} of {e.total} episodes finished; {out}/report.md, items.jsonl, metrics.json "
+                 "and plot.png cover those")
+            say(f"to finish the other {e.total - e.done}: {resume_command(ctx, '--resume')}")
+            raise typer.Exit(stop["code"]) from None
+        except KeyboardInterrupt:
+            run = Path(out) / "run.json"
+            if run.is_file() and run.stat().st_mtime >= started - 1:  # this run began writing to --out
+                say(f"interrupted before the report was written; to finish the evaluation from the episodes in "
+                     f"{out}: {resume_command(ctx, '--resume')}")
+            else:
+                say("interrupted before any episode was played; nothing was written")
+            raise typer.Exit(stop["code"]) from None
+    console.print((Path(out) / "report.md").read_text(), markup=False, highlight=False)
+    console.print(f"[dim]metrics: {json.dumps(metrics)}[/dim]", soft_wrap=True)
+
+
+def _interrupted_in(out: str) -> str | None:
+    """``"N of M episodes"`` where ``out`` holds an interrupted evaluation, else None."""
+    try:
+        m = json.loads((Path(out) / "metrics.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return f"{m.get('episodes')} of {m.get('episodes_planned')} episodes" if m.get("interrupted") else None
+
+
+def _run_eval(env: str, agent: str, env_kwargs: dict[str, Any], limit: int, samples: int, params: Any, seed: int,
+              out: str, batch_size: int, max_context: int, tokenizer: str | None, resume: bool,
+              make_agent: Any) -> dict[str, Any]:
+    """Load the agent and evaluate, with a progress bar."""
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
+    from turnrl.rl.run.evaluate import evaluate
+
+    try:
+        the_agent = make_agent(agent, batch_size=batch_size, tokenizer=tokenizer)
+    except (ValueError, OSError, ImportError) as e:
+        fail(str(e))
+    columns = [TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+               TextColumn("{task.fields[rate]} gen tok/s  acc {task.fields[acc]}")]
+    with Progress(*columns, console=console) as progress:
+        task = progress.add_task(env, total=limit * samples, rate="-", acc="-")
+        state = {"tokens": 0, "correct": 0, "done": 0}
+        started = time.perf_counter()
+
+        def on_episode(traj: Any) -> None:
+            state["tokens"] += sum(traj.loss_mask or [])
+            state["correct"] += bool(traj.correct)
+            state["done"] += 1
+            rate = state["tokens"] / max(time.perf_counter() - started, 1e-9)
+            progress.update(task, advance=1, rate=f"{rate:.1f}", acc=f"{state['correct'] / state['done']:.3f}")
+
+        return evaluate(the_agent, env, env_kwargs=env_kwargs, limit=limit, samples=samples, params=params, seed=seed,
+                        out=out, batch_episodes=batch_size, max_context=max_context, on_episode=on_episode,
+                        resume=resume, agent_name=agent, on_start=lambda done, total: progress.update(
+                            task, completed=done, total=total))
+
+
+def rollout(
+    ctx: typer.Context,
+    env: Annotated[str, typer.Option("--env", help="e.g. turnrl/Arithmetic-v0, or mymodule:myproject/Name-v0")],
+    agent: Annotated[str, typer.Option(help=AGENT_HELP)],
+    out: Annotated[str, typer.Option(help="the dataset file (.parquet or .jsonl); an existing one is resumed")],
+    tasks: Annotated[int, typer.Option(min=1, help="sample tasks 0..tasks-1 of the environment's (training) split")] = 100,
+    samples: Annotated[int, typer.Option(min=1, help="episodes per task")] = 8,
+    seed: int = 0,
+    temperature: Annotated[float, typer.Option(min=0.0, help="sampling temperature of the behaviour policy")] = 1.0,
+    top_p: float = 1.0,
+    max_new_tokens: Annotated[int, typer.Option(help="per turn")] = 256,
+    batch_size: Annotated[int, typer.Option(help="episodes generated together")] = 64,
+    max_context: int = 4096,
+    tokenizer: Annotated[str | None, typer.Option(help="tokenizer path/name for openai: agents")] = None,
+    kw: KwOption = None,
+    imports: ImportOption = None,
+) -> None:
+    """Sample an offline dataset for dqo, dpo and rft: SAMPLES episodes of each task with their rewards, the agent's
+    log-probabilities and identity, as Trajectories; resumable (tasks already in --out are skipped; Ctrl-C or
+    SIGTERM keeps what finished and prints the command that finishes the rest)."""
+
+    from turnrl.agents import SamplingParams
+    from turnrl.rl.sources.collect import rollout_dataset
+
+    env_kwargs = parse_kwargs(kw)
+    _, the_agent, n = dataset_run(env, env_kwargs, out, agent, batch_size, tokenizer, tasks, "tasks")
+    params = SamplingParams(temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens)
+    g = dataset_progress(ctx, out, env, n * samples, lambda on_episode: rollout_dataset(
+        the_agent, agent, env, out=out, tasks=tasks, samples=samples, params=params, env_kwargs=env_kwargs, seed=seed,
+        batch_episodes=batch_size, max_context=max_context, on_episode=on_episode))
+    say(f"{int(g['episodes'])} episodes of {int(g['tasks'])} tasks in {g['out']} "
+         f"({int(g['new_episodes'])} new, {int(g['skipped_tasks'])} tasks already written) by {agent}: "
+         f"success rate {g['success_rate']:.3f}, mean reward {g['mean_reward']:.3f}, "
+         f"{g['generated_tokens_per_episode']:.1f} generated tokens/episode, {int(g['errors'])} errors; "
+         f"groups with both outcomes {int(g['groups_both_outcomes'])} (all correct "
+         f"{int(g['groups_all_correct'])}, all incorrect {int(g['groups_all_incorrect'])}); "
+         f"{g['wall_seconds']:.1f} s")
