@@ -208,7 +208,7 @@ def test_sessions_keys_and_malformed_requests_get_openai_errors(gateway):
 
 
 def test_listening_beyond_loopback_needs_a_key(agent):
-    from turnrl.agents.server import AgentServer
+    from turnrl.serving.server import AgentServer
 
     with pytest.raises(ValueError, match="API key"):
         AgentServer(agent, "tiny", host="0.0.0.0", port=0)
@@ -491,7 +491,7 @@ def test_the_segment_of_the_last_call_comes_last_so_the_reward_ends_the_row():
 
 def test_streamed_logprob_chunks_carry_whole_characters():
     from turnrl.agents.scripted import ScriptedAgent
-    from turnrl.agents.server import AgentServer
+    from turnrl.serving.server import AgentServer
 
     tok = tiny_tokenizer("chatml")
     text = "héllo wörld — ok"

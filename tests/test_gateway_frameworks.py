@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 
 from turnrl.agents.hf import HFAgent
-from turnrl.agents.openai_api import CHAT_PARAMS
 from turnrl.agents.scripted import ScriptedAgent
 from turnrl.agents.tiny import tiny_model, tiny_tokenizer
 from turnrl.gateway import Gateway, Program
 from turnrl.gateway.runner import play_programs
 from turnrl.rl.sources.base import Job
+from turnrl.serving.openai_api import CHAT_PARAMS
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 PROGRAM = "agents_sdk_agent:run"

@@ -1,21 +1,27 @@
 """The shape of turnrl's imports, checked by reading the source (``ast``); no turnrl module is imported.
 
-Three rules:
+Four rules:
 
-1. No import circle among turnrl's modules.
-2. Environments, tools and verifiers never reach ``turnrl.rl`` or ``turnrl.agents``, directly or through other modules.
-3. No module over 400 lines unless its docstring says why, with the phrase ``Over 400 lines:``.
+1. Layers point down: every module belongs to one layer of the block under "## Layers" in docs/ARCHITECTURE.md (the
+   page declares the order once; this test reads it), and no import reaches a higher layer.
+2. No import circle among turnrl's modules.
+3. Environments, tools and verifiers (and the methods' environment and verifier files) never reach ``turnrl.rl`` or
+   ``turnrl.agents``, directly or through other modules.
+4. No module over 400 lines unless its docstring says why, with the phrase ``Over 400 lines:``.
 
 How the module graph is built:
 
 - Every ``turnrl/**/*.py`` file is a module; ``pkg/__init__.py`` is the module ``pkg``.
-- Every import statement counts, wherever it stands (top level, in a function, in a ``try``), except those under
-  ``if TYPE_CHECKING:``, which never run. Dynamic imports (``importlib.import_module``) are not seen.
+- Every import statement counts, wherever it stands: top level, in a function, in a ``try``, and under
+  ``if TYPE_CHECKING:`` (an annotation's import is a dependency too). Dynamic imports (``importlib.import_module``,
+  ``"module:attr"`` entries) are not seen: they are how plug-ins are found, and name no module to this test.
 - ``import a.b`` is an edge to ``a.b``; ``from a.b import c`` is an edge to ``a.b.c`` when that is a module, else to
   ``a.b``. Relative imports are resolved first. A name that is no module falls back to its longest known prefix.
 - Importing ``turnrl.a.b.c`` also runs ``turnrl/a/b/__init__.py`` and ``turnrl/a/__init__.py``, so the import is an edge
   to those parent packages too, except to the importer's own packages (Python has already run those).
 - An edge from a module to itself is dropped.
+- A module that moved keeps its old path as an alias whose only import is ``turnrl.utils`` (``moved_module``); such
+  aliases belong to no layer (docs/ARCHITECTURE.md lists them under "Moved paths").
 
 Run as a script (``python tests/test_imports.py``) it prints every finding and exits 1 if there are any.
 """
@@ -23,6 +29,7 @@ Run as a script (``python tests/test_imports.py``) it prints every finding and e
 from __future__ import annotations
 
 import ast
+import fnmatch
 import functools
 import sys
 from collections import deque
@@ -31,6 +38,9 @@ from typing import Callable, NamedTuple
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = "turnrl"
+ARCHITECTURE = ROOT / "docs" / "ARCHITECTURE.md"
+LAYERS_HEADING = "## Layers"
+MOVED_MARK = "moved_module(__name__"
 MAX_LINES = 400
 LONG_MODULE_MARKER = "Over 400 lines:"
 # Modules that must not reach FORBIDDEN: whole packages, plus files of these names under turnrl/methods/.
@@ -79,22 +89,15 @@ class Facts(NamedTuple):
 
 @functools.lru_cache(maxsize=None)
 def facts(path: Path) -> Facts:
-    """The file's runtime imports, module docstring and line count; the file is parsed once per run and its syntax
+    """The file's imports, module docstring and line count; the file is parsed once per run and its syntax
     tree is not kept (keeping every tree alive makes the garbage collector slow the run down several times)."""
     text = path.read_text(encoding="utf-8")
     tree = ast.parse(text, filename=str(path))
-    return Facts(runtime_imports(tree), ast.get_docstring(tree) or "", len(text.splitlines()))
+    return Facts(all_imports(tree), ast.get_docstring(tree) or "", len(text.splitlines()))
 
 
-def is_type_checking(test: ast.expr) -> bool:
-    """True for the ``TYPE_CHECKING`` and ``typing.TYPE_CHECKING`` conditions."""
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
-    )
-
-
-def runtime_imports(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:
-    """Every import statement in the tree, except those in the body of ``if TYPE_CHECKING:``.
+def all_imports(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:
+    """Every import statement in the tree, ``if TYPE_CHECKING:`` bodies included.
 
     Imports are statements, so only statement blocks are walked (bodies of modules, functions, classes, ``if``,
     loops, ``with``, ``try`` and its handlers, ``match`` cases), never into expressions: that keeps it fast."""
@@ -103,8 +106,6 @@ def runtime_imports(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:
         node = stack.pop()
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             found.append(node)
-        elif isinstance(node, ast.If) and is_type_checking(node.test):
-            stack.extend(node.orelse)
         else:
             for block in STATEMENT_BLOCKS:
                 stack.extend(getattr(node, block, ()))
@@ -159,6 +160,63 @@ def import_graph() -> dict[str, dict[str, list[Site]]]:
                 for target in targets(imported, importer):
                     graph[importer].setdefault(target, []).append(Site(path, node.lineno, imported))
     return graph
+
+
+# ---------------------------------------------------------------------------------------------- the layers
+
+
+class Layer(NamedTuple):
+    """One line of the layers block: its position (0 = the bottom), its patterns and what the page says of it."""
+
+    rank: int
+    patterns: tuple[str, ...]
+    text: str
+
+
+@functools.lru_cache(maxsize=1)
+def layers() -> list[Layer]:
+    """The layers block of docs/ARCHITECTURE.md: the first fenced block after the "## Layers" heading, one layer a
+    line, the top first; a line is ``PATTERN PATTERN … | what the layer holds``.
+
+    Raises:
+        ValueError: no such heading or block, or a line without patterns.
+    """
+    page = ARCHITECTURE.read_text(encoding="utf-8")
+    if LAYERS_HEADING not in page:
+        raise ValueError(f"{ARCHITECTURE} has no '{LAYERS_HEADING}' section")
+    after = page.split(LAYERS_HEADING, 1)[1]
+    if "```" not in after:
+        raise ValueError(f"{ARCHITECTURE}: no fenced block of layers under '{LAYERS_HEADING}'")
+    block = after.split("```", 2)[1].split("\n", 1)[1]  # past the fence's language tag
+    lines = [line for line in block.splitlines() if line.strip()]
+    found = []
+    for i, line in enumerate(reversed(lines)):
+        patterns, _, text = line.partition("|")
+        if not patterns.split():
+            raise ValueError(f"{ARCHITECTURE}: a layer line without patterns: {line!r}")
+        found.append(Layer(i, tuple(patterns.split()), text.strip()))
+    return found
+
+
+def is_moved(name: str) -> bool:
+    """True for the alias a moved module leaves at its old path."""
+    return MOVED_MARK in modules()[name].read_text(encoding="utf-8")
+
+
+def layer_of(name: str) -> Layer | None:
+    """The layer of a module: of its most specific pattern (a module pattern, ``x.py`` or ``a/*/x.py``, beats any
+    folder; a longer folder, ``a/b/``, beats a shorter one); None when no pattern matches."""
+    rel = modules()[name].relative_to(ROOT / PACKAGE).as_posix()
+    best: tuple[int, Layer] | None = None
+    for layer in layers():
+        for pattern in layer.patterns:
+            if pattern.endswith("/"):
+                score = len(pattern) if rel.startswith(pattern) else -1
+            else:
+                score = 10_000 if fnmatch.fnmatchcase(rel, pattern) else -1
+            if score >= 0 and (best is None or score > best[0]):
+                best = (score, layer)
+    return None if best is None else best[1]
 
 
 # ---------------------------------------------------------------------------------------------- graph algorithms
@@ -254,6 +312,27 @@ def cycle_report() -> list[str]:
     return report
 
 
+def layer_report(graph: dict[str, dict[str, list[Site]]] | None = None) -> list[str]:
+    """Modules in no layer, and every import that reaches a higher layer (with where it stands), in ``graph``
+    (default: the package's)."""
+    graph = import_graph() if graph is None else graph
+    report = []
+    for name in sorted(graph):
+        if not is_moved(name) and layer_of(name) is None:
+            report.append(f"{modules()[name].relative_to(ROOT)} is in no layer of {ARCHITECTURE.name}'s "
+                          f"'{LAYERS_HEADING}' block")
+    for source in sorted(graph):
+        low = layer_of(source)
+        if low is None or is_moved(source):
+            continue
+        for target, sites in sorted(graph[source].items()):
+            high = layer_of(target)
+            if high is not None and not is_moved(target) and high.rank > low.rank:
+                report.append(f"{source} (layer {' '.join(low.patterns)}) imports {target} (layer "
+                              f"{' '.join(high.patterns)}), a higher layer, at {sites[0]}")
+    return report
+
+
 def is_isolated(name: str) -> bool:
     """True for the modules that must not reach turnrl.rl or turnrl.agents."""
     if any(name == package or name.startswith(package + ".") for package in ISOLATED_PACKAGES):
@@ -293,6 +372,25 @@ def long_module_report() -> list[str]:
 # ---------------------------------------------------------------------------------------------- the tests
 
 
+def test_layers_point_down():
+    """Every module is in a layer, and no import (TYPE_CHECKING and function-level ones included) reaches up."""
+    assert len(layers()) >= 10  # the page's block was read (a missing block would make the rule vacuous)
+    report = layer_report()
+    assert not report, "imports that point up, or modules in no layer:\n" + "\n".join(report)
+
+
+def test_the_layer_rule_fails_on_an_upward_import():
+    """The rule itself: a made-up import from the verifiers up into rl/ is reported, with its place."""
+    graph = {name: dict(edges) for name, edges in import_graph().items()}
+    site = Site(modules()["turnrl.verifiers.base"], 1, "turnrl.rl.core.learner")
+    graph["turnrl.verifiers.base"]["turnrl.rl.core.learner"] = [site]
+    report = layer_report(graph)
+    assert any(line.startswith("turnrl.verifiers.base (layer verifiers/) imports turnrl.rl.core.learner (layer "
+                               "rl/core/), a higher layer") for line in report), report
+    assert layer_of("turnrl.methods.pag.cli") == layer_of("turnrl.cli.main")  # a module pattern beats its folder
+    assert layer_of("turnrl.rl.core.learner") != layer_of("turnrl.rl")  # a longer folder beats a shorter one
+
+
 def test_no_import_cycles():
     """No set of turnrl modules imports itself round in a circle."""
     report = cycle_report()
@@ -314,6 +412,7 @@ def test_long_modules_give_a_reason():
 def main() -> int:
     """Print every finding, section by section; 1 if there were any."""
     sections = [
+        ("Imports that point up (docs/ARCHITECTURE.md, Layers)", layer_report()),
         ("Import cycles", cycle_report()),
         ("envs/tools/verifiers reaching turnrl.rl or turnrl.agents", layering_report()),
         (f"Modules over {MAX_LINES} lines without a reason", long_module_report()),

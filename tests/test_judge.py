@@ -4,8 +4,8 @@ from turnrl.agents.base import SamplingParams
 from turnrl.agents.hf import HFAgent
 from turnrl.agents.openai import OpenAIAgent
 from turnrl.agents.scripted import ScriptedAgent
-from turnrl.agents.server import AgentServer
 from turnrl.agents.tiny import tiny_model, tiny_tokenizer
+from turnrl.serving.server import AgentServer
 from turnrl.verifiers.judge import HybridReward, OutcomeJudge, PairwiseJudge, ProcessJudge, parse_label
 
 TOK = tiny_tokenizer("chatml")

@@ -12,9 +12,9 @@ import turnrl
 from turnrl.agents.base import SamplingParams
 from turnrl.agents.hf import HFAgent
 from turnrl.agents.openai import OpenAIAgent, OpenAIError
-from turnrl.agents.server import AgentServer
 from turnrl.agents.tiny import tiny_model, tiny_tokenizer
 from turnrl.rollout.engine import Rollout
+from turnrl.serving.server import AgentServer
 
 
 @pytest.fixture(scope="module")

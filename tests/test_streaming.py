@@ -13,9 +13,9 @@ import pytest
 from turnrl.agents.base import SamplingParams
 from turnrl.agents.hf import HFAgent
 from turnrl.agents.scripted import ScriptedAgent
-from turnrl.agents.server import AgentServer
-from turnrl.agents.streaming import TextStream
 from turnrl.agents.tiny import tiny_model, tiny_tokenizer
+from turnrl.serving.server import AgentServer
+from turnrl.serving.streaming import TextStream
 from turnrl.template_tools import fit_to_template, template_support
 
 openai = pytest.importorskip("openai", reason="the official client is a dev dependency: pip install -e '.[dev]'")

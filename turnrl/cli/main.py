@@ -275,7 +275,7 @@ def serve(
 ) -> None:
     """Serve an agent over an OpenAI-compatible HTTP API (/v1/completions, /v1/chat/completions)."""
     from turnrl.agents import make_agent
-    from turnrl.agents.server import LOOPBACK, AgentServer
+    from turnrl.serving.server import LOOPBACK, AgentServer
     from turnrl.template_tools import tools_note
 
     if host not in LOOPBACK and not api_key:

@@ -67,7 +67,7 @@ class ChatHistory:
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def prompt(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> tuple[list[int], Match]:
-        """The token prompt of a call with ``messages`` (normalized by :func:`turnrl.agents.openai_api.chat_messages`)
+        """The token prompt of a call with ``messages`` (normalized by :func:`turnrl.serving.openai_api.chat_messages`)
         and ``tools``, and how it was built."""
         renderer = ChatRenderer(self.tokenizer, tools, fit_tools=True)
         keys = tuple(message_key(m) for m in messages)

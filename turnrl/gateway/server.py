@@ -1,7 +1,7 @@
 """The training gateway: an OpenAI-compatible server whose every call becomes training data.
 
 A user's agent program talks to the policy being trained through any OpenAI client. The gateway serves it like
-``turnrl serve`` (chat and completions, ``tools``, streaming, ``n``, logprobs — :class:`~turnrl.agents.server.
+``turnrl serve`` (chat and completions, ``tools``, streaming, ``n``, logprobs — :class:`~turnrl.serving.server.
 AgentServer`), with three differences:
 
 * **Sessions.** Calls are grouped into episodes by a session id, in the URL path: the program gets
@@ -38,11 +38,11 @@ from werkzeug.routing import Rule
 from werkzeug.wrappers import Request
 
 from turnrl.agents.base import Completion, SamplingParams
-from turnrl.agents.openai_api import APIError, chat_messages
-from turnrl.agents.server import AgentServer
 from turnrl.gateway.engine import Engine
 from turnrl.gateway.history import ChatHistory, Match
 from turnrl.gateway.record import Call
+from turnrl.serving.openai_api import APIError, chat_messages
+from turnrl.serving.server import AgentServer
 from turnrl.utils import turn_seed
 
 
