@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Sets up .venv if needed, then runs the test suite. Extra arguments go to pytest.
-#   bash scripts/test.sh          the whole suite (what CI runs)
+#   bash scripts/test.sh          the whole suite (what CI runs), in TURNRL_TEST_WORKERS processes (default 2;
+#                                 pytest-xdist, each test module kept in one process for its shared fixtures)
 #   bash scripts/test.sh --fast   the fast tier for inner loops: every test module, without the tests
 #                                 tests/slow_tests.txt lists (over 1 s in a timed run; scripts/slow_tests.py)
 set -euo pipefail
@@ -10,4 +11,4 @@ if [[ "${1:-}" == "--fast" ]]; then
     shift
     exec .venv/bin/python -m pytest -q -m "not slow" "$@"
 fi
-exec .venv/bin/python -m pytest -q "$@"
+exec .venv/bin/python -m pytest -q -n "${TURNRL_TEST_WORKERS:-2}" --dist loadfile "$@"

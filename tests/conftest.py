@@ -14,6 +14,10 @@ os.environ.setdefault("TURNRL_DATA_DIR", str(SHARED_DATA))
 # Never reach for the hub from tests: a missing file must fail fast with our message.
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# Under pytest-xdist (scripts/test.sh runs the suite in 2 processes), each process takes its share of the cores for
+# torch: two processes with a thread per core each would fight over them (torch's threads spin while they wait).
+if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])))
 
 
 @pytest.fixture

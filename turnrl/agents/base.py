@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -54,6 +55,12 @@ class Agent(Protocol):
 
     ``tokenizer`` (a Hugging Face tokenizer with a chat template) renders conversations into the token prompts
     the rollout sends; agents that only speak text (scripted ones) may have none.
+
+    Everything else an agent can do is optional and declared in one place, its ``capabilities`` (a
+    :class:`Capabilities`; every built-in agent has one): per-prompt seeds, per-episode KV sessions, joining a running
+    batch, a non-blocking batch call, reporting tokens as sampled, new weights in flight, extra end-of-turn tokens.
+    The rollout, the gateway and the server read them through :func:`capabilities_of`, never by looking at the
+    agent's attributes or signatures.
     """
 
     tokenizer: Any
@@ -61,3 +68,65 @@ class Agent(Protocol):
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]:
         """Return ``len(prompts) * params.n`` completions, grouped by prompt."""
         ...
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What an agent can do beyond :meth:`Agent.generate` ``(prompts, params)``. Each default is what an agent that
+    declares nothing offers; an agent declares its own as a ``capabilities`` attribute (or property).
+
+    Attributes:
+        seeds: ``generate(..., seeds=[one int per prompt])`` samples each prompt from its own random stream, so an
+            episode's tokens do not depend on how episodes are batched (``rollout.seed_per_episode``).
+        sessions: ``generate(..., sessions=[name or None per prompt])`` keeps each named episode's KV cache between
+            its turns, and ``release(names)`` frees them.
+        on_token: ``generate(..., on_token=callback)`` reports every token as it is sampled (``turnrl serve``
+            streams through it; :class:`Agent` documents the callback).
+        join_batch: ``await agenerate_one(prompt, params, *, seed=None, session=None)`` decodes one request inside
+            the batch running in the caller's event loop (continuous batching; the gateway's streaming engine).
+        join_batch_on_token: ``agenerate_one`` also takes ``on_token=callback``.
+        async_batch: ``await agenerate(prompts, params)`` generates a batch without blocking the event loop (HTTP
+            backends).
+        inflight_updates: new weights may land while a generation call runs; the agent labels each token with the
+            version that sampled it (``Completion.token_versions``).
+        eos_ids: token ids that end a turn, besides the tokenizer's ``eos_token_id``.
+        local_model: ``agent.model`` is the policy as a torch module in this process, for what scores with the
+            policy's own logits (PAG's verdict exploration, SWiRL's stored steps, the server's top log-probabilities).
+    """
+
+    seeds: bool = False
+    sessions: bool = False
+    on_token: bool = False
+    join_batch: bool = False
+    join_batch_on_token: bool = False
+    async_batch: bool = False
+    inflight_updates: bool = False
+    eos_ids: frozenset[int] = frozenset()
+    local_model: bool = False
+
+
+def capabilities_of(agent: Any) -> Capabilities:
+    """An agent's :class:`Capabilities`: those it declares, or, for an agent written to the two-member protocol
+    alone (a user's, from before capabilities were declared), those its methods show — the one place in turnrl that
+    reads an agent's signatures."""
+    declared = getattr(agent, "capabilities", None)
+    if isinstance(declared, Capabilities):
+        return declared
+    return inferred_capabilities(agent)
+
+
+def inferred_capabilities(agent: Any) -> Capabilities:
+    """The capabilities an undeclared agent's methods show (:func:`capabilities_of`); built-in agents are tested to
+    declare exactly these."""
+
+    def takes(method: Any, name: str) -> bool:
+        return method is not None and name in inspect.signature(method).parameters
+
+    generate, model = getattr(agent, "generate", None), getattr(agent, "model", None)
+    one = getattr(agent, "agenerate_one", None)
+    return Capabilities(
+        seeds=takes(generate, "seeds"), sessions=bool(getattr(agent, "supports_sessions", False)),
+        on_token=takes(generate, "on_token"), join_batch=one is not None, join_batch_on_token=takes(one, "on_token"),
+        async_batch=getattr(agent, "agenerate", None) is not None,
+        inflight_updates=bool(getattr(agent, "inflight_updates", False)),
+        eos_ids=frozenset(getattr(agent, "eos_ids", None) or ()), local_model=hasattr(model, "forward"))

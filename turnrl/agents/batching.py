@@ -17,8 +17,8 @@ from transformers.cache_utils import DynamicLayer
 
 from turnrl.agents.base import SamplingParams
 from turnrl.agents.kv import KVEvent
-from turnrl.weights import weights_epoch
 from turnrl.lanes import merge_pays
+from turnrl.weights import weights_epoch
 
 
 def filter_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:

@@ -15,7 +15,7 @@ from typing import Any
 
 import httpx
 
-from turnrl.agents.base import Completion, SamplingParams
+from turnrl.agents.base import Capabilities, Completion, SamplingParams
 from turnrl.utils import run_sync
 
 _RETRY_STATUS = {408, 409, 429, 500, 502, 503, 504}
@@ -93,6 +93,11 @@ class OpenAIAgent:
         return httpx.AsyncClient(timeout=self.timeout, headers=headers)
 
     # ---- token level ----
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """A batch without blocking the event loop (:meth:`agenerate`), and its end-of-turn ids."""
+        return Capabilities(async_batch=True, eos_ids=frozenset(self.eos_ids))
 
     async def agenerate(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]:
         """Async :meth:`generate`."""

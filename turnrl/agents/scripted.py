@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from turnrl.agents.base import Completion, SamplingParams
+from turnrl.agents.base import Capabilities, Completion, SamplingParams
 
 
 class ScriptedAgent:
@@ -44,6 +44,9 @@ class ScriptedAgent:
             finish_reason=finish,  # type: ignore[arg-type]
             prompt_index=index,
         )
+
+    #: Tokens reported as sampled (``on_token``), nothing else.
+    capabilities = Capabilities(on_token=True)
 
     def generate(self, prompts: list[list[int]], params: SamplingParams, *, on_token: Any = None
                  ) -> list[Completion]:
@@ -86,6 +89,9 @@ class RandomAgent:
     def __init__(self, tokenizer: Any, seed: int = 0) -> None:
         self.tokenizer = tokenizer
         self.rng = np.random.default_rng(seed)
+
+    #: Nothing beyond ``generate``.
+    capabilities = Capabilities()
 
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]:
         """Random completions; logprob log(1/V) per token."""

@@ -25,7 +25,7 @@ import weakref
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from turnrl.agents.base import Completion, SamplingParams
+from turnrl.agents.base import Capabilities, Completion, SamplingParams
 
 logger = logging.getLogger(__name__)
 
@@ -209,6 +209,11 @@ class VLLMAgent:
     @staticmethod
     def _logprobs(output: Any) -> list[float]:
         return [float(step[tok].logprob) for tok, step in zip(output.token_ids, output.logprobs or [])]
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """Per-prompt seeds and its end-of-turn ids."""
+        return Capabilities(seeds=True, eos_ids=frozenset(self.eos_ids))
 
     def generate(self, prompts: list[list[int]], params: SamplingParams, *,
                  seeds: list[int] | None = None) -> list[Completion]:

@@ -25,7 +25,7 @@ import threading
 from collections.abc import Coroutine, Iterable, Mapping
 from typing import Any, TypeVar
 
-from turnrl.agents.base import Completion, SamplingParams
+from turnrl.agents.base import Capabilities, Completion, SamplingParams
 from turnrl.agents.vllm import (
     VLLMAgent,
     _import_vllm,
@@ -155,6 +155,11 @@ class AsyncVLLMAgent:
 
     async def _many(self, prompts: list[list[int]], sps: list[Any]) -> list[Any]:
         return list(await asyncio.gather(*(self._one(p, sp) for p, sp in zip(prompts, sps))))
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """Per-prompt seeds, new weights in flight (each token labelled with its version), its end-of-turn ids."""
+        return Capabilities(seeds=True, inflight_updates=self.inflight_updates, eos_ids=frozenset(self.eos_ids))
 
     def generate(self, prompts: list[list[int]], params: SamplingParams, *,
                  seeds: list[int] | None = None) -> list[Completion]:

@@ -14,13 +14,12 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures as cf
-import inspect
 import queue
 import random
 import threading
 from typing import Any
 
-from turnrl.agents.base import Completion, SamplingParams
+from turnrl.agents.base import Completion, SamplingParams, capabilities_of
 
 
 class Engine:
@@ -35,8 +34,9 @@ class Engine:
 
     def __init__(self, agent: Any, *, timeout: float = 600.0, window: float = 0.01, own_thread: bool = True) -> None:
         self.agent, self.timeout, self.window = agent, timeout, window
-        self.streaming = getattr(agent, "agenerate_one", None) is not None
-        self.reports_tokens = self.streaming and "on_token" in inspect.signature(agent.agenerate_one).parameters
+        self.capabilities = capabilities_of(agent)
+        self.streaming = self.capabilities.join_batch
+        self.reports_tokens = self.streaming and self.capabilities.join_batch_on_token
         self._closed = False
         self._thread: threading.Thread | None = None
         threads = _torch_threads()
@@ -47,7 +47,7 @@ class Engine:
                                                 name="turnrl-gateway-engine")
         else:
             self._queue: queue.Queue[tuple[list[int], SamplingParams, int | None, cf.Future]] = queue.Queue()
-            self._seeds = "seeds" in inspect.signature(agent.generate).parameters
+            self._seeds = self.capabilities.seeds
             self._thread = threading.Thread(target=self._run_batches, args=(threads,), daemon=True,
                                             name="turnrl-gateway-engine")
         if self._thread is not None:
@@ -86,7 +86,7 @@ class Engine:
 
     def release(self, session: str) -> None:
         """Free a finished session's KV cache (in the engine's thread, where the cache is used)."""
-        if self.streaming and getattr(self.agent, "supports_sessions", False) and not self._closed:
+        if self.streaming and self.capabilities.sessions and not self._closed:
             self._loop.call_soon_threadsafe(self.agent.release, [session])
 
     def close(self) -> None:

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from turnrl.agents.base import SamplingParams
+from turnrl.agents.base import Capabilities, SamplingParams
 from turnrl.types import Message, Turn
 from turnrl.utils import turn_seed
 
@@ -41,6 +41,7 @@ class RolloutAPI(Protocol):
     keep_prompts: bool
     policy_version: Any
     stats: RolloutStats
+    capabilities: Capabilities
     eos_ids: set[int]
     uses_sessions: bool
     passes_seeds: bool
@@ -189,10 +190,10 @@ async def _generate(rollout: RolloutAPI, ep: Episode, params: SamplingParams, se
     if rollout.keep_prompts:
         ep.prompts_seen.append(list(prompt))
     agent = rollout.agent
-    if getattr(agent, "agenerate_one", None) is not None:  # joins whatever batch is running in this loop
+    if rollout.capabilities.join_batch:  # joins whatever batch is running in this loop
         c = await agent.agenerate_one(prompt, params, seed=seed,  # type: ignore[attr-defined]
                                       session=ep.session if rollout.uses_sessions else None)
-    elif getattr(agent, "agenerate", None) is not None:  # an HTTP backend: do not block the loop
+    elif rollout.capabilities.async_batch:  # an HTTP backend: do not block the loop
         c = (await agent.agenerate([prompt], params))[0]  # type: ignore[attr-defined]
     else:
         kwargs = {"seeds": [seed]} if seed is not None and rollout.passes_seeds else {}

@@ -28,13 +28,12 @@ continues token-exactly — and :meth:`Rollout.snapshot` gives a trainable copy 
 from __future__ import annotations
 
 import asyncio
-import inspect
 import time
 from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
-from turnrl.agents.base import Agent, Completion, SamplingParams
+from turnrl.agents.base import Agent, Completion, SamplingParams, capabilities_of
 from turnrl.envs.core import TextEnv
 from turnrl.rollout.context import ContextBudget, compact
 from turnrl.rollout.episode import Episode, RolloutStats
@@ -92,18 +91,19 @@ class Rollout:
         self.policy_version = policy_version
         self._sampled_by = -1  # the version generating the current round (set before each round)
         self.rewrite = rewrite
-        if continuous and getattr(agent, "agenerate_one", None) is None:
+        self.capabilities = capabilities_of(agent)  # what the agent can do beyond generate, declared
+        if continuous and not self.capabilities.join_batch:
             raise ValueError(f"continuous batching needs an agent that decodes requests as they come "
                              f"(agenerate_one, as the HF agent has); {type(agent).__name__} has none")
         if continuous and rewrite is not None:
             raise ValueError("a rollout hook that rewrites turns sees whole rounds: it cannot run with continuous "
                              "batching")
         self.continuous, self.context = continuous, context
-        self.passes_seeds = "seeds" in inspect.signature(agent.generate).parameters
+        self.passes_seeds = self.capabilities.seeds
         self.stats = RolloutStats()
         eos = getattr(agent.tokenizer, "eos_token_id", None)
-        self.eos_ids = set(getattr(agent, "eos_ids", None) or []) | ({eos} if eos is not None else set())
-        self.uses_sessions = bool(getattr(agent, "supports_sessions", False))
+        self.eos_ids = set(self.capabilities.eos_ids) | ({eos} if eos is not None else set())
+        self.uses_sessions = self.capabilities.sessions
 
     def run(self, envs: Sequence[TextEnv], *, seeds: Sequence[int | None] | None = None,
             options: Sequence[dict[str, Any] | None] | None = None, group_ids: Sequence[str | None] | None = None,
@@ -238,16 +238,15 @@ class Rollout:
             for (budget, stop), idx in budgets.items():
                 params = self.params.model_copy(update={"max_new_tokens": budget, "stop": stop})
                 prompts = [list(live[i].tokens[live[i].context_start:]) for i in idx]
-                agenerate = getattr(self.agent, "agenerate", None)  # HTTP backends: don't block the event loop
                 kwargs: dict[str, Any] = {}
                 if self.uses_sessions:  # the agent keeps each episode's KV cache between its turns
                     kwargs["sessions"] = [live[i].session for i in idx]
                 if seeds[idx[0]] is not None:  # batch-invariant: each episode's own stream per turn
                     kwargs["seeds"] = [seeds[i] for i in idx]
-                if kwargs or not agenerate:
+                if kwargs or not self.capabilities.async_batch:
                     outs = self.agent.generate(prompts, params, **kwargs)
-                else:
-                    outs = await agenerate(prompts, params)
+                else:  # HTTP backends: don't block the event loop
+                    outs = await self.agent.agenerate(prompts, params)
                 for i, p, c in zip(idx, prompts, outs):
                     completions[i] = c
                     self.stats.count_prefill(live[i], len(p), c)

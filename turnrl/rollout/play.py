@@ -17,11 +17,10 @@ same batch seeds).
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
-from turnrl.agents.base import SamplingParams
+from turnrl.agents.base import SamplingParams, capabilities_of
 from turnrl.envs.core import TextEnv
 from turnrl.envs.registry import make
 from turnrl.rollout.context import ContextBudget
@@ -46,8 +45,8 @@ def env_seed(seed: int, job: Job) -> int:
 
 
 def supports_episode_seeds(agent: Any) -> bool:
-    """Whether ``agent.generate`` takes one seed per prompt (``seeds=``)."""
-    return "seeds" in inspect.signature(agent.generate).parameters
+    """Whether ``agent.generate`` takes one seed per prompt (``seeds=``; :class:`~turnrl.agents.base.Capabilities`)."""
+    return capabilities_of(agent).seeds
 
 
 def play(agent: Any, env_id: str, env_kwargs: dict[str, Any], jobs: Sequence[Job], *, seed: int,

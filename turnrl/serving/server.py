@@ -21,7 +21,6 @@ through :meth:`AgentServer.rules`, :meth:`~AgentServer.context`, :meth:`~AgentSe
 from __future__ import annotations
 
 import hmac
-import inspect
 import json
 import threading
 import time
@@ -34,7 +33,7 @@ from werkzeug.routing import Map, Rule
 from werkzeug.serving import WSGIRequestHandler, make_server
 from werkzeug.wrappers import Request, Response
 
-from turnrl.agents.base import Completion, SamplingParams
+from turnrl.agents.base import Completion, SamplingParams, capabilities_of
 from turnrl.serving.openai_api import (
     CHAT_MAX_TOKENS,
     CHAT_PARAMS,
@@ -73,7 +72,7 @@ class AgentServer:
         self.agent, self.model, self.api_key = agent, model, api_key
         self._lock = threading.Lock()
         try:  # an agent that reports its tokens as it samples them (a live stream)
-            self._agent_streams = "on_token" in inspect.signature(agent.generate).parameters
+            self._agent_streams = capabilities_of(agent).on_token
         except (AttributeError, TypeError, ValueError):
             self._agent_streams = False
         self.urls = Map(self.rules(), strict_slashes=False)
@@ -225,8 +224,7 @@ class AgentServer:
 
     def _check_top_logprobs(self, k: int | None) -> None:
         """Refuse alternatives (``top_logprobs`` > 0) from an agent that has no local model to rank them."""
-        model = getattr(self.agent, "model", None)
-        if k and (model is None or not hasattr(model, "forward")):
+        if k and not capabilities_of(self.agent).local_model:
             raise unsupported("top_logprobs", "this agent has no local model to score alternatives; ask for logprobs only")
 
     def new_id(self, kind: str) -> str:

@@ -26,7 +26,7 @@ import random
 from collections.abc import Sequence
 from typing import Any
 
-from turnrl.agents.base import Completion
+from turnrl.agents.base import Completion, capabilities_of
 from turnrl.envs.core import TextEnv
 
 
@@ -43,7 +43,7 @@ class VerdictExplorer:
     def __init__(self, agent: Any, share: float, temperature: float, seed: int = 0) -> None:
         if not 0 < share < 1:
             raise ValueError(f"verdict_explore must be in (0, 1), got {share}")
-        if getattr(agent, "model", None) is None:
+        if not capabilities_of(agent).local_model:
             raise ValueError("verdict_explore scores the forced verdicts with the policy's model; the agent "
                              f"{type(agent).__name__} has none (use the local HF policy)")
         self.agent, self.share = agent, float(share)

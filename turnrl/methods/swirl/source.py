@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from turnrl.agents.base import SamplingParams
+from turnrl.agents.base import SamplingParams, capabilities_of
 from turnrl.envs.core import Obs, StepResult, TextEnv
 from turnrl.envs.registry import make
 from turnrl.methods.swirl.judges import StepJudge, StepLabel, make_step_judge, parse_step
@@ -252,7 +252,7 @@ class StateSource(ExperienceSource):
         stored ones were the teacher's, often with demonstrations in its context), all scored in one forward pass."""
         from turnrl.rl.core.forward import sequence_logprobs
 
-        model = getattr(self.agent, "model", None)
+        model = self.agent.model if capabilities_of(self.agent).local_model else None
         if model is None:
             raise StateError("algorithm.data_action scores the stored steps with the policy's model; the agent "
                              f"{type(self.agent).__name__} has none (use the local HF policy)")

@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from turnrl.agents.base import Capabilities, capabilities_of
 from turnrl.agents.hf import HFAgent
 from turnrl.envs.registry import make, register
 from turnrl.lora import adapter_state, base_state, is_lora, load_adapter
@@ -59,8 +60,17 @@ class VersionedAgent:
     def __init__(self, agent: Any, lock: threading.Lock, version: Any) -> None:
         self.agent, self.lock, self.version = agent, lock, version
 
-    def __getattr__(self, name: str) -> Any:  # tokenizer, eos_ids, model, …
+    def __getattr__(self, name: str) -> Any:  # tokenizer, model, …
         return getattr(self.agent, name)
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """The agent's, less what would bypass the lock: per-prompt seeds and its sessions, in-flight weights and
+        end-of-turn ids; no joining a running batch and no non-blocking batch call (a weight load must fall between
+        two calls)."""
+        inner = capabilities_of(self.agent)
+        return Capabilities(seeds=True, sessions=inner.sessions, inflight_updates=inner.inflight_updates,
+                            eos_ids=inner.eos_ids, local_model=inner.local_model)
 
     def generate(self, prompts: list[list[int]], params: Any, *, seeds: list[int] | None = None,
                  sessions: list[str | None] | None = None) -> list[Any]:
@@ -68,7 +78,7 @@ class VersionedAgent:
         kwargs: dict[str, Any] = {"seeds": seeds} if seeds is not None else {}
         if sessions is not None:
             kwargs["sessions"] = sessions
-        if getattr(self.agent, "inflight_updates", False):
+        if capabilities_of(self.agent).inflight_updates:
             return self.agent.generate(prompts, params, **kwargs)  # the engine labels every token's version
         with self.lock:
             out = self.agent.generate(prompts, params, **kwargs)
@@ -167,7 +177,7 @@ class RolloutWorker:
     @property
     def inflight(self) -> bool:
         """Whether weight loads land inside running generation calls (the agent labels its tokens' versions)."""
-        return bool(getattr(self.agent, "inflight_updates", False))
+        return capabilities_of(self.agent).inflight_updates
 
     def ready(self) -> dict[str, Any]:
         """Answer once started: the process id, the weights' version and whether :meth:`setup` ran."""
