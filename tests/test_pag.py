@@ -7,7 +7,7 @@ import toy_envs  # noqa: F401  (registers tests/ToyPAG-v0)
 from pydantic import ValidationError
 
 import turnrl
-from turnrl.agents.base import SamplingParams
+from turnrl.agents.base import Capabilities, SamplingParams
 from turnrl.agents.scripted import FixedAgent, ScriptedAgent
 from turnrl.agents.tiny import tiny_model, tiny_tokenizer
 from turnrl.envs.self_verify_metrics import pag_episode, pag_summary
@@ -440,7 +440,8 @@ def test_verdict_exploration_replaces_a_share_of_verdicts_with_the_other_one_tok
 
     tok = tiny_tokenizer("chatml")
     agent = FixedAgent(tok, ["answer", "x", "again"])  # always says "wrong" ("x…"), then revises
-    agent.model = tiny_model(tok)
+    agent.model = tiny_model(tok)  # scripted replies, scored by a real model: declared as the agent's own
+    agent.capabilities = Capabilities(on_token=True, local_model=True)
     explorer = VerdictExplorer(agent, share=0.5, temperature=1.0, seed=0)
     envs = [turnrl.make("tests/ToyPAG-v0") for _ in range(16)]
     trajs = Rollout(agent, SamplingParams(max_new_tokens=8), rewrite=explorer).run(
@@ -470,7 +471,8 @@ def test_verdict_exploration_with_verify_tools_rewrites_the_verdict_and_never_th
 
     tok = tiny_tokenizer("chatml")
     agent = FixedAgent(tok, ["\\boxed{-999}", "<calculator>2 + 2</calculator>", "The answer is wrong.", "\\boxed{1}"])
-    agent.model = tiny_model(tok)
+    agent.model = tiny_model(tok)  # scripted replies, scored by a real model: declared as the agent's own
+    agent.capabilities = Capabilities(on_token=True, local_model=True)
     explorer = VerdictExplorer(agent, share=0.9, temperature=1.0, seed=0)
     envs = [tool_pag() for _ in range(12)]
     trajs = Rollout(agent, SamplingParams(max_new_tokens=16), rewrite=explorer).run(envs, seeds=list(range(12)))
