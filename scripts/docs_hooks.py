@@ -17,6 +17,7 @@ import re
 import sys
 import types
 import typing
+from pathlib import Path
 from typing import Any
 
 CONFIG_MARKER = "<!-- generated: config-reference -->"
@@ -253,6 +254,25 @@ def cli_reference() -> str:
     ctx = typer.Context(command)
     text = get_docs_for_click(obj=command, ctx=ctx, name="turnrl")
     return re.sub(r"^#", "##", text, flags=re.M)  # the page's own title is the only h1
+
+
+README_PAGE = "readme.md"
+
+
+def readme_page() -> str:
+    """The repository's README.md as a page of the site: its links to ``docs/PAGE`` become links to the site's
+    pages (the site is built from docs/), and the LICENSE file, which the site does not hold, is named, not linked."""
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    text = text.replace("](docs/", "](")
+    return re.sub(r"\[LICENSE\]\(LICENSE\)", "the LICENSE file", text)
+
+
+def on_files(files: Any, config: Any, **kwargs: Any) -> Any:
+    """Add the README as the generated page ``readme.md`` (the nav lists it as the front page)."""
+    from mkdocs.structure.files import File
+
+    files.append(File.generated(config, README_PAGE, content=readme_page()))
+    return files
 
 
 def on_page_markdown(markdown: str, page: Any, **kwargs: Any) -> str:

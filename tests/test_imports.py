@@ -23,7 +23,9 @@ How the module graph is built:
 - A module that moved keeps its old path as an alias whose only import is ``turnrl.utils`` (``moved_module``); such
   aliases belong to no layer (docs/ARCHITECTURE.md lists them under "Moved paths").
 
-Run as a script (``python tests/test_imports.py``) it prints every finding and exits 1 if there are any.
+Run as a script (``python tests/test_imports.py``) it prints every finding and exits 1 if there are any;
+``python tests/test_imports.py --house`` draws the house instead: each layer's modules and lines, and the layers each
+one imports.
 """
 
 from __future__ import annotations
@@ -409,6 +411,32 @@ def test_long_modules_give_a_reason():
     assert not report, f"modules over {MAX_LINES} lines:\n" + "\n".join(report)
 
 
+def house_report() -> list[str]:
+    """The house drawn from the imports: each layer, top first, with its modules and lines, and the layers it
+    imports (with how many module-to-module imports)."""
+    graph = import_graph()
+    placed = {name: layer_of(name) for name in graph if not is_moved(name)}
+
+    def label(layer: Layer) -> str:
+        return layer.patterns[0] + (" …" if len(layer.patterns) > 1 else "")
+
+    out = []
+    for layer in sorted(layers(), key=lambda layer: -layer.rank):
+        members = [name for name, at in placed.items() if at == layer]
+        size = sum(facts(modules()[name]).lines for name in members)
+        arrows: dict[str, int] = {}
+        for name in members:
+            for target in graph[name]:
+                below = placed.get(target)
+                if below is not None and below != layer:
+                    arrows[label(below)] = arrows.get(label(below), 0) + 1
+        out.append(f"{' '.join(layer.patterns)}: {len(members)} modules, {size} lines")
+        if arrows:
+            ranked = sorted(arrows.items(), key=lambda kv: -kv[1])
+            out.append("    -> " + ", ".join(f"{name} ({n})" for name, n in ranked))
+    return out
+
+
 def main() -> int:
     """Print every finding, section by section; 1 if there were any."""
     sections = [
@@ -424,4 +452,7 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    if "--house" in sys.argv[1:]:
+        print("\n".join(house_report()))
+        sys.exit(0)
     sys.exit(main())
