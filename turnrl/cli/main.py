@@ -54,6 +54,11 @@ def envs_list(imports: ImportOption = None) -> None:
     table.add_column("from", style="dim")
     for env_id in registered():
         table.add_row(env_id, _summary(env_id), source_of(env_id))
+    from turnrl.envs.multiagent import multi_agent_ids
+
+    for env_id in multi_agent_ids():
+        table.add_row(env_id, "several agents (turnrl/envs/multiagent)", "turnrl")
+    table.add_row("textarena:GAME", "a TextArena game, e.g. textarena:KuhnPoker-v0 (extra games)", "textarena")
     console.print(table)
     for problem in entry_point_problems():
         console.print(f"[yellow]skipped[/yellow] {problem}", markup=True, highlight=False, soft_wrap=True)
@@ -68,10 +73,21 @@ def envs_check(
                                                   "effects)")] = True,
     imports: ImportOption = None,
 ) -> None:
-    """Run the conformance harness on one environment; exit 1 if it fails."""
+    """Run the conformance harness on one environment (with several agents too); exit 1 if it fails."""
+    from turnrl.envs.multiagent import is_multi_agent
     from turnrl.envs.testing import check_environment
 
-    report = check_environment(make_env(env_id, parse_kwargs(kw)), seed=seed, call_tools=call_tools)
+    if is_multi_agent(env_id):
+        from turnrl.envs.multiagent import make_multi_agent
+        from turnrl.envs.multiagent.checks import check_multi_agent_environment
+
+        try:
+            env = make_multi_agent(env_id, **parse_kwargs(kw))
+        except (ImportError, ValueError, TypeError) as e:
+            fail(f"cannot make {env_id}: {e}")
+        report = check_multi_agent_environment(env, seed=seed)
+    else:
+        report = check_environment(make_env(env_id, parse_kwargs(kw)), seed=seed, call_tools=call_tools)
     console.print(str(report), markup=False, highlight=False, soft_wrap=True)
     if not report.ok:
         raise typer.Exit(1)
