@@ -1,0 +1,153 @@
+"""Multi-agent rollouts (turnrl/rollout/multi.py): each seat's view is its own token-exact trajectory, sampled by its
+own policy, with its own rewards; bad input ends an episode, never the batch."""
+
+import pytest
+import torch
+
+from turnrl.agents.base import Capabilities, SamplingParams, capabilities_of
+from turnrl.agents.hf import HFAgent
+from turnrl.agents.scripted import ScriptedAgent
+from turnrl.agents.tiny import tiny_model, tiny_tokenizer
+from turnrl.envs.multiagent import MultiAgentTextEnv, make_multi_agent
+from turnrl.rl.core.forward import sequence_logprobs
+from turnrl.rollout.multi import MultiAgentRollout
+
+PARAMS = SamplingParams(temperature=1.0, max_new_tokens=6)
+
+
+class Recorder:
+    """A policy that remembers every prompt it was sent and every completion it returned."""
+
+    def __init__(self, agent):
+        self.agent, self.tokenizer, self.calls = agent, agent.tokenizer, []
+
+    @property
+    def capabilities(self):
+        return Capabilities(seeds=capabilities_of(self.agent).seeds, eos_ids=capabilities_of(self.agent).eos_ids)
+
+    def generate(self, prompts, params, *, seeds=None):
+        outs = self.agent.generate(prompts, params, **({"seeds": seeds} if seeds is not None else {}))
+        self.calls.extend(zip([list(p) for p in prompts], outs))
+        return outs
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return tiny_tokenizer("chatml")
+
+
+def hf(tok, seed):
+    return HFAgent(tiny_model(tok, seed=seed), tok, kv_cache_mb=0)
+
+
+def games(n, **kwargs):
+    return [make_multi_agent("turnrl/TicTacToe-v0", max_turns=6, **kwargs) for _ in range(n)]
+
+
+def test_each_seat_is_its_own_token_exact_sequence_of_what_its_policy_sampled(tok):
+    policy = Recorder(hf(tok, 0))
+    trajs = MultiAgentRollout({"shared": policy}, PARAMS).run(games(3), options=[{"index": i} for i in range(3)],
+                                                              group_ids=["a", "b", "c"])
+    assert [t.metadata["seat"] for t in trajs] == ["x", "o"] * 3
+    assert [t.group_id for t in trajs[:2]] == ["a/x", "a/o"]
+    sampled = {tuple(p): c for p, c in policy.calls}
+    moves = 0
+    for t in trajs:
+        if not t.turns:  # a seat can win by forfeit before it moves: no tokens, its reward in metadata
+            assert t.token_ids is None and t.metadata["seat_reward"] != 0
+            continue
+        assert len(t.token_ids) == len(t.loss_mask) == len(t.logprobs)
+        for turn in t.turns:
+            start, end = turn.token_span
+            completion = sampled[tuple(t.token_ids[:start])]  # the prompt the seat sent is its own prefix
+            assert t.token_ids[start:end] == completion.token_ids and t.logprobs[start:end] == completion.logprobs
+            assert all(m == 1 for m in t.loss_mask[start:end]) and turn.action.content == completion.text
+            moves += 1
+        assert sum(t.loss_mask) == sum(end - start for start, end in (u.token_span for u in t.turns))
+    assert moves == len(policy.calls) and sum(bool(t.turns) for t in trajs) >= 4
+
+
+def test_separate_policies_sample_their_own_seats_and_a_swap_would_show(tok):
+    a, b = hf(tok, 1), hf(tok, 2)
+    trajs = MultiAgentRollout({"A": a, "B": b}, PARAMS, seats={"x": "A", "o": "B"}).run(games(2))
+    for t in trajs:
+        own, other = (a, b) if t.metadata["seat"] == "x" else (b, a)
+        assert t.metadata["policy"] == ("A" if own is a else "B")
+        for turn in t.turns:
+            s, e = turn.token_span
+            with torch.no_grad():
+                mine = sequence_logprobs(own.model, [t.token_ids[:e]], 1.0)[0][s:e]
+                theirs = sequence_logprobs(other.model, [t.token_ids[:e]], 1.0)[0][s:e]
+            assert max(abs(x - y) for x, y in zip(mine, t.logprobs[s:e])) < 1e-4
+            assert max(abs(x - y) for x, y in zip(theirs, t.logprobs[s:e])) > 1e-3
+
+
+def test_rewards_go_to_each_seats_moves_and_a_forfeit_win_is_recorded_without_a_move(tok):
+    def mover(cell):
+        return lambda prompt: f"I play {cell}"
+
+    x = ScriptedAgent(tok, lambda prompt: "I pass")  # no cell: retried once, then x forfeits
+    o = ScriptedAgent(tok, mover(5))
+    trajs = MultiAgentRollout({"x": x, "o": o}, PARAMS).run(games(1, max_opening=0, retries=1))
+    tx, to = trajs
+    assert len(tx.turns) == 2 and tx.total_reward == -1.0 and tx.turns[-1].reward == -1.0
+    assert tx.metadata["outcome"] == "loss" and tx.metadata["invalid_moves"] == 2
+    assert not to.turns and to.token_ids is None and to.metadata["seat_reward"] == 1.0
+    assert to.metadata["outcome"] == "win"
+    # a real game (x: 1, 2, 3 wins the top row; o: 4, 5): every move's reward is what the seat collected until
+    # its next move, so only the last ones pay
+    tx, to = MultiAgentRollout({"x": ScriptedAgent(tok, _x_wins()), "o": ScriptedAgent(tok, _o_cells())}, PARAMS
+                               ).run(games(1, max_opening=0))
+    assert tx.turns[-1].reward == 1.0 and all(t.reward == 0.0 for t in tx.turns[:-1])
+    assert to.turns[-1].reward == -1.0 and to.metadata["outcome"] == "loss" and len(to.turns) == 2
+
+
+def _x_wins():
+    moves = iter(["1", "2", "3"])
+    return lambda prompt: next(moves)
+
+
+def _o_cells():
+    moves = iter(["4", "5", "6"])
+    return lambda prompt: next(moves)
+
+
+class Broken(MultiAgentTextEnv):
+    possible_agents = ["a", "b"]  # noqa: RUF012
+
+    def _reset(self, options):
+        self.tell(["a", "b"], "go")
+
+    def _play(self, agent, action):
+        raise RuntimeError("the game broke")
+
+
+def test_an_environment_that_raises_ends_its_episode_only(tok):
+    policy = hf(tok, 0)
+    envs = [Broken(), *games(1)]
+    trajs = MultiAgentRollout({"p": policy}, PARAMS).run(envs)
+    assert [t.error for t in trajs[:2]] == ["RuntimeError: the game broke"] * 2
+    assert all(t.error is None for t in trajs[2:]) and any(t.turns for t in trajs[2:])
+
+
+def test_a_seat_with_no_policy_is_refused_before_anything_plays(tok):
+    rollout = MultiAgentRollout({"A": hf(tok, 0), "B": hf(tok, 1)}, PARAMS, seats={"x": "A"})
+    with pytest.raises(ValueError, match="seat 'o' is mapped to no policy"):
+        rollout.run(games(1))
+    with pytest.raises(ValueError, match="policies that are not given: C"):
+        MultiAgentRollout({"A": hf(tok, 0)}, PARAMS, seats={"x": "C"})
+
+
+def test_max_context_and_max_moves_truncate(tok):
+    trajs = MultiAgentRollout({"p": hf(tok, 0)}, PARAMS, max_context=80).run(games(1))
+    assert all(t.truncated for t in trajs) and all(len(t.token_ids or []) < 80 + 6 for t in trajs)
+    trajs = MultiAgentRollout({"p": hf(tok, 0)}, PARAMS, max_moves=1).run(games(1, max_opening=0))
+    assert trajs[0].truncated and len(trajs[0].turns) == 1 and not trajs[1].turns
+
+
+def test_episodes_with_their_own_seeds_do_not_depend_on_the_batch(tok):
+    policy = hf(tok, 0)
+    alone = MultiAgentRollout({"p": policy}, PARAMS).run(games(1), options=[{"index": 5}], sample_seeds=[11])
+    batch = MultiAgentRollout({"p": policy}, PARAMS).run(games(3), options=[{"index": i} for i in (2, 5, 9)],
+                                                         sample_seeds=[3, 11, 4])
+    assert [t.token_ids for t in alone] == [t.token_ids for t in batch[2:4]]

@@ -1,0 +1,246 @@
+"""Token-exact rollouts of environments with several agents (docs/multi-agent.md): each seat's view is a
+:class:`~turnrl.types.Trajectory` of its own.
+
+``MultiAgentRollout(policies, params).run(envs)`` plays one episode of each
+:class:`~turnrl.envs.multiagent.MultiAgentTextEnv`. A seat's tokens are only ever appended to, from its own
+messages: the chat-template tokens of the messages told to it (loss mask 0) and the tokens its policy sampled
+(loss mask 1, with their log-probabilities) — what other seats wrote reaches it only as the environment tells it.
+Every round, the seats whose turn it is are batched by policy: one ``generate`` call per policy, each prompt the
+seat's whole sequence so far.
+
+Credit: a seat's move is rewarded with what it collects until its next move (PettingZoo's rewards accumulated for it
+in between), placed on the move's last token; at the end each seat's last move gets what the game paid at its dead
+step. ``group_id`` is ``"{episode group}/{seat}"``, so GRPO-style groups are formed per seat and per starting state.
+
+Bad input is an answer: an environment that raises ends its episode (``Trajectory.error`` on every seat's view,
+nothing else lost); a seat whose context would pass ``max_context`` ends the episode truncated.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from turnrl.agents.base import Agent, Completion, SamplingParams, capabilities_of
+from turnrl.envs.multiagent.core import MultiAgentTextEnv
+from turnrl.rollout.episode import token_crc
+from turnrl.tokens import ChatRenderer
+from turnrl.types import Message, Trajectory, Turn
+
+
+@dataclass
+class SeatView:
+    """One seat's view of an episode in play: its token sequence and its turns."""
+
+    seat: str
+    policy: str
+    renderer: ChatRenderer
+    eos_ids: set[int]
+    prompt: list[Message] = field(default_factory=list)
+    tokens: list[int] = field(default_factory=list)
+    mask: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    turns: list[Turn] = field(default_factory=list)
+    sampled_crc: int = 0
+    outcome: str | None = None  # the game's word for how it ended for this seat (its last info's "outcome")
+    invalid: int = 0  # invalid moves the game counted
+    truncated: bool = False  # the episode was cut (a turn limit, max_moves or max_context) before the game ended
+    collected: float = 0.0  # every reward the game paid this seat (also what came before its first move, or
+    # without any move of its own: a seat can win by its opponent's forfeit)
+
+    def hear(self, messages: Sequence[Message]) -> None:
+        """Append the messages told to this seat since it last acted (the opening prompt before its first move)."""
+        if not self.turns:
+            self.prompt.extend(messages)
+            return
+        if not messages:
+            return
+        last = self.turns[-1]
+        start, end = last.token_span or (len(self.tokens), len(self.tokens))
+        ended_with_eos = end > start and self.tokens[end - 1] in self.eos_ids
+        ids = self.renderer.observation_tokens(list(messages), ended_with_eos=ended_with_eos)
+        last.observation.extend(messages)
+        last.obs_span = (len(self.tokens), len(self.tokens) + len(ids))
+        self._extend(ids, 0, [0.0] * len(ids))
+
+    def request(self) -> list[int]:
+        """The token prompt of this seat's next move: everything it has seen and said, then a generation prompt."""
+        if not self.tokens:
+            self._extend(self.renderer.prompt_tokens(self.prompt), 0, None)
+        elif self.turns and self.turns[-1].obs_span is None:  # nothing told since its last move: a bare new turn
+            ids = self.renderer.observation_tokens([], ended_with_eos=self._last_ended_with_eos())
+            self.turns[-1].obs_span = (len(self.tokens), len(self.tokens) + len(ids))
+            self._extend(ids, 0, None)
+        return list(self.tokens)
+
+    def act(self, completion: Completion) -> Turn:
+        """Append the tokens the seat's policy sampled, as a new turn."""
+        start = len(self.tokens)
+        self._extend(list(completion.token_ids), 1, list(completion.logprobs))
+        self.sampled_crc = token_crc(completion.token_ids, self.sampled_crc)
+        turn = Turn(index=len(self.turns), role=self.seat, action=Message(role="assistant", content=completion.text),
+                    token_span=(start, len(self.tokens)))
+        self.turns.append(turn)
+        return turn
+
+    def _last_ended_with_eos(self) -> bool:
+        span = self.turns[-1].token_span if self.turns else None
+        return bool(span and span[1] > span[0] and self.tokens[span[1] - 1] in self.eos_ids)
+
+    def _extend(self, ids: list[int], mask: int, logprobs: list[float] | None) -> None:
+        self.tokens.extend(ids)
+        self.mask.extend([mask] * len(ids))
+        self.logprobs.extend(logprobs if logprobs is not None else [0.0] * len(ids))
+
+
+class MultiAgentRollout:
+    """Play multi-agent episodes with a policy per seat (see the module docstring).
+
+    Args:
+        policies: the agents by policy name (one for a shared policy, or one per seat).
+        params: sampling parameters of every move (``n`` must be 1).
+        seats: each seat's policy name; default: a seat plays the policy of its own name, or the only policy.
+        max_context: the most tokens one seat's sequence may hold; a move that would need more ends the episode,
+            truncated.
+        max_moves: moves of all seats together after which the episode is truncated.
+    """
+
+    def __init__(self, policies: Mapping[str, Agent], params: SamplingParams, *,
+                 seats: Mapping[str, str] | None = None, max_context: int = 4096, max_moves: int = 200) -> None:
+        if params.n != 1:
+            raise ValueError("a multi-agent rollout samples one completion per move: use params.n = 1")
+        if not policies:
+            raise ValueError("no policies: give at least one agent")
+        self.policies, self.params = dict(policies), params
+        self.seats = dict(seats or {})
+        unknown = sorted({p for p in self.seats.values() if p not in self.policies})
+        if unknown:
+            raise ValueError(f"seats map to policies that are not given: {', '.join(unknown)} (policies: "
+                             f"{', '.join(self.policies)})")
+        self.max_context, self.max_moves = max_context, max_moves
+
+    def policy_of(self, seat: str) -> str:
+        """The policy that plays ``seat``.
+
+        Raises:
+            ValueError: the seat is mapped to no policy.
+        """
+        if seat in self.seats:
+            return self.seats[seat]
+        if seat in self.policies:
+            return seat
+        if len(self.policies) == 1:
+            return next(iter(self.policies))
+        raise ValueError(f"seat {seat!r} is mapped to no policy: give seats={{{seat!r}: POLICY}} (policies: "
+                         f"{', '.join(self.policies)})")
+
+    def run(self, envs: Sequence[MultiAgentTextEnv], *, seeds: Sequence[int | None] | None = None,
+            options: Sequence[dict[str, Any] | None] | None = None, group_ids: Sequence[str | None] | None = None,
+            sample_seeds: Sequence[int] | None = None) -> list[Trajectory]:
+        """One episode per environment; every seat's view of each, episode by episode, seats in the environment's
+        order. ``sample_seeds[i]`` gives episode ``i`` its own random streams (one per seat and move) where the
+        policy takes per-prompt seeds."""
+        n = len(envs)
+        seeds, options = list(seeds or [None] * n), list(options or [None] * n)
+        group_ids, sample_seeds = list(group_ids or [None] * n), list(sample_seeds or [None] * n)
+        for env in envs:  # every seat of every game has a policy, before anything is played
+            for seat in env.possible_agents:
+                self.policy_of(seat)
+        views: list[dict[str, SeatView]] = []
+        live, errors = [], [None] * n
+        for i, env in enumerate(envs):
+            env.reset(seed=seeds[i], options=options[i])
+            views.append({seat: self._view(seat) for seat in env.possible_agents})
+            live.append(i)
+        moves = [0] * n
+        while live:
+            asks: dict[str, list[tuple[int, str]]] = {}
+            for i in list(live):
+                seat = self._next_seat(envs[i], views[i], moves[i])
+                if seat is None:
+                    live.remove(i)
+                    continue
+                if len(views[i][seat].request()) >= self.max_context:
+                    self._truncate(envs[i], views[i])
+                    live.remove(i)
+                    continue
+                asks.setdefault(self.policy_of(seat), []).append((i, seat))
+            for policy, jobs in asks.items():
+                agent = self.policies[policy]
+                prompts = [views[i][seat].tokens for i, seat in jobs]
+                kwargs: dict[str, Any] = {}
+                if capabilities_of(agent).seeds and all(sample_seeds[i] is not None for i, _ in jobs):
+                    kwargs["seeds"] = [_move_seed(sample_seeds[i], seat, moves[i]) for i, seat in jobs]
+                outs = agent.generate([list(p) for p in prompts], self.params, **kwargs)
+                for (i, seat), completion in zip(jobs, outs):
+                    turn = views[i][seat].act(completion)
+                    moves[i] += 1
+                    try:
+                        envs[i].step(completion.text)
+                    except Exception as e:  # noqa: BLE001 — the episode ends with the error; the others go on
+                        errors[i] = f"{type(e).__name__}: {e}"
+                        live.remove(i)
+                        continue
+                    turn.info = {k: v for k, v in envs[i].infos.get(seat, {}).items()
+                                 if isinstance(v, (str, int, float, bool, type(None)))}
+        return [traj for i, env in enumerate(envs) for traj in self._trajectories(env, views[i], errors[i], seeds[i],
+                                                                                  group_ids[i], i)]
+
+    def _view(self, seat: str) -> SeatView:
+        agent = self.policies[self.policy_of(seat)]
+        eos = getattr(agent.tokenizer, "eos_token_id", None)
+        eos_ids = set(capabilities_of(agent).eos_ids) | ({eos} if eos is not None else set())
+        return SeatView(seat, self.policy_of(seat), ChatRenderer(agent.tokenizer), eos_ids)
+
+    def _next_seat(self, env: MultiAgentTextEnv, views: dict[str, SeatView], moves: int) -> str | None:
+        """Take the dead steps (crediting each finished seat), tell the next seat its messages; None once the game
+        is over."""
+        if moves >= self.max_moves and env.agents:
+            self._truncate(env, views)
+            return None
+        while env.agents:
+            seat = env.agent_selection
+            observation, reward, termination, truncation, info = env.last()
+            view = views[seat]
+            view.collected += float(reward)
+            if view.turns:
+                view.turns[-1].reward += float(reward)
+            view.hear(list(observation))
+            if termination or truncation:
+                if view.turns:
+                    view.turns[-1].terminated, view.turns[-1].truncated = bool(termination), bool(truncation)
+                view.outcome, view.invalid = info.get("outcome"), int(info.get("invalid_moves", 0))
+                view.truncated = view.truncated or bool(truncation)
+                env.step(None)
+                continue
+            return seat
+        return None
+
+    def _truncate(self, env: MultiAgentTextEnv, views: dict[str, SeatView]) -> None:
+        """The episode is cut here: every seat still in play is truncated (the environment is left as it is)."""
+        for seat in env.agents:
+            views[seat].truncated = True
+            views[seat].invalid = int(env.infos.get(seat, {}).get("invalid_moves", 0))
+
+    def _trajectories(self, env: MultiAgentTextEnv, views: dict[str, SeatView], error: str | None,
+                      seed: int | None, group: str | None, index: int) -> list[Trajectory]:
+        out = []
+        episode = f"{group if group is not None else index}"
+        for seat, view in views.items():
+            truncated = view.truncated
+            traj = Trajectory(env_id=type(env).__name__, task_id=str(index), seed=seed,
+                              group_id=f"{episode}/{seat}", prompt=view.prompt, turns=view.turns,
+                              terminated=not truncated and error is None, truncated=truncated, error=error,
+                              token_ids=view.tokens if view.turns else None,
+                              loss_mask=view.mask if view.turns else None,
+                              logprobs=view.logprobs if view.turns else None)
+            traj.metadata.update(seat=seat, policy=view.policy, episode=episode, sampled_crc=view.sampled_crc,
+                                 outcome=view.outcome, invalid_moves=view.invalid, seat_reward=view.collected)
+            out.append(traj)
+        return out
+
+
+def _move_seed(sample_seed: int, seat: str, move: int) -> int:
+    """The random stream of one move: the episode's seed, the seat and the move's number."""
+    return (sample_seed * 1_000_003 + sum(ord(c) * 31**k for k, c in enumerate(seat)) * 7919 + move) % 2**61
