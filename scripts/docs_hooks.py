@@ -192,10 +192,14 @@ def config_sections() -> list[tuple[str, type]]:
 
 
 def algorithm_configs() -> list[tuple[str, type]]:
-    """``(name, Config)`` of every built-in algorithm, in the registry's order."""
-    from turnrl.rl.algorithms import BUILTINS, algorithm_class
+    """``(name, Config)`` of every algorithm turnrl ships: the general estimators in the registry's order, then the
+    methods' (entry points of turnrl's own pyproject), by name; other packages' plug-ins are not turnrl's to
+    document."""
+    from turnrl.rl.algorithms import BUILTINS, algorithm_class, algorithm_names
 
-    return [(name, algorithm_class(name).Config) for name in BUILTINS]
+    methods = [n for n in algorithm_names()
+               if n not in BUILTINS and algorithm_class(n).__module__.startswith("turnrl.")]
+    return [(name, algorithm_class(name).Config) for name in [*BUILTINS, *methods]]
 
 
 def config_keys() -> list[str]:

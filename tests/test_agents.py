@@ -216,7 +216,7 @@ def test_inverse_transform_draws_follow_the_probabilities_and_the_seed():
 
 def test_episodes_with_their_own_seeds_draw_their_tokens_by_the_probabilities():
     """Each episode of a run samples from a generator of its own, seeded from the run's seed and the episode's job
-    (rl/sources/play.sample_seed; a gateway session's call k from ``turnrl.utils.turn_seed(seed, k)``), and its first
+    (rollout/play.sample_seed; a gateway session's call k from ``turnrl.utils.turn_seed(seed, k)``), and its first
     token is that generator's first uniform. Over the episodes of many groups those first draws must follow the probabilities as
     one generator's do (issue 70: the gateway example's learning changed with the sampler's random stream, not with
     a biased one), and the episodes of one group must not draw alike."""

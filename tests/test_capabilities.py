@@ -16,13 +16,25 @@ from turnrl.rl.placement.worker import VersionedAgent
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def vllm_shell(cls):
+    """A vLLM agent without its engine (vLLM is a GPU extra): enough to read what it declares and what its methods
+    show, which depend on its class and its end-of-turn ids only."""
+    agent = cls.__new__(cls)
+    agent.eos_ids = [2]
+    return agent
+
+
 def built_in_agents():
+    from turnrl.agents.vllm import VLLMAgent
+    from turnrl.agents.vllm_async import AsyncVLLMAgent
+
     tok = tiny_tokenizer("chatml")
     hf = HFAgent(tiny_model(tok), tok)
     no_sessions = HFAgent(tiny_model(tok), tok, kv_cache_mb=0)
     return {"hf": hf, "hf-no-kv": no_sessions, "openai": OpenAIAgent("http://127.0.0.1:9", "m", tokenizer=tok),
             "scripted": ScriptedAgent(tok, lambda prompt: "hi"), "fixed": FixedAgent(tok, ["a"]),
-            "random": RandomAgent(tok), "versioned-hf": VersionedAgent(hf, threading.Lock(), lambda: 3)}
+            "random": RandomAgent(tok), "versioned-hf": VersionedAgent(hf, threading.Lock(), lambda: 3),
+            "vllm": vllm_shell(VLLMAgent), "vllm-async": vllm_shell(AsyncVLLMAgent)}
 
 
 def test_every_built_in_agent_declares_what_its_methods_show():
@@ -37,9 +49,21 @@ def test_every_built_in_agent_declares_what_its_methods_show():
     assert not agents["hf-no-kv"].capabilities.sessions
     assert agents["openai"].capabilities == Capabilities(async_batch=True, eos_ids=hf.eos_ids)
     assert agents["scripted"].capabilities == Capabilities(on_token=True)
+    assert agents["vllm-async"].capabilities.inflight_updates and not agents["vllm"].capabilities.inflight_updates
     # a rollout worker's agent: every call under the weights lock, so no batch joining and no async batch
     assert versioned.seeds and versioned.sessions and versioned.local_model and versioned.eos_ids == hf.eos_ids
     assert not versioned.join_batch and not versioned.async_batch
+
+
+def test_a_subclass_that_narrows_generate_loses_what_it_no_longer_takes():
+    tok = tiny_tokenizer("chatml")
+
+    class Counting(ScriptedAgent):  # declares its parent's on_token by inheritance, but generate no longer takes it
+        def generate(self, prompts, params):
+            return super().generate(prompts, params)
+
+    assert ScriptedAgent(tok, lambda p: "x").capabilities.on_token
+    assert not capabilities_of(Counting(tok, lambda p: "x")).on_token
 
 
 def test_an_undeclared_agent_gets_what_its_methods_show():

@@ -4,7 +4,7 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from turnrl.cli.main import _shares_tasks, app, parse_kwargs
+from turnrl.cli.commands import _shares_tasks, app, parse_kwargs
 
 runner = CliRunner()
 REPO = Path(__file__).resolve().parents[1]

@@ -103,6 +103,10 @@ def test_every_config_key_is_in_the_reference_with_a_description(site):
             key = f"{path}.{name}" if path else name
             assert key in rows, f"config key {key} is missing from the reference"
             assert rows[key].strip(), f"config key {key} has no description: give its Field a description="
+    from turnrl.rl.algorithms import algorithm_names
+
+    documented = [name for name, _ in hooks.algorithm_configs()]
+    assert sorted(documented) == algorithm_names()  # every algorithm turnrl ships, the methods' entry points included
     for algorithm, cfg in hooks.algorithm_configs():
         table = reference.split(f"### `{algorithm}` ", 1)[1].split("\n### ", 1)[0]
         for name in cfg.model_fields:

@@ -46,8 +46,9 @@ def games(n, **kwargs):
 
 def test_each_seat_is_its_own_token_exact_sequence_of_what_its_policy_sampled(tok):
     policy = Recorder(hf(tok, 0))
-    trajs = MultiAgentRollout({"shared": policy}, PARAMS).run(games(3), options=[{"index": i} for i in range(3)],
-                                                              group_ids=["a", "b", "c"])
+    trajs = MultiAgentRollout({"shared": policy}, PARAMS).run(games(3, retries=2), group_ids=["a", "b", "c"],
+                                                              options=[{"index": i} for i in range(3)],
+                                                              sample_seeds=[0, 1, 2])
     assert [t.metadata["seat"] for t in trajs] == ["x", "o"] * 3
     assert [t.group_id for t in trajs[:2]] == ["a/x", "a/o"]
     sampled = {tuple(p): c for p, c in policy.calls}
@@ -64,7 +65,8 @@ def test_each_seat_is_its_own_token_exact_sequence_of_what_its_policy_sampled(to
             assert all(m == 1 for m in t.loss_mask[start:end]) and turn.action.content == completion.text
             moves += 1
         assert sum(t.loss_mask) == sum(end - start for start, end in (u.token_span for u in t.turns))
-    assert moves == len(policy.calls) and sum(bool(t.turns) for t in trajs) >= 4
+    # a random tiny model rarely names a free cell: each game's first mover tries three times and forfeits
+    assert moves == len(policy.calls) >= 9 and sum(bool(t.turns) for t in trajs) >= 3
 
 
 def test_separate_policies_sample_their_own_seats_and_a_swap_would_show(tok):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -106,13 +107,20 @@ class Capabilities:
 
 
 def capabilities_of(agent: Any) -> Capabilities:
-    """An agent's :class:`Capabilities`: those it declares, or, for an agent written to the two-member protocol
-    alone (a user's, from before capabilities were declared), those its methods show — the one place in turnrl that
-    reads an agent's signatures."""
+    """An agent's :class:`Capabilities`: those it declares, less any its methods do not take (a subclass that
+    narrowed ``generate`` declares its parent's), or, for an agent written to the two-member protocol alone (a
+    user's, from before capabilities were declared), those its methods show — the one place in turnrl that reads an
+    agent's signatures."""
     declared = getattr(agent, "capabilities", None)
-    if isinstance(declared, Capabilities):
-        return declared
-    return inferred_capabilities(agent)
+    shown = inferred_capabilities(agent)
+    if not isinstance(declared, Capabilities):
+        return shown
+    # a declaration its methods do not back (a subclass that narrowed ``generate``, a wrapper that hides
+    # ``agenerate_one``) is off: the methods are what gets called
+    return dataclasses.replace(declared, seeds=declared.seeds and shown.seeds, on_token=declared.on_token and
+                               shown.on_token, join_batch=declared.join_batch and shown.join_batch,
+                               join_batch_on_token=declared.join_batch_on_token and shown.join_batch_on_token,
+                               async_batch=declared.async_batch and shown.async_batch)
 
 
 def inferred_capabilities(agent: Any) -> Capabilities:

@@ -9,15 +9,16 @@ through this room; it sits above the agents and environments and below everythin
 * :mod:`~turnrl.rollout.job` — :class:`Job`, one episode to play;
 * :mod:`~turnrl.rollout.context` — histories rewritten under a token budget (:class:`ContextBudget`);
 * :mod:`~turnrl.rollout.rewrite` — rollout hooks that replace sampled turns (:data:`Rewrite`);
-* :mod:`~turnrl.rollout.stops` — stop strings across the pieces of a paused turn.
+* :mod:`~turnrl.rollout.stops` — stop strings across the pieces of a paused turn;
+* :mod:`~turnrl.rollout.multi` — episodes of environments with several agents, a trajectory per seat.
 """
 
 from turnrl.rollout.context import ContextBudget
 from turnrl.rollout.engine import Rollout
-from turnrl.rollout.episode import Episode, RolloutStats
+from turnrl.rollout.episode import Episode, RolloutStats, token_crc
 from turnrl.rollout.job import Job
-from turnrl.rollout.play import batch_seed, env_seed, play, sample_seed
+from turnrl.rollout.play import batch_seed, env_seed, play, sample_seed, start_jobs
 from turnrl.rollout.rewrite import Rewrite
 
 __all__ = ["ContextBudget", "Episode", "Job", "Rewrite", "Rollout", "RolloutStats", "batch_seed", "env_seed", "play",
-           "sample_seed"]
+           "sample_seed", "start_jobs", "token_crc"]

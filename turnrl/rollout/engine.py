@@ -14,7 +14,7 @@ Finished trajectories go to ``sink`` (e.g. a :class:`turnrl.storage.TrajectoryWr
 Continuous batching (``continuous=True``): each episode plays its own turn loop and its next turn joins the agent's
 running batch as soon as its environment answered, never waiting for the round's slowest episode.
 
-KV reuse: with an agent that keeps sessions (``agent.supports_sessions``, the HF agent), every episode names its
+KV reuse: with an agent that keeps sessions (``capabilities.sessions``, the HF agent), every episode names its
 session in each ``generate`` call, so the agent feeds only the tokens added since the episode's last turn; the
 session is released when the episode ends. Each trajectory records ``metadata["prefill_tokens"]`` (prompt tokens
 run through the model) and ``["cached_tokens"]`` (served from its cache), and ``["kv_events"]`` where its cache was

@@ -185,3 +185,12 @@ def check_health(history: Sequence[Metrics], info: Metrics, max_new_tokens: int,
              length_explosion(history, info), reward_without_correctness(history, info),
              held_out_divergence(history, info), *(check(history, info) for check in monitors)]
     return [w for w in found if w is not None]
+
+
+def method_checks() -> list[Check]:
+    """Deprecated: the registered checks, for one release (:func:`registered_monitors` gives them by name)."""
+    import warnings
+
+    warnings.warn("turnrl.rl.run.monitors.method_checks is deprecated: use list(registered_monitors().values())",
+                  FutureWarning, stacklevel=2)
+    return list(registered_monitors().values())

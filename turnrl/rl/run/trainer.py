@@ -47,6 +47,9 @@ class Trainer:
                  monitors: Sequence[Check] | None = None) -> None:
         from turnrl.agents.models import pick_device
 
+        # the health checks first: a plug-in's check that does not load fails here, before anything starts
+        self.monitors = list(registered_monitors().values()) if monitors is None else list(monitors)
+
         # a GPU that is not there fails here, before anything loads; placement ray keeps the driver's copy on the
         # CPU unless asked (its workers and ranks hold the GPUs)
         self.device = pick_device(config.device, gpu_ok=config.placement == "local")
@@ -88,9 +91,7 @@ class Trainer:
         except BaseException:
             self.learner.close()
             raise
-        if monitors is None:
-            monitors = list(registered_monitors().values())
-        self.driver = Driver(config, self.learner, self.source, self._held_out, monitors)
+        self.driver = Driver(config, self.learner, self.source, self._held_out, self.monitors)
 
     def _runner(self) -> Runner:
         """The placement's runner of on-policy jobs (built when a source first asks)."""
