@@ -119,6 +119,32 @@ def dataset_progress(ctx: typer.Context, out: str, what: str, total: int,
             raise dataset_interrupted(ctx, out, total, stop["code"]) from None
 
 
+def _eval_multi_agent(env: str, agent: str, env_kwargs: dict[str, Any], *, opponent: str, seat: str | None,
+                      episodes: int, seed: int, temperature: float, max_new_tokens: int, batch_size: int,
+                      max_context: int, out: str, device: str, tokenizer: str | None) -> None:
+    """``turnrl eval`` on an environment with several agents (:mod:`turnrl.rl.run.evaluate_multi`)."""
+    from turnrl.agents import SamplingParams, make_agent
+    from turnrl.envs.multiagent import make_multi_agent
+    from turnrl.rl.run.evaluate_multi import evaluate_multi_agent
+
+    try:
+        make_multi_agent(env, **env_kwargs)  # fail fast, before loading a model
+    except (ImportError, ValueError, TypeError) as e:
+        fail(f"cannot make {env}: {e}")
+    policy = make_agent(agent, batch_size=batch_size, device=device, **({"tokenizer": tokenizer} if tokenizer else {}))
+    params = SamplingParams(temperature=temperature, max_new_tokens=max_new_tokens)
+    try:
+        m = evaluate_multi_agent(policy, env, env_kwargs, opponent=opponent, seat=seat, episodes=episodes, seed=seed,
+                                 params=params, max_context=max_context, batch_size=batch_size, out_dir=out)
+    except ValueError as e:
+        fail(str(e))
+    say(f"{env} ({m['env_kwargs']}), {m['episodes']} games as {m['seat']} against {opponent}:")
+    for outcome in ("win", "draw", "loss"):
+        lo, hi = m[f"{outcome}_ci95"]
+        say(f"  {outcome}: {m[f'{outcome}_rate']:.1%} (95 % CI {lo:.1%}–{hi:.1%})")
+    say(f"  invalid moves per game {m['invalid_moves_mean']:.2f}, moves per game {m['moves_mean']:.1f}; {out}/")
+
+
 def eval_cmd(
     ctx: typer.Context,
     env: Annotated[str, typer.Option("--env", help="e.g. turnrl/GSM8K-v0, or mymodule:myproject/Name-v0")],
@@ -139,9 +165,21 @@ def eval_cmd(
                                          "finished episodes and play the rest (the same options)")] = False,
     kw: KwOption = None,
     imports: ImportOption = None,
+    opponent: Annotated[str, typer.Option(help="an environment with several agents: who plays the other seats — "
+                                          "perfect or random (tic-tac-toe players), self, or an agent spec")] = "random",
+    seat: Annotated[str | None, typer.Option(help="an environment with several agents: the evaluated agent's seat "
+                                             "(default: every seat in turn)")] = None,
 ) -> None:
     """Evaluate an agent on an environment; write items.jsonl, report.md, metrics.json and plot.png to --out.
-    Ctrl-C (or SIGTERM) writes them for the episodes that finished; --resume then plays the rest."""
+    Ctrl-C (or SIGTERM) writes them for the episodes that finished; --resume then plays the rest. On an environment
+    with several agents: the agent's wins, draws and losses against --opponent, with 95 % confidence intervals."""
+    from turnrl.envs.multiagent import is_multi_agent
+
+    if is_multi_agent(env):
+        _eval_multi_agent(env, agent, parse_kwargs(kw), opponent=opponent, seat=seat, episodes=limit, seed=seed,
+                          temperature=temperature or 0.0, max_new_tokens=max_new_tokens, batch_size=batch_size,
+                          max_context=max_context, out=out, device=device, tokenizer=tokenizer)
+        return
     from turnrl.agents import SamplingParams, make_agent
     from turnrl.rl.run.evaluate import (
         EvaluationInterrupted,

@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import re
+from collections.abc import Callable
 from typing import Any, Literal
 
 import numpy as np
@@ -74,6 +75,34 @@ def random_move(board: str, rng: np.random.Generator) -> int:
     return int(rng.choice(free))
 
 
+BOARD_ROW = re.compile(r"^ ([xo1-9]) \| ([xo1-9]) \| ([xo1-9])$", re.MULTILINE)
+
+
+def board_in(text: str) -> str | None:
+    """The last board shown in ``text`` (what a seat was told), as 9 characters of ``x``, ``o``, ``.``; None if it
+    shows none."""
+    rows = BOARD_ROW.findall(text)
+    if len(rows) < 3:
+        return None
+    return "".join("." if c.isdigit() else c for row in rows[-3:] for c in row)
+
+
+def text_player(kind: Literal["perfect", "random"], seed: int = 0) -> Callable[[str], str]:
+    """An opponent that needs no model, as a function of the text a seat was told: ``perfect`` (minimax) or
+    ``random`` (a free cell drawn with its own stream) on the last board shown."""
+    if kind not in ("perfect", "random"):
+        raise ValueError(f"a tic-tac-toe player is 'perfect' or 'random', got {kind!r}")
+    rng = np.random.default_rng(seed)
+
+    def play(text: str) -> str:
+        board = board_in(text)
+        if board is None or "." not in board:
+            return "1"
+        return str((best_move(board) if kind == "perfect" else random_move(board, rng)) + 1)
+
+    return play
+
+
 def split_of(board: str) -> Literal["train", "test"]:
     """The split an opening belongs to: one in ten positions (by a hash of the board) is held out for test."""
     return "test" if hashlib.sha256(board.encode()).digest()[0] % 10 == 0 else "train"
@@ -111,6 +140,9 @@ class TicTacToe(MultiAgentTextEnv):
             raise ValueError(f"max_opening must be 0–3, got {max_opening}")
         if retries < 0:
             raise ValueError(f"retries must be ≥ 0, got {retries}")
+        if not openings(split, max_opening):
+            raise ValueError(f"the {split} split holds no opening of at most {max_opening} moves (the empty board is "
+                             "a train position): raise max_opening or use split='train'")
         super().__init__(max_turns=max_turns, render_mode=render_mode)
         self.split, self.max_opening, self.retries = split, max_opening, retries
         self.board = "." * 9
