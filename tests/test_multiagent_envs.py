@@ -118,14 +118,13 @@ def test_solver_and_critic_are_paid_by_the_final_answer_alone():
     assert any(wrong in m.content for m in seen["critic"])  # the critic reads the solver's first answer
 
 
-@pytest.mark.parametrize("final", ["\\boxed{%s} or \\boxed{%s}", "%s", "VERDICT: correct"])
+@pytest.mark.parametrize("final", ["\\boxed{%s} or \\boxed{%s}", "%s, or maybe %s", "VERDICT: correct"])
 def test_gaming_the_shared_reward_pays_nothing(final):
-    """A hedge of two boxed answers, an unboxed answer, or a critic's 'correct' on a wrong answer earn 0."""
+    """A hedge of two boxed answers, a hedge in words, or a critic's 'correct' on a wrong answer earn 0."""
     env = make_multi_agent("turnrl/SolverCritic-v0", levels=[1])
     env.reset(options={"index": 0})
     answer, wrong = env.task.answer, str(int(env.task.answer) + 3)
-    text = final % (answer, wrong) if final.count("%s") == 2 else final % answer if "%s" in final else \
-        f"\\boxed{{{wrong}}}"
+    text = final % (answer, wrong) if final.count("%s") == 2 else f"\\boxed{{{wrong}}}"
     _, total, _ = play(env, {"solver": lambda o, e: text, "critic": lambda o, e: "VERDICT: correct"}, index=0)
     assert total == {"solver": 0.0, "critic": 0.0}
 

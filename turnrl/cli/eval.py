@@ -139,7 +139,7 @@ def _eval_multi_agent(env: str, agent: str, env_kwargs: dict[str, Any], *, oppon
     except ValueError as e:
         fail(str(e))
     say(f"{env} ({m['env_kwargs']}), {m['episodes']} games as {m['seat']} against {opponent}:")
-    for outcome in ("win", "draw", "loss"):
+    for outcome in [k.removesuffix("_rate") for k in m if k.endswith("_rate") and m[k] > 0]:
         lo, hi = m[f"{outcome}_ci95"]
         say(f"  {outcome}: {m[f'{outcome}_rate']:.1%} (95 % CI {lo:.1%}–{hi:.1%})")
     say(f"  invalid moves per game {m['invalid_moves_mean']:.2f}, moves per game {m['moves_mean']:.1f}; {out}/")

@@ -4,7 +4,8 @@ right, else 0), so neither can be paid for anything but a right answer in the en
 
 What each role sees: the solver, the problem and then the critic's review; the critic, the problem and the solver's
 first reply. Problems are :class:`~turnrl.envs.arithmetic.ArithmeticTasks` (levels 1–5, a ``train`` and a disjoint
-``test`` split), graded by :func:`turnrl.verifiers.math.verify` on the final ``\\boxed{}`` answer (a hedge of several
+``test`` split), graded by :func:`turnrl.verifiers.math.verify` on the final answer (``answer_format``: ``auto`` by
+default, as the arithmetic environment: a ``\\boxed{}`` answer, else the reply's last number; a hedge of several
 answers is wrong). ``infos`` carry ``first_correct``, ``final_correct``, the critic's ``verdict`` (``correct``,
 ``wrong`` or None when it gave none) and ``outcome`` (``solved`` or ``failed``).
 """
@@ -32,6 +33,7 @@ class SolverCritic(MultiAgentTextEnv):
     Args:
         levels: arithmetic levels (1–5) the problems are drawn from.
         split: ``"train"`` or ``"test"`` (disjoint problems).
+        answer_format: where the final answer must be (:func:`turnrl.verifiers.math.verify`).
         max_turns, render_mode: as :class:`~turnrl.envs.multiagent.core.MultiAgentTextEnv`.
     """
 
@@ -39,8 +41,10 @@ class SolverCritic(MultiAgentTextEnv):
     held_out_split = "test"
 
     def __init__(self, *, levels: Sequence[int] = (1, 2), split: Literal["train", "test"] = "train",
-                 max_turns: int | None = None, render_mode: str | None = None) -> None:
+                 answer_format: Literal["auto", "boxed", "hash", "tag"] = "auto", max_turns: int | None = None,
+                 render_mode: str | None = None) -> None:
         super().__init__(max_turns=max_turns, render_mode=render_mode)
+        self.answer_format = answer_format
         self.tasks = ArithmeticTasks(levels, split)
         self.split = split
         self.task: Task | None = None
@@ -64,7 +68,8 @@ class SolverCritic(MultiAgentTextEnv):
         assert self.task is not None
         if self.phase == "answer":
             self.first, self.phase = action, "review"
-            self.infos["solver"]["first_correct"] = verify(action, self.task.answer, answer_format="boxed").correct
+            first = verify(action, self.task.answer, answer_format=self.answer_format)
+            self.infos["solver"]["first_correct"] = first.correct
             self.tell("critic", f"Problem: {self.task.prompt}\n\nThe answer to review:\n{action}")
             self.agent_selection = "critic"
         elif self.phase == "review":
@@ -75,7 +80,7 @@ class SolverCritic(MultiAgentTextEnv):
                       "\\boxed{number} (repeat it if you keep it).")
             self.agent_selection = "solver"
         else:
-            right = verify(action, self.task.answer, answer_format="boxed").correct
+            right = verify(action, self.task.answer, answer_format=self.answer_format).correct
             first = bool(self.infos["solver"].get("first_correct"))
             for role in self.agents:
                 self.infos[role].update(first_correct=first, final_correct=right)

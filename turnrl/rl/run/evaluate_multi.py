@@ -101,11 +101,11 @@ def evaluate_multi_agent(agent: Agent, env_id: str, env_kwargs: dict[str, Any] |
 
 
 def summarize(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """Shares of wins, draws and losses (other outcomes count as neither) with their 95 % Wilson intervals, and per
-    episode: reward, moves, invalid moves."""
+    """The share of every outcome (wins, draws and losses always; a cooperative game's own words, such as
+    ``solved``, too) with its 95 % Wilson interval, and per episode: reward, moves, invalid moves."""
     n = len(rows)
     out: dict[str, Any] = {}
-    for outcome in OUTCOMES:
+    for outcome in [*OUTCOMES, *sorted({r["outcome"] for r in rows} - set(OUTCOMES))]:
         k = sum(r["outcome"] == outcome for r in rows)
         lo, hi = wilson(k, n)
         out[f"{outcome}_rate"], out[f"{outcome}_ci95"] = (k / n if n else 0.0), [round(lo, 4), round(hi, 4)]
