@@ -122,6 +122,15 @@ def load_entry(entry: str) -> Any:
     return getattr(importlib.import_module(module), attr)
 
 
+def entry_points_turnrl_first(group: str) -> list[tuple[str, str]]:
+    """``(name, "module:attr")`` of every entry point installed packages declare under ``group``, turnrl's own first,
+    so that a registry filling itself with ``setdefault`` lets no other package take a name turnrl holds."""
+    from importlib.metadata import entry_points
+
+    found = sorted(entry_points(group=group), key=lambda ep: not ep.value.startswith("turnrl."))
+    return [(ep.name, ep.value) for ep in found]
+
+
 def moved_module(old: str, new: str) -> None:
     """Make the module path ``old``, which users may import, the module ``new`` that took its place: the calling
     module (``old`` itself, as its only statement) is replaced in ``sys.modules``, so ``import old`` and ``from old

@@ -123,6 +123,13 @@ def capabilities_of(agent: Any) -> Capabilities:
                                async_batch=declared.async_batch and shown.async_batch)
 
 
+def end_of_turn_ids(agent: Any) -> set[int]:
+    """The token ids that end one of ``agent``'s turns: its declared ``eos_ids`` and its tokenizer's
+    ``eos_token_id``."""
+    eos = getattr(agent.tokenizer, "eos_token_id", None)
+    return set(capabilities_of(agent).eos_ids) | ({eos} if eos is not None else set())
+
+
 def inferred_capabilities(agent: Any) -> Capabilities:
     """The capabilities an undeclared agent's methods show (:func:`capabilities_of`); built-in agents are tested to
     declare exactly these."""

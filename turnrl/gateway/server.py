@@ -37,7 +37,7 @@ from typing import Any
 from werkzeug.routing import Rule
 from werkzeug.wrappers import Request
 
-from turnrl.agents.base import Completion, SamplingParams, capabilities_of
+from turnrl.agents.base import Completion, SamplingParams, end_of_turn_ids
 from turnrl.gateway.engine import Engine
 from turnrl.gateway.history import ChatHistory, Match
 from turnrl.gateway.record import Call
@@ -109,8 +109,7 @@ class Gateway(AgentServer):
         self.sessions: dict[str, Session] = {}
         self._ended: set[str] = set()
         self._sessions_lock = threading.Lock()
-        eos = getattr(agent.tokenizer, "eos_token_id", None)
-        self.eos_ids = set(capabilities_of(agent).eos_ids) | ({eos} if eos is not None else set())
+        self.eos_ids = end_of_turn_ids(agent)
 
     def rules(self) -> list[Rule]:
         """The plain routes (session in the ``X-Session-Id`` header) and the same under ``/s/<session>``."""

@@ -33,7 +33,7 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
-from turnrl.agents.base import Agent, Completion, SamplingParams, capabilities_of
+from turnrl.agents.base import Agent, Completion, SamplingParams, capabilities_of, end_of_turn_ids
 from turnrl.envs.core import TextEnv
 from turnrl.rollout.context import ContextBudget, compact
 from turnrl.rollout.episode import Episode, RolloutStats
@@ -101,8 +101,7 @@ class Rollout:
         self.continuous, self.context = continuous, context
         self.passes_seeds = self.capabilities.seeds
         self.stats = RolloutStats()
-        eos = getattr(agent.tokenizer, "eos_token_id", None)
-        self.eos_ids = set(self.capabilities.eos_ids) | ({eos} if eos is not None else set())
+        self.eos_ids = end_of_turn_ids(agent)
         self.uses_sessions = self.capabilities.sessions
 
     def run(self, envs: Sequence[TextEnv], *, seeds: Sequence[int | None] | None = None,

@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from turnrl.agents.base import Agent, Completion, SamplingParams, capabilities_of
+from turnrl.agents.base import Agent, Completion, SamplingParams, capabilities_of, end_of_turn_ids
 from turnrl.envs.multiagent.core import MultiAgentTextEnv
 from turnrl.rollout.episode import token_crc
 from turnrl.tokens import ChatRenderer
@@ -189,9 +189,7 @@ class MultiAgentRollout:
 
     def _view(self, seat: str) -> SeatView:
         agent = self.policies[self.policy_of(seat)]
-        eos = getattr(agent.tokenizer, "eos_token_id", None)
-        eos_ids = set(capabilities_of(agent).eos_ids) | ({eos} if eos is not None else set())
-        return SeatView(seat, self.policy_of(seat), ChatRenderer(agent.tokenizer), eos_ids)
+        return SeatView(seat, self.policy_of(seat), ChatRenderer(agent.tokenizer), end_of_turn_ids(agent))
 
     def _next_seat(self, env: MultiAgentTextEnv, views: dict[str, SeatView], moves: int) -> str | None:
         """Take the dead steps (crediting each finished seat), tell the next seat its messages; None once the game

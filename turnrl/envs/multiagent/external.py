@@ -22,14 +22,17 @@ def _split_of(seed: int) -> str:
     return "test" if hashlib.sha256(str(seed).encode()).digest()[0] % 10 == 0 else "train"
 
 
+_SPLIT_SEEDS: dict[str, list[int]] = {"train": [], "test": []}  # each split's seeds in order, found once
+
+
 def split_seeds(split: str, count: int) -> list[int]:
-    """The first ``count`` seeds (from 0 up) that hash to ``split``."""
-    out, seed = [], 0
-    while len(out) < count:
-        if _split_of(seed) == split:
-            out.append(seed)
+    """The first ``count`` seeds (from 0 up) that hash to ``split`` (extended as needed, shared by every game)."""
+    known, other = _SPLIT_SEEDS[split], _SPLIT_SEEDS["test" if split == "train" else "train"]
+    seed = len(known) + len(other)  # every seed below it is in one of the two lists
+    while len(known) < count:
+        (known if _split_of(seed) == split else other).append(seed)
         seed += 1
-    return out
+    return known[:count]
 
 
 def _outcomes(rewards: dict[int, float]) -> dict[int, str]:
@@ -49,7 +52,7 @@ class TextArenaEnv(MultiAgentTextEnv):
 
     Raises:
         ImportError: ``textarena`` is not installed (the message gives the pip line).
-        ValueError: TextArena has no such game (its message, with the registered ids).
+        ValueError: TextArena has no such game (with close ids), or an unknown split.
     """
 
     possible_agents: list[str] = []  # noqa: RUF012 — set per game
@@ -58,6 +61,8 @@ class TextArenaEnv(MultiAgentTextEnv):
 
     def __init__(self, game: str, *, num_players: int = 2, split: Literal["train", "test"] = "train",
                  max_turns: int | None = None, render_mode: str | None = None, **game_kwargs: Any) -> None:
+        if split not in _SPLIT_SEEDS:
+            raise ValueError(f"split must be 'train' or 'test', got {split!r}")
         try:
             import textarena
         except ImportError as e:
@@ -72,14 +77,11 @@ class TextArenaEnv(MultiAgentTextEnv):
         self.possible_agents = [f"player_{i}" for i in range(num_players)]
         super().__init__(max_turns=max_turns, render_mode=render_mode)
         self.game: Any = None
-        self._seeds: dict[int, int] = {}
 
     def seed_of(self, index: int) -> int:
         """The game seed of starting state ``index`` of this split."""
         index = int(index) % self.SEEDS
-        if index not in self._seeds:
-            self._seeds.update(enumerate(split_seeds(self.split, index + 1)))
-        return self._seeds[index]
+        return split_seeds(self.split, index + 1)[index]
 
     def _reset(self, options: dict[str, Any]) -> None:
         index = options.get("index")

@@ -25,7 +25,7 @@ from turnrl.rl.algorithms.base import (
 )
 from turnrl.rl.algorithms.run_checks import check_run_config
 from turnrl.rl.config import AlgorithmHooks, install_algorithm_hooks
-from turnrl.utils import load_entry
+from turnrl.utils import entry_points_turnrl_first, load_entry
 
 #: The general estimators of this package; the methods' algorithms are entry points (see the module docstring).
 BUILTINS: dict[str, str] = {
@@ -94,11 +94,8 @@ def _load_entry_points() -> None:
     if _entry_points_loaded:
         return
     _entry_points_loaded = True
-    from importlib.metadata import entry_points
-
-    found = sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda ep: not ep.value.startswith("turnrl."))
-    for ep in found:
-        _REGISTRY.setdefault(ep.name, ep.value)
+    for name, value in entry_points_turnrl_first(ENTRY_POINT_GROUP):
+        _REGISTRY.setdefault(name, value)
 
 
 def algorithm_names() -> list[str]:

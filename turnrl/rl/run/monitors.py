@@ -132,11 +132,10 @@ def _load_entry_points() -> None:
     if _entry_points_loaded:
         return
     _entry_points_loaded = True
-    from importlib.metadata import entry_points
+    from turnrl.utils import entry_points_turnrl_first
 
-    found = sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda ep: not ep.value.startswith("turnrl."))
-    for ep in found:
-        _MONITORS.setdefault(ep.name, ep.value)
+    for name, value in entry_points_turnrl_first(ENTRY_POINT_GROUP):
+        _MONITORS.setdefault(name, value)
 
 
 def register_monitor(name: str, check: str | Check, *, replace: bool = False) -> None:
