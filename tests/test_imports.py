@@ -200,11 +200,13 @@ def layers() -> list[Layer]:
     return found
 
 
+@functools.lru_cache(maxsize=None)
 def is_moved(name: str) -> bool:
     """True for the alias a moved module leaves at its old path."""
     return MOVED_MARK in modules()[name].read_text(encoding="utf-8")
 
 
+@functools.lru_cache(maxsize=None)
 def layer_of(name: str) -> Layer | None:
     """The layer of a module: of its most specific pattern (a module pattern, ``x.py`` or ``a/*/x.py``, beats any
     folder; a longer folder, ``a/b/``, beats a shorter one); None when no pattern matches."""
