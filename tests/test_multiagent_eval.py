@@ -55,3 +55,11 @@ def test_turnrl_eval_takes_a_multi_agent_id(tmp_path):
     bad = runner.invoke(app, ["eval", "--env", "turnrl/TicTacToe-v0", "--agent", "tiny:chatml", "--seat", "z",
                               "--limit", "2", "--out", str(tmp_path)])
     assert bad.exit_code == 2 and "has no seat 'z'; its seats: x, o" in bad.output
+
+
+def test_two_passes_over_the_held_out_openings_play_each_from_both_seats(tmp_path):
+    tok = tiny_tokenizer("chatml")
+    perfect = ScriptedAgent(tok, text_player("perfect"))
+    evaluate_multi_agent(perfect, "turnrl/TicTacToe-v0", opponent="random", episodes=52, out_dir=tmp_path)
+    rows = [json.loads(line) for line in (tmp_path / "items.jsonl").read_text().splitlines()]
+    assert len({(r["index"] % 26, r["seat"]) for r in rows}) == 52  # 26 test openings × x and o

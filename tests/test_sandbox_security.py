@@ -17,9 +17,56 @@ def sandbox():
     return LocalSandbox(cpu_seconds=2, memory_mb=256, file_size_mb=8, disk_mb=32, max_processes=16)
 
 
+def _parent(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _another_workers(pid: int) -> bool:
+    """Whether `pid` descends from a sibling of this process (another pytest-xdist worker running its own
+    sandboxes at the same moment), rather than from this process or from init (where an escaped process lands)."""
+    me, parent = os.getpid(), os.getppid()
+    while pid and pid > 1:
+        up = _parent(pid)
+        if pid != me and up == parent and not _sandboxed(pid):
+            return True
+        pid = up
+    return False
+
+
+def _sandboxed(pid: int) -> bool:
+    """A sandbox's own process (bubblewrap or the code it runs), which may have been re-parented anywhere."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            args = f.read().replace(b"\0", b" ")
+    except OSError:
+        return False
+    return b"bwrap" in args or b"main.py" in args
+
+
 def leftovers(tag: str) -> list[str]:
-    out = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
-    return [line for line in out.splitlines() if tag in line and "ps -eo" not in line]
+    """Processes matching `tag` that this test's sandboxes left running (another worker's live sandboxes are not
+    counted: with two xdist workers, the other may be running code at the same moment)."""
+    out = subprocess.run(["ps", "-eo", "pid=,args="], capture_output=True, text=True).stdout
+    found = []
+    for line in out.splitlines():
+        pid, _, args = line.strip().partition(" ")
+        if tag in args and "ps -eo" not in args and not _another_workers(int(pid)):
+            found.append(args.strip())
+    return found
+
+
+def test_the_leftover_check_sees_an_escaped_process():
+    """The check the resource tests rely on finds a process that outlived its parent (re-parented to init)."""
+    subprocess.run(["sh", "-c", "sleep 4244 >/dev/null 2>&1 &"], timeout=10)
+    try:
+        assert leftovers("sleep 4244") == ["sleep 4244"]
+    finally:
+        subprocess.run(["pkill", "-f", "sleep 4244"], timeout=10)
+    assert leftovers("sleep 4244") == [] or (time.sleep(0.5) or leftovers("sleep 4244") == [])
 
 
 # ---- network ----

@@ -186,6 +186,12 @@ def _shares_tasks(train_env: Any, held_env: Any, n: int) -> bool:
     return bool(set(prompts[0]) & set(prompts[1]))
 
 
+def _opponent(h: dict[str, float]) -> str:
+    """A step's opponent, as the progress line says it."""
+    v = h.get("opponent_version", -1.0)
+    return "self" if v < 0 else f"v{int(v)}"
+
+
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": False})
 def train(
     config: Annotated[str, typer.Argument(help="YAML config, e.g. configs/quickstart.yaml")],
@@ -206,9 +212,10 @@ def train(
     except Exception as e:  # noqa: BLE001 — a config that does not load or validate: say why, in one line
         fail(config_error(e, config, overrides))
     search = [Path(config).resolve().parent, Path.cwd()]
-    train_env = make_env(cfg.env.id, cfg.env.kwargs, search)  # fail fast, before loading any model
-    held_env = make_env(cfg.env.id, run_eval_kwargs(train_env, cfg.env.kwargs, cfg.env.eval_kwargs), search)
-    on_train = _shares_tasks(train_env, held_env, cfg.eval_tasks)
+    if cfg.multi_agent is None:  # a game's seats and splits are checked when its source opens, before a model loads
+        train_env = make_env(cfg.env.id, cfg.env.kwargs, search)  # fail fast, before loading any model
+        held_env = make_env(cfg.env.id, run_eval_kwargs(train_env, cfg.env.kwargs, cfg.env.eval_kwargs), search)
+    on_train = cfg.multi_agent is None and _shares_tasks(train_env, held_env, cfg.eval_tasks)
     if on_train:
         console.print(f"warning: {cfg.env.id} has no held-out split here (env.eval_kwargs poses the training tasks), "
                       "so the held-out success below is measured on training tasks; set env.eval_kwargs "
@@ -228,6 +235,8 @@ def train(
         trainer = Trainer(cfg)
     except (RayPlacementError, OfflineDataError, ProgramError) as e:
         fail(str(e))
+    except ValueError as e:  # e.g. a seat the game does not have, an opponent that does not load
+        fail(f"{config}: {e}")
     ckpt = Path(cfg.out_dir) / "checkpoint.pt"
     if resume and ckpt.exists():
         trainer.load(ckpt)
@@ -242,6 +251,9 @@ def train(
             if "eval_pag_verifier_balanced_acc" in h:  # self-verification: whether the verifier tells right from wrong
                 held_out += f" verifier (balanced) {h['eval_pag_verifier_balanced_acc']:.3f}"
             line = f"step {trainer.step} reward {h.get('reward_mean', 0):.3f} success {h.get('success', 0):.3f}"
+            if "win_rate" in h:  # a game: the trained seats' wins, and who they played
+                line = (f"step {trainer.step} reward {h.get('reward_mean', 0):.3f} win {h['win_rate']:.3f} invalid "
+                        f"{h.get('invalid_moves', 0):.2f} vs {_opponent(h)}")
             if "pag_verifier_balanced_acc" in h:
                 line += f" verifier (balanced) {h['pag_verifier_balanced_acc']:.3f}"
             progress.update(task, completed=trainer.step, description=line + held_out)
@@ -264,6 +276,8 @@ def train(
             trainer.close()
     first, last = trainer.history[0], trainer.history[-1]
     label = "success on training tasks (no held-out split)" if on_train else "held-out success"
+    if cfg.multi_agent is not None:
+        label = f"held-out wins against {cfg.multi_agent.eval_opponent}"
     console.print(f"{label}: {first.get('eval_success')} -> {last.get('eval_success')} "
                   f"after {trainer.step} steps; run in {cfg.out_dir}")
 

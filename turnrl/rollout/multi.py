@@ -18,7 +18,7 @@ nothing else lost); a seat whose context would pass ``max_context`` ends the epi
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,6 +43,7 @@ class SeatView:
     logprobs: list[float] = field(default_factory=list)
     turns: list[Turn] = field(default_factory=list)
     sampled_crc: int = 0
+    versions: list[int] | None = None  # the policy version that sampled each token (-1: not sampled), when known
     outcome: str | None = None  # the game's word for how it ended for this seat (its last info's "outcome")
     invalid: int = 0  # invalid moves the game counted
     truncated: bool = False  # the episode was cut (a turn limit, max_moves or max_context) before the game ended
@@ -74,10 +75,14 @@ class SeatView:
             self._extend(ids, 0, None)
         return list(self.tokens)
 
-    def act(self, completion: Completion) -> Turn:
-        """Append the tokens the seat's policy sampled, as a new turn."""
+    def act(self, completion: Completion, version: int | None = None) -> Turn:
+        """Append the tokens the seat's policy sampled, as a new turn (``version``: the policy's version that
+        sampled them, recorded per token)."""
         start = len(self.tokens)
         self._extend(list(completion.token_ids), 1, list(completion.logprobs))
+        if version is not None:
+            self.versions = (self.versions or []) + [-1] * (start - len(self.versions or []))
+            self.versions += [version] * (len(self.tokens) - start)
         self.sampled_crc = token_crc(completion.token_ids, self.sampled_crc)
         turn = Turn(index=len(self.turns), role=self.seat, action=Message(role="assistant", content=completion.text),
                     token_span=(start, len(self.tokens)))
@@ -104,10 +109,14 @@ class MultiAgentRollout:
         max_context: the most tokens one seat's sequence may hold; a move that would need more ends the episode,
             truncated.
         max_moves: moves of all seats together after which the episode is truncated.
+        versions: for policies being trained, a callable giving the policy's current version, recorded for every
+            token it samples (``Trajectory.token_versions``) and at each episode's start and end
+            (``metadata["policy_version"]``).
     """
 
     def __init__(self, policies: Mapping[str, Agent], params: SamplingParams, *,
-                 seats: Mapping[str, str] | None = None, max_context: int = 4096, max_moves: int = 200) -> None:
+                 seats: Mapping[str, str] | None = None, max_context: int = 4096, max_moves: int = 200,
+                 versions: Mapping[str, Callable[[], int]] | None = None) -> None:
         if params.n != 1:
             raise ValueError("a multi-agent rollout samples one completion per move: use params.n = 1")
         if not policies:
@@ -119,15 +128,23 @@ class MultiAgentRollout:
             raise ValueError(f"seats map to policies that are not given: {', '.join(unknown)} (policies: "
                              f"{', '.join(self.policies)})")
         self.max_context, self.max_moves = max_context, max_moves
+        self.versions = dict(versions or {})
+        unknown = sorted(set(self.versions) - set(self.policies))
+        if unknown:
+            raise ValueError(f"versions given for policies that are not given: {', '.join(unknown)}")
 
-    def policy_of(self, seat: str) -> str:
-        """The policy that plays ``seat``.
+    def policy_of(self, seat: str, seats: Mapping[str, str] | None = None) -> str:
+        """The policy that plays ``seat`` (by ``seats`` where given, else the rollout's own map).
 
         Raises:
             ValueError: the seat is mapped to no policy.
         """
-        if seat in self.seats:
-            return self.seats[seat]
+        seats = self.seats if seats is None else seats
+        if seat in seats:
+            if seats[seat] not in self.policies:
+                raise ValueError(f"seat {seat!r} is mapped to policy {seats[seat]!r}, which is not given (policies: "
+                                 f"{', '.join(self.policies)})")
+            return seats[seat]
         if seat in self.policies:
             return seat
         if len(self.policies) == 1:
@@ -137,21 +154,27 @@ class MultiAgentRollout:
 
     def run(self, envs: Sequence[MultiAgentTextEnv], *, seeds: Sequence[int | None] | None = None,
             options: Sequence[dict[str, Any] | None] | None = None, group_ids: Sequence[str | None] | None = None,
-            sample_seeds: Sequence[int] | None = None) -> list[Trajectory]:
+            sample_seeds: Sequence[int] | None = None,
+            seat_maps: Sequence[Mapping[str, str] | None] | None = None) -> list[Trajectory]:
         """One episode per environment; every seat's view of each, episode by episode, seats in the environment's
         order. ``sample_seeds[i]`` gives episode ``i`` its own random streams (one per seat and move) where the
-        policy takes per-prompt seeds."""
+        policy takes per-prompt seeds; ``seat_maps[i]`` maps episode ``i``'s seats to policies where it differs
+        from the rollout's map (a league: who plays which seat changes from game to game). Moves of one policy are
+        batched across all episodes."""
         n = len(envs)
         seeds, options = list(seeds or [None] * n), list(options or [None] * n)
         group_ids, sample_seeds = list(group_ids or [None] * n), list(sample_seeds or [None] * n)
-        for env in envs:  # every seat of every game has a policy, before anything is played
+        maps = list(seat_maps or [None] * n)
+        for i, env in enumerate(envs):  # every seat of every game has a policy, before anything is played
             for seat in env.possible_agents:
-                self.policy_of(seat)
+                self.policy_of(seat, maps[i])
         views: list[dict[str, SeatView]] = []
         live, errors = [], [None] * n
+        starts: list[dict[str, int]] = []
         for i, env in enumerate(envs):
             env.reset(seed=seeds[i], options=options[i])
-            views.append({seat: self._view(seat) for seat in env.possible_agents})
+            views.append({seat: self._view(seat, self.policy_of(seat, maps[i])) for seat in env.possible_agents})
+            starts.append({p: v() for p, v in self.versions.items()})
             live.append(i)
         moves = [0] * n
         while live:
@@ -165,7 +188,7 @@ class MultiAgentRollout:
                     self._truncate(envs[i], views[i])
                     live.remove(i)
                     continue
-                asks.setdefault(self.policy_of(seat), []).append((i, seat))
+                asks.setdefault(views[i][seat].policy, []).append((i, seat))
             for policy, jobs in asks.items():
                 agent = self.policies[policy]
                 prompts = [views[i][seat].tokens for i, seat in jobs]
@@ -173,8 +196,9 @@ class MultiAgentRollout:
                 if capabilities_of(agent).seeds and all(sample_seeds[i] is not None for i, _ in jobs):
                     kwargs["seeds"] = [_move_seed(sample_seeds[i], seat, moves[i]) for i, seat in jobs]
                 outs = agent.generate([list(p) for p in prompts], self.params, **kwargs)
+                version = self.versions[policy]() if policy in self.versions else None
                 for (i, seat), completion in zip(jobs, outs):
-                    turn = views[i][seat].act(completion)
+                    turn = views[i][seat].act(completion, version)
                     moves[i] += 1
                     try:
                         envs[i].step(completion.text)
@@ -184,12 +208,18 @@ class MultiAgentRollout:
                         continue
                     turn.info = {k: v for k, v in envs[i].infos.get(seat, {}).items()
                                  if isinstance(v, (str, int, float, bool, type(None)))}
-        return [traj for i, env in enumerate(envs) for traj in self._trajectories(env, views[i], errors[i], seeds[i],
-                                                                                  group_ids[i], i)]
+        out = []
+        for i, env in enumerate(envs):
+            for traj in self._trajectories(env, views[i], errors[i], seeds[i], group_ids[i], i):
+                policy = traj.metadata["policy"]
+                if policy in self.versions:
+                    traj.metadata["policy_version"] = [starts[i][policy], self.versions[policy]()]
+                out.append(traj)
+        return out
 
-    def _view(self, seat: str) -> SeatView:
-        agent = self.policies[self.policy_of(seat)]
-        return SeatView(seat, self.policy_of(seat), ChatRenderer(agent.tokenizer), end_of_turn_ids(agent))
+    def _view(self, seat: str, policy: str) -> SeatView:
+        agent = self.policies[policy]
+        return SeatView(seat, policy, ChatRenderer(agent.tokenizer), end_of_turn_ids(agent))
 
     def _next_seat(self, env: MultiAgentTextEnv, views: dict[str, SeatView], moves: int) -> str | None:
         """Take the dead steps (crediting each finished seat), tell the next seat its messages; None once the game
@@ -232,7 +262,9 @@ class MultiAgentRollout:
                               terminated=not truncated and error is None, truncated=truncated, error=error,
                               token_ids=view.tokens if view.turns else None,
                               loss_mask=view.mask if view.turns else None,
-                              logprobs=view.logprobs if view.turns else None)
+                              logprobs=view.logprobs if view.turns else None,
+                              token_versions=(view.versions or []) + [-1] * (len(view.tokens) - len(view.versions or []))
+                              if view.turns and view.versions is not None else None)
             traj.metadata.update(seat=seat, policy=view.policy, episode=episode, sampled_crc=view.sampled_crc,
                                  outcome=view.outcome, invalid_moves=view.invalid, seat_reward=view.collected)
             out.append(traj)

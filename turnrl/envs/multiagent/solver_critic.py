@@ -51,6 +51,10 @@ class SolverCritic(MultiAgentTextEnv):
         self.first: str | None = None
         self.phase = "answer"
 
+    def __len__(self) -> int:
+        """How many problems the split holds."""
+        return len(self.tasks)
+
     def task_at(self, index: int) -> Task:
         """The problem ``options={"index": index}`` poses."""
         return self.tasks[index % len(self.tasks)]

@@ -5,6 +5,7 @@ key.sub=value …`` reads, as pydantic models in which unknown keys are errors.
 * :mod:`~turnrl.rl.config.sections` — its sections (``env``, ``rollout``, ``optim``, ``ray``, ``learner``, ``data``,
   ``program``, ``guard``, ``wandb``);
 * :mod:`~turnrl.rl.config.tasks` and :mod:`~turnrl.rl.config.rewards` — the ``tasks`` and ``reward`` sections;
+* :mod:`~turnrl.rl.config.multi_agent` — the ``multi_agent`` section (seats, opponents, the league);
 * :mod:`~turnrl.rl.config.algorithm` — the base of every algorithm's options and the registry's hooks;
 * :mod:`~turnrl.rl.config.loading` — a YAML file plus overrides to a config, and errors on one line.
 
@@ -18,6 +19,7 @@ from turnrl.rl.config.algorithm import (
     install_algorithm_hooks,
 )
 from turnrl.rl.config.loading import config_error, load_config, parse_overrides
+from turnrl.rl.config.multi_agent import LeagueConfig, MultiAgentConfig
 from turnrl.rl.config.rewards import ProcessRewardConfig, RewardConfig
 from turnrl.rl.config.sections import (
     ContextConfig,
@@ -43,7 +45,7 @@ from turnrl.rl.config.tasks import (
 from turnrl.rl.config.train import TrainConfig, check_guard
 
 __all__ = ["AlgorithmConfig", "AlgorithmHooks", "ContextConfig", "CurriculumStage", "CurriculumTasks", "DataConfig",
-           "DifficultyTasks", "EnvConfig", "GuardConfig", "LearnerConfig", "OptimConfig", "PrePPOTasks",
+           "DifficultyTasks", "EnvConfig", "GuardConfig", "LeagueConfig", "LearnerConfig", "MultiAgentConfig", "OptimConfig", "PrePPOTasks",
            "ProcessRewardConfig", "ProgramConfig", "RayConfig", "RewardConfig", "RolloutConfig", "SequentialTasks",
            "TaskConfig", "TrainConfig", "UniformTasks", "WandbConfig", "algorithm_hooks", "check_guard",
            "config_error", "install_algorithm_hooks", "load_config", "parse_overrides"]

@@ -17,7 +17,9 @@ from pydantic import (
     model_validator,
 )
 
+from turnrl.envs.multiagent.registry import is_multi_agent
 from turnrl.rl.config.algorithm import AlgorithmConfig, algorithm_hooks
+from turnrl.rl.config.multi_agent import MultiAgentConfig
 from turnrl.rl.config.rewards import ProcessRewardConfig, RewardConfig
 from turnrl.rl.config.sections import (
     DataConfig,
@@ -78,6 +80,10 @@ class TrainConfig(BaseModel):
                                           "compatible gateway (its episodes instead of native rollouts of `env`)")
     guard: GuardConfig = Field(default_factory=GuardConfig, description="the consistency guard: each step checks "
                                "that it trains what the policy sampled (guard_* metrics; strict stops the run)")
+    multi_agent: MultiAgentConfig | None = Field(None, description=(
+        "an environment with several agents (env.id such as turnrl/TicTacToe-v0 or textarena:GAME): the seats the "
+        "policy trains, its opponents (itself, a league of its past versions, a frozen agent) and the held-out "
+        "opponent; default when env.id names one: self-play in every seat, evaluated against random play"))
 
     @field_validator("algorithm", mode="before")
     @classmethod
@@ -119,6 +125,24 @@ class TrainConfig(BaseModel):
                                                     != "vllm" or self.ray.rollout_workers != 1):
             raise ValueError("learner.weight_sync=nccl streams from a DeepSpeed rank into one vLLM engine: it needs "
                              "learner.backend=deepspeed, ray.rollout_backend=vllm and ray.rollout_workers=1")
+        return self
+
+    @model_validator(mode="after")
+    def _multi_agent(self) -> TrainConfig:
+        several = is_multi_agent(self.env.id)
+        if self.multi_agent is not None and not several:
+            raise ValueError(f"`multi_agent` options are set but env.id {self.env.id!r} is an environment with one "
+                             "agent: drop them, or name a multi-agent environment (turnrl envs list)")
+        if several and self.multi_agent is None:
+            self.multi_agent = MultiAgentConfig()
+        if several and (self.placement != "local" or self.program is not None or self.learner.backend != "torch"):
+            raise ValueError(f"{self.env.id} has several agents, whose training runs on placement local with the "
+                             "local learner for now (rollouts on Ray workers, the gateway and DeepSpeed ranks do not "
+                             "play multi-agent episodes yet): use placement=local and drop `program` and "
+                             "learner.backend")
+        if several and (self.reward is not None or self.process_reward is not None):
+            raise ValueError(f"{self.env.id} pays its seats by the game's own rules: drop `reward` and "
+                             "`process_reward`")
         return self
 
     @model_validator(mode="after")

@@ -95,10 +95,13 @@ def untrainable(traj: Trajectory) -> str | None:
 def collate(trajectories: Sequence[Trajectory], pad_id: int, roles: Mapping[str, int] = DEFAULT_ROLES) -> Batch:
     """Pad token-exact trajectories into a :class:`Batch`.
 
+    ``roles`` numbers the turns' roles (``Batch.roles``); a role it does not name — an environment's own, such as
+    the seats of a multi-agent game — gets the next free number, in the order roles first appear in the batch.
+
     Raises:
-        ValueError: a trajectory without token fields (it was not produced by the token-level rollout), or a role
-            not in ``roles``.
+        ValueError: a trajectory without token fields (it was not produced by the token-level rollout).
     """
+    roles = dict(roles)
     if not trajectories:
         raise ValueError("no trajectories to collate")
     B = len(trajectories)
@@ -132,7 +135,7 @@ def collate(trajectories: Sequence[Trajectory], pad_id: int, roles: Mapping[str,
                 continue
             s, e = turn.token_span
             if turn.role not in roles:
-                raise ValueError(f"role {turn.role!r} has no id; pass roles= with it (known: {dict(roles)})")
+                roles[turn.role] = max(roles.values(), default=-1) + 1
             turn_ids[b, s:e] = turn.index
             role_ids[b, s:e] = roles[turn.role]
         key = traj.group_id if traj.group_id is not None else traj.id

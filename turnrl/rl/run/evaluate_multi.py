@@ -19,6 +19,7 @@ from typing import Any
 from turnrl.agents.base import Agent, SamplingParams
 from turnrl.envs.multiagent import make_multi_agent
 from turnrl.rollout.multi import MultiAgentRollout
+from turnrl.rollout.opponents import make_opponent
 
 OUTCOMES = ("win", "draw", "loss")
 
@@ -31,22 +32,6 @@ def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
     centre = (p + z * z / (2 * n)) / (1 + z * z / n)
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
     return max(0.0, centre - half), min(1.0, centre + half)
-
-
-def make_opponent(name: str, tokenizer: Any, seed: int = 0) -> Agent:
-    """The opponent an evaluation names: ``perfect`` or ``random`` (tic-tac-toe players), else an agent spec.
-
-    Raises:
-        ValueError: an agent spec that does not load (its message).
-    """
-    if name in ("perfect", "random"):
-        from turnrl.agents.scripted import ScriptedAgent
-        from turnrl.envs.multiagent.tictactoe import text_player
-
-        return ScriptedAgent(tokenizer, text_player(name, seed))  # type: ignore[arg-type]
-    from turnrl.agents import make_agent
-
-    return make_agent(name)
 
 
 def evaluate_multi_agent(agent: Agent, env_id: str, env_kwargs: dict[str, Any] | None = None, *,
@@ -65,6 +50,10 @@ def evaluate_multi_agent(agent: Agent, env_id: str, env_kwargs: dict[str, Any] |
     if "split" not in kwargs and probe.held_out_split is not None:
         kwargs["split"] = probe.held_out_split
     seats = list(probe.possible_agents)
+    try:  # the held-out split's starting states
+        states = len(make_multi_agent(env_id, **kwargs)) or episodes  # type: ignore[arg-type]
+    except TypeError:  # an environment that does not count its starting states
+        states = episodes
     if seat is not None and seat not in seats:
         raise ValueError(f"{env_id} has no seat {seat!r}; its seats: {', '.join(seats)}")
     other = agent if opponent == "self" else (make_opponent(opponent, agent.tokenizer, seed)
@@ -74,8 +63,9 @@ def evaluate_multi_agent(agent: Agent, env_id: str, env_kwargs: dict[str, Any] |
     for start in range(0, episodes, batch_size):
         idx = list(range(start, min(start + batch_size, episodes)))
         by_seat: dict[str, list[int]] = {}
-        for i in idx:  # the agent's seat of episode i
-            by_seat.setdefault(seat or seats[i % len(seats)], []).append(i)
+        for i in idx:  # the agent's seat of episode i: every seat in turn, and on a second pass over the starting
+            # states each one's next seat (so that 2n games of n states play every state from both seats)
+            by_seat.setdefault(seat or seats[(i % states + i // states) % len(seats)], []).append(i)
         for mine, games in by_seat.items():
             policies = {"agent": agent, "opponent": other}
             rollout = MultiAgentRollout(policies, params, max_context=max_context,
@@ -109,6 +99,8 @@ def summarize(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
         k = sum(r["outcome"] == outcome for r in rows)
         lo, hi = wilson(k, n)
         out[f"{outcome}_rate"], out[f"{outcome}_ci95"] = (k / n if n else 0.0), [round(lo, 4), round(hi, 4)]
+    won = sum(r["outcome"] in ("win", "solved") for r in rows)
+    out["success_rate"], out["success_ci95"] = (won / n if n else 0.0), [round(x, 4) for x in wilson(won, n)]
     for key in ("reward", "moves", "invalid_moves"):
         out[f"{key}_mean"] = sum(r[key] for r in rows) / n if n else 0.0
     out["errors"] = sum(r["error"] is not None for r in rows)

@@ -59,7 +59,12 @@ class Trainer:
         batch = config.rollout.prompts_per_step * config.rollout.group_size
         self.algorithm = get_algorithm(config.algorithm)
         # the algorithm's experience source, opened (data read and checked) before the model loads
-        self.source: ExperienceSource = self.algorithm.source_class().open(config, self.algorithm)
+        source_class = self.algorithm.source_class()
+        if config.multi_agent is not None:  # games for episodes (the config refused algorithms whose source cannot)
+            from turnrl.rl.sources.multi import MultiAgentSource
+
+            source_class = MultiAgentSource
+        self.source: ExperienceSource = source_class.open(config, self.algorithm)
         config = self.cfg = self.source.configure(config)  # e.g. data.epochs -> steps (config.yaml records them)
         if model is None:
             from turnrl.agents import make_agent
@@ -127,6 +132,20 @@ class Trainer:
         from turnrl.rl.sources.onpolicy import context_budget
 
         self.learner.sync_driver()  # a learner group: bring the driver's copy up to date
+        if self.cfg.multi_agent is not None:  # games against the held-out opponent, on held-out starting states
+            from turnrl.rl.run.evaluate_multi import evaluate_multi_agent
+
+            ma = self.cfg.multi_agent
+            kwargs = {k: v for k, v in self.cfg.env.kwargs.items() if k != "split"}  # the held-out split's
+            kwargs.update(self.cfg.env.eval_kwargs or {})
+            m = evaluate_multi_agent(self.agent, self.cfg.env.id, kwargs, opponent=ma.eval_opponent,
+                                     seat=ma.eval_seat, episodes=self.cfg.eval_tasks, seed=self.cfg.seed,
+                                     params=SamplingParams(temperature=0.0,
+                                                           max_new_tokens=self.cfg.rollout.max_new_tokens),
+                                     max_context=self.cfg.rollout.max_context, out_dir=out)
+            self.eval_metrics = {**m, "env": {k: v for k, v in m.items() if k.endswith(("_rate", "_mean"))
+                                              and k != "success_rate"}}
+            return float(m["success_rate"])
         if self._eval_kwargs is None:
             train_env = make(self.cfg.env.id, **self.cfg.env.kwargs)
             self._eval_kwargs = run_eval_kwargs(train_env, self.cfg.env.kwargs, self.cfg.env.eval_kwargs)

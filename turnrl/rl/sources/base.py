@@ -103,6 +103,8 @@ class ExperienceSource:
     samples_tasks: ClassVar[bool] = False
     #: Whether the source scores its episodes with the run's ``reward:`` spec; others refuse one.
     scores_episodes: ClassVar[bool] = False
+    #: Whether the source plays environments with several agents (the on-policy one does, with games for episodes).
+    plays_games: ClassVar[bool] = False
 
     @classmethod
     def check_config(cls, cfg: TrainConfig) -> None:
@@ -111,6 +113,9 @@ class ExperienceSource:
         Default: ``data`` is set exactly when the source reads it.
         """
         name = cfg.algorithm.name
+        if cfg.multi_agent is not None and not cls.plays_games:
+            raise ValueError(f"{cfg.env.id} has several agents, which train with an on-policy algorithm that plays "
+                             f"whole games (grpo, rloo, dapo, ppo, reinforce++); algorithm {name!r} does not")
         if cls.reads_data and cfg.data is None:
             raise ValueError(f"algorithm {name!r} trains from stored data: set data.path (e.g. data: {{path: "
                              "runs/arith-data.parquet}})")

@@ -15,7 +15,15 @@ from turnrl.agents.base import SamplingParams
 from turnrl.envs.registry import make
 from turnrl.rl.algorithms.base import Algorithm
 from turnrl.rl.config import TrainConfig
-from turnrl.rl.sources.base import ExperienceSource, Job, Runner, RunParts, rollout_metrics, task_jobs, whole_groups
+from turnrl.rl.sources.base import (
+    ExperienceSource,
+    Job,
+    Runner,
+    RunParts,
+    rollout_metrics,
+    task_jobs,
+    whole_groups,
+)
 from turnrl.rl.sources.reward import process_metrics, process_rewards, reward_metrics, run_reward
 from turnrl.rl.sources.tasks import Sequential, group_success, make_sampler
 from turnrl.rollout.context import ContextBudget
@@ -90,6 +98,7 @@ class OnPolicySource(ExperienceSource):
 
     samples_tasks = True
     scores_episodes = True
+    plays_games = True
 
     def __init__(self, cfg: TrainConfig, algorithm: Algorithm, runner: Runner | None = None) -> None:
         self.cfg, self.algorithm, self._runner = cfg, algorithm, runner
@@ -205,8 +214,11 @@ class OnPolicySource(ExperienceSource):
         self.sampler.observe(step, group_success(seen))
         if ahead:
             self.runner.prefetch(self.jobs(step + 1, 0))
-        return kept, {**stats, **rollout_metrics(seen, self.env), **reward_metrics(seen),
-                      **process_metrics(seen)}
+        return kept, {**stats, **self.step_metrics(seen)}
+
+    def step_metrics(self, seen: Sequence[Trajectory]) -> dict[str, float]:
+        """The figures of every episode played this step (rollout, the environment's own, rewards)."""
+        return {**rollout_metrics(seen, self.env), **reward_metrics(seen), **process_metrics(seen)}
 
     def state_dict(self) -> dict[str, Any]:
         """The task sampler's state (what it chose ahead, what it learned of the tasks) and the runner's."""

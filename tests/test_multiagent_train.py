@@ -1,0 +1,156 @@
+"""Training on environments with several agents (turnrl/rl/sources/multi.py, league.py): self-play in every seat,
+a league of past versions, frozen opponents; per-seat groups, token-exact views, resume, LoRA, bad input."""
+
+import json
+
+import pytest
+import torch
+
+from turnrl.agents.tiny import tiny_model, tiny_tokenizer
+from turnrl.rl.config import LeagueConfig, TrainConfig
+from turnrl.rl.run.trainer import Trainer
+from turnrl.rl.sources.league import League
+from turnrl.storage import read_jsonl
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def config(out, **over):
+    base = dict(model="tiny", env={"id": "turnrl/TicTacToe-v0"}, algorithm={"name": "grpo"}, steps=2,
+                rollout={"prompts_per_step": 2, "group_size": 2, "max_new_tokens": 6, "max_context": 1024,
+                         "temperature": 1.5},
+                eval_tasks=4, out_dir=str(out), seed=3)
+    base.update(over)
+    return TrainConfig(**base)
+
+
+def trainer(cfg, seed=0):
+    tok = tiny_tokenizer("chatml")
+    return Trainer(cfg, model=tiny_model(tok, seed=seed), tokenizer=tok)
+
+
+def weights(model):
+    return {n: p.detach().clone() for n, p in model.named_parameters()}
+
+
+def episodes(out, step):
+    return list(read_jsonl(out / "train" / f"step-{step}" / "trajectories.jsonl"))
+
+
+def test_self_play_trains_every_seat_in_groups_per_seat_on_exactly_what_was_sampled(tmp_path):
+    tr = trainer(config(tmp_path))
+    before = weights(tr.model)
+    history = tr.train()
+    after = weights(tr.model)
+    assert any(not torch.equal(before[n], after[n]) for n in before)
+    for step in (1, 2):
+        row, trajs = history[step], episodes(tmp_path, step)
+        assert {t.metadata["seat"] for t in trajs} == {"x", "o"} and len(trajs) == 2 * 2 * 2  # jobs × seats
+        groups = {}
+        for t in trajs:
+            groups.setdefault(t.group_id, []).append(t)
+            assert t.group_id.endswith("/" + t.metadata["seat"]) and t.metadata["opponent"] == "self"
+            assert all(turn.role == t.metadata["seat"] for turn in t.turns)
+        assert sorted(len(g) for g in groups.values()) == [2] * 4  # per seat and opening, the group's size
+        # the guard compared what the learner trained with what each seat's policy sampled
+        assert row["guard_token_mismatch"] == 0 and row["guard_violations"] == 0 and row["guard_partial_groups"] == 0
+        assert row["logp_diff_max"] < 1e-4 and row["guard_unversioned_tokens"] == 0
+        assert {"seat_x_win", "seat_o_loss", "seat_x_invalid_moves", "win_rate", "opponent_version"} <= set(row)
+    assert {"eval_success", "eval_win_rate", "eval_loss_rate", "eval_invalid_moves_mean"} <= set(history[-1])
+    report = json.loads((tmp_path / "eval" / "step-2" / "metrics.json").read_text())
+    assert report["opponent"] == "random" and report["env_kwargs"]["split"] == "test"
+
+
+def test_against_a_frozen_player_only_the_policys_seat_trains_in_turn(tmp_path):
+    tr = trainer(config(tmp_path, multi_agent={"opponent": "random"}))
+    tr.train()
+    for step in (1, 2):
+        trajs = episodes(tmp_path, step)
+        assert len(trajs) == 4 and all(t.metadata["opponent"] == "random" for t in trajs)
+        for group in {t.group_id for t in trajs}:  # a whole group plays one seat
+            assert len({t.metadata["seat"] for t in trajs if t.group_id == group}) == 1
+        assert {t.metadata["seat"] for t in trajs} == {"x", "o"}  # in turn by task and step
+    only_x = trainer(config(tmp_path / "x", steps=1, multi_agent={"opponent": "random", "train_seats": ["x"]}))
+    only_x.train()
+    assert {t.metadata["seat"] for t in episodes(tmp_path / "x", 1)} == {"x"}
+
+
+def test_the_league_enters_versions_by_its_rules_and_plays_them_frozen(tmp_path):
+    league = League(LeagueConfig(size=2, every=2, latest=0.0), seed=0)
+    model = torch.nn.Linear(2, 2)
+    assert league.enter(0, 0, model) and not league.enter(1, 1, model) and not league.enter(2, 0, model)
+    assert league.enter(2, 2, model) and league.enter(4, 4, model) and league.versions() == [2, 4]
+    assert all(league.draw(s) == league.draw(s) for s in range(10)) and {league.draw(s) for s in range(20)} == {0, 1}
+    assert League(LeagueConfig(latest=1.0), 0).draw(3) is None
+
+    cfg = config(tmp_path, steps=3, multi_agent={"opponent": "league", "league": {"size": 2, "every": 1,
+                                                                                   "latest": 0.0}})
+    tr = trainer(cfg)
+    history = tr.train()
+    runner = tr.source.runner
+    assert runner.opponents.league.versions() == [1, 2]  # v0 entered before step 0 and left at step 2
+    assert [h["league_size"] for h in history[1:]] == [1, 2, 2]
+    assert history[1]["opponent_version"] == 0
+    frozen = runner.opponents._past.agent.model
+    played = int(history[3]["opponent_version"])
+    snapshot = dict(runner.opponents.league.pool)[played]
+    with torch.no_grad():  # the live policy moves on; the frozen copy shares none of its weights
+        for p in tr.model.parameters():
+            p.add_(1.0)
+    for name, p in frozen.named_parameters():  # it holds the snapshot it played
+        assert torch.equal(p, snapshot[name]) and not p.requires_grad
+    for step in (1, 2, 3):  # one trained view per game: the policy's seat
+        trajs = episodes(tmp_path, step)
+        assert len(trajs) == 4 and all(t.metadata["opponent"].startswith("league:v") for t in trajs)
+
+
+def test_a_resumed_league_run_ends_like_an_uninterrupted_one(tmp_path):
+    over = dict(steps=3, algorithm={"name": "ppo"},  # a critic: every step moves the weights
+                multi_agent={"opponent": "league", "league": {"size": 2, "every": 1, "latest": 0.5}})
+    whole = trainer(config(tmp_path / "whole", **over))
+    start = weights(whole.model)
+    whole.train()
+    assert any(not torch.equal(start[n], p) for n, p in whole.model.named_parameters())
+    first = trainer(config(tmp_path / "cut", **over))
+    first.train(stop_after=2)
+    first.save(tmp_path / "cut" / "checkpoint.pt")
+    again = trainer(config(tmp_path / "cut", **over), seed=7)  # other starting weights: the checkpoint restores all
+    again.load(tmp_path / "cut" / "checkpoint.pt")
+    again.train()
+    for name, p in whole.model.named_parameters():
+        assert torch.allclose(p, dict(again.model.named_parameters())[name], atol=1e-6), name
+    assert again.source.runner.opponents.league.versions() == whole.source.runner.opponents.league.versions()
+    key = ("opponent_version", "seat_x_reward", "seat_o_reward", "loss")
+    assert [[h.get(k) for k in key] for h in again.history[1:]] == [[h.get(k) for k in key] for h in whole.history[1:]]
+
+
+def test_a_lora_league_keeps_the_adapters_alone(tmp_path):
+    cfg = config(tmp_path, steps=2, learner={"lora": {"r": 2, "target_modules": ["q_proj", "v_proj"]}},
+                 multi_agent={"opponent": "league", "league": {"every": 1, "latest": 0.0}})
+    tr = trainer(cfg)
+    history = tr.train()
+    pool = tr.source.runner.opponents.league.pool
+    assert pool and all(all("lora_" in name for name in w) for _, w in pool)
+    assert history[2]["guard_violations"] == 0 and history[2]["opponent_version"] >= 0
+
+
+@pytest.mark.parametrize("algorithm", [{"name": "rloo"}, {"name": "dapo", "dynamic_sampling": False}, {"name": "ppo"},
+                                       {"name": "reinforce++"}])
+def test_the_on_policy_algorithms_train_a_game(tmp_path, algorithm):
+    history = trainer(config(tmp_path, steps=1, algorithm=algorithm)).train()
+    assert history[1]["guard_violations"] == 0 and history[1]["trained_episodes"] > 0
+
+
+def test_bad_multi_agent_runs_fail_before_a_model_loads(tmp_path):
+    with pytest.raises(ValueError, match="names 'z', which turnrl/TicTacToe-v0 does not have; its seats: x, o"):
+        Trainer(config(tmp_path, multi_agent={"train_seats": ["z"]}))
+    with pytest.raises(ValueError, match="eval_seat names 'q'"):
+        Trainer(config(tmp_path, multi_agent={"eval_seat": "q"}))
+    with pytest.raises(ValueError, match="is an environment with one agent"):
+        config(tmp_path, env={"id": "turnrl/Arithmetic-v0"}, multi_agent={})
+    with pytest.raises(ValueError, match="placement local"):
+        config(tmp_path, placement="ray")
+    with pytest.raises(ValueError, match="on-policy algorithm that plays whole games"):
+        config(tmp_path, algorithm={"name": "sft"}, data={"path": "x.parquet"})
+    with pytest.raises(ValueError, match="game's own rules"):
+        config(tmp_path, reward={"default": "rule"})

@@ -1,0 +1,196 @@
+"""The on-policy source of an environment with several agents (docs/multi-agent.md): every job is one game, played
+by :class:`~turnrl.rollout.multi.MultiAgentRollout` with the trained policy in some seats and the step's opponent
+(:class:`~turnrl.rl.sources.league.Opponents`) in the others.
+
+What trains: the views of the seats the current policy played that ``multi_agent.train_seats`` names, each a
+token-exact Trajectory of its own (what that seat saw and sampled). Groups are formed per seat and per starting
+state — ``group_id`` ``"{step}-{round}-{task}/{seat}"`` — so GRPO, RLOO and DAPO compare a seat's games with the same
+seat's games from the same opening (role-conditioned baselines, as SPIRAL's RAE and PAG's per-role normalization).
+Against a frozen opponent the policy plays one of ``train_seats`` per group, in turn by task and step, so every
+group is of one seat.
+
+Seeding: as :mod:`turnrl.rollout.play` (the game of task ``i`` reset with ``seed + i`` and ``options={"index": i}``;
+each game's moves drawn from its job's own stream), so a resumed run plays what an uninterrupted one would.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from turnrl.agents.base import SamplingParams
+from turnrl.envs.multiagent import make_multi_agent
+from turnrl.rl.algorithms.base import Algorithm
+from turnrl.rl.config import MultiAgentConfig, TrainConfig
+from turnrl.rl.sources.base import RunParts, rollout_metrics
+from turnrl.rl.sources.league import Opponents
+from turnrl.rl.sources.onpolicy import OnPolicySource
+from turnrl.rl.sources.tasks import TaskPool, make_sampler
+from turnrl.rollout.job import Job
+from turnrl.rollout.multi import MultiAgentRollout
+from turnrl.rollout.play import env_seed, sample_seed
+from turnrl.types import Trajectory
+
+
+def seats_of(cfg: TrainConfig) -> tuple[list[str], list[str]]:
+    """The environment's seats and the seats that train; an unknown seat named in ``multi_agent`` fails here, before
+    a model loads.
+
+    Raises:
+        ValueError: ``train_seats`` or ``eval_seat`` names a seat the environment does not have.
+    """
+    ma = cfg.multi_agent or MultiAgentConfig()
+    seats = list(make_multi_agent(cfg.env.id, **cfg.env.kwargs).possible_agents)
+    train = list(ma.train_seats) if ma.train_seats is not None else seats
+    for name, wanted in (("multi_agent.train_seats", train), ("multi_agent.eval_seat", [ma.eval_seat] * bool(
+            ma.eval_seat))):
+        unknown = [s for s in wanted if s not in seats]
+        if unknown:
+            raise ValueError(f"{name} names {', '.join(map(repr, unknown))}, which {cfg.env.id} does not have; its "
+                             f"seats: {', '.join(seats)}")
+    if not train:
+        raise ValueError("multi_agent.train_seats is empty: name at least one seat whose games train the policy")
+    return seats, train
+
+
+class MultiAgentRunner:
+    """Plays a multi-agent run's jobs in this process: one game per job (see the module docstring).
+
+    Args:
+        cfg: the run (``env``, ``rollout``, ``multi_agent``, ``seed``).
+        agent: the trained policy (sharing the learner's model).
+        version: the learner's current version.
+    """
+
+    def __init__(self, cfg: TrainConfig, agent: Any, version: Callable[[], int]) -> None:
+        self.cfg, self.agent, self.version = cfg, agent, version
+        self.ma = cfg.multi_agent or MultiAgentConfig()
+        self.seats, self.train_seats = seats_of(cfg)
+        self.opponents = Opponents(self.ma, agent, cfg.seed)
+        self.last: dict[str, float] = {}  # the last run's opponent figures
+
+    def learner_seat(self, job: Job) -> str:
+        """The seat the policy plays in ``job``'s game against a frozen opponent (the same for a whole group)."""
+        return self.train_seats[(job.task + job.step) % len(self.train_seats)]
+
+    def run(self, jobs: Sequence[Job]) -> tuple[list[Trajectory], dict[str, float]]:
+        """Play every job's game; the trained seats' Trajectories (job order, seats in the game's order)."""
+        if not jobs:
+            return [], {}
+        step = jobs[0].step
+        self.opponents.before(step, self.version())
+        opponent, label, league_version = self.opponents.at(step)
+        policies: dict[str, Any] = {"policy": self.agent}
+        if opponent is not None:
+            policies["opponent"] = opponent
+        maps = [{s: "policy" if opponent is None or s == self.learner_seat(j) else "opponent" for s in self.seats}
+                for j in jobs]
+        r = self.cfg.rollout
+        params = SamplingParams(temperature=r.temperature, top_p=r.top_p, max_new_tokens=r.max_new_tokens)
+        rollout = MultiAgentRollout(policies, params, max_context=r.max_context, versions={"policy": self.version})
+        envs = [make_multi_agent(self.cfg.env.id, **self.cfg.env.kwargs) for _ in jobs]
+        t0 = time.perf_counter()
+        trajs = rollout.run(envs, seeds=[env_seed(self.cfg.seed, j) for j in jobs],
+                            options=[{"index": j.task} for j in jobs], group_ids=[j.group_id for j in jobs],
+                            sample_seeds=[sample_seed(self.cfg.seed, j) for j in jobs], seat_maps=maps)
+        out = []
+        per_game = len(self.seats)
+        for k, traj in enumerate(trajs):
+            job = jobs[k // per_game]
+            seat = traj.metadata["seat"]
+            if traj.metadata["policy"] != "policy" or seat not in self.train_seats:
+                continue
+            traj.env_id, traj.task_id = self.cfg.env.id, str(job.task)
+            traj.metadata.update(job=job.key, opponent=label, opponent_version=league_version)
+            out.append(traj)
+        generated = sum(sum(t.loss_mask or []) for t in out)
+        league = self.opponents.league
+        self.last = {"opponent_version": float(league_version),
+                     **({"league_size": float(len(league.pool))} if league is not None else {})}
+        return out, {"generated_tokens": float(generated), "generate_s": time.perf_counter() - t0}
+
+    def prefetch(self, jobs: Sequence[Job], start: bool = True) -> None:
+        """Nothing: games are played in this process, after the update."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """The league's pool, where the run has one."""
+        return self.opponents.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`."""
+        self.opponents.load_state_dict(state)
+
+    def reset(self) -> None:
+        """Nothing kept on disk."""
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+    def windows(self) -> None:
+        """None: T-PPO's windows are not played in multi-agent games."""
+        return None
+
+
+def seat_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float]:
+    """Per seat, over a step's trained games: win, draw and loss rates (a cooperative game's ``solved`` too),
+    the game's reward, invalid moves and generated tokens per game; ``win_rate`` and ``invalid_moves`` over all."""
+    out: dict[str, float] = {}
+    by_seat: dict[str, list[Trajectory]] = {}
+    for t in trajectories:
+        by_seat.setdefault(str(t.metadata.get("seat")), []).append(t)
+    for seat, ts in sorted(by_seat.items()):
+        n = len(ts)
+        outcomes = [t.metadata.get("outcome") for t in ts]
+        for word in sorted({"win", "draw", "loss", *(o for o in outcomes if o)}):
+            out[f"seat_{seat}_{word}"] = sum(o == word for o in outcomes) / n
+        out[f"seat_{seat}_reward"] = float(np.mean([t.metadata.get("seat_reward", 0.0) for t in ts]))
+        out[f"seat_{seat}_invalid_moves"] = float(np.mean([t.metadata.get("invalid_moves", 0) for t in ts]))
+        out[f"seat_{seat}_tokens"] = float(np.mean([sum(t.loss_mask or []) for t in ts]))
+    n = max(len(trajectories), 1)
+    out["win_rate"] = sum(t.metadata.get("outcome") in ("win", "solved") for t in trajectories) / n
+    out["invalid_moves"] = sum(int(t.metadata.get("invalid_moves", 0)) for t in trajectories) / n
+    return out
+
+
+class MultiAgentSource(OnPolicySource):
+    """Fresh games of the current policy against the step's opponents (see the module docstring): the on-policy
+    source's tasks, rounds and filters, with games for episodes. The trainer opens it in place of the on-policy
+    source when ``env.id`` names an environment with several agents."""
+
+    def __init__(self, cfg: TrainConfig, algorithm: Algorithm, runner: Any = None) -> None:
+        self.cfg, self.algorithm, self._runner = cfg, algorithm, runner
+        self._make_runner = None
+        seats_of(cfg)  # unknown seats fail before a model loads
+        if type(algorithm).rollout_hook is not Algorithm.rollout_hook:
+            raise ValueError(f"algorithm {cfg.algorithm.name!r} rewrites its episodes while they are played, which "
+                             "games with several agents do not support: use grpo, rloo, dapo, ppo or reinforce++")
+        self.env = make_multi_agent(cfg.env.id, **cfg.env.kwargs)  # a probe: the number of starting states
+        try:
+            self.n_tasks = len(self.env)
+        except TypeError:
+            raise ValueError(f"{cfg.env.id} does not say how many starting states it has (no __len__): training "
+                             "draws tasks by index, options={'index': i}") from None
+        pool = TaskPool([cfg.env.id], np.ones(1), np.zeros(self.n_tasks, dtype=np.int64))
+        self.sampler = make_sampler(cfg.tasks, pool, cfg.seed)
+        self.reward, self.process = None, None
+        self._prepared = None
+
+    def attach(self, parts: RunParts) -> None:
+        """The games are played in this process with the policy being trained."""
+        self._make_runner = lambda: MultiAgentRunner(self.cfg, parts.agent, parts.version)
+
+    def step_metrics(self, seen: Sequence[Trajectory]) -> dict[str, float]:
+        """The rollout figures of every trained game, each seat's, and the opponent's."""
+        runner = self.runner
+        last = runner.last if isinstance(runner, MultiAgentRunner) else {}
+        return {**rollout_metrics(seen), **seat_metrics(seen), **last}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore the task sampler and the league."""
+        super().load_state_dict(state)
+        runner = self.runner
+        if isinstance(runner, MultiAgentRunner):
+            runner.load_state_dict(state.get("runner") or {})
