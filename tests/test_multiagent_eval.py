@@ -63,3 +63,23 @@ def test_two_passes_over_the_held_out_openings_play_each_from_both_seats(tmp_pat
     evaluate_multi_agent(perfect, "turnrl/TicTacToe-v0", opponent="random", episodes=52, out_dir=tmp_path)
     rows = [json.loads(line) for line in (tmp_path / "items.jsonl").read_text().splitlines()]
     assert len({(r["index"] % 26, r["seat"]) for r in rows}) == 52  # 26 test openings × x and o
+
+
+def test_turnrl_play_puts_a_person_in_one_seat_against_an_opponent():
+    from turnrl.cli import app
+
+    runner = CliRunner()
+    res = runner.invoke(app, ["play", "turnrl/TicTacToe-v0", "--seat", "x", "--opponent", "perfect", "--kw",
+                              "max_opening=0"], input="5\n1\n9\n3\n7\n")
+    assert res.exit_code == 0, res.output
+    assert "you play x, perfect plays o" in res.output and "[o: perfect] 1" in res.output  # perfect answers a corner
+    assert "Cell 1 is taken" in res.output and "game over: loss" in res.output and "invalid moves 2" in res.output
+    quit_early = runner.invoke(app, ["play", "turnrl/TicTacToe-v0", "--seat", "o", "--opponent", "random", "--kw",
+                                     "max_opening=0"],
+                               input=":q\n")
+    assert quit_early.exit_code == 0 and "[x: random]" in quit_early.output and "Your move (o)" in quit_early.output
+    assert quit_early.output.rstrip().endswith("bye")  # x moved first; the person quit at o's first turn
+    bad = runner.invoke(app, ["play", "turnrl/TicTacToe-v0", "--seat", "z"])
+    assert bad.exit_code == 2 and "has no seat 'z'; its seats: x, o" in bad.output
+    gone = runner.invoke(app, ["play", "turnrl/TicTacToe-v0", "--opponent", "hf:/nonexistent/model"])
+    assert gone.exit_code == 2 and "--opponent hf:/nonexistent/model" in gone.output

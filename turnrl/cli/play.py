@@ -57,13 +57,26 @@ def _show_messages(messages: Any) -> None:
 
 
 def play(
-    env_id: Annotated[str, typer.Argument(help="e.g. turnrl/Arithmetic-v0, or mymodule:myproject/Name-v0")],
+    env_id: Annotated[str, typer.Argument(help="e.g. turnrl/Arithmetic-v0, turnrl/TicTacToe-v0, or "
+                                          "mymodule:myproject/Name-v0")],
     kw: KwOption = None,
     seed: int = 0,
     index: Annotated[int | None, typer.Option(help="task index (default: drawn from the seed)")] = None,
+    seat: Annotated[str | None, typer.Option(help="a game with several agents: the seat you play (default: the "
+                                             "first)")] = None,
+    opponent: Annotated[str, typer.Option(help="a game with several agents: who plays the other seats — random or "
+                                          "perfect (tic-tac-toe), or an agent spec such as run:OUT_DIR or "
+                                          "smollm2-135m-instruct")] = "random",
+    max_new_tokens: Annotated[int, typer.Option(help="the most tokens of an opponent's move")] = 64,
     imports: ImportOption = None,
 ) -> None:
-    """Play an environment yourself: type the agent's turns (end a line with \\ to continue it; :q quits)."""
+    """Play an environment yourself: type the agent's turns (end a line with \\ to continue it; :q quits). In a game
+    with several agents you take one seat and --opponent the others."""
+    from turnrl.envs.multiagent.registry import is_multi_agent
+
+    if is_multi_agent(env_id):
+        _play_game(env_id, parse_kwargs(kw), seed, index, seat, opponent, max_new_tokens)
+        return
     env = make_env(env_id, parse_kwargs(kw))
     try:
         obs, info = env.reset(seed=seed, options={"index": index} if index is not None else None)
@@ -88,3 +101,61 @@ def play(
         if terminated or truncated:
             _say("episode over:", "bold", f"terminated={terminated} truncated={truncated}")
             return
+
+
+def _play_game(env_id: str, kwargs: dict[str, Any], seed: int, index: int | None, seat: str | None, opponent: str,
+               max_new_tokens: int) -> None:
+    """A person in ``seat`` of a multi-agent game, ``opponent`` in the others (greedy, each from its own view)."""
+    from turnrl.agents.base import SamplingParams
+    from turnrl.envs.multiagent import make_multi_agent
+    from turnrl.rollout.opponents import SCRIPTED, make_opponent
+    from turnrl.tokens import ChatRenderer
+    from turnrl.types import Message
+
+    try:
+        env = make_multi_agent(env_id, **kwargs)
+    except (ValueError, ImportError) as e:
+        fail(str(e))
+    seats = list(env.possible_agents)
+    mine = seat or seats[0]
+    if mine not in seats:
+        fail(f"{env_id} has no seat {mine!r}; its seats: {', '.join(seats)}")
+    try:
+        if opponent in SCRIPTED:
+            from turnrl.agents.tiny import tiny_tokenizer
+
+            other = make_opponent(opponent, tiny_tokenizer("chatml"), seed)  # scripted: any tokenizer reads the text
+        else:
+            other = make_opponent(opponent, None, seed)
+    except (ValueError, OSError, ImportError) as e:  # an agent spec that does not load
+        fail(f"--opponent {opponent}: {e}")
+    renderer = ChatRenderer(other.tokenizer)
+    views: dict[str, list[Message]] = {s: [] for s in seats}
+    params = SamplingParams(temperature=0.0, max_new_tokens=max_new_tokens)
+    try:
+        env.reset(seed=seed, options={"index": index} if index is not None else None)
+    except ValueError as e:
+        fail(str(e))
+    _say(f"{env_id}: you play {mine}, {opponent} plays {', '.join(s for s in seats if s != mine)} — ':q' quits", "dim")
+    for agent in env.agent_iter():
+        observation, _, termination, truncation, info = env.last()
+        views[agent].extend(observation)
+        if agent == mine:
+            _show_messages(observation)
+        if termination or truncation:
+            if agent == mine:
+                _say("game over:", "bold", f"{info.get('outcome') or ('truncated' if truncation else 'ended')} "
+                     f"(your reward {env._cumulative_rewards.get(agent, 0.0):g}, invalid moves "
+                     f"{info.get('invalid_moves', 0)})")
+            env.step(None)
+            continue
+        if agent == mine:
+            text = _read_turn()
+            if text is None:
+                _say("bye", "dim")
+                return
+        else:
+            text = other.generate([renderer.prompt_tokens(views[agent])], params)[0].text
+            _say(f"[{agent}: {opponent}]", "bold cyan", text)
+        views[agent].append(Message(role="assistant", content=text))
+        env.step(text)
