@@ -1,6 +1,7 @@
 """Training on environments with several agents (turnrl/rl/sources/multi.py, league.py): self-play in every seat,
 a league of past versions, frozen opponents; per-seat groups, token-exact views, resume, LoRA, bad input."""
 
+import copy
 import json
 
 import pytest
@@ -154,3 +155,94 @@ def test_bad_multi_agent_runs_fail_before_a_model_loads(tmp_path):
         config(tmp_path, algorithm={"name": "sft"}, data={"path": "x.parquet"})
     with pytest.raises(ValueError, match="game's own rules"):
         config(tmp_path, reward={"default": "rule"})
+
+
+def two_policies(out, **over):
+    ma = {"policies": {"X": {"seats": ["x"]}, "O": {"seats": ["o"]}}}
+    return config(out, algorithm={"name": "ppo"}, learner={"lora": {"r": 2, "target_modules": ["q_proj", "v_proj"]}},
+                  multi_agent=ma, **over)
+
+
+def seat_logprobs(model, traj, temperature=1.5):
+    """The model's log-probabilities of the tokens a seat sampled (at the sampling temperature), and the rollout's."""
+    ids = torch.tensor([traj.token_ids])
+    with torch.no_grad():
+        logp = torch.log_softmax(model(ids).logits[0, :-1].float() / temperature, -1).gather(-1, ids[0, 1:, None])[:, 0]
+    mask = torch.tensor(traj.loss_mask[1:], dtype=torch.bool)
+    return logp[mask], torch.tensor(traj.logprobs[1:])[mask]
+
+
+def test_separate_lora_policies_each_train_their_own_seats_on_one_base(tmp_path):
+    tr = trainer(two_policies(tmp_path, steps=1))
+    x, o = tr.policies["X"].model, tr.policies["O"].model
+    with torch.no_grad():  # the two adapters differ from the start, so that a swapped one would show
+        for name, p in o.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.5)
+    frozen = [(n, p) for n, p in x.named_parameters() if not p.requires_grad]
+    assert frozen and all(p.data_ptr() == dict(o.named_parameters())[n].data_ptr() for n, p in frozen)  # one base
+    base = {n: p.clone() for n, p in frozen}
+    before = {k: weights(m) for k, m in (("X", x), ("O", o))}
+    history = tr.train()
+    row, trajs = history[1], episodes(tmp_path, 1)
+    assert {(t.metadata["seat"], t.metadata["policy"]) for t in trajs} == {("x", "X"), ("o", "O")}
+    assert {"X/loss", "O/loss", "X/logp_diff_max", "O/policy_version"} <= set(row) and row["guard_violations"] == 0
+    # each seat's tokens were sampled by its own policy: its learner scores them as sampled, the other would not
+    assert row["X/logp_diff_max"] < 1e-4 and row["O/logp_diff_max"] < 1e-4
+    o_game = next(t for t in trajs if t.metadata["policy"] == "O" and sum(t.loss_mask or []) > 0)
+    for name, m in (("X", x), ("O", o)):  # the weights that sampled, each policy's own
+        old = copy.deepcopy(m)
+        with torch.no_grad():
+            for n, p in old.named_parameters():
+                p.copy_(before[name][n])
+        got, sampled = seat_logprobs(old, o_game)
+        gap = float((got - sampled).abs().max())
+        assert gap < 1e-4 if name == "O" else gap > 1e-2, (name, gap)
+    for name, m in (("X", x), ("O", o)):
+        after = weights(m)
+        moved = [n for n in after if not torch.equal(before[name][n], after[n])]
+        assert moved and all("lora_" in n for n in moved), name  # its own adapters, and only they
+    assert all(torch.equal(p, base[n]) for n, p in frozen)
+    assert tr.learner.versions() == {"X": 1, "O": 1}
+    assert json.loads((tmp_path / "eval" / "step-1" / "metrics.json").read_text())["episodes"] == 4
+
+
+def test_a_resumed_run_restores_every_policy(tmp_path):
+    whole = trainer(two_policies(tmp_path / "whole", steps=2))
+    whole.train()
+    cut = trainer(two_policies(tmp_path / "cut", steps=2))
+    cut.train(stop_after=1)
+    cut.save(tmp_path / "cut" / "checkpoint.pt")
+    state = torch.load(tmp_path / "cut" / "checkpoint.pt", weights_only=False)
+    assert set(state["policies"]) == {"X", "O"} and all("optimizer" in v for v in state["policies"].values())
+    again = trainer(two_policies(tmp_path / "cut", steps=2))  # fresh adapters on the run's base model
+    again.load(tmp_path / "cut" / "checkpoint.pt")
+    again.train()
+    for name in ("X", "O"):
+        a, b = weights(whole.policies[name].model), weights(again.policies[name].model)
+        assert all(torch.allclose(a[n], b[n], atol=1e-6) for n in a), name
+        assert any(float(b[n].abs().max()) > 0 for n in b if "lora_B" in n)  # trained adapters (fresh ones are 0)
+    one = trainer(config(tmp_path / "one", steps=1))
+    with pytest.raises(ValueError, match="holds policies"):
+        one.load(tmp_path / "cut" / "checkpoint.pt")
+
+
+def test_bad_policy_maps_are_refused_before_a_model_loads(tmp_path):
+    def cfg(**ma):
+        return config(tmp_path, multi_agent=ma)
+
+    with pytest.raises(ValueError, match="names one policy"):
+        cfg(policies={"A": {"seats": ["x", "o"]}})
+    with pytest.raises(ValueError, match="played by two policies"):
+        cfg(policies={"A": {"seats": ["x"]}, "B": {"seats": ["x", "o"]}})
+    with pytest.raises(ValueError, match="no opponent to set"):
+        cfg(policies={"A": {"seats": ["x"]}, "B": {"seats": ["o"]}}, opponent="league")
+    with pytest.raises(ValueError, match="names 'z', which turnrl/TicTacToe-v0 does not have"):
+        Trainer(cfg(policies={"A": {"seats": ["x"]}, "B": {"seats": ["z"]}}))
+    from turnrl.rl.config import MultiAgentConfig, PolicyConfig
+    from turnrl.rl.sources.multi import seats_of
+
+    half = cfg()  # a map that leaves a seat out (validation alone cannot make one with a two-seat game)
+    half.multi_agent = MultiAgentConfig.model_construct(policies={"A": PolicyConfig(seats=["x"])})
+    with pytest.raises(ValueError, match="seat 'o' of turnrl/TicTacToe-v0 is mapped to no policy"):
+        seats_of(half)

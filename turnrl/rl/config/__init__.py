@@ -19,7 +19,7 @@ from turnrl.rl.config.algorithm import (
     install_algorithm_hooks,
 )
 from turnrl.rl.config.loading import config_error, load_config, parse_overrides
-from turnrl.rl.config.multi_agent import LeagueConfig, MultiAgentConfig
+from turnrl.rl.config.multi_agent import LeagueConfig, MultiAgentConfig, PolicyConfig
 from turnrl.rl.config.rewards import ProcessRewardConfig, RewardConfig
 from turnrl.rl.config.sections import (
     ContextConfig,
@@ -45,7 +45,8 @@ from turnrl.rl.config.tasks import (
 from turnrl.rl.config.train import TrainConfig, check_guard
 
 __all__ = ["AlgorithmConfig", "AlgorithmHooks", "ContextConfig", "CurriculumStage", "CurriculumTasks", "DataConfig",
-           "DifficultyTasks", "EnvConfig", "GuardConfig", "LeagueConfig", "LearnerConfig", "MultiAgentConfig", "OptimConfig", "PrePPOTasks",
-           "ProcessRewardConfig", "ProgramConfig", "RayConfig", "RewardConfig", "RolloutConfig", "SequentialTasks",
-           "TaskConfig", "TrainConfig", "UniformTasks", "WandbConfig", "algorithm_hooks", "check_guard",
-           "config_error", "install_algorithm_hooks", "load_config", "parse_overrides"]
+           "DifficultyTasks", "EnvConfig", "GuardConfig", "LeagueConfig", "LearnerConfig", "MultiAgentConfig",
+           "OptimConfig", "PolicyConfig", "PrePPOTasks", "ProcessRewardConfig", "ProgramConfig", "RayConfig",
+           "RewardConfig", "RolloutConfig", "SequentialTasks", "TaskConfig", "TrainConfig", "UniformTasks",
+           "WandbConfig", "algorithm_hooks", "check_guard", "config_error", "install_algorithm_hooks", "load_config",
+           "parse_overrides"]

@@ -3,7 +3,7 @@ trained policy plays, who plays the others, the league of its past versions, and
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class LeagueConfig(BaseModel):
@@ -23,6 +23,15 @@ class LeagueConfig(BaseModel):
                           "itself instead of a past version")
 
 
+class PolicyConfig(BaseModel):
+    """One trainable policy of a run with several: the seats it plays, and where its weights start."""
+
+    model_config = ConfigDict(extra="forbid")
+    seats: list[str] = Field(min_length=1, description="the seats this policy plays (and trains on)")
+    init_from: str | None = Field(None, description="its starting weights: another run's OUT_DIR or checkpoint of "
+                                  "the same `model` (default: the run's starting policy)")
+
+
 class MultiAgentConfig(BaseModel):
     """Seats, opponents and the held-out opponent of a multi-agent run."""
 
@@ -40,3 +49,32 @@ class MultiAgentConfig(BaseModel):
         "report)"))
     eval_seat: str | None = Field(None, description="the seat the policy plays in held-out games (default: every "
                                   "seat in turn)")
+    policies: dict[str, PolicyConfig] | None = Field(None, description=(
+        "separate trainable policies, by name, each playing its own seats with its own weights (a LoRA adapter each "
+        "under learner.lora, all on one copy of the base model), optimizer, version and checkpoint; every seat "
+        "belongs to exactly one. Default: one policy in every seat"))
+
+    @model_validator(mode="after")
+    def _policies(self) -> MultiAgentConfig:
+        if self.policies is None:
+            return self
+        if len(self.policies) < 2:
+            raise ValueError("multi_agent.policies names one policy: drop it (one policy plays every seat by default) "
+                             "or name two or more")
+        owner: dict[str, str] = {}
+        for name, p in self.policies.items():
+            for seat in p.seats:
+                if seat in owner:
+                    raise ValueError(f"seat {seat!r} is played by two policies ({owner[seat]!r} and {name!r}): give "
+                                     "each seat to one")
+                owner[seat] = name
+        if self.opponent != "self":
+            raise ValueError(f"multi_agent.policies plays every seat with its own policy, so there is no opponent "
+                             f"to set (opponent: {self.opponent!r}); drop `opponent`")
+        if self.train_seats is not None:
+            raise ValueError("multi_agent.policies trains every policy on its own seats: drop train_seats")
+        return self
+
+    def policy_of_seat(self) -> dict[str, str]:
+        """Each seat's policy (``{}`` with one policy)."""
+        return {seat: name for name, p in (self.policies or {}).items() for seat in p.seats}

@@ -42,7 +42,14 @@ class WeightsAndState:
                 "scheduler": self.scheduler.state_dict(), "version": self.version, "updates": self.updates}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict`."""
+        """Restore :meth:`state_dict`.
+
+        Raises:
+            ValueError: the checkpoint is of a run with several policies (``multi_agent.policies``).
+        """
+        if "policies" in state and "optimizer" not in state:
+            raise ValueError(f"the checkpoint holds policies {sorted(state['policies'])} and this run has one: resume "
+                             "with the same multi_agent.policies")
         restore(self.model, state, self.cfg.learner.lora if is_lora(self.model) else None)  # marks the weights changed
         if self.value_head is not None:
             self.value_head.load_state_dict(state["value_head"])

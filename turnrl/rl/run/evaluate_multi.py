@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -34,16 +34,17 @@ def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
     return max(0.0, centre - half), min(1.0, centre + half)
 
 
-def evaluate_multi_agent(agent: Agent, env_id: str, env_kwargs: dict[str, Any] | None = None, *,
+def evaluate_multi_agent(agent: Agent | Mapping[str, Agent], env_id: str, env_kwargs: dict[str, Any] | None = None, *,
                          opponent: str | Agent = "random", seat: str | None = None, episodes: int = 64,
                          seed: int = 0, params: SamplingParams | None = None, max_context: int = 4096,
                          batch_size: int = 32, out_dir: str | Path | None = None) -> dict[str, Any]:
     """Play ``episodes`` games of ``env_id`` (its held-out split unless ``env_kwargs`` names one) with ``agent`` in
     ``seat`` (every seat in turn when None) and ``opponent`` in the others; return the figures (and write
-    ``metrics.json`` and ``items.jsonl`` to ``out_dir``).
+    ``metrics.json`` and ``items.jsonl`` to ``out_dir``). ``agent`` may map every seat to its own policy (a run with
+    several): the evaluated seat is played by its policy, and with ``opponent="self"`` every seat by its own.
 
     Raises:
-        ValueError: a seat the environment does not have.
+        ValueError: a seat the environment does not have, or a seat ``agent``'s map leaves without a policy.
     """
     kwargs = dict(env_kwargs or {})
     probe = make_multi_agent(env_id, **kwargs)
@@ -56,8 +57,12 @@ def evaluate_multi_agent(agent: Agent, env_id: str, env_kwargs: dict[str, Any] |
         states = episodes
     if seat is not None and seat not in seats:
         raise ValueError(f"{env_id} has no seat {seat!r}; its seats: {', '.join(seats)}")
-    other = agent if opponent == "self" else (make_opponent(opponent, agent.tokenizer, seed)
-                                              if isinstance(opponent, str) else opponent)
+    team = dict(agent) if isinstance(agent, Mapping) else {s: agent for s in seats}
+    missing = [s for s in seats if s not in team]
+    if missing:
+        raise ValueError(f"seat {', '.join(map(repr, missing))} of {env_id} is mapped to no policy")
+    other = None if opponent == "self" else (make_opponent(opponent, team[seats[0]].tokenizer, seed)
+                                             if isinstance(opponent, str) else opponent)
     params = params or SamplingParams(temperature=0.0, max_new_tokens=64)
     rows: list[dict[str, Any]] = []
     for start in range(0, episodes, batch_size):
@@ -67,9 +72,13 @@ def evaluate_multi_agent(agent: Agent, env_id: str, env_kwargs: dict[str, Any] |
             # states each one's next seat (so that 2n games of n states play every state from both seats)
             by_seat.setdefault(seat or seats[(i % states + i // states) % len(seats)], []).append(i)
         for mine, games in by_seat.items():
-            policies = {"agent": agent, "opponent": other}
-            rollout = MultiAgentRollout(policies, params, max_context=max_context,
-                                        seats={s: "agent" if s == mine else "opponent" for s in seats})
+            policies: dict[str, Agent] = {}  # one name per distinct agent, so that its seats' moves batch together
+            seat_map = {}
+            for s in seats:
+                player = team[s] if s == mine or other is None else other
+                seat_map[s] = f"agent{id(player)}"
+                policies[seat_map[s]] = player
+            rollout = MultiAgentRollout(policies, params, max_context=max_context, seats=seat_map)
             envs = [make_multi_agent(env_id, **kwargs) for _ in games]
             trajs = rollout.run(envs, seeds=[seed + i for i in games], options=[{"index": i} for i in games],
                                 group_ids=[str(i) for i in games], sample_seeds=[seed * 1_000_003 + i for i in games])

@@ -73,21 +73,36 @@ class Trainer:
             model, tokenizer = agent.model, agent.tokenizer
         if config.init_from:
             load_policy(model, config.init_from)
-        if config.learner.lora is not None:  # adapters on the (loaded) policy; only they train
-            from turnrl.lora import apply_lora
+        #: the trainable policies of a run with several (multi_agent.policies), by name; {} with one
+        self.policies: dict[str, HFAgent] = {}
+        if config.multi_agent is not None and config.multi_agent.policies:
+            from turnrl.rl.run.policies import build_policies
 
-            model = apply_lora(model, config.learner.lora)
-        model.to(self.device)  # the learner builds its reference, value head and batches on the policy's device
-        self.agent = HFAgent(model, tokenizer, batch_size=batch, kv_cache_mb=config.rollout.kv_cache_mb)
+            self.policies = build_policies(config, model, tokenizer, self.device, batch)
+            self.agent = next(iter(self.policies.values()))
+            model = self.agent.model
+        else:
+            if config.learner.lora is not None:  # adapters on the (loaded) policy; only they train
+                from turnrl.lora import apply_lora
+
+                model = apply_lora(model, config.learner.lora)
+            model.to(self.device)  # the learner builds its reference, value head and batches on the policy's device
+            self.agent = HFAgent(model, tokenizer, batch_size=batch, kv_cache_mb=config.rollout.kv_cache_mb)
         self._tokenizer = tokenizer
         self.runner: Runner | None = None
         # the source sees the policy now, before a learner group starts (stored data of another tokenizer fails
         # here); a runner is built when the source first asks, once the learner exists
-        self.source.attach(RunParts(self.agent, tokenizer, lambda: self.learner.version, self._runner))
+        self.source.attach(RunParts(self.agent, tokenizer, lambda: self.learner.version, self._runner,
+                                    policies=self.policies))
         if config.learner.backend == "deepspeed":  # M DeepSpeed ranks on Ray; `model` stays as the published copy
             from turnrl.rl.placement.learner_group import LearnerGroup
 
             self.learner: LearnerProtocol = LearnerGroup(config, model, tokenizer)
+        elif self.policies:  # one learner per policy: its own optimizer, scheduler, version and checkpoint
+            from turnrl.rl.core.policies import LearnerSet
+
+            self.learner = LearnerSet({name: Learner(config, self.algorithm, a.model, tokenizer, models=build_models(
+                self.algorithm, a.model, tokenizer)) for name, a in self.policies.items()})
         else:
             self.learner = Learner(config, self.algorithm, model, tokenizer, models=build_models(
                 self.algorithm, model, tokenizer))
@@ -136,9 +151,12 @@ class Trainer:
             from turnrl.rl.run.evaluate_multi import evaluate_multi_agent
 
             ma = self.cfg.multi_agent
+            player: Any = self.agent
+            if self.policies:  # every seat played by its own policy
+                player = {seat: self.policies[name] for seat, name in ma.policy_of_seat().items()}
             kwargs = {k: v for k, v in self.cfg.env.kwargs.items() if k != "split"}  # the held-out split's
             kwargs.update(self.cfg.env.eval_kwargs or {})
-            m = evaluate_multi_agent(self.agent, self.cfg.env.id, kwargs, opponent=ma.eval_opponent,
+            m = evaluate_multi_agent(player, self.cfg.env.id, kwargs, opponent=ma.eval_opponent,
                                      seat=ma.eval_seat, episodes=self.cfg.eval_tasks, seed=self.cfg.seed,
                                      params=SamplingParams(temperature=0.0,
                                                            max_new_tokens=self.cfg.rollout.max_new_tokens),

@@ -11,8 +11,8 @@ learner exists), then per step
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import torch
@@ -66,12 +66,15 @@ class RunParts:
         tokenizer: the policy's tokenizer.
         version: the learner's current policy version.
         runner: the placement's :class:`Runner` (built on first call; only on-policy sources ask for one).
+        policies: a run with several trainable policies (``multi_agent.policies``): each one's agent by name
+            (``agent`` is the first); empty with one policy.
     """
 
     agent: Any
     tokenizer: Any
     version: Callable[[], int]
     runner: Callable[[], Runner]
+    policies: Mapping[str, Any] = field(default_factory=dict)
 
 
 def data_readers() -> list[str]:

@@ -16,7 +16,7 @@ each game's moves drawn from its job's own stream), so a resumed run plays what 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -45,14 +45,19 @@ def seats_of(cfg: TrainConfig) -> tuple[list[str], list[str]]:
     ma = cfg.multi_agent or MultiAgentConfig()
     seats = list(make_multi_agent(cfg.env.id, **cfg.env.kwargs).possible_agents)
     train = list(ma.train_seats) if ma.train_seats is not None else seats
+    owner = ma.policy_of_seat()
     for name, wanted in (("multi_agent.train_seats", train), ("multi_agent.eval_seat", [ma.eval_seat] * bool(
-            ma.eval_seat))):
+            ma.eval_seat)), ("multi_agent.policies", list(owner))):
         unknown = [s for s in wanted if s not in seats]
         if unknown:
             raise ValueError(f"{name} names {', '.join(map(repr, unknown))}, which {cfg.env.id} does not have; its "
                              f"seats: {', '.join(seats)}")
     if not train:
         raise ValueError("multi_agent.train_seats is empty: name at least one seat whose games train the policy")
+    orphans = [s for s in seats if owner and s not in owner]
+    if orphans:
+        raise ValueError(f"seat {', '.join(map(repr, orphans))} of {cfg.env.id} is mapped to no policy: add it to the "
+                         f"seats of one of multi_agent.policies ({', '.join(ma.policies or {})})")
     return seats, train
 
 
@@ -63,11 +68,15 @@ class MultiAgentRunner:
         cfg: the run (``env``, ``rollout``, ``multi_agent``, ``seed``).
         agent: the trained policy (sharing the learner's model).
         version: the learner's current version.
+        policies: a run with several trainable policies: each one's agent by name (every seat played by its own,
+            ``multi_agent.policies``); ``agent`` is then unused.
     """
 
-    def __init__(self, cfg: TrainConfig, agent: Any, version: Callable[[], int]) -> None:
+    def __init__(self, cfg: TrainConfig, agent: Any, version: Callable[[], int],
+                 policies: Mapping[str, Any] | None = None) -> None:
         self.cfg, self.agent, self.version = cfg, agent, version
         self.ma = cfg.multi_agent or MultiAgentConfig()
+        self.policies = dict(policies or {})
         self.seats, self.train_seats = seats_of(cfg)
         self.opponents = Opponents(self.ma, agent, cfg.seed)
         self.last: dict[str, float] = {}  # the last run's opponent figures
@@ -81,16 +90,23 @@ class MultiAgentRunner:
         if not jobs:
             return [], {}
         step = jobs[0].step
-        self.opponents.before(step, self.version())
-        opponent, label, league_version = self.opponents.at(step)
-        policies: dict[str, Any] = {"policy": self.agent}
-        if opponent is not None:
-            policies["opponent"] = opponent
-        maps = [{s: "policy" if opponent is None or s == self.learner_seat(j) else "opponent" for s in self.seats}
-                for j in jobs]
+        if self.policies:  # every seat its own policy's
+            opponent, label, league_version = None, "self", -1
+            policies, owner = dict(self.policies), self.ma.policy_of_seat()
+            maps = [owner] * len(jobs)
+        else:
+            self.opponents.before(step, self.version())
+            opponent, label, league_version = self.opponents.at(step)
+            policies = {"policy": self.agent}
+            if opponent is not None:
+                policies["opponent"] = opponent
+            maps = [{s: "policy" if opponent is None or s == self.learner_seat(j) else "opponent" for s in self.seats}
+                    for j in jobs]
+        trained = {name for name in policies if name != "opponent"}
         r = self.cfg.rollout
         params = SamplingParams(temperature=r.temperature, top_p=r.top_p, max_new_tokens=r.max_new_tokens)
-        rollout = MultiAgentRollout(policies, params, max_context=r.max_context, versions={"policy": self.version})
+        rollout = MultiAgentRollout(policies, params, max_context=r.max_context,
+                                    versions={name: self.version for name in trained})
         envs = [make_multi_agent(self.cfg.env.id, **self.cfg.env.kwargs) for _ in jobs]
         t0 = time.perf_counter()
         trajs = rollout.run(envs, seeds=[env_seed(self.cfg.seed, j) for j in jobs],
@@ -101,7 +117,7 @@ class MultiAgentRunner:
         for k, traj in enumerate(trajs):
             job = jobs[k // per_game]
             seat = traj.metadata["seat"]
-            if traj.metadata["policy"] != "policy" or seat not in self.train_seats:
+            if traj.metadata["policy"] not in trained or seat not in self.train_seats:
                 continue
             traj.env_id, traj.task_id = self.cfg.env.id, str(job.task)
             traj.metadata.update(job=job.key, opponent=label, opponent_version=league_version)
@@ -180,7 +196,7 @@ class MultiAgentSource(OnPolicySource):
 
     def attach(self, parts: RunParts) -> None:
         """The games are played in this process with the policy being trained."""
-        self._make_runner = lambda: MultiAgentRunner(self.cfg, parts.agent, parts.version)
+        self._make_runner = lambda: MultiAgentRunner(self.cfg, parts.agent, parts.version, parts.policies)
 
     def step_metrics(self, seen: Sequence[Trajectory]) -> dict[str, float]:
         """The rollout figures of every trained game, each seat's, and the opponent's."""
