@@ -438,3 +438,43 @@ def test_a_mixtures_members_are_a_facet_and_a_filter(tmp_path, browser):
         _wait(browser, lambda d: len(d.find_elements(By.CSS_SELECTOR, rows_css)) == 8, what="8 episodes listed")
         Select(browser.find_element(By.ID, "f-member")).select_by_value("arith-l1")
         _wait(browser, lambda d: len(d.find_elements(By.CSS_SELECTOR, rows_css)) == 3, what="the member's 3 episodes")
+
+
+def test_a_game_shows_every_seats_moves_in_order_and_each_seats_own_view(browser, tmp_path):
+    from selenium.webdriver.common.by import By
+
+    from turnrl.envs.multiagent import make_multi_agent
+    from turnrl.envs.multiagent.tictactoe import text_player
+    from turnrl.rollout.multi import MultiAgentRollout
+
+    tok = tiny_tokenizer("chatml")
+    players = {"perfect": ScriptedAgent(tok, text_player("perfect")),
+               "random": ScriptedAgent(tok, text_player("random"))}
+    rollout = MultiAgentRollout(players, SamplingParams(max_new_tokens=8), seats={"x": "perfect", "o": "random"})
+    trajs = rollout.run([make_multi_agent("turnrl/TicTacToe-v0", max_opening=0) for _ in range(2)],
+                        options=[{"index": 0}] * 2, group_ids=["g0", "g1"])
+    write_jsonl(trajs, tmp_path / "train" / "step-1" / "trajectories.jsonl")
+    index = EpisodeIndex.open(tmp_path)
+    assert index.wait(30)
+    assert [(r["seat"], r["game"], r["outcome"]) for r in index.rows][:2] == [("x", "g0", "win"), ("o", "g0", "loss")]
+    with ViewServer(ViewApp(index, tok, "tiny:chatml")) as server:
+        game = httpx.get(server.url + "api/game/1", timeout=10).json()
+        assert [s["seat"] for s in game["seats"]] == ["x", "o"] and [s["index"] for s in game["seats"]] == [0, 1]
+        moves = game["moves"]
+        assert [m["move"] for m in moves] == list(range(len(moves))) and len(moves) >= 5
+        assert [m["seat"] for m in moves][:4] == ["x", "o", "x", "o"]  # x opens the empty board, then in turn
+        assert moves[0]["action"] == "1"  # the perfect player's first move on the empty board
+        assert f"o played {moves[1]['action']}." in moves[0]["told"][0]["content"]  # what x was told after it
+        one_agent = httpx.get(server.url + "api/game/0", timeout=10).json()
+        assert one_agent["moves"] == moves  # the same game from the other seat
+        browser.get(server.url + "#e=1&tab=game")
+        _wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, ".pane .turnhead"), what="the moves")
+        heads = [h.text for h in browser.find_elements(By.CSS_SELECTOR, ".pane .turnhead")]
+        assert heads[0].startswith("move 0 · x") and heads[1].startswith("move 1 · o") and len(heads) == len(moves)
+        links = browser.find_elements(By.CSS_SELECTOR, ".pane a.seat-view")
+        assert [a.text.split(":")[0] for a in links] == ["x (perfect)", "o (random)"] and "win" in links[0].text
+        links[0].click()  # x's own view: only what x was told and said
+        _wait(browser, lambda d: "e=0" in d.current_url and d.find_elements(By.CSS_SELECTOR, ".pane .chat"),
+              what="x's own view")
+        chat = browser.find_element(By.CSS_SELECTOR, ".pane .chat").text
+        assert "playing tic-tac-toe as x" in chat and "as o" not in chat

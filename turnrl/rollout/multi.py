@@ -199,6 +199,7 @@ class MultiAgentRollout:
                 version = self.versions[policy]() if policy in self.versions else None
                 for (i, seat), completion in zip(jobs, outs):
                     turn = views[i][seat].act(completion, version)
+                    turn.info["move"] = moves[i]  # its place among every seat's moves (the viewer interleaves them)
                     moves[i] += 1
                     try:
                         envs[i].step(completion.text)
@@ -206,8 +207,8 @@ class MultiAgentRollout:
                         errors[i] = f"{type(e).__name__}: {e}"
                         live.remove(i)
                         continue
-                    turn.info = {k: v for k, v in envs[i].infos.get(seat, {}).items()
-                                 if isinstance(v, (str, int, float, bool, type(None)))}
+                    turn.info.update({k: v for k, v in envs[i].infos.get(seat, {}).items()
+                                      if isinstance(v, (str, int, float, bool, type(None)))})
         out = []
         for i, env in enumerate(envs):
             for traj in self._trajectories(env, views[i], errors[i], seeds[i], group_ids[i], i):

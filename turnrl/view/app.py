@@ -130,6 +130,7 @@ class ViewApp:
             Rule("/api/episodes", endpoint="episodes"),
             Rule("/api/episode/<int:i>", endpoint="episode"),
             Rule("/api/group/<int:i>", endpoint="group"),
+            Rule("/api/game/<int:i>", endpoint="game"),
         ])
 
     def __call__(self, environ: dict[str, Any], start_response: Any) -> Any:
@@ -182,6 +183,28 @@ class ViewApp:
         if not 0 <= i < len(self.index.rows):
             raise NotFound(f"no episode {i}")
         return self._json({"rows": self.index.group(i)})
+
+
+    def on_game(self, request: Request, i: int) -> Response:
+        if not 0 <= i < len(self.index.rows):
+            raise NotFound(f"no episode {i}")
+        rows = self.index.game(i)
+        return self._json(game_payload([(r, self.index.load(r["index"])) for r in rows]))
+
+
+def game_payload(seats: list[tuple[dict[str, Any], Trajectory]]) -> dict[str, Any]:
+    """A multi-agent game for the page: the seats (their rows) and every move in the order it was played (each
+    seat's turns interleaved by ``info["move"]``), with the messages that seat was told after it."""
+    moves = []
+    for row, traj in seats:
+        for t in traj.turns:
+            moves.append({"move": t.info.get("move"), "seat": row.get("seat") or t.role, "row": row["index"],
+                          "turn": t.index, "reward": t.reward, "action": t.action.content or "",
+                          "told": [m.model_dump(exclude_none=True) for m in t.observation],
+                          "invalid_moves": t.info.get("invalid_moves")})
+    moves.sort(key=lambda m: (m["move"] if isinstance(m["move"], int) else 1 << 30, m["row"], m["turn"]))
+    return {"seats": [{"seat": r.get("seat"), "index": r["index"], "outcome": r["outcome"], "reward": r["reward"],
+                       "policy": traj.metadata.get("policy")} for r, traj in seats], "moves": moves}
 
 
 class _QuietHandler(WSGIRequestHandler):

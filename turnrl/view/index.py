@@ -98,6 +98,8 @@ def summarize(data: dict[str, Any]) -> tuple[dict[str, Any], str]:
     meta = data.get("metadata") or {}
     if data.get("error"):
         outcome = "error"
+    elif isinstance(meta.get("outcome"), str) and meta.get("seat") is not None:  # a seat of a game: its result
+        outcome = meta["outcome"]
     else:
         outcome = {True: "correct", False: "wrong", None: "unknown"}[correct]
     texts = [m.get("content") or "" for m in data.get("prompt") or []]
@@ -120,10 +122,20 @@ def summarize(data: dict[str, Any]) -> tuple[dict[str, Any], str]:
         "has_advantages": meta.get("advantages") is not None,
         "has_learner_logprobs": meta.get("learner_logprobs") is not None,
         "meta_step": meta.get("step") if isinstance(meta.get("step"), int) else None,
+        "seat": meta.get("seat") if isinstance(meta.get("seat"), str) else None,
+        "game": _game_of(meta),
         "preview": " ".join((last or "").split())[:160],
     }
     text = "\n".join([data.get("task_id") or "", data.get("error") or "", *texts]).lower()
     return row, text
+
+
+def _game_of(meta: dict[str, Any]) -> str | None:
+    """The game a seat's view belongs to (a multi-agent episode: its job in training, its episode otherwise)."""
+    if meta.get("seat") is None:
+        return None
+    game = meta.get("job", meta.get("episode"))
+    return str(game) if game is not None else None
 
 
 def mixture_member(data: dict[str, Any]) -> str | None:
@@ -278,6 +290,16 @@ class EpisodeIndex:
         with self._lock:
             rows = list(self.rows)
         return [r for r in rows if r["source"] == row["source"] and r["group_id"] == row["group_id"]]
+
+    def game(self, i: int) -> list[dict[str, Any]]:
+        """Every seat's view of episode ``i``'s game (same file and game), ``i`` included; ``[row]`` for an episode
+        of one agent."""
+        row = self.rows[i]
+        if row.get("game") is None:
+            return [row]
+        with self._lock:
+            rows = list(self.rows)
+        return [r for r in rows if r["source"] == row["source"] and r.get("game") == row["game"]]
 
     def load(self, i: int) -> Trajectory:
         """Read and validate episode ``i`` from its file.

@@ -96,8 +96,11 @@ async function show() {
   const ids = state.compare !== null ? [state.selected, state.compare] : [state.selected];
   const eps = await Promise.all(ids.map(episode));
   const group = await getJSON(`/api/group/${state.selected}`);
+  const games = state.tab === "game" ? await Promise.all(ids.map(i => getJSON(`/api/game/${i}`))) : [];
   panes.classList.toggle("compare", eps.length === 2);
-  panes.innerHTML = eps.map((ep, k) => paneHTML(ep, k, k === 0 ? group.rows : null)).join("");
+  panes.innerHTML = eps.map((ep, k) => paneHTML(ep, k, k === 0 ? group.rows : null, games[k])).join("");
+  for (const a of panes.querySelectorAll("a.seat-view"))
+    a.addEventListener("click", e => { e.preventDefault(); state.selected = Number(a.dataset.index); state.tab = "chat"; show(); });
   const sel = $("select.compare", panes);
   if (sel) sel.addEventListener("change", () => { state.compare = sel.value === "" ? null : Number(sel.value); show(); });
   const closer = $("button.close-compare", panes);
@@ -105,7 +108,7 @@ async function show() {
   renderLegend();
 }
 
-function paneHTML(ep, k, group) {
+function paneHTML(ep, k, group, game) {
   const r = ep.row;
   let compare = "";
   if (group && group.length > 1) {
@@ -126,8 +129,22 @@ function paneHTML(ep, k, group) {
     <h2>${esc(ep.task_id ?? ep.id)} ${compare}</h2>
     <div class="facts">${facts.map(f => `<span>${f}</span>`).join("")}</div>
     ${notes.length ? `<div class="notes">${notes.map(esc).join("<br>")}</div>` : ""}
-    ${state.tab === "chat" ? chatHTML(ep) : tokensHTML(ep)}
+    ${state.tab === "chat" ? chatHTML(ep) : state.tab === "game" ? gameHTML(ep, game) : tokensHTML(ep)}
   </section>`;
+}
+
+function gameHTML(ep, game) {  // a game with several agents: the seats, then every move in the order played
+  if (!game || !ep.row.seat) return `<div class="notes">one agent's episode: no game to show (see Conversation)</div>`;
+  const seats = game.seats.map(s => `<a href="#" class="seat-view" data-index="${s.index}">${esc(s.seat)}` +
+    `${s.policy ? " (" + esc(s.policy) + ")" : ""}: <span class="badge ${esc(s.outcome)}">${esc(s.outcome)}</span>` +
+    ` reward ${fmt(s.reward)}</a>`).join(" · ");
+  let html = `<div class="facts">seats' own views: ${seats}</div><div class="chat">`;
+  for (const m of game.moves) {
+    const bits = [`move ${m.move ?? "?"}`, esc(m.seat), `<span class="reward">reward ${fmt(m.reward)}</span>`];
+    html += `<div class="turnhead">${bits.join(" · ")}</div>` + msgHTML({role: "assistant", name: m.seat, content: m.action});
+    html += m.told.map(t => msgHTML({...t, name: `to ${m.seat}`})).join("");
+  }
+  return html + `</div>`;
 }
 
 function msgHTML(m) {
