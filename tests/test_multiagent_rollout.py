@@ -153,3 +153,21 @@ def test_episodes_with_their_own_seeds_do_not_depend_on_the_batch(tok):
     batch = MultiAgentRollout({"p": policy}, PARAMS).run(games(3), options=[{"index": i} for i in (2, 5, 9)],
                                                          sample_seeds=[3, 11, 4])
     assert [t.token_ids for t in alone] == [t.token_ids for t in batch[2:4]]
+
+
+def test_an_opponent_endpoint_that_is_gone_ends_its_games_with_the_reason_and_loses_nothing(tok):
+    import socket
+
+    from turnrl.agents.openai import OpenAIAgent
+    from turnrl.envs.multiagent.tictactoe import text_player
+
+    with socket.socket() as s:  # a port on 127.0.0.1 that nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    gone = OpenAIAgent(f"http://127.0.0.1:{port}/v1", "m", tokenizer=tok, timeout=5, max_retries=0)
+    rollout = MultiAgentRollout({"me": ScriptedAgent(tok, text_player("perfect")), "far": gone}, PARAMS,
+                                seats={"x": "me", "o": "far"})
+    trajs = rollout.run(games(2, max_opening=0), options=[{"index": 0}] * 2)
+    assert len(trajs) == 4 and all("policy 'far' failed to move" in (t.error or "") for t in trajs)
+    xs = [t for t in trajs if t.metadata["seat"] == "x"]
+    assert all(len(t.turns) == 1 and t.turns[0].action.content == "1" for t in xs)  # x's move is kept

@@ -12,8 +12,9 @@ Credit: a seat's move is rewarded with what it collects until its next move (Pet
 in between), placed on the move's last token; at the end each seat's last move gets what the game paid at its dead
 step. ``group_id`` is ``"{episode group}/{seat}"``, so GRPO-style groups are formed per seat and per starting state.
 
-Bad input is an answer: an environment that raises ends its episode (``Trajectory.error`` on every seat's view,
-nothing else lost); a seat whose context would pass ``max_context`` ends the episode truncated.
+Bad input is an answer: an environment that raises, or a policy whose ``generate`` raises (an endpoint that went
+away), ends the episodes concerned (``Trajectory.error`` on every seat's view, naming the policy; nothing else lost);
+a seat whose context would pass ``max_context`` ends the episode truncated.
 """
 
 from __future__ import annotations
@@ -195,7 +196,13 @@ class MultiAgentRollout:
                 kwargs: dict[str, Any] = {}
                 if capabilities_of(agent).seeds and all(sample_seeds[i] is not None for i, _ in jobs):
                     kwargs["seeds"] = [_move_seed(sample_seeds[i], seat, moves[i]) for i, seat in jobs]
-                outs = agent.generate([list(p) for p in prompts], self.params, **kwargs)
+                try:
+                    outs = agent.generate([list(p) for p in prompts], self.params, **kwargs)
+                except Exception as e:  # noqa: BLE001 — e.g. an endpoint gone: its games end with the error
+                    for i, _ in jobs:
+                        errors[i] = f"policy {policy!r} failed to move: {type(e).__name__}: {e}"
+                        live.remove(i)
+                    continue
                 version = self.versions[policy]() if policy in self.versions else None
                 for (i, seat), completion in zip(jobs, outs):
                     turn = views[i][seat].act(completion, version)
