@@ -155,6 +155,15 @@ def test_bad_multi_agent_runs_fail_before_a_model_loads(tmp_path):
         config(tmp_path, algorithm={"name": "sft"}, data={"path": "x.parquet"})
     with pytest.raises(ValueError, match="game's own rules"):
         config(tmp_path, reward={"default": "rule"})
+    import socket
+
+    with socket.socket() as s:  # a port on 127.0.0.1 that nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with pytest.raises(ValueError, match=f"the endpoint http://127.0.0.1:{port}/v1 does not answer"):
+        Trainer(config(tmp_path, multi_agent={"opponent": f"openai:http://127.0.0.1:{port}/v1#m"}))
+    with pytest.raises(ValueError, match="is not a run folder"):
+        Trainer(config(tmp_path, multi_agent={"eval_opponent": f"run:{tmp_path / 'nothing'}"}))
 
 
 def two_policies(out, **over):

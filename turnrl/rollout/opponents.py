@@ -25,4 +25,35 @@ def make_opponent(name: str, tokenizer: Any, seed: int = 0) -> Agent:
         return ScriptedAgent(tokenizer, text_player(name, seed))  # type: ignore[arg-type]
     from turnrl.agents import make_agent
 
-    return make_agent(name)
+    agent = make_agent(name)
+    if getattr(agent, "tokenizer", None) is None and tokenizer is not None:  # an endpoint: prompts in the run's
+        agent.tokenizer = tokenizer  # template (the seat's view is rendered and read with this tokenizer)
+    return agent
+
+
+def check_opponent(name: str, timeout: float = 5.0) -> None:
+    """Fail now, before any model loads, where an opponent cannot play: an ``openai:URL#MODEL`` endpoint that does
+    not answer ``GET URL/models``, or a ``run:OUT_DIR`` that is no run folder. Scripted players and other specs are
+    checked when they load.
+
+    Raises:
+        ValueError: the opponent cannot play, and why (with its address or path).
+    """
+    kind, sep, rest = name.partition(":")
+    if not sep or name in SCRIPTED:
+        return
+    if kind == "openai":
+        import httpx
+
+        url = rest.partition("#")[0].rstrip("/")
+        try:
+            httpx.get(f"{url}/models", timeout=timeout)
+        except httpx.HTTPError as e:
+            raise ValueError(f"opponent {name}: the endpoint {url} does not answer ({type(e).__name__}: {e}); start "
+                             "it, or name another opponent") from None
+    elif kind == "run":
+        from pathlib import Path
+
+        if not (Path(rest) / "config.yaml").is_file():
+            raise ValueError(f"opponent {name}: {rest} is not a run folder (no config.yaml); give the OUT_DIR of a "
+                             "turnrl train run")

@@ -31,6 +31,7 @@ from turnrl.rl.sources.onpolicy import OnPolicySource
 from turnrl.rl.sources.tasks import TaskPool, make_sampler
 from turnrl.rollout.job import Job
 from turnrl.rollout.multi import MultiAgentRollout
+from turnrl.rollout.opponents import check_opponent
 from turnrl.rollout.play import env_seed, sample_seed
 from turnrl.types import Trajectory
 
@@ -179,7 +180,10 @@ class MultiAgentSource(OnPolicySource):
     def __init__(self, cfg: TrainConfig, algorithm: Algorithm, runner: Any = None) -> None:
         self.cfg, self.algorithm, self._runner = cfg, algorithm, runner
         self._make_runner = None
-        seats_of(cfg)  # unknown seats fail before a model loads
+        seats_of(cfg)  # unknown seats and opponents that cannot play fail before a model loads
+        ma = cfg.multi_agent or MultiAgentConfig()
+        for name in {ma.opponent, ma.eval_opponent} - {"self", "league"}:
+            check_opponent(name)
         if type(algorithm).rollout_hook is not Algorithm.rollout_hook:
             raise ValueError(f"algorithm {cfg.algorithm.name!r} rewrites its episodes while they are played, which "
                              "games with several agents do not support: use grpo, rloo, dapo, ppo or reinforce++")
