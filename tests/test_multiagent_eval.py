@@ -28,6 +28,15 @@ def test_the_text_players_read_the_last_board_they_were_told():
         text_player("greedy")
 
 
+def test_the_random_player_keeps_no_state():
+    text = "rules\n" + show("x...o....") + "\nYour move (x)."
+    first = text_player("random", seed=3)
+    moves = [first(text) for _ in range(5)]
+    assert len(set(moves)) == 1 and text_player("random", seed=3)(text) == moves[0]  # the same text, the same move
+    assert moves[0] not in {"1", "5"}  # a free cell
+    assert len({text_player("random", seed=k)(text) for k in range(20)}) > 3  # other seeds, other cells
+
+
 def test_a_perfect_player_draws_itself_and_beats_random_play_on_held_out_openings():
     tok = tiny_tokenizer("chatml")
     perfect = ScriptedAgent(tok, text_player("perfect"))

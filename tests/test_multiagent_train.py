@@ -149,8 +149,10 @@ def test_bad_multi_agent_runs_fail_before_a_model_loads(tmp_path):
         Trainer(config(tmp_path, multi_agent={"eval_seat": "q"}))
     with pytest.raises(ValueError, match="is an environment with one agent"):
         config(tmp_path, env={"id": "turnrl/Arithmetic-v0"}, multi_agent={})
-    with pytest.raises(ValueError, match="placement local"):
-        config(tmp_path, placement="ray")
+    with pytest.raises(ValueError, match="on placement ray plays one policy against itself or a frozen opponent"):
+        config(tmp_path, placement="ray", multi_agent={"opponent": "league"})
+    with pytest.raises(ValueError, match="native rollouts"):
+        config(tmp_path, learner={"backend": "deepspeed"}, placement="ray")
     with pytest.raises(ValueError, match="on-policy algorithm that plays whole games"):
         config(tmp_path, algorithm={"name": "sft"}, data={"path": "x.parquet"})
     with pytest.raises(ValueError, match="game's own rules"):
@@ -164,6 +166,12 @@ def test_bad_multi_agent_runs_fail_before_a_model_loads(tmp_path):
         Trainer(config(tmp_path, multi_agent={"opponent": f"openai:http://127.0.0.1:{port}/v1#m"}))
     with pytest.raises(ValueError, match="is not a run folder"):
         Trainer(config(tmp_path, multi_agent={"eval_opponent": f"run:{tmp_path / 'nothing'}"}))
+    with pytest.raises(ValueError, match="'random' is a tic-tac-toe player and turnrl/SolverCritic-v0 is another"):
+        Trainer(config(tmp_path, env={"id": "turnrl/SolverCritic-v0"}, multi_agent={"eval_opponent": "random"}))
+    with pytest.raises(ValueError, match="opponent smollm2-135m-instuct: .*did you mean"):
+        Trainer(config(tmp_path, multi_agent={"opponent": "smollm2-135m-instuct"}))
+    with pytest.raises(ValueError, match="held-out games need a fixed one"):
+        config(tmp_path, multi_agent={"eval_opponent": "league"})
 
 
 def two_policies(out, **over):
@@ -234,6 +242,22 @@ def test_a_resumed_run_restores_every_policy(tmp_path):
     one = trainer(config(tmp_path / "one", steps=1))
     with pytest.raises(ValueError, match="holds policies"):
         one.load(tmp_path / "cut" / "checkpoint.pt")
+    # one policy of the run, as an agent (its adapters merged into the base): run:OUT_DIR#POLICY
+    from turnrl.agents import make_agent
+
+    (tmp_path / "whole" / "config.yaml").write_text((tmp_path / "whole" / "config.yaml").read_text().replace(
+        "model: tiny", "model: tiny:chatml"))
+    whole.save(tmp_path / "whole" / "checkpoint.pt")
+    o = make_agent(f"run:{tmp_path / 'whole'}#O")
+    ids = torch.tensor([[1, 5, 9, 13, 2, 7]])
+    with torch.no_grad():
+        want = whole.policies["O"].model(ids).logits
+        assert torch.allclose(o.model(ids).logits, want, atol=1e-4)
+        assert not torch.allclose(whole.policies["X"].model(ids).logits, want, atol=1e-4)
+    with pytest.raises(ValueError, match=r"holds several policies \(O, X\): name one, as .*#O"):
+        make_agent(f"run:{tmp_path / 'whole'}")
+    with pytest.raises(ValueError, match="has no policy 'Z'; it holds O, X"):
+        make_agent(f"run:{tmp_path / 'whole'}#Z")
 
 
 def test_bad_policy_maps_are_refused_before_a_model_loads(tmp_path):

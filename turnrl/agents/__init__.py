@@ -6,7 +6,8 @@
 * ``vllm:PATH_OR_NAME`` — a vLLM engine (GPU; ``pip install 'turnrl[gpu]'``);
 * ``openai:URL#MODEL`` — any OpenAI-compatible server (needs ``tokenizer=`` for token-level rollouts);
 * ``tiny:TEMPLATE`` — a tiny random model with a small tokenizer (tests, smoke runs);
-* ``run:OUT_DIR`` — the policy a ``turnrl train`` run saved: its ``model`` with the weights of its ``checkpoint.pt``.
+* ``run:OUT_DIR`` — the policy a ``turnrl train`` run saved: its ``model`` with the weights of its ``checkpoint.pt``
+  (``run:OUT_DIR#POLICY`` for one policy of a run with several).
 """
 
 from __future__ import annotations
@@ -82,6 +83,7 @@ def _run_agent(folder: str, batch_size: int, device: str = "cpu") -> Any:
 
     import yaml
 
+    folder, _, policy = folder.partition("#")  # a run of several policies: run:OUT_DIR#POLICY
     config = Path(folder) / "config.yaml"
     if not config.is_file():
         raise FileNotFoundError(f"run:{folder}: no config.yaml there (run:OUT_DIR takes the out_dir of a `turnrl "
@@ -92,6 +94,6 @@ def _run_agent(folder: str, batch_size: int, device: str = "cpu") -> Any:
     agent = make_agent(str(name), batch_size=batch_size)
     from turnrl.checkpoint import load_policy
 
-    load_policy(agent.model, folder)
+    load_policy(agent.model, f"{folder}#{policy}" if policy else folder)
     agent.model.to(device)
     return agent

@@ -277,7 +277,7 @@ def train(
     first, last = trainer.history[0], trainer.history[-1]
     label = "success on training tasks (no held-out split)" if on_train else "held-out success"
     if cfg.multi_agent is not None:
-        label = f"held-out wins against {cfg.multi_agent.eval_opponent}"
+        label = f"held-out wins against {cfg.multi_agent.held_out_opponent(cfg.env.id)}"
     console.print(f"{label}: {first.get('eval_success')} -> {last.get('eval_success')} "
                   f"after {trainer.step} steps; run in {cfg.out_dir}")
 

@@ -108,7 +108,7 @@ def _play_game(env_id: str, kwargs: dict[str, Any], seed: int, index: int | None
     """A person in ``seat`` of a multi-agent game, ``opponent`` in the others (greedy, each from its own view)."""
     from turnrl.agents.base import SamplingParams
     from turnrl.envs.multiagent import make_multi_agent
-    from turnrl.rollout.opponents import SCRIPTED, make_opponent
+    from turnrl.rollout.opponents import SCRIPTED, check_opponent, make_opponent
     from turnrl.tokens import ChatRenderer
     from turnrl.types import Message
 
@@ -121,6 +121,7 @@ def _play_game(env_id: str, kwargs: dict[str, Any], seed: int, index: int | None
     if mine not in seats:
         fail(f"{env_id} has no seat {mine!r}; its seats: {', '.join(seats)}")
     try:
+        check_opponent(opponent, env_id)
         if opponent in SCRIPTED:
             from turnrl.agents.tiny import tiny_tokenizer
 
@@ -129,6 +130,9 @@ def _play_game(env_id: str, kwargs: dict[str, Any], seed: int, index: int | None
             other = make_opponent(opponent, None, seed)
     except (ValueError, OSError, ImportError) as e:  # an agent spec that does not load
         fail(f"--opponent {opponent}: {e}")
+    if other.tokenizer is None:
+        fail(f"--opponent {opponent}: an endpoint without a tokenizer cannot read its seat's view; play against a "
+             "model by name or path, or run:OUT_DIR")
     renderer = ChatRenderer(other.tokenizer)
     views: dict[str, list[Message]] = {s: [] for s in seats}
     params = SamplingParams(temperature=0.0, max_new_tokens=max_new_tokens)

@@ -12,8 +12,8 @@ Credit: a seat's move is rewarded with what it collects until its next move (Pet
 in between), placed on the move's last token; at the end each seat's last move gets what the game paid at its dead
 step. ``group_id`` is ``"{episode group}/{seat}"``, so GRPO-style groups are formed per seat and per starting state.
 
-Bad input is an answer: an environment that raises, or a policy whose ``generate`` raises (an endpoint that went
-away), ends the episodes concerned (``Trajectory.error`` on every seat's view, naming the policy; nothing else lost);
+Bad input is an answer: an environment that raises, or a frozen policy whose ``generate`` raises (an endpoint that
+went away; a trained policy's failure is raised), ends the episodes concerned (``Trajectory.error`` on every seat's view, naming the policy; nothing else lost);
 a seat whose context would pass ``max_context`` ends the episode truncated.
 """
 
@@ -199,13 +199,17 @@ class MultiAgentRollout:
                 try:
                     outs = agent.generate([list(p) for p in prompts], self.params, **kwargs)
                 except Exception as e:  # noqa: BLE001 — e.g. an endpoint gone: its games end with the error
+                    if policy in self.versions:  # a policy being trained fails: a bug or out of memory, not a game's
+                        raise
                     for i, _ in jobs:
                         errors[i] = f"policy {policy!r} failed to move: {type(e).__name__}: {e}"
                         live.remove(i)
                     continue
                 version = self.versions[policy]() if policy in self.versions else None
                 for (i, seat), completion in zip(jobs, outs):
-                    turn = views[i][seat].act(completion, version)
+                    sampled_by = version if completion.policy_version is None or version is None \
+                        else completion.policy_version  # the weights that sampled it (a worker may load new ones)
+                    turn = views[i][seat].act(completion, sampled_by)
                     turn.info["move"] = moves[i]  # its place among every seat's moves (the viewer interleaves them)
                     moves[i] += 1
                     try:

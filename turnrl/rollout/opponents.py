@@ -12,8 +12,9 @@ from turnrl.agents.base import Agent
 SCRIPTED = ("perfect", "random")
 
 
-def make_opponent(name: str, tokenizer: Any, seed: int = 0) -> Agent:
-    """The opponent ``name`` names: ``perfect`` or ``random`` (tic-tac-toe players), else an agent spec.
+def make_opponent(name: str, tokenizer: Any, seed: int = 0, device: str = "cpu") -> Agent:
+    """The opponent ``name`` names: ``perfect`` or ``random`` (tic-tac-toe players), else an agent spec (its
+    weights on ``device``).
 
     Raises:
         ValueError: an agent spec that does not load (its message).
@@ -25,35 +26,47 @@ def make_opponent(name: str, tokenizer: Any, seed: int = 0) -> Agent:
         return ScriptedAgent(tokenizer, text_player(name, seed))  # type: ignore[arg-type]
     from turnrl.agents import make_agent
 
-    agent = make_agent(name)
+    agent = make_agent(name, device=device)
     if getattr(agent, "tokenizer", None) is None and tokenizer is not None:  # an endpoint: prompts in the run's
         agent.tokenizer = tokenizer  # template (the seat's view is rendered and read with this tokenizer)
     return agent
 
 
-def check_opponent(name: str, timeout: float = 5.0) -> None:
-    """Fail now, before any model loads, where an opponent cannot play: an ``openai:URL#MODEL`` endpoint that does
-    not answer ``GET URL/models``, or a ``run:OUT_DIR`` that is no run folder. Scripted players and other specs are
-    checked when they load.
+def check_opponent(name: str, env_id: str, timeout: float = 5.0) -> None:
+    """Fail now, before any model loads, where an opponent cannot play ``env_id``: a tic-tac-toe player on another
+    game, a model name that is no built-in, path or cached hub id, an ``openai:URL#MODEL`` endpoint that does not
+    answer ``GET URL/models`` (or refuses it), a ``run:OUT_DIR`` that is no run folder.
 
     Raises:
         ValueError: the opponent cannot play, and why (with its address or path).
     """
-    kind, sep, rest = name.partition(":")
-    if not sep or name in SCRIPTED:
+    if name in SCRIPTED:
+        if env_id != "turnrl/TicTacToe-v0":
+            raise ValueError(f"opponent {name!r} is a tic-tac-toe player and {env_id} is another game: name self or "
+                             "an agent spec")
         return
-    if kind == "openai":
+    kind, sep, rest = name.partition(":")
+    if not sep or kind == "hf":
+        from turnrl.agents.models import resolve_model_path
+
+        try:
+            resolve_model_path(rest if sep else name)
+        except OSError as e:
+            raise ValueError(f"opponent {name}: {e}") from None
+    elif kind == "openai":
         import httpx
 
         url = rest.partition("#")[0].rstrip("/")
         try:
-            httpx.get(f"{url}/models", timeout=timeout)
+            answer = httpx.get(f"{url}/models", timeout=timeout)
         except httpx.HTTPError as e:
             raise ValueError(f"opponent {name}: the endpoint {url} does not answer ({type(e).__name__}: {e}); start "
                              "it, or name another opponent") from None
+        if answer.status_code in (401, 403) or answer.status_code >= 500:
+            raise ValueError(f"opponent {name}: the endpoint {url} answers {answer.status_code} to GET /models")
     elif kind == "run":
         from pathlib import Path
 
-        if not (Path(rest) / "config.yaml").is_file():
+        if not (Path(rest.partition("#")[0]) / "config.yaml").is_file():
             raise ValueError(f"opponent {name}: {rest} is not a run folder (no config.yaml); give the OUT_DIR of a "
                              "turnrl train run")

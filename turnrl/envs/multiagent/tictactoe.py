@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import re
+import zlib
 from collections.abc import Callable
 from typing import Any, Literal
 
@@ -89,16 +90,19 @@ def board_in(text: str) -> str | None:
 
 def text_player(kind: Literal["perfect", "random"], seed: int = 0) -> Callable[[str], str]:
     """An opponent that needs no model, as a function of the text a seat was told: ``perfect`` (minimax) or
-    ``random`` (a free cell drawn with its own stream) on the last board shown."""
+    ``random`` on the last board shown. The random player draws its free cell from a stream of ``seed`` and the
+    whole text (a CRC of it), so it keeps no state: the same game asks the same move whatever the batch, and a
+    resumed run plays what an uninterrupted one would."""
     if kind not in ("perfect", "random"):
         raise ValueError(f"a tic-tac-toe player is 'perfect' or 'random', got {kind!r}")
-    rng = np.random.default_rng(seed)
 
     def play(text: str) -> str:
         board = board_in(text)
         if board is None or "." not in board:
             return "1"
-        return str((best_move(board) if kind == "perfect" else random_move(board, rng)) + 1)
+        if kind == "perfect":
+            return str(best_move(board) + 1)
+        return str(random_move(board, np.random.default_rng([seed, zlib.crc32(text.encode())])) + 1)
 
     return play
 

@@ -44,9 +44,10 @@ class MultiAgentConfig(BaseModel):
         "see `league`), random or perfect (tic-tac-toe players that need no model), or a frozen agent spec "
         "(hf:PATH, run:OUT_DIR, openai:URL#MODEL)"))
     league: LeagueConfig = Field(default_factory=LeagueConfig)
-    eval_opponent: str = Field("random", description=(
-        "the opponent of the held-out evaluation (the same names as `opponent`; never train against the one you "
-        "report)"))
+    eval_opponent: str | None = Field(None, description=(
+        "the opponent of the held-out evaluation: self, random or perfect (tic-tac-toe), or a frozen agent spec; "
+        "never train against the one you report. Default: random on tic-tac-toe, else self (every seat the "
+        "policy, as a cooperative game is played)"))
     eval_seat: str | None = Field(None, description="the seat the policy plays in held-out games (default: every "
                                   "seat in turn)")
     policies: dict[str, PolicyConfig] | None = Field(None, description=(
@@ -56,6 +57,9 @@ class MultiAgentConfig(BaseModel):
 
     @model_validator(mode="after")
     def _policies(self) -> MultiAgentConfig:
+        if self.eval_opponent == "league":
+            raise ValueError("multi_agent.eval_opponent: the league is the training opponent; held-out games need a "
+                             "fixed one (random, perfect, self or an agent spec)")
         if self.policies is None:
             return self
         if len(self.policies) < 2:
@@ -74,6 +78,12 @@ class MultiAgentConfig(BaseModel):
         if self.train_seats is not None:
             raise ValueError("multi_agent.policies trains every policy on its own seats: drop train_seats")
         return self
+
+    def held_out_opponent(self, env_id: str) -> str:
+        """``eval_opponent``, or its default for ``env_id``."""
+        if self.eval_opponent is not None:
+            return self.eval_opponent
+        return "random" if env_id == "turnrl/TicTacToe-v0" else "self"
 
     def policy_of_seat(self) -> dict[str, str]:
         """Each seat's policy (``{}`` with one policy)."""

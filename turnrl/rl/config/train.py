@@ -135,11 +135,16 @@ class TrainConfig(BaseModel):
                              "agent: drop them, or name a multi-agent environment (turnrl envs list)")
         if several and self.multi_agent is None:
             self.multi_agent = MultiAgentConfig()
-        if several and (self.placement != "local" or self.program is not None or self.learner.backend != "torch"):
-            raise ValueError(f"{self.env.id} has several agents, whose training runs on placement local with the "
-                             "local learner for now (rollouts on Ray workers, the gateway and DeepSpeed ranks do not "
-                             "play multi-agent episodes yet): use placement=local and drop `program` and "
-                             "learner.backend")
+        if several and (self.program is not None or self.learner.backend != "torch"):
+            raise ValueError(f"{self.env.id} has several agents, whose training runs with the local learner and "
+                             "native rollouts (the gateway and DeepSpeed ranks do not play games yet): drop `program` "
+                             "and learner.backend")
+        ma = self.multi_agent
+        if several and ma is not None and self.placement == "ray" and (ma.policies or ma.opponent == "league"
+                                                                        or self.rollout.max_staleness > 0):
+            raise ValueError(f"{self.env.id} on placement ray plays one policy against itself or a frozen opponent, "
+                             "synchronously: several policies, a league of past versions and rollout.max_staleness "
+                             "> 0 run on placement local for now")
         if several and (self.reward is not None or self.process_reward is not None):
             raise ValueError(f"{self.env.id} pays its seats by the game's own rules: drop `reward` and "
                              "`process_reward`")

@@ -81,6 +81,8 @@ class LearnerSet:
         for name, learner in self.learners.items():
             mine = by_policy[name]
             metrics[name] = learner.update(mine) if mine else {"skipped": 1.0}
+            if "skipped" in metrics[name]:  # its learning-rate schedule moves with the run's steps all the same
+                learner.scheduler.step()
             learner.version = target  # a policy with nothing to train keeps its weights under the run's version
         out = merge_metrics(metrics)
         out["policy_version"] = float(target)

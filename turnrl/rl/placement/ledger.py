@@ -1,7 +1,7 @@
 """The job ledger of the Ray placement: every episode of a step is committed exactly once.
 
 A job is *pending* until a worker takes it under a lease, *leased* while that worker plays it, and *done* once its
-Trajectory is committed; :meth:`Ledger.take` hands done jobs out and forgets them. The ledger may hold jobs of
+Trajectory is committed (a game of several agents commits every trained seat's view of it at once, as one job); :meth:`Ledger.take` hands done jobs out and forgets them. The ledger may hold jobs of
 several steps at once (rollouts of the next step start while the learner updates). A commit under a lease that is
 no longer the job's current lease (the worker was declared dead or hung and the job handed to another) is refused,
 as is a second commit of a done job; releasing a lease puts its unfinished jobs back to pending, so a killed
@@ -24,7 +24,7 @@ class Ledger:
     def __init__(self, jobs: Iterable[Job] = ()) -> None:
         self.jobs: dict[str, Job] = {}
         self.lease_of: dict[str, int | None] = {}  # job key → current lease (None = pending)
-        self.done: dict[str, Trajectory] = {}
+        self.done: dict[str, list[Trajectory]] = {}  # job key → its Trajectories (one; a game's trained views)
         self.leases: dict[int, list[str]] = {}
         self.refused = 0
         self.attempts: dict[str, int] = {}
@@ -54,12 +54,13 @@ class Ledger:
             self.attempts[j.key] = self.attempts.get(j.key, 0) + 1
         return lease, jobs
 
-    def commit(self, key: str, lease: int, traj: Trajectory) -> bool:
-        """Record a finished job. Returns False (and changes nothing) for a stale lease or a job already done."""
+    def commit(self, key: str, lease: int, traj: Trajectory | Sequence[Trajectory]) -> bool:
+        """Record a finished job: its Trajectory, or a game's trained views together. Returns False (and changes
+        nothing) for a stale lease or a job already done."""
         if key in self.done or key not in self.jobs or self.lease_of.get(key) != lease:
             self.refused += 1
             return False
-        self.done[key] = traj
+        self.done[key] = [traj] if isinstance(traj, Trajectory) else list(traj)
         return True
 
     def release(self, lease: int) -> list[Job]:
@@ -76,7 +77,7 @@ class Ledger:
         (left out of training, counted in the step's metrics)."""
         job = self.jobs[key]
         traj = Trajectory(group_id=job.group_id, error=reason, metadata={"job": key})
-        self.done[key] = traj
+        self.done[key] = [traj]
         return traj
 
     def outstanding(self, lease: int) -> list[str]:
@@ -84,23 +85,24 @@ class Ledger:
         return [k for k in self.leases.get(lease, []) if k not in self.done and self.lease_of.get(k) == lease]
 
     def restore(self, trajectories: Sequence[Trajectory]) -> int:
-        """Mark jobs done from trajectories committed before a restart (``metadata["job"]``); returns how many."""
-        n = 0
+        """Mark jobs done from trajectories committed before a restart (``metadata["job"]``; a game's views share
+        their job's key and are restored together); returns how many jobs."""
+        found: dict[str, list[Trajectory]] = {}
         for t in trajectories:
             key = t.metadata.get("job")
             if key in self.jobs and key not in self.done:
-                self.done[key] = t
-                n += 1
-        return n
+                found.setdefault(key, []).append(t)
+        self.done.update(found)
+        return len(found)
 
     def settled(self, keys: Sequence[str]) -> bool:
         """Whether every job of ``keys`` is done."""
         return all(k in self.done for k in keys)
 
     def take(self, keys: Sequence[str]) -> list[Trajectory]:
-        """The committed Trajectories of ``keys`` (in that order), forgotten by the ledger (a later commit of one of
-        them is refused as unknown)."""
-        out = [self.done.pop(k) for k in keys]
+        """The committed Trajectories of ``keys`` (in that order; a game's views together), forgotten by the ledger
+        (a later commit of one of them is refused as unknown)."""
+        out = [t for k in keys for t in self.done.pop(k)]
         for k in keys:
             self.jobs.pop(k, None)
             self.lease_of.pop(k, None)

@@ -202,7 +202,7 @@ class RayRunner:
             for job in jobs:  # a job that broke every worker it ran on ends as an error episode
                 if job.key not in ledger.done and ledger.lease_of.get(job.key) is None \
                         and ledger.attempts.get(job.key, 0) > self.cfg.ray.max_restarts:
-                    self._journal(ledger.fail(job.key, f"rollout failed on {ledger.attempts[job.key]} attempts"))
+                    self._journal([ledger.fail(job.key, f"rollout failed on {ledger.attempts[job.key]} attempts")])
             if ledger.settled(keys):
                 break
             self._dispatch(step)
@@ -236,10 +236,12 @@ class RayRunner:
                     self._recover(w)
                     continue
                 last = time.monotonic()
-                if ledger.commit(key, got_lease, traj):
-                    self._journal(traj)
+                views = traj if isinstance(traj, list) else [traj]  # a game: every trained seat's view at once
+                if ledger.commit(key, got_lease, views):
+                    self._journal(views)
                     if self.on_commit is not None:
-                        self.on_commit(traj, ledger)
+                        for view in views:
+                            self.on_commit(view, ledger)
         for gen, (w, lease) in list(self.streams.items()):  # leases with nothing left to play: their workers are free
             if not ledger.outstanding(lease):
                 del self.streams[gen]
@@ -266,9 +268,10 @@ class RayRunner:
 
     # ---- the journal: committed episodes of unfinished steps survive a driver restart ----
 
-    def _journal(self, traj: Trajectory) -> None:
-        step = Job.parse(traj.metadata["job"]).step
-        write_jsonl([traj], self.journal / f"step-{step}.jsonl", append=True)
+    def _journal(self, views: list[Trajectory]) -> None:
+        """Append a committed job's Trajectories (a game's views in one write) to its step's journal."""
+        step = Job.parse(views[0].metadata["job"]).step
+        write_jsonl(views, self.journal / f"step-{step}.jsonl", append=True)
 
     def _journaled(self, jobs: Sequence[Job]) -> list[Trajectory]:
         """Episodes of these jobs committed before a restart, under the weights the learner holds now (with

@@ -118,7 +118,12 @@ class RolloutWorker:
         if env_spec is not None:
             env_id, entry_point, kwargs = env_spec
             register(env_id, entry_point, **kwargs)
-        make(self.cfg.env.id, **self.cfg.env.kwargs).close()  # fail at start, not mid-step, if envs cannot be built
+        if self.cfg.multi_agent is not None:  # a game with several agents: fail at start if it cannot be built
+            from turnrl.envs.multiagent import make_multi_agent
+
+            make_multi_agent(self.cfg.env.id, **self.cfg.env.kwargs).close()
+        else:
+            make(self.cfg.env.id, **self.cfg.env.kwargs).close()  # fail at start, not mid-step, if envs cannot be built
         self.batch_size = batch_size
         self.vllm = self.cfg.ray.rollout_backend == "vllm"
         self.agent: Any = None
@@ -129,6 +134,7 @@ class RolloutWorker:
         self.adapter_config: Any = None  # a LoRA policy on vLLM: the adapters' peft config (weights come per version)
         self.pid = os.getpid()
         self.windows: Any = None  # T-PPO: a LocalWindows holding this worker's unfinished episodes (after setup)
+        self.games: Any = None  # a multi-agent run: the MultiAgentRunner that plays this worker's games
 
     def setup(self, model: list[Any], tokenizer: list[Any]) -> dict[str, Any]:
         """Build the agent from ``model[0]`` (the policy at version 0) and ``tokenizer[0]`` — objects or object refs
@@ -154,6 +160,7 @@ class RolloutWorker:
                                  kv_cache_mb=self.cfg.rollout.kv_cache_mb)
         self.version = 0
         self.player = VersionedAgent(self.agent, self.lock, lambda: self.version)
+        self.games = None  # built for this player on the first game
         from turnrl.rl.sources.windows import LocalWindows
 
         self.windows = LocalWindows(self.cfg, self.player, lambda: self.version, per_episode_seeds=True)
@@ -291,7 +298,10 @@ class RolloutWorker:
         def work() -> None:
             torch.set_num_threads(self.threads)  # per thread: a new thread's OpenMP team starts from OMP_NUM_THREADS
             try:
-                play_jobs(self.cfg, self.player, jobs, lambda: self.version, per_episode_seeds=True, sink=sink)
+                if self.cfg.multi_agent is not None:
+                    self._play_games(jobs, done)
+                else:
+                    play_jobs(self.cfg, self.player, jobs, lambda: self.version, per_episode_seeds=True, sink=sink)
                 done.put(None)
             except BaseException as e:  # noqa: BLE001 — reported to the driver, which re-runs the jobs
                 done.put(e)
@@ -303,4 +313,22 @@ class RolloutWorker:
                 return
             if isinstance(item, BaseException):
                 raise RuntimeError(f"rollout worker {self.pid} failed: {type(item).__name__}: {item}") from item
+            if isinstance(item, list):  # a game: every trained seat's view, committed together
+                yield lease, item[0].metadata["job"], item
+                continue
             yield lease, item.metadata["job"], item
+
+    def _play_games(self, jobs: list[Job], done: queue.Queue[Any]) -> None:
+        """Play each job's game (:class:`~turnrl.rl.sources.multi.MultiAgentRunner`, the same rules and seeds as on
+        the local placement) and put each game's trained views on ``done`` as one list."""
+        from turnrl.rl.sources.multi import MultiAgentRunner
+
+        if self.games is None:
+            self.games = MultiAgentRunner(self.cfg, self.player, lambda: self.version)
+        trajs, _ = self.games.run(jobs)
+        by_job: dict[str, list[Trajectory]] = {}
+        for t in trajs:
+            t.metadata["worker"] = self.pid
+            by_job.setdefault(t.metadata["job"], []).append(t)
+        for job in jobs:
+            done.put(by_job[job.key])

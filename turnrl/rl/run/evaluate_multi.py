@@ -37,10 +37,11 @@ def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
 def evaluate_multi_agent(agent: Agent | Mapping[str, Agent], env_id: str, env_kwargs: dict[str, Any] | None = None, *,
                          opponent: str | Agent = "random", seat: str | None = None, episodes: int = 64,
                          seed: int = 0, params: SamplingParams | None = None, max_context: int = 4096,
-                         batch_size: int = 32, out_dir: str | Path | None = None) -> dict[str, Any]:
+                         batch_size: int = 32, out_dir: str | Path | None = None,
+                         opponent_label: str | None = None) -> dict[str, Any]:
     """Play ``episodes`` games of ``env_id`` (its held-out split unless ``env_kwargs`` names one) with ``agent`` in
     ``seat`` (every seat in turn when None) and ``opponent`` in the others; return the figures (and write
-    ``metrics.json`` and ``items.jsonl`` to ``out_dir``). ``agent`` may map every seat to its own policy (a run with
+    ``metrics.json`` and ``items.jsonl`` to ``out_dir``; ``opponent_label`` names an opponent given as an agent). ``agent`` may map every seat to its own policy (a run with
     several): the evaluated seat is played by its policy, and with ``opponent="self"`` every seat by its own.
 
     Raises:
@@ -89,8 +90,8 @@ def evaluate_multi_agent(agent: Agent | Mapping[str, Agent], env_id: str, env_kw
                                  "reward": t.metadata["seat_reward"], "moves": len(t.turns),
                                  "invalid_moves": t.metadata["invalid_moves"], "error": t.error})
     metrics = summarize(rows)
-    metrics.update(env=env_id, env_kwargs=kwargs, opponent=opponent if isinstance(opponent, str) else
-                   type(opponent).__name__, seat=seat or "all", episodes=len(rows))
+    metrics.update(env=env_id, env_kwargs=kwargs, opponent=opponent_label or (
+                   opponent if isinstance(opponent, str) else type(opponent).__name__), seat=seat or "all", episodes=len(rows))
     if out_dir is not None:
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)

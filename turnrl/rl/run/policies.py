@@ -39,6 +39,7 @@ def build_policies(config: TrainConfig, model: Any, tokenizer: Any, device: Any,
     assert config.multi_agent is not None and config.multi_agent.policies
     specs = config.multi_agent.policies
     names = list(specs)
+    model.to(device)  # on the device before the copies, so that the shared base is one tensor there
     models = {names[0]: model, **{name: copy.deepcopy(model) for name in names[1:]}}
     for name, spec in specs.items():
         if spec.init_from:
@@ -54,6 +55,6 @@ def build_policies(config: TrainConfig, model: Any, tokenizer: Any, device: Any,
             share_frozen_base(models[names[0]], models[name])
     agents = {}
     for name, m in models.items():
-        m.to(device)
+        m.to(device)  # (already there: a no-op that keeps the shared tensors shared)
         agents[name] = HFAgent(m, tokenizer, batch_size=batch_size, kv_cache_mb=config.rollout.kv_cache_mb)
     return agents

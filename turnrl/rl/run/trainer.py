@@ -56,6 +56,7 @@ class Trainer:
         self.cfg = config
         self._eval_kwargs: dict[str, Any] | None = None  # the held-out env's kwargs, resolved at the first evaluation
         self.eval_metrics: dict[str, Any] = {}  # the last evaluation's figures
+        self._eval_opponent: Any = None  # a multi-agent run's held-out opponent, built at the first evaluation
         batch = config.rollout.prompts_per_step * config.rollout.group_size
         self.algorithm = get_algorithm(config.algorithm)
         # the algorithm's experience source, opened (data read and checked) before the model loads
@@ -156,11 +157,17 @@ class Trainer:
                 player = {seat: self.policies[name] for seat, name in ma.policy_of_seat().items()}
             kwargs = {k: v for k, v in self.cfg.env.kwargs.items() if k != "split"}  # the held-out split's
             kwargs.update(self.cfg.env.eval_kwargs or {})
-            m = evaluate_multi_agent(player, self.cfg.env.id, kwargs, opponent=ma.eval_opponent,
+            name = ma.held_out_opponent(self.cfg.env.id)
+            if self._eval_opponent is None and name != "self":  # built once, on the policy's device
+                from turnrl.rollout.opponents import make_opponent
+
+                self._eval_opponent = make_opponent(name, self.agent.tokenizer, self.cfg.seed, str(self.device))
+            m = evaluate_multi_agent(player, self.cfg.env.id, kwargs, opponent=self._eval_opponent or "self",
                                      seat=ma.eval_seat, episodes=self.cfg.eval_tasks, seed=self.cfg.seed,
                                      params=SamplingParams(temperature=0.0,
                                                            max_new_tokens=self.cfg.rollout.max_new_tokens),
-                                     max_context=self.cfg.rollout.max_context, out_dir=out)
+                                     max_context=self.cfg.rollout.max_context, out_dir=out,
+                                     opponent_label=name)
             self.eval_metrics = {**m, "env": {k: v for k, v in m.items() if k.endswith(("_rate", "_mean"))
                                               and k != "success_rate"}}
             return float(m["success_rate"])

@@ -48,8 +48,10 @@ class League:
     def draw(self, step: int) -> int | None:
         """The opponent of ``step``: an index into :attr:`pool`, or None for the current policy itself (with
         probability ``latest``, and always while the pool is empty). The same for the same seed, step and pool."""
+        if not self.pool or step < 0:  # work before the first step (a task sampler's scoring): the policy itself
+            return None
         rng = np.random.default_rng([self.seed, step, 0x1EA6])
-        if not self.pool or rng.random() < self.cfg.latest:
+        if rng.random() < self.cfg.latest:
             return None
         return int(rng.integers(len(self.pool)))
 
@@ -109,7 +111,9 @@ class Opponents:
         self._past = PastSelf(agent) if self.league is not None else None
         self._frozen: Agent | None = None
         if cfg.opponent not in ("self", "league"):
-            self._frozen = make_opponent(cfg.opponent, agent.tokenizer, seed)
+            model = getattr(agent, "model", None)
+            device = str(next(model.parameters()).device) if model is not None else "cpu"
+            self._frozen = make_opponent(cfg.opponent, agent.tokenizer, seed, device)
 
     def before(self, step: int, version: int) -> None:
         """Before ``step``'s episodes: a version of the policy enters the league where the rules say so."""

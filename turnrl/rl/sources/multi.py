@@ -182,8 +182,8 @@ class MultiAgentSource(OnPolicySource):
         self._make_runner = None
         seats_of(cfg)  # unknown seats and opponents that cannot play fail before a model loads
         ma = cfg.multi_agent or MultiAgentConfig()
-        for name in {ma.opponent, ma.eval_opponent} - {"self", "league"}:
-            check_opponent(name)
+        for name in {ma.opponent, ma.held_out_opponent(cfg.env.id)} - {"self", "league"}:
+            check_opponent(name, cfg.env.id)
         if type(algorithm).rollout_hook is not Algorithm.rollout_hook:
             raise ValueError(f"algorithm {cfg.algorithm.name!r} rewrites its episodes while they are played, which "
                              "games with several agents do not support: use grpo, rloo, dapo, ppo or reinforce++")
@@ -199,8 +199,13 @@ class MultiAgentSource(OnPolicySource):
         self._prepared = None
 
     def attach(self, parts: RunParts) -> None:
-        """The games are played in this process with the policy being trained."""
-        self._make_runner = lambda: MultiAgentRunner(self.cfg, parts.agent, parts.version, parts.policies)
+        """The games are played in this process with the policy being trained (placement local), or on the
+        placement's rollout workers (placement ray: each worker plays its leases' games with this module's
+        :class:`MultiAgentRunner`)."""
+        if self.cfg.placement == "local":
+            self._make_runner = lambda: MultiAgentRunner(self.cfg, parts.agent, parts.version, parts.policies)
+        else:
+            self._make_runner = parts.runner
 
     def step_metrics(self, seen: Sequence[Trajectory]) -> dict[str, float]:
         """The rollout figures of every trained game, each seat's, and the opponent's."""

@@ -193,6 +193,8 @@ class OnPolicySource(ExperienceSource):
             self._log(jobs)
             chosen += list(dict.fromkeys(j.task for j in jobs))
             trajs, info = self.runner.run(jobs)
+            if round_ == 0 and len(trajs) > len(jobs):  # a game's trained seats: several views per job, all counted
+                want *= round(len(trajs) / len(jobs))
             order = {j.key: i for i, j in enumerate(jobs)}
             trajs = sorted(trajs, key=lambda t: order[t.metadata["job"]])  # job order, whoever finished first
             if self.reward is not None:

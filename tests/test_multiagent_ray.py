@@ -1,0 +1,93 @@
+"""Games with several agents on Ray rollout workers (a real local Ray cluster of 2 CPUs, a tiny model): the same games
+as on the local placement, each game's trained views committed together exactly once, a killed worker's games played
+again and none twice."""
+
+import pytest
+
+from turnrl.agents.tiny import tiny_model, tiny_tokenizer
+from turnrl.rl.placement.ledger import Ledger
+from turnrl.rl.run.trainer import TrainConfig, Trainer
+from turnrl.rl.sources.base import Job
+from turnrl.types import Trajectory
+
+ray = pytest.importorskip("ray")
+pytestmark = pytest.mark.timeout(300)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def cluster(ray_cluster):
+    return ray_cluster
+
+
+def config(out, placement="ray", **over):
+    data = {"model": "tiny", "env": {"id": "turnrl/TicTacToe-v0"}, "placement": placement,
+            "rollout": {"prompts_per_step": 4, "group_size": 2, "max_new_tokens": 6, "max_context": 1024,
+                        "temperature": 1.5, "seed_per_episode": True},
+            "steps": 1, "eval_tasks": 2, "out_dir": str(out), "seed": 1, **over}
+    if placement == "ray":
+        data["ray"] = {"rollout_workers": 2, "start_timeout": 180}
+    return TrainConfig.model_validate(data)
+
+
+def trainer(cfg):
+    tok = tiny_tokenizer("chatml")
+    return Trainer(cfg, model=tiny_model(tok), tokenizer=tok)
+
+
+def by_view(trajs):
+    return {(t.metadata["job"], t.metadata["seat"]): t for t in trajs}
+
+
+def test_ray_workers_play_the_games_the_local_placement_plays(tmp_path):
+    local = trainer(config(tmp_path / "local", "local"))
+    here, _ = local.source.collect(0)
+    remote = trainer(config(tmp_path / "ray"))
+    try:
+        there, info = remote.source.collect(0)
+        history = remote.train()
+    finally:
+        remote.close()
+    a, b = by_view(here), by_view(there)
+    assert len(a) == 16 and set(a) == set(b)  # 8 games × both seats
+    for key, t in a.items():  # the same game, token for token, from either placement
+        assert b[key].token_ids == t.token_ids and b[key].metadata["outcome"] == t.metadata["outcome"], key
+    assert {t.metadata["worker"] for t in there} and len({t.metadata["worker"] for t in there}) == 2
+    assert history[1]["guard_violations"] == 0 and history[1]["logp_diff_max"] < 1e-4
+    assert {"seat_x_win", "seat_o_loss", "win_rate"} <= set(history[1])
+
+
+def test_a_worker_killed_mid_step_loses_and_repeats_no_game(tmp_path):
+    t = trainer(config(tmp_path, rollout={"prompts_per_step": 4, "group_size": 4, "max_new_tokens": 6,
+                                          "max_context": 1024, "temperature": 1.5, "seed_per_episode": True}))
+    commits, killed = [], []
+
+    def on_commit(traj, ledger):
+        commits.append((traj.metadata["job"], traj.metadata["seat"]))
+        if not killed:  # at the first commit, kill the other worker while it plays
+            other = 1 - [ray.get(w.ready.remote())["pid"] for w in t.runner.workers].index(traj.metadata["worker"])
+            killed.append(other)
+            ray.kill(t.runner.workers[other], no_restart=False)
+
+    t.runner.on_commit = on_commit
+    try:
+        trajs, info = t.source.collect(0)
+    finally:
+        t.close()
+    assert killed
+    views = [(tr.metadata["job"], tr.metadata["seat"]) for tr in trajs]
+    jobs = {Job(0, 0, task, s).key for task in range(4) for s in range(4)}
+    assert len(views) == len(set(views)) == 32 and {j for j, _ in views} == jobs  # every game once, whole
+    assert len(commits) == len(set(commits)) == 32  # nothing committed twice
+    assert all(tr.error is None for tr in trajs)
+
+
+def test_a_games_views_are_committed_together_once():
+    jobs = [Job(0, 0, 0, s) for s in range(2)]
+    ledger = Ledger(jobs)
+    lease, mine = ledger.lease(2)
+    game = [Trajectory(metadata={"job": mine[0].key, "seat": s}) for s in ("x", "o")]
+    assert ledger.commit(mine[0].key, lease, game) and not ledger.commit(mine[0].key, lease, game[:1])
+    assert not ledger.settled([j.key for j in jobs])
+    assert ledger.restore([Trajectory(metadata={"job": mine[1].key, "seat": s}) for s in ("x", "o")]) == 1
+    out = ledger.take([j.key for j in jobs])
+    assert [(t.metadata["job"], t.metadata["seat"]) for t in out] == [(j.key, s) for j in jobs for s in ("x", "o")]
