@@ -6,7 +6,7 @@ import re
 
 import numpy as np
 import pytest
-from pettingzoo import AECEnv
+from pettingzoo import AECEnv, ParallelEnv
 
 from turnrl.envs.multiagent import MultiAgentTextEnv, is_multi_agent, make_multi_agent, register_multi_agent
 from turnrl.envs.multiagent.checks import check_multi_agent_environment
@@ -228,6 +228,54 @@ def test_a_pettingzoo_text_environment_loads_as_it_is():
     assert not report.ok and "did not end" in report.failures[0]
     capped = make_multi_agent("pettingzoo:test_multiagent_envs:make_guess", max_turns=20)  # a turn limit ends it
     assert check_multi_agent_environment(capped).ok
+
+
+class RockPaperScissors(ParallelEnv):
+    """A PettingZoo parallel game with text: both players move at once, three rounds; each sees the last round."""
+
+    metadata = {"name": "text_rps_v0"}  # noqa: RUF012
+    possible_agents = ["a", "b"]  # noqa: RUF012
+    BEATS = {"rock": "scissors", "scissors": "paper", "paper": "rock"}  # noqa: RUF012
+
+    def observation_space(self, agent):
+        return TextSpace()
+
+    def action_space(self, agent):
+        return TextSpace()
+
+    def reset(self, seed=None, options=None):
+        self.agents, self.round = list(self.possible_agents), 0
+        first = "Round 1: say rock, paper or scissors."
+        return {a: first for a in self.agents}, {a: {} for a in self.agents}
+
+    def step(self, actions):
+        said = {a: next((w for w in self.BEATS if w in (actions.get(a) or "").lower()), None) for a in self.agents}
+        a, b = self.agents
+        win = 0 if said[a] == said[b] else 1 if said[a] and (said[b] is None or self.BEATS[said[a]] == said[b]) else -1
+        self.round += 1
+        done = self.round >= 3
+        obs = {x: f"Round {self.round}: you said {said[x]}, your opponent said {said[y]}. Round {self.round + 1}."
+               for x, y in ((a, b), (b, a))}
+        out = (obs, {a: float(win), b: float(-win)}, {x: done for x in self.agents}, {x: False for x in self.agents},
+               {x: {} for x in self.agents})
+        if done:
+            self.agents = []
+        return out
+
+
+def make_rps():
+    return RockPaperScissors()
+
+
+def test_a_parallel_game_is_played_with_simultaneous_moves():
+    env = make_multi_agent("pettingzoo:test_multiagent_envs:make_rps")
+    assert env.simultaneous and env.possible_agents == ["a", "b"]
+    seen, total, _ = play(env, {"a": lambda o, e: "rock", "b": lambda o, e: "paper"})
+    assert total == {"a": -3.0, "b": 3.0}  # paper covers rock, three rounds
+    # b answers round 1 from round 1's question alone: it never sees a's move of the same round
+    assert seen["b"][0].content == "Round 1: say rock, paper or scissors."
+    assert "your opponent said paper" in seen["a"][1].content and "Round 2" in seen["a"][1].content
+    assert check_multi_agent_environment(make_multi_agent("pettingzoo:test_multiagent_envs:make_rps")).ok
 
 
 # ---- the registry and the checks ----

@@ -119,24 +119,32 @@ class TextArenaEnv(MultiAgentTextEnv):
 
 
 class PettingZooTextEnv(MultiAgentTextEnv):
-    """A PettingZoo AEC environment with text observations and actions, as a turnrl multi-agent environment.
+    """A PettingZoo environment with text observations and actions, as a turnrl multi-agent environment.
+
+    Simultaneous moves: a PettingZoo ``ParallelEnv`` (every agent acts at once each round) is played through
+    PettingZoo's own ``parallel_to_aec``: the agents reply one after the other, each from the observation of the
+    round before (no agent sees another's move of the same round), and the round is applied once all have replied.
 
     Args:
-        env: the PettingZoo ``AECEnv`` (not yet reset).
+        env: the PettingZoo ``AECEnv`` or ``ParallelEnv`` (not yet reset).
         max_turns, render_mode: as :class:`~turnrl.envs.multiagent.core.MultiAgentTextEnv`.
 
     Raises:
-        TypeError: ``env`` is not an AEC environment.
+        TypeError: ``env`` is neither.
     """
 
     possible_agents: list[str] = []  # noqa: RUF012 — the wrapped environment's
 
     def __init__(self, env: Any, *, max_turns: int | None = None, render_mode: str | None = None) -> None:
-        from pettingzoo import AECEnv
+        from pettingzoo import AECEnv, ParallelEnv
 
+        self.simultaneous = isinstance(env, ParallelEnv)
+        if self.simultaneous:
+            from pettingzoo.utils.conversions import parallel_to_aec
+
+            env = parallel_to_aec(env)
         if not isinstance(env, AECEnv):
-            raise TypeError(f"PettingZooTextEnv wraps a PettingZoo AECEnv, got {type(env).__name__} (a ParallelEnv "
-                            "converts with pettingzoo.utils.conversions.parallel_to_aec)")
+            raise TypeError(f"PettingZooTextEnv wraps a PettingZoo AECEnv or ParallelEnv, got {type(env).__name__}")
         self.inner = env
         self.possible_agents = [str(a) for a in env.possible_agents]
         super().__init__(max_turns=max_turns, render_mode=render_mode)

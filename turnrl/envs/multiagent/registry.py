@@ -3,7 +3,7 @@
 * built in: ``turnrl/TicTacToe-v0`` (competitive) and ``turnrl/SolverCritic-v0`` (cooperative);
 * ``textarena:GAME`` — a TextArena game by its id, e.g. ``textarena:KuhnPoker-v0`` (extra ``games``);
 * ``pettingzoo:MODULE:FACTORY`` — ``FACTORY(**kwargs)`` from ``MODULE`` must return a PettingZoo AEC environment
-  with text observations and actions;
+  (or a parallel one: simultaneous moves) with text observations and actions;
 * yours: :func:`register_multi_agent` (``"module:Class"`` entries, imported when one is made).
 """
 
@@ -52,7 +52,7 @@ def make_multi_agent(env_id: str, **kwargs: Any) -> MultiAgentTextEnv:
 
     Raises:
         ValueError: an unknown id (with the closest registered one), or a ``pettingzoo:`` factory that does not
-            return a PettingZoo AEC environment.
+            return a PettingZoo AEC or parallel environment.
         ImportError: the library a ``textarena:`` or ``pettingzoo:`` id needs is not installed.
     """
     from turnrl.envs.multiagent.external import PettingZooTextEnv, TextArenaEnv
