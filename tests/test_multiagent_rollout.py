@@ -171,3 +171,52 @@ def test_an_opponent_endpoint_that_is_gone_ends_its_games_with_the_reason_and_lo
     assert len(trajs) == 4 and all("policy 'far' failed to move" in (t.error or "") for t in trajs)
     xs = [t for t in trajs if t.metadata["seat"] == "x"]
     assert all(len(t.turns) == 1 and t.turns[0].action.content == "1" for t in xs)  # x's move is kept
+
+
+def test_one_gateway_serves_the_seats_of_a_game_each_with_its_own_session_and_policy(tok):
+    """A program plays the solver-critic game through the gateway: the solver's calls in one session answered by
+    policy X, the critic's in another by policy O; each session records its own policy's tokens, as that policy
+    scores them (and the other would not)."""
+    from openai import OpenAI
+
+    from turnrl.gateway import Gateway, build_trajectory
+
+    x, o = hf(tok, 0), hf(tok, 1)
+    gw = Gateway(x, "tiny", policies={"X": x, "O": o}, max_context=4096).start()
+    try:
+        sessions = {"solver": gw.open("game-s", policy="X", seed=1), "critic": gw.open("game-c", policy="O", seed=2)}
+        clients = {s: OpenAI(base_url=gw.base_url(sid), api_key=gw.api_key) for s, sid in sessions.items()}
+        env = make_multi_agent("turnrl/SolverCritic-v0")
+        env.reset(seed=0, options={"index": 0})
+        chats = {s: [] for s in env.possible_agents}
+        for seat in env.agent_iter(max_iter=40):
+            observation, _, termination, truncation, _ = env.last()
+            chats[seat] += [m.to_chat() for m in observation]
+            if termination or truncation:
+                env.step(None)
+                continue
+            reply = clients[seat].chat.completions.create(model="tiny", messages=chats[seat], max_tokens=6)
+            text = reply.choices[0].message.content
+            chats[seat].append({"role": "assistant", "content": text})
+            env.step(text)
+        recorded = {s: gw.close(sid) for s, sid in sessions.items()}
+        with pytest.raises(ValueError, match="serves no policy 'Z'; it serves X, O"):
+            gw.open("other", policy="Z")
+    finally:
+        gw.stop()
+    assert [len(recorded[s].calls) for s in ("solver", "critic")] == [2, 1]  # answer, review, final answer
+    for seat, name, policy, other in (("solver", "X", x, o), ("critic", "O", o, x)):
+        session = recorded[seat]
+        assert session.policy == name
+        traj = build_trajectory(session.calls, reward=0.0, correct=None, eos_ids=gw.eos_ids, tokenizer=tok)
+        ids = torch.tensor([traj.token_ids])
+        mask = torch.tensor(traj.loss_mask, dtype=torch.bool)[1:]
+        sampled = torch.tensor(traj.logprobs)[1:][mask]
+        for model, same in ((policy.model, True), (other.model, False)):
+            with torch.no_grad():
+                logp = torch.log_softmax(model(ids).logits[0, :-1].float(), -1).gather(-1, ids[0, 1:, None])[:, 0]
+            gap = float((logp[mask] - sampled).abs().max())
+            assert (gap < 1e-4) if same else (gap > 1e-2), (seat, same, gap)
+    bad = tiny_tokenizer("llama3")
+    with pytest.raises(ValueError, match="another tokenizer"):
+        Gateway(x, "tiny", policies={"B": HFAgent(tiny_model(bad), bad)})

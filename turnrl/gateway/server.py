@@ -13,6 +13,10 @@ AgentServer`), with three differences:
   the template tokens of the new messages (:mod:`turnrl.gateway.history`); everything answered is recorded
   (:mod:`turnrl.gateway.record`).
 * **Batching.** Concurrent sessions share the policy's generation calls (:mod:`turnrl.gateway.engine`).
+* **Several policies.** A gateway may serve several agents of one episode (the seats of a game, docs/multi-agent.md):
+  ``Gateway(agent, policies={"X": agent_x, "O": agent_o})`` and ``open(session, policy="X")``; each session is
+  answered by its own policy (its own engine and version) and recorded on its own, and a client never picks another
+  session's policy (the session decides, whatever ``model`` a request names).
 
 The run's sampling settings override the request's (``sampling``: e.g. the rollout temperature — the learner scores
 tokens under the distribution that sampled them), ``max_tokens`` is capped by ``max_new_tokens``, and a prompt longer
@@ -29,7 +33,7 @@ import re
 import secrets
 import threading
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -52,6 +56,7 @@ class Session:
 
     id: str
     history: ChatHistory
+    policy: str | None = None  # which of the gateway's policies answers it (None: the gateway's agent)
     seed: int | None = None
     sampling: dict[str, Any] = field(default_factory=dict)
     calls: list[Call] = field(default_factory=list)
@@ -90,6 +95,12 @@ class Gateway(AgentServer):
         timeout: seconds one request may wait for its completions.
         engine_thread: decode in a thread of the gateway's own; False: only while a caller waits in
             ``gateway.engine.serve(futures)`` (a training run: decoding and updates in one thread, never at once).
+        policies: more policies by name, for sessions opened with ``policy=NAME`` (they must share ``agent``'s
+            tokenizer: one episode's views are rendered with one chat template).
+        versions: each named policy's version (default: ``version``).
+
+    Raises:
+        ValueError: a policy whose tokenizer differs from ``agent``'s.
     """
 
     #: a streamed call decodes to its end even when its client goes away (it is recorded; other sessions share the
@@ -99,12 +110,25 @@ class Gateway(AgentServer):
     def __init__(self, agent: Any, model: str = "turnrl-policy", *, host: str = "127.0.0.1", port: int = 0,
                  api_key: str | None = None, version: Callable[[], int] | None = None,
                  sampling: dict[str, Any] | None = None, max_new_tokens: int | None = None,
-                 max_context: int | None = None, timeout: float = 600.0, engine_thread: bool = True) -> None:
+                 max_context: int | None = None, timeout: float = 600.0, engine_thread: bool = True,
+                 policies: Mapping[str, Any] | None = None,
+                 versions: Mapping[str, Callable[[], int]] | None = None) -> None:
         super().__init__(agent, model, host, port, api_key=api_key or secrets.token_urlsafe(24))
         self.version = version or (lambda: 0)
         self.sampling = dict(sampling or {})
         self.max_new_tokens, self.max_context = max_new_tokens, max_context
         self.engine = Engine(agent, timeout=timeout, own_thread=engine_thread)
+        self.policies = dict(policies or {})
+        if self.policies and not engine_thread:
+            raise ValueError("a gateway with several policies decodes each in its own engine thread: "
+                             "engine_thread=True")
+        for name, other in self.policies.items():
+            if not _same_tokenizer(other.tokenizer, agent.tokenizer):
+                raise ValueError(f"policy {name!r} has another tokenizer than the gateway's agent; the policies of one "
+                                 "gateway render their sessions with one chat template")
+        self.engines: dict[str | None, Engine] = {None: self.engine, **{
+            name: Engine(a, timeout=timeout, own_thread=engine_thread) for name, a in self.policies.items()}}
+        self.versions = dict(versions or {})
         self.stream_timeout = timeout
         self.sessions: dict[str, Session] = {}
         self._ended: set[str] = set()
@@ -128,17 +152,26 @@ class Gateway(AgentServer):
         return f"{self.root}/s/{session}/v1"
 
     def open(self, session: str | None = None, *, seed: int | None = None,
-             sampling: dict[str, Any] | None = None) -> str:
+             sampling: dict[str, Any] | None = None, policy: str | None = None) -> str:
         """Start recording a session (default id: a random one); returns its id. ``seed`` starts its own sampling
-        stream; ``sampling`` overrides the gateway's sampling settings for it (e.g. greedy for evaluation)."""
+        stream; ``sampling`` overrides the gateway's sampling settings for it (e.g. greedy for evaluation);
+        ``policy`` names which of the gateway's ``policies`` answers it (default: its agent).
+
+        Raises:
+            ValueError: a malformed or taken id, or a policy the gateway does not serve.
+        """
         sid = session or uuid.uuid4().hex
         if not re.fullmatch(r"[A-Za-z0-9._-]{1,128}", sid):
             raise ValueError(f"a session id may hold letters, digits, '-', '_' and '.', got {sid!r}")
+        if policy is not None and policy not in self.policies:
+            raise ValueError(f"the gateway serves no policy {policy!r}; it serves "
+                             f"{', '.join(self.policies) or 'only its agent'}")
         with self._sessions_lock:
             if sid in self.sessions or sid in self._ended:
                 raise ValueError(f"session {sid!r} exists already")
-            self.sessions[sid] = Session(sid, ChatHistory(self.agent.tokenizer, self.eos_ids), seed=seed,
-                                         sampling=dict(sampling or {}))
+            agent = self.policies[policy] if policy is not None else self.agent
+            self.sessions[sid] = Session(sid, ChatHistory(agent.tokenizer, end_of_turn_ids(agent)), policy=policy,
+                                         seed=seed, sampling=dict(sampling or {}))
         return sid
 
     def close(self, session: str, *, wait: float = 30.0) -> Session:
@@ -151,13 +184,14 @@ class Gateway(AgentServer):
             s.idle.wait_for(lambda: s.busy == 0, timeout=max(wait, 0.0))
         with s.lock:
             s.closed = True
-        self.engine.release(session)
+        self.engines[s.policy].release(session)
         return s
 
     def stop(self) -> None:
         """Stop serving and the engine."""
         super().stop()
-        self.engine.close()
+        for engine in self.engines.values():
+            engine.close()
 
     # ---- the AgentServer hooks ----
 
@@ -203,9 +237,9 @@ class Gateway(AgentServer):
         seed = req.session.next_seed()  # a session opened with a seed samples from its own stream, whatever the
         if seed is None:  # request asks (a program that always sends seed=0 would make a group's samples equal)
             seed = params.seed
-        req.version = int(self.version())
+        req.version = int(self.versions.get(req.session.policy, self.version)())  # type: ignore[arg-type]
         try:
-            return self.engine.generate(prompt_ids, params, seed=seed, session=req.session.id, on_token=on_token)
+            return self.engines[req.session.policy].generate(prompt_ids, params, seed=seed, session=req.session.id, on_token=on_token)
         except TimeoutError as e:
             raise APIError(503, f"generation timed out: {e}", kind="server_error", code="timeout") from e
 
@@ -251,3 +285,13 @@ def _need_session(ctx: Any) -> _Request:
         raise APIError(400, "no session: use the base_url the gateway gave your program (…/s/SESSION/v1) or send "
                        "the header X-Session-Id", code="session_required")
     return ctx
+
+
+def _same_tokenizer(a: Any, b: Any) -> bool:
+    """Whether two tokenizers are one (the same object, or the same vocabulary and chat template)."""
+    if a is b:
+        return True
+    try:
+        return a.get_vocab() == b.get_vocab() and getattr(a, "chat_template", None) == getattr(b, "chat_template", None)
+    except AttributeError:
+        return False
