@@ -91,3 +91,36 @@ def test_a_games_views_are_committed_together_once():
     assert ledger.restore([Trajectory(metadata={"job": mine[1].key, "seat": s}) for s in ("x", "o")]) == 1
     out = ledger.take([j.key for j in jobs])
     assert [(t.metadata["job"], t.metadata["seat"]) for t in out] == [(j.key, s) for j in jobs for s in ("x", "o")]
+
+
+def test_a_league_on_ray_workers_plays_the_version_the_driver_drew(tmp_path):
+    from turnrl.rl.config import LeagueConfig
+
+    league = {"size": 4, "every": 1, "latest": 0.0}
+    seed = next(k for k in range(50) if _draws_first(LeagueConfig(**league), k))  # step 1 plays v0, not the current
+    # weights: a worker that played its own weights instead of the snapshot would show
+    over = {"seed": seed, "steps": 2, "multi_agent": {"opponent": "league", "league": league}}
+    local = trainer(config(tmp_path / "local", "local", **over))
+    local.train(stop_after=1)
+    here, _ = local.source.collect(1)
+    remote = trainer(config(tmp_path / "ray", **over))
+    try:
+        remote.train(stop_after=1)
+        there, info = remote.source.collect(1)
+        state = remote.source.state_dict()
+    finally:
+        remote.close()
+    assert {t.metadata["opponent"] for t in there} == {"league:v0"} and info["league_size"] == 2.0
+    a, b = by_view(here), by_view(there)
+    assert len(a) == 8 and set(a) == set(b)  # one trained seat per game against a past version
+    for key, t in a.items():  # the workers played the snapshot the driver drew, as this process does
+        assert b[key].token_ids == t.token_ids, key
+    assert [v for v, _ in state["opponents"]["league"]["pool"]] == [0, 1]  # the driver's league, checkpointed
+
+
+def _draws_first(cfg, seed):
+    from turnrl.rl.sources.league import League
+
+    league = League(cfg, seed)
+    league.pool = [(0, {}), (1, {})]
+    return league.draw(1) == 0

@@ -149,8 +149,8 @@ def test_bad_multi_agent_runs_fail_before_a_model_loads(tmp_path):
         Trainer(config(tmp_path, multi_agent={"eval_seat": "q"}))
     with pytest.raises(ValueError, match="is an environment with one agent"):
         config(tmp_path, env={"id": "turnrl/Arithmetic-v0"}, multi_agent={})
-    with pytest.raises(ValueError, match="on placement ray plays one policy against itself or a frozen opponent"):
-        config(tmp_path, placement="ray", multi_agent={"opponent": "league"})
+    with pytest.raises(ValueError, match="on placement ray plays one policy against itself, its league or a frozen"):
+        config(tmp_path, placement="ray", multi_agent={"policies": {"A": {"seats": ["x"]}, "B": {"seats": ["o"]}}})
     with pytest.raises(ValueError, match="native rollouts"):
         config(tmp_path, learner={"backend": "deepspeed"}, placement="ray")
     with pytest.raises(ValueError, match="on-policy algorithm that plays whole games"):

@@ -140,11 +140,10 @@ class TrainConfig(BaseModel):
                              "native rollouts (the gateway and DeepSpeed ranks do not play games yet): drop `program` "
                              "and learner.backend")
         ma = self.multi_agent
-        if several and ma is not None and self.placement == "ray" and (ma.policies or ma.opponent == "league"
-                                                                        or self.rollout.max_staleness > 0):
-            raise ValueError(f"{self.env.id} on placement ray plays one policy against itself or a frozen opponent, "
-                             "synchronously: several policies, a league of past versions and rollout.max_staleness "
-                             "> 0 run on placement local for now")
+        if several and ma is not None and self.placement == "ray" and (ma.policies or self.rollout.max_staleness > 0):
+            raise ValueError(f"{self.env.id} on placement ray plays one policy against itself, its league or a frozen "
+                             "opponent, synchronously: several policies and rollout.max_staleness > 0 run on placement "
+                             "local for now")
         if several and (self.reward is not None or self.process_reward is not None):
             raise ValueError(f"{self.env.id} pays its seats by the game's own rules: drop `reward` and "
                              "`process_reward`")

@@ -92,6 +92,9 @@ class RayRunner:
         self.ledger = Ledger()  # jobs of this step and, with max_staleness ≥ 1, of the next one
         self.streams: dict[Any, tuple[int, int]] = {}  # a lease's stream of episodes → (worker index, lease)
         self.inflight_version = 0  # the newest version pushed to workers while they play
+        #: what a multi-agent run's workers play against this step (the league's drawn version and an object ref of
+        #: its snapshot), sent with every lease; set by the source before each step's run (None: nothing to send)
+        self.opponent: dict[str, Any] | None = None
         try:
             self.workers = [self._start() for _ in range(rc.rollout_workers)]
             self.alive = list(range(len(self.workers)))
@@ -183,7 +186,7 @@ class RayRunner:
             while idle and any(j.step == first for j in self.ledger.pending):
                 w = idle.pop(0)
                 lease, leased = self.ledger.lease(share, first)
-                self.streams[self.workers[w].run.remote(lease, leased, version, [ref])] = (w, lease)
+                self.streams[self.workers[w].run.remote(lease, leased, version, [ref], self.opponent)] = (w, lease)
 
     def run(self, jobs: Sequence[Job]) -> tuple[list[Trajectory], dict[str, float]]:
         """Play every job exactly once on the workers; returns the Trajectories (job order) and metrics. Jobs

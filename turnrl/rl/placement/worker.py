@@ -283,9 +283,12 @@ class RolloutWorker:
             traj.metadata["worker"] = self.pid
         return out
 
-    def run(self, lease: int, jobs: list[Job], version: int, weights: list[Any]) -> Iterator[tuple[int, str, Any]]:
+    def run(self, lease: int, jobs: list[Job], version: int, weights: list[Any],
+            opponent: dict[str, Any] | None = None) -> Iterator[tuple[int, str, Any]]:
         """Play ``jobs`` with weights ``version`` (fetched first if this worker holds another); yield
-        ``(lease, job key, Trajectory)`` for each episode as soon as it finishes."""
+        ``(lease, job key, Trajectory)`` for each episode as soon as it finishes (a game: its trained views, as one
+        list). ``opponent``: a league's drawn version for this step's games (``{"version": v, "weights": [ref]}``,
+        the snapshot as the driver's league holds it), or None."""
         if self.player is None:
             raise RuntimeError(f"rollout worker {self.pid} has no policy yet (restarted without setup)")
         self.set_weights(version, weights)
@@ -299,7 +302,7 @@ class RolloutWorker:
             torch.set_num_threads(self.threads)  # per thread: a new thread's OpenMP team starts from OMP_NUM_THREADS
             try:
                 if self.cfg.multi_agent is not None:
-                    self._play_games(jobs, done)
+                    self._play_games(jobs, done, opponent)
                 else:
                     play_jobs(self.cfg, self.player, jobs, lambda: self.version, per_episode_seeds=True, sink=sink)
                 done.put(None)
@@ -318,13 +321,19 @@ class RolloutWorker:
                 continue
             yield lease, item.metadata["job"], item
 
-    def _play_games(self, jobs: list[Job], done: queue.Queue[Any]) -> None:
+    def _play_games(self, jobs: list[Job], done: queue.Queue[Any], opponent: dict[str, Any] | None) -> None:
         """Play each job's game (:class:`~turnrl.rl.sources.multi.MultiAgentRunner`, the same rules and seeds as on
-        the local placement) and put each game's trained views on ``done`` as one list."""
+        the local placement; a league's version as the driver drew it) and put each game's trained views on
+        ``done`` as one list."""
         from turnrl.rl.sources.multi import MultiAgentRunner
 
         if self.games is None:
-            self.games = MultiAgentRunner(self.cfg, self.player, lambda: self.version)
+            self.games = MultiAgentRunner(self.cfg, self.player, lambda: self.version, drawn_by_driver=True)
+        if opponent is not None and opponent.get("weights") is not None:
+            import ray
+
+            opponent = {**opponent, "weights": ray.get(opponent["weights"][0], timeout=self.cfg.ray.start_timeout)}
+        self.games.given = opponent
         trajs, _ = self.games.run(jobs)
         by_job: dict[str, list[Trajectory]] = {}
         for t in trajs:

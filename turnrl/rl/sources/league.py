@@ -134,6 +134,17 @@ class Opponents:
             return None, "self", -1
         return self._frozen, self.cfg.opponent, -1
 
+    def given(self, drawn: dict[str, Any] | None) -> tuple[Agent | None, str, int]:
+        """As :meth:`at`, for a draw made elsewhere (a Ray worker: the driver's league drew ``{"version": v,
+        "weights": snapshot}``; None: the current policy itself)."""
+        if self.league is None:
+            return self.at(0)  # frozen or self: the same every step
+        if drawn is None:
+            return None, "self", -1
+        assert self._past is not None
+        version = int(drawn["version"])
+        return self._past.load(version, drawn["weights"]), f"league:v{version}", version
+
     def state_dict(self) -> dict[str, Any]:
         """The league's pool (nothing for the other kinds)."""
         return {"league": self.league.state_dict()} if self.league is not None else {}

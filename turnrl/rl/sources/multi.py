@@ -71,13 +71,18 @@ class MultiAgentRunner:
         version: the learner's current version.
         policies: a run with several trainable policies: each one's agent by name (every seat played by its own,
             ``multi_agent.policies``); ``agent`` is then unused.
+        drawn_by_driver: a Ray rollout worker's runner: the league's draw of each step arrives with the lease
+            (:attr:`given`: ``{"version": v, "weights": snapshot}`` or None for the policy itself) instead of being
+            made here.
     """
 
     def __init__(self, cfg: TrainConfig, agent: Any, version: Callable[[], int],
-                 policies: Mapping[str, Any] | None = None) -> None:
+                 policies: Mapping[str, Any] | None = None, drawn_by_driver: bool = False) -> None:
         self.cfg, self.agent, self.version = cfg, agent, version
         self.ma = cfg.multi_agent or MultiAgentConfig()
         self.policies = dict(policies or {})
+        self.drawn_by_driver = drawn_by_driver
+        self.given: dict[str, Any] | None = None
         self.seats, self.train_seats = seats_of(cfg)
         self.opponents = Opponents(self.ma, agent, cfg.seed)
         self.last: dict[str, float] = {}  # the last run's opponent figures
@@ -96,8 +101,11 @@ class MultiAgentRunner:
             policies, owner = dict(self.policies), self.ma.policy_of_seat()
             maps = [owner] * len(jobs)
         else:
-            self.opponents.before(step, self.version())
-            opponent, label, league_version = self.opponents.at(step)
+            if self.drawn_by_driver:
+                opponent, label, league_version = self.opponents.given(self.given)
+            else:
+                self.opponents.before(step, self.version())
+                opponent, label, league_version = self.opponents.at(step)
             policies = {"policy": self.agent}
             if opponent is not None:
                 policies["opponent"] = opponent
@@ -197,6 +205,8 @@ class MultiAgentSource(OnPolicySource):
         self.sampler = make_sampler(cfg.tasks, pool, cfg.seed)
         self.reward, self.process = None, None
         self._prepared = None
+        self.opponents: Opponents | None = None  # on Ray: the league, kept with the driver's weights
+        self._drawn: dict[str, float] = {}
 
     def attach(self, parts: RunParts) -> None:
         """The games are played in this process with the policy being trained (placement local), or on the
@@ -204,14 +214,40 @@ class MultiAgentSource(OnPolicySource):
         :class:`MultiAgentRunner`)."""
         if self.cfg.placement == "local":
             self._make_runner = lambda: MultiAgentRunner(self.cfg, parts.agent, parts.version, parts.policies)
-        else:
+        else:  # the league lives here, with the learner's weights; each step's draw goes to the workers
             self._make_runner = parts.runner
+            ma = self.cfg.multi_agent or MultiAgentConfig()
+            if ma.opponent == "league":
+                self.opponents = Opponents(ma, parts.agent, self.cfg.seed)
+            self._version = parts.version
+
+    def collect(self, step: int) -> tuple[list[Trajectory], dict[str, float]]:
+        """This step's games (on Ray workers: with the league's draw of the step sent along with every lease)."""
+        league = self.opponents.league if self.opponents is not None else None
+        if league is not None:
+            import ray
+
+            self.opponents.before(step, self._version())
+            index = league.draw(step)
+            drawn = None if index is None else league.pool[index]
+            self.runner.opponent = None if drawn is None else {"version": drawn[0],  # type: ignore[attr-defined]
+                                                               "weights": [ray.put(drawn[1])]}
+            self._drawn = {"opponent_version": float(-1 if drawn is None else drawn[0]),
+                           "league_size": float(len(league.pool))}
+        return super().collect(step)
 
     def step_metrics(self, seen: Sequence[Trajectory]) -> dict[str, float]:
         """The rollout figures of every trained game, each seat's, and the opponent's."""
         runner = self.runner
-        last = runner.last if isinstance(runner, MultiAgentRunner) else {}
+        last = runner.last if isinstance(runner, MultiAgentRunner) else self._drawn
         return {**rollout_metrics(seen), **seat_metrics(seen), **last}
+
+    def state_dict(self) -> dict[str, Any]:
+        """The on-policy source's state and, on Ray, the league kept here."""
+        state = super().state_dict()
+        if self.opponents is not None:
+            state["opponents"] = self.opponents.state_dict()
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore the task sampler and the league."""
@@ -219,3 +255,5 @@ class MultiAgentSource(OnPolicySource):
         runner = self.runner
         if isinstance(runner, MultiAgentRunner):
             runner.load_state_dict(state.get("runner") or {})
+        if self.opponents is not None:
+            self.opponents.load_state_dict(state.get("opponents") or {})
