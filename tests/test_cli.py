@@ -91,8 +91,17 @@ def test_every_shipped_config_validates_and_names_a_registered_env():
 
     paths = sorted((REPO / "configs").glob("*.yaml"))
     assert len(paths) >= 5
+    from turnrl.envs.multiagent import make_multi_agent
+
     for path in paths:
         cfg = load_config(path)
+        assert cfg.out_dir == f"runs/{path.stem}", path
+        if cfg.multi_agent is not None:  # a game: its held-out split is another than the one it trains on
+            game = make_multi_agent(cfg.env.id, **cfg.env.kwargs)
+            held = make_multi_agent(cfg.env.id, **{**cfg.env.kwargs, "split": game.held_out_split,
+                                                   **(cfg.env.eval_kwargs or {})})
+            assert game.held_out_split is not None and held.split != game.split, path
+            continue
         train = turnrl.make(cfg.env.id, **cfg.env.kwargs)
         env = turnrl.make(cfg.env.id, **run_eval_kwargs(train, cfg.env.kwargs, cfg.env.eval_kwargs))  # builds too
         assert not _shares_tasks(train, env, cfg.eval_tasks), path  # held out

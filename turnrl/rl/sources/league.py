@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from turnrl.agents.base import Agent
+from turnrl.agents.base import Agent, capabilities_of
 from turnrl.rl.config.multi_agent import LeagueConfig, MultiAgentConfig
 from turnrl.rollout.opponents import make_opponent
 
@@ -111,8 +111,7 @@ class Opponents:
         self._past = PastSelf(agent) if self.league is not None else None
         self._frozen: Agent | None = None
         if cfg.opponent not in ("self", "league"):
-            model = getattr(agent, "model", None)
-            device = str(next(model.parameters()).device) if model is not None else "cpu"
+            device = str(next(agent.model.parameters()).device) if capabilities_of(agent).local_model else "cpu"
             self._frozen = make_opponent(cfg.opponent, agent.tokenizer, seed, device)
 
     def before(self, step: int, version: int) -> None:
