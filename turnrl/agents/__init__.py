@@ -83,7 +83,7 @@ def _run_agent(folder: str, batch_size: int, device: str = "cpu") -> Any:
 
     import yaml
 
-    folder, _, policy = folder.partition("#")  # a run of several policies: run:OUT_DIR#POLICY
+    spec, folder = folder, folder.partition("#")[0]  # a run of several policies: run:OUT_DIR#POLICY
     config = Path(folder) / "config.yaml"
     if not config.is_file():
         raise FileNotFoundError(f"run:{folder}: no config.yaml there (run:OUT_DIR takes the out_dir of a `turnrl "
@@ -94,6 +94,6 @@ def _run_agent(folder: str, batch_size: int, device: str = "cpu") -> Any:
     agent = make_agent(str(name), batch_size=batch_size)
     from turnrl.checkpoint import load_policy
 
-    load_policy(agent.model, f"{folder}#{policy}" if policy else folder)
+    load_policy(agent.model, spec)  # (which reads the #POLICY)
     agent.model.to(device)
     return agent

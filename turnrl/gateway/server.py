@@ -239,7 +239,8 @@ class Gateway(AgentServer):
             seed = params.seed
         req.version = int(self.versions.get(req.session.policy, self.version)())  # type: ignore[arg-type]
         try:
-            return self.engines[req.session.policy].generate(prompt_ids, params, seed=seed, session=req.session.id, on_token=on_token)
+            return self.engines[req.session.policy].generate(prompt_ids, params, seed=seed, session=req.session.id,
+                                                             on_token=on_token)
         except TimeoutError as e:
             raise APIError(503, f"generation timed out: {e}", kind="server_error", code="timeout") from e
 

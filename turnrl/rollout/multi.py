@@ -13,8 +13,9 @@ in between), placed on the move's last token; at the end each seat's last move g
 step. ``group_id`` is ``"{episode group}/{seat}"``, so GRPO-style groups are formed per seat and per starting state.
 
 Bad input is an answer: an environment that raises, or a frozen policy whose ``generate`` raises (an endpoint that
-went away; a trained policy's failure is raised), ends the episodes concerned (``Trajectory.error`` on every seat's view, naming the policy; nothing else lost);
-a seat whose context would pass ``max_context`` ends the episode truncated.
+went away; a trained policy's failure is raised), ends the episodes concerned (``Trajectory.error`` on every seat's
+view, naming the policy; nothing else lost); a seat whose context would pass ``max_context`` ends the episode
+truncated.
 """
 
 from __future__ import annotations
@@ -44,7 +45,8 @@ class SeatView:
     logprobs: list[float] = field(default_factory=list)
     turns: list[Turn] = field(default_factory=list)
     sampled_crc: int = 0
-    versions: list[int] | None = None  # the policy version that sampled each token (-1: not sampled), when known
+    versions: list[int] = field(default_factory=list)  # per token: the policy version that sampled it (-1: none)
+    versioned: bool = False  # whether the seat's policy records versions (a trained one)
     outcome: str | None = None  # the game's word for how it ended for this seat (its last info's "outcome")
     invalid: int = 0  # invalid moves the game counted
     truncated: bool = False  # the episode was cut (a turn limit, max_moves or max_context) before the game ended
@@ -80,10 +82,8 @@ class SeatView:
         """Append the tokens the seat's policy sampled, as a new turn (``version``: the policy's version that
         sampled them, recorded per token)."""
         start = len(self.tokens)
-        self._extend(list(completion.token_ids), 1, list(completion.logprobs))
-        if version is not None:
-            self.versions = (self.versions or []) + [-1] * (start - len(self.versions or []))
-            self.versions += [version] * (len(self.tokens) - start)
+        self._extend(list(completion.token_ids), 1, list(completion.logprobs), -1 if version is None else version)
+        self.versioned = self.versioned or version is not None
         self.sampled_crc = token_crc(completion.token_ids, self.sampled_crc)
         turn = Turn(index=len(self.turns), role=self.seat, action=Message(role="assistant", content=completion.text),
                     token_span=(start, len(self.tokens)))
@@ -94,10 +94,11 @@ class SeatView:
         span = self.turns[-1].token_span if self.turns else None
         return bool(span and span[1] > span[0] and self.tokens[span[1] - 1] in self.eos_ids)
 
-    def _extend(self, ids: list[int], mask: int, logprobs: list[float] | None) -> None:
+    def _extend(self, ids: list[int], mask: int, logprobs: list[float] | None, version: int = -1) -> None:
         self.tokens.extend(ids)
         self.mask.extend([mask] * len(ids))
         self.logprobs.extend(logprobs if logprobs is not None else [0.0] * len(ids))
+        self.versions.extend([version] * len(ids))
 
 
 class MultiAgentRollout:
@@ -275,8 +276,7 @@ class MultiAgentRollout:
                               token_ids=view.tokens if view.turns else None,
                               loss_mask=view.mask if view.turns else None,
                               logprobs=view.logprobs if view.turns else None,
-                              token_versions=(view.versions or []) + [-1] * (len(view.tokens) - len(view.versions or []))
-                              if view.turns and view.versions is not None else None)
+                              token_versions=view.versions if view.turns and view.versioned else None)
             traj.metadata.update(seat=seat, policy=view.policy, episode=episode, sampled_crc=view.sampled_crc,
                                  outcome=view.outcome, invalid_moves=view.invalid, seat_reward=view.collected)
             out.append(traj)

@@ -1,11 +1,12 @@
 """The job ledger of the Ray placement: every episode of a step is committed exactly once.
 
 A job is *pending* until a worker takes it under a lease, *leased* while that worker plays it, and *done* once its
-Trajectory is committed (a game of several agents commits every trained seat's view of it at once, as one job); :meth:`Ledger.take` hands done jobs out and forgets them. The ledger may hold jobs of
-several steps at once (rollouts of the next step start while the learner updates). A commit under a lease that is
-no longer the job's current lease (the worker was declared dead or hung and the job handed to another) is refused,
-as is a second commit of a done job; releasing a lease puts its unfinished jobs back to pending, so a killed
-worker's jobs are re-run and nothing finished is lost.
+Trajectory is committed (a game of several agents commits every trained seat's view of it at once, as one job);
+:meth:`Ledger.take` hands done jobs out and forgets them. The ledger may hold jobs of several steps at once
+(rollouts of the next step start while the learner updates). A commit under a lease that is no longer the job's
+current lease (the worker was declared dead or hung and the job handed to another) is refused, as is a second commit
+of a done job; releasing a lease puts its unfinished jobs back to pending, so a killed worker's jobs are re-run and
+nothing finished is lost.
 """
 
 from __future__ import annotations

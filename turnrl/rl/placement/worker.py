@@ -316,10 +316,8 @@ class RolloutWorker:
                 return
             if isinstance(item, BaseException):
                 raise RuntimeError(f"rollout worker {self.pid} failed: {type(item).__name__}: {item}") from item
-            if isinstance(item, list):  # a game: every trained seat's view, committed together
-                yield lease, item[0].metadata["job"], item
-                continue
-            yield lease, item.metadata["job"], item
+            first = item[0] if isinstance(item, list) else item  # a game: every trained seat's view, committed together
+            yield lease, first.metadata["job"], item
 
     def _play_games(self, jobs: list[Job], done: queue.Queue[Any], opponent: dict[str, Any] | None) -> None:
         """Play each job's game (:class:`~turnrl.rl.sources.multi.MultiAgentRunner`, the same rules and seeds as on
@@ -329,11 +327,13 @@ class RolloutWorker:
 
         if self.games is None:
             self.games = MultiAgentRunner(self.cfg, self.player, lambda: self.version, drawn_by_driver=True)
-        if opponent is not None and opponent.get("weights") is not None:
+        if opponent is not None:  # the league's pick: its snapshot from the object store
             import ray
 
-            opponent = {**opponent, "weights": ray.get(opponent["weights"][0], timeout=self.cfg.ray.start_timeout)}
-        self.games.given = opponent
+            self.games.given = (int(opponent["version"]),
+                                ray.get(opponent["weights"][0], timeout=self.cfg.ray.start_timeout))
+        else:
+            self.games.given = None
         trajs, _ = self.games.run(jobs)
         by_job: dict[str, list[Trajectory]] = {}
         for t in trajs:

@@ -41,8 +41,9 @@ def evaluate_multi_agent(agent: Agent | Mapping[str, Agent], env_id: str, env_kw
                          opponent_label: str | None = None) -> dict[str, Any]:
     """Play ``episodes`` games of ``env_id`` (its held-out split unless ``env_kwargs`` names one) with ``agent`` in
     ``seat`` (every seat in turn when None) and ``opponent`` in the others; return the figures (and write
-    ``metrics.json`` and ``items.jsonl`` to ``out_dir``; ``opponent_label`` names an opponent given as an agent). ``agent`` may map every seat to its own policy (a run with
-    several): the evaluated seat is played by its policy, and with ``opponent="self"`` every seat by its own.
+    ``metrics.json`` and ``items.jsonl`` to ``out_dir``; ``opponent_label`` names an opponent given as an agent).
+    ``agent`` may map every seat to its own policy (a run with several): the evaluated seat is played by its policy,
+    and with ``opponent="self"`` every seat by its own.
 
     Raises:
         ValueError: a seat the environment does not have, or a seat ``agent``'s map leaves without a policy.
@@ -51,9 +52,10 @@ def evaluate_multi_agent(agent: Agent | Mapping[str, Agent], env_id: str, env_kw
     probe = make_multi_agent(env_id, **kwargs)
     if "split" not in kwargs and probe.held_out_split is not None:
         kwargs["split"] = probe.held_out_split
+        probe = make_multi_agent(env_id, **kwargs)  # the held-out split's
     seats = list(probe.possible_agents)
     try:  # the held-out split's starting states
-        states = len(make_multi_agent(env_id, **kwargs)) or episodes  # type: ignore[arg-type]
+        states = len(probe) or episodes  # type: ignore[arg-type]
     except TypeError:  # an environment that does not count its starting states
         states = episodes
     if seat is not None and seat not in seats:
@@ -90,8 +92,8 @@ def evaluate_multi_agent(agent: Agent | Mapping[str, Agent], env_id: str, env_kw
                                  "reward": t.metadata["seat_reward"], "moves": len(t.turns),
                                  "invalid_moves": t.metadata["invalid_moves"], "error": t.error})
     metrics = summarize(rows)
-    metrics.update(env=env_id, env_kwargs=kwargs, opponent=opponent_label or (
-                   opponent if isinstance(opponent, str) else type(opponent).__name__), seat=seat or "all", episodes=len(rows))
+    label = opponent_label or (opponent if isinstance(opponent, str) else type(opponent).__name__)
+    metrics.update(env=env_id, env_kwargs=kwargs, opponent=label, seat=seat or "all", episodes=len(rows))
     if out_dir is not None:
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)

@@ -119,30 +119,34 @@ class Opponents:
         if self.league is not None:
             self.league.enter(step, version, self.agent.model)
 
+    def drawn(self, step: int) -> tuple[int, dict[str, torch.Tensor]] | None:
+        """The league's pick for ``step``: ``(version, snapshot)``, or None for the current policy itself (always
+        None without a league)."""
+        if self.league is None:
+            return None
+        index = self.league.draw(step)
+        return None if index is None else self.league.pool[index]
+
     def at(self, step: int) -> tuple[Agent | None, str, int]:
         """The opponent of ``step``: (agent, label, league version); agent None means the current policy itself
         (label ``self``, version −1)."""
-        if self.league is not None:
-            index = self.league.draw(step)
-            if index is None:
-                return None, "self", -1
-            version, weights = self.league.pool[index]
-            assert self._past is not None
+        return self.play(self.drawn(step))
+
+    def play(self, drawn: tuple[int, dict[str, torch.Tensor]] | None) -> tuple[Agent | None, str, int]:
+        """As :meth:`at`, for a league's pick (:meth:`drawn`, here or on the driver of a Ray worker)."""
+        if drawn is not None:
+            assert self._past is not None, "a league's pick, but the opponent is not the league"
+            version, weights = drawn
             return self._past.load(version, weights), f"league:v{version}", version
         if self._frozen is None:
             return None, "self", -1
         return self._frozen, self.cfg.opponent, -1
 
-    def given(self, drawn: dict[str, Any] | None) -> tuple[Agent | None, str, int]:
-        """As :meth:`at`, for a draw made elsewhere (a Ray worker: the driver's league drew ``{"version": v,
-        "weights": snapshot}``; None: the current policy itself)."""
-        if self.league is None:
-            return self.at(0)  # frozen or self: the same every step
-        if drawn is None:
-            return None, "self", -1
-        assert self._past is not None
-        version = int(drawn["version"])
-        return self._past.load(version, drawn["weights"]), f"league:v{version}", version
+    def figures(self, version: int) -> dict[str, float]:
+        """A step's opponent figures: the league version played (−1: the policy itself or a frozen player) and the
+        pool's size."""
+        league = {"league_size": float(len(self.league.pool))} if self.league is not None else {}
+        return {"opponent_version": float(version), **league}
 
     def state_dict(self) -> dict[str, Any]:
         """The league's pool (nothing for the other kinds)."""

@@ -36,15 +36,15 @@ from turnrl.rollout.play import env_seed, sample_seed
 from turnrl.types import Trajectory
 
 
-def seats_of(cfg: TrainConfig) -> tuple[list[str], list[str]]:
-    """The environment's seats and the seats that train; an unknown seat named in ``multi_agent`` fails here, before
-    a model loads.
+def seats_of(cfg: TrainConfig, env: Any = None) -> tuple[list[str], list[str]]:
+    """The environment's seats and the seats that train (``env``: the game, if one is built already); an unknown
+    seat named in ``multi_agent`` fails here, before a model loads.
 
     Raises:
         ValueError: ``train_seats`` or ``eval_seat`` names a seat the environment does not have.
     """
     ma = cfg.multi_agent or MultiAgentConfig()
-    seats = list(make_multi_agent(cfg.env.id, **cfg.env.kwargs).possible_agents)
+    seats = list((env if env is not None else make_multi_agent(cfg.env.id, **cfg.env.kwargs)).possible_agents)
     train = list(ma.train_seats) if ma.train_seats is not None else seats
     owner = ma.policy_of_seat()
     for name, wanted in (("multi_agent.train_seats", train), ("multi_agent.eval_seat", [ma.eval_seat] * bool(
@@ -71,9 +71,8 @@ class MultiAgentRunner:
         version: the learner's current version.
         policies: a run with several trainable policies: each one's agent by name (every seat played by its own,
             ``multi_agent.policies``); ``agent`` is then unused.
-        drawn_by_driver: a Ray rollout worker's runner: the league's draw of each step arrives with the lease
-            (:attr:`given`: ``{"version": v, "weights": snapshot}`` or None for the policy itself) instead of being
-            made here.
+        drawn_by_driver: a Ray rollout worker's runner: the league's pick of each step arrives with the lease
+            (:attr:`given`: ``(version, snapshot)`` or None for the policy itself) instead of being made here.
     """
 
     def __init__(self, cfg: TrainConfig, agent: Any, version: Callable[[], int],
@@ -82,7 +81,7 @@ class MultiAgentRunner:
         self.ma = cfg.multi_agent or MultiAgentConfig()
         self.policies = dict(policies or {})
         self.drawn_by_driver = drawn_by_driver
-        self.given: dict[str, Any] | None = None
+        self.given: tuple[int, dict[str, Any]] | None = None
         self.seats, self.train_seats = seats_of(cfg)
         self.opponents = Opponents(self.ma, agent, cfg.seed)
         self.last: dict[str, float] = {}  # the last run's opponent figures
@@ -102,7 +101,7 @@ class MultiAgentRunner:
             maps = [owner] * len(jobs)
         else:
             if self.drawn_by_driver:
-                opponent, label, league_version = self.opponents.given(self.given)
+                opponent, label, league_version = self.opponents.play(self.given)
             else:
                 self.opponents.before(step, self.version())
                 opponent, label, league_version = self.opponents.at(step)
@@ -132,9 +131,7 @@ class MultiAgentRunner:
             traj.metadata.update(job=job.key, opponent=label, opponent_version=league_version)
             out.append(traj)
         generated = sum(sum(t.loss_mask or []) for t in out)
-        league = self.opponents.league
-        self.last = {"opponent_version": float(league_version),
-                     **({"league_size": float(len(league.pool))} if league is not None else {})}
+        self.last = self.opponents.figures(league_version)
         return out, {"generated_tokens": float(generated), "generate_s": time.perf_counter() - t0}
 
     def prefetch(self, jobs: Sequence[Job], start: bool = True) -> None:
@@ -188,14 +185,14 @@ class MultiAgentSource(OnPolicySource):
     def __init__(self, cfg: TrainConfig, algorithm: Algorithm, runner: Any = None) -> None:
         self.cfg, self.algorithm, self._runner = cfg, algorithm, runner
         self._make_runner = None
-        seats_of(cfg)  # unknown seats and opponents that cannot play fail before a model loads
+        self.env = make_multi_agent(cfg.env.id, **cfg.env.kwargs)  # a probe: seats, the number of starting states
+        seats_of(cfg, self.env)  # unknown seats and opponents that cannot play fail before a model loads
         ma = cfg.multi_agent or MultiAgentConfig()
         for name in {ma.opponent, ma.held_out_opponent(cfg.env.id)} - {"self", "league"}:
             check_opponent(name, cfg.env.id)
         if type(algorithm).rollout_hook is not Algorithm.rollout_hook:
             raise ValueError(f"algorithm {cfg.algorithm.name!r} rewrites its episodes while they are played, which "
                              "games with several agents do not support: use grpo, rloo, dapo, ppo or reinforce++")
-        self.env = make_multi_agent(cfg.env.id, **cfg.env.kwargs)  # a probe: the number of starting states
         try:
             self.n_tasks = len(self.env)
         except TypeError:
@@ -223,17 +220,14 @@ class MultiAgentSource(OnPolicySource):
 
     def collect(self, step: int) -> tuple[list[Trajectory], dict[str, float]]:
         """This step's games (on Ray workers: with the league's draw of the step sent along with every lease)."""
-        league = self.opponents.league if self.opponents is not None else None
-        if league is not None:
+        if self.opponents is not None:
             import ray
 
             self.opponents.before(step, self._version())
-            index = league.draw(step)
-            drawn = None if index is None else league.pool[index]
+            drawn = self.opponents.drawn(step)
             self.runner.opponent = None if drawn is None else {"version": drawn[0],  # type: ignore[attr-defined]
                                                                "weights": [ray.put(drawn[1])]}
-            self._drawn = {"opponent_version": float(-1 if drawn is None else drawn[0]),
-                           "league_size": float(len(league.pool))}
+            self._drawn = self.opponents.figures(-1 if drawn is None else drawn[0])
         return super().collect(step)
 
     def step_metrics(self, seen: Sequence[Trajectory]) -> dict[str, float]:
