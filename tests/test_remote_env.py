@@ -16,13 +16,16 @@ from pathlib import Path
 
 import pytest
 from local_net import free_port, wait_for_port
-from toy_envs import assert_learns  # importing it registers tests/*
+from toy_envs import assert_learns, same_words  # importing it registers tests/*
 
 import turnrl
+import turnrl.tools
+from turnrl.envs.core import Task
 from turnrl.envs.registry import UnknownEnvironmentError
 from turnrl.envs.remote import RemoteEnvError
 from turnrl.envs.remote.server import EnvServer
 from turnrl.envs.testing import check_environment
+from turnrl.envs.tool_env import ToolEnv
 from turnrl.episode import play_episode
 
 REPO = Path(__file__).resolve().parents[1]
@@ -233,6 +236,108 @@ def test_http_endpoints_answer_like_openenv(server):
     assert httpx.get(f"{base}/nowhere").status_code == 404
 
 
+def test_plain_http_reset_and_step_are_answered_as_openenv_documents_them(server):
+    """`POST /reset` and `POST /step` over plain HTTP (OpenEnv's simulation mode, a user's first requests.post): a
+    one-turn task played and graded, and every other request a JSON answer that says what to do instead."""
+    import httpx
+
+    base = f"http://127.0.0.1:{server.port}/turnrl/Arithmetic-v0"
+    local = turnrl.make("turnrl/Arithmetic-v0")
+    obs, _ = local.reset(seed=7)
+    first = httpx.post(f"{base}/reset", json={"seed": 7}).json()
+    assert first["reward"] is None and first["done"] is False
+    assert first["observation"]["messages"][-1]["content"] == obs[-1].content  # the same task as a local reset
+    right, wrong = local.oracle_action(), "\\boxed{-1}"
+    for action, reward in ((right, 1.0), (wrong, 0.0)):
+        answer = httpx.post(f"{base}/step", json={"action": {"message": action}, "seed": 7, "request_id": "r1"})
+        assert answer.status_code == 200 and answer.json()["reward"] == reward and answer.json()["done"] is True
+    # the first id is served without its prefix too; a turn that does not end the episode says where to go on
+    root = f"http://127.0.0.1:{server.port}"
+    assert httpx.post(f"{root}/reset", json={"seed": 7}).json() == first
+    long = f"http://127.0.0.1:{server.port}/tests/Upper-v0"
+    refusals = {
+        ("POST", f"{base}/step", '{"action": {"message": "4"}}'): (409, "NO_SESSION", "needs the seed"),
+        ("GET", f"{base}/reset", None): (405, "METHOD_NOT_ALLOWED", "it takes POST"),
+        ("PUT", f"{base}/step", "{}"): (405, "METHOD_NOT_ALLOWED", "it takes POST"),
+        ("POST", f"{base}/reset", "not json"): (422, "VALIDATION_ERROR", "not JSON"),
+        ("POST", f"{base}/reset", "[1, 2]"): (422, "VALIDATION_ERROR", "a JSON object"),
+        ("POST", f"{base}/reset", '{"seed": "seven"}'): (422, "VALIDATION_ERROR", "seed is an integer"),
+        ("POST", f"{base}/reset", '{"speed": 1}'): (422, "VALIDATION_ERROR", "unknown reset fields"),
+        ("POST", f"{base}/step", '{"action": "4", "seed": 1}'): (422, "VALIDATION_ERROR", "action"),
+        ("POST", f"{root}/nowhere/reset", "{}"): (404, "NOT_FOUND", "turnrl/Arithmetic-v0"),
+        ("GET", f"{base}/ws", None): (426, "UPGRADE_REQUIRED", "WebSocket"),
+        ("DELETE", f"{long}/state", None): (405, "METHOD_NOT_ALLOWED", "GET"),
+    }
+    for (method, url, body), (status, code, words) in refusals.items():
+        answer = httpx.request(method, url, content=body)
+        assert (answer.status_code, answer.json()["code"]) == (status, code), (method, url, answer.text)
+        assert words in answer.json()["error"], answer.text
+    state = httpx.get(f"{long}/state").json()
+    assert state["step_count"] == 0 and state["episode_id"] is None and state["env_id"] == "tests/Upper-v0"
+    assert httpx.get(f"{root}/health").json()["sessions"] == 0  # nothing held after plain HTTP calls
+    local.close()
+
+
+@turnrl.tools.tool
+def add(a: int, b: int) -> int:
+    """Add two integers.
+
+    Args:
+        a: the first.
+        b: the second.
+    """
+    return a + b
+
+
+class AddEnv(ToolEnv):
+    """A toy environment with one tool (served to MCP clients)."""
+
+    def __init__(self, **kw):
+        super().__init__([Task(id="a0", prompt="What is 2 + 3?", answer="5")], tools=[add], verifier=same_words, **kw)
+
+
+turnrl.register("tests/Add-v0", f"{__name__}:AddEnv")
+
+
+def test_an_openenv_mcp_client_calls_the_tools_over_http_and_websocket():
+    """OpenEnv's MCPToolClient, both ways it talks: `/mcp` JSON-RPC with a session (production mode) and
+    list_tools/call_tool actions over `/ws`; and the JSON-RPC errors."""
+    import httpx
+    from openenv.core.mcp_client import MCPToolClient
+
+    async def use(url, production):
+        client = MCPToolClient(base_url=url)
+        client.use_production_mode = production
+        try:
+            tools = await client.list_tools()
+            return [t.name for t in tools], await client.call_tool("add", a=2, b=3)
+        finally:
+            await client.close()
+
+    with EnvServer(["tests/Add-v0"], port=0) as srv:
+        url = f"http://127.0.0.1:{srv.port}/tests/Add-v0"
+        for production in (True, False):
+            names, result = asyncio.run(use(url, production))
+            assert names == ["add"] and str(result) == "5", (production, names, result)
+        assert srv.mcp.sessions == {} and srv.sessions == set()  # the client closed its sessions
+        rpc = f"{url}/mcp"
+        listed = httpx.post(rpc, json={"jsonrpc": "2.0", "method": "tools/list", "id": 1}).json()
+        assert listed["result"]["tools"][0]["input_schema"]["required"] == ["a", "b"]  # no session: a one-off
+        errors = {
+            "not json": -32700,
+            '{"id": 2}': -32600,
+            '{"jsonrpc": "2.0", "method": "resources/list", "id": 3}': -32601,
+            '{"jsonrpc": "2.0", "method": "tools/call", "params": {"name": "add", "session_id": "gone"}, "id": 4}':
+                -32602,
+            '{"jsonrpc": "2.0", "method": "tools/call", "params": {"name": "add", "arguments": [1]}, "id": 5}': -32602,
+        }
+        for body, code in errors.items():
+            assert httpx.post(rpc, content=body).json()["error"]["code"] == code, body
+        bad = httpx.post(rpc, json={"jsonrpc": "2.0", "method": "tools/call", "id": 6,
+                                    "params": {"name": "add", "arguments": {"a": "x", "b": 1}}}).json()
+        assert bad["result"]["isError"] is True  # the tool's own refusal is its result, as MCP says
+
+
 def test_an_openenv_client_plays_a_turnrl_environment(server):
     from openenv.core.generic_client import GenericEnvClient
 
@@ -247,6 +352,49 @@ def test_an_openenv_client_plays_a_turnrl_environment(server):
         assert "What is" in client.reset(seed=0).observation["messages"][-1]["content"]
 
 
+# Prepended to the OpenEnv template's server/app.py: keeps the HTTPEnvServer that create_app builds, so that the
+# test can read its own count of open sessions (`active_sessions`) at /test/sessions, and counts the sessions made
+# and those that ended properly (the client's `close` message, or a WebSocket close frame).
+SESSION_COUNTER = """import openenv.core.env_server.http_server as _h
+SERVERS, COUNTS = [], {"created": 0, "closed": 0}
+_register, _create = _h.HTTPEnvServer.register_routes, _h.HTTPEnvServer._create_session
+def _keep(self, *args, **kwargs):
+    SERVERS.append(self)
+    return _register(self, *args, **kwargs)
+async def _count(self, *args, **kwargs):
+    COUNTS["created"] += 1
+    return await _create(self, *args, **kwargs)
+class _Close(_h.WSCloseMessage):
+    def __init__(self, **data):
+        COUNTS["closed"] += 1
+        super().__init__(**data)
+_h.HTTPEnvServer.register_routes, _h.HTTPEnvServer._create_session, _h.WSCloseMessage = _keep, _count, _Close
+import starlette.websockets as _w
+_receive = _w.WebSocket.receive_text
+async def _frames(self):
+    try:
+        return await _receive(self)
+    except _w.WebSocketDisconnect as e:
+        COUNTS["closed"] += e.code in (1000, 1001)  # a close frame; 1006: the socket dropped without one
+        raise
+_w.WebSocket.receive_text = _frames
+"""
+
+
+def unclosed_sessions(url, settle=10.0):
+    """The OpenEnv server's sessions that are open or ended without a close (the client's ``close`` message or a close
+    frame: a socket shut by garbage collection sends neither), once its count of open ones stops falling (a dropped
+    socket is noticed asynchronously)."""
+    import httpx
+
+    deadline = time.monotonic() + settle
+    while True:
+        n = httpx.get(f"{url}/test/sessions", timeout=10).json()
+        if n["open"] == 0 or time.monotonic() > deadline:
+            return {"open": n["open"], "ended without close": n["created"] - n["closed"] - n["open"]}
+        time.sleep(0.1)
+
+
 @pytest.fixture
 def openenv_server(tmp_path):
     """The environment `openenv init` makes (openenv-core's template: it echoes the message, reward 0.1 per
@@ -255,7 +403,9 @@ def openenv_server(tmp_path):
     subprocess.run([str(openenv), "init", "echo_probe", "--output-dir", str(tmp_path)], check=True,
                    capture_output=True, timeout=120)
     app = tmp_path / "echo_probe" / "server" / "app.py"  # the template's own knob: one session at a time by default
-    app.write_text(app.read_text().replace("max_concurrent_envs=1,", "max_concurrent_envs=16,"))
+    text = app.read_text().replace("max_concurrent_envs=1,", "max_concurrent_envs=16,")
+    app.write_text(SESSION_COUNTER + text + "\n\n@app.get('/test/sessions')\ndef _sessions():\n"
+                   "    return {'open': SERVERS[0].active_sessions, **COUNTS}\n")
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "uvicorn", "server.app:app", "--host", "127.0.0.1", "--port",
                              str(port)], cwd=tmp_path / "echo_probe", stdout=subprocess.DEVNULL,
@@ -273,7 +423,9 @@ def test_turnrl_plays_and_evaluates_an_openenv_environment(openenv_server, tmp_p
     assert traj.error is None and "Echo Probe environment ready" in traj.prompt[0].content
     assert [t.reward for t in traj.turns] == pytest.approx([0.5, 0.5]) and traj.truncated  # max_turns, client side
     assert '"echoed_message": "hello"' in traj.turns[0].observation[0].content
+    assert env.reset(options={"index": 7})[1]["task_id"] == "EchoProbeEnvironment-v0/seed/7"
     env.close()
+    assert unclosed_sessions(openenv_server) == {"open": 0, "ended without close": 0}
     with pytest.raises(RemoteEnvError, match=r"is an OpenEnv server, .* takes no keyword arguments \(split given\)"):
         turnrl.make(f"remote:{openenv_server}", split="test")
     out = tmp_path / "eval"
@@ -282,7 +434,12 @@ def test_turnrl_plays_and_evaluates_an_openenv_environment(openenv_server, tmp_p
                             capture_output=True, text=True, timeout=300, env={**os.environ, "COLUMNS": "200"})
     assert result.returncode == 0, result.stdout + result.stderr
     rows = [json.loads(line) for line in (out / "items.jsonl").read_text().splitlines()]
-    assert len(rows) == 3
+    assert len(rows) == 3 and [r["task_id"] for r in rows] == [f"EchoProbeEnvironment-v0/seed/{i}" for i in range(3)]
+    # every environment the evaluation opened (its probes too) it closed with a close message
+    assert unclosed_sessions(openenv_server) == {"open": 0, "ended without close": 0}
+    subprocess.run([sys.executable, "-m", "turnrl", "envs", "check", f"remote:{openenv_server}"], capture_output=True,
+                   timeout=300)  # whatever the check finds, it closes what it opened
+    assert unclosed_sessions(openenv_server) == {"open": 0, "ended without close": 0}
     config = tmp_path / "openenv.yaml"  # and trains on it: GRPO groups share their task (the same reset seed)
     config.write_text(f"model: tiny:chatml\nenv:\n  id: remote:{openenv_server}\nrollout:\n  prompts_per_step: 2\n"
                       f"  group_size: 2\n  max_new_tokens: 4\noptim:\n  minibatch_size: 4\nsteps: 2\neval_tasks: 2\n"
@@ -292,6 +449,8 @@ def test_turnrl_plays_and_evaluates_an_openenv_environment(openenv_server, tmp_p
     assert result.returncode == 0, result.stdout + result.stderr
     steps = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert len(steps) == 3 and steps[1]["rollout_episodes"] == 4 and steps[1]["reward_mean"] > 0
+    # and so did training (its probes, its episodes, its held-out evaluations)
+    assert unclosed_sessions(openenv_server) == {"open": 0, "ended without close": 0}
 
 
 def test_training_through_a_remote_environment_learns(server, tmp_path, one_thread):

@@ -7,6 +7,7 @@ mounted from :data:`turnrl.methods.COMMANDS`; the shared options and errors are 
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -87,7 +88,9 @@ def envs_check(
             fail(f"cannot make {env_id}: {e}")
         report = check_multi_agent_environment(env, seed=seed)
     else:
-        report = check_environment(make_env(env_id, parse_kwargs(kw)), seed=seed, call_tools=call_tools)
+        env = make_env(env_id, parse_kwargs(kw))
+        report = check_environment(env, seed=seed, call_tools=call_tools)
+    env.close()
     console.print(str(report), markup=False, highlight=False, soft_wrap=True)
     if not report.ok:
         raise typer.Exit(1)
@@ -108,8 +111,9 @@ def envs_serve(
                                                      "closed")] = 600.0,
     imports: ImportOption = None,
 ) -> None:
-    """Serve environments over WebSocket sessions (OpenEnv's protocol): clients name them
-    remote:http://HOST:PORT/ID in any command or config, and OpenEnv clients connect to http://HOST:PORT/ID."""
+    """Serve environments as OpenEnv servers do: WebSocket sessions at /ID/ws (clients name them
+    remote:http://HOST:PORT/ID in any command or config; OpenEnv clients connect to http://HOST:PORT/ID), plain HTTP
+    POST /ID/reset and /ID/step, the tools over MCP at /ID/mcp, and GET /health, /ID/metadata, /ID/schema."""
     from turnrl.envs.registry import (
         EnvImportError,
         InvalidEnvKwargs,
@@ -130,8 +134,8 @@ def envs_serve(
         console.print(f"serving {env_id} at remote:{url}", markup=False, highlight=False, soft_wrap=True)
     console.print(f"health: http://{host}:{server.port}/health · stop with Ctrl-C", markup=False, highlight=False)
     try:
-        while server._thread is not None and server._thread.is_alive():
-            server._thread.join(0.5)
+        while server.running:
+            time.sleep(0.5)
     except KeyboardInterrupt:
         server.stop()
 
@@ -216,6 +220,9 @@ def train(
         train_env = make_env(cfg.env.id, cfg.env.kwargs, search)  # fail fast, before loading any model
         held_env = make_env(cfg.env.id, run_eval_kwargs(train_env, cfg.env.kwargs, cfg.env.eval_kwargs), search)
     on_train = cfg.multi_agent is None and _shares_tasks(train_env, held_env, cfg.eval_tasks)
+    if cfg.multi_agent is None:  # probes: the run makes its own environments
+        train_env.close()
+        held_env.close()
     if on_train:
         console.print(f"warning: {cfg.env.id} has no held-out split here (env.eval_kwargs poses the training tasks), "
                       "so the held-out success below is measured on training tasks; set env.eval_kwargs "

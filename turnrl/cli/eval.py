@@ -192,10 +192,12 @@ def eval_cmd(
     env_kwargs = parse_kwargs(kw)
     probe = make_env(env, env_kwargs)  # fail fast, with the registry's message, before loading a model
     if (held := held_out_kwargs(probe, env_kwargs)) is not None:  # the held-out split unless --kw split=… says
+        probe.close()
         env_kwargs, probe = held, make_env(env, held)
     if (warning := held_out_warning(probe, env)) is not None:
         say(warning)
     n_tasks = len(probe) if hasattr(probe, "__len__") else None
+    probe.close()  # the evaluation makes its own environments
     if n_tasks is not None and limit > n_tasks:
         say(f"note: --limit {limit} is more than the {n_tasks} task(s) of {env}; evaluating all {n_tasks}")
         limit = n_tasks

@@ -233,3 +233,16 @@ def pick_index(env: gym.Env, n: int, options: dict[str, Any]) -> int:
             raise ValueError(f"options['index'] must be an integer in [0, {n}), got {index!r}")
         return index
     return int(env.np_random.integers(n))
+
+
+def close_all(envs: Sequence[Any]) -> None:
+    """Close every environment of ``envs`` (None entries are skipped), each best effort: one that fails to close
+    does not keep the others open. Whoever makes an environment closes it — a ``remote:`` environment's session on
+    its server ends only then."""
+    for env in envs:
+        if env is None:
+            continue
+        try:
+            env.close()
+        except Exception:  # noqa: BLE001, S110 — closing is best effort
+            pass

@@ -12,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from turnrl.envs.core import close_all
 from turnrl.envs.registry import make
 from turnrl.gateway.program import Outcome, call_function, load_function, run_command
 from turnrl.gateway.record import build_trajectory
@@ -119,10 +120,13 @@ def play_programs(gateway: Gateway, program: Program, env_id: str, env_kwargs: d
             sink(traj)
         return traj
 
-    with ThreadPoolExecutor(max_workers=max(1, concurrency), thread_name_prefix="turnrl-episode") as pool:
-        futures = [pool.submit(one, job, env) for job, env in zip(jobs, envs)]
-        gateway.engine.serve(futures)  # decodes here when the gateway has no engine thread of its own
-        return [f.result() for f in futures]
+    try:
+        with ThreadPoolExecutor(max_workers=max(1, concurrency), thread_name_prefix="turnrl-episode") as pool:
+            futures = [pool.submit(one, job, env) for job, env in zip(jobs, envs)]
+            gateway.engine.serve(futures)  # decodes here when the gateway has no engine thread of its own
+            return [f.result() for f in futures]
+    finally:
+        close_all(envs)
 
 
 class GatewayRunner:

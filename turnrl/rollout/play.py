@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 from turnrl.agents.base import SamplingParams, capabilities_of
-from turnrl.envs.core import TextEnv
+from turnrl.envs.core import TextEnv, close_all
 from turnrl.envs.registry import make
 from turnrl.rollout.context import ContextBudget
 from turnrl.rollout.engine import Episode, Rewrite, Rollout
@@ -85,7 +85,10 @@ def play(agent: Any, env_id: str, env_kwargs: dict[str, Any], jobs: Sequence[Job
                       sink=sink, rewrite=rewrite, continuous=continuous, context=context)
     episodes = start_jobs(rollout, env_id, env_kwargs, jobs, seed=seed, per_episode_seeds=per_episode_seeds,
                           group_id=group_id, metadata=metadata)
-    rollout.play(episodes)
+    try:
+        rollout.play(episodes)
+    finally:  # the environments were made here: their sessions (a remote: server's) end here
+        close_all([ep.env for ep in episodes])
     return [ep.traj for ep in episodes], rollout
 
 

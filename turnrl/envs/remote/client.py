@@ -301,6 +301,8 @@ class RemoteEnv(TextEnv):
         reply = self._request({"type": "reset", "data": data}, "reset", new_session=True)
         if self.openenv:
             obs, _, _, _, info = openenv.turn(reply, self.where)
+            if data.get("seed") is not None and info.get("task_id") is None:  # task i: what seed i poses
+                info["task_id"] = f"{self.spec.id.removeprefix('remote/')}/seed/{data['seed']}"
         else:
             obs, _, _, _, info = p.parse_turn(reply, self.where)
         return obs, info

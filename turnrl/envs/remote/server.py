@@ -1,74 +1,59 @@
-"""Serve registered environments over WebSocket sessions (``turnrl envs serve ID``), OpenEnv's protocol.
+"""Serve registered environments as OpenEnv servers do (``turnrl envs serve ID``): WebSocket sessions, plain HTTP
+calls and the environment's tools over MCP.
 
-Each connection to ``ws://HOST:PORT/ID/ws`` (or ``/ws`` for the first id served) is one session with its own
-environment, made on the session's first ``make`` or ``reset``. Many sessions run at once (``max_sessions``); a step
-that runs past ``step_timeout`` ends its session with a ``TIMEOUT`` error (the environment's state is then unknown);
-a session idle for ``idle_timeout`` is closed and its environment freed. Plain HTTP ``GET`` requests answer
-``/health``, ``/metadata`` and ``/schema`` (as OpenEnv servers do) and ``/`` (the ids served).
+Routes, for each id served (``/ID/...``; the first id is also served without the prefix, at ``/ws``, ``/reset``, …):
 
-The message formats are in :mod:`turnrl.envs.remote.protocol`.
+* ``/ID/ws`` (WebSocket): one session with its own environment, made on the session's first ``make`` or ``reset``;
+  the messages are in :mod:`turnrl.envs.remote.protocol`. This is where multi-turn episodes are played (``remote:``
+  ids and OpenEnv's ``GenericEnvClient`` connect here).
+* ``POST /ID/reset`` ``{"seed"?, "options"?, "episode_id"?}`` → ``{"observation", "reward": null, "done": false}``:
+  the first observation of an episode on an environment made for this request alone (HTTP holds no session).
+* ``POST /ID/step`` ``{"action": {"message": TEXT}, "seed", "options"?}`` → ``{"observation", "reward", "done"}``:
+  the first turn of the episode that ``POST /reset`` with the same ``seed`` and ``options`` starts, answered with
+  ``TEXT`` — so a one-turn task is played and graded over plain HTTP. A step without a seed would answer a task the
+  caller never saw and is refused (409); the next turns of a longer episode need a session (``/ws``), and the answer
+  says so where the episode did not end.
+* ``GET /ID/state``: a fresh session's state (HTTP holds no episode). ``GET /health``, ``/ID/metadata``,
+  ``/ID/schema`` and ``/`` (the ids served) as OpenEnv's servers answer them.
+* ``POST /ID/mcp`` and the ``/ID/mcp`` WebSocket: the environment's tools over JSON-RPC
+  (:mod:`turnrl.envs.remote.mcp`).
+
+Every request gets an answer: a JSON body with ``error`` and ``code`` for a path not served (404), a method the path
+does not take (405, naming the methods it takes), a malformed body (422) or a failure of the environment (500).
+
+Many sessions run at once (``max_sessions``: WebSocket and MCP sessions together); a step that runs past
+``step_timeout`` ends its session with a ``TIMEOUT`` error (the environment's state is then unknown); a session idle
+for ``idle_timeout`` is closed and its environment freed.
 """
 
 from __future__ import annotations
 
 import asyncio
-import http
+import contextlib
 import json
+import socket
 import threading
-from collections.abc import Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
-from websockets.asyncio.server import ServerConnection, serve
-from websockets.exceptions import ConnectionClosed
-from websockets.http11 import Request, Response
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route, WebSocketRoute
+from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from turnrl.envs.core import TextEnv
 from turnrl.envs.remote import protocol as p
-from turnrl.tools.base import _jsonable
-from turnrl.types import ToolCall, Trajectory
-
-
-class _DaemonThreads(ThreadPoolExecutor):
-    """Each call in its own daemon thread: a step that never returns (cut by ``step_timeout``) neither blocks the
-    other sessions' calls nor the process's exit."""
-
-    def __init__(self) -> None:
-        super().__init__(max_workers=1)
-        self.running = 0
-
-    def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> Future:
-        future: Future = Future()
-
-        def run() -> None:
-            if not future.set_running_or_notify_cancel():
-                return
-            self.running += 1
-            try:
-                future.set_result(fn(*args, **kwargs))
-            except BaseException as e:  # noqa: BLE001 — handed to the awaiting coroutine
-                future.set_exception(e)
-            finally:
-                self.running -= 1
-
-        threading.Thread(target=run, name="turnrl-env-call", daemon=True).start()
-        return future
-
-
-class _Session:
-    """One connection's environment and its counters."""
-
-    def __init__(self, env_id: str) -> None:
-        self.env_id = env_id
-        self.env: TextEnv | None = None
-        self.episodes = 0
+from turnrl.envs.remote.mcp import McpSessions
+from turnrl.envs.remote.session import DaemonThreads, Limits, Refused, Session, doc_line, dumps
 
 
 class EnvServer:
-    """Environments served over WebSocket sessions.
+    """Environments served over WebSocket sessions, plain HTTP and MCP (see the module docstring for the routes).
 
     Args:
-        env_ids: the ids to serve (registered ids or ``module:Name-v0``); the first is also served at ``/ws``.
+        env_ids: the ids to serve (registered ids or ``module:Name-v0``); the first is also served without its prefix
+            (``/ws``, ``/reset``, ``/step``, ``/state``, ``/metadata``, ``/schema``, ``/mcp``).
         kwargs: keyword arguments every session's environment is made with; a client's ``make`` adds to them.
         host, port: where to listen (port 0: any free port; :attr:`port` says which).
         max_sessions: sessions open at once; one more is refused with ``CAPACITY_REACHED`` (a trainer holds one per
@@ -102,19 +87,19 @@ class EnvServer:
         self.descriptions: dict[str, str] = {}
         for env_id in self.env_ids:
             probe = make(env_id, **self.kwargs)
-            self.descriptions[env_id] = _doc_line(probe)
+            self.descriptions[env_id] = doc_line(probe)
             probe.close()
         self.host, self.port = host, port
-        self.max_sessions, self.step_timeout = max_sessions, step_timeout
-        self.idle_timeout, self.make_timeout = idle_timeout, make_timeout
-        self.sessions: set[_Session] = set()
+        self.max_sessions, self.idle_timeout = max_sessions, idle_timeout
+        self.limits = Limits(kwargs=self.kwargs, step_timeout=step_timeout, make_timeout=make_timeout)
+        self.step_timeout, self.make_timeout = step_timeout, make_timeout
+        #: The WebSocket sessions open now (MCP sessions are in ``self.mcp.sessions``).
+        self.sessions: set[Session] = set()
         self.served_sessions = 0
+        self.mcp = McpSessions(self._open_session, idle_timeout)
+        self._server: Any = None
         self._thread: threading.Thread | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._stop: asyncio.Event | None = None
-        self._ready = threading.Event()
-        self._failed: BaseException | None = None
-        self._threads: _DaemonThreads | None = None
+        self._threads: DaemonThreads | None = None
 
     # ---- running ----
 
@@ -127,23 +112,35 @@ class EnvServer:
         """Each id served and its URL (what ``remote:`` ids name)."""
         return {i: f"http://{self.host}:{self.port}/{i}" for i in self.env_ids}
 
-    async def _main(self) -> None:
-        loop = asyncio.get_running_loop()
-        self._threads = _DaemonThreads()
-        loop.set_default_executor(self._threads)
-        self._loop, self._stop = loop, asyncio.Event()
-        async with serve(self._session, self.host, self.port, process_request=self._http, max_size=2**24,
-                         ping_interval=20, ping_timeout=60) as server:
-            self.port = server.sockets[0].getsockname()[1]
-            self._ready.set()
-            await self._stop.wait()
+    @property
+    def running(self) -> bool:
+        """Whether the server (started with :meth:`start`) still serves."""
+        return self._thread is not None and self._thread.is_alive()
+
+    def _bind(self) -> Any:
+        import uvicorn
+
+        sock = socket.socket(socket.AF_INET6 if ":" in self.host else socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((self.host, self.port))
+        except OSError as e:
+            sock.close()
+            raise OSError(f"the environment server cannot listen on {self.host}:{self.port}: {e}") from e
+        sock.listen(2048)
+        sock.set_inheritable(True)
+        self.port = sock.getsockname()[1]
+        config = uvicorn.Config(self.app(), log_config=None, log_level="warning", access_log=False, lifespan="on",
+                                ws_max_size=2**24, ws_ping_interval=20, ws_ping_timeout=60,
+                                timeout_graceful_shutdown=5)
+        self._server = uvicorn.Server(config)
+        return sock
 
     def serve_forever(self) -> None:
         """Serve in this thread until interrupted (Ctrl-C) or :meth:`stop`."""
-        try:
-            asyncio.run(self._main())
-        except KeyboardInterrupt:
-            pass
+        sock = self._bind()
+        with contextlib.suppress(KeyboardInterrupt):
+            self._server.run(sockets=[sock])
 
     def start(self, timeout: float = 30.0) -> int:
         """Serve in a background thread; returns the port once listening.
@@ -151,24 +148,24 @@ class EnvServer:
         Raises:
             OSError: the port could not be bound (or the server did not start within ``timeout``).
         """
+        import time
 
-        def run() -> None:
-            try:
-                asyncio.run(self._main())
-            except BaseException as e:  # noqa: BLE001 — reported to start()
-                self._failed = e
-                self._ready.set()
-
-        self._thread = threading.Thread(target=run, name="turnrl-env-server", daemon=True)
+        sock = self._bind()
+        server = self._server
+        self._thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="turnrl-env-server",
+                                        daemon=True)
         self._thread.start()
-        if not self._ready.wait(timeout) or self._failed is not None:
-            raise OSError(f"the environment server did not start on {self.host}:{self.port}: {self._failed}")
+        deadline = time.monotonic() + timeout
+        while not server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise OSError(f"the environment server did not start on {self.host}:{self.port} within {timeout:g} s")
+            time.sleep(0.01)
         return self.port
 
     def stop(self, timeout: float = 10.0) -> None:
-        """Stop serving (open sessions end) and wait for the thread."""
-        if self._loop is not None and self._stop is not None and not self._loop.is_closed():
-            self._loop.call_soon_threadsafe(self._stop.set)
+        """Stop serving (open sessions end, their environments are closed) and wait for the thread."""
+        if self._server is not None:
+            self._server.should_exit = True
         if self._thread is not None:
             self._thread.join(timeout)
 
@@ -179,218 +176,220 @@ class EnvServer:
     def __exit__(self, *exc: Any) -> None:
         self.stop()
 
-    # ---- HTTP ----
+    @contextlib.asynccontextmanager
+    async def _lifespan(self, app: Starlette) -> AsyncIterator[None]:
+        self._threads = DaemonThreads()
+        asyncio.get_running_loop().set_default_executor(self._threads)
+        reaper = asyncio.create_task(self._reap())
+        try:
+            yield
+        finally:
+            reaper.cancel()
+            await self.mcp.close_all()
 
-    def _route(self, path: str) -> str | None:
-        """The id a session path names (``/ID/ws``; ``/ws`` is the first id), or None."""
-        path = path.split("?", 1)[0].rstrip("/")
-        if path == "/ws":
-            return self.env_ids[0]
-        if path.endswith("/ws"):
-            name = path[1:-3]
-            return name if name in self.env_ids else None
-        return None
+    async def _reap(self) -> None:
+        while True:
+            await asyncio.sleep(min(5.0, self.idle_timeout / 2))
+            await self.mcp.reap()
 
-    def _json(self, conn: ServerConnection, status: http.HTTPStatus, body: Any) -> Response:
-        response = conn.respond(status, json.dumps(body, default=_jsonable) + "\n")
-        response.headers["Content-Type"] = "application/json"
+    # ---- the application ----
+
+    def app(self) -> Starlette:
+        """The ASGI application (any ASGI server can run it; :meth:`start` runs it with uvicorn)."""
+        routes: list[Any] = [Route("/", self._index, methods=["GET"]),
+                             Route("/health", self._health, methods=["GET"])]
+        for prefix, env_id in [("", self.env_ids[0])] + [(f"/{i}", i) for i in self.env_ids]:
+            routes += [
+                Route(f"{prefix}/metadata", self._bound(self._metadata, env_id), methods=["GET"]),
+                Route(f"{prefix}/schema", self._bound(self._schema, env_id), methods=["GET"]),
+                Route(f"{prefix}/state", self._bound(self._state, env_id), methods=["GET"]),
+                Route(f"{prefix}/reset", self._bound(self._reset, env_id), methods=["POST"]),
+                Route(f"{prefix}/step", self._bound(self._step, env_id), methods=["POST"]),
+                Route(f"{prefix}/mcp", self._bound(self._mcp, env_id), methods=["POST"]),
+                Route(f"{prefix}/ws", self._bound(self._ws_over_http, env_id), methods=["GET", "POST"]),
+                WebSocketRoute(f"{prefix}/ws", self._bound(self._session, env_id)),
+                WebSocketRoute(f"{prefix}/mcp", self._bound(self._mcp_session, env_id)),
+            ]
+        routes.append(WebSocketRoute("/{path:path}", self._no_session))
+        return Starlette(routes=routes, lifespan=self._lifespan,
+                         exception_handlers={HTTPException: self._http_error, Exception: self._crash})
+
+    @staticmethod
+    def _bound(handler: Any, env_id: str) -> Any:
+        async def endpoint(request: Any) -> Any:
+            return await handler(request, env_id)
+        return endpoint
+
+    def _json(self, body: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+        return Response(dumps(body) + "\n", status_code=status, media_type="application/json", headers=headers)
+
+    def _where(self) -> str:
+        return (f"this server serves {', '.join(self.env_ids)}: sessions at /ID/ws (the first id also at /ws); "
+                "POST /ID/reset, /ID/step, /ID/mcp; GET /, /health, /ID/metadata, /ID/schema, /ID/state")
+
+    async def _http_error(self, request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        if exc.status_code == 404:
+            return self._json({"error": f"nothing is served at {request.url.path}; {self._where()}",
+                               "code": p.NOT_FOUND}, 404)
+        if exc.status_code == 405:
+            allowed = (exc.headers or {}).get("Allow", "")
+            return self._json({"error": f"{request.method} is not answered at {request.url.path}; it takes {allowed}",
+                               "code": "METHOD_NOT_ALLOWED"}, 405, headers={"Allow": allowed})
+        return self._json({"error": str(exc.detail), "code": p.VALIDATION_ERROR}, exc.status_code)
+
+    async def _crash(self, request: Request, exc: Exception) -> Response:
+        return self._json({"error": f"the server failed: {type(exc).__name__}: {exc}", "code": p.EXECUTION_ERROR},
+                          500)
+
+    # ---- plain HTTP ----
+
+    async def _index(self, request: Request) -> Response:
+        return self._json({"protocol": p.PROTOCOL, "environments": self.env_ids})
+
+    async def _health(self, request: Request) -> Response:
+        busy = self._threads.running if self._threads is not None else 0
+        return self._json({"status": "healthy", "sessions": len(self.sessions) + len(self.mcp.sessions),
+                           "max_sessions": self.max_sessions, "calls_running": busy})
+
+    async def _metadata(self, request: Request, env_id: str) -> Response:
+        return self._json({"name": env_id, "description": self.descriptions[env_id], "version": p.version(),
+                           "protocol": p.PROTOCOL})
+
+    async def _schema(self, request: Request, env_id: str) -> Response:
+        return self._json(p.SCHEMAS)
+
+    async def _state(self, request: Request, env_id: str) -> Response:
+        return self._json(Session(env_id, self.limits).state())
+
+    async def _ws_over_http(self, request: Request, env_id: str) -> Response:
+        return self._json({"error": f"{request.url.path} is a WebSocket endpoint (connect with ws://…); over plain "
+                                    "HTTP use POST …/reset and …/step", "code": "UPGRADE_REQUIRED"}, 426)
+
+    async def _body(self, request: Request) -> dict[str, Any]:
+        raw = await request.body()
+        if not raw.strip():
+            return {}
+        try:
+            body = json.loads(raw)
+        except json.JSONDecodeError as e:
+            raise HTTPException(422, f"the body is not JSON: {e}") from None
+        if not isinstance(body, dict):
+            raise HTTPException(422, "the body is a JSON object")
+        return body
+
+    async def _stateless(self, env_id: str, messages: list[dict[str, Any]]) -> Response:
+        """Play ``messages`` on an environment made for this request: the last reply's data, or its error."""
+        reply = await Session(env_id, self.limits).play_once(messages)
+        if reply["type"] == "error":
+            code = reply["data"]["code"]
+            status = {p.VALIDATION_ERROR: 422, p.FACTORY_ERROR: 422, p.TIMEOUT: 504}.get(code, 500)
+            return self._json({"error": reply["data"]["message"], "code": code}, status)
+        return self._json(reply["data"])
+
+    async def _reset(self, request: Request, env_id: str) -> Response:
+        body = await self._body(request)
+        return await self._stateless(env_id, [{"type": "reset", "data": body}])
+
+    async def _step(self, request: Request, env_id: str) -> Response:
+        body = await self._body(request)
+        action = body.pop("action", None)
+        for extra in ("timeout_s", "request_id"):  # OpenEnv's StepRequest fields that a turnrl step does not use
+            body.pop(extra, None)
+        if not isinstance(action, dict) or not isinstance(action.get("message"), str):
+            raise HTTPException(422, "a step's body is {\"action\": {\"message\": the assistant's text}, \"seed\": "
+                                     "the seed of the reset it answers, \"options\"?: {...}}")
+        if body.get("seed") is None:
+            return self._json({"error": "a step over plain HTTP needs the seed of the reset it answers (HTTP holds no "
+                                        "session, so the step plays the first turn of the episode POST /reset with "
+                                        "the same seed and options starts); play multi-turn episodes over the /ws "
+                                        "WebSocket", "code": "NO_SESSION"}, 409)
+        response = await self._stateless(env_id, [{"type": "reset", "data": body},
+                                                  {"type": "step", "data": {"message": action["message"]}}])
+        if response.status_code == 200:
+            data = json.loads(bytes(response.body))
+            if not data.get("done"):
+                data["observation"].setdefault("info", {})["session"] = (
+                    "the episode goes on, but HTTP holds no session: play its next turns over the /ws WebSocket")
+                return self._json(data)
         return response
 
-    def _http(self, conn: ServerConnection, request: Request) -> Response | None:
-        path = request.path.split("?", 1)[0].rstrip("/") or "/"
-        if path.endswith("/ws"):
-            if self._route(path) is not None:
-                return None  # a session: go on with the WebSocket handshake
-            return self._json(conn, http.HTTPStatus.NOT_FOUND, {
-                "error": f"no environment is served at {path}; this server serves {', '.join(self.env_ids)} "
-                         f"at /ID/ws (and the first at /ws)", "code": p.NOT_FOUND})
-        head, _, tail = path.rpartition("/")
-        env_id = head.lstrip("/") or self.env_ids[0]
-        if path == "/":
-            return self._json(conn, http.HTTPStatus.OK, {"protocol": p.PROTOCOL, "environments": self.env_ids})
-        if tail == "health":
-            busy = self._threads.running if self._threads is not None else 0
-            return self._json(conn, http.HTTPStatus.OK, {"status": "healthy", "sessions": len(self.sessions),
-                                                         "max_sessions": self.max_sessions,
-                                                         "calls_running": busy})
-        if env_id in self.env_ids and tail == "metadata":
-            return self._json(conn, http.HTTPStatus.OK, {
-                "name": env_id, "description": self.descriptions[env_id], "version": p.version(),
-                "protocol": p.PROTOCOL})
-        if env_id in self.env_ids and tail == "schema":
-            return self._json(conn, http.HTTPStatus.OK, p.SCHEMAS)
-        return self._json(conn, http.HTTPStatus.NOT_FOUND, {
-            "error": f"unknown path {path}: GET /, /health, /ID/metadata, /ID/schema; sessions at /ID/ws",
-            "code": p.NOT_FOUND})
+    async def _mcp(self, request: Request, env_id: str) -> Response:
+        return self._json(await self.mcp.answer(await request.body(), env_id))
 
-    # ---- sessions ----
-
-    async def _session(self, conn: ServerConnection) -> None:
-        env_id = self._route(conn.request.path)
-        if len(self.sessions) >= self.max_sessions:
-            await conn.send(json.dumps(p.error(
-                f"the server holds {self.max_sessions} sessions already (max_sessions); try again later",
-                p.CAPACITY_REACHED, active_sessions=len(self.sessions), max_sessions=self.max_sessions)))
-            await conn.close()
-            return
-        session = _Session(env_id)
-        self.sessions.add(session)
+    def _open_session(self, env_id: str) -> Session:
+        """A new session, or :class:`Refused` once ``max_sessions`` are open."""
+        if len(self.sessions) + len(self.mcp.sessions) >= self.max_sessions:
+            raise Refused(f"the server holds {self.max_sessions} sessions already (max_sessions); try again later",
+                          p.CAPACITY_REACHED, keep=False)
         self.served_sessions += 1
+        return Session(env_id, self.limits)
+
+    # ---- WebSocket sessions ----
+
+    async def _no_session(self, websocket: WebSocket) -> None:
+        body = {"error": f"no environment is served at {websocket.url.path}; {self._where()}", "code": p.NOT_FOUND}
+        try:
+            await websocket.send_denial_response(self._json(body, 404))
+        except RuntimeError:  # a server without the denial extension: refuse the handshake
+            await websocket.close(code=1008, reason=body["error"][:120])
+
+    async def _receive(self, websocket: WebSocket) -> str | bytes | None:
+        """The next message, or None when the client has gone; :class:`TimeoutError` past ``idle_timeout``."""
+        message = await asyncio.wait_for(websocket.receive(), self.idle_timeout)
+        if message["type"] == "websocket.disconnect":
+            return None
+        return message.get("text") if message.get("text") is not None else message.get("bytes")
+
+    async def _session(self, websocket: WebSocket, env_id: str) -> None:
+        """A ``/ws`` session: turnrl's and OpenEnv's messages (:meth:`Session.answer`)."""
+        async def refuse(e: Refused) -> dict[str, Any]:
+            return p.error(str(e), e.code, active_sessions=len(self.sessions), max_sessions=self.max_sessions)
+
+        async def idle() -> dict[str, Any]:
+            return p.error(f"the session was idle for {self.idle_timeout:g} s and is closed", p.SESSION_ERROR)
+
+        await self._serve(websocket, env_id, lambda session, raw: session.answer(raw), refuse, idle)
+
+    async def _mcp_session(self, websocket: WebSocket, env_id: str) -> None:
+        """An ``/mcp`` WebSocket: JSON-RPC requests, the connection being their session."""
+        async def answer(session: Session, raw: str | bytes) -> tuple[dict[str, Any], bool]:
+            return await self.mcp.answer(raw, env_id, connection=session), True
+
+        async def refuse(e: Refused) -> dict[str, Any]:
+            return {"jsonrpc": "2.0", "id": None, "error": {"code": -32603, "message": str(e)}}
+
+        await self._serve(websocket, env_id, answer, refuse, None)
+
+    async def _serve(self, websocket: WebSocket, env_id: str, answer: Any, refuse: Any, idle: Any) -> None:
+        """One WebSocket connection, one session: each message's reply from ``answer``, until the client closes, the
+        answer ends the session or the connection is idle for ``idle_timeout`` (``idle()``'s message, then close)."""
+        await websocket.accept()
+        try:
+            session = self._open_session(env_id)
+        except Refused as e:
+            await websocket.send_text(dumps(await refuse(e)))
+            await websocket.close()
+            return
+        self.sessions.add(session)
         try:
             while True:
                 try:
-                    raw = await asyncio.wait_for(conn.recv(), self.idle_timeout)
+                    raw = await self._receive(websocket)
                 except TimeoutError:
-                    await conn.send(json.dumps(p.error(
-                        f"the session was idle for {self.idle_timeout:g} s and is closed", p.SESSION_ERROR)))
+                    if idle is not None:
+                        await websocket.send_text(dumps(await idle()))
                     break
-                reply, keep = await self._answer(session, raw)
+                if raw is None:
+                    return
+                reply, keep = await answer(session, raw)
                 if reply is not None:
-                    await conn.send(json.dumps(reply, default=_jsonable))
+                    await websocket.send_text(dumps(reply))
                 if not keep:
                     break
-        except ConnectionClosed:
+            await websocket.close()
+        except (WebSocketDisconnect, RuntimeError):  # the client went away mid-answer
             pass
         finally:
             self.sessions.discard(session)
-            if session.env is not None:
-                await asyncio.to_thread(_close, session.env)
-            await conn.close()
-
-    async def _answer(self, session: _Session, raw: str | bytes) -> tuple[dict[str, Any] | None, bool]:
-        """The reply to one message, and whether the session goes on."""
-        try:
-            message = json.loads(raw)
-        except json.JSONDecodeError as e:
-            return p.error(f"Invalid JSON: {e}", p.INVALID_JSON), True
-        if not isinstance(message, dict) or not isinstance(message.get("data", {}), dict):
-            return p.error("a message is a JSON object {\"type\": ..., \"data\": {...}}", p.VALIDATION_ERROR), True
-        kind, data = message.get("type"), message.get("data") or {}
-        handler = getattr(self, f"_on_{kind}", None) if isinstance(kind, str) else None
-        if handler is None:
-            return p.error(f"Unknown message type: {kind!r} (reset, step, state, close, make, call, tool)",
-                           p.UNKNOWN_TYPE), True
-        try:
-            return await handler(session, data)
-        except TimeoutError:
-            what = "making the environment" if session.env is None else f"the {kind}"
-            limit = self.make_timeout if session.env is None else self.step_timeout
-            return p.error(f"{what} took longer than {limit:g} s; the session is closed (the environment's state is "
-                           "unknown)", p.TIMEOUT), False
-        except _Refused as e:
-            return p.error(str(e), e.code), e.keep
-        except _Closed:
-            return None, False
-        except Exception as e:  # noqa: BLE001 — the environment's own error: the client reads it
-            return p.error(f"{type(e).__name__}: {e}", p.EXECUTION_ERROR), True
-
-    async def _env(self, session: _Session, kwargs: dict[str, Any] | None = None) -> TextEnv:
-        if session.env is None:
-            from turnrl.envs.registry import make
-
-            merged = {**self.kwargs, **(kwargs or {})}
-            try:
-                session.env = await asyncio.wait_for(asyncio.to_thread(make, session.env_id, **merged),
-                                                     self.make_timeout)
-            except TimeoutError:
-                raise
-            except Exception as e:  # noqa: BLE001 — a bad keyword argument, a missing file: the client reads it
-                raise _Refused(f"making {session.env_id} failed: {type(e).__name__}: {e}", p.FACTORY_ERROR) from e
-        return session.env
-
-    async def _timed(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
-        return await asyncio.wait_for(asyncio.to_thread(fn, *args, **kwargs), self.step_timeout)
-
-    async def _on_make(self, session: _Session, data: dict[str, Any]) -> tuple[dict[str, Any], bool]:
-        if session.env is not None:
-            raise _Refused("make must be the session's first message", p.VALIDATION_ERROR)
-        kwargs = data.get("kwargs") or {}
-        if not isinstance(kwargs, dict):
-            raise _Refused("make's data is {\"kwargs\": {...}}", p.VALIDATION_ERROR)
-        env = await self._env(session, kwargs)
-        return {"type": "spec", "data": _spec(session.env_id, env)}, True
-
-    async def _on_reset(self, session: _Session, data: dict[str, Any]) -> tuple[dict[str, Any], bool]:
-        env = await self._env(session)
-        unknown = set(data) - {"seed", "options", "episode_id"}
-        if unknown:
-            raise _Refused(f"unknown reset fields {sorted(unknown)}: reset takes seed and options", p.VALIDATION_ERROR)
-        obs, info = await self._timed(env.reset, seed=data.get("seed"), options=data.get("options"))
-        session.episodes += 1
-        return p.observation(obs, info, None), True
-
-    async def _on_step(self, session: _Session, data: dict[str, Any]) -> tuple[dict[str, Any], bool]:
-        text = data.get("message")
-        if not isinstance(text, str):
-            raise _Refused("a step's data is {\"message\": the assistant's text}", p.VALIDATION_ERROR)
-        env = await self._env(session)
-        obs, reward, terminated, truncated, info = await asyncio.wait_for(env.astep(text), self.step_timeout)
-        return p.observation(obs, info, reward, terminated, truncated), True
-
-    async def _on_state(self, session: _Session, data: dict[str, Any]) -> tuple[dict[str, Any], bool]:
-        env = session.env
-        task = getattr(env, "task", None)
-        return {"type": "state", "data": {
-            "env_id": session.env_id, "episodes": session.episodes, "turn": env.turn if env is not None else 0,
-            "started": bool(env is not None and env._started), "finished": bool(env is not None and env._finished),
-            "task_id": getattr(task, "id", None)}}, True
-
-    async def _on_close(self, session: _Session, data: dict[str, Any]) -> tuple[None, bool]:
-        raise _Closed
-
-    async def _on_call(self, session: _Session, data: dict[str, Any]) -> tuple[dict[str, Any], bool]:
-        method, args = data.get("method"), data.get("args") or []
-        if method not in p.CALLABLE or not isinstance(args, list):
-            raise _Refused(f"call's data is {{\"method\": one of {', '.join(p.CALLABLE)}, \"args\": [...]}}",
-                           p.VALIDATION_ERROR)
-        env = await self._env(session)
-        if method == "summarize_episodes":
-            args = [[Trajectory.model_validate(t) for t in args[0]]] if args else [[]]
-        value = await self._timed(getattr(env, method), *args)
-        if hasattr(value, "model_dump"):
-            value = value.model_dump(mode="json")
-        return {"type": "result", "data": {"value": value}}, True
-
-    async def _on_tool(self, session: _Session, data: dict[str, Any]) -> tuple[dict[str, Any], bool]:
-        env = await self._env(session)
-        toolbox = getattr(env, "toolbox", None)
-        if toolbox is None:
-            raise _Refused(f"{session.env_id} has no toolbox to call", p.VALIDATION_ERROR)
-        call = ToolCall(name=str(data.get("name")), arguments=data.get("arguments") or {}, raw=data.get("raw"))
-        out = await asyncio.wait_for(toolbox.ainvoke(call), self.step_timeout)
-        return {"type": "result", "data": {"content": out.content, "ok": out.ok}}, True
-
-
-class _Refused(Exception):
-    def __init__(self, message: str, code: str, keep: bool = True) -> None:
-        super().__init__(message)
-        self.code, self.keep = code, keep
-
-
-class _Closed(Exception):
-    pass
-
-
-def _close(env: TextEnv) -> None:
-    try:
-        env.close()
-    except Exception:  # noqa: BLE001, S110 — closing is best effort
-        pass
-
-
-def _spec(env_id: str, env: TextEnv) -> dict[str, Any]:
-    size = len(env) if hasattr(env, "__len__") else None
-    return p.Spec(
-        protocol=p.PROTOCOL, env_id=env_id,
-        kwargs=json.loads(json.dumps(dict(getattr(env.spec, "kwargs", None) or {}), default=repr)),
-        max_turns=env.max_turns, split=env.split, held_out_split=env.held_out_split,
-        evaluation_options=dict(env.evaluation_options),
-        options={k: getattr(env, k, None) for k in env.evaluation_options},
-        helpers=[m for m in p.CALLABLE if getattr(type(env), m, None) is not getattr(TextEnv, m)],
-        stop=list(env.stop), tools=env.tool_schemas(), size=size, description=_doc_line(env),
-    ).model_dump(mode="json")
-
-
-def _doc_line(env: TextEnv) -> str:
-    """The first line of the environment class's docstring (its description in ``/metadata`` and the spec)."""
-    return ((type(env).__doc__ or "").strip().splitlines() or [""])[0]
+            await session.close()

@@ -338,6 +338,10 @@ class StateSource(ExperienceSource):
             metrics["data_step_good"] = sum(bool(lb.good) for lb in data_labels) / len(data_labels)
         return samples, metrics
 
+    def close(self) -> None:
+        """Close the probe environment."""
+        self.env.close()
+
     def state_dict(self) -> dict[str, Any]:
         """Epoch and position in it."""
         return {"epoch": self.epoch, "position": self.position}

@@ -219,106 +219,113 @@ def evaluate(
     params = params or SamplingParams(temperature=0.0 if samples == 1 else 1.0, max_new_tokens=256)
     probe = make(env_id, **env_kwargs)
     if (held := held_out_kwargs(probe, env_kwargs)) is not None:
+        probe.close()
         env_kwargs, probe = held, make(env_id, **held)
-    n_tasks = min(limit, len(probe)) if hasattr(probe, "__len__") else limit
-    jobs = [Job(0, 0, i, s) for i in range(n_tasks) for s in range(samples)]
-    by_key = {j.key: (n, j) for n, j in enumerate(jobs)}
-    max_new = params.max_new_tokens
-    settings = eval_settings(env_id, env_kwargs, samples, seed, params, max_context, agent_name, context)
-    out_dir = Path(out) if out is not None else None
-    found = previous_episodes(out_dir, settings) if resume and out_dir is not None else {}
-    previous = {k: t for k, t in found.items() if k in by_key}
-    stream = out_dir / "trajectories.jsonl" if out_dir is not None else None
-    if out_dir is not None and stream is not None:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        (out_dir / "run.json").write_text(json.dumps({"settings": settings, "limit": limit}, indent=2, default=str))
-        tmp = stream.with_name("trajectories.tmp.jsonl")  # the reused episodes in job order, those past the limit,
-        beyond = [t for k, t in found.items() if k not in by_key]  # then the new ones
-        write_jsonl(sorted(previous.values(), key=lambda t: by_key[t.metadata["job"]][0]) + beyond, tmp)
-        tmp.replace(stream)
-
-    rows: dict[str, dict[str, Any]] = {}
-    light: dict[str, Trajectory] = {}  # for the environment's figures: turns only, not every token
-    kept: list[tuple[int, Trajectory]] = []  # candidates for the report's example episodes, in job order
-
-    def record(traj: Trajectory, job: Job) -> None:
-        nonlocal kept
-        if job.key in rows:
-            return
-        rows[job.key] = episode_row(traj, job.task, job.sample, max_new)
-        light[job.key] = traj.model_copy(update=dict.fromkeys(TOKEN_FIELDS))
-        order = sorted([*kept, (by_key[job.key][0], traj)], key=lambda x: x[0])
-        chosen = {id(t) for t in pick_examples([t for _, t in order], 2, 2 * len(FAILURES), max_new)}
-        kept = [(n, t) for n, t in order if id(t) in chosen]
-
-    for key, traj in previous.items():
-        record(traj, by_key[key][1])
-    stopped = False
-
-    def sink(traj: Trajectory) -> None:
-        if stopped:  # an interrupted rollout's last words
-            return
-        if stream is not None:
-            write_jsonl([traj], stream, append=True)
-        if (job := by_key.get(traj.metadata.get("job"), (0, None))[1]) is not None:
-            record(traj, job)
-        if on_episode is not None:
-            on_episode(traj)
-
-    if on_start is not None:
-        on_start(len(rows), len(jobs))
-    todo = [j for j in jobs if j.key not in rows]
-    t0 = time.perf_counter()
-    generated, interrupted = 0, None
     try:
-        for start in range(0, len(todo), batch_episodes):
-            chunk = todo[start : start + batch_episodes]
-            if player is not None:
-                trajs, tokens = player(chunk, env_kwargs, sink)
-            else:
-                trajs, rollout = play(agent, env_id, env_kwargs, chunk, seed=seed, params=params,
-                                      max_context=max_context, env_timeout=env_timeout, sink=sink, chunk=chunk[0].task,
-                                      group_id=lambda j: str(j.task), context=context)
-                tokens = rollout.stats.generated_tokens
-            generated += tokens
-            for traj, job in zip(trajs, chunk):  # those the sink did not see (no job key)
+        n_tasks = min(limit, len(probe)) if hasattr(probe, "__len__") else limit
+        jobs = [Job(0, 0, i, s) for i in range(n_tasks) for s in range(samples)]
+        by_key = {j.key: (n, j) for n, j in enumerate(jobs)}
+        max_new = params.max_new_tokens
+        settings = eval_settings(env_id, env_kwargs, samples, seed, params, max_context, agent_name, context)
+        out_dir = Path(out) if out is not None else None
+        found = previous_episodes(out_dir, settings) if resume and out_dir is not None else {}
+        previous = {k: t for k, t in found.items() if k in by_key}
+        stream = out_dir / "trajectories.jsonl" if out_dir is not None else None
+        if out_dir is not None and stream is not None:
+            out_dir.mkdir(parents=True, exist_ok=True)
+            (out_dir / "run.json").write_text(json.dumps({"settings": settings, "limit": limit}, indent=2, default=str))
+            tmp = stream.with_name("trajectories.tmp.jsonl")  # the reused episodes in job order, those past the limit,
+            beyond = [t for k, t in found.items() if k not in by_key]  # then the new ones
+            write_jsonl(sorted(previous.values(), key=lambda t: by_key[t.metadata["job"]][0]) + beyond, tmp)
+            tmp.replace(stream)
+
+        rows: dict[str, dict[str, Any]] = {}
+        light: dict[str, Trajectory] = {}  # for the environment's figures: turns only, not every token
+        kept: list[tuple[int, Trajectory]] = []  # candidates for the report's example episodes, in job order
+
+        def record(traj: Trajectory, job: Job) -> None:
+            nonlocal kept
+            if job.key in rows:
+                return
+            rows[job.key] = episode_row(traj, job.task, job.sample, max_new)
+            light[job.key] = traj.model_copy(update=dict.fromkeys(TOKEN_FIELDS))
+            order = sorted([*kept, (by_key[job.key][0], traj)], key=lambda x: x[0])
+            chosen = {id(t) for t in pick_examples([t for _, t in order], 2, 2 * len(FAILURES), max_new)}
+            kept = [(n, t) for n, t in order if id(t) in chosen]
+
+        for key, traj in previous.items():
+            record(traj, by_key[key][1])
+        stopped = False
+
+        def sink(traj: Trajectory) -> None:
+            if stopped:  # an interrupted rollout's last words
+                return
+            if stream is not None:
+                write_jsonl([traj], stream, append=True)
+            if (job := by_key.get(traj.metadata.get("job"), (0, None))[1]) is not None:
                 record(traj, job)
-    except KeyboardInterrupt as e:
-        interrupted = e
-    stopped = True
-    done = [j for j in jobs if j.key in rows]
-    wall = time.perf_counter() - t0
-    metrics = summarize([rows[j.key] for j in done], samples)
-    if done:  # the environment's own figures (user code: not asked about nothing)
-        own = probe.unwrapped.summarize_episodes([light[j.key] for j in done])
-        metrics.update(own)
-        metrics["env"] = {k: v for k, v in own.items() if isinstance(v, (int, float))}  # the same, by themselves
-    metrics["wall_seconds"] = round(wall, 2)
-    metrics["generated_tokens_per_second"] = round(generated / wall, 2) if wall > 0 else 0.0
-    metrics["split"] = getattr(probe, "split", None)
-    metrics["held_out"] = metrics["split"] is not None and metrics["split"] == getattr(probe, "held_out_split", None)
-    if previous:
-        metrics["resumed_episodes"] = len(previous)
-    notice = None
-    if interrupted is not None:
-        metrics.update(interrupted=True, episodes_planned=len(jobs))
-        notice = (f"**Interrupted**: {len(done)} of {len(jobs)} episodes finished; this report covers those only. "
-                  f"Rerun with `--resume` (the same options) to play the other {len(jobs) - len(done)}.")
-    if out_dir is not None:
-        ids = {r["index"]: r["task_id"] for r in rows.values()}
-        with (out_dir / "items.jsonl").open("w") as f:
-            for j in done:
-                f.write(json.dumps(rows[j.key]) + "\n")
-        (out_dir / "metrics.json").write_text(json.dumps(metrics, indent=2))
-        config = {"env_id": env_id, "env_kwargs": env_kwargs, "limit": limit, "samples": samples, "seed": seed,
-                  "params": params.model_dump(), **({"agent": agent_name} if agent_name else {})}
-        tok = getattr(agent, "tokenizer", None)
-        decode = (lambda ids: tok.decode(ids, skip_special_tokens=False)) if tok is not None else None
-        write_report(out_dir, f"{env_id}: {n_tasks} tasks x {samples} samples", metrics, [rows[j.key] for j in done],
-                     config, pick_examples([t for _, t in kept], max_new_tokens=max_new),
-                     subtitle=split_line(probe, 0, n_tasks - 1, ids.get(0), ids.get(n_tasks - 1)), notice=notice,
-                     decode=decode, headline=probe.unwrapped.report_lines(metrics) if done else [])
-        plot(out_dir, metrics, [rows[j.key] for j in done], env_id, max_new)
-    if interrupted is not None:
-        raise EvaluationInterrupted(metrics, len(done), len(jobs)) from interrupted
-    return metrics
+            if on_episode is not None:
+                on_episode(traj)
+
+        if on_start is not None:
+            on_start(len(rows), len(jobs))
+        todo = [j for j in jobs if j.key not in rows]
+        t0 = time.perf_counter()
+        generated, interrupted = 0, None
+        try:
+            for start in range(0, len(todo), batch_episodes):
+                chunk = todo[start : start + batch_episodes]
+                if player is not None:
+                    trajs, tokens = player(chunk, env_kwargs, sink)
+                else:
+                    trajs, rollout = play(agent, env_id, env_kwargs, chunk, seed=seed, params=params,
+                                          max_context=max_context, env_timeout=env_timeout, sink=sink,
+                                          chunk=chunk[0].task,
+                                          group_id=lambda j: str(j.task), context=context)
+                    tokens = rollout.stats.generated_tokens
+                generated += tokens
+                for traj, job in zip(trajs, chunk):  # those the sink did not see (no job key)
+                    record(traj, job)
+        except KeyboardInterrupt as e:
+            interrupted = e
+        stopped = True
+        done = [j for j in jobs if j.key in rows]
+        wall = time.perf_counter() - t0
+        metrics = summarize([rows[j.key] for j in done], samples)
+        if done:  # the environment's own figures (user code: not asked about nothing)
+            own = probe.unwrapped.summarize_episodes([light[j.key] for j in done])
+            metrics.update(own)
+            metrics["env"] = {k: v for k, v in own.items() if isinstance(v, (int, float))}  # the same, by themselves
+        metrics["wall_seconds"] = round(wall, 2)
+        metrics["generated_tokens_per_second"] = round(generated / wall, 2) if wall > 0 else 0.0
+        metrics["split"] = getattr(probe, "split", None)
+        held_split = getattr(probe, "held_out_split", None)
+        metrics["held_out"] = metrics["split"] is not None and metrics["split"] == held_split
+        if previous:
+            metrics["resumed_episodes"] = len(previous)
+        notice = None
+        if interrupted is not None:
+            metrics.update(interrupted=True, episodes_planned=len(jobs))
+            notice = (f"**Interrupted**: {len(done)} of {len(jobs)} episodes finished; this report covers those only. "
+                      f"Rerun with `--resume` (the same options) to play the other {len(jobs) - len(done)}.")
+        if out_dir is not None:
+            ids = {r["index"]: r["task_id"] for r in rows.values()}
+            with (out_dir / "items.jsonl").open("w") as f:
+                for j in done:
+                    f.write(json.dumps(rows[j.key]) + "\n")
+            (out_dir / "metrics.json").write_text(json.dumps(metrics, indent=2))
+            config = {"env_id": env_id, "env_kwargs": env_kwargs, "limit": limit, "samples": samples, "seed": seed,
+                      "params": params.model_dump(), **({"agent": agent_name} if agent_name else {})}
+            tok = getattr(agent, "tokenizer", None)
+            decode = (lambda ids: tok.decode(ids, skip_special_tokens=False)) if tok is not None else None
+            write_report(out_dir, f"{env_id}: {n_tasks} tasks x {samples} samples", metrics,
+                         [rows[j.key] for j in done],
+                         config, pick_examples([t for _, t in kept], max_new_tokens=max_new),
+                         subtitle=split_line(probe, 0, n_tasks - 1, ids.get(0), ids.get(n_tasks - 1)), notice=notice,
+                         decode=decode, headline=probe.unwrapped.report_lines(metrics) if done else [])
+            plot(out_dir, metrics, [rows[j.key] for j in done], env_id, max_new)
+        if interrupted is not None:
+            raise EvaluationInterrupted(metrics, len(done), len(jobs)) from interrupted
+        return metrics
+    finally:  # the probe was made here: its session (a remote: server's) ends here
+        probe.close()

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from turnrl.agents.base import Agent, SamplingParams
+from turnrl.envs.core import close_all
 from turnrl.envs.multiagent import make_multi_agent
 from turnrl.rollout.multi import MultiAgentRollout
 from turnrl.rollout.opponents import make_opponent
@@ -83,8 +84,12 @@ def evaluate_multi_agent(agent: Agent | Mapping[str, Agent], env_id: str, env_kw
                 policies[seat_map[s]] = player
             rollout = MultiAgentRollout(policies, params, max_context=max_context, seats=seat_map)
             envs = [make_multi_agent(env_id, **kwargs) for _ in games]
-            trajs = rollout.run(envs, seeds=[seed + i for i in games], options=[{"index": i} for i in games],
-                                group_ids=[str(i) for i in games], sample_seeds=[seed * 1_000_003 + i for i in games])
+            try:
+                trajs = rollout.run(envs, seeds=[seed + i for i in games], options=[{"index": i} for i in games],
+                                    group_ids=[str(i) for i in games],
+                                    sample_seeds=[seed * 1_000_003 + i for i in games])
+            finally:
+                close_all(envs)
             for i, t in zip([g for g in games for _ in seats], trajs):
                 if t.metadata["seat"] == mine:
                     rows.append({"index": i, "seat": mine, "outcome": t.metadata["outcome"] or

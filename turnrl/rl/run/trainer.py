@@ -174,6 +174,7 @@ class Trainer:
         if self._eval_kwargs is None:
             train_env = make(self.cfg.env.id, **self.cfg.env.kwargs)
             self._eval_kwargs = run_eval_kwargs(train_env, self.cfg.env.kwargs, self.cfg.env.eval_kwargs)
+            train_env.close()
         kwargs = self._eval_kwargs
         player = None
         if self.cfg.program is not None:  # the program is the agent: evaluated through the gateway, greedy
@@ -210,7 +211,8 @@ class Trainer:
         self.driver.load(path)
 
     def close(self) -> None:
-        """Release the placement's resources (Ray workers, learner ranks)."""
+        """Release the placement's resources (Ray workers, learner ranks) and the source's."""
+        self.source.close()
         if self.runner is not None:
             self.runner.close()
         self.learner.close()

@@ -109,6 +109,10 @@ class ExperienceSource:
     #: Whether the source plays environments with several agents (the on-policy one does, with games for episodes).
     plays_games: ClassVar[bool] = False
 
+    def close(self) -> None:
+        """Release what the source holds for the run (e.g. the environment it reads task counts from: a ``remote:``
+        server's session ends then); the trainer calls it once, at the end. Nothing by default."""
+
     @classmethod
     def check_config(cls, cfg: TrainConfig) -> None:
         """Raise ValueError if the run's settings cannot work with this source (called while the config validates).

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from turnrl.agents.base import SamplingParams
+from turnrl.envs.core import close_all
 from turnrl.envs.multiagent import make_multi_agent
 from turnrl.rl.algorithms.base import Algorithm
 from turnrl.rl.config import MultiAgentConfig, TrainConfig
@@ -117,9 +118,12 @@ class MultiAgentRunner:
                                     versions={name: self.version for name in trained})
         envs = [make_multi_agent(self.cfg.env.id, **self.cfg.env.kwargs) for _ in jobs]
         t0 = time.perf_counter()
-        trajs = rollout.run(envs, seeds=[env_seed(self.cfg.seed, j) for j in jobs],
-                            options=[{"index": j.task} for j in jobs], group_ids=[j.group_id for j in jobs],
-                            sample_seeds=[sample_seed(self.cfg.seed, j) for j in jobs], seat_maps=maps)
+        try:
+            trajs = rollout.run(envs, seeds=[env_seed(self.cfg.seed, j) for j in jobs],
+                                options=[{"index": j.task} for j in jobs], group_ids=[j.group_id for j in jobs],
+                                sample_seeds=[sample_seed(self.cfg.seed, j) for j in jobs], seat_maps=maps)
+        finally:
+            close_all(envs)
         out = []
         per_game = len(self.seats)
         for k, traj in enumerate(trajs):

@@ -237,6 +237,10 @@ class OnPolicySource(ExperienceSource):
             raise ValueError("this checkpoint predates task samplers: resume it with the default `tasks:` "
                              "(sequential)")
 
+    def close(self) -> None:
+        """Close the probe environment."""
+        self.env.close()
+
     def reset(self) -> None:
         """A fresh run starts: forget what the runner kept, and the task choices logged, of an earlier run in the same
         folder."""

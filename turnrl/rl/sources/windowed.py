@@ -190,6 +190,10 @@ class WindowedSource(ExperienceSource):
         policy_trained = version > 0 and self.algorithm.trains_policy(version - 1)  # by the update before this one
         return (self.algorithm.cfg.min_groups or 1) if policy_trained else 1
 
+    def close(self) -> None:
+        """Close the probe environment."""
+        self.env.close()
+
     def state_dict(self) -> dict[str, Any]:
         """The task sampler's state and the jobs still in play or waiting for their group (a resumed run plays them again from
         the start)."""
