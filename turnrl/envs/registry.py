@@ -44,6 +44,7 @@ from turnrl.envs.remote.protocol import REMOTE_PREFIX, split_remote_id
 from turnrl.utils import import_from, parse_python
 
 ENTRY_POINT_GROUP = "turnrl.envs"
+TRL_PREFIX = "trl:"  # a class written for TRL's environment_factory (turnrl.envs.trl)
 BUILTIN_SOURCE = "turnrl (built-in)"
 
 BUILTIN_ENVS: dict[str, str] = {
@@ -209,6 +210,16 @@ def resolve(env_id: str, search: Sequence[str | Path] = ()) -> str:
         except ValueError as e:
             raise UnknownEnvironmentError(str(e)) from None
         return env_id
+    if env_id.startswith(TRL_PREFIX):
+        if env_id.count(":") != 2:
+            raise UnknownEnvironmentError(f"{env_id!r} is not of the form 'trl:module.path:ClassName' (a class written "
+                                          "for TRL's environment_factory)")
+        if search:  # the class's module, from the config's or the current folder (its reward functions' too)
+            try:
+                _import(env_id.split(":")[1], search)
+            except ModuleNotFoundError as e:
+                raise EnvImportError(f"importing {env_id.split(':')[1]!r} failed: {e}") from e
+        return env_id
     if ":" not in env_id:
         if env_id not in gym.registry:
             raise UnknownEnvironmentError(_suggest(env_id))
@@ -316,6 +327,14 @@ def make(env_id: str, **kwargs: Any) -> TextEnv:
 
         resolve(env_id)
         return make_remote(env_id, **kwargs)
+    if isinstance(env_id, str) and env_id.startswith(TRL_PREFIX):
+        from turnrl.envs.trl import make_trl_env
+
+        resolve(env_id)
+        env = make_trl_env(env_id, **kwargs)
+        env.unwrapped.spec = gym.envs.registration.EnvSpec(id=env_id, entry_point="turnrl.envs.trl:make_trl_env",
+                                                           kwargs=dict(kwargs))
+        return env
     spec = gym.spec(resolve(env_id))
     creator = load_env_creator(spec.entry_point) if isinstance(spec.entry_point, str) else spec.entry_point
     merged = {**spec.kwargs, **kwargs}

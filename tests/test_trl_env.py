@@ -1,0 +1,131 @@
+"""Environment classes written for TRL's `GRPOTrainer(environment_factory=...)` (tests/trl_classes.py, nothing of
+turnrl in them) as turnrl environments: played as TRL plays them, evaluated, trained, and refused clearly when they
+cannot be used."""
+
+import json
+
+import pytest
+import trl_classes  # noqa: F401 — the classes' module, on the path the tests run from
+
+import turnrl
+from turnrl.envs.registry import UnknownEnvironmentError
+from turnrl.envs.trl import TRLEnvError
+
+ROWS = [{"prompt": "Play.", "secret": s} for s in (3, 7, 5, 2)]
+GUESS = "trl:trl_classes:GuessNumber"
+
+
+def call(n):
+    return f'<tool_call>{{"name": "guess", "arguments": {{"number": {n}}}}}</tool_call>'
+
+
+def guess_env(**kwargs):
+    return turnrl.make(GUESS, **{"data": ROWS, "reward": "trl_classes:reward_func", **kwargs})
+
+
+def test_a_trl_class_plays_as_trl_plays_it():
+    env = guess_env()
+    obs, info = env.reset(seed=0, options={"index": 1})
+    assert env.instance.seen == {"prompt": "Play.", "secret": 7}  # reset(**row): every column of the row
+    assert obs[-1].content == "Play.\n\nFind the secret number (1 to 9) with the guess tool."  # its text appended
+    assert info["task_id"] == "row-1" and len(env) == 4
+    schema = env.tool_schemas()
+    assert [s["function"]["name"] for s in schema] == ["guess"]  # public methods but reset; _private is hidden
+    assert schema[0]["function"]["parameters"]["properties"]["number"] == {"description": "the number you guess.",
+                                                                          "type": "integer"}
+    assert env.step(call(5))[0][0].content == "higher"
+    assert env.step(call(7))[0][0].content == "right"
+    out, reward, terminated, _, _ = env.step(call(7))  # the tool raises after the win: the model reads why
+    assert "Game over" in out[0].content and reward == 0.0 and not terminated
+    _, reward, terminated, truncated, info = env.step("Found it: 7.")
+    assert (reward, terminated, truncated, info["correct"]) == (1.0, True, False, True)
+    env.close()
+
+
+def test_reward_functions_are_weighted_and_none_counts_zero():
+    env = guess_env(reward=["trl_classes:reward_func", "trl_classes:fewer_guesses"], reward_weights=[1.0, 2.0])
+    env.reset(seed=0, options={"index": 0})  # secret 3
+    env.step(call(5))
+    env.step(call(3))
+    _, reward, _, _, info = env.step("3")
+    assert reward == pytest.approx(1.0 + 2.0 * -0.1) and info["metrics"] == {"reward_func": 1.0,
+                                                                             "fewer_guesses": pytest.approx(-0.1)}
+    env.reset(seed=0, options={"index": 0})
+    assert env.step("no idea")[1] == 0.0  # not won: fewer_guesses says None, which counts 0
+
+
+def test_an_episode_cut_by_the_turn_limit_is_rewarded_from_the_environments_state():
+    env = guess_env(max_turns=2)
+    env.reset(seed=0, options={"index": 2})  # secret 5
+    assert env.step(call(4))[1:4] == (0.0, False, False)
+    _, reward, terminated, truncated, info = env.step(call(5))  # right, on the last turn, still calling tools
+    assert (reward, terminated, truncated, info["correct"]) == (1.0, False, True, True)
+
+
+def test_reward_functions_read_the_completion_and_held_out_rows_are_a_split(tmp_path):
+    test = tmp_path / "test.jsonl"
+    test.write_text("".join(json.dumps({"prompt": [{"role": "system", "content": "Be kind."},
+                                                   {"role": "user", "content": f"Greet {n}."}], "id": n}) + "\n"
+                            for n in ("Ann", "Bo")))
+    env = turnrl.make("trl:trl_classes:SayHello", data=[{"prompt": "Greet."}], test_data=str(test),
+                      reward="trl_classes:says_hello")
+    assert (env.split, env.held_out_split, len(env)) == ("train", "test", 1) and env.tool_schemas() == []
+    held = turnrl.make("trl:trl_classes:SayHello", data=[{"prompt": "Greet."}], test_data=str(test),
+                       reward="trl_classes:says_hello", split="test")
+    obs, info = held.reset(seed=0, options={"index": 1})
+    assert [m.role for m in obs] == ["system", "user"] and obs[-1].content == "Greet Bo." and info["task_id"] == "Bo"
+    assert held.step("Hello, Bo!")[1] == 1.0
+    held.reset(seed=0, options={"index": 0})
+    assert held.step("Go away.")[1] == 0.0
+
+
+@pytest.mark.parametrize(("env_id", "kwargs", "message"), [
+    ("trl:trl_classes:NoReset", {}, "has no reset"),
+    ("trl:trl_classes:NeedsArgs", {}, "TRL makes the class with no arguments"),
+    ("trl:no_such_module:Env", {}, "importing 'no_such_module' failed"),
+    ("trl:trl_classes:Missing", {}, "has no 'Missing'"),
+    ("trl:trl_classes:reward_func", {}, "is not a class"),
+    (GUESS, {"data": [{"secret": 1}]}, "row 0 has no 'prompt'"),
+    (GUESS, {"data": "nowhere.jsonl"}, "no data file nowhere.jsonl"),
+    (GUESS, {"reward": "trl_classes:nothing"}, "has no 'nothing'"),
+    (GUESS, {"split": "test"}, "split='test' needs test_data"),
+    (GUESS, {"reward_weights": [1.0, 2.0]}, "2 reward_weights for 1 reward functions"),
+])
+def test_what_cannot_be_used_is_one_clear_error(env_id, kwargs, message):
+    with pytest.raises(TRLEnvError, match=message):
+        turnrl.make(env_id, **{"data": ROWS, "reward": "trl_classes:reward_func", **kwargs})
+
+
+def test_a_malformed_id_is_refused():
+    with pytest.raises(UnknownEnvironmentError, match="trl:module.path:ClassName"):
+        turnrl.make("trl:GuessNumber")
+
+
+def test_a_trl_class_trains_and_a_raising_reward_fails_only_its_episodes(tmp_path, one_thread):
+    """GRPO steps with the tiny model: token-exact episodes through the class's tools, a held-out evaluation on its
+    test rows; a reward function that raises errs every episode, counted, and the run goes on."""
+    from turnrl.agents.tiny import tiny_model, tiny_tokenizer
+    from turnrl.rl.run.trainer import TrainConfig, Trainer
+
+    tok = tiny_tokenizer("chatml")
+    for reward, name in (("trl_classes:reward_func", "ok"), ("trl_classes:broken_reward", "broken")):
+        cfg = TrainConfig(model="tiny", env={"id": GUESS, "kwargs": {"data": ROWS, "test_data": ROWS[:2],
+                                                                     "reward": reward, "max_turns": 2}},
+                          algorithm={"name": "grpo"}, rollout={"prompts_per_step": 2, "group_size": 2,
+                                                               "max_new_tokens": 8},
+                          optim={"minibatch_size": 4}, steps=2, eval_tasks=2, out_dir=str(tmp_path / name))
+        trainer = Trainer(cfg, model=tiny_model(tok), tokenizer=tok)
+        try:
+            history = trainer.train()
+        finally:
+            trainer.close()
+        steps = history[1:]
+        assert len(steps) == 2 and all(s["rollout_episodes"] == 4 for s in steps)
+        if name == "ok":
+            assert all(s["error_episodes"] == 0 and s["logp_diff_max"] < 1e-4 for s in steps)
+            assert history[0]["eval_success"] is not None
+        else:
+            assert all(s["error_episodes"] == 4 for s in steps)
+            stored = tmp_path / name / "train" / "step-1" / "trajectories.jsonl"
+            errors = [json.loads(line)["error"] for line in stored.read_text().splitlines()]
+            assert len(errors) == 4 and all("reward function broken_reward raised KeyError" in e for e in errors)

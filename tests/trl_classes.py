@@ -1,0 +1,78 @@
+"""Environment classes written the way TRL's docs show (`GRPOTrainer(environment_factory=...)`), with nothing of
+turnrl in them: tests/test_trl_env.py plays and trains them as turnrl environments."""
+
+
+class GuessNumber:
+    """Guess a secret number with the `guess` tool; feedback says higher or lower."""
+
+    def __init__(self):
+        self.reward = 0.0
+        self.done = False
+
+    def reset(self, **kwargs) -> str | None:
+        self.secret = int(kwargs["secret"])
+        self.seen = dict(kwargs)
+        self.reward, self.done, self.guesses = 0.0, False, 0
+        return "Find the secret number (1 to 9) with the guess tool."
+
+    def guess(self, number: int) -> str:
+        """Guess the secret number.
+
+        Args:
+            number: the number you guess.
+
+        Returns:
+            higher, lower, or right.
+        """
+        if self.done:
+            raise ValueError("Game over.")
+        self.guesses += 1
+        if number == self.secret:
+            self.reward, self.done = 1.0, True
+            return "right"
+        return "higher" if number < self.secret else "lower"
+
+    def _private(self) -> None:
+        """Not a tool: private methods are hidden, as in TRL."""
+
+
+def reward_func(environments, **kwargs):
+    return [env.reward for env in environments]
+
+
+def fewer_guesses(environments, **kwargs):
+    """A second reward: a penalty per guess past the first (None where the game was not won)."""
+    return [-(env.guesses - 1) * 0.1 if env.done else None for env in environments]
+
+
+class SayHello:
+    """No tools at all: the reward reads the completion (TRL passes it to reward functions)."""
+
+    def reset(self, **kwargs) -> None:
+        return None
+
+
+def says_hello(environments, completions, **kwargs):
+    return [1.0 if "hello" in c[-1]["content"].lower() else 0.0 for c in completions]
+
+
+class NoReset:
+    def guess(self, number: int) -> str:
+        """Guess.
+
+        Args:
+            number: a number.
+        """
+        return "?"
+
+
+class NeedsArgs:
+    def __init__(self, url):
+        self.url = url
+
+    def reset(self, **kwargs):
+        return None
+
+
+def broken_reward(environments, **kwargs):
+    raise KeyError("score")
