@@ -149,8 +149,11 @@ def test_bad_multi_agent_runs_fail_before_a_model_loads(tmp_path):
         Trainer(config(tmp_path, multi_agent={"eval_seat": "q"}))
     with pytest.raises(ValueError, match="is an environment with one agent"):
         config(tmp_path, env={"id": "turnrl/Arithmetic-v0"}, multi_agent={})
-    with pytest.raises(ValueError, match="on placement ray plays one policy against itself, its league or a frozen"):
-        config(tmp_path, placement="ray", multi_agent={"policies": {"A": {"seats": ["x"]}, "B": {"seats": ["o"]}}})
+    with pytest.raises(ValueError, match="on placement ray plays its games synchronously: rollout.max_staleness"):
+        config(tmp_path, placement="ray", rollout={"max_staleness": 1})
+    with pytest.raises(ValueError, match="several trainable policies .* play on HF rollout workers"):
+        config(tmp_path, placement="ray", ray={"rollout_backend": "vllm", "rollout_workers": 1},
+               multi_agent={"policies": {"A": {"seats": ["x"]}, "B": {"seats": ["o"]}}})
     with pytest.raises(ValueError, match="native rollouts"):
         config(tmp_path, learner={"backend": "deepspeed"}, placement="ray")
     with pytest.raises(ValueError, match="on-policy algorithm that plays whole games"):
@@ -186,7 +189,7 @@ def seat_logprobs(model, traj, temperature=1.5):
     with torch.no_grad():
         logp = torch.log_softmax(model(ids).logits[0, :-1].float() / temperature, -1).gather(-1, ids[0, 1:, None])[:, 0]
     mask = torch.tensor(traj.loss_mask[1:], dtype=torch.bool)
-    return logp[mask], torch.tensor(traj.logprobs[1:])[mask]
+    return logp[mask], torch.tensor([0.0 if x is None else x for x in traj.logprobs[1:]])[mask]
 
 
 def test_separate_lora_policies_each_train_their_own_seats_on_one_base(tmp_path):
@@ -279,3 +282,48 @@ def test_bad_policy_maps_are_refused_before_a_model_loads(tmp_path):
     half.multi_agent = MultiAgentConfig.model_construct(policies={"A": PolicyConfig(seats=["x"])})
     with pytest.raises(ValueError, match="seat 'o' of turnrl/TicTacToe-v0 is mapped to no policy"):
         seats_of(half)
+
+
+def test_a_rollout_worker_samples_each_seat_with_its_own_policys_adapters(tmp_path):
+    """A Ray rollout worker (the actor's class, in this process) with two LoRA policies: every seat's tokens are its
+    own policy's samples — scored under the other policy they would not match — and pushed weights land each in its
+    own policy (a worker that swapped adapters fails both)."""
+    import copy
+
+    from turnrl.rl.placement.worker import RolloutWorker
+    from turnrl.rl.sources.base import Job
+
+    tr = trainer(two_policies(tmp_path / "driver"))
+    models = {name: agent.model for name, agent in tr.policies.items()}
+
+    def draw_adapters(seed):
+        with torch.no_grad():
+            for i, model in enumerate(models.values()):
+                g = torch.Generator().manual_seed(seed + i)
+                for name, p in model.named_parameters():
+                    if "lora_B" in name:
+                        p.copy_(torch.randn(p.shape, generator=g) * 0.5)
+
+    draw_adapters(0)
+    worker = RolloutWorker(two_policies(tmp_path / "worker", placement="ray").model_dump(), None, batch_size=8)
+    worker.setup([copy.deepcopy(tr.learner.worker_models())], [tr.tokenizer])
+    assert set(worker.policies) == {"X", "O"}
+    base = [n for n, p in worker.policies["X"].model.named_parameters() if not p.requires_grad]
+    shared = dict(worker.policies["O"].model.named_parameters())
+    assert all(dict(worker.policies["X"].model.named_parameters())[n].data_ptr() == shared[n].data_ptr() for n in base)
+    games = [views for _, _, views in worker.run(0, [Job(0, 0, t, s) for t in range(4) for s in range(2)], 0, [None])]
+    views = [v for game in games for v in game if v.token_ids is not None]  # (a seat the game ended before: none)
+    assert len(games) == 8 and {(v.metadata["seat"], v.metadata["policy"]) for v in views} == {("x", "X"), ("o", "O")}
+    for view in views:
+        own = view.metadata["policy"]
+        other = "O" if own == "X" else "X"
+        mine, sampled = seat_logprobs(models[own], view)
+        assert torch.allclose(mine, sampled, atol=1e-4), own
+        theirs, _ = seat_logprobs(models[other], view)
+        assert (theirs - sampled).abs().max() > 1e-2, own  # the other adapters would have sampled otherwise
+    draw_adapters(100)  # the learners' next weights: each policy's adapters, in one push
+    version, state = tr.learner.export_for_workers(lambda s: s)
+    assert worker.set_weights(version + 1, [state]) == version + 1
+    for name, model in models.items():
+        got = dict(worker.policies[name].model.named_parameters())
+        assert all(torch.equal(got[n], p) for n, p in model.named_parameters() if "lora_" in n), name

@@ -189,3 +189,18 @@ def restore(model: Any, state: dict[str, Any], cfg: LoraConfig | None) -> None:
     else:
         model.load_state_dict(state["model"])
         mark_weights_changed(model)
+
+
+def share_frozen_base(first: torch.nn.Module, other: torch.nn.Module) -> int:
+    """Point ``other``'s frozen parameters at ``first``'s where names and values agree (the base under LoRA); the
+    number of tensors now shared."""
+    mine = dict(first.named_parameters())
+    shared = 0
+    for name, p in other.named_parameters():
+        base = mine.get(name)
+        if p.requires_grad or base is None or base.requires_grad or base.shape != p.shape:
+            continue
+        if base.data_ptr() != p.data_ptr() and torch.equal(base, p):
+            p.data = base.data
+            shared += 1
+    return shared

@@ -140,10 +140,12 @@ class TrainConfig(BaseModel):
                              "native rollouts (the gateway and DeepSpeed ranks do not play games yet): drop `program` "
                              "and learner.backend")
         ma = self.multi_agent
-        if several and ma is not None and self.placement == "ray" and (ma.policies or self.rollout.max_staleness > 0):
-            raise ValueError(f"{self.env.id} on placement ray plays one policy against itself, its league or a frozen "
-                             "opponent, synchronously: several policies and rollout.max_staleness > 0 run on placement "
-                             "local for now")
+        if several and ma is not None and self.placement == "ray" and self.rollout.max_staleness > 0:
+            raise ValueError(f"{self.env.id} on placement ray plays its games synchronously: rollout.max_staleness > 0 "
+                             "runs on placement local for now")
+        if several and ma is not None and ma.policies and self.placement == "ray" and self.ray.rollout_backend != "hf":
+            raise ValueError("several trainable policies (multi_agent.policies) play on HF rollout workers: set "
+                             "ray.rollout_backend: hf (vLLM workers with one adapter per policy are not built yet)")
         if several and (self.reward is not None or self.process_reward is not None):
             raise ValueError(f"{self.env.id} pays its seats by the game's own rules: drop `reward` and "
                              "`process_reward`")

@@ -39,6 +39,18 @@ def merge_metrics(per_policy: Mapping[str, dict[str, float]]) -> dict[str, float
     return out
 
 
+SEP = "::"  # between a policy's name and a parameter's in the weights sent to rollout workers
+
+
+def split_policies(state: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """:meth:`LearnerSet.export_for_workers`'s flat state dict → each policy's state by name."""
+    out: dict[str, dict[str, Any]] = {}
+    for key, value in state.items():
+        name, _, param = key.partition(SEP)
+        out.setdefault(name, {})[param] = value
+    return out
+
+
 class LearnerSet:
     """A learner per policy, behind the driver's learner protocol (see the module docstring).
 
@@ -59,6 +71,11 @@ class LearnerSet:
     def version(self) -> int:
         """The run's policy version (every policy's, kept equal)."""
         return max(learner.version for learner in self.learners.values())
+
+    @property
+    def updates(self) -> int:
+        """Optimizer steps taken (the most of any policy's)."""
+        return max(learner.updates for learner in self.learners.values())
 
     def versions(self) -> dict[str, int]:
         """Each policy's version."""
@@ -105,12 +122,21 @@ class LearnerSet:
             return getattr(next(iter(self.__dict__["learners"].values())), name)
         raise AttributeError(name)
 
+    def worker_models(self) -> dict[str, Any]:
+        """Every policy's model by name (what a rollout worker builds its agents from, once)."""
+        return {name: learner.model for name, learner in self.learners.items()}
+
     def export_for_workers(self, put: Any) -> tuple[int, Any]:
-        """Not on this placement: several policies train on placement local only."""
-        raise NotImplementedError("several trainable policies run on placement local")
+        """``(version, put(weights))`` for rollout workers: every policy's (of a LoRA policy its adapters only), in one
+        flat state dict whose names are ``POLICY::PARAMETER`` (:func:`split_policies` takes it apart)."""
+        states: dict[str, Any] = {}
+        for name, learner in self.learners.items():
+            _, state = learner.export_for_workers(lambda s: s)
+            states.update({f"{name}{SEP}{key}": value for key, value in state.items()})
+        return self.version, put(states)
 
     def connect_rollout(self, workers: list[Any]) -> None:
-        """Nothing: no rollout workers."""
+        """Nothing: the workers fetch :meth:`export_for_workers` (no direct channel for several policies)."""
 
     def sync_driver(self) -> None:
         """Nothing: the driver holds every policy itself."""

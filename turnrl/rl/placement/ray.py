@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from turnrl.rl.config import TrainConfig
+from turnrl.rl.core.policies import LearnerSet
 from turnrl.rl.placement.cluster import RayPlacementError, connect, free_cpus, stop
 from turnrl.rl.placement.cluster import cause as _cause
 from turnrl.rl.placement.cluster import ray_module as _ray
@@ -81,7 +82,8 @@ class RayRunner:
         # The policy and tokenizer reach a worker with ``setup`` after each (re)start, never as constructor
         # arguments: Ray cannot always restart an actor whose constructor arguments were in the object store
         # (ray#53727). The runner holds these references for its whole life.
-        self._model_ref = ray.put(learner.model)
+        # several trainable policies (multi_agent.policies): every policy's model, by name
+        self._model_ref = ray.put(learner.worker_models() if isinstance(learner, LearnerSet) else learner.model)
         self._tokenizer_ref = ray.put(tokenizer)
         self._env_spec = _env_spec(config.env.id)
         self.batch = config.rollout.prompts_per_step * config.rollout.group_size

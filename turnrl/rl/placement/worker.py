@@ -18,8 +18,9 @@ import torch
 from turnrl.agents.base import Capabilities, capabilities_of
 from turnrl.agents.hf import HFAgent
 from turnrl.envs.registry import make, register
-from turnrl.lora import adapter_state, base_state, is_lora, load_adapter
+from turnrl.lora import adapter_state, base_state, is_lora, load_adapter, share_frozen_base
 from turnrl.rl.config import TrainConfig
+from turnrl.rl.core.policies import split_policies
 from turnrl.rl.placement.parameters import from_shared
 from turnrl.rl.sources.base import Job
 from turnrl.rl.sources.onpolicy import play_jobs
@@ -135,15 +136,21 @@ class RolloutWorker:
         self.pid = os.getpid()
         self.windows: Any = None  # T-PPO: a LocalWindows holding this worker's unfinished episodes (after setup)
         self.games: Any = None  # a multi-agent run: the MultiAgentRunner that plays this worker's games
+        self.policies: dict[str, HFAgent] = {}  # several trainable policies: each one's agent, by name
+        self.players: dict[str, VersionedAgent] = {}  # and each behind the lock, stamped with the version
 
     def setup(self, model: list[Any], tokenizer: list[Any]) -> dict[str, Any]:
-        """Build the agent from ``model[0]`` (the policy at version 0) and ``tokenizer[0]`` — objects or object refs
-        (in lists, so that Ray hands the references over); returns :meth:`ready`'s answer."""
+        """Build the agent from ``model[0]`` (the policy at version 0; a run with several trainable policies: every
+        policy's model by name) and ``tokenizer[0]`` — objects or object refs (in lists, so that Ray hands the
+        references over); returns :meth:`ready`'s answer."""
         policy, tokenizer = model[0], tokenizer[0]
-        if not isinstance(policy, torch.nn.Module):  # ObjectRefs (nested refs are not resolved by Ray)
+        if not isinstance(policy, (torch.nn.Module, dict)):  # ObjectRefs (nested refs are not resolved by Ray)
             import ray
 
             policy, tokenizer = ray.get([policy, tokenizer], timeout=self.cfg.ray.start_timeout)
+        self.players = {}
+        if isinstance(policy, dict):  # several policies: an agent each, the frozen base tensors shared among them
+            return self._setup_policies(policy, tokenizer)
         if self.vllm and is_lora(policy):  # the base weights once; adapters from now on (new ones at every update)
             self.agent = self._vllm_agent()
             self.adapter_config = policy.peft_config["default"]
@@ -164,6 +171,25 @@ class RolloutWorker:
         from turnrl.rl.sources.windows import LocalWindows
 
         self.windows = LocalWindows(self.cfg, self.player, lambda: self.version, per_episode_seeds=True)
+        return self.ready()
+
+    def _setup_policies(self, models: dict[str, torch.nn.Module], tokenizer: Any) -> dict[str, Any]:
+        """One agent per trainable policy (``multi_agent.policies``): its own model — under LoRA its own adapters on
+        a base shared in memory with the others — behind the worker's one lock and version (every policy's version
+        is the run's step)."""
+        if self.vllm:
+            raise RuntimeError("several trainable policies play on HF rollout workers (ray.rollout_backend: hf); "
+                               "vLLM workers with one adapter per policy are not built yet")
+        names = list(models)
+        for name in names[1:]:
+            share_frozen_base(models[names[0]], models[name])
+        self.policies = {name: HFAgent(m, tokenizer, batch_size=self.batch_size,
+                                       kv_cache_mb=self.cfg.rollout.kv_cache_mb) for name, m in models.items()}
+        self.agent = self.policies[names[0]]
+        self.version = 0
+        self.players = {name: VersionedAgent(a, self.lock, lambda: self.version) for name, a in self.policies.items()}
+        self.player = self.players[names[0]]
+        self.games = None
         return self.ready()
 
     def _vllm_agent(self) -> Any:
@@ -214,6 +240,10 @@ class RolloutWorker:
                     self.agent.load_adapter(state, self.adapter_config)  # a new adapter id: never the cached one
                 elif self.vllm:
                     self.agent.load_weights(state)  # into every engine worker; prefix cache reset
+                elif self.players:  # several policies: each its own weights, by name
+                    for name, own in split_policies(state).items():
+                        adopt_weights(self.policies[name].model, own)
+                        self.policies[name].invalidate_sessions()
                 else:
                     adopt_weights(self.agent.model, state)
                     self.agent.invalidate_sessions()  # storage swapped (addresses may recur): drop caches explicitly
@@ -326,7 +356,8 @@ class RolloutWorker:
         from turnrl.rl.sources.multi import MultiAgentRunner
 
         if self.games is None:
-            self.games = MultiAgentRunner(self.cfg, self.player, lambda: self.version, drawn_by_driver=True)
+            self.games = MultiAgentRunner(self.cfg, self.player, lambda: self.version, policies=self.players,
+                                          drawn_by_driver=True)
         if opponent is not None:  # the league's pick: its snapshot from the object store
             import ray
 
