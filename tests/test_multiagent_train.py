@@ -149,6 +149,8 @@ def test_bad_multi_agent_runs_fail_before_a_model_loads(tmp_path):
         Trainer(config(tmp_path, multi_agent={"eval_seat": "q"}))
     with pytest.raises(ValueError, match="is an environment with one agent"):
         config(tmp_path, env={"id": "turnrl/Arithmetic-v0"}, multi_agent={})
+    with pytest.raises(ValueError, match="policy name 'a::b'"):
+        config(tmp_path, multi_agent={"policies": {"a::b": {"seats": ["x"]}, "B": {"seats": ["o"]}}})
     with pytest.raises(ValueError, match="on placement ray plays its games synchronously: rollout.max_staleness"):
         config(tmp_path, placement="ray", rollout={"max_staleness": 1})
     with pytest.raises(ValueError, match="several trainable policies .* play on HF rollout workers"):

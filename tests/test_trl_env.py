@@ -5,7 +5,7 @@ cannot be used."""
 import json
 
 import pytest
-import trl_classes  # noqa: F401 — the classes' module, on the path the tests run from
+import trl_classes  # the classes' module, on the path the tests run from
 
 import turnrl
 from turnrl.envs.registry import UnknownEnvironmentError
@@ -129,3 +129,16 @@ def test_a_trl_class_trains_and_a_raising_reward_fails_only_its_episodes(tmp_pat
             stored = tmp_path / name / "train" / "step-1" / "trajectories.jsonl"
             errors = [json.loads(line)["error"] for line in stored.read_text().splitlines()]
             assert len(errors) == 4 and all("reward function broken_reward raised KeyError" in e for e in errors)
+
+
+def test_the_tool_rule_at_its_edges_and_numpy_rewards_once_an_episode():
+    env = turnrl.make("trl:trl_classes:Quirky", data=ROWS, reward="trl_classes:numpy_reward", max_turns=2)
+    assert sorted(s["function"]["name"] for s in env.tool_schemas()) == ["close", "guess"]
+    env.reset(seed=0, options={"index": 2})  # secret 5
+    trl_classes.CALLS.clear()
+    env.step(call(4))
+    _, reward, _, truncated, _ = env.step(call(5))
+    assert (reward, truncated, len(trl_classes.CALLS)) == (1.0, True, 1)  # cut by the turn limit, rewarded once
+    env.close()  # its close(reason) is a tool, not called here (nor does it raise)
+    with pytest.raises(TRLEnvError, match="split is 'train'"):
+        guess_env(split="validation", test_data=ROWS)

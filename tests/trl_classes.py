@@ -76,3 +76,35 @@ class NeedsArgs:
 
 def broken_reward(environments, **kwargs):
     raise KeyError("score")
+
+
+class Quirky(GuessNumber):
+    """TRL's tool rule at its edges: a static method and a callable attribute are not tools, a close() that needs an
+    argument is a tool (TRL exposes it) and is not called when the environment closes; rewards as numpy scalars."""
+
+    helper = staticmethod(lambda x: x)
+    formatter = str
+
+    @staticmethod
+    def version() -> str:
+        """Not a tool: a static method."""
+        return "1"
+
+    def close(self, reason: str) -> str:
+        """End the game.
+
+        Args:
+            reason: why.
+        """
+        self.done = True
+        return "closed"
+
+
+CALLS = []
+
+
+def numpy_reward(environments, **kwargs):
+    import numpy as np
+
+    CALLS.append(1)
+    return [np.float32(env.reward) for env in environments]

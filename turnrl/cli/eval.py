@@ -128,7 +128,7 @@ def _eval_multi_agent(env: str, agent: str, env_kwargs: dict[str, Any], *, oppon
     from turnrl.rl.run.evaluate_multi import evaluate_multi_agent
 
     try:
-        make_multi_agent(env, **env_kwargs)  # fail fast, before loading a model
+        make_multi_agent(env, **env_kwargs).close()  # fail fast, before loading a model
     except (ImportError, ValueError, TypeError) as e:
         fail(f"cannot make {env}: {e}")
     policy = make_agent(agent, batch_size=batch_size, device=device, **({"tokenizer": tokenizer} if tokenizer else {}))

@@ -107,8 +107,10 @@ def class_tools(instance: Any) -> list[Tool]:
         TRLEnvError: a public method cannot be a tool (an argument without a type annotation, ``*args``).
     """
     tools = []
-    for name, member in inspect.getmembers(type(instance), callable):
-        if name.startswith("_") or name == "reset" or inspect.isclass(member):
+    for name in sorted(dir(type(instance))):  # TRL's rule: the instance's public bound methods, reset excepted
+        if name.startswith("_") or name == "reset" or isinstance(inspect.getattr_static(instance, name), property):
+            continue
+        if not inspect.ismethod(getattr(instance, name)):  # static methods, callable attributes: not tools
             continue
         try:
             tools.append(Tool(getattr(instance, name), name=name))
@@ -158,6 +160,8 @@ class TRLClassEnv(ToolEnv):
         if len(self.reward_weights) != len(self.reward_funcs):
             raise TRLEnvError(f"{len(self.reward_weights)} reward_weights for {len(self.reward_funcs)} reward "
                               "functions")
+        if split not in ("train", "test"):
+            raise TRLEnvError(f"split is 'train' (data) or 'test' (test_data), got {split!r}")
         if split == "test" and test_data is None:
             raise TRLEnvError("split='test' needs test_data: the held-out rows")
         self.rows = read_rows(test_data if split == "test" else data)
@@ -190,6 +194,10 @@ class TRLClassEnv(ToolEnv):
                 shown.insert(0, {"role": "system", "content": tools})
         return tuple(Message(role=m["role"], content=m["content"]) for m in shown), info
 
+    def _metrics(self, response: str) -> dict[str, float]:
+        """None here: the reward functions run once per episode, in :meth:`_verdict` (a cut episode's too)."""
+        return {}
+
     def _tool_step(self, parsed: ParseResult, outputs: Sequence[ToolOutput]) -> StepResult:
         obs, reward, terminated, truncated, info = super()._tool_step(parsed, outputs)
         self.completion += [{"role": "tool", "name": m.name, "content": m.content} for m in obs]
@@ -215,18 +223,30 @@ class TRLClassEnv(ToolEnv):
             except Exception as e:  # noqa: BLE001 — the episode fails with the reward function's error
                 raise RuntimeError(f"the reward function {name} raised {type(e).__name__}: {e}") from e
             value = values[0] if isinstance(values, (list, tuple)) and values else values
-            if value is not None and not (isinstance(value, (int, float)) and math.isfinite(value)):
-                raise RuntimeError(f"the reward function {name} returned {values!r}: a list with one finite number "
-                                   "(or None) per environment")
-            parts[name] = float(value or 0.0)
-            total += weight * float(value or 0.0)
+            number = 0.0
+            if value is not None:
+                try:
+                    number = float(value)  # a float, a numpy scalar, a 0-d tensor
+                except (TypeError, ValueError):
+                    number = math.nan
+                if isinstance(value, bool) or not math.isfinite(number):
+                    raise RuntimeError(f"the reward function {name} returned {values!r}: a list with one finite "
+                                       "number (or None) per environment")
+            parts[name] = number
+            total += weight * number
         return Verdict(correct=total >= self.success_at, score=total, extracted=response or None, details=parts)
 
     def close(self) -> None:
-        """Close the instance too, where it has a ``close`` (a client of a server, for instance)."""
+        """Close the instance too, where it has a ``close`` that takes no arguments (a client of a server, for
+        instance); best effort: a failing one does not stop the rest of a run's cleanup."""
         closer = getattr(self.instance, "close", None)
-        if callable(closer):
-            closer()
+        try:
+            needs = [p for p in inspect.signature(closer).parameters.values() if p.default is p.empty
+                     and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)] if callable(closer) else [None]
+            if not needs:
+                closer()
+        except Exception:  # noqa: BLE001, S110 — closing is best effort
+            pass
         super().close()
 
 

@@ -11,7 +11,8 @@ Methods:
 * ``tools/list`` ``{"session_id"?}`` → ``{"tools": [{"name", "description", "input_schema"}]}``
 * ``tools/call`` ``{"name", "arguments", "session_id"?}`` → ``{"content": [{"type": "text", "text"}], "isError",
   "data"}`` (``data``: the tool's text, which ``MCPToolClient.call_tool`` returns)
-* ``openenv/session/create`` → ``{"session_id"}``; ``openenv/session/close`` ``{"session_id"}`` → ``{"closed": true}``
+* ``openenv/session/create`` → ``{"session_id"}``;
+  ``openenv/session/close`` ``{"session_id"}`` → ``{"closed": true}``
 
 Errors are JSON-RPC errors: ``-32700`` a body that is not JSON, ``-32600`` not a request, ``-32601`` an unknown
 method, ``-32602`` bad parameters (an unknown session or tool arguments that are not an object), ``-32603`` the
@@ -44,14 +45,20 @@ class McpSessions:
     def __init__(self, open_session: Callable[[str], Session], idle_timeout: float) -> None:
         self.open_session, self.idle_timeout = open_session, idle_timeout
         self.sessions: dict[str, Session] = {}
+        self.transient = 0  # sessions of one call (no session_id) under way
 
     async def reap(self) -> int:
-        """Close the sessions idle for longer than ``idle_timeout``; how many were closed."""
-        now = time.monotonic()
-        stale = [k for k, s in self.sessions.items() if now - s.last_used > self.idle_timeout]
-        for key in stale:
-            await self.sessions.pop(key).close()
-        return len(stale)
+        """Close the sessions idle for longer than ``idle_timeout``; how many were closed (a session a request
+        used meanwhile, or one its client closed meanwhile, is left alone)."""
+        closed = 0
+        for key, session in list(self.sessions.items()):
+            if time.monotonic() - session.last_used <= self.idle_timeout or session.busy:
+                continue
+            if self.sessions.get(key) is session:
+                del self.sessions[key]
+                await session.close()
+                closed += 1
+        return closed
 
     async def close_all(self) -> None:
         """Close every session (the server stops)."""
@@ -107,17 +114,23 @@ class McpSessions:
                                  f"{self.idle_timeout:g} s); create one with openenv/session/create")
         if session is None:
             session, own = self.open_session(env_id), True
+            self.transient += 1
+        session.busy += 1
         try:
-            session.last_used = time.monotonic()
-            if method == "tools/list":
-                return {"tools": tool_list(await session.environment())}
-            name, arguments = params.get("name"), params.get("arguments") or {}
-            if not isinstance(name, str) or not isinstance(arguments, dict):
-                raise _BadParams("tools/call's params are {\"name\": str, \"arguments\": {...}}")
-            text, ok = await session.call_tool(name, arguments)
-            return {"content": [{"type": "text", "text": text}], "isError": not ok, "data": text}
+            async with session.lock:  # one request at a time on a session's environment
+                session.last_used = time.monotonic()
+                if method == "tools/list":
+                    return {"tools": tool_list(await session.environment())}
+                name, arguments = params.get("name"), params.get("arguments") or {}
+                if not isinstance(name, str) or not isinstance(arguments, dict):
+                    raise _BadParams("tools/call's params are {\"name\": str, \"arguments\": {...}}")
+                text, ok = await session.call_tool(name, arguments)
+                return {"content": [{"type": "text", "text": text}], "isError": not ok, "data": text}
         finally:
+            session.busy -= 1
+            session.last_used = time.monotonic()
             if own:
+                self.transient -= 1
                 await session.close()
 
     @staticmethod

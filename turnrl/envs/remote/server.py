@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import socket
 import threading
 from collections.abc import AsyncIterator, Sequence
@@ -46,6 +47,8 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from turnrl.envs.remote import protocol as p
 from turnrl.envs.remote.mcp import McpSessions
 from turnrl.envs.remote.session import DaemonThreads, Limits, Refused, Session, doc_line, dumps
+
+logger = logging.getLogger(__name__)
 
 
 class EnvServer:
@@ -96,6 +99,7 @@ class EnvServer:
         #: The WebSocket sessions open now (MCP sessions are in ``self.mcp.sessions``).
         self.sessions: set[Session] = set()
         self.served_sessions = 0
+        self.stateless = 0  # single plain-HTTP calls under way, each with an environment of its own
         self.mcp = McpSessions(self._open_session, idle_timeout)
         self._server: Any = None
         self._thread: threading.Thread | None = None
@@ -190,16 +194,19 @@ class EnvServer:
     async def _reap(self) -> None:
         while True:
             await asyncio.sleep(min(5.0, self.idle_timeout / 2))
-            await self.mcp.reap()
+            try:
+                await self.mcp.reap()
+            except Exception:  # noqa: BLE001 — one failed close must not stop the reaping of the others
+                logger.exception("closing idle MCP sessions failed")
 
     # ---- the application ----
 
     def app(self) -> Starlette:
         """The ASGI application (any ASGI server can run it; :meth:`start` runs it with uvicorn)."""
-        routes: list[Any] = [Route("/", self._index, methods=["GET"]),
-                             Route("/health", self._health, methods=["GET"])]
+        routes: list[Any] = [Route("/", self._index, methods=["GET"])]
         for prefix, env_id in [("", self.env_ids[0])] + [(f"/{i}", i) for i in self.env_ids]:
             routes += [
+                Route(f"{prefix}/health", self._health, methods=["GET"]),
                 Route(f"{prefix}/metadata", self._bound(self._metadata, env_id), methods=["GET"]),
                 Route(f"{prefix}/schema", self._bound(self._schema, env_id), methods=["GET"]),
                 Route(f"{prefix}/state", self._bound(self._state, env_id), methods=["GET"]),
@@ -249,7 +256,7 @@ class EnvServer:
 
     async def _health(self, request: Request) -> Response:
         busy = self._threads.running if self._threads is not None else 0
-        return self._json({"status": "healthy", "sessions": len(self.sessions) + len(self.mcp.sessions),
+        return self._json({"status": "healthy", "sessions": self.open_sessions,
                            "max_sessions": self.max_sessions, "calls_running": busy})
 
     async def _metadata(self, request: Request, env_id: str) -> Response:
@@ -279,8 +286,17 @@ class EnvServer:
         return body
 
     async def _stateless(self, env_id: str, messages: list[dict[str, Any]]) -> Response:
-        """Play ``messages`` on an environment made for this request: the last reply's data, or its error."""
-        reply = await Session(env_id, self.limits).play_once(messages)
+        """Play ``messages`` on an environment made for this request: the last reply's data, or its error (503 once
+        ``max_sessions`` environments are open)."""
+        try:
+            session = self._open_session(env_id)
+        except Refused as e:
+            return self._json({"error": str(e), "code": e.code}, 503)
+        self.stateless += 1
+        try:
+            reply = await session.play_once(messages)
+        finally:
+            self.stateless -= 1
         if reply["type"] == "error":
             code = reply["data"]["code"]
             status = {p.VALIDATION_ERROR: 422, p.FACTORY_ERROR: 422, p.TIMEOUT: 504}.get(code, 500)
@@ -317,9 +333,14 @@ class EnvServer:
     async def _mcp(self, request: Request, env_id: str) -> Response:
         return self._json(await self.mcp.answer(await request.body(), env_id))
 
+    @property
+    def open_sessions(self) -> int:
+        """Sessions holding (or making) an environment now: WebSocket, HTTP MCP, and those of single HTTP calls."""
+        return len(self.sessions) + len(self.mcp.sessions) + self.mcp.transient + self.stateless
+
     def _open_session(self, env_id: str) -> Session:
         """A new session, or :class:`Refused` once ``max_sessions`` are open."""
-        if len(self.sessions) + len(self.mcp.sessions) >= self.max_sessions:
+        if self.open_sessions >= self.max_sessions:
             raise Refused(f"the server holds {self.max_sessions} sessions already (max_sessions); try again later",
                           p.CAPACITY_REACHED, keep=False)
         self.served_sessions += 1

@@ -82,6 +82,8 @@ class Session:
         self.env: TextEnv | None = None
         self.episodes = 0
         self.last_used = time.monotonic()
+        self.busy = 0  # requests under way (an HTTP MCP session may get several at once; the reaper waits)
+        self.lock = asyncio.Lock()  # one environment is made, and one call runs on it, at a time
 
     # ---- the environment ----
 

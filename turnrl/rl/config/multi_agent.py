@@ -67,6 +67,9 @@ class MultiAgentConfig(BaseModel):
                              "or name two or more")
         owner: dict[str, str] = {}
         for name, p in self.policies.items():
+            if not name or "::" in name or "/" in name:
+                raise ValueError(f"policy name {name!r}: use letters, digits, - and _ (it names the policy's metrics, "
+                                 "checkpoint entry and weights)")
             for seat in p.seats:
                 if seat in owner:
                     raise ValueError(f"seat {seat!r} is played by two policies ({owner[seat]!r} and {name!r}): give "

@@ -53,12 +53,14 @@ def evaluate_multi_agent(agent: Agent | Mapping[str, Agent], env_id: str, env_kw
     probe = make_multi_agent(env_id, **kwargs)
     if "split" not in kwargs and probe.held_out_split is not None:
         kwargs["split"] = probe.held_out_split
+        probe.close()
         probe = make_multi_agent(env_id, **kwargs)  # the held-out split's
     seats = list(probe.possible_agents)
     try:  # the held-out split's starting states
         states = len(probe) or episodes  # type: ignore[arg-type]
     except TypeError:  # an environment that does not count its starting states
         states = episodes
+    probe.close()  # the games make their own
     if seat is not None and seat not in seats:
         raise ValueError(f"{env_id} has no seat {seat!r}; its seats: {', '.join(seats)}")
     team = dict(agent) if isinstance(agent, Mapping) else {s: agent for s in seats}

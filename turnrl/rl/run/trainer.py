@@ -212,10 +212,14 @@ class Trainer:
 
     def close(self) -> None:
         """Release the placement's resources (Ray workers, learner ranks) and the source's."""
-        self.source.close()
-        if self.runner is not None:
-            self.runner.close()
-        self.learner.close()
+        try:
+            self.source.close()
+        finally:
+            try:
+                if self.runner is not None:
+                    self.runner.close()
+            finally:
+                self.learner.close()
 
 
 __all__ = ["EnvConfig", "load_policy", "OptimConfig", "RayConfig", "RolloutConfig", "TrainConfig", "Trainer", "load_config"]

@@ -88,6 +88,7 @@ def rollout_dataset(agent: Any, agent_name: str, env_id: str, *, out: str | Path
     partial = out.with_name(out.name + ".partial.jsonl")
     probe = make(env_id, **env_kwargs)
     n_tasks = min(tasks, len(probe)) if hasattr(probe, "__len__") else tasks
+    probe.close()  # the episodes make their own
     key = {"env_id": env_id, "env_kwargs": env_kwargs, "samples": samples, "seed": seed,
            "sampling": params.model_dump(mode="json", exclude={"seed"})}
     fingerprint = tokenizer_fingerprint(agent.tokenizer)

@@ -45,7 +45,10 @@ def seats_of(cfg: TrainConfig, env: Any = None) -> tuple[list[str], list[str]]:
         ValueError: ``train_seats`` or ``eval_seat`` names a seat the environment does not have.
     """
     ma = cfg.multi_agent or MultiAgentConfig()
-    seats = list((env if env is not None else make_multi_agent(cfg.env.id, **cfg.env.kwargs)).possible_agents)
+    probe = env if env is not None else make_multi_agent(cfg.env.id, **cfg.env.kwargs)
+    seats = list(probe.possible_agents)
+    if env is None:
+        probe.close()
     train = list(ma.train_seats) if ma.train_seats is not None else seats
     owner = ma.policy_of_seat()
     for name, wanted in (("multi_agent.train_seats", train), ("multi_agent.eval_seat", [ma.eval_seat] * bool(

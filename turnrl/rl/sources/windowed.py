@@ -191,8 +191,10 @@ class WindowedSource(ExperienceSource):
         return (self.algorithm.cfg.min_groups or 1) if policy_trained else 1
 
     def close(self) -> None:
-        """Close the probe environment."""
+        """Close the probe environment and (in this process) the episodes' still in play."""
         self.env.close()
+        if isinstance(self._player, LocalWindows):
+            self._player.close()
 
     def state_dict(self) -> dict[str, Any]:
         """The task sampler's state and the jobs still in play or waiting for their group (a resumed run plays them again from

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from turnrl.agents.base import SamplingParams
+from turnrl.envs.core import close_all
 from turnrl.rl.sources.base import Job
 from turnrl.rollout.engine import Episode, Rollout
 from turnrl.rollout.play import batch_seed, start_jobs
@@ -45,6 +46,7 @@ def play_window(cfg: TrainConfig, agent: Any, version: Callable[[], int] | None,
     playing = list(carry) + list(zip(jobs, fresh))
     rollout.play([ep for _, ep in playing], window)
     still = [(j, ep) for j, ep in playing if not ep.done]
+    close_all([ep.env for _, ep in playing if ep.done])  # finished: their environments are done with
     out = Window(finished=[ep.traj for _, ep in playing if ep.done],
                  snapshots=[rollout.snapshot(ep) for _, ep in still] if snapshots else [],
                  in_play=[j for j, _ in still],
@@ -84,4 +86,6 @@ class LocalWindows:
         return out
 
     def close(self) -> None:
-        """Nothing to release (the runner's owner closes it)."""
+        """Close the environments of the episodes still held (a run that ends with episodes in play)."""
+        close_all([ep.env for _, ep in self.in_play.values()])
+        self.in_play.clear()
