@@ -26,12 +26,12 @@ import asyncio
 import hmac
 import json
 import re
-import socket
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from turnrl.asgi import ListeningApp
 from turnrl.tools.base import Toolbox
 from turnrl.types import ToolCall
 
@@ -67,8 +67,7 @@ class ToolServer:
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
         self._pool = ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="turnrl-mcp-tool")
-        self._server: Any = None
-        self._thread: threading.Thread | None = None
+        self._listening: ListeningApp | None = None
         self.port = 0
 
     # ---- sessions ----
@@ -194,32 +193,23 @@ class ToolServer:
         return app
 
     def start(self) -> ToolServer:
-        """Listen (in a thread of this process); returns self once the server answers."""
-        import uvicorn
+        """Listen (in a thread of this process); returns self once the server answers.
 
-        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((self.host, 0))
-        self.port = sock.getsockname()[1]
-        config = uvicorn.Config(self._app(), log_level="warning", lifespan="on", timeout_graceful_shutdown=2)
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [sock]}, daemon=True,
-                                        name="turnrl-mcp-tools")
-        self._thread.start()
-        deadline = time.monotonic() + self.start_timeout
-        while not self._server.started:
-            if not self._thread.is_alive() or time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError(f"the MCP tool server did not start on {self.host} within {self.start_timeout:g}s")
-            time.sleep(0.02)
+        Raises:
+            RuntimeError: the server did not start within ``start_timeout``.
+        """
+        self._listening = ListeningApp(self._app(), self.host, 0, name="the MCP tool server", lifespan="on",
+                                       timeout_graceful_shutdown=2)
+        try:
+            self.port = self._listening.start(self.start_timeout)
+        except OSError as e:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            raise RuntimeError(str(e)) from e
         return self
 
     def stop(self) -> None:
         """Stop serving (waits a few seconds for the thread)."""
-        if self._server is not None:
-            self._server.should_exit = True
-        if self._thread is not None:
-            self._thread.join(timeout=10)
-        self._server = self._thread = None
+        if self._listening is not None:
+            self._listening.stop(10)
+        self._listening = None
         self._pool.shutdown(wait=False, cancel_futures=True)

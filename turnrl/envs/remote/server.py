@@ -32,8 +32,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import socket
-import threading
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
@@ -44,6 +42,7 @@ from starlette.responses import Response
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
+from turnrl.asgi import ListeningApp
 from turnrl.envs.remote import protocol as p
 from turnrl.envs.remote.mcp import McpSessions
 from turnrl.envs.remote.session import DaemonThreads, Limits, Refused, Session, doc_line, dumps
@@ -92,7 +91,7 @@ class EnvServer:
             probe = make(env_id, **self.kwargs)
             self.descriptions[env_id] = doc_line(probe)
             probe.close()
-        self.host, self.port = host, port
+        self.host, self._port = host, port
         self.max_sessions, self.idle_timeout = max_sessions, idle_timeout
         self.limits = Limits(kwargs=self.kwargs, step_timeout=step_timeout, make_timeout=make_timeout)
         self.step_timeout, self.make_timeout = step_timeout, make_timeout
@@ -101,8 +100,7 @@ class EnvServer:
         self.served_sessions = 0
         self.stateless = 0  # single plain-HTTP calls under way, each with an environment of its own
         self.mcp = McpSessions(self._open_session, idle_timeout)
-        self._server: Any = None
-        self._thread: threading.Thread | None = None
+        self._listening: ListeningApp | None = None
         self._threads: DaemonThreads | None = None
 
     # ---- running ----
@@ -117,34 +115,28 @@ class EnvServer:
         return {i: f"http://{self.host}:{self.port}/{i}" for i in self.env_ids}
 
     @property
+    def port(self) -> int:
+        """The port served (the one bound, once listening: a port of 0 asks for any free one)."""
+        return self._listening.port if self._listening is not None else self._port
+
+    @property
     def running(self) -> bool:
         """Whether the server (started with :meth:`start`) still serves."""
-        return self._thread is not None and self._thread.is_alive()
+        return self._listening is not None and self._listening.running
 
-    def _bind(self) -> Any:
-        import uvicorn
-
-        sock = socket.socket(socket.AF_INET6 if ":" in self.host else socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((self.host, self.port))
-        except OSError as e:
-            sock.close()
-            raise OSError(f"the environment server cannot listen on {self.host}:{self.port}: {e}") from e
-        sock.listen(2048)
-        sock.set_inheritable(True)
-        self.port = sock.getsockname()[1]
-        config = uvicorn.Config(self.app(), log_config=None, log_level="warning", access_log=False, lifespan="on",
-                                ws_max_size=2**24, ws_ping_interval=20, ws_ping_timeout=60,
-                                timeout_graceful_shutdown=5)
-        self._server = uvicorn.Server(config)
-        return sock
+    def _listen(self) -> ListeningApp:
+        self._listening = ListeningApp(self.app(), self.host, self._port, name="the environment server",
+                                       lifespan="on", ws_max_size=2**24, ws_ping_interval=20, ws_ping_timeout=60,
+                                       timeout_graceful_shutdown=5)
+        return self._listening
 
     def serve_forever(self) -> None:
-        """Serve in this thread until interrupted (Ctrl-C) or :meth:`stop`."""
-        sock = self._bind()
-        with contextlib.suppress(KeyboardInterrupt):
-            self._server.run(sockets=[sock])
+        """Serve in this thread until interrupted (Ctrl-C) or :meth:`stop`.
+
+        Raises:
+            OSError: the port could not be bound.
+        """
+        self._listen().serve_forever()
 
     def start(self, timeout: float = 30.0) -> int:
         """Serve in a background thread; returns the port once listening.
@@ -152,26 +144,12 @@ class EnvServer:
         Raises:
             OSError: the port could not be bound (or the server did not start within ``timeout``).
         """
-        import time
-
-        sock = self._bind()
-        server = self._server
-        self._thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="turnrl-env-server",
-                                        daemon=True)
-        self._thread.start()
-        deadline = time.monotonic() + timeout
-        while not server.started:
-            if not self._thread.is_alive() or time.monotonic() > deadline:
-                raise OSError(f"the environment server did not start on {self.host}:{self.port} within {timeout:g} s")
-            time.sleep(0.01)
-        return self.port
+        return self._listen().start(timeout)
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop serving (open sessions end, their environments are closed) and wait for the thread."""
-        if self._server is not None:
-            self._server.should_exit = True
-        if self._thread is not None:
-            self._thread.join(timeout)
+        if self._listening is not None:
+            self._listening.stop(timeout)
 
     def __enter__(self) -> EnvServer:
         self.start()
