@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Creates .venv and installs turnrl (editable) with its test tools. Idempotent: re-running after the
-# install is a no-op unless pyproject.toml changed.
+# install is a no-op unless pyproject.toml or this script changed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -15,7 +15,7 @@ if ! { command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null
   fi
 fi
 stamp=.venv/.turnrl-installed
-want=$(sha256sum pyproject.toml | cut -d' ' -f1)
+want=$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -d' ' -f1)
 if [ -x .venv/bin/turnrl ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   exit 0
 fi
@@ -34,6 +34,16 @@ pipq --upgrade pip
 pipq "torch==2.13.0"
 # dev: the test tools; docs: mkdocs, Material and mkdocstrings (tests/test_docs.py builds the site strictly).
 pipq -e ".[dev,docs]"
+# verifiers (verifiers:NAME environments; tests/test_verifiers_env.py). Version 0.3 pins mcp<2, and the mcp SDK 2
+# the dev extra holds replaces it (turnrl.tools.mcp needs 2); verifiers' classic environments never import mcp, so it
+# goes in without its pins, then its other requirements (those of its wheel's metadata, mcp aside).
+pipq --no-deps "verifiers==0.3.1"
+# prime-sandboxes (which its loader imports) goes in without its pins too: connectrpc<0.12 would break e2b's.
+pipq --no-deps "prime-sandboxes>=0.2.39" "prime-tunnel>=0.1.8"
+pipq aiofiles pyqwest protobuf
+pipq "aiohttp>=3.9.0" "aiolimiter>=1.2.1" "anthropic>=0.78.0" "datasets>=3.3.0,<6.0.0" "gepa>=0.0.6" "loguru>=0.7.0" \
+  "msgpack>=1.1.2" "openai-agents>=0.8.2" "openai>=2.9.0" "prime-pydantic-config[toml]>=0.4.3" "pyzmq>=27.1.0" \
+  "renderers>=0.1.10" requests "setproctitle>=1.3.0" "tenacity>=8.5.0" "tomli-w>=1.0.0" "uvloop>=0.21.0"
 # DeepSpeed for the learner group (learner.backend: deepspeed). Built without its CUDA ops, for the CPU accelerator;
 # the one CPU op it needs (shared-memory collectives) is compiled on first use and cached in a folder of this venv's
 # own under TORCH_EXTENSIONS_DIR (default ~/.cache/turnrl/torch_extensions; turnrl/rl/placement/extensions.py).

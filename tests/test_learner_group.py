@@ -39,7 +39,9 @@ def test_shards_are_contiguous_whole_groups_of_about_equal_size():
     assert sum(parts, []) == list(range(8)) and all(parts)
 
 
-@pytest.mark.parametrize("stage,algo,lr", [(2, "dapo", 1e-2), (3, "dapo", 1e-2),
+# DAPO on ZeRO-2, the rest on ZeRO-3 (PPO there covers a policy-gradient update on partitioned weights; the suite's
+# time went to combinations that add something): SFT back on ZeRO-2.
+@pytest.mark.parametrize("stage,algo,lr", [(2, "dapo", 1e-2),
                                            (3, {"name": "ppo", "kl_coef": 0.05}, 5e-3),
                                            (3, {"name": "dqo", "beta": 0.1}, 5e-3), (2, "sft", 1e-2)])
 def test_two_ranks_update_like_one_process(ray_cluster, tmp_path, stage, algo, lr):
@@ -64,7 +66,8 @@ def test_ranks_under_a_token_budget_update_like_one_process(ray_cluster, tmp_pat
                      micro_tokens=57)
 
 
-@pytest.mark.parametrize("stage", [2, 3])
+# ZeRO-2 here; LoRA on ZeRO-3 ranks: test_a_lora_run_on_a_group_syncs_workers_with_the_adapters_and_checkpoints_them
+@pytest.mark.parametrize("stage", [2])
 def test_lora_ranks_update_like_one_process_and_export_the_adapters_alone(ray_cluster, tmp_path, stage):
     """learner.lora on the group: the ranks start from the driver's adapters, train only them (PPO: with the value
     head, and the policy with its adapters off as the KL reference — no reference copy on any rank, none
@@ -229,7 +232,7 @@ def test_a_lora_run_on_a_group_syncs_workers_with_the_adapters_and_checkpoints_t
                                           learner[0])) > 1e-3  # the adapters trained
 
 
-@pytest.mark.parametrize("algo", [{"name": "dqo", "beta": 0.1}, {"name": "sft"}])
+@pytest.mark.parametrize("algo", [{"name": "dqo", "beta": 0.1}])  # SFT on a group: test_two_ranks_update_like_one_process
 def test_an_offline_run_trains_on_a_learner_group_like_the_local_learner(ray_cluster, tmp_path, algo):
     """Offline objectives through `turnrl train` on 2 ZeRO-3 ranks: the same data, the same losses as one process;
     placement: ray only hosts the ranks (no rollout workers start)."""

@@ -66,7 +66,8 @@ def play_episode(
                 info=step_info,
             )
         )
-        conversation += [action, *obs]
+        # info["history"]: the environment rewrote the conversation, and obs is all of it (TextEnv.step)
+        conversation = list(obs) if step_info.get("history") else [*conversation, action, *obs]
         role = step_info.get("next_role") or "policy"
         if terminated or truncated:
             traj.terminated, traj.truncated = terminated, truncated

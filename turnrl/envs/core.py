@@ -77,7 +77,9 @@ class TextEnv(gym.Env[Obs, str]):
         it finished. ``info`` is a new JSON-serializable dict each call with at least ``turn`` (0-based index
         of the step), and where they apply ``correct`` (bool, on graded turns), ``tool_calls`` (the parsed
         calls), ``error`` (what went wrong with the action, for the log) and ``role`` (who acted: "policy"
-        unless the environment defines roles).
+        unless the environment defines roles). An environment that rewrites the conversation itself (one that
+        manages its own context) sets ``history`` true: ``obs`` is then the whole conversation the next turn sees,
+        opening messages included, and the caller continues from it alone (the rollout starts a new segment).
 
     ``async astep(action)``
         Same contract as ``step``; environments that wait on I/O override ``_astep`` so the rollout can step

@@ -45,6 +45,7 @@ from turnrl.utils import import_from, parse_python
 
 ENTRY_POINT_GROUP = "turnrl.envs"
 TRL_PREFIX = "trl:"  # a class written for TRL's environment_factory (turnrl.envs.trl)
+VERIFIERS_PREFIX = "verifiers:"  # an environment written for Prime Intellect's verifiers (turnrl.envs.verifiers_env)
 BUILTIN_SOURCE = "turnrl (built-in)"
 
 BUILTIN_ENVS: dict[str, str] = {
@@ -220,6 +221,17 @@ def resolve(env_id: str, search: Sequence[str | Path] = ()) -> str:
             except ModuleNotFoundError as e:
                 raise EnvImportError(f"importing {env_id.split(':')[1]!r} failed: {e}") from e
         return env_id
+    if env_id.startswith(VERIFIERS_PREFIX):
+        name = env_id[len(VERIFIERS_PREFIX):]
+        if not name or ":" in name or "/" in name:
+            raise UnknownEnvironmentError(f"{env_id!r} is not of the form 'verifiers:NAME' (an environment that "
+                                          "verifiers.load_environment(NAME) loads)")
+        if search:  # its module, from the config's or the current folder (an installed one is found by verifiers)
+            try:
+                import_from(name.replace("-", "_"), search)
+            except ModuleNotFoundError as e:
+                raise EnvImportError(f"importing the module of {env_id!r} failed: {e}") from e
+        return env_id
     if ":" not in env_id:
         if env_id not in gym.registry:
             raise UnknownEnvironmentError(_suggest(env_id))
@@ -315,6 +327,9 @@ def make(env_id: str, **kwargs: Any) -> TextEnv:
         env_id: a registered id (``"turnrl/GSM8K-v0"``), ``"module.path:Name-v0"`` to import the module that
             registers it first (Gymnasium's convention), or ``"remote:http://HOST:PORT/ID"`` for an environment that a
             server runs (``turnrl envs serve ID``, or an OpenEnv server): the kwargs are made there.
+            ``"trl:module:Class"`` for a class written for TRL (:mod:`turnrl.envs.trl`) and ``"verifiers:NAME"`` for an
+            environment written for verifiers (:mod:`turnrl.envs.verifiers_env`; the kwargs this adapter does not
+            take go to its ``load_environment``).
 
     Raises:
         UnknownEnvironmentError: no such id (the message suggests close ids).
@@ -334,6 +349,14 @@ def make(env_id: str, **kwargs: Any) -> TextEnv:
         env = make_trl_env(env_id, **kwargs)
         env.unwrapped.spec = gym.envs.registration.EnvSpec(id=env_id, entry_point="turnrl.envs.trl:make_trl_env",
                                                            kwargs=dict(kwargs))
+        return env
+    if isinstance(env_id, str) and env_id.startswith(VERIFIERS_PREFIX):
+        from turnrl.envs.verifiers_env import make_verifiers_env
+
+        resolve(env_id)
+        env = make_verifiers_env(env_id, **kwargs)
+        env.unwrapped.spec = gym.envs.registration.EnvSpec(
+            id=env_id, entry_point="turnrl.envs.verifiers_env:make_verifiers_env", kwargs=dict(kwargs))
         return env
     spec = gym.spec(resolve(env_id))
     creator = load_env_creator(spec.entry_point) if isinstance(spec.entry_point, str) else spec.entry_point

@@ -13,6 +13,10 @@ current context (``budget`` tokens), the rollout rewrites the history instead an
 
 Each rewrite is recorded in ``metadata["segment_reasons"]`` and on the turn it followed (``info["context"]``). An
 episode whose latest turn alone does not fit ends ``truncated`` by context, as without a budget.
+
+An environment may rewrite the history itself (one that manages its own context, such as a ``verifiers``
+environment that trims its conversation): its step's ``info["history"]`` is then true and its observation is the whole
+conversation the next turn sees. :func:`from_environment` starts the new segment with it.
 """
 
 from __future__ import annotations
@@ -138,6 +142,30 @@ async def _compact(rollout: RolloutAPI, ep: Episode, turn: Turn, obs: Sequence[M
         ep.traj.metadata["truncated_by"] = "context"
         rollout.finish(ep)
         return False
+    turn.info["context"] = reason
+    ep.context_starts.append(len(ep.tokens))
+    ep.context_reasons.append(reason)
+    ep.append(ids, 0)
+    return True
+
+
+def from_environment(rollout: RolloutAPI, ep: Episode, turn: Turn, history: Sequence[Message]) -> bool:
+    """Start ``ep``'s next segment with ``history``, the whole conversation the environment rewrote after ``turn``
+    (``info["history"]``). Returns whether the episode goes on (False: it was finished — truncated by context when
+    the rewritten conversation leaves no room to generate, or with an error when the template refuses it)."""
+    assert ep.renderer is not None
+    try:
+        ids = ep.renderer.prompt_tokens(list(history))
+    except Exception as e:  # noqa: BLE001 — only this episode ends
+        ep.traj.error = f"rendering the history the environment rewrote failed: {type(e).__name__}: {e}"
+        rollout.finish(ep)
+        return False
+    if len(ids) + 1 > rollout.max_context:
+        ep.traj.truncated = True
+        ep.traj.metadata["truncated_by"] = "context"
+        rollout.finish(ep)
+        return False
+    reason = f"history rewritten by the environment ({len(history)} message(s))"
     turn.info["context"] = reason
     ep.context_starts.append(len(ep.tokens))
     ep.context_reasons.append(reason)

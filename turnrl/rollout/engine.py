@@ -35,7 +35,7 @@ from typing import Any
 
 from turnrl.agents.base import Agent, Completion, SamplingParams, capabilities_of, end_of_turn_ids
 from turnrl.envs.core import TextEnv
-from turnrl.rollout.context import ContextBudget, compact
+from turnrl.rollout.context import ContextBudget, compact, from_environment
 from turnrl.rollout.episode import Episode, RolloutStats
 from turnrl.rollout.rewrite import Rewrite, rewrite_round, unsampled
 from turnrl.rollout.stops import past_stop, stopped_across_pieces
@@ -348,6 +348,8 @@ class Rollout:
             ep.traj.terminated, ep.traj.truncated = terminated, truncated or (over_turns and not terminated)
             self.finish(ep)
             return False
+        if info.get("history"):  # the environment rewrote the conversation: obs is all of it, a new segment
+            return from_environment(self, ep, turn, obs)
         ended_with_eos = span[1] > span[0] and ep.tokens[span[1] - 1] in self.eos_ids
         assert ep.renderer is not None
         obs_ids = ep.renderer.observation_tokens(obs, ended_with_eos=ended_with_eos)

@@ -1,0 +1,68 @@
+"""An environment written for Prime Intellect's `verifiers` the way its documentation shows — a module with a
+`load_environment()` that returns a `vf.SingleTurnEnv` with a dataset, an eval dataset and a rubric; nothing of
+turnrl in it — played and trained by turnrl as it is: `verifiers:vf_arithmetic` (see "verifiers" in
+docs/bring-your-environment.md).
+
+Sums and differences of numbers from 1 to 30: the reward is 1 when the last number of the reply is the result. The eval dataset
+holds problems the training dataset does not.
+
+`python examples/vf_arithmetic.py` plays two episodes with scripted replies; `turnrl train vf-arithmetic.yaml` (from
+this folder) trains SmolLM2 on it (`pip install 'turnrl[verifiers]'`).
+"""
+
+from __future__ import annotations
+
+import random
+import re
+
+import verifiers as vf
+from datasets import Dataset
+
+SYSTEM = "Solve the problem. End your reply with the result as a number."
+
+
+def problems(n: int, seed: int, exclude: set[str] = frozenset()) -> list[dict[str, str]]:
+    """``n`` distinct problems ``What is a + b?`` / ``What is a - b?`` (numbers from 1 to 30, results not
+    negative)."""
+    rng, rows, seen = random.Random(seed), [], set(exclude)
+    while len(rows) < n:
+        a, b = rng.randint(1, 30), rng.randint(1, 30)
+        if rng.random() < 0.5:
+            question, answer = f"What is {a} + {b}?", a + b
+        else:
+            a, b = max(a, b), min(a, b)
+            question, answer = f"What is {a} - {b}?", a - b
+        if question not in seen:
+            seen.add(question)
+            rows.append({"question": question, "answer": str(answer)})
+    return rows
+
+
+def correct_answer(completion, answer, parser, **kwargs) -> float:
+    """1 when the last number in the reply is the result."""
+    numbers = re.findall(r"-?\d+", parser.parse_answer(completion) or "")
+    return 1.0 if numbers and numbers[-1] == answer else 0.0
+
+
+def load_environment(num_train: int = 1000, num_eval: int = 200, seed: int = 0) -> vf.Environment:
+    """The environment: ``num_train`` training problems and ``num_eval`` held-out ones (none in both)."""
+    train = problems(num_train, seed)
+    test = problems(num_eval, seed + 1, exclude={row["question"] for row in train})
+    parser = vf.Parser()
+    return vf.SingleTurnEnv(dataset=Dataset.from_list(train), eval_dataset=Dataset.from_list(test),
+                            system_prompt=SYSTEM, parser=parser,
+                            rubric=vf.Rubric(funcs=[correct_answer], parser=parser))
+
+
+if __name__ == "__main__":
+    import turnrl
+
+    env = turnrl.make("verifiers:vf_arithmetic")
+    try:
+        for reply in ("Let me add them.", "The result is {answer}."):
+            obs, info = env.reset(options={"index": 0})
+            answer = env.task_at(0).answer
+            _, reward, terminated, _, step = env.step(reply.format(answer=answer))
+            print(f"{obs[-1].content!r} -> {reply.format(answer=answer)!r}: reward {reward}, correct {step['correct']}")
+    finally:
+        env.close()

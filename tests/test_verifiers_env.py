@@ -1,0 +1,165 @@
+"""verifiers environments as turnrl environments (turnrl/envs/verifiers_env.py), with the real verifiers package:
+its own rollout loop, parser, tools and rubric run; turnrl's policy answers each model request."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+import turnrl
+from turnrl.envs.registry import UnknownEnvironmentError
+from turnrl.envs.verifiers_env import VerifiersEnvError
+from turnrl.episode import play_episode
+
+pytest.importorskip("verifiers", reason="verifiers is installed by scripts/setup.sh")
+
+SUM = "verifiers:vf_envs"
+
+
+def scripted(*replies):
+    """A policy that says each of ``replies`` in turn."""
+    it = iter(replies)
+    return lambda conversation, env: next(it)
+
+
+def test_a_single_turn_environment_asks_the_policy_and_its_rubric_grades_the_answer():
+    env = turnrl.make(SUM, kind="sum")
+    try:
+        assert len(env) == 8 and env.held_out_split == "test"
+        obs, info = env.reset(seed=0, options={"index": 2})  # What is 2 + 3?
+        assert [m.role for m in obs] == ["system", "user"] and obs[1].content == "What is 2 + 3?"
+        assert info["task_id"] == "vf_envs/train/2" and "<answer>" in obs[0].content
+        _, reward, terminated, truncated, step = env.step("<answer>5</answer>")
+        assert (reward, terminated, truncated, step["correct"]) == (1.0, True, False, True)
+        assert {k: step["metrics"][k] for k in ("correct_answer", "format_reward")} == {"correct_answer": 1.0, "format_reward": 1.0}
+        env.reset(options={"index": 2})
+        _, reward, _, _, step = env.step("it is 5")  # not in the format its parser reads
+        assert (reward, step["correct"], step["metrics"]["format_reward"]) == (0.0, False, 0.0)
+    finally:
+        env.close()
+    held_out = turnrl.make(SUM, kind="sum", split="test")
+    try:
+        obs, _ = held_out.reset(options={"index": 0})
+        assert len(held_out) == 4 and obs[1].content == "What is 100 + 101?"
+    finally:
+        held_out.close()
+
+
+def test_a_tool_environment_runs_its_own_tools_on_the_policys_calls():
+    env = turnrl.make(SUM, kind="tools")
+    try:
+        assert [s["function"]["name"] for s in env.tool_schemas()] == ["add"]
+        trajectory = play_episode(env, scripted('<tool_call>{"name": "add", "arguments": {"a": 1, "b": 2}}</tool_call>',
+                                                "<answer>3</answer>"), options={"index": 1})
+    finally:
+        env.close()
+    assert trajectory.error is None, trajectory.error
+    assert "<tool_call>" in trajectory.prompt[0].content  # its tools described as turnrl's tool environments do
+    first, last = trajectory.turns
+    assert first.info["tool_calls"] == [{"name": "add", "arguments": '{"a": 1, "b": 2}'}]
+    assert [(m.role, m.name, m.content) for m in first.observation] == [("tool", "add", "3")]
+    assert (last.reward, last.terminated, last.info["correct"]) == (1.0, True, True)
+
+
+def test_a_multi_turn_game_gives_its_feedback_and_a_rewritten_history_is_the_whole_observation():
+    env = turnrl.make(SUM, kind="guess", max_turns=6)
+    try:
+        played = play_episode(env, scripted(*(f"<answer>{g}</answer>" for g in (5, 2, 3))), options={"index": 0})
+        assert [t.observation[0].content for t in played.turns[:2]] == ["lower", "higher"]
+        assert played.turns[-1].reward == 1.0 and played.terminated
+        assert not any(t.info.get("history") for t in played.turns)
+    finally:
+        env.close()
+    trimmed = turnrl.make(SUM, kind="guess", trim=True, max_turns=6)
+    seen = []
+
+    def policy(conversation, env):
+        seen.append([m.content for m in conversation])
+        return f"<answer>{(5, 2, 3)[len(seen) - 1]}</answer>"
+
+    try:
+        played = play_episode(trimmed, policy, options={"index": 0})
+    finally:
+        trimmed.close()
+    assert played.turns[-1].reward == 1.0
+    assert [bool(t.info.get("history")) for t in played.turns] == [False, True, False]
+    # the third request holds the opening and the latest exchange only: what the policy was shown
+    assert seen[2][-3:] == [seen[0][-1], "<answer>2</answer>", "higher"] and "lower" not in seen[2]
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"kind": "nope"}, "unknown kind"),
+    ({"kind": "grouped"}, "group-level reward functions"),
+    ({"kind": "tools", "split": "test"}, "no eval dataset"),
+    ({"kind": "sum", "split": "validation"}, "split is 'train'"),
+])
+def test_what_cannot_be_used_is_one_clear_error(kwargs, message):
+    with pytest.raises(VerifiersEnvError, match=message):
+        turnrl.make(SUM, **kwargs)
+
+
+def test_a_missing_environment_or_package_is_one_line_with_what_to_do(monkeypatch):
+    with pytest.raises(VerifiersEnvError, match="no environment module 'no_such_env'.*no_such_env.py"):
+        turnrl.make("verifiers:no_such_env")
+    with pytest.raises(UnknownEnvironmentError, match="'verifiers:NAME'"):
+        turnrl.make("verifiers:a:b")
+    monkeypatch.setitem(sys.modules, "verifiers", None)  # as if it were not installed
+    with pytest.raises(VerifiersEnvError, match=r"pip install 'turnrl\[verifiers\]'"):
+        turnrl.make("verifiers:another_env")
+
+
+def test_a_raising_rubric_errs_its_episode_and_a_silent_environment_times_out():
+    env = turnrl.make(SUM, kind="broken")
+    try:
+        played = play_episode(env, scripted("<answer>5</answer>"), options={"index": 2})
+        assert played.error is not None and "rubric failed" in played.error and "broken_reward" in played.error
+        played = play_episode(env, scripted("<answer>5</answer>"), options={"index": 2})  # the next one too, alone
+        assert "broken_reward" in played.error
+    finally:
+        env.close()
+    slow = turnrl.make(SUM, kind="slow", delay=2.0, turn_timeout=0.5)
+    try:
+        slow.reset(options={"index": 0})
+        with pytest.raises(VerifiersEnvError, match="did not go on within turn_timeout=0.5 s"):
+            slow.step("<answer>1</answer>")
+        obs, _ = slow.reset(options={"index": 1})  # a new episode after the failed one
+        assert obs[-1].content.startswith("Guess my number")
+    finally:
+        slow.close()
+
+
+def test_episodes_train_token_exact_with_segments_and_a_raising_rubric_fails_only_its_episodes(tmp_path, one_thread):
+    """GRPO steps with the tiny model through verifiers' own loop: token-exact (the learner's log-probabilities
+    match the sampler's) in a multi-turn game whose history is rewritten (segments); a held-out evaluation on the
+    eval dataset; a rubric that raises errs every episode, counted, and the run goes on."""
+    from turnrl.agents.tiny import tiny_model, tiny_tokenizer
+    from turnrl.rl.run.trainer import TrainConfig, Trainer
+
+    tok = tiny_tokenizer("chatml")
+    runs = {"game": {"kind": "guess", "trim": True, "max_turns": 4},
+            "sum": {"kind": "sum"}, "broken": {"kind": "broken"}}
+    for name, kwargs in runs.items():
+        cfg = TrainConfig(model="tiny", env={"id": SUM, "kwargs": kwargs}, algorithm={"name": "grpo"},
+                          rollout={"prompts_per_step": 2, "group_size": 2, "max_new_tokens": 8},
+                          optim={"minibatch_size": 4}, steps=2, eval_tasks=2,
+                          out_dir=str(tmp_path / name))
+        trainer = Trainer(cfg, model=tiny_model(tok), tokenizer=tok)
+        try:
+            history = trainer.train()
+        finally:
+            trainer.close()
+        steps = history[1:]
+        assert len(steps) == 2 and all(s["rollout_episodes"] == 4 for s in steps)
+        stored = [json.loads(line) for line in (tmp_path / name / "train" / "step-1" / "trajectories.jsonl")
+                  .read_text().splitlines()]
+        if name == "broken":
+            assert all(s["error_episodes"] == 4 for s in steps)
+            assert all("broken_reward" in t["error"] for t in stored)
+            continue
+        assert all(s["error_episodes"] == 0 and s["logp_diff_max"] < 1e-4 for s in steps), steps
+        if name == "game":  # the tiny model never guesses right: four turns, the last three after a rewrite
+            assert all(t["segments"] and len(t["segments"]) == 3 for t in stored), [t["segments"] for t in stored]
+        else:
+            assert history[0]["eval_success"] is not None

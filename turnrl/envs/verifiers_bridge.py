@@ -1,0 +1,211 @@
+"""How a verifiers rollout and a turnrl episode meet (:mod:`turnrl.envs.verifiers_env`): verifiers' own
+``run_rollout`` runs on a background event loop and asks an OpenAI client for each model turn; that client's HTTP
+transport hands each ``/chat/completions`` request to the episode's :class:`Channel` instead of the network, and
+the environment answers it with the policy's message.
+
+Also here: the log handler that tells an episode its rubric's reward function raised (verifiers logs it and scores
+0), and the messages' conversions between the two sides.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import json
+import logging
+import queue
+import threading
+import time
+import uuid
+from typing import Any
+
+from turnrl.envs.verifiers_load import VerifiersEnvError
+
+MODEL = "turnrl-policy"  # the model name the environment's client asks for (the run's policy answers)
+
+# ---- the background loop every rollout of this process runs on ----
+
+_loop: asyncio.AbstractEventLoop | None = None
+_loop_lock = threading.Lock()
+
+
+def background_loop() -> asyncio.AbstractEventLoop:
+    """The process's one event loop for verifiers rollouts (a daemon thread, started on first use): an
+    environment object shared by several turnrl environments keeps its async resources on one loop."""
+    global _loop
+    with _loop_lock:
+        if _loop is None or not _loop.is_running():
+            loop = asyncio.new_event_loop()
+            started = threading.Event()
+
+            def run() -> None:
+                asyncio.set_event_loop(loop)
+                loop.call_soon(started.set)
+                loop.run_forever()
+
+            threading.Thread(target=run, name="turnrl-verifiers-loop", daemon=True).start()
+            if not started.wait(30):
+                raise VerifiersEnvError("the verifiers event loop did not start within 30 s")
+            _loop = loop
+        return _loop
+
+
+# ---- one episode's channel between the rollout (background loop) and the environment (caller's thread) ----
+
+_current: contextvars.ContextVar[Channel | None] = contextvars.ContextVar("turnrl_verifiers_episode", default=None)
+
+
+class Channel:
+    """What one rollout tells its environment: each model request (its body and the future its reply sets), then
+    its end (the rollout's output) or its failure; and the reward functions that failed while it was scored."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.events: queue.Queue[tuple[str, Any, Any]] = queue.Queue()
+        self.rubric_errors: list[str] = []
+
+    async def ask(self, body: dict[str, Any]) -> dict[str, Any]:
+        """A model request: hand it to the environment and wait for the policy's message."""
+        reply: asyncio.Future[dict[str, Any]] = self.loop.create_future()
+        self.events.put(("request", body, reply))
+        return await reply
+
+
+class _RubricErrors(logging.Handler):
+    """verifiers logs a reward function that raises and scores it 0; this records it on the episode whose scoring
+    logged it (the context variable of the rollout's task), so that the episode counts as errored."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        channel = _current.get()
+        message = record.getMessage()
+        if channel is not None and record.levelno >= logging.ERROR and "reward function" in message:
+            channel.rubric_errors.append(message)
+
+
+_handler = _RubricErrors()
+
+
+def watch_rubrics() -> None:
+    logger = logging.getLogger("verifiers")
+    if _handler not in logger.handlers:
+        logger.addHandler(_handler)
+
+
+class _Transport:
+    """An httpx transport that answers the OpenAI client's ``POST …/chat/completions`` from the episode's channel
+    (any other path: a 404 in OpenAI's error shape)."""
+
+    def __init__(self, channel: Channel) -> None:
+        import httpx
+
+        self.httpx, self.channel = httpx, channel
+
+    async def handle_async_request(self, request: Any) -> Any:
+        httpx = self.httpx
+        if request.method != "POST" or not request.url.path.rstrip("/").endswith("/chat/completions"):
+            error = {"message": f"the turnrl policy answers POST /chat/completions only, not {request.method} "
+                                f"{request.url.path}", "type": "invalid_request_error"}
+            return httpx.Response(404, json={"error": error})
+        body = json.loads(await request.aread() or b"{}")
+        message = await self.channel.ask(body)
+        calls = message.get("tool_calls") or []
+        completion = {
+            "id": f"chatcmpl-{uuid.uuid4().hex[:16]}", "object": "chat.completion", "created": int(time.time()),
+            "model": body.get("model", MODEL),
+            "choices": [{"index": 0, "message": message, "logprobs": None,
+                         "finish_reason": "tool_calls" if calls else "stop"}],
+            "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
+        }
+        return httpx.Response(200, json=completion)
+
+    async def aclose(self) -> None:
+        """Nothing to release."""
+
+
+async def run_rollout(vf_env: Any, rollout_input: dict[str, Any], channel: Channel) -> None:
+    """The environment's own ``run_rollout`` (its loop, scoring and output) for one episode, its model calls
+    answered through ``channel``; its end (``"done"`` with the output) or failure (``"error"``) told there too."""
+    _current.set(channel)
+    vf_client = client(channel)
+    try:
+        output = await vf_env.run_rollout(rollout_input, vf_client, MODEL, {})
+    except asyncio.CancelledError:
+        raise
+    except BaseException as e:  # noqa: BLE001 — the episode's failure, told to its environment
+        channel.events.put(("error", f"{type(e).__name__}: {e}", None))
+    else:
+        channel.events.put(("done", output, None))
+    finally:
+        try:
+            await vf_client.close()
+        except Exception:  # noqa: BLE001, S110 — closing an in-process client holds nothing
+            pass
+
+
+def client(channel: Channel) -> Any:
+    """verifiers' chat-completions client over an OpenAI client whose requests go to ``channel``."""
+    import httpx
+    import openai
+    import verifiers as vf
+
+    transport = _Transport(channel)
+    http = httpx.AsyncClient(transport=transport, timeout=None)  # type: ignore[arg-type]
+    return vf.OpenAIChatCompletionsClient(openai.AsyncOpenAI(base_url="http://turnrl-policy.invalid/v1",
+                                                             api_key="turnrl", http_client=http, max_retries=0))
+
+
+# ---- messages between the two sides ----
+
+def text_of(content: Any) -> str:
+    """A message's content as text (the text parts of a list of parts)."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type", "text") == "text")
+    return str(content)
+
+
+def message_key(message: dict[str, Any]) -> tuple[Any, ...]:
+    """What must match for a message to be the same one again (whitespace at the ends aside)."""
+    calls = tuple((c.get("function", {}).get("name"), _arguments(c.get("function", {}).get("arguments")))
+                  for c in message.get("tool_calls") or [])
+    return message.get("role"), text_of(message.get("content")).strip(), calls
+
+
+def _arguments(arguments: Any) -> str:
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments)
+        except json.JSONDecodeError:
+            return arguments
+    return json.dumps(arguments, sort_keys=True)
+
+
+def set_result(future: asyncio.Future[Any], value: Any) -> None:
+    if not future.done():
+        future.set_result(value)
+
+
+def json_object(arguments: Any) -> dict[str, Any]:
+    if isinstance(arguments, dict):
+        return arguments
+    try:
+        value = json.loads(arguments or "{}")
+    except (TypeError, json.JSONDecodeError):
+        return {"arguments": arguments}
+    return value if isinstance(value, dict) else {"arguments": value}
+
+
+def last_user(prompt: Any) -> Any:
+    if isinstance(prompt, str):
+        return prompt
+    users = [m for m in prompt or [] if isinstance(m, dict) and m.get("role") == "user"]
+    return users[-1].get("content") if users else ""
+
+
+def ended(output: Any) -> str:
+    if isinstance(output, dict) and output.get("error"):
+        return f" (its error: {output['error']})"
+    return ""

@@ -1,0 +1,130 @@
+"""Loading an environment written for Prime Intellect's ``verifiers`` (``verifiers:NAME`` ids,
+:mod:`turnrl.envs.verifiers_env`): ``verifiers.load_environment(NAME, **args)`` once per process, its dataset's
+rows, its tools in OpenAI's form, and what this adapter refuses.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+INSTALL = "pip install 'turnrl[verifiers]'"
+
+
+class VerifiersEnvError(RuntimeError):
+    """A verifiers environment cannot be loaded or one of its episodes failed; the message says why."""
+
+
+_cache: dict[str, Any] = {}
+_cache_lock = threading.Lock()
+
+
+def load(name: str, env_args: dict[str, Any], search: Sequence[str | Path] = ()) -> Any:
+    """``verifiers.load_environment(name, **env_args)``, once per process for the same name and arguments (the
+    object serves many rollouts at once; its datasets are built once).
+
+    Raises:
+        VerifiersEnvError: verifiers is not installed (the pip line), the environment is not found, or it is not
+            one this adapter can play.
+    """
+    try:
+        import verifiers as vf
+    except ImportError as e:
+        raise VerifiersEnvError(f"verifiers:{name} needs the verifiers package: {INSTALL} ({e})") from None
+    try:
+        key = json.dumps([name, env_args], sort_keys=True, default=repr)
+    except TypeError:
+        key = repr([name, sorted(env_args.items())])
+    with _cache_lock:
+        if key in _cache:
+            return _cache[key]
+        for folder in [*(str(Path(f).resolve()) for f in search), str(Path.cwd())]:
+            if folder not in sys.path:
+                sys.path.append(folder)
+        module = name.replace("-", "_").split("/")[-1]  # the module verifiers imports for the name
+        restore = _quiet_datasets()
+        try:
+            env = vf.load_environment(name, **env_args)
+        except Exception as e:  # noqa: BLE001 — verifiers wraps the cause; say it in one line
+            cause = e.__cause__ or e
+            if isinstance(cause, ModuleNotFoundError) and cause.name == module:
+                raise VerifiersEnvError(f"verifiers:{name}: no environment module {module!r} (install the "
+                                        f"environment's package, or put {module}.py with a load_environment() in the "
+                                        "config's or the current folder)") from None
+            raise VerifiersEnvError(f"verifiers:{name}: load_environment({_args(env_args)}) failed: "
+                                    f"{type(cause).__name__}: {cause}") from None
+        finally:
+            restore()
+        if not callable(getattr(env, "run_rollout", None)):
+            raise VerifiersEnvError(f"verifiers:{name}: load_environment() returned {type(env).__name__}, not a "
+                                    "verifiers Environment (the classic API: SingleTurnEnv, MultiTurnEnv, ToolEnv…)")
+        rubric = getattr(env, "rubric", None)
+        if rubric is not None and getattr(rubric, "has_group_rewards", False):
+            raise VerifiersEnvError(f"verifiers:{name}: its rubric has group-level reward functions, which score a "
+                                    "whole group of rollouts at once; turnrl scores each episode on its own")
+        _cache[key] = env
+        return env
+
+
+def _args(env_args: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v!r}" for k, v in env_args.items())
+
+
+def has_eval_dataset(vf_env: Any) -> bool:
+    """Whether the environment has an eval dataset (its held-out split)."""
+    return getattr(vf_env, "eval_dataset", None) is not None or getattr(vf_env, "eval_dataset_source", None) is not None
+
+
+def rows_of(vf_env: Any, name: str, split: str) -> list[dict[str, Any]]:
+    """The split's rows (``get_dataset()`` or ``get_eval_dataset()``), as dicts.
+
+    Raises:
+        VerifiersEnvError: the split has no dataset or no rows.
+    """
+    if split == "test" and not has_eval_dataset(vf_env):
+        raise VerifiersEnvError(f"verifiers:{name} has no eval dataset, so no held-out split (split='test'); "
+                                "give its load_environment an eval dataset, or evaluate on split='train'")
+    restore = _quiet_datasets()
+    try:
+        dataset = vf_env.get_eval_dataset() if split == "test" else vf_env.get_dataset()
+    except ValueError as e:
+        raise VerifiersEnvError(f"verifiers:{name} has no {split} dataset: {e}") from None
+    finally:
+        restore()
+    rows = [dict(row) for row in dataset]
+    if not rows:
+        raise VerifiersEnvError(f"verifiers:{name}'s {split} dataset has no rows")
+    if not all("prompt" in row for row in rows):
+        raise VerifiersEnvError(f"verifiers:{name}'s {split} rows have no 'prompt' column")
+    return rows
+
+
+def tool_schemas(vf_env: Any) -> list[dict[str, Any]]:
+    """The environment's tools (its ``tool_defs``: verifiers' own ``Tool`` objects or OpenAI-form dicts) in OpenAI's
+    form, as its requests offer them to the model."""
+    out = []
+    for tool in getattr(vf_env, "tool_defs", None) or []:
+        if isinstance(tool, dict):
+            out.append(tool if "function" in tool else {"type": "function", "function": tool})
+            continue
+        function = {"name": tool.name, "description": getattr(tool, "description", "") or "",
+                    "parameters": dict(getattr(tool, "parameters", None) or {"type": "object", "properties": {}})}
+        out.append({"type": "function", "function": function})
+    return out
+
+
+def _quiet_datasets() -> Any:
+    """Turn off the datasets library's progress bars while an environment builds its rows; returns how to put them
+    back (a no-op where datasets is not installed or they were off)."""
+    try:
+        from datasets.utils import logging as ds_logging
+    except ImportError:
+        return lambda: None
+    if not ds_logging.is_progress_bar_enabled():
+        return lambda: None
+    ds_logging.disable_progress_bar()
+    return ds_logging.enable_progress_bar
