@@ -110,3 +110,40 @@ def test_context_settings_are_checked():
         TrainConfig(env={"id": "turnrl/Arithmetic-v0"}, rollout={"context": {"budget": 512, "mode": "forget"}})
     with pytest.raises(ValueError, match="'drop' or 'summarize'"):
         ContextBudget(100, mode="forget")
+
+
+class Notebook(Research):
+    """Rewrites the conversation itself every other turn (``info["history"]``): the opening and a note only."""
+
+    def _step(self, action: str) -> Any:
+        obs, reward, terminated, truncated, info = super()._step(action)
+        if self.turn % 2 == 1 and not terminated:
+            opening = (Message(role="system", content="Search, then answer."),
+                       Message(role="user", content=f"Your notes after turn {self.turn}: {action[:20]!r}"))
+            return opening, reward, terminated, truncated, {**info, "history": True}
+        return obs, reward, terminated, truncated, info
+
+
+def test_an_environment_that_rewrites_the_conversation_starts_a_token_exact_segment(agent):
+    """info["history"]: the observation is the whole new conversation; the rollout renders it from the start as a new
+    segment, and each later prompt is that segment's tokens alone (what the text-level play sees too)."""
+    from turnrl.episode import play_episode
+
+    rollout = Rollout(agent, PARAMS, keep_prompts=True, max_context=4096)
+    for traj in rollout.run([Notebook(6) for _ in range(2)], sample_seeds=[0, 1]):
+        assert traj.error is None and traj.num_turns == 6 and traj.terminated
+        assert len(traj.segments) == 3 and traj.metadata["segment_reasons"][0].startswith("history rewritten by the env")
+        for turn, prompt in zip(traj.turns, traj.metadata["prompts"]):
+            start = max(s for s in traj.segments if s <= turn.token_span[0])
+            assert prompt == traj.token_ids[start : turn.token_span[0]]
+        second = agent.tokenizer.decode(traj.token_ids[traj.segments[1] : traj.turns[2].token_span[0]])
+        assert second.startswith("<|im_start|>system\nSearch, then answer.") and "Your notes after turn 1" in second
+    seen = []
+    play_episode(Notebook(4), lambda conversation, env: seen.append(conversation) or "go on")
+    assert [m.content for m in seen[2]][1].startswith("Your notes after turn 1") and len(seen[2]) == 2
+
+
+def test_a_budget_and_an_environment_that_rewrites_the_conversation_are_refused_together(agent):
+    rollout = Rollout(agent, PARAMS, context=ContextBudget(4000), max_context=4096)
+    for traj in rollout.run([Notebook(6)], sample_seeds=[0]):
+        assert traj.num_turns == 2 and "rollout.context cannot manage its history too" in traj.error

@@ -33,10 +33,15 @@ def test_a_single_turn_environment_asks_the_policy_and_its_rubric_grades_the_ans
         assert info["task_id"] == "vf_envs/train/2" and "<answer>" in obs[0].content
         _, reward, terminated, truncated, step = env.step("<answer>5</answer>")
         assert (reward, terminated, truncated, step["correct"]) == (1.0, True, False, True)
-        assert {k: step["metrics"][k] for k in ("correct_answer", "format_reward")} == {"correct_answer": 1.0, "format_reward": 1.0}
+        # asked reads the row's question column: the whole row reaches the rubric, as verifiers' own generate passes it
+        assert {k: step["metrics"][k] for k in ("correct_answer", "format_reward", "asked")} == {
+            "correct_answer": 1.0, "format_reward": 1.0, "asked": 1.0}
         env.reset(options={"index": 2})
         _, reward, _, _, step = env.step("it is 5")  # not in the format its parser reads
         assert (reward, step["correct"], step["metrics"]["format_reward"]) == (0.0, False, 0.0)
+        env.reset(options={"index": 2})
+        _, reward, terminated, _, step = env.step("")  # verifiers calls an empty reply an error: the policy's, it stands
+        assert (reward, terminated) == (0.0, True) and step["error"].startswith("EmptyModelResponseError")
     finally:
         env.close()
     held_out = turnrl.make(SUM, kind="sum", split="test")
@@ -58,9 +63,16 @@ def test_a_tool_environment_runs_its_own_tools_on_the_policys_calls():
     assert trajectory.error is None, trajectory.error
     assert "<tool_call>" in trajectory.prompt[0].content  # its tools described as turnrl's tool environments do
     first, last = trajectory.turns
-    assert first.info["tool_calls"] == [{"name": "add", "arguments": '{"a": 1, "b": 2}'}]
+    assert [(c["name"], c["arguments"]) for c in first.info["tool_calls"]] == [("add", {"a": 1, "b": 2})]
     assert [(m.role, m.name, m.content) for m in first.observation] == [("tool", "add", "3")]
     assert (last.reward, last.terminated, last.info["correct"]) == (1.0, True, True)
+    env = turnrl.make(SUM, kind="tools")
+    try:  # a call that cannot be parsed is no call: verifiers' ToolEnv takes the reply as the answer
+        played = play_episode(env, scripted('<tool_call>{"name": "add", "arguments": {"a": 1,</tool_call>'),
+                              options={"index": 1})
+    finally:
+        env.close()
+    assert played.error is None and played.turns[0].reward == 0.0 and "not valid JSON" in played.turns[0].info["error"]
 
 
 def test_a_multi_turn_game_gives_its_feedback_and_a_rewritten_history_is_the_whole_observation():
@@ -108,6 +120,29 @@ def test_a_missing_environment_or_package_is_one_line_with_what_to_do(monkeypatc
     monkeypatch.setitem(sys.modules, "verifiers", None)  # as if it were not installed
     with pytest.raises(VerifiersEnvError, match=r"pip install 'turnrl\[verifiers\]'"):
         turnrl.make("verifiers:another_env")
+
+
+def test_loading_keeps_the_processs_signal_handlers_and_works_off_the_main_thread():
+    """verifiers' Environment installs SIGINT/SIGTERM handlers when made; turnrl eval's own must stay, and the
+    environment server makes environments in threads, where installing one raises."""
+    import signal
+    import threading
+
+    def mine(signum, frame):
+        """A handler of the process's own."""
+
+    before = signal.signal(signal.SIGTERM, mine)
+    try:
+        turnrl.make(SUM, kind="sum", n=5).close()  # new arguments: a new environment object is made
+        assert signal.getsignal(signal.SIGTERM) is mine
+        made = []
+        thread = threading.Thread(target=lambda: made.append(turnrl.make(SUM, kind="sum", n=6)))
+        thread.start()
+        thread.join(60)
+        assert len(made) == 1 and len(made[0]) == 6 and signal.getsignal(signal.SIGTERM) is mine
+        made[0].close()
+    finally:
+        signal.signal(signal.SIGTERM, before)
 
 
 def test_a_raising_rubric_errs_its_episode_and_a_silent_environment_times_out():

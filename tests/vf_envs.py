@@ -34,6 +34,11 @@ def format_reward(completion, parser, **kwargs) -> float:
     return 1.0 if parser.parse_answer(completion) is not None else 0.0
 
 
+def asked(question, **kwargs) -> float:
+    """A metric (weight 0) that reads a column of the row other than the prompt and the answer."""
+    return 1.0 if question.startswith("What is") else 0.0
+
+
 def broken_reward(completion, **kwargs) -> float:
     """A reward function that raises."""
     raise KeyError("score")
@@ -96,7 +101,7 @@ def load_environment(kind: str = "sum", n: int = 8, trim: bool = False, delay: f
     """One of the environments above (see the module docstring)."""
     parser = vf.XMLParser(fields=["answer"], answer_field="answer")
     if kind in ("sum", "broken", "grouped"):
-        funcs, weights = [correct_answer, format_reward], [1.0, 0.0]
+        funcs, weights = [correct_answer, format_reward, asked], [1.0, 0.0, 0.0]
         if kind == "broken":
             funcs, weights = [broken_reward, correct_answer], [1.0, 1.0]
         if kind == "grouped":

@@ -36,11 +36,14 @@ task-set API of verifiers 0.4, whose rollouts run an agent program in a subproce
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import copy
 import json
 import math
 import queue
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -66,6 +69,23 @@ VERIFIERS_PREFIX = "verifiers:"  # the same as turnrl.envs.registry's
 __all__ = ["INSTALL", "VERIFIERS_PREFIX", "VerifiersEnv", "VerifiersEnvError", "make_verifiers_env"]
 
 
+#: verifiers' errors that the policy's reply causes (an empty reply, a tool call it cannot parse or run, a prompt grown
+#: too long): the episode stands, scored by the rubric. Any other (a model or infrastructure error) fails it.
+POLICY_ERRORS = frozenset({"EmptyModelResponseError", "OverlongPromptError", "ToolError", "ToolParseError",
+                           "ToolCallError"})
+
+
+@dataclass
+class _Episode:
+    """One episode's rollout: its channel, its future on the background loop, the request waiting for the policy's
+    reply, and the messages that request held (then with the reply it got)."""
+
+    channel: Channel
+    future: concurrent.futures.Future[None]
+    reply: asyncio.Future[dict[str, Any]] | None = None
+    sent: list[dict[str, Any]] = field(default_factory=list)
+
+
 class VerifiersEnv(TextEnv):
     """A verifiers environment as a turnrl environment (see the module docstring).
 
@@ -79,7 +99,8 @@ class VerifiersEnv(TextEnv):
         describe_tools: describe the environment's tools and the ``<tool_call>`` format in the system message (for
             chat templates that do not render tools; off when the template does).
         turn_timeout: seconds the environment may take to ask for the next turn or to finish (its tools and
-            rubric included); past it the episode fails.
+            rubric included); past it the episode fails. Keep it under the run's ``rollout.env_timeout`` (60 s by
+            default), which ends a step that takes longer anyway.
         search: folders where a ``NAME.py`` module may be (the config's folder; the current folder always).
 
     Raises:
@@ -88,7 +109,7 @@ class VerifiersEnv(TextEnv):
 
     def __init__(self, name: str, *, env_args: dict[str, Any] | None = None, split: Literal["train", "test"] = "train",
                  success_at: float = 1.0, max_turns: int | None = None, describe_tools: bool = True,
-                 turn_timeout: float = 300.0, search: Sequence[str | Path] = (), render_mode: str | None = None
+                 turn_timeout: float = 50.0, search: Sequence[str | Path] = (), render_mode: str | None = None
                  ) -> None:
         if split not in ("train", "test"):
             raise VerifiersEnvError(f"split is 'train' (the environment's dataset) or 'test' (its eval dataset), "
@@ -107,12 +128,9 @@ class VerifiersEnv(TextEnv):
         self.tasks = [Task(id=f"{name}/{split}/{row.get('example_id', i)}", prompt=text_of(last_user(row["prompt"])),
                            answer=str(row.get("answer", "") or ""), metadata={"row": i}) for i, row in
                       enumerate(self.rows)]
-        self._tools = tool_schemas(self.vf_env)
+        self._tools = tool_schemas(self.vf_env)  # until an episode's first request says which it offers
         self._parser = HermesParser()
-        self._channel: Channel | None = None
-        self._future: Any = None
-        self._reply: asyncio.Future[dict[str, Any]] | None = None
-        self._sent: list[dict[str, Any]] = []  # the last request's messages and the reply it got
+        self._episode: _Episode | None = None
         self.task: Task | None = None
 
     # ---- the TextEnv interface ----
@@ -125,108 +143,109 @@ class VerifiersEnv(TextEnv):
         return self.tasks[index]
 
     def tool_schemas(self) -> list[dict[str, Any]]:
-        """The environment's tools (OpenAI's form), as its requests offer them."""
+        """The tools (OpenAI's form) the current episode's requests offer (before any: the environment's own)."""
         return list(self._tools)
 
     def _reset(self, options: dict[str, Any]) -> tuple[Obs, dict[str, Any]]:
         unknown = set(options) - {"index"}
         if unknown:
             raise ValueError(f"unknown reset options {sorted(unknown)}; {type(self).__name__} accepts 'index'")
-        self._stop()
+        self._stop(self._episode)
         index = pick_index(self, len(self.tasks), options)
         self.task = self.tasks[index]
-        row = self.rows[index]
-        loop = background_loop()
-        self._channel = channel = Channel(loop)
-        rollout_input = {k: row[k] for k in ("prompt", "example_id", "answer", "info", "task") if k in row}
+        rollout_input = copy.deepcopy(self.rows[index])  # the whole row, as verifiers' own generate passes it
         rollout_input.setdefault("example_id", index)
-        self._future = asyncio.run_coroutine_threadsafe(run_rollout(self.vf_env, rollout_input, channel), loop)
-        kind, body, reply = self._next("to ask the model for the first turn")
+        loop = background_loop()
+        channel = Channel(loop)
+        ep = self._episode = _Episode(channel, asyncio.run_coroutine_threadsafe(
+            run_rollout(self.vf_env, rollout_input, channel), loop))
+        kind, body, reply = self._next(ep, "to ask the model for the first turn")
         if kind != "request":
-            raise VerifiersEnvError(f"{self.name} ended its rollout before asking the model anything"
-                                    f"{ended(body)}")
-        self._expect(body, reply)
-        messages = list(body.get("messages") or [])
-        self._sent = messages
-        return self._observation(messages, first=True), {"task_id": self.task.id, "index": index, "role": "policy"}
+            self._stop(ep)
+            raise VerifiersEnvError(f"{self.name} ended its rollout before asking the model anything{ended(body)}")
+        ep.reply, ep.sent = reply, list(body.get("messages") or [])
+        self._tools = list(body.get("tools") or [])  # this episode's (verifiers allows tools per row)
+        return self._observation(ep, ep.sent, first=True), {"task_id": self.task.id, "index": index, "role": "policy"}
 
     def _step(self, action: str) -> StepResult:
-        assert self._channel is not None and self._reply is not None
-        message = self._assistant(action)
-        self._sent = [*self._sent, message]
-        reply, self._reply = self._reply, None
-        self._channel.loop.call_soon_threadsafe(set_result, reply, message)
-        info: dict[str, Any] = {"role": "policy"}
-        if message.get("tool_calls"):
-            info["tool_calls"] = [{"name": c["function"]["name"], "arguments": c["function"]["arguments"]}
-                                  for c in message["tool_calls"]]
-        kind, body, reply_future = self._next("to answer the turn")
-        if kind == "request":
-            self._expect(body, reply_future)
-            messages = list(body.get("messages") or [])
-            sent, self._sent = self._sent, messages
-            if [message_key(m) for m in messages[:len(sent)]] == [message_key(m) for m in sent]:
-                return self._observation(messages[len(sent):]), 0.0, False, False, info
-            info["history"] = True  # the environment rewrote its conversation: all of it, a new segment
-            return self._observation(messages, first=True), 0.0, False, False, info
-        return self._finish(body, info)
+        ep = self._episode
+        assert ep is not None and ep.reply is not None
+        message, info = self._assistant(action)
+        ep.sent = [*ep.sent, message]
+        reply, ep.reply = ep.reply, None
+        ep.channel.loop.call_soon_threadsafe(set_result, reply, message)
+        kind, body, next_reply = self._next(ep, "to answer the turn")
+        if kind != "request":
+            return self._finish(ep, body, info)
+        ep.reply = next_reply
+        messages = list(body.get("messages") or [])
+        sent, ep.sent = ep.sent, messages
+        if self.turn + 1 >= self.max_turns:  # turnrl's turn limit cuts the episode here: its rollout ends too
+            self._stop(ep)
+        if [message_key(m) for m in messages[:len(sent)]] == [message_key(m) for m in sent]:
+            return self._observation(ep, messages[len(sent):]), 0.0, False, False, info
+        info["history"] = True  # the environment rewrote its conversation: all of it, a new segment
+        return self._observation(ep, messages, first=True), 0.0, False, False, info
 
     def close(self) -> None:
         """End a rollout still running (it is cancelled; nothing of it is scored)."""
-        self._stop()
+        self._stop(self._episode)
         super().close()
 
     # ---- the rollout ----
 
-    def _next(self, what: str) -> tuple[str, Any, Any]:
+    def _next(self, ep: _Episode, what: str) -> tuple[str, Any, Any]:
         """The rollout's next event, or :class:`VerifiersEnvError` past ``turn_timeout`` (the rollout is then
         cancelled) or when it failed."""
-        assert self._channel is not None
         try:
-            kind, body, extra = self._channel.events.get(timeout=self.turn_timeout)
+            kind, body, extra = ep.channel.events.get(timeout=self.turn_timeout)
         except queue.Empty:
-            self._stop()
+            self._stop(ep)
             raise VerifiersEnvError(f"{self.name} did not go on within turn_timeout={self.turn_timeout:g} s "
                                     f"({what})") from None
         if kind == "error":
-            self._stop()
+            self._stop(ep)
             raise VerifiersEnvError(f"{self.name}'s rollout failed: {body}")
         return kind, body, extra
 
-    def _expect(self, body: dict[str, Any], reply: asyncio.Future[dict[str, Any]]) -> None:
-        self._reply = reply
-        tools = body.get("tools")
-        if tools and not self._tools:
-            self._tools = list(tools)
-
-    def _finish(self, output: dict[str, Any], info: dict[str, Any]) -> StepResult:
-        assert self._channel is not None
-        errors = self._channel.rubric_errors
-        self._channel = self._future = None
-        if errors:
-            raise VerifiersEnvError(f"{self.name}'s rubric failed: {'; '.join(errors)}")
+    def _finish(self, ep: _Episode, output: dict[str, Any], info: dict[str, Any]) -> StepResult:
+        """The rollout's end: its rubric's reward, or :class:`VerifiersEnvError` where the rubric failed or the
+        rollout ended on an error that is not the policy's doing."""
+        self._stop(ep)
+        if ep.channel.rubric_errors:
+            raise VerifiersEnvError(f"{self.name}'s rubric failed: {'; '.join(ep.channel.rubric_errors)}")
+        error = output.get("error")
+        if error:
+            kind = error.get("error") if isinstance(error, dict) else type(error).__name__
+            message = error.get("message") if isinstance(error, dict) else str(error)
+            if kind not in POLICY_ERRORS:
+                raise VerifiersEnvError(f"{self.name}'s rollout ended on an error: {kind}: {message}")
+            info["error"] = f"{kind}: {message}"  # the policy's doing (an empty reply, a bad tool call): it stands
         reward = float(output.get("reward") or 0.0)
         if not math.isfinite(reward):
             raise VerifiersEnvError(f"{self.name}'s rubric gave a reward of {reward}")
         metrics = {k: float(v) for k, v in (output.get("metrics") or {}).items()
                    if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)}
         info.update(correct=reward >= self.success_at, metrics=metrics, stop_condition=output.get("stop_condition"))
-        if output.get("error"):  # caught and scored by the environment (e.g. an empty reply): the episode stands
-            info["error"] = str(output["error"])
         return (), reward, True, False, info
 
-    def _stop(self) -> None:
-        if self._reply is not None and not self._reply.done():
-            self._reply.get_loop().call_soon_threadsafe(self._reply.cancel)
-        if self._future is not None and not self._future.done():
-            self._future.cancel()
-        self._channel = self._future = self._reply = None
+    def _stop(self, ep: _Episode | None) -> None:
+        """Cancel ``ep``'s rollout if it still runs, and forget it if it is the current episode (a step thread that
+        outlived its episode touches only its own)."""
+        if ep is None:
+            return
+        if ep.reply is not None and not ep.reply.done():
+            ep.channel.loop.call_soon_threadsafe(ep.reply.cancel)
+        if not ep.future.done():
+            ep.future.cancel()
+        if self._episode is ep:
+            self._episode = None
 
     # ---- messages ----
 
-    def _observation(self, messages: Sequence[dict[str, Any]], first: bool = False) -> Obs:
+    def _observation(self, ep: _Episode, messages: Sequence[dict[str, Any]], first: bool = False) -> Obs:
         """The request's messages as turnrl messages (the tools described in the system message of an opening)."""
-        names = {c.get("id"): c.get("function", {}).get("name") for m in self._sent if m.get("role") == "assistant"
+        names = {c.get("id"): c.get("function", {}).get("name") for m in ep.sent if m.get("role") == "assistant"
                  for c in m.get("tool_calls") or []}
         out = []
         for m in messages:
@@ -252,17 +271,23 @@ class VerifiersEnv(TextEnv):
                 out.insert(0, Message(role="system", content=note))
         return tuple(out)
 
-    def _assistant(self, action: str) -> dict[str, Any]:
-        """The policy's text as the assistant message of a chat completion: with ``tool_calls`` parsed from its
-        ``<tool_call>`` blocks where the request offered tools (the text around them stays its content)."""
+    def _assistant(self, action: str) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The policy's text as the assistant message of a chat completion — with ``tool_calls`` parsed from its
+        ``<tool_call>`` blocks where the request offered tools (the text around them stays its content; each call
+        gets a fresh id) — and the step's ``info`` (the calls, and what could not be parsed)."""
+        info: dict[str, Any] = {"role": "policy"}
         if not self._tools:
-            return {"role": "assistant", "content": action}
+            return {"role": "assistant", "content": action}, info
         parsed = self._parser.parse(action)
+        if parsed.errors:
+            info["error"] = "; ".join(parsed.errors)
         if not parsed.calls:
-            return {"role": "assistant", "content": action}
-        calls = [{"id": call.id or f"call_{uuid.uuid4().hex[:12]}", "type": "function",
+            return {"role": "assistant", "content": action}, info
+        calls = [{"id": f"call_{uuid.uuid4().hex[:12]}", "type": "function",
                   "function": {"name": call.name, "arguments": json.dumps(call.arguments)}} for call in parsed.calls]
-        return {"role": "assistant", "content": action, "tool_calls": calls}
+        info["tool_calls"] = [{"name": c["function"]["name"], "arguments": call.arguments, "id": c["id"]}
+                              for c, call in zip(calls, parsed.calls)]
+        return {"role": "assistant", "content": action, "tool_calls": calls}, info
 
 
 def make_verifiers_env(env_id: str, **kwargs: Any) -> VerifiersEnv:

@@ -5,10 +5,12 @@ rows, its tools in OpenAI's form, and what this adapter refuses.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import signal
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -48,13 +50,15 @@ def load(name: str, env_args: dict[str, Any], search: Sequence[str | Path] = ())
         module = name.replace("-", "_").split("/")[-1]  # the module verifiers imports for the name
         restore = _quiet_datasets()
         try:
-            env = vf.load_environment(name, **env_args)
+            with _own_signals():
+                env = vf.load_environment(name, **env_args)
         except Exception as e:  # noqa: BLE001 — verifiers wraps the cause; say it in one line
             cause = e.__cause__ or e
             if isinstance(cause, ModuleNotFoundError) and cause.name == module:
-                raise VerifiersEnvError(f"verifiers:{name}: no environment module {module!r} (install the "
-                                        f"environment's package, or put {module}.py with a load_environment() in the "
-                                        "config's or the current folder)") from None
+                raise VerifiersEnvError(f"verifiers:{name}: no environment module {module!r}: install its package "
+                                        f"(pip install {name}; `prime env install OWNER/{name}` for one on Prime's "
+                                        f"Environments Hub) or put {module}.py with a load_environment() in the "
+                                        "config's or the current folder") from None
             raise VerifiersEnvError(f"verifiers:{name}: load_environment({_args(env_args)}) failed: "
                                     f"{type(cause).__name__}: {cause}") from None
         finally:
@@ -70,6 +74,29 @@ def load(name: str, env_args: dict[str, Any], search: Sequence[str | Path] = ())
         return env
 
 
+@contextlib.contextmanager
+def _own_signals() -> Iterator[None]:
+    """Keep the process's SIGINT and SIGTERM handlers while an environment is made: verifiers' ``Environment``
+    installs its own (tear down, then exit), which would replace ``turnrl eval``'s (write what finished, then stop)
+    and cannot be installed at all off the main thread (the environment server makes environments in threads)."""
+    signals = (signal.SIGINT, signal.SIGTERM)
+    if threading.current_thread() is not threading.main_thread():
+        real = signal.signal
+        signal.signal = lambda signum, handler: signal.getsignal(signum)  # type: ignore[assignment]
+        try:
+            yield
+        finally:
+            signal.signal = real
+        return
+    saved = {sig: signal.getsignal(sig) for sig in signals}
+    try:
+        yield
+    finally:
+        for sig, handler in saved.items():
+            if handler is not None:
+                signal.signal(sig, handler)
+
+
 def _args(env_args: dict[str, Any]) -> str:
     return ", ".join(f"{k}={v!r}" for k, v in env_args.items())
 
@@ -79,12 +106,19 @@ def has_eval_dataset(vf_env: Any) -> bool:
     return getattr(vf_env, "eval_dataset", None) is not None or getattr(vf_env, "eval_dataset_source", None) is not None
 
 
+_rows: dict[tuple[int, str], list[dict[str, Any]]] = {}
+
+
 def rows_of(vf_env: Any, name: str, split: str) -> list[dict[str, Any]]:
-    """The split's rows (``get_dataset()`` or ``get_eval_dataset()``), as dicts.
+    """The split's rows (``get_dataset()`` or ``get_eval_dataset()``), as dicts; read once per loaded environment
+    (a training run makes an environment per episode). Treat them as read-only.
 
     Raises:
         VerifiersEnvError: the split has no dataset or no rows.
     """
+    key = (id(vf_env), split)
+    if key in _rows:
+        return _rows[key]
     if split == "test" and not has_eval_dataset(vf_env):
         raise VerifiersEnvError(f"verifiers:{name} has no eval dataset, so no held-out split (split='test'); "
                                 "give its load_environment an eval dataset, or evaluate on split='train'")
@@ -100,6 +134,7 @@ def rows_of(vf_env: Any, name: str, split: str) -> list[dict[str, Any]]:
         raise VerifiersEnvError(f"verifiers:{name}'s {split} dataset has no rows")
     if not all("prompt" in row for row in rows):
         raise VerifiersEnvError(f"verifiers:{name}'s {split} rows have no 'prompt' column")
+    _rows[key] = rows
     return rows
 
 

@@ -154,6 +154,11 @@ def from_environment(rollout: RolloutAPI, ep: Episode, turn: Turn, history: Sequ
     (``info["history"]``). Returns whether the episode goes on (False: it was finished — truncated by context when
     the rewritten conversation leaves no room to generate, or with an error when the template refuses it)."""
     assert ep.renderer is not None
+    if rollout.context is not None:  # a budget's rewrites rebuild from the opening and the turns: they would undo this
+        ep.traj.error = ("the environment rewrote the conversation itself (info['history']); rollout.context cannot "
+                         "manage its history too: drop rollout.context for this environment")
+        rollout.finish(ep)
+        return False
     try:
         ids = ep.renderer.prompt_tokens(list(history))
     except Exception as e:  # noqa: BLE001 — only this episode ends
@@ -167,6 +172,7 @@ def from_environment(rollout: RolloutAPI, ep: Episode, turn: Turn, history: Sequ
         return False
     reason = f"history rewritten by the environment ({len(history)} message(s))"
     turn.info["context"] = reason
+    turn.obs_span = (len(ep.tokens), len(ep.tokens) + len(ids))  # the new segment's opening: the conversation whole
     ep.context_starts.append(len(ep.tokens))
     ep.context_reasons.append(reason)
     ep.append(ids, 0)
