@@ -23,6 +23,7 @@ the rollout fills them. When present they obey these invariants, checked on cons
 
 from __future__ import annotations
 
+import json
 import math
 import uuid
 from typing import Any, Literal
@@ -30,6 +31,18 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 Role = Literal["system", "user", "assistant", "tool"]
+
+
+def decode_arguments(raw: Any) -> dict[str, Any]:
+    """A tool call's arguments as an object: a dict as it is, a JSON object string decoded; anything else kept as
+    ``{"_raw": text}`` (not JSON) or ``{"_value": value}`` (JSON of another type)."""
+    if isinstance(raw, dict):
+        return raw
+    try:
+        value = json.loads(raw or "{}")
+    except (TypeError, json.JSONDecodeError):
+        return {"_raw": str(raw)}
+    return value if isinstance(value, dict) else {"_value": value}
 
 
 class ToolCall(BaseModel):
@@ -46,6 +59,15 @@ class ToolCall(BaseModel):
     arguments: dict[str, Any] = Field(default_factory=dict)
     raw: str | None = None
     id: str | None = None
+
+    @classmethod
+    def from_openai(cls, call: dict[str, Any]) -> ToolCall:
+        """A call in OpenAI's chat-completions form (``{"id", "function": {"name", "arguments"}}``, the arguments a
+        JSON string or an object). Arguments that are not a JSON object are kept, as ``{"_raw": text}`` (not JSON)
+        or ``{"_value": value}`` (JSON of another type)."""
+        function = call.get("function") or {}
+        return cls(name=str(function.get("name")), arguments=decode_arguments(function.get("arguments")),
+                   id=call.get("id") if isinstance(call.get("id"), str) else None)
 
     def to_openai(self) -> dict[str, Any]:
         """Return the OpenAI chat-completions form ``{"type": "function", "function": {...}}``."""

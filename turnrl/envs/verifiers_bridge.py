@@ -188,16 +188,6 @@ def set_result(future: asyncio.Future[Any], value: Any) -> None:
         future.set_result(value)
 
 
-def json_object(arguments: Any) -> dict[str, Any]:
-    if isinstance(arguments, dict):
-        return arguments
-    try:
-        value = json.loads(arguments or "{}")
-    except (TypeError, json.JSONDecodeError):
-        return {"arguments": arguments}
-    return value if isinstance(value, dict) else {"arguments": value}
-
-
 def last_user(prompt: Any) -> Any:
     if isinstance(prompt, str):
         return prompt

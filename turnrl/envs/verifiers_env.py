@@ -52,7 +52,6 @@ from turnrl.envs.verifiers_bridge import (
     Channel,
     background_loop,
     ended,
-    json_object,
     last_user,
     message_key,
     run_rollout,
@@ -254,8 +253,7 @@ class VerifiersEnv(TextEnv):
                 out.append(Message(role="tool", content=text_of(m.get("content")), name=names.get(m.get("tool_call_id"))
                                    or m.get("name"), tool_call_id=m.get("tool_call_id")))
             elif role == "assistant":
-                calls = [ToolCall(name=c["function"]["name"], arguments=json_object(c["function"].get("arguments")),
-                                  id=c.get("id")) for c in m.get("tool_calls") or []]
+                calls = [ToolCall.from_openai(c) for c in m.get("tool_calls") or []]
                 out.append(Message(role="assistant", content=text_of(m.get("content")), tool_calls=calls or None))
             elif role in ("system", "user"):
                 out.append(Message(role=role, content=text_of(m.get("content"))))

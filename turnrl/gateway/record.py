@@ -20,7 +20,6 @@ episode's reward sits on the turn of the last call answered, with ``info["correc
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -166,16 +165,6 @@ def _action(call: Call, i: int, tokenizer: Any) -> Message:
     return Message(role="assistant", content=text)
 
 
-def _arguments(raw: Any) -> dict[str, Any]:
-    if isinstance(raw, dict):
-        return raw
-    try:
-        value = json.loads(raw or "{}")
-    except (TypeError, json.JSONDecodeError):
-        return {"_raw": str(raw)}
-    return value if isinstance(value, dict) else {"_value": value}
-
-
 def _observation(call: Call, next_call: Call | None) -> list[Message]:
     """The messages the next call of the segment added after this call's assistant message."""
     if next_call is None or call.messages is None or next_call.messages is None:
@@ -187,9 +176,7 @@ def _messages(dicts: list[dict[str, Any]]) -> list[Message]:
     out = []
     for m in dicts:
         role = m.get("role") if m.get("role") in ("system", "user", "assistant", "tool") else "user"
-        calls = [ToolCall(name=str((tc.get("function") or {}).get("name")), id=tc.get("id"),
-                          arguments=_arguments((tc.get("function") or {}).get("arguments")))
-                 for tc in m.get("tool_calls") or []]
+        calls = [ToolCall.from_openai(tc) for tc in m.get("tool_calls") or []]
         out.append(Message(role=role, content=str(m.get("content") or ""), name=m.get("name"),
                            tool_call_id=m.get("tool_call_id"), tool_calls=calls or None))
     return out
