@@ -31,6 +31,7 @@ import time
 import torch
 
 from turnrl.rl.config import TrainConfig
+from turnrl.rl.placement.parameters import to_shared
 from turnrl.rl.run.trainer import Trainer
 
 LORA = {"r": 16, "alpha": 32, "target_modules": "all-linear"}
@@ -68,7 +69,8 @@ def push(trainer: Trainer) -> tuple[float, float]:
     version moved on by one, as after an update, and the runner's push timed to the workers' acknowledgement."""
     learners = getattr(trainer.learner, "learners", {"policy": trainer.learner})
     _, state = trainer.learner.export_for_workers(lambda s: s)
-    mb = sum(t.numel() * t.element_size() for t in state.values()) / len(learners) / 2**20
+    sent = to_shared(state)  # what a push puts in Ray's object store: a tied tensor (the embedding) once
+    mb = sum(array.nbytes for array, _ in sent.values() if not isinstance(array, str)) / len(learners) / 2**20
     for learner in learners.values():
         learner.version += 1
     t0 = time.perf_counter()
@@ -113,11 +115,11 @@ def main() -> None:
     keys = ["games/s", "rollout s", "update s", "params MB", "resident MB"]
     if args.placement == "ray":
         keys += ["push MB/policy", "push s"]
-    print(f"\n{'arm':<12}" + "".join(f"{k:>14}" for k in keys) + f"{'games/s ratio':>16}")
+    print(f"\n{'arm':<12}" + "".join(f"{k:>16}" for k in keys) + f"{'games/s ratio':>16}")
     for arm in arms:
         r = results[arm]
         ratio = r["games/s"] / results["shared"]["games/s"]
-        print(f"{arm:<12}" + "".join(f"{r[k]:>14.2f}" for k in keys) + f"{ratio:>16.2f}")
+        print(f"{arm:<12}" + "".join(f"{r[k]:>16.2f}" for k in keys) + f"{ratio:>16.2f}")
 
 
 if __name__ == "__main__":
