@@ -44,6 +44,8 @@ pipq aiofiles pyqwest protobuf
 pipq "aiohttp>=3.9.0" "aiolimiter>=1.2.1" "anthropic>=0.78.0" "datasets>=3.3.0,<6.0.0" "gepa>=0.0.6" "loguru>=0.7.0" \
   "msgpack>=1.1.2" "openai-agents>=0.8.2" "openai>=2.9.0" "prime-pydantic-config[toml]>=0.4.3" "pyzmq>=27.1.0" \
   "renderers>=0.1.10" requests "setproctitle>=1.3.0" "tenacity>=8.5.0" "tomli-w>=1.0.0" "uvloop>=0.21.0"
+echo "note: pip's conflict report above (verifiers wants mcp<2, prime-sandboxes connectrpc<0.12) is expected:" \
+  "verifiers' classic environments never import mcp, and prime-sandboxes loads with connectrpc 0.12 (scripts/setup.sh)" >&2
 # DeepSpeed for the learner group (learner.backend: deepspeed). Built without its CUDA ops, for the CPU accelerator;
 # the one CPU op it needs (shared-memory collectives) is compiled on first use and cached in a folder of this venv's
 # own under TORCH_EXTENSIONS_DIR (default ~/.cache/turnrl/torch_extensions; turnrl/rl/placement/extensions.py).
