@@ -240,6 +240,17 @@ def test_epochs_resolve_to_steps_over_whole_units(data, tmp_path):
     assert saved["steps"] == 8 and saved["data"]["epochs"] is None
 
 
+def test_the_offline_sources_probe_environment_is_closed_with_the_run(data, tmp_path):
+    """The environment an offline source opens for its figures (a remote: one holds a server session) is closed when
+    the run is."""
+    t = trainer(run_config(data, "dqo", tmp_path))
+    probe, closed = t.source.env, []
+    real_close = probe.close
+    probe.close = lambda: (closed.append(True), real_close())
+    t.close()
+    assert closed == [True] and t.source.env is None
+
+
 def test_a_killed_and_resumed_offline_run_continues_bit_exactly(data, tmp_path):
     full = trainer(run_config(data, "dqo", tmp_path / "a", steps=6))
     full.train()

@@ -142,3 +142,23 @@ def test_the_tool_rule_at_its_edges_and_numpy_rewards_once_an_episode():
     env.close()  # its close(reason) is a tool, not called here (nor does it raise)
     with pytest.raises(TRLEnvError, match="split is 'train'"):
         guess_env(split="validation", test_data=ROWS)
+
+
+def test_a_relative_data_file_is_found_beside_the_classs_module(tmp_path, monkeypatch):
+    """`data: rows.jsonl` in a config beside the class's module works from any folder (as `turnrl train
+    examples/x.yaml` from the repository's root runs it)."""
+    (tmp_path / "beside_env.py").write_text(
+        "class Echo:\n    def reset(self, **row):\n        return None\n\n\n"
+        "def reward(environments, **kwargs):\n    return [1.0 for _ in environments]\n")
+    (tmp_path / "rows.jsonl").write_text(json.dumps({"prompt": "Say hi.", "id": "hi"}) + "\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    env = turnrl.make("trl:beside_env:Echo", data="rows.jsonl", reward="beside_env:reward")
+    try:
+        assert [r["id"] for r in env.rows] == ["hi"]
+    finally:
+        env.close()
+    with pytest.raises(TRLEnvError, match=r"no data file other.jsonl \(nor in .*\)"):
+        turnrl.make("trl:beside_env:Echo", data="other.jsonl", reward="beside_env:reward")

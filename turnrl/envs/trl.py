@@ -17,7 +17,8 @@ turn with tool calls runs them and shows their results; the first turn without o
 functions give its reward. An episode that reaches ``max_turns`` while still calling tools is rewarded the same way
 (the rewards read the environment's state, as TRL's do) and ends truncated.
 
-Rows are tasks, in order: a ``.jsonl``/``.json``/``.parquet`` file or a list of dicts; task ``i`` is row ``i``
+Rows are tasks, in order: a ``.jsonl``/``.json``/``.parquet`` file (a relative path: from the current folder, else
+from the class's module's folder) or a list of dicts; task ``i`` is row ``i``
 (its id: the row's ``id`` column, else ``row-i``). ``test_data`` gives held-out rows: ``split="test"`` plays them,
 and ``turnrl eval`` and training's held-out evaluation pick that split by themselves.
 """
@@ -67,16 +68,21 @@ def load_object(spec: Any, what: str) -> Any:
         raise TRLEnvError(f"{what} {spec!r}: module {module_name!r} has no {name!r}") from None
 
 
-def read_rows(data: Any) -> list[dict[str, Any]]:
-    """The rows of ``data``: a list of dicts, or a ``.jsonl``, ``.json`` or ``.parquet`` file of them.
+def read_rows(data: Any, beside: Path | None = None) -> list[dict[str, Any]]:
+    """The rows of ``data``: a list of dicts, or a ``.jsonl``, ``.json`` or ``.parquet`` file of them (a relative
+    path from the current folder, else from ``beside``: the folder of the class's module, where its config usually
+    is too).
 
     Raises:
         TRLEnvError: no such file, another format, or rows that are not objects with a ``prompt``.
     """
     if isinstance(data, (str, Path)):
         path = Path(data)
+        if not path.is_file() and beside is not None and not path.is_absolute() and (beside / path).is_file():
+            path = beside / path
         if not path.is_file():
-            raise TRLEnvError(f"no data file {path} (rows of a TRL environment: .jsonl, .json or .parquet)")
+            where = f" (nor in {beside})" if beside is not None and not path.is_absolute() else ""
+            raise TRLEnvError(f"no data file {path}{where} (rows of a TRL environment: .jsonl, .json or .parquet)")
         if path.suffix == ".jsonl":
             rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
         elif path.suffix == ".json":
@@ -164,7 +170,11 @@ class TRLClassEnv(ToolEnv):
             raise TRLEnvError(f"split is 'train' (data) or 'test' (test_data), got {split!r}")
         if split == "test" and test_data is None:
             raise TRLEnvError("split='test' needs test_data: the held-out rows")
-        self.rows = read_rows(test_data if split == "test" else data)
+        try:
+            beside: Path | None = Path(inspect.getfile(cls)).parent
+        except (TypeError, OSError):  # a class defined where no file is (an interactive session)
+            beside = None
+        self.rows = read_rows(test_data if split == "test" else data, beside)
         self.split, self.success_at = split, success_at
         self.held_out_split = "test" if test_data is not None else None
         tasks = [Task(id=str(r.get("id", f"row-{i}")), prompt=_text(r["prompt"]), answer=str(r.get("answer", "")),

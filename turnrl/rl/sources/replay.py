@@ -142,6 +142,13 @@ class ReplaySource(ExperienceSource):
                 self._order = self._shuffled(self.epoch)
         return out, {**rollout_metrics(out, self.env), "epoch": float(self.epoch)}
 
+    def close(self) -> None:
+        """Close the run's environment where the source was given one (a probe for its figures: a ``remote:``
+        server's session ends then)."""
+        if self.env is not None:
+            self.env.close()
+            self.env = None
+
     def state_dict(self) -> dict[str, Any]:
         """Epoch and position in it."""
         return {"epoch": self.epoch, "position": self.position}
