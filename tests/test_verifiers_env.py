@@ -198,3 +198,28 @@ def test_episodes_train_token_exact_with_segments_and_a_raising_rubric_fails_onl
             assert all(t["segments"] and len(t["segments"]) == 3 for t in stored), [t["segments"] for t in stored]
         else:
             assert history[0]["eval_success"] is not None
+
+
+def test_ray_rollout_workers_play_it_token_exact_with_its_segments(ray_cluster, tmp_path):
+    """placement: ray — each worker loads the environment itself and runs verifiers' rollouts on its own loop; the
+    rewritten histories arrive as segments and the learner's log-probabilities match the workers' sampling."""
+    from turnrl.agents.tiny import tiny_model, tiny_tokenizer
+    from turnrl.rl.config import TrainConfig
+    from turnrl.rl.run.trainer import Trainer
+
+    cfg = TrainConfig.model_validate({
+        "model": "tiny", "env": {"id": SUM, "kwargs": {"kind": "guess", "trim": True, "max_turns": 4}},
+        "placement": "ray", "ray": {"rollout_workers": 2, "start_timeout": 90},
+        "rollout": {"prompts_per_step": 2, "group_size": 2, "max_new_tokens": 8}, "optim": {"minibatch_size": 4},
+        "steps": 1, "eval_tasks": 2, "out_dir": str(tmp_path)})
+    tok = tiny_tokenizer("chatml")
+    trainer = Trainer(cfg, model=tiny_model(tok), tokenizer=tok)
+    try:
+        (step,) = trainer.train()[1:]
+    finally:
+        trainer.close()
+    assert step["rollout_episodes"] == 4 and step["error_episodes"] == 0 and step["guard_violations"] == 0
+    assert step["logp_diff_max"] < 1e-4
+    stored = [json.loads(line) for line in (tmp_path / "train" / "step-1" / "trajectories.jsonl").read_text()
+              .splitlines()]
+    assert all(len(t["segments"]) == 3 and t["error"] is None for t in stored)
