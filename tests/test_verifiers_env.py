@@ -4,6 +4,7 @@ its own rollout loop, parser, tools and rubric run; turnrl's policy answers each
 from __future__ import annotations
 
 import json
+import logging
 import sys
 
 import pytest
@@ -40,7 +41,7 @@ def test_a_single_turn_environment_asks_the_policy_and_its_rubric_grades_the_ans
         _, reward, _, _, step = env.step("it is 5")  # not in the format its parser reads
         assert (reward, step["correct"], step["metrics"]["format_reward"]) == (0.0, False, 0.0)
         env.reset(options={"index": 2})
-        _, reward, terminated, _, step = env.step("")  # verifiers calls an empty reply an error: the policy's, it stands
+        _, reward, terminated, _, step = env.step("")  # an error to verifiers; the policy's, so it stands
         assert (reward, terminated) == (0.0, True) and step["error"].startswith("EmptyModelResponseError")
     finally:
         env.close()
@@ -151,7 +152,13 @@ def test_a_raising_rubric_errs_its_episode_and_a_silent_environment_times_out():
         played = play_episode(env, scripted("<answer>5</answer>"), options={"index": 2})
         assert played.error is not None and "rubric failed" in played.error and "broken_reward" in played.error
         played = play_episode(env, scripted("<answer>5</answer>"), options={"index": 2})  # the next one too, alone
-        assert "broken_reward" in played.error
+        assert "broken_reward raised KeyError" in played.error
+        logging.disable(logging.CRITICAL)  # verifiers' own report of it silenced: still an error
+        try:
+            played = play_episode(env, scripted("<answer>5</answer>"), options={"index": 2})
+        finally:
+            logging.disable(logging.NOTSET)
+        assert "broken_reward raised KeyError" in played.error
     finally:
         env.close()
     slow = turnrl.make(SUM, kind="slow", delay=2.0, turn_timeout=0.5)

@@ -3,16 +3,17 @@
 transport hands each ``/chat/completions`` request to the episode's :class:`Channel` instead of the network, and
 the environment answers it with the policy's message.
 
-Also here: the log handler that tells an episode its rubric's reward function raised (verifiers logs it and scores
-0), and the messages' conversions between the two sides.
+Also here: the watch that tells an episode its rubric's reward function raised (verifiers logs it and scores 0), and
+the messages' conversions between the two sides.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextvars
+import functools
+import inspect
 import json
-import logging
 import queue
 import threading
 import time
@@ -71,24 +72,48 @@ class Channel:
         return await reply
 
 
-class _RubricErrors(logging.Handler):
-    """verifiers logs a reward function that raises and scores it 0; this records it on the episode whose scoring
-    logged it (the context variable of the rollout's task), so that the episode counts as errored."""
+def watch_reward_functions(rubric: Any) -> None:
+    """Wrap each reward function of ``rubric`` (and of the rubrics a ``RubricGroup`` holds) so that one that raises
+    is recorded on the episode being scored, then raises on: verifiers still logs it and scores it 0 as its authors
+    expect, and the episode counts as errored whatever the logging settings. Each function keeps its name and
+    signature (verifiers passes each only the arguments it names)."""
+    for sub in getattr(rubric, "rubrics", None) or []:
+        watch_reward_functions(sub)
+    funcs = getattr(rubric, "funcs", None)
+    if isinstance(funcs, list):
+        funcs[:] = [f if getattr(f, "_turnrl_watched", False) else _watched(f) for f in funcs]
 
-    def emit(self, record: logging.LogRecord) -> None:
+
+def _watched(func: Any) -> Any:
+    name = getattr(func, "__name__", repr(func))
+
+    def record(e: Exception) -> None:
         channel = _current.get()
-        message = record.getMessage()
-        if channel is not None and record.levelno >= logging.ERROR and "reward function" in message:
-            channel.rubric_errors.append(message)
+        if channel is not None:
+            channel.rubric_errors.append(f"reward function {name} raised {type(e).__name__}: {e}")
 
+    if inspect.iscoroutinefunction(func):
+        @functools.wraps(func)
+        async def watched_async(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return await func(*args, **kwargs)
+            except Exception as e:
+                record(e)
+                raise
 
-_handler = _RubricErrors()
+        wrapper: Any = watched_async
+    else:
+        @functools.wraps(func)
+        def watched(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return func(*args, **kwargs)
+            except Exception as e:
+                record(e)
+                raise
 
-
-def watch_rubrics() -> None:
-    logger = logging.getLogger("verifiers")
-    if _handler not in logger.handlers:
-        logger.addHandler(_handler)
+        wrapper = watched
+    wrapper._turnrl_watched = True
+    return wrapper
 
 
 class _Transport:

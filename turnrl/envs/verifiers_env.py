@@ -57,7 +57,6 @@ from turnrl.envs.verifiers_bridge import (
     run_rollout,
     set_result,
     text_of,
-    watch_rubrics,
 )
 from turnrl.envs.verifiers_load import INSTALL, VerifiersEnvError, has_eval_dataset, load, rows_of, tool_schemas
 from turnrl.template_tools import describe_tools
@@ -117,7 +116,6 @@ class VerifiersEnv(TextEnv):
             raise VerifiersEnvError(f"turn_timeout must be positive, got {turn_timeout}")
         self.name, self.env_args = name, dict(env_args or {})
         self.vf_env = load(name, self.env_args, search)
-        watch_rubrics()
         self.rows = rows_of(self.vf_env, name, split)
         own = getattr(self.vf_env, "max_turns", None)
         cap = max_turns if max_turns is not None else (own if isinstance(own, int) and own > 0 else 32)

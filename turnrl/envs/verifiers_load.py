@@ -70,6 +70,10 @@ def load(name: str, env_args: dict[str, Any], search: Sequence[str | Path] = ())
         if rubric is not None and getattr(rubric, "has_group_rewards", False):
             raise VerifiersEnvError(f"verifiers:{name}: its rubric has group-level reward functions, which score a "
                                     "whole group of rollouts at once; turnrl scores each episode on its own")
+        from turnrl.envs.verifiers_bridge import watch_reward_functions
+
+        if rubric is not None:
+            watch_reward_functions(rubric)
         _cache[key] = env
         return env
 
