@@ -27,8 +27,8 @@ Bad input is an answer: a ``verifiers`` that is not installed, an environment th
 reward function raises (an errored episode, counted; the run goes on), an environment that never asks the model or
 stops answering (past ``turn_timeout``): each is one :class:`VerifiersEnvError` line.
 
-Supported: verifiers' classic ``Environment`` API (``SingleTurnEnv``, ``MultiTurnEnv``, ``ToolEnv``,
-``StatefulToolEnv`` and their subclasses; verifiers 0.3), scored per rollout. Not supported: rubrics with
+Supported: verifiers' classic ``Environment`` API (verifiers 0.3; tested with ``SingleTurnEnv``, ``MultiTurnEnv`` and
+``ToolEnv`` subclasses, which ``StatefulToolEnv`` and the rest build on), scored per rollout. Not supported: rubrics with
 group-level reward functions (they score a whole group of rollouts at once; refused when loading), and the ``v1``
 task-set API of verifiers 0.4, whose rollouts run an agent program in a subprocess.
 """
