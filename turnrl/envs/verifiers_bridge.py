@@ -20,7 +20,10 @@ import time
 import uuid
 from typing import Any
 
-from turnrl.envs.verifiers_load import VerifiersEnvError
+
+class VerifiersEnvError(RuntimeError):
+    """A verifiers environment cannot be loaded or one of its episodes failed; the message says why."""
+
 
 MODEL = "turnrl-policy"  # the model name the environment's client asks for (the run's policy answers)
 

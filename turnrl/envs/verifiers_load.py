@@ -14,11 +14,9 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from turnrl.envs.verifiers_bridge import VerifiersEnvError, watch_reward_functions
+
 INSTALL = "pip install 'turnrl[verifiers]'"
-
-
-class VerifiersEnvError(RuntimeError):
-    """A verifiers environment cannot be loaded or one of its episodes failed; the message says why."""
 
 
 _cache: dict[str, Any] = {}
@@ -70,8 +68,6 @@ def load(name: str, env_args: dict[str, Any], search: Sequence[str | Path] = ())
         if rubric is not None and getattr(rubric, "has_group_rewards", False):
             raise VerifiersEnvError(f"verifiers:{name}: its rubric has group-level reward functions, which score a "
                                     "whole group of rollouts at once; turnrl scores each episode on its own")
-        from turnrl.envs.verifiers_bridge import watch_reward_functions
-
         if rubric is not None:
             watch_reward_functions(rubric)
         _cache[key] = env
