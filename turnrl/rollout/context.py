@@ -137,16 +137,27 @@ async def _compact(rollout: RolloutAPI, ep: Episode, turn: Turn, obs: Sequence[M
                 ids, reason = candidate, f"history trimmed: the {dropped} oldest turn(s) dropped"
                 ep.context_first = dropped
                 break
+    return _start_segment(rollout, ep, turn, ids, reason)
+
+
+def _start_segment(rollout: RolloutAPI, ep: Episode, turn: Turn, ids: list[int] | None, reason: str) -> bool:
+    """Start ``ep``'s next segment with the context ``ids`` after ``turn`` (``reason`` recorded on the turn and the
+    episode); None, or a context that leaves no room to generate, ends the episode truncated by context."""
     if ids is None or len(ids) + 1 > rollout.max_context:
-        ep.traj.truncated = True
-        ep.traj.metadata["truncated_by"] = "context"
-        rollout.finish(ep)
+        _truncate(rollout, ep)
         return False
     turn.info["context"] = reason
     ep.context_starts.append(len(ep.tokens))
     ep.context_reasons.append(reason)
     ep.append(ids, 0)
     return True
+
+
+def _truncate(rollout: RolloutAPI, ep: Episode) -> None:
+    """End ``ep`` truncated by its context."""
+    ep.traj.truncated = True
+    ep.traj.metadata["truncated_by"] = "context"
+    rollout.finish(ep)
 
 
 def from_environment(rollout: RolloutAPI, ep: Episode, turn: Turn, history: Sequence[Message]) -> bool:
@@ -165,17 +176,10 @@ def from_environment(rollout: RolloutAPI, ep: Episode, turn: Turn, history: Sequ
         ep.traj.error = f"rendering the history the environment rewrote failed: {type(e).__name__}: {e}"
         rollout.finish(ep)
         return False
-    if len(ids) + 1 > rollout.max_context:
-        ep.traj.truncated = True
-        ep.traj.metadata["truncated_by"] = "context"
-        rollout.finish(ep)
+    start = len(ep.tokens)
+    if not _start_segment(rollout, ep, turn, ids, f"history rewritten by the environment ({len(history)} message(s))"):
         return False
-    reason = f"history rewritten by the environment ({len(history)} message(s))"
-    turn.info["context"] = reason
-    turn.obs_span = (len(ep.tokens), len(ep.tokens) + len(ids))  # the new segment's opening: the conversation whole
-    ep.context_starts.append(len(ep.tokens))
-    ep.context_reasons.append(reason)
-    ep.append(ids, 0)
+    turn.obs_span = (start, len(ep.tokens))  # the new segment's opening: the conversation whole
     return True
 
 
@@ -189,9 +193,7 @@ async def _summarize(rollout: RolloutAPI, ep: Episode, turn: Turn, obs: Sequence
     ask = ep.renderer.observation_tokens(request, ended_with_eos=ended_with_eos)
     room = rollout.max_context - (len(ep.tokens) - ep.context_start) - len(ask)
     if room < 1:
-        ep.traj.truncated = True
-        ep.traj.metadata["truncated_by"] = "context"
-        rollout.finish(ep)
+        _truncate(rollout, ep)
         return None
     turn.obs_span = (len(ep.tokens), len(ep.tokens) + len(ask))
     turn.observation = list(request)
