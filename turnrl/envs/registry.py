@@ -46,6 +46,9 @@ from turnrl.utils import import_from, parse_python
 ENTRY_POINT_GROUP = "turnrl.envs"
 TRL_PREFIX = "trl:"  # a class written for TRL's environment_factory (turnrl.envs.trl)
 VERIFIERS_PREFIX = "verifiers:"  # an environment written for Prime Intellect's verifiers (turnrl.envs.verifiers_env)
+#: Ids that name an environment written for another library, and the function that makes one from such an id.
+ADAPTERS = {TRL_PREFIX: "turnrl.envs.trl:make_trl_env",
+            VERIFIERS_PREFIX: "turnrl.envs.verifiers_env:make_verifiers_env"}
 BUILTIN_SOURCE = "turnrl (built-in)"
 
 BUILTIN_ENVS: dict[str, str] = {
@@ -342,21 +345,12 @@ def make(env_id: str, **kwargs: Any) -> TextEnv:
 
         resolve(env_id)
         return make_remote(env_id, **kwargs)
-    if isinstance(env_id, str) and env_id.startswith(TRL_PREFIX):
-        from turnrl.envs.trl import make_trl_env
-
+    adapter = next((entry for prefix, entry in ADAPTERS.items() if isinstance(env_id, str)
+                    and env_id.startswith(prefix)), None)
+    if adapter is not None:  # trl:…, verifiers:…: the id names the environment, the adapter makes it
         resolve(env_id)
-        env = make_trl_env(env_id, **kwargs)
-        env.unwrapped.spec = gym.envs.registration.EnvSpec(id=env_id, entry_point="turnrl.envs.trl:make_trl_env",
-                                                           kwargs=dict(kwargs))
-        return env
-    if isinstance(env_id, str) and env_id.startswith(VERIFIERS_PREFIX):
-        from turnrl.envs.verifiers_env import make_verifiers_env
-
-        resolve(env_id)
-        env = make_verifiers_env(env_id, **kwargs)
-        env.unwrapped.spec = gym.envs.registration.EnvSpec(
-            id=env_id, entry_point="turnrl.envs.verifiers_env:make_verifiers_env", kwargs=dict(kwargs))
+        env = load_env_creator(adapter)(env_id, **kwargs)
+        env.unwrapped.spec = gym.envs.registration.EnvSpec(id=env_id, entry_point=adapter, kwargs=dict(kwargs))
         return env
     spec = gym.spec(resolve(env_id))
     creator = load_env_creator(spec.entry_point) if isinstance(spec.entry_point, str) else spec.entry_point
