@@ -45,6 +45,16 @@ def decode_arguments(raw: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {"_value": value}
 
 
+def message_key(m: dict[str, Any]) -> str:
+    """An OpenAI-form chat message's identity for matching a conversation against an earlier one (does a request
+    continue it?): role, text, name, tool call id and the calls' names and arguments (not their ids, which clients
+    may re-create). The gateway's sessions and the verifiers adapter match with it."""
+    calls = [((c.get("function") or {}).get("name"), (c.get("function") or {}).get("arguments"))
+             for c in m.get("tool_calls") or []]
+    return json.dumps([m.get("role"), m.get("content") or "", m.get("name"), m.get("tool_call_id"), calls],
+                      sort_keys=True, default=str)
+
+
 class ToolCall(BaseModel):
     """One tool invocation parsed from an assistant message.
 

@@ -195,22 +195,6 @@ def text_of(content: Any) -> str:
     return str(content)
 
 
-def message_key(message: dict[str, Any]) -> tuple[Any, ...]:
-    """What must match for a message to be the same one again (whitespace at the ends aside)."""
-    calls = tuple((c.get("function", {}).get("name"), _arguments(c.get("function", {}).get("arguments")))
-                  for c in message.get("tool_calls") or [])
-    return message.get("role"), text_of(message.get("content")).strip(), calls
-
-
-def _arguments(arguments: Any) -> str:
-    if isinstance(arguments, str):
-        try:
-            arguments = json.loads(arguments)
-        except json.JSONDecodeError:
-            return arguments
-    return json.dumps(arguments, sort_keys=True)
-
-
 def set_result(future: asyncio.Future[Any], value: Any) -> None:
     if not future.done():
         future.set_result(value)

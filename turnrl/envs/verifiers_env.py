@@ -27,10 +27,10 @@ Bad input is an answer: a ``verifiers`` that is not installed, an environment th
 reward function raises (an errored episode, counted; the run goes on), an environment that never asks the model or
 stops answering (past ``turn_timeout``): each is one :class:`VerifiersEnvError` line.
 
-Supported: verifiers' classic ``Environment`` API (verifiers 0.3; tested with ``SingleTurnEnv``, ``MultiTurnEnv`` and
-``ToolEnv`` subclasses, which ``StatefulToolEnv`` and the rest build on), scored per rollout. Not supported: rubrics with
-group-level reward functions (they score a whole group of rollouts at once; refused when loading), and the ``v1``
-task-set API of verifiers 0.4, whose rollouts run an agent program in a subprocess.
+Supported: verifiers' classic ``Environment`` API (verifiers 0.3; tested with ``SingleTurnEnv``, ``MultiTurnEnv``
+and ``ToolEnv`` subclasses, which ``StatefulToolEnv`` and the rest build on), scored per rollout. Not supported:
+rubrics with group-level reward functions (they score a whole group of rollouts at once; refused when loading), and
+the ``v1`` task-set API of verifiers 0.4, whose rollouts run an agent program in a subprocess.
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import copy
+import inspect
 import json
 import math
 import queue
@@ -53,7 +54,6 @@ from turnrl.envs.verifiers_bridge import (
     background_loop,
     ended,
     last_user,
-    message_key,
     run_rollout,
     set_result,
     text_of,
@@ -61,7 +61,7 @@ from turnrl.envs.verifiers_bridge import (
 from turnrl.envs.verifiers_load import INSTALL, VerifiersEnvError, has_eval_dataset, load, rows_of, tool_schemas
 from turnrl.template_tools import describe_tools
 from turnrl.tools.parsers import HermesParser
-from turnrl.types import Message, ToolCall
+from turnrl.types import Message, ToolCall, message_key
 
 VERIFIERS_PREFIX = "verifiers:"  # the same as turnrl.envs.registry's
 __all__ = ["INSTALL", "VERIFIERS_PREFIX", "VerifiersEnv", "VerifiersEnvError", "make_verifiers_env"]
@@ -289,7 +289,7 @@ class VerifiersEnv(TextEnv):
 def make_verifiers_env(env_id: str, **kwargs: Any) -> VerifiersEnv:
     """``verifiers:NAME`` with keyword arguments → :class:`VerifiersEnv` (arguments this adapter does not take
     are the environment's ``load_environment`` arguments)."""
-    own = {"split", "success_at", "max_turns", "describe_tools", "turn_timeout", "search", "render_mode"}
+    own = set(inspect.signature(VerifiersEnv.__init__).parameters) - {"self", "name", "env_args"}
     env_args = dict(kwargs.pop("env_args", None) or {})
     env_args.update({k: kwargs.pop(k) for k in list(kwargs) if k not in own})
     return VerifiersEnv(env_id[len(VERIFIERS_PREFIX):], env_args=env_args, **kwargs)

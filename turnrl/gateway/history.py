@@ -22,15 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from turnrl.tokens import ChatRenderer
-
-
-def message_key(m: dict[str, Any]) -> str:
-    """A message's identity for matching: role, text, name, tool call id and the calls' names and arguments (not
-    their ids, which clients may re-create)."""
-    calls = [((c.get("function") or {}).get("name"), (c.get("function") or {}).get("arguments"))
-             for c in m.get("tool_calls") or []]
-    return json.dumps([m.get("role"), m.get("content") or "", m.get("name"), m.get("tool_call_id"), calls],
-                      sort_keys=True, default=str)
+from turnrl.types import message_key
 
 
 @dataclass
