@@ -36,12 +36,11 @@ pipq "torch==2.13.0"
 pipq -e ".[dev,docs]"
 # verifiers (verifiers:NAME environments; tests/test_verifiers_env.py). Version 0.3 pins mcp<2, and the mcp SDK 2
 # the dev extra holds replaces it (turnrl.tools.mcp needs 2); verifiers' classic environments never import mcp, so it
-# goes in without its pins, then its other requirements (those of its wheel's metadata, mcp aside).
-pipq --no-deps "verifiers==0.3.1"
-# prime-sandboxes (which its loader imports) goes in without its pins too: connectrpc<0.12 would break e2b's.
-pipq --no-deps "prime-sandboxes>=0.2.39" "prime-tunnel>=0.1.8"
-pipq aiofiles pyqwest protobuf
-pipq "aiohttp>=3.9.0" "aiolimiter>=1.2.1" "anthropic>=0.78.0" "datasets>=3.3.0,<6.0.0" "gepa>=0.0.6" "loguru>=0.7.0" \
+# goes in without its pins, then its other requirements (those of its wheel's metadata, mcp aside). prime-sandboxes
+# (which its loader imports) goes in without its pins too, connectrpc<0.12 would break e2b's; its own other
+# requirements (aiofiles, pyqwest, protobuf) join the second list.
+pipq --no-deps "verifiers==0.3.1" "prime-sandboxes>=0.2.39" "prime-tunnel>=0.1.8"
+pipq aiofiles pyqwest protobuf "aiohttp>=3.9.0" "aiolimiter>=1.2.1" "anthropic>=0.78.0" "datasets>=3.3.0,<6.0.0" "gepa>=0.0.6" "loguru>=0.7.0" \
   "msgpack>=1.1.2" "openai-agents>=0.8.2" "openai>=2.9.0" "prime-pydantic-config[toml]>=0.4.3" "pyzmq>=27.1.0" \
   "renderers>=0.1.10" requests "setproctitle>=1.3.0" "tenacity>=8.5.0" "tomli-w>=1.0.0" "uvloop>=0.21.0"
 echo "note: pip's conflict report above (verifiers wants mcp<2, prime-sandboxes connectrpc<0.12) is expected:" \
