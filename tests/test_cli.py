@@ -4,7 +4,7 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from turnrl.cli.commands import _shares_tasks, app, parse_kwargs
+from turnrl.cli.commands import app, parse_kwargs
 
 runner = CliRunner()
 REPO = Path(__file__).resolve().parents[1]
@@ -87,6 +87,7 @@ def test_quickstart_config_file_is_the_embedded_run():
 def test_every_shipped_config_validates_and_names_a_registered_env():
     import turnrl
     from turnrl.rl.run.evaluate import run_eval_kwargs
+    from turnrl.rl.run.evaluate import check_held_out
     from turnrl.rl.run.trainer import load_config
 
     paths = sorted((REPO / "configs").glob("*.yaml"))
@@ -104,11 +105,13 @@ def test_every_shipped_config_validates_and_names_a_registered_env():
             continue
         train = turnrl.make(cfg.env.id, **cfg.env.kwargs)
         env = turnrl.make(cfg.env.id, **run_eval_kwargs(train, cfg.env.kwargs, cfg.env.eval_kwargs))  # builds too
-        assert not _shares_tasks(train, env, cfg.eval_tasks), path  # held out
+        assert check_held_out(cfg.env.id, train, env, cfg.eval_tasks) is None, path  # held out, by canonical form
         env.close()
         assert cfg.out_dir == f"runs/{path.stem}", path
     held, train = (turnrl.make("turnrl/Arithmetic-v0", split=s) for s in ("test", "train"))
-    assert _shares_tasks(train, turnrl.make("turnrl/Arithmetic-v0", retry=True), 4) and not _shares_tasks(train, held, 4)
+    assert check_held_out("a", train, held, 64) is None
+    assert "no held-out split here" in check_held_out("a", train, turnrl.make("turnrl/Arithmetic-v0", split="train",
+                                                                              retry=True), 4)
 
 
 def test_serve_command_answers_on_127_0_0_1():

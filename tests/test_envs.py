@@ -247,10 +247,10 @@ def test_arithmetic_is_deterministic_and_splits_are_disjoint():
     train, test = ArithmeticTasks([1, 2, 3, 4, 5], "train", 2000), ArithmeticTasks([1, 2, 3, 4, 5], "test", 2000)
     assert [train[i] for i in range(10)] == [ArithmeticTasks([1, 2, 3, 4, 5], "train", 2000)[i] for i in range(10)]
     train_q = {train[i].prompt for i in range(2000)}
-    test_q = {test[i].prompt for i in range(2000)}
+    test_q = {test[i].prompt for i in range(len(test))}
     assert train_q.isdisjoint(test_q)
-    assert all(split_of(q) == "test" for q in test_q)
-    assert len(test_q) > 500  # a real held-out set, not a handful of repeats
+    assert all(split_of(test[i].metadata["expression"]) == "test" for i in range(len(test)))
+    assert len(test) == 510 and len(test_q) == 510  # a real held-out set of distinct problems, not repeats
 
 
 def test_arithmetic_curriculum_mixes_levels():
@@ -295,7 +295,9 @@ def test_missing_data_says_what_to_set(tmp_path, monkeypatch):
 
 
 def test_data_dir_layout(data_dir):
-    assert len(turnrl.make("turnrl/GSM8K-v0", split="train")) == 7473
+    train, validation = (turnrl.make("turnrl/GSM8K-v0", split=s) for s in ("train", "validation"))
+    assert len(train) == 6973 and len(validation) == 500  # the train file, its last 500 held apart for choices
+    assert validation.task_at(0).id == "gsm8k/train/6973" and train.task_at(6972).id == "gsm8k/train/6972"
     assert len(turnrl.make("turnrl/GSM8K-v0")) == 1319
     assert len(turnrl.make("turnrl/MATH500-v0", limit=10)) == 10
     assert len(load_rows("hotpotqa", "dev")) == 500

@@ -136,13 +136,36 @@ def test_dev_train_and_dev_test_are_disjoint_parts_of_the_dev_file():
     dev = turnrl.make("turnrl/HotPotQA-v0")
     train = turnrl.make("turnrl/HotPotQA-v0", split="dev-train", tool_style="swirl")
     test = turnrl.make("turnrl/HotPotQA-v0", split="dev-test")
+    val = turnrl.make("turnrl/HotPotQA-v0", split="dev-validation")
     ids = lambda env: [env.tasks[i].id for i in range(len(env))]  # noqa: E731
-    assert len(test) == 100 and len(train) == len(dev) - 100
-    assert ids(test) + ids(train) == ids(dev) and not set(ids(test)) & set(ids(train))
+    assert len(test) == 100 and len(val) == 50 and len(train) == len(dev) - 150
+    assert ids(test) + ids(val) + ids(train) == ids(dev) and not set(ids(test)) & set(ids(train))
+    assert train.validation_split == "dev-validation" and dev.validation_split is None
     # a run trained on dev-train is evaluated on dev-test, by default and by `turnrl eval`
     assert run_eval_kwargs(train, {"split": "dev-train"}, None)["split"] == "dev-test"
     assert held_out_kwargs(train, {})["split"] == "dev-test"
     assert test.split == test.held_out_split and train.split != train.held_out_split
+
+
+def test_training_on_the_whole_dev_file_is_refused_before_a_model_loads(tmp_path):
+    """split dev is its own held-out split: `turnrl train` on it stops in one line, naming the split and the fix (the
+    issue: only a warning on the first 16 prompts guarded it); dev-train against dev-test passes the same check."""
+    from typer.testing import CliRunner
+
+    from turnrl.cli.commands import app
+    from turnrl.rl.run.evaluate import HeldOutError, check_held_out
+
+    dev = turnrl.make("turnrl/HotPotQA-v0")
+    with pytest.raises(HeldOutError, match="would pose 100 problem"):
+        check_held_out("turnrl/HotPotQA-v0", dev, dev, 100)
+    train, test = (turnrl.make("turnrl/HotPotQA-v0", split=s) for s in ("dev-train", "dev-test"))
+    assert check_held_out("turnrl/HotPotQA-v0", train, test, 100) is None
+    config = tmp_path / "c.yaml"
+    config.write_text("model: tiny\nenv: {id: turnrl/HotPotQA-v0, kwargs: {split: dev}}\nsteps: 1\n"
+                      f"out_dir: {tmp_path / 'run'}\n")
+    result = CliRunner().invoke(app, ["train", str(config)])
+    assert result.exit_code != 0 and "training figures" in result.output and "dev-train" in result.output
+    assert not (tmp_path / "run").exists()  # refused before anything ran
 
 
 def test_a_qa_verifier_looks_the_fact_up_before_its_verdict():

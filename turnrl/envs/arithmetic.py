@@ -8,13 +8,33 @@ Difficulty levels, so that a curriculum can start within a small model's reach:
 4. two-step expressions (``(23 + 18) * 4``);
 5. multi-step word problems (buy, give away, save, read, plant …) with two or three operations.
 
-Task ``i`` of a level is a pure function of ``(split, level, i)``, so indices are stable across runs and
-machines. The ``train`` and ``test`` splits are disjoint: a problem belongs to the split its text hashes to.
+**The same problem.** Two tasks are the same problem when their arithmetic is the same once the operands of ``+``
+and ``*`` are ordered and the story is stripped (:func:`turnrl.envs.splits.canonical_expression` of the task's
+expression): ``7 + 12`` is ``12 + 7``; "Ava saves $3 a week for 5 weeks and spends $4" is "a farmer plants 3 rows
+of 5 trees and 4 are cut down" (both ``3 * 5 - 4``). ``Task.metadata["canonical"]`` holds that form.
+
+**Splits.** A problem belongs to ``train``, ``validation`` or ``test`` by a hash of its canonical form
+(:func:`turnrl.envs.splits.split_of_key`), so every presentation of it — either order of a sum, any story — lands on
+the same side, at every level that can generate it. Sums of two numbers from 1 to 20 (all of level 1, and the
+overlap of level 2) have 210 problems: 52 % of the hash range is test (102 problems), 15 % validation (42) and the rest
+train (66), so that level 1 has a held-out set of distinct problems large enough for at most ±5 points of standard
+error. Every other
+problem: 10 % test, 5 % validation, 85 % train.
+
+* ``train``: task ``i`` is drawn from a generator seeded with ``(level, i)``, drawing again until the problem is a
+  training one; problems repeat across indices (as a training stream does).
+* ``validation`` and ``test``: **distinct** problems, in the order a seeded stream first meets them — each problem
+  once, so a figure over ``n`` of them counts ``n`` items. Level 1's test split holds all its 102 problems; the other
+  levels hold up to :data:`HELD_OUT_SIZE` (136 for level 3, whose test problems are fewer). Validation is for
+  choices (a step, a rate, a recipe); test is read once, for the figure.
+
+Task ``i`` of a split is the same on every machine.
 """
 
 from __future__ import annotations
 
-import hashlib
+import functools
+import re
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
@@ -22,9 +42,17 @@ import numpy as np
 
 from turnrl.envs.core import Task
 from turnrl.envs.math import MathEnv
+from turnrl.envs.splits import canonical_expression, split_of_key
 
 LEVELS = (1, 2, 3, 4, 5)
-_SPLIT_CODE = {"train": 0, "test": 1}
+SPLITS = ("train", "validation", "test")
+_SPLIT_CODE = {"train": 0, "validation": 2, "test": 1}
+#: Shares of the hash range: sums of two numbers from 1 to 20 (level 1's problems, wherever generated), every other.
+SMALL_SUM_SHARES = {"test": 0.52, "validation": 0.15}
+SHARES = {"test": 0.1, "validation": 0.05}
+#: The most distinct problems a held-out split holds per level (level 1 holds all of its own).
+HELD_OUT_SIZE = {"test": 500, "validation": 200}
+_SMALL_SUM = re.compile(r"^\((\d+)\+(\d+)\)$")
 _NAMES = ("Ava", "Ben", "Chloe", "Dev", "Emma", "Finn", "Grace", "Hugo", "Iris", "Jonas", "Kira", "Liam")
 _ITEMS = ("apples", "stickers", "marbles", "pencils", "cookies", "stamps", "shells", "cards")
 
@@ -106,27 +134,68 @@ GENERATORS: dict[int, Callable[[np.random.Generator], Problem]] = {
 }
 
 
-def split_of(question: str) -> Literal["train", "test"]:
-    """The split a problem belongs to: one in ten problems (by a hash of its text) is held out for test."""
-    return "test" if hashlib.sha256(question.encode()).digest()[0] % 10 == 0 else "train"
+def canonical(expression: str) -> str:
+    """The canonical form of a generated problem (its ``Task.metadata["canonical"]``): ``arithmetic:`` and the
+    canonical expression (see the module docstring)."""
+    return "arithmetic:" + canonical_expression(expression)
+
+
+def split_of(expression: str) -> Literal["train", "validation", "test"]:
+    """The split a problem belongs to, by a hash of its canonical form; sums of two numbers from 1 to 20 with
+    :data:`SMALL_SUM_SHARES`, every other problem with :data:`SHARES` (see the module docstring)."""
+    key = canonical(expression)
+    small = _SMALL_SUM.match(key.removeprefix("arithmetic:"))
+    shares = SMALL_SUM_SHARES if small and all(1 <= int(x) <= 20 for x in small.groups()) else SHARES
+    return split_of_key(key, shares)  # type: ignore[return-value]
+
+
+@functools.cache
+def held_out_problems(level: int, split: str) -> tuple[Problem, ...]:
+    """The distinct problems of ``level`` in a held-out split, in the order a stream seeded with ``(split, level)``
+    first meets them: up to :data:`HELD_OUT_SIZE`, or every one the stream finds before 20,000 draws in a row bring
+    nothing new (level 1: all of them)."""
+    rng = np.random.default_rng([_SPLIT_CODE[split], level, 10**6])
+    seen: dict[str, Problem] = {}
+    idle = 0
+    while len(seen) < HELD_OUT_SIZE[split] and idle < 20_000:
+        question, answer, expr = GENERATORS[level](rng)
+        key = canonical(expr)
+        if key not in seen and split_of(expr) == split:
+            seen[key] = (question, answer, expr)
+            idle = 0
+        else:
+            idle += 1
+    return tuple(seen.values())
 
 
 class ArithmeticTasks:
     """An indexable, reproducible source of arithmetic tasks (a :class:`~turnrl.envs.core.TaskSource`).
 
-    Task ``i`` has level ``levels[i % len(levels)]`` and is generated from a random generator seeded with
-    ``(split, level, i)``; candidates that hash to the other split are skipped.
+    Task ``i`` has level ``levels[i % len(levels)]``. In ``train`` it is drawn from a generator seeded with
+    ``(level, i)`` (drawing again until the problem is a training one); in ``validation`` and ``test`` it is the
+    next distinct problem of that level's split (:func:`held_out_problems`, less the problems an
+    earlier level of the list poses: sums of 10–20 are problems of levels 1 and 2), and the split holds as many tasks
+    as every level can fill.
     """
 
-    def __init__(self, levels: Sequence[int] = (1,), split: Literal["train", "test"] = "train", size: int = 100_000):
+    def __init__(self, levels: Sequence[int] = (1,), split: Literal["train", "validation", "test"] = "train",
+                 size: int = 100_000):
         levels = tuple(levels)
         if not levels or any(lv not in GENERATORS for lv in levels):
             raise ValueError(f"levels must be a non-empty list drawn from {LEVELS}, got {list(levels)}")
         if split not in _SPLIT_CODE:
-            raise ValueError(f"split must be 'train' or 'test', got {split!r}")
+            raise ValueError(f"split must be one of {list(SPLITS)}, got {split!r}")
         if not isinstance(size, int) or size < 1:
             raise ValueError(f"size must be a positive integer, got {size!r}")
-        self.levels, self.split, self.size = levels, split, size
+        self.levels, self.split = levels, split
+        self._held: dict[int, list[Problem]] = {}
+        if split != "train":  # each level's distinct problems, less those an earlier level of the list poses
+            seen: set[str] = set()
+            for lv in dict.fromkeys(levels):
+                self._held[lv] = [p for p in held_out_problems(lv, split) if canonical(p[2]) not in seen]
+                seen.update(canonical(p[2]) for p in self._held[lv])
+            size = min(size, len(levels) * min(len(self._held[lv]) // levels.count(lv) for lv in levels))
+        self.size = size
 
     def __len__(self) -> int:
         return self.size
@@ -135,18 +204,23 @@ class ArithmeticTasks:
         if not 0 <= index < self.size:
             raise IndexError(f"task index {index} out of range [0, {self.size})")
         level = self.levels[index % len(self.levels)]
-        rng = np.random.default_rng([_SPLIT_CODE[self.split], level, index])
-        for _ in range(10_000):  # about 1 in 10 candidates is test, 9 in 10 train: a few draws at most
-            question, answer, expr = GENERATORS[level](rng)
-            if split_of(question) == self.split:
-                break
-        else:  # pragma: no cover — would mean a generator with (almost) no problems in this split
-            raise RuntimeError(f"level {level} produced no {self.split} problem in 10000 draws")
+        if self.split != "train":
+            slot = index % len(self.levels)  # a level listed twice takes every other of its problems
+            k = index // len(self.levels) * self.levels.count(level) + self.levels[:slot].count(level)
+            question, answer, expr = self._held[level][k]
+        else:
+            rng = np.random.default_rng([_SPLIT_CODE[self.split], level, index])
+            for _ in range(10_000):  # 85-50 % of candidates are train: a few draws at most
+                question, answer, expr = GENERATORS[level](rng)
+                if split_of(expr) == "train":
+                    break
+            else:  # pragma: no cover — would mean a generator with (almost) no training problems
+                raise RuntimeError(f"level {level} produced no train problem in 10000 draws")
         return Task(
             id=f"arithmetic/{self.split}/L{level}/{index}",
             prompt=question,
             answer=str(answer),
-            metadata={"level": level, "expression": expr},
+            metadata={"level": level, "expression": expr, "canonical": canonical(expr)},
         )
 
 
@@ -155,8 +229,8 @@ class ArithmeticEnv(MathEnv):
 
     Args:
         level: a difficulty level 1–5 or a list of them (tasks cycle through the list: a mixed curriculum).
-        split: ``"train"`` or ``"test"`` (disjoint sets of problems).
-        size: how many task indices exist (``reset(options={"index": i})`` with ``0 <= i < size``).
+        split: ``"train"``, ``"validation"`` or ``"test"`` (disjoint sets of problems; see the module docstring).
+        size: at most how many task indices exist (``reset(options={"index": i})`` with ``0 <= i < size``).
         **options: the :class:`~turnrl.envs.math.MathEnv` options (``answer_format``, ``max_turns``, ``retry``,
             ``calculator``, ``tool_style``, ``system_prompt``, ``feedback``, ``demos``); ``tool_style="swirl"`` gives
             SWiRL's format (``<math_exp>`` calls, ``EXPR -> RESULT``, ``<answer>`` tags, few-shot demos).
@@ -165,10 +239,10 @@ class ArithmeticEnv(MathEnv):
     def __init__(
         self,
         level: int | Sequence[int] = 1,
-        split: Literal["train", "test"] = "train",
+        split: Literal["train", "validation", "test"] = "train",
         size: int = 100_000,
         **options: Any,
     ) -> None:
         levels = [level] if isinstance(level, int) else list(level)
         super().__init__(ArithmeticTasks(levels, split, size), **options)
-        self.split, self.held_out_split = split, "test"
+        self.split, self.held_out_split, self.validation_split = split, "test", "validation"

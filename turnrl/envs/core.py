@@ -98,6 +98,10 @@ class TextEnv(gym.Env[Obs, str]):
     #: The split that is held out from training (``turnrl eval`` and the trainer's held-out evaluation use it unless
     #: told otherwise), or None where there is none.
     held_out_split: str | None = None
+    #: A split for choices — a step, a learning rate, a recipe — distinct from :attr:`held_out_split`, so that choosing
+    #: never reads the test split (a training run's ``eval_every`` watches it with ``eval_split: validation``); None
+    #: where the environment has none.
+    validation_split: str | None = None
     #: Keyword arguments this environment is evaluated with unless the caller names them (e.g. PAG's
     #: ``{"mode": "eval"}``: revise whenever the verdict is not "correct"); each is also an attribute of the env.
     evaluation_options: dict[str, Any] = {}  # noqa: RUF012 — read-only

@@ -8,8 +8,11 @@ the signature and the docstring, so an answer may be the whole function or only 
 continues the signature). It is a code task SmolLM2-135M solves sometimes (the easy families) and rarely (the
 rest) — room to learn, and the line-level process rewards of :mod:`turnrl.methods.prm` need both outcomes.
 
-The ``train`` and ``test`` splits are disjoint: a task belongs to the split its prompt hashes to (one in four is
-test). Task ``i`` of a split is the same on every machine.
+The same problem is the same function: one family with the same constants (``Task.metadata["canonical"]`` is
+``functions:FAMILY:CONSTANTS``); the test inputs drawn for it do not make another problem. The ``train``,
+``validation`` and ``test`` splits are disjoint: a function belongs to the split its prompt hashes to (one in four is
+test), and a further hash takes one in seven of the others for validation. Task ``i`` of a split is the same on every
+machine.
 """
 
 from __future__ import annotations
@@ -73,12 +76,15 @@ FAMILIES: tuple[Family, ...] = (
     Family("with_suffix", "s", "Return s followed by the text '{w}'.", "s + '{w}'", _SUFFIX),
     Family("length_plus", "s", "Return the length of s plus {k}.", "len(s) + {k}", _k(1, 30)),
 )
-_SPLIT_CODE = {"train": 0, "test": 1}
+_SPLIT_CODE = {"train": 0, "validation": 2, "test": 1}
 
 
-def split_of(prompt: str) -> Literal["train", "test"]:
-    """The split a task belongs to: one in four (by a hash of its prompt) is held out for test."""
-    return "test" if hashlib.sha256(prompt.encode()).digest()[0] % 4 == 0 else "train"
+def split_of(prompt: str) -> Literal["train", "validation", "test"]:
+    """The split a task belongs to: one in four (by a hash of its prompt) is held out for test; of the others, one
+    in seven (by another hash) is validation."""
+    if hashlib.sha256(prompt.encode()).digest()[0] % 4 == 0:
+        return "test"
+    return "validation" if hashlib.sha256(b"validation:" + prompt.encode()).digest()[0] % 7 == 0 else "train"
 
 
 def _inputs(arg: str, rng: np.random.Generator) -> list[Any]:
@@ -102,11 +108,11 @@ def make_task(family: Family, params: dict[str, Any], inputs: list[Any], task_id
     tests = [f"assert {family.name}({v!r}) == {fn(v)!r}" for v in inputs]
     return Task(id=task_id, prompt=_prompt(family, params), answer="",
                 metadata={"tests": tests, "entry_point": family.name, "prompt_code": head, "solution": solution,
-                          "family": family.name})
+                          "family": family.name, "canonical": canonical(family, params)})
 
 
 @functools.cache
-def distinct(split: Literal["train", "test"]) -> tuple[tuple[Family, dict[str, Any]], ...]:
+def distinct(split: Literal["train", "validation", "test"]) -> tuple[tuple[Family, dict[str, Any]], ...]:
     """The split's distinct functions (family, constants), the families taking turns (so that the first tasks of a
     split cover every family)."""
     own = [[p for p in f.params if split_of(_prompt(f, p)) == split] for f in FAMILIES]
@@ -114,6 +120,11 @@ def distinct(split: Literal["train", "test"]) -> tuple[tuple[Family, dict[str, A
     for r in range(max(map(len, own))):
         out += [(f, ps[r]) for f, ps in zip(FAMILIES, own) if r < len(ps)]
     return tuple(out)
+
+
+def canonical(family: Family, params: dict[str, Any]) -> str:
+    """The canonical form of a function task: its family and constants (the inputs its tests draw do not count)."""
+    return f"functions:{family.name}:" + ",".join(f"{k}={params[k]!r}" for k in sorted(params))
 
 
 def _prompt(family: Family, params: dict[str, Any]) -> str:
@@ -124,9 +135,9 @@ def _prompt(family: Family, params: dict[str, Any]) -> str:
 class FunctionTasks:
     """The tasks of one split: task ``i`` is distinct function ``i mod n`` with test inputs drawn for ``i``."""
 
-    def __init__(self, split: Literal["train", "test"] = "train", size: int | None = None) -> None:
+    def __init__(self, split: Literal["train", "validation", "test"] = "train", size: int | None = None) -> None:
         if split not in _SPLIT_CODE:
-            raise ValueError(f"split must be 'train' or 'test', got {split!r}")
+            raise ValueError(f"split must be 'train', 'validation' or 'test', got {split!r}")
         self.split = split
         self.functions = distinct(split)
         self.size = len(self.functions) if size is None else size
@@ -148,12 +159,14 @@ class FunctionsEnv(CodeEnv):
     """``turnrl/Functions-v0``: write the function its docstring describes (see the module docstring).
 
     Args:
-        split: ``"train"`` or ``"test"`` (disjoint).
-        size: how many task indices exist (default: the split's distinct functions, about 270 train and 90 test);
+        split: ``"train"``, ``"validation"`` or ``"test"`` (disjoint).
+        size: how many task indices exist (default: the split's distinct functions, about 240 train, 35 validation
+            and 90 test);
             beyond them the functions repeat with new test inputs.
         **options: the :class:`CodeEnv` options (``sandbox``, ``timeout``, ``max_turns``, ``partial_credit`` …).
     """
 
-    def __init__(self, split: Literal["train", "test"] = "train", size: int | None = None, **options: Any) -> None:
+    def __init__(self, split: Literal["train", "validation", "test"] = "train", size: int | None = None,
+                 **options: Any) -> None:
         super().__init__(FunctionTasks(split, size), **options)  # type: ignore[arg-type]
-        self.split, self.held_out_split = split, "test"
+        self.split, self.held_out_split, self.validation_split = split, "test", "validation"

@@ -34,19 +34,22 @@ VERIFY_TOOLS_CHECK = (  # the check a PAG verify turn is asked for with verify_t
     "Check the answer. You may first look the facts up with a tool and compare what you find with your answer."
 )
 MAX_QUERY_CHARS = 300
-DEV_TEST_SIZE = 100  # split "dev-test": the dev file's first 100 questions; "dev-train": the rest
+DEV_TEST_SIZE = 100  # split "dev-test": the dev file's first 100 questions
+DEV_VALIDATION_SIZE = 50  # split "dev-validation": the next 50; "dev-train": the rest
+_DEV_PARTS = ("dev-train", "dev-validation", "dev-test")
 
 
 def hotpotqa_tasks(split: str = "dev", path: str | Path | None = None) -> list[Task]:
     """HotPotQA distractor rows as tasks; paragraphs and supporting titles go into ``metadata``. ``split`` is
     ``"dev"``, ``"train"``, or a disjoint part of the dev file: ``"dev-test"`` (its first :data:`DEV_TEST_SIZE`
-    questions) and ``"dev-train"`` (the others)."""
-    part = split.removeprefix("dev-") if split in ("dev-train", "dev-test") else None
+    questions), ``"dev-validation"`` (the next :data:`DEV_VALIDATION_SIZE`) and ``"dev-train"`` (the others)."""
+    part = split.removeprefix("dev-") if split in _DEV_PARTS else None
     rows = load_rows("hotpotqa", "dev" if part else split, path)
     if part:
-        if len(rows) <= DEV_TEST_SIZE:
-            raise DataFormatError(f"split {split!r} needs more than {DEV_TEST_SIZE} dev questions, the file has {len(rows)}")
-        rows = rows[:DEV_TEST_SIZE] if part == "test" else rows[DEV_TEST_SIZE:]
+        cut = DEV_TEST_SIZE + DEV_VALIDATION_SIZE
+        if len(rows) <= cut:
+            raise DataFormatError(f"split {split!r} needs more than {cut} dev questions, the file has {len(rows)}")
+        rows = {"test": rows[:DEV_TEST_SIZE], "validation": rows[DEV_TEST_SIZE:cut], "train": rows[cut:]}[part]
     tasks = []
     for i, row in enumerate(rows):
         try:
@@ -65,9 +68,10 @@ class HotPotQAEnv(ToolEnv):
     """Multi-hop QA with search (see the module docstring).
 
     Args:
-        split: ``"dev"`` (resolves ``hotpotqa/dev*.jsonl``), ``"train"``, or two disjoint parts of the dev file
-            for a train/held-out experiment: ``"dev-train"`` (held-out split ``"dev-test"``) and ``"dev-test"`` (the
-            first 100 questions).
+        split: ``"dev"`` (resolves ``hotpotqa/dev*.jsonl``; for evaluation only: it is its own held-out split, so a
+            training run on it is refused), ``"train"``, or three disjoint parts of the dev file for a
+            train/held-out experiment: ``"dev-train"`` (questions 150 on; held-out split ``"dev-test"``),
+            ``"dev-validation"`` (questions 100–149, for choices) and ``"dev-test"`` (the first 100 questions).
         path: a JSONL file in the distractor format instead.
         limit: keep the first ``limit`` questions.
         corpus: ``"example"`` or ``"split"``.
@@ -89,7 +93,7 @@ class HotPotQAEnv(ToolEnv):
 
     def __init__(
         self,
-        split: Literal["dev", "train", "dev-train", "dev-test"] = "dev",
+        split: Literal["dev", "train", "dev-train", "dev-validation", "dev-test"] = "dev",
         path: str | None = None,
         limit: int | None = None,
         *,
@@ -133,7 +137,11 @@ class HotPotQAEnv(ToolEnv):
             tool_style=parser, describe_tools=tool_style != "swirl", system_prompt=system_prompt, instruction=INSTRUCTION,
             max_turns=max_turns if max_turns is not None else max_searches + 1, render_mode=render_mode,
         )
-        self.split, self.held_out_split = split, ("dev-test" if split in ("dev-train", "dev-test") else "dev")
+        # split "dev" is the whole file: its own held-out split, for evaluation only (a training run on it is refused:
+        # its held-out questions would be its training questions); train on dev-train
+        parts = split in _DEV_PARTS
+        self.split, self.held_out_split = split, ("dev-test" if parts else "dev")
+        self.validation_split = "dev-validation" if parts else None
 
     # ---- tools (closures over the current episode) ----
 

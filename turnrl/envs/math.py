@@ -149,18 +149,29 @@ def _field(row: dict[str, Any], key: str, where: str) -> str:
     return str(row[key])
 
 
+GSM8K_VALIDATION_SIZE = 500  # split "validation": the train file's last 500 problems; "train": the others
+
+
 def gsm8k_tasks(split: str = "test", path: str | Path | None = None) -> list[Task]:
-    """GSM8K rows ``{"question", "answer"}`` as tasks; the reference is the number after ``####``."""
-    rows = load_rows("gsm8k", split, path)
-    return [
+    """GSM8K rows ``{"question", "answer"}`` as tasks; the reference is the number after ``####``. ``split`` is
+    ``"test"``, ``"train"`` (the train file without its last :data:`GSM8K_VALIDATION_SIZE` problems) or
+    ``"validation"`` (those); a task's id names its file and row (``gsm8k/train/7000``)."""
+    if split not in ("train", "validation", "test"):
+        raise ValueError(f"split must be 'train', 'validation' or 'test', got {split!r}")
+    file = "train" if split == "validation" else split
+    tasks = [
         Task(
-            id=f"gsm8k/{split}/{i}",
+            id=f"gsm8k/{file}/{i}",
             prompt=_field(r, "question", f"gsm8k row {i}"),
             answer=gsm8k_reference(_field(r, "answer", f"gsm8k row {i}")),
             metadata={"solution": r["answer"]},
         )
-        for i, r in enumerate(rows)
+        for i, r in enumerate(load_rows("gsm8k", file, path))
     ]
+    if file == "train" and path is None:  # a file given by path is taken whole, as the caller asked
+        cut = len(tasks) - GSM8K_VALIDATION_SIZE
+        tasks = tasks[cut:] if split == "validation" else tasks[:cut]
+    return tasks
 
 
 def math500_tasks(path: str | Path | None = None) -> list[Task]:
@@ -189,7 +200,8 @@ class GSM8KEnv(MathEnv):
     """``turnrl/GSM8K-v0``: grade-school math word problems (Cobbe et al., 2021).
 
     Args:
-        split: ``"test"`` (1319 problems) or ``"train"`` (7473).
+        split: ``"test"`` (1319 problems), ``"train"`` (the train file's first 6973) or ``"validation"`` (its last
+            500, for choices: a step, a rate, a recipe).
         path: a JSONL file to read instead of the resolved default (see :mod:`turnrl.envs.data`).
         limit: keep only the first ``limit`` problems.
         **options: the :class:`MathEnv` options (``answer_format``, ``max_turns``, ``retry``, ``calculator``,
@@ -197,10 +209,11 @@ class GSM8KEnv(MathEnv):
     """
 
     def __init__(
-        self, split: Literal["train", "test"] = "test", path: str | None = None, limit: int | None = None, **options: Any
+        self, split: Literal["train", "validation", "test"] = "test", path: str | None = None, limit: int | None = None,
+        **options: Any,
     ) -> None:
         super().__init__(_limit(gsm8k_tasks(split, path), limit), **options)
-        self.split, self.held_out_split = split, "test"
+        self.split, self.held_out_split, self.validation_split = split, "test", "validation"
 
 
 class MATH500Env(MathEnv):

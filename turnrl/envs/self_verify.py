@@ -144,6 +144,7 @@ class SelfVerify(TextEnv):
         super().__init__(max_turns=3 + (self.max_verify_calls if verify_tools else 0), render_mode=render_mode)
         self.env = inner
         self.split, self.held_out_split = getattr(inner, "split", None), getattr(inner, "held_out_split", None)
+        self.validation_split = getattr(inner, "validation_split", None)
         self.alpha = float(alpha)
         self.mode = mode
         self.verify_prompt = verify_prompt
@@ -165,6 +166,10 @@ class SelfVerify(TextEnv):
     def task(self) -> Any:
         """The inner environment's current task."""
         return getattr(self.env, "task", None)
+
+    def task_at(self, index: int) -> Any:
+        """The inner environment's task ``index`` (None where it has no list)."""
+        return self.env.unwrapped.task_at(index)
 
     def __len__(self) -> int:
         """The inner environment's number of tasks (``reset(options={"index": i})`` poses task ``i``)."""

@@ -67,6 +67,11 @@ class TrainConfig(BaseModel):
     seed: int = 0
     eval_every: int = Field(0, ge=0, description="0 = only before and after training")
     eval_tasks: int = Field(32, ge=1)
+    validate_every: int = Field(0, ge=0, description=(
+        "evaluate on the environment's validation split (its `validation_split`: a step, a rate or a recipe is "
+        "chosen there, never on the test split) before training and every N steps, as val_success and val_<figure>; "
+        "reports in OUT_DIR/validation/step-N. 0 = never"))
+    validation_tasks: int = Field(64, ge=1, description="validation problems evaluated each time (validate_every)")
     checkpoint_every: int = Field(0, ge=0, description="0 = only at the end")
     out_dir: str = "runs/train"
     save_trajectories: bool = Field(True, description=(
@@ -119,6 +124,9 @@ class TrainConfig(BaseModel):
         if self.learner.lora is not None and self.learner.weight_sync == "nccl":
             raise ValueError("learner.lora sends rollout workers the adapters alone, through the object store: use "
                              "learner.weight_sync=object_store (the NCCL transfer streams whole models)")
+        if self.validate_every and self.multi_agent is not None:
+            raise ValueError("validate_every reads an environment's validation split; a game's held-out evaluation "
+                             "plays other starting states and opponents instead: use eval_every")
         if self.learner.backend == "deepspeed" and self.placement != "ray":
             raise ValueError("learner.backend=deepspeed runs its ranks as Ray actors: add placement=ray")
         if self.learner.weight_sync == "nccl" and (self.learner.backend != "deepspeed" or self.ray.rollout_backend

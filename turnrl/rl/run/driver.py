@@ -41,11 +41,14 @@ class Driver:
             ``out_dir``).
         monitors: health checks run after every step beside the built-in ones
             (:func:`turnrl.rl.run.monitors.check_health`).
+        validate: ``validate(out_dir) -> {"val_success": …, "val_<figure>": …}`` on the validation split, run
+            before training and every ``validate_every`` steps (reports in ``OUT_DIR/validation/step-N``).
     """
 
     def __init__(self, config: TrainConfig, learner: Any, source: Any, evaluate: Callable[[Path], dict[str, float]],
-                 monitors: Sequence[Check] = ()) -> None:
+                 monitors: Sequence[Check] = (), validate: Callable[[Path], dict[str, float]] | None = None) -> None:
         self.cfg, self.learner, self.source, self.evaluate = config, learner, source, evaluate
+        self.validate = validate
         self.monitors = tuple(monitors)
         self.sampled = source.sampled  # the policy's own episodes (not stored data): sampling health is checked
         self.step = 0
@@ -69,8 +72,8 @@ class Driver:
         try:
             if self.step == 0 and not self.history:
                 self.source.reset()
-                self._record({"step": 0.0, **self.evaluate(self.out / "eval" / "step-0")}, tracker,
-                             on_step, fresh=True)
+                self._record({"step": 0.0, **self.evaluate(self.out / "eval" / "step-0"), **self._validation()},
+                             tracker, on_step, fresh=True)
             end = self.cfg.steps if stop_after is None else min(self.cfg.steps, self.step + stop_after)
             while self.step < end:
                 self._record(self._one_step(), tracker, on_step)
@@ -110,12 +113,20 @@ class Driver:
         info["lr"] = self.learner.lr
         if self.step == self.cfg.steps or (self.cfg.eval_every and self.step % self.cfg.eval_every == 0):
             info.update(self.evaluate(self.out / "eval" / f"step-{self.step}"))
+        info.update(self._validation())
         warnings = check_health(self.history, info, self.cfg.rollout.max_new_tokens, sampled=self.sampled,
                                 monitors=self.monitors)
         for w in warnings:
             logger.warning("step %d: %s", self.step, w)
         info["warnings"] = float(len(warnings))
         return info
+
+    def _validation(self) -> dict[str, float]:
+        """The validation split's figures when this step is one to validate at (``validate_every``), else none."""
+        every = self.cfg.validate_every
+        if self.validate is None or not every or self.step % every:
+            return {}
+        return self.validate(self.out / "validation" / f"step-{self.step}")
 
     def _record(self, info: dict[str, float], tracker: Tracker, on_step: Callable[[dict[str, float]], None] | None,
                 fresh: bool = False) -> None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from turnrl.agents.base import SamplingParams
 from turnrl.agents.hf import HFAgent
@@ -55,6 +55,8 @@ class Trainer:
         self.device = pick_device(config.device, gpu_ok=config.placement == "local")
         self.cfg = config
         self._eval_kwargs: dict[str, Any] | None = None  # the held-out env's kwargs, resolved at the first evaluation
+        self._validation_split: str | None = None  # the environment's, read with them
+        self.validation_metrics: dict[str, Any] = {}  # the last validation's figures (validate_every)
         self.eval_metrics: dict[str, Any] = {}  # the last evaluation's figures
         self._eval_opponent: Any = None  # a multi-agent run's held-out opponent, built at the first evaluation
         batch = config.rollout.prompts_per_step * config.rollout.group_size
@@ -112,7 +114,8 @@ class Trainer:
         except BaseException:
             self.learner.close()
             raise
-        self.driver = Driver(config, self.learner, self.source, self._held_out, self.monitors)
+        self.driver = Driver(config, self.learner, self.source, self._held_out, self.monitors,
+                             validate=self._validation if config.validate_every else None)
 
     def _runner(self) -> Runner:
         """The placement's runner of on-policy jobs (built when a source first asks)."""
@@ -139,12 +142,19 @@ class Trainer:
     step = property(lambda self: self.driver.step)
     history = property(lambda self: self.driver.history)
 
-    def evaluate(self, out: str | Path | None = None) -> float:
+    def evaluate(self, out: str | Path | None = None, split: Literal["held-out", "validation"] = "held-out") -> float:
         """Greedy success rate on the first ``eval_tasks`` tasks of the held-out env (report, items and
         trajectories in ``out`` when given; training uses ``OUT_DIR/eval/step-N``); all of the evaluation's figures
-        are in ``self.eval_metrics`` afterwards."""
+        are in ``self.eval_metrics`` afterwards. ``split="validation"``: the first ``validation_tasks`` tasks of the
+        environment's validation split instead (``validate_every``).
+
+        Raises:
+            HeldOutError: (first call) the held-out tasks are tasks the run trains on, on an environment that calls
+                them held out.
+            ValueError: ``split="validation"`` on an environment that declares no validation split.
+        """
         from turnrl.envs.registry import make
-        from turnrl.rl.run.evaluate import evaluate, run_eval_kwargs
+        from turnrl.rl.run.evaluate import check_held_out, evaluate, run_eval_kwargs
         from turnrl.rl.sources.onpolicy import context_budget
 
         self.learner.sync_driver()  # a learner group: bring the driver's copy up to date
@@ -173,9 +183,24 @@ class Trainer:
             return float(m["success_rate"])
         if self._eval_kwargs is None:
             train_env = make(self.cfg.env.id, **self.cfg.env.kwargs)
-            self._eval_kwargs = run_eval_kwargs(train_env, self.cfg.env.kwargs, self.cfg.env.eval_kwargs)
-            train_env.close()
-        kwargs = self._eval_kwargs
+            try:
+                self._eval_kwargs = run_eval_kwargs(train_env, self.cfg.env.kwargs, self.cfg.env.eval_kwargs)
+                self._validation_split = getattr(train_env.unwrapped, "validation_split", None)
+                if self.cfg.program is None:  # (a program's episodes come from its own tasks' indices too)
+                    held_env = make(self.cfg.env.id, **self._eval_kwargs)
+                    try:
+                        check_held_out(self.cfg.env.id, train_env, held_env, self.cfg.eval_tasks)
+                    finally:
+                        held_env.close()
+            finally:
+                train_env.close()
+        kwargs, limit = self._eval_kwargs, self.cfg.eval_tasks
+        if split == "validation":
+            if self._validation_split is None:
+                raise ValueError(f"{self.cfg.env.id} declares no validation split (validation_split), so "
+                                 "validate_every has nothing to read; set validate_every=0, or give the environment "
+                                 "one (a split distinct from its held-out split)")
+            kwargs, limit = {**kwargs, "split": self._validation_split}, self.cfg.validation_tasks
         player = None
         if self.cfg.program is not None:  # the program is the agent: evaluated through the gateway, greedy
             from turnrl.gateway.runner import GatewayRunner
@@ -183,11 +208,14 @@ class Trainer:
             runner = self._runner()
             assert isinstance(runner, GatewayRunner)
             player = runner.player(greedy=True)
-        m = evaluate(self.agent, self.cfg.env.id, env_kwargs=kwargs, limit=self.cfg.eval_tasks, seed=self.cfg.seed,
+        m = evaluate(self.agent, self.cfg.env.id, env_kwargs=kwargs, limit=limit, seed=self.cfg.seed,
                      params=SamplingParams(temperature=0.0, max_new_tokens=self.cfg.rollout.max_new_tokens),
                      batch_episodes=64, max_context=self.cfg.rollout.max_context, out=out,
                      env_timeout=self.cfg.rollout.env_timeout, player=player, context=context_budget(self.cfg))
-        self.eval_metrics = m
+        if split == "validation":
+            self.validation_metrics = m
+        else:
+            self.eval_metrics = m
         return m["accuracy"]
 
     def _held_out(self, out: Path) -> dict[str, float]:
@@ -196,6 +224,12 @@ class Trainer:
         success = self.evaluate(out)
         own = self.eval_metrics.get("env") or {}
         return {"eval_success": success, **{f"eval_{k}": float(v) for k, v in own.items()}}
+
+    def _validation(self, out: Path) -> dict[str, float]:
+        """The driver's validation: ``val_success`` and the environment's own figures as ``val_<figure>``."""
+        success = self.evaluate(out, split="validation")
+        own = self.validation_metrics.get("env") or {}
+        return {"val_success": success, **{f"val_{k}": float(v) for k, v in own.items()}}
 
     def train(self, *, stop_after: int | None = None,
               on_step: Callable[[dict[str, float]], None] | None = None) -> list[dict[str, float]]:
