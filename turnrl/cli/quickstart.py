@@ -77,7 +77,7 @@ QUICKSTART: dict[str, Any] = {
     "rollout": {"prompts_per_step": 4, "group_size": 8, "max_new_tokens": 48, "temperature": 0.8},
     "optim": {"lr": 2.0e-5, "minibatch_size": 8, "grad_accum": 4},
     "steps": 10,
-    "eval_tasks": 64,
+    "eval_tasks": 102,
     "out_dir": "runs/quickstart",
 }
 
