@@ -124,6 +124,29 @@ class Broken(MultiAgentTextEnv):
         raise RuntimeError("the game broke")
 
 
+class PayEachMove(MultiAgentTextEnv):
+    """Seats a and b alternate; every move pays its mover +1 and tells both seats it was made."""
+
+    possible_agents = ["a", "b"]  # noqa: RUF012
+
+    def _reset(self, options):
+        self.tell(["a", "b"], "go")
+
+    def _play(self, agent, action):
+        self.reward({agent: 1.0})
+        self.tell(["a", "b"], f"{agent} moved")
+        self.agent_selection = "b" if agent == "a" else "a"
+
+
+@pytest.mark.parametrize("cut", [{"max_moves": 4}, {"max_context": 110}])
+def test_rewards_paid_before_the_rollout_cuts_a_game_reach_their_seats(tok, cut):
+    trajs = MultiAgentRollout({"p": ScriptedAgent(tok, lambda prompt: "move")}, PARAMS, **cut).run([PayEachMove()])
+    assert all(t.truncated for t in trajs) and all(t.turns for t in trajs)
+    for t in trajs:  # +1 per move made: every move's reward reached its seat, on that move
+        assert t.metadata["seat_reward"] == t.total_reward == len(t.turns), (cut, t.metadata["seat"])
+        assert all(turn.reward == 1.0 for turn in t.turns)
+
+
 def test_an_environment_that_raises_ends_its_episode_only(tok):
     policy = hf(tok, 0)
     envs = [Broken(), *games(1)]

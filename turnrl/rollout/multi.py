@@ -10,7 +10,9 @@ seat's whole sequence so far.
 
 Credit: a seat's move is rewarded with what it collects until its next move (PettingZoo's rewards accumulated for it
 in between), placed on the move's last token; at the end each seat's last move gets what the game paid at its dead
-step. ``group_id`` is ``"{episode group}/{seat}"``, so GRPO-style groups are formed per seat and per starting state.
+step; when the rollout cuts a game (``max_moves``, ``max_context``), every seat still in play collects what the game
+paid it since it last read its rewards. ``group_id`` is ``"{episode group}/{seat}"``, so GRPO-style groups are formed
+per seat and per starting state.
 
 Bad input is an answer: an environment that raises, or a frozen policy whose ``generate`` raises (an endpoint that
 went away; a trained policy's failure is raised), ends the episodes concerned (``Trajectory.error`` on every seat's
@@ -187,7 +189,7 @@ class MultiAgentRollout:
                     live.remove(i)
                     continue
                 if len(views[i][seat].request()) >= self.max_context:
-                    self._truncate(envs[i], views[i])
+                    self._truncate(envs[i], views[i], read=seat)
                     live.remove(i)
                     continue
                 asks.setdefault(views[i][seat].policy, []).append((i, seat))
@@ -244,9 +246,7 @@ class MultiAgentRollout:
             seat = env.agent_selection
             observation, reward, termination, truncation, info = env.last()
             view = views[seat]
-            view.collected += float(reward)
-            if view.turns:
-                view.turns[-1].reward += float(reward)
+            _collect(view, float(reward))
             view.hear(list(observation))
             if termination or truncation:
                 if view.turns:
@@ -258,11 +258,16 @@ class MultiAgentRollout:
             return seat
         return None
 
-    def _truncate(self, env: MultiAgentTextEnv, views: dict[str, SeatView]) -> None:
-        """The episode is cut here: every seat still in play is truncated (the environment is left as it is)."""
+    def _truncate(self, env: MultiAgentTextEnv, views: dict[str, SeatView], read: str | None = None) -> None:
+        """The episode is cut here: every seat still in play is truncated (the environment is left as it is) and
+        collects what the game paid it since it last read its rewards (``read``: the seat whose ``last()`` was just
+        read, so already credited)."""
         for seat in env.agents:
-            views[seat].truncated = True
-            views[seat].invalid = int(env.infos.get(seat, {}).get("invalid_moves", 0))
+            view = views[seat]
+            if seat != read:
+                _collect(view, float(env._cumulative_rewards.get(seat, 0.0)))
+            view.truncated = True
+            view.invalid = int(env.infos.get(seat, {}).get("invalid_moves", 0))
 
     def _trajectories(self, env: MultiAgentTextEnv, views: dict[str, SeatView], error: str | None,
                       seed: int | None, group: str | None, index: int) -> list[Trajectory]:
@@ -281,6 +286,13 @@ class MultiAgentRollout:
                                  outcome=view.outcome, invalid_moves=view.invalid, seat_reward=view.collected)
             out.append(traj)
         return out
+
+
+def _collect(view: SeatView, reward: float) -> None:
+    """Credit ``reward`` to the seat: to what it collected and to its last move (none before its first)."""
+    view.collected += reward
+    if view.turns:
+        view.turns[-1].reward += reward
 
 
 def _move_seed(sample_seed: int, seat: str, move: int) -> int:
