@@ -6,12 +6,33 @@
     python bench/claims.py --out runs/claims      # where the runs go (default runs/claims; kept)
     python bench/claims.py --read runs/claims     # the table of runs already made (nothing is run)
 
-A claim is a held-out success before and after training (greedy, on the environment's test split) that
-docs/results.md or the README publishes, the command that measured it, and the noise it is stated with: one run's
-figure on 64 test tasks has about 6 points of standard error, so a re-run is *within noise* when its final figure is
-within two of them (12 points) of the published one. A claim may also say how much training must gain at least
-(``min_gain``): the gateway example must raise held-out success by 10 points on the documented tasks and on tasks
-it never saw. Per claim the table prints the published figure, today's, whether today's holds, and the run's time.
+A claim is what docs/results.md or the README publishes about training, and the command that measured it. It states
+a **gain**: held-out success before and after training (greedy, on the environment's held-out split), so
+``after - before`` on the same items; or a **difference between two arms** (``arms``: two runs in the claim's
+folder, arm B's final held-out success minus arm A's, on the same items). ``published`` holds the two figures
+(before, after; or arm A, arm B), and their difference is the claimed gain; a claim whose figures are equal states
+nothing this rule can check and is refused when it is defined.
+
+The figures count **distinct items**: each ``items.jsonl`` row names its ``item`` (the task's canonical form; rows
+written before items were named fall back to ``task_id``), repeats of an item (several samples, two presentations of
+one problem) collapse to their mean (``turnrl.stats.collapse``), and the two evaluations are paired item by item;
+they must hold the same items. Today's gain is the mean paired difference with its paired bootstrap 95 % interval
+over the distinct items (``turnrl.stats.paired_bootstrap``, 10,000 resamples, seed 0, so one run gives one answer).
+
+A claim **holds** when today's re-run gives both:
+
+1. an interval that excludes zero in the claimed direction (for a gain, ``low > 0``): training still gains at all.
+   With ``min_gain`` the interval must exclude that much instead (``low > min_gain``), on the whole evaluation and on
+   every subset (``subsets``: task indices of the evaluation), e.g. the gateway example on its documented tasks and
+   on tasks it never saw;
+2. the published gain inside today's interval of the gain: the size of the published gain is reproduced, not just
+   its sign. The gain, not the final figure, is what is compared: the claim is what training adds, and a final
+   figure can match while the gain does not (a re-measured split moves before and after together).
+
+How close the published figure must be is therefore today's interval, not a fixed noise: it narrows with the number
+of distinct items and widens where few items differ between before and after; the table reports ``n`` per claim.
+Per claim (and per subset) the table prints the published figures, today's before -> after, the gain with its 95 %
+interval, n distinct items, whether it holds (and if not, which condition failed) and the run's time.
 
 Quick claims (each under about 15 minutes on 2 CPU cores) run one after the other, each alone: the script refuses
 to start while another process keeps a core busy (it names it), because training figures taken beside another
@@ -32,8 +53,11 @@ from pathlib import Path
 
 from tppo_vs_ppo import points
 
+from turnrl.stats import Paired, collapse, paired_bootstrap
+
 REPO = Path(__file__).resolve().parents[1]
-NOISE = 0.12  # two standard errors of one 64-task held-out figure
+CONFIDENCE = 0.95
+RESAMPLES = 10_000
 
 
 @dataclass(frozen=True)
@@ -43,14 +67,26 @@ class Claim:
     name: str
     doc: str  # where the docs publish it
     command: str  # ``{out}``: the run's folder; run from ``cwd``
-    published: tuple[float, float]  # held-out success before -> after
+    published: tuple[float, float]  # held-out success before -> after (or arm A, arm B)
     minutes: float  # about how long on 2 CPU cores, alone
     cwd: str = "."
-    noise: float = NOISE
-    min_gain: float | None = None  # after - before must be at least this (on every subset)
+    min_gain: float | None = None  # the interval must exclude this gain (on every subset), not only zero
     subsets: dict[str, tuple[int, int]] = field(default_factory=dict)  # name -> task indices [a, b) of the eval
     quick: bool = True
     figure: str = ""  # the published figure in words, where held-out before -> after does not say it all
+    arms: tuple[str, str] | None = None  # a difference between two arms: their run folders inside ``{out}``
+
+    def __post_init__(self) -> None:
+        if self.gain == 0:
+            raise ValueError(f"claim {self.name!r}: published {self.published} states no gain and no difference, "
+                             "so no re-run could contradict it; state the claimed direction")
+        if self.min_gain is not None and not 0 < self.min_gain:
+            raise ValueError(f"claim {self.name!r}: min_gain {self.min_gain} must be a positive size of gain")
+
+    @property
+    def gain(self) -> float:
+        """The published gain (after - before, or arm B - arm A)."""
+        return self.published[1] - self.published[0]
 
     def shown(self) -> str:
         """The command as a user types it (``OUT``: a folder of theirs)."""
@@ -95,38 +131,71 @@ CLAIMS = [
 
 # ---- reading a run ----
 
-def held_out(out: Path) -> tuple[float, float]:
-    """The first and the last held-out success of the run in ``out`` (its metrics.jsonl, read as tppo_vs_ppo does)."""
-    evals = [success for _, _, success in points(out)]
-    if len(evals) < 2:
-        raise ValueError(f"{out}: {len(evals)} held-out evaluation(s); a claim needs one before and one after")
-    return evals[0], evals[-1]
+def eval_steps(out: Path) -> list[int]:
+    """The steps of the held-out evaluations of the run in ``out`` (its metrics.jsonl, read as tppo_vs_ppo does)."""
+    return [step for step, _, _ in points(out)]
 
 
-def subset(out: Path, a: int, b: int) -> tuple[float, float]:
-    """Held-out success on tasks ``a``..``b-1`` of the first and the last evaluation (their items.jsonl)."""
-    steps = sorted((d for d in (out / "eval").iterdir() if d.name.startswith("step-")),
-                   key=lambda d: int(d.name.split("-")[1]))
-    figures = []
-    for d in (steps[0], steps[-1]):
-        items = [json.loads(line) for line in (d / "items.jsonl").read_text().splitlines() if line.strip()]
-        chosen = [bool(i["correct"]) for i in items if a <= int(i["index"]) < b]
-        if not chosen:
-            raise ValueError(f"{d}: no evaluated task in {a}..{b - 1}")
-        figures.append(sum(chosen) / len(chosen))
-    return figures[0], figures[1]
+def outcomes(folder: Path, a: int = 0, b: int | None = None) -> dict[str, float]:
+    """Success per distinct item in one evaluation (``folder``/items.jsonl), tasks ``a``..``b-1`` only: each row's
+    ``item`` (else its ``task_id``), its repeats collapsed to their mean."""
+    rows = [json.loads(line) for line in (folder / "items.jsonl").read_text().splitlines() if line.strip()]
+    chosen = [r for r in rows if a <= int(r["index"]) < (b if b is not None else float("inf"))]
+    if not chosen:
+        raise ValueError(f"{folder}: no evaluated task in {a}..{'' if b is None else b - 1}")
+    keys = [str(r["item"] if r.get("item") is not None else r["task_id"]) for r in chosen]
+    return collapse(keys, [float(bool(r["correct"])) for r in chosen])
+
+
+def pair(first: dict[str, float], second: dict[str, float], where: str) -> Paired:
+    """The paired gain ``second - first`` over the items both hold (they must hold the same ones)."""
+    if first.keys() != second.keys():
+        only_first, only_second = len(first.keys() - second.keys()), len(second.keys() - first.keys())
+        raise ValueError(f"{where}: the two evaluations hold different items ({only_first} only in the first, "
+                         f"{only_second} only in the second); a gain is paired on the same items")
+    items = list(first)
+    return paired_bootstrap([first[k] for k in items], [second[k] for k in items], resamples=RESAMPLES, seed=0,
+                            confidence=CONFIDENCE)
+
+
+def evaluations(claim: Claim, out: Path) -> tuple[Path, Path]:
+    """The two evaluation folders a claim compares: the first and the last of its run, or each arm's last."""
+    if claim.arms:
+        folders = []
+        for arm in claim.arms:
+            steps = eval_steps(out / arm)
+            if not steps:
+                raise ValueError(f"{out / arm}: no held-out evaluation")
+            folders.append(out / arm / "eval" / f"step-{steps[-1]}")
+        return folders[0], folders[1]
+    steps = eval_steps(out)
+    if len(steps) < 2:
+        raise ValueError(f"{out}: {len(steps)} held-out evaluation(s); a claim needs one before and one after")
+    return out / "eval" / f"step-{steps[0]}", out / "eval" / f"step-{steps[-1]}"
 
 
 def verdict(claim: Claim, out: Path) -> dict[str, object]:
-    """Today's figures of ``claim`` from its run in ``out`` and whether they hold (see the module docstring)."""
-    before, after = held_out(out)
-    holds = abs(after - claim.published[1]) <= claim.noise
-    parts = {"all": (before, after)}
+    """Today's paired figures of ``claim`` from its run in ``out`` and whether it holds (the module docstring's rule):
+    ``parts`` (``all`` and each subset -> :class:`turnrl.stats.Paired`), ``holds`` and ``why`` (the failed
+    condition, or "")."""
+    first, last = evaluations(claim, out)
+    parts = {"all": pair(outcomes(first), outcomes(last), str(out))}
     for name, (a, b) in claim.subsets.items():
-        parts[name] = subset(out, a, b)
-    if claim.min_gain is not None:
-        holds = holds and all(y - x >= claim.min_gain - 1e-9 for x, y in parts.values())
-    return {"before": before, "after": after, "parts": parts, "holds": holds}
+        parts[name] = pair(outcomes(first, a, b), outcomes(last, a, b), f"{out} ({name})")
+    sign = 1.0 if claim.gain > 0 else -1.0
+    bound = claim.min_gain or 0.0
+    why = []
+    for name, p in parts.items():
+        nearest = p.low if sign > 0 else -p.high  # the interval's end nearest to no gain, in the claimed direction
+        if not nearest > bound:
+            noun = "gain" if sign > 0 else "loss"
+            what = f"a {noun} of more than {100 * bound:.0f} points" if bound else f"a {noun}"
+            why.append(f"the interval{'' if name == 'all' else ' on ' + name} does not show {what}")
+    whole = parts["all"]
+    if not whole.low - 1e-9 <= claim.gain <= whole.high + 1e-9:
+        why.append(f"the published gain {points_(claim.gain)} lies outside today's interval "
+                   f"[{points_(whole.low)}, {points_(whole.high)}]")
+    return {"parts": parts, "holds": not why, "why": "; ".join(why)}
 
 
 # ---- a machine to time on ----
@@ -187,17 +256,26 @@ def pct(x: float) -> str:
     return "—" if x != x else f"{100 * x:.1f} %"
 
 
+def points_(x: float) -> str:
+    return "—" if x != x else f"{100 * x:+.1f}"
+
+
 def table(rows: list[tuple[Claim, dict[str, object] | None, float | None, str | None]]) -> str:
-    lines = ["| claim | published | today | holds | minutes |", "|---|---|---|---|---|"]
+    """Per claim (and per subset): published, today's before -> after, the gain with its 95 % interval, n distinct
+    items, holds, minutes."""
+    lines = ["| claim | published | today | gain (95 % interval) | items | holds | minutes |",
+             "|---|---|---|---|---|---|---|"]
     for claim, v, seconds, error in rows:
-        published = f"{pct(claim.published[0])} → {pct(claim.published[1])}"
+        published = f"{pct(claim.published[0])} → {pct(claim.published[1])} ({points_(claim.gain)})"
         minutes = "" if seconds is None else f"{seconds / 60:.1f}"
         if v is None:
-            lines.append(f"| {claim.name} | {published} | **failed**: {error} | no | {minutes} |")
+            lines.append(f"| {claim.name} | {published} | **failed**: {error} | | | no | {minutes} |")
             continue
-        today = "; ".join(f"{name}: {pct(a)} → {pct(b)}" for name, (a, b) in v["parts"].items())  # type: ignore[union-attr]
-        gain = f" (gain ≥ {100 * claim.min_gain:.0f} points)" if claim.min_gain is not None else ""
-        lines.append(f"| {claim.name} | {published} | {today} | {'yes' if v['holds'] else '**no**'}{gain} | {minutes} |")
+        for name, p in v["parts"].items():  # type: ignore[union-attr]
+            label, shown = (claim.name, published) if name == "all" else (f"{claim.name}: {name}", "")
+            holds = ("yes" if v["holds"] else f"**no**: {v['why']}") if name == "all" else ""
+            lines.append(f"| {label} | {shown} | {pct(p.mean_a)} → {pct(p.mean_b)} | {points_(p.diff)} "
+                         f"[{points_(p.low)}, {points_(p.high)}] | {p.n} | {holds} | {minutes if name == 'all' else ''} |")
     return "\n".join(lines)
 
 
