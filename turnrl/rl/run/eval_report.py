@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from turnrl.stats import collapse, mean_interval
 from turnrl.types import Trajectory, Turn
 
 FAILURES = ("error", "token limit", "context limit", "turn limit", "tool error", "no answer", "wrong")
@@ -144,7 +145,40 @@ def summarize(rows: list[dict[str, Any]], samples: int) -> dict[str, Any]:
     for key, values in sorted(extra.items()):
         metrics[f"mean_{key}"] = float(np.mean(values))
     metrics["outcomes"] = {name: sum(r.get("outcome") == name for r in rows) for name in OUTCOMES}
+    metrics.update(item_accuracy(rows))
     return metrics
+
+
+def row_item(row: dict[str, Any]) -> str:
+    """The item a row counts as: its ``item`` (the problem's canonical form), else, in rows written before items
+    were named, its ``task_id``."""
+    return str(row["item"] if row.get("item") is not None else row["task_id"])
+
+
+def item_accuracy(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Accuracy over distinct items: ``distinct_items``; ``accuracy_items``, the mean over items of each item's mean
+    correctness (its samples and its repeated presentations collapsed, :func:`turnrl.stats.collapse`); and its
+    standard error and 95% interval ``accuracy_se``, ``accuracy_low``, ``accuracy_high``
+    (:func:`turnrl.stats.mean_interval`: Wilson where every item is all right or all wrong, normal otherwise; None
+    where undefined: no items, or one item with a fractional score)."""
+    per_item = collapse([row_item(r) for r in rows], [float(r["correct"]) for r in rows])
+    interval = mean_interval(per_item.values())
+    known = lambda x: None if math.isnan(x) else x  # noqa: E731 — metrics.json stays JSON
+    return {"distinct_items": interval.n, "accuracy_items": known(interval.mean) if rows else 0.0,
+            "accuracy_se": known(interval.se), "accuracy_low": known(interval.low),
+            "accuracy_high": known(interval.high)}
+
+
+def accuracy_headline(metrics: dict[str, Any]) -> list[str]:
+    """The report's first figure: accuracy over distinct items with its 95% interval, and how many episodes made it
+    (nothing for metrics without ``distinct_items``)."""
+    if not metrics.get("distinct_items"):
+        return []
+    n, episodes = metrics["distinct_items"], metrics.get("episodes", 0)
+    low, high, se = metrics.get("accuracy_low"), metrics.get("accuracy_high"), metrics.get("accuracy_se")
+    spread = f", 95% interval [{low:.3f}, {high:.3f}], se {se:.3f}" if None not in (low, high, se) else ""
+    return [f"**Accuracy {metrics['accuracy_items']:.3f} over {n} distinct item(s){spread}** "
+            f"({episodes} episode(s); an item's samples and repeated presentations count once)", ""]
 
 
 def pick_examples(trajs: list[Trajectory], successes: int = 2, failures: int = 4,
@@ -215,7 +249,7 @@ def write_report(out: Path, title: str, metrics: dict[str, Any], rows: list[dict
     (:meth:`turnrl.envs.core.TextEnv.report_lines`)."""
     max_new = (config.get("params") or {}).get("max_new_tokens")
     lines = [f"# {title}", "", *([subtitle, ""] if subtitle else []), *([notice, ""] if notice else []),
-             *headline, "| metric | value |", "|---|---|"]
+             *accuracy_headline(metrics), *headline, "| metric | value |", "|---|---|"]
     for k, v in metrics.items():
         if not isinstance(v, dict):
             lines.append(f"| {k} | {v:.4f} |" if isinstance(v, float) else f"| {k} | {v} |")

@@ -4,7 +4,8 @@
 split (unless ``env_kwargs`` names a split; see :func:`held_out_kwargs`) through the token-exact rollout, streams
 the trajectories to ``OUT/trajectories.jsonl``, and writes ``OUT/items.jsonl`` (one line per episode),
 ``OUT/report.md``, ``OUT/metrics.json`` and ``OUT/plot.png`` (their contents: :mod:`turnrl.rl.run.eval_report`).
-With the same seed the numbers repeat.
+With the same seed the numbers repeat. Each row names its ``item``, the problem it poses (:func:`item_key`), so
+figures count distinct problems and ``turnrl compare`` pairs two runs problem by problem.
 
 Interrupted (Ctrl-C, or SIGTERM where the caller turns it into ``KeyboardInterrupt``), it writes the items, report,
 metrics and plot of the episodes that finished, says so in them, and raises :class:`EvaluationInterrupted`.
@@ -24,7 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from turnrl.agents.base import Agent, SamplingParams
+from turnrl.envs.core import Task
 from turnrl.envs.registry import make
+from turnrl.envs.splits import canonical_key
 from turnrl.rl.run.eval_report import (  # noqa: F401 — re-exported: evaluation's names in one place
     FAILURES,
     OUTCOMES,
@@ -111,6 +114,18 @@ def held_out_warning(env: Any, env_id: str) -> str | None:
                 "examples/unit_converter_env.py)")
     return (f"warning: evaluating {env_id}'s {split!r} split, which is NOT held out: these are training tasks "
             f"(its held-out split is {held!r}; leave out --kw split=… to evaluate that)")
+
+
+def item_key(env: Any, index: int, task_id: str) -> str:
+    """The item an episode of task ``index`` counts as: the task's canonical form
+    (:func:`turnrl.envs.splits.canonical_key`: two presentations of one problem are one item) where the environment's
+    ``task_at`` gives a :class:`~turnrl.envs.core.Task`, else ``task_id`` (environments without a list of tasks; a
+    ``task_at`` that raises counts as none)."""
+    try:
+        task = getattr(env.unwrapped, "task_at", lambda i: None)(index)
+    except Exception:  # noqa: BLE001 — an environment's own code: no task means the id names the item
+        task = None
+    return canonical_key(task) if isinstance(task, Task) else task_id
 
 
 def _read_finished(path: Path) -> list[Trajectory]:
@@ -240,6 +255,7 @@ def evaluate(
             tmp.replace(stream)
 
         rows: dict[str, dict[str, Any]] = {}
+        items: dict[int, str] = {}  # task index -> its item (item_key), asked of the environment once
         light: dict[str, Trajectory] = {}  # for the environment's figures: turns only, not every token
         kept: list[tuple[int, Trajectory]] = []  # candidates for the report's example episodes, in job order
 
@@ -247,7 +263,9 @@ def evaluate(
             nonlocal kept
             if job.key in rows:
                 return
-            rows[job.key] = episode_row(traj, job.task, job.sample, max_new)
+            if job.task not in items:
+                items[job.task] = item_key(probe, job.task, traj.task_id)
+            rows[job.key] = {**episode_row(traj, job.task, job.sample, max_new), "item": items[job.task]}
             light[job.key] = traj.model_copy(update=dict.fromkeys(TOKEN_FIELDS))
             order = sorted([*kept, (by_key[job.key][0], traj)], key=lambda x: x[0])
             chosen = {id(t) for t in pick_examples([t for _, t in order], 2, 2 * len(FAILURES), max_new)}
