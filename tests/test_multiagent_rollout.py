@@ -163,6 +163,18 @@ def test_a_seat_with_no_policy_is_refused_before_anything_plays(tok):
         MultiAgentRollout({"A": hf(tok, 0)}, PARAMS, seats={"x": "C"})
 
 
+@pytest.mark.parametrize("budget", [400])
+def test_max_context_bounds_each_seats_whole_sequence(tok, budget):
+    """As in the single-agent rollout: a move's budget shrinks to fit, a message that leaves no room ends the game."""
+    params = SamplingParams(temperature=1.0, max_new_tokens=200)  # a random tiny model writes all 200
+    envs = games(4, max_opening=0, retries=3)
+    trajs = MultiAgentRollout({"p": hf(tok, 0)}, params, max_context=budget).run(envs, sample_seeds=[0, 1, 2, 3])
+    played = [t for t in trajs if t.turns]
+    assert max(len(t.token_ids) for t in played) <= budget
+    assert len(played) >= 4 and all(t.truncated for t in played)
+    assert any(turn.info.get("cut_by") == "context" for t in played for turn in t.turns)
+
+
 def test_max_context_and_max_moves_truncate(tok):
     trajs = MultiAgentRollout({"p": hf(tok, 0)}, PARAMS, max_context=80).run(games(1))
     assert all(t.truncated for t in trajs) and all(len(t.token_ids or []) < 80 + 6 for t in trajs)

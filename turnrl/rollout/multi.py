@@ -41,6 +41,7 @@ class SeatView:
     policy: str
     renderer: ChatRenderer
     eos_ids: set[int]
+    max_context: int = 4096  # the most tokens its sequence may hold (the rollout's max_context)
     prompt: list[Message] = field(default_factory=list)
     tokens: list[int] = field(default_factory=list)
     mask: list[int] = field(default_factory=list)
@@ -55,30 +56,42 @@ class SeatView:
     collected: float = 0.0  # every reward the game paid this seat (also what came before its first move, or
     # without any move of its own: a seat can win by its opponent's forfeit)
 
-    def hear(self, messages: Sequence[Message]) -> None:
-        """Append the messages told to this seat since it last acted (the opening prompt before its first move)."""
+    def hear(self, messages: Sequence[Message]) -> bool:
+        """Append the messages told to this seat since it last acted (the opening prompt before its first move).
+        Returns False, appending nothing, when they would leave no room under ``max_context`` to generate."""
         if not self.turns:
             self.prompt.extend(messages)
-            return
+            return True
         if not messages:
-            return
+            return True
         last = self.turns[-1]
-        start, end = last.token_span or (len(self.tokens), len(self.tokens))
-        ended_with_eos = end > start and self.tokens[end - 1] in self.eos_ids
-        ids = self.renderer.observation_tokens(list(messages), ended_with_eos=ended_with_eos)
+        ids = self.renderer.observation_tokens(list(messages), ended_with_eos=self._last_ended_with_eos())
+        if len(self.tokens) + len(ids) >= self.max_context:
+            return False
         last.observation.extend(messages)
         last.obs_span = (len(self.tokens), len(self.tokens) + len(ids))
         self._extend(ids, 0, [0.0] * len(ids))
+        return True
 
-    def request(self) -> list[int]:
-        """The token prompt of this seat's next move: everything it has seen and said, then a generation prompt."""
+    def request(self) -> list[int] | None:
+        """The token prompt of this seat's next move: everything it has seen and said, then a generation prompt;
+        None, appending nothing, when that leaves no room under ``max_context`` to generate."""
         if not self.tokens:
-            self._extend(self.renderer.prompt_tokens(self.prompt), 0, None)
+            ids = self.renderer.prompt_tokens(self.prompt)
+            if len(ids) >= self.max_context:
+                return None
+            self._extend(ids, 0, None)
         elif self.turns and self.turns[-1].obs_span is None:  # nothing told since its last move: a bare new turn
             ids = self.renderer.observation_tokens([], ended_with_eos=self._last_ended_with_eos())
+            if len(self.tokens) + len(ids) >= self.max_context:
+                return None
             self.turns[-1].obs_span = (len(self.tokens), len(self.tokens) + len(ids))
             self._extend(ids, 0, None)
         return list(self.tokens)
+
+    def room(self, max_new_tokens: int) -> int:
+        """The token budget of this seat's next move: ``max_new_tokens``, or less where ``max_context`` ends first."""
+        return min(max_new_tokens, self.max_context - len(self.tokens))
 
     def act(self, completion: Completion, version: int | None = None) -> Turn:
         """Append the tokens the seat's policy sampled, as a new turn (``version``: the policy's version that
@@ -110,8 +123,9 @@ class MultiAgentRollout:
         policies: the agents by policy name (one for a shared policy, or one per seat).
         params: sampling parameters of every move (``n`` must be 1).
         seats: each seat's policy name; default: a seat plays the policy of its own name, or the only policy.
-        max_context: the most tokens one seat's sequence may hold; a move that would need more ends the episode,
-            truncated.
+        max_context: the most tokens one seat's whole sequence may hold, as in the single-agent rollout: a move's
+            generation budget shrinks to fit, and a message or a move that leaves no room to generate ends the
+            episode, truncated (a seat whose game is over does not append what it is told last when it does not fit).
         max_moves: moves of all seats together after which the episode is truncated.
         versions: for policies being trained, a callable giving the policy's current version, recorded for every
             token it samples (``Trajectory.token_versions``) and at each episode's start and end
@@ -182,25 +196,28 @@ class MultiAgentRollout:
             live.append(i)
         moves = [0] * n
         while live:
-            asks: dict[str, list[tuple[int, str]]] = {}
+            asks: dict[tuple[str, int], list[tuple[int, str]]] = {}  # by policy and generation budget
             for i in list(live):
                 seat = self._next_seat(envs[i], views[i], moves[i])
                 if seat is None:
                     live.remove(i)
                     continue
-                if len(views[i][seat].request()) >= self.max_context:
+                if views[i][seat].request() is None:  # no room left under max_context
                     self._truncate(envs[i], views[i], read=seat)
                     live.remove(i)
                     continue
-                asks.setdefault(views[i][seat].policy, []).append((i, seat))
-            for policy, jobs in asks.items():
+                budget = views[i][seat].room(self.params.max_new_tokens)
+                asks.setdefault((views[i][seat].policy, budget), []).append((i, seat))
+            for (policy, budget), jobs in asks.items():
                 agent = self.policies[policy]
                 prompts = [views[i][seat].tokens for i, seat in jobs]
                 kwargs: dict[str, Any] = {}
                 if capabilities_of(agent).seeds and all(sample_seeds[i] is not None for i, _ in jobs):
                     kwargs["seeds"] = [_move_seed(sample_seeds[i], seat, moves[i]) for i, seat in jobs]
+                params = self.params if budget == self.params.max_new_tokens else \
+                    self.params.model_copy(update={"max_new_tokens": budget})
                 try:
-                    outs = agent.generate([list(p) for p in prompts], self.params, **kwargs)
+                    outs = agent.generate([list(p) for p in prompts], params, **kwargs)
                 except Exception as e:  # noqa: BLE001 — e.g. an endpoint gone: its games end with the error
                     if policy in self.versions:  # a policy being trained fails: a bug or out of memory, not a game's
                         raise
@@ -214,6 +231,8 @@ class MultiAgentRollout:
                         else completion.policy_version  # the weights that sampled it (a worker may load new ones)
                     turn = views[i][seat].act(completion, sampled_by)
                     turn.info["move"] = moves[i]  # its place among every seat's moves (the viewer interleaves them)
+                    if budget < self.params.max_new_tokens and completion.finish_reason == "length":
+                        turn.info["cut_by"] = "context"
                     moves[i] += 1
                     try:
                         envs[i].step(completion.text)
@@ -234,7 +253,7 @@ class MultiAgentRollout:
 
     def _view(self, seat: str, policy: str) -> SeatView:
         agent = self.policies[policy]
-        return SeatView(seat, policy, ChatRenderer(agent.tokenizer), end_of_turn_ids(agent))
+        return SeatView(seat, policy, ChatRenderer(agent.tokenizer), end_of_turn_ids(agent), self.max_context)
 
     def _next_seat(self, env: MultiAgentTextEnv, views: dict[str, SeatView], moves: int) -> str | None:
         """Take the dead steps (crediting each finished seat), tell the next seat its messages; None once the game
@@ -247,7 +266,10 @@ class MultiAgentRollout:
             observation, reward, termination, truncation, info = env.last()
             view = views[seat]
             _collect(view, float(reward))
-            view.hear(list(observation))
+            heard = view.hear(list(observation))
+            if not heard and not (termination or truncation):  # no room to take it in and move: the game is cut
+                self._truncate(env, views, read=seat)
+                return None
             if termination or truncation:
                 if view.turns:
                     view.turns[-1].terminated, view.turns[-1].truncated = bool(termination), bool(truncation)
