@@ -229,6 +229,22 @@ def test_separate_lora_policies_each_train_their_own_seats_on_one_base(tmp_path)
     assert json.loads((tmp_path / "eval" / "step-1" / "metrics.json").read_text())["episodes"] == 4
 
 
+def test_policy_names_are_free_a_policy_named_like_the_rollouts_own_trains_its_seats(tmp_path):
+    """"opponent" and "policy" are the names the source gives a frozen opponent and the trained policy: a run's own
+    policies may be called so, and each trains on its own seats."""
+    cfg = config(tmp_path, steps=1, algorithm={"name": "ppo"},
+                 learner={"lora": {"r": 2, "target_modules": ["q_proj", "v_proj"]}},
+                 multi_agent={"policies": {"opponent": {"seats": ["x"]}, "policy": {"seats": ["o"]}}})
+    tr = trainer(cfg)
+    before = {name: weights(agent.model) for name, agent in tr.policies.items()}
+    tr.train()
+    trained = {(t.metadata["seat"], t.metadata["policy"]) for t in episodes(tmp_path, 1) if sum(t.loss_mask or [])}
+    assert trained == {("x", "opponent"), ("o", "policy")}
+    for name, agent in tr.policies.items():
+        after = weights(agent.model)
+        assert any(not torch.equal(before[name][n], after[n]) for n in after), name
+
+
 def test_a_resumed_run_restores_every_policy(tmp_path):
     whole = trainer(two_policies(tmp_path / "whole", steps=2))
     whole.train()

@@ -103,6 +103,7 @@ class MultiAgentRunner:
             opponent, label, league_version = None, "self", -1
             policies, owner = dict(self.policies), self.ma.policy_of_seat()
             maps = [owner] * len(jobs)
+            trained = set(policies)  # every one of them, whatever its name
         else:
             if self.drawn_by_driver:
                 opponent, label, league_version = self.opponents.play(self.given)
@@ -114,7 +115,7 @@ class MultiAgentRunner:
                 policies["opponent"] = opponent
             maps = [{s: "policy" if opponent is None or s == self.learner_seat(j) else "opponent" for s in self.seats}
                     for j in jobs]
-        trained = {name for name in policies if name != "opponent"}
+            trained = {"policy"}  # the rollout's own names here: the frozen opponent never trains
         r = self.cfg.rollout
         params = SamplingParams(temperature=r.temperature, top_p=r.top_p, max_new_tokens=r.max_new_tokens)
         rollout = MultiAgentRollout(policies, params, max_context=r.max_context,
