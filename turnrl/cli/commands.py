@@ -342,13 +342,16 @@ def quickstart(
     sys.exit(run(console, None if no_model else model, steps, eval_tasks, out))
 
 
-# `turnrl view` and `turnrl check-template` live in their own modules; only their registration is here.
+# `turnrl view`, `check-template` and `compare` live in their own modules; only their registration is here.
 from turnrl.cli.view import view_command  # noqa: E402
 
 app.command("view")(view_command)
 from turnrl.cli.template_check import check_template_command  # noqa: E402
 
 app.command("check-template")(check_template_command)
+from turnrl.cli.compare import compare_command  # noqa: E402
+
+app.command("compare")(compare_command)
 
 
 def _name_algorithms() -> None:

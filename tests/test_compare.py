@@ -1,0 +1,137 @@
+"""Issue 77: ``turnrl compare`` pairs two runs item by item and refuses unlike comparisons. The folders compared
+are written by real ``evaluate(...)`` runs of scripted agents on a small environment (tests/sums_env.py)."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+
+import pytest
+from sums_env import ENV, A, B
+from typer.testing import CliRunner
+
+from turnrl.cli import app
+from turnrl.rl.run.evaluate import evaluate
+
+
+def run_eval(who, out, **kw):
+    kw.setdefault("limit", 12)
+    return evaluate(who, ENV, out=out, batch_episodes=64, **kw)
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory):
+    root = tmp_path_factory.mktemp("compare")
+    run_eval(A, root / "a")
+    run_eval(B, root / "b")
+    run_eval(A, root / "a10", limit=10)
+    run_eval(B, root / "b_turns", env_kwargs={"max_turns": 2})
+    run_eval(A, root / "a_s2", samples=2)
+    run_eval(B, root / "b_s2", samples=2)
+    run_eval(A, root / "run" / "eval" / "step-0")  # a training run's evaluations
+    run_eval(B, root / "run" / "eval" / "step-5")
+    return root
+
+
+def compare(*args):
+    return CliRunner().invoke(app, ["compare", *map(str, args)])
+
+
+def compare_json(tmp_path, *args):
+    out = tmp_path / "figures.json"
+    result = compare(*args, "--json", out)
+    assert result.exit_code == 0, result.output
+    return json.loads(out.read_text()), result.output
+
+
+def test_compare_pairs_items_and_reports_the_difference_and_mcnemar(folders, tmp_path):
+    figures, output = compare_json(tmp_path, folders / "a", folders / "b")
+    (p,) = figures["pairs"]
+    assert p["items"] == 12 and p["accuracy_a"] == pytest.approx(4 / 12) and p["accuracy_b"] == pytest.approx(8 / 12)
+    assert p["diff"] == pytest.approx(4 / 12) and p["low"] <= p["diff"] <= p["high"] and p["low"] > 0
+    assert p["mcnemar"] == {"only_a": 0, "only_b": 4, "p_value": 0.125}  # 2 * 0.5**4
+    assert p["notes"] == []
+    assert figures["over_seeds"]["seeds"] == 1 and figures["over_seeds"]["low"] == p["low"]
+    assert "B − A" in output and "0 / 4   0.125" in output and "+0.333" in output
+
+
+def test_compare_is_b_minus_a(folders, tmp_path):
+    figures, _ = compare_json(tmp_path, folders / "b", folders / "a")
+    (p,) = figures["pairs"]
+    assert p["diff"] == pytest.approx(-4 / 12) and p["high"] < 0
+    assert (p["mcnemar"]["only_a"], p["mcnemar"]["only_b"]) == (4, 0)
+
+
+def test_compare_refuses_different_items_and_names_them(folders, tmp_path):
+    result = compare(folders / "a10", folders / "b")
+    assert result.exit_code == 2
+    assert "different items: 0 only in A (), 2 only in B ('sum:10+11', 'sum:11+12')" in result.output
+    assert "--allow-different-items" in result.output and "\n" not in result.output.strip()
+    figures, output = compare_json(tmp_path, folders / "a10", folders / "b", "--allow-different-items")
+    (p,) = figures["pairs"]
+    assert p["items"] == 10 and p["only_in_b"] == 2 and p["accuracy_b"] == pytest.approx(7 / 10)
+    assert "compared the 10 items both share" in output
+
+
+def test_compare_refuses_different_protocols_naming_the_field(folders, tmp_path):
+    result = compare(folders / "a", folders / "b_turns")
+    assert result.exit_code == 2
+    assert "different protocols: env_kwargs.max_turns (unset in A, 2 in B)" in " ".join(result.output.split())
+    figures, output = compare_json(tmp_path, folders / "a", folders / "b_turns", "--allow-different-protocol")
+    assert figures["pairs"][0]["items"] == 12 and "protocols differ" in output
+    result = compare(folders / "a", folders / "b_s2")
+    assert result.exit_code == 2 and "samples (1 in A, 2 in B)" in result.output
+    assert "params.temperature (0.0 in A, 1.0 in B)" in result.output
+
+
+def test_compare_collapses_repeats_and_skips_mcnemar(folders, tmp_path):
+    figures, output = compare_json(tmp_path, folders / "a_s2", folders / "b_s2")
+    (p,) = figures["pairs"]
+    assert p["items"] == 12 and p["diff"] == pytest.approx(4 / 12) and p["mcnemar"] is None
+    assert "repeats collapsed" in output and "McNemar skipped" in output
+
+
+def test_compare_reads_training_runs_at_their_last_or_named_step(folders, tmp_path):
+    run = folders / "run"
+    figures, _ = compare_json(tmp_path, f"{run}@0", run)
+    assert figures["pairs"][0]["b"].endswith("step-5") and figures["pairs"][0]["diff"] == pytest.approx(4 / 12)
+    figures, _ = compare_json(tmp_path, run, folders / "a", "--step", "0")
+    assert figures["pairs"][0]["a"].endswith("step-0") and figures["pairs"][0]["diff"] == 0.0
+    result = compare(f"{run}@7", run)
+    assert result.exit_code == 2 and "no evaluation at step 7; its evaluated steps are 0, 5" in result.output
+    result = compare(tmp_path, run)
+    assert result.exit_code == 2 and "neither an evaluation folder" in result.output
+    result = compare(f"{folders / 'a'}@3", run)
+    assert result.exit_code == 2 and "is an evaluation folder, not a training run" in result.output
+
+
+def test_compare_pools_pairs_as_seeds_with_a_t_interval(folders, tmp_path):
+    figures, output = compare_json(tmp_path, folders / "a", folders / "b", folders / "b", folders / "a")
+    o = figures["over_seeds"]
+    assert o["seeds"] == 2 and o["diff"] == pytest.approx(0.0) and o["method"] == "t over 2 seeds"
+    se = (4 / 12) * math.sqrt(2) / math.sqrt(2)  # differences +1/3 and -1/3: sd (ddof=1) 1/3·√2, over √2 seeds
+    assert o["se"] == pytest.approx(se) and o["high"] == pytest.approx(12.706204736 * se)
+    assert "over 2 seed(s)" in output
+
+
+def test_compare_joins_old_folders_by_task_id_and_says_so(folders, tmp_path):
+    old = tmp_path / "old"
+    shutil.copytree(folders / "a", old)
+    rows = [json.loads(x) for x in (old / "items.jsonl").read_text().splitlines()]
+    (old / "items.jsonl").write_text("".join(json.dumps({k: v for k, v in r.items() if k != "item"}) + "\n"
+                                             for r in rows))
+    for pair in ((old, folders / "b"), (folders / "b", old)):
+        figures, output = compare_json(tmp_path, *pair)
+        assert figures["pairs"][0]["items"] == 12 and "joined by task_id" in output
+
+
+def test_compare_refuses_odd_arguments_and_folders_without_run_json(folders, tmp_path):
+    result = compare(folders / "a")
+    assert result.exit_code == 2 and "in pairs" in result.output
+    bare = tmp_path / "bare"
+    shutil.copytree(folders / "a", bare)
+    (bare / "run.json").unlink()
+    result = compare(bare, folders / "b")
+    assert result.exit_code == 2 and "has no run.json" in result.output
+    assert compare(bare, folders / "b", "--allow-different-protocol").exit_code == 0

@@ -1,0 +1,304 @@
+"""``turnrl compare A B [A2 B2 …]``: two runs evaluated on the same items, compared item by item (issue 77).
+
+Each argument is an evaluation folder (``items.jsonl`` and ``run.json``, as ``turnrl eval --out`` writes) or a
+training run's ``OUT_DIR``, read at its evaluation ``OUT_DIR/eval/step-N`` of the largest N unless ``--step N`` or
+``OUT_DIR@N`` names another. Arguments come in pairs, run A (the baseline) then run B; several pairs are several
+seeds of the same comparison.
+
+Like for like or nothing: a pair is refused (exit 2, one line) when its two evaluations posed different items (how
+many only in A, only in B, and the first few) unless ``--allow-different-items`` (then the items both share are
+compared), or ran under different protocols — environment and its kwargs, samples, sampling, context — naming each
+field that differs, unless ``--allow-different-protocol``.
+
+Items are joined by their ``item`` (the problem's canonical form, :func:`turnrl.rl.run.evaluate.item_key`); folders
+written before items were named are joined by ``task_id``, and the output says so. An item's several episodes
+(samples, or two presentations of one problem) collapse to their mean correctness first ("repeats collapsed"). Per
+pair: distinct items, A's and B's accuracy, B − A with its paired bootstrap 95% interval, and McNemar's exact test
+where every item has one episode in each run; over the pairs: the mean difference with its interval
+(:func:`turnrl.stats.pooled_paired`). ``--json PATH`` writes the same figures.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from turnrl.cli.shared import console, fail
+
+SHOWN = 3  # items named in a refusal
+NOT_PROTOCOL = ("seed", "agent", "params.seed")  # what may differ between the runs compared: who played, and its seed
+_STEP = re.compile(r"^(?P<path>.+)@(?:step-)?(?P<step>\d+)$")
+
+
+class CompareError(ValueError):
+    """Why two evaluations cannot be compared (the command prints it on one line and exits 2)."""
+
+
+@dataclass
+class Arm:
+    """One side of a pair: the argument as given, the evaluation folder it names, its ``items.jsonl`` rows and its
+    ``run.json`` settings (None where the folder has none)."""
+
+    label: str
+    folder: Path
+    rows: list[dict[str, Any]]
+    settings: dict[str, Any] | None
+    notes: list[str] = field(default_factory=list)
+
+
+def evaluation_folder(arg: str, step: int | None = None) -> Path:
+    """The evaluation folder an argument names: the folder itself when it holds ``items.jsonl`` (``step`` is for
+    training runs only); for a training run's ``OUT_DIR``, ``OUT_DIR/eval/step-N`` with N from ``OUT_DIR@N``, else
+    ``step``, else the largest N.
+
+    Raises:
+        CompareError: no such folder, neither kind, or no evaluation at the step asked for.
+    """
+    path, at = Path(arg), None
+    if not path.exists() and (m := _STEP.match(arg)):
+        path, at = Path(m["path"]), int(m["step"])
+    if (path / "items.jsonl").is_file():
+        if at is not None:
+            raise CompareError(f"{arg}: {path} is an evaluation folder, not a training run: it has no steps")
+        return path
+    at = at if at is not None else step
+    steps = sorted(int(d.name[5:]) for d in (path / "eval").glob("step-*")
+                   if d.name[5:].isdigit() and (d / "items.jsonl").is_file())
+    if not path.is_dir():
+        raise CompareError(f"{arg}: no such folder")
+    if not steps:
+        raise CompareError(f"{arg} is neither an evaluation folder (items.jsonl, as `turnrl eval --out` writes) nor a "
+                           "training run with evaluations (eval/step-N/items.jsonl)")
+    if at is None:
+        return path / "eval" / f"step-{steps[-1]}"
+    if at not in steps:
+        raise CompareError(f"{arg}: no evaluation at step {at}; its evaluated steps are {', '.join(map(str, steps))}")
+    return path / "eval" / f"step-{at}"
+
+
+def load_arm(arg: str, step: int | None = None) -> Arm:
+    """The rows and settings of the evaluation an argument names (:func:`evaluation_folder`).
+
+    Raises:
+        CompareError: the folder cannot be read, holds no episodes, or its rows have no ``correct`` field.
+    """
+    folder = evaluation_folder(arg, step)
+    rows: list[dict[str, Any]] = []
+    for n, line in enumerate((folder / "items.jsonl").read_text(encoding="utf-8").splitlines(), 1):
+        if line.strip():
+            try:
+                rows.append(json.loads(line))
+            except ValueError:
+                raise CompareError(f"{folder}/items.jsonl: line {n} is not JSON") from None
+    if not rows:
+        raise CompareError(f"{folder}/items.jsonl holds no episodes")
+    if not all("correct" in r and ("item" in r or "task_id" in r) for r in rows):
+        raise CompareError(f"{folder}/items.jsonl: rows without `correct` and `task_id` (compare reads `turnrl eval`'s "
+                           "rows of single-agent environments)")
+    run = folder / "run.json"
+    settings = None
+    if run.is_file():
+        try:
+            settings = json.loads(run.read_text(encoding="utf-8")).get("settings")
+        except (ValueError, AttributeError):
+            raise CompareError(f"{run} is not a run.json that `turnrl eval` writes") from None
+    return Arm(arg if folder == Path(arg) else f"{arg} ({folder.parent.name}/{folder.name})", folder, rows, settings)
+
+
+def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        out.update(_flat(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v})
+    return out
+
+
+def protocol(settings: dict[str, Any]) -> dict[str, Any]:
+    """What must match for two evaluations to be compared like for like, flat (``env_kwargs.max_turns``): the
+    environment and its kwargs as evaluated, samples, sampling parameters, context — everything in ``run.json``'s
+    settings but the agent and the seeds (:data:`NOT_PROTOCOL`)."""
+    return {k: v for k, v in _flat(settings).items() if k not in NOT_PROTOCOL}
+
+
+def protocol_differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+    """Each field of two protocols that differs, as ``field (x in A, y in B)``."""
+    shown = lambda d, k: repr(d[k]) if k in d else "unset"  # noqa: E731
+    return [f"{k} ({shown(a, k)} in A, {shown(b, k)} in B)" for k in sorted(set(a) | set(b))
+            if k not in a or k not in b or a[k] != b[k]]
+
+
+def _keys(rows: list[dict[str, Any]], by_item: bool) -> list[str]:
+    return [str(r["item"] if by_item else r["task_id"]) for r in rows]
+
+
+def _collapsed(rows: list[dict[str, Any]], by_item: bool) -> tuple[dict[str, float], bool]:
+    """Each item's mean correctness, and whether any item had several episodes."""
+    from turnrl.stats import collapse
+
+    keys = _keys(rows, by_item)
+    return collapse(keys, [float(r["correct"]) for r in rows]), len(set(keys)) < len(keys)
+
+
+def _few(keys: list[str]) -> str:
+    """The first :data:`SHOWN` keys, quoted, and an ellipsis where there are more."""
+    return ", ".join(map(repr, keys[:SHOWN])) + (", …" if len(keys) > SHOWN else "")
+
+
+def compare_pair(a: Arm, b: Arm, *, allow_items: bool = False, allow_protocol: bool = False,
+                 resamples: int = 10000, seed: int = 0) -> dict[str, Any]:
+    """The figures of one pair (run B against run A on their items): ``items``, ``accuracy_a``/``accuracy_b`` with
+    their intervals, ``diff`` (B − A) with its paired bootstrap ``se``/``low``/``high``, ``mcnemar`` (None where
+    skipped) and ``notes`` (what the reader must know: repeats collapsed, items joined by task id, …).
+
+    Raises:
+        CompareError: the item sets or the protocols differ and that is not allowed.
+    """
+    from turnrl.stats import mcnemar_exact, mean_interval, paired_bootstrap
+
+    notes: list[str] = []
+    if a.settings is None or b.settings is None:
+        lacking = a if a.settings is None else b
+        if not allow_protocol:
+            raise CompareError(f"{lacking.folder} has no run.json, so its protocol (environment, samples, sampling) "
+                               "cannot be checked; pass --allow-different-protocol to compare anyway")
+        notes.append(f"protocol not checked: {lacking.folder} has no run.json")
+    else:
+        differ = protocol_differences(protocol(a.settings), protocol(b.settings))
+        if differ and not allow_protocol:
+            raise CompareError(f"{a.label} and {b.label} were evaluated under different protocols: "
+                               f"{'; '.join(differ)}; pass --allow-different-protocol to compare anyway")
+        if differ:
+            notes.append(f"protocols differ (--allow-different-protocol): {'; '.join(differ)}")
+    by_item = all(r.get("item") is not None for r in a.rows + b.rows)
+    if not by_item:
+        notes.append("items joined by task_id: an evaluation written before items were named (canonical forms), so "
+                     "two presentations of one problem count as two items")
+    va, repeats_a = _collapsed(a.rows, by_item)
+    vb, repeats_b = _collapsed(b.rows, by_item)
+    only_a, only_b = [k for k in va if k not in vb], [k for k in vb if k not in va]
+    shared = [k for k in va if k in vb]
+    if only_a or only_b:
+        what = f"{len(only_a)} only in A ({_few(only_a)}), {len(only_b)} only in B ({_few(only_b)})"
+        if not allow_items:
+            raise CompareError(f"{a.label} and {b.label} were evaluated on different items: {what}; evaluate both on "
+                               f"the same tasks, or pass --allow-different-items to compare the {len(shared)} shared")
+        notes.append(f"compared the {len(shared)} items both share (--allow-different-items): {what}")
+    if not shared:
+        raise CompareError(f"{a.label} and {b.label} share no items")
+    if repeats_a or repeats_b:
+        notes.append("repeats collapsed: an item's several episodes count once, at their mean correctness")
+    xa, xb = [va[k] for k in shared], [vb[k] for k in shared]
+    paired = paired_bootstrap(xa, xb, resamples=resamples, seed=seed)
+    mcnemar = None
+    if repeats_a or repeats_b:
+        notes.append("McNemar skipped: items have several episodes, so their outcomes are not right-or-wrong")
+    else:
+        mcnemar = asdict(mcnemar_exact(xa, xb))
+    ia, ib = mean_interval(xa), mean_interval(xb)
+    return {"a": str(a.folder), "b": str(b.folder), "items": paired.n, "only_in_a": len(only_a),
+            "only_in_b": len(only_b), "accuracy_a": ia.mean, "accuracy_a_low": ia.low, "accuracy_a_high": ia.high,
+            "accuracy_b": ib.mean, "accuracy_b_low": ib.low, "accuracy_b_high": ib.high, "diff": paired.diff,
+            "se": paired.se, "low": paired.low, "high": paired.high, "mcnemar": mcnemar, "notes": notes}
+
+
+def compare_runs(args: list[str], *, step: int | None = None, allow_items: bool = False,
+                 allow_protocol: bool = False, resamples: int = 10000, seed: int = 0) -> dict[str, Any]:
+    """Every pair of ``args`` (A B A2 B2 …) compared (:func:`compare_pair`) and pooled over the pairs as seeds
+    (:func:`turnrl.stats.pooled_paired`): ``{"pairs": [...], "over_seeds": {...}, ...}``.
+
+    Raises:
+        CompareError: an odd number of arguments, or a pair that cannot be compared.
+    """
+    from turnrl.stats import Paired, pooled_paired
+
+    if len(args) < 2 or len(args) % 2:
+        raise CompareError(f"compare takes runs in pairs, A B [A2 B2 …] (each pair one seed), got {len(args)} "
+                           "argument(s)")
+    arms = [load_arm(arg, step) for arg in args]
+    pairs = []
+    for i in range(0, len(arms), 2):
+        try:
+            pairs.append(compare_pair(arms[i], arms[i + 1], allow_items=allow_items, allow_protocol=allow_protocol,
+                                      resamples=resamples, seed=seed))
+        except CompareError as e:
+            raise CompareError(f"pair {i // 2 + 1}: {e}" if len(arms) > 2 else str(e)) from None
+    pooled = pooled_paired([Paired(p["items"], p["accuracy_a"], p["accuracy_b"], p["diff"], p["se"], p["low"],
+                                   p["high"]) for p in pairs])
+    return {"pairs": pairs, "over_seeds": asdict(pooled), "confidence": 0.95, "resamples": resamples,
+            "bootstrap_seed": seed}
+
+
+def _plain(value: Any) -> Any:
+    """``value`` with nan as None (JSON has no nan)."""
+    if isinstance(value, float) and value != value:  # noqa: PLR0124 — nan
+        return None
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return [_plain(v) for v in value] if isinstance(value, list) else value
+
+
+def _f(x: float) -> str:
+    return "n/a" if x != x else f"{x:.3f}"  # noqa: PLR0124 — nan
+
+
+def show(result: dict[str, Any]) -> None:
+    """Print the comparison: a row per pair (seed) and one over seeds, then which folders and the notes."""
+    from rich import box
+    from rich.table import Table
+
+    table = Table(title="B − A, paired by item; McNemar: items only A / only B got right, exact p",
+                  title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    for name in ("seed", "items", "A", "B", "B − A", "95% interval", "McNemar", "p"):
+        table.add_column(name, justify="left" if name == "seed" else "right", no_wrap=True)
+    for n, p in enumerate(result["pairs"], 1):
+        mc = p["mcnemar"]
+        table.add_row(str(n), str(p["items"]), _f(p["accuracy_a"]), _f(p["accuracy_b"]), f"{p['diff']:+.3f}",
+                      f"[{_f(p['low'])}, {_f(p['high'])}]",
+                      "skipped" if mc is None else f"{mc['only_a']} / {mc['only_b']}",
+                      "" if mc is None else f"{mc['p_value']:.3g}")
+    o, pairs = result["over_seeds"], result["pairs"]
+    if len(pairs) > 1:
+        table.add_row("mean", "", _f(sum(p["accuracy_a"] for p in pairs) / len(pairs)),
+                      _f(sum(p["accuracy_b"] for p in pairs) / len(pairs)), f"{o['diff']:+.3f}",
+                      f"[{_f(o['low'])}, {_f(o['high'])}]", "", "", style="bold")
+    console.print(table)
+    for n, p in enumerate(pairs, 1):
+        console.print(f"seed {n}: A = {p['a']}, B = {p['b']}", soft_wrap=True, markup=False, highlight=False)
+        for note in p["notes"]:
+            console.print(f"  note: {note}", soft_wrap=True, markup=False, highlight=False)
+    console.print(f"over {o['seeds']} seed(s): B − A = {o['diff']:+.3f}, 95% interval [{_f(o['low'])}, "
+                  f"{_f(o['high'])}] ({o['method']}); accuracy counts each distinct item once", soft_wrap=True,
+                  markup=False, highlight=False)
+
+
+def compare_command(
+    runs: Annotated[list[str], typer.Argument(
+        metavar="A B [A2 B2 ...]",
+        help="evaluations in pairs, run A (baseline) then run B; each pair is one seed. An evaluation folder "
+             "(`turnrl eval --out`) or a training run's OUT_DIR (its last eval/step-N; OUT_DIR@N for step N)")],
+    step: Annotated[int | None, typer.Option(help="read training runs at eval/step-N (default: their last)")] = None,
+    allow_different_items: Annotated[bool, typer.Option(
+        "--allow-different-items", help="compare the items both runs share instead of refusing")] = False,
+    allow_different_protocol: Annotated[bool, typer.Option(
+        "--allow-different-protocol", help="compare runs evaluated under different protocols instead of "
+                                           "refusing")] = False,
+    json_path: Annotated[Path | None, typer.Option("--json", help="also write the figures to this JSON file")] = None,
+    resamples: Annotated[int, typer.Option(help="bootstrap resamples")] = 10000,
+    seed: Annotated[int, typer.Option(help="the bootstrap's random seed")] = 0,
+) -> None:
+    """Compare run B with run A item by item: accuracy over distinct items, B − A with its paired bootstrap 95%
+    interval and McNemar's exact test per seed, the mean difference over seeds. Refuses (exit 2) evaluations of
+    different items or under different protocols (environment, kwargs, samples, sampling, context)."""
+    try:
+        result = compare_runs(runs, step=step, allow_items=allow_different_items,
+                              allow_protocol=allow_different_protocol, resamples=resamples, seed=seed)
+    except (ValueError, OSError) as e:  # a CompareError, bad --resamples, an unreadable file
+        fail(str(e))
+    show(result)
+    if json_path is not None:
+        json_path.write_text(json.dumps(_plain(result), indent=2))
+        console.print(f"figures written to {json_path}", soft_wrap=True, markup=False, highlight=False)
