@@ -70,7 +70,7 @@ def test_eval_defaults_to_the_held_out_split_and_says_so(tmp_path):
     ids = [json.loads(x)["task_id"] for x in (tmp_path / "held" / "items.jsonl").read_text().splitlines()]
     assert ids == [f"arithmetic/test/L1/{i}" for i in range(3)] and m["split"] == "test" and m["held_out"] is True
     report = (tmp_path / "held" / "report.md").read_text()
-    assert "split: **test** (held-out) · tasks 0–2 of 100000 (`arithmetic/test/L1/0` … `arithmetic/test/L1/2`)" in report
+    assert "split: **test** (held-out) · tasks 0–2 of 102 (`arithmetic/test/L1/0` … `arithmetic/test/L1/2`)" in report
     # a split named by the caller is kept, and the report says it is not held out
     m = evaluate(agent, "turnrl/Arithmetic-v0", env_kwargs={"split": "train"}, limit=2, params=params,
                  out=tmp_path / "train")
@@ -213,7 +213,7 @@ def test_count_axes_have_integer_ticks():
 def test_replies_without_visible_text_are_shown_not_empty(tmp_path):
     """Issue 32 §8: a reply of whitespace or special tokens shows what was generated, escaped, not '(empty)'."""
     tok = tiny_tokenizer("chatml")
-    replies = {"13 + 11": "\n\n\n", "13 + 1": "<pad><pad>", "20 + 8": "  \t<pad>"}
+    replies = {"5 + 19": "\n\n\n", "17 + 17": "<pad><pad>", "6 + 2": "  \t<pad>"}  # the test split's first 3
 
     def policy(prompt: str) -> str:
         return replies.get(prompt.rsplit("What is ", 1)[1].split("?")[0], "\\boxed{0}")

@@ -74,7 +74,8 @@ def envs_check(
                                                   "effects)")] = True,
     imports: ImportOption = None,
 ) -> None:
-    """Run the conformance harness on one environment (with several agents too); exit 1 if it fails."""
+    """Run the conformance harness on one environment (with several agents too), then check its splits: no problem
+    of the training split in the held-out or validation split, by canonical form; exit 1 if either fails."""
     from turnrl.envs.multiagent import is_multi_agent
     from turnrl.envs.testing import check_environment
 
@@ -87,12 +88,18 @@ def envs_check(
         except (ImportError, ValueError, TypeError) as e:
             fail(f"cannot make {env_id}: {e}")
         report = check_multi_agent_environment(env, seed=seed)
+        splits = None
     else:
+        from turnrl.envs.split_check import check_splits
+
         env = make_env(env_id, parse_kwargs(kw))
         report = check_environment(env, seed=seed, call_tools=call_tools)
+        splits = check_splits(env_id, parse_kwargs(kw))
     env.close()
     console.print(str(report), markup=False, highlight=False, soft_wrap=True)
-    if not report.ok:
+    if splits is not None:
+        console.print(str(splits), markup=False, highlight=False, soft_wrap=True)
+    if not report.ok or (splits is not None and not splits.ok):
         raise typer.Exit(1)
 
 
@@ -179,17 +186,6 @@ app.command("eval")(eval_cmd)
 app.command()(rollout)
 
 
-def _shares_tasks(train_env: Any, held_env: Any, n: int) -> bool:
-    """Whether the first ``n`` held-out tasks are posed by the training env too (same prompts at the same index)."""
-    try:
-        n = min(n, 16, len(train_env), len(held_env))
-        prompts = [[env.reset(seed=0, options={"index": i})[0][-1].content for i in range(n)]
-                   for env in (train_env, held_env)]
-    except Exception:  # noqa: BLE001 — no index option or no length: nothing to compare
-        return False
-    return bool(set(prompts[0]) & set(prompts[1]))
-
-
 def _opponent(h: dict[str, float]) -> str:
     """A step's opponent, as the progress line says it."""
     v = h.get("opponent_version", -1.0)
@@ -208,7 +204,7 @@ def train(
     (data.path); metrics to OUT_DIR/metrics.jsonl and TensorBoard. env.id may be mymodule:myproject/Name-v0, with
     mymodule.py next to the config."""
     from turnrl.rl.config import config_error
-    from turnrl.rl.run.evaluate import run_eval_kwargs
+    from turnrl.rl.run.evaluate import HeldOutError, check_held_out, run_eval_kwargs
     from turnrl.rl.run.trainer import Trainer, load_config
 
     try:
@@ -219,15 +215,20 @@ def train(
     if cfg.multi_agent is None:  # a game's seats and splits are checked when its source opens, before a model loads
         train_env = make_env(cfg.env.id, cfg.env.kwargs, search)  # fail fast, before loading any model
         held_env = make_env(cfg.env.id, run_eval_kwargs(train_env, cfg.env.kwargs, cfg.env.eval_kwargs), search)
-    on_train = cfg.multi_agent is None and _shares_tasks(train_env, held_env, cfg.eval_tasks)
+    on_train = None
+    if cfg.multi_agent is None and cfg.validate_every and getattr(train_env.unwrapped, "validation_split", None) is None:
+        fail(f"{config}: validate_every={cfg.validate_every}, but {cfg.env.id} declares no validation split to read "
+             "(validation_split); set validate_every=0, or give the environment one")
     if cfg.multi_agent is None:  # probes: the run makes its own environments
-        train_env.close()
-        held_env.close()
+        try:
+            on_train = check_held_out(cfg.env.id, train_env, held_env, cfg.eval_tasks)
+        except HeldOutError as e:
+            fail(str(e))
+        finally:
+            train_env.close()
+            held_env.close()
     if on_train:
-        console.print(f"warning: {cfg.env.id} has no held-out split here (env.eval_kwargs poses the training tasks), "
-                      "so the held-out success below is measured on training tasks; set env.eval_kwargs "
-                      "(e.g. split: test) to tasks the policy does not train on", soft_wrap=True, markup=False,
-                      highlight=False)
+        console.print(on_train, soft_wrap=True, markup=False, highlight=False)
     from turnrl.gateway.program import ProgramError, load_function
     from turnrl.rl.placement.ray import RayPlacementError
     from turnrl.rl.run.guard import ConsistencyError
@@ -332,7 +333,7 @@ def quickstart(
     model: Annotated[str, typer.Option(help="agent to train after the scripted episodes (a Hugging Face model)")] = "smollm2-135m-instruct",
     no_model: Annotated[bool, typer.Option("--no-model", help="only the scripted episodes")] = False,
     steps: Annotated[int, typer.Option(min=1, help="GRPO steps of the training demo")] = 10,
-    eval_tasks: Annotated[int, typer.Option(min=1, help="held-out problems evaluated before and after")] = 64,
+    eval_tasks: Annotated[int, typer.Option(min=1, help="held-out problems evaluated before and after")] = 102,
     out: Annotated[str, typer.Option(help="the training run's folder")] = "runs/quickstart",
 ) -> None:
     """List the environments, play scripted episodes, then train a real model briefly and show it improve."""

@@ -86,6 +86,56 @@ def run_eval_kwargs(train_env: Any, kwargs: dict[str, Any], eval_kwargs: dict[st
     return merged
 
 
+class HeldOutError(ValueError):
+    """A training run whose held-out evaluation would pose problems it trains on, on an environment that calls that
+    evaluation held out (raised before the first step; ``turnrl train`` says it in one line before a model loads)."""
+
+
+def _shares_prompts(train_env: Any, held_env: Any, n: int) -> list[str]:
+    """The prompts among the first ``min(n, 16)`` held-out tasks that the training env poses at the same index (for
+    environments without a list of tasks, whose tasks only a reset shows)."""
+    try:
+        n = min(n, 16, len(train_env), len(held_env))
+        prompts = [[env.reset(seed=0, options={"index": i})[0][-1].content for i in range(n)]
+                   for env in (train_env, held_env)]
+    except Exception:  # noqa: BLE001 — no index option or no length: nothing to compare
+        return []
+    return sorted(set(prompts[0]) & set(prompts[1]))
+
+
+def check_held_out(env_id: str, train_env: Any, held_env: Any, n_tasks: int) -> str | None:
+    """Whether a run's evaluation (``held_env``'s first ``n_tasks`` tasks) is held out from its training
+    (``train_env``), by canonical form (:func:`turnrl.envs.split_check.held_out_overlap`).
+
+    Returns None when it is (or nothing can be compared); a warning when they share problems and the environment
+    does not call the evaluated split held out (it declares none, or ``eval_kwargs`` chose a training split: the
+    report says "NOT held-out").
+
+    Raises:
+        HeldOutError: they share problems and the environment calls the evaluated split its held-out split (HotPotQA
+            trained on ``split: dev``, MATH-500 on its test set): its held-out figures would be training figures.
+    """
+    from turnrl.envs.split_check import SHOWN, held_out_overlap
+
+    shared = held_out_overlap(train_env, held_env, n_tasks)
+    if shared is None:
+        shared = _shares_prompts(train_env, held_env, n_tasks)
+    if not shared:
+        return None
+    split, held = getattr(held_env, "split", None), getattr(held_env, "held_out_split", None)
+    train_split = getattr(train_env, "split", None)
+    example = ", ".join(repr(k) for k in shared[:SHOWN])
+    if split is not None and split == held:
+        raise HeldOutError(
+            f"{env_id}: the held-out evaluation (split {split!r}) would pose {len(shared)} problem(s) this run trains "
+            f"on (training split {train_split!r}), e.g. {example}; its held-out figures would be training figures. "
+            "Train on a split held apart from it (HotPotQA: split dev-train, held-out dev-test; GSM8K: split train), "
+            "or set env.eval_kwargs to tasks the run does not train on")
+    return (f"warning: {env_id} has no held-out split here ({len(shared)} of the evaluated problems are training "
+            f"problems, e.g. {example}), so the held-out success below is measured on training tasks; set "
+            "env.eval_kwargs (e.g. split: test) to tasks the policy does not train on")
+
+
 def split_line(env: Any, first: int, last: int, first_id: str | None, last_id: str | None) -> str:
     """One line for a report: which split the tasks came from, whether it is held out, and which tasks."""
     split, held = getattr(env, "split", None), getattr(env, "held_out_split", None)
