@@ -23,7 +23,8 @@ SYSTEM = "Solve the problem. End your reply with the result as a number."
 
 def problems(n: int, seed: int, exclude: set[str] = frozenset()) -> list[dict[str, str]]:
     """``n`` distinct problems ``What is a + b?`` / ``What is a - b?`` (numbers from 1 to 30, results not
-    negative)."""
+    negative). Problems are told apart by their canonical form (:func:`same_problem`), so ``7 + 12`` is not "new" when
+    ``12 + 7`` is in ``exclude``."""
     rng, rows, seen = random.Random(seed), [], set(exclude)
     while len(rows) < n:
         a, b = rng.randint(1, 30), rng.randint(1, 30)
@@ -32,10 +33,16 @@ def problems(n: int, seed: int, exclude: set[str] = frozenset()) -> list[dict[st
         else:
             a, b = max(a, b), min(a, b)
             question, answer = f"What is {a} - {b}?", a - b
-        if question not in seen:
-            seen.add(question)
+        if same_problem(question) not in seen:
+            seen.add(same_problem(question))
             rows.append({"question": question, "answer": str(answer)})
     return rows
+
+
+def same_problem(question: str) -> str:
+    """What makes two questions one problem: the operands of a sum in order (``7 + 12`` is ``12 + 7``)."""
+    a, op, b = question.removeprefix("What is ").removesuffix("?").split()
+    return f"{min(int(a), int(b))} + {max(int(a), int(b))}" if op == "+" else f"{a} - {b}"
 
 
 def correct_answer(completion, answer, parser, **kwargs) -> float:
@@ -44,10 +51,13 @@ def correct_answer(completion, answer, parser, **kwargs) -> float:
     return 1.0 if numbers and numbers[-1] == answer else 0.0
 
 
-def load_environment(num_train: int = 1000, num_eval: int = 200, seed: int = 0) -> vf.Environment:
-    """The environment: ``num_train`` training problems and ``num_eval`` held-out ones (none in both)."""
+def load_environment(num_train: int = 600, num_eval: int = 200, seed: int = 0) -> vf.Environment:
+    """The environment: ``num_train`` training problems and ``num_eval`` held-out ones (none in both, in any order of a
+    sum's operands; of the 930 distinct problems, 800 are used by default)."""
+    if num_train + num_eval > 930:
+        raise ValueError(f"num_train + num_eval = {num_train + num_eval}, but there are only 930 distinct problems")
     train = problems(num_train, seed)
-    test = problems(num_eval, seed + 1, exclude={row["question"] for row in train})
+    test = problems(num_eval, seed + 1, exclude={same_problem(row["question"]) for row in train})
     parser = vf.Parser()
     return vf.SingleTurnEnv(dataset=Dataset.from_list(train), eval_dataset=Dataset.from_list(test),
                             system_prompt=SYSTEM, parser=parser,
