@@ -3,6 +3,7 @@ a league of past versions, frozen opponents; per-seat groups, token-exact views,
 
 import copy
 import json
+import logging
 
 import pytest
 import torch
@@ -243,6 +244,32 @@ def test_policy_names_are_free_a_policy_named_like_the_rollouts_own_trains_its_s
     for name, agent in tr.policies.items():
         after = weights(agent.model)
         assert any(not torch.equal(before[name][n], after[n]) for n in after), name
+
+
+def test_one_policys_bad_log_probs_among_good_ones_fire_the_guard(tmp_path, monkeypatch, caplog):
+    """Policy O's sampler reports log-probabilities 1.6e-3 nats off (over the guard's 1e-3 mean tolerance, under its
+    max one); X's are right. A mean over both policies would hide it (O brings the fewer tokens): the guard holds each
+    policy's own figures, and the figures over both are over all their tokens."""
+    from turnrl.rl.sources.multi import MultiAgentRunner
+
+    real = MultiAgentRunner.run
+
+    def off(self, jobs):
+        trajs, info = real(self, jobs)
+        for t in trajs:
+            if t.metadata["policy"] == "O" and t.logprobs:
+                t.logprobs = [lp - 1.6e-3 if m else lp for lp, m in zip(t.logprobs, t.loss_mask)]
+        return trajs, info
+
+    monkeypatch.setattr(MultiAgentRunner, "run", off)
+    with caplog.at_level(logging.WARNING, logger="turnrl.rl.run.guard"):
+        row = trainer(two_policies(tmp_path, steps=1)).train()[1]
+    assert row["guard_violations"] == 1 and row["O/logp_diff_lag0"] > 1e-3 > row["X/logp_diff_lag0"]
+    assert any("consistency check 'logp' failed: policy 'O'" in r.getMessage() for r in caplog.records)
+    assert row["lag0_tokens"] == row["X/lag0_tokens"] + row["O/lag0_tokens"]
+    want = (row["X/logp_diff_lag0"] * row["X/lag0_tokens"] + row["O/logp_diff_lag0"] * row["O/lag0_tokens"]) \
+        / row["lag0_tokens"]
+    assert row["logp_diff_lag0"] == pytest.approx(want) and row["guard_logp_gap"] == pytest.approx(want)
 
 
 def test_a_resumed_run_restores_every_policy(tmp_path):

@@ -6,7 +6,9 @@ One update per policy per step: each policy trains on the Trajectories whose ``m
 nothing else. A policy whose seats brought nothing trainable this step is not updated; its version still moves with
 the others', so that every policy's version is the run's step and the staleness bound reads one number. The step's
 metrics are every policy's under ``{policy}/…`` plus, for the driver, the guard and the monitors, the figures over
-all policies (sums of counts, maxima of ``*_max``, means of the rest).
+all policies (sums of counts, maxima of ``*_max``, means over tokens of the figures whose token count is reported —
+the lag-0 gap the guard holds is the gap over all policies' lag-0 tokens, as one learner would report it — and means
+of the rest). The guard also holds each policy's own figures: a policy whose gap a mean over all would hide fires it.
 """
 
 from __future__ import annotations
@@ -17,12 +19,23 @@ from typing import Any
 from turnrl.types import Trajectory
 
 #: figures that are counts: added up over the policies
-SUMMED = ("dropped_episodes", "train_tokens", "skipped", "untrainable_episodes", "error_episodes")
+SUMMED = ("dropped_episodes", "train_tokens", "skipped", "untrainable_episodes", "error_episodes", "lag0_tokens")
+#: figures that are means over tokens, by the count of those tokens: averaged weighted by it
+WEIGHTED = {"logp_diff_lag0": "lag0_tokens"}
+
+
+def weighted_mean(values: Sequence[float], weights: Sequence[float]) -> float:
+    """The mean of ``values`` weighted by ``weights`` (the plain mean where the weights add up to 0)."""
+    total = sum(weights)
+    if total <= 0:
+        return sum(values) / len(values)
+    return sum(v * w for v, w in zip(values, weights)) / total
 
 
 def merge_metrics(per_policy: Mapping[str, dict[str, float]]) -> dict[str, float]:
     """Every policy's figures under ``{policy}/{name}``, and each figure over all policies: counts
-    (:data:`SUMMED`) added, ``*_max`` the largest, the rest averaged over the policies that report it."""
+    (:data:`SUMMED`) added, ``*_max`` the largest, means over tokens (:data:`WEIGHTED`) weighted by their token
+    counts, the rest averaged over the policies that report it."""
     out: dict[str, float] = {}
     names: dict[str, list[float]] = {}
     for policy, metrics in per_policy.items():
@@ -34,6 +47,9 @@ def merge_metrics(per_policy: Mapping[str, dict[str, float]]) -> dict[str, float
             out[k] = sum(values)
         elif k.endswith("_max"):
             out[k] = max(values)
+        elif k in WEIGHTED:
+            weights = [float(m.get(WEIGHTED[k], 0.0)) for m in per_policy.values() if k in m]
+            out[k] = weighted_mean(values, weights)
         else:
             out[k] = sum(values) / len(values)
     return out

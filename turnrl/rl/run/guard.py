@@ -9,7 +9,9 @@ a figure in every step's metrics and a warning:
 * ``logp`` — on the tokens sampled by the very weights being updated (lag 0), which the learner scores before its
   first optimizer step, the rollout's log-probabilities and the learner's agree within a tolerance per backend
   (``guard_logp_gap``: the mean |gap|, ``guard_logp_gap_max``: the largest). With ``rollout.top_p`` < 1 the
-  rollout's are of the renormalized nucleus, never below the learner's: only the learner's excess counts.
+  rollout's are of the renormalized nucleus, never below the learner's: only the learner's excess counts. A step
+  that trains several policies (``multi_agent.policies``) is held policy by policy, on each one's own figures
+  (``{policy}/logp_diff_lag0``, …): one bad policy fires the check however many good tokens the others bring.
 * ``tokens`` — each episode's generated tokens are the tokens the agent returned (a CRC the rollout records as it
   appends them, ``Trajectory.metadata["sampled_crc"]``, against the tokens the learner receives).
 * ``versions`` — every generated token carries the policy version that sampled it.
@@ -74,6 +76,15 @@ def backend(cfg: TrainConfig) -> str:
 def generated(traj: Trajectory) -> list[int]:
     """The episode's generated tokens (loss mask 1), in order."""
     return [t for t, m in zip(traj.token_ids or [], traj.loss_mask or []) if m]
+
+
+def policy_figures(info: dict[str, float]) -> dict[str, dict[str, float]]:
+    """The lag-0 figures to hold: each policy's own where the step trained several (``{policy}/{figure}``, as
+    :func:`turnrl.rl.core.policies.merge_metrics` reports them), else the step's under the name ""."""
+    policies = sorted({k[:-len("/lag0_tokens")] for k in info if k.endswith("/lag0_tokens")})
+    if not policies:
+        return {"": info}
+    return {p: {k[len(p) + 1:]: v for k, v in info.items() if k.startswith(p + "/")} for p in policies}
 
 
 class ConsistencyGuard:
@@ -151,22 +162,29 @@ class ConsistencyGuard:
         return figures, messages
 
     def _logp(self, info: dict[str, float], figures: dict[str, float], failed: dict[str, str]) -> None:
+        figures.update(guard_logp_gap=info.get("logp_diff_lag0", 0.0), guard_logp_gap_max=info.get("lag0_gap_max", 0.0))
+        for policy, own in policy_figures(info).items():
+            fault = self._logp_fault(own)
+            if fault is not None:
+                failed["logp"] = (f"policy {policy!r}: " if policy else "") + fault
+                return
+
+    def _logp_fault(self, info: dict[str, float]) -> str | None:
+        """What is wrong with one learner's lag-0 figures, or None."""
         n = int(info["lag0_tokens"])
         mean, most = info.get("logp_diff_lag0", 0.0), info.get("lag0_gap_max", 0.0)
-        figures.update(guard_logp_gap=mean, guard_logp_gap_max=most)
         if self.nucleus:  # the rollout's are of the renormalized nucleus: only the learner's excess is a fault
             excess, limit = info.get("lag0_excess_max", 0.0), self.max_tol if self.max_tol is not None else self.mean_tol
             if excess > limit:
-                failed["logp"] = (f"the learner's log-probability exceeds the rollout's by up to {excess:.4g} nats "
-                                  f"on {n} token(s) sampled by the weights being updated (tolerance {limit:g}; with "
-                                  "top_p < 1 the rollout's is of the nucleus and never below the learner's)")
-            return
-        over_max = self.max_tol is not None and most > self.max_tol
-        if mean > self.mean_tol or over_max:
-            failed["logp"] = (f"rollout and learner log-probabilities differ by {mean:.4g} nats on average, up to "
-                              f"{most:.4g}, on {n} token(s) sampled by the weights being updated (tolerance "
-                              f"{self.mean_tol:g} mean" + (f", {self.max_tol:g} max)" if self.max_tol is not None
-                                                           else ")"))
+                return (f"the learner's log-probability exceeds the rollout's by up to {excess:.4g} nats on {n} "
+                        f"token(s) sampled by the weights being updated (tolerance {limit:g}; with top_p < 1 the "
+                        "rollout's is of the nucleus and never below the learner's)")
+            return None
+        if mean > self.mean_tol or (self.max_tol is not None and most > self.max_tol):
+            return (f"rollout and learner log-probabilities differ by {mean:.4g} nats on average, up to {most:.4g}, "
+                    f"on {n} token(s) sampled by the weights being updated (tolerance {self.mean_tol:g} mean"
+                    + (f", {self.max_tol:g} max)" if self.max_tol is not None else ")"))
+        return None
 
     def _partial_groups(self, collected: Sequence[Trajectory], trained: Sequence[Trajectory]) -> list[str]:
         """The groups that train with some of their episodes left out, each described."""
