@@ -135,3 +135,23 @@ def test_compare_refuses_odd_arguments_and_folders_without_run_json(folders, tmp
     result = compare(bare, folders / "b")
     assert result.exit_code == 2 and "has no run.json" in result.output
     assert compare(bare, folders / "b", "--allow-different-protocol").exit_code == 0
+
+
+def test_turnrl_train_prints_each_evaluation_with_its_interval_and_the_gain_paired(tmp_path):
+    """A real `turnrl train` (tiny model, one step): each held-out line carries the 95 % interval and the number of
+    distinct items, metrics.jsonl records them, and the last line is the gain paired item by item, as compare says."""
+    config = tmp_path / "c.yaml"
+    config.write_text("model: tiny:chatml\nenv: {id: turnrl/Arithmetic-v0, kwargs: {level: 1}}\n"
+                      "rollout: {prompts_per_step: 2, group_size: 2, max_new_tokens: 4}\noptim: {minibatch_size: 4}\n"
+                      f"steps: 1\neval_tasks: 5\nout_dir: {tmp_path / 'run'}\n")
+    result = CliRunner().invoke(app, ["train", str(config)], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    first = json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[0])
+    assert first["eval_items"] == 5 and first["eval_success_low"] <= first["eval_success"] <= first["eval_success_high"]
+    assert f"[{first['eval_success_low']:.3f}, {first['eval_success_high']:.3f}] of 5" in result.output
+    pair = CliRunner().invoke(app, ["compare", f"{tmp_path / 'run'}@0", str(tmp_path / "run"), "--json",
+                                    str(tmp_path / "c.json")])
+    assert pair.exit_code == 0, pair.output
+    figures = json.loads((tmp_path / "c.json").read_text())["pairs"][0]
+    assert (f"gain {100 * figures['diff']:+.1f} points, 95 % interval [{100 * figures['low']:+.1f}, "
+            f"{100 * figures['high']:+.1f}] over 5 distinct items") in result.output

@@ -256,6 +256,8 @@ def train(
 
         def show(h: dict[str, float]) -> None:
             held_out = f" held-out {h['eval_success']:.3f}" if "eval_success" in h else ""
+            if "eval_success_low" in h:  # its 95 % interval over the distinct items evaluated
+                held_out += f" [{h['eval_success_low']:.3f}, {h['eval_success_high']:.3f}] of {h['eval_items']:.0f}"
             if "eval_pag_verifier_balanced_acc" in h:  # self-verification: whether the verifier tells right from wrong
                 held_out += f" verifier (balanced) {h['eval_pag_verifier_balanced_acc']:.3f}"
             line = f"step {trainer.step} reward {h.get('reward_mean', 0):.3f} success {h.get('success', 0):.3f}"
@@ -288,6 +290,11 @@ def train(
         label = f"held-out wins against {cfg.multi_agent.held_out_opponent(cfg.env.id)}"
     console.print(f"{label}: {first.get('eval_success')} -> {last.get('eval_success')} "
                   f"after {trainer.step} steps; run in {cfg.out_dir}")
+    if cfg.multi_agent is None and first.get("step") == 0 and trainer.step > 0:
+        from turnrl.cli.compare import gain_line
+
+        console.print(gain_line(cfg.out_dir, trainer.step), highlight=False, soft_wrap=True)
+
 
 
 @app.command()

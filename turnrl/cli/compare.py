@@ -232,6 +232,16 @@ def compare_runs(args: list[str], *, step: int | None = None, allow_items: bool 
             "bootstrap_seed": seed}
 
 
+def gain_line(out_dir: str, step: int) -> str:
+    """The run's gain, step 0 to ``step``, paired on the items both evaluations posed, with its 95 % interval (what
+    `turnrl compare OUT_DIR@0 OUT_DIR` prints), or why it cannot be given."""
+    try:
+        pair = compare_runs([f"{out_dir}@0", f"{out_dir}@{step}"])["pairs"][0]
+    except (CompareError, OSError, ValueError) as e:
+        return f"gain: not computed ({e})"
+    return (f"gain {100 * pair['diff']:+.1f} points, 95 % interval [{100 * pair['low']:+.1f}, {100 * pair['high']:+.1f}] "
+            f"over {pair['items']} distinct items (paired; one run: `turnrl compare` pools seeds)")
+
 def _plain(value: Any) -> Any:
     """``value`` with nan as None (JSON has no nan)."""
     if isinstance(value, float) and value != value:  # noqa: PLR0124 — nan

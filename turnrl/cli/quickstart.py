@@ -107,8 +107,8 @@ def train_demo(console: Console, model: str, steps: int, eval_tasks: int, out_di
 
     def show(h: dict[str, float]) -> None:
         if h["step"] == 0:
-            console.print(f"held-out success before training: [bold]{h['eval_success']:.1%}[/] ({eval_tasks} test "
-                          f"problems, greedy)")
+            console.print(f"held-out success before training: [bold]{h['eval_success']:.1%}[/] ({_spread(h)}, "
+                          "greedy)")
             return
         held_out = f", held-out {h['eval_success']:.1%}" if "eval_success" in h else ""
         console.print(f"step {int(h['step'])}/{steps}: reward {h['reward_mean']:.2f}, success {h['success']:.1%} "
@@ -122,9 +122,20 @@ def train_demo(console: Console, model: str, steps: int, eval_tasks: int, out_di
     for label, step in (("before", 0), ("after", steps)):
         items = [json.loads(x) for x in (out / "eval" / f"step-{step}" / "items.jsonl").read_text().splitlines()]
         console.print(f"[dim]{label}:[/dim] " + " | ".join(_esc(repr(_reply(i))) for i in items[:3]), soft_wrap=True)
-    console.print(Panel(f"held-out success {before:.1%} -> {after:.1%} ({100 * (after - before):+.1f} points) after "
-                        f"{steps} GRPO steps in {time.perf_counter() - t0:.0f} s\nrun folder {out}/: metrics.jsonl, "
-                        f"curves.png, eval/step-*/report.md, checkpoint.pt, tb/", expand=False))
+    from turnrl.cli.compare import gain_line
+
+    console.print(Panel(f"held-out success {before:.1%} -> {after:.1%} after {steps} GRPO steps in "
+                        f"{time.perf_counter() - t0:.0f} s ({_spread(history[-1])})\n{gain_line(out_dir, steps)}\n"
+                        f"run folder {out}/: metrics.jsonl, curves.png, eval/step-*/report.md, checkpoint.pt, tb/",
+                        expand=False))
+
+
+def _spread(h: dict[str, float]) -> str:
+    """How many distinct test problems an evaluation read, and its 95 % interval."""
+    if "eval_success_low" not in h:
+        return "held-out test problems"
+    return (f"{h['eval_items']:.0f} distinct test problems, 95 % interval {h['eval_success_low']:.1%}–"
+            f"{h['eval_success_high']:.1%}")
 
 
 def _reply(item: dict[str, Any]) -> str:

@@ -223,7 +223,10 @@ class Trainer:
         the names its ``summarize_episodes`` gives, e.g. ``eval_pag_verifier_balanced_acc``)."""
         success = self.evaluate(out)
         own = self.eval_metrics.get("env") or {}
-        return {"eval_success": success, **{f"eval_{k}": float(v) for k, v in own.items()}}
+        spread = {f"eval_{k}": float(self.eval_metrics[m]) for k, m in
+                  (("items", "distinct_items"), ("success_low", "accuracy_low"), ("success_high", "accuracy_high"))
+                  if self.eval_metrics.get(m) is not None}  # distinct items and the 95 % interval over them
+        return {"eval_success": success, **spread, **{f"eval_{k}": float(v) for k, v in own.items()}}
 
     def _validation(self, out: Path) -> dict[str, float]:
         """The driver's validation: ``val_success`` and the environment's own figures as ``val_<figure>``."""
