@@ -173,3 +173,32 @@ def test_a_variant_without_its_cap_is_refused_with_what_to_set():
         TrainConfig.model_validate({"model": "tiny", "env": {"id": "tests/Upper-v0"},
                                     "algorithm": {"name": "grpo", "behaviour_is": "icepop"},
                                     "optim": {"recompute_logprobs": True}})
+
+
+@pytest.mark.parametrize("split", [{"minibatch_size": 4, "grad_accum": 2}, {"minibatch_size": 2, "grad_accum": 4},
+                                   {"minibatch_size": 1, "grad_accum": 8}, {"minibatch_size": 2, "epochs": 2}])
+def test_counts_and_maxima_do_not_depend_on_how_the_update_is_split(split):
+    """Row k's sampler log-probabilities are off by 0.25 (k − 3) nats a token, so ρ_seq = e^{0.25 (k − 3)}: three of the
+    eight sequences are masked (C = 2) and the largest weight kept is e^0.5, whatever the micro-batches."""
+    from test_learner import episodes
+
+    from turnrl.types import Trajectory
+
+    tok, trajs = episodes()
+    skewed = []
+    for k, t in enumerate(trajs):
+        data = t.model_dump()
+        data["logprobs"] = [x - 0.25 * (k - 3) if m else x for x, m in zip(data["logprobs"], data["loss_mask"])]
+        skewed.append(Trajectory.model_validate(data))
+
+    def update(**optim):
+        cfg = TrainConfig.model_validate({"model": "tiny", "env": {"id": "tests/Upper-v0"},
+                                          "algorithm": {"name": "grpo", "behaviour_is_cap": 2.0,
+                                                        "behaviour_is": "mask-sequence"},
+                                          "optim": {"lr": 1e-2, "recompute_logprobs": True, **optim}})
+        return Learner(cfg, get_algorithm(cfg.algorithm), tiny_model(tok), tok).update(skewed)
+
+    whole, split = update(minibatch_size=8, grad_accum=1), update(**split)
+    assert whole["is_sequences_masked"] == 3.0 and whole["is_weight_max"] == pytest.approx(float(torch.e ** 0.5))
+    assert split["is_sequences_masked"] == whole["is_sequences_masked"]
+    assert split["is_weight_max"] == pytest.approx(whole["is_weight_max"])

@@ -96,8 +96,13 @@ class Algorithm:
     required: ClassVar[tuple[str, ...]] = ("advantages", "counts", "loss")
     #: The metrics of :meth:`loss` that are parts of the step's loss under the global ``counts``, as the loss is: the
     #: learner adds them up over an optimizer step's micro-batches (and ranks) and reports their mean over optimizer
-    #: steps, so they do not depend on how a step is split. Every other metric is the mean of its micro-batch values.
+    #: steps, so they do not depend on how a step is split. Every other metric is the mean of its micro-batch values,
+    #: but those of :attr:`counted_metrics` and the ``*_max`` ones.
     summed_metrics: ClassVar[frozenset[str]] = frozenset({"kl", "nll", "value_loss", "policy_loss"})
+    #: The metrics of :meth:`loss` that count things of the micro-batch (sequences, tokens): the learner adds them up
+    #: over every micro-batch (and rank) and reports one pass's worth (the sum over the update divided by
+    #: ``optim.epochs``). A metric whose name ends in ``_max`` is the largest over micro-batches (and ranks).
+    counted_metrics: ClassVar[frozenset[str]] = frozenset({"is_sequences_masked"})
 
     def __init__(self, config: AlgorithmConfig) -> None:
         if not isinstance(config, self.Config):

@@ -66,6 +66,7 @@ class Objective(Protocol):
     """The learner's view of an algorithm (:class:`turnrl.rl.algorithms.Algorithm` documents each call)."""
 
     summed_metrics: frozenset[str]
+    counted_metrics: frozenset[str]
 
     @property
     def critic_only_steps(self) -> int:

@@ -270,14 +270,14 @@ class Learner(WeightsAndState):
                     self.backward(loss, last=j == len(plan) - 1)
                     if idx is None:  # the same metric keys on every rank (their sums are all-reduced), adding 0
                         for key in metrics:
-                            sums[key] = sums.get(key, zero)
+                            sums[key] = sums.get(key, zero - float("inf") if key.endswith("_max") else zero)
                         continue
                     window_loss += float(loss.detach())
                     if epoch == 0:  # the learner's first look at each row
                         first_logp[idx] = fwd.logp.detach().float()
                         first_after[idx] = float(n_windows)
                     for key, v in metrics.items():
-                        sums[key] = sums.get(key, zero) + float(v)
+                        sums[key] = combine(key, sums.get(key), float(v))
                     n_micro += 1
                 grad_norm = self.optimizer_step()
                 sums["grad_norm"] = sums.get("grad_norm", zero) + float(grad_norm)
@@ -292,8 +292,10 @@ class Learner(WeightsAndState):
         first_logp = self.all_reduce(first_logp)
         first_after = self.all_reduce(first_after, "max").long().tolist()
         summed = self.algorithm.summed_metrics  # parts of the loss: a window's sum, averaged over windows
-        micro = {k: self.all_reduce(v) / (n_windows if k in summed else n_micro) for k, v in sums.items()
-                 if k not in ("grad_norm", "loss")}
+        counted = self.algorithm.counted_metrics  # counts over the batch: every micro-batch's, one pass's worth
+        micro = {k: self.all_reduce(v, "max") if k.endswith("_max") else
+                 self.all_reduce(v) / (n_windows if k in summed else self.cfg.optim.epochs if k in counted else n_micro)
+                 for k, v in sums.items() if k not in ("grad_norm", "loss")}
         out = {k: float(v) for k, v in micro.items()}
         out.update(grad_norm=float(sums["grad_norm"]) / n_windows, loss=float(sums["loss"]) / n_windows)
         _annotate(_trainable(trajectories), exp, first_logp, first_after)
@@ -343,6 +345,14 @@ def _annotate(kept: list[Trajectory], exp: Experience, learner_logp: torch.Tenso
         traj.metadata["advantages"] = [round(a, 6) if k else None for a, k in zip(adv[i, :n].tolist(), m)]
         traj.metadata["learner_logprobs"] = [round(v, 6) if k else None for v, k in zip(logp[i, :n].tolist(), m)]
         traj.metadata["learner_logprobs_after"] = after[i]
+
+
+def combine(key: str, total: torch.Tensor | None, value: float) -> torch.Tensor:
+    """One micro-batch's ``value`` of metric ``key`` into the update's ``total`` (None: the first): a ``*_max`` is the
+    largest, every other metric is added up (then divided by what :meth:`Learner.update` says for its kind)."""
+    if total is None:
+        return torch.tensor(value, dtype=torch.float64)
+    return torch.maximum(total, torch.tensor(value, dtype=torch.float64)) if key.endswith("_max") else total + value
 
 
 def _sum_counts(parts: list[dict[str, torch.Tensor]], reduce: Any = None) -> dict[str, torch.Tensor]:
