@@ -77,6 +77,19 @@ def test_against_a_frozen_player_only_the_policys_seat_trains_in_turn(tmp_path):
     assert {t.metadata["seat"] for t in episodes(tmp_path / "x", 1)} == {"x"}
 
 
+def test_games_from_the_empty_board_train_and_evaluate(tmp_path):
+    """max_opening 0: one starting state, the empty board, in training and in the held-out games (held out then by
+    the opponent only)."""
+    history = trainer(config(tmp_path, steps=1, env={"id": "turnrl/TicTacToe-v0", "kwargs": {"max_opening": 0}})
+                      ).train()
+    assert [int(h["step"]) for h in history if "eval_success" in h] == [0, 1]
+    trajs = episodes(tmp_path, 1)
+    assert trajs and all("starts from this position" not in m.content for t in trajs for m in t.prompt)
+    report = json.loads((tmp_path / "eval" / "step-1" / "metrics.json").read_text())
+    assert report["episodes"] == 4 and report["env_kwargs"] == {"max_opening": 0, "split": "test"}
+    assert report["opponent"] == "random"
+
+
 def test_the_league_enters_versions_by_its_rules_and_plays_them_frozen(tmp_path):
     league = League(LeagueConfig(size=2, every=2, latest=0.0), seed=0)
     model = torch.nn.Linear(2, 2)

@@ -7,7 +7,8 @@ too), a draw 0; ``infos[seat]["outcome"]`` says ``win``, ``loss`` or ``draw``.
 
 Starting states (``options={"index": i}``): every position reachable by zero to three opening moves without a
 winner, split by a hash of the position into ``train`` (nine in ten) and ``test``: held-out evaluation plays
-openings training never saw. Two opponents need no model: :func:`best_move` (minimax: never loses) and
+openings training never saw. With ``max_opening=0`` every game of either split starts from the empty board (there is
+no position to hold out): a held-out evaluation then differs from training by its opponent only. Two opponents need no model: :func:`best_move` (minimax: never loses) and
 :func:`random_move`.
 """
 
@@ -128,7 +129,7 @@ class TicTacToe(MultiAgentTextEnv):
 
     Args:
         split: ``"train"`` or ``"test"``: the openings ``options={"index": i}`` draws from.
-        max_opening: the most opening moves a starting position has (0: always the empty board).
+        max_opening: the most opening moves a starting position has (0: always the empty board, in either split).
         retries: invalid moves a seat may retry per turn before it forfeits.
         max_turns, render_mode: as :class:`~turnrl.envs.multiagent.core.MultiAgentTextEnv`.
     """
@@ -144,20 +145,21 @@ class TicTacToe(MultiAgentTextEnv):
             raise ValueError(f"max_opening must be 0–3, got {max_opening}")
         if retries < 0:
             raise ValueError(f"retries must be ≥ 0, got {retries}")
-        if not openings(split, max_opening):
-            raise ValueError(f"the {split} split holds no opening of at most {max_opening} moves (the empty board is "
-                             "a train position): raise max_opening or use split='train'")
         super().__init__(max_turns=max_turns, render_mode=render_mode)
         self.split, self.max_opening, self.retries = split, max_opening, retries
         self.board = "." * 9
         self.tries = 0
 
+    def positions(self) -> tuple[str, ...]:
+        """The starting positions of the split: its openings, or the empty board alone with ``max_opening=0``."""
+        return openings(self.split, self.max_opening) if self.max_opening else ("." * 9,)
+
     def __len__(self) -> int:
         """How many starting positions the split holds."""
-        return len(openings(self.split, self.max_opening))
+        return len(self.positions())
 
     def _reset(self, options: dict[str, Any]) -> None:
-        positions = openings(self.split, self.max_opening)
+        positions = self.positions()
         index = options.get("index")
         self.board = positions[int(index) % len(positions)] if index is not None else \
             positions[int(self.np_random.integers(len(positions)))]
