@@ -19,7 +19,7 @@ one problem) collapse to their mean (``turnrl.stats.collapse``), and the two eva
 they must hold the same items. Today's gain is the mean paired difference with its paired bootstrap 95 % interval
 over the distinct items (``turnrl.stats.paired_bootstrap``, 10,000 resamples, seed 0, so one run gives one answer).
 
-A claim **holds** when today's re-run gives both:
+A claim **holds** when today's re-run gives all of:
 
 1. an interval that excludes zero in the claimed direction (for a gain, ``low > 0``): training still gains at all.
    With ``min_gain`` the interval must exclude that much instead (``low > min_gain``), on the whole evaluation and on
@@ -27,7 +27,10 @@ A claim **holds** when today's re-run gives both:
    on tasks it never saw;
 2. the published gain inside today's interval of the gain: the size of the published gain is reproduced, not just
    its sign. The gain, not the final figure, is what is compared: the claim is what training adds, and a final
-   figure can match while the gain does not (a re-measured split moves before and after together).
+   figure can match while the gain does not (a re-measured split moves before and after together);
+3. where every item is right or wrong, McNemar's exact test rejecting "no change" at 5 %: a percentile bootstrap is
+   too narrow when only a few items change (4 items gained and none lost out of 102 gives a bootstrap interval above
+   zero, p = 0.125).
 
 How close the published figure must be is therefore today's interval, not a fixed noise: it narrows with the number
 of distinct items and widens where few items differ between before and after; the table reports ``n`` per claim.
@@ -53,7 +56,7 @@ from pathlib import Path
 
 from tppo_vs_ppo import points
 
-from turnrl.stats import Paired, collapse, paired_bootstrap
+from turnrl.stats import Paired, collapse, mcnemar_exact, paired_bootstrap
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIDENCE = 0.95
@@ -191,6 +194,13 @@ def verdict(claim: Claim, out: Path) -> dict[str, object]:
             noun = "gain" if sign > 0 else "loss"
             what = f"a {noun} of more than {100 * bound:.0f} points" if bound else f"a {noun}"
             why.append(f"the interval{'' if name == 'all' else ' on ' + name} does not show {what}")
+    a, b = outcomes(first), outcomes(last)
+    items = list(a)
+    if all(v in (0.0, 1.0) for v in [*a.values(), *b.values()]):  # right-or-wrong items: the exact test as well
+        test = mcnemar_exact([a[k] for k in items], [b[k] for k in items])
+        if not test.p_value < 1 - CONFIDENCE:  # a percentile bootstrap is too narrow when few items change
+            why.append(f"McNemar's exact test does not reject no change (p = {test.p_value:.3g}: "
+                       f"{test.only_b} item(s) gained, {test.only_a} lost)")
     whole = parts["all"]
     if not whole.low - 1e-9 <= claim.gain <= whole.high + 1e-9:
         why.append(f"the published gain {points_(claim.gain)} lies outside today's interval "

@@ -99,6 +99,16 @@ def test_the_gain_is_paired_on_distinct_items_and_holds_only_near_the_published_
     assert v["holds"] and v["why"] == "" and p.mean_a == 0.5 and p.mean_b == 0.75 and p.low > 0 and p.high < 0.5
 
 
+def test_a_few_items_gained_do_not_hold_a_claim_even_when_the_bootstrap_interval_excludes_zero(tmp_path):
+    """The review's case: 51 -> 55 of 102, no item lost. The percentile bootstrap's interval lies above zero, but
+    McNemar's exact test on 4 discordant items gives p = 0.125: the claim does not hold."""
+    claim = claims.Claim("c", "doc", "true", (0.5, 0.54), 1)
+    before = [i < 51 for i in range(102)]
+    after = [i < 55 for i in range(102)]
+    v = claims.verdict(claim, fake_run(tmp_path / "few", before, after))
+    assert v["parts"]["all"].low > 0 and not v["holds"] and "McNemar's exact test" in v["why"] and "p = 0.125" in v["why"]
+
+
 def test_repeats_of_an_item_collapse_before_pairing_and_rows_without_items_fall_back_to_task_id(tmp_path):
     claim = claims.Claim("c", "doc", "true", (0.25, 0.75), 1)
     # 64 tasks but 8 distinct items (each posed 8 times): 8 items decide, not 64

@@ -109,8 +109,9 @@ def test_compare_reads_training_runs_at_their_last_or_named_step(folders, tmp_pa
 def test_compare_pools_pairs_as_seeds_with_a_t_interval(folders, tmp_path):
     figures, output = compare_json(tmp_path, folders / "a", folders / "b", folders / "b", folders / "a")
     o = figures["over_seeds"]
-    assert o["seeds"] == 2 and o["diff"] == pytest.approx(0.0) and o["method"] == "t over 2 seeds"
-    se = (4 / 12) * math.sqrt(2) / math.sqrt(2)  # differences +1/3 and -1/3: sd (ddof=1) 1/3·√2, over √2 seeds
+    assert o["seeds"] == 2 and o["diff"] == pytest.approx(0.0) and o["method"].startswith("t over 2 seeds")
+    # differences +1/3 and -1/3: sd (ddof=1) 1/3·√2, over √2 seeds; plus each pair's own (bootstrap) variance
+    se = math.sqrt(((4 / 12) * math.sqrt(2)) ** 2 / 2 + sum(p["se"] ** 2 for p in figures["pairs"]) / 2)
     assert o["se"] == pytest.approx(se) and o["high"] == pytest.approx(12.706204736 * se)
     assert "over 2 seed(s)" in output
 
@@ -121,9 +122,19 @@ def test_compare_joins_old_folders_by_task_id_and_says_so(folders, tmp_path):
     rows = [json.loads(x) for x in (old / "items.jsonl").read_text().splitlines()]
     (old / "items.jsonl").write_text("".join(json.dumps({k: v for k, v in r.items() if k != "item"}) + "\n"
                                              for r in rows))
-    for pair in ((old, folders / "b"), (folders / "b", old)):
-        figures, output = compare_json(tmp_path, *pair)
-        assert figures["pairs"][0]["items"] == 12 and "joined by task_id" in output
+    old_b = tmp_path / "old_b"
+    shutil.copytree(old, old_b)
+    figures, output = compare_json(tmp_path, old, old_b)  # two old folders: joined by task id, and said
+    assert figures["pairs"][0]["items"] == 12 and "joined by task_id" in output
+    for pair in ((old, folders / "b"), (folders / "b", old)):  # old against new: the ids may name other problems
+        result = compare(*pair)
+        assert result.exit_code == 2 and "before items were named" in result.output
+
+
+def test_compare_refuses_an_evaluation_against_itself(folders, tmp_path):
+    """The review's case: a training run whose last evaluation is still being written is read at step 0 twice."""
+    result = compare(folders / "a", folders / "a")
+    assert result.exit_code == 2 and "are the same evaluation" in result.output
 
 
 def test_compare_refuses_odd_arguments_and_folders_without_run_json(folders, tmp_path):

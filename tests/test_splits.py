@@ -185,3 +185,22 @@ def test_validate_every_on_an_environment_without_a_validation_split_is_refused(
     config.write_text(f"model: tiny\nenv: {{id: tests/Upper-v0}}\nvalidate_every: 1\nout_dir: {tmp_path / 'run'}\n")
     result = CliRunner().invoke(app, ["train", str(config), "--import", "toy_envs"])
     assert result.exit_code != 0 and "declares no validation split" in result.output
+
+
+def test_validation_problems_a_run_trains_on_are_refused(data_dir):
+    """The review's cases: a run trained on its validation split, and GSM8K given one file by path for both."""
+    from turnrl.rl.run.evaluate import HeldOutError, check_validation
+
+    on_validation = turnrl.make("turnrl/Arithmetic-v0", split="validation")
+    with pytest.raises(HeldOutError, match="would pose 42 problem"):
+        check_validation("turnrl/Arithmetic-v0", on_validation, {"split": "validation"}, 64)
+    check_validation("turnrl/Arithmetic-v0", turnrl.make("turnrl/Arithmetic-v0"), {"split": "validation"}, 64)
+    with pytest.raises(ValueError, match="validation would be the training problems"):
+        turnrl.make("turnrl/GSM8K-v0", split="validation", path=str(data_dir / "gsm8k" / "train.jsonl"))
+
+
+def test_the_check_reads_the_training_split_whichever_split_the_environment_was_made_with(data_dir):
+    for env_id, train in (("turnrl/GSM8K-v0", "train"), ("turnrl/Arithmetic-v0", "train"),
+                          ("turnrl/Functions-v0", "train")):
+        report = check_splits(env_id, {"split": "test"}, limit=2000)
+        assert report.ok and train in report.tasks and len(report.overlaps) == 3, str(report)

@@ -153,12 +153,20 @@ def _paired(diff: float, low: float = -1.0, high: float = 1.0) -> Paired:
     return Paired(10, 0.5, 0.5 + diff, diff, 0.1, low, high)
 
 
-def test_pooled_paired_uses_a_t_interval_over_seeds():
+def test_pooled_paired_uses_a_t_interval_over_seeds_with_the_items_noise():
     got = pooled_paired([_paired(0.1), _paired(0.2), _paired(0.3)])
-    se = 0.1 / math.sqrt(3)  # the seeds' sd (ddof=1) is 0.1
+    se = math.sqrt(0.1**2 / 3 + 0.1**2)  # the seeds' sd (ddof=1) is 0.1 over 3 seeds; each seed's own se 0.1
     assert got.seeds == 3 and got.diff == pytest.approx(0.2) and got.se == pytest.approx(se)
     assert (got.low, got.high) == pytest.approx((0.2 - 4.302652730 * se, 0.2 + 4.302652730 * se))
     assert "t over 3 seeds" in got.method
+
+
+def test_seeds_that_agree_do_not_make_an_interval_of_zero_width():
+    """The review's case: three seeds, each one item better of 102 (each seed's own interval includes 0); their
+    spread is 0, but the items' noise is common to all three and must keep the pooled interval around 0."""
+    one = paired_bootstrap([0.0] * 102, [1.0] + [0.0] * 101)
+    got = pooled_paired([one, one, one])
+    assert one.low <= 0.0 and got.low < 0.0 < got.high
 
 
 def test_pooled_paired_with_one_seed_keeps_its_bootstrap_interval_and_with_none_is_nan():

@@ -227,9 +227,14 @@ def mcnemar_exact(a: Sequence[float], b: Sequence[float]) -> McNemar:
 
 def pooled_paired(per_seed: Sequence[Paired], confidence: float = 0.95) -> Pooled:
     """Several seeds' paired differences (one :class:`Paired` per seed) as one figure: ``diff`` is the mean of the
-    seeds' differences. With two or more seeds the interval is Student's t over seeds, ``diff ± t(k-1)·s/sqrt(k)``
-    (``s`` the seeds' standard deviation, ``k`` seeds; it counts the seed-to-seed spread, not each seed's item
-    noise). With one seed it is that seed's own bootstrap interval. No seeds: nan figures.
+    seeds' differences.
+
+    With two or more seeds the interval is ``diff ± t(k-1)·se`` with ``se = sqrt(s²/k + mean(se_i²))``: ``s`` the
+    seeds' standard deviation (their spread), ``k`` seeds, ``se_i`` each seed's own bootstrap standard error. The
+    seeds are evaluated on the *same* items, so the noise of which items were drawn is common to all of them and
+    does not shrink with ``k``: the second term keeps it (a spread of zero between seeds whose own intervals include
+    zero must not give an interval that excludes it). Conservative: some item noise is counted in ``s`` as well.
+    With one seed it is that seed's own bootstrap interval. No seeds: nan figures.
     """
     k = len(per_seed)
     if k == 0:
@@ -239,6 +244,7 @@ def pooled_paired(per_seed: Sequence[Paired], confidence: float = 0.95) -> Poole
         return Pooled(1, only.diff, only.se, only.low, only.high, "paired bootstrap (one seed)")
     diffs = np.asarray([p.diff for p in per_seed], dtype=float)
     mean = float(diffs.mean())
-    se = float(diffs.std(ddof=1)) / math.sqrt(k)
+    item_var = float(np.mean([p.se**2 for p in per_seed]))
+    se = math.sqrt(float(diffs.var(ddof=1)) / k + item_var)
     half = t_value(confidence, k - 1) * se
-    return Pooled(k, mean, se, mean - half, mean + half, f"t over {k} seeds")
+    return Pooled(k, mean, se, mean - half, mean + half, f"t over {k} seeds, with the items' own noise")

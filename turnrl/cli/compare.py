@@ -160,6 +160,15 @@ def compare_pair(a: Arm, b: Arm, *, allow_items: bool = False, allow_protocol: b
     from turnrl.stats import mcnemar_exact, mean_interval, paired_bootstrap
 
     notes: list[str] = []
+    if a.folder.resolve() == b.folder.resolve():
+        raise CompareError(f"{a.label} and {b.label} are the same evaluation ({a.folder}): nothing to compare (a "
+                           "training run's OUT_DIR is read at its last complete evaluation; name the steps, OUT_DIR@N)")
+    named = [any(r.get("item") is not None for r in arm.rows) for arm in (a, b)]
+    if named[0] != named[1]:  # the task ids of two split versions may name different problems
+        old = a if not named[0] else b
+        raise CompareError(f"{old.folder} was evaluated before items were named by their canonical form, the other "
+                           "after: the same task id may pose different problems in the two (the splits changed on "
+                           "2026-12-05); evaluate both with today's turnrl")
     if a.settings is None or b.settings is None:
         lacking = a if a.settings is None else b
         if not allow_protocol:

@@ -245,4 +245,4 @@ class ArithmeticEnv(MathEnv):
     ) -> None:
         levels = [level] if isinstance(level, int) else list(level)
         super().__init__(ArithmeticTasks(levels, split, size), **options)
-        self.split, self.held_out_split, self.validation_split = split, "test", "validation"
+        self.split, self.held_out_split, self.validation_split, self.train_split = split, "test", "validation", "train"

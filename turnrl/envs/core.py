@@ -102,6 +102,10 @@ class TextEnv(gym.Env[Obs, str]):
     #: never reads the test split (a training run's ``eval_every`` watches it with ``eval_split: validation``); None
     #: where the environment has none.
     validation_split: str | None = None
+    #: The split a training run on this environment reads (``"train"``, HotPotQA's ``"dev-train"``), so that
+    #: ``turnrl envs check`` compares it with the held-out and validation splits even when the environment was made
+    #: with another; None where it has none (a test set).
+    train_split: str | None = None
     #: Keyword arguments this environment is evaluated with unless the caller names them (e.g. PAG's
     #: ``{"mode": "eval"}``: revise whenever the verdict is not "correct"); each is also an attribute of the env.
     evaluation_options: dict[str, Any] = {}  # noqa: RUF012 — read-only

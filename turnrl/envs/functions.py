@@ -169,4 +169,4 @@ class FunctionsEnv(CodeEnv):
     def __init__(self, split: Literal["train", "validation", "test"] = "train", size: int | None = None,
                  **options: Any) -> None:
         super().__init__(FunctionTasks(split, size), **options)  # type: ignore[arg-type]
-        self.split, self.held_out_split, self.validation_split = split, "test", "validation"
+        self.split, self.held_out_split, self.validation_split, self.train_split = split, "test", "validation", "train"

@@ -142,6 +142,7 @@ class HotPotQAEnv(ToolEnv):
         parts = split in _DEV_PARTS
         self.split, self.held_out_split = split, ("dev-test" if parts else "dev")
         self.validation_split = "dev-validation" if parts else None
+        self.train_split = "dev-train" if parts else ("train" if split == "train" else None)
 
     # ---- tools (closures over the current episode) ----
 

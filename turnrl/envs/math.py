@@ -168,6 +168,10 @@ def gsm8k_tasks(split: str = "test", path: str | Path | None = None) -> list[Tas
         )
         for i, r in enumerate(load_rows("gsm8k", file, path))
     ]
+    if split == "validation" and path is not None:
+        raise ValueError("split 'validation' is the GSM8K train file's last 500 problems; with path=… the file is "
+                         "taken whole, so validation would be the training problems: evaluate another file by path "
+                         "with split 'test', or leave path out")
     if file == "train" and path is None:  # a file given by path is taken whole, as the caller asked
         cut = len(tasks) - GSM8K_VALIDATION_SIZE
         tasks = tasks[cut:] if split == "validation" else tasks[:cut]
@@ -213,7 +217,7 @@ class GSM8KEnv(MathEnv):
         **options: Any,
     ) -> None:
         super().__init__(_limit(gsm8k_tasks(split, path), limit), **options)
-        self.split, self.held_out_split, self.validation_split = split, "test", "validation"
+        self.split, self.held_out_split, self.validation_split, self.train_split = split, "test", "validation", "train"
 
 
 class MATH500Env(MathEnv):

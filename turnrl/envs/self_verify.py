@@ -145,6 +145,7 @@ class SelfVerify(TextEnv):
         self.env = inner
         self.split, self.held_out_split = getattr(inner, "split", None), getattr(inner, "held_out_split", None)
         self.validation_split = getattr(inner, "validation_split", None)
+        self.train_split = getattr(inner, "train_split", None)
         self.alpha = float(alpha)
         self.mode = mode
         self.verify_prompt = verify_prompt

@@ -2,7 +2,8 @@
 form (:func:`turnrl.envs.splits.canonical_key`), the problems two splits share and the held-out problems that repeat.
 
 An environment names its splits with ``split`` (the one it was made with: training, unless told otherwise),
-``held_out_split`` and ``validation_split`` (:class:`turnrl.envs.core.TextEnv`). The check makes the environment once
+``held_out_split``, ``validation_split`` and ``train_split`` (:class:`turnrl.envs.core.TextEnv`); every one it names
+is read, whichever it was made with. The check makes the environment once
 per split and reads its tasks through ``task_at`` — the first :data:`TRAIN_LIMIT` of a split that streams (a
 generated training split of 100,000 indices), all of the others. A problem in the training split and in the
 held-out or validation split is an **overlap**: a held-out figure on it measures memory, not skill, and the check
@@ -93,7 +94,8 @@ def check_splits(env_id: str, kwargs: dict[str, Any] | None = None, *, limit: in
     try:
         base = env.unwrapped
         own = getattr(base, "split", None)
-        named = {"held-out": getattr(base, "held_out_split", None), "validation": getattr(base, "validation_split", None)}
+        named = {"held-out": getattr(base, "held_out_split", None), "validation": getattr(base, "validation_split", None),
+                 "training": getattr(base, "train_split", None)}
         keys: dict[str, list[str]] = {}
         if own is None or named["held-out"] is None:
             report.notes.append("declares no split and held-out split: nothing to compare")

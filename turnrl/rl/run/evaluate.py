@@ -136,6 +136,28 @@ def check_held_out(env_id: str, train_env: Any, held_env: Any, n_tasks: int) -> 
             "env.eval_kwargs (e.g. split: test) to tasks the policy does not train on")
 
 
+def check_validation(env_id: str, train_env: Any, kwargs: dict[str, Any], n_tasks: int) -> None:
+    """Refuse validation problems (the first ``n_tasks`` of the environment made with ``kwargs``) that the run trains
+    on, by canonical form: a step chosen on them would be chosen on training problems (a run trained on its
+    validation split, or a dataset given whole by path for both).
+
+    Raises:
+        HeldOutError: they share problems.
+    """
+    from turnrl.envs.registry import make
+    from turnrl.envs.split_check import SHOWN, held_out_overlap
+
+    val_env = make(env_id, **kwargs)
+    try:
+        shared = held_out_overlap(train_env, val_env, n_tasks) or []
+    finally:
+        val_env.close()
+    if shared:
+        raise HeldOutError(f"{env_id}: the validation split {kwargs.get('split')!r} would pose {len(shared)} problem(s) "
+                           f"this run trains on, e.g. {', '.join(repr(k) for k in shared[:SHOWN])}; choices made on it "
+                           "would be made on training problems. Train on the training split")
+
+
 def split_line(env: Any, first: int, last: int, first_id: str | None, last_id: str | None) -> str:
     """One line for a report: which split the tasks came from, whether it is held out, and which tasks."""
     split, held = getattr(env, "split", None), getattr(env, "held_out_split", None)

@@ -154,7 +154,7 @@ class Trainer:
             ValueError: ``split="validation"`` on an environment that declares no validation split.
         """
         from turnrl.envs.registry import make
-        from turnrl.rl.run.evaluate import check_held_out, evaluate, run_eval_kwargs
+        from turnrl.rl.run.evaluate import check_held_out, check_validation, evaluate, run_eval_kwargs
         from turnrl.rl.sources.onpolicy import context_budget
 
         self.learner.sync_driver()  # a learner group: bring the driver's copy up to date
@@ -192,6 +192,10 @@ class Trainer:
                         check_held_out(self.cfg.env.id, train_env, held_env, self.cfg.eval_tasks)
                     finally:
                         held_env.close()
+                if self.cfg.validate_every and self._validation_split is not None:
+                    check_validation(self.cfg.env.id, train_env, {**self._eval_kwargs,
+                                                                  "split": self._validation_split},
+                                     self.cfg.validation_tasks)
             finally:
                 train_env.close()
         kwargs, limit = self._eval_kwargs, self.cfg.eval_tasks
