@@ -76,6 +76,31 @@ def test_a_tool_environment_runs_its_own_tools_on_the_policys_calls():
     assert played.error is None and played.turns[0].reward == 0.0 and "not valid JSON" in played.turns[0].info["error"]
 
 
+def test_a_rewritten_history_renders_each_tool_call_once():
+    """The call blocks the policy wrote go to the environment as ``tool_calls``, and its content is the text around
+    them: a history the environment sends back (here trimmed) renders each call once, from ``tool_calls``."""
+    from turnrl.agents.tiny import tiny_tokenizer
+    from turnrl.tokens import ChatRenderer
+
+    call = '<tool_call>{"name": "add", "arguments": {"a": 1, "b": 2}}</tool_call>'
+    env = turnrl.make(SUM, kind="tools", trim=True, describe_tools=False)
+    try:
+        played = play_episode(env, scripted(f"Let me add. {call}", f"Again. {call}", "<answer>3</answer>"),
+                              options={"index": 1})
+        tools = env.tool_schemas()
+    finally:
+        env.close()
+    assert played.error is None and played.turns[-1].reward == 1.0
+    assert [bool(t.info.get("history")) for t in played.turns] == [False, True, False]
+    history = played.turns[1].observation
+    assistant = next(m for m in history if m.role == "assistant")
+    assert assistant.content == "Again." and [(c.name, c.arguments) for c in assistant.tool_calls] == [
+        ("add", {"a": 1, "b": 2})]
+    text = ChatRenderer(tiny_tokenizer("qwen_tools"), tools).render(list(history), add_generation_prompt=True)
+    turn = text.split("<|im_start|>assistant")[1].split("<|im_end|>")[0]
+    assert turn.count("<tool_call>") == 1 and "Again." in turn
+
+
 def test_a_multi_turn_game_gives_its_feedback_and_a_rewritten_history_is_the_whole_observation():
     env = turnrl.make(SUM, kind="guess", max_turns=6)
     try:

@@ -2,7 +2,8 @@
 classic environments), for tests/test_verifiers_env.py: ``turnrl.make("verifiers:vf_envs", kind=...)``.
 
 * ``sum``: a SingleTurnEnv of additions with a held-out eval dataset, graded by a Rubric over an XMLParser.
-* ``tools``: a ToolEnv whose ``add`` tool the model calls before it answers.
+* ``tools``: a ToolEnv whose ``add`` tool the model calls before it answers (``trim``: it keeps only the opening and
+  the latest exchange in what it sends the model, a history it rewrites).
 * ``guess``: a MultiTurnEnv number-guessing game (feedback after each guess; ``trim`` keeps only the latest
   exchange in what it sends the model: a history it rewrites).
 * ``broken``: ``sum`` with a reward function that raises; ``grouped``: a rubric with a group-level reward function;
@@ -91,6 +92,17 @@ class GuessEnv(vf.MultiTurnEnv):
         return [*opening, *messages[-2:]]
 
 
+class TrimmedToolEnv(vf.ToolEnv):
+    """A ToolEnv that sends the model the opening and the latest exchange only (a history it rewrites)."""
+
+    async def get_prompt_messages(self, state):
+        """The opening and, past the first exchange, the last assistant message and what answered it."""
+        messages = await super().get_prompt_messages(state)
+        if len(messages) <= 4:
+            return messages
+        return [*state["prompt"], *messages[-2:]]
+
+
 def solved(state, **kwargs) -> float:
     """1 when the secret was guessed."""
     return 1.0 if state.get("solved") else 0.0
@@ -111,8 +123,8 @@ def load_environment(kind: str = "sum", n: int = 8, trim: bool = False, delay: f
                                 parser=parser, rubric=rubric, **kwargs)
     if kind == "tools":
         rubric = vf.Rubric(funcs=[correct_answer], parser=parser)
-        return vf.ToolEnv(dataset=_sums(n), system_prompt=SYSTEM, parser=parser, rubric=rubric, tools=[add],
-                          max_turns=max_turns, **kwargs)
+        return (TrimmedToolEnv if trim else vf.ToolEnv)(dataset=_sums(n), system_prompt=SYSTEM, parser=parser,
+                                                       rubric=rubric, tools=[add], max_turns=max_turns, **kwargs)
     if kind in ("guess", "slow"):
         rows = [{"question": "Guess my number between 1 and 9.", "answer": str(s)} for s in (3, 7, 5, 2, 8, 4, 6, 1)]
         rubric = vf.Rubric(funcs=[solved], parser=parser)

@@ -42,6 +42,7 @@ import inspect
 import json
 import math
 import queue
+import re
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -269,8 +270,9 @@ class VerifiersEnv(TextEnv):
 
     def _assistant(self, action: str) -> tuple[dict[str, Any], dict[str, Any]]:
         """The policy's text as the assistant message of a chat completion — with ``tool_calls`` parsed from its
-        ``<tool_call>`` blocks where the request offered tools (the text around them stays its content; each call
-        gets a fresh id) — and the step's ``info`` (the calls, and what could not be parsed)."""
+        ``<tool_call>`` blocks where the request offered tools (the text around them, without the blocks, is its
+        content, as an OpenAI server answers: a history the environment sends back renders each call once; each
+        call gets a fresh id) — and the step's ``info`` (the calls, and what could not be parsed)."""
         info: dict[str, Any] = {"role": "policy"}
         if not self._tools:
             return {"role": "assistant", "content": action}, info
@@ -283,7 +285,20 @@ class VerifiersEnv(TextEnv):
                   "function": {"name": call.name, "arguments": json.dumps(call.arguments)}} for call in parsed.calls]
         info["tool_calls"] = [{"name": c["function"]["name"], "arguments": call.arguments, "id": c["id"]}
                               for c, call in zip(calls, parsed.calls)]
-        return {"role": "assistant", "content": action, "tool_calls": calls}, info
+        return {"role": "assistant", "content": without_calls(action, self._parser), "tool_calls": calls}, info
+
+
+CALL_BLOCK = re.compile(r"\s*<tool_call>.*?</tool_call>", re.S)  # HermesParser's blocks, with the space before them
+
+
+def without_calls(text: str, parser: HermesParser) -> str:
+    """``text`` without the ``<tool_call>`` blocks that ``parser`` reads as calls (the message's content once
+    ``tool_calls`` carry them); a block it cannot read stays, as the model wrote it."""
+    def drop(block: re.Match[str]) -> str:
+        parsed = parser.parse(block.group(0))
+        return "" if parsed.calls and not parsed.errors else block.group(0)
+
+    return CALL_BLOCK.sub(drop, text).strip()
 
 
 def make_verifiers_env(env_id: str, **kwargs: Any) -> VerifiersEnv:
