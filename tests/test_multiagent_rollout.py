@@ -175,9 +175,21 @@ def test_max_context_bounds_each_seats_whole_sequence(tok, budget):
     assert any(turn.info.get("cut_by") == "context" for t in played for turn in t.turns)
 
 
+def scripted_game(tok, **limits):
+    """One game from the empty board, x playing 1, 2, 3 (it wins at its third move) and o 4, 5."""
+    moves = {"x": iter(["1", "2", "3"]), "o": iter(["4", "5"])}
+    players = {seat: ScriptedAgent(tok, lambda prompt, seat=seat: next(moves[seat])) for seat in moves}
+    return MultiAgentRollout(players, PARAMS, **limits).run(games(1, max_opening=0))
+
+
 def test_max_context_and_max_moves_truncate(tok):
-    trajs = MultiAgentRollout({"p": hf(tok, 0)}, PARAMS, max_context=80).run(games(1))
-    assert all(t.truncated for t in trajs) and all(len(t.token_ids or []) < 80 + 6 for t in trajs)
+    full = scripted_game(tok)
+    assert [len(t.turns) for t in full] == [3, 2] and not any(t.truncated for t in full)
+    budget = full[0].turns[0].obs_span[1]  # x's sequence once told o's first move: no room left to move
+    cut = scripted_game(tok, max_context=budget)
+    assert [len(t.turns) for t in cut] == [1, 1] and all(t.truncated for t in cut)  # each seat moved once
+    for t, whole in zip(cut, full):  # what each seat holds is what it held in the whole game, up to the cut
+        assert len(t.token_ids) < budget and t.token_ids == whole.token_ids[:len(t.token_ids)]
     trajs = MultiAgentRollout({"p": hf(tok, 0)}, PARAMS, max_moves=1).run(games(1, max_opening=0))
     assert trajs[0].truncated and len(trajs[0].turns) == 1 and not trajs[1].turns
 
