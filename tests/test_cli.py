@@ -87,7 +87,7 @@ def test_quickstart_config_file_is_the_embedded_run():
 def test_every_shipped_config_validates_and_names_a_registered_env():
     import turnrl
     from turnrl.rl.run.evaluate import run_eval_kwargs
-    from turnrl.rl.run.evaluate import check_held_out
+    from turnrl.rl.run.held_out import check_held_out
     from turnrl.rl.run.trainer import load_config
 
     paths = sorted((REPO / "configs").glob("*.yaml"))

@@ -153,7 +153,7 @@ def test_training_on_the_whole_dev_file_is_refused_before_a_model_loads(tmp_path
     from typer.testing import CliRunner
 
     from turnrl.cli.commands import app
-    from turnrl.rl.run.evaluate import HeldOutError, check_held_out
+    from turnrl.rl.run.held_out import HeldOutError, check_held_out
 
     dev = turnrl.make("turnrl/HotPotQA-v0")
     with pytest.raises(HeldOutError, match="would pose 100 problem"):

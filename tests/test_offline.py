@@ -290,3 +290,34 @@ def test_rollout_then_dqo_dpo_and_rft_from_the_file_through_the_cli(tmp_path):
         assert all(h["generated_tokens"] == 0 for h in history[1:])  # no rollouts while training
     dpo = json.loads((tmp_path / "dpo" / "metrics.jsonl").read_text().splitlines()[-1])
     assert dpo["dpo_pairs"] > 0 and "dpo_skipped_tasks" in dpo
+
+
+def test_a_dataset_that_poses_held_out_problems_is_refused_before_training(tmp_path):
+    """Issue 77's review: offline data was never checked against the run's held-out problems. `turnrl rollout`
+    records each task's canonical form; an offline run refuses rows that pose its held-out (or validation) problems,
+    and warns about rows without one (older datasets)."""
+    from turnrl.rl.run.held_out import check_dataset
+
+    tok = tiny_tokenizer("chatml")
+    def solve(prompt: str) -> str:  # right on every sum (rft needs right episodes to imitate)
+        import re
+
+        a, b = re.findall(r"What is (\d+) \+ (\d+)", prompt)[-1]
+        return f"\\boxed{{{int(a) + int(b)}}}"
+
+    agent = ScriptedAgent(tok, solve)
+    for split in ("test", "train"):
+        rollout_dataset(agent, "scripted", "turnrl/Arithmetic-v0", out=tmp_path / f"{split}.jsonl", tasks=4,
+                        samples=1, params=PARAMS.model_copy(update={"max_new_tokens": 16}),
+                        env_kwargs={"split": split})
+    rows = load(tmp_path / "test.jsonl")
+    assert all(t.metadata["item"].startswith("arithmetic:(") for t in rows)
+    cfg = TrainConfig.model_validate({
+        "model": "tiny:chatml", "env": {"id": "turnrl/Arithmetic-v0"}, "algorithm": {"name": "rft"},
+        "data": {"path": str(tmp_path / "test.jsonl"), "batch_size": 2}, "rollout": {"max_new_tokens": 4},
+        "eval_tasks": 4, "out_dir": str(tmp_path / "run")})
+    with pytest.raises(OfflineDataError, match="holds 4 of this run's held-out problems"):
+        trainer(cfg)
+    assert check_dataset("turnrl/Arithmetic-v0", {}, None, 102, load(tmp_path / "train.jsonl")) is None
+    old = [t.model_copy(update={"metadata": {k: v for k, v in t.metadata.items() if k != "item"}}) for t in rows]
+    assert "carry no item" in check_dataset("turnrl/Arithmetic-v0", {}, None, 102, old)

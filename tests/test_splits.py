@@ -189,7 +189,7 @@ def test_validate_every_on_an_environment_without_a_validation_split_is_refused(
 
 def test_validation_problems_a_run_trains_on_are_refused(data_dir):
     """The review's cases: a run trained on its validation split, and GSM8K given one file by path for both."""
-    from turnrl.rl.run.evaluate import HeldOutError, check_validation
+    from turnrl.rl.run.held_out import HeldOutError, check_validation
 
     on_validation = turnrl.make("turnrl/Arithmetic-v0", split="validation")
     with pytest.raises(HeldOutError, match="would pose 42 problem"):

@@ -204,7 +204,8 @@ def train(
     (data.path); metrics to OUT_DIR/metrics.jsonl and TensorBoard. env.id may be mymodule:myproject/Name-v0, with
     mymodule.py next to the config."""
     from turnrl.rl.config import config_error
-    from turnrl.rl.run.evaluate import HeldOutError, check_held_out, run_eval_kwargs
+    from turnrl.rl.run.evaluate import run_eval_kwargs
+    from turnrl.rl.run.held_out import HeldOutError, check_held_out
     from turnrl.rl.run.trainer import Trainer, load_config
 
     try:

@@ -13,6 +13,7 @@ task groups for dqo and rft, (correct, incorrect) pairs for dpo), after the chec
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -21,6 +22,8 @@ from turnrl.methods.offline.base import OfflineAlgorithm
 from turnrl.rl.sources.base import RunParts
 from turnrl.rl.sources.replay import OfflineDataError, ReplaySource, check_temperature, check_tokenizer
 from turnrl.types import Trajectory
+
+logger = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from turnrl.rl.config import TrainConfig
@@ -88,6 +91,16 @@ class OfflineSource(ReplaySource):
         source = cls(cfg.data.path, algorithm, cfg.data.batch_size, seed=cfg.seed, shuffle=cfg.data.shuffle,
                      temperature=cfg.rollout.temperature)
         source.env = make(cfg.env.id, **cfg.env.kwargs)  # e.g. PAG's figures of stored verdict rows
+        from turnrl.rl.run.held_out import HeldOutError, check_dataset
+
+        try:
+            warning = check_dataset(cfg.env.id, cfg.env.kwargs, cfg.env.eval_kwargs, cfg.eval_tasks, source.episodes,
+                                    cfg.validation_tasks if cfg.validate_every else 0)
+        except HeldOutError as e:
+            source.close()
+            raise OfflineDataError(f"{source.where}: {e}") from e
+        if warning:
+            logger.warning("%s: %s", source.where, warning)
         return source
 
     def configure(self, cfg: TrainConfig) -> TrainConfig:

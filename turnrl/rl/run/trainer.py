@@ -154,7 +154,8 @@ class Trainer:
             ValueError: ``split="validation"`` on an environment that declares no validation split.
         """
         from turnrl.envs.registry import make
-        from turnrl.rl.run.evaluate import check_held_out, check_validation, evaluate, run_eval_kwargs
+        from turnrl.rl.run.evaluate import evaluate, run_eval_kwargs
+        from turnrl.rl.run.held_out import check_held_out, check_validation
         from turnrl.rl.sources.onpolicy import context_budget
 
         self.learner.sync_driver()  # a learner group: bring the driver's copy up to date

@@ -59,6 +59,25 @@ def dataset_summary(trajectories: list[Trajectory]) -> dict[str, float]:
             "groups_all_incorrect": float(sum(not any(v) for v in groups.values()))}
 
 
+def task_items(env: Any, n: int) -> dict[int, str]:
+    """The canonical form (:func:`turnrl.envs.splits.canonical_key`) of tasks ``0..n-1`` of ``env``, recorded in each
+    episode of a dataset as ``metadata["item"]`` so that a run can refuse rows that pose its held-out problems; empty
+    where the environment has no list of tasks."""
+    from turnrl.envs.splits import canonical_key
+
+    base = getattr(env, "unwrapped", env)
+    out: dict[int, str] = {}
+    for i in range(n):
+        try:
+            task = base.task_at(i)
+        except Exception:  # noqa: BLE001 — an environment's own code: no task, no item
+            return {}
+        if task is None:
+            return {}
+        out[i] = canonical_key(task)
+    return out
+
+
 def rollout_dataset(agent: Any, agent_name: str, env_id: str, *, out: str | Path, tasks: int, samples: int,
                     params: SamplingParams, env_kwargs: dict[str, Any] | None = None, seed: int = 0,
                     batch_episodes: int = 64, max_context: int = 4096, env_timeout: float | None = 60.0,
@@ -87,8 +106,11 @@ def rollout_dataset(agent: Any, agent_name: str, env_id: str, *, out: str | Path
     env_kwargs = dict(env_kwargs or {})
     partial = out.with_name(out.name + ".partial.jsonl")
     probe = make(env_id, **env_kwargs)
-    n_tasks = min(tasks, len(probe)) if hasattr(probe, "__len__") else tasks
-    probe.close()  # the episodes make their own
+    try:
+        n_tasks = min(tasks, len(probe)) if hasattr(probe, "__len__") else tasks
+        items = task_items(probe, n_tasks)  # each task's canonical form: a run can refuse its held-out problems
+    finally:
+        probe.close()  # the episodes make their own
     key = {"env_id": env_id, "env_kwargs": env_kwargs, "samples": samples, "seed": seed,
            "sampling": params.model_dump(mode="json", exclude={"seed"})}
     fingerprint = tokenizer_fingerprint(agent.tokenizer)
@@ -122,7 +144,8 @@ def rollout_dataset(agent: Any, agent_name: str, env_id: str, *, out: str | Path
         trajs, _ = play(agent, env_id, env_kwargs, jobs, seed=seed, params=params, max_context=max_context,
                         env_timeout=env_timeout, sink=sink, chunk=todo[c], group_id=lambda j: f"task-{j.task}",
                         metadata=lambda j: {"agent": agent_name, "tokenizer": fingerprint, "dataset": key,
-                                            "task_index": j.task, "sample": j.sample})
+                                            "task_index": j.task, "sample": j.sample,
+                                            **({"item": items[j.task]} if j.task in items else {})})
         new += trajs
     everything = sorted(kept + new, key=lambda t: (t.metadata["task_index"], t.metadata["sample"]))
     tmp = out.with_name(out.name + ".tmp" + out.suffix)

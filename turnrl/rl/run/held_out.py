@@ -1,0 +1,140 @@
+"""Is a run's evaluation held out from its training? Checked before a model loads (``turnrl train``) and before the
+first step (the trainer), by canonical form (:mod:`turnrl.envs.split_check`):
+
+* :func:`check_held_out` — the held-out tasks a run evaluates against the training split it reads;
+* :func:`check_validation` — the validation tasks (``validate_every``) against the training split;
+* :func:`check_dataset` — an offline run's stored episodes (``metadata["item"]``, recorded by ``turnrl rollout``)
+  against its held-out and validation problems.
+
+Each raises :class:`HeldOutError` where the environment calls the evaluated split held out and the two share
+problems, and returns a warning where nothing can be claimed held out.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from turnrl.rl.run.evaluate import run_eval_kwargs
+from turnrl.types import Trajectory
+
+
+class HeldOutError(ValueError):
+    """A training run whose held-out evaluation would pose problems it trains on, on an environment that calls that
+    evaluation held out (raised before the first step; ``turnrl train`` says it in one line before a model loads)."""
+
+
+def _shares_prompts(train_env: Any, held_env: Any, n: int) -> list[str]:
+    """The prompts among the first ``min(n, 16)`` held-out tasks that the training env poses at the same index (for
+    environments without a list of tasks, whose tasks only a reset shows)."""
+    try:
+        n = min(n, 16, len(train_env), len(held_env))
+        prompts = [[env.reset(seed=0, options={"index": i})[0][-1].content for i in range(n)]
+                   for env in (train_env, held_env)]
+    except Exception:  # noqa: BLE001 — no index option or no length: nothing to compare
+        return []
+    return sorted(set(prompts[0]) & set(prompts[1]))
+
+
+def check_held_out(env_id: str, train_env: Any, held_env: Any, n_tasks: int) -> str | None:
+    """Whether a run's evaluation (``held_env``'s first ``n_tasks`` tasks) is held out from its training
+    (``train_env``), by canonical form (:func:`turnrl.envs.split_check.held_out_overlap`).
+
+    Returns None when it is (or nothing can be compared); a warning when they share problems and the environment
+    does not call the evaluated split held out (it declares none, or ``eval_kwargs`` chose a training split: the
+    report says "NOT held-out").
+
+    Raises:
+        HeldOutError: they share problems and the environment calls the evaluated split its held-out split (HotPotQA
+            trained on ``split: dev``, MATH-500 on its test set): its held-out figures would be training figures.
+    """
+    from turnrl.envs.split_check import SHOWN, held_out_overlap
+
+    shared = held_out_overlap(train_env, held_env, n_tasks)
+    if shared is None:
+        shared = _shares_prompts(train_env, held_env, n_tasks)
+    if not shared:
+        return None
+    split, held = getattr(held_env, "split", None), getattr(held_env, "held_out_split", None)
+    train_split = getattr(train_env, "split", None)
+    example = ", ".join(repr(k) for k in shared[:SHOWN])
+    if split is not None and split == held:
+        raise HeldOutError(
+            f"{env_id}: the held-out evaluation (split {split!r}) would pose {len(shared)} problem(s) this run trains "
+            f"on (training split {train_split!r}), e.g. {example}; its held-out figures would be training figures. "
+            "Train on a split held apart from it (HotPotQA: split dev-train, held-out dev-test; GSM8K: split train), "
+            "or set env.eval_kwargs to tasks the run does not train on")
+    return (f"warning: {env_id} has no held-out split here ({len(shared)} of the evaluated problems are training "
+            f"problems, e.g. {example}), so the held-out success below is measured on training tasks; set "
+            "env.eval_kwargs (e.g. split: test) to tasks the policy does not train on")
+
+
+def check_validation(env_id: str, train_env: Any, kwargs: dict[str, Any], n_tasks: int) -> None:
+    """Refuse validation problems (the first ``n_tasks`` of the environment made with ``kwargs``) that the run trains
+    on, by canonical form: a step chosen on them would be chosen on training problems (a run trained on its
+    validation split, or a dataset given whole by path for both).
+
+    Raises:
+        HeldOutError: they share problems.
+    """
+    from turnrl.envs.registry import make
+    from turnrl.envs.split_check import SHOWN, held_out_overlap
+
+    val_env = make(env_id, **kwargs)
+    try:
+        shared = held_out_overlap(train_env, val_env, n_tasks) or []
+    finally:
+        val_env.close()
+    if shared:
+        raise HeldOutError(f"{env_id}: the validation split {kwargs.get('split')!r} would pose {len(shared)} problem(s) "
+                           f"this run trains on, e.g. {', '.join(repr(k) for k in shared[:SHOWN])}; choices made on it "
+                           "would be made on training problems. Train on the training split")
+
+
+def check_dataset(env_id: str, kwargs: dict[str, Any], eval_kwargs: dict[str, Any] | None, n_eval: int,
+                  episodes: list[Trajectory], n_validation: int = 0) -> str | None:
+    """Refuse stored episodes (an offline run's dataset) that pose the run's held-out problems — the first ``n_eval``
+    of its evaluation — or, with ``n_validation``, its validation problems, by the canonical form ``turnrl rollout``
+    records in each (``metadata["item"]``).
+
+    Returns:
+        None, or a warning when episodes carry no item (datasets written before items were recorded: they cannot be
+        checked, and one sampled from an older split may hold today's held-out problems).
+
+    Raises:
+        HeldOutError: episodes pose held-out or validation problems.
+    """
+    from turnrl.envs.registry import make
+    from turnrl.envs.split_check import SHOWN, task_keys
+
+    train_env = make(env_id, **kwargs)
+    try:
+        held_kwargs = run_eval_kwargs(train_env, kwargs, eval_kwargs)
+        validation = getattr(train_env.unwrapped, "validation_split", None)
+    finally:
+        train_env.close()
+    guarded: dict[str, str] = {}
+    for role, env_kwargs, n in (("held-out", held_kwargs, n_eval),
+                                ("validation", {**held_kwargs, "split": validation}, n_validation)):
+        if n <= 0 or (role == "validation" and validation is None):
+            continue
+        env = make(env_id, **env_kwargs)
+        try:
+            declared = getattr(env, "split", None) is not None and getattr(env, "split", None) in (
+                getattr(env, "held_out_split", None), validation)
+            if declared:  # (an environment without a held-out split evaluates on training tasks, and says so)
+                guarded.update({k: role for k in task_keys(env, n) or []})
+        finally:
+            env.close()
+    items = [t.metadata.get("item") for t in episodes]
+    shared = sorted({i for i in items if i is not None and i in guarded})
+    if shared:
+        raise HeldOutError(f"the data holds {len(shared)} of this run's {'/'.join(sorted(set(guarded.values())))} "
+                           f"problems ({sum(i in guarded for i in items)} episodes), e.g. "
+                           f"{', '.join(repr(k) for k in shared[:SHOWN])}: it would train on what it evaluates on. "
+                           "Sample the data from the training split (turnrl rollout --kw split=train)")
+    missing = sum(i is None for i in items)
+    if missing:
+        return (f"{missing} of {len(items)} stored episodes carry no item (written before turnrl rollout recorded "
+                "each task's canonical form): they cannot be checked against the held-out problems; re-sample them "
+                "if they came from an older split")
+    return None
