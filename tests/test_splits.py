@@ -204,3 +204,13 @@ def test_the_check_reads_the_training_split_whichever_split_the_environment_was_
                           ("turnrl/Functions-v0", "train")):
         report = check_splits(env_id, {"split": "test"}, limit=2000)
         assert report.ok and train in report.tasks and len(report.overlaps) == 3, str(report)
+
+
+def test_a_game_with_a_list_of_problems_is_checked_like_an_environment():
+    """The review's case: the solver-critic game trained on its test split was evaluated on that same split."""
+    from turnrl.rl.run.held_out import HeldOutError, check_game_held_out
+
+    with pytest.raises(HeldOutError, match="would pose 8 problem"):
+        check_game_held_out("turnrl/SolverCritic-v0", {"split": "test", "levels": [1]}, None, 8)
+    assert check_game_held_out("turnrl/SolverCritic-v0", {"split": "train", "levels": [1]}, None, 64) is None
+    assert check_game_held_out("turnrl/TicTacToe-v0", {}, None, 8) is None  # starting states, no problems to compare

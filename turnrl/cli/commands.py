@@ -220,6 +220,15 @@ def train(
     if cfg.multi_agent is None and cfg.validate_every and getattr(train_env.unwrapped, "validation_split", None) is None:
         fail(f"{config}: validate_every={cfg.validate_every}, but {cfg.env.id} declares no validation split to read "
              "(validation_split); set validate_every=0, or give the environment one")
+    if cfg.multi_agent is not None:  # a game with a list of problems (solver and critic): none of them held out
+        from turnrl.rl.run.held_out import check_game_held_out
+
+        try:
+            on_train = check_game_held_out(cfg.env.id, cfg.env.kwargs, cfg.env.eval_kwargs, cfg.eval_tasks)
+        except HeldOutError as e:
+            fail(str(e))
+        except (ValueError, TypeError, ImportError):  # a game that does not make: its source says why, below
+            pass
     if cfg.multi_agent is None:  # probes: the run makes its own environments
         try:
             on_train = check_held_out(cfg.env.id, train_env, held_env, cfg.eval_tasks)

@@ -30,6 +30,8 @@ def task_keys(env: Any, limit: int = TRAIN_LIMIT) -> list[str] | None:
     """The canonical forms of tasks ``0 .. min(len(env), limit) - 1``, or None when the environment has no list of
     tasks (no ``__len__`` or a ``task_at`` that returns None)."""
     base = getattr(env, "unwrapped", env)
+    if not callable(getattr(base, "task_at", None)):
+        return None
     try:
         n = min(len(base), limit)
     except TypeError:

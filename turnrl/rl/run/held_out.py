@@ -138,3 +138,22 @@ def check_dataset(env_id: str, kwargs: dict[str, Any], eval_kwargs: dict[str, An
                 "each task's canonical form): they cannot be checked against the held-out problems; re-sample them "
                 "if they came from an older split")
     return None
+
+
+def check_game_held_out(env_id: str, kwargs: dict[str, Any], eval_kwargs: dict[str, Any] | None, n_tasks: int) -> str | None:
+    """:func:`check_held_out` for an environment with several agents: the game made with the run's ``kwargs``
+    against the one its held-out evaluation plays (``eval_kwargs``, else its held-out split), where the game has a
+    list of problems (``task_at``: the solver–critic game); games of starting states without one are not compared
+    here."""
+    from turnrl.envs.multiagent import make_multi_agent
+
+    train = make_multi_agent(env_id, **kwargs)
+    held_kwargs = {k: v for k, v in kwargs.items() if k != "split"} | dict(eval_kwargs or {})
+    if "split" not in held_kwargs and getattr(train, "held_out_split", None) is not None:
+        held_kwargs["split"] = train.held_out_split
+    held = make_multi_agent(env_id, **held_kwargs)
+    try:
+        return check_held_out(env_id, train, held, n_tasks)
+    finally:
+        train.close()
+        held.close()

@@ -163,6 +163,11 @@ class Trainer:
             from turnrl.rl.run.evaluate_multi import evaluate_multi_agent
 
             ma = self.cfg.multi_agent
+            if self._eval_kwargs is None:  # once: a game with a list of problems evaluates none it trains on
+                from turnrl.rl.run.held_out import check_game_held_out
+
+                check_game_held_out(self.cfg.env.id, self.cfg.env.kwargs, self.cfg.env.eval_kwargs, self.cfg.eval_tasks)
+                self._eval_kwargs = {}
             player: Any = self.agent
             if self.policies:  # every seat played by its own policy
                 player = {seat: self.policies[name] for seat, name in ma.policy_of_seat().items()}
