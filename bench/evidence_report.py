@@ -1,0 +1,103 @@
+"""The tables of the preregistered runs (bench/preregistered.md), read from their run folders with `turnrl compare`'s
+figures: per seed, held-out success at step 0 and at the end, the gain paired item by item (bootstrap 95 % interval,
+McNemar's exact p), then the mean over seeds with its interval; and arm against arm at the end, the same way.
+
+    python bench/evidence_report.py runs/e77                    # every experiment whose runs are there
+    python bench/evidence_report.py runs/e77 --arms full lora   # only these arms (folders ARM-sSEED)
+
+Prints Markdown; nothing is run. A seed whose run is missing or unfinished is listed as such, never skipped silently.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from turnrl.cli.compare import CompareError, compare_runs
+
+PAIRS = (("lora", "full"), ("dapo", "grpo"), ("vapo", "grpo"), ("vapo", "dapo"))
+
+
+def pct(x: float) -> str:
+    return f"{100 * x:.1f} %"
+
+
+def pts(x: float) -> str:
+    return f"{100 * x:+.1f}"
+
+
+def finished(run: Path) -> bool:
+    """Whether the run wrote its final checkpoint and its last evaluation (a run still going is not read)."""
+    return (run / "checkpoint.pt").is_file() and len(list((run / "eval").glob("step-*/items.jsonl"))) >= 2
+
+
+def seeds_of(out: Path, arm: str) -> list[int]:
+    return sorted(int(d.name.rsplit("-s", 1)[1]) for d in out.glob(f"{arm}-s*") if d.name.rsplit("-s", 1)[1].isdigit())
+
+
+def gain_table(out: Path, arm: str) -> list[str]:
+    """Per seed the arm's step-0 and final held-out success and its gain; then the mean over the finished seeds."""
+    lines = [f"**{arm}**: held-out success, step 0 → end, and the gain paired on the same items", "",
+             "| seed | items | step 0 | end | gain (points) | 95 % interval | McNemar p (gained / lost) | logp gap, guard |",
+             "|---|---|---|---|---|---|---|---|"]
+    args = []
+    for seed in seeds_of(out, arm):
+        run = out / f"{arm}-s{seed}"
+        if not finished(run):
+            lines.append(f"| {seed} | — | — | — | not finished | | | |")
+            continue
+        p = compare_runs([f"{run}@0", str(run)])["pairs"][0]
+        m = p["mcnemar"] or {}
+        steps = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if x.strip()]
+        gap = max(h.get("logp_diff", 0.0) for h in steps)  # the rollout-learner log-prob gap, worst step
+        violations = sum(h.get("guard_violations", 0.0) for h in steps)
+        lines.append(f"| {seed} | {p['items']} | {pct(p['accuracy_a'])} | {pct(p['accuracy_b'])} | {pts(p['diff'])} | "
+                     f"[{pts(p['low'])}, {pts(p['high'])}] | {m.get('p_value', float('nan')):.2g} "
+                     f"({m.get('only_b', '—')} / {m.get('only_a', '—')}) | {gap:.1e}, {violations:.0f} |")
+        args += [f"{run}@0", str(run)]
+    if len(args) >= 4:
+        o = compare_runs(args)["over_seeds"]
+        lines.append(f"| mean of {o['seeds']} | | | | {pts(o['diff'])} | [{pts(o['low'])}, {pts(o['high'])}] | | |")
+    return lines + [""]
+
+
+def arms_table(out: Path, b: str, a: str) -> list[str]:
+    """Arm ``b`` against arm ``a`` at the end, seed by seed (same seed in both), then over seeds."""
+    both = sorted(set(seeds_of(out, a)) & set(seeds_of(out, b)))
+    both = [s for s in both if finished(out / f"{a}-s{s}") and finished(out / f"{b}-s{s}")]
+    if not both:
+        return []
+    args = [x for s in both for x in (str(out / f"{a}-s{s}"), str(out / f"{b}-s{s}"))]
+    try:
+        result = compare_runs(args)
+    except CompareError as e:
+        return [f"**{b} − {a}**: not compared ({e})", ""]
+    lines = [f"**{b} − {a}** at the end, paired on the same items and seeds", "",
+             f"| seed | items | {a} | {b} | {b} − {a} (points) | 95 % interval | McNemar p |", "|---|---|---|---|---|---|---|"]
+    for s, p in zip(both, result["pairs"]):
+        m = p["mcnemar"] or {}
+        lines.append(f"| {s} | {p['items']} | {pct(p['accuracy_a'])} | {pct(p['accuracy_b'])} | {pts(p['diff'])} | "
+                     f"[{pts(p['low'])}, {pts(p['high'])}] | {m.get('p_value', float('nan')):.2g} |")
+    o = result["over_seeds"]
+    lines.append(f"| mean of {o['seeds']} | | | | {pts(o['diff'])} | [{pts(o['low'])}, {pts(o['high'])}] | |")
+    return lines + [""]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--arms", nargs="*", default=None)
+    args = parser.parse_args()
+    arms = args.arms or sorted({d.name.rsplit("-s", 1)[0] for d in args.out.glob("*-s*") if d.is_dir()})
+    lines: list[str] = []
+    for arm in arms:
+        lines += gain_table(args.out, arm)
+    for b, a in PAIRS:
+        if b in arms and a in arms:
+            lines += arms_table(args.out, b, a)
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
