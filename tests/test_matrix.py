@@ -5,7 +5,8 @@ Each combination either stops with a config error before any model loads, or tra
 after which: every generated token carries a version that could have sampled it, the consistency guard saw no
 violation (the tokens trained are the tokens sampled, the lag-0 rollout–learner gap under the tolerance, no turn
 past its stop, no group trained in part), and every episode collected was trained or counted as dropped with its
-reason. ``python tests/test_matrix.py`` prints the covering table.
+reason — counted from the step's saved episodes, not from the driver's own arithmetic: an episode the learner
+trained carries its first look (``learner_logprobs``), one it left out does not and has a reason. ``python tests/test_matrix.py`` prints the covering table.
 """
 
 from __future__ import annotations
@@ -33,7 +34,8 @@ FACTORS: dict[str, list] = {
 
 ALGORITHMS = {"grpo": {"name": "grpo"}, "ppo": {"name": "ppo"},
               "tppo-window": {"name": "tppo", "window": 2, "value_warmup_steps": 0},
-              "tppo-finished": {"name": "tppo", "window": 2, "value_warmup_steps": 0, "train_on": "finished"}}
+              # windows of 4 tokens: some episodes finish within the two steps (with 2 none did, and none trained)
+              "tppo-finished": {"name": "tppo", "window": 4, "value_warmup_steps": 0, "train_on": "finished"}}
 
 
 def settings(combo: dict, out_dir: str = "runs/matrix") -> dict:
@@ -121,6 +123,7 @@ def test_each_combination_runs_consistently_or_is_refused_before_a_model_loads(c
     if combo["placement"] == "ray":
         request.getfixturevalue("ray_cluster")
     from turnrl.agents.tiny import tiny_model, tiny_tokenizer
+    from turnrl.rl.core.batch import untrainable
     from turnrl.rl.run.guard import TOLERANCES
     from turnrl.rl.run.trainer import Trainer
     from turnrl.storage import read_jsonl
@@ -134,16 +137,24 @@ def test_each_combination_runs_consistently_or_is_refused_before_a_model_loads(c
         trainer.close()
     steps = history[1:]
     assert len(steps) == 2
+    trained_in_run = 0
     for h in steps:
         step = int(h["step"])
         assert h["guard_violations"] == 0, {k: v for k, v in h.items() if k.startswith("guard")}
         assert h.get("guard_logp_gap", 0.0) <= TOLERANCES["hf"][0]
-        dropped = h["stale_episodes"] + h["stale_group_episodes"] + h.get("dropped_episodes", 0.0)
-        assert h["collected_episodes"] == h["trained_episodes"] + dropped  # each trained, or dropped with why
         if combo["max_staleness"] == 0:
             assert h["stale_episodes"] == 0
         path = tmp_path / "train" / f"step-{step}" / "trajectories.jsonl"
-        for t in read_jsonl(path) if path.exists() else []:
+        saved = list(read_jsonl(path))
+        # each episode collected trained (the learner's first look is on it), or left out with its reason
+        trained = [t for t in saved if "learner_logprobs" in t.metadata]
+        left_out = [t for t in saved if "learner_logprobs" not in t.metadata]
+        assert len(saved) == h["collected_episodes"] and len(trained) == h["trained_episodes"]
+        trained_in_run += len(trained)
+        assert len(left_out) == h["stale_episodes"] + h["stale_group_episodes"] + h.get("dropped_episodes", 0.0)
+        assert sum(untrainable(t) is not None for t in left_out) == h.get("dropped_episodes", 0.0)
+        assert all(untrainable(t) is None for t in trained)
+        for t in saved:
             versions = [v for v, m in zip(t.token_versions, t.loss_mask) if m]
             assert versions and all(0 <= v <= step - 1 for v in versions)  # sampled by a version that existed
             start = int(t.metadata.get("window_start", 0))
@@ -152,6 +163,7 @@ def test_each_combination_runs_consistently_or_is_refused_before_a_model_loads(c
                 assert set(newest) == {step - 1}  # synchronous: this step's tokens, the weights being updated
             assert step - 1 - min(newest or versions) <= max(combo["max_staleness"], 0) or \
                 combo["algorithm"] == "tppo-finished"
+    assert trained_in_run > 0  # the checks above ran on episodes the learner trained
 
 
 if __name__ == "__main__":
