@@ -166,3 +166,18 @@ def test_turnrl_train_prints_each_evaluation_with_its_interval_and_the_gain_pair
     figures = json.loads((tmp_path / "c.json").read_text())["pairs"][0]
     assert (f"gain {100 * figures['diff']:+.1f} points, 95 % interval [{100 * figures['low']:+.1f}, "
             f"{100 * figures['high']:+.1f}] over 5 distinct items") in result.output
+
+
+def test_a_training_run_at_best_is_read_at_the_step_its_validation_figure_chose(folders, tmp_path):
+    """OUT_DIR@best: the highest val_success (the earliest on ties); the test split plays no part in the choice."""
+    run = tmp_path / "run"
+    for step in (0, 2, 4):
+        shutil.copytree(folders / ("b" if step == 2 else "a"), run / "eval" / f"step-{step}")
+    rows = [{"step": 0, "val_success": 0.2, "eval_success": 0.9}, {"step": 2, "val_success": 0.6, "eval_success": 0.1},
+            {"step": 4, "val_success": 0.6, "eval_success": 0.95}]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    figures, _ = compare_json(tmp_path, f"{run}@0", f"{run}@best")
+    assert figures["pairs"][0]["b"].endswith("step-2")  # validation's choice, not test's best (step 4)
+    (run / "metrics.jsonl").write_text(json.dumps({"step": 0, "eval_success": 0.5}) + "\n")
+    result = compare(f"{run}@0", f"{run}@best")
+    assert result.exit_code == 2 and "no validation figure" in result.output

@@ -205,7 +205,7 @@ def train(
     mymodule.py next to the config."""
     from turnrl.rl.config import config_error
     from turnrl.rl.run.evaluate import run_eval_kwargs
-    from turnrl.rl.run.held_out import HeldOutError, check_held_out
+    from turnrl.rl.run.held_out import HeldOutError, check_run
     from turnrl.rl.run.trainer import Trainer, load_config
 
     try:
@@ -216,27 +216,10 @@ def train(
     if cfg.multi_agent is None:  # a game's seats and splits are checked when its source opens, before a model loads
         train_env = make_env(cfg.env.id, cfg.env.kwargs, search)  # fail fast, before loading any model
         held_env = make_env(cfg.env.id, run_eval_kwargs(train_env, cfg.env.kwargs, cfg.env.eval_kwargs), search)
-    on_train = None
-    if cfg.multi_agent is None and cfg.validate_every and getattr(train_env.unwrapped, "validation_split", None) is None:
-        fail(f"{config}: validate_every={cfg.validate_every}, but {cfg.env.id} declares no validation split to read "
-             "(validation_split); set validate_every=0, or give the environment one")
-    if cfg.multi_agent is not None:  # a game with a list of problems (solver and critic): none of them held out
-        from turnrl.rl.run.held_out import check_game_held_out
-
-        try:
-            on_train = check_game_held_out(cfg.env.id, cfg.env.kwargs, cfg.env.eval_kwargs, cfg.eval_tasks)
-        except HeldOutError as e:
-            fail(str(e))
-        except (ValueError, TypeError, ImportError):  # a game that does not make: its source says why, below
-            pass
-    if cfg.multi_agent is None:  # probes: the run makes its own environments
-        try:
-            on_train = check_held_out(cfg.env.id, train_env, held_env, cfg.eval_tasks)
-        except HeldOutError as e:
-            fail(str(e))
-        finally:
-            train_env.close()
-            held_env.close()
+    try:  # before a model loads: the run evaluates (and validates on) no problem it trains on
+        on_train = check_run(cfg, None if cfg.multi_agent else train_env, None if cfg.multi_agent else held_env)
+    except (HeldOutError, ValueError) as e:
+        fail(f"{config}: {e}")
     if on_train:
         console.print(on_train, soft_wrap=True, markup=False, highlight=False)
     from turnrl.gateway.program import ProgramError, load_function

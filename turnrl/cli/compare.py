@@ -32,7 +32,7 @@ from turnrl.cli.shared import console, fail
 
 SHOWN = 3  # items named in a refusal
 NOT_PROTOCOL = ("seed", "agent", "params.seed")  # what may differ between the runs compared: who played, and its seed
-_STEP = re.compile(r"^(?P<path>.+)@(?:step-)?(?P<step>\d+)$")
+_STEP = re.compile(r"^(?P<path>.+)@(?:step-)?(?P<step>\d+|best)$")
 
 
 class CompareError(ValueError):
@@ -61,7 +61,8 @@ def evaluation_folder(arg: str, step: int | None = None) -> Path:
     """
     path, at = Path(arg), None
     if not path.exists() and (m := _STEP.match(arg)):
-        path, at = Path(m["path"]), int(m["step"])
+        path = Path(m["path"])
+        at = best_step(path) if m["step"] == "best" else int(m["step"])
     if (path / "items.jsonl").is_file():
         if at is not None:
             raise CompareError(f"{arg}: {path} is an evaluation folder, not a training run: it has no steps")
@@ -79,6 +80,27 @@ def evaluation_folder(arg: str, step: int | None = None) -> Path:
     if at not in steps:
         raise CompareError(f"{arg}: no evaluation at step {at}; its evaluated steps are {', '.join(map(str, steps))}")
     return path / "eval" / f"step-{at}"
+
+
+def best_step(run: Path) -> int:
+    """The step a training run's *validation* figure chose: the highest ``val_success`` in its metrics.jsonl
+    (``validate_every``), the earliest on ties. The test split is not read to choose it (``OUT_DIR@best``).
+
+    Raises:
+        CompareError: the run recorded no validation figure, or has no test evaluation at that step (evaluate test
+            wherever it validates: ``eval_every`` equal to ``validate_every``).
+    """
+    metrics = run / "metrics.jsonl"
+    rows = [json.loads(x) for x in metrics.read_text().splitlines() if x.strip()] if metrics.is_file() else []
+    validated = [(r["val_success"], -int(r["step"])) for r in rows if "val_success" in r and "step" in r]
+    if not validated:
+        raise CompareError(f"{run}@best: the run recorded no validation figure (val_success); train it with "
+                           "validate_every (and eval_every at the same steps) to choose a step on validation")
+    step = -max(validated)[1]
+    if not (run / "eval" / f"step-{step}" / "items.jsonl").is_file():
+        raise CompareError(f"{run}@best: validation chose step {step}, which has no test evaluation; set eval_every "
+                           "to validate_every so that every step validation can choose is evaluated")
+    return step
 
 
 def load_arm(arg: str, step: int | None = None) -> Arm:
@@ -298,7 +320,8 @@ def compare_command(
     runs: Annotated[list[str], typer.Argument(
         metavar="A B [A2 B2 ...]",
         help="evaluations in pairs, run A (baseline) then run B; each pair is one seed. An evaluation folder "
-             "(`turnrl eval --out`) or a training run's OUT_DIR (its last eval/step-N; OUT_DIR@N for step N)")],
+             "(`turnrl eval --out`) or a training run's OUT_DIR (its last eval/step-N; OUT_DIR@N for step N; "
+             "OUT_DIR@best for the step its validation split chose)")],
     step: Annotated[int | None, typer.Option(help="read training runs at eval/step-N (default: their last)")] = None,
     allow_different_items: Annotated[bool, typer.Option(
         "--allow-different-items", help="compare the items both runs share instead of refusing")] = False,

@@ -157,3 +157,29 @@ def check_game_held_out(env_id: str, kwargs: dict[str, Any], eval_kwargs: dict[s
     finally:
         train.close()
         held.close()
+
+
+def check_run(cfg: Any, train_env: Any, held_env: Any) -> str | None:
+    """Everything :mod:`held_out` asks of a training run (``cfg``, a TrainConfig) before a model loads: its held-out
+    tasks (``held_env``) against its training tasks (``train_env``; both closed here), or a game's; and a validation
+    split to read where ``validate_every`` asks for one. Returns :func:`check_held_out`'s warning.
+
+    Raises:
+        HeldOutError: what :func:`check_held_out` or :func:`check_game_held_out` raises.
+        ValueError: ``validate_every`` on an environment that declares no validation split.
+    """
+    if cfg.multi_agent is not None:
+        try:
+            return check_game_held_out(cfg.env.id, cfg.env.kwargs, cfg.env.eval_kwargs, cfg.eval_tasks)
+        except HeldOutError:
+            raise
+        except (ValueError, TypeError, ImportError):  # a game that does not make: its source says why, later
+            return None
+    try:
+        if cfg.validate_every and getattr(train_env.unwrapped, "validation_split", None) is None:
+            raise ValueError(f"validate_every={cfg.validate_every}, but {cfg.env.id} declares no validation split to "
+                             "read (validation_split); set validate_every=0, or give the environment one")
+        return check_held_out(cfg.env.id, train_env, held_env, cfg.eval_tasks)
+    finally:
+        train_env.close()
+        held_env.close()
