@@ -111,8 +111,13 @@ def test_compare_pools_pairs_as_seeds_with_a_t_interval(folders, tmp_path):
     o = figures["over_seeds"]
     assert o["seeds"] == 2 and o["diff"] == pytest.approx(0.0) and o["method"].startswith("t over 2 seeds")
     # differences +1/3 and -1/3: sd (ddof=1) 1/3·√2, over √2 seeds; plus each pair's own (bootstrap) variance
-    se = math.sqrt(((4 / 12) * math.sqrt(2)) ** 2 / 2 + sum(p["se"] ** 2 for p in figures["pairs"]) / 2)
-    assert o["se"] == pytest.approx(se) and o["high"] == pytest.approx(12.706204736 * se)
+    a, b = ((4 / 12) * math.sqrt(2)) ** 2 / 2, sum(p["se"] ** 2 for p in figures["pairs"]) / 2
+    se = math.sqrt(a + b)
+    df = int((a + b) ** 2 / (a**2 / 1 + b**2 / 11))  # Welch–Satterthwaite over 2 seeds of 12 items
+    assert o["se"] == pytest.approx(se) and f"(df {(a + b) ** 2 / (a**2 + b**2 / 11):.1f})" in o["method"]
+    from turnrl.stats import t_value
+
+    assert o["high"] == pytest.approx(t_value(0.95, max(1, df)) * se)
     assert "over 2 seed(s)" in output
 
 

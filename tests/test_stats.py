@@ -154,11 +154,20 @@ def _paired(diff: float, low: float = -1.0, high: float = 1.0) -> Paired:
 
 
 def test_pooled_paired_uses_a_t_interval_over_seeds_with_the_items_noise():
-    got = pooled_paired([_paired(0.1), _paired(0.2), _paired(0.3)])
-    se = math.sqrt(0.1**2 / 3 + 0.1**2)  # the seeds' sd (ddof=1) is 0.1 over 3 seeds; each seed's own se 0.1
+    got = pooled_paired([_paired(0.1), _paired(0.2), _paired(0.3)])  # n = 10 items each, se 0.1 each
+    a, b = 0.1**2 / 3, 0.1**2  # the seeds' sd (ddof=1) is 0.1 over 3 seeds; each seed's own se 0.1
+    df = (a + b) ** 2 / (a**2 / 2 + b**2 / 9)  # Welch–Satterthwaite: 10.7, rounded down to 10
+    assert int(df) == 10
+    se = math.sqrt(a + b)
     assert got.seeds == 3 and got.diff == pytest.approx(0.2) and got.se == pytest.approx(se)
-    assert (got.low, got.high) == pytest.approx((0.2 - 4.302652730 * se, 0.2 + 4.302652730 * se))
-    assert "t over 3 seeds" in got.method
+    assert (got.low, got.high) == pytest.approx((0.2 - 2.228138852 * se, 0.2 + 2.228138852 * se))  # t(10), 95 %
+    assert "t over 3 seeds" in got.method and "df 10.7" in got.method
+
+
+def test_few_seeds_that_disagree_widen_the_interval_towards_their_own_t():
+    """When the seeds' spread dominates, the degrees of freedom fall towards k - 1 = 2."""
+    got = pooled_paired([Paired(1000, 0.5, 0.5, d, 0.001, d - 0.002, d + 0.002) for d in (0.0, 0.3, 0.6)])
+    assert got.high - got.diff == pytest.approx(4.302652730 * got.se, rel=1e-3)
 
 
 def test_seeds_that_agree_do_not_make_an_interval_of_zero_width():

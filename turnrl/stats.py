@@ -229,12 +229,14 @@ def pooled_paired(per_seed: Sequence[Paired], confidence: float = 0.95) -> Poole
     """Several seeds' paired differences (one :class:`Paired` per seed) as one figure: ``diff`` is the mean of the
     seeds' differences.
 
-    With two or more seeds the interval is ``diff ± t(k-1)·se`` with ``se = sqrt(s²/k + mean(se_i²))``: ``s`` the
-    seeds' standard deviation (their spread), ``k`` seeds, ``se_i`` each seed's own bootstrap standard error. The
-    seeds are evaluated on the *same* items, so the noise of which items were drawn is common to all of them and
-    does not shrink with ``k``: the second term keeps it (a spread of zero between seeds whose own intervals include
-    zero must not give an interval that excludes it). Conservative: some item noise is counted in ``s`` as well.
-    With one seed it is that seed's own bootstrap interval. No seeds: nan figures.
+    With two or more seeds the interval is ``diff ± t(df)·se`` with ``se = sqrt(a + b)``: ``a = s²/k`` the seeds'
+    spread (``s`` their standard deviation, ``k`` seeds) and ``b = mean(se_i²)`` the items' own noise (``se_i`` each
+    seed's bootstrap standard error). The seeds are evaluated on the *same* items, so which items were drawn is noise
+    common to all of them that does not shrink with ``k``: ``b`` keeps it (seeds that agree exactly, whose own
+    intervals include zero, must not give an interval that excludes it). ``b`` also holds the seed-by-item part that
+    ``a`` counts, so the figure is conservative. The degrees of freedom are Welch–Satterthwaite's,
+    ``df = (a + b)² / (a²/(k - 1) + b²/(n - 1))`` with ``n`` the fewest items of a seed: few seeds weigh only as much as
+    their share of the variance. With one seed it is that seed's own bootstrap interval. No seeds: nan figures.
     """
     k = len(per_seed)
     if k == 0:
@@ -244,7 +246,12 @@ def pooled_paired(per_seed: Sequence[Paired], confidence: float = 0.95) -> Poole
         return Pooled(1, only.diff, only.se, only.low, only.high, "paired bootstrap (one seed)")
     diffs = np.asarray([p.diff for p in per_seed], dtype=float)
     mean = float(diffs.mean())
-    item_var = float(np.mean([p.se**2 for p in per_seed]))
-    se = math.sqrt(float(diffs.var(ddof=1)) / k + item_var)
-    half = t_value(confidence, k - 1) * se
-    return Pooled(k, mean, se, mean - half, mean + half, f"t over {k} seeds, with the items' own noise")
+    a = float(diffs.var(ddof=1)) / k
+    b = float(np.mean([p.se**2 for p in per_seed]))
+    n = min(p.n for p in per_seed)
+    se = math.sqrt(a + b)
+    if se == 0.0:
+        return Pooled(k, mean, 0.0, mean, mean, f"t over {k} seeds, with the items' own noise")
+    df = (a + b) ** 2 / (a**2 / (k - 1) + (b**2 / (n - 1) if n > 1 else 0.0))
+    half = t_value(confidence, max(1, int(df))) * se  # df rounded down: the wider interval
+    return Pooled(k, mean, se, mean - half, mean + half, f"t over {k} seeds, with the items' own noise (df {df:.1f})")
