@@ -33,7 +33,7 @@ def test_each_row_names_its_item_and_two_presentations_of_one_problem_are_one_it
 def test_item_key_falls_back_to_the_task_id_without_a_task():
     task = Task(id="x", prompt="  What is  TWO? ", answer="2")
     env = lambda fn: SimpleNamespace(unwrapped=SimpleNamespace(task_at=fn))  # noqa: E731
-    assert item_key(env(lambda i: task), 0, "x") == "text:what is two"
+    assert item_key(env(lambda i: task), 0, "x") == "text:what is two => 2"
     assert item_key(env(lambda i: None), 0, "x") == "x"
 
     def broken(i):

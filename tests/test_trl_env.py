@@ -109,7 +109,8 @@ def test_a_trl_class_trains_and_a_raising_reward_fails_only_its_episodes(tmp_pat
 
     tok = tiny_tokenizer("chatml")
     for reward, name in (("trl_classes:reward_func", "ok"), ("trl_classes:broken_reward", "broken")):
-        cfg = TrainConfig(model="tiny", env={"id": GUESS, "kwargs": {"data": ROWS, "test_data": ROWS[:2],
+        held = [{"prompt": "Play.", "secret": s} for s in (4, 6)]  # secrets training never poses (ROWS[:2] would be refused)
+        cfg = TrainConfig(model="tiny", env={"id": GUESS, "kwargs": {"data": ROWS, "test_data": held,
                                                                      "reward": reward, "max_turns": 2}},
                           algorithm={"name": "grpo"}, rollout={"prompts_per_step": 2, "group_size": 2,
                                                                "max_new_tokens": 8},

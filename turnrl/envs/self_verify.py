@@ -168,10 +168,6 @@ class SelfVerify(TextEnv):
         """The inner environment's current task."""
         return getattr(self.env, "task", None)
 
-    def task_at(self, index: int) -> Any:
-        """The inner environment's task ``index`` (None where it has no list)."""
-        return self.env.unwrapped.task_at(index)
-
     def __len__(self) -> int:
         """The inner environment's number of tasks (``reset(options={"index": i})`` poses task ``i``)."""
         if not hasattr(self.env, "__len__"):

@@ -36,9 +36,12 @@ def task_keys(env: Any, limit: int = TRAIN_LIMIT) -> list[str] | None:
         n = min(len(base), limit)
     except TypeError:
         return None
+    inner = getattr(getattr(base, "env", None), "unwrapped", None)  # a wrapper's (PAG's) tasks are its inner env's
     keys = []
     for i in range(n):
         task = base.task_at(i)
+        if task is None and callable(getattr(inner, "task_at", None)):
+            task = inner.task_at(i)
         if task is None:
             return None
         keys.append(canonical_key(task))

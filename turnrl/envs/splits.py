@@ -98,11 +98,14 @@ def normalize_text(text: str) -> str:
 
 def canonical_key(task: Any) -> str:
     """A task's canonical form: ``task.metadata["canonical"]`` when the environment gives one (generated problems:
-    what makes two of them the same), else ``"text:"`` and its normalized prompt (:func:`normalize_text`)."""
+    what makes two of them the same), else ``"text:"`` and its normalized prompt (:func:`normalize_text`), followed by
+    ``" => "`` and its normalized reference answer where it has one: one question with two different answers poses
+    two problems (a game whose prompt is always "play" and whose secret differs)."""
     canonical = (getattr(task, "metadata", None) or {}).get("canonical")
     if canonical is not None:
         return str(canonical)
-    return "text:" + normalize_text(str(task.prompt))
+    answer = normalize_text(str(getattr(task, "answer", "") or ""))
+    return "text:" + normalize_text(str(task.prompt)) + (f" => {answer}" if answer else "")
 
 
 def unit_hash(key: str) -> float:

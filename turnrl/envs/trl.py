@@ -43,6 +43,13 @@ from turnrl.verifiers.base import Verdict
 TRL_PREFIX = "trl:"  # the same as turnrl.envs.registry's
 
 
+def row_problem(row: dict[str, Any]) -> str:
+    """The canonical form of a TRL dataset row: the whole row but its id (a class's prompt may be the same for every
+    row, its problem in the other columns: a secret number, a target), as sorted JSON."""
+    import json
+
+    return "trl:" + json.dumps({k: v for k, v in row.items() if k != "id"}, sort_keys=True, default=str)
+
 class TRLEnvError(ValueError):
     """A TRL environment class, its rows or its reward functions cannot be used; the message says why."""
 
@@ -178,7 +185,7 @@ class TRLClassEnv(ToolEnv):
         self.split, self.success_at = split, success_at
         self.held_out_split = "test" if test_data is not None else None
         tasks = [Task(id=str(r.get("id", f"row-{i}")), prompt=_text(r["prompt"]), answer=str(r.get("answer", "")),
-                      metadata={"row": i}) for i, r in enumerate(self.rows)]
+                      metadata={"row": i, "canonical": row_problem(r)}) for i, r in enumerate(self.rows)]
         super().__init__(tasks, class_tools(self.instance), self._verdict, tool_style=tool_style,
                          system_prompt=system_prompt, max_turns=max_turns, describe_tools=describe_tools,
                          render_mode=render_mode)
