@@ -22,6 +22,7 @@ from typing import Any
 
 from turnrl.agents.base import SamplingParams
 from turnrl.envs.registry import make
+from turnrl.envs.split_check import task_keys
 from turnrl.rl.sources.base import Job
 from turnrl.rl.sources.replay import tokenizer_fingerprint
 from turnrl.rollout.play import play
@@ -59,25 +60,6 @@ def dataset_summary(trajectories: list[Trajectory]) -> dict[str, float]:
             "groups_all_incorrect": float(sum(not any(v) for v in groups.values()))}
 
 
-def task_items(env: Any, n: int) -> dict[int, str]:
-    """The canonical form (:func:`turnrl.envs.splits.canonical_key`) of tasks ``0..n-1`` of ``env``, recorded in each
-    episode of a dataset as ``metadata["item"]`` so that a run can refuse rows that pose its held-out problems; empty
-    where the environment has no list of tasks."""
-    from turnrl.envs.splits import canonical_key
-
-    base = getattr(env, "unwrapped", env)
-    out: dict[int, str] = {}
-    for i in range(n):
-        try:
-            task = base.task_at(i)
-        except Exception:  # noqa: BLE001 — an environment's own code: no task, no item
-            return {}
-        if task is None:
-            return {}
-        out[i] = canonical_key(task)
-    return out
-
-
 def rollout_dataset(agent: Any, agent_name: str, env_id: str, *, out: str | Path, tasks: int, samples: int,
                     params: SamplingParams, env_kwargs: dict[str, Any] | None = None, seed: int = 0,
                     batch_episodes: int = 64, max_context: int = 4096, env_timeout: float | None = 60.0,
@@ -108,7 +90,10 @@ def rollout_dataset(agent: Any, agent_name: str, env_id: str, *, out: str | Path
     probe = make(env_id, **env_kwargs)
     try:
         n_tasks = min(tasks, len(probe)) if hasattr(probe, "__len__") else tasks
-        items = task_items(probe, n_tasks)  # each task's canonical form: a run can refuse its held-out problems
+        try:  # each task's canonical form, so that a run can refuse rows that pose its held-out problems
+            items = dict(enumerate(task_keys(probe, n_tasks) or []))
+        except Exception:  # noqa: BLE001 — an environment's own task_at: no task, no item
+            items = {}
     finally:
         probe.close()  # the episodes make their own
     key = {"env_id": env_id, "env_kwargs": env_kwargs, "samples": samples, "seed": seed,
