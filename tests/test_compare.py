@@ -186,3 +186,30 @@ def test_a_training_run_at_best_is_read_at_the_step_its_validation_figure_chose(
     (run / "metrics.jsonl").write_text(json.dumps({"step": 0, "eval_success": 0.5}) + "\n")
     result = compare(f"{run}@0", f"{run}@best")
     assert result.exit_code == 2 and "no validation figure" in result.output
+
+
+def test_compare_takes_one_value_and_a_list_of_it_as_the_same_setting():
+    from turnrl.cli.compare import protocol_differences, same_setting
+
+    assert same_setting(1, [1]) and same_setting([1], 1) and same_setting([1, 2], [1, 2])
+    assert not same_setting(1, [1, 2]) and not same_setting(1, 2) and not same_setting([1], [2])
+    assert protocol_differences({"env_kwargs.level": 1}, {"env_kwargs.level": [1]}) == []
+    assert protocol_differences({"env_kwargs.level": 1}, {"env_kwargs.level": [1, 2]}) == [
+        "env_kwargs.level (1 in A, [1, 2] in B)"]
+
+
+def test_compare_notes_evaluations_by_different_code(folders, tmp_path):
+    written = json.loads((folders / "a" / "run.json").read_text())
+    assert written["code"]["turnrl"] and "commit" in written["code"]  # every evaluation says which code wrote it
+    other = tmp_path / "other"
+    shutil.copytree(folders / "b", other)
+    changed = json.loads((other / "run.json").read_text())
+    changed["code"] = {"turnrl": "0.0.9", "commit": "0123456789abcdef", "dirty": True}
+    (other / "run.json").write_text(json.dumps(changed))
+    figures, _ = compare_json(tmp_path, folders / "a", other)
+    (note,) = figures["pairs"][0]["notes"]
+    assert note.startswith("evaluated by different code:") and "turnrl 0.0.9 at 0123456789 with uncommitted" in note
+    del changed["code"]
+    (other / "run.json").write_text(json.dumps(changed))
+    figures, _ = compare_json(tmp_path, folders / "a", other)
+    assert figures["pairs"][0]["notes"] == [f"code not checked: {other}/run.json does not say which turnrl wrote it"]

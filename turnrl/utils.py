@@ -142,3 +142,26 @@ def moved_module(old: str, new: str) -> None:
     warnings.warn(f"{old} has moved to {new}; import from {new} ({old} will be removed in the next release)",
                   FutureWarning, stacklevel=3)
     sys.modules[old] = importlib.import_module(new)
+
+
+def code_version(timeout: float = 5.0) -> dict[str, Any]:
+    """Which turnrl produced a figure: ``{"turnrl": version, "commit": sha or None, "dirty": bool or None}`` — the
+    commit and whether the work tree had uncommitted changes where turnrl runs from a git checkout (``git`` asked
+    with a ``timeout``), None otherwise (an installed wheel)."""
+    import subprocess
+
+    from turnrl import __version__
+
+    root = Path(__file__).resolve().parent.parent
+    out: dict[str, Any] = {"turnrl": __version__, "commit": None, "dirty": None}
+    if not (root / ".git").exists():
+        return out
+    try:
+        sha = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
+                             timeout=timeout, check=True).stdout.strip()
+        status = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                                capture_output=True, text=True, timeout=timeout, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return out
+    out.update(commit=sha or None, dirty=bool(status.strip()))
+    return out

@@ -49,6 +49,7 @@ class Arm:
     rows: list[dict[str, Any]]
     settings: dict[str, Any] | None
     notes: list[str] = field(default_factory=list)
+    code: dict[str, Any] | None = None
 
 
 def evaluation_folder(arg: str, step: int | None = None) -> Path:
@@ -123,13 +124,15 @@ def load_arm(arg: str, step: int | None = None) -> Arm:
         raise CompareError(f"{folder}/items.jsonl: rows without `correct` and `task_id` (compare reads `turnrl eval`'s "
                            "rows of single-agent environments)")
     run = folder / "run.json"
-    settings = None
+    settings = code = None
     if run.is_file():
         try:
-            settings = json.loads(run.read_text(encoding="utf-8")).get("settings")
+            written = json.loads(run.read_text(encoding="utf-8"))
+            settings, code = written.get("settings"), written.get("code")
         except (ValueError, AttributeError):
             raise CompareError(f"{run} is not a run.json that `turnrl eval` writes") from None
-    return Arm(arg if folder == Path(arg) else f"{arg} ({folder.parent.name}/{folder.name})", folder, rows, settings)
+    label = arg if folder == Path(arg) else f"{arg} ({folder.parent.name}/{folder.name})"
+    return Arm(label, folder, rows, settings, code=code)
 
 
 def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -146,11 +149,37 @@ def protocol(settings: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in _flat(settings).items() if k not in NOT_PROTOCOL}
 
 
+def same_setting(x: Any, y: Any) -> bool:
+    """Whether two values of one setting mean the same: equal, or one value and a list of only that value
+    (``level: 1`` and ``level: [1]`` pose the same problems)."""
+    one = lambda v: v[0] if isinstance(v, (list, tuple)) and len(v) == 1 else v  # noqa: E731
+    return bool(x == y or one(x) == one(y))
+
+
 def protocol_differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
-    """Each field of two protocols that differs, as ``field (x in A, y in B)``."""
+    """Each field of two protocols that differs (:func:`same_setting`), as ``field (x in A, y in B)``."""
     shown = lambda d, k: repr(d[k]) if k in d else "unset"  # noqa: E731
     return [f"{k} ({shown(a, k)} in A, {shown(b, k)} in B)" for k in sorted(set(a) | set(b))
-            if k not in a or k not in b or a[k] != b[k]]
+            if k not in a or k not in b or not same_setting(a[k], b[k])]
+
+
+def code_note(a: Arm, b: Arm) -> str | None:
+    """A note where the two evaluations ran different turnrl code (their ``run.json`` ``code``: version and git
+    commit), or where one does not say; None when both name the same version and commit. Not a refusal: a comparison
+    across commits is common, but the reader must know that environments and graders may have changed between
+    them. (Uncommitted changes are named where the commits differ; two runs of one commit with uncommitted changes
+    cannot be told apart.)"""
+    def name(arm: Arm) -> str:
+        code = arm.code or {}
+        sha = code.get("commit")
+        return (f"turnrl {code.get('turnrl', '?')}" + (f" at {sha[:10]}" if sha else "")
+                + (" with uncommitted changes" if code.get("dirty") else ""))
+    if a.code is None or b.code is None:
+        lacking = a if a.code is None else b
+        return f"code not checked: {lacking.folder}/run.json does not say which turnrl wrote it"
+    if all(a.code.get(k) == b.code.get(k) for k in ("turnrl", "commit")):
+        return None
+    return f"evaluated by different code: {name(a)} (A), {name(b)} (B)"
 
 
 def _keys(rows: list[dict[str, Any]], by_item: bool) -> list[str]:
@@ -204,6 +233,8 @@ def compare_pair(a: Arm, b: Arm, *, allow_items: bool = False, allow_protocol: b
                                f"{'; '.join(differ)}; pass --allow-different-protocol to compare anyway")
         if differ:
             notes.append(f"protocols differ (--allow-different-protocol): {'; '.join(differ)}")
+    if (note := code_note(a, b)) is not None:
+        notes.append(note)
     by_item = all(r.get("item") is not None for r in a.rows + b.rows)
     if not by_item:
         notes.append("items joined by task_id: an evaluation written before items were named (canonical forms), so "

@@ -46,6 +46,7 @@ from turnrl.rl.sources.base import Job
 from turnrl.rollout.play import play
 from turnrl.storage import write_jsonl
 from turnrl.types import Trajectory
+from turnrl.utils import code_version
 
 TOKEN_FIELDS = ("token_ids", "loss_mask", "logprobs", "token_versions", "segments")
 
@@ -248,7 +249,8 @@ def evaluate(
         stream = out_dir / "trajectories.jsonl" if out_dir is not None else None
         if out_dir is not None and stream is not None:
             out_dir.mkdir(parents=True, exist_ok=True)
-            (out_dir / "run.json").write_text(json.dumps({"settings": settings, "limit": limit}, indent=2, default=str))
+            (out_dir / "run.json").write_text(json.dumps({"settings": settings, "limit": limit, "code": code_version()},
+                                                          indent=2, default=str))
             tmp = stream.with_name("trajectories.tmp.jsonl")  # the reused episodes in job order, those past the limit,
             beyond = [t for k, t in found.items() if k not in by_key]  # then the new ones
             write_jsonl(sorted(previous.values(), key=lambda t: by_key[t.metadata["job"]][0]) + beyond, tmp)
