@@ -214,3 +214,27 @@ def test_a_game_with_a_list_of_problems_is_checked_like_an_environment():
         check_game_held_out("turnrl/SolverCritic-v0", {"split": "test", "levels": [1]}, None, 8)
     assert check_game_held_out("turnrl/SolverCritic-v0", {"split": "train", "levels": [1]}, None, 64) is None
     assert check_game_held_out("turnrl/TicTacToe-v0", {}, None, 8) is None  # starting states, no problems to compare
+
+
+def test_turnrl_train_refuses_validation_problems_it_trains_on_before_a_model_loads(tmp_path):
+    """With validate_every, a run on its own validation split is refused by the command line's checks (before the
+    model loads), not only by the trainer at its first evaluation."""
+    config = tmp_path / "c.yaml"
+    config.write_text("model: no-such-model-so-loading-would-fail\nenv: {id: turnrl/Arithmetic-v0, kwargs: "
+                      f"{{split: validation}}, eval_kwargs: {{split: test}}}}\nvalidate_every: 1\nout_dir: {tmp_path}\n")
+    result = CliRunner().invoke(app, ["train", str(config)])
+    assert result.exit_code != 0
+    assert "the validation split 'validation' would pose 42 problem(s) this run trains on" in " ".join(
+        result.output.split())
+
+
+def test_task_keys_reads_an_environments_tasks_once():
+    from turnrl.envs.split_check import task_keys
+
+    env = turnrl.make("turnrl/Arithmetic-v0", split="validation")
+    reads = []
+    task_at = env.unwrapped.task_at
+    env.unwrapped.task_at = lambda i: reads.append(i) or task_at(i)
+    first = task_keys(env, 30)
+    assert len(reads) == 30 and task_keys(env, 20) == first[:20] and len(reads) == 30
+    assert task_keys(env, 40)[:30] == first and len(reads) == 70  # more than kept: read again

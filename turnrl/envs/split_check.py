@@ -28,7 +28,8 @@ SHOWN = 3  # overlapping problems named in a message
 
 def task_keys(env: Any, limit: int = TRAIN_LIMIT) -> list[str] | None:
     """The canonical forms of tasks ``0 .. min(len(env), limit) - 1``, or None when the environment has no list of
-    tasks (no ``__len__`` or a ``task_at`` that returns None)."""
+    tasks (no ``__len__`` or a ``task_at`` that returns None). Kept on the environment object, so that the checks
+    of one run that read the same environment's tasks several times (held-out, validation) read them once."""
     base = getattr(env, "unwrapped", env)
     if not callable(getattr(base, "task_at", None)):
         return None
@@ -36,6 +37,19 @@ def task_keys(env: Any, limit: int = TRAIN_LIMIT) -> list[str] | None:
         n = min(len(base), limit)
     except TypeError:
         return None
+    kept = getattr(base, "_turnrl_task_keys", None)
+    if isinstance(kept, tuple) and kept[0] >= n:
+        return kept[1][:n]
+    keys = _read_keys(base, n)
+    if keys is not None:
+        try:
+            base._turnrl_task_keys = (n, keys)
+        except AttributeError:  # an environment that takes no new attributes: read again next time
+            pass
+    return keys
+
+
+def _read_keys(base: Any, n: int) -> list[str] | None:
     inner = getattr(getattr(base, "env", None), "unwrapped", None)  # a wrapper's (PAG's) tasks are its inner env's
     keys = []
     for i in range(n):

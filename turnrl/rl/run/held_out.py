@@ -161,8 +161,8 @@ def check_game_held_out(env_id: str, kwargs: dict[str, Any], eval_kwargs: dict[s
 
 def check_run(cfg: Any, train_env: Any, held_env: Any) -> str | None:
     """Everything :mod:`held_out` asks of a training run (``cfg``, a TrainConfig) before a model loads: its held-out
-    tasks (``held_env``) against its training tasks (``train_env``; both closed here), or a game's; and a validation
-    split to read where ``validate_every`` asks for one. Returns :func:`check_held_out`'s warning.
+    tasks (``held_env``) against its training tasks (``train_env``; both closed here), or a game's; and where
+    ``validate_every`` asks for one, a validation split to read that poses no training problem. Returns :func:`check_held_out`'s warning.
 
     Raises:
         HeldOutError: what :func:`check_held_out` or :func:`check_game_held_out` raises.
@@ -179,7 +179,12 @@ def check_run(cfg: Any, train_env: Any, held_env: Any) -> str | None:
         if cfg.validate_every and getattr(train_env.unwrapped, "validation_split", None) is None:
             raise ValueError(f"validate_every={cfg.validate_every}, but {cfg.env.id} declares no validation split to "
                              "read (validation_split); set validate_every=0, or give the environment one")
-        return check_held_out(cfg.env.id, train_env, held_env, cfg.eval_tasks)
+        warning = check_held_out(cfg.env.id, train_env, held_env, cfg.eval_tasks)
+        if cfg.validate_every:  # (the training tasks' forms, read once above, are kept on train_env)
+            held_kwargs = run_eval_kwargs(train_env, cfg.env.kwargs, cfg.env.eval_kwargs)
+            check_validation(cfg.env.id, train_env, {**held_kwargs, "split": train_env.unwrapped.validation_split},
+                             cfg.validation_tasks)
+        return warning
     finally:
         train_env.close()
         held_env.close()
