@@ -148,12 +148,15 @@ def code_version(timeout: float = 5.0) -> dict[str, Any]:
     """Which turnrl produced a figure: ``{"turnrl": version, "commit": sha or None, "dirty": bool or None}`` — the
     commit and whether the work tree had uncommitted changes where turnrl runs from a git checkout (``git`` asked
     with a ``timeout``), None otherwise (an installed wheel)."""
+    import importlib.metadata
     import subprocess
 
-    from turnrl import __version__
-
+    try:
+        version = importlib.metadata.version("turnrl")
+    except importlib.metadata.PackageNotFoundError:  # run from a checkout that is not installed
+        version = None
     root = Path(__file__).resolve().parent.parent
-    out: dict[str, Any] = {"turnrl": __version__, "commit": None, "dirty": None}
+    out: dict[str, Any] = {"turnrl": version, "commit": None, "dirty": None}
     if not (root / ".git").exists():
         return out
     try:
@@ -165,3 +168,13 @@ def code_version(timeout: float = 5.0) -> dict[str, Any]:
         return out
     out.update(commit=sha or None, dirty=bool(status.strip()))
     return out
+
+
+class Shared:
+    """A mixin for objects that every copy of their owner shares: ``copy.deepcopy`` returns the object itself.
+    For what holds no episode state — read-only task lists, search indexes, stateless tools, sandbox pools, parsers —
+    so that forking an environment (:mod:`turnrl.envs.fork`, a deep copy of its state) copies its episode and not its
+    data. An object that changes during an episode must not be Shared."""
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Any:
+        return self

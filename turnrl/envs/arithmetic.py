@@ -43,6 +43,7 @@ import numpy as np
 from turnrl.envs.core import Task
 from turnrl.envs.math import MathEnv
 from turnrl.envs.splits import canonical_expression, split_of_key
+from turnrl.utils import Shared
 
 LEVELS = (1, 2, 3, 4, 5)
 SPLITS = ("train", "validation", "test")
@@ -168,7 +169,7 @@ def held_out_problems(level: int, split: str) -> tuple[Problem, ...]:
     return tuple(seen.values())
 
 
-class ArithmeticTasks:
+class ArithmeticTasks(Shared):
     """An indexable, reproducible source of arithmetic tasks (a :class:`~turnrl.envs.core.TaskSource`).
 
     Task ``i`` has level ``levels[i % len(levels)]``. In ``train`` it is drawn from a generator seeded with

@@ -113,6 +113,14 @@ class TextEnv(gym.Env[Obs, str]):
     #: parameters; the completion keeps the string), e.g. SWiRL's ``("</math_exp>", "</answer>")`` so that a turn
     #: is one tool call or one answer.
     stop: tuple[str, ...] = ()
+    #: How :func:`turnrl.envs.fork.fork` copies an episode in progress: ``"copy"`` deep-copies this environment,
+    #: sharing what is marked :class:`~turnrl.utils.Shared`; ``"replay"`` (opt-in, deterministic environments) makes a
+    #: new one from its spec and replays the reset and the actions so far; None: it cannot fork (:attr:`fork_refusal`
+    #: says why). An environment that knows how to copy itself defines a ``fork()`` method instead, which
+    #: :func:`~turnrl.envs.fork.fork` calls.
+    fork_mode: str | None = "copy"
+    #: Why an environment with ``fork_mode = None`` cannot fork (said when a tree rollout is refused).
+    fork_refusal: str = ""
 
     def __init__(self, *, max_turns: int = 1, render_mode: str | None = None) -> None:
         if not isinstance(max_turns, int) or isinstance(max_turns, bool) or max_turns < 1:
@@ -183,6 +191,11 @@ class TextEnv(gym.Env[Obs, str]):
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Obs, dict[str, Any]]:
         """Start an episode (see the class docstring)."""
+        if self.fork_mode == "replay":  # what a replay needs: the seed, or the random state it continues from
+            import copy
+
+            state = None if seed is not None else copy.deepcopy(self.np_random.bit_generator.state)
+            self._fork_record = (seed, state, copy.deepcopy(options), [])
         super().reset(seed=seed)
         if options is not None and not isinstance(options, dict):
             raise TypeError(f"options must be a dict or None, got {type(options).__name__}")
@@ -212,6 +225,8 @@ class TextEnv(gym.Env[Obs, str]):
         if not (terminated or truncated) and self._turn >= self.max_turns:
             truncated = True
         self._finished = terminated or truncated
+        if self.fork_mode == "replay":
+            self._fork_record[3].append(action)
         self._transcript.append(("assistant", action))
         self._transcript.extend((m.role, m.content) for m in obs)
         return tuple(obs), reward, terminated, truncated, info

@@ -26,6 +26,7 @@ import numpy as np
 
 from turnrl.envs.code import CodeEnv
 from turnrl.envs.core import Task
+from turnrl.utils import Shared
 
 WORDS = ("apple", "river", "stone", "cloud", "tiger", "lemon", "piano", "ocean", "maple", "candle", "rocket", "garden")
 LETTERS = "aeilnorst"
@@ -132,7 +133,7 @@ def _prompt(family: Family, params: dict[str, Any]) -> str:
     return f"Complete this Python function:\n```python\n{head}```"
 
 
-class FunctionTasks:
+class FunctionTasks(Shared):
     """The tasks of one split: task ``i`` is distinct function ``i mod n`` with test inputs drawn for ``i``."""
 
     def __init__(self, split: Literal["train", "validation", "test"] = "train", size: int | None = None) -> None:

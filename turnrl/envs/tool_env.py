@@ -16,6 +16,7 @@ from turnrl.envs.core import Obs, StepResult, Task, TaskSource, TextEnv, pick_in
 from turnrl.tools.base import Tool, Toolbox, ToolOutput
 from turnrl.tools.parsers import ParseResult, ToolCallParser, get_parser
 from turnrl.types import Message, ToolCall
+from turnrl.utils import Shared
 from turnrl.verifiers.base import Verdict
 
 Verifier = Callable[[str, str], Verdict]
@@ -26,10 +27,14 @@ DEFAULT_FEEDBACK = "That is not correct. Try again."
 NO_ANSWER_FEEDBACK = "No final answer was found in your reply. {instruction}"
 
 
+class TaskList(Shared, list):  # type: ignore[type-arg]
+    """A list of :class:`Task` that every fork of its environment shares (read-only data; :mod:`turnrl.envs.fork`)."""
+
+
 def as_tasks(tasks: TaskSource | Sequence[Task | dict[str, Any]]) -> TaskSource:
     """Accept a task source, or a sequence of :class:`Task` / dicts with ``id``, ``prompt``, ``answer``."""
     if isinstance(tasks, (list, tuple)):
-        return [t if isinstance(t, Task) else Task.model_validate(t) for t in tasks]
+        return TaskList(t if isinstance(t, Task) else Task.model_validate(t) for t in tasks)
     if isinstance(tasks, TaskSource):
         return tasks
     raise TypeError(f"tasks must be a sequence of Task/dict or a TaskSource, got {type(tasks).__name__}")

@@ -106,6 +106,10 @@ class VerifiersEnv(TextEnv):
         VerifiersEnvError: verifiers is not installed, the environment is not found or cannot be used.
     """
 
+    fork_mode = None
+    fork_refusal = ("a verifiers environment keeps an episode's state in the library's own rollout (a coroutine "
+                    "waiting for the next turn), which cannot be copied")
+
     def __init__(self, name: str, *, env_args: dict[str, Any] | None = None, split: Literal["train", "test"] = "train",
                  success_at: float = 1.0, max_turns: int | None = None, describe_tools: bool = True,
                  turn_timeout: float = 50.0, search: Sequence[str | Path] = (), render_mode: str | None = None

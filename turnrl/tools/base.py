@@ -74,6 +74,9 @@ class Tool:
 
     #: Whether the tool is a Python function here (``fn``, ``args_model``); see :class:`ExternalTool` for the others.
     local = True
+    #: Whether calls change state outside the environment that holds the tool (an MCP server's tools, a remote
+    #: environment's): such an environment cannot be forked by copying it (:mod:`turnrl.envs.fork`).
+    stateful = False
 
     def __init__(
         self,

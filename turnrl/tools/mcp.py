@@ -244,6 +244,8 @@ def close_all() -> None:
 class MCPTool(ExternalTool):
     """One tool of an MCP server (see the module docstring)."""
 
+    stateful = True  # the server may keep state between calls, which a fork of the environment would share
+
     def __init__(self, server: MCPServer, listed: Any) -> None:
         schema = dict(getattr(listed, "input_schema", None) or {})
         schema.setdefault("type", "object")

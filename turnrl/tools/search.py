@@ -9,6 +9,8 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from turnrl.utils import Shared
+
 
 @dataclass(frozen=True)
 class Passage:
@@ -18,7 +20,7 @@ class Passage:
     text: str
 
 
-class BM25Index:
+class BM25Index(Shared):
     """A BM25 index over passages (title and text are both indexed).
 
     Build one with :func:`bm25_index`, which caches indexes by corpus content.
@@ -42,6 +44,22 @@ class BM25Index:
         k = min(k, len(self.passages))
         ids, scores = self.retriever.retrieve(tokens, k=k, show_progress=False, n_threads=1)
         return [self.passages[int(i)] for i, s in zip(ids[0], scores[0]) if s > 0]
+
+    def search_many(self, queries: Sequence[str], k: int = 3) -> list[list[Passage]]:
+        """:meth:`search` for each of ``queries``, in one batch (the same results)."""
+        if not queries:
+            return []
+        tokens = self._bm25s.tokenize(list(queries), show_progress=False)
+        k = min(k, len(self.passages))
+        out: list[list[Passage]] = [[] for _ in queries]
+        asked = [i for i, ids in enumerate(tokens.ids) if ids]
+        if not asked or not self.passages:
+            return out
+        tokens = tokens._replace(ids=[tokens.ids[i] for i in asked])
+        ids, scores = self.retriever.retrieve(tokens, k=k, show_progress=False, n_threads=1)
+        for row, i in enumerate(asked):
+            out[i] = [self.passages[int(j)] for j, s in zip(ids[row], scores[row]) if s > 0]
+        return out
 
     def lookup(self, title: str) -> Passage | None:
         """The passage with exactly this title (case-insensitive fallback), or None."""

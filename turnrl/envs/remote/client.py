@@ -56,6 +56,8 @@ class _Lost(RemoteEnvError):
 class RemoteTool(ExternalTool):
     """A tool of a remote environment: its schema for the chat template; calling it runs it on the server."""
 
+    stateful = True
+
     def __init__(self, env: RemoteEnv, schema: dict[str, Any]) -> None:
         fn = schema.get("function", schema)
         super().__init__(fn["name"], fn.get("description", ""), fn.get("parameters") or {"type": "object"})
@@ -92,6 +94,10 @@ class RemoteEnv(TextEnv):
         RemoteEnvError: no server answers at ``url``, nothing is served at its path, or the server refuses the
             keyword arguments (the message says which and why).
     """
+
+    fork_mode = None
+    fork_refusal = ("its state lives in a session on the server, which the client cannot copy (a server that can "
+                    "clone a session would need a fork call in the protocol)")
 
     def __init__(self, url: str, *, remote_timeout: float = 120.0, remote_connect_timeout: float = 10.0,
                  render_mode: str | None = None, **kwargs: Any) -> None:

@@ -14,6 +14,7 @@ import time
 from typing import Any
 
 from turnrl.tools.sandbox.base import ExecResult, SandboxUnavailable, check_files
+from turnrl.utils import Shared
 
 _WORKDIR = "/home/user/turnrl"
 
@@ -25,7 +26,7 @@ def _cap(text: str | None, limit: int) -> tuple[str, bool]:
     return text[:limit] + f"\n[... output truncated: {len(text) - limit} more characters ...]", True
 
 
-class E2BSandbox:
+class E2BSandbox(Shared):
     """Run code in E2B cloud sandboxes.
 
     Args:

@@ -32,7 +32,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from turnrl.tools.sandbox.base import ExecResult, SandboxUnavailable, check_files
-from turnrl.utils import run_sync
+from turnrl.utils import Shared, run_sync
 
 BWRAP_INSTALL_HINT = "install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap)"
 
@@ -79,7 +79,7 @@ class _Capped:
         return text, truncated
 
 
-class LocalSandbox:
+class LocalSandbox(Shared):
     """Run untrusted Python code locally under bubblewrap (see the module docstring).
 
     Args:
