@@ -167,7 +167,8 @@ def test_textarena_seeds_are_split_and_an_unknown_game_names_close_ones():
 
 class GuessEnv(AECEnv):
     """A PettingZoo AEC environment with text observations and actions, written as PettingZoo's docs show: two
-    players name numbers in turn; whoever names the secret first wins."""
+    players name numbers in turn; whoever names the secret first wins. An agent observes the rules at its first turn
+    only, then its opponent's last number (what is new to it)."""
 
     metadata = {"name": "guess_v0"}  # noqa: RUF012
 
@@ -193,10 +194,12 @@ class GuessEnv(AECEnv):
         self.infos = {a: {} for a in self.agents}
         self.agent_selection = self.agents[0]
         self.last_guess = {a: None for a in self.agents}
+        self.moved = {a: False for a in self.agents}
 
     def observe(self, agent):
         other = self.last_guess[self.agents[1 - self.agents.index(agent)]] if len(self.agents) == 2 else None
-        return f"Guess the number from 1 to 9. Your opponent last said {other}."
+        said = f"Your opponent last said {other}."
+        return said if self.moved[agent] else f"Guess the number from 1 to 9. {said}"
 
     def step(self, action):
         agent = self.agent_selection
@@ -204,6 +207,7 @@ class GuessEnv(AECEnv):
             self._was_dead_step(action)
             return
         self._cumulative_rewards[agent] = 0.0
+        self.moved[agent] = True
         digits = re.findall(r"\d", action)
         self.last_guess[agent] = digits[-1] if digits else None
         if digits and int(digits[-1]) == self.secret:

@@ -213,6 +213,13 @@ def train(
     except Exception as e:  # noqa: BLE001 — a config that does not load or validate: say why, in one line
         fail(config_error(e, config, overrides))
     search = [Path(config).resolve().parent, Path.cwd()]
+    if str(cfg.env.id).startswith("pettingzoo:"):  # its module, from the config's folder or the current one
+        from turnrl.envs.multiagent.registry import pettingzoo_factory
+
+        try:
+            pettingzoo_factory(cfg.env.id, search)
+        except ValueError as e:
+            fail(f"{config}: {e}")
     if cfg.multi_agent is None:  # a game's seats and splits are checked when its source opens, before a model loads
         train_env = make_env(cfg.env.id, cfg.env.kwargs, search)  # fail fast, before loading any model
         held_env = make_env(cfg.env.id, run_eval_kwargs(train_env, cfg.env.kwargs, cfg.env.eval_kwargs), search)
@@ -236,8 +243,8 @@ def train(
         trainer = Trainer(cfg)
     except (RayPlacementError, OfflineDataError, ProgramError) as e:
         fail(str(e))
-    except ValueError as e:  # e.g. a seat the game does not have, an opponent that does not load
-        fail(f"{config}: {e}")
+    except (ValueError, ImportError) as e:  # e.g. a seat the game does not have, an opponent that does not load, a
+        fail(f"{config}: {e}")  # game's library not installed
     ckpt = Path(cfg.out_dir) / "checkpoint.pt"
     if resume and ckpt.exists():
         trainer.load(ckpt)

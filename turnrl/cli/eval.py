@@ -166,7 +166,8 @@ def eval_cmd(
     kw: KwOption = None,
     imports: ImportOption = None,
     opponent: Annotated[str, typer.Option(help="an environment with several agents: who plays the other seats — "
-                                          "perfect or random (tic-tac-toe players), self, or an agent spec")] = "random",
+                                          "perfect or random (tic-tac-toe players), script:MODULE:FUNCTION, self, or an "
+                                          "agent spec")] = "random",
     seat: Annotated[str | None, typer.Option(help="an environment with several agents: the evaluated agent's seat "
                                              "(default: every seat in turn)")] = None,
 ) -> None:

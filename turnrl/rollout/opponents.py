@@ -1,29 +1,62 @@
 """Opponents by name, for the seats of a multi-agent game that an evaluated or trained policy does not play
 (docs/multi-agent.md): ``perfect`` and ``random`` (tic-tac-toe players that need no model,
-:func:`turnrl.envs.multiagent.tictactoe.text_player`), or any agent spec (``hf:PATH``, ``run:OUT_DIR``,
-``openai:URL#MODEL``, …), loaded frozen."""
+:func:`turnrl.envs.multiagent.tictactoe.text_player`), ``script:MODULE:FUNCTION`` (a player of any game that needs no
+model: ``FUNCTION(text)`` answers the text of its seat's view so far with its move; the module on ``sys.path`` or in
+the current folder), or any agent spec (``hf:PATH``, ``run:OUT_DIR``, ``openai:URL#MODEL``, …), loaded frozen."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from turnrl.agents.base import Agent
 
 SCRIPTED = ("perfect", "random")
+SCRIPT_PREFIX = "script:"
+
+
+def script_player(name: str) -> Callable[[str], str]:
+    """The function a ``script:MODULE:FUNCTION`` opponent names (its module imported from ``sys.path``, else from
+    the current folder).
+
+    Raises:
+        ValueError: not of that form, no such module (or it fails to import), or no such function.
+    """
+    from turnrl.utils import import_from
+
+    module, sep, fn = name.removeprefix(SCRIPT_PREFIX).partition(":")
+    if not name.startswith(SCRIPT_PREFIX) or not module or not sep or not fn or ":" in fn:
+        raise ValueError(f"opponent {name!r} is not of the form script:MODULE:FUNCTION (FUNCTION(text) -> move)")
+    try:
+        found = import_from(module, [Path.cwd()])
+    except Exception as e:  # noqa: BLE001 — the module exists and fails to import: say why, in one line
+        raise ValueError(f"opponent {name}: importing {module!r} raised {type(e).__name__}: {e}") from e
+    if found is None:
+        raise ValueError(f"opponent {name}: no module named {module!r} on sys.path or in {Path.cwd()}")
+    player = getattr(found, fn, None)
+    if not callable(player):
+        raise ValueError(f"opponent {name}: module {module!r} has no function {fn!r}")
+    return player
 
 
 def make_opponent(name: str, tokenizer: Any, seed: int = 0, device: str = "cpu") -> Agent:
-    """The opponent ``name`` names: ``perfect`` or ``random`` (tic-tac-toe players), else an agent spec (its
-    weights on ``device``).
+    """The opponent ``name`` names: ``perfect`` or ``random`` (tic-tac-toe players), ``script:MODULE:FUNCTION``, else
+    an agent spec (its weights on ``device``).
 
     Raises:
         ValueError: an agent spec that does not load (its message).
     """
-    if name in SCRIPTED:
+    if name in SCRIPTED or name.startswith(SCRIPT_PREFIX):
         from turnrl.agents.scripted import ScriptedAgent
         from turnrl.envs.multiagent.tictactoe import text_player
 
-        return ScriptedAgent(tokenizer, text_player(name, seed))  # type: ignore[arg-type]
+        if tokenizer is None:  # (a script reads text: any tokenizer renders its view)
+            from turnrl.agents.tiny import tiny_tokenizer
+
+            tokenizer = tiny_tokenizer("chatml")
+        player = script_player(name) if name.startswith(SCRIPT_PREFIX) else text_player(name, seed)  # type: ignore
+        return ScriptedAgent(tokenizer, player)
     from turnrl.agents import make_agent
 
     agent = make_agent(name, device=device)
@@ -34,12 +67,16 @@ def make_opponent(name: str, tokenizer: Any, seed: int = 0, device: str = "cpu")
 
 def check_opponent(name: str, env_id: str, timeout: float = 5.0) -> None:
     """Fail now, before any model loads, where an opponent cannot play ``env_id``: a tic-tac-toe player on another
-    game, a model name that is no built-in, path or cached hub id, an ``openai:URL#MODEL`` endpoint that does not
-    answer ``GET URL/models`` (or refuses it), a ``run:OUT_DIR`` that is no run folder.
+    game, a ``script:`` player that is not found, a model name that is no built-in, path or cached hub id, an
+    ``openai:URL#MODEL`` endpoint that does not answer ``GET URL/models`` (or refuses it), a ``run:OUT_DIR`` that is
+    no run folder.
 
     Raises:
         ValueError: the opponent cannot play, and why (with its address or path).
     """
+    if name.startswith(SCRIPT_PREFIX):
+        script_player(name)
+        return
     if name in SCRIPTED:
         if env_id != "turnrl/TicTacToe-v0":
             raise ValueError(f"opponent {name!r} is a tic-tac-toe player and {env_id} is another game: name self or "

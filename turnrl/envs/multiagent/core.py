@@ -24,7 +24,10 @@ Rules for subclasses (the docstrings of the underscored methods are the specific
 * a move the game refuses is the game's business: :meth:`_play` says so with :meth:`refuse` (a penalty, a retry or a
   forfeit, by the game's rule); it is counted in ``infos[agent]["invalid_moves"]`` and never raises.
 * tasks: ``options={"index": i}`` poses starting state ``i`` of the environment's ``split``; ``held_out_split``
-  names the split held-out evaluation uses, as for single-agent environments.
+  names the split held-out evaluation uses, as for single-agent environments. A game that keeps no list of starting
+  states (no ``__len__``: TextArena's, PettingZoo's, yours) is played on seeds, two disjoint ranges
+  (:func:`split_seed`): starting state ``i`` of ``train`` is seed ``i``, of ``test`` seed ``1_000_000 + i``, each
+  range :data:`SEEDS_PER_SPLIT` long.
 """
 
 from __future__ import annotations
@@ -39,6 +42,31 @@ from turnrl.envs.spaces import MessagesSpace, TextSpace
 from turnrl.types import Message
 
 Obs = tuple[Message, ...]
+
+#: starting states per split of a game played on seeds (the module docstring), and where each split's seeds start
+SEEDS_PER_SPLIT = 100_000
+SEED_START = {"train": 0, "test": 1_000_000}
+
+
+def split_seed(split: str, index: int) -> int:
+    """The seed of starting state ``index`` (modulo :data:`SEEDS_PER_SPLIT`) of ``split`` in a game played on seeds:
+    ``train`` seeds 0 to 99,999, ``test`` seeds 1,000,000 to 1,099,999, so no held-out game is a training one.
+
+    Raises:
+        ValueError: a split other than ``train`` and ``test``.
+    """
+    if split not in SEED_START:
+        raise ValueError(f"a game played on seeds has the splits 'train' and 'test', got {split!r}")
+    return SEED_START[split] + int(index) % SEEDS_PER_SPLIT
+
+
+def counts_starting_states(env: object) -> bool:
+    """Whether ``env`` says how many starting states it has (``__len__``); one that does not is played on seeds."""
+    try:
+        len(env)  # type: ignore[arg-type]
+    except TypeError:
+        return False
+    return True
 
 
 class MultiAgentTextEnv(AECEnv):

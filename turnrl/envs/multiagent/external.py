@@ -2,46 +2,72 @@
 
 * :class:`TextArenaEnv` — a game of the ``textarena`` package (extra ``games``) by its id, e.g. ``TicTacToe-v0``,
   ``KuhnPoker-v0``, ``SimpleNegotiation-v0``: its own rules, observations, invalid-move handling and rewards.
-  Players are ``player_0``, ``player_1``, …; what TextArena shows a player (everything since its last turn) is that
-  player's next observation. ``options={"index": i}`` seeds the game with the ``i``-th seed of the ``split``: the
-  seeds are split by a hash (one in ten is ``test``), so held-out evaluation plays deals and boards training never
-  saw.
+  Players are ``player_0``, ``player_1``, …. A player is told what is new to it since its last turn, once: the game's
+  own observations of that player (its rules at its first turn, then the others' moves and the game's messages),
+  read from the game itself, under whatever observation wrapper the id names (TextArena's default
+  ``LLMObservationWrapper`` returns a player's whole history every turn), and without the echo of its own move
+  (already in its conversation); when the game ends, what each player had still to be told (how it ended). Action
+  wrappers (e.g. the one that puts a move in brackets) still apply.
 * :class:`PettingZooTextEnv` — any PettingZoo AEC environment whose observations and actions are text: at an
-  agent's turn its observation (a string) is told to it as a message, and its text goes to the environment as is.
+  agent's turn its observation (a string) is told to it as a message — only its new part where it extends what the
+  agent was told last (an environment whose observation is the agent's history so far) — and its text goes to the
+  environment as is (a move after which the environment's info for the agent says ``invalid_move: True`` is counted
+  as invalid). When the game ends, each agent's outcome comes from the game's totals (the highest total wins,
+  a shared highest total draws, so a 0–0 game is a draw) unless the environment's own infos give one.
+
+Neither keeps a list of starting states: both are played on seeds (:func:`~turnrl.envs.multiagent.core.split_seed`),
+``options={"index": i}`` starting the game with seed ``i`` of the ``split`` (``train``: seeds 0 to 99,999;
+``test``, the held-out split: 1,000,000 to 1,099,999), so held-out evaluation plays deals and boards training never
+saw.
 """
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any, Literal
 
-from turnrl.envs.multiagent.core import MultiAgentTextEnv
+from turnrl.envs.multiagent.core import SEED_START, SEEDS_PER_SPLIT, MultiAgentTextEnv, split_seed
 
 
-def _split_of(seed: int) -> str:
-    return "test" if hashlib.sha256(str(seed).encode()).digest()[0] % 10 == 0 else "train"
-
-
-_SPLIT_SEEDS: dict[str, list[int]] = {"train": [], "test": []}  # each split's seeds in order, found once
-
-
-def split_seeds(split: str, count: int) -> list[int]:
-    """The first ``count`` seeds (from 0 up) that hash to ``split`` (extended as needed, shared by every game)."""
-    known, other = _SPLIT_SEEDS[split], _SPLIT_SEEDS["test" if split == "train" else "train"]
-    seed = len(known) + len(other)  # every seed below it is in one of the two lists
-    while len(known) < count:
-        (known if _split_of(seed) == split else other).append(seed)
-        seed += 1
-    return known[:count]
-
-
-def _outcomes(rewards: dict[int, float]) -> dict[int, str]:
+def _outcomes(rewards: dict[Any, float]) -> dict[Any, str]:
     best = max(rewards.values()) if rewards else 0.0
     tied = sum(v == best for v in rewards.values()) > 1
     return {pid: "draw" if v == best and tied else "win" if v == best else "loss" for pid, v in rewards.items()}
 
 
-class TextArenaEnv(MultiAgentTextEnv):
+class SeededGame:
+    """What :class:`TextArenaEnv` and :class:`PettingZooTextEnv` share: a ``split`` of :data:`SEEDS_PER_SPLIT`
+    starting states, each a seed (see the module docstring)."""
+
+    split: str = "train"
+    held_out_split = "test"
+
+    def __len__(self) -> int:
+        """The starting states of the split (seeds)."""
+        return SEEDS_PER_SPLIT
+
+    def seed_of(self, index: int) -> int:
+        """The game seed of starting state ``index`` of this split."""
+        return split_seed(self.split, index)
+
+    def state_key(self, index: int) -> str:
+        """Starting state ``index`` by name: the game and its seed (what an evaluation's items are named by)."""
+        return f"{getattr(self, 'game_id', None) or type(self).__name__}#seed={self.seed_of(index)}"
+
+    def task_at(self, index: int) -> Any:
+        """Starting state ``index`` as a task (its canonical form is :meth:`state_key`), so the held-out check
+        compares seeds."""
+        from turnrl.envs.core import Task
+
+        key = self.state_key(index)
+        return Task(prompt=key, answer="", metadata={"canonical": key})
+
+
+def _check_split(split: str) -> None:
+    if split not in SEED_START:
+        raise ValueError(f"split must be 'train' or 'test', got {split!r}")
+
+
+class TextArenaEnv(SeededGame, MultiAgentTextEnv):
     """A TextArena game as a turnrl multi-agent environment (see the module docstring).
 
     Args:
@@ -56,13 +82,10 @@ class TextArenaEnv(MultiAgentTextEnv):
     """
 
     possible_agents: list[str] = []  # noqa: RUF012 — set per game
-    held_out_split = "test"
-    SEEDS = 100_000  # starting states per split
 
     def __init__(self, game: str, *, num_players: int = 2, split: Literal["train", "test"] = "train",
                  max_turns: int | None = None, render_mode: str | None = None, **game_kwargs: Any) -> None:
-        if split not in _SPLIT_SEEDS:
-            raise ValueError(f"split must be 'train' or 'test', got {split!r}")
+        _check_split(split)
         try:
             import textarena
         except ImportError as e:
@@ -77,23 +100,40 @@ class TextArenaEnv(MultiAgentTextEnv):
         self.possible_agents = [f"player_{i}" for i in range(num_players)]
         super().__init__(max_turns=max_turns, render_mode=render_mode)
         self.game: Any = None
-
-    def seed_of(self, index: int) -> int:
-        """The game seed of starting state ``index`` of this split."""
-        index = int(index) % self.SEEDS
-        return split_seeds(self.split, index + 1)[index]
+        self.raw: Any = None  # the game under its wrappers: its observations are each player's new ones
 
     def _reset(self, options: dict[str, Any]) -> None:
         index = options.get("index")
-        index = int(index) if index is not None else int(self.np_random.integers(self.SEEDS))
+        index = int(index) if index is not None else int(self.np_random.integers(len(self)))
         self.game = self._textarena.make(self.game_id, **self.game_kwargs)
+        self.raw = self.game
+        while isinstance(self.raw, self._textarena.Wrapper):
+            self.raw = self.raw.env
         self.game.reset(num_players=self.num_players, seed=self.seed_of(index))
         self._tell_current()
 
     def _tell_current(self) -> None:
-        pid, observation = self.game.get_observation()
+        pid, observation = self.raw.get_observation()  # what is new to the player since its last turn
         self.agent_selection = f"player_{pid}"
-        self.tell(self.agent_selection, observation if isinstance(observation, str) else str(observation))
+        text = self._news(int(pid), observation)
+        if text:
+            self.tell(self.agent_selection, text)
+
+    def _news(self, pid: int, observation: Any) -> str:
+        """A player's new observations as one message, each line ``[GAME] …`` or ``[Player k] …`` as TextArena's
+        own wrapper writes them, without the echo of the player's own move."""
+        if isinstance(observation, str):
+            return observation
+        own_move = self._textarena.ObservationType.PLAYER_ACTION
+        roles = getattr(self.raw.state, "role_mapping", {}) or {}
+        lines = []
+        for entry in observation or ():
+            sender, message = entry[0], entry[1]
+            if sender == pid and len(entry) > 2 and entry[2] == own_move:
+                continue
+            name = "GAME" if sender == self._textarena.GAME_ID else roles.get(sender, f"Player {sender}")
+            lines.append(f"[{name}] {message}")
+        return "\n".join(lines)
 
     def _play(self, agent: str, action: str) -> None:
         state = self.game.state  # TextArena counts the invalid moves it lets a player retry in its state
@@ -104,6 +144,12 @@ class TextArenaEnv(MultiAgentTextEnv):
         if not done:
             self._tell_current()
             return
+        pending = getattr(self.raw.state, "observations", None) or {}
+        for pid in sorted(pending):  # what each player had still to be told: how the game ended, and why
+            text = self._news(int(pid), pending[pid])
+            pending[pid] = []
+            if text and f"player_{pid}" in self.agents:
+                self.tell(f"player_{pid}", text)
         result = self.game.close()
         rewards, game_info = result if isinstance(result, tuple) else (result, {})
         rewards = {int(pid): float(v) for pid, v in (rewards or {}).items()}
@@ -118,8 +164,9 @@ class TextArenaEnv(MultiAgentTextEnv):
         self.end({f"player_{pid}": o for pid, o in _outcomes(rewards).items()})
 
 
-class PettingZooTextEnv(MultiAgentTextEnv):
-    """A PettingZoo environment with text observations and actions, as a turnrl multi-agent environment.
+class PettingZooTextEnv(SeededGame, MultiAgentTextEnv):
+    """A PettingZoo environment with text observations and actions, as a turnrl multi-agent environment (see the
+    module docstring: what an agent is told, outcomes, seeds).
 
     Simultaneous moves: a PettingZoo ``ParallelEnv`` (every agent acts at once each round) is played through
     PettingZoo's own ``parallel_to_aec``: the agents reply one after the other, each from the observation of the
@@ -127,17 +174,21 @@ class PettingZooTextEnv(MultiAgentTextEnv):
 
     Args:
         env: the PettingZoo ``AECEnv`` or ``ParallelEnv`` (not yet reset).
+        split: ``"train"`` or ``"test"``: the seeds ``options={"index": i}`` resets it with.
         max_turns, render_mode: as :class:`~turnrl.envs.multiagent.core.MultiAgentTextEnv`.
 
     Raises:
         TypeError: ``env`` is neither.
+        ValueError: an unknown split.
     """
 
     possible_agents: list[str] = []  # noqa: RUF012 — the wrapped environment's
 
-    def __init__(self, env: Any, *, max_turns: int | None = None, render_mode: str | None = None) -> None:
+    def __init__(self, env: Any, *, split: Literal["train", "test"] = "train", max_turns: int | None = None,
+                 render_mode: str | None = None) -> None:
         from pettingzoo import AECEnv, ParallelEnv
 
+        _check_split(split)
         self.simultaneous = isinstance(env, ParallelEnv)
         if self.simultaneous:
             from pettingzoo.utils.conversions import parallel_to_aec
@@ -145,12 +196,18 @@ class PettingZooTextEnv(MultiAgentTextEnv):
             env = parallel_to_aec(env)
         if not isinstance(env, AECEnv):
             raise TypeError(f"PettingZooTextEnv wraps a PettingZoo AECEnv or ParallelEnv, got {type(env).__name__}")
-        self.inner = env
+        self.inner, self.split = env, split
+        self.game_id = str((getattr(env, "metadata", None) or {}).get("name") or type(env.unwrapped).__name__)
         self.possible_agents = [str(a) for a in env.possible_agents]
         super().__init__(max_turns=max_turns, render_mode=render_mode)
+        self.totals: dict[str, float] = {}  # every agent's rewards over the game, for its outcome
+        self.told: dict[str, str] = {}  # the last observation each agent was told, whole
 
     def _reset(self, options: dict[str, Any]) -> None:
-        self.inner.reset(seed=int(self.np_random.integers(2**31)), options=options or None)
+        index = options.get("index")
+        seed = self.seed_of(int(index)) if index is not None else int(self.np_random.integers(2**31))
+        self.totals, self.told = {a: 0.0 for a in self.possible_agents}, {}
+        self.inner.reset(seed=seed, options=options or None)
         self._advance()
 
     def _advance(self) -> None:
@@ -162,15 +219,28 @@ class PettingZooTextEnv(MultiAgentTextEnv):
             gone = agent not in inner.agents
             self.terminations[agent] = self.terminations[agent] or bool(inner.terminations.get(agent, gone))
             self.truncations[agent] = self.truncations[agent] or bool(inner.truncations.get(agent, False))
+        if self.agents and all(self.terminations[a] for a in self.agents) and not any(self.truncations.values()):
+            for agent, word in _outcomes(self.totals).items():  # the game is over: by its totals, unless it said
+                if agent in self.infos and not self.infos[agent].get("outcome"):
+                    self.infos[agent]["outcome"] = word
         if inner.agents:
-            self.agent_selection = str(inner.agent_selection)
+            self.agent_selection = agent = str(inner.agent_selection)
             observation = inner.observe(inner.agent_selection)
-            self.tell(self.agent_selection, observation if isinstance(observation, str) else str(observation))
+            text = observation if isinstance(observation, str) else str(observation)
+            last, self.told[agent] = self.told.get(agent, ""), text
+            news = text[len(last):].lstrip("\n") if last and text.startswith(last) else text  # a history: its tail
+            if news.strip():
+                self.tell(agent, news)
 
     def _play(self, agent: str, action: str) -> None:
         inner = self.inner
         inner.step(action)
-        self.reward({str(a): float(r) for a, r in inner.rewards.items()})
+        rewards = {str(a): float(r) for a, r in inner.rewards.items()}
+        for a, r in rewards.items():
+            self.totals[a] = self.totals.get(a, 0.0) + r
+        self.reward(rewards)
         for a, info in inner.infos.items():
             self.infos[str(a)].update({k: v for k, v in info.items() if k != "invalid_moves"})
+        if (inner.infos.get(agent) or {}).get("invalid_move"):  # the game's word for a move it refused
+            self.infos[agent]["invalid_moves"] += 1
         self._advance()

@@ -19,6 +19,7 @@ from typing import Any
 from turnrl.agents.base import Agent, SamplingParams
 from turnrl.envs.core import close_all
 from turnrl.envs.multiagent import make_multi_agent
+from turnrl.envs.multiagent.core import counts_starting_states, split_seed
 from turnrl.rollout.multi import MultiAgentRollout
 from turnrl.rollout.opponents import make_opponent
 
@@ -87,7 +88,9 @@ def evaluate_multi_agent(agent: Agent | Mapping[str, Agent], env_id: str, env_kw
             rollout = MultiAgentRollout(policies, params, max_context=max_context, seats=seat_map)
             envs = [make_multi_agent(env_id, **kwargs) for _ in games]
             try:
-                trajs = rollout.run(envs, seeds=[seed + i for i in games], options=[{"index": i} for i in games],
+                seeded = not counts_starting_states(envs[0])  # played on seeds: the held-out range (split_seed)
+                trajs = rollout.run(envs, seeds=[split_seed("test", i) if seeded else seed + i for i in games],
+                                    options=[{"index": i} for i in games],
                                     group_ids=[str(i) for i in games],
                                     sample_seeds=[seed * 1_000_003 + i for i in games])
             finally:

@@ -10,7 +10,10 @@ Against a frozen opponent the policy plays one of ``train_seats`` per group, in 
 group is of one seat.
 
 Seeding: as :mod:`turnrl.rollout.play` (the game of task ``i`` reset with ``seed + i`` and ``options={"index": i}``;
-each game's moves drawn from its job's own stream), so a resumed run plays what an uninterrupted one would.
+each game's moves drawn from its job's own stream), so a resumed run plays what an uninterrupted one would. A game
+that does not say how many starting states it has (no ``__len__``) is played on seeds: task ``i`` is the game reset
+with training seed ``i`` (:func:`~turnrl.envs.multiagent.core.split_seed`; the held-out evaluation plays the
+``test`` seeds, a range apart), among :data:`~turnrl.envs.multiagent.core.SEEDS_PER_SPLIT` tasks.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import numpy as np
 from turnrl.agents.base import SamplingParams
 from turnrl.envs.core import close_all
 from turnrl.envs.multiagent import make_multi_agent
+from turnrl.envs.multiagent.core import SEEDS_PER_SPLIT, counts_starting_states, split_seed
 from turnrl.rl.algorithms.base import Algorithm
 from turnrl.rl.config import MultiAgentConfig, TrainConfig
 from turnrl.rl.sources.base import RunParts, rollout_metrics
@@ -86,7 +90,12 @@ class MultiAgentRunner:
         self.policies = dict(policies or {})
         self.drawn_by_driver = drawn_by_driver
         self.given: tuple[int, dict[str, Any]] | None = None
-        self.seats, self.train_seats = seats_of(cfg)
+        probe = make_multi_agent(cfg.env.id, **cfg.env.kwargs)
+        try:
+            self.seats, self.train_seats = seats_of(cfg, probe)
+            self.seeded = not counts_starting_states(probe)  # played on seeds (the module docstring)
+        finally:
+            probe.close()
         self.opponents = Opponents(self.ma, agent, cfg.seed)
         self.last: dict[str, float] = {}  # the last run's opponent figures
 
@@ -123,7 +132,8 @@ class MultiAgentRunner:
         envs = [make_multi_agent(self.cfg.env.id, **self.cfg.env.kwargs) for _ in jobs]
         t0 = time.perf_counter()
         try:
-            trajs = rollout.run(envs, seeds=[env_seed(self.cfg.seed, j) for j in jobs],
+            seeds = [split_seed("train", j.task) if self.seeded else env_seed(self.cfg.seed, j) for j in jobs]
+            trajs = rollout.run(envs, seeds=seeds,
                                 options=[{"index": j.task} for j in jobs], group_ids=[j.group_id for j in jobs],
                                 sample_seeds=[sample_seed(self.cfg.seed, j) for j in jobs], seat_maps=maps)
         finally:
@@ -201,11 +211,7 @@ class MultiAgentSource(OnPolicySource):
         if type(algorithm).rollout_hook is not Algorithm.rollout_hook:
             raise ValueError(f"algorithm {cfg.algorithm.name!r} rewrites its episodes while they are played, which "
                              "games with several agents do not support: use grpo, rloo, dapo, ppo or reinforce++")
-        try:
-            self.n_tasks = len(self.env)
-        except TypeError:
-            raise ValueError(f"{cfg.env.id} does not say how many starting states it has (no __len__): training "
-                             "draws tasks by index, options={'index': i}") from None
+        self.n_tasks = len(self.env) if counts_starting_states(self.env) else SEEDS_PER_SPLIT  # else: seeds
         pool = TaskPool([cfg.env.id], np.ones(1), np.zeros(self.n_tasks, dtype=np.int64))
         self.sampler = make_sampler(cfg.tasks, pool, cfg.seed)
         self.reward, self.process = None, None
