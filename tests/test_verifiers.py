@@ -170,6 +170,8 @@ QUESTION = "Which was released first, Blue Velvet or The Elephant Man?"
     ("<answer>Elephant Man Blue Velvet</answer>", "padded"),                        # both names of a comparison
     ("<answer>" + " ".join(["man elephant film 1980 lynch"] * 20) + "</answer>", "padded"),   # a long F1 farm
     ("<answer>The Elephant Man which was released first of the two films</answer>", "padded"),
+    ("<answer>Elephant Man and Elephant Man</answer>", "padded"),  # the answer twice: F1 0.57 (issue 79)
+    ("<answer>Elephant Man Elephant Man Elephant Man</answer>", "padded"),
     (f"<answer>{QUESTION} The Elephant Man</answer>", "repeats_question"),
     ("<answer>Blue Velvet vs The Elephant Man: which was released first</answer>", "repeats_question"),
 ])

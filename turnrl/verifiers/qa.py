@@ -6,8 +6,9 @@ F1 (or EM) of that answer. An answer earns 0, whatever its overlap, when it
 * **hedges**: several different ``<answer>`` tags, or one answer that lists candidates ("Paris or Lyon",
   "Paris; Lyon", "Paris/Lyon", "Paris, Lyon") with separators the reference does not use;
 * **repeats the question** (when the verifier is given it): it holds most of the question's words;
-* **pads**: at most half of its tokens are in the reference (a long answer farming F1 overlap, or both names of a
-  comparison question) — F1's precision alone would still pay a share.
+* **pads**: at most half of its tokens are in the reference, each reference token counted as often as the reference
+  holds it (a long answer farming F1 overlap, both names of a comparison question, the answer said twice) — F1's
+  precision alone would still pay a share.
 
 ``details`` keeps the official ``em`` and ``f1`` of the (last) answer for reporting; ``reason`` says why the score
 is 0, and ``tampering`` is 1 when one of these rules applied (a policy trying), else 0.
@@ -74,14 +75,14 @@ def candidates(answer: str, reference: str) -> list[str]:
 def _gamed(answers: list[str], reference: str, question: str | None) -> str | None:
     """Why the answer earns nothing though it overlaps the reference (``hedged``, ``repeats_question``, ``padded``)."""
     answer = answers[-1]
-    tokens, ref = normalize_answer(answer).split(), set(normalize_answer(reference).split())
+    tokens, ref = normalize_answer(answer).split(), normalize_answer(reference).split()
     q = set(normalize_answer(question).split()) if question else set()
     if len(q) >= 3 and len(q & set(tokens)) >= QUESTION_SHARE * len(q):
         return "repeats_question"
     if len({normalize_answer(a) for a in answers}) > 1 or len(candidates(answer, reference)) > 1:
         return "hedged"
-    if tokens and sum(t in ref for t in tokens) <= MIN_PRECISION * len(tokens):
-        return "padded"
+    if tokens and sum((Counter(tokens) & Counter(ref)).values()) <= MIN_PRECISION * len(tokens):
+        return "padded"  # a reference word counts as often as the reference has it: repeating the answer pads
     return None
 
 
