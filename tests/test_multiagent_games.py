@@ -295,6 +295,8 @@ def test_pettingzoo_modules_are_found_in_the_current_folder_and_bad_ids_are_one_
         res = runner.invoke(app, ["train", str(config), f"env.id={env_id}"])
         assert res.exit_code == 2 and says in res.output, res.output
         assert "Traceback" not in res.output and len(res.output.strip().splitlines()) <= 3, res.output
+    res = runner.invoke(app, ["train", str(config), "model=no-such-model"])
+    assert res.exit_code == 2 and "unknown model 'no-such-model'" in res.output and "Traceback" not in res.output
     (tmp_path / "beside.py").write_text((EXAMPLES / "pettingzoo_nim.py").read_text())  # in the config's folder
     res = runner.invoke(app, ["train", str(config), "env.id=pettingzoo:beside:make_nim", "steps=0", "eval_tasks=1"])
     assert "no module named" not in res.output, res.output

@@ -229,6 +229,7 @@ def train(
         fail(f"{config}: {e}")
     if on_train:
         console.print(on_train, soft_wrap=True, markup=False, highlight=False)
+    from turnrl.agents.models import ModelNotFoundError
     from turnrl.gateway.program import ProgramError, load_function
     from turnrl.rl.placement.ray import RayPlacementError
     from turnrl.rl.run.guard import ConsistencyError
@@ -243,8 +244,8 @@ def train(
         trainer = Trainer(cfg)
     except (RayPlacementError, OfflineDataError, ProgramError) as e:
         fail(str(e))
-    except (ValueError, ImportError) as e:  # e.g. a seat the game does not have, an opponent that does not load, a
-        fail(f"{config}: {e}")  # game's library not installed
+    except (ValueError, ImportError, ModelNotFoundError) as e:  # e.g. a seat the game does not have, an opponent
+        fail(f"{config}: {e}")  # that does not load, a game's library not installed, a model name that names none
     ckpt = Path(cfg.out_dir) / "checkpoint.pt"
     if resume and ckpt.exists():
         trainer.load(ckpt)
