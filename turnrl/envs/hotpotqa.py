@@ -5,35 +5,28 @@ question's own 10 paragraphs) and ``split`` (every paragraph of every question i
 title: open retrieval). Two call styles: Hermes ``<tool_call>`` JSON, and SWiRL's tags (``<search_query>…
 </search_query>``, results shown as ``QUERY -> RESULT``). The answer goes in ``<answer>…</answer>``; the reward is
 token F1 (or exact match) with the official normalization; ``info["metrics"]`` carries ``em``, ``f1``,
-``support_recall`` (share of the supporting titles the agent retrieved) and ``searches``.
+``support_recall`` (share of the supporting titles the agent retrieved) and ``searches``. The tools, the grading and
+the SWiRL format are :class:`turnrl.envs.search_qa.SearchQAEnv`'s; this module loads the questions and their corpus.
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from turnrl.envs.core import Task
 from turnrl.envs.data import DataFormatError, load_rows
-from turnrl.envs.swirl_format import SEARCH_DEMOS, SEARCH_INSTRUCTIONS, SEARCH_STOP, place_demos
-from turnrl.envs.tool_env import ToolEnv
-from turnrl.tools.base import ToolError, tool
-from turnrl.tools.parsers import TagParser
+from turnrl.envs.search_qa import INSTRUCTION, LOOKUP_INSTRUCTION, MAX_QUERY_CHARS, SearchQAEnv
 from turnrl.tools.search import BM25Index, Passage, bm25_index
-from turnrl.verifiers.base import Verdict
-from turnrl.verifiers.qa import verify as qa_verify
 
 SYSTEM_PROMPT = (
     "Answer the question by searching for the facts you need; questions usually need two articles. "
     "Keep the final answer short (a name, a date, yes/no)."
 )
-INSTRUCTION = "Give your final answer within <answer></answer> tags."
-LOOKUP_INSTRUCTION = "To read an article whose exact title you have seen, write only <lookup>TITLE</lookup>."
 VERIFY_TOOLS_CHECK = (  # the check a PAG verify turn is asked for with verify_tools (SelfVerify adds the verdict)
     "Check the answer. You may first look the facts up with a tool and compare what you find with your answer."
 )
-MAX_QUERY_CHARS = 300
+__all__ = ["INSTRUCTION", "LOOKUP_INSTRUCTION", "MAX_QUERY_CHARS", "HotPotQAEnv", "hotpotqa_tasks"]
 DEV_TEST_SIZE = 100  # split "dev-test": the dev file's first 100 questions
 DEV_VALIDATION_SIZE = 50  # split "dev-validation": the next 50; "dev-train": the rest
 _DEV_PARTS = ("dev-train", "dev-validation", "dev-test")
@@ -64,7 +57,7 @@ def hotpotqa_tasks(split: str = "dev", path: str | Path | None = None) -> list[T
     return tasks
 
 
-class HotPotQAEnv(ToolEnv):
+class HotPotQAEnv(SearchQAEnv):
     """Multi-hop QA with search (see the module docstring).
 
     Args:
@@ -113,30 +106,13 @@ class HotPotQAEnv(ToolEnv):
             raise ValueError(f"corpus must be 'example' or 'split', got {corpus!r}")
         if tool_style not in ("hermes", "swirl"):
             raise ValueError(f"tool_style must be 'hermes' or 'swirl', got {tool_style!r}")
-        top_k = top_k if top_k is not None else (1 if tool_style == "swirl" else 3)
-        if top_k < 1 or max_searches < 0:
-            raise ValueError(f"need top_k >= 1 and max_searches >= 0, got {top_k}, {max_searches}")
         tasks = hotpotqa_tasks(split, path)
         tasks = tasks[:limit] if limit is not None else tasks
-        if retriever not in ("bm25", "dense"):
-            raise ValueError(f"retriever must be 'bm25' or 'dense', got {retriever!r}")
-        self.corpus, self.top_k, self.max_searches, self.style = corpus, top_k, max_searches, tool_style
-        self.retriever = retriever
+        self.corpus = corpus
         self._split_index: BM25Index | None = None
-        self._index: BM25Index | None = None
-        self._queries: list[str] = []
-        self._retrieved: set[str] = set()
-        parser = TagParser({"search_query": "search", "lookup": "lookup"}) if tool_style == "swirl" else "hermes"
-        if tool_style == "swirl":  # the instructions name the tags; the demos show them
-            system_prompt, self.prompt_demos = place_demos(system_prompt, f"{SEARCH_INSTRUCTIONS} {LOOKUP_INSTRUCTION}",
-                                                           demos, SEARCH_DEMOS, demos_in, "search", INSTRUCTION)
-            self.stop = (*SEARCH_STOP, "</lookup>")
-            max_turns = min(5, max_searches + 1) if max_turns is None else max_turns
-        super().__init__(
-            tasks, tools=self._make_tools(), verifier=lambda text, ref: qa_verify(text, ref, reward=reward, question=self.task.prompt),
-            tool_style=parser, describe_tools=tool_style != "swirl", system_prompt=system_prompt, instruction=INSTRUCTION,
-            max_turns=max_turns if max_turns is not None else max_searches + 1, render_mode=render_mode,
-        )
+        super().__init__(tasks, top_k=top_k, max_searches=max_searches, tool_style=tool_style, max_turns=max_turns,
+                         reward=reward, retriever=retriever, system_prompt=system_prompt, demos=demos,
+                         demos_in=demos_in, render_mode=render_mode)
         # split "dev" is the whole file: its own held-out split, for evaluation only (a training run on it is refused:
         # its held-out questions would be its training questions); train on dev-train
         parts = split in _DEV_PARTS
@@ -144,59 +120,10 @@ class HotPotQAEnv(ToolEnv):
         self.validation_split = "dev-validation" if parts else None
         self.train_split = "dev-train" if parts else ("train" if split == "train" else None)
 
-    # ---- tools (closures over the current episode) ----
-
-    def _make_tools(self) -> list[Any]:
-        env = self
-
-        @tool
-        def search(query: str) -> str:
-            """Search the articles; returns the best-matching paragraphs with their titles.
-
-            Args:
-                query: what to look for, e.g. a name and a relation.
-            """
-            q = env._spend(query)
-            hits = env._index.search(q, env.top_k) if env._index else []
-            env._retrieved.update(p.title for p in hits)
-            repeat = " (you already searched this)" if env._queries.count(q) > 1 else ""
-            if not hits:
-                return f"{q} -> no results{repeat}" if env.style == "swirl" else f"No results for {q!r}.{repeat}"
-            if env.style == "swirl":
-                return "\n".join(f"{q} -> {p.title}: {p.text}" for p in hits) + repeat
-            return "\n".join(f"{i}. {p.title}: {p.text}" for i, p in enumerate(hits, 1)) + repeat
-
-        @tool
-        def lookup(title: str) -> str:
-            """Read the article with this exact title.
-
-            Args:
-                title: the article's title, as shown in search results.
-            """
-            t = env._spend(title)
-            found = env._index.lookup(t) if env._index else None
-            if found is None:
-                raise ToolError(f"no article titled {t!r}; use search to find titles")
-            env._retrieved.add(found.title)
-            return f"{t} -> {found.text}" if env.style == "swirl" else f"{found.title}: {found.text}"
-
-        return [search, lookup]
-
-    def _spend(self, text: str) -> str:
-        q = " ".join(text.split())
-        if not q:
-            raise ToolError("the query is empty")
-        if len(q) > MAX_QUERY_CHARS:
-            raise ToolError(f"the query is too long ({len(q)} characters, limit {MAX_QUERY_CHARS})")
-        if len(self._queries) >= self.max_searches:
-            raise ToolError(f"the search budget ({self.max_searches}) is used up; give your answer now")
-        self._queries.append(q)
-        return q
-
-    # ---- episode ----
-
     def _corpus_index(self) -> BM25Index:
         assert self.task is not None
+        if "context" not in self.task.metadata:  # a task posed via options={"task": ...}
+            raise ValueError("a HotPotQA task needs metadata['context'] (list of [title, text]) and 'supporting_titles'")
         if self.corpus == "example":
             return bm25_index([Passage(t, text) for t, text in self.task.metadata["context"]], kind=self.retriever)
         if self._split_index is None:
@@ -206,38 +133,3 @@ class HotPotQAEnv(ToolEnv):
                     seen.setdefault(title, text)
             self._split_index = bm25_index([Passage(t, x) for t, x in seen.items()], kind=self.retriever)
         return self._split_index
-
-    def _reset(self, options: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
-        obs, info = super()._reset(options)
-        if "context" not in self.task.metadata:  # a task posed via options={"task": ...}
-            raise ValueError("a HotPotQA task needs metadata['context'] (list of [title, text]) and 'supporting_titles'")
-        self._index = self._corpus_index()
-        self._queries, self._retrieved = [], set()
-        return obs, info
-
-    def score(self, response: str) -> Verdict:
-        """QA verdict plus retrieval metrics (support recall, searches)."""
-        verdict = super().score(response)
-        support = self.task.metadata.get("supporting_titles") or []  # type: ignore[union-attr]
-        recall = len(self._retrieved & set(support)) / len(support) if support else 0.0
-        details = {**verdict.details, "support_recall": recall, "searches": float(len(self._queries))}
-        return verdict.model_copy(update={"details": details})
-
-    def format_answer(self, answer: str) -> str:
-        """A response giving ``answer``."""
-        return f"<answer>{answer}</answer>"
-
-    def oracle_action(self) -> str | None:
-        """Look up each supporting title not yet retrieved, then answer with the gold answer."""
-        if self.task is None:
-            return None
-        for title in self.task.metadata.get("supporting_titles", []):
-            if title not in self._retrieved and len(self._queries) < self.max_searches:
-                if self.style == "swirl":
-                    return f"<lookup>{title}</lookup>"
-                return "<tool_call>" + json.dumps({"name": "lookup", "arguments": {"title": title}}) + "</tool_call>"
-        return self.format_answer(self.task.answer)
-
-    def wrong_action(self) -> str:
-        """An answer that shares no token with any real answer."""
-        return "<answer>xyzzy plugh</answer>"

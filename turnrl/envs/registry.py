@@ -62,6 +62,7 @@ BUILTIN_ENVS: dict[str, str] = {
     "turnrl/HotPotQA-PAG-v0": "turnrl.envs.self_verify:hotpotqa_pag",
     "turnrl/HumanEval-v0": "turnrl.envs.code:HumanEvalEnv",
     "turnrl/HotPotQA-v0": "turnrl.envs.hotpotqa:HotPotQAEnv",
+    "turnrl/MultiHop-v0": "turnrl.envs.multihop:MultiHopEnv",
     "turnrl/Functions-v0": "turnrl.envs.functions:FunctionsEnv",
     "turnrl/Mixture-v0": "turnrl.envs.mixture:MixtureEnv",
 }
