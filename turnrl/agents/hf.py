@@ -174,6 +174,11 @@ class HFAgent(Decoding):
         for s in sessions:
             self.sessions.release(s)
 
+    def fork_session(self, source: str, session: str) -> None:
+        """Start ``session`` from ``source``'s KV cache (a tree rollout's child episode: its shared history is not
+        prefilled again; :meth:`turnrl.agents.kv.SessionCache.fork`)."""
+        self.sessions.fork(source, session)
+
     @property
     def capabilities(self) -> Capabilities:
         """Per-prompt seeds, KV sessions (when its cache budget is above 0 and every layer attends fully), tokens

@@ -150,6 +150,15 @@ class SessionCache:
         self.entries[session] = entry
         self.nbytes += entry.nbytes
 
+    def fork(self, source: str, session: str) -> None:
+        """Start ``session`` from ``source``'s entry (a tree's child from its parent: the shared history prefilled
+        once). The two entries share their tensors — entries are never written in place (a lookup copies the reused
+        keys into the new batch; a store keeps new ones) — while the byte budget counts each, so sharing evicts no
+        later than copying would. Nothing happens when ``source`` has no entry."""
+        entry = self.entries.get(source)
+        if entry is not None:
+            self.store(session, list(entry.tokens), list(entry.keys), list(entry.values))
+
     def release_entry(self, session: str) -> None:
         """Drop a session's entry without recording an event (it is about to be replaced)."""
         entry = self.entries.pop(session, None)

@@ -151,24 +151,31 @@ class Rollout:
                 self.finish(ep)
         return episodes
 
-    async def advance(self, episodes: Sequence[Episode], budget: int | None = None) -> None:
+    async def advance(self, episodes: Sequence[Episode], budget: int | None = None,
+                      until_turn: int | None = None) -> None:
         """Play ``episodes`` until each is finished, or — with ``budget`` (T-PPO's window W) — has generated
-        ``budget`` more tokens. A window may end inside a turn: the turn is paused (its tokens so far stay in the
+        ``budget`` more tokens, or — with ``until_turn`` (a tree's branch turn, :mod:`turnrl.rollout.tree`) — has
+        played that many turns. A window may end inside a turn: the turn is paused (its tokens so far stay in the
         episode, generated, with their log-probabilities and versions) and the next :meth:`advance` continues it
         from there; the environment steps only once the turn is complete. The turn's per-turn limit
         (``params.max_new_tokens``) counts the tokens of all its pieces.
         """
+        if budget is not None and until_turn is not None:
+            raise ValueError("play either to a token budget (windows) or to a turn (trees), not both")
         if budget is not None and budget < 1:
             raise ValueError(f"a window must allow at least one token (got budget={budget})")
         if budget is not None and self.rewrite is not None:
             raise ValueError("a rollout hook that rewrites turns cannot run in windows (it would see half turns)")
-        live = [ep for ep in episodes if not ep.done]
+        def more(ep: Episode) -> bool:  # whether an episode in play plays another turn in this call
+            return until_turn is None or len(ep.traj.turns) < until_turn
+
+        live = [ep for ep in episodes if not ep.done and more(ep)]
         for ep in live:
             ep.window_start, ep.window_used = (len(ep.tokens) if budget is not None else 0), 0
         semaphore = asyncio.Semaphore(self.env_concurrency)
         if self.continuous:
             t0 = time.perf_counter()
-            await asyncio.gather(*(self._play_alone(ep, budget, semaphore) for ep in live))
+            await asyncio.gather(*(self._play_alone(ep, budget, semaphore, until_turn) for ep in live))
             self.stats.generate_s += time.perf_counter() - t0  # generation and environments overlap
             return
         while live:
@@ -176,7 +183,8 @@ class Rollout:
             if completions is None:
                 break
             results = await asyncio.gather(*(self._step(ep, c, semaphore) for ep, c in zip(live, completions)))
-            live = [ep for ep, keep in zip(live, results) if keep and (budget is None or ep.window_used < budget)]
+            live = [ep for ep, keep in zip(live, results)
+                    if keep and (budget is None or ep.window_used < budget) and more(ep)]
 
     def play(self, episodes: Sequence[Episode], budget: int | None = None) -> None:
         """:meth:`advance` from synchronous code."""
@@ -281,9 +289,10 @@ class Rollout:
         self.stats.count_prefill(ep, len(prompt), c)
         return c
 
-    async def _play_alone(self, ep: Episode, budget: int | None, semaphore: asyncio.Semaphore) -> None:
+    async def _play_alone(self, ep: Episode, budget: int | None, semaphore: asyncio.Semaphore,
+                          until_turn: int | None = None) -> None:
         """Continuous batching: one episode's turns, each generated as soon as its environment answered."""
-        while budget is None or ep.window_used < budget:
+        while (budget is None or ep.window_used < budget) and (until_turn is None or len(ep.traj.turns) < until_turn):
             completion = await self._generate_one(ep, budget)
             if completion is None or not await self._step(ep, completion, semaphore):
                 return
