@@ -64,7 +64,7 @@ def test_self_play_trains_every_seat_in_groups_per_seat_on_exactly_what_was_samp
 
 
 def test_against_a_frozen_player_only_the_policys_seat_trains_in_turn(tmp_path):
-    tr = trainer(config(tmp_path, multi_agent={"opponent": "random"}))
+    tr = trainer(config(tmp_path, multi_agent={"opponent": "random", "eval_opponent": "perfect"}))
     tr.train()
     for step in (1, 2):
         trajs = episodes(tmp_path, step)
@@ -72,7 +72,8 @@ def test_against_a_frozen_player_only_the_policys_seat_trains_in_turn(tmp_path):
         for group in {t.group_id for t in trajs}:  # a whole group plays one seat
             assert len({t.metadata["seat"] for t in trajs if t.group_id == group}) == 1
         assert {t.metadata["seat"] for t in trajs} == {"x", "o"}  # in turn by task and step
-    only_x = trainer(config(tmp_path / "x", steps=1, multi_agent={"opponent": "random", "train_seats": ["x"]}))
+    only_x = trainer(config(tmp_path / "x", steps=1, multi_agent={"opponent": "random", "train_seats": ["x"],
+                                                                         "eval_opponent": "perfect"}))
     only_x.train()
     assert {t.metadata["seat"] for t in episodes(tmp_path / "x", 1)} == {"x"}
 
@@ -184,7 +185,7 @@ def test_bad_multi_agent_runs_fail_before_a_model_loads(tmp_path):
     with pytest.raises(ValueError, match=f"the endpoint http://127.0.0.1:{port}/v1 does not answer"):
         Trainer(config(tmp_path, multi_agent={"opponent": f"openai:http://127.0.0.1:{port}/v1#m"}))
     with pytest.raises(ValueError, match="is not a run folder"):
-        Trainer(config(tmp_path, multi_agent={"eval_opponent": f"run:{tmp_path / 'nothing'}"}))
+        Trainer(config(tmp_path / "run", multi_agent={"eval_opponent": f"run:{tmp_path / 'nothing'}"}))
     with pytest.raises(ValueError, match="'random' is a tic-tac-toe player and turnrl/SolverCritic-v0 is another"):
         Trainer(config(tmp_path, env={"id": "turnrl/SolverCritic-v0"}, multi_agent={"eval_opponent": "random"}))
     with pytest.raises(ValueError, match="opponent smollm2-135m-instuct: .*did you mean"):

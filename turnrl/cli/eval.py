@@ -133,16 +133,28 @@ def _eval_multi_agent(env: str, agent: str, env_kwargs: dict[str, Any], *, oppon
         fail(f"cannot make {env}: {e}")
     policy = make_agent(agent, batch_size=batch_size, device=device, **({"tokenizer": tokenizer} if tokenizer else {}))
     params = SamplingParams(temperature=temperature, max_new_tokens=max_new_tokens)
+    from turnrl.rl.run.evaluate_multi import run_not_held_out
+
     try:
         m = evaluate_multi_agent(policy, env, env_kwargs, opponent=opponent, seat=seat, episodes=episodes, seed=seed,
-                                 params=params, max_context=max_context, batch_size=batch_size, out_dir=out)
+                                 params=params, max_context=max_context, batch_size=batch_size, out_dir=out,
+                                 not_held_out=run_not_held_out(agent, env, opponent), agent_name=agent)
     except ValueError as e:
         fail(str(e))
     say(f"{env} ({m['env_kwargs']}), {m['episodes']} games as {m['seat']} against {opponent}:")
-    for outcome in [k.removesuffix("_rate") for k in m if k.endswith("_rate") and m[k] > 0]:
+    for outcome in [k.removesuffix("_rate") for k in m if k.endswith("_rate") and not k.startswith("floor_")
+                    and m[k] > 0]:
         lo, hi = m[f"{outcome}_ci95"]
         say(f"  {outcome}: {m[f'{outcome}_rate']:.1%} (95 % CI {lo:.1%}–{hi:.1%})")
     say(f"  invalid moves per game {m['invalid_moves_mean']:.2f}, moves per game {m['moves_mean']:.1f}; {out}/")
+    floor = m.get("floor") or {}
+    if floor.get("player"):
+        lo, hi = floor["win_ci95"]
+        say(f"  floor: a random legal player wins {floor['win_rate']:.1%} (95 % CI {lo:.1%}–{hi:.1%}), draws "
+            f"{floor['draw_rate']:.1%} from the same states against the same opponent ({out}/floor/)")
+    elif floor:
+        say(f"  floor: none ({floor.get('why')})")
+    say(f"  {m['held_out']}: " + "; ".join(m["held_out_notes"]))
 
 
 def eval_cmd(

@@ -6,7 +6,8 @@ PettingZoo's own ``api_test`` assumes array observations, so the cycle's rules a
 spaced; ``reset`` fills ``agents``, ``rewards``, ``terminations``, ``truncations`` and ``infos`` for every agent and
 selects one of them; ``observe`` gives a tuple of messages; ``last`` matches the dicts; rewards are finite numbers;
 a finished agent takes its dead step (``None``) and leaves ``agents``; the same seed and index give the same first
-observations.
+observations. A game that says whether its held-out starting states are held out (``held_out_states()``, as
+tic-tac-toe does) is asked too (:func:`check_held_out_states`): a held-out state a training game can reach fails.
 """
 
 from __future__ import annotations
@@ -64,7 +65,30 @@ def check_multi_agent_environment(env: MultiAgentTextEnv, *, episodes: int = 3, 
             _play(env, rng, log, report, malformed_only=n == 0, max_moves=max_moves, seed=seed + n, index=n)
         except Exception as e:  # noqa: BLE001
             report.failures.append(f"episode {n}: the environment raised {type(e).__name__}: {e}")
+    check_held_out_states(env, report)
     return report
+
+
+def check_held_out_states(env: Any, report: CheckReport) -> None:
+    """Add to ``report`` what ``env.held_out_states()`` says (a game without it: nothing): a failure where the game
+    claims held-out starting states and a training game can reach some of them (symmetric positions count as one);
+    a note with its rule where they are held out, or where the game holds none out (held out by the opponent only)."""
+    ask = getattr(env, "held_out_states", None)
+    if not callable(ask):
+        return
+    try:
+        states = ask()
+    except Exception as e:  # noqa: BLE001 — the report says what broke
+        report.failures.append(f"held_out_states() raised {type(e).__name__}: {e}")
+        return
+    reached = list(states.reached)
+    if states.claimed and reached:
+        report.failures.append(f"{len(reached)} held-out starting state(s) can be reached by a training game, e.g. "
+                               f"{', '.join(map(repr, reached[:3]))} ({states.rule})")
+    elif states.claimed:
+        report.notes.append(f"held-out starting states: none reachable from training ({states.rule})")
+    else:
+        report.notes.append(f"no held-out starting states: {states.rule}")
 
 
 def _play(env: MultiAgentTextEnv, rng: np.random.Generator, log: EpisodeLog, report: CheckReport, *,

@@ -5,25 +5,40 @@ number (a digit 1–9 standing alone) is its move. A move the rules refuse (no c
 why and retried, up to ``retries`` times per turn; then the seat forfeits. A win pays +1 and the loser −1 (a forfeit
 too), a draw 0; ``infos[seat]["outcome"]`` says ``win``, ``loss`` or ``draw``.
 
-Starting states (``options={"index": i}``): every position reachable by zero to three opening moves without a
-winner, split by a hash of the position into ``train`` (nine in ten) and ``test``: held-out evaluation plays
-openings training never saw. With ``max_opening=0`` every game of either split starts from the empty board (there is
-no position to hold out): a held-out evaluation then differs from training by its opponent only. Two opponents need no model: :func:`best_move` (minimax: never loses) and
-:func:`random_move`.
+Starting states (``options={"index": i}``), held out by construction (:func:`openings`; docs/multi-agent.md). Two
+positions that are rotations or reflections of one another (the board's 8 symmetries) are one position, named by
+its :func:`canonical` form. With ``max_opening=k`` (default 3):
+
+* ``train``: every position of exactly ``k`` moves without a winner, except those of the held-out classes (one class
+  in four of the ``k``-move positions, by a hash of its canonical form), and every position of ``k + 1`` moves, in
+  every orientation (so that each seat moves first in some training games);
+* ``test``: one position per class (its canonical form) of every position of fewer than ``k`` moves, the empty
+  board included, and of the held-out ``k``-move classes.
+
+Each split's positions come in a fixed order drawn by hash, so that any first ``n`` of them are a fair sample.
+
+A move adds a mark, so a game from a training opening (``k`` moves or more) only passes through its own start and
+positions of more than ``k`` marks: it can reach no test opening, whatever is played (:func:`held_out_reached` checks it by playing every
+continuation of every training opening). A test game may go on into positions that training games pass through
+too: what is held out is where a game starts, and what came before it. With ``max_opening=0`` every game of either
+split starts from the empty board: no starting state is held out, and a held-out evaluation differs from training
+by its opponent only (:meth:`TicTacToe.held_out_states` says so). Two opponents need no model: :func:`best_move`
+(minimax: never loses) and :func:`random_move`.
 """
 
 from __future__ import annotations
 
 import functools
-import hashlib
 import re
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
 
 from turnrl.envs.multiagent.core import MultiAgentTextEnv
+from turnrl.envs.splits import split_of_key, unit_hash
 
 LINES = ((0, 1, 2), (3, 4, 5), (6, 7, 8), (0, 3, 6), (1, 4, 7), (2, 5, 8), (0, 4, 8), (2, 4, 6))
 CELL = re.compile(r"(?<!\d)(?<!\d\.)[1-9](?!\d)(?!\.\d)")  # a digit standing alone (not part of 12 or 1.5)
@@ -108,20 +123,91 @@ def text_player(kind: Literal["perfect", "random"], seed: int = 0) -> Callable[[
     return play
 
 
+def _symmetries() -> tuple[tuple[int, ...], ...]:
+    """The board's 8 symmetries as permutations of its cells: 4 rotations, each with and without a reflection."""
+    grid, found = [[r * 3 + c for c in range(3)] for r in range(3)], set()
+    for _ in range(4):
+        for g in (grid, [row[::-1] for row in grid]):
+            found.add(tuple(cell for row in g for cell in row))
+        grid = [[grid[2 - c][r] for c in range(3)] for r in range(3)]  # a quarter turn
+    return tuple(sorted(found))
+
+
+SYMMETRIES = _symmetries()
+HELD_OUT_SHARE = 0.25  # of the classes of max_opening-move positions
+
+
+@functools.lru_cache(maxsize=None)
+def canonical(board: str) -> str:
+    """The name of a position's class under the board's 8 symmetries: the least of its rotations and reflections."""
+    return min("".join(board[p[i]] for i in range(9)) for p in SYMMETRIES)
+
+
 def split_of(board: str) -> Literal["train", "test"]:
-    """The split an opening belongs to: one in ten positions (by a hash of the board) is held out for test."""
-    return "test" if hashlib.sha256(board.encode()).digest()[0] % 10 == 0 else "train"
+    """The split a ``max_opening``-move position's class is held in: one class in four (by a hash of its canonical
+    form) is held out for ``test``. (Positions of fewer moves are test openings whatever this says.)"""
+    return "test" if split_of_key(f"tictactoe {canonical(board)}", {"test": HELD_OUT_SHARE}) == "test" else "train"
+
+
+@functools.lru_cache(maxsize=None)
+def positions_of(moves: int) -> frozenset[str]:
+    """Every position of exactly ``moves`` moves without a winner, in every orientation."""
+    layer = {"." * 9}
+    for _ in range(moves):
+        layer = {b[:i] + to_move(b) + b[i + 1 :] for b in layer for i in range(9) if b[i] == "."}
+        layer = {b for b in layer if winner(b) is None}
+    return frozenset(layer)
 
 
 @functools.lru_cache(maxsize=None)
 def openings(split: str, max_moves: int = 3) -> tuple[str, ...]:
-    """Every position reachable in at most ``max_moves`` moves without a winner, of ``split``, in a fixed order."""
-    found, frontier = {"." * 9}, {"." * 9}
-    for _ in range(max_moves):
-        frontier = {b[:i] + to_move(b) + b[i + 1 :] for b in frontier for i in range(9) if b[i] == "."}
-        frontier = {b for b in frontier if winner(b) is None}
-        found |= frontier
-    return tuple(sorted(b for b in found if split_of(b) == split))
+    """The starting positions of ``split`` with ``max_opening=max_moves`` (see the module docstring; test ones one
+    per class), in a fixed order drawn by hash, so that any first ``n`` are a fair sample. ``max_moves=0``: the
+    empty board, in either split."""
+    if max_moves == 0:
+        return ("." * 9,)
+    if split == "train":
+        found = {b for b in positions_of(max_moves) if split_of(b) == "train"} | positions_of(max_moves + 1)
+    else:
+        found = {canonical(b) for m in range(max_moves) for b in positions_of(m)}
+        found |= {canonical(b) for b in positions_of(max_moves) if split_of(b) == "test"}
+    return tuple(sorted(found, key=lambda b: (unit_hash(f"tictactoe order {b}"), b)))
+
+
+def reachable(starts: Iterable[str]) -> frozenset[str]:
+    """The canonical forms of every position a game from ``starts`` can pass through, whatever is played (the
+    starts included; a game ends at a win or a full board)."""
+    seen: set[str] = set()
+    frontier = set(starts)
+    while frontier:
+        seen |= frontier
+        frontier = {b[:i] + to_move(b) + b[i + 1 :] for b in frontier if winner(b) is None
+                    for i in range(9) if b[i] == "."} - seen
+    return frozenset(canonical(b) for b in seen)
+
+
+def held_out_reached(max_opening: int = 3) -> list[str]:
+    """The test openings (canonical forms) that some game from a training opening passes through, by playing every
+    continuation of every training opening; ``[]`` when training cannot reach any (symmetric positions count as one).
+    ``max_opening=0``: the empty board (both splits start there)."""
+    reached = reachable(openings("train", max_opening))
+    return sorted({canonical(b) for b in openings("test", max_opening)} & reached)
+
+
+@dataclass(frozen=True)
+class HeldOutStates:
+    """Whether a game's held-out starting states are ones training cannot reach: ``claimed`` (the game holds some
+    out), ``reached`` (held-out states a training game can pass through: a failure where claimed) and the ``rule``
+    (what "cannot reach" means for this game)."""
+
+    claimed: bool
+    reached: tuple[str, ...]
+    rule: str
+
+    @property
+    def ok(self) -> bool:
+        """Held out: claimed, and none reached."""
+        return self.claimed and not self.reached
 
 
 class TicTacToe(MultiAgentTextEnv):
@@ -129,7 +215,8 @@ class TicTacToe(MultiAgentTextEnv):
 
     Args:
         split: ``"train"`` or ``"test"``: the openings ``options={"index": i}`` draws from.
-        max_opening: the most opening moves a starting position has (0: always the empty board, in either split).
+        max_opening: test openings have at most this many moves, training openings this many (outside the held-out
+            classes) or one more (see the module docstring; 0: always the empty board, in either split).
         retries: invalid moves a seat may retry per turn before it forfeits.
         max_turns, render_mode: as :class:`~turnrl.envs.multiagent.core.MultiAgentTextEnv`.
     """
@@ -157,6 +244,29 @@ class TicTacToe(MultiAgentTextEnv):
     def __len__(self) -> int:
         """How many starting positions the split holds."""
         return len(self.positions())
+
+    def state_key(self, index: int) -> str:
+        """The item starting state ``index`` counts as: its canonical form (symmetric positions are one item)."""
+        positions = self.positions()
+        return f"tictactoe:{canonical(positions[int(index) % len(positions)])}"
+
+    @staticmethod
+    def random_player(seed: int = 0) -> Callable[[str], str]:
+        """A player of uniformly random *legal* moves, as a function of the text a seat was told (the floor a
+        held-out evaluation reports beside a policy's figures): :func:`text_player` ``"random"``."""
+        return text_player("random", seed)
+
+    def held_out_states(self) -> HeldOutStates:
+        """Whether the test openings are ones a training game cannot reach (checked by :func:`held_out_reached`)."""
+        if self.max_opening == 0:
+            return HeldOutStates(False, ("." * 9,), "max_opening 0: every game of either split starts from the empty "
+                                 "board, so no starting state is held out (held out by the opponent only)")
+        k = self.max_opening
+        rule = (f"training starts from positions of {k} moves outside the held-out classes and of {k + 1} moves; a "
+                f"move adds a mark, so no training game passes through a position of {k} moves or fewer but its own "
+                f"start; test openings are the positions of fewer than {k} moves and the held-out classes of {k} "
+                "(rotations and reflections count as one position)")
+        return HeldOutStates(True, tuple(held_out_reached(self.max_opening)), rule)
 
     def _reset(self, options: dict[str, Any]) -> None:
         positions = self.positions()

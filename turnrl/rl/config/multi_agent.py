@@ -3,6 +3,8 @@ trained policy plays, who plays the others, the league of its past versions, and
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
@@ -45,9 +47,13 @@ class MultiAgentConfig(BaseModel):
         "(hf:PATH, run:OUT_DIR, openai:URL#MODEL)"))
     league: LeagueConfig = Field(default_factory=LeagueConfig)
     eval_opponent: str | None = Field(None, description=(
-        "the opponent of the held-out evaluation: self, random or perfect (tic-tac-toe), or a frozen agent spec; "
-        "never train against the one you report. Default: random on tic-tac-toe, else self (every seat the "
-        "policy, as a cooperative game is played)"))
+        "the opponent of the held-out evaluation: self, random or perfect (tic-tac-toe), or a frozen agent spec. "
+        "One the run trains against (see eval_not_held_out) is refused before a model loads. Default: random on "
+        "tic-tac-toe, else self (every seat the policy, as a cooperative game is played)"))
+    eval_not_held_out: bool = Field(False, description=(
+        "evaluate against an opponent the run trains against anyway (the policies of a cooperative game playing "
+        "together, self-play read as self-play): its figures are labelled 'not held out' (metrics.json `held_out`: "
+        "false, with the reason). Without it such a run is refused"))
     eval_seat: str | None = Field(None, description="the seat the policy plays in held-out games (default: every "
                                   "seat in turn)")
     policies: dict[str, PolicyConfig] | None = Field(None, description=(
@@ -88,6 +94,50 @@ class MultiAgentConfig(BaseModel):
             return self.eval_opponent
         return "random" if env_id == "turnrl/TicTacToe-v0" else "self"
 
+    def trained_against(self) -> set[str]:
+        """Who the run's policy trains against, as :func:`who` names them: ``self`` (the policy being trained, a past
+        version of it, another trainable policy of the run) and ``start`` (its starting weights, which self-play
+        and the league play at step 0), or the frozen opponent."""
+        if self.policies is not None or self.opponent in ("self", "league"):
+            return {"self", "start"}
+        return {who(self.opponent)}
+
+    def not_held_out(self, env_id: str, model: str | None = None, out_dir: str | None = None) -> str | None:
+        """Why the held-out evaluation's opponent is one the run trains against (None: it is not), naming both: the
+        evaluation's opponent (``eval_opponent`` or its default) against ``opponent`` or ``policies``. ``model``
+        and ``out_dir`` are the run's: an agent spec of its starting model or of its own folder is the policy."""
+        name = self.held_out_opponent(env_id)
+        if who(name, model, out_dir) not in self.trained_against():
+            return None
+        evaluated = f"multi_agent.eval_opponent {name!r}" + ("" if self.eval_opponent is not None else
+                                                            f" (the default on {env_id})")
+        if self.policies is not None:
+            trained = f"multi_agent.policies ({', '.join(self.policies)}), which train together"
+        elif self.opponent in ("self", "league"):
+            trained = f"multi_agent.opponent {self.opponent!r}: the policy itself and its past versions"
+        else:
+            trained = f"multi_agent.opponent {self.opponent!r}"
+        return f"{evaluated} is an opponent this run trains against ({trained})"
+
     def policy_of_seat(self) -> dict[str, str]:
         """Each seat's policy (``{}`` with one policy)."""
         return {seat: name for name, p in (self.policies or {}).items() for seat in p.seats}
+
+
+def who(name: str, model: str | None = None, out_dir: str | None = None) -> str:
+    """The player an opponent name stands for, so that two names of one player compare equal: ``self`` for the
+    trained policy (``self``; ``run:`` this run's ``out_dir`` or a folder in it, any of its policies), ``start`` for
+    its starting weights (``model``, with or without ``hf:``), else the name without ``hf:`` and a trailing ``/``."""
+    if name == "self":
+        return "self"
+    kind, sep, rest = name.partition(":")
+    if sep and kind == "run":
+        path = Path(rest.partition("#")[0]).expanduser().resolve()
+        if out_dir is not None and (path == Path(out_dir).expanduser().resolve()
+                                    or Path(out_dir).expanduser().resolve() in path.parents):
+            return "self"
+        return f"run:{path}"
+    bare = (rest if sep and kind == "hf" else name).rstrip("/")
+    if model is not None and bare == model.removeprefix("hf:").rstrip("/"):
+        return "start"
+    return bare

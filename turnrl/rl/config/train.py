@@ -154,6 +154,16 @@ class TrainConfig(BaseModel):
         if several and ma is not None and ma.policies and self.placement == "ray" and self.ray.rollout_backend != "hf":
             raise ValueError("several trainable policies (multi_agent.policies) play on HF rollout workers: set "
                              "ray.rollout_backend: hf (vLLM workers with one adapter per policy are not built yet)")
+        clash = ma.not_held_out(self.env.id, self.model, self.out_dir) if several and ma is not None else None
+        if clash and not ma.eval_not_held_out:  # (ma is set where there is a clash)
+            raise ValueError(f"{clash}: its figures would not be held out. Evaluate against an opponent the run never "
+                             "plays (a frozen agent spec such as hf:PATH or another run's run:OUT_DIR; on tic-tac-toe "
+                             "random or perfect), or, where the seats are partners (a cooperative game), set "
+                             "multi_agent.eval_not_held_out: true to evaluate against it anyway (its figures are then "
+                             "labelled 'not held out')")
+        if several and ma is not None and ma.eval_not_held_out and not clash:
+            raise ValueError(f"multi_agent.eval_not_held_out: true, but the held-out opponent "
+                             f"{ma.held_out_opponent(self.env.id)!r} is not one this run trains against: drop it")
         if several and (self.reward is not None or self.process_reward is not None):
             raise ValueError(f"{self.env.id} pays its seats by the game's own rules: drop `reward` and "
                              "`process_reward`")

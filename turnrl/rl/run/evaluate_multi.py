@@ -10,6 +10,7 @@ so a game that favours the first mover does not favour the agent.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -40,12 +41,20 @@ def evaluate_multi_agent(agent: Agent | Mapping[str, Agent], env_id: str, env_kw
                          opponent: str | Agent = "random", seat: str | None = None, episodes: int = 64,
                          seed: int = 0, params: SamplingParams | None = None, max_context: int = 4096,
                          batch_size: int = 32, out_dir: str | Path | None = None,
-                         opponent_label: str | None = None) -> dict[str, Any]:
+                         opponent_label: str | None = None, not_held_out: str | None = None,
+                         floor: bool | dict[str, Any] = True, agent_name: str | None = None) -> dict[str, Any]:
     """Play ``episodes`` games of ``env_id`` (its held-out split unless ``env_kwargs`` names one) with ``agent`` in
     ``seat`` (every seat in turn when None) and ``opponent`` in the others; return the figures (and write
-    ``metrics.json`` and ``items.jsonl`` to ``out_dir``; ``opponent_label`` names an opponent given as an agent).
-    ``agent`` may map every seat to its own policy (a run with several): the evaluated seat is played by its policy,
-    and with ``opponent="self"`` every seat by its own.
+    ``metrics.json``, ``items.jsonl`` and ``run.json`` to ``out_dir``, and the floor's to ``out_dir/floor``;
+    ``opponent_label`` names an opponent given as an agent). ``agent`` may map every seat to its own policy (a run
+    with several): the evaluated seat is played by its policy, and with ``opponent="self"`` every seat by its own.
+
+    Beside the agent's figures: what held out means here (``held_out``, ``held_out_notes``: the opponent is not one
+    the run trains against — ``not_held_out`` says why it is — and the starting states are ones training cannot reach,
+    where the game says so) and the floor to beat (``floor``: a random *legal* player in the agent's seats, from the
+    same states against the same opponent, where the game has one — ``random_player`` — and the opponent is not the
+    agent itself; its games in ``out_dir/floor``). ``floor=False`` skips it; a dict (an earlier ``metrics["floor"]``)
+    is reused as it is (its games are where it was played: a training run's first evaluation).
 
     Raises:
         ValueError: a seat the environment does not have, or a seat ``agent``'s map leaves without a policy.
@@ -61,6 +70,11 @@ def evaluate_multi_agent(agent: Agent | Mapping[str, Agent], env_id: str, env_kw
         states = len(probe) or episodes  # type: ignore[arg-type]
     except TypeError:  # an environment that does not count its starting states
         states = episodes
+    key_of = getattr(probe, "state_key", None)
+    keys = [str(key_of(i)) if callable(key_of) else f"{kwargs.get('split', 'state')}:{i}" for i in range(min(states,
+                                                                                                           episodes))]
+    notes, states_held = _states_held_out(probe)
+    random_player = getattr(probe, "random_player", None)
     probe.close()  # the games make their own
     if seat is not None and seat not in seats:
         raise ValueError(f"{env_id} has no seat {seat!r}; its seats: {', '.join(seats)}")
@@ -68,9 +82,73 @@ def evaluate_multi_agent(agent: Agent | Mapping[str, Agent], env_id: str, env_kw
     missing = [s for s in seats if s not in team]
     if missing:
         raise ValueError(f"seat {', '.join(map(repr, missing))} of {env_id} is mapped to no policy")
-    other = None if opponent == "self" else (make_opponent(opponent, team[seats[0]].tokenizer, seed)
+    tokenizer = team[seats[0]].tokenizer
+    other = None if opponent == "self" else (make_opponent(opponent, tokenizer, seed)
                                              if isinstance(opponent, str) else opponent)
     params = params or SamplingParams(temperature=0.0, max_new_tokens=64)
+    play = functools.partial(_play, env_id, kwargs, seats, states, keys, seat=seat, episodes=episodes, seed=seed,
+                             params=params, max_context=max_context, batch_size=batch_size)
+    rows = play(team, other)
+    label = opponent_label or (opponent if isinstance(opponent, str) else type(opponent).__name__)
+    metrics = summarize(rows)
+    notes.insert(0, f"opponent: not held out: {not_held_out}" if not_held_out else
+                 f"opponent: {label}, against which no training of the agent is known" if label != "self" else
+                 "opponent: the evaluated agent itself")
+    held = "not held out" if not_held_out or label == "self" else "held out" if states_held else "opponent only"
+    settings = {"env_id": env_id, "env_kwargs": kwargs, "opponent": label, "seat": seat or "all",
+                "episodes": episodes, "seed": seed, "params": params.model_dump(mode="json"),
+                "max_context": max_context}
+    metrics.update(env=env_id, env_kwargs=kwargs, opponent=label, seat=seat or "all", episodes=len(rows),
+                   distinct_items=len(set(r["item"] for r in rows)), held_out=held, held_out_notes=notes)
+    floor_rows: list[dict[str, Any]] = []
+    if isinstance(floor, dict):
+        metrics["floor"] = floor
+    elif floor and other is not None and callable(random_player):
+        from turnrl.agents.scripted import ScriptedAgent
+
+        player = ScriptedAgent(tokenizer, random_player(FLOOR_SEED))
+        floor_rows = play({s: player for s in seats}, other)
+        metrics["floor"] = {"player": "random legal moves", **summarize(floor_rows), "episodes": len(floor_rows)}
+    elif floor:
+        metrics["floor"] = {"player": None, "why": "the opponent is the evaluated agent itself" if other is None else
+                            f"{env_id} has no random legal player (random_player)"}
+    for key in ("win_rate", "draw_rate", "loss_rate", "success_rate"):
+        if key in metrics.get("floor", {}):
+            metrics[f"floor_{key}"] = metrics["floor"][key]
+    if out_dir is not None:
+        _write(Path(out_dir), metrics, rows, {**settings, "agent": agent_name})
+        if floor_rows:
+            _write(Path(out_dir) / "floor", {**metrics["floor"], "opponent": label, "held_out": held}, floor_rows,
+                   {**settings, "agent": "random legal moves"})
+    return metrics
+
+
+FLOOR_SEED = 0x5EED  # the random legal player's stream (the same floor whatever the run's seed)
+
+
+def _states_held_out(env: Any) -> tuple[list[str], bool]:
+    """Notes on the starting states an evaluation plays, and whether they are held out: the game's held-out split
+    and, where the game says so (``held_out_states()``), ones no training game can reach."""
+    split, held = getattr(env, "split", None), getattr(env, "held_out_split", None)
+    if held is None or split != held:
+        return [f"starting states: split {split!r}, not the game's held-out split ({held!r})"], False
+    ask = getattr(env, "held_out_states", None)
+    if not callable(ask):
+        return [f"starting states: the {split!r} split (held out as the game declares it)"], True
+    found = ask()
+    if found.ok:
+        return [f"starting states: none reachable from training ({found.rule})"], True
+    if found.claimed:
+        return [f"starting states: NOT held out, training reaches {len(found.reached)} of them ({found.rule})"], False
+    return [f"starting states: not held out ({found.rule})"], False
+
+
+def _play(env_id: str, kwargs: dict[str, Any], seats: list[str], states: int, keys: list[str],
+          team: Mapping[str, Agent], other: Agent | None, *, seat: str | None, episodes: int, seed: int,
+          params: SamplingParams, max_context: int, batch_size: int) -> list[dict[str, Any]]:
+    """The rows of ``episodes`` games: ``team``'s seat against ``other`` in the others (``None``: every seat its own
+    policy). Each row: the starting state's ``index``, ``task_id`` and ``item`` (its key and the seat: what two runs'
+    evaluations pair on), the seat, outcome, ``correct`` (won or solved), reward, moves, invalid moves, error."""
     rows: list[dict[str, Any]] = []
     for start in range(0, episodes, batch_size):
         idx = list(range(start, min(start + batch_size, episodes)))
@@ -97,19 +175,46 @@ def evaluate_multi_agent(agent: Agent | Mapping[str, Agent], env_id: str, env_kw
                 close_all(envs)
             for i, t in zip([g for g in games for _ in seats], trajs):
                 if t.metadata["seat"] == mine:
-                    rows.append({"index": i, "seat": mine, "outcome": t.metadata["outcome"] or
-                                 ("truncated" if t.truncated else "error" if t.error else "none"),
+                    outcome = t.metadata["outcome"] or ("truncated" if t.truncated else "error" if t.error else "none")
+                    rows.append({"index": i, "task_id": str(i), "item": f"{keys[i % len(keys)]}@{mine}", "seat": mine,
+                                 "outcome": outcome, "correct": outcome in ("win", "solved"),
                                  "reward": t.metadata["seat_reward"], "moves": len(t.turns),
                                  "invalid_moves": t.metadata["invalid_moves"], "error": t.error})
-    metrics = summarize(rows)
-    label = opponent_label or (opponent if isinstance(opponent, str) else type(opponent).__name__)
-    metrics.update(env=env_id, env_kwargs=kwargs, opponent=label, seat=seat or "all", episodes=len(rows))
-    if out_dir is not None:
-        out = Path(out_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "metrics.json").write_text(json.dumps(metrics, indent=2))
-        (out / "items.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return metrics
+    return rows
+
+
+def _write(out: Path, metrics: dict[str, Any], rows: list[dict[str, Any]], settings: dict[str, Any]) -> None:
+    """``metrics.json``, ``items.jsonl`` and ``run.json`` (the protocol ``turnrl compare`` checks) in ``out``."""
+    from turnrl.utils import code_version
+
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "metrics.json").write_text(json.dumps(metrics, indent=2))
+    (out / "items.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (out / "run.json").write_text(json.dumps({"settings": settings, "code": code_version()}, indent=2, default=str))
+
+
+def run_not_held_out(agent: str, env_id: str, opponent: str) -> str | None:
+    """Why ``opponent`` is not held out from the training of ``agent`` where it names a training run
+    (``run:OUT_DIR``) of ``env_id``: the run trained against it (:meth:`MultiAgentConfig.not_held_out`); None
+    otherwise (another agent spec, another game, a config that does not read)."""
+    import yaml
+
+    from turnrl.rl.config.multi_agent import MultiAgentConfig
+
+    kind, _, rest = agent.partition(":")
+    folder = Path(rest.partition("#")[0])
+    if kind != "run" or not (folder / "config.yaml").is_file():
+        return None
+    try:
+        cfg = yaml.safe_load((folder / "config.yaml").read_text(encoding="utf-8")) or {}
+        if (cfg.get("env") or {}).get("id") != env_id:
+            return None
+        ma = MultiAgentConfig(**{**(cfg.get("multi_agent") or {}), "eval_opponent": opponent,
+                                 "eval_not_held_out": False})
+    except (OSError, ValueError, TypeError, AttributeError):
+        return None
+    why = ma.not_held_out(env_id, cfg.get("model"), str(folder))
+    return why.replace("multi_agent.eval_opponent", "--opponent") if why else None
 
 
 def summarize(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
