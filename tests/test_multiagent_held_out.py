@@ -65,6 +65,20 @@ def test_turnrl_train_refuses_it_before_a_model_loads(tmp_path):
     assert "nonexistent" not in res.output.replace(str(path), "")  # it stopped before the model
 
 
+def test_turnrl_train_says_whether_its_figures_are_held_out_beside_the_floor_and_the_paired_gain(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump({"model": "tiny:chatml", "env": {"id": TTT}, "algorithm": {"name": "grpo"},
+                                    "rollout": {"prompts_per_step": 2, "group_size": 2, "max_new_tokens": 6,
+                                                "temperature": 1.5, "max_context": 1024},
+                                    "multi_agent": {"opponent": "random", "eval_opponent": "perfect"}, "steps": 1,
+                                    "eval_tasks": 4, "out_dir": str(tmp_path / "r")}))
+    res = CliRunner().invoke(app, ["train", str(path)], env={"COLUMNS": "200"})
+    assert res.exit_code == 0, res.output
+    assert "vs random" in res.output  # the step's frozen opponent, not "self"
+    assert "wins against perfect (held out), floor 0.0: " in res.output
+    assert "over 4 distinct items (paired" in res.output  # step 0 and step 1 paired by starting state and seat
+
+
 def test_an_opted_in_run_labels_its_figures_not_held_out(tmp_path):
     tok = tiny_tokenizer("chatml")
     tr = Trainer(config(tmp_path, opponent="random", eval_not_held_out=True), model=tiny_model(tok, seed=0),

@@ -186,10 +186,10 @@ app.command("eval")(eval_cmd)
 app.command()(rollout)
 
 
-def _opponent(h: dict[str, float]) -> str:
-    """A step's opponent, as the progress line says it."""
+def _opponent(h: dict[str, float], frozen: str = "self") -> str:
+    """A step's opponent, as the progress line says it (``frozen``: the run's ``multi_agent.opponent``)."""
     v = h.get("opponent_version", -1.0)
-    return "self" if v < 0 else f"v{int(v)}"
+    return (frozen if frozen not in ("self", "league") else "self") if v < 0 else f"v{int(v)}"
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": False})
@@ -264,7 +264,7 @@ def train(
             line = f"step {trainer.step} reward {h.get('reward_mean', 0):.3f} success {h.get('success', 0):.3f}"
             if "win_rate" in h:  # a game: the trained seats' wins, and who they played
                 line = (f"step {trainer.step} reward {h.get('reward_mean', 0):.3f} win {h['win_rate']:.3f} invalid "
-                        f"{h.get('invalid_moves', 0):.2f} vs {_opponent(h)}")
+                        f"{h.get('invalid_moves', 0):.2f} vs {_opponent(h, trainer.cfg.multi_agent.opponent)}")
             if "pag_verifier_balanced_acc" in h:
                 line += f" verifier (balanced) {h['pag_verifier_balanced_acc']:.3f}"
             progress.update(task, completed=trainer.step, description=line + held_out)
@@ -287,11 +287,12 @@ def train(
             trainer.close()
     first, last = trainer.history[0], trainer.history[-1]
     label = "success on training tasks (no held-out split)" if on_train else "held-out success"
-    if cfg.multi_agent is not None:
-        label = f"held-out wins against {cfg.multi_agent.held_out_opponent(cfg.env.id)}"
+    if cfg.multi_agent is not None:  # labelled held out or not, beside the floor (a random legal player's wins)
+        label = (f"wins against {cfg.multi_agent.held_out_opponent(cfg.env.id)} ({trainer.eval_metrics.get('held_out')}"
+                 f"), floor {last.get('eval_floor_win_rate', 'none')}")
     console.print(f"{label}: {first.get('eval_success')} -> {last.get('eval_success')} "
                   f"after {trainer.step} steps; run in {cfg.out_dir}")
-    if cfg.multi_agent is None and first.get("step") == 0 and trainer.step > 0:
+    if first.get("step") == 0 and trainer.step > 0:  # (a game's evaluations pair by starting state and seat)
         from turnrl.cli.compare import gain_line
 
         console.print(gain_line(cfg.out_dir, trainer.step), highlight=False, soft_wrap=True)

@@ -18,9 +18,9 @@ its :func:`canonical` form. With ``max_opening=k`` (default 3):
 Each split's positions come in a fixed order drawn by hash, so that any first ``n`` of them are a fair sample.
 
 A move adds a mark, so a game from a training opening (``k`` moves or more) only passes through its own start and
-positions of more than ``k`` marks: it can reach no test opening, whatever is played (:func:`held_out_reached` checks it by playing every
-continuation of every training opening). A test game may go on into positions that training games pass through
-too: what is held out is where a game starts, and what came before it. With ``max_opening=0`` every game of either
+positions of more than ``k`` marks: it can reach no test opening, whatever is played (:func:`held_out_reached`
+checks it by playing every continuation of every training opening). A test game may go on into positions that
+training games pass through too: what is held out is where a game starts, and what came before it. With ``max_opening=0`` every game of either
 split starts from the empty board: no starting state is held out, and a held-out evaluation differs from training
 by its opponent only (:meth:`TicTacToe.held_out_states` says so). Two opponents need no model: :func:`best_move`
 (minimax: never loses) and :func:`random_move`.

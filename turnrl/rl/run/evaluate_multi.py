@@ -50,8 +50,8 @@ def evaluate_multi_agent(agent: Agent | Mapping[str, Agent], env_id: str, env_kw
     with several): the evaluated seat is played by its policy, and with ``opponent="self"`` every seat by its own.
 
     Beside the agent's figures: what held out means here (``held_out``, ``held_out_notes``: the opponent is not one
-    the run trains against — ``not_held_out`` says why it is — and the starting states are ones training cannot reach,
-    where the game says so) and the floor to beat (``floor``: a random *legal* player in the agent's seats, from the
+    the run trains against — ``not_held_out`` says why it is — and the starting states are ones training cannot
+    reach, where the game says so) and the floor to beat (``floor``: a random *legal* player in the agent's seats, from the
     same states against the same opponent, where the game has one — ``random_player`` — and the opponent is not the
     agent itself; its games in ``out_dir/floor``). ``floor=False`` skips it; a dict (an earlier ``metrics["floor"]``)
     is reused as it is (its games are where it was played: a training run's first evaluation).
