@@ -101,6 +101,8 @@ def test_a_held_out_run_evaluates_its_floor_once_and_reports_it_every_time(tmp_p
     history = tr.train()
     rows = [h for h in history if "eval_success" in h]
     assert len(rows) == 2 and all(h["eval_held_out"] == 1.0 for h in rows)
+    report = json.loads((tmp_path / "eval" / "step-1" / "metrics.json").read_text())
+    assert report["held_out_notes"][0] == "opponent: perfect, not one the run trains against"
     assert len(played) == 3  # the policy at steps 0 and 1, the floor once
     assert rows[0]["eval_floor_win_rate"] == rows[1]["eval_floor_win_rate"]
     assert rows[0]["eval_floor_draw_rate"] + rows[0]["eval_floor_loss_rate"] + rows[0]["eval_floor_win_rate"] == 1
@@ -150,13 +152,13 @@ def test_rows_carry_an_item_per_starting_state_and_seat_and_compare_pairs_them(t
 def test_turnrl_eval_of_a_run_against_its_training_opponent_says_not_held_out(tmp_path):
     (tmp_path / "config.yaml").write_text(yaml.safe_dump({"model": "tiny", "env": {"id": TTT},
                                                           "multi_agent": {"opponent": "random"}}))
-    why = run_not_held_out(f"run:{tmp_path}", TTT, "random")
-    assert why is not None and "--opponent 'random' is an opponent this run trains against" in why
-    assert run_not_held_out(f"run:{tmp_path}", TTT, "perfect") is None
+    checked, why = run_not_held_out(f"run:{tmp_path}", TTT, "random")
+    assert checked and "--opponent 'random' is an opponent this run trains against" in why
+    assert run_not_held_out(f"run:{tmp_path}", TTT, "perfect") == (True, None)
     (tmp_path / "self").mkdir()
     (tmp_path / "self" / "config.yaml").write_text(yaml.safe_dump({"model": "tiny", "env": {"id": TTT}}))
-    assert "opponent 'self'" in run_not_held_out(f"run:{tmp_path / 'self'}", TTT, "self")  # self-play against itself
-    assert run_not_held_out("tiny:chatml", TTT, "random") is None  # no run: nothing known
+    assert "opponent 'self'" in run_not_held_out(f"run:{tmp_path / 'self'}", TTT, "self")[1]  # self-play vs itself
+    assert run_not_held_out("tiny:chatml", TTT, "random") == (False, None)  # no run: nothing known
     tok = tiny_tokenizer("chatml")
     m = evaluate_multi_agent(ScriptedAgent(tok, text_player("perfect")), TTT, opponent="random", episodes=4,
                              not_held_out=why, floor=False)
@@ -168,6 +170,7 @@ def test_the_starting_states_say_whether_they_are_held_out(tmp_path):
     perfect = ScriptedAgent(tok, text_player("perfect"))
     held = evaluate_multi_agent(perfect, TTT, opponent="random", episodes=4, floor=False)
     assert held["held_out"] == "held out" and "none reachable from training" in held["held_out_notes"][1]
+    assert "training opponents are not known here" in held["held_out_notes"][0]  # (no run: nothing checked)
     empty = evaluate_multi_agent(perfect, TTT, {"max_opening": 0}, opponent="random", episodes=4, floor=False)
     assert empty["held_out"] == "opponent only" and "opponent only" in empty["held_out_notes"][1]
     train = evaluate_multi_agent(perfect, TTT, {"split": "train"}, opponent="random", episodes=4, floor=False)

@@ -135,10 +135,11 @@ def _eval_multi_agent(env: str, agent: str, env_kwargs: dict[str, Any], *, oppon
     params = SamplingParams(temperature=temperature, max_new_tokens=max_new_tokens)
     from turnrl.rl.run.evaluate_multi import run_not_held_out
 
+    checked, why = run_not_held_out(agent, env, opponent)  # a run: agent's training opponents against --opponent
     try:
         m = evaluate_multi_agent(policy, env, env_kwargs, opponent=opponent, seat=seat, episodes=episodes, seed=seed,
                                  params=params, max_context=max_context, batch_size=batch_size, out_dir=out,
-                                 not_held_out=run_not_held_out(agent, env, opponent), agent_name=agent)
+                                 not_held_out=why, opponent_checked=checked, agent_name=agent)
     except ValueError as e:
         fail(str(e))
     say(f"{env} ({m['env_kwargs']}), {m['episodes']} games as {m['seat']} against {opponent}:")

@@ -42,7 +42,8 @@ def evaluate_multi_agent(agent: Agent | Mapping[str, Agent], env_id: str, env_kw
                          seed: int = 0, params: SamplingParams | None = None, max_context: int = 4096,
                          batch_size: int = 32, out_dir: str | Path | None = None,
                          opponent_label: str | None = None, not_held_out: str | None = None,
-                         floor: bool | dict[str, Any] = True, agent_name: str | None = None) -> dict[str, Any]:
+                         opponent_checked: bool = False, floor: bool | dict[str, Any] = True,
+                         agent_name: str | None = None) -> dict[str, Any]:
     """Play ``episodes`` games of ``env_id`` (its held-out split unless ``env_kwargs`` names one) with ``agent`` in
     ``seat`` (every seat in turn when None) and ``opponent`` in the others; return the figures (and write
     ``metrics.json``, ``items.jsonl`` and ``run.json`` to ``out_dir``, and the floor's to ``out_dir/floor``;
@@ -50,8 +51,9 @@ def evaluate_multi_agent(agent: Agent | Mapping[str, Agent], env_id: str, env_kw
     with several): the evaluated seat is played by its policy, and with ``opponent="self"`` every seat by its own.
 
     Beside the agent's figures: what held out means here (``held_out``, ``held_out_notes``: the opponent is not one
-    the run trains against — ``not_held_out`` says why it is — and the starting states are ones training cannot
-    reach, where the game says so) and the floor to beat (``floor``: a random *legal* player in the agent's seats, from the
+    the run trains against — ``not_held_out`` says why it is, ``opponent_checked`` that the agent's training was
+    checked and it is not (a run's own evaluation, ``turnrl eval`` of a ``run:`` agent) — and the starting states
+    are ones training cannot reach, where the game says so) and the floor to beat (``floor``: a random *legal* player in the agent's seats, from the
     same states against the same opponent, where the game has one — ``random_player`` — and the opponent is not the
     agent itself; its games in ``out_dir/floor``). ``floor=False`` skips it; a dict (an earlier ``metrics["floor"]``)
     is reused as it is (its games are where it was played: a training run's first evaluation).
@@ -92,7 +94,8 @@ def evaluate_multi_agent(agent: Agent | Mapping[str, Agent], env_id: str, env_kw
     label = opponent_label or (opponent if isinstance(opponent, str) else type(opponent).__name__)
     metrics = summarize(rows)
     notes.insert(0, f"opponent: not held out: {not_held_out}" if not_held_out else
-                 f"opponent: {label}, against which no training of the agent is known" if label != "self" else
+                 (f"opponent: {label}, not one the run trains against" if opponent_checked else
+                  f"opponent: {label} (the agent's training opponents are not known here)") if label != "self" else
                  "opponent: the evaluated agent itself")
     held = "not held out" if not_held_out or label == "self" else "held out" if states_held else "opponent only"
     settings = {"env_id": env_id, "env_kwargs": kwargs, "opponent": label, "seat": seat or "all",
@@ -193,10 +196,11 @@ def _write(out: Path, metrics: dict[str, Any], rows: list[dict[str, Any]], setti
     (out / "run.json").write_text(json.dumps({"settings": settings, "code": code_version()}, indent=2, default=str))
 
 
-def run_not_held_out(agent: str, env_id: str, opponent: str) -> str | None:
-    """Why ``opponent`` is not held out from the training of ``agent`` where it names a training run
-    (``run:OUT_DIR``) of ``env_id``: the run trained against it (:meth:`MultiAgentConfig.not_held_out`); None
-    otherwise (another agent spec, another game, a config that does not read)."""
+def run_not_held_out(agent: str, env_id: str, opponent: str) -> tuple[bool, str | None]:
+    """Whether ``opponent`` could be checked against the training of ``agent`` — a training run (``run:OUT_DIR``) of
+    ``env_id`` whose config reads — and why it is not held out from it (the run trained against it,
+    :meth:`MultiAgentConfig.not_held_out`): ``(True, None)`` held out, ``(True, why)`` not, ``(False, None)``
+    unknown (another agent spec, another game, a config that does not read)."""
     import yaml
 
     from turnrl.rl.config.multi_agent import MultiAgentConfig
@@ -204,17 +208,17 @@ def run_not_held_out(agent: str, env_id: str, opponent: str) -> str | None:
     kind, _, rest = agent.partition(":")
     folder = Path(rest.partition("#")[0])
     if kind != "run" or not (folder / "config.yaml").is_file():
-        return None
+        return False, None
     try:
         cfg = yaml.safe_load((folder / "config.yaml").read_text(encoding="utf-8")) or {}
         if (cfg.get("env") or {}).get("id") != env_id:
-            return None
+            return False, None
         ma = MultiAgentConfig(**{**(cfg.get("multi_agent") or {}), "eval_opponent": opponent,
                                  "eval_not_held_out": False})
     except (OSError, ValueError, TypeError, AttributeError):
-        return None
+        return False, None
     why = ma.not_held_out(env_id, cfg.get("model"), str(folder))
-    return why.replace("multi_agent.eval_opponent", "--opponent") if why else None
+    return True, why.replace("multi_agent.eval_opponent", "--opponent") if why else None
 
 
 def summarize(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:

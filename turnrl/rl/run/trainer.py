@@ -183,7 +183,8 @@ class Trainer:
                                      params=SamplingParams(temperature=0.0,
                                                            max_new_tokens=self.cfg.rollout.max_new_tokens),
                                      max_context=self.cfg.rollout.max_context, out_dir=out,
-                                     opponent_label=name, floor=self.eval_metrics.get("floor", True),
+                                     opponent_label=name, opponent_checked=True,
+                                     floor=self.eval_metrics.get("floor", True),
                                      not_held_out=ma.not_held_out(self.cfg.env.id, self.cfg.model, self.cfg.out_dir))
             # (the floor — a random legal player's figures from the same states — is played at the first evaluation)
             self.eval_metrics = {**m, "env": {k: v for k, v in m.items() if k.endswith(("_rate", "_mean"))
