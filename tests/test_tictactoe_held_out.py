@@ -37,6 +37,7 @@ def test_no_training_game_can_reach_a_test_opening(k):
     train, test = openings("train", k), openings("test", k)
     assert train and test
     assert {9 - b.count(".") for b in train} == {k, k + 1}  # k or k + 1 moves: each seat moves first in some
+    assert [9 - b.count(".") for b in train[:6]] == [k, k + 1] * 3  # in turn, for a sampler that reads in order
     assert "." * 9 not in train and "." * 9 in test  # training never starts from the empty board
     assert not {canonical(b) for b in train} & {canonical(b) for b in test}  # no class in both splits
     assert held_out_reached(k) == []  # every continuation of every training opening played out

@@ -15,7 +15,8 @@ its :func:`canonical` form. With ``max_opening=k`` (default 3):
 * ``test``: one position per class (its canonical form) of every position of fewer than ``k`` moves, the empty
   board included, and of the held-out ``k``-move classes.
 
-Each split's positions come in a fixed order drawn by hash, so that any first ``n`` of them are a fair sample.
+Each split's positions come in a fixed order drawn by hash, so that any first ``n`` of them are a fair sample;
+training ones alternate a ``k``-move and a ``k + 1``-move position while both last (x and o move first in turn).
 
 A move adds a mark, so a game from a training opening (``k`` moves or more) only passes through its own start and
 positions of more than ``k`` marks: it can reach no test opening, whatever is played (:func:`held_out_reached`
@@ -29,6 +30,7 @@ by its opponent only (:meth:`TicTacToe.held_out_states` says so). Two opponents 
 from __future__ import annotations
 
 import functools
+import itertools
 import re
 import zlib
 from collections.abc import Callable, Iterable
@@ -162,16 +164,20 @@ def positions_of(moves: int) -> frozenset[str]:
 @functools.lru_cache(maxsize=None)
 def openings(split: str, max_moves: int = 3) -> tuple[str, ...]:
     """The starting positions of ``split`` with ``max_opening=max_moves`` (see the module docstring; test ones one
-    per class), in a fixed order drawn by hash, so that any first ``n`` are a fair sample. ``max_moves=0``: the
-    empty board, in either split."""
+    per class), in a fixed order drawn by hash, so that any first ``n`` are a fair sample (training ones: a position
+    of ``max_moves`` moves and one of ``max_moves + 1`` in turn while both last). ``max_moves=0``: the empty board,
+    in either split."""
     if max_moves == 0:
         return ("." * 9,)
-    if split == "train":
-        found = {b for b in positions_of(max_moves) if split_of(b) == "train"} | positions_of(max_moves + 1)
-    else:
-        found = {canonical(b) for m in range(max_moves) for b in positions_of(m)}
-        found |= {canonical(b) for b in positions_of(max_moves) if split_of(b) == "test"}
-    return tuple(sorted(found, key=lambda b: (unit_hash(f"tictactoe order {b}"), b)))
+    def drawn(boards: Iterable[str]) -> list[str]:
+        return sorted(boards, key=lambda b: (unit_hash(f"tictactoe order {b}"), b))
+
+    if split == "train":  # the two layers in turn, so that consecutive openings alternate who moves first
+        layers = (drawn(b for b in positions_of(max_moves) if split_of(b) == "train"),
+                  drawn(positions_of(max_moves + 1)))
+        return tuple(b for pair in itertools.zip_longest(*layers) for b in pair if b is not None)
+    found = {canonical(b) for m in range(max_moves) for b in positions_of(m)}
+    return tuple(drawn(found | {canonical(b) for b in positions_of(max_moves) if split_of(b) == "test"}))
 
 
 def reachable(starts: Iterable[str]) -> frozenset[str]:
