@@ -97,3 +97,27 @@ def test_turnrl_envs_check_reports_the_held_out_states():
 
     res = CliRunner().invoke(app, ["envs", "check", "turnrl/TicTacToe-v0"])
     assert res.exit_code == 0 and "held-out starting states: none reachable from training" in res.output
+
+
+def test_a_run_whose_held_out_openings_its_training_reaches_is_refused_before_a_model_loads(tmp_path):
+    """eval_kwargs may make the held-out game otherwise than the training one: training from 1- and 2-move openings
+    reaches the default test split's openings (all 1- and 2-move classes among them)."""
+    import yaml
+    from typer.testing import CliRunner
+
+    from turnrl.cli import app
+    from turnrl.rl.run.held_out import HeldOutError, check_game_held_out
+
+    env = "turnrl/TicTacToe-v0"
+    assert check_game_held_out(env, {"split": "train"}, None, 52) is None
+    assert check_game_held_out(env, {"max_opening": 3}, {"max_opening": 2}, 52) is None  # fewer moves: unreachable
+    assert check_game_held_out(env, {"max_opening": 0}, None, 4) is None  # holds no state out, and says so
+    with pytest.raises(HeldOutError, match=r"23 held-out starting state\(s\) .* can be reached by a game from the tr"):
+        check_game_held_out(env, {"max_opening": 1}, {"max_opening": 3}, 52)
+    reached = make_multi_agent(env, split="test").reached_by(make_multi_agent(env, max_opening=1))
+    assert any(b.count(".") == 6 for b in reached)  # 3-move openings no training game starts from, but reaches
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump({"model": "hf:/nonexistent/model", "out_dir": str(tmp_path / "r"),
+                                    "env": {"id": env, "kwargs": {"max_opening": 1}, "eval_kwargs": {"max_opening": 3}}}))
+    res = CliRunner().invoke(app, ["train", str(path)])
+    assert res.exit_code != 0 and "can be reached by a game from the training ones" in res.output

@@ -262,6 +262,11 @@ class TicTacToe(MultiAgentTextEnv):
         held-out evaluation reports beside a policy's figures): :func:`text_player` ``"random"``."""
         return text_player("random", seed)
 
+    def reached_by(self, train: TicTacToe) -> list[str]:
+        """This split's starting positions (canonical forms) that a game from one of ``train``'s can pass through
+        (a run's held-out game against its training game, whatever either was made with)."""
+        return sorted({canonical(b) for b in self.positions()} & reachable(train.positions()))
+
     def held_out_states(self) -> HeldOutStates:
         """Whether the test openings are ones a training game cannot reach (checked by :func:`held_out_reached`)."""
         if self.max_opening == 0:

@@ -143,8 +143,12 @@ def check_dataset(env_id: str, kwargs: dict[str, Any], eval_kwargs: dict[str, An
 def check_game_held_out(env_id: str, kwargs: dict[str, Any], eval_kwargs: dict[str, Any] | None, n_tasks: int) -> str | None:
     """:func:`check_held_out` for an environment with several agents: the game made with the run's ``kwargs``
     against the one its held-out evaluation plays (``eval_kwargs``, else its held-out split), where the game has a
-    list of problems (``task_at``: the solver–critic game); games of starting states without one are not compared
-    here."""
+    list of problems (``task_at``: the solver–critic game), and where it can tell (``reached_by``: tic-tac-toe), whether
+    a training game can reach a held-out starting state, whatever either was made with (``max_opening``).
+
+    Raises:
+        HeldOutError: held-out problems are training problems, or held-out starting states a game that claims to
+            hold them out (``held_out_states``) can be reached from the training ones."""
     from turnrl.envs.multiagent import make_multi_agent
 
     train = make_multi_agent(env_id, **kwargs)
@@ -153,7 +157,16 @@ def check_game_held_out(env_id: str, kwargs: dict[str, Any], eval_kwargs: dict[s
         held_kwargs["split"] = train.held_out_split
     held = make_multi_agent(env_id, **held_kwargs)
     try:
-        return check_held_out(env_id, train, held, n_tasks)
+        warning = check_held_out(env_id, train, held, n_tasks)
+        claims = callable(getattr(held, "held_out_states", None)) and held.held_out_states().claimed
+        if claims and callable(getattr(held, "reached_by", None)) and type(train) is type(held):
+            reached = held.reached_by(train)
+            if reached:
+                raise HeldOutError(f"{env_id}: {len(reached)} held-out starting state(s) ({held_kwargs}) can be reached "
+                                   f"by a game from the training ones ({kwargs}), e.g. {', '.join(map(repr, reached[:3]))}"
+                                   "; its held-out figures would be measured where training plays. Evaluate with the "
+                                   "training kwargs (drop env.eval_kwargs' max_opening)")
+        return warning
     finally:
         train.close()
         held.close()
