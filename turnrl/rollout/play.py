@@ -26,7 +26,9 @@ from turnrl.envs.registry import make
 from turnrl.rollout.context import ContextBudget
 from turnrl.rollout.engine import Episode, Rewrite, Rollout
 from turnrl.rollout.job import Job
+from turnrl.rollout.tree import TreeSpec, play_tree
 from turnrl.types import Trajectory
+from turnrl.utils import run_with_daemon_threads
 
 
 def batch_seed(seed: int, step: int, round_: int, chunk: int = 0) -> int:
@@ -55,7 +57,7 @@ def play(agent: Any, env_id: str, env_kwargs: dict[str, Any], jobs: Sequence[Job
          sink: Callable[[Trajectory], Any] | None = None, rewrite: Rewrite | None = None,
          chunk: int = 0, group_id: Callable[[Job], str] | None = None,
          metadata: Callable[[Job], dict[str, Any]] | None = None, continuous: bool = False,
-         context: ContextBudget | None = None) -> tuple[list[Trajectory], Rollout]:
+         context: ContextBudget | None = None, tree: TreeSpec | None = None) -> tuple[list[Trajectory], Rollout]:
     """Play ``jobs`` (all of one step and round) with ``agent`` in one batched token-exact :class:`Rollout`.
 
     Args:
@@ -72,9 +74,12 @@ def play(agent: Any, env_id: str, env_kwargs: dict[str, Any], jobs: Sequence[Job
         continuous: continuous batching across turns (see :class:`Rollout`); episodes then always sample from their
             own streams, so what they sample does not depend on when their turns joined the batch.
         context: keep each context under a token budget by rewriting the history (see :class:`Rollout`).
+        tree: play each job as the root of a tree (:mod:`turnrl.rollout.tree`): its episode forks at the spec's turns,
+            and the job yields every leaf (``metadata["job"]`` the job's key, ``metadata["tree"]`` the leaf's place;
+            the tree's id is the job's key).
 
     Returns:
-        The Trajectories in job order and the rollout (its ``stats``).
+        The Trajectories in job order (a tree's leaves in node order) and the rollout (its ``stats``).
     """
     if not jobs:
         return [], Rollout(agent, params, max_context=max_context, env_timeout=env_timeout)
@@ -85,6 +90,15 @@ def play(agent: Any, env_id: str, env_kwargs: dict[str, Any], jobs: Sequence[Job
                       sink=sink, rewrite=rewrite, continuous=continuous, context=context)
     episodes = start_jobs(rollout, env_id, env_kwargs, jobs, seed=seed, per_episode_seeds=per_episode_seeds,
                           group_id=group_id, metadata=metadata)
+    if tree is not None:
+        for ep in episodes:
+            ep.traj.metadata["tree"] = {"root": ep.traj.metadata["job"]}
+        leaves: list[Episode] = []
+        try:
+            leaves = run_with_daemon_threads(play_tree(rollout, episodes, tree))
+        finally:  # every fork's environment too (a root's own is its first leaf's)
+            close_all(list({id(ep.env): ep.env for ep in [*episodes, *leaves]}.values()))
+        return [ep.traj for ep in leaves], rollout
     try:
         rollout.play(episodes)
     finally:  # the environments were made here: their sessions (a remote: server's) end here

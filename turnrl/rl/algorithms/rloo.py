@@ -18,6 +18,7 @@ from turnrl.rl.algorithms.base import PolicyGradient, PolicyGradientConfig
 from turnrl.rl.core.batch import Batch
 from turnrl.rl.formulas.advantages import leave_one_out
 from turnrl.rl.formulas.losses import AggMode
+from turnrl.rl.formulas.tree import tree_token_advantages
 
 if TYPE_CHECKING:
     from turnrl.rl.config import TrainConfig
@@ -29,6 +30,10 @@ class RLOOConfig(PolicyGradientConfig):
     name: Literal["rloo"] = "rloo"
     agg: AggMode = Field("seq-mean-token-sum", description="loss aggregation (the paper: each sequence's summed "
                          "log-probability)")
+    advantage: Literal["group", "tree"] = Field("group", description=(
+        "group: the leave-one-out baseline; tree: turn-level credit on tree rollouts "
+        "(rollout.tree), each turn's tokens the advantage of the node they lead to (docs/algorithms.md §14; on chains "
+        "it equals group)"))
 
 
 class RLOO(PolicyGradient):
@@ -49,5 +54,9 @@ class RLOO(PolicyGradient):
     def advantages(self, batch: Batch, max_new_tokens: int, values: torch.Tensor | None = None,
                    bootstrap: torch.Tensor | None = None, ref_logp: torch.Tensor | None = None
                    ) -> tuple[torch.Tensor, None]:
-        """Each sequence's leave-one-out advantage on its generated tokens ``(B, T)``."""
+        """Each sequence's leave-one-out advantage on its generated tokens ``(B, T)`` — or, with ``advantage: tree``,
+        each turn's tokens the tree advantage of its node, not normalized (docs/algorithms.md §14)."""
+        if self.cfg.advantage == "tree":
+            return tree_token_advantages(batch.scores, batch.tree_paths, batch.tree_depth, batch.group_ids,
+                                         batch.loss_mask), None
         return leave_one_out(batch.scores, batch.group_ids)[:, None] * batch.loss_mask, None

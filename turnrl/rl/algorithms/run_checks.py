@@ -38,3 +38,26 @@ def check_run_config(cfg: TrainConfig, cls: type[Algorithm]) -> None:
         if cls.rollout_hook is not Algorithm.rollout_hook:
             raise ValueError(f"algorithm {cfg.algorithm.name!r} rewrites turns while they are sampled, which "
                              "cannot be done to a program's calls")
+    if cfg.rollout.tree is not None:
+        check_tree(cfg, cls)
+
+
+def check_tree(cfg: TrainConfig, cls: type[Algorithm]) -> None:
+    """What tree rollouts (``rollout.tree``) cannot be combined with, each refused with the reason."""
+    if cls.source != Algorithm.source:
+        raise ValueError(f"rollout.tree grows episodes as trees in the on-policy source; algorithm "
+                         f"{cfg.algorithm.name!r} samples otherwise (T-PPO's windows cut episodes across steps, "
+                         "offline and step-wise algorithms read stored data): pick grpo, dapo, rloo, reinforce, ppo or "
+                         "vapo")
+    if cls.rollout_hook is not Algorithm.rollout_hook:
+        raise ValueError(f"algorithm {cfg.algorithm.name!r} rewrites turns while they are sampled (a rollout hook), "
+                         "which is not defined on a tree's shared history: drop rollout.tree")
+    if cfg.program is not None:
+        raise ValueError("rollout.tree forks turnrl's environments mid-episode; a `program` runs its own episode "
+                         "through the gateway, which cannot be forked: drop one")
+    if cfg.multi_agent is not None:
+        raise ValueError("rollout.tree grows one agent's episodes; games with several agents are played by their "
+                         "own source: drop one")
+    if cfg.placement != "local":
+        raise ValueError(f"rollout.tree runs with placement=local for now (placement={cfg.placement!r}: Ray workers "
+                         "stream one episode per job, a tree is several)")

@@ -34,6 +34,38 @@ class ContextConfig(BaseModel):
     summary_tokens: int = Field(128, ge=1, description="the most tokens of a summary")
 
 
+class BranchConfig(BaseModel):
+    """One branch point of a tree rollout: every live episode forks into ``children`` after ``turn`` turns."""
+
+    model_config = ConfigDict(extra="forbid")
+    turn: int = Field(ge=0, description="turns played before the fork (0: right after the reset)")
+    children: int = Field(ge=2, description="episodes each one becomes")
+
+
+class TreeConfig(BaseModel):
+    """Tree rollouts (docs/algorithms.md §14): each root episode branches at turn boundaries; a task's
+    ``group_size`` episodes are the leaves of ``group_size / leaves`` trees."""
+
+    model_config = ConfigDict(extra="forbid")
+    branches: list[BranchConfig] = Field(min_length=1, description="where episodes fork, at increasing turns (e.g. "
+                                         "[{turn: 1, children: 2}, {turn: 2, children: 2}]: 4 leaves a root)")
+
+    @model_validator(mode="after")
+    def _increasing(self) -> TreeConfig:
+        turns = [b.turn for b in self.branches]
+        if turns != sorted(set(turns)):
+            raise ValueError(f"rollout.tree.branches: turns must increase, got {turns}")
+        return self
+
+    @property
+    def leaves(self) -> int:
+        """The most leaves one root grows."""
+        n = 1
+        for b in self.branches:
+            n *= b.children
+        return n
+
+
 class RolloutConfig(BaseModel):
     """Sampling during training."""
 
@@ -65,6 +97,18 @@ class RolloutConfig(BaseModel):
     seed_per_episode: bool = Field(False, description="sample each episode from its own random stream (seeded by "
                                    "step, task and sample), so trajectories do not depend on how episodes are "
                                    "batched or spread over workers; the ray placement always does")
+    tree: TreeConfig | None = Field(None, description=(
+        "tree rollouts: episodes fork at turn boundaries (their environment, tokens and KV cache copied), so a "
+        "task's group_size episodes are the leaves of group_size / leaves trees sharing their history; train them "
+        "with algorithm.advantage: tree for turn-level credit (docs/algorithms.md §14)"))
+
+    @model_validator(mode="after")
+    def _tree_fits_the_group(self) -> RolloutConfig:
+        if self.tree is not None and self.group_size % self.tree.leaves:
+            raise ValueError(f"rollout.group_size={self.group_size} is not a multiple of the tree's "
+                             f"{self.tree.leaves} leaves a root (rollout.tree.branches); a task's group is the "
+                             "leaves of whole trees")
+        return self
 
 
 class OptimConfig(BaseModel):

@@ -43,6 +43,8 @@ class Batch:
     window_start: torch.Tensor = None  # type: ignore[assignment]  # (B,) long: where the current window begins (0)
     finished: torch.Tensor = None  # type: ignore[assignment]  # (B,) float: 0 for an episode still in play (T-PPO)
     segment_ids: torch.Tensor = None  # type: ignore[assignment]  # (B, T) long: each token's context segment (0)
+    tree_paths: torch.Tensor = None  # type: ignore[assignment]  # (B, D) long: a tree leaf's node ids, root first, −1
+    tree_depth: torch.Tensor = None  # type: ignore[assignment]  # (B, T) long: the path index of each token's node
 
     def __post_init__(self) -> None:
         if self.behaviour_logp is None:  # built from the sampler's figures: μ = π_old
@@ -55,6 +57,9 @@ class Batch:
             self.finished = torch.ones(len(self), device=self.input_ids.device)
         if self.segment_ids is None:  # one context per row
             self.segment_ids = torch.zeros(self.input_ids.shape, dtype=torch.long, device=self.input_ids.device)
+        if self.tree_paths is None:  # chains: each row a tree of one node of its own
+            self.tree_paths = torch.arange(len(self), device=self.input_ids.device)[:, None] + 0
+            self.tree_depth = torch.zeros(self.input_ids.shape, dtype=torch.long, device=self.input_ids.device)
 
     def __len__(self) -> int:
         return self.input_ids.shape[0]
@@ -140,6 +145,7 @@ def collate(trajectories: Sequence[Trajectory], pad_id: int, roles: Mapping[str,
             role_ids[b, s:e] = roles[turn.role]
         key = traj.group_id if traj.group_id is not None else traj.id
         group_ids[b] = groups.setdefault(key, len(groups))
+    tree_paths, tree_depth = _tree_fields(trajectories, turn_ids)
     return Batch(
         input_ids=input_ids, attention_mask=attention, loss_mask=loss_mask, old_logp=old_logp, token_rewards=rewards,
         turn_ids=turn_ids, roles=role_ids, response_lengths=loss_mask.sum(-1),
@@ -148,8 +154,29 @@ def collate(trajectories: Sequence[Trajectory], pad_id: int, roles: Mapping[str,
         truncated=torch.tensor([float(t.truncated and not t.terminated) for t in trajectories]), versions=versions,
         window_start=torch.tensor([int(t.metadata.get("window_start", 0)) for t in trajectories], dtype=torch.long),
         finished=torch.tensor([0.0 if t.metadata.get("partial") else 1.0 for t in trajectories]),
-        segment_ids=segment_ids,
+        segment_ids=segment_ids, tree_paths=tree_paths, tree_depth=tree_depth,
     )
+
+
+def _tree_fields(trajectories: Sequence[Trajectory], turn_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """A tree rollout's leaves (``metadata["tree"]``, :mod:`turnrl.rollout.tree`) as tensors: each row's path of node
+    numbers (one number per distinct node id in the batch; −1 padding) and each token's place on it (the number of
+    the row's branch turns at or before the token's turn). A row that is no tree's leaf is a tree of one node."""
+    nodes: dict[str, int] = {}
+    paths, depth = [], torch.zeros(turn_ids.shape, dtype=torch.long)
+    for b, traj in enumerate(trajectories):
+        tree = traj.metadata.get("tree")
+        if not tree or "path" not in tree:
+            paths.append([nodes.setdefault(f"\0row{b}:{traj.id}", len(nodes))])
+            continue
+        paths.append([nodes.setdefault(str(n), len(nodes)) for n in tree["path"]])
+        for j, start in enumerate(tree.get("branch_turns", []), start=1):
+            depth[b][turn_ids[b] >= start] = j
+    width = max(len(p) for p in paths)
+    out = torch.full((len(paths), width), -1, dtype=torch.long)
+    for b, p in enumerate(paths):
+        out[b, : len(p)] = torch.tensor(p)
+    return out, depth
 
 
 def split_rows(rows: torch.Tensor, lengths: Sequence[int], size: int, budget: int | None) -> list[torch.Tensor]:

@@ -23,6 +23,8 @@ import math
 from collections import defaultdict
 from collections.abc import Hashable, Sequence
 
+import torch
+
 
 def node_values(returns: Sequence[float], paths: Sequence[Sequence[Hashable]]) -> dict[Hashable, tuple[float, int]]:
     """Each node's value V(n) and leaf count |L(n)|: the mean return of the leaves whose path passes through n.
@@ -106,3 +108,15 @@ def _std(xs: Sequence[float]) -> float:
         return 0.0
     m = sum(xs) / len(xs)
     return math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1))
+
+
+def tree_token_advantages(scores: torch.Tensor, paths: torch.Tensor, depth: torch.Tensor, group_ids: torch.Tensor,
+                          loss_mask: torch.Tensor, *, normalize: bool = False, eps: float = 1e-6) -> torch.Tensor:
+    """:func:`tree_advantages` on a batch's tensors: ``scores`` ``(B,)`` returns, ``paths`` ``(B, D)`` each row's
+    node numbers (−1 padding), ``depth`` ``(B, T)`` each token's place on its row's path, ``group_ids`` ``(B,)``;
+    returns ``(B, T)`` — each generated token (``loss_mask``) the row-view advantage of its node."""
+    rows = [[int(n) for n in p if n >= 0] for p in paths.tolist()]
+    adv = tree_advantages(scores.tolist(), rows, group_ids.tolist(), normalize=normalize, eps=eps)
+    width = paths.shape[1]
+    table = torch.tensor([a + [0.0] * (width - len(a)) for a in adv], dtype=torch.float32, device=loss_mask.device)
+    return table.gather(1, depth.clamp(min=0, max=width - 1).to(loss_mask.device)) * loss_mask

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from turnrl.agents.base import SamplingParams
+from turnrl.envs.fork import fork_refusal
 from turnrl.envs.registry import make
 from turnrl.rl.algorithms.base import Algorithm
 from turnrl.rl.config import TrainConfig
@@ -29,6 +30,7 @@ from turnrl.rl.sources.tasks import Sequential, group_success, make_sampler
 from turnrl.rollout.context import ContextBudget
 from turnrl.rollout.engine import Rollout
 from turnrl.rollout.play import batch_seed, play
+from turnrl.rollout.tree import Branch, TreeSpec
 from turnrl.types import Trajectory
 
 
@@ -36,6 +38,12 @@ def context_budget(cfg: TrainConfig) -> ContextBudget | None:
     """The run's context management (``rollout.context``), or None."""
     c = cfg.rollout.context
     return None if c is None else ContextBudget(c.budget, c.mode, c.summary_tokens)
+
+
+def tree_spec(cfg: TrainConfig) -> TreeSpec | None:
+    """The run's tree rollouts (``rollout.tree``), or None (chains)."""
+    t = cfg.rollout.tree
+    return None if t is None else TreeSpec(tuple(Branch(b.turn, b.children) for b in t.branches))
 
 
 def play_jobs(cfg: TrainConfig, agent: Any, jobs: Sequence[Job], version: Callable[[], int], *,
@@ -51,7 +59,7 @@ def play_jobs(cfg: TrainConfig, agent: Any, jobs: Sequence[Job], version: Callab
                                                                                        jobs[0].round)) if jobs else None
     return play(agent, cfg.env.id, cfg.env.kwargs, jobs, seed=cfg.seed, params=params, max_context=r.max_context,
                 env_timeout=r.env_timeout, per_episode_seeds=per_episode_seeds, version=version, sink=sink,
-                rewrite=hook, continuous=r.continuous_batching, context=context_budget(cfg))
+                rewrite=hook, continuous=r.continuous_batching, context=context_budget(cfg), tree=tree_spec(cfg))
 
 
 class LocalRunner:
@@ -104,6 +112,9 @@ class OnPolicySource(ExperienceSource):
         self.cfg, self.algorithm, self._runner = cfg, algorithm, runner
         self._make_runner: Callable[[], Runner] | None = None
         self.env = make(cfg.env.id, **cfg.env.kwargs)  # a probe: the task count and the env's episode figures
+        if cfg.rollout.tree is not None and (why := fork_refusal(self.env)) is not None:
+            self.env.close()
+            raise ValueError(f"rollout.tree forks episodes mid-way, and {why}")
         self.n_tasks = len(self.env)
         self.sampler = make_sampler(cfg.tasks, self.env, cfg.seed)
         self.reward = run_reward(cfg.reward, self.env)
@@ -134,14 +145,19 @@ class OnPolicySource(ExperienceSource):
 
     def group_size(self) -> int | None:
         """Whole groups of ``rollout.group_size``, errors included — unless the algorithm filters over several rounds
-        (DAPO's dynamic sampling leaves out episodes that ended in an error)."""
-        return self.cfg.rollout.group_size if self.algorithm.max_rounds == 1 else None
+        (DAPO's dynamic sampling leaves out episodes that ended in an error), or episodes grow as trees (a tree
+        whose episodes end before a branch has fewer leaves)."""
+        if self.algorithm.max_rounds > 1 or self.cfg.rollout.tree is not None:
+            return None
+        return self.cfg.rollout.group_size
 
     def jobs(self, step: int, round_: int) -> list[Job]:
         """The jobs of one round: ``group_size`` samples of each of the ``prompts_per_step`` tasks the sampler
-        chooses (the same jobs however often a round is asked for)."""
-        return task_jobs(step, round_, self.sampler.tasks(step, round_, self.cfg.rollout.prompts_per_step),
-                         self.cfg.rollout.group_size)
+        chooses (the same jobs however often a round is asked for); with ``rollout.tree`` one job per tree, each
+        yielding its leaves (``group_size / leaves`` trees a task)."""
+        r = self.cfg.rollout
+        per_task = r.group_size // r.tree.leaves if r.tree is not None else r.group_size
+        return task_jobs(step, round_, self.sampler.tasks(step, round_, r.prompts_per_step), per_task)
 
     def _prepare(self) -> dict[str, float]:
         """The sampler's work before the first step (Pre-PPO scores its pool with the runner), once."""
@@ -193,7 +209,7 @@ class OnPolicySource(ExperienceSource):
             self._log(jobs)
             chosen += list(dict.fromkeys(j.task for j in jobs))
             trajs, info = self.runner.run(jobs)
-            if round_ == 0 and len(trajs) > len(jobs):  # a game's trained seats: several views per job, all counted
+            if round_ == 0 and len(trajs) > len(jobs) and r.tree is None:  # a game's seats: several views a job
                 want *= round(len(trajs) / len(jobs))
             order = {j.key: i for i, j in enumerate(jobs)}
             trajs = sorted(trajs, key=lambda t: order[t.metadata["job"]])  # job order, whoever finished first
