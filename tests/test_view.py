@@ -478,3 +478,40 @@ def test_a_game_shows_every_seats_moves_in_order_and_each_seats_own_view(browser
               what="x's own view")
         chat = browser.find_element(By.CSS_SELECTOR, ".pane .chat").text
         assert "playing tic-tac-toe as x" in chat and "as o" not in chat
+
+
+def test_a_tree_rollout_shows_every_node_once_and_each_leaf(browser, tmp_path):
+    """Issue 79: the leaves of a tree rollout are listed as episodes and shown as one tree (the Tree tab)."""
+    from selenium.webdriver.common.by import By
+
+    from turnrl.agents.hf import HFAgent
+    from turnrl.agents.tiny import tiny_model
+    from turnrl.rollout.tree import Branch, TreeSpec, play_tree
+    from turnrl.utils import run_with_daemon_threads
+
+    tok = tiny_tokenizer("chatml")
+    rollout = Rollout(HFAgent(tiny_model(tok), tok, kv_cache_mb=0), SamplingParams(temperature=1.0, max_new_tokens=6))
+    env = turnrl.make("turnrl/Arithmetic-v0", calculator=True, retry=True, max_turns=3)
+    roots = rollout.start([env], seeds=[0], options=[{"index": 0}], group_ids=["g"], sample_seeds=[5], metadata=[{}])
+    leaves = run_with_daemon_threads(play_tree(rollout, roots, TreeSpec((Branch(1, 2), Branch(2, 2)))))
+    write_jsonl([ep.traj for ep in leaves], tmp_path / "train" / "step-1" / "trajectories.jsonl")
+    index = EpisodeIndex.open(tmp_path)
+    assert index.wait(30)
+    assert [r["tree"] for r in index.rows] == ["g/0"] * 4
+    with ViewServer(ViewApp(index, tok, "tiny:chatml")) as server:
+        tree = httpx.get(server.url + "api/tree/2", timeout=10).json()
+        ids = [n["id"] for n in tree["nodes"]]
+        assert ids == ["g/0", "g/0.0", "g/0.0.0", "g/0.0.1", "g/0.1", "g/0.1.0", "g/0.1.1"]
+        by = {n["id"]: n for n in tree["nodes"]}
+        assert by["g/0"]["leaves"] == [0, 1, 2, 3] and by["g/0.1"]["leaves"] == [2, 3]
+        assert [t["turn"] for t in by["g/0"]["turns"]] == [0] and [t["turn"] for t in by["g/0.1"]["turns"]] == [1]
+        assert [t["turn"] for t in by["g/0.1.1"]["turns"]] == [2]
+        assert by["g/0.1.0"]["turns"][0]["action"] == leaves[2].traj.turns[2].action.content
+        browser.get(server.url + "#e=2&tab=tree")
+        _wait(browser, lambda d: len(d.find_elements(By.CSS_SELECTOR, ".pane .tree-node")) == 7, what="7 nodes")
+        on_path = [n.get_attribute("data-node") for n in browser.find_elements(By.CSS_SELECTOR, ".tree-node.on-path")]
+        assert on_path == ["g/0", "g/0.1", "g/0.1.0"]
+        links = browser.find_elements(By.CSS_SELECTOR, ".pane a.leaf-view")
+        assert [a.text for a in links] == ["episode #0", "episode #1", "episode #2", "episode #3"]
+        links[3].click()
+        _wait(browser, lambda d: "e=3" in d.current_url, what="the last leaf selected")

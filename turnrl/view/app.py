@@ -131,6 +131,7 @@ class ViewApp:
             Rule("/api/episode/<int:i>", endpoint="episode"),
             Rule("/api/group/<int:i>", endpoint="group"),
             Rule("/api/game/<int:i>", endpoint="game"),
+            Rule("/api/tree/<int:i>", endpoint="tree"),
         ])
 
     def __call__(self, environ: dict[str, Any], start_response: Any) -> Any:
@@ -190,6 +191,38 @@ class ViewApp:
             raise NotFound(f"no episode {i}")
         rows = self.index.game(i)
         return self._json(game_payload([(r, self.index.load(r["index"])) for r in rows]))
+
+
+    def on_tree(self, request: Request, i: int) -> Response:
+        if not 0 <= i < len(self.index.rows):
+            raise NotFound(f"no episode {i}")
+        return self._json(tree_payload([(r, self.index.load(r["index"])) for r in self.index.tree(i)]))
+
+
+def tree_payload(leaves: list[tuple[dict[str, Any], Trajectory]]) -> dict[str, Any]:
+    """A tree rollout for the page (:mod:`turnrl.rollout.tree`): its nodes root first, each with its parent, the turns
+    on the edge into it (played once, shared by every leaf below), the leaves below it and their mean reward; a
+    chain is a tree of one node."""
+    nodes: dict[str, dict[str, Any]] = {}
+    for row, traj in leaves:
+        tree = traj.metadata.get("tree") or {}
+        path = [str(n) for n in tree.get("path") or [traj.id]]
+        starts = [0, *tree.get("branch_turns", [])]
+        for j, node in enumerate(path):
+            if node not in nodes:
+                end = starts[j + 1] if j + 1 < len(path) else len(traj.turns)
+                nodes[node] = {"id": node, "parent": path[j - 1] if j else None, "depth": j, "leaves": [],
+                               "rewards": [], "turns": [
+                                   {"turn": t.index, "reward": t.reward, "action": t.action.content or "",
+                                    "told": [m.model_dump(exclude_none=True) for m in t.observation]}
+                                   for t in traj.turns[starts[j]:end]]}
+            nodes[node]["leaves"].append(row["index"])
+            nodes[node]["rewards"].append(row["reward"])
+    out = []
+    for node in nodes.values():
+        rewards = node.pop("rewards")
+        out.append({**node, "value": sum(rewards) / len(rewards)})
+    return {"nodes": out}
 
 
 def game_payload(seats: list[tuple[dict[str, Any], Trajectory]]) -> dict[str, Any]:

@@ -124,6 +124,7 @@ def summarize(data: dict[str, Any]) -> tuple[dict[str, Any], str]:
         "meta_step": meta.get("step") if isinstance(meta.get("step"), int) else None,
         "seat": meta.get("seat") if isinstance(meta.get("seat"), str) else None,
         "game": _game_of(meta),
+        "tree": _tree_of(meta),
         "preview": " ".join((last or "").split())[:160],
     }
     text = "\n".join([data.get("task_id") or "", data.get("error") or "", *texts]).lower()
@@ -136,6 +137,12 @@ def _game_of(meta: dict[str, Any]) -> str | None:
         return None
     game = meta.get("job", meta.get("episode"))
     return str(game) if game is not None else None
+
+
+def _tree_of(meta: dict[str, Any]) -> str | None:
+    """The tree a leaf of a tree rollout belongs to (``metadata["tree"]["root"]``), or None."""
+    tree = meta.get("tree")
+    return str(tree["root"]) if isinstance(tree, dict) and tree.get("root") is not None else None
 
 
 def mixture_member(data: dict[str, Any]) -> str | None:
@@ -300,6 +307,15 @@ class EpisodeIndex:
         with self._lock:
             rows = list(self.rows)
         return [r for r in rows if r["source"] == row["source"] and r.get("game") == row["game"]]
+
+    def tree(self, i: int) -> list[dict[str, Any]]:
+        """Every leaf of episode ``i``'s tree (same file and tree root), ``i`` included; ``[row]`` for a chain."""
+        row = self.rows[i]
+        if row.get("tree") is None:
+            return [row]
+        with self._lock:
+            rows = list(self.rows)
+        return [r for r in rows if r["source"] == row["source"] and r.get("tree") == row["tree"]]
 
     def load(self, i: int) -> Trajectory:
         """Read and validate episode ``i`` from its file.

@@ -97,10 +97,13 @@ async function show() {
   const eps = await Promise.all(ids.map(episode));
   const group = await getJSON(`/api/group/${state.selected}`);
   const games = state.tab === "game" ? await Promise.all(ids.map(i => getJSON(`/api/game/${i}`))) : [];
+  const trees = state.tab === "tree" ? await Promise.all(ids.map(i => getJSON(`/api/tree/${i}`))) : [];
   panes.classList.toggle("compare", eps.length === 2);
-  panes.innerHTML = eps.map((ep, k) => paneHTML(ep, k, k === 0 ? group.rows : null, games[k])).join("");
+  panes.innerHTML = eps.map((ep, k) => paneHTML(ep, k, k === 0 ? group.rows : null, games[k], trees[k])).join("");
   for (const a of panes.querySelectorAll("a.seat-view"))
     a.addEventListener("click", e => { e.preventDefault(); state.selected = Number(a.dataset.index); state.tab = "chat"; show(); });
+  for (const a of panes.querySelectorAll("a.leaf-view"))
+    a.addEventListener("click", e => { e.preventDefault(); state.selected = Number(a.dataset.index); show(); });
   const sel = $("select.compare", panes);
   if (sel) sel.addEventListener("change", () => { state.compare = sel.value === "" ? null : Number(sel.value); show(); });
   const closer = $("button.close-compare", panes);
@@ -108,7 +111,7 @@ async function show() {
   renderLegend();
 }
 
-function paneHTML(ep, k, group, game) {
+function paneHTML(ep, k, group, game, tree) {
   const r = ep.row;
   let compare = "";
   if (group && group.length > 1) {
@@ -129,7 +132,8 @@ function paneHTML(ep, k, group, game) {
     <h2>${esc(ep.task_id ?? ep.id)} ${compare}</h2>
     <div class="facts">${facts.map(f => `<span>${f}</span>`).join("")}</div>
     ${notes.length ? `<div class="notes">${notes.map(esc).join("<br>")}</div>` : ""}
-    ${state.tab === "chat" ? chatHTML(ep) : state.tab === "game" ? gameHTML(ep, game) : tokensHTML(ep)}
+    ${state.tab === "chat" ? chatHTML(ep) : state.tab === "game" ? gameHTML(ep, game)
+      : state.tab === "tree" ? treeHTML(ep, tree) : tokensHTML(ep)}
   </section>`;
 }
 
@@ -145,6 +149,23 @@ function gameHTML(ep, game) {  // a game with several agents: the seats, then ev
     html += m.told.map(t => msgHTML({...t, name: `to ${m.seat}`})).join("");
   }
   return html + `</div>`;
+}
+
+function treeHTML(ep, tree) {  // a tree rollout: every node once, its edge's turns, its leaves' mean reward
+  if (!tree || tree.nodes.length < 2) return `<div class="notes">a chain, not a tree rollout's leaf: no tree to show</div>`;
+  const children = new Map(), byId = new Map(tree.nodes.map(n => [n.id, n]));
+  for (const n of tree.nodes) if (n.parent !== null) children.set(n.parent, [...(children.get(n.parent) || []), n.id]);
+  const mine = ep.row.index;
+  const render = id => {
+    const n = byId.get(id), kids = children.get(id) || [], onPath = n.leaves.includes(mine);
+    const leaf = kids.length === 0 ? ` · <a href="#" class="leaf-view" data-index="${n.leaves[0]}">episode #${n.leaves[0]}</a>` : "";
+    let html = `<div class="tree-node${onPath ? " on-path" : ""}" data-node="${esc(id)}" style="margin-left:${n.depth * 1.5}em">` +
+      `<div class="turnhead">${esc(id)} · ${n.leaves.length} leaves · mean reward ${fmt(n.value)}${leaf}</div>`;
+    for (const t of n.turns)
+      html += msgHTML({role: "assistant", name: `turn ${t.turn}`, content: t.action}) + t.told.map(msgHTML).join("");
+    return html + `</div>` + kids.map(render).join("");
+  };
+  return `<div class="chat tree">` + tree.nodes.filter(n => n.parent === null).map(n => render(n.id)).join("") + `</div>`;
 }
 
 function msgHTML(m) {
