@@ -157,8 +157,8 @@ class TrainConfig(BaseModel):
         clash = ma.not_held_out(self.env.id, self.model, self.out_dir) if several and ma is not None else None
         if clash and not ma.eval_not_held_out:  # (ma is set where there is a clash)
             raise ValueError(f"{clash}: its figures would not be held out. Evaluate against an opponent the run never "
-                             "plays (a frozen agent spec such as hf:PATH or another run's run:OUT_DIR; on tic-tac-toe "
-                             "random or perfect), or, where the seats are partners (a cooperative game), set "
+                             "plays (a frozen agent spec such as hf:PATH or another run's run:OUT_DIR, a scripted player "
+                             "script:MODULE:FUNCTION; on tic-tac-toe random or perfect), or, where the seats are partners (a cooperative game), set "
                              "multi_agent.eval_not_held_out: true to evaluate against it anyway (its figures are then "
                              "labelled 'not held out')")
         if several and ma is not None and ma.eval_not_held_out and not clash:
