@@ -291,31 +291,25 @@ class EpisodeIndex:
 
     def group(self, i: int) -> list[dict[str, Any]]:
         """The episodes of episode ``i``'s group (same file and ``group_id``), ``i`` included."""
-        row = self.rows[i]
-        if row["group_id"] is None:
-            return [row]
-        with self._lock:
-            rows = list(self.rows)
-        return [r for r in rows if r["source"] == row["source"] and r["group_id"] == row["group_id"]]
+        return self._sharing(i, "group_id")
 
     def game(self, i: int) -> list[dict[str, Any]]:
         """Every seat's view of episode ``i``'s game (same file and game), ``i`` included; ``[row]`` for an episode
         of one agent."""
-        row = self.rows[i]
-        if row.get("game") is None:
-            return [row]
-        with self._lock:
-            rows = list(self.rows)
-        return [r for r in rows if r["source"] == row["source"] and r.get("game") == row["game"]]
+        return self._sharing(i, "game")
 
     def tree(self, i: int) -> list[dict[str, Any]]:
         """Every leaf of episode ``i``'s tree (same file and tree root), ``i`` included; ``[row]`` for a chain."""
+        return self._sharing(i, "tree")
+
+    def _sharing(self, i: int, key: str) -> list[dict[str, Any]]:
+        """The rows of episode ``i``'s file whose ``key`` equals its own, ``i`` included; ``[row]`` where it has none."""
         row = self.rows[i]
-        if row.get("tree") is None:
+        if row.get(key) is None:
             return [row]
         with self._lock:
             rows = list(self.rows)
-        return [r for r in rows if r["source"] == row["source"] and r.get("tree") == row["tree"]]
+        return [r for r in rows if r["source"] == row["source"] and r.get(key) == row[key]]
 
     def load(self, i: int) -> Trajectory:
         """Read and validate episode ``i`` from its file.

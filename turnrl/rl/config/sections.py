@@ -5,11 +5,14 @@ puts them together; the ``tasks``, ``reward`` and ``algorithm`` sections have mo
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from turnrl.lora import LoraConfig
+
+if TYPE_CHECKING:
+    from turnrl.rollout.tree import TreeSpec
 
 
 class EnvConfig(BaseModel):
@@ -57,13 +60,16 @@ class TreeConfig(BaseModel):
             raise ValueError(f"rollout.tree.branches: turns must increase, got {turns}")
         return self
 
+    def spec(self) -> TreeSpec:
+        """The rollout's :class:`~turnrl.rollout.tree.TreeSpec` of these branches."""
+        from turnrl.rollout.tree import Branch, TreeSpec
+
+        return TreeSpec(tuple(Branch(b.turn, b.children) for b in self.branches))
+
     @property
     def leaves(self) -> int:
         """The most leaves one root grows."""
-        n = 1
-        for b in self.branches:
-            n *= b.children
-        return n
+        return self.spec().leaves
 
 
 class RolloutConfig(BaseModel):

@@ -30,7 +30,7 @@ from turnrl.rl.sources.tasks import Sequential, group_success, make_sampler
 from turnrl.rollout.context import ContextBudget
 from turnrl.rollout.engine import Rollout
 from turnrl.rollout.play import batch_seed, play
-from turnrl.rollout.tree import Branch, TreeSpec
+from turnrl.rollout.tree import TreeSpec
 from turnrl.types import Trajectory
 
 
@@ -42,8 +42,7 @@ def context_budget(cfg: TrainConfig) -> ContextBudget | None:
 
 def tree_spec(cfg: TrainConfig) -> TreeSpec | None:
     """The run's tree rollouts (``rollout.tree``), or None (chains)."""
-    t = cfg.rollout.tree
-    return None if t is None else TreeSpec(tuple(Branch(b.turn, b.children) for b in t.branches))
+    return None if cfg.rollout.tree is None else cfg.rollout.tree.spec()
 
 
 def play_jobs(cfg: TrainConfig, agent: Any, jobs: Sequence[Job], version: Callable[[], int], *,
