@@ -1,7 +1,8 @@
 """The tables of the preregistered runs (bench/preregistered.md), read from their run folders with `turnrl compare`'s
 figures: per seed, held-out success at step 0 and at the end (or, for a run that validated, at the step its validation split
 chose: ``OUT@best``), the gain paired item by item (bootstrap 95 % interval,
-McNemar's exact p), then the mean over seeds with its interval; and arm against arm at the end, the same way.
+McNemar's exact p), then the mean over seeds with its interval; and arm against arm at the end, the same way. The
+log-probability gap is the worst step's (an offline run's first step's: later steps train on the base model's data).
 
     python bench/evidence_report.py runs/e77                    # every experiment whose runs are there
     python bench/evidence_report.py runs/e77 --arms full lora   # only these arms (folders ARM-sSEED)
@@ -40,6 +41,13 @@ def finished(run: Path) -> bool:
     return steps is not None and (run / "eval" / f"step-{steps}" / "items.jsonl").is_file()
 
 
+def offline(run: Path) -> bool:
+    """Whether the run trained from stored data (its config names ``data``)."""
+    import yaml
+
+    return bool((yaml.safe_load((run / "config.yaml").read_text()) or {}).get("data"))
+
+
 def end(run: Path) -> str:
     """Where a run is read: at the step its validation split chose (``OUT@best``) where it validated, else at its
     last evaluation."""
@@ -73,7 +81,10 @@ def gain_table(out: Path, arm: str) -> list[str]:
         p = compare_runs([f"{run}@0", end(run)])["pairs"][0]
         m = p["mcnemar"] or {}
         steps = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if x.strip()]
-        gap = max(h.get("logp_diff", 0.0) for h in steps)  # the rollout-learner log-prob gap, worst step
+        gaps = [h["logp_diff"] for h in steps if "logp_diff" in h]
+        # the rollout-learner log-prob gap, worst step; an offline run's data is the base model's, so only its first
+        # step (before any update) measures the learner against the sampler
+        gap = (gaps[0] if gaps else 0.0) if offline(run) else max(gaps or [0.0])
         violations = sum(h.get("guard_violations", 0.0) for h in steps)
         lines.append(f"| {seed} | {p['items']} | {pct(p['accuracy_a'])} | {chosen(run)} | {pct(p['accuracy_b'])} | "
                      f"{pts(p['diff'])} | "
