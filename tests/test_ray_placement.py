@@ -374,3 +374,33 @@ def test_tppo_on_ray_with_refill_prompts_and_min_groups_trains_whole_groups_once
         assert not groups or ((len(groups) >= 2 or trained == 0) and all(n == 8 for n in groups.values()))
         trained += bool(groups)
     assert seen and len(seen) == len(set(seen))  # no episode trained twice
+
+
+def test_trees_grow_on_ray_workers_as_they_grow_locally(tmp_path):
+    """Issue 79: a tree stays on one worker and its leaves are committed together; with each episode's own sampling
+    stream, the first step's leaves are the local placement's, token for token."""
+    from turnrl.storage import read_jsonl
+
+    runs = {}
+    for placement in ("ray", "local"):
+        data = {"model": "tiny", "env": {"id": "turnrl/Arithmetic-v0", "kwargs": {"retry": True, "max_turns": 3}},
+                "placement": placement, "algorithm": {"name": "grpo", "advantage": "tree"},
+                "rollout": {"prompts_per_step": 2, "group_size": 4, "max_new_tokens": 4, "seed_per_episode": True,
+                            "tree": {"branches": [{"turn": 1, "children": 2}]}},
+                "optim": {"lr": 1e-2, "minibatch_size": 8}, "steps": 1, "eval_every": 0, "eval_tasks": 2,
+                "out_dir": str(tmp_path / placement)}
+        if placement == "ray":
+            data["ray"] = {"rollout_workers": 2, "start_timeout": 60}
+        t = trainer(TrainConfig.model_validate(data))
+        try:
+            runs[placement] = [h for h in t.train() if "trained_episodes" in h]
+        finally:
+            t.close()
+    assert runs["ray"][0]["trained_episodes"] == runs["local"][0]["trained_episodes"] == 8
+    assert runs["ray"][0]["guard_violations"] == 0 and runs["ray"][0]["logp_diff"] < 1e-4
+    assert runs["ray"][0]["loss"] == pytest.approx(runs["local"][0]["loss"], rel=1e-4, abs=1e-6)
+    leaves = {p: read_jsonl(tmp_path / p / "train" / "step-1" / "trajectories.jsonl") for p in runs}
+    assert [t.token_ids for t in leaves["ray"]] == [t.token_ids for t in leaves["local"]]
+    assert [t.metadata["tree"]["path"] for t in leaves["ray"]] == [t.metadata["tree"]["path"] for t in leaves["local"]]
+    for tree in range(4):  # each tree grew on one worker
+        assert len({t.metadata["worker"] for t in leaves["ray"][2 * tree: 2 * tree + 2]}) == 1

@@ -104,7 +104,6 @@ def test_on_chains_the_tree_estimator_is_grpo():
 @pytest.mark.parametrize("override, message", [
     ("algorithm.name=tppo", "T-PPO's windows"),
     ("rollout.group_size=3", "not a multiple of the tree's 2 leaves"),
-    ("placement=ray", "placement=local for now"),
     ("env.id=turnrl/Arithmetic-PAG-v0 algorithm.name=pag", "rollout hook"),
 ])
 def test_what_trees_cannot_be_combined_with_is_refused_before_a_model_loads(tmp_path, override, message):

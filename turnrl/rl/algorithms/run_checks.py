@@ -58,6 +58,3 @@ def check_tree(cfg: TrainConfig, cls: type[Algorithm]) -> None:
     if cfg.multi_agent is not None:
         raise ValueError("rollout.tree grows one agent's episodes; games with several agents are played by their "
                          "own source: drop one")
-    if cfg.placement != "local":
-        raise ValueError(f"rollout.tree runs with placement=local for now (placement={cfg.placement!r}: Ray workers "
-                         "stream one episode per job, a tree is several)")

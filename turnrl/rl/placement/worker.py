@@ -317,7 +317,8 @@ class RolloutWorker:
             opponent: dict[str, Any] | None = None) -> Iterator[tuple[int, str, Any]]:
         """Play ``jobs`` with weights ``version`` (fetched first if this worker holds another); yield
         ``(lease, job key, Trajectory)`` for each episode as soon as it finishes (a game: its trained views, as one
-        list). ``opponent``: a league's drawn version for this step's games (``{"version": v, "weights": [ref]}``,
+        list; a tree: its leaves, as one list, once the lease's trees are grown). ``opponent``: a league's drawn
+        version for this step's games (``{"version": v, "weights": [ref]}``,
         the snapshot as the driver's league holds it), or None."""
         if self.player is None:
             raise RuntimeError(f"rollout worker {self.pid} has no policy yet (restarted without setup)")
@@ -333,6 +334,14 @@ class RolloutWorker:
             try:
                 if self.cfg.multi_agent is not None:
                     self._play_games(jobs, done, opponent)
+                elif self.cfg.rollout.tree is not None:  # a tree's leaves share its job: committed together
+                    trajs, _ = play_jobs(self.cfg, self.player, jobs, lambda: self.version, per_episode_seeds=True)
+                    trees: dict[str, list[Trajectory]] = {}
+                    for traj in trajs:
+                        traj.metadata["worker"] = self.pid
+                        trees.setdefault(traj.metadata["job"], []).append(traj)
+                    for leaves in trees.values():
+                        done.put(leaves)
                 else:
                     play_jobs(self.cfg, self.player, jobs, lambda: self.version, per_episode_seeds=True, sink=sink)
                 done.put(None)
