@@ -227,8 +227,12 @@ def ws(tmp_path_factory):
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
-    yield Workspace(tmp_path_factory.mktemp("docs"))
+    ws = Workspace(tmp_path_factory.mktemp("docs"))
+    yield ws
     torch.set_num_threads(threads)
+    for name, module in list(sys.modules.items()):  # the examples' modules imported from the copy: the next test
+        if str(getattr(module, "__file__", None) or "").startswith(str(ws.root)):  # file imports its own
+            del sys.modules[name]
 
 
 @pytest.fixture(autouse=True)
