@@ -30,7 +30,7 @@ def test_unknown_keys_get_did_you_mean_in_the_file_and_in_overrides(tmp_path):
     assert _error(path, ["algorithm.kl_coeff=0.1"]) == (
         "override algorithm.kl_coeff=0.1: algorithm: algorithm 'grpo' has no option 'kl_coeff' (did you mean "
         "'kl_coef'?); its options: eps_low, eps_high, dual_clip, agg, kl_coef, nll_coef, behaviour_is_cap, "
-        "behaviour_is, behaviour_is_floor, dynamic_sampling, max_resample, overlong")
+        "behaviour_is, behaviour_is_floor, dynamic_sampling, max_resample, overlong, advantage")
 
 
 def test_an_error_in_an_override_names_the_override_not_the_file(tmp_path):
