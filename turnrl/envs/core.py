@@ -6,6 +6,7 @@ The docstrings here are the specification (docs/concepts.md §1).
 from __future__ import annotations
 
 import asyncio
+import copy
 import hashlib
 import math
 from collections.abc import Sequence
@@ -192,8 +193,6 @@ class TextEnv(gym.Env[Obs, str]):
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Obs, dict[str, Any]]:
         """Start an episode (see the class docstring)."""
         if self.fork_mode == "replay":  # what a replay needs: the seed, or the random state it continues from
-            import copy
-
             state = None if seed is not None else copy.deepcopy(self.np_random.bit_generator.state)
             self._fork_record = (seed, state, copy.deepcopy(options), [])
         super().reset(seed=seed)

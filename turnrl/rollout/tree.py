@@ -61,8 +61,8 @@ class TreeSpec:
         return n
 
 
-def branch_episode(rollout: Rollout, ep: Episode, children: int, node_ids: Sequence[str]) -> list[Episode]:
-    """Fork ``ep`` (in play, at a turn boundary) into ``children`` episodes: ``ep`` itself continues as the first,
+def branch_episode(rollout: Rollout, ep: Episode, node_ids: Sequence[str]) -> list[Episode]:
+    """Fork ``ep`` (in play, at a turn boundary) into one episode per node id: ``ep`` itself continues as the first,
     with ``node_ids[0]``, the others are copies with the rest. Each copy has its own environment (forked), its own
     KV session (started from ``ep``'s cache where the agent can fork sessions) and, with per-episode sampling
     streams, its own stream."""
@@ -71,7 +71,7 @@ def branch_episode(rollout: Rollout, ep: Episode, children: int, node_ids: Seque
     tree = ep.traj.metadata["tree"]
     turn = len(ep.traj.turns)
     out = []
-    for c, node in enumerate(node_ids[:children]):
+    for c, node in enumerate(node_ids):
         child = ep if c == 0 else _copy(rollout, ep, c)
         meta = child.traj.metadata["tree"] = {**tree, "path": [*tree["path"], node],
                                               "branch_turns": [*tree["branch_turns"], turn]}
@@ -112,7 +112,7 @@ async def play_tree(rollout: Rollout, roots: Sequence[Episode], spec: TreeSpec) 
                     grown.append(ep)
                     continue
                 parent = ep.traj.metadata["tree"]["path"][-1]
-                grown += branch_episode(rollout, ep, b.children, [f"{parent}.{c}" for c in range(b.children)])
+                grown += branch_episode(rollout, ep, [f"{parent}.{c}" for c in range(b.children)])
             by_root[r] = grown
     await rollout.advance([ep for eps in by_root for ep in eps])
     return [ep for eps in by_root for ep in eps]

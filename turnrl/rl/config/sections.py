@@ -55,9 +55,10 @@ class TreeConfig(BaseModel):
 
     @model_validator(mode="after")
     def _increasing(self) -> TreeConfig:
-        turns = [b.turn for b in self.branches]
-        if turns != sorted(set(turns)):
-            raise ValueError(f"rollout.tree.branches: turns must increase, got {turns}")
+        try:
+            self.spec()  # the rollout's own rule: turns increase
+        except ValueError as e:
+            raise ValueError(f"rollout.tree.branches: {e}") from None
         return self
 
     def spec(self) -> TreeSpec:
