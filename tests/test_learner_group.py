@@ -76,6 +76,34 @@ def test_lora_ranks_update_like_one_process_and_export_the_adapters_alone(ray_cl
                      lora={"r": 4, "target_modules": ["q_proj", "v_proj", "up_proj"]})
 
 
+def test_ranks_training_trees_once_update_like_separate_rows(ray_cluster, tmp_path):
+    """optim.prefix_tree on 2 ZeRO-2 ranks: each rank takes whole trees (4 leaves branching at turns 1 and 2) and runs
+    each shared segment once; two updates match one process training the same leaves as separate rows."""
+    import random
+
+    from test_prefix_tree_learner import tree_leaves
+
+    from turnrl.agents.tiny import tiny_tokenizer
+    from turnrl.rl.placement.learner_group import LearnerGroup
+
+    rng = random.Random(0)
+    trajs = tree_leaves(0, rng) + tree_leaves(1, rng)
+    tok = tiny_tokenizer("chatml")
+    algo, optim = {"name": "grpo", "advantage": "tree"}, {"minibatch_size": 4, "recompute_logprobs": True}
+    single = Learner(cfg(tmp_path, 2, algo, prefix_tree=False, **optim), get_algorithm(algo), tiny_model(tok, seed=0),
+                     tok)
+    group = LearnerGroup(cfg(tmp_path, 2, algo, prefix_tree=True, **optim), tiny_model(tok, seed=0), tok)
+    try:
+        for _ in range(2):
+            want, got = single.update(trajs), group.update(trajs)
+            assert got["loss"] == pytest.approx(want["loss"], abs=1e-5)
+            assert got["grad_norm"] == pytest.approx(want["grad_norm"], rel=1e-4)
+            assert got["pass_tokens"] < 0.75 * want["pass_tokens"]  # the ranks ran the trees' history once
+        assert_same_steps(group.export_weights()[1], single.model.state_dict(), 1e-2)
+    finally:
+        group.close()
+
+
 def _check_two_ranks(tmp_path, stage, algo, lr, unequal=True, lora=None, **optim):
     """Two updates of one process and of 2 ranks on the same episodes: the same losses, norms and weights."""
     from turnrl.lora import adapter_state, apply_lora

@@ -138,6 +138,12 @@ class OptimConfig(BaseModel):
     shuffle: bool = Field(True, description="with epochs > 1, every epoch after the first takes the rows in a new "
                           "seeded order (the first keeps whole groups in one optimizer step)")
     share_prompts: bool = Field(True, description="run a group's common prompt once per forward/backward pass")
+    prefix_tree: bool | None = Field(None, description=(
+        "run every prefix that rows of a micro-batch share once per forward/backward pass, not only whole prompts: "
+        "a tree's trunk and inner nodes, a system prompt common to several tasks; the rows below continue from its "
+        "keys and values (the same loss and gradients up to float rounding; needs a full-attention model, else "
+        "share_prompts applies). None: on with rollout.tree. Trees share most when micro-batches hold whole trees "
+        "(minibatch_size a multiple of rollout.tree's leaves)"))
     lanes: bool = Field(True, description=(
         "cut the rows of a forward/backward pass into lanes of similar length, each its own call, so that short "
         "answers are not padded to the longest one beside them (the same numbers up to float rounding)"))

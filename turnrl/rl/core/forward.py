@@ -27,10 +27,14 @@ share its pass), and the results go back to the rows' positions. Without segment
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import torch
 
+from turnrl.agents.batching import full_attention_only
 from turnrl.lanes import lanes_of
+from turnrl.rl.core.prefix_tree import prefix_tree_pieces
 
 
 class Segments:
@@ -91,11 +95,12 @@ PASS_OVERHEAD = 32  # what one more forward call costs, in tokens of a pass (its
 
 def token_logprobs(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                    temperature: float = 1.0, *, loss_mask: torch.Tensor | None = None,
-                   share_prefix: bool = False, segment_ids: torch.Tensor | None = None, lanes: bool = False
-                   ) -> tuple[torch.Tensor, torch.Tensor]:
+                   share_prefix: bool = False, segment_ids: torch.Tensor | None = None, lanes: bool = False,
+                   prefix_tree: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """``(logp, entropy)``, both ``(B, T)``, aligned to token positions (see :func:`forward_tokens`)."""
     logp, entropy, _ = forward_tokens(model, input_ids, attention_mask, temperature, loss_mask=loss_mask,
-                                      share_prefix=share_prefix, segment_ids=segment_ids, lanes=lanes)
+                                      share_prefix=share_prefix, segment_ids=segment_ids, lanes=lanes,
+                                      prefix_tree=prefix_tree)
     return logp, entropy
 
 
@@ -118,7 +123,8 @@ def sequence_logprobs(model: torch.nn.Module, sequences: list[list[int]], temper
 def forward_tokens(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                    temperature: float = 1.0, hidden: bool = False, *, loss_mask: torch.Tensor | None = None,
                    share_prefix: bool = False, segment_ids: torch.Tensor | None = None, scores: bool = True,
-                   lanes: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+                   lanes: bool = False, prefix_tree: bool = False
+                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """``(logp, entropy, last_hidden)`` of right-padded sequences.
 
     Args:
@@ -131,6 +137,9 @@ def forward_tokens(model: torch.nn.Module, input_ids: torch.Tensor, attention_ma
         scores: False: hidden states only (what a value head reads); the LM head and the log-softmax do not run over
             the sequence, and ``logp`` and ``entropy`` are zeros.
         lanes: run rows of very different lengths in separate calls (see the module docstring); the same results.
+        prefix_tree: run every prefix rows share once, not only whole prompts (:mod:`turnrl.rl.core.prefix_tree`:
+            a tree's trunk and inner nodes); needs ``loss_mask`` and a full-attention model, else ``share_prefix``
+            applies. The same results.
 
     Returns:
         ``logp[b, t]`` = log p(token t | tokens < t of its segment) and ``entropy[b, t]`` (no gradient) of that
@@ -143,7 +152,7 @@ def forward_tokens(model: torch.nn.Module, input_ids: torch.Tensor, attention_ma
         logp, entropy, last_hidden = forward_tokens(
             model, segments.unpack(input_ids), segments.attention_mask, temperature, hidden,
             loss_mask=None if loss_mask is None else segments.unpack(loss_mask) * segments.valid,
-            share_prefix=share_prefix, scores=scores, lanes=lanes)
+            share_prefix=share_prefix, scores=scores, lanes=lanes, prefix_tree=prefix_tree)
         return (segments.pack(logp), segments.pack(entropy),
                 None if last_hidden is None else segments.pack(last_hidden))
     B, T = input_ids.shape
@@ -157,6 +166,23 @@ def forward_tokens(model: torch.nn.Module, input_ids: torch.Tensor, attention_ma
     logp = torch.zeros((B, T), device=device)
     entropy = torch.zeros((B, T), device=device)
     last_hidden = None
+
+    def cut(spans: list[int], overhead: int) -> list[list[int]]:  # positions into ``spans``, lane by lane
+        if lanes:
+            return lanes_of(spans, overhead)
+        return [list(range(len(spans)))] if spans else []
+
+    if prefix_tree and loss_mask is not None and full_attention_only(model):
+        for piece in prefix_tree_pieces(model, input_ids, attention_mask, list(range(B)), first.tolist(),
+                                        temperature, hidden, scores, _score, PASS_OVERHEAD, cut):
+            idx = torch.tensor(piece.rows, device=device)
+            if piece.logp is not None:
+                logp[idx, piece.scored : piece.end] = piece.logp
+                entropy[idx, piece.scored : piece.end] = piece.entropy
+            if piece.hidden is not None:
+                last_hidden = _place(last_hidden, piece.hidden, idx, B, T, piece.start)
+        scored = (attention_mask > 0) & (torch.arange(T, device=device)[None] >= first[:, None])
+        return logp * scored, entropy * scored, last_hidden
     clusters: dict[tuple[int, ...], list[int]] = defaultdict(list)
     rest: list[int] = []
     for b in range(B):
@@ -164,11 +190,6 @@ def forward_tokens(model: torch.nn.Module, input_ids: torch.Tensor, attention_ma
             clusters[tuple(input_ids[b, : first[b]].tolist())].append(b)
         else:
             rest.append(b)
-
-    def cut(spans: list[int], overhead: int) -> list[list[int]]:  # positions into ``spans``, lane by lane
-        if lanes:
-            return lanes_of(spans, overhead)
-        return [list(range(len(spans)))] if spans else []
 
     for rows in list(clusters.values()):
         if len(rows) == 1:
@@ -201,6 +222,23 @@ def forward_tokens(model: torch.nn.Module, input_ids: torch.Tensor, attention_ma
             last_hidden = _place(last_hidden, out.hidden_states[-1], idx, B, T)
     scored = (attention_mask > 0) & (torch.arange(T, device=device)[None] >= first[:, None])
     return logp * scored, entropy * scored, last_hidden
+
+
+@contextmanager
+def counted_tokens(model: torch.nn.Module) -> Iterator[list[int]]:
+    """``with counted_tokens(model) as n:`` — ``n[0]`` adds up the token ids (rows × length, padding included) of
+    every forward call of ``model`` inside the block."""
+    seen = [0]
+
+    def count(_module: torch.nn.Module, args: tuple, kwargs: dict) -> None:
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        seen[0] += int(ids.numel()) if isinstance(ids, torch.Tensor) else 0
+
+    hook = model.register_forward_pre_hook(count, with_kwargs=True)
+    try:
+        yield seen
+    finally:
+        hook.remove()
 
 
 def _shared_prompt_pass(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
@@ -241,10 +279,12 @@ def _score(logits: torch.Tensor, targets: torch.Tensor, temperature: float) -> t
     return lp, ent
 
 
-def _place(full: torch.Tensor | None, part: torch.Tensor, idx: torch.Tensor, B: int, T: int) -> torch.Tensor:
-    """Write ``part`` (rows ``idx``, positions ``[0, len)``) into a detached ``(B, T, H)`` tensor."""
+def _place(full: torch.Tensor | None, part: torch.Tensor, idx: torch.Tensor, B: int, T: int, start: int = 0
+           ) -> torch.Tensor:
+    """Write ``part`` (rows ``idx``, or one row for all of them; positions ``[start, start + len)``) into a detached
+    ``(B, T, H)`` tensor."""
     part = part.detach()
     if full is None:
         full = part.new_zeros((B, T, part.shape[-1]))
-    full[idx, : part.shape[1]] = part
+    full[idx, start : start + part.shape[1]] = part
     return full

@@ -26,7 +26,7 @@ from turnrl.rl.config import TrainConfig
 from turnrl.rl.core.batch import Batch, collate, untrainable
 from turnrl.rl.core.critic import SeparateCritic, ValueHead
 from turnrl.rl.core.experience import Experience, Forward, Objective
-from turnrl.rl.core.forward import forward_tokens, token_logprobs
+from turnrl.rl.core.forward import counted_tokens, forward_tokens, token_logprobs
 from turnrl.rl.core.learner_state import WeightsAndState
 from turnrl.rl.core.models import Models, build_models
 from turnrl.rl.core.staleness import lag0_gap, logp_diff_by_lag, staleness_metrics
@@ -72,6 +72,14 @@ class Learner(WeightsAndState):
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, [ramp(late), ramp(0)][: len(groups)])
 
     @property
+    def pass_options(self) -> dict[str, bool]:
+        """How the policy's forward passes share work (``optim.share_prompts``, ``optim.lanes`` and
+        ``optim.prefix_tree``, which is on for tree rollouts unless set)."""
+        o = self.cfg.optim
+        tree = o.prefix_tree if o.prefix_tree is not None else self.cfg.rollout.tree is not None
+        return {"share_prefix": o.share_prompts, "lanes": o.lanes, "prefix_tree": tree}
+
+    @property
     def uses_critic(self) -> bool:
         """Whether values are computed (the algorithm asked for a critic)."""
         return self.critic is not None or self.value_head is not None
@@ -96,24 +104,22 @@ class Learner(WeightsAndState):
         o, r = self.cfg.optim, self.cfg.rollout
         batch = collate(keep, self.tokenizer.pad_token_id).to(self.device)
         old_values = bootstrap = None
-        share, lanes = o.share_prompts, o.lanes
+        passes = self.pass_options
 
         def critic(b: Batch) -> tuple[torch.Tensor, ...]:
             hidden = None
             if self.value_head is not None:
                 hidden = forward_tokens(self.model, b.input_ids, b.attention_mask, hidden=True, loss_mask=b.loss_mask,
-                                        share_prefix=share, segment_ids=b.segment_ids, scores=False,
-                                        lanes=lanes)[2]
+                                        segment_ids=b.segment_ids, scores=False, **passes)[2]
             return self._values(b, hidden, with_last=True)
 
         def policy(b: Batch) -> tuple[torch.Tensor, ...]:
             return token_logprobs(self.model, b.input_ids, b.attention_mask, r.temperature, loss_mask=b.loss_mask,
-                                  share_prefix=share, segment_ids=b.segment_ids, lanes=lanes)[:1]
+                                  segment_ids=b.segment_ids, **passes)[:1]
 
         def reference(b: Batch) -> tuple[torch.Tensor, ...]:
             return token_logprobs(self.ref_model, b.input_ids, b.attention_mask, r.temperature,
-                                  loss_mask=b.loss_mask, share_prefix=share, segment_ids=b.segment_ids,
-                                  lanes=lanes)[:1]
+                                  loss_mask=b.loss_mask, segment_ids=b.segment_ids, **passes)[:1]
 
         if self.uses_critic:
             values, last = self.score(batch, critic)
@@ -178,12 +184,12 @@ class Learner(WeightsAndState):
     def micro_loss(self, mb: Experience, counts: dict[str, torch.Tensor], train_policy: bool = True
                    ) -> tuple[torch.Tensor, dict[str, torch.Tensor], Forward]:
         """Forward one micro-batch and return its loss under the step's global ``counts`` (no backward)."""
-        o, b = self.cfg.optim, mb.batch
+        b = mb.batch
         with torch.set_grad_enabled(train_policy):
             logp, entropy, hidden = forward_tokens(self.model, b.input_ids, b.attention_mask,
                                                    self.cfg.rollout.temperature, hidden=self.value_head is not None,
-                                                   loss_mask=b.loss_mask, share_prefix=o.share_prompts,
-                                                   segment_ids=b.segment_ids, lanes=o.lanes)
+                                                   loss_mask=b.loss_mask, segment_ids=b.segment_ids,
+                                                   **self.pass_options)
         values = self._values(b, hidden) if self.uses_critic else None
         fwd = Forward(logp, entropy, values)
         loss, metrics = self.algorithm.loss(fwd, mb, counts, train_policy)
@@ -234,6 +240,15 @@ class Learner(WeightsAndState):
         return [order[i : i + size] for i in range(0, n, size)]
 
     def update(self, trajectories: Sequence[Trajectory]) -> dict[str, float]:
+        """One training step (:meth:`step`); ``pass_tokens`` adds the tokens the policy's forward passes ran for it —
+        scoring and micro-batches, padding included, over every rank — which is what sharing prompts and prefix
+        trees (``optim.prefix_tree``) save."""
+        with counted_tokens(self.model) as passed:
+            out = self.step(trajectories)
+        out["pass_tokens"] = float(self.all_reduce(torch.tensor(float(passed[0]), dtype=torch.float64)))
+        return out
+
+    def step(self, trajectories: Sequence[Trajectory]) -> dict[str, float]:
         """Prepare, then ``epochs`` passes of optimizer steps over micro-batches; the version goes up by one.
 
         Each trained trajectory's ``metadata`` gets, per token of ``token_ids`` (None where not trained):

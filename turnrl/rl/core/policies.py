@@ -19,7 +19,7 @@ from typing import Any
 from turnrl.types import Trajectory
 
 #: figures that are counts: added up over the policies
-SUMMED = ("dropped_episodes", "train_tokens", "skipped", "untrainable_episodes", "error_episodes", "lag0_tokens")
+SUMMED = ("dropped_episodes", "train_tokens", "pass_tokens", "skipped", "untrainable_episodes", "error_episodes", "lag0_tokens")
 #: figures that are means over tokens, by the count of those tokens: averaged weighted by it
 WEIGHTED = {"logp_diff_lag0": "lag0_tokens"}
 

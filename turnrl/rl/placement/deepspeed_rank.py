@@ -105,10 +105,11 @@ class RankLearner(Learner):
         import deepspeed
 
         lc = config.learner
-        if lc.zero_stage == 3 and (config.optim.share_prompts or config.optim.lanes):  # one forward call per
-            # micro-batch on every rank: ZeRO-3 gathers each layer's weights in lock-step with the peers
-            config = config.model_copy(update={"optim": config.optim.model_copy(update={"share_prompts": False,
-                                                                                         "lanes": False})})
+        o = config.optim
+        if lc.zero_stage == 3 and (o.share_prompts or o.lanes or o.prefix_tree is not False):  # one forward call
+            # per micro-batch on every rank: ZeRO-3 gathers each layer's weights in lock-step with the peers
+            config = config.model_copy(update={"optim": o.model_copy(update={"share_prompts": False, "lanes": False,
+                                                                             "prefix_tree": False})})
         super().__init__(config, get_algorithm(config.algorithm), model, tokenizer)
         self.rank, self.world = rank, world
         ds_config = {
