@@ -155,3 +155,50 @@ def test_async_options_where_they_cannot_run_are_refused(tmp_path):
         TrainConfig(model="tiny", env={"id": "tests/Upper-v0"}, rollout={"max_staleness": 1})
     with pytest.raises(ValueError, match="greater than or equal to 0"):
         TrainConfig(model="tiny", env={"id": "tests/Upper-v0"}, rollout={"max_staleness": -1})
+
+
+def test_trees_with_stale_rollouts_and_a_resumed_driver_train_each_tree_once(ray_cluster, tmp_path):
+    """Issue 79: trees (4 leaves: 2 children after turns 1 and 2) on Ray workers with max_staleness 1 — the next
+    step's trees grow while this one trains — and a driver that dies in step 3 and resumes from its step-2
+    checkpoint: every step trains each of its trees once, with all its leaves (one job each, a whole tree per job)."""
+    data = {"model": "tiny", "env": {"id": "turnrl/Arithmetic-v0", "kwargs": {"retry": True, "max_turns": 3}},
+            "placement": "ray", "algorithm": {"name": "grpo", "advantage": "tree"},
+            "rollout": {"prompts_per_step": 2, "group_size": 4, "max_new_tokens": 4, "seed_per_episode": True,
+                        "max_staleness": 1,
+                        "tree": {"branches": [{"turn": 1, "children": 2}, {"turn": 2, "children": 2}]}},
+            "ray": {"rollout_workers": 2, "start_timeout": 60}, "optim": {"lr": 1e-2, "minibatch_size": 4},
+            "steps": 4, "checkpoint_every": 2, "save_trajectories": True, "eval_every": 0, "eval_tasks": 2,
+            "out_dir": str(tmp_path)}
+    part = trainer(TrainConfig.model_validate(data))
+
+    class DriverDied(Exception):
+        pass
+
+    def die(traj, ledger):  # once a tree of step 3 or 4 is in
+        if any(k.startswith(("2-", "3-")) for k in ledger.done):
+            raise DriverDied
+
+    try:
+        part.train(stop_after=2)
+        part.runner.on_commit = die
+        with pytest.raises(DriverDied):
+            part.train()
+    finally:
+        part.close()
+    resumed = trainer(TrainConfig.model_validate(data))
+    try:
+        resumed.load(tmp_path / "checkpoint.pt")
+        history = resumed.train()
+    finally:
+        resumed.close()
+    assert all(h["guard_violations"] == 0 for h in history[1:])
+    for step in range(1, 5):
+        leaves = read_jsonl(tmp_path / "train" / f"step-{step}" / "trajectories.jsonl")
+        trees: dict[str, list] = {}
+        for leaf in leaves:
+            trees.setdefault(leaf.metadata["job"], []).append(leaf)
+        assert len(trees) == 2 and {k.split("-")[0] for k in trees} == {str(step - 1)}
+        for job, grown in trees.items():  # one tree per job, each leaf once
+            assert len({t.metadata["tree"]["root"] for t in grown}) == 1, job
+            paths = [tuple(t.metadata["tree"]["path"]) for t in grown]
+            assert len(paths) == len(set(paths)) and 1 <= len(paths) <= 4, job

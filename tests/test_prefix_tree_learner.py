@@ -20,7 +20,7 @@ TREE = {"branches": [{"turn": 1, "children": 2}, {"turn": 2, "children": 2}]}
 
 
 def tree_leaves(task: int, rng: random.Random) -> list[Trajectory]:
-    """A tree of 4 leaves of one task (2 children at turns 1 and 2): a 40-token prompt, three turns of 24, 30–39 and 12–29
+    """A tree of 4 leaves of one task (2 children at turns 1 and 2): a 40-token prompt, three turns of 24, 60–69 and 12–29
     generated tokens, the first two followed by a 10-token observation; siblings share their tokens up to their branch turn."""
 
     def toks(n: int) -> list[int]:
@@ -30,7 +30,7 @@ def tree_leaves(task: int, rng: random.Random) -> list[Trajectory]:
     turn0 = (toks(24), toks(10))
     leaves = []
     for a in range(2):
-        turn1 = (toks(rng.randrange(30, 40)), toks(10))
+        turn1 = (toks(rng.randrange(60, 70)), toks(10))
         for b in range(2):
             turn2 = (toks(rng.randrange(12, 30)), [])
             tokens, mask, logps, turns = list(prompt), [0] * len(prompt), [0.0] * len(prompt), []

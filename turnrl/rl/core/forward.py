@@ -174,7 +174,7 @@ def forward_tokens(model: torch.nn.Module, input_ids: torch.Tensor, attention_ma
 
     if prefix_tree and loss_mask is not None and full_attention_only(model):
         for piece in prefix_tree_pieces(model, input_ids, attention_mask, list(range(B)), first.tolist(),
-                                        temperature, hidden, scores, _score, PASS_OVERHEAD, cut):
+                                        temperature, hidden, scores, _score, 2 * PASS_OVERHEAD, cut):
             idx = torch.tensor(piece.rows, device=device)
             if piece.logp is not None:
                 logp[idx, piece.scored : piece.end] = piece.logp

@@ -12,7 +12,8 @@ The tree is found from the tokens themselves, not from the rollout's node ids: r
 common prefix, recursively (a trie whose edges are token runs). So it also shares a group's prompt (as
 ``share_prompts`` does) and a system prompt common to different tasks. A shared run that would save fewer than
 ``min_shared`` tokens ((rows − 1) × its length: two answers that both begin with "The") does not get a pass of its
-own: its tokens are computed again by each row below it, which costs less than one more forward call.
+own: its tokens are computed again by each row below it, which costs less than the forward calls it would add (its
+own, and one for the rows below it, which can no longer run with their cousins).
 
 Each row's positions are covered by exactly one pass: the shared passes of the nodes above it and one *tail* pass
 (its own tokens after its last shared node), run with every other tail of the same node as one batch, the node's
@@ -61,7 +62,9 @@ def common_end(seqs: list[list[int]], start: int) -> int:
 
 
 def _cache(kv: KV | None, n: int) -> DynamicCache | None:
-    """A cache holding ``kv`` (batch 1) for ``n`` rows (the same tensors expanded, not copied); None: no prefix."""
+    """A cache holding ``kv`` (batch 1) for ``n`` rows; None: no prefix. The rows' views are expanded, but the
+    cache's update concatenates the new tokens' keys and values onto them, which copies the prefix for each row:
+    prefix trees save compute, not the memory of the keys and values."""
     if kv is None:
         return None
     cache = DynamicCache()
@@ -96,7 +99,7 @@ def prefix_tree_pieces(model: Any, input_ids: torch.Tensor, attention_mask: torc
                ) -> tuple[KV, torch.Tensor]:
         """Run ``[c, e)`` of the rows ``R`` once; the keys/values of ``[0, e)`` and the logits at ``e − 1``."""
         lo = max(c, min(first[b] for b in R), 1)
-        keep = e - max(c, lo - 1) if lo < e else 1
+        keep = e - max(c, lo - 1) if scores and lo < e else 1
         cache = _cache(kv, 1)
         positions = torch.arange(c, e, device=device)[None]
         out = model(input_ids=input_ids[R[0] : R[0] + 1, c:e], position_ids=positions, past_key_values=cache,
@@ -117,7 +120,7 @@ def prefix_tree_pieces(model: Any, input_ids: torch.Tensor, attention_mask: torc
             part = sorted(S[k] for k in lane)
             n, end = len(part), max(lengths[b] for b in part)
             lo = max(c, min(first[b] for b in part), 1)
-            keep = end - max(c, lo - 1) if lo < end else 1
+            keep = end - max(c, lo - 1) if scores and lo < end else 1
             idx = torch.tensor(part, device=device)
             mask = torch.cat([attention_mask.new_ones((n, c)), attention_mask[idx, c:end]], 1)
             positions = torch.arange(c, end, device=device)[None].expand(n, -1)
@@ -130,10 +133,13 @@ def prefix_tree_pieces(model: Any, input_ids: torch.Tensor, attention_mask: torc
             h = out.hidden_states[-1] if hidden else None
             pieces.append(Piece(part, c, end, lo, lp, ent, h))
 
-    def visit(R: list[int], c: int, s: int, kv: KV | None, carry: torch.Tensor | None) -> None:
-        """Rows ``R`` share ``[0, s)``; ``kv`` holds ``[0, c)`` (c ≤ s) and ``carry`` the logits at ``c − 1``."""
+    def visit(R: list[int], c: int, s: int, kv: KV | None, carry: torch.Tensor | None) -> list[int]:
+        """Rows ``R`` share ``[0, s)``; ``kv`` holds ``[0, c)`` (c ≤ s) and ``carry`` the logits at ``c − 1``.
+        Returns the rows still to run from ``c`` on this ``kv`` (its caller runs them with its own such rows, as one
+        batch); rows below a shared pass of this node's are run here."""
         e = common_end([seqs[b] for b in R], s)
-        if (len(R) - 1) * (e - c) >= min_shared:  # the tokens it saves pay for one more forward call
+        ran = (len(R) - 1) * (e - c) >= min_shared  # the tokens it saves pay for its call and its tails' call
+        if ran:
             kv, carry = shared(R, c, e, kv, carry)
             c = e
         below: dict[int, list[int]] = {}
@@ -144,16 +150,13 @@ def prefix_tree_pieces(model: Any, input_ids: torch.Tensor, attention_mask: torc
             elif c < e:  # the row ends inside the run not yet computed: its own tail
                 alone.append(b)
         for group in below.values():
-            if len(group) > 1:
-                visit(group, c, e + 1, kv, carry)
-            else:
-                alone += group
-        if alone:
+            alone += visit(group, c, e + 1, kv, carry) if len(group) > 1 else group
+        if ran and alone:
             tails(alone, c, kv, carry)
+        return [] if ran else alone
 
     real = [b for b in rows if lengths[b] > 0]
-    if len(real) == 1:
-        tails(real, 0, None, None)
-    elif real:
-        visit(real, 0, 0, None, None)
+    rest = visit(real, 0, 0, None, None) if len(real) > 1 else real
+    if rest:
+        tails(rest, 0, None, None)
     return pieces

@@ -86,9 +86,13 @@ class Trainer:
             model = self.agent.model
         else:
             if config.learner.lora is not None:  # adapters on the (loaded) policy; only they train
+                import torch
+
                 from turnrl.lora import apply_lora
 
-                model = apply_lora(model, config.learner.lora)
+                with torch.random.fork_rng():  # the adapters' initial weights follow the run's seed, nothing else
+                    torch.manual_seed(config.seed * 1_000_003)  # as the first of several policies' (policies.py)
+                    model = apply_lora(model, config.learner.lora)
             model.to(self.device)  # the learner builds its reference, value head and batches on the policy's device
             self.agent = HFAgent(model, tokenizer, batch_size=batch, kv_cache_mb=config.rollout.kv_cache_mb)
         self._tokenizer = tokenizer
