@@ -7,7 +7,6 @@ mounted from :data:`turnrl.methods.COMMANDS`; the shared options and errors are 
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -103,48 +102,10 @@ def envs_check(
         raise typer.Exit(1)
 
 
-@envs_app.command("serve")
-def envs_serve(
-    env_ids: Annotated[list[str], typer.Argument(help="the ids to serve, e.g. turnrl/GSM8K-v0 (the first is also "
-                                                      "served at /ws, for OpenEnv clients)")],
-    kw: KwOption = None,
-    host: Annotated[str, typer.Option(help="the address to listen on; 0.0.0.0 for every interface")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="the port (0: any free port)")] = 8000,
-    max_sessions: Annotated[int, typer.Option(help="sessions (connections, each with its own environment) open at "
-                                                   "once; a trainer holds one per episode of a step")] = 1024,
-    step_timeout: Annotated[float, typer.Option(help="seconds a reset or step may take; past it the session ends "
-                                                     "with a TIMEOUT error")] = 120.0,
-    idle_timeout: Annotated[float, typer.Option(help="seconds a session may wait for its next message before it is "
-                                                     "closed")] = 600.0,
-    imports: ImportOption = None,
-) -> None:
-    """Serve environments as OpenEnv servers do: WebSocket sessions at /ID/ws (clients name them
-    remote:http://HOST:PORT/ID in any command or config; OpenEnv clients connect to http://HOST:PORT/ID), plain HTTP
-    POST /ID/reset and /ID/step, the tools over MCP at /ID/mcp, and GET /health, /ID/metadata, /ID/schema."""
-    from turnrl.envs.registry import (
-        EnvImportError,
-        InvalidEnvKwargs,
-        UnknownEnvironmentError,
-    )
-    from turnrl.envs.remote.server import EnvServer
+# `turnrl envs serve` lives in its own module (the server's options and checks); only its registration is here.
+from turnrl.cli.env_serve import envs_serve  # noqa: E402
 
-    try:
-        server = EnvServer(env_ids, kwargs=parse_kwargs(kw), host=host, port=port, max_sessions=max_sessions,
-                           step_timeout=step_timeout, idle_timeout=idle_timeout)
-    except (UnknownEnvironmentError, InvalidEnvKwargs, EnvImportError, ValueError, TypeError, FileNotFoundError) as e:
-        fail(str(e))
-    try:
-        server.start()
-    except OSError as e:
-        fail(str(e))
-    for env_id, url in server.urls().items():
-        console.print(f"serving {env_id} at remote:{url}", markup=False, highlight=False, soft_wrap=True)
-    console.print(f"health: http://{host}:{server.port}/health · stop with Ctrl-C", markup=False, highlight=False)
-    try:
-        while server.running:
-            time.sleep(0.5)
-    except KeyboardInterrupt:
-        server.stop()
+envs_app.command("serve")(envs_serve)
 
 
 lora_app = typer.Typer(help="LoRA runs (learner.lora): merge a run's adapters into its base model.",

@@ -9,6 +9,9 @@ An OpenEnv server (``openenv-core``) works too: the client finds out from its an
 the environment's action (the action's single text field, or a JSON object the model writes) and the observation's
 fields onto a message. See :class:`RemoteEnv` for what differs.
 
+A server that asks for an API key (``turnrl envs serve --api-key KEY``, required off loopback) gets it as
+``Authorization: Bearer KEY``: the ``remote_api_key`` keyword argument, else ``$TURNRL_API_KEY``.
+
 Faults: a server that does not answer within ``remote_timeout`` seconds, closes the connection or sends something
 malformed raises :class:`~turnrl.envs.remote.protocol.RemoteEnvError` from ``reset``/``step``; a rollout records it
 in that episode's ``Trajectory.error`` and goes on, and the next ``reset`` opens a new session.
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import socket
 import threading
 import time
@@ -79,6 +83,8 @@ class RemoteEnv(TextEnv):
         url: the environment's URL, with or without the ``remote:`` prefix.
         remote_timeout: seconds to wait for each answer (a reset, step or call) before the episode fails.
         remote_connect_timeout: seconds to wait for the server to accept a session.
+        remote_api_key: the server's API key, sent with every connection (``Authorization: Bearer KEY``); default
+            ``$TURNRL_API_KEY`` (none if unset). Kept by the client: the server never sees it as a keyword argument.
         **kwargs: the environment's keyword arguments, made on the server (a turnrl server; an OpenEnv server
             makes its environment itself and takes only ``max_turns`` and ``openenv_tasks``, which the client keeps).
 
@@ -100,8 +106,10 @@ class RemoteEnv(TextEnv):
                     "clone a session would need a fork call in the protocol)")
 
     def __init__(self, url: str, *, remote_timeout: float = 120.0, remote_connect_timeout: float = 10.0,
-                 render_mode: str | None = None, **kwargs: Any) -> None:
+                 remote_api_key: str | None = None, render_mode: str | None = None, **kwargs: Any) -> None:
         self.url = p.split_remote_id(url)
+        key = remote_api_key if remote_api_key is not None else os.environ.get("TURNRL_API_KEY")
+        self.headers = {} if not key or urlsplit(self.url).password else {"Authorization": f"Bearer {key}"}
         self.remote_timeout, self.remote_connect_timeout = float(remote_timeout), float(remote_connect_timeout)
         if not (self.remote_timeout > 0 and self.remote_connect_timeout > 0):
             raise ValueError("remote_timeout and remote_connect_timeout must be positive")
@@ -143,7 +151,7 @@ class RemoteEnv(TextEnv):
         local = urlsplit(self.url).hostname in ("127.0.0.1", "localhost", "::1")
         try:
             return connect(p.ws_url(self.url), open_timeout=self.remote_connect_timeout, max_size=2**24,
-                           close_timeout=2, proxy=None if local else True)
+                           close_timeout=2, proxy=None if local else True, additional_headers=self.headers)
         except InvalidStatus as e:
             body = e.response.body.decode(errors="replace").strip() if e.response.body else ""
             try:
@@ -211,7 +219,9 @@ class RemoteEnv(TextEnv):
                                  "(remote_timeout); the session is dropped, the next reset opens a new one") from None
         except ConnectionClosed as e:
             self._drop()
-            raise _Lost(f"{self.where} closed the session during the {what} ({e}); the next reset opens a "
+            big = " (the message was larger than the server takes: its max_request_bytes)" if (
+                e.rcvd is not None and e.rcvd.code == 1009) else ""
+            raise _Lost(f"{self.where} closed the session during the {what} ({e}){big}; the next reset opens a "
                         "new one") from None
         except OSError as e:
             self._drop()
@@ -369,7 +379,7 @@ class RemoteEnv(TextEnv):
     # ---- OpenEnv servers (the mapping is in turnrl.envs.remote.openenv) ----
 
     def _openenv_spec(self, max_turns: Any, tasks: int) -> p.Spec:
-        self.openenv_action = openenv.Action.fetch(self.url, self.remote_connect_timeout)
+        self.openenv_action = openenv.Action.fetch(self.url, self.remote_connect_timeout, self.headers)
         return p.Spec(protocol="openenv", env_id=self.openenv_action.env_id, max_turns=max_turns, size=tasks)
 
 

@@ -37,12 +37,12 @@ class McpSessions:
     """The HTTP MCP sessions of one environment server.
 
     Args:
-        open_session: makes a new session for an environment id (raises :class:`Refused` past the server's
-            ``max_sessions``).
+        open_session: makes a new session for an environment id and a client address (raises :class:`Refused`
+            past the server's ``max_sessions`` or that client's ``max_sessions_per_client``).
         idle_timeout: seconds a session may go unused before :meth:`reap` closes it.
     """
 
-    def __init__(self, open_session: Callable[[str], Session], idle_timeout: float) -> None:
+    def __init__(self, open_session: Callable[[str, str], Session], idle_timeout: float) -> None:
         self.open_session, self.idle_timeout = open_session, idle_timeout
         self.sessions: dict[str, Session] = {}
         self.transient = 0  # sessions of one call (no session_id) under way
@@ -65,9 +65,10 @@ class McpSessions:
         while self.sessions:
             await self.sessions.popitem()[1].close()
 
-    async def answer(self, raw: str | bytes, env_id: str, connection: Session | None = None) -> dict[str, Any]:
+    async def answer(self, raw: str | bytes, env_id: str, connection: Session | None = None,
+                     client: str = "unknown") -> dict[str, Any]:
         """The JSON-RPC reply to one request body for environment ``env_id``; ``connection``: the WebSocket's own
-        session (HTTP requests name theirs by ``session_id``)."""
+        session (HTTP requests name theirs by ``session_id``); ``client``: the address a new session counts for."""
         try:
             request = json.loads(raw)
         except json.JSONDecodeError as e:
@@ -81,7 +82,8 @@ class McpSessions:
         if method not in METHODS:
             return _error(rid, METHOD_NOT_FOUND, f"unknown method {method!r}: {', '.join(METHODS)}")
         try:
-            return {"jsonrpc": "2.0", "id": rid, "result": await self._run(method, params, env_id, connection)}
+            return {"jsonrpc": "2.0", "id": rid, "result": await self._run(method, params, env_id, connection,
+                                                                                client)}
         except _BadParams as e:
             return _error(rid, INVALID_PARAMS, str(e))
         except Refused as e:
@@ -91,11 +93,12 @@ class McpSessions:
         except Exception as e:  # noqa: BLE001 — the environment's own error: the client reads it
             return _error(rid, INTERNAL_ERROR, f"{type(e).__name__}: {e}")
 
-    async def _run(self, method: str, params: dict[str, Any], env_id: str, connection: Session | None) -> Any:
+    async def _run(self, method: str, params: dict[str, Any], env_id: str, connection: Session | None,
+                   client: str) -> Any:
         if method == "openenv/session/create":
             if connection is not None:
                 return {"session_id": "this-connection"}
-            session = self.open_session(env_id)
+            session = self.open_session(env_id, client)
             key = uuid.uuid4().hex
             self.sessions[key] = session
             return {"session_id": key}
@@ -113,7 +116,7 @@ class McpSessions:
                 raise _BadParams(f"no session {params['session_id']!r} (it was closed, or idle for longer than "
                                  f"{self.idle_timeout:g} s); create one with openenv/session/create")
         if session is None:
-            session, own = self.open_session(env_id), True
+            session, own = self.open_session(env_id, client), True
             self.transient += 1
         session.busy += 1
         try:

@@ -25,14 +25,16 @@ class Action:
     schema: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
-    def fetch(cls, url: str, timeout: float) -> Action:
-        """The action schema and the name (as a turnrl id) that the server at ``url`` gives (defaults without)."""
+    def fetch(cls, url: str, timeout: float, headers: dict[str, str] | None = None) -> Action:
+        """The action schema and the name (as a turnrl id) that the server at ``url`` gives (defaults without);
+        ``headers``: sent with both requests (the client's API key)."""
         import httpx
 
         out = cls()
         try:
-            out.schema = httpx.get(p.http_url(url, "schema"), timeout=timeout).json().get("action") or {}
-            meta = httpx.get(p.http_url(url, "metadata"), timeout=timeout).json()
+            schema = httpx.get(p.http_url(url, "schema"), timeout=timeout, headers=headers).json()
+            out.schema = schema.get("action") or {}
+            meta = httpx.get(p.http_url(url, "metadata"), timeout=timeout, headers=headers).json()
             out.env_id = env_name(str(meta.get("name") or "")) or out.env_id
         except (httpx.HTTPError, ValueError, AttributeError):
             pass  # no schema: the action is the JSON object the model writes

@@ -21,16 +21,19 @@ Routes, for each id served (``/ID/...``; the first id is also served without the
 Every request gets an answer: a JSON body with ``error`` and ``code`` for a path not served (404), a method the path
 does not take (405, naming the methods it takes), a malformed body (422) or a failure of the environment (500).
 
-Many sessions run at once (``max_sessions``: WebSocket and MCP sessions together); a step that runs past
-``step_timeout`` ends its session with a ``TIMEOUT`` error (the environment's state is then unknown); a session idle
-for ``idle_timeout`` is closed and its environment freed.
+Many sessions run at once (``max_sessions``: WebSocket and MCP sessions together; ``max_sessions_per_client`` from
+one client address); a step that runs past ``step_timeout`` ends its session with a ``TIMEOUT`` error (the
+environment's state is then unknown); a session idle for ``idle_timeout`` is closed and its environment freed.
+
+With ``api_key`` (required off loopback) every route, ``/ws`` and ``/mcp`` included, answers a request without the key
+401 before anything runs; bodies and WebSocket messages hold at most ``max_request_bytes`` (413 / close 1009). See
+:mod:`turnrl.envs.remote.guard`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
@@ -44,13 +47,15 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from turnrl.asgi import ListeningApp
 from turnrl.envs.remote import protocol as p
+from turnrl.envs.remote.guard import TOO_LARGE, ClientQuota, KeyGuard, client_of, require_key
 from turnrl.envs.remote.mcp import McpSessions
+from turnrl.envs.remote.plain_http import PlainHttp
 from turnrl.envs.remote.session import DaemonThreads, Limits, Refused, Session, doc_line, dumps
 
 logger = logging.getLogger(__name__)
 
 
-class EnvServer:
+class EnvServer(PlainHttp):
     """Environments served over WebSocket sessions, plain HTTP and MCP (see the module docstring for the routes).
 
     Args:
@@ -60,24 +65,36 @@ class EnvServer:
         host, port: where to listen (port 0: any free port; :attr:`port` says which).
         max_sessions: sessions open at once; one more is refused with ``CAPACITY_REACHED`` (a trainer holds one per
             episode of a step: at least ``prompts_per_step × group_size``, plus its held-out evaluation's batch).
+        max_sessions_per_client: sessions one client address holds at once; one more is refused with
+            ``CAPACITY_REACHED`` (HTTP 429).
+        api_key: the key every request must carry (``Authorization: Bearer KEY``, or Basic credentials whose password
+            is the key); required when ``host`` is not a loopback address. None: no key asked for.
+        max_request_bytes: the largest HTTP body (413 past it) or WebSocket message (the connection closes, 1009).
         step_timeout: seconds a reset, step or call may take; past it the session ends with ``TIMEOUT``.
         idle_timeout: seconds a session may wait for its next message before it is closed.
         make_timeout: seconds making a session's environment may take.
 
     Raises:
+        ValueError: ``host`` is not a loopback address and there is no ``api_key`` (checked first, before anything is
+            made or bound), or a bound is not positive.
         UnknownEnvironmentError, InvalidEnvKwargs, EnvImportError: an id or a keyword argument is wrong (each id is
             made once here, so that a mistake shows before the first client connects).
     """
 
     def __init__(self, env_ids: Sequence[str], *, kwargs: dict[str, Any] | None = None, host: str = "127.0.0.1",
                  port: int = 8000, max_sessions: int = 1024, step_timeout: float = 120.0, idle_timeout: float = 600.0,
-                 make_timeout: float = 300.0) -> None:
+                 make_timeout: float = 300.0, max_sessions_per_client: int = 512, api_key: str | None = None,
+                 max_request_bytes: int = 2**24) -> None:
         from turnrl.envs.registry import make, resolve
 
+        require_key(host, api_key)
         if not env_ids:
             raise ValueError("name at least one environment id to serve")
-        if max_sessions < 1:
-            raise ValueError(f"max_sessions must be at least 1, got {max_sessions}")
+        if max_sessions < 1 or max_request_bytes < 1:
+            raise ValueError(f"max_sessions and max_request_bytes must be at least 1, got {max_sessions}, "
+                             f"{max_request_bytes}")
+        self.quota = ClientQuota(max_sessions_per_client)
+        self.api_key, self.max_request_bytes = api_key or None, max_request_bytes
         for name, value in (("step_timeout", step_timeout), ("idle_timeout", idle_timeout),
                             ("make_timeout", make_timeout)):
             if not value > 0:
@@ -126,8 +143,8 @@ class EnvServer:
 
     def _listen(self) -> ListeningApp:
         self._listening = ListeningApp(self.app(), self.host, self._port, name="the environment server",
-                                       lifespan="on", ws_max_size=2**24, ws_ping_interval=20, ws_ping_timeout=60,
-                                       timeout_graceful_shutdown=5)
+                                       lifespan="on", ws_max_size=self.max_request_bytes, ws_ping_interval=20,
+                                       ws_ping_timeout=60, timeout_graceful_shutdown=5)
         return self._listening
 
     def serve_forever(self) -> None:
@@ -179,8 +196,9 @@ class EnvServer:
 
     # ---- the application ----
 
-    def app(self) -> Starlette:
-        """The ASGI application (any ASGI server can run it; :meth:`start` runs it with uvicorn)."""
+    def app(self) -> Any:
+        """The ASGI application (any ASGI server can run it; :meth:`start` runs it with uvicorn): the routes behind
+        the key check (:class:`~turnrl.envs.remote.guard.KeyGuard`)."""
         routes: list[Any] = [Route("/", self._index, methods=["GET"])]
         for prefix, env_id in [("", self.env_ids[0])] + [(f"/{i}", i) for i in self.env_ids]:
             routes += [
@@ -196,17 +214,15 @@ class EnvServer:
                 WebSocketRoute(f"{prefix}/mcp", self._bound(self._mcp_session, env_id)),
             ]
         routes.append(WebSocketRoute("/{path:path}", self._no_session))
-        return Starlette(routes=routes, lifespan=self._lifespan,
-                         exception_handlers={HTTPException: self._http_error, Exception: self._crash})
+        return KeyGuard(Starlette(routes=routes, lifespan=self._lifespan,
+                                  exception_handlers={HTTPException: self._http_error, Exception: self._crash}),
+                        self.api_key)
 
     @staticmethod
     def _bound(handler: Any, env_id: str) -> Any:
         async def endpoint(request: Any) -> Any:
             return await handler(request, env_id)
         return endpoint
-
-    def _json(self, body: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
-        return Response(dumps(body) + "\n", status_code=status, media_type="application/json", headers=headers)
 
     def _where(self) -> str:
         return (f"this server serves {', '.join(self.env_ids)}: sessions at /ID/ws (the first id also at /ws); "
@@ -221,108 +237,30 @@ class EnvServer:
             allowed = (exc.headers or {}).get("Allow", "")
             return self._json({"error": f"{request.method} is not answered at {request.url.path}; it takes {allowed}",
                                "code": "METHOD_NOT_ALLOWED"}, 405, headers={"Allow": allowed})
-        return self._json({"error": str(exc.detail), "code": p.VALIDATION_ERROR}, exc.status_code)
+        code = TOO_LARGE if exc.status_code == 413 else p.VALIDATION_ERROR
+        return self._json({"error": str(exc.detail), "code": code}, exc.status_code)
 
     async def _crash(self, request: Request, exc: Exception) -> Response:
         return self._json({"error": f"the server failed: {type(exc).__name__}: {exc}", "code": p.EXECUTION_ERROR},
                           500)
-
-    # ---- plain HTTP ----
-
-    async def _index(self, request: Request) -> Response:
-        return self._json({"protocol": p.PROTOCOL, "environments": self.env_ids})
-
-    async def _health(self, request: Request) -> Response:
-        busy = self._threads.running if self._threads is not None else 0
-        return self._json({"status": "healthy", "sessions": self.open_sessions,
-                           "max_sessions": self.max_sessions, "calls_running": busy})
-
-    async def _metadata(self, request: Request, env_id: str) -> Response:
-        return self._json({"name": env_id, "description": self.descriptions[env_id], "version": p.version(),
-                           "protocol": p.PROTOCOL})
-
-    async def _schema(self, request: Request, env_id: str) -> Response:
-        return self._json(p.SCHEMAS)
-
-    async def _state(self, request: Request, env_id: str) -> Response:
-        return self._json(Session(env_id, self.limits).state())
-
-    async def _ws_over_http(self, request: Request, env_id: str) -> Response:
-        return self._json({"error": f"{request.url.path} is a WebSocket endpoint (connect with ws://…); over plain "
-                                    "HTTP use POST …/reset and …/step", "code": "UPGRADE_REQUIRED"}, 426)
-
-    async def _body(self, request: Request) -> dict[str, Any]:
-        raw = await request.body()
-        if not raw.strip():
-            return {}
-        try:
-            body = json.loads(raw)
-        except json.JSONDecodeError as e:
-            raise HTTPException(422, f"the body is not JSON: {e}") from None
-        if not isinstance(body, dict):
-            raise HTTPException(422, "the body is a JSON object")
-        return body
-
-    async def _stateless(self, env_id: str, messages: list[dict[str, Any]]) -> Response:
-        """Play ``messages`` on an environment made for this request: the last reply's data, or its error (503 once
-        ``max_sessions`` environments are open)."""
-        try:
-            session = self._open_session(env_id)
-        except Refused as e:
-            return self._json({"error": str(e), "code": e.code}, 503)
-        self.stateless += 1
-        try:
-            reply = await session.play_once(messages)
-        finally:
-            self.stateless -= 1
-        if reply["type"] == "error":
-            code = reply["data"]["code"]
-            status = {p.VALIDATION_ERROR: 422, p.FACTORY_ERROR: 422, p.TIMEOUT: 504}.get(code, 500)
-            return self._json({"error": reply["data"]["message"], "code": code}, status)
-        return self._json(reply["data"])
-
-    async def _reset(self, request: Request, env_id: str) -> Response:
-        body = await self._body(request)
-        return await self._stateless(env_id, [{"type": "reset", "data": body}])
-
-    async def _step(self, request: Request, env_id: str) -> Response:
-        body = await self._body(request)
-        action = body.pop("action", None)
-        for extra in ("timeout_s", "request_id"):  # OpenEnv's StepRequest fields that a turnrl step does not use
-            body.pop(extra, None)
-        if not isinstance(action, dict) or not isinstance(action.get("message"), str):
-            raise HTTPException(422, "a step's body is {\"action\": {\"message\": the assistant's text}, \"seed\": "
-                                     "the seed of the reset it answers, \"options\"?: {...}}")
-        if body.get("seed") is None:
-            return self._json({"error": "a step over plain HTTP needs the seed of the reset it answers (HTTP holds no "
-                                        "session, so the step plays the first turn of the episode POST /reset with "
-                                        "the same seed and options starts); play multi-turn episodes over the /ws "
-                                        "WebSocket", "code": "NO_SESSION"}, 409)
-        response = await self._stateless(env_id, [{"type": "reset", "data": body},
-                                                  {"type": "step", "data": {"message": action["message"]}}])
-        if response.status_code == 200:
-            data = json.loads(bytes(response.body))
-            if not data.get("done"):
-                data["observation"].setdefault("info", {})["session"] = (
-                    "the episode goes on, but HTTP holds no session: play its next turns over the /ws WebSocket")
-                return self._json(data)
-        return response
-
-    async def _mcp(self, request: Request, env_id: str) -> Response:
-        return self._json(await self.mcp.answer(await request.body(), env_id))
 
     @property
     def open_sessions(self) -> int:
         """Sessions holding (or making) an environment now: WebSocket, HTTP MCP, and those of single HTTP calls."""
         return len(self.sessions) + len(self.mcp.sessions) + self.mcp.transient + self.stateless
 
-    def _open_session(self, env_id: str) -> Session:
-        """A new session, or :class:`Refused` once ``max_sessions`` are open."""
+    def _open_session(self, env_id: str, client: str) -> Session:
+        """A new session of ``client`` (an address), or :class:`Refused` once it holds ``max_sessions_per_client`` or
+        ``max_sessions`` are open."""
+        release = self.quota.take(client)
         if self.open_sessions >= self.max_sessions:
+            release()
             raise Refused(f"the server holds {self.max_sessions} sessions already (max_sessions); try again later",
                           p.CAPACITY_REACHED, keep=False)
         self.served_sessions += 1
-        return Session(env_id, self.limits)
+        session = Session(env_id, self.limits)
+        session.release = release
+        return session
 
     # ---- WebSocket sessions ----
 
@@ -365,7 +303,7 @@ class EnvServer:
         answer ends the session or the connection is idle for ``idle_timeout`` (``idle()``'s message, then close)."""
         await websocket.accept()
         try:
-            session = self._open_session(env_id)
+            session = self._open_session(env_id, client_of(websocket))
         except Refused as e:
             await websocket.send_text(dumps(await refuse(e)))
             await websocket.close()

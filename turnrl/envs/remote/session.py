@@ -58,11 +58,12 @@ class Limits:
 
 
 class Refused(Exception):
-    """A message the session cannot answer: the reply is an ``error`` with ``code``; ``keep``: the session goes on."""
+    """A message the session cannot answer: the reply is an ``error`` with ``code``; ``keep``: the session goes on;
+    ``status``: the HTTP status a plain HTTP call answers with."""
 
-    def __init__(self, message: str, code: str, keep: bool = True) -> None:
+    def __init__(self, message: str, code: str, keep: bool = True, status: int = 503) -> None:
         super().__init__(message)
-        self.code, self.keep = code, keep
+        self.code, self.keep, self.status = code, keep, status
 
 
 class Closed(Exception):
@@ -84,6 +85,7 @@ class Session:
         self.last_used = time.monotonic()
         self.busy = 0  # requests under way (an HTTP MCP session may get several at once; the reaper waits)
         self.lock = asyncio.Lock()  # one environment is made, and one call runs on it, at a time
+        self.release: Any = None  # gives the session back to its client's quota, on close
 
     # ---- the environment ----
 
@@ -122,7 +124,10 @@ class Session:
         return reply
 
     async def close(self) -> None:
-        """Close the environment (best effort) and forget it."""
+        """Close the environment (best effort) and forget it; the session no longer counts for its client."""
+        release, self.release = self.release, None
+        if release is not None:
+            release()
         env, self.env = self.env, None
         if env is not None:
             await asyncio.to_thread(close_env, env)
