@@ -244,6 +244,12 @@ def test_eval_on_a_split_that_is_not_held_out_says_so_first(tmp_path):
     assert result.exit_code == 0, result.output
     assert result.output.startswith("warning: evaluating turnrl/Arithmetic-v0's 'train' split, which is NOT held out: "
                                     "these are training tasks (its held-out split is 'test'"), result.output
+    result = CliRunner().invoke(app, [*args, "--env", "turnrl/Arithmetic-v0", "--kw", "split=validation", "--out",
+                                      str(tmp_path / "v")])
+    assert result.exit_code == 0, result.output  # a validation split is not training data: it says what it is for
+    assert result.output.startswith("note: evaluating turnrl/Arithmetic-v0's validation split 'validation': problems "
+                                    "training does not see"), result.output
+    assert "split: **validation** (validation: for choosing steps" in (tmp_path / "v" / "report.md").read_text()
     result = CliRunner().invoke(app, [*args, "--env", "toy_envs:tests/Upper-v0", "--out", str(tmp_path / "b")])
     assert result.exit_code == 0, result.output
     assert result.output.startswith("warning: toy_envs:tests/Upper-v0 declares no split, so turnrl cannot tell"), (

@@ -99,6 +99,9 @@ def split_line(env: Any, first: int, last: int, first_id: str | None, last_id: s
     if held is None:
         return f"split: **{split}** — the environment declares no held-out split (turnrl cannot tell whether " \
                f"these are held out) · {span}"
+    if split == getattr(env, "validation_split", None):
+        return f"split: **{split}** (validation: for choosing steps and recipes, not a held-out figure; its held-out " \
+               f"split is {held}) · {span}"
     return f"split: **{split}** — NOT held-out (training tasks; its held-out split is {held}) · {span}"
 
 
@@ -113,6 +116,9 @@ def held_out_warning(env: Any, env_id: str) -> str | None:
         return (f"warning: {env_id} declares {what}, so turnrl cannot tell whether these tasks are held out from "
                 "training; an environment declares them with `split` and `held_out_split` (see "
                 "examples/unit_converter_env.py)")
+    if split == getattr(env, "validation_split", None):
+        return (f"note: evaluating {env_id}'s validation split {split!r}: problems training does not see, kept for "
+                f"choosing steps and recipes; report held-out figures on {held!r} (leave out --kw split=…)")
     return (f"warning: evaluating {env_id}'s {split!r} split, which is NOT held out: these are training tasks "
             f"(its held-out split is {held!r}; leave out --kw split=… to evaluate that)")
 
