@@ -183,8 +183,10 @@ class Workspace:
     def runs_named(argv: list[str]) -> list[str]:
         """The run folders a command reads: ``run:X``, ``turnrl compare``'s and ``turnrl view``'s arguments."""
         found = [a.split(":", 1)[1].split("#")[0] for a in argv if a.startswith("run:")]
-        if argv[0] in ("compare", "view"):
-            found += [a for a in argv[1:] if not a.startswith("-")]
+        if argv[0] in ("compare", "view"):  # its arguments, not its options' values (`--score first_correct`)
+            flags = {"--allow-different-items", "--allow-different-protocol"}
+            found += [a for i, a in enumerate(argv[1:], 1) if not a.startswith("-")
+                      and not (argv[i - 1].startswith("--") and "=" not in argv[i - 1] and argv[i - 1] not in flags)]
         return ["/".join(Path(a.split("@")[0]).parts[:2]) for a in found]
 
     def make_run(self, ref: str, cwd: Path, monkeypatch) -> None:

@@ -10,6 +10,10 @@ many only in A, only in B, and the first few) unless ``--allow-different-items``
 compared), or ran under different protocols — environment and its kwargs, samples, sampling, context — naming each
 field that differs, unless ``--allow-different-protocol``.
 
+``--score NAME`` compares another score of the rows than ``correct`` (:mod:`turnrl.cli.compare_arms`): the
+solver–critic game records ``first_correct`` (the solver's answer before the review) and ``final_correct``; an
+evaluation whose rows do not hold it is refused, naming the scores they hold.
+
 Items are joined by their ``item`` (the problem's canonical form, :func:`turnrl.rl.run.evaluate.item_key`); folders
 written before items were named are joined by ``task_id``, and the output says so. An item's several episodes
 (samples, or two presentations of one problem) collapse to their mean correctness first ("repeats collapsed"). Per
@@ -21,118 +25,24 @@ where every item has one episode in each run; over the pairs: the mean differenc
 from __future__ import annotations
 
 import json
-import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
+from turnrl.cli.compare_arms import (  # (public here too: what bench/ and the commands import)
+    DEFAULT_SCORE,
+    Arm,
+    CompareError,
+    best_step,
+    evaluation_folder,
+    load_arm,
+)
 from turnrl.cli.shared import console, fail
 
 SHOWN = 3  # items named in a refusal
 NOT_PROTOCOL = ("seed", "agent", "params.seed")  # what may differ between the runs compared: who played, and its seed
-_STEP = re.compile(r"^(?P<path>.+)@(?:step-)?(?P<step>\d+|best)$")
-
-
-class CompareError(ValueError):
-    """Why two evaluations cannot be compared (the command prints it on one line and exits 2)."""
-
-
-@dataclass
-class Arm:
-    """One side of a pair: the argument as given, the evaluation folder it names, its ``items.jsonl`` rows and its
-    ``run.json`` settings (None where the folder has none)."""
-
-    label: str
-    folder: Path
-    rows: list[dict[str, Any]]
-    settings: dict[str, Any] | None
-    notes: list[str] = field(default_factory=list)
-    code: dict[str, Any] | None = None
-
-
-def evaluation_folder(arg: str, step: int | None = None) -> Path:
-    """The evaluation folder an argument names: the folder itself when it holds ``items.jsonl`` (``step`` is for
-    training runs only); for a training run's ``OUT_DIR``, ``OUT_DIR/eval/step-N`` with N from ``OUT_DIR@N``, else
-    ``step``, else the largest N.
-
-    Raises:
-        CompareError: no such folder, neither kind, or no evaluation at the step asked for.
-    """
-    path, at = Path(arg), None
-    if not path.exists() and (m := _STEP.match(arg)):
-        path = Path(m["path"])
-        at = best_step(path) if m["step"] == "best" else int(m["step"])
-    if (path / "items.jsonl").is_file():
-        if at is not None:
-            raise CompareError(f"{arg}: {path} is an evaluation folder, not a training run: it has no steps")
-        return path
-    at = at if at is not None else step
-    steps = sorted(int(d.name[5:]) for d in (path / "eval").glob("step-*")
-                   if d.name[5:].isdigit() and (d / "items.jsonl").is_file())
-    if not path.is_dir():
-        raise CompareError(f"{arg}: no such folder")
-    if not steps:
-        raise CompareError(f"{arg} is neither an evaluation folder (items.jsonl, as `turnrl eval --out` writes) nor a "
-                           "training run with evaluations (eval/step-N/items.jsonl)")
-    if at is None:
-        return path / "eval" / f"step-{steps[-1]}"
-    if at not in steps:
-        raise CompareError(f"{arg}: no evaluation at step {at}; its evaluated steps are {', '.join(map(str, steps))}")
-    return path / "eval" / f"step-{at}"
-
-
-def best_step(run: Path) -> int:
-    """The step a training run's *validation* figure chose: the highest ``val_success`` in its metrics.jsonl
-    (``validate_every``), the earliest on ties. The test split is not read to choose it (``OUT_DIR@best``).
-
-    Raises:
-        CompareError: the run recorded no validation figure, or has no test evaluation at that step (evaluate test
-            wherever it validates: ``eval_every`` equal to ``validate_every``).
-    """
-    metrics = run / "metrics.jsonl"
-    rows = [json.loads(x) for x in metrics.read_text().splitlines() if x.strip()] if metrics.is_file() else []
-    validated = [(r["val_success"], -int(r["step"])) for r in rows if "val_success" in r and "step" in r]
-    if not validated:
-        raise CompareError(f"{run}@best: the run recorded no validation figure (val_success); train it with "
-                           "validate_every (and eval_every at the same steps) to choose a step on validation")
-    step = -max(validated)[1]
-    if not (run / "eval" / f"step-{step}" / "items.jsonl").is_file():
-        raise CompareError(f"{run}@best: validation chose step {step}, which has no test evaluation; set eval_every "
-                           "to validate_every so that every step validation can choose is evaluated")
-    return step
-
-
-def load_arm(arg: str, step: int | None = None) -> Arm:
-    """The rows and settings of the evaluation an argument names (:func:`evaluation_folder`).
-
-    Raises:
-        CompareError: the folder cannot be read, holds no episodes, or its rows have no ``correct`` field.
-    """
-    folder = evaluation_folder(arg, step)
-    rows: list[dict[str, Any]] = []
-    for n, line in enumerate((folder / "items.jsonl").read_text(encoding="utf-8").splitlines(), 1):
-        if line.strip():
-            try:
-                rows.append(json.loads(line))
-            except ValueError:
-                raise CompareError(f"{folder}/items.jsonl: line {n} is not JSON") from None
-    if not rows:
-        raise CompareError(f"{folder}/items.jsonl holds no episodes")
-    if not all("correct" in r and ("item" in r or "task_id" in r) for r in rows):
-        raise CompareError(f"{folder}/items.jsonl: rows without `correct` and `task_id` (compare reads `turnrl eval`'s "
-                           "rows of single-agent environments)")
-    run = folder / "run.json"
-    settings = code = None
-    if run.is_file():
-        try:
-            written = json.loads(run.read_text(encoding="utf-8"))
-            settings, code = written.get("settings"), written.get("code")
-        except (ValueError, AttributeError):
-            raise CompareError(f"{run} is not a run.json that `turnrl eval` writes") from None
-    label = arg if folder == Path(arg) else f"{arg} ({folder.parent.name}/{folder.name})"
-    return Arm(label, folder, rows, settings, code=code)
 
 
 def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -186,12 +96,12 @@ def _keys(rows: list[dict[str, Any]], by_item: bool) -> list[str]:
     return [str(r["item"] if by_item else r["task_id"]) for r in rows]
 
 
-def _collapsed(rows: list[dict[str, Any]], by_item: bool) -> tuple[dict[str, float], bool]:
-    """Each item's mean correctness, and whether any item had several episodes."""
+def _collapsed(arm: Arm, by_item: bool) -> tuple[dict[str, float], bool]:
+    """Each item's mean score (the arm's :attr:`~Arm.score`), and whether any item had several episodes."""
     from turnrl.stats import collapse
 
-    keys = _keys(rows, by_item)
-    return collapse(keys, [float(r["correct"]) for r in rows]), len(set(keys)) < len(keys)
+    keys = _keys(arm.rows, by_item)
+    return collapse(keys, arm.values()), len(set(keys)) < len(keys)
 
 
 def _few(keys: list[str]) -> str:
@@ -239,8 +149,11 @@ def compare_pair(a: Arm, b: Arm, *, allow_items: bool = False, allow_protocol: b
     if not by_item:
         notes.append("items joined by task_id: an evaluation written before items were named (canonical forms), so "
                      "two presentations of one problem count as two items")
-    va, repeats_a = _collapsed(a.rows, by_item)
-    vb, repeats_b = _collapsed(b.rows, by_item)
+    if a.score != b.score:
+        raise CompareError(f"{a.label} is read on its score {a.score!r} and {b.label} on {b.score!r}: compare one "
+                           "score")
+    va, repeats_a = _collapsed(a, by_item)
+    vb, repeats_b = _collapsed(b, by_item)
     only_a, only_b = [k for k in va if k not in vb], [k for k in vb if k not in va]
     shared = [k for k in va if k in vb]
     if only_a or only_b:
@@ -268,19 +181,22 @@ def compare_pair(a: Arm, b: Arm, *, allow_items: bool = False, allow_protocol: b
 
 
 def compare_runs(args: list[str], *, step: int | None = None, allow_items: bool = False,
-                 allow_protocol: bool = False, resamples: int = 10000, seed: int = 0) -> dict[str, Any]:
-    """Every pair of ``args`` (A B A2 B2 …) compared (:func:`compare_pair`) and pooled over the pairs as seeds
-    (:func:`turnrl.stats.pooled_paired`): ``{"pairs": [...], "over_seeds": {...}, ...}``.
+                 allow_protocol: bool = False, resamples: int = 10000, seed: int = 0,
+                 score: str = DEFAULT_SCORE) -> dict[str, Any]:
+    """Every pair of ``args`` (A B A2 B2 …) compared on ``score`` (:func:`compare_pair`;
+    :func:`~turnrl.cli.compare_arms.score_of`) and pooled over the pairs as seeds
+    (:func:`turnrl.stats.pooled_paired`): ``{"pairs": [...], "over_seeds": {...}, "score": ..., ...}``.
 
     Raises:
-        CompareError: an odd number of arguments, or a pair that cannot be compared.
+        CompareError: an odd number of arguments, an evaluation whose rows do not hold ``score``, or a pair that
+            cannot be compared.
     """
     from turnrl.stats import Paired, pooled_paired
 
     if len(args) < 2 or len(args) % 2:
         raise CompareError(f"compare takes runs in pairs, A B [A2 B2 …] (each pair one seed), got {len(args)} "
                            "argument(s)")
-    arms = [load_arm(arg, step) for arg in args]
+    arms = [load_arm(arg, step, score) for arg in args]
     pairs = []
     for i in range(0, len(arms), 2):
         try:
@@ -290,8 +206,8 @@ def compare_runs(args: list[str], *, step: int | None = None, allow_items: bool 
             raise CompareError(f"pair {i // 2 + 1}: {e}" if len(arms) > 2 else str(e)) from None
     pooled = pooled_paired([Paired(p["items"], p["accuracy_a"], p["accuracy_b"], p["diff"], p["se"], p["low"],
                                    p["high"]) for p in pairs])
-    return {"pairs": pairs, "over_seeds": asdict(pooled), "confidence": 0.95, "resamples": resamples,
-            "bootstrap_seed": seed}
+    return {"pairs": pairs, "over_seeds": asdict(pooled), "score": score, "confidence": 0.95,
+            "resamples": resamples, "bootstrap_seed": seed}
 
 
 def gain_line(out_dir: str, step: int) -> str:
@@ -303,6 +219,7 @@ def gain_line(out_dir: str, step: int) -> str:
         return f"gain: not computed ({e})"
     return (f"gain {100 * pair['diff']:+.1f} points, 95 % interval [{100 * pair['low']:+.1f}, {100 * pair['high']:+.1f}] "
             f"over {pair['items']} distinct items (paired; one run: `turnrl compare` pools seeds)")
+
 
 def _plain(value: Any) -> Any:
     """``value`` with nan as None (JSON has no nan)."""
@@ -322,7 +239,9 @@ def show(result: dict[str, Any]) -> None:
     from rich import box
     from rich.table import Table
 
-    table = Table(title="B − A, paired by item; McNemar: items only A / only B got right, exact p",
+    score = result.get("score", DEFAULT_SCORE)
+    on = "" if score == DEFAULT_SCORE else f" on the score {score}"
+    table = Table(title=f"B − A{on}, paired by item; McNemar: items only A / only B got right, exact p",
                   title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
     for name in ("seed", "items", "A", "B", "B − A", "95% interval", "McNemar", "p"):
         table.add_column(name, justify="left" if name == "seed" else "right", no_wrap=True)
@@ -342,7 +261,7 @@ def show(result: dict[str, Any]) -> None:
         console.print(f"seed {n}: A = {p['a']}, B = {p['b']}", soft_wrap=True, markup=False, highlight=False)
         for note in p["notes"]:
             console.print(f"  note: {note}", soft_wrap=True, markup=False, highlight=False)
-    console.print(f"over {o['seeds']} seed(s): B − A = {o['diff']:+.3f}, 95% interval [{_f(o['low'])}, "
+    console.print(f"over {o['seeds']} seed(s): B − A{on} = {o['diff']:+.3f}, 95% interval [{_f(o['low'])}, "
                   f"{_f(o['high'])}] ({o['method']}); accuracy counts each distinct item once", soft_wrap=True,
                   markup=False, highlight=False)
 
@@ -362,13 +281,16 @@ def compare_command(
     json_path: Annotated[Path | None, typer.Option("--json", help="also write the figures to this JSON file")] = None,
     resamples: Annotated[int, typer.Option(help="bootstrap resamples")] = 10000,
     seed: Annotated[int, typer.Option(help="the bootstrap's random seed")] = 0,
+    score: Annotated[str, typer.Option(help="the score of each episode compared: correct (solved or won), or one a "
+                                       "game records in its rows' `scores`, such as first_correct (the "
+                                       "solver–critic game's first answer) or final_correct")] = DEFAULT_SCORE,
 ) -> None:
     """Compare run B with run A item by item: accuracy over distinct items, B − A with its paired bootstrap 95%
     interval and McNemar's exact test per seed, the mean difference over seeds. Refuses (exit 2) evaluations of
     different items or under different protocols (environment, kwargs, samples, sampling, context)."""
     try:
         result = compare_runs(runs, step=step, allow_items=allow_different_items,
-                              allow_protocol=allow_different_protocol, resamples=resamples, seed=seed)
+                              allow_protocol=allow_different_protocol, resamples=resamples, seed=seed, score=score)
     except (ValueError, OSError) as e:  # a CompareError, bad --resamples, an unreadable file
         fail(str(e))
     show(result)

@@ -55,6 +55,7 @@ class SeatView:
     truncated: bool = False  # the episode was cut (a turn limit, max_moves or max_context) before the game ended
     collected: float = 0.0  # every reward the game paid this seat (also what came before its first move, or
     # without any move of its own: a seat can win by its opponent's forfeit)
+    scores: dict[str, Any] = field(default_factory=dict)  # the game's item scores in this seat's infos at the end
 
     def hear(self, messages: Sequence[Message]) -> bool:
         """Append the messages told to this seat since it last acted (the opening prompt before its first move).
@@ -274,6 +275,7 @@ class MultiAgentRollout:
                 if view.turns:
                     view.turns[-1].terminated, view.turns[-1].truncated = bool(termination), bool(truncation)
                 view.outcome, view.invalid = info.get("outcome"), int(info.get("invalid_moves", 0))
+                view.scores = _scores(env, info)
                 view.truncated = view.truncated or bool(truncation)
                 env.step(None)
                 continue
@@ -290,6 +292,7 @@ class MultiAgentRollout:
                 _collect(view, float(env._cumulative_rewards.get(seat, 0.0)))
             view.truncated = True
             view.invalid = int(env.infos.get(seat, {}).get("invalid_moves", 0))
+            view.scores = _scores(env, env.infos.get(seat, {}))
 
     def _trajectories(self, env: MultiAgentTextEnv, views: dict[str, SeatView], error: str | None,
                       seed: int | None, group: str | None, index: int) -> list[Trajectory]:
@@ -306,8 +309,15 @@ class MultiAgentRollout:
                               token_versions=view.versions if view.turns and view.versioned else None)
             traj.metadata.update(seat=seat, policy=view.policy, episode=episode, sampled_crc=view.sampled_crc,
                                  outcome=view.outcome, invalid_moves=view.invalid, seat_reward=view.collected)
+            if getattr(env, "item_scores", ()):  # a game that scores its episodes beside the outcome
+                traj.metadata["scores"] = dict(view.scores)
             out.append(traj)
         return out
+
+
+def _scores(env: MultiAgentTextEnv, info: Mapping[str, Any]) -> dict[str, Any]:
+    """The game's item scores (``item_scores``) that ``info``, one seat's infos as the game ended, holds."""
+    return {k: info[k] for k in getattr(env, "item_scores", ()) if k in info}
 
 
 def _collect(view: SeatView, reward: float) -> None:

@@ -24,10 +24,11 @@ Rules for subclasses (the docstrings of the underscored methods are the specific
 * a move the game refuses is the game's business: :meth:`_play` says so with :meth:`refuse` (a penalty, a retry or a
   forfeit, by the game's rule); it is counted in ``infos[agent]["invalid_moves"]`` and never raises.
 * tasks: ``options={"index": i}`` poses starting state ``i`` of the environment's ``split``; ``held_out_split``
-  names the split held-out evaluation uses, as for single-agent environments. A game that keeps no list of starting
-  states (no ``__len__``: TextArena's, PettingZoo's, yours) is played on seeds, two disjoint ranges
-  (:func:`split_seed`): starting state ``i`` of ``train`` is seed ``i``, of ``test`` seed ``1_000_000 + i``, each
-  range :data:`SEEDS_PER_SPLIT` long.
+  names the split held-out evaluation uses and ``validation_split`` the one validation reads, as for single-agent
+  environments; ``item_scores`` names scores of an episode the game records in its agents' infos beside the
+  outcome. A game that keeps no list of starting states (no ``__len__``: TextArena's, PettingZoo's, yours) is played
+  on seeds, two disjoint ranges (:func:`split_seed`): starting state ``i`` of ``train`` is seed ``i``, of ``test``
+  seed ``1_000_000 + i``, each range :data:`SEEDS_PER_SPLIT` long.
 """
 
 from __future__ import annotations
@@ -82,9 +83,15 @@ class MultiAgentTextEnv(AECEnv):
                                           "is_parallelizable": False}
     #: the seats, in turn order where turns rotate (subclasses set it)
     possible_agents: list[str] = []  # noqa: RUF012 — a subclass replaces it
-    #: the split ``options={"index": i}`` draws from, and the one held-out evaluation uses
+    #: the split ``options={"index": i}`` draws from, the one held-out evaluation uses, and the one a run's
+    #: validation reads (``validate_every``; None: the game has none)
     split: str | None = None
     held_out_split: str | None = None
+    validation_split: str | None = None
+    #: the game's scores of an episode beside its outcome, by name: true or false in every agent's infos when the
+    #: game ends (the solver–critic game: ``first_correct``, ``final_correct``). Held-out evaluation writes them in
+    #: each row's ``scores``, where ``turnrl compare --score NAME`` pairs two evaluations on one of them
+    item_scores: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, *, max_turns: int | None = None, render_mode: str | None = None) -> None:
         super().__init__()

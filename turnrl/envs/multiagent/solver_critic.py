@@ -3,11 +3,18 @@ reviews the answer, the solver gives its final answer — and both are rewarded 
 right, else 0), so neither can be paid for anything but a right answer in the end.
 
 What each role sees: the solver, the problem and then the critic's review; the critic, the problem and the solver's
-first reply. Problems are :class:`~turnrl.envs.arithmetic.ArithmeticTasks` (levels 1–5, a ``train`` and a disjoint
-``test`` split), graded by :func:`turnrl.verifiers.math.verify` on the final answer (``answer_format``: ``auto`` by
-default, as the arithmetic environment: a ``\\boxed{}`` answer, else the reply's last number; a hedge of several
-answers is wrong). ``infos`` carry ``first_correct``, ``final_correct``, the critic's ``verdict`` (``correct``,
-``wrong`` or None when it gave none) and ``outcome`` (``solved`` or ``failed``).
+first reply. Problems are :class:`~turnrl.envs.arithmetic.ArithmeticTasks` (levels 1–5; ``train``, ``validation`` and
+``test`` splits of distinct problems by canonical form, the arithmetic environment's: a problem is one item under
+:meth:`SolverCritic.state_key`, ``12 + 7`` and ``7 + 12`` alike), graded by :func:`turnrl.verifiers.math.verify` on
+the final answer (``answer_format``: ``auto`` by default, as the arithmetic environment: a ``\\boxed{}`` answer, else
+the reply's last number; a hedge of several answers is wrong). ``infos`` carry ``first_correct``, ``final_correct``,
+the critic's ``verdict`` (``correct``, ``wrong`` or None when it gave none) and ``outcome`` (``solved`` or
+``failed``).
+
+Two scores of an episode (:attr:`item_scores`): ``first_correct``, the solver's first answer, before any review —
+what the solver alone would have answered under this prompt — and ``final_correct``, its answer after the review
+(what both are paid by; the same as ``solved``). Held-out evaluation records both for every problem, so a pair
+trained together and a solver trained alone, each playing both seats, compare on either (docs/multi-agent.md).
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from typing import Any, Literal
 
 from turnrl.envs.arithmetic import ArithmeticTasks
 from turnrl.envs.core import Task
+from turnrl.envs.splits import canonical_key
 from turnrl.envs.multiagent.core import MultiAgentTextEnv
 from turnrl.verifiers.math import verify
 
@@ -32,15 +40,17 @@ class SolverCritic(MultiAgentTextEnv):
 
     Args:
         levels: arithmetic levels (1–5) the problems are drawn from.
-        split: ``"train"`` or ``"test"`` (disjoint problems).
+        split: ``"train"``, ``"validation"`` or ``"test"`` (disjoint problems).
         answer_format: where the final answer must be (:func:`turnrl.verifiers.math.verify`).
         max_turns, render_mode: as :class:`~turnrl.envs.multiagent.core.MultiAgentTextEnv`.
     """
 
     possible_agents = ["solver", "critic"]  # noqa: RUF012 — the roles
     held_out_split = "test"
+    validation_split = "validation"
+    item_scores = ("first_correct", "final_correct")
 
-    def __init__(self, *, levels: Sequence[int] = (1, 2), split: Literal["train", "test"] = "train",
+    def __init__(self, *, levels: Sequence[int] = (1, 2), split: Literal["train", "validation", "test"] = "train",
                  answer_format: Literal["auto", "boxed", "hash", "tag"] = "auto", max_turns: int | None = None,
                  render_mode: str | None = None) -> None:
         super().__init__(max_turns=max_turns, render_mode=render_mode)
@@ -58,6 +68,10 @@ class SolverCritic(MultiAgentTextEnv):
     def task_at(self, index: int) -> Task:
         """The problem ``options={"index": index}`` poses."""
         return self.tasks[index % len(self.tasks)]
+
+    def state_key(self, index: int) -> str:
+        """The item starting state ``index`` counts as in evaluation: its problem's canonical form."""
+        return canonical_key(self.task_at(index))
 
     def _reset(self, options: dict[str, Any]) -> None:
         index = options.get("index")

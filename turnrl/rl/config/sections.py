@@ -1,6 +1,7 @@
 """The sections of a training config below the top level (``env``, ``rollout``, ``optim``, ``ray``, ``learner``,
-``data``, ``program``, ``guard``, ``wandb``): pydantic models, unknown keys are errors. :mod:`turnrl.rl.config.train`
-puts them together; the ``tasks``, ``reward`` and ``algorithm`` sections have modules of their own beside this one.
+``data``, ``program``, ``guard``, ``wandb``, each of ``extra_evals``): pydantic models, unknown keys are errors.
+:mod:`turnrl.rl.config.train` puts them together; the ``tasks``, ``reward`` and ``algorithm`` sections have modules of
+their own beside this one.
 """
 
 from __future__ import annotations
@@ -24,6 +25,24 @@ class EnvConfig(BaseModel):
     eval_kwargs: dict[str, Any] | None = Field(None, description=(
         "overrides for the held-out env (e.g. split: test); without a split, the env's held-out split where it "
         "declares one"))
+
+
+class ExtraEvalConfig(BaseModel):
+    """Another environment the run's policy is evaluated on, beside its own held-out evaluation (``extra_evals``,
+    :mod:`turnrl.rl.run.extra_evals`): wherever the run evaluates (and validates), greedy, with the run's
+    ``eval_tasks`` (``validation_tasks``), ``rollout.max_new_tokens`` and ``rollout.max_context``; reports in
+    ``OUT_DIR/NAME/eval/step-N`` (``OUT_DIR/NAME/validation/step-N``)."""
+
+    model_config = ConfigDict(extra="forbid")
+    env: str = Field(description="its environment id: one agent (turnrl/GSM8K-v0) or several "
+                     "(turnrl/SolverCritic-v0, the policy playing its seats)")
+    kwargs: dict[str, Any] = Field(default_factory=dict, description=(
+        "its keyword arguments; without a split, its held-out split (its validation split when validating)"))
+    opponent: str = Field("self", description=(
+        "an environment with several agents: who plays the seats the policy does not — self (the policy in every "
+        "seat: a cooperative game played by one policy), random or perfect (tic-tac-toe), or a frozen agent spec"))
+    seat: str | None = Field(None, description="an environment with several agents: the policy's seat (default: "
+                             "every seat in turn)")
 
 
 class ContextConfig(BaseModel):

@@ -6,6 +6,7 @@ registry's hooks (:func:`~turnrl.rl.config.algorithm.algorithm_hooks`), so this 
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal
 
 from pydantic import (
@@ -24,6 +25,7 @@ from turnrl.rl.config.rewards import ProcessRewardConfig, RewardConfig
 from turnrl.rl.config.sections import (
     DataConfig,
     EnvConfig,
+    ExtraEvalConfig,
     GuardConfig,
     LearnerConfig,
     OptimConfig,
@@ -33,6 +35,8 @@ from turnrl.rl.config.sections import (
     WandbConfig,
 )
 from turnrl.rl.config.tasks import SequentialTasks, TaskConfig
+
+EVAL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")  # an extra evaluation's name: a folder and a metric name
 
 
 class TrainConfig(BaseModel):
@@ -90,6 +94,14 @@ class TrainConfig(BaseModel):
         "policy trains, its opponents (itself, a league of its past versions, a frozen agent) and the held-out "
         "opponent; default when env.id names one: self-play in every seat, evaluated against random play"))
 
+    extra_evals: dict[str, ExtraEvalConfig] | None = Field(None, description=(
+        "the policy also evaluated on other environments, by name, wherever the run evaluates and validates "
+        "(reports in OUT_DIR/NAME/eval/step-N, figures eval_NAME_success and eval_NAME_<figure>): e.g. a solver "
+        "trained alone on turnrl/Arithmetic-v0 evaluated through the review protocol of turnrl/SolverCritic-v0, "
+        "{review: {env: turnrl/SolverCritic-v0, kwargs: {levels: [1]}}}, so that `turnrl compare OUT_DIR/review "
+        "PAIR_OUT_DIR` pairs it with the solver-critic pair's evaluation. Each env's problems are checked against "
+        "the training problems before a model loads"))
+
     @field_validator("algorithm", mode="before")
     @classmethod
     def _algorithm(cls, value: Any) -> AlgorithmConfig:
@@ -124,9 +136,6 @@ class TrainConfig(BaseModel):
         if self.learner.lora is not None and self.learner.weight_sync == "nccl":
             raise ValueError("learner.lora sends rollout workers the adapters alone, through the object store: use "
                              "learner.weight_sync=object_store (the NCCL transfer streams whole models)")
-        if self.validate_every and self.multi_agent is not None:
-            raise ValueError("validate_every reads an environment's validation split; a game's held-out evaluation "
-                             "plays other starting states and opponents instead: use eval_every")
         if self.learner.backend == "deepspeed" and self.placement != "ray":
             raise ValueError("learner.backend=deepspeed runs its ranks as Ray actors: add placement=ray")
         if self.learner.weight_sync == "nccl" and (self.learner.backend != "deepspeed" or self.ray.rollout_backend
@@ -167,6 +176,20 @@ class TrainConfig(BaseModel):
         if several and (self.reward is not None or self.process_reward is not None):
             raise ValueError(f"{self.env.id} pays its seats by the game's own rules: drop `reward` and "
                              "`process_reward`")
+        return self
+
+    @model_validator(mode="after")
+    def _extra_evals(self) -> TrainConfig:
+        for name, extra in (self.extra_evals or {}).items():
+            if not EVAL_NAME.fullmatch(name) or name in ("eval", "train", "validation"):
+                raise ValueError(f"extra_evals.{name}: name an evaluation with letters, digits, - and _ (it names its "
+                                 "folder OUT_DIR/NAME and its figures eval_NAME_*), other than eval, train and "
+                                 "validation")
+            if not is_multi_agent(extra.env) and (extra.opponent != "self" or extra.seat is not None):
+                raise ValueError(f"extra_evals.{name}: {extra.env} has one agent: drop opponent and seat")
+        if self.extra_evals and (self.multi_agent is not None or self.program is not None):
+            raise ValueError("extra_evals evaluates the run's one policy on other environments; runs of a game and "
+                             "runs of an agent program do not have it yet: drop extra_evals")
         return self
 
     @model_validator(mode="after")

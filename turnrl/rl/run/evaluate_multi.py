@@ -1,6 +1,8 @@
 """Held-out evaluation of an agent in an environment with several agents (``turnrl eval`` on a multi-agent id): the
 agent takes one seat, named opponents the others, on starting states of the environment's held-out split; the
-report is the share of wins, draws and losses with 95 % Wilson confidence intervals, invalid moves and game length.
+report is the share of wins, draws and losses with 95 % Wilson confidence intervals, invalid moves and game length,
+and the share of every score the game records beside its outcome (``item_scores``: the solver–critic game's
+``first_correct`` and ``final_correct``), each row of ``items.jsonl`` holding its own in ``scores``.
 
 Opponents by name: ``perfect`` and ``random`` (tic-tac-toe players that need no model,
 :func:`turnrl.envs.multiagent.tictactoe.text_player`), ``self`` (the evaluated agent in every seat), or any agent
@@ -77,6 +79,7 @@ def evaluate_multi_agent(agent: Agent | Mapping[str, Agent], env_id: str, env_kw
                                                                                                            episodes))]
     notes, states_held = _states_held_out(probe)
     random_player = getattr(probe, "random_player", None)
+    scores = tuple(getattr(probe, "item_scores", ()))
     probe.close()  # the games make their own
     if seat is not None and seat not in seats:
         raise ValueError(f"{env_id} has no seat {seat!r}; its seats: {', '.join(seats)}")
@@ -89,7 +92,7 @@ def evaluate_multi_agent(agent: Agent | Mapping[str, Agent], env_id: str, env_kw
                                              if isinstance(opponent, str) else opponent)
     params = params or SamplingParams(temperature=0.0, max_new_tokens=64)
     play = functools.partial(_play, env_id, kwargs, seats, states, keys, seat=seat, episodes=episodes, seed=seed,
-                             params=params, max_context=max_context, batch_size=batch_size)
+                             params=params, max_context=max_context, batch_size=batch_size, scores=scores)
     rows = play(team, other)
     label = opponent_label or (opponent if isinstance(opponent, str) else type(opponent).__name__)
     metrics = summarize(rows)
@@ -148,10 +151,13 @@ def _states_held_out(env: Any) -> tuple[list[str], bool]:
 
 def _play(env_id: str, kwargs: dict[str, Any], seats: list[str], states: int, keys: list[str],
           team: Mapping[str, Agent], other: Agent | None, *, seat: str | None, episodes: int, seed: int,
-          params: SamplingParams, max_context: int, batch_size: int) -> list[dict[str, Any]]:
+          params: SamplingParams, max_context: int, batch_size: int,
+          scores: Sequence[str] = ()) -> list[dict[str, Any]]:
     """The rows of ``episodes`` games: ``team``'s seat against ``other`` in the others (``None``: every seat its own
     policy). Each row: the starting state's ``index``, ``task_id`` and ``item`` (its key and the seat: what two runs'
-    evaluations pair on), the seat, outcome, ``correct`` (won or solved), reward, moves, invalid moves, error."""
+    evaluations pair on), the seat, outcome, ``correct`` (won or solved), reward, moves, invalid moves, error; and
+    where the game names ``scores``, each of them as the game recorded it (any seat's infos at the end: a cooperative
+    game scores the episode, not the seat), false where the game ended before recording it (an error, a cut)."""
     rows: list[dict[str, Any]] = []
     for start in range(0, episodes, batch_size):
         idx = list(range(start, min(start + batch_size, episodes)))
@@ -176,6 +182,9 @@ def _play(env_id: str, kwargs: dict[str, Any], seats: list[str], states: int, ke
                                     sample_seeds=[seed * 1_000_003 + i for i in games])
             finally:
                 close_all(envs)
+            scored: dict[int, dict[str, Any]] = {}  # each game's scores, from every seat's view
+            for i, t in zip([g for g in games for _ in seats], trajs):
+                scored.setdefault(i, {}).update(t.metadata.get("scores") or {})
             for i, t in zip([g for g in games for _ in seats], trajs):
                 if t.metadata["seat"] == mine:
                     outcome = t.metadata["outcome"] or ("truncated" if t.truncated else "error" if t.error else "none")
@@ -183,6 +192,8 @@ def _play(env_id: str, kwargs: dict[str, Any], seats: list[str], states: int, ke
                                  "outcome": outcome, "correct": outcome in ("win", "solved"),
                                  "reward": t.metadata["seat_reward"], "moves": len(t.turns),
                                  "invalid_moves": t.metadata["invalid_moves"], "error": t.error})
+                    if scores:
+                        rows[-1]["scores"] = {k: bool(scored[i].get(k, False)) for k in scores}
     return rows
 
 
@@ -223,13 +234,17 @@ def run_not_held_out(agent: str, env_id: str, opponent: str) -> tuple[bool, str 
 
 def summarize(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """The share of every outcome (wins, draws and losses always; a cooperative game's own words, such as
-    ``solved``, too) with its 95 % Wilson interval, and per episode: reward, moves, invalid moves."""
+    ``solved``, too) and of every score the rows hold (``first_correct_rate``: the share of rows whose score
+    ``first_correct`` is true) with its 95 % Wilson interval, and per episode: reward, moves, invalid moves."""
     n = len(rows)
     out: dict[str, Any] = {}
     for outcome in [*OUTCOMES, *sorted({r["outcome"] for r in rows} - set(OUTCOMES))]:
         k = sum(r["outcome"] == outcome for r in rows)
         lo, hi = wilson(k, n)
         out[f"{outcome}_rate"], out[f"{outcome}_ci95"] = (k / n if n else 0.0), [round(lo, 4), round(hi, 4)]
+    for name in sorted({k for r in rows for k in r.get("scores") or {}}):
+        k = sum(bool((r.get("scores") or {}).get(name)) for r in rows)
+        out[f"{name}_rate"], out[f"{name}_ci95"] = k / n, [round(x, 4) for x in wilson(k, n)]
     won = sum(r["outcome"] in ("win", "solved") for r in rows)
     out["success_rate"], out["success_ci95"] = (won / n if n else 0.0), [round(x, 4) for x in wilson(won, n)]
     for key in ("reward", "moves", "invalid_moves"):

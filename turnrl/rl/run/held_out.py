@@ -2,7 +2,10 @@
 first step (the trainer), by canonical form (:mod:`turnrl.envs.split_check`):
 
 * :func:`check_held_out` — the held-out tasks a run evaluates against the training split it reads;
-* :func:`check_validation` — the validation tasks (``validate_every``) against the training split;
+* :func:`check_validation` — the validation tasks (``validate_every``) against the training split
+  (:func:`check_game_validation`: a game's);
+* :func:`check_extra_evals` — the problems of the run's evaluations on other environments (``extra_evals``,
+  resolved by :func:`plan_extra_evals`) against the training split;
 * :func:`check_dataset` — an offline run's stored episodes (``metadata["item"]``, recorded by ``turnrl rollout``)
   against its held-out and validation problems.
 
@@ -12,9 +15,11 @@ problems, and returns a warning where nothing can be claimed held out.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
-from turnrl.rl.run.evaluate import run_eval_kwargs
+from turnrl.envs.multiagent.registry import is_multi_agent
+from turnrl.rl.run.evaluate import held_out_kwargs, run_eval_kwargs
 from turnrl.types import Trajectory
 
 
@@ -172,22 +177,62 @@ def check_game_held_out(env_id: str, kwargs: dict[str, Any], eval_kwargs: dict[s
         held.close()
 
 
-def check_run(cfg: Any, train_env: Any, held_env: Any) -> str | None:
-    """Everything :mod:`held_out` asks of a training run (``cfg``, a TrainConfig) before a model loads: its held-out
-    tasks (``held_env``) against its training tasks (``train_env``; both closed here), or a game's; and where
-    ``validate_every`` asks for one, a validation split to read that poses no training problem. Returns :func:`check_held_out`'s warning.
+def check_game_validation(env_id: str, kwargs: dict[str, Any], eval_kwargs: dict[str, Any] | None,
+                          n_tasks: int) -> dict[str, Any]:
+    """:func:`check_validation` for an environment with several agents (``validate_every`` on a game with a list of
+    problems, the solver–critic game): the game's validation split, made with the run's ``kwargs`` and
+    ``eval_kwargs``, against its training problems. Returns the validation games' kwargs.
 
     Raises:
-        HeldOutError: what :func:`check_held_out` or :func:`check_game_held_out` raises.
-        ValueError: ``validate_every`` on an environment that declares no validation split.
+        ValueError: the game declares no validation split (``validation_split``).
+        HeldOutError: its first ``n_tasks`` validation problems are training problems.
+    """
+    from turnrl.envs.multiagent import make_multi_agent
+    from turnrl.envs.split_check import SHOWN, held_out_overlap
+
+    train = make_multi_agent(env_id, **kwargs)
+    try:
+        split = getattr(train, "validation_split", None)
+        if split is None:
+            raise ValueError(f"validate_every reads a validation split, but {env_id} declares none "
+                             "(validation_split); set validate_every=0 and use eval_every, or give the game one")
+        val_kwargs = {k: v for k, v in kwargs.items() if k != "split"} | dict(eval_kwargs or {}) | {"split": split}
+        val = make_multi_agent(env_id, **val_kwargs)
+        try:
+            shared = held_out_overlap(train, val, n_tasks) or []
+        finally:
+            val.close()
+    finally:
+        train.close()
+    if shared:
+        raise HeldOutError(f"{env_id}: the validation split {split!r} would pose {len(shared)} problem(s) this run "
+                           f"trains on, e.g. {', '.join(repr(k) for k in shared[:SHOWN])}; choices made on it would "
+                           "be made on training problems. Train on the training split")
+    return val_kwargs
+
+
+def check_run(cfg: Any, train_env: Any, held_env: Any) -> str | None:
+    """Everything :mod:`held_out` asks of a training run (``cfg``, a TrainConfig) before a model loads: its held-out
+    tasks (``held_env``) against its training tasks (``train_env``; both closed here), or a game's; where
+    ``validate_every`` asks for one, a validation split to read that poses no training problem (a game's too:
+    :func:`check_game_validation`); and the problems of its ``extra_evals``
+    (:func:`turnrl.rl.run.extra_evals.check_extra_evals`). Returns :func:`check_held_out`'s warnings.
+
+    Raises:
+        HeldOutError: what :func:`check_held_out`, :func:`check_game_held_out` or the other checks raise.
+        ValueError: ``validate_every`` on an environment (a game, an extra evaluation's) that declares no validation
+            split; an extra evaluation's environment that does not make.
     """
     if cfg.multi_agent is not None:
         try:
-            return check_game_held_out(cfg.env.id, cfg.env.kwargs, cfg.env.eval_kwargs, cfg.eval_tasks)
+            warning = check_game_held_out(cfg.env.id, cfg.env.kwargs, cfg.env.eval_kwargs, cfg.eval_tasks)
         except HeldOutError:
             raise
         except (ValueError, TypeError, ImportError):  # a game that does not make: its source says why, later
             return None
+        if cfg.validate_every:  # (the game makes: a missing validation split is this run's error)
+            check_game_validation(cfg.env.id, cfg.env.kwargs, cfg.env.eval_kwargs, cfg.validation_tasks)
+        return warning
     try:
         if cfg.validate_every and getattr(train_env.unwrapped, "validation_split", None) is None:
             raise ValueError(f"validate_every={cfg.validate_every}, but {cfg.env.id} declares no validation split to "
@@ -197,7 +242,103 @@ def check_run(cfg: Any, train_env: Any, held_env: Any) -> str | None:
             held_kwargs = run_eval_kwargs(train_env, cfg.env.kwargs, cfg.env.eval_kwargs)
             check_validation(cfg.env.id, train_env, {**held_kwargs, "split": train_env.unwrapped.validation_split},
                              cfg.validation_tasks)
+        if cfg.extra_evals:  # the policy's evaluations on other environments: none on a training problem either
+            extra = check_extra_evals(cfg, train_env)
+            warning = "\n".join(w for w in (warning, extra) if w) or None
         return warning
     finally:
         train_env.close()
         held_env.close()
+
+
+@dataclass(frozen=True)
+class Planned:
+    """One extra evaluation of a run (``extra_evals``, :mod:`turnrl.rl.run.extra_evals`), resolved: the kwargs of
+    its held-out games or episodes and of its validation (None: the environment declares no validation split)."""
+
+    name: str
+    env: str
+    several: bool  # an environment with several agents
+    kwargs: dict[str, Any]
+    validation: dict[str, Any] | None
+    opponent: str
+    seat: str | None
+
+
+def _make(env_id: str, kwargs: dict[str, Any], several: bool) -> Any:
+    """An environment of one agent or several, by its id."""
+    if several:
+        from turnrl.envs.multiagent import make_multi_agent
+
+        return make_multi_agent(env_id, **kwargs)
+    from turnrl.envs.registry import make
+
+    return make(env_id, **kwargs)
+
+
+def plan_extra_evals(cfg: Any) -> list[Planned]:
+    """``cfg.extra_evals`` resolved: each environment made once with its kwargs, and the split it is evaluated on
+    (the kwargs' own, else its held-out split) and validated on (its validation split).
+
+    Raises:
+        ValueError: an environment that does not make with its kwargs (with its own reason).
+    """
+    out = []
+    for name, spec in (cfg.extra_evals or {}).items():
+        several = is_multi_agent(spec.env)
+        try:
+            probe = _make(spec.env, dict(spec.kwargs), several)
+        except (ValueError, TypeError, ImportError, KeyError) as e:
+            raise ValueError(f"extra_evals.{name}: {spec.env} does not make with {spec.kwargs}: {e}") from e
+        try:
+            base = getattr(probe, "unwrapped", probe)
+            if several:
+                held = dict(spec.kwargs)
+                if "split" not in held and getattr(base, "held_out_split", None) is not None:
+                    held["split"] = base.held_out_split
+            else:
+                held = held_out_kwargs(base, dict(spec.kwargs)) or dict(spec.kwargs)
+            split = getattr(base, "validation_split", None)
+        finally:
+            probe.close()
+        out.append(Planned(name, spec.env, several, held, None if split is None else {**held, "split": split},
+                           spec.opponent, spec.seat))
+    return out
+
+
+def check_extra_evals(cfg: Any, train_env: Any, planned: list[Planned] | None = None) -> str | None:
+    """Refuse an extra evaluation that would read the run's training problems (by canonical form: its first
+    ``eval_tasks`` problems where the environment calls them held out, and with ``validate_every`` its first
+    ``validation_tasks`` validation problems), or that cannot validate where the run validates. Returns a warning
+    where an environment evaluates problems it does not call held out and they are training problems.
+
+    Raises:
+        HeldOutError: held-out or validation problems the run trains on.
+        ValueError: ``validate_every`` with an environment that declares no validation split; an environment that
+            does not make.
+    """
+    from turnrl.envs.split_check import SHOWN, held_out_overlap
+
+    warnings = []
+    for p in plan_extra_evals(cfg) if planned is None else planned:
+        what = f"extra_evals.{p.name} ({p.env})"
+        held = _make(p.env, p.kwargs, p.several)
+        try:
+            if (warning := check_held_out(what, train_env, held, cfg.eval_tasks)) is not None:
+                warnings.append(warning)
+        finally:
+            held.close()
+        if not cfg.validate_every:
+            continue
+        if p.validation is None:
+            raise ValueError(f"{what}: validate_every validates it too, but {p.env} declares no validation split "
+                             "(validation_split); drop it from extra_evals or set validate_every=0")
+        val = _make(p.env, p.validation, p.several)
+        try:
+            shared = held_out_overlap(train_env, val, cfg.validation_tasks) or []
+        finally:
+            val.close()
+        if shared:
+            raise HeldOutError(f"{what}: its validation split {p.validation['split']!r} would pose {len(shared)} "
+                               f"problem(s) this run trains on, e.g. {', '.join(repr(k) for k in shared[:SHOWN])}")
+    return "\n".join(warnings) or None

@@ -59,6 +59,7 @@ class Trainer:
         self.validation_metrics: dict[str, Any] = {}  # the last validation's figures (validate_every)
         self.eval_metrics: dict[str, Any] = {}  # the last evaluation's figures
         self._eval_opponent: Any = None  # a multi-agent run's held-out opponent, built at the first evaluation
+        self.extra_evals: Any = None  # the policy's evaluations on other environments (extra_evals), built below
         batch = config.rollout.prompts_per_step * config.rollout.group_size
         self.algorithm = get_algorithm(config.algorithm)
         # the algorithm's experience source, opened (data read and checked) before the model loads
@@ -118,6 +119,12 @@ class Trainer:
         except BaseException:
             self.learner.close()
             raise
+        if config.extra_evals:  # the policy also evaluated on other environments (rl/run/extra_evals.py)
+            from turnrl.rl.run.extra_evals import ExtraEvals
+            from turnrl.rollout.opponents import make_opponent
+
+            self.extra_evals = ExtraEvals(config, lambda name: make_opponent(name, self.agent.tokenizer, config.seed,
+                                                                             str(self.device)))
         self.driver = Driver(config, self.learner, self.source, self._held_out, self.monitors,
                              validate=self._validation if config.validate_every else None)
 
@@ -168,31 +175,46 @@ class Trainer:
 
             ma = self.cfg.multi_agent
             if self._eval_kwargs is None:  # once: a game with a list of problems evaluates none it trains on
-                from turnrl.rl.run.held_out import check_game_held_out
+                from turnrl.rl.run.held_out import check_game_held_out, check_game_validation
 
                 check_game_held_out(self.cfg.env.id, self.cfg.env.kwargs, self.cfg.env.eval_kwargs, self.cfg.eval_tasks)
                 self._eval_kwargs = {}
+                if self.cfg.validate_every:  # (and validates on none: a game that declares a validation split)
+                    self._validation_split = check_game_validation(self.cfg.env.id, self.cfg.env.kwargs,
+                                                                   self.cfg.env.eval_kwargs,
+                                                                   self.cfg.validation_tasks)["split"]
             player: Any = self.agent
             if self.policies:  # every seat played by its own policy
                 player = {seat: self.policies[name] for seat, name in ma.policy_of_seat().items()}
             kwargs = {k: v for k, v in self.cfg.env.kwargs.items() if k != "split"}  # the held-out split's
             kwargs.update(self.cfg.env.eval_kwargs or {})
+            episodes, validating = self.cfg.eval_tasks, split == "validation"
+            if validating:  # the validation split's first validation_tasks problems; no floor
+                if self._validation_split is None:
+                    raise ValueError(f"{self.cfg.env.id}: evaluate(split='validation') reads the game's validation "
+                                     "split, which the run checks against its training problems with validate_every "
+                                     "only: set validate_every")
+                kwargs, episodes = {**kwargs, "split": self._validation_split}, self.cfg.validation_tasks
             name = ma.held_out_opponent(self.cfg.env.id)
             if self._eval_opponent is None and name != "self":  # built once, on the policy's device
                 from turnrl.rollout.opponents import make_opponent
 
                 self._eval_opponent = make_opponent(name, self.agent.tokenizer, self.cfg.seed, str(self.device))
             m = evaluate_multi_agent(player, self.cfg.env.id, kwargs, opponent=self._eval_opponent or "self",
-                                     seat=ma.eval_seat, episodes=self.cfg.eval_tasks, seed=self.cfg.seed,
+                                     seat=ma.eval_seat, episodes=episodes, seed=self.cfg.seed,
                                      params=SamplingParams(temperature=0.0,
                                                            max_new_tokens=self.cfg.rollout.max_new_tokens),
                                      max_context=self.cfg.rollout.max_context, out_dir=out,
                                      opponent_label=name, opponent_checked=True,
-                                     floor=self.eval_metrics.get("floor", True),
+                                     floor=False if validating else self.eval_metrics.get("floor", True),
                                      not_held_out=ma.not_held_out(self.cfg.env.id, self.cfg.model, self.cfg.out_dir))
             # (the floor — a random legal player's figures from the same states — is played at the first evaluation)
-            self.eval_metrics = {**m, "env": {k: v for k, v in m.items() if k.endswith(("_rate", "_mean"))
-                                              and k != "success_rate"} | {"held_out": float(m["held_out"] == "held out")}}
+            figures = {**m, "env": {k: v for k, v in m.items() if k.endswith(("_rate", "_mean"))
+                                    and k != "success_rate"} | {"held_out": float(m["held_out"] == "held out")}}
+            if validating:
+                self.validation_metrics = figures
+            else:
+                self.eval_metrics = figures
             return float(m["success_rate"])
         if self._eval_kwargs is None:
             train_env = make(self.cfg.env.id, **self.cfg.env.kwargs)
@@ -237,19 +259,22 @@ class Trainer:
 
     def _held_out(self, out: Path) -> dict[str, float]:
         """The driver's evaluation: ``eval_success`` and, beside it, the environment's own figures (``eval_`` +
-        the names its ``summarize_episodes`` gives, e.g. ``eval_pag_verifier_balanced_acc``)."""
+        the names its ``summarize_episodes`` gives, e.g. ``eval_pag_verifier_balanced_acc``), and the extra
+        evaluations' (``eval_NAME_success``, …: ``extra_evals``)."""
         success = self.evaluate(out)
         own = self.eval_metrics.get("env") or {}
         spread = {f"eval_{k}": float(self.eval_metrics[m]) for k, m in
                   (("items", "distinct_items"), ("success_low", "accuracy_low"), ("success_high", "accuracy_high"))
                   if self.eval_metrics.get(m) is not None}  # distinct items and the 95 % interval over them
-        return {"eval_success": success, **spread, **{f"eval_{k}": float(v) for k, v in own.items()}}
+        extra = self.extra_evals.run(self.agent, out.name) if self.extra_evals is not None else {}
+        return {"eval_success": success, **spread, **{f"eval_{k}": float(v) for k, v in own.items()}, **extra}
 
     def _validation(self, out: Path) -> dict[str, float]:
         """The driver's validation: ``val_success`` and the environment's own figures as ``val_<figure>``."""
         success = self.evaluate(out, split="validation")
         own = self.validation_metrics.get("env") or {}
-        return {"val_success": success, **{f"val_{k}": float(v) for k, v in own.items()}}
+        extra = self.extra_evals.run(self.agent, out.name, "validation") if self.extra_evals is not None else {}
+        return {"val_success": success, **{f"val_{k}": float(v) for k, v in own.items()}, **extra}
 
     def train(self, *, stop_after: int | None = None,
               on_step: Callable[[dict[str, float]], None] | None = None) -> list[dict[str, float]]:
