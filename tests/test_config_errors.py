@@ -25,7 +25,7 @@ def test_unknown_keys_get_did_you_mean_in_the_file_and_in_overrides(tmp_path):
     path.write_text(BASE)
     assert _error(path, ["optim.lerning_rate=1"]) == (
         "override optim.lerning_rate=1: unknown key 'lerning_rate'; optim takes: lr, weight_decay, grad_clip, "
-        "warmup_steps, epochs, minibatch_size, grad_accum, micro_tokens, shuffle, share_prompts, lanes, "
+        "warmup_steps, epochs, minibatch_size, grad_accum, micro_tokens, shuffle, share_prompts, prefix_tree, lanes, "
         "recompute_logprobs")
     assert _error(path, ["algorithm.kl_coeff=0.1"]) == (
         "override algorithm.kl_coeff=0.1: algorithm: algorithm 'grpo' has no option 'kl_coeff' (did you mean "
