@@ -170,6 +170,46 @@ def test_websocket_sessions_need_the_key(keyed, monkeypatch):
         turnrl.make(url, remote_api_key="wrong")
 
 
+def test_odd_methods_paths_and_subprotocols_need_the_key_too(keyed):
+    """The guard sits in front of the router: HEAD, OPTIONS, a trailing slash, a percent-encoded path, a path no
+    route serves and a WebSocket asking for a subprotocol are all answered 401 without the key."""
+    base = f"http://127.0.0.1:{keyed.port}"
+    before = ran()
+    for method, path in [("HEAD", "/health"), ("OPTIONS", "/health"), ("GET", "/health/"), ("GET", "/%68ealth"),
+                         ("POST", f"/{ID}/reset/"), ("POST", f"/{ID.replace('/', '%2F')}/reset"), ("PUT", "/reset"),
+                         ("GET", f"/{ID}/../health")]:
+        answer = httpx.request(method, f"{base}{path}", json=None if method in ("HEAD", "OPTIONS") else {"seed": 1})
+        assert answer.status_code == 401, (method, path, answer.status_code)
+    for path, protocols in [("/ws/", None), ("/%77s", None), ("/no/such/ws", None), ("/ws", ["openenv", "turnrl"])]:
+        with pytest.raises(InvalidStatus) as refused:
+            connect(f"ws://127.0.0.1:{keyed.port}{path}", subprotocols=protocols, open_timeout=5)
+        assert refused.value.response.status_code == 401, path
+    assert ran() == before and keyed.served_sessions == 0
+    assert httpx.head(f"{base}/health", headers={"Authorization": f"Bearer {KEY}"}).status_code == 200  # (as GET)
+
+
+def test_a_key_in_a_remote_url_is_sent_and_never_echoed(keyed, monkeypatch):
+    """`remote:http://turnrl:KEY@HOST:PORT/ID` works (Basic), and no error of the client prints the key."""
+    monkeypatch.delenv("TURNRL_API_KEY", raising=False)
+    env = turnrl.make(f"remote:http://turnrl:{KEY}@127.0.0.1:{keyed.port}/{ID}")
+    env.reset(seed=2)
+    assert env.step("ok")[1] == 1.0
+    env.close()
+    wrong = "wr0ng-k3y-in-the-url"
+    with pytest.raises(RemoteEnvError, match="HTTP 401") as refused:
+        turnrl.make(f"remote:http://turnrl:{wrong}@127.0.0.1:{keyed.port}/{ID}")
+    assert wrong not in str(refused.value) and "turnrl:***@127.0.0.1" in str(refused.value)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        free = s.getsockname()[1]
+    with pytest.raises(RemoteEnvError, match="cannot reach") as unreachable:
+        turnrl.make(f"remote:http://turnrl:{KEY}@127.0.0.1:{free}/{ID}", remote_connect_timeout=1)
+    assert KEY not in str(unreachable.value) and ":***@" in str(unreachable.value)
+    with pytest.raises(Exception, match="port must be a number") as malformed:
+        turnrl.make(f"remote:http://turnrl:{KEY}@127.0.0.1:port/{ID}")
+    assert KEY not in str(malformed.value)
+
+
 def test_openenv_clients_send_the_key_in_their_url(keyed):
     from openenv.core.generic_client import GenericEnvClient
     from openenv.core.mcp_client import MCPToolClient

@@ -124,7 +124,7 @@ class RemoteEnv(TextEnv):
             if self.env_kwargs:
                 self._drop()
                 raise RemoteEnvError(
-                    f"{self.url} is an OpenEnv server, which makes its environment itself: it takes no keyword "
+                    f"{p.redact(self.url, self.url)} is an OpenEnv server, which makes its environment itself: it takes no keyword "
                     f"arguments ({', '.join(sorted(self.env_kwargs))} given); only max_turns and openenv_tasks, "
                     "which the client keeps")
             if not isinstance(tasks, int) or isinstance(tasks, bool) or tasks < 1:
@@ -145,7 +145,7 @@ class RemoteEnv(TextEnv):
 
     @property
     def where(self) -> str:
-        return f"the environment server at {self.url}"
+        return f"the environment server at {p.redact(self.url, self.url)}"  # never its key
 
     def _connect(self) -> ClientConnection:
         local = urlsplit(self.url).hostname in ("127.0.0.1", "localhost", "::1")
@@ -162,7 +162,7 @@ class RemoteEnv(TextEnv):
                                  f"{body or 'no environment at this path'}") from None
         except (OSError, TimeoutError, InvalidURI, WebSocketException) as e:
             raise RemoteEnvError(
-                f"cannot reach {self.where}: {type(e).__name__}: {e}. Is a server running there? Start one with "
+                f"cannot reach {self.where}: {type(e).__name__}: {p.redact(str(e), self.url)}. Is a server running there? Start one with "
                 "`turnrl envs serve ID --port PORT` (or an OpenEnv server) and name it as "
                 "remote:http://HOST:PORT/ID") from None
 

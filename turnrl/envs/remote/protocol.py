@@ -160,6 +160,7 @@ def split_remote_id(env_id: str) -> str:
     """``"remote:http://host:port/ns/Name-v0"`` → ``"http://host:port/ns/Name-v0"`` (checked)."""
     url = env_id[len(REMOTE_PREFIX):] if env_id.startswith(REMOTE_PREFIX) else env_id
     parts = urlsplit(url)
+    env_id = redact(env_id, url)  # only for the messages
     if parts.scheme not in ("http", "https", "ws", "wss") or not parts.hostname:
         raise ValueError(f"{env_id!r} is not of the form 'remote:http://HOST:PORT/namespace/Name-v0' (or "
                          "'remote:http://HOST:PORT' for the server's first environment)")
@@ -168,6 +169,13 @@ def split_remote_id(env_id: str) -> str:
     except ValueError:
         raise ValueError(f"{env_id!r}: the port must be a number") from None
     return url
+
+
+def redact(text: str, url: str) -> str:
+    """``text`` with the password of ``url``'s credentials (``http://turnrl:KEY@HOST:PORT/ID``: the server's API
+    key) written ``***`` wherever the URL appears in it: what error messages, logs and trajectories may hold."""
+    password = urlsplit(url).password
+    return text.replace(f":{password}@", ":***@") if password else text
 
 
 def ws_url(url: str) -> str:
