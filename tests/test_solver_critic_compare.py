@@ -218,3 +218,29 @@ def test_bad_extra_evaluations_are_refused_before_a_model_loads(tmp_path):
     assert "drop extra_evals" in train_refusal(
         tmp_path, "env: {id: turnrl/SolverCritic-v0}\nmulti_agent: {eval_not_held_out: true}\n" + REVIEW)
     assert "declares none" in train_refusal(tmp_path, "env: {id: turnrl/TicTacToe-v0}\nvalidate_every: 1\n")
+
+
+def test_a_killed_and_resumed_run_records_each_steps_extra_evaluation_once(tmp_path):
+    """A run killed after a step it did not checkpoint plays that step again when resumed: metrics.jsonl holds each
+    step once (its own evaluation's figures and the extra evaluation's), as the checkpoint left it, then the rest."""
+    from turnrl.rl.run.trainer import Trainer, load_config
+
+    out = tmp_path / "alone"
+    cfg = load_config("configs/solver-alone-lora.yaml", [
+        "model=tiny:chatml", "steps=4", "eval_every=1", "checkpoint_every=2", "eval_tasks=2",
+        "rollout.prompts_per_step=1", "rollout.group_size=2", "rollout.max_new_tokens=4", "optim.minibatch_size=2",
+        "optim.grad_accum=1", f"out_dir={out}"])
+    killed = Trainer(cfg)
+    killed.train(stop_after=3)  # steps 1-3 recorded, the checkpoint at step 2: killed before step 4
+    killed.close()
+    before = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    resumed = Trainer(cfg)
+    resumed.load(out / "checkpoint.pt")
+    resumed.train()
+    resumed.close()
+    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [int(r["step"]) for r in rows] == [0, 1, 2, 3, 4]
+    assert all("eval_review_success" in r and "eval_review_first_correct_rate" in r for r in rows)
+    figures = [k for k in rows[3] if k.startswith("eval_")]
+    assert {k: rows[3][k] for k in figures} == {k: before[3][k] for k in figures}  # step 3 again, as it was
+    assert sorted(d.name for d in (out / "review" / "eval").iterdir()) == [f"step-{i}" for i in range(5)]

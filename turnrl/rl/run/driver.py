@@ -155,3 +155,6 @@ class Driver:
         torch.set_rng_state(state["rng"])
         self.step, self.history = state["step"], state["history"]
         self.source.load_state_dict(state["source"])
+        # metrics.jsonl as of the checkpoint: the rows a killed run wrote after it (steps, evaluations) are played again
+        self.out.mkdir(parents=True, exist_ok=True)
+        (self.out / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in self.history))
