@@ -244,3 +244,32 @@ def test_a_killed_and_resumed_run_records_each_steps_extra_evaluation_once(tmp_p
     figures = [k for k in rows[3] if k.startswith("eval_")]
     assert {k: rows[3][k] for k in figures} == {k: before[3][k] for k in figures}  # step 3 again, as it was
     assert sorted(d.name for d in (out / "review" / "eval").iterdir()) == [f"step-{i}" for i in range(5)]
+
+
+def test_an_offline_dataset_that_poses_an_extra_evaluations_problems_is_refused(tmp_path):
+    """An offline run's data is checked against its extra evaluations' problems too: episodes sampled from the
+    arithmetic test split pose the review's test problems, even where the run's own evaluation reads another split."""
+    from turnrl.agents.base import SamplingParams
+    from turnrl.agents.tiny import tiny_model
+    from turnrl.rl.config import TrainConfig
+    from turnrl.rl.run.trainer import Trainer
+    from turnrl.rl.sources.collect import rollout_dataset
+    from turnrl.rl.sources.replay import OfflineDataError
+
+    tok = tiny_tokenizer("chatml")
+    for split in ("test", "train"):  # right answers (rft needs some to imitate)
+        rollout_dataset(ScriptedAgent(tok, solver("right", "right")), "scripted", "turnrl/Arithmetic-v0", out=tmp_path / f"{split}.jsonl",
+                        tasks=4, samples=1, params=SamplingParams(temperature=1.0, max_new_tokens=16),
+                        env_kwargs={"split": split, "level": [1]})
+
+    def config(data: str) -> TrainConfig:
+        return TrainConfig.model_validate({
+            "model": "tiny:chatml", "env": {"id": "turnrl/Arithmetic-v0", "kwargs": {"level": [1]},
+                                            "eval_kwargs": {"split": "validation"}},
+            "algorithm": {"name": "rft"}, "data": {"path": str(tmp_path / data), "batch_size": 2},
+            "rollout": {"max_new_tokens": 4}, "eval_tasks": 4, "out_dir": str(tmp_path / "run"),
+            "extra_evals": {"review": {"env": GAME, "kwargs": {"levels": [1]}}}})
+
+    with pytest.raises(OfflineDataError, match=r"holds 4 of the problems of extra_evals.review's held-out evaluation"):
+        Trainer(config("test.jsonl"), model=tiny_model(tok), tokenizer=tok)
+    Trainer(config("train.jsonl"), model=tiny_model(tok), tokenizer=tok).close()  # training problems: accepted

@@ -91,11 +91,13 @@ class OfflineSource(ReplaySource):
         source = cls(cfg.data.path, algorithm, cfg.data.batch_size, seed=cfg.seed, shuffle=cfg.data.shuffle,
                      temperature=cfg.rollout.temperature)
         source.env = make(cfg.env.id, **cfg.env.kwargs)  # e.g. PAG's figures of stored verdict rows
-        from turnrl.rl.run.held_out import HeldOutError, check_dataset
+        from turnrl.rl.run.held_out import HeldOutError, check_dataset, check_dataset_extra_evals
 
         try:
             warning = check_dataset(cfg.env.id, cfg.env.kwargs, cfg.env.eval_kwargs, cfg.eval_tasks, source.episodes,
                                     cfg.validation_tasks if cfg.validate_every else 0)
+            if cfg.extra_evals:  # and none of the problems its evaluations on other environments score
+                check_dataset_extra_evals(cfg, source.episodes)
         except HeldOutError as e:
             source.close()
             raise OfflineDataError(f"{source.where}: {e}") from e

@@ -24,7 +24,7 @@ environment's own figures.
 
 Held out: each environment's evaluated problems, and its validation problems, are checked against the run's training
 problems by canonical form (:func:`turnrl.rl.run.held_out.check_extra_evals`: before a model loads, and again at
-the first evaluation); a
+the first evaluation; an offline run's stored episodes by :func:`~turnrl.rl.run.held_out.check_dataset_extra_evals`); a
 problem the run trains on is refused where the environment calls that split held out, as for the run's own
 evaluation.
 """

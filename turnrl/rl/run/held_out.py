@@ -342,3 +342,41 @@ def check_extra_evals(cfg: Any, train_env: Any, planned: list[Planned] | None = 
             raise HeldOutError(f"{what}: its validation split {p.validation['split']!r} would pose {len(shared)} "
                                f"problem(s) this run trains on, e.g. {', '.join(repr(k) for k in shared[:SHOWN])}")
     return "\n".join(warnings) or None
+
+
+def check_dataset_extra_evals(cfg: Any, episodes: list[Trajectory]) -> None:
+    """:func:`check_dataset` for the run's ``extra_evals``: refuse stored episodes (an offline run's dataset, by the
+    canonical form ``turnrl rollout`` records in ``metadata["item"]``) that pose the problems an extra evaluation
+    scores — its first ``eval_tasks`` where its environment calls that split held out, and with ``validate_every``
+    its first ``validation_tasks`` validation problems (a dataset sampled from ``turnrl/Arithmetic-v0``'s test split
+    poses the test problems of ``turnrl/SolverCritic-v0``'s review, whatever the run's own evaluation reads).
+
+    Raises:
+        HeldOutError: episodes pose an extra evaluation's problems.
+        ValueError: an extra evaluation's environment that does not make.
+    """
+    from turnrl.envs.split_check import SHOWN, task_keys
+
+    guarded: dict[str, str] = {}
+    for p in plan_extra_evals(cfg):
+        n_val = cfg.validation_tasks if cfg.validate_every else 0
+        for role, kwargs, n in (("held-out", p.kwargs, cfg.eval_tasks), ("validation", p.validation, n_val)):
+            if kwargs is None or n <= 0:
+                continue
+            env = _make(p.env, kwargs, p.several)
+            try:
+                base = getattr(env, "unwrapped", env)
+                split = getattr(base, "split", None)
+                if split is not None and split in (getattr(base, "held_out_split", None),
+                                                   getattr(base, "validation_split", None)):
+                    guarded.update({k: f"extra_evals.{p.name}'s {role}" for k in task_keys(env, n) or []})
+            finally:
+                env.close()
+    items = [t.metadata.get("item") for t in episodes]
+    shared = sorted({i for i in items if i is not None and i in guarded})
+    if shared:
+        where = ", ".join(sorted({guarded[i] for i in shared}))
+        raise HeldOutError(f"the data holds {len(shared)} of the problems of {where} evaluation "
+                           f"({sum(i in guarded for i in items)} episodes), e.g. "
+                           f"{', '.join(repr(k) for k in shared[:SHOWN])}: it would train on what it evaluates on. "
+                           "Sample the data from the training split (turnrl rollout --kw split=train)")
