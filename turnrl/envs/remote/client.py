@@ -124,9 +124,9 @@ class RemoteEnv(TextEnv):
             if self.env_kwargs:
                 self._drop()
                 raise RemoteEnvError(
-                    f"{p.redact(self.url, self.url)} is an OpenEnv server, which makes its environment itself: it takes no keyword "
-                    f"arguments ({', '.join(sorted(self.env_kwargs))} given); only max_turns and openenv_tasks, "
-                    "which the client keeps")
+                    f"{p.redact(self.url, self.url)} is an OpenEnv server, which makes its environment itself: it "
+                    f"takes no keyword arguments ({', '.join(sorted(self.env_kwargs))} given); only max_turns and "
+                    "openenv_tasks, which the client keeps")
             if not isinstance(tasks, int) or isinstance(tasks, bool) or tasks < 1:
                 raise ValueError(f"openenv_tasks must be a positive integer, got {tasks!r}")
             spec = self._openenv_spec(max_turns, tasks)
@@ -162,8 +162,8 @@ class RemoteEnv(TextEnv):
                                  f"{body or 'no environment at this path'}") from None
         except (OSError, TimeoutError, InvalidURI, WebSocketException) as e:
             raise RemoteEnvError(
-                f"cannot reach {self.where}: {type(e).__name__}: {p.redact(str(e), self.url)}. Is a server running there? Start one with "
-                "`turnrl envs serve ID --port PORT` (or an OpenEnv server) and name it as "
+                f"cannot reach {self.where}: {type(e).__name__}: {p.redact(str(e), self.url)}. Is a server running "
+                "there? Start one with `turnrl envs serve ID --port PORT` (or an OpenEnv server) and name it as "
                 "remote:http://HOST:PORT/ID") from None
 
     def _open(self) -> p.Spec | None:
