@@ -306,3 +306,33 @@ def test_request_sizes_are_bounded(monkeypatch):
                 ws.recv(timeout=10)
             assert closed.value.rcvd.code == 1009
         wait_until(lambda: srv.quota.held == {})
+
+
+def test_a_session_is_given_back_on_every_way_it_ends():
+    """A client's sessions count until they end, however they end: the TCP connection dropped mid-session, idle past
+    idle_timeout, a step cut at step_timeout (over /ws and over HTTP), an HTTP client gone while its step runs."""
+    with EnvServer(["tests/Hanging-v0"], port=0, max_sessions_per_client=4, step_timeout=0.5, idle_timeout=1.0) as srv:
+        free = lambda: srv.quota.held == {} and srv.open_sessions == 0  # noqa: E731
+        ws_url, http = f"ws://127.0.0.1:{srv.port}/ws", f"http://127.0.0.1:{srv.port}"
+        reset = json.dumps({"type": "reset", "data": {"options": {"index": 0}}})  # task t0: its step never returns
+        for ending in ("dropped", "idle", "step timeout"):
+            ws = connect(ws_url)
+            ws.send(reset)
+            assert json.loads(ws.recv(timeout=10))["type"] == "observation" and srv.quota.held == {"127.0.0.1": 1}
+            if ending == "dropped":
+                ws.socket.close()  # no closing handshake
+            elif ending == "idle":
+                assert "idle" in json.loads(ws.recv(timeout=10))["data"]["message"]
+            else:
+                ws.send(json.dumps({"type": "step", "data": {"message": "ok"}}))
+                assert json.loads(ws.recv(timeout=10))["data"]["code"] == "TIMEOUT"
+            wait_until(free)
+            ws.close()
+        hung = httpx.post(f"{http}/step", json={"seed": 0, "options": {"index": 0}, "action": {"message": "ok"}})
+        assert hung.status_code == 504 and free()
+        body = json.dumps({"seed": 0, "options": {"index": 0}, "action": {"message": "ok"}}).encode()
+        with socket.create_connection(("127.0.0.1", srv.port), timeout=10) as raw:  # gone while its step runs
+            raw.sendall(b"POST /step HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                        b"Content-Length: %d\r\n\r\n" % len(body) + body)
+            wait_until(lambda: srv.quota.held == {"127.0.0.1": 1})
+        wait_until(free)
