@@ -7,19 +7,46 @@ log-probability gap is the worst step's (an offline run's first step's: later st
     python bench/evidence_report.py runs/e77                    # every experiment whose runs are there
     python bench/evidence_report.py runs/e77 --arms full lora   # only these arms (folders ARM-sSEED)
 
+Beside those, what a preregistration names (bench/preregistered.md): arm against arm at a step fixed there as well
+as at the end (:data:`AT_STEP`: the difficulty sampler against uniform at step 6); a gain from one arm's step 0 to
+another's end (:data:`CHAINS`: PAG's whole recipe, from the base model at the warm-up's step 0); a PAG run's own
+figures at the step read (:func:`pag_table`: Acc@turn1, Acc@final, their paired difference, the verifier's balanced
+accuracy with a bootstrap interval over items, the validation figures that chose the step); and the gateway
+example's gain on the test problems no earlier run of it was scored on (:data:`GATEWAY_SEEN`). A run read at a step
+its validation chose that is step 0 has gained nothing by construction (its row says so).
+
 Prints Markdown; nothing is run. A seed whose run is missing or unfinished is listed as such, never skipped silently.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
-from turnrl.cli.compare import CompareError, compare_runs
+import numpy as np
+
+from turnrl.cli.compare import CompareError, compare_pair, evaluation_folder, load_arm
 
 PAIRS = (("lora", "full"), ("dapo", "grpo"), ("vapo", "grpo"), ("vapo", "dapo"), ("dqo", "rft"), ("dqo", "dpo"),
-         ("rft", "dpo"))
+         ("rft", "dpo"), ("difficulty", "uniform"))
+#: arm B against arm A at a step fixed in bench/preregistered.md, beside the comparison at the end
+AT_STEP = (("difficulty", "uniform", 6),)
+#: the gain from arm A's step 0 to arm B's end, where B starts from A (PAG from its warm-up: the base model first)
+CHAINS = (("pag-warmup", "pag"),)
+#: The 18 of today's 102 level-1 test problems that earlier runs of the gateway example (2026-11-26 to 12-02) were
+#: scored on: the canonical forms of the old split's level-1 test tasks 0-319 (a problem's text hashed to test when
+#: the first byte of its SHA-256 was 0 mod 10; task i drawn from default_rng([1, 1, i])) that today's split also
+#: puts in test. Its configuration was chosen after six of those runs; the other 84 problems no run of it had seen.
+GATEWAY_SEEN = frozenset({
+    "arithmetic:(4+6)", "arithmetic:(16+4)", "arithmetic:(16+2)", "arithmetic:(2+5)", "arithmetic:(12+17)",
+    "arithmetic:(1+6)", "arithmetic:(12+15)", "arithmetic:(16+20)", "arithmetic:(13+16)", "arithmetic:(1+9)",
+    "arithmetic:(11+18)", "arithmetic:(11+20)", "arithmetic:(18+18)", "arithmetic:(14+4)", "arithmetic:(13+18)",
+    "arithmetic:(10+4)", "arithmetic:(5+6)", "arithmetic:(10+19)"})
+RESAMPLES = 10000
 
 
 def pct(x: float) -> str:
@@ -67,18 +94,54 @@ def seeds_of(out: Path, arm: str) -> list[int]:
     return sorted(int(d.name.rsplit("-s", 1)[1]) for d in out.glob(f"{arm}-s*") if d.name.rsplit("-s", 1)[1].isdigit())
 
 
+def one_pair(a: str, b: str, keep: frozenset[str] | None = None,
+             drop: frozenset[str] = frozenset()) -> dict[str, Any]:
+    """``turnrl compare A B``'s figures of one pair (:func:`turnrl.cli.compare.compare_pair`), on the items of
+    ``keep`` (all where None) less those of ``drop``. Where A and B name one evaluation (a run whose validation chose
+    step 0, read against its own step 0) the gain is zero by construction: the figures say so instead of refusing.
+
+    Raises:
+        CompareError: as ``turnrl compare`` (different items or protocols, an evaluation missing).
+    """
+    arm_a, arm_b = load_arm(a), load_arm(b)
+    if keep is not None or drop:
+        def only(arm: Any) -> Any:
+            rows = [r for r in arm.rows if (keep is None or r.get("item") in keep) and r.get("item") not in drop]
+            return dataclasses.replace(arm, rows=rows)
+
+        arm_a, arm_b = only(arm_a), only(arm_b)
+    if arm_a.folder.resolve() != arm_b.folder.resolve():
+        return compare_pair(arm_a, arm_b)
+    from turnrl.stats import collapse
+
+    values = collapse([str(r.get("item") or r["task_id"]) for r in arm_a.rows], arm_a.values())
+    acc = sum(values.values()) / len(values)
+    return {"a": str(arm_a.folder), "b": str(arm_b.folder), "items": len(values), "accuracy_a": acc,
+            "accuracy_b": acc, "diff": 0.0, "se": 0.0, "low": 0.0, "high": 0.0,
+            "mcnemar": {"only_a": 0, "only_b": 0, "p_value": 1.0}, "notes": ["one evaluation: no gain"]}
+
+
+def pooled(pairs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The mean over seeds of their paired differences with its interval, as ``turnrl compare`` pools them
+    (:func:`turnrl.stats.pooled_paired`)."""
+    from turnrl.stats import Paired, pooled_paired
+
+    return dataclasses.asdict(pooled_paired([Paired(p["items"], p["accuracy_a"], p["accuracy_b"], p["diff"], p["se"],
+                                                    p["low"], p["high"]) for p in pairs]))
+
+
 def gain_table(out: Path, arm: str) -> list[str]:
     """Per seed the arm's step-0 and final held-out success and its gain; then the mean over the finished seeds."""
     lines = [f"**{arm}**: held-out success, step 0 → end, and the gain paired on the same items", "",
              "| seed | items | step 0 | read at | success there | gain (points) | 95 % interval | McNemar p (gained / lost) "
              "| logp gap, guard |", "|---|---|---|---|---|---|---|---|---|"]
-    args = []
+    pairs = []
     for seed in seeds_of(out, arm):
         run = out / f"{arm}-s{seed}"
         if not finished(run):
             lines.append(f"| {seed} | — | — | — | — | not finished | | | |")
             continue
-        p = compare_runs([f"{run}@0", end(run)])["pairs"][0]
+        p = one_pair(f"{run}@0", end(run))
         m = p["mcnemar"] or {}
         steps = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if x.strip()]
         gaps = [h["logp_diff"] for h in steps if "logp_diff" in h]
@@ -90,33 +153,191 @@ def gain_table(out: Path, arm: str) -> list[str]:
                      f"{pts(p['diff'])} | "
                      f"[{pts(p['low'])}, {pts(p['high'])}] | {m.get('p_value', float('nan')):.2g} "
                      f"({m.get('only_b', '—')} / {m.get('only_a', '—')}) | {gap:.1e}, {violations:.0f} |")
-        args += [f"{run}@0", end(run)]
-    if len(args) >= 4:
-        o = compare_runs(args)["over_seeds"]
+        pairs.append(p)
+    if len(pairs) >= 2:
+        o = pooled(pairs)
         lines.append(f"| mean of {o['seeds']} | | | | | {pts(o['diff'])} | [{pts(o['low'])}, {pts(o['high'])}] | | |")
     return lines + [""]
 
 
-def arms_table(out: Path, b: str, a: str) -> list[str]:
-    """Arm ``b`` against arm ``a`` at the end, seed by seed (same seed in both), then over seeds."""
+def arms_table(out: Path, b: str, a: str, at: int | None = None) -> list[str]:
+    """Arm ``b`` against arm ``a`` at the end (``at``: at that step instead), seed by seed (same seed in both), then
+    over seeds."""
     both = sorted(set(seeds_of(out, a)) & set(seeds_of(out, b)))
     both = [s for s in both if finished(out / f"{a}-s{s}") and finished(out / f"{b}-s{s}")]
     if not both:
         return []
-    args = [x for s in both for x in (end(out / f"{a}-s{s}"), end(out / f"{b}-s{s}"))]
+    read = (lambda run: f"{run}@{at}") if at is not None else end  # noqa: E731
     try:
-        result = compare_runs(args)
+        pairs = [one_pair(read(out / f"{a}-s{s}"), read(out / f"{b}-s{s}")) for s in both]
     except CompareError as e:
         return [f"**{b} − {a}**: not compared ({e})", ""]
-    where = "each at its best step on validation" if end(out / f"{a}-s{both[0]}").endswith("@best") else "at the end"
+    where = (f"at step {at} (fixed in advance)" if at is not None else "each at its best step on validation"
+             if end(out / f"{a}-s{both[0]}").endswith("@best") else "at the end")
     lines = [f"**{b} − {a}** {where}, paired on the same items and seeds", "",
              f"| seed | items | {a} | {b} | {b} − {a} (points) | 95 % interval | McNemar p |", "|---|---|---|---|---|---|---|"]
-    for s, p in zip(both, result["pairs"]):
+    for s, p in zip(both, pairs):
         m = p["mcnemar"] or {}
         lines.append(f"| {s} | {p['items']} | {pct(p['accuracy_a'])} | {pct(p['accuracy_b'])} | {pts(p['diff'])} | "
                      f"[{pts(p['low'])}, {pts(p['high'])}] | {m.get('p_value', float('nan')):.2g} |")
-    o = result["over_seeds"]
+    o = pooled(pairs)
     lines.append(f"| mean of {o['seeds']} | | | | {pts(o['diff'])} | [{pts(o['low'])}, {pts(o['high'])}] | |")
+    return lines + [""]
+
+
+def chain_table(out: Path, a: str, b: str) -> list[str]:
+    """The gain from arm ``a``'s step 0 to arm ``b``'s end (``b`` started from ``a``'s policy), seed by seed (same
+    seed in both), then over seeds."""
+    both = [s for s in sorted(set(seeds_of(out, a)) & set(seeds_of(out, b)))
+            if finished(out / f"{a}-s{s}") and finished(out / f"{b}-s{s}")]
+    if not both:
+        return []
+    try:
+        pairs = [one_pair(f"{out / f'{a}-s{s}'}@0", end(out / f"{b}-s{s}")) for s in both]
+    except CompareError as e:
+        return [f"**{a} step 0 → {b}**: not compared ({e})", ""]
+    lines = [f"**{a} step 0 → {b}** (the whole recipe's gain), paired on the same items and seeds", "",
+             f"| seed | items | {a} at step 0 | {b} read at | success there | gain (points) | 95 % interval | McNemar p "
+             "(gained / lost) |", "|---|---|---|---|---|---|---|---|"]
+    for s, p in zip(both, pairs):
+        m = p["mcnemar"] or {}
+        lines.append(f"| {s} | {p['items']} | {pct(p['accuracy_a'])} | {chosen(out / f'{b}-s{s}')} | "
+                     f"{pct(p['accuracy_b'])} | {pts(p['diff'])} | [{pts(p['low'])}, {pts(p['high'])}] | "
+                     f"{m.get('p_value', float('nan')):.2g} ({m.get('only_b', '—')} / {m.get('only_a', '—')}) |")
+    if len(pairs) >= 2:
+        o = pooled(pairs)
+        lines.append(f"| mean of {o['seeds']} | | | | | {pts(o['diff'])} | [{pts(o['low'])}, {pts(o['high'])}] | |")
+    return lines + [""]
+
+
+def subset_table(out: Path, arm: str, seen: frozenset[str], what: str) -> list[str]:
+    """The arm's gain (step 0 → end) on the items not in ``seen`` and on those in it, seed by seed and pooled."""
+    runs = [(s, out / f"{arm}-s{s}") for s in seeds_of(out, arm) if finished(out / f"{arm}-s{s}")]
+    if not runs:
+        return []
+    lines = [f"**{arm}**: the gain on {what}, and on the others", "",
+             "| seed | items | step 0 | end | gain (points) | 95 % interval | McNemar p (gained / lost) |",
+             "|---|---|---|---|---|---|---|"]
+    for label, keep, drop in (("not seen", None, seen), ("seen", seen, frozenset())):
+        pairs = []
+        for s, run in runs:
+            p = one_pair(f"{run}@0", end(run), keep=keep, drop=drop)
+            m = p["mcnemar"] or {}
+            lines.append(f"| {s}, {label} | {p['items']} | {pct(p['accuracy_a'])} | {pct(p['accuracy_b'])} | "
+                         f"{pts(p['diff'])} | [{pts(p['low'])}, {pts(p['high'])}] | "
+                         f"{m.get('p_value', float('nan')):.2g} ({m.get('only_b', '—')} / {m.get('only_a', '—')}) |")
+            pairs.append(p)
+        if len(pairs) >= 2:
+            o = pooled(pairs)
+            lines.append(f"| mean of {o['seeds']}, {label} | | | | {pts(o['diff'])} | [{pts(o['low'])}, "
+                         f"{pts(o['high'])}] | |")
+    return lines + [""]
+
+
+def pag_items(folder: Path) -> list[dict[str, Any]]:
+    """Per distinct item of a PAG evaluation (its ``trajectories.jsonl``, joined to ``items.jsonl`` by task id), the
+    counts its episodes give (:func:`turnrl.envs.self_verify_metrics.pag_episode`): ``episodes``, ``turn1`` and
+    ``final`` (right first and final answers), ``right`` and ``wrong`` (verified episodes whose first answer was
+    right / wrong) and ``right_ok`` and ``wrong_ok`` (of those, verdicts that were right: "correct" on a right first
+    answer, "wrong" on a wrong one; an unparseable verdict is never right), ``unparseable``."""
+    from turnrl.envs.self_verify_metrics import pag_episode
+
+    item_of = {}
+    for line in (folder / "items.jsonl").read_text().splitlines():
+        if line.strip():
+            row = json.loads(line)
+            item_of[row["task_id"]] = str(row.get("item") or row["task_id"])
+    by_item: dict[str, dict[str, int]] = {}
+    for line in (folder / "trajectories.jsonl").read_text().splitlines():
+        if not line.strip():
+            continue
+        traj = json.loads(line)
+        e = pag_episode(SimpleNamespace(turns=[SimpleNamespace(info=t.get("info") or {}) for t in traj["turns"]]))
+        if e is None:
+            continue
+        c = by_item.setdefault(item_of.get(traj["task_id"], traj["task_id"]), dict.fromkeys(
+            ("episodes", "turn1", "final", "right", "wrong", "right_ok", "wrong_ok", "unparseable"), 0))
+        c["episodes"] += 1
+        c["turn1"] += e["first_correct"]
+        c["final"] += e["final_correct"]
+        if e["verified"]:
+            truth = "right" if e["first_correct"] else "wrong"
+            c[truth] += 1
+            c[f"{truth}_ok"] += bool(e["verdict_right"])
+            c["unparseable"] += e["verdict"] is None
+    return list(by_item.values())
+
+
+def balanced(items: list[dict[str, Any]], resamples: int = RESAMPLES, seed: int = 0) -> dict[str, float]:
+    """The verifier's balanced accuracy over ``items`` (:func:`pag_items`): the mean of its accuracy on right first
+    answers and on wrong ones (0.5 for verdicts that ignore the answer), with its bootstrap standard error and
+    percentile 95 % interval over items resampled with their episodes (numpy ``default_rng(seed)``; a resample
+    without right or without wrong first answers has no balanced accuracy and is left out, ``dropped``)."""
+    counts = np.array([[c["right"], c["right_ok"], c["wrong"], c["wrong_ok"]] for c in items], dtype=float)
+    nan = float("nan")
+    if not len(counts) or counts[:, 0].sum() == 0 or counts[:, 2].sum() == 0:
+        return {"value": nan, "se": nan, "low": nan, "high": nan, "on_right": nan, "on_wrong": nan, "right": 0,
+                "wrong": 0, "dropped": 0}
+    total = counts.sum(axis=0)
+    on_right, on_wrong = total[1] / total[0], total[3] / total[2]
+    draws = np.random.default_rng(seed).integers(0, len(counts), size=(resamples, len(counts)))
+    sums = counts[draws].sum(axis=1)  # (resamples, 4)
+    ok = (sums[:, 0] > 0) & (sums[:, 2] > 0)
+    values = 0.5 * (sums[ok, 1] / sums[ok, 0] + sums[ok, 3] / sums[ok, 2])
+    low, high = np.quantile(values, [0.025, 0.975])
+    return {"value": 0.5 * (on_right + on_wrong), "se": float(values.std(ddof=1)), "low": float(low),
+            "high": float(high), "on_right": on_right, "on_wrong": on_wrong, "right": int(total[0]),
+            "wrong": int(total[2]), "dropped": int((~ok).sum())}
+
+
+def validation_line(run: Path) -> str:
+    """The validation figures by step that chose the step a run is read at (validation Acc@final, the verifier's
+    balanced accuracy there)."""
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if x.strip()]
+    cells = [f"step {int(r['step'])}: {pct(r['val_success'])}"
+             + (f" (verifier {pct(r['val_pag_verifier_balanced_acc'])})" if "val_pag_verifier_balanced_acc" in r
+                else "") for r in rows if "val_success" in r and "step" in r]
+    return "; ".join(cells) or "no validation recorded"
+
+
+def pag_table(out: Path, arm: str) -> list[str]:
+    """A PAG arm at the step each run is read at: Acc@turn1 and Acc@final on the same items and their paired
+    difference (what the revision adds), and the verifier's balanced accuracy with its interval, seed by seed, then
+    over seeds (balanced accuracy pooled as its distance from 0.5, as ``turnrl compare`` pools a difference)."""
+    from turnrl.stats import mcnemar_exact, paired_bootstrap
+
+    runs = [(s, out / f"{arm}-s{s}") for s in seeds_of(out, arm) if finished(out / f"{arm}-s{s}")]
+    per_seed = [(s, run, pag_items(evaluation_folder(end(run)))) for s, run in runs]
+    per_seed = [x for x in per_seed if x[2]]
+    if not per_seed:
+        return []
+    lines = [f"**{arm}**: at the step read, the first answer, the final answer and the verifier, on the same items", "",
+             "| seed | read at | items | Acc@turn1 | Acc@final | final − turn1 (points) | 95 % interval | McNemar p | "
+             "balanced verifier accuracy | 95 % interval | 'correct' on right first answers | 'wrong' on wrong ones "
+             "| unparseable verdicts |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    revisions, verifiers = [], []
+    for s, run, items in per_seed:
+        n = [c["episodes"] for c in items]
+        turn1 = [c["turn1"] / k for c, k in zip(items, n)]
+        final = [c["final"] / k for c, k in zip(items, n)]
+        p = paired_bootstrap(turn1, final, resamples=RESAMPLES, seed=0)
+        mc = mcnemar_exact(turn1, final).p_value if set(n) == {1} else float("nan")
+        v = balanced(items)
+        verdicts = sum(c["right"] + c["wrong"] for c in items)
+        lines.append(f"| {s} | {chosen(run)} | {p.n} | {pct(p.mean_a)} | {pct(p.mean_b)} | {pts(p.diff)} | "
+                     f"[{pts(p.low)}, {pts(p.high)}] | {mc:.2g} | {pct(v['value'])} | [{pct(v['low'])}, "
+                     f"{pct(v['high'])}] | {pct(v['on_right'])} of {v['right']} | {pct(v['on_wrong'])} of "
+                     f"{v['wrong']} | {sum(c['unparseable'] for c in items)} of {verdicts} |")
+        revisions.append({"items": p.n, "accuracy_a": p.mean_a, "accuracy_b": p.mean_b, "diff": p.diff, "se": p.se,
+                          "low": p.low, "high": p.high})
+        verifiers.append({"items": p.n, "accuracy_a": 0.5, "accuracy_b": v["value"], "diff": v["value"] - 0.5,
+                          "se": v["se"], "low": v["low"] - 0.5, "high": v["high"] - 0.5})
+    if len(per_seed) >= 2:
+        r, b = pooled(revisions), pooled(verifiers)
+        lines.append(f"| mean of {r['seeds']} | | | | | {pts(r['diff'])} | [{pts(r['low'])}, {pts(r['high'])}] | | "
+                     f"{pct(0.5 + b['diff'])} | [{pct(0.5 + b['low'])}, {pct(0.5 + b['high'])}] | | | |")
+    lines += ["", "Validation by step (the step read is the highest validation Acc@final, earliest on ties):", ""]
+    lines += [f"- seed {s}: {validation_line(run)}" for s, run, _ in per_seed]
     return lines + [""]
 
 
@@ -129,9 +350,21 @@ def main() -> None:
     lines: list[str] = []
     for arm in arms:
         lines += gain_table(args.out, arm)
+    for a, b in CHAINS:
+        if a in arms and b in arms:
+            lines += chain_table(args.out, a, b)
+    if "gateway" in arms:
+        lines += subset_table(args.out, "gateway", GATEWAY_SEEN, "the test problems no earlier run of the example was "
+                              "scored on (not seen)")
     for b, a in PAIRS:
         if b in arms and a in arms:
             lines += arms_table(args.out, b, a)
+    for b, a, at in AT_STEP:
+        if b in arms and a in arms:
+            lines += arms_table(args.out, b, a, at)
+    for arm in arms:
+        if arm == "pag":
+            lines += pag_table(args.out, arm)
     print("\n".join(lines))
 
 
