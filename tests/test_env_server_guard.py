@@ -1,7 +1,7 @@
 """`turnrl envs serve` off loopback: its API key, sessions per client and request sizes, on real servers on 127.0.0.1.
 
 The key is checked on every HTTP route, the `/ws` and `/mcp` WebSockets, before anything runs (an environment that
-counts what it is asked to do shows that nothing was); `remote:` ids send it (`remote_api_key`, `$TURNRL_API_KEY`),
+counts what it is asked to do shows that nothing was); `remote:` ids send it (`remote_api_key`, `$TURNRL_ENV_API_KEY`),
 OpenEnv's clients send it from their URL (`http://turnrl:KEY@HOST:PORT/ID`). Off loopback the server refuses to start
 without a key: checked on the constructor and the command line, before anything is bound (no test listens anywhere but
 127.0.0.1)."""
@@ -77,7 +77,7 @@ def wait_until(condition, timeout=10.0):
 
 def test_off_loopback_the_server_needs_a_key_before_anything_is_made_or_bound():
     for host in ("0.0.0.0", "192.0.2.7", "::", "envhost.example"):
-        with pytest.raises(ValueError, match=r"needs an API key: pass --api-key KEY or set TURNRL_API_KEY"):
+        with pytest.raises(ValueError, match=r"needs an API key: pass --api-key KEY or set TURNRL_ENV_API_KEY"):
             EnvServer(["tests/Nope-v0"], host=host)  # an unknown id: the key is checked before any id is made
     before = ran()
     off = EnvServer([ID], host="0.0.0.0", port=0, api_key=KEY)  # made, never started: nothing is bound
@@ -91,13 +91,13 @@ def test_off_loopback_the_server_needs_a_key_before_anything_is_made_or_bound():
 
 def test_envs_serve_refuses_an_address_off_loopback_without_a_key():
     """The command line: the check runs before the ids are made (an unknown id shows it), so nothing is bound."""
-    env = {k: v for k, v in os.environ.items() if k != "TURNRL_API_KEY"}
+    env = {k: v for k, v in os.environ.items() if k != "TURNRL_ENV_API_KEY"}
     command = [sys.executable, "-m", "turnrl", "envs", "serve", "tests/Nope-v0", "--host", "0.0.0.0", "--port", "0"]
     refused = subprocess.run(command, capture_output=True, text=True, timeout=120, env={**env, "COLUMNS": "300"})
     out = refused.stdout + refused.stderr
-    assert refused.returncode != 0 and "needs an API key: pass --api-key KEY or set TURNRL_API_KEY" in out, out
+    assert refused.returncode != 0 and "needs an API key: pass --api-key KEY or set TURNRL_ENV_API_KEY" in out, out
     keyed = subprocess.run(command, capture_output=True, text=True, timeout=120,
-                           env={**env, "COLUMNS": "300", "TURNRL_API_KEY": KEY})  # the variable is the key
+                           env={**env, "COLUMNS": "300", "TURNRL_ENV_API_KEY": KEY})  # the variable is the key
     out = keyed.stdout + keyed.stderr
     assert keyed.returncode != 0 and "API key" not in out and "tests/Nope-v0" in out, out
 
@@ -140,7 +140,7 @@ def test_every_http_route_needs_the_key_and_runs_nothing_without_it(keyed):
 
 
 def test_websocket_sessions_need_the_key(keyed, monkeypatch):
-    monkeypatch.delenv("TURNRL_API_KEY", raising=False)
+    monkeypatch.delenv("TURNRL_ENV_API_KEY", raising=False)
     before = ran()
     for path in (f"/{ID}/ws", "/ws", f"/{ID}/mcp", "/mcp"):
         for headers in ({}, {"Authorization": "Bearer wrong"}):
@@ -149,7 +149,7 @@ def test_websocket_sessions_need_the_key(keyed, monkeypatch):
             assert refused.value.response.status_code == 401, path
             assert json.loads(refused.value.response.body)["code"] == "UNAUTHORIZED"
     url = f"remote:http://127.0.0.1:{keyed.port}/{ID}"
-    with pytest.raises(RemoteEnvError, match=r"HTTP 401.*TURNRL_API_KEY or its remote_api_key"):
+    with pytest.raises(RemoteEnvError, match=r"HTTP 401.*TURNRL_ENV_API_KEY or its remote_api_key"):
         turnrl.make(url)
     with pytest.raises(RemoteEnvError, match="HTTP 401"):
         turnrl.make(url, remote_api_key="wrong")
@@ -161,7 +161,7 @@ def test_websocket_sessions_need_the_key(keyed, monkeypatch):
     env.reset(seed=2)
     assert env.step("ok")[1] == 1.0 and "remote_api_key" not in env.spec.kwargs
     env.close()
-    monkeypatch.setenv("TURNRL_API_KEY", KEY)  # ... or the environment variable
+    monkeypatch.setenv("TURNRL_ENV_API_KEY", KEY)  # ... or the environment variable
     env = turnrl.make(url)
     env.reset(seed=1)
     assert env.step("ok")[1] == 1.0
@@ -190,7 +190,7 @@ def test_odd_methods_paths_and_subprotocols_need_the_key_too(keyed):
 
 def test_a_key_in_a_remote_url_is_sent_and_never_echoed(keyed, monkeypatch):
     """`remote:http://turnrl:KEY@HOST:PORT/ID` works (Basic), and no error of the client prints the key."""
-    monkeypatch.delenv("TURNRL_API_KEY", raising=False)
+    monkeypatch.delenv("TURNRL_ENV_API_KEY", raising=False)
     env = turnrl.make(f"remote:http://turnrl:{KEY}@127.0.0.1:{keyed.port}/{ID}")
     env.reset(seed=2)
     assert env.step("ok")[1] == 1.0
@@ -272,7 +272,7 @@ def test_sessions_per_client_are_bounded_and_given_back():
 
 
 def test_request_sizes_are_bounded(monkeypatch):
-    monkeypatch.delenv("TURNRL_API_KEY", raising=False)
+    monkeypatch.delenv("TURNRL_ENV_API_KEY", raising=False)
     with EnvServer([ID], port=0, max_request_bytes=4096) as srv:
         url = f"http://127.0.0.1:{srv.port}/{ID}"
         big = {"seed": 0, "episode_id": "x" * 5000, "action": {"message": "ok"}}

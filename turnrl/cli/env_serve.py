@@ -1,6 +1,6 @@
 """The ``turnrl envs serve`` command (registered in :mod:`turnrl.cli.commands`): environments served as OpenEnv
 serves them (:class:`turnrl.envs.remote.server.EnvServer`), with ``turnrl serve``'s rule for keys: anything but a
-loopback address needs ``--api-key`` (or ``$TURNRL_API_KEY``), checked before anything is made or bound."""
+loopback address needs ``--api-key`` (or ``$TURNRL_ENV_API_KEY``), checked before anything is made or bound."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ def envs_serve(
     host: Annotated[str, typer.Option(help="the address to listen on; 0.0.0.0 for every interface (anything but a "
                                            "loopback address needs --api-key)")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="the port (0: any free port)")] = 8000,
-    api_key: Annotated[str | None, typer.Option(envvar="TURNRL_API_KEY", help="the key every request must send "
+    api_key: Annotated[str | None, typer.Option(envvar="TURNRL_ENV_API_KEY", help="the key every request must send "
                                                 "(Authorization: Bearer KEY)")] = None,
     max_sessions: Annotated[int, typer.Option(help="sessions (connections, each with its own environment) open at "
                                                    "once; a trainer holds one per episode of a step")] = 1024,
@@ -57,7 +57,7 @@ def envs_serve(
     console.print(f"health: http://{host}:{server.port}/health · stop with Ctrl-C", markup=False, highlight=False)
     if server.api_key:
         console.print("every request must carry the API key: Authorization: Bearer KEY (remote: ids send "
-                      "$TURNRL_API_KEY; OpenEnv clients: http://turnrl:KEY@HOST:PORT/ID)", markup=False,
+                      "$TURNRL_ENV_API_KEY; OpenEnv clients: http://turnrl:KEY@HOST:PORT/ID)", markup=False,
                       highlight=False, soft_wrap=True)
     try:
         while server.running:

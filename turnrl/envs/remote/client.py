@@ -10,7 +10,7 @@ the environment's action (the action's single text field, or a JSON object the m
 fields onto a message. See :class:`RemoteEnv` for what differs.
 
 A server that asks for an API key (``turnrl envs serve --api-key KEY``, required off loopback) gets it as
-``Authorization: Bearer KEY``: the ``remote_api_key`` keyword argument, else ``$TURNRL_API_KEY``.
+``Authorization: Bearer KEY``: the ``remote_api_key`` keyword argument, else ``$TURNRL_ENV_API_KEY``.
 
 Faults: a server that does not answer within ``remote_timeout`` seconds, closes the connection or sends something
 malformed raises :class:`~turnrl.envs.remote.protocol.RemoteEnvError` from ``reset``/``step``; a rollout records it
@@ -84,7 +84,7 @@ class RemoteEnv(TextEnv):
         remote_timeout: seconds to wait for each answer (a reset, step or call) before the episode fails.
         remote_connect_timeout: seconds to wait for the server to accept a session.
         remote_api_key: the server's API key, sent with every connection (``Authorization: Bearer KEY``); default
-            ``$TURNRL_API_KEY`` (none if unset). Kept by the client: the server never sees it as a keyword argument.
+            ``$TURNRL_ENV_API_KEY`` (none if unset). Kept by the client: the server never sees it as a keyword argument.
         **kwargs: the environment's keyword arguments, made on the server (a turnrl server; an OpenEnv server
             makes its environment itself and takes only ``max_turns`` and ``openenv_tasks``, which the client keeps).
 
@@ -108,7 +108,7 @@ class RemoteEnv(TextEnv):
     def __init__(self, url: str, *, remote_timeout: float = 120.0, remote_connect_timeout: float = 10.0,
                  remote_api_key: str | None = None, render_mode: str | None = None, **kwargs: Any) -> None:
         self.url = p.split_remote_id(url)
-        key = remote_api_key if remote_api_key is not None else os.environ.get("TURNRL_API_KEY")
+        key = remote_api_key if remote_api_key is not None else os.environ.get("TURNRL_ENV_API_KEY")
         self.headers = {} if not key or urlsplit(self.url).password else {"Authorization": f"Bearer {key}"}
         self.remote_timeout, self.remote_connect_timeout = float(remote_timeout), float(remote_connect_timeout)
         if not (self.remote_timeout > 0 and self.remote_connect_timeout > 0):

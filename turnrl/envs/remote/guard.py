@@ -1,7 +1,8 @@
 """Who may use an environment server (``turnrl envs serve``), and how much: its API key and its bounds.
 
 * **The key.** A server that listens on anything but a loopback address needs one (``--api-key KEY`` or
-  ``$TURNRL_API_KEY``, as ``turnrl serve``); on loopback it is optional, and honoured when given. With a key, every
+  ``$TURNRL_ENV_API_KEY``; ``turnrl serve``'s ``$TURNRL_API_KEY`` is another variable, so ``remote:`` clients
+  never send a model server's key to an environment server); on loopback it is optional, and honoured when given. With a key, every
   request — each HTTP route, the ``/ws`` and ``/mcp`` WebSockets — carries it, as ``Authorization: Bearer KEY`` or as
   HTTP Basic credentials whose password is the key (what a URL ``http://turnrl:KEY@HOST:PORT/ID`` makes an OpenEnv
   client or ``httpx`` send); anything else is answered 401 with a JSON error before the application sees it, so no
@@ -31,7 +32,7 @@ from turnrl.envs.remote import protocol as p
 from turnrl.envs.remote.session import Refused, dumps
 
 #: The environment variable ``turnrl envs serve`` reads its key from, and ``remote:`` clients theirs.
-KEY_VARIABLE = "TURNRL_API_KEY"
+KEY_VARIABLE = "TURNRL_ENV_API_KEY"
 
 UNAUTHORIZED = "UNAUTHORIZED"
 TOO_LARGE = "REQUEST_TOO_LARGE"
