@@ -273,3 +273,20 @@ def test_an_offline_dataset_that_poses_an_extra_evaluations_problems_is_refused(
     with pytest.raises(OfflineDataError, match=r"holds 4 of the problems of extra_evals.review's held-out evaluation"):
         Trainer(config("test.jsonl"), model=tiny_model(tok), tokenizer=tok)
     Trainer(config("train.jsonl"), model=tiny_model(tok), tokenizer=tok).close()  # training problems: accepted
+
+
+@pytest.mark.parametrize("index", [0, 7])
+def test_the_solver_alone_trains_under_the_prompt_the_pairs_solver_sees(index):
+    """Like for like in training too: configs/solver-alone-lora.yaml poses each problem with exactly the system message
+    and user message the pair's solver is shown in turnrl/SolverCritic-v0, so that both solvers are scored under the
+    prompt they trained under (not Arithmetic-v0's default prompt and its "End with 'The answer is N.'")."""
+    import turnrl
+    from turnrl.rl.config import load_config
+
+    cfg = load_config("configs/solver-alone-lora.yaml", [])
+    alone, _ = turnrl.make(cfg.env.id, **cfg.env.kwargs).reset(options={"index": index})
+    pair_cfg = load_config("configs/solver-critic-lora.yaml", [])
+    game = make_multi_agent(pair_cfg.env.id, **pair_cfg.env.kwargs)
+    game.reset(options={"index": index})
+    seen = game.observe("solver")
+    assert [(m.role, m.content) for m in alone] == [(m.role, m.content) for m in seen] and len(seen) == 2
