@@ -80,6 +80,14 @@ def apply_lora(model: torch.nn.Module, cfg: LoraConfig | dict[str, Any]) -> Any:
     return wrapped
 
 
+def apply_seeded_lora(model: torch.nn.Module, cfg: LoraConfig | dict[str, Any], seed: int) -> Any:
+    """:func:`apply_lora` with the adapters' initial weights drawn from ``seed`` alone (torch's random state is left as
+    it was), so that a run's adapters depend on its seed and on nothing that touched the global stream before."""
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        return apply_lora(model, cfg)
+
+
 def adapter_state(model: Any) -> dict[str, torch.Tensor]:
     """The adapters' weights alone (what a checkpoint stores and what rollout workers receive)."""
     from peft import get_peft_model_state_dict

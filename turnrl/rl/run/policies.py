@@ -11,8 +11,6 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-import torch
-
 from turnrl.agents.hf import HFAgent
 from turnrl.checkpoint import load_policy
 from turnrl.lora import share_frozen_base
@@ -31,12 +29,10 @@ def build_policies(config: TrainConfig, model: Any, tokenizer: Any, device: Any,
         if spec.init_from:
             load_policy(models[name], spec.init_from)
     if config.learner.lora is not None:
-        from turnrl.lora import apply_lora
+        from turnrl.lora import apply_seeded_lora
 
         for i, name in enumerate(names):  # each policy's adapters drawn from the run's seed: a run repeats itself
-            with torch.random.fork_rng(devices=[]):
-                torch.manual_seed(config.seed * 1_000_003 + i)
-                models[name] = apply_lora(models[name], config.learner.lora)
+            models[name] = apply_seeded_lora(models[name], config.learner.lora, config.seed * 1_000_003 + i)
         for name in names[1:]:
             share_frozen_base(models[names[0]], models[name])
     agents = {}

@@ -87,13 +87,10 @@ class Trainer:
             model = self.agent.model
         else:
             if config.learner.lora is not None:  # adapters on the (loaded) policy; only they train
-                import torch
+                from turnrl.lora import apply_seeded_lora
 
-                from turnrl.lora import apply_lora
-
-                with torch.random.fork_rng():  # the adapters' initial weights follow the run's seed, nothing else
-                    torch.manual_seed(config.seed * 1_000_003)  # as the first of several policies' (policies.py)
-                    model = apply_lora(model, config.learner.lora)
+                # the adapters' initial weights follow the run's seed, as the first of several policies' (policies.py)
+                model = apply_seeded_lora(model, config.learner.lora, config.seed * 1_000_003)
             model.to(self.device)  # the learner builds its reference, value head and batches on the policy's device
             self.agent = HFAgent(model, tokenizer, batch_size=batch, kv_cache_mb=config.rollout.kv_cache_mb)
         self._tokenizer = tokenizer
