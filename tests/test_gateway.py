@@ -205,6 +205,12 @@ def test_sessions_keys_and_malformed_requests_get_openai_errors(gateway):
     with pytest.raises(openai.NotFoundError):
         OpenAI(base_url=gateway.root + "/s/nobody/v1", api_key=key, max_retries=0).chat.completions.create(
             model="tiny", messages=[{"role": "user", "content": "x"}])
+    # an endpoint the gateway does not answer (embeddings) names the ones it does, as the real client shows it
+    with pytest.raises(openai.NotFoundError, match=r"POST /v1/chat/completions.*POST /s/<session>/v1/chat/completions"):
+        OpenAI(base_url=gateway.base_url(gateway.open("emb")), api_key=key, max_retries=0).embeddings.create(
+            model="tiny", input="x")
+    wrong_method = httpx.get(gateway.base_url(sid) + "/chat/completions", headers={"Authorization": f"Bearer {key}"})
+    assert wrong_method.status_code == 405 and "POST /v1/chat/completions" in wrong_method.json()["error"]["message"]
 
 
 def test_listening_beyond_loopback_needs_a_key(agent):

@@ -103,8 +103,10 @@ def test_a_malformed_id_is_refused():
 
 def test_a_trl_class_trains_and_a_raising_reward_fails_only_its_episodes(tmp_path, one_thread):
     """GRPO steps with the tiny model: token-exact episodes through the class's tools, a held-out evaluation on its
-    test rows; a reward function that raises errs every episode, counted, and the run goes on."""
+    test rows; a reward function that raises errs every episode, so the run stops at step 1 with its error (a run
+    that trains nothing says so) and the step's episodes are kept."""
     from turnrl.agents.tiny import tiny_model, tiny_tokenizer
+    from turnrl.rl.run.monitors import EpisodeFailures
     from turnrl.rl.run.trainer import TrainConfig, Trainer
 
     tok = tiny_tokenizer("chatml")
@@ -117,16 +119,20 @@ def test_a_trl_class_trains_and_a_raising_reward_fails_only_its_episodes(tmp_pat
                           optim={"minibatch_size": 4}, steps=2, eval_tasks=2, out_dir=str(tmp_path / name))
         trainer = Trainer(cfg, model=tiny_model(tok), tokenizer=tok)
         try:
-            history = trainer.train()
+            if name == "broken":
+                with pytest.raises(EpisodeFailures, match="step 1: all 4 episodes failed.*reward function broken_"):
+                    trainer.train()
+            else:
+                history = trainer.train()
         finally:
             trainer.close()
-        steps = history[1:]
-        assert len(steps) == 2 and all(s["rollout_episodes"] == 4 for s in steps)
         if name == "ok":
+            steps = history[1:]
+            assert len(steps) == 2 and all(s["rollout_episodes"] == 4 for s in steps)
             assert all(s["error_episodes"] == 0 and s["logp_diff_max"] < 1e-4 for s in steps)
             assert history[0]["eval_success"] is not None
         else:
-            assert all(s["error_episodes"] == 4 for s in steps)
+            assert trainer.step == 0
             stored = tmp_path / name / "train" / "step-1" / "trajectories.jsonl"
             errors = [json.loads(line)["error"] for line in stored.read_text().splitlines()]
             assert len(errors) == 4 and all("reward function broken_reward raised KeyError" in e for e in errors)

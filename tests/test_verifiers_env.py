@@ -200,8 +200,10 @@ def test_a_raising_rubric_errs_its_episode_and_a_silent_environment_times_out():
 def test_episodes_train_token_exact_with_segments_and_a_raising_rubric_fails_only_its_episodes(tmp_path, one_thread):
     """GRPO steps with the tiny model through verifiers' own loop: token-exact (the learner's log-probabilities
     match the sampler's) in a multi-turn game whose history is rewritten (segments); a held-out evaluation on the
-    eval dataset; a rubric that raises errs every episode, counted, and the run goes on."""
+    eval dataset; a rubric that raises errs every episode, so the run stops at step 1 with its error (a run that
+    trains nothing says so) and the step's episodes are kept."""
     from turnrl.agents.tiny import tiny_model, tiny_tokenizer
+    from turnrl.rl.run.monitors import EpisodeFailures
     from turnrl.rl.run.trainer import TrainConfig, Trainer
 
     tok = tiny_tokenizer("chatml")
@@ -214,17 +216,21 @@ def test_episodes_train_token_exact_with_segments_and_a_raising_rubric_fails_onl
                           out_dir=str(tmp_path / name))
         trainer = Trainer(cfg, model=tiny_model(tok), tokenizer=tok)
         try:
-            history = trainer.train()
+            if name == "broken":  # every episode errs: the run stops at step 1 with the first error
+                with pytest.raises(EpisodeFailures, match="step 1: all 4 episodes failed.*broken_reward"):
+                    trainer.train()
+            else:
+                history = trainer.train()
         finally:
             trainer.close()
-        steps = history[1:]
-        assert len(steps) == 2 and all(s["rollout_episodes"] == 4 for s in steps)
         stored = [json.loads(line) for line in (tmp_path / name / "train" / "step-1" / "trajectories.jsonl")
                   .read_text().splitlines()]
         if name == "broken":
-            assert all(s["error_episodes"] == 4 for s in steps)
+            assert trainer.step == 0 and len(stored) == 4
             assert all("broken_reward" in t["error"] for t in stored)
             continue
+        steps = history[1:]
+        assert len(steps) == 2 and all(s["rollout_episodes"] == 4 for s in steps)
         assert all(s["error_episodes"] == 0 and s["logp_diff_max"] < 1e-4 for s in steps), steps
         if name == "game":  # the tiny model never guesses right: four turns, the last three after a rewrite
             assert all(t["segments"] and len(t["segments"]) == 3 for t in stored), [t["segments"] for t in stored]

@@ -194,6 +194,7 @@ def train(
     from turnrl.gateway.program import ProgramError, load_function
     from turnrl.rl.placement.ray import RayPlacementError
     from turnrl.rl.run.guard import ConsistencyError
+    from turnrl.rl.run.monitors import EpisodeFailures
     from turnrl.rl.sources.replay import OfflineDataError
 
     if cfg.program is not None and cfg.program.function is not None:  # fail fast; its folder joins sys.path
@@ -244,6 +245,10 @@ def train(
             fail(str(e))
         except ConsistencyError as e:  # guard.strict: the step that failed is recorded in metrics.jsonl
             fail(str(e))
+        except EpisodeFailures as e:  # a step whose episodes all failed: the last checkpoint is as it was
+            again = (f"it resumes from {ckpt} (step {trainer.step})" if ckpt.exists() else "it starts over (no "
+                     "checkpoint yet)")
+            fail(f"{e}. Fix the cause and run the same command again: {again}")
         finally:
             trainer.close()
     first, last = trainer.history[0], trainer.history[-1]

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hmac
 import json
+import re
 import threading
 from typing import Any
 
@@ -70,6 +71,16 @@ class AgentServer(OpenAIEndpoints):
                 Rule("/v1/completions", endpoint="completions", methods=["POST"]),
                 Rule("/v1/chat/completions", endpoint="chat", methods=["POST"])]
 
+    def endpoints(self) -> str:
+        """The routes as a client reads them: ``POST /v1/chat/completions, …`` (each method and path once, in order)."""
+        seen: list[str] = []
+        for rule in self.rules():
+            path = re.sub(r"<(?:\w+:)?(\w+)>", r"<\1>", rule.rule)  # `<path:name>` reads `<name>`
+            for method in sorted(set(rule.methods or ()) - {"HEAD", "OPTIONS"}):
+                if f"{method} {path}" not in seen:
+                    seen.append(f"{method} {path}")
+        return ", ".join(seen)
+
     # ---- serving ----
 
     @property
@@ -99,8 +110,9 @@ class AgentServer(OpenAIEndpoints):
         try:
             try:
                 endpoint, args = self.urls.bind_to_environ(environ).match()
-            except HTTPException as e:
-                raise APIError(e.code or 404, f"{request.method} {request.path}: {e.name}",
+            except HTTPException as e:  # a path or method this server does not answer: say which it does
+                raise APIError(e.code or 404, f"{request.method} {request.path}: {e.name}; this server answers "
+                               f"{self.endpoints()}",
                                kind="not_found_error" if e.code == 404 else "invalid_request_error") from e
             self._authorize(request)
             ctx = self.context(request, args)

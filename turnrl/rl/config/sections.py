@@ -110,6 +110,10 @@ class RolloutConfig(BaseModel):
         "k: no token used in an update was sampled more than k policy versions before the weights being updated; "
         "older episodes are dropped and counted (`stale_episodes`). 0 = synchronous; ≥ 1 (placement ray): the next "
         "step's rollouts run while the learner updates, and workers load new weights between generation calls"))
+    warn_error_share: float = Field(0.5, gt=0, le=1, description=(
+        "warn on the console, with the first failed episode's error, when at least this share of a step's episodes "
+        "failed (the environment, the model or the agent program raised or timed out); a step whose episodes all "
+        "failed stops the run before its update, whatever this says"))
     kv_cache_mb: float = Field(2048, ge=0, description=(
         "memory (MB) the HF backend may keep between turns for live episodes' KV caches, so each turn feeds only "
         "the new tokens instead of the whole conversation; past it the oldest episodes' caches are evicted and "

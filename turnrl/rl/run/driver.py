@@ -19,7 +19,7 @@ import yaml
 
 from turnrl.rl.config import TrainConfig
 from turnrl.rl.run.guard import ConsistencyError, ConsistencyGuard
-from turnrl.rl.run.monitors import Check, check_health
+from turnrl.rl.run.monitors import Check, EpisodeFailures, check_health, failed_episodes
 from turnrl.rl.run.tracking import Tracker
 from turnrl.rl.sources.base import within_staleness
 from turnrl.storage import TrajectoryWriter
@@ -89,6 +89,10 @@ class Driver:
     def _one_step(self) -> dict[str, float]:
         t0 = time.perf_counter()
         trajs, info = self.source.collect(self.step)
+        failing, stop = failed_episodes(self.step + 1, [t.error for t in trajs], self.cfg.rollout.warn_error_share)
+        if stop is not None:  # nothing to train on: say so and end, before an update, a checkpoint or an evaluation
+            saved = self._save_trajectories(self.step + 1, trajs)
+            raise EpisodeFailures(f"{stop}{f' (the episodes: {saved})' if saved else ''}")
         fresh = trajs
         if self.sampled:  # the staleness bound (stored data carries no versions of this run)
             fresh, dropped = within_staleness(trajs, self.learner.version, self.cfg.rollout.max_staleness,
@@ -102,10 +106,7 @@ class Driver:
         info.update(figures)
         self._halt = failed if self.guard.strict else []
         self.step += 1
-        if self.cfg.save_trajectories:
-            with TrajectoryWriter(self.out / "train" / f"step-{self.step}" / "trajectories.jsonl") as write:
-                for t in trajs:
-                    write(t)
+        self._save_trajectories(self.step, trajs)
         info["step"] = float(self.step)
         info["seconds"] = time.perf_counter() - t0
         info["tokens_per_s"] = info["generated_tokens"] / max(info["seconds"], 1e-9)
@@ -114,12 +115,22 @@ class Driver:
         if self.step == self.cfg.steps or (self.cfg.eval_every and self.step % self.cfg.eval_every == 0):
             info.update(self.evaluate(self.out / "eval" / f"step-{self.step}"))
         info.update(self._validation())
-        warnings = check_health(self.history, info, self.cfg.rollout.max_new_tokens, sampled=self.sampled,
-                                monitors=self.monitors)
+        warnings = ([failing] if failing else []) + check_health(
+            self.history, info, self.cfg.rollout.max_new_tokens, sampled=self.sampled, monitors=self.monitors)
         for w in warnings:
             logger.warning("step %d: %s", self.step, w)
         info["warnings"] = float(len(warnings))
         return info
+
+    def _save_trajectories(self, step: int, trajs: Sequence[Any]) -> Path | None:
+        """``train/step-N/trajectories.jsonl`` (when ``save_trajectories``): the file, or None."""
+        if not self.cfg.save_trajectories:
+            return None
+        path = self.out / "train" / f"step-{step}" / "trajectories.jsonl"
+        with TrajectoryWriter(path) as write:
+            for t in trajs:
+                write(t)
+        return path
 
     def _validation(self) -> dict[str, float]:
         """The validation split's figures when this step is one to validate at (``validate_every``), else none."""

@@ -17,7 +17,8 @@ Each check reads the step's metrics (and the run's history before it) and return
 :func:`registered_monitors` unless told otherwise (``Trainer(config, monitors=…)``), logs what it returns and counts
 it in ``metrics.jsonl``. When the
 episodes are stored data, not the policy's samples (an offline objective's source), only the entropy check applies.
-Pure functions over metric dicts, so they are tested on made-up histories.
+Pure functions over metric dicts, so they are tested on made-up histories. One check reads the episodes themselves,
+because its message quotes one: :func:`failed_episodes` (a step whose episodes failed, with the first error).
 """
 
 from __future__ import annotations
@@ -25,6 +26,32 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 Metrics = dict[str, float]
+
+
+class EpisodeFailures(RuntimeError):
+    """Every episode of a training step failed: nothing to train on. Raised before the step's update (the run's last
+    checkpoint and metrics are as they were; the step's episodes are saved for inspection)."""
+
+
+def failed_episodes(step: int, errors: Sequence[str | None], warn_share: float) -> tuple[str | None, str | None]:
+    """``(warning, stop)`` for a step's episodes, given each one's error (``None``: it ran).
+
+    ``stop`` when every episode failed — a run that trains nothing must say so and end, not print ``success 0.000``
+    and save a checkpoint; ``warning`` when at least ``warn_share`` of them failed. Each quotes the first error (the
+    episodes of a step usually fail for one reason: a wrong endpoint, a missing key, a tool server down).
+    """
+    failed = [e for e in errors if e is not None]
+    if not errors or not failed:
+        return None, None
+    first = failed[0] if len(failed[0]) <= 500 else failed[0][:500] + " …"
+    share = len(failed) / len(errors)
+    if len(failed) == len(errors):
+        return None, (f"step {step}: all {len(errors)} episodes failed, so there is nothing to train on; the first "
+                      f"error: {first}")
+    if share >= warn_share:
+        return (f"{len(failed)} of {len(errors)} episodes failed ({share:.0%}; they are left out of training); the "
+                f"first error: {first}"), None
+    return None, None
 
 
 def _mean(records: Sequence[Metrics], key: str) -> float | None:
