@@ -13,7 +13,9 @@ another's end (:data:`CHAINS`: PAG's whole recipe, from the base model at the wa
 figures at the step read (:func:`pag_table`: Acc@turn1, Acc@final, their paired difference, the verifier's balanced
 accuracy with a bootstrap interval over items, the validation figures that chose the step); and the gateway
 example's gain on the test problems no earlier run of it was scored on (:data:`GATEWAY_SEEN`). A run read at a step
-its validation chose that is step 0 has gained nothing by construction (its row says so).
+its validation chose that is step 0 has gained nothing by construction (its row says so). And arms against one
+evaluation made under another protocol (:data:`BASELINES`: SWiRL and SFT against the base model given the
+demonstrations their data came from), the difference named.
 
 Prints Markdown; nothing is run. A seed whose run is missing or unfinished is listed as such, never skipped silently.
 """
@@ -32,7 +34,7 @@ import numpy as np
 from turnrl.cli.compare import CompareError, compare_pair, evaluation_folder, load_arm
 
 PAIRS = (("lora", "full"), ("dapo", "grpo"), ("vapo", "grpo"), ("vapo", "dapo"), ("dqo", "rft"), ("dqo", "dpo"),
-         ("rft", "dpo"), ("difficulty", "uniform"))
+         ("rft", "dpo"), ("difficulty", "uniform"), ("swirl", "sft"))
 #: arm B against arm A at a step fixed in bench/preregistered.md, beside the comparison at the end
 AT_STEP = (("difficulty", "uniform", 6),)
 #: the gain from arm A's step 0 to arm B's end, where B starts from A (PAG from its warm-up: the base model first)
@@ -46,6 +48,10 @@ GATEWAY_SEEN = frozenset({
     "arithmetic:(1+6)", "arithmetic:(12+15)", "arithmetic:(16+20)", "arithmetic:(13+16)", "arithmetic:(1+9)",
     "arithmetic:(11+18)", "arithmetic:(11+20)", "arithmetic:(18+18)", "arithmetic:(14+4)", "arithmetic:(13+18)",
     "arithmetic:(10+4)", "arithmetic:(5+6)", "arithmetic:(10+19)"})
+#: one evaluation (a folder ``OUT/NAME``, no seeds) that arms are compared with seed by seed under another protocol,
+#: the difference named: the base model given the demonstrations SWiRL's data came from (``demos: default``; the arms
+#: are evaluated without them)
+BASELINES = (("swirl-base-demos", ("swirl", "sft")),)
 RESAMPLES = 10000
 
 
@@ -95,7 +101,7 @@ def seeds_of(out: Path, arm: str) -> list[int]:
 
 
 def one_pair(a: str, b: str, keep: frozenset[str] | None = None,
-             drop: frozenset[str] = frozenset()) -> dict[str, Any]:
+             drop: frozenset[str] = frozenset(), allow_protocol: bool = False) -> dict[str, Any]:
     """``turnrl compare A B``'s figures of one pair (:func:`turnrl.cli.compare.compare_pair`), on the items of
     ``keep`` (all where None) less those of ``drop``. Where A and B name one evaluation (a run whose validation chose
     step 0, read against its own step 0) the gain is zero by construction: the figures say so instead of refusing.
@@ -111,7 +117,7 @@ def one_pair(a: str, b: str, keep: frozenset[str] | None = None,
 
         arm_a, arm_b = only(arm_a), only(arm_b)
     if arm_a.folder.resolve() != arm_b.folder.resolve():
-        return compare_pair(arm_a, arm_b)
+        return compare_pair(arm_a, arm_b, allow_protocol=allow_protocol)
     from turnrl.stats import collapse
 
     values = collapse([str(r.get("item") or r["task_id"]) for r in arm_a.rows], arm_a.values())
@@ -183,6 +189,27 @@ def arms_table(out: Path, b: str, a: str, at: int | None = None) -> list[str]:
     o = pooled(pairs)
     lines.append(f"| mean of {o['seeds']} | | | | {pts(o['diff'])} | [{pts(o['low'])}, {pts(o['high'])}] | |")
     return lines + [""]
+
+
+def baseline_table(out: Path, base: str, arm: str) -> list[str]:
+    """Arm ``arm`` (each seed at its validation step, or its end) against the one evaluation ``OUT/base`` made under
+    another protocol, paired on the same items; the protocols' difference is printed under the table."""
+    seeds = [s for s in seeds_of(out, arm) if finished(out / f"{arm}-s{s}")]
+    if not seeds or not (out / base / "items.jsonl").is_file():
+        return []
+    pairs = [one_pair(str(out / base), end(out / f"{arm}-s{s}"), allow_protocol=True) for s in seeds]
+    lines = [f"**{arm} − {base}**, {arm} each at its best step on validation, paired on the same items", "",
+             f"| seed | items | {base} | {arm} | {arm} − {base} (points) | 95 % interval | McNemar p |",
+             "|---|---|---|---|---|---|---|"]
+    for s, p in zip(seeds, pairs):
+        m = p["mcnemar"] or {}
+        lines.append(f"| {s} | {p['items']} | {pct(p['accuracy_a'])} | {pct(p['accuracy_b'])} | {pts(p['diff'])} | "
+                     f"[{pts(p['low'])}, {pts(p['high'])}] | {m.get('p_value', float('nan')):.2g} |")
+    if len(pairs) >= 2:
+        o = pooled(pairs)
+        lines.append(f"| mean of {o['seeds']} | | | | {pts(o['diff'])} | [{pts(o['low'])}, {pts(o['high'])}] | |")
+    notes = sorted({n for p in pairs for n in p.get("notes", [])})
+    return lines + [""] + [f"({n})" for n in notes] + ([""] if notes else [])
 
 
 def chain_table(out: Path, a: str, b: str) -> list[str]:
@@ -359,6 +386,10 @@ def main() -> None:
     for b, a in PAIRS:
         if b in arms and a in arms:
             lines += arms_table(args.out, b, a)
+    for base, versus in BASELINES:
+        for arm in versus:
+            if arm in arms:
+                lines += baseline_table(args.out, base, arm)
     for b, a, at in AT_STEP:
         if b in arms and a in arms:
             lines += arms_table(args.out, b, a, at)

@@ -20,8 +20,6 @@ How the module graph is built:
 - Importing ``turnrl.a.b.c`` also runs ``turnrl/a/b/__init__.py`` and ``turnrl/a/__init__.py``, so the import is an edge
   to those parent packages too, except to the importer's own packages (Python has already run those).
 - An edge from a module to itself is dropped.
-- A module that moved keeps its old path as an alias whose only import is ``turnrl.utils`` (``moved_module``); such
-  aliases belong to no layer (docs/ARCHITECTURE.md lists them under "Moved paths").
 
 Run as a script (``python tests/test_imports.py``) it prints every finding and exits 1 if there are any;
 ``python tests/test_imports.py --house`` draws the house instead: each layer's modules and lines, and the layers each
@@ -42,7 +40,6 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = "turnrl"
 ARCHITECTURE = ROOT / "docs" / "ARCHITECTURE.md"
 LAYERS_HEADING = "## Layers"
-MOVED_MARK = "moved_module(__name__"
 MAX_LINES = 400
 LONG_MODULE_MARKER = "Over 400 lines:"
 # Modules that must not reach FORBIDDEN: whole packages, plus files of these names under turnrl/methods/.
@@ -201,12 +198,6 @@ def layers() -> list[Layer]:
 
 
 @functools.lru_cache(maxsize=None)
-def is_moved(name: str) -> bool:
-    """True for the alias a moved module leaves at its old path."""
-    return MOVED_MARK in modules()[name].read_text(encoding="utf-8")
-
-
-@functools.lru_cache(maxsize=None)
 def layer_of(name: str) -> Layer | None:
     """The layer of a module: of its most specific pattern (a module pattern, ``x.py`` or ``a/*/x.py``, beats any
     folder; a longer folder, ``a/b/``, beats a shorter one); None when no pattern matches."""
@@ -322,16 +313,16 @@ def layer_report(graph: dict[str, dict[str, list[Site]]] | None = None) -> list[
     graph = import_graph() if graph is None else graph
     report = []
     for name in sorted(graph):
-        if not is_moved(name) and layer_of(name) is None:
+        if layer_of(name) is None:
             report.append(f"{modules()[name].relative_to(ROOT)} is in no layer of {ARCHITECTURE.name}'s "
                           f"'{LAYERS_HEADING}' block")
     for source in sorted(graph):
         low = layer_of(source)
-        if low is None or is_moved(source):
+        if low is None:
             continue
         for target, sites in sorted(graph[source].items()):
             high = layer_of(target)
-            if high is not None and not is_moved(target) and high.rank > low.rank:
+            if high is not None and high.rank > low.rank:
                 report.append(f"{source} (layer {' '.join(low.patterns)}) imports {target} (layer "
                               f"{' '.join(high.patterns)}), a higher layer, at {sites[0]}")
     return report
@@ -417,7 +408,7 @@ def house_report() -> list[str]:
     """The house drawn from the imports: each layer, top first, with its modules and lines, and the layers it
     imports (with how many module-to-module imports)."""
     graph = import_graph()
-    placed = {name: layer_of(name) for name in graph if not is_moved(name)}
+    placed = {name: layer_of(name) for name in graph}
 
     def label(layer: Layer) -> str:
         return layer.patterns[0] + (" …" if len(layer.patterns) > 1 else "")

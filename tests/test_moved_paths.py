@@ -1,6 +1,7 @@
-"""Modules that moved keep their old import path for one release: the old path warns once, with the new path, and
-gives the new module's very objects (so code and patches through either path agree)."""
+"""The old module paths were removed before the first release: each is listed in CHANGELOG.md with its new path,
+fails to import, and its new path imports."""
 
+import importlib
 import re
 import subprocess
 import sys
@@ -8,47 +9,31 @@ import textwrap
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-MOVED_CALL = re.compile(r'moved_module\(__name__, "([\w.]+)"\)')
+ROW = re.compile(r"^\| `(turnrl[\w.]*)` \| `(turnrl[\w.]*)` \|$", re.M)
 
 
-def moved_paths() -> dict[str, str]:
-    """Every old path (a module whose body is a ``moved_module`` call) and where it moved."""
-    found = {}
-    for path in (ROOT / "turnrl").rglob("*.py"):
-        match = MOVED_CALL.search(path.read_text(encoding="utf-8"))
-        if match:
-            found[".".join(path.relative_to(ROOT).with_suffix("").parts)] = match.group(1)
-    return found
+def removed_paths() -> dict[str, str]:
+    """CHANGELOG.md's table of removed paths: old -> new."""
+    return dict(ROW.findall((ROOT / "CHANGELOG.md").read_text(encoding="utf-8")))
 
 
-def test_the_moved_paths_are_named_on_the_architecture_page():
-    page = (ROOT / "docs" / "ARCHITECTURE.md").read_text(encoding="utf-8")
-    section = page.split("### Moved paths", 1)[1].split("\n## ", 1)[0]
-    for old, new in moved_paths().items():
-        rel = old.removeprefix("turnrl.").replace(".", "/") + ".py"
-        assert f"`{rel}`" in section, f"{rel} (moved to {new}) is not listed under 'Moved paths'"
-
-
-def test_an_old_path_warns_once_and_gives_the_new_module():
-    moved = moved_paths()
-    assert "turnrl.rl.run.config" in moved  # the checks below would pass vacuously without any
+def test_each_removed_path_is_gone_and_its_new_path_imports():
+    removed = removed_paths()
+    assert len(removed) == 20 and removed["turnrl.rl.run.config"] == "turnrl.rl.config"  # the table was read
+    for old, new in removed.items():
+        assert not (ROOT / (old.replace(".", "/") + ".py")).exists(), old
+        importlib.import_module(new)
     script = textwrap.dedent(f"""
-        import importlib, sys, warnings
-        moved = {moved!r}
-        for old, new in moved.items():
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always")
-                first = importlib.import_module(old)
-                again = importlib.import_module(old)
-            mine = [w for w in caught if issubclass(w.category, FutureWarning)]
-            assert len(mine) == 1, (old, [str(w.message) for w in caught])
-            assert new in str(mine[0].message) and old in str(mine[0].message), str(mine[0].message)
-            assert first is again is importlib.import_module(new) is sys.modules[old], old
-        from turnrl.rl.run.config import TrainConfig as Old
-        from turnrl.rl.config import TrainConfig as New
-        assert Old is New
-        print("checked", len(moved))
+        import importlib
+        for old in {sorted(removed)!r}:
+            try:
+                importlib.import_module(old)
+            except ModuleNotFoundError:
+                continue
+            raise SystemExit(f"{{old}} still imports")
+        import turnrl.methods
+        assert not hasattr(turnrl.methods, "MONITORS")
+        print("gone", {len(removed)})
     """)
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=ROOT)
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert f"checked {len(moved)}" in out.stdout
+    assert out.returncode == 0 and f"gone {len(removed)}" in out.stdout, out.stdout + out.stderr[-3000:]

@@ -131,19 +131,6 @@ def entry_points_turnrl_first(group: str) -> list[tuple[str, str]]:
     return [(ep.name, ep.value) for ep in found]
 
 
-def moved_module(old: str, new: str) -> None:
-    """Make the module path ``old``, which users may import, the module ``new`` that took its place: the calling
-    module (``old`` itself, as its only statement) is replaced in ``sys.modules``, so ``import old`` and ``from old
-    import x`` give ``new``'s objects (the same objects, so a patch through either path patches both). Warns once
-    per process (a module runs once) with a FutureWarning, which Python shows by default, naming the new path.
-    Old paths keep working for one release."""
-    import warnings
-
-    warnings.warn(f"{old} has moved to {new}; import from {new} ({old} will be removed in the next release)",
-                  FutureWarning, stacklevel=3)
-    sys.modules[old] = importlib.import_module(new)
-
-
 def code_version(timeout: float = 5.0) -> dict[str, Any]:
     """Which turnrl produced a figure: ``{"turnrl": version, "commit": sha or None, "dirty": bool or None}`` — the
     commit and whether the work tree had uncommitted changes where turnrl runs from a git checkout (``git`` asked

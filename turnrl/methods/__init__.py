@@ -11,8 +11,6 @@ CLI, which stands above the methods). Nothing in :mod:`turnrl.rl` names a method
 * :mod:`turnrl.methods.prm` — PRM for code: process labels and the process reward model (§8).
 """
 
-from typing import Any
-
 #: ``turnrl NAME …`` subcommands: a typer app per method, imported when the CLI starts ("module:attribute").
 COMMANDS: dict[str, str] = {
     "swirl": "turnrl.methods.swirl.cli:app",
@@ -20,16 +18,3 @@ COMMANDS: dict[str, str] = {
     "prm": "turnrl.methods.prm.cli:app",
 }
 
-
-def __getattr__(name: str) -> Any:
-    """``MONITORS``, the table of the methods' health checks before they became entry points: for one release, the
-    checks turnrl's own pyproject declares (``"module:function"``), with a warning."""
-    if name != "MONITORS":
-        raise AttributeError(f"module 'turnrl.methods' has no attribute {name!r}")
-    import warnings
-    from importlib.metadata import entry_points
-
-    warnings.warn("turnrl.methods.MONITORS is gone: the methods' health checks are entry points (group "
-                  "turnrl.monitors); read them with turnrl.rl.run.monitors.registered_monitors()", FutureWarning,
-                  stacklevel=2)
-    return tuple(ep.value for ep in entry_points(group="turnrl.monitors") if ep.value.startswith("turnrl."))

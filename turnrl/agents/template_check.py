@@ -1,6 +1,0 @@
-"""Moved: ``turnrl check-template`` lives with the other commands, :mod:`turnrl.cli.template_check`. This path
-warns once and gives that module, for one release."""
-
-from turnrl.utils import moved_module
-
-moved_module(__name__, "turnrl.cli.template_check")
