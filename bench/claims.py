@@ -97,15 +97,15 @@ class Claim:
 
 
 CLAIMS = [
-    Claim("quickstart", "docs/results.md#evidence (the quickstart, seed 0 of three; `turnrl quickstart` trains it)",
+    Claim("quickstart", "docs/results/evidence.md#evidence (the quickstart, seed 0 of three; `turnrl quickstart` trains it)",
           "turnrl train configs/quickstart.yaml out_dir={out} --no-resume", (0.363, 0.676), 6,
           figure="held-out 36.3 % -> 67.6 % on the 102 distinct level-1 test problems (seed 0; seeds 1 and 2: 49.0 %, "
                  "60.8 %; over the three seeds +22.9 points, 95 % interval [+4.3, +41.5])"),
-    Claim("quickstart-lora", "docs/results.md#evidence (LoRA, seed 0 of three)",
+    Claim("quickstart-lora", "docs/results/evidence.md#evidence (LoRA, seed 0 of three)",
           "turnrl train configs/quickstart.yaml out_dir={out} --no-resume "
           "'learner.lora={r: 16, alpha: 32, target_modules: all-linear}' optim.lr=2.0e-4", (0.363, 0.775), 6,
           figure="held-out 36.3 % -> 77.5 % (seed 0; seeds 1 and 2: 75.5 %, 86.3 %)"),
-    Claim("lora-vs-full", "docs/results.md#evidence (LoRA - full at the end, seed 0 of three)",
+    Claim("lora-vs-full", "docs/results/evidence.md#evidence (LoRA - full at the end, seed 0 of three)",
           "turnrl train configs/quickstart.yaml out_dir={out}/full --no-resume && turnrl train configs/quickstart.yaml "
           "out_dir={out}/lora --no-resume 'learner.lora={r: 16, alpha: 32, target_modules: all-linear}' "
           "optim.lr=2.0e-4", (0.676, 0.775), 12, arms=("full", "lora"),
