@@ -262,7 +262,7 @@ def cli_reference() -> str:
     return re.sub(r"^#", "##", text, flags=re.M)  # the page's own title is the only h1
 
 
-README_PAGE = "readme.md"
+README_PAGE = "index.md"
 
 
 def readme_page() -> str:
@@ -274,7 +274,7 @@ def readme_page() -> str:
 
 
 def on_files(files: Any, config: Any, **kwargs: Any) -> Any:
-    """Add the README as the generated page ``readme.md`` (the nav lists it as the front page)."""
+    """Add the README as the generated page ``index.md``: the site's front page is the README (one front page)."""
     from mkdocs.structure.files import File
 
     files.append(File.generated(config, README_PAGE, content=readme_page()))

@@ -61,13 +61,13 @@ def test_the_site_builds_strictly_with_every_page_of_the_nav(site):
 
     listed = set(pages(nav))
     on_disk = {str(p.relative_to(DOCS)) for p in DOCS.rglob("*.md")}
-    assert listed == on_disk | {"readme.md"}  # every page is reachable, the nav names no missing page (the README
-    # is generated into the site by scripts/docs_hooks.py)
+    assert "index.md" not in on_disk  # one front page: the README, generated into the site as index.md
+    assert listed == on_disk | {"index.md"}  # every page is reachable, the nav names no missing page
     for page in listed:
         built = site / ("index.html" if page == "index.md" else page[:-3] + "/index.html")
         assert built.is_file(), page
-    readme = (site / "readme/index.html").read_text()  # the README rendered, its links pointing at the site's pages
-    assert "Train in Python" in readme and 'href="../results/#summary"' in readme and 'href="docs/' not in readme
+    readme = (site / "index.html").read_text()  # the README rendered, its links pointing at the site's pages
+    assert "Train in Python" in readme and 'href="results/#summary"' in readme and 'href="docs/' not in readme
     assert "check_environment" in _text(site / "reference/api/envs/index.html")  # mkdocstrings rendered docstrings
     algorithms = (site / "reference/api/algorithms/index.html").read_text()
     assert ":class:" not in algorithms
@@ -176,12 +176,11 @@ def test_user_facing_text_points_at_nothing_outside_the_repository():
 
 
 def test_the_front_page_example_runs():
-    page = (DOCS / "index.md").read_text()
-    block = re.search(r"```python\n(.*?)```", page, re.S)[1]
+    readme = (REPO / "README.md").read_text()  # the site's front page too
+    block = next(b for b in re.findall(r"```python\n(.*?)```", readme, re.S) if "turnrl.make(" in b)
     scope: dict = {}
-    exec(compile(block, "docs/index.md", "exec"), scope)
+    exec(compile(block, "README.md", "exec"), scope)
     assert scope["reward"] == 1.0 and scope["terminated"] is True
-    assert block in (REPO / "README.md").read_text()  # README shows the same example
 
 
 def test_the_readme_training_example_trains(tmp_path, monkeypatch):
