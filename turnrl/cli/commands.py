@@ -284,9 +284,11 @@ def serve(
     host: Annotated[str, typer.Option(help="where to listen; anything but a loopback address needs --api-key")] = "127.0.0.1",
     port: int = 8000,
     api_key: Annotated[str | None, typer.Option(envvar="TURNRL_API_KEY", help="the key every request must send "
-                                                "(Authorization: Bearer KEY)")] = None,
+                                                "(Authorization: Bearer KEY; on /v1/messages also x-api-key: KEY)")
+                       ] = None,
 ) -> None:
-    """Serve an agent over an OpenAI-compatible HTTP API (/v1/completions, /v1/chat/completions)."""
+    """Serve an agent over OpenAI- and Anthropic-compatible HTTP APIs (/v1/completions, /v1/chat/completions,
+    /v1/messages)."""
     from turnrl.agents import make_agent
     from turnrl.serving.server import LOOPBACK, AgentServer
     from turnrl.template_tools import tools_note

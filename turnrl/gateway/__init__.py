@@ -1,4 +1,5 @@
-"""Train the agent you already have: an OpenAI-compatible gateway that records every call with its exact tokens.
+"""Train the agent you already have: an OpenAI- and Anthropic-compatible gateway that records every call with its
+exact tokens.
 
 * :mod:`turnrl.gateway.server` — :class:`Gateway`, the HTTP server (sessions, token-exact prompts, batching);
 * :mod:`turnrl.gateway.history` — chat prompts that reuse the sampled tokens, and template drift;

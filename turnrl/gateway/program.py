@@ -10,8 +10,9 @@ of:
 * a dict with ``reward`` (a number) and/or ``answer`` (a string), and optionally ``correct`` (a bool).
 
 A function is called as ``function(base_url, api_key, task)`` (an ``async def`` is run in its own event loop). A
-command is run with the environment variables ``OPENAI_BASE_URL``, ``OPENAI_API_KEY``, ``TURNRL_TASK`` (the task
-as JSON) and ``TURNRL_SESSION``, and its last line of standard output is the result (JSON, or a plain answer).
+command is run with the environment variables ``OPENAI_BASE_URL``, ``OPENAI_API_KEY``, ``ANTHROPIC_BASE_URL`` (the
+same session without ``/v1``, which the ``anthropic`` SDK adds itself), ``ANTHROPIC_API_KEY``, ``TURNRL_TASK`` (the
+task as JSON) and ``TURNRL_SESSION``, and its last line of standard output is the result (JSON, or a plain answer).
 The task is ``{"id", "index", "messages", "question", "tools", "model"}``: the environment's opening messages in
 OpenAI's form, the last user message's text, the environment's tool schemas (empty when it has none) and the model
 name to ask for; with ``program.mcp_tools`` also ``mcp_url``, where an MCP client calls those tools
@@ -152,7 +153,9 @@ def run_command(command: str | Sequence[str], base_url: str, api_key: str, task:
                 timeout: float) -> Outcome:
     """Run a program command (see the module docstring) and read its last line of standard output."""
     argv = shlex.split(command) if isinstance(command, str) else list(command)
-    env = {**os.environ, "OPENAI_BASE_URL": base_url, "OPENAI_API_KEY": api_key, "TURNRL_TASK": json.dumps(task),
+    env = {**os.environ, "OPENAI_BASE_URL": base_url, "OPENAI_API_KEY": api_key,
+           "ANTHROPIC_BASE_URL": base_url.removesuffix("/v1"), "ANTHROPIC_API_KEY": api_key,
+           "TURNRL_TASK": json.dumps(task),
            "TURNRL_SESSION": session, **({"TURNRL_MCP_URL": task["mcp_url"]} if task.get("mcp_url") else {})}
     try:
         done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout, check=False)

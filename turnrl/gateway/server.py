@@ -1,17 +1,22 @@
-"""The training gateway: an OpenAI-compatible server whose every call becomes training data.
+"""The training gateway: an OpenAI- and Anthropic-compatible server whose every call becomes training data.
 
-A user's agent program talks to the policy being trained through any OpenAI client. The gateway serves it like
-``turnrl serve`` (chat and completions, ``tools``, streaming, ``n``, logprobs — :class:`~turnrl.serving.server.
-AgentServer`), with three differences:
+A user's agent program talks to the policy being trained through any OpenAI or Anthropic client. The gateway serves
+it like ``turnrl serve`` (``POST /v1/chat/completions``, ``POST /v1/completions`` and Anthropic's ``POST
+/v1/messages``; ``tools``, streaming, ``n``, logprobs — :class:`~turnrl.serving.server.AgentServer`), with three
+differences:
 
 * **Sessions.** Calls are grouped into episodes by a session id, in the URL path: the program gets
   ``base_url = http://127.0.0.1:PORT/s/SESSION/v1`` and needs nothing else (``OpenAI(base_url=base_url,
+  api_key=api_key)``; the ``anthropic`` SDK adds ``/v1`` itself: ``Anthropic(base_url=base_url.removesuffix("/v1"),
   api_key=api_key)``). A client that keeps one base URL may send the header ``X-Session-Id: SESSION`` to
   ``http://127.0.0.1:PORT/v1`` instead. A call naming no session, an unknown one or one that has ended is refused
-  (400, 404, 409 in OpenAI's error shape).
+  (400, 404, 409 in the error shape of the route's API).
 * **Exact tokens.** A chat call that extends an earlier one is prompted with the exact tokens sampled before, plus
   the template tokens of the new messages (:mod:`turnrl.gateway.history`); everything answered is recorded
-  (:mod:`turnrl.gateway.record`).
+  (:mod:`turnrl.gateway.record`). A Messages call is converted into the same chat form
+  (:mod:`turnrl.serving.anthropic_api`) and held to the same rules. One session speaks one dialect: after a call to
+  OpenAI's endpoints a call to ``/v1/messages`` is refused with a 409 (and the reverse), and what the session
+  recorded stays.
 * **Batching.** Concurrent sessions share the policy's generation calls (:mod:`turnrl.gateway.engine`).
 * **Several policies.** A gateway may serve several agents of one episode (the seats of a game, docs/multi-agent.md):
   ``Gateway(agent, policies={"X": agent_x, "O": agent_o})`` and ``open(session, policy="X")``; each session is
@@ -20,7 +25,8 @@ AgentServer`), with three differences:
 
 The run's sampling settings override the request's (``sampling``: e.g. the rollout temperature — the learner scores
 tokens under the distribution that sampled them), ``max_tokens`` is capped by ``max_new_tokens``, and a prompt longer
-than ``max_context`` allows is refused with OpenAI's ``context_length_exceeded``. A session opened with a ``seed``
+than ``max_context`` allows is refused before generation (OpenAI's ``context_length_exceeded``; on ``/v1/messages``
+an ``invalid_request_error``) — all three the same in both dialects. A session opened with a ``seed``
 samples from its own stream, whatever seed a request names: call k of a session opened with ``seed`` s samples with
 seed ``turn_seed(s, k)`` (``turnrl.utils``), as turn k of a native turnrl episode with sample seed s does (a program
 that always sends the same seed would otherwise give every sample of a group the same tokens); other sessions honour
@@ -50,6 +56,12 @@ from turnrl.serving.server import AgentServer
 from turnrl.utils import turn_seed
 
 
+#: the API each generation route belongs to: a session keeps to one
+DIALECTS = {"chat": "openai", "completions": "openai", "messages": "anthropic"}
+DIALECT_NAMES = {"openai": "OpenAI's Chat Completions API (/v1/chat/completions, /v1/completions)",
+                 "anthropic": "Anthropic's Messages API (/v1/messages)"}
+
+
 @dataclass
 class Session:
     """One episode's calls (see :mod:`turnrl.gateway.record`)."""
@@ -57,6 +69,7 @@ class Session:
     id: str
     history: ChatHistory
     policy: str | None = None  # which of the gateway's policies answers it (None: the gateway's agent)
+    dialect: str | None = None  # the API its first generation call used (``DIALECTS``)
     seed: int | None = None
     sampling: dict[str, Any] = field(default_factory=dict)
     calls: list[Call] = field(default_factory=list)
@@ -65,6 +78,21 @@ class Session:
     lock: threading.Lock = field(default_factory=threading.Lock)
     busy: int = 0  # calls generating now
     idle: threading.Condition = field(default_factory=threading.Condition)
+
+    def claim(self, dialect: str | None) -> None:
+        """Keep the session to one dialect: the first generation call sets it, a call in another is refused (409)."""
+        if dialect is None:
+            return
+        with self.lock:
+            if self.dialect is None:
+                self.dialect = dialect
+                return
+            mine = self.dialect
+        if mine != dialect:
+            raise APIError(409, f"session {self.id!r} speaks {DIALECT_NAMES[mine]}; this call uses "
+                           f"{DIALECT_NAMES[dialect]}. One session may not mix dialects (its episode is one "
+                           "conversation in one API): keep to one, or open another session; nothing recorded so far "
+                           "is lost", code="dialect_mixed")
 
     def next_seed(self) -> int | None:
         """The seed of the session's next call that gives none (None: the session has no stream)."""
@@ -78,6 +106,7 @@ class _Request:
     session: Session
     match: Match | None = None
     version: int = -1
+    dialect: str | None = None
 
 
 class Gateway(AgentServer):
@@ -195,7 +224,7 @@ class Gateway(AgentServer):
 
     # ---- the AgentServer hooks ----
 
-    def context(self, request: Request, args: dict[str, Any]) -> _Request | None:
+    def context(self, request: Request, args: dict[str, Any], endpoint: str) -> _Request | None:
         sid = args.get("session") or request.headers.get("X-Session-Id")
         if sid is None:
             return None
@@ -208,7 +237,10 @@ class Gateway(AgentServer):
                                code="session_ended")
             raise APIError(404, f"unknown session {sid!r}: use the base_url the gateway gave your program",
                            code="session_not_found", kind="not_found_error")
-        return _Request(s)
+        dialect = DIALECTS.get(endpoint)
+        if dialect is not None and s.dialect not in (None, dialect):
+            s.claim(dialect)  # refused before the request is read
+        return _Request(s, dialect=dialect)
 
     def chat_prompt(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, ctx: Any = None
                     ) -> list[int]:
@@ -234,6 +266,7 @@ class Gateway(AgentServer):
                                code="context_length_exceeded")
             budget = min(budget, room)
         params = params.model_copy(update={"max_new_tokens": budget})
+        req.session.claim(req.dialect)  # a call in another dialect that arrived meanwhile is refused here
         seed = req.session.next_seed()  # a session opened with a seed samples from its own stream, whatever the
         if seed is None:  # request asks (a program that always sends seed=0 would make a group's samples equal)
             seed = params.seed
@@ -256,7 +289,7 @@ class Gateway(AgentServer):
         req = _need_session(ctx)
         s = req.session
         returned = None
-        if request["endpoint"] == "chat":
+        if request["endpoint"] in ("chat", "messages"):
             returned = chat_messages(request["returned"])
             s.history.answered(request["messages"], request["tools"], prompt, returned,
                                [c.token_ids for c in outs])

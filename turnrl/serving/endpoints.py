@@ -179,7 +179,7 @@ class OpenAIEndpoints:
             message: dict[str, Any] = {"role": "assistant", "content": content, "refusal": None}
             finish = c.finish_reason
             if call.parse_tools:
-                calls, rest = parse_tool_calls(content)
+                calls, rest = parse_tool_calls(content, call.id_prefix)
                 if calls:
                     message.update(content=rest or None, tool_calls=calls)
                     finish = "tool_calls"
@@ -187,7 +187,7 @@ class OpenAIEndpoints:
             if call.want_lp:
                 logprobs = {"content": self._chat_logprobs(call, c, len(content)), "refusal": None}
             choices.append({"index": i, "message": message, "logprobs": logprobs, "finish_reason": finish})
-        self.answered(ctx, call.prompt, outs, {"endpoint": "chat", "messages": call.messages, "tools": call.tools,
+        self.answered(ctx, call.prompt, outs, {"endpoint": call.endpoint, "messages": call.messages, "tools": call.tools,
                                                "returned": [ch["message"] for ch in choices]})
         envelope = self._envelope("chat.completion", choices, len(call.prompt), sum(len(c.token_ids) for c in outs))
         return envelope, outs

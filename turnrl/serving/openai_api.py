@@ -158,12 +158,13 @@ def chat_messages(messages: Any) -> list[dict[str, Any]]:
     return out
 
 
-def parse_tool_calls(text: str) -> tuple[list[dict[str, Any]], str]:
-    """Hermes ``<tool_call>`` blocks in ``text`` as OpenAI ``tool_calls``, and the text left around them."""
+def parse_tool_calls(text: str, id_prefix: str = "call_") -> tuple[list[dict[str, Any]], str]:
+    """Hermes ``<tool_call>`` blocks in ``text`` as OpenAI ``tool_calls`` (new ids start with ``id_prefix``: ``call_``,
+    or ``toolu_`` for Anthropic's Messages API), and the text left around them."""
     from turnrl.tools.parsers import HermesParser
 
     parsed = HermesParser().parse(text)
-    calls = [{"id": call.id or f"call_{uuid.uuid4().hex[:12]}", "type": "function",
+    calls = [{"id": call.id or f"{id_prefix}{uuid.uuid4().hex[:12]}", "type": "function",
               "function": {"name": call.name, "arguments": json.dumps(call.arguments)}} for call in parsed.calls]
     # the text around the calls; only its end is stripped, so that it is what a stream sent (which holds back
     # trailing whitespace where tool calls are parsed: it cannot know whether a call follows)
@@ -173,7 +174,9 @@ def parse_tool_calls(text: str) -> tuple[list[dict[str, Any]], str]:
 
 @dataclass
 class ChatCall:
-    """A checked chat request: its token prompt, sampling, messages, tools and what to return."""
+    """A checked chat request: its token prompt, sampling, messages, tools and what to return; ``endpoint`` names the
+    route it came by (``chat``, or ``messages`` for Anthropic's Messages API, which runs through the same path) and
+    ``id_prefix`` starts the ids of the tool calls it returns."""
 
     prompt: list[int]
     params: SamplingParams
@@ -182,6 +185,8 @@ class ChatCall:
     parse_tools: bool
     want_lp: bool
     k: int
+    endpoint: str = "chat"
+    id_prefix: str = "call_"
 
 
 @dataclass

@@ -1,7 +1,9 @@
-"""An OpenAI-compatible HTTP server over any turnrl agent (``turnrl serve``), on Werkzeug.
+"""An OpenAI- and Anthropic-compatible HTTP server over any turnrl agent (``turnrl serve``), on Werkzeug.
 
 Endpoints: ``GET /v1/models``, ``GET /v1/models/{id}``, ``POST /v1/completions`` (prompt as text, texts, or token
-ids; ``logprobs=k``; vLLM's ``return_tokens_as_token_ids``) and ``POST /v1/chat/completions``. Both generation
+ids; ``logprobs=k``; vLLM's ``return_tokens_as_token_ids``), ``POST /v1/chat/completions`` and Anthropic's
+``POST /v1/messages`` (:mod:`turnrl.serving.messages`: a Messages request converted into a chat request, run
+through the same path, and answered in Anthropic's shape, events and errors included). The two OpenAI generation
 endpoints support ``stream`` (server-sent events sent while the tokens are generated, with
 ``stream_options.include_usage``; :mod:`turnrl.serving.streaming`), logprobs with ``top_logprobs`` (recorded while
 sampling by the HF agent), ``stop`` (cut from the returned text, as OpenAI does), ``seed`` and ``n``; chat supports
@@ -10,11 +12,13 @@ blocks). Tools are rendered by the chat template; where it cannot render them (o
 are written into the messages instead (:mod:`turnrl.template_tools`), so no model silently loses them. Anything
 else — penalties, ``logit_bias``, ``response_format`` other than text, forced tool choice, ``echo``, unknown
 parameters — is refused with a 400 in OpenAI's error shape that names the parameter
-(:mod:`turnrl.serving.openai_api`). One generation runs at a time.
+(:mod:`turnrl.serving.openai_api`); on ``/v1/messages`` errors take Anthropic's shape
+(:mod:`turnrl.serving.anthropic_api`). One generation runs at a time.
 
-With ``api_key`` every request must carry it (``Authorization: Bearer KEY``); listening on anything but a loopback
-address requires one. Subclasses (the training gateway, :mod:`turnrl.gateway`) add routes and a per-request context
-through :meth:`AgentServer.rules`, :meth:`~AgentServer.context`, :meth:`~AgentServer.chat_prompt`,
+With ``api_key`` every request must carry it (``Authorization: Bearer KEY``; on ``/v1/messages`` also ``x-api-key:
+KEY``: the ``anthropic`` SDK has sent its key either way); listening on anything but a loopback address requires one.
+Subclasses (the training gateway, :mod:`turnrl.gateway`) add routes and a per-request context through
+:meth:`AgentServer.rules`, :meth:`~AgentServer.context`, :meth:`~AgentServer.chat_prompt`,
 :meth:`~AgentServer.generate` and :meth:`~AgentServer.answered`.
 """
 
@@ -32,16 +36,19 @@ from werkzeug.serving import WSGIRequestHandler, make_server
 from werkzeug.wrappers import Request, Response
 
 from turnrl.agents.base import Completion, SamplingParams, capabilities_of
+from turnrl.serving.anthropic_api import anthropic_error, server_error
 from turnrl.serving.endpoints import OpenAIEndpoints
+from turnrl.serving.messages import MessagesEndpoint
 from turnrl.serving.openai_api import (
     APIError,
 )
 from turnrl.tokens import ChatRenderer
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
+_ANTHROPIC_PATH = re.compile(r"/v1/messages(/|$)")
 
 
-class AgentServer(OpenAIEndpoints):
+class AgentServer(OpenAIEndpoints, MessagesEndpoint):
     """Serve ``agent`` under the model name ``model`` on ``host:port`` (port 0 picks a free one)."""
 
     #: a streamed generation stops at its next token once its client is gone
@@ -65,11 +72,13 @@ class AgentServer(OpenAIEndpoints):
         self.thread: threading.Thread | None = None
 
     def rules(self) -> list[Rule]:
-        """The routes: ``models``, ``model``, ``completions`` and ``chat`` endpoints (subclasses add their own)."""
+        """The routes: ``models``, ``model``, ``completions``, ``chat`` and ``messages`` endpoints (subclasses add
+        their own)."""
         return [Rule("/v1/models", endpoint="models", methods=["GET"]),
                 Rule("/v1/models/<path:name>", endpoint="model", methods=["GET"]),
                 Rule("/v1/completions", endpoint="completions", methods=["POST"]),
-                Rule("/v1/chat/completions", endpoint="chat", methods=["POST"])]
+                Rule("/v1/chat/completions", endpoint="chat", methods=["POST"]),
+                Rule("/v1/messages", endpoint="messages", methods=["POST"])]
 
     def endpoints(self) -> str:
         """The routes as a client reads them: ``POST /v1/chat/completions, …`` (each method and path once, in order)."""
@@ -107,6 +116,8 @@ class AgentServer(OpenAIEndpoints):
 
     def _wsgi(self, environ: dict[str, Any], start_response: Any) -> Any:
         request = Request(environ)
+        # Anthropic's routes answer errors in Anthropic's shape (also a wrong method on /v1/messages)
+        anthropic = bool(_ANTHROPIC_PATH.search(request.path))
         try:
             try:
                 endpoint, args = self.urls.bind_to_environ(environ).match()
@@ -114,8 +125,9 @@ class AgentServer(OpenAIEndpoints):
                 raise APIError(e.code or 404, f"{request.method} {request.path}: {e.name}; this server answers "
                                f"{self.endpoints()}",
                                kind="not_found_error" if e.code == 404 else "invalid_request_error") from e
-            self._authorize(request)
-            ctx = self.context(request, args)
+            anthropic = endpoint == "messages"
+            self._authorize(request, endpoint)
+            ctx = self.context(request, args, endpoint)
             if endpoint == "models":
                 response = self._json({"object": "list", "data": [self._model_card()]})
             elif endpoint == "model":
@@ -125,29 +137,36 @@ class AgentServer(OpenAIEndpoints):
                 response = self._json(self._model_card())
             else:
                 body = self._body(request)
-                result = self.completions(body, ctx) if endpoint == "completions" else self.chat(body, ctx)
+                handle = {"completions": self.completions, "chat": self.chat, "messages": self.messages}[endpoint]
+                result = handle(body, ctx)
                 if isinstance(result, dict):
                     response = self._json(result)
                 else:
                     response = Response(result, mimetype="text/event-stream", headers={"Cache-Control": "no-cache"})
         except APIError as e:
-            response = self._json(e.payload(), e.status)
+            response = self._json(anthropic_error(e) if anthropic else e.payload(), e.status)
         except Exception as e:  # noqa: BLE001 — any failure is an answer in the API's shape
-            response = self._json({"error": {"message": f"{type(e).__name__}: {e}", "type": "server_error",
-                                             "param": None, "code": None}}, 500)
+            response = self._json(server_error(e) if anthropic else {"error": {
+                "message": f"{type(e).__name__}: {e}", "type": "server_error", "param": None, "code": None}}, 500)
         return response(environ, start_response)
 
-    def _authorize(self, request: Request) -> None:
+    def _authorize(self, request: Request, endpoint: str) -> None:
+        """Check the key: ``Authorization: Bearer KEY``, or on ``/v1/messages`` also ``x-api-key: KEY``."""
         if self.api_key is None:
             return
         given = request.headers.get("Authorization", "")
-        token = given[7:].strip() if given.lower().startswith("bearer ") else ""
-        if not hmac.compare_digest(token.encode(), self.api_key.encode()):
-            raise APIError(401, "missing or wrong API key: send `Authorization: Bearer KEY` (the OpenAI client's "
-                           "api_key)", code="invalid_api_key", kind="authentication_error")
+        tokens = [given[7:].strip() if given.lower().startswith("bearer ") else ""]
+        if endpoint == "messages":  # either may hold it (the anthropic SDK sends both where both are set)
+            tokens.append(request.headers.get("x-api-key", "").strip())
+        if not any(hmac.compare_digest(token.encode(), self.api_key.encode()) for token in tokens):
+            how = ("`x-api-key: KEY` or `Authorization: Bearer KEY` (the anthropic client's api_key)"
+                   if endpoint == "messages" else "`Authorization: Bearer KEY` (the OpenAI client's api_key)")
+            raise APIError(401, f"missing or wrong API key: send {how}", code="invalid_api_key",
+                           kind="authentication_error")
 
-    def context(self, request: Request, args: dict[str, Any]) -> Any:
-        """What a request carries besides its body (the gateway: its session); None here."""
+    def context(self, request: Request, args: dict[str, Any], endpoint: str) -> Any:
+        """What a request carries besides its body (the gateway: its session); ``endpoint`` names the route
+        (``chat``, ``messages``, …). None here."""
         return None
 
     @staticmethod
@@ -195,9 +214,9 @@ class AgentServer(OpenAIEndpoints):
 
     def answered(self, ctx: Any, prompt: list[int], outs: list[Completion], request: dict[str, Any]) -> None:
         """Called with every answered generation request before the response is sent (the gateway records it):
-        the token prompt, the completions and ``request`` — ``{"endpoint": "chat"|"completions", "messages",
-        "tools", "returned": the assistant messages sent back, one per completion}`` (chat) or ``{"endpoint":
-        "completions"}``. Nothing here."""
+        the token prompt, the completions and ``request`` — ``{"endpoint": "chat"|"messages", "messages",
+        "tools", "returned": the assistant messages sent back, one per completion}`` (chat, and Anthropic's Messages
+        API in the same internal chat form) or ``{"endpoint": "completions"}``. Nothing here."""
 
 
 class _QuietHandler(WSGIRequestHandler):

@@ -180,16 +180,19 @@ def error_event(e: BaseException) -> str:
                           "code": None}})
 
 
-def framed(gen: Generation, events: Iterator[str]) -> Iterator[str]:
-    """``events``, then ``[DONE]``; an error on the way is an event (the stream has started), and the generation
-    is told when the stream ends, however it ends (a client that hung up)."""
+def framed(gen: Generation, events: Iterator[str], *, error: Callable[[BaseException], str] = error_event,
+           done: str | None = "data: [DONE]\n\n") -> Iterator[str]:
+    """``events``, then ``done`` (OpenAI's ``[DONE]``; None: nothing, as Anthropic's streams end); an error on the way
+    is an event (``error`` writes it; the stream has started), and the generation is told when the stream ends,
+    however it ends (a client that hung up)."""
     try:
         yield from events
     except Exception as e:  # noqa: BLE001
-        yield error_event(e)
+        yield error(e)
     finally:
         gen.close()
-    yield "data: [DONE]\n\n"
+    if done is not None:
+        yield done
 
 
 def usage(head: dict[str, Any], body: dict[str, Any], envelope: dict[str, Any]) -> Iterator[str]:
