@@ -272,3 +272,11 @@ def test_a_token_budget_bounds_every_pass_and_changes_no_number():
         return torch.cat([(p - q).flatten() for p, q in zip(params, before)])
 
     assert (step(plain) - step(split)).norm() <= 1e-3 * step(plain).norm()
+
+
+def test_warmup_factor_is_linear_from_its_start_and_one_without_a_warmup():
+    from turnrl.rl.core.learner import warmup_factor
+
+    assert [warmup_factor(s, 4) for s in range(6)] == [0.25, 0.5, 0.75, 1.0, 1.0, 1.0]
+    assert [warmup_factor(s, 2, start=3) for s in range(3, 6)] == [0.5, 1.0, 1.0]  # after VAPO's critic-only steps
+    assert warmup_factor(0, 0) == 1.0 and warmup_factor(7, 0, start=9) == 1.0

@@ -31,7 +31,7 @@ from typing import Any
 
 from turnrl.lora import check_resume, load_adapter, policy_state, restore
 from turnrl.rl.config import TrainConfig
-from turnrl.rl.core.learner import _trainable
+from turnrl.rl.core.learner import _trainable, warmup_factor
 from turnrl.rl.placement.cluster import RayPlacementError, connect, free_cpus, stop
 from turnrl.rl.placement.cluster import cause as _cause
 from turnrl.rl.placement.cluster import ray_module as _ray
@@ -65,7 +65,7 @@ class LearnerGroup:
                                     "(scripts/setup.sh does)") from e
         self.cfg, self.model, self.tokenizer = config, model, tokenizer
         self.version = self.updates = 0
-        self._lr = config.optim.lr if not config.optim.warmup_steps else config.optim.lr / config.optim.warmup_steps
+        self._lr = config.optim.lr * warmup_factor(0, config.optim.warmup_steps)  # the rate of the first update
         self.ranks: list[Any] = []
         lc, rc = config.learner, config.ray
         self.started = connect(rc.address, rc.num_cpus, rc.connect_timeout)
