@@ -58,10 +58,9 @@ register_algorithm("sign-pg", SignPG)
 
 @pytest.fixture
 def clean_registry():
-    saved = dict(registry._REGISTRY)
+    saved = dict(registry.ALGORITHMS.entries)
     yield
-    registry._REGISTRY.clear()
-    registry._REGISTRY.update(saved)
+    registry.ALGORITHMS.entries = saved
     sys.modules.pop("my_algorithms", None)
 
 
@@ -152,7 +151,7 @@ def test_an_installed_package_registers_through_the_entry_point_group(tmp_path, 
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: my-algorithms\nVersion: 1.0\n")
     (info / "entry_points.txt").write_text("[turnrl.algorithms]\nsign-pg = my_algorithms:SignPG\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setattr(registry, "_entry_points_loaded", False)
+    monkeypatch.setattr(registry.ALGORITHMS, "_read", False)
     assert "sign-pg" in registry.algorithm_names()
     algo = get_algorithm({"name": "sign-pg", "scale": 3.0})
     assert type(algo).__module__ == "my_algorithms" and algo.cfg.scale == 3.0
@@ -168,9 +167,7 @@ def test_the_methods_come_in_through_the_entry_point_group_and_keep_their_names(
     assert {"pag", "pag-grpo", "swirl", "dqo", "dpo", "rft", "sft"} <= set(declared)
     assert all(declared[n].startswith("turnrl.methods.") for n in ("pag", "swirl", "dqo", "sft"))
     assert not any("methods" in entry for entry in registry.BUILTINS.values())
-    registry._REGISTRY.clear()
-    registry._REGISTRY.update(registry.BUILTINS)
-    monkeypatch.setattr(registry, "_entry_points_loaded", False)
+    registry.ALGORITHMS.reset()
     with pytest.raises(AlgorithmRegistrationError, match=r"'pag' is already registered "
                                                          r"\(turnrl.methods.pag.algorithm:PAG\), so .*Half cannot take"):
         register_algorithm("pag", Half)

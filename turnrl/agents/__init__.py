@@ -7,17 +7,31 @@
 * ``openai:URL#MODEL`` — any OpenAI-compatible server (needs ``tokenizer=`` for token-level rollouts);
 * ``tiny:TEMPLATE`` — a tiny random model with a small tokenizer (tests, smoke runs);
 * ``run:OUT_DIR`` — the policy a ``turnrl train`` run saved: its ``model`` with the weights of its ``checkpoint.pt``
-  (``run:OUT_DIR#POLICY`` for one policy of a run with several).
+  (``run:OUT_DIR#POLICY`` for one policy of a run with several);
+* ``NAME:REST`` — a backend an installed package declares under the ``turnrl.agents`` entry-point group, or a module
+  registers with ``AGENT_BACKENDS.register(NAME, build)`` (:mod:`turnrl.agents.backends` shows the signature).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from turnrl.agents.base import Agent, Completion, SamplingParams
-from turnrl.agents.models import BUILTIN_MODELS, load_model, resolve_model_path
+from turnrl.agents.models import BUILTIN_MODELS, load_model
+from turnrl.plugins import Registry
 
-__all__ = ["Agent", "Completion", "SamplingParams", "load_model", "make_agent"]
+__all__ = ["AGENT_BACKENDS", "Agent", "Completion", "SamplingParams", "load_model", "make_agent"]
+
+
+#: the backends by spec prefix (:mod:`turnrl.agents.backends`); installed packages add theirs under the
+#: ``turnrl.agents`` entry-point group (``name = "module:function"``), a module of yours with
+#: ``AGENT_BACKENDS.register(name, build)``
+AGENT_BACKENDS: Registry[Callable[..., Any]] = Registry(
+    "agent backend", "turnrl.agents", {name: f"turnrl.agents.backends:{name}" for name in
+                                       ("hf", "vllm", "openai", "tiny", "run")})
+#: the backends that hold weights in this process, whose ``device`` is resolved before they load
+LOCAL_BACKENDS = ("hf", "tiny", "run")
 
 
 def make_agent(spec: str, *, batch_size: int = 32, tokenizer: str | None = None, device: str = "cpu") -> Any:
@@ -33,67 +47,16 @@ def make_agent(spec: str, *, batch_size: int = 32, tokenizer: str | None = None,
     kind, sep, rest = spec.partition(":")
     if not sep:
         kind, rest = "hf", spec
-    elif kind not in ("hf", "vllm", "openai", "tiny", "run"):
-        raise ValueError(
-            f"unknown agent spec {spec!r}; use a built-in name ({', '.join(BUILTIN_MODELS)}), a path, "
-            "or hf:PATH, vllm:PATH, openai:URL#MODEL, tiny:TEMPLATE, run:OUT_DIR"
-        )
-    if kind in ("run", "hf", "tiny") and device != "cpu":  # a GPU that is not there fails before anything loads
+    elif kind not in AGENT_BACKENDS:
+        forms = ", ".join(f"{k}:{FORMS.get(k, 'SPEC')}" for k in AGENT_BACKENDS.names())
+        raise ValueError(f"unknown agent spec {spec!r}; use a built-in name ({', '.join(BUILTIN_MODELS)}), a path, "
+                         f"or {forms}")
+    if kind in LOCAL_BACKENDS and device != "cpu":  # a GPU that is not there fails before anything loads
         from turnrl.agents.models import pick_device
 
         device = pick_device(device)
-    if kind == "run":
-        return _run_agent(rest, batch_size, device)
-    if kind in ("hf", "vllm"):  # where the model is, or why not, before the seconds of importing torch or vLLM
-        rest = resolve_model_path(rest)
-    if kind == "hf":
-        from turnrl.agents.hf import HFAgent
-
-        return HFAgent.from_pretrained(rest, batch_size=batch_size, device=device)
-    if kind == "tiny":
-        from turnrl.agents.hf import HFAgent
-        from turnrl.agents.tiny import tiny_model, tiny_tokenizer
-
-        tok = tiny_tokenizer(rest or "chatml")
-        return HFAgent(tiny_model(tok).to(device), tok, batch_size=batch_size)
-    if kind == "vllm":
-        from turnrl.agents.vllm import VLLMAgent
-
-        return VLLMAgent(rest)
-    url, hash_, model = rest.partition("#")
-    if not hash_ or not model:
-        raise ValueError(f"an openai agent spec is openai:URL#MODEL, got {spec!r}")
-    from turnrl.agents.openai import OpenAIAgent
-
-    tok = None
-    if tokenizer is not None:
-        from transformers import AutoTokenizer
-
-        tok = AutoTokenizer.from_pretrained(resolve_model_path(tokenizer))
-    return OpenAIAgent(url, model, tokenizer=tok)
+    return AGENT_BACKENDS.get(kind)(rest, batch_size=batch_size, tokenizer=tokenizer, device=device)
 
 
-def _run_agent(folder: str, batch_size: int, device: str = "cpu") -> Any:
-    """The policy a training run saved: the run's ``model`` (its ``config.yaml``) with its checkpoint's weights.
-
-    Raises:
-        FileNotFoundError: ``folder`` is not a run's output folder, or holds no checkpoint yet.
-    """
-    from pathlib import Path
-
-    import yaml
-
-    spec, folder = folder, folder.partition("#")[0]  # a run of several policies: run:OUT_DIR#POLICY
-    config = Path(folder) / "config.yaml"
-    if not config.is_file():
-        raise FileNotFoundError(f"run:{folder}: no config.yaml there (run:OUT_DIR takes the out_dir of a `turnrl "
-                                "train` run)")
-    name = (yaml.safe_load(config.read_text()) or {}).get("model")
-    if not name:
-        raise ValueError(f"run:{folder}: its config.yaml names no model")
-    agent = make_agent(str(name), batch_size=batch_size)
-    from turnrl.checkpoint import load_policy
-
-    load_policy(agent.model, spec)  # (which reads the #POLICY)
-    agent.model.to(device)
-    return agent
+#: how each built-in backend's spec reads after its prefix (for the message of an unknown prefix)
+FORMS = {"hf": "PATH", "vllm": "PATH", "openai": "URL#MODEL", "tiny": "TEMPLATE", "run": "OUT_DIR"}

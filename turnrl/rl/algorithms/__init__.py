@@ -4,7 +4,8 @@
 ``parse_algorithm_config(data)`` validates a config dict against the options of the algorithm it names, so an
 option of another algorithm is an error that says which algorithms have it. Entries are ``"module:Class"`` strings,
 imported on first use; :func:`register_algorithm` adds one — a user module (loaded with ``turnrl train --import
-MODULE``) — and installed packages declare theirs under the ``turnrl.algorithms`` entry point group. The methods in
+MODULE``) — and installed packages declare theirs under the ``turnrl.algorithms`` entry point group; both fill
+:data:`ALGORITHMS`, a :class:`turnrl.plugins.Registry` like every other extension point's. The methods in
 :mod:`turnrl.methods` (PAG, SWiRL, DQO, the offline baselines) come in that way, declared in turnrl's own
 ``pyproject.toml``: this package names none of them.
 """
@@ -25,7 +26,7 @@ from turnrl.rl.algorithms.base import (
 )
 from turnrl.rl.algorithms.run_checks import check_run_config
 from turnrl.rl.config import AlgorithmHooks, install_algorithm_hooks
-from turnrl.utils import entry_points_turnrl_first, load_entry
+from turnrl.plugins import Registry
 
 #: The general estimators of this package; the methods' algorithms are entry points (see the module docstring).
 BUILTINS: dict[str, str] = {
@@ -37,9 +38,7 @@ BUILTINS: dict[str, str] = {
     "rloo": "turnrl.rl.algorithms.rloo:RLOO",
     "reinforce++": "turnrl.rl.algorithms.reinforce:REINFORCEPlusPlus",
 }
-_REGISTRY: dict[str, str | type[Algorithm]] = dict(BUILTINS)
 ENTRY_POINT_GROUP = "turnrl.algorithms"
-_entry_points_loaded = False
 
 
 class AlgorithmRegistrationError(ValueError):
@@ -68,6 +67,12 @@ def check_algorithm_class(name: str, cls: Any) -> None:
                                          f"every algorithm defines {', '.join(Algorithm.required)}")
 
 
+#: every algorithm by name (:class:`turnrl.plugins.Registry`): the built-ins, the entry points, a module's own
+ALGORITHMS: Registry[type[Algorithm]] = Registry(
+    "algorithm", ENTRY_POINT_GROUP, BUILTINS, check=check_algorithm_class, error=AlgorithmRegistrationError,
+    hint="a module of yours that registers one is loaded with `turnrl train --import MODULE`.")
+
+
 def register_algorithm(name: str, entry: str | type[Algorithm], *, replace: bool = False) -> None:
     """Register an algorithm class (checked now) or a lazy ``"module:Class"`` string (checked on first use).
 
@@ -75,33 +80,12 @@ def register_algorithm(name: str, entry: str | type[Algorithm], *, replace: bool
         AlgorithmRegistrationError: ``name`` is taken (pass ``replace=True`` to override it on purpose), or the class
             is incomplete (:func:`check_algorithm_class`).
     """
-    _load_entry_points()  # a name an installed package (turnrl's methods included) declares is taken
-    if name in _REGISTRY and not replace and _REGISTRY[name] is not entry:
-        old = _REGISTRY[name]
-        where = old if isinstance(old, str) else f"{old.__module__}:{old.__qualname__}"
-        new = entry if isinstance(entry, str) else f"{entry.__module__}:{entry.__qualname__}"
-        raise AlgorithmRegistrationError(f"algorithm {name!r} is already registered ({where}), so {new} cannot take "
-                                         "it; pick another name, or pass replace=True to override it")
-    if not isinstance(entry, str):
-        check_algorithm_class(name, entry)
-    _REGISTRY[name] = entry
-
-
-def _load_entry_points() -> None:
-    """Register the algorithms that installed packages declare under the ``turnrl.algorithms`` entry point group
-    (``name = "module:Class"``), once, turnrl's own first; a name already taken keeps its first registration."""
-    global _entry_points_loaded
-    if _entry_points_loaded:
-        return
-    _entry_points_loaded = True
-    for name, value in entry_points_turnrl_first(ENTRY_POINT_GROUP):
-        _REGISTRY.setdefault(name, value)
+    ALGORITHMS.register(name, entry, replace=replace)
 
 
 def algorithm_names() -> list[str]:
     """The registered names, sorted."""
-    _load_entry_points()
-    return sorted(_REGISTRY)
+    return ALGORITHMS.names()
 
 
 def algorithm_class(name: str) -> type[Algorithm]:
@@ -111,23 +95,7 @@ def algorithm_class(name: str) -> type[Algorithm]:
         ValueError: no such algorithm (the message lists the registered ones and suggests the closest).
         AlgorithmRegistrationError: a lazy entry that does not import or is incomplete.
     """
-    if name not in _REGISTRY:
-        _load_entry_points()
-    if name not in _REGISTRY:
-        close = get_close_matches(name, list(_REGISTRY), n=1)
-        hint = f" Did you mean {close[0]!r}?" if close else ""
-        raise ValueError(f"unknown algorithm {name!r}.{hint} Registered: {', '.join(algorithm_names())}; a module of "
-                         "yours that registers one is loaded with `turnrl train --import MODULE`.")
-    entry = _REGISTRY[name]
-    if isinstance(entry, str):
-        try:
-            loaded = load_entry(entry)
-        except (ImportError, AttributeError) as e:
-            raise AlgorithmRegistrationError(f"algorithm {name!r} is registered as {entry!r}, which does not load "
-                                             f"({type(e).__name__}: {e}); fix the entry or the module") from e
-        check_algorithm_class(name, loaded)
-        entry = _REGISTRY[name] = loaded
-    return entry
+    return ALGORITHMS.get(name)
 
 
 def parse_algorithm_config(data: Any) -> AlgorithmConfig:

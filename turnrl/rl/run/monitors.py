@@ -25,6 +25,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from turnrl.plugins import Registry
+
 Metrics = dict[str, float]
 
 
@@ -148,21 +150,8 @@ def held_out_divergence(history: Sequence[Metrics], info: Metrics, drop: float =
 
 Check = Callable[[Sequence[Metrics], Metrics], "str | None"]
 ENTRY_POINT_GROUP = "turnrl.monitors"
-_MONITORS: dict[str, str | Check] = {}
-_entry_points_loaded = False
-
-
-def _load_entry_points() -> None:
-    """Register the checks that installed packages declare under ``turnrl.monitors``, once; turnrl's own first, so
-    another package cannot take a name turnrl's methods hold."""
-    global _entry_points_loaded
-    if _entry_points_loaded:
-        return
-    _entry_points_loaded = True
-    from turnrl.utils import entry_points_turnrl_first
-
-    for name, value in entry_points_turnrl_first(ENTRY_POINT_GROUP):
-        _MONITORS.setdefault(name, value)
+#: every registered check by name (:class:`turnrl.plugins.Registry`): entry points and a module's own
+MONITORS: Registry[Check] = Registry("monitor", ENTRY_POINT_GROUP)
 
 
 def register_monitor(name: str, check: str | Check, *, replace: bool = False) -> None:
@@ -172,11 +161,7 @@ def register_monitor(name: str, check: str | Check, *, replace: bool = False) ->
     Raises:
         ValueError: ``name`` is taken (pass ``replace=True`` to override it on purpose).
     """
-    _load_entry_points()
-    if name in _MONITORS and not replace and _MONITORS[name] is not check:
-        raise ValueError(f"monitor {name!r} is already registered ({_MONITORS[name]!r}); pick another name, or pass "
-                         "replace=True to override it")
-    _MONITORS[name] = check
+    MONITORS.register(name, check, replace=replace)
 
 
 def registered_monitors() -> dict[str, Check]:
@@ -185,19 +170,7 @@ def registered_monitors() -> dict[str, Check]:
     Raises:
         ValueError: an entry that does not load (naming it).
     """
-    from turnrl.utils import load_entry
-
-    _load_entry_points()
-    out = {}
-    for name, entry in sorted(_MONITORS.items()):
-        if isinstance(entry, str):
-            try:
-                entry = _MONITORS[name] = load_entry(entry)
-            except (ImportError, AttributeError) as e:
-                raise ValueError(f"monitor {name!r} is registered as {entry!r}, which does not load "
-                                 f"({type(e).__name__}: {e})") from e
-        out[name] = entry
-    return out
+    return MONITORS.loaded()
 
 
 def check_health(history: Sequence[Metrics], info: Metrics, max_new_tokens: int, *, sampled: bool = True,
