@@ -288,7 +288,7 @@ def serve(
                        ] = None,
 ) -> None:
     """Serve an agent over OpenAI- and Anthropic-compatible HTTP APIs (/v1/completions, /v1/chat/completions,
-    /v1/messages)."""
+    /v1/responses, /v1/messages)."""
     from turnrl.agents import make_agent
     from turnrl.serving.server import LOOPBACK, AgentServer
     from turnrl.template_tools import tools_note

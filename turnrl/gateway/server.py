@@ -1,9 +1,9 @@
 """The training gateway: an OpenAI- and Anthropic-compatible server whose every call becomes training data.
 
 A user's agent program talks to the policy being trained through any OpenAI or Anthropic client. The gateway serves
-it like ``turnrl serve`` (``POST /v1/chat/completions``, ``POST /v1/completions`` and Anthropic's ``POST
-/v1/messages``; ``tools``, streaming, ``n``, logprobs — :class:`~turnrl.serving.server.AgentServer`), with three
-differences:
+it like ``turnrl serve`` (``POST /v1/chat/completions``, ``POST /v1/completions``, OpenAI's ``POST /v1/responses``
+and Anthropic's ``POST /v1/messages``; ``tools``, streaming, ``n``, logprobs —
+:class:`~turnrl.serving.server.AgentServer`), with three differences:
 
 * **Sessions.** Calls are grouped into episodes by a session id, in the URL path: the program gets
   ``base_url = http://127.0.0.1:PORT/s/SESSION/v1`` and needs nothing else (``OpenAI(base_url=base_url,
@@ -13,10 +13,11 @@ differences:
   (400, 404, 409 in the error shape of the route's API).
 * **Exact tokens.** A chat call that extends an earlier one is prompted with the exact tokens sampled before, plus
   the template tokens of the new messages (:mod:`turnrl.gateway.history`); everything answered is recorded
-  (:mod:`turnrl.gateway.record`). A Messages call is converted into the same chat form
-  (:mod:`turnrl.serving.anthropic_api`) and held to the same rules. One session speaks one dialect: after a call to
-  OpenAI's endpoints a call to ``/v1/messages`` is refused with a 409 (and the reverse), and what the session
-  recorded stays.
+  (:mod:`turnrl.gateway.record`). A Messages or Responses call is converted into the same chat form
+  (:mod:`turnrl.serving.anthropic_api`, :mod:`turnrl.serving.responses_api`) and held to the same rules; a session
+  keeps its responses for ``previous_response_id`` until it closes (a continuation extends the same sampled tokens).
+  One session speaks one dialect (Chat Completions, Responses or Messages): a call in another is refused with a 409
+  naming both, and what the session recorded stays.
 * **Batching.** Concurrent sessions share the policy's generation calls (:mod:`turnrl.gateway.engine`).
 * **Several policies.** A gateway may serve several agents of one episode (the seats of a game, docs/multi-agent.md):
   ``Gateway(agent, policies={"X": agent_x, "O": agent_o})`` and ``open(session, policy="X")``; each session is
@@ -26,7 +27,8 @@ differences:
 The run's sampling settings override the request's (``sampling``: e.g. the rollout temperature — the learner scores
 tokens under the distribution that sampled them), ``max_tokens`` is capped by ``max_new_tokens``, and a prompt longer
 than ``max_context`` allows is refused before generation (OpenAI's ``context_length_exceeded``; on ``/v1/messages``
-an ``invalid_request_error``) — all three the same in both dialects. A session opened with a ``seed``
+an ``invalid_request_error``; ``max_output_tokens`` on ``/v1/responses`` is capped the same way) — all three the same
+in every dialect. A session opened with a ``seed``
 samples from its own stream, whatever seed a request names: call k of a session opened with ``seed`` s samples with
 seed ``turn_seed(s, k)`` (``turnrl.utils``), as turn k of a native turnrl episode with sample seed s does (a program
 that always sends the same seed would otherwise give every sample of a group the same tokens); other sessions honour
@@ -52,14 +54,15 @@ from turnrl.gateway.engine import Engine
 from turnrl.gateway.history import ChatHistory, Match
 from turnrl.gateway.record import Call
 from turnrl.serving.openai_api import APIError, chat_messages
+from turnrl.serving.responses_api import ResponseStore
 from turnrl.serving.server import AgentServer
 from turnrl.utils import turn_seed
 
-
 #: the API each generation route belongs to: a session keeps to one
-DIALECTS = {"chat": "openai", "completions": "openai", "messages": "anthropic"}
+DIALECTS = {"chat": "openai", "completions": "openai", "messages": "anthropic", "responses": "responses"}
 DIALECT_NAMES = {"openai": "OpenAI's Chat Completions API (/v1/chat/completions, /v1/completions)",
-                 "anthropic": "Anthropic's Messages API (/v1/messages)"}
+                 "anthropic": "Anthropic's Messages API (/v1/messages)",
+                 "responses": "OpenAI's Responses API (/v1/responses)"}
 
 
 @dataclass
@@ -73,6 +76,7 @@ class Session:
     seed: int | None = None
     sampling: dict[str, Any] = field(default_factory=dict)
     calls: list[Call] = field(default_factory=list)
+    responses: ResponseStore = field(default_factory=lambda: ResponseStore(None))  # for previous_response_id
     started: int = 0  # generation requests begun (the default seed stream)
     closed: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -213,6 +217,7 @@ class Gateway(AgentServer):
             s.idle.wait_for(lambda: s.busy == 0, timeout=max(wait, 0.0))
         with s.lock:
             s.closed = True
+        s.responses.clear()  # a later previous_response_id naming them is refused with the session (409)
         self.engines[s.policy].release(session)
         return s
 
@@ -277,6 +282,10 @@ class Gateway(AgentServer):
         except TimeoutError as e:
             raise APIError(503, f"generation timed out: {e}", kind="server_error", code="timeout") from e
 
+    def response_store(self, ctx: Any = None) -> ResponseStore:
+        """A session keeps its own responses (``previous_response_id``), until it closes."""
+        return _need_session(ctx).session.responses
+
     def run_chat(self, call: Any, ctx: Any = None, on_token: Any = None) -> Any:
         with _busy(ctx):
             return super().run_chat(call, ctx, on_token)
@@ -289,7 +298,7 @@ class Gateway(AgentServer):
         req = _need_session(ctx)
         s = req.session
         returned = None
-        if request["endpoint"] in ("chat", "messages"):
+        if request["endpoint"] in ("chat", "messages", "responses"):
             returned = chat_messages(request["returned"])
             s.history.answered(request["messages"], request["tools"], prompt, returned,
                                [c.token_ids for c in outs])

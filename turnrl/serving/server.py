@@ -1,25 +1,27 @@
 """An OpenAI- and Anthropic-compatible HTTP server over any turnrl agent (``turnrl serve``), on Werkzeug.
 
 Endpoints: ``GET /v1/models``, ``GET /v1/models/{id}``, ``POST /v1/completions`` (prompt as text, texts, or token
-ids; ``logprobs=k``; vLLM's ``return_tokens_as_token_ids``), ``POST /v1/chat/completions`` and Anthropic's
-``POST /v1/messages`` (:mod:`turnrl.serving.messages`: a Messages request converted into a chat request, run
-through the same path, and answered in Anthropic's shape, events and errors included). The two OpenAI generation
-endpoints support ``stream`` (server-sent events sent while the tokens are generated, with
-``stream_options.include_usage``; :mod:`turnrl.serving.streaming`), logprobs with ``top_logprobs`` (recorded while
-sampling by the HF agent), ``stop`` (cut from the returned text, as OpenAI does), ``seed`` and ``n``; chat supports
-``tools`` with ``tool_choice`` ``"auto"``/``"none"`` and returns parsed ``tool_calls`` (Hermes ``<tool_call>``
-blocks). Tools are rendered by the chat template; where it cannot render them (or earlier turns' tool calls), they
-are written into the messages instead (:mod:`turnrl.template_tools`), so no model silently loses them. Anything
-else — penalties, ``logit_bias``, ``response_format`` other than text, forced tool choice, ``echo``, unknown
-parameters — is refused with a 400 in OpenAI's error shape that names the parameter
-(:mod:`turnrl.serving.openai_api`); on ``/v1/messages`` errors take Anthropic's shape
-(:mod:`turnrl.serving.anthropic_api`). One generation runs at a time.
+ids; ``logprobs=k``; vLLM's ``return_tokens_as_token_ids``), ``POST /v1/chat/completions``, Anthropic's ``POST
+/v1/messages`` (:mod:`turnrl.serving.messages`: a Messages request converted into a chat request, run through the
+same path, and answered in Anthropic's shape, events and errors included) and OpenAI's ``POST /v1/responses``
+(:mod:`turnrl.serving.responses`: the Responses API run through the same path, with ``previous_response_id`` over
+the last 1,000 responses, answered as response objects and the Responses event stream;
+:mod:`turnrl.serving.responses_api`). ``/v1/completions`` and ``/v1/chat/completions`` support ``stream``
+(server-sent events sent while the tokens are generated, with ``stream_options.include_usage``;
+:mod:`turnrl.serving.streaming`), logprobs with ``top_logprobs`` (recorded while sampling by the HF agent), ``stop``
+(cut from the returned text, as OpenAI does), ``seed`` and ``n``; chat supports ``tools`` with ``tool_choice``
+``"auto"``/``"none"`` and returns parsed ``tool_calls`` (Hermes ``<tool_call>`` blocks). Tools are rendered by the
+chat template; where it cannot render them (or earlier turns' tool calls), they are written into the messages
+instead (:mod:`turnrl.template_tools`), so no model silently loses them. Anything else — penalties, ``logit_bias``,
+``response_format`` other than text, forced tool choice, ``echo``, unknown parameters — is refused with a 400 in
+OpenAI's error shape that names the parameter (:mod:`turnrl.serving.openai_api`); on ``/v1/messages`` errors take
+Anthropic's shape (:mod:`turnrl.serving.anthropic_api`). One generation runs at a time.
 
 With ``api_key`` every request must carry it (``Authorization: Bearer KEY``; on ``/v1/messages`` also ``x-api-key:
 KEY``: the ``anthropic`` SDK has sent its key either way); listening on anything but a loopback address requires one.
 Subclasses (the training gateway, :mod:`turnrl.gateway`) add routes and a per-request context through
 :meth:`AgentServer.rules`, :meth:`~AgentServer.context`, :meth:`~AgentServer.chat_prompt`,
-:meth:`~AgentServer.generate` and :meth:`~AgentServer.answered`.
+:meth:`~AgentServer.generate`, :meth:`~AgentServer.answered` and :meth:`~AgentServer.response_store`.
 """
 
 from __future__ import annotations
@@ -42,13 +44,15 @@ from turnrl.serving.messages import MessagesEndpoint
 from turnrl.serving.openai_api import (
     APIError,
 )
+from turnrl.serving.responses import ResponsesEndpoint
+from turnrl.serving.responses_api import ResponseStore
 from turnrl.tokens import ChatRenderer
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 _ANTHROPIC_PATH = re.compile(r"/v1/messages(/|$)")
 
 
-class AgentServer(OpenAIEndpoints, MessagesEndpoint):
+class AgentServer(OpenAIEndpoints, MessagesEndpoint, ResponsesEndpoint):
     """Serve ``agent`` under the model name ``model`` on ``host:port`` (port 0 picks a free one)."""
 
     #: a streamed generation stops at its next token once its client is gone
@@ -62,6 +66,7 @@ class AgentServer(OpenAIEndpoints, MessagesEndpoint):
             raise ValueError(f"listening on {host!r} (not a loopback address) needs an API key: pass api_key "
                              "(`turnrl serve --api-key KEY`), or listen on 127.0.0.1")
         self.agent, self.model, self.api_key = agent, model, api_key
+        self.stored_responses = ResponseStore()  # for previous_response_id on /v1/responses
         self._lock = threading.Lock()
         try:  # an agent that reports its tokens as it samples them (a live stream)
             self._agent_streams = capabilities_of(agent).on_token
@@ -72,13 +77,14 @@ class AgentServer(OpenAIEndpoints, MessagesEndpoint):
         self.thread: threading.Thread | None = None
 
     def rules(self) -> list[Rule]:
-        """The routes: ``models``, ``model``, ``completions``, ``chat`` and ``messages`` endpoints (subclasses add
-        their own)."""
+        """The routes: ``models``, ``model``, ``completions``, ``chat``, ``messages`` and ``responses`` endpoints
+        (subclasses add their own)."""
         return [Rule("/v1/models", endpoint="models", methods=["GET"]),
                 Rule("/v1/models/<path:name>", endpoint="model", methods=["GET"]),
                 Rule("/v1/completions", endpoint="completions", methods=["POST"]),
                 Rule("/v1/chat/completions", endpoint="chat", methods=["POST"]),
-                Rule("/v1/messages", endpoint="messages", methods=["POST"])]
+                Rule("/v1/messages", endpoint="messages", methods=["POST"]),
+                Rule("/v1/responses", endpoint="responses", methods=["POST"])]
 
     def endpoints(self) -> str:
         """The routes as a client reads them: ``POST /v1/chat/completions, …`` (each method and path once, in order)."""
@@ -137,7 +143,8 @@ class AgentServer(OpenAIEndpoints, MessagesEndpoint):
                 response = self._json(self._model_card())
             else:
                 body = self._body(request)
-                handle = {"completions": self.completions, "chat": self.chat, "messages": self.messages}[endpoint]
+                handle = {"completions": self.completions, "chat": self.chat, "messages": self.messages,
+                          "responses": self.responses}[endpoint]
                 result = handle(body, ctx)
                 if isinstance(result, dict):
                     response = self._json(result)
@@ -214,9 +221,10 @@ class AgentServer(OpenAIEndpoints, MessagesEndpoint):
 
     def answered(self, ctx: Any, prompt: list[int], outs: list[Completion], request: dict[str, Any]) -> None:
         """Called with every answered generation request before the response is sent (the gateway records it):
-        the token prompt, the completions and ``request`` — ``{"endpoint": "chat"|"messages", "messages",
-        "tools", "returned": the assistant messages sent back, one per completion}`` (chat, and Anthropic's Messages
-        API in the same internal chat form) or ``{"endpoint": "completions"}``. Nothing here."""
+        the token prompt, the completions and ``request`` — ``{"endpoint": "chat"|"messages"|"responses",
+        "messages", "tools", "returned": the assistant messages sent back, one per completion}`` (chat, and
+        Anthropic's Messages API and OpenAI's Responses API in the same internal chat form) or ``{"endpoint":
+        "completions"}``. Nothing here."""
 
 
 class _QuietHandler(WSGIRequestHandler):
