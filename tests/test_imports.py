@@ -353,6 +353,30 @@ def layering_report() -> list[str]:
     return report
 
 
+def room_of(name: str) -> str:
+    """The folder a module stands in, relative to ``turnrl/`` (``cli``, ``methods/pag``, ``envs/remote``; a package's
+    ``__init__`` stands in its own folder; a top-level module in ``.``)."""
+    path = modules()[name]
+    folder = path.parent.relative_to(ROOT / PACKAGE)
+    return str(folder) if str(folder) != "." else "."
+
+
+def folder_pair_report(graph: dict[str, dict[str, list[Site]]] | None = None) -> list[str]:
+    """Pairs of folders that import each other (one folder's modules import the other's and the reverse), each with
+    one import of either direction: two rooms that lean on each other are one room, or want a seam between them. The
+    top folder is left out: it holds the foundation, which every room imports, and the front door, which imports
+    what it offers."""
+    graph = import_graph() if graph is None else graph
+    first: dict[tuple[str, str], Site] = {}
+    for source, edges in sorted(graph.items()):
+        for target, sites in sorted(edges.items()):
+            a, b = room_of(source), room_of(target)
+            if a != b:
+                first.setdefault((a, b), sites[0])
+    return [f"{a} <-> {b}: {first[(a, b)]} and {first[(b, a)]}" for a, b in sorted(first)
+            if a < b and (b, a) in first and "." not in (a, b)]
+
+
 def long_module_report() -> list[str]:
     """Modules over MAX_LINES lines whose docstring lacks the LONG_MODULE_MARKER reason."""
     report = []
@@ -384,6 +408,17 @@ def test_the_layer_rule_fails_on_an_upward_import():
                                "rl/core/), a higher layer") for line in report), report
     assert layer_of("turnrl.methods.pag.cli") == layer_of("turnrl.cli.commands")  # a module pattern beats its folder
     assert layer_of("turnrl.rl.core.learner") != layer_of("turnrl.rl")  # a longer folder beats a shorter one
+
+
+def test_no_two_folders_import_each_other():
+    """No folder pair points at each other (cli and methods did: the CLI mounted the methods' subcommands by name while
+    their subcommands import cli/shared); the check itself reports a made-up pair."""
+    report = folder_pair_report()
+    assert not report, "folders that import each other:\n" + "\n".join(report)
+    graph = {name: dict(edges) for name, edges in import_graph().items()}
+    graph["turnrl.cli.commands"]["turnrl.methods.pag.cli"] = [Site(modules()["turnrl.cli.commands"], 1, "x")]
+    graph["turnrl.methods.pag.cli"]["turnrl.cli.shared"] = [Site(modules()["turnrl.methods.pag.cli"], 1, "y")]
+    assert any(line.startswith("cli <-> methods/pag") for line in folder_pair_report(graph))
 
 
 def test_no_import_cycles():
@@ -435,6 +470,7 @@ def main() -> int:
     sections = [
         ("Imports that point up (docs/ARCHITECTURE.md, Layers)", layer_report()),
         ("Import cycles", cycle_report()),
+        ("Folders that import each other", folder_pair_report()),
         ("envs/tools/verifiers reaching turnrl.rl or turnrl.agents", layering_report()),
         (f"Modules over {MAX_LINES} lines without a reason", long_module_report()),
     ]

@@ -1,7 +1,8 @@
 """One registry shape for every extension point (turnrl.plugins.Registry): built-ins, entry points of installed
 packages and a module's own registration through the same call; unknown names refused with "did you mean". Each
-recipe is proved from outside the package: a throw-away distribution declares an algorithm, a monitor and an agent
-backend as entry points, and a fresh process finds and uses all three without a change to turnrl's files."""
+recipe is proved from outside the package: a throw-away distribution declares an algorithm, a monitor, an agent
+backend, an environment adapter (an id prefix) and a CLI subcommand as entry points, and a fresh process finds and
+uses all five without a change to turnrl's files."""
 
 import os
 import subprocess
@@ -73,6 +74,31 @@ def always_quiet(history, info):
     return "quiet monitor ran" if info.get("step") == 1 else None
 
 
+def make_sums(env_id, **kwargs):
+    import turnrl
+
+    return turnrl.make("turnrl/Arithmetic-v0", level=int(env_id.split(":", 1)[1]), **kwargs)
+
+
+def check_sums(env_id, search):
+    from turnrl.envs.registry import UnknownEnvironmentError
+
+    if not env_id.split(":", 1)[1].isdigit():
+        raise UnknownEnvironmentError(f"{env_id!r} is not of the form 'sums:LEVEL'")
+
+
+from turnrl.envs.adapters import EnvAdapter
+import typer
+
+SUMS = EnvAdapter(make=make_sums, check=check_sums, entry="my_plugin:make_sums")
+hello = typer.Typer(help="Say hello from a plug-in.")
+
+
+@hello.command()
+def greet(name: str) -> None:
+    print(f"hello {name}")
+
+
 def echo_backend(rest, *, batch_size, tokenizer=None, device="cpu"):
     from turnrl.agents import make_agent
 
@@ -82,14 +108,16 @@ def echo_backend(rest, *, batch_size, tokenizer=None, device="cpu"):
 '''
 
 
-def test_an_algorithm_a_monitor_and_an_agent_backend_plug_in_from_an_installed_package(tmp_path):
+def test_an_algorithm_a_monitor_a_backend_an_env_adapter_and_a_command_plug_in_from_an_installed_package(tmp_path):
     (tmp_path / "my_plugin.py").write_text(PLUGIN)
     info = tmp_path / "my_plugin-1.0.dist-info"
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: my-plugin\nVersion: 1.0\n")
     (info / "entry_points.txt").write_text("[turnrl.algorithms]\nhalf-pg = my_plugin:HalfPG\n\n"
                                            "[turnrl.monitors]\nquiet = my_plugin:always_quiet\n\n"
-                                           "[turnrl.agents]\necho = my_plugin:echo_backend\n")
+                                           "[turnrl.agents]\necho = my_plugin:echo_backend\n\n"
+                                           "[turnrl.env_adapters]\nsums = my_plugin:SUMS\n\n"
+                                           "[turnrl.commands]\nhello = my_plugin:hello\n")
     script = textwrap.dedent("""
         from turnrl import make_agent
         from turnrl.rl.algorithms import algorithm_class, algorithm_names
@@ -109,6 +137,20 @@ def test_an_algorithm_a_monitor_and_an_agent_backend_plug_in_from_an_installed_p
             algorithm_class("half-gp")
         except ValueError as e:
             assert "Did you mean 'half-pg'?" in str(e), str(e)
+        import turnrl
+        env = turnrl.make("sums:2")
+        obs, info = env.reset(seed=0)
+        assert env.unwrapped.spec.id == "sums:2" and obs
+        try:
+            turnrl.make("sums:x")
+        except Exception as e:
+            assert "'sums:x' is not of the form 'sums:LEVEL'" in str(e), str(e)
+        else:
+            raise AssertionError("a malformed id was accepted")
+        from typer.testing import CliRunner
+        from turnrl.cli import app
+        result = CliRunner().invoke(app, ["hello", "greet", "world"])
+        assert result.exit_code == 0 and "hello world" in result.output, result.output
         print("plugged in")
     """)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}

@@ -1,6 +1,6 @@
 """The ``turnrl`` command: list, check and play environments, evaluate, collect datasets, train, serve, view; the
 quickstart demo. Each method's own subcommands (``turnrl swirl …``, ``turnrl pag …``) live in its folder and are
-mounted from :data:`turnrl.methods.COMMANDS`; the shared options and errors are in :mod:`turnrl.cli.shared`;
+mounted from :data:`COMMANDS` (the ``turnrl.commands`` entry points); the shared options and errors are in :mod:`turnrl.cli.shared`;
 ``eval`` and ``rollout`` are in :mod:`turnrl.cli.eval`. Each command's work lives in the module it calls.
 """
 
@@ -25,6 +25,7 @@ from turnrl.cli.shared import (
     parse_kwargs,
 )
 from turnrl.envs.registry import entry_point_problems, registered, source_of
+from turnrl.plugins import Registry
 
 app = typer.Typer(help="turnrl: RL for multi-turn LLM agents.", no_args_is_help=True, add_completion=False)
 envs_app = typer.Typer(help="Environments: list, check and serve them.", no_args_is_help=True)
@@ -339,14 +340,16 @@ def _name_algorithms() -> None:
     train.__doc__ = (train.__doc__ or "").replace("{algorithms}", ", ".join(algorithm_names()))
 
 
-def _mount_methods() -> None:
-    """Each method's subcommands (``turnrl.methods.COMMANDS``), then ``--import`` on every command."""
-    from turnrl.methods import COMMANDS
-    from turnrl.utils import load_entry
+#: ``turnrl NAME …`` subcommands that packages add: a typer app each, declared under the ``turnrl.commands``
+#: entry-point group (``name = "module:app"``) — turnrl's own methods (``swirl``, ``pag``, ``prm``) come in that way,
+#: so the command line imports no method by name
+COMMANDS: Registry[Any] = Registry("command", "turnrl.commands")
 
+
+def _mount_methods() -> None:
+    """Each registered subcommand (:data:`COMMANDS`), then ``--import`` on every command."""
     apps = [app, envs_app, lora_app]
-    for name, entry in COMMANDS.items():
-        sub = load_entry(entry)
+    for name, sub in COMMANDS.loaded().items():
         app.add_typer(sub, name=name)
         apps.append(sub)
     add_import_option(*apps)

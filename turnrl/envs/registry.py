@@ -40,15 +40,19 @@ import gymnasium as gym
 from gymnasium.envs.registration import load_env_creator, parse_env_id
 
 from turnrl.envs.core import TextEnv
-from turnrl.envs.remote.protocol import REMOTE_PREFIX, split_remote_id
+from turnrl.plugins import Registry
 from turnrl.utils import import_from, parse_python
 
 ENTRY_POINT_GROUP = "turnrl.envs"
-TRL_PREFIX = "trl:"  # a class written for TRL's environment_factory (turnrl.envs.trl)
-VERIFIERS_PREFIX = "verifiers:"  # an environment written for Prime Intellect's verifiers (turnrl.envs.verifiers_env)
-#: Ids that name an environment written for another library, and the function that makes one from such an id.
-ADAPTERS = {TRL_PREFIX: "turnrl.envs.trl:make_trl_env",
-            VERIFIERS_PREFIX: "turnrl.envs.verifiers_env:make_verifiers_env"}
+#: Id prefixes (``PREFIX:REST``) that name an environment written elsewhere, each with the adapter that checks such
+#: an id and makes the environment (:class:`turnrl.envs.adapters.EnvAdapter`): a server (``remote:``), a class written
+#: for TRL's ``environment_factory`` (``trl:``), an environment written for Prime Intellect's verifiers
+#: (``verifiers:``). Installed packages add theirs under the ``turnrl.env_adapters`` entry-point group.
+ENV_ADAPTERS: Registry[Any] = Registry("environment adapter", "turnrl.env_adapters", {
+    "remote": "turnrl.envs.remote.adapter:ADAPTER",
+    "trl": "turnrl.envs.trl:ADAPTER",
+    "verifiers": "turnrl.envs.verifiers_env:ADAPTER",
+})
 BUILTIN_SOURCE = "turnrl (built-in)"
 
 BUILTIN_ENVS: dict[str, str] = {
@@ -174,7 +178,7 @@ def import_env_module(name: str, search: Sequence[str | Path] = ()) -> ModuleTyp
     """
     before = set(gym.registry)
     try:
-        module = _import(name, search)
+        module = import_module_from(name, search)
     except EnvImportError:
         raise
     except ModuleNotFoundError as e:
@@ -188,7 +192,12 @@ def import_env_module(name: str, search: Sequence[str | Path] = ()) -> ModuleTyp
     return module
 
 
-def _import(name: str, search: Sequence[str | Path]) -> ModuleType:
+def import_module_from(name: str, search: Sequence[str | Path]) -> ModuleType:
+    """The module ``name``, from ``sys.path`` or the folders ``search``.
+
+    Raises:
+        EnvImportError: no such module there (the message says where it looked and what to do).
+    """
     module = import_from(name, search)
     if module is not None:
         return module
@@ -200,6 +209,13 @@ def _import(name: str, search: Sequence[str | Path]) -> ModuleType:
     )
 
 
+def adapter_of(env_id: str) -> Any:
+    """The adapter whose prefix ``env_id`` starts with (``remote:…``: :data:`ENV_ADAPTERS`' ``remote``), or None for
+    an id Gymnasium's registry holds (``namespace/Name-v0``, ``module.path:Name-v0``)."""
+    prefix, sep, _ = env_id.partition(":")
+    return ENV_ADAPTERS.get(prefix) if sep and prefix in ENV_ADAPTERS else None
+
+
 def resolve(env_id: str, search: Sequence[str | Path] = ()) -> str:
     """``"module.path:Name-v0"`` → import the module (it registers) and return ``"Name-v0"``; a plain id as is.
 
@@ -209,32 +225,9 @@ def resolve(env_id: str, search: Sequence[str | Path] = ()) -> str:
     """
     if not isinstance(env_id, str):
         raise UnknownEnvironmentError(_suggest(repr(env_id)))
-    if env_id.startswith(REMOTE_PREFIX):
-        try:
-            split_remote_id(env_id)
-        except ValueError as e:
-            raise UnknownEnvironmentError(str(e)) from None
-        return env_id
-    if env_id.startswith(TRL_PREFIX):
-        if env_id.count(":") != 2:
-            raise UnknownEnvironmentError(f"{env_id!r} is not of the form 'trl:module.path:ClassName' (a class written "
-                                          "for TRL's environment_factory)")
-        if search:  # the class's module, from the config's or the current folder (its reward functions' too)
-            try:
-                _import(env_id.split(":")[1], search)
-            except ModuleNotFoundError as e:
-                raise EnvImportError(f"importing {env_id.split(':')[1]!r} failed: {e}") from e
-        return env_id
-    if env_id.startswith(VERIFIERS_PREFIX):
-        name = env_id[len(VERIFIERS_PREFIX):]
-        if not name or ":" in name or "/" in name:
-            raise UnknownEnvironmentError(f"{env_id!r} is not of the form 'verifiers:NAME' (an environment that "
-                                          "verifiers.load_environment(NAME) loads)")
-        if search:  # its module, from the config's or the current folder (an installed one is found by verifiers)
-            try:
-                import_from(name.replace("-", "_"), search)
-            except ModuleNotFoundError as e:
-                raise EnvImportError(f"importing the module of {env_id!r} failed: {e}") from e
+    adapter = adapter_of(env_id)
+    if adapter is not None:  # remote:…, trl:…, verifiers:…: the adapter checks the id (and imports its module)
+        adapter.check(env_id, search)
         return env_id
     if ":" not in env_id:
         if env_id not in gym.registry:
@@ -341,17 +334,13 @@ def make(env_id: str, **kwargs: Any) -> TextEnv:
         InvalidEnvKwargs: a keyword argument the environment does not accept (with a suggestion).
         RemoteEnvError: a ``remote:`` server cannot be reached or refuses the kwargs.
     """
-    if isinstance(env_id, str) and env_id.startswith(REMOTE_PREFIX):
-        from turnrl.envs.remote.client import make_remote
-
+    adapter = adapter_of(env_id) if isinstance(env_id, str) else None
+    if adapter is not None:  # the id names the environment, its adapter makes it
         resolve(env_id)
-        return make_remote(env_id, **kwargs)
-    adapter = next((entry for prefix, entry in ADAPTERS.items() if isinstance(env_id, str)
-                    and env_id.startswith(prefix)), None)
-    if adapter is not None:  # trl:…, verifiers:…: the id names the environment, the adapter makes it
-        resolve(env_id)
-        env = load_env_creator(adapter)(env_id, **kwargs)
-        env.unwrapped.spec = gym.envs.registration.EnvSpec(id=env_id, entry_point=adapter, kwargs=dict(kwargs))
+        env = adapter.make(env_id, **kwargs)
+        if adapter.sets_spec:
+            env.unwrapped.spec = gym.envs.registration.EnvSpec(id=env_id, entry_point=adapter.entry,
+                                                               kwargs=dict(kwargs))
         return env
     spec = gym.spec(resolve(env_id))
     creator = load_env_creator(spec.entry_point) if isinstance(spec.entry_point, str) else spec.entry_point

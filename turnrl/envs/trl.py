@@ -33,6 +33,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
+from turnrl.envs.adapters import EnvAdapter
 from turnrl.envs.core import Obs, StepResult, Task
 from turnrl.envs.tool_env import ToolEnv
 from turnrl.tools.base import Tool, ToolOutput
@@ -280,3 +281,27 @@ def _text(prompt: Any) -> str:
 def make_trl_env(env_id: str, **kwargs: Any) -> TRLClassEnv:
     """``trl:module.path:ClassName`` with keyword arguments → :class:`TRLClassEnv`."""
     return TRLClassEnv(env_id[len(TRL_PREFIX):], **kwargs)
+
+
+def check_trl_id(env_id: str, search: Sequence[str | Path] = ()) -> None:
+    """``trl:module.path:ClassName``, the class's module imported from ``search`` where given (the config's or the
+    current folder; its reward functions' module too).
+
+    Raises:
+        UnknownEnvironmentError: the id is malformed.
+        EnvImportError: the module does not import.
+    """
+    from turnrl.envs.registry import EnvImportError, UnknownEnvironmentError, import_module_from
+
+    if env_id.count(":") != 2:
+        raise UnknownEnvironmentError(f"{env_id!r} is not of the form 'trl:module.path:ClassName' (a class written for "
+                                      "TRL's environment_factory)")
+    if search:
+        try:
+            import_module_from(env_id.split(":")[1], search)
+        except ModuleNotFoundError as e:
+            raise EnvImportError(f"importing {env_id.split(':')[1]!r} failed: {e}") from e
+
+
+#: the ``trl:`` prefix's adapter (:mod:`turnrl.envs.adapters`)
+ADAPTER = EnvAdapter(make=make_trl_env, check=check_trl_id, entry="turnrl.envs.trl:make_trl_env")

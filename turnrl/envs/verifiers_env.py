@@ -49,6 +49,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from turnrl.envs.adapters import EnvAdapter
 from turnrl.envs.core import Obs, StepResult, Task, TextEnv, pick_index
 from turnrl.envs.verifiers_bridge import (
     Channel,
@@ -312,3 +313,29 @@ def make_verifiers_env(env_id: str, **kwargs: Any) -> VerifiersEnv:
     env_args = dict(kwargs.pop("env_args", None) or {})
     env_args.update({k: kwargs.pop(k) for k in list(kwargs) if k not in own})
     return VerifiersEnv(env_id[len(VERIFIERS_PREFIX):], env_args=env_args, **kwargs)
+
+
+def check_verifiers_id(env_id: str, search: Sequence[str | Path] = ()) -> None:
+    """``verifiers:NAME``, its module imported from ``search`` where given (an installed one is found by verifiers).
+
+    Raises:
+        UnknownEnvironmentError: the id is malformed.
+        EnvImportError: the module does not import.
+    """
+    from turnrl.envs.registry import EnvImportError, UnknownEnvironmentError
+    from turnrl.utils import import_from
+
+    name = env_id[len(VERIFIERS_PREFIX):]
+    if not name or ":" in name or "/" in name:
+        raise UnknownEnvironmentError(f"{env_id!r} is not of the form 'verifiers:NAME' (an environment that "
+                                      "verifiers.load_environment(NAME) loads)")
+    if search:
+        try:
+            import_from(name.replace("-", "_"), search)
+        except ModuleNotFoundError as e:
+            raise EnvImportError(f"importing the module of {env_id!r} failed: {e}") from e
+
+
+#: the ``verifiers:`` prefix's adapter (:mod:`turnrl.envs.adapters`)
+ADAPTER = EnvAdapter(make=make_verifiers_env, check=check_verifiers_id,
+                     entry="turnrl.envs.verifiers_env:make_verifiers_env")
