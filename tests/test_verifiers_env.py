@@ -261,3 +261,20 @@ def test_ray_rollout_workers_play_it_token_exact_with_its_segments(ray_cluster, 
     stored = [json.loads(line) for line in (tmp_path / "train" / "step-1" / "trajectories.jsonl").read_text()
               .splitlines()]
     assert all(len(t["segments"]) == 3 and t["error"] is None for t in stored)
+
+
+def test_a_verifiers_without_the_classic_api_is_named_with_its_version_and_the_fix():
+    """verifiers 0.4 ships only its v1 task sets: a module without load_environment is refused, naming the installed
+    version and the release turnrl plays, not an AttributeError."""
+    import types
+
+    from turnrl.envs.verifiers_env import VerifiersEnvError
+    from turnrl.envs.verifiers_load import check_version
+
+    v1_only = types.SimpleNamespace(__name__="verifiers")
+    with pytest.raises(VerifiersEnvError, match=r"verifiers:vf-x: the installed verifiers \S+ has no load_environment.*"
+                                                r"pip install 'verifiers==0.3.1'"):
+        check_version("vf-x", v1_only)
+    import verifiers
+
+    check_version("vf-x", verifiers)  # the installed one (0.3) passes

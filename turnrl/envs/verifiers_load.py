@@ -23,6 +23,31 @@ _cache: dict[str, Any] = {}
 _cache_lock = threading.Lock()
 
 
+#: the verifiers releases whose classic ``Environment`` API this adapter plays (0.4 ships only its v1 task sets)
+SUPPORTED = "verifiers 0.3's classic environments (pip install 'verifiers==0.3.1'; scripts/setup.sh installs it)"
+
+
+def _version(vf: Any) -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("verifiers")
+    except PackageNotFoundError:
+        return str(getattr(vf, "__version__", "of unknown version"))
+
+
+def check_version(name: str, vf: Any) -> None:
+    """Refuse, naming the version and the fix, a verifiers without the classic API's ``load_environment`` (instead of
+    an ``AttributeError`` deep in a rollout).
+
+    Raises:
+        VerifiersEnvError: the installed verifiers has no ``load_environment``.
+    """
+    if not callable(getattr(vf, "load_environment", None)):
+        raise VerifiersEnvError(f"verifiers:{name}: the installed verifiers {_version(vf)} has no load_environment "
+                                f"(its classic environments); turnrl plays {SUPPORTED}")
+
+
 def load(name: str, env_args: dict[str, Any], search: Sequence[str | Path] = ()) -> Any:
     """``verifiers.load_environment(name, **env_args)``, once per process for the same name and arguments (the
     object serves many rollouts at once; its datasets are built once).
@@ -35,6 +60,7 @@ def load(name: str, env_args: dict[str, Any], search: Sequence[str | Path] = ())
         import verifiers as vf
     except ImportError as e:
         raise VerifiersEnvError(f"verifiers:{name} needs the verifiers package: {INSTALL} ({e})") from None
+    check_version(name, vf)
     try:
         key = json.dumps([name, env_args], sort_keys=True, default=repr)
     except TypeError:
@@ -63,7 +89,8 @@ def load(name: str, env_args: dict[str, Any], search: Sequence[str | Path] = ())
             restore()
         if not callable(getattr(env, "run_rollout", None)):
             raise VerifiersEnvError(f"verifiers:{name}: load_environment() returned {type(env).__name__}, not a "
-                                    "verifiers Environment (the classic API: SingleTurnEnv, MultiTurnEnv, ToolEnv…)")
+                                    "verifiers Environment (the classic API: SingleTurnEnv, MultiTurnEnv, ToolEnv…)"
+                                    f"; verifiers {_version(vf)} is installed, turnrl plays {SUPPORTED}")
         rubric = getattr(env, "rubric", None)
         if rubric is not None and getattr(rubric, "has_group_rewards", False):
             raise VerifiersEnvError(f"verifiers:{name}: its rubric has group-level reward functions, which score a "
