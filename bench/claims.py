@@ -117,11 +117,12 @@ CLAIMS = [
           figure="held-out 53.1 % -> 87.2 % on 320 test tasks: 56.2 % -> 89.1 % on the 64 documented ones, "
                  "52.3 % -> 86.7 % on tasks 64-319 (seed 0; seeds 1 and 2 in the docs); the 93.8 % of 2026-11-26 was "
                  "withdrawn (issue 70)"),
-    Claim("swirl-guided", "docs/results.md#unverified (swirl: data_action from the base model)",
+    Claim("swirl-guided", "docs/results.md#withdrawn (a format floor: re-measured against SFT and the base model given "
+          "the demonstrations in docs/results/evidence.md#swirl)",
           "the data commands in the header of configs/swirl-arith.yaml (11.5 min), then "
           "turnrl train configs/swirl-arith.yaml out_dir={out}", (0.0, 1.0), 25, quick=False,
           figure="held-out 0 % -> 100 % at step 5, a calculator call in every episode"),
-    Claim("dqo", "docs/results.md#unverified (offline-dqo-dpo-rft-on-one-dataset)",
+    Claim("dqo", "docs/results.md#withdrawn (the leaky split; re-measured in docs/results/evidence.md#evidence)",
           "the dataset command of that section (9 min), then turnrl train configs/dqo-arith.yaml out_dir={out}",
           (0.172, 0.719), 31, quick=False, figure="held-out 17.2 % -> 71.9 % after one epoch of 2048 episodes"),
     Claim("pag-checking", "docs/results.md#unverified (pag-self-correcting-verifier-policies)",
