@@ -25,14 +25,17 @@ def run(base_url, api_key, task):
 
 
 def test_all_failed_stops_and_a_share_warns_each_quoting_the_first_error():
-    assert failed_episodes(3, [None, None], 0.5) == (None, None)
-    assert failed_episodes(3, [], 0.5) == (None, None)
-    warning, stop = failed_episodes(3, [None, "env step failed: boom", None, "x"], 0.5)
+    assert failed_episodes(3, 2, 0, None, 0.5) == (None, None)
+    assert failed_episodes(3, 0, 0, None, 0.5) == (None, None)
+    warning, stop = failed_episodes(3, 4, 2, "env step failed: boom", 0.5)
     assert stop is None and warning.startswith("2 of 4 episodes failed (50%") and "env step failed: boom" in warning
-    assert failed_episodes(3, [None, "boom", None, None], 0.5) == (None, None)  # 25 %: below the share
-    assert failed_episodes(3, [None, "boom", None, None], 0.25)[0] is not None
-    warning, stop = failed_episodes(7, ["a" * 2000, "b"], 0.5)
+    assert failed_episodes(3, 4, 1, "boom", 0.5) == (None, None)  # 25 %: below the share
+    assert failed_episodes(3, 4, 1, "boom", 0.25)[0] is not None
+    warning, stop = failed_episodes(7, 2, 2, "a" * 2000, 0.5)
     assert warning is None and stop.startswith("step 7: all 2 episodes failed") and len(stop) < 700  # cut long errors
+    warning, stop = failed_episodes(7, 2, 2, "boom", 0.5, in_play=3)  # windowed: live episodes carried over
+    assert stop is None and warning is not None
+    assert "see the episodes" in failed_episodes(7, 2, 2, None, 0.5)[1]
 
 
 def test_a_program_whose_calls_all_fail_stops_the_run_with_the_first_error(tmp_path):
@@ -87,3 +90,31 @@ def test_a_step_where_half_the_episodes_failed_warns_and_still_trains(tmp_path, 
     assert step["step"] == 1 and step["error_episodes"] == 2 and step["warnings"] >= 1
     assert any("2 of 4 episodes failed (50%" in r.getMessage() and "could not reach its tool server" in r.getMessage()
                for r in caplog.records), [r.getMessage() for r in caplog.records]
+
+
+def program_wrong_endpoint(base_url, api_key, task):
+    client = OpenAI(base_url=base_url, api_key=api_key, max_retries=0)
+    return client.embeddings.create(model=task["model"], input=task["question"]).data[0].embedding
+
+
+def test_dapo_whose_dynamic_sampling_drops_the_failed_episodes_still_stops(tmp_path):
+    """DAPO keeps only error-free episodes of its resampling rounds, so the step returns none: the stop reads what
+    was played (rollout_episodes, error_episodes) and quotes the first error the source saw."""
+    import pytest
+
+    from turnrl.rl.run.monitors import EpisodeFailures
+    from turnrl.rl.run.trainer import TrainConfig, Trainer
+
+    tok = tiny_tokenizer("chatml")
+    cfg = TrainConfig(model="tiny", env={"id": "turnrl/Arithmetic-v0", "kwargs": {"level": 1}},
+                      algorithm={"name": "dapo", "max_resample": 1}, steps=2, eval_tasks=2,
+                      out_dir=str(tmp_path / "run"),
+                      program={"function": f"{__name__}:program_wrong_endpoint", "timeout": 60},
+                      rollout={"prompts_per_step": 1, "group_size": 2, "max_new_tokens": 4})
+    trainer = Trainer(cfg, model=tiny_model(tok), tokenizer=tok)
+    try:
+        with pytest.raises(EpisodeFailures, match=r"step 1: all 2 episodes failed.*404.*POST /v1/chat/completions"):
+            trainer.train()
+    finally:
+        trainer.close()
+    assert trainer.step == 0

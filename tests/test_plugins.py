@@ -117,7 +117,8 @@ def test_an_algorithm_a_monitor_a_backend_an_env_adapter_and_a_command_plug_in_f
                                            "[turnrl.monitors]\nquiet = my_plugin:always_quiet\n\n"
                                            "[turnrl.agents]\necho = my_plugin:echo_backend\n\n"
                                            "[turnrl.env_adapters]\nsums = my_plugin:SUMS\n\n"
-                                           "[turnrl.commands]\nhello = my_plugin:hello\n")
+                                           "[turnrl.commands]\nhello = my_plugin:hello\ntrain = my_plugin:hello\n"
+                                           "broken = no_such_module:app\n")
     script = textwrap.dedent("""
         from turnrl import make_agent
         from turnrl.rl.algorithms import algorithm_class, algorithm_names
@@ -151,8 +152,12 @@ def test_an_algorithm_a_monitor_a_backend_an_env_adapter_and_a_command_plug_in_f
         from turnrl.cli import app
         result = CliRunner().invoke(app, ["hello", "greet", "world"])
         assert result.exit_code == 0 and "hello world" in result.output, result.output
+        result = CliRunner().invoke(app, ["train", "--help"])  # a plug-in cannot take a built-in command's name
+        assert result.exit_code == 0 and "Train a policy" in result.output, result.output
         print("plugged in")
     """)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, env=env)
     assert out.returncode == 0 and "plugged in" in out.stdout, out.stdout + out.stderr[-3000:]
+    assert "'train' is a built-in command's name; skipped" in out.stderr  # and a broken one is skipped, said
+    assert "turnrl command 'broken' does not load, skipped" in out.stderr

@@ -16,7 +16,8 @@ def test_the_names_a_user_reaches_for_first_are_at_the_top():
 
     assert Trainer is RunTrainer and TrainConfig is Config and evaluate is run_evaluate
     assert make_agent is agents_make_agent and callable(load_config) and make is turnrl.make
-    assert set(turnrl.__all__) <= set(dir(turnrl))
+    assert all(getattr(turnrl, name) is not None for name in turnrl.__all__)  # each name resolves
+    assert "importlib" not in dir(turnrl) and set(turnrl.__all__) <= set(dir(turnrl))
     try:
         turnrl.Trainr  # noqa: B018 — a typo is an AttributeError naming it
     except AttributeError as e:

@@ -101,7 +101,7 @@ def test_a_malformed_id_is_refused():
         turnrl.make("trl:GuessNumber")
 
 
-def test_a_trl_class_trains_and_a_raising_reward_fails_only_its_episodes(tmp_path, one_thread):
+def test_a_trl_class_trains_and_a_reward_that_always_raises_stops_the_run(tmp_path, one_thread):
     """GRPO steps with the tiny model: token-exact episodes through the class's tools, a held-out evaluation on its
     test rows; a reward function that raises errs every episode, so the run stops at step 1 with its error (a run
     that trains nothing says so) and the step's episodes are kept."""

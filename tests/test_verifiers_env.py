@@ -197,7 +197,7 @@ def test_a_raising_rubric_errs_its_episode_and_a_silent_environment_times_out():
         slow.close()
 
 
-def test_episodes_train_token_exact_with_segments_and_a_raising_rubric_fails_only_its_episodes(tmp_path, one_thread):
+def test_episodes_train_token_exact_with_segments_and_a_rubric_that_always_raises_stops_the_run(tmp_path, one_thread):
     """GRPO steps with the tiny model through verifiers' own loop: token-exact (the learner's log-probabilities
     match the sampler's) in a multi-turn game whose history is rewritten (segments); a held-out evaluation on the
     eval dataset; a rubric that raises errs every episode, so the run stops at step 1 with its error (a run that

@@ -22,7 +22,7 @@ from turnrl.types import Message, ToolCall, Trajectory, Turn
 __version__ = "0.1.0"
 
 #: the names loaded on first use (they import torch and the trainer), and the module each comes from
-LAZY = {
+_LAZY = {
     "TrainConfig": "turnrl.rl.config",
     "load_config": "turnrl.rl.config",
     "Trainer": "turnrl.rl.run.trainer",
@@ -35,13 +35,13 @@ __all__ = ["Message", "ToolCall", "TrainConfig", "Trainer", "Trajectory", "Turn"
 
 
 def __getattr__(name: str) -> Any:
-    """``turnrl.Trainer`` and the other names of :data:`LAZY`, imported when first asked for."""
-    if name not in LAZY:
+    """``turnrl.Trainer`` and the other names loaded on first use, imported when first asked for."""
+    if name not in _LAZY:
         raise AttributeError(f"module 'turnrl' has no attribute {name!r}")
-    value = getattr(importlib.import_module(LAZY[name]), name)
+    value = getattr(importlib.import_module(_LAZY[name]), name)
     globals()[name] = value  # later lookups skip this function
     return value
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(LAZY))
+    return sorted(set(__all__) | {name for name in globals() if name.startswith("__")})

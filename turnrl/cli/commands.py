@@ -247,8 +247,9 @@ def train(
         except ConsistencyError as e:  # guard.strict: the step that failed is recorded in metrics.jsonl
             fail(str(e))
         except EpisodeFailures as e:  # a step whose episodes all failed: the last checkpoint is as it was
-            again = (f"it resumes from {ckpt} (step {trainer.step})" if ckpt.exists() else "it starts over (no "
-                     "checkpoint yet)")
+            saved = trainer.driver.checkpoint_step
+            again = (f"it resumes from {ckpt} (step {saved})" if resume and saved is not None
+                     else "it starts over (--no-resume)" if not resume else "it starts over (no checkpoint yet)")
             fail(f"{e}. Fix the cause and run the same command again: {again}")
         finally:
             trainer.close()
@@ -347,9 +348,21 @@ COMMANDS: Registry[Any] = Registry("command", "turnrl.commands")
 
 
 def _mount_methods() -> None:
-    """Each registered subcommand (:data:`COMMANDS`), then ``--import`` on every command."""
+    """Each registered subcommand (:data:`COMMANDS`), then ``--import`` on every command. A plug-in may not take a
+    built-in command's name, and one that does not load is skipped with a warning (the rest of the CLI works)."""
     apps = [app, envs_app, lora_app]
-    for name, sub in COMMANDS.loaded().items():
+    taken = {c.name or (c.callback.__name__ if c.callback else "") for c in app.registered_commands}
+    taken |= {g.name for g in app.registered_groups if g.name}
+    for name in COMMANDS.names():
+        if name in taken:
+            print(f"warning: the turnrl.commands entry point {name!r} is a built-in command's name; skipped",
+                  file=sys.stderr)
+            continue
+        try:
+            sub = COMMANDS.get(name)
+        except Exception as e:  # noqa: BLE001 — a broken plug-in must not take the whole command line down
+            print(f"warning: turnrl command {name!r} does not load, skipped: {e}", file=sys.stderr)
+            continue
         app.add_typer(sub, name=name)
         apps.append(sub)
     add_import_option(*apps)

@@ -115,7 +115,15 @@ def train_demo(console: Console, model: str, steps: int, eval_tasks: int, out_di
                       f"of {int(h['rollout_episodes'])} samples, {h['response_length']:.0f} tokens/answer, "
                       f"{h['seconds']:.1f} s{held_out}")
 
-    history = trainer.train(on_step=show)
+    from turnrl.cli.shared import fail
+    from turnrl.rl.run.monitors import EpisodeFailures
+
+    try:
+        history = trainer.train(on_step=show)
+    except EpisodeFailures as e:  # nothing to train on: say why, in one line
+        fail(str(e))
+    finally:
+        trainer.close()
     before, after = history[0]["eval_success"], history[-1]["eval_success"]
     out = Path(out_dir)
     plot_run(out)

@@ -41,7 +41,7 @@ from turnrl.tools.parsers import ParseResult
 from turnrl.types import Message
 from turnrl.verifiers.base import Verdict
 
-TRL_PREFIX = "trl:"  # the same as turnrl.envs.registry's
+TRL_PREFIX = "trl:"  # the prefix of ENV_ADAPTERS["trl"] (turnrl.envs.registry)
 
 
 def row_problem(row: dict[str, Any]) -> str:

@@ -65,7 +65,7 @@ from turnrl.template_tools import describe_tools
 from turnrl.tools.parsers import HermesParser
 from turnrl.types import Message, ToolCall, message_key
 
-VERIFIERS_PREFIX = "verifiers:"  # the same as turnrl.envs.registry's
+VERIFIERS_PREFIX = "verifiers:"  # the prefix of ENV_ADAPTERS["verifiers"] (turnrl.envs.registry)
 __all__ = ["INSTALL", "VERIFIERS_PREFIX", "VerifiersEnv", "VerifiersEnvError", "make_verifiers_env"]
 
 

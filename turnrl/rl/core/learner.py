@@ -35,12 +35,12 @@ from turnrl.types import Trajectory
 from turnrl.weights import mark_weights_changed
 
 
-
 def warmup_factor(step: int, warmup_steps: int, start: int = 0) -> float:
     """The learning rate's share at optimizer step ``step`` (0 first) under a linear warm-up of ``warmup_steps`` steps
     that begins at step ``start``: ``(step - start + 1) / warmup_steps``, at most 1; 1 without a warm-up. The single
     copy of the schedule: the torch learner's scheduler and a DeepSpeed group's first reported rate both read it."""
     return min(1.0, (step - start + 1) / warmup_steps) if warmup_steps else 1.0
+
 
 class Learner(WeightsAndState):
     """Owns the trainable state of a run and turns Trajectories into updates (see the module docstring).
@@ -73,8 +73,8 @@ class Learner(WeightsAndState):
         self.optimizer = torch.optim.AdamW(groups, lr=o.lr, weight_decay=o.weight_decay, fused=fused or None)
         warm, late = o.warmup_steps, algorithm.critic_only_steps
         # The policy's warm-up starts after the critic-only steps (VAPO's value pretraining), not during them.
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer, [partial(warmup_factor, warmup_steps=warm, start=start) for start in (late, 0)][: len(groups)])
+        ramps = [partial(warmup_factor, warmup_steps=warm, start=start) for start in (late, 0)]
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, ramps[: len(groups)])
 
     @property
     def pass_options(self) -> dict[str, bool]:

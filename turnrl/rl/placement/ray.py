@@ -280,13 +280,16 @@ class RayRunner:
 
     def _journaled(self, jobs: Sequence[Job]) -> list[Trajectory]:
         """Episodes of these jobs committed before a restart, under the weights the learner holds now (with
-        ``max_staleness`` k: none of whose tokens is more than k versions older)."""
+        ``max_staleness`` k: none of whose tokens is more than k versions older); an episode that ended in an error
+        is played again rather than reused."""
         path = self.journal / f"step-{jobs[0].step}.jsonl"
         if not path.exists():
             return []
         keys, k = {j.key for j in jobs}, self.cfg.rollout.max_staleness
 
         def usable(t: Trajectory) -> bool:  # synchronous: begun under these weights; else within the bound
+            if t.error is not None:  # played again: the cause may be gone (a run stopped for it, then fixed)
+                return False
             if k == 0:
                 return (t.metadata.get("policy_version") or [None])[0] == self.learner.version
             oldest = oldest_version(t)

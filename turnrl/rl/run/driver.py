@@ -56,6 +56,7 @@ class Driver:
         self.out = Path(config.out_dir)
         self.guard = ConsistencyGuard(config, sampled=self.sampled, group_size=source.group_size())
         self._halt: list[str] = []  # a strict guard's failures: the run stops once the step is recorded
+        self.checkpoint_step: int | None = None  # the step of the checkpoint saved or loaded last (None: none yet)
 
     def train(self, *, stop_after: int | None = None,
               on_step: Callable[[dict[str, float]], None] | None = None) -> list[dict[str, float]]:
@@ -89,9 +90,9 @@ class Driver:
     def _one_step(self) -> dict[str, float]:
         t0 = time.perf_counter()
         trajs, info = self.source.collect(self.step)
-        failing, stop = failed_episodes(self.step + 1, [t.error for t in trajs], self.cfg.rollout.warn_error_share)
+        failing, stop = self._failures(trajs, info)
         if stop is not None:  # nothing to train on: say so and end, before an update, a checkpoint or an evaluation
-            saved = self._save_trajectories(self.step + 1, trajs)
+            saved = self._save_trajectories(self.step + 1, trajs) if trajs else None
             raise EpisodeFailures(f"{stop}{f' (the episodes: {saved})' if saved else ''}")
         fresh = trajs
         if self.sampled:  # the staleness bound (stored data carries no versions of this run)
@@ -121,6 +122,17 @@ class Driver:
             logger.warning("step %d: %s", self.step, w)
         info["warnings"] = float(len(warnings))
         return info
+
+    def _failures(self, trajs: Sequence[Any], info: dict[str, float]) -> tuple[str | None, str | None]:
+        """:func:`~turnrl.rl.run.monitors.failed_episodes` over every episode the source played this step (its
+        ``rollout_episodes`` and ``error_episodes``: with dynamic sampling more than it returns), else over what it
+        returned; the first error from those returned, else the source's own record of it (``first_error``)."""
+        errors = [t.error for t in trajs if t.error is not None]
+        played = int(info.get("rollout_episodes", len(trajs)))
+        failed = int(info.get("error_episodes", len(errors)))
+        first = errors[0] if errors else getattr(self.source, "first_error", None)
+        return failed_episodes(self.step + 1, played, failed, first, self.cfg.rollout.warn_error_share,
+                               in_play=int(info.get("carried_episodes", 0)))
 
     def _save_trajectories(self, step: int, trajs: Sequence[Any]) -> Path | None:
         """``train/step-N/trajectories.jsonl`` (when ``save_trajectories``): the file, or None."""
@@ -158,6 +170,7 @@ class Driver:
         tmp = Path(path).with_suffix(".tmp")
         torch.save(state, tmp)
         tmp.replace(path)  # a run killed while saving keeps its previous checkpoint
+        self.checkpoint_step = self.step
 
     def load(self, path: str | Path) -> None:
         """Resume from :meth:`save`'s file."""
@@ -165,6 +178,7 @@ class Driver:
         self.learner.load_state_dict(state)
         torch.set_rng_state(state["rng"])
         self.step, self.history = state["step"], state["history"]
+        self.checkpoint_step = self.step
         self.source.load_state_dict(state["source"])
         # metrics.jsonl as of the checkpoint: the rows a killed run wrote after it (steps, evaluations) are played again
         self.out.mkdir(parents=True, exist_ok=True)

@@ -35,16 +35,28 @@ class EpisodeFailures(RuntimeError):
     checkpoint and metrics are as they were; the step's episodes are saved for inspection)."""
 
 
-def failed_episodes(step: int, errors: Sequence[str | None], warn_share: float) -> tuple[str | None, str | None]:
-    """``(warning, stop)`` for a step's episodes, given each one's error (``None``: it ran).
+def failed_episodes(step: int, played: int, failed: int, first_error: str | None, warn_share: float,
+                    in_play: int = 0) -> tuple[str | None, str | None]:
+    """``(warning, stop)`` for a step that played ``played`` episodes of which ``failed`` ended in an error
+    (``first_error``: the first one's), ``in_play`` more still running (windowed rollouts carry them over).
 
-    ``stop`` when every episode failed — a run that trains nothing must say so and end, not print ``success 0.000``
-    and save a checkpoint; ``warning`` when at least ``warn_share`` of them failed. Each quotes the first error (the
-    episodes of a step usually fail for one reason: a wrong endpoint, a missing key, a tool server down).
+    ``stop`` when every episode played failed and none is still in play — a run that trains nothing must say so
+    and end, not print ``success 0.000`` and save a checkpoint; ``warning`` when at least ``warn_share`` of them
+    failed. Each quotes the first error (the episodes of a step usually fail for one reason: a wrong endpoint, a
+    missing key, a tool server down).
     """
-    failed = [e for e in errors if e is not None]
-    if not errors or not failed:
+    if played <= 0 or failed <= 0:
         return None, None
+    first = first_error or "(see the episodes' `error` fields)"
+    first = first if len(first) <= 500 else first[:500] + " …"
+    share = failed / played
+    if failed >= played and in_play == 0:
+        return None, (f"step {step}: all {played} episodes failed, so there is nothing to train on; the first "
+                      f"error: {first}")
+    if share >= warn_share:
+        return (f"{failed} of {played} episodes failed ({share:.0%}; they are left out of training); the "
+                f"first error: {first}"), None
+    return None, None
     first = failed[0] if len(failed[0]) <= 500 else failed[0][:500] + " …"
     share = len(failed) / len(errors)
     if len(failed) == len(errors):

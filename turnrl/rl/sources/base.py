@@ -108,6 +108,10 @@ class ExperienceSource:
     scores_episodes: ClassVar[bool] = False
     #: Whether the source plays environments with several agents (the on-policy one does, with games for episodes).
     plays_games: ClassVar[bool] = False
+    #: The first error among the episodes the last ``collect`` played (None: none failed, or not recorded); the
+    #: driver quotes it when a step's episodes failed, also those a source played but did not return (DAPO's
+    #: dynamic sampling drops failed episodes).
+    first_error: str | None = None
 
     def close(self) -> None:
         """Release what the source holds for the run (e.g. the environment it reads task counts from: a ``remote:``

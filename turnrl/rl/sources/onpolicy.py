@@ -231,6 +231,7 @@ class OnPolicySource(ExperienceSource):
         self.sampler.observe(step, group_success(seen))
         if ahead:
             self.runner.prefetch(self.jobs(step + 1, 0))
+        self.first_error = next((t.error for t in seen if t.error is not None), None)  # (the driver quotes it)
         return kept, {**stats, **self.step_metrics(seen)}
 
     def step_metrics(self, seen: Sequence[Trajectory]) -> dict[str, float]:
