@@ -9,8 +9,10 @@ Each dialect runs in its own process, one after the other (``--repeat``: alterna
 answer, so episodes take several turns: plain messages, which every dialect carries alike): the same environment
 copy per episode, the whole history sent each call (``previous_response_id`` is not used, so the three send the
 same conversation), sampling at temperature 1 from each session's own seeded stream. The gateway converts every
-dialect into the same chat form, so all three should generate the same tokens: the script checks that, so a ratio is
-the dialect's own cost (its client, JSON shape and conversion). Goal (issue 81): each ≥ 0.95× Chat Completions.
+dialect into the same chat form, so all three generate the same tokens when the sessions share the policy's batches
+alike: the script checks that (with many concurrent sessions the batches they meet in depend on timing, and a padded
+batch's float rounding can flip a sampled token mid-generation: `--episodes 2` is exact), so a ratio is the
+dialect's own cost (its client, JSON shape and conversion). Goal (issue 81): each ≥ 0.95× Chat Completions.
 """
 
 from __future__ import annotations
