@@ -107,13 +107,13 @@ def test_dapo_whose_dynamic_sampling_drops_the_failed_episodes_still_stops(tmp_p
 
     tok = tiny_tokenizer("chatml")
     cfg = TrainConfig(model="tiny", env={"id": "turnrl/Arithmetic-v0", "kwargs": {"level": 1}},
-                      algorithm={"name": "dapo", "max_resample": 1}, steps=2, eval_tasks=2,
+                      algorithm={"name": "dapo", "max_resample": 2}, steps=2, eval_tasks=2,
                       out_dir=str(tmp_path / "run"),
                       program={"function": f"{__name__}:program_wrong_endpoint", "timeout": 60},
                       rollout={"prompts_per_step": 1, "group_size": 2, "max_new_tokens": 4})
     trainer = Trainer(cfg, model=tiny_model(tok), tokenizer=tok)
     try:
-        with pytest.raises(EpisodeFailures, match=r"step 1: all 2 episodes failed.*404.*POST /v1/chat/completions"):
+        with pytest.raises(EpisodeFailures, match=r"step 1: all 4 episodes failed.*404.*POST /v1/chat/completions"):
             trainer.train()
     finally:
         trainer.close()
