@@ -404,3 +404,19 @@ def test_trees_grow_on_ray_workers_as_they_grow_locally(tmp_path):
     assert [t.metadata["tree"]["path"] for t in leaves["ray"]] == [t.metadata["tree"]["path"] for t in leaves["local"]]
     for tree in range(4):  # each tree grew on one worker
         assert len({t.metadata["worker"] for t in leaves["ray"][2 * tree: 2 * tree + 2]}) == 1
+
+
+def test_a_journaled_episode_that_ended_in_an_error_is_played_again_not_reused(tmp_path):
+    """A restarted driver reuses the episodes its journal committed, except those that ended in an error: a run stopped
+    because every episode failed, then resumed once the cause is fixed, must not train on the old failures."""
+    from turnrl.rl.placement.ray import RayRunner
+    from turnrl.storage import write_jsonl
+
+    jobs = [Job(1, 0, 0, 0), Job(1, 0, 0, 1)]
+    ok = Trajectory(metadata={"job": jobs[0].key, "policy_version": [3, 3]})
+    failed = Trajectory(metadata={"job": jobs[1].key, "policy_version": [3, None]}, error="env step failed: down")
+    write_jsonl([ok, failed], tmp_path / "step-1.jsonl")
+    runner = SimpleNamespace(journal=tmp_path, learner=SimpleNamespace(version=3),
+                             cfg=config(tmp_path, placement="local"))
+    reused = RayRunner._journaled(runner, jobs)
+    assert [t.metadata["job"] for t in reused] == [jobs[0].key]
