@@ -57,15 +57,6 @@ def failed_episodes(step: int, played: int, failed: int, first_error: str | None
         return (f"{failed} of {played} episodes failed ({share:.0%}; they are left out of training); the "
                 f"first error: {first}"), None
     return None, None
-    first = failed[0] if len(failed[0]) <= 500 else failed[0][:500] + " …"
-    share = len(failed) / len(errors)
-    if len(failed) == len(errors):
-        return None, (f"step {step}: all {len(errors)} episodes failed, so there is nothing to train on; the first "
-                      f"error: {first}")
-    if share >= warn_share:
-        return (f"{len(failed)} of {len(errors)} episodes failed ({share:.0%}; they are left out of training); the "
-                f"first error: {first}"), None
-    return None, None
 
 
 def _mean(records: Sequence[Metrics], key: str) -> float | None:
