@@ -29,8 +29,9 @@ stops answering (past ``turn_timeout``): each is one :class:`VerifiersEnvError` 
 
 Supported: verifiers' classic ``Environment`` API (verifiers 0.3; tested with ``SingleTurnEnv``, ``MultiTurnEnv``
 and ``ToolEnv`` subclasses, which ``StatefulToolEnv`` and the rest build on), scored per rollout. Not supported:
-rubrics with group-level reward functions (they score a whole group of rollouts at once; refused when loading), and
-the ``v1`` task-set API of verifiers 0.4, whose rollouts run an agent program in a subprocess.
+rubrics with group-level reward functions (they score a whole group of rollouts at once; refused when loading). The
+``v1`` task sets of verifiers 0.4, whose harnesses run an agent program of their own, load under the same prefix and
+train through the gateway: :mod:`turnrl.envs.verifiers_v1`.
 """
 
 from __future__ import annotations
@@ -60,7 +61,15 @@ from turnrl.envs.verifiers_bridge import (
     set_result,
     text_of,
 )
-from turnrl.envs.verifiers_load import INSTALL, VerifiersEnvError, has_eval_dataset, load, rows_of, tool_schemas
+from turnrl.envs.verifiers_load import (
+    INSTALL,
+    VerifiersEnvError,
+    has_eval_dataset,
+    kind_of,
+    load,
+    rows_of,
+    tool_schemas,
+)
 from turnrl.template_tools import describe_tools
 from turnrl.tools.parsers import HermesParser
 from turnrl.types import Message, ToolCall, message_key
@@ -306,9 +315,15 @@ def without_calls(text: str, parser: HermesParser) -> str:
     return CALL_BLOCK.sub(drop, text).strip()
 
 
-def make_verifiers_env(env_id: str, **kwargs: Any) -> VerifiersEnv:
+def make_verifiers_env(env_id: str, **kwargs: Any) -> Any:
     """``verifiers:NAME`` with keyword arguments → :class:`VerifiersEnv` (arguments this adapter does not take
-    are the environment's ``load_environment`` arguments)."""
+    are the environment's ``load_environment`` arguments), or, where NAME is a verifiers v1 task set,
+    :class:`~turnrl.envs.verifiers_v1.VerifiersTasksetEnv`."""
+    name = env_id[len(VERIFIERS_PREFIX):]
+    if kind_of(name, kwargs.get("search", ())) == "v1":
+        from turnrl.envs.verifiers_v1 import make_verifiers_v1_env
+
+        return make_verifiers_v1_env(name, **kwargs)
     own = set(inspect.signature(VerifiersEnv.__init__).parameters) - {"self", "name", "env_args"}
     env_args = dict(kwargs.pop("env_args", None) or {})
     env_args.update({k: kwargs.pop(k) for k in list(kwargs) if k not in own})

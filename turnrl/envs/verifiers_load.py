@@ -6,6 +6,8 @@ rows, its tools in OpenAI's form, and what this adapter refuses.
 from __future__ import annotations
 
 import contextlib
+import importlib
+import importlib.util
 import json
 import signal
 import sys
@@ -25,6 +27,9 @@ _cache_lock = threading.Lock()
 
 #: the verifiers releases whose classic ``Environment`` API this adapter plays (0.4 ships only its v1 task sets)
 SUPPORTED = "verifiers 0.3's classic environments (pip install 'verifiers==0.3.1'; scripts/setup.sh installs it)"
+#: what a verifiers 0.4 environment plays instead (turnrl.envs.verifiers_v1)
+V1_NOTE = ("; verifiers 0.4 ships only v1 task sets, which turnrl plays too (a module exporting a verifiers.v1 "
+           "Taskset); one Python environment holds one verifiers release")
 
 
 def _version(vf: Any) -> str:
@@ -45,7 +50,51 @@ def check_version(name: str, vf: Any) -> None:
     """
     if not callable(getattr(vf, "load_environment", None)):
         raise VerifiersEnvError(f"verifiers:{name}: the installed verifiers {_version(vf)} has no load_environment "
-                                f"(its classic environments); turnrl plays {SUPPORTED}")
+                                f"(its classic environments); turnrl plays {SUPPORTED}{V1_NOTE}")
+
+
+def kind_of(name: str, search: Sequence[str | Path] = ()) -> str:
+    """What ``verifiers:NAME`` names: ``"classic"`` (a module with ``load_environment()``, verifiers 0.3) or
+    ``"v1"`` (a module exporting a ``verifiers.v1.Taskset`` subclass, or one of verifiers' built-in task sets).
+    A module that is not found is the installed release's kind (its loader says so in its own words).
+
+    Raises:
+        VerifiersEnvError: verifiers is not installed, the module fails to import (a classic environment under
+            verifiers 0.4: the version and the fix), or it is neither kind.
+    """
+    try:
+        import verifiers as vf
+    except ImportError as e:
+        raise VerifiersEnvError(f"verifiers:{name} needs the verifiers package: {INSTALL} (classic environments) or "
+                                f"pip install 'turnrl[verifiers-v1]' (v1 task sets) ({e})") from None
+    classic = callable(getattr(vf, "load_environment", None))
+    for folder in [*(str(Path(f).resolve()) for f in search), str(Path.cwd())]:
+        if folder not in sys.path:
+            sys.path.append(folder)
+    module_name = name.replace("-", "_")
+    if not classic:  # verifiers 0.4: its built-in task sets (harbor, textarena …) by their ids too
+        with contextlib.suppress(ImportError, ValueError):
+            if importlib.util.find_spec(f"verifiers.v1.tasksets.{module_name.lower()}"):
+                return "v1"
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as e:
+        if e.name == module_name:
+            return "classic" if classic else "v1"
+        raise VerifiersEnvError(f"verifiers:{name}: importing {module_name} failed: {e}") from None
+    except Exception as e:  # noqa: BLE001 — the module's own code: one line (a classic one under 0.4: the fix)
+        if not classic and isinstance(e, AttributeError) and "'verifiers'" in str(e):
+            check_version(name, vf)
+        raise VerifiersEnvError(f"verifiers:{name}: importing {module_name} raised {type(e).__name__}: {e}") from None
+    if callable(getattr(module, "load_environment", None)):
+        return "classic"
+    taskset = getattr(sys.modules.get("verifiers.v1.taskset"), "Taskset", None)
+    names = getattr(module, "__all__", None) or list(vars(module))
+    if taskset is not None and any(isinstance(obj := getattr(module, n, None), type) and issubclass(obj, taskset)
+                                   and obj is not taskset for n in names):
+        return "v1"
+    raise VerifiersEnvError(f"verifiers:{name}: module {module_name} has neither a load_environment() (a classic "
+                            "verifiers environment) nor a verifiers.v1 Taskset subclass in its __all__ (a v1 task set)")
 
 
 def load(name: str, env_args: dict[str, Any], search: Sequence[str | Path] = ()) -> Any:
