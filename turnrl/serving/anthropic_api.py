@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -267,15 +268,24 @@ def _unsupported_block(kind: str, where: str, allowed: str) -> APIError:
                f"send {allowed}")
 
 
-def _assistant(blocks: list[Any], where: str, out: list[dict[str, Any]]) -> list[str]:
-    """An assistant message's blocks → one assistant message; returns its tool_use ids."""
-    texts, calls = [], []
+def _blocks(blocks: list[Any], where: str, texts: list[str]) -> Iterator[tuple[str, dict[str, Any], str]]:
+    """A message's content blocks in order: a text block's text is appended to ``texts``, each other block is
+    yielded as (its type, the block, where it stands) — so a caller sees the texts before a block when it comes."""
     for j, block in enumerate(blocks):
         at = f"{where}.content.{j}"
         kind = _kind(block, at)
         if kind == "text":
             texts.append(_text_block(block, at))
-        elif kind == "tool_use":
+        else:
+            yield kind, block, at
+
+
+def _assistant(blocks: list[Any], where: str, out: list[dict[str, Any]]) -> list[str]:
+    """An assistant message's blocks → one assistant message; returns its tool_use ids."""
+    texts: list[str] = []
+    calls: list[dict[str, Any]] = []
+    for kind, block, at in _blocks(blocks, where, texts):
+        if kind == "tool_use":
             _fields(block, TOOL_USE_FIELDS, at)
             if not isinstance(block.get("id"), str) or not block["id"]:
                 raise bad(f"{at}.id: Field required (a non-empty string)")
@@ -306,12 +316,8 @@ def _user(blocks: list[Any], where: str, out: list[dict[str, Any]], uses: set[st
             out.append({"role": "user", "content": "\n\n".join(texts)})
             texts.clear()
 
-    for j, block in enumerate(blocks):
-        at = f"{where}.content.{j}"
-        kind = _kind(block, at)
-        if kind == "text":
-            texts.append(_text_block(block, at))
-        elif kind == "tool_result":
+    for kind, block, at in _blocks(blocks, where, texts):
+        if kind == "tool_result":
             _fields(block, TOOL_RESULT_FIELDS, at)
             use = block.get("tool_use_id")
             if not isinstance(use, str) or not use:
