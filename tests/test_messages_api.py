@@ -6,22 +6,32 @@ gateway the same token-exact recording as chat completions (a native rollout, th
 completions, segments), the run's settings, one dialect per session, and nothing lost to a bad call or a hang-up.
 """
 
-import json
 import sys
 
 import httpx
 import pytest
-import torch
+from api_servers import (  # noqa: F401 — *_fixture: the fixtures agent, gateway and tok, found here by pytest
+    CALL,
+    FIRST,
+    KEY,
+    SYSTEM,
+    FailsMidway,
+    agent_fixture,
+    chat_client,
+    four_chat_calls,
+    gateway_fixture,
+    records_the_native_rollout,
+    same_episode_both_ways,
+    scripted_server,
+    settings_gateway,
+    sse,
+    tok_fixture,
+    weather_reply,
+)
 
-import turnrl
-from turnrl.agents.base import SamplingParams
-from turnrl.agents.hf import HFAgent
-from turnrl.agents.scripted import ScriptedAgent
-from turnrl.agents.tiny import tiny_model, tiny_tokenizer
-from turnrl.gateway import Gateway, Program, build_trajectory
+from turnrl.gateway import Program, build_trajectory
 from turnrl.gateway.runner import play_programs
 from turnrl.rl.sources.base import Job
-from turnrl.rollout.engine import Rollout
 from turnrl.serving.anthropic_api import content_blocks
 from turnrl.serving.openai_api import parse_tool_calls
 from turnrl.serving.server import AgentServer
@@ -29,42 +39,16 @@ from turnrl.serving.server import AgentServer
 anthropic = pytest.importorskip("anthropic", reason="the official SDK is a dev dependency: pip install -e '.[dev]'")
 openai = pytest.importorskip("openai", reason="the official client is a dev dependency: pip install -e '.[dev]'")
 
-KEY = "sk-test"
 WEATHER = [{"name": "get_weather", "description": "The weather in a city.",
             "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}]
-CALL = 'Let me look.\n<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>'
-
-
-def scripted_reply(prompt: str) -> str:
-    """A tool call when asked about the weather (and no result yet), else text with a stop sequence inside."""
-    if "weather in Paris" in prompt and "18 degrees" not in prompt:
-        return CALL
-    return "Hello there. STOP and more"
-
-
-@pytest.fixture(scope="module")
-def tok():
-    return tiny_tokenizer("chatml")
-
-
-@pytest.fixture(scope="module")
-def agent(tok):
-    return HFAgent(tiny_model(tok), tok, batch_size=8, kv_cache_mb=64)
 
 
 @pytest.fixture(scope="module")
 def scripted(tok):
-    """`turnrl serve` over a scripted agent, with a key."""
-    bot = ScriptedAgent(tok, scripted_reply)
-    with AgentServer(bot, "bot", api_key=KEY) as server:
+    """`turnrl serve` over a scripted agent, with a key: a tool call when asked about the weather, else text with a
+    stop sequence inside."""
+    with scripted_server(tok, weather_reply("Hello there. STOP and more")) as (bot, server):
         yield bot, server, anthropic.Anthropic(base_url=root(server), api_key=KEY, max_retries=0, timeout=60)
-
-
-@pytest.fixture
-def gateway(agent):
-    gw = Gateway(agent, "tiny", max_context=4096).start()
-    yield gw
-    gw.stop()
 
 
 def root(server):
@@ -77,23 +61,8 @@ def messages_client(gw, sid):
                                timeout=120)
 
 
-def chat_client(gw, sid):
-    return openai.OpenAI(base_url=gw.base_url(sid), api_key=gw.api_key, max_retries=0, timeout=120)
-
-
 def text_of(message):
     return "".join(b.text for b in message.content if b.type == "text")
-
-
-def sse(response):
-    """The (event, data) pairs of a server-sent event stream."""
-    events, name = [], None
-    for line in response.iter_lines():
-        if line.startswith("event: "):
-            name = line[7:]
-        elif line.startswith("data: "):
-            events.append((name, json.loads(line[6:])))
-    return events
 
 
 # ---- turnrl serve ----
@@ -258,14 +227,6 @@ def test_bad_requests_get_anthropic_errors(scripted):
     assert "POST /v1/messages" in wrong_method.json()["error"]["message"]
 
 
-class FailsMidway(ScriptedAgent):
-    """Sends one token, then fails (a policy that falls over mid-stream)."""
-
-    def generate(self, prompts, params, *, on_token=None):
-        on_token(0, self.tokenizer.encode("Hi", add_special_tokens=False)[0], 0.0, None)
-        raise RuntimeError("the policy fell over")
-
-
 def test_a_failure_mid_stream_is_an_anthropic_error_event(tok):
     with AgentServer(FailsMidway(tok, lambda prompt: ""), "bot") as server:
         client = anthropic.Anthropic(base_url=root(server), api_key="x", max_retries=0)
@@ -294,20 +255,8 @@ def play_env_through_messages(client, env, seed, max_tokens=12):
 
 
 def test_a_messages_session_records_the_native_rollout_token_for_token(agent, gateway):
-    env = lambda: turnrl.make("turnrl/Arithmetic-v0", calculator=True, retry=True, max_turns=4)  # noqa: E731
-    native = Rollout(agent, SamplingParams(temperature=1.0, max_new_tokens=12), continuous=True).run(
-        [env()], seeds=[3], sample_seeds=[77])[0]
-    sid = gateway.open("native", seed=77)
-    reward, info = play_env_through_messages(messages_client(gateway, sid), env(), 3)
-    session = gateway.close(sid)
-    traj = build_trajectory(session.calls, reward=reward, correct=info.get("correct"), eos_ids=gateway.eos_ids,
-                            tokenizer=agent.tokenizer)
-    assert native.num_turns == traj.num_turns == 4 and native.error is None
-    assert [c.endpoint for c in session.calls] == ["messages"] * 4
-    assert traj.token_ids == native.token_ids and traj.loss_mask == native.loss_mask
-    assert [t.token_span for t in traj.turns] == [t.token_span for t in native.turns]
-    assert torch.allclose(torch.tensor(traj.logprobs), torch.tensor(native.logprobs), atol=1e-5, rtol=0)
-    assert traj.segments is None and traj.metadata["gateway"]["reused_prompts"] == 3
+    records_the_native_rollout(agent, gateway, "messages", lambda sid, env, seed: play_env_through_messages(
+        messages_client(gateway, sid), env, seed))
 
 
 def test_messages_and_chat_completions_record_the_same_episode_tool_results_and_segments_included(agent, gateway):
@@ -315,65 +264,31 @@ def test_messages_and_chat_completions_record_the_same_episode_tool_results_and_
     carries a tool call and its result (a new segment), and its continuation."""
     chat_tools = [{"type": "function", "function": {"name": t["name"], "description": t["description"],
                                                     "parameters": t["input_schema"]}} for t in WEATHER]
-    system, first = "Be brief.", {"role": "user", "content": "What is the weather in Rome?"}
     use = {"type": "tool_use", "id": "toolu_7", "name": "get_weather", "input": {"city": "Rome"}}
 
     def in_messages(sid):
         client = messages_client(gateway, sid)
-        ask = lambda msgs: client.messages.create(model="tiny", max_tokens=8, system=system, tools=WEATHER,  # noqa
+        ask = lambda msgs: client.messages.create(model="tiny", max_tokens=8, system=SYSTEM, tools=WEATHER,
                                                   messages=msgs)
-        history = [first]
+        history = [FIRST]
         r1 = ask(history)
         history += [{"role": "assistant", "content": r1.content}, {"role": "user", "content": "And in Oslo?"}]
         r2 = ask(history)
-        rewritten = [first, {"role": "assistant", "content": [{"type": "text", "text": "Checking."}, use]},
+        rewritten = [FIRST, {"role": "assistant", "content": [{"type": "text", "text": "Checking."}, use]},
                      {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_7",
                                                    "content": "21 degrees, clear"}]}]
         r3 = ask(rewritten)
         r4 = ask([*rewritten, {"role": "assistant", "content": r3.content}, {"role": "user", "content": "So?"}])
         return [text_of(r) for r in (r1, r2, r3, r4)]
 
-    def in_chat(sid):
-        client = chat_client(gateway, sid)
-        ask = lambda msgs: client.chat.completions.create(  # noqa: E731
-            model="tiny", max_tokens=8, tools=chat_tools, messages=[{"role": "system", "content": system}, *msgs]
-        ).choices[0].message.content
-        history = [first]
-        r1 = ask(history)
-        history += [{"role": "assistant", "content": r1}, {"role": "user", "content": "And in Oslo?"}]
-        r2 = ask(history)
-        rewritten = [first, {"role": "assistant", "content": "Checking.", "tool_calls": [
-            {"id": "toolu_7", "type": "function", "function": {"name": "get_weather",
-                                                               "arguments": json.dumps({"city": "Rome"})}}]},
-                     {"role": "tool", "tool_call_id": "toolu_7", "content": "21 degrees, clear"}]
-        r3 = ask(rewritten)
-        r4 = ask([*rewritten, {"role": "assistant", "content": r3}, {"role": "user", "content": "So?"}])
-        return [r1, r2, r3, r4]
-
-    texts, trajs, sessions = [], [], []
-    for sid, play in (("as-messages", in_messages), ("as-chat", in_chat)):
-        gateway.open(sid, seed=11)
-        texts.append(play(sid))
-        sessions.append(gateway.close(sid))
-        trajs.append(build_trajectory(sessions[-1].calls, reward=1.0, correct=True, eos_ids=gateway.eos_ids,
-                                      tokenizer=agent.tokenizer))
-    (m, c), (ms, cs) = trajs, sessions
-    assert texts[0] == texts[1]
-    assert [call.prompt for call in ms.calls] == [call.prompt for call in cs.calls]
-    assert m.token_ids == c.token_ids and m.loss_mask == c.loss_mask and m.logprobs == c.logprobs
-    assert m.segments == c.segments and len(m.segments) == 2
-    assert [t.token_span for t in m.turns] == [t.token_span for t in c.turns]
-    assert [call.match.how for call in ms.calls] == ["fresh", "extended", "fresh", "extended"]
-    seen = agent.tokenizer.decode(ms.calls[2].prompt)
-    assert "21 degrees, clear" in seen and '"city": "Rome"' in seen  # the tool call and its result, as the model saw
+    m, _ = same_episode_both_ways(gateway, agent, [
+        ("as-messages", in_messages), ("as-chat", lambda sid: four_chat_calls(chat_client(gateway, sid), chat_tools,
+                                                                              "toolu_7"))])
     assert m.turns[0].info["segment"] == 0 and m.turns[2].info["segment"] == 1
 
 
 def test_the_runs_settings_govern_a_messages_call(agent):
-    gw = Gateway(agent, "tiny", version=lambda: 7, sampling={"temperature": 0.0}, max_new_tokens=3,
-                 max_context=64).start()
-    try:
-        sid = gw.open("settings")
+    with settings_gateway(agent) as (gw, sid):
         client = messages_client(gw, sid)
         ask = [{"role": "user", "content": "Say something."}]
         a, b = (client.messages.create(model="tiny", max_tokens=50, messages=ask, extra_body={"temperature": 1.0})
@@ -383,12 +298,6 @@ def test_the_runs_settings_govern_a_messages_call(agent):
         with pytest.raises(anthropic.BadRequestError, match="maximum context length is 64") as e:
             client.messages.create(model="tiny", max_tokens=5, messages=[{"role": "user", "content": "word " * 80}])
         assert e.value.body["error"]["type"] == "invalid_request_error"
-        session = gw.close(sid)
-    finally:
-        gw.stop()
-    assert [c.version for c in session.calls] == [7, 7] and session.started == 2  # the long one never generated
-    traj = build_trajectory(session.calls, reward=0.0, correct=None, eos_ids=gw.eos_ids)
-    assert {v for v, m in zip(traj.token_versions, traj.loss_mask) if m} == {7}
 
 
 def test_one_session_speaks_one_dialect_and_keeps_what_it_recorded(gateway):

@@ -13,71 +13,40 @@ import json
 import httpx
 import pytest
 import torch
+from api_servers import (  # noqa: F401 — *_fixture: the fixtures agent, gateway and tok, found here by pytest
+    CALL,
+    FIRST,
+    KEY,
+    SYSTEM,
+    FailsMidway,
+    agent_fixture,
+    chat_client,
+    four_chat_calls,
+    gateway_fixture,
+    records_the_native_rollout,
+    same_episode_both_ways,
+    scripted_server,
+    settings_gateway,
+    sse,
+    tok_fixture,
+    weather_reply,
+)
 
-import turnrl
-from turnrl.agents.base import SamplingParams
-from turnrl.agents.hf import HFAgent
-from turnrl.agents.scripted import ScriptedAgent
-from turnrl.agents.tiny import tiny_model, tiny_tokenizer
-from turnrl.gateway import Gateway, build_trajectory
-from turnrl.rollout.engine import Rollout
 from turnrl.serving.openai_api import parse_tool_calls
 from turnrl.serving.responses_api import output_items
 from turnrl.serving.server import AgentServer
 
 openai = pytest.importorskip("openai", reason="the official client is a dev dependency: pip install -e '.[dev]'")
 
-KEY = "sk-test"
 WEATHER = [{"type": "function", "name": "get_weather", "description": "The weather in a city.", "strict": True,
             "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}]
-CALL = 'Let me look.\n<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>'
-
-
-def scripted_reply(prompt: str) -> str:
-    """A tool call when asked about the weather (and no result yet), else text."""
-    if "weather in Paris" in prompt and "18 degrees" not in prompt:
-        return CALL
-    return "Hello there. And more"
-
-
-@pytest.fixture(scope="module")
-def tok():
-    return tiny_tokenizer("chatml")
-
-
-@pytest.fixture(scope="module")
-def agent(tok):
-    return HFAgent(tiny_model(tok), tok, batch_size=8, kv_cache_mb=64)
 
 
 @pytest.fixture(scope="module")
 def scripted(tok):
-    """`turnrl serve` over a scripted agent, with a key."""
-    bot = ScriptedAgent(tok, scripted_reply)
-    with AgentServer(bot, "bot", api_key=KEY) as server:
+    """`turnrl serve` over a scripted agent, with a key: a tool call when asked about the weather, else text."""
+    with scripted_server(tok, weather_reply("Hello there. And more")) as (bot, server):
         yield bot, server, openai.OpenAI(base_url=server.url, api_key=KEY, max_retries=0, timeout=60)
-
-
-@pytest.fixture
-def gateway(agent):
-    gw = Gateway(agent, "tiny", max_context=4096).start()
-    yield gw
-    gw.stop()
-
-
-def client_of(gw, sid):
-    return openai.OpenAI(base_url=gw.base_url(sid), api_key=gw.api_key, max_retries=0, timeout=120)
-
-
-def sse(response):
-    """The (event, data) pairs of a server-sent event stream."""
-    events, name = [], None
-    for line in response.iter_lines():
-        if line.startswith("event: "):
-            name = line[7:]
-        elif line.startswith("data: "):
-            events.append((name, json.loads(line[6:])))
-    return events
 
 
 def sent_back(response):
@@ -270,14 +239,6 @@ def test_bad_requests_get_openai_errors_naming_the_parameter(scripted):
     assert wrong_method.status_code == 405 and "POST /v1/responses" in wrong_method.json()["error"]["message"]
 
 
-class FailsMidway(ScriptedAgent):
-    """Sends one token, then fails (a policy that falls over mid-stream)."""
-
-    def generate(self, prompts, params, *, on_token=None):
-        on_token(0, self.tokenizer.encode("Hi", add_special_tokens=False)[0], 0.0, None)
-        raise RuntimeError("the policy fell over")
-
-
 def test_a_failure_mid_stream_is_an_error_event_and_a_failed_response(tok):
     with AgentServer(FailsMidway(tok, lambda prompt: ""), "bot") as server:
         with httpx.stream("POST", server.url + "/responses", json={"model": "bot", "input": "x", "stream": True},
@@ -312,21 +273,9 @@ def play_env_through_responses(client, env, seed, chain, max_tokens=12):
 
 @pytest.mark.parametrize("chain", [False, True], ids=["whole-history", "previous_response_id"])
 def test_a_responses_session_records_the_native_rollout_token_for_token(agent, gateway, chain):
-    env = lambda: turnrl.make("turnrl/Arithmetic-v0", calculator=True, retry=True, max_turns=4)
-    native = Rollout(agent, SamplingParams(temperature=1.0, max_new_tokens=12), continuous=True).run(
-        [env()], seeds=[3], sample_seeds=[77])[0]
-    sid = gateway.open("native", seed=77)
-    reward, info = play_env_through_responses(client_of(gateway, sid), env(), 3, chain)
-    session = gateway.close(sid)
+    session = records_the_native_rollout(agent, gateway, "responses", lambda sid, env, seed: play_env_through_responses(
+        chat_client(gateway, sid), env, seed, chain))
     assert len(session.responses.items) == 0  # dropped with the session
-    traj = build_trajectory(session.calls, reward=reward, correct=info.get("correct"), eos_ids=gateway.eos_ids,
-                            tokenizer=agent.tokenizer)
-    assert native.num_turns == traj.num_turns == 4 and native.error is None
-    assert [c.endpoint for c in session.calls] == ["responses"] * 4
-    assert traj.token_ids == native.token_ids and traj.loss_mask == native.loss_mask
-    assert [t.token_span for t in traj.turns] == [t.token_span for t in native.turns]
-    assert torch.allclose(torch.tensor(traj.logprobs), torch.tensor(native.logprobs), atol=1e-5, rtol=0)
-    assert traj.segments is None and traj.metadata["gateway"]["reused_prompts"] == 3
 
 
 def test_responses_and_chat_completions_record_the_same_episode_tool_outputs_and_segments_included(agent, gateway):
@@ -334,62 +283,29 @@ def test_responses_and_chat_completions_record_the_same_episode_tool_outputs_and
     a rewritten history that carries a function call and its output (a new segment), and its continuation."""
     chat_tools = [{"type": "function", "function": {"name": t["name"], "description": t["description"],
                                                     "parameters": t["parameters"]}} for t in WEATHER]
-    system, first = "Be brief.", {"role": "user", "content": "What is the weather in Rome?"}
     call = {"type": "function_call", "call_id": "call_7", "name": "get_weather", "arguments": '{"city": "Rome"}'}
 
     def in_responses(sid):
-        client = client_of(gateway, sid)
+        client = chat_client(gateway, sid)
         ask = lambda items, prev=None: client.responses.create(
-            model="tiny", max_output_tokens=8, instructions=system, tools=WEATHER, input=items,
+            model="tiny", max_output_tokens=8, instructions=SYSTEM, tools=WEATHER, input=items,
             previous_response_id=prev)
-        r1 = ask([first])
+        r1 = ask([FIRST])
         r2 = ask([{"role": "user", "content": "And in Oslo?"}], r1.id)
-        rewritten = [first, {"role": "assistant", "content": "Checking."}, call,
+        rewritten = [FIRST, {"role": "assistant", "content": "Checking."}, call,
                      {"type": "function_call_output", "call_id": "call_7", "output": "21 degrees, clear"}]
         r3 = ask(rewritten)
         r4 = ask([*rewritten, *sent_back(r3), {"role": "user", "content": "So?"}])
         return [r.output_text for r in (r1, r2, r3, r4)]
 
-    def in_chat(sid):
-        client = client_of(gateway, sid)
-        ask = lambda msgs: client.chat.completions.create(
-            model="tiny", max_tokens=8, tools=chat_tools, messages=[{"role": "system", "content": system}, *msgs]
-        ).choices[0].message.content or ""
-        history = [first]
-        r1 = ask(history)
-        history += [{"role": "assistant", "content": r1}, {"role": "user", "content": "And in Oslo?"}]
-        r2 = ask(history)
-        fn = {"name": "get_weather", "arguments": '{"city": "Rome"}'}
-        rewritten = [first, {"role": "assistant", "content": "Checking.", "tool_calls": [
-            {"id": "call_7", "type": "function", "function": fn}]},
-                     {"role": "tool", "tool_call_id": "call_7", "content": "21 degrees, clear"}]
-        r3 = ask(rewritten)
-        r4 = ask([*rewritten, {"role": "assistant", "content": r3}, {"role": "user", "content": "So?"}])
-        return [r1, r2, r3, r4]
-
-    texts, trajs, sessions = [], [], []
-    for sid, play in (("as-responses", in_responses), ("as-chat", in_chat)):
-        gateway.open(sid, seed=11)
-        texts.append(play(sid))
-        sessions.append(gateway.close(sid))
-        trajs.append(build_trajectory(sessions[-1].calls, reward=1.0, correct=True, eos_ids=gateway.eos_ids,
-                                      tokenizer=agent.tokenizer))
-    (r, c), (rs, cs) = trajs, sessions
-    assert texts[0] == texts[1]
-    assert [call.prompt for call in rs.calls] == [call.prompt for call in cs.calls]
-    assert r.token_ids == c.token_ids and r.loss_mask == c.loss_mask and r.logprobs == c.logprobs
-    assert r.segments == c.segments and len(r.segments) == 2
-    assert [call.match.how for call in rs.calls] == ["fresh", "extended", "fresh", "extended"]
-    seen = agent.tokenizer.decode(rs.calls[2].prompt)
-    assert "21 degrees, clear" in seen and '"city": "Rome"' in seen  # the call and its output, as the model saw
+    same_episode_both_ways(gateway, agent, [
+        ("as-responses", in_responses), ("as-chat", lambda sid: four_chat_calls(chat_client(gateway, sid), chat_tools,
+                                                                                "call_7"))])
 
 
 def test_the_runs_settings_govern_a_responses_call(agent):
-    gw = Gateway(agent, "tiny", version=lambda: 7, sampling={"temperature": 0.0}, max_new_tokens=3,
-                 max_context=64).start()
-    try:
-        sid = gw.open("settings")
-        client = client_of(gw, sid)
+    with settings_gateway(agent) as (gw, sid):
+        client = chat_client(gw, sid)
         a, b = (client.responses.create(model="tiny", input="Say something.", max_output_tokens=50, temperature=1.0)
                 for _ in range(2))
         assert a.output_text == b.output_text  # greedy, the run's setting, whatever the request asked
@@ -397,18 +313,12 @@ def test_the_runs_settings_govern_a_responses_call(agent):
         with pytest.raises(openai.BadRequestError, match="maximum context length is 64") as e:
             client.responses.create(model="tiny", input="word " * 80, max_output_tokens=5)
         assert e.value.body["code"] == "context_length_exceeded"
-        session = gw.close(sid)
-    finally:
-        gw.stop()
-    assert [c.version for c in session.calls] == [7, 7] and session.started == 2  # the long one never generated
-    traj = build_trajectory(session.calls, reward=0.0, correct=None, eos_ids=gw.eos_ids)
-    assert {v for v, m in zip(traj.token_versions, traj.loss_mask) if m} == {7}
 
 
 def test_one_session_speaks_one_dialect(gateway):
     ask = [{"role": "user", "content": "hi"}]
     sid = gateway.open("chat-first")
-    client = client_of(gateway, sid)
+    client = chat_client(gateway, sid)
     client.chat.completions.create(model="tiny", messages=ask, max_tokens=4)
     with pytest.raises(openai.ConflictError) as e:
         client.responses.create(model="tiny", input=ask, max_output_tokens=4)
@@ -417,7 +327,7 @@ def test_one_session_speaks_one_dialect(gateway):
     assert len(gateway.close(sid).calls) == 1
 
     sid = gateway.open("responses-first")
-    client = client_of(gateway, sid)
+    client = chat_client(gateway, sid)
     reply = client.responses.create(model="tiny", input=ask, max_output_tokens=4)
     with pytest.raises(openai.ConflictError, match="Responses API.*Chat Completions API"):
         client.chat.completions.create(model="tiny", messages=ask, max_tokens=4)
@@ -432,7 +342,7 @@ def test_one_session_speaks_one_dialect(gateway):
 
 def test_a_bad_call_or_a_hang_up_leaves_a_responses_session_whole(gateway):
     sid = gateway.open("sturdy", seed=2)
-    client = client_of(gateway, sid)
+    client = chat_client(gateway, sid)
     reply = client.responses.create(model="tiny", input="hi", max_output_tokens=6)
     with pytest.raises(openai.BadRequestError, match="No tool call found"):
         client.responses.create(model="tiny", previous_response_id=reply.id, max_output_tokens=6, input=[
