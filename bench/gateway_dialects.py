@@ -2,7 +2,7 @@
 Messages and OpenAI's Responses APIs (each with its official client), against Chat Completions, side by side.
 
     python bench/gateway_dialects.py                     # 16 concurrent episodes, up to 3 turns, 32 new tokens a turn
-    python bench/gateway_dialects.py --repeat 2 --model tiny
+    python bench/gateway_dialects.py --repeat 2 --model tiny:chatml
 
 Each dialect runs in its own process, one after the other (``--repeat``: alternating), on SmolLM2-135M-Instruct
 (fp32, CPU) by default. The programs play multi-turn arithmetic without tools (level 2, a retry after a wrong
@@ -13,18 +13,23 @@ dialect into the same chat form, so all three generate the same tokens when the 
 alike: the script checks that (with many concurrent sessions the batches they meet in depend on timing, and a padded
 batch's float rounding can flip a sampled token mid-generation: `--episodes 2` is exact), so a ratio is the
 dialect's own cost (its client, JSON shape and conversion). Goal (issue 81): each ≥ 0.95× Chat Completions.
+The programs, their threads and the figures are bench/gateway.py's (the wall time includes recording the episodes).
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
-import subprocess
-import sys
-import time
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
 from typing import Any
+
+# bench/gateway.py: the programs in their threads, the measurements in child processes, the figures
+from gateway import (
+    child_options,
+    options,
+    play_through_gateway,
+    print_runs,
+    run_children,
+    write_figures,
+)
 
 DIALECTS = ("chat", "messages", "responses")
 
@@ -52,7 +57,7 @@ def measure(dialect: str, episodes: int, turns: int, max_new: int, model: str, o
     transformers.utils.logging.disable_progress_bar()
     import turnrl
     from turnrl.agents import SamplingParams, make_agent
-    from turnrl.gateway import Gateway, build_trajectory
+    from turnrl.gateway import Gateway
     from turnrl.rollout.engine import Rollout
 
     def env() -> Any:
@@ -62,80 +67,34 @@ def measure(dialect: str, episodes: int, turns: int, max_new: int, model: str, o
     agent = make_agent(model, batch_size=episodes)
     Rollout(agent, SamplingParams(temperature=1.0, max_new_tokens=4)).run([env()])  # one-off setup of the first pass
     gateway = Gateway(agent, "policy", max_context=4096).start()
-    seeds = [1000 + i for i in range(episodes)]
-    ids = [gateway.open(f"e{i}", seed=s) for i, s in enumerate(seeds)]
-    results: dict[str, float] = {}
 
-    def client_for(sid: str) -> Any:
+    def connect(sid: str) -> Callable[[list[dict[str, Any]]], str]:
         if dialect == "messages":
             import anthropic
 
-            return anthropic.Anthropic(base_url=gateway.base_url(sid).removesuffix("/v1"), api_key=gateway.api_key,
-                                       max_retries=0, timeout=600)
-        from openai import OpenAI
+            client = anthropic.Anthropic(base_url=gateway.base_url(sid).removesuffix("/v1"), api_key=gateway.api_key,
+                                         max_retries=0, timeout=600)
+        else:
+            from openai import OpenAI
 
-        return OpenAI(base_url=gateway.base_url(sid), api_key=gateway.api_key, max_retries=0, timeout=600)
+            client = OpenAI(base_url=gateway.base_url(sid), api_key=gateway.api_key, max_retries=0, timeout=600)
+        return lambda messages: ask(dialect, client, messages, max_new)
 
-    def program(sid: str, seed: int) -> None:  # what a user's agent does: its own loop, its own environment
-        client, e = client_for(sid), env()
-        obs, _ = e.reset(seed=seed)
-        messages = [m.to_chat() for m in obs]
-        while True:
-            text = ask(dialect, client, messages, max_new)
-            messages.append({"role": "assistant", "content": text})
-            obs, reward, terminated, truncated, _ = e.step(text)
-            if terminated or truncated:
-                results[sid] = reward
-                return
-            messages += [m.to_chat() for m in obs]
-
-    t0 = time.perf_counter()
-    with ThreadPoolExecutor(max_workers=episodes) as pool:
-        futures = [pool.submit(program, sid, s) for sid, s in zip(ids, seeds)]
-        gateway.engine.serve(futures, timeout=1200)  # decodes in this thread, as a training run does
-        for f in futures:
-            f.result()
-    wall = time.perf_counter() - t0
-    trajs = [build_trajectory(gateway.close(sid).calls, reward=results[sid], correct=None,
-                              eos_ids=gateway.eos_ids) for sid in ids]
+    trajs, wall = play_through_gateway(gateway, env, [1000 + i for i in range(episodes)], connect, timeout=1200)
     gateway.stop()
-    errors = [t.error for t in trajs if t.error]
-    if errors:
-        raise SystemExit(f"episodes failed: {errors[:3]}")
-    with open(out, "w") as f:
-        json.dump({"wall_s": wall, "episodes_s": episodes / wall, "turns": sum(t.num_turns for t in trajs) / episodes,
-                   "generated": sum(sum(t.loss_mask) for t in trajs), "tokens": [t.token_ids for t in trajs]}, f)
+    write_figures(trajs, wall, out)
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--episodes", type=int, default=16)
-    ap.add_argument("--turns", type=int, default=3)
-    ap.add_argument("--max-new", type=int, default=32)
-    ap.add_argument("--repeat", type=int, default=1, help="runs of each dialect (alternating)")
-    ap.add_argument("--model", default="smollm2-135m-instruct")
-    ap.add_argument("--child", nargs=2, metavar=("DIALECT", "OUT"), help=argparse.SUPPRESS)
-    a = ap.parse_args()
+    a = options(__doc__, 16, "dialect").parse_args()
     if a.child:
         measure(a.child[0], a.episodes, a.turns, a.max_new, a.model, a.child[1])
         return
-    rows: dict[str, list[dict[str, Any]]] = {d: [] for d in DIALECTS}
-    for r in range(a.repeat):
-        for dialect in DIALECTS:
-            out = f"/tmp/turnrl-bench-dialect-{dialect}-{r}.json"
-            subprocess.run([sys.executable, __file__, "--episodes", str(a.episodes), "--turns", str(a.turns),
-                            "--max-new", str(a.max_new), "--model", a.model, "--child", dialect, out], check=True,
-                           env={**os.environ, "TOKENIZERS_PARALLELISM": "false"})
-            with open(out) as f:
-                rows[dialect].append(json.load(f))
+    rows = run_children(__file__, DIALECTS, a.repeat, child_options(a), "dialect")
     same = all(rows[d][r]["tokens"] == rows["chat"][r]["tokens"] for d in DIALECTS for r in range(a.repeat))
     print(f"{a.episodes} concurrent episodes, up to {a.turns} turns, {a.max_new} new tokens per turn, {a.model}; "
           f"same tokens in every dialect: {same}")
-    print(f"{'dialect':10} {'run':>3} {'wall s':>8} {'episodes/s':>11} {'turns/ep':>9} {'generated':>10}")
-    for dialect, runs in rows.items():
-        for r, x in enumerate(runs):
-            print(f"{dialect:10} {r:>3} {x['wall_s']:>8.1f} {x['episodes_s']:>11.3f} {x['turns']:>9.2f} "
-                  f"{x['generated']:>10}")
+    print_runs(rows, "dialect")
     best = {d: max(x["episodes_s"] for x in runs) for d, runs in rows.items()}
     for dialect in DIALECTS[1:]:
         print(f"{dialect} / chat episodes/s (best of {a.repeat}): {best[dialect] / best['chat']:.2f}x")
