@@ -29,18 +29,17 @@ or train it (from this folder): `turnrl train agents_sdk_agent.yaml` — each ep
 
 from __future__ import annotations
 
-import ast
 import asyncio
 import json
-import operator
 import os
 import sys
-import threading
+from collections.abc import Awaitable, Callable
 
 from agents import (
     Agent,
     ItemHelpers,
     MaxTurnsExceeded,
+    Model,
     ModelBehaviorError,
     ModelSettings,
     OpenAIChatCompletionsModel,
@@ -50,43 +49,17 @@ from agents import (
     set_tracing_disabled,
 )
 from agents.exceptions import AgentsException
+from calculator_tool import HINT
+from calculator_tool import calculator as evaluate
 from openai import AsyncOpenAI
 
 set_tracing_disabled(True)  # never upload traces to OpenAI
 
 MAX_TURNS = 4  # model calls per task
 MAX_TOKENS = 96  # tokens per model call
-# The server describes the tool (its template, or turnrl's gateway for templates that cannot render tools).
-HINT = "Use the calculator tool for arithmetic. When you know the answer, reply with it."
-
-_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
-        ast.USub: operator.neg, ast.UAdd: operator.pos}
-
-_PARSE = threading.Lock()  # turnrl runs several episodes of this program at once, in threads
 
 
-def evaluate(expression: str) -> str:
-    """Arithmetic only (no names, no calls), or an error message the model can read."""
-    def ev(node: ast.AST) -> float:
-        if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value,
-                                                                                                        bool):
-            return node.value
-        if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
-            return _OPS[type(node.op)](ev(node.left), ev(node.right))
-        if isinstance(node, ast.UnaryOp) and type(node.op) in _OPS:
-            return _OPS[type(node.op)](ev(node.operand))
-        raise ValueError("only numbers and + - * / ( ) are allowed")
-
-    try:
-        with _PARSE:  # Python 3.11's parser is not safe in several threads at once (cpython#106905)
-            tree = ast.parse(str(expression), mode="eval")
-        value = ev(tree.body)
-    except (SyntaxError, ValueError, ZeroDivisionError, TypeError, OverflowError) as e:
-        return f"error: {e}"
-    return str(int(value)) if float(value).is_integer() else f"{value:.6g}"
-
-
-@function_tool
+@function_tool  # the SDK's tool over calculator_tool.py's arithmetic (plain Python)
 def calculator(expression: str) -> str:
     """Evaluate an arithmetic expression with + - * / and parentheses.
 
@@ -105,33 +78,54 @@ def _last_text(error: AgentsException) -> str:
     return next((t for t in reversed(texts) if t), "")
 
 
+def opening(task: dict) -> tuple[list[str], list[dict]]:
+    """The task's system texts (the agent's instructions start with them) and its other opening messages (the
+    conversation the agent is run on)."""
+    messages = task.get("messages") or [{"role": "user", "content": task["question"]}]
+    system = [m["content"] for m in messages if m["role"] in ("system", "developer")]
+    return system, [{"role": m["role"], "content": m["content"]} for m in messages
+                    if m["role"] not in ("system", "developer")]
+
+
+async def run_agent(agent: Agent, conversation: list[dict]) -> str:
+    """The agent's final answer: the SDK's `Runner` owns the tool loop (at most MAX_TURNS model calls, tracing off)."""
+    try:
+        result = await Runner.run(agent, conversation, max_turns=MAX_TURNS, run_config=RunConfig(tracing_disabled=True))
+    except (MaxTurnsExceeded, ModelBehaviorError) as e:  # the model kept calling tools, or named no real tool
+        return _last_text(e)
+    return str(result.final_output or "")
+
+
+def calculator_agent(system: list[str], model: Model) -> Agent:
+    """The agent: its instructions the task's system text, then the hint (one system message); the calculator tool;
+    at most MAX_TOKENS tokens a model call."""
+    return Agent(
+        name="calculator agent",
+        instructions="\n\n".join([*system, HINT]),
+        tools=[calculator],
+        model=model,
+        model_settings=ModelSettings(max_tokens=MAX_TOKENS),
+    )
+
+
 async def run(base_url: str, api_key: str, task: dict) -> str:
     """Solve one task; returns the final answer (turnrl's environment grades it)."""
     async with AsyncOpenAI(base_url=base_url, api_key=api_key, max_retries=0) as client:
         model = task.get("model") or (await client.models.list()).data[0].id
-        opening = task.get("messages") or [{"role": "user", "content": task["question"]}]
-        system = [m["content"] for m in opening if m["role"] in ("system", "developer")]
-        agent = Agent(
-            name="calculator agent",
-            instructions="\n\n".join([*system, HINT]),  # one system message: the task's, then the hint
-            tools=[calculator],
-            model=OpenAIChatCompletionsModel(model=model, openai_client=client),
-            model_settings=ModelSettings(max_tokens=MAX_TOKENS),
-        )
-        conversation = [{"role": m["role"], "content": m["content"]} for m in opening
-                        if m["role"] not in ("system", "developer")]
-        try:
-            result = await Runner.run(agent, conversation, max_turns=MAX_TURNS,
-                                      run_config=RunConfig(tracing_disabled=True))
-        except (MaxTurnsExceeded, ModelBehaviorError) as e:  # the model kept calling tools, or named no real tool
-            return _last_text(e)
-        return str(result.final_output or "")
+        system, conversation = opening(task)
+        agent = calculator_agent(system, OpenAIChatCompletionsModel(model=model, openai_client=client))
+        return await run_agent(agent, conversation)
 
 
-if __name__ == "__main__":
+def main(run: Callable[[str, str, dict], Awaitable[str]]) -> None:
+    """The command line of an agent of this folder's: a question by hand, or a turnrl `program.command`'s task."""
     if len(sys.argv) > 1:  # by hand: the question on the command line
         print(asyncio.run(run(os.environ["OPENAI_BASE_URL"], os.environ.get("OPENAI_API_KEY", "x"),
                               {"question": " ".join(sys.argv[1:])})))
     else:  # as a turnrl `program.command`: the task in TURNRL_TASK, the answer as the last line
         print(json.dumps(asyncio.run(run(os.environ["OPENAI_BASE_URL"], os.environ["OPENAI_API_KEY"],
                                          json.loads(os.environ["TURNRL_TASK"])))))
+
+
+if __name__ == "__main__":
+    main(run)

@@ -6,8 +6,8 @@ returns the final reply. Trained by turnrl (`program.mcp_tools: true`), the MCP 
 (`task["mcp_url"]`) is the gateway's: it serves the tools of the episode's environment — here the inventory
 service of `inventory_env.py`, itself an MCP server — and records every call on the episode.
 
-Settings that keep it local, as in agents_sdk_agent.py: tracing off, and a model object over our own client (the
-SDK never builds its default OpenAI client).
+Settings that keep it local, as in agents_sdk_agent.py (whose settings and run loop it imports): tracing off, and a
+model object over our own client (the SDK never builds its default OpenAI client).
 
 Run it by hand against any OpenAI-compatible server and any streamable-HTTP MCP server, e.g. the inventory service
 (`python inventory_mcp_server.py --http 8931`):
@@ -20,40 +20,15 @@ or train it (from this folder): `turnrl train agents_sdk_mcp_agent.yaml`.
 
 from __future__ import annotations
 
-import asyncio
-import json
 import os
-import sys
 
-from agents import (
-    Agent,
-    ItemHelpers,
-    MaxTurnsExceeded,
-    ModelBehaviorError,
-    ModelSettings,
-    OpenAIChatCompletionsModel,
-    RunConfig,
-    Runner,
-    set_tracing_disabled,
-)
-from agents.exceptions import AgentsException
+from agents import Agent, ModelSettings, OpenAIChatCompletionsModel
 from agents.mcp import MCPServerStreamableHttp
+from agents_sdk_agent import MAX_TOKENS, main, opening, run_agent
 from openai import AsyncOpenAI
 
-set_tracing_disabled(True)  # never upload traces to OpenAI
-
-MAX_TURNS = 4  # model calls per task
-MAX_TOKENS = 96  # tokens per model call
+# from agents_sdk_agent.py (importing it turns the SDK's tracing off): the settings and the run loop
 HINT = "Use the tools to look things up. When you know the answer, reply with it."
-
-
-def _last_text(error: AgentsException) -> str:
-    """The last assistant text of a run that stopped early (too many turns, a call to an unknown tool)."""
-    data = error.run_data
-    if data is None:
-        return ""
-    texts = [ItemHelpers.text_message_outputs([item]) for item in data.new_items]
-    return next((t for t in reversed(texts) if t), "")
 
 
 async def run(base_url: str, api_key: str, task: dict) -> str:
@@ -66,8 +41,7 @@ async def run(base_url: str, api_key: str, task: dict) -> str:
                                     client_session_timeout_seconds=30, name="tools")
     async with AsyncOpenAI(base_url=base_url, api_key=api_key, max_retries=0) as client, tools:
         model = task.get("model") or (await client.models.list()).data[0].id
-        opening = task.get("messages") or [{"role": "user", "content": task["question"]}]
-        system = [m["content"] for m in opening if m["role"] in ("system", "developer")]
+        system, conversation = opening(task)
         agent = Agent(
             name="tool agent",
             instructions="\n\n".join([*system, HINT]),
@@ -75,20 +49,8 @@ async def run(base_url: str, api_key: str, task: dict) -> str:
             model=OpenAIChatCompletionsModel(model=model, openai_client=client),
             model_settings=ModelSettings(max_tokens=MAX_TOKENS),
         )
-        conversation = [{"role": m["role"], "content": m["content"]} for m in opening
-                        if m["role"] not in ("system", "developer")]
-        try:
-            result = await Runner.run(agent, conversation, max_turns=MAX_TURNS,
-                                      run_config=RunConfig(tracing_disabled=True))
-        except (MaxTurnsExceeded, ModelBehaviorError) as e:  # the model kept calling tools, or named no real tool
-            return _last_text(e)
-        return str(result.final_output or "")
+        return await run_agent(agent, conversation)  # tracing off: agents_sdk_agent.run_agent
 
 
-if __name__ == "__main__":
-    if len(sys.argv) > 1:  # by hand: the question on the command line
-        print(asyncio.run(run(os.environ["OPENAI_BASE_URL"], os.environ.get("OPENAI_API_KEY", "x"),
-                              {"question": " ".join(sys.argv[1:])})))
-    else:  # as a turnrl `program.command`: the task in TURNRL_TASK (with mcp_url), the answer as the last line
-        print(json.dumps(asyncio.run(run(os.environ["OPENAI_BASE_URL"], os.environ["OPENAI_API_KEY"],
-                                         json.loads(os.environ["TURNRL_TASK"])))))
+if __name__ == "__main__":  # as a turnrl `program.command`, the task in TURNRL_TASK holds mcp_url
+    main(run)

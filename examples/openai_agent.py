@@ -14,53 +14,25 @@ or train it (from this folder): `turnrl train openai_agent.yaml` — each episod
 
 from __future__ import annotations
 
-import ast
 import json
-import operator
 import os
 import sys
-import threading
 
+from calculator_tool import DESCRIPTION, HINT, calculator
 from openai import OpenAI
 
+# calculator_tool.py: the tool itself (arithmetic, in plain Python), the hint and the tool's description
 MAX_STEPS = 4  # model calls per task
 KEEP_EXCHANGES = 2  # tool exchanges kept in the history (older ones are dropped)
 TOOLS = [{
     "type": "function",
     "function": {
         "name": "calculator",
-        "description": "Evaluate an arithmetic expression with + - * / and parentheses.",
+        "description": DESCRIPTION,
         "parameters": {"type": "object", "properties": {"expression": {"type": "string"}},
                        "required": ["expression"]},
     },
 }]
-# The server describes the tool (its template, or turnrl's gateway for templates that cannot render tools).
-HINT = "Use the calculator tool for arithmetic. When you know the answer, reply with it."
-
-_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
-        ast.USub: operator.neg, ast.UAdd: operator.pos}
-
-_PARSE = threading.Lock()  # turnrl runs several episodes of this program at once, in threads
-
-
-def calculator(expression: str) -> str:
-    """The tool: arithmetic only (no names, no calls), or an error message the model can read."""
-    def ev(node: ast.AST) -> float:
-        if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)):
-            return node.value
-        if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
-            return _OPS[type(node.op)](ev(node.left), ev(node.right))
-        if isinstance(node, ast.UnaryOp) and type(node.op) in _OPS:
-            return _OPS[type(node.op)](ev(node.operand))
-        raise ValueError("only numbers and + - * / ( ) are allowed")
-
-    try:
-        with _PARSE:  # Python 3.11's parser is not safe in several threads at once (cpython#106905)
-            tree = ast.parse(str(expression), mode="eval")
-        value = ev(tree.body)
-    except (SyntaxError, ValueError, ZeroDivisionError, TypeError) as e:
-        return f"error: {e}"
-    return str(int(value)) if float(value).is_integer() else f"{value:.6g}"
 
 
 def trim(messages: list[dict]) -> list[dict]:

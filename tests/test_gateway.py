@@ -438,13 +438,39 @@ def test_program_settings_are_checked():
             TrainConfig(**{**base, **extra})
 
 
-@pytest.mark.parametrize("example", ["openai_agent", "agents_sdk_agent", "agents_sdk_mcp_agent"])
-def test_each_example_agent_trains_one_step_unchanged(example, tmp_path, monkeypatch):
+#: each example agent (examples/NAME.py and NAME.yaml) and the endpoint its model calls go to: its dialect
+EXAMPLE_DIALECTS = {"openai_agent": "chat", "agents_sdk_agent": "chat", "agents_sdk_mcp_agent": "chat",
+                    "agents_sdk_responses_agent": "responses", "anthropic_agent": "messages"}
+#: a field every call in a dialect carries, set by the example from the task (its system prompt, in the dialect's place)
+SYSTEM_FIELD = {"chat": "messages", "responses": "instructions", "messages": "system"}
+
+
+def tool_names(body):
+    """The names of the tools a request offers, in any dialect (Chat Completions' under ``function``)."""
+    return sorted(t.get("function", t)["name"] for t in body.get("tools") or [])
+
+
+@pytest.mark.parametrize(("example", "dialect"), EXAMPLE_DIALECTS.items())
+def test_each_example_agent_trains_one_step_unchanged(example, dialect, tmp_path, monkeypatch):
+    """Each example agent trains one step from its config as committed (made small), through the gateway in its own
+    dialect only: no errored episode, a finite loss, and the tokens trained are those the policy sampled (the
+    learner's log-probabilities of the recorded tokens are the rollout's, and the consistency guard is silent)."""
     from pathlib import Path
 
     from turnrl.rl.config import load_config
     from turnrl.rl.run.trainer import Trainer
+    from turnrl.serving.server import AgentServer
 
+    def spy(handle, bodies):
+        def watched(self, body, ctx=None):
+            bodies.append(body)
+            return handle(self, body, ctx)
+
+        return watched
+
+    seen = {name: [] for name in SYSTEM_FIELD}  # the bodies each endpoint was sent; the real endpoint answers them
+    for name, bodies in seen.items():
+        monkeypatch.setattr(AgentServer, name, spy(getattr(AgentServer, name), bodies))
     examples = Path(__file__).resolve().parents[1] / "examples"
     monkeypatch.chdir(examples)  # the config names the program as `EXAMPLE:run`, found next to it
     cfg = load_config(examples / f"{example}.yaml", [
@@ -459,6 +485,12 @@ def test_each_example_agent_trains_one_step_unchanged(example, tmp_path, monkeyp
     step = history[-1]
     assert step["rollout_episodes"] == 4 and step["error_episodes"] == 0 and "eval_success" in step
     assert torch.isfinite(torch.tensor(step["loss"]))
+    assert abs(step["logp_diff"]) < 1e-3 and step["guard_token_mismatch"] == 0  # the tokens the policy sampled
+    assert step["guard_violations"] == 0  # no check of the guard fired
+    calls = seen.pop(dialect)
+    assert len(calls) >= 6 and not any(seen.values())  # 4 episodes and 2 held-out ones, every call in one dialect
+    tools = ["get_price", "get_stock", "search_items"] if example == "agents_sdk_mcp_agent" else ["calculator"]
+    assert all(tool_names(b) == tools and b.get(SYSTEM_FIELD[dialect]) for b in calls)
 
 
 def test_the_cli_says_in_one_line_that_a_program_cannot_be_loaded(tmp_path):

@@ -59,20 +59,22 @@ def loopback_only(monkeypatch):
     assert seen, "the guard saw no connection at all"
 
 
-def watch(gateway):
-    """Keep every chat request body the gateway is sent and every session it closes (as recorded)."""
+def watch(gateway, endpoint="chat"):
+    """Keep every request body the gateway's ``endpoint`` (``chat``, ``messages``, ``responses``) is sent and every
+    session it closes (as recorded); the real endpoint answers."""
     bodies, sessions = [], []
-    chat, close = gateway.chat, gateway.close
+    handle, close = getattr(gateway, endpoint), gateway.close
 
-    def chat_seen(body, ctx=None):
+    def seen(body, ctx=None):
         bodies.append(body)
-        return chat(body, ctx)
+        return handle(body, ctx)
 
     def close_seen(sid, **kwargs):
         sessions.append(close(sid, **kwargs))
         return sessions[-1]
 
-    gateway.chat, gateway.close = chat_seen, close_seen
+    setattr(gateway, endpoint, seen)
+    gateway.close = close_seen
     return bodies, sessions
 
 
@@ -124,8 +126,8 @@ def test_the_agents_sdk_example_is_recorded_with_a_tiny_model(loopback_only):
 
 
 def tool_then_answer(prompt: str) -> str:
-    """A scripted policy that uses the calculator as the SDK offers it, then answers with the tool's result."""
-    assert '"name": "calculator"' in prompt and '"strict": true' in prompt  # the SDK's schema, in the template
+    """A scripted policy that uses the calculator as the agent offers it, then answers with the tool's result."""
+    assert '"name": "calculator"' in prompt  # the agent's schema, in the template
     results = re.findall(r"<tool_response>\s*(.*?)\s*</tool_response>", prompt, flags=re.DOTALL)
     if results:
         return f"The answer is {results[-1]}."
@@ -133,31 +135,41 @@ def tool_then_answer(prompt: str) -> str:
     return f'<tool_call>{{"name": "calculator", "arguments": {{"expression": "{question}"}}}}</tool_call>'
 
 
+def sdk_tool_then_answer(prompt: str) -> str:
+    assert '"strict": true' in prompt  # the Agents SDK's own schema for its function tool
+    return tool_then_answer(prompt)
+
+
 def always_a_tool(prompt: str) -> str:
     return 'Let me check. <tool_call>{"name": "calculator", "arguments": {"expression": "1 + 1"}}</tool_call>'
 
 
-def test_the_sdk_runs_its_tool_loop_through_the_gateway_token_exactly(loopback_only):
-    tok = tiny_tokenizer("qwen_tools")  # a template that renders the tool schema into the prompt
+def play(program, policy, tasks, endpoint="chat"):
+    """Level-1 arithmetic tasks played by an example program through a gateway over a scripted policy (a template
+    that renders the tool schema into the prompt): the episodes, the bodies ``endpoint`` was sent, the sessions."""
+    gateway = Gateway(ScriptedAgent(tiny_tokenizer("qwen_tools"), policy), "tiny", max_context=8192).start()
+    bodies, sessions = watch(gateway, endpoint)
+    try:
+        trajs = play_programs(gateway, Program(function=program, search=[EXAMPLES]), ENV,
+                              {"level": 1, "answer_format": "auto"}, [Job(0, 0, t, 0) for t in tasks], seed=0,
+                              concurrency=2, timeout=120)
+    finally:
+        gateway.stop()
+    return trajs, bodies, sessions
 
-    def play(policy, tasks):
-        gateway = Gateway(ScriptedAgent(tok, policy), "tiny", max_context=8192).start()
-        bodies, sessions = watch(gateway)
-        try:
-            trajs = play_programs(gateway, Program(function=PROGRAM, search=[EXAMPLES]), ENV,
-                                  {"level": 1, "answer_format": "auto"}, [Job(0, 0, t, 0) for t in tasks], seed=0,
-                                  concurrency=2, timeout=120)
-        finally:
-            gateway.stop()
-        return trajs, bodies, sessions
 
-    trajs, bodies, sessions = play(tool_then_answer, [0, 1])
+def assert_one_tool_round_trip(trajs, sessions, endpoint):
+    """Each episode: a calculator call, its result sent back, the answer it made right — two calls of ``endpoint``,
+    one token sequence, the second prompt holding the first call's sampled tokens exactly; returns the sessions'
+    (call, result) messages in chat form."""
     by_job = {s.id.rsplit("-", 1)[0]: s for s in sessions}
+    exchanges = []
     for traj in trajs:
         session = by_job[traj.metadata["job"]]
-        assert traj.error is None and traj.correct is True and traj.total_reward == 1.0  # the SDK ran the tool
-        assert traj.num_turns == 2 and traj.segments is None  # the SDK replays its history: one token sequence
+        assert traj.error is None and traj.correct is True and traj.total_reward == 1.0  # the agent ran the tool
+        assert traj.num_turns == 2 and traj.segments is None  # the agent replays its history: one token sequence
         assert [c.match.how for c in session.calls] == ["fresh", "extended"]
+        assert [c.endpoint for c in session.calls] == [endpoint] * 2
         first, second = session.calls
         assert second.prompt[: len(first.prompt) + len(first.outs[0].token_ids)] == first.prompt + \
             first.outs[0].token_ids  # the second prompt holds the sampled call tokens exactly
@@ -168,12 +180,43 @@ def test_the_sdk_runs_its_tool_loop_through_the_gateway_token_exactly(loopback_o
         for turn, c in zip(traj.turns, session.calls):
             s, e = turn.token_span
             assert traj.token_ids[s:e] == c.outs[0].token_ids and all(traj.loss_mask[s:e])
+        exchanges.append((call, result))
+    return exchanges
+
+
+def test_the_sdk_runs_its_tool_loop_through_the_gateway_token_exactly(loopback_only):
+    trajs, bodies, sessions = play(PROGRAM, sdk_tool_then_answer, [0, 1])
+    assert_one_tool_round_trip(trajs, sessions, "chat")
     assert all(set(b) == {"model", "messages", "tools", "max_tokens"} for b in bodies), [sorted(b) for b in bodies]
 
     # a model that never stops calling tools: the SDK stops at MAX_TURNS and the example returns its last text
-    trajs, _, sessions = play(always_a_tool, [2])
+    trajs, _, sessions = play(PROGRAM, always_a_tool, [2])
     assert trajs[0].error is None and trajs[0].num_turns == 4 and len(sessions[0].calls) == 4
     assert trajs[0].metadata["answer"] == "Let me check." and trajs[0].correct is False
+
+
+def test_the_anthropic_sdk_example_runs_its_tool_use_loop_through_the_gateway_token_exactly(loopback_only,
+                                                                                             monkeypatch):
+    """examples/anthropic_agent.py: `tool_use` blocks out, `tool_result` blocks back, until the reply ends its turn."""
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+    from calculator_tool import calculator
+
+    trajs, bodies, sessions = play("anthropic_agent:run", tool_then_answer, [0, 1], endpoint="messages")
+    assert_one_tool_round_trip(trajs, sessions, "messages")
+    assert all(set(b) == {"model", "system", "messages", "tools", "max_tokens"} for b in bodies)
+    answers = [b for b in bodies if len(b["messages"]) == 3]  # the second call of each episode
+    assert len(answers) == 2 and len(bodies) == 4
+    for body in answers:
+        use, [result] = body["messages"][1]["content"][-1], body["messages"][2]["content"]
+        assert use["type"] == "tool_use" and use["name"] == "calculator" and set(use["input"]) == {"expression"}
+        assert result == {"type": "tool_result", "tool_use_id": use["id"], "content": result["content"]}
+        assert result["content"] == calculator(use["input"]["expression"])  # the tool's own answer went back
+
+    # a model that never stops calling tools: the loop stops at MAX_TURNS and the example returns its last text
+    trajs, bodies, sessions = play("anthropic_agent:run", always_a_tool, [2], endpoint="messages")
+    assert trajs[0].error is None and trajs[0].num_turns == 4 and len(sessions[0].calls) == 4
+    assert trajs[0].metadata["answer"] == "Let me check." and trajs[0].correct is False
+    assert [len(b["messages"]) for b in bodies] == [1, 3, 5, 7]  # each tool_use answered, the history appended to
 
 
 def inventory_tools_then_answer(prompt: str) -> str:
@@ -222,3 +265,14 @@ def test_an_sdk_agent_with_mcp_tools_trains_on_an_environments_tools_through_the
         assert [c["name"] for c in calls][0] == "search_items" and len(calls) == 2 and all(c["ok"] for c in calls)
         assert calls[1]["name"] == ("get_stock" if traj.task_id.endswith("/stock") else "get_price")
         assert traj.num_turns == 3
+
+
+def test_the_examples_calculator_answers_every_bad_expression_with_an_error(monkeypatch):
+    """examples/calculator_tool.py, the tool every example agent runs: arithmetic, or a message the model can read —
+    never an exception, which would end the episode as an error."""
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+    from calculator_tool import calculator
+
+    assert [calculator(e) for e in ("(3 + 4) * 2", "7 / 2", "-2", "2.0 * 3")] == ["14", "3.5", "-2", "6"]
+    for bad in ("True + 1", "__import__('os')", "x + 1", "1 / 0", "9" * 400 + " * 10", "2 +", "", None):
+        assert calculator(bad).startswith("error: "), bad

@@ -4,15 +4,14 @@ Real servers on 127.0.0.1, the official `openai` client (`client.responses.creat
 scripted agents: responses and streams in the shape the client parses, function calls both ways,
 `previous_response_id`, errors in OpenAI's shape, and on the gateway the same token-exact recording as chat
 completions (a native rollout, the same calls through chat completions, segments), the run's settings, one dialect per
-session, nothing lost to a bad call or a hang-up — and an OpenAI Agents SDK agent on the SDK's default (Responses)
-model trained one step through `program:` unchanged.
+session, nothing lost to a bad call or a hang-up. (The OpenAI Agents SDK agent on the SDK's default, Responses, model
+trains one step through `program:` unchanged in tests/test_gateway.py, beside the other example agents.)
 """
 
 import json
 
 import httpx
 import pytest
-import torch
 from api_servers import (  # noqa: F401 — *_fixture: the fixtures agent, gateway and tok, found here by pytest
     CALL,
     FIRST,
@@ -365,41 +364,3 @@ def test_a_bad_call_or_a_hang_up_leaves_a_responses_session_whole(gateway):
     last = session.calls[3].prompt  # continues the hung-up call's sampled tokens (the others' do not fit)
     assert sum(last[:len(c.prompt) + len(c.outs[0].token_ids)] == c.prompt + c.outs[0].token_ids
                for c in session.calls[1:3]) == 1
-
-
-# ---- the OpenAI Agents SDK on its default model ----
-
-
-def test_the_agents_sdk_example_on_the_responses_model_trains_one_step_unchanged(tmp_path, monkeypatch):
-    pytest.importorskip("agents", reason="the OpenAI Agents SDK is a dev dependency")
-    from pathlib import Path
-
-    from turnrl.rl.config import load_config
-    from turnrl.rl.run.trainer import Trainer
-
-    examples = Path(__file__).resolve().parents[1] / "examples"
-    source = (examples / "agents_sdk_responses_agent.py").read_text()
-    assert "OpenAIResponsesModel(" in source and "OpenAIChatCompletionsModel" not in source
-    monkeypatch.chdir(examples)  # the config names the program as `EXAMPLE:run`, found next to it
-    seen = []
-    responses = AgentServer.responses
-
-    def watched(self, body, ctx=None):
-        seen.append(body)
-        return responses(self, body, ctx)
-
-    monkeypatch.setattr(AgentServer, "responses", watched)  # count the calls; the real endpoint answers them
-    cfg = load_config(examples / "agents_sdk_responses_agent.yaml", [
-        "model=tiny:chatml", "steps=1", "eval_tasks=2", f"out_dir={tmp_path / 'run'}", "rollout.prompts_per_step=2",
-        "rollout.group_size=2", "rollout.max_new_tokens=8", "optim.minibatch_size=4", "optim.grad_accum=1"])
-    assert cfg.program.function == "agents_sdk_responses_agent:run"
-    trainer = Trainer(cfg)
-    try:
-        history = trainer.train()
-    finally:
-        trainer.close()
-    step = history[-1]
-    assert step["rollout_episodes"] == 4 and step["error_episodes"] == 0 and "eval_success" in step
-    assert torch.isfinite(torch.tensor(step["loss"]))
-    assert abs(step["logp_diff"]) < 1e-3 and step["guard_token_mismatch"] == 0  # the tokens the policy sampled
-    assert len(seen) >= 4 and all(b["tools"][0]["name"] == "calculator" and "instructions" in b for b in seen)
