@@ -2,7 +2,7 @@
 its validation chose, its first and final answers and its verifier's balanced accuracy from the episodes (played by
 the real environment with scripted replies) agreeing with the environment's own figures; a run whose validation chose
 step 0 reported as no gain instead of refused; a comparison at a step fixed in advance; the gateway's gain on the
-problems no earlier run saw."""
+problems no earlier run saw; the SDK examples held to the bar fixed for them."""
 
 import json
 import sys
@@ -138,3 +138,29 @@ def test_arms_at_a_fixed_step_and_the_gateways_unseen_problems(env, tmp_path):
     unseen = 20 - len(seen)
     assert f"| 0, not seen | {unseen} | 0.0 % | 100.0 % | +100.0 |" in table
     assert f"| 0, seen | {len(seen)} | 0.0 % | 0.0 % | +0.0 |" in table
+
+
+def test_an_sdk_examples_gain_is_held_to_its_preregistered_bar(env, tmp_path):
+    """Issue 81's SDK examples claim at least +10 points over three seeds: the pooled interval's lower end decides,
+    and only once all three seeds are finished."""
+    def arith(i: int, right: bool) -> dict:
+        return pag_episode(env, i, right, "correct", False)
+
+    def runs(arm: str, gained: int, seeds=(0, 1, 2)) -> None:  # problems 0-19: none right at step 0, `gained` at 20
+        for seed in seeds:
+            write_run(tmp_path / f"{arm}-s{seed}", 20, {0: [arith(i, False) for i in range(20)],
+                                                       20: [arith(i, i < gained) for i in range(20)]})
+
+    runs("anthropic-sdk", 12)  # +60 points on every seed
+    runs("agents-sdk-responses", 3)  # +15 points: above the bar on average, not with its interval
+    holds = "\n".join(report.gain_table(tmp_path, "anthropic-sdk"))
+    assert "| mean of 3 | | | | | +60.0 |" in holds
+    assert "seeds 0, 1, 2 at or above +10.0 points: **holds** (lower end +" in holds
+    short = "\n".join(report.gain_table(tmp_path, "agents-sdk-responses"))
+    assert "| mean of 3 | | | | | +15.0 |" in short and "**does not hold** (lower end -1.7)" in short
+    runs("agents-sdk-responses", 20, seeds=(3, 4))  # seeds added later move the mean, never the claim
+    short = "\n".join(report.gain_table(tmp_path, "agents-sdk-responses"))
+    assert "| mean of 5 | | | | | +49.0 |" in short and "**does not hold** (lower end -1.7)" in short
+    (tmp_path / "anthropic-sdk-s2" / "eval" / "step-20" / "items.jsonl").unlink()  # a seed not finished yet
+    assert "points: not decided, 2 of 3 finished." in "\n".join(report.gain_table(tmp_path, "anthropic-sdk"))
+    assert "gateway" not in report.BARS and set(report.BARS) <= set(report.GATEWAY_CONFIG)
