@@ -157,6 +157,24 @@ def test_scripted_agents():
     assert len(rnd) == 4 and all(1 <= len(c.token_ids) <= 7 for c in rnd)
 
 
+
+def test_a_scripted_reply_ends_on_its_stop_string_as_a_model_would():
+    """A model stopped by a stop string samples nothing after it — no end-of-sequence token — so the consistency
+    guard's `stops` check passes on scripted data (the gold-path teacher's SWiRL turns ran one token past it)."""
+    from turnrl.rollout.stops import past_stop
+
+    tok = tiny_tokenizer("chatml")
+    p = encode(tok, ["q"])[0]
+    agent = ScriptedAgent(tok, lambda prompt: "<answer>Pefo</answer> and more")
+    stop = ("</answer>",)
+    c = agent.generate([p], SamplingParams(stop=stop))[0]
+    assert c.text == "<answer>Pefo</answer>" and c.finish_reason == "stop"
+    assert tok.eos_token_id not in c.token_ids and len(c.logprobs) == len(c.token_ids)
+    decode = lambda ids: tok.decode(ids, skip_special_tokens=False)  # noqa: E731
+    assert past_stop(decode, c.token_ids, stop) == 0
+    plain = agent.generate([p], SamplingParams())[0]  # no stop strings: the whole reply and the end of sequence
+    assert plain.text == "<answer>Pefo</answer> and more" and plain.token_ids[-1] == tok.eos_token_id
+
 def test_run_spec_loads_the_policy_a_training_run_saved(tmp_path):
     import toy_envs  # noqa: F401  (registers tests/Upper-v0)
 

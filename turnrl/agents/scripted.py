@@ -1,7 +1,9 @@
 """Scripted agents for tests and demos: fixed replies, a function of the prompt text, or random tokens.
 
 They speak through a real tokenizer, so rollouts with them are token-exact like with a model: the reply text is
-encoded, an end-of-sequence token appended, and every logprob is 0 (a deterministic policy).
+encoded, an end-of-sequence token appended, and every logprob is 0 (a deterministic policy). A reply that contains
+one of the request's stop strings ends where a model's would: on the token that completes the first one, with no
+end-of-sequence token after it (a model stopped by a stop string samples nothing more).
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ class ScriptedAgent:
     Args:
         tokenizer: encodes replies and decodes prompts.
         policy: ``prompt_text -> reply_text``.
-        end_with_eos: append the tokenizer's end-of-sequence token to each reply (as a model would).
+        end_with_eos: append the tokenizer's end-of-sequence token to each reply that no stop string ends (as a
+            model would).
     """
 
     def __init__(self, tokenizer: Any, policy: Callable[[str], str], *, end_with_eos: bool = True) -> None:
@@ -33,7 +36,10 @@ class ScriptedAgent:
         ids = list(self.tokenizer.encode(text, add_special_tokens=False))
         eos = self.tokenizer.eos_token_id
         finish = "stop"
-        if self.end_with_eos and eos is not None:
+        cut = _stop_end(self.tokenizer, ids, params.stop)
+        if cut is not None:
+            ids = ids[:cut]
+        elif self.end_with_eos and eos is not None:
             ids.append(eos)
         if len(ids) > params.max_new_tokens:
             ids, finish = ids[: params.max_new_tokens], "length"
@@ -104,3 +110,14 @@ class RandomAgent:
                 out.append(Completion(self.tokenizer.decode(ids, skip_special_tokens=True), ids,
                                       [-float(np.log(vocab))] * n, "length" if n == params.max_new_tokens else "stop", i))
         return out
+
+
+def _stop_end(tokenizer: Any, ids: list[int], stop: Sequence[str]) -> int | None:
+    """How many of ``ids`` a model stopped by ``stop`` would have produced: up to the token that completes the first
+    stop string in the decoded text (None: no stop string in it)."""
+    if not stop or not any(s in tokenizer.decode(ids, skip_special_tokens=False) for s in stop):
+        return None
+    for k in range(1, len(ids) + 1):
+        if any(s in tokenizer.decode(ids[:k], skip_special_tokens=False) for s in stop):
+            return k
+    return None  # pragma: no cover — the whole text holds one, so some prefix does
