@@ -209,6 +209,11 @@ def train(
         fail(str(e))
     except (ValueError, ImportError, ModelNotFoundError) as e:  # e.g. a seat the game does not have, an opponent
         fail(f"{config}: {e}")  # that does not load, a game's library not installed, a model name that names none
+    if cfg.placement == "ray":  # which node holds each rollout worker and learner rank (OUT_DIR/placement.json)
+        from turnrl.rl.placement.nodes import summary
+
+        for line in summary(cfg.out_dir):
+            console.print(line, highlight=False, soft_wrap=True, markup=False)
     ckpt = Path(cfg.out_dir) / "checkpoint.pt"
     if resume and ckpt.exists():
         trainer.load(ckpt)

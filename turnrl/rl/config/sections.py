@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from turnrl.lora import LoraConfig
+from turnrl.rl.config.cluster import RuntimeEnvConfig, check_resources
 
 if TYPE_CHECKING:
     from turnrl.rollout.tree import TreeSpec
@@ -180,8 +181,9 @@ class RayConfig(BaseModel):
     """The Ray placement: rollout workers as Ray actors (``placement: ray``)."""
 
     model_config = ConfigDict(extra="forbid")
-    address: str | None = Field(None, description="'auto' or HOST:PORT joins a running cluster; "
-                                "None starts a local one")
+    address: str | None = Field(None, description="'auto' or HOST:PORT joins a running cluster (its workers import "
+                                "what the nodes have and `runtime_env` ships; docs/cluster.md); None starts a local "
+                                "one, whose workers see the driver's sys.path")
     rollout_workers: int = Field(2, ge=1)
     worker_cpus: float = Field(0.5, gt=0, description="CPUs reserved per worker (fractional on small machines); a "
                                "worker runs max(1, int(worker_cpus)) torch threads")
@@ -201,6 +203,21 @@ class RayConfig(BaseModel):
                                         "(pause, load, resume: nothing is dropped, each token records the version "
                                         "that sampled it), where the installed vLLM can (>= 0.32); false: a load "
                                         "waits for the running generation call to finish")
+    worker_resources: dict[str, float] = Field(default_factory=dict, description=(
+        "custom resources each rollout worker asks for, e.g. {rollout: 1}: workers go only to nodes started with "
+        "them (`ray start --resources='{\"rollout\": 2}'`); CPUs and GPUs are worker_cpus and worker_gpus"))
+    placement_timeout: float = Field(60.0, gt=0, description=(
+        "seconds a joined cluster may take to have room for the rollout workers and learner ranks (nodes still "
+        "joining, actors still leaving) before the run is refused, naming the resource that is short; without "
+        "`address` (a cluster of this process) 5 s"))
+    runtime_env: RuntimeEnvConfig | None = Field(None, description=(
+        "your project's code and packages shipped to every node (Ray's runtime_env): working_dir, py_modules, "
+        "pip, env_vars, excludes"))
+
+    @field_validator("worker_resources")
+    @classmethod
+    def _worker_resources(cls, value: dict[str, float]) -> dict[str, float]:
+        return check_resources(value, "ray.worker_resources")
 
 
 class LearnerConfig(BaseModel):
@@ -227,6 +244,14 @@ class LearnerConfig(BaseModel):
         "ray.rollout_backend: vllm, ray.rollout_workers: 1)")
     lora: LoraConfig | None = Field(None, description="train low-rank adapters (peft) instead of the whole policy; "
                                     "checkpoints hold the adapters")
+    rank_resources: dict[str, float] = Field(default_factory=dict, description=(
+        "custom resources each learner rank asks for, e.g. {learner: 1}: ranks go only to nodes started with them; "
+        "CPUs and GPUs are rank_cpus and rank_gpus"))
+
+    @field_validator("rank_resources")
+    @classmethod
+    def _rank_resources(cls, value: dict[str, float]) -> dict[str, float]:
+        return check_resources(value, "learner.rank_resources")
 
     @model_validator(mode="after")
     def _ranks_need_deepspeed(self) -> LearnerConfig:

@@ -1,5 +1,5 @@
-"""The Ray cluster a placement runs on: joining or starting it, stopping actors, free CPUs, and the error every Ray
-placement raises (:class:`RayPlacementError`). Shared by the rollout workers (:mod:`turnrl.rl.placement.ray`), their
+"""The Ray cluster a placement runs on: joining or starting it (and what to do about a token it refuses), stopping
+actors, and the error every Ray placement raises (:class:`RayPlacementError`). Shared by the rollout workers (:mod:`turnrl.rl.placement.ray`), their
 T-PPO windows (:mod:`turnrl.rl.placement.ray_windows`) and the learner group
 (:mod:`turnrl.rl.placement.learner_group`).
 """
@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import socket
-import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -26,11 +25,21 @@ def ray_module() -> Any:
     return ray
 
 
-def connect(address: str | None, num_cpus: float | None, timeout: float) -> bool:
-    """Join the cluster at ``address`` ('auto' or HOST:PORT) or start a local one; returns whether we started it.
+#: the connection :func:`connect` made, while it lasts: its Ray job's id and runtime environment (empty: none)
+_CONNECTION: dict[str, Any] = {}
+
+
+def connect(address: str | None, num_cpus: float | None, timeout: float,
+            runtime_env: dict[str, Any] | None = None) -> bool:
+    """Join the cluster at ``address`` ('auto' or HOST:PORT) or start a local one, as a Ray job whose every worker
+    starts in ``runtime_env`` (the user's code shipped: Ray uploads local folders only for a whole job); returns
+    whether this call connected (the caller's ``stop`` then disconnects, and stops a local cluster it started).
+    Where this process is connected already, nothing changes (:func:`ships_runtime_env` says whether it was this
+    module, with which runtime environment).
 
     Raises:
-        RayPlacementError: nothing answers at ``address`` within ``timeout`` seconds, or no cluster runs for 'auto'.
+        RayPlacementError: nothing answers at ``address`` within ``timeout`` seconds, no cluster runs for 'auto', the
+            cluster refuses this driver (with what to do about its token), or Ray cannot ship ``runtime_env``.
     """
     ray = ray_module()
     if address not in (None, "auto", "local"):
@@ -48,17 +57,46 @@ def connect(address: str | None, num_cpus: float | None, timeout: float) -> bool
     try:
         if address is None or address == "local":
             ray.init(num_cpus=num_cpus or os.cpu_count(), include_dashboard=False, log_to_driver=False,
-                     configure_logging=False)
-            return True
-        ray.init(address=address, log_to_driver=False, configure_logging=False)
+                     configure_logging=False, runtime_env=runtime_env)
+        else:
+            ray.init(address=address, log_to_driver=False, configure_logging=False, runtime_env=runtime_env)
     except ConnectionError as e:
-        raise RayPlacementError(f"could not join a Ray cluster at ray.address={address!r}: {e}. Start one with "
-                                "`ray start --head`, or drop ray.address to start a local cluster") from e
-    return False
+        raise RayPlacementError(f"could not join a Ray cluster at ray.address={address!r}: {e}. {auth_hint()} "
+                                "Start one with `ray start --head`, or drop ray.address to start a local "
+                                "cluster") from e
+    except (ValueError, TypeError, OSError) as e:  # the runtime environment: a package too large, a bad field
+        if ray.is_initialized():
+            ray.shutdown()
+        raise RayPlacementError(f"Ray could not ship ray.runtime_env: {type(e).__name__}: {e}") from e
+    _CONNECTION.update(runtime_env=runtime_env, job=ray.get_runtime_context().get_job_id())
+    return True
+
+
+def ships_runtime_env() -> bool:
+    """Whether this process's connection to Ray is :func:`connect`'s, whose job carries the run's runtime
+    environment (False: the process called ``ray.init`` itself)."""
+    ray = ray_module()
+    return ray.is_initialized() and _CONNECTION.get("job") == ray.get_runtime_context().get_job_id()
+
+
+def auth_hint() -> str:
+    """What this driver does about Ray's token authentication, for an error joining a cluster: a cluster started
+    with a token (the default of `ray start --head` where a token exists, and of Ray 2.60's local clusters) refuses
+    a driver that sends none or another one (docs/cluster.md#token-authentication)."""
+    mode = os.environ.get("RAY_AUTH_MODE")
+    if (mode or "").lower() != "token":
+        return (f"RAY_AUTH_MODE is {mode or 'unset'} here, so no token is sent: a cluster started with token "
+                "authentication refuses this driver — set RAY_AUTH_MODE=token and RAY_AUTH_TOKEN_PATH to a file "
+                "holding the head's token (or RAY_AUTH_TOKEN to the token).")
+    source = ("RAY_AUTH_TOKEN" if os.environ.get("RAY_AUTH_TOKEN") else
+              f"RAY_AUTH_TOKEN_PATH={os.environ['RAY_AUTH_TOKEN_PATH']}" if os.environ.get("RAY_AUTH_TOKEN_PATH")
+              else "~/.ray/auth_token")
+    return f"The token this driver sends comes from {source}: is it the head's?"
 
 
 def stop(actors: Sequence[Any], shutdown: bool) -> None:
-    """Kill ``actors`` (never restarted; ones already gone are skipped) and, with ``shutdown``, the local cluster."""
+    """Kill ``actors`` (never restarted; ones already gone are skipped) and, with ``shutdown``, leave the cluster
+    (stopping it where this process started it)."""
     ray = ray_module()
     for a in actors:
         try:
@@ -67,18 +105,7 @@ def stop(actors: Sequence[Any], shutdown: bool) -> None:
             pass
     if shutdown and ray.is_initialized():
         ray.shutdown()
-
-
-def free_cpus(need: float, timeout: float = 5.0) -> float:
-    """The cluster's free CPUs once ``need`` are free, or what is free after ``timeout`` seconds (actors killed a
-    moment ago release their CPUs asynchronously)."""
-    ray = ray_module()
-    deadline = time.monotonic() + timeout
-    while True:
-        free = ray.available_resources().get("CPU", 0.0)
-        if free + 1e-9 >= need or time.monotonic() > deadline:
-            return free
-        time.sleep(0.2)
+        _CONNECTION.clear()
 
 
 def cause(e: BaseException) -> str:

@@ -30,6 +30,7 @@ import datetime
 import os
 import shutil
 import socket
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +40,9 @@ from turnrl.lora import AdapterOff, LoraConfig, adapter_state, apply_lora, base_
 from turnrl.rl.algorithms import Experience, get_algorithm
 from turnrl.rl.config import TrainConfig
 from turnrl.rl.core.learner import Learner, _trainable
+from turnrl.rl.placement.nodes import here
 from turnrl.rl.placement.parameters import full_parameters, to_shared
+from turnrl.rl.placement.shipping import import_problems
 from turnrl.types import Trajectory
 
 
@@ -194,14 +197,23 @@ class DeepSpeedRank:
             the same weights).
         tokenizer: the policy's tokenizer.
         rank, world: this rank and the group's size.
+        needs: the run's modules outside turnrl (a plug-in algorithm's), imported first; :meth:`check` says how.
     """
 
-    def __init__(self, config: dict[str, Any], model: list[Any], tokenizer: Any, rank: int, world: int) -> None:
-        self.cfg = TrainConfig.model_validate(config)
-        torch.set_num_threads(max(1, int(self.cfg.learner.rank_cpus)))
+    def __init__(self, config: dict[str, Any], model: list[Any], tokenizer: Any, rank: int, world: int,
+                 needs: Sequence[str] = ()) -> None:
+        self.where = here()
+        self.problems, self.imports = import_problems(needs)  # before the config, which names the algorithm
         self.rank, self.world = rank, world
         self._model, self.tokenizer = model[0], tokenizer
         self.learner: RankLearner | None = None
+        if not self.problems:
+            self.cfg = TrainConfig.model_validate(config)
+            torch.set_num_threads(max(1, int(self.cfg.learner.rank_cpus)))
+
+    def check(self) -> dict[str, Any]:
+        """Where this rank runs, the file each of the run's modules came from, and what failed to import."""
+        return {"where": self.where, "imports": self.imports, "problems": self.problems}
 
     def address(self) -> tuple[str, int]:
         """Rank 0: the host and a free port for the group's rendezvous."""

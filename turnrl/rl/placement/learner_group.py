@@ -22,8 +22,6 @@ later runs; a build that a killed rank left half done is cleared, not waited for
 from __future__ import annotations
 
 import logging
-import os
-import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -32,11 +30,13 @@ from typing import Any
 from turnrl.lora import check_resume, load_adapter, policy_state, restore
 from turnrl.rl.config import TrainConfig
 from turnrl.rl.core.learner import _trainable, warmup_factor
-from turnrl.rl.placement.cluster import RayPlacementError, connect, free_cpus, stop
+from turnrl.rl.placement.cluster import RayPlacementError, connect, stop
 from turnrl.rl.placement.cluster import cause as _cause
 from turnrl.rl.placement.cluster import ray_module as _ray
 from turnrl.rl.placement.extensions import CPU_OP, extensions_dir
+from turnrl.rl.placement.nodes import check_room, demand, record
 from turnrl.rl.placement.parameters import from_shared
+from turnrl.rl.placement.shipping import actor_env, job_env, needed_modules, problem_text
 from turnrl.types import Trajectory
 from turnrl.weights import mark_weights_changed
 
@@ -68,36 +68,50 @@ class LearnerGroup:
         self._lr = config.optim.lr * warmup_factor(0, config.optim.warmup_steps)  # the rate of the first update
         self.ranks: list[Any] = []
         lc, rc = config.learner, config.ray
-        self.started = connect(rc.address, rc.num_cpus, rc.connect_timeout)
+        job = job_env(config)  # the user's code, shipped with the Ray job (local folders checked first)
+        self.started = connect(rc.address, rc.num_cpus, rc.connect_timeout, job)
         ray = _ray()
-        free = free_cpus(lc.ranks * lc.rank_cpus)
-        if lc.ranks * lc.rank_cpus > free + 1e-9:
+        asks = demand(lc.rank_cpus, lc.rank_gpus, lc.rank_resources)
+        try:
+            keys = ("learner.ranks", "learner.rank_cpus, learner.rank_gpus or learner.rank_resources")
+            check_room("learner rank", lc.ranks, asks, keys, 5.0 if rc.address is None else rc.placement_timeout)
+            threads = str(max(1, int(lc.rank_cpus)))
+            env = {"OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads, "TOKENIZERS_PARALLELISM": "false",
+                   "TORCH_EXTENSIONS_DIR": str(extensions_dir())}
+            if lc.rank_gpus == 0:
+                env["DS_ACCELERATOR"] = "cpu"  # must be set before deepspeed is imported in the rank
+            shipped = actor_env(config, env, job)
+        except RayPlacementError as e:
             self.close()
-            raise LearnerGroupError(f"{lc.ranks} learner ranks × learner.rank_cpus={lc.rank_cpus} need "
-                                    f"{lc.ranks * lc.rank_cpus:g} CPUs but the cluster has {free:g} free; lower "
-                                    "learner.ranks or learner.rank_cpus")
+            raise LearnerGroupError(str(e)) from e
         from turnrl.rl.placement.deepspeed_rank import DeepSpeedRank, blueprint
 
-        threads = str(max(1, int(lc.rank_cpus)))
-        env = {"OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads, "TOKENIZERS_PARALLELISM": "false",
-               "TORCH_EXTENSIONS_DIR": str(extensions_dir()), "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
-        if lc.rank_gpus == 0:
-            env["DS_ACCELERATOR"] = "cpu"  # must be set before deepspeed is imported in the rank
         actor = ray.remote(DeepSpeedRank).options(num_cpus=lc.rank_cpus, num_gpus=lc.rank_gpus, max_restarts=0,
-                                                  runtime_env={"env_vars": env})
+                                                  resources=lc.rank_resources or None, runtime_env=shipped)
         model_ref = ray.put(blueprint(model, config.learner.lora))
         self._published: tuple[int, Any] | None = None  # (version, ref) of the driver's copy
         self._streamed = -1  # the version last streamed over NCCL (weight_sync: nccl)
         try:
             # only what was set: a rank re-validates the config, and checks that read which options were set (e.g.
             # a step-wise source refusing data.batch_size) must see the same config as the driver
-            self.ranks = [actor.remote(config.model_dump(exclude_unset=True), [model_ref], tokenizer, r, lc.ranks)
-                          for r in range(lc.ranks)]
+            needs = needed_modules(config, env=False)  # a rank makes no environment
+            self.ranks = [actor.remote(config.model_dump(exclude_unset=True), [model_ref], tokenizer, r, lc.ranks,
+                                       needs) for r in range(lc.ranks)]
+            self._place(self._wait([r.check.remote() for r in self.ranks], "import check", lc.start_timeout), asks)
             host, port = self._wait([self.ranks[0].address.remote()], "rendezvous", lc.start_timeout, [0])[0]
             self.info = self._wait([r.setup.remote(host, port) for r in self.ranks], "setup", lc.start_timeout)
         except BaseException:
             self.close()
             raise
+
+    def _place(self, checks: list[dict[str, Any]], asks: dict[str, float]) -> None:
+        """Record where each rank runs; a rank that cannot import the run's modules stops the group."""
+        for r, state in enumerate(checks):
+            if state["problems"]:
+                self.close()
+                raise LearnerGroupError(problem_text(f"learner rank {r}", state["where"], state["problems"]))
+        record(self.cfg.out_dir, "learner_ranks", [{"index": r, **s["where"], "asks": asks, "imports": s["imports"]}
+                                                    for r, s in enumerate(checks)])
 
     # ---- waits that name the rank ----
 

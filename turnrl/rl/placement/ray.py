@@ -25,8 +25,6 @@ committed in an unfinished step instead of re-running or losing them.
 from __future__ import annotations
 
 import logging
-import os
-import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -34,11 +32,13 @@ from typing import Any
 
 from turnrl.rl.config import TrainConfig
 from turnrl.rl.core.policies import LearnerSet
-from turnrl.rl.placement.cluster import RayPlacementError, connect, free_cpus, stop
+from turnrl.rl.placement.cluster import RayPlacementError, connect, stop
 from turnrl.rl.placement.cluster import cause as _cause
 from turnrl.rl.placement.cluster import ray_module as _ray
 from turnrl.rl.placement.ledger import Ledger
+from turnrl.rl.placement.nodes import check_room, demand, record
 from turnrl.rl.placement.parameters import to_shared
+from turnrl.rl.placement.shipping import actor_env, job_env, needed_modules, problem_text
 from turnrl.rl.sources.base import Job, oldest_version
 from turnrl.storage import read_jsonl, write_jsonl
 from turnrl.types import Trajectory
@@ -60,37 +60,42 @@ class RayRunner:
         self.workers: list[Any] = []
         self.alive: list[int] = []
         rc = config.ray
-        self.started = connect(rc.address, rc.num_cpus, rc.connect_timeout)
+        job = job_env(config)  # the user's code, shipped with the Ray job (local folders checked first)
+        self.started = connect(rc.address, rc.num_cpus, rc.connect_timeout, job)
         ray = _ray()
-        need = rc.rollout_workers * rc.worker_cpus
-        free = free_cpus(need)
-        if need > free + 1e-9:
+        self.asks = demand(rc.worker_cpus, rc.worker_gpus, rc.worker_resources)
+        try:
+            keys = ("ray.rollout_workers", "ray.worker_cpus, ray.worker_gpus or ray.worker_resources")
+            check_room("rollout worker", rc.rollout_workers, self.asks, keys,
+                       5.0 if rc.address is None else rc.placement_timeout)
+            self._env_spec = _env_spec(config.env.id)
+            self.needs = needed_modules(config, self._env_spec[1] if self._env_spec else None)
+            # the worker's torch threads, also in the threads it computes on (OpenMP starts a new thread with
+            # OMP_NUM_THREADS, whatever torch.set_num_threads said in the main thread: 1 would halve its speed)
+            threads = str(max(1, int(rc.worker_cpus)))
+            shipped = actor_env(config, {"OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads,
+                                         "TOKENIZERS_PARALLELISM": "false"}, job)
+        except BaseException:
             self.close()
-            raise RayPlacementError(f"{rc.rollout_workers} rollout workers × ray.worker_cpus={rc.worker_cpus} need "
-                                    f"{need:g} CPUs but the cluster has {free:g} free; lower ray.rollout_workers or "
-                                    "ray.worker_cpus")
+            raise
         from turnrl.rl.placement.worker import RolloutWorker
 
-        # the worker's torch threads, also in the threads it computes on (OpenMP starts a new thread with
-        # OMP_NUM_THREADS, whatever torch.set_num_threads said in the main thread: 1 would halve its speed)
-        threads = str(max(1, int(rc.worker_cpus)))
-        env = {"OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads, "TOKENIZERS_PARALLELISM": "false",
-               "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}  # the modules the driver sees
         self._actor = ray.remote(RolloutWorker).options(num_cpus=rc.worker_cpus, num_gpus=rc.worker_gpus,
+                                                        resources=rc.worker_resources or None,
                                                         max_restarts=rc.max_restarts, max_concurrency=2,
-                                                        max_task_retries=0, runtime_env={"env_vars": env})
+                                                        max_task_retries=0, runtime_env=shipped)
         # The policy and tokenizer reach a worker with ``setup`` after each (re)start, never as constructor
         # arguments: Ray cannot always restart an actor whose constructor arguments were in the object store
         # (ray#53727). The runner holds these references for its whole life.
         # several trainable policies (multi_agent.policies): every policy's model, by name
         self._model_ref = ray.put(learner.worker_models() if isinstance(learner, LearnerSet) else learner.model)
         self._tokenizer_ref = ray.put(tokenizer)
-        self._env_spec = _env_spec(config.env.id)
         self.batch = config.rollout.prompts_per_step * config.rollout.group_size
         self.pushed: tuple[int, Any] | None = None
         self.on_commit: Callable[[Trajectory, Ledger], None] | None = None
         self.journal = Path(config.out_dir) / "ray"
         self.restarts = 0
+        self.placed: list[dict[str, Any]] = []  # where each worker runs (OUT_DIR/placement.json)
         self.ledger = Ledger()  # jobs of this step and, with max_staleness ≥ 1, of the next one
         self.streams: dict[Any, tuple[int, int]] = {}  # a lease's stream of episodes → (worker index, lease)
         self.inflight_version = 0  # the newest version pushed to workers while they play
@@ -107,7 +112,7 @@ class RayRunner:
             raise
 
     def _start(self) -> Any:
-        return self._actor.remote(self.cfg.model_dump(), self._env_spec, self.batch)
+        return self._actor.remote(self.cfg.model_dump(), self._env_spec, self.batch, self.needs)
 
     def _await_ready(self, idx: Sequence[int], doing: str) -> None:
         """Wait (``start_timeout``) until the workers answer; a worker that cannot start is an error. A worker that
@@ -118,6 +123,9 @@ class RayRunner:
             while True:
                 try:
                     state = ray.get(self.workers[i].ready.remote(), timeout=max(deadline - time.monotonic(), 0.1))
+                    if state.get("problems"):  # the run's modules do not import on its node: nothing can play there
+                        raise RayPlacementError(problem_text(f"rollout worker {i}", state["where"], state["problems"]))
+                    self._place(i, state)
                     if not state["setup"]:
                         ray.get(self.workers[i].setup.remote([self._model_ref], [self._tokenizer_ref]),
                                 timeout=max(deadline - time.monotonic(), 0.1))
@@ -132,7 +140,20 @@ class RayRunner:
                                                 f"{self.cfg.ray.start_timeout}s while {doing}") from e
                     time.sleep(0.2)
                 except ray.exceptions.RayError as e:
-                    raise RayPlacementError(f"rollout worker {i} died while {doing}: {_cause(e)}") from e
+                    env = " (Ray could not set up ray.runtime_env on its node)" \
+                        if isinstance(e, ray.exceptions.RuntimeEnvSetupError) else ""
+                    raise RayPlacementError(f"rollout worker {i} died while {doing}{env}: {_cause(e)}") from e
+
+    def _place(self, i: int, state: dict[str, Any]) -> None:
+        """Record where worker ``i`` runs (again after a restart: it may land on another node)."""
+        entry = {"index": i, **state["where"], "asks": self.asks, "imports": state.get("imports", {})}
+        while len(self.placed) <= i:
+            self.placed.append({})
+        if self.placed[i] and self.placed[i].get("pid") != entry["pid"]:
+            entry["restarts"] = self.placed[i].get("restarts", 0) + 1
+        self.placed[i] = entry
+        if all(self.placed) and len(self.placed) == len(self.workers):
+            record(self.cfg.out_dir, "rollout_workers", self.placed)
 
     # ---- weights ----
 
@@ -329,4 +350,8 @@ def _env_spec(env_id: str) -> tuple[str, Any, dict[str, Any]] | None:
     spec = gym.registry.get(env_id)
     if spec is None:
         return None
-    return spec.id, spec.entry_point, dict(spec.kwargs or {})
+    entry = spec.entry_point
+    name = getattr(entry, "__qualname__", "")
+    if callable(entry) and getattr(entry, "__module__", "__main__") != "__main__" and name.isidentifier():
+        entry = f"{entry.__module__}:{name}"  # by name: a node without its module reports it, not fails unpickling
+    return spec.id, entry, dict(spec.kwargs or {})

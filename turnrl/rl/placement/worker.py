@@ -7,10 +7,9 @@ several workers and the learner share the cores.
 
 from __future__ import annotations
 
-import os
 import queue
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
@@ -21,7 +20,9 @@ from turnrl.envs.registry import make, register
 from turnrl.lora import adapter_state, base_state, is_lora, load_adapter, share_frozen_base
 from turnrl.rl.config import TrainConfig
 from turnrl.rl.core.policies import split_policies
+from turnrl.rl.placement.nodes import here
 from turnrl.rl.placement.parameters import from_shared
+from turnrl.rl.placement.shipping import import_problems
 from turnrl.rl.sources.base import Job
 from turnrl.rl.sources.onpolicy import play_jobs
 from turnrl.types import Trajectory
@@ -109,31 +110,43 @@ class RolloutWorker:
         env_spec: ``(env id, entry point, default kwargs)`` registered here before any env is made, so that
             environments registered only in the driver's process (a user's own) exist in the worker too.
         batch_size: the most sequences the agent decodes at once.
+        needs: the run's modules outside turnrl (:func:`~turnrl.rl.placement.shipping.needed_modules`), imported first.
     """
 
     def __init__(self, config: dict[str, Any], env_spec: tuple[str, Any, dict[str, Any]] | None,
-                 batch_size: int = 64) -> None:
+                 batch_size: int = 64, needs: Sequence[str] = ()) -> None:
+        self.where = here()
+        # the run's own modules first (a plug-in algorithm registers itself; the config names it): a node without
+        # them answers ``ready`` with what failed, and the driver refuses the run before any step
+        self.problems, self.imports = import_problems(needs)
+        self.agent: Any = None
+        if self.problems:
+            return
         self.cfg = TrainConfig.model_validate(config)
         self.threads = max(1, int(self.cfg.ray.worker_cpus))  # the CPUs Ray reserved for this worker
         torch.set_num_threads(self.threads)
-        if env_spec is not None:
-            env_id, entry_point, kwargs = env_spec
-            register(env_id, entry_point, **kwargs)
-        if self.cfg.multi_agent is not None:  # a game with several agents: fail at start if it cannot be built
-            from turnrl.envs.multiagent import make_multi_agent
+        try:
+            if env_spec is not None:
+                env_id, entry_point, kwargs = env_spec
+                register(env_id, entry_point, **kwargs)
+            if self.cfg.multi_agent is not None:  # a game with several agents: fail at start if it cannot be built
+                from turnrl.envs.multiagent import make_multi_agent
 
-            make_multi_agent(self.cfg.env.id, **self.cfg.env.kwargs).close()
-        else:
-            make(self.cfg.env.id, **self.cfg.env.kwargs).close()  # fail at start, not mid-step, if envs cannot be built
+                make_multi_agent(self.cfg.env.id, **self.cfg.env.kwargs).close()
+            else:
+                make(self.cfg.env.id, **self.cfg.env.kwargs).close()  # fail at start, not mid-step
+        except ImportError as e:  # an import the run names indirectly (a mixture's member, the env's own imports)
+            error = f"{type(e).__name__}: {e}"
+            self.problems = [{"module": e.name or self.cfg.env.id, "missing": e.name, "error": error}]
+            return
         self.batch_size = batch_size
         self.vllm = self.cfg.ray.rollout_backend == "vllm"
-        self.agent: Any = None
         self.version = 0
         self.lock = threading.Lock()  # generation calls and weight loads take turns
         self.load_lock = threading.Lock()  # in-flight loads, one at a time (generation goes on meanwhile)
         self.player: VersionedAgent | None = None
         self.adapter_config: Any = None  # a LoRA policy on vLLM: the adapters' peft config (weights come per version)
-        self.pid = os.getpid()
+        self.pid = self.where["pid"]
         self.windows: Any = None  # T-PPO: a LocalWindows holding this worker's unfinished episodes (after setup)
         self.games: Any = None  # a multi-agent run: the MultiAgentRunner that plays this worker's games
         self.policies: dict[str, HFAgent] = {}  # several trainable policies: each one's agent, by name
@@ -213,8 +226,10 @@ class RolloutWorker:
         return capabilities_of(self.agent).inflight_updates
 
     def ready(self) -> dict[str, Any]:
-        """Answer once started: the process id, the weights' version and whether :meth:`setup` ran."""
-        return {"pid": self.pid, "version": self.version, "setup": self.agent is not None}
+        """Answer once started: the process id, the weights' version, whether :meth:`setup` ran, where it runs, and
+        the run's modules — the file each came from, or what failed to import (then it can play nothing)."""
+        return {"pid": self.where["pid"], "version": getattr(self, "version", 0), "setup": self.agent is not None,
+                "where": self.where, "imports": self.imports, "problems": self.problems}
 
     def set_weights(self, version: int, weights: list[Any]) -> int:
         """Load ``weights[0]`` (a state dict, or an object ref to one) as ``version`` if it is newer than the weights
