@@ -99,6 +99,19 @@ def greet(name: str) -> None:
     print(f"hello {name}")
 
 
+class StrictJudge:
+    """A process judge from outside the package: every step BAD."""
+
+    def __init__(self, verdict="BAD"):
+        self.verdict = verdict
+
+    def label_trajectory(self, traj):
+        return [self.verdict for _ in traj.turns]
+
+    def label_rows(self, rows):
+        return [self.verdict for _ in rows]
+
+
 def echo_backend(rest, *, batch_size, tokenizer=None, device="cpu"):
     from turnrl.agents import make_agent
 
@@ -108,7 +121,7 @@ def echo_backend(rest, *, batch_size, tokenizer=None, device="cpu"):
 '''
 
 
-def test_an_algorithm_a_monitor_a_backend_an_env_adapter_and_a_command_plug_in_from_an_installed_package(tmp_path):
+def test_an_algorithm_a_monitor_a_backend_an_env_adapter_a_judge_and_a_command_plug_in_from_an_installed_package(tmp_path):
     (tmp_path / "my_plugin.py").write_text(PLUGIN)
     info = tmp_path / "my_plugin-1.0.dist-info"
     info.mkdir()
@@ -117,6 +130,7 @@ def test_an_algorithm_a_monitor_a_backend_an_env_adapter_and_a_command_plug_in_f
                                            "[turnrl.monitors]\nquiet = my_plugin:always_quiet\n\n"
                                            "[turnrl.agents]\necho = my_plugin:echo_backend\n\n"
                                            "[turnrl.env_adapters]\nsums = my_plugin:SUMS\n\n"
+                                           "[turnrl.judges]\nstrict = my_plugin:StrictJudge\n\n"
                                            "[turnrl.commands]\nhello = my_plugin:hello\ntrain = my_plugin:hello\n"
                                            "broken = no_such_module:app\n")
     script = textwrap.dedent("""
@@ -138,6 +152,16 @@ def test_an_algorithm_a_monitor_a_backend_an_env_adapter_and_a_command_plug_in_f
             algorithm_class("half-gp")
         except ValueError as e:
             assert "Did you mean 'half-pg'?" in str(e), str(e)
+        from turnrl.methods.swirl.judges import make_step_judge
+        judge = make_step_judge("strict", verdict="UGLY")
+        assert type(judge).__name__ == "StrictJudge" and judge.label_rows([1, 2]) == ["UGLY", "UGLY"]
+        assert type(make_step_judge("rule")).__name__ == "RuleStepJudge"
+        try:
+            make_step_judge("strikt")
+        except ValueError as e:
+            assert "Did you mean 'strict'?" in str(e), str(e)
+        else:
+            raise AssertionError("an unknown judge was accepted")
         import turnrl
         env = turnrl.make("sums:2")
         obs, info = env.reset(seed=0)

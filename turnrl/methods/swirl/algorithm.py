@@ -34,7 +34,8 @@ class SWiRLConfig(PolicyGradientConfig):
     reward: Literal["rule", "judge", "rollout"] = Field("rule", description=(
         "the step reward: rule (rule-based process scorer), judge (LLM process judge: set `judge`), rollout (the "
         "outcome of finishing the episode from the sampled step with the current policy)"))
-    judge: str | None = Field(None, description="agent spec of the process judge for reward: judge (e.g. "
+    judge: str | None = Field(None, description="the process judge for reward: judge — a registered judge's name "
+                              "(STEP_JUDGES: rule, or a plug-in's) or an agent spec (e.g. "
                               "openai:http://127.0.0.1:8000/v1#MODEL, hf:PATH, smollm2-135m-instruct)")
     judge_options: dict[str, Any] = Field(default_factory=dict, description=(
         "options of the step judge: for rule, max_answer_words (default 8) and max_searches (default none: how "

@@ -38,10 +38,11 @@ earlier turns; the step's own tool result is read from the turn's observation wh
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
+from turnrl.plugins import Registry
 from turnrl.tools.parsers import TagParser
 from turnrl.types import Trajectory, Turn
 
@@ -339,18 +340,42 @@ class LLMStepJudge:
         return self._labels([self._items(question_text(r), r.turns[:-1], r.turns[-1]) for r in rows])
 
 
+def _check_judge(name: str, obj: Any) -> None:
+    """A step judge plug-in is a class or function that builds a judge from its options."""
+    if not callable(obj):
+        raise ValueError(f"step judge {name!r} must be a class or a function that returns a judge (with "
+                         f"label_trajectory and label_rows), got {type(obj).__name__}")
+
+
+#: the process judges by name (:func:`make_step_judge`): ``rule`` is built in; an installed package adds its own
+#: under the ``turnrl.judges`` entry-point group (``name = "module:Class"``, called with the judge's options), a
+#: module of yours with ``STEP_JUDGES.register(name, Class)``. A spec that no judge is registered under is an agent
+#: spec: an :class:`LLMStepJudge` asks that model.
+STEP_JUDGES: Registry[Callable[..., StepJudge]] = Registry(
+    "step judge", "turnrl.judges", {"rule": "turnrl.methods.swirl.judges:RuleStepJudge"}, check=_check_judge,
+    hint="or give an agent spec (tiny:chatml, hf:PATH, openai:URL#MODEL, a built-in model name) for a model judge")
+
+
 def make_step_judge(spec: str | StepJudge, **kwargs: Any) -> StepJudge:
-    """``"rule"`` → :class:`RuleStepJudge` (``kwargs``: its options); any agent spec (``tiny:chatml``, ``hf:PATH``,
-    ``openai:URL#MODEL``, ``smollm2-135m-instruct`` …) → an :class:`LLMStepJudge` with that agent; a judge object is
-    returned as is."""
+    """A registered judge's name (``"rule"`` → :class:`RuleStepJudge`, or a plug-in's; ``kwargs``: its options) →
+    that judge; any agent spec (``tiny:chatml``, ``hf:PATH``, ``openai:URL#MODEL``, ``smollm2-135m-instruct`` …) →
+    an :class:`LLMStepJudge` with that agent; a judge object is returned as is.
+
+    Raises:
+        ValueError: a spec that is neither a registered judge nor an agent spec (the message lists both forms).
+    """
     if not isinstance(spec, str):
         return spec
-    if spec == "rule":
-        return RuleStepJudge(**kwargs)
+    if spec in STEP_JUDGES:
+        return STEP_JUDGES.get(spec)(**kwargs)
     from turnrl.agents import make_agent
 
-    return LLMStepJudge(make_agent(spec), **kwargs)
+    try:
+        agent = make_agent(spec)
+    except (ValueError, OSError) as e:  # OSError: a model that is no built-in, no path and no hub id
+        raise ValueError(f"{STEP_JUDGES.unknown(spec)} (as an agent spec: {e})") from e
+    return LLMStepJudge(agent, **kwargs)
 
 
-__all__ = ["LLMStepJudge", "RuleStepJudge", "Step", "StepJudge", "StepLabel", "make_step_judge", "numbers",
+__all__ = ["STEP_JUDGES", "LLMStepJudge", "RuleStepJudge", "Step", "StepJudge", "StepLabel", "make_step_judge", "numbers",
            "parse_step", "question_text", "render_context", "tool_results"]
