@@ -4,7 +4,8 @@ nothing of turnrl in it — trained by turnrl as it is: `verifiers:vf_arithmetic
 docs/bring-your-environment.md).
 
 Sums and differences of numbers from 1 to 30 (as examples/vf_arithmetic.py poses them): the reward is 1 when the last
-number of the agent's final reply is the result. `split: test` holds problems `split: train` does not, told apart by
+number of the agent's final reply is the result, the problem's own expression restated passed over (an echo of
+`What is 14 - 7?` ends on 7, the result). `split: test` holds problems `split: train` does not, told apart by
 their canonical form (`7 + 12` is `12 + 7`), so no held-out problem is a training problem in any order.
 
 The harness, `ChatAgent`, runs its agent as a separate program, as verifiers' harnesses do: a Python subprocess that
@@ -95,6 +96,14 @@ def same_problem(question: str) -> str:
     return f"{min(int(a), int(b))} + {max(int(a), int(b))}" if op == "+" else f"{a} - {b}"
 
 
+def restated(problem: str) -> re.Pattern[str]:
+    """The problem's expression (its canonical form, :func:`same_problem`) as a reply may write it: a sum's operands
+    in either order, any spacing (``12+7``, ``7 + 12``)."""
+    a, op, b = problem.split()
+    orders = [(a, b), (b, a)] if op == "+" else [(a, b)]
+    return re.compile("|".join(rf"(?<![\d-]){x}\s*{re.escape(op)}\s*{y}(?!\d)" for x, y in orders))
+
+
 class ArithmeticData(vf.TaskData):
     answer: int
     problem: str
@@ -108,9 +117,10 @@ class ArithmeticTask(vf.Task[ArithmeticData]):
 
     @vf.reward
     async def correct(self, trace: vf.Trace) -> float:
-        """1 when the last number of the final reply is the result."""
-        numbers = re.findall(r"-?\d+", trace.last_reply)
-        return float(bool(numbers) and int(numbers[-1]) == self.data.answer)
+        """1 when the last number of the final reply is the result. The problem's own expression, restated, is not
+        an answer: its numbers are passed over (``What is 14 - 7?`` would otherwise be paid for 7)."""
+        numbers = re.findall(r"-?\d+", restated(self.data.problem).sub(" ", trace.last_reply))
+        return float(bool(numbers) and len(numbers[-1]) <= 12 and int(numbers[-1]) == self.data.answer)
 
 
 class ArithmeticConfig(vf.TasksetConfig):

@@ -13,6 +13,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -73,6 +74,50 @@ def test_tasks_load_by_name_with_a_held_out_split_that_cannot_leak():
         held.step("What is it? 3")  # played natively, without the program: refused, saying what to add
 
 
+def problem_of(question: str) -> tuple:
+    """A problem as arithmetic sees it, worked out here and not by the example: the operation and its operands, a
+    sum's unordered."""
+    a, op, b = question.removeprefix("What is ").removesuffix("?").split()
+    return ("+", *sorted((int(a), int(b)))) if op == "+" else ("-", int(a), int(b))
+
+
+@needs_04
+def test_the_examples_held_out_split_holds_no_training_problem_in_any_order():
+    """The example's default splits (600 training, 200 held-out problems) and others: no held-out problem is a
+    training one, a sum's operands in either order, and every task's answer is its problem's."""
+    from vf_arithmetic_v1 import ArithmeticConfig, ArithmeticTaskset
+
+    for settings in ({}, {"seed": 3}, {"num_train": 800, "num_eval": 130}):
+        train, held = (list(ArithmeticTaskset(ArithmeticConfig(id="vf_arithmetic_v1", split=split, **settings)))
+                       for split in ("train", "test"))
+        seen, posed = {problem_of(t.data.prompt) for t in train}, [problem_of(t.data.prompt) for t in held]
+        assert len(seen) == len(train) and len(set(posed)) == len(held) == settings.get("num_eval", 200)
+        assert not seen & set(posed), sorted(seen & set(posed))[:5]
+        for t in [*train, *held]:
+            _, a, b = problem_of(t.data.prompt)
+            assert t.data.answer == (a + b if " + " in t.data.prompt else a - b)
+
+
+@needs_04
+def test_the_examples_reward_is_the_result_not_the_problem_restated():
+    """The reward reads the last number of the final reply; the problem's own expression restated is passed over (an
+    echo of `What is 14 - 7?` ends on 7, its result), and a number too long to be one is wrong, not an error."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from vf_arithmetic_v1 import ArithmeticData, ArithmeticTask, same_problem
+
+    def reward(question: str, answer: int, reply: str) -> float:
+        task = ArithmeticTask(ArithmeticData(prompt=question, answer=answer, problem=same_problem(question)))
+        return asyncio.run(task.correct(SimpleNamespace(last_reply=reply)))
+
+    for reply, paid in (("What is 14 - 7?", 0), ("14 - 7", 0), ("14-7", 0), ("", 0), ("9" * 5000, 0), ("-7", 0),
+                        ("7", 1), ("The answer is 7.", 1), ("14 - 7 = 7", 1), ("7, that is 14 - 7", 1)):
+        assert reward("What is 14 - 7?", 7, reply) == paid, reply
+    for reply, paid in (("12 + 7", 0), ("7+12", 0), ("12 + 7 = 19", 1), ("19", 1)):
+        assert reward("What is 7 + 12?", 19, reply) == paid, reply
+
+
 @needs_04
 def test_a_classic_environment_under_verifiers_0_4_is_named_with_the_version_and_the_fix():
     with pytest.raises(VerifiersEnvError, match=r"installed verifiers 0\.4\.\d+ has no load_environment.*"
@@ -104,6 +149,7 @@ def test_an_episode_is_the_agents_calls_through_the_gateway_with_exact_tokens():
         gateway.stop()
     first, second = session.calls
     assert first.messages == [m.to_chat() for m in obs]  # the agent asked what the task set posed
+    assert obs[-1].content == env.tasks[1].prompt and info["task_id"] == env.tasks[1].id  # task 1, as asked
     assert second.prompt[:len(first.prompt) + len(first.outs[0].token_ids)] == first.prompt + first.outs[0].token_ids
     traj = build_trajectory(session.calls, reward=result["reward"], correct=result["correct"],
                             eos_ids=gateway.eos_ids, tokenizer=tok)
@@ -146,6 +192,19 @@ def test_one_training_step_of_a_tiny_model_is_token_exact_and_evaluates_on_held_
     assert len(evals) == 2 and all(t.task_id in held and t.error is None for t in evals)
 
 
+def agents_running() -> list:
+    """The agent processes of vf1_sets' harness still running under this process."""
+    import psutil
+
+    def cmdline(p):
+        try:
+            return " ".join(p.cmdline())
+        except psutil.Error:
+            return ""
+
+    return [p for p in psutil.Process().children(recursive=True) if "the agent fell over" in cmdline(p)]
+
+
 def play_posed(kwargs, timeout=60.0):
     """One episode of vf1_sets' first task with a scripted policy, through a gateway: the program's result."""
     from turnrl.agents.scripted import ScriptedAgent
@@ -175,6 +234,11 @@ def test_what_cannot_be_played_is_one_clear_error():
                           ({"harness": {"delay": 30.0}}, r"did not finish within timeout=2 s")):
         with pytest.raises(VerifiersEnvError, match=words):
             play_posed(kwargs, timeout=2.0 if "delay" in str(kwargs) else 60.0)
+    # the episode past its timeout was cancelled, its runtime torn down: its agent (asleep for 30 s) is gone
+    deadline = time.monotonic() + 10
+    while agents_running() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not agents_running(), "the timed-out episode's agent process was left running"
     with pytest.raises(VerifiersEnvError, match=r"infinite task set.*num_tasks"):
         turnrl.make("verifiers:vf1_sets", kind="endless")
     assert len(turnrl.make("verifiers:vf1_sets", kind="endless", num_tasks=3)) == 3
@@ -189,3 +253,27 @@ def test_what_cannot_be_played_is_one_clear_error():
     with pytest.raises(VerifiersEnvError, match=r"was not posed by a verifiers v1 task set"):
         play("http://127.0.0.1:9/v1", "key", {"id": "vf1_sets/unknown"})
     assert sys.modules["verifiers"].__version__.startswith("0.4")
+
+
+def test_an_episode_verifiers_retried_is_refused_not_scored():
+    """verifiers reruns a failed attempt when its config has retries; the good attempt then carries the failed ones'
+    errors, and the gateway session holds every attempt's calls, which the last attempt's reward must not score."""
+    from types import SimpleNamespace
+
+    from turnrl.envs.verifiers_v1_run import outcome
+
+    def episode(*errors):
+        trace = SimpleNamespace(ok=True, errors=list(errors), reward=1.0, metrics={"turns": 2},
+                                stop_condition="agent_completed")
+        return SimpleNamespace(ok=True, errors=[], traces=[trace])
+
+    assert outcome("s", episode(), 1.0) == {"reward": 1.0, "correct": True, "metrics": {"turns": 2.0},
+                                            "stop_condition": "agent_completed"}
+    failed = SimpleNamespace(type="HarnessError", message="harness 's' exited 1")
+    with pytest.raises(VerifiersEnvError, match=r"succeeded only after verifiers retried it \(1 earlier error\(s\), "
+                                                r"the first HarnessError: harness 's' exited 1\).*retries to 0"):
+        outcome("s", episode(failed), 1.0)
+    retried = episode()
+    retried.errors.append(failed)  # a whole-episode retry keeps the history on the episode
+    with pytest.raises(VerifiersEnvError, match="retried"):
+        outcome("s", retried, 1.0)

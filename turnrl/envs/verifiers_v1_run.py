@@ -203,6 +203,12 @@ def outcome(name: str, episode: Any, success_at: float) -> dict[str, Any]:
         raise VerifiersEnvError(f"verifiers:{name}: its env played {len(traces)} agent runs in one episode; turnrl "
                                 "trains episodes of one agent (verifiers' SingleAgentEnv)")
     trace = traces[0]
+    retried = [*episode.errors, *trace.errors]  # a good attempt after failed ones carries their errors
+    if retried:
+        raise VerifiersEnvError(f"verifiers:{name}: the episode succeeded only after verifiers retried it "
+                                f"({len(retried)} earlier error(s), the first {retried[0].type}: "
+                                f"{str(retried[0].message)[:300]}); the gateway session holds every attempt's calls, "
+                                "which the last attempt's reward would score: set the task set's retries to 0")
     reward = float(trace.reward)
     if not math.isfinite(reward):
         raise VerifiersEnvError(f"verifiers:{name}: its rewards sum to {reward}")
