@@ -15,8 +15,29 @@ if ! { command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null
   fi
 fi
 stamp=.venv/.turnrl-installed
+# verifiers 0.4 (its v1 task sets: turnrl.envs.verifiers_v1, tests/test_verifiers_v1.py) cannot share .venv with 0.3:
+# one distribution name, and 0.4 dropped the classic API. .venv-verifiers-v1 is a venv of its own that sees .venv's
+# packages (a .pth adds .venv's site folder after its own) and holds verifiers 0.4.0 and the two packages of its
+# requirements .venv lacks, without their pins (0.4 pins mcp==2.0.0 and openai<3; .venv's mcp 2.3 and openai 3 serve
+# the v1 path turnrl uses), and a `turnrl` command that runs .venv's turnrl with it (docs/bring-your-environment.md's
+# v1 commands, after `source .venv-verifiers-v1/bin/activate`). A few seconds; made again when it is missing or
+# incomplete, even where .venv is up to date; tests/test_verifiers_v1.py runs its v1 tests in it.
+V1=.venv-verifiers-v1
+site_of() { "$1" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])'; }
+v1_ready() { [ -x "$V1/bin/turnrl" ] && compgen -G "$V1/lib/python*/site-packages/verifiers-0.4.0.dist-info" >/dev/null; }
+make_v1() {
+  [ -x "$V1/bin/python" ] || .venv/bin/python -m venv "$V1"
+  echo "import site; site.addsitedir('$(site_of .venv/bin/python)')" > "$(site_of "$V1/bin/python")/zz_turnrl_venv.pth"
+  "$V1/bin/python" -m pip install -q --no-deps "verifiers==0.4.0" "prime-runs==0.1.4" "prime-traces==0.0.10" \
+    2> >(grep -v "is ignored: it is neither" >&2)
+  printf '#!/bin/sh\nexec "%s" -m turnrl "$@"\n' "$PWD/$V1/bin/python" > "$V1/bin/turnrl"
+  chmod +x "$V1/bin/turnrl"
+}
 want=$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -d' ' -f1)
 if [ -x .venv/bin/turnrl ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+  if ! v1_ready; then
+    make_v1
+  fi
   exit 0
 fi
 # bubblewrap isolates LocalSandbox runs (Debian package; needs root to install).
@@ -45,17 +66,7 @@ pipq aiofiles pyqwest protobuf "aiohttp>=3.9.0" "aiolimiter>=1.2.1" "anthropic>=
   "renderers>=0.1.10" requests "setproctitle>=1.3.0" "tenacity>=8.5.0" "tomli-w>=1.0.0" "uvloop>=0.21.0"
 echo "note: pip's conflict report above (verifiers wants mcp<2, prime-sandboxes connectrpc<0.12) is expected:" \
   "verifiers' classic environments never import mcp, and prime-sandboxes loads with connectrpc 0.12 (scripts/setup.sh)" >&2
-# verifiers 0.4 (its v1 task sets: turnrl.envs.verifiers_v1, tests/test_verifiers_v1.py) cannot share .venv with 0.3:
-# one distribution name, and 0.4 dropped the classic API. .venv-verifiers-v1 is a venv of its own that sees .venv's
-# packages (a .pth adds .venv's site folder after its own) and holds verifiers 0.4.0 and the two packages of its
-# requirements .venv lacks, without their pins (0.4 pins mcp==2.0.0 and openai<3; .venv's mcp 2.3 and openai 3 serve
-# the v1 path turnrl uses). A few seconds; tests/test_verifiers_v1.py runs its v1 tests in it.
-V1=.venv-verifiers-v1
-[ -x "$V1/bin/python" ] || .venv/bin/python -m venv "$V1"
-site_of() { "$1" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])'; }
-echo "import site; site.addsitedir('$(site_of .venv/bin/python)')" > "$(site_of "$V1/bin/python")/zz_turnrl_venv.pth"
-"$V1/bin/python" -m pip install -q --no-deps "verifiers==0.4.0" "prime-runs==0.1.4" "prime-traces==0.0.10" \
-  2> >(grep -v "is ignored: it is neither" >&2)
+make_v1
 # DeepSpeed for the learner group (learner.backend: deepspeed). Built without its CUDA ops, for the CPU accelerator;
 # the one CPU op it needs (shared-memory collectives) is compiled on first use and cached in a folder of this venv's
 # own under TORCH_EXTENSIONS_DIR (default ~/.cache/turnrl/torch_extensions; turnrl/rl/placement/extensions.py).

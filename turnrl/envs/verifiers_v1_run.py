@@ -54,7 +54,8 @@ def require_v1(name: str) -> Any:
         raise VerifiersEnvError(f"verifiers:{name} is a v1 task set (verifiers 0.4's task-set API), but the installed "
                                 f"verifiers {version} is the release of classic environments; turnrl plays "
                                 f"{SUPPORTED_V1}. One Python environment holds one verifiers release: use a second "
-                                "one for v1 task sets")
+                                "one for v1 task sets (in a turnrl checkout, scripts/setup.sh makes one: "
+                                "source .venv-verifiers-v1/bin/activate, then its turnrl)")
     try:
         import verifiers.v1 as vf
         from verifiers.v1.utils import loaders
