@@ -164,3 +164,23 @@ def test_an_sdk_examples_gain_is_held_to_its_preregistered_bar(env, tmp_path):
     (tmp_path / "anthropic-sdk-s2" / "eval" / "step-20" / "items.jsonl").unlink()  # a seed not finished yet
     assert "points: not decided, 2 of 3 finished." in "\n".join(report.gain_table(tmp_path, "anthropic-sdk"))
     assert "gateway" not in report.BARS and set(report.BARS) <= set(report.GATEWAY_CONFIG)
+
+
+def test_the_sdk_examples_script_runs_the_preregistered_seeds_arms_and_items():
+    """bench/evidence_sdk_agents.sh runs what bench/preregistered.md fixed and the report's bar reads: the arms and
+    seeds of BARS, each arm's example config, and every level-1 test problem (eval_tasks = the split's size)."""
+    import re
+
+    import turnrl
+
+    script = (REPO / "bench" / "evidence_sdk_agents.sh").read_text()
+    code = "\n".join(line for line in script.splitlines() if not line.lstrip().startswith("#"))
+    seeds = tuple(int(s) for s in re.search(r"^for S in ([\d ]+); do$", code, re.MULTILINE).group(1).split())
+    arms = dict(a.split(":") for a in re.search(r"^\s*for ARM in ([^;]+); do$", code, re.MULTILINE).group(1).split())
+    assert set(arms) == set(report.BARS) and all(report.BARS[arm] == (0.10, seeds) for arm in arms)
+    assert all((REPO / "examples" / f"{example}.yaml").is_file() for example in arms.values())
+    train = re.search(r'^\s*\$T train "examples/\$EXAMPLE\.yaml" (.*)$', code, re.MULTILINE).group(1)
+    held = turnrl.make("turnrl/Arithmetic-v0", level=1, split="test")
+    assert f"eval_tasks={len(held)} seed=$S " in train and "--no-resume" in train
+    section = (REPO / "bench" / "preregistered.md").read_text().split("the two SDK example agents")[1]
+    assert f"seeds **{', '.join(map(str, seeds))}**" in section and f"all **{len(held)}**" in section

@@ -199,11 +199,12 @@ def test_the_anthropic_sdk_example_runs_its_tool_use_loop_through_the_gateway_to
                                                                                              monkeypatch):
     """examples/anthropic_agent.py: `tool_use` blocks out, `tool_result` blocks back, until the reply ends its turn."""
     monkeypatch.syspath_prepend(str(EXAMPLES))
-    from calculator_tool import calculator
+    from calculator_tool import HINT, calculator
 
     trajs, bodies, sessions = play("anthropic_agent:run", tool_then_answer, [0, 1], endpoint="messages")
     assert_one_tool_round_trip(trajs, sessions, "messages")
     assert all(set(b) == {"model", "system", "messages", "tools", "max_tokens"} for b in bodies)
+    assert all(b["system"].endswith(HINT) for b in bodies)  # the task's system prompt, then the agent's own hint
     answers = [b for b in bodies if len(b["messages"]) == 3]  # the second call of each episode
     assert len(answers) == 2 and len(bodies) == 4
     for body in answers:
