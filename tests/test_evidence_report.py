@@ -184,3 +184,5 @@ def test_the_sdk_examples_script_runs_the_preregistered_seeds_arms_and_items():
     assert f"eval_tasks={len(held)} seed=$S " in train and "--no-resume" in train
     section = (REPO / "bench" / "preregistered.md").read_text().split("the two SDK example agents")[1]
     assert f"seeds **{', '.join(map(str, seeds))}**" in section and f"all **{len(held)}**" in section
+    said = " ".join(section.split())  # the arm each config was preregistered as
+    assert all(f"`examples/{example}.yaml` (arm `{arm}`)" in said for arm, example in arms.items()), arms
