@@ -205,15 +205,17 @@ def agents_running() -> list:
     return [p for p in psutil.Process().children(recursive=True) if "the agent fell over" in cmdline(p)]
 
 
-def play_posed(kwargs, timeout=60.0):
-    """One episode of vf1_sets' first task with a scripted policy, through a gateway: the program's result."""
+def play_posed(kwargs, timeout=60.0, max_context=None):
+    """One episode of vf1_sets' first task with a scripted policy, through a gateway (of ``max_context`` tokens): the
+    program's result."""
     from turnrl.agents.scripted import ScriptedAgent
     from turnrl.agents.tiny import tiny_tokenizer
     from turnrl.envs.verifiers_v1 import play
     from turnrl.gateway import Gateway
 
     env = turnrl.make("verifiers:vf1_sets", timeout=timeout, **kwargs)
-    gateway = Gateway(ScriptedAgent(tiny_tokenizer("chatml"), lambda prompt: "1"), "tiny").start()
+    gateway = Gateway(ScriptedAgent(tiny_tokenizer("chatml"), lambda prompt: "1"), "tiny",
+                      max_context=max_context).start()
     try:
         _, info = env.reset(options={"index": 0})
         sid = gateway.open("x")
@@ -234,6 +236,9 @@ def test_what_cannot_be_played_is_one_clear_error():
                           ({"harness": {"delay": 30.0}}, r"did not finish within timeout=2 s")):
         with pytest.raises(VerifiersEnvError, match=words):
             play_posed(kwargs, timeout=2.0 if "delay" in str(kwargs) else 60.0)
+    # a call past the context: the gateway's refusal reaches the agent, and verifiers makes it the episode's error
+    with pytest.raises(VerifiersEnvError, match=r"episode failed: .*maximum context length is 8 tokens"):
+        play_posed({}, max_context=8)
     # the episode past its timeout was cancelled, its runtime torn down: its agent (asleep for 30 s) is gone
     deadline = time.monotonic() + 10
     while agents_running() and time.monotonic() < deadline:
