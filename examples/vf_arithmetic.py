@@ -3,8 +3,8 @@
 turnrl in it — played and trained by turnrl as it is: `verifiers:vf_arithmetic` (see "verifiers" in
 docs/bring-your-environment.md).
 
-Sums and differences of numbers from 1 to 30: the reward is 1 when the last number of the reply is the result. The eval dataset
-holds problems the training dataset does not.
+Sums and differences of numbers from 1 to 30: the reward is 1 when the last number of the reply is the result (the
+question's own expression, restated, passed over). The eval dataset holds problems the training dataset does not.
 
 `python examples/vf_arithmetic.py` plays two episodes with scripted replies; `turnrl train vf-arithmetic.yaml` (from
 this folder) trains SmolLM2 on it (`pip install 'turnrl[verifiers]'`).
@@ -45,10 +45,22 @@ def same_problem(question: str) -> str:
     return f"{min(int(a), int(b))} + {max(int(a), int(b))}" if op == "+" else f"{a} - {b}"
 
 
-def correct_answer(completion, answer, parser, **kwargs) -> float:
-    """1 when the last number in the reply is the result."""
-    numbers = re.findall(r"-?\d+", parser.parse_answer(completion) or "")
-    return 1.0 if numbers and numbers[-1] == answer else 0.0
+def restated(question: str) -> re.Pattern[str]:
+    """The question's expression as a reply may write it: a sum's operands in either order, any spacing."""
+    a, op, b = question.removeprefix("What is ").removesuffix("?").split()
+    orders = [(a, b), (b, a)] if op == "+" else [(a, b)]
+    return re.compile("|".join(rf"(?<![\d-]){x}\s*{re.escape(op)}\s*{y}(?!\d)" for x, y in orders))
+
+
+def correct_answer(completion, answer, parser, prompt=None, **kwargs) -> float:
+    """1 when the last number in the reply is the result. The question's own expression, restated, is not an answer
+    (``What is 14 - 7?`` ends on 7, the result), and a number of more than 12 characters is wrong."""
+    reply = parser.parse_answer(completion) or ""
+    question = next((m["content"] for m in reversed(prompt or []) if m.get("role") == "user"), "")
+    if question.startswith("What is "):
+        reply = restated(question).sub(" ", reply)
+    numbers = re.findall(r"-?\d+", reply)
+    return 1.0 if numbers and len(numbers[-1]) <= 12 and numbers[-1] == answer else 0.0
 
 
 def load_environment(num_train: int = 600, num_eval: int = 200, seed: int = 0) -> vf.Environment:

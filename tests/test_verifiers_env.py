@@ -278,3 +278,34 @@ def test_a_verifiers_without_the_classic_api_is_named_with_its_version_and_the_f
     import verifiers
 
     check_version("vf-x", verifiers)  # the installed one (0.3) passes
+
+
+def test_the_examples_reward_does_not_pay_a_restated_question(monkeypatch):
+    """examples/vf_arithmetic.py read the last number of the reply, so an echo of `What is 14 - 7?` (ending on 7, the
+    result) was paid; through the environment (the rubric is handed the prompt) and on the function itself."""
+    from pathlib import Path
+
+    examples = Path(__file__).resolve().parent.parent / "examples"
+    monkeypatch.syspath_prepend(str(examples))
+    import verifiers as vf
+    import vf_arithmetic
+
+    env = turnrl.make("verifiers:vf_arithmetic")
+    try:
+        index = next(i for i in range(200) if (q := env.task_at(i).prompt) and " - " in str(q)
+                     and int(str(q).split()[2]) == 2 * int(str(q).split()[4].rstrip("?")))
+        obs, _ = env.reset(options={"index": index})
+        question = obs[-1].content
+        _, echoed, *_ = env.step(question)
+        env.reset(options={"index": index})
+        _, answered, *_ = env.step(f"{question.split()[2]} - {question.split()[4].rstrip('?')} = "
+                                   f"{env.task_at(index).answer}")
+    finally:
+        env.close()
+    assert (echoed, answered) == (0.0, 1.0), question
+    parser = vf.Parser()
+    reply = lambda text: [{"role": "assistant", "content": text}]  # noqa: E731
+    asked = [{"role": "user", "content": "What is 12 + 7?"}]
+    assert vf_arithmetic.correct_answer(reply("7+12"), "19", parser, prompt=asked) == 0.0  # either order
+    assert vf_arithmetic.correct_answer(reply("So 19."), "19", parser, prompt=asked) == 1.0
+    assert vf_arithmetic.correct_answer(reply("9" * 5000), "19", parser, prompt=asked) == 0.0
