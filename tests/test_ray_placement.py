@@ -199,6 +199,25 @@ def test_ledger_commits_each_job_once_and_refuses_stale_leases():
     assert not ledger.commit(theirs[0].key, b, traj) and ledger.refused == 3  # taken: a late commit is refused
 
 
+def test_the_ledgers_books_count_replays_and_would_show_a_job_lost_or_trained_twice():
+    """The books a node-loss run's metrics report (episodes_replayed, ledger_lost, ledger_duplicated): a lost lease's
+    unfinished jobs count as replayed; a job handed to training a second time (played again after it was taken) is
+    refused and counted; a job asked for but never done is counted lost."""
+    jobs = [Job(0, 0, 0, s) for s in range(3)]
+    ledger = Ledger(jobs)
+    a, mine = ledger.lease(3)
+    assert ledger.commit(mine[0].key, a, Trajectory())
+    assert ledger.release(a, lost=True) == mine[1:]  # its worker's node died: 2 jobs play again
+    b, again = ledger.lease(3)
+    assert all(ledger.commit(j.key, b, Trajectory()) for j in again)
+    assert len(ledger.take([j.key for j in jobs])) == 3
+    ledger.add(jobs[:1])  # the same job once more (a bug upstream): played and committed again
+    c, _ = ledger.lease(1)
+    assert ledger.commit(jobs[0].key, c, Trajectory())
+    assert ledger.take([jobs[0].key]) == [] and ledger.take([Job(0, 0, 1, 0).key]) == []
+    assert ledger.book() == {"collected": 4, "replayed": 2, "handed": 3, "lost": 1, "duplicated": 1, "refused": 0}
+
+
 PROBE = [[1, 5, 9, 13, 2, 7], [3, 4, 4, 8]]
 
 
@@ -235,7 +254,7 @@ def test_lora_workers_receive_only_the_adapter_and_sample_with_each_new_one(tmp_
                 pass
             assert time.monotonic() < deadline, "the worker was not restarted"
             time.sleep(0.2)
-        t.runner._recover(0)  # what the runner does for a failed worker: wait for it, hand it the policy
+        t.runner._await_ready([0], "restarting")  # what the runner does for a worker back: hand it the policy
         assert ray.get(worker.ready.remote(), timeout=60)["version"] == 0
         assert t.runner.sync() == 4
         restarted = ray.get(t.runner.workers[0].score.remote(PROBE), timeout=30)

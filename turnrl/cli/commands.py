@@ -247,8 +247,9 @@ def train(
         except ImportError as e:  # an optional logger configured but not installed
             console.print(f"[red]{e}[/red]")
             raise typer.Exit(2) from e
-        except RayPlacementError as e:  # workers gone for good: what was collected is in the run's journal
-            fail(str(e))
+        except RayPlacementError as e:  # workers, a learner rank or the head lost: the journal and checkpoint resume it
+            saved = trainer.driver.checkpoint_step
+            fail(f"{e} (last checkpoint: {ckpt}, step {saved})" if saved is not None else str(e))
         except ConsistencyError as e:  # guard.strict: the step that failed is recorded in metrics.jsonl
             fail(str(e))
         except EpisodeFailures as e:  # a step whose episodes all failed: the last checkpoint is as it was

@@ -209,7 +209,11 @@ class RayConfig(BaseModel):
     placement_timeout: float = Field(60.0, gt=0, description=(
         "seconds a joined cluster may take to have room for the rollout workers and learner ranks (nodes still "
         "joining, actors still leaving) before the run is refused, naming the resource that is short; without "
-        "`address` (a cluster of this process) 5 s"))
+        "`address` (a cluster of this process) 5 s; also how long a run whose rollout workers were all lost with "
+        "their nodes waits for a node that can hold one to join"))
+    head_timeout: float = Field(30.0, gt=0, description=(
+        "seconds the cluster's head may stay silent before the run stops with an error that says so (keep it under "
+        "Ray's gcs_rpc_server_reconnect_timeout_s, 60 s, after which Ray ends the driver without a word)"))
     runtime_env: RuntimeEnvConfig | None = Field(None, description=(
         "your project's code and packages shipped to every node (Ray's runtime_env): working_dir, py_modules, "
         "pip, env_vars, excludes"))

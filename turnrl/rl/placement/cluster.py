@@ -1,19 +1,29 @@
-"""The Ray cluster a placement runs on: joining or starting it (and what to do about a token it refuses), stopping
-actors, and the error every Ray placement raises (:class:`RayPlacementError`). Shared by the rollout workers (:mod:`turnrl.rl.placement.ray`), their
-T-PPO windows (:mod:`turnrl.rl.placement.ray_windows`) and the learner group
-(:mod:`turnrl.rl.placement.learner_group`).
+"""The Ray cluster a placement runs on: joining or starting it (and what to do about a token it refuses), whether its
+head still answers, stopping actors, and the error every Ray placement raises (:class:`RayPlacementError`). Shared by
+the rollout workers (:mod:`turnrl.rl.placement.ray`), their T-PPO windows (:mod:`turnrl.rl.placement.ray_windows`)
+and the learner group (:mod:`turnrl.rl.placement.learner_group`).
+
+A driver whose cluster lost its head is ended by Ray without a word: at once when it writes to the object store of
+the head's node (``ray.put``), otherwise after about a minute (Ray's ``gcs_rpc_server_reconnect_timeout_s``).
+:func:`check_head` — before every ``ray.put`` of the placement (:func:`put`) and whenever the placement waits with
+nothing arriving — turns that into :class:`HeadLostError`, which says what happened and how to resume.
 """
 
 from __future__ import annotations
 
 import os
 import socket
+import time
 from collections.abc import Sequence
 from typing import Any
 
 
 class RayPlacementError(RuntimeError):
     """The Ray placement cannot go on (unreachable cluster, unplaceable or dead workers); the message says why."""
+
+
+class HeadLostError(RayPlacementError):
+    """The cluster's head stopped answering for ``ray.head_timeout`` seconds: the run cannot go on (resume it)."""
 
 
 def ray_module() -> Any:
@@ -72,6 +82,49 @@ def connect(address: str | None, num_cpus: float | None, timeout: float,
     return True
 
 
+#: per head address, since when it has not answered (time.monotonic); absent while it answers
+_SILENT: dict[str, float] = {}
+
+
+def _answers(address: str) -> bool:
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host, int(port)), timeout=1.0):
+            return True
+    except (OSError, ValueError):
+        return False
+
+
+def check_head(timeout: float) -> None:
+    """Return once the cluster's head answers (a connection to its GCS port); while it does not, ask again every
+    half second until it has been silent for ``timeout`` seconds (``ray.head_timeout``: a head with GCS fault
+    tolerance may come back), then raise :class:`HeadLostError`. Nothing to check outside Ray."""
+    ray = ray_module()
+    if not ray.is_initialized():
+        return
+    try:
+        address = ray.get_runtime_context().gcs_address
+    except Exception:  # noqa: BLE001 — not connected after all
+        return
+    while not _answers(address):
+        since = _SILENT.setdefault(address, time.monotonic())
+        if time.monotonic() - since >= timeout:
+            raise HeadLostError(
+                f"lost the Ray cluster's head: nothing has answered at {address} (its GCS) for {timeout:g}s "
+                "(ray.head_timeout), so the run stops here — Ray would end this process without a word. Start the "
+                "head (and its nodes) again and run the same command: it resumes from the last checkpoint "
+                "(docs/cluster.md#node-loss)")
+        time.sleep(0.5)
+    _SILENT.pop(address, None)
+
+
+def put(value: Any, head_timeout: float) -> Any:
+    """``ray.put(value)`` once the head answers (:func:`check_head`): a driver that writes to the object store of a
+    head that is gone is ended by Ray on the spot, without an error of its own."""
+    check_head(head_timeout)
+    return ray_module().put(value)
+
+
 def ships_runtime_env() -> bool:
     """Whether this process's connection to Ray is :func:`connect`'s, whose job carries the run's runtime
     environment (False: the process called ``ray.init`` itself)."""
@@ -98,6 +151,8 @@ def stop(actors: Sequence[Any], shutdown: bool) -> None:
     """Kill ``actors`` (never restarted; ones already gone are skipped) and, with ``shutdown``, leave the cluster
     (stopping it where this process started it)."""
     ray = ray_module()
+    if not ray.is_initialized():  # gone already: a call below would start a new local cluster (Ray's auto-init)
+        return
     for a in actors:
         try:
             ray.kill(a, no_restart=True)

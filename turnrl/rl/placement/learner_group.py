@@ -9,8 +9,11 @@ After each update the group publishes a versioned copy of the weights: every ran
 (ZeRO-3 partitions, in buckets), rank 0 returns them into Ray's object store, and the rollout workers fetch that
 object (:meth:`export_ref`); the driver's copy of the policy (held-out evaluation, ``checkpoint.pt``) loads it too.
 
-Every remote wait has ``learner.timeout``; a rank that dies or overruns is an error that names the rank and the
-operation, and the group is stopped (its process group cannot continue without the rank). Checkpoints are
+Every remote wait has ``learner.timeout``; a rank that dies or overruns is an error that names the rank, its node
+(and whether Ray found the node itself lost) and the operation, and the group is stopped (its process group cannot
+continue without the rank): run the same command again, and it resumes from the last checkpoint — on any node with
+the ranks' resources that can read ``OUT_DIR/deepspeed``. A head that stops answering meanwhile ends the wait with
+:class:`~turnrl.rl.placement.cluster.HeadLostError` (``ray.head_timeout``). Checkpoints are
 DeepSpeed's own, sharded (``OUT_DIR/deepspeed/update-N``); the driver's ``checkpoint.pt`` points at them and holds
 the published weights, so ``init_from`` and ``turnrl eval`` read a group's run like any other.
 
@@ -30,7 +33,7 @@ from typing import Any
 from turnrl.lora import check_resume, load_adapter, policy_state, restore
 from turnrl.rl.config import TrainConfig
 from turnrl.rl.core.learner import _trainable, warmup_factor
-from turnrl.rl.placement.cluster import RayPlacementError, connect, stop
+from turnrl.rl.placement.cluster import RayPlacementError, check_head, connect, put, stop
 from turnrl.rl.placement.cluster import cause as _cause
 from turnrl.rl.placement.cluster import ray_module as _ray
 from turnrl.rl.placement.extensions import CPU_OP, extensions_dir
@@ -67,6 +70,7 @@ class LearnerGroup:
         self.version = self.updates = 0
         self._lr = config.optim.lr * warmup_factor(0, config.optim.warmup_steps)  # the rate of the first update
         self.ranks: list[Any] = []
+        self.where: list[dict[str, Any]] = []  # each rank's node (its check's answer)
         lc, rc = config.learner, config.ray
         job = job_env(config)  # the user's code, shipped with the Ray job (local folders checked first)
         self.started = connect(rc.address, rc.num_cpus, rc.connect_timeout, job)
@@ -110,6 +114,7 @@ class LearnerGroup:
             if state["problems"]:
                 self.close()
                 raise LearnerGroupError(problem_text(f"learner rank {r}", state["where"], state["problems"]))
+        self.where = [s["where"] for s in checks]
         record(self.cfg.out_dir, "learner_ranks", [{"index": r, **s["where"], "asks": asks, "imports": s["imports"]}
                                                     for r, s in enumerate(checks)])
 
@@ -127,10 +132,17 @@ class LearnerGroup:
         pending, deadline = list(refs), time.monotonic() + timeout
         while pending:
             left = deadline - time.monotonic()
-            done, pending = ray.wait(pending, num_returns=1, timeout=max(left, 0.0))
+            done, pending = ray.wait(pending, num_returns=1, timeout=min(max(left, 0.0), 2.0))
+            if not done and left > 2.0:  # nothing yet: is the cluster's head still there?
+                try:
+                    check_head(self.cfg.ray.head_timeout)
+                except RayPlacementError:
+                    self._halt()
+                    raise
+                continue
             if not done:
                 late = sorted(rank_of[p] for p in pending)
-                self.close()
+                self._halt()
                 lock = extensions_dir() / CPU_OP / "lock"
                 hint = (f" ({lock} exists: if no process is compiling DeepSpeed's CPU op, a killed one left it; "
                         "remove it)" if lock.exists() else "")
@@ -141,10 +153,31 @@ class LearnerGroup:
                 results[r] = ray.get(done[0])
             except ray.exceptions.RayError as e:
                 died = isinstance(e, ray.exceptions.RayActorError)
-                self.close()
-                raise LearnerGroupError(f"learner rank {r} {'died' if died else 'failed'} during {op}: "
-                                        f"{_cause(e)}; the group was stopped (resume from the last checkpoint)") from e
+                where = self._node_of(r, died)
+                self._halt()
+                raise LearnerGroupError(f"learner rank {r}{where} {'died' if died else 'failed'} during {op}: "
+                                        f"{_cause(e)}; the group was stopped — run the same command again to resume "
+                                        "from the last checkpoint (docs/cluster.md#node-loss)") from e
         return [results[r] for r in which]
+
+    def _node_of(self, r: int, died: bool) -> str:
+        """`` on node IP (ID…)`` of rank ``r``, and when it died whether Ray found its node lost (asked for up to
+        5 s: Ray's health checks take a moment to mark a node whose raylet died)."""
+        if r >= len(self.where):
+            return ""
+        node, ip = self.where[r].get("node_id") or "?", self.where[r].get("node_ip")
+        text = f" on node {ip} ({node[:8]})"
+        if not died:
+            return text
+        ray, deadline = _ray(), time.monotonic() + 5.0
+        while time.monotonic() < deadline:
+            try:
+                if not any(n["NodeID"] == node and n.get("Alive") for n in ray.nodes()):
+                    return f"{text}, which Ray found lost (its raylet and every worker on it),"
+            except Exception:  # noqa: BLE001 — the head may be gone too: say what is known
+                return text
+            time.sleep(0.5)
+        return f"{text} (Ray had not marked that node lost 5 s later: its process died, or the loss is not seen yet)"
 
     # ---- the learner interface ----
 
@@ -156,8 +189,7 @@ class LearnerGroup:
     def update(self, trajectories: Sequence[Trajectory]) -> dict[str, float]:
         """One training step on every rank; the trained trajectories get the learner's metadata; the new weights
         are published."""
-        ray = _ray()
-        ref = ray.put(list(trajectories))
+        ref = put(list(trajectories), self.cfg.ray.head_timeout)
         results = self._wait([r.update.remote(ref) for r in self.ranks], f"update {self.updates + 1}")
         metrics, notes = results[0]
         for traj, meta in zip(_trainable(trajectories), notes or []):
@@ -254,6 +286,12 @@ class LearnerGroup:
         self.version, self.updates, self._lr = got[0]["version"], got[0]["updates"], state.get("lr", self._lr)
         restore(self.model, state, self.cfg.learner.lora)
         self._published = None
+
+    def _halt(self) -> None:
+        """Stop the ranks after one failed, leaving the connection to Ray to :meth:`close` (the rollout workers the
+        trainer also runs on it are stopped first)."""
+        stop(self.ranks, False)
+        self.ranks = []
 
     def close(self) -> None:
         """Stop the ranks (and the local cluster this group started)."""

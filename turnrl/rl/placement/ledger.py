@@ -7,6 +7,10 @@ Trajectory is committed (a game of several agents commits every trained seat's v
 current lease (the worker was declared dead or hung and the job handed to another) is refused, as is a second commit
 of a done job; releasing a lease puts its unfinished jobs back to pending, so a killed worker's jobs are re-run and
 nothing finished is lost.
+
+The ledger keeps the books that prove it (:meth:`Ledger.book`): jobs collected (done: committed, restored from a
+journal, or given up as errors), replayed (put back after their worker or its node was lost), handed to training,
+and — each must stay 0 — lost (asked for but never done) and duplicated (handed to training a second time: refused).
 """
 
 from __future__ import annotations
@@ -17,6 +21,9 @@ from typing import Any
 
 from turnrl.rl.sources.base import Job
 from turnrl.types import Trajectory
+
+#: the steps whose handed-over keys the ledger remembers (a job's key names its step: an older one cannot recur)
+_STEPS_KEPT = 8
 
 
 class Ledger:
@@ -29,6 +36,8 @@ class Ledger:
         self.leases: dict[int, list[str]] = {}
         self.refused = 0
         self.attempts: dict[str, int] = {}
+        self.collected = self.replayed = self.handed = self.lost = self.duplicated = 0
+        self._handed: dict[int, set[str]] = {}  # keys handed to training, by step (the last _STEPS_KEPT steps)
         self._ids = itertools.count(1)
         self.add(jobs)
 
@@ -62,15 +71,19 @@ class Ledger:
             self.refused += 1
             return False
         self.done[key] = [traj] if isinstance(traj, Trajectory) else list(traj)
+        self.collected += 1
         return True
 
-    def release(self, lease: int) -> list[Job]:
-        """Put the lease's unfinished jobs back to pending; returns them."""
+    def release(self, lease: int, lost: bool = False) -> list[Job]:
+        """Put the lease's unfinished jobs back to pending; returns them (``lost``: its worker was lost, so they are
+        counted as replayed)."""
         back = []
         for key in self.leases.pop(lease, []):
             if key not in self.done and self.lease_of.get(key) == lease:
                 self.lease_of[key] = None
                 back.append(self.jobs[key])
+        if lost:
+            self.replayed += len(back)
         return back
 
     def fail(self, key: str, reason: str) -> Trajectory:
@@ -79,6 +92,7 @@ class Ledger:
         job = self.jobs[key]
         traj = Trajectory(group_id=job.group_id, error=reason, metadata={"job": key})
         self.done[key] = [traj]
+        self.collected += 1
         return traj
 
     def outstanding(self, lease: int) -> list[str]:
@@ -94,6 +108,7 @@ class Ledger:
             if key in self.jobs and key not in self.done:
                 found.setdefault(key, []).append(t)
         self.done.update(found)
+        self.collected += len(found)
         return len(found)
 
     def settled(self, keys: Sequence[str]) -> bool:
@@ -102,13 +117,33 @@ class Ledger:
 
     def take(self, keys: Sequence[str]) -> list[Trajectory]:
         """The committed Trajectories of ``keys`` (in that order; a game's views together), forgotten by the ledger
-        (a later commit of one of them is refused as unknown)."""
-        out = [t for k in keys for t in self.done.pop(k)]
+        (a later commit of one of them is refused as unknown). A key that is not done is counted lost; one already
+        handed over is counted duplicated and not handed over again."""
+        out: list[Trajectory] = []
         for k in keys:
+            step = self.jobs[k].step if k in self.jobs else Job.parse(k).step
+            handed = self._handed.setdefault(step, set())
+            if k in handed:
+                self.duplicated += 1
+            elif k not in self.done:
+                self.lost += 1
+            else:
+                handed.add(k)
+                self.handed += 1
+                out += self.done[k]
+            self.done.pop(k, None)
             self.jobs.pop(k, None)
             self.lease_of.pop(k, None)
             self.attempts.pop(k, None)
+        for step in sorted(self._handed)[:-_STEPS_KEPT]:
+            del self._handed[step]
         return out
+
+    def book(self) -> dict[str, int]:
+        """The books since the ledger began: jobs ``collected``, ``replayed``, ``handed`` to training, ``lost`` and
+        ``duplicated`` (both 0 when every job was trained exactly once) and commits ``refused``."""
+        return {"collected": self.collected, "replayed": self.replayed, "handed": self.handed, "lost": self.lost,
+                "duplicated": self.duplicated, "refused": self.refused}
 
     def summary(self) -> dict[str, Any]:
         """Counts for metrics and error messages."""

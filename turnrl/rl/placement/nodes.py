@@ -67,7 +67,7 @@ def _show(resources: dict[str, float]) -> str:
     return "{" + ", ".join(f"{k}: {v:g}" for k, v in sorted(resources.items())) + "}"
 
 
-def _short(role: str, count: int, need: dict[str, float], keys: tuple[str, str]) -> str | None:
+def shortfall(role: str, count: int, need: dict[str, float], keys: tuple[str, str]) -> str | None:
     """Why ``count`` actors of ``role`` asking ``need`` each do not fit now (None: they do)."""
     count_key, ask_key = keys
     many = f"{count} {role}{'s' if count != 1 else ''}"
@@ -106,7 +106,7 @@ def check_room(role: str, count: int, need: dict[str, float], keys: tuple[str, s
     """
     deadline = time.monotonic() + timeout
     while True:
-        why = _short(role, count, need, keys)
+        why = shortfall(role, count, need, keys)
         if why is None:
             return
         if time.monotonic() >= deadline:
@@ -128,6 +128,21 @@ def record(out_dir: str | Path, role: str, entries: list[dict[str, Any]]) -> lis
     """Write where the ``role``'s actors (``rollout_workers`` or ``learner_ranks``) run into ``OUT_DIR/placement.json``
     with the cluster's nodes, log it and return its lines. The file holds one driver's run: a record from another
     process or Ray session is replaced, not merged."""
+    _write(out_dir, role, entries)
+    lines = [describe(role, e) for e in entries]
+    for line in lines:
+        logger.info("%s", line)
+    return lines
+
+
+def record_lost(out_dir: str | Path, lost: list[dict[str, Any]]) -> None:
+    """Keep the nodes the run lost (each: its id and address, the step, the rollout workers it held) in
+    ``OUT_DIR/placement.json`` as ``lost_nodes``."""
+    _write(out_dir, "lost_nodes", lost)
+
+
+def _write(out_dir: str | Path, key: str, value: Any) -> None:
+    """Set ``key`` of this driver's ``placement.json`` (with the driver and the live nodes, as of now)."""
     ray = ray_module()
     path = Path(out_dir) / RECORD
     session = {"pid": os.getpid(), "job_id": ray.get_runtime_context().get_job_id()}
@@ -141,15 +156,11 @@ def record(out_dir: str | Path, role: str, entries: list[dict[str, Any]]) -> lis
         data = {}
     data["driver"] = {**here(), "session": session}
     data["nodes"] = nodes()
-    data[role] = entries
+    data[key] = value
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(data, indent=1))
     tmp.replace(path)
-    lines = [describe(role, e) for e in entries]
-    for line in lines:
-        logger.info("%s", line)
-    return lines
 
 
 def summary(out_dir: str | Path) -> list[str]:

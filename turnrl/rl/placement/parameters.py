@@ -95,3 +95,14 @@ def from_shared(state: dict[str, Any]) -> dict[str, torch.Tensor]:
                 warnings.simplefilter("ignore", UserWarning)
                 out[name] = torch.from_numpy(array).view(getattr(torch, dtype))
     return out
+
+
+def shared_bytes(state: dict[str, Any]) -> int:
+    """The bytes of a state dict's tensors — :func:`to_shared`'s arrays (a tied entry counts once) or tensors."""
+    total = 0
+    for value in state.values():
+        if isinstance(value, torch.Tensor):
+            total += value.numel() * value.element_size()
+        elif not isinstance(value[0], str):  # ("tied", name): counted with the entry it shares storage with
+            total += int(value[0].nbytes)
+    return total

@@ -13,13 +13,17 @@ are pushed to every worker at once, and a worker in the middle of a lease loads 
 calls (the tokens after that record the new version). The driver drops episodes with a token more than k versions
 old (``stale_episodes``). k = 0 is the synchronous placement: nothing is started ahead, nothing pushed mid-lease.
 
-Faults: a worker that dies mid-step (``ray.kill``, a crash) is restarted by Ray (``max_restarts``) and its
-unfinished jobs are re-leased; what it committed before stays. A worker that finishes no episode for
-``episode_timeout`` seconds is killed and restarted the same way. An environment step that hangs is cut by
-``rollout.env_timeout`` inside the worker: that episode ends with its error and the step goes on. A worker that
-cannot be restarted is dropped; when none is left the run ends with an error that says what was collected. Every
-wait has a timeout. The journal (``OUT_DIR/ray/step-N.jsonl``) lets a restarted driver reuse the episodes it had
-committed in an unfinished step instead of re-running or losing them.
+Faults: a worker that dies mid-step (``ray.kill``, a crash, its whole node lost) has its unfinished jobs re-leased
+to the others (``episodes_replayed``); what it committed before stays. Ray restarts it (``max_restarts``) where
+its resources are, and it rejoins with the current weights (:mod:`turnrl.rl.placement.recovery`, which also counts
+the nodes lost: ``nodes_lost``). A worker that finishes no episode for ``episode_timeout`` seconds is killed and
+restarted the same way. An environment step that hangs is cut by ``rollout.env_timeout`` inside the worker: that
+episode ends with its error and the step goes on. When no worker is left the run waits for one, then ends with an
+error that says what was collected; a head that stops answering ends it with
+:class:`~turnrl.rl.placement.cluster.HeadLostError`. Every wait has a timeout. The ledger's books (``ledger_lost``,
+``ledger_duplicated``: 0) show every job handed to training once; the journal (``OUT_DIR/ray/step-N.jsonl``) lets a
+restarted driver reuse the episodes it had committed in an unfinished step instead of re-running or losing them.
+Each weight push's size and seconds per node: :mod:`turnrl.rl.placement.pushes`.
 """
 
 from __future__ import annotations
@@ -32,18 +36,23 @@ from typing import Any
 
 from turnrl.rl.config import TrainConfig
 from turnrl.rl.core.policies import LearnerSet
-from turnrl.rl.placement.cluster import RayPlacementError, connect, stop
+from turnrl.rl.placement.cluster import RayPlacementError, check_head, connect, put, stop
 from turnrl.rl.placement.cluster import cause as _cause
 from turnrl.rl.placement.cluster import ray_module as _ray
 from turnrl.rl.placement.ledger import Ledger
 from turnrl.rl.placement.nodes import check_room, demand, record
 from turnrl.rl.placement.parameters import to_shared
+from turnrl.rl.placement.pushes import PushLog
+from turnrl.rl.placement.recovery import KEYS, Recovery
 from turnrl.rl.placement.shipping import actor_env, job_env, needed_modules, problem_text
 from turnrl.rl.sources.base import Job, oldest_version
 from turnrl.storage import read_jsonl, write_jsonl
 from turnrl.types import Trajectory
 
 logger = logging.getLogger(__name__)
+
+#: the ledger's books in each step's metrics: metric → book (:meth:`~turnrl.rl.placement.ledger.Ledger.book`)
+_BOOKS = {"episodes_replayed": "replayed", "ledger_lost": "lost", "ledger_duplicated": "duplicated"}
 
 
 class RayRunner:
@@ -65,8 +74,7 @@ class RayRunner:
         ray = _ray()
         self.asks = demand(rc.worker_cpus, rc.worker_gpus, rc.worker_resources)
         try:
-            keys = ("ray.rollout_workers", "ray.worker_cpus, ray.worker_gpus or ray.worker_resources")
-            check_room("rollout worker", rc.rollout_workers, self.asks, keys,
+            check_room("rollout worker", rc.rollout_workers, self.asks, KEYS,
                        5.0 if rc.address is None else rc.placement_timeout)
             self._env_spec = _env_spec(config.env.id)
             self.needs = needed_modules(config, self._env_spec[1] if self._env_spec else None)
@@ -96,6 +104,8 @@ class RayRunner:
         self.journal = Path(config.out_dir) / "ray"
         self.restarts = 0
         self.placed: list[dict[str, Any]] = []  # where each worker runs (OUT_DIR/placement.json)
+        self.recovery = Recovery(self)  # lost workers on their way back, and the nodes lost
+        self.pushes = PushLog(config.out_dir)  # each weight load's size and seconds, per worker and node
         self.ledger = Ledger()  # jobs of this step and, with max_staleness ≥ 1, of the next one
         self.streams: dict[Any, tuple[int, int]] = {}  # a lease's stream of episodes → (worker index, lease)
         self.inflight_version = 0  # the newest version pushed to workers while they play
@@ -160,16 +170,17 @@ class RayRunner:
     def _weights(self) -> tuple[int, Any]:
         """The learner's current ``(version, object ref)``, put in the object store once per version."""
         if self.pushed is None or self.pushed[0] != self.learner.version:
-            ray = _ray()
-            self.pushed = self.learner.export_for_workers(lambda state: ray.put(to_shared(state)))
+            head = self.cfg.ray.head_timeout
+            self.pushed = self.learner.export_for_workers(lambda state: put(to_shared(state), head))
         return self.pushed
 
     def sync(self) -> int:
-        """Push the learner's current weights to every worker now (they otherwise fetch them with their next lease);
-        returns the version they hold."""
+        """Push the learner's current weights to every live worker now (they otherwise fetch them with their next
+        lease); returns the version they hold."""
         ray = _ray()
         version, ref = self._weights()
-        held = ray.get([w.set_weights.remote(version, [ref]) for w in self.workers], timeout=self.cfg.ray.start_timeout)
+        held = ray.get([self.workers[w].set_weights.remote(version, [ref]) for w in self.alive],
+                       timeout=self.cfg.ray.start_timeout)
         if any(v != version for v in held):
             raise RayPlacementError(f"rollout workers hold versions {held} after a push of version {version}")
         return version
@@ -214,54 +225,65 @@ class RayRunner:
     def run(self, jobs: Sequence[Job]) -> tuple[list[Trajectory], dict[str, float]]:
         """Play every job exactly once on the workers; returns the Trajectories (job order) and metrics. Jobs
         queued by :meth:`prefetch` are played (or already done) by now; the workers may go on with later ones."""
-        ray = _ray()
+        ray, rc = _ray(), self.cfg.ray
         t0 = time.perf_counter()
         step = jobs[0].step
+        self.recovery.poll(wait=0.5 if self.recovery.back else 0.0)  # workers back since the last step play it too
         self._push_inflight()
         ledger, keys = self.ledger, [j.key for j in jobs]
         ahead = sum(k in ledger.jobs for k in keys)  # prefetched: started before this call
         ledger.add(jobs)
         reused = ledger.restore(self._journaled(jobs))
-        refused, restarts = ledger.refused, self.restarts
+        book, restarts, nodes_lost = ledger.book(), self.restarts, len(self.recovery.lost_nodes)
         last = time.monotonic()
         while not ledger.settled(keys):
             for job in jobs:  # a job that broke every worker it ran on ends as an error episode
                 if job.key not in ledger.done and ledger.lease_of.get(job.key) is None \
-                        and ledger.attempts.get(job.key, 0) > self.cfg.ray.max_restarts:
+                        and ledger.attempts.get(job.key, 0) > rc.max_restarts:
                     self._journal([ledger.fail(job.key, f"rollout failed on {ledger.attempts[job.key]} attempts")])
             if ledger.settled(keys):
                 break
             self._dispatch(step)
             if not self.streams:
-                raise RayPlacementError(f"no rollout worker left: {ledger.summary()} at step {step} "
-                                        f"(restarts: {self.restarts})")
+                if not self.recovery.back:
+                    raise RayPlacementError(f"no rollout worker left: {ledger.summary()} at step {step} "
+                                            f"(restarts: {self.restarts})")
+                self.recovery.await_any(step, ledger.summary())  # lost with their nodes: one must come back
+                continue
             ready, _ = ray.wait(list(self.streams), num_returns=1, timeout=1.0)
+            self.recovery.poll()  # (every half second at most) lost workers that are back take pending jobs
+            self.recovery.watch_nodes(step)
             if not ready:
-                if time.monotonic() - last > self.cfg.ray.episode_timeout:
+                check_head(rc.head_timeout)
+                if time.monotonic() - last > rc.episode_timeout:
                     for gen, (w, lease) in list(self.streams.items()):  # hung: restart and hand its jobs out again
                         logger.warning("rollout worker %d finished no episode in %ss; restarting it", w,
-                                       self.cfg.ray.episode_timeout)
+                                       rc.episode_timeout)
                         ray.kill(self.workers[w], no_restart=False)
                         del self.streams[gen]
-                        ledger.release(lease)
-                        self._recover(w)
+                        ledger.release(lease, lost=True)
+                        self._recover(w, step)
                     last = time.monotonic()
                 continue
             for gen in ready:
                 w, lease = self.streams[gen]
                 try:
-                    got_lease, key, traj = ray.get(next(gen), timeout=self.cfg.ray.episode_timeout)
+                    got_lease, key, traj = ray.get(next(gen), timeout=rc.episode_timeout)
                 except StopIteration:
                     del self.streams[gen]
                     ledger.release(lease)  # nothing should be left; if something is, it runs again
                     continue
                 except (ray.exceptions.RayError, RuntimeError) as e:
+                    check_head(rc.head_timeout)  # every lease fails when the head is gone: say that instead
                     logger.warning("rollout worker %d lost its lease (%s); re-running its unfinished jobs", w, _cause(e))
                     del self.streams[gen]
-                    ledger.release(lease)
-                    self._recover(w)
+                    ledger.release(lease, lost=True)
+                    self._recover(w, step)
                     continue
                 last = time.monotonic()
+                if key is None:  # the weight loads since its last lease: their sizes and seconds
+                    self.pushes.add(w, traj)
+                    continue
                 views = traj if isinstance(traj, list) else [traj]  # a game: every trained seat's view at once
                 if ledger.commit(key, got_lease, views):
                     self._journal(views)
@@ -273,24 +295,26 @@ class RayRunner:
                 del self.streams[gen]
                 ledger.release(lease)
         trajs = ledger.take(keys)
+        self.recovery.watch_nodes(step, force=True)
+        after = ledger.book()
         return trajs, {"generated_tokens": float(sum(sum(t.loss_mask or []) for t in trajs)),
                        "generate_s": time.perf_counter() - t0, "reused_episodes": float(reused),
-                       "prefetched_episodes": float(ahead), "refused_commits": float(ledger.refused - refused),
-                       "worker_restarts": float(self.restarts - restarts)}
+                       "prefetched_episodes": float(ahead), "worker_restarts": float(self.restarts - restarts),
+                       "refused_commits": float(after["refused"] - book["refused"]),
+                       "nodes_lost": float(len(self.recovery.lost_nodes) - nodes_lost),
+                       "workers_waiting": float(len(self.recovery.back)),
+                       **{name: float(after[k] - book[k]) for name, k in _BOOKS.items()},
+                       **self.pushes.metrics()}
 
-    def _recover(self, w: int) -> None:
-        """After worker ``w`` failed: wait for Ray's restart (it re-runs ``__init__``: version-0 weights, so the next
-        lease carries the current ones); drop it when it cannot come back."""
+    def _recover(self, w: int, step: int | None = None) -> None:
+        """After worker ``w`` failed: out of the live workers until Ray has restarted it and it answers (its next
+        lease carries the current weights: a restart re-runs ``__init__``, with version-0 weights)."""
         self.restarts += 1
         if self.cfg.learner.weight_sync == "nccl":
             raise RayPlacementError(f"rollout worker {w} failed, and a restarted vLLM worker cannot rejoin the NCCL "
                                     "weight transfer mid-run; resume the run from its checkpoint (or use "
                                     "learner.weight_sync=object_store, which survives restarts)")
-        try:
-            self._await_ready([w], "restarting")
-        except RayPlacementError as e:
-            logger.warning("dropping rollout worker %d: %s", w, e)
-            self.alive.remove(w)
+        self.recovery.lose(w, step)
 
     # ---- the journal: committed episodes of unfinished steps survive a driver restart ----
 
@@ -319,9 +343,10 @@ class RayRunner:
         return [t for t in read_jsonl(path) if t.metadata.get("job") in keys and usable(t)]
 
     def reset(self) -> None:
-        """A fresh run: remove the journal of an earlier run in the same folder."""
+        """A fresh run: remove the journal and the weight pushes' record of an earlier run in the same folder."""
         for path in self.journal.glob("step-*.jsonl"):
             path.unlink()
+        self.pushes.reset()
 
     def state_dict(self) -> dict[str, Any]:
         """The journal's folder (steps up to the learner's are trained: their journals are removed)."""

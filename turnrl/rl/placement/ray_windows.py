@@ -53,6 +53,9 @@ class RayWindows:
 
         ray, runner = _ray(), self.runner
         t0 = time.perf_counter()
+        runner.recovery.poll(wait=0.5 if runner.recovery.back else 0.0)  # lost workers that are back play again
+        if not runner.alive and runner.recovery.back:  # all lost with their nodes: wait for one to come back
+            runner.recovery.await_any(step, {"in_play": len(carried), "new": len(jobs)})
         if not runner.alive:
             raise RayPlacementError(f"no rollout worker left at step {step} (restarts: {runner.restarts})")
         plan, lost = self.assign(carried, jobs)
@@ -72,7 +75,7 @@ class RayWindows:
                                    "restarting it", w, runner.cfg.ray.episode_timeout)
                     ray.kill(runner.workers[w], no_restart=False)
                     out.lost += plan[w][0] + plan[w][1]
-                    runner._recover(w)
+                    runner._recover(w, step)
                 break
             w = calls.pop(ready[0])
             try:
@@ -80,7 +83,7 @@ class RayWindows:
             except (ray.exceptions.RayError, RuntimeError) as e:
                 logger.warning("rollout worker %d failed in its window (%s); its episodes play again", w, _cause(e))
                 out.lost += plan[w][0] + plan[w][1]
-                runner._recover(w)
+                runner._recover(w, step)
                 continue
             out.finished += got.finished
             out.snapshots += got.snapshots

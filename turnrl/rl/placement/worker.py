@@ -9,90 +9,30 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
 
-from turnrl.agents.base import Capabilities, capabilities_of
+from turnrl.agents.base import capabilities_of
 from turnrl.agents.hf import HFAgent
 from turnrl.envs.registry import make, register
-from turnrl.lora import adapter_state, base_state, is_lora, load_adapter, share_frozen_base
+from turnrl.lora import adapter_state, base_state, is_lora, share_frozen_base
 from turnrl.rl.config import TrainConfig
 from turnrl.rl.core.policies import split_policies
 from turnrl.rl.placement.nodes import here
-from turnrl.rl.placement.parameters import from_shared
+from turnrl.rl.placement.parameters import from_shared, shared_bytes
 from turnrl.rl.placement.shipping import import_problems
+from turnrl.rl.placement.versioned import VersionedAgent, adopt_weights
 from turnrl.rl.sources.base import Job
 from turnrl.rl.sources.onpolicy import play_jobs
 from turnrl.types import Trajectory
-from turnrl.weights import mark_weights_changed
 
+__all__ = ["RolloutWorker", "VersionedAgent", "adopt_weights"]  # the last two live in .versioned
 
-def adopt_weights(model: torch.nn.Module, state: dict[str, torch.Tensor]) -> None:
-    """Make ``state``'s tensors the model's weights without copying them (a rollout worker only reads its weights:
-    the object store's arrays serve as they are, saving a 0.65 GB copy per update for SmolLM2-135M); a state that
-    does not match the model name for name, shape and dtype is copied in with ``load_state_dict`` instead. A LoRA
-    policy takes adapters only (:func:`turnrl.lora.adapter_state`; copied in: they are small)."""
-    if is_lora(model):
-        load_adapter(model, state)  # marks the weights changed
-        return
-    mark_weights_changed(model)  # session KV caches computed with the old weights are stale
-    own = model.state_dict(keep_vars=True)
-    if set(own) != set(state) or any(own[k].shape != v.shape or own[k].dtype != v.dtype for k, v in state.items()):
-        model.load_state_dict(state)
-        return
-    with torch.no_grad():
-        for name, tensor in own.items():
-            tensor.data = state[name]
-
-
-class VersionedAgent:
-    """The worker's agent behind a lock that weight loads share: every ``generate`` call runs under one version of
-    the weights, stamped on its completions (``Completion.policy_version``), so a weight update that lands while an
-    episode is in play (between two generation calls — never inside one) shows at the right token.
-
-    An agent that takes weights in flight (``inflight_updates``: :class:`~turnrl.agents.vllm_async.AsyncVLLMAgent`)
-    generates outside the lock and labels its tokens itself (``Completion.token_versions``): a load then lands
-    inside a generation call, between two decoding steps."""
-
-    agenerate = None  # every call goes through the lock (the rollout falls back to ``generate``)
-    agenerate_one = None  # no continuous batching across turns: a weight load must fall between two calls
-
-    def __init__(self, agent: Any, lock: threading.Lock, version: Any) -> None:
-        self.agent, self.lock, self.version = agent, lock, version
-
-    def __getattr__(self, name: str) -> Any:  # tokenizer, model, …
-        return getattr(self.agent, name)
-
-    @property
-    def capabilities(self) -> Capabilities:
-        """The agent's, less what would bypass the lock: per-prompt seeds and its sessions, in-flight weights and
-        end-of-turn ids; no joining a running batch and no non-blocking batch call (a weight load must fall between
-        two calls)."""
-        inner = capabilities_of(self.agent)
-        return Capabilities(seeds=True, sessions=inner.sessions, inflight_updates=inner.inflight_updates,
-                            eos_ids=inner.eos_ids, local_model=inner.local_model)
-
-    def generate(self, prompts: list[list[int]], params: Any, *, seeds: list[int] | None = None,
-                 sessions: list[str | None] | None = None) -> list[Any]:
-        """The agent's completions, each stamped with the version that sampled it."""
-        kwargs: dict[str, Any] = {"seeds": seeds} if seeds is not None else {}
-        if sessions is not None:
-            kwargs["sessions"] = sessions
-        if capabilities_of(self.agent).inflight_updates:
-            return self.agent.generate(prompts, params, **kwargs)  # the engine labels every token's version
-        with self.lock:
-            out = self.agent.generate(prompts, params, **kwargs)
-            version = self.version()
-        for c in out:
-            c.policy_version = version
-        return out
-
-    def release(self, sessions: list[str]) -> None:
-        """Free finished episodes' KV caches (under the lock: a weight load may be dropping them)."""
-        with self.lock:
-            self.agent.release(sessions)
+#: the most weight loads a worker keeps to report (T-PPO's windows report none: the oldest are dropped)
+_LOADS_KEPT = 16
 
 
 class RolloutWorker:
@@ -151,6 +91,7 @@ class RolloutWorker:
         self.games: Any = None  # a multi-agent run: the MultiAgentRunner that plays this worker's games
         self.policies: dict[str, HFAgent] = {}  # several trainable policies: each one's agent, by name
         self.players: dict[str, VersionedAgent] = {}  # and each behind the lock, stamped with the version
+        self.loads: list[dict[str, Any]] = []  # weight loads not yet reported (:meth:`run` hands them over)
 
     def setup(self, model: list[Any], tokenizer: list[Any]) -> dict[str, Any]:
         """Build the agent from ``model[0]`` (the policy at version 0; a run with several trainable policies: every
@@ -233,37 +174,49 @@ class RolloutWorker:
 
     def set_weights(self, version: int, weights: list[Any]) -> int:
         """Load ``weights[0]`` (a state dict, or an object ref to one) as ``version`` if it is newer than the weights
-        held (between two generation calls of a lease in play); returns the version held."""
+        held (between two generation calls of a lease in play); returns the version held. Each load is noted — its
+        size, the seconds to fetch it to this node and to load it — for :meth:`run` to report."""
         if version > self.version:
+            t0 = time.perf_counter()
             state = weights[0]
             if not isinstance(state, dict):  # an ObjectRef: fetched only when the version is newer
                 import ray
 
                 state = ray.get(state, timeout=self.cfg.ray.start_timeout)
-            state = from_shared(state)  # numpy arrays straight from the object store (no copy until the load)
-            # checked again under the lock: a call with a newer version may have loaded while this one fetched
-            if self.inflight:  # pause → load → resume inside the engine; running requests go on under ``version``
-                with self.load_lock:
-                    if version > self.version:
-                        self.agent.update_weights(state, version)
-                        self.version = version
-                return self.version
-            with self.lock:
-                if version <= self.version:
-                    return self.version
-                if self.vllm and self.adapter_config is not None:
-                    self.agent.load_adapter(state, self.adapter_config)  # a new adapter id: never the cached one
-                elif self.vllm:
-                    self.agent.load_weights(state)  # into every engine worker; prefix cache reset
-                elif self.players:  # several policies: each its own weights, by name
-                    for name, own in split_policies(state).items():
-                        adopt_weights(self.policies[name].model, own)
-                        self.policies[name].invalidate_sessions()
-                else:
-                    adopt_weights(self.agent.model, state)
-                    self.agent.invalidate_sessions()  # storage swapped (addresses may recur): drop caches explicitly
-                self.version = version
+            fetched, size = time.perf_counter(), shared_bytes(state)
+            if self._load(version, from_shared(state)):  # numpy arrays from the object store: no copy until the load
+                self.loads = [*self.loads[1 - _LOADS_KEPT:], {
+                    "version": version, "bytes": size, "fetch_s": fetched - t0,
+                    "load_s": time.perf_counter() - fetched, "node_id": self.where["node_id"],
+                    "node_ip": self.where["node_ip"], "pid": self.pid}]
         return self.version
+
+    def _load(self, version: int, state: dict[str, torch.Tensor]) -> bool:
+        """Make ``state`` the weights of ``version`` unless a newer version landed meanwhile (checked again under
+        the lock: a call with a newer version may have loaded while this one fetched); whether it loaded."""
+        if self.inflight:  # pause → load → resume inside the engine; running requests go on under ``version``
+            with self.load_lock:
+                if version <= self.version:
+                    return False
+                self.agent.update_weights(state, version)
+                self.version = version
+                return True
+        with self.lock:
+            if version <= self.version:
+                return False
+            if self.vllm and self.adapter_config is not None:
+                self.agent.load_adapter(state, self.adapter_config)  # a new adapter id: never the cached one
+            elif self.vllm:
+                self.agent.load_weights(state)  # into every engine worker; prefix cache reset
+            elif self.players:  # several policies: each its own weights, by name
+                for name, own in split_policies(state).items():
+                    adopt_weights(self.policies[name].model, own)
+                    self.policies[name].invalidate_sessions()
+            else:
+                adopt_weights(self.agent.model, state)
+                self.agent.invalidate_sessions()  # storage swapped (addresses may recur): drop caches explicitly
+            self.version = version
+            return True
 
     # ---- vLLM's weight-transfer control plane (learner.weight_sync: nccl; driven by learner rank 0) ----
 
@@ -329,15 +282,19 @@ class RolloutWorker:
         return out
 
     def run(self, lease: int, jobs: list[Job], version: int, weights: list[Any],
-            opponent: dict[str, Any] | None = None) -> Iterator[tuple[int, str, Any]]:
+            opponent: dict[str, Any] | None = None) -> Iterator[tuple[int, str | None, Any]]:
         """Play ``jobs`` with weights ``version`` (fetched first if this worker holds another); yield
         ``(lease, job key, Trajectory)`` for each episode as soon as it finishes (a game: its trained views, as one
-        list; a tree: its leaves, as one list, once the lease's trees are grown). ``opponent``: a league's drawn
+        list; a tree: its leaves, as one list, once the lease's trees are grown) — first, ``(lease, None, loads)``
+        when weights were loaded since the last lease (:meth:`set_weights`' figures). ``opponent``: a league's drawn
         version for this step's games (``{"version": v, "weights": [ref]}``,
         the snapshot as the driver's league holds it), or None."""
         if self.player is None:
             raise RuntimeError(f"rollout worker {self.pid} has no policy yet (restarted without setup)")
         self.set_weights(version, weights)
+        if self.loads:  # the weight loads since the last lease: their figures first, under no job
+            loads, self.loads = self.loads, []
+            yield lease, None, loads
         done: queue.Queue[Trajectory | BaseException | None] = queue.Queue()
 
         def sink(traj: Trajectory) -> None:
