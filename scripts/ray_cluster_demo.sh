@@ -9,8 +9,9 @@
 #     DeepSpeed is installed) learner.rank_resources={learner: 1};
 #   * the environment is a module in a project folder of its own, installed nowhere: ray.runtime_env.working_dir
 #     ships it to the nodes.
-# It prints where every worker and rank ran and the wall time, and stops its own nodes on exit (their `ray start
-# --block` processes, by pid: never `ray stop`, which would stop every Ray on the machine). Every wait has a timeout.
+# It prints where every worker and rank ran, the weight pushes per node and the wall time, and stops its own nodes on
+# exit (their `ray start --block` processes, by pid: never `ray stop`, which would stop every Ray on the machine;
+# scripts/ray_nodes.sh). Every wait has a timeout. Losing nodes mid-run: scripts/ray_node_loss_demo.sh.
 #   bash scripts/ray_cluster_demo.sh            (KEEP=1 keeps the temporary folder with the nodes' logs)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,64 +20,25 @@ PY=${PYTHON:-$REPO/.venv/bin/python}
 RAY=${RAY:-$REPO/.venv/bin/ray}
 T=$(mktemp -d /tmp/trdemo.XXXXXX)   # short: Ray's socket paths live under the nodes' temp dirs
 START=$(date +%s)
-PIDS=()
+source scripts/ray_nodes.sh
 
-stop_nodes() {
+finish() {
   local rc=$?
-  for ((i=${#PIDS[@]}-1; i>=0; i--)); do   # worker nodes first, the head last
-    kill -TERM "${PIDS[i]}" 2>/dev/null || true
-    for _ in $(seq 30); do kill -0 "${PIDS[i]}" 2>/dev/null || break; sleep 0.5; done
-    kill -KILL "${PIDS[i]}" 2>/dev/null || true
-  done
+  stop_nodes
   if [ "${KEEP:-0}" = 1 ]; then echo "kept $T"; else rm -rf "$T"; fi
   echo "== wall time $(( $(date +%s) - START )) s (rc=$rc)"
 }
-trap stop_nodes EXIT
+trap finish EXIT
 
-"$PY" -c "import secrets; print(secrets.token_hex(32), end='')" > "$T/token"
-chmod 600 "$T/token"
-export RAY_AUTH_MODE=token RAY_AUTH_TOKEN_PATH="$T/token" RAY_USAGE_STATS_ENABLED=0
-unset RAY_AUTH_TOKEN RAY_ADDRESS
-free_port() { "$PY" -c "import socket; s=socket.socket(); s.bind(('127.0.0.2', 0)); print(s.getsockname()[1])"; }
+new_token
 PORT=$(free_port)
-CLIENT_PORT=$(free_port)
-HEAD=127.0.0.2:$PORT
-
-wait_started() {  # a node's `ray start` says it started, or the script stops (60 s)
-  for _ in $(seq 120); do
-    grep -q "Ray runtime started" "$T/$1.log" && return 0
-    kill -0 "$2" 2>/dev/null || { tail -n 20 "$T/$1.log"; echo "node $1 exited"; return 1; }
-    sleep 0.5
-  done
-  tail -n 20 "$T/$1.log"; echo "node $1 did not start within 60 s"; return 1
-}
-
 echo "== head 127.0.0.2:$PORT, worker nodes 127.0.0.3 {rollout: 2} and 127.0.0.4 {learner: 1}; temp $T"
-"$RAY" start --head --block --node-ip-address=127.0.0.2 --port="$PORT" --ray-client-server-port="$CLIENT_PORT" \
-  --num-cpus=1 --temp-dir="$T/head" --include-dashboard=false --disable-usage-stats > "$T/head.log" 2>&1 &
-PIDS+=($!)
-wait_started head "${PIDS[0]}"
-"$RAY" start --address="$HEAD" --block --node-ip-address=127.0.0.3 --num-cpus=2 --resources='{"rollout": 2}' \
-  --temp-dir="$T/a" > "$T/a.log" 2>&1 &
-PIDS+=($!)
-"$RAY" start --address="$HEAD" --block --node-ip-address=127.0.0.4 --num-cpus=1 --resources='{"learner": 1}' \
-  --temp-dir="$T/b" > "$T/b.log" 2>&1 &
-PIDS+=($!)
-wait_started a "${PIDS[1]}"
-wait_started b "${PIDS[2]}"
-timeout 120 "$PY" - "$HEAD" <<'EOF'
-import sys, time
-import ray
-ray.init(address=sys.argv[1], log_to_driver=False, configure_logging=False)
-deadline = time.monotonic() + 90
-while sum(n["Alive"] for n in ray.nodes()) < 3:
-    if time.monotonic() > deadline:
-        sys.exit("the cluster did not reach 3 live nodes within 90 s")
-    time.sleep(0.5)
-for n in sorted(ray.nodes(), key=lambda n: n["NodeManagerAddress"]):
-    own = {k: v for k, v in n["Resources"].items() if not k.startswith(("memory", "object_store", "node:"))}
-    print(f"   node {n['NodeManagerAddress']} ({n['NodeID'][:8]}) {own}")
-EOF
+start_head head 127.0.0.2 "$PORT" --num-cpus=1
+wait_started head
+start_node a 127.0.0.3 --num-cpus=2 --resources='{"rollout": 2}'
+start_node b 127.0.0.4 --num-cpus=1 --resources='{"learner": 1}'
+wait_started a b
+wait_nodes 3
 echo "== 3 live nodes after $(( $(date +%s) - START )) s"
 
 # the user's project: an environment module that is on no node's sys.path, and the run's config beside it
@@ -138,3 +100,4 @@ for role in ("rollout_workers", "learner_ranks"):
         print(f"   {role[:-1]} {e['index']}: node {e['node_ip']} ({e['node_id'][:8]}) pid {e['pid']} asks {e['asks']}"
               f" imports {imports}")
 EOF
+"$PY" scripts/ray_run_report.py "$T/run"
