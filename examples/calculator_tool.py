@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import ast
 import operator
-import threading
+
+from turnrl.utils import parse_python
 
 DESCRIPTION = "Evaluate an arithmetic expression with + - * / and parentheses."
 # The server describes the tool (its template, or turnrl's gateway for templates that cannot render tools).
@@ -15,9 +16,6 @@ HINT = "Use the calculator tool for arithmetic. When you know the answer, reply 
 
 _OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
         ast.USub: operator.neg, ast.UAdd: operator.pos}
-
-_PARSE = threading.Lock()  # turnrl runs several episodes of a program at once, in threads
-
 
 def calculator(expression: str) -> str:
     """The value of ``expression`` (an integer where it is one), or ``error: …``."""
@@ -32,8 +30,9 @@ def calculator(expression: str) -> str:
         raise ValueError("only numbers and + - * / ( ) are allowed")
 
     try:
-        with _PARSE:  # Python 3.11's parser is not safe in several threads at once (cpython#106905)
-            tree = ast.parse(str(expression), mode="eval")
+        # turnrl runs several episodes of a program at once, in threads, and Python 3.11's ast.parse is not safe in
+        # several threads at once (cpython#106905): parse_python takes the lock every parse in turnrl takes
+        tree = parse_python(str(expression), mode="eval")
         value = ev(tree.body)
         return str(int(value)) if float(value).is_integer() else f"{value:.6g}"
     except (SyntaxError, ValueError, ZeroDivisionError, TypeError, OverflowError) as e:

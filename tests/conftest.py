@@ -55,8 +55,10 @@ def ray_cluster():
     rollout worker that builds them die at start)."""
     ray = pytest.importorskip("ray")
     os.environ["TURNRL_TEST_PID"] = str(os.getpid())
-    if not ray.is_initialized():
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    if ray.is_initialized():  # an earlier module's connection (another size of cluster, or a joined one)
+        ray.shutdown()
+    # address="local": a cluster of its own, never one that RAY_ADDRESS or /tmp/ray/ray_current_cluster names
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
     yield ray
     ray.shutdown()
 

@@ -439,3 +439,19 @@ def test_a_journaled_episode_that_ended_in_an_error_is_played_again_not_reused(t
                              cfg=config(tmp_path, placement="local"))
     reused = RayRunner._journaled(runner, jobs)
     assert [t.metadata["job"] for t in reused] == [jobs[0].key]
+
+
+def test_a_run_without_ray_address_starts_a_cluster_of_its_own_whatever_ray_address_says(monkeypatch):
+    """Ray's ``ray.init()`` without an address joins what RAY_ADDRESS or the last ``ray start`` on the machine
+    names: a run that should start its own cluster then trains on someone else's (on CI, a test saw another cluster's
+    CPUs and did not refuse 5 workers). Last in the module: it replaces the module's cluster with one of 1 CPU."""
+    from turnrl.rl.placement.cluster import connect, stop
+
+    ray.shutdown()
+    monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:1")  # nothing answers there: joining it would fail
+    try:
+        assert connect(None, 1, 5.0)
+        assert ray.cluster_resources()["CPU"] == 1
+    finally:
+        stop([], True)
+    assert not ray.is_initialized()

@@ -7,6 +7,8 @@ and the 64 test tasks held 33 distinct problems. Each attempt to sneak a test pr
 """
 
 import json
+import re
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -238,3 +240,25 @@ def test_task_keys_reads_an_environments_tasks_once():
     first = task_keys(env, 30)
     assert len(reads) == 30 and task_keys(env, 20) == first[:20] and len(reads) == 30
     assert task_keys(env, 40)[:30] == first and len(reads) == 70  # more than kept: read again
+
+
+def test_every_parse_in_the_package_and_examples_takes_the_one_lock():
+    """CPython 3.11's ast.parse keeps its recursion depth interpreter-wide: two parses in threads at once can fail
+    with "SystemError: AST constructor recursion depth mismatch" (cpython#106905; a gateway test with 32 sessions
+    did on CI). Every parse must go through ``turnrl.utils.parse_python`` — locks of their own do not exclude
+    each other. The sandbox's harness runs in a process of its own and is exempt."""
+    root = Path(__file__).resolve().parents[1]
+    exempt = {root / "turnrl" / "verifiers" / "harness.py", root / "turnrl" / "utils.py"}
+    offenders = [str(p.relative_to(root)) for folder in ("turnrl", "examples", "bench")
+                 for p in (root / folder).rglob("*.py")
+                 if p not in exempt and re.search(r"\bast\.parse\(", p.read_text())]
+    assert not offenders, f"ast.parse outside turnrl.utils.parse_python: {offenders}"
+
+
+def test_canonical_forms_parse_in_many_threads_at_once():
+    from concurrent.futures import ThreadPoolExecutor
+
+    expressions = [f"({i} + {i + 1}) * {i % 7} - {i}" for i in range(400)]
+    with ThreadPoolExecutor(16) as pool:
+        forms = list(pool.map(canonical_expression, expressions))
+    assert forms == [canonical_expression(e) for e in expressions]

@@ -24,6 +24,8 @@ import unicodedata
 from collections.abc import Mapping
 from typing import Any
 
+from turnrl.utils import parse_python
+
 SPLITS = ("train", "validation", "test")
 
 
@@ -80,7 +82,7 @@ def canonical_expression(expression: str) -> str:
     """
     text = expression.replace("×", "*").replace("÷", "/").replace("−", "-").strip()
     try:
-        tree = ast.parse(text, mode="eval")
+        tree = parse_python(text, mode="eval")  # one parse at a time (CPython 3.11, cpython#106905)
     except SyntaxError as e:
         raise ValueError(f"not an arithmetic expression: {expression!r}") from e
     return _canon(tree.body)

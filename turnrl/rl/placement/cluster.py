@@ -65,9 +65,10 @@ def connect(address: str | None, num_cpus: float | None, timeout: float,
     if ray.is_initialized():
         return False
     try:
-        if address is None or address == "local":
-            ray.init(num_cpus=num_cpus or os.cpu_count(), include_dashboard=False, log_to_driver=False,
-                     configure_logging=False, runtime_env=runtime_env)
+        if address is None or address == "local":  # a cluster of its own, whatever RAY_ADDRESS or the last
+            # `ray start` on this machine (/tmp/ray/ray_current_cluster) say; the CPUs this process may use
+            ray.init(address="local", num_cpus=num_cpus or len(os.sched_getaffinity(0)), include_dashboard=False,
+                     log_to_driver=False, configure_logging=False, runtime_env=runtime_env)
         else:
             ray.init(address=address, log_to_driver=False, configure_logging=False, runtime_env=runtime_env)
     except ConnectionError as e:
