@@ -83,7 +83,7 @@ class Claim:
         if self.gain == 0:
             raise ValueError(f"claim {self.name!r}: published {self.published} states no gain and no difference, "
                              "so no re-run could contradict it; state the claimed direction")
-        if self.min_gain is not None and not 0 < self.min_gain:
+        if self.min_gain is not None and not self.min_gain > 0:
             raise ValueError(f"claim {self.name!r}: min_gain {self.min_gain} must be a positive size of gain")
 
     @property

@@ -33,17 +33,17 @@ def main() -> None:
     state = {"step": 0, "evaluating": False}
     feed, collect, evaluate = Batch.feed, trainer.source.collect, trainer.evaluate
 
-    def timed_feed(self: Batch, model, nxt) -> None:  # noqa: ANN001
+    def timed_feed(self: Batch, model, nxt) -> None:
         t0 = time.perf_counter()
         feed(self, model, nxt)
         if not state["evaluating"]:
             calls[state["step"]].append((len(self.rows), time.perf_counter() - t0))
 
-    def collect_step(step: int):  # noqa: ANN202
+    def collect_step(step: int):
         state["step"] = step
         return collect(step)
 
-    def evaluate_aside(*a, **k):  # noqa: ANN002, ANN003, ANN202
+    def evaluate_aside(*a, **k):
         state["evaluating"] = True
         try:
             return evaluate(*a, **k)

@@ -58,7 +58,7 @@ def check_train(config: str, overrides: list[str] | None) -> str:
 
     try:
         cfg = load_config(config, overrides)
-    except Exception as e:  # noqa: BLE001 — as `turnrl train`: a config that does not load or validate, in one line
+    except Exception as e:  # as `turnrl train`: a config that does not load or validate, in one line
         fail(config_error(e, config, overrides))
     search = [Path(config).resolve().parent, Path.cwd()]
     if str(cfg.env.id).startswith("pettingzoo:"):

@@ -32,7 +32,8 @@ from typing import Any
 
 import numpy as np
 
-from turnrl.cli.compare import CompareError, compare_pair, evaluation_folder, load_arm
+from turnrl.cli.compare import compare_pair
+from turnrl.cli.compare_arms import CompareError, evaluation_folder, load_arm
 
 PAIRS = (("lora", "full"), ("dapo", "grpo"), ("vapo", "grpo"), ("vapo", "dapo"), ("dqo", "rft"), ("dqo", "dpo"),
          ("rft", "dpo"), ("difficulty", "uniform"), ("swirl", "sft"))
@@ -97,7 +98,7 @@ def chosen(run: Path) -> str:
     """The step a run is read at, as a table shows it."""
     if not (run / "validation").is_dir():
         return "end"
-    from turnrl.cli.compare import best_step
+    from turnrl.cli.compare_arms import best_step
 
     return f"step {best_step(run)} (validation)"
 
@@ -176,7 +177,7 @@ def gain_table(out: Path, arm: str) -> list[str]:
         o = pooled(fixed)
         lines += ["", f"{claim}: not decided, {len(fixed)} of {len(seeds)} finished." if len(fixed) < len(seeds)
                   else f"{claim}: **{'holds' if o['low'] >= bar else 'does not hold'}** (lower end {pts(o['low'])})."]
-    return lines + [""]
+    return [*lines, ""]
 
 
 def arms_table(out: Path, b: str, a: str, at: int | None = None) -> list[str]:
@@ -186,7 +187,7 @@ def arms_table(out: Path, b: str, a: str, at: int | None = None) -> list[str]:
     both = [s for s in both if finished(out / f"{a}-s{s}") and finished(out / f"{b}-s{s}")]
     if not both:
         return []
-    read = (lambda run: f"{run}@{at}") if at is not None else end  # noqa: E731
+    read = (lambda run: f"{run}@{at}") if at is not None else end
     try:
         pairs = [one_pair(read(out / f"{a}-s{s}"), read(out / f"{b}-s{s}")) for s in both]
     except CompareError as e:
@@ -201,7 +202,7 @@ def arms_table(out: Path, b: str, a: str, at: int | None = None) -> list[str]:
                      f"[{pts(p['low'])}, {pts(p['high'])}] | {m.get('p_value', float('nan')):.2g} |")
     o = pooled(pairs)
     lines.append(f"| mean of {o['seeds']} | | | | {pts(o['diff'])} | [{pts(o['low'])}, {pts(o['high'])}] | |")
-    return lines + [""]
+    return [*lines, ""]
 
 
 def baseline_table(out: Path, base: str, arm: str) -> list[str]:
@@ -247,7 +248,7 @@ def chain_table(out: Path, a: str, b: str) -> list[str]:
     if len(pairs) >= 2:
         o = pooled(pairs)
         lines.append(f"| mean of {o['seeds']} | | | | | {pts(o['diff'])} | [{pts(o['low'])}, {pts(o['high'])}] | |")
-    return lines + [""]
+    return [*lines, ""]
 
 
 def subset_table(out: Path, arm: str, seen: frozenset[str], what: str) -> list[str]:
@@ -271,7 +272,7 @@ def subset_table(out: Path, arm: str, seen: frozenset[str], what: str) -> list[s
             o = pooled(pairs)
             lines.append(f"| mean of {o['seeds']}, {label} | | | | {pts(o['diff'])} | [{pts(o['low'])}, "
                          f"{pts(o['high'])}] | |")
-    return lines + [""]
+    return [*lines, ""]
 
 
 def pag_items(folder: Path) -> list[dict[str, Any]]:
@@ -378,7 +379,7 @@ def pag_table(out: Path, arm: str) -> list[str]:
                      f"{pct(0.5 + b['diff'])} | [{pct(0.5 + b['low'])}, {pct(0.5 + b['high'])}] | | | |")
     lines += ["", "Validation by step (the step read is the highest validation Acc@final, earliest on ties):", ""]
     lines += [f"- seed {s}: {validation_line(run)}" for s, run, _ in per_seed]
-    return lines + [""]
+    return [*lines, ""]
 
 
 def main() -> None:

@@ -48,7 +48,7 @@ def main() -> int:
     for mode in modes:
         try:
             failed += not check(mode, args.steps, f"{args.out}-{mode}")
-        except Exception as e:  # noqa: BLE001 — report it and check the next transport
+        except Exception as e:  # report it and check the next transport
             print(f"weights reached vLLM ({mode}): NO — {type(e).__name__}: {e}", flush=True)
             failed += 1
     ray.shutdown()

@@ -23,10 +23,10 @@ import time
 import torch
 
 SHAPES = {  # Llama-style shapes; vocabulary: the tokenizer's
-    "135m": dict(hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,
-                 num_key_value_heads=3, tie_word_embeddings=True),
-    "0.5b": dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
-                 num_key_value_heads=2, tie_word_embeddings=True),
+    "135m": {"hidden_size": 576, "intermediate_size": 1536, "num_hidden_layers": 30, "num_attention_heads": 9,
+                 "num_key_value_heads": 3, "tie_word_embeddings": True},
+    "0.5b": {"hidden_size": 896, "intermediate_size": 4864, "num_hidden_layers": 24, "num_attention_heads": 14,
+                 "num_key_value_heads": 2, "tie_word_embeddings": True},
 }
 
 

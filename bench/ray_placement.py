@@ -103,7 +103,7 @@ def run(placement: str, workers: int, steps: int, model: str, staleness: int = 0
         overrides += [f"ray.rollout_workers={workers}",
                       f"ray.worker_cpus={(len(worker_cores) if split else len(cores)) / workers}"]
     with tempfile.TemporaryDirectory() as out:
-        cfg = load_config("configs/quickstart.yaml", overrides + [f"out_dir={out}"])
+        cfg = load_config("configs/quickstart.yaml", [*overrides, f"out_dir={out}"])
         agent = make_agent(model, batch_size=32)
         t0 = time.perf_counter()
         trainer = Trainer(cfg, model=agent.model, tokenizer=agent.tokenizer)

@@ -12,12 +12,12 @@ from turnrl.envs.arithmetic import ArithmeticEnv
 class SlowToolArithmetic(ArithmeticEnv):
     """``turnrl/Arithmetic-v0`` with 0.2–1 s of latency before each step is answered."""
 
-    async def _astep(self, action: str):  # noqa: ANN201 — the parent's StepResult
+    async def _astep(self, action: str):  # the parent's StepResult
         wait = random.Random(f"{getattr(self, 'task', None)}-{len(action)}").uniform(0.2, 1.0)
         await asyncio.sleep(wait)
         return await super()._astep(action)
 
-    def _step(self, action: str):  # noqa: ANN201
+    def _step(self, action: str):
         import time
 
         time.sleep(random.Random(f"{getattr(self, 'task', None)}-{len(action)}").uniform(0.2, 1.0))

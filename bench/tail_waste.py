@@ -128,11 +128,11 @@ def main() -> None:
         print(f"decode cost on this machine ({args.model}, prompt {prompt} tokens):")
         costs = decode_costs(args.model, [int(s) for s in args.sizes.split(",")], args.tokens, prompt, args.repeats)
         print("  (again without measuring: --costs " + ",".join(f"{b}={1000 * c:.1f}" for b, c in costs.items()) + ")")
-    cpu = lambda b: cost(costs, b)  # noqa: E731
-    flat = lambda b: 1.0  # noqa: E731 — a GPU's small-model decode step: the same for 1 row as for B
+    cpu = lambda b: cost(costs, b)
+    flat = lambda b: 1.0  # a GPU's small-model decode step: the same for 1 row as for B
     print(f"\n{'step':>4} {'B':>3} {'mean L':>6} {'max L':>5} | {'gen s':>6} {'sync s':>6} {'full s':>6} {'x':>5} |"
           f" {'flat x':>6} | {'step s':>6}")
-    tot = dict(seconds=0.0, gen=0.0, sync=0.0, full=0.0, fsync=0.0, ffull=0.0)
+    tot = {"seconds": 0.0, "gen": 0.0, "sync": 0.0, "full": 0.0, "fsync": 0.0, "ffull": 0.0}
     for step, ls in steps.items():
         ls = [min(x, args.max_new) for x in ls]
         m = metrics.get(step, {})

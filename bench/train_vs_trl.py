@@ -105,13 +105,13 @@ def run_trl(model: Any, tokenizer: Any, prompts: list[list[dict[str, str]]], ans
             self.t0 = 0.0
             self.last_tokens = 0.0
 
-        def on_step_begin(self, args, state, control, **kw):  # noqa: ANN001, ANN201
+        def on_step_begin(self, args, state, control, **kw):
             self.t0 = time.perf_counter()
 
-        def on_step_end(self, args, state, control, **kw):  # noqa: ANN001, ANN201
+        def on_step_end(self, args, state, control, **kw):
             self.rows.append({"seconds": time.perf_counter() - self.t0})
 
-        def on_log(self, args, state, control, logs=None, **kw):  # noqa: ANN001, ANN201
+        def on_log(self, args, state, control, logs=None, **kw):
             if logs and "num_tokens" in logs and self.rows:
                 row = self.rows[-1]
                 row["tokens"] = logs["num_tokens"] - self.last_tokens

@@ -28,7 +28,6 @@ def arm(model: str, tasks: int, leaves: int, tree: bool) -> dict[str, float]:
     """Play one arm; its figures."""
     import torch
     import transformers
-
     from multiturn_env import SearchSession
 
     from turnrl.agents.base import SamplingParams

@@ -73,7 +73,7 @@ def main() -> None:
     from turnrl.agents.vllm import VLLMAgent, _ReloadWeights, weights_file
     from turnrl.agents.vllm_async import AsyncVLLMAgent
 
-    engine = dict(dtype="float32", enforce_eager=True, max_model_len=1024, gpu_memory_utilization=0.2)
+    engine = {"dtype": "float32", "enforce_eager": True, "max_model_len": 1024, "gpu_memory_utilization": 0.2}
     model, tok = load_model("smollm2-135m-instruct")
     state = changed_state(model)
     ps = prompts(tok, args.requests)

@@ -38,15 +38,15 @@ class NimEnv(AECEnv):
         max_moves: the game ends 0–0 (a draw) after this many moves with stones left (None: never).
     """
 
-    metadata = {"name": "text_nim_v0", "render_modes": []}  # noqa: RUF012
+    metadata = {"name": "text_nim_v0", "render_modes": []}
 
     def __init__(self, smallest: int = 7, largest: int = 15, max_moves: int | None = None) -> None:
         super().__init__()
         self.smallest, self.largest, self.max_moves = smallest, largest, max_moves
         self.possible_agents = ["player_0", "player_1"]
         space = Text(max_length=2048, charset=string.printable)
-        self.observation_spaces = {a: space for a in self.possible_agents}
-        self.action_spaces = {a: space for a in self.possible_agents}
+        self.observation_spaces = dict.fromkeys(self.possible_agents, space)
+        self.action_spaces = dict.fromkeys(self.possible_agents, space)
 
     def observation_space(self, agent: str) -> Text:
         return self.observation_spaces[agent]
@@ -57,10 +57,10 @@ class NimEnv(AECEnv):
     def reset(self, seed: int | None = None, options: dict | None = None) -> None:
         self.pile = int(np.random.default_rng(seed).integers(self.smallest, self.largest + 1))
         self.agents = list(self.possible_agents)
-        self.rewards = {a: 0.0 for a in self.agents}
-        self._cumulative_rewards = {a: 0.0 for a in self.agents}
-        self.terminations = {a: False for a in self.agents}
-        self.truncations = {a: False for a in self.agents}
+        self.rewards = dict.fromkeys(self.agents, 0.0)
+        self._cumulative_rewards = dict.fromkeys(self.agents, 0.0)
+        self.terminations = dict.fromkeys(self.agents, False)
+        self.truncations = dict.fromkeys(self.agents, False)
         self.infos = {a: {} for a in self.agents}
         self.agent_selection = self.agents[0]
         self.moves = 0
@@ -78,7 +78,7 @@ class NimEnv(AECEnv):
             return
         other = self.agents[1 - self.agents.index(agent)]
         self._cumulative_rewards[agent] = 0.0
-        self.rewards = {a: 0.0 for a in self.agents}
+        self.rewards = dict.fromkeys(self.agents, 0.0)
         self.news[agent] = []
         self.moves += 1
         numbers = re.findall(r"\d+", action or "")
@@ -102,7 +102,7 @@ class NimEnv(AECEnv):
 
     def _end(self, rewards: dict[str, float], invalid: str | None = None) -> None:
         self.rewards = rewards
-        self.terminations = {a: True for a in self.agents}
+        self.terminations = dict.fromkeys(self.agents, True)
         if invalid is not None:
             self.infos[invalid]["invalid_move"] = True
 

@@ -357,7 +357,7 @@ def main() -> int:
         if WORK != REPO:
             drop_worktree(WORK)
     total = time.monotonic() - start
-    print(f"\n| break | file | what | result | first failing test | s |\n|---|---|---|---|---|---|")
+    print("\n| break | file | what | result | first failing test | s |\n|---|---|---|---|---|---|")
     for b, verdict, failure, seconds in rows:
         print(f"| {b.key} | {b.path.removeprefix('turnrl/')} | {b.what} | {verdict} | {failure or '—'} | "
               f"{seconds:.0f} |")

@@ -7,6 +7,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+# the linter first (its rules and the reasons for those left out: [tool.ruff] in pyproject.toml); it takes a second
+.venv/bin/ruff check --quiet . || { echo "ruff found the problems above: fix them (\`.venv/bin/ruff check --fix .\` fixes some)" >&2; exit 1; }
 if [[ "${1:-}" == "--fast" ]]; then
     shift
     exec .venv/bin/python -m pytest -q -m "not slow" "$@"

@@ -170,13 +170,13 @@ def test_a_scripted_reply_ends_on_its_stop_string_as_a_model_would():
     c = agent.generate([p], SamplingParams(stop=stop))[0]
     assert c.text == "<answer>Pefo</answer>" and c.finish_reason == "stop"
     assert tok.eos_token_id not in c.token_ids and len(c.logprobs) == len(c.token_ids)
-    decode = lambda ids: tok.decode(ids, skip_special_tokens=False)  # noqa: E731
+    decode = lambda ids: tok.decode(ids, skip_special_tokens=False)
     assert past_stop(decode, c.token_ids, stop) == 0
     plain = agent.generate([p], SamplingParams())[0]  # no stop strings: the whole reply and the end of sequence
     assert plain.text == "<answer>Pefo</answer> and more" and plain.token_ids[-1] == tok.eos_token_id
 
 def test_run_spec_loads_the_policy_a_training_run_saved(tmp_path):
-    import toy_envs  # noqa: F401  (registers tests/Upper-v0)
+    import toy_envs  # noqa: F401 — registers tests/Upper-v0
 
     from turnrl.agents import make_agent
     from turnrl.rl.run.trainer import TrainConfig, Trainer

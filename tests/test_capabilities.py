@@ -74,7 +74,7 @@ def test_an_undeclared_agent_gets_what_its_methods_show():
             return []
 
     class Seeded(Plain):
-        eos_ids = [7]
+        eos_ids = [7]  # a test double's constant, never changed
 
         def generate(self, prompts, params, *, seeds=None, on_token=None):
             return []

@@ -15,7 +15,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
 
-import claims  # noqa: E402
+import claims  # noqa: E402 — bench/ on the path first
 
 
 def item_row(index: int, correct: bool, item: str | None, sample: int = 0) -> dict:

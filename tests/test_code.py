@@ -82,7 +82,7 @@ def test_humaneval_env_conforms_and_all_canonical_solutions_pass():
 def test_humaneval_multi_turn_feedback_and_body_only_answers():
     env = turnrl.make("turnrl/HumanEval-v0", max_turns=2)
     env.reset(options={"index": 0})
-    obs, r, term, trunc, info = env.step("```python\ndef has_close_elements(numbers, threshold):\n    return True\n```")
+    obs, r, term, _trunc, _info = env.step("```python\ndef has_close_elements(numbers, threshold):\n    return True\n```")
     assert (r, term) == (0.0, False) and "AssertionError" in obs[0].content and "check(has_close_elements)" in obs[0].content
     body = "```python\n    return any(abs(a - b) < threshold for i, a in enumerate(numbers) for b in numbers[i + 1:])\n```"
     _, r, term, _, _ = env.step(body)
@@ -130,7 +130,7 @@ class RefusingE2B(BaseHTTPRequestHandler):
     def log_message(self, *args):
         pass
 
-    def do_POST(self):  # noqa: N802
+    def do_POST(self):
         body = b'{"code": 401, "message": "Invalid API key"}'
         self.send_response(401)
         self.send_header("Content-Type", "application/json")
@@ -138,7 +138,7 @@ class RefusingE2B(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
-    do_GET = do_POST  # noqa: N815
+    do_GET = do_POST
 
 
 def test_e2b_failure_is_an_answer_not_a_crash():

@@ -44,7 +44,7 @@ def solve_tree(depth=3, branching=3, beta=BETA, seed=0):
     V = {p: torch.zeros((), dtype=torch.float64) for p in itertools.product(range(branching), repeat=depth)}
     pi = {}
     for s in sorted(states, key=len, reverse=True):  # backward induction, deepest states first
-        q = r[s] + torch.stack([V[s + (a,)] for a in range(branching)])
+        q = r[s] + torch.stack([V[(*s, a)] for a in range(branching)])
         V[s] = beta * torch.logsumexp(torch.log(ref[s]) + q / beta, 0)
         pi[s] = ref[s] * torch.exp((q - V[s]) / beta)
     return pi, V, ref, r
@@ -109,7 +109,7 @@ def random_case(seed=0, B=4, T=9):
     mask[0] = torch.tensor([0, 1, 1, 0, 0, 1, 0, 1, 1], dtype=torch.float64)[:T]
     mask[-1, :] = 0
     mask[-1, 3] = 1  # a single action
-    rnd = lambda: torch.randn(B, T, generator=g, dtype=torch.float64)  # noqa: E731
+    rnd = lambda: torch.randn(B, T, generator=g, dtype=torch.float64)
     return rnd(), rnd(), rnd(), rnd(), mask, torch.randn(B, generator=g, dtype=torch.float64)
 
 
@@ -143,7 +143,7 @@ def test_lambda_zero_gives_the_one_step_residual_in_both_losses():
     G, N = lambda_returns(soft_rewards(rewards, logp - ref_logp, mask, BETA), nxt, mask, 0.0)
     assert torch.allclose((values - G) * mask, delta, atol=1e-12)  # the value loss's residual
     assert torch.allclose((BETA * (logp - ref_logp) + values - rewards - N) * mask, delta, atol=1e-12)  # the policy's
-    G1, N1 = lambda_returns(soft_rewards(rewards, logp - ref_logp, mask, BETA), nxt, mask, 1.0)
+    _G1, N1 = lambda_returns(soft_rewards(rewards, logp - ref_logp, mask, BETA), nxt, mask, 1.0)
     assert not torch.allclose(N1 * mask, nxt * mask)  # λ = 1 is not the one-step target
 
 
@@ -180,7 +180,7 @@ def bandit(tok, model, rewarded="A", n=4):
     log-probabilities of ``model``; only ``rewarded`` pays 1."""
     prompt = ChatRenderer(tok).prompt_tokens([Message(role="user", content="Pick a letter.")])
     arms = {a: tok.encode(a, add_special_tokens=False)[0] for a in "AB"}
-    ids = torch.tensor([prompt + [arms[a]] for a in "AB"])
+    ids = torch.tensor([[*prompt, arms[a]] for a in "AB"])
     mask = torch.zeros_like(ids, dtype=torch.float32)
     mask[:, -1] = 1
     logp = token_logprobs(model, ids, torch.ones_like(ids), loss_mask=mask)[0][:, -1].tolist()
@@ -243,7 +243,7 @@ def test_process_rewards_sit_on_the_last_token_of_their_step():
     traj = bandit(tok, tiny_model(tok))[0][0]
     n = len(traj.token_ids)
     long = traj.model_copy(update={  # a 4-token answer, steps ending at tokens n, n+2 and the turn's end n+3
-        "token_ids": traj.token_ids + [5, 6, 7], "loss_mask": traj.loss_mask + [1, 1, 1],
+        "token_ids": [*traj.token_ids, 5, 6, 7], "loss_mask": [*traj.loss_mask, 1, 1, 1],
         "logprobs": traj.logprobs + [-1.0] * 3,
         "turns": [traj.turns[0].model_copy(update={"token_span": (n - 1, n + 3)})],
         "metadata": {**traj.metadata, "process_rewards": [[n - 1, 0.5], [n + 1, -0.25], [n + 2, 1.0]]}})

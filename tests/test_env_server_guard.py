@@ -312,7 +312,7 @@ def test_a_session_is_given_back_on_every_way_it_ends():
     """A client's sessions count until they end, however they end: the TCP connection dropped mid-session, idle past
     idle_timeout, a step cut at step_timeout (over /ws and over HTTP), an HTTP client gone while its step runs."""
     with EnvServer(["tests/Hanging-v0"], port=0, max_sessions_per_client=4, step_timeout=0.5, idle_timeout=1.0) as srv:
-        free = lambda: srv.quota.held == {} and srv.open_sessions == 0  # noqa: E731
+        free = lambda: srv.quota.held == {} and srv.open_sessions == 0
         ws_url, http = f"ws://127.0.0.1:{srv.port}/ws", f"http://127.0.0.1:{srv.port}"
         reset = json.dumps({"type": "reset", "data": {"options": {"index": 0}}})  # task t0: its step never returns
         for ending in ("dropped", "idle", "step timeout"):

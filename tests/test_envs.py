@@ -52,7 +52,7 @@ def test_builtin_ids():
 
 def test_gymnasium_make_works_too():
     env = gym.make("turnrl/Arithmetic-v0", level=2)
-    obs, info = env.reset(seed=0)
+    obs, _info = env.reset(seed=0)
     assert obs[-1].role == "user" and "What is" in obs[-1].content
     _, reward, terminated, truncated, _ = env.step(env.unwrapped.oracle_action())
     assert reward == 1.0 and terminated and not truncated
@@ -98,7 +98,7 @@ def test_reset_selects_tasks_reproducibly():
     env = turnrl.make("turnrl/GSM8K-v0")
     a, info_a = env.reset(seed=5)
     b, info_b = env.reset(seed=5)
-    c, info_c = env.reset(seed=6)
+    _c, info_c = env.reset(seed=6)
     assert a == b and info_a["task_id"] == info_b["task_id"] != info_c["task_id"]
     obs, info = env.reset(options={"index": 3})
     assert info["task_id"] == "gsm8k/test/3" and env.task.answer == "540"
@@ -239,7 +239,7 @@ def test_arithmetic_levels_and_answers():
             t = tasks[i]
             assert t.metadata["level"] == level
             expr = t.metadata["expression"]
-            assert int(t.answer) == eval(expr.replace("/", "//"))  # noqa: S307 — our own generated expressions
+            assert int(t.answer) == eval(expr.replace("/", "//"))  # our own generated expressions
             assert int(t.answer) >= 0
 
 
@@ -312,11 +312,11 @@ TASK = {"id": "t", "prompt": "What is 2 + 2?", "answer": "4"}
 
 def pag_episode(actions, **kwargs):
     env = turnrl.make("turnrl/Arithmetic-PAG-v0", **kwargs)
-    obs, info = env.reset(options={"task": TASK})
+    _obs, info = env.reset(options={"task": TASK})
     assert info["next_role"] == "policy"
     steps = []
     for a in actions:
-        obs, r, term, trunc, info = env.step(a)
+        _obs, r, term, trunc, info = env.step(a)
         steps.append((info["role"], r, term))
         if term or trunc:
             break

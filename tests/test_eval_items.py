@@ -14,6 +14,7 @@ from turnrl.envs import Task
 from turnrl.rl.run.eval_report import item_accuracy, summarize, write_report
 from turnrl.rl.run.evaluate import evaluate, item_key
 
+
 def test_each_row_names_its_item_and_two_presentations_of_one_problem_are_one_item(tmp_path):
     m = evaluate(agent(lambda x: x % 2 == 0), ENV, env_kwargs={"n": 4, "twin": True}, limit=5, out=tmp_path)
     rows = [json.loads(x) for x in (tmp_path / "items.jsonl").read_text().splitlines()]
@@ -32,7 +33,7 @@ def test_each_row_names_its_item_and_two_presentations_of_one_problem_are_one_it
 
 def test_item_key_falls_back_to_the_task_id_without_a_task():
     task = Task(id="x", prompt="  What is  TWO? ", answer="2")
-    env = lambda fn: SimpleNamespace(unwrapped=SimpleNamespace(task_at=fn))  # noqa: E731
+    env = lambda fn: SimpleNamespace(unwrapped=SimpleNamespace(task_at=fn))
     assert item_key(env(lambda i: task), 0, "x") == "text:what is two => 2"
     assert item_key(env(lambda i: None), 0, "x") == "x"
 

@@ -25,7 +25,7 @@ def test_scripted_eval_counts_correct_answers(tmp_path):
 
     def half_right(prompt: str) -> str:  # right on even sums, wrong on odd ones
         q = prompt.rsplit("What is ", 1)[1].split("?")[0]
-        value = eval(q)  # noqa: S307 — our generated arithmetic
+        value = eval(q)  # our generated arithmetic
         return f"\\boxed{{{value if value % 2 == 0 else value + 1}}}"
 
     metrics = evaluate(ScriptedAgent(tok, half_right), "turnrl/Arithmetic-v0", env_kwargs={"level": 2}, limit=20,
@@ -43,13 +43,13 @@ def test_scripted_eval_counts_correct_answers(tmp_path):
 def test_eval_repeats_with_the_same_seed(tmp_path):
     agent = make_agent("tiny:chatml")
     params = SamplingParams(temperature=1.0, max_new_tokens=12)
-    kwargs = dict(env_kwargs={"calculator": True, "max_turns": 2}, limit=6, samples=3, params=params)
+    kwargs = {"env_kwargs": {"calculator": True, "max_turns": 2}, "limit": 6, "samples": 3, "params": params}
     a = evaluate(agent, "turnrl/Arithmetic-v0", seed=1, out=tmp_path / "a", **kwargs)
     b = evaluate(agent, "turnrl/Arithmetic-v0", seed=1, out=tmp_path / "b", **kwargs)
     evaluate(agent, "turnrl/Arithmetic-v0", seed=2, out=tmp_path / "c", **kwargs)
-    items = lambda d: (tmp_path / d / "items.jsonl").read_text()  # noqa: E731
+    items = lambda d: (tmp_path / d / "items.jsonl").read_text()
     assert items("a") == items("b") and items("a") != items("c")
-    drop = lambda m: {k: v for k, v in m.items() if k not in ("wall_seconds", "generated_tokens_per_second")}  # noqa: E731
+    drop = lambda m: {k: v for k, v in m.items() if k not in ("wall_seconds", "generated_tokens_per_second")}
     assert drop(a) == drop(b)
 
 
@@ -157,7 +157,7 @@ def test_report_shows_whole_episodes_and_why_answers_failed(tmp_path):
 
 def _arithmetic_policy(prompt: str) -> str:
     """By the task's sum: right, a long reply cut at the token limit before its (right) answer, no answer, wrong."""
-    value = eval(prompt.rsplit("What is ", 1)[1].split("?")[0])  # noqa: S307 — our generated arithmetic
+    value = eval(prompt.rsplit("What is ", 1)[1].split("?")[0])  # our generated arithmetic
     return [f"\\boxed{{{value}}}", "Let me think step by step. " * 10 + f"\\boxed{{{value}}}", "I am not sure.",
             f"\\boxed{{{value + 1}}}"][value % 4]
 
@@ -296,8 +296,8 @@ def test_an_interrupted_evaluation_writes_what_finished_and_resumes(tmp_path, si
     from turnrl.rl.run.evaluate import EvaluationInterrupted
 
     agent = ScriptedAgent(tiny_tokenizer("chatml"), _arithmetic_policy)
-    kwargs = dict(limit=6, samples=2, params=SamplingParams(temperature=0.0, max_new_tokens=12), batch_episodes=4,
-                  agent_name="scripted")
+    kwargs = {"limit": 6, "samples": 2, "params": SamplingParams(temperature=0.0, max_new_tokens=12), "batch_episodes": 4,
+                  "agent_name": "scripted"}
     seen: list[str] = []
 
     def stop_at_five(traj):
@@ -309,7 +309,7 @@ def test_an_interrupted_evaluation_writes_what_finished_and_resumes(tmp_path, si
         evaluate(agent, "turnrl/Arithmetic-v0", out=tmp_path / "run", on_episode=stop_at_five, **kwargs)
     done = stopped.value.done
     assert 5 <= done < 12 and stopped.value.total == 12 and len(seen) == done
-    items = lambda d: [json.loads(x) for x in (tmp_path / d / "items.jsonl").read_text().splitlines()]  # noqa: E731
+    items = lambda d: [json.loads(x) for x in (tmp_path / d / "items.jsonl").read_text().splitlines()]
     order = [f"0-0-{r['index']}-{r['sample']}" for r in items("run")]
     assert order == sorted(seen, key=lambda k: [int(x) for x in k.split("-")])  # each finished episode, in order
     m = json.loads((tmp_path / "run" / "metrics.json").read_text())
@@ -323,13 +323,13 @@ def test_an_interrupted_evaluation_writes_what_finished_and_resumes(tmp_path, si
     assert len(seen) == 12 - done and m["resumed_episodes"] == done and "interrupted" not in m
     full = evaluate(agent, "turnrl/Arithmetic-v0", out=tmp_path / "full", **kwargs)
     assert items("run") == items("full")
-    same = lambda d: {k: v for k, v in d.items() if k not in ("wall_seconds", "generated_tokens_per_second",  # noqa: E731
+    same = lambda d: {k: v for k, v in d.items() if k not in ("wall_seconds", "generated_tokens_per_second",
                                                            "resumed_episodes")}
     assert same(m) == same(full)
     streamed = (tmp_path / "run" / "trajectories.jsonl").read_text().splitlines()
     assert sorted(json.loads(x)["metadata"]["job"] for x in streamed) == sorted(f"0-0-{i}-{s}" for i in range(6)
                                                                                  for s in range(2))
-    report = lambda d: (tmp_path / d / "report.md").read_text().split("## Outcomes")[1]  # noqa: E731
+    report = lambda d: (tmp_path / d / "report.md").read_text().split("## Outcomes")[1]
     assert report("run") == report("full")  # the same outcomes, examples and configuration
 
 
@@ -371,7 +371,7 @@ def test_outcome_precedence_a_graded_answer_outranks_an_earlier_tool_error_and_a
 
 def test_resume_with_a_smaller_limit_keeps_the_episodes_past_it(tmp_path):
     agent = ScriptedAgent(tiny_tokenizer("chatml"), _arithmetic_policy)
-    kwargs = dict(params=SamplingParams(temperature=0.0, max_new_tokens=12), agent_name="scripted", out=tmp_path)
+    kwargs = {"params": SamplingParams(temperature=0.0, max_new_tokens=12), "agent_name": "scripted", "out": tmp_path}
     evaluate(agent, "turnrl/Arithmetic-v0", limit=4, **kwargs)
     m = evaluate(agent, "turnrl/Arithmetic-v0", limit=2, resume=True, **kwargs)
     assert m["resumed_episodes"] == 2 and len((tmp_path / "items.jsonl").read_text().splitlines()) == 2

@@ -13,7 +13,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
 
-import evidence_report as report  # noqa: E402
+import evidence_report as report  # noqa: E402 — bench/ on the path first
 
 VERDICT = {"correct": "The answer is correct.", "wrong": "The answer is wrong."}
 
@@ -23,7 +23,7 @@ def pag_episode(env, index: int, first_right: bool, verdict: str, revise_right: 
     fields the report reads: task id and the turns' infos)."""
     env.reset(options={"index": index})
     turns = [env.step(env.oracle_action() if first_right else env.wrong_action())[4]]
-    _, _, terminated, truncated, info = env.step(VERDICT[verdict] if verdict in VERDICT else "I am not sure.")
+    _, _, terminated, truncated, info = env.step(VERDICT.get(verdict, "I am not sure."))
     turns.append(info)
     if not terminated and not truncated:  # revised
         turns.append(env.step(env.oracle_action() if revise_right else env.wrong_action())[4])

@@ -247,7 +247,7 @@ def test_an_sdk_agent_with_mcp_tools_trains_on_an_environments_tools_through_the
     from turnrl.gateway.tools import ToolServer
 
     monkeypatch.syspath_prepend(str(EXAMPLES))
-    import inventory_env  # noqa: F401  (registers examples/Inventory-v0)
+    import inventory_env  # noqa: F401 — registers examples/Inventory-v0
 
     tok = tiny_tokenizer("qwen_tools")
     gateway = Gateway(ScriptedAgent(tok, inventory_tools_then_answer), "tiny", max_context=8192).start()
@@ -263,7 +263,7 @@ def test_an_sdk_agent_with_mcp_tools_trains_on_an_environments_tools_through_the
     for traj in trajs:
         assert traj.error is None and traj.correct is True and traj.total_reward == 1.0, traj.error
         calls = traj.metadata["mcp_calls"]
-        assert [c["name"] for c in calls][0] == "search_items" and len(calls) == 2 and all(c["ok"] for c in calls)
+        assert next(c["name"] for c in calls) == "search_items" and len(calls) == 2 and all(c["ok"] for c in calls)
         assert calls[1]["name"] == ("get_stock" if traj.task_id.endswith("/stock") else "get_price")
         assert traj.num_turns == 3
 

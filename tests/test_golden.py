@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent / "golden"))
-from record import CASES, run  # noqa: E402
+from record import CASES, run
 
 GOLDEN = json.loads((Path(__file__).parent / "golden" / "trace.json").read_text())
 

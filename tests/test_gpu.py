@@ -6,7 +6,7 @@ import copy
 
 import pytest
 import torch
-import toy_envs  # noqa: F401  (registers the toy environments)
+import toy_envs  # noqa: F401 — registers the toy environments
 from test_learner import episodes
 
 from turnrl.agents.tiny import tiny_model, tiny_tokenizer

@@ -84,8 +84,8 @@ def test_an_oracle_that_never_uses_the_tools_is_reported():
             return []
 
     report = check_environment(Lazy([careful_divide]))
-    assert ["the oracle never called a tool although the env offers careful_divide"] == [
-        f.split(":")[0] for f in report.failures]
+    assert [
+        f.split(":")[0] for f in report.failures] == ["the oracle never called a tool although the env offers careful_divide"]
 
 
 def test_an_oracle_tool_call_that_fails_is_reported():

@@ -49,7 +49,7 @@ def test_swirl_style_search_budget_and_bad_queries():
     assert "(you already searched this)" in obs[0].content
     obs, *_ = env.step("<search_query>   </search_query>")
     assert obs[0].content == "Error: the query is empty"
-    obs, r, term, trunc, info = env.step("<lookup>No Such Article</lookup>")
+    obs, _r, _term, trunc, info = env.step("<lookup>No Such Article</lookup>")
     assert "Error: no article titled 'No Such Article'" in obs[0].content
     assert trunc  # max_turns = max_searches + 1 = 4: still calling tools at the limit
     # an episode cut while searching has the figures of no answer, so a report's means count it (F1 0, not missing)
@@ -60,7 +60,7 @@ def test_swirl_style_search_budget_and_bad_queries():
 def test_budget_and_huge_queries_are_refused():
     env = turnrl.make("turnrl/HotPotQA-v0", max_searches=1, max_turns=4)
     env.reset(options={"index": 0})
-    call = lambda q: '<tool_call>{"name": "search", "arguments": {"query": %s}}</tool_call>' % json.dumps(q)  # noqa: E731
+    call = lambda q: f'<tool_call>{{"name": "search", "arguments": {{"query": {json.dumps(q)}}}}}</tool_call>'
     obs, *_ = env.step(call("x" * 1000))
     assert "too long" in obs[0].content
     obs, *_ = env.step(call("Shirley Temple"))
@@ -137,7 +137,7 @@ def test_dev_train_and_dev_test_are_disjoint_parts_of_the_dev_file():
     train = turnrl.make("turnrl/HotPotQA-v0", split="dev-train", tool_style="swirl")
     test = turnrl.make("turnrl/HotPotQA-v0", split="dev-test")
     val = turnrl.make("turnrl/HotPotQA-v0", split="dev-validation")
-    ids = lambda env: [env.tasks[i].id for i in range(len(env))]  # noqa: E731
+    ids = lambda env: [env.tasks[i].id for i in range(len(env))]
     assert len(test) == 100 and len(val) == 50 and len(train) == len(dev) - 150
     assert ids(test) + ids(val) + ids(train) == ids(dev) and not set(ids(test)) & set(ids(train))
     assert train.validation_split == "dev-validation" and dev.validation_split is None

@@ -33,8 +33,9 @@ import fnmatch
 import functools
 import sys
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = "turnrl"
@@ -86,7 +87,7 @@ class Facts(NamedTuple):
     lines: int
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def facts(path: Path) -> Facts:
     """The file's imports, module docstring and line count; the file is parsed once per run and its syntax
     tree is not kept (keeping every tree alive makes the garbage collector slow the run down several times)."""
@@ -197,7 +198,7 @@ def layers() -> list[Layer]:
     return found
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def layer_of(name: str) -> Layer | None:
     """The layer of a module: of its most specific pattern (a module pattern, ``x.py`` or ``a/*/x.py``, beats any
     folder; a longer folder, ``a/b/``, beats a shorter one); None when no pattern matches."""

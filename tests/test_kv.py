@@ -68,7 +68,7 @@ def test_seeded_sampling_equals_re_prefill():
 
 
 def test_a_budget_smaller_than_one_episode_re_prefills_and_says_so():
-    plain, cached, agent, rollout = both(kv_cache_mb=0.001)  # ~1 KB: no episode's cache fits
+    plain, cached, _agent, rollout = both(kv_cache_mb=0.001)  # ~1 KB: no episode's cache fits
     assert_same(plain, cached)
     m = rollout.stats.kv_metrics()
     assert m["cached_tokens"] == 0 and m["kv_oversize"] > 0
@@ -103,7 +103,7 @@ def test_a_rewritten_history_reuses_the_common_prefix_and_is_counted():
     tok = tiny_tokenizer("chatml")
 
     def rewrite(envs, roles, prompts, completions):  # replace every completion with a fixed reply
-        ids = tok.encode("I think 7.", add_special_tokens=False) + [tok.convert_tokens_to_ids("<|im_end|>")]
+        ids = [*tok.encode("I think 7.", add_special_tokens=False), tok.convert_tokens_to_ids("<|im_end|>")]
         return [Completion(text="I think 7.", token_ids=ids, logprobs=[0.0] * len(ids), finish_reason="stop")
                 for _ in completions]
 
@@ -139,7 +139,7 @@ def test_a_load_that_replaces_the_weights_invalidates_too():
     agent = HFAgent(tiny_model(tok), tok)
     prompt = tok.encode("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n", add_special_tokens=False)
     c = agent.generate([prompt], GREEDY, sessions=["s"])[0]
-    for name, p in agent.model.named_parameters():  # a rollout worker adopting new arrays (no in-place update)
+    for _name, p in agent.model.named_parameters():  # a rollout worker adopting new arrays (no in-place update)
         p.data = p.data.clone()
     again = agent.generate([prompt + c.token_ids], GREEDY, sessions=["s"])[0]
     assert again.metadata["kv"] == "invalidated"
@@ -263,11 +263,11 @@ def test_continuous_turns_do_not_wait_for_a_slow_environment():
     for continuous in (False, True):
         t0 = time.perf_counter()
         rollout = Rollout(HFAgent(model, tok, batch_size=4), GREEDY, continuous=continuous,
-                          sink=lambda t, c=continuous: finished_at.setdefault(c, []).append(
+                          sink=lambda t, c=continuous, t0=t0: finished_at.setdefault(c, []).append(
                               (t.seed, time.perf_counter() - t0)))
         rollout.run(factory(), seeds=list(range(4)))
-    fast = lambda c: max(s for seed, s in finished_at[c] if seed != 0)  # noqa: E731
-    slow = lambda c: max(s for seed, s in finished_at[c] if seed == 0)  # noqa: E731
+    fast = lambda c: max(s for seed, s in finished_at[c] if seed != 0)
+    slow = lambda c: max(s for seed, s in finished_at[c] if seed == 0)
     assert fast(True) < 1.5 < slow(True)  # the others finished all their turns during the slow one's first step
     assert fast(False) > 2.5  # in rounds, their second and third turns each waited for a slow step
 
@@ -335,7 +335,7 @@ def test_a_training_run_reuses_caches_and_batches_turns_continuously(tmp_path):
         torch.manual_seed(0)
         trainer = Trainer(cfg, model=tiny_model(tok), tokenizer=tok)
         try:
-            return [trainer.source.collect(step)[1] for step in range(1)][0]
+            return next(trainer.source.collect(step)[1] for step in range(1))
         finally:
             trainer.close()
 
@@ -408,7 +408,7 @@ def test_a_failure_while_joining_answers_every_waiting_request():
         first = asyncio.ensure_future(agent.agenerate_one(prompt, GREEDY.model_copy(update={"max_new_tokens": 30})))
         for _ in range(3):
             await asyncio.sleep(0)  # the first request is decoding
-        second = asyncio.ensure_future(agent.agenerate_one(prompt + [5], GREEDY))
+        second = asyncio.ensure_future(agent.agenerate_one([*prompt, 5], GREEDY))
         return await asyncio.wait_for(asyncio.gather(first, second, return_exceptions=True), timeout=30)
 
     real = batching.Batch.merge

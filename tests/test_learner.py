@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-import toy_envs  # noqa: F401
+import toy_envs  # noqa: F401 — registers the toy environments
 
 import turnrl
 from turnrl.agents.base import Completion, SamplingParams

@@ -1,12 +1,14 @@
 """The DeepSpeed learner group on a real local Ray cluster: 2 gloo ranks (``DS_ACCELERATOR=cpu``), a tiny model."""
 
 import copy
+import functools
+import operator
 import time
 from types import SimpleNamespace
 
 import pytest
 import torch
-import toy_envs  # noqa: F401  (registers the toy environments)
+import toy_envs  # noqa: F401 — registers the toy environments
 from test_learner import episodes
 
 from turnrl.agents.tiny import tiny_model
@@ -34,9 +36,9 @@ def test_shards_are_contiguous_whole_groups_of_about_equal_size():
     assert shard_rows([0, 0, 0, 1, 1, 1], 2) == [[0, 1, 2], [3, 4, 5]]
     assert shard_rows([0, 0, 0, 0, 1, 1], 2) == [[0, 1, 2, 3], [4, 5]]
     assert shard_rows([0, 0, 0, 0, 0, 0, 0, 0], 2) == [[0, 1, 2, 3], [4, 5, 6, 7]]  # one big group is split
-    assert sorted(sum(shard_rows([0, 0], 3), [])) == [0, 1] and all(len(p) <= 1 for p in shard_rows([0, 0], 3))
+    assert sorted(functools.reduce(operator.iadd, shard_rows([0, 0], 3), [])) == [0, 1] and all(len(p) <= 1 for p in shard_rows([0, 0], 3))
     parts = shard_rows([0, 1, 1, 2, 3, 3, 3, 4], 3)
-    assert sum(parts, []) == list(range(8)) and all(parts)
+    assert functools.reduce(operator.iadd, parts, []) == list(range(8)) and all(parts)
 
 
 # DAPO on ZeRO-2, the rest on ZeRO-3 (PPO there covers a policy-gradient update on partitioned weights; the suite's

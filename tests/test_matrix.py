@@ -19,9 +19,9 @@ import pytest
 from pydantic import ValidationError
 
 sys.path.insert(0, str(Path(__file__).parent))
-import toy_envs  # noqa: E402,F401 — registers tests/Upper-v0
+import toy_envs  # noqa: F401 — registers tests/Upper-v0
 
-from turnrl.rl.config import TrainConfig  # noqa: E402
+from turnrl.rl.config import TrainConfig
 
 FACTORS: dict[str, list] = {
     "placement": ["local", "ray"],

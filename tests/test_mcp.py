@@ -125,7 +125,7 @@ def test_servers_that_cannot_serve_are_one_clear_error(tmp_path):
     with pytest.raises(MCPServerError, match="has no tool get_weather; it lists get_price, get_stock, search_items"):
         mcp_tools(MCPServer(command=tuple(INVENTORY), include=("get_weather",)))
     with pytest.raises(ValueError, match="two MCP tools are named 'search_items'; give one server a prefix"):
-        mcp_tools(INVENTORY, INVENTORY + ["--again"])
+        mcp_tools(INVENTORY, [*INVENTORY, "--again"])
     with pytest.raises(ValueError, match="either a command .* or a url"):
         MCPServer()
     hang = tmp_path / "hang.py"

@@ -11,7 +11,7 @@ from pettingzoo import AECEnv, ParallelEnv
 from turnrl.envs.multiagent import MultiAgentTextEnv, is_multi_agent, make_multi_agent, register_multi_agent
 from turnrl.envs.multiagent.checks import check_multi_agent_environment
 from turnrl.envs.multiagent.tictactoe import _value as game_value
-from turnrl.envs.multiagent.tictactoe import best_move, openings, random_move, split_of, to_move
+from turnrl.envs.multiagent.tictactoe import best_move, openings, random_move, to_move
 from turnrl.envs.spaces import TextSpace
 
 
@@ -20,7 +20,7 @@ def play(env, policies, *, seed=0, index=0, max_iter=200):
     return each seat's observations, cumulative rewards and last infos."""
     env.reset(seed=seed, options={"index": index})
     seen = {a: [] for a in env.possible_agents}
-    total = {a: 0.0 for a in env.possible_agents}
+    total = dict.fromkeys(env.possible_agents, 0.0)
     infos = {}
     for agent in env.agent_iter(max_iter=max_iter):
         observation, reward, termination, truncation, info = env.last()
@@ -169,7 +169,7 @@ class GuessEnv(AECEnv):
     players name numbers in turn; whoever names the secret first wins. An agent observes the rules at its first turn
     only, then its opponent's last number (what is new to it)."""
 
-    metadata = {"name": "guess_v0"}  # noqa: RUF012
+    metadata = {"name": "guess_v0"}
 
     def __init__(self, secret=7):
         super().__init__()
@@ -186,14 +186,14 @@ class GuessEnv(AECEnv):
 
     def reset(self, seed=None, options=None):
         self.agents = list(self.possible_agents)
-        self.rewards = {a: 0.0 for a in self.agents}
-        self._cumulative_rewards = {a: 0.0 for a in self.agents}
-        self.terminations = {a: False for a in self.agents}
-        self.truncations = {a: False for a in self.agents}
+        self.rewards = dict.fromkeys(self.agents, 0.0)
+        self._cumulative_rewards = dict.fromkeys(self.agents, 0.0)
+        self.terminations = dict.fromkeys(self.agents, False)
+        self.truncations = dict.fromkeys(self.agents, False)
         self.infos = {a: {} for a in self.agents}
         self.agent_selection = self.agents[0]
-        self.last_guess = {a: None for a in self.agents}
-        self.moved = {a: False for a in self.agents}
+        self.last_guess = dict.fromkeys(self.agents)
+        self.moved = dict.fromkeys(self.agents, False)
 
     def observe(self, agent):
         other = self.last_guess[self.agents[1 - self.agents.index(agent)]] if len(self.agents) == 2 else None
@@ -212,7 +212,7 @@ class GuessEnv(AECEnv):
         if digits and int(digits[-1]) == self.secret:
             other = self.agents[1 - self.agents.index(agent)]
             self.rewards = {agent: 1.0, other: -1.0}
-            self.terminations = {a: True for a in self.agents}
+            self.terminations = dict.fromkeys(self.agents, True)
         self.agent_selection = self.agents[1 - self.agents.index(agent)]
         self._accumulate_rewards()
 
@@ -236,9 +236,9 @@ def test_a_pettingzoo_text_environment_loads_as_it_is():
 class RockPaperScissors(ParallelEnv):
     """A PettingZoo parallel game with text: both players move at once, three rounds; each sees the last round."""
 
-    metadata = {"name": "text_rps_v0"}  # noqa: RUF012
-    possible_agents = ["a", "b"]  # noqa: RUF012
-    BEATS = {"rock": "scissors", "scissors": "paper", "paper": "rock"}  # noqa: RUF012
+    metadata = {"name": "text_rps_v0"}
+    possible_agents = ["a", "b"]
+    BEATS = {"rock": "scissors", "scissors": "paper", "paper": "rock"}
 
     def observation_space(self, agent):
         return TextSpace()
@@ -249,7 +249,7 @@ class RockPaperScissors(ParallelEnv):
     def reset(self, seed=None, options=None):
         self.agents, self.round = list(self.possible_agents), 0
         first = "Round 1: say rock, paper or scissors."
-        return {a: first for a in self.agents}, {a: {} for a in self.agents}
+        return dict.fromkeys(self.agents, first), {a: {} for a in self.agents}
 
     def step(self, actions):
         said = {a: next((w for w in self.BEATS if w in (actions.get(a) or "").lower()), None) for a in self.agents}
@@ -259,7 +259,7 @@ class RockPaperScissors(ParallelEnv):
         done = self.round >= 3
         obs = {x: f"Round {self.round}: you said {said[x]}, your opponent said {said[y]}. Round {self.round + 1}."
                for x, y in ((a, b), (b, a))}
-        out = (obs, {a: float(win), b: float(-win)}, {x: done for x in self.agents}, {x: False for x in self.agents},
+        out = (obs, {a: float(win), b: float(-win)}, dict.fromkeys(self.agents, done), dict.fromkeys(self.agents, False),
                {x: {} for x in self.agents})
         if done:
             self.agents = []
@@ -292,7 +292,7 @@ def test_the_conformance_checks_pass_on_every_built_in_and_textarena_game(env_id
 
 
 class Endless(MultiAgentTextEnv):
-    possible_agents = ["a", "b"]  # noqa: RUF012
+    possible_agents = ["a", "b"]
 
     def __init__(self, crash=False, **kwargs):
         super().__init__(**kwargs)

@@ -84,11 +84,11 @@ def told_once(traj, tok, tags=True):
 
 def trainer(tmp_path, env, **over):
     tok = tiny_tokenizer("chatml")
-    cfg = TrainConfig(**{**dict(
-        model="tiny", env=env, algorithm={"name": "grpo"}, steps=1, eval_tasks=4, out_dir=str(tmp_path), seed=3,
-        rollout={"prompts_per_step": 2, "group_size": 2, "max_new_tokens": 6, "max_context": 3072,
+    cfg = TrainConfig(**{
+        "model": "tiny", "env": env, "algorithm": {"name": "grpo"}, "steps": 1, "eval_tasks": 4, "out_dir": str(tmp_path), "seed": 3,
+        "rollout": {"prompts_per_step": 2, "group_size": 2, "max_new_tokens": 6, "max_context": 3072,
                  "temperature": 1.5},
-        multi_agent={"eval_opponent": "script:test_multiagent_games:fixed_move"}), **over})
+        "multi_agent": {"eval_opponent": "script:test_multiagent_games:fixed_move"}, **over})
     return Trainer(cfg, model=tiny_model(tok, seed=0), tokenizer=tok), tok
 
 
@@ -186,8 +186,8 @@ class Transcript(AECEnv):
     """A PettingZoo text game whose observation is the agent's whole history (as TextArena's default wrapper gives):
     the rules, then every move so far; five moves in all."""
 
-    metadata = {"name": "transcript_v0"}  # noqa: RUF012
-    possible_agents = ["a", "b"]  # noqa: RUF012
+    metadata = {"name": "transcript_v0"}
+    possible_agents = ["a", "b"]
 
     def observation_space(self, agent):
         return TextSpace()
@@ -197,8 +197,8 @@ class Transcript(AECEnv):
 
     def reset(self, seed=None, options=None):
         self.agents = list(self.possible_agents)
-        self.rewards, self._cumulative_rewards = {a: 0.0 for a in self.agents}, {a: 0.0 for a in self.agents}
-        self.terminations, self.truncations = {a: False for a in self.agents}, {a: False for a in self.agents}
+        self.rewards, self._cumulative_rewards = dict.fromkeys(self.agents, 0.0), dict.fromkeys(self.agents, 0.0)
+        self.terminations, self.truncations = dict.fromkeys(self.agents, False), dict.fromkeys(self.agents, False)
         self.infos, self.agent_selection = {a: {} for a in self.agents}, "a"
         self.log = ["Say anything; the game lasts five moves in all, and nobody wins it."]
 
@@ -213,7 +213,7 @@ class Transcript(AECEnv):
         self._cumulative_rewards[agent] = 0.0
         self.log.append(f"move {len(self.log)}: {agent} said {action!r}")
         if len(self.log) > 5:
-            self.terminations = {a: True for a in self.agents}
+            self.terminations = dict.fromkeys(self.agents, True)
         self.agent_selection = "b" if agent == "a" else "a"
         self._accumulate_rewards()
 
@@ -306,8 +306,8 @@ def test_a_game_of_ones_own_without_a_length_trains_on_seeds(tmp_path, one_threa
     class Coin(MultiAgentTextEnv):
         """Guess the coin the seed tossed: no list of starting states, only seeds."""
 
-        possible_agents = ["a", "b"]  # noqa: RUF012
-        seeds: list[int] = []  # noqa: RUF012
+        possible_agents = ["a", "b"]
+        seeds: list[int] = []
 
         def reset(self, seed=None, options=None):
             Coin.seeds.append(seed)

@@ -205,8 +205,8 @@ class PaysEachMove(AECEnv):
     """A PettingZoo text game of four moves: ``a`` is paid 1 at each of its two moves, ``b`` 1.5 at its last:
     ``a`` wins on its total (2 against 1.5), though ``b`` is paid more at the last move."""
 
-    metadata = {"name": "pays_v0"}  # noqa: RUF012
-    possible_agents = ["a", "b"]  # noqa: RUF012
+    metadata = {"name": "pays_v0"}
+    possible_agents = ["a", "b"]
 
     def observation_space(self, agent):
         return TextSpace()
@@ -216,8 +216,8 @@ class PaysEachMove(AECEnv):
 
     def reset(self, seed=None, options=None):
         self.agents, self.moves = list(self.possible_agents), 0
-        self.rewards, self._cumulative_rewards = {a: 0.0 for a in self.agents}, {a: 0.0 for a in self.agents}
-        self.terminations, self.truncations = {a: False for a in self.agents}, {a: False for a in self.agents}
+        self.rewards, self._cumulative_rewards = dict.fromkeys(self.agents, 0.0), dict.fromkeys(self.agents, 0.0)
+        self.terminations, self.truncations = dict.fromkeys(self.agents, False), dict.fromkeys(self.agents, False)
         self.infos, self.agent_selection = {a: {} for a in self.agents}, "a"
 
     def observe(self, agent):
@@ -232,7 +232,7 @@ class PaysEachMove(AECEnv):
         self.moves += 1
         self.rewards = {"a": 1.0 if agent == "a" else 0.0, "b": 1.5 if self.moves == 4 else 0.0}
         if self.moves == 4:
-            self.terminations = {a: True for a in self.agents}
+            self.terminations = dict.fromkeys(self.agents, True)
         self.agent_selection = "b" if agent == "a" else "a"
         self._accumulate_rewards()
 

@@ -43,7 +43,7 @@ def test_ray_workers_play_the_games_the_local_placement_plays(tmp_path):
     here, _ = local.source.collect(0)
     remote = trainer(config(tmp_path / "ray"))
     try:
-        there, info = remote.source.collect(0)
+        there, _info = remote.source.collect(0)
         history = remote.train()
     finally:
         remote.close()
@@ -70,7 +70,7 @@ def test_a_worker_killed_mid_step_loses_and_repeats_no_game(tmp_path):
 
     t.runner.on_commit = on_commit
     try:
-        trajs, info = t.source.collect(0)
+        trajs, _info = t.source.collect(0)
     finally:
         t.close()
     assert killed

@@ -115,7 +115,7 @@ def _o_cells():
 
 
 class Broken(MultiAgentTextEnv):
-    possible_agents = ["a", "b"]  # noqa: RUF012
+    possible_agents = ["a", "b"]
 
     def _reset(self, options):
         self.tell(["a", "b"], "go")
@@ -127,7 +127,7 @@ class Broken(MultiAgentTextEnv):
 class PayEachMove(MultiAgentTextEnv):
     """Seats a and b alternate; every move pays its mover +1 and tells both seats it was made."""
 
-    possible_agents = ["a", "b"]  # noqa: RUF012
+    possible_agents = ["a", "b"]
 
     def _reset(self, options):
         self.tell(["a", "b"], "go")

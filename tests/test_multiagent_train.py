@@ -18,10 +18,10 @@ pytestmark = pytest.mark.timeout(300)
 
 
 def config(out, **over):
-    base = dict(model="tiny", env={"id": "turnrl/TicTacToe-v0"}, algorithm={"name": "grpo"}, steps=2,
-                rollout={"prompts_per_step": 2, "group_size": 2, "max_new_tokens": 6, "max_context": 1024,
+    base = {"model": "tiny", "env": {"id": "turnrl/TicTacToe-v0"}, "algorithm": {"name": "grpo"}, "steps": 2,
+                "rollout": {"prompts_per_step": 2, "group_size": 2, "max_new_tokens": 6, "max_context": 1024,
                          "temperature": 1.5},
-                eval_tasks=4, out_dir=str(out), seed=3)
+                "eval_tasks": 4, "out_dir": str(out), "seed": 3}
     base.update(over)
     return TrainConfig(**base)
 
@@ -121,8 +121,8 @@ def test_the_league_enters_versions_by_its_rules_and_plays_them_frozen(tmp_path)
 
 
 def test_a_resumed_league_run_ends_like_an_uninterrupted_one(tmp_path):
-    over = dict(steps=3, algorithm={"name": "ppo"},  # a critic: every step moves the weights
-                multi_agent={"opponent": "league", "league": {"size": 2, "every": 1, "latest": 0.5}})
+    over = {"steps": 3, "algorithm": {"name": "ppo"},  # a critic: every step moves the weights
+                "multi_agent": {"opponent": "league", "league": {"size": 2, "every": 1, "latest": 0.5}}}
     whole = trainer(config(tmp_path / "whole", **over))
     start = weights(whole.model)
     whole.train()

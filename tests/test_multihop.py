@@ -55,7 +55,7 @@ def test_documents_are_short_names_unique_and_the_question_names_no_hidden_entit
     words = {w.lower() for t in [*BRIDGES.values(), *COMPARISONS.values()] for w in re.findall(r"[A-Za-z]+", t)}
     for name in kb.entities:  # no name is a word of the questions (a search for "born" would find a person)
         assert not {w.lower() for w in name.split()} & words, name
-    for split, env in envs.items():
+    for _split, env in envs.items():
         for t in tasks_of(env):
             hidden = set(t.metadata["supporting_titles"]) - set(t.metadata["named"])
             assert all(n in t.prompt for n in t.metadata["named"]) and not any(h in t.prompt for h in hidden)
@@ -155,7 +155,7 @@ class GoldAgent:
         raise AssertionError(f"search({name!r}) did not return its document: {result.content}")
 
     def answer(self, question):
-        for template, (kind, spec) in _TEMPLATES:
+        for template, (kind, spec) in _TEMPLATES:  # noqa: B007 — the matching template's, read after the loop
             if m := _pattern(template).fullmatch(question):
                 break
         else:
@@ -198,7 +198,7 @@ def test_the_question_finds_its_first_hop_and_not_the_next(corpus, misses):
 def test_the_search_tool_is_hotpotqas_with_its_budget():
     env = turnrl.make(ID, split="test", max_searches=2)
     env.reset(options={"index": 0})
-    call = lambda q: '<tool_call>{"name": "search", "arguments": {"query": %s}}</tool_call>' % json.dumps(q)  # noqa: E731
+    call = lambda q: f'<tool_call>{{"name": "search", "arguments": {{"query": {json.dumps(q)}}}}}</tool_call>'
     obs, *_ = env.step(call(env.task.prompt))
     assert obs[0].content.startswith("1. ") and env.task.metadata["named"][0] in obs[0].content
     env.step(call("x"))

@@ -73,7 +73,7 @@ def test_the_option_needs_the_learners_own_logprobs():
 
 def test_a_learner_step_weighs_the_samples_of_another_policy():
     # μ: a model with other weights sampled the data; the learner's π_old differs, so weights differ from 1
-    import toy_envs  # noqa: F401
+    import toy_envs  # noqa: F401 — registers the toy environments
 
     tok = tiny_tokenizer("chatml")
     trajs, _, _ = bandit(tok, tiny_model(tok, seed=7))
@@ -155,7 +155,7 @@ def test_no_gradient_flows_through_any_variant():
 
 @pytest.mark.parametrize("mode", ["mask-token", "mask-sequence", "icepop"])
 def test_a_learner_step_takes_each_variant(mode):
-    import toy_envs  # noqa: F401
+    import toy_envs  # noqa: F401 — registers the toy environments
 
     tok = tiny_tokenizer("chatml")
     trajs, _, _ = bandit(tok, tiny_model(tok, seed=7))

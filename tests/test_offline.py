@@ -83,7 +83,7 @@ def test_rollout_resumes_an_interrupted_file_and_samples_what_an_uninterrupted_r
                               samples=4, params=PARAMS, seed=SEED, batch_episodes=8)
     assert summary["skipped_tasks"] == 4 and summary["new_episodes"] == 16 and not partial.exists()
     resumed = load(out)
-    key = lambda t: (t.metadata["task_index"], t.metadata["sample"])  # noqa: E731
+    key = lambda t: (t.metadata["task_index"], t.metadata["sample"])
     assert sorted(map(key, resumed)) == sorted(map(key, full))
     assert {key(t): t.token_ids for t in resumed} == {key(t): t.token_ids for t in full}
     again = rollout_dataset(HFAgent(tiny_model(tok), tok), "tiny:chatml", "tests/Upper-v0", out=out, tasks=8,
@@ -143,7 +143,7 @@ def test_dpo_pairs_skip_and_count_tasks_with_a_single_outcome(data):
     assert info["dpo_pairs"] == len(pairs) == want and info["dpo_tasks"] == len(mixed[3:])
     assert info["dpo_skipped_tasks"] == 3
     assert info["dpo_all_correct_tasks"] == 1 and info["dpo_all_incorrect_tasks"] == 2
-    assert all(w.correct and not l.correct and w.group_id == l.group_id for w, l in pairs)
+    assert all(w.correct and not lose.correct and w.group_id == lose.group_id for w, lose in pairs)
     one, _ = dpo_pairs(mixed, "one")
     assert len(one) == len(mixed)
     with pytest.raises(OfflineDataError, match="no task in the data has both"):

@@ -54,7 +54,7 @@ def test_rollout_through_http_is_token_exact(served):
     local, server = served
     remote = OpenAIAgent(server.url, "tiny", tokenizer=local.tokenizer)
     params = SamplingParams(temperature=0.0, max_new_tokens=10)
-    envs = lambda: [turnrl.make("turnrl/Arithmetic-v0", retry=True, max_turns=2) for _ in range(3)]  # noqa: E731
+    envs = lambda: [turnrl.make("turnrl/Arithmetic-v0", retry=True, max_turns=2) for _ in range(3)]
     via_http = Rollout(remote, params).run(envs(), seeds=[0, 1, 2])
     direct = Rollout(local, params).run(envs(), seeds=[0, 1, 2])
     assert [t.token_ids for t in via_http] == [t.token_ids for t in direct]
@@ -71,7 +71,7 @@ def test_chat(served):
 
 
 def test_clear_errors(served):
-    local, server = served
+    _local, server = served
     with pytest.raises(OpenAIError, match="returned 404.*model 'other' not found") as e:
         OpenAIAgent(server.url, "other", max_retries=0).chat([{"role": "user", "content": "hi"}])
     assert e.value.status == 404
@@ -92,7 +92,7 @@ class Flaky(BaseHTTPRequestHandler):
     def log_message(self, *args):
         pass
 
-    def do_POST(self):  # noqa: N802
+    def do_POST(self):
         type(self).seen += 1
         self.rfile.read(int(self.headers.get("Content-Length", 0)))
         if type(self).hang:
@@ -163,7 +163,7 @@ def test_official_client_models_n_and_prompt_lists(client):
 
 
 def test_streaming_gives_the_same_answer_as_a_plain_request(client):
-    kw = dict(model="tiny", messages=ask(), max_tokens=10, temperature=0)
+    kw = {"model": "tiny", "messages": ask(), "max_tokens": 10, "temperature": 0}
     plain = client.chat.completions.create(**kw)
     chunks = list(client.chat.completions.create(**kw, stream=True, stream_options={"include_usage": True}))
     assert chunks[0].choices[0].delta.role == "assistant"
@@ -171,7 +171,7 @@ def test_streaming_gives_the_same_answer_as_a_plain_request(client):
     assert text == plain.choices[0].message.content and len(text) > 0
     assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == plain.choices[0].finish_reason == "length"
     assert chunks[-1].usage.completion_tokens == 10 and chunks[-1].choices == []
-    kw = dict(model="tiny", prompt="What is", max_tokens=6, temperature=0)
+    kw = {"model": "tiny", "prompt": "What is", "max_tokens": 6, "temperature": 0}
     plain = client.completions.create(**kw)
     streamed = list(client.completions.create(**kw, stream=True))
     assert "".join(c.choices[0].text for c in streamed) == plain.choices[0].text
@@ -206,7 +206,7 @@ def test_stop_and_seed(client):
     cut = client.chat.completions.create(model="tiny", messages=ask("hello there"), max_tokens=12, temperature=0,
                                          stop=[stop]).choices[0]
     assert cut.message.content == full[: full.find(stop)] and cut.finish_reason == "stop"
-    draw = lambda seed: client.chat.completions.create(  # noqa: E731
+    draw = lambda seed: client.chat.completions.create(
         model="tiny", messages=ask(), max_tokens=8, temperature=1.0, seed=seed).choices[0].message.content
     assert draw(7) == draw(7) and draw(7) != draw(8)
 
@@ -240,8 +240,7 @@ def test_tools_come_back_as_parsed_tool_calls(tool_server):
     assert call.type == "function" and call.function.name == "calculator"
     assert json.loads(call.function.arguments) == {"expression": "2 + 2"} and call.id.startswith("call_")
     # the reply goes back with the tool's result; the template renders both
-    follow = ask() + [choice.message.model_dump(exclude_none=True),
-                      {"role": "tool", "tool_call_id": call.id, "content": "4"}]
+    follow = [*ask(), choice.message.model_dump(exclude_none=True), {"role": "tool", "tool_call_id": call.id, "content": "4"}]
     r = client.chat.completions.create(model="scripted", messages=follow, tools=TOOLS)
     assert r.choices[0].message.content == "It is 4." and r.choices[0].message.tool_calls is None
     seen = agent.tokenizer.decode(agent.calls[-1][0])

@@ -3,7 +3,7 @@ per-turn GRPO, the PAG metrics and the verdict-collapse monitor."""
 
 import pytest
 import torch
-import toy_envs  # noqa: F401  (registers tests/ToyPAG-v0)
+import toy_envs  # noqa: F401 — registers tests/ToyPAG-v0
 from pydantic import ValidationError
 
 import turnrl
@@ -81,7 +81,7 @@ def test_verifier_balance_makes_a_verdict_that_ignores_the_answer_earn_nothing()
     # 3 right first answers, 1 wrong; the verifier says "correct" to all: rewards 1, 1, 1, 0 (a collapsed verifier)
     b = batch([(1, 1, 0), (1, 1, 0), (1, 1, 0), (0, 0, 0)], correct=(1, 1, 1, 0), groups=(0, 0, 0, 0))
     r = balance_verifier_rewards(b.token_rewards, b.turn_ids, b.roles, b.loss_mask)
-    ver = lambda x: x[:, 5].tolist()  # noqa: E731 — the verifier turn's last token
+    ver = lambda x: x[:, 5].tolist()  # the verifier turn's last token
     assert ver(r) == pytest.approx([2 / 3, 2 / 3, 2 / 3, 0.0])  # weights n/(2 n_c): 4/6 for right, 4/2 for wrong
     # saying "wrong" to everything earns the same total: the verdict alone, without the truth, gains nothing
     flipped = batch([(1, 0, 0), (1, 0, 0), (1, 0, 0), (0, 1, 0)], correct=(1, 1, 1, 0), groups=(0, 0, 0, 0))
@@ -132,7 +132,7 @@ def test_pag_grpo_normalizes_each_turn_within_its_group_and_role():
     adv, _ = get_algorithm(parse_algorithm_config({"name": "pag-grpo"})).advantages(b, 8)
     policy = torch.tensor([1, 0, 1, 2, 0, -1.0])  # the group's policy turns: answers then revisions
     verifier = torch.tensor([0, 1, 1.0])
-    z = lambda x: (x - x.mean()) / (x.std() + 1e-6)  # noqa: E731
+    z = lambda x: (x - x.mean()) / (x.std() + 1e-6)
     zp, zv = z(policy), z(verifier)
     for row in range(3):
         assert torch.allclose(adv[row, :3], zp[row].repeat(3), atol=1e-5)
@@ -179,7 +179,7 @@ def test_eval_on_arithmetic_pag_reports_the_pag_figures(tmp_path):
     def agent(prompt):  # answers wrong, says "wrong", then revises to the right answer
         if "previous answer was wrong" in prompt:
             q = prompt.split("What is ", 1)[1].split("?")[0]
-            return f"\\boxed{{{eval(q)}}}"  # noqa: S307 — our generated arithmetic
+            return f"\\boxed{{{eval(q)}}}"  # our generated arithmetic
         return "The answer is wrong" if "Check the solution" in prompt.rsplit("<|im_start|>user", 1)[-1] else "\\boxed{-999}"
 
     m = evaluate(ScriptedAgent(tok, agent), "turnrl/Arithmetic-PAG-v0", limit=4, out=tmp_path)
@@ -205,7 +205,7 @@ def test_the_self_verification_headline_leads_with_balanced_accuracy():
 
 
 def test_verdict_collapse_monitor():
-    step = lambda c, w, n=32: {"pag_verdict_correct": c, "pag_verdict_wrong": w, "pag_verdicts": n,  # noqa: E731
+    step = lambda c, w, n=32: {"pag_verdict_correct": c, "pag_verdict_wrong": w, "pag_verdicts": n,
                                "pag_verifier_acc": 0.5}
     assert "say the answer is correct" in verdict_collapse([step(0.97, 0.03)] * 2, step(1.0, 0.0))
     assert "say the answer is wrong" in verdict_collapse([step(0.0, 1.0)] * 2, step(0.02, 0.98))
@@ -256,7 +256,7 @@ def test_math_envs_take_their_own_instruction():
     obs, _ = env.reset(options={"index": 0})
     assert obs[-1].content.endswith("Put it in a box.") and "The answer is N" not in obs[-1].content
     q = obs[-1].content.split("What is ", 1)[1].split("?")[0]
-    _, reward, *_ = env.step(f"{q} = {eval(q)}")  # noqa: S307 — graded leniently all the same
+    _, reward, *_ = env.step(f"{q} = {eval(q)}")  # graded leniently all the same
     assert reward == 1.0
 
 
@@ -330,7 +330,7 @@ def test_warm_up_rows_keep_only_revisions_that_turned_wrong_right():
     def agent(prompt):  # answers wrong, says "wrong", revises right on task 0 (its first number is even) only
         q = prompt.split("What is ", 1)[1].split("?")[0]
         if "previous answer was wrong" in prompt:
-            return f"\\boxed{{{eval(q) + (0 if int(q.split()[0]) % 2 == 0 else 1)}}}"  # noqa: S307
+            return f"\\boxed{{{eval(q) + (0 if int(q.split()[0]) % 2 == 0 else 1)}}}"
         return "The answer is wrong" if "Check the solution" in prompt.rsplit("<|im_start|>user", 1)[-1] else "\\boxed{-999}"
 
     envs = [turnrl.make("turnrl/Arithmetic-PAG-v0", level=1) for _ in range(8)]
@@ -360,7 +360,7 @@ def sibling_episodes():
             return "\\boxed{-999}"
         q = prompt.split("What is ", 1)[1].split("?")[0]
         calls.append(q)
-        return f"{q} = \\boxed{{{eval(q) + (len(calls) + 1) % 2}}}"  # noqa: S307
+        return f"{q} = \\boxed{{{eval(q) + (len(calls) + 1) % 2}}}"
 
     envs = [turnrl.make("turnrl/Arithmetic-PAG-v0", level=1) for _ in range(8)]
     trajs = Rollout(ScriptedAgent(tok, agent), SamplingParams(max_new_tokens=24)).run(
@@ -455,7 +455,7 @@ def test_verdict_exploration_replaces_a_share_of_verdicts_with_the_other_one_tok
         assert t.num_turns == 2  # "correct" ends the episode: no revision
         assert verify.reward == (1.0 if verify.info["correct"] else 0.0)  # rewarded against the truth like any verdict
         a, b = verify.token_span
-        assert t.token_ids[a:b] == tok.encode("Yes", add_special_tokens=False) + [tok.eos_token_id]
+        assert t.token_ids[a:b] == [*tok.encode("Yes", add_special_tokens=False), tok.eos_token_id]
         want = sequence_logprobs(agent.model, [t.token_ids[:b]], 1.0)[0][a:b]
         assert t.logprobs[a:b] == pytest.approx(want, abs=1e-5) and all(m == 1 for m in t.loss_mask[a:b])
         assert not t.turns[0].info.get("rewritten")  # only verify turns
@@ -625,7 +625,7 @@ def test_verify_tools_are_refused_without_tools_and_off_by_default():
     env = turnrl.make("turnrl/Arithmetic-PAG-v0", calculator=True, tool_style="tags")  # the paper's setting
     env.reset(seed=0)
     env.step("\\boxed{16}")
-    obs, r, term, _, info = env.step("<calculator>39-23</calculator>")  # no tools in the verify turn: a verdict
+    _obs, _r, term, _, info = env.step("<calculator>39-23</calculator>")  # no tools in the verify turn: a verdict
     assert term and info["verdict"] is None and "verify_tool_calls" not in info and env.max_turns == 3
 
 
@@ -639,7 +639,7 @@ def test_verify_tool_turns_are_verifier_turns_token_exact_and_counted():
             return f"<calculator>{q}</calculator>"
         if "previous answer was wrong" in last:
             q = prompt.split("What is ", 1)[1].split("?")[0]
-            return f"\\boxed{{{eval(q)}}}"  # noqa: S307 — our generated arithmetic
+            return f"\\boxed{{{eval(q)}}}"  # our generated arithmetic
         if last.startswith("tool"):  # the calculator's result came back
             return "The answer is wrong."
         return "\\boxed{-999}"
@@ -690,7 +690,7 @@ def test_a_comparing_check_subtracts_the_answer_and_its_verdict_reads_the_differ
     tok = tiny_tokenizer("chatml")
 
     def policy(prompt):  # right when the result is even, one too many when it is odd
-        v = eval(prompt.split("What is ", 1)[1].split("?")[0])  # noqa: S307 — our generated arithmetic
+        v = eval(prompt.split("What is ", 1)[1].split("?")[0])  # our generated arithmetic
         return f"\\boxed{{{v if v % 2 == 0 else v + 1}}}"
 
     kw = {"calculator": True, "tool_style": "tags", "level": 2, "verify_tools": True}
@@ -745,7 +745,7 @@ def test_checking_warm_up_rows_call_the_tool_then_give_the_true_verdict(tmp_path
     tok = tiny_tokenizer("chatml")
 
     def policy(prompt):  # right when the result is even, one too many when it is odd
-        v = eval(prompt.split("What is ", 1)[1].split("?")[0])  # noqa: S307 — our generated arithmetic
+        v = eval(prompt.split("What is ", 1)[1].split("?")[0])  # our generated arithmetic
         return f"\\boxed{{{v if v % 2 == 0 else v + 1}}}"
 
     kw = {"calculator": True, "tool_style": "tags", "level": 2, "verify_tools": True}
@@ -800,7 +800,7 @@ def test_gsm8k_pag_verifies_with_the_calculator_on_its_last_calculation():
     env.step(f"\\boxed{{{wrong}}}")
     call = check_call(env)
     assert call is not None and call.startswith("<calculator>")
-    obs, r, term, _, info = env.step(call)
+    obs, _r, term, _, info = env.step(call)
     assert float(obs[0].content) == float(env.task.answer) and info["verify_tool"] and not term
     verdict = check_verdict(env)
     assert verdict.endswith("The answer is wrong.") and f"the answer was {wrong}" in verdict

@@ -116,19 +116,18 @@ def test_a_row_ending_inside_a_short_shared_run_and_answers_that_open_alike():
     alike = [(prompt + opening[:k] + _rand(g, 30 - k), [0] * 60 + [1] * 30) for k in range(16)]
     for rows in (ended, alike):
         ids, attn, mask = _batch(rows)
-        calls = {}
+        calls, out = {}, {}
         for tree in (False, True):
             seen: list[int] = []
-            hook = model.register_forward_pre_hook(lambda _, a, k: seen.append(1), with_kwargs=True)
+            hook = model.register_forward_pre_hook(lambda _, a, k, seen=seen: seen.append(1), with_kwargs=True)
             with torch.no_grad():
-                lp, ent, h = forward_tokens(model, ids, attn, hidden=True, loss_mask=mask, share_prefix=True,
-                                            prefix_tree=tree)
+                out[tree] = forward_tokens(model, ids, attn, hidden=True, loss_mask=mask, share_prefix=True,
+                                           prefix_tree=tree)
             hook.remove()
             calls[tree] = len(seen)
-            if tree:
-                real = attn > 0
-                assert torch.allclose(lp, ref[0], atol=1e-5) and torch.allclose(ent, ref[1], atol=1e-5)
-                assert torch.allclose(h[real], ref[2][real], atol=1e-5)
-                assert rows is alike or (lp[0, 10:15] != 0).all()  # the row that ended in the short run
-            ref = (lp, ent, h)
+        (lp, ent, h), ref = out[True], out[False]
+        real = attn > 0
+        assert torch.allclose(lp, ref[0], atol=1e-5) and torch.allclose(ent, ref[1], atol=1e-5)
+        assert torch.allclose(h[real], ref[2][real], atol=1e-5)
+        assert rows is alike or (lp[0, 10:15] != 0).all()  # the row that ended in the short run
         assert calls[True] <= calls[False]

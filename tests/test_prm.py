@@ -7,7 +7,7 @@ import re
 
 import pytest
 import torch
-import toy_envs  # noqa: F401  (registers the toy environments)
+import toy_envs  # noqa: F401 — registers the toy environments
 
 import turnrl
 from turnrl.agents.scripted import ScriptedAgent
@@ -81,7 +81,7 @@ def test_labels_on_the_real_sandbox_mark_where_a_reply_went_wrong():
 
 def test_comment_lines_are_neutral():
     reply = "```python\n# add the constant\ndef f(x):\n    # here\n    return x\n```"
-    ids = TOK.encode(reply) + [TOK.eos_token_id]
+    ids = [*TOK.encode(reply), TOK.eos_token_id]
     lines = [TOK.decode(ids[: i + 1]).splitlines()[-1] for i in line_ends(ids, (0, len(ids)), TOK)]
     assert [ln.strip() for ln in lines] == ["```python", "def f(x):", "return x"]
 
@@ -98,7 +98,7 @@ def test_delta_rewards_sum_to_a_constant_so_extra_lines_earn_nothing():
     good, plain = 0.9, 0.4
     once = dense_rewards([plain, good], 0.3, "delta", 0.5)
     padded = dense_rewards([plain, good, good, good, good], 0.3, "delta", 0.5)
-    total = lambda r: sum(r[0]) + r[1]  # noqa: E731
+    total = lambda r: sum(r[0]) + r[1]
     assert total(once) == pytest.approx(-0.15) and total(padded) == pytest.approx(-0.15)
     assert once[0] == pytest.approx([0.05, 0.25])  # the line that raised the estimate gets the credit
     value_once, value_padded = dense_rewards([plain, good], 0.3, "value", 0.5), dense_rewards(
@@ -142,7 +142,7 @@ def test_the_prm_learns_line_labels_and_a_critic_can_start_as_it(tmp_path):
     prm.save(tmp_path / "prm")
     again = ProcessRewardModel.load(tmp_path / "prm")
     positions = [[i for i, _ in targets(t)] for t in data[:3]]
-    flat = lambda rows: [v for row in rows for v in row]  # noqa: E731
+    flat = lambda rows: [v for row in rows for v in row]
     assert flat(again.scores(data[:3], positions)) == pytest.approx(flat(prm.scores(data[:3], positions)), abs=1e-6)
     models = build_models(type("A", (), {"needs_reference": False, "critic": lambda self: CriticSpec(
         "tiny:chatml", None, str(tmp_path / "prm"))})(), tiny_model(TOK), TOK)

@@ -5,7 +5,7 @@ instead of trained on, and settings that cannot work fail before a model loads."
 import re
 
 import pytest
-import toy_envs  # noqa: F401  (registers the toy environments)
+import toy_envs  # noqa: F401 — registers the toy environments
 
 import turnrl
 from turnrl.agents.scripted import ScriptedAgent

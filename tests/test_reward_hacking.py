@@ -374,8 +374,8 @@ def test_every_humaneval_canonical_solution_passes():
 
 # ---- any text at all is an answer ----
 
-from hypothesis import HealthCheck, given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
+from hypothesis import HealthCheck, given, settings  # noqa: E402 — with the property tests below
+from hypothesis import strategies as st  # noqa: E402 — with the property tests below
 
 FRAGMENTS = ["def add(a, b):", "    return a + b", "    return", "class A:", "import os", "os._exit(0)", "yield 1",
              "raise SystemExit", "\x00", "\ud800", "'''", "(" * 200, "lambda: 0", "async def f():", "await x",

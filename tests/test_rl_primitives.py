@@ -79,7 +79,7 @@ def test_pag_turn_independent_gae_has_no_leakage():
 def test_terminated_episode_does_not_bootstrap():
     # no bootstrap given: the state after the last token is terminal, V(s_T) = 0
     r, v = torch.zeros(1, 3), torch.tensor([[0.5, 0.5, 0.5]])
-    adv, ret = masked_gae(r, v, torch.ones(1, 3), lam=0.0)
+    adv, _ret = masked_gae(r, v, torch.ones(1, 3), lam=0.0)
     assert torch.allclose(adv[0, :2], torch.zeros(2)) and adv[0, 2] == -0.5
 
 
@@ -88,7 +88,7 @@ def test_truncated_episode_bootstraps_through_its_last_value():
     r, v = torch.zeros(1, 3), torch.tensor([[0.5, 0.5, 0.5]])
     adv, _ = masked_gae(r, v, torch.ones(1, 3), lam=0.0, bootstrap=torch.tensor([2.0]))
     assert torch.allclose(adv[0], torch.tensor([0.0, 0.0, 1.5]))
-    adv1, ret1 = masked_gae(r, v, torch.ones(1, 3), lam=1.0, bootstrap=torch.tensor([2.0]))
+    _adv1, ret1 = masked_gae(r, v, torch.ones(1, 3), lam=1.0, bootstrap=torch.tensor([2.0]))
     assert torch.allclose(ret1[0], torch.full((3,), 2.0))  # γ = λ = 1: the return to go is the bootstrap
 
 
@@ -206,7 +206,7 @@ def test_all_correct_group_has_zero_advantage():
 
 def test_overlong_penalty_shape_and_continuity():
     L, C = 100, 20
-    f = lambda n: overlong_penalty(torch.tensor([float(n)]), L, C).item()  # noqa: E731
+    f = lambda n: overlong_penalty(torch.tensor([float(n)]), L, C).item()
     assert f(50) == 0 and f(80) == 0 and f(90) == pytest.approx(-0.5) and f(100) == pytest.approx(-1) and f(101) == -1
     assert abs(f(80 + 1e-9)) < 1e-6 and abs(f(100 + 1e-9) - f(100)) < 1e-6  # continuous at both breakpoints
     with pytest.raises(ValueError):
@@ -254,11 +254,11 @@ def test_nll_is_zero_when_no_sample_is_correct():
 
 def test_clipped_value_loss():
     v, old, ret = torch.tensor([[2.0]]), torch.tensor([[0.0]]), torch.tensor([[0.0]])
-    loss, m = clipped_value_loss(v, old, ret, torch.ones(1, 1), eps_v=0.5)
+    loss, _ = clipped_value_loss(v, old, ret, torch.ones(1, 1), eps_v=0.5)
     assert loss.item() == pytest.approx(0.5 * 4.0)  # max of unclipped (4) and clipped (0.25)
     loss, _ = clipped_value_loss(torch.tensor([[0.1]]), old, torch.tensor([[1.0]]), torch.ones(1, 1))
     assert loss.item() == pytest.approx(0.5 * 0.81)
-    good, m = clipped_value_loss(ret + 0, ret + 0, torch.tensor([[1.0, 2.0]]), torch.ones(1, 2))
+    _good, _m = clipped_value_loss(ret + 0, ret + 0, torch.tensor([[1.0, 2.0]]), torch.ones(1, 2))
     perfect = clipped_value_loss(torch.tensor([[1.0, 2.0]]), torch.tensor([[1.0, 2.0]]), torch.tensor([[1.0, 2.0]]),
                                  torch.ones(1, 2))[1]
     assert perfect["explained_variance"].item() == pytest.approx(1.0)

@@ -14,7 +14,7 @@ from turnrl.verifiers.pag import parse_verdict
 MARKUP = st.sampled_from(["<tool_call>", "</tool_call>", "{", "}", '"name"', ":", '"arguments"', "<calculator>",
                           "</calculator>", "\\boxed{", "####", "<answer>", "</answer>", "The answer is wrong", "[", "]"])
 TEXTISH = st.lists(st.one_of(st.text(max_size=12), MARKUP), max_size=20).map("".join)
-ARITH = st.lists(st.sampled_from(list("0123456789+-*/^().!, e") + ["**", "sqrt(", "factorial(", "pi"]), max_size=60).map("".join)
+ARITH = st.lists(st.sampled_from([*list("0123456789+-*/^().!, e"), "**", "sqrt(", "factorial(", "pi"]), max_size=60).map("".join)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -53,7 +53,7 @@ def test_tool_env_survives_any_sequence_of_turns(actions):
     env = turnrl.make("turnrl/Arithmetic-v0", calculator=True, retry=True, max_turns=4)
     env.reset(seed=0)
     for a in actions:
-        obs, reward, terminated, truncated, info = env.step(a)
+        _obs, reward, terminated, truncated, _info = env.step(a)
         assert reward in (0.0, 1.0)
         if terminated or truncated:
             break

@@ -129,7 +129,7 @@ def test_a_failing_env_ends_only_its_own_episode(tmp_path):
     with storage.TrajectoryWriter(path) as writer:
         rollout = Rollout(agent, SamplingParams(), env_timeout=0.5, sink=writer)
         trajs = rollout.run([FlakyEnv("ok"), FlakyEnv("raise"), FlakyEnv("hang"), FlakyEnv("ok")])
-    assert [t.error for t in trajs][0] is None and trajs[3].error is None
+    assert next(t.error for t in trajs) is None and trajs[3].error is None
     assert trajs[0].total_reward == 1.0
     assert "RuntimeError: backend down" in trajs[1].error
     assert "timed out after 0.5s" in trajs[2].error

@@ -6,8 +6,19 @@ import math
 
 import pytest
 
-from turnrl.stats import (Interval, Paired, collapse, is_binary, mcnemar_exact, mean_interval, paired_bootstrap,
-                          pooled_paired, t_value, wilson, z_value)
+from turnrl.stats import (
+    Interval,
+    Paired,
+    collapse,
+    is_binary,
+    mcnemar_exact,
+    mean_interval,
+    paired_bootstrap,
+    pooled_paired,
+    t_value,
+    wilson,
+    z_value,
+)
 
 
 def test_collapse_takes_the_mean_per_distinct_key_in_first_seen_order():

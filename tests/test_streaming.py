@@ -6,6 +6,7 @@ Real servers on 127.0.0.1, the official `openai` client, tiny models and the bui
 import json
 import threading
 import time
+from typing import ClassVar
 
 import httpx
 import pytest
@@ -31,7 +32,7 @@ def ask(text="What is 2 + 2?"):
 class TimedServer(AgentServer):
     """Records when each generated token was sampled (the server's side of the timing test)."""
 
-    runs: list = []  # the token times of every generation
+    runs: ClassVar[list] = []  # the token times of every generation
 
     def generate(self, prompt_ids, params, ctx=None, on_token=None):
         self.token_times = times = []
@@ -209,8 +210,7 @@ def test_serve_describes_tools_a_template_would_drop():
         seen = tok.decode(agent.calls[-1][0])
         assert "calculator: Evaluate arithmetic." in seen and "<tool_call>" in seen  # the model is told
         (call,) = r.choices[0].message.tool_calls
-        follow = ask("What is 6*7?") + [r.choices[0].message.model_dump(exclude_none=True),
-                                         {"role": "tool", "tool_call_id": call.id, "content": "42"}]
+        follow = [*ask("What is 6*7?"), r.choices[0].message.model_dump(exclude_none=True), {"role": "tool", "tool_call_id": call.id, "content": "42"}]
         r = client.chat.completions.create(model="s", messages=follow, tools=TOOLS)
         seen = tok.decode(agent.calls[-1][0])
         assert '<tool_call>{"name": "calculator", "arguments": {"expression": "6*7"}}</tool_call>' in seen
@@ -333,8 +333,7 @@ def test_a_streamed_tool_turn_extends_the_gateways_token_exact_history():
         client = openai.OpenAI(base_url=gateway.base_url(sid), api_key=gateway.api_key, max_retries=0, timeout=30)
         chunks = list(client.chat.completions.create(model="s", messages=ask(), tools=TOOLS, stream=True))
         content, calls = streamed_message(chunks)
-        follow = ask() + [{"role": "assistant", "content": content, "tool_calls": calls},
-                          {"role": "tool", "tool_call_id": calls[0]["id"], "content": "4"}]
+        follow = [*ask(), {"role": "assistant", "content": content, "tool_calls": calls}, {"role": "tool", "tool_call_id": calls[0]["id"], "content": "4"}]
         list(client.chat.completions.create(model="s", messages=follow, tools=TOOLS, stream=True))
         session = gateway.close(sid)
     assert [c.match.how for c in session.calls] == ["fresh", "extended"]
@@ -354,9 +353,7 @@ def test_templates_without_a_system_role_or_a_tool_role_get_tools_in_the_first_u
     assert support == TemplateSupport(tools=False, tool_calls=False, tool_role=False, system_role=False)
     two_calls = [{"id": f"c{i}", "type": "function", "function": {"name": "calculator", "arguments": "{}"}}
                  for i in range(2)]
-    messages = ask() + [{"role": "assistant", "content": "", "tool_calls": two_calls},
-                        {"role": "tool", "tool_call_id": "c0", "content": "1"},
-                        {"role": "tool", "tool_call_id": "c1", "content": "2"}]
+    messages = [*ask(), {"role": "assistant", "content": "", "tool_calls": two_calls}, {"role": "tool", "tool_call_id": "c0", "content": "1"}, {"role": "tool", "tool_call_id": "c1", "content": "2"}]
     out, tools = fit_to_template(messages, TOOLS, support)
     assert [m["role"] for m in out] == ["user", "assistant", "user"] and tools is None
     assert out[0]["content"].startswith("You can call these tools:") and out[0]["content"].endswith("What is 2 + 2?")

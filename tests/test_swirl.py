@@ -150,7 +150,7 @@ DUEL = "Duel (1971 film): Duel is a 1971 television film directed by Steven Spie
 def test_answers_come_from_retrieved_text_not_from_the_question_a_title_or_a_guessed_no(question, searches, answer,
                                                                                           good, why):
     steps = [(f"<search_query>q{i}</search_query>", hit) for i, hit in enumerate(searches)]
-    row = qa_episode(question, steps + [(f"<answer>{answer}</answer>", None)])
+    row = qa_episode(question, [*steps, (f"<answer>{answer}</answer>", None)])
     label = RuleStepJudge().label_rows([row])[0]
     assert label.good is good and why in label.reason, label
 
@@ -182,10 +182,8 @@ def test_the_rule_judge_finds_hotpotqas_gold_answers_good_given_the_supporting_p
     for task in tasks:
         support = [f"{t}: {x}" for t, x in task.metadata["context"] if t in task.metadata["supporting_titles"]]
         steps = [(f"<search_query>{t.split(':')[0]}</search_query>", hit) for t, hit in zip(support, support)]
-        verdicts.append(RuleStepJudge().label_rows([qa_episode(task.prompt, steps + [(f"<answer>{task.answer}</answer>",
-                                                                                       None)])])[0].good)
-        no_everywhere.append(RuleStepJudge().label_rows([qa_episode(task.prompt, steps + [("<answer>no</answer>",
-                                                                                            None)])])[0].good)
+        verdicts.append(RuleStepJudge().label_rows([qa_episode(task.prompt, [*steps, (f"<answer>{task.answer}</answer>", None)])])[0].good)
+        no_everywhere.append(RuleStepJudge().label_rows([qa_episode(task.prompt, [*steps, ("<answer>no</answer>", None)])])[0].good)
     assert sum(verdicts) >= 0.95 * len(tasks)  # 491 of 500 on the shared dev file
     gold_no = sum(t.answer.strip().lower() == "no" for t in tasks)
     assert sum(no_everywhere) <= 2 * gold_no + 5  # "no" is GOOD only on the few yes/no questions
@@ -279,7 +277,7 @@ def _arith_rows(tmp_path, tok):
     env = turnrl.make("turnrl/Arithmetic-v0", **env_kwargs)
     obs, _ = env.reset(options={"index": 0})
     q = obs[-1].content.split("What is ", 1)[1].split("?")[0]
-    agent = FixedAgent(tok, [f"<math_exp>{q}</math_exp>", f"<answer>{eval(q)}</answer>"])  # noqa: S307
+    agent = FixedAgent(tok, [f"<math_exp>{q}</math_exp>", f"<answer>{eval(q)}</answer>"])
     trajs = Rollout(agent, SamplingParams(max_new_tokens=32)).run(
         [turnrl.make("turnrl/Arithmetic-v0", **env_kwargs)], seeds=[0], options=[{"index": 0}],
         metadata=[{"dataset": {"env_id": "turnrl/Arithmetic-v0", "env_kwargs": env_kwargs}, "task_index": 0}])
@@ -310,7 +308,7 @@ def test_the_source_samples_from_the_exact_state_and_runs_the_step_in_the_replay
         assert s.loss_mask == [0] * start + [1] * (len(s.token_ids) - start)
         assert s.group_id == f"0-{row.id}"
     calc, answer = samples[0].turns[-1], samples[2].turns[-1]
-    assert calc.observation[0].content == f"{q} -> {eval(q)}" and calc.reward == 1.0  # noqa: S307 — ran, grounded
+    assert calc.observation[0].content == f"{q} -> {eval(q)}" and calc.reward == 1.0  # ran, grounded
     assert answer.info["correct"] is False and answer.reward == 0.0 and "equals no tool result" in answer.info["step_reason"]
     assert metrics["step_good"] == 0.5 and metrics["step_calculator"] == 0.5
     # a stored observation the env does not reproduce: the state cannot be replayed
@@ -324,13 +322,13 @@ def test_the_source_samples_from_the_exact_state_and_runs_the_step_in_the_replay
 
 def test_rollout_rewards_score_the_end_of_the_episode(tmp_path):
     tok = tiny_tokenizer("chatml")
-    path, rows, q = _arith_rows(tmp_path, tok)
+    path, _rows, q = _arith_rows(tmp_path, tok)
     cfg = TrainConfig.model_validate({"model": "tiny", "env": {"id": "turnrl/Arithmetic-v0",
                                                                "kwargs": {"level": 2, "tool_style": "swirl", "demos": "none"}},
                                       "algorithm": {"name": "swirl", "reward": "rollout"},
                                       "data": {"path": str(path), "shuffle": False},
                                       "rollout": {"prompts_per_step": 1, "group_size": 2, "max_new_tokens": 64}})
-    answer = str(eval(q))  # noqa: S307
+    answer = str(eval(q))
     # after the calculator step, the policy copies the result; a first step that guesses ends wrong at once
     policy = ScriptedAgent(tok, lambda p: f"<answer>{answer}</answer>" if "->" in p.rsplit("<|im_start|>user", 1)[1]
                            else f"<math_exp>{q}</math_exp>", end_with_eos=False)
@@ -348,8 +346,8 @@ class AlwaysGood:
 
 def test_final_outcome_weighs_the_environments_reward_into_a_final_steps_label(tmp_path):
     tok = tiny_tokenizer("chatml")
-    path, rows, q = _arith_rows(tmp_path, tok)
-    answer = int(eval(q))  # noqa: S307
+    path, _rows, q = _arith_rows(tmp_path, tok)
+    answer = int(eval(q))
     base = {"model": "tiny", "env": {"id": "turnrl/Arithmetic-v0",
                                      "kwargs": {"level": 2, "tool_style": "swirl", "demos": "none"}},
             "data": {"path": str(path), "shuffle": False},

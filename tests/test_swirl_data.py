@@ -35,13 +35,13 @@ def solver(answer_offset=0, calls=1):
         q = question(prompt)
         done = prompt.rsplit("<|im_start|>user", 1)[1].count("<|im_start|>tool")  # after the demonstrations
         if done < calls:
-            return f"<math_exp>{q}</math_exp>" if done == 0 else f"<math_exp>{eval(q)} + 0</math_exp>"  # noqa: S307
-        return f"<answer>{eval(q) + answer_offset}</answer>"  # noqa: S307
+            return f"<math_exp>{q}</math_exp>" if done == 0 else f"<math_exp>{eval(q)} + 0</math_exp>"
+        return f"<answer>{eval(q) + answer_offset}</answer>"
     return policy
 
 
 def guesser(prompt):
-    return f"<answer>{eval(question(prompt))}</answer>"  # noqa: S307 — right, but no tool result behind it
+    return f"<answer>{eval(question(prompt))}</answer>"  # right, but no tool result behind it
 
 
 class StopRecorder(ScriptedAgent):
@@ -80,12 +80,12 @@ def test_the_swirl_format_of_math_envs(tmp_path):
     with pytest.raises(ValueError, match="demos_in must be"):
         turnrl.make(ENV, **KW, demos_in="user")
     result, reward, done, *_ = env.step(f"<math_exp>{q}</math_exp>")
-    assert result[0].content == f"{q} -> {eval(q)}" and reward == 0 and not done  # noqa: S307  e.g. "23 + 45 -> 68"
+    assert result[0].content == f"{q} -> {eval(q)}" and reward == 0 and not done  # e.g. "23 + 45 -> 68"
     assert env.step("<math_exp>1 +* 2</math_exp>")[0][0].content.startswith("1 +* 2 -> Error: ")
-    _, reward, done, *_ = env.step(f"<answer>{eval(q) + 1}</answer>")  # noqa: S307
+    _, reward, done, *_ = env.step(f"<answer>{eval(q) + 1}</answer>")
     assert reward == 0.0 and done
     env.reset(options={"index": 0})
-    _, reward, done, _, info = env.step(f"<answer>{eval(q)}</answer>")  # noqa: S307
+    _, reward, done, _, info = env.step(f"<answer>{eval(q)}</answer>")
     assert reward == 1.0 and done and info["correct"]
     # demos: none, a file, the text itself; a misspelled path is an error, not demonstrations
     assert len(turnrl.make(ENV, **KW, demos="none").reset()[0]) == 2
@@ -197,7 +197,7 @@ def test_the_filter_truth_table():
     data = right + wrong + lucky + process_ok_but_wrong + ungraded + broken
     judge = RuleStepJudge()
     kept = {m: {t.id for t in filter_trajectories(data, m, judge)[0]} for m in ("none", "process", "outcome", "both")}
-    ids = lambda ts: {t.id for t in ts}  # noqa: E731
+    ids = lambda ts: {t.id for t in ts}
     assert kept["none"] == ids(data) - ids(broken)  # errors are left out by every mode
     assert kept["process"] == ids(right + process_ok_but_wrong + ungraded)  # process-only keeps a wrong answer
     assert kept["outcome"] == ids(right + lucky)  # outcome needs the gold label: ungraded ones are out

@@ -6,7 +6,7 @@ import json
 
 import numpy as np
 import pytest
-import toy_envs  # noqa: F401  (registers the toy environments)
+import toy_envs  # noqa: F401 — registers the toy environments
 from scipy.stats import chisquare
 
 import turnrl

@@ -4,9 +4,9 @@ reporting it."""
 
 import pytest
 
+from turnrl.envs.check_report import CheckReport
 from turnrl.envs.multiagent import make_multi_agent
 from turnrl.envs.multiagent.checks import check_held_out_states
-from turnrl.envs.check_report import CheckReport
 from turnrl.envs.multiagent.tictactoe import (
     SYMMETRIES,
     HeldOutStates,

@@ -55,7 +55,7 @@ def test_untyped_parameter_is_refused():
     with pytest.raises(TypeError, match="needs a type annotation"):
 
         @tool
-        def bad(x):  # noqa: ANN001
+        def bad(x):
             """No annotation."""
 
 

@@ -8,7 +8,7 @@ import turnrl
 
 
 def test_the_names_a_user_reaches_for_first_are_at_the_top():
-    from turnrl import Trainer, TrainConfig, evaluate, load_config, make, make_agent
+    from turnrl import TrainConfig, Trainer, evaluate, load_config, make, make_agent
     from turnrl.agents import make_agent as agents_make_agent
     from turnrl.rl.config import TrainConfig as Config
     from turnrl.rl.run.evaluate import evaluate as run_evaluate

@@ -96,7 +96,7 @@ def test_a_weight_update_between_windows_changes_the_versions_inside_a_turn(agen
         version[0] += 1
     t = eps[0].traj
     generated = [(v, i) for i, (v, m) in enumerate(zip(t.token_versions, t.loss_mask)) if m]
-    for k, (v, i) in enumerate(generated):
+    for k, (v, _i) in enumerate(generated):
         assert v == k // 4  # four tokens per window, each window under the next version
     s, e = t.turns[0].token_span
     assert len({t.token_versions[i] for i in range(s, e)}) > 1  # the first turn spans an update
@@ -243,8 +243,8 @@ def run(cfg):
 
 
 def test_a_window_no_response_reaches_is_plain_ppo(tmp_path):
-    as_ppo = dict(window=64, lam_actor=0.95, lam_critic=0.95, eps_high=0.2, dual_clip=None, agg="seq-mean-token-mean",
-                  nll_coef=0.0, adv_clip=None, value_warmup_steps=0)
+    as_ppo = {"window": 64, "lam_actor": 0.95, "lam_critic": 0.95, "eps_high": 0.2, "dual_clip": None, "agg": "seq-mean-token-mean",
+                  "nll_coef": 0.0, "adv_clip": None, "value_warmup_steps": 0}
     _, t = run(config(tmp_path / "tppo", "tppo", 3, **as_ppo))
     _, p = run(config(tmp_path / "ppo", "ppo", 3))
     keys = ["loss", "value_loss", "reward_mean", "response_length", "clip_frac", "grad_norm", "eval_success"]
@@ -257,7 +257,7 @@ def test_a_window_no_response_reaches_is_plain_ppo(tmp_path):
 
 def test_tppo_in_windows_shorter_than_the_answers_trains_on_each_window_once(tmp_path):
     cfg = config(tmp_path, "tppo", 6, window=3, value_warmup_steps=2).model_copy(update={"save_trajectories": True})
-    trainer, history = run(cfg)
+    _trainer, history = run(cfg)
     assert sum(h["carried_episodes"] for h in history[1:]) > 0 and all(h["critic_only"] == 1 for h in history[1:3])
     assert all(0 < h["unfinished_share"] < 1 for h in history[2:]) and all("critic_only" not in h for h in history[3:])
     assert all(h.get("staleness_max", 0) == 0 for h in history[1:])  # the window's tokens: the current weights
@@ -306,7 +306,7 @@ def test_train_on_finished_trains_each_group_once_whole_after_its_episodes_finis
     cfg = config(tmp_path, "tppo", 6, window=3, value_warmup_steps=0, train_on="finished")
     # up to three tries per episode: a group's episodes finish windows apart, its quick ones wait across updates
     retry = cfg.env.model_copy(update={"kwargs": {"retry": True, "max_turns": 3}})
-    trainer, history = run(cfg.model_copy(update={"save_trajectories": True, "env": retry}))
+    _trainer, history = run(cfg.model_copy(update={"save_trajectories": True, "env": retry}))
     assert sum(h["carried_episodes"] for h in history[1:]) > 0
     assert all(h.get("unfinished_share", 0) == 0 for h in history[1:])  # no snapshot reaches the learner
     # issue 66, bug 1: quick answers that waited for their group across updates (held_versions_max ≥ 1) are not
@@ -429,7 +429,7 @@ def test_refill_prompts_starts_a_full_set_of_groups_every_step_beside_the_carrie
     _, by_fit = run(fit)
     full = config(tmp_path / "prompts", "tppo", 4, window=2, value_warmup_steps=0, train_on="finished",
                   refill="prompts")
-    trainer, by_prompts = run(full.model_copy(update={"save_trajectories": True}))
+    _trainer, by_prompts = run(full.model_copy(update={"save_trajectories": True}))
     steps = [h for h in by_prompts if "new_episodes" in h]
     assert len(steps) == 4 and all(h["new_episodes"] == 16 for h in steps)  # 4 prompts × 4, whatever carries
     assert sum(h["carried_episodes"] for h in steps[:-1]) > 0  # and some episodes did carry over beside them

@@ -70,7 +70,7 @@ def test_killed_and_resumed_run_continues_bit_exactly(tmp_path, algo):
     critics = (full.critic or full.value_head, resumed.critic or resumed.value_head)
     if algo != "grpo":
         assert all(torch.equal(a, b) for a, b in zip(critics[0].parameters(), critics[1].parameters()))
-    drop = lambda h: {k: v for k, v in h.items() if k not in ("seconds", "tokens_per_s", "train_tokens_per_s", "generate_s")}  # noqa: E731
+    drop = lambda h: {k: v for k, v in h.items() if k not in ("seconds", "tokens_per_s", "train_tokens_per_s", "generate_s")}
     assert [drop(h) for h in full.history] == [drop(h) for h in resumed.history]
 
 
@@ -168,7 +168,7 @@ def test_critic_targets_with_lambda_one_are_returns_to_go():
               loss_mask=mask, old_logp=torch.zeros(1, T), token_rewards=rewards, turn_ids=torch.zeros(1, T, dtype=torch.long),
               roles=torch.zeros(1, T, dtype=torch.long), response_lengths=torch.tensor([3.0]), scores=torch.tensor([1.5]),
               correct=torch.ones(1), group_ids=torch.zeros(1, dtype=torch.long), truncated=torch.zeros(1))
-    adv, ret = get_algorithm({"name": "vapo"}).advantages(b, 4, torch.zeros(1, T))
+    _adv, ret = get_algorithm({"name": "vapo"}).advantages(b, 4, torch.zeros(1, T))
     assert torch.allclose(ret[0, [1, 2, 4]], torch.tensor([1.5, 1.5, 1.0]))
     _, cut = get_algorithm({"name": "vapo", "turn_independent": True}).advantages(b, 4, torch.zeros(1, T))
     assert torch.allclose(cut[0, [1, 2, 4]], torch.tensor([0.5, 0.5, 1.0]))  # PAG: no flow across turns

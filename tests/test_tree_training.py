@@ -138,7 +138,7 @@ def test_a_tree_run_on_lora_killed_and_resumed_continues_bit_exactly(tmp_path):
     from turnrl.storage import read_jsonl
 
     tree = {"branches": [{"turn": 1, "children": 2}, {"turn": 2, "children": 2}]}
-    import toy_envs  # noqa: F401  (tests/Upper-v0: a reply that starts with a capital letter is rewarded)
+    import toy_envs  # noqa: F401 — tests/Upper-v0: a reply that starts with a capital letter is rewarded
 
     extra = {"rollout": {"tree": tree, "seed_per_episode": True}, "learner": {"lora": {"r": 4}},
              "algorithm": {"name": "dapo", "advantage": "tree"},
@@ -182,7 +182,7 @@ def test_trees_under_continuous_batching_are_the_trees_of_rounds(tmp_path):
         out = tmp_path / str(continuous)
         runs[continuous], _ = _train(_config(out, steps=1, rollout={"seed_per_episode": True,
                                                                      "continuous_batching": continuous}))
-        runs[continuous] = [h for h in runs[continuous] if "trained_episodes" in h][0]
+        runs[continuous] = next(h for h in runs[continuous] if "trained_episodes" in h)
     leaves = {c: read_jsonl(tmp_path / str(c) / "train" / "step-1" / "trajectories.jsonl") for c in runs}
     assert [t.token_ids for t in leaves[True]] == [t.token_ids for t in leaves[False]] and len(leaves[True]) >= 4
     assert [t.metadata["tree"]["path"] for t in leaves[True]] == [t.metadata["tree"]["path"] for t in leaves[False]]

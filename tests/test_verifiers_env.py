@@ -304,7 +304,7 @@ def test_the_examples_reward_does_not_pay_a_restated_question(monkeypatch):
         env.close()
     assert (echoed, answered) == (0.0, 1.0), question
     parser = vf.Parser()
-    reply = lambda text: [{"role": "assistant", "content": text}]  # noqa: E731
+    reply = lambda text: [{"role": "assistant", "content": text}]
     asked = [{"role": "user", "content": "What is 12 + 7?"}]
     assert vf_arithmetic.correct_answer(reply("7+12"), "19", parser, prompt=asked) == 0.0  # either order
     assert vf_arithmetic.correct_answer(reply("So 19."), "19", parser, prompt=asked) == 1.0

@@ -85,7 +85,7 @@ def test_the_staleness_bound_drops_and_counts_old_episodes_and_the_metrics_measu
 
 
 def test_a_synchronous_run_trains_on_fresh_tokens_only(tmp_path):
-    import toy_envs  # noqa: F401
+    import toy_envs  # noqa: F401 — registers the toy environments
 
     from turnrl.agents.tiny import tiny_model
     from turnrl.rl.run.trainer import TrainConfig, Trainer
@@ -97,4 +97,4 @@ def test_a_synchronous_run_trains_on_fresh_tokens_only(tmp_path):
     for h in history[1:]:
         assert h["stale_episodes"] == 0 and h["staleness_max"] == 0 and h["staleness_0"] == 1.0
     saved = load(tmp_path / "train" / "step-2" / "trajectories.jsonl")
-    assert all(set(v for v in t.token_versions if v >= 0) == {1} for t in saved)  # step 2 sampled by version 1
+    assert all({v for v in t.token_versions if v >= 0} == {1} for t in saved)  # step 2 sampled by version 1

@@ -47,7 +47,7 @@ def scripted_episodes(tok, n, *, wrong_every=2):
 def as_training(trajs, step):
     """Give each trajectory what a learner records: rollout logprobs, per-token advantages, learner logprobs."""
     out = []
-    for k, t in enumerate(trajs):
+    for _k, t in enumerate(trajs):
         n = len(t.token_ids)
         logp = [(-0.05 - 0.01 * (i % 7)) if m else 0.0 for i, m in enumerate(t.loss_mask)]
         gen = [i for i, m in enumerate(t.loss_mask) if m]
@@ -227,7 +227,7 @@ def test_page_filters_opens_an_episode_and_shows_trained_tokens_differently(serv
     gen = browser.find_elements(By.CSS_SELECTOR, ".pane .tok.gen")
     ctx = browser.find_elements(By.CSS_SELECTOR, ".pane .tok.ctx")
     assert len(gen) == sum(target.loss_mask) and len(gen) + len(ctx) == len(target.token_ids)
-    style = lambda el, prop: el.value_of_css_property(prop)  # noqa: E731
+    style = lambda el, prop: el.value_of_css_property(prop)
     plain_gen = [g for g in gen if "lowp" not in g.get_attribute("class")]
     assert style(plain_gen[0], "background-color") != style(ctx[0], "background-color")
     assert style(plain_gen[0], "color") != style(ctx[0], "color")

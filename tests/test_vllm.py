@@ -8,12 +8,12 @@ import pytest
 
 vllm = pytest.importorskip("vllm", reason="vLLM is not installed in this environment (see scripts/test_vllm.sh)")
 
-import torch  # noqa: E402
+import torch  # noqa: E402 — after the skip above
 
-from turnrl.agents.base import SamplingParams  # noqa: E402
-from turnrl.agents.hf import HFAgent  # noqa: E402
-from turnrl.agents.models import load_model  # noqa: E402
-from turnrl.agents.vllm import VLLMAgent  # noqa: E402
+from turnrl.agents.base import SamplingParams  # noqa: E402 — after the skip above
+from turnrl.agents.hf import HFAgent  # noqa: E402 — after the skip above
+from turnrl.agents.models import load_model  # noqa: E402 — after the skip above
+from turnrl.agents.vllm import VLLMAgent  # noqa: E402 — after the skip above
 
 
 @pytest.fixture(scope="module")
@@ -100,7 +100,7 @@ def test_a_stop_string_across_a_window_boundary_stops_the_turn_where_one_call_do
     import turnrl
     from turnrl.rollout.engine import Rollout
 
-    hf, engine = agents
+    _hf, engine = agents
     tok = engine.tokenizer
 
     def episode(window, stop):
@@ -247,7 +247,7 @@ def test_weights_load_in_flight_and_each_token_says_which_version_sampled_it(age
     assert max(abs(a - b) for a, b in zip(old[cut:], new[cut:])) > 0.1  # the two versions are told apart
     assert set(inflight.generate([p], params)[0].token_versions) == {1}
     seq = p[:12]
-    assert inflight.score([seq])[0] == pytest.approx([0.0] + _scored(changed, seq[:1], seq[1:], 1.0), abs=2e-2)
+    assert inflight.score([seq])[0] == pytest.approx([0.0, *_scored(changed, seq[:1], seq[1:], 1.0)], abs=2e-2)
 
 
 def _never(text, ref):
@@ -355,7 +355,7 @@ def test_a_lora_vllm_worker_serves_each_new_adapter_and_never_a_stale_one():
     """The stale-adapter failure users report, on vLLM's own LoRA support: a rollout worker holds the base weights
     once, and after every push (the adapters alone, as the object store carries them) its engine scores fixed
     sequences like the learner's peft policy — and not like the adapter before."""
-    import toy_envs  # noqa: F401  (registers tests/Upper-v0)
+    import toy_envs  # noqa: F401 — registers tests/Upper-v0
 
     from turnrl.lora import adapter_state, apply_lora
     from turnrl.rl.config import TrainConfig

@@ -88,7 +88,7 @@ class GuessEnv(vf.MultiTurnEnv):
         messages = await super().get_prompt_messages(state)
         if not self.trim or len(messages) <= 4:
             return messages
-        opening = [m for m in state["prompt"]]
+        opening = list(state["prompt"])
         return [*opening, *messages[-2:]]
 
 

@@ -50,7 +50,7 @@ def play_episode(
         try:
             text = policy(list(conversation), base)
             obs, reward, terminated, truncated, step_info = env.step(text)
-        except Exception as e:  # noqa: BLE001 — keep what was collected, record why it stopped
+        except Exception as e:  # keep what was collected, record why it stopped
             traj.error = f"{type(e).__name__}: {e}"
             return traj
         action = Message(role="assistant", content=text)

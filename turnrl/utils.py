@@ -42,7 +42,7 @@ class DaemonExecutor(concurrent.futures.ThreadPoolExecutor):
     """Runs each call on its own daemon thread: a call that never returns (e.g. an environment step cut by its
     timeout) cannot block the end of the event loop or of the process, as a joined thread pool's worker would."""
 
-    def submit(self, fn, /, *args, **kwargs):  # noqa: ANN001, ANN201 — concurrent.futures.Executor's signature
+    def submit(self, fn, /, *args, **kwargs):  # concurrent.futures.Executor's signature
         future: concurrent.futures.Future = concurrent.futures.Future()
 
         def work() -> None:
@@ -50,7 +50,7 @@ class DaemonExecutor(concurrent.futures.ThreadPoolExecutor):
                 return
             try:
                 future.set_result(fn(*args, **kwargs))
-            except BaseException as e:  # noqa: BLE001 — handed to the awaiting coroutine
+            except BaseException as e:  # handed to the awaiting coroutine
                 future.set_exception(e)
 
         threading.Thread(target=work, daemon=True, name="turnrl-daemon-call").start()

@@ -14,9 +14,9 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import toy_envs  # noqa: E402,F401  (registers tests/Upper-v0)
+import toy_envs  # noqa: F401 — registers tests/Upper-v0
 
-from turnrl.agents.tiny import tiny_model, tiny_tokenizer  # noqa: E402
+from turnrl.agents.tiny import tiny_model, tiny_tokenizer
 
 CASES = {
     "grpo": {"algorithm": {"name": "grpo"}},

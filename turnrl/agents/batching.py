@@ -177,7 +177,7 @@ def full_attention_only(model: Any) -> bool:
         return False
     try:
         layers = DynamicCache(config=config).layers
-    except Exception:  # noqa: BLE001 — a config transformers cannot map: stay on full prefills
+    except Exception:  # a config transformers cannot map: stay on full prefills
         return False
     return bool(layers) and all(type(layer) is DynamicLayer for layer in layers)
 
@@ -214,7 +214,7 @@ def sample(batch: Batch) -> torch.Tensor:
         if temp > 0:
             stream = id(row.shared) if row.gen is None else -1 - a
             groups.setdefault((row.params.top_k, row.params.top_p, stream), []).append(a)
-    for (top_k, top_p, stream), members in groups.items():
+    for (top_k, top_p, _stream), members in groups.items():
         index = torch.tensor(members, device=logits.device)
         kept = filter_logits(scaled[index], top_k, top_p)
         probs = kept.softmax(-1)

@@ -155,7 +155,7 @@ class HFAgent(Decoding):
                     if not row.future.done():
                         row.future.set_result(self._completion(row))
                 await asyncio.sleep(0)  # let episodes step their environments and queue their next turns
-        except BaseException as e:  # noqa: BLE001 — every waiting request learns why, none waits forever
+        except BaseException as e:  # every waiting request learns why, none waits forever
             for row in list(self._live):  # queued, decoding, joining or just finished: none is left waiting
                 if not row.future.done():
                     row.future.set_exception(e if isinstance(e, Exception) else RuntimeError(repr(e)))

@@ -79,7 +79,7 @@ class Decoding:
         for lane in self._lanes(joining):
             try:
                 lanes.append(self._prefill(lane))
-            except Exception as e:  # noqa: BLE001 — these requests learn why; the others decode on
+            except Exception as e:  # these requests learn why; the others decode on
                 for row in lane:
                     if not row.future.done():
                         row.future.set_exception(e)
@@ -167,7 +167,7 @@ class Decoding:
         out = self.model(input_ids=ids.to(device), attention_mask=attention.to(device),
                          position_ids=positions.to(device), past_key_values=past, use_cache=True, logits_to_keep=1)
         cache, logits = out.past_key_values, out.logits[:, -1, :]
-        if U < len(rows):
+        if len(rows) > U:
             index = torch.tensor(which, device=device)
             cache.batch_select_indices(index)
             logits, attention = logits[index], attention[torch.tensor(which)]

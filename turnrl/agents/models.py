@@ -290,7 +290,7 @@ def _hub_model(repo: str) -> str:
 
     try:
         folder = snapshot_download(repo, local_files_only=True)
-    except Exception as e:  # noqa: BLE001 — not cached (its exception type varies with huggingface_hub's version)
+    except Exception as e:  # not cached (its exception type varies with huggingface_hub's version)
         raise ModelNotFoundError(f"cannot load model {repo!r}: {reason}, and the local hub cache holds no copy of it "
                                  f"({type(e).__name__}); {_LOCAL_HINT}") from e
     logger.info("%s: loading %s from the local hub cache %s", reason, repo, folder)

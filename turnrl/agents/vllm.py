@@ -192,11 +192,11 @@ class VLLMAgent:
 
     def _vllm_params(self, params: SamplingParams, temperature: float, max_tokens: int, n: int, seed: int | None) -> Any:
         vllm = _import_vllm()
-        kwargs: dict[str, Any] = dict(
-            n=n, temperature=temperature, top_p=params.top_p, top_k=params.top_k if params.top_k > 0 else -1,
-            max_tokens=max_tokens, stop=list(params.stop) or None, seed=seed, logprobs=0,
-            skip_special_tokens=True,
-        )
+        kwargs: dict[str, Any] = {
+            "n": n, "temperature": temperature, "top_p": params.top_p, "top_k": params.top_k if params.top_k > 0 else -1,
+            "max_tokens": max_tokens, "stop": list(params.stop) or None, "seed": seed, "logprobs": 0,
+            "skip_special_tokens": True,
+        }
         return vllm.SamplingParams(**kwargs)
 
     def _run(self, prompts: list[list[int]], sp: Any) -> list[Any]:

@@ -122,7 +122,8 @@ class AsyncVLLMAgent:
             return future.result(timeout=self.timeout if timeout is None else timeout)
         except TimeoutError:
             future.cancel()
-            raise TimeoutError(f"the vLLM engine did not answer within {self.timeout if timeout is None else timeout}s")
+            raise TimeoutError(f"the vLLM engine did not answer within {self.timeout if timeout is None else timeout}s"
+                               ) from None
 
     # ---- generation ----
 

@@ -13,6 +13,8 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
+from turnrl.cli.compare import compare_command
+from turnrl.cli.env_serve import envs_serve
 from turnrl.cli.eval import eval_cmd, rollout
 from turnrl.cli.play import play
 from turnrl.cli.shared import (
@@ -24,6 +26,8 @@ from turnrl.cli.shared import (
     make_env,
     parse_kwargs,
 )
+from turnrl.cli.template_check import check_template_command
+from turnrl.cli.view import view_command
 from turnrl.envs.registry import entry_point_problems, registered, source_of
 from turnrl.plugins import Registry
 
@@ -40,7 +44,7 @@ def _summary(env_id: str) -> str:
     entry = gym.spec(env_id).entry_point
     try:
         obj = load_env_creator(entry) if isinstance(entry, str) else entry
-    except Exception as e:  # noqa: BLE001 — one broken package must not hide the others
+    except Exception as e:  # one broken package must not hide the others
         return f"(cannot import {entry}: {type(e).__name__}: {e})"
     doc = (obj.__doc__ or "").strip().splitlines()
     return doc[0].replace(f"``{env_id}``: ", "") if doc else ""
@@ -104,7 +108,6 @@ def envs_check(
 
 
 # `turnrl envs serve` lives in its own module (the server's options and checks); only its registration is here.
-from turnrl.cli.env_serve import envs_serve  # noqa: E402
 
 envs_app.command("serve")(envs_serve)
 
@@ -172,7 +175,7 @@ def train(
 
     try:
         cfg = load_config(config, overrides)
-    except Exception as e:  # noqa: BLE001 — a config that does not load or validate: say why, in one line
+    except Exception as e:  # a config that does not load or validate: say why, in one line
         fail(config_error(e, config, overrides))
     search = [Path(config).resolve().parent, Path.cwd()]
     if str(cfg.env.id).startswith("pettingzoo:"):  # its module, from the config's folder or the current one
@@ -329,13 +332,10 @@ def quickstart(
 
 
 # `turnrl view`, `check-template` and `compare` live in their own modules; only their registration is here.
-from turnrl.cli.view import view_command  # noqa: E402
 
 app.command("view")(view_command)
-from turnrl.cli.template_check import check_template_command  # noqa: E402
 
 app.command("check-template")(check_template_command)
-from turnrl.cli.compare import compare_command  # noqa: E402
 
 app.command("compare")(compare_command)
 
@@ -366,7 +366,7 @@ def _mount_methods() -> None:
             continue
         try:
             sub = COMMANDS.get(name)
-        except Exception as e:  # noqa: BLE001 — a broken plug-in must not take the whole command line down
+        except Exception as e:  # a broken plug-in must not take the whole command line down
             print(f"warning: turnrl command {name!r} does not load, skipped: {e}", file=sys.stderr)
             continue
         app.add_typer(sub, name=name)

@@ -31,12 +31,10 @@ from typing import Annotated, Any
 
 import typer
 
-from turnrl.cli.compare_arms import (  # (public here too: what bench/ and the commands import)
+from turnrl.cli.compare_arms import (
     DEFAULT_SCORE,
     Arm,
     CompareError,
-    best_step,
-    evaluation_folder,
     load_arm,
 )
 from turnrl.cli.shared import console, fail
@@ -62,13 +60,13 @@ def protocol(settings: dict[str, Any]) -> dict[str, Any]:
 def same_setting(x: Any, y: Any) -> bool:
     """Whether two values of one setting mean the same: equal, or one value and a list of only that value
     (``level: 1`` and ``level: [1]`` pose the same problems)."""
-    one = lambda v: v[0] if isinstance(v, (list, tuple)) and len(v) == 1 else v  # noqa: E731
+    one = lambda v: v[0] if isinstance(v, (list, tuple)) and len(v) == 1 else v
     return bool(x == y or one(x) == one(y))
 
 
 def protocol_differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
     """Each field of two protocols that differs (:func:`same_setting`), as ``field (x in A, y in B)``."""
-    shown = lambda d, k: repr(d[k]) if k in d else "unset"  # noqa: E731
+    shown = lambda d, k: repr(d[k]) if k in d else "unset"
     return [f"{k} ({shown(a, k)} in A, {shown(b, k)} in B)" for k in sorted(set(a) | set(b))
             if k not in a or k not in b or not same_setting(a[k], b[k])]
 
@@ -223,7 +221,7 @@ def gain_line(out_dir: str, step: int) -> str:
 
 def _plain(value: Any) -> Any:
     """``value`` with nan as None (JSON has no nan)."""
-    if isinstance(value, float) and value != value:  # noqa: PLR0124 — nan
+    if isinstance(value, float) and value != value:  # nan
         return None
     if isinstance(value, dict):
         return {k: _plain(v) for k, v in value.items()}
@@ -231,7 +229,7 @@ def _plain(value: Any) -> Any:
 
 
 def _f(x: float) -> str:
-    return "n/a" if x != x else f"{x:.3f}"  # noqa: PLR0124 — nan
+    return "n/a" if x != x else f"{x:.3f}"  # nan
 
 
 def show(result: dict[str, Any]) -> None:

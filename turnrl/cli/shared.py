@@ -77,7 +77,7 @@ def make_env(env_id: str, kwargs: dict[str, Any], search: list[Path] | None = No
     except (UnknownEnvironmentError, InvalidEnvKwargs, EnvImportError, FileNotFoundError, ValueError, TypeError,
             RemoteEnvError) as e:
         fail(str(e))
-    except Exception as e:  # noqa: BLE001 — the environment's own constructor failed: say where, in one line
+    except Exception as e:  # the environment's own constructor failed: say where, in one line
         fail(f"making {env_id} raised {type(e).__name__}: {e}{error_location(e)}")
 
 

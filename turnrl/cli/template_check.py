@@ -155,7 +155,7 @@ def _check_roles(tok: Any, add: Any) -> dict[str, bool]:
             ok[role] = messages[-1]["content"] in text
             if not ok[role]:
                 errors[role] = "its content does not appear in the rendering"
-        except Exception as e:  # noqa: BLE001 — Jinja raise_exception and friends
+        except Exception as e:  # Jinja raise_exception and friends
             ok[role], errors[role] = False, f"{type(e).__name__}: {e}"
     if not ok["user"] or not ok["assistant"]:
         bad = ", ".join(f"{r}: {errors[r]}" for r in ("user", "assistant") if r in errors)
@@ -224,7 +224,7 @@ def _check_tokens(tok: Any, renderer: Any, chat: list[dict[str, Any]], add: Any)
                   f"{len(seq)} token ids{extra}" + ("" if lossless else "; the tokenizer is not lossless on this text")))
     else:
         at = next((i for i, (a, b) in enumerate(zip(seq, full)) if a != b), min(len(seq), len(full)))
-        show = lambda ids: repr(tok.decode(ids[max(at - 3, 0) : at + 4], skip_special_tokens=False))  # noqa: E731
+        show = lambda ids: repr(tok.decode(ids[max(at - 3, 0) : at + 4], skip_special_tokens=False))
         add(Check("tokens", "warn", f"the rollout's sequence ({len(seq)} tokens) and the re-rendered conversation "
                   f"({len(full)}) part at token {at}: {show(seq)} vs {show(full)}; training stays exact (turnrl never "
                   "re-tokenizes), but the trained context differs from what a re-render shows the model"))
@@ -238,7 +238,7 @@ def _check_tools(tok: Any, roles: dict[str, bool], add: Any) -> None:
     base = [{"role": "user", "content": "What is 17 + 25?"}]
     try:
         text = _render(tok, [*base, {"role": "assistant", "content": "", "tool_calls": [call]}], gen=False, tools=TOOLS)
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         add(Check("tool calls", "warn", f"an assistant message with tool_calls does not render ({type(e).__name__}: "
                   f"{e}); turnrl is unaffected (the model writes its calls as text), OpenAI-style clients are not"))
         text = None

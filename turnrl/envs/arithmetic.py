@@ -96,7 +96,7 @@ def _level4(rng: np.random.Generator) -> Problem:
 def _level5(rng: np.random.Generator) -> Problem:
     name = _NAMES[int(rng.integers(len(_NAMES)))]
     item = _ITEMS[int(rng.integers(len(_ITEMS)))]
-    r = lambda lo, hi: int(rng.integers(lo, hi + 1))  # noqa: E731
+    r = lambda lo, hi: int(rng.integers(lo, hi + 1))
     kind = int(rng.integers(5))
     if kind == 0:
         a, b, c = r(5, 40), r(2, 6), r(3, 12)

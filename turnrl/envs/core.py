@@ -268,5 +268,5 @@ def close_all(envs: Sequence[Any]) -> None:
             continue
         try:
             env.close()
-        except Exception:  # noqa: BLE001, S110 — closing is best effort
+        except Exception:  # closing is best effort
             pass

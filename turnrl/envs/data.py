@@ -135,7 +135,7 @@ def load_rows(dataset: str, split: str, path: str | Path | None = None) -> list[
         return _from_hub(info, split)
     except ImportError:
         tried.append("the Hugging Face `datasets` package is not installed (pip install 'turnrl[hub]')")
-    except Exception as e:  # noqa: BLE001 — offline, unknown dataset, ...: report, do not crash differently
+    except Exception as e:  # offline, unknown dataset, ...: report, do not crash differently
         tried.append(f"Hugging Face datasets could not load {info.hub_name!r}: {type(e).__name__}: {str(e)[:200]}")
     raise DataNotFoundError(
         f"no data for {dataset!r} split {split!r}. Tried: " + "; ".join(tried) + ". "

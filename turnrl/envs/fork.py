@@ -93,7 +93,7 @@ def fork(env: Any) -> Any:
 def _tools(base: Any) -> list[Any]:
     try:
         return list(base.tools)
-    except Exception:  # noqa: BLE001 — an environment whose tools need an episode: none to check
+    except Exception:  # an environment whose tools need an episode: none to check
         return []
 
 
@@ -113,7 +113,7 @@ def _culprit(base: Any) -> str | None:
     for key, value in vars(base).items():
         try:
             copy.deepcopy(value)
-        except Exception:  # noqa: BLE001 — looking for the one that fails
+        except Exception:  # looking for the one that fails
             return f"its attribute {key!r} holds a {type(value).__name__} that cannot be copied"
     return None
 

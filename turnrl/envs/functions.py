@@ -104,7 +104,7 @@ def make_task(family: Family, params: dict[str, Any], inputs: list[Any], task_id
     head = f'def {family.name}({family.arg}):\n    """{doc}"""\n'
     solution = f"{head}    return {body}\n"
     reference: dict[str, Any] = {}
-    exec(solution, reference)  # noqa: S102 — our own template, not model output
+    exec(solution, reference)  # our own template, not model output
     fn = reference[family.name]
     tests = [f"assert {family.name}({v!r}) == {fn(v)!r}" for v in inputs]
     return Task(id=task_id, prompt=_prompt(family, params), answer="",

@@ -261,7 +261,7 @@ def _findable(questions: list[Question], docs: list[tuple[str, str]]) -> list[Qu
 
 
 @functools.lru_cache(maxsize=8)
-def build(seed: int = 0, worlds: int = 12, world_size: int = 50, filter: bool = True) -> KnowledgeBase:  # noqa: A002
+def build(seed: int = 0, worlds: int = 12, world_size: int = 50, filter: bool = True) -> KnowledgeBase:
     """The knowledge base for ``seed``: ``worlds`` worlds of about ``world_size`` entities (see the module
     docstring), cached."""
     if worlds < 1 or world_size < 20:

@@ -130,7 +130,7 @@ def load_entry_points() -> None:
     _ENTRY_POINT_PROBLEMS.clear()
     try:
         found = importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
-    except Exception as e:  # noqa: BLE001 — broken metadata must not break `import turnrl`
+    except Exception as e:  # broken metadata must not break `import turnrl`
         _ENTRY_POINT_PROBLEMS.append(f"reading the {ENTRY_POINT_GROUP!r} entry points failed: {e}")
         return
     for ep in found:

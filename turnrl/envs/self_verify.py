@@ -254,7 +254,7 @@ class SelfVerify(TextEnv):
             return None
         try:
             return bool(self.env.verifier(stated, self.tool_results[0]).correct)
-        except Exception:  # noqa: BLE001 — a figure only: a result the verifier cannot read compares as unknown
+        except Exception:  # a figure only: a result the verifier cannot read compares as unknown
             return None
 
     @staticmethod

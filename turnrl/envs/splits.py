@@ -57,7 +57,7 @@ def _canon(node: ast.AST) -> str:
         return _number(node.value)
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.UAdd):
         return _canon(node.operand)
-    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub)) or (
+    if (isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub))) or (
             isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub)):
         terms = _terms(node, 1)
         plus = sorted(t for s, t in terms if s > 0)
@@ -119,7 +119,7 @@ def split_of_key(key: str, shares: Mapping[str, float]) -> str:
     """The split a canonical form belongs to: ``test`` for the first ``shares["test"]`` of the hash range, then
     ``validation`` for the next ``shares["validation"]``, ``train`` for the rest."""
     test, validation = float(shares.get("test", 0.0)), float(shares.get("validation", 0.0))
-    if not (0.0 <= test and 0.0 <= validation and test + validation < 1.0):
+    if not (test >= 0.0 and validation >= 0.0 and test + validation < 1.0):
         raise ValueError(f"shares of test and validation must be >= 0 and leave some for train, got {dict(shares)}")
     u = unit_hash(key)
     return "test" if u < test else "validation" if u < test + validation else "train"

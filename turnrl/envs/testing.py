@@ -69,7 +69,7 @@ def run_episode(env: TextEnv, agent: Agent, name: str, seed: int, report: CheckR
     log = EpisodeLog(agent=name)
     try:
         return _play(env, agent, name, seed, report, max_steps, log)
-    except Exception as e:  # noqa: BLE001 — a crash is a failure to report, not the end of the check
+    except Exception as e:  # a crash is a failure to report, not the end of the check
         report.failures.append(f"{name} agent, step {log.steps}: raised {type(e).__name__}: {e}")
         return log
 
@@ -110,7 +110,7 @@ def _gymnasium_check(env: TextEnv, report: CheckReport) -> None:
         warnings.simplefilter("always")
         try:
             check_env(env, skip_render_check=True, skip_close_check=True)
-        except Exception as e:  # noqa: BLE001 — report, keep checking
+        except Exception as e:  # report, keep checking
             report.failures.append(f"gymnasium check_env: {type(e).__name__}: {e}")
     for w in caught:
         if issubclass(w.category, UserWarning):
@@ -159,7 +159,7 @@ def check_environment(
     for check in (_check_reset, *((check_tools,) if call_tools else ()), check_verifier):
         try:
             check(base, seed, report)
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             report.failures.append(f"{check.__name__.strip('_')} raised {type(e).__name__}: {e}")
     for i in range(episodes):
         report.episodes.append(run_episode(base, _random_agent, "random", seed + i, report, max_steps))
@@ -172,7 +172,7 @@ def check_environment(
     try:
         base.reset(seed=seed)
         has_oracle = base.oracle_action() is not None
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         report.failures.append(f"reset/oracle_action raised {type(e).__name__}: {e}")
         return report
     if not has_oracle:

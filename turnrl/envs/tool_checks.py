@@ -96,7 +96,7 @@ def _external_calls(env: TextEnv, tool: Tool, seed: int, report: CheckReport) ->
         env.reset(seed=seed)
         try:
             out = tool.invoke(ToolCall(name=tool.name, arguments=args))
-        except Exception as e:  # noqa: BLE001 — the bug this check is for
+        except Exception as e:  # the bug this check is for
             report.failures.append(f"tool {tool.name!r} raised {type(e).__name__}: {e} on arguments "
                                    f"{json.dumps(args, default=str)} instead of returning an output")
             return ran + 1
@@ -141,7 +141,7 @@ def _valid_calls(env: TextEnv, tool: Tool, seed: int, report: CheckReport) -> in
                     f"tool {tool.name!r} raised {error} on schema-valid arguments {json.dumps(args, default=str)}; "
                     f"the model reads 'Error: {tool.name} failed: {error}'. Fix it if the tool should take this value, "
                     "or raise turnrl.tools.ToolError('what to change') so that the model reads how to call it")
-        except Exception as e:  # noqa: BLE001 — the bug this check is for
+        except Exception as e:  # the bug this check is for
             report.failures.append(
                 f"tool {tool.name!r} raised {type(e).__name__}: {e} on valid arguments {json.dumps(args, default=str)}; "
                 "fix it, or raise turnrl.tools.ToolError('what to change') so that the model reads why"
@@ -181,7 +181,7 @@ def check_tools(env: TextEnv, seed: int, report: CheckReport) -> None:
             env.reset(seed=seed)
             try:
                 out = tool.invoke(ToolCall(name=tool.name, arguments=args))
-            except Exception as e:  # noqa: BLE001
+            except Exception as e:
                 report.failures.append(f"tool {tool.name!r} raised {type(e).__name__} for {label} instead of "
                                        "returning an error message for the model")
                 continue
@@ -207,7 +207,7 @@ def check_verifier(env: TextEnv, seed: int, report: CheckReport) -> None:
     for label, text in answers:
         try:
             verdict = score(text)
-        except Exception as e:  # noqa: BLE001 — ToolEnv.score says when the verifier returned no Verdict
+        except Exception as e:  # ToolEnv.score says when the verifier returned no Verdict
             report.failures.append(f"grading {label} raised {type(e).__name__}: {e}")
             continue
         if not isinstance(verdict, Verdict):

@@ -182,7 +182,7 @@ class ToolEnv(TextEnv):
         """The numeric details of ``score(response)`` (the report's ``mean_*`` figures); none if it cannot score."""
         try:
             return _numeric(self.score(response))
-        except Exception:  # noqa: BLE001 — figures only: a verifier that cannot grade "" must not end the episode
+        except Exception:  # figures only: a verifier that cannot grade "" must not end the episode
             return {}
 
     def score(self, response: str) -> Verdict:

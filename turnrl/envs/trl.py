@@ -68,7 +68,7 @@ def load_object(spec: Any, what: str) -> Any:
         raise TRLEnvError(f"{what} {spec!r} is not of the form 'module.path:Name'")
     try:
         module = importlib.import_module(module_name)
-    except Exception as e:  # noqa: BLE001 — the import's own failure, said in one line
+    except Exception as e:  # the import's own failure, said in one line
         raise TRLEnvError(f"{what} {spec!r}: importing {module_name!r} failed: {type(e).__name__}: {e}") from e
     try:
         return getattr(module, name)
@@ -128,7 +128,7 @@ def class_tools(instance: Any) -> list[Tool]:
             continue
         try:
             tools.append(Tool(getattr(instance, name), name=name))
-        except Exception as e:  # noqa: BLE001 — say which method and why
+        except Exception as e:  # say which method and why
             raise TRLEnvError(f"{type(instance).__name__}.{name} cannot be a tool: {e} (TRL exposes every public "
                               "method; give it typed arguments and an Args: docstring, or make it private with _)") \
                 from e
@@ -238,7 +238,7 @@ class TRLClassEnv(ToolEnv):
             try:
                 values = fn(environments=[self.instance], prompts=[self.prompt], completions=[list(self.completion)],
                             **columns)
-            except Exception as e:  # noqa: BLE001 — the episode fails with the reward function's error
+            except Exception as e:  # the episode fails with the reward function's error
                 raise RuntimeError(f"the reward function {name} raised {type(e).__name__}: {e}") from e
             value = values[0] if isinstance(values, (list, tuple)) and values else values
             number = 0.0
@@ -263,7 +263,7 @@ class TRLClassEnv(ToolEnv):
                      and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)] if callable(closer) else [None]
             if not needs:
                 closer()
-        except Exception:  # noqa: BLE001, S110 — closing is best effort
+        except Exception:  # closing is best effort
             pass
         super().close()
 

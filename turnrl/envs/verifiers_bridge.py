@@ -159,14 +159,14 @@ async def run_rollout(vf_env: Any, rollout_input: dict[str, Any], channel: Chann
         output = await vf_env.run_rollout(rollout_input, vf_client, MODEL, {})
     except asyncio.CancelledError:
         raise
-    except BaseException as e:  # noqa: BLE001 — the episode's failure, told to its environment
+    except BaseException as e:  # the episode's failure, told to its environment
         channel.events.put(("error", f"{type(e).__name__}: {e}", None))
     else:
         channel.events.put(("done", output, None))
     finally:
         try:
             await vf_client.close()
-        except Exception:  # noqa: BLE001, S110 — closing an in-process client holds nothing
+        except Exception:  # closing an in-process client holds nothing
             pass
 
 

@@ -82,7 +82,7 @@ def kind_of(name: str, search: Sequence[str | Path] = ()) -> str:
         if e.name == module_name:
             return "classic" if classic else "v1"
         raise VerifiersEnvError(f"verifiers:{name}: importing {module_name} failed: {e}") from None
-    except Exception as e:  # noqa: BLE001 — the module's own code: one line (a classic one under 0.4: the fix)
+    except Exception as e:  # the module's own code: one line (a classic one under 0.4: the fix)
         if not classic and isinstance(e, AttributeError) and "'verifiers'" in str(e):
             check_version(name, vf)
         raise VerifiersEnvError(f"verifiers:{name}: importing {module_name} raised {type(e).__name__}: {e}") from None
@@ -125,7 +125,7 @@ def load(name: str, env_args: dict[str, Any], search: Sequence[str | Path] = ())
         try:
             with _own_signals():
                 env = vf.load_environment(name, **env_args)
-        except Exception as e:  # noqa: BLE001 — verifiers wraps the cause; say it in one line
+        except Exception as e:  # verifiers wraps the cause; say it in one line
             cause = e.__cause__ or e
             if isinstance(cause, ModuleNotFoundError) and cause.name == module:
                 raise VerifiersEnvError(f"verifiers:{name}: no environment module {module!r}: install its package "

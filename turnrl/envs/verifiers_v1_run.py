@@ -64,7 +64,7 @@ def require_v1(name: str) -> Any:
             getattr(vf, what)
         for what in ("resolve_env_config", "load_environment", "default_harness_id"):
             getattr(loaders, what)
-        from verifiers.v1.clients import EvalClientConfig  # noqa: F401
+        from verifiers.v1.clients import EvalClientConfig  # noqa: F401 — present or not: the check
     except (ImportError, AttributeError) as e:
         raise VerifiersEnvError(f"verifiers:{name}: the installed verifiers {version} lacks the v1 API turnrl uses "
                                 f"({type(e).__name__}: {e}); turnrl plays {SUPPORTED_V1}: pip install "
@@ -177,7 +177,7 @@ def load_taskset(name: str, taskset_args: dict[str, Any], *, harness: str | dict
     except ValidationError as e:
         problems = "; ".join(f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in e.errors()[:5])
         raise VerifiersEnvError(f"verifiers:{name}: its settings are not valid: {problems}") from None
-    except Exception as e:  # noqa: BLE001 — the task set's own code and verifiers' loader: say it in one line
+    except Exception as e:  # the task set's own code and verifiers' loader: say it in one line
         raise VerifiersEnvError(f"verifiers:{name}: loading the v1 task set failed: {type(e).__name__}: {e}") from None
     if not tasks:
         raise VerifiersEnvError(f"verifiers:{name} has no tasks with these settings ({taskset_args})")

@@ -77,7 +77,7 @@ class Engine:
         one = params.model_copy(update={"n": 1})
         futures = [self._submit(prompt, one, seed, j, session if params.n == 1 else None, on_token)
                    for j in range(params.n)]
-        done, pending = cf.wait(futures, timeout=self.timeout)
+        _done, pending = cf.wait(futures, timeout=self.timeout)
         for f in pending:
             f.cancel()
         if pending:
@@ -157,7 +157,7 @@ class Engine:
             if self._seeds:
                 kwargs["seeds"] = [s if s is not None else random.getrandbits(61) for _, _, s, _ in group]
             outs = self.agent.generate([p for p, *_ in group], params, **kwargs)
-        except Exception as e:  # noqa: BLE001 — every request of the group learns why
+        except Exception as e:  # every request of the group learns why
             for *_, f in group:
                 f.set_exception(e)
             return

@@ -100,7 +100,7 @@ def load_function(spec: str, search: Sequence[str | Path] = ()) -> Callable[...,
         module = _import(module_name, search)
     except ProgramError:
         raise
-    except Exception as e:  # noqa: BLE001 — importing user code may raise anything
+    except Exception as e:  # importing user code may raise anything
         raise ProgramError(f"importing the program's module {module_name!r} raised {type(e).__name__}: {e}") from e
     fn = getattr(module, attr, None)
     if not callable(fn):
@@ -131,7 +131,7 @@ def call_function(fn: Callable[..., Any], base_url: str, api_key: str, task: dic
             if inspect.isawaitable(value):
                 value = asyncio.run(_awaited(value))
             box["value"] = value
-        except BaseException as e:  # noqa: BLE001 — reported as the episode's error
+        except BaseException as e:  # reported as the episode's error
             box["error"] = e
 
     thread = threading.Thread(target=target, daemon=True, name="turnrl-program")

@@ -45,7 +45,7 @@ def task_of(env: Any, obs: Sequence[Any], info: dict[str, Any], index: int, mode
     messages = [m.to_chat() for m in obs]
     users = [m["content"] for m in messages if m["role"] == "user"]
     return {"id": info.get("task_id"), "index": index, "messages": messages, "question": users[-1] if users else "",
-            "tools": list(getattr(env.unwrapped, "tool_schemas", lambda: [])()), "model": model}
+            "tools": list(getattr(env.unwrapped, "tool_schemas", list)()), "model": model}
 
 
 def play_one(gateway: Gateway, program: Program, env: Any, *, env_seed: int | None, index: int,
@@ -60,7 +60,7 @@ def play_one(gateway: Gateway, program: Program, env: Any, *, env_seed: int | No
     fields = {"env_id": spec.id if spec is not None else type(env.unwrapped).__name__, "seed": env_seed, **fields}
     try:
         obs, info = env.reset(seed=env_seed, options={"index": index})
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         return Trajectory(error=f"reset failed: {type(e).__name__}: {e}", **fields)
     sid = gateway.open(f"{fields.get('metadata', {}).get('job', 'episode')}-{uuid.uuid4().hex[:8]}",
                        seed=sample_seed, sampling=sampling)
@@ -78,7 +78,7 @@ def play_one(gateway: Gateway, program: Program, env: Any, *, env_seed: int | No
     if error is None and outcome.answer is not None and session.calls:
         try:
             _, env_reward, _, _, step_info = env.step(outcome.answer)
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             error = f"grading the program's answer failed: {type(e).__name__}: {e}"
         else:
             reward = env_reward if reward is None else reward
@@ -114,7 +114,7 @@ def play_programs(gateway: Gateway, program: Program, env_id: str, env_kwargs: d
             traj = play_one(gateway, program, env, env_seed=env_seed(seed, job), index=job.task,
                             sample_seed=sample_seed(seed, job), timeout=timeout, fields=fields, sampling=sampling,
                             tools=tools)
-        except Exception as e:  # noqa: BLE001 — one episode's failure is its own, the step goes on
+        except Exception as e:  # one episode's failure is its own, the step goes on
             traj = Trajectory(error=f"the episode failed: {type(e).__name__}: {e}", env_id=env_id, **fields)
         if sink is not None:
             sink(traj)

@@ -252,7 +252,7 @@ class Gateway(AgentServer):
         req = _need_session(ctx)
         try:
             ids, req.match = req.session.history.prompt(messages, tools)
-        except Exception as e:  # noqa: BLE001 — the template refused these messages
+        except Exception as e:  # the template refused these messages
             raise APIError(400, f"the model's chat template cannot render these messages: {type(e).__name__}: {e}",
                            param="messages") from e
         return ids

@@ -135,9 +135,9 @@ class ToolServer:
             try:
                 out = await asyncio.wait_for(toolbox.ainvoke(call), self.call_timeout)
                 text, ok = out.content, out.ok
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 text, ok = f"Error: tool {call.name!r} timed out after {self.call_timeout:g}s", False
-            except Exception as e:  # noqa: BLE001 — the toolbox maps tool failures itself; anything else is reported
+            except Exception as e:  # the toolbox maps tool failures itself; anything else is reported
                 text, ok = f"Error: tool {call.name!r} failed: {type(e).__name__}: {e}", False
             finally:
                 with self._idle:

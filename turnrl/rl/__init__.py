@@ -18,4 +18,4 @@ of :mod:`turnrl.rl.algorithms.base`.
 
 # The registry installs the configuration's algorithm hooks (turnrl.rl.config.algorithm) when it is imported; the
 # package imports it so that every `import turnrl.rl.…` has them before a config validates.
-from turnrl.rl import algorithms as _algorithms  # noqa: E402,F401
+from turnrl.rl import algorithms as _algorithms  # noqa: F401 — installs the algorithms' config hooks

@@ -104,7 +104,7 @@ async def compact(rollout: RolloutAPI, ep: Episode, turn: Turn, obs: Sequence[Me
     or with an error when the rewrite failed, e.g. a template that refuses the rewritten history)."""
     try:
         return await _compact(rollout, ep, turn, obs)
-    except Exception as e:  # noqa: BLE001 — only this episode ends
+    except Exception as e:  # only this episode ends
         ep.traj.error = f"rewriting the history failed: {type(e).__name__}: {e}"
         rollout.finish(ep)
         return False
@@ -172,7 +172,7 @@ def from_environment(rollout: RolloutAPI, ep: Episode, turn: Turn, history: Sequ
         return False
     try:
         ids = ep.renderer.prompt_tokens(list(history))
-    except Exception as e:  # noqa: BLE001 — only this episode ends
+    except Exception as e:  # only this episode ends
         ep.traj.error = f"rendering the history the environment rewrote failed: {type(e).__name__}: {e}"
         rollout.finish(ep)
         return False
@@ -203,7 +203,7 @@ async def _summarize(rollout: RolloutAPI, ep: Episode, turn: Turn, obs: Sequence
     seed = None if ep.sample_seed is None else turn_seed(ep.sample_seed, len(ep.traj.turns), salt=104_729)
     try:
         completion = await _generate(rollout, ep, params, seed)
-    except Exception as e:  # noqa: BLE001 — this episode ends; what it collected is kept
+    except Exception as e:  # this episode ends; what it collected is kept
         ep.traj.error = f"generation failed (summary): {type(e).__name__}: {e}"
         rollout.finish(ep)
         return None
@@ -221,7 +221,7 @@ async def _summarize(rollout: RolloutAPI, ep: Episode, turn: Turn, obs: Sequence
     return completion.text
 
 
-async def _generate(rollout: RolloutAPI, ep: Episode, params: SamplingParams, seed: int | None):  # noqa: ANN202
+async def _generate(rollout: RolloutAPI, ep: Episode, params: SamplingParams, seed: int | None):
     prompt = list(ep.tokens[ep.context_start:])
     if rollout.keep_prompts:
         ep.prompts_seen.append(list(prompt))

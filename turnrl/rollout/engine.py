@@ -214,13 +214,13 @@ class Rollout:
         ep = Episode(env=env, traj=traj)
         try:
             obs, info = env.reset(seed=seed, options=options)
-            ep.renderer = ChatRenderer(self.agent.tokenizer, getattr(env.unwrapped, "tool_schemas", lambda: [])())
+            ep.renderer = ChatRenderer(self.agent.tokenizer, getattr(env.unwrapped, "tool_schemas", list)())
             traj.task_id, traj.prompt = info.get("task_id"), list(obs)
             ep.role = info.get("next_role") or info.get("role") or "policy"
             t0 = time.perf_counter()
             ep.append(ep.renderer.prompt_tokens(obs), 0)
             self.stats.bookkeeping_s += time.perf_counter() - t0
-        except Exception as e:  # noqa: BLE001 — one bad env must not sink the batch
+        except Exception as e:  # one bad env must not sink the batch
             traj.error = f"reset failed: {type(e).__name__}: {e}"
             return ep
         if len(ep.tokens) >= self.max_context:
@@ -263,7 +263,7 @@ class Rollout:
                     live[i].rewritten = c is not None
                     if c is not None:
                         completions[i] = c
-        except Exception as e:  # noqa: BLE001 — keep everything collected so far
+        except Exception as e:  # keep everything collected so far
             for ep in live:
                 ep.traj.error = f"generation failed: {type(e).__name__}: {e}"
                 self.finish(ep)
@@ -280,7 +280,7 @@ class Rollout:
         try:
             c = await self.agent.agenerate_one(prompt, params, seed=seed,  # type: ignore[attr-defined]
                                                session=ep.session if self.uses_sessions else None)
-        except Exception as e:  # noqa: BLE001 — this episode ends; what it collected is kept
+        except Exception as e:  # this episode ends; what it collected is kept
             ep.traj.error = f"generation failed: {type(e).__name__}: {e}"
             self.finish(ep)
             return None
@@ -329,7 +329,7 @@ class Rollout:
                 obs, reward, terminated, truncated, info = await asyncio.wait_for(
                     ep.env.astep(text), timeout=self.env_timeout
                 )
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             reason = f"timed out after {self.env_timeout}s" if isinstance(e, TimeoutError) else f"{type(e).__name__}: {e}"
             ep.traj.turns.append(Turn(index=len(ep.traj.turns), role=ep.role, action=action, token_span=span,
                                       info={"finish_reason": completion.finish_reason}))

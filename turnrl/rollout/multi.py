@@ -219,7 +219,7 @@ class MultiAgentRollout:
                     self.params.model_copy(update={"max_new_tokens": budget})
                 try:
                     outs = agent.generate([list(p) for p in prompts], params, **kwargs)
-                except Exception as e:  # noqa: BLE001 — e.g. an endpoint gone: its games end with the error
+                except Exception as e:  # e.g. an endpoint gone: its games end with the error
                     if policy in self.versions:  # a policy being trained fails: a bug or out of memory, not a game's
                         raise
                     for i, _ in jobs:
@@ -237,7 +237,7 @@ class MultiAgentRollout:
                     moves[i] += 1
                     try:
                         envs[i].step(completion.text)
-                    except Exception as e:  # noqa: BLE001 — the episode ends with the error; the others go on
+                    except Exception as e:  # the episode ends with the error; the others go on
                         errors[i] = f"{type(e).__name__}: {e}"
                         live.remove(i)
                         continue

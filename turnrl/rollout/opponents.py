@@ -30,7 +30,7 @@ def script_player(name: str) -> Callable[[str], str]:
         raise ValueError(f"opponent {name!r} is not of the form script:MODULE:FUNCTION (FUNCTION(text) -> move)")
     try:
         found = import_from(module, [Path.cwd()])
-    except Exception as e:  # noqa: BLE001 — the module exists and fails to import: say why, in one line
+    except Exception as e:  # the module exists and fails to import: say why, in one line
         raise ValueError(f"opponent {name}: importing {module!r} raised {type(e).__name__}: {e}") from e
     if found is None:
         raise ValueError(f"opponent {name}: no module named {module!r} on sys.path or in {Path.cwd()}")

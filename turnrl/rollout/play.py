@@ -135,5 +135,5 @@ class Unbuilt(TextEnv):
 def _make(env_id: str, env_kwargs: dict[str, Any]) -> TextEnv:
     try:
         return make(env_id, **env_kwargs)
-    except Exception as e:  # noqa: BLE001 — one environment that cannot be made fails its episode, not the step
+    except Exception as e:  # one environment that cannot be made fails its episode, not the step
         return Unbuilt(env_id, e)

@@ -152,7 +152,7 @@ class AgentServer(OpenAIEndpoints, MessagesEndpoint, ResponsesEndpoint):
                     response = Response(result, mimetype="text/event-stream", headers={"Cache-Control": "no-cache"})
         except APIError as e:
             response = self._json(anthropic_error(e) if anthropic else e.payload(), e.status)
-        except Exception as e:  # noqa: BLE001 — any failure is an answer in the API's shape
+        except Exception as e:  # any failure is an answer in the API's shape
             response = self._json(server_error(e) if anthropic else {"error": {
                 "message": f"{type(e).__name__}: {e}", "type": "server_error", "param": None, "code": None}}, 500)
         return response(environ, start_response)
@@ -214,7 +214,7 @@ class AgentServer(OpenAIEndpoints, MessagesEndpoint, ResponsesEndpoint):
         renderer = ChatRenderer(self.agent.tokenizer, tools, fit_tools=True)
         try:
             text = renderer.render(messages, add_generation_prompt=True)
-        except Exception as e:  # noqa: BLE001 — the template refused these messages (e.g. an unsupported role)
+        except Exception as e:  # the template refused these messages (e.g. an unsupported role)
             raise APIError(400, f"the model's chat template cannot render these messages: {type(e).__name__}: {e}",
                            param="messages") from e
         return renderer.encode(text)

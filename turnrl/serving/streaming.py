@@ -131,7 +131,7 @@ class Generation:
     def _run(self, work: Callable[[Callable[..., None]], Any]) -> None:
         try:
             self.events.put(("done", work(self._on_token)))
-        except BaseException as e:  # noqa: BLE001 — the response reports it
+        except BaseException as e:  # the response reports it
             self.events.put(("error", e))
 
     def _next(self) -> tuple[str, Any]:
@@ -187,7 +187,7 @@ def framed(gen: Generation, events: Iterator[str], *, error: Callable[[BaseExcep
     however it ends (a client that hung up)."""
     try:
         yield from events
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         yield error(e)
     finally:
         gen.close()

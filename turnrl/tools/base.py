@@ -183,7 +183,7 @@ class Tool:
         try:
             result = asyncio.run(self.fn(**dict(args))) if self.is_async else self.fn(**dict(args))
             return self._finish(result)
-        except Exception as e:  # noqa: BLE001 — a failing tool is an observation, not a crash
+        except Exception as e:  # a failing tool is an observation, not a crash
             return self._failure(e)
 
     async def ainvoke(self, call: ToolCall) -> ToolOutput:
@@ -197,7 +197,7 @@ class Tool:
             else:
                 result = await asyncio.to_thread(self.fn, **dict(args))
             return self._finish(result)
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             return self._failure(e)
 
 
@@ -260,7 +260,7 @@ class ExternalTool(Tool):
             return prepared
         try:
             return self._clip(self._call(prepared))
-        except Exception as e:  # noqa: BLE001 — a failing tool is an observation, not a crash
+        except Exception as e:  # a failing tool is an observation, not a crash
             return self._failure(e)
 
     async def ainvoke(self, call: ToolCall) -> ToolOutput:
@@ -270,7 +270,7 @@ class ExternalTool(Tool):
             return prepared
         try:
             return self._clip(await self._acall(prepared))
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             return self._failure(e)
 
 
@@ -324,7 +324,7 @@ class Toolbox:
     def __len__(self) -> int:
         return len(self.tools)
 
-    def __iter__(self):  # noqa: ANN204
+    def __iter__(self):
         return iter(self.tools.values())
 
     def schemas(self) -> list[dict[str, Any]]:

@@ -100,7 +100,8 @@ class _Connection:
         self.error: BaseException | None = None
         self._ready = threading.Event()
         self._closing: asyncio.Event | None = None
-        self._stderr = tempfile.TemporaryFile(mode="w+", encoding="utf-8", errors="replace")
+        # closed by close(): the server's stderr, kept for the whole session
+        self._stderr = tempfile.TemporaryFile(mode="w+", encoding="utf-8", errors="replace")  # noqa: SIM115 — closed by close()
         self._thread = threading.Thread(target=self._main, name="turnrl-mcp", daemon=True)
         self._thread.start()
         if not self._ready.wait(server.startup_timeout):
@@ -124,7 +125,7 @@ class _Connection:
     def _main(self) -> None:
         try:
             asyncio.run(self._run())
-        except BaseException as e:  # noqa: BLE001 — reported to whoever waits
+        except BaseException as e:  # reported to whoever waits
             self.error = self.error or e
         finally:
             self.client = None
@@ -281,7 +282,7 @@ class MCPTool(ExternalTool):
             return ToolOutput(f"Error: {self.name} did not answer within {self.server.timeout:g} s", ok=False)
         except (ConnectionError, MCPServerError) as e:
             return ToolOutput(f"Error: {self.name} is unavailable: {e}", ok=False)
-        except Exception as e:  # noqa: BLE001 — the SDK's protocol errors (e.g. an unknown tool)
+        except Exception as e:  # the SDK's protocol errors (e.g. an unknown tool)
             if _connection_lost(e) and conn is not None:  # the next call starts the server again
                 _forget(self.server, conn)
                 return ToolOutput(f"Error: {self.name} is unavailable: the MCP server {self.server.label} closed the "
@@ -350,7 +351,7 @@ def mcp_tools(*servers: MCPServer | str | Sequence[str] | dict[str, Any], **defa
         ValueError: two tools end up with the same name (give one server a ``prefix``).
     """
     try:
-        import mcp  # noqa: F401
+        import mcp  # noqa: F401 — present or not: the check
     except ImportError as e:
         raise ImportError("MCP tools need the mcp package: pip install 'turnrl[mcp]'") from e
     out: list[MCPTool] = []

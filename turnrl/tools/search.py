@@ -91,7 +91,7 @@ class DenseIndex(BM25Index):
 
 
 @functools.lru_cache(maxsize=1)
-def _encoder():  # noqa: ANN202
+def _encoder():
     try:
         from importlib import resources
 

@@ -157,7 +157,7 @@ def run_tests(
     stdin = token + "\n" + json.dumps(job, ensure_ascii=True)
     try:
         result = (sandbox or default_test_sandbox()).run(HARNESS, timeout=timeout, stdin=stdin, files=files)
-    except Exception as e:  # noqa: BLE001 — a sandbox that fails is an answer, not a crash in a rollout
+    except Exception as e:  # a sandbox that fails is an answer, not a crash in a rollout
         return Verdict(correct=False, score=0.0, details={"feedback": f"the sandbox failed: {type(e).__name__}: {e}",
                                                           "passed": 0, "total": len(test_list),
                                                           "error": f"{type(e).__name__}: {e}", "tampering": 0})

@@ -32,19 +32,19 @@ import builtins as _B
 
 globals().update({k: v for k, v in vars(_B).items() if not k.startswith("__")})  # lookups never reach _B again
 
-import _json  # noqa: E402
-import _sha256  # noqa: E402 — not _hashlib: loading OpenSSL costs milliseconds
-import _thread  # noqa: E402
-import ast  # noqa: E402
-import collections  # noqa: E402
-import enum  # noqa: E402
-import itertools  # noqa: E402
-import json  # noqa: E402
-import os  # noqa: E402
-import sys  # noqa: E402
-import time  # noqa: E402
-import types  # noqa: E402
-import typing  # noqa: E402
+import _json
+import _sha256  # not _hashlib: loading OpenSSL costs milliseconds
+import _thread
+import ast
+import collections
+import enum
+import itertools
+import json
+import os
+import sys
+import time
+import types
+import typing
 
 TEST_LINE = 1_000_000  # test code is compiled from this line on, the solution from SOLUTION_LINE (frame-free feedback)
 SOLUTION_LINE = 2_000_000
@@ -58,10 +58,7 @@ SAFE_DUNDERS = frozenset({
     "__annotations__", "__orig_bases__", "__parameters__", "__match_args__", "__firstlineno__",
     "__static_attributes__", "__init_subclass__", "__class_getitem__", "__getnewargs__",
 })
-BEHAVIOUR_DUNDERS = frozenset(f"__{n}__" for n in (
-    "eq ne lt le gt ge hash bool len contains iter next getitem reversed missing abs neg pos invert add radd sub rsub "
-    "mul rmul truediv rtruediv floordiv rfloordiv mod rmod divmod rdivmod pow rpow float int index complex round "
-    "trunc floor ceil getattribute getattr class instancecheck subclasscheck and rand or ror xor rxor").split())
+BEHAVIOUR_DUNDERS = frozenset(f"__{n}__" for n in ["eq", "ne", "lt", "le", "gt", "ge", "hash", "bool", "len", "contains", "iter", "next", "getitem", "reversed", "missing", "abs", "neg", "pos", "invert", "add", "radd", "sub", "rsub", "mul", "rmul", "truediv", "rtruediv", "floordiv", "rfloordiv", "mod", "rmod", "divmod", "rdivmod", "pow", "rpow", "float", "int", "index", "complex", "round", "trunc", "floor", "ceil", "getattribute", "getattr", "class", "instancecheck", "subclasscheck", "and", "rand", "or", "ror", "xor", "rxor"])
 FRAME_ATTRS = frozenset({"tb_frame", "gi_frame", "cr_frame", "ag_frame", "f_code"})
 ALWAYS_REFUSED = frozenset({
     "sys._current_frames", "sys.settrace", "sys.setprofile", "sys._settraceallthreads",
@@ -208,7 +205,7 @@ def _make_describe(solution_lines):
         try:
             message = str(e)
             message = message if type(message) is str else ""
-        except BaseException:  # noqa: BLE001 — an exception that cannot be printed still fails the test
+        except BaseException:  # an exception that cannot be printed still fails the test
             message = "<unprintable>"
         where = []
         tb = tb_of(e)
@@ -417,12 +414,12 @@ def _run(job, tampering):
         for mod in imports:
             try:
                 __import__(mod)
-            except BaseException:  # noqa: BLE001, S112 — the test itself will report it
+            except BaseException:  # the test itself will report it
                 continue
     trusted_defs = {}
     if job.get("trusted"):
         trusted_ns = {"__builtins__": _B, "__name__": "__task__"}
-        exec(compile(job["trusted"], "<task>", "exec", dont_inherit=True), trusted_ns)  # noqa: S102 — task data
+        exec(compile(job["trusted"], "<task>", "exec", dont_inherit=True), trusted_ns)  # task data
         trusted_defs = {k: v for k, v in trusted_ns.items() if k != entry and not k.startswith("__")}
     code = _compile_solution(job["solution"])
     if type(code) is str:
@@ -457,8 +454,8 @@ def _run(job, tampering):
 
     def define():
         try:
-            exec(code, ns)  # noqa: S102 — in the sandbox, under the audit hook
-        except BaseException as e:  # noqa: BLE001
+            exec(code, ns)  # in the sandbox, under the audit hook
+        except BaseException as e:
             defined.append(describe(e))
         else:
             defined.append(None)
@@ -484,8 +481,8 @@ def _run(job, tampering):
                     tested.append((False, err))
                     continue
                 try:
-                    exec(c, tg)  # noqa: S102
-                except BaseException as e:  # noqa: BLE001 — any way out of a test but its end is a failure
+                    exec(c, tg)
+                except BaseException as e:  # any way out of a test but its end is a failure
                     result = (False, describe(e, test_lines[i], full=job["script"]))
                 else:
                     result = (True, "")
@@ -495,7 +492,7 @@ def _run(job, tampering):
                     if len(tampering) < MAX_EVENTS and f"monkeypatched {where}" not in tampering:
                         tampering.append(f"monkeypatched {where}")
                 tested.append(result)
-        except BaseException as e:  # noqa: BLE001
+        except BaseException as e:
             tested.append((False, "the tests could not run: " + describe(e, full=False)))
         finally:
             test_done.release()
@@ -535,7 +532,7 @@ def _hmac_sha256(key, message, sha256=_sha256.sha256):
     return sha256(bytes(k ^ 0x5C for k in key) + inner).hexdigest()
 
 
-def _main(hmac=_hmac_sha256, exit=os._exit):  # noqa: A002
+def _main(hmac=_hmac_sha256, exit=os._exit):
     raw = _read_all(0)
     token, _, body = raw.partition(b"\n")
     out, null = os.dup(1), os.open(os.devnull, os.O_RDWR)
@@ -545,7 +542,7 @@ def _main(hmac=_hmac_sha256, exit=os._exit):  # noqa: A002
     try:
         job = json.loads(body)
         results, error = _run(job, tampering)
-    except BaseException as e:  # noqa: BLE001 — a harness failure is reported, never a pass
+    except BaseException as e:  # a harness failure is reported, never a pass
         results, error = [], f"harness: {type(e).__name__}: {_cap(str(e), 300)}"
     body = _encode(results, tampering, error).encode("ascii")
     _write_all(out, b"TURNRL-VERDICT " + hmac(token, body).encode("ascii") + b" " + body + b"\n")

@@ -118,13 +118,13 @@ class Judge:
         keys = [self._key(c) for c in convs]
         todo = list(dict.fromkeys(k for k in keys if k not in self.cache))
         if todo:
-            first = {k: c for k, c in zip(keys, convs)}
+            first = dict(zip(keys, convs))
             try:
                 self.calls += 1
                 texts = chat_texts(self.agent, [first[k] for k in todo], self.params)
                 for k, text in zip(todo, texts):
                     self.cache[k] = Judgement(parse_label(text, self.labels), raw=text)
-            except Exception as e:  # noqa: BLE001 — a failing judge is reported, not raised (and not cached)
+            except Exception as e:  # a failing judge is reported, not raised (and not cached)
                 failed = Judgement(None, error=f"judge failed: {type(e).__name__}: {str(e)[:300]}")
                 return [self.cache.get(k, failed) for k in keys]
         return [self.cache[k] for k in keys]

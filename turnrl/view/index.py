@@ -195,7 +195,7 @@ class EpisodeIndex:
             for s, source in enumerate(self.sources):
                 reader = self._scan_parquet if source.path.suffix == ".parquet" else self._scan_jsonl
                 reader(s, source)
-        except Exception as e:  # noqa: BLE001 — shown on the page; what was indexed stays usable
+        except Exception as e:  # shown on the page; what was indexed stays usable
             self.error = f"{type(e).__name__}: {e}"
         finally:
             self.seconds = time.perf_counter() - t0

@@ -54,7 +54,7 @@ def check_multi_agent_environment(env: MultiAgentTextEnv, *, episodes: int = 3, 
         env.reset(seed=seed, options={"index": 0})
         if _observations(env) != first:
             report.failures.append("reset(seed, options={'index': 0}) twice gave different first observations")
-    except Exception as e:  # noqa: BLE001 — the report says what broke
+    except Exception as e:  # the report says what broke
         report.failures.append(f"reset raised {type(e).__name__}: {e}")
         return report
     rng = np.random.default_rng(seed)
@@ -63,7 +63,7 @@ def check_multi_agent_environment(env: MultiAgentTextEnv, *, episodes: int = 3, 
         report.episodes.append(log)
         try:
             _play(env, rng, log, report, malformed_only=n == 0, max_moves=max_moves, seed=seed + n, index=n)
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             report.failures.append(f"episode {n}: the environment raised {type(e).__name__}: {e}")
     check_held_out_states(env, report)
     return report
@@ -78,7 +78,7 @@ def check_held_out_states(env: Any, report: CheckReport) -> None:
         return
     try:
         states = ask()
-    except Exception as e:  # noqa: BLE001 — the report says what broke
+    except Exception as e:  # the report says what broke
         report.failures.append(f"held_out_states() raised {type(e).__name__}: {e}")
         return
     reached = list(states.reached)
@@ -98,7 +98,7 @@ def _play(env: MultiAgentTextEnv, rng: np.random.Generator, log: EpisodeLog, rep
     for problem in problems:
         report.failures.append(f"after reset: {problem}")
     seen_done: set[str] = set()
-    totals = {a: 0.0 for a in env.possible_agents}
+    totals = dict.fromkeys(env.possible_agents, 0.0)
     ends: dict[str, str] = {}
     for agent in env.agent_iter(max_iter=max_moves * 2 + len(env.possible_agents)):
         observation, reward, termination, truncation, info = env.last()

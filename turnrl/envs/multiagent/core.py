@@ -161,10 +161,10 @@ class MultiAgentTextEnv(AECEnv):
         if seed is not None:
             self.np_random = np.random.default_rng(seed)
         self.agents = list(self.possible_agents)
-        self.rewards = {a: 0.0 for a in self.agents}
-        self._cumulative_rewards = {a: 0.0 for a in self.agents}
-        self.terminations = {a: False for a in self.agents}
-        self.truncations = {a: False for a in self.agents}
+        self.rewards = dict.fromkeys(self.agents, 0.0)
+        self._cumulative_rewards = dict.fromkeys(self.agents, 0.0)
+        self.terminations = dict.fromkeys(self.agents, False)
+        self.truncations = dict.fromkeys(self.agents, False)
         self.infos = {a: {"invalid_moves": 0} for a in self.agents}
         self._pending = {a: [] for a in self.agents}
         self._skip_agent_selection = None

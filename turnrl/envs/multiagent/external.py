@@ -206,7 +206,7 @@ class PettingZooTextEnv(SeededGame, MultiAgentTextEnv):
     def _reset(self, options: dict[str, Any]) -> None:
         index = options.get("index")
         seed = self.seed_of(int(index)) if index is not None else int(self.np_random.integers(2**31))
-        self.totals, self.told = {a: 0.0 for a in self.possible_agents}, {}
+        self.totals, self.told = dict.fromkeys(self.possible_agents, 0.0), {}
         self.inner.reset(seed=seed, options=options or None)
         self._advance()
 

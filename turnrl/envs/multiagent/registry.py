@@ -69,7 +69,7 @@ def make_multi_agent(env_id: str, **kwargs: Any) -> MultiAgentTextEnv:
         wrap = {k: kwargs.pop(k) for k in ("split", "max_turns", "render_mode") if k in kwargs}
         try:
             made = factory(**kwargs)
-        except Exception as e:  # noqa: BLE001 — the user's factory: say what it raised, in one line
+        except Exception as e:  # the user's factory: say what it raised, in one line
             raise ValueError(f"{env_id}: {factory.__name__}({', '.join(f'{k}={v!r}' for k, v in kwargs.items())}) "
                              f"raised {type(e).__name__}: {e}") from e
         try:
@@ -103,7 +103,7 @@ def pettingzoo_factory(env_id: str, search: Sequence[str | Path] = ()) -> Any:
     places = [*search, Path.cwd()]
     try:
         found = import_from(module, places)
-    except Exception as e:  # noqa: BLE001 — the module exists and fails to import: say why, in one line
+    except Exception as e:  # the module exists and fails to import: say why, in one line
         raise ValueError(f"{env_id}: importing {module!r} raised {type(e).__name__}: {e}") from e
     if found is None:
         raise ValueError(f"{env_id}: no module named {module!r} on sys.path or in "

@@ -25,8 +25,8 @@ from typing import Any, Literal
 
 from turnrl.envs.arithmetic import ArithmeticTasks
 from turnrl.envs.core import Task
-from turnrl.envs.splits import canonical_key
 from turnrl.envs.multiagent.core import MultiAgentTextEnv
+from turnrl.envs.splits import canonical_key
 from turnrl.verifiers.math import verify
 
 SOLVER_PROMPT = "Solve the problem. Give your final answer as \\boxed{number}."
@@ -105,4 +105,4 @@ class SolverCritic(MultiAgentTextEnv):
             score = 1.0 if right else 0.0
             self.reward({"solver": score, "critic": score})
             self.tell(["solver", "critic"], "The final answer is right." if right else "The final answer is wrong.")
-            self.end({role: "solved" if right else "failed" for role in self.agents})
+            self.end(dict.fromkeys(self.agents, "solved" if right else "failed"))

@@ -69,7 +69,7 @@ def show(board: str) -> str:
     return "\n---+---+---\n".join(" " + " | ".join(cells[r * 3 : r * 3 + 3]) for r in range(3))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _value(board: str) -> int:
     """The game's value for the player to move under perfect play: 1 win, 0 draw, −1 loss."""
     if winner(board) is not None:
@@ -139,7 +139,7 @@ SYMMETRIES = _symmetries()
 HELD_OUT_SHARE = 0.25  # of the classes of max_opening-move positions
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def canonical(board: str) -> str:
     """The name of a position's class under the board's 8 symmetries: the least of its rotations and reflections."""
     return min("".join(board[p[i]] for i in range(9)) for p in SYMMETRIES)
@@ -151,7 +151,7 @@ def split_of(board: str) -> Literal["train", "test"]:
     return "test" if split_of_key(f"tictactoe {canonical(board)}", {"test": HELD_OUT_SHARE}) == "test" else "train"
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def positions_of(moves: int) -> frozenset[str]:
     """Every position of exactly ``moves`` moves without a winner, in every orientation."""
     layer = {"." * 9}
@@ -161,7 +161,7 @@ def positions_of(moves: int) -> frozenset[str]:
     return frozenset(layer)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def openings(split: str, max_moves: int = 3) -> tuple[str, ...]:
     """The starting positions of ``split`` with ``max_opening=max_moves`` (see the module docstring; test ones one
     per class), in a fixed order drawn by hash, so that any first ``n`` are a fair sample (training ones: a position

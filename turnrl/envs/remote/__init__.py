@@ -7,7 +7,7 @@ from turnrl.envs.remote.protocol import REMOTE_PREFIX, RemoteEnvError
 __all__ = ["REMOTE_PREFIX", "RemoteEnv", "RemoteEnvError", "make_remote"]
 
 
-def __getattr__(name: str):  # noqa: ANN202 — lazy: websockets is imported when a client is made
+def __getattr__(name: str):  # lazy: websockets is imported when a client is made
     if name in ("RemoteEnv", "make_remote"):
         from turnrl.envs.remote import client
 

@@ -90,7 +90,7 @@ class McpSessions:
             return _error(rid, INVALID_PARAMS if e.keep else INTERNAL_ERROR, str(e), code_name=e.code)
         except TimeoutError:
             return _error(rid, INTERNAL_ERROR, f"{method} ran past the server's time limit")
-        except Exception as e:  # noqa: BLE001 — the environment's own error: the client reads it
+        except Exception as e:  # the environment's own error: the client reads it
             return _error(rid, INTERNAL_ERROR, f"{type(e).__name__}: {e}")
 
     async def _run(self, method: str, params: dict[str, Any], env_id: str, connection: Session | None,

@@ -191,7 +191,7 @@ class EnvServer(PlainHttp):
             await asyncio.sleep(min(5.0, self.idle_timeout / 2))
             try:
                 await self.mcp.reap()
-            except Exception:  # noqa: BLE001 — one failed close must not stop the reaping of the others
+            except Exception:  # one failed close must not stop the reaping of the others
                 logger.exception("closing idle MCP sessions failed")
 
     # ---- the application ----

@@ -39,7 +39,7 @@ class DaemonThreads(ThreadPoolExecutor):
             self.running += 1
             try:
                 future.set_result(fn(*args, **kwargs))
-            except BaseException as e:  # noqa: BLE001 — handed to the awaiting coroutine
+            except BaseException as e:  # handed to the awaiting coroutine
                 future.set_exception(e)
             finally:
                 self.running -= 1
@@ -105,7 +105,7 @@ class Session:
                                                   self.limits.make_timeout)
             except TimeoutError:
                 raise
-            except Exception as e:  # noqa: BLE001 — a bad keyword argument, a missing file: the client reads it
+            except Exception as e:  # a bad keyword argument, a missing file: the client reads it
                 raise Refused(f"making {self.env_id} failed: {type(e).__name__}: {e}", p.FACTORY_ERROR) from e
         return self.env
 
@@ -160,7 +160,7 @@ class Session:
             return p.error(str(e), e.code), e.keep
         except Closed:
             return None, False
-        except Exception as e:  # noqa: BLE001 — the environment's own error: the client reads it
+        except Exception as e:  # the environment's own error: the client reads it
             return p.error(f"{type(e).__name__}: {e}", p.EXECUTION_ERROR), True
 
     def timeout_error(self, kind: str) -> dict[str, Any]:
@@ -278,7 +278,7 @@ def close_env(env: TextEnv) -> None:
     """``env.close()``, best effort."""
     try:
         env.close()
-    except Exception:  # noqa: BLE001, S110 — closing is best effort
+    except Exception:  # closing is best effort
         pass
 
 

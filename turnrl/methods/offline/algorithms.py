@@ -57,7 +57,7 @@ def dpo_pairs(groups: Units, mode: Literal["all", "one"]) -> tuple[Units, dict[s
             all_wrong += 1
         else:
             both += 1
-            pairs += [[w, l] for w in good for l in bad] if mode == "all" else [[good[0], bad[0]]]
+            pairs += [[w, lose] for w in good for lose in bad] if mode == "all" else [[good[0], bad[0]]]
     info.update(dpo_pairs=float(len(pairs)), dpo_tasks=float(both), dpo_skipped_tasks=float(all_correct + all_wrong),
                 dpo_all_correct_tasks=float(all_correct), dpo_all_incorrect_tasks=float(all_wrong))
     return pairs, info
@@ -124,13 +124,13 @@ class DPO(OfflineAlgorithm):
         b = exp.batch
         if exp.ref_logp is None:
             raise ValueError("dpo needs reference log-probabilities")
-        w, l = slice(0, None, 2), slice(1, None, 2)
-        if len(b) % 2 or not bool((b.correct[w] == 1).all() and (b.correct[l] == 0).all()
-                                  and (b.group_ids[w] == b.group_ids[l]).all()):
+        w, lo = slice(0, None, 2), slice(1, None, 2)
+        if len(b) % 2 or not bool((b.correct[w] == 1).all() and (b.correct[lo] == 0).all()
+                                  and (b.group_ids[w] == b.group_ids[lo]).all()):
             raise ValueError("dpo micro-batches must hold whole (correct, incorrect) pairs of one task, correct first; "
                              "train it from `data:` (the offline source) with an even optim.minibatch_size")
         seq, ref = sequence_logp(fwd.logp, b.loss_mask), sequence_logp(exp.ref_logp, b.loss_mask)
-        losses, metrics = dpo_loss(seq[w], ref[w], seq[l], ref[l], self.cfg.beta)
+        losses, metrics = dpo_loss(seq[w], ref[w], seq[lo], ref[lo], self.cfg.beta)
         return losses.sum() / counts["pairs"], metrics
 
 

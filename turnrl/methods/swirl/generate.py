@@ -131,7 +131,7 @@ def generate(agent: Any, agent_name: str, env_id: str, env_kwargs: dict[str, Any
     out = Path(out)
     probe = None if keep_demos else make(env_id, **env_kwargs).unwrapped
     demos = tuple(getattr(probe, "prompt_demos", ()))
-    renderer = ChatRenderer(agent.tokenizer, getattr(probe, "tool_schemas", lambda: [])()) if demos else None
+    renderer = ChatRenderer(agent.tokenizer, getattr(probe, "tool_schemas", list)()) if demos else None
     retried: set[int] = set()
     failed: set[int] = set()
     wall = 0.0

@@ -52,10 +52,9 @@ _ANSWER = re.compile(r"<answer>(.*?)</answer>", re.S)
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
 # Words that carry no answer: an answer made only of these is BAD wherever it is "found".
 STOP_WORDS = frozenset(
-    "a an the of in on at to for by with from and or but not no yes is are was were be been being do does did "
-    "which what who whom whose when where why how that this these those it its as he she they his her their".split())
+    ["a", "an", "the", "of", "in", "on", "at", "to", "for", "by", "with", "from", "and", "or", "but", "not", "no", "yes", "is", "are", "was", "were", "be", "been", "being", "do", "does", "did", "which", "what", "who", "whom", "whose", "when", "where", "why", "how", "that", "this", "these", "those", "it", "its", "as", "he", "she", "they", "his", "her", "their"])
 # A question that starts with one of these asks yes or no.
-_YES_NO_OPENERS = frozenset("is are was were do does did can could has have had will would should may might".split())
+_YES_NO_OPENERS = frozenset(["is", "are", "was", "were", "do", "does", "did", "can", "could", "has", "have", "had", "will", "would", "should", "may", "might"])
 
 StepKind = Literal["calculator", "search", "answer", "invalid"]
 

@@ -272,7 +272,7 @@ class StateSource(ExperienceSource):
                 obs, reward, terminated, truncated, info = env.step(turn.action.content)
             except StateError:
                 raise
-            except Exception as e:  # noqa: BLE001 — a failing step ends only its own sample
+            except Exception as e:  # a failing step ends only its own sample
                 t.error = f"env step failed: {type(e).__name__}: {e}"
                 envs.append(None)
                 continue

@@ -15,6 +15,7 @@ from __future__ import annotations
 from difflib import get_close_matches
 from typing import Any
 
+from turnrl.plugins import Registry
 from turnrl.rl.algorithms.base import (
     Algorithm,
     AlgorithmConfig,
@@ -26,7 +27,6 @@ from turnrl.rl.algorithms.base import (
 )
 from turnrl.rl.algorithms.run_checks import check_run_config
 from turnrl.rl.config import AlgorithmHooks, install_algorithm_hooks
-from turnrl.plugins import Registry
 
 #: The general estimators of this package; the methods' algorithms are entry points (see the module docstring).
 BUILTINS: dict[str, str] = {

@@ -58,7 +58,7 @@ def config_error(e: Exception, path: str | Path, overrides: list[str] | None = N
     try:
         parsed = parse_overrides(overrides)
         file_data = yaml.safe_load(Path(path).read_text()) or {}
-    except Exception:  # noqa: BLE001 — the problem is the one to report
+    except Exception:  # the problem is the one to report
         parsed, file_data = [], {}
     parts = []
     for err in e.errors():

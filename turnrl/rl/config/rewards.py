@@ -45,7 +45,7 @@ class RewardConfig(BaseModel):
         if template is None:
             return None
         try:
-            template.format(**{k: "x" for k in TEMPLATE_FIELDS})
+            template.format(**dict.fromkeys(TEMPLATE_FIELDS, "x"))
         except (KeyError, IndexError, ValueError) as e:
             raise ValueError(f"reward.template may use only the fields {{question}}, {{gold}} and {{prediction}} "
                              f"(write braces as {{{{ }}}}): {type(e).__name__}: {e}") from None

@@ -214,7 +214,7 @@ def forward_tokens(model: torch.nn.Module, input_ids: torch.Tensor, attention_ma
         F, end = int(first[idx].min()), int(lengths[idx].max())
         out = model(input_ids=input_ids[idx, :end], attention_mask=attention_mask[idx, :end],
                     output_hidden_states=hidden, logits_to_keep=max(end - F + 1, 1) if scores else 1)
-        if F < end and scores:
+        if end > F and scores:
             lp, ent = _score(out.logits[:, -(end - F + 1) : -1], input_ids[idx, F:end], temperature)
             logp[idx, F:end] = lp
             entropy[idx, F:end] = ent
@@ -243,7 +243,7 @@ def counted_tokens(model: torch.nn.Module) -> Iterator[list[int]]:
 
 def _shared_prompt_pass(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                         rows: list[int], F: int, end: int, temperature: float, hidden: bool,
-                        scores: bool = True):  # noqa: ANN202
+                        scores: bool = True):
     """One pass of the common prompt ``[0, F)``, then the rows' continuations ``[F, end)`` on its keys/values
     (``scores`` False: hidden states only; the log-probabilities and entropies returned are None)."""
     n = len(rows)

@@ -105,7 +105,7 @@ def check_head(timeout: float) -> None:
         return
     try:
         address = ray.get_runtime_context().gcs_address
-    except Exception:  # noqa: BLE001 — not connected after all
+    except Exception:  # not connected after all
         return
     while not _answers(address):
         since = _SILENT.setdefault(address, time.monotonic())
@@ -157,7 +157,7 @@ def stop(actors: Sequence[Any], shutdown: bool) -> None:
     for a in actors:
         try:
             ray.kill(a, no_restart=True)
-        except Exception:  # noqa: BLE001 — already gone
+        except Exception:  # already gone
             pass
     if shutdown and ray.is_initialized():
         ray.shutdown()

@@ -127,7 +127,7 @@ class LearnerGroup:
         ray = _ray()
         which = list(range(len(refs))) if which is None else list(which)
         timeout = self.cfg.learner.timeout if timeout is None else timeout
-        rank_of = {ref: r for ref, r in zip(refs, which)}
+        rank_of = dict(zip(refs, which))
         results: dict[int, Any] = {}
         pending, deadline = list(refs), time.monotonic() + timeout
         while pending:
@@ -174,7 +174,7 @@ class LearnerGroup:
             try:
                 if not any(n["NodeID"] == node and n.get("Alive") for n in ray.nodes()):
                     return f"{text}, which Ray found lost (its raylet and every worker on it),"
-            except Exception:  # noqa: BLE001 — the head may be gone too: say what is known
+            except Exception:  # the head may be gone too: say what is known
                 return text
             time.sleep(0.5)
         return f"{text} (Ray had not marked that node lost 5 s later: its process died, or the loss is not seen yet)"

@@ -41,7 +41,7 @@ def here() -> dict[str, Any]:
         import ray
 
         node_id, ip = ray.get_runtime_context().get_node_id(), ray.util.get_node_ip_address()
-    except Exception:  # noqa: BLE001 — outside Ray (a test calling the actor class directly)
+    except Exception:  # outside Ray (a test calling the actor class directly)
         node_id, ip = None, None
     return {"node_id": node_id, "node_ip": ip, "host": socket.gethostname(), "pid": os.getpid()}
 

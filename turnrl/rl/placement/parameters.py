@@ -15,7 +15,7 @@ def _distinct_parameters(model: torch.nn.Module) -> list[tuple[list[str], torch.
     named = dict(model.named_parameters(remove_duplicate=False))
     names_of: dict[int, list[str]] = {}
     order: list[torch.nn.Parameter] = []
-    for k in model.state_dict().keys():
+    for k in model.state_dict():
         if k in named:
             p = named[k]
             if id(p) not in names_of:

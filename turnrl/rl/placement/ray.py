@@ -290,7 +290,7 @@ class RayRunner:
                     if self.on_commit is not None:
                         for view in views:
                             self.on_commit(view, ledger)
-        for gen, (w, lease) in list(self.streams.items()):  # leases with nothing left to play: their workers are free
+        for gen, (_w, lease) in list(self.streams.items()):  # leases with nothing left to play: their workers are free
             if not ledger.outstanding(lease):
                 del self.streams[gen]
                 ledger.release(lease)

@@ -124,7 +124,7 @@ def import_problems(modules: Sequence[str]) -> tuple[list[dict[str, Any]], dict[
             files[name] = str(getattr(importlib.import_module(name), "__file__", None) or "(namespace)")
         except ImportError as e:
             problems.append({"module": name, "missing": e.name, "error": f"{type(e).__name__}: {e}"})
-        except Exception as e:  # noqa: BLE001 — importing it raised: say what and where
+        except Exception as e:  # importing it raised: say what and where
             frames = traceback.extract_tb(e.__traceback__)
             at = f" ({Path(frames[-1].filename).name}:{frames[-1].lineno})" if frames else ""
             problems.append({"module": name, "missing": None, "error": f"{type(e).__name__}: {e}{at}"})

@@ -317,7 +317,7 @@ class RolloutWorker:
                 else:
                     play_jobs(self.cfg, self.player, jobs, lambda: self.version, per_episode_seeds=True, sink=sink)
                 done.put(None)
-            except BaseException as e:  # noqa: BLE001 — reported to the driver, which re-runs the jobs
+            except BaseException as e:  # reported to the driver, which re-runs the jobs
                 done.put(e)
 
         threading.Thread(target=work, daemon=True, name="turnrl-rollout").start()

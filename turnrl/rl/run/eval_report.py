@@ -120,7 +120,7 @@ def summarize(rows: list[dict[str, Any]], samples: int) -> dict[str, Any]:
     for r in rows:
         by_task[r["index"]].append(r["correct"])
     ks = sorted({1, samples} | {k for k in (2, 4, 8, 16) if k < samples})
-    mean = lambda key: float(np.mean([r[key] for r in rows])) if rows else 0.0  # noqa: E731
+    mean = lambda key: float(np.mean([r[key] for r in rows])) if rows else 0.0
     metrics: dict[str, Any] = {
         "episodes": len(rows),
         "tasks": len(by_task),
@@ -163,7 +163,7 @@ def item_accuracy(rows: list[dict[str, Any]]) -> dict[str, Any]:
     where undefined: no items, or one item with a fractional score)."""
     per_item = collapse([row_item(r) for r in rows], [float(r["correct"]) for r in rows])
     interval = mean_interval(per_item.values())
-    known = lambda x: None if math.isnan(x) else x  # noqa: E731 — metrics.json stays JSON
+    known = lambda x: None if math.isnan(x) else x  # metrics.json stays JSON
     return {"distinct_items": interval.n, "accuracy_items": known(interval.mean) if rows else 0.0,
             "accuracy_se": known(interval.se), "accuracy_low": known(interval.low),
             "accuracy_high": known(interval.high)}

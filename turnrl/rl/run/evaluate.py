@@ -130,7 +130,7 @@ def item_key(env: Any, index: int, task_id: str) -> str:
     ``task_at`` that raises counts as none)."""
     try:
         task = getattr(env.unwrapped, "task_at", lambda i: None)(index)
-    except Exception:  # noqa: BLE001 — an environment's own code: no task means the id names the item
+    except Exception:  # an environment's own code: no task means the id names the item
         task = None
     return canonical_key(task) if isinstance(task, Task) else task_id
 

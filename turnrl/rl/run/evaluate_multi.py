@@ -83,7 +83,7 @@ def evaluate_multi_agent(agent: Agent | Mapping[str, Agent], env_id: str, env_kw
     probe.close()  # the games make their own
     if seat is not None and seat not in seats:
         raise ValueError(f"{env_id} has no seat {seat!r}; its seats: {', '.join(seats)}")
-    team = dict(agent) if isinstance(agent, Mapping) else {s: agent for s in seats}
+    team = dict(agent) if isinstance(agent, Mapping) else dict.fromkeys(seats, agent)
     missing = [s for s in seats if s not in team]
     if missing:
         raise ValueError(f"seat {', '.join(map(repr, missing))} of {env_id} is mapped to no policy")
@@ -105,7 +105,7 @@ def evaluate_multi_agent(agent: Agent | Mapping[str, Agent], env_id: str, env_kw
                 "episodes": episodes, "seed": seed, "params": params.model_dump(mode="json"),
                 "max_context": max_context}
     metrics.update(env=env_id, env_kwargs=kwargs, opponent=label, seat=seat or "all", episodes=len(rows),
-                   distinct_items=len(set(r["item"] for r in rows)), held_out=held, held_out_notes=notes)
+                   distinct_items=len({r["item"] for r in rows}), held_out=held, held_out_notes=notes)
     floor_rows: list[dict[str, Any]] = []
     if isinstance(floor, dict):
         metrics["floor"] = floor
@@ -113,7 +113,7 @@ def evaluate_multi_agent(agent: Agent | Mapping[str, Agent], env_id: str, env_kw
         from turnrl.agents.scripted import ScriptedAgent
 
         player = ScriptedAgent(tokenizer, random_player(FLOOR_SEED))
-        floor_rows = play({s: player for s in seats}, other)
+        floor_rows = play(dict.fromkeys(seats, player), other)
         metrics["floor"] = {"player": "random legal moves", **summarize(floor_rows), "episodes": len(floor_rows)}
     elif floor:
         metrics["floor"] = {"player": None, "why": "the opponent is the evaluated agent itself" if other is None else

@@ -35,7 +35,7 @@ def _shares_prompts(train_env: Any, held_env: Any, n: int) -> list[str]:
         n = min(n, 16, len(train_env), len(held_env))
         prompts = [[env.reset(seed=0, options={"index": i})[0][-1].content for i in range(n)]
                    for env in (train_env, held_env)]
-    except Exception:  # noqa: BLE001 — no index option or no length: nothing to compare
+    except Exception:  # no index option or no length: nothing to compare
         return []
     return sorted(set(prompts[0]) & set(prompts[1]))
 
@@ -127,7 +127,7 @@ def check_dataset(env_id: str, kwargs: dict[str, Any], eval_kwargs: dict[str, An
             declared = getattr(env, "split", None) is not None and getattr(env, "split", None) in (
                 getattr(env, "held_out_split", None), validation)
             if declared:  # (an environment without a held-out split evaluates on training tasks, and says so)
-                guarded.update({k: role for k in task_keys(env, n) or []})
+                guarded.update(dict.fromkeys(task_keys(env, n) or [], role))
         finally:
             env.close()
     items = [t.metadata.get("item") for t in episodes]
@@ -369,7 +369,7 @@ def check_dataset_extra_evals(cfg: Any, episodes: list[Trajectory]) -> None:
                 split = getattr(base, "split", None)
                 if split is not None and split in (getattr(base, "held_out_split", None),
                                                    getattr(base, "validation_split", None)):
-                    guarded.update({k: f"extra_evals.{p.name}'s {role}" for k in task_keys(env, n) or []})
+                    guarded.update(dict.fromkeys(task_keys(env, n) or [], f"extra_evals.{p.name}'s {role}"))
             finally:
                 env.close()
     items = [t.metadata.get("item") for t in episodes]

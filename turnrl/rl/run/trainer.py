@@ -298,4 +298,4 @@ class Trainer:
                 self.learner.close()
 
 
-__all__ = ["EnvConfig", "load_policy", "OptimConfig", "RayConfig", "RolloutConfig", "TrainConfig", "Trainer", "load_config"]
+__all__ = ["EnvConfig", "OptimConfig", "RayConfig", "RolloutConfig", "TrainConfig", "Trainer", "load_config", "load_policy"]

@@ -92,7 +92,7 @@ def rollout_dataset(agent: Any, agent_name: str, env_id: str, *, out: str | Path
         n_tasks = min(tasks, len(probe)) if hasattr(probe, "__len__") else tasks
         try:  # each task's canonical form, so that a run can refuse rows that pose its held-out problems
             items = dict(enumerate(task_keys(probe, n_tasks) or []))
-        except Exception:  # noqa: BLE001 — an environment's own task_at: no task, no item
+        except Exception:  # an environment's own task_at: no task, no item
             items = {}
     finally:
         probe.close()  # the episodes make their own

@@ -128,7 +128,7 @@ class MultiAgentRunner:
         r = self.cfg.rollout
         params = SamplingParams(temperature=r.temperature, top_p=r.top_p, max_new_tokens=r.max_new_tokens)
         rollout = MultiAgentRollout(policies, params, max_context=r.max_context,
-                                    versions={name: self.version for name in trained})
+                                    versions=dict.fromkeys(trained, self.version))
         envs = [make_multi_agent(self.cfg.env.id, **self.cfg.env.kwargs) for _ in jobs]
         t0 = time.perf_counter()
         try:

@@ -75,7 +75,7 @@ class LocalWindows:
         for key in [k for k in self.in_play if k not in keys]:
             try:
                 self.in_play.pop(key)[1].env.close()
-            except Exception:  # noqa: BLE001 — an environment that fails to close is let go all the same
+            except Exception:  # an environment that fails to close is let go all the same
                 pass
         lost = [j for j in carried if j.key not in self.in_play]
         carry = [self.in_play[j.key] for j in carried if j.key in self.in_play]

@@ -73,7 +73,7 @@ class E2BSandbox(Shared):
         start = time.perf_counter()
         try:
             sbx = self._create(timeout)
-        except Exception as e:  # noqa: BLE001 — auth, network, quota: an answer, not a crash
+        except Exception as e:  # auth, network, quota: an answer, not a crash
             return ExecResult(error=f"E2B: could not create a sandbox: {type(e).__name__}: {str(e)[:300]}",
                               duration=time.perf_counter() - start)
         try:
@@ -90,12 +90,12 @@ class E2BSandbox(Shared):
             except self._sdk.TimeoutException:
                 stdout, stderr, exit_code, timed_out = "", "", None, True
                 error = f"wall-clock timeout: still running after {timeout:g} s"
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             return ExecResult(error=f"E2B: {type(e).__name__}: {str(e)[:300]}", duration=time.perf_counter() - start)
         finally:
             try:
                 sbx.kill()
-            except Exception:  # noqa: BLE001, S110 — best effort; E2B also expires sandboxes by itself
+            except Exception:  # best effort; E2B also expires sandboxes by itself
                 pass
         out, out_cut = _cap(stdout, self.output_limit)
         err, err_cut = _cap(stderr, self.output_limit)

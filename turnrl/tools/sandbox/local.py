@@ -215,10 +215,11 @@ class LocalSandbox(Shared):
                 fds: dict[str, int] = {}
                 cwd = str(scratch)
                 if self.as_root:
-                    for p in [scratch, *scratch.rglob("*")]:
+                    for p in [scratch, *scratch.rglob("*")]:  # noqa: ASYNC240 — a few scratch files, microseconds
                         os.chown(p, slot, slot)
             else:
-                handles = [(name, open(scratch / name, "rb")) for name in contents]
+                # closed in `finally`; opening a few local files does not hold the loop up
+                handles = [(name, open(scratch / name, "rb")) for name in contents]  # noqa: ASYNC230, SIM115 — closed in finally
                 fds = {name: h.fileno() for name, h in handles}
                 cwd = "/"
             return await self._execute(self._command(files, fds), cwd, list(fds.values()), timeout, stdin,

@@ -41,6 +41,22 @@ def make_sampler(cfg: TaskConfig, env: Any, seed: int) -> TaskSampler:
     return SAMPLERS[type(cfg)](cfg, env if isinstance(env, TaskPool) else TaskPool.of(env), seed)
 
 
-__all__ = ["Curriculum", "Difficulty", "PrePPO", "SAMPLERS", "Selection", "Sequential", "TaskPool", "TaskSampler",
-           "Uniform", "difficulty_weight", "draw", "draw_by_member", "ema_update", "group_success", "make_sampler",
-           "select_lowest", "stream"]
+__all__ = [
+    "SAMPLERS",
+    "Curriculum",
+    "Difficulty",
+    "PrePPO",
+    "Selection",
+    "Sequential",
+    "TaskPool",
+    "TaskSampler",
+    "Uniform",
+    "difficulty_weight",
+    "draw",
+    "draw_by_member",
+    "ema_update",
+    "group_success",
+    "make_sampler",
+    "select_lowest",
+    "stream",
+]
