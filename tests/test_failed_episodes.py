@@ -9,8 +9,9 @@ import sys
 import threading
 
 from openai import OpenAI
+from tiny_trainer import opened, tiny_trainer
 
-from turnrl.agents.tiny import tiny_model, tiny_tokenizer
+from turnrl.agents.tiny import tiny_tokenizer
 from turnrl.rl.run.monitors import failed_episodes
 
 WRONG_ENDPOINT = '''
@@ -72,7 +73,7 @@ def program_fails_every_other_call(base_url, api_key, task):
 
 
 def test_a_step_where_half_the_episodes_failed_warns_and_still_trains(tmp_path, caplog):
-    from turnrl.rl.run.trainer import TrainConfig, Trainer
+    from turnrl.rl.run.trainer import TrainConfig
 
     tok = tiny_tokenizer("chatml")
     cfg = TrainConfig(model="tiny", env={"id": "turnrl/Arithmetic-v0", "kwargs": {"level": 1}},
@@ -80,12 +81,9 @@ def test_a_step_where_half_the_episodes_failed_warns_and_still_trains(tmp_path, 
                       program={"function": f"{__name__}:program_fails_every_other_call", "concurrency": 1,
                                "timeout": 60},
                       rollout={"prompts_per_step": 2, "group_size": 2, "max_new_tokens": 4, "warn_error_share": 0.5})
-    trainer = Trainer(cfg, model=tiny_model(tok), tokenizer=tok)
-    try:
+    with opened(tiny_trainer(cfg, tok)) as trainer:
         with caplog.at_level(logging.WARNING):
             history = trainer.train()
-    finally:
-        trainer.close()
     step = history[-1]
     assert step["step"] == 1 and step["error_episodes"] == 2 and step["warnings"] >= 1
     assert any("2 of 4 episodes failed (50%" in r.getMessage() and "could not reach its tool server" in r.getMessage()
@@ -103,7 +101,7 @@ def test_dapo_whose_dynamic_sampling_drops_the_failed_episodes_still_stops(tmp_p
     import pytest
 
     from turnrl.rl.run.monitors import EpisodeFailures
-    from turnrl.rl.run.trainer import TrainConfig, Trainer
+    from turnrl.rl.run.trainer import TrainConfig
 
     tok = tiny_tokenizer("chatml")
     cfg = TrainConfig(model="tiny", env={"id": "turnrl/Arithmetic-v0", "kwargs": {"level": 1}},
@@ -111,10 +109,7 @@ def test_dapo_whose_dynamic_sampling_drops_the_failed_episodes_still_stops(tmp_p
                       out_dir=str(tmp_path / "run"),
                       program={"function": f"{__name__}:program_wrong_endpoint", "timeout": 60},
                       rollout={"prompts_per_step": 1, "group_size": 2, "max_new_tokens": 4})
-    trainer = Trainer(cfg, model=tiny_model(tok), tokenizer=tok)
-    try:
+    with opened(tiny_trainer(cfg, tok)) as trainer:
         with pytest.raises(EpisodeFailures, match=r"step 1: all 4 episodes failed.*404.*POST /v1/chat/completions"):
             trainer.train()
-    finally:
-        trainer.close()
     assert trainer.step == 0

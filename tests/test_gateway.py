@@ -14,6 +14,7 @@ import openai
 import pytest
 import torch
 from openai import OpenAI
+from tiny_trainer import opened, tiny_trainer, train_tiny
 
 import turnrl
 from turnrl.agents.base import SamplingParams
@@ -364,7 +365,7 @@ def program_trims(base_url, api_key, task):
 
 
 def test_a_training_run_learns_from_program_episodes_with_segments(tmp_path):
-    from turnrl.rl.run.trainer import TrainConfig, Trainer
+    from turnrl.rl.run.trainer import TrainConfig
     from turnrl.storage import read_jsonl
 
     tok = tiny_tokenizer("chatml")
@@ -374,12 +375,9 @@ def test_a_training_run_learns_from_program_episodes_with_segments(tmp_path):
                       rollout={"prompts_per_step": 2, "group_size": 4, "max_new_tokens": 6},
                       optim={"lr": 1e-2, "minibatch_size": 8})
     torch.manual_seed(0)
-    trainer = Trainer(cfg, model=tiny_model(tok), tokenizer=tok)
-    try:
+    with opened(tiny_trainer(cfg, tok)) as trainer:
         before = {k: v.detach().clone() for k, v in trainer.model.named_parameters()}
         history = trainer.train()
-    finally:
-        trainer.close()
     assert trainer.step == 1 and "eval_success" in history[0] and "eval_success" in history[-1]
     step = history[-1]
     assert step["rollout_episodes"] == 8 and step["error_episodes"] == 0 and step["turns"] == 3
@@ -405,7 +403,7 @@ def test_a_policy_learns_through_the_gateway_as_it_does_natively(tmp_path):
     the gateway; the success rate must rise by the same rule as natively (toy_envs.assert_learns)."""
     from toy_envs import assert_learns
 
-    from turnrl.rl.run.trainer import TrainConfig, Trainer
+    from turnrl.rl.run.trainer import TrainConfig
 
     cfg = TrainConfig(model="tiny", env={"id": "tests/Upper-v0"}, algorithm={"name": "grpo"}, steps=30, eval_tasks=8,
                       out_dir=str(tmp_path), rollout={"prompts_per_step": 4, "group_size": 8, "max_new_tokens": 4},
@@ -413,11 +411,7 @@ def test_a_policy_learns_through_the_gateway_as_it_does_natively(tmp_path):
                       program={"function": f"{__name__}:program_answers_once", "concurrency": 32, "timeout": 60})
     tok = tiny_tokenizer("chatml")
     torch.manual_seed(0)
-    trainer = Trainer(cfg, model=tiny_model(tok), tokenizer=tok)
-    try:
-        history = trainer.train()
-    finally:
-        trainer.close()
+    history = train_tiny(cfg, tok)
     assert all(h["error_episodes"] == 0 and h["rollout_episodes"] == 32 for h in history if "success" in h)
     assert_learns(history)
 

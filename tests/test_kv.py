@@ -9,6 +9,7 @@ import time
 
 import pytest
 import torch
+from tiny_trainer import opened, tiny_trainer
 
 import turnrl
 from turnrl.agents.base import Completion, SamplingParams
@@ -322,7 +323,7 @@ def test_a_failed_generation_ends_only_its_episodes_in_continuous_mode():
 
 
 def test_a_training_run_reuses_caches_and_batches_turns_continuously(tmp_path):
-    from turnrl.rl.run.trainer import TrainConfig, Trainer
+    from turnrl.rl.run.trainer import TrainConfig
 
     def train(**rollout):
         tok = tiny_tokenizer("chatml")
@@ -333,11 +334,8 @@ def test_a_training_run_reuses_caches_and_batches_turns_continuously(tmp_path):
                                    "seed_per_episode": True, **rollout},
                           optim={"lr": 1e-2, "minibatch_size": 8})
         torch.manual_seed(0)
-        trainer = Trainer(cfg, model=tiny_model(tok), tokenizer=tok)
-        try:
+        with opened(tiny_trainer(cfg, tok)) as trainer:
             return next(trainer.source.collect(step)[1] for step in range(1))
-        finally:
-            trainer.close()
 
     plain, reuse, both_ = train(kv_cache_mb=0), train(), train(continuous_batching=True)
     assert plain["cache_hit_share"] == 0 and reuse["cache_hit_share"] > 0.5 and both_["cache_hit_share"] > 0.5

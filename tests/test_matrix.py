@@ -20,6 +20,7 @@ from pydantic import ValidationError
 
 sys.path.insert(0, str(Path(__file__).parent))
 import toy_envs  # noqa: F401 — registers tests/Upper-v0
+from tiny_trainer import train_tiny
 
 from turnrl.rl.config import TrainConfig
 
@@ -122,19 +123,14 @@ def test_each_combination_runs_consistently_or_is_refused_before_a_model_loads(c
         return
     if combo["placement"] == "ray":
         request.getfixturevalue("ray_cluster")
-    from turnrl.agents.tiny import tiny_model, tiny_tokenizer
+    from turnrl.agents.tiny import tiny_tokenizer
     from turnrl.rl.core.batch import untrainable
     from turnrl.rl.run.guard import TOLERANCES
-    from turnrl.rl.run.trainer import Trainer
     from turnrl.storage import read_jsonl
 
     cfg = TrainConfig.model_validate(settings(combo, str(tmp_path)))
     tok = tiny_tokenizer("chatml")
-    trainer = Trainer(cfg, model=tiny_model(tok), tokenizer=tok)
-    try:
-        history = trainer.train()
-    finally:
-        trainer.close()
+    history = train_tiny(cfg, tok)
     steps = history[1:]
     assert len(steps) == 2
     trained_in_run = 0

@@ -5,6 +5,7 @@ import pytest
 import torch
 import toy_envs  # noqa: F401 — registers tests/ToyPAG-v0
 from pydantic import ValidationError
+from tiny_trainer import train_tiny
 
 import turnrl
 from turnrl.agents.base import Capabilities, SamplingParams
@@ -17,7 +18,7 @@ from turnrl.rl.algorithms import get_algorithm, parse_algorithm_config
 from turnrl.rl.core.batch import Batch
 from turnrl.rl.run.evaluate import evaluate
 from turnrl.rl.run.monitors import check_health, registered_monitors
-from turnrl.rl.run.trainer import TrainConfig, Trainer
+from turnrl.rl.run.trainer import TrainConfig
 from turnrl.rollout.engine import Rollout
 
 MASK = [1, 1, 1, 0, 1, 1, 0, 1, 1]  # answer, template, verify, template, revise (§7's check)
@@ -227,7 +228,7 @@ def test_pag_training_raises_the_verifiers_accuracy_on_a_toy_env(tmp_path):
                       optim={"lr": 2e-2, "minibatch_size": 16}, steps=40, eval_tasks=8, out_dir=str(tmp_path),
                       save_trajectories=False)
     tok = tiny_tokenizer("chatml")
-    history = Trainer(cfg, model=tiny_model(tok), tokenizer=tok).train()
+    history = train_tiny(cfg, tok)
     acc = [h["pag_verifier_acc"] for h in history[1:]]
     early, late = sum(acc[:5]) / 5, sum(acc[-5:]) / 5
     # seeds 0-8 (an AVX2 host): 0.16-0.25 -> 0.73-0.76. At lr 3e-2 (seeds 0-2 passed on another host) seed 0 reached
@@ -510,7 +511,7 @@ def test_pag_trains_with_verdict_exploration(tmp_path):
                       rollout={"prompts_per_step": 2, "group_size": 4, "max_new_tokens": 4}, steps=2, eval_tasks=4,
                       out_dir=str(tmp_path))
     tok = tiny_tokenizer("chatml")
-    history = Trainer(cfg, model=tiny_model(tok), tokenizer=tok).train()
+    history = train_tiny(cfg, tok)
     assert len(history) == 3 and all(torch.isfinite(torch.tensor(h["loss"])) for h in history[1:])
     from turnrl.storage import load
 

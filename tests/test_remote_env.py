@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from local_net import free_port, wait_for_port
+from tiny_trainer import train_tiny
 from toy_envs import assert_learns, same_words  # importing it registers tests/*
 
 import turnrl
@@ -458,18 +459,14 @@ def test_turnrl_plays_and_evaluates_an_openenv_environment(openenv_server, tmp_p
 
 
 def test_training_through_a_remote_environment_learns(server, tmp_path, one_thread):
-    from turnrl.agents.tiny import tiny_model, tiny_tokenizer
-    from turnrl.rl.run.trainer import TrainConfig, Trainer
+    from turnrl.agents.tiny import tiny_tokenizer
+    from turnrl.rl.run.trainer import TrainConfig
 
     cfg = TrainConfig(model="tiny", env={"id": f"remote:http://127.0.0.1:{server.port}/tests/Upper-v0"},
                       algorithm={"name": "grpo"}, rollout={"prompts_per_step": 4, "group_size": 8, "max_new_tokens": 4},
                       optim={"lr": 1e-2, "minibatch_size": 16}, steps=30, eval_tasks=8, out_dir=str(tmp_path))
     tok = tiny_tokenizer("chatml")
-    trainer = Trainer(cfg, model=tiny_model(tok), tokenizer=tok)
-    try:
-        history = trainer.train()
-    finally:
-        trainer.close()
+    history = train_tiny(cfg, tok)
     assert_learns(history)
     assert server.served_sessions >= 2  # the training and the held-out environments
 

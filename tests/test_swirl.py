@@ -3,6 +3,7 @@
 import pytest
 import torch
 import toy_envs  # noqa: F401 — registers tests/Upper-v0
+from tiny_trainer import train_tiny
 
 import turnrl
 from turnrl.agents.base import SamplingParams
@@ -412,7 +413,7 @@ def test_sft_imitates_every_stored_row(tmp_path):
     cfg = TrainConfig(model="tiny", env={"id": "tests/Upper-v0"}, algorithm={"name": "sft"},
                       data={"path": str(path), "batch_size": 8}, optim={"lr": 3e-2, "minibatch_size": 8}, steps=15,
                       eval_tasks=4, out_dir=str(tmp_path / "run"), save_trajectories=False)
-    history = Trainer(cfg, model=tiny_model(tok), tokenizer=tok).train()
+    history = train_tiny(cfg, tok)
     nll = [h["nll"] for h in history[1:]]
     assert history[1]["sft_rows"] == 8 and nll[-1] < 0.5 * nll[0], nll
     assert "zero_variance_groups" not in history[1]  # stored rows are no sampled groups: no "no signal" warning

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from tiny_trainer import opened, tiny_trainer
 from typer.testing import CliRunner
 
 from turnrl.cli import app
@@ -31,15 +32,11 @@ def _config(tmp_path, **extra):
 
 
 def _train(cfg):
-    from turnrl.agents.tiny import tiny_model, tiny_tokenizer
-    from turnrl.rl.run.trainer import Trainer
+    from turnrl.agents.tiny import tiny_tokenizer
 
     tok = tiny_tokenizer("chatml")
-    trainer = Trainer(cfg, model=tiny_model(tok), tokenizer=tok)
-    try:
+    with opened(tiny_trainer(cfg, tok)) as trainer:
         return trainer.train(), trainer
-    finally:
-        trainer.close()
 
 
 @pytest.mark.parametrize("algorithm", [{"name": "grpo", "advantage": "tree"}, {"name": "rloo", "advantage": "tree"},

@@ -6,6 +6,7 @@ import json
 
 import pytest
 import trl_classes  # the classes' module, on the path the tests run from
+from tiny_trainer import opened, tiny_trainer
 
 import turnrl
 from turnrl.envs.registry import UnknownEnvironmentError
@@ -105,9 +106,9 @@ def test_a_trl_class_trains_and_a_reward_that_always_raises_stops_the_run(tmp_pa
     """GRPO steps with the tiny model: token-exact episodes through the class's tools, a held-out evaluation on its
     test rows; a reward function that raises errs every episode, so the run stops at step 1 with its error (a run
     that trains nothing says so) and the step's episodes are kept."""
-    from turnrl.agents.tiny import tiny_model, tiny_tokenizer
+    from turnrl.agents.tiny import tiny_tokenizer
     from turnrl.rl.run.monitors import EpisodeFailures
-    from turnrl.rl.run.trainer import TrainConfig, Trainer
+    from turnrl.rl.run.trainer import TrainConfig
 
     tok = tiny_tokenizer("chatml")
     for reward, name in (("trl_classes:reward_func", "ok"), ("trl_classes:broken_reward", "broken")):
@@ -117,15 +118,12 @@ def test_a_trl_class_trains_and_a_reward_that_always_raises_stops_the_run(tmp_pa
                           algorithm={"name": "grpo"}, rollout={"prompts_per_step": 2, "group_size": 2,
                                                                "max_new_tokens": 8},
                           optim={"minibatch_size": 4}, steps=2, eval_tasks=2, out_dir=str(tmp_path / name))
-        trainer = Trainer(cfg, model=tiny_model(tok), tokenizer=tok)
-        try:
+        with opened(tiny_trainer(cfg, tok)) as trainer:
             if name == "broken":
                 with pytest.raises(EpisodeFailures, match="step 1: all 4 episodes failed.*reward function broken_"):
                     trainer.train()
             else:
                 history = trainer.train()
-        finally:
-            trainer.close()
         if name == "ok":
             steps = history[1:]
             assert len(steps) == 2 and all(s["rollout_episodes"] == 4 for s in steps)

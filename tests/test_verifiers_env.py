@@ -8,6 +8,7 @@ import logging
 import sys
 
 import pytest
+from tiny_trainer import opened, tiny_trainer
 
 import turnrl
 from turnrl.envs.registry import UnknownEnvironmentError
@@ -202,9 +203,9 @@ def test_episodes_train_token_exact_with_segments_and_a_rubric_that_always_raise
     match the sampler's) in a multi-turn game whose history is rewritten (segments); a held-out evaluation on the
     eval dataset; a rubric that raises errs every episode, so the run stops at step 1 with its error (a run that
     trains nothing says so) and the step's episodes are kept."""
-    from turnrl.agents.tiny import tiny_model, tiny_tokenizer
+    from turnrl.agents.tiny import tiny_tokenizer
     from turnrl.rl.run.monitors import EpisodeFailures
-    from turnrl.rl.run.trainer import TrainConfig, Trainer
+    from turnrl.rl.run.trainer import TrainConfig
 
     tok = tiny_tokenizer("chatml")
     runs = {"game": {"kind": "guess", "trim": True, "max_turns": 4},
@@ -214,15 +215,12 @@ def test_episodes_train_token_exact_with_segments_and_a_rubric_that_always_raise
                           rollout={"prompts_per_step": 2, "group_size": 2, "max_new_tokens": 8},
                           optim={"minibatch_size": 4}, steps=2, eval_tasks=2,
                           out_dir=str(tmp_path / name))
-        trainer = Trainer(cfg, model=tiny_model(tok), tokenizer=tok)
-        try:
+        with opened(tiny_trainer(cfg, tok)) as trainer:
             if name == "broken":  # every episode errs: the run stops at step 1 with the first error
                 with pytest.raises(EpisodeFailures, match="step 1: all 4 episodes failed.*broken_reward"):
                     trainer.train()
             else:
                 history = trainer.train()
-        finally:
-            trainer.close()
         stored = [json.loads(line) for line in (tmp_path / name / "train" / "step-1" / "trajectories.jsonl")
                   .read_text().splitlines()]
         if name == "broken":
@@ -241,9 +239,8 @@ def test_episodes_train_token_exact_with_segments_and_a_rubric_that_always_raise
 def test_ray_rollout_workers_play_it_token_exact_with_its_segments(ray_cluster, tmp_path):
     """placement: ray — each worker loads the environment itself and runs verifiers' rollouts on its own loop; the
     rewritten histories arrive as segments and the learner's log-probabilities match the workers' sampling."""
-    from turnrl.agents.tiny import tiny_model, tiny_tokenizer
+    from turnrl.agents.tiny import tiny_tokenizer
     from turnrl.rl.config import TrainConfig
-    from turnrl.rl.run.trainer import Trainer
 
     cfg = TrainConfig.model_validate({
         "model": "tiny", "env": {"id": SUM, "kwargs": {"kind": "guess", "trim": True, "max_turns": 4}},
@@ -251,11 +248,8 @@ def test_ray_rollout_workers_play_it_token_exact_with_its_segments(ray_cluster, 
         "rollout": {"prompts_per_step": 2, "group_size": 2, "max_new_tokens": 8}, "optim": {"minibatch_size": 4},
         "steps": 1, "eval_tasks": 2, "out_dir": str(tmp_path)})
     tok = tiny_tokenizer("chatml")
-    trainer = Trainer(cfg, model=tiny_model(tok), tokenizer=tok)
-    try:
+    with opened(tiny_trainer(cfg, tok)) as trainer:
         (step,) = trainer.train()[1:]
-    finally:
-        trainer.close()
     assert step["rollout_episodes"] == 4 and step["error_episodes"] == 0 and step["guard_violations"] == 0
     assert step["logp_diff_max"] < 1e-4
     stored = [json.loads(line) for line in (tmp_path / "train" / "step-1" / "trajectories.jsonl").read_text()

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from tiny_trainer import opened, tiny_trainer
 
 import turnrl
 from turnrl.envs.verifiers_env import VerifiersEnvError
@@ -163,8 +164,8 @@ def test_one_training_step_of_a_tiny_model_is_token_exact_and_evaluates_on_held_
     """GRPO through the gateway on the example task set, with a reward plugged in from its config (verifiers' own
     mechanism) that varies where the tiny model never solves a task: the learner's log-probabilities match the
     sampler's, the guard is silent, the update runs, and the held-out evaluation plays the test split."""
-    from turnrl.agents.tiny import tiny_model, tiny_tokenizer
-    from turnrl.rl.run.trainer import TrainConfig, Trainer
+    from turnrl.agents.tiny import tiny_tokenizer
+    from turnrl.rl.run.trainer import TrainConfig
     from turnrl.storage import read_jsonl
 
     tok = tiny_tokenizer("chatml")
@@ -175,12 +176,9 @@ def test_one_training_step_of_a_tiny_model_is_token_exact_and_evaluates_on_held_
                       rollout={"prompts_per_step": 2, "group_size": 2, "max_new_tokens": 6},
                       optim={"lr": 1e-2, "minibatch_size": 4})
     torch.manual_seed(0)
-    trainer = Trainer(cfg, model=tiny_model(tok), tokenizer=tok)
-    try:
+    with opened(tiny_trainer(cfg, tok)) as trainer:
         before = {k: v.detach().clone() for k, v in trainer.model.named_parameters()}
         history = trainer.train()
-    finally:
-        trainer.close()
     step = history[-1]
     assert step["rollout_episodes"] == 4 and step["error_episodes"] == 0, step
     episodes = read_jsonl(tmp_path / "train" / "step-1" / "trajectories.jsonl")

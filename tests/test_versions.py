@@ -6,6 +6,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
+from tiny_trainer import train_tiny
 
 import turnrl
 from turnrl.agents.base import SamplingParams
@@ -87,13 +88,12 @@ def test_the_staleness_bound_drops_and_counts_old_episodes_and_the_metrics_measu
 def test_a_synchronous_run_trains_on_fresh_tokens_only(tmp_path):
     import toy_envs  # noqa: F401 — registers the toy environments
 
-    from turnrl.agents.tiny import tiny_model
-    from turnrl.rl.run.trainer import TrainConfig, Trainer
+    from turnrl.rl.run.trainer import TrainConfig
 
     tok = tiny_tokenizer("chatml")
     cfg = TrainConfig(model="tiny", env={"id": "tests/Upper-v0"}, rollout={"prompts_per_step": 2, "group_size": 4,
                       "max_new_tokens": 4}, optim={"minibatch_size": 8}, steps=2, eval_tasks=2, out_dir=str(tmp_path))
-    history = Trainer(cfg, model=tiny_model(tok), tokenizer=tok).train()
+    history = train_tiny(cfg, tok)
     for h in history[1:]:
         assert h["stale_episodes"] == 0 and h["staleness_max"] == 0 and h["staleness_0"] == 1.0
     saved = load(tmp_path / "train" / "step-2" / "trajectories.jsonl")
