@@ -40,6 +40,12 @@ def test_batched_greedy_equals_one_by_one_despite_padding(agent):
     assert [c.prompt_index for c in batched] == [0, 1, 2]
 
 
+def test_no_prompts_give_no_completions(agent):
+    # found by the type checker: an empty call made one empty lane, admitted nothing and stepped a missing batch
+    # (AttributeError: 'NoneType' object has no attribute 'logits')
+    assert agent.generate([], SamplingParams(max_new_tokens=4)) == []
+
+
 @pytest.mark.parametrize("temperature", [0.0, 1.0, 0.7])
 def test_logprobs_match_a_separate_forward_pass(agent, temperature):
     prompts = encode(agent.tokenizer, ["What is 2 + 2?", "The answer is"])

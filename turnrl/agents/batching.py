@@ -15,7 +15,7 @@ import torch
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
-from turnrl.agents.base import SamplingParams
+from turnrl.agents.base import FinishReason, SamplingParams
 from turnrl.agents.kv import KVEvent
 from turnrl.lanes import merge_pays
 from turnrl.weights import weights_epoch
@@ -52,7 +52,7 @@ class Row:
     shared: torch.Generator | None = None
     tokens: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
-    finish: str = "length"
+    finish: FinishReason = "length"
     cached: int = 0  # prompt tokens whose keys/values came from the session cache
     event: KVEvent = "off"
     future: Any = None  # an asyncio future its completion goes to (streamed requests)
@@ -138,10 +138,12 @@ class GrowingLayer(DynamicLayer):
                ) -> tuple[torch.Tensor, torch.Tensor]:
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
-        n, length = key_states.shape[-2], (self.keys.shape[-2] if self.keys.numel() else 0)
+        keys = self.keys
+        assert keys is not None  # set by lazy_initialization
+        n, length = key_states.shape[-2], (keys.shape[-2] if keys.numel() else 0)
         buf = getattr(self, "_buffer", None)
         if (buf is None or length + n > buf[0].shape[-2] or buf[0].shape[:2] != key_states.shape[:2]
-                or (length and buf[0].data_ptr() != self.keys.data_ptr())):
+                or (length and buf[0].data_ptr() != keys.data_ptr())):
             capacity = length + n + max(64, (length + n) // 4)  # a quarter more: few copies, little spare memory
             buf = tuple(t.new_empty((*t.shape[:2], capacity, t.shape[-1])) for t in (key_states, value_states))
             if length:

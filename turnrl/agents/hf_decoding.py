@@ -8,7 +8,7 @@ construction, ``generate``, ``agenerate_one``, sessions and capabilities.
 from __future__ import annotations
 
 from collections import deque
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -22,11 +22,30 @@ from turnrl.agents.batching import (
 )
 from turnrl.lanes import lanes_of, merge_pays
 
+if TYPE_CHECKING:
+    from turnrl.agents.kv import SessionCache
+
 
 class Decoding:
     """The decoding half of :class:`~turnrl.agents.hf.HFAgent`; it reads the agent's ``model``, ``tokenizer``,
     ``batch_size``, ``sessions`` (a :class:`~turnrl.agents.kv.SessionCache` or None), ``decode_lanes``, ``eos_ids``
     and the lane costs ``LANE_CALL`` and ``LANE_ROW``, all set by the agent."""
+
+    # what the agent sets (declared for the type checker)
+    model: Any
+    tokenizer: Any
+    batch_size: int
+    sessions: SessionCache
+    decode_lanes: bool
+    eos_ids: list[int]
+    pad_id: int
+    full_attention: bool
+    LANE_CALL: int
+    LANE_ROW: int
+
+    if TYPE_CHECKING:
+        @property
+        def device(self) -> torch.device: ...
 
     def _lanes(self, rows: list[Row]) -> list[list[Row]]:
         """The rows of one call in lanes of similar context length, shortest first (each row in its call's order
@@ -45,7 +64,7 @@ class Decoding:
         """Decode the lanes in turn; the next joins the running batch once one call per step costs less than two
         (:func:`turnrl.lanes.merge_pays`): when most of the running lane's rows have finished (a T-PPO window's fresh
         answers mostly end early), its few rows are cheap to pad, and the next lane need not wait for its slowest."""
-        pending = deque(lanes)
+        pending = deque(lane for lane in lanes if lane)  # no prompts: nothing to decode
         waiting: deque[Row] = deque()
         batch: Batch | None = None
         while pending or waiting or batch is not None:
@@ -53,7 +72,9 @@ class Decoding:
                     len(batch.rows), int(batch.attention.shape[1]), len(pending[0]),
                     max(len(row.prompt) for row in pending[0]), self.LANE_CALL))):
                 waiting.extend(pending.popleft())
-            batch, _ = self._step(self._admit(batch, waiting))  # type: ignore[arg-type]
+            admitted = self._admit(batch, waiting)
+            assert admitted is not None  # rows are waiting, and an empty batch has room (batch_size >= 1)
+            batch, _ = self._step(admitted)
 
     def _admit(self, batch: Batch | None, waiting: deque[Row]) -> Batch | None:
         """Fill the batch's free slots from ``waiting`` (prefilled together, then joined to the running rows)."""
@@ -128,7 +149,8 @@ class Decoding:
                 reuse.append((None, None))
         # identical prompts without a cache (a GRPO group, n > 1) are prefilled once and their keys/values repeated
         slot: dict[tuple[int, ...], int] = {}
-        first, which = [], []
+        first: list[int] = []
+        which: list[int] = []
         for b, row in enumerate(rows):
             key = (-b - 1,) if row.cached else tuple(row.prompt)
             if key not in slot:
@@ -154,11 +176,13 @@ class Decoding:
             for n in range(len(next(k for k, _ in reuse if k is not None))):
                 kv = []
                 for part in (0, 1):
-                    ref = next(r[part][n] for r in reuse if r[part] is not None)
+                    held = [r[part] for r in reuse]  # None where the row has no cache
+                    ref = next(h[n] for h in held if h is not None)
                     t = ref.new_zeros((U, ref.shape[1], P, ref.shape[3]))
                     for u, b in enumerate(first):
-                        if rows[b].cached:
-                            t[u, :, P - rows[b].cached :] = reuse[b][part][n][0]
+                        h = held[b]
+                        if rows[b].cached and h is not None:  # a cached row has its keys and values
+                            t[u, :, P - rows[b].cached :] = h[n][0]
                     kv.append(t)
                 layers.append((kv[0], kv[1]))
             past = growing_cache(layers)
@@ -192,7 +216,7 @@ class Decoding:
         if row.session is not None:
             meta = {"prompt_tokens": len(row.prompt), "cached_tokens": row.cached, "kv": row.event}
         return Completion(text=self.tokenizer.decode(row.tokens, skip_special_tokens=True), token_ids=row.tokens,
-                          logprobs=row.logprobs, finish_reason=row.finish,  # type: ignore[arg-type]
+                          logprobs=row.logprobs, finish_reason=row.finish,
                           prompt_index=row.prompt_index, metadata=meta,
                           top_logprobs=row.tops if row.params.top_logprobs else None)
 
