@@ -7,7 +7,7 @@ This is the text-only loop for demos, tests and scripted agents. The token-exact
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from turnrl.envs.core import TextEnv
 from turnrl.types import Message, Trajectory, Turn
@@ -35,7 +35,7 @@ def play_episode(
         A text-only Trajectory (no token fields). An exception raised by the env or the policy ends the episode;
         it is recorded in ``Trajectory.error`` and what was collected is kept.
     """
-    base = env.unwrapped
+    base = cast(TextEnv, env.unwrapped)  # a wrapper's innermost environment: a TextEnv
     obs, info = env.reset(seed=seed, options=options)
     spec = base.spec
     traj = Trajectory(

@@ -65,10 +65,11 @@ def apply_lora(model: torch.nn.Module, cfg: LoraConfig | dict[str, Any]) -> Any:
         if missing:
             raise ValueError(f"learner.lora.target_modules: this model has no linear layer named "
                              f"{', '.join(missing)}; its linear layers are {', '.join(have)} (or use all-linear)")
-        out = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-        inp = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
+        get_out, get_inp = getattr(model, "get_output_embeddings", None), getattr(model, "get_input_embeddings", None)
+        out = get_out() if get_out is not None else None
+        inp = get_inp() if get_inp is not None else None
         head = next((n.rsplit(".", 1)[-1] for n, m in model.named_modules() if out is not None and m is out), None)
-        if head in targets and inp is not None and out.weight is inp.weight:
+        if head in targets and out is not None and inp is not None and out.weight is inp.weight:
             raise ValueError(f"learner.lora.target_modules: {head} shares its weight with the input embeddings "
                              "(tied word embeddings), so its adapter cannot be merged without changing the embeddings "
                              f"too; leave {head} out")

@@ -96,7 +96,7 @@ def _from_row(row: dict[str, object]) -> Trajectory:
     data.update({k: row[k] for k in ("token_ids", "loss_mask", "logprobs")})
     data["token_versions"] = row.get("token_versions")  # files written before versions were recorded have none
     data["segments"] = row.get("segments")  # nor before context segments
-    data.update({k: json.loads(row[k]) for k in _JSON_FIELDS})  # type: ignore[arg-type]
+    data.update({k: json.loads(row[k]) for k in _JSON_FIELDS})  # type: ignore[arg-type]  # JSON text columns
     return Trajectory.model_validate(data)
 
 

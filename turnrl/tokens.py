@@ -59,7 +59,7 @@ class ChatRenderer:
         """The tokens of the opening messages followed by the generation prompt."""
         return self.encode(self.render(messages, add_generation_prompt=True))
 
-    def observation_text(self, messages: Sequence[Message], *, ended_with_eos: bool) -> str:
+    def observation_text(self, messages: Sequence[Message | dict[str, Any]], *, ended_with_eos: bool) -> str:
         """The template text that follows an assistant turn: its closing, ``messages``, the next generation prompt.
 
         Args:
@@ -77,7 +77,7 @@ class ChatRenderer:
             suffix = suffix[len(self._eos_text) :]
         return suffix
 
-    def observation_tokens(self, messages: Sequence[Message], *, ended_with_eos: bool) -> list[int]:
+    def observation_tokens(self, messages: Sequence[Message | dict[str, Any]], *, ended_with_eos: bool) -> list[int]:
         """Tokens of :meth:`observation_text`."""
         return self.encode(self.observation_text(messages, ended_with_eos=ended_with_eos))
 

@@ -177,13 +177,15 @@ class Trajectory(BaseModel):
                 if getattr(self, name) is not None:
                     raise ValueError(f"{name} needs the token fields (token_ids, loss_mask, logprobs)")
             return self
-        n = len(self.token_ids)  # type: ignore[arg-type]
-        if len(self.loss_mask) != n or len(self.logprobs) != n:  # type: ignore[arg-type]
+        token_ids, loss_mask, logprobs = self.token_ids, self.loss_mask, self.logprobs
+        assert token_ids is not None and loss_mask is not None and logprobs is not None  # all three present
+        n = len(token_ids)
+        if len(loss_mask) != n or len(logprobs) != n:
             raise ValueError(
-                f"token_ids ({n}), loss_mask ({len(self.loss_mask)}) and logprobs ({len(self.logprobs)}) "  # type: ignore[arg-type]
+                f"token_ids ({n}), loss_mask ({len(loss_mask)}) and logprobs ({len(logprobs)}) "
                 "must have the same length"
             )
-        if any(m not in (0, 1) for m in self.loss_mask):  # type: ignore[union-attr]
+        if any(m not in (0, 1) for m in loss_mask):
             raise ValueError("loss_mask must contain only 0 and 1")
         if self.token_versions is not None and len(self.token_versions) != n:
             raise ValueError(f"token_versions ({len(self.token_versions)}) must have one entry per token ({n})")
@@ -196,7 +198,7 @@ class Trajectory(BaseModel):
             start, end = turn.token_span
             if not prev_end <= start <= end <= n:
                 raise ValueError(f"turn {turn.index}: token_span {turn.token_span} out of order or out of range (L={n})")
-            if any(self.loss_mask[i] != 1 for i in range(start, end)):  # type: ignore[index]
+            if any(loss_mask[i] != 1 for i in range(start, end)):
                 raise ValueError(f"turn {turn.index}: loss_mask must be 1 inside token_span {turn.token_span}")
             prev_end = end
         return self
@@ -270,6 +272,8 @@ class Trajectory(BaseModel):
         """
         if self.token_ids is None:
             raise ValueError("this trajectory has no token fields; it was not produced by a token-level rollout")
+        mask = self.loss_mask
+        assert mask is not None  # the token fields come together
         out = [0.0] * len(self.token_ids)
         for turn in self.turns:
             if turn.token_span is None or turn.token_span[1] <= turn.token_span[0]:
@@ -278,7 +282,7 @@ class Trajectory(BaseModel):
                 continue
             out[turn.token_span[1] - 1] += turn.reward
         for index, reward in self.metadata.get("dense_rewards") or []:
-            if not 0 <= index < len(out) or self.loss_mask[index] != 1:  # type: ignore[index]
+            if not 0 <= index < len(out) or mask[index] != 1:
                 raise ValueError(f"a dense reward sits on token {index}, which is not a generated token")
             out[index] += float(reward)
         return out

@@ -7,12 +7,13 @@ import concurrent.futures
 import importlib
 import sys
 import threading
-from collections.abc import Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
 from types import ModuleType
-from typing import Any, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 T = TypeVar("T")
+P = ParamSpec("P")
 
 
 def turn_seed(sample_seed: int, turn: int, salt: int = 0) -> int:
@@ -42,8 +43,8 @@ class DaemonExecutor(concurrent.futures.ThreadPoolExecutor):
     """Runs each call on its own daemon thread: a call that never returns (e.g. an environment step cut by its
     timeout) cannot block the end of the event loop or of the process, as a joined thread pool's worker would."""
 
-    def submit(self, fn, /, *args, **kwargs):  # concurrent.futures.Executor's signature
-        future: concurrent.futures.Future = concurrent.futures.Future()
+    def submit(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> concurrent.futures.Future[T]:
+        future: concurrent.futures.Future[T] = concurrent.futures.Future()  # (Executor.submit's signature)
 
         def work() -> None:
             if not future.set_running_or_notify_cancel():

@@ -106,6 +106,25 @@ class Capabilities:
     local_model: bool = False
 
 
+class AsyncBatchAgent(Agent, Protocol):
+    """An agent whose capabilities say ``async_batch``."""
+
+    async def agenerate(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]: ...
+
+
+class JoinBatchAgent(Agent, Protocol):
+    """An agent whose capabilities say ``join_batch``; one with ``sessions`` also releases them."""
+
+    async def agenerate_one(self, prompt: list[int], params: SamplingParams, *, seed: int | None = None,
+                            session: str | None = None) -> Completion: ...
+
+
+class SessionAgent(Agent, Protocol):
+    """An agent whose capabilities say ``sessions``: it frees an ended episode's cached keys and values."""
+
+    def release(self, sessions: list[str]) -> None: ...
+
+
 def capabilities_of(agent: Any) -> Capabilities:
     """An agent's :class:`Capabilities`: those it declares, less any its methods do not take (a subclass that
     narrowed ``generate`` declares its parent's), or, for an agent written to the two-member protocol alone (a

@@ -187,7 +187,8 @@ def fetch_builtin(name: str) -> Path:
 
         logger.info("converting %s to safetensors (once)", gguf_path)
         tokenizer = AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
-        model = AutoModelForCausalLM.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name, dtype="float32")
+        model: Any = AutoModelForCausalLM.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name,
+                                                          dtype="float32")  # its quantizer is unset below
         # The GGUF quantizer is not serializable and marks the model as quantized; the weights are already fp32.
         model.hf_quantizer = None
         if hasattr(model.config, "quantization_config"):
@@ -343,7 +344,7 @@ def load_model(name_or_path: str, *, dtype: Any = "float32", device: str = "cpu"
     path = resolve_model_path(name_or_path)
     try:
         tokenizer = AutoTokenizer.from_pretrained(path)
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+        model: Any = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)  # moved by a device string below
     except OSError as e:
         raise OSError(f"could not load model {name_or_path!r} (resolved to {path!r}): {e}") from e
     if tokenizer.pad_token_id is None:

@@ -15,7 +15,7 @@ from typing import Any
 
 import httpx
 
-from turnrl.agents.base import Capabilities, Completion, SamplingParams
+from turnrl.agents.base import Capabilities, Completion, FinishReason, SamplingParams
 from turnrl.utils import run_sync
 
 _RETRY_STATUS = {408, 409, 429, 500, 502, 503, 504}
@@ -143,7 +143,7 @@ class OpenAIAgent:
             raise OpenAIError("the server returned no token ids and no tokenizer was given to re-encode the text")
         if exact and self.tokenizer is not None:
             text = self.tokenizer.decode(ids, skip_special_tokens=True)
-        finish = "length" if choice.get("finish_reason") == "length" else "stop"
+        finish: FinishReason = "length" if choice.get("finish_reason") == "length" else "stop"
         return Completion(text=text, token_ids=ids, logprobs=[float(x or 0.0) for x in logprobs], finish_reason=finish,
                           prompt_index=index, metadata={"token_exact": exact})
 

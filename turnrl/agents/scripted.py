@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from turnrl.agents.base import Capabilities, Completion, SamplingParams
+from turnrl.agents.base import Capabilities, Completion, FinishReason, SamplingParams
 
 
 class ScriptedAgent:
@@ -35,7 +35,7 @@ class ScriptedAgent:
     def _complete(self, text: str, index: int, params: SamplingParams) -> Completion:
         ids = list(self.tokenizer.encode(text, add_special_tokens=False))
         eos = self.tokenizer.eos_token_id
-        finish = "stop"
+        finish: FinishReason = "stop"
         cut = _stop_end(self.tokenizer, ids, params.stop)
         if cut is not None:
             ids = ids[:cut]
@@ -47,7 +47,7 @@ class ScriptedAgent:
             text=self.tokenizer.decode(ids, skip_special_tokens=True),
             token_ids=ids,
             logprobs=[0.0] * len(ids),
-            finish_reason=finish,  # type: ignore[arg-type]
+            finish_reason=finish,
             prompt_index=index,
         )
 

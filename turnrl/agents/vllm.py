@@ -239,15 +239,17 @@ class VLLMAgent:
     def _generate_fire(self, prompts: list[list[int]], params: SamplingParams,
                        seeds: list[int] | None = None) -> list[Completion]:
         """FIRE (docs/algorithms.md §8): one token at ``fire_temperature``, then the rest at ``temperature``."""
-        if params.fire_temperature is not None and params.fire_temperature > 2.0:
+        fire = params.fire_temperature
+        assert fire is not None  # generate comes here with a fire_temperature only
+        if fire > 2.0:
             raise ValueError(
-                f"vLLM accepts temperatures up to 2, got fire_temperature={params.fire_temperature}; "
+                f"vLLM accepts temperatures up to 2, got fire_temperature={fire}; "
                 "use fire_temperature <= 2 with vLLM, or the hf backend for hotter first tokens"
             )
         def seed(i: int) -> int | None:
             return seeds[i] if seeds is not None else params.seed
 
-        first = self._run(prompts, [self._vllm_params(params, params.fire_temperature, 1, params.n, seed(i))
+        first = self._run(prompts, [self._vllm_params(params, fire, 1, params.n, seed(i))
                                     for i in range(len(prompts))])
         heads = [(i, list(o.token_ids), self._logprobs(o)) for i, r in enumerate(first) for o in r.outputs]
         conts: list[Any] = [None] * len(heads)

@@ -233,9 +233,10 @@ def train(
             if "eval_pag_verifier_balanced_acc" in h:  # self-verification: whether the verifier tells right from wrong
                 held_out += f" verifier (balanced) {h['eval_pag_verifier_balanced_acc']:.3f}"
             line = f"step {trainer.step} reward {h.get('reward_mean', 0):.3f} success {h.get('success', 0):.3f}"
-            if "win_rate" in h:  # a game: the trained seats' wins, and who they played
+            ma = trainer.cfg.multi_agent
+            if "win_rate" in h and ma is not None:  # a game: the trained seats' wins, and who they played
                 line = (f"step {trainer.step} reward {h.get('reward_mean', 0):.3f} win {h['win_rate']:.3f} invalid "
-                        f"{h.get('invalid_moves', 0):.2f} vs {_opponent(h, trainer.cfg.multi_agent.opponent)}")
+                        f"{h.get('invalid_moves', 0):.2f} vs {_opponent(h, ma.opponent)}")
             if "pag_verifier_balanced_acc" in h:
                 line += f" verifier (balanced) {h['pag_verifier_balanced_acc']:.3f}"
             progress.update(task, completed=trainer.step, description=line + held_out)

@@ -54,12 +54,14 @@ def interruptible() -> Iterator[dict[str, Any]]:
 
 def resume_command(ctx: typer.Context, flag: str | None = None) -> str:
     """The command line that ran ``ctx``'s command (the options given on it, as parsed), with ``flag`` added."""
-    names, c = [], ctx
+    names: list[str] = []
+    c: Any = ctx  # click's contexts, up to the program's
     while c.parent is not None:  # the subcommands' names, not the program's (`python -m turnrl` or a path)
         names.insert(0, c.info_name or "")
         c = c.parent
     words = ["turnrl", *names]
-    for p in ctx.command.params:
+    params: list[Any] = ctx.command.params  # click's Options and Arguments
+    for p in params:
         source = ctx.get_parameter_source(p.name) if p.name else None
         value = ctx.params.get(p.name) if p.name else None
         if getattr(source, "name", None) not in ("COMMANDLINE", "ENVIRONMENT") or value is None:

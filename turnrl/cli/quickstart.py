@@ -44,14 +44,14 @@ def calculator_agent(conversation: list[Message], env: turnrl.envs.TextEnv) -> s
     last = conversation[-1]
     if last.role == "tool":
         return f"The calculator says {last.content}, so the answer is \\boxed{{{last.content}}}."
-    expr = env.task.metadata["expression"]  # type: ignore[attr-defined]
+    expr = env.task.metadata["expression"]
     return f"Let me compute {expr}. <calculator>{expr}</calculator>"
 
 
 def self_correcting_agent(conversation: list[Message], env: turnrl.envs.TextEnv) -> str:
     """Answers wrong first, then judges its answer wrong, then gives the right one (a PAG episode)."""
-    phase = env.phase  # type: ignore[attr-defined]
-    answer = env.task.answer  # type: ignore[union-attr]
+    phase = env.phase
+    answer = env.task.answer
     if phase == "answer":
         return f"Quick guess: \\boxed{{{int(answer) + 1}}}."
     if phase == "verify":

@@ -130,8 +130,9 @@ def _with_import_option(fn: Any) -> Any:
         return fn(*args, **kwargs)  # the modules were imported by the option's callback
 
     extra = inspect.Parameter("imports", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=ImportOption)
-    command.__signature__ = signature.replace(parameters=[*signature.parameters.values(), extra])
-    command.__annotations__ = {p.name: p.annotation for p in command.__signature__.parameters.values()}
+    widened = signature.replace(parameters=[*signature.parameters.values(), extra])
+    command.__signature__ = widened  # type: ignore[attr-defined]  # what inspect (and so typer) reads
+    command.__annotations__ = {p.name: p.annotation for p in widened.parameters.values()}
     return command
 
 

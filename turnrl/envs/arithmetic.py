@@ -147,7 +147,7 @@ def split_of(expression: str) -> Literal["train", "validation", "test"]:
     key = canonical(expression)
     small = _SMALL_SUM.match(key.removeprefix("arithmetic:"))
     shares = SMALL_SUM_SHARES if small and all(1 <= int(x) <= 20 for x in small.groups()) else SHARES
-    return split_of_key(key, shares)  # type: ignore[return-value]
+    return split_of_key(key, shares)  # type: ignore[return-value]  # the shares' keys are these splits
 
 
 @functools.cache

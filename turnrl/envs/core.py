@@ -184,6 +184,11 @@ class TextEnv(gym.Env[Obs, str]):
         return "I don't know."
 
     @property
+    def unwrapped(self) -> TextEnv:
+        """This environment (Gymnasium's ``unwrapped``: a wrapper's innermost environment), typed as a TextEnv."""
+        return self
+
+    @property
     def turn(self) -> int:
         """How many steps the current episode has taken."""
         return self._turn
@@ -194,7 +199,9 @@ class TextEnv(gym.Env[Obs, str]):
         """Start an episode (see the class docstring)."""
         if self.fork_mode == "replay":  # what a replay needs: the seed, or the random state it continues from
             state = None if seed is not None else copy.deepcopy(self.np_random.bit_generator.state)
-            self._fork_record = (seed, state, copy.deepcopy(options), [])
+            # (seed, random state, options, the actions since)
+            self._fork_record: tuple[int | None, Any, dict[str, Any] | None, list[str]] = (
+                seed, state, copy.deepcopy(options), [])
         super().reset(seed=seed)
         if options is not None and not isinstance(options, dict):
             raise TypeError(f"options must be a dict or None, got {type(options).__name__}")

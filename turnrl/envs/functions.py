@@ -169,5 +169,5 @@ class FunctionsEnv(CodeEnv):
 
     def __init__(self, split: Literal["train", "validation", "test"] = "train", size: int | None = None,
                  **options: Any) -> None:
-        super().__init__(FunctionTasks(split, size), **options)  # type: ignore[arg-type]
+        super().__init__(FunctionTasks(split, size), **options)  # type: ignore[arg-type]  # a lazy sequence of tasks
         self.split, self.held_out_split, self.validation_split, self.train_split = split, "test", "validation", "train"

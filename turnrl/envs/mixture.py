@@ -94,7 +94,7 @@ class MixtureEnv(TextEnv):
         self.split, self.held_out_split = split, HELD_OUT
         self._lacking: list[str] = []  # members without a held-out split (held-out mode)
         self._members: list[TextEnv] = [self._member(i, kw) for i, kw in self._specs]
-        self.sizes = [len(e) for e in self._members]  # type: ignore[arg-type]
+        self.sizes = [len(e) for e in self._members]  # type: ignore[arg-type]  # each counts its tasks
         if empty := [n for n, size in zip(self.names, self.sizes) if size == 0]:
             raise MixtureError(f"members {empty} have no tasks (check their split and data)")
         splits = {getattr(e, "split", None) for e in self._members}
@@ -174,7 +174,7 @@ class MixtureEnv(TextEnv):
         return self.member.tool_schemas()
 
     @property
-    def stop(self) -> tuple[str, ...]:  # type: ignore[override]
+    def stop(self) -> tuple[str, ...]:  # type: ignore[override]  # the current member's
         return tuple(getattr(self.member, "stop", ()) or ())
 
     def _reset(self, options: dict[str, Any]) -> tuple[Obs, dict[str, Any]]:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import numpy as np
 
@@ -145,7 +145,7 @@ class MultiHopEnv(SearchQAEnv):
             if self.corpus == "world":
                 raise ValueError(f"a MultiHop task needs metadata['world'], one of the split's worlds "
                                  f"{list(self.worlds)}; got {world!r}")
-        chosen = [world] if self.corpus == "world" else self.worlds
+        chosen = [cast(int, world)] if self.corpus == "world" else self.worlds  # one of them: checked above
         return bm25_index([Passage(t, x) for t, x in self.kb.documents(chosen)], kind=self.retriever)
 
     def summarize_episodes(self, trajectories: Sequence[Trajectory]) -> dict[str, float]:

@@ -30,6 +30,7 @@ from __future__ import annotations
 import functools
 import re
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 
@@ -213,6 +214,11 @@ def _bridges(world: list[Entity], ents: dict[str, Entity], seed: int) -> list[Qu
     return out
 
 
+def _year(e: Entity) -> int:
+    """The year of a person or a company (compared; only places have none)."""
+    return cast(int, e.year)
+
+
 def _comparisons(world: list[Entity], ents: dict[str, Entity], seed: int, rng: np.random.Generator) -> list[Question]:
     out = []
     for (kind, via), template in COMPARISONS.items():
@@ -225,13 +231,14 @@ def _comparisons(world: list[Entity], ents: dict[str, Entity], seed: int, rng: n
             want_first = bool(rng.random() < 0.5)  # which of the two is the answer: balanced
             others = [o for o in pool if o.name != first.name and o.name != start.name and o.year != first.year
                       and frozenset((first.name, o.name)) not in used]
-            right = [o for o in others if (first.year < o.year) == want_first]  # type: ignore[operator]
+            right = [o for o in others if (_year(first) < _year(o)) == want_first]
             if not (right or others):
                 continue
             pick = right or others
             other = pick[int(rng.integers(len(pick)))]
             used.add(frozenset((first.name, other.name)))
-            answer = min((first, other), key=lambda x: x.year).name  # type: ignore[arg-type,return-value]
+            answer = min((first, other), key=_year).name
+            path: tuple[str, ...]
             if via:
                 text, path, named = template.format(start.name, other.name), (start.name, first.name, other.name), (
                     start.name, other.name)

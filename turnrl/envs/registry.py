@@ -290,15 +290,16 @@ def _accepted_kwargs(creator: Any) -> tuple[set[str], bool, dict[str, str]]:
     fixed: dict[str, str] = {}
     classes = [c for c in inspect.getmro(creator) if "__init__" in vars(c)] if inspect.isclass(creator) else [None]
     for i, cls in enumerate(classes):
-        fn = cls.__init__ if cls is not None else creator
+        fn = vars(cls)["__init__"] if cls is not None else creator
         params = _named_params(fn)
         names |= {p.name for p in params if p.name not in fixed}
         if not any(p.kind is p.VAR_KEYWORD for p in inspect.signature(fn).parameters.values()):
             return names, True, fixed
         passed = _passed_to_parent(fn) if cls is not None and i + 1 < len(classes) else None
-        if passed is not None:
+        if passed is not None and cls is not None:  # passed: a class's __init__ only
             keywords, n_positional = passed
-            parent = [p.name for p in _named_params(classes[i + 1].__init__) if p.kind is p.POSITIONAL_OR_KEYWORD]
+            parent = [p.name for p in _named_params(vars(classes[i + 1])["__init__"])
+                      if p.kind is p.POSITIONAL_OR_KEYWORD]
             for name in keywords | set(parent[: max(n_positional, 0)]):
                 fixed.setdefault(name, cls.__name__)
     return names, False, fixed
@@ -343,7 +344,8 @@ def make(env_id: str, **kwargs: Any) -> TextEnv:
                                                                kwargs=dict(kwargs))
         return env
     spec = gym.spec(resolve(env_id))
-    creator = load_env_creator(spec.entry_point) if isinstance(spec.entry_point, str) else spec.entry_point
+    # the class or factory the id is registered with: it makes a TextEnv
+    creator: Any = load_env_creator(spec.entry_point) if isinstance(spec.entry_point, str) else spec.entry_point
     merged = {**spec.kwargs, **kwargs}
     _check_kwargs(spec.id, creator, merged)
     env = creator(**merged)

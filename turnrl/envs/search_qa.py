@@ -159,7 +159,8 @@ class SearchQAEnv(ToolEnv):
     def score(self, response: str) -> Verdict:
         """QA verdict plus retrieval metrics (support recall, searches)."""
         verdict = super().score(response)
-        support = self.task.metadata.get("supporting_titles") or []  # type: ignore[union-attr]
+        assert self.task is not None  # scored inside an episode
+        support = self.task.metadata.get("supporting_titles") or []
         recall = len(self._retrieved & set(support)) / len(support) if support else 0.0
         details = {**verdict.details, "support_recall": recall, "searches": float(len(self._queries))}
         return verdict.model_copy(update={"details": details})

@@ -112,7 +112,8 @@ class SelfVerify(TextEnv):
         recall_answer: bool = False,
         render_mode: str | None = None,
     ) -> None:
-        inner = getattr(env, "unwrapped", env)
+        # a single-answer environment, read by duck typing: score, toolbox, parser, format_answer, verifier…
+        inner: Any = getattr(env, "unwrapped", env)
         if not callable(getattr(inner, "score", None)):
             raise TypeError(
                 f"SelfVerify needs a single-answer environment with a score(response) -> Verdict method; "
@@ -231,6 +232,7 @@ class SelfVerify(TextEnv):
 
     def _tool_turn(self, parsed: Any, outputs: Sequence[Any]) -> StepResult:
         """A verifier tool turn: the results (or errors) as observations, reward 0, the verifier acts next."""
+        assert self.first is not None  # the verify phase follows the answer
         self.verify_calls += 1
         self.tool_results += [out.content for out in outputs if out.ok]
         messages, error = tool_observation(parsed, outputs)

@@ -57,8 +57,8 @@ class MessagesSpace(spaces.Space[tuple[Message, ...]]):
         """Messages cannot be flattened to a fixed-size array."""
         return False
 
-    def seed(self, seed: int | None = None) -> list[int]:
-        """Seed this space and its text sampler."""
+    def seed(self, seed: int | None = None) -> int:
+        """Seed this space and its text sampler; the seed used (Gymnasium's)."""
         seeds = super().seed(seed)
         self._text.seed(int(self.np_random.integers(2**31)))
         return seeds

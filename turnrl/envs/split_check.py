@@ -50,7 +50,7 @@ def task_keys(env: Any, limit: int = TRAIN_LIMIT) -> list[str] | None:
 
 
 def _read_keys(base: Any, n: int) -> list[str] | None:
-    inner = getattr(getattr(base, "env", None), "unwrapped", None)  # a wrapper's (PAG's) tasks are its inner env's
+    inner: Any = getattr(getattr(base, "env", None), "unwrapped", None)  # a wrapper's (PAG's) tasks are its inner env's
     keys = []
     for i in range(n):
         task = base.task_at(i)

@@ -127,7 +127,7 @@ def _check_reset(env: TextEnv, seed: int, report: CheckReport) -> None:
         report.failures.append("reset must return the opening messages, ending with the user's prompt")
     try:
         env.reset(seed=seed)
-        env.step(123)  # type: ignore[arg-type]
+        env.step(123)  # type: ignore[arg-type]  # the check: a non-string action is refused
         report.failures.append("step(123) did not raise TypeError for a non-string action")
     except TypeError:
         pass

@@ -27,7 +27,7 @@ DEFAULT_FEEDBACK = "That is not correct. Try again."
 NO_ANSWER_FEEDBACK = "No final answer was found in your reply. {instruction}"
 
 
-class TaskList(Shared, list):  # type: ignore[type-arg]
+class TaskList(Shared, list):
     """A list of :class:`Task` that every fork of its environment shares (read-only data; :mod:`turnrl.envs.fork`)."""
 
 
@@ -167,7 +167,7 @@ class ToolEnv(TextEnv):
 
     def _tool_step(self, parsed: ParseResult, outputs: Sequence[ToolOutput]) -> StepResult:
         messages, error = tool_observation(parsed, outputs)
-        info = {
+        info: dict[str, Any] = {
             "role": "policy",
             "correct": None,
             "tool_calls": [c.model_dump() for c in parsed.calls],

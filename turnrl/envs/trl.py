@@ -162,7 +162,7 @@ class TRLClassEnv(ToolEnv):
         if not callable(getattr(cls, "reset", None)):
             raise TRLEnvError(f"{cls.__name__} has no reset(self, **row) method: TRL starts each episode with it")
         try:
-            self.instance = cls()
+            self.instance: Any = cls()  # the user's class: TRL's protocol is duck-typed (reset(**row), tools)
         except TypeError as e:
             raise TRLEnvError(f"{cls.__name__}() failed: {e} (TRL makes the class with no arguments)") from e
         funcs = reward if isinstance(reward, (list, tuple)) else [reward]
@@ -259,9 +259,9 @@ class TRLClassEnv(ToolEnv):
         instance); best effort: a failing one does not stop the rest of a run's cleanup."""
         closer = getattr(self.instance, "close", None)
         try:
-            needs = [p for p in inspect.signature(closer).parameters.values() if p.default is p.empty
-                     and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)] if callable(closer) else [None]
-            if not needs:
+            if callable(closer) and not [p for p in inspect.signature(closer).parameters.values()
+                                         if p.default is p.empty
+                                         and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]:
                 closer()
         except Exception:  # closing is best effort
             pass

@@ -177,9 +177,11 @@ def client(channel: Channel) -> Any:
     import verifiers as vf
 
     transport = _Transport(channel)
-    http = httpx.AsyncClient(transport=transport, timeout=None)  # type: ignore[arg-type]
-    return vf.OpenAIChatCompletionsClient(openai.AsyncOpenAI(base_url="http://turnrl-policy.invalid/v1",
-                                                             api_key="turnrl", http_client=http, max_retries=0))
+    http = httpx.AsyncClient(transport=transport, timeout=None)  # type: ignore[arg-type]  # duck-typed transport
+    return vf.OpenAIChatCompletionsClient(openai.AsyncOpenAI(
+        base_url="http://turnrl-policy.invalid/v1", api_key="turnrl",
+        http_client=http,  # type: ignore[arg-type]  # openai takes an httpx client too (typed for httpx2 only)
+        max_retries=0))
 
 
 # ---- messages between the two sides ----

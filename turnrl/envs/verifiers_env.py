@@ -295,7 +295,7 @@ class VerifiersEnv(TextEnv):
             info["error"] = "; ".join(parsed.errors)
         if not parsed.calls:
             return {"role": "assistant", "content": action}, info
-        calls = [{"id": f"call_{uuid.uuid4().hex[:12]}", "type": "function",
+        calls: list[dict[str, Any]] = [{"id": f"call_{uuid.uuid4().hex[:12]}", "type": "function",
                   "function": {"name": call.name, "arguments": json.dumps(call.arguments)}} for call in parsed.calls]
         info["tool_calls"] = [{"name": c["function"]["name"], "arguments": call.arguments, "id": c["id"]}
                               for c, call in zip(calls, parsed.calls)]

@@ -158,7 +158,7 @@ def _own_signals() -> Iterator[None]:
     signals = (signal.SIGINT, signal.SIGTERM)
     if threading.current_thread() is not threading.main_thread():
         real = signal.signal
-        signal.signal = lambda signum, handler: signal.getsignal(signum)  # type: ignore[assignment]
+        signal.signal = lambda signum, handler: signal.getsignal(signum)  # type: ignore[assignment]  # a no-op stand-in
         try:
             yield
         finally:

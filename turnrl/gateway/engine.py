@@ -46,7 +46,8 @@ class Engine:
                 self._thread = threading.Thread(target=self._run_loop, args=(threads,), daemon=True,
                                                 name="turnrl-gateway-engine")
         else:
-            self._queue: queue.Queue[tuple[list[int], SamplingParams, int | None, cf.Future]] = queue.Queue()
+            # requests, and None: stop
+            self._queue: queue.Queue[tuple[list[int], SamplingParams, int | None, cf.Future] | None] = queue.Queue()
             self._seeds = self.capabilities.seeds
             self._thread = threading.Thread(target=self._run_batches, args=(threads,), daemon=True,
                                             name="turnrl-gateway-engine")
@@ -102,7 +103,7 @@ class Engine:
             self._loop.run_until_complete(asyncio.sleep(0))
             self._loop.close()
         else:
-            self._queue.put(None)  # type: ignore[arg-type]
+            self._queue.put(None)
         if self._thread is not None:
             self._thread.join(timeout=10)
 
@@ -140,7 +141,7 @@ class Engine:
                 except queue.Empty:
                     break
                 if item is None:
-                    self._queue.put(None)  # type: ignore[arg-type]
+                    self._queue.put(None)
                     break
                 items.append(item)
             groups: dict[str, list[tuple[list[int], SamplingParams, int | None, cf.Future]]] = {}

@@ -73,7 +73,7 @@ class ChatHistory:
         if best is None:
             return fresh, Match("fresh", kept, len(keys))
         if best.assistant:
-            ids = best.ids + renderer.observation_tokens(messages[len(best.keys):],  # type: ignore[arg-type]
+            ids = best.ids + renderer.observation_tokens(messages[len(best.keys):],
                                                          ended_with_eos=best.ended_with_eos)
             match = Match("extended", len(best.keys), len(keys))
         else:

@@ -118,7 +118,12 @@ def build_trajectory(calls: list[Call], *, reward: float, correct: bool | None, 
     segments.sort(key=lambda seg: seg.turns[-1][0].index)  # the last call's segment last (see the docstring)
     if segments[0] is not first:
         first.reason = "the first conversation, continued after another began"
-    tokens, mask, logprobs, versions, starts, turns = [], [], [], [], [], []
+    tokens: list[int] = []
+    mask: list[int] = []
+    logprobs: list[float] = []
+    versions: list[int] = []
+    starts: list[int] = []
+    turns: list[Turn] = []
     last_call = calls[-1].index
     for s, seg in enumerate(segments):
         offset = len(tokens)

@@ -28,7 +28,7 @@ class Program:
                  search: Sequence[str | Path] = ()) -> None:
         if (function is None) == (command is None):
             raise ValueError("a program is a function ('module:function') or a command, exactly one of them")
-        self.name = function or (command if isinstance(command, str) else " ".join(command))  # type: ignore[arg-type]
+        self.name = function or (command if isinstance(command, str) else " ".join(command or ()))
         self.fn = load_function(function, [Path.cwd(), *search]) if function is not None else None
         self.command = command
 
@@ -36,7 +36,8 @@ class Program:
         """One run on ``task`` through ``base_url``."""
         if self.fn is not None:
             return call_function(self.fn, base_url, api_key, task, timeout)
-        return run_command(self.command, base_url, api_key, task, session, timeout)  # type: ignore[arg-type]
+        assert self.command is not None  # no function: a command
+        return run_command(self.command, base_url, api_key, task, session, timeout)
 
 
 def task_of(env: Any, obs: Sequence[Any], info: dict[str, Any], index: int, model: str) -> dict[str, Any]:

@@ -139,6 +139,7 @@ class Gateway(AgentServer):
     #: a streamed call decodes to its end even when its client goes away (it is recorded; other sessions share the
     #: decode loop, which a cancelled row would stop)
     cancel_streams = False
+    api_key: str  # never None here: a random one unless given
 
     def __init__(self, agent: Any, model: str = "turnrl-policy", *, host: str = "127.0.0.1", port: int = 0,
                  api_key: str | None = None, version: Callable[[], int] | None = None,
@@ -229,7 +230,7 @@ class Gateway(AgentServer):
 
     # ---- the AgentServer hooks ----
 
-    def context(self, request: Request, args: dict[str, Any], endpoint: str) -> _Request | None:
+    def context(self, request: Request, args: Mapping[str, Any], endpoint: str) -> _Request | None:
         sid = args.get("session") or request.headers.get("X-Session-Id")
         if sid is None:
             return None
@@ -275,7 +276,8 @@ class Gateway(AgentServer):
         seed = req.session.next_seed()  # a session opened with a seed samples from its own stream, whatever the
         if seed is None:  # request asks (a program that always sends seed=0 would make a group's samples equal)
             seed = params.seed
-        req.version = int(self.versions.get(req.session.policy, self.version)())  # type: ignore[arg-type]
+        policy = req.session.policy  # None: the run's one policy
+        req.version = int((self.versions.get(policy, self.version) if policy is not None else self.version)())
         try:
             return self.engines[req.session.policy].generate(prompt_ids, params, seed=seed, session=req.session.id,
                                                              on_token=on_token)

@@ -111,11 +111,13 @@ async def compact(rollout: RolloutAPI, ep: Episode, turn: Turn, obs: Sequence[Me
 
 
 async def _compact(rollout: RolloutAPI, ep: Episode, turn: Turn, obs: Sequence[Message]) -> bool:
-    budget: ContextBudget = rollout.context  # type: ignore[assignment]
+    budget = rollout.context
+    assert budget is not None  # histories are rewritten under a context budget only
     assert ep.renderer is not None
     max_new = rollout.params.max_new_tokens
     prompt = list(ep.traj.prompt)
     env_turns = [t for t in ep.traj.turns if not t.info.get("summary")]
+    ids: list[int] | None  # the new segment's context; None: none fits
     if budget.mode == "summarize":
         summary = await _summarize(rollout, ep, turn, obs)
         if summary is None:
@@ -198,7 +200,8 @@ async def _summarize(rollout: RolloutAPI, ep: Episode, turn: Turn, obs: Sequence
     turn.obs_span = (len(ep.tokens), len(ep.tokens) + len(ask))
     turn.observation = list(request)
     ep.append(ask, 0)
-    budget: ContextBudget = rollout.context  # type: ignore[assignment]
+    budget = rollout.context
+    assert budget is not None  # histories are rewritten under a context budget only
     params = rollout.params.model_copy(update={"max_new_tokens": min(budget.summary_tokens, room), "n": 1})
     seed = None if ep.sample_seed is None else turn_seed(ep.sample_seed, len(ep.traj.turns), salt=104_729)
     try:
@@ -227,10 +230,10 @@ async def _generate(rollout: RolloutAPI, ep: Episode, params: SamplingParams, se
         ep.prompts_seen.append(list(prompt))
     agent = rollout.agent
     if rollout.capabilities.join_batch:  # joins whatever batch is running in this loop
-        c = await agent.agenerate_one(prompt, params, seed=seed,  # type: ignore[attr-defined]
+        c = await agent.agenerate_one(prompt, params, seed=seed,
                                       session=ep.session if rollout.uses_sessions else None)
     elif rollout.capabilities.async_batch:  # an HTTP backend: do not block the loop
-        c = (await agent.agenerate([prompt], params))[0]  # type: ignore[attr-defined]
+        c = (await agent.agenerate([prompt], params))[0]
     else:
         kwargs = {"seeds": [seed]} if seed is not None and rollout.passes_seeds else {}
         c = agent.generate([prompt], params, **kwargs)[0]

@@ -31,7 +31,7 @@ import asyncio
 import time
 from collections.abc import Callable, Sequence
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from turnrl.agents.base import Agent, Completion, SamplingParams, capabilities_of, end_of_turn_ids
 from turnrl.envs.core import TextEnv
@@ -42,6 +42,9 @@ from turnrl.rollout.stops import past_stop, stopped_across_pieces
 from turnrl.tokens import ChatRenderer
 from turnrl.types import Message, Trajectory, Turn
 from turnrl.utils import run_with_daemon_threads
+
+if TYPE_CHECKING:  # the agents that capabilities say more of
+    from turnrl.agents.base import AsyncBatchAgent, JoinBatchAgent, SessionAgent
 
 
 class Rollout:
@@ -253,23 +256,23 @@ class Rollout:
                 if kwargs or not self.capabilities.async_batch:
                     outs = self.agent.generate(prompts, params, **kwargs)
                 else:  # HTTP backends: don't block the event loop
-                    outs = await self.agent.agenerate(prompts, params)
+                    outs = await cast("AsyncBatchAgent", self.agent).agenerate(prompts, params)
                 for i, p, c in zip(idx, prompts, outs):
                     completions[i] = c
                     self.stats.count_prefill(live[i], len(p), c)
             if self.rewrite is not None:
                 new = rewrite_round(self.rewrite, envs, roles, [list(ep.tokens) for ep in live], completions, skipped)
-                for i, c in enumerate(new):
-                    live[i].rewritten = c is not None
-                    if c is not None:
-                        completions[i] = c
+                for i, written in enumerate(new):
+                    live[i].rewritten = written is not None
+                    if written is not None:
+                        completions[i] = written
         except Exception as e:  # keep everything collected so far
             for ep in live:
                 ep.traj.error = f"generation failed: {type(e).__name__}: {e}"
                 self.finish(ep)
             return None
         self.stats.generate_s += time.perf_counter() - t0
-        return completions  # type: ignore[return-value]
+        return completions  # type: ignore[return-value]  # each turn sampled or written by the rewrite
 
     async def _generate_one(self, ep: Episode, window: int | None) -> Completion | None:
         """Continuous batching: the next generation of one episode, joined to the agent's running batch."""
@@ -278,7 +281,7 @@ class Rollout:
         prompt = list(ep.tokens[ep.context_start:])
         version = self.current_version()
         try:
-            c = await self.agent.agenerate_one(prompt, params, seed=seed,  # type: ignore[attr-defined]
+            c = await cast("JoinBatchAgent", self.agent).agenerate_one(prompt, params, seed=seed,
                                                session=ep.session if self.uses_sessions else None)
         except Exception as e:  # this episode ends; what it collected is kept
             ep.traj.error = f"generation failed: {type(e).__name__}: {e}"
@@ -306,7 +309,8 @@ class Rollout:
         if ep.turn_start is not None:  # a turn a window paused: a stop string may straddle the pieces
             completion = stopped_across_pieces(self.agent.tokenizer, ep.tokens[ep.turn_start:], completion,
                                                ep.stops(self.params.stop))
-        version = completion.policy_version if completion.policy_version is not None else self._sampled_by
+        version: int | list[int] = (completion.policy_version if completion.policy_version is not None
+                                    else self._sampled_by)
         version = completion.token_versions or version  # per token where the weights changed inside the call
         ep.append(completion.token_ids, 1, completion.logprobs, version)
         ep.window_used += len(completion.token_ids)
@@ -388,7 +392,7 @@ class Rollout:
         hand that to ``sink``."""
         ep.done = True
         if self.uses_sessions:
-            self.agent.release([ep.session])  # type: ignore[attr-defined]
+            cast("SessionAgent", self.agent).release([ep.session])
         version = self.current_version() if self.policy_version is not None else None
         ep.write_trajectory(version, keep_prompts=self.keep_prompts)
         if self.sink is not None:

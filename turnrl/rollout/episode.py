@@ -72,8 +72,8 @@ class Episode:
         budget = min(params.max_new_tokens - in_turn, room)
         self.cut_by_context = room < params.max_new_tokens - in_turn
         self.cut_by_window = window is not None and window - self.window_used < budget
-        if self.cut_by_window:
-            budget = window - self.window_used  # type: ignore[operator]
+        if window is not None and self.cut_by_window:  # (cut_by_window needs a window)
+            budget = window - self.window_used
         seed = None
         if self.sample_seed is not None:
             seed = turn_seed(self.sample_seed, len(self.traj.turns), salt=self.segments * 7919)

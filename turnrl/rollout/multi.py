@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from turnrl.agents.base import Agent, Completion, SamplingParams, capabilities_of, end_of_turn_ids
 from turnrl.envs.multiagent.core import MultiAgentTextEnv
@@ -173,7 +173,7 @@ class MultiAgentRollout:
 
     def run(self, envs: Sequence[MultiAgentTextEnv], *, seeds: Sequence[int | None] | None = None,
             options: Sequence[dict[str, Any] | None] | None = None, group_ids: Sequence[str | None] | None = None,
-            sample_seeds: Sequence[int] | None = None,
+            sample_seeds: Sequence[int | None] | None = None,
             seat_maps: Sequence[Mapping[str, str] | None] | None = None) -> list[Trajectory]:
         """One episode per environment; every seat's view of each, episode by episode, seats in the environment's
         order. ``sample_seeds[i]`` gives episode ``i`` its own random streams (one per seat and move) where the
@@ -182,13 +182,15 @@ class MultiAgentRollout:
         batched across all episodes."""
         n = len(envs)
         seeds, options = list(seeds or [None] * n), list(options or [None] * n)
-        group_ids, sample_seeds = list(group_ids or [None] * n), list(sample_seeds or [None] * n)
+        group_ids = list(group_ids or [None] * n)
+        streams: list[int | None] = list(sample_seeds or [None] * n)  # None: the episode has no streams of its own
         maps = list(seat_maps or [None] * n)
         for i, env in enumerate(envs):  # every seat of every game has a policy, before anything is played
-            for seat in env.possible_agents:
-                self.policy_of(seat, maps[i])
+            for name in env.possible_agents:
+                self.policy_of(name, maps[i])
         views: list[dict[str, SeatView]] = []
-        live, errors = [], [None] * n
+        live: list[int] = []
+        errors: list[str | None] = [None] * n
         starts: list[dict[str, int]] = []
         for i, env in enumerate(envs):
             env.reset(seed=seeds[i], options=options[i])
@@ -213,8 +215,8 @@ class MultiAgentRollout:
                 agent = self.policies[policy]
                 prompts = [views[i][seat].tokens for i, seat in jobs]
                 kwargs: dict[str, Any] = {}
-                if capabilities_of(agent).seeds and all(sample_seeds[i] is not None for i, _ in jobs):
-                    kwargs["seeds"] = [_move_seed(sample_seeds[i], seat, moves[i]) for i, seat in jobs]
+                if capabilities_of(agent).seeds and all(streams[i] is not None for i, _ in jobs):
+                    kwargs["seeds"] = [_move_seed(cast(int, streams[i]), seat, moves[i]) for i, seat in jobs]
                 params = self.params if budget == self.params.max_new_tokens else \
                     self.params.model_copy(update={"max_new_tokens": budget})
                 try:

@@ -55,7 +55,7 @@ def make_opponent(name: str, tokenizer: Any, seed: int = 0, device: str = "cpu")
             from turnrl.agents.tiny import tiny_tokenizer
 
             tokenizer = tiny_tokenizer("chatml")
-        player = script_player(name) if name.startswith(SCRIPT_PREFIX) else text_player(name, seed)  # type: ignore
+        player = script_player(name) if name.startswith(SCRIPT_PREFIX) else text_player(name, seed)  # type: ignore[arg-type]  # it refuses others
         return ScriptedAgent(tokenizer, player)
     from turnrl.agents import make_agent
 

@@ -37,7 +37,7 @@ def rewrite_round(hook: Rewrite, envs: Sequence[TextEnv], roles: Sequence[str], 
     """
     shown = [Completion(text="", token_ids=[], logprobs=[], finish_reason="stop", prompt_index=i) if i in skipped
              else c for i, c in enumerate(completions)]
-    new = list(hook(envs, roles, prompts, shown))  # type: ignore[arg-type]
+    new = list(hook(envs, roles, prompts, shown))  # type: ignore[arg-type]  # None only where skipped: filled
     if len(new) != len(shown):
         raise ValueError(f"the rollout hook returned {len(new)} completions for {len(shown)} turns")
     missing = sorted(i for i in skipped if new[i] is None)

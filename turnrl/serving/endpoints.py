@@ -7,12 +7,13 @@ the hooks, starting and stopping.
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from turnrl.agents.base import Completion, capabilities_of
+from turnrl.agents.base import Completion, SamplingParams, capabilities_of
 from turnrl.serving.openai_api import (
     CHAT_MAX_TOKENS,
     CHAT_PARAMS,
@@ -35,6 +36,20 @@ from turnrl.serving.streaming import chat_events, completion_events
 class OpenAIEndpoints:
     """The endpoints' half of :class:`~turnrl.serving.server.AgentServer`; it uses the server's ``agent``, ``model``,
     ``_lock`` and hooks (``generate``, ``chat_prompt``, ``answered``)."""
+
+    # what the server sets and defines (declared for the type checker)
+    agent: Any
+    model: str
+    _lock: threading.Lock
+
+    if TYPE_CHECKING:
+        def generate(self, prompt_ids: list[int], params: SamplingParams, ctx: Any = None, on_token: Any = None
+                     ) -> list[Completion]: ...
+
+        def chat_prompt(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, ctx: Any = None
+                        ) -> list[int]: ...
+
+        def answered(self, ctx: Any, prompt: list[int], outs: list[Completion], request: dict[str, Any]) -> None: ...
 
     def _top_logprobs(self, prompt: list[int], c: Completion, k: int, temperature: float) -> list[list[tuple[int, float]]]:
         """The ``k`` most likely tokens at each generated position, under the distribution the agent sampled from:
@@ -101,7 +116,9 @@ class OpenAIEndpoints:
     def run_completions(self, call: CompletionCall, ctx: Any = None, on_token: Any = None
                         ) -> tuple[dict[str, Any], list[Completion]]:
         """Generate every prompt of a checked request: the response and its completions, in choice order."""
-        choices, outs_all, used = [], [], 0
+        choices: list[dict[str, Any]] = []
+        outs_all: list[Completion] = []
+        used = 0
         for n, p in enumerate(call.prompts):
             base = n * call.params.n
             relay = None if on_token is None else (lambda i, *rest, base=base: on_token(base + i, *rest))
@@ -177,7 +194,7 @@ class OpenAIEndpoints:
         for i, c in enumerate(outs):
             content = cut_at_stop(c.text, call.params.stop)
             message: dict[str, Any] = {"role": "assistant", "content": content, "refusal": None}
-            finish = c.finish_reason
+            finish: str = c.finish_reason
             if call.parse_tools:
                 calls, rest = parse_tool_calls(content, call.id_prefix)
                 if calls:

@@ -46,10 +46,12 @@ class ResponsesEndpoint:
     ``run_chat``, ``stored_responses`` and hooks (``chat_prompt``, ``generate``, ``answered``,
     :meth:`response_store`)."""
 
+    stored_responses: ResponseStore  # set by the server (declared for the type checker)
+
     def response_store(self, ctx: Any = None) -> ResponseStore:
         """Where the responses of a request's context are kept for ``previous_response_id``: the server's bounded
         store (the gateway: the session's own)."""
-        return self.stored_responses  # type: ignore[attr-defined,no-any-return]
+        return self.stored_responses
 
     def responses(self, body: dict[str, Any], ctx: Any = None) -> dict[str, Any] | Iterator[str]:
         """Handle ``/v1/responses``: a response object, or an iterator of server-sent events when streaming."""

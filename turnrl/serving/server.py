@@ -30,7 +30,8 @@ import hmac
 import json
 import re
 import threading
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, Self
 
 from werkzeug.exceptions import HTTPException
 from werkzeug.routing import Map, Rule
@@ -103,7 +104,7 @@ class AgentServer(OpenAIEndpoints, MessagesEndpoint, ResponsesEndpoint):
         """The base URL, e.g. ``http://127.0.0.1:8123/v1``."""
         return f"http://{self.httpd.host}:{self.httpd.server_port}/v1"
 
-    def start(self) -> AgentServer:
+    def start(self) -> Self:
         """Serve in a background thread."""
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
         self.thread.start()
@@ -171,7 +172,7 @@ class AgentServer(OpenAIEndpoints, MessagesEndpoint, ResponsesEndpoint):
             raise APIError(401, f"missing or wrong API key: send {how}", code="invalid_api_key",
                            kind="authentication_error")
 
-    def context(self, request: Request, args: dict[str, Any], endpoint: str) -> Any:
+    def context(self, request: Request, args: Mapping[str, Any], endpoint: str) -> Any:
         """What a request carries besides its body (the gateway: its session); ``endpoint`` names the route
         (``chat``, ``messages``, …). None here."""
         return None

@@ -211,13 +211,13 @@ class ExternalTool(Tool):
 
     def __init__(self, name: str, description: str, parameters: dict[str, Any], *,
                  max_output_chars: int = 4000) -> None:
-        self.fn = None
+        # no local function (it runs elsewhere) and no pydantic model (its schema is JSON)
+        self.fn = self.args_model = None  # type: ignore[assignment]  # both None: it runs elsewhere
         self.name = name
         self.description = description or name
         self.parameters = dict(parameters or {"type": "object", "properties": {}})
         self.max_output_chars = max_output_chars
         self.is_async = False
-        self.args_model = None  # type: ignore[assignment] — the schema is JSON, not a pydantic model
 
     def __call__(self, **arguments: Any) -> ToolOutput:
         """Run the tool with these arguments (as :meth:`invoke` does)."""

@@ -149,7 +149,7 @@ def _eval(node: ast.AST, depth: int = 0) -> int | float:
         raise CalculatorError("expression nested too deeply")
     if isinstance(node, ast.Expression):
         return _eval(node.body, depth + 1)
-    if isinstance(node, ast.Constant) and type(node.value) in (int, float):
+    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
         return _check_int(node.value)
     if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
         left, right = _eval(node.left, depth + 1), _eval(node.right, depth + 1)

@@ -143,6 +143,7 @@ class _Connection:
                                                env=_child_env(s.env))
                 target: Any = stdio_client(params, errlog=self._stderr)
             elif s.headers:
+                assert s.url is not None  # a server without a command has a url (the config checks)
                 import httpx2  # the mcp SDK's HTTP client
                 from mcp.client.streamable_http import streamable_http_client
 

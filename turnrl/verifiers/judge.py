@@ -204,7 +204,9 @@ class HybridReward:
     def __init__(self, judge: OutcomeJudge, rule: Callable[[str, str], Verdict] | None = None,
                  applies: Callable[[str], bool] | None = None) -> None:
         if rule is None:
-            from turnrl.verifiers.math import verify as rule
+            from turnrl.verifiers.math import verify
+
+            rule = verify
         self.judge, self.rule = judge, rule
         self.applies = applies or rule_applies
 

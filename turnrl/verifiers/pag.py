@@ -23,7 +23,7 @@ def parse_verdict(text: str) -> Literal["correct", "wrong"] | None:
     if not isinstance(text, str) or len(_ANY_VERDICT.findall(text)) != 1:
         return None
     m = _END_VERDICT.search(text)
-    return m.group(1) if m else None  # type: ignore[return-value]
+    return m.group(1) if m else None  # type: ignore[return-value]  # the pattern's group: correct or wrong
 
 
 def verdict_reward(verdict: Literal["correct", "wrong"] | None, answer_correct: bool) -> float:

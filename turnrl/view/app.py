@@ -219,9 +219,9 @@ def tree_payload(leaves: list[tuple[dict[str, Any], Trajectory]]) -> dict[str, A
             nodes[node]["leaves"].append(row["index"])
             nodes[node]["rewards"].append(row["reward"])
     out = []
-    for node in nodes.values():
-        rewards = node.pop("rewards")
-        out.append({**node, "value": sum(rewards) / len(rewards)})
+    for entry in nodes.values():
+        rewards = entry.pop("rewards")
+        out.append({**entry, "value": sum(rewards) / len(rewards)})
     return {"nodes": out}
 
 

@@ -17,6 +17,7 @@ import json
 import re
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -346,25 +347,25 @@ def _row_group(path: str, mtime_ns: int, g: int) -> Any:
     return pq.ParquetFile(path).read_row_group(g)
 
 
-def _predicates(filters: dict[str, str]) -> list[Any]:
-    preds = []
+def _predicates(filters: dict[str, str]) -> list[Callable[[dict[str, Any]], bool]]:
+    preds: list[Callable[[dict[str, Any]], bool]] = []
 
     def num(key: str) -> float | None:
         value = (filters.get(key) or "").strip()
         return float(value) if value else None
 
-    if filters.get("env"):
-        preds.append(lambda r, v=filters["env"]: r["env_id"] == v)
-    if filters.get("member"):
-        preds.append(lambda r, v=filters["member"]: r["member"] == v)
-    if filters.get("run"):
-        preds.append(lambda r, v=filters["run"]: r["run"] == v)
-    if filters.get("outcome"):
-        preds.append(lambda r, v=filters["outcome"]: r["outcome"] == v)
-    if filters.get("kind"):
-        preds.append(lambda r, v=filters["kind"]: r["kind"] == v)
+    def equals(column: str, value: Any) -> Callable[[dict[str, Any]], bool]:
+        return lambda r: bool(r[column] == value)
+
+    def within(column: str, op: Callable[[float, float], bool], bound: float) -> Callable[[dict[str, Any]], bool]:
+        return lambda r: op(float(r[column]), bound)
+
+    for key, column in (("env", "env_id"), ("member", "member"), ("run", "run"), ("outcome", "outcome"),
+                        ("kind", "kind")):
+        if filters.get(key):
+            preds.append(equals(column, filters[key]))
     if filters.get("step"):
-        preds.append(lambda r, v=int(filters["step"]): r["step"] == v)
+        preds.append(equals("step", int(filters["step"])))
     if filters.get("group"):
         source, _, gid = filters["group"].rpartition("|")
         preds.append(lambda r: r["source"] == source and r["group_id"] == gid)
@@ -372,7 +373,7 @@ def _predicates(filters: dict[str, str]) -> list[Any]:
                             ("turns_min", "turns", float.__ge__), ("turns_max", "turns", float.__le__)):
         bound = num(key)
         if bound is not None:
-            preds.append(lambda r, b=bound, f=field_, o=op: o(float(r[f]), b))
+            preds.append(within(field_, op, bound))
     if filters.get("tools") == "with":
         preds.append(lambda r: r["tool_calls"] > 0)
     elif filters.get("tools") == "without":

@@ -49,14 +49,14 @@ SEEDS_PER_SPLIT = 100_000
 SEED_START = {"train": 0, "test": 1_000_000}
 
 
-def split_seed(split: str, index: int) -> int:
+def split_seed(split: str | None, index: int) -> int:
     """The seed of starting state ``index`` (modulo :data:`SEEDS_PER_SPLIT`) of ``split`` in a game played on seeds:
     ``train`` seeds 0 to 99,999, ``test`` seeds 1,000,000 to 1,099,999, so no held-out game is a training one.
 
     Raises:
         ValueError: a split other than ``train`` and ``test``.
     """
-    if split not in SEED_START:
+    if split is None or split not in SEED_START:
         raise ValueError(f"a game played on seeds has the splits 'train' and 'test', got {split!r}")
     return SEED_START[split] + int(index) % SEEDS_PER_SPLIT
 
@@ -64,7 +64,7 @@ def split_seed(split: str, index: int) -> int:
 def counts_starting_states(env: object) -> bool:
     """Whether ``env`` says how many starting states it has (``__len__``); one that does not is played on seeds."""
     try:
-        len(env)  # type: ignore[arg-type]
+        len(env)  # type: ignore[arg-type]  # the probe: TypeError without __len__
     except TypeError:
         return False
     return True
@@ -165,7 +165,7 @@ class MultiAgentTextEnv(AECEnv):
         self._cumulative_rewards = dict.fromkeys(self.agents, 0.0)
         self.terminations = dict.fromkeys(self.agents, False)
         self.truncations = dict.fromkeys(self.agents, False)
-        self.infos = {a: {"invalid_moves": 0} for a in self.agents}
+        self.infos: dict[str, dict[str, Any]] = {a: {"invalid_moves": 0} for a in self.agents}
         self._pending = {a: [] for a in self.agents}
         self._skip_agent_selection = None
         self.moves, self.transcript = 0, []

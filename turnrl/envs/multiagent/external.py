@@ -38,8 +38,8 @@ class SeededGame:
     """What :class:`TextArenaEnv` and :class:`PettingZooTextEnv` share: a ``split`` of :data:`SEEDS_PER_SPLIT`
     starting states, each a seed (see the module docstring)."""
 
-    split: str = "train"
-    held_out_split = "test"
+    split: str | None = "train"  # as MultiAgentTextEnv declares them
+    held_out_split: str | None = "test"
 
     def __len__(self) -> int:
         """The starting states of the split (seeds)."""
@@ -59,7 +59,7 @@ class SeededGame:
         from turnrl.envs.core import Task
 
         key = self.state_key(index)
-        return Task(prompt=key, answer="", metadata={"canonical": key})
+        return Task.model_validate({"prompt": key, "answer": "", "metadata": {"canonical": key}})  # id: made
 
 
 def _check_split(split: str) -> None:

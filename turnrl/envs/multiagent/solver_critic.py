@@ -99,9 +99,9 @@ class SolverCritic(MultiAgentTextEnv):
             self.agent_selection = "solver"
         else:
             right = verify(action, self.task.answer, answer_format=self.answer_format).correct
-            first = bool(self.infos["solver"].get("first_correct"))
+            first_ok = bool(self.infos["solver"].get("first_correct"))
             for role in self.agents:
-                self.infos[role].update(first_correct=first, final_correct=right)
+                self.infos[role].update(first_correct=first_ok, final_correct=right)
             score = 1.0 if right else 0.0
             self.reward({"solver": score, "critic": score})
             self.tell(["solver", "critic"], "The final answer is right." if right else "The final answer is wrong.")

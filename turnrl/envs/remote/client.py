@@ -139,7 +139,7 @@ class RemoteEnv(TextEnv):
         self.stop = tuple(spec.stop)
         self._tools = [RemoteTool(self, s) for s in spec.tools]
         kept = {"max_turns": spec.max_turns, "openenv_tasks": spec.size} if self.openenv else spec.kwargs
-        self.spec = EnvSpec(id=spec.env_id, entry_point=f"{p.REMOTE_PREFIX}{self.url}", kwargs=kept)
+        self.spec: EnvSpec = EnvSpec(id=spec.env_id, entry_point=f"{p.REMOTE_PREFIX}{self.url}", kwargs=kept)
 
     # ---- the session ----
 
@@ -244,6 +244,7 @@ class RemoteEnv(TextEnv):
                     if not new_session:
                         raise RemoteEnvError(f"the session with {self.where} was lost; call reset() to start a new one")
                     self._reopen()
+                assert self._conn is not None  # open, or just reopened
                 try:
                     reply = self._exchange(self._conn, message, what)
                 except _Lost:

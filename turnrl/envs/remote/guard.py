@@ -154,7 +154,7 @@ class ClientQuota:
                           "(max_sessions_per_client); close one or try again later", p.CAPACITY_REACHED, keep=False,
                           status=429)
         self.held[client] += 1
-        given = []
+        given: list[bool] = []  # one entry once released
 
         def release() -> None:
             if given:

@@ -95,6 +95,7 @@ class McpSessions:
 
     async def _run(self, method: str, params: dict[str, Any], env_id: str, connection: Session | None,
                    client: str) -> Any:
+        session: Session | None
         if method == "openenv/session/create":
             if connection is not None:
                 return {"session_id": "this-connection"}

@@ -155,7 +155,7 @@ class Session:
         try:
             return await handler(data)
         except TimeoutError:
-            return self.timeout_error(kind), False
+            return self.timeout_error(str(kind)), False  # a handler's kind: a string
         except Refused as e:
             return p.error(str(e), e.code), e.keep
         except Closed:

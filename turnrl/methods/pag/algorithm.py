@@ -69,7 +69,7 @@ class VerifierOptions(BaseModel):
 class PAGConfig(PPOConfig, VerifierOptions):
     """PAG's options (docs/algorithms.md §7 defaults)."""
 
-    name: Literal["pag"] = "pag"  # type: ignore[assignment]
+    name: Literal["pag"] = "pag"  # type: ignore[assignment]  # its own name: the discriminator
     lam_actor: float = Field(1.0, ge=0, le=1)
     lam_critic: float = Field(1.0, ge=0, le=1)
     eps_high: float = Field(0.28, gt=0)
@@ -85,7 +85,7 @@ class PAGConfig(PPOConfig, VerifierOptions):
 class PAGGRPOConfig(GRPOConfig, VerifierOptions):
     """``pag-grpo``'s options: GRPO's, with DAPO's clip-higher and token-mean as in PAG."""
 
-    name: Literal["pag-grpo"] = "pag-grpo"  # type: ignore[assignment]
+    name: Literal["pag-grpo"] = "pag-grpo"  # type: ignore[assignment]  # its own name: the discriminator
     eps_high: float = Field(0.28, gt=0)
     agg: AggMode = "token-mean"
     role_norm: bool = Field(True, description="normalize each turn's reward over the group's turns of its role "

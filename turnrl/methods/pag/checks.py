@@ -105,7 +105,7 @@ class CheckingTeacher:
         policy's other turns (kept as sampled)."""
         out: list[Completion | None] = [None] * len(completions)
         for i, (env, role, c) in enumerate(zip(envs, roles, completions)):
-            inner = env.unwrapped
+            inner: Any = env.unwrapped  # a SelfVerify environment, read by duck typing
             if role != "verifier":
                 text = self._revision(inner)
                 if text is not None:

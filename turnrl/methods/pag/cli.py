@@ -41,7 +41,8 @@ def pag_rows_command(
 
     check_dataset_out(out)
     try:
-        rows, report = pag_rows(load(data), load_tokenizer(tokenizer), balance=balance, revisions=revisions,
+        rows, report = pag_rows(load(data), load_tokenizer(tokenizer), balance=balance,  # type: ignore[arg-type]  # it refuses others
+                               revisions=revisions,
                                sibling_revisions=sibling_revisions, rationales=rationales)
     except (OSError, ValueError) as e:
         fail(str(e))
@@ -95,7 +96,7 @@ def pag_checks_command(
                             on_batch=lambda done, total: say(f"{done}/{total} episodes"), compare=compare,
                             revisions=revisions)
     try:
-        rows, r = checking_rows(trajs, balance=balance, seed=seed)  # type: ignore[arg-type]
+        rows, r = checking_rows(trajs, balance=balance, seed=seed)  # type: ignore[arg-type]  # it refuses others
     except ValueError as e:
         fail(str(e))
     if episodes:

@@ -61,7 +61,7 @@ class VerdictExplorer:
         for i, (env, role, c) in enumerate(zip(envs, roles, completions)):
             if role != "verifier" or self.rng.random() >= self.share:
                 continue
-            inner = env.unwrapped
+            inner: Any = env.unwrapped  # a SelfVerify environment, read by duck typing
             calls = getattr(inner, "verify_tool_calls", None)
             if calls is not None and calls(c.text) is not None:  # a check (verify_tools), not a verdict: played as is
                 continue

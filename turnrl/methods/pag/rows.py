@@ -44,7 +44,7 @@ from typing import Any, Literal
 from turnrl.envs.self_verify import REVISE_PROMPT
 from turnrl.methods.swirl.steps import context_turn, decompose
 from turnrl.tokens import ChatRenderer, end_of_turn
-from turnrl.types import Message, Trajectory
+from turnrl.types import Message, Trajectory, Turn
 from turnrl.verifiers.pag import VERDICT_CORRECT, VERDICT_WRONG
 
 VERDICT_TEXT = {"correct": f"{VERDICT_CORRECT}.", "wrong": f"{VERDICT_WRONG}."}
@@ -57,6 +57,13 @@ def _whole(traj: Trajectory) -> bool:
 
 def _phase_index(traj: Trajectory, phase: str) -> int | None:
     return next((i for i, t in enumerate(traj.turns) if t.info.get("phase") == phase), None)
+
+
+def _answer_turn(traj: Trajectory) -> Turn:
+    """The answer turn of an episode that has one (a right answer's, from :func:`right_answers`)."""
+    i = _phase_index(traj, "answer")
+    assert i is not None
+    return traj.turns[i]
 
 
 def verdict_row(traj: Trajectory, tokenizer: Any, rationale: str | None = None) -> Trajectory | None:
@@ -73,16 +80,18 @@ def verdict_row(traj: Trajectory, tokenizer: Any, rationale: str | None = None) 
     truth = "correct" if correct else "wrong"
     text = f"{rationale.strip()}\n\n{VERDICT_TEXT[truth]}" if rationale and rationale.strip() else VERDICT_TEXT[truth]
     row = decompose(traj)[verify]
-    start, end = row.turns[-1].token_span  # type: ignore[misc]
+    span, tokens = row.turns[-1].token_span, row.token_ids
+    assert span is not None and tokens is not None  # a whole episode's rows have their tokens
+    start, end = span
     ids = list(tokenizer.encode(text, add_special_tokens=False))
-    ids += end_of_turn(tokenizer, row.token_ids[start:end])  # type: ignore[index]
+    ids += end_of_turn(tokenizer, tokens[start:end])
     turn = row.turns[-1]
     sampled = turn.info.get("verdict")
     row.turns[-1] = turn.model_copy(update={
         "action": Message(role="assistant", content=text), "token_span": (start, start + len(ids)),
         "reward": 1.0, "terminated": truth == "correct",
         "info": {**turn.info, "verdict": truth, "verdict_correct": True, "sampled_verdict": sampled}})
-    row.token_ids = row.token_ids[:start] + ids  # type: ignore[index]
+    row.token_ids = tokens[:start] + ids
     row.loss_mask = [0] * start + [1] * len(ids)
     row.logprobs = [0.0] * (start + len(ids))
     row.id = f"{traj.id}/verdict"
@@ -114,9 +123,9 @@ def _revise_prompt(trajectories: Sequence[Trajectory]) -> str:
     return REVISE_PROMPT
 
 
-def right_answers(trajectories: Sequence[Trajectory]) -> dict[str, list[Trajectory]]:
+def right_answers(trajectories: Sequence[Trajectory]) -> dict[str | None, list[Trajectory]]:
     """The whole episodes whose first answer is right, by question (``task_id``), in the data's order."""
-    right: dict[str, list[Trajectory]] = {}
+    right: dict[str | None, list[Trajectory]] = {}
     for traj in trajectories:
         answer = _phase_index(traj, "answer")
         if answer is not None and _whole(traj) and traj.turns[answer].info.get("correct") is True:
@@ -124,11 +133,11 @@ def right_answers(trajectories: Sequence[Trajectory]) -> dict[str, list[Trajecto
     return right
 
 
-def sibling_rationale(traj: Trajectory, right: dict[str, list[Trajectory]]) -> str | None:
+def sibling_rationale(traj: Trajectory, right: dict[str | None, list[Trajectory]]) -> str | None:
     """The verification text a re-solving verifier would write for ``traj``'s first answer: the shortest right first
     answer to the same question from another episode (the episode's own when it is the only right one), or None."""
     others = [t for t in right.get(traj.task_id, []) if t.id != traj.id] or right.get(traj.task_id, [])
-    texts = [t.turns[_phase_index(t, "answer")].action.content for t in others]  # type: ignore[index]
+    texts = [_answer_turn(t).action.content for t in others]
     return min(texts, key=len) if texts else None
 
 
@@ -156,9 +165,11 @@ def sibling_revision_rows(trajectories: Sequence[Trajectory], tokenizer: Any,
         # sees a turn that ended at a stop token
         ended = verdict.token_ids[-1] in ends
         state = verdict.token_ids + renderer.observation_tokens([prompt], ended_with_eos=ended)
-        source = sibling.turns[_phase_index(sibling, "answer")]  # type: ignore[index]
-        s, e = source.token_span  # type: ignore[misc]
-        action = sibling.token_ids[s:e]  # type: ignore[index]
+        source = _answer_turn(sibling)
+        # a right answer's episode is whole: its tokens and log-probabilities (all token fields or none)
+        assert source.token_span is not None and sibling.token_ids is not None and sibling.logprobs is not None
+        s, e = source.token_span
+        action = sibling.token_ids[s:e]
         context = [*verdict.turns[:-1], context_turn(verdict.turns[-1]).model_copy(update={"observation": [prompt]})]
         revise = source.model_copy(update={
             "index": len(context), "token_span": (len(state), len(state) + len(action)), "observation": [],
@@ -167,7 +178,7 @@ def sibling_revision_rows(trajectories: Sequence[Trajectory], tokenizer: Any,
         rows.append(verdict.model_copy(update={
             "id": f"{traj.id}/sibling-revision", "turns": [*context, revise], "terminated": True,
             "token_ids": state + action, "loss_mask": [0] * len(state) + [1] * len(action),
-            "logprobs": [0.0] * len(state) + list(sibling.logprobs[s:e]), "token_versions": None,  # type: ignore[index]
+            "logprobs": [0.0] * len(state) + list(sibling.logprobs[s:e]), "token_versions": None,
             "metadata": {**verdict.metadata, "pag_rows": {"kind": "sibling_revision", "sibling": sibling.id}}}))
     return rows
 

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from turnrl.cli.shared import check_dataset_out, fail, say
+
+if TYPE_CHECKING:
+    from turnrl.types import Trajectory
 
 app = typer.Typer(help="PRM for code (docs/algorithms.md §8): label line prefixes by Monte-Carlo completion, train a "
                   "process reward model.", no_args_is_help=True)
@@ -54,7 +57,8 @@ def prm_label_command(
         fail("which agent completes the prefixes? pass --agent")
     prover = make_agent(spec)
     params = SamplingParams(temperature=temperature, max_new_tokens=max_new_tokens)
-    labeled, totals = [], {}
+    labeled: list[Trajectory] = []
+    totals: dict[str, float] = {}
     for s in range(0, len(trajs), batch):
         try:
             part, figures = label_episodes(trajs[s : s + batch], prover, env, completions=completions, params=params)

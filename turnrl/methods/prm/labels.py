@@ -120,11 +120,12 @@ def label_episodes(trajs: Sequence[Trajectory], agent: Any, env: Any, *, complet
     check_env(env)
     params = params or SamplingParams(temperature=1.0, max_new_tokens=256)
     tok = agent.tokenizer
-    cases = []
+    cases: list[dict[str, Any]] = []  # one open search per episode
     for t in trajs:
         span = _reply_span(t)
-        ends = line_ends(t.token_ids, span, tok)  # type: ignore[arg-type]
-        c = {"traj": t, "span": span, "ends": ends, "task": task_index(t), "passes": bool(t.correct),
+        assert t.token_ids is not None  # _reply_span refused an episode without tokens
+        ends = line_ends(t.token_ids, span, tok)
+        c: dict[str, Any] = {"traj": t, "span": span, "ends": ends, "task": task_index(t), "passes": bool(t.correct),
              "search": search(len(ends), bool(t.correct)), "probes": 0, "labels": None}
         try:
             c["mid"] = next(c["search"])
@@ -144,7 +145,8 @@ def label_episodes(trajs: Sequence[Trajectory], agent: Any, env: Any, *, complet
                 c["mid"] = c["search"].send(ok)
             except StopIteration as done:
                 c["labels"] = done.value
-    out, positive, total = [], 0, 0
+    out: list[Trajectory] = []
+    positive, total = 0, 0
     for c in cases:
         labels = c["labels"]
         positive, total = positive + sum(labels), total + len(labels)

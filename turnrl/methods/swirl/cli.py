@@ -109,7 +109,7 @@ def swirl_filter(
         from turnrl.methods.swirl.judges import make_step_judge
 
         step_judge = make_step_judge(judge) if mode in ("process", "both") else None
-        kept, report = filter_trajectories(trajs, mode, step_judge)  # type: ignore[arg-type]
+        kept, report = filter_trajectories(trajs, mode, step_judge)  # type: ignore[arg-type]  # it refuses others
     except EmptyFilterError as e:
         say(report_table(e.report))
         fail(str(e))

@@ -63,7 +63,8 @@ def filter_trajectories(trajectories: Sequence[Trajectory], mode: FilterMode,
     labelled, passes_process, passes_outcome = [], [], []
     for t in usable:
         if process:
-            labels = judge.label_trajectory(t)  # type: ignore[union-attr]
+            assert judge is not None  # refused above
+            labels = judge.label_trajectory(t)
             if len(labels) != t.num_turns:
                 raise ValueError(f"the step judge gave {len(labels)} labels for trajectory {t.id} of {t.num_turns} "
                                  "steps; it must label every step")

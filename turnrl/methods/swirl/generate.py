@@ -73,6 +73,7 @@ def without_demos(traj: Trajectory, demos: tuple[Message, ...], renderer: ChatRe
         raise ValueError(f"trajectory {traj.id} has {len(traj.segments)} context segments (its history was "
                          "rewritten): each segment's prompt tokens would need re-rendering without the demonstrations")
     old = renderer.prompt_tokens(prompt)
+    assert traj.loss_mask is not None and traj.logprobs is not None  # the token fields come together
     if list(traj.token_ids[: len(old)]) != old:
         raise ValueError(f"trajectory {traj.id}: its prompt tokens are not this tokenizer's rendering of its prompt; "
                          "pass the tokenizer that generated it")
@@ -81,8 +82,8 @@ def without_demos(traj: Trajectory, demos: tuple[Message, ...], renderer: ChatRe
     shift = len(new) - len(old)
     data = traj.model_dump()
     data.update(prompt=new_prompt, token_ids=new + list(traj.token_ids[len(old):]),
-                loss_mask=[0] * len(new) + list(traj.loss_mask[len(old):]),  # type: ignore[index]
-                logprobs=[0.0] * len(new) + list(traj.logprobs[len(old):]),  # type: ignore[index]
+                loss_mask=[0] * len(new) + list(traj.loss_mask[len(old):]),
+                logprobs=[0.0] * len(new) + list(traj.logprobs[len(old):]),
                 token_versions=None,  # re-rendered tokens: the versions of the sampling run no longer line up
                 metadata={**traj.metadata, "demos": "removed",
                           **({"prompt_length": traj.metadata["prompt_length"] + shift}

@@ -86,7 +86,7 @@ def parse_step(text: str) -> Step:
     if len(calls) > 1:
         return Step("invalid", f"{len(calls)} tool calls in one step (one per step)")
     if calls:
-        return Step(calls[0].name, calls[0].raw or "")  # type: ignore[arg-type] — the tool names are step kinds
+        return Step(calls[0].name, calls[0].raw or "")  # type: ignore[arg-type]  # the tool names are step kinds
     for tag in (*TOOL_TAGS, "answer"):
         if f"<{tag}>" in text and f"</{tag}>" not in text:
             return Step("invalid", f"<{tag}> opened but never closed")

@@ -64,7 +64,8 @@ def ground_answer(traj: Trajectory, tokenizer: Any, judge: RuleStepJudge | None 
     if at is None:
         return None
     old = traj.turns[at]
-    start, end = old.token_span  # type: ignore[misc]
+    assert old.token_span is not None and traj.token_ids is not None  # _left_alone passed an episode with tokens
+    start, end = old.token_span
     text = ANSWER_FORMAT.format(gold.strip())
     ids = list(tokenizer.encode(text, add_special_tokens=False)) + end_of_turn(tokenizer, traj.token_ids[start:end])
     original = [parse_step(t.action.content).text for t in traj.turns[at:]]

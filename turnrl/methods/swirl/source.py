@@ -161,7 +161,7 @@ class StateSource(ExperienceSource):
 
         if cfg.data is None:
             raise StateError("StateSource needs data.path (step rows from `turnrl swirl decompose`)")
-        alg = cfg.algorithm
+        alg: Any = cfg.algorithm  # SWiRL's settings, read by duck typing (a plug-in's config may lack some)
         self.cfg, self.agent, self.version = cfg, agent, version
         self.reward, self.execute = getattr(alg, "reward", "rule"), getattr(alg, "execute", True)
         self.data_action = bool(getattr(alg, "data_action", False))
@@ -179,7 +179,7 @@ class StateSource(ExperienceSource):
                              "(write them with `turnrl swirl decompose`)")
         self.left_out = len(rows) - len(self.rows)
         if judge is None and self.reward != "rollout":
-            judge = make_step_judge("rule" if self.reward == "rule" else alg.judge,  # type: ignore[attr-defined]
+            judge = make_step_judge("rule" if self.reward == "rule" else alg.judge,
                                     **getattr(alg, "judge_options", {}))
         self.judge = judge
         self.env = probe = make(cfg.env.id, **cfg.env.kwargs)  # its stop strings and its own episode figures
@@ -256,8 +256,11 @@ class StateSource(ExperienceSource):
         if model is None:
             raise StateError("algorithm.data_action scores the stored steps with the policy's model; the agent "
                              f"{type(self.agent).__name__} has none (use the local HF policy)")
-        spans = [row.turns[-1].token_span for row in states]
-        ids = [list(row.token_ids[a:b]) for row, (a, b) in zip(states, spans)]  # type: ignore[index,misc]
+        ids: list[list[int]] = []
+        for row in states:
+            span, tokens = row.turns[-1].token_span, row.token_ids
+            assert span is not None and tokens is not None  # a step row (checked when the rows were read)
+            ids.append(list(tokens[span[0] : span[1]]))
         scored = sequence_logprobs(model, [p + x for p, x in zip(prefixes, ids)], self.cfg.rollout.temperature)
         return [(row.turns[-1].action.content, x, logp[len(p):], "stop", True)
                 for row, p, x, logp in zip(states, prefixes, ids, scored)]
@@ -293,7 +296,7 @@ class StateSource(ExperienceSource):
         if live:
             r = self.cfg.rollout
             params = SamplingParams(temperature=r.temperature, top_p=r.top_p, max_new_tokens=r.max_new_tokens)
-            resumed = [Resumed(envs[i], samples[i].messages) for i in live]  # type: ignore[arg-type]
+            resumed = [Resumed(env, samples[i].messages) for i in live if (env := envs[i]) is not None]  # all live
             ends = Rollout(self.agent, params, max_context=r.max_context, env_timeout=r.env_timeout).run(resumed)
             for i, end in zip(live, ends):
                 rewards[i] = 1.0 if end.correct else 0.0
@@ -306,7 +309,7 @@ class StateSource(ExperienceSource):
         t0 = time.perf_counter()
         samples = self.sample(states, step)
         generate_s = time.perf_counter() - t0
-        envs = self.run_steps(samples) if self.execute else [None] * len(samples)
+        envs: list[TextEnv | None] = self.run_steps(samples) if self.execute else [None] * len(samples)
         if self.reward == "rollout":
             scores = self.play_on(samples, envs)
             labels = [StepLabel(s > 0, "the episode ends correct" if s > 0 else "the episode ends wrong")

@@ -18,7 +18,7 @@ Call order, per training step (see :class:`turnrl.rl.core.learner.Learner`):
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field
@@ -41,6 +41,18 @@ from turnrl.utils import load_entry
 
 if TYPE_CHECKING:
     from turnrl.rollout.engine import Rewrite
+
+
+class SourceClass(Protocol):
+    """What the algorithm asks of its experience source's class before a run is built (the class is
+    :class:`turnrl.rl.sources.base.ExperienceSource`'s, a layer above: named by :attr:`Algorithm.source`)."""
+
+    sampled: bool
+    reads_data: bool
+
+    def check_config(self, cfg: TrainConfig) -> None: ...
+
+    def open(self, cfg: TrainConfig, algorithm: Any) -> Any: ...
 
 
 class OverlongConfig(BaseModel):
@@ -112,9 +124,10 @@ class Algorithm:
     # ---- what a run needs (asked before anything is built) ----
 
     @classmethod
-    def source_class(cls) -> type:
+    def source_class(cls) -> SourceClass:
         """The experience source class named by :attr:`source`."""
-        return load_entry(cls.source)
+        source: SourceClass = load_entry(cls.source)
+        return source
 
     @classmethod
     def check_config(cls, cfg: TrainConfig) -> None:
@@ -248,7 +261,8 @@ class PolicyGradient(Algorithm):
                     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """Surrogate (+ β·KL, + μ·NLL) of the micro-batch."""
         cfg, b = self.cfg, exp.batch
-        weights, is_metrics = None, {}
+        weights: torch.Tensor | None = None
+        is_metrics: dict[str, torch.Tensor] = {}
         if cfg.behaviour_is_cap is not None:  # §11: importance weights against the sampler's μ
             weights, is_metrics = off_policy_weights(cfg.behaviour_is, b.old_logp, b.behaviour_logp, b.loss_mask,
                                                      cfg.behaviour_is_cap, cfg.behaviour_is_floor)

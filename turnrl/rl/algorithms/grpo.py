@@ -39,7 +39,7 @@ class GRPOConfig(PolicyGradientConfig):
 class DAPOConfig(GRPOConfig):
     """DAPO's options: GRPO's with clip-higher, token-mean and dynamic sampling on (docs/algorithms.md §4)."""
 
-    name: Literal["dapo"] = "dapo"  # type: ignore[assignment]
+    name: Literal["dapo"] = "dapo"  # type: ignore[assignment]  # its own name: the discriminator
     eps_high: float = Field(0.28, gt=0)
     agg: AggMode = "token-mean"
     dynamic_sampling: bool = True

@@ -10,7 +10,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, cast
 
 import torch
 from pydantic import Field
@@ -57,11 +57,11 @@ class PPOConfig(PolicyGradientConfig):
 class VAPOConfig(PPOConfig):
     """VAPO's options (docs/algorithms.md §3). ``lam_actor`` None = length-adaptive."""
 
-    name: Literal["vapo"] = "vapo"  # type: ignore[assignment]
+    name: Literal["vapo"] = "vapo"  # type: ignore[assignment]  # its own name: the discriminator
     eps_high: float = Field(0.28, gt=0)
     agg: AggMode = "token-mean"
     nll_coef: float = Field(0.1, ge=0)
-    lam_actor: float | None = Field(None, ge=0, le=1, description="None: length-adaptive 1 - 1/(alpha·length)")  # type: ignore[assignment]
+    lam_actor: float | None = Field(None, ge=0, le=1, description="None: length-adaptive 1 - 1/(alpha·length)")  # type: ignore[assignment]  # None: adaptive
     alpha: float = Field(0.05, gt=0, description="length-adaptive λ: 1 - 1/(alpha·length)")
     lam_critic: float = Field(1.0, ge=0, le=1)
     value_warmup_steps: int = Field(50, ge=0)
@@ -80,11 +80,12 @@ class PPO(PolicyGradient):
         """Value pretraining needs the torch learner: DeepSpeed's optimizer steps the policy too (with zero
         gradients its Adam moments and step count move)."""
         super().check_config(cfg)
-        if cfg.learner.backend == "deepspeed" and cfg.algorithm.value_warmup_steps > 0:  # type: ignore[attr-defined]
+        alg = cast(PPOConfig, cfg.algorithm)  # this algorithm's (PPO's or a subclass's)
+        if cfg.learner.backend == "deepspeed" and alg.value_warmup_steps > 0:
             raise ValueError("value pretraining (algorithm.value_warmup_steps > 0) needs learner.backend=torch: "
                              "DeepSpeed's optimizer steps the policy too (with zero gradients, its Adam moments and "
                              "step count move); set algorithm.value_warmup_steps=0 or use the torch learner")
-        init, model = cfg.algorithm.critic_init, cfg.algorithm.critic_model  # type: ignore[attr-defined]
+        init, model = alg.critic_init, alg.critic_model
         if init is not None and model is not None:
             try:
                 base = saved_base(init)
@@ -112,7 +113,7 @@ class PPO(PolicyGradient):
         """λ_actor: the configured value (PPO) or VAPO's length-adaptive λ per sequence (§3)."""
         lam = self.cfg.lam_actor
         if lam is None:
-            return length_adaptive_lambda(batch.response_lengths, self.cfg.alpha)  # type: ignore[attr-defined]
+            return length_adaptive_lambda(batch.response_lengths, self.cfg.alpha)
         return lam
 
     def advantages(self, batch: Batch, max_new_tokens: int, values: torch.Tensor | None = None,

@@ -48,10 +48,10 @@ from turnrl.rl.formulas.losses import AggMode, agg_count, clipped_value_loss
 class TPPOConfig(PPOConfig):
     """T-PPO's options (docs/algorithms.md §6). ``lam_actor`` None = length-adaptive with a floor."""
 
-    name: Literal["tppo"] = "tppo"  # type: ignore[assignment]
+    name: Literal["tppo"] = "tppo"  # type: ignore[assignment]  # its own name: the discriminator
     window: int = Field(128, ge=1, description="W: the most tokens an episode generates per step; an unfinished "
                         "one carries on in the next step")
-    lam_actor: float | None = Field(None, ge=0, le=1, description="None: max(lam_floor, 1 - 1/(alpha·length))")  # type: ignore[assignment]
+    lam_actor: float | None = Field(None, ge=0, le=1, description="None: max(lam_floor, 1 - 1/(alpha·length))")  # type: ignore[assignment]  # None: adaptive
     alpha: float = Field(0.05, gt=0, description="length-adaptive λ_actor: 1 - 1/(alpha·length)")
     lam_floor: float = Field(0.95, ge=0, le=1, description="the floor of the length-adaptive λ_actor")
     lam_critic: float = Field(1.0, ge=0, le=1)

@@ -164,7 +164,7 @@ class TrainConfig(BaseModel):
             raise ValueError("several trainable policies (multi_agent.policies) play on HF rollout workers: set "
                              "ray.rollout_backend: hf (vLLM workers with one adapter per policy are not built yet)")
         clash = ma.not_held_out(self.env.id, self.model, self.out_dir) if several and ma is not None else None
-        if clash and not ma.eval_not_held_out:  # (ma is set where there is a clash)
+        if clash and ma is not None and not ma.eval_not_held_out:  # (ma is set where there is a clash)
             raise ValueError(f"{clash}: its figures would not be held out. Evaluate against an opponent the run never "
                              "plays (a frozen agent spec such as hf:PATH or another run's run:OUT_DIR, a scripted player "
                              "script:MODULE:FUNCTION; on tic-tac-toe random or perfect), or, where the seats are partners (a cooperative game), set "

@@ -14,12 +14,18 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
+from typing import Any
 
 import torch
 
 from turnrl.types import Trajectory
 
 DEFAULT_ROLES: Mapping[str, int] = {"policy": 0, "verifier": 1}
+
+
+#: the default of the optional fields below: None, which :meth:`Batch.__post_init__` replaces with a tensor (typed
+#: Any so that those fields read as the tensors they always are once built)
+FILLED_LATER: Any = None
 
 
 @dataclass
@@ -38,13 +44,13 @@ class Batch:
     correct: torch.Tensor  # (B,) float, 1 if the trajectory's last graded answer was correct
     group_ids: torch.Tensor  # (B,) long, sequences sampled for the same task share a group
     truncated: torch.Tensor  # (B,) float, 1 if the episode was cut by a turn or context limit (not terminated)
-    behaviour_logp: torch.Tensor = None  # type: ignore[assignment]  # (B, T) μ: the sampler's own; never recomputed
-    versions: torch.Tensor = None  # type: ignore[assignment]  # (B, T) long: the version that sampled the token, −1
-    window_start: torch.Tensor = None  # type: ignore[assignment]  # (B,) long: where the current window begins (0)
-    finished: torch.Tensor = None  # type: ignore[assignment]  # (B,) float: 0 for an episode still in play (T-PPO)
-    segment_ids: torch.Tensor = None  # type: ignore[assignment]  # (B, T) long: each token's context segment (0)
-    tree_paths: torch.Tensor = None  # type: ignore[assignment]  # (B, D) long: a tree leaf's node ids, root first, −1
-    tree_depth: torch.Tensor = None  # type: ignore[assignment]  # (B, T) long: the path index of each token's node
+    behaviour_logp: torch.Tensor = FILLED_LATER  # (B, T) μ: the sampler's own; never recomputed
+    versions: torch.Tensor = FILLED_LATER  # (B, T) long: the version that sampled the token, −1
+    window_start: torch.Tensor = FILLED_LATER  # (B,) long: where the current window begins (0)
+    finished: torch.Tensor = FILLED_LATER  # (B,) float: 0 for an episode still in play (T-PPO)
+    segment_ids: torch.Tensor = FILLED_LATER  # (B, T) long: each token's context segment (0)
+    tree_paths: torch.Tensor = FILLED_LATER  # (B, D) long: a tree leaf's node ids, root first, −1
+    tree_depth: torch.Tensor = FILLED_LATER  # (B, T) long: the path index of each token's node
 
     def __post_init__(self) -> None:
         if self.behaviour_logp is None:  # built from the sampler's figures: μ = π_old

@@ -13,6 +13,8 @@ it), and the separate critic's transformer runs each segment alone.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from turnrl.rl.core.forward import Segments
@@ -83,7 +85,7 @@ class SeparateCritic(torch.nn.Module):
         ValueError: the critic's vocabulary is smaller than the policy's.
     """
 
-    def __init__(self, model: torch.nn.Module, vocab_size: int) -> None:
+    def __init__(self, model: Any, vocab_size: int) -> None:  # a transformers model: its config, embeddings
         super().__init__()
         embeddings = model.get_input_embeddings().num_embeddings
         if embeddings < vocab_size:

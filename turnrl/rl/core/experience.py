@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
-from typing import Protocol
+from typing import Any, ClassVar, Protocol
 
 import torch
 
@@ -32,9 +32,9 @@ class Experience:
     def select(self, index: torch.Tensor | Sequence[int]) -> Experience:
         """The rows ``index`` (micro-batches, rank shards)."""
         idx = torch.as_tensor(index, dtype=torch.long, device=self.adv.device)
-        return Experience(self.batch.select(idx), **{f.name: None if getattr(self, f.name) is None else
-                                                      getattr(self, f.name)[idx] for f in fields(self)
-                                                      if f.name != "batch"})
+        rows: dict[str, Any] = {f.name: None if getattr(self, f.name) is None else getattr(self, f.name)[idx]
+                                for f in fields(self) if f.name != "batch"}
+        return Experience(self.batch.select(idx), **rows)
 
 
 @dataclass
@@ -65,8 +65,8 @@ class CriticSpec:
 class Objective(Protocol):
     """The learner's view of an algorithm (:class:`turnrl.rl.algorithms.Algorithm` documents each call)."""
 
-    summed_metrics: frozenset[str]
-    counted_metrics: frozenset[str]
+    summed_metrics: ClassVar[frozenset[str]]
+    counted_metrics: ClassVar[frozenset[str]]
 
     @property
     def critic_only_steps(self) -> int:

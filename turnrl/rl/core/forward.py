@@ -177,6 +177,7 @@ def forward_tokens(model: torch.nn.Module, input_ids: torch.Tensor, attention_ma
                                         temperature, hidden, scores, _score, 2 * PASS_OVERHEAD, cut):
             idx = torch.tensor(piece.rows, device=device)
             if piece.logp is not None:
+                assert piece.entropy is not None  # scored together
                 logp[idx, piece.scored : piece.end] = piece.logp
                 entropy[idx, piece.scored : piece.end] = piece.entropy
             if piece.hidden is not None:

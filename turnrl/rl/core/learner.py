@@ -17,7 +17,7 @@ The algorithm functions are pure and shared by every placement; the learner call
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
@@ -73,7 +73,7 @@ class Learner(WeightsAndState):
         self.optimizer = torch.optim.AdamW(groups, lr=o.lr, weight_decay=o.weight_decay, fused=fused or None)
         warm, late = o.warmup_steps, algorithm.critic_only_steps
         # The policy's warm-up starts after the critic-only steps (VAPO's value pretraining), not during them.
-        ramps = [partial(warmup_factor, warmup_steps=warm, start=start) for start in (late, 0)]
+        ramps: list[Callable[[int], float]] = [partial(warmup_factor, warmup_steps=warm, start=start) for start in (late, 0)]
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, ramps[: len(groups)])
 
     @property
@@ -310,7 +310,7 @@ class Learner(WeightsAndState):
         # every rank's micro-batch metrics, first looks and counts, so that each rank reports the whole step
         n_micro = self.all_reduce(n_micro).clamp(min=1)
         first_logp = self.all_reduce(first_logp)
-        first_after = self.all_reduce(first_after, "max").long().tolist()
+        first_windows: list[int] = self.all_reduce(first_after, "max").long().tolist()
         summed = self.algorithm.summed_metrics  # parts of the loss: a window's sum, averaged over windows
         counted = self.algorithm.counted_metrics  # counts over the batch: every micro-batch's, one pass's worth
         micro = {k: self.all_reduce(v, "max") if k.endswith("_max") else
@@ -318,10 +318,10 @@ class Learner(WeightsAndState):
                  for k, v in sums.items() if k not in ("grad_norm", "loss")}
         out = {k: float(v) for k, v in micro.items()}
         out.update(grad_norm=float(sums["grad_norm"]) / n_windows, loss=float(sums["loss"]) / n_windows)
-        _annotate(_trainable(trajectories), exp, first_logp, first_after)
+        _annotate(_trainable(trajectories), exp, first_logp, first_windows)
         b = exp.batch
         # rollout vs learner on the same weights: the rows scored before the first optimizer step
-        same = torch.tensor([a == 0 for a in first_after], device=b.loss_mask.device)[:, None] * b.loss_mask
+        same = torch.tensor([a == 0 for a in first_windows], device=b.loss_mask.device)[:, None] * b.loss_mask
         diff = (first_logp - b.old_logp).abs() * same
         turns = sum(int((b.turn_ids == k).any(-1).sum()) for k in range(int(b.turn_ids.max()) + 1))
         turns += int(((b.turn_ids < 0) & b.loss_mask.bool()).any(-1).sum())  # a turn a window paused (T-PPO)

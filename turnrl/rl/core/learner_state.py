@@ -6,16 +6,30 @@ version and update count.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from turnrl.lora import adapter_state, is_lora, policy_state, restore
 
+if TYPE_CHECKING:
+    from turnrl.rl.config import TrainConfig
+    from turnrl.rl.core.critic import SeparateCritic, ValueHead
+
 
 class WeightsAndState:
     """The weights-and-state half of :class:`~turnrl.rl.core.learner.Learner`; it reads the learner's ``model``,
     ``cfg``, ``optimizer``, ``scheduler``, ``value_head``, ``critic``, ``version`` and ``updates``."""
+
+    # what the learner sets (declared for the type checker)
+    model: Any
+    cfg: TrainConfig
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LambdaLR
+    value_head: ValueHead | None
+    critic: SeparateCritic | None
+    version: int
+    updates: int
 
     def export_weights(self) -> tuple[int, dict[str, torch.Tensor]]:
         """``(version, CPU copy of the policy's weights)`` for rollout workers."""

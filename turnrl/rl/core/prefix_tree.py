@@ -92,7 +92,10 @@ def prefix_tree_pieces(model: Any, input_ids: torch.Tensor, attention_mask: torc
     def scored_part(logits: torch.Tensor, carry: torch.Tensor | None, targets: torch.Tensor, c: int, lo: int
                     ) -> tuple[torch.Tensor, torch.Tensor]:
         # the logits of positions lo−1 .. end−2 predict tokens lo .. end−1; the carry (position c−1) when lo == c
-        parts = [carry.expand(len(logits), 1, -1)] if lo == c else []
+        parts: list[torch.Tensor] = []
+        if lo == c:  # c ≥ 1 here (lo ≥ 1): the caller carries the logits at c − 1
+            assert carry is not None
+            parts.append(carry.expand(len(logits), 1, -1))
         return score(torch.cat([*parts, logits[:, :-1]], 1), targets, temperature)
 
     def shared(R: list[int], c: int, e: int, kv: KV | None, carry: torch.Tensor | None

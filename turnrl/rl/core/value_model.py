@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import torch
 
@@ -92,7 +92,7 @@ class ValueModel:
         self.metrics: dict[str, float] = {}
 
     @classmethod
-    def new(cls, base: str) -> ValueModel:
+    def new(cls, base: str) -> Self:
         """A value model whose backbone is ``base``'s (a built-in name, a path, hf:PATH, tiny:TEMPLATE) and head predicts 0."""
         from turnrl.agents import make_agent
 

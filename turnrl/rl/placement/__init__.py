@@ -14,8 +14,12 @@ class LearnerProtocol(Protocol):
     (:class:`turnrl.rl.core.learner.Learner`) or a group of DeepSpeed ranks
     (:class:`turnrl.rl.placement.learner_group.LearnerGroup`)."""
 
-    version: int
     tokenizer: Any
+
+    @property
+    def version(self) -> int:
+        """The policy version the learner's weights are at."""
+        ...
 
     def update(self, trajectories: Sequence[Trajectory]) -> dict[str, float]:
         """One training step on ``trajectories``; its metrics."""

@@ -66,7 +66,7 @@ def shard_rows(groups: list[int], world: int) -> list[list[int]]:
     return [list(range(cuts[r], cuts[r + 1])) for r in range(world)]
 
 
-def blueprint(model: torch.nn.Module, lora: LoraConfig | None = None) -> dict[str, Any]:
+def blueprint(model: Any, lora: LoraConfig | None = None) -> dict[str, Any]:  # a transformers model
     """What a rank rebuilds the policy from: its class, config and weights — of a LoRA policy (``lora``: its
     settings) the base model's and the adapters'. The model object itself is not sent: a transformers model
     unpickled in another process returns no hidden states (``output_hidden_states``), which the value head needs."""

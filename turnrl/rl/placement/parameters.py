@@ -65,7 +65,7 @@ def to_shared(state: dict[str, torch.Tensor]) -> dict[str, tuple]:
     widths = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
     for name, t in state.items():
         t = t.detach().cpu()
-        key = (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape))
+        key = (t.untyped_storage().data_ptr(), int(t.storage_offset()), tuple(t.shape))
         if key in seen:
             out[name] = ("tied", seen[key])
             continue

@@ -36,7 +36,7 @@ class RayWindows:
         and the carried jobs whose worker is gone (lost)."""
         alive = list(self.runner.alive)
         plan: dict[int, tuple[list[Job], list[Job]]] = {w: ([], []) for w in alive}
-        lost = []
+        lost: list[Job] = []
         for job in carried:
             w = self.owner.get(job.key)
             (plan[w][0] if w in plan else lost).append(job)

@@ -97,14 +97,14 @@ class RolloutWorker:
         """Build the agent from ``model[0]`` (the policy at version 0; a run with several trainable policies: every
         policy's model by name) and ``tokenizer[0]`` — objects or object refs (in lists, so that Ray hands the
         references over); returns :meth:`ready`'s answer."""
-        policy, tokenizer = model[0], tokenizer[0]
+        policy, tok = model[0], tokenizer[0]
         if not isinstance(policy, (torch.nn.Module, dict)):  # ObjectRefs (nested refs are not resolved by Ray)
             import ray
 
-            policy, tokenizer = ray.get([policy, tokenizer], timeout=self.cfg.ray.start_timeout)
+            policy, tok = ray.get([policy, tok], timeout=self.cfg.ray.start_timeout)
         self.players = {}
         if isinstance(policy, dict):  # several policies: an agent each, the frozen base tensors shared among them
-            return self._setup_policies(policy, tokenizer)
+            return self._setup_policies(policy, tok)
         if self.vllm and is_lora(policy):  # the base weights once; adapters from now on (new ones at every update)
             self.agent = self._vllm_agent()
             self.adapter_config = policy.peft_config["default"]
@@ -117,7 +117,7 @@ class RolloutWorker:
             else:
                 self.agent.load_weights(policy.state_dict())
         else:
-            self.agent = HFAgent(policy, tokenizer, batch_size=self.batch_size,
+            self.agent = HFAgent(policy, tok, batch_size=self.batch_size,
                                  kv_cache_mb=self.cfg.rollout.kv_cache_mb)
         self.version = 0
         self.player = VersionedAgent(self.agent, self.lock, lambda: self.version)
@@ -295,7 +295,7 @@ class RolloutWorker:
         if self.loads:  # the weight loads since the last lease: their figures first, under no job
             loads, self.loads = self.loads, []
             yield lease, None, loads
-        done: queue.Queue[Trajectory | BaseException | None] = queue.Queue()
+        done: queue.Queue[Trajectory | list[Trajectory] | BaseException | None] = queue.Queue()  # a tree's leaves: a list
 
         def sink(traj: Trajectory) -> None:
             traj.metadata["worker"] = self.pid

@@ -123,7 +123,7 @@ def held_out_warning(env: Any, env_id: str) -> str | None:
             f"(its held-out split is {held!r}; leave out --kw split=… to evaluate that)")
 
 
-def item_key(env: Any, index: int, task_id: str) -> str:
+def item_key(env: Any, index: int, task_id: str | None) -> str | None:
     """The item an episode of task ``index`` counts as: the task's canonical form
     (:func:`turnrl.envs.splits.canonical_key`: two presentations of one problem are one item) where the environment's
     ``task_at`` gives a :class:`~turnrl.envs.core.Task`, else ``task_id`` (environments without a list of tasks; a
@@ -263,7 +263,7 @@ def evaluate(
             tmp.replace(stream)
 
         rows: dict[str, dict[str, Any]] = {}
-        items: dict[int, str] = {}  # task index -> its item (item_key), asked of the environment once
+        items: dict[int, str | None] = {}  # task index -> its item (item_key), asked of the environment once
         light: dict[str, Trajectory] = {}  # for the environment's figures: turns only, not every token
         kept: list[tuple[int, Trajectory]] = []  # candidates for the report's example episodes, in job order
 
@@ -288,8 +288,9 @@ def evaluate(
                 return
             if stream is not None:
                 write_jsonl([traj], stream, append=True)
-            if (job := by_key.get(traj.metadata.get("job"), (0, None))[1]) is not None:
-                record(traj, job)
+            key = traj.metadata.get("job")
+            if (found := by_key.get(key) if key is not None else None) is not None:
+                record(traj, found[1])
             if on_episode is not None:
                 on_episode(traj)
 

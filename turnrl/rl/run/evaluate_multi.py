@@ -71,7 +71,7 @@ def evaluate_multi_agent(agent: Agent | Mapping[str, Agent], env_id: str, env_kw
         probe = make_multi_agent(env_id, **kwargs)  # the held-out split's
     seats = list(probe.possible_agents)
     try:  # the held-out split's starting states
-        states = len(probe) or episodes  # type: ignore[arg-type]
+        states = len(probe) or episodes
     except TypeError:  # an environment that does not count its starting states
         states = episodes
     key_of = getattr(probe, "state_key", None)

@@ -146,7 +146,7 @@ class ExperienceSource:
     @classmethod
     def open(cls, cfg: TrainConfig, algorithm: Any) -> ExperienceSource:
         """The source of a run, before the model loads (read and check data here, so bad data fails fast)."""
-        return cls(cfg, algorithm)  # type: ignore[call-arg]
+        return cls(cfg, algorithm)  # type: ignore[call-arg]  # each source takes (cfg, algorithm)
 
     def configure(self, cfg: TrainConfig) -> TrainConfig:
         """The run config with the settings this source derives resolved (default: unchanged)."""

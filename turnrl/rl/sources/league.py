@@ -9,7 +9,7 @@ plays the other seats at step N" for every kind of ``multi_agent.opponent``.
 from __future__ import annotations
 
 import copy
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -17,6 +17,9 @@ import torch
 from turnrl.agents.base import Agent, capabilities_of
 from turnrl.rl.config.multi_agent import LeagueConfig, MultiAgentConfig
 from turnrl.rollout.opponents import make_opponent
+
+if TYPE_CHECKING:
+    from turnrl.agents.hf import HFAgent
 
 
 def trained_weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -73,7 +76,9 @@ class PastSelf:
     touched). ``load(version, weights)`` copies a snapshot in; the copy is made on first use."""
 
     def __init__(self, agent: Any) -> None:
-        self.live, self.agent, self.version = agent, None, None  # type: ignore[var-annotated]
+        self.live = agent
+        self.agent: HFAgent | None = None  # made on first use
+        self.version: int | None = None
 
     def load(self, version: int, weights: dict[str, torch.Tensor]) -> Agent:
         """The frozen agent playing ``version``."""

@@ -239,7 +239,7 @@ class MultiAgentSource(OnPolicySource):
 
             self.opponents.before(step, self._version())
             drawn = self.opponents.drawn(step)
-            self.runner.opponent = None if drawn is None else {"version": drawn[0],  # type: ignore[attr-defined]
+            self.runner.opponent = None if drawn is None else {"version": drawn[0],  # type: ignore[attr-defined]  # Ray's runner
                                                                "weights": [ray.put(drawn[1])]}
             self._drawn = self.opponents.figures(-1 if drawn is None else drawn[0])
         return super().collect(step)

@@ -114,7 +114,7 @@ class OnPolicySource(ExperienceSource):
         if cfg.rollout.tree is not None and (why := fork_refusal(self.env)) is not None:
             self.env.close()
             raise ValueError(f"rollout.tree forks episodes mid-way, and {why}")
-        self.n_tasks = len(self.env)
+        self.n_tasks = len(self.env)  # type: ignore[arg-type]  # an env that poses no numbered tasks: TypeError
         self.sampler = make_sampler(cfg.tasks, self.env, cfg.seed)
         self.reward = run_reward(cfg.reward, self.env)
         self.process = process_rewards(cfg.process_reward)

@@ -26,7 +26,7 @@ where the judge and the environment's rule agree — how far a judge can be trus
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 from turnrl.rl.config.rewards import ProcessRewardConfig, RewardConfig
 from turnrl.rl.sources.base import Job
@@ -179,7 +179,7 @@ class ProcessRewards:
         live = [t for t in trajs if t.error is None and t.token_ids is not None]
         spans = [[(s, e) for s, e in (turn.token_span for turn in t.turns if turn.token_span is not None) if e > s]
                  for t in live]
-        plans = [[[s - 1, *line_ends(t.token_ids, (s, e), self.tokenizer)] for s, e in sp]  # per reply: before it,
+        plans = [[[s - 1, *line_ends(cast(list[int], t.token_ids), (s, e), self.tokenizer)] for s, e in sp]  # (live)
                  for t, sp in zip(live, spans)]                                                 # then its line ends
         values = self.prm.scores(live, [[p for turn in plan for p in turn] for plan in plans])
         for t, sp, plan, vs in zip(live, spans, plans, values):

@@ -65,7 +65,7 @@ class WindowedSource(ExperienceSource):
         self.cfg, self.algorithm = cfg, algorithm
         self.window: int = algorithm.cfg.window
         self.env = make(cfg.env.id, **cfg.env.kwargs)  # a probe: the task count and the env's episode figures
-        self.n_tasks = len(self.env)
+        self.n_tasks = len(self.env)  # type: ignore[arg-type]  # an env that poses no numbered tasks: TypeError
         self.sampler = make_sampler(cfg.tasks, self.env, cfg.seed)
         self.reward = run_reward(cfg.reward, self.env)
         self.process = process_rewards(cfg.process_reward)

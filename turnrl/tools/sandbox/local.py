@@ -137,6 +137,7 @@ class LocalSandbox(Shared):
     def _command(self, files: dict[str, str], fds: dict[str, int]) -> list[str]:
         if self.weak:
             return [self.python, "-I", "main.py"]
+        assert self.bwrap is not None  # weak: without bwrap
         size = str(self.disk_mb * 1024 * 1024)
         cmd = [
             self.bwrap,
@@ -237,6 +238,8 @@ class LocalSandbox(Shared):
             *cmd, cwd=cwd, env=env, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE, start_new_session=True, preexec_fn=self._preexec(uid), pass_fds=pass_fds,
         )
+        pipe_in, pipe_out, pipe_err = proc.stdin, proc.stdout, proc.stderr
+        assert pipe_in is not None and pipe_out is not None and pipe_err is not None  # all three opened as pipes
         flooded = False
 
         def kill() -> None:
@@ -251,12 +254,11 @@ class LocalSandbox(Shared):
         async def feed() -> None:
             with contextlib.suppress(BrokenPipeError, ConnectionResetError):
                 if stdin:
-                    proc.stdin.write(stdin.encode())  # type: ignore[union-attr]
-                    await proc.stdin.drain()  # type: ignore[union-attr]
-                proc.stdin.close()  # type: ignore[union-attr]
+                    pipe_in.write(stdin.encode())
+                    await pipe_in.drain()
+                pipe_in.close()
 
-        work = asyncio.gather(feed(), out.drain(proc.stdout, kill, flood), err.drain(proc.stderr, kill, flood),  # type: ignore[arg-type]
-                              proc.wait())
+        work = asyncio.gather(feed(), out.drain(pipe_out, kill, flood), err.drain(pipe_err, kill, flood), proc.wait())
         timed_out = False
         try:
             await asyncio.wait_for(asyncio.shield(work), timeout)

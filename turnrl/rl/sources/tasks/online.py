@@ -101,13 +101,16 @@ class Difficulty(TaskSampler):
             self.member_p[m] = ema_update(self.member_p[m], sum(ss) / len(ss), self.cfg.ema)
 
     def estimates(self, tasks: Sequence[int]) -> list[float | None]:
+        return list(self._rates(tasks))
+
+    def _rates(self, tasks: Sequence[int]) -> list[float]:
         p = self.pass_rates()
         return [float(p[t]) for t in tasks]
 
     def metrics(self, chosen: Sequence[int]) -> dict[str, float]:
         out = super().metrics(chosen)
         if chosen:
-            out["sampler_pass_estimate"] = float(np.mean(self.estimates(chosen)))
+            out["sampler_pass_estimate"] = float(np.mean(self._rates(chosen)))
         out["sampler_tracked"] = float(len(self.task_p))
         for name, p in zip(self.pool.names, self.member_p):
             if p is not None and len(self.pool.names) > 1:

@@ -115,7 +115,8 @@ class Curriculum(TaskSampler):
             if not any(pool.weights[m] > 0 for m in ms):
                 raise ValueError(f"curriculum stage {i}: every member it names has weight 0")
             self.members.append(ms)
-        self.stage, self.steps_in_stage, self.recent = 0, 0, []  # type: ignore[var-annotated]
+        self.stage, self.steps_in_stage = 0, 0
+        self.recent: list[float] = []
 
     def _choose(self, step: int, round_: int, k: int, rng: np.random.Generator) -> list[int]:
         return draw_by_member(rng, self.pool, k, self.members[self.stage])
