@@ -4,13 +4,32 @@
 #                                 pytest-xdist, each test module kept in one process for its shared fixtures)
 #   bash scripts/test.sh --fast   the fast tier for inner loops: every test module, without the tests
 #                                 tests/slow_tests.txt lists (over 1 s in a timed run; scripts/slow_tests.py)
+# Either way the linter runs first and the type checker beside the tests; the script fails if any of them does.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 # the linter first (its rules and the reasons for those left out: [tool.ruff] in pyproject.toml); it takes a second
 .venv/bin/ruff check --quiet . || { echo "ruff found the problems above: fix them (\`.venv/bin/ruff check --fix .\` fixes some)" >&2; exit 1; }
+# the type checker ([tool.mypy] in pyproject.toml) beside the tests, at low priority: about a minute from a cold
+# cache on 2 busy cores (a second from a warm one), too long to wait for before the tests start
+mypy_log=$(mktemp)
+nice -n 10 .venv/bin/mypy >"$mypy_log" 2>&1 &
+mypy_pid=$!
+trap 'kill "$mypy_pid" 2>/dev/null || true; rm -f "$mypy_log"' EXIT
+tests=0
 if [[ "${1:-}" == "--fast" ]]; then
     shift
-    exec .venv/bin/python -m pytest -q -m "not slow" "$@"
+    .venv/bin/python -m pytest -q -m "not slow" "$@" || tests=$?
+else
+    .venv/bin/python -m pytest -q -n "${TURNRL_TEST_WORKERS:-2}" --dist loadfile "$@" || tests=$?
 fi
-exec .venv/bin/python -m pytest -q -n "${TURNRL_TEST_WORKERS:-2}" --dist loadfile "$@"
+types=0
+wait "$mypy_pid" || types=$?
+if ((types != 0)); then
+    cat "$mypy_log" >&2
+    echo "mypy found the problems above: fix them (\`.venv/bin/mypy\` checks again; a \`# type: ignore[code]  # why\` only where the code is right)" >&2
+fi
+if ((tests != 0)); then
+    exit "$tests"
+fi
+exit "$types"
