@@ -128,7 +128,7 @@ CLAIMS = [
     Claim("pag-checking", "docs/results.md#unverified (pag-self-correcting-verifier-policies)",
           "bash scripts/pag_checking_verifier.sh {out}", (0.391, 0.766), 35, quick=False,
           figure="after 4 PAG steps: balanced verifier accuracy 80.8 %, Acc@turn1 39.1 %, Acc@final 76.6 %"),
-    Claim("samplers", "docs/results.md#unverified (which-tasks)", "python bench/samplers.py --seeds 0 1 2 3", (0.037, 0.169),
+    Claim("samplers", "docs/results.md#withdrawn (re-measured as preregistered in docs/results/evidence.md#sampler)", "python bench/samplers.py --seeds 0 1 2 3", (0.037, 0.169),
           280, quick=False, figure="the difficulty sampler's mean curve reaches uniform's final 16.9 % at step 6, "
                                    "uniform at step 12 (2.0x fewer steps)"),
     Claim("tppo", "docs/results.md#unverified (t-ppo: seeds 20-25, then bench/tppo_seeds.py over the six pairs)",
