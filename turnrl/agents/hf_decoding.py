@@ -181,7 +181,8 @@ class Decoding:
                     t = ref.new_zeros((U, ref.shape[1], P, ref.shape[3]))
                     for u, b in enumerate(first):
                         h = held[b]
-                        if rows[b].cached and h is not None:  # a cached row has its keys and values
+                        if rows[b].cached:
+                            assert h is not None, "a row with cached tokens has their keys and values"
                             t[u, :, P - rows[b].cached :] = h[n][0]
                     kv.append(t)
                 layers.append((kv[0], kv[1]))
