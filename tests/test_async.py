@@ -5,12 +5,13 @@ and a killed worker or driver loses and duplicates nothing."""
 
 import pytest
 import torch
+from tiny_trainer import tiny_trainer as trainer
 from toy_envs import assert_learns  # (importing it registers the toy environments)
 
 from turnrl.agents.tiny import tiny_model, tiny_tokenizer
 from turnrl.rl.core.forward import sequence_logprobs
 from turnrl.rl.placement.worker import RolloutWorker
-from turnrl.rl.run.trainer import TrainConfig, Trainer
+from turnrl.rl.run.trainer import TrainConfig
 from turnrl.rl.sources.base import Job
 from turnrl.storage import read_jsonl
 
@@ -25,11 +26,6 @@ def config(tmp_path, env="tests/Upper-v0", steps=3, k=1, **extra):
         "ray": {"rollout_workers": 2, "start_timeout": 60},
         "optim": {"lr": 1e-2, "minibatch_size": 16}, "steps": steps, "eval_tasks": 8, "out_dir": str(tmp_path),
         **extra})
-
-
-def trainer(cfg):
-    tok = tiny_tokenizer("chatml")
-    return Trainer(cfg, model=tiny_model(tok), tokenizer=tok)
 
 
 def test_k1_plays_the_next_step_during_the_update_within_the_bound_and_learns(ray_cluster, tmp_path):

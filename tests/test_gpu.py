@@ -8,12 +8,13 @@ import pytest
 import torch
 import toy_envs  # noqa: F401 — registers the toy environments
 from test_learner import episodes
+from tiny_trainer import tiny_trainer as trainer
 
 from turnrl.agents.tiny import tiny_model, tiny_tokenizer
 from turnrl.rl.algorithms import get_algorithm
 from turnrl.rl.core.forward import sequence_logprobs
 from turnrl.rl.core.learner import Learner
-from turnrl.rl.run.trainer import TrainConfig, Trainer
+from turnrl.rl.run.trainer import TrainConfig
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU "
                                                    "(tests/test_device.py checks a machine without one)")]
@@ -35,11 +36,6 @@ def config(tmp_path, device, env="tests/Upper-v0", steps=2, **extra):
         "model": "tiny:chatml", "env": {"id": env}, "device": device, "steps": steps, "eval_tasks": 4,
         "rollout": {"prompts_per_step": 4, "group_size": 4, "max_new_tokens": 4, "seed_per_episode": True},
         "optim": {"lr": 1e-2, "minibatch_size": 8}, "out_dir": str(tmp_path), **extra})
-
-
-def trainer(cfg):
-    tok = tiny_tokenizer("chatml")
-    return Trainer(cfg, model=tiny_model(tok), tokenizer=tok)
 
 
 @pytest.mark.parametrize("algo", ["dapo", {"name": "ppo", "kl_coef": 0.05}])

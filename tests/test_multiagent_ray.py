@@ -3,10 +3,10 @@ as on the local placement, each game's trained views committed together exactly 
 again and none twice."""
 
 import pytest
+from tiny_trainer import tiny_trainer as trainer
 
-from turnrl.agents.tiny import tiny_model, tiny_tokenizer
 from turnrl.rl.placement.ledger import Ledger
-from turnrl.rl.run.trainer import TrainConfig, Trainer
+from turnrl.rl.run.trainer import TrainConfig
 from turnrl.rl.sources.base import Job
 from turnrl.types import Trajectory
 
@@ -27,11 +27,6 @@ def config(out, placement="ray", **over):
     if placement == "ray":
         data["ray"] = {"rollout_workers": 2, "start_timeout": 180}
     return TrainConfig.model_validate(data)
-
-
-def trainer(cfg):
-    tok = tiny_tokenizer("chatml")
-    return Trainer(cfg, model=tiny_model(tok), tokenizer=tok)
 
 
 def by_view(trajs):

@@ -9,6 +9,7 @@ import torch
 import toy_envs  # noqa: F401 — registers tests/Upper-v0
 import yaml
 from pydantic import ValidationError
+from tiny_trainer import tiny_trainer as trainer
 from typer.testing import CliRunner
 
 from turnrl.agents.base import SamplingParams
@@ -22,7 +23,6 @@ from turnrl.methods.offline.source import OfflineSource
 from turnrl.rl.algorithms import get_algorithm
 from turnrl.rl.config import TrainConfig
 from turnrl.rl.core.learner import Learner
-from turnrl.rl.run.trainer import Trainer
 from turnrl.rl.sources.collect import rollout_dataset
 from turnrl.rl.sources.replay import OfflineDataError, check_tokenizer, tokenizer_fingerprint
 from turnrl.storage import load, save
@@ -51,11 +51,6 @@ def run_config(path, algo, tmp_path, **extra):
         "model": "tiny:chatml", "env": {"id": "tests/Upper-v0"}, "algorithm": algo,
         "data": {"path": str(path), "batch_size": 8, **extra.pop("data", {})}, "rollout": {"max_new_tokens": 4},
         "optim": {"lr": 1e-2, "minibatch_size": 4}, "eval_tasks": 2, "out_dir": str(tmp_path / "run"), **extra})
-
-
-def trainer(cfg, tok=None):
-    tok = tok or tiny_tokenizer("chatml")
-    return Trainer(cfg, model=tiny_model(tok), tokenizer=tok)
 
 
 # ---- turnrl rollout ----

@@ -5,9 +5,10 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from tiny_trainer import tiny_trainer as trainer
 from toy_envs import assert_learns  # (importing it registers the toy environments)
 
-from turnrl.agents.tiny import tiny_model, tiny_tokenizer
+from turnrl.agents.tiny import tiny_tokenizer
 from turnrl.rl.placement.ledger import Ledger
 from turnrl.rl.placement.ray import RayPlacementError
 from turnrl.rl.run.trainer import TrainConfig, Trainer
@@ -32,11 +33,6 @@ def config(tmp_path, placement="ray", env="tests/Upper-v0", steps=3, **extra):
     if placement == "ray":
         data["ray"] = {"rollout_workers": 2, "start_timeout": 60, **data.get("ray", {})}
     return TrainConfig.model_validate(data)
-
-
-def trainer(cfg):
-    tok = tiny_tokenizer("chatml")
-    return Trainer(cfg, model=tiny_model(tok), tokenizer=tok)
 
 
 @pytest.fixture(scope="module")

@@ -11,6 +11,7 @@ import re
 from pathlib import Path
 
 import pytest
+from tiny_trainer import tiny_trainer as _trainer
 from typer.testing import CliRunner
 
 import turnrl
@@ -155,14 +156,6 @@ def _config(tmp_path, env, **extra):
     return TrainConfig(model="tiny", env=env, algorithm={"name": "grpo"},
                        rollout={"prompts_per_step": 2, "group_size": 2, "max_new_tokens": 4},
                        optim={"lr": 1e-2, "minibatch_size": 4}, steps=2, eval_tasks=3, out_dir=str(tmp_path), **extra)
-
-
-def _trainer(cfg):
-    from turnrl.agents.tiny import tiny_model, tiny_tokenizer
-    from turnrl.rl.run.trainer import Trainer
-
-    tok = tiny_tokenizer("chatml")
-    return Trainer(cfg, model=tiny_model(tok), tokenizer=tok)
 
 
 def test_validate_every_reads_the_validation_split_and_eval_reads_test(tmp_path):

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import toy_envs  # noqa: F401 — registers the toy environments
 from scipy.stats import chisquare
+from tiny_trainer import tiny_trainer
 
 import turnrl
-from turnrl.agents.tiny import tiny_model, tiny_tokenizer
 from turnrl.envs.mixture import MixtureError
 from turnrl.rl.config.tasks import CurriculumTasks, DifficultyTasks, PrePPOTasks, SequentialTasks, UniformTasks
 from turnrl.rl.run.trainer import TrainConfig, Trainer
@@ -204,11 +204,6 @@ def run_config(tmp_path, **extra):
         "rollout": {"prompts_per_step": 2, "group_size": 2, "max_new_tokens": 4},
         "optim": {"lr": 1e-2, "minibatch_size": 4}, "steps": 4, "eval_tasks": 2, "out_dir": str(tmp_path),
         **extra})
-
-
-def tiny_trainer(cfg):
-    tok = tiny_tokenizer("chatml")
-    return Trainer(cfg, model=tiny_model(tok), tokenizer=tok)
 
 
 def choices(path):

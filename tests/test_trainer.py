@@ -3,6 +3,7 @@ import json
 import pytest
 import torch
 from pydantic import ValidationError
+from tiny_trainer import tiny_trainer as new_trainer
 from toy_envs import assert_learns, upper
 
 import turnrl
@@ -22,11 +23,6 @@ def config(tmp_path, algo="grpo", steps=30, **extra):
                        rollout={"prompts_per_step": 4, "group_size": 8, "max_new_tokens": 4},
                        optim={"lr": 1e-2, "minibatch_size": 16, **extra.pop("optim", {})}, steps=steps, eval_tasks=8,
                        out_dir=str(tmp_path), **extra)
-
-
-def new_trainer(cfg):
-    tok = tiny_tokenizer("chatml")
-    return Trainer(cfg, model=tiny_model(tok), tokenizer=tok)
 
 
 @pytest.mark.parametrize("algo", ["grpo", "dapo", "ppo", "vapo", "rloo", "reinforce++"])
