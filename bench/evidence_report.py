@@ -277,11 +277,11 @@ def subset_table(out: Path, arm: str, seen: frozenset[str], what: str) -> list[s
 
 def pag_items(folder: Path) -> list[dict[str, Any]]:
     """Per distinct item of a PAG evaluation (its ``trajectories.jsonl``, joined to ``items.jsonl`` by task id), the
-    counts its episodes give (:func:`turnrl.envs.self_verify_metrics.pag_episode`): ``episodes``, ``turn1`` and
+    counts its episodes give (:func:`turnrl.envs.formats.self_verify_metrics.pag_episode`): ``episodes``, ``turn1`` and
     ``final`` (right first and final answers), ``right`` and ``wrong`` (verified episodes whose first answer was
     right / wrong) and ``right_ok`` and ``wrong_ok`` (of those, verdicts that were right: "correct" on a right first
     answer, "wrong" on a wrong one; an unparseable verdict is never right), ``unparseable``."""
-    from turnrl.envs.self_verify_metrics import pag_episode
+    from turnrl.envs.formats.self_verify_metrics import pag_episode
 
     item_of = {}
     for line in (folder / "items.jsonl").read_text().splitlines():

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import random
 
-from turnrl.envs.arithmetic import ArithmeticEnv
+from turnrl.envs.builtin.arithmetic import ArithmeticEnv
 
 
 class SlowToolArithmetic(ArithmeticEnv):

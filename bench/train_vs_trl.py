@@ -30,8 +30,8 @@ import torch
 
 import turnrl
 from turnrl.agents.models import load_model
+from turnrl.envs.builtin.math import MathEnv
 from turnrl.envs.core import Task
-from turnrl.envs.math import MathEnv
 from turnrl.rl.run.trainer import TrainConfig, Trainer
 
 ENV_ID = "bench/PeerArithmetic-v0"

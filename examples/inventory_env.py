@@ -62,7 +62,7 @@ class InventoryEnv(ToolEnv):
 turnrl.register("examples/Inventory-v0", "inventory_env:InventoryEnv")
 
 if __name__ == "__main__":
-    from turnrl.envs.testing import check_environment
+    from turnrl.envs.conformance.contract import check_environment
 
     env = turnrl.make("examples/Inventory-v0")
     print(check_environment(env))

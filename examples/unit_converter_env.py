@@ -62,7 +62,7 @@ class UnitsEnv(ToolEnv):
 turnrl.register("examples/Units-v0", f"{__name__}:UnitsEnv")
 
 if __name__ == "__main__":
-    from turnrl.envs.testing import check_environment
+    from turnrl.envs.conformance.contract import check_environment
 
     env = turnrl.make("examples/Units-v0")
     print(check_environment(env))

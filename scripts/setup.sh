@@ -15,7 +15,7 @@ if ! { command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null
   fi
 fi
 stamp=.venv/.turnrl-installed
-# verifiers 0.4 (its v1 task sets: turnrl.envs.verifiers_v1, tests/test_verifiers_v1.py) cannot share .venv with 0.3:
+# verifiers 0.4 (its v1 task sets: turnrl.envs.adapters.verifiers_v1, tests/test_verifiers_v1.py) cannot share .venv with 0.3:
 # one distribution name, and 0.4 dropped the classic API. .venv-verifiers-v1 is a venv of its own that sees .venv's
 # packages (a .pth adds .venv's site folder after its own) and holds verifiers 0.4.0 and the two packages of its
 # requirements .venv lacks, without their pins (0.4 pins mcp==2.0.0 and openai<3; .venv's mcp 2.3 and openai 3 serve

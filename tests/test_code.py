@@ -5,9 +5,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 import turnrl
-from turnrl.envs.code import CodeEnv, humaneval_tasks
+from turnrl.envs.builtin.code import CodeEnv, humaneval_tasks
+from turnrl.envs.conformance.contract import check_environment
 from turnrl.envs.data import DataFormatError
-from turnrl.envs.testing import check_environment
 from turnrl.tools.python import python_tool
 from turnrl.tools.sandbox import E2BSandbox, LocalSandbox, SandboxUnavailable
 from turnrl.types import ToolCall

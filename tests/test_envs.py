@@ -10,14 +10,14 @@ from turnrl.envs import (
     DataNotFoundError,
     InvalidEnvKwargs,
     ResetNeeded,
-    SelfVerify,
     Task,
     ToolEnv,
     UnknownEnvironmentError,
 )
-from turnrl.envs.arithmetic import ArithmeticTasks, split_of
+from turnrl.envs.builtin.arithmetic import ArithmeticTasks, split_of
+from turnrl.envs.conformance.contract import check_environment
 from turnrl.envs.data import load_rows
-from turnrl.envs.testing import check_environment
+from turnrl.envs.formats.self_verify import SelfVerify
 from turnrl.tools import tool
 from turnrl.verifiers.math import verify
 

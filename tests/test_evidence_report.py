@@ -71,8 +71,8 @@ def env():
 def test_a_pag_run_is_read_at_its_validation_step_with_the_environments_own_figures(env, tmp_path):
     from types import SimpleNamespace
 
-    from turnrl.envs.self_verify_metrics import pag_episode as env_episode
-    from turnrl.envs.self_verify_metrics import pag_summary
+    from turnrl.envs.formats.self_verify_metrics import pag_episode as env_episode
+    from turnrl.envs.formats.self_verify_metrics import pag_summary
 
     # step 0: first answers right on 0-9, wrong on 10-29, verdict "correct" everywhere (no revision)
     start = [pag_episode(env, i, i < 10, "correct", False) for i in range(30)]

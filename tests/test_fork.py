@@ -174,8 +174,8 @@ def test_fork_by_replay_remakes_the_environment_and_replays_its_actions():
 
 
 def test_environments_whose_state_lives_elsewhere_are_refused_with_the_reason():
+    from turnrl.envs.adapters.verifiers_env import VerifiersEnv
     from turnrl.envs.remote.client import RemoteEnv
-    from turnrl.envs.verifiers_env import VerifiersEnv
 
     for cls, why in ((RemoteEnv, "lives in a session on the server"), (VerifiersEnv, "the library's own rollout")):
         env = cls.__new__(cls)  # (no server or library needed to ask)

@@ -4,8 +4,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from turnrl.envs import Task, ToolEnv
-from turnrl.envs.testing import check_environment
-from turnrl.envs.tool_checks import arguments, candidates
+from turnrl.envs.conformance.contract import check_environment
+from turnrl.envs.conformance.tool_checks import arguments, candidates
 from turnrl.tools import ToolError, tool
 from turnrl.tools.base import Tool, ToolOutput
 from turnrl.types import ToolCall

@@ -3,8 +3,8 @@ import json
 import pytest
 
 import turnrl
+from turnrl.envs.conformance.contract import check_environment
 from turnrl.envs.data import DataFormatError
-from turnrl.envs.testing import check_environment
 from turnrl.episode import play_episode
 from turnrl.tools.search import Passage, bm25_index
 from turnrl.verifiers.qa import exact_match, f1_score, normalize_answer, verify

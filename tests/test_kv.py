@@ -243,7 +243,7 @@ def test_continuous_turns_equal_rounds_with_episode_seeds():
 def test_continuous_turns_do_not_wait_for_a_slow_environment():
     """Episode 0's environment takes 1.5 s per step; in rounds every episode waits for it each turn, continuously
     the other episodes play all their turns meanwhile."""
-    from turnrl.envs.arithmetic import ArithmeticEnv
+    from turnrl.envs.builtin.arithmetic import ArithmeticEnv
 
     class Slow(ArithmeticEnv):
         slow = False

@@ -13,7 +13,7 @@ import pytest
 from local_net import free_port, wait_for_port
 
 import turnrl
-from turnrl.envs.testing import check_environment
+from turnrl.envs.conformance.contract import check_environment
 from turnrl.tools.mcp import MCPServer, MCPServerError, close_all, mcp_tools
 
 REPO = Path(__file__).resolve().parents[1]

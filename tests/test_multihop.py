@@ -17,11 +17,11 @@ from typer.testing import CliRunner
 
 import turnrl
 from turnrl.cli.commands import app
-from turnrl.envs.multihop import DEMOS, MultiHopEnv, split_worlds
-from turnrl.envs.multihop_kb import BRIDGES, COMPARISONS, build
-from turnrl.envs.split_check import check_splits
-from turnrl.envs.swirl_format import demo_messages
-from turnrl.envs.testing import check_environment
+from turnrl.envs.builtin.multihop import DEMOS, MultiHopEnv, split_worlds
+from turnrl.envs.builtin.multihop_kb import BRIDGES, COMPARISONS, build
+from turnrl.envs.conformance.contract import check_environment
+from turnrl.envs.conformance.split_check import check_splits
+from turnrl.envs.formats.swirl_format import demo_messages
 from turnrl.types import Message, Trajectory, Turn
 
 ID = "turnrl/MultiHop-v0"

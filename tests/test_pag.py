@@ -11,7 +11,7 @@ import turnrl
 from turnrl.agents.base import Capabilities, SamplingParams
 from turnrl.agents.scripted import FixedAgent, ScriptedAgent
 from turnrl.agents.tiny import tiny_model, tiny_tokenizer
-from turnrl.envs.self_verify_metrics import pag_episode, pag_summary
+from turnrl.envs.formats.self_verify_metrics import pag_episode, pag_summary
 from turnrl.methods.pag.algorithm import balance_verifier_rewards, final_only_rewards, turn_group_advantages
 from turnrl.methods.pag.monitors import verdict_collapse
 from turnrl.rl.algorithms import get_algorithm, parse_algorithm_config
@@ -194,7 +194,7 @@ def test_eval_on_arithmetic_pag_reports_the_pag_figures(tmp_path):
 
 
 def test_the_self_verification_headline_leads_with_balanced_accuracy():
-    from turnrl.envs.self_verify_metrics import self_verification_lines
+    from turnrl.envs.formats.self_verify_metrics import self_verification_lines
 
     m = {"pag_acc_turn1": 0.7, "pag_acc_final": 0.75, "pag_verifier_acc_on_correct": 1.0, "pag_verifier_acc_on_wrong": 0.0,
          "pag_verifier_balanced_acc": 0.5, "pag_verdict_correct": 1.0, "pag_verdict_wrong": 0.0}
@@ -495,7 +495,7 @@ def test_verdict_exploration_with_verify_tools_rewrites_the_verdict_and_never_th
 def test_verdict_texts_must_be_read_as_their_verdicts():
     from toy_envs import ScriptedTruthEnv, case_verdict
 
-    from turnrl.envs.self_verify import SelfVerify
+    from turnrl.envs.formats.self_verify import SelfVerify
 
     assert turnrl.make("turnrl/Arithmetic-PAG-v0").unwrapped.verdict_texts == {
         "correct": "The answer is correct.", "wrong": "The answer is wrong."}

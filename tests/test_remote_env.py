@@ -21,11 +21,11 @@ from toy_envs import assert_learns, same_words  # importing it registers tests/*
 
 import turnrl
 import turnrl.tools
+from turnrl.envs.conformance.contract import check_environment
 from turnrl.envs.core import Task
 from turnrl.envs.registry import UnknownEnvironmentError
 from turnrl.envs.remote import RemoteEnvError
 from turnrl.envs.remote.server import EnvServer
-from turnrl.envs.testing import check_environment
 from turnrl.envs.tool_env import ToolEnv
 from turnrl.episode import play_episode
 

@@ -357,7 +357,7 @@ def test_humaneval_hacks_earn_nothing(index, hack):
 def test_every_humaneval_canonical_solution_passes():
     from concurrent.futures import ThreadPoolExecutor
 
-    from turnrl.envs.code import humaneval_tasks
+    from turnrl.envs.builtin.code import humaneval_tasks
 
     tasks = humaneval_tasks()
     assert len(tasks) == 164

@@ -17,9 +17,9 @@ from typer.testing import CliRunner
 import turnrl
 from turnrl.cli.commands import app
 from turnrl.envs import Task, ToolEnv
-from turnrl.envs.arithmetic import GENERATORS, ArithmeticTasks, canonical, held_out_problems, split_of
+from turnrl.envs.builtin.arithmetic import GENERATORS, ArithmeticTasks, canonical, held_out_problems, split_of
+from turnrl.envs.conformance.split_check import check_splits, held_out_overlap
 from turnrl.envs.registry import BUILTIN_ENVS
-from turnrl.envs.split_check import check_splits, held_out_overlap
 from turnrl.envs.splits import canonical_expression, canonical_key, normalize_text, split_of_key
 
 
@@ -224,7 +224,7 @@ def test_turnrl_train_refuses_validation_problems_it_trains_on_before_a_model_lo
 
 
 def test_task_keys_reads_an_environments_tasks_once():
-    from turnrl.envs.split_check import task_keys
+    from turnrl.envs.conformance.split_check import task_keys
 
     env = turnrl.make("turnrl/Arithmetic-v0", split="validation")
     reads = []

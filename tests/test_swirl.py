@@ -176,7 +176,7 @@ def test_max_searches_makes_searching_on_instead_of_answering_bad(tmp_path):
 
 
 def test_the_rule_judge_finds_hotpotqas_gold_answers_good_given_the_supporting_paragraphs():
-    from turnrl.envs.hotpotqa import hotpotqa_tasks
+    from turnrl.envs.builtin.hotpotqa import hotpotqa_tasks
 
     tasks = hotpotqa_tasks("dev")
     verdicts, no_everywhere = [], []

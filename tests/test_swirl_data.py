@@ -8,7 +8,7 @@ from turnrl.agents.base import SamplingParams
 from turnrl.agents.scripted import ScriptedAgent
 from turnrl.agents.tiny import tiny_tokenizer
 from turnrl.cli import app
-from turnrl.envs.testing import check_environment
+from turnrl.envs.conformance.contract import check_environment
 from turnrl.methods.swirl.filters import EmptyFilterError, filter_trajectories, report_table
 from turnrl.methods.swirl.generate import generate, without_demos
 from turnrl.methods.swirl.judges import RuleStepJudge, StepLabel
@@ -362,7 +362,7 @@ def _hotpot_teacher(tasks):
 
 
 def test_hindsight_answers_cut_at_the_evidence_and_answer_there_with_the_gold_span(tmp_path):
-    from turnrl.envs.hotpotqa import hotpotqa_tasks
+    from turnrl.envs.builtin.hotpotqa import hotpotqa_tasks
     from turnrl.methods.swirl.relabel import ground_answers
 
     tasks = hotpotqa_tasks("dev")[:8]
@@ -410,7 +410,7 @@ def test_hindsight_answers_cut_at_the_evidence_and_answer_there_with_the_gold_sp
 # ---- the gold-path teacher ----
 
 def test_the_gold_path_teacher_searches_the_question_then_the_missing_article_then_answers_gold(tmp_path):
-    from turnrl.envs.hotpotqa import hotpotqa_tasks
+    from turnrl.envs.builtin.hotpotqa import hotpotqa_tasks
     from turnrl.methods.swirl.gold import GoldPathAgent
 
     runner, data = CliRunner(), str(tmp_path / "gold.parquet")

@@ -11,7 +11,7 @@ from scipy.stats import chisquare
 from tiny_trainer import tiny_trainer
 
 import turnrl
-from turnrl.envs.mixture import MixtureError
+from turnrl.envs.builtin.mixture import MixtureError
 from turnrl.rl.config.tasks import CurriculumTasks, DifficultyTasks, PrePPOTasks, SequentialTasks, UniformTasks
 from turnrl.rl.run.trainer import TrainConfig, Trainer
 from turnrl.rl.sources.base import Job, task_jobs

@@ -4,7 +4,7 @@ reporting it."""
 
 import pytest
 
-from turnrl.envs.check_report import CheckReport
+from turnrl.envs.conformance.report import CheckReport
 from turnrl.envs.multiagent import make_multi_agent
 from turnrl.envs.multiagent.checks import check_held_out_states
 from turnrl.envs.multiagent.tictactoe import (

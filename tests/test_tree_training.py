@@ -119,7 +119,7 @@ def test_an_environment_that_cannot_fork_is_refused_before_a_model_loads(tmp_pat
                       "rollout: {group_size: 4, tree: {branches: [{turn: 1, children: 2}]}}\n"
                       f"out_dir: {tmp_path / 'run'}\n")
     (tmp_path / "fork_envs.py").write_text(
-        "import turnrl\nfrom turnrl.envs.arithmetic import ArithmeticEnv\n\n"
+        "import turnrl\nfrom turnrl.envs.builtin.arithmetic import ArithmeticEnv\n\n"
         "class NoFork(ArithmeticEnv):\n    fork_mode = None\n    fork_refusal = 'it talks to a robot arm'\n\n"
         "turnrl.register('tests/NoFork-v0', NoFork)\n")
     result = CliRunner().invoke(app, ["train", str(config)])

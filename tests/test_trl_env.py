@@ -9,8 +9,8 @@ import trl_classes  # the classes' module, on the path the tests run from
 from tiny_trainer import opened, tiny_trainer
 
 import turnrl
+from turnrl.envs.adapters.trl import TRLEnvError
 from turnrl.envs.registry import UnknownEnvironmentError
-from turnrl.envs.trl import TRLEnvError
 
 ROWS = [{"prompt": "Play.", "secret": s} for s in (3, 7, 5, 2)]
 GUESS = "trl:trl_classes:GuessNumber"

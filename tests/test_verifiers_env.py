@@ -1,4 +1,4 @@
-"""verifiers environments as turnrl environments (turnrl/envs/verifiers_env.py), with the real verifiers package:
+"""verifiers environments as turnrl environments (turnrl/envs/adapters/verifiers_env.py), with the real verifiers package:
 its own rollout loop, parser, tools and rubric run; turnrl's policy answers each model request."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import pytest
 from tiny_trainer import opened, tiny_trainer
 
 import turnrl
+from turnrl.envs.adapters.verifiers_env import VerifiersEnvError
 from turnrl.envs.registry import UnknownEnvironmentError
-from turnrl.envs.verifiers_env import VerifiersEnvError
 from turnrl.episode import play_episode
 
 pytest.importorskip("verifiers", reason="verifiers is installed by scripts/setup.sh")
@@ -262,8 +262,8 @@ def test_a_verifiers_without_the_classic_api_is_named_with_its_version_and_the_f
     version and the release turnrl plays, not an AttributeError."""
     import types
 
-    from turnrl.envs.verifiers_env import VerifiersEnvError
-    from turnrl.envs.verifiers_load import check_version
+    from turnrl.envs.adapters.verifiers_env import VerifiersEnvError
+    from turnrl.envs.adapters.verifiers_load import check_version
 
     v1_only = types.SimpleNamespace(__name__="verifiers")
     with pytest.raises(VerifiersEnvError, match=r"verifiers:vf-x: the installed verifiers \S+ has no load_environment.*"

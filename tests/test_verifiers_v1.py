@@ -1,4 +1,4 @@
-"""verifiers v1 task sets (turnrl/envs/verifiers_v1.py) with the real verifiers package: the task set's own harness
+"""verifiers v1 task sets (turnrl/envs/adapters/verifiers_v1.py) with the real verifiers package: the task set's own harness
 runs its agent in a subprocess, verifiers' interception server relays the agent's model calls to a turnrl gateway
 session, and the task's reward scores the trace.
 
@@ -21,7 +21,7 @@ import torch
 from tiny_trainer import opened, tiny_trainer
 
 import turnrl
-from turnrl.envs.verifiers_env import VerifiersEnvError
+from turnrl.envs.adapters.verifiers_env import VerifiersEnvError
 
 vf = pytest.importorskip("verifiers", reason="verifiers is installed by scripts/setup.sh")
 REPO = Path(__file__).resolve().parents[1]
@@ -133,7 +133,7 @@ def test_an_episode_is_the_agents_calls_through_the_gateway_with_exact_tokens():
     the episode is one token sequence."""
     from turnrl.agents.hf import HFAgent
     from turnrl.agents.tiny import tiny_model, tiny_tokenizer
-    from turnrl.envs.verifiers_v1 import play
+    from turnrl.envs.adapters.verifiers_v1 import play
     from turnrl.gateway import Gateway, build_trajectory
 
     tok = tiny_tokenizer("chatml")
@@ -171,7 +171,7 @@ def test_one_training_step_of_a_tiny_model_is_token_exact_and_evaluates_on_held_
     tok = tiny_tokenizer("chatml")
     plugged = {"task": {"rewards": {"parity": {"fn": "vf1_sets:parity"}}}}
     cfg = TrainConfig(model="tiny", env={"id": ARITH, "kwargs": {"split": "train", **SMALL, **plugged}},
-                      program={"function": "turnrl.envs.verifiers_v1:play", "concurrency": 4, "timeout": 120},
+                      program={"function": "turnrl.envs.adapters.verifiers_v1:play", "concurrency": 4, "timeout": 120},
                       algorithm={"name": "grpo"}, steps=1, eval_tasks=2, out_dir=str(tmp_path),
                       rollout={"prompts_per_step": 2, "group_size": 2, "max_new_tokens": 6},
                       optim={"lr": 1e-2, "minibatch_size": 4})
@@ -208,7 +208,7 @@ def play_posed(kwargs, timeout=60.0, max_context=None):
     program's result."""
     from turnrl.agents.scripted import ScriptedAgent
     from turnrl.agents.tiny import tiny_tokenizer
-    from turnrl.envs.verifiers_v1 import play
+    from turnrl.envs.adapters.verifiers_v1 import play
     from turnrl.gateway import Gateway
 
     env = turnrl.make("verifiers:vf1_sets", timeout=timeout, **kwargs)
@@ -251,7 +251,7 @@ def test_what_cannot_be_played_is_one_clear_error():
         turnrl.make("verifiers:vf1_sets", nope=1)
     with pytest.raises(VerifiersEnvError, match=r"neither a load_environment\(\).*nor a verifiers\.v1 Taskset"):
         turnrl.make("verifiers:conftest")
-    from turnrl.envs.verifiers_v1 import play
+    from turnrl.envs.adapters.verifiers_v1 import play
 
     with pytest.raises(VerifiersEnvError, match=r"was not posed by a verifiers v1 task set"):
         play("http://127.0.0.1:9/v1", "key", {"id": "vf1_sets/unknown"})
@@ -263,7 +263,7 @@ def test_an_episode_verifiers_retried_is_refused_not_scored():
     errors, and the gateway session holds every attempt's calls, which the last attempt's reward must not score."""
     from types import SimpleNamespace
 
-    from turnrl.envs.verifiers_v1_run import outcome
+    from turnrl.envs.adapters.verifiers_v1_run import outcome
 
     def episode(*errors):
         trace = SimpleNamespace(ok=True, errors=list(errors), reward=1.0, metrics={"turns": 2},

@@ -91,7 +91,7 @@ def case_verdict(text):
 
 def toy_pag(**kw):
     """A PAG episode (answer → verify → revise after "wrong") over ScriptedTruthEnv with case verdicts."""
-    from turnrl.envs.self_verify import SelfVerify
+    from turnrl.envs.formats.self_verify import SelfVerify
 
     return SelfVerify(ScriptedTruthEnv(), verdict_parser=case_verdict, verdict_texts={"correct": "Yes", "wrong": "no"},
                       **kw)

@@ -80,8 +80,8 @@ def envs_check(
 ) -> None:
     """Run the conformance harness on one environment (with several agents too), then check its splits: no problem
     of the training split in the held-out or validation split, by canonical form; exit 1 if either fails."""
+    from turnrl.envs.conformance.contract import check_environment
     from turnrl.envs.multiagent import is_multi_agent
-    from turnrl.envs.testing import check_environment
 
     if is_multi_agent(env_id):
         from turnrl.envs.multiagent import make_multi_agent
@@ -94,7 +94,7 @@ def envs_check(
         report = check_multi_agent_environment(env, seed=seed)
         splits = None
     else:
-        from turnrl.envs.split_check import check_splits
+        from turnrl.envs.conformance.split_check import check_splits
 
         env = make_env(env_id, parse_kwargs(kw))
         report = check_environment(env, seed=seed, call_tools=call_tools)

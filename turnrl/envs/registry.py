@@ -50,25 +50,25 @@ ENTRY_POINT_GROUP = "turnrl.envs"
 #: (``verifiers:``). Installed packages add theirs under the ``turnrl.env_adapters`` entry-point group.
 ENV_ADAPTERS: Registry[Any] = Registry("environment adapter", "turnrl.env_adapters", {
     "remote": "turnrl.envs.remote.adapter:ADAPTER",
-    "trl": "turnrl.envs.trl:ADAPTER",
-    "verifiers": "turnrl.envs.verifiers_env:ADAPTER",
+    "trl": "turnrl.envs.adapters.trl:ADAPTER",
+    "verifiers": "turnrl.envs.adapters.verifiers_env:ADAPTER",
 })
 BUILTIN_SOURCE = "turnrl (built-in)"
 
 BUILTIN_ENVS: dict[str, str] = {
-    "turnrl/Arithmetic-v0": "turnrl.envs.arithmetic:ArithmeticEnv",
-    "turnrl/GSM8K-v0": "turnrl.envs.math:GSM8KEnv",
-    "turnrl/MATH500-v0": "turnrl.envs.math:MATH500Env",
-    "turnrl/Arithmetic-PAG-v0": "turnrl.envs.self_verify:arithmetic_pag",
-    "turnrl/GSM8K-PAG-v0": "turnrl.envs.self_verify:gsm8k_pag",
-    "turnrl/MATH500-PAG-v0": "turnrl.envs.self_verify:math500_pag",
-    "turnrl/HumanEval-PAG-v0": "turnrl.envs.self_verify:humaneval_pag",
-    "turnrl/HotPotQA-PAG-v0": "turnrl.envs.self_verify:hotpotqa_pag",
-    "turnrl/HumanEval-v0": "turnrl.envs.code:HumanEvalEnv",
-    "turnrl/HotPotQA-v0": "turnrl.envs.hotpotqa:HotPotQAEnv",
-    "turnrl/MultiHop-v0": "turnrl.envs.multihop:MultiHopEnv",
-    "turnrl/Functions-v0": "turnrl.envs.functions:FunctionsEnv",
-    "turnrl/Mixture-v0": "turnrl.envs.mixture:MixtureEnv",
+    "turnrl/Arithmetic-v0": "turnrl.envs.builtin.arithmetic:ArithmeticEnv",
+    "turnrl/GSM8K-v0": "turnrl.envs.builtin.math:GSM8KEnv",
+    "turnrl/MATH500-v0": "turnrl.envs.builtin.math:MATH500Env",
+    "turnrl/Arithmetic-PAG-v0": "turnrl.envs.formats.self_verify:arithmetic_pag",
+    "turnrl/GSM8K-PAG-v0": "turnrl.envs.formats.self_verify:gsm8k_pag",
+    "turnrl/MATH500-PAG-v0": "turnrl.envs.formats.self_verify:math500_pag",
+    "turnrl/HumanEval-PAG-v0": "turnrl.envs.formats.self_verify:humaneval_pag",
+    "turnrl/HotPotQA-PAG-v0": "turnrl.envs.formats.self_verify:hotpotqa_pag",
+    "turnrl/HumanEval-v0": "turnrl.envs.builtin.code:HumanEvalEnv",
+    "turnrl/HotPotQA-v0": "turnrl.envs.builtin.hotpotqa:HotPotQAEnv",
+    "turnrl/MultiHop-v0": "turnrl.envs.builtin.multihop:MultiHopEnv",
+    "turnrl/Functions-v0": "turnrl.envs.builtin.functions:FunctionsEnv",
+    "turnrl/Mixture-v0": "turnrl.envs.builtin.mixture:MixtureEnv",
 }
 
 _REGISTERED: dict[str, str] = {}  # id -> entry point as registered
@@ -325,8 +325,8 @@ def make(env_id: str, **kwargs: Any) -> TextEnv:
         env_id: a registered id (``"turnrl/GSM8K-v0"``), ``"module.path:Name-v0"`` to import the module that
             registers it first (Gymnasium's convention), or ``"remote:http://HOST:PORT/ID"`` for an environment that a
             server runs (``turnrl envs serve ID``, or an OpenEnv server): the kwargs are made there.
-            ``"trl:module:Class"`` for a class written for TRL (:mod:`turnrl.envs.trl`) and ``"verifiers:NAME"`` for an
-            environment written for verifiers (:mod:`turnrl.envs.verifiers_env`; the kwargs this adapter does not
+            ``"trl:module:Class"`` for a class written for TRL (:mod:`turnrl.envs.adapters.trl`) and ``"verifiers:NAME"`` for an
+            environment written for verifiers (:mod:`turnrl.envs.adapters.verifiers_env`; the kwargs this adapter does not
             take go to its ``load_environment``).
 
     Raises:

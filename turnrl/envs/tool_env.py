@@ -88,7 +88,7 @@ class ToolEnv(TextEnv):
     """
 
     #: Few-shot demonstrations, as chat messages placed between the system message and the question (e.g. SWiRL's,
-    #: :func:`turnrl.envs.swirl_format.demo_messages`); part of the prompt, never trained on.
+    #: :func:`turnrl.envs.formats.swirl_format.demo_messages`); part of the prompt, never trained on.
     prompt_demos: tuple[Message, ...] = ()
 
     def __init__(

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from turnrl.envs.check_report import CheckReport, EpisodeLog
+from turnrl.envs.conformance.report import CheckReport, EpisodeLog
 from turnrl.envs.multiagent.core import MultiAgentTextEnv
 from turnrl.types import Message
 

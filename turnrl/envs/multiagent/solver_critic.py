@@ -3,7 +3,7 @@ reviews the answer, the solver gives its final answer — and both are rewarded 
 right, else 0), so neither can be paid for anything but a right answer in the end.
 
 What each role sees: the solver, the problem and then the critic's review; the critic, the problem and the solver's
-first reply. Problems are :class:`~turnrl.envs.arithmetic.ArithmeticTasks` (levels 1–5; ``train``, ``validation`` and
+first reply. Problems are :class:`~turnrl.envs.builtin.arithmetic.ArithmeticTasks` (levels 1–5; ``train``, ``validation`` and
 ``test`` splits of distinct problems by canonical form, the arithmetic environment's: a problem is one item under
 :meth:`SolverCritic.state_key`, ``12 + 7`` and ``7 + 12`` alike), graded by :func:`turnrl.verifiers.math.verify` on
 the final answer (``answer_format``: ``auto`` by default, as the arithmetic environment: a ``\\boxed{}`` answer, else
@@ -23,7 +23,7 @@ import re
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from turnrl.envs.arithmetic import ArithmeticTasks
+from turnrl.envs.builtin.arithmetic import ArithmeticTasks
 from turnrl.envs.core import Task
 from turnrl.envs.multiagent.core import MultiAgentTextEnv
 from turnrl.envs.splits import canonical_key

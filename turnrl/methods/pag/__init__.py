@@ -5,6 +5,6 @@
 * :mod:`.metrics` — Acc@turn1/Acc@final, verifier accuracy (the self-verification env reports them);
 * :mod:`.rows` — warm-up rows for the verifier (``turnrl pag rows``, :mod:`.cli`).
 
-The episodes come from the self-verification environments (:mod:`turnrl.envs.self_verify`, ``turnrl/*-PAG-v0``)
+The episodes come from the self-verification environments (:mod:`turnrl.envs.formats.self_verify`, ``turnrl/*-PAG-v0``)
 and their verdict parser (:mod:`turnrl.verifiers.pag`): they are environments and verifiers any method can use.
 """

@@ -1,6 +1,6 @@
 """PAG: train the policy as its own generative verifier (docs/algorithms.md §7; Jiang et al., 2025, arXiv 2506.10406).
 
-Episodes come from :class:`~turnrl.envs.self_verify.SelfVerify` (``turnrl/*-PAG-v0``): answer (role "policy") →
+Episodes come from :class:`~turnrl.envs.formats.self_verify.SelfVerify` (``turnrl/*-PAG-v0``): answer (role "policy") →
 verify (role "verifier") → revise (role "policy", only after "wrong"), each turn's reward on its last token.
 
 * ``pag`` — PPO with a critic (a value head on the policy, or ``critic_model``), **turn-independent** GAE with

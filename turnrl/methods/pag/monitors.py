@@ -2,7 +2,7 @@
 "correct" or almost always "wrong", the two failure modes of PAG's ablations (final-only reward; no turn independence).
 Run after every step by :func:`turnrl.rl.run.monitors.check_health` (declared under the ``turnrl.monitors`` entry
 point group in pyproject.toml); it reads the figures the self-verification environments report
-(:mod:`turnrl.envs.self_verify_metrics`)."""
+(:mod:`turnrl.envs.formats.self_verify_metrics`)."""
 
 from __future__ import annotations
 

@@ -41,7 +41,7 @@ import random
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from turnrl.envs.self_verify import REVISE_PROMPT
+from turnrl.envs.formats.self_verify import REVISE_PROMPT
 from turnrl.methods.swirl.steps import context_turn, decompose
 from turnrl.tokens import ChatRenderer, end_of_turn
 from turnrl.types import Message, Trajectory, Turn

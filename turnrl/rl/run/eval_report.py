@@ -346,13 +346,13 @@ def figure(metrics: dict[str, Any], rows: list[dict[str, Any]], title: str, max_
 
 def __getattr__(name: str) -> Any:
     """``self_verification_lines`` moved to the self-verification environments' figures
-    (:func:`turnrl.envs.self_verify_metrics.self_verification_lines`); the old name resolves for one release."""
+    (:func:`turnrl.envs.formats.self_verify_metrics.self_verification_lines`); the old name resolves for one release."""
     if name != "self_verification_lines":
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     import warnings
 
-    from turnrl.envs.self_verify_metrics import self_verification_lines
+    from turnrl.envs.formats.self_verify_metrics import self_verification_lines
 
     warnings.warn("turnrl.rl.run.eval_report.self_verification_lines has moved to "
-                  "turnrl.envs.self_verify_metrics.self_verification_lines", FutureWarning, stacklevel=2)
+                  "turnrl.envs.formats.self_verify_metrics.self_verification_lines", FutureWarning, stacklevel=2)
     return self_verification_lines

@@ -1,5 +1,5 @@
 """Is a run's evaluation held out from its training? Checked before a model loads (``turnrl train``) and before the
-first step (the trainer), by canonical form (:mod:`turnrl.envs.split_check`):
+first step (the trainer), by canonical form (:mod:`turnrl.envs.conformance.split_check`):
 
 * :func:`check_held_out` — the held-out tasks a run evaluates against the training split it reads;
 * :func:`check_validation` — the validation tasks (``validate_every``) against the training split
@@ -42,7 +42,7 @@ def _shares_prompts(train_env: Any, held_env: Any, n: int) -> list[str]:
 
 def check_held_out(env_id: str, train_env: Any, held_env: Any, n_tasks: int) -> str | None:
     """Whether a run's evaluation (``held_env``'s first ``n_tasks`` tasks) is held out from its training
-    (``train_env``), by canonical form (:func:`turnrl.envs.split_check.held_out_overlap`).
+    (``train_env``), by canonical form (:func:`turnrl.envs.conformance.split_check.held_out_overlap`).
 
     Returns None when it is (or nothing can be compared); a warning when they share problems and the environment
     does not call the evaluated split held out (it declares none, or ``eval_kwargs`` chose a training split: the
@@ -52,7 +52,7 @@ def check_held_out(env_id: str, train_env: Any, held_env: Any, n_tasks: int) -> 
         HeldOutError: they share problems and the environment calls the evaluated split its held-out split (HotPotQA
             trained on ``split: dev``, MATH-500 on its test set): its held-out figures would be training figures.
     """
-    from turnrl.envs.split_check import SHOWN, held_out_overlap
+    from turnrl.envs.conformance.split_check import SHOWN, held_out_overlap
 
     shared = held_out_overlap(train_env, held_env, n_tasks)
     if shared is None:
@@ -81,8 +81,8 @@ def check_validation(env_id: str, train_env: Any, kwargs: dict[str, Any], n_task
     Raises:
         HeldOutError: they share problems.
     """
+    from turnrl.envs.conformance.split_check import SHOWN, held_out_overlap
     from turnrl.envs.registry import make
-    from turnrl.envs.split_check import SHOWN, held_out_overlap
 
     val_env = make(env_id, **kwargs)
     try:
@@ -108,8 +108,8 @@ def check_dataset(env_id: str, kwargs: dict[str, Any], eval_kwargs: dict[str, An
     Raises:
         HeldOutError: episodes pose held-out or validation problems.
     """
+    from turnrl.envs.conformance.split_check import SHOWN, task_keys
     from turnrl.envs.registry import make
-    from turnrl.envs.split_check import SHOWN, task_keys
 
     train_env = make(env_id, **kwargs)
     try:
@@ -187,8 +187,8 @@ def check_game_validation(env_id: str, kwargs: dict[str, Any], eval_kwargs: dict
         ValueError: the game declares no validation split (``validation_split``).
         HeldOutError: its first ``n_tasks`` validation problems are training problems.
     """
+    from turnrl.envs.conformance.split_check import SHOWN, held_out_overlap
     from turnrl.envs.multiagent import make_multi_agent
-    from turnrl.envs.split_check import SHOWN, held_out_overlap
 
     train = make_multi_agent(env_id, **kwargs)
     try:
@@ -317,7 +317,7 @@ def check_extra_evals(cfg: Any, train_env: Any, planned: list[Planned] | None = 
         ValueError: ``validate_every`` with an environment that declares no validation split; an environment that
             does not make.
     """
-    from turnrl.envs.split_check import SHOWN, held_out_overlap
+    from turnrl.envs.conformance.split_check import SHOWN, held_out_overlap
 
     warnings = []
     for p in plan_extra_evals(cfg) if planned is None else planned:
@@ -355,7 +355,7 @@ def check_dataset_extra_evals(cfg: Any, episodes: list[Trajectory]) -> None:
         HeldOutError: episodes pose an extra evaluation's problems.
         ValueError: an extra evaluation's environment that does not make.
     """
-    from turnrl.envs.split_check import SHOWN, task_keys
+    from turnrl.envs.conformance.split_check import SHOWN, task_keys
 
     guarded: dict[str, str] = {}
     for p in plan_extra_evals(cfg):

@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from turnrl.agents.base import SamplingParams
+from turnrl.envs.conformance.split_check import task_keys
 from turnrl.envs.registry import make
-from turnrl.envs.split_check import task_keys
 from turnrl.rl.sources.base import Job
 from turnrl.rl.sources.replay import tokenizer_fingerprint
 from turnrl.rollout.play import play

@@ -1,11 +1,11 @@
 """``turnrl/MultiHop-v0``: 2- and 3-hop questions about fictional entities, answered by searching their documents.
 
-The knowledge base (:mod:`turnrl.envs.multihop_kb`) is generated from ``kb_seed``: ``worlds`` small worlds of
+The knowledge base (:mod:`turnrl.envs.builtin.multihop_kb`) is generated from ``kb_seed``: ``worlds`` small worlds of
 people, organizations, cities and regions, one short document each. No model knows the answers, and every question
 needs its path of documents: a bridge question names one entity ("Where was the founder of Zorvek Labs born?") and
 the next entity is found only in that entity's document; a comparison question asks which of two was born or
 founded earlier. The tools, the SWiRL format (``tool_style="swirl"``, with demonstrations in this knowledge base's
-style) and the grading are HotPotQA's (:class:`turnrl.envs.search_qa.SearchQAEnv`); the reward is exact match by
+style) and the grading are HotPotQA's (:class:`turnrl.envs.builtin.search_qa.SearchQAEnv`); the reward is exact match by
 default, since every answer is one name (token F1 would pay a share for a namesake or an organization's kind).
 
 **The same problem**: two questions are the same problem when they ask the same relation path from the same entity
@@ -28,9 +28,9 @@ from typing import Any, Literal, cast
 
 import numpy as np
 
+from turnrl.envs.builtin.multihop_kb import KnowledgeBase, build
+from turnrl.envs.builtin.search_qa import SearchQAEnv
 from turnrl.envs.core import Task
-from turnrl.envs.multihop_kb import KnowledgeBase, build
-from turnrl.envs.search_qa import SearchQAEnv
 from turnrl.tools.search import BM25Index, Passage, bm25_index
 from turnrl.types import Trajectory
 
@@ -96,7 +96,7 @@ class MultiHopEnv(SearchQAEnv):
         kinds: keep ``"bridge"`` and/or ``"comparison"`` questions.
         limit: keep the first ``limit`` tasks of the split.
         corpus: ``"world"`` (the question's own world) or ``"split"`` (every world of the split).
-        **options: :class:`~turnrl.envs.search_qa.SearchQAEnv`'s — ``top_k``, ``max_searches`` (default 4),
+        **options: :class:`~turnrl.envs.builtin.search_qa.SearchQAEnv`'s — ``top_k``, ``max_searches`` (default 4),
             ``tool_style`` (``"hermes"`` or ``"swirl"``), ``max_turns``, ``reward`` (default ``"em"``),
             ``retriever``, ``system_prompt``, ``demos``, ``demos_in``, ``render_mode``.
     """

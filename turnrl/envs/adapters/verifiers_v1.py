@@ -1,6 +1,6 @@
 """Task sets written for verifiers 0.4's v1 API (a ``verifiers.v1.Taskset`` with its tasks, rewards and harness),
 trained by turnrl through its gateway: ``verifiers:NAME`` names one, as it names a classic verifiers environment
-(:mod:`turnrl.envs.verifiers_env`), when the module ``NAME`` exports a ``Taskset`` subclass in its ``__all__``.
+(:mod:`turnrl.envs.adapters.verifiers_env`), when the module ``NAME`` exports a ``Taskset`` subclass in its ``__all__``.
 
 In verifiers v1 the task set does not talk to the model: a *harness* runs an agent program (verifiers' ``bash`` or
 ``null`` chat loops, Codex, Claude Code, or the task set's own) in a runtime, and the program's model calls go
@@ -10,7 +10,7 @@ program does in turnrl — through the gateway, which records every call with it
 * the run config names the task set as its environment and :func:`play` as its program::
 
       env: {id: "verifiers:NAME", kwargs: {split: train}}
-      program: {function: "turnrl.envs.verifiers_v1:play"}
+      program: {function: "turnrl.envs.adapters.verifiers_v1:play"}
 
 * :class:`VerifiersTasksetEnv` poses the task set's tasks (``reset(options={"index": i})``: its system prompt and
   prompt as the opening messages);
@@ -32,12 +32,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from turnrl.envs.adapters.verifiers_bridge import VerifiersEnvError
+from turnrl.envs.adapters.verifiers_v1_run import TaskSet, load_taskset, outcome
 from turnrl.envs.core import Obs, StepResult, Task, TextEnv, pick_index
-from turnrl.envs.verifiers_bridge import VerifiersEnvError
-from turnrl.envs.verifiers_v1_run import TaskSet, load_taskset, outcome
 from turnrl.types import Message
 
-PROGRAM = "turnrl.envs.verifiers_v1:play"
+PROGRAM = "turnrl.envs.adapters.verifiers_v1:play"
 __all__ = ["PROGRAM", "VerifiersTasksetEnv", "make_verifiers_v1_env", "play"]
 
 
@@ -134,7 +134,7 @@ _posed_lock = threading.Lock()
 
 
 def play(base_url: str, api_key: str, task: dict[str, Any]) -> dict[str, Any]:
-    """The program of a v1 task set's episodes (``program: {function: turnrl.envs.verifiers_v1:play}``): runs
+    """The program of a v1 task set's episodes (``program: {function: turnrl.envs.adapters.verifiers_v1:play}``): runs
     verifiers' ``Env.run_episode`` on the task :class:`VerifiersTasksetEnv` posed as ``task["id"]``, its harness's
     model calls sent to ``base_url`` (the episode's gateway session); returns the trace's reward, ``correct`` and
     metrics.

@@ -1,7 +1,7 @@
 """Loading a verifiers v1 task set (``verifiers:NAME`` where NAME exports a ``verifiers.v1.Taskset``) and playing
 its episodes with verifiers' own machinery: :class:`TaskSet` holds the loaded ``Env`` (the task set, its harness and
 runtime), its tasks, and the serving resources (verifiers' interception server) that every episode of the process
-shares, up on the background event loop of :mod:`turnrl.envs.verifiers_bridge`.
+shares, up on the background event loop of :mod:`turnrl.envs.adapters.verifiers_bridge`.
 
 An episode (:meth:`TaskSet.play`) is verifiers' ``Env.run_episode``: the harness runs its agent program in the
 runtime (a subprocess by default), the program's model calls reach verifiers' interception server, which relays
@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from turnrl.envs.verifiers_bridge import VerifiersEnvError, background_loop
+from turnrl.envs.adapters.verifiers_bridge import VerifiersEnvError, background_loop
 
 V1_INSTALL = "pip install 'turnrl[verifiers-v1]'"
 #: the verifiers releases whose v1 task-set API turnrl plays

@@ -1,4 +1,4 @@
-"""How a verifiers rollout and a turnrl episode meet (:mod:`turnrl.envs.verifiers_env`): verifiers' own
+"""How a verifiers rollout and a turnrl episode meet (:mod:`turnrl.envs.adapters.verifiers_env`): verifiers' own
 ``run_rollout`` runs on a background event loop and asks an OpenAI client for each model turn; that client's HTTP
 transport hands each ``/chat/completions`` request to the episode's :class:`Channel` instead of the network, and
 the environment answers it with the policy's message.

@@ -20,9 +20,9 @@ from typing import Any
 import gymnasium as gym
 from gymnasium.utils.env_checker import check_env
 
-from turnrl.envs.check_report import CheckReport, EpisodeLog
+from turnrl.envs.conformance.report import CheckReport, EpisodeLog
+from turnrl.envs.conformance.tool_checks import check_tools, check_verifier
 from turnrl.envs.core import ResetNeeded, TextEnv
-from turnrl.envs.tool_checks import check_tools, check_verifier
 
 __all__ = ["CheckReport", "EpisodeLog", "check_environment"]
 
@@ -154,7 +154,7 @@ def check_environment(
         report.warnings.append(
             "no held-out split (held_out_split is None): `turnrl eval` and a training run's held-out evaluation then "
             "score tasks the policy may have trained on; give __init__ a `split` argument that picks the tasks and set "
-            "`self.split, self.held_out_split = split, \"test\"` (as turnrl/envs/arithmetic.py does)")
+            "`self.split, self.held_out_split = split, \"test\"` (as turnrl/envs/builtin/arithmetic.py does)")
     _gymnasium_check(base, report)
     for check in (_check_reset, *((check_tools,) if call_tools else ()), check_verifier):
         try:

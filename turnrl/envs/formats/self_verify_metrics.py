@@ -2,7 +2,7 @@
 well the policy verifies its own answers.
 
 :func:`pag_episode` reads one self-verification episode (the ``phase``/``verdict``/``correct`` infos that
-:class:`~turnrl.envs.self_verify.SelfVerify` writes on its turns); :func:`pag_summary` aggregates episodes into:
+:class:`~turnrl.envs.formats.self_verify.SelfVerify` writes on its turns); :func:`pag_summary` aggregates episodes into:
 
 * ``pag_acc_turn1`` / ``pag_acc_final`` — the first answer's accuracy and the final answer's (the revision's where
   there is one);

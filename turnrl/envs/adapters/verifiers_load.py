@@ -1,5 +1,5 @@
 """Loading an environment written for Prime Intellect's ``verifiers`` (``verifiers:NAME`` ids,
-:mod:`turnrl.envs.verifiers_env`): ``verifiers.load_environment(NAME, **args)`` once per process, its dataset's
+:mod:`turnrl.envs.adapters.verifiers_env`): ``verifiers.load_environment(NAME, **args)`` once per process, its dataset's
 rows, its tools in OpenAI's form, and what this adapter refuses.
 """
 
@@ -16,7 +16,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from turnrl.envs.verifiers_bridge import VerifiersEnvError, watch_reward_functions
+from turnrl.envs.adapters.verifiers_bridge import VerifiersEnvError, watch_reward_functions
 
 INSTALL = "pip install 'turnrl[verifiers]'"
 
@@ -27,7 +27,7 @@ _cache_lock = threading.Lock()
 
 #: the verifiers releases whose classic ``Environment`` API this adapter plays (0.4 ships only its v1 task sets)
 SUPPORTED = "verifiers 0.3's classic environments (pip install 'verifiers==0.3.1'; scripts/setup.sh installs it)"
-#: what a verifiers 0.4 environment plays instead (turnrl.envs.verifiers_v1)
+#: what a verifiers 0.4 environment plays instead (turnrl.envs.adapters.verifiers_v1)
 V1_NOTE = ("; verifiers 0.4 ships only v1 task sets, which turnrl plays too (a module exporting a verifiers.v1 "
            "Taskset); one Python environment holds one verifiers release")
 

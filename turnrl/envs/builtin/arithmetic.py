@@ -40,8 +40,8 @@ from typing import Any, Literal
 
 import numpy as np
 
+from turnrl.envs.builtin.math import MathEnv
 from turnrl.envs.core import Task
-from turnrl.envs.math import MathEnv
 from turnrl.envs.splits import canonical_expression, split_of_key
 from turnrl.utils import Shared
 
@@ -232,7 +232,7 @@ class ArithmeticEnv(MathEnv):
         level: a difficulty level 1–5 or a list of them (tasks cycle through the list: a mixed curriculum).
         split: ``"train"``, ``"validation"`` or ``"test"`` (disjoint sets of problems; see the module docstring).
         size: at most how many task indices exist (``reset(options={"index": i})`` with ``0 <= i < size``).
-        **options: the :class:`~turnrl.envs.math.MathEnv` options (``answer_format``, ``max_turns``, ``retry``,
+        **options: the :class:`~turnrl.envs.builtin.math.MathEnv` options (``answer_format``, ``max_turns``, ``retry``,
             ``calculator``, ``tool_style``, ``system_prompt``, ``feedback``, ``demos``); ``tool_style="swirl"`` gives
             SWiRL's format (``<math_exp>`` calls, ``EXPR -> RESULT``, ``<answer>`` tags, few-shot demos).
     """

@@ -304,4 +304,4 @@ def check_trl_id(env_id: str, search: Sequence[str | Path] = ()) -> None:
 
 
 #: the ``trl:`` prefix's adapter (:mod:`turnrl.envs.adapters`)
-ADAPTER = EnvAdapter(make=make_trl_env, check=check_trl_id, entry="turnrl.envs.trl:make_trl_env")
+ADAPTER = EnvAdapter(make=make_trl_env, check=check_trl_id, entry="turnrl.envs.adapters.trl:make_trl_env")

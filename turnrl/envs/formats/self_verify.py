@@ -30,7 +30,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 from turnrl.envs.core import Obs, StepResult, TextEnv
-from turnrl.envs.self_verify_metrics import pag_episode, pag_summary, self_verification_lines
+from turnrl.envs.formats.self_verify_metrics import pag_episode, pag_summary, self_verification_lines
 from turnrl.envs.tool_env import tool_observation
 from turnrl.types import Message, Trajectory
 from turnrl.verifiers.base import Verdict
@@ -88,13 +88,13 @@ class SelfVerify(TextEnv):
     evaluation_options: dict[str, Any] = {"mode": "eval"}  # noqa: RUF012 — read-only
 
     def summarize_episodes(self, trajectories: Sequence[Trajectory]) -> dict[str, float]:
-        """PAG's figures (:func:`turnrl.envs.self_verify_metrics.pag_summary`): Acc@turn1, Acc@final, verifier
+        """PAG's figures (:func:`turnrl.envs.formats.self_verify_metrics.pag_summary`): Acc@turn1, Acc@final, verifier
         accuracy (also on right and on wrong first answers, and balanced), verdict shares, revisions."""
         return pag_summary(pag_episode(t) for t in trajectories)
 
     def report_lines(self, metrics: dict[str, Any]) -> list[str]:
         """The verifier's balanced accuracy first, then what self-revision did
-        (:func:`turnrl.envs.self_verify_metrics.self_verification_lines`)."""
+        (:func:`turnrl.envs.formats.self_verify_metrics.self_verification_lines`)."""
         return self_verification_lines(metrics)
 
     def __init__(
@@ -291,26 +291,26 @@ def _pag(cls_path: str, **kwargs: Any) -> SelfVerify:
 
 def gsm8k_pag(**kwargs: Any) -> SelfVerify:
     """``turnrl/GSM8K-PAG-v0``: GSM8K as a PAG episode; kwargs go to SelfVerify or to GSM8KEnv."""
-    return _pag("turnrl.envs.math:GSM8KEnv", **kwargs)
+    return _pag("turnrl.envs.builtin.math:GSM8KEnv", **kwargs)
 
 
 def math500_pag(**kwargs: Any) -> SelfVerify:
     """``turnrl/MATH500-PAG-v0``: MATH-500 as a PAG episode; kwargs go to SelfVerify or to MATH500Env."""
-    return _pag("turnrl.envs.math:MATH500Env", **kwargs)
+    return _pag("turnrl.envs.builtin.math:MATH500Env", **kwargs)
 
 
 def humaneval_pag(**kwargs: Any) -> SelfVerify:
     """``turnrl/HumanEval-PAG-v0``: HumanEval as a PAG episode; kwargs go to SelfVerify or to HumanEvalEnv
     (``python=True, verify_tools=True``: the verifier may run the candidate on the problem's examples)."""
-    return _pag("turnrl.envs.code:HumanEvalEnv", **kwargs)
+    return _pag("turnrl.envs.builtin.code:HumanEvalEnv", **kwargs)
 
 
 def hotpotqa_pag(**kwargs: Any) -> SelfVerify:
     """``turnrl/HotPotQA-PAG-v0``: HotPotQA as a PAG episode; kwargs go to SelfVerify or to HotPotQAEnv
     (``verify_tools=True``: the verifier may search and look articles up before its verdict)."""
-    return _pag("turnrl.envs.hotpotqa:HotPotQAEnv", **kwargs)
+    return _pag("turnrl.envs.builtin.hotpotqa:HotPotQAEnv", **kwargs)
 
 
 def arithmetic_pag(**kwargs: Any) -> SelfVerify:
     """``turnrl/Arithmetic-PAG-v0``: Arithmetic as a PAG episode; kwargs go to SelfVerify or to ArithmeticEnv."""
-    return _pag("turnrl.envs.arithmetic:ArithmeticEnv", **kwargs)
+    return _pag("turnrl.envs.builtin.arithmetic:ArithmeticEnv", **kwargs)

@@ -6,7 +6,7 @@ title: open retrieval). Two call styles: Hermes ``<tool_call>`` JSON, and SWiRL'
 </search_query>``, results shown as ``QUERY -> RESULT``). The answer goes in ``<answer>…</answer>``; the reward is
 token F1 (or exact match) with the official normalization; ``info["metrics"]`` carries ``em``, ``f1``,
 ``support_recall`` (share of the supporting titles the agent retrieved) and ``searches``. The tools, the grading and
-the SWiRL format are :class:`turnrl.envs.search_qa.SearchQAEnv`'s; this module loads the questions and their corpus.
+the SWiRL format are :class:`turnrl.envs.builtin.search_qa.SearchQAEnv`'s; this module loads the questions and their corpus.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
+from turnrl.envs.builtin.search_qa import INSTRUCTION, LOOKUP_INSTRUCTION, MAX_QUERY_CHARS, SearchQAEnv
 from turnrl.envs.core import Task
 from turnrl.envs.data import DataFormatError, load_rows
-from turnrl.envs.search_qa import INSTRUCTION, LOOKUP_INSTRUCTION, MAX_QUERY_CHARS, SearchQAEnv
 from turnrl.tools.search import BM25Index, Passage, bm25_index
 
 SYSTEM_PROMPT = (
@@ -71,7 +71,7 @@ class HotPotQAEnv(SearchQAEnv):
         top_k: passages per search; default 3, or 1 with ``tool_style="swirl"`` (the paper returns the nearest
             article, and SWiRL trajectories of several searches must fit a small model's context).
         max_searches: tool calls allowed per episode; later calls are refused with a message.
-        tool_style: ``"hermes"`` or ``"swirl"`` (SWiRL's tags, :mod:`turnrl.envs.swirl_format`:
+        tool_style: ``"hermes"`` or ``"swirl"`` (SWiRL's tags, :mod:`turnrl.envs.formats.swirl_format`:
             ``<search_query>``, plus ``<lookup>TITLE</lookup>``, then ``<answer>``; a turn ends at a closing tag
             (``stop``), few-shot ``demos`` (see ``demos_in``), at most 5 steps by default).
         max_turns: default ``max_searches + 1`` (swirl: at most 5).

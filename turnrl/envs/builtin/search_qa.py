@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from typing import Any, Literal
 
 from turnrl.envs.core import Task, TaskSource
-from turnrl.envs.swirl_format import SEARCH_DEMOS, SEARCH_INSTRUCTIONS, SEARCH_STOP, place_demos
+from turnrl.envs.formats.swirl_format import SEARCH_DEMOS, SEARCH_INSTRUCTIONS, SEARCH_STOP, place_demos
 from turnrl.envs.tool_env import ToolEnv
 from turnrl.tools.base import Tool, ToolError
 from turnrl.tools.parsers import TagParser
@@ -43,7 +43,7 @@ class SearchQAEnv(ToolEnv):
         top_k: passages per search; default 3, or 1 with ``tool_style="swirl"`` (the paper returns the nearest
             article, and SWiRL trajectories of several searches must fit a small model's context).
         max_searches: tool calls allowed per episode; later calls are refused with a message.
-        tool_style: ``"hermes"`` or ``"swirl"`` (SWiRL's tags, :mod:`turnrl.envs.swirl_format`:
+        tool_style: ``"hermes"`` or ``"swirl"`` (SWiRL's tags, :mod:`turnrl.envs.formats.swirl_format`:
             ``<search_query>``, plus ``<lookup>TITLE</lookup>``, then ``<answer>``; a turn ends at a closing tag
             (``stop``), few-shot ``demos`` (see ``demos_in``), at most 5 steps by default).
         max_turns: default ``max_searches + 1`` (swirl: at most 5).

@@ -1,7 +1,7 @@
 """Math environments: a task list graded by :func:`turnrl.verifiers.math.verify`, with an optional calculator.
 
 ``turnrl/GSM8K-v0`` and ``turnrl/MATH500-v0`` read their data as described in :mod:`turnrl.envs.data`;
-``turnrl/Arithmetic-v0`` (:mod:`turnrl.envs.arithmetic`) generates its own.
+``turnrl/Arithmetic-v0`` (:mod:`turnrl.envs.builtin.arithmetic`) generates its own.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from turnrl.envs.core import StepResult, Task, TaskSource
 from turnrl.envs.data import DataFormatError, load_rows
-from turnrl.envs.swirl_format import MATH_DEMOS, MATH_INSTRUCTIONS, MATH_STOP, place_demos
+from turnrl.envs.formats.swirl_format import MATH_DEMOS, MATH_INSTRUCTIONS, MATH_STOP, place_demos
 from turnrl.envs.tool_env import DEFAULT_FEEDBACK, ToolEnv
 from turnrl.tools.base import ToolError, ToolOutput
 from turnrl.tools.calculator import calculator as calculator_tool
@@ -53,7 +53,7 @@ class MathEnv(ToolEnv):
         feedback: the message after a wrong answer.
         calculator: offer the safe calculator tool.
         tool_style: ``"hermes"`` or ``"tags"`` (``<calculator>2+2</calculator>``) for the calculator, or ``"swirl"``:
-            SWiRL's format (:mod:`turnrl.envs.swirl_format`) — the calculator on as ``<math_exp>EXPR</math_exp>``,
+            SWiRL's format (:mod:`turnrl.envs.formats.swirl_format`) — the calculator on as ``<math_exp>EXPR</math_exp>``,
             results shown as ``EXPR -> RESULT``, the answer in ``<answer>`` tags, a turn ends at a closing tag
             (``stop``), at most 10 steps by default, and few-shot ``demos``.
         demos: with ``tool_style="swirl"``: ``"default"`` (built-in demonstrations), ``"none"``, a file path or the

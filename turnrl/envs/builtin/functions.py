@@ -24,7 +24,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from turnrl.envs.code import CodeEnv
+from turnrl.envs.builtin.code import CodeEnv
 from turnrl.envs.core import Task
 from turnrl.utils import Shared
 

@@ -31,7 +31,7 @@ Supported: verifiers' classic ``Environment`` API (verifiers 0.3; tested with ``
 and ``ToolEnv`` subclasses, which ``StatefulToolEnv`` and the rest build on), scored per rollout. Not supported:
 rubrics with group-level reward functions (they score a whole group of rollouts at once; refused when loading). The
 ``v1`` task sets of verifiers 0.4, whose harnesses run an agent program of their own, load under the same prefix and
-train through the gateway: :mod:`turnrl.envs.verifiers_v1`.
+train through the gateway: :mod:`turnrl.envs.adapters.verifiers_v1`.
 """
 
 from __future__ import annotations
@@ -51,8 +51,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from turnrl.envs.adapters import EnvAdapter
-from turnrl.envs.core import Obs, StepResult, Task, TextEnv, pick_index
-from turnrl.envs.verifiers_bridge import (
+from turnrl.envs.adapters.verifiers_bridge import (
     Channel,
     background_loop,
     ended,
@@ -61,7 +60,7 @@ from turnrl.envs.verifiers_bridge import (
     set_result,
     text_of,
 )
-from turnrl.envs.verifiers_load import (
+from turnrl.envs.adapters.verifiers_load import (
     INSTALL,
     VerifiersEnvError,
     has_eval_dataset,
@@ -70,6 +69,7 @@ from turnrl.envs.verifiers_load import (
     rows_of,
     tool_schemas,
 )
+from turnrl.envs.core import Obs, StepResult, Task, TextEnv, pick_index
 from turnrl.template_tools import describe_tools
 from turnrl.tools.parsers import HermesParser
 from turnrl.types import Message, ToolCall, message_key
@@ -318,10 +318,10 @@ def without_calls(text: str, parser: HermesParser) -> str:
 def make_verifiers_env(env_id: str, **kwargs: Any) -> Any:
     """``verifiers:NAME`` with keyword arguments → :class:`VerifiersEnv` (arguments this adapter does not take
     are the environment's ``load_environment`` arguments), or, where NAME is a verifiers v1 task set,
-    :class:`~turnrl.envs.verifiers_v1.VerifiersTasksetEnv`."""
+    :class:`~turnrl.envs.adapters.verifiers_v1.VerifiersTasksetEnv`."""
     name = env_id[len(VERIFIERS_PREFIX):]
     if kind_of(name, kwargs.get("search", ())) == "v1":
-        from turnrl.envs.verifiers_v1 import make_verifiers_v1_env
+        from turnrl.envs.adapters.verifiers_v1 import make_verifiers_v1_env
 
         return make_verifiers_v1_env(name, **kwargs)
     own = set(inspect.signature(VerifiersEnv.__init__).parameters) - {"self", "name", "env_args"}
@@ -353,4 +353,4 @@ def check_verifiers_id(env_id: str, search: Sequence[str | Path] = ()) -> None:
 
 #: the ``verifiers:`` prefix's adapter (:mod:`turnrl.envs.adapters`)
 ADAPTER = EnvAdapter(make=make_verifiers_env, check=check_verifiers_id,
-                     entry="turnrl.envs.verifiers_env:make_verifiers_env")
+                     entry="turnrl.envs.adapters.verifiers_env:make_verifiers_env")

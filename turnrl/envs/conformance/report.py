@@ -1,5 +1,5 @@
-"""What :func:`turnrl.envs.testing.check_environment` reports: failures, warnings, notes and a log of each scripted
-episode (the harness and its tool and verifier checks, :mod:`turnrl.envs.tool_checks`, both write into it)."""
+"""What :func:`turnrl.envs.conformance.contract.check_environment` reports: failures, warnings, notes and a log of each scripted
+episode (the harness and its tool and verifier checks, :mod:`turnrl.envs.conformance.tool_checks`, both write into it)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The conformance harness's checks of tools and verifiers (used by :func:`turnrl.envs.testing.check_environment`).
+"""The conformance harness's checks of tools and verifiers (used by :func:`turnrl.envs.conformance.contract.check_environment`).
 
 * :func:`check_tools` calls each tool with arguments generated from its JSON schema. A tool may refuse valid
   input by raising :class:`~turnrl.tools.ToolError` (the model sees the message). A plain ``ValueError`` (Python's
@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from turnrl.envs.check_report import CheckReport
+from turnrl.envs.conformance.report import CheckReport
 from turnrl.envs.core import TextEnv
 from turnrl.tools.base import Tool, ToolError, ToolOutput
 from turnrl.types import ToolCall
