@@ -48,11 +48,11 @@ CORE, TTT, EXTERNAL, SOLVER = ("turnrl/envs/multiagent/core.py", "turnrl/envs/mu
                                "turnrl/envs/multiagent/external.py", "turnrl/envs/multiagent/solver_critic.py")
 DRIVER, LEARNER = "turnrl/rl/run/driver.py", "turnrl/rl/core/learner.py"
 
-ENVS, ROLL, GAMES = "tests/test_multiagent_envs.py", "tests/test_multiagent_rollout.py", "tests/test_multiagent_games.py"
-HELD, SPLIT = "tests/test_multiagent_held_out.py", "tests/test_tictactoe_held_out.py"
-KILLS = "tests/test_multiagent_mutants.py"  # the tests added for the breaks that survived the first pass
-_TRAIN = "tests/test_multiagent_train.py::"
-#: tests/test_multiagent_train.py takes 2.5 minutes whole; its parts, by what they exercise
+ENVS, ROLL, GAMES = "tests/multiagent/test_multiagent_envs.py", "tests/multiagent/test_multiagent_rollout.py", "tests/multiagent/test_multiagent_games.py"
+HELD, SPLIT = "tests/multiagent/test_multiagent_held_out.py", "tests/multiagent/test_tictactoe_held_out.py"
+KILLS = "tests/multiagent/test_multiagent_mutants.py"  # the tests added for the breaks that survived the first pass
+_TRAIN = "tests/multiagent/test_multiagent_train.py::"
+#: tests/multiagent/test_multiagent_train.py takes 2.5 minutes whole; its parts, by what they exercise
 TRAIN_ONE = tuple(_TRAIN + t for t in (
     "test_self_play_trains_every_seat_in_groups_per_seat_on_exactly_what_was_sampled",
     "test_against_a_frozen_player_only_the_policys_seat_trains_in_turn",
@@ -70,7 +70,7 @@ TRAIN_POLICIES = tuple(_TRAIN + t for t in (
     "test_policy_names_are_free_a_policy_named_like_the_rollouts_own_trains_its_seats"))
 
 
-#: the games' training tests (tests/test_multiagent_games.py whole is a minute, most of it the CLI's)
+#: the games' training tests (tests/multiagent/test_multiagent_games.py whole is a minute, most of it the CLI's)
 GAMES_TRAIN = tuple(f"{GAMES}::{t}" for t in (
     "test_a_textarena_game_trains_on_training_seeds_and_is_evaluated_on_held_out_ones",
     "test_the_example_pettingzoo_game_trains_and_is_evaluated_on_seeds",
@@ -209,13 +209,13 @@ BREAKS = [
     # ---- what the matrix and the micro-batch figures check ----
     Break("M1", "the driver trains all but one episode", DRIVER,
           "info.update(self.learner.update(fresh))", "info.update(self.learner.update(fresh[:-1]))",
-          ("tests/test_matrix.py",), k="local"),
+          ("tests/rl/test_matrix.py",), k="local"),
     Break("M2", "a max over micro-batches added up", LEARNER,
           'torch.tensor(value, dtype=torch.float64)) if key.endswith("_max") else total + value',
-          "torch.tensor(value, dtype=torch.float64)) if False else total + value", ("tests/test_off_policy.py",)),
+          "torch.tensor(value, dtype=torch.float64)) if False else total + value", ("tests/rl/test_off_policy.py",)),
     Break("M3", "a count over micro-batches averaged", LEARNER,
           "self.cfg.optim.epochs if k in counted else n_micro", "n_micro if k in counted else n_micro",
-          ("tests/test_off_policy.py",)),
+          ("tests/rl/test_off_policy.py",)),
 ]
 
 

@@ -4,24 +4,24 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
-# A headless browser for tests/test_view.py (Debian's chromium + chromedriver, driven by selenium). Checked on every
+# A headless browser for tests/cli/test_view.py (Debian's chromium + chromedriver, driven by selenium). Checked on every
 # run (instant when present); installed only as root with apt-get, otherwise a warning and the test skips.
 if ! { command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1; }; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver) >/dev/null 2>&1 \
-      || echo "warning: could not install chromium and chromium-driver; tests/test_view.py's browser test will skip" >&2
+      || echo "warning: could not install chromium and chromium-driver; tests/cli/test_view.py's browser test will skip" >&2
   else
-    echo "warning: chromium/chromedriver missing (tests/test_view.py's browser test skips): sudo apt-get install chromium chromium-driver" >&2
+    echo "warning: chromium/chromedriver missing (tests/cli/test_view.py's browser test skips): sudo apt-get install chromium chromium-driver" >&2
   fi
 fi
 stamp=.venv/.turnrl-installed
-# verifiers 0.4 (its v1 task sets: turnrl.envs.adapters.verifiers_v1, tests/test_verifiers_v1.py) cannot share .venv with 0.3:
+# verifiers 0.4 (its v1 task sets: turnrl.envs.adapters.verifiers_v1, tests/envs/test_verifiers_v1.py) cannot share .venv with 0.3:
 # one distribution name, and 0.4 dropped the classic API. .venv-verifiers-v1 is a venv of its own that sees .venv's
 # packages (a .pth adds .venv's site folder after its own) and holds verifiers 0.4.0 and the two packages of its
 # requirements .venv lacks, without their pins (0.4 pins mcp==2.0.0 and openai<3; .venv's mcp 2.3 and openai 3 serve
 # the v1 path turnrl uses), and a `turnrl` command that runs .venv's turnrl with it (docs/bring-your-environment.md's
 # v1 commands, after `source .venv-verifiers-v1/bin/activate`). A few seconds; made again when it is missing or
-# incomplete, even where .venv is up to date; tests/test_verifiers_v1.py runs its v1 tests in it.
+# incomplete, even where .venv is up to date; tests/envs/test_verifiers_v1.py runs its v1 tests in it.
 V1=.venv-verifiers-v1
 site_of() { "$1" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])'; }
 v1_ready() { [ -x "$V1/bin/turnrl" ] && compgen -G "$V1/lib/python*/site-packages/verifiers-0.4.0.dist-info" >/dev/null; }
@@ -53,9 +53,9 @@ pipq() { .venv/bin/python -m pip install -q "$@" 2> >(grep -v "is ignored: it is
 pipq --upgrade pip
 # torch pinned first: the CPU build; a plain `torch` pulls a multi-GB CUDA build.
 pipq "torch==2.13.0"
-# dev: the test tools; docs: mkdocs, Material and mkdocstrings (tests/test_docs.py builds the site strictly).
+# dev: the test tools; docs: mkdocs, Material and mkdocstrings (tests/house/test_docs.py builds the site strictly).
 pipq -e ".[dev,docs]"
-# verifiers (verifiers:NAME environments; tests/test_verifiers_env.py). Version 0.3 pins mcp<2, and the mcp SDK 2
+# verifiers (verifiers:NAME environments; tests/envs/test_verifiers_env.py). Version 0.3 pins mcp<2, and the mcp SDK 2
 # the dev extra holds replaces it (turnrl.tools.mcp needs 2); verifiers' classic environments never import mcp, so it
 # goes in without its pins, then its other requirements (those of its wheel's metadata, mcp aside). prime-sandboxes
 # (which its loader imports) goes in without its pins too, connectrpc<0.12 would break e2b's; its own other

@@ -20,7 +20,7 @@ OUT = REPO / "tests" / "slow_tests.txt"
 
 
 def node_id(classname: str, name: str) -> str:
-    """``tests.test_x`` + ``test_y[a]`` -> ``tests/test_x.py::test_y[a]`` (a class in the name: ``::Class::test``)."""
+    """``tests.rl.test_x`` + ``test_y[a]`` -> ``tests/rl/test_x.py::test_y[a]`` (a class in the name: ``::Class::test``)."""
     parts = classname.split(".")
     module = next(i for i, p in enumerate(parts) if p.startswith("test_"))
     path = "/".join(parts[:module + 1]) + ".py"
@@ -31,7 +31,7 @@ def slow_tests(junit: Path, over: float) -> list[str]:
     """The node ids over ``over`` seconds, less each module's fastest test."""
     by_module: dict[str, list[tuple[float, str]]] = defaultdict(list)
     for case in ET.parse(junit).iter("testcase"):
-        if not case.get("classname"):  # a module skipped as a whole (e.g. tests/test_vllm.py without vLLM)
+        if not case.get("classname"):  # a module skipped as a whole (e.g. tests/agents/test_vllm.py without vLLM)
             continue
         nid = node_id(case.get("classname"), case.get("name", ""))
         by_module[nid.split("::")[0]].append((float(case.get("time", 0)), nid))

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU path, on a machine with a CUDA GPU:
-#   1. tests/test_gpu.py: the local learner and rollouts on the GPU (`device: cuda`) against the CPU, and (with Ray
+#   1. tests/placement/test_gpu.py: the local learner and rollouts on the GPU (`device: cuda`) against the CPU, and (with Ray
 #      and deepspeed) the DeepSpeed learner group as one NCCL rank on the GPU (full weights and LoRA) against one
 #      process;
 #   2. bench/gpu_costs.py: generation and training tokens/s of the HF path, GPU and CPU side by side;
@@ -62,10 +62,10 @@ step() {  # step NAME COMMAND...: run it under the time limit, note a failure, g
   [ "$rc" = 0 ] || failed+=("$name (exit $rc)")
   echo "== $name: exit $rc in $((SECONDS - t0)) s"
 }
-step "tests/test_gpu.py" "$PY" -m pytest -q -p no:cacheprovider tests/test_gpu.py
+step "tests/placement/test_gpu.py" "$PY" -m pytest -q -p no:cacheprovider tests/placement/test_gpu.py
 step "bench/gpu_costs.py" "$PY" bench/gpu_costs.py ${TURNRL_GPU_TOKENIZER:+--tokenizer "$TURNRL_GPU_TOKENIZER"} --bf16
 if "$PY" -c "import vllm" 2>/dev/null; then
-  step "tests/test_vllm.py" "$PY" -m pytest -q -p no:cacheprovider tests/test_vllm.py
+  step "tests/agents/test_vllm.py" "$PY" -m pytest -q -p no:cacheprovider tests/agents/test_vllm.py
   step "bench/gpu_check.py" "$PY" bench/gpu_check.py "$@"
 else
   echo "vllm is not importable by $PY: its tests and bench/gpu_check.py did not run" >&2

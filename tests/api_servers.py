@@ -1,4 +1,4 @@
-"""What the tests of the HTTP dialects share (tests/test_messages_api.py, tests/test_responses_api.py): a tiny real
+"""What the tests of the HTTP dialects share (tests/serving/test_messages_api.py, tests/serving/test_responses_api.py): a tiny real
 policy, `turnrl serve` over a scripted one with a key, a training gateway, the events of a server-sent stream, a
 policy that fails mid-stream; the check that a session records a native rollout token for token, a gateway whose
 run's settings govern every call, and the four calls that the same episode is played with through Chat Completions

@@ -1,5 +1,5 @@
 """Environment classes written the way TRL's docs show (`GRPOTrainer(environment_factory=...)`), with nothing of
-turnrl in them: tests/test_trl_env.py plays and trains them as turnrl environments."""
+turnrl in them: tests/envs/test_trl_env.py plays and trains them as turnrl environments."""
 
 
 class GuessNumber:

@@ -1,4 +1,4 @@
-"""A verifiers v1 task set written the way verifiers 0.4's documentation shows, for tests/test_verifiers_v1.py: what
+"""A verifiers v1 task set written the way verifiers 0.4's documentation shows, for tests/envs/test_verifiers_v1.py: what
 goes wrong, each kind on its own (``turnrl.make("verifiers:vf1_sets", kind=...)``).
 
 * ``ok``: two sums, answered by a one-call chat agent in a subprocess;

@@ -1,5 +1,5 @@
 """verifiers environments written the way verifiers' documentation shows (``load_environment`` returning one of its
-classic environments), for tests/test_verifiers_env.py: ``turnrl.make("verifiers:vf_envs", kind=...)``.
+classic environments), for tests/envs/test_verifiers_env.py: ``turnrl.make("verifiers:vf_envs", kind=...)``.
 
 * ``sum``: a SingleTurnEnv of additions with a held-out eval dataset, graded by a Rubric over an XMLParser.
 * ``tools``: a ToolEnv whose ``add`` tool the model calls before it answers (``trim``: it keeps only the opening and

@@ -1,7 +1,7 @@
 """Record the golden metrics trace of tiny training runs (``python tests/golden/record.py``).
 
 First recorded with the trainer before the learner/driver split (commit b60216b, on an AMD EPYC host); re-recorded
-into ``trace.json`` on 2026-11-27 when sampling moved to inverse transform (tests/test_golden.py says why); ``tests/test_golden.py`` checks that the current code reproduces it. Float reductions differ in the
+into ``trace.json`` on 2026-11-27 when sampling moved to inverse transform (tests/rl/test_golden.py says why); ``tests/rl/test_golden.py`` checks that the current code reproduces it. Float reductions differ in the
 last bits between CPUs, so the test compares within a relative 1e-4 (and the parameters by per-tensor sums and
 norms); ``params`` (a digest of the exact bytes) is kept for a bit-exact comparison on the recording host.
 """

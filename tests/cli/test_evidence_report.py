@@ -1,0 +1,188 @@
+"""bench/evidence_report.py on run folders as `turnrl train` leaves them (no model is run): a PAG run read at the step
+its validation chose, its first and final answers and its verifier's balanced accuracy from the episodes (played by
+the real environment with scripted replies) agreeing with the environment's own figures; a run whose validation chose
+step 0 reported as no gain instead of refused; a comparison at a step fixed in advance; the gateway's gain on the
+problems no earlier run saw; the SDK examples held to the bar fixed for them."""
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "bench"))
+
+import evidence_report as report  # noqa: E402 — bench/ on the path first
+
+VERDICT = {"correct": "The answer is correct.", "wrong": "The answer is wrong."}
+
+
+def pag_episode(env, index: int, first_right: bool, verdict: str, revise_right: bool) -> dict:
+    """One episode of turnrl/Arithmetic-PAG-v0 played with scripted replies, as trajectories.jsonl holds it (the
+    fields the report reads: task id and the turns' infos)."""
+    env.reset(options={"index": index})
+    turns = [env.step(env.oracle_action() if first_right else env.wrong_action())[4]]
+    _, _, terminated, truncated, info = env.step(VERDICT.get(verdict, "I am not sure."))
+    turns.append(info)
+    if not terminated and not truncated:  # revised
+        turns.append(env.step(env.oracle_action() if revise_right else env.wrong_action())[4])
+    return {"task_id": env.task.id, "item": env.task.metadata["canonical"], "turns": [{"info": i} for i in turns],
+            "correct": bool(turns[-1]["correct"])}
+
+
+def write_eval(folder: Path, episodes: list[dict]) -> None:
+    folder.mkdir(parents=True)
+    (folder / "items.jsonl").write_text("".join(json.dumps({"index": i, "sample": 0, "task_id": e["task_id"],
+                                                            "item": e["item"], "correct": e["correct"]}) + "\n"
+                                                for i, e in enumerate(episodes)))
+    (folder / "trajectories.jsonl").write_text("".join(
+        json.dumps({"task_id": e["task_id"], "turns": e["turns"]}) + "\n" for e in reversed(episodes)))
+    (folder / "run.json").write_text(json.dumps({"settings": {"env_id": "turnrl/Arithmetic-PAG-v0", "samples": 1}}))
+
+
+def write_run(run: Path, steps: int, evals: dict[int, list[dict]], validation: dict[int, float] | None = None) -> Path:
+    """A run folder: config.yaml (its steps), metrics.jsonl (eval_success, and val_success where it validated) and
+    eval/step-N for each evaluation."""
+    run.mkdir(parents=True)
+    (run / "config.yaml").write_text(f"steps: {steps}\n")
+    rows = []
+    for step in range(steps + 1):
+        row = {"step": step, "logp_diff": 1e-6}
+        if step in evals:
+            row["eval_success"] = sum(e["correct"] for e in evals[step]) / len(evals[step])
+            write_eval(run / "eval" / f"step-{step}", evals[step])
+        if validation is not None and step in validation:
+            row["val_success"] = validation[step]
+        rows.append(row)
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    if validation is not None:
+        (run / "validation").mkdir()
+    return run
+
+
+@pytest.fixture(scope="module")
+def env():
+    from turnrl.envs.registry import make
+
+    return make("turnrl/Arithmetic-PAG-v0", level=1, split="test")
+
+
+def test_a_pag_run_is_read_at_its_validation_step_with_the_environments_own_figures(env, tmp_path):
+    from types import SimpleNamespace
+
+    from turnrl.envs.formats.self_verify_metrics import pag_episode as env_episode
+    from turnrl.envs.formats.self_verify_metrics import pag_summary
+
+    # step 0: first answers right on 0-9, wrong on 10-29, verdict "correct" everywhere (no revision)
+    start = [pag_episode(env, i, i < 10, "correct", False) for i in range(30)]
+    # step 2: right first answers on 0-11; the verifier says "correct" on 0-8 and "wrong" on 9-11 (revised right),
+    # "wrong" on 12-25 (revised right on 12-20, wrong on 21-25), "correct" on 26-27, unparseable on 28-29
+    chosen = ([pag_episode(env, i, True, "correct", False) for i in range(9)]
+              + [pag_episode(env, i, True, "wrong", True) for i in range(9, 12)]
+              + [pag_episode(env, i, False, "wrong", i <= 20) for i in range(12, 26)]
+              + [pag_episode(env, i, False, "correct", False) for i in range(26, 28)]
+              + [pag_episode(env, i, False, "none", False) for i in range(28, 30)])
+    late = [pag_episode(env, i, False, "wrong", True) for i in range(30)]  # step 4: test best, validation worse
+    for seed in (0, 1):
+        write_run(tmp_path / f"pag-s{seed}", 4, {0: start, 2: chosen, 4: late}, validation={0: 0.3, 2: 0.6, 4: 0.5})
+    items = report.pag_items(tmp_path / "pag-s0" / "eval" / "step-2")
+    assert len(items) == 30 and sum(c["episodes"] for c in items) == 30
+    own = pag_summary(env_episode(SimpleNamespace(turns=[SimpleNamespace(info=t["info"]) for t in e["turns"]]))
+                      for e in chosen)  # the environment's own figures of the same episodes
+    v = report.balanced(items)
+    assert v["value"] == pytest.approx(own["pag_verifier_balanced_acc"]) == pytest.approx((9 / 12 + 14 / 18) / 2)
+    assert v["on_right"] == pytest.approx(9 / 12) and v["on_wrong"] == pytest.approx(14 / 18)
+    assert v["low"] < v["value"] < v["high"] and v["right"] == 12 and v["wrong"] == 18
+    # a verifier that says "correct" to everything is at 0.5 in every resample, whatever the share of right answers
+    blind = report.balanced(report.pag_items(tmp_path / "pag-s0" / "eval" / "step-0"))
+    assert blind["value"] == blind["low"] == blind["high"] == 0.5 and blind["se"] == 0.0
+    table = "\n".join(report.pag_table(tmp_path, "pag"))
+    assert "| 0 | step 2 (validation) | 30 | 40.0 % | 70.0 % | +30.0 |" in table  # Acc@turn1 12/30, Acc@final 21/30
+    assert f"| {report.pct(own['pag_verifier_balanced_acc'])} |" in table
+    assert "| mean of 2 |" in table and "2 of 30" in table  # the unparseable verdicts
+    assert "step 2: 60.0 %" in table  # the validation that chose it
+    gain = "\n".join(report.gain_table(tmp_path, "pag"))
+    assert "| 0 | 30 | 33.3 % | step 2 (validation) | 70.0 % | +36.7 |" in gain  # not step 4's 100 %
+
+
+def test_a_run_whose_validation_chose_step_0_gains_nothing_and_is_reported(env, tmp_path):
+    start = [pag_episode(env, i, i < 10, "correct", False) for i in range(20)]
+    worse = [pag_episode(env, i, False, "correct", False) for i in range(20)]
+    for seed in (0, 1):
+        write_run(tmp_path / f"pag-s{seed}", 2, {0: start, 2: worse}, validation={0: 0.5, 2: 0.4})
+    gain = "\n".join(report.gain_table(tmp_path, "pag"))
+    assert "| 0 | 20 | 50.0 % | step 0 (validation) | 50.0 % | +0.0 | [+0.0, +0.0] | 1 (0 / 0) |" in gain
+    assert "| mean of 2 | | | | | +0.0 |" in gain
+
+
+def test_arms_at_a_fixed_step_and_the_gateways_unseen_problems(env, tmp_path):
+    def arith(i: int, right: bool) -> dict:  # one level-1 test problem, answered right or wrong
+        return pag_episode(env, i, right, "correct", False)
+
+    for seed in (0, 1):
+        write_run(tmp_path / f"uniform-s{seed}", 8, {s: [arith(i, i < 2 * s) for i in range(20)] for s in (0, 6, 8)})
+        write_run(tmp_path / f"difficulty-s{seed}", 8, {s: [arith(i, i < 3 * s) for i in range(20)] for s in (0, 6, 8)})
+    at6 = "\n".join(report.arms_table(tmp_path, "difficulty", "uniform", 6))
+    assert "at step 6 (fixed in advance)" in at6 and "| 0 | 20 | 60.0 % | 90.0 % | +30.0 |" in at6
+    end = "\n".join(report.arms_table(tmp_path, "difficulty", "uniform"))
+    assert "at the end" in end and "| 0 | 20 | 80.0 % | 100.0 % | +20.0 |" in end
+    # the gateway: problems 0-19 of the test split; gained every problem except those seen before
+    keys = [arith(i, True)["item"] for i in range(20)]
+    seen = frozenset(k for k in keys if k in report.GATEWAY_SEEN)
+    assert seen  # today's test problems 6, 9 and 10 were among the old ones
+    for seed in (0, 1):
+        write_run(tmp_path / f"gateway-s{seed}", 20, {0: [arith(i, False) for i in range(20)],
+                                                       20: [arith(i, keys[i] not in seen) for i in range(20)]})
+    table = "\n".join(report.subset_table(tmp_path, "gateway", report.GATEWAY_SEEN, "unseen"))
+    unseen = 20 - len(seen)
+    assert f"| 0, not seen | {unseen} | 0.0 % | 100.0 % | +100.0 |" in table
+    assert f"| 0, seen | {len(seen)} | 0.0 % | 0.0 % | +0.0 |" in table
+
+
+def test_an_sdk_examples_gain_is_held_to_its_preregistered_bar(env, tmp_path):
+    """Issue 81's SDK examples claim at least +10 points over three seeds: the pooled interval's lower end decides,
+    and only once all three seeds are finished."""
+    def arith(i: int, right: bool) -> dict:
+        return pag_episode(env, i, right, "correct", False)
+
+    def runs(arm: str, gained: int, seeds=(0, 1, 2)) -> None:  # problems 0-19: none right at step 0, `gained` at 20
+        for seed in seeds:
+            write_run(tmp_path / f"{arm}-s{seed}", 20, {0: [arith(i, False) for i in range(20)],
+                                                       20: [arith(i, i < gained) for i in range(20)]})
+
+    runs("anthropic-sdk", 12)  # +60 points on every seed
+    runs("agents-sdk-responses", 3)  # +15 points: above the bar on average, not with its interval
+    holds = "\n".join(report.gain_table(tmp_path, "anthropic-sdk"))
+    assert "| mean of 3 | | | | | +60.0 |" in holds
+    assert "seeds 0, 1, 2 at or above +10.0 points: **holds** (lower end +" in holds
+    short = "\n".join(report.gain_table(tmp_path, "agents-sdk-responses"))
+    assert "| mean of 3 | | | | | +15.0 |" in short and "**does not hold** (lower end -1.7)" in short
+    runs("agents-sdk-responses", 20, seeds=(3, 4))  # seeds added later move the mean, never the claim
+    short = "\n".join(report.gain_table(tmp_path, "agents-sdk-responses"))
+    assert "| mean of 5 | | | | | +49.0 |" in short and "**does not hold** (lower end -1.7)" in short
+    (tmp_path / "anthropic-sdk-s2" / "eval" / "step-20" / "items.jsonl").unlink()  # a seed not finished yet
+    assert "points: not decided, 2 of 3 finished." in "\n".join(report.gain_table(tmp_path, "anthropic-sdk"))
+    assert "gateway" not in report.BARS and set(report.BARS) <= set(report.GATEWAY_CONFIG)
+
+
+def test_the_sdk_examples_script_runs_the_preregistered_seeds_arms_and_items():
+    """bench/evidence_sdk_agents.sh runs what bench/preregistered.md fixed and the report's bar reads: the arms and
+    seeds of BARS, each arm's example config, and every level-1 test problem (eval_tasks = the split's size)."""
+    import re
+
+    import turnrl
+
+    script = (REPO / "bench" / "evidence_sdk_agents.sh").read_text()
+    code = "\n".join(line for line in script.splitlines() if not line.lstrip().startswith("#"))
+    seeds = tuple(int(s) for s in re.search(r"^for S in ([\d ]+); do$", code, re.MULTILINE).group(1).split())
+    arms = dict(a.split(":") for a in re.search(r"^\s*for ARM in ([^;]+); do$", code, re.MULTILINE).group(1).split())
+    assert set(arms) == set(report.BARS) and all(report.BARS[arm] == (0.10, seeds) for arm in arms)
+    assert all((REPO / "examples" / f"{example}.yaml").is_file() for example in arms.values())
+    train = re.search(r'^\s*\$T train "examples/\$EXAMPLE\.yaml" (.*)$', code, re.MULTILINE).group(1)
+    held = turnrl.make("turnrl/Arithmetic-v0", level=1, split="test")
+    assert f"eval_tasks={len(held)} seed=$S " in train and "--no-resume" in train
+    section = (REPO / "bench" / "preregistered.md").read_text().split("the two SDK example agents")[1]
+    assert f"seeds **{', '.join(map(str, seeds))}**" in section and f"all **{len(held)}**" in section
+    said = " ".join(section.split())  # the arm each config was preregistered as
+    assert all(f"`examples/{example}.yaml` (arm `{arm}`)" in said for arm, example in arms.items()), arms
