@@ -1,5 +1,5 @@
 """The training machinery, in rooms that name no method, stacked in layers that point down (docs/ARCHITECTURE.md,
-"Layers"; tests/test_imports.py holds them), from the bottom:
+"Layers"; tests/house/test_imports.py holds them), from the bottom:
 
 * :mod:`turnrl.rl.config` — the run configuration, at the bottom: every room may import it, it imports none;
 * :mod:`turnrl.rl.formulas` — the shared pure tensor functions (advantages, losses, reward shaping);
