@@ -55,7 +55,7 @@ def tagged(monkeypatch):
 @pytest.fixture
 def seeds_played(monkeypatch):
     """The game seeds every TextArena and PettingZoo game was started with, by split."""
-    played = {"train": [], "test": []}
+    played = {"train": [], "test": [], "validation": []}
     seed_of = TextArenaEnv.seed_of
 
     def record(self, index):
@@ -119,17 +119,35 @@ def test_a_textarena_game_trains_on_training_seeds_and_is_evaluated_on_held_out_
     assert {r["seat"] for r in rows} == set(seats[:min(players, 4)])
 
 
+def test_validation_plays_its_own_seeds_off_the_test_ones(tmp_path, seeds_played, one_thread):
+    """validate_every on a game played on seeds reads the validation range (a pilot chooses its step there): no
+    validation game is a training or a test game, and the held-out evaluation still plays only test seeds."""
+    tr, _ = trainer(tmp_path, {"id": "textarena:TicTacToe-v0", "kwargs": {"num_players": 2}}, validate_every=1,
+                    validation_tasks=2)
+    tr.train()
+    assert len(set(seeds_played["validation"])) == 2 and min(seeds_played["validation"]) >= SEED_START["validation"]
+    assert max(seeds_played["test"]) < SEED_START["validation"] <= min(seeds_played["validation"])
+    assert (tmp_path / "validation").is_dir()
+
+
 def test_the_seed_ranges_are_disjoint_and_the_held_out_check_compares_them(monkeypatch):
     train, test = (make_multi_agent("textarena:KuhnPoker-v0", split=s) for s in ("train", "test"))
     assert len(train) == len(test) == SEEDS_PER_SPLIT and train.held_out_split == "test"
     assert [train.seed_of(i) for i in (0, 1, SEEDS_PER_SPLIT)] == [0, 1, 0]
     assert [test.seed_of(i) for i in (0, 7)] == [1_000_000, 1_000_007]
     assert train.task_at(5).metadata["canonical"] != test.task_at(5).metadata["canonical"]
-    with pytest.raises(ValueError, match="'train' and 'test'"):
-        split_seed("validation", 0)
-    from turnrl.rl.run.held_out import HeldOutError, check_game_held_out
+    val = make_multi_agent("textarena:KuhnPoker-v0", split="validation")
+    assert train.validation_split == "validation" and [val.seed_of(i) for i in (0, 7)] == [2_000_000, 2_000_007]
+    ranges = {s: {split_seed(s, i) for i in (0, SEEDS_PER_SPLIT - 1)} for s in SEED_START}
+    assert max(ranges["train"]) < min(ranges["test"]) and max(ranges["test"]) < min(ranges["validation"])
+    with pytest.raises(ValueError, match="'train', 'test', 'validation'"):
+        split_seed("dev", 0)
+    with pytest.raises(ValueError, match="split must be one of"):
+        make_multi_agent("textarena:KuhnPoker-v0", split="dev")
+    from turnrl.rl.run.held_out import HeldOutError, check_game_held_out, check_game_validation
 
     assert check_game_held_out("textarena:KuhnPoker-v0", {}, None, 64) is None
+    assert check_game_validation("textarena:KuhnPoker-v0", {"split": "train"}, None, 64) == {"split": "validation"}
     monkeypatch.setitem(SEED_START, "test", 10)  # a held-out range inside the training one: the check sees it
     with pytest.raises(HeldOutError, match="training figures"):
         check_game_held_out("textarena:KuhnPoker-v0", {}, None, 64)

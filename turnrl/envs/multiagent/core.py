@@ -27,8 +27,8 @@ Rules for subclasses (the docstrings of the underscored methods are the specific
   names the split held-out evaluation uses and ``validation_split`` the one validation reads, as for single-agent
   environments; ``item_scores`` names scores of an episode the game records in its agents' infos beside the
   outcome. A game that keeps no list of starting states (no ``__len__``: TextArena's, PettingZoo's, yours) is played
-  on seeds, two disjoint ranges (:func:`split_seed`): starting state ``i`` of ``train`` is seed ``i``, of ``test``
-  seed ``1_000_000 + i``, each range :data:`SEEDS_PER_SPLIT` long.
+  on seeds, three disjoint ranges (:func:`split_seed`): starting state ``i`` of ``train`` is seed ``i``, of ``test``
+  seed ``1_000_000 + i``, of ``validation`` seed ``2_000_000 + i``, each range :data:`SEEDS_PER_SPLIT` long.
 """
 
 from __future__ import annotations
@@ -46,18 +46,20 @@ Obs = tuple[Message, ...]
 
 #: starting states per split of a game played on seeds (the module docstring), and where each split's seeds start
 SEEDS_PER_SPLIT = 100_000
-SEED_START = {"train": 0, "test": 1_000_000}
+SEED_START = {"train": 0, "test": 1_000_000, "validation": 2_000_000}
 
 
 def split_seed(split: str | None, index: int) -> int:
     """The seed of starting state ``index`` (modulo :data:`SEEDS_PER_SPLIT`) of ``split`` in a game played on seeds:
-    ``train`` seeds 0 to 99,999, ``test`` seeds 1,000,000 to 1,099,999, so no held-out game is a training one.
+    ``train`` seeds 0 to 99,999, ``test`` seeds 1,000,000 to 1,099,999 and ``validation`` seeds 2,000,000 to
+    2,099,999, so no held-out or validation game is a training one, and choices made on validation games (a step, a
+    rate) are made off the test games.
 
     Raises:
-        ValueError: a split other than ``train`` and ``test``.
+        ValueError: a split other than ``train``, ``test`` and ``validation``.
     """
     if split is None or split not in SEED_START:
-        raise ValueError(f"a game played on seeds has the splits 'train' and 'test', got {split!r}")
+        raise ValueError(f"a game played on seeds has the splits {', '.join(map(repr, SEED_START))}, got {split!r}")
     return SEED_START[split] + int(index) % SEEDS_PER_SPLIT
 
 

@@ -17,8 +17,8 @@
 
 Neither keeps a list of starting states: both are played on seeds (:func:`~turnrl.envs.multiagent.core.split_seed`),
 ``options={"index": i}`` starting the game with seed ``i`` of the ``split`` (``train``: seeds 0 to 99,999;
-``test``, the held-out split: 1,000,000 to 1,099,999), so held-out evaluation plays deals and boards training never
-saw.
+``test``, the held-out split: 1,000,000 to 1,099,999; ``validation``: 2,000,000 to 2,099,999), so held-out evaluation
+plays deals and boards training never saw, and a run's ``validate_every`` chooses its step on games test never plays.
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ class SeededGame:
 
     split: str | None = "train"  # as MultiAgentTextEnv declares them
     held_out_split: str | None = "test"
+    validation_split: str | None = "validation"  # what a run's validate_every plays (its own seed range)
 
     def __len__(self) -> int:
         """The starting states of the split (seeds)."""
@@ -64,7 +65,7 @@ class SeededGame:
 
 def _check_split(split: str) -> None:
     if split not in SEED_START:
-        raise ValueError(f"split must be 'train' or 'test', got {split!r}")
+        raise ValueError(f"split must be one of {', '.join(map(repr, SEED_START))}, got {split!r}")
 
 
 class TextArenaEnv(SeededGame, MultiAgentTextEnv):
@@ -73,7 +74,7 @@ class TextArenaEnv(SeededGame, MultiAgentTextEnv):
     Args:
         game: the TextArena id (``textarena.make``'s, e.g. ``"TicTacToe-v0"``).
         num_players: players of the game (its own limits apply).
-        split: ``"train"`` or ``"test"``: the seeds ``options={"index": i}`` draws from.
+        split: ``"train"``, ``"test"`` or ``"validation"``: the seeds ``options={"index": i}`` draws from.
         game_kwargs: passed to ``textarena.make``.
 
     Raises:
@@ -174,7 +175,7 @@ class PettingZooTextEnv(SeededGame, MultiAgentTextEnv):
 
     Args:
         env: the PettingZoo ``AECEnv`` or ``ParallelEnv`` (not yet reset).
-        split: ``"train"`` or ``"test"``: the seeds ``options={"index": i}`` resets it with.
+        split: ``"train"``, ``"test"`` or ``"validation"``: the seeds ``options={"index": i}`` resets it with.
         max_turns, render_mode: as :class:`~turnrl.envs.multiagent.core.MultiAgentTextEnv`.
 
     Raises:
