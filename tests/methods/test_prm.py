@@ -18,7 +18,7 @@ from turnrl.rl.algorithms.base import CriticSpec
 from turnrl.rl.core.models import build_models
 from turnrl.rl.run.trainer import TrainConfig, Trainer
 from turnrl.rl.sources.base import Job
-from turnrl.rollout.play import play
+from turnrl.rollout.play import Playing, play
 from turnrl.types import SamplingParams
 
 TOK = tiny_tokenizer("chatml")
@@ -54,8 +54,8 @@ def prover(fix: str):
 
 def episode(reply: str, task: int = 0):
     agent = ScriptedAgent(TOK, lambda p: reply)
-    trajs, _ = play(agent, FN, {"split": "test"}, [Job(0, 0, task, 0)], seed=0,
-                    params=SamplingParams(temperature=0.0, max_new_tokens=200), max_context=2048, env_timeout=30)
+    how = Playing(SamplingParams(temperature=0.0, max_new_tokens=200), max_context=2048, env_timeout=30)
+    trajs, _ = play(agent, FN, {"split": "test"}, [Job(0, 0, task, 0)], seed=0, how=how)
     return trajs[0]
 
 

@@ -18,6 +18,7 @@ same batch seeds).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from turnrl.agents.base import SamplingParams, capabilities_of
@@ -51,45 +52,66 @@ def supports_episode_seeds(agent: Any) -> bool:
     return capabilities_of(agent).seeds
 
 
-def play(agent: Any, env_id: str, env_kwargs: dict[str, Any], jobs: Sequence[Job], *, seed: int,
-         params: SamplingParams, max_context: int, env_timeout: float | None,
-         per_episode_seeds: bool | Literal["auto"] = "auto", version: Callable[[], int] | None = None,
-         sink: Callable[[Trajectory], Any] | None = None, rewrite: Rewrite | None = None,
-         chunk: int = 0, group_id: Callable[[Job], str] | None = None,
-         metadata: Callable[[Job], dict[str, Any]] | None = None, continuous: bool = False,
-         context: ContextBudget | None = None, tree: TreeSpec | None = None) -> tuple[list[Trajectory], Rollout]:
+@dataclass(frozen=True)
+class Playing:
+    """How the episodes of a :func:`play` call are played: what every call of one run, evaluation or collection
+    shares (a per-call hook — the policy version, a sink, a rollout rewrite, the chunk, group ids, metadata — is an
+    argument of :func:`play` instead).
+
+    Attributes:
+        params: sampling parameters (their ``seed`` is replaced by each batch's, :func:`batch_seed`).
+        max_context: the longest context an episode may reach, in tokens (it is truncated there).
+        env_timeout: seconds an environment's step may take (``None``: no limit).
+        per_episode_seeds: each episode from its own stream; ``"auto"``: where the agent supports it.
+        continuous: continuous batching across turns (see :class:`Rollout`); episodes then always sample from their
+            own streams, so what they sample does not depend on when their turns joined the batch.
+        context: keep each context under a token budget by rewriting the history (see :class:`Rollout`).
+        tree: play each job as the root of a tree (:mod:`turnrl.rollout.tree`): its episode forks at the spec's
+            turns, and the job yields every leaf (``metadata["job"]`` the job's key, ``metadata["tree"]`` the leaf's
+            place; the tree's id is the job's key).
+    """
+
+    params: SamplingParams
+    max_context: int
+    env_timeout: float | None = None
+    per_episode_seeds: bool | Literal["auto"] = "auto"
+    continuous: bool = False
+    context: ContextBudget | None = None
+    tree: TreeSpec | None = None
+
+
+def play(agent: Any, env_id: str, env_kwargs: dict[str, Any], jobs: Sequence[Job], *, seed: int, how: Playing,
+         version: Callable[[], int] | None = None, sink: Callable[[Trajectory], Any] | None = None,
+         rewrite: Rewrite | None = None, chunk: int = 0, group_id: Callable[[Job], str] | None = None,
+         metadata: Callable[[Job], dict[str, Any]] | None = None) -> tuple[list[Trajectory], Rollout]:
     """Play ``jobs`` (all of one step and round) with ``agent`` in one batched token-exact :class:`Rollout`.
 
     Args:
         env_id, env_kwargs: the environment (one instance per job).
         seed: the run's seed (the module docstring's rule).
-        params: sampling parameters (their ``seed`` is replaced by the batch's).
-        per_episode_seeds: each episode from its own stream; ``"auto"``: where the agent supports it.
+        how: how the episodes are played (:class:`Playing`: sampling, limits, seeds, batching, context, trees).
         version: the policy version, recorded at each episode's start and end.
         sink: called with each finished episode (journals, progress bars).
         rewrite: a rollout hook that may replace sampled turns (an algorithm's, e.g. PAG's verdict exploration).
         chunk: which of several calls for one step and round this is (its batch seed; see the module docstring).
         group_id: the group of a job's episode (default :attr:`Job.group_id`: samples of one task in one round).
         metadata: extra metadata per job; ``metadata["job"]`` is always the job's key.
-        continuous: continuous batching across turns (see :class:`Rollout`); episodes then always sample from their
-            own streams, so what they sample does not depend on when their turns joined the batch.
-        context: keep each context under a token budget by rewriting the history (see :class:`Rollout`).
-        tree: play each job as the root of a tree (:mod:`turnrl.rollout.tree`): its episode forks at the spec's turns,
-            and the job yields every leaf (``metadata["job"]`` the job's key, ``metadata["tree"]`` the leaf's place;
-            the tree's id is the job's key).
 
     Returns:
         The Trajectories in job order (a tree's leaves in node order) and the rollout (its ``stats``).
     """
     if not jobs:
-        return [], Rollout(agent, params, max_context=max_context, env_timeout=env_timeout)
-    if per_episode_seeds == "auto" or continuous:
+        return [], Rollout(agent, how.params, max_context=how.max_context, env_timeout=how.env_timeout)
+    per_episode_seeds = how.per_episode_seeds
+    if per_episode_seeds == "auto" or how.continuous:
         per_episode_seeds = supports_episode_seeds(agent)
-    params = params.model_copy(update={"seed": batch_seed(seed, jobs[0].step, jobs[0].round, chunk)})
-    rollout = Rollout(agent, params, max_context=max_context, env_timeout=env_timeout, policy_version=version,
-                      sink=sink, rewrite=rewrite, continuous=continuous, context=context)
-    episodes = start_jobs(rollout, env_id, env_kwargs, jobs, seed=seed, per_episode_seeds=per_episode_seeds,
+    params = how.params.model_copy(update={"seed": batch_seed(seed, jobs[0].step, jobs[0].round, chunk)})
+    rollout = Rollout(agent, params, max_context=how.max_context, env_timeout=how.env_timeout,
+                      policy_version=version, sink=sink, rewrite=rewrite, continuous=how.continuous,
+                      context=how.context)
+    episodes = start_jobs(rollout, env_id, env_kwargs, jobs, seed=seed, per_episode_seeds=bool(per_episode_seeds),
                           group_id=group_id, metadata=metadata)
+    tree = how.tree
     if tree is not None:
         for ep in episodes:
             ep.traj.metadata["tree"] = {"root": ep.traj.metadata["job"]}

@@ -43,7 +43,7 @@ from turnrl.rl.run.eval_report import (  # noqa: F401 — re-exported: evaluatio
     write_report,
 )
 from turnrl.rl.sources.base import Job
-from turnrl.rollout.play import play
+from turnrl.rollout.play import Playing, play
 from turnrl.storage import write_jsonl
 from turnrl.types import Trajectory
 from turnrl.utils import code_version
@@ -305,10 +305,9 @@ def evaluate(
                 if player is not None:
                     trajs, tokens = player(chunk, env_kwargs, sink)
                 else:
-                    trajs, rollout = play(agent, env_id, env_kwargs, chunk, seed=seed, params=params,
-                                          max_context=max_context, env_timeout=env_timeout, sink=sink,
-                                          chunk=chunk[0].task,
-                                          group_id=lambda j: str(j.task), context=context)
+                    trajs, rollout = play(agent, env_id, env_kwargs, chunk, seed=seed,
+                                          how=Playing(params, max_context, env_timeout=env_timeout, context=context),
+                                          sink=sink, chunk=chunk[0].task, group_id=lambda j: str(j.task))
                     tokens = rollout.stats.generated_tokens
                 generated += tokens
                 for traj, job in zip(trajs, chunk):  # those the sink did not see (no job key)

@@ -25,7 +25,7 @@ from turnrl.envs.conformance.split_check import task_keys
 from turnrl.envs.registry import make
 from turnrl.rl.sources.base import Job
 from turnrl.rl.sources.replay import tokenizer_fingerprint
-from turnrl.rollout.play import play
+from turnrl.rollout.play import Playing, play
 from turnrl.storage import load, save, write_jsonl
 from turnrl.types import Trajectory
 
@@ -124,10 +124,11 @@ def rollout_dataset(agent: Any, agent_name: str, env_id: str, *, out: str | Path
         if on_episode is not None:
             on_episode(traj)
 
+    how = Playing(params, max_context, env_timeout=env_timeout)
     for c in range(0, len(todo), per_chunk):  # a chunk is named by its first task: a resumed run draws the same
         jobs = [Job(0, 0, i, s) for i in todo[c : c + per_chunk] for s in range(samples)]
-        trajs, _ = play(agent, env_id, env_kwargs, jobs, seed=seed, params=params, max_context=max_context,
-                        env_timeout=env_timeout, sink=sink, chunk=todo[c], group_id=lambda j: f"task-{j.task}",
+        trajs, _ = play(agent, env_id, env_kwargs, jobs, seed=seed, how=how, sink=sink, chunk=todo[c],
+                        group_id=lambda j: f"task-{j.task}",
                         metadata=lambda j: {"agent": agent_name, "tokenizer": fingerprint, "dataset": key,
                                             "task_index": j.task, "sample": j.sample,
                                             **({"item": items[j.task]} if j.task in items else {})})

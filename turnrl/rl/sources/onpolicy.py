@@ -29,7 +29,7 @@ from turnrl.rl.sources.reward import process_metrics, process_rewards, reward_me
 from turnrl.rl.sources.tasks import Sequential, group_success, make_sampler
 from turnrl.rollout.context import ContextBudget
 from turnrl.rollout.engine import Rollout
-from turnrl.rollout.play import batch_seed, play
+from turnrl.rollout.play import Playing, batch_seed, play
 from turnrl.rollout.tree import TreeSpec
 from turnrl.types import Trajectory
 
@@ -56,9 +56,10 @@ def play_jobs(cfg: TrainConfig, agent: Any, jobs: Sequence[Job], version: Callab
     params = SamplingParams(temperature=r.temperature, top_p=r.top_p, max_new_tokens=r.max_new_tokens)
     hook = get_algorithm(cfg.algorithm).rollout_hook(agent, r.temperature, batch_seed(cfg.seed, jobs[0].step,
                                                                                        jobs[0].round)) if jobs else None
-    return play(agent, cfg.env.id, cfg.env.kwargs, jobs, seed=cfg.seed, params=params, max_context=r.max_context,
-                env_timeout=r.env_timeout, per_episode_seeds=per_episode_seeds, version=version, sink=sink,
-                rewrite=hook, continuous=r.continuous_batching, context=context_budget(cfg), tree=tree_spec(cfg))
+    how = Playing(params, r.max_context, env_timeout=r.env_timeout, per_episode_seeds=per_episode_seeds,
+                  continuous=r.continuous_batching, context=context_budget(cfg), tree=tree_spec(cfg))
+    return play(agent, cfg.env.id, cfg.env.kwargs, jobs, seed=cfg.seed, how=how, version=version, sink=sink,
+                rewrite=hook)
 
 
 class LocalRunner:
