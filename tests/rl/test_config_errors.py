@@ -82,3 +82,30 @@ def test_a_nucleus_without_the_learners_old_logprobs_is_refused_with_what_to_set
     message = _error(path, ["rollout.top_p=0.9"])
     assert "rollout.top_p=0.9" in message and "optim.recompute_logprobs=true" in message and "\n" not in message
     load_config(path, ["rollout.top_p=0.9", "optim.recompute_logprobs=true"])  # accepted
+
+
+def test_opponents_are_read_once_at_load_into_their_kind_and_saved_as_written(tmp_path):
+    """multi_agent.opponent, eval_opponent and an extra evaluation's opponent are typed at load (an Opponent: the
+    string as written, with its kind), so a malformed script is a config error before anything runs, the league is
+    refused where a fixed opponent is needed, and the saved config reads exactly as the user wrote it."""
+    from turnrl.rollout.opponents import Opponent
+
+    assert [Opponent(n).kind for n in ("self", "league", "random", "perfect", "script:m:f", "hf:x", "run:out")] == [
+        "self", "league", "scripted", "scripted", "script", "agent", "agent"]
+    assert Opponent("league").is_policy and not Opponent("random").is_policy and Opponent("run:o").needs_model
+    path = tmp_path / "c.yaml"
+    game = "model: tiny:chatml\nenv: {id: turnrl/TicTacToe-v0}\n"
+    path.write_text(game + "multi_agent: {opponent: league, eval_opponent: 'script:my_players:fixed'}\n")
+    cfg = load_config(path, [])
+    ma = cfg.multi_agent
+    assert (ma.opponent.kind, ma.eval_opponent.kind, ma.held_out_opponent(cfg.env.id).kind) == (
+        "league", "script", "script")
+    assert cfg.model_dump(mode="json")["multi_agent"]["opponent"] == "league"  # saved as written
+    assert ma.held_out_opponent("turnrl/SolverCritic-v0") == "script:my_players:fixed"
+    assert cfg.multi_agent.not_held_out(cfg.env.id) is None  # a script is not the league the run trains against
+    path.write_text(game + "multi_agent: {opponent: 'script:my_players'}\n")
+    assert "is not of the form script:MODULE:FUNCTION" in _error(path)
+    path.write_text(game + "multi_agent: {eval_opponent: league}\n")
+    assert "the league is the training opponent" in _error(path)
+    path.write_text(BASE + "extra_evals: {games: {env: turnrl/TicTacToe-v0, opponent: league}}\n")
+    assert "the league is a training opponent" in _error(path)

@@ -30,6 +30,7 @@ from turnrl.cli.template_check import check_template_command
 from turnrl.cli.view import view_command
 from turnrl.envs.registry import entry_point_problems, registered, source_of
 from turnrl.plugins import Registry
+from turnrl.rollout.opponents import Opponent
 
 app = typer.Typer(help="turnrl: RL for multi-turn LLM agents.", no_args_is_help=True, add_completion=False)
 envs_app = typer.Typer(help="Environments: list, check and serve them.", no_args_is_help=True)
@@ -154,7 +155,7 @@ app.command()(rollout)
 def _opponent(h: dict[str, float], frozen: str = "self") -> str:
     """A step's opponent, as the progress line says it (``frozen``: the run's ``multi_agent.opponent``)."""
     v = h.get("opponent_version", -1.0)
-    return (frozen if frozen not in ("self", "league") else "self") if v < 0 else f"v{int(v)}"
+    return ("self" if Opponent(frozen).is_policy else frozen) if v < 0 else f"v{int(v)}"
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": False})

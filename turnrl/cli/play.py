@@ -108,7 +108,7 @@ def _play_game(env_id: str, kwargs: dict[str, Any], seed: int, index: int | None
     """A person in ``seat`` of a multi-agent game, ``opponent`` in the others (greedy, each from its own view)."""
     from turnrl.agents.base import SamplingParams
     from turnrl.envs.multiagent import make_multi_agent
-    from turnrl.rollout.opponents import SCRIPT_PREFIX, SCRIPTED, check_opponent, make_opponent
+    from turnrl.rollout.opponents import Opponent, check_opponent, make_opponent
     from turnrl.tokens import ChatRenderer
     from turnrl.types import Message
 
@@ -122,7 +122,7 @@ def _play_game(env_id: str, kwargs: dict[str, Any], seed: int, index: int | None
         fail(f"{env_id} has no seat {mine!r}; its seats: {', '.join(seats)}")
     try:
         check_opponent(opponent, env_id)
-        if opponent in SCRIPTED or opponent.startswith(SCRIPT_PREFIX):
+        if Opponent(opponent).kind in ("scripted", "script"):
             from turnrl.agents.tiny import tiny_tokenizer
 
             other = make_opponent(opponent, tiny_tokenizer("chatml"), seed)  # scripted: any tokenizer reads the text

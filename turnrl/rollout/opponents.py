@@ -2,18 +2,76 @@
 (docs/multi-agent.md): ``perfect`` and ``random`` (tic-tac-toe players that need no model,
 :func:`turnrl.envs.multiagent.tictactoe.text_player`), ``script:MODULE:FUNCTION`` (a player of any game that needs no
 model: ``FUNCTION(text)`` answers the text of its seat's view so far with its move; the module on ``sys.path`` or in
-the current folder), or any agent spec (``hf:PATH``, ``run:OUT_DIR``, ``openai:URL#MODEL``, …), loaded frozen."""
+the current folder), or any agent spec (``hf:PATH``, ``run:OUT_DIR``, ``openai:URL#MODEL``, …), loaded frozen.
+
+A run's config reads each opponent it names once, at load, into an :class:`Opponent` (a ``str`` with its
+:attr:`~Opponent.kind`: ``self``, ``league``, ``scripted``, ``script`` or ``agent``), which every consumer asks
+instead of testing the string against names again; whether a script's module imports or an agent loads is checked
+before a model loads (:func:`check_opponent`), not at load: a config is read on machines that may not hold them."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
-from turnrl.agents.base import Agent
+from pydantic import GetCoreSchemaHandler
+from pydantic_core import core_schema
 
+if TYPE_CHECKING:
+    from turnrl.agents.base import Agent
+
+OpponentKind = Literal["self", "league", "scripted", "script", "agent"]
 SCRIPTED = ("perfect", "random")
 SCRIPT_PREFIX = "script:"
+
+
+class Opponent(str):
+    """An opponent as written (a ``str``: it compares, prints and saves as the user wrote it), with its kind.
+
+    Raises (at load, as a config error):
+        ValueError: an empty name, or a ``script:`` that is not ``script:MODULE:FUNCTION``.
+    """
+
+    __slots__ = ()
+
+    def __new__(cls, name: str) -> Opponent:
+        name = str(name).strip()
+        if not name:
+            raise ValueError("an opponent needs a name: self, league, random, perfect, script:MODULE:FUNCTION or an "
+                             "agent spec (hf:PATH, run:OUT_DIR, openai:URL#MODEL)")
+        if name.startswith(SCRIPT_PREFIX):
+            module, sep, fn = name.removeprefix(SCRIPT_PREFIX).partition(":")
+            if not module or not sep or not fn or ":" in fn:
+                raise ValueError(f"opponent {name!r} is not of the form script:MODULE:FUNCTION (FUNCTION(text) -> "
+                                 "move)")
+        return super().__new__(cls, name)
+
+    @property
+    def kind(self) -> OpponentKind:
+        """Which of the module docstring's kinds this opponent is."""
+        if self in ("self", "league"):
+            return "self" if self == "self" else "league"
+        if self in SCRIPTED:
+            return "scripted"
+        return "script" if self.startswith(SCRIPT_PREFIX) else "agent"
+
+    @property
+    def is_policy(self) -> bool:
+        """The trained policy itself plays the other seats (``self``, or its past versions in a ``league``)."""
+        return self.kind in ("self", "league")
+
+    @property
+    def needs_model(self) -> bool:
+        """A frozen agent to load (``agent``): scripted and script players need none."""
+        return self.kind == "agent"
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler) -> core_schema.CoreSchema:
+        """Validated from a string (or an Opponent) once, at load; saved as the string."""
+        return core_schema.no_info_after_validator_function(
+            cls, core_schema.str_schema(),
+            serialization=core_schema.plain_serializer_function_ser_schema(str, when_used="always"))
 
 
 def script_player(name: str) -> Callable[[str], str]:
@@ -47,7 +105,7 @@ def make_opponent(name: str, tokenizer: Any, seed: int = 0, device: str = "cpu")
     Raises:
         ValueError: an agent spec that does not load (its message).
     """
-    if name in SCRIPTED or name.startswith(SCRIPT_PREFIX):
+    if Opponent(name).kind in ("scripted", "script"):
         from turnrl.agents.scripted import ScriptedAgent
         from turnrl.envs.multiagent.tictactoe import text_player
 
@@ -74,23 +132,24 @@ def check_opponent(name: str, env_id: str, timeout: float = 5.0) -> None:
     Raises:
         ValueError: the opponent cannot play, and why (with its address or path).
     """
-    if name.startswith(SCRIPT_PREFIX):
+    kind = Opponent(name).kind
+    if kind == "script":
         script_player(name)
         return
-    if name in SCRIPTED:
+    if kind == "scripted":
         if env_id != "turnrl/TicTacToe-v0":
             raise ValueError(f"opponent {name!r} is a tic-tac-toe player and {env_id} is another game: name self or "
                              "an agent spec")
         return
-    kind, sep, rest = name.partition(":")
-    if not sep or kind == "hf":
+    backend, sep, rest = name.partition(":")
+    if not sep or backend == "hf":
         from turnrl.agents.models import resolve_model_path
 
         try:
             resolve_model_path(rest if sep else name)
         except OSError as e:
             raise ValueError(f"opponent {name}: {e}") from None
-    elif kind == "openai":
+    elif backend == "openai":
         import httpx
 
         url = rest.partition("#")[0].rstrip("/")
@@ -101,7 +160,7 @@ def check_opponent(name: str, env_id: str, timeout: float = 5.0) -> None:
                              "it, or name another opponent") from None
         if answer.status_code in (401, 403) or answer.status_code >= 500:
             raise ValueError(f"opponent {name}: the endpoint {url} answers {answer.status_code} to GET /models")
-    elif kind == "run":
+    elif backend == "run":
         from pathlib import Path
 
         if not (Path(rest.partition("#")[0]) / "config.yaml").is_file():

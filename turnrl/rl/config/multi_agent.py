@@ -7,6 +7,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from turnrl.rollout.opponents import Opponent
+
 
 class LeagueConfig(BaseModel):
     """A pool of the policy's own past versions to play against (``opponent: league``).
@@ -41,12 +43,12 @@ class MultiAgentConfig(BaseModel):
     train_seats: list[str] | None = Field(None, description=(
         "the seats whose episodes train the policy (default: every seat). Against a frozen opponent the policy "
         "plays one of them per group of episodes, in turn by task and step, and the opponent the others"))
-    opponent: str = Field("self", description=(
+    opponent: Opponent = Field(Opponent("self"), description=(
         "who plays the other seats: self (the current policy: every seat is the policy), league (its past versions, "
         "see `league`), random or perfect (tic-tac-toe players that need no model), or a frozen agent spec "
         "(hf:PATH, run:OUT_DIR, openai:URL#MODEL)"))
     league: LeagueConfig = Field(default_factory=LeagueConfig)
-    eval_opponent: str | None = Field(None, description=(
+    eval_opponent: Opponent | None = Field(None, description=(
         "the opponent of the held-out evaluation: self, random or perfect (tic-tac-toe), or a frozen agent spec. "
         "One the run trains against (see eval_not_held_out) is refused before a model loads. Default: random on "
         "tic-tac-toe, else self (every seat the policy, as a cooperative game is played)"))
@@ -63,7 +65,7 @@ class MultiAgentConfig(BaseModel):
 
     @model_validator(mode="after")
     def _policies(self) -> MultiAgentConfig:
-        if self.eval_opponent == "league":
+        if self.eval_opponent is not None and self.eval_opponent.kind == "league":
             raise ValueError("multi_agent.eval_opponent: the league is the training opponent; held-out games need a "
                              "fixed one (random, perfect, self or an agent spec)")
         if self.policies is None:
@@ -81,24 +83,24 @@ class MultiAgentConfig(BaseModel):
                     raise ValueError(f"seat {seat!r} is played by two policies ({owner[seat]!r} and {name!r}): give "
                                      "each seat to one")
                 owner[seat] = name
-        if self.opponent != "self":
+        if self.opponent.kind != "self":
             raise ValueError(f"multi_agent.policies plays every seat with its own policy, so there is no opponent "
                              f"to set (opponent: {self.opponent!r}); drop `opponent`")
         if self.train_seats is not None:
             raise ValueError("multi_agent.policies trains every policy on its own seats: drop train_seats")
         return self
 
-    def held_out_opponent(self, env_id: str) -> str:
+    def held_out_opponent(self, env_id: str) -> Opponent:
         """``eval_opponent``, or its default for ``env_id``."""
         if self.eval_opponent is not None:
             return self.eval_opponent
-        return "random" if env_id == "turnrl/TicTacToe-v0" else "self"
+        return Opponent("random" if env_id == "turnrl/TicTacToe-v0" else "self")
 
     def trained_against(self) -> set[str]:
         """Who the run's policy trains against, as :func:`who` names them: ``self`` (the policy being trained, a past
         version of it, another trainable policy of the run) and ``start`` (its starting weights, which self-play
         and the league play at step 0), or the frozen opponent."""
-        if self.policies is not None or self.opponent in ("self", "league"):
+        if self.policies is not None or self.opponent.is_policy:
             return {"self", "start"}
         return {who(self.opponent)}
 
@@ -113,7 +115,7 @@ class MultiAgentConfig(BaseModel):
                                                             f" (the default on {env_id})")
         if self.policies is not None:
             trained = f"multi_agent.policies ({', '.join(self.policies)}), which train together"
-        elif self.opponent in ("self", "league"):
+        elif self.opponent.is_policy:
             trained = f"multi_agent.opponent {self.opponent!r}: the policy itself and its past versions"
         else:
             trained = f"multi_agent.opponent {self.opponent!r}"

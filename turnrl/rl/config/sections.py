@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from turnrl.lora import LoraConfig
 from turnrl.rl.config.cluster import RuntimeEnvConfig, check_resources
+from turnrl.rollout.opponents import Opponent
 
 if TYPE_CHECKING:
     from turnrl.rollout.tree import TreeSpec
@@ -39,9 +40,17 @@ class ExtraEvalConfig(BaseModel):
                      "(turnrl/SolverCritic-v0, the policy playing its seats)")
     kwargs: dict[str, Any] = Field(default_factory=dict, description=(
         "its keyword arguments; without a split, its held-out split (its validation split when validating)"))
-    opponent: str = Field("self", description=(
+    opponent: Opponent = Field(Opponent("self"), description=(
         "an environment with several agents: who plays the seats the policy does not — self (the policy in every "
         "seat: a cooperative game played by one policy), random or perfect (tic-tac-toe), or a frozen agent spec"))
+
+    @field_validator("opponent")
+    @classmethod
+    def _fixed(cls, opponent: Opponent) -> Opponent:
+        if opponent.kind == "league":
+            raise ValueError("the league is a training opponent; an evaluation needs a fixed one (self, random, "
+                             "perfect, script:MODULE:FUNCTION or an agent spec)")
+        return opponent
     seat: str | None = Field(None, description="an environment with several agents: the policy's seat (default: "
                              "every seat in turn)")
 

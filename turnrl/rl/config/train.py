@@ -185,7 +185,7 @@ class TrainConfig(BaseModel):
                 raise ValueError(f"extra_evals.{name}: name an evaluation with letters, digits, - and _ (it names its "
                                  "folder OUT_DIR/NAME and its figures eval_NAME_*), other than eval, train and "
                                  "validation")
-            if not is_multi_agent(extra.env) and (extra.opponent != "self" or extra.seat is not None):
+            if not is_multi_agent(extra.env) and (extra.opponent.kind != "self" or extra.seat is not None):
                 raise ValueError(f"extra_evals.{name}: {extra.env} has one agent: drop opponent and seat")
         if self.extra_evals and (self.multi_agent is not None or self.program is not None):
             raise ValueError("extra_evals evaluates the run's one policy on other environments; runs of a game and "

@@ -86,7 +86,7 @@ class ExtraEvals:
                 continue
             out = Path(cfg.out_dir) / p.name / folder / step
             if p.several:
-                if p.opponent != "self" and p.name not in self._opponents:
+                if p.opponent.kind != "self" and p.name not in self._opponents:
                     self._opponents[p.name] = self._opponent(p.opponent)
                 m = evaluate_multi_agent(agent, p.env, kwargs, opponent=self._opponents.get(p.name, "self"),
                                          seat=p.seat, episodes=n, seed=cfg.seed, params=params,

@@ -20,6 +20,7 @@ from typing import Any
 
 from turnrl.envs.multiagent.registry import is_multi_agent
 from turnrl.rl.run.evaluate import held_out_kwargs, run_eval_kwargs
+from turnrl.rollout.opponents import Opponent
 from turnrl.types import Trajectory
 
 
@@ -261,7 +262,7 @@ class Planned:
     several: bool  # an environment with several agents
     kwargs: dict[str, Any]
     validation: dict[str, Any] | None
-    opponent: str
+    opponent: Opponent
     seat: str | None
 
 

@@ -193,7 +193,7 @@ class Trainer:
                                      "only: set validate_every")
                 kwargs, episodes = {**kwargs, "split": self._validation_split}, self.cfg.validation_tasks
             name = ma.held_out_opponent(self.cfg.env.id)
-            if self._eval_opponent is None and name != "self":  # built once, on the policy's device
+            if self._eval_opponent is None and name.kind != "self":  # built once, on the policy's device
                 from turnrl.rollout.opponents import make_opponent
 
                 self._eval_opponent = make_opponent(name, self.agent.tokenizer, self.cfg.seed, str(self.device))

@@ -112,10 +112,10 @@ class Opponents:
 
     def __init__(self, cfg: MultiAgentConfig, agent: Any, seed: int) -> None:
         self.cfg, self.agent, self.seed = cfg, agent, seed
-        self.league = League(cfg.league, seed) if cfg.opponent == "league" else None
+        self.league = League(cfg.league, seed) if cfg.opponent.kind == "league" else None
         self._past = PastSelf(agent) if self.league is not None else None
         self._frozen: Agent | None = None
-        if cfg.opponent not in ("self", "league"):
+        if not cfg.opponent.is_policy:
             device = str(next(agent.model.parameters()).device) if capabilities_of(agent).local_model else "cpu"
             self._frozen = make_opponent(cfg.opponent, agent.tokenizer, seed, device)
 

@@ -206,8 +206,9 @@ class MultiAgentSource(OnPolicySource):
         self.env = make_multi_agent(cfg.env.id, **cfg.env.kwargs)  # a probe: seats, the number of starting states
         seats_of(cfg, self.env)  # unknown seats and opponents that cannot play fail before a model loads
         ma = cfg.multi_agent or MultiAgentConfig()
-        for name in {ma.opponent, ma.held_out_opponent(cfg.env.id)} - {"self", "league"}:
-            check_opponent(name, cfg.env.id)
+        for name in {ma.opponent, ma.held_out_opponent(cfg.env.id)}:
+            if not name.is_policy:
+                check_opponent(name, cfg.env.id)
         if type(algorithm).rollout_hook is not Algorithm.rollout_hook:
             raise ValueError(f"algorithm {cfg.algorithm.name!r} rewrites its episodes while they are played, which "
                              "games with several agents do not support: use grpo, rloo, dapo, ppo or reinforce++")
@@ -228,7 +229,7 @@ class MultiAgentSource(OnPolicySource):
         else:  # the league lives here, with the learner's weights; each step's draw goes to the workers
             self._make_runner = parts.runner
             ma = self.cfg.multi_agent or MultiAgentConfig()
-            if ma.opponent == "league":
+            if ma.opponent.kind == "league":
                 self.opponents = Opponents(ma, parts.agent, self.cfg.seed)
             self._version = parts.version
 
