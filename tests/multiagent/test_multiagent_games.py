@@ -351,3 +351,34 @@ def test_a_game_of_ones_own_without_a_length_trains_on_seeds(tmp_path, one_threa
     assert training and all(s is not None and s < SEEDS_PER_SPLIT for s in training)
     held = [s for s in Coin.seeds if s is not None and s >= SEED_START["test"]]
     assert len(held) == 4 * 2 and not set(held) & set(training)  # two evaluations (steps 0 and 1), four games each
+
+
+def test_a_random_legal_player_of_a_textarena_game_that_lists_its_moves_is_the_held_out_floor(tmp_path, monkeypatch):
+    """TextArena's tic-tac-toe and Kuhn poker list the legal moves each turn: examples/textarena_players.py's random
+    legal player plays whole games of them with no invalid move, and a held-out evaluation against it reports its own
+    figure from the same seeds as the floor; a game that lists none (ConnectFour) has no floor."""
+    from turnrl.envs.multiagent.external import listed_moves, random_legal_player
+
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+    from textarena_players import first_legal, random_legal
+
+    assert listed_moves("Available Moves: '[0]', '[4]'\nthen\nAvailable Moves: '[4]', '[8]'") == ["[4]", "[8]"]
+    assert listed_moves("[GAME] Your available actions are: '[check]', '[bet]'") == ["[check]", "[bet]"]
+    assert listed_moves("no list here") == [] and first_legal("no list") == ""
+    tok = tiny_tokenizer("chatml")
+    for game in ("TicTacToe-v0", "KuhnPoker-v0"):
+        env = make_multi_agent(f"textarena:{game}", split="test")
+        assert callable(env.random_player)
+        team = {s: ScriptedAgent(tok, random_legal_player(i)) for i, s in enumerate(env.possible_agents)}
+        trajs = MultiAgentRollout(team, SamplingParams(temperature=0.0, max_new_tokens=8), max_context=4096).run(
+            [env], seeds=[0], options=[{"index": 0}])
+        assert all(t.metadata["outcome"] in ("win", "loss", "draw") for t in trajs), [t.metadata for t in trajs]
+        assert all(t.metadata["invalid_moves"] == 0 for t in trajs)
+    assert make_multi_agent("textarena:ConnectFour-v0").random_player is None
+    agent = ScriptedAgent(tok, first_legal)
+    m = evaluate_multi_agent(agent, "textarena:TicTacToe-v0", {"split": "test"}, episodes=4, seed=0,
+                             opponent=ScriptedAgent(tok, random_legal), opponent_label="random legal",
+                             opponent_checked=True, out_dir=tmp_path / "eval")
+    assert m["floor"]["player"] == "random legal moves" and m["floor"]["episodes"] == 4
+    assert (tmp_path / "eval" / "floor" / "items.jsonl").is_file() and m["floor_win_rate"] == m["floor"]["win_rate"]
+    assert m["held_out"] == "opponent only" and m["invalid_moves_mean"] == 0 and m["distinct_items"] == 4  # empty board

@@ -155,6 +155,7 @@ def test_every_config_trains_one_step_with_the_tiny_model(path, tmp_path, monkey
     from turnrl.rl.run.trainer import Trainer
 
     monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(REPO))  # as from the repository, where a config finds examples/ (its players)
     cfg = load_config(path)
     source = algorithm_class(cfg.algorithm.name).source_class()
     over = ["model=tiny:chatml", "steps=1", "eval_tasks=1", "eval_every=0", f"out_dir={tmp_path / 'run'}",

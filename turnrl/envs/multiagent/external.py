@@ -23,9 +23,40 @@ plays deals and boards training never saw, and a run's ``validate_every`` choose
 
 from __future__ import annotations
 
+import random
+import re
+from collections.abc import Callable
 from typing import Any, Literal
 
 from turnrl.envs.multiagent.core import SEED_START, SEEDS_PER_SPLIT, MultiAgentTextEnv, split_seed
+
+#: TextArena games whose every turn lists the legal moves (``Available Moves: '[0]', '[1]'`` or ``Your available
+#: actions are: '[check]', '[bet]'``): a random *legal* player of them needs no knowledge of their rules, so their
+#: held-out evaluations report its figure as the floor to beat (:meth:`TextArenaEnv.random_player`)
+LISTS_MOVES = ("TicTacToe-v0", "KuhnPoker-v0")
+#: TextArena games whose every game starts from the same state whatever its seed (an empty board): their held-out
+#: games hold out the opponent only, and their evaluations say so (``TextArenaEnv.held_out_states``)
+SAME_START = ("TicTacToe-v0", "ConnectFour-v0")
+_LISTED = re.compile(r"[Aa]vailable (?:[Mm]oves|actions)(?: are)?:\s*((?:'\[[^\]]*\]'(?:,\s*)?)+)")
+
+
+def listed_moves(text: str) -> list[str]:
+    """The legal moves the last list in ``text`` names (``['[0]', '[4]']``); [] where it lists none."""
+    found = _LISTED.findall(text)
+    return re.findall(r"'(\[[^\]]*\])'", found[-1]) if found else []
+
+
+def random_legal_player(seed: int = 0) -> Callable[[str], str]:
+    """A player of uniformly random legal moves of a game that lists them (:data:`LISTS_MOVES`), as a function of
+    the text a seat was told, drawing from its own stream of ``seed``; an empty move where the text lists none (the
+    game counts it invalid)."""
+    rng = random.Random(seed)
+
+    def move(text: str) -> str:
+        moves = listed_moves(text)
+        return rng.choice(moves) if moves else ""
+
+    return move
 
 
 def _outcomes(rewards: dict[Any, float]) -> dict[Any, str]:
@@ -84,7 +115,7 @@ class TextArenaEnv(SeededGame, MultiAgentTextEnv):
 
     possible_agents: list[str] = []  # noqa: RUF012 — set per game
 
-    def __init__(self, game: str, *, num_players: int = 2, split: Literal["train", "test"] = "train",
+    def __init__(self, game: str, *, num_players: int = 2, split: Literal["train", "test", "validation"] = "train",
                  max_turns: int | None = None, render_mode: str | None = None, **game_kwargs: Any) -> None:
         _check_split(split)
         try:
@@ -102,6 +133,20 @@ class TextArenaEnv(SeededGame, MultiAgentTextEnv):
         super().__init__(max_turns=max_turns, render_mode=render_mode)
         self.game: Any = None
         self.raw: Any = None  # the game under its wrappers: its observations are each player's new ones
+        # the floor of a held-out evaluation (a random legal player), for the games that list their legal moves
+        self.random_player: Callable[[int], Callable[[str], str]] | None = (
+            random_legal_player if game in LISTS_MOVES else None)
+        if game in SAME_START:  # what its held-out games hold out: the opponent only (the evaluation says so)
+            self.held_out_states = self._same_start
+
+    def _same_start(self) -> Any:
+        """``held_out_states()`` of a game of :data:`SAME_START` (the attribute exists on those alone: another
+        TextArena game's evaluation reads its test seeds as held out, as the game declares them, and claims no more —
+        Kuhn poker's six deals, say, are dealt under training seeds too)."""
+        from turnrl.envs.multiagent.tictactoe import HeldOutStates
+
+        return HeldOutStates(False, ("the empty board",), f"TextArena's {self.game_id} starts every game from the "
+                             "empty board, whatever its seed: only the opponent is held out")
 
     def _reset(self, options: dict[str, Any]) -> None:
         index = options.get("index")
@@ -185,7 +230,7 @@ class PettingZooTextEnv(SeededGame, MultiAgentTextEnv):
 
     possible_agents: list[str] = []  # noqa: RUF012 — the wrapped environment's
 
-    def __init__(self, env: Any, *, split: Literal["train", "test"] = "train", max_turns: int | None = None,
+    def __init__(self, env: Any, *, split: Literal["train", "test", "validation"] = "train", max_turns: int | None = None,
                  render_mode: str | None = None) -> None:
         from pettingzoo import AECEnv, ParallelEnv
 
