@@ -2,6 +2,9 @@
 
 This is the text-only loop for demos, tests and scripted agents. The token-exact rollout that training uses
 (generation batched over many episodes, token ids and logprobs) lives in ``turnrl.rollout.engine``.
+
+Its namesake :mod:`turnrl.rollout.episode` is the same concept a layer up: an episode in the token-exact rollout
+that training uses.
 """
 
 from __future__ import annotations

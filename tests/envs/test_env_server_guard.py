@@ -26,7 +26,7 @@ import turnrl
 import turnrl.tools
 from turnrl.envs.core import Task
 from turnrl.envs.remote import RemoteEnvError
-from turnrl.envs.remote.guard import is_loopback
+from turnrl.envs.remote.access import is_loopback
 from turnrl.envs.remote.server import EnvServer
 from turnrl.envs.tool_env import ToolEnv
 

@@ -7,6 +7,7 @@ the page, or a module moved or deleted while the page still names it, fails here
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
@@ -49,3 +50,28 @@ def test_every_module_path_on_the_architecture_page_exists():
              if not ((REPO if path.startswith(REPO_FOLDERS) else PACKAGE) / path).is_file()]
     assert not stale, ("paths in docs/ARCHITECTURE.md that name no file (relative to turnrl/; tests/, examples/, "
                        "scripts/ and bench/ relative to the repository):\n  " + "\n  ".join(stale))
+
+
+#: module names every room may use for its own (a room's contract, its core, its registry, a method's algorithm, its
+#: source and its commands): two of them in different rooms are two rooms' own, not a concept named twice
+ROOM_NAMES = {"__init__", "__main__", "base", "core", "registry", "algorithm", "source", "cli"}
+
+
+def test_two_modules_of_one_name_say_why_each_names_the_other():
+    """No two modules of one name in different rooms unless they are the same concept at two layers (or, as ``cli/``
+    names a module after its command, the name is the room's rule): each says so by naming its namesakes in its
+    docstring — so a reader of one knows where the other is and how they differ."""
+    by_name: dict[str, list[Path]] = {}
+    for path in sorted((REPO / "turnrl").rglob("*.py")):
+        by_name.setdefault(path.stem, []).append(path)
+    twins = {n: paths for n, paths in by_name.items() if len(paths) > 1 and n not in ROOM_NAMES}
+    assert len(twins) >= 10, sorted(twins)  # the walk found them
+    silent = []
+    for paths in twins.values():
+        for path in paths:
+            doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or ""
+            for other in paths:
+                dotted = ".".join(other.relative_to(REPO).with_suffix("").parts)
+                if other != path and dotted not in doc:
+                    silent.append(f"{path.relative_to(REPO)} does not name {dotted}")
+    assert not silent, "modules of one name that do not name each other in their docstrings:\n  " + "\n  ".join(silent)

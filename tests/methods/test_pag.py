@@ -686,7 +686,7 @@ def test_every_verifier_turn_is_rewarded_with_its_verdict():
 def test_a_comparing_check_subtracts_the_answer_and_its_verdict_reads_the_difference():
     """--compare: the check in two calls — the calculation, then the calculator on check − answer — and a verdict
     that states the difference; the check figures still judge the first call's result."""
-    from turnrl.methods.pag.checks import checking_rows, generate_checks
+    from turnrl.methods.pag.check_rows import checking_rows, generate_checks
 
     tok = tiny_tokenizer("chatml")
 
@@ -740,7 +740,7 @@ def test_checking_warm_up_rows_call_the_tool_then_give_the_true_verdict(tmp_path
     from typer.testing import CliRunner
 
     from turnrl.cli import app
-    from turnrl.methods.pag.checks import CheckingTeacher, checking_rows, generate_checks
+    from turnrl.methods.pag.check_rows import CheckingTeacher, checking_rows, generate_checks
     from turnrl.storage import load
 
     tok = tiny_tokenizer("chatml")
@@ -793,7 +793,7 @@ def test_checking_warm_up_rows_call_the_tool_then_give_the_true_verdict(tmp_path
 
 
 def test_gsm8k_pag_verifies_with_the_calculator_on_its_last_calculation():
-    from turnrl.methods.pag.checks import check_call, check_verdict
+    from turnrl.methods.pag.check_rows import check_call, check_verdict
 
     env = turnrl.make("turnrl/GSM8K-PAG-v0", calculator=True, tool_style="tags", verify_tools=True)
     env.reset(seed=0)

@@ -15,7 +15,7 @@ from turnrl.agents.tiny import tiny_model, tiny_tokenizer
 from turnrl.methods.prm.labels import PRMDataError, check_env, label_episodes, label_prefixes
 from turnrl.methods.prm.model import ProcessRewardModel, dense_rewards, line_ends, load_into, targets
 from turnrl.rl.algorithms.base import CriticSpec
-from turnrl.rl.core.models import build_models
+from turnrl.rl.core.extra_models import build_models
 from turnrl.rl.run.trainer import TrainConfig, Trainer
 from turnrl.rl.sources.base import Job
 from turnrl.rollout.play import Playing, play

@@ -3,6 +3,9 @@
 What the environment and the agent wrote is printed as text, never read as rich markup (a ``[dim]`` in a message or
 a tool result stays as written); turnrl's own labels are styled on a terminal and plain text in a pipe. Read from a
 pipe, each turn is echoed after its prompt, so the transcript shows what was played.
+
+Its namesake :mod:`turnrl.rollout.play` is another concept: the function that plays a batch of jobs with a policy
+(``cli/`` names each module after its command).
 """
 
 from __future__ import annotations

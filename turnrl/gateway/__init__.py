@@ -4,7 +4,7 @@ exact tokens.
 * :mod:`turnrl.gateway.server` — :class:`Gateway`, the HTTP server (sessions, token-exact prompts, batching);
 * :mod:`turnrl.gateway.history` — chat prompts that reuse the sampled tokens, and template drift;
 * :mod:`turnrl.gateway.record` — a session's calls → one episode (segments where the history was rewritten);
-* :mod:`turnrl.gateway.engine` — one agent serving many threads in shared batches;
+* :mod:`turnrl.gateway.shared_engine` — one agent serving many threads in shared batches;
 * :mod:`turnrl.gateway.program` — user programs (functions or commands), their results and timeouts;
 * :mod:`turnrl.gateway.runner` — jobs played by a program, for training and evaluation.
 """

@@ -18,7 +18,7 @@ and Anthropic's ``POST /v1/messages``; ``tools``, streaming, ``n``, logprobs —
   keeps its responses for ``previous_response_id`` until it closes (a continuation extends the same sampled tokens).
   One session speaks one dialect (Chat Completions, Responses or Messages): a call in another is refused with a 409
   naming both, and what the session recorded stays.
-* **Batching.** Concurrent sessions share the policy's generation calls (:mod:`turnrl.gateway.engine`).
+* **Batching.** Concurrent sessions share the policy's generation calls (:mod:`turnrl.gateway.shared_engine`).
 * **Several policies.** A gateway may serve several agents of one episode (the seats of a game, docs/multi-agent.md):
   ``Gateway(agent, policies={"X": agent_x, "O": agent_o})`` and ``open(session, policy="X")``; each session is
   answered by its own policy (its own engine and version) and recorded on its own, and a client never picks another
@@ -33,6 +33,9 @@ samples from its own stream, whatever seed a request names: call k of a session 
 seed ``turn_seed(s, k)`` (``turnrl.utils``), as turn k of a native turnrl episode with sample seed s does (a program
 that always sends the same seed would otherwise give every sample of a group the same tokens); other sessions honour
 the request's. A key is always required (one is made when none is given).
+
+Its namesakes are the other servers, each its room's: :mod:`turnrl.serving.server` (a policy behind the same APIs,
+no training) and :mod:`turnrl.envs.remote.server` (environments, not policies).
 """
 
 from __future__ import annotations
@@ -50,9 +53,9 @@ from werkzeug.routing import Rule
 from werkzeug.wrappers import Request
 
 from turnrl.agents.base import Completion, SamplingParams, end_of_turn_ids
-from turnrl.gateway.engine import Engine
 from turnrl.gateway.history import ChatHistory, Match
 from turnrl.gateway.record import Call
+from turnrl.gateway.shared_engine import Engine
 from turnrl.serving.openai_api import APIError, chat_messages
 from turnrl.serving.responses_api import ResponseStore
 from turnrl.serving.server import AgentServer

@@ -1,4 +1,7 @@
-"""An episode in play and a rollout's running figures: the state :class:`~turnrl.rollout.engine.Rollout` keeps."""
+"""An episode in play and a rollout's running figures: the state :class:`~turnrl.rollout.engine.Rollout` keeps.
+
+Its namesake :mod:`turnrl.episode` is the same concept a layer down: one episode at the text level, for demos and
+scripted agents."""
 
 from __future__ import annotations
 

@@ -18,6 +18,9 @@ Bad input is an answer: an environment that raises, or a frozen policy whose ``g
 went away; a trained policy's failure is raised), ends the episodes concerned (``Trajectory.error`` on every seat's
 view, naming the policy; nothing else lost); a seat whose context would pass ``max_context`` ends the episode
 truncated.
+
+Its namesake :mod:`turnrl.rl.sources.multi` is the same concept a layer up: the experience source that plays these
+rollouts for training.
 """
 
 from __future__ import annotations

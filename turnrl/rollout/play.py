@@ -13,6 +13,9 @@ Seeding rule, for run seed ``seed`` and a :class:`~turnrl.rollout.job.Job` (step
 Evaluation and collection play step 0, round 0, so a sampled evaluation and a collected dataset draw the same
 episode for task ``i``, sample ``s``; their chunks are numbered by their first task (a resumed collection draws the
 same batch seeds).
+
+Its namesake :mod:`turnrl.cli.play` is another concept, named after its command as every module of ``cli/`` is: a
+person playing an environment from a terminal.
 """
 
 from __future__ import annotations

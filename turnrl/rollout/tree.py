@@ -14,6 +14,8 @@ Every leaf is a token-exact :class:`~turnrl.types.Trajectory` whose ``metadata["
 * ``branch_turns``: the turn index at which each node after the root begins (turn ``t`` of the leaf belongs to the
   edge into ``path[j]``, j the number of branch turns ≤ t), so that the tokens of each turn can be given the
   advantage of its node (:func:`turnrl.rl.formulas.tree.tree_advantages`).
+
+Its namesake :mod:`turnrl.rl.formulas.tree` is the same concept a layer up: the advantages of the trees played here.
 """
 
 from __future__ import annotations

@@ -22,6 +22,9 @@ KEY``: the ``anthropic`` SDK has sent its key either way); listening on anything
 Subclasses (the training gateway, :mod:`turnrl.gateway`) add routes and a per-request context through
 :meth:`AgentServer.rules`, :meth:`~AgentServer.context`, :meth:`~AgentServer.chat_prompt`,
 :meth:`~AgentServer.generate`, :meth:`~AgentServer.answered` and :meth:`~AgentServer.response_store`.
+
+Its namesakes are the other servers, each its room's: :mod:`turnrl.gateway.server` (the same APIs, every call
+recorded for training) and :mod:`turnrl.envs.remote.server` (environments, not policies).
 """
 
 from __future__ import annotations

@@ -10,6 +10,9 @@ that has gone away come back as ``ok=False`` outputs, never as exceptions.
 One connection per server (command or URL) is shared by every environment in the process; calls run concurrently
 over it. A server's state is therefore shared by all episodes: an environment whose tools change state must give
 each episode its own (a key in the arguments, or a reset tool its ``reset`` calls).
+
+Its namesake :mod:`turnrl.envs.remote.mcp` is the other side of the same protocol: an environment server offering
+its tools over MCP.
 """
 
 from __future__ import annotations

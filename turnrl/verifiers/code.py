@@ -8,6 +8,9 @@ error and where it was raised, ready to show the model.
 The tests run in the hardened harness ``turnrl/verifiers/harness.py`` (see ``docs/REWARD_HACKING.md``): the verdict
 cannot be forged or skipped by the code under test, values it returns must be plain, and what it tried is reported
 in ``details["tampering"]`` (a count; ``details["tampering_events"]`` names them). Any tampering scores 0.
+
+Its namesake :mod:`turnrl.envs.builtin.code` is the same concept a layer up: the environments that pose code tasks
+and grade them here.
 """
 
 from __future__ import annotations

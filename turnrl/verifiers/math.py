@@ -7,6 +7,9 @@ Answers whose evaluation could hang the verifier (power towers, huge exponents o
 eagerly, holding the GIL, so no timeout can stop it) are refused unparsed as ``too_complex``. Where the reference
 is a plain number, an answer that is still a calculation (``41 * 7 - 56``, ``\frac{558}{6}``; a simple fraction is
 allowed for a decimal reference: ``\frac{1}{2}`` for 0.5) is ``unevaluated``.
+
+Its namesake :mod:`turnrl.envs.builtin.math` is the same concept a layer up: the environments that pose math tasks
+and grade them here.
 """
 
 from __future__ import annotations

@@ -13,6 +13,9 @@ a failure is answered with the failing assertion and the error, and the model ma
 hardened harness of :func:`turnrl.verifiers.code.run_tests`: the entry point must return plain values, HumanEval's
 tests use the prompt's own helper functions (a solution cannot redefine them), and tampering scores 0
 (``info["metrics"]["tampering"]`` counts what was refused).
+
+Its namesake :mod:`turnrl.verifiers.code` is the same concept a layer down: the grading of a code answer, which
+these environments call.
 """
 
 from __future__ import annotations

@@ -2,6 +2,9 @@
 
 ``turnrl/GSM8K-v0`` and ``turnrl/MATH500-v0`` read their data as described in :mod:`turnrl.envs.data`;
 ``turnrl/Arithmetic-v0`` (:mod:`turnrl.envs.builtin.arithmetic`) generates its own.
+
+Its namesake :mod:`turnrl.verifiers.math` is the same concept a layer down: the grading of a math answer, which
+these environments call.
 """
 
 from __future__ import annotations

@@ -17,6 +17,9 @@ Methods:
 Errors are JSON-RPC errors: ``-32700`` a body that is not JSON, ``-32600`` not a request, ``-32601`` an unknown
 method, ``-32602`` bad parameters (an unknown session or tool arguments that are not an object), ``-32603`` the
 environment failed or ran past its time.
+
+Its namesake :mod:`turnrl.tools.mcp` is the other side of the same protocol: turnrl as an MCP client of someone
+else's tools.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from turnrl.envs.remote import protocol as p
-from turnrl.envs.remote.guard import client_of, read_body
+from turnrl.envs.remote.access import client_of, read_body
 from turnrl.envs.remote.mcp import McpSessions
 from turnrl.envs.remote.session import DaemonThreads, Limits, Refused, Session, dumps
 

@@ -27,7 +27,10 @@ environment's state is then unknown); a session idle for ``idle_timeout`` is clo
 
 With ``api_key`` (required off loopback) every route, ``/ws`` and ``/mcp`` included, answers a request without the key
 401 before anything runs; bodies and WebSocket messages hold at most ``max_request_bytes`` (413 / close 1009). See
-:mod:`turnrl.envs.remote.guard`.
+:mod:`turnrl.envs.remote.access`.
+
+Its namesakes are the other servers, each its room's: :mod:`turnrl.serving.server` and :mod:`turnrl.gateway.server`
+(policies behind OpenAI's and Anthropic's APIs, not environments).
 """
 
 from __future__ import annotations
@@ -47,7 +50,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from turnrl.asgi import ListeningApp
 from turnrl.envs.remote import protocol as p
-from turnrl.envs.remote.guard import TOO_LARGE, ClientQuota, KeyGuard, client_of, require_key
+from turnrl.envs.remote.access import TOO_LARGE, ClientQuota, KeyGuard, client_of, require_key
 from turnrl.envs.remote.mcp import McpSessions
 from turnrl.envs.remote.plain_http import PlainHttp
 from turnrl.envs.remote.session import DaemonThreads, Limits, Refused, Session, doc_line, dumps
@@ -198,7 +201,7 @@ class EnvServer(PlainHttp):
 
     def app(self) -> Any:
         """The ASGI application (any ASGI server can run it; :meth:`start` runs it with uvicorn): the routes behind
-        the key check (:class:`~turnrl.envs.remote.guard.KeyGuard`)."""
+        the key check (:class:`~turnrl.envs.remote.access.KeyGuard`)."""
         routes: list[Any] = [Route("/", self._index, methods=["GET"])]
         for prefix, env_id in [("", self.env_ids[0])] + [(f"/{i}", i) for i in self.env_ids]:
             routes += [

@@ -83,7 +83,7 @@ def pag_checks_command(
     tool (its oracle calculation) and giving the true verdict; the verifier steps become SWiRL step rows, filtered
     step by step and balanced between right and wrong first answers. Train them with algorithm.name sft, then pag
     (env.kwargs verify_tools: true) with init_from that run."""
-    from turnrl.methods.pag.checks import checking_rows, generate_checks
+    from turnrl.methods.pag.check_rows import checking_rows, generate_checks
     from turnrl.storage import save
 
     env_kwargs = parse_kwargs(kw)

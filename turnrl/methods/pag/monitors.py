@@ -2,7 +2,10 @@
 "correct" or almost always "wrong", the two failure modes of PAG's ablations (final-only reward; no turn independence).
 Run after every step by :func:`turnrl.rl.run.monitors.check_health` (declared under the ``turnrl.monitors`` entry
 point group in pyproject.toml); it reads the figures the self-verification environments report
-(:mod:`turnrl.envs.formats.self_verify_metrics`)."""
+(:mod:`turnrl.envs.formats.self_verify_metrics`).
+
+Its namesake :mod:`turnrl.rl.run.monitors` is the same concept a layer down: the registry these monitors plug into,
+and the run's own."""
 
 from __future__ import annotations
 

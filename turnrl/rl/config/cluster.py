@@ -7,6 +7,9 @@ and learner ranks ask for (``ray.worker_resources``, ``learner.rank_resources``:
 Only the form is checked here: a worker or rank validates the run's config again on its own node, where the
 driver's folders need not exist, so whether ``working_dir`` is a folder is the driver's check, made when the run
 starts.
+
+Its namesake :mod:`turnrl.rl.placement.cluster` is the same concept a layer up: the cluster this section describes,
+connected and checked.
 """
 
 from __future__ import annotations

@@ -5,6 +5,9 @@ Without it, an episode's reward is its environment's own (the env's rule verifie
 that rule or to a generative judge that reads the question, the reference answer and the episode's final reply::
 
     reward: {judge: policy, route: {arith-l1: rule, hotpotqa: judge}, default: auto}
+
+Its namesake :mod:`turnrl.rl.formulas.rewards` is the same concept a layer down: the reward shaping these options
+configure, as pure functions.
 """
 
 from __future__ import annotations

@@ -48,7 +48,7 @@ class Forward:
 
 @dataclass(frozen=True)
 class CriticSpec:
-    """The critic an algorithm needs, built by the run (:mod:`turnrl.rl.core.models`), never by the learner.
+    """The critic an algorithm needs, built by the run (:mod:`turnrl.rl.core.extra_models`), never by the learner.
 
     Attributes:
         model: None for a value head on the policy's own features; else an agent spec of a separate critic

@@ -27,9 +27,9 @@ from turnrl.rl.config import TrainConfig
 from turnrl.rl.core.batch import Batch, collate, untrainable
 from turnrl.rl.core.critic import SeparateCritic, ValueHead
 from turnrl.rl.core.experience import Experience, Forward, Objective
+from turnrl.rl.core.extra_models import Models, build_models
 from turnrl.rl.core.forward import counted_tokens, forward_tokens, token_logprobs
 from turnrl.rl.core.learner_state import WeightsAndState
-from turnrl.rl.core.models import Models, build_models
 from turnrl.rl.core.staleness import lag0_gap, logp_diff_by_lag, staleness_metrics
 from turnrl.types import Trajectory
 from turnrl.weights import mark_weights_changed

@@ -9,6 +9,8 @@ metrics are every policy's under ``{policy}/…`` plus, for the driver, the guar
 all policies (sums of counts, maxima of ``*_max``, means over tokens of the figures whose token count is reported —
 the lag-0 gap the guard holds is the gap over all policies' lag-0 tokens, as one learner would report it — and means
 of the rest). The guard also holds each policy's own figures: a policy whose gap a mean over all would hide fires it.
+
+Its namesake :mod:`turnrl.rl.run.policies` is the same concept a layer up: the run building these policies' models.
 """
 
 from __future__ import annotations

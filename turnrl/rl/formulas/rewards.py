@@ -1,4 +1,7 @@
-"""Reward shaping: pure functions (docs/algorithms.md §4; the dense process rewards of §8)."""
+"""Reward shaping: pure functions (docs/algorithms.md §4; the dense process rewards of §8).
+
+Its namesake :mod:`turnrl.rl.config.rewards` is the same concept a layer up: the ``reward`` section that configures
+these functions."""
 
 from __future__ import annotations
 

@@ -15,6 +15,9 @@ episode never forked) is a tree of one leaf whose path is ``[root]``.
   tokens on the edge into n get A(n) / √|L(n)| (TreeRL's scaling). Shared view (a prefix tree trained once): the
   edge's tokens appear once and get the rows' sum, |L(n)| · A(n) / √|L(n)| = √|L(n)| · A(n), so both views give the
   same gradient.
+
+Its namesake :mod:`turnrl.rollout.tree` is the same concept a layer down: how the trees these formulas score are
+played.
 """
 
 from __future__ import annotations

@@ -7,6 +7,9 @@ A driver whose cluster lost its head is ended by Ray without a word: at once whe
 the head's node (``ray.put``), otherwise after about a minute (Ray's ``gcs_rpc_server_reconnect_timeout_s``).
 :func:`check_head` — before every ``ray.put`` of the placement (:func:`put`) and whenever the placement waits with
 nothing arriving — turns that into :class:`HeadLostError`, which says what happened and how to resume.
+
+Its namesake :mod:`turnrl.rl.config.cluster` is the same concept a layer down: the ``ray`` section's options for
+this cluster.
 """
 
 from __future__ import annotations

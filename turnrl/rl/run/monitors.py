@@ -19,6 +19,9 @@ it in ``metrics.jsonl``. When the
 episodes are stored data, not the policy's samples (an offline objective's source), only the entropy check applies.
 Pure functions over metric dicts, so they are tested on made-up histories. One check reads the episodes themselves,
 because its message quotes one: :func:`failed_episodes` (a step whose episodes failed, with the first error).
+
+Its namesake :mod:`turnrl.methods.pag.monitors` is the same concept a layer up: a method's own monitors, plugged in
+here by entry point.
 """
 
 from __future__ import annotations

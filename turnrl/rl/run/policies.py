@@ -4,6 +4,9 @@ Every policy starts from the run's starting model (or its own ``init_from``). Un
 own adapters on one copy of the base model: the frozen base weights of every policy are the same tensors in memory
 wherever they hold the same values, so N LoRA policies cost one base model and N adapters. Without LoRA each policy
 is a whole model of its own.
+
+Its namesake :mod:`turnrl.rl.core.policies` is the same concept a layer down: the learners of these policies,
+updated together.
 """
 
 from __future__ import annotations

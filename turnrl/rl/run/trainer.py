@@ -2,7 +2,7 @@
 
 The algorithm names its experience source (:attr:`~turnrl.rl.algorithms.base.Algorithm.source`): the trainer opens
 it before the model loads (stored data is read and checked first), lets it resolve derived settings (``data.epochs``
-→ ``steps``), builds the models the algorithm asks for (:func:`turnrl.rl.core.models.build_models`), then hands the
+→ ``steps``), builds the models the algorithm asks for (:func:`turnrl.rl.core.extra_models.build_models`), then hands the
 source the run's parts — the policy as an agent, its tokenizer and the placement's runner. Nothing here names an
 algorithm.
 
@@ -24,8 +24,8 @@ from turnrl.agents.hf import HFAgent
 from turnrl.checkpoint import load_policy
 from turnrl.rl.algorithms import get_algorithm
 from turnrl.rl.config import EnvConfig, OptimConfig, RayConfig, RolloutConfig, TrainConfig, load_config
+from turnrl.rl.core.extra_models import build_models
 from turnrl.rl.core.learner import Learner
-from turnrl.rl.core.models import build_models
 from turnrl.rl.placement import LearnerProtocol
 from turnrl.rl.run.driver import Driver
 from turnrl.rl.run.monitors import Check, registered_monitors

@@ -14,6 +14,9 @@ each game's moves drawn from its job's own stream), so a resumed run plays what 
 that does not say how many starting states it has (no ``__len__``) is played on seeds: task ``i`` is the game reset
 with training seed ``i`` (:func:`~turnrl.envs.multiagent.core.split_seed`; the held-out evaluation plays the
 ``test`` seeds, a range apart), among :data:`~turnrl.envs.multiagent.core.SEEDS_PER_SPLIT` tasks.
+
+Its namesake :mod:`turnrl.rollout.multi` is the same concept a layer down: the multi-agent rollout this source
+plays.
 """
 
 from __future__ import annotations
