@@ -13,7 +13,7 @@ import turnrl
 from turnrl.agents.base import SamplingParams
 from turnrl.agents.hf import HFAgent
 from turnrl.agents.tiny import tiny_model, tiny_tokenizer
-from turnrl.rl.run.guard import ConsistencyError, ConsistencyGuard
+from turnrl.rl.run.guard import ConsistencyError, ConsistencyGuard, rollout_backend
 from turnrl.rl.run.trainer import TrainConfig, Trainer
 from turnrl.rollout.engine import Rollout
 
@@ -145,7 +145,7 @@ def test_tokens_changed_after_sampling_and_tokens_without_versions_fire(tmp_path
     agent = HFAgent(tiny_model(tok), tok)
     rollout = Rollout(agent, SamplingParams(max_new_tokens=4, seed=0), policy_version=0)
     trajs = rollout.run([turnrl.make("tests/Upper-v0") for _ in range(4)], group_ids=["g"] * 4)
-    guard = ConsistencyGuard(cfg, sampled=True, group_size=4)
+    guard = ConsistencyGuard(cfg.guard, cfg.rollout, sampled=True, group_size=4)
     assert guard.check(1, trajs, trajs, {})[0]["guard_violations"] == 0
     edited = trajs[0].model_copy(deep=True)
     i = edited.loss_mask.index(1)
@@ -159,9 +159,9 @@ def test_tokens_changed_after_sampling_and_tokens_without_versions_fire(tmp_path
 
 
 def test_with_top_p_only_the_learners_excess_counts():
-    nucleus = ConsistencyGuard(TrainConfig(model="tiny", env={"id": "tests/Upper-v0"},
-                                           rollout={"top_p": 0.9}, optim={"recompute_logprobs": True}),
-                               sampled=True)
+    cfg = TrainConfig(model="tiny", env={"id": "tests/Upper-v0"}, rollout={"top_p": 0.9},
+                      optim={"recompute_logprobs": True})
+    nucleus = ConsistencyGuard(cfg.guard, cfg.rollout, sampled=True)
     figures, failed = nucleus.check(1, [], [], {"lag0_tokens": 10, "logp_diff_lag0": 0.3, "lag0_gap_max": 1.2,
                                                 "lag0_excess_max": 1e-6})
     assert not failed and figures["guard_logp_gap"] == 0.3  # the nucleus's μ is above π: expected
@@ -179,9 +179,11 @@ def test_bad_guard_settings_are_refused_in_one_line(tmp_path):
     with pytest.raises(ValidationError, match="guard.enabled is false"):
         config(tmp_path, 1, {"name": "grpo"}, guard={"strict": True, "enabled": False})
     vllm = TrainConfig(model="tiny", env={"id": "tests/Upper-v0"}, placement="ray", ray={"rollout_backend": "vllm"})
-    hf = ConsistencyGuard(config(tmp_path, 1, {"name": "grpo"}), sampled=True)
+    cfg = config(tmp_path, 1, {"name": "grpo"})
+    hf = ConsistencyGuard(cfg.guard, cfg.rollout, backend=rollout_backend(cfg.placement, cfg.ray), sampled=True)
     assert (hf.mean_tol, hf.max_tol) == (1e-3, 5e-2)
-    assert (ConsistencyGuard(vllm, sampled=True).mean_tol, ConsistencyGuard(vllm, sampled=True).max_tol) == (5e-2, None)
+    on_vllm = ConsistencyGuard(vllm.guard, vllm.rollout, backend=rollout_backend(vllm.placement, vllm.ray), sampled=True)
+    assert rollout_backend(vllm.placement, vllm.ray) == "vllm" and (on_vllm.mean_tol, on_vllm.max_tol) == (5e-2, None)
 
 
 def test_the_train_command_says_a_strict_guards_failure_in_one_line(tmp_path, monkeypatch):

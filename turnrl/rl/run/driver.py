@@ -18,7 +18,7 @@ import torch
 import yaml
 
 from turnrl.rl.config import TrainConfig
-from turnrl.rl.run.guard import ConsistencyError, ConsistencyGuard
+from turnrl.rl.run.guard import ConsistencyError, ConsistencyGuard, rollout_backend
 from turnrl.rl.run.monitors import Check, EpisodeFailures, check_health, failed_episodes
 from turnrl.rl.run.tracking import Tracker
 from turnrl.rl.sources.base import within_staleness
@@ -54,7 +54,8 @@ class Driver:
         self.step = 0
         self.history: list[dict[str, float]] = []
         self.out = Path(config.out_dir)
-        self.guard = ConsistencyGuard(config, sampled=self.sampled, group_size=source.group_size())
+        self.guard = ConsistencyGuard(config.guard, config.rollout, backend=rollout_backend(config.placement, config.ray),
+                                      sampled=self.sampled, group_size=source.group_size())
         self._halt: list[str] = []  # a strict guard's failures: the run stops once the step is recorded
         self.checkpoint_step: int | None = None  # the step of the checkpoint saved or loaded last (None: none yet)
 

@@ -34,11 +34,11 @@ import logging
 from collections import Counter
 from collections.abc import Sequence
 
-from turnrl.rl.config import GuardConfig, TrainConfig
+from turnrl.rl.config import GuardConfig, RayConfig, RolloutConfig
 from turnrl.rollout.episode import token_crc
 from turnrl.types import Trajectory
 
-__all__ = ["CAUSES", "TOLERANCES", "ConsistencyError", "ConsistencyGuard", "GuardConfig", "backend", "generated"]
+__all__ = ["CAUSES", "TOLERANCES", "ConsistencyError", "ConsistencyGuard", "GuardConfig", "generated", "rollout_backend"]
 
 logger = logging.getLogger(__name__)
 
@@ -68,9 +68,10 @@ class ConsistencyError(RuntimeError):
     """A strict guard's check failed: the step trained on tokens that are not what the policy sampled."""
 
 
-def backend(cfg: TrainConfig) -> str:
-    """The rollout backend whose tolerances apply: ``vllm`` or ``hf``."""
-    return "vllm" if cfg.placement == "ray" and cfg.ray.rollout_backend == "vllm" else "hf"
+def rollout_backend(placement: str, ray: RayConfig) -> str:
+    """The rollout backend whose tolerances apply (the run's ``placement`` and its ``ray`` section): ``vllm`` or
+    ``hf``."""
+    return "vllm" if placement == "ray" and ray.rollout_backend == "vllm" else "hf"
 
 
 def generated(traj: Trajectory) -> list[int]:
@@ -91,21 +92,23 @@ class ConsistencyGuard:
     """Checks each step (see the module docstring).
 
     Args:
-        config: the run config (``guard``, ``rollout.top_p``, ``rollout.max_staleness``, the backend).
+        guard: the run's ``guard`` section (on, strict, the tolerances).
+        rollout: its ``rollout`` section (``top_p``: a nucleus's expected gap; ``max_staleness``: synchronous or not).
+        backend: the rollout backend whose default tolerances apply (:func:`rollout_backend`): ``hf`` or ``vllm``.
         sampled: whether the source's episodes are the policy's own samples (stored data: only the stop and group
             checks: its log-probabilities, versions and tokens are not this run's sampling).
         group_size: the size (or a multiple of it) each group a step trains has, where the source promises whole
             groups; None where it does not.
     """
 
-    def __init__(self, config: TrainConfig, *, sampled: bool, group_size: int | None = None) -> None:
-        g = config.guard
-        mean, most = TOLERANCES[backend(config)]
-        self.enabled, self.strict = g.enabled, g.strict
-        self.mean_tol = g.logp_tolerance if g.logp_tolerance is not None else mean
-        self.max_tol = g.logp_max_tolerance if g.logp_max_tolerance is not None else most
-        self.nucleus = config.rollout.top_p < 1
-        self.synchronous = config.rollout.max_staleness == 0
+    def __init__(self, guard: GuardConfig, rollout: RolloutConfig, *, backend: str = "hf", sampled: bool,
+                 group_size: int | None = None) -> None:
+        mean, most = TOLERANCES[backend]
+        self.enabled, self.strict = guard.enabled, guard.strict
+        self.mean_tol = guard.logp_tolerance if guard.logp_tolerance is not None else mean
+        self.max_tol = guard.logp_max_tolerance if guard.logp_max_tolerance is not None else most
+        self.nucleus = rollout.top_p < 1
+        self.synchronous = rollout.max_staleness == 0
         self.sampled, self.group_size = sampled, group_size
         self.warned: set[str] = set()
 
