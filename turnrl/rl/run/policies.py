@@ -16,30 +16,32 @@ from typing import Any
 
 from turnrl.agents.hf import HFAgent
 from turnrl.checkpoint import load_policy
-from turnrl.lora import share_frozen_base
-from turnrl.rl.config import TrainConfig
+from turnrl.lora import LoraConfig, share_frozen_base
+from turnrl.rl.config import PolicyConfig
 
 
-def build_policies(config: TrainConfig, model: Any, tokenizer: Any, device: Any, batch_size: int) -> dict[str, HFAgent]:
-    """An agent per policy of ``config.multi_agent.policies`` (see the module docstring); ``model`` (already loaded
-    with the run's ``init_from``) becomes the first policy's."""
-    assert config.multi_agent is not None and config.multi_agent.policies
-    specs = config.multi_agent.policies
+def build_policies(specs: dict[str, PolicyConfig], model: Any, tokenizer: Any, *, device: Any, batch_size: int,
+                   lora: LoraConfig | None, seed: int, kv_cache_mb: float) -> dict[str, HFAgent]:
+    """An agent per policy of ``specs`` (the run's ``multi_agent.policies``; see the module docstring); ``model``
+    (already loaded with the run's ``init_from``) becomes the first policy's. ``lora`` (``learner.lora``) gives each
+    its own adapters, drawn from the run's ``seed``; ``kv_cache_mb`` is ``rollout.kv_cache_mb``."""
+    if not specs:
+        raise ValueError("build_policies needs the run's multi_agent.policies (two or more)")
     names = list(specs)
     model.to(device)  # on the device before the copies, so that the shared base is one tensor there
     models = {names[0]: model, **{name: copy.deepcopy(model) for name in names[1:]}}
     for name, spec in specs.items():
         if spec.init_from:
             load_policy(models[name], spec.init_from)
-    if config.learner.lora is not None:
+    if lora is not None:
         from turnrl.lora import apply_seeded_lora
 
         for i, name in enumerate(names):  # each policy's adapters drawn from the run's seed: a run repeats itself
-            models[name] = apply_seeded_lora(models[name], config.learner.lora, config.seed * 1_000_003 + i)
+            models[name] = apply_seeded_lora(models[name], lora, seed * 1_000_003 + i)
         for name in names[1:]:
             share_frozen_base(models[names[0]], models[name])
     agents = {}
     for name, m in models.items():
         m.to(device)  # (already there: a no-op that keeps the shared tensors shared)
-        agents[name] = HFAgent(m, tokenizer, batch_size=batch_size, kv_cache_mb=config.rollout.kv_cache_mb)
+        agents[name] = HFAgent(m, tokenizer, batch_size=batch_size, kv_cache_mb=kv_cache_mb)
     return agents

@@ -82,7 +82,9 @@ class Trainer:
         if config.multi_agent is not None and config.multi_agent.policies:
             from turnrl.rl.run.policies import build_policies
 
-            self.policies = build_policies(config, model, tokenizer, self.device, batch)
+            self.policies = build_policies(config.multi_agent.policies, model, tokenizer, device=self.device,
+                                           batch_size=batch, lora=config.learner.lora, seed=config.seed,
+                                           kv_cache_mb=config.rollout.kv_cache_mb)
             self.agent = next(iter(self.policies.values()))
             model = self.agent.model
         else:
