@@ -72,7 +72,7 @@ class LearnerGroup:
         self.ranks: list[Any] = []
         self.where: list[dict[str, Any]] = []  # each rank's node (its check's answer)
         lc, rc = config.learner, config.ray
-        job = job_env(config)  # the user's code, shipped with the Ray job (local folders checked first)
+        job = job_env(config.ray)  # the user's code, shipped with the Ray job (local folders checked first)
         self.started = connect(rc.address, rc.num_cpus, rc.connect_timeout, job)
         ray = _ray()
         asks = demand(lc.rank_cpus, lc.rank_gpus, lc.rank_resources)
@@ -84,7 +84,7 @@ class LearnerGroup:
                    "TORCH_EXTENSIONS_DIR": str(extensions_dir())}
             if lc.rank_gpus == 0:
                 env["DS_ACCELERATOR"] = "cpu"  # must be set before deepspeed is imported in the rank
-            shipped = actor_env(config, env, job)
+            shipped = actor_env(config.ray, env, job)
         except RayPlacementError as e:
             self.close()
             raise LearnerGroupError(str(e)) from e
@@ -98,7 +98,7 @@ class LearnerGroup:
         try:
             # only what was set: a rank re-validates the config, and checks that read which options were set (e.g.
             # a step-wise source refusing data.batch_size) must see the same config as the driver
-            needs = needed_modules(config, env=False)  # a rank makes no environment
+            needs = needed_modules(config.algorithm.name, None)  # a rank makes no environment
             self.ranks = [actor.remote(config.model_dump(exclude_unset=True), [model_ref], tokenizer, r, lc.ranks,
                                        needs) for r in range(lc.ranks)]
             self._place(self._wait([r.check.remote() for r in self.ranks], "import check", lc.start_timeout), asks)

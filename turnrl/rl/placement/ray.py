@@ -69,7 +69,7 @@ class RayRunner:
         self.workers: list[Any] = []
         self.alive: list[int] = []
         rc = config.ray
-        job = job_env(config)  # the user's code, shipped with the Ray job (local folders checked first)
+        job = job_env(config.ray)  # the user's code, shipped with the Ray job (local folders checked first)
         self.started = connect(rc.address, rc.num_cpus, rc.connect_timeout, job)
         ray = _ray()
         self.asks = demand(rc.worker_cpus, rc.worker_gpus, rc.worker_resources)
@@ -77,11 +77,11 @@ class RayRunner:
             check_room("rollout worker", rc.rollout_workers, self.asks, KEYS,
                        5.0 if rc.address is None else rc.placement_timeout)
             self._env_spec = _env_spec(config.env.id)
-            self.needs = needed_modules(config, self._env_spec[1] if self._env_spec else None)
+            self.needs = needed_modules(config.algorithm.name, config.env.id, self._env_spec[1] if self._env_spec else None)
             # the worker's torch threads, also in the threads it computes on (OpenMP starts a new thread with
             # OMP_NUM_THREADS, whatever torch.set_num_threads said in the main thread: 1 would halve its speed)
             threads = str(max(1, int(rc.worker_cpus)))
-            shipped = actor_env(config, {"OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads,
+            shipped = actor_env(config.ray, {"OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads,
                                          "TOKENIZERS_PARALLELISM": "false"}, job)
         except BaseException:
             self.close()

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from turnrl.rl.config import TrainConfig
+from turnrl.rl.config import RayConfig
 from turnrl.rl.placement.cluster import RayPlacementError, ships_runtime_env
 
 
@@ -46,14 +46,14 @@ def _local(path: str, key: str, kinds: Sequence[str]) -> str:
     return str(p)
 
 
-def job_env(cfg: TrainConfig) -> dict[str, Any] | None:
-    """Ray's ``runtime_env`` for the run's Ray job from ``ray.runtime_env`` (None: not set): local folders and files
-    checked and made absolute, URIs as they are.
+def job_env(ray: RayConfig) -> dict[str, Any] | None:
+    """Ray's ``runtime_env`` for the run's Ray job from the ``ray`` section's ``runtime_env`` (None: not set): local
+    folders and files checked and made absolute, URIs as they are.
 
     Raises:
         RayPlacementError: a local ``working_dir``, ``py_modules`` entry or requirements file that does not exist.
     """
-    spec = cfg.ray.runtime_env
+    spec = ray.runtime_env
     if spec is None:
         return None
     out: dict[str, Any] = {}
@@ -70,9 +70,9 @@ def job_env(cfg: TrainConfig) -> dict[str, Any] | None:
     return out
 
 
-def actor_env(cfg: TrainConfig, env_vars: dict[str, str], job: dict[str, Any] | None) -> dict[str, Any]:
+def actor_env(ray: RayConfig, env_vars: dict[str, str], job: dict[str, Any] | None) -> dict[str, Any]:
     """The ``runtime_env`` of each worker or rank, on top of its job's: ``env_vars`` (turnrl's thread counts) and,
-    on a cluster of this process (``ray.address`` unset), the driver's ``sys.path``. Where the process joined Ray
+    on a cluster of this process (the ``ray`` section's ``address`` unset), the driver's ``sys.path``. Where the process joined Ray
     by itself (``ray.init`` before the run), the job carries nothing of the run's: ``job`` (:func:`job_env`) goes
     here instead, which Ray allows for all but local folders.
 
@@ -80,7 +80,7 @@ def actor_env(cfg: TrainConfig, env_vars: dict[str, str], job: dict[str, Any] | 
         RayPlacementError: ``job`` ships local folders but the job is not this run's.
     """
     variables = dict(env_vars)
-    if cfg.ray.address is None:  # this machine's cluster: its workers see the modules the driver sees
+    if ray.address is None:  # this machine's cluster: its workers see the modules the driver sees
         variables["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
     out: dict[str, Any] = {}
     if job and not ships_runtime_env():
@@ -95,15 +95,16 @@ def actor_env(cfg: TrainConfig, env_vars: dict[str, str], job: dict[str, Any] | 
     return out
 
 
-def needed_modules(cfg: TrainConfig, entry_point: Any = None, env: bool = True) -> list[str]:
-    """The modules outside turnrl a worker or rank imports for this run: a plug-in algorithm's and, with ``env``,
-    the environment's (``module:Name-v0``) and its registered entry point's (``entry_point``: a ``"module:attr"``
-    string or the callable)."""
+def needed_modules(algorithm: str, env_id: str | None, entry_point: Any = None) -> list[str]:
+    """The modules outside turnrl a worker or rank imports for this run: a plug-in algorithm's (``algorithm``, the
+    run's ``algorithm.name``) and, with an ``env_id`` (None for a rank, which makes no environment), the
+    environment's (``module:Name-v0``) and its registered entry point's (``entry_point``: a ``"module:attr"`` string
+    or the callable)."""
     from turnrl.envs.registry import adapter_of
     from turnrl.rl.algorithms import algorithm_class
 
-    names = [algorithm_class(cfg.algorithm.name).__module__]
-    env_id = str(cfg.env.id) if env else ""
+    names = [algorithm_class(algorithm).__module__]
+    env_id = str(env_id or "")
     if adapter_of(env_id) is None and ":" in env_id:
         names.append(env_id.partition(":")[0])
     if isinstance(entry_point, str):
