@@ -15,16 +15,22 @@ bash scripts/setup.sh
 mypy_log=$(mktemp)
 nice -n 10 .venv/bin/mypy >"$mypy_log" 2>&1 &
 mypy_pid=$!
-trap 'kill "$mypy_pid" 2>/dev/null || true; rm -f "$mypy_log"' EXIT
+# (the trap stops mypy only while it runs: once waited for, its pid may be another process's)
+trap '[[ -n "$mypy_pid" ]] && kill "$mypy_pid" 2>/dev/null; rm -f "$mypy_log"' EXIT
+fast=0
+args=()
+for a in "$@"; do  # --fast anywhere among the arguments; the others go to pytest as given
+    if [[ "$a" == "--fast" ]]; then fast=1; else args+=("$a"); fi
+done
 tests=0
-if [[ "${1:-}" == "--fast" ]]; then
-    shift
-    .venv/bin/python -m pytest -q -m "not slow" "$@" || tests=$?
+if ((fast)); then
+    .venv/bin/python -m pytest -q -m "not slow" ${args[@]+"${args[@]}"} || tests=$?
 else
-    .venv/bin/python -m pytest -q -n "${TURNRL_TEST_WORKERS:-2}" --dist loadfile "$@" || tests=$?
+    .venv/bin/python -m pytest -q -n "${TURNRL_TEST_WORKERS:-2}" --dist loadfile ${args[@]+"${args[@]}"} || tests=$?
 fi
 types=0
 wait "$mypy_pid" || types=$?
+mypy_pid=""
 if ((types != 0)); then
     cat "$mypy_log" >&2
     echo "mypy found the problems above: fix them (\`.venv/bin/mypy\` checks again; a \`# type: ignore[code]  # why\` only where the code is right)" >&2
