@@ -21,6 +21,7 @@ JUNIT = """<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="py
 
 def test_node_ids_are_pytests_own():
     assert slow_tests.node_id("tests.test_a", "test_long[x]") == "tests/test_a.py::test_long[x]"
+    assert slow_tests.node_id("tests.rl.test_x", "test_y") == "tests/rl/test_x.py::test_y"  # a test in its room
     assert slow_tests.node_id("tests.test_c.TestGroup", "test_y") == "tests/test_c.py::TestGroup::test_y"
 
 

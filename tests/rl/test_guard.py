@@ -145,7 +145,7 @@ def test_tokens_changed_after_sampling_and_tokens_without_versions_fire(tmp_path
     agent = HFAgent(tiny_model(tok), tok)
     rollout = Rollout(agent, SamplingParams(max_new_tokens=4, seed=0), policy_version=0)
     trajs = rollout.run([turnrl.make("tests/Upper-v0") for _ in range(4)], group_ids=["g"] * 4)
-    guard = ConsistencyGuard(cfg.guard, cfg.rollout, sampled=True, group_size=4)
+    guard = ConsistencyGuard(cfg.guard, cfg.rollout, backend="hf", sampled=True, group_size=4)
     assert guard.check(1, trajs, trajs, {})[0]["guard_violations"] == 0
     edited = trajs[0].model_copy(deep=True)
     i = edited.loss_mask.index(1)
@@ -161,7 +161,7 @@ def test_tokens_changed_after_sampling_and_tokens_without_versions_fire(tmp_path
 def test_with_top_p_only_the_learners_excess_counts():
     cfg = TrainConfig(model="tiny", env={"id": "tests/Upper-v0"}, rollout={"top_p": 0.9},
                       optim={"recompute_logprobs": True})
-    nucleus = ConsistencyGuard(cfg.guard, cfg.rollout, sampled=True)
+    nucleus = ConsistencyGuard(cfg.guard, cfg.rollout, backend="hf", sampled=True)
     figures, failed = nucleus.check(1, [], [], {"lag0_tokens": 10, "logp_diff_lag0": 0.3, "lag0_gap_max": 1.2,
                                                 "lag0_excess_max": 1e-6})
     assert not failed and figures["guard_logp_gap"] == 0.3  # the nucleus's μ is above π: expected

@@ -66,8 +66,9 @@ class Playing:
         max_context: the longest context an episode may reach, in tokens (it is truncated there).
         env_timeout: seconds an environment's step may take (``None``: no limit).
         per_episode_seeds: each episode from its own stream; ``"auto"``: where the agent supports it.
-        continuous: continuous batching across turns (see :class:`Rollout`); episodes then always sample from their
-            own streams, so what they sample does not depend on when their turns joined the batch.
+        continuous: continuous batching across turns (see :class:`Rollout`); episodes then sample from their own
+            streams where the agent supports them (as with ``"auto"``), so what they sample does not depend on when
+            their turns joined the batch.
         context: keep each context under a token budget by rewriting the history (see :class:`Rollout`).
         tree: play each job as the root of a tree (:mod:`turnrl.rollout.tree`): its episode forks at the spec's
             turns, and the job yields every leaf (``metadata["job"]`` the job's key, ``metadata["tree"]`` the leaf's

@@ -32,7 +32,7 @@ from turnrl.envs.multiagent.core import SEED_START, SEEDS_PER_SPLIT, MultiAgentT
 
 #: TextArena games whose every turn lists the legal moves (``Available Moves: '[0]', '[1]'`` or ``Your available
 #: actions are: '[check]', '[bet]'``): a random *legal* player of them needs no knowledge of their rules, so their
-#: held-out evaluations report its figure as the floor to beat (:meth:`TextArenaEnv.random_player`)
+#: held-out evaluations report its figure as the floor to beat (:attr:`TextArenaEnv.random_player`)
 LISTS_MOVES = ("TicTacToe-v0", "KuhnPoker-v0")
 #: TextArena games whose every game starts from the same state whatever its seed (an empty board): their held-out
 #: games hold out the opponent only, and their evaluations say so (``TextArenaEnv.held_out_states``)

@@ -175,8 +175,8 @@ def _play(env_id: str, kwargs: dict[str, Any], seats: list[str], states: int, ke
             rollout = MultiAgentRollout(policies, params, max_context=max_context, seats=seat_map)
             envs = [make_multi_agent(env_id, **kwargs) for _ in games]
             try:
-                seeded = not counts_starting_states(envs[0])  # played on seeds: the split's range (split_seed)
-                where = getattr(envs[0], "split", None) or "test"
+                seeded = not counts_starting_states(envs[0])  # played on seeds: the held-out range (split_seed),
+                where = "validation" if getattr(envs[0], "split", None) == "validation" else "test"  # or validation's
                 trajs = rollout.run(envs, seeds=[split_seed(where, i) if seeded else seed + i for i in games],
                                     options=[{"index": i} for i in games],
                                     group_ids=[str(i) for i in games],

@@ -101,7 +101,7 @@ class ConsistencyGuard:
             groups; None where it does not.
     """
 
-    def __init__(self, guard: GuardConfig, rollout: RolloutConfig, *, backend: str = "hf", sampled: bool,
+    def __init__(self, guard: GuardConfig, rollout: RolloutConfig, *, backend: str, sampled: bool,
                  group_size: int | None = None) -> None:
         mean, most = TOLERANCES[backend]
         self.enabled, self.strict = guard.enabled, guard.strict

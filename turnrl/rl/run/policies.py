@@ -26,7 +26,7 @@ def build_policies(specs: dict[str, PolicyConfig], model: Any, tokenizer: Any, *
     (already loaded with the run's ``init_from``) becomes the first policy's. ``lora`` (``learner.lora``) gives each
     its own adapters, drawn from the run's ``seed``; ``kv_cache_mb`` is ``rollout.kv_cache_mb``."""
     if not specs:
-        raise ValueError("build_policies needs the run's multi_agent.policies (two or more)")
+        raise ValueError("build_policies needs the run's multi_agent.policies (its config requires two or more)")
     names = list(specs)
     model.to(device)  # on the device before the copies, so that the shared base is one tensor there
     models = {names[0]: model, **{name: copy.deepcopy(model) for name in names[1:]}}

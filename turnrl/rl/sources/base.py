@@ -207,7 +207,7 @@ def task_jobs(step: int, round_: int, tasks: Sequence[int], group_size: int) -> 
 
 def rollout_metrics(seen: Sequence[Trajectory], env: Any = None) -> dict[str, float]:
     """Reward, success, turns, tool calls and errors over every episode sampled this step, prompt tokens prefilled
-    vs served from KV caches (:func:`~turnrl.rollout.engine.kv_metrics`, for episodes a rollout played), and the
+    vs served from KV caches (:func:`~turnrl.agents.kv.kv_metrics`, for episodes a rollout played), and the
     figures the environment ``env`` reports of its own episodes (:meth:`turnrl.envs.core.TextEnv.summarize_episodes`)."""
     n = max(len(seen), 1)
     played = [t for t in seen if "prefill_tokens" in t.metadata]
