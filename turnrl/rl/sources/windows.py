@@ -17,7 +17,7 @@ from turnrl.rollout.play import batch_seed, start_jobs
 from turnrl.types import Trajectory
 
 if TYPE_CHECKING:
-    from turnrl.rl.config import TrainConfig
+    from turnrl.rl.config import EnvConfig, RolloutConfig, TrainConfig
 
 
 @dataclass
@@ -32,17 +32,17 @@ class Window:
     stats: dict[str, float] = field(default_factory=dict)
 
 
-def play_window(cfg: TrainConfig, agent: Any, version: Callable[[], int] | None, carry: Sequence[tuple[Job, Episode]],
-                jobs: Sequence[Job], step: int, window: int, *, per_episode_seeds: bool, snapshots: bool
-                ) -> tuple[Window, list[tuple[Job, Episode]]]:
+def play_window(env: EnvConfig, r: RolloutConfig, seed: int, agent: Any, version: Callable[[], int] | None,
+                carry: Sequence[tuple[Job, Episode]], jobs: Sequence[Job], step: int, window: int, *,
+                per_episode_seeds: bool, snapshots: bool) -> tuple[Window, list[tuple[Job, Episode]]]:
     """Continue the ``carry`` episodes and start ``jobs``, each for at most ``window`` generated tokens; the
-    :class:`Window` and the (job, episode) pairs still in play."""
-    r = cfg.rollout
+    :class:`Window` and the (job, episode) pairs still in play. ``env`` and ``r`` are the run's ``env`` and
+    ``rollout`` sections, ``seed`` its seed."""
     params = SamplingParams(temperature=r.temperature, top_p=r.top_p, max_new_tokens=r.max_new_tokens,
-                            seed=batch_seed(cfg.seed, step, 0))
+                            seed=batch_seed(seed, step, 0))
     rollout = Rollout(agent, params, max_context=r.max_context, env_timeout=r.env_timeout, policy_version=version,
                       continuous=r.continuous_batching)
-    fresh = start_jobs(rollout, cfg.env.id, cfg.env.kwargs, jobs, seed=cfg.seed, per_episode_seeds=per_episode_seeds)
+    fresh = start_jobs(rollout, env.id, env.kwargs, jobs, seed=seed, per_episode_seeds=per_episode_seeds)
     playing = list(carry) + list(zip(jobs, fresh))
     rollout.play([ep for _, ep in playing], window)
     still = [(j, ep) for j, ep in playing if not ep.done]
@@ -79,7 +79,8 @@ class LocalWindows:
                 pass
         lost = [j for j in carried if j.key not in self.in_play]
         carry = [self.in_play[j.key] for j in carried if j.key in self.in_play]
-        out, still = play_window(self.cfg, self.agent, self.version, carry, jobs, step, window,
+        out, still = play_window(self.cfg.env, self.cfg.rollout, self.cfg.seed, self.agent, self.version, carry, jobs,
+                                 step, window,
                                  per_episode_seeds=self.per_episode_seeds, snapshots=snapshots)
         self.in_play = {j.key: (j, ep) for j, ep in still}
         out.lost = lost
