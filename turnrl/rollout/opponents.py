@@ -41,17 +41,16 @@ class Opponent(str):
             raise ValueError("an opponent needs a name: self, league, random, perfect, script:MODULE:FUNCTION or an "
                              "agent spec (hf:PATH, run:OUT_DIR, openai:URL#MODEL)")
         if name.startswith(SCRIPT_PREFIX):
-            module, sep, fn = name.removeprefix(SCRIPT_PREFIX).partition(":")
-            if not module or not sep or not fn or ":" in fn:
-                raise ValueError(f"opponent {name!r} is not of the form script:MODULE:FUNCTION (FUNCTION(text) -> "
-                                 "move)")
+            script_target(name)  # its form, checked here at load (its module is imported before a model loads)
         return super().__new__(cls, name)
 
     @property
     def kind(self) -> OpponentKind:
         """Which of the module docstring's kinds this opponent is."""
-        if self in ("self", "league"):
-            return "self" if self == "self" else "league"
+        if self == "self":
+            return "self"
+        if self == "league":
+            return "league"
         if self in SCRIPTED:
             return "scripted"
         return "script" if self.startswith(SCRIPT_PREFIX) else "agent"
@@ -74,6 +73,18 @@ class Opponent(str):
             serialization=core_schema.plain_serializer_function_ser_schema(str, when_used="always"))
 
 
+def script_target(name: str) -> tuple[str, str]:
+    """``(MODULE, FUNCTION)`` of a ``script:MODULE:FUNCTION`` opponent.
+
+    Raises:
+        ValueError: ``name`` is not of that form.
+    """
+    module, sep, fn = name.removeprefix(SCRIPT_PREFIX).partition(":")
+    if not name.startswith(SCRIPT_PREFIX) or not module or not sep or not fn or ":" in fn:
+        raise ValueError(f"opponent {name!r} is not of the form script:MODULE:FUNCTION (FUNCTION(text) -> move)")
+    return module, fn
+
+
 def script_player(name: str) -> Callable[[str], str]:
     """The function a ``script:MODULE:FUNCTION`` opponent names (its module imported from ``sys.path``, else from
     the current folder).
@@ -83,9 +94,7 @@ def script_player(name: str) -> Callable[[str], str]:
     """
     from turnrl.utils import import_from
 
-    module, sep, fn = name.removeprefix(SCRIPT_PREFIX).partition(":")
-    if not name.startswith(SCRIPT_PREFIX) or not module or not sep or not fn or ":" in fn:
-        raise ValueError(f"opponent {name!r} is not of the form script:MODULE:FUNCTION (FUNCTION(text) -> move)")
+    module, fn = script_target(name)
     try:
         found = import_from(module, [Path.cwd()])
     except Exception as e:  # the module exists and fails to import: say why, in one line
