@@ -8,6 +8,8 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+from turnrl.agents.base import SamplingParams
+from turnrl.agents.hf import HFAgent
 from turnrl.agents.scripted import ScriptedAgent
 from turnrl.agents.tiny import tiny_model, tiny_tokenizer
 from turnrl.cli import app
@@ -175,3 +177,33 @@ def test_the_starting_states_say_whether_they_are_held_out(tmp_path):
     assert empty["held_out"] == "opponent only" and "opponent only" in empty["held_out_notes"][1]
     train = evaluate_multi_agent(perfect, TTT, {"split": "train"}, opponent="random", episodes=4, floor=False)
     assert train["held_out"] == "opponent only" and "not the game's held-out split" in train["held_out_notes"][1]
+
+
+def test_greedy_games_from_one_board_against_a_fixed_player_are_counted_once_and_sampled_ones_differ(tmp_path):
+    tok = tiny_tokenizer("chatml")
+    policy = HFAgent(tiny_model(tok, seed=0), tok, kv_cache_mb=0)
+    kw = {"max_opening": 0}  # every game starts from the empty board
+    greedy = evaluate_multi_agent(policy, TTT, kw, opponent="perfect", episodes=8, floor=False,
+                                  params=SamplingParams(temperature=0.0, max_new_tokens=6))
+    assert greedy["distinct_games"] == 2  # one game from each seat, played four times
+    assert any("only 2 of 8 differ" in n and "eval_temperature" in n for n in greedy["held_out_notes"])
+    sampled = evaluate_multi_agent(policy, TTT, kw, opponent="perfect", episodes=8, floor=False, seed=1,
+                                   params=SamplingParams(temperature=1.5, max_new_tokens=6), out_dir=tmp_path / "a")
+    assert sampled["distinct_games"] == 8
+    assert "games: sampled at temperature 1.5, each game its own seed; all 8 differ" in sampled["held_out_notes"]
+    again = evaluate_multi_agent(policy, TTT, kw, opponent="perfect", episodes=8, floor=False, seed=1,
+                                 params=SamplingParams(temperature=1.5, max_new_tokens=6), out_dir=tmp_path / "b")
+    rows = [[json.loads(x)["game"] for x in (tmp_path / d / "items.jsonl").read_text().splitlines()] for d in "ab"]
+    assert rows[0] == rows[1]  # the same seeds: the same games, so two evaluations pair game by game
+    assert again["distinct_games"] == 8
+
+
+def test_a_runs_held_out_games_are_sampled_at_its_evaluation_temperature(tmp_path):
+    tok = tiny_tokenizer("chatml")
+    cfg = config(tmp_path, opponent="self", eval_opponent="perfect", eval_temperature=1.5)
+    cfg = cfg.model_copy(update={"env": cfg.env.model_copy(update={"kwargs": {"max_opening": 0}})})
+    tr = Trainer(cfg, model=tiny_model(tok, seed=0), tokenizer=tok)
+    tr.evaluate(tmp_path / "e")
+    run = json.loads((tmp_path / "e" / "run.json").read_text())
+    assert run["settings"]["params"]["temperature"] == 1.5
+    assert tr.eval_metrics["distinct_games"] == 4 and tr.eval_metrics["env"]["distinct_games"] == 4.0

@@ -58,6 +58,11 @@ class MultiAgentConfig(BaseModel):
         "false, with the reason). Without it such a run is refused"))
     eval_seat: str | None = Field(None, description="the seat the policy plays in held-out games (default: every "
                                   "seat in turn)")
+    eval_temperature: float = Field(0.0, ge=0.0, le=2.0, description=(
+        "the sampling temperature of the held-out and validation games (0: greedy). A game that always starts from "
+        "one state, played greedily against a fixed player, is the same game every time from a seat (the report "
+        "counts `distinct_games`); above 0 every game samples its moves from its own seed, the same seeds at every "
+        "evaluation, so the games differ and two evaluations pair game by game"))
     policies: dict[str, PolicyConfig] | None = Field(None, description=(
         "separate trainable policies, by name, each playing its own seats with its own weights (a LoRA adapter each "
         "under learner.lora, all on one copy of the base model), optimizer, version and checkpoint; every seat "

@@ -13,6 +13,7 @@ so a game that favours the first mover does not favour the agent.
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -100,6 +101,7 @@ def evaluate_multi_agent(agent: Agent | Mapping[str, Agent], env_id: str, env_kw
                  (f"opponent: {label}, not one the run trains against" if opponent_checked else
                   f"opponent: {label} (the agent's training opponents are not known here)") if label != "self" else
                  "opponent: the evaluated agent itself")
+    notes.append(_games_note(metrics["distinct_games"], len(rows), params.temperature))
     held = "not held out" if not_held_out or label == "self" else "held out" if states_held else "opponent only"
     settings = {"env_id": env_id, "env_kwargs": kwargs, "opponent": label, "seat": seat or "all",
                 "episodes": episodes, "seed": seed, "params": params.model_dump(mode="json"),
@@ -127,6 +129,17 @@ def evaluate_multi_agent(agent: Agent | Mapping[str, Agent], env_id: str, env_kw
             _write(Path(out_dir) / "floor", {**metrics["floor"], "opponent": label, "held_out": held}, floor_rows,
                    {**settings, "agent": "random legal moves"})
     return metrics
+
+
+def _games_note(distinct: int, n: int, temperature: float) -> str:
+    """What the evaluation's games are: sampled or greedy, and how many of them differ (the intervals count every
+    game as one draw, which repeated games are not)."""
+    how = (f"sampled at temperature {temperature:g}, each game its own seed" if temperature > 0 else "greedy")
+    if distinct >= n:
+        return f"games: {how}; all {n} differ"
+    fix = (" (greedy play against a fixed player from one starting state repeats a game: sample them with a "
+           "temperature — multi_agent.eval_temperature, turnrl eval --temperature)" if temperature == 0 else "")
+    return f"games: {how}; only {distinct} of {n} differ, and the intervals count every repeat as a new game{fix}"
 
 
 FLOOR_SEED = 0x5EED  # the random legal player's stream (the same floor whatever the run's seed)
@@ -192,10 +205,22 @@ def _play(env_id: str, kwargs: dict[str, Any], seats: list[str], states: int, ke
                     rows.append({"index": i, "task_id": str(i), "item": f"{keys[i % len(keys)]}@{mine}", "seat": mine,
                                  "outcome": outcome, "correct": outcome in ("win", "solved"),
                                  "reward": t.metadata["seat_reward"], "moves": len(t.turns),
-                                 "invalid_moves": t.metadata["invalid_moves"], "error": t.error})
+                                 "invalid_moves": t.metadata["invalid_moves"], "error": t.error,
+                                 "game": game_print(t)})
                     if scores:
                         rows[-1]["scores"] = {k: bool(scored[i].get(k, False)) for k in scores}
     return rows
+
+
+def game_print(trajectory: Any) -> str:
+    """A short fingerprint of one seat's game: its whole sequence of tokens (what it was told and what it played),
+    or its messages where the rollout kept no tokens. Two rows with one fingerprint are the same game from the same
+    seat — greedy play against a fixed player from one starting state repeats itself, and ``distinct_games`` counts
+    what an evaluation really played."""
+    text = (json.dumps(trajectory.token_ids) if trajectory.token_ids is not None else
+            json.dumps([[m.content for m in (t.observation or [])] + [t.action.content] for t in trajectory.turns],
+                       default=str))
+    return hashlib.sha1(text.encode()).hexdigest()[:16]
 
 
 def _write(out: Path, metrics: dict[str, Any], rows: list[dict[str, Any]], settings: dict[str, Any]) -> None:
@@ -251,4 +276,5 @@ def summarize(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     for key in ("reward", "moves", "invalid_moves"):
         out[f"{key}_mean"] = sum(r[key] for r in rows) / n if n else 0.0
     out["errors"] = sum(r["error"] is not None for r in rows)
+    out["distinct_games"] = len({(r["seat"], r.get("game") or r["index"]) for r in rows})
     return out

@@ -201,7 +201,7 @@ class Trainer:
                 self._eval_opponent = make_opponent(name, self.agent.tokenizer, self.cfg.seed, str(self.device))
             m = evaluate_multi_agent(player, self.cfg.env.id, kwargs, opponent=self._eval_opponent or "self",
                                      seat=ma.eval_seat, episodes=episodes, seed=self.cfg.seed,
-                                     params=SamplingParams(temperature=0.0,
+                                     params=SamplingParams(temperature=ma.eval_temperature,
                                                            max_new_tokens=self.cfg.rollout.max_new_tokens),
                                      max_context=self.cfg.rollout.max_context, out_dir=out,
                                      opponent_label=name, opponent_checked=True,
@@ -209,7 +209,8 @@ class Trainer:
                                      not_held_out=ma.not_held_out(self.cfg.env.id, self.cfg.model, self.cfg.out_dir))
             # (the floor — a random legal player's figures from the same states — is played at the first evaluation)
             figures = {**m, "env": {k: v for k, v in m.items() if k.endswith(("_rate", "_mean"))
-                                    and k != "success_rate"} | {"held_out": float(m["held_out"] == "held out")}}
+                                    and k != "success_rate"} | {"held_out": float(m["held_out"] == "held out"),
+                                                                 "distinct_games": float(m["distinct_games"])}}
             if validating:
                 self.validation_metrics = figures
             else:
