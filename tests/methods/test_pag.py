@@ -709,6 +709,12 @@ def test_a_comparing_check_subtracts_the_answer_and_its_verdict_reads_the_differ
         assert verdict.info["check_says_right"] is right and verdict.info["tool_agreed"] is True
     rows, report = checking_rows(trajs, balance="none")
     assert report["dropped_steps"] == 0 and report["tool_rows"] == 2 * report["verdict_rows"] == 16
+    from turnrl.envs.conformance.split_check import task_keys
+    from turnrl.envs.registry import make
+
+    keys = task_keys(make("turnrl/Arithmetic-PAG-v0", **kw), 8)  # each row names its problem, so that a run
+    assert keys and [t.metadata["item"] for t in trajs] == keys  # refuses rows posing its held-out ones
+    assert {r.metadata["item"] for r in rows} <= set(keys)
     assert all(tu.info["rewritten"] for t in trajs for tu in t.turns if tu.role == "verifier")
     assert report["revision_rows"] == 0 and all(len(t.turns) == 4 + (not t.turns[0].info["correct"]) for t in trajs)
     # --revisions: after "wrong" the teacher states the check's result as the answer; the right ones become rows
@@ -787,6 +793,7 @@ def test_checking_warm_up_rows_call_the_tool_then_give_the_true_verdict(tmp_path
                                       "--balance", "none"])
     assert result.exit_code == 0, result.output
     assert "rows in" in result.output and len(load(out)) == 8  # four episodes: a tool call and a verdict each
+    assert all(r.metadata["item"] for r in load(out))  # stored with their problems: a run checks them (held out)
     refused = CliRunner().invoke(app, ["pag", "checks", "--env", "turnrl/Arithmetic-PAG-v0", "--agent", "tiny:chatml",
                                        "--out", str(tmp_path / "x.jsonl")])
     assert refused.exit_code != 0 and "verify_tools=true" in refused.output

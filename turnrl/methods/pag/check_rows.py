@@ -213,17 +213,35 @@ def generate_checks(agent: Any, env_id: str, env_kwargs: dict[str, Any], *, task
     teacher = CheckingTeacher(agent.tokenizer, compare=compare, revisions=revisions)
     params = SamplingParams(temperature=temperature, max_new_tokens=max_new_tokens, seed=seed)
     jobs = [(task, k) for task in range(tasks) for k in range(samples)]
+    items = _items(env_id, env_kwargs, tasks)
     out: list[Trajectory] = []
     for start in range(0, len(jobs), batch_episodes):
         chunk = jobs[start:start + batch_episodes]
         envs = [make(env_id, **env_kwargs) for _ in chunk]
         try:
             rollout = Rollout(agent, params, rewrite=teacher)
-            out += rollout.run(envs, seeds=[seed * 1_000_003 + task * 101 + k for task, k in chunk],
-                               options=[{"index": task} for task, _ in chunk])
+            played = rollout.run(envs, seeds=[seed * 1_000_003 + task * 101 + k for task, k in chunk],
+                                 options=[{"index": task} for task, _ in chunk])
         finally:
             for env in envs:
                 env.close()
+        for (task, _), traj in zip(chunk, played):  # each task's canonical form, as turnrl rollout records it
+            if task in items:
+                traj.metadata = {**traj.metadata, "item": items[task]}
+        out += played
         if on_batch is not None:
             on_batch(len(out), len(jobs))
     return out
+
+
+def _items(env_id: str, env_kwargs: dict[str, Any], tasks: int) -> dict[int, str]:
+    """The canonical form of each of the first ``tasks`` tasks (a run that trains on the rows refuses its held-out
+    and validation problems by them); none where the environment has no list of tasks."""
+    from turnrl.envs.conformance.split_check import task_keys
+    from turnrl.envs.registry import make
+
+    probe = make(env_id, **env_kwargs)
+    try:
+        return dict(enumerate(task_keys(probe, tasks) or []))
+    finally:
+        probe.close()

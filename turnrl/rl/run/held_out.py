@@ -140,9 +140,10 @@ def check_dataset(env_id: str, kwargs: dict[str, Any], eval_kwargs: dict[str, An
                            "Sample the data from the training split (turnrl rollout --kw split=train)")
     missing = sum(i is None for i in items)
     if missing:
-        return (f"{missing} of {len(items)} stored episodes carry no item (written before turnrl rollout recorded "
-                "each task's canonical form): they cannot be checked against the held-out problems; re-sample them "
-                "if they came from an older split")
+        return (f"{missing} of {len(items)} stored episodes carry no item (each task's canonical form, which turnrl "
+                "rollout and turnrl pag checks record; a file written before they did, or by another tool, has none): "
+                "they cannot be checked against the held-out problems; re-sample them if they came from an older "
+                "split")
     return None
 
 
