@@ -96,7 +96,7 @@ def test_a_held_out_run_evaluates_its_floor_once_and_reports_it_every_time(tmp_p
 
     played = []
     real = evaluate_multi._play
-    monkeypatch.setattr(evaluate_multi, "_play", lambda *a, **k: played.append(a[5]) or real(*a, **k))
+    monkeypatch.setattr(evaluate_multi, "_play", lambda *a, **k: played.append(a[4]) or real(*a, **k))
     tok = tiny_tokenizer("chatml")
     tr = Trainer(config(tmp_path, opponent="random", eval_opponent="perfect"), model=tiny_model(tok, seed=0),
                  tokenizer=tok)

@@ -4,7 +4,6 @@ the exact command that finishes the rest (:func:`interruptible`, :func:`resume_c
 
 from __future__ import annotations
 
-import functools
 import json
 import shlex
 import signal
@@ -12,6 +11,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -121,27 +121,43 @@ def dataset_progress(ctx: typer.Context, out: str, what: str, total: int,
             raise dataset_interrupted(ctx, out, total, stop["code"]) from None
 
 
-def _eval_multi_agent(env: str, agent: str, env_kwargs: dict[str, Any], *, opponent: str, seat: str | None,
-                      episodes: int, seed: int, temperature: float, max_new_tokens: int, batch_size: int,
-                      max_context: int, out: str, device: str, tokenizer: str | None) -> None:
-    """``turnrl eval`` on an environment with several agents (:mod:`turnrl.rl.run.evaluate_multi`)."""
-    from turnrl.agents import SamplingParams, make_agent
-    from turnrl.envs.multiagent import make_multi_agent
-    from turnrl.rl.run.evaluate_multi import evaluate_multi_agent
+@dataclass(frozen=True)
+class EvalRun:
+    """What one ``turnrl eval`` plays, whatever the environment: the agent (its spec, where it runs, its tokenizer),
+    the environment and its options, how many tasks or games from which seed, how many episodes at once within what
+    context, and where the report goes."""
 
+    env: str
+    agent: str
+    env_kwargs: dict[str, Any]
+    limit: int
+    seed: int
+    out: str
+    batch_size: int
+    max_context: int
+    tokenizer: str | None
+    device: str
+
+
+def _eval_multi_agent(run: EvalRun, params: Any, *, opponent: str, seat: str | None) -> None:
+    """``turnrl eval`` on an environment with several agents (:mod:`turnrl.rl.run.evaluate_multi`)."""
+    from turnrl.agents import make_agent
+    from turnrl.envs.multiagent import make_multi_agent
+    from turnrl.rl.run.evaluate_multi import evaluate_multi_agent, run_not_held_out
+
+    env, out = run.env, run.out
     try:
-        make_multi_agent(env, **env_kwargs).close()  # fail fast, before loading a model
+        make_multi_agent(env, **run.env_kwargs).close()  # fail fast, before loading a model
     except (ImportError, ValueError, TypeError) as e:
         fail(f"cannot make {env}: {e}")
-    policy = make_agent(agent, batch_size=batch_size, device=device, **({"tokenizer": tokenizer} if tokenizer else {}))
-    params = SamplingParams(temperature=temperature, max_new_tokens=max_new_tokens)
-    from turnrl.rl.run.evaluate_multi import run_not_held_out
-
-    checked, why = run_not_held_out(agent, env, opponent)  # a run: agent's training opponents against --opponent
+    policy = make_agent(run.agent, batch_size=run.batch_size, device=run.device,
+                        **({"tokenizer": run.tokenizer} if run.tokenizer else {}))
+    checked, why = run_not_held_out(run.agent, env, opponent)  # a run: agent's training opponents against --opponent
     try:
-        m = evaluate_multi_agent(policy, env, env_kwargs, opponent=opponent, seat=seat, episodes=episodes, seed=seed,
-                                 params=params, max_context=max_context, batch_size=batch_size, out_dir=out,
-                                 not_held_out=why, opponent_checked=checked, agent_name=agent)
+        m = evaluate_multi_agent(policy, env, run.env_kwargs, opponent=opponent, seat=seat, episodes=run.limit,
+                                 seed=run.seed, params=params, max_context=run.max_context,
+                                 batch_size=run.batch_size, out_dir=out, not_held_out=why, opponent_checked=checked,
+                                 agent_name=run.agent)
     except ValueError as e:
         fail(str(e))
     say(f"{env} ({m['env_kwargs']}), {m['episodes']} games as {m['seat']} against {opponent}:")
@@ -189,14 +205,14 @@ def eval_cmd(
     """Evaluate an agent on an environment; write items.jsonl, report.md, metrics.json and plot.png to --out.
     Ctrl-C (or SIGTERM) writes them for the episodes that finished; --resume then plays the rest. On an environment
     with several agents: the agent's wins, draws and losses against --opponent, with 95 % confidence intervals."""
+    from turnrl.agents import SamplingParams
     from turnrl.envs.multiagent import is_multi_agent
 
     if is_multi_agent(env):
-        _eval_multi_agent(env, agent, parse_kwargs(kw), opponent=opponent, seat=seat, episodes=limit, seed=seed,
-                          temperature=temperature or 0.0, max_new_tokens=max_new_tokens, batch_size=batch_size,
-                          max_context=max_context, out=out, device=device, tokenizer=tokenizer)
+        what = EvalRun(env, agent, parse_kwargs(kw), limit, seed, out, batch_size, max_context, tokenizer, device)
+        _eval_multi_agent(what, SamplingParams(temperature=temperature or 0.0, max_new_tokens=max_new_tokens),
+                          opponent=opponent, seat=seat)
         return
-    from turnrl.agents import SamplingParams, make_agent
     from turnrl.rl.run.evaluate import (
         EvaluationInterrupted,
         held_out_kwargs,
@@ -235,8 +251,8 @@ def eval_cmd(
     started = time.time()
     with interruptible() as stop:
         try:
-            metrics = _run_eval(env, agent, env_kwargs, limit, samples, params, seed, out, batch_size, max_context,
-                                tokenizer, resume, functools.partial(make_agent, device=device))
+            metrics = _run_eval(EvalRun(env, agent, env_kwargs, limit, seed, out, batch_size, max_context, tokenizer,
+                                        device), samples, params, resume)
         except EvaluationInterrupted as e:
             console.print((Path(out) / "report.md").read_text(), markup=False, highlight=False)
             say(f"interrupted: {e.done} of {e.total} episodes finished; {out}/report.md, items.jsonl, metrics.json "
@@ -264,9 +280,7 @@ def _interrupted_in(out: str) -> str | None:
     return f"{m.get('episodes')} of {m.get('episodes_planned')} episodes" if m.get("interrupted") else None
 
 
-def _run_eval(env: str, agent: str, env_kwargs: dict[str, Any], limit: int, samples: int, params: Any, seed: int,
-              out: str, batch_size: int, max_context: int, tokenizer: str | None, resume: bool,
-              make_agent: Any) -> dict[str, Any]:
+def _run_eval(run: EvalRun, samples: int, params: Any, resume: bool) -> dict[str, Any]:
     """Load the agent and evaluate, with a progress bar."""
     from rich.progress import (
         BarColumn,
@@ -276,10 +290,12 @@ def _run_eval(env: str, agent: str, env_kwargs: dict[str, Any], limit: int, samp
         TimeElapsedColumn,
     )
 
+    from turnrl.agents import make_agent
     from turnrl.rl.run.evaluate import evaluate
 
+    env, limit = run.env, run.limit
     try:
-        the_agent = make_agent(agent, batch_size=batch_size, tokenizer=tokenizer)
+        the_agent = make_agent(run.agent, batch_size=run.batch_size, tokenizer=run.tokenizer, device=run.device)
     except (ValueError, OSError, ImportError) as e:
         fail(str(e))
     columns = [TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -296,10 +312,10 @@ def _run_eval(env: str, agent: str, env_kwargs: dict[str, Any], limit: int, samp
             rate = state["tokens"] / max(time.perf_counter() - started, 1e-9)
             progress.update(task, advance=1, rate=f"{rate:.1f}", acc=f"{state['correct'] / state['done']:.3f}")
 
-        return evaluate(the_agent, env, env_kwargs=env_kwargs, limit=limit, samples=samples, params=params, seed=seed,
-                        out=out, batch_episodes=batch_size, max_context=max_context, on_episode=on_episode,
-                        resume=resume, agent_name=agent, on_start=lambda done, total: progress.update(
-                            task, completed=done, total=total))
+        return evaluate(the_agent, env, env_kwargs=run.env_kwargs, limit=limit, samples=samples, params=params,
+                        seed=run.seed, out=run.out, batch_episodes=run.batch_size, max_context=run.max_context,
+                        on_episode=on_episode, resume=resume, agent_name=run.agent,
+                        on_start=lambda done, total: progress.update(task, completed=done, total=total))
 
 
 def rollout(

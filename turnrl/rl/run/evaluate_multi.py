@@ -17,6 +17,7 @@ import hashlib
 import json
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -92,8 +93,8 @@ def evaluate_multi_agent(agent: Agent | Mapping[str, Agent], env_id: str, env_kw
     other = None if opponent == "self" else (make_opponent(opponent, tokenizer, seed)
                                              if isinstance(opponent, str) else opponent)
     params = params or SamplingParams(temperature=0.0, max_new_tokens=64)
-    play = functools.partial(_play, env_id, kwargs, seats, states, keys, seat=seat, episodes=episodes, seed=seed,
-                             params=params, max_context=max_context, batch_size=batch_size, scores=scores)
+    plan = Games(env_id, kwargs, seats, states, keys, seat, episodes, seed, scores)
+    play = functools.partial(_play, plan, params, max_context, batch_size)
     rows = play(team, other)
     label = opponent_label or (opponent if isinstance(opponent, str) else type(opponent).__name__)
     metrics = summarize(rows)
@@ -162,15 +163,34 @@ def _states_held_out(env: Any) -> tuple[list[str], bool]:
     return [f"starting states: not held out ({found.rule})"], False
 
 
-def _play(env_id: str, kwargs: dict[str, Any], seats: list[str], states: int, keys: list[str],
-          team: Mapping[str, Agent], other: Agent | None, *, seat: str | None, episodes: int, seed: int,
-          params: SamplingParams, max_context: int, batch_size: int,
-          scores: Sequence[str] = ()) -> list[dict[str, Any]]:
-    """The rows of ``episodes`` games: ``team``'s seat against ``other`` in the others (``None``: every seat its own
-    policy). Each row: the starting state's ``index``, ``task_id`` and ``item`` (its key and the seat: what two runs'
-    evaluations pair on), the seat, outcome, ``correct`` (won or solved), reward, moves, invalid moves, error; and
-    where the game names ``scores``, each of them as the game recorded it (any seat's infos at the end: a cooperative
-    game scores the episode, not the seat), false where the game ended before recording it (an error, a cut)."""
+@dataclass(frozen=True)
+class Games:
+    """The games an evaluation plays, whoever plays them (the agent, or the floor in its seats): the game and its
+    options (the held-out split's), its seats, how many starting states it has and their keys, the evaluated seat
+    (None: every seat in turn), how many games from which seed, and the scores the game records beside its outcome."""
+
+    env_id: str
+    kwargs: dict[str, Any]
+    seats: list[str]
+    states: int
+    keys: list[str]
+    seat: str | None
+    episodes: int
+    seed: int
+    scores: Sequence[str] = ()
+
+
+def _play(plan: Games, params: SamplingParams, max_context: int, batch_size: int, team: Mapping[str, Agent],
+          other: Agent | None) -> list[dict[str, Any]]:
+    """The rows of ``plan.episodes`` games: ``team``'s seat against ``other`` in the others (``None``: every seat
+    its own policy), sampled with ``params`` within ``max_context`` tokens, ``batch_size`` at once. Each row: the
+    starting state's ``index``, ``task_id`` and ``item`` (its key and the seat: what two runs' evaluations pair on),
+    the seat, outcome, ``correct`` (won or solved), reward, moves, invalid moves, error, ``game`` (its fingerprint,
+    :func:`game_print`); and where the game names ``scores``, each of them as the game recorded it (any seat's infos
+    at the end: a cooperative game scores the episode, not the seat), false where the game ended before recording
+    it (an error, a cut)."""
+    env_id, kwargs, seats, states, keys = plan.env_id, plan.kwargs, plan.seats, plan.states, plan.keys
+    seat, episodes, seed, scores = plan.seat, plan.episodes, plan.seed, plan.scores
     rows: list[dict[str, Any]] = []
     for start in range(0, episodes, batch_size):
         idx = list(range(start, min(start + batch_size, episodes)))
