@@ -303,11 +303,13 @@ class RolloutWorker:
 
         def work() -> None:
             torch.set_num_threads(self.threads)  # per thread: a new thread's OpenMP team starts from OMP_NUM_THREADS
+            c = self.cfg
             try:
-                if self.cfg.multi_agent is not None:
+                if c.multi_agent is not None:
                     self._play_games(jobs, done, opponent)
-                elif self.cfg.rollout.tree is not None:  # a tree's leaves share its job: committed together
-                    trajs, _ = play_jobs(self.cfg, self.player, jobs, lambda: self.version, per_episode_seeds=True)
+                elif c.rollout.tree is not None:  # a tree's leaves share its job: committed together
+                    trajs, _ = play_jobs(c.env, c.rollout, c.algorithm, c.seed, self.player, jobs, lambda: self.version,
+                                         per_episode_seeds=True)
                     trees: dict[str, list[Trajectory]] = {}
                     for traj in trajs:
                         traj.metadata["worker"] = self.pid
@@ -315,7 +317,8 @@ class RolloutWorker:
                     for leaves in trees.values():
                         done.put(leaves)
                 else:
-                    play_jobs(self.cfg, self.player, jobs, lambda: self.version, per_episode_seeds=True, sink=sink)
+                    play_jobs(c.env, c.rollout, c.algorithm, c.seed, self.player, jobs, lambda: self.version,
+                              per_episode_seeds=True, sink=sink)
                 done.put(None)
             except BaseException as e:  # reported to the driver, which re-runs the jobs
                 done.put(e)

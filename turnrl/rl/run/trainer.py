@@ -139,7 +139,8 @@ class Trainer:
 
                 self.runner = RayRunner(self.cfg, self.learner, self._tokenizer)
             else:
-                self.runner = LocalRunner(self.cfg, self.agent, lambda: self.learner.version)
+                c = self.cfg
+                self.runner = LocalRunner(c.env, c.rollout, c.algorithm, c.seed, self.agent, lambda: self.learner.version)
         return self.runner
 
     # the parts, under the names the first trainer had
@@ -250,7 +251,7 @@ class Trainer:
         m = evaluate(self.agent, self.cfg.env.id, env_kwargs=kwargs, limit=limit, seed=self.cfg.seed,
                      params=SamplingParams(temperature=0.0, max_new_tokens=self.cfg.rollout.max_new_tokens),
                      batch_episodes=64, max_context=self.cfg.rollout.max_context, out=out,
-                     env_timeout=self.cfg.rollout.env_timeout, player=player, context=context_budget(self.cfg))
+                     env_timeout=self.cfg.rollout.env_timeout, player=player, context=context_budget(self.cfg.rollout))
         if split == "validation":
             self.validation_metrics = m
         else:

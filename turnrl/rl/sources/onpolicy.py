@@ -16,6 +16,8 @@ from turnrl.envs.fork import fork_refusal
 from turnrl.envs.registry import make
 from turnrl.rl.algorithms.base import Algorithm
 from turnrl.rl.config import TrainConfig
+from turnrl.rl.config.algorithm import AlgorithmConfig
+from turnrl.rl.config.sections import EnvConfig, RolloutConfig
 from turnrl.rl.sources.base import (
     ExperienceSource,
     Job,
@@ -34,44 +36,46 @@ from turnrl.rollout.tree import TreeSpec
 from turnrl.types import Trajectory
 
 
-def context_budget(cfg: TrainConfig) -> ContextBudget | None:
+def context_budget(rollout: RolloutConfig) -> ContextBudget | None:
     """The run's context management (``rollout.context``), or None."""
-    c = cfg.rollout.context
+    c = rollout.context
     return None if c is None else ContextBudget(c.budget, c.mode, c.summary_tokens)
 
 
-def tree_spec(cfg: TrainConfig) -> TreeSpec | None:
+def tree_spec(rollout: RolloutConfig) -> TreeSpec | None:
     """The run's tree rollouts (``rollout.tree``), or None (chains)."""
-    return None if cfg.rollout.tree is None else cfg.rollout.tree.spec()
+    return None if rollout.tree is None else rollout.tree.spec()
 
 
-def play_jobs(cfg: TrainConfig, agent: Any, jobs: Sequence[Job], version: Callable[[], int], *,
-              per_episode_seeds: bool, sink: Callable[[Trajectory], Any] | None = None
-              ) -> tuple[list[Trajectory], Rollout]:
-    """Play a training round's ``jobs`` as the run config says (env, sampling, limits) with the algorithm's rollout
-    hook; the Trajectories in job order and the rollout (its stats)."""
+def play_jobs(env: EnvConfig, rollout: RolloutConfig, algorithm: AlgorithmConfig, seed: int, agent: Any,
+              jobs: Sequence[Job], version: Callable[[], int], *, per_episode_seeds: bool,
+              sink: Callable[[Trajectory], Any] | None = None) -> tuple[list[Trajectory], Rollout]:
+    """Play a training round's ``jobs`` as the run's sections say — the environment, the rollout's sampling and
+    limits, the algorithm's rollout hook, the run's seed; the Trajectories in job order and the rollout (its
+    stats)."""
     from turnrl.rl.algorithms import get_algorithm
 
-    r = cfg.rollout
+    r = rollout
     params = SamplingParams(temperature=r.temperature, top_p=r.top_p, max_new_tokens=r.max_new_tokens)
-    hook = get_algorithm(cfg.algorithm).rollout_hook(agent, r.temperature, batch_seed(cfg.seed, jobs[0].step,
-                                                                                       jobs[0].round)) if jobs else None
+    hook = get_algorithm(algorithm).rollout_hook(agent, r.temperature, batch_seed(seed, jobs[0].step,
+                                                                                  jobs[0].round)) if jobs else None
     how = Playing(params, r.max_context, env_timeout=r.env_timeout, per_episode_seeds=per_episode_seeds,
-                  continuous=r.continuous_batching, context=context_budget(cfg), tree=tree_spec(cfg))
-    return play(agent, cfg.env.id, cfg.env.kwargs, jobs, seed=cfg.seed, how=how, version=version, sink=sink,
-                rewrite=hook)
+                  continuous=r.continuous_batching, context=context_budget(r), tree=tree_spec(r))
+    return play(agent, env.id, env.kwargs, jobs, seed=seed, how=how, version=version, sink=sink, rewrite=hook)
 
 
 class LocalRunner:
     """Plays jobs in this process with an agent that shares the learner's model (no weight copies)."""
 
-    def __init__(self, cfg: TrainConfig, agent: Any, version: Callable[[], int]) -> None:
-        self.cfg, self.agent, self.version = cfg, agent, version
+    def __init__(self, env: EnvConfig, rollout: RolloutConfig, algorithm: AlgorithmConfig, seed: int, agent: Any,
+                 version: Callable[[], int]) -> None:
+        self.env, self.rollout, self.algorithm, self.seed = env, rollout, algorithm, seed
+        self.agent, self.version = agent, version
 
     def run(self, jobs: Sequence[Job]) -> tuple[list[Trajectory], dict[str, float]]:
         """One batched rollout over all jobs."""
-        trajs, rollout = play_jobs(self.cfg, self.agent, jobs, self.version,
-                                   per_episode_seeds=self.cfg.rollout.seed_per_episode)
+        trajs, rollout = play_jobs(self.env, self.rollout, self.algorithm, self.seed, self.agent, jobs, self.version,
+                                   per_episode_seeds=self.rollout.seed_per_episode)
         return trajs, {"generated_tokens": float(rollout.stats.generated_tokens), "generate_s": rollout.stats.generate_s}
 
     def prefetch(self, jobs: Sequence[Job], start: bool = True) -> None:
