@@ -124,7 +124,8 @@ class RolloutWorker:
         self.games = None  # built for this player on the first game
         from turnrl.rl.sources.windows import LocalWindows
 
-        self.windows = LocalWindows(self.cfg, self.player, lambda: self.version, per_episode_seeds=True)
+        self.windows = LocalWindows(self.cfg.env, self.cfg.rollout, self.cfg.seed, self.player, lambda: self.version,
+                                    per_episode_seeds=True)
         return self.ready()
 
     def _setup_policies(self, models: dict[str, torch.nn.Module], tokenizer: Any) -> dict[str, Any]:

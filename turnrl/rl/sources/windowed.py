@@ -98,7 +98,8 @@ class WindowedSource(ExperienceSource):
             if self.cfg.placement == "ray":  # on the workers, through the placement's runner
                 self._player = self.parts.runner().windows()
             else:
-                self._player = LocalWindows(self.cfg, self.parts.agent, self.parts.version)
+                self._player = LocalWindows(self.cfg.env, self.cfg.rollout, self.cfg.seed, self.parts.agent,
+                                            self.parts.version)
         return self._player
 
     def new_jobs(self, step: int, room: int) -> list[Job]:

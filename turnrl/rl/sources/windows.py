@@ -17,7 +17,7 @@ from turnrl.rollout.play import batch_seed, start_jobs
 from turnrl.types import Trajectory
 
 if TYPE_CHECKING:
-    from turnrl.rl.config import EnvConfig, RolloutConfig, TrainConfig
+    from turnrl.rl.config import EnvConfig, RolloutConfig
 
 
 @dataclass
@@ -57,13 +57,15 @@ def play_window(env: EnvConfig, r: RolloutConfig, seed: int, agent: Any, version
 
 class LocalWindows:
     """Plays windows in the process it lives in (the driver's with ``placement: local``, a Ray rollout worker's);
-    the unfinished episodes, their environments alive, stay with it. ``per_episode_seeds`` None: the run config's
-    rule (``rollout.seed_per_episode`` or ``continuous_batching``)."""
+    the unfinished episodes, their environments alive, stay with it. It reads the run's ``env`` and ``rollout``
+    sections and its seed; ``per_episode_seeds`` None: the rollout section's rule (``seed_per_episode`` or
+    ``continuous_batching``)."""
 
-    def __init__(self, cfg: TrainConfig, agent: Any, version: Callable[[], int],
+    def __init__(self, env: EnvConfig, rollout: RolloutConfig, seed: int, agent: Any, version: Callable[[], int],
                  per_episode_seeds: bool | None = None) -> None:
-        self.cfg, self.agent, self.version = cfg, agent, version
-        r = cfg.rollout
+        self.env, self.rollout, self.seed = env, rollout, seed
+        self.agent, self.version = agent, version
+        r = rollout
         self.per_episode_seeds = (r.seed_per_episode or r.continuous_batching) if per_episode_seeds is None \
             else per_episode_seeds
         self.in_play: dict[str, tuple[Job, Episode]] = {}
@@ -79,8 +81,7 @@ class LocalWindows:
                 pass
         lost = [j for j in carried if j.key not in self.in_play]
         carry = [self.in_play[j.key] for j in carried if j.key in self.in_play]
-        out, still = play_window(self.cfg.env, self.cfg.rollout, self.cfg.seed, self.agent, self.version, carry, jobs,
-                                 step, window,
+        out, still = play_window(self.env, self.rollout, self.seed, self.agent, self.version, carry, jobs, step, window,
                                  per_episode_seeds=self.per_episode_seeds, snapshots=snapshots)
         self.in_play = {j.key: (j, ep) for j, ep in still}
         out.lost = lost
