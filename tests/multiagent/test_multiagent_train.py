@@ -340,7 +340,7 @@ def test_bad_policy_maps_are_refused_before_a_model_loads(tmp_path):
     half = cfg()  # a map that leaves a seat out (validation alone cannot make one with a two-seat game)
     half.multi_agent = MultiAgentConfig.model_construct(policies={"A": PolicyConfig(seats=["x"])})
     with pytest.raises(ValueError, match="seat 'o' of turnrl/TicTacToe-v0 is mapped to no policy"):
-        seats_of(half)
+        seats_of(half.env, half.multi_agent)
 
 
 def test_a_rollout_worker_samples_each_seat_with_its_own_policys_adapters(tmp_path):

@@ -32,7 +32,7 @@ from turnrl.envs.core import close_all
 from turnrl.envs.multiagent import make_multi_agent
 from turnrl.envs.multiagent.core import SEEDS_PER_SPLIT, counts_starting_states, split_seed
 from turnrl.rl.algorithms.base import Algorithm
-from turnrl.rl.config import MultiAgentConfig, TrainConfig
+from turnrl.rl.config import EnvConfig, MultiAgentConfig, TrainConfig
 from turnrl.rl.sources.base import RunParts, rollout_metrics
 from turnrl.rl.sources.league import Opponents
 from turnrl.rl.sources.onpolicy import OnPolicySource
@@ -44,15 +44,16 @@ from turnrl.rollout.play import env_seed, sample_seed
 from turnrl.types import Trajectory
 
 
-def seats_of(cfg: TrainConfig, env: Any = None) -> tuple[list[str], list[str]]:
-    """The environment's seats and the seats that train (``env``: the game, if one is built already); an unknown
-    seat named in ``multi_agent`` fails here, before a model loads.
+def seats_of(game: EnvConfig, multi_agent: MultiAgentConfig | None, env: Any = None) -> tuple[list[str], list[str]]:
+    """The seats of the run's game (its ``env`` section) and the seats that train (its ``multi_agent`` section);
+    ``env``: the game, if one is built already. An unknown seat named in ``multi_agent`` fails here, before a model
+    loads.
 
     Raises:
         ValueError: ``train_seats`` or ``eval_seat`` names a seat the environment does not have.
     """
-    ma = cfg.multi_agent or MultiAgentConfig()
-    probe = env if env is not None else make_multi_agent(cfg.env.id, **cfg.env.kwargs)
+    ma = multi_agent or MultiAgentConfig()
+    probe = env if env is not None else make_multi_agent(game.id, **game.kwargs)
     seats = list(probe.possible_agents)
     if env is None:
         probe.close()
@@ -62,13 +63,13 @@ def seats_of(cfg: TrainConfig, env: Any = None) -> tuple[list[str], list[str]]:
             ma.eval_seat)), ("multi_agent.policies", list(owner))):
         unknown = [s for s in wanted if s not in seats]
         if unknown:
-            raise ValueError(f"{name} names {', '.join(map(repr, unknown))}, which {cfg.env.id} does not have; its "
+            raise ValueError(f"{name} names {', '.join(map(repr, unknown))}, which {game.id} does not have; its "
                              f"seats: {', '.join(seats)}")
     if not train:
         raise ValueError("multi_agent.train_seats is empty: name at least one seat whose games train the policy")
     orphans = [s for s in seats if owner and s not in owner]
     if orphans:
-        raise ValueError(f"seat {', '.join(map(repr, orphans))} of {cfg.env.id} is mapped to no policy: add it to the "
+        raise ValueError(f"seat {', '.join(map(repr, orphans))} of {game.id} is mapped to no policy: add it to the "
                          f"seats of one of multi_agent.policies ({', '.join(ma.policies or {})})")
     return seats, train
 
@@ -95,7 +96,7 @@ class MultiAgentRunner:
         self.given: tuple[int, dict[str, Any]] | None = None
         probe = make_multi_agent(cfg.env.id, **cfg.env.kwargs)
         try:
-            self.seats, self.train_seats = seats_of(cfg, probe)
+            self.seats, self.train_seats = seats_of(cfg.env, cfg.multi_agent, probe)
             self.seeded = not counts_starting_states(probe)  # played on seeds (the module docstring)
         finally:
             probe.close()
@@ -207,7 +208,7 @@ class MultiAgentSource(OnPolicySource):
         self.cfg, self.algorithm, self._runner = cfg, algorithm, runner
         self._make_runner = None
         self.env = make_multi_agent(cfg.env.id, **cfg.env.kwargs)  # a probe: seats, the number of starting states
-        seats_of(cfg, self.env)  # unknown seats and opponents that cannot play fail before a model loads
+        seats_of(cfg.env, cfg.multi_agent, self.env)  # unknown seats and opponents that cannot play fail before a model loads
         ma = cfg.multi_agent or MultiAgentConfig()
         for name in {ma.opponent, ma.held_out_opponent(cfg.env.id)}:
             if not name.is_policy:
