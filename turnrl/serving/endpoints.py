@@ -1,19 +1,19 @@
 """The OpenAI endpoints of :class:`turnrl.serving.server.AgentServer` (which derives from :class:`OpenAIEndpoints`):
 ``/v1/completions`` and ``/v1/chat/completions`` — their parameters checked, the generation run through the server's
-hooks (``generate``, ``chat_prompt``, ``answered``), logprobs and top logprobs, tool calls parsed, and the responses
-or server-sent events in OpenAI's shape. :mod:`turnrl.serving.server` holds the HTTP side: routes, keys, bodies,
-the hooks, starting and stopping.
+hooks (``generate``, ``chat_prompt``, ``answered``: :mod:`turnrl.serving.hooks`, the only way an endpoint reaches the
+server), logprobs and top logprobs, tool calls parsed, and the responses or server-sent events in OpenAI's shape.
+:mod:`turnrl.serving.server` holds the HTTP side: routes, keys, bodies, the hooks, starting and stopping.
 """
 
 from __future__ import annotations
 
-import threading
 import time
 import uuid
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from turnrl.agents.base import Completion, SamplingParams, capabilities_of
+from turnrl.agents.base import Completion, capabilities_of
+from turnrl.serving.hooks import Endpoints
 from turnrl.serving.openai_api import (
     CHAT_MAX_TOKENS,
     CHAT_PARAMS,
@@ -33,23 +33,10 @@ from turnrl.serving.openai_api import (
 from turnrl.serving.streaming import chat_events, completion_events
 
 
-class OpenAIEndpoints:
-    """The endpoints' half of :class:`~turnrl.serving.server.AgentServer`; it uses the server's ``agent``, ``model``,
-    ``_lock`` and hooks (``generate``, ``chat_prompt``, ``answered``)."""
-
-    # what the server sets and defines (declared for the type checker)
-    agent: Any
-    model: str
-    _lock: threading.Lock
-
-    if TYPE_CHECKING:
-        def generate(self, prompt_ids: list[int], params: SamplingParams, ctx: Any = None, on_token: Any = None
-                     ) -> list[Completion]: ...
-
-        def chat_prompt(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, ctx: Any = None
-                        ) -> list[int]: ...
-
-        def answered(self, ctx: Any, prompt: list[int], outs: list[Completion], request: dict[str, Any]) -> None: ...
+class OpenAIEndpoints(Endpoints):
+    """OpenAI's completions and chat endpoints of :class:`~turnrl.serving.server.AgentServer`; they reach the server
+    only through its hooks (``self.hooks``, :class:`~turnrl.serving.hooks.ServerHooks`: the agent, the model name,
+    the generation lock, ``generate``, ``chat_prompt``, ``answered``)."""
 
     def _top_logprobs(self, prompt: list[int], c: Completion, k: int, temperature: float) -> list[list[tuple[int, float]]]:
         """The ``k`` most likely tokens at each generated position, under the distribution the agent sampled from:
@@ -57,12 +44,12 @@ class OpenAIEndpoints:
         if c.top_logprobs is not None and len(c.top_logprobs) == len(c.token_ids):
             return [row[:k] for row in c.top_logprobs]
         self._check_top_logprobs(1)
-        model = self.agent.model
+        model = self.hooks.agent.model
         if not c.token_ids:
             return []
         import torch
 
-        with self._lock, torch.no_grad():
+        with self.hooks.generation_lock, torch.no_grad():
             device = next(model.parameters()).device
             ids = torch.tensor([prompt + c.token_ids], device=device)
             logits = model(ids).logits[0, len(prompt) - 1 : -1].float()  # (T, V): position t predicts token t
@@ -72,7 +59,7 @@ class OpenAIEndpoints:
 
     def _check_top_logprobs(self, k: int | None) -> None:
         """Refuse alternatives (``top_logprobs`` > 0) from an agent that has no local model to rank them."""
-        if k and not capabilities_of(self.agent).local_model:
+        if k and not capabilities_of(self.hooks.agent).local_model:
             raise unsupported("top_logprobs", "this agent has no local model to score alternatives; ask for logprobs only")
 
     def new_id(self, kind: str) -> str:
@@ -94,7 +81,7 @@ class OpenAIEndpoints:
         k = body.get("logprobs")
         if k is not None and (isinstance(k, bool) or not isinstance(k, int) or not 0 <= k <= 20):
             raise APIError(400, f"logprobs must be an integer from 0 to 20 on /v1/completions, got {k!r}", param="logprobs")
-        tok = self.agent.tokenizer
+        tok = self.hooks.agent.tokenizer
         prompt = body.get("prompt")
         if isinstance(prompt, str):
             prompts = [list(tok.encode(prompt, add_special_tokens=False))]
@@ -122,8 +109,8 @@ class OpenAIEndpoints:
         for n, p in enumerate(call.prompts):
             base = n * call.params.n
             relay = None if on_token is None else (lambda i, *rest, base=base: on_token(base + i, *rest))
-            outs = self.generate(p, call.params, ctx, relay)
-            self.answered(ctx, p, outs, {"endpoint": "completions"})
+            outs = self.hooks.generate(p, call.params, ctx, relay)
+            self.hooks.answered(ctx, p, outs, {"endpoint": "completions"})
             for c in outs:
                 text = c.text if call.as_ids else cut_at_stop(c.text, call.params.stop)  # token-level: everything
                 choice: dict[str, Any] = {"index": len(choices), "text": text, "finish_reason": c.finish_reason,
@@ -144,7 +131,7 @@ class OpenAIEndpoints:
         return self._envelope("text_completion", choices, used, generated), outs_all
 
     def _token_name(self, call: CompletionCall, t: int) -> str:
-        return f"token_id:{t}" if call.as_ids else self.agent.tokenizer.decode([t])
+        return f"token_id:{t}" if call.as_ids else self.hooks.agent.tokenizer.decode([t])
 
     def completion_lp(self, call: CompletionCall, token: int, logprob: float, top: Any, offset: int
                       ) -> dict[str, Any]:
@@ -154,7 +141,7 @@ class OpenAIEndpoints:
                     {self._token_name(call, t): lp for t, lp in top[: call.k]}]}
 
     def _pieces(self, ids: list[int]) -> list[str]:
-        return token_pieces(self.agent.tokenizer, ids)
+        return token_pieces(self.hooks.agent.tokenizer, ids)
 
     # ---- /v1/chat/completions ----
 
@@ -181,7 +168,7 @@ class OpenAIEndpoints:
         tools = body.get("tools") or None
         parse_tools = tools is not None and tool_choice(body.get("tool_choice"), tools)
         messages = chat_messages(body.get("messages"))
-        call = ChatCall(self.chat_prompt(messages, tools, ctx), params, messages, tools, parse_tools, bool(want_lp),
+        call = ChatCall(self.hooks.chat_prompt(messages, tools, ctx), params, messages, tools, parse_tools, bool(want_lp),
                         k or 0)
         if body.get("stream"):
             return chat_events(self, call, body, ctx)
@@ -189,7 +176,7 @@ class OpenAIEndpoints:
 
     def run_chat(self, call: ChatCall, ctx: Any = None, on_token: Any = None) -> tuple[dict[str, Any], list[Completion]]:
         """Generate a checked chat request: the response and its completions."""
-        outs = self.generate(call.prompt, call.params, ctx, on_token)
+        outs = self.hooks.generate(call.prompt, call.params, ctx, on_token)
         choices = []
         for i, c in enumerate(outs):
             content = cut_at_stop(c.text, call.params.stop)
@@ -204,14 +191,14 @@ class OpenAIEndpoints:
             if call.want_lp:
                 logprobs = {"content": self._chat_logprobs(call, c, len(content)), "refusal": None}
             choices.append({"index": i, "message": message, "logprobs": logprobs, "finish_reason": finish})
-        self.answered(ctx, call.prompt, outs, {"endpoint": call.endpoint, "messages": call.messages, "tools": call.tools,
+        self.hooks.answered(ctx, call.prompt, outs, {"endpoint": call.endpoint, "messages": call.messages, "tools": call.tools,
                                                "returned": [ch["message"] for ch in choices]})
         envelope = self._envelope("chat.completion", choices, len(call.prompt), sum(len(c.token_ids) for c in outs))
         return envelope, outs
 
     def lp_entry(self, token: int, logprob: float, top: Any, k: int) -> dict[str, Any]:
         """One token's entry in a chat response's ``logprobs.content``."""
-        tok = self.agent.tokenizer
+        tok = self.hooks.agent.tokenizer
         name = tok.decode([token])
         alternatives = [{"token": (s := tok.decode([a])), "logprob": b, "bytes": list(s.encode())}
                         for a, b in (top or [])[:k]] if k else []
@@ -229,7 +216,7 @@ class OpenAIEndpoints:
 
     def _envelope(self, kind: str, choices: list[dict[str, Any]], prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:
         return {
-            "id": self.new_id(kind), "object": kind, "created": int(time.time()), "model": self.model,
+            "id": self.new_id(kind), "object": kind, "created": int(time.time()), "model": self.hooks.model,
             "system_fingerprint": None, "choices": choices,
             "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
                       "total_tokens": prompt_tokens + completion_tokens},

@@ -32,18 +32,20 @@ from turnrl.serving.anthropic_api import (
     server_error,
     stop_reason,
 )
+from turnrl.serving.hooks import Endpoints, ServerHooks
 from turnrl.serving.openai_api import APIError, ChatCall
 from turnrl.serving.streaming import TOOL_TAG, Generation, TextStream, framed
 
 
-class MessagesEndpoint:
-    """The Messages half of :class:`~turnrl.serving.server.AgentServer`; it uses the server's ``agent``, ``model``,
-    ``run_chat`` and hooks (``chat_prompt``, ``generate``, ``answered``)."""
+class MessagesEndpoint(Endpoints):
+    """Anthropic's Messages endpoint of :class:`~turnrl.serving.server.AgentServer`; it reaches the server only through
+    its hooks (``self.hooks``, :class:`~turnrl.serving.hooks.ServerHooks`: the agent, the model name, ``chat_prompt``,
+    ``run_chat``, how streams end)."""
 
     def messages(self, body: dict[str, Any], ctx: Any = None) -> dict[str, Any] | Iterator[str]:
         """Handle ``/v1/messages``: a Messages response, or an iterator of server-sent events when streaming."""
         req = messages_request(body)
-        server: Any = self
+        server = self.hooks
         call = ChatCall(server.chat_prompt(req.messages, req.tools, ctx), req.params, req.messages, req.tools,
                         req.parse_tools, False, 0, endpoint="messages", id_prefix="toolu_")
         if req.stream:
@@ -63,7 +65,7 @@ def error_event(e: BaseException) -> str:
     return event("error", anthropic_error(e) if isinstance(e, APIError) else server_error(e))
 
 
-def message_events(server: Any, call: ChatCall, ctx: Any) -> Iterator[str]:
+def message_events(server: ServerHooks, call: ChatCall, ctx: Any) -> Iterator[str]:
     """The events of a streamed Messages request (``call``: the checked request in chat form); the generation has
     started (or failed, raising, so the client gets an HTTP error) when this returns."""
     gen = Generation(lambda on_token: server.run_chat(call, ctx, on_token), cancellable=server.cancel_streams,
@@ -71,7 +73,7 @@ def message_events(server: Any, call: ChatCall, ctx: Any) -> Iterator[str]:
     return framed(gen, _events(server, call, gen), error=error_event, done=None)
 
 
-def _events(server: Any, call: ChatCall, gen: Generation) -> Iterator[str]:
+def _events(server: ServerHooks, call: ChatCall, gen: Generation) -> Iterator[str]:
     yield event("message_start", {"type": "message_start", "message": {
         "id": new_message_id(), "type": "message", "role": "assistant", "model": server.model, "content": [],
         "stop_reason": None, "stop_sequence": None, "usage": {"input_tokens": len(call.prompt), "output_tokens": 0}}})

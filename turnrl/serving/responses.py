@@ -30,6 +30,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from turnrl.serving.hooks import Endpoints, ServerHooks
 from turnrl.serving.openai_api import APIError, ChatCall, chat_messages
 from turnrl.serving.responses_api import (
     ResponsesRequest,
@@ -41,10 +42,11 @@ from turnrl.serving.responses_api import (
 from turnrl.serving.streaming import TOOL_TAG, Generation, TextStream, framed
 
 
-class ResponsesEndpoint:
-    """The Responses half of :class:`~turnrl.serving.server.AgentServer`; it uses the server's ``agent``, ``model``,
-    ``run_chat``, ``stored_responses`` and hooks (``chat_prompt``, ``generate``, ``answered``,
-    :meth:`response_store`)."""
+class ResponsesEndpoint(Endpoints):
+    """OpenAI's Responses endpoint of :class:`~turnrl.serving.server.AgentServer`; it reaches the server only through
+    its hooks (``self.hooks``, :class:`~turnrl.serving.hooks.ServerHooks`: the agent, the model name, ``chat_prompt``,
+    ``run_chat``, ``response_store``, how streams end), and keeps the server's bounded store of responses
+    (``stored_responses``, made by the server) as the default :meth:`response_store`."""
 
     stored_responses: ResponseStore  # set by the server (declared for the type checker)
 
@@ -55,8 +57,8 @@ class ResponsesEndpoint:
 
     def responses(self, body: dict[str, Any], ctx: Any = None) -> dict[str, Any] | Iterator[str]:
         """Handle ``/v1/responses``: a response object, or an iterator of server-sent events when streaming."""
-        server: Any = self
-        store = self.response_store(ctx)
+        server = self.hooks
+        store = server.response_store(ctx)
         req = responses_request(body, store)
         call = ChatCall(server.chat_prompt(req.messages, req.tools, ctx), req.params, req.messages, req.tools,
                         req.parse_tools, False, 0, endpoint="responses")
@@ -80,7 +82,7 @@ def event(kind: str, seq: Iterator[int], **fields: Any) -> str:
     return f"event: {kind}\ndata: {json.dumps({'type': kind, 'sequence_number': next(seq), **fields})}\n\n"
 
 
-def response_events(server: Any, call: ChatCall, req: ResponsesRequest, ctx: Any, ids: tuple[str, str, int],
+def response_events(server: ServerHooks, call: ChatCall, req: ResponsesRequest, ctx: Any, ids: tuple[str, str, int],
                     finish: Callable[[Any], Any]) -> Iterator[str]:
     """The events of a streamed Responses request; the generation has started (or failed, raising, so the client
     gets an HTTP error) when this returns."""
@@ -99,7 +101,7 @@ def response_events(server: Any, call: ChatCall, req: ResponsesRequest, ctx: Any
     return framed(gen, _events(server, call, gen, first, ids[1], seq), error=failed, done=None)
 
 
-def _events(server: Any, call: ChatCall, gen: Generation, first: dict[str, Any], msg_id: str,
+def _events(server: ServerHooks, call: ChatCall, gen: Generation, first: dict[str, Any], msg_id: str,
             seq: Iterator[int]) -> Iterator[str]:
     yield event("response.created", seq, response=first)
     yield event("response.in_progress", seq, response=first)

@@ -71,7 +71,7 @@ class AgentServer(OpenAIEndpoints, MessagesEndpoint, ResponsesEndpoint):
                              "(`turnrl serve --api-key KEY`), or listen on 127.0.0.1")
         self.agent, self.model, self.api_key = agent, model, api_key
         self.stored_responses = ResponseStore()  # for previous_response_id on /v1/responses
-        self._lock = threading.Lock()
+        self.generation_lock = threading.Lock()  # one generation (or scoring) at a time
         try:  # an agent that reports its tokens as it samples them (a live stream)
             self._agent_streams = capabilities_of(agent).on_token
         except (AttributeError, TypeError, ValueError):
@@ -205,7 +205,7 @@ class AgentServer(OpenAIEndpoints, MessagesEndpoint, ResponsesEndpoint):
                  ) -> list[Completion]:
         """``params.n`` completions of one token prompt (here: one generation at a time). ``on_token`` (streaming)
         is passed to agents whose ``generate`` takes it."""
-        with self._lock:
+        with self.generation_lock:
             if on_token is not None and self._agent_streams:
                 return self.agent.generate([prompt_ids], params, on_token=on_token)
             return self.agent.generate([prompt_ids], params)
