@@ -2,8 +2,8 @@
 # Pilot for issue 78's TextArena learning figure (textarena:TicTacToe-v0 by self-play, held out against a random legal
 # player it never trains against, its games sampled at temperature 1 so they differ), read on the VALIDATION seeds
 # only: it picks the learning rate and the number of steps — and says whether 20 steps move the validation win rate
-# at all — before the figure is preregistered (bench/preregistered.md). It never reads the test seeds (eval_tasks 1:
-# the runs' one-game test evaluations, before and after, are not looked at). Seed 100 (not one of the figure's).
+# at all — before the figure is preregistered (bench/preregistered.md). The trainer plays one test game before and
+# after (eval_tasks 1, with its floor at the start); nobody reads them. Seed 100 (not one of the figure's).
 #   bash bench/pilot_textarena.sh runs/pilot78        (alone on the machine)
 # Then read OUT/lr*/metrics.jsonl (val_success: the validation win rate, by step; invalid moves, step time,
 # logp_diff, guard_violations) and OUT/lr*/validation/step-N/metrics.json (distinct_games, the floor-free figures).

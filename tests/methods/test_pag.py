@@ -715,6 +715,9 @@ def test_a_comparing_check_subtracts_the_answer_and_its_verdict_reads_the_differ
     keys = task_keys(make("turnrl/Arithmetic-PAG-v0", **kw), 8)  # each row names its problem, so that a run
     assert keys and [t.metadata["item"] for t in trajs] == keys  # refuses rows posing its held-out ones
     assert {r.metadata["item"] for r in rows} <= set(keys)
+    small = generate_checks(ScriptedAgent(tok, policy), "turnrl/Arithmetic-PAG-v0", kw, tasks=4, samples=2,
+                            max_new_tokens=64, compare=True, batch_episodes=3)  # batches across tasks and samples
+    assert [t.metadata["item"] for t in small] == [k for k in keys[:4] for _ in range(2)]
     assert all(tu.info["rewritten"] for t in trajs for tu in t.turns if tu.role == "verifier")
     assert report["revision_rows"] == 0 and all(len(t.turns) == 4 + (not t.turns[0].info["correct"]) for t in trajs)
     # --revisions: after "wrong" the teacher states the check's result as the answer; the right ones become rows

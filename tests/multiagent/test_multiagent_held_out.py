@@ -207,3 +207,31 @@ def test_a_runs_held_out_games_are_sampled_at_its_evaluation_temperature(tmp_pat
     run = json.loads((tmp_path / "e" / "run.json").read_text())
     assert run["settings"]["params"]["temperature"] == 1.5
     assert tr.eval_metrics["distinct_games"] == 4 and tr.eval_metrics["env"]["distinct_games"] == 4.0
+
+
+def test_validation_games_are_not_the_test_games_replayed_and_the_opponent_stays_greedy(tmp_path):
+    from turnrl.envs.multiagent.external import listed_moves
+
+    tok = tiny_tokenizer("chatml")
+    policy = HFAgent(tiny_model(tok, seed=0), tok, kv_cache_mb=0)
+    asked: list[float] = []
+
+    class Opponent(HFAgent):  # a frozen model opponent that says how it was asked to sample
+        def generate(self, prompts, params, **kw):
+            asked.append(params.temperature)
+            return super().generate(prompts, params, **kw)
+
+    first_legal = ScriptedAgent(tok, lambda text: (listed_moves(text) or [""])[0])  # a fixed player
+    sampled = SamplingParams(temperature=1.5, max_new_tokens=6)
+    prints = {}
+    for split in ("test", "validation"):  # every game of either split starts from the empty board
+        m = evaluate_multi_agent(policy, "textarena:TicTacToe-v0", {"split": split}, opponent=first_legal,
+                                 episodes=6, floor=False, params=sampled, out_dir=tmp_path / split)
+        assert m["distinct_games"] == 6
+        prints[split] = {json.loads(x)["game"] for x in (tmp_path / split / "items.jsonl").read_text().splitlines()}
+    assert not prints["test"] & prints["validation"]  # other streams: validation chooses on games test never plays
+    frozen = Opponent(tiny_model(tok, seed=1), tok, kv_cache_mb=0)
+    m = evaluate_multi_agent(policy, TTT, {"max_opening": 0}, opponent=frozen, opponent_label="hf:frozen", episodes=4,
+                             floor=False, params=sampled)
+    assert asked and set(asked) == {0.0}  # the held-out opponent is the same fixed player at any temperature
+    assert any("the opponent (a model) greedy" in n for n in m["held_out_notes"])

@@ -134,13 +134,18 @@ class MultiAgentRollout:
         versions: for policies being trained, a callable giving the policy's current version, recorded for every
             token it samples (``Trajectory.token_versions``) and at each episode's start and end
             (``metadata["policy_version"]``).
+        policy_params: the sampling of some policies by name instead of ``params`` (an evaluation's frozen opponent
+            played greedily while the evaluated policy samples); ``max_new_tokens`` is ``params``'s for every policy.
     """
 
     def __init__(self, policies: Mapping[str, Agent], params: SamplingParams, *,
                  seats: Mapping[str, str] | None = None, max_context: int = 4096, max_moves: int = 200,
-                 versions: Mapping[str, Callable[[], int]] | None = None) -> None:
-        if params.n != 1:
+                 versions: Mapping[str, Callable[[], int]] | None = None,
+                 policy_params: Mapping[str, SamplingParams] | None = None) -> None:
+        if params.n != 1 or any(p.n != 1 for p in (policy_params or {}).values()):
             raise ValueError("a multi-agent rollout samples one completion per move: use params.n = 1")
+        self.policy_params = {name: p.model_copy(update={"max_new_tokens": params.max_new_tokens})
+                              for name, p in (policy_params or {}).items()}
         if not policies:
             raise ValueError("no policies: give at least one agent")
         self.policies, self.params = dict(policies), params
@@ -220,8 +225,8 @@ class MultiAgentRollout:
                 kwargs: dict[str, Any] = {}
                 if capabilities_of(agent).seeds and all(streams[i] is not None for i, _ in jobs):
                     kwargs["seeds"] = [_move_seed(cast(int, streams[i]), seat, moves[i]) for i, seat in jobs]
-                params = self.params if budget == self.params.max_new_tokens else \
-                    self.params.model_copy(update={"max_new_tokens": budget})
+                own = self.policy_params.get(policy, self.params)
+                params = own if budget == own.max_new_tokens else own.model_copy(update={"max_new_tokens": budget})
                 try:
                     outs = agent.generate([list(p) for p in prompts], params, **kwargs)
                 except Exception as e:  # e.g. an endpoint gone: its games end with the error

@@ -243,5 +243,7 @@ def _items(env_id: str, env_kwargs: dict[str, Any], tasks: int) -> dict[int, str
     probe = make(env_id, **env_kwargs)
     try:
         return dict(enumerate(task_keys(probe, tasks) or []))
+    except Exception:  # an environment's own task_at that fails: no task, no item (the rows are still written)
+        return {}
     finally:
         probe.close()

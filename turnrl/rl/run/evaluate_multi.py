@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from turnrl.agents.base import Agent, SamplingParams
+from turnrl.agents.base import Agent, SamplingParams, capabilities_of
 from turnrl.envs.core import close_all
 from turnrl.envs.multiagent import make_multi_agent
 from turnrl.envs.multiagent.core import counts_starting_states, split_seed
@@ -102,7 +102,11 @@ def evaluate_multi_agent(agent: Agent | Mapping[str, Agent], env_id: str, env_kw
                  (f"opponent: {label}, not one the run trains against" if opponent_checked else
                   f"opponent: {label} (the agent's training opponents are not known here)") if label != "self" else
                  "opponent: the evaluated agent itself")
-    notes.append(_games_note(metrics["distinct_games"], len(rows), params.temperature))
+    from turnrl.agents.scripted import ScriptedAgent
+
+    seeded = all(capabilities_of(a).seeds for a in team.values())
+    model_opponent = other is not None and not isinstance(other, ScriptedAgent)
+    notes.append(_games_note(metrics["distinct_games"], len(rows), params.temperature, seeded, model_opponent))
     held = "not held out" if not_held_out or label == "self" else "held out" if states_held else "opponent only"
     settings = {"env_id": env_id, "env_kwargs": kwargs, "opponent": label, "seat": seat or "all",
                 "episodes": episodes, "seed": seed, "params": params.model_dump(mode="json"),
@@ -113,8 +117,6 @@ def evaluate_multi_agent(agent: Agent | Mapping[str, Agent], env_id: str, env_kw
     if isinstance(floor, dict):
         metrics["floor"] = floor
     elif floor and other is not None and callable(random_player):
-        from turnrl.agents.scripted import ScriptedAgent
-
         player = ScriptedAgent(tokenizer, random_player(FLOOR_SEED))
         floor_rows = play(dict.fromkeys(seats, player), other)
         metrics["floor"] = {"player": "random legal moves", **summarize(floor_rows), "episodes": len(floor_rows)}
@@ -132,10 +134,14 @@ def evaluate_multi_agent(agent: Agent | Mapping[str, Agent], env_id: str, env_kw
     return metrics
 
 
-def _games_note(distinct: int, n: int, temperature: float) -> str:
-    """What the evaluation's games are: sampled or greedy, and how many of them differ (the intervals count every
-    game as one draw, which repeated games are not)."""
-    how = (f"sampled at temperature {temperature:g}, each game its own seed" if temperature > 0 else "greedy")
+def _games_note(distinct: int, n: int, temperature: float, seeded: bool = True, model_opponent: bool = False) -> str:
+    """What the evaluation's games are: sampled (from each game's own seed where the agent takes seeds; a model
+    opponent still greedy) or greedy, and how many of them differ (the intervals count every game as one draw, which
+    repeated games are not)."""
+    how = "greedy" if temperature == 0 else (f"sampled at temperature {temperature:g}, each game its own seed"
+                                             if seeded else f"sampled at temperature {temperature:g} without seeds "
+                                             "(the agent takes none: another evaluation plays other games)")
+    how += "; the opponent (a model) greedy" if temperature > 0 and model_opponent else ""
     if distinct >= n:
         return f"games: {how}; all {n} differ"
     fix = (" (greedy play against a fixed player from one starting state repeats a game: sample them with a "
@@ -205,7 +211,9 @@ def _play(plan: Games, params: SamplingParams, max_context: int, batch_size: int
                 player = team[s] if s == mine or other is None else other
                 seat_map[s] = f"agent{id(player)}"
                 policies[seat_map[s]] = player
-            rollout = MultiAgentRollout(policies, params, max_context=max_context, seats=seat_map)
+            frozen = {} if other is None or any(other is a for a in team.values()) else {  # the opponent: greedy,
+                f"agent{id(other)}": params.model_copy(update={"temperature": 0.0})}  # whatever the agent samples at
+            rollout = MultiAgentRollout(policies, params, max_context=max_context, seats=seat_map, policy_params=frozen)
             envs = [make_multi_agent(env_id, **kwargs) for _ in games]
             try:
                 seeded = not counts_starting_states(envs[0])  # played on seeds: the held-out range (split_seed),
@@ -213,7 +221,8 @@ def _play(plan: Games, params: SamplingParams, max_context: int, batch_size: int
                 trajs = rollout.run(envs, seeds=[split_seed(where, i) if seeded else seed + i for i in games],
                                     options=[{"index": i} for i in games],
                                     group_ids=[str(i) for i in games],
-                                    sample_seeds=[seed * 1_000_003 + i for i in games])
+                                    sample_seeds=[sample_stream(seed, getattr(envs[0], "split", None), i)
+                                                  for i in games])
             finally:
                 close_all(envs)
             scored: dict[int, dict[str, Any]] = {}  # each game's scores, from every seat's view
@@ -232,14 +241,23 @@ def _play(plan: Games, params: SamplingParams, max_context: int, batch_size: int
     return rows
 
 
+def sample_stream(seed: int, split: str | None, index: int) -> int:
+    """The random stream of game ``index`` of an evaluation on ``split`` by a run of ``seed``: the same at every
+    evaluation of the run (two evaluations pair game by game), another on another split (validation games are not
+    the test games replayed, even where every game starts from one state) and for another seed."""
+    digest = hashlib.sha256(f"{seed}/{split}/{index}".encode()).digest()
+    return int.from_bytes(digest[:7], "big")
+
+
 def game_print(trajectory: Any) -> str:
     """A short fingerprint of one seat's game: its whole sequence of tokens (what it was told and what it played),
-    or its messages where the rollout kept no tokens. Two rows with one fingerprint are the same game from the same
+    or, where the seat never moved (the rollout kept no tokens), what it was told and how the game ended. Two rows with one fingerprint are the same game from the same
     seat — greedy play against a fixed player from one starting state repeats itself, and ``distinct_games`` counts
     what an evaluation really played."""
-    text = (json.dumps(trajectory.token_ids) if trajectory.token_ids is not None else
-            json.dumps([[m.content for m in (t.observation or [])] + [t.action.content] for t in trajectory.turns],
-                       default=str))
+    text = (json.dumps(trajectory.token_ids) if trajectory.token_ids is not None else  # (a seat that never moved:
+            json.dumps([[m.content for m in trajectory.prompt], trajectory.error, trajectory.metadata.get("outcome"),
+                        [[m.content for m in (t.observation or [])] + [t.action.content] for t in trajectory.turns]],
+                       default=str))  # what it was told, and how its game ended)
     return hashlib.sha1(text.encode()).hexdigest()[:16]
 
 

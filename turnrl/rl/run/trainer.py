@@ -154,9 +154,10 @@ class Trainer:
     history = property(lambda self: self.driver.history)
 
     def evaluate(self, out: str | Path | None = None, split: Literal["held-out", "validation"] = "held-out") -> float:
-        """Greedy success rate on the first ``eval_tasks`` tasks of the held-out env (report, items and
-        trajectories in ``out`` when given; training uses ``OUT_DIR/eval/step-N``); all of the evaluation's figures
-        are in ``self.eval_metrics`` afterwards. ``split="validation"``: the first ``validation_tasks`` tasks of the
+        """Greedy success rate on the first ``eval_tasks`` tasks of the held-out env (a game's at
+        ``multi_agent.eval_temperature``: greedy unless set); report, items and trajectories in ``out`` when given
+        (training uses ``OUT_DIR/eval/step-N``); all of the evaluation's figures are in ``self.eval_metrics``
+        afterwards. ``split="validation"``: the first ``validation_tasks`` tasks of the
         environment's validation split instead (``validate_every``).
 
         Raises:
