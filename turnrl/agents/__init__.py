@@ -14,49 +14,35 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from turnrl.agents.base import Agent, Completion, SamplingParams
-from turnrl.agents.models import BUILTIN_MODELS, load_model
-from turnrl.plugins import Registry
+from turnrl.agents.models import load_model
+from turnrl.agents.spec import AGENT_BACKENDS, AgentSpec
 
-__all__ = ["AGENT_BACKENDS", "Agent", "Completion", "SamplingParams", "load_model", "make_agent"]
+__all__ = ["AGENT_BACKENDS", "Agent", "AgentSpec", "Completion", "SamplingParams", "load_model", "make_agent"]
 
 
-#: the backends by spec prefix (:mod:`turnrl.agents.backends`); installed packages add theirs under the
-#: ``turnrl.agents`` entry-point group (``name = "module:function"``), a module of yours with
-#: ``AGENT_BACKENDS.register(name, build)``
-AGENT_BACKENDS: Registry[Callable[..., Any]] = Registry(
-    "agent backend", "turnrl.agents", {name: f"turnrl.agents.backends:{name}" for name in
-                                       ("hf", "vllm", "openai", "tiny", "run")})
 #: the backends that hold weights in this process, whose ``device`` is resolved before they load
 LOCAL_BACKENDS = ("hf", "tiny", "run")
 
 
-def make_agent(spec: str, *, batch_size: int = 32, tokenizer: str | None = None, device: str = "cpu") -> Any:
+def make_agent(spec: str | AgentSpec, *, batch_size: int = 32, tokenizer: str | None = None, device: str = "cpu") -> Any:
     """Build an agent from a spec string (see the module docstring). ``device`` places the weights of the agents
     that run in this process (hf:, tiny:, run:): ``cpu``, ``cuda``, ``cuda:N`` or ``auto`` (a GPU when torch sees
     one).
 
     Raises:
-        ValueError: an unknown prefix or a malformed spec (the message lists the valid forms).
+        ValueError: an unknown prefix or a malformed spec (:class:`~turnrl.agents.spec.AgentSpec`; the message
+            lists the valid forms).
         ModelNotFoundError: (an ``OSError``) a model that is no built-in, no path, and no hub id the hub or the local
             hub cache can serve now — at once, with a 'did you mean' for a near-miss of a built-in name.
     """
-    kind, sep, rest = spec.partition(":")
-    if not sep:
-        kind, rest = "hf", spec
-    elif kind not in AGENT_BACKENDS:
-        forms = ", ".join(f"{k}:{FORMS.get(k, 'SPEC')}" for k in AGENT_BACKENDS.names())
-        raise ValueError(f"unknown agent spec {spec!r}; use a built-in name ({', '.join(BUILTIN_MODELS)}), a path, "
-                         f"or {forms}")
+    read = AgentSpec(spec)  # (an AgentSpec already read at load passes as it is)
+    kind, rest = read.kind, read.target
     if kind in LOCAL_BACKENDS and device != "cpu":  # a GPU that is not there fails before anything loads
         from turnrl.agents.models import pick_device
 
         device = pick_device(device)
     return AGENT_BACKENDS.get(kind)(rest, batch_size=batch_size, tokenizer=tokenizer, device=device)
 
-
-#: how each built-in backend's spec reads after its prefix (for the message of an unknown prefix)
-FORMS = {"hf": "PATH", "vllm": "PATH", "openai": "URL#MODEL", "tiny": "TEMPLATE", "run": "OUT_DIR"}

@@ -30,7 +30,8 @@ class Opponent(str):
     """An opponent as written (a ``str``: it compares, prints and saves as the user wrote it), with its kind.
 
     Raises (at load, as a config error):
-        ValueError: an empty name, or a ``script:`` that is not ``script:MODULE:FUNCTION``.
+        ValueError: an empty name, a ``script:`` that is not ``script:MODULE:FUNCTION``, or an agent spec of an
+            unknown backend or a malformed target (:class:`~turnrl.agents.spec.AgentSpec`).
     """
 
     __slots__ = ()
@@ -42,6 +43,10 @@ class Opponent(str):
                              "agent spec (hf:PATH, run:OUT_DIR, openai:URL#MODEL)")
         if name.startswith(SCRIPT_PREFIX):
             script_target(name)  # its form, checked here at load (its module is imported before a model loads)
+        elif name not in ("self", "league", *SCRIPTED):
+            from turnrl.agents.spec import AgentSpec
+
+            AgentSpec(name)  # an agent's: its backend and target's form (it loads before a model does)
         return super().__new__(cls, name)
 
     @property

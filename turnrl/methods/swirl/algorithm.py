@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Any, ClassVar, Literal
 
 import torch
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from turnrl.rl.algorithms.base import PolicyGradient, PolicyGradientConfig
 from turnrl.rl.core.batch import Batch
@@ -53,6 +53,21 @@ class SWiRLConfig(PolicyGradientConfig):
         "reward of a step that ends the episode: GOOD × (1 − w + w·R). 0: the judge alone; 1: GOOD and right "
         "(process AND outcome); between: a grounded answer earns 1 − w, a right one up to 1. Needs reward rule or "
         "judge"))
+
+    @field_validator("judge")
+    @classmethod
+    def _judge_spec(cls, judge: str | None) -> str | None:
+        """A registered judge's name as it is; anything else read as an agent spec (its form checked at load)."""
+        from turnrl.methods.swirl.judges import STEP_JUDGES
+
+        if judge is None or judge in STEP_JUDGES:
+            return judge
+        from turnrl.agents.spec import AgentSpec
+
+        try:
+            return AgentSpec(judge)
+        except ValueError as e:
+            raise ValueError(f"{STEP_JUDGES.unknown(judge)} (as an agent spec: {e})") from None
 
     @model_validator(mode="after")
     def _judge(self) -> SWiRLConfig:

@@ -16,6 +16,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from turnrl.agents.spec import AgentSpec
+
 Route = Literal["rule", "judge", "auto"]
 TEMPLATE_FIELDS = ("question", "gold", "prediction")
 
@@ -29,9 +31,9 @@ class RewardConfig(BaseModel):
     environment's own grading."""
 
     model_config = ConfigDict(extra="forbid")
-    judge: str = Field("policy", description=(
+    judge: AgentSpec = Field(AgentSpec("policy"), description=(
         "the judge: `policy` (the model being trained, with its current weights — no second model in memory) or an "
-        "agent spec (a built-in model name, a path, hf:PATH, openai:URL#MODEL)"))
+        "agent spec (a built-in model name, a path, hf:PATH, openai:URL#MODEL), its form checked at load"))
     route: dict[str, Route] = Field(default_factory=dict, description=(
         "per mixture member name (turnrl/Mixture-v0's `name`s) or environment id: rule, judge or auto"))
     default: Route = Field("auto", description="the route of tasks `route` does not name (auto: rule where the "

@@ -18,6 +18,7 @@ from pydantic import (
     model_validator,
 )
 
+from turnrl.agents.spec import AgentSpec
 from turnrl.envs.multiagent.registry import is_multi_agent
 from turnrl.rl.config.algorithm import AlgorithmConfig, algorithm_hooks
 from turnrl.rl.config.multi_agent import MultiAgentConfig
@@ -43,7 +44,9 @@ class TrainConfig(BaseModel):
     """A training run (``turnrl train CONFIG.yaml``); unknown keys are errors."""
 
     model_config = ConfigDict(extra="forbid")
-    model: str = "smollm2-135m-instruct"
+    model: AgentSpec = Field(AgentSpec("smollm2-135m-instruct"), description=(
+        "the policy to train: a built-in model name, a path or hub id, hf:PATH, tiny:TEMPLATE (tests), or another "
+        "agent backend's spec; its form is checked at load (turnrl.agents.spec)"))
     init_from: str | None = Field(None, description=(
         "start from another run's policy: its OUT_DIR (or OUT_DIR/checkpoint.pt) of a run of the same `model`, e.g. "
         "an SFT run before RL; the reference model (KL, DPO, DQO) is this starting policy"))
