@@ -6,7 +6,7 @@ version and update count.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import torch
 
@@ -17,11 +17,17 @@ if TYPE_CHECKING:
     from turnrl.rl.core.critic import SeparateCritic, ValueHead
 
 
-class WeightsAndState:
-    """The weights-and-state half of :class:`~turnrl.rl.core.learner.Learner`; it reads the learner's ``model``,
-    ``cfg``, ``optimizer``, ``scheduler``, ``value_head``, ``critic``, ``version`` and ``updates``."""
+class TrainableState(Protocol):
+    """What the weights-and-state side reads of a learner: its trainable state, set by the learner.
 
-    # what the learner sets (declared for the type checker)
+    Attributes:
+        model: the policy (a LoRA policy: the base weights frozen, the adapters trained).
+        cfg: the run's config (its ``learner.lora``: whether the policy's state is its adapters).
+        optimizer, scheduler: the policy's (and critic's) optimizer and learning-rate schedule.
+        value_head, critic: the critic, where the algorithm has one.
+        version, updates: the weights' version (rollout workers load it) and the training steps taken.
+    """
+
     model: Any
     cfg: TrainConfig
     optimizer: torch.optim.Optimizer
@@ -31,17 +37,30 @@ class WeightsAndState:
     version: int
     updates: int
 
+
+class WeightsAndState:
+    """What leaves a :class:`~turnrl.rl.core.learner.Learner`: its new weights for rollout workers and everything a
+    resumed run needs. It reaches the learner only through ``self.trainable`` (:class:`TrainableState`, held to that
+    list by the type checker); the learner reads nothing of it but its methods."""
+
+    @property
+    def trainable(self) -> TrainableState:
+        """This learner's trainable state."""
+        return cast(TrainableState, self)
+
     def export_weights(self) -> tuple[int, dict[str, torch.Tensor]]:
         """``(version, CPU copy of the policy's weights)`` for rollout workers."""
-        return self.version, {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()}
+        t = self.trainable
+        return t.version, {k: v.detach().to("cpu", copy=True) for k, v in t.model.state_dict().items()}
 
     def export_for_workers(self, put: Any) -> tuple[int, Any]:
         """``(version, put(CPU weights))``: what rollout workers load (``put``: e.g. Ray's object store); of a LoRA
         policy only the adapters (the workers hold the base weights from the start)."""
         # no copy of our own: ``put`` stores (copies) the tensors before the next update can change them
-        if is_lora(self.model):
-            return self.version, put(adapter_state(self.model))
-        return self.version, put({k: v.detach().cpu() for k, v in self.model.state_dict().items()})
+        t = self.trainable
+        if is_lora(t.model):
+            return t.version, put(adapter_state(t.model))
+        return t.version, put({k: v.detach().cpu() for k, v in t.model.state_dict().items()})
 
     def connect_rollout(self, workers: list[Any]) -> None:
         """Open a direct weight channel to rollout workers (a learner in this process has none: they fetch
@@ -49,11 +68,12 @@ class WeightsAndState:
 
     def state_dict(self) -> dict[str, Any]:
         """Everything the learner needs to continue exactly."""
-        return {**policy_state(self.model, self.cfg.learner.lora),  # of a LoRA policy: the adapters
-                "optimizer": self.optimizer.state_dict(),
-                "value_head": self.value_head.state_dict() if self.value_head is not None else None,
-                "critic": self.critic.state_dict() if self.critic is not None else None,
-                "scheduler": self.scheduler.state_dict(), "version": self.version, "updates": self.updates}
+        t = self.trainable
+        return {**policy_state(t.model, t.cfg.learner.lora),  # of a LoRA policy: the adapters
+                "optimizer": t.optimizer.state_dict(),
+                "value_head": t.value_head.state_dict() if t.value_head is not None else None,
+                "critic": t.critic.state_dict() if t.critic is not None else None,
+                "scheduler": t.scheduler.state_dict(), "version": t.version, "updates": t.updates}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state_dict`.
@@ -64,11 +84,12 @@ class WeightsAndState:
         if "policies" in state and "optimizer" not in state:
             raise ValueError(f"the checkpoint holds policies {sorted(state['policies'])} and this run has one: resume "
                              "with the same multi_agent.policies")
-        restore(self.model, state, self.cfg.learner.lora if is_lora(self.model) else None)  # marks the weights changed
-        if self.value_head is not None:
-            self.value_head.load_state_dict(state["value_head"])
-        if self.critic is not None:
-            self.critic.load_state_dict(state["critic"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.scheduler.load_state_dict(state["scheduler"])
-        self.version, self.updates = state["version"], state["updates"]
+        t = self.trainable
+        restore(t.model, state, t.cfg.learner.lora if is_lora(t.model) else None)  # marks the weights changed
+        if t.value_head is not None:
+            t.value_head.load_state_dict(state["value_head"])
+        if t.critic is not None:
+            t.critic.load_state_dict(state["critic"])
+        t.optimizer.load_state_dict(state["optimizer"])
+        t.scheduler.load_state_dict(state["scheduler"])
+        t.version, t.updates = state["version"], state["updates"]
