@@ -93,6 +93,8 @@ def test_opponents_are_read_once_at_load_into_their_kind_and_saved_as_written(tm
     assert [Opponent(n).kind for n in ("self", "league", "random", "perfect", "script:m:f", "hf:x", "run:out")] == [
         "self", "league", "scripted", "scripted", "script", "agent", "agent"]
     assert Opponent("league").is_policy and not Opponent("random").is_policy and Opponent("run:o").needs_model
+    assert Opponent("perfect").is_scripted and Opponent("script:m:f").is_scripted
+    assert not Opponent("run:o").is_scripted and not Opponent("self").is_scripted
     path = tmp_path / "c.yaml"
     game = "model: tiny:chatml\nenv: {id: turnrl/TicTacToe-v0}\n"
     path.write_text(game + "multi_agent: {opponent: league, eval_opponent: 'script:my_players:fixed'}\n")

@@ -125,7 +125,7 @@ def _play_game(env_id: str, kwargs: dict[str, Any], seed: int, index: int | None
         fail(f"{env_id} has no seat {mine!r}; its seats: {', '.join(seats)}")
     try:
         check_opponent(opponent, env_id)
-        if Opponent(opponent).kind in ("scripted", "script"):
+        if Opponent(opponent).is_scripted:
             from turnrl.agents.tiny import tiny_tokenizer
 
             other = make_opponent(opponent, tiny_tokenizer("chatml"), seed)  # scripted: any tokenizer reads the text

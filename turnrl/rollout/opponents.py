@@ -70,6 +70,11 @@ class Opponent(str):
         """A frozen agent to load (``agent``): scripted and script players need none."""
         return self.kind == "agent"
 
+    @property
+    def is_scripted(self) -> bool:
+        """A player that needs no model: a built-in one (``perfect``, ``random``) or a ``script:`` function."""
+        return self.kind in ("scripted", "script")
+
     @classmethod
     def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler) -> core_schema.CoreSchema:
         """Validated from a string (or an Opponent) once, at load; saved as the string."""
@@ -119,7 +124,7 @@ def make_opponent(name: str, tokenizer: Any, seed: int = 0, device: str = "cpu")
     Raises:
         ValueError: an agent spec that does not load (its message).
     """
-    if Opponent(name).kind in ("scripted", "script"):
+    if Opponent(name).is_scripted:
         from turnrl.agents.scripted import ScriptedAgent
         from turnrl.envs.multiagent.tictactoe import text_player
 
