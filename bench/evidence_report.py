@@ -276,7 +276,8 @@ def subset_table(out: Path, arm: str, seen: frozenset[str], what: str) -> list[s
 
 
 def pag_items(folder: Path) -> list[dict[str, Any]]:
-    """Per distinct item of a PAG evaluation (its ``trajectories.jsonl``, joined to ``items.jsonl`` by task id), the
+    """Per distinct item of a PAG evaluation (its ``trajectories.jsonl``, or ``trajectories.jsonl.gz`` as the kept
+    records hold it, joined to ``items.jsonl`` by task id), the
     counts its episodes give (:func:`turnrl.envs.formats.self_verify_metrics.pag_episode`): ``episodes``, ``turn1`` and
     ``final`` (right first and final answers), ``right`` and ``wrong`` (verified episodes whose first answer was
     right / wrong) and ``right_ok`` and ``wrong_ok`` (of those, verdicts that were right: "correct" on a right first
@@ -289,7 +290,14 @@ def pag_items(folder: Path) -> list[dict[str, Any]]:
             row = json.loads(line)
             item_of[row["task_id"]] = str(row.get("item") or row["task_id"])
     by_item: dict[str, dict[str, int]] = {}
-    for line in (folder / "trajectories.jsonl").read_text().splitlines():
+    path = folder / "trajectories.jsonl"
+    if not path.is_file() and (folder / "trajectories.jsonl.gz").is_file():  # as bench/evidence keeps them
+        import gzip
+
+        text = gzip.decompress((folder / "trajectories.jsonl.gz").read_bytes()).decode()
+    else:
+        text = path.read_text()
+    for line in text.splitlines():
         if not line.strip():
             continue
         traj = json.loads(line)

@@ -4,6 +4,7 @@ the real environment with scripted replies) agreeing with the environment's own 
 step 0 reported as no gain instead of refused; a comparison at a step fixed in advance; the gateway's gain on the
 problems no earlier run saw; the SDK examples held to the bar fixed for them."""
 
+import gzip
 import json
 import sys
 from pathlib import Path
@@ -88,6 +89,10 @@ def test_a_pag_run_is_read_at_its_validation_step_with_the_environments_own_figu
         write_run(tmp_path / f"pag-s{seed}", 4, {0: start, 2: chosen, 4: late}, validation={0: 0.3, 2: 0.6, 4: 0.5})
     items = report.pag_items(tmp_path / "pag-s0" / "eval" / "step-2")
     assert len(items) == 30 and sum(c["episodes"] for c in items) == 30
+    kept = tmp_path / "pag-s1" / "eval" / "step-2" / "trajectories.jsonl"  # as bench/evidence keeps them: gzipped
+    kept.with_suffix(".jsonl.gz").write_bytes(gzip.compress(kept.read_bytes()))
+    kept.unlink()
+    assert report.pag_items(kept.parent) == items
     own = pag_summary(env_episode(SimpleNamespace(turns=[SimpleNamespace(info=t["info"]) for t in e["turns"]]))
                       for e in chosen)  # the environment's own figures of the same episodes
     v = report.balanced(items)
