@@ -32,7 +32,22 @@ AGENT_BACKENDS: Registry[Callable[..., Any]] = Registry(
 FORMS = {"hf": "PATH", "vllm": "PATH", "openai": "URL#MODEL", "tiny": "TEMPLATE", "run": "OUT_DIR"}
 
 
-class AgentSpec(str):
+class ConfigStr(str):
+    """A string a config reads once, at load: its subclass's constructor checks it (a ``ValueError`` is a config
+    error naming the field), and it is saved as the user wrote it. :class:`AgentSpec` and
+    :class:`turnrl.rollout.opponents.Opponent` are two."""
+
+    __slots__ = ()
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler) -> core_schema.CoreSchema:
+        """Validated from a string (or an instance) once, at load; saved as the string."""
+        return core_schema.no_info_after_validator_function(
+            cls, core_schema.str_schema(),
+            serialization=core_schema.plain_serializer_function_ser_schema(str, when_used="always"))
+
+
+class AgentSpec(ConfigStr):
     """An agent spec as written (a ``str``: it compares, prints and saves as the user wrote it), with its backend.
 
     Raises (at load, as a config error):
@@ -69,13 +84,6 @@ class AgentSpec(str):
     def target(self) -> str:
         """What the backend reads: the spec after its prefix (the whole spec for ``hf`` without one)."""
         return split_spec(self)[1]
-
-    @classmethod
-    def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler) -> core_schema.CoreSchema:
-        """Validated from a string (or an AgentSpec) once, at load; saved as the string."""
-        return core_schema.no_info_after_validator_function(
-            cls, core_schema.str_schema(),
-            serialization=core_schema.plain_serializer_function_ser_schema(str, when_used="always"))
 
 
 def split_spec(spec: str) -> tuple[str, str]:

@@ -15,8 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import GetCoreSchemaHandler
-from pydantic_core import core_schema
+from turnrl.agents.spec import AgentSpec, ConfigStr
 
 if TYPE_CHECKING:
     from turnrl.agents.base import Agent
@@ -26,7 +25,7 @@ SCRIPTED = ("perfect", "random")
 SCRIPT_PREFIX = "script:"
 
 
-class Opponent(str):
+class Opponent(ConfigStr):
     """An opponent as written (a ``str``: it compares, prints and saves as the user wrote it), with its kind.
 
     Raises (at load, as a config error):
@@ -44,8 +43,6 @@ class Opponent(str):
         if name.startswith(SCRIPT_PREFIX):
             script_target(name)  # its form, checked here at load (its module is imported before a model loads)
         elif name not in ("self", "league", *SCRIPTED):
-            from turnrl.agents.spec import AgentSpec
-
             AgentSpec(name)  # an agent's: its backend and target's form (it loads before a model does)
         return super().__new__(cls, name)
 
@@ -74,13 +71,6 @@ class Opponent(str):
     def is_scripted(self) -> bool:
         """A player that needs no model: a built-in one (``perfect``, ``random``) or a ``script:`` function."""
         return self.kind in ("scripted", "script")
-
-    @classmethod
-    def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler) -> core_schema.CoreSchema:
-        """Validated from a string (or an Opponent) once, at load; saved as the string."""
-        return core_schema.no_info_after_validator_function(
-            cls, core_schema.str_schema(),
-            serialization=core_schema.plain_serializer_function_ser_schema(str, when_used="always"))
 
 
 def script_target(name: str) -> tuple[str, str]:
