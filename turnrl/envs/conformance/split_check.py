@@ -49,6 +49,16 @@ def task_keys(env: Any, limit: int = TRAIN_LIMIT) -> list[str] | None:
     return keys
 
 
+def task_items(env: Any, limit: int) -> dict[int, str]:
+    """Each of the first ``limit`` tasks' canonical form by index — what a stored episode records as its ``item``,
+    so that a run can refuse data posing its held-out problems; empty where the environment has no list of tasks or
+    its own ``task_at`` fails (the episodes are stored all the same, without items)."""
+    try:
+        return dict(enumerate(task_keys(env, limit) or []))
+    except Exception:  # an environment's own task_at: no task, no item
+        return {}
+
+
 def _read_keys(base: Any, n: int) -> list[str] | None:
     inner: Any = getattr(getattr(base, "env", None), "unwrapped", None)  # a wrapper's (PAG's) tasks are its inner env's
     keys = []

@@ -237,13 +237,11 @@ def generate_checks(agent: Any, env_id: str, env_kwargs: dict[str, Any], *, task
 def _items(env_id: str, env_kwargs: dict[str, Any], tasks: int) -> dict[int, str]:
     """The canonical form of each of the first ``tasks`` tasks (a run that trains on the rows refuses its held-out
     and validation problems by them); none where the environment has no list of tasks."""
-    from turnrl.envs.conformance.split_check import task_keys
+    from turnrl.envs.conformance.split_check import task_items
     from turnrl.envs.registry import make
 
     probe = make(env_id, **env_kwargs)
     try:
-        return dict(enumerate(task_keys(probe, tasks) or []))
-    except Exception:  # an environment's own task_at that fails: no task, no item (the rows are still written)
-        return {}
+        return task_items(probe, tasks)
     finally:
         probe.close()

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from turnrl.agents.base import SamplingParams
-from turnrl.envs.conformance.split_check import task_keys
+from turnrl.envs.conformance.split_check import task_items
 from turnrl.envs.registry import make
 from turnrl.rl.sources.base import Job
 from turnrl.rl.sources.replay import tokenizer_fingerprint
@@ -90,10 +90,7 @@ def rollout_dataset(agent: Any, agent_name: str, env_id: str, *, out: str | Path
     probe = make(env_id, **env_kwargs)
     try:
         n_tasks = min(tasks, len(probe)) if hasattr(probe, "__len__") else tasks
-        try:  # each task's canonical form, so that a run can refuse rows that pose its held-out problems
-            items = dict(enumerate(task_keys(probe, n_tasks) or []))
-        except Exception:  # an environment's own task_at: no task, no item
-            items = {}
+        items = task_items(probe, n_tasks)  # so that a run can refuse rows that pose its held-out problems
     finally:
         probe.close()  # the episodes make their own
     key = {"env_id": env_id, "env_kwargs": env_kwargs, "samples": samples, "seed": seed,
