@@ -2,10 +2,11 @@
 chat, :mod:`turnrl.serving.endpoints`; Anthropic's Messages, :mod:`turnrl.serving.messages`; OpenAI's Responses,
 :mod:`turnrl.serving.responses`): :class:`ServerHooks`, everything an endpoint may use of the server it is part of.
 
-An endpoint family derives from :class:`Endpoints` and reaches the server only through ``self.hooks`` (or
-:func:`hooks_of` for a function handed the server), so the type checker holds every use to this list: the agent and the served model name, how streams end, and the hooks a subclass — the
-training gateway, :mod:`turnrl.gateway.server` — overrides to put its sessions in (``chat_prompt``, ``generate``,
-``answered``, ``response_store``, ``run_chat``, ``run_completions``). The server's HTTP side (routes, keys, bodies,
+An endpoint family derives from :class:`Endpoints` and reaches the server only through ``self.hooks`` (a function
+it hands the server to takes a :class:`ServerHooks`), so the type checker holds every use to this list: the agent
+and the served model name, how streams end, and the hooks a subclass — the training gateway,
+:mod:`turnrl.gateway.server` — overrides to put its sessions in (``chat_prompt``, ``generate``, ``answered``,
+``response_store``, ``run_chat``, ``run_completions``). The server's HTTP side (routes, keys, bodies,
 starting and stopping) stays in :mod:`turnrl.serving.server`, which no endpoint reads.
 """
 
@@ -66,11 +67,6 @@ class ServerHooks(Protocol):
         ...
 
 
-def hooks_of(server: object) -> ServerHooks:
-    """``server`` as its endpoints may use it (:class:`ServerHooks`)."""
-    return cast(ServerHooks, server)
-
-
 class Endpoints:
     """The base of an endpoint family: ``self.hooks`` is the server it is part of, as :class:`ServerHooks` (the
     family declares no attribute of the server's own)."""
@@ -78,4 +74,4 @@ class Endpoints:
     @property
     def hooks(self) -> ServerHooks:
         """This server, as its endpoints may use it."""
-        return hooks_of(self)
+        return cast(ServerHooks, self)
