@@ -168,8 +168,8 @@ class OpenAIEndpoints(Endpoints):
         tools = body.get("tools") or None
         parse_tools = tools is not None and tool_choice(body.get("tool_choice"), tools)
         messages = chat_messages(body.get("messages"))
-        call = ChatCall(self.hooks.chat_prompt(messages, tools, ctx), params, messages, tools, parse_tools, bool(want_lp),
-                        k or 0)
+        call = ChatCall(self.hooks.chat_prompt(messages, tools, ctx), params, messages, tools, parse_tools,
+                        bool(want_lp), k or 0)
         if body.get("stream"):
             return chat_events(self, call, body, ctx)
         return self.run_chat(call, ctx)[0]
@@ -191,8 +191,9 @@ class OpenAIEndpoints(Endpoints):
             if call.want_lp:
                 logprobs = {"content": self._chat_logprobs(call, c, len(content)), "refusal": None}
             choices.append({"index": i, "message": message, "logprobs": logprobs, "finish_reason": finish})
-        self.hooks.answered(ctx, call.prompt, outs, {"endpoint": call.endpoint, "messages": call.messages, "tools": call.tools,
-                                               "returned": [ch["message"] for ch in choices]})
+        self.hooks.answered(ctx, call.prompt, outs, {"endpoint": call.endpoint, "messages": call.messages,
+                                                     "tools": call.tools,
+                                                     "returned": [ch["message"] for ch in choices]})
         envelope = self._envelope("chat.completion", choices, len(call.prompt), sum(len(c.token_ids) for c in outs))
         return envelope, outs
 

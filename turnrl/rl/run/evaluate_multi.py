@@ -251,9 +251,9 @@ def sample_stream(seed: int, split: str | None, index: int) -> int:
 
 def game_print(trajectory: Any) -> str:
     """A short fingerprint of one seat's game: its whole sequence of tokens (what it was told and what it played),
-    or, where the seat never moved (the rollout kept no tokens), what it was told and how the game ended. Two rows with one fingerprint are the same game from the same
-    seat — greedy play against a fixed player from one starting state repeats itself, and ``distinct_games`` counts
-    what an evaluation really played."""
+    or, where the seat never moved (the rollout kept no tokens), what it was told and how the game ended. Two rows
+    with one fingerprint are the same game from the same seat — greedy play against a fixed player from one starting
+    state repeats itself, and ``distinct_games`` counts what an evaluation really played."""
     text = (json.dumps(trajectory.token_ids) if trajectory.token_ids is not None else  # (a seat that never moved:
             json.dumps([[m.content for m in trajectory.prompt], trajectory.error, trajectory.metadata.get("outcome"),
                         [[m.content for m in (t.observation or [])] + [t.action.content] for t in trajectory.turns]],

@@ -140,7 +140,8 @@ class Trainer:
                 self.runner = RayRunner(self.cfg, self.learner, self._tokenizer)
             else:
                 c = self.cfg
-                self.runner = LocalRunner(c.env, c.rollout, c.algorithm, c.seed, self.agent, lambda: self.learner.version)
+                self.runner = LocalRunner(c.env, c.rollout, c.algorithm, c.seed, self.agent,
+                                          lambda: self.learner.version)
         return self.runner
 
     # the parts, under the names the first trainer had

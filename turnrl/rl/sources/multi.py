@@ -208,7 +208,8 @@ class MultiAgentSource(OnPolicySource):
         self.cfg, self.algorithm, self._runner = cfg, algorithm, runner
         self._make_runner = None
         self.env = make_multi_agent(cfg.env.id, **cfg.env.kwargs)  # a probe: seats, the number of starting states
-        seats_of(cfg.env, cfg.multi_agent, self.env)  # unknown seats and opponents that cannot play fail before a model loads
+        # unknown seats and opponents that cannot play fail before a model loads
+        seats_of(cfg.env, cfg.multi_agent, self.env)
         ma = cfg.multi_agent or MultiAgentConfig()
         for name in {ma.opponent, ma.held_out_opponent(cfg.env.id)}:
             if not name.is_policy:
