@@ -25,9 +25,7 @@ from typing import Any
 
 import torch
 
-from turnrl.rl.algorithms import get_algorithm
-from turnrl.rl.core.learner import Learner
-from turnrl.rl.run.trainer import TrainConfig
+from turnrl.rl.run.trainer import TrainConfig, learner_of
 from turnrl.types import Message, Trajectory, Turn
 
 
@@ -101,7 +99,7 @@ def main() -> None:
     results: dict[str, Any] = {"model": args.model, "params": params, "sequences": len(trajs),
                                "tokens": sum(len(t.token_ids or []) for t in trajs), "train": {}, "export": []}
     torch.set_num_threads(args.threads)
-    local = Learner(config(out.parent / "bench-lg", mb), get_algorithm({"name": "grpo"}), model, tok)
+    local = learner_of(config(out.parent / "bench-lg", mb), model, tok)
     results["train"]["local"] = timed(local, trajs, args.updates)
     print(f"{args.model} ({params / 1e6:.0f} M parameters), {len(trajs)} sequences × {args.prompt}+{args.gen} tokens")
     print(f"{'learner':<22}{'s/update':>10}{'tokens/s':>10}{'vs local':>10}{'export s':>10}")

@@ -25,11 +25,10 @@ import torch
 
 from turnrl.agents.models import load_model
 from turnrl.lora import apply_lora, is_lora
-from turnrl.rl.algorithms import get_algorithm
 from turnrl.rl.config import TrainConfig
 from turnrl.rl.core.forward import sequence_logprobs
-from turnrl.rl.core.learner import Learner
 from turnrl.rl.placement.ray import RayRunner
+from turnrl.rl.run.trainer import learner_of
 
 LORA = {"r": 16, "alpha": 32, "target_modules": "all-linear"}
 PROBE = [[1, 22, 333, 4444, 5555, 66, 7, 888]]
@@ -47,7 +46,7 @@ def arm(lora: bool, updates: int) -> dict[str, float]:
             "learner": {"lora": LORA if lora else None}})
         if lora:
             model = apply_lora(model, cfg.learner.lora)
-        learner = Learner(cfg, get_algorithm(cfg.algorithm), model, tok)
+        learner = learner_of(cfg, model, tok)
         runner = RayRunner(cfg, learner, tok)
         try:
             times, sent = [], 0.0

@@ -70,9 +70,8 @@ def arm(args: argparse.Namespace) -> None:
     import torch
 
     from turnrl.agents.models import load_model
-    from turnrl.rl.algorithms import get_algorithm
     from turnrl.rl.config import TrainConfig
-    from turnrl.rl.core.learner import Learner
+    from turnrl.rl.run.trainer import learner_of
 
     torch.manual_seed(0)
     config = TrainConfig.model_validate({
@@ -81,7 +80,7 @@ def arm(args: argparse.Namespace) -> None:
         "rollout": {"prompts_per_step": args.tasks, "group_size": 4, "max_new_tokens": args.said * 2,
                     "tree": {"branches": [{"turn": 1, "children": 2}, {"turn": 2, "children": 2}]}}})
     model, tok = load_model(args.model)
-    learner = Learner(config, get_algorithm(config.algorithm), model, tok)
+    learner = learner_of(config, model, tok)
     trajs = trees(args, len(tok))
     load_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     t0 = time.perf_counter()

@@ -55,9 +55,8 @@ def arm(args: argparse.Namespace) -> None:
     import torch
 
     from turnrl.agents.models import load_model
-    from turnrl.rl.algorithms import get_algorithm
     from turnrl.rl.config import TrainConfig
-    from turnrl.rl.core.learner import Learner
+    from turnrl.rl.run.trainer import learner_of
 
     torch.manual_seed(0)
     optim = {"lr": 2e-5, "minibatch_size": 8, "grad_accum": 4, "lanes": not args.nolanes}
@@ -68,7 +67,7 @@ def arm(args: argparse.Namespace) -> None:
                                          "rollout": {"prompts_per_step": 4, "group_size": 8,
                                                      "max_new_tokens": args.long}})
     model, tok = load_model(args.model)
-    learner = Learner(config, get_algorithm(config.algorithm), model, tok)
+    learner = learner_of(config, model, tok)
     if args.episodes:
         from turnrl.types import Trajectory
 

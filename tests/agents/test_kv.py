@@ -446,16 +446,15 @@ def test_sliding_window_models_decode_rows_that_finish_apart():
 def test_the_learners_own_optimizer_step_invalidates_the_cache():
     """Issue 66, bug 2: the learner's fused AdamW writes the parameters in place without bumping their version
     counters, so a cache keyed on storage alone survived the step; the learner now marks the weights changed."""
-    from turnrl.rl.algorithms import get_algorithm
     from turnrl.rl.config import TrainConfig
-    from turnrl.rl.core.learner import Learner
+    from turnrl.rl.run.trainer import learner_of
     from turnrl.weights import weights_epoch
 
     tok = tiny_tokenizer("chatml")
     model = tiny_model(tok)
     cfg = TrainConfig(model="tiny", env={"id": "turnrl/Arithmetic-v0"}, algorithm={"name": "grpo"},
                       optim={"lr": 1e-2})
-    learner = Learner(cfg, get_algorithm(cfg.algorithm), model, tok)
+    learner = learner_of(cfg, model, tok)
     assert learner.optimizer.defaults["fused"]  # the kernel that bumps no version counter
     agent = HFAgent(model, tok, batch_size=2)
     prompt = tok.encode("<|im_start|>user\nWhat is 2 + 2?<|im_end|>\n<|im_start|>assistant\n", add_special_tokens=False)

@@ -18,11 +18,10 @@ from turnrl.methods.dqo.soft_q import (
     soft_bellman_residual,
     soft_rewards,
 )
-from turnrl.rl.algorithms import get_algorithm
 from turnrl.rl.config import TrainConfig
 from turnrl.rl.core.batch import collate
 from turnrl.rl.core.forward import token_logprobs
-from turnrl.rl.core.learner import Learner
+from turnrl.rl.run.trainer import learner_of
 from turnrl.rl.sources.replay import OfflineDataError
 from turnrl.tokens import ChatRenderer
 from turnrl.types import Message, Trajectory, Turn
@@ -215,7 +214,7 @@ def test_dqo_moves_probability_toward_the_rewarded_token(rewarded, algo):
     model = tiny_model(tok, seed=1)
     trajs, prompt, arms = bandit(tok, model, rewarded)
     before = arm_probs(model, prompt, arms)
-    learner = Learner(dqo_config(**algo), get_algorithm(dqo_config(**algo).algorithm), model, tok)
+    learner = learner_of(dqo_config(**algo), model, tok)
     first = learner.update(trajs)
     assert first["is_weight_mean"] == pytest.approx(1.0, abs=1e-4)  # the data's behaviour policy is π_θ: weights 1
     assert math.isfinite(first["loss"]) and first["residual_abs"] > 0
@@ -265,7 +264,7 @@ def test_recomputed_logprobs_leave_the_behaviour_logprobs_to_the_importance_weig
     tok = tiny_tokenizer("chatml")
     trajs, _, _ = bandit(tok, tiny_model(tok, seed=7))
     config = dqo_config().model_copy(update={"optim": dqo_config().optim.model_copy(update={"recompute_logprobs": True})})
-    learner = Learner(config, get_algorithm(config.algorithm), tiny_model(tok, seed=1), tok)
+    learner = learner_of(config, tiny_model(tok, seed=1), tok)
     exp, info = learner.prepare(trajs)
     assert info["rollout_logp_diff"] > 1e-3  # μ and π_old differ
     assert torch.equal(exp.batch.behaviour_logp, collate(trajs, tok.pad_token_id).old_logp)

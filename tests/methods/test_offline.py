@@ -22,7 +22,7 @@ from turnrl.methods.offline.preference import dpo_loss, sequence_logp
 from turnrl.methods.offline.source import OfflineSource
 from turnrl.rl.algorithms import get_algorithm
 from turnrl.rl.config import TrainConfig
-from turnrl.rl.core.learner import Learner
+from turnrl.rl.run.trainer import learner_of
 from turnrl.rl.sources.collect import rollout_dataset
 from turnrl.rl.sources.replay import OfflineDataError, check_tokenizer, tokenizer_fingerprint
 from turnrl.storage import load, save
@@ -106,7 +106,7 @@ def test_dpo_on_a_tiny_model_starts_at_log_2_and_a_step_separates_the_pair(data,
     source = OfflineSource(data, get_algorithm(cfg.algorithm), 8)
     pair = source.groups[0]
     assert pair[0].correct is True and pair[1].correct is False and pair[0].group_id == pair[1].group_id
-    lrn = Learner(cfg, get_algorithm(cfg.algorithm), tiny_model(tok), tok)
+    lrn = learner_of(cfg, tiny_model(tok), tok)
     exp, _ = lrn.prepare(pair)
     loss, metrics, _ = lrn.micro_loss(exp, lrn.counts(exp))
     assert float(loss.detach()) == pytest.approx(math.log(2), abs=1e-6) and float(metrics["dpo_margin"]) == 0.0
@@ -156,7 +156,7 @@ def test_rft_trains_only_the_correct_episodes(data, tmp_path):
     trajs = load(data)[:12]
     good = [t for t in trajs if t.correct]
     assert 0 < len(good) < len(trajs)
-    lrn = Learner(cfg, get_algorithm(cfg.algorithm), tiny_model(tok), tok)
+    lrn = learner_of(cfg, tiny_model(tok), tok)
 
     def grad(batch):
         lrn.model.zero_grad()

@@ -11,10 +11,8 @@ from test_learner import episodes
 from tiny_trainer import tiny_trainer as trainer
 
 from turnrl.agents.tiny import tiny_model, tiny_tokenizer
-from turnrl.rl.algorithms import get_algorithm
 from turnrl.rl.core.forward import sequence_logprobs
-from turnrl.rl.core.learner import Learner
-from turnrl.rl.run.trainer import TrainConfig
+from turnrl.rl.run.trainer import TrainConfig, learner_of
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU "
                                                    "(tests/placement/test_device.py checks a machine without one)")]
@@ -44,7 +42,7 @@ def test_a_learner_on_the_gpu_updates_like_one_on_the_cpu(tmp_path, algo):
     device): the same losses, norms and weights."""
     tok, trajs = episodes()
     cfg = config(tmp_path, "cpu", algorithm=algo)
-    learners = [Learner(cfg, get_algorithm(cfg.algorithm), tiny_model(tok, seed=0).to(d), tok) for d in ("cpu", "cuda")]
+    learners = [learner_of(cfg, tiny_model(tok, seed=0).to(d), tok) for d in ("cpu", "cuda")]
     assert learners[1].device.type == "cuda"
     if learners[1].uses_critic:
         assert next((learners[1].value_head or learners[1].critic).parameters()).device.type == "cuda"
@@ -125,7 +123,7 @@ def test_an_nccl_rank_on_the_gpu_updates_like_one_process(cluster, tmp_path, sta
                 if "lora_B" in name:
                     p.normal_(0, 0.02)
     group = LearnerGroup(cfg, copy.deepcopy(model), tok)
-    single = Learner(cfg, get_algorithm(cfg.algorithm), model.to("cuda"), tok)
+    single = learner_of(cfg, model.to("cuda"), tok)
     try:
         assert group.info[0]["device"].startswith("cuda")
         for _ in range(2):

@@ -12,10 +12,8 @@ import toy_envs  # noqa: F401 — registers the toy environments
 from test_learner import episodes
 
 from turnrl.agents.tiny import tiny_model
-from turnrl.rl.algorithms import get_algorithm
-from turnrl.rl.core.learner import Learner
 from turnrl.rl.placement.deepspeed_rank import shard_rows
-from turnrl.rl.run.trainer import TrainConfig
+from turnrl.rl.run.trainer import TrainConfig, learner_of
 
 ray = pytest.importorskip("ray")
 pytest.importorskip("deepspeed")
@@ -92,7 +90,7 @@ def test_ranks_training_trees_once_update_like_separate_rows(ray_cluster, tmp_pa
     trajs = tree_leaves(0, rng) + tree_leaves(1, rng)
     tok = tiny_tokenizer("chatml")
     algo, optim = {"name": "grpo", "advantage": "tree"}, {"minibatch_size": 4, "recompute_logprobs": True}
-    single = Learner(cfg(tmp_path, 2, algo, prefix_tree=False, **optim), get_algorithm(algo), tiny_model(tok, seed=0),
+    single = learner_of(cfg(tmp_path, 2, algo, prefix_tree=False, **optim), tiny_model(tok, seed=0),
                      tok)
     group = LearnerGroup(cfg(tmp_path, 2, algo, prefix_tree=True, **optim), tiny_model(tok, seed=0), tok)
     try:
@@ -114,7 +112,7 @@ def _check_two_ranks(tmp_path, stage, algo, lr, unequal=True, lora=None, **optim
     tok, trajs = episodes()
     config = cfg(tmp_path, stage, algo, lr=lr, lora=lora, **optim)
     if lora is None:
-        single = Learner(config, get_algorithm(config.algorithm), tiny_model(tok, seed=0), tok)
+        single = learner_of(config, tiny_model(tok, seed=0), tok)
         group = LearnerGroup(config, tiny_model(tok, seed=0), tok)
     else:  # the same adapters on both (the group's ranks take them from the driver's policy)
         torch.manual_seed(0)
@@ -123,7 +121,7 @@ def _check_two_ranks(tmp_path, stage, algo, lr, unequal=True, lora=None, **optim
             for name, p in model.named_parameters():
                 if "lora_B" in name:
                     p.normal_(0, 0.02)
-        single = Learner(config, get_algorithm(config.algorithm), model, tok)
+        single = learner_of(config, model, tok)
         group = LearnerGroup(config, copy.deepcopy(model), tok)
         start = {k: v.clone() for k, v in adapter_state(model).items()}
     try:

@@ -8,12 +8,10 @@ import turnrl
 from turnrl.agents.base import Completion, SamplingParams
 from turnrl.agents.tiny import tiny_model, tiny_tokenizer
 from turnrl.envs import Task, ToolEnv
-from turnrl.rl.algorithms import get_algorithm
 from turnrl.rl.core.batch import collate
-from turnrl.rl.core.learner import Learner
 from turnrl.rl.formulas.advantages import group_normalize, masked_gae
 from turnrl.rl.formulas.losses import agg_count, aggregate
-from turnrl.rl.run.trainer import TrainConfig
+from turnrl.rl.run.trainer import TrainConfig, learner_of
 from turnrl.rollout.engine import Rollout
 from turnrl.types import Trajectory
 from turnrl.verifiers.base import Verdict
@@ -49,7 +47,7 @@ def episodes(n_groups=2, size=4, seed=0):
 
 
 def learner(config, tok, seed=0):
-    return Learner(config, get_algorithm(config.algorithm), tiny_model(tok, seed=seed), tok)
+    return learner_of(config, tiny_model(tok, seed=seed), tok)
 
 
 @pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"])

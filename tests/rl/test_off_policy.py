@@ -10,8 +10,8 @@ from test_dqo import bandit
 from turnrl.agents.tiny import tiny_model, tiny_tokenizer
 from turnrl.rl.algorithms import get_algorithm
 from turnrl.rl.config import TrainConfig
-from turnrl.rl.core.learner import Learner
 from turnrl.rl.formulas.losses import behaviour_weights, clipped_surrogate
+from turnrl.rl.run.trainer import learner_of
 
 
 def case(seed=0, B=3, T=6):
@@ -78,7 +78,7 @@ def test_a_learner_step_weighs_the_samples_of_another_policy():
     tok = tiny_tokenizer("chatml")
     trajs, _, _ = bandit(tok, tiny_model(tok, seed=7))
     cfg = config(recompute_logprobs=True)
-    learner = Learner(cfg, get_algorithm(cfg.algorithm), tiny_model(tok, seed=1), tok)
+    learner = learner_of(cfg, tiny_model(tok, seed=1), tok)
     info = learner.update(trajs)
     assert info["rollout_logp_diff"] > 1e-3
     assert 0 < info["is_weight_mean"] <= 2.0 and info["is_weight_mean"] != pytest.approx(1.0, abs=1e-4)
@@ -163,7 +163,7 @@ def test_a_learner_step_takes_each_variant(mode):
     cfg = TrainConfig.model_validate({"model": "tiny", "env": {"id": "tests/Upper-v0"},
                                       "algorithm": {"name": "grpo", "behaviour_is_cap": cap, "behaviour_is": mode},
                                       "optim": {"lr": 1e-2, "recompute_logprobs": True}})
-    info = Learner(cfg, get_algorithm(cfg.algorithm), tiny_model(tok, seed=1), tok).update(trajs)
+    info = learner_of(cfg, tiny_model(tok, seed=1), tok).update(trajs)
     assert "is_weight_masked" in info and 0 <= info["is_weight_masked"] <= 1
     assert torch.isfinite(torch.tensor(info["loss"]))
 
@@ -196,7 +196,7 @@ def test_counts_and_maxima_do_not_depend_on_how_the_update_is_split(split):
                                           "algorithm": {"name": "grpo", "behaviour_is_cap": 2.0,
                                                         "behaviour_is": "mask-sequence"},
                                           "optim": {"lr": 1e-2, "recompute_logprobs": True, **optim}})
-        return Learner(cfg, get_algorithm(cfg.algorithm), tiny_model(tok), tok).update(skewed)
+        return learner_of(cfg, tiny_model(tok), tok).update(skewed)
 
     whole, split = update(minibatch_size=8, grad_accum=1), update(**split)
     assert whole["is_sequences_masked"] == 3.0 and whole["is_weight_max"] == pytest.approx(float(torch.e ** 0.5))

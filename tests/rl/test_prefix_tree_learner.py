@@ -11,8 +11,7 @@ import pytest
 import torch
 
 from turnrl.agents.tiny import tiny_model, tiny_tokenizer
-from turnrl.rl.algorithms import get_algorithm
-from turnrl.rl.core.learner import Learner
+from turnrl.rl.run.trainer import learner_of
 from turnrl.types import Message, Trajectory, Turn
 
 ENV = {"id": "turnrl/Arithmetic-v0", "kwargs": {"retry": True, "max_turns": 3}}
@@ -65,7 +64,7 @@ def _grads(trajectories, prefix_tree: bool, minibatch: int, accum: int, lora: bo
 
         torch.manual_seed(0)  # the adapters' initial weights
         model = apply_lora(model, {"r": 4, "alpha": 8.0})
-    learner = Learner(cfg, get_algorithm(cfg.algorithm), model, tok)
+    learner = learner_of(cfg, model, tok)
     seen: list[dict[str, torch.Tensor]] = []
     step = learner.optimizer_step
 

@@ -10,12 +10,10 @@ import pytest
 import torch
 
 from turnrl.agents.tiny import tiny_model, tiny_tokenizer
-from turnrl.rl.algorithms import get_algorithm
 from turnrl.rl.core.batch import collate
 from turnrl.rl.core.critic import SeparateCritic, ValueHead
 from turnrl.rl.core.forward import forward_tokens, token_logprobs
-from turnrl.rl.core.learner import Learner
-from turnrl.rl.run.trainer import TrainConfig
+from turnrl.rl.run.trainer import TrainConfig, learner_of
 from turnrl.storage import PARQUET_SCHEMA, _to_row, load, read_parquet, save
 from turnrl.types import Message, Trajectory, Turn
 
@@ -264,7 +262,7 @@ def test_a_learner_step_on_segmented_and_plain_episodes(algo):
     trajs = [build(TWO, reward=1.0, group="a", seed=0), build([TWO[0]], reward=0.0, group="a", seed=1),
              build([TWO[0]], reward=1.0, group="b", seed=2), build([TWO[0]], reward=0.0, group="b", seed=3)]
     config = _config(algo)
-    lrn = Learner(config, get_algorithm(config.algorithm), tiny_model(tok, seed=0), tok)
+    lrn = learner_of(config, tiny_model(tok, seed=0), tok)
     exp, info = lrn.prepare(trajs)
     assert len(exp) == 4 and info["dropped_episodes"] == 0
     assert exp.batch.segment_ids[0].max() == 1 and exp.batch.group_ids.tolist() == [0, 0, 1, 1]

@@ -23,7 +23,8 @@ from typing import Any
 
 import torch
 
-from turnrl.rl.config import TrainConfig
+from turnrl.lora import LoraConfig
+from turnrl.rl.config import OptimConfig, RolloutConfig
 from turnrl.rl.core.batch import Batch, collate, untrainable
 from turnrl.rl.core.critic import SeparateCritic, ValueHead
 from turnrl.rl.core.experience import Experience, Forward, Objective
@@ -46,14 +47,21 @@ class Learner(WeightsAndState):
     """Owns the trainable state of a run and turns Trajectories into updates (see the module docstring).
 
     Args:
-        config: the run config (``optim``, ``rollout.temperature``/``max_new_tokens`` and the algorithm are used).
         algorithm: the registered algorithm object (any :class:`~turnrl.rl.core.experience.Objective`).
         model, tokenizer: the policy (a Hugging Face causal LM) and its tokenizer.
+        optim: the run's ``optim`` section (rate, warm-up, batch shapes, epochs, clipping, how passes share work).
+        rollout: the run's ``rollout`` section: the sampling ``temperature`` (log-probabilities are taken at it),
+            ``max_new_tokens`` (the advantages' length normalizer) and ``tree`` (tree rollouts turn prefix-tree
+            passes on unless ``optim.prefix_tree`` says otherwise).
+        lora: the run's ``learner.lora``: the policy's saved state is its adapters.
+        seed: the run's seed (later epochs' shuffles).
+        models: the reference model and critic (:func:`~turnrl.rl.core.extra_models.build_models` by default).
     """
 
-    def __init__(self, config: TrainConfig, algorithm: Objective, model: Any, tokenizer: Any, *,
+    def __init__(self, algorithm: Objective, model: Any, tokenizer: Any, *, optim: OptimConfig,
+                 rollout: RolloutConfig, lora: LoraConfig | None = None, seed: int = 0,
                  models: Models | None = None) -> None:
-        self.cfg, self.algorithm = config, algorithm
+        self.algorithm, self.optim, self.rollout, self.lora, self.seed = algorithm, optim, rollout, lora, seed
         self.model, self.tokenizer = model, tokenizer
         self.version = 0
         self.updates = 0  # training steps taken (the scheduler's step)
@@ -61,7 +69,7 @@ class Learner(WeightsAndState):
         self.ref_model = models.reference
         self.value_head: ValueHead | None = models.value_head
         self.critic: SeparateCritic | None = models.critic
-        o = config.optim
+        o = optim
         # a LoRA policy: only the adapters train (the base weights have requires_grad off)
         groups: list[dict[str, Any]] = [{"params": [p for p in model.parameters() if p.requires_grad], "lr": o.lr}]
         value = self.critic or self.value_head
@@ -80,8 +88,8 @@ class Learner(WeightsAndState):
     def pass_options(self) -> dict[str, bool]:
         """How the policy's forward passes share work (``optim.share_prompts``, ``optim.lanes`` and
         ``optim.prefix_tree``, which is on for tree rollouts unless set)."""
-        o = self.cfg.optim
-        tree = o.prefix_tree if o.prefix_tree is not None else self.cfg.rollout.tree is not None
+        o = self.optim
+        tree = o.prefix_tree if o.prefix_tree is not None else self.rollout.tree is not None
         return {"share_prefix": o.share_prompts, "lanes": o.lanes, "prefix_tree": tree}
 
     @property
@@ -106,7 +114,7 @@ class Learner(WeightsAndState):
         info = {"dropped_episodes": float(len(trajectories) - len(keep))}
         if not keep:
             return None, info
-        o, r = self.cfg.optim, self.cfg.rollout
+        o, r = self.optim, self.rollout
         batch = collate(keep, self.tokenizer.pad_token_id).to(self.device)
         old_values = bootstrap = None
         passes = self.pass_options
@@ -151,7 +159,7 @@ class Learner(WeightsAndState):
         forward passes (partitioned ZeRO-3 parameters are gathered collectively). With ``optim.micro_tokens`` the rows
         are scored in pieces of at most that many padded tokens."""
         rows = self.scoring_rows(batch)
-        budget = self.cfg.optim.micro_tokens
+        budget = self.optim.micro_tokens
         with torch.no_grad():
             if rows is None and budget is None:
                 return tuple(fn(batch))
@@ -192,7 +200,7 @@ class Learner(WeightsAndState):
         b = mb.batch
         with torch.set_grad_enabled(train_policy):
             logp, entropy, hidden = forward_tokens(self.model, b.input_ids, b.attention_mask,
-                                                   self.cfg.rollout.temperature, hidden=self.value_head is not None,
+                                                   self.rollout.temperature, hidden=self.value_head is not None,
                                                    loss_mask=b.loss_mask, segment_ids=b.segment_ids,
                                                    **self.pass_options)
         values = self._values(b, hidden) if self.uses_critic else None
@@ -205,7 +213,7 @@ class Learner(WeightsAndState):
     def optimizer_step(self) -> torch.Tensor:
         """Clip the gradient norm, step, zero the gradients; returns the norm before clipping."""
         params = [p for g in self.optimizer.param_groups for p in g["params"]]
-        grad_norm = torch.nn.utils.clip_grad_norm_(params, self.cfg.optim.grad_clip)
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, self.optim.grad_clip)
         self.optimizer.step()
         mark_weights_changed(self.model)  # the fused kernel bumps no version counter: say it (session KV caches)
         self.optimizer.zero_grad(set_to_none=True)
@@ -216,7 +224,7 @@ class Learner(WeightsAndState):
     def micro_batches(self, window: torch.Tensor, exp: Experience) -> list[torch.Tensor | None]:
         """The micro-batches this process runs of one optimizer step's rows ``window`` (``None``: a stand-in
         micro-batch whose loss counts zero, for ranks that must match their peers' number of passes)."""
-        return list(exp.batch.split(window, self.cfg.optim.minibatch_size, self.cfg.optim.micro_tokens))
+        return list(exp.batch.split(window, self.optim.minibatch_size, self.optim.micro_tokens))
 
     def all_reduce(self, value: torch.Tensor, op: str = "sum") -> torch.Tensor:
         """Combine ``value`` over the ranks of a learner group (``sum`` or ``max``); one process: itself."""
@@ -235,10 +243,10 @@ class Learner(WeightsAndState):
         epoch takes a fresh permutation (``optim.shuffle``), seeded by the run's seed, the update and the epoch — the
         same on every rank and after a resume. A learner group splits each window over its ranks, so ranks change
         how a step is computed, never what."""
-        o = self.cfg.optim
+        o = self.optim
         size = o.minibatch_size * o.grad_accum
         if epoch > 0 and o.shuffle:
-            gen = torch.Generator().manual_seed(self.cfg.seed * 1_000_003 + self.updates * 1_009 + epoch)
+            gen = torch.Generator().manual_seed(self.seed * 1_000_003 + self.updates * 1_009 + epoch)
             order = torch.randperm(n, generator=gen).to(self.device)
         else:
             order = torch.arange(n, device=self.device)
@@ -275,7 +283,7 @@ class Learner(WeightsAndState):
         self.model.train()
         if self.critic is not None:
             self.critic.train()
-        for epoch in range(self.cfg.optim.epochs):
+        for epoch in range(self.optim.epochs):
             for window in self.windows(len(exp), epoch):
                 plan = self.micro_batches(window, exp)
                 parts = [exp.select(idx if idx is not None else window[:1]) for idx in plan]
@@ -314,7 +322,7 @@ class Learner(WeightsAndState):
         summed = self.algorithm.summed_metrics  # parts of the loss: a window's sum, averaged over windows
         counted = self.algorithm.counted_metrics  # counts over the batch: every micro-batch's, one pass's worth
         micro = {k: self.all_reduce(v, "max") if k.endswith("_max") else
-                 self.all_reduce(v) / (n_windows if k in summed else self.cfg.optim.epochs if k in counted else n_micro)
+                 self.all_reduce(v) / (n_windows if k in summed else self.optim.epochs if k in counted else n_micro)
                  for k, v in sums.items() if k not in ("grad_norm", "loss")}
         out = {k: float(v) for k, v in micro.items()}
         out.update(grad_norm=float(sums["grad_norm"]) / n_windows, loss=float(sums["loss"]) / n_windows)

@@ -13,7 +13,7 @@ import torch
 from turnrl.lora import adapter_state, is_lora, policy_state, restore
 
 if TYPE_CHECKING:
-    from turnrl.rl.config import TrainConfig
+    from turnrl.lora import LoraConfig
     from turnrl.rl.core.critic import SeparateCritic, ValueHead
 
 
@@ -22,14 +22,14 @@ class TrainableState(Protocol):
 
     Attributes:
         model: the policy (a LoRA policy: the base weights frozen, the adapters trained).
-        cfg: the run's config (its ``learner.lora``: whether the policy's state is its adapters).
+        lora: the run's ``learner.lora`` (set: the policy's saved state is its adapters).
         optimizer, scheduler: the policy's (and critic's) optimizer and learning-rate schedule.
         value_head, critic: the critic, where the algorithm has one.
         version, updates: the weights' version (rollout workers load it) and the training steps taken.
     """
 
     model: Any
-    cfg: TrainConfig
+    lora: LoraConfig | None
     optimizer: torch.optim.Optimizer
     scheduler: torch.optim.lr_scheduler.LambdaLR
     value_head: ValueHead | None
@@ -69,7 +69,7 @@ class WeightsAndState:
     def state_dict(self) -> dict[str, Any]:
         """Everything the learner needs to continue exactly."""
         t = self.trainable
-        return {**policy_state(t.model, t.cfg.learner.lora),  # of a LoRA policy: the adapters
+        return {**policy_state(t.model, t.lora),  # of a LoRA policy: the adapters
                 "optimizer": t.optimizer.state_dict(),
                 "value_head": t.value_head.state_dict() if t.value_head is not None else None,
                 "critic": t.critic.state_dict() if t.critic is not None else None,
@@ -85,7 +85,7 @@ class WeightsAndState:
             raise ValueError(f"the checkpoint holds policies {sorted(state['policies'])} and this run has one: resume "
                              "with the same multi_agent.policies")
         t = self.trainable
-        restore(t.model, state, t.cfg.learner.lora if is_lora(t.model) else None)  # marks the weights changed
+        restore(t.model, state, t.lora if is_lora(t.model) else None)  # marks the weights changed
         if t.value_head is not None:
             t.value_head.load_state_dict(state["value_head"])
         if t.critic is not None:

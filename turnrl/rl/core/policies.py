@@ -83,7 +83,6 @@ class LearnerSet:
         self.learners = dict(learners)
         first = next(iter(self.learners.values()))
         self.tokenizer = first.tokenizer
-        self.cfg = first.cfg
 
     @property
     def version(self) -> int:

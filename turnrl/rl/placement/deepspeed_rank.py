@@ -111,9 +111,9 @@ class RankLearner(Learner):
         o = config.optim
         if lc.zero_stage == 3 and (o.share_prompts or o.lanes or o.prefix_tree is not False):  # one forward call
             # per micro-batch on every rank: ZeRO-3 gathers each layer's weights in lock-step with the peers
-            config = config.model_copy(update={"optim": o.model_copy(update={"share_prompts": False, "lanes": False,
-                                                                             "prefix_tree": False})})
-        super().__init__(config, get_algorithm(config.algorithm), model, tokenizer)
+            o = o.model_copy(update={"share_prompts": False, "lanes": False, "prefix_tree": False})
+        super().__init__(get_algorithm(config.algorithm), model, tokenizer, optim=o, rollout=config.rollout,
+                         lora=lc.lora, seed=config.seed)
         self.rank, self.world = rank, world
         ds_config = {
             "train_micro_batch_size_per_gpu": config.optim.minibatch_size,

@@ -24,13 +24,22 @@ from turnrl.agents.hf import HFAgent
 from turnrl.checkpoint import load_policy
 from turnrl.rl.algorithms import get_algorithm
 from turnrl.rl.config import EnvConfig, OptimConfig, RayConfig, RolloutConfig, TrainConfig, load_config
-from turnrl.rl.core.extra_models import build_models
 from turnrl.rl.core.learner import Learner
 from turnrl.rl.placement import LearnerProtocol
 from turnrl.rl.run.driver import Driver
 from turnrl.rl.run.monitors import Check, registered_monitors
 from turnrl.rl.sources.base import ExperienceSource, Runner, RunParts
 from turnrl.rl.sources.onpolicy import LocalRunner
+
+
+def learner_of(config: TrainConfig, model: Any, tokenizer: Any, algorithm: Any = None) -> Learner:
+    """The learner a run of ``config`` trains ``model`` with: the four parts of the config a
+    :class:`~turnrl.rl.core.learner.Learner` reads (``optim``, ``rollout``, ``learner.lora``, ``seed``), its algorithm
+    (``config.algorithm`` unless given) and the models that algorithm asks for
+    (:func:`~turnrl.rl.core.extra_models.build_models`: reference, critic)."""
+    algorithm = get_algorithm(config.algorithm) if algorithm is None else algorithm
+    return Learner(algorithm, model, tokenizer, optim=config.optim, rollout=config.rollout, lora=config.learner.lora,
+                   seed=config.seed)
 
 
 class Trainer:
@@ -108,11 +117,9 @@ class Trainer:
         elif self.policies:  # one learner per policy: its own optimizer, scheduler, version and checkpoint
             from turnrl.rl.core.policies import LearnerSet
 
-            self.learner = LearnerSet({name: Learner(config, self.algorithm, a.model, tokenizer, models=build_models(
-                self.algorithm, a.model, tokenizer)) for name, a in self.policies.items()})
+            self.learner = LearnerSet({name: learner_of(config, a.model, tokenizer, self.algorithm) for name, a in self.policies.items()})
         else:
-            self.learner = Learner(config, self.algorithm, model, tokenizer, models=build_models(
-                self.algorithm, model, tokenizer))
+            self.learner = learner_of(config, model, tokenizer, self.algorithm)
         try:
             self.source.start()  # e.g. the rollout workers
         except BaseException:
