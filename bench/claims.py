@@ -81,8 +81,10 @@ class Claim:
 
     def __post_init__(self) -> None:
         if self.gain == 0:
-            raise ValueError(f"claim {self.name!r}: published {self.published} states no gain and no difference, "
-                             "so no re-run could contradict it; state the claimed direction")
+            raise ValueError(
+                f"claim {self.name!r}: published {self.published} states no gain and no difference, "
+                "so no re-run could contradict it; state the claimed direction"
+            )
         if self.min_gain is not None and not self.min_gain > 0:
             raise ValueError(f"claim {self.name!r}: min_gain {self.min_gain} must be a positive size of gain")
 
@@ -97,50 +99,104 @@ class Claim:
 
 
 CLAIMS = [
-    Claim("quickstart", "docs/results/evidence.md#evidence (the quickstart, seed 0 of three; `turnrl quickstart` trains it)",
-          "turnrl train configs/quickstart.yaml out_dir={out} --no-resume", (0.363, 0.676), 6,
-          figure="held-out 36.3 % -> 67.6 % on the 102 distinct level-1 test problems (seed 0; seeds 1 and 2: 49.0 %, "
-                 "60.8 %; over the three seeds +22.9 points, 95 % interval [+4.3, +41.5])"),
-    Claim("quickstart-lora", "docs/results/evidence.md#evidence (LoRA, seed 0 of three)",
-          "turnrl train configs/quickstart.yaml out_dir={out} --no-resume "
-          "'learner.lora={r: 16, alpha: 32, target_modules: all-linear}' optim.lr=2.0e-4", (0.363, 0.775), 6,
-          figure="held-out 36.3 % -> 77.5 % (seed 0; seeds 1 and 2: 75.5 %, 86.3 %)"),
-    Claim("lora-vs-full", "docs/results/evidence.md#evidence (LoRA - full at the end, seed 0 of three)",
-          "turnrl train configs/quickstart.yaml out_dir={out}/full --no-resume && turnrl train configs/quickstart.yaml "
-          "out_dir={out}/lora --no-resume 'learner.lora={r: 16, alpha: 32, target_modules: all-linear}' "
-          "optim.lr=2.0e-4", (0.676, 0.775), 12, arms=("full", "lora"),
-          figure="LoRA - full +9.8 points at the end (seed 0; +26.5 and +25.5 on seeds 1 and 2; over the three "
-                 "+20.6, [+2.3, +38.9]), each at its own learning rate"),
-    Claim("gateway-example", "docs/results/evidence.md#gateway (seed 0 of three; configuration chosen before the "
-          "split, with test exposure: 18 of the 102 problems)",
-          "turnrl train openai_agent.yaml eval_tasks=102 out_dir={out} --no-resume", (0.441, 0.843), 15,
-          cwd="examples", min_gain=0.10,
-          figure="held-out 44.1 % -> 84.3 % of 102 distinct test problems (seed 0; seeds 1 and 2: 84.3 %, 86.3 %; "
-                 "over the three +40.8, [+29.3, +52.4])"),
-    Claim("swirl-guided", "docs/results.md#withdrawn (a format floor: re-measured against SFT and the base model given "
-          "the demonstrations in docs/results/evidence.md#swirl)",
-          "the data commands in the header of configs/swirl-arith.yaml (11.5 min), then "
-          "turnrl train configs/swirl-arith.yaml out_dir={out}", (0.0, 1.0), 25, quick=False,
-          figure="held-out 0 % -> 100 % at step 5, a calculator call in every episode"),
-    Claim("dqo", "docs/results.md#withdrawn (the leaky split; re-measured in docs/results/evidence.md#evidence)",
-          "the dataset command of that section (9 min), then turnrl train configs/dqo-arith.yaml out_dir={out}",
-          (0.172, 0.719), 31, quick=False, figure="held-out 17.2 % -> 71.9 % after one epoch of 2048 episodes"),
-    Claim("pag-checking", "docs/results.md#unverified (pag-self-correcting-verifier-policies)",
-          "bash scripts/pag_checking_verifier.sh {out}", (0.391, 0.766), 35, quick=False,
-          figure="after 4 PAG steps: balanced verifier accuracy 80.8 %, Acc@turn1 39.1 %, Acc@final 76.6 %"),
-    Claim("samplers", "docs/results.md#withdrawn (re-measured as preregistered in docs/results/evidence.md#sampler)", "python bench/samplers.py --seeds 0 1 2 3", (0.037, 0.169),
-          280, quick=False, figure="the difficulty sampler's mean curve reaches uniform's final 16.9 % at step 6, "
-                                   "uniform at step 12 (2.0x fewer steps)"),
-    Claim("tppo", "docs/results.md#unverified (t-ppo: seeds 20-25, then bench/tppo_seeds.py over the six pairs)",
-          "for S in 20 21 22 23 24 25: python bench/tppo_vs_ppo.py --steps 10 --eval-every 2 --eval-tasks 64 "
-          "--max-new 1024 --window 128 --train-on finished --seed S --prompts 8 --tppo-set algorithm.min_groups=8 "
-          "--tppo-set algorithm.refill=prompts --tppo-set steps=12 --set optim.micro_tokens=4096 "
-          "--out runs/t1024_w128_p8_sS", (0.562, 0.832), 150, quick=False,
-          figure="the mean T-PPO curve against PPO's mean final held-out success (docs/results.md#t-ppo)"),
+    Claim(
+        "quickstart",
+        "docs/results/evidence.md#evidence (the quickstart, seed 0 of three; `turnrl quickstart` trains it)",
+        "turnrl train configs/quickstart.yaml out_dir={out} --no-resume",
+        (0.363, 0.676),
+        6,
+        figure="held-out 36.3 % -> 67.6 % on the 102 distinct level-1 test problems (seed 0; seeds 1 and 2: 49.0 %, "
+        "60.8 %; over the three seeds +22.9 points, 95 % interval [+4.3, +41.5])",
+    ),
+    Claim(
+        "quickstart-lora",
+        "docs/results/evidence.md#evidence (LoRA, seed 0 of three)",
+        "turnrl train configs/quickstart.yaml out_dir={out} --no-resume "
+        "'learner.lora={r: 16, alpha: 32, target_modules: all-linear}' optim.lr=2.0e-4",
+        (0.363, 0.775),
+        6,
+        figure="held-out 36.3 % -> 77.5 % (seed 0; seeds 1 and 2: 75.5 %, 86.3 %)",
+    ),
+    Claim(
+        "lora-vs-full",
+        "docs/results/evidence.md#evidence (LoRA - full at the end, seed 0 of three)",
+        "turnrl train configs/quickstart.yaml out_dir={out}/full --no-resume && turnrl train configs/quickstart.yaml "
+        "out_dir={out}/lora --no-resume 'learner.lora={r: 16, alpha: 32, target_modules: all-linear}' "
+        "optim.lr=2.0e-4",
+        (0.676, 0.775),
+        12,
+        arms=("full", "lora"),
+        figure="LoRA - full +9.8 points at the end (seed 0; +26.5 and +25.5 on seeds 1 and 2; over the three "
+        "+20.6, [+2.3, +38.9]), each at its own learning rate",
+    ),
+    Claim(
+        "gateway-example",
+        "docs/results/evidence.md#gateway (seed 0 of three; configuration chosen before the "
+        "split, with test exposure: 18 of the 102 problems)",
+        "turnrl train openai_agent.yaml eval_tasks=102 out_dir={out} --no-resume",
+        (0.441, 0.843),
+        15,
+        cwd="examples",
+        min_gain=0.10,
+        figure="held-out 44.1 % -> 84.3 % of 102 distinct test problems (seed 0; seeds 1 and 2: 84.3 %, 86.3 %; "
+        "over the three +40.8, [+29.3, +52.4])",
+    ),
+    Claim(
+        "swirl-guided",
+        "docs/results.md#withdrawn (a format floor: re-measured against SFT and the base model given "
+        "the demonstrations in docs/results/evidence.md#swirl)",
+        "the data commands in the header of configs/swirl-arith.yaml (11.5 min), then "
+        "turnrl train configs/swirl-arith.yaml out_dir={out}",
+        (0.0, 1.0),
+        25,
+        quick=False,
+        figure="held-out 0 % -> 100 % at step 5, a calculator call in every episode",
+    ),
+    Claim(
+        "dqo",
+        "docs/results.md#withdrawn (the leaky split; re-measured in docs/results/evidence.md#evidence)",
+        "the dataset command of that section (9 min), then turnrl train configs/dqo-arith.yaml out_dir={out}",
+        (0.172, 0.719),
+        31,
+        quick=False,
+        figure="held-out 17.2 % -> 71.9 % after one epoch of 2048 episodes",
+    ),
+    Claim(
+        "pag-checking",
+        "docs/results.md#unverified (pag-self-correcting-verifier-policies)",
+        "bash scripts/pag_checking_verifier.sh {out}",
+        (0.391, 0.766),
+        35,
+        quick=False,
+        figure="after 4 PAG steps: balanced verifier accuracy 80.8 %, Acc@turn1 39.1 %, Acc@final 76.6 %",
+    ),
+    Claim(
+        "samplers",
+        "docs/results.md#withdrawn (re-measured as preregistered in docs/results/evidence.md#sampler)",
+        "python bench/samplers.py --seeds 0 1 2 3",
+        (0.037, 0.169),
+        280,
+        quick=False,
+        figure="the difficulty sampler's mean curve reaches uniform's final 16.9 % at step 6, "
+        "uniform at step 12 (2.0x fewer steps)",
+    ),
+    Claim(
+        "tppo",
+        "docs/results.md#unverified (t-ppo: seeds 20-25, then bench/tppo_seeds.py over the six pairs)",
+        "for S in 20 21 22 23 24 25: python bench/tppo_vs_ppo.py --steps 10 --eval-every 2 --eval-tasks 64 "
+        "--max-new 1024 --window 128 --train-on finished --seed S --prompts 8 --tppo-set algorithm.min_groups=8 "
+        "--tppo-set algorithm.refill=prompts --tppo-set steps=12 --set optim.micro_tokens=4096 "
+        "--out runs/t1024_w128_p8_sS",
+        (0.562, 0.832),
+        150,
+        quick=False,
+        figure="the mean T-PPO curve against PPO's mean final held-out success (docs/results.md#t-ppo)",
+    ),
 ]
 
 
 # ---- reading a run ----
+
 
 def eval_steps(out: Path) -> list[int]:
     """The steps of the held-out evaluations of the run in ``out`` (its metrics.jsonl, read as tppo_vs_ppo does)."""
@@ -162,11 +218,14 @@ def pair(first: dict[str, float], second: dict[str, float], where: str) -> Paire
     """The paired gain ``second - first`` over the items both hold (they must hold the same ones)."""
     if first.keys() != second.keys():
         only_first, only_second = len(first.keys() - second.keys()), len(second.keys() - first.keys())
-        raise ValueError(f"{where}: the two evaluations hold different items ({only_first} only in the first, "
-                         f"{only_second} only in the second); a gain is paired on the same items")
+        raise ValueError(
+            f"{where}: the two evaluations hold different items ({only_first} only in the first, "
+            f"{only_second} only in the second); a gain is paired on the same items"
+        )
     items = list(first)
-    return paired_bootstrap([first[k] for k in items], [second[k] for k in items], resamples=RESAMPLES, seed=0,
-                            confidence=CONFIDENCE)
+    return paired_bootstrap(
+        [first[k] for k in items], [second[k] for k in items], resamples=RESAMPLES, seed=0, confidence=CONFIDENCE
+    )
 
 
 def evaluations(claim: Claim, out: Path) -> tuple[Path, Path]:
@@ -207,19 +266,25 @@ def verdict(claim: Claim, out: Path) -> dict[str, object]:
     if all(v in (0.0, 1.0) for v in [*a.values(), *b.values()]):  # right-or-wrong items: the exact test as well
         test = mcnemar_exact([a[k] for k in items], [b[k] for k in items])
         if not test.p_value < 1 - CONFIDENCE:  # a percentile bootstrap is too narrow when few items change
-            why.append(f"McNemar's exact test does not reject no change (p = {test.p_value:.3g}: "
-                       f"{test.only_b} item(s) gained, {test.only_a} lost)")
+            why.append(
+                f"McNemar's exact test does not reject no change (p = {test.p_value:.3g}: "
+                f"{test.only_b} item(s) gained, {test.only_a} lost)"
+            )
     whole = parts["all"]
     if not whole.low - 1e-9 <= claim.gain <= whole.high + 1e-9:
-        why.append(f"the published gain {points_(claim.gain)} lies outside today's interval "
-                   f"[{points_(whole.low)}, {points_(whole.high)}]")
+        why.append(
+            f"the published gain {points_(claim.gain)} lies outside today's interval "
+            f"[{points_(whole.low)}, {points_(whole.high)}]"
+        )
     return {"parts": parts, "holds": not why, "why": "; ".join(why)}
 
 
 # ---- a machine to time on ----
 
+
 def busy_processes(seconds: float = 1.0, share: float = 0.3) -> list[str]:
     """Other processes that used more than ``share`` of a core over ``seconds`` (Linux /proc), as 'PID command'."""
+
     def ticks() -> dict[int, tuple[int, str]]:
         out = {}
         for d in Path("/proc").iterdir():
@@ -227,11 +292,11 @@ def busy_processes(seconds: float = 1.0, share: float = 0.3) -> list[str]:
                 continue
             try:
                 stat = (d / "stat").read_text()
-                fields = stat[stat.rindex(")") + 2:].split()
+                fields = stat[stat.rindex(")") + 2 :].split()
                 cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
             except (OSError, ValueError):
                 continue
-            out[int(d.name)] = (int(fields[11]) + int(fields[12]), cmd or stat[stat.index("(") + 1:stat.rindex(")")])
+            out[int(d.name)] = (int(fields[11]) + int(fields[12]), cmd or stat[stat.index("(") + 1 : stat.rindex(")")])
         return out
 
     if not Path("/proc/self/stat").exists():
@@ -241,11 +306,15 @@ def busy_processes(seconds: float = 1.0, share: float = 0.3) -> list[str]:
     second = ticks()
     hz = os.sysconf("SC_CLK_TCK")
     mine = {os.getpid(), os.getppid()}
-    return [f"{pid} {cmd[:120]}" for pid, (t, cmd) in second.items()
-            if pid not in mine and pid in first and (t - first[pid][0]) / hz / seconds > share]
+    return [
+        f"{pid} {cmd[:120]}"
+        for pid, (t, cmd) in second.items()
+        if pid not in mine and pid in first and (t - first[pid][0]) / hz / seconds > share
+    ]
 
 
 # ---- running ----
+
 
 def run(claim: Claim, out: Path, timeout: float) -> tuple[dict[str, object] | None, float, str | None]:
     """Run ``claim``'s command into ``out``; (verdict or None, seconds, why it failed or None)."""
@@ -256,8 +325,9 @@ def run(claim: Claim, out: Path, timeout: float) -> tuple[dict[str, object] | No
     out.parent.mkdir(parents=True, exist_ok=True)
     try:
         with log.open("w") as f:
-            proc = subprocess.run(command, shell=True, cwd=REPO / claim.cwd, env=env, stdout=f, stderr=subprocess.STDOUT,
-                                  timeout=timeout)
+            proc = subprocess.run(
+                command, shell=True, cwd=REPO / claim.cwd, env=env, stdout=f, stderr=subprocess.STDOUT, timeout=timeout
+            )
     except subprocess.TimeoutExpired:
         return None, time.perf_counter() - t0, f"ran past {timeout:.0f} s (log: {log})"
     seconds = time.perf_counter() - t0
@@ -281,8 +351,10 @@ def points_(x: float) -> str:
 def table(rows: list[tuple[Claim, dict[str, object] | None, float | None, str | None]]) -> str:
     """Per claim (and per subset): published, today's before -> after, the gain with its 95 % interval, n distinct
     items, holds, minutes."""
-    lines = ["| claim | published | today | gain (95 % interval) | items | holds | minutes |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [
+        "| claim | published | today | gain (95 % interval) | items | holds | minutes |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for claim, v, seconds, error in rows:
         published = f"{pct(claim.published[0])} → {pct(claim.published[1])} ({points_(claim.gain)})"
         minutes = "" if seconds is None else f"{seconds / 60:.1f}"
@@ -292,8 +364,10 @@ def table(rows: list[tuple[Claim, dict[str, object] | None, float | None, str | 
         for name, p in v["parts"].items():  # type: ignore[union-attr]
             label, shown = (claim.name, published) if name == "all" else (f"{claim.name}: {name}", "")
             holds = ("yes" if v["holds"] else f"**no**: {v['why']}") if name == "all" else ""
-            lines.append(f"| {label} | {shown} | {pct(p.mean_a)} → {pct(p.mean_b)} | {points_(p.diff)} "
-                         f"[{points_(p.low)}, {points_(p.high)}] | {p.n} | {holds} | {minutes if name == 'all' else ''} |")
+            lines.append(
+                f"| {label} | {shown} | {pct(p.mean_a)} → {pct(p.mean_b)} | {points_(p.diff)} "
+                f"[{points_(p.low)}, {points_(p.high)}] | {p.n} | {holds} | {minutes if name == 'all' else ''} |"
+            )
     return "\n".join(lines)
 
 
@@ -313,8 +387,9 @@ def main() -> None:
         for c in CLAIMS:
             kind = f"quick, ~{c.minutes:.0f} min" if c.quick else f"long, ~{c.minutes:.0f} min"
             what = c.figure or f"held-out {pct(c.published[0])} -> {pct(c.published[1])}"
-            print(f"{c.name} ({kind}): {what}; {c.doc}\n"
-                  f"    {'cd ' + c.cwd + ' && ' if c.cwd != '.' else ''}{c.shown()}")
+            print(
+                f"{c.name} ({kind}): {what}; {c.doc}\n    {'cd ' + c.cwd + ' && ' if c.cwd != '.' else ''}{c.shown()}"
+            )
         return
     chosen = [c for c in CLAIMS if (c.name in args.only if args.only else c.quick)]
     rows: list[tuple[Claim, dict[str, object] | None, float | None, str | None]] = []
@@ -332,8 +407,11 @@ def main() -> None:
     for c in [c for c in chosen if c.quick]:
         busy = busy_processes()
         if busy:
-            raise SystemExit("refusing to time training figures while other processes keep a core busy:\n  "
-                             + "\n  ".join(busy) + "\nwait for them to end (or stop them) and run this again")
+            raise SystemExit(
+                "refusing to time training figures while other processes keep a core busy:\n  "
+                + "\n  ".join(busy)
+                + "\nwait for them to end (or stop them) and run this again"
+            )
         print(f"{c.name}: running (~{c.minutes:.0f} min) ...", flush=True)
         v, seconds, error = run(c, Path(args.out) / c.name, args.timeout)
         rows.append((c, v, seconds, error))

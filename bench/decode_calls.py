@@ -59,8 +59,10 @@ def main() -> None:
         Batch.feed = feed  # type: ignore[method-assign]
         trainer.close()
     print(f"\ndecode calls per step (a call with at most {args.few} rows counts as few):")
-    print(f"{'step':>5} {'calls':>6} {'rows/call':>9} {'few':>5} {'few share':>9} {'seconds':>8} {'few s':>7} "
-          f"{'few time share':>14}")
+    print(
+        f"{'step':>5} {'calls':>6} {'rows/call':>9} {'few':>5} {'few share':>9} {'seconds':>8} {'few s':>7} "
+        f"{'few time share':>14}"
+    )
     every: list[tuple[int, float]] = []
     for step in sorted(calls):
         every += calls[step]
@@ -72,8 +74,10 @@ def row(label: str, calls: list[tuple[int, float]], few: int) -> None:
     """One line of the table: ``calls`` as (rows, seconds)."""
     small = [(r, s) for r, s in calls if r <= few]
     total, small_s = sum(s for _, s in calls), sum(s for _, s in small)
-    print(f"{label:>5} {len(calls):>6} {sum(r for r, _ in calls) / max(len(calls), 1):>9.1f} {len(small):>5} "
-          f"{len(small) / max(len(calls), 1):>9.0%} {total:>8.1f} {small_s:>7.1f} {small_s / max(total, 1e-9):>14.0%}")
+    print(
+        f"{label:>5} {len(calls):>6} {sum(r for r, _ in calls) / max(len(calls), 1):>9.1f} {len(small):>5} "
+        f"{len(small) / max(len(calls), 1):>9.0%} {total:>8.1f} {small_s:>7.1f} {small_s / max(total, 1e-9):>14.0%}"
+    )
 
 
 if __name__ == "__main__":

@@ -86,12 +86,17 @@ def check_train(config: str, overrides: list[str] | None) -> str:
             load_function(cfg.program.function, search)
         except ProgramError as e:
             fail(f"{config}: program.function: {e}")
-    read = (f"held-out split {held_split!r}, {cfg.eval_tasks} tasks at step 0"
-            + (f" and every {cfg.eval_every} steps" if cfg.eval_every else "") + f" and step {cfg.steps}")
+    read = (
+        f"held-out split {held_split!r}, {cfg.eval_tasks} tasks at step 0"
+        + (f" and every {cfg.eval_every} steps" if cfg.eval_every else "")
+        + f" and step {cfg.steps}"
+    )
     if cfg.validate_every:
         read += f"; validation, {cfg.validation_tasks} tasks every {cfg.validate_every} steps"
-    return (f"ok: {config} {' '.join(overrides or [])}: {cfg.env.id}, seed {cfg.seed}, {cfg.steps} steps, {read}; "
-            f"out_dir {cfg.out_dir}")
+    return (
+        f"ok: {config} {' '.join(overrides or [])}: {cfg.env.id}, seed {cfg.seed}, {cfg.steps} steps, {read}; "
+        f"out_dir {cfg.out_dir}"
+    )
 
 
 def main(argv: list[str]) -> None:

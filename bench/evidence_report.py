@@ -35,8 +35,17 @@ import numpy as np
 from turnrl.cli.compare import compare_pair
 from turnrl.cli.compare_arms import CompareError, evaluation_folder, load_arm
 
-PAIRS = (("lora", "full"), ("dapo", "grpo"), ("vapo", "grpo"), ("vapo", "dapo"), ("dqo", "rft"), ("dqo", "dpo"),
-         ("rft", "dpo"), ("difficulty", "uniform"), ("swirl", "sft"))
+PAIRS = (
+    ("lora", "full"),
+    ("dapo", "grpo"),
+    ("vapo", "grpo"),
+    ("vapo", "dapo"),
+    ("dqo", "rft"),
+    ("dqo", "dpo"),
+    ("rft", "dpo"),
+    ("difficulty", "uniform"),
+    ("swirl", "sft"),
+)
 #: arm B against arm A at a step fixed in bench/preregistered.md, beside the comparison at the end
 AT_STEP = (("difficulty", "uniform", 6),)
 #: the gain from arm A's step 0 to arm B's end, where B starts from A (PAG from its warm-up: the base model first)
@@ -45,11 +54,28 @@ CHAINS = (("pag-warmup", "pag"),)
 #: scored on: the canonical forms of the old split's level-1 test tasks 0-319 (a problem's text hashed to test when
 #: the first byte of its SHA-256 was 0 mod 10; task i drawn from default_rng([1, 1, i])) that today's split also
 #: puts in test. Its configuration was chosen after six of those runs; the other 84 problems no run of it had seen.
-GATEWAY_SEEN = frozenset({
-    "arithmetic:(4+6)", "arithmetic:(16+4)", "arithmetic:(16+2)", "arithmetic:(2+5)", "arithmetic:(12+17)",
-    "arithmetic:(1+6)", "arithmetic:(12+15)", "arithmetic:(16+20)", "arithmetic:(13+16)", "arithmetic:(1+9)",
-    "arithmetic:(11+18)", "arithmetic:(11+20)", "arithmetic:(18+18)", "arithmetic:(14+4)", "arithmetic:(13+18)",
-    "arithmetic:(10+4)", "arithmetic:(5+6)", "arithmetic:(10+19)"})
+GATEWAY_SEEN = frozenset(
+    {
+        "arithmetic:(4+6)",
+        "arithmetic:(16+4)",
+        "arithmetic:(16+2)",
+        "arithmetic:(2+5)",
+        "arithmetic:(12+17)",
+        "arithmetic:(1+6)",
+        "arithmetic:(12+15)",
+        "arithmetic:(16+20)",
+        "arithmetic:(13+16)",
+        "arithmetic:(1+9)",
+        "arithmetic:(11+18)",
+        "arithmetic:(11+20)",
+        "arithmetic:(18+18)",
+        "arithmetic:(14+4)",
+        "arithmetic:(13+18)",
+        "arithmetic:(10+4)",
+        "arithmetic:(5+6)",
+        "arithmetic:(10+19)",
+    }
+)
 #: the arms trained with the gateway example's configuration: itself and issue 81's SDK examples, which took it
 GATEWAY_CONFIG = ("gateway", "agents-sdk-responses", "anthropic-sdk")
 #: arm -> (bar, seeds): its claim is the seeds' pooled 95 % interval, lower end at or above the bar (0.10: +10 points),
@@ -107,8 +133,9 @@ def seeds_of(out: Path, arm: str) -> list[int]:
     return sorted(int(d.name.rsplit("-s", 1)[1]) for d in out.glob(f"{arm}-s*") if d.name.rsplit("-s", 1)[1].isdigit())
 
 
-def one_pair(a: str, b: str, keep: frozenset[str] | None = None,
-             drop: frozenset[str] = frozenset(), allow_protocol: bool = False) -> dict[str, Any]:
+def one_pair(
+    a: str, b: str, keep: frozenset[str] | None = None, drop: frozenset[str] = frozenset(), allow_protocol: bool = False
+) -> dict[str, Any]:
     """``turnrl compare A B``'s figures of one pair (:func:`turnrl.cli.compare.compare_pair`), on the items of
     ``keep`` (all where None) less those of ``drop``. Where A and B name one evaluation (a run whose validation chose
     step 0, read against its own step 0) the gain is zero by construction: the figures say so instead of refusing.
@@ -118,6 +145,7 @@ def one_pair(a: str, b: str, keep: frozenset[str] | None = None,
     """
     arm_a, arm_b = load_arm(a), load_arm(b)
     if keep is not None or drop:
+
         def only(arm: Any) -> Any:
             rows = [r for r in arm.rows if (keep is None or r.get("item") in keep) and r.get("item") not in drop]
             return dataclasses.replace(arm, rows=rows)
@@ -129,9 +157,19 @@ def one_pair(a: str, b: str, keep: frozenset[str] | None = None,
 
     values = collapse([str(r.get("item") or r["task_id"]) for r in arm_a.rows], arm_a.values())
     acc = sum(values.values()) / len(values)
-    return {"a": str(arm_a.folder), "b": str(arm_b.folder), "items": len(values), "accuracy_a": acc,
-            "accuracy_b": acc, "diff": 0.0, "se": 0.0, "low": 0.0, "high": 0.0,
-            "mcnemar": {"only_a": 0, "only_b": 0, "p_value": 1.0}, "notes": ["one evaluation: no gain"]}
+    return {
+        "a": str(arm_a.folder),
+        "b": str(arm_b.folder),
+        "items": len(values),
+        "accuracy_a": acc,
+        "accuracy_b": acc,
+        "diff": 0.0,
+        "se": 0.0,
+        "low": 0.0,
+        "high": 0.0,
+        "mcnemar": {"only_a": 0, "only_b": 0, "p_value": 1.0},
+        "notes": ["one evaluation: no gain"],
+    }
 
 
 def pooled(pairs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -139,15 +177,25 @@ def pooled(pairs: list[dict[str, Any]]) -> dict[str, Any]:
     (:func:`turnrl.stats.pooled_paired`)."""
     from turnrl.stats import Paired, pooled_paired
 
-    return dataclasses.asdict(pooled_paired([Paired(p["items"], p["accuracy_a"], p["accuracy_b"], p["diff"], p["se"],
-                                                    p["low"], p["high"]) for p in pairs]))
+    return dataclasses.asdict(
+        pooled_paired(
+            [
+                Paired(p["items"], p["accuracy_a"], p["accuracy_b"], p["diff"], p["se"], p["low"], p["high"])
+                for p in pairs
+            ]
+        )
+    )
 
 
 def gain_table(out: Path, arm: str) -> list[str]:
     """Per seed the arm's step-0 and final held-out success and its gain; then the mean over the finished seeds."""
-    lines = [f"**{arm}**: held-out success, step 0 → end, and the gain paired on the same items", "",
-             "| seed | items | step 0 | read at | success there | gain (points) | 95 % interval | McNemar p (gained / lost) "
-             "| logp gap, guard |", "|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"**{arm}**: held-out success, step 0 → end, and the gain paired on the same items",
+        "",
+        "| seed | items | step 0 | read at | success there | gain (points) | 95 % interval | McNemar p (gained / lost) "
+        "| logp gap, guard |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     pairs, fixed = [], []  # every finished seed's pair; those of the seeds a bar was fixed for (BARS)
     for seed in seeds_of(out, arm):
         run = out / f"{arm}-s{seed}"
@@ -162,10 +210,12 @@ def gain_table(out: Path, arm: str) -> list[str]:
         # step (before any update) measures the learner against the sampler
         gap = (gaps[0] if gaps else 0.0) if offline(run) else max(gaps or [0.0])
         violations = sum(h.get("guard_violations", 0.0) for h in steps)
-        lines.append(f"| {seed} | {p['items']} | {pct(p['accuracy_a'])} | {chosen(run)} | {pct(p['accuracy_b'])} | "
-                     f"{pts(p['diff'])} | "
-                     f"[{pts(p['low'])}, {pts(p['high'])}] | {m.get('p_value', float('nan')):.2g} "
-                     f"({m.get('only_b', '—')} / {m.get('only_a', '—')}) | {gap:.1e}, {violations:.0f} |")
+        lines.append(
+            f"| {seed} | {p['items']} | {pct(p['accuracy_a'])} | {chosen(run)} | {pct(p['accuracy_b'])} | "
+            f"{pts(p['diff'])} | "
+            f"[{pts(p['low'])}, {pts(p['high'])}] | {m.get('p_value', float('nan')):.2g} "
+            f"({m.get('only_b', '—')} / {m.get('only_a', '—')}) | {gap:.1e}, {violations:.0f} |"
+        )
         pairs.append(p)
         fixed += [p] if seed in BARS.get(arm, (0, ()))[1] else []
     if len(pairs) >= 2:
@@ -175,8 +225,12 @@ def gain_table(out: Path, arm: str) -> list[str]:
         bar, seeds = BARS[arm]
         claim = f"Claim: the pooled 95 % interval of seeds {', '.join(map(str, seeds))} at or above {pts(bar)} points"
         o = pooled(fixed)
-        lines += ["", f"{claim}: not decided, {len(fixed)} of {len(seeds)} finished." if len(fixed) < len(seeds)
-                  else f"{claim}: **{'holds' if o['low'] >= bar else 'does not hold'}** (lower end {pts(o['low'])})."]
+        lines += [
+            "",
+            f"{claim}: not decided, {len(fixed)} of {len(seeds)} finished."
+            if len(fixed) < len(seeds)
+            else f"{claim}: **{'holds' if o['low'] >= bar else 'does not hold'}** (lower end {pts(o['low'])}).",
+        ]
     return [*lines, ""]
 
 
@@ -192,14 +246,25 @@ def arms_table(out: Path, b: str, a: str, at: int | None = None) -> list[str]:
         pairs = [one_pair(read(out / f"{a}-s{s}"), read(out / f"{b}-s{s}")) for s in both]
     except CompareError as e:
         return [f"**{b} − {a}**: not compared ({e})", ""]
-    where = (f"at step {at} (fixed in advance)" if at is not None else "each at its best step on validation"
-             if end(out / f"{a}-s{both[0]}").endswith("@best") else "at the end")
-    lines = [f"**{b} − {a}** {where}, paired on the same items and seeds", "",
-             f"| seed | items | {a} | {b} | {b} − {a} (points) | 95 % interval | McNemar p |", "|---|---|---|---|---|---|---|"]
+    where = (
+        f"at step {at} (fixed in advance)"
+        if at is not None
+        else "each at its best step on validation"
+        if end(out / f"{a}-s{both[0]}").endswith("@best")
+        else "at the end"
+    )
+    lines = [
+        f"**{b} − {a}** {where}, paired on the same items and seeds",
+        "",
+        f"| seed | items | {a} | {b} | {b} − {a} (points) | 95 % interval | McNemar p |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for s, p in zip(both, pairs):
         m = p["mcnemar"] or {}
-        lines.append(f"| {s} | {p['items']} | {pct(p['accuracy_a'])} | {pct(p['accuracy_b'])} | {pts(p['diff'])} | "
-                     f"[{pts(p['low'])}, {pts(p['high'])}] | {m.get('p_value', float('nan')):.2g} |")
+        lines.append(
+            f"| {s} | {p['items']} | {pct(p['accuracy_a'])} | {pct(p['accuracy_b'])} | {pts(p['diff'])} | "
+            f"[{pts(p['low'])}, {pts(p['high'])}] | {m.get('p_value', float('nan')):.2g} |"
+        )
     o = pooled(pairs)
     lines.append(f"| mean of {o['seeds']} | | | | {pts(o['diff'])} | [{pts(o['low'])}, {pts(o['high'])}] | |")
     return [*lines, ""]
@@ -212,13 +277,18 @@ def baseline_table(out: Path, base: str, arm: str) -> list[str]:
     if not seeds or not (out / base / "items.jsonl").is_file():
         return []
     pairs = [one_pair(str(out / base), end(out / f"{arm}-s{s}"), allow_protocol=True) for s in seeds]
-    lines = [f"**{arm} − {base}**, {arm} each at its best step on validation, paired on the same items", "",
-             f"| seed | items | {base} | {arm} | {arm} − {base} (points) | 95 % interval | McNemar p |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [
+        f"**{arm} − {base}**, {arm} each at its best step on validation, paired on the same items",
+        "",
+        f"| seed | items | {base} | {arm} | {arm} − {base} (points) | 95 % interval | McNemar p |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for s, p in zip(seeds, pairs):
         m = p["mcnemar"] or {}
-        lines.append(f"| {s} | {p['items']} | {pct(p['accuracy_a'])} | {pct(p['accuracy_b'])} | {pts(p['diff'])} | "
-                     f"[{pts(p['low'])}, {pts(p['high'])}] | {m.get('p_value', float('nan')):.2g} |")
+        lines.append(
+            f"| {s} | {p['items']} | {pct(p['accuracy_a'])} | {pct(p['accuracy_b'])} | {pts(p['diff'])} | "
+            f"[{pts(p['low'])}, {pts(p['high'])}] | {m.get('p_value', float('nan')):.2g} |"
+        )
     if len(pairs) >= 2:
         o = pooled(pairs)
         lines.append(f"| mean of {o['seeds']} | | | | {pts(o['diff'])} | [{pts(o['low'])}, {pts(o['high'])}] | |")
@@ -229,22 +299,31 @@ def baseline_table(out: Path, base: str, arm: str) -> list[str]:
 def chain_table(out: Path, a: str, b: str) -> list[str]:
     """The gain from arm ``a``'s step 0 to arm ``b``'s end (``b`` started from ``a``'s policy), seed by seed (same
     seed in both), then over seeds."""
-    both = [s for s in sorted(set(seeds_of(out, a)) & set(seeds_of(out, b)))
-            if finished(out / f"{a}-s{s}") and finished(out / f"{b}-s{s}")]
+    both = [
+        s
+        for s in sorted(set(seeds_of(out, a)) & set(seeds_of(out, b)))
+        if finished(out / f"{a}-s{s}") and finished(out / f"{b}-s{s}")
+    ]
     if not both:
         return []
     try:
         pairs = [one_pair(f"{out / f'{a}-s{s}'}@0", end(out / f"{b}-s{s}")) for s in both]
     except CompareError as e:
         return [f"**{a} step 0 → {b}**: not compared ({e})", ""]
-    lines = [f"**{a} step 0 → {b}** (the whole recipe's gain), paired on the same items and seeds", "",
-             f"| seed | items | {a} at step 0 | {b} read at | success there | gain (points) | 95 % interval | McNemar p "
-             "(gained / lost) |", "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"**{a} step 0 → {b}** (the whole recipe's gain), paired on the same items and seeds",
+        "",
+        f"| seed | items | {a} at step 0 | {b} read at | success there | gain (points) | 95 % interval | McNemar p "
+        "(gained / lost) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for s, p in zip(both, pairs):
         m = p["mcnemar"] or {}
-        lines.append(f"| {s} | {p['items']} | {pct(p['accuracy_a'])} | {chosen(out / f'{b}-s{s}')} | "
-                     f"{pct(p['accuracy_b'])} | {pts(p['diff'])} | [{pts(p['low'])}, {pts(p['high'])}] | "
-                     f"{m.get('p_value', float('nan')):.2g} ({m.get('only_b', '—')} / {m.get('only_a', '—')}) |")
+        lines.append(
+            f"| {s} | {p['items']} | {pct(p['accuracy_a'])} | {chosen(out / f'{b}-s{s}')} | "
+            f"{pct(p['accuracy_b'])} | {pts(p['diff'])} | [{pts(p['low'])}, {pts(p['high'])}] | "
+            f"{m.get('p_value', float('nan')):.2g} ({m.get('only_b', '—')} / {m.get('only_a', '—')}) |"
+        )
     if len(pairs) >= 2:
         o = pooled(pairs)
         lines.append(f"| mean of {o['seeds']} | | | | | {pts(o['diff'])} | [{pts(o['low'])}, {pts(o['high'])}] | |")
@@ -256,22 +335,28 @@ def subset_table(out: Path, arm: str, seen: frozenset[str], what: str) -> list[s
     runs = [(s, out / f"{arm}-s{s}") for s in seeds_of(out, arm) if finished(out / f"{arm}-s{s}")]
     if not runs:
         return []
-    lines = [f"**{arm}**: the gain on {what}, and on the others", "",
-             "| seed | items | step 0 | end | gain (points) | 95 % interval | McNemar p (gained / lost) |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [
+        f"**{arm}**: the gain on {what}, and on the others",
+        "",
+        "| seed | items | step 0 | end | gain (points) | 95 % interval | McNemar p (gained / lost) |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for label, keep, drop in (("not seen", None, seen), ("seen", seen, frozenset())):
         pairs = []
         for s, run in runs:
             p = one_pair(f"{run}@0", end(run), keep=keep, drop=drop)
             m = p["mcnemar"] or {}
-            lines.append(f"| {s}, {label} | {p['items']} | {pct(p['accuracy_a'])} | {pct(p['accuracy_b'])} | "
-                         f"{pts(p['diff'])} | [{pts(p['low'])}, {pts(p['high'])}] | "
-                         f"{m.get('p_value', float('nan')):.2g} ({m.get('only_b', '—')} / {m.get('only_a', '—')}) |")
+            lines.append(
+                f"| {s}, {label} | {p['items']} | {pct(p['accuracy_a'])} | {pct(p['accuracy_b'])} | "
+                f"{pts(p['diff'])} | [{pts(p['low'])}, {pts(p['high'])}] | "
+                f"{m.get('p_value', float('nan')):.2g} ({m.get('only_b', '—')} / {m.get('only_a', '—')}) |"
+            )
             pairs.append(p)
         if len(pairs) >= 2:
             o = pooled(pairs)
-            lines.append(f"| mean of {o['seeds']}, {label} | | | | {pts(o['diff'])} | [{pts(o['low'])}, "
-                         f"{pts(o['high'])}] | |")
+            lines.append(
+                f"| mean of {o['seeds']}, {label} | | | | {pts(o['diff'])} | [{pts(o['low'])}, {pts(o['high'])}] | |"
+            )
     return [*lines, ""]
 
 
@@ -304,8 +389,10 @@ def pag_items(folder: Path) -> list[dict[str, Any]]:
         e = pag_episode(SimpleNamespace(turns=[SimpleNamespace(info=t.get("info") or {}) for t in traj["turns"]]))
         if e is None:
             continue
-        c = by_item.setdefault(item_of.get(traj["task_id"], traj["task_id"]), dict.fromkeys(
-            ("episodes", "turn1", "final", "right", "wrong", "right_ok", "wrong_ok", "unparseable"), 0))
+        c = by_item.setdefault(
+            item_of.get(traj["task_id"], traj["task_id"]),
+            dict.fromkeys(("episodes", "turn1", "final", "right", "wrong", "right_ok", "wrong_ok", "unparseable"), 0),
+        )
         c["episodes"] += 1
         c["turn1"] += e["first_correct"]
         c["final"] += e["final_correct"]
@@ -325,8 +412,17 @@ def balanced(items: list[dict[str, Any]], resamples: int = RESAMPLES, seed: int 
     counts = np.array([[c["right"], c["right_ok"], c["wrong"], c["wrong_ok"]] for c in items], dtype=float)
     nan = float("nan")
     if not len(counts) or counts[:, 0].sum() == 0 or counts[:, 2].sum() == 0:
-        return {"value": nan, "se": nan, "low": nan, "high": nan, "on_right": nan, "on_wrong": nan, "right": 0,
-                "wrong": 0, "dropped": 0}
+        return {
+            "value": nan,
+            "se": nan,
+            "low": nan,
+            "high": nan,
+            "on_right": nan,
+            "on_wrong": nan,
+            "right": 0,
+            "wrong": 0,
+            "dropped": 0,
+        }
     total = counts.sum(axis=0)
     on_right, on_wrong = total[1] / total[0], total[3] / total[2]
     draws = np.random.default_rng(seed).integers(0, len(counts), size=(resamples, len(counts)))
@@ -334,18 +430,29 @@ def balanced(items: list[dict[str, Any]], resamples: int = RESAMPLES, seed: int 
     ok = (sums[:, 0] > 0) & (sums[:, 2] > 0)
     values = 0.5 * (sums[ok, 1] / sums[ok, 0] + sums[ok, 3] / sums[ok, 2])
     low, high = np.quantile(values, [0.025, 0.975])
-    return {"value": 0.5 * (on_right + on_wrong), "se": float(values.std(ddof=1)), "low": float(low),
-            "high": float(high), "on_right": on_right, "on_wrong": on_wrong, "right": int(total[0]),
-            "wrong": int(total[2]), "dropped": int((~ok).sum())}
+    return {
+        "value": 0.5 * (on_right + on_wrong),
+        "se": float(values.std(ddof=1)),
+        "low": float(low),
+        "high": float(high),
+        "on_right": on_right,
+        "on_wrong": on_wrong,
+        "right": int(total[0]),
+        "wrong": int(total[2]),
+        "dropped": int((~ok).sum()),
+    }
 
 
 def validation_line(run: Path) -> str:
     """The validation figures by step that chose the step a run is read at (validation Acc@final, the verifier's
     balanced accuracy there)."""
     rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if x.strip()]
-    cells = [f"step {int(r['step'])}: {pct(r['val_success'])}"
-             + (f" (verifier {pct(r['val_pag_verifier_balanced_acc'])})" if "val_pag_verifier_balanced_acc" in r
-                else "") for r in rows if "val_success" in r and "step" in r]
+    cells = [
+        f"step {int(r['step'])}: {pct(r['val_success'])}"
+        + (f" (verifier {pct(r['val_pag_verifier_balanced_acc'])})" if "val_pag_verifier_balanced_acc" in r else "")
+        for r in rows
+        if "val_success" in r and "step" in r
+    ]
     return "; ".join(cells) or "no validation recorded"
 
 
@@ -360,10 +467,14 @@ def pag_table(out: Path, arm: str) -> list[str]:
     per_seed = [x for x in per_seed if x[2]]
     if not per_seed:
         return []
-    lines = [f"**{arm}**: at the step read, the first answer, the final answer and the verifier, on the same items", "",
-             "| seed | read at | items | Acc@turn1 | Acc@final | final − turn1 (points) | 95 % interval | McNemar p | "
-             "balanced verifier accuracy | 95 % interval | 'correct' on right first answers | 'wrong' on wrong ones "
-             "| unparseable verdicts |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"**{arm}**: at the step read, the first answer, the final answer and the verifier, on the same items",
+        "",
+        "| seed | read at | items | Acc@turn1 | Acc@final | final − turn1 (points) | 95 % interval | McNemar p | "
+        "balanced verifier accuracy | 95 % interval | 'correct' on right first answers | 'wrong' on wrong ones "
+        "| unparseable verdicts |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     revisions, verifiers = [], []
     for s, run, items in per_seed:
         n = [c["episodes"] for c in items]
@@ -373,18 +484,40 @@ def pag_table(out: Path, arm: str) -> list[str]:
         mc = mcnemar_exact(turn1, final).p_value if set(n) == {1} else float("nan")
         v = balanced(items)
         verdicts = sum(c["right"] + c["wrong"] for c in items)
-        lines.append(f"| {s} | {chosen(run)} | {p.n} | {pct(p.mean_a)} | {pct(p.mean_b)} | {pts(p.diff)} | "
-                     f"[{pts(p.low)}, {pts(p.high)}] | {mc:.2g} | {pct(v['value'])} | [{pct(v['low'])}, "
-                     f"{pct(v['high'])}] | {pct(v['on_right'])} of {v['right']} | {pct(v['on_wrong'])} of "
-                     f"{v['wrong']} | {sum(c['unparseable'] for c in items)} of {verdicts} |")
-        revisions.append({"items": p.n, "accuracy_a": p.mean_a, "accuracy_b": p.mean_b, "diff": p.diff, "se": p.se,
-                          "low": p.low, "high": p.high})
-        verifiers.append({"items": p.n, "accuracy_a": 0.5, "accuracy_b": v["value"], "diff": v["value"] - 0.5,
-                          "se": v["se"], "low": v["low"] - 0.5, "high": v["high"] - 0.5})
+        lines.append(
+            f"| {s} | {chosen(run)} | {p.n} | {pct(p.mean_a)} | {pct(p.mean_b)} | {pts(p.diff)} | "
+            f"[{pts(p.low)}, {pts(p.high)}] | {mc:.2g} | {pct(v['value'])} | [{pct(v['low'])}, "
+            f"{pct(v['high'])}] | {pct(v['on_right'])} of {v['right']} | {pct(v['on_wrong'])} of "
+            f"{v['wrong']} | {sum(c['unparseable'] for c in items)} of {verdicts} |"
+        )
+        revisions.append(
+            {
+                "items": p.n,
+                "accuracy_a": p.mean_a,
+                "accuracy_b": p.mean_b,
+                "diff": p.diff,
+                "se": p.se,
+                "low": p.low,
+                "high": p.high,
+            }
+        )
+        verifiers.append(
+            {
+                "items": p.n,
+                "accuracy_a": 0.5,
+                "accuracy_b": v["value"],
+                "diff": v["value"] - 0.5,
+                "se": v["se"],
+                "low": v["low"] - 0.5,
+                "high": v["high"] - 0.5,
+            }
+        )
     if len(per_seed) >= 2:
         r, b = pooled(revisions), pooled(verifiers)
-        lines.append(f"| mean of {r['seeds']} | | | | | {pts(r['diff'])} | [{pts(r['low'])}, {pts(r['high'])}] | | "
-                     f"{pct(0.5 + b['diff'])} | [{pct(0.5 + b['low'])}, {pct(0.5 + b['high'])}] | | | |")
+        lines.append(
+            f"| mean of {r['seeds']} | | | | | {pts(r['diff'])} | [{pts(r['low'])}, {pts(r['high'])}] | | "
+            f"{pct(0.5 + b['diff'])} | [{pct(0.5 + b['low'])}, {pct(0.5 + b['high'])}] | | | |"
+        )
     lines += ["", "Validation by step (the step read is the highest validation Acc@final, earliest on ties):", ""]
     lines += [f"- seed {s}: {validation_line(run)}" for s, run, _ in per_seed]
     return [*lines, ""]
@@ -404,8 +537,12 @@ def main() -> None:
             lines += chain_table(args.out, a, b)
     for arm in GATEWAY_CONFIG:
         if arm in arms:
-            lines += subset_table(args.out, arm, GATEWAY_SEEN, "the test problems no earlier run of the gateway "
-                                  "example was scored on (not seen)")
+            lines += subset_table(
+                args.out,
+                arm,
+                GATEWAY_SEEN,
+                "the test problems no earlier run of the gateway example was scored on (not seen)",
+            )
     for b, a in PAIRS:
         if b in arms and a in arms:
             lines += arms_table(args.out, b, a)

@@ -33,9 +33,13 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 
-def play_through_gateway(gateway: Any, env: Callable[[], Any], seeds: list[int],
-                         connect: Callable[[str], Callable[[list[dict[str, Any]]], str]], timeout: float
-                         ) -> tuple[list[Any], float]:
+def play_through_gateway(
+    gateway: Any,
+    env: Callable[[], Any],
+    seeds: list[int],
+    connect: Callable[[str], Callable[[list[dict[str, Any]]], str]],
+    timeout: float,
+) -> tuple[list[Any], float]:
     """Each seed's episode played by a program in a thread of its own, as a training run plays programs: what a
     user's agent does — its own client (``connect(session) -> ask``, ``ask(messages) -> text``: one call with the
     whole conversation), its own loop over its own copy of the environment. The gateway decodes every session in
@@ -64,8 +68,15 @@ def play_through_gateway(gateway: Any, env: Callable[[], Any], seeds: list[int],
         gateway.engine.serve(futures, timeout=timeout)  # decodes in this thread
         for f in futures:
             f.result()
-    trajs = [build_trajectory(gateway.close(sid).calls, reward=results[sid][0], correct=results[sid][1].get("correct"),
-                              eos_ids=gateway.eos_ids) for sid in ids]
+    trajs = [
+        build_trajectory(
+            gateway.close(sid).calls,
+            reward=results[sid][0],
+            correct=results[sid][1].get("correct"),
+            eos_ids=gateway.eos_ids,
+        )
+        for sid in ids
+    ]
     return trajs, time.perf_counter() - t0
 
 
@@ -76,20 +87,32 @@ def write_figures(trajs: list[Any], wall: float, out: str) -> None:
         raise SystemExit(f"episodes failed: {errors[:3]}")
     n = len(trajs)
     with open(out, "w") as f:
-        json.dump({"wall_s": wall, "episodes_s": n / wall, "turns": sum(t.num_turns for t in trajs) / n,
-                   "generated": sum(sum(t.loss_mask) for t in trajs), "tokens": [t.token_ids for t in trajs]}, f)
+        json.dump(
+            {
+                "wall_s": wall,
+                "episodes_s": n / wall,
+                "turns": sum(t.num_turns for t in trajs) / n,
+                "generated": sum(sum(t.loss_mask) for t in trajs),
+                "tokens": [t.token_ids for t in trajs],
+            },
+            f,
+        )
 
 
-def run_children(script: str, modes: tuple[str, ...], repeat: int, args: list[str], name: str
-                 ) -> dict[str, list[dict[str, Any]]]:
+def run_children(
+    script: str, modes: tuple[str, ...], repeat: int, args: list[str], name: str
+) -> dict[str, list[dict[str, Any]]]:
     """Each mode measured by ``script --child MODE OUT`` in a process of its own, one after the other (``repeat``
     rounds, alternating); each mode's figures, run by run."""
     rows: dict[str, list[dict[str, Any]]] = {mode: [] for mode in modes}
     for r in range(repeat):
         for mode in modes:
             out = f"/tmp/turnrl-bench-{name}-{mode}-{r}.json"
-            subprocess.run([sys.executable, script, *args, "--child", mode, out], check=True,
-                           env={**os.environ, "TOKENIZERS_PARALLELISM": "false"})
+            subprocess.run(
+                [sys.executable, script, *args, "--child", mode, out],
+                check=True,
+                env={**os.environ, "TOKENIZERS_PARALLELISM": "false"},
+            )
             with open(out) as f:
                 rows[mode].append(json.load(f))
     return rows
@@ -101,12 +124,15 @@ def print_runs(rows: dict[str, list[dict[str, Any]]], label: str) -> None:
     print(f"{label:{width}} {'run':>3} {'wall s':>8} {'episodes/s':>11} {'turns/ep':>9} {'generated':>10}")
     for mode, runs in rows.items():
         for r, x in enumerate(runs):
-            print(f"{mode:{width}} {r:>3} {x['wall_s']:>8.1f} {x['episodes_s']:>11.3f} {x['turns']:>9.2f} "
-                  f"{x['generated']:>10}")
+            print(
+                f"{mode:{width}} {r:>3} {x['wall_s']:>8.1f} {x['episodes_s']:>11.3f} {x['turns']:>9.2f} "
+                f"{x['generated']:>10}"
+            )
 
 
-def measure(mode: str, episodes: int, turns: int, max_new: int, model: str, out: str, engine_thread: bool = False
-            ) -> None:
+def measure(
+    mode: str, episodes: int, turns: int, max_new: int, model: str, out: str, engine_thread: bool = False
+) -> None:
     """One measurement (in a child process): play the episodes, write the figures and tokens to ``out``."""
     import torch
     import transformers
@@ -118,8 +144,9 @@ def measure(mode: str, episodes: int, turns: int, max_new: int, model: str, out:
     from turnrl.rollout.engine import Rollout
 
     def env():
-        return turnrl.make("turnrl/Arithmetic-v0", level=2, calculator=True, retry=True, max_turns=turns,
-                           answer_format="auto")
+        return turnrl.make(
+            "turnrl/Arithmetic-v0", level=2, calculator=True, retry=True, max_turns=turns, answer_format="auto"
+        )
 
     torch.manual_seed(0)
     agent = HFAgent.from_pretrained(model, batch_size=episodes, kv_cache_mb=4096)
@@ -128,8 +155,9 @@ def measure(mode: str, episodes: int, turns: int, max_new: int, model: str, out:
     seeds = [1000 + i for i in range(episodes)]
     if mode == "native":
         t0 = time.perf_counter()
-        trajs = Rollout(agent, params, continuous=True).run([env() for _ in range(episodes)], seeds=seeds,
-                                                            sample_seeds=seeds)
+        trajs = Rollout(agent, params, continuous=True).run(
+            [env() for _ in range(episodes)], seeds=seeds, sample_seeds=seeds
+        )
         wall = time.perf_counter() - t0
     else:
         from openai import OpenAI
@@ -140,8 +168,11 @@ def measure(mode: str, episodes: int, turns: int, max_new: int, model: str, out:
 
         def connect(sid: str) -> Callable[[list[dict[str, Any]]], str]:
             client = OpenAI(base_url=gateway.base_url(sid), api_key=gateway.api_key, max_retries=0)
-            return lambda messages: client.chat.completions.create(
-                model="policy", messages=messages, max_tokens=max_new, temperature=1.0).choices[0].message.content
+            return lambda messages: (
+                client.chat.completions.create(model="policy", messages=messages, max_tokens=max_new, temperature=1.0)
+                .choices[0]
+                .message.content
+            )
 
         trajs, wall = play_through_gateway(gateway, env, seeds, connect, timeout=600)
         gateway.stop()
@@ -173,11 +204,18 @@ def main() -> None:
     if a.child:
         measure(a.child[0], a.episodes, a.turns, a.max_new, a.model, a.child[1], a.engine_thread)
         return
-    rows = run_children(__file__, ("native", "gateway"), a.repeat,
-                        [*child_options(a), *(["--engine-thread"] if a.engine_thread else [])], "gateway")
+    rows = run_children(
+        __file__,
+        ("native", "gateway"),
+        a.repeat,
+        [*child_options(a), *(["--engine-thread"] if a.engine_thread else [])],
+        "gateway",
+    )
     same = all(n["tokens"] == g["tokens"] for n, g in zip(rows["native"], rows["gateway"]))
-    print(f"{a.episodes} concurrent episodes, up to {a.turns} turns, {a.max_new} new tokens per turn; "
-          f"same tokens in both modes: {same}")
+    print(
+        f"{a.episodes} concurrent episodes, up to {a.turns} turns, {a.max_new} new tokens per turn; "
+        f"same tokens in both modes: {same}"
+    )
     print_runs(rows, "mode")
     best = {m: max(x["episodes_s"] for x in runs) for m, runs in rows.items()}
     print(f"gateway / native episodes/s (best of {a.repeat}): {best['gateway'] / best['native']:.2f}x")

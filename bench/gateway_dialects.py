@@ -42,8 +42,13 @@ def ask(dialect: str, client: Any, messages: list[dict[str, str]], max_new: int)
     if dialect == "messages":
         system = "\n\n".join(m["content"] for m in messages if m["role"] == "system")
         rest = [m for m in messages if m["role"] != "system"]
-        reply = client.messages.create(model="policy", max_tokens=max_new, messages=rest,
-                                       **({"system": system} if system else {}), extra_body={"temperature": 1.0})
+        reply = client.messages.create(
+            model="policy",
+            max_tokens=max_new,
+            messages=rest,
+            **({"system": system} if system else {}),
+            extra_body={"temperature": 1.0},
+        )
         return "".join(b.text for b in reply.content if b.type == "text")
     reply = client.responses.create(model="policy", input=messages, max_output_tokens=max_new, temperature=1.0)
     return reply.output_text
@@ -72,8 +77,9 @@ def measure(dialect: str, episodes: int, turns: int, max_new: int, model: str, o
         if dialect == "messages":
             import anthropic
 
-            client = anthropic.Anthropic(base_url=gateway.base_url(sid).removesuffix("/v1"), api_key=gateway.api_key,
-                                         max_retries=0, timeout=600)
+            client = anthropic.Anthropic(
+                base_url=gateway.base_url(sid).removesuffix("/v1"), api_key=gateway.api_key, max_retries=0, timeout=600
+            )
         else:
             from openai import OpenAI
 
@@ -92,8 +98,10 @@ def main() -> None:
         return
     rows = run_children(__file__, DIALECTS, a.repeat, child_options(a), "dialect")
     same = all(rows[d][r]["tokens"] == rows["chat"][r]["tokens"] for d in DIALECTS for r in range(a.repeat))
-    print(f"{a.episodes} concurrent episodes, up to {a.turns} turns, {a.max_new} new tokens per turn, {a.model}; "
-          f"same tokens in every dialect: {same}")
+    print(
+        f"{a.episodes} concurrent episodes, up to {a.turns} turns, {a.max_new} new tokens per turn, {a.model}; "
+        f"same tokens in every dialect: {same}"
+    )
     print_runs(rows, "dialect")
     best = {d: max(x["episodes_s"] for x in runs) for d, runs in rows.items()}
     for dialect in DIALECTS[1:]:

@@ -28,9 +28,13 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--out", default="runs/gpu-check")
-    ap.add_argument("--weight-sync", nargs="+", default=None,
-                    help="the weight transports to check, one short run each (default: object_store, and nccl "
-                         "where there are two GPUs or more)")
+    ap.add_argument(
+        "--weight-sync",
+        nargs="+",
+        default=None,
+        help="the weight transports to check, one short run each (default: object_store, and nccl "
+        "where there are two GPUs or more)",
+    )
     args = ap.parse_args()
     if not torch.cuda.is_available():
         print("no CUDA device: the GPU path cannot run here", file=sys.stderr)
@@ -38,8 +42,10 @@ def main() -> int:
     gpus = torch.cuda.device_count()
     modes = args.weight_sync or (["object_store", "nccl"] if gpus >= 2 else ["object_store"])
     if "nccl" in modes and gpus < 2:
-        print(f"--weight-sync nccl needs two GPUs (this machine has {gpus}): NCCL refuses two ranks on one device",
-              file=sys.stderr)
+        print(
+            f"--weight-sync nccl needs two GPUs (this machine has {gpus}): NCCL refuses two ranks on one device",
+            file=sys.stderr,
+        )
         return 2
     import ray
 
@@ -62,12 +68,26 @@ def check(mode: str, steps: int, out: str) -> bool:
     from turnrl.rl.run.trainer import Trainer, load_config
 
     own = mode == "nccl"  # NCCL: the learner and the worker on GPUs of their own; else both share GPU 0
-    cfg = load_config("configs/quickstart.yaml", [
-        f"steps={steps}", "eval_tasks=16", f"out_dir={out}", "placement=ray", f"learner.weight_sync={mode}",
-        "learner.backend=deepspeed", "learner.ranks=1", f"learner.rank_gpus={1 if own else 0.5}",
-        "learner.rank_cpus=1", "ray.rollout_workers=1", "ray.rollout_backend=vllm",
-        f"ray.worker_gpus={1 if own else 0.4}", "ray.worker_cpus=1", "ray.start_timeout=600",
-        "ray.vllm={gpu_memory_utilization: 0.3, dtype: float32, enforce_eager: true, max_model_len: 2048}"])
+    cfg = load_config(
+        "configs/quickstart.yaml",
+        [
+            f"steps={steps}",
+            "eval_tasks=16",
+            f"out_dir={out}",
+            "placement=ray",
+            f"learner.weight_sync={mode}",
+            "learner.backend=deepspeed",
+            "learner.ranks=1",
+            f"learner.rank_gpus={1 if own else 0.5}",
+            "learner.rank_cpus=1",
+            "ray.rollout_workers=1",
+            "ray.rollout_backend=vllm",
+            f"ray.worker_gpus={1 if own else 0.4}",
+            "ray.worker_cpus=1",
+            "ray.start_timeout=600",
+            "ray.vllm={gpu_memory_utilization: 0.3, dtype: float32, enforce_eager: true, max_model_len: 2048}",
+        ],
+    )
     trainer = Trainer(cfg)
     try:
         history = trainer.train()
@@ -82,11 +102,22 @@ def check(mode: str, steps: int, out: str) -> bool:
     steps = history[1:]
     gen = sum(h["generated_tokens"] for h in steps) / sum(h["generate_s"] for h in steps)
     train = sum(h["train_tokens"] for h in steps) / sum(h["seconds"] - h["generate_s"] for h in steps)
-    mem = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.used,memory.total", "--format=csv,noheader"],
-                         capture_output=True, text=True).stdout.strip()
-    report = {"weight_sync": mode, "version": version, "worker_version": held, "max_logprob_diff": diff,
-              "generate_tokens_per_s": gen, "train_tokens_per_s": train, "export_s": [h.get("export_s") for h in steps],
-              "held_out": [h.get("eval_success") for h in history if "eval_success" in h], "gpu": mem}
+    mem = subprocess.run(
+        ["nvidia-smi", "--query-gpu=name,memory.used,memory.total", "--format=csv,noheader"],
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    report = {
+        "weight_sync": mode,
+        "version": version,
+        "worker_version": held,
+        "max_logprob_diff": diff,
+        "generate_tokens_per_s": gen,
+        "train_tokens_per_s": train,
+        "export_s": [h.get("export_s") for h in steps],
+        "held_out": [h.get("eval_success") for h in history if "eval_success" in h],
+        "gpu": mem,
+    }
     print(json.dumps(report, indent=1))
     ok = held == version and diff < 1e-3
     print(f"weights reached vLLM ({mode}): " + ("yes" if ok else "NO"), flush=True)

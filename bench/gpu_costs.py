@@ -23,10 +23,22 @@ import time
 import torch
 
 SHAPES = {  # Llama-style shapes; vocabulary: the tokenizer's
-    "135m": {"hidden_size": 576, "intermediate_size": 1536, "num_hidden_layers": 30, "num_attention_heads": 9,
-                 "num_key_value_heads": 3, "tie_word_embeddings": True},
-    "0.5b": {"hidden_size": 896, "intermediate_size": 4864, "num_hidden_layers": 24, "num_attention_heads": 14,
-                 "num_key_value_heads": 2, "tie_word_embeddings": True},
+    "135m": {
+        "hidden_size": 576,
+        "intermediate_size": 1536,
+        "num_hidden_layers": 30,
+        "num_attention_heads": 9,
+        "num_key_value_heads": 3,
+        "tie_word_embeddings": True,
+    },
+    "0.5b": {
+        "hidden_size": 896,
+        "intermediate_size": 4864,
+        "num_hidden_layers": 24,
+        "num_attention_heads": 14,
+        "num_key_value_heads": 2,
+        "tie_word_embeddings": True,
+    },
 }
 
 
@@ -71,7 +83,7 @@ def measure(shape: str, device: str, tokenizer, batch: int, prompt: int, new: in
     def step() -> None:
         for i in range(0, batch, micro):
             with torch.autocast(device_type=device.split(":")[0], dtype=torch.bfloat16, enabled=autocast):
-                logp, _, _ = forward_tokens(model, ids[i:i + micro], mask[i:i + micro])
+                logp, _, _ = forward_tokens(model, ids[i : i + micro], mask[i : i + micro])
             (-logp.mean()).backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
@@ -85,13 +97,21 @@ def measure(shape: str, device: str, tokenizer, batch: int, prompt: int, new: in
     t0 = time.perf_counter()
     state = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
     export_s = time.perf_counter() - t0
-    row = {"shape": shape, "device": device, "params_M": round(params / 1e6, 1), "batch": batch,
-           "prompt_tokens": prompt, "new_tokens": new, "gen_s": round(gen_s, 2),
-           "gen_tok_s": round(generated / gen_s, 1), "train_s": round(train_s, 3),
-           "train_tok_s": round(int(mask.sum()) / train_s, 1),
-           "train_precision": "bf16-autocast" if autocast else "fp32",
-           "export_s": round(export_s, 3), "export_GB_s": round(sum(v.numel() * v.element_size()
-                                                                     for v in state.values()) / 1e9 / export_s, 2)}
+    row = {
+        "shape": shape,
+        "device": device,
+        "params_M": round(params / 1e6, 1),
+        "batch": batch,
+        "prompt_tokens": prompt,
+        "new_tokens": new,
+        "gen_s": round(gen_s, 2),
+        "gen_tok_s": round(generated / gen_s, 1),
+        "train_s": round(train_s, 3),
+        "train_tok_s": round(int(mask.sum()) / train_s, 1),
+        "train_precision": "bf16-autocast" if autocast else "fp32",
+        "export_s": round(export_s, 3),
+        "export_GB_s": round(sum(v.numel() * v.element_size() for v in state.values()) / 1e9 / export_s, 2),
+    }
     if device.startswith("cuda"):
         row["peak_GB"] = round(torch.cuda.max_memory_allocated() / 1e9, 2)
         torch.cuda.reset_peak_memory_stats()
@@ -100,8 +120,11 @@ def measure(shape: str, device: str, tokenizer, batch: int, prompt: int, new: in
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--tokenizer", default="smollm2-135m-instruct",
-                    help="a tokenizer folder, or a model name turnrl loads (default: the built-in SmolLM2's)")
+    ap.add_argument(
+        "--tokenizer",
+        default="smollm2-135m-instruct",
+        help="a tokenizer folder, or a model name turnrl loads (default: the built-in SmolLM2's)",
+    )
     ap.add_argument("--shapes", nargs="+", default=["135m", "0.5b"], choices=sorted(SHAPES))
     ap.add_argument("--devices", nargs="+", default=["cuda", "cpu"])
     ap.add_argument("--batch", type=int, default=64)
@@ -109,8 +132,13 @@ def main() -> None:
     ap.add_argument("--new-tokens", type=int, default=256)
     ap.add_argument("--cpu-new-tokens", type=int, default=16)
     ap.add_argument("--cpu-batch", type=int, default=16)
-    ap.add_argument("--cpu-shapes", nargs="+", default=["135m"], choices=sorted(SHAPES),
-                    help="the shapes timed on the CPU (a 0.5B training step there takes minutes)")
+    ap.add_argument(
+        "--cpu-shapes",
+        nargs="+",
+        default=["135m"],
+        choices=sorted(SHAPES),
+        help="the shapes timed on the CPU (a 0.5B training step there takes minutes)",
+    )
     ap.add_argument("--bf16", action="store_true", help="also time training under bf16 autocast on the GPU")
     ap.add_argument("--out", default=None, help="also write the rows as JSON lines here")
     args = ap.parse_args()
@@ -128,19 +156,27 @@ def main() -> None:
         gpu = device.startswith("cuda")
         for shape in args.shapes if gpu else [s for s in args.shapes if s in args.cpu_shapes]:
             new, batch = (args.new_tokens, args.batch) if gpu else (args.cpu_new_tokens, args.cpu_batch)
-            for autocast in ([False, True] if args.bf16 and gpu else [False]):
+            for autocast in [False, True] if args.bf16 and gpu else [False]:
                 row = measure(shape, device, tokenizer, batch, args.prompt_tokens, new, autocast)
                 rows.append(row)
                 print(json.dumps(row), flush=True)
     if torch.cuda.is_available():
-        print("gpu:", torch.cuda.get_device_name(0), "| torch", torch.__version__, "| cpu threads",
-              torch.get_num_threads())
+        print(
+            "gpu:",
+            torch.cuda.get_device_name(0),
+            "| torch",
+            torch.__version__,
+            "| cpu threads",
+            torch.get_num_threads(),
+        )
     by = {(r["shape"], r["device"], r["train_precision"]): r for r in rows}
     for shape in args.shapes:
         g, c = by.get((shape, "cuda", "fp32")), by.get((shape, "cpu", "fp32"))
         if g and c:
-            print(f"{shape}: GPU/CPU generation {g['gen_tok_s'] / c['gen_tok_s']:.1f}x, training "
-                  f"{g['train_tok_s'] / c['train_tok_s']:.1f}x (fp32)")
+            print(
+                f"{shape}: GPU/CPU generation {g['gen_tok_s'] / c['gen_tok_s']:.1f}x, training "
+                f"{g['train_tok_s'] / c['train_tok_s']:.1f}x (fp32)"
+            )
     if args.out:
         with open(args.out, "w") as f:
             f.writelines(json.dumps(r) + "\n" for r in rows)

@@ -49,10 +49,18 @@ def play(turns: int, episodes: int, max_new: int, reuse: bool, model: str, out: 
     if errors:
         raise SystemExit(f"episodes failed: {errors[:3]}")
     generated = sum(sum(t.loss_mask) for t in trajs)
-    figures = {"wall_s": wall, "generated": generated, "tok_s": generated / wall, "episode_s": wall,
-               "turns": sum(t.num_turns for t in trajs) / episodes, "length": max(len(t.token_ids) for t in trajs),
-               **rollout.stats.kv_metrics(), "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-               "tokens": [t.token_ids for t in trajs], "logprobs": [t.logprobs for t in trajs]}
+    figures = {
+        "wall_s": wall,
+        "generated": generated,
+        "tok_s": generated / wall,
+        "episode_s": wall,
+        "turns": sum(t.num_turns for t in trajs) / episodes,
+        "length": max(len(t.token_ids) for t in trajs),
+        **rollout.stats.kv_metrics(),
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "tokens": [t.token_ids for t in trajs],
+        "logprobs": [t.logprobs for t in trajs],
+    }
     with open(out, "w") as f:
         json.dump(figures, f)
 
@@ -70,28 +78,53 @@ def main() -> None:
         mode, out = args.child
         play(args.child_turns, args.episodes, args.max_new_tokens, mode == "reuse", args.model, out)
         return
-    print(f"model {args.model}, {args.episodes} episodes, {args.max_new_tokens} new tokens per turn, greedy, "
-          f"{os.cpu_count()} cores")
-    print(f"{'turns':>5} {'mode':>8} {'tok/s':>8} {'episode s':>10} {'prefill tok':>12} {'hit share':>9} "
-          f"{'peak MB':>8} {'context':>8}")
+    print(
+        f"model {args.model}, {args.episodes} episodes, {args.max_new_tokens} new tokens per turn, greedy, "
+        f"{os.cpu_count()} cores"
+    )
+    print(
+        f"{'turns':>5} {'mode':>8} {'tok/s':>8} {'episode s':>10} {'prefill tok':>12} {'hit share':>9} "
+        f"{'peak MB':>8} {'context':>8}"
+    )
     for turns in args.turns:
         got = {}
         for mode in ("prefill", "reuse"):
             out = f"/tmp/kv_reuse_{os.getpid()}_{turns}_{mode}.json"
-            subprocess.run([sys.executable, __file__, "--child", mode, out, "--child-turns", str(turns),
-                            "--episodes", str(args.episodes), "--max-new-tokens", str(args.max_new_tokens),
-                            "--model", args.model], check=True)
+            subprocess.run(
+                [
+                    sys.executable,
+                    __file__,
+                    "--child",
+                    mode,
+                    out,
+                    "--child-turns",
+                    str(turns),
+                    "--episodes",
+                    str(args.episodes),
+                    "--max-new-tokens",
+                    str(args.max_new_tokens),
+                    "--model",
+                    args.model,
+                ],
+                check=True,
+            )
             with open(out) as f:
                 got[mode] = json.load(f)
             os.unlink(out)
             g = got[mode]
-            print(f"{turns:>5} {mode:>8} {g['tok_s']:>8.1f} {g['episode_s']:>10.1f} {int(g['prefill_tokens']):>12} "
-                  f"{g['cache_hit_share']:>9.2f} {g['peak_rss_mb']:>8.0f} {g['length']:>8}", flush=True)
+            print(
+                f"{turns:>5} {mode:>8} {g['tok_s']:>8.1f} {g['episode_s']:>10.1f} {int(g['prefill_tokens']):>12} "
+                f"{g['cache_hit_share']:>9.2f} {g['peak_rss_mb']:>8.0f} {g['length']:>8}",
+                flush=True,
+            )
         a, b = got["prefill"], got["reuse"]
         same = a["tokens"] == b["tokens"]
         diff = max((abs(x - y) for s, t in zip(a["logprobs"], b["logprobs"]) for x, y in zip(s, t)), default=0.0)
-        print(f"{turns:>5}  speed-up reuse/prefill = {b['tok_s'] / a['tok_s']:.2f}x; tokens identical: {same}; "
-              f"max |logprob diff| = {diff:.2e}", flush=True)
+        print(
+            f"{turns:>5}  speed-up reuse/prefill = {b['tok_s'] / a['tok_s']:.2f}x; tokens identical: {same}; "
+            f"max |logprob diff| = {diff:.2e}",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -21,8 +21,7 @@ import time
 
 import torch
 
-MODES = {"prefill": ["rollout.kv_cache_mb=0"], "reuse": [],
-         "reuse + continuous": ["rollout.continuous_batching=true"]}
+MODES = {"prefill": ["rollout.kv_cache_mb=0"], "reuse": [], "reuse + continuous": ["rollout.continuous_batching=true"]}
 CONFIGS = {"quickstart (≤2 turns)": [], "3 turns": ["env.kwargs.max_turns=3", "env.kwargs.retry=true"]}
 
 
@@ -33,8 +32,10 @@ def run(extra: list[str], steps: int, model: str) -> dict[str, float]:
     from turnrl.rl.run.trainer import Trainer
 
     with tempfile.TemporaryDirectory() as out:
-        cfg = load_config("configs/quickstart.yaml", [f"steps={steps + 1}", "rollout.seed_per_episode=true",
-                                                      f"model={model}", f"out_dir={out}", *extra])
+        cfg = load_config(
+            "configs/quickstart.yaml",
+            [f"steps={steps + 1}", "rollout.seed_per_episode=true", f"model={model}", f"out_dir={out}", *extra],
+        )
         agent = make_agent(model, batch_size=32)
         torch.manual_seed(0)
         trainer = Trainer(cfg, model=agent.model, tokenizer=agent.tokenizer)
@@ -45,10 +46,19 @@ def run(extra: list[str], steps: int, model: str) -> dict[str, float]:
                 trajs, info = trainer.source.collect(step)
                 s1 = time.perf_counter()
                 trainer.learner.update(trajs)
-                rows.append({"rollout_s": s1 - s0, "step_s": time.perf_counter() - s0,
-                             "hit": info.get("cache_hit_share", 0.0), "turns": info["turns"]})
-                print(f"    step {step}: rollout {s1 - s0:.1f} s, step {rows[-1]['step_s']:.1f} s, turns "
-                      f"{info['turns']:.2f}, cache hit share {rows[-1]['hit']:.2f}", flush=True)
+                rows.append(
+                    {
+                        "rollout_s": s1 - s0,
+                        "step_s": time.perf_counter() - s0,
+                        "hit": info.get("cache_hit_share", 0.0),
+                        "turns": info["turns"],
+                    }
+                )
+                print(
+                    f"    step {step}: rollout {s1 - s0:.1f} s, step {rows[-1]['step_s']:.1f} s, turns "
+                    f"{info['turns']:.2f}, cache hit share {rows[-1]['hit']:.2f}",
+                    flush=True,
+                )
         finally:
             trainer.close()
     rows = rows[1:]
@@ -68,11 +78,15 @@ def main() -> None:
             r = run(extra + opts, args.steps, args.model)
             base = base or r
             table.append((config, mode, r, base))
-    print(f"\n{'config':<22}{'mode':<20}{'s/step':>8}{'steps/s':>9}{'× prefill':>10}{'rollout s':>10}"
-          f"{'× prefill':>10}{'turns':>7}{'hit share':>10}")
+    print(
+        f"\n{'config':<22}{'mode':<20}{'s/step':>8}{'steps/s':>9}{'× prefill':>10}{'rollout s':>10}"
+        f"{'× prefill':>10}{'turns':>7}{'hit share':>10}"
+    )
     for config, mode, r, base in table:
-        print(f"{config:<22}{mode:<20}{r['step_s']:>8.1f}{1 / r['step_s']:>9.3f}{base['step_s'] / r['step_s']:>10.2f}"
-              f"{r['rollout_s']:>10.1f}{base['rollout_s'] / r['rollout_s']:>10.2f}{r['turns']:>7.2f}{r['hit']:>10.2f}")
+        print(
+            f"{config:<22}{mode:<20}{r['step_s']:>8.1f}{1 / r['step_s']:>9.3f}{base['step_s'] / r['step_s']:>10.2f}"
+            f"{r['rollout_s']:>10.1f}{base['rollout_s'] / r['rollout_s']:>10.2f}{r['turns']:>7.2f}{r['hit']:>10.2f}"
+        )
 
 
 if __name__ == "__main__":

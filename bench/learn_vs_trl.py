@@ -37,18 +37,34 @@ PROMPTS, GROUP, MAX_NEW, TEMP, LR = 4, 8, 48, 0.8, 2e-5
 
 def held_out(model: Any, tok: Any, env_kwargs: dict[str, Any], n: int) -> float:
     """turnrl's greedy held-out success (the same measure for every model)."""
-    m = evaluate(HFAgent(model, tok, batch_size=64), "turnrl/Arithmetic-v0", env_kwargs={**env_kwargs, "split": "test"},
-                 limit=n, params=SamplingParams(temperature=0.0, max_new_tokens=MAX_NEW), batch_episodes=64)
+    m = evaluate(
+        HFAgent(model, tok, batch_size=64),
+        "turnrl/Arithmetic-v0",
+        env_kwargs={**env_kwargs, "split": "test"},
+        limit=n,
+        params=SamplingParams(temperature=0.0, max_new_tokens=MAX_NEW),
+        batch_episodes=64,
+    )
     return m["accuracy"]
 
 
 def train_turnrl(model: Any, tok: Any, env_kwargs: dict[str, Any], steps: int, out: Path) -> float:
-    cfg = TrainConfig.model_validate({
-        "model": "unused", "env": {"id": "turnrl/Arithmetic-v0", "kwargs": {**env_kwargs, "split": "train"}},
-        "algorithm": {"name": "grpo"},
-        "rollout": {"prompts_per_step": PROMPTS, "group_size": GROUP, "max_new_tokens": MAX_NEW, "temperature": TEMP},
-        "optim": {"lr": LR, "minibatch_size": GROUP, "grad_accum": PROMPTS}, "steps": steps, "out_dir": str(out),
-    })
+    cfg = TrainConfig.model_validate(
+        {
+            "model": "unused",
+            "env": {"id": "turnrl/Arithmetic-v0", "kwargs": {**env_kwargs, "split": "train"}},
+            "algorithm": {"name": "grpo"},
+            "rollout": {
+                "prompts_per_step": PROMPTS,
+                "group_size": GROUP,
+                "max_new_tokens": MAX_NEW,
+                "temperature": TEMP,
+            },
+            "optim": {"lr": LR, "minibatch_size": GROUP, "grad_accum": PROMPTS},
+            "steps": steps,
+            "out_dir": str(out),
+        }
+    )
     trainer = Trainer(cfg, model=model, tokenizer=tok)
     t0 = time.perf_counter()
     for step in range(steps):
@@ -73,14 +89,32 @@ def train_trl(model: Any, tok: Any, env_kwargs: dict[str, Any], steps: int, out:
         return [verify(c[-1]["content"], a, answer_format=fmt).score for c, a in zip(completions, answer)]
 
     args = GRPOConfig(
-        output_dir=str(out), use_cpu=True, bf16=False, report_to="none", save_strategy="no", logging_steps=1,
-        max_steps=steps, per_device_train_batch_size=GROUP, gradient_accumulation_steps=PROMPTS,
-        num_generations=GROUP, max_completion_length=MAX_NEW, temperature=TEMP, learning_rate=LR,
-        lr_scheduler_type="constant", beta=0.0, num_iterations=1, loss_type="grpo", scale_rewards="group",
-        max_grad_norm=1.0, shuffle_dataset=False, disable_tqdm=True, seed=0,
+        output_dir=str(out),
+        use_cpu=True,
+        bf16=False,
+        report_to="none",
+        save_strategy="no",
+        logging_steps=1,
+        max_steps=steps,
+        per_device_train_batch_size=GROUP,
+        gradient_accumulation_steps=PROMPTS,
+        num_generations=GROUP,
+        max_completion_length=MAX_NEW,
+        temperature=TEMP,
+        learning_rate=LR,
+        lr_scheduler_type="constant",
+        beta=0.0,
+        num_iterations=1,
+        loss_type="grpo",
+        scale_rewards="group",
+        max_grad_norm=1.0,
+        shuffle_dataset=False,
+        disable_tqdm=True,
+        seed=0,
     )
-    trainer = GRPOTrainer(model=model, reward_funcs=reward, args=args, train_dataset=Dataset.from_list(rows),
-                          processing_class=tok)
+    trainer = GRPOTrainer(
+        model=model, reward_funcs=reward, args=args, train_dataset=Dataset.from_list(rows), processing_class=tok
+    )
     t0 = time.perf_counter()
     trainer.train()
     return time.perf_counter() - t0
@@ -100,8 +134,12 @@ def main() -> None:
         raise SystemExit("TRL is not installed: pip install -e .[bench]") from None
     env_kwargs = {"level": args.level, "answer_format": "auto"}
     out = Path(args.out)
-    results: dict[str, Any] = {"steps": args.steps, "level": args.level, "eval_tasks": args.eval_tasks,
-                               "trl": trl.__version__}
+    results: dict[str, Any] = {
+        "steps": args.steps,
+        "level": args.level,
+        "eval_tasks": args.eval_tasks,
+        "trl": trl.__version__,
+    }
 
     model, tok = load_model(args.model)
     results["before"] = held_out(model, tok, env_kwargs, args.eval_tasks)
@@ -121,10 +159,12 @@ def main() -> None:
 
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(results, indent=2))
-    print(f"\nArithmetic level {args.level}, {args.steps} steps of {PROMPTS} x {GROUP}, held-out {args.eval_tasks} "
-          f"test problems (greedy):\n  base {results['before']:.1%}\n"
-          f"  turnrl {results['turnrl_after']:.1%} ({results['turnrl_train_s']:.0f} s of training)\n"
-          f"  TRL    {results['trl_after']:.1%} ({results['trl_train_s']:.0f} s of training)")
+    print(
+        f"\nArithmetic level {args.level}, {args.steps} steps of {PROMPTS} x {GROUP}, held-out {args.eval_tasks} "
+        f"test problems (greedy):\n  base {results['before']:.1%}\n"
+        f"  turnrl {results['turnrl_after']:.1%} ({results['turnrl_train_s']:.0f} s of training)\n"
+        f"  TRL    {results['trl_after']:.1%} ({results['trl_train_s']:.0f} s of training)"
+    )
 
 
 if __name__ == "__main__":

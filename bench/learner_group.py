@@ -37,22 +37,48 @@ def batch(vocab: int, groups: int, size: int, prompt: int, gen: int, seed: int =
         head = [rng.randrange(vocab) for _ in range(prompt)]
         for k in range(size):
             tail = [rng.randrange(vocab) for _ in range(gen)]
-            turn = Turn(index=0, action=Message(role="assistant", content="x"), reward=float(k % 2),
-                        terminated=True, token_span=(prompt, prompt + gen))
-            out.append(Trajectory(group_id=f"g{g}", turns=[turn], terminated=True, token_ids=head + tail,
-                                  loss_mask=[0] * prompt + [1] * gen, logprobs=[0.0] * prompt + [-8.0] * gen))
+            turn = Turn(
+                index=0,
+                action=Message(role="assistant", content="x"),
+                reward=float(k % 2),
+                terminated=True,
+                token_span=(prompt, prompt + gen),
+            )
+            out.append(
+                Trajectory(
+                    group_id=f"g{g}",
+                    turns=[turn],
+                    terminated=True,
+                    token_ids=head + tail,
+                    loss_mask=[0] * prompt + [1] * gen,
+                    logprobs=[0.0] * prompt + [-8.0] * gen,
+                )
+            )
     return out
 
 
-def config(out: Path, minibatch: int, backend: str = "torch", ranks: int = 1, stage: int = 2,
-           threads: int = 2) -> TrainConfig:
-    data: dict[str, Any] = {"model": "unused", "env": {"id": "turnrl/Arithmetic-v0"}, "algorithm": {"name": "grpo"},
-                            "optim": {"lr": 1e-6, "minibatch_size": minibatch, "share_prompts": False},
-                            "out_dir": str(out)}
+def config(
+    out: Path, minibatch: int, backend: str = "torch", ranks: int = 1, stage: int = 2, threads: int = 2
+) -> TrainConfig:
+    data: dict[str, Any] = {
+        "model": "unused",
+        "env": {"id": "turnrl/Arithmetic-v0"},
+        "algorithm": {"name": "grpo"},
+        "optim": {"lr": 1e-6, "minibatch_size": minibatch, "share_prompts": False},
+        "out_dir": str(out),
+    }
     if backend == "deepspeed":
-        data.update(placement="ray", ray={"num_cpus": float(threads)},
-                    learner={"backend": "deepspeed", "ranks": ranks, "zero_stage": stage,
-                             "rank_cpus": threads / ranks, "timeout": 900})
+        data.update(
+            placement="ray",
+            ray={"num_cpus": float(threads)},
+            learner={
+                "backend": "deepspeed",
+                "ranks": ranks,
+                "zero_stage": stage,
+                "rank_cpus": threads / ranks,
+                "timeout": 900,
+            },
+        )
     return TrainConfig.model_validate(data)
 
 
@@ -96,8 +122,14 @@ def main() -> None:
     params = sum(p.numel() for p in model.parameters())
     trajs = batch(len(tok), args.groups, args.group_size, args.prompt, args.gen)
     mb = args.group_size
-    results: dict[str, Any] = {"model": args.model, "params": params, "sequences": len(trajs),
-                               "tokens": sum(len(t.token_ids or []) for t in trajs), "train": {}, "export": []}
+    results: dict[str, Any] = {
+        "model": args.model,
+        "params": params,
+        "sequences": len(trajs),
+        "tokens": sum(len(t.token_ids or []) for t in trajs),
+        "train": {},
+        "export": [],
+    }
     torch.set_num_threads(args.threads)
     local = learner_of(config(out.parent / "bench-lg", mb), model, tok)
     results["train"]["local"] = timed(local, trajs, args.updates)
@@ -106,8 +138,11 @@ def main() -> None:
     base = results["train"]["local"]["train_tokens_per_s"]
 
     def row(name: str, r: dict[str, float]) -> None:
-        print(f"{name:<22}{r['update_s']:>10.2f}{r['train_tokens_per_s']:>10.1f}"
-              f"{r['train_tokens_per_s'] / base:>10.2f}{r['export_s']:>10.2f}", flush=True)
+        print(
+            f"{name:<22}{r['update_s']:>10.2f}{r['train_tokens_per_s']:>10.1f}"
+            f"{r['train_tokens_per_s'] / base:>10.2f}{r['export_s']:>10.2f}",
+            flush=True,
+        )
 
     row("local (torch)", results["train"]["local"])
     del local
@@ -116,8 +151,11 @@ def main() -> None:
         for ranks in (1, 2):
             for stage in (2, 3):
                 name = f"deepspeed {ranks} rank{'s' if ranks > 1 else ''} ZeRO-{stage}"
-                group = LearnerGroup(config(out.parent / "bench-lg", mb, "deepspeed", ranks, stage, args.threads),
-                                     load(args.model)[0], tok)
+                group = LearnerGroup(
+                    config(out.parent / "bench-lg", mb, "deepspeed", ranks, stage, args.threads),
+                    load(args.model)[0],
+                    tok,
+                )
                 try:
                     results["train"][name] = r = timed(group, trajs, args.updates)
                 finally:
@@ -125,8 +163,9 @@ def main() -> None:
                 row(name, r)
         print(f"\n{'export (publish)':<34}{'params M':>10}{'ZeRO-2 s':>10}{'ZeRO-3 s':>10}")
         ttok = tiny_tokenizer("chatml")
-        sizes: list[tuple[str, Any]] = [(f"tiny Llama h={h}", lambda h=h: tiny_model(ttok, hidden=h, layers=4))
-                                        for h in (256, 512, 1024)]
+        sizes: list[tuple[str, Any]] = [
+            (f"tiny Llama h={h}", lambda h=h: tiny_model(ttok, hidden=h, layers=4)) for h in (256, 512, 1024)
+        ]
         sizes.append((args.model, lambda: load(args.model)[0]))
         for name, make in sizes:
             m = make()
@@ -134,8 +173,9 @@ def main() -> None:
             n = sum(p.numel() for p in m.parameters())
             secs = {}
             for stage in (2, 3):
-                group = LearnerGroup(config(out.parent / "bench-lg", mb, "deepspeed", 2, stage, args.threads), m,
-                                     row_tok)
+                group = LearnerGroup(
+                    config(out.parent / "bench-lg", mb, "deepspeed", 2, stage, args.threads), m, row_tok
+                )
                 try:
                     small = batch(len(row_tok), 1, 2, 8, 8)
                     group.update(small)

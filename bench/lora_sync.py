@@ -39,11 +39,16 @@ def arm(lora: bool, updates: int) -> dict[str, float]:
 
     model, tok = load_model("smollm2-135m-instruct")
     with tempfile.TemporaryDirectory() as out:
-        cfg = TrainConfig.model_validate({
-            "model": "smollm2-135m-instruct", "placement": "ray", "out_dir": out,
-            "env": {"id": "turnrl/Arithmetic-v0", "kwargs": {"level": 1}},
-            "ray": {"rollout_workers": 1, "worker_cpus": 1, "start_timeout": 300},
-            "learner": {"lora": LORA if lora else None}})
+        cfg = TrainConfig.model_validate(
+            {
+                "model": "smollm2-135m-instruct",
+                "placement": "ray",
+                "out_dir": out,
+                "env": {"id": "turnrl/Arithmetic-v0", "kwargs": {"level": 1}},
+                "ray": {"rollout_workers": 1, "worker_cpus": 1, "start_timeout": 300},
+                "learner": {"lora": LORA if lora else None},
+            }
+        )
         if lora:
             model = apply_lora(model, cfg.learner.lora)
         learner = learner_of(cfg, model, tok)
@@ -78,8 +83,10 @@ def main() -> None:
     for name, r in rows.items():
         print(f"{name:6} {r['sent MB']:9.1f} {r['sync s']:8.3f} {'yes' if r['match'] else 'NO':>6}")
     full, lora = rows["full"], rows["lora"]
-    print(f"LoRA / full: {lora['sent MB'] / full['sent MB']:.3f}x the bytes, {lora['sync s'] / full['sync s']:.2f}x "
-          "the sync time")
+    print(
+        f"LoRA / full: {lora['sent MB'] / full['sent MB']:.3f}x the bytes, {lora['sync s'] / full['sync s']:.2f}x "
+        "the sync time"
+    )
 
 
 if __name__ == "__main__":

@@ -35,8 +35,17 @@ ARMS = {
 
 def run(arm: str, steps: int, out: Path) -> dict[str, float]:
     folder = out / arm
-    cmd = [sys.executable, "-m", "turnrl", "train", "configs/quickstart.yaml", f"steps={steps}", f"out_dir={folder}",
-           "--no-resume", *ARMS[arm]]
+    cmd = [
+        sys.executable,
+        "-m",
+        "turnrl",
+        "train",
+        "configs/quickstart.yaml",
+        f"steps={steps}",
+        f"out_dir={folder}",
+        "--no-resume",
+        *ARMS[arm],
+    ]
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     _, status, usage = os.wait4(proc.pid, 0)
@@ -46,10 +55,17 @@ def run(arm: str, steps: int, out: Path) -> dict[str, float]:
     rows = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
     evals = [r["eval_success"] for r in rows if "eval_success" in r]
     state = torch.load(folder / "checkpoint.pt", map_location="cpu", weights_only=False)
-    trainable = sum(p.numel() for group in state["optimizer"]["state"].values() for k, p in group.items()
-                    if k == "exp_avg")
-    return {"before": evals[0], "after": evals[-1], "wall_s": wall, "peak_rss_mb": usage.ru_maxrss / 1024,
-            "trainable": trainable, "checkpoint_mb": (folder / "checkpoint.pt").stat().st_size / 2**20}
+    trainable = sum(
+        p.numel() for group in state["optimizer"]["state"].values() for k, p in group.items() if k == "exp_avg"
+    )
+    return {
+        "before": evals[0],
+        "after": evals[-1],
+        "wall_s": wall,
+        "peak_rss_mb": usage.ru_maxrss / 1024,
+        "trainable": trainable,
+        "checkpoint_mb": (folder / "checkpoint.pt").stat().st_size / 2**20,
+    }
 
 
 def main() -> None:
@@ -62,11 +78,15 @@ def main() -> None:
     print(f"quickstart task, {args.steps} GRPO steps, SmolLM2-135M-Instruct on the CPU, one run per arm")
     print(f"{'arm':6} {'held-out success':>18} {'wall s':>8} {'peak RSS MB':>12} {'trainable':>12} {'ckpt MB':>8}")
     for arm, r in results.items():
-        print(f"{arm:6} {r['before']:>8.3f} → {r['after']:.3f} {r['wall_s']:>8.0f} {r['peak_rss_mb']:>12.0f} "
-              f"{r['trainable']:>12,} {r['checkpoint_mb']:>8.1f}")
+        print(
+            f"{arm:6} {r['before']:>8.3f} → {r['after']:.3f} {r['wall_s']:>8.0f} {r['peak_rss_mb']:>12.0f} "
+            f"{r['trainable']:>12,} {r['checkpoint_mb']:>8.1f}"
+        )
     full, lora = results["full"], results["lora"]
-    print(f"LoRA / full: wall {lora['wall_s'] / full['wall_s']:.2f}x, peak RSS {lora['peak_rss_mb'] / full['peak_rss_mb']:.2f}x, "
-          f"trainable {lora['trainable'] / full['trainable']:.4f}x, checkpoint {lora['checkpoint_mb'] / full['checkpoint_mb']:.3f}x")
+    print(
+        f"LoRA / full: wall {lora['wall_s'] / full['wall_s']:.2f}x, peak RSS {lora['peak_rss_mb'] / full['peak_rss_mb']:.2f}x, "
+        f"trainable {lora['trainable'] / full['trainable']:.4f}x, checkpoint {lora['checkpoint_mb'] / full['checkpoint_mb']:.3f}x"
+    )
     (out / "results.json").write_text(json.dumps(results, indent=2))
 
 

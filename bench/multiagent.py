@@ -45,13 +45,30 @@ def config(out: str, arm: str, steps: int, games: int, placement: str = "local")
         ma = {"policies": TWO}
     if arm in ("shared LoRA", "two LoRA"):
         learner = {"lora": LORA}
-    return TrainConfig.model_validate({
-        "model": "smollm2-135m-instruct", "env": {"id": "turnrl/TicTacToe-v0"}, "algorithm": {"name": "grpo"},
-        "rollout": {"prompts_per_step": max(1, games // 4), "group_size": 4, "max_new_tokens": 24,
-                    "temperature": 1.0, "max_context": 1024},
-        "learner": learner, "multi_agent": ma, "steps": steps + 1, "eval_every": 0, "eval_tasks": 1,
-        "out_dir": out, "save_trajectories": False, "seed": 0, "placement": placement,
-        **({"ray": {"rollout_workers": 2, "worker_cpus": 1, "start_timeout": 300}} if placement == "ray" else {})})
+    return TrainConfig.model_validate(
+        {
+            "model": "smollm2-135m-instruct",
+            "env": {"id": "turnrl/TicTacToe-v0"},
+            "algorithm": {"name": "grpo"},
+            "rollout": {
+                "prompts_per_step": max(1, games // 4),
+                "group_size": 4,
+                "max_new_tokens": 24,
+                "temperature": 1.0,
+                "max_context": 1024,
+            },
+            "learner": learner,
+            "multi_agent": ma,
+            "steps": steps + 1,
+            "eval_every": 0,
+            "eval_tasks": 1,
+            "out_dir": out,
+            "save_trajectories": False,
+            "seed": 0,
+            "placement": placement,
+            **({"ray": {"rollout_workers": 2, "worker_cpus": 1, "start_timeout": 300}} if placement == "ray" else {}),
+        }
+    )
 
 
 def resident_mb(models: list[torch.nn.Module]) -> float:
@@ -92,11 +109,14 @@ def run(arm: str, steps: int, games: int, placement: str = "local") -> dict[str,
         per_step = [h["seconds"] for h in history]
         rollout = [h["generate_s"] for h in history]
         played = [h["rollout_episodes"] / 2 for h in history]  # every arm trains both seats' views of a game
-        return {"games/s": statistics.mean(g / s for g, s in zip(played, per_step)),
-                "rollout s": statistics.mean(rollout),
-                "update s": statistics.mean(s - r for s, r in zip(per_step, rollout)),
-                "params MB": trainable / 2**20, "resident MB": resident_mb(models),
-                **({"push MB/policy": pushed[0], "push s": pushed[1]} if pushed else {})}
+        return {
+            "games/s": statistics.mean(g / s for g, s in zip(played, per_step)),
+            "rollout s": statistics.mean(rollout),
+            "update s": statistics.mean(s - r for s, r in zip(per_step, rollout)),
+            "params MB": trainable / 2**20,
+            "resident MB": resident_mb(models),
+            **({"push MB/policy": pushed[0], "push s": pushed[1]} if pushed else {}),
+        }
 
 
 def main() -> None:

@@ -29,8 +29,10 @@ class SearchSession(TextEnv):
 
     def _reset(self, options: dict[str, Any]) -> tuple[tuple[Message, ...], dict[str, Any]]:
         self.topic = int(options.get("index", 0))
-        return (Message(role="system", content="You are a research assistant. Search, then summarize."),
-                Message(role="user", content=f"Find facts about topic {self.topic} and report them one by one.")), {}
+        return (
+            Message(role="system", content="You are a research assistant. Search, then summarize."),
+            Message(role="user", content=f"Find facts about topic {self.topic} and report them one by one."),
+        ), {}
 
     def _step(self, action: str) -> Any:
         fact = FACTS[(self.topic + self.turn) % len(FACTS)]

@@ -33,8 +33,9 @@ def step_ms(agent: HFAgent, parts: list[list[int]], steps: int, seed: int) -> fl
     with torch.no_grad():
         batch = None
         for lengths in parts:
-            rows = [Row(i, torch.randint(100, 40000, (n,), generator=g).tolist(), params)
-                    for i, n in enumerate(lengths)]
+            rows = [
+                Row(i, torch.randint(100, 40000, (n,), generator=g).tolist(), params) for i, n in enumerate(lengths)
+            ]
             joining = agent._prefill(rows)
             batch = joining if batch is None else batch.merge(joining)
         assert batch is not None
@@ -58,8 +59,11 @@ def main() -> None:
     if impl != "sdpa":
         raise SystemExit(f"the model runs {impl!r} attention, not sdpa: nothing to compare")
     short = [args.short // 2 + (args.short * i) // 31 for i in range(32)]  # 0.5–1.5 × --short: rows that joined
-    cases = {"32 short": [short], f"4 × {args.long}": [[args.long] * 4],
-             f"32 short + 4 × {args.long}": [short, [args.long] * 4]}
+    cases = {
+        "32 short": [short],
+        f"4 × {args.long}": [[args.long] * 4],
+        f"32 short + 4 × {args.long}": [short, [args.long] * 4],
+    }
     times: dict[tuple[str, str], list[float]] = {}
     for r in range(args.rounds):
         for case, parts in cases.items():

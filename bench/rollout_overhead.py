@@ -38,8 +38,14 @@ def hf_generate(model, tokenizer, prompts, max_new):
     ids = torch.tensor([[pad] * (L - len(p)) + p for p in prompts])
     mask = torch.tensor([[0] * (L - len(p)) + [1] * len(p) for p in prompts])
     with torch.no_grad():
-        out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new, do_sample=False,
-                             pad_token_id=pad, eos_token_id=tokenizer.eos_token_id)
+        out = model.generate(
+            input_ids=ids,
+            attention_mask=mask,
+            max_new_tokens=max_new,
+            do_sample=False,
+            pad_token_id=pad,
+            eos_token_id=tokenizer.eos_token_id,
+        )
     new = out[:, L:]
     return sum(int(((row != pad) | (torch.arange(len(row)) == 0)).sum()) for row in new)  # tokens up to eos
 
@@ -65,14 +71,20 @@ def main() -> None:
     raw_s = time.perf_counter() - t0
 
     t0 = time.perf_counter()
-    hf_tokens = sum(hf_generate(agent.agent.model, agent.tokenizer, prompts, p.max_new_tokens) for prompts, p in agent.batches)
+    hf_tokens = sum(
+        hf_generate(agent.agent.model, agent.tokenizer, prompts, p.max_new_tokens) for prompts, p in agent.batches
+    )
     hf_s = time.perf_counter() - t0
 
     turns = sum(t.num_turns for t in trajs)
-    print(f"model {args.model}, {args.episodes} episodes, {turns} turns, {len(agent.batches)} generate calls, "
-          f"{gen_tokens} generated tokens, torch threads {torch.get_num_threads()}")
-    print(f"multi-turn rollout        : {gen_tokens / rollout_s:7.1f} tok/s  ({rollout_s:.1f} s; generate "
-          f"{rollout.stats.generate_s:.1f} s, env {rollout.stats.env_s:.2f} s, bookkeeping {rollout.stats.bookkeeping_s:.3f} s)")
+    print(
+        f"model {args.model}, {args.episodes} episodes, {turns} turns, {len(agent.batches)} generate calls, "
+        f"{gen_tokens} generated tokens, torch threads {torch.get_num_threads()}"
+    )
+    print(
+        f"multi-turn rollout        : {gen_tokens / rollout_s:7.1f} tok/s  ({rollout_s:.1f} s; generate "
+        f"{rollout.stats.generate_s:.1f} s, env {rollout.stats.env_s:.2f} s, bookkeeping {rollout.stats.bookkeeping_s:.3f} s)"
+    )
     print(f"raw HFAgent.generate      : {raw_tokens / raw_s:7.1f} tok/s  ({raw_s:.1f} s, {raw_tokens} tokens)")
     print(f"raw transformers.generate : {hf_tokens / hf_s:7.1f} tok/s  ({hf_s:.1f} s, {hf_tokens} tokens)")
     print(f"ratio rollout / raw HFAgent.generate      = {(gen_tokens / rollout_s) / (raw_tokens / raw_s):.3f}")

@@ -28,9 +28,21 @@ from pathlib import Path
 
 def train(strategy: str, seed: int, out: Path, args: argparse.Namespace) -> None:
     """One run of the shared config under ``strategy`` and ``seed`` (its folder is replaced)."""
-    cmd = [sys.executable, "-m", "turnrl", "train", "configs/arith-mix-tasks.yaml", f"tasks.strategy={strategy}",
-           f"seed={seed}", f"steps={args.steps}", f"eval_every={args.eval_every}", f"eval_tasks={args.eval_tasks}",
-           f"out_dir={out}", *args.set, "--no-resume"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "turnrl",
+        "train",
+        "configs/arith-mix-tasks.yaml",
+        f"tasks.strategy={strategy}",
+        f"seed={seed}",
+        f"steps={args.steps}",
+        f"eval_every={args.eval_every}",
+        f"eval_tasks={args.eval_tasks}",
+        f"out_dir={out}",
+        *args.set,
+        "--no-resume",
+    ]
     print(f"[{strategy}, seed {seed}] {' '.join(cmd[2:])}", flush=True)
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL if args.quiet else None)
 
@@ -44,8 +56,10 @@ def curve(out: Path) -> dict[int, float]:
 def smooth(points: dict[int, float]) -> dict[int, float]:
     """Each evaluation averaged with its neighbours (the ends with the one they have)."""
     steps = sorted(points)
-    return {s: sum(points[x] for x in steps[max(i - 1, 0):i + 2]) / len(steps[max(i - 1, 0):i + 2])
-            for i, s in enumerate(steps)}
+    return {
+        s: sum(points[x] for x in steps[max(i - 1, 0) : i + 2]) / len(steps[max(i - 1, 0) : i + 2])
+        for i, s in enumerate(steps)
+    }
 
 
 def first_reach(points: dict[int, float], target: float) -> int | None:
@@ -69,8 +83,12 @@ def reach_row(name: str, points: dict[int, float], base: dict[int, float], best:
 
 
 def report(root: Path, strategies: list[str], seeds: list[int]) -> None:
-    runs = {(s, seed): curve(root / f"{s}-s{seed}") for s in strategies for seed in seeds
-            if (root / f"{s}-s{seed}" / "metrics.jsonl").is_file()}
+    runs = {
+        (s, seed): curve(root / f"{s}-s{seed}")
+        for s in strategies
+        for seed in seeds
+        if (root / f"{s}-s{seed}" / "metrics.jsonl").is_file()
+    }
     if not runs:
         sys.exit(f"no runs under {root} (folders STRATEGY-sSEED with a metrics.jsonl)")
     names = [f"{s} s{seed}" for s, seed in runs]
@@ -80,8 +98,11 @@ def report(root: Path, strategies: list[str], seeds: list[int]) -> None:
     for step in steps:
         cells = [f"{c[step]:>14.3f}" if step in c else f"{'':>14}" for c in runs.values()]
         print(f"{step:>5} | " + " | ".join(cells))
-    means = {s: mean_curve([runs[s, seed] for seed in seeds if (s, seed) in runs]) for s in strategies
-             if any((s, seed) in runs for seed in seeds)}
+    means = {
+        s: mean_curve([runs[s, seed] for seed in seeds if (s, seed) in runs])
+        for s in strategies
+        if any((s, seed) in runs for seed in seeds)
+    }
     if "uniform" not in means:
         sys.exit("no uniform run to compare with")
     print(f"\nmean over seeds {sorted({seed for _, seed in runs})}:")

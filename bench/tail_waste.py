@@ -71,8 +71,10 @@ def decode_costs(model: str, sizes: list[int], tokens: int, prompt: int, repeats
     costs = {}
     for b in sizes:
         costs[b] = (timed(b, 16 + tokens) - timed(b, 16)) / tokens
-        print(f"  c({b:>2}) = {1000 * costs[b]:6.1f} ms per decode step ({1000 * costs[b] / b:5.1f} ms per row)",
-              flush=True)
+        print(
+            f"  c({b:>2}) = {1000 * costs[b]:6.1f} ms per decode step ({1000 * costs[b] / b:5.1f} ms per row)",
+            flush=True,
+        )
     return costs
 
 
@@ -104,20 +106,36 @@ def main() -> None:
     p.add_argument("--sizes", default="1,2,4,8,16,32", help="batch sizes to time (comma-separated)")
     p.add_argument("--tokens", type=int, default=64, help="decode steps timed per batch size")
     p.add_argument("--repeats", type=int, default=2, help="timings per point (the fastest is kept)")
-    p.add_argument("--upto", type=int, default=None, metavar="N",
-                   help="only the run's steps 1..N (e.g. up to the step whose held-out success you time)")
-    p.add_argument("--costs", default=None, metavar="B=MS,...",
-                   help="use these decode costs (ms per step for B rows, e.g. 1=116,32=358: an earlier run's line, or "
-                        "another machine's) instead of measuring them here")
-    p.add_argument("--max-new", type=int, default=None,
-                   help="the run's max_new_tokens (one step decodes at most this; default: from its config.yaml)")
+    p.add_argument(
+        "--upto",
+        type=int,
+        default=None,
+        metavar="N",
+        help="only the run's steps 1..N (e.g. up to the step whose held-out success you time)",
+    )
+    p.add_argument(
+        "--costs",
+        default=None,
+        metavar="B=MS,...",
+        help="use these decode costs (ms per step for B rows, e.g. 1=116,32=358: an earlier run's line, or "
+        "another machine's) instead of measuring them here",
+    )
+    p.add_argument(
+        "--max-new",
+        type=int,
+        default=None,
+        help="the run's max_new_tokens (one step decodes at most this; default: from its config.yaml)",
+    )
     args = p.parse_args()
     kept = episodes(args.run)
     steps = {k: lengths(v) for k, v in kept.items() if args.upto is None or k <= args.upto}
     if not steps:
         raise SystemExit(f"{args.run} has no train/step-N/trajectories.jsonl: give a run kept with its trajectories")
-    metrics = {int(r["step"]): r for r in map(json.loads, (args.run / "metrics.jsonl").read_text().splitlines())
-               if "seconds" in r}
+    metrics = {
+        int(r["step"]): r
+        for r in map(json.loads, (args.run / "metrics.jsonl").read_text().splitlines())
+        if "seconds" in r
+    }
     prompt = prompt_length(kept[min(kept)])
     if args.max_new is None:
         cfg = yaml.safe_load((args.run / "config.yaml").read_text()) if (args.run / "config.yaml").exists() else {}
@@ -130,28 +148,38 @@ def main() -> None:
         print("  (again without measuring: --costs " + ",".join(f"{b}={1000 * c:.1f}" for b, c in costs.items()) + ")")
     cpu = lambda b: cost(costs, b)
     flat = lambda b: 1.0  # a GPU's small-model decode step: the same for 1 row as for B
-    print(f"\n{'step':>4} {'B':>3} {'mean L':>6} {'max L':>5} | {'gen s':>6} {'sync s':>6} {'full s':>6} {'x':>5} |"
-          f" {'flat x':>6} | {'step s':>6}")
+    print(
+        f"\n{'step':>4} {'B':>3} {'mean L':>6} {'max L':>5} | {'gen s':>6} {'sync s':>6} {'full s':>6} {'x':>5} |"
+        f" {'flat x':>6} | {'step s':>6}"
+    )
     tot = {"seconds": 0.0, "gen": 0.0, "sync": 0.0, "full": 0.0, "fsync": 0.0, "ffull": 0.0}
     for step, ls in steps.items():
         ls = [min(x, args.max_new) for x in ls]
         m = metrics.get(step, {})
         s, f, fs, ff = sync_cost(ls, cpu), full_cost(ls, cpu), sync_cost(ls, flat), full_cost(ls, flat)
         gen, sec = m.get("generate_s", float("nan")), m.get("seconds", float("nan"))
-        print(f"{step:>4} {len(ls):>3} {statistics.mean(ls):>6.1f} {max(ls):>5} | {gen:>6.1f} {s:>6.1f} {f:>6.1f}"
-              f" {s / f:>5.2f} | {fs / ff:>6.2f} | {sec:>6.1f}")
+        print(
+            f"{step:>4} {len(ls):>3} {statistics.mean(ls):>6.1f} {max(ls):>5} | {gen:>6.1f} {s:>6.1f} {f:>6.1f}"
+            f" {s / f:>5.2f} | {fs / ff:>6.2f} | {sec:>6.1f}"
+        )
         for k, v in zip(("seconds", "gen", "sync", "full", "fsync", "ffull"), (sec, gen, s, f, fs, ff)):
             tot[k] += v
-    print(f"\nsteps {min(steps)}-{max(steps)}: generation measured {tot['gen']:.0f} s, modelled {tot['sync']:.0f} s "
-          f"(sync) and {tot['full']:.0f} s in full batches: {tot['sync'] / tot['full']:.2f}x on this machine, "
-          f"{tot['fsync'] / tot['ffull']:.2f}x with a flat decode cost")
+    print(
+        f"\nsteps {min(steps)}-{max(steps)}: generation measured {tot['gen']:.0f} s, modelled {tot['sync']:.0f} s "
+        f"(sync) and {tot['full']:.0f} s in full batches: {tot['sync'] / tot['full']:.2f}x on this machine, "
+        f"{tot['fsync'] / tot['ffull']:.2f}x with a flat decode cost"
+    )
     # the tail's share of the measured generation, removed from the run's measured time
     saved = tot["gen"] * (1 - tot["full"] / tot["sync"])
-    print(f"training time {tot['seconds']:.0f} s; without the tail {tot['seconds'] - saved:.0f} s: at most "
-          f"{tot['seconds'] / (tot['seconds'] - saved):.2f}x less wall time with the same updates on this machine")
+    print(
+        f"training time {tot['seconds']:.0f} s; without the tail {tot['seconds'] - saved:.0f} s: at most "
+        f"{tot['seconds'] / (tot['seconds'] - saved):.2f}x less wall time with the same updates on this machine"
+    )
     share = 1 - tot["ffull"] / tot["fsync"]
-    print(f"with a flat decode cost the tail is {100 * share:.0f} % of generation: a run that spends a share g of its "
-          f"time generating saves at most g·{share:.2f} (e.g. g = 0.6: {1 / (1 - 0.6 * share):.2f}x)")
+    print(
+        f"with a flat decode cost the tail is {100 * share:.0f} % of generation: a run that spends a share g of its "
+        f"time generating saves at most g·{share:.2f} (e.g. g = 0.6: {1 / (1 - 0.6 * share):.2f}x)"
+    )
 
 
 if __name__ == "__main__":

@@ -54,7 +54,9 @@ def main() -> None:
         renderer = ChatRenderer(tok)
         naive = sum(retokenize_cost(renderer, t) for t in trajs)
         naive_total = total - ours + naive
-        print(f"{turns:>6} {total:>10.2f} {ours:>14.4f} {ours / total:>7.2%} {naive:>14.3f} {naive / naive_total:>7.2%}")
+        print(
+            f"{turns:>6} {total:>10.2f} {ours:>14.4f} {ours / total:>7.2%} {naive:>14.3f} {naive / naive_total:>7.2%}"
+        )
 
 
 if __name__ == "__main__":

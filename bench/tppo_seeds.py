@@ -54,8 +54,12 @@ def median_low(ratios: list[float | None]) -> float | None:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("pairs", nargs="+", metavar="PPO_DIR:TPPO_DIR", help="one seed's kept runs, PPO's then T-PPO's")
-    p.add_argument("--target", type=float, default=None,
-                   help="the held-out success to time (default: each seed's PPO final, and PPO's mean final)")
+    p.add_argument(
+        "--target",
+        type=float,
+        default=None,
+        help="the held-out success to time (default: each seed's PPO final, and PPO's mean final)",
+    )
     args = p.parse_args()
     pairs = []
     for arg in args.pairs:
@@ -66,22 +70,28 @@ def main() -> None:
             if not (Path(d) / "metrics.jsonl").is_file():
                 p.error(f"{d}: no metrics.jsonl (a run folder kept by bench/tppo_vs_ppo.py --out, e.g. runs/x/ppo)")
         pairs.append((points(Path(a)), points(Path(b))))
-    print(f"{'seed pair':>9} | {'PPO final':>9} {'PPO s':>7} | {'T-PPO s':>7} {'ratio':>6} | "
-          f"{'PPO s/step':>10} {'T-PPO s/step':>12}")
+    print(
+        f"{'seed pair':>9} | {'PPO final':>9} {'PPO s':>7} | {'T-PPO s':>7} {'ratio':>6} | "
+        f"{'PPO s/step':>10} {'T-PPO s/step':>12}"
+    )
     ratios: list[float | None] = []
     for i, (base, tppo) in enumerate(pairs):
         target = base[-1][2] if args.target is None else args.target
         a, b, r = ratio(base, tppo, target)
         ratios.append(r)
-        print(f"{i:>9} | {target:>9.3f} {fmt(a, '>7.0f')} | {fmt(b, '>7.0f')} {fmt(r, '>6.2f')} | "
-              f"{seconds_per_step(base):>10.1f} {seconds_per_step(tppo):>12.1f}")
+        print(
+            f"{i:>9} | {target:>9.3f} {fmt(a, '>7.0f')} | {fmt(b, '>7.0f')} {fmt(r, '>6.2f')} | "
+            f"{seconds_per_step(base):>10.1f} {seconds_per_step(tppo):>12.1f}"
+        )
     reached = [r for r in ratios if r is not None]
     goal = "PPO's final" if args.target is None else f"{args.target:.3f}"
-    print(f"\nper seed: {len(reached)} of {len(ratios)} reached {goal}; ratios "
-          + ", ".join(fmt(r, ".2f", "not reached") for r in ratios)
-          + f"; median {fmt(median_low(ratios), '.2f', 'not reached')} ("
-          + ("the lower middle one of an even count; " if len(ratios) % 2 == 0 else "")
-          + "a seed that never reached it counts as the lowest)")
+    print(
+        f"\nper seed: {len(reached)} of {len(ratios)} reached {goal}; ratios "
+        + ", ".join(fmt(r, ".2f", "not reached") for r in ratios)
+        + f"; median {fmt(median_low(ratios), '.2f', 'not reached')} ("
+        + ("the lower middle one of an even count; " if len(ratios) % 2 == 0 else "")
+        + "a seed that never reached it counts as the lowest)"
+    )
     mean_base, mean_tppo = mean_curve([b for b, _ in pairs]), mean_curve([t for _, t in pairs])
     print(f"\nmean over {len(pairs)} seeds (held-out success, training seconds):")
     print_curves(mean_base, mean_tppo)

@@ -34,18 +34,38 @@ from pathlib import Path
 NO_WINDOW = 1_000_000  # the baseline's W: more tokens than any episode generates, so none is ever carried over
 
 
-def train(name: str, out: Path, args: argparse.Namespace, window: int, train_on: str = "window",
-          extra: list[str] | None = None) -> list[tuple[int, float, float]]:
+def train(
+    name: str,
+    out: Path,
+    args: argparse.Namespace,
+    window: int,
+    train_on: str = "window",
+    extra: list[str] | None = None,
+) -> list[tuple[int, float, float]]:
     """Train one run; returns (step, training seconds so far, held-out success) at each evaluation."""
     overrides = [
-        "model=" + args.model, "env.id=turnrl/Arithmetic-v0", "env.kwargs.level=1", "env.kwargs.split=train",
-        "env.kwargs.answer_format=auto", "env.eval_kwargs.split=test", "algorithm.name=tppo",
-        f"algorithm.window={window}", f"algorithm.train_on={train_on}", f"algorithm.value_warmup_steps={args.warmup}",
-        f"rollout.prompts_per_step={args.prompts}", f"rollout.group_size={args.group}",
-        f"rollout.max_new_tokens={args.max_new}", "rollout.temperature=0.8", "optim.lr=2e-5",
-        "optim.minibatch_size=8", f"optim.grad_accum={max(args.prompts * args.group // 8, 1)}",
-        f"steps={args.steps}", f"eval_every={args.eval_every}", f"eval_tasks={args.eval_tasks}",
-        f"seed={args.seed}", f"out_dir={out}",
+        "model=" + args.model,
+        "env.id=turnrl/Arithmetic-v0",
+        "env.kwargs.level=1",
+        "env.kwargs.split=train",
+        "env.kwargs.answer_format=auto",
+        "env.eval_kwargs.split=test",
+        "algorithm.name=tppo",
+        f"algorithm.window={window}",
+        f"algorithm.train_on={train_on}",
+        f"algorithm.value_warmup_steps={args.warmup}",
+        f"rollout.prompts_per_step={args.prompts}",
+        f"rollout.group_size={args.group}",
+        f"rollout.max_new_tokens={args.max_new}",
+        "rollout.temperature=0.8",
+        "optim.lr=2e-5",
+        "optim.minibatch_size=8",
+        f"optim.grad_accum={max(args.prompts * args.group // 8, 1)}",
+        f"steps={args.steps}",
+        f"eval_every={args.eval_every}",
+        f"eval_tasks={args.eval_tasks}",
+        f"seed={args.seed}",
+        f"out_dir={out}",
     ]
     if args.overlong:
         overrides.append(f"algorithm.overlong.cache_len={args.overlong}")
@@ -99,8 +119,9 @@ def seconds_per_step(run: list[tuple[int, float, float]]) -> float:
     return run[-1][1] / max(run[-1][0], 1)
 
 
-def reach(label: str, target: float, base: list[tuple[int, float, float]], tppo: list[tuple[int, float, float]]
-          ) -> None:
+def reach(
+    label: str, target: float, base: list[tuple[int, float, float]], tppo: list[tuple[int, float, float]]
+) -> None:
     """Print the training seconds each run needed to first reach ``target`` and their ratio."""
     a, b = first_reach(base, target), first_reach(tppo, target)
     pa = f"after {a:.0f} s" if a is not None else f"not in {base[-1][0]} steps"
@@ -120,27 +141,59 @@ def main() -> None:
     p.add_argument("--eval-tasks", type=int, default=64)
     p.add_argument("--max-new", type=int, default=256, help="rollout.max_new_tokens: the most tokens of one turn")
     p.add_argument("--window", type=int, default=64, help="T-PPO's window W")
-    p.add_argument("--train-on", choices=["window", "finished"], default="window",
-                   help="T-PPO's algorithm.train_on: each step's newest windows (the paper) or finished episodes whole")
-    p.add_argument("--skip-baseline", default=None, metavar="DIR",
-                   help="read the PPO run from DIR/ppo (an earlier --out) instead of training it again; its "
-                        "seconds count only if it ran on this machine, alone (a rerun of the same seed on another "
-                        "host of the same kind gave the same episodes 1.19x faster)")
+    p.add_argument(
+        "--train-on",
+        choices=["window", "finished"],
+        default="window",
+        help="T-PPO's algorithm.train_on: each step's newest windows (the paper) or finished episodes whole",
+    )
+    p.add_argument(
+        "--skip-baseline",
+        default=None,
+        metavar="DIR",
+        help="read the PPO run from DIR/ppo (an earlier --out) instead of training it again; its "
+        "seconds count only if it ran on this machine, alone (a rerun of the same seed on another "
+        "host of the same kind gave the same episodes 1.19x faster)",
+    )
     p.add_argument("--warmup", type=int, default=5, help="critic warm-up steps")
     p.add_argument("--prompts", type=int, default=4)
     p.add_argument("--group", type=int, default=8)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--overlong", type=int, default=0, metavar="L_CACHE",
-                   help="DAPO's soft overlong punishment with this buffer, in every run this invocation trains")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="a config override for every run this invocation trains (repeatable)")
-    p.add_argument("--tppo-set", action="append", default=[], metavar="KEY=VALUE",
-                   help="a config override for the T-PPO run only (repeatable), e.g. algorithm.min_groups=4")
-    p.add_argument("--report", default=None, metavar="DIR",
-                   help="train nothing: print the table of the runs kept in DIR (an earlier --out; its PPO run, or "
-                        "--skip-baseline's)")
-    p.add_argument("--target", action="append", default=None, metavar="final|best|SUCCESS",
-                   help="the held-out success to time both runs to (repeatable; default: final and best)")
+    p.add_argument(
+        "--overlong",
+        type=int,
+        default=0,
+        metavar="L_CACHE",
+        help="DAPO's soft overlong punishment with this buffer, in every run this invocation trains",
+    )
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a config override for every run this invocation trains (repeatable)",
+    )
+    p.add_argument(
+        "--tppo-set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a config override for the T-PPO run only (repeatable), e.g. algorithm.min_groups=4",
+    )
+    p.add_argument(
+        "--report",
+        default=None,
+        metavar="DIR",
+        help="train nothing: print the table of the runs kept in DIR (an earlier --out; its PPO run, or "
+        "--skip-baseline's)",
+    )
+    p.add_argument(
+        "--target",
+        action="append",
+        default=None,
+        metavar="final|best|SUCCESS",
+        help="the held-out success to time both runs to (repeatable; default: final and best)",
+    )
     p.add_argument("--out", default=None, help="keep the runs here (default: a temporary folder)")
     p.add_argument("--quiet", action="store_true", help="hide the runs' own output")
     args = p.parse_args()

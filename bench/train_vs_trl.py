@@ -72,11 +72,17 @@ def peer_reward(completions: list[Any], answer: list[str], **_: Any) -> list[flo
 
 def run_turnrl(model: Any, tokenizer: Any, n_tasks: int, steps: int, share: bool = True) -> list[dict[str, float]]:
     """``steps`` GRPO steps of turnrl's trainer (rollout → advantages → one minibatch update)."""
-    cfg = TrainConfig.model_validate({
-        "model": "unused", "env": {"id": ENV_ID}, "algorithm": {"name": "grpo"},
-        "rollout": {"prompts_per_step": 1, "group_size": GROUP, "max_new_tokens": MAX_NEW, "temperature": 1.0},
-        "optim": {"lr": LR, "minibatch_size": GROUP, "grad_accum": 1, "share_prompts": share}, "steps": steps, "out_dir": "/tmp/unused",
-    })
+    cfg = TrainConfig.model_validate(
+        {
+            "model": "unused",
+            "env": {"id": ENV_ID},
+            "algorithm": {"name": "grpo"},
+            "rollout": {"prompts_per_step": 1, "group_size": GROUP, "max_new_tokens": MAX_NEW, "temperature": 1.0},
+            "optim": {"lr": LR, "minibatch_size": GROUP, "grad_accum": 1, "share_prompts": share},
+            "steps": steps,
+            "out_dir": "/tmp/unused",
+        }
+    )
     trainer = Trainer(cfg, model=model, tokenizer=tokenizer)
     assert trainer.source.n_tasks == n_tasks
     rows = []
@@ -86,14 +92,22 @@ def run_turnrl(model: Any, tokenizer: Any, n_tasks: int, steps: int, share: bool
         t1 = time.perf_counter()
         trainer.learner.update(trajs)
         t2 = time.perf_counter()
-        rows.append({"seconds": t2 - t0, "generate_s": t1 - t0, "update_s": t2 - t1,
-                     "tokens": float(sum(len(t.token_ids) for t in trajs)),
-                     "generated": info["generated_tokens"], "prompt_ids": trajs[0].token_ids[: trajs[0].turns[0].token_span[0]]})
+        rows.append(
+            {
+                "seconds": t2 - t0,
+                "generate_s": t1 - t0,
+                "update_s": t2 - t1,
+                "tokens": float(sum(len(t.token_ids) for t in trajs)),
+                "generated": info["generated_tokens"],
+                "prompt_ids": trajs[0].token_ids[: trajs[0].turns[0].token_span[0]],
+            }
+        )
     return rows
 
 
-def run_trl(model: Any, tokenizer: Any, prompts: list[list[dict[str, str]]], answers: list[str],
-            steps: int) -> list[dict[str, float]]:
+def run_trl(
+    model: Any, tokenizer: Any, prompts: list[list[dict[str, str]]], answers: list[str], steps: int
+) -> list[dict[str, float]]:
     """``steps`` GRPOTrainer steps on the same prompts in the same order."""
     from datasets import Dataset
     from transformers import TrainerCallback
@@ -120,14 +134,34 @@ def run_trl(model: Any, tokenizer: Any, prompts: list[list[dict[str, str]]], ans
 
     data = Dataset.from_list([{"prompt": p, "answer": a} for p, a in zip(prompts, answers)])
     args = GRPOConfig(
-        output_dir="/tmp/trl_bench", use_cpu=True, bf16=False, report_to="none", save_strategy="no",
-        logging_steps=1, max_steps=steps, per_device_train_batch_size=GROUP, num_generations=GROUP,
-        gradient_accumulation_steps=1, max_completion_length=MAX_NEW, temperature=1.0, learning_rate=LR,
-        beta=0.0, num_iterations=1, shuffle_dataset=False, disable_tqdm=True, seed=0,
+        output_dir="/tmp/trl_bench",
+        use_cpu=True,
+        bf16=False,
+        report_to="none",
+        save_strategy="no",
+        logging_steps=1,
+        max_steps=steps,
+        per_device_train_batch_size=GROUP,
+        num_generations=GROUP,
+        gradient_accumulation_steps=1,
+        max_completion_length=MAX_NEW,
+        temperature=1.0,
+        learning_rate=LR,
+        beta=0.0,
+        num_iterations=1,
+        shuffle_dataset=False,
+        disable_tqdm=True,
+        seed=0,
     )
     timer = Timer()
-    trainer = GRPOTrainer(model=model, reward_funcs=peer_reward, args=args, train_dataset=data,
-                          processing_class=tokenizer, callbacks=[timer])
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=peer_reward,
+        args=args,
+        train_dataset=data,
+        processing_class=tokenizer,
+        callbacks=[timer],
+    )
     trainer.train()
     return timer.rows
 
@@ -138,10 +172,14 @@ def summarize(name: str, rows: list[dict[str, float]]) -> float:
     gen = sum(r["generated"] for r in rows)
     extra = ""
     if "generate_s" in rows[0]:
-        extra = (f"  (generation {statistics.mean(r['generate_s'] for r in rows):.2f} s, "
-                 f"update {statistics.mean(r['update_s'] for r in rows):.2f} s)")
-    print(f"{name:8s} {sec / len(rows):6.2f} s/step  {tok / sec:7.1f} training tok/s  {gen / sec:6.1f} generated tok/s"
-          f"  {gen / len(rows) / GROUP:5.1f} tok/completion{extra}")
+        extra = (
+            f"  (generation {statistics.mean(r['generate_s'] for r in rows):.2f} s, "
+            f"update {statistics.mean(r['update_s'] for r in rows):.2f} s)"
+        )
+    print(
+        f"{name:8s} {sec / len(rows):6.2f} s/step  {tok / sec:7.1f} training tok/s  {gen / sec:6.1f} generated tok/s"
+        f"  {gen / len(rows) / GROUP:5.1f} tok/completion{extra}"
+    )
     return tok / sec
 
 
@@ -151,8 +189,11 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=4, help="timed steps per trainer")
     ap.add_argument("--warmup", type=int, default=1, help="untimed first steps per trainer")
     ap.add_argument("--threads", type=int, default=torch.get_num_threads())
-    ap.add_argument("--unshared", action="store_true",
-                    help="also time turnrl with optim.share_prompts off (each row runs its own prompt)")
+    ap.add_argument(
+        "--unshared",
+        action="store_true",
+        help="also time turnrl with optim.share_prompts off (each row runs its own prompt)",
+    )
     args = ap.parse_args()
     try:
         import trl
@@ -170,8 +211,10 @@ def main() -> None:
         prompts.append([{"role": m.role, "content": m.content} for m in obs])
         answers.append(tasks[i].answer)
 
-    print(f"SmolLM2 fp32, {args.threads} threads, TRL {trl.__version__}, torch {torch.__version__}; "
-          f"1 prompt × {GROUP} completions ≤ {MAX_NEW} tokens per step; {args.warmup} warm-up + {args.steps} timed steps")
+    print(
+        f"SmolLM2 fp32, {args.threads} threads, TRL {trl.__version__}, torch {torch.__version__}; "
+        f"1 prompt × {GROUP} completions ≤ {MAX_NEW} tokens per step; {args.warmup} warm-up + {args.steps} timed steps"
+    )
     torch.manual_seed(0)
     model, tok = load_model(args.model)
     ours = run_turnrl(model, tok, total, total)
@@ -190,10 +233,10 @@ def main() -> None:
         expected = tok.apply_chat_template(prompts[k], add_generation_prompt=True, tokenize=True)
         expected = expected["input_ids"] if hasattr(expected, "keys") else expected
         assert list(row["prompt_ids"]) == list(expected), f"step {k}: prompt tokens differ from the chat template's"
-    a = summarize("turnrl", ours[args.warmup:])
+    a = summarize("turnrl", ours[args.warmup :])
     if plain is not None:
-        c = summarize("unshared", plain[args.warmup:])
-    b = summarize("TRL", theirs[args.warmup:])
+        c = summarize("unshared", plain[args.warmup :])
+    b = summarize("TRL", theirs[args.warmup :])
     if plain is not None:
         print(f"ratio turnrl unshared / TRL: {c / b:.2f}×")
     print(f"ratio turnrl / TRL training tokens/s: {a / b:.2f}×  (target ≥ 1.2)")

@@ -53,15 +53,33 @@ def trees(args: argparse.Namespace, vocab: int) -> list:
                     seen = seen if i < args.turns - 1 else []
                     tokens += said + seen
                     mask += [1] * len(said) + [0] * len(seen)
-                    turns.append(Turn(index=i, action=Message(role="assistant", content="!"),
-                                      reward=float(rng.random() < 0.4) if i == args.turns - 1 else 0.0,
-                                      token_span=(start, start + len(said))))
+                    turns.append(
+                        Turn(
+                            index=i,
+                            action=Message(role="assistant", content="!"),
+                            reward=float(rng.random() < 0.4) if i == args.turns - 1 else 0.0,
+                            token_span=(start, start + len(said)),
+                        )
+                    )
                 root = f"t{task}"
-                out.append(Trajectory(group_id=root, prompt=[Message(role="user", content="?")], turns=turns,
-                                      terminated=True, token_ids=tokens, loss_mask=mask,
-                                      logprobs=[-2.0 if m else 0.0 for m in mask],
-                                      metadata={"tree": {"root": root, "path": [root, f"{root}.{a}", f"{root}.{a}.{b}"],
-                                                         "branch_turns": [1, 2]}}))
+                out.append(
+                    Trajectory(
+                        group_id=root,
+                        prompt=[Message(role="user", content="?")],
+                        turns=turns,
+                        terminated=True,
+                        token_ids=tokens,
+                        loss_mask=mask,
+                        logprobs=[-2.0 if m else 0.0 for m in mask],
+                        metadata={
+                            "tree": {
+                                "root": root,
+                                "path": [root, f"{root}.{a}", f"{root}.{a}.{b}"],
+                                "branch_turns": [1, 2],
+                            }
+                        },
+                    )
+                )
     return out
 
 
@@ -74,22 +92,41 @@ def arm(args: argparse.Namespace) -> None:
     from turnrl.rl.run.trainer import learner_of
 
     torch.manual_seed(0)
-    config = TrainConfig.model_validate({
-        "model": args.model, "env": {"id": "turnrl/Arithmetic-v0"}, "algorithm": {"name": "grpo", "advantage": "tree"},
-        "optim": {"lr": 2e-5, "minibatch_size": 8, "grad_accum": 2, "prefix_tree": args.arm == "tree"},
-        "rollout": {"prompts_per_step": args.tasks, "group_size": 4, "max_new_tokens": args.said * 2,
-                    "tree": {"branches": [{"turn": 1, "children": 2}, {"turn": 2, "children": 2}]}}})
+    config = TrainConfig.model_validate(
+        {
+            "model": args.model,
+            "env": {"id": "turnrl/Arithmetic-v0"},
+            "algorithm": {"name": "grpo", "advantage": "tree"},
+            "optim": {"lr": 2e-5, "minibatch_size": 8, "grad_accum": 2, "prefix_tree": args.arm == "tree"},
+            "rollout": {
+                "prompts_per_step": args.tasks,
+                "group_size": 4,
+                "max_new_tokens": args.said * 2,
+                "tree": {"branches": [{"turn": 1, "children": 2}, {"turn": 2, "children": 2}]},
+            },
+        }
+    )
     model, tok = load_model(args.model)
     learner = learner_of(config, model, tok)
     trajs = trees(args, len(tok))
     load_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     t0 = time.perf_counter()
     metrics = learner.update(trajs)
-    print(json.dumps({"update_s": time.perf_counter() - t0, "load_mb": load_mb,
-                      "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-                      "pass_tokens": metrics["pass_tokens"], "loss": metrics["loss"],
-                      "grad_norm": metrics["grad_norm"], "rows": len(trajs),
-                      "tokens": sum(len(t.token_ids or []) for t in trajs)}), flush=True)
+    print(
+        json.dumps(
+            {
+                "update_s": time.perf_counter() - t0,
+                "load_mb": load_mb,
+                "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                "pass_tokens": metrics["pass_tokens"],
+                "loss": metrics["loss"],
+                "grad_norm": metrics["grad_norm"],
+                "rows": len(trajs),
+                "tokens": sum(len(t.token_ids or []) for t in trajs),
+            }
+        ),
+        flush=True,
+    )
 
 
 def main() -> None:
@@ -112,22 +149,28 @@ def main() -> None:
     for name in args.arms.split(","):
         if name not in ("rows", "tree"):
             p.error(f"unknown arm {name!r}: rows or tree")
-        cmd = [sys.executable, __file__, "--arm", name] + [f"--{k}={getattr(args, k)}" for k in
-                                                           ("model", "tasks", "turns", "prompt", "said", "seen")]
+        cmd = [sys.executable, __file__, "--arm", name] + [
+            f"--{k}={getattr(args, k)}" for k in ("model", "tasks", "turns", "prompt", "said", "seen")
+        ]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
             print(f"{name}: exit {proc.returncode} (-9: killed, out of memory)\n{proc.stderr[-1500:]}", flush=True)
             continue
         r = results[name] = json.loads(proc.stdout.strip().splitlines()[-1])
-        print(f"{name:5s} {r['rows']} rows, {r['tokens']} tokens  update {r['update_s']:6.1f} s  "
-              f"pass_tokens {r['pass_tokens']:7.0f}  peak RSS {r['peak_mb']:6.0f} MB (load {r['load_mb']:5.0f})  "
-              f"loss {r['loss']:.6f}  grad_norm {r['grad_norm']:.6f}", flush=True)
+        print(
+            f"{name:5s} {r['rows']} rows, {r['tokens']} tokens  update {r['update_s']:6.1f} s  "
+            f"pass_tokens {r['pass_tokens']:7.0f}  peak RSS {r['peak_mb']:6.0f} MB (load {r['load_mb']:5.0f})  "
+            f"loss {r['loss']:.6f}  grad_norm {r['grad_norm']:.6f}",
+            flush=True,
+        )
     if len(results) == 2:
         rows, tree = results["rows"], results["tree"]
-        print(f"tree / rows: speed {rows['update_s'] / tree['update_s']:.2f}x  "
-              f"tokens {tree['pass_tokens'] / rows['pass_tokens']:.2f}x  "
-              f"peak memory {tree['peak_mb'] / rows['peak_mb']:.2f}x  "
-              f"update memory {(tree['peak_mb'] - tree['load_mb']) / max(rows['peak_mb'] - rows['load_mb'], 1):.2f}x")
+        print(
+            f"tree / rows: speed {rows['update_s'] / tree['update_s']:.2f}x  "
+            f"tokens {tree['pass_tokens'] / rows['pass_tokens']:.2f}x  "
+            f"peak memory {tree['peak_mb'] / rows['peak_mb']:.2f}x  "
+            f"update memory {(tree['peak_mb'] - tree['load_mb']) / max(rows['peak_mb'] - rows['load_mb'], 1):.2f}x"
+        )
 
 
 if __name__ == "__main__":

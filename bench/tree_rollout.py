@@ -49,10 +49,14 @@ def arm(model: str, tasks: int, leaves: int, tree: bool) -> dict[str, float]:
     roots = tasks if tree else tasks * leaves
     envs = [SearchSession(max_turns=3) for _ in range(roots)]
     per = 1 if tree else leaves
-    episodes = rollout.start(envs, seeds=[i // per for i in range(roots)],
-                             options=[{"index": i // per} for i in range(roots)],
-                             group_ids=[f"t{i // per}" for i in range(roots)],
-                             sample_seeds=[1000 + i for i in range(roots)], metadata=[{} for _ in range(roots)])
+    episodes = rollout.start(
+        envs,
+        seeds=[i // per for i in range(roots)],
+        options=[{"index": i // per} for i in range(roots)],
+        group_ids=[f"t{i // per}" for i in range(roots)],
+        sample_seeds=[1000 + i for i in range(roots)],
+        metadata=[{} for _ in range(roots)],
+    )
     t0 = time.perf_counter()
     if tree:
         done = run_with_daemon_threads(play_tree(rollout, episodes, TreeSpec((Branch(1, 2), Branch(2, 2)))))
@@ -62,8 +66,14 @@ def arm(model: str, tasks: int, leaves: int, tree: bool) -> dict[str, float]:
     wall = time.perf_counter() - t0
     trajs = [ep.traj for ep in done]
     n = len(trajs)
-    return {"leaves": n, "generated": rollout.stats.generated_tokens / n, "prefill": rollout.stats.prefill_tokens / n,
-            "cached": rollout.stats.cached_tokens / n, "turns": sum(t.num_turns for t in trajs) / n, "wall_s": wall}
+    return {
+        "leaves": n,
+        "generated": rollout.stats.generated_tokens / n,
+        "prefill": rollout.stats.prefill_tokens / n,
+        "cached": rollout.stats.cached_tokens / n,
+        "turns": sum(t.num_turns for t in trajs) / n,
+        "wall_s": wall,
+    }
 
 
 def main() -> None:
@@ -72,14 +82,20 @@ def main() -> None:
     parser.add_argument("--model", default="smollm2-135m-instruct")
     args = parser.parse_args()
     rows = {name: arm(args.model, args.tasks, 4, name == "tree") for name in ("chains", "tree")}
-    print(f"{'arm':8} {'leaves':>6} {'turns':>6} {'generated/leaf':>15} {'prefill/leaf':>13} {'cached/leaf':>12} "
-          f"{'wall s':>7}")
+    print(
+        f"{'arm':8} {'leaves':>6} {'turns':>6} {'generated/leaf':>15} {'prefill/leaf':>13} {'cached/leaf':>12} "
+        f"{'wall s':>7}"
+    )
     for name, r in rows.items():
-        print(f"{name:8} {r['leaves']:6.0f} {r['turns']:6.2f} {r['generated']:15.1f} {r['prefill']:13.1f} "
-              f"{r['cached']:12.1f} {r['wall_s']:7.1f}")
+        print(
+            f"{name:8} {r['leaves']:6.0f} {r['turns']:6.2f} {r['generated']:15.1f} {r['prefill']:13.1f} "
+            f"{r['cached']:12.1f} {r['wall_s']:7.1f}"
+        )
     c, t = rows["chains"], rows["tree"]
-    print(f"tree / chains per leaf: generated {t['generated'] / c['generated']:.2f}x, prefill "
-          f"{t['prefill'] / c['prefill']:.2f}x (goal <= 0.6x), wall {t['wall_s'] / c['wall_s']:.2f}x")
+    print(
+        f"tree / chains per leaf: generated {t['generated'] / c['generated']:.2f}x, prefill "
+        f"{t['prefill'] / c['prefill']:.2f}x (goal <= 0.6x), wall {t['wall_s'] / c['wall_s']:.2f}x"
+    )
 
 
 if __name__ == "__main__":

@@ -41,12 +41,25 @@ def episodes(long: int, vocab: int, seed: int = 0) -> list:
         for k in range(8):
             n = long if k == 3 else rng.randrange(150, 400)
             answer = [rng.randrange(100, vocab) for _ in range(n)]
-            out.append(Trajectory(
-                group_id=f"g{g}", prompt=[Message(role="user", content="?")],
-                turns=[Turn(index=0, action=Message(role="assistant", content="!"), reward=float(k % 2),
-                            terminated=True, token_span=(60, 60 + n))],
-                terminated=True, token_ids=prompt + answer, loss_mask=[0] * 60 + [1] * n,
-                logprobs=[0.0] * 60 + [-2.0] * n))
+            out.append(
+                Trajectory(
+                    group_id=f"g{g}",
+                    prompt=[Message(role="user", content="?")],
+                    turns=[
+                        Turn(
+                            index=0,
+                            action=Message(role="assistant", content="!"),
+                            reward=float(k % 2),
+                            terminated=True,
+                            token_span=(60, 60 + n),
+                        )
+                    ],
+                    terminated=True,
+                    token_ids=prompt + answer,
+                    loss_mask=[0] * 60 + [1] * n,
+                    logprobs=[0.0] * 60 + [-2.0] * n,
+                )
+            )
     return out
 
 
@@ -62,10 +75,15 @@ def arm(args: argparse.Namespace) -> None:
     optim = {"lr": 2e-5, "minibatch_size": 8, "grad_accum": 4, "lanes": not args.nolanes}
     if args.budget:
         optim["micro_tokens"] = args.budget
-    config = TrainConfig.model_validate({"model": args.model, "env": {"id": "turnrl/Arithmetic-v0"},
-                                         "algorithm": {"name": "ppo"}, "optim": optim,
-                                         "rollout": {"prompts_per_step": 4, "group_size": 8,
-                                                     "max_new_tokens": args.long}})
+    config = TrainConfig.model_validate(
+        {
+            "model": args.model,
+            "env": {"id": "turnrl/Arithmetic-v0"},
+            "algorithm": {"name": "ppo"},
+            "optim": optim,
+            "rollout": {"prompts_per_step": 4, "group_size": 8, "max_new_tokens": args.long},
+        }
+    )
     model, tok = load_model(args.model)
     learner = learner_of(config, model, tok)
     if args.episodes:
@@ -78,10 +96,20 @@ def arm(args: argparse.Namespace) -> None:
     load_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     t0 = time.perf_counter()
     metrics = learner.update(trajs)
-    print(json.dumps({"load_mb": load_mb, "update_s": time.perf_counter() - t0,
-                      "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-                      "value_loss": metrics["value_loss"], "loss": metrics["loss"], "rows": len(trajs),
-                      "tokens": sum(len(t.token_ids or []) for t in trajs)}), flush=True)
+    print(
+        json.dumps(
+            {
+                "load_mb": load_mb,
+                "update_s": time.perf_counter() - t0,
+                "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                "value_loss": metrics["value_loss"],
+                "loss": metrics["loss"],
+                "rows": len(trajs),
+                "tokens": sum(len(t.token_ids or []) for t in trajs),
+            }
+        ),
+        flush=True,
+    )
 
 
 def main() -> None:
@@ -101,16 +129,30 @@ def main() -> None:
         if name not in ("none", "budget", "nolanes"):
             p.error(f"unknown arm {name!r}: none, budget or nolanes")
         budget = args.budget if name in ("budget", "nolanes") else 0
-        cmd = [sys.executable, __file__, "--child", "--model", args.model, "--long", str(args.long),
-               "--budget", str(budget), "--episodes", args.episodes] + (["--nolanes"] if name == "nolanes" else [])
+        cmd = [
+            sys.executable,
+            __file__,
+            "--child",
+            "--model",
+            args.model,
+            "--long",
+            str(args.long),
+            "--budget",
+            str(budget),
+            "--episodes",
+            args.episodes,
+        ] + (["--nolanes"] if name == "nolanes" else [])
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
             print(f"{name}: exit {proc.returncode} (-9: killed, out of memory)\n{proc.stderr[-1500:]}", flush=True)
             continue
         r = json.loads(proc.stdout.strip().splitlines()[-1])
-        print(f"{name:7s} micro_tokens={budget or 'None':>5}  {r['rows']} rows, {r['tokens']} tokens  "
-              f"peak RSS {r['peak_mb']:7.0f} MB  "
-              f"load {r['load_mb']:6.0f} MB  update {r['update_s']:6.1f} s  value_loss {r['value_loss']:.5f}  loss {r['loss']:.5f}", flush=True)
+        print(
+            f"{name:7s} micro_tokens={budget or 'None':>5}  {r['rows']} rows, {r['tokens']} tokens  "
+            f"peak RSS {r['peak_mb']:7.0f} MB  "
+            f"load {r['load_mb']:6.0f} MB  update {r['update_s']:6.1f} s  value_loss {r['value_loss']:.5f}  loss {r['loss']:.5f}",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

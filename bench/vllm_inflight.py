@@ -33,12 +33,27 @@ class _ShipInCall:
 
 
 def prompts(tok: Any, n: int) -> list[list[int]]:
-    topics = ["the sea", "a mountain", "a city at night", "an old library", "the desert", "a forest", "a river",
-              "a storm"]
-    return [tok.encode(tok.apply_chat_template([{"role": "user", "content": f"Write a long story about "
-                                                 f"{topics[i % len(topics)]}."}], tokenize=False,
-                                               add_generation_prompt=True), add_special_tokens=False)
-            for i in range(n)]
+    topics = [
+        "the sea",
+        "a mountain",
+        "a city at night",
+        "an old library",
+        "the desert",
+        "a forest",
+        "a river",
+        "a storm",
+    ]
+    return [
+        tok.encode(
+            tok.apply_chat_template(
+                [{"role": "user", "content": f"Write a long story about {topics[i % len(topics)]}."}],
+                tokenize=False,
+                add_generation_prompt=True,
+            ),
+            add_special_tokens=False,
+        )
+        for i in range(n)
+    ]
 
 
 def changed_state(model: Any) -> dict[str, Any]:
@@ -47,8 +62,9 @@ def changed_state(model: Any) -> dict[str, Any]:
     return state
 
 
-def update_mid_batch(generate: Any, update: Any, ps: list[list[int]], params: SamplingParams,
-                     at: float) -> tuple[float, float, list[Any]]:
+def update_mid_batch(
+    generate: Any, update: Any, ps: list[list[int]], params: SamplingParams, at: float
+) -> tuple[float, float, list[Any]]:
     """Run ``generate(ps, params)`` in a thread, call ``update()`` ``at`` seconds in; return (batch wall time,
     seconds the update call took, completions)."""
     out: dict[str, Any] = {}
@@ -89,8 +105,10 @@ def main() -> None:
         written = time.perf_counter() - t0
         plain.llm.collective_rpc(_ReloadWeights(path))
     by_file = time.perf_counter() - t0
-    print(f"load SmolLM2 (0.54 GB fp32): inside the call {shipped:.2f} s | via /dev/shm file {by_file:.2f} s "
-          f"(writing the file {written:.2f} s)")
+    print(
+        f"load SmolLM2 (0.54 GB fp32): inside the call {shipped:.2f} s | via /dev/shm file {by_file:.2f} s "
+        f"(writing the file {written:.2f} s)"
+    )
 
     plain.load_weights(model.state_dict())
     t0 = time.perf_counter()
@@ -115,17 +133,22 @@ def main() -> None:
     inflight.generate(ps, params)
     alone_a = time.perf_counter() - t0
     inflight.update_weights(model.state_dict(), 0)
-    wall_a, wait_a, outs = update_mid_batch(inflight.generate, lambda: inflight.update_weights(state, 1), ps,
-                                            params, alone_a / 3)
+    wall_a, wait_a, outs = update_mid_batch(
+        inflight.generate, lambda: inflight.update_weights(state, 1), ps, params, alone_a / 3
+    )
     new_tokens = sum(c.token_versions.count(1) for c in outs)
     total = sum(len(c.token_ids) for c in outs)
     inflight.close()
     print(f"{args.requests} requests x {args.tokens} tokens, an update arriving a third of the way in:")
-    print(f"  plain engine (load waits for the call): batch alone {alone:.1f} s, with the update {wall_p:.1f} s; "
-          f"new weights waited {wait_p:.1f} s and sampled none of the batch's tokens")
-    print(f"  in flight (pause-load-resume):          batch alone {alone_a:.1f} s, with the update {wall_a:.1f} s "
-          f"({wall_a / wall_p:.2f}x the plain one's); the update took {wait_a:.1f} s and the new weights sampled "
-          f"{new_tokens}/{total} of the batch's tokens ({new_tokens / max(total, 1):.0%})")
+    print(
+        f"  plain engine (load waits for the call): batch alone {alone:.1f} s, with the update {wall_p:.1f} s; "
+        f"new weights waited {wait_p:.1f} s and sampled none of the batch's tokens"
+    )
+    print(
+        f"  in flight (pause-load-resume):          batch alone {alone_a:.1f} s, with the update {wall_a:.1f} s "
+        f"({wall_a / wall_p:.2f}x the plain one's); the update took {wait_a:.1f} s and the new weights sampled "
+        f"{new_tokens}/{total} of the batch's tokens ({new_tokens / max(total, 1):.0%})"
+    )
 
 
 if __name__ == "__main__":

@@ -51,8 +51,9 @@ def main() -> None:
     p.add_argument("--carried-ending", type=int, default=2, help="carried rows that end early in the window")
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--arms", default="one batch,lanes in turn,lanes that join,streamed",
-                   help="which arms to time, comma-separated")
+    p.add_argument(
+        "--arms", default="one batch,lanes in turn,lanes that join,streamed", help="which arms to time, comma-separated"
+    )
     args = p.parse_args()
     agent = make_agent(args.model, batch_size=64)
     agent.eos_ids = [-1]  # rows end at their own max_new_tokens only
@@ -65,7 +66,9 @@ def main() -> None:
     news += [rng.randrange(1, args.window) if i < args.carried_ending else args.window for i in range(nc)]
 
     def rows() -> list[Row]:
-        out = [Row(i, p, SamplingParams(temperature=0.8, max_new_tokens=m)) for i, (p, m) in enumerate(zip(prompts, news))]
+        out = [
+            Row(i, p, SamplingParams(temperature=0.8, max_new_tokens=m)) for i, (p, m) in enumerate(zip(prompts, news))
+        ]
         for i, row in enumerate(out):
             row.gen = torch.Generator().manual_seed(1000 + i)
         return out
@@ -82,8 +85,13 @@ def main() -> None:
 
     def streamed() -> None:
         async def run() -> None:
-            await asyncio.gather(*[agent.agenerate_one(p, SamplingParams(temperature=0.8, max_new_tokens=m), seed=i)
-                                   for i, (p, m) in enumerate(zip(prompts, news))])
+            await asyncio.gather(
+                *[
+                    agent.agenerate_one(p, SamplingParams(temperature=0.8, max_new_tokens=m), seed=i)
+                    for i, (p, m) in enumerate(zip(prompts, news))
+                ]
+            )
+
         asyncio.run(run())
 
     arms = {"one batch": one_batch, "lanes in turn": in_turn, "lanes that join": joining, "streamed": streamed}
@@ -93,8 +101,11 @@ def main() -> None:
     arms = {name: fn for name, fn in arms.items() if name in args.arms.split(",")}
     calls = [0]
     agent.model.register_forward_pre_hook(lambda *_: calls.__setitem__(0, calls[0] + 1))
-    print(f"fresh {args.fresh}: answers {sorted(news[:nf])}; carried {args.carried}: {news[nf:]}; "
-          f"lanes {[len(lane) for lane in agent._lanes(rows())]}", flush=True)
+    print(
+        f"fresh {args.fresh}: answers {sorted(news[:nf])}; carried {args.carried}: {news[nf:]}; "
+        f"lanes {[len(lane) for lane in agent._lanes(rows())]}",
+        flush=True,
+    )
     best = {name: float("inf") for name in arms}
     counted = {}
     agent.model.eval()
@@ -109,8 +120,10 @@ def main() -> None:
                 counted[name] = calls[0]
     base_name = next(iter(best))
     for name, s in best.items():
-        print(f"{name:>16s}  {s:6.2f} s  {counted[name]:4d} forward calls  ({best[base_name] / s:.2f}x {base_name})",
-              flush=True)
+        print(
+            f"{name:>16s}  {s:6.2f} s  {counted[name]:4d} forward calls  ({best[base_name] / s:.2f}x {base_name})",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -83,8 +83,9 @@ def opening(task: dict) -> tuple[list[str], list[dict]]:
     conversation the agent is run on)."""
     messages = task.get("messages") or [{"role": "user", "content": task["question"]}]
     system = [m["content"] for m in messages if m["role"] in ("system", "developer")]
-    return system, [{"role": m["role"], "content": m["content"]} for m in messages
-                    if m["role"] not in ("system", "developer")]
+    return system, [
+        {"role": m["role"], "content": m["content"]} for m in messages if m["role"] not in ("system", "developer")
+    ]
 
 
 async def run_agent(agent: Agent, conversation: list[dict]) -> str:
@@ -120,11 +121,27 @@ async def run(base_url: str, api_key: str, task: dict) -> str:
 def main(run: Callable[[str, str, dict], Awaitable[str]]) -> None:
     """The command line of an agent of this folder's: a question by hand, or a turnrl `program.command`'s task."""
     if len(sys.argv) > 1:  # by hand: the question on the command line
-        print(asyncio.run(run(os.environ["OPENAI_BASE_URL"], os.environ.get("OPENAI_API_KEY", "x"),
-                              {"question": " ".join(sys.argv[1:])})))
+        print(
+            asyncio.run(
+                run(
+                    os.environ["OPENAI_BASE_URL"],
+                    os.environ.get("OPENAI_API_KEY", "x"),
+                    {"question": " ".join(sys.argv[1:])},
+                )
+            )
+        )
     else:  # as a turnrl `program.command`: the task in TURNRL_TASK, the answer as the last line
-        print(json.dumps(asyncio.run(run(os.environ["OPENAI_BASE_URL"], os.environ["OPENAI_API_KEY"],
-                                         json.loads(os.environ["TURNRL_TASK"])))))
+        print(
+            json.dumps(
+                asyncio.run(
+                    run(
+                        os.environ["OPENAI_BASE_URL"],
+                        os.environ["OPENAI_API_KEY"],
+                        json.loads(os.environ["TURNRL_TASK"]),
+                    )
+                )
+            )
+        )
 
 
 if __name__ == "__main__":

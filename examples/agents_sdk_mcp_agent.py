@@ -37,8 +37,12 @@ async def run(base_url: str, api_key: str, task: dict) -> str:
     if not url:
         raise ValueError("no MCP server: train with program.mcp_tools: true, or set MCP_URL")
     headers = {"Authorization": f"Bearer {api_key}"}  # turnrl's tool server wants the gateway's key
-    tools = MCPServerStreamableHttp({"url": url, "headers": headers, "timeout": 30}, cache_tools_list=True,
-                                    client_session_timeout_seconds=30, name="tools")
+    tools = MCPServerStreamableHttp(
+        {"url": url, "headers": headers, "timeout": 30},
+        cache_tools_list=True,
+        client_session_timeout_seconds=30,
+        name="tools",
+    )
     async with AsyncOpenAI(base_url=base_url, api_key=api_key, max_retries=0) as client, tools:
         model = task.get("model") or (await client.models.list()).data[0].id
         system, conversation = opening(task)

@@ -33,11 +33,17 @@ from calculator_tool import DESCRIPTION, HINT, calculator
 # calculator_tool.py: the tool itself (arithmetic, in plain Python), the hint and the tool's description
 MAX_TURNS = 4  # model calls per task
 MAX_TOKENS = 96  # tokens per model call
-TOOLS = [{
-    "name": "calculator",
-    "description": DESCRIPTION,
-    "input_schema": {"type": "object", "properties": {"expression": {"type": "string"}}, "required": ["expression"]},
-}]
+TOOLS = [
+    {
+        "name": "calculator",
+        "description": DESCRIPTION,
+        "input_schema": {
+            "type": "object",
+            "properties": {"expression": {"type": "string"}},
+            "required": ["expression"],
+        },
+    }
+]
 
 
 def use_tool(block: anthropic.types.ToolUseBlock) -> dict:
@@ -59,17 +65,20 @@ def run(base_url: str, api_key: str, task: dict) -> str:
     system = "\n\n".join([*(m["content"] for m in opening if m["role"] == "system"), HINT])
     messages = [{"role": m["role"], "content": m["content"]} for m in opening if m["role"] != "system"]
     text = ""
-    with anthropic.Anthropic(base_url=base_url.removesuffix("/v1"), api_key=api_key, max_retries=0,
-                             timeout=300.0) as client:
+    with anthropic.Anthropic(
+        base_url=base_url.removesuffix("/v1"), api_key=api_key, max_retries=0, timeout=300.0
+    ) as client:
         for _ in range(MAX_TURNS):
-            reply = client.messages.create(model=model, system=system, messages=messages, tools=TOOLS,
-                                           max_tokens=MAX_TOKENS)
+            reply = client.messages.create(
+                model=model, system=system, messages=messages, tools=TOOLS, max_tokens=MAX_TOKENS
+            )
             text = "".join(block.text for block in reply.content if block.type == "text")
             if reply.stop_reason != "tool_use":  # end_turn (or max_tokens): the answer
                 return text
             messages.append({"role": "assistant", "content": reply.content})  # the blocks as they came
-            messages.append({"role": "user", "content": [use_tool(block) for block in reply.content
-                                                         if block.type == "tool_use"]})
+            messages.append(
+                {"role": "user", "content": [use_tool(block) for block in reply.content if block.type == "tool_use"]}
+            )
     return text
 
 

@@ -14,14 +14,21 @@ DESCRIPTION = "Evaluate an arithmetic expression with + - * / and parentheses."
 # The server describes the tool (its template, or turnrl's gateway for templates that cannot render tools).
 HINT = "Use the calculator tool for arithmetic. When you know the answer, reply with it."
 
-_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
-        ast.USub: operator.neg, ast.UAdd: operator.pos}
+_OPS = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.USub: operator.neg,
+    ast.UAdd: operator.pos,
+}
+
 
 def calculator(expression: str) -> str:
     """The value of ``expression`` (an integer where it is one), or ``error: …``."""
+
     def ev(node: ast.AST) -> float:
-        if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value,
-                                                                                                        bool):
+        if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
             return node.value
         if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
             return _OPS[type(node.op)](ev(node.left), ev(node.right))

@@ -30,13 +30,23 @@ def make_tasks(split: str) -> list[Task]:
     rng, tasks = random.Random(split), []
     for sku in skus:
         it = ITEMS[sku]
-        tasks.append(Task(id=f"inventory/{split}/{sku}/stock", answer=str(sum(it["stock"].values())),
-                          prompt=f"How many {it['name']}s are in stock across all warehouses?",
-                          metadata={"sku": sku, "name": it["name"], "tool": "get_stock"}))
+        tasks.append(
+            Task(
+                id=f"inventory/{split}/{sku}/stock",
+                answer=str(sum(it["stock"].values())),
+                prompt=f"How many {it['name']}s are in stock across all warehouses?",
+                metadata={"sku": sku, "name": it["name"], "tool": "get_stock"},
+            )
+        )
         n = rng.randint(2, 9)
-        tasks.append(Task(id=f"inventory/{split}/{sku}/cost", answer=f"{n * it['price']:.2f}",
-                          prompt=f"What do {n} {it['name']}s cost in dollars?",
-                          metadata={"sku": sku, "name": it["name"], "tool": "get_price", "n": n}))
+        tasks.append(
+            Task(
+                id=f"inventory/{split}/{sku}/cost",
+                answer=f"{n * it['price']:.2f}",
+                prompt=f"What do {n} {it['name']}s cost in dollars?",
+                metadata={"sku": sku, "name": it["name"], "tool": "get_price", "n": n},
+            )
+        )
     return tasks
 
 
@@ -45,15 +55,21 @@ class InventoryEnv(ToolEnv):
 
     def __init__(self, split: str = "train", mcp_url: str | None = None, **options):
         server = mcp_url or [sys.executable, str(HERE / "inventory_mcp_server.py")]
-        super().__init__(make_tasks(split), tools=mcp_tools(server, timeout=20),
-                         verifier=functools.partial(verify, answer_format="auto"),
-                         instruction="Use the tools, then answer with a number in <answer></answer> tags.", **options)
+        super().__init__(
+            make_tasks(split),
+            tools=mcp_tools(server, timeout=20),
+            verifier=functools.partial(verify, answer_format="auto"),
+            instruction="Use the tools, then answer with a number in <answer></answer> tags.",
+            **options,
+        )
         self.split, self.held_out_split = split, "test"
 
     def oracle_calls(self, task):
         meta = task.metadata
-        return [ToolCall(name="search_items", arguments={"query": meta["name"]}),
-                ToolCall(name=meta["tool"], arguments={"sku": meta["sku"]})]
+        return [
+            ToolCall(name="search_items", arguments={"query": meta["name"]}),
+            ToolCall(name=meta["tool"], arguments={"sku": meta["sku"]}),
+        ]
 
     def format_answer(self, answer):
         return f"<answer>{answer}</answer>"

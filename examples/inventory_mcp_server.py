@@ -21,8 +21,12 @@ def make_items() -> dict[str, dict]:
     items = {}
     for i, name in enumerate(names[:36]):
         sku = f"SKU-{100 + i}"
-        items[sku] = {"sku": sku, "name": name, "price": round(rng.uniform(1, 40), 2),
-                      "stock": {w: rng.randint(0, 60) for w in WAREHOUSES}}
+        items[sku] = {
+            "sku": sku,
+            "name": name,
+            "price": round(rng.uniform(1, 40), 2),
+            "stock": {w: rng.randint(0, 60) for w in WAREHOUSES},
+        }
     return items
 
 
@@ -44,8 +48,11 @@ def build_server():
     def search_items(query: str) -> list[dict]:
         """Find items whose name contains every word of the query; returns their sku and name."""
         words = query.lower().split()
-        return [{"sku": it["sku"], "name": it["name"]} for it in ITEMS.values()
-                if words and all(w in it["name"] for w in words)]
+        return [
+            {"sku": it["sku"], "name": it["name"]}
+            for it in ITEMS.values()
+            if words and all(w in it["name"] for w in words)
+        ]
 
     @server.tool()
     def get_stock(sku: str, warehouse: str = "all") -> dict:

@@ -24,24 +24,32 @@ from openai import OpenAI
 # calculator_tool.py: the tool itself (arithmetic, in plain Python), the hint and the tool's description
 MAX_STEPS = 4  # model calls per task
 KEEP_EXCHANGES = 2  # tool exchanges kept in the history (older ones are dropped)
-TOOLS = [{
-    "type": "function",
-    "function": {
-        "name": "calculator",
-        "description": DESCRIPTION,
-        "parameters": {"type": "object", "properties": {"expression": {"type": "string"}},
-                       "required": ["expression"]},
-    },
-}]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "calculator",
+            "description": DESCRIPTION,
+            "parameters": {
+                "type": "object",
+                "properties": {"expression": {"type": "string"}},
+                "required": ["expression"],
+            },
+        },
+    }
+]
 
 
 def trim(messages: list[dict]) -> list[dict]:
     """The opening messages and the last KEEP_EXCHANGES tool exchanges (an assistant call and its results)."""
-    first = next(i for i, m in enumerate(messages) if m["role"] == "assistant") if any(
-        m["role"] == "assistant" for m in messages) else len(messages)
+    first = (
+        next(i for i, m in enumerate(messages) if m["role"] == "assistant")
+        if any(m["role"] == "assistant" for m in messages)
+        else len(messages)
+    )
     head, rest = messages[:first], messages[first:]
     starts = [i for i, m in enumerate(rest) if m["role"] == "assistant"]
-    return head + rest[starts[-KEEP_EXCHANGES]:] if len(starts) > KEEP_EXCHANGES else messages
+    return head + rest[starts[-KEEP_EXCHANGES] :] if len(starts) > KEEP_EXCHANGES else messages
 
 
 def run(base_url: str, api_key: str, task: dict) -> str:
@@ -63,16 +71,27 @@ def run(base_url: str, api_key: str, task: dict) -> str:
                 args = json.loads(call.function.arguments or "{}")
             except json.JSONDecodeError:
                 args = {}
-            result = calculator(args.get("expression", "")) if call.function.name == "calculator" else \
-                f"error: no tool named {call.function.name!r}"
+            result = (
+                calculator(args.get("expression", ""))
+                if call.function.name == "calculator"
+                else f"error: no tool named {call.function.name!r}"
+            )
             messages.append({"role": "tool", "tool_call_id": call.id, "content": result})
     return text
 
 
 if __name__ == "__main__":
     if len(sys.argv) > 1:  # by hand: the question on the command line
-        print(run(os.environ["OPENAI_BASE_URL"], os.environ.get("OPENAI_API_KEY", "x"),
-                  {"question": " ".join(sys.argv[1:])}))
+        print(
+            run(
+                os.environ["OPENAI_BASE_URL"],
+                os.environ.get("OPENAI_API_KEY", "x"),
+                {"question": " ".join(sys.argv[1:])},
+            )
+        )
     else:  # as a turnrl `program.command`: the task in TURNRL_TASK, the answer as the last line
-        print(json.dumps(run(os.environ["OPENAI_BASE_URL"], os.environ["OPENAI_API_KEY"],
-                             json.loads(os.environ["TURNRL_TASK"]))))
+        print(
+            json.dumps(
+                run(os.environ["OPENAI_BASE_URL"], os.environ["OPENAI_API_KEY"], json.loads(os.environ["TURNRL_TASK"]))
+            )
+        )

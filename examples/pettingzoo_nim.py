@@ -26,8 +26,10 @@ import numpy as np
 from gymnasium.spaces import Text
 from pettingzoo import AECEnv
 
-RULES = ("We play Nim. There is one pile of stones; you and your opponent take turns taking 1, 2 or 3 stones from it. "
-         "Whoever takes the last stone wins. Answer with the number of stones you take, e.g. 2.")
+RULES = (
+    "We play Nim. There is one pile of stones; you and your opponent take turns taking 1, 2 or 3 stones from it. "
+    "Whoever takes the last stone wins. Answer with the number of stones you take, e.g. 2."
+)
 
 
 class NimEnv(AECEnv):
@@ -84,8 +86,10 @@ class NimEnv(AECEnv):
         numbers = re.findall(r"\d+", action or "")
         take = int(numbers[-1]) if numbers else 0
         if not 1 <= take <= min(3, self.pile):
-            self.news[other].append(f"Your opponent answered {action!r}, not a number of stones from 1 to "
-                                    f"{min(3, self.pile)}: it forfeits, you win.")
+            self.news[other].append(
+                f"Your opponent answered {action!r}, not a number of stones from 1 to "
+                f"{min(3, self.pile)}: it forfeits, you win."
+            )
             self._end({agent: -1.0, other: 1.0}, invalid=agent)
         else:
             self.pile -= take

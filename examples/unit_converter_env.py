@@ -48,8 +48,13 @@ class UnitsEnv(ToolEnv):
 
     def __init__(self, split: str = "train", **options):
         # "auto" also grades "The answer is N." and a last number: small models rarely use the tags at first
-        super().__init__(make_tasks(split), tools=[convert], verifier=functools.partial(verify, answer_format="auto"),
-                         instruction="Answer with a number in <answer></answer> tags.", **options)
+        super().__init__(
+            make_tasks(split),
+            tools=[convert],
+            verifier=functools.partial(verify, answer_format="auto"),
+            instruction="Answer with a number in <answer></answer> tags.",
+            **options,
+        )
         self.split, self.held_out_split = split, "test"  # `turnrl eval` and training's held-out evaluation use test
 
     def oracle_calls(self, task):  # what solves a task: the harness checks that the tools work in an episode

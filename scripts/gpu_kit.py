@@ -91,8 +91,21 @@ def outside_pins(have: dict[str, str]) -> list[str]:
 
 def download(pins: list[str], dest: Path, python: str) -> None:
     """Binary wheels of ``pins`` (no dependencies) for ``python`` on x86-64 Linux, into ``dest``."""
-    cmd = [sys.executable, "-m", "pip", "download", "-q", "--dest", str(dest), "--no-deps", "--only-binary=:all:",
-           "--python-version", python, "--implementation", "cp"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "-q",
+        "--dest",
+        str(dest),
+        "--no-deps",
+        "--only-binary=:all:",
+        "--python-version",
+        python,
+        "--implementation",
+        "cp",
+    ]
     for platform in PLATFORMS:
         cmd += ["--platform", platform]
     subprocess.run(cmd + pins, check=True)
@@ -112,8 +125,12 @@ def strip_ray(wheel: Path, out: Path) -> None:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--have", required=True, type=Path,
-                    help="the GPU machine's packages: `python3 -m pip list --format=freeze` run there")
+    ap.add_argument(
+        "--have",
+        required=True,
+        type=Path,
+        help="the GPU machine's packages: `python3 -m pip list --format=freeze` run there",
+    )
     ap.add_argument("--python", default="3.12", help="the GPU machine's Python version (default 3.12)")
     ap.add_argument("--ray", action="store_true", help="also pack Ray, stripped (.gpu-kit/ray.tar.xz)")
     ap.add_argument("--deepspeed", action="store_true", help="also build DeepSpeed's pure-Python wheel")
@@ -147,16 +164,33 @@ def main() -> int:
     if args.deepspeed:  # DS_BUILD_OPS=0: no op built now; the GPU machine compiles the ones it uses. The build
         # runs on this CPU machine (DS_ACCELERATOR=cpu); at run time DeepSpeed detects the GPU itself.
         env = {**os.environ, "DS_BUILD_OPS": "0", "DS_ACCELERATOR": "cpu"}
-        subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
-                        "--wheel-dir", str(wheels), f"deepspeed=={version('deepspeed')}"], check=True, env=env)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "wheel",
+                "-q",
+                "--no-deps",
+                "--no-build-isolation",
+                "--wheel-dir",
+                str(wheels),
+                f"deepspeed=={version('deepspeed')}",
+            ],
+            check=True,
+            env=env,
+        )
     from transformers import AutoTokenizer
 
     from turnrl.agents.models import resolve_model_path
 
     AutoTokenizer.from_pretrained(resolve_model_path("smollm2-135m-instruct")).save_pretrained(args.out / "tokenizer")
     size = sum(p.stat().st_size for p in args.out.rglob("*") if p.is_file())
-    print(f"{len(list(wheels.iterdir()))} wheels for Python {args.python}"
-          + (", Ray stripped" if args.ray else "") + f": {size / 2**20:.1f} MiB in {args.out}")
+    print(
+        f"{len(list(wheels.iterdir()))} wheels for Python {args.python}"
+        + (", Ray stripped" if args.ray else "")
+        + f": {size / 2**20:.1f} MiB in {args.out}"
+    )
     for p in sorted(wheels.iterdir()):
         print(f"  {p.name}")
     return 0

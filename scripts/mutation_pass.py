@@ -42,39 +42,67 @@ REPO = Path(__file__).resolve().parents[1]
 PYTHON = REPO / ".venv" / "bin" / "python"
 WORK = REPO  # where the breaks are made and the tests run (a worktree of HEAD unless --in-place)
 
-ROLLOUT, SOURCE, LEAGUE, POLICIES = ("turnrl/rollout/multi.py", "turnrl/rl/sources/multi.py",
-                                     "turnrl/rl/sources/league.py", "turnrl/rl/core/policies.py")
-CORE, TTT, EXTERNAL, SOLVER = ("turnrl/envs/multiagent/core.py", "turnrl/envs/multiagent/tictactoe.py",
-                               "turnrl/envs/multiagent/external.py", "turnrl/envs/multiagent/solver_critic.py")
+ROLLOUT, SOURCE, LEAGUE, POLICIES = (
+    "turnrl/rollout/multi.py",
+    "turnrl/rl/sources/multi.py",
+    "turnrl/rl/sources/league.py",
+    "turnrl/rl/core/policies.py",
+)
+CORE, TTT, EXTERNAL, SOLVER = (
+    "turnrl/envs/multiagent/core.py",
+    "turnrl/envs/multiagent/tictactoe.py",
+    "turnrl/envs/multiagent/external.py",
+    "turnrl/envs/multiagent/solver_critic.py",
+)
 DRIVER, LEARNER = "turnrl/rl/run/driver.py", "turnrl/rl/core/learner.py"
 
-ENVS, ROLL, GAMES = "tests/multiagent/test_multiagent_envs.py", "tests/multiagent/test_multiagent_rollout.py", "tests/multiagent/test_multiagent_games.py"
+ENVS, ROLL, GAMES = (
+    "tests/multiagent/test_multiagent_envs.py",
+    "tests/multiagent/test_multiagent_rollout.py",
+    "tests/multiagent/test_multiagent_games.py",
+)
 HELD, SPLIT = "tests/multiagent/test_multiagent_held_out.py", "tests/multiagent/test_tictactoe_held_out.py"
 KILLS = "tests/multiagent/test_multiagent_mutants.py"  # the tests added for the breaks that survived the first pass
 _TRAIN = "tests/multiagent/test_multiagent_train.py::"
 #: tests/multiagent/test_multiagent_train.py takes 2.5 minutes whole; its parts, by what they exercise
-TRAIN_ONE = tuple(_TRAIN + t for t in (
-    "test_self_play_trains_every_seat_in_groups_per_seat_on_exactly_what_was_sampled",
-    "test_against_a_frozen_player_only_the_policys_seat_trains_in_turn",
-    "test_games_from_the_empty_board_train_and_evaluate",
-    "test_the_league_enters_versions_by_its_rules_and_plays_them_frozen",
-    "test_bad_multi_agent_runs_fail_before_a_model_loads"))
-TRAIN_LEAGUE = tuple(_TRAIN + t for t in (
-    "test_the_league_enters_versions_by_its_rules_and_plays_them_frozen",
-    "test_a_lora_league_keeps_the_adapters_alone",
-    "test_a_resumed_league_run_ends_like_an_uninterrupted_one"))
-TRAIN_POLICIES = tuple(_TRAIN + t for t in (
-    "test_separate_lora_policies_each_train_their_own_seats_on_one_base",
-    "test_a_rollout_worker_samples_each_seat_with_its_own_policys_adapters",
-    "test_one_policys_bad_log_probs_among_good_ones_fire_the_guard",
-    "test_policy_names_are_free_a_policy_named_like_the_rollouts_own_trains_its_seats"))
+TRAIN_ONE = tuple(
+    _TRAIN + t
+    for t in (
+        "test_self_play_trains_every_seat_in_groups_per_seat_on_exactly_what_was_sampled",
+        "test_against_a_frozen_player_only_the_policys_seat_trains_in_turn",
+        "test_games_from_the_empty_board_train_and_evaluate",
+        "test_the_league_enters_versions_by_its_rules_and_plays_them_frozen",
+        "test_bad_multi_agent_runs_fail_before_a_model_loads",
+    )
+)
+TRAIN_LEAGUE = tuple(
+    _TRAIN + t
+    for t in (
+        "test_the_league_enters_versions_by_its_rules_and_plays_them_frozen",
+        "test_a_lora_league_keeps_the_adapters_alone",
+        "test_a_resumed_league_run_ends_like_an_uninterrupted_one",
+    )
+)
+TRAIN_POLICIES = tuple(
+    _TRAIN + t
+    for t in (
+        "test_separate_lora_policies_each_train_their_own_seats_on_one_base",
+        "test_a_rollout_worker_samples_each_seat_with_its_own_policys_adapters",
+        "test_one_policys_bad_log_probs_among_good_ones_fire_the_guard",
+        "test_policy_names_are_free_a_policy_named_like_the_rollouts_own_trains_its_seats",
+    )
+)
 
 
 #: the games' training tests (tests/multiagent/test_multiagent_games.py whole is a minute, most of it the CLI's)
-GAMES_TRAIN = tuple(f"{GAMES}::{t}" for t in (
-    "test_a_textarena_game_trains_on_training_seeds_and_is_evaluated_on_held_out_ones",
-    "test_the_example_pettingzoo_game_trains_and_is_evaluated_on_seeds",
-    "test_a_game_of_ones_own_without_a_length_trains_on_seeds"))
+GAMES_TRAIN = tuple(
+    f"{GAMES}::{t}"
+    for t in (
+        "test_a_textarena_game_trains_on_training_seeds_and_is_evaluated_on_held_out_ones",
+        "test_the_example_pettingzoo_game_trains_and_is_evaluated_on_seeds",
+        "test_a_game_of_ones_own_without_a_length_trains_on_seeds",
+    )
+)
 
 
 @dataclass(frozen=True)
@@ -93,129 +121,389 @@ class Break:
 
 BREAKS = [
     # ---- turnrl/rollout/multi.py: credit, cuts, budgets, groups, seats ----
-    Break("R1", "a seat's reward sign flipped", ROLLOUT,
-          "    view.collected += reward\n", "    view.collected -= reward\n", (ROLL,)),
-    Break("R2", "rewards paid before a cut dropped", ROLLOUT,
-          "_collect(view, float(env._cumulative_rewards.get(seat, 0.0)))", "_collect(view, 0.0)", (ROLL,)),
-    Break("R3", "the seat just read credited again at a cut", ROLLOUT,
-          "            if seat != read:\n", "            if True:\n", (ROLL,)),
-    Break("R4", "max_context does not shrink a move's budget", ROLLOUT,
-          "return min(max_new_tokens, self.max_context - len(self.tokens))", "return max_new_tokens", (ROLL,)),
-    Break("R5", "groups not per seat", ROLLOUT,
-          'group_id=f"{episode}/{seat}"', 'group_id=f"{episode}"', (ROLL, TRAIN_ONE[0])),
-    Break("R6", "a game's truncation not recorded on the seat", ROLLOUT,
-          "view.truncated = view.truncated or bool(truncation)", "view.truncated = view.truncated",
-          (KILLS, ROLL, ENVS)),
-    Break("R7", "a trained policy's failure swallowed as a game's error", ROLLOUT,
-          "                    if policy in self.versions:  # a policy being trained fails",
-          "                    if False:  # a policy being trained fails", (KILLS, ROLL)),
-    Break("R8", "each seat played by the other seat's policy (seats swapped)", ROLLOUT,
-          "views.append({seat: self._view(seat, self.policy_of(seat, maps[i]))",
-          "views.append({seat: self._view(seat, self.policy_of(env.possible_agents[::-1]"
-          "[env.possible_agents.index(seat)], maps[i]))", (ROLL,)),
-    Break("R9", "max_moves one move late", ROLLOUT,
-          "if moves >= self.max_moves and env.agents:", "if moves > self.max_moves and env.agents:", (ROLL,)),
+    Break(
+        "R1",
+        "a seat's reward sign flipped",
+        ROLLOUT,
+        "    view.collected += reward\n",
+        "    view.collected -= reward\n",
+        (ROLL,),
+    ),
+    Break(
+        "R2",
+        "rewards paid before a cut dropped",
+        ROLLOUT,
+        "_collect(view, float(env._cumulative_rewards.get(seat, 0.0)))",
+        "_collect(view, 0.0)",
+        (ROLL,),
+    ),
+    Break(
+        "R3",
+        "the seat just read credited again at a cut",
+        ROLLOUT,
+        "            if seat != read:\n",
+        "            if True:\n",
+        (ROLL,),
+    ),
+    Break(
+        "R4",
+        "max_context does not shrink a move's budget",
+        ROLLOUT,
+        "return min(max_new_tokens, self.max_context - len(self.tokens))",
+        "return max_new_tokens",
+        (ROLL,),
+    ),
+    Break(
+        "R5",
+        "groups not per seat",
+        ROLLOUT,
+        'group_id=f"{episode}/{seat}"',
+        'group_id=f"{episode}"',
+        (ROLL, TRAIN_ONE[0]),
+    ),
+    Break(
+        "R6",
+        "a game's truncation not recorded on the seat",
+        ROLLOUT,
+        "view.truncated = view.truncated or bool(truncation)",
+        "view.truncated = view.truncated",
+        (KILLS, ROLL, ENVS),
+    ),
+    Break(
+        "R7",
+        "a trained policy's failure swallowed as a game's error",
+        ROLLOUT,
+        "                    if policy in self.versions:  # a policy being trained fails",
+        "                    if False:  # a policy being trained fails",
+        (KILLS, ROLL),
+    ),
+    Break(
+        "R8",
+        "each seat played by the other seat's policy (seats swapped)",
+        ROLLOUT,
+        "views.append({seat: self._view(seat, self.policy_of(seat, maps[i]))",
+        "views.append({seat: self._view(seat, self.policy_of(env.possible_agents[::-1]"
+        "[env.possible_agents.index(seat)], maps[i]))",
+        (ROLL,),
+    ),
+    Break(
+        "R9",
+        "max_moves one move late",
+        ROLLOUT,
+        "if moves >= self.max_moves and env.agents:",
+        "if moves > self.max_moves and env.agents:",
+        (ROLL,),
+    ),
     # ---- turnrl/rl/sources/multi.py: who trains, who plays, which seeds, figures ----
-    Break("S1", "the trained-views filter inverted (the frozen opponent's views train)", SOURCE,
-          'if traj.metadata["policy"] not in trained or seat not in self.train_seats:',
-          'if traj.metadata["policy"] in trained or seat not in self.train_seats:', TRAIN_ONE),
-    Break("S2", "a policy named 'opponent' filtered out", SOURCE,
-          "trained = set(policies)  # every one of them", 'trained = set(policies) - {"opponent"}  # every one of them',
-          TRAIN_POLICIES),
-    Break("S3", "train_seats ignored in self-play", SOURCE,
-          'if traj.metadata["policy"] not in trained or seat not in self.train_seats:',
-          'if traj.metadata["policy"] not in trained:', (KILLS, *TRAIN_ONE)),
-    Break("S4", "the policy plays the seat it does not train (seat swapped)", SOURCE,
-          's == self.learner_seat(j) else "opponent"', 's != self.learner_seat(j) else "opponent"', TRAIN_ONE),
-    Break("S5", "the frozen opponent replaced by the policy itself (opponent reused)", SOURCE,
-          'policies["opponent"] = opponent', 'policies["opponent"] = self.agent', (KILLS, *TRAIN_ONE)),
-    Break("S6", "training plays the held-out seeds", SOURCE,
-          'split_seed("train", j.task) if self.seeded', 'split_seed("test", j.task) if self.seeded', GAMES_TRAIN),
-    Break("S7", "solved games not counted in win_rate", SOURCE,
-          'in ("win", "solved") for t in trajectories)', 'in ("win",) for t in trajectories)', (KILLS, *TRAIN_ONE)),
-    Break("S8", "invalid moves per game: the max, not the sum", SOURCE,
-          'out["invalid_moves"] = sum(int(t.metadata.get("invalid_moves", 0)) for t in trajectories) / n',
-          'out["invalid_moves"] = max([int(t.metadata.get("invalid_moves", 0)) for t in trajectories] or [0]) / n',
-          (KILLS, *TRAIN_ONE)),
+    Break(
+        "S1",
+        "the trained-views filter inverted (the frozen opponent's views train)",
+        SOURCE,
+        'if traj.metadata["policy"] not in trained or seat not in self.train_seats:',
+        'if traj.metadata["policy"] in trained or seat not in self.train_seats:',
+        TRAIN_ONE,
+    ),
+    Break(
+        "S2",
+        "a policy named 'opponent' filtered out",
+        SOURCE,
+        "trained = set(policies)  # every one of them",
+        'trained = set(policies) - {"opponent"}  # every one of them',
+        TRAIN_POLICIES,
+    ),
+    Break(
+        "S3",
+        "train_seats ignored in self-play",
+        SOURCE,
+        'if traj.metadata["policy"] not in trained or seat not in self.train_seats:',
+        'if traj.metadata["policy"] not in trained:',
+        (KILLS, *TRAIN_ONE),
+    ),
+    Break(
+        "S4",
+        "the policy plays the seat it does not train (seat swapped)",
+        SOURCE,
+        's == self.learner_seat(j) else "opponent"',
+        's != self.learner_seat(j) else "opponent"',
+        TRAIN_ONE,
+    ),
+    Break(
+        "S5",
+        "the frozen opponent replaced by the policy itself (opponent reused)",
+        SOURCE,
+        'policies["opponent"] = opponent',
+        'policies["opponent"] = self.agent',
+        (KILLS, *TRAIN_ONE),
+    ),
+    Break(
+        "S6",
+        "training plays the held-out seeds",
+        SOURCE,
+        'split_seed("train", j.task) if self.seeded',
+        'split_seed("test", j.task) if self.seeded',
+        GAMES_TRAIN,
+    ),
+    Break(
+        "S7",
+        "solved games not counted in win_rate",
+        SOURCE,
+        'in ("win", "solved") for t in trajectories)',
+        'in ("win",) for t in trajectories)',
+        (KILLS, *TRAIN_ONE),
+    ),
+    Break(
+        "S8",
+        "invalid moves per game: the max, not the sum",
+        SOURCE,
+        'out["invalid_moves"] = sum(int(t.metadata.get("invalid_moves", 0)) for t in trajectories) / n',
+        'out["invalid_moves"] = max([int(t.metadata.get("invalid_moves", 0)) for t in trajectories] or [0]) / n',
+        (KILLS, *TRAIN_ONE),
+    ),
     # ---- turnrl/rl/sources/league.py: the pool, the draw, the frozen copy ----
-    Break("L1", "the league's pool never trimmed", LEAGUE,
-          "del self.pool[: max(0, len(self.pool) - self.cfg.size)]", "del self.pool[:0]", TRAIN_LEAGUE),
-    Break("L2", "'latest' inverted", LEAGUE,
-          "if rng.random() < self.cfg.latest:", "if rng.random() >= self.cfg.latest:", TRAIN_LEAGUE),
-    Break("L3", "a snapshot shares the live weights (the current policy reused as its past)", LEAGUE,
-          'p.detach().to("cpu", copy=True)', "p.detach()", TRAIN_LEAGUE),
-    Break("L4", "a LoRA snapshot holds the base weights too", LEAGUE,
-          "for n, p in model.named_parameters() if p.requires_grad}", "for n, p in model.named_parameters()}",
-          TRAIN_LEAGUE),
-    Break("L5", "the past self keeps playing the first version it loaded (opponent reused)", LEAGUE,
-          "        if version != self.version:\n", "        if self.version is None:\n", (KILLS, *TRAIN_LEAGUE)),
+    Break(
+        "L1",
+        "the league's pool never trimmed",
+        LEAGUE,
+        "del self.pool[: max(0, len(self.pool) - self.cfg.size)]",
+        "del self.pool[:0]",
+        TRAIN_LEAGUE,
+    ),
+    Break(
+        "L2",
+        "'latest' inverted",
+        LEAGUE,
+        "if rng.random() < self.cfg.latest:",
+        "if rng.random() >= self.cfg.latest:",
+        TRAIN_LEAGUE,
+    ),
+    Break(
+        "L3",
+        "a snapshot shares the live weights (the current policy reused as its past)",
+        LEAGUE,
+        'p.detach().to("cpu", copy=True)',
+        "p.detach()",
+        TRAIN_LEAGUE,
+    ),
+    Break(
+        "L4",
+        "a LoRA snapshot holds the base weights too",
+        LEAGUE,
+        "for n, p in model.named_parameters() if p.requires_grad}",
+        "for n, p in model.named_parameters()}",
+        TRAIN_LEAGUE,
+    ),
+    Break(
+        "L5",
+        "the past self keeps playing the first version it loaded (opponent reused)",
+        LEAGUE,
+        "        if version != self.version:\n",
+        "        if self.version is None:\n",
+        (KILLS, *TRAIN_LEAGUE),
+    ),
     # ---- turnrl/rl/core/policies.py: several policies' figures and updates ----
-    Break("P1", "a count over policies averaged, not summed", POLICIES,
-          "            out[k] = sum(values)\n", "            out[k] = sum(values) / len(values)\n", TRAIN_POLICIES),
-    Break("P2", "a max over policies averaged", POLICIES,
-          "            out[k] = max(values)\n", "            out[k] = sum(values) / len(values)\n",
-          (KILLS, *TRAIN_POLICIES)),
-    Break("P3", "the lag-0 gap not weighted by tokens", POLICIES,
-          "out[k] = weighted_mean(values, weights)", "out[k] = sum(values) / len(values)", TRAIN_POLICIES),
-    Break("P4", "every learner trains on the first policy's episodes", POLICIES,
-          "mine = by_policy[name]", "mine = by_policy[next(iter(by_policy))]", TRAIN_POLICIES),
-    Break("P5", "a policy with nothing to train keeps its old version", POLICIES,
-          "            learner.version = target  #", "            learner.version += 0  #", (KILLS, *TRAIN_POLICIES)),
-    Break("P6", "a skipped policy's learning-rate schedule stands still", POLICIES,
-          "                learner.scheduler.step()\n", "                pass\n", (KILLS, *TRAIN_POLICIES)),
+    Break(
+        "P1",
+        "a count over policies averaged, not summed",
+        POLICIES,
+        "            out[k] = sum(values)\n",
+        "            out[k] = sum(values) / len(values)\n",
+        TRAIN_POLICIES,
+    ),
+    Break(
+        "P2",
+        "a max over policies averaged",
+        POLICIES,
+        "            out[k] = max(values)\n",
+        "            out[k] = sum(values) / len(values)\n",
+        (KILLS, *TRAIN_POLICIES),
+    ),
+    Break(
+        "P3",
+        "the lag-0 gap not weighted by tokens",
+        POLICIES,
+        "out[k] = weighted_mean(values, weights)",
+        "out[k] = sum(values) / len(values)",
+        TRAIN_POLICIES,
+    ),
+    Break(
+        "P4",
+        "every learner trains on the first policy's episodes",
+        POLICIES,
+        "mine = by_policy[name]",
+        "mine = by_policy[next(iter(by_policy))]",
+        TRAIN_POLICIES,
+    ),
+    Break(
+        "P5",
+        "a policy with nothing to train keeps its old version",
+        POLICIES,
+        "            learner.version = target  #",
+        "            learner.version += 0  #",
+        (KILLS, *TRAIN_POLICIES),
+    ),
+    Break(
+        "P6",
+        "a skipped policy's learning-rate schedule stands still",
+        POLICIES,
+        "                learner.scheduler.step()\n",
+        "                pass\n",
+        (KILLS, *TRAIN_POLICIES),
+    ),
     # ---- the game adapters ----
-    Break("T1", "tic-tac-toe's win reward sign flipped", TTT,
-          "                self.reward({agent: 1.0, other: -1.0})", "                self.reward({agent: -1.0, other: 1.0})",
-          (ENVS, ROLL)),
-    Break("T2", "tic-tac-toe's forfeit pays nothing (reward dropped)", TTT,
-          "            self.reward({agent: -1.0, other: 1.0})\n", "", (ENVS, ROLL)),
-    Break("T3", "tic-tac-toe's held-out classes inverted", TTT,
-          '{"test": HELD_OUT_SHARE}) == "test" else "train"', '{"test": HELD_OUT_SHARE}) == "train" else "train"',
-          (SPLIT, ENVS, HELD)),
-    Break("T4", "the opponent's move told to the mover (seat swapped)", TTT,
-          'self.tell(other, f"{agent} played {cell + 1}.\\n{show(self.board)}\\nYour move ({other}).")',
-          'self.tell(agent, f"{agent} played {cell + 1}.\\n{show(self.board)}\\nYour move ({other}).")', (KILLS, ENVS, ROLL)),
-    Break("T5", "a reach check from the test openings", TTT,
-          'reached = reachable(openings("train", max_opening))', 'reached = reachable(openings("test", max_opening))',
-          (SPLIT,)),
-    Break("C1", "a seat's reward reported again at every turn", CORE,
-          "        self._cumulative_rewards[agent] = 0.0  # what it collected", "        pass  # what it collected",
-          (ENVS, ROLL)),
-    Break("C2", "held-out seeds start where training's do", CORE,
-          'SEED_START = {"train": 0, "test": 1_000_000}', 'SEED_START = {"train": 0, "test": 0}', (GAMES,)),
-    Break("E1", "TextArena's own-move filter inverted", EXTERNAL,
-          "if sender == pid and len(entry) > 2 and entry[2] == own_move:",
-          "if sender != pid and len(entry) > 2 and entry[2] == own_move:", (GAMES,)),
-    Break("E2", "TextArena rewards' sign flipped", EXTERNAL,
-          'self.reward({f"player_{pid}": v for pid, v in rewards.items()})',
-          'self.reward({f"player_{pid}": -v for pid, v in rewards.items()})', (ENVS, GAMES)),
-    Break("E3", "every best total a draw", EXTERNAL,
-          "tied = sum(v == best for v in rewards.values()) > 1", "tied = sum(v == best for v in rewards.values()) >= 1",
-          (ENVS, GAMES)),
-    Break("E4", "a PettingZoo history told whole again", EXTERNAL,
-          'news = text[len(last):].lstrip("\\n") if last and text.startswith(last) else text', "news = text",
-          (GAMES,)),
-    Break("E5", "a PettingZoo game's totals not summed", EXTERNAL,
-          "self.totals[a] = self.totals.get(a, 0.0) + r", "self.totals[a] = r", (KILLS, ENVS, GAMES)),
-    Break("E6", "the held-out split plays training seeds", EXTERNAL,
-          "return split_seed(self.split, index)", 'return split_seed("train", index)', (ENVS, GAMES)),
-    Break("E7", "TextArena's invalid moves not counted", EXTERNAL,
-          'if getattr(state, "error_count", 0) > errors:', 'if getattr(state, "error_count", 0) < errors:', (KILLS, ENVS)),
-    Break("E8", "a PettingZoo refused move not counted", EXTERNAL,
-          '.get("invalid_move"):  # the game\'s word', '.get("invalid"):  # the game\'s word', (GAMES,)),
-    Break("K1", "the critic's reward dropped", SOLVER,
-          'self.reward({"solver": score, "critic": score})', 'self.reward({"solver": score, "critic": 0.0})',
-          (ENVS,)),
+    Break(
+        "T1",
+        "tic-tac-toe's win reward sign flipped",
+        TTT,
+        "                self.reward({agent: 1.0, other: -1.0})",
+        "                self.reward({agent: -1.0, other: 1.0})",
+        (ENVS, ROLL),
+    ),
+    Break(
+        "T2",
+        "tic-tac-toe's forfeit pays nothing (reward dropped)",
+        TTT,
+        "            self.reward({agent: -1.0, other: 1.0})\n",
+        "",
+        (ENVS, ROLL),
+    ),
+    Break(
+        "T3",
+        "tic-tac-toe's held-out classes inverted",
+        TTT,
+        '{"test": HELD_OUT_SHARE}) == "test" else "train"',
+        '{"test": HELD_OUT_SHARE}) == "train" else "train"',
+        (SPLIT, ENVS, HELD),
+    ),
+    Break(
+        "T4",
+        "the opponent's move told to the mover (seat swapped)",
+        TTT,
+        'self.tell(other, f"{agent} played {cell + 1}.\\n{show(self.board)}\\nYour move ({other}).")',
+        'self.tell(agent, f"{agent} played {cell + 1}.\\n{show(self.board)}\\nYour move ({other}).")',
+        (KILLS, ENVS, ROLL),
+    ),
+    Break(
+        "T5",
+        "a reach check from the test openings",
+        TTT,
+        'reached = reachable(openings("train", max_opening))',
+        'reached = reachable(openings("test", max_opening))',
+        (SPLIT,),
+    ),
+    Break(
+        "C1",
+        "a seat's reward reported again at every turn",
+        CORE,
+        "        self._cumulative_rewards[agent] = 0.0  # what it collected",
+        "        pass  # what it collected",
+        (ENVS, ROLL),
+    ),
+    Break(
+        "C2",
+        "held-out seeds start where training's do",
+        CORE,
+        'SEED_START = {"train": 0, "test": 1_000_000}',
+        'SEED_START = {"train": 0, "test": 0}',
+        (GAMES,),
+    ),
+    Break(
+        "E1",
+        "TextArena's own-move filter inverted",
+        EXTERNAL,
+        "if sender == pid and len(entry) > 2 and entry[2] == own_move:",
+        "if sender != pid and len(entry) > 2 and entry[2] == own_move:",
+        (GAMES,),
+    ),
+    Break(
+        "E2",
+        "TextArena rewards' sign flipped",
+        EXTERNAL,
+        'self.reward({f"player_{pid}": v for pid, v in rewards.items()})',
+        'self.reward({f"player_{pid}": -v for pid, v in rewards.items()})',
+        (ENVS, GAMES),
+    ),
+    Break(
+        "E3",
+        "every best total a draw",
+        EXTERNAL,
+        "tied = sum(v == best for v in rewards.values()) > 1",
+        "tied = sum(v == best for v in rewards.values()) >= 1",
+        (ENVS, GAMES),
+    ),
+    Break(
+        "E4",
+        "a PettingZoo history told whole again",
+        EXTERNAL,
+        'news = text[len(last):].lstrip("\\n") if last and text.startswith(last) else text',
+        "news = text",
+        (GAMES,),
+    ),
+    Break(
+        "E5",
+        "a PettingZoo game's totals not summed",
+        EXTERNAL,
+        "self.totals[a] = self.totals.get(a, 0.0) + r",
+        "self.totals[a] = r",
+        (KILLS, ENVS, GAMES),
+    ),
+    Break(
+        "E6",
+        "the held-out split plays training seeds",
+        EXTERNAL,
+        "return split_seed(self.split, index)",
+        'return split_seed("train", index)',
+        (ENVS, GAMES),
+    ),
+    Break(
+        "E7",
+        "TextArena's invalid moves not counted",
+        EXTERNAL,
+        'if getattr(state, "error_count", 0) > errors:',
+        'if getattr(state, "error_count", 0) < errors:',
+        (KILLS, ENVS),
+    ),
+    Break(
+        "E8",
+        "a PettingZoo refused move not counted",
+        EXTERNAL,
+        '.get("invalid_move"):  # the game\'s word',
+        '.get("invalid"):  # the game\'s word',
+        (GAMES,),
+    ),
+    Break(
+        "K1",
+        "the critic's reward dropped",
+        SOLVER,
+        'self.reward({"solver": score, "critic": score})',
+        'self.reward({"solver": score, "critic": 0.0})',
+        (ENVS,),
+    ),
     # ---- what the matrix and the micro-batch figures check ----
-    Break("M1", "the driver trains all but one episode", DRIVER,
-          "info.update(self.learner.update(fresh))", "info.update(self.learner.update(fresh[:-1]))",
-          ("tests/rl/test_matrix.py",), k="local"),
-    Break("M2", "a max over micro-batches added up", LEARNER,
-          'torch.tensor(value, dtype=torch.float64)) if key.endswith("_max") else total + value',
-          "torch.tensor(value, dtype=torch.float64)) if False else total + value", ("tests/rl/test_off_policy.py",)),
-    Break("M3", "a count over micro-batches averaged", LEARNER,
-          "self.cfg.optim.epochs if k in counted else n_micro", "n_micro if k in counted else n_micro",
-          ("tests/rl/test_off_policy.py",)),
+    Break(
+        "M1",
+        "the driver trains all but one episode",
+        DRIVER,
+        "info.update(self.learner.update(fresh))",
+        "info.update(self.learner.update(fresh[:-1]))",
+        ("tests/rl/test_matrix.py",),
+        k="local",
+    ),
+    Break(
+        "M2",
+        "a max over micro-batches added up",
+        LEARNER,
+        'torch.tensor(value, dtype=torch.float64)) if key.endswith("_max") else total + value',
+        "torch.tensor(value, dtype=torch.float64)) if False else total + value",
+        ("tests/rl/test_off_policy.py",),
+    ),
+    Break(
+        "M3",
+        "a count over micro-batches averaged",
+        LEARNER,
+        "self.cfg.optim.epochs if k in counted else n_micro",
+        "n_micro if k in counted else n_micro",
+        ("tests/rl/test_off_policy.py",),
+    ),
 ]
 
 
@@ -253,8 +541,13 @@ def make_worktree(tests: set[str]) -> Path:
     they are new or changed."""
     place = Path(tempfile.mkdtemp(prefix="turnrl-mutation-")) / "repo"
     subprocess.run(["git", "worktree", "add", "--detach", "-q", str(place), "HEAD"], cwd=REPO, check=True)
-    listed = subprocess.run(["git", "ls-files", "-m", "-o", "--exclude-standard", "--", *sorted(tests)], cwd=REPO,
-                            check=True, capture_output=True, text=True).stdout.split()
+    listed = subprocess.run(
+        ["git", "ls-files", "-m", "-o", "--exclude-standard", "--", *sorted(tests)],
+        cwd=REPO,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.split()
     for name in listed:
         if (REPO / name).is_file():
             (place / name).parent.mkdir(parents=True, exist_ok=True)
@@ -277,15 +570,32 @@ def run_break(b: Break, timeout: float) -> tuple[str, str, float]:
     tests = [t for t in b.tests if (WORK / t.split("::")[0]).is_file()]
     if len(tests) < len(b.tests):  # (the file of the tests added for survivors, before it was written)
         print(f"    {b.key}: no such file, left out: {', '.join(sorted(set(b.tests) - set(tests)))}", flush=True)
-    cmd = [str(PYTHON), "-m", "pytest", "-x", "-q", "-rfE", "-o", "addopts=", "-p", "no:cacheprovider",
-           "--strict-markers", *tests, *(["-k", b.k] if b.k else [])]
-    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1",
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(WORK), os.environ.get("PYTHONPATH")]))}
+    cmd = [
+        str(PYTHON),
+        "-m",
+        "pytest",
+        "-x",
+        "-q",
+        "-rfE",
+        "-o",
+        "addopts=",
+        "-p",
+        "no:cacheprovider",
+        "--strict-markers",
+        *tests,
+        *(["-k", b.k] if b.k else []),
+    ]
+    env = {
+        **os.environ,
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(WORK), os.environ.get("PYTHONPATH")])),
+    }
     t0 = time.monotonic()
     try:
         target.write_text(broken)
-        proc = subprocess.Popen(cmd, cwd=WORK, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            cmd, cwd=WORK, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+        )
         try:
             out, _ = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -313,8 +623,11 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=360.0, help="seconds per break (default 360)")
     parser.add_argument("--list", action="store_true", help="print the breaks and their tests, run nothing")
     parser.add_argument("--check", action="store_true", help="check every break applies once and compiles")
-    parser.add_argument("--in-place", action="store_true", help="break the repository's own files (default: a "
-                        "temporary worktree of HEAD)")
+    parser.add_argument(
+        "--in-place",
+        action="store_true",
+        help="break the repository's own files (default: a temporary worktree of HEAD)",
+    )
     args = parser.parse_args()
     keys = [k.strip() for k in args.only.split(",")] if args.only else None
     chosen = [b for b in BREAKS if keys is None or b.key in keys]
@@ -323,8 +636,10 @@ def main() -> int:
     assert len({b.key for b in BREAKS}) == len(BREAKS), "break keys must be distinct"
     if args.list:
         for b in chosen:
-            print(f"{b.key:<3} {b.path}: {b.what}\n    {b.old!r}\n -> {b.new!r}\n    tests: {' '.join(b.tests)}"
-                  + (f" -k {b.k}" if b.k else ""))
+            print(
+                f"{b.key:<3} {b.path}: {b.what}\n    {b.old!r}\n -> {b.new!r}\n    tests: {' '.join(b.tests)}"
+                + (f" -k {b.k}" if b.k else "")
+            )
         return 0
     if args.check:
         for b in chosen:
@@ -333,8 +648,10 @@ def main() -> int:
         return 0
     dirty = sorted({b.path for b in chosen if not clean(b.path, REPO)})
     if dirty and args.in_place:
-        raise SystemExit(f"uncommitted changes in {', '.join(dirty)}: commit or stash them first (each file is checked "
-                         "against git once restored)")
+        raise SystemExit(
+            f"uncommitted changes in {', '.join(dirty)}: commit or stash them first (each file is checked "
+            "against git once restored)"
+        )
     if dirty:
         print(f"(uncommitted changes in {', '.join(dirty)} are not in the pass: it breaks HEAD's text)", flush=True)
     global WORK
@@ -359,11 +676,15 @@ def main() -> int:
     total = time.monotonic() - start
     print("\n| break | file | what | result | first failing test | s |\n|---|---|---|---|---|---|")
     for b, verdict, failure, seconds in rows:
-        print(f"| {b.key} | {b.path.removeprefix('turnrl/')} | {b.what} | {verdict} | {failure or '—'} | "
-              f"{seconds:.0f} |")
+        print(
+            f"| {b.key} | {b.path.removeprefix('turnrl/')} | {b.what} | {verdict} | {failure or '—'} | {seconds:.0f} |"
+        )
     survived = [b.key for b, verdict, _, _ in rows if verdict == "survived"]
-    print(f"\n{len(rows)} breaks: {len(rows) - len(survived)} killed, {len(survived)} survived"
-          + (f" ({', '.join(survived)})" if survived else "") + f"; {total / 60:.1f} min")
+    print(
+        f"\n{len(rows)} breaks: {len(rows) - len(survived)} killed, {len(survived)} survived"
+        + (f" ({', '.join(survived)})" if survived else "")
+        + f"; {total / 60:.1f} min"
+    )
     return 1 if survived else 0
 
 

@@ -2,6 +2,8 @@
 
 import os
 import signal
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -48,27 +50,67 @@ def sigint_raises():
     signal.signal(signal.SIGINT, old)
 
 
+#: the GCS address of the local cluster ray_cluster started in this process (kept from module to module)
+_LOCAL_RAY: dict[str, str] = {}
+
+
+def _ours(ray) -> bool:
+    """Whether this process is connected to the local cluster ray_cluster started (not to a cluster a module joined
+    or started itself, and not disconnected)."""
+    return ray.is_initialized() and ray.get_runtime_context().gcs_address == _LOCAL_RAY.get("address")
+
+
+@pytest.fixture(scope="session")
+def _local_ray():
+    """Shuts down, at the end of the session, the local cluster that ray_cluster keeps between modules."""
+    yield
+    ray = sys.modules.get("ray")
+    if ray is not None and _ours(ray):
+        ray.shutdown()
+
+
 @pytest.fixture(scope="module")
-def ray_cluster():
-    """A real local Ray cluster of 2 CPUs for the module's tests (started once per module, shut down after it).
-    ``TURNRL_TEST_PID`` names the test's own process (``toy_envs``' environments that build only there make a
-    rollout worker that builds them die at start)."""
+def ray_cluster(_local_ray):
+    """A real local Ray cluster of 2 CPUs for the module's tests, with nothing else on it: started by the first module
+    that asks for one and kept for the next modules of this process (a start and a shutdown take seconds each);
+    started again after a module that left it (shut it down, or joined another cluster) or that left actors holding
+    its CPUs; shut down at the end of the session. ``TURNRL_TEST_PID`` names the test's own process (``toy_envs``'
+    environments that build only there make a rollout worker that builds them die at start)."""
     ray = pytest.importorskip("ray")
     os.environ["TURNRL_TEST_PID"] = str(os.getpid())
-    if ray.is_initialized():  # an earlier module's connection (another size of cluster, or a joined one)
-        ray.shutdown()
-    # address="local": a cluster of its own, never one that RAY_ADDRESS or /tmp/ray/ray_current_cluster names
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    if not _ours(ray):
+        if ray.is_initialized():  # an earlier module's connection (another size of cluster, or a joined one)
+            ray.shutdown()
+        # address="local": a cluster of its own, never one that RAY_ADDRESS or /tmp/ray/ray_current_cluster names
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+        _LOCAL_RAY["address"] = ray.get_runtime_context().gcs_address
     yield ray
-    ray.shutdown()
+    if _ours(ray):  # kept for the next module, unless actors still hold CPUs once killed ones have let go
+        deadline = time.monotonic() + 5
+        while ray.available_resources().get("CPU", 0) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if ray.available_resources().get("CPU", 0) < 2:
+            ray.shutdown()
 
 
 SLOW_TESTS = Path(__file__).with_name("slow_tests.txt")
+MODULE_SECONDS = Path(__file__).with_name("module_seconds.txt")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark the tests tests/slow_tests.txt lists (written by scripts/slow_tests.py from a timed run) ``slow``, so that
-    ``-m "not slow"`` — `bash scripts/test.sh --fast` — leaves them out; the full suite runs them all."""
+    ``-m "not slow"`` — `bash scripts/test.sh --fast` — leaves them out; the full suite runs them all.
+
+    Under pytest-xdist, the modules come longest first (tests/module_seconds.txt, from the same timed run; each
+    module's tests in their order): scripts/test.sh has xdist hand them out in that order (--no-loadscope-reorder,
+    not by their number of tests), so that the last ones are short and both processes finish together."""
+    if os.environ.get("PYTEST_XDIST_WORKER") and MODULE_SECONDS.is_file():
+        seconds = {}
+        for line in MODULE_SECONDS.read_text().splitlines():
+            if line.strip() and not line.startswith("#"):
+                t, path = line.split(maxsplit=1)
+                seconds[path] = float(t)
+        items.sort(key=lambda item: -seconds.get(item.nodeid.split("::")[0], 0.0))  # (stable: a module's order kept)
     if not SLOW_TESTS.is_file():
         return
     slow = {line.strip() for line in SLOW_TESTS.read_text().splitlines() if line.strip() and not line.startswith("#")}

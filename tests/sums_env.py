@@ -22,8 +22,15 @@ class Sums(ToolEnv):
     "What is 1 + 0?": the same problem as task 0, presented otherwise."""
 
     def __init__(self, n: int = 12, twin: bool = False, **kw):
-        tasks = [Task(id=f"s{i}", prompt=f"What is {i} + {i + 1}?", answer=str(2 * i + 1),
-                      metadata={"canonical": f"sum:{i}+{i + 1}"}) for i in range(n)]
+        tasks = [
+            Task(
+                id=f"s{i}",
+                prompt=f"What is {i} + {i + 1}?",
+                answer=str(2 * i + 1),
+                metadata={"canonical": f"sum:{i}+{i + 1}"},
+            )
+            for i in range(n)
+        ]
         if twin:
             tasks.append(Task(id="twin", prompt="What is 1 + 0?", answer="1", metadata={"canonical": "sum:0+1"}))
         super().__init__(tasks, verifier=exact, **kw)

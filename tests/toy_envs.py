@@ -15,7 +15,9 @@ class UpperEnv(ToolEnv):
     """Toy env: one kind of answer is rewarded (a reply that starts with a capital letter)."""
 
     def __init__(self, **kw):
-        super().__init__([Task(id=f"t{i}", prompt=f"Say something {i}.", answer="") for i in range(8)], verifier=upper, **kw)
+        super().__init__(
+            [Task(id=f"t{i}", prompt=f"Say something {i}.", answer="") for i in range(8)], verifier=upper, **kw
+        )
 
 
 turnrl.register("tests/Upper-v0", "toy_envs:UpperEnv")
@@ -93,8 +95,9 @@ def toy_pag(**kw):
     """A PAG episode (answer → verify → revise after "wrong") over ScriptedTruthEnv with case verdicts."""
     from turnrl.envs.formats.self_verify import SelfVerify
 
-    return SelfVerify(ScriptedTruthEnv(), verdict_parser=case_verdict, verdict_texts={"correct": "Yes", "wrong": "no"},
-                      **kw)
+    return SelfVerify(
+        ScriptedTruthEnv(), verdict_parser=case_verdict, verdict_texts={"correct": "Yes", "wrong": "no"}, **kw
+    )
 
 
 turnrl.register("tests/ToyPAG-v0", "toy_envs:toy_pag")
@@ -113,8 +116,11 @@ class CapitalsEnv(ToolEnv):
     """Toy env with text references (no number: the hybrid reward's `auto` sends it to the judge)."""
 
     def __init__(self, **kw):
-        super().__init__([Task(id=f"c{i}", prompt=f"What is the capital of {c}?", answer=a)
-                          for i, (c, a) in enumerate(CAPITALS)], verifier=same_words, **kw)
+        super().__init__(
+            [Task(id=f"c{i}", prompt=f"What is the capital of {c}?", answer=a) for i, (c, a) in enumerate(CAPITALS)],
+            verifier=same_words,
+            **kw,
+        )
 
 
 turnrl.register("tests/Capitals-v0", "toy_envs:CapitalsEnv")
@@ -125,14 +131,15 @@ def straddling_stop(tok, turn: list[int], *, visible: bool = False) -> tuple[int
     the first cut with at least two characters of text on each side, the stop string those four characters (issue
     66, bug 3: a stop string begun in one window and ended in the next). ``visible``: both halves hold more than
     whitespace (a tokenizer that strips spaces from a stop string's ends would otherwise move it)."""
+
     def text(ids):
         return tok.decode(ids, skip_special_tokens=False)
 
     def fits(b):
-        head, both = text(turn[:b]), text(turn[:b + 1])
+        head, both = text(turn[:b]), text(turn[: b + 1])
         ok = len(head) >= 2 and len(both) - len(head) >= 2
-        return ok and (not visible or (head[-2:].strip() and both[len(head):][:2].strip()))
+        return ok and (not visible or (head[-2:].strip() and both[len(head) :][:2].strip()))
 
     cut = next(b for b in range(1, len(turn) - 1) if fits(b))
     head = text(turn[:cut])
-    return cut, head[-2:] + text(turn[:cut + 1])[len(head):len(head) + 2]
+    return cut, head[-2:] + text(turn[: cut + 1])[len(head) : len(head) + 2]

@@ -43,8 +43,14 @@ class OneCall(vf.Harness[OneCallConfig]):
         messages = [{"role": "system", "content": system}] if system else []
         messages.append({"role": "user", "content": prompt or ""})
         env = {"AGENT_BASE_URL": endpoint, "AGENT_SECRET": secret, "AGENT_MODEL": ctx.model}
-        argv = [sys.executable, "-c", AGENT, json.dumps(messages), str(self.config.delay),
-                "crash" if self.config.crash else "ok"]
+        argv = [
+            sys.executable,
+            "-c",
+            AGENT,
+            json.dumps(messages),
+            str(self.config.delay),
+            "crash" if self.config.crash else "ok",
+        ]
         return await runtime.run_program(argv, env)
 
 
@@ -73,8 +79,10 @@ class SumSets(vf.Taskset[SumTask, SetsConfig]):
     def load(self):
         numbers = itertools.count() if self.INFINITE else range(2)
         for a in numbers:
-            yield SumTask(SumData(prompt=f"What is {a} + {a + 1}?", answer=2 * a + 1,
-                                  broken=self.config.kind == "broken"), self.config.task)
+            yield SumTask(
+                SumData(prompt=f"What is {a} + {a + 1}?", answer=2 * a + 1, broken=self.config.kind == "broken"),
+                self.config.task,
+            )
 
 
 __all__ = ["OneCall", "SumSets"]

@@ -108,8 +108,9 @@ def solved(state, **kwargs) -> float:
     return 1.0 if state.get("solved") else 0.0
 
 
-def load_environment(kind: str = "sum", n: int = 8, trim: bool = False, delay: float = 0.0, max_turns: int = 4,
-                     **kwargs) -> vf.Environment:
+def load_environment(
+    kind: str = "sum", n: int = 8, trim: bool = False, delay: float = 0.0, max_turns: int = 4, **kwargs
+) -> vf.Environment:
     """One of the environments above (see the module docstring)."""
     parser = vf.XMLParser(fields=["answer"], answer_field="answer")
     if kind in ("sum", "broken", "grouped"):
@@ -119,15 +120,36 @@ def load_environment(kind: str = "sum", n: int = 8, trim: bool = False, delay: f
         if kind == "grouped":
             funcs, weights = [correct_answer, group_reward], [1.0, 1.0]
         rubric = vf.Rubric(funcs=funcs, weights=weights, parser=parser)
-        return vf.SingleTurnEnv(dataset=_sums(n), eval_dataset=_sums(4, offset=100), system_prompt=SYSTEM,
-                                parser=parser, rubric=rubric, **kwargs)
+        return vf.SingleTurnEnv(
+            dataset=_sums(n),
+            eval_dataset=_sums(4, offset=100),
+            system_prompt=SYSTEM,
+            parser=parser,
+            rubric=rubric,
+            **kwargs,
+        )
     if kind == "tools":
         rubric = vf.Rubric(funcs=[correct_answer], parser=parser)
-        return (TrimmedToolEnv if trim else vf.ToolEnv)(dataset=_sums(n), system_prompt=SYSTEM, parser=parser,
-                                                       rubric=rubric, tools=[add], max_turns=max_turns, **kwargs)
+        return (TrimmedToolEnv if trim else vf.ToolEnv)(
+            dataset=_sums(n),
+            system_prompt=SYSTEM,
+            parser=parser,
+            rubric=rubric,
+            tools=[add],
+            max_turns=max_turns,
+            **kwargs,
+        )
     if kind in ("guess", "slow"):
         rows = [{"question": "Guess my number between 1 and 9.", "answer": str(s)} for s in (3, 7, 5, 2, 8, 4, 6, 1)]
         rubric = vf.Rubric(funcs=[solved], parser=parser)
-        return GuessEnv(trim=trim, delay=delay if kind == "slow" else 0.0, dataset=Dataset.from_list(rows[:n]),
-                        system_prompt=SYSTEM, parser=parser, rubric=rubric, max_turns=max_turns, **kwargs)
+        return GuessEnv(
+            trim=trim,
+            delay=delay if kind == "slow" else 0.0,
+            dataset=Dataset.from_list(rows[:n]),
+            system_prompt=SYSTEM,
+            parser=parser,
+            rubric=rubric,
+            max_turns=max_turns,
+            **kwargs,
+        )
     raise ValueError(f"unknown kind {kind!r}")

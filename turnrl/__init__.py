@@ -30,8 +30,21 @@ _LAZY = {
     "make_agent": "turnrl.agents",
 }
 
-__all__ = ["Message", "ToolCall", "TrainConfig", "Trainer", "Trajectory", "Turn", "__version__", "evaluate",
-           "load_config", "make", "make_agent", "register", "registered"]
+__all__ = [
+    "Message",
+    "ToolCall",
+    "TrainConfig",
+    "Trainer",
+    "Trajectory",
+    "Turn",
+    "__version__",
+    "evaluate",
+    "load_config",
+    "make",
+    "make_agent",
+    "register",
+    "registered",
+]
 
 
 def __getattr__(name: str) -> Any:

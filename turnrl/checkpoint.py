@@ -40,18 +40,20 @@ def load_policy(model: Any, run: str | Path) -> None:
         try:
             load_adapter(wrapped, state["model"])
         except ValueError as e:
-            raise ValueError(f"init_from: {path}: {e} (it was a run of {state.get('config', {}).get('model')!r})") \
-                from None
+            raise ValueError(
+                f"init_from: {path}: {e} (it was a run of {state.get('config', {}).get('model')!r})"
+            ) from None
         merge_into_base(wrapped, trainable)
         mark_weights_changed(model)
         return
     try:
         model.load_state_dict(state["model"])
     except (KeyError, RuntimeError) as e:
-        raise ValueError(f"init_from: the weights in {path} do not fit this model ({str(e)[:200]}); was that run "
-                         f"of another `model`? (it was {state.get('config', {}).get('model')!r})") from e
+        raise ValueError(
+            f"init_from: the weights in {path} do not fit this model ({str(e)[:200]}); was that run "
+            f"of another `model`? (it was {state.get('config', {}).get('model')!r})"
+        ) from e
     mark_weights_changed(model)
-
 
 
 def _one_policy(state: dict[str, Any], path: Path, where: str, policy: str) -> dict[str, Any]:

@@ -28,8 +28,10 @@ class LoraConfig(BaseModel):
     alpha: float = Field(32.0, gt=0, description="the scale numerator: updates are scaled by alpha / r")
     dropout: float = Field(0.0, ge=0, lt=1, description="dropout on the adapters' input")
     target_modules: list[str] | Literal["all-linear"] = Field(
-        "all-linear", description="the module names (the last part, e.g. q_proj, v_proj) that get adapters; "
-        "all-linear: every linear layer but the output head")
+        "all-linear",
+        description="the module names (the last part, e.g. q_proj, v_proj) that get adapters; "
+        "all-linear: every linear layer but the output head",
+    )
 
 
 def _peft() -> Any:
@@ -63,18 +65,28 @@ def apply_lora(model: torch.nn.Module, cfg: LoraConfig | dict[str, Any]) -> Any:
         have = linear_names(model)
         missing = [t for t in targets if t not in have]
         if missing:
-            raise ValueError(f"learner.lora.target_modules: this model has no linear layer named "
-                             f"{', '.join(missing)}; its linear layers are {', '.join(have)} (or use all-linear)")
+            raise ValueError(
+                f"learner.lora.target_modules: this model has no linear layer named "
+                f"{', '.join(missing)}; its linear layers are {', '.join(have)} (or use all-linear)"
+            )
         get_out, get_inp = getattr(model, "get_output_embeddings", None), getattr(model, "get_input_embeddings", None)
         out = get_out() if get_out is not None else None
         inp = get_inp() if get_inp is not None else None
         head = next((n.rsplit(".", 1)[-1] for n, m in model.named_modules() if out is not None and m is out), None)
         if head in targets and out is not None and inp is not None and out.weight is inp.weight:
-            raise ValueError(f"learner.lora.target_modules: {head} shares its weight with the input embeddings "
-                             "(tied word embeddings), so its adapter cannot be merged without changing the embeddings "
-                             f"too; leave {head} out")
-    spec = peft.LoraConfig(r=cfg.r, lora_alpha=cfg.alpha, lora_dropout=cfg.dropout, target_modules=targets,
-                           task_type="CAUSAL_LM", bias="none")
+            raise ValueError(
+                f"learner.lora.target_modules: {head} shares its weight with the input embeddings "
+                "(tied word embeddings), so its adapter cannot be merged without changing the embeddings "
+                f"too; leave {head} out"
+            )
+    spec = peft.LoraConfig(
+        r=cfg.r,
+        lora_alpha=cfg.alpha,
+        lora_dropout=cfg.dropout,
+        target_modules=targets,
+        task_type="CAUSAL_LM",
+        bias="none",
+    )
     wrapped = peft.get_peft_model(model, spec)
     if not any(p.requires_grad for p in wrapped.parameters()):
         raise ValueError("learner.lora: no adapter was added (no target module matched)")
@@ -119,13 +131,17 @@ def load_adapter(model: Any, state: dict[str, torch.Tensor]) -> None:
     own = adapter_state(model)
     if set(own) != set(state):
         extra, missing = sorted(set(state) - set(own)), sorted(set(own) - set(state))
-        raise ValueError(f"the adapter does not fit this model: {len(missing)} of its adapter weights are missing "
-                         f"(e.g. {missing[:2]}), {len(extra)} are of layers it lacks (e.g. {extra[:2]}); an adapter "
-                         "of another base model or other target_modules?")
+        raise ValueError(
+            f"the adapter does not fit this model: {len(missing)} of its adapter weights are missing "
+            f"(e.g. {missing[:2]}), {len(extra)} are of layers it lacks (e.g. {extra[:2]}); an adapter "
+            "of another base model or other target_modules?"
+        )
     bad = [k for k in own if tuple(own[k].shape) != tuple(state[k].shape)]
     if bad:
-        raise ValueError(f"the adapter does not fit this model: {bad[0]} is {tuple(state[bad[0]].shape)}, the model's "
-                         f"is {tuple(own[bad[0]].shape)} (another rank or another base model)")
+        raise ValueError(
+            f"the adapter does not fit this model: {bad[0]} is {tuple(state[bad[0]].shape)}, the model's "
+            f"is {tuple(own[bad[0]].shape)} (another rank or another base model)"
+        )
     set_peft_model_state_dict(model, state)
     mark_weights_changed(model)  # session KV caches computed with the old adapters are stale
 
@@ -182,8 +198,10 @@ def check_resume(state: dict[str, Any], cfg: LoraConfig | None) -> None:
     """
     own = cfg.model_dump() if cfg is not None else None
     if own != (state.get("lora") or None):
-        raise ValueError(f"the checkpoint was made with learner.lora={state.get('lora')}, this run has {own}: "
-                         "resume with the same learner.lora")
+        raise ValueError(
+            f"the checkpoint was made with learner.lora={state.get('lora')}, this run has {own}: "
+            "resume with the same learner.lora"
+        )
 
 
 def restore(model: Any, state: dict[str, Any], cfg: LoraConfig | None) -> None:

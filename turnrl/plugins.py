@@ -37,9 +37,16 @@ class Registry(Generic[T]):
         error: the exception raised when a name is taken or an entry does not load (a ``ValueError`` subclass).
     """
 
-    def __init__(self, kind: str, group: str, builtins: Mapping[str, str | T] | None = None, *,
-                 check: Callable[[str, Any], None] | None = None, hint: str = "",
-                 error: type[ValueError] = ValueError) -> None:
+    def __init__(
+        self,
+        kind: str,
+        group: str,
+        builtins: Mapping[str, str | T] | None = None,
+        *,
+        check: Callable[[str, Any], None] | None = None,
+        hint: str = "",
+        error: type[ValueError] = ValueError,
+    ) -> None:
         self.kind, self.group, self.hint, self.error = kind, group, hint, error
         self.builtins: dict[str, str | T] = dict(builtins or {})
         self.entries: dict[str, str | T] = dict(self.builtins)
@@ -65,15 +72,19 @@ class Registry(Generic[T]):
                 registry's check refuses the object.
         """
         if entry is None:
+
             def decorate(obj: T) -> T:
                 self.register(name, obj, replace=replace)
                 return obj
+
             return decorate
         self.load_entry_points()  # a name an installed package (turnrl's methods included) declares is taken
         old = self.entries.get(name)
         if old is not None and not replace and old is not entry:
-            raise self.error(f"{self.kind} {name!r} is already registered ({describe(old)}), so {describe(entry)} "
-                             "cannot take it; pick another name, or pass replace=True to override it")
+            raise self.error(
+                f"{self.kind} {name!r} is already registered ({describe(old)}), so {describe(entry)} "
+                "cannot take it; pick another name, or pass replace=True to override it"
+            )
         if not isinstance(entry, str) and self.check is not None:
             self.check(name, entry)
         self.entries[name] = entry
@@ -103,8 +114,10 @@ class Registry(Generic[T]):
         """The error for a name nobody registered: the closest registered name and the list."""
         close = get_close_matches(name, self.names(), n=1)
         did_you_mean = f" Did you mean {close[0]!r}?" if close else ""
-        return ValueError(f"unknown {self.kind} {name!r}.{did_you_mean} Registered: {', '.join(self.names())}"
-                          + (f"; {self.hint}" if self.hint else ""))
+        return ValueError(
+            f"unknown {self.kind} {name!r}.{did_you_mean} Registered: {', '.join(self.names())}"
+            + (f"; {self.hint}" if self.hint else "")
+        )
 
     def get(self, name: str) -> T:
         """The plug-in registered under ``name``, loaded (and checked) on first use.
@@ -120,8 +133,10 @@ class Registry(Generic[T]):
             try:
                 loaded = load_entry(entry)
             except (ImportError, AttributeError) as e:
-                raise self.error(f"{self.kind} {name!r} is registered as {entry!r}, which does not load "
-                                 f"({type(e).__name__}: {e}); fix the entry or the module") from e
+                raise self.error(
+                    f"{self.kind} {name!r} is registered as {entry!r}, which does not load "
+                    f"({type(e).__name__}: {e}); fix the entry or the module"
+                ) from e
             if self.check is not None:
                 self.check(name, loaded)
             entry = self.entries[name] = loaded

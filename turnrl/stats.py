@@ -173,8 +173,9 @@ def mean_interval(values: Iterable[float], confidence: float = 0.95) -> Interval
     return Interval(mean, se, mean - z * se, mean + z * se, n)
 
 
-def paired_bootstrap(a: Sequence[float], b: Sequence[float], *, resamples: int = 10000, seed: int = 0,
-                     confidence: float = 0.95) -> Paired:
+def paired_bootstrap(
+    a: Sequence[float], b: Sequence[float], *, resamples: int = 10000, seed: int = 0, confidence: float = 0.95
+) -> Paired:
     """Run B against run A on the same items (``a[i]`` and ``b[i]`` score one item): ``diff = mean(b) - mean(a)``;
     items are resampled with replacement ``resamples`` times (numpy ``default_rng(seed)``, so one seed gives one
     answer), ``se`` is the standard deviation of the resampled differences and ``[low, high]`` their percentile
@@ -200,8 +201,9 @@ def paired_bootstrap(a: Sequence[float], b: Sequence[float], *, resamples: int =
         means[start:stop] = d[rng.integers(0, n, size=(stop - start, n))].mean(axis=1)
     alpha = 1 - confidence
     low, high = np.quantile(means, [alpha / 2, 1 - alpha / 2])
-    return Paired(n, float(a_arr.mean()), float(b_arr.mean()), float(d.mean()), float(means.std(ddof=1)),
-                  float(low), float(high))
+    return Paired(
+        n, float(a_arr.mean()), float(b_arr.mean()), float(d.mean()), float(means.std(ddof=1)), float(low), float(high)
+    )
 
 
 def mcnemar_exact(a: Sequence[float], b: Sequence[float]) -> McNemar:

@@ -160,7 +160,9 @@ class TrajectoryWriter:
         self.path = Path(path)
         if self.path.suffix not in (".jsonl", ".parquet"):
             raise ValueError(f"unknown trajectory file type {self.path.suffix!r}; use .jsonl or .parquet")
-        self.stream_path = self.path if self.path.suffix == ".jsonl" else self.path.with_name(self.path.name + ".partial.jsonl")
+        self.stream_path = (
+            self.path if self.path.suffix == ".jsonl" else self.path.with_name(self.path.name + ".partial.jsonl")
+        )
         self.stream_path.parent.mkdir(parents=True, exist_ok=True)
         self._file = self.stream_path.open("w", encoding="utf-8")
         self.count = 0

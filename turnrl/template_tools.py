@@ -20,8 +20,12 @@ from typing import Any
 
 _PROBE_TOOL = "turnrl_probe_tool_7391"
 _PROBE_RESULT = "turnrl probe result 5527"
-_SCHEMA = [{"type": "function", "function": {
-    "name": _PROBE_TOOL, "description": "probe", "parameters": {"type": "object", "properties": {}}}}]
+_SCHEMA = [
+    {
+        "type": "function",
+        "function": {"name": _PROBE_TOOL, "description": "probe", "parameters": {"type": "object", "properties": {}}},
+    }
+]
 _CALL = {"id": "call_probe", "type": "function", "function": {"name": _PROBE_TOOL, "arguments": {"x": 1}}}
 
 
@@ -64,9 +68,14 @@ def template_support(tokenizer: Any) -> TemplateSupport:
     support = TemplateSupport(
         tools=renders([user], _PROBE_TOOL, tools=_SCHEMA),
         tool_calls=renders([user, {"role": "assistant", "content": "", "tool_calls": [_CALL]}], _PROBE_TOOL),
-        tool_role=renders([user, {"role": "assistant", "content": "", "tool_calls": [_CALL]},
-                           {"role": "tool", "content": _PROBE_RESULT, "tool_call_id": "call_probe",
-                            "name": _PROBE_TOOL}], _PROBE_RESULT),
+        tool_role=renders(
+            [
+                user,
+                {"role": "assistant", "content": "", "tool_calls": [_CALL]},
+                {"role": "tool", "content": _PROBE_RESULT, "tool_call_id": "call_probe", "name": _PROBE_TOOL},
+            ],
+            _PROBE_RESULT,
+        ),
         system_role=renders([{"role": "system", "content": _PROBE_RESULT}, user], _PROBE_RESULT),
     )
     with _cache_lock:
@@ -81,10 +90,14 @@ def describe_tools(schemas: list[dict[str, Any]]) -> str:
     for schema in schemas:
         fn = schema.get("function") or {}
         description = f" {fn['description']}" if fn.get("description") else ""
-        lines.append(f"- {fn.get('name')}:{description} Arguments (JSON schema): "
-                     f"{json.dumps(fn.get('parameters') or {'type': 'object', 'properties': {}})}")
-    lines.append('To call a tool, write <tool_call>{"name": "TOOL", "arguments": {...}}</tool_call> and stop; '
-                 "the result comes back in the next message.")
+        lines.append(
+            f"- {fn.get('name')}:{description} Arguments (JSON schema): "
+            f"{json.dumps(fn.get('parameters') or {'type': 'object', 'properties': {}})}"
+        )
+    lines.append(
+        'To call a tool, write <tool_call>{"name": "TOOL", "arguments": {...}}</tool_call> and stop; '
+        "the result comes back in the next message."
+    )
     return "\n".join(lines)
 
 
@@ -100,8 +113,9 @@ def call_text(call: dict[str, Any]) -> str:
     return "<tool_call>" + json.dumps({"name": fn.get("name"), "arguments": args}) + "</tool_call>"
 
 
-def fit_to_template(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, support: TemplateSupport
-                    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
+def fit_to_template(
+    messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, support: TemplateSupport
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
     """``messages`` and ``tools`` rewritten for a template with ``support`` (see the module docstring): returns the
     messages and the tools to pass to the template (None when they were moved into the system message)."""
     out: list[dict[str, Any]] = []
@@ -140,10 +154,15 @@ def tools_note(tokenizer: Any) -> str | None:
     if getattr(tokenizer, "chat_template", None) is None:
         return None
     s = template_support(tokenizer)
-    missing = [what for what, ok in (("tools", s.tools), ("assistant tool calls", s.tool_calls),
-                                     ("tool messages", s.tool_role)) if not ok]
+    missing = [
+        what
+        for what, ok in (("tools", s.tools), ("assistant tool calls", s.tool_calls), ("tool messages", s.tool_role))
+        if not ok
+    ]
     if not missing:
         return None
-    return (f"note: this model's chat template does not render {' or '.join(missing)}; requests that use them get "
-            "them written into the messages instead (tools described in the system message with the "
-            "<tool_call>{\"name\": …, \"arguments\": {…}}</tool_call> format, which is parsed back into tool_calls)")
+    return (
+        f"note: this model's chat template does not render {' or '.join(missing)}; requests that use them get "
+        "them written into the messages instead (tools described in the system message with the "
+        '<tool_call>{"name": …, "arguments": {…}}</tool_call> format, which is parsed back into tool_calls)'
+    )

@@ -30,8 +30,9 @@ class ChatRenderer:
             outside — turnrl's environments describe their tools themselves).
     """
 
-    def __init__(self, tokenizer: Any, tools: Sequence[dict[str, Any]] | None = None, *, fit_tools: bool = False
-                 ) -> None:
+    def __init__(
+        self, tokenizer: Any, tools: Sequence[dict[str, Any]] | None = None, *, fit_tools: bool = False
+    ) -> None:
         if getattr(tokenizer, "chat_template", None) is None:
             raise ValueError("the tokenizer has no chat template; set tokenizer.chat_template")
         self.tokenizer = tokenizer

@@ -49,10 +49,15 @@ def message_key(m: dict[str, Any]) -> str:
     """An OpenAI-form chat message's identity for matching a conversation against an earlier one (does a request
     continue it?): role, text, name, tool call id and the calls' names and arguments (not their ids, which clients
     may re-create). The gateway's sessions and the verifiers adapter match with it."""
-    calls = [((c.get("function") or {}).get("name"), (c.get("function") or {}).get("arguments"))
-             for c in m.get("tool_calls") or []]
-    return json.dumps([m.get("role"), m.get("content") or "", m.get("name"), m.get("tool_call_id"), calls],
-                      sort_keys=True, default=str)
+    calls = [
+        ((c.get("function") or {}).get("name"), (c.get("function") or {}).get("arguments"))
+        for c in m.get("tool_calls") or []
+    ]
+    return json.dumps(
+        [m.get("role"), m.get("content") or "", m.get("name"), m.get("tool_call_id"), calls],
+        sort_keys=True,
+        default=str,
+    )
 
 
 class ToolCall(BaseModel):
@@ -76,8 +81,11 @@ class ToolCall(BaseModel):
         JSON string or an object). Arguments that are not a JSON object are kept, as ``{"_raw": text}`` (not JSON)
         or ``{"_value": value}`` (JSON of another type)."""
         function = call.get("function") or {}
-        return cls(name=str(function.get("name")), arguments=decode_arguments(function.get("arguments")),
-                   id=call.get("id") if isinstance(call.get("id"), str) else None)
+        return cls(
+            name=str(function.get("name")),
+            arguments=decode_arguments(function.get("arguments")),
+            id=call.get("id") if isinstance(call.get("id"), str) else None,
+        )
 
     def to_openai(self) -> dict[str, Any]:
         """Return the OpenAI chat-completions form ``{"type": "function", "function": {...}}``."""
@@ -197,7 +205,9 @@ class Trajectory(BaseModel):
                 continue
             start, end = turn.token_span
             if not prev_end <= start <= end <= n:
-                raise ValueError(f"turn {turn.index}: token_span {turn.token_span} out of order or out of range (L={n})")
+                raise ValueError(
+                    f"turn {turn.index}: token_span {turn.token_span} out of order or out of range (L={n})"
+                )
             if any(loss_mask[i] != 1 for i in range(start, end)):
                 raise ValueError(f"turn {turn.index}: loss_mask must be 1 inside token_span {turn.token_span}")
             prev_end = end

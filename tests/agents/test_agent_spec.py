@@ -12,14 +12,17 @@ from turnrl.rl.config import TrainConfig
 from turnrl.rl.config.rewards import RewardConfig
 
 
-@pytest.mark.parametrize(("spec", "kind", "target"), [
-    ("smollm2-135m-instruct", "hf", "smollm2-135m-instruct"),  # a built-in name
-    ("HuggingFaceTB/SmolLM2-135M-Instruct", "hf", "HuggingFaceTB/SmolLM2-135M-Instruct"),  # a hub id
-    ("hf:/models/mine", "hf", "/models/mine"),
-    ("openai:http://127.0.0.1:8000/v1#m", "openai", "http://127.0.0.1:8000/v1#m"),
-    ("run:runs/a#solver", "run", "runs/a#solver"),
-    ("tiny:chatml", "tiny", "chatml"),
-])
+@pytest.mark.parametrize(
+    ("spec", "kind", "target"),
+    [
+        ("smollm2-135m-instruct", "hf", "smollm2-135m-instruct"),  # a built-in name
+        ("HuggingFaceTB/SmolLM2-135M-Instruct", "hf", "HuggingFaceTB/SmolLM2-135M-Instruct"),  # a hub id
+        ("hf:/models/mine", "hf", "/models/mine"),
+        ("openai:http://127.0.0.1:8000/v1#m", "openai", "http://127.0.0.1:8000/v1#m"),
+        ("run:runs/a#solver", "run", "runs/a#solver"),
+        ("tiny:chatml", "tiny", "chatml"),
+    ],
+)
 def test_a_spec_reads_its_backend_and_target_and_saves_as_written(spec, kind, target):
     read = AgentSpec(spec)
     assert (read.kind, read.target, str(read)) == (kind, target, spec)
@@ -27,12 +30,15 @@ def test_a_spec_reads_its_backend_and_target_and_saves_as_written(spec, kind, ta
     assert cfg.model.kind == kind and cfg.model_dump(mode="json")["model"] == spec
 
 
-@pytest.mark.parametrize(("spec", "says"), [
-    ("hff:/models/mine", "Did you mean hf:?"),  # a misspelt backend
-    ("openai:http://127.0.0.1:8000/v1", "openai:URL#MODEL"),  # no model name
-    ("run:", "names no OUT_DIR"),
-    ("", "needs a name"),
-])
+@pytest.mark.parametrize(
+    ("spec", "says"),
+    [
+        ("hff:/models/mine", "Did you mean hf:?"),  # a misspelt backend
+        ("openai:http://127.0.0.1:8000/v1", "openai:URL#MODEL"),  # no model name
+        ("run:", "names no OUT_DIR"),
+        ("", "needs a name"),
+    ],
+)
 def test_a_malformed_spec_is_a_config_error_naming_the_field(spec, says):
     with pytest.raises(ValueError, match="model") as e:
         TrainConfig(model=spec, env={"id": "turnrl/Arithmetic-v0"})

@@ -15,8 +15,10 @@ def agent():
 
 
 def prompts_of(tok, texts):
-    return [tok.apply_chat_template([{"role": "user", "content": t}], add_generation_prompt=True, tokenize=False)
-            for t in texts]
+    return [
+        tok.apply_chat_template([{"role": "user", "content": t}], add_generation_prompt=True, tokenize=False)
+        for t in texts
+    ]
 
 
 def encode(tok, texts):
@@ -31,7 +33,9 @@ def forward_logprobs(model, prompt, completion, temperature=1.0):
 
 
 def test_batched_greedy_equals_one_by_one_despite_padding(agent):
-    prompts = encode(agent.tokenizer, ["What is 2 + 2?", "hi", "A much longer question about the answer being correct?"])
+    prompts = encode(
+        agent.tokenizer, ["What is 2 + 2?", "hi", "A much longer question about the answer being correct?"]
+    )
     assert len({len(p) for p in prompts}) == 3
     params = SamplingParams(temperature=0, max_new_tokens=12)
     batched = agent.generate(prompts, params)
@@ -63,8 +67,9 @@ def test_logprobs_are_of_the_distribution_top_k_and_top_p_sampled_from(agent):
     greedy = agent.generate(prompts, SamplingParams(temperature=0.0, max_new_tokens=8))
     assert [c.token_ids for c in only] == [c.token_ids for c in greedy]
     assert all(lp == 0.0 for c in only for lp in c.logprobs)  # one token kept: probability 1
-    nucleus = agent.generate(prompts, SamplingParams(temperature=1.0, top_p=0.3, max_new_tokens=10, seed=2,
-                                                     top_logprobs=3))
+    nucleus = agent.generate(
+        prompts, SamplingParams(temperature=1.0, top_p=0.3, max_new_tokens=10, seed=2, top_logprobs=3)
+    )
     raised = 0
     for p, c in zip(prompts, nucleus):
         full = forward_logprobs(agent.model, p, c.token_ids)
@@ -163,7 +168,6 @@ def test_scripted_agents():
     assert len(rnd) == 4 and all(1 <= len(c.token_ids) <= 7 for c in rnd)
 
 
-
 def test_a_scripted_reply_ends_on_its_stop_string_as_a_model_would():
     """A model stopped by a stop string samples nothing after it — no end-of-sequence token — so the consistency
     guard's `stops` check passes on scripted data (the gold-path teacher's SWiRL turns ran one token past it)."""
@@ -181,6 +185,7 @@ def test_a_scripted_reply_ends_on_its_stop_string_as_a_model_would():
     plain = agent.generate([p], SamplingParams())[0]  # no stop strings: the whole reply and the end of sequence
     assert plain.text == "<answer>Pefo</answer> and more" and plain.token_ids[-1] == tok.eos_token_id
 
+
 def test_run_spec_loads_the_policy_a_training_run_saved(tmp_path):
     import toy_envs  # noqa: F401 — registers tests/Upper-v0
 
@@ -189,9 +194,17 @@ def test_run_spec_loads_the_policy_a_training_run_saved(tmp_path):
 
     with pytest.raises(FileNotFoundError, match="no config.yaml"):
         make_agent(f"run:{tmp_path}")
-    cfg = TrainConfig.model_validate({"model": "tiny:chatml", "env": {"id": "tests/Upper-v0"}, "steps": 1,
-                                      "rollout": {"prompts_per_step": 2, "group_size": 2, "max_new_tokens": 4},
-                                      "optim": {"lr": 1e-2}, "eval_tasks": 2, "out_dir": str(tmp_path)})
+    cfg = TrainConfig.model_validate(
+        {
+            "model": "tiny:chatml",
+            "env": {"id": "tests/Upper-v0"},
+            "steps": 1,
+            "rollout": {"prompts_per_step": 2, "group_size": 2, "max_new_tokens": 4},
+            "optim": {"lr": 1e-2},
+            "eval_tasks": 2,
+            "out_dir": str(tmp_path),
+        }
+    )
     trainer = Trainer(cfg)
     before = [p.detach().clone() for p in make_agent("tiny:chatml").model.parameters()]
     with pytest.raises(FileNotFoundError, match="no checkpoint"):
@@ -237,7 +250,6 @@ def test_inverse_transform_draws_follow_the_probabilities_and_the_seed():
     assert 0.7 < float((draw(unnormalized, torch.Generator().manual_seed(0)) == 2).double().mean()) < 0.8
 
 
-
 def test_episodes_with_their_own_seeds_draw_their_tokens_by_the_probabilities():
     """Each episode of a run samples from a generator of its own, seeded from the run's seed and the episode's job
     (rollout/play.sample_seed; a gateway session's call k from ``turnrl.utils.turn_seed(seed, k)``), and its first
@@ -249,8 +261,12 @@ def test_episodes_with_their_own_seeds_draw_their_tokens_by_the_probabilities():
     from turnrl.rollout.play import sample_seed
 
     probs = torch.tensor([[0.45, 0.25, 0.15, 0.1, 0.05]])
-    jobs = [Job(step=step, round=0, task=4 * (step - 1) + task, sample=sample)
-            for step in range(1, 126) for task in range(4) for sample in range(8)]  # 4000 episodes
+    jobs = [
+        Job(step=step, round=0, task=4 * (step - 1) + task, sample=sample)
+        for step in range(1, 126)
+        for task in range(4)
+        for sample in range(8)
+    ]  # 4000 episodes
     picked = []
     for job in jobs:
         seed = turn_seed(sample_seed(0, job), 0)  # the session's first call, as the gateway seeds it
@@ -264,6 +280,7 @@ def test_episodes_with_their_own_seeds_draw_their_tokens_by_the_probabilities():
     alike = float((groups == groups[:, :1]).all(-1).double().mean())
     assert alike < 0.05, alike  # all eight alike by chance: 0.45^8 + … ≈ 0.2 %
 
+
 def test_rows_with_long_contexts_decode_in_a_lane_of_their_own():
     """Short prompts beside a few very long ones (T-PPO's carried answers) decode in separate batches, so no short
     row is padded to a long context; with each row's own random stream every token and log-probability is the same
@@ -276,7 +293,8 @@ def test_rows_with_long_contexts_decode_in_a_lane_of_their_own():
     seeds = list(range(len(prompts)))
     widths = []  # (rows, padded context) of every decode call
     hook = model.register_forward_pre_hook(
-        lambda _, args, kw: widths.append(tuple(kw["attention_mask"].shape)), with_kwargs=True)
+        lambda _, args, kw: widths.append(tuple(kw["attention_mask"].shape)), with_kwargs=True
+    )
     apart = HFAgent(model, tok, batch_size=64).generate(prompts, params, seeds=seeds)
     lanes_widths, widths[:] = list(widths), []
     together = HFAgent(model, tok, batch_size=64, decode_lanes=False).generate(prompts, params, seeds=seeds)
@@ -303,7 +321,9 @@ def test_the_next_lane_joins_once_the_running_one_has_few_rows_left():
     prompts = [torch.randint(5, 400, (n,), generator=g).tolist() for n in lengths]
 
     def rows() -> list:
-        out = [Row(i, p, SamplingParams(temperature=1.0, max_new_tokens=m)) for i, (p, m) in enumerate(zip(prompts, news))]
+        out = [
+            Row(i, p, SamplingParams(temperature=1.0, max_new_tokens=m)) for i, (p, m) in enumerate(zip(prompts, news))
+        ]
         for i, row in enumerate(out):
             row.gen = torch.Generator().manual_seed(100 + i)
         return out
@@ -312,7 +332,8 @@ def test_the_next_lane_joins_once_the_running_one_has_few_rows_left():
     agent.eos_ids = [-1]  # rows end at their max_new_tokens only
     calls = []  # (rows, padded width) of every forward
     hook = model.register_forward_pre_hook(
-        lambda _, args, kw: calls.append(tuple(kw["attention_mask"].shape)), with_kwargs=True)
+        lambda _, args, kw: calls.append(tuple(kw["attention_mask"].shape)), with_kwargs=True
+    )
     with torch.no_grad():
         joined = rows()
         lanes = agent._lanes(joined)
@@ -347,12 +368,19 @@ def test_streamed_requests_decode_in_lanes_that_merge_as_rows_finish():
     agent.eos_ids = [-1]  # rows end at their max_new_tokens only
     calls = []
     hook = model.register_forward_pre_hook(
-        lambda _, args, kw: calls.append(tuple(kw["attention_mask"].shape)), with_kwargs=True)
+        lambda _, args, kw: calls.append(tuple(kw["attention_mask"].shape)), with_kwargs=True
+    )
 
     async def scenario():
-        return await asyncio.wait_for(asyncio.gather(*[
-            agent.agenerate_one(p, SamplingParams(temperature=1.0, max_new_tokens=m), seed=100 + i)
-            for i, (p, m) in enumerate(zip(prompts, news))]), timeout=60)
+        return await asyncio.wait_for(
+            asyncio.gather(
+                *[
+                    agent.agenerate_one(p, SamplingParams(temperature=1.0, max_new_tokens=m), seed=100 + i)
+                    for i, (p, m) in enumerate(zip(prompts, news))
+                ]
+            ),
+            timeout=60,
+        )
 
     streamed = asyncio.run(scenario())
     hook.remove()

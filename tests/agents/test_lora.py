@@ -20,11 +20,17 @@ LEARNING_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_pro
 
 
 def config(tmp_path, steps=3, lora=None, **extra):
-    return TrainConfig(model="tiny:chatml", env={"id": "tests/Upper-v0"},
-                       algorithm={"name": "grpo", **extra.pop("algorithm", {})},
-                       rollout={"prompts_per_step": 4, "group_size": 8, "max_new_tokens": 4},
-                       optim={"lr": 1e-2, "minibatch_size": 16}, steps=steps, eval_tasks=8, out_dir=str(tmp_path),
-                       **{"learner": {"lora": lora if lora is not None else {"r": 4}}, **extra})
+    return TrainConfig(
+        model="tiny:chatml",
+        env={"id": "tests/Upper-v0"},
+        algorithm={"name": "grpo", **extra.pop("algorithm", {})},
+        rollout={"prompts_per_step": 4, "group_size": 8, "max_new_tokens": 4},
+        optim={"lr": 1e-2, "minibatch_size": 16},
+        steps=steps,
+        eval_tasks=8,
+        out_dir=str(tmp_path),
+        **{"learner": {"lora": lora if lora is not None else {"r": 4}}, **extra},
+    )
 
 
 def logits(model, ids=((5, 9, 13, 2, 7, 30),)):
@@ -42,8 +48,11 @@ def untied_tiny():
 
 def test_only_the_adapters_train_and_the_policy_learns(tmp_path, one_thread):
     # seed 1: of seeds 0-3, seed 0's stream of draws stayed near 0.18 for 30 steps; 1, 2 and 3 reach 1.0
-    trainer = Trainer(config(tmp_path, steps=30, lora={"r": 8, "target_modules": LEARNING_TARGETS}, seed=1),
-                      model=untied_tiny(), tokenizer=tiny_tokenizer("chatml"))
+    trainer = Trainer(
+        config(tmp_path, steps=30, lora={"r": 8, "target_modules": LEARNING_TARGETS}, seed=1),
+        model=untied_tiny(),
+        tokenizer=tiny_tokenizer("chatml"),
+    )
     base = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if "lora_" not in n}
     trained = [p for group in trainer.learner.optimizer.param_groups for p in group["params"]]
     assert trained and all(p.requires_grad for p in trained)
@@ -86,8 +95,12 @@ def test_the_checkpoint_holds_the_adapters_and_run_agents_and_merge_give_the_lea
     assert not hasattr(agent.model, "peft_config")
     assert torch.allclose(logits(agent.model), learned, atol=1e-5)
     merged = tmp_path / "merged"
-    result = subprocess.run([sys.executable, "-m", "turnrl", "lora", "merge", str(out), "--out", str(merged)],
-                            capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-m", "turnrl", "lora", "merge", str(out), "--out", str(merged)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert torch.allclose(logits(make_agent(str(merged), batch_size=1).model), learned, atol=1e-5)
     again = Trainer(config(out, steps=4))  # resumes: the adapters and their optimizer state come back
@@ -137,12 +150,30 @@ def test_offline_objectives_train_the_adapters_alone(tmp_path, one_thread, algo)
 
     tok = tiny_tokenizer("chatml")
     data = tmp_path / "data.parquet"
-    rollout_dataset(HFAgent(tiny_model(tok, seed=3), tok), "tiny:chatml", "tests/Upper-v0", out=data, tasks=4,
-                    samples=4, params=SamplingParams(temperature=1.0, max_new_tokens=6))
-    trainer = Trainer(TrainConfig.model_validate({
-        "model": "tiny:chatml", "env": {"id": "tests/Upper-v0"}, "algorithm": algo, "steps": 2, "eval_tasks": 2,
-        "data": {"path": str(data), "batch_size": 8}, "optim": {"lr": 5e-3, "minibatch_size": 4},
-        "learner": {"lora": {"r": 4}}, "out_dir": str(tmp_path / "run")}))
+    rollout_dataset(
+        HFAgent(tiny_model(tok, seed=3), tok),
+        "tiny:chatml",
+        "tests/Upper-v0",
+        out=data,
+        tasks=4,
+        samples=4,
+        params=SamplingParams(temperature=1.0, max_new_tokens=6),
+    )
+    trainer = Trainer(
+        TrainConfig.model_validate(
+            {
+                "model": "tiny:chatml",
+                "env": {"id": "tests/Upper-v0"},
+                "algorithm": algo,
+                "steps": 2,
+                "eval_tasks": 2,
+                "data": {"path": str(data), "batch_size": 8},
+                "optim": {"lr": 5e-3, "minibatch_size": 4},
+                "learner": {"lora": {"r": 4}},
+                "out_dir": str(tmp_path / "run"),
+            }
+        )
+    )
     base = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if "lora_" not in n}
     adapters = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if "lora_" in n}
     try:
@@ -170,8 +201,17 @@ def test_bad_lora_settings_are_one_clear_error(tmp_path):
     with pytest.raises(ValueError, match="lm_head shares its weight with the input embeddings"):
         apply_lora(tiny_model(tiny_tokenizer("chatml")), {"target_modules": ["q_proj", "lm_head"]})
     with pytest.raises(ValueError, match="learner.lora sends rollout workers the adapters alone"):
-        TrainConfig(model="tiny:chatml", env={"id": "tests/Upper-v0"}, placement="ray", ray={"rollout_backend": "vllm"},
-                    learner={"lora": {"r": 4}, "backend": "deepspeed", "weight_sync": "nccl"})
-    result = subprocess.run([sys.executable, "-m", "turnrl", "lora", "merge", str(tmp_path), "--out",
-                             str(tmp_path / "m")], capture_output=True, text=True, timeout=120)
+        TrainConfig(
+            model="tiny:chatml",
+            env={"id": "tests/Upper-v0"},
+            placement="ray",
+            ray={"rollout_backend": "vllm"},
+            learner={"lora": {"r": 4}, "backend": "deepspeed", "weight_sync": "nccl"},
+        )
+    result = subprocess.run(
+        [sys.executable, "-m", "turnrl", "lora", "merge", str(tmp_path), "--out", str(tmp_path / "m")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 2 and "no checkpoint.pt there" in result.stdout + result.stderr

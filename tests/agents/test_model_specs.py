@@ -30,8 +30,10 @@ def _online_env(**extra: str) -> dict[str, str]:
 
 def test_a_misspelled_builtin_name_fails_at_once_with_a_suggestion():
     """Before: transformers retried the hub for ~60 s, then said it could not connect, with no hint of the typo."""
-    code = ("import time; from turnrl.agents import make_agent\nt = time.monotonic()\ntry:\n"
-            "    make_agent('smollm2-135m-instruc')\nexcept OSError as e:\n    print(f'{time.monotonic() - t:.2f}', e)")
+    code = (
+        "import time; from turnrl.agents import make_agent\nt = time.monotonic()\ntry:\n"
+        "    make_agent('smollm2-135m-instruc')\nexcept OSError as e:\n    print(f'{time.monotonic() - t:.2f}', e)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=_online_env())
     assert out.returncode == 0, out.stderr
     seconds, message = out.stdout.split(" ", 1)
@@ -40,8 +42,18 @@ def test_a_misspelled_builtin_name_fails_at_once_with_a_suggestion():
 
 
 def test_the_cli_answers_a_misspelled_agent_with_the_suggestion_and_exit_2():
-    cmd = [sys.executable, "-m", "turnrl", "eval", "--env", "turnrl/Arithmetic-v0", "--agent", "smollm2-135m-instruc",
-           "--limit", "1"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "turnrl",
+        "eval",
+        "--env",
+        "turnrl/Arithmetic-v0",
+        "--agent",
+        "smollm2-135m-instruc",
+        "--limit",
+        "1",
+    ]
     start = time.monotonic()
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=_online_env())
     assert out.returncode == 2, out.stdout + out.stderr
@@ -51,9 +63,11 @@ def test_the_cli_answers_a_misspelled_agent_with_the_suggestion_and_exit_2():
 
 
 def test_a_hub_id_with_an_unreachable_hub_fails_fast_and_says_how_to_use_a_local_path(tmp_path):
-    code = ("import time; from turnrl.agents.models import resolve_model_path\nt = time.monotonic()\ntry:\n"
-            "    resolve_model_path('some-org/some-model')\nexcept OSError as e:\n"
-            "    print(f'{time.monotonic() - t:.2f}', e)")
+    code = (
+        "import time; from turnrl.agents.models import resolve_model_path\nt = time.monotonic()\ntry:\n"
+        "    resolve_model_path('some-org/some-model')\nexcept OSError as e:\n"
+        "    print(f'{time.monotonic() - t:.2f}', e)"
+    )
     env = _online_env(HF_HUB_CACHE=str(tmp_path / "hub"))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
     seconds, message = out.stdout.split(" ", 1)
@@ -82,8 +96,10 @@ def test_a_hub_id_in_the_local_hub_cache_loads_from_there_when_the_hub_is_unreac
 
 def test_offline_hub_id_not_cached_names_the_setting(tmp_path):
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(tmp_path)}
-    code = ("from turnrl.agents.models import resolve_model_path\ntry:\n    resolve_model_path('some-org/some-model')\n"
-            "except OSError as e:\n    print(e)")
+    code = (
+        "from turnrl.agents.models import resolve_model_path\ntry:\n    resolve_model_path('some-org/some-model')\n"
+        "except OSError as e:\n    print(e)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
     assert "HF_HUB_OFFLINE is set" in out.stdout and "some-org/some-model" in out.stdout
 
@@ -96,11 +112,14 @@ def test_local_paths_resolve_first(tmp_path, monkeypatch):
     assert resolve_model_path("org/name") == "org/name"
 
 
-@pytest.mark.parametrize("spec, words", [
-    ("./no/such/folder", "no such file or folder"),
-    ("gpt-two", "not a Hugging Face hub id (OWNER/NAME"),
-    ("hf:SMOLLM2-135M-instruct", "did you mean 'smollm2-135m-instruct'"),
-])
+@pytest.mark.parametrize(
+    "spec, words",
+    [
+        ("./no/such/folder", "no such file or folder"),
+        ("gpt-two", "not a Hugging Face hub id (OWNER/NAME"),
+        ("hf:SMOLLM2-135M-instruct", "did you mean 'smollm2-135m-instruct'"),
+    ],
+)
 def test_a_spec_that_is_no_path_no_builtin_and_no_hub_id_is_one_clear_error(spec, words):
     with pytest.raises(ModelNotFoundError, match="unknown model") as info:
         make_agent(spec)

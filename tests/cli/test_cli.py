@@ -32,7 +32,8 @@ def test_envs_check_passes_and_reports_bad_input():
 def test_play_reads_turns_from_stdin():
     turns = "<calculator>40 + 2</calculator>\nso it is \\\n\\boxed{42}\n"
     result = runner.invoke(
-        app, ["play", "turnrl/Arithmetic-v0", "-k", "calculator=true", "-k", "tool_style=tags", "--index", "0"],
+        app,
+        ["play", "turnrl/Arithmetic-v0", "-k", "calculator=true", "-k", "tool_style=tags", "--index", "0"],
         input=turns,
     )
     assert result.exit_code == 0, result.output
@@ -48,11 +49,19 @@ def test_play_oracle_and_quit():
 
 
 def test_parse_kwargs():
-    assert parse_kwargs(["a=3", "b=true", "c=[1, 2]", "d=text", "e="]) == {"a": 3, "b": True, "c": [1, 2], "d": "text", "e": ""}
+    assert parse_kwargs(["a=3", "b=true", "c=[1, 2]", "d=text", "e="]) == {
+        "a": 3,
+        "b": True,
+        "c": [1, 2],
+        "d": "text",
+        "e": "",
+    }
 
 
 def test_quickstart_command_runs_as_installed():
-    result = subprocess.run([sys.executable, "-m", "turnrl", "quickstart", "--no-model"], capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "turnrl", "quickstart", "--no-model"], capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "scripted episodes OK" in result.stdout and "total reward 3 over 3 turn(s)" in result.stdout
 
@@ -66,8 +75,13 @@ def test_example_env_script():
 
 
 def test_quickstart_trains_a_model(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "turnrl", "quickstart", "--model", "tiny:chatml", "--steps", "2",
-                             "--eval-tasks", "4"], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    result = subprocess.run(
+        [sys.executable, "-m", "turnrl", "quickstart", "--model", "tiny:chatml", "--steps", "2", "--eval-tasks", "4"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "held-out success before training" in result.stdout and "step 2/2" in result.stdout
     assert "after 2 GRPO steps" in result.stdout
@@ -99,8 +113,9 @@ def test_every_shipped_config_validates_and_names_a_registered_env():
         assert cfg.out_dir == f"runs/{path.stem}", path
         if cfg.multi_agent is not None:  # a game: its held-out split is another than the one it trains on
             game = make_multi_agent(cfg.env.id, **cfg.env.kwargs)
-            held = make_multi_agent(cfg.env.id, **{**cfg.env.kwargs, "split": game.held_out_split,
-                                                   **(cfg.env.eval_kwargs or {})})
+            held = make_multi_agent(
+                cfg.env.id, **{**cfg.env.kwargs, "split": game.held_out_split, **(cfg.env.eval_kwargs or {})}
+            )
             assert game.held_out_split is not None and held.split != game.split, path
             continue
         train = turnrl.make(cfg.env.id, **cfg.env.kwargs)
@@ -110,8 +125,9 @@ def test_every_shipped_config_validates_and_names_a_registered_env():
         assert cfg.out_dir == f"runs/{path.stem}", path
     held, train = (turnrl.make("turnrl/Arithmetic-v0", split=s) for s in ("test", "train"))
     assert check_held_out("a", train, held, 64) is None
-    assert "no held-out split here" in check_held_out("a", train, turnrl.make("turnrl/Arithmetic-v0", split="train",
-                                                                              retry=True), 4)
+    assert "no held-out split here" in check_held_out(
+        "a", train, turnrl.make("turnrl/Arithmetic-v0", split="train", retry=True), 4
+    )
 
 
 def test_serve_command_answers_on_127_0_0_1():
@@ -122,8 +138,13 @@ def test_serve_command_answers_on_127_0_0_1():
     import urllib.request
 
     cmd = [sys.executable, "-m", "turnrl", "serve", "--agent", "tiny:chatml", "--name", "tiny", "--port", "0"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1", "COLUMNS": "200"})
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1", "COLUMNS": "200"},
+    )
     try:
         line = proc.stdout.readline()
         url = re.search(r"at (http://127\.0\.0\.1:\d+)", line)
@@ -162,13 +183,16 @@ def test_an_env_constructor_that_raises_is_one_line_with_its_place(tmp_path, mon
     (tmp_path / "raising_env_mod.py").write_text(
         "import turnrl\nfrom turnrl.envs import TextEnv\n\n\nclass Boom(TextEnv):\n    def __init__(self):\n"
         "        raise RuntimeError('the catalog file is missing')\n\n\n"
-        "turnrl.register('clitest/Boom-v0', 'raising_env_mod:Boom')\n")
+        "turnrl.register('clitest/Boom-v0', 'raising_env_mod:Boom')\n"
+    )
     try:
         for args in (["envs", "check", "raising_env_mod:clitest/Boom-v0"], ["play", "raising_env_mod:clitest/Boom-v0"]):
             result = runner.invoke(app, args)
             assert result.exit_code == 2
-            assert result.output == ("error: making raising_env_mod:clitest/Boom-v0 raised RuntimeError: the catalog "
-                                     "file is missing (raising_env_mod.py:7)\n")
+            assert result.output == (
+                "error: making raising_env_mod:clitest/Boom-v0 raised RuntimeError: the catalog "
+                "file is missing (raising_env_mod.py:7)\n"
+            )
     finally:
         del gym.registry["clitest/Boom-v0"]
         registry._REGISTERED.pop("clitest/Boom-v0")

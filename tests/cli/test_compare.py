@@ -125,8 +125,9 @@ def test_compare_joins_old_folders_by_task_id_and_says_so(folders, tmp_path):
     old = tmp_path / "old"
     shutil.copytree(folders / "a", old)
     rows = [json.loads(x) for x in (old / "items.jsonl").read_text().splitlines()]
-    (old / "items.jsonl").write_text("".join(json.dumps({k: v for k, v in r.items() if k != "item"}) + "\n"
-                                             for r in rows))
+    (old / "items.jsonl").write_text(
+        "".join(json.dumps({k: v for k, v in r.items() if k != "item"}) + "\n" for r in rows)
+    )
     old_b = tmp_path / "old_b"
     shutil.copytree(old, old_b)
     figures, output = compare_json(tmp_path, old, old_b)  # two old folders: joined by task id, and said
@@ -157,20 +158,25 @@ def test_turnrl_train_prints_each_evaluation_with_its_interval_and_the_gain_pair
     """A real `turnrl train` (tiny model, one step): each held-out line carries the 95 % interval and the number of
     distinct items, metrics.jsonl records them, and the last line is the gain paired item by item, as compare says."""
     config = tmp_path / "c.yaml"
-    config.write_text("model: tiny:chatml\nenv: {id: turnrl/Arithmetic-v0, kwargs: {level: 1}}\n"
-                      "rollout: {prompts_per_step: 2, group_size: 2, max_new_tokens: 4}\noptim: {minibatch_size: 4}\n"
-                      f"steps: 1\neval_tasks: 5\nout_dir: {tmp_path / 'run'}\n")
+    config.write_text(
+        "model: tiny:chatml\nenv: {id: turnrl/Arithmetic-v0, kwargs: {level: 1}}\n"
+        "rollout: {prompts_per_step: 2, group_size: 2, max_new_tokens: 4}\noptim: {minibatch_size: 4}\n"
+        f"steps: 1\neval_tasks: 5\nout_dir: {tmp_path / 'run'}\n"
+    )
     result = CliRunner().invoke(app, ["train", str(config)], env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
     first = json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[0])
     assert first["eval_items"] == 5 and first["eval_success_low"] <= first["eval_success"] <= first["eval_success_high"]
     assert f"[{first['eval_success_low']:.3f}, {first['eval_success_high']:.3f}] of 5" in result.output
-    pair = CliRunner().invoke(app, ["compare", f"{tmp_path / 'run'}@0", str(tmp_path / "run"), "--json",
-                                    str(tmp_path / "c.json")])
+    pair = CliRunner().invoke(
+        app, ["compare", f"{tmp_path / 'run'}@0", str(tmp_path / "run"), "--json", str(tmp_path / "c.json")]
+    )
     assert pair.exit_code == 0, pair.output
     figures = json.loads((tmp_path / "c.json").read_text())["pairs"][0]
-    assert (f"gain {100 * figures['diff']:+.1f} points, 95 % interval [{100 * figures['low']:+.1f}, "
-            f"{100 * figures['high']:+.1f}] over 5 distinct items") in result.output
+    assert (
+        f"gain {100 * figures['diff']:+.1f} points, 95 % interval [{100 * figures['low']:+.1f}, "
+        f"{100 * figures['high']:+.1f}] over 5 distinct items"
+    ) in result.output
 
 
 def test_a_training_run_at_best_is_read_at_the_step_its_validation_figure_chose(folders, tmp_path):
@@ -178,8 +184,11 @@ def test_a_training_run_at_best_is_read_at_the_step_its_validation_figure_chose(
     run = tmp_path / "run"
     for step in (0, 2, 4):
         shutil.copytree(folders / ("b" if step == 2 else "a"), run / "eval" / f"step-{step}")
-    rows = [{"step": 0, "val_success": 0.2, "eval_success": 0.9}, {"step": 2, "val_success": 0.6, "eval_success": 0.1},
-            {"step": 4, "val_success": 0.6, "eval_success": 0.95}]
+    rows = [
+        {"step": 0, "val_success": 0.2, "eval_success": 0.9},
+        {"step": 2, "val_success": 0.6, "eval_success": 0.1},
+        {"step": 4, "val_success": 0.6, "eval_success": 0.95},
+    ]
     (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     figures, _ = compare_json(tmp_path, f"{run}@0", f"{run}@best")
     assert figures["pairs"][0]["b"].endswith("step-2")  # validation's choice, not test's best (step 4)
@@ -195,7 +204,8 @@ def test_compare_takes_one_value_and_a_list_of_it_as_the_same_setting():
     assert not same_setting(1, [1, 2]) and not same_setting(1, 2) and not same_setting([1], [2])
     assert protocol_differences({"env_kwargs.level": 1}, {"env_kwargs.level": [1]}) == []
     assert protocol_differences({"env_kwargs.level": 1}, {"env_kwargs.level": [1, 2]}) == [
-        "env_kwargs.level (1 in A, [1, 2] in B)"]
+        "env_kwargs.level (1 in A, [1, 2] in B)"
+    ]
 
 
 def test_compare_notes_evaluations_by_different_code(folders, tmp_path):

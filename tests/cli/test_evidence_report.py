@@ -28,17 +28,26 @@ def pag_episode(env, index: int, first_right: bool, verdict: str, revise_right: 
     turns.append(info)
     if not terminated and not truncated:  # revised
         turns.append(env.step(env.oracle_action() if revise_right else env.wrong_action())[4])
-    return {"task_id": env.task.id, "item": env.task.metadata["canonical"], "turns": [{"info": i} for i in turns],
-            "correct": bool(turns[-1]["correct"])}
+    return {
+        "task_id": env.task.id,
+        "item": env.task.metadata["canonical"],
+        "turns": [{"info": i} for i in turns],
+        "correct": bool(turns[-1]["correct"]),
+    }
 
 
 def write_eval(folder: Path, episodes: list[dict]) -> None:
     folder.mkdir(parents=True)
-    (folder / "items.jsonl").write_text("".join(json.dumps({"index": i, "sample": 0, "task_id": e["task_id"],
-                                                            "item": e["item"], "correct": e["correct"]}) + "\n"
-                                                for i, e in enumerate(episodes)))
-    (folder / "trajectories.jsonl").write_text("".join(
-        json.dumps({"task_id": e["task_id"], "turns": e["turns"]}) + "\n" for e in reversed(episodes)))
+    (folder / "items.jsonl").write_text(
+        "".join(
+            json.dumps({"index": i, "sample": 0, "task_id": e["task_id"], "item": e["item"], "correct": e["correct"]})
+            + "\n"
+            for i, e in enumerate(episodes)
+        )
+    )
+    (folder / "trajectories.jsonl").write_text(
+        "".join(json.dumps({"task_id": e["task_id"], "turns": e["turns"]}) + "\n" for e in reversed(episodes))
+    )
     (folder / "run.json").write_text(json.dumps({"settings": {"env_id": "turnrl/Arithmetic-PAG-v0", "samples": 1}}))
 
 
@@ -79,11 +88,13 @@ def test_a_pag_run_is_read_at_its_validation_step_with_the_environments_own_figu
     start = [pag_episode(env, i, i < 10, "correct", False) for i in range(30)]
     # step 2: right first answers on 0-11; the verifier says "correct" on 0-8 and "wrong" on 9-11 (revised right),
     # "wrong" on 12-25 (revised right on 12-20, wrong on 21-25), "correct" on 26-27, unparseable on 28-29
-    chosen = ([pag_episode(env, i, True, "correct", False) for i in range(9)]
-              + [pag_episode(env, i, True, "wrong", True) for i in range(9, 12)]
-              + [pag_episode(env, i, False, "wrong", i <= 20) for i in range(12, 26)]
-              + [pag_episode(env, i, False, "correct", False) for i in range(26, 28)]
-              + [pag_episode(env, i, False, "none", False) for i in range(28, 30)])
+    chosen = (
+        [pag_episode(env, i, True, "correct", False) for i in range(9)]
+        + [pag_episode(env, i, True, "wrong", True) for i in range(9, 12)]
+        + [pag_episode(env, i, False, "wrong", i <= 20) for i in range(12, 26)]
+        + [pag_episode(env, i, False, "correct", False) for i in range(26, 28)]
+        + [pag_episode(env, i, False, "none", False) for i in range(28, 30)]
+    )
     late = [pag_episode(env, i, False, "wrong", True) for i in range(30)]  # step 4: test best, validation worse
     for seed in (0, 1):
         write_run(tmp_path / f"pag-s{seed}", 4, {0: start, 2: chosen, 4: late}, validation={0: 0.3, 2: 0.6, 4: 0.5})
@@ -93,8 +104,9 @@ def test_a_pag_run_is_read_at_its_validation_step_with_the_environments_own_figu
     kept.with_suffix(".jsonl.gz").write_bytes(gzip.compress(kept.read_bytes()))
     kept.unlink()
     assert report.pag_items(kept.parent) == items
-    own = pag_summary(env_episode(SimpleNamespace(turns=[SimpleNamespace(info=t["info"]) for t in e["turns"]]))
-                      for e in chosen)  # the environment's own figures of the same episodes
+    own = pag_summary(
+        env_episode(SimpleNamespace(turns=[SimpleNamespace(info=t["info"]) for t in e["turns"]])) for e in chosen
+    )  # the environment's own figures of the same episodes
     v = report.balanced(items)
     assert v["value"] == pytest.approx(own["pag_verifier_balanced_acc"]) == pytest.approx((9 / 12 + 14 / 18) / 2)
     assert v["on_right"] == pytest.approx(9 / 12) and v["on_wrong"] == pytest.approx(14 / 18)
@@ -137,8 +149,11 @@ def test_arms_at_a_fixed_step_and_the_gateways_unseen_problems(env, tmp_path):
     seen = frozenset(k for k in keys if k in report.GATEWAY_SEEN)
     assert seen  # today's test problems 6, 9 and 10 were among the old ones
     for seed in (0, 1):
-        write_run(tmp_path / f"gateway-s{seed}", 20, {0: [arith(i, False) for i in range(20)],
-                                                       20: [arith(i, keys[i] not in seen) for i in range(20)]})
+        write_run(
+            tmp_path / f"gateway-s{seed}",
+            20,
+            {0: [arith(i, False) for i in range(20)], 20: [arith(i, keys[i] not in seen) for i in range(20)]},
+        )
     table = "\n".join(report.subset_table(tmp_path, "gateway", report.GATEWAY_SEEN, "unseen"))
     unseen = 20 - len(seen)
     assert f"| 0, not seen | {unseen} | 0.0 % | 100.0 % | +100.0 |" in table
@@ -148,13 +163,17 @@ def test_arms_at_a_fixed_step_and_the_gateways_unseen_problems(env, tmp_path):
 def test_an_sdk_examples_gain_is_held_to_its_preregistered_bar(env, tmp_path):
     """Issue 81's SDK examples claim at least +10 points over three seeds: the pooled interval's lower end decides,
     and only once all three seeds are finished."""
+
     def arith(i: int, right: bool) -> dict:
         return pag_episode(env, i, right, "correct", False)
 
     def runs(arm: str, gained: int, seeds=(0, 1, 2)) -> None:  # problems 0-19: none right at step 0, `gained` at 20
         for seed in seeds:
-            write_run(tmp_path / f"{arm}-s{seed}", 20, {0: [arith(i, False) for i in range(20)],
-                                                       20: [arith(i, i < gained) for i in range(20)]})
+            write_run(
+                tmp_path / f"{arm}-s{seed}",
+                20,
+                {0: [arith(i, False) for i in range(20)], 20: [arith(i, i < gained) for i in range(20)]},
+            )
 
     runs("anthropic-sdk", 12)  # +60 points on every seed
     runs("agents-sdk-responses", 3)  # +15 points: above the bar on average, not with its interval

@@ -40,8 +40,9 @@ def scripted_episodes(tok, n, *, wrong_every=2):
 
     agent = ScriptedAgent(tok, policy)
     envs = [turnrl.make("turnrl/Arithmetic-v0", **ENV_KW) for _ in range(n)]
-    return Rollout(agent, SamplingParams(max_new_tokens=64)).run(envs, seeds=list(range(n)),
-                                                                group_ids=[str(i // 4) for i in range(n)])
+    return Rollout(agent, SamplingParams(max_new_tokens=64)).run(
+        envs, seeds=list(range(n)), group_ids=[str(i // 4) for i in range(n)]
+    )
 
 
 def as_training(trajs, step):
@@ -55,8 +56,14 @@ def as_training(trajs, step):
         adv = [(1.0 if t.correct else -1.0) if m else 0.0 for m in t.loss_mask]
         learner = list(logp)
         learner[gen[2]] = logp[gen[2]] - 1.5  # stale weights on one token
-        out.append(t.model_copy(update={"logprobs": logp, "metadata": {
-            **t.metadata, "step": step, "advantages": adv, "learner_logprobs": learner}}))
+        out.append(
+            t.model_copy(
+                update={
+                    "logprobs": logp,
+                    "metadata": {**t.metadata, "step": step, "advantages": adv, "learner_logprobs": learner},
+                }
+            )
+        )
         assert len(adv) == len(learner) == n
     return out
 
@@ -83,7 +90,9 @@ def server(run_dir):
 def test_discovers_eval_and_training_files_with_their_steps(run_dir, tmp_path):
     sources = discover(run_dir)
     assert [(s.kind, s.step, s.path.name) for s in sources] == [
-        ("eval", 0, "trajectories.jsonl"), ("train", 1, "trajectories-step-1.jsonl")]
+        ("eval", 0, "trajectories.jsonl"),
+        ("train", 1, "trajectories-step-1.jsonl"),
+    ]
     assert [s.kind for s in discover(run_dir / "eval")] == ["eval"]
     with pytest.raises(FileNotFoundError, match="does not exist"):
         discover(tmp_path / "nothing-here")
@@ -155,21 +164,35 @@ def test_api(server, run_dir):
 
 # ---- the page in a real browser ----
 
+
 def _browser():
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     driver = shutil.which("chromedriver")
     if not (chromium and driver):
-        pytest.skip("no headless browser here: scripts/setup.sh installs Debian's chromium and chromium-driver "
-                    "(needs root and apt-get)")
+        pytest.skip(
+            "no headless browser here: scripts/setup.sh installs Debian's chromium and chromium-driver "
+            "(needs root and apt-get)"
+        )
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
     options = webdriver.ChromeOptions()
     options.binary_location = chromium
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                 "--disable-default-apps", "--disable-extensions", "--no-first-run", "--metrics-recording-only",
-                 "--disable-features=Translate,OptimizationHints,MediaRouter", "--window-size=1500,1000"):
+    for flag in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--disable-default-apps",
+        "--disable-extensions",
+        "--no-first-run",
+        "--metrics-recording-only",
+        "--disable-features=Translate,OptimizationHints,MediaRouter",
+        "--window-size=1500,1000",
+    ):
         options.add_argument(flag)
     return webdriver.Chrome(service=Service(executable_path=driver), options=options)
 
@@ -187,7 +210,8 @@ def _wait(driver, predicate, timeout=15, what="condition"):
     from selenium.webdriver.support.ui import WebDriverWait
 
     return WebDriverWait(driver, timeout, ignored_exceptions=(StaleElementReferenceException,)).until(
-        lambda d: predicate(d), message=f"timed out waiting for {what}")
+        lambda d: predicate(d), message=f"timed out waiting for {what}"
+    )
 
 
 def test_page_filters_opens_an_episode_and_shows_trained_tokens_differently(server, browser, run_dir, tmp_path):
@@ -244,14 +268,20 @@ def test_page_filters_opens_an_episode_and_shows_trained_tokens_differently(serv
 
     # advantage and drift colouring
     Select(browser.find_element(By.ID, "color-mode")).select_by_value("advantage")
-    _wait(browser, lambda d: "rgba(" in (d.find_element(By.CSS_SELECTOR, ".pane .tok.gen").get_attribute("style") or ""),
-          what="advantage colours")
+    _wait(
+        browser,
+        lambda d: "rgba(" in (d.find_element(By.CSS_SELECTOR, ".pane .tok.gen").get_attribute("style") or ""),
+        what="advantage colours",
+    )
     colour = browser.find_element(By.CSS_SELECTOR, ".pane .tok.gen").get_attribute("style")
     assert ("22, 163, 74" in colour or "22,163,74" in colour) == bool(target.correct)
     Select(browser.find_element(By.ID, "color-mode")).select_by_value("drift")
     gens = [i for i, m in enumerate(target.loss_mask) if m]
-    _wait(browser, lambda d: "147" in (d.find_element(By.CSS_SELECTOR, ".pane .tok.gen").get_attribute("style") or ""),
-          what="drift colours")
+    _wait(
+        browser,
+        lambda d: "147" in (d.find_element(By.CSS_SELECTOR, ".pane .tok.gen").get_attribute("style") or ""),
+        what="drift colours",
+    )
 
     def alpha(i):  # the purple's opacity on token i (Chrome writes rgba(…, 1) as rgb(…))
         style = browser.find_element(By.CSS_SELECTOR, f'.pane .tok[data-i="{i}"]').get_attribute("style")
@@ -275,9 +305,25 @@ def test_page_filters_opens_an_episode_and_shows_trained_tokens_differently(serv
 
 def test_cli_serves_and_stops_by_itself(run_dir):
     port_line = re.compile(r"open (http://127\.0\.0\.1:\d+/)")
-    proc = subprocess.Popen([sys.executable, "-m", "turnrl", "view", str(run_dir), "--port", "0", "--stop-after", "60",
-                             "--tokenizer", "tiny:chatml"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env={**os.environ, "COLUMNS": "200"})
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "turnrl",
+            "view",
+            str(run_dir),
+            "--port",
+            "0",
+            "--stop-after",
+            "60",
+            "--tokenizer",
+            "tiny:chatml",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "COLUMNS": "200"},
+    )
     try:
         line = ""
         deadline = time.monotonic() + 60
@@ -294,8 +340,9 @@ def test_cli_serves_and_stops_by_itself(run_dir):
     finally:
         proc.terminate()
         proc.wait(10)
-    missing = subprocess.run([sys.executable, "-m", "turnrl", "view", str(run_dir / "nope")], capture_output=True,
-                             text=True, timeout=60)
+    missing = subprocess.run(
+        [sys.executable, "-m", "turnrl", "view", str(run_dir / "nope")], capture_output=True, text=True, timeout=60
+    )
     assert missing.returncode == 2 and "does not exist" in missing.stdout
 
 
@@ -321,17 +368,34 @@ def segmented_episode(tok):
         mask.extend([m] * (len(ids) - s))
         return s, len(ids)
 
-    for k, (question, answer) in enumerate([("What is 2 + 3?", "Let me add."), ("Summary: adding 2 and 3.", "It is 5"),
-                                            ("Answer now.", "\\boxed{5}")]):
+    for k, (question, answer) in enumerate(
+        [("What is 2 + 3?", "Let me add."), ("Summary: adding 2 and 3.", "It is 5"), ("Answer now.", "\\boxed{5}")]
+    ):
         starts.append(len(ids))
         add(f"<|im_start|>user\n{question}<|im_end|>\n<|im_start|>assistant\n", 0)
         span = add(f"{answer}<|im_end|>", 1)
-        turns.append(Turn(index=k, action=Message(role="assistant", content=answer), token_span=span,
-                          info={"segment": k}, reward=1.0 if k == 2 else 0.0))
-    return Trajectory(id="rewritten", env_id="gateway", task_id="rewritten-task",
-                      prompt=[Message(role="user", content="What is 2 + 3?")], turns=turns, token_ids=ids,
-                      loss_mask=mask, logprobs=[-0.1 * m for m in mask], segments=starts, terminated=True,
-                      metadata={"segment_reasons": ["history rewritten: 2 messages dropped"]})
+        turns.append(
+            Turn(
+                index=k,
+                action=Message(role="assistant", content=answer),
+                token_span=span,
+                info={"segment": k},
+                reward=1.0 if k == 2 else 0.0,
+            )
+        )
+    return Trajectory(
+        id="rewritten",
+        env_id="gateway",
+        task_id="rewritten-task",
+        prompt=[Message(role="user", content="What is 2 + 3?")],
+        turns=turns,
+        token_ids=ids,
+        loss_mask=mask,
+        logprobs=[-0.1 * m for m in mask],
+        segments=starts,
+        terminated=True,
+        metadata={"segment_reasons": ["history rewritten: 2 messages dropped"]},
+    )
 
 
 def test_page_marks_where_the_history_was_rewritten(browser, tmp_path):
@@ -347,13 +411,16 @@ def test_page_marks_where_the_history_was_rewritten(browser, tmp_path):
         assert [t["segment"] for t in ep["turns"]] == [0, 1, 2]
         assert ep["contexts"] == [
             {"index": 1, "start": traj.segments[1], "reason": "history rewritten: 2 messages dropped"},
-            {"index": 2, "start": traj.segments[2], "reason": "new context segment"}]
+            {"index": 2, "start": traj.segments[2], "reason": "new context segment"},
+        ]
         browser.get(server.url + "#e=0&tab=chat")
         _wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, ".pane .segment-divider"), what="the dividers")
         chat = browser.find_element(By.CSS_SELECTOR, ".pane .chat")
         dividers = chat.find_elements(By.CSS_SELECTOR, ".segment-divider")
-        assert [d.text for d in dividers] == ["new context 2: history rewritten: 2 messages dropped",
-                                              "new context 3: new context segment"]
+        assert [d.text for d in dividers] == [
+            "new context 2: history rewritten: 2 messages dropped",
+            "new context 3: new context segment",
+        ]
         assert all(d.is_displayed() and d.size["height"] > 0 for d in dividers)
         # each divider sits right before the first turn of its segment
         order = [el.get_attribute("class") or "" for el in chat.find_elements(By.XPATH, "./*")]
@@ -369,8 +436,9 @@ def test_page_marks_where_the_history_was_rewritten(browser, tmp_path):
         assert [int(a.get_attribute("data-i")) for a in after] == traj.segments[1:]
         assert "history rewritten: 2 messages dropped" in marks[0].text and "new context segment" in marks[1].text
     # a plain episode: one context, no dividers
-    plain = traj.model_copy(update={"segments": None, "metadata": {},
-                                    "turns": [t.model_copy(update={"info": {}}) for t in traj.turns]})
+    plain = traj.model_copy(
+        update={"segments": None, "metadata": {}, "turns": [t.model_copy(update={"info": {}}) for t in traj.turns]}
+    )
     payload = episode_payload(plain, TokenTexts(None), {})
     assert payload["contexts"] == [] and [t["segment"] for t in payload["turns"]] == [0, 0, 0]
     # without info["segment"], a turn's segment comes from its token span
@@ -391,10 +459,12 @@ def test_every_episode_says_which_run_it_came_from(run_dir, tmp_path, browser):
     shutil.copytree(run_dir / "train", runs / "loose" / "deep")
     index = EpisodeIndex.open(runs, background=False)
     by_source = {r["source"]: r["run"] for r in index.rows}
-    assert by_source == {"grpo-a/eval/step-0/trajectories.jsonl": "grpo-a",
-                         "grpo-a/train/trajectories-step-1.jsonl": "grpo-a",
-                         "evals/gsm8k/trajectories.jsonl": "evals/gsm8k",
-                         "loose/deep/trajectories-step-1.jsonl": "loose"}
+    assert by_source == {
+        "grpo-a/eval/step-0/trajectories.jsonl": "grpo-a",
+        "grpo-a/train/trajectories-step-1.jsonl": "grpo-a",
+        "evals/gsm8k/trajectories.jsonl": "evals/gsm8k",
+        "loose/deep/trajectories-step-1.jsonl": "loose",
+    }
     assert index.facets()["runs"] == ["evals/gsm8k", "grpo-a", "loose"]
     assert index.query({"run": "grpo-a"})["total"] == 16 and index.query({"run": "loose"})["total"] == 8
     assert {r["run"] for r in EpisodeIndex.open(run_dir, background=False).rows} == {run_dir.name}  # one run
@@ -421,11 +491,13 @@ def test_a_mixtures_members_are_a_facet_and_a_filter(tmp_path, browser):
 
     tok = tiny_tokenizer("chatml")
     agent = ScriptedAgent(tok, lambda prompt: "The answer is \\boxed{1}.")
-    members = [{"id": "turnrl/Arithmetic-v0", "kwargs": {"level": k, "size": 20}, "name": f"arith-l{k}"}
-               for k in (1, 3)]
+    members = [
+        {"id": "turnrl/Arithmetic-v0", "kwargs": {"level": k, "size": 20}, "name": f"arith-l{k}"} for k in (1, 3)
+    ]
     envs = [turnrl.make("turnrl/Mixture-v0", envs=members) for _ in range(6)]
-    trajs = Rollout(agent, SamplingParams(max_new_tokens=16)).run(envs, seeds=list(range(6)),
-                                                                  options=[{"index": i} for i in range(6)])
+    trajs = Rollout(agent, SamplingParams(max_new_tokens=16)).run(
+        envs, seeds=list(range(6)), options=[{"index": i} for i in range(6)]
+    )
     write_jsonl(trajs, tmp_path / "mix" / "train" / "trajectories-step-1.jsonl")
     write_jsonl(scripted_episodes(tok, 2), tmp_path / "plain" / "trajectories.jsonl")
     index = EpisodeIndex.open(tmp_path, background=False)
@@ -448,11 +520,16 @@ def test_a_game_shows_every_seats_moves_in_order_and_each_seats_own_view(browser
     from turnrl.rollout.multi import MultiAgentRollout
 
     tok = tiny_tokenizer("chatml")
-    players = {"perfect": ScriptedAgent(tok, text_player("perfect")),
-               "random": ScriptedAgent(tok, text_player("random"))}
+    players = {
+        "perfect": ScriptedAgent(tok, text_player("perfect")),
+        "random": ScriptedAgent(tok, text_player("random")),
+    }
     rollout = MultiAgentRollout(players, SamplingParams(max_new_tokens=8), seats={"x": "perfect", "o": "random"})
-    trajs = rollout.run([make_multi_agent("turnrl/TicTacToe-v0", max_opening=0) for _ in range(2)],
-                        options=[{"index": 0}] * 2, group_ids=["g0", "g1"])
+    trajs = rollout.run(
+        [make_multi_agent("turnrl/TicTacToe-v0", max_opening=0) for _ in range(2)],
+        options=[{"index": 0}] * 2,
+        group_ids=["g0", "g1"],
+    )
     write_jsonl(trajs, tmp_path / "train" / "step-1" / "trajectories.jsonl")
     index = EpisodeIndex.open(tmp_path)
     assert index.wait(30)
@@ -474,8 +551,11 @@ def test_a_game_shows_every_seats_moves_in_order_and_each_seats_own_view(browser
         links = browser.find_elements(By.CSS_SELECTOR, ".pane a.seat-view")
         assert [a.text.split(":")[0] for a in links] == ["x (perfect)", "o (random)"] and "win" in links[0].text
         links[0].click()  # x's own view: only what x was told and said
-        _wait(browser, lambda d: "e=0" in d.current_url and d.find_elements(By.CSS_SELECTOR, ".pane .chat"),
-              what="x's own view")
+        _wait(
+            browser,
+            lambda d: "e=0" in d.current_url and d.find_elements(By.CSS_SELECTOR, ".pane .chat"),
+            what="x's own view",
+        )
         chat = browser.find_element(By.CSS_SELECTOR, ".pane .chat").text
         assert "playing tic-tac-toe as x" in chat and "as o" not in chat
 

@@ -33,11 +33,14 @@ def test_run_tests_list_mode_counts_and_explains():
         run_tests(SOLUTION, [])
 
 
-@pytest.mark.parametrize("cheat", [
-    "import os\nos._exit(0)",                                     # exit before the tests run
-    "import sys\nsys.exit(0)",
-    "print('__turnrl_tests_done_0000000000000000__')\nimport os\nos._exit(0)",
-])
+@pytest.mark.parametrize(
+    "cheat",
+    [
+        "import os\nos._exit(0)",  # exit before the tests run
+        "import sys\nsys.exit(0)",
+        "print('__turnrl_tests_done_0000000000000000__')\nimport os\nos._exit(0)",
+    ],
+)
 def test_exiting_early_does_not_pass(cheat):
     assert not run_tests(SOLUTION + cheat, "assert add(1, 2) == 4").correct
     assert not run_tests(SOLUTION + cheat, ["assert add(1, 2) == 4"]).correct
@@ -53,7 +56,11 @@ def test_crashing_or_hanging_solutions():
 def test_extract_code_and_trim():
     assert extract_code("text\n```python\nx = 1\n```\nmore\n```\ny = 2\n```") == "y = 2\n"
     assert extract_code("no code") is None
-    tb = "Traceback (most recent call last):\n" + "\n".join(f'  File "x", line {i}' for i in range(30)) + "\nValueError: bad"
+    tb = (
+        "Traceback (most recent call last):\n"
+        + "\n".join(f'  File "x", line {i}' for i in range(30))
+        + "\nValueError: bad"
+    )
     assert trim_traceback(tb).endswith("ValueError: bad") and len(trim_traceback(tb).splitlines()) == 12
 
 
@@ -63,7 +70,9 @@ def test_python_tool():
     assert py.invoke(ToolCall(name="python", arguments={"code": "print(6 * 7)"})).content == "42"
     out = py.invoke(ToolCall(name="python", raw="import sys\nprint('x', file=sys.stderr)\nsys.exit(2)")).content
     assert "[stderr]\nx" in out and "[exit status 2]" in out
-    assert "[stopped: wall-clock timeout" in py.invoke(ToolCall(name="python", raw="import time\ntime.sleep(30)")).content
+    assert (
+        "[stopped: wall-clock timeout" in py.invoke(ToolCall(name="python", raw="import time\ntime.sleep(30)")).content
+    )
 
 
 def test_humaneval_env_conforms_and_all_canonical_solutions_pass():
@@ -82,9 +91,17 @@ def test_humaneval_env_conforms_and_all_canonical_solutions_pass():
 def test_humaneval_multi_turn_feedback_and_body_only_answers():
     env = turnrl.make("turnrl/HumanEval-v0", max_turns=2)
     env.reset(options={"index": 0})
-    obs, r, term, _trunc, _info = env.step("```python\ndef has_close_elements(numbers, threshold):\n    return True\n```")
-    assert (r, term) == (0.0, False) and "AssertionError" in obs[0].content and "check(has_close_elements)" in obs[0].content
-    body = "```python\n    return any(abs(a - b) < threshold for i, a in enumerate(numbers) for b in numbers[i + 1:])\n```"
+    obs, r, term, _trunc, _info = env.step(
+        "```python\ndef has_close_elements(numbers, threshold):\n    return True\n```"
+    )
+    assert (
+        (r, term) == (0.0, False)
+        and "AssertionError" in obs[0].content
+        and "check(has_close_elements)" in obs[0].content
+    )
+    body = (
+        "```python\n    return any(abs(a - b) < threshold for i, a in enumerate(numbers) for b in numbers[i + 1:])\n```"
+    )
     _, r, term, _, _ = env.step(body)
     assert (r, term) == (1.0, True)
     env.reset(options={"index": 0})
@@ -118,6 +135,7 @@ def test_humaneval_tasks_have_tests():
 
 # ---- E2B, up to the network boundary ----
 
+
 def test_e2b_needs_a_key(monkeypatch):
     monkeypatch.delenv("E2B_API_KEY", raising=False)
     with pytest.raises(SandboxUnavailable, match="E2B_API_KEY"):
@@ -145,8 +163,9 @@ def test_e2b_failure_is_an_answer_not_a_crash():
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), RefusingE2B)
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     try:
-        sb = E2BSandbox(api_key="e2b_" + "0" * 40, api_url=f"http://127.0.0.1:{httpd.server_address[1]}",
-                        request_timeout=5)
+        sb = E2BSandbox(
+            api_key="e2b_" + "0" * 40, api_url=f"http://127.0.0.1:{httpd.server_address[1]}", request_timeout=5
+        )
         r = sb.run("print(1)", timeout=5)
         assert r.exit_code is None and r.error.startswith("E2B: could not create a sandbox")
         assert "401" in r.error or "Invalid API key" in r.error or "Authentication" in r.error
@@ -157,8 +176,12 @@ def test_e2b_failure_is_an_answer_not_a_crash():
 
 def test_format_answer_submits_the_given_program_and_the_oracle_the_solution():
     tasks = [{"prompt": "Write add(a, b).", "tests": ["assert add(1, 2) == 3"], "solution": SOLUTION}]
-    env = CodeEnv([{"prompt": t["prompt"], "answer": "", "metadata": {"tests": t["tests"], "solution": t["solution"]}}
-                   for t in tasks])
+    env = CodeEnv(
+        [
+            {"prompt": t["prompt"], "answer": "", "metadata": {"tests": t["tests"], "solution": t["solution"]}}
+            for t in tasks
+        ]
+    )
     env.reset()
     wrong = "def add(a, b):\n    return a - b\n"
     assert extract_code(env.format_answer(wrong)).strip() == wrong.strip()  # not the reference solution

@@ -53,8 +53,12 @@ class GuardedEnv(ToolEnv):
 
     def __init__(self, **kw):
         RAN["made"] += 1
-        super().__init__([Task(id=f"t{i}", prompt=f"Say ok ({i}).", answer="ok") for i in range(4)],
-                         tools=[add], verifier=same_words, **kw)
+        super().__init__(
+            [Task(id=f"t{i}", prompt=f"Say ok ({i}).", answer="ok") for i in range(4)],
+            tools=[add],
+            verifier=same_words,
+            **kw,
+        )
 
     def _reset(self, options):
         RAN["resets"] += 1
@@ -96,8 +100,9 @@ def test_envs_serve_refuses_an_address_off_loopback_without_a_key():
     refused = subprocess.run(command, capture_output=True, text=True, timeout=120, env={**env, "COLUMNS": "300"})
     out = refused.stdout + refused.stderr
     assert refused.returncode != 0 and "needs an API key: pass --api-key KEY or set TURNRL_ENV_API_KEY" in out, out
-    keyed = subprocess.run(command, capture_output=True, text=True, timeout=120,
-                           env={**env, "COLUMNS": "300", "TURNRL_ENV_API_KEY": KEY})  # the variable is the key
+    keyed = subprocess.run(
+        command, capture_output=True, text=True, timeout=120, env={**env, "COLUMNS": "300", "TURNRL_ENV_API_KEY": KEY}
+    )  # the variable is the key
     out = keyed.stdout + keyed.stderr
     assert keyed.returncode != 0 and "API key" not in out and "tests/Nope-v0" in out, out
 
@@ -111,17 +116,38 @@ def keyed():
 def test_every_http_route_needs_the_key_and_runs_nothing_without_it(keyed):
     base = f"http://127.0.0.1:{keyed.port}"
     url = f"{base}/{ID}"
-    requests = [("GET", f"{base}/", None), ("GET", f"{base}/health", None), ("GET", f"{url}/health", None),
-                ("GET", f"{url}/metadata", None), ("GET", f"{url}/schema", None), ("GET", f"{url}/state", None),
-                ("GET", f"{url}/ws", None), ("POST", f"{base}/reset", {"seed": 1}), ("POST", f"{url}/reset", {"seed": 1}),
-                ("POST", f"{url}/step", {"action": {"message": "ok"}, "seed": 1}),
-                ("POST", f"{url}/mcp", {"jsonrpc": "2.0", "method": "tools/call", "id": 1,
-                                        "params": {"name": "add", "arguments": {"a": 2, "b": 3}}}),
-                ("POST", f"{url}/mcp", {"jsonrpc": "2.0", "method": "openenv/session/create", "id": 2}),
-                ("GET", f"{base}/not/served", None)]
-    wrong = [{}, {"Authorization": "Bearer wrong"}, {"Authorization": f"Bearer {KEY}x"},
-             {"Authorization": "Basic " + base64.b64encode(b"turnrl:wrong").decode()},
-             {"Authorization": KEY}, {"X-Api-Key": KEY}]
+    requests = [
+        ("GET", f"{base}/", None),
+        ("GET", f"{base}/health", None),
+        ("GET", f"{url}/health", None),
+        ("GET", f"{url}/metadata", None),
+        ("GET", f"{url}/schema", None),
+        ("GET", f"{url}/state", None),
+        ("GET", f"{url}/ws", None),
+        ("POST", f"{base}/reset", {"seed": 1}),
+        ("POST", f"{url}/reset", {"seed": 1}),
+        ("POST", f"{url}/step", {"action": {"message": "ok"}, "seed": 1}),
+        (
+            "POST",
+            f"{url}/mcp",
+            {
+                "jsonrpc": "2.0",
+                "method": "tools/call",
+                "id": 1,
+                "params": {"name": "add", "arguments": {"a": 2, "b": 3}},
+            },
+        ),
+        ("POST", f"{url}/mcp", {"jsonrpc": "2.0", "method": "openenv/session/create", "id": 2}),
+        ("GET", f"{base}/not/served", None),
+    ]
+    wrong = [
+        {},
+        {"Authorization": "Bearer wrong"},
+        {"Authorization": f"Bearer {KEY}x"},
+        {"Authorization": "Basic " + base64.b64encode(b"turnrl:wrong").decode()},
+        {"Authorization": KEY},
+        {"X-Api-Key": KEY},
+    ]
     before = ran()
     for method, where, body in requests:
         for headers in wrong:
@@ -175,9 +201,16 @@ def test_odd_methods_paths_and_subprotocols_need_the_key_too(keyed):
     route serves and a WebSocket asking for a subprotocol are all answered 401 without the key."""
     base = f"http://127.0.0.1:{keyed.port}"
     before = ran()
-    for method, path in [("HEAD", "/health"), ("OPTIONS", "/health"), ("GET", "/health/"), ("GET", "/%68ealth"),
-                         ("POST", f"/{ID}/reset/"), ("POST", f"/{ID.replace('/', '%2F')}/reset"), ("PUT", "/reset"),
-                         ("GET", f"/{ID}/../health")]:
+    for method, path in [
+        ("HEAD", "/health"),
+        ("OPTIONS", "/health"),
+        ("GET", "/health/"),
+        ("GET", "/%68ealth"),
+        ("POST", f"/{ID}/reset/"),
+        ("POST", f"/{ID.replace('/', '%2F')}/reset"),
+        ("PUT", "/reset"),
+        ("GET", f"/{ID}/../health"),
+    ]:
         answer = httpx.request(method, f"{base}{path}", json=None if method in ("HEAD", "OPTIONS") else {"seed": 1})
         assert answer.status_code == 401, (method, path, answer.status_code)
     for path, protocols in [("/ws/", None), ("/%77s", None), ("/no/such/ws", None), ("/ws", ["openenv", "turnrl"])]:
@@ -245,8 +278,11 @@ def test_sessions_per_client_are_bounded_and_given_back():
         url = f"http://127.0.0.1:{srv.port}/{ID}"
         held = [turnrl.make(f"remote:{url}") for _ in range(2)]  # each holds a session from 127.0.0.1
         assert srv.quota.held == {"127.0.0.1": 2}
-        with pytest.raises(RemoteEnvError, match=r"this client \(127\.0\.0\.1\) holds 2 sessions already "
-                                                 r"\(max_sessions_per_client\)"):
+        with pytest.raises(
+            RemoteEnvError,
+            match=r"this client \(127\.0\.0\.1\) holds 2 sessions already "
+            r"\(max_sessions_per_client\)",
+        ):
             turnrl.make(f"remote:{url}", remote_connect_timeout=0.5)
         before = ran()
         busy = httpx.post(f"{url}/reset", json={"seed": 0})
@@ -259,8 +295,15 @@ def test_sessions_per_client_are_bounded_and_given_back():
         assert other.post(f"{url}/reset", json={"seed": 0}).status_code == 200
         sid = other.post(f"{url}/mcp", json={"jsonrpc": "2.0", "method": "openenv/session/create", "id": 2}).json()
         assert srv.quota.held == {"127.0.0.1": 2, "127.0.0.2": 1}
-        other.post(f"{url}/mcp", json={"jsonrpc": "2.0", "method": "openenv/session/close", "id": 3,
-                                       "params": {"session_id": sid["result"]["session_id"]}})
+        other.post(
+            f"{url}/mcp",
+            json={
+                "jsonrpc": "2.0",
+                "method": "openenv/session/close",
+                "id": 3,
+                "params": {"session_id": sid["result"]["session_id"]},
+            },
+        )
         other.close()
         held.pop().close()  # a session given back is free again
         wait_until(lambda: srv.quota.held == {"127.0.0.1": 1})
@@ -332,7 +375,9 @@ def test_a_session_is_given_back_on_every_way_it_ends():
         assert hung.status_code == 504 and free()
         body = json.dumps({"seed": 0, "options": {"index": 0}, "action": {"message": "ok"}}).encode()
         with socket.create_connection(("127.0.0.1", srv.port), timeout=10) as raw:  # gone while its step runs
-            raw.sendall(b"POST /step HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                        b"Content-Length: %d\r\n\r\n" % len(body) + body)
+            raw.sendall(
+                b"POST /step HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                b"Content-Length: %d\r\n\r\n" % len(body) + body
+            )
             wait_until(lambda: srv.quota.held == {"127.0.0.1": 1})
         wait_until(free)

@@ -46,8 +46,13 @@ def test_harness_reports_a_broken_env():
 
 
 def test_builtin_ids():
-    assert {"turnrl/GSM8K-v0", "turnrl/MATH500-v0", "turnrl/Arithmetic-v0", "turnrl/GSM8K-PAG-v0",
-            "turnrl/MATH500-PAG-v0"} <= set(turnrl.registered())
+    assert {
+        "turnrl/GSM8K-v0",
+        "turnrl/MATH500-v0",
+        "turnrl/Arithmetic-v0",
+        "turnrl/GSM8K-PAG-v0",
+        "turnrl/MATH500-PAG-v0",
+    } <= set(turnrl.registered())
 
 
 def test_gymnasium_make_works_too():
@@ -107,12 +112,15 @@ def test_reset_selects_tasks_reproducibly():
     assert env.step("\\boxed{42}")[1] == 1.0
 
 
-@pytest.mark.parametrize("fmt, good, bad", [
-    ("auto", "2 plus 2 makes 4. The answer is 4.", "The answer is 4 or 5."),
-    ("boxed", "\\boxed{4}", "#### 4"),
-    ("hash", "so\n#### 4", "\\boxed{5}"),
-    ("tag", "<answer>4</answer>", "\\boxed{4}"),
-])
+@pytest.mark.parametrize(
+    "fmt, good, bad",
+    [
+        ("auto", "2 plus 2 makes 4. The answer is 4.", "The answer is 4 or 5."),
+        ("boxed", "\\boxed{4}", "#### 4"),
+        ("hash", "so\n#### 4", "\\boxed{5}"),
+        ("tag", "<answer>4</answer>", "\\boxed{4}"),
+    ],
+)
 def test_answer_formats(fmt, good, bad):
     env = turnrl.make("turnrl/Arithmetic-v0", answer_format=fmt)
     task = {"id": "t", "prompt": "What is 2 + 2?", "answer": "4"}
@@ -143,10 +151,13 @@ def test_last_wrong_answer_terminates():
     assert (r, term, trunc) == (0.0, True, False)
 
 
-@pytest.mark.parametrize("style, call", [
-    ("hermes", '<tool_call>{"name": "calculator", "arguments": {"expression": "17 * 23"}}</tool_call>'),
-    ("tags", "<calculator>17 * 23</calculator>"),
-])
+@pytest.mark.parametrize(
+    "style, call",
+    [
+        ("hermes", '<tool_call>{"name": "calculator", "arguments": {"expression": "17 * 23"}}</tool_call>'),
+        ("tags", "<calculator>17 * 23</calculator>"),
+    ],
+)
 def test_calculator_tool_flow(style, call):
     env = turnrl.make("turnrl/Arithmetic-v0", calculator=True, tool_style=style)
     obs, _ = env.reset(options={"task": {"id": "t", "prompt": "What is 17 * 23?", "answer": "391"}})
@@ -160,13 +171,16 @@ def test_calculator_tool_flow(style, call):
     assert r == 1.0 and term
 
 
-@pytest.mark.parametrize("action, fragment", [
-    ('<tool_call>{"name": "calc", "arguments": {"expression": "1"}}</tool_call>', "unknown tool 'calc'"),
-    ('<tool_call>{"name": "calculator", "arguments": {"expr": "1"}}</tool_call>', "invalid arguments"),
-    ('<tool_call>{"name": "calculator", "arguments": {"expression": "9**9**9"}}</tool_call>', "power too large"),
-    ("<tool_call>{name: calculator}</tool_call>", "not valid JSON"),
-    ('<tool_call>{"name": "calculator"', "never closed"),
-])
+@pytest.mark.parametrize(
+    "action, fragment",
+    [
+        ('<tool_call>{"name": "calc", "arguments": {"expression": "1"}}</tool_call>', "unknown tool 'calc'"),
+        ('<tool_call>{"name": "calculator", "arguments": {"expr": "1"}}</tool_call>', "invalid arguments"),
+        ('<tool_call>{"name": "calculator", "arguments": {"expression": "9**9**9"}}</tool_call>', "power too large"),
+        ("<tool_call>{name: calculator}</tool_call>", "not valid JSON"),
+        ('<tool_call>{"name": "calculator"', "never closed"),
+    ],
+)
 def test_bad_tool_calls_become_observations_and_the_episode_goes_on(action, fragment):
     env = turnrl.make("turnrl/Arithmetic-v0", calculator=True, max_turns=3)
     env.reset(options={"task": {"id": "t", "prompt": "What is 2 + 2?", "answer": "4"}})
@@ -180,8 +194,8 @@ def test_bad_tool_calls_become_observations_and_the_episode_goes_on(action, frag
 def test_tool_calls_at_the_turn_limit_truncate():
     env = turnrl.make("turnrl/Arithmetic-v0", calculator=True, max_turns=2)
     env.reset(seed=0)
-    assert env.step("<tool_call>{\"name\": \"calculator\", \"arguments\": {\"expression\": \"1\"}}</tool_call>")[3] is False
-    _, r, term, trunc, _ = env.step("<tool_call>{\"name\": \"calculator\", \"arguments\": {\"expression\": \"2\"}}</tool_call>")
+    assert env.step('<tool_call>{"name": "calculator", "arguments": {"expression": "1"}}</tool_call>')[3] is False
+    _, r, term, trunc, _ = env.step('<tool_call>{"name": "calculator", "arguments": {"expression": "2"}}</tool_call>')
     assert (r, term, trunc) == (0.0, False, True)
 
 
@@ -218,7 +232,9 @@ def test_info_is_json_serializable():
     env = turnrl.make("turnrl/Arithmetic-v0", calculator=True)
     _, info = env.reset(seed=0)
     json.dumps(info)
-    _, _, _, _, info = env.step("<calculator>1</calculator> <tool_call>{\"name\": \"calculator\", \"arguments\": {\"expression\": \"1+1\"}}</tool_call>")
+    _, _, _, _, info = env.step(
+        '<calculator>1</calculator> <tool_call>{"name": "calculator", "arguments": {"expression": "1+1"}}</tool_call>'
+    )
     json.dumps(info)
 
 
@@ -231,6 +247,7 @@ def test_render_ansi():
 
 
 # ---- Arithmetic ----
+
 
 def test_arithmetic_levels_and_answers():
     for level in range(1, 6):
@@ -263,6 +280,7 @@ def test_arithmetic_curriculum_mixes_levels():
 
 
 # ---- data resolution ----
+
 
 def test_data_from_explicit_path(tmp_path):
     path = tmp_path / "mine.jsonl"
@@ -323,20 +341,43 @@ def pag_episode(actions, **kwargs):
     return steps, env
 
 
-@pytest.mark.parametrize("answer, verdict, revision, expected", [
-    ("\\boxed{4}", "The answer is correct", None, [("policy", 1.0, False), ("verifier", 1.0, True)]),
-    ("\\boxed{5}", "The answer is correct", None, [("policy", 0.0, False), ("verifier", 0.0, True)]),
-    ("\\boxed{5}", "Step 1 is off. The answer is wrong", "\\boxed{4}",
-     [("policy", 0.0, False), ("verifier", 1.0, False), ("policy", 2.0, True)]),
-    ("\\boxed{4}", "The answer is wrong", "\\boxed{5}",
-     [("policy", 1.0, False), ("verifier", 0.0, False), ("policy", -1.0, True)]),
-    ("\\boxed{4}", "The answer is wrong", "\\boxed{4}",
-     [("policy", 1.0, False), ("verifier", 0.0, False), ("policy", 1.0, True)]),
-    ("\\boxed{5}", "The answer is wrong", "\\boxed{6}",
-     [("policy", 0.0, False), ("verifier", 1.0, False), ("policy", 0.0, True)]),
-    ("\\boxed{5}", "The answer is wrong. The answer is correct", None,
-     [("policy", 0.0, False), ("verifier", 0.0, True)]),
-])
+@pytest.mark.parametrize(
+    "answer, verdict, revision, expected",
+    [
+        ("\\boxed{4}", "The answer is correct", None, [("policy", 1.0, False), ("verifier", 1.0, True)]),
+        ("\\boxed{5}", "The answer is correct", None, [("policy", 0.0, False), ("verifier", 0.0, True)]),
+        (
+            "\\boxed{5}",
+            "Step 1 is off. The answer is wrong",
+            "\\boxed{4}",
+            [("policy", 0.0, False), ("verifier", 1.0, False), ("policy", 2.0, True)],
+        ),
+        (
+            "\\boxed{4}",
+            "The answer is wrong",
+            "\\boxed{5}",
+            [("policy", 1.0, False), ("verifier", 0.0, False), ("policy", -1.0, True)],
+        ),
+        (
+            "\\boxed{4}",
+            "The answer is wrong",
+            "\\boxed{4}",
+            [("policy", 1.0, False), ("verifier", 0.0, False), ("policy", 1.0, True)],
+        ),
+        (
+            "\\boxed{5}",
+            "The answer is wrong",
+            "\\boxed{6}",
+            [("policy", 0.0, False), ("verifier", 1.0, False), ("policy", 0.0, True)],
+        ),
+        (
+            "\\boxed{5}",
+            "The answer is wrong. The answer is correct",
+            None,
+            [("policy", 0.0, False), ("verifier", 0.0, True)],
+        ),
+    ],
+)
 def test_pag_rewards_and_roles(answer, verdict, revision, expected):
     steps, _ = pag_episode([answer, verdict, revision])
     assert steps == expected

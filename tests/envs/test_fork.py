@@ -23,8 +23,12 @@ KWARGS: dict[str, dict[str, Any]] = {
     "turnrl/HumanEval-v0": {"python": True, "max_turns": 3},
     "turnrl/Functions-v0": {"python": True, "max_turns": 3},
     "turnrl/HotPotQA-v0": {"split": "dev-test"},
-    "turnrl/Mixture-v0": {"envs": [{"id": "turnrl/Arithmetic-v0", "name": "l1", "kwargs": {"level": 1, "retry": True}},
-                                   {"id": "turnrl/Arithmetic-v0", "name": "l2", "kwargs": {"level": 2, "retry": True}}]},
+    "turnrl/Mixture-v0": {
+        "envs": [
+            {"id": "turnrl/Arithmetic-v0", "name": "l1", "kwargs": {"level": 1, "retry": True}},
+            {"id": "turnrl/Arithmetic-v0", "name": "l2", "kwargs": {"level": 2, "retry": True}},
+        ]
+    },
 }
 PY_CALL = '<tool_call>{"name": "python", "arguments": {"code": "print(6 * 7)"}}</tool_call>'
 FIRST = {"turnrl/Functions-v0": PY_CALL, "turnrl/HumanEval-v0": PY_CALL}  # a first turn that does not end the episode
@@ -56,8 +60,13 @@ def _script(env_id: str, kwargs: dict[str, Any], index: int, turns: int = 4) -> 
         for t in range(turns):
             base = env.unwrapped
             use_wrong = t == 0 and (not base.tools or getattr(base, "retry", False))
-            action = (FIRST[env_id] if t == 0 and env_id in FIRST else base.wrong_action() if use_wrong
-                      else base.oracle_action() or base.wrong_action())
+            action = (
+                FIRST[env_id]
+                if t == 0 and env_id in FIRST
+                else base.wrong_action()
+                if use_wrong
+                else base.oracle_action() or base.wrong_action()
+            )
             actions.append(action)
             _, _, terminated, truncated, _ = env.step(action)
             if terminated or truncated:

@@ -66,15 +66,19 @@ def test_a_well_behaved_tool_env_passes():
 def test_a_tool_that_raises_on_valid_input_is_reported():
     report = check_environment(DivEnv([divide]))
     assert not report.ok
-    assert ("tool 'divide' raised ZeroDivisionError: float division by zero on valid arguments "
-            '{"a": 1.5, "b": 0}; fix it, or raise turnrl.tools.ToolError') in failures(report)
+    assert (
+        "tool 'divide' raised ZeroDivisionError: float division by zero on valid arguments "
+        '{"a": 1.5, "b": 0}; fix it, or raise turnrl.tools.ToolError'
+    ) in failures(report)
 
 
 def test_a_verifier_that_returns_no_verdict_is_reported():
     env = DivEnv([careful_divide], verifier=lambda text, reference: reference in text)
     report = check_environment(env)
-    assert ("grading a wrong answer raised TypeError: the verifier of DivEnv returned bool (False), not a Verdict: "
-            "return turnrl.verifiers.Verdict(correct=ok, score=1.0 if ok else 0.0)") in failures(report)
+    assert (
+        "grading a wrong answer raised TypeError: the verifier of DivEnv returned bool (False), not a Verdict: "
+        "return turnrl.verifiers.Verdict(correct=ok, score=1.0 if ok else 0.0)"
+    ) in failures(report)
     assert "(and " in str(report)  # the same error in every episode is shown once, with a count
 
 
@@ -84,8 +88,9 @@ def test_an_oracle_that_never_uses_the_tools_is_reported():
             return []
 
     report = check_environment(Lazy([careful_divide]))
-    assert [
-        f.split(":")[0] for f in report.failures] == ["the oracle never called a tool although the env offers careful_divide"]
+    assert [f.split(":")[0] for f in report.failures] == [
+        "the oracle never called a tool although the env offers careful_divide"
+    ]
 
 
 def test_an_oracle_tool_call_that_fails_is_reported():
@@ -95,7 +100,8 @@ def test_an_oracle_tool_call_that_fails_is_reported():
 
     report = check_environment(Clumsy([careful_divide]))
     assert "oracle agent (episode 0), step 0: Error: b must not be 0 — the oracle's own tool call failed" in failures(
-        report)
+        report
+    )
 
 
 def test_a_tool_that_accepts_malformed_calls_is_reported():
@@ -118,7 +124,8 @@ def test_tools_that_are_not_tools_are_reported():
 
     report = check_environment(Odd([careful_divide], describe_tools=False), episodes=1)
     assert "env.tools holds <built-in function len>, not a turnrl Tool: decorate the function with @tool" in failures(
-        report)
+        report
+    )
 
 
 def test_call_tools_false_skips_the_calls():
@@ -133,7 +140,9 @@ def test_generated_arguments_follow_the_schema():
         y: int
 
     @tool
-    def place(unit: Literal["m", "km"], point: Point, tags: list[str], scale: float = 2.0, note: str | None = None) -> str:
+    def place(
+        unit: Literal["m", "km"], point: Point, tags: list[str], scale: float = 2.0, note: str | None = None
+    ) -> str:
         """Place a point."""
         return f"{unit} {point} {tags} {scale} {note}"
 
@@ -207,8 +216,13 @@ def _envs_check(tmp_path, held_out):
     module = f"dates_{uuid.uuid4().hex[:8]}"
     text = DATES_ENV.replace("MODULE", module).replace("HELD_OUT", repr(held_out))
     (tmp_path / f"{module}.py").write_text(text)
-    return subprocess.run([sys.executable, "-m", "turnrl", "envs", "check", f"{module}:usertest/Dates-v0"],
-                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    return subprocess.run(
+        [sys.executable, "-m", "turnrl", "envs", "check", f"{module}:usertest/Dates-v0"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
 
 
 def test_a_tool_that_raises_value_error_on_a_meaningless_value_is_a_warning_not_a_failure(tmp_path):
@@ -218,8 +232,10 @@ def test_a_tool_that_raises_value_error_on_a_meaningless_value_is_a_warning_not_
     assert out.returncode == 0, out.stdout + out.stderr
     assert "usertest/Dates-v0: OK, 1 warning(s)" in out.stdout
     warn = next(line for line in out.stdout.splitlines() if line.startswith("  WARN "))
-    assert warn.startswith("  WARN tool 'weekday' raised ValueError: Invalid isoformat string: 'a' on schema-valid "
-                           'arguments {"date": "a"}; the model reads \'Error: weekday failed: ValueError: ')
+    assert warn.startswith(
+        "  WARN tool 'weekday' raised ValueError: Invalid isoformat string: 'a' on schema-valid "
+        'arguments {"date": "a"}; the model reads \'Error: weekday failed: ValueError: '
+    )
     assert "raise turnrl.tools.ToolError('what to change')" in warn
     assert "FAIL" not in out.stdout
 
@@ -228,7 +244,9 @@ def test_an_environment_without_a_held_out_split_is_warned_about(tmp_path):
     out = _envs_check(tmp_path, None)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "usertest/Dates-v0: OK, 2 warning(s)" in out.stdout
-    assert "  WARN no held-out split (held_out_split is None): `turnrl eval` and a training run's held-out " in out.stdout
+    assert (
+        "  WARN no held-out split (held_out_split is None): `turnrl eval` and a training run's held-out " in out.stdout
+    )
     assert 'self.split, self.held_out_split = split, "test"' in out.stdout
     report = check_environment(DivEnv([careful_divide]))
     assert report.ok and report.warnings == [report.warnings[0]] and "no held-out split" in report.warnings[0]

@@ -22,7 +22,10 @@ def test_official_normalization_em_f1():
 
 
 def test_bm25_index_is_cached_and_handles_odd_queries():
-    passages = [Passage("Shirley Temple", "American actress and Chief of Protocol."), Passage("Paris", "Capital of France.")]
+    passages = [
+        Passage("Shirley Temple", "American actress and Chief of Protocol."),
+        Passage("Paris", "Capital of France."),
+    ]
     idx = bm25_index(passages)
     assert bm25_index(list(passages)) is idx
     assert idx.search("who was chief of protocol", 2)[0].title == "Shirley Temple"
@@ -72,9 +75,19 @@ def test_budget_and_huge_queries_are_refused():
 
 
 def test_broken_corpus_file(tmp_path):
-    good = (tmp_path / "ok.jsonl")
-    good.write_text(json.dumps({"_id": "1", "question": "q", "answer": "a", "supporting_facts": [["T", 0]],
-                                "context": [["T", ["a sentence."]]]}) + "\n{broken\n")
+    good = tmp_path / "ok.jsonl"
+    good.write_text(
+        json.dumps(
+            {
+                "_id": "1",
+                "question": "q",
+                "answer": "a",
+                "supporting_facts": [["T", 0]],
+                "context": [["T", ["a sentence."]]],
+            }
+        )
+        + "\n{broken\n"
+    )
     with pytest.raises(DataFormatError, match=r"ok\.jsonl:2"):
         turnrl.make("turnrl/HotPotQA-v0", path=str(good))
     good.write_text(json.dumps({"_id": "1", "question": "q"}) + "\n")
@@ -87,13 +100,20 @@ def test_eval_reports_em_f1_recall(tmp_path):
     from turnrl.agents.tiny import tiny_tokenizer
     from turnrl.rl.run.evaluate import evaluate
 
-    agent = FixedAgent(tiny_tokenizer("chatml"), ['<tool_call>{"name": "search", "arguments": {"query": "film"}}</tool_call>',
-                                                  "<answer>Chief of Protocol</answer>"])
+    agent = FixedAgent(
+        tiny_tokenizer("chatml"),
+        [
+            '<tool_call>{"name": "search", "arguments": {"query": "film"}}</tool_call>',
+            "<answer>Chief of Protocol</answer>",
+        ],
+    )
     m = evaluate(agent, "turnrl/HotPotQA-v0", limit=3, out=tmp_path)
     assert {"mean_em", "mean_f1", "mean_support_recall", "mean_searches"} <= set(m)
     assert m["mean_searches"] == 1.0 and m["tool_call_rate"] == 1.0 and 0 < m["mean_em"] < 1
     # an agent that searches until the turn limit never answers: every episode counts, with F1 0
-    searcher = FixedAgent(tiny_tokenizer("chatml"), ['<tool_call>{"name": "search", "arguments": {"query": "film"}}</tool_call>'])
+    searcher = FixedAgent(
+        tiny_tokenizer("chatml"), ['<tool_call>{"name": "search", "arguments": {"query": "film"}}</tool_call>']
+    )
     m = evaluate(searcher, "turnrl/HotPotQA-v0", limit=3, out=tmp_path / "searcher")
     assert m["truncated_rate"] == 1.0 and m["mean_f1"] == 0.0 and m["mean_searches"] == 5.0, m
 
@@ -101,9 +121,14 @@ def test_eval_reports_em_f1_recall(tmp_path):
 def test_dense_retriever_finds_paraphrases():
     from turnrl.tools.search import DenseIndex
 
-    idx = bm25_index([Passage("Shirley Temple", "American actress who became a diplomat and ambassador."),
-                      Passage("Paris", "Capital city of France, on the Seine."),
-                      Passage("Mount Everest", "Earth's highest mountain above sea level.")], kind="dense")
+    idx = bm25_index(
+        [
+            Passage("Shirley Temple", "American actress who became a diplomat and ambassador."),
+            Passage("Paris", "Capital city of France, on the Seine."),
+            Passage("Mount Everest", "Earth's highest mountain above sea level."),
+        ],
+        kind="dense",
+    )
     assert isinstance(idx, DenseIndex)
     assert idx.search("which child film star later served her country abroad", 1)[0].title == "Shirley Temple"
     assert idx.search("tallest peak in the world", 1)[0].title == "Mount Everest"  # no shared words with BM25
@@ -113,12 +138,15 @@ def test_dense_retriever_finds_paraphrases():
         turnrl.make("turnrl/HotPotQA-v0", retriever="tfidf")
 
 
-
 def test_the_env_refuses_an_answer_that_repeats_the_question(tmp_path):
     # a question that holds most of its long answer: echoing the question back would earn a high F1
-    row = {"_id": "q1", "question": "Who wrote the Final Act of the Congress of Vienna?",
-           "answer": "the Final Act of the Congress of Vienna", "supporting_facts": [["Vienna", 0]],
-           "context": [["Vienna", ["The Congress of Vienna signed its Final Act in 1815."]]]}
+    row = {
+        "_id": "q1",
+        "question": "Who wrote the Final Act of the Congress of Vienna?",
+        "answer": "the Final Act of the Congress of Vienna",
+        "supporting_facts": [["Vienna", 0]],
+        "context": [["Vienna", ["The Congress of Vienna signed its Final Act in 1815."]]],
+    }
     (tmp_path / "one.jsonl").write_text(json.dumps(row) + "\n")
     env = turnrl.make("turnrl/HotPotQA-v0", path=str(tmp_path / "one.jsonl"))
     echo = "<answer>wrote Final Act of Congress of Vienna</answer>"
@@ -161,8 +189,9 @@ def test_training_on_the_whole_dev_file_is_refused_before_a_model_loads(tmp_path
     train, test = (turnrl.make("turnrl/HotPotQA-v0", split=s) for s in ("dev-train", "dev-test"))
     assert check_held_out("turnrl/HotPotQA-v0", train, test, 100) is None
     config = tmp_path / "c.yaml"
-    config.write_text("model: tiny\nenv: {id: turnrl/HotPotQA-v0, kwargs: {split: dev}}\nsteps: 1\n"
-                      f"out_dir: {tmp_path / 'run'}\n")
+    config.write_text(
+        f"model: tiny\nenv: {{id: turnrl/HotPotQA-v0, kwargs: {{split: dev}}}}\nsteps: 1\nout_dir: {tmp_path / 'run'}\n"
+    )
     result = CliRunner().invoke(app, ["train", str(config)])
     assert result.exit_code != 0 and "training figures" in result.output and "dev-train" in result.output
     assert not (tmp_path / "run").exists()  # refused before anything ran

@@ -23,8 +23,11 @@ INVENTORY = [sys.executable, str(EXAMPLES / "inventory_mcp_server.py")]
 
 def write_server(tmp_path, body: str, name: str = "server.py") -> list[str]:
     path = tmp_path / name
-    path.write_text("from mcp.server.mcpserver import MCPServer\nserver = MCPServer('t')\n" + textwrap.dedent(body)
-                    + "\nserver.run()\n")
+    path.write_text(
+        "from mcp.server.mcpserver import MCPServer\nserver = MCPServer('t')\n"
+        + textwrap.dedent(body)
+        + "\nserver.run()\n"
+    )
     return [sys.executable, str(path)]
 
 
@@ -40,11 +43,13 @@ def test_stdio_tools_keep_the_tool_contract():
     stock = tools["get_stock"](sku=sku)
     assert stock.ok and '"total"' in stock.content
     # the model's mistakes: each an error message it can read, never an exception
-    for args, says in [({"sku": "SKU-1"}, "unknown sku 'SKU-1'; search_items finds"),
-                       ({"sku": sku, "warehouse": "west"}, "unknown warehouse"),
-                       ({}, "'sku' is a required property"),
-                       ({"sku": 5}, "5 is not of type 'string'"),
-                       ({"sku": sku, "colour": "red"}, "unexpected argument(s) colour; it takes sku, warehouse")]:
+    for args, says in [
+        ({"sku": "SKU-1"}, "unknown sku 'SKU-1'; search_items finds"),
+        ({"sku": sku, "warehouse": "west"}, "unknown warehouse"),
+        ({}, "'sku' is a required property"),
+        ({"sku": 5}, "5 is not of type 'string'"),
+        ({"sku": sku, "colour": "red"}, "unexpected argument(s) colour; it takes sku, warehouse"),
+    ]:
         out = tools["get_stock"](**args)
         assert not out.ok and out.content.startswith("Error") and says in out.content, (args, out)
 
@@ -64,8 +69,10 @@ def test_streamable_http_server(tmp_path):
         wait_for_port(port)
         tools = {t.name: t for t in mcp_tools(f"http://127.0.0.1:{port}/mcp", prefix="inv_")}
         assert list(tools) == ["inv_search_items", "inv_get_stock", "inv_get_price"]
-        assert tools["inv_get_price"](sku="SKU-100").content == \
-            {t.name: t for t in mcp_tools(INVENTORY)}["get_price"](sku="SKU-100").content
+        assert (
+            tools["inv_get_price"](sku="SKU-100").content
+            == {t.name: t for t in mcp_tools(INVENTORY)}["get_price"](sku="SKU-100").content
+        )
         proc.terminate()
         proc.wait(timeout=30)
         gone = tools["inv_get_price"](sku="SKU-100")  # the server went away: an error message, not a crash
@@ -75,7 +82,9 @@ def test_streamable_http_server(tmp_path):
 
 
 def test_a_slow_tool_times_out_and_the_next_call_works(tmp_path):
-    cmd = write_server(tmp_path, """
+    cmd = write_server(
+        tmp_path,
+        """
         import time
 
         @server.tool()
@@ -83,7 +92,8 @@ def test_a_slow_tool_times_out_and_the_next_call_works(tmp_path):
             '''Sleep, then say so.'''
             time.sleep(seconds)
             return f"slept {seconds}"
-    """)
+    """,
+    )
     (wait,) = mcp_tools(cmd, timeout=1)
     out = wait(seconds=3)
     assert not out.ok and out.content == "Error: wait did not answer within 1 s"
@@ -91,7 +101,9 @@ def test_a_slow_tool_times_out_and_the_next_call_works(tmp_path):
 
 
 def test_a_crashed_server_is_an_error_message_then_restarts(tmp_path):
-    cmd = write_server(tmp_path, """
+    cmd = write_server(
+        tmp_path,
+        """
         import os
 
         @server.tool()
@@ -103,7 +115,8 @@ def test_a_crashed_server_is_an_error_message_then_restarts(tmp_path):
         def ping() -> str:
             '''Answer pong.'''
             return "pong"
-    """)
+    """,
+    )
     tools = {t.name: t for t in mcp_tools(cmd, timeout=5)}
     out = tools["die"]()
     assert not out.ok and out.content.startswith("Error")
@@ -150,10 +163,28 @@ def test_the_example_environment_passes_the_conformance_harness(monkeypatch):
 
 def test_the_example_trains_from_its_config(tmp_path):
     result = subprocess.run(
-        [sys.executable, "-m", "turnrl", "train", "inventory.yaml", "model=tiny:chatml", "steps=2", "eval_tasks=2",
-         "rollout.prompts_per_step=2", "rollout.group_size=2", "rollout.max_new_tokens=8", "optim.minibatch_size=4",
-         "optim.grad_accum=1", f"out_dir={tmp_path / 'run'}"],
-        cwd=EXAMPLES, capture_output=True, text=True, timeout=300, env={**os.environ, "COLUMNS": "200"})
+        [
+            sys.executable,
+            "-m",
+            "turnrl",
+            "train",
+            "inventory.yaml",
+            "model=tiny:chatml",
+            "steps=2",
+            "eval_tasks=2",
+            "rollout.prompts_per_step=2",
+            "rollout.group_size=2",
+            "rollout.max_new_tokens=8",
+            "optim.minibatch_size=4",
+            "optim.grad_accum=1",
+            f"out_dir={tmp_path / 'run'}",
+        ],
+        cwd=EXAMPLES,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "COLUMNS": "200"},
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert len((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()) == 3
 
@@ -180,8 +211,11 @@ def test_gateway_tool_server_serves_each_sessions_environment_tools():
             raise RuntimeError("the lookup service is down")
         return {"a": "alpha", "b": "beta"}.get(key, "unknown key")
 
-    env = ToolEnv([Task(id="t", prompt="What is a?", answer="alpha")], tools=[lookup],
-                  verifier=lambda text, ref: Verdict(correct=ref in text, score=float(ref in text)))
+    env = ToolEnv(
+        [Task(id="t", prompt="What is a?", answer="alpha")],
+        tools=[lookup],
+        verifier=lambda text, ref: Verdict(correct=ref in text, score=float(ref in text)),
+    )
     env.reset(options={"index": 0})
     server = ToolServer(api_key="k3y", call_timeout=1.0).start()
     try:
@@ -198,7 +232,10 @@ def test_gateway_tool_server_serves_each_sessions_environment_tools():
         assert not slow.ok and "timed out after 1s" in slow.content and time.monotonic() - t0 < 2.5
         calls = server.detach("ep-1")
         assert [(c["name"], c["arguments"], c["ok"]) for c in calls] == [
-            ("lookup", {"key": "a"}, True), ("lookup", {"key": "boom"}, False), ("lookup", {"key": "slow"}, False)]
+            ("lookup", {"key": "a"}, True),
+            ("lookup", {"key": "boom"}, False),
+            ("lookup", {"key": "slow"}, False),
+        ]
         assert "Error" in tools[0](key="a").content  # the episode is over: its URL is gone ...
         close_all()
         with pytest.raises(MCPServerError, match="Not Found"):  # ... for a new connection too

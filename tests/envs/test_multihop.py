@@ -39,14 +39,16 @@ def tasks_of(env):
 
 # ---- generation ----
 
+
 def test_the_knowledge_base_is_the_same_from_the_same_seed_and_another_from_another():
     a, b = build.__wrapped__(0), build.__wrapped__(0)  # not the cache: generated twice
     assert a == b and sum(len(q) for q in a.questions) > 2000
     assert [e.text for e in a.entities.values()] != [e.text for e in build.__wrapped__(1).entities.values()]
     one, two = turnrl.make(ID, split="test"), MultiHopEnv(split="test")
     assert tasks_of(one) == tasks_of(two)
-    assert [t.id for t in tasks_of(turnrl.make(ID, split="test", kb_seed=1))] and \
-        tasks_of(turnrl.make(ID, split="test", kb_seed=1)) != tasks_of(one)
+    assert [t.id for t in tasks_of(turnrl.make(ID, split="test", kb_seed=1))] and tasks_of(
+        turnrl.make(ID, split="test", kb_seed=1)
+    ) != tasks_of(one)
 
 
 def test_documents_are_short_names_unique_and_the_question_names_no_hidden_entity(envs):
@@ -84,8 +86,9 @@ def test_sizes_hops_and_kinds(envs):
 
 # ---- splits: by entity ----
 
+
 def test_no_entity_of_a_held_out_question_is_seen_in_training(envs):
-    """"Seen" is any entity on a training question's path (its answer included), in a training document, or in the
+    """ "Seen" is any entity on a training question's path (its answer included), in a training document, or in the
     training corpus a search can return: a held-out question's entities are none of them."""
     kb = envs["train"].kb
 
@@ -125,9 +128,10 @@ DOC = {
     "city": r"(?P<name>.+) is a city in the region of (?P<region>.+)\.",
     "region": r"(?P<name>.+) is a region whose capital is (?P<capital>.+)\.",
 }
-_TEMPLATES = sorted([(t, ("bridge", k)) for k, t in BRIDGES.items()] + [(t, ("comparison", k)) for k, t in
-                                                                          COMPARISONS.items()],
-                    key=lambda x: -len(x[0]))  # the longer first: "the founder of the organization that …"
+_TEMPLATES = sorted(
+    [(t, ("bridge", k)) for k, t in BRIDGES.items()] + [(t, ("comparison", k)) for k, t in COMPARISONS.items()],
+    key=lambda x: -len(x[0]),
+)  # the longer first: "the founder of the organization that …"
 
 
 def _pattern(template):
@@ -171,8 +175,9 @@ class GoldAgent:
         return min(years, key=years.get)
 
 
-@pytest.mark.parametrize("split, options", [(s, {"tool_style": "swirl"}) for s in SPLITS]
-                         + [("test", {}), ("test", {"corpus": "split"})])
+@pytest.mark.parametrize(
+    "split, options", [(s, {"tool_style": "swirl"}) for s in SPLITS] + [("test", {}), ("test", {"corpus": "split"})]
+)
 def test_a_scripted_agent_that_only_searches_answers_every_question(split, options):
     env = turnrl.make(ID, split=split, **options)  # swirl: top_k=1, the document must come first
     for i in range(len(env)):
@@ -207,6 +212,7 @@ def test_the_search_tool_is_hotpotqas_with_its_budget():
 
 
 # ---- the grader, gamed ----
+
 
 def _attempts(env, kb):
     t = env.task
@@ -256,6 +262,7 @@ def test_partial_names_earn_nothing_by_default_and_a_share_with_f1():
 
 # ---- the conformance harness, turnrl envs check, the SWiRL format ----
 
+
 @pytest.mark.parametrize("options", [{}, {"tool_style": "swirl"}, {"split": "test", "corpus": "split"}])
 def test_conformance(options):
     report = check_environment(turnrl.make(ID, **options))
@@ -285,6 +292,7 @@ def test_swirl_demos_are_in_the_knowledge_bases_style_and_name_no_entity(envs):
 
 # ---- episode state: plain attributes, copied with the environment ----
 
+
 def test_a_deep_copy_mid_episode_carries_on_as_the_original():
     env = turnrl.make(ID, split="test")
     env.reset(options={"index": 3})
@@ -308,15 +316,22 @@ def test_a_deep_copy_mid_episode_carries_on_as_the_original():
 
 # ---- figures ----
 
+
 def test_figures_by_question_kind():
     env = turnrl.make(ID, split="test")
 
     def traj(task_id, em):
-        return Trajectory(task_id=task_id, turns=[Turn(index=0, action=Message(role="assistant", content="x"),
-                                                       info={"metrics": {"em": em}})])
+        return Trajectory(
+            task_id=task_id,
+            turns=[Turn(index=0, action=Message(role="assistant", content="x"), info={"metrics": {"em": em}})],
+        )
 
-    trajs = [traj("multihop/test/bridge2/0", 1.0), traj("multihop/test/bridge2/1", 0.0),
-             traj("multihop/test/comparison3/2", 1.0), traj("other/3", 1.0)]
+    trajs = [
+        traj("multihop/test/bridge2/0", 1.0),
+        traj("multihop/test/bridge2/1", 0.0),
+        traj("multihop/test/comparison3/2", 1.0),
+        traj("other/3", 1.0),
+    ]
     figures = env.summarize_episodes(trajs)
     assert figures == {"em_bridge2": 0.5, "em_comparison3": 1.0}
     assert "bridge2 0.500, comparison3 1.000" in env.report_lines(figures)[0]

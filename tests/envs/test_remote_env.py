@@ -52,15 +52,21 @@ def oracle(conversation, env):
 def test_a_remote_episode_is_the_local_one(server):
     local = turnrl.make("turnrl/Arithmetic-v0", **ARITH)
     env = remote(server, "turnrl/Arithmetic-v0", **ARITH)
-    assert (len(env), env.max_turns, env.split, env.held_out_split, env.stop) == \
-        (len(local), local.max_turns, local.split, local.held_out_split, local.stop)
+    assert (len(env), env.max_turns, env.split, env.held_out_split, env.stop) == (
+        len(local),
+        local.max_turns,
+        local.split,
+        local.held_out_split,
+        local.stop,
+    )
     assert env.tool_schemas() == local.tool_schemas() and [t.name for t in env.tools] == ["calculator"]
     assert env.task_at(5) == local.task_at(5)
     for seed in range(3):
         a, b = play_episode(local, oracle, seed=seed), play_episode(env, oracle, seed=seed)
         assert b.error is None and b.prompt == a.prompt and b.task_id == a.task_id
-        assert [(t.action, t.observation, t.reward, t.terminated) for t in b.turns] == \
-            [(t.action, t.observation, t.reward, t.terminated) for t in a.turns]
+        assert [(t.action, t.observation, t.reward, t.terminated) for t in b.turns] == [
+            (t.action, t.observation, t.reward, t.terminated) for t in a.turns
+        ]
         assert b.turns[-1].reward == 1.0 and len(b.turns) == 2  # a calculator call, then the answer
     wrong = play_episode(env, lambda c, e: "\\boxed{-1}", seed=0)
     assert wrong.turns[-1].reward == 0.0 and wrong.turns[-1].info["correct"] is False
@@ -188,13 +194,20 @@ SPEC = json.dumps({"type": "spec", "data": {"protocol": "turnrl-env/1", "env_id"
 RESET = json.dumps({"type": "observation", "data": {"observation": {"messages": [{"role": "user", "content": "Hi"}]}}})
 
 
-@pytest.mark.parametrize("answer,message", [
-    ("not json at all", "malformed message"),
-    (json.dumps({"type": "observation", "data": {"observation": {"messages": "nope"}}}), "malformed observation"),
-    (json.dumps({"type": "observation", "data": {"observation": {"messages": [{"role": "wizard", "content": "x"}]}}}),
-     "malformed observation"),
-    (json.dumps({"type": "observation", "data": {"observation": {"messages": []}, "reward": "NaN"}}), "non-finite"),
-])
+@pytest.mark.parametrize(
+    "answer,message",
+    [
+        ("not json at all", "malformed message"),
+        (json.dumps({"type": "observation", "data": {"observation": {"messages": "nope"}}}), "malformed observation"),
+        (
+            json.dumps(
+                {"type": "observation", "data": {"observation": {"messages": [{"role": "wizard", "content": "x"}]}}}
+            ),
+            "malformed observation",
+        ),
+        (json.dumps({"type": "observation", "data": {"observation": {"messages": []}, "reward": "NaN"}}), "non-finite"),
+    ],
+)
 def test_a_malformed_answer_is_one_clear_error(answer, message):
     srv, port = _fake_server([SPEC, RESET, answer])  # the step's answer is malformed
     try:
@@ -215,8 +228,10 @@ def test_bad_remote_ids_and_arguments_are_refused_before_anything_runs(server):
         turnrl.make(f"remote:http://127.0.0.1:{port}/tests/Upper-v0", remote_connect_timeout=2)
     with pytest.raises(RemoteEnvError, match=r"HTTP 404.*serves turnrl/Arithmetic-v0, tests/Upper-v0"):
         remote(server, "tests/Nope-v0")
-    with pytest.raises(RemoteEnvError, match="could not make the environment: .*does not accept the keyword "
-                                             "argument 'levle'. Did you mean 'level'"):
+    with pytest.raises(
+        RemoteEnvError,
+        match="could not make the environment: .*does not accept the keyword argument 'levle'. Did you mean 'level'",
+    ):
         remote(server, "turnrl/Arithmetic-v0", levle=2)
     with pytest.raises(UnknownEnvironmentError, match="remote:http://HOST:PORT"):
         turnrl.make("remote:ftp://127.0.0.1/x")
@@ -332,14 +347,20 @@ def test_an_openenv_mcp_client_calls_the_tools_over_http_and_websocket():
             "not json": -32700,
             '{"id": 2}': -32600,
             '{"jsonrpc": "2.0", "method": "resources/list", "id": 3}': -32601,
-            '{"jsonrpc": "2.0", "method": "tools/call", "params": {"name": "add", "session_id": "gone"}, "id": 4}':
-                -32602,
+            '{"jsonrpc": "2.0", "method": "tools/call", "params": {"name": "add", "session_id": "gone"}, "id": 4}': -32602,
             '{"jsonrpc": "2.0", "method": "tools/call", "params": {"name": "add", "arguments": [1]}, "id": 5}': -32602,
         }
         for body, code in errors.items():
             assert httpx.post(rpc, content=body).json()["error"]["code"] == code, body
-        bad = httpx.post(rpc, json={"jsonrpc": "2.0", "method": "tools/call", "id": 6,
-                                    "params": {"name": "add", "arguments": {"a": "x", "b": 1}}}).json()
+        bad = httpx.post(
+            rpc,
+            json={
+                "jsonrpc": "2.0",
+                "method": "tools/call",
+                "id": 6,
+                "params": {"name": "add", "arguments": {"a": "x", "b": 1}},
+            },
+        ).json()
         assert bad["result"]["isError"] is True  # the tool's own refusal is its result, as MCP says
 
 
@@ -405,16 +426,25 @@ def openenv_server(tmp_path):
     """The environment `openenv init` makes (openenv-core's template: it echoes the message, reward 0.1 per
     character), served by uvicorn on 127.0.0.1."""
     openenv = Path(sys.executable).with_name("openenv")
-    subprocess.run([str(openenv), "init", "echo_probe", "--output-dir", str(tmp_path)], check=True,
-                   capture_output=True, timeout=120)
+    subprocess.run(
+        [str(openenv), "init", "echo_probe", "--output-dir", str(tmp_path)],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
     app = tmp_path / "echo_probe" / "server" / "app.py"  # the template's own knob: one session at a time by default
     text = app.read_text().replace("max_concurrent_envs=1,", "max_concurrent_envs=16,")
-    app.write_text(SESSION_COUNTER + text + "\n\n@app.get('/test/sessions')\ndef _sessions():\n"
-                   "    return {'open': SERVERS[0].active_sessions, **COUNTS}\n")
+    app.write_text(
+        SESSION_COUNTER + text + "\n\n@app.get('/test/sessions')\ndef _sessions():\n"
+        "    return {'open': SERVERS[0].active_sessions, **COUNTS}\n"
+    )
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "uvicorn", "server.app:app", "--host", "127.0.0.1", "--port",
-                             str(port)], cwd=tmp_path / "echo_probe", stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "uvicorn", "server.app:app", "--host", "127.0.0.1", "--port", str(port)],
+        cwd=tmp_path / "echo_probe",
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     wait_for_port(port)
     yield f"http://127.0.0.1:{port}"
     proc.terminate()
@@ -434,23 +464,50 @@ def test_turnrl_plays_and_evaluates_an_openenv_environment(openenv_server, tmp_p
     with pytest.raises(RemoteEnvError, match=r"is an OpenEnv server, .* takes no keyword arguments \(split given\)"):
         turnrl.make(f"remote:{openenv_server}", split="test")
     out = tmp_path / "eval"
-    result = subprocess.run([sys.executable, "-m", "turnrl", "eval", "--env", f"remote:{openenv_server}", "--agent",
-                             "tiny:chatml", "--limit", "3", "--max-new-tokens", "4", "--out", str(out)],
-                            capture_output=True, text=True, timeout=300, env={**os.environ, "COLUMNS": "200"})
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "turnrl",
+            "eval",
+            "--env",
+            f"remote:{openenv_server}",
+            "--agent",
+            "tiny:chatml",
+            "--limit",
+            "3",
+            "--max-new-tokens",
+            "4",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "COLUMNS": "200"},
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     rows = [json.loads(line) for line in (out / "items.jsonl").read_text().splitlines()]
     assert len(rows) == 3 and [r["task_id"] for r in rows] == [f"EchoProbeEnvironment-v0/seed/{i}" for i in range(3)]
     # every environment the evaluation opened (its probes too) it closed with a close message
     assert unclosed_sessions(openenv_server) == {"open": 0, "ended without close": 0}
-    subprocess.run([sys.executable, "-m", "turnrl", "envs", "check", f"remote:{openenv_server}"], capture_output=True,
-                   timeout=300)  # whatever the check finds, it closes what it opened
+    subprocess.run(
+        [sys.executable, "-m", "turnrl", "envs", "check", f"remote:{openenv_server}"], capture_output=True, timeout=300
+    )  # whatever the check finds, it closes what it opened
     assert unclosed_sessions(openenv_server) == {"open": 0, "ended without close": 0}
     config = tmp_path / "openenv.yaml"  # and trains on it: GRPO groups share their task (the same reset seed)
-    config.write_text(f"model: tiny:chatml\nenv:\n  id: remote:{openenv_server}\nrollout:\n  prompts_per_step: 2\n"
-                      f"  group_size: 2\n  max_new_tokens: 4\noptim:\n  minibatch_size: 4\nsteps: 2\neval_tasks: 2\n"
-                      f"out_dir: {tmp_path / 'run'}\n")
-    result = subprocess.run([sys.executable, "-m", "turnrl", "train", str(config)], capture_output=True, text=True,
-                            timeout=300, env={**os.environ, "COLUMNS": "200"})
+    config.write_text(
+        f"model: tiny:chatml\nenv:\n  id: remote:{openenv_server}\nrollout:\n  prompts_per_step: 2\n"
+        f"  group_size: 2\n  max_new_tokens: 4\noptim:\n  minibatch_size: 4\nsteps: 2\neval_tasks: 2\n"
+        f"out_dir: {tmp_path / 'run'}\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-m", "turnrl", "train", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "COLUMNS": "200"},
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     steps = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert len(steps) == 3 and steps[1]["rollout_episodes"] == 4 and steps[1]["reward_mean"] > 0
@@ -462,9 +519,16 @@ def test_training_through_a_remote_environment_learns(server, tmp_path, one_thre
     from turnrl.agents.tiny import tiny_tokenizer
     from turnrl.rl.run.trainer import TrainConfig
 
-    cfg = TrainConfig(model="tiny", env={"id": f"remote:http://127.0.0.1:{server.port}/tests/Upper-v0"},
-                      algorithm={"name": "grpo"}, rollout={"prompts_per_step": 4, "group_size": 8, "max_new_tokens": 4},
-                      optim={"lr": 1e-2, "minibatch_size": 16}, steps=30, eval_tasks=8, out_dir=str(tmp_path))
+    cfg = TrainConfig(
+        model="tiny",
+        env={"id": f"remote:http://127.0.0.1:{server.port}/tests/Upper-v0"},
+        algorithm={"name": "grpo"},
+        rollout={"prompts_per_step": 4, "group_size": 8, "max_new_tokens": 4},
+        optim={"lr": 1e-2, "minibatch_size": 16},
+        steps=30,
+        eval_tasks=8,
+        out_dir=str(tmp_path),
+    )
     tok = tiny_tokenizer("chatml")
     history = train_tiny(cfg, tok)
     assert_learns(history)
@@ -473,26 +537,52 @@ def test_training_through_a_remote_environment_learns(server, tmp_path, one_thre
 
 def test_envs_serve_and_train_from_the_command_line(tmp_path):
     """`turnrl envs serve` as a subprocess on a free port, and `turnrl train` on its remote: id."""
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "COLUMNS": "200",
-           "PYTHONPATH": os.pathsep.join([str(REPO / "tests"), os.environ.get("PYTHONPATH", "")])}
-    serve = subprocess.Popen([sys.executable, "-m", "turnrl", "envs", "serve", "tests/Upper-v0", "--port", "0",
-                              "--import", "toy_envs"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                             env=env)
+    env = {
+        **os.environ,
+        "PYTHONUNBUFFERED": "1",
+        "COLUMNS": "200",
+        "PYTHONPATH": os.pathsep.join([str(REPO / "tests"), os.environ.get("PYTHONPATH", "")]),
+    }
+    serve = subprocess.Popen(
+        [sys.executable, "-m", "turnrl", "envs", "serve", "tests/Upper-v0", "--port", "0", "--import", "toy_envs"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+    )
     try:
         line = serve.stdout.readline()
         found = re.search(r"serving tests/Upper-v0 at (remote:http://127\.0\.0\.1:\d+/tests/Upper-v0)", line)
         assert found, line + serve.stdout.read(2000)
         config = tmp_path / "remote.yaml"
-        config.write_text(f"model: tiny:chatml\nenv:\n  id: {found[1]}\nalgorithm:\n  name: grpo\nrollout:\n"
-                          "  prompts_per_step: 2\n  group_size: 2\n  max_new_tokens: 4\noptim:\n  minibatch_size: 4\n"
-                          f"steps: 2\neval_tasks: 2\nout_dir: {tmp_path / 'run'}\n")
-        result = subprocess.run([sys.executable, "-m", "turnrl", "train", str(config)], capture_output=True,
-                                text=True, timeout=300, env=env)
+        config.write_text(
+            f"model: tiny:chatml\nenv:\n  id: {found[1]}\nalgorithm:\n  name: grpo\nrollout:\n"
+            "  prompts_per_step: 2\n  group_size: 2\n  max_new_tokens: 4\noptim:\n  minibatch_size: 4\n"
+            f"steps: 2\neval_tasks: 2\nout_dir: {tmp_path / 'run'}\n"
+        )
+        result = subprocess.run(
+            [sys.executable, "-m", "turnrl", "train", str(config)], capture_output=True, text=True, timeout=300, env=env
+        )
         assert result.returncode == 0, result.stdout + result.stderr
         assert len((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()) == 3
-        bad = subprocess.run([sys.executable, "-m", "turnrl", "eval", "--env",
-                              found[1].replace("Upper", "Uper"), "--agent", "tiny:chatml", "--limit", "1"],
-                             capture_output=True, text=True, timeout=120, env=env)
+        bad = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "turnrl",
+                "eval",
+                "--env",
+                found[1].replace("Upper", "Uper"),
+                "--agent",
+                "tiny:chatml",
+                "--limit",
+                "1",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=env,
+        )
         assert bad.returncode == 2 and "HTTP 404" in bad.stdout + bad.stderr, bad.stdout + bad.stderr
     finally:
         serve.terminate()

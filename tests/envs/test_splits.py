@@ -23,16 +23,32 @@ from turnrl.envs.registry import BUILTIN_ENVS
 from turnrl.envs.splits import canonical_expression, canonical_key, normalize_text, split_of_key
 
 
-@pytest.mark.parametrize("a, b", [
-    ("12 + 7", "7 + 12"), ("(3 + 4) * 5", "5 * (4 + 3)"), ("10 + 2 * 3 - 4", "3 * 2 + 10 - 4"),
-    ("12.0 + 7", "7 + 12"), ("8 × 3", "3 * 8"), ("-3 + 5", "5 - 3"), ("a_b", None),
-][:-1])
+@pytest.mark.parametrize(
+    "a, b",
+    [
+        ("12 + 7", "7 + 12"),
+        ("(3 + 4) * 5", "5 * (4 + 3)"),
+        ("10 + 2 * 3 - 4", "3 * 2 + 10 - 4"),
+        ("12.0 + 7", "7 + 12"),
+        ("8 × 3", "3 * 8"),
+        ("-3 + 5", "5 - 3"),
+        ("a_b", None),
+    ][:-1],
+)
 def test_equivalent_expressions_share_a_canonical_form(a, b):
     assert canonical_expression(a) == canonical_expression(b)
 
 
-@pytest.mark.parametrize("a, b", [("12 - 7", "7 - 12"), ("56 / 7", "7 / 56"), ("(3 + 4) * 5", "3 + 4 * 5"),
-                                  ("2 ** 3", "3 ** 2"), ("12 + 7", "12 + 8")])
+@pytest.mark.parametrize(
+    "a, b",
+    [
+        ("12 - 7", "7 - 12"),
+        ("56 / 7", "7 / 56"),
+        ("(3 + 4) * 5", "3 + 4 * 5"),
+        ("2 ** 3", "3 ** 2"),
+        ("12 + 7", "12 + 8"),
+    ],
+)
 def test_different_problems_keep_different_forms(a, b):
     assert canonical_expression(a) != canonical_expression(b)
 
@@ -58,6 +74,7 @@ def test_split_of_key_respects_the_shares():
 
 
 # ---- arithmetic: the attempts to leak ----
+
 
 def test_a_sum_and_its_commuted_form_fall_on_the_same_side():
     for a in range(1, 21):
@@ -103,7 +120,9 @@ def test_word_problems_are_the_same_problem_once_the_story_is_stripped():
 def test_held_out_splits_hold_distinct_problems_and_nothing_of_training(levels):
     report = check_splits("turnrl/Arithmetic-v0", {"level": levels}, limit=5000)
     assert report.ok, str(report)
-    assert report.tasks["test"] == report.distinct["test"] and report.tasks["validation"] == report.distinct["validation"]
+    assert (
+        report.tasks["test"] == report.distinct["test"] and report.tasks["validation"] == report.distinct["validation"]
+    )
 
 
 def test_every_level_generates_problems_whose_answers_are_right():
@@ -114,10 +133,16 @@ def test_every_level_generates_problems_whose_answers_are_right():
 
 # ---- the check over every registered environment ----
 
-@pytest.mark.parametrize("env_id, kwargs", [(e, {}) for e in sorted(BUILTIN_ENVS) if e != "turnrl/Mixture-v0"]
-                         + [("turnrl/GSM8K-v0", {"split": "train"}), ("turnrl/HotPotQA-v0", {"split": "dev-train"}),
-                            ("turnrl/Mixture-v0", {"envs": [{"id": "turnrl/Arithmetic-v0"},
-                                                            {"id": "turnrl/Functions-v0"}]})])
+
+@pytest.mark.parametrize(
+    "env_id, kwargs",
+    [(e, {}) for e in sorted(BUILTIN_ENVS) if e != "turnrl/Mixture-v0"]
+    + [
+        ("turnrl/GSM8K-v0", {"split": "train"}),
+        ("turnrl/HotPotQA-v0", {"split": "dev-train"}),
+        ("turnrl/Mixture-v0", {"envs": [{"id": "turnrl/Arithmetic-v0"}, {"id": "turnrl/Functions-v0"}]}),
+    ],
+)
 def test_every_registered_environment_with_splits_keeps_them_apart(env_id, kwargs, data_dir):
     report = check_splits(env_id, kwargs, limit=5000)
     assert report.ok, str(report)
@@ -129,9 +154,18 @@ class Leaky(ToolEnv):
     def __init__(self, split="train"):
         pairs = [(a, b) for a in range(1, 6) for b in range(1, 6) if a != b]
         mine = [(a, b) for a, b in pairs if (a < b) == (split == "test")]
-        super().__init__([Task(id=f"{a}+{b}", prompt=f"What is {a} + {b}?", answer=str(a + b),
-                               metadata={"canonical": canonical(f"{a} + {b}")}) for a, b in mine],
-                         verifier=lambda text, ref: None)
+        super().__init__(
+            [
+                Task(
+                    id=f"{a}+{b}",
+                    prompt=f"What is {a} + {b}?",
+                    answer=str(a + b),
+                    metadata={"canonical": canonical(f"{a} + {b}")},
+                )
+                for a, b in mine
+            ],
+            verifier=lambda text, ref: None,
+        )
         self.split, self.held_out_split = split, "test"
 
 
@@ -140,8 +174,9 @@ turnrl.register("tests/Leaky-v0", Leaky)
 
 def test_a_split_on_text_is_caught_by_the_check_and_by_envs_check():
     report = check_splits("tests/Leaky-v0")
-    assert not report.ok and report.overlaps[("train", "test")] == sorted({canonical(f"{a} + {b}") for a in range(1, 6)
-                                                                           for b in range(a + 1, 6)})
+    assert not report.ok and report.overlaps[("train", "test")] == sorted(
+        {canonical(f"{a} + {b}") for a in range(1, 6) for b in range(a + 1, 6)}
+    )
     assert "FAIL splits train and test share 10 problem(s)" in str(report)
     result = CliRunner().invoke(app, ["envs", "check", "tests/Leaky-v0", "--no-call-tools"])
     assert result.exit_code == 1 and "share 10 problem(s)" in result.output
@@ -150,12 +185,21 @@ def test_a_split_on_text_is_caught_by_the_check_and_by_envs_check():
 
 # ---- a training run's validation split ----
 
+
 def _config(tmp_path, env, **extra):
     from turnrl.rl.run.trainer import TrainConfig
 
-    return TrainConfig(model="tiny", env=env, algorithm={"name": "grpo"},
-                       rollout={"prompts_per_step": 2, "group_size": 2, "max_new_tokens": 4},
-                       optim={"lr": 1e-2, "minibatch_size": 4}, steps=2, eval_tasks=3, out_dir=str(tmp_path), **extra)
+    return TrainConfig(
+        model="tiny",
+        env=env,
+        algorithm={"name": "grpo"},
+        rollout={"prompts_per_step": 2, "group_size": 2, "max_new_tokens": 4},
+        optim={"lr": 1e-2, "minibatch_size": 4},
+        steps=2,
+        eval_tasks=3,
+        out_dir=str(tmp_path),
+        **extra,
+    )
 
 
 def test_validate_every_reads_the_validation_split_and_eval_reads_test(tmp_path):
@@ -195,8 +239,11 @@ def test_validation_problems_a_run_trains_on_are_refused(data_dir):
 
 
 def test_the_check_reads_the_training_split_whichever_split_the_environment_was_made_with(data_dir):
-    for env_id, train in (("turnrl/GSM8K-v0", "train"), ("turnrl/Arithmetic-v0", "train"),
-                          ("turnrl/Functions-v0", "train")):
+    for env_id, train in (
+        ("turnrl/GSM8K-v0", "train"),
+        ("turnrl/Arithmetic-v0", "train"),
+        ("turnrl/Functions-v0", "train"),
+    ):
         report = check_splits(env_id, {"split": "test"}, limit=2000)
         assert report.ok and train in report.tasks and len(report.overlaps) == 3, str(report)
 
@@ -215,12 +262,15 @@ def test_turnrl_train_refuses_validation_problems_it_trains_on_before_a_model_lo
     """With validate_every, a run on its own validation split is refused by the command line's checks (before the
     model loads), not only by the trainer at its first evaluation."""
     config = tmp_path / "c.yaml"
-    config.write_text("model: no-such-model-so-loading-would-fail\nenv: {id: turnrl/Arithmetic-v0, kwargs: "
-                      f"{{split: validation}}, eval_kwargs: {{split: test}}}}\nvalidate_every: 1\nout_dir: {tmp_path}\n")
+    config.write_text(
+        "model: no-such-model-so-loading-would-fail\nenv: {id: turnrl/Arithmetic-v0, kwargs: "
+        f"{{split: validation}}, eval_kwargs: {{split: test}}}}\nvalidate_every: 1\nout_dir: {tmp_path}\n"
+    )
     result = CliRunner().invoke(app, ["train", str(config)])
     assert result.exit_code != 0
     assert "the validation split 'validation' would pose 42 problem(s) this run trains on" in " ".join(
-        result.output.split())
+        result.output.split()
+    )
 
 
 def test_task_keys_reads_an_environments_tasks_once():
@@ -242,9 +292,12 @@ def test_every_parse_in_the_package_and_examples_takes_the_one_lock():
     each other. The sandbox's harness runs in a process of its own and is exempt."""
     root = Path(__file__).resolve().parents[2]
     exempt = {root / "turnrl" / "verifiers" / "harness.py", root / "turnrl" / "utils.py"}
-    offenders = [str(p.relative_to(root)) for folder in ("turnrl", "examples", "bench")
-                 for p in (root / folder).rglob("*.py")
-                 if p not in exempt and re.search(r"\bast\.parse\(", p.read_text())]
+    offenders = [
+        str(p.relative_to(root))
+        for folder in ("turnrl", "examples", "bench")
+        for p in (root / folder).rglob("*.py")
+        if p not in exempt and re.search(r"\bast\.parse\(", p.read_text())
+    ]
     assert not offenders, f"ast.parse outside turnrl.utils.parse_python: {offenders}"
 
 

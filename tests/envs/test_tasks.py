@@ -36,6 +36,7 @@ def pool(sizes, weights=None):
 
 # ---- the mixture environment ----
 
+
 def test_members_take_turns_in_the_index_space_and_reset_poses_the_members_task():
     env = mixture(member("a", size=3), member("b", level=3, size=1), member("c", size=2))
     assert len(env) == 6
@@ -53,8 +54,9 @@ def test_members_take_turns_in_the_index_space_and_reset_poses_the_members_task(
 def test_held_out_split_puts_every_member_on_its_own_held_out_split():
     env = mixture(member("a"), {"id": "turnrl/Arithmetic-PAG-v0", "kwargs": {"split": "train"}, "name": "pag"})
     assert env.split == "train" and env.held_out_split == "held-out"
-    held = mixture(member("a"), {"id": "turnrl/Arithmetic-PAG-v0", "kwargs": {"split": "train"}, "name": "pag"},
-                   split="held-out")
+    held = mixture(
+        member("a"), {"id": "turnrl/Arithmetic-PAG-v0", "kwargs": {"split": "train"}, "name": "pag"}, split="held-out"
+    )
     assert [m.split for m in held._members] == ["test", "test"]
     assert held._members[1].mode == "eval"  # the PAG member's evaluation option
     assert held.split == "held-out"
@@ -66,25 +68,34 @@ def test_per_member_figures():
     for index, correct in ((0, True), (1, False), (2, True), (3, True)):
         env.reset(seed=0, options={"index": index})
         _, _, _, _, info = env.step(env.oracle_action() if correct else env.wrong_action())
-        trajs.append(Trajectory(task_id=env._current_name + ":x", turns=[Turn(index=0, action=Message(role="assistant", content=""), info=info)]))
+        trajs.append(
+            Trajectory(
+                task_id=env._current_name + ":x",
+                turns=[Turn(index=0, action=Message(role="assistant", content=""), info=info)],
+            )
+        )
     figs = env.summarize_episodes(trajs)
     assert figs["a_success"] == 1.0 and figs["b_success"] == 0.5 and figs["a_episodes"] == 2.0
 
 
-@pytest.mark.parametrize("members, message", [
-    ([], "non-empty"),
-    ([member("a", weight=0), member("b", weight=0)], "weight 0"),
-    ([member("a", weight=-1)], ">= 0"),
-    ([member("a"), member("a")], "distinct `name`"),
-    ([{"id": ARITH, "weigth": 2}], "unknown keys"),
-    ([{"kwargs": {}}], "`id`"),
-])
+@pytest.mark.parametrize(
+    "members, message",
+    [
+        ([], "non-empty"),
+        ([member("a", weight=0), member("b", weight=0)], "weight 0"),
+        ([member("a", weight=-1)], ">= 0"),
+        ([member("a"), member("a")], "distinct `name`"),
+        ([{"id": ARITH, "weigth": 2}], "unknown keys"),
+        ([{"kwargs": {}}], "`id`"),
+    ],
+)
 def test_bad_mixtures_are_clear_errors(members, message):
     with pytest.raises(MixtureError, match=message):
         mixture(*members)
 
 
 # ---- the choice rules ----
+
 
 def test_sequential_walks_the_indices_and_members_by_weight():
     one = make_sampler(SequentialTasks(), turnrl.make(ARITH, size=5), seed=0)
@@ -145,8 +156,13 @@ def test_pre_ppo_keeps_the_lowest_scored_share():
 
 def test_curriculum_moves_on_by_steps_or_by_success():
     env = mixture(member("easy", size=20), member("mid", size=20), member("hard", size=20))
-    cfg = CurriculumTasks(stages=[{"members": ["easy"], "success": 0.8, "window": 2},
-                                  {"members": ["mid"], "steps": 2}, {"members": ["hard", "mid"]}])
+    cfg = CurriculumTasks(
+        stages=[
+            {"members": ["easy"], "success": 0.8, "window": 2},
+            {"members": ["mid"], "steps": 2},
+            {"members": ["hard", "mid"]},
+        ]
+    )
     s = make_sampler(cfg, env, seed=0)
     stages = []
     for step, ok in enumerate([0.5, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0]):
@@ -167,8 +183,15 @@ def test_curriculum_errors_name_the_problem():
         CurriculumTasks(stages=[{"members": ["easy"]}, {"members": ["hard"]}])
 
 
-@pytest.mark.parametrize("cfg", [UniformTasks(), DifficultyTasks(), SequentialTasks(),
-                                 CurriculumTasks(stages=[{"members": ["a"], "steps": 3}, {"members": ["b"]}])])
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        UniformTasks(),
+        DifficultyTasks(),
+        SequentialTasks(),
+        CurriculumTasks(stages=[{"members": ["a"], "steps": 3}, {"members": ["b"]}]),
+    ],
+)
 def test_a_restored_sampler_draws_the_same_next_tasks(cfg):
     env = mixture(member("a", size=30), member("b", size=30, weight=2))
 
@@ -198,12 +221,20 @@ def test_a_checkpoint_of_another_strategy_is_refused():
 
 # ---- in a run ----
 
+
 def run_config(tmp_path, **extra):
-    return TrainConfig.model_validate({
-        "model": "tiny", "env": {"id": "tests/Upper-v0"},
-        "rollout": {"prompts_per_step": 2, "group_size": 2, "max_new_tokens": 4},
-        "optim": {"lr": 1e-2, "minibatch_size": 4}, "steps": 4, "eval_tasks": 2, "out_dir": str(tmp_path),
-        **extra})
+    return TrainConfig.model_validate(
+        {
+            "model": "tiny",
+            "env": {"id": "tests/Upper-v0"},
+            "rollout": {"prompts_per_step": 2, "group_size": 2, "max_new_tokens": 4},
+            "optim": {"lr": 1e-2, "minibatch_size": 4},
+            "steps": 4,
+            "eval_tasks": 2,
+            "out_dir": str(tmp_path),
+            **extra,
+        }
+    )
 
 
 def choices(path):
@@ -237,8 +268,14 @@ def test_pre_ppo_scores_its_pool_with_the_runs_policy_before_the_first_step(tmp_
 
 def test_settings_that_cannot_work_fail_before_a_model_loads(tmp_path):
     with pytest.raises(ValueError, match="does not choose its tasks"):
-        TrainConfig.model_validate({"env": {"id": ARITH}, "algorithm": {"name": "sft"},
-                                    "data": {"path": "x.jsonl"}, "tasks": {"strategy": "uniform"}})
+        TrainConfig.model_validate(
+            {
+                "env": {"id": ARITH},
+                "algorithm": {"name": "sft"},
+                "data": {"path": "x.jsonl"},
+                "tasks": {"strategy": "uniform"},
+            }
+        )
     with pytest.raises(ValueError, match="strategy"):
         TrainConfig.model_validate({"env": {"id": ARITH}, "tasks": {"strategy": "hardest-first"}})
     with pytest.raises(ValueError, match="Mixture"):  # no model given: the run would load one after the source
@@ -271,12 +308,19 @@ def test_a_mixture_lends_its_current_members_attributes():
 
 
 def test_one_run_trains_on_a_mixture_of_environment_kinds_and_reports_each_held_out(tmp_path, one_thread):
-    members = [{"id": ARITH, "kwargs": {"level": 1, "split": "train"}, "name": "arith"},
-               {"id": "turnrl/Functions-v0", "kwargs": {"split": "train"}, "name": "code"},
-               {"id": "tests/Capitals-v0", "name": "capitals"}]
-    cfg = run_config(tmp_path, env={"id": "turnrl/Mixture-v0", "kwargs": {"envs": members}}, steps=2, eval_tasks=6,
-                     rollout={"prompts_per_step": 3, "group_size": 2, "max_new_tokens": 8},
-                     tasks={"strategy": "uniform"})
+    members = [
+        {"id": ARITH, "kwargs": {"level": 1, "split": "train"}, "name": "arith"},
+        {"id": "turnrl/Functions-v0", "kwargs": {"split": "train"}, "name": "code"},
+        {"id": "tests/Capitals-v0", "name": "capitals"},
+    ]
+    cfg = run_config(
+        tmp_path,
+        env={"id": "turnrl/Mixture-v0", "kwargs": {"envs": members}},
+        steps=2,
+        eval_tasks=6,
+        rollout={"prompts_per_step": 3, "group_size": 2, "max_new_tokens": 8},
+        tasks={"strategy": "uniform"},
+    )
     history = tiny_trainer(cfg).train()
     last = history[-1]
     for name in ("arith", "code", "capitals"):  # per member: its held-out figure (2 tasks each) and its task share

@@ -53,8 +53,11 @@ def test_a_task_without_an_id_gets_one_from_its_content():
     env = ToolEnv(TASKS, tools=[lookup], verifier=tag_verifier)
     _, info = env.reset(options={"task": {"prompt": "2+2?", "answer": "4"}})
     assert info["task_id"] == a.id
-    with pytest.raises(ValueError, match=r"options\['task'\] must be a Task or a dict with 'prompt' and 'answer'.*"
-                                         r"got answer: Field required"):
+    with pytest.raises(
+        ValueError,
+        match=r"options\['task'\] must be a Task or a dict with 'prompt' and 'answer'.*"
+        r"got answer: Field required",
+    ):
         env.reset(options={"task": {"prompt": "2+2?"}})
 
 
@@ -67,8 +70,15 @@ def test_tool_results_that_are_not_strings_are_json():
     class Hit:
         score: float
 
-    values = {"model": Book(title="Emma", year=1815), "dataclass": Hit(0.5), "set": {2, 1}, "numpy": np.int64(3),
-              "array": np.array([1.5, 2.0]), "dict": {"a": None, "b": (1, 2)}, "text": "as is"}
+    values = {
+        "model": Book(title="Emma", year=1815),
+        "dataclass": Hit(0.5),
+        "set": {2, 1},
+        "numpy": np.int64(3),
+        "array": np.array([1.5, 2.0]),
+        "dict": {"a": None, "b": (1, 2)},
+        "text": "as is",
+    }
 
     @tool
     def give(kind: str) -> object:
@@ -76,8 +86,15 @@ def test_tool_results_that_are_not_strings_are_json():
         return values[kind]
 
     shown = {k: give.invoke(ToolCall(name="give", arguments={"kind": k})).content for k in values}
-    assert shown == {"model": '{"title": "Emma", "year": 1815}', "dataclass": '{"score": 0.5}', "set": "[1, 2]",
-                     "numpy": "3", "array": "[1.5, 2.0]", "dict": '{"a": null, "b": [1, 2]}', "text": "as is"}
+    assert shown == {
+        "model": '{"title": "Emma", "year": 1815}',
+        "dataclass": '{"score": 0.5}',
+        "set": "[1, 2]",
+        "numpy": "3",
+        "array": "[1.5, 2.0]",
+        "dict": '{"a": null, "b": [1, 2]}',
+        "text": "as is",
+    }
     assert all(json.loads(v) is not None for k, v in shown.items() if k != "text")
 
 
@@ -98,15 +115,35 @@ def test_accepted_kwargs_leave_out_what_a_subclass_fixes():
     names, complete, fixed = _accepted_kwargs(Fixed)
     assert complete  # ToolEnv takes no **options: every name is known
     assert fixed == {"tasks": "Fixed", "tools": "Fixed", "verifier": "Fixed", "instruction": "Fixed"}
-    assert names == {"level", "tool_style", "system_prompt", "max_turns", "retry", "feedback", "describe_tools",
-                     "render_mode"}
+    assert names == {
+        "level",
+        "tool_style",
+        "system_prompt",
+        "max_turns",
+        "retry",
+        "feedback",
+        "describe_tools",
+        "render_mode",
+    }
     turnrl.register("tooltest/Fixed-v0", Fixed)
     try:
-        with pytest.raises(InvalidEnvKwargs, match=r"does not accept the keyword argument 'tools' \(Fixed sets it "
-                                                   r"itself\)\. Accepted: describe_tools, feedback, level, max_turns"):
+        with pytest.raises(
+            InvalidEnvKwargs,
+            match=r"does not accept the keyword argument 'tools' \(Fixed sets it "
+            r"itself\)\. Accepted: describe_tools, feedback, level, max_turns",
+        ):
             turnrl.make("tooltest/Fixed-v0", tools=[])
-        env = turnrl.make("tooltest/Fixed-v0", level=2, system_prompt=None, max_turns=None, retry=True,
-                          feedback="No.", describe_tools=False, tool_style="hermes", render_mode="ansi")
+        env = turnrl.make(
+            "tooltest/Fixed-v0",
+            level=2,
+            system_prompt=None,
+            max_turns=None,
+            retry=True,
+            feedback="No.",
+            describe_tools=False,
+            tool_style="hermes",
+            render_mode="ansi",
+        )
         assert env.instruction == "level 2" and env.max_turns == 4  # every accepted kwarg is taken
     finally:
         del gym.registry["tooltest/Fixed-v0"]

@@ -32,8 +32,10 @@ def test_a_trl_class_plays_as_trl_plays_it():
     assert info["task_id"] == "row-1" and len(env) == 4
     schema = env.tool_schemas()
     assert [s["function"]["name"] for s in schema] == ["guess"]  # public methods but reset; _private is hidden
-    assert schema[0]["function"]["parameters"]["properties"]["number"] == {"description": "the number you guess.",
-                                                                          "type": "integer"}
+    assert schema[0]["function"]["parameters"]["properties"]["number"] == {
+        "description": "the number you guess.",
+        "type": "integer",
+    }
     assert env.step(call(5))[0][0].content == "higher"
     assert env.step(call(7))[0][0].content == "right"
     out, reward, terminated, _, _ = env.step(call(7))  # the tool raises after the win: the model reads why
@@ -49,8 +51,10 @@ def test_reward_functions_are_weighted_and_none_counts_zero():
     env.step(call(5))
     env.step(call(3))
     _, reward, _, _, info = env.step("3")
-    assert reward == pytest.approx(1.0 + 2.0 * -0.1) and info["metrics"] == {"reward_func": 1.0,
-                                                                             "fewer_guesses": pytest.approx(-0.1)}
+    assert reward == pytest.approx(1.0 + 2.0 * -0.1) and info["metrics"] == {
+        "reward_func": 1.0,
+        "fewer_guesses": pytest.approx(-0.1),
+    }
     env.reset(seed=0, options={"index": 0})
     assert env.step("no idea")[1] == 0.0  # not won: fewer_guesses says None, which counts 0
 
@@ -65,14 +69,29 @@ def test_an_episode_cut_by_the_turn_limit_is_rewarded_from_the_environments_stat
 
 def test_reward_functions_read_the_completion_and_held_out_rows_are_a_split(tmp_path):
     test = tmp_path / "test.jsonl"
-    test.write_text("".join(json.dumps({"prompt": [{"role": "system", "content": "Be kind."},
-                                                   {"role": "user", "content": f"Greet {n}."}], "id": n}) + "\n"
-                            for n in ("Ann", "Bo")))
-    env = turnrl.make("trl:trl_classes:SayHello", data=[{"prompt": "Greet."}], test_data=str(test),
-                      reward="trl_classes:says_hello")
+    test.write_text(
+        "".join(
+            json.dumps(
+                {
+                    "prompt": [{"role": "system", "content": "Be kind."}, {"role": "user", "content": f"Greet {n}."}],
+                    "id": n,
+                }
+            )
+            + "\n"
+            for n in ("Ann", "Bo")
+        )
+    )
+    env = turnrl.make(
+        "trl:trl_classes:SayHello", data=[{"prompt": "Greet."}], test_data=str(test), reward="trl_classes:says_hello"
+    )
     assert (env.split, env.held_out_split, len(env)) == ("train", "test", 1) and env.tool_schemas() == []
-    held = turnrl.make("trl:trl_classes:SayHello", data=[{"prompt": "Greet."}], test_data=str(test),
-                       reward="trl_classes:says_hello", split="test")
+    held = turnrl.make(
+        "trl:trl_classes:SayHello",
+        data=[{"prompt": "Greet."}],
+        test_data=str(test),
+        reward="trl_classes:says_hello",
+        split="test",
+    )
     obs, info = held.reset(seed=0, options={"index": 1})
     assert [m.role for m in obs] == ["system", "user"] and obs[-1].content == "Greet Bo." and info["task_id"] == "Bo"
     assert held.step("Hello, Bo!")[1] == 1.0
@@ -80,18 +99,21 @@ def test_reward_functions_read_the_completion_and_held_out_rows_are_a_split(tmp_
     assert held.step("Go away.")[1] == 0.0
 
 
-@pytest.mark.parametrize(("env_id", "kwargs", "message"), [
-    ("trl:trl_classes:NoReset", {}, "has no reset"),
-    ("trl:trl_classes:NeedsArgs", {}, "TRL makes the class with no arguments"),
-    ("trl:no_such_module:Env", {}, "importing 'no_such_module' failed"),
-    ("trl:trl_classes:Missing", {}, "has no 'Missing'"),
-    ("trl:trl_classes:reward_func", {}, "is not a class"),
-    (GUESS, {"data": [{"secret": 1}]}, "row 0 has no 'prompt'"),
-    (GUESS, {"data": "nowhere.jsonl"}, "no data file nowhere.jsonl"),
-    (GUESS, {"reward": "trl_classes:nothing"}, "has no 'nothing'"),
-    (GUESS, {"split": "test"}, "split='test' needs test_data"),
-    (GUESS, {"reward_weights": [1.0, 2.0]}, "2 reward_weights for 1 reward functions"),
-])
+@pytest.mark.parametrize(
+    ("env_id", "kwargs", "message"),
+    [
+        ("trl:trl_classes:NoReset", {}, "has no reset"),
+        ("trl:trl_classes:NeedsArgs", {}, "TRL makes the class with no arguments"),
+        ("trl:no_such_module:Env", {}, "importing 'no_such_module' failed"),
+        ("trl:trl_classes:Missing", {}, "has no 'Missing'"),
+        ("trl:trl_classes:reward_func", {}, "is not a class"),
+        (GUESS, {"data": [{"secret": 1}]}, "row 0 has no 'prompt'"),
+        (GUESS, {"data": "nowhere.jsonl"}, "no data file nowhere.jsonl"),
+        (GUESS, {"reward": "trl_classes:nothing"}, "has no 'nothing'"),
+        (GUESS, {"split": "test"}, "split='test' needs test_data"),
+        (GUESS, {"reward_weights": [1.0, 2.0]}, "2 reward_weights for 1 reward functions"),
+    ],
+)
 def test_what_cannot_be_used_is_one_clear_error(env_id, kwargs, message):
     with pytest.raises(TRLEnvError, match=message):
         turnrl.make(env_id, **{"data": ROWS, "reward": "trl_classes:reward_func", **kwargs})
@@ -112,12 +134,19 @@ def test_a_trl_class_trains_and_a_reward_that_always_raises_stops_the_run(tmp_pa
 
     tok = tiny_tokenizer("chatml")
     for reward, name in (("trl_classes:reward_func", "ok"), ("trl_classes:broken_reward", "broken")):
-        held = [{"prompt": "Play.", "secret": s} for s in (4, 6)]  # secrets training never poses (ROWS[:2] would be refused)
-        cfg = TrainConfig(model="tiny", env={"id": GUESS, "kwargs": {"data": ROWS, "test_data": held,
-                                                                     "reward": reward, "max_turns": 2}},
-                          algorithm={"name": "grpo"}, rollout={"prompts_per_step": 2, "group_size": 2,
-                                                               "max_new_tokens": 8},
-                          optim={"minibatch_size": 4}, steps=2, eval_tasks=2, out_dir=str(tmp_path / name))
+        held = [
+            {"prompt": "Play.", "secret": s} for s in (4, 6)
+        ]  # secrets training never poses (ROWS[:2] would be refused)
+        cfg = TrainConfig(
+            model="tiny",
+            env={"id": GUESS, "kwargs": {"data": ROWS, "test_data": held, "reward": reward, "max_turns": 2}},
+            algorithm={"name": "grpo"},
+            rollout={"prompts_per_step": 2, "group_size": 2, "max_new_tokens": 8},
+            optim={"minibatch_size": 4},
+            steps=2,
+            eval_tasks=2,
+            out_dir=str(tmp_path / name),
+        )
         with opened(tiny_trainer(cfg, tok)) as trainer:
             if name == "broken":
                 with pytest.raises(EpisodeFailures, match="step 1: all 4 episodes failed.*reward function broken_"):
@@ -154,7 +183,8 @@ def test_a_relative_data_file_is_found_beside_the_classs_module(tmp_path, monkey
     examples/x.yaml` from the repository's root runs it)."""
     (tmp_path / "beside_env.py").write_text(
         "class Echo:\n    def reset(self, **row):\n        return None\n\n\n"
-        "def reward(environments, **kwargs):\n    return [1.0 for _ in environments]\n")
+        "def reward(environments, **kwargs):\n    return [1.0 for _ in environments]\n"
+    )
     (tmp_path / "rows.jsonl").write_text(json.dumps({"prompt": "Say hi.", "id": "hi"}) + "\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     elsewhere = tmp_path / "elsewhere"

@@ -123,8 +123,10 @@ def as_package(tmp_path, monkeypatch, forget_new_ids):
     dist = site / f"{name}-0.1.dist-info"
     dist.mkdir()
     (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.1\n")
-    (dist / "entry_points.txt").write_text(f"[turnrl.envs]\npkgtest/Library-v0 = {name}.envs:LibraryEnv\n"
-                                           f"turnrl/GSM8K-v0 = {name}.envs:LibraryEnv\npkgtest/Bad-v0 = {name}\n")
+    (dist / "entry_points.txt").write_text(
+        f"[turnrl.envs]\npkgtest/Library-v0 = {name}.envs:LibraryEnv\n"
+        f"turnrl/GSM8K-v0 = {name}.envs:LibraryEnv\npkgtest/Bad-v0 = {name}\n"
+    )
     monkeypatch.syspath_prepend(str(site))
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]))
     monkeypatch.chdir(tmp_path)
@@ -151,8 +153,22 @@ def test_check_play_eval_train_a_user_env(user_env, tmp_path):
     assert "reward 1" in result.output and "episode over: terminated=True" in result.output
 
     out = tmp_path / "eval"
-    result = runner.invoke(app, ["eval", "--env", user_env, "--agent", "tiny:chatml", "--limit", "10",
-                                 "--max-new-tokens", "8", "--out", str(out)])
+    result = runner.invoke(
+        app,
+        [
+            "eval",
+            "--env",
+            user_env,
+            "--agent",
+            "tiny:chatml",
+            "--limit",
+            "10",
+            "--max-new-tokens",
+            "8",
+            "--out",
+            str(out),
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert f"note: --limit 10 is more than the 3 task(s) of {user_env}; evaluating all 3" in result.output
     assert len((out / "items.jsonl").read_text().splitlines()) == 3
@@ -169,8 +185,13 @@ def test_check_play_eval_train_a_user_env(user_env, tmp_path):
 
 
 def test_envs_list_shows_where_ids_come_from(as_package):
-    result = subprocess.run([sys.executable, "-m", "turnrl", "envs", "list"], capture_output=True, text=True,
-                            timeout=120, env={**os.environ, "COLUMNS": "250"})
+    result = subprocess.run(
+        [sys.executable, "-m", "turnrl", "envs", "list"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "COLUMNS": "250"},
+    )
     assert result.returncode == 0, result.stderr
     line = next(x for x in result.stdout.splitlines() if "pkgtest/Library-v0" in x)
     assert re.search(r"Who wrote it\?.*package libpkg_\w+ 0\.1 \(entry point\)", line), line
@@ -187,7 +208,9 @@ def test_a_module_next_to_the_config_is_found_from_another_folder(tmp_path, monk
     folder = tmp_path / "project"
     folder.mkdir()
     name = f"nextdoor_{uuid.uuid4().hex[:8]}"
-    (folder / f"{name}.py").write_text(LIBRARY_ENV + f'\nturnrl.register("usertest/Nextdoor-v0", "{name}:LibraryEnv")\n')
+    (folder / f"{name}.py").write_text(
+        LIBRARY_ENV + f'\nturnrl.register("usertest/Nextdoor-v0", "{name}:LibraryEnv")\n'
+    )
     config = TRAIN_CONFIG.format(env_id=f"{name}:usertest/Nextdoor-v0", out=tmp_path / "r")
     (folder / "run.yaml").write_text(config.replace('"tiny:chatml"', '"hf:/no/such/model"'))
     elsewhere = tmp_path / "elsewhere"
@@ -198,7 +221,15 @@ def test_a_module_next_to_the_config_is_found_from_another_folder(tmp_path, monk
     assert result.exit_code == 2
     assert result.output.startswith("error: usertest/Nextdoor-v0 does not accept the keyword argument 'colour'")
     accepted = result.output.split("Accepted: ", 1)[1].strip().rstrip(".").split(", ")
-    assert accepted == ["describe_tools", "feedback", "max_turns", "render_mode", "retry", "system_prompt", "tool_style"]
+    assert accepted == [
+        "describe_tools",
+        "feedback",
+        "max_turns",
+        "render_mode",
+        "retry",
+        "system_prompt",
+        "tool_style",
+    ]
     # (tasks, tools, verifier and instruction are left out: LibraryEnv passes them itself)
 
 
@@ -229,12 +260,14 @@ def test_import_option_on_every_command_then_plain_ids(as_module):
 def test_module_errors_are_one_line_and_say_what_to_change(tmp_path, monkeypatch, forget_new_ids):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "broken_env_mod.py").write_text("import turnrl\n\nx = undefined_name\n")
-    (tmp_path / "quiet_env_mod.py").write_text(LIBRARY_ENV + '\nturnrl.register("usertest/Quiet-v0", "quiet_env_mod:LibraryEnv")\n')
+    (tmp_path / "quiet_env_mod.py").write_text(
+        LIBRARY_ENV + '\nturnrl.register("usertest/Quiet-v0", "quiet_env_mod:LibraryEnv")\n'
+    )
     cases = {
         "broken_env_mod:usertest/X-v0": "error: importing module 'broken_env_mod' raised NameError: name "
-                                        "'undefined_name' is not defined (broken_env_mod.py:3)",
+        "'undefined_name' is not defined (broken_env_mod.py:3)",
         "quiet_env_mod:usertest/Quite-v0": "error: module 'quiet_env_mod' was imported but no environment "
-                                           "'usertest/Quite-v0' is registered. Did you mean 'usertest/Quiet-v0'?",
+        "'usertest/Quite-v0' is registered. Did you mean 'usertest/Quiet-v0'?",
         "turnrl/Arithmetc-v0": "error: unknown environment 'turnrl/Arithmetc-v0'. Did you mean 'turnrl/Arithmetic-v0'",
     }
     for env_id, message in cases.items():
@@ -254,16 +287,24 @@ def test_train_errors_are_one_line_before_any_model_loads(tmp_path):
     # The model does not exist: reaching it would be a different error, so each error below came first.
     base = "model: hf:/no/such/model\nenv: {id: turnrl/Arithmetic-v0}\n"
     cases = [
-        (train("model: hf:/no/such/model\nenv: {id: turnrl/Arithmetc-v0}\n"),
-         "error: unknown environment 'turnrl/Arithmetc-v0'. Did you mean 'turnrl/Arithmetic-v0'"),
-        (train(base, "env.kwargs.levle=2"), "error: turnrl/Arithmetic-v0 does not accept the keyword argument "
-                                             "'levle'. Did you mean 'level'?"),
+        (
+            train("model: hf:/no/such/model\nenv: {id: turnrl/Arithmetc-v0}\n"),
+            "error: unknown environment 'turnrl/Arithmetc-v0'. Did you mean 'turnrl/Arithmetic-v0'",
+        ),
+        (
+            train(base, "env.kwargs.levle=2"),
+            "error: turnrl/Arithmetic-v0 does not accept the keyword argument 'levle'. Did you mean 'level'?",
+        ),
         (train(base, "env.eval_kwargs.split=dev"), "error: split must be"),
-        (train(base, "rollout.group_size=1"), "error: override rollout.group_size=1: Input should be greater than or "
-                                              "equal to 2 (got 1)"),
+        (
+            train(base, "rollout.group_size=1"),
+            "error: override rollout.group_size=1: Input should be greater than or equal to 2 (got 1)",
+        ),
         (train(base, "stepz=3"), "error: override stepz=3: unknown key 'stepz'; did you mean 'steps'?"),
-        (train(base + "rollout: {group_size: 1}\n"), f"error: {tmp_path / 'c.yaml'}: rollout.group_size: Input should "
-                                                      "be greater than or equal to 2 (got 1)"),
+        (
+            train(base + "rollout: {group_size: 1}\n"),
+            f"error: {tmp_path / 'c.yaml'}: rollout.group_size: Input should be greater than or equal to 2 (got 1)",
+        ),
         (train("env: [unclosed\n"), f"error: {tmp_path / 'c.yaml'}: while parsing"),
         (runner.invoke(app, ["train", str(tmp_path / "missing.yaml")]), "error: "),
     ]
@@ -280,26 +321,50 @@ def test_the_documented_commands_run_on_the_example(tmp_path):
     section = page.split("## Your own environment", 1)[1].split("\n## ", 1)[0]
     block = re.search(r"```bash\n(.*?)```", section, re.S)[1]
     commands = [shlex.split(line.split("#", 1)[0]) for line in block.splitlines() if line.split("#", 1)[0].strip()]
-    assert [c[:2] for c in commands] == [["cd", "examples"], ["turnrl", "envs"], ["turnrl", "play"],
-                                        ["turnrl", "eval"], ["turnrl", "train"]]
+    assert [c[:2] for c in commands] == [
+        ["cd", "examples"],
+        ["turnrl", "envs"],
+        ["turnrl", "play"],
+        ["turnrl", "eval"],
+        ["turnrl", "train"],
+    ]
     work = tmp_path / "examples"
     shutil.copytree(REPO / "examples", work)  # runs/ is written there, not into the checkout
     turnrl = str(Path(sys.executable).with_name("turnrl"))
-    fast = {"eval": ["--max-new-tokens", "8"],
-            "train": ["model=tiny:chatml", "steps=2", "eval_tasks=2", "rollout.prompts_per_step=2",
-                      "rollout.group_size=2", "rollout.max_new_tokens=8", "optim.grad_accum=1"]}
+    fast = {
+        "eval": ["--max-new-tokens", "8"],
+        "train": [
+            "model=tiny:chatml",
+            "steps=2",
+            "eval_tasks=2",
+            "rollout.prompts_per_step=2",
+            "rollout.group_size=2",
+            "rollout.max_new_tokens=8",
+            "optim.grad_accum=1",
+        ],
+    }
     # the commands do not depend on each other (each reads the example; eval and train write their own runs/
     # folders): all four start at once, so that their start-ups (imports, the model) share the cores
     (tmp_path / "typed").write_text(":oracle\n:oracle\n")
     procs = {}
     try:
         for cmd in commands[1:]:
-            args = [turnrl, *("tiny:chatml" if a == "smollm2-135m-instruct" else a for a in cmd[1:]),
-                    *fast.get(cmd[1], [])]
-            with (open(tmp_path / "typed") as stdin, open(tmp_path / f"{cmd[1]}.out", "w") as stdout,
-                  open(tmp_path / f"{cmd[1]}.err", "w") as stderr):
-                procs[cmd[1]] = (cmd, subprocess.Popen(args, cwd=work, stdin=stdin, stdout=stdout, stderr=stderr,
-                                                       env={**os.environ, "COLUMNS": "200"}))
+            args = [
+                turnrl,
+                *("tiny:chatml" if a == "smollm2-135m-instruct" else a for a in cmd[1:]),
+                *fast.get(cmd[1], []),
+            ]
+            with (
+                open(tmp_path / "typed") as stdin,
+                open(tmp_path / f"{cmd[1]}.out", "w") as stdout,
+                open(tmp_path / f"{cmd[1]}.err", "w") as stderr,
+            ):
+                procs[cmd[1]] = (
+                    cmd,
+                    subprocess.Popen(
+                        args, cwd=work, stdin=stdin, stdout=stdout, stderr=stderr, env={**os.environ, "COLUMNS": "200"}
+                    ),
+                )
         outputs = {}
         for name, (cmd, proc) in procs.items():
             proc.wait(timeout=300)
@@ -325,6 +390,9 @@ def test_example_claims_hold():
     assert 45 <= end - start + 1 <= 55  # "about 50 lines"
     page = (REPO / "docs" / "environments.md").read_text()
     assert "about 50 lines" in page
-    assert textwrap.dedent('''
+    assert (
+        textwrap.dedent('''
         [project.entry-points."turnrl.envs"]
-        "myproject/Lookup-v0" = "mypackage.envs:LookupEnv"''') in page
+        "myproject/Lookup-v0" = "mypackage.envs:LookupEnv"''')
+        in page
+    )

@@ -37,7 +37,10 @@ def test_a_single_turn_environment_asks_the_policy_and_its_rubric_grades_the_ans
         assert (reward, terminated, truncated, step["correct"]) == (1.0, True, False, True)
         # asked reads the row's question column: the whole row reaches the rubric, as verifiers' own generate passes it
         assert {k: step["metrics"][k] for k in ("correct_answer", "format_reward", "asked")} == {
-            "correct_answer": 1.0, "format_reward": 1.0, "asked": 1.0}
+            "correct_answer": 1.0,
+            "format_reward": 1.0,
+            "asked": 1.0,
+        }
         env.reset(options={"index": 2})
         _, reward, _, _, step = env.step("it is 5")  # not in the format its parser reads
         assert (reward, step["correct"], step["metrics"]["format_reward"]) == (0.0, False, 0.0)
@@ -58,8 +61,11 @@ def test_a_tool_environment_runs_its_own_tools_on_the_policys_calls():
     env = turnrl.make(SUM, kind="tools")
     try:
         assert [s["function"]["name"] for s in env.tool_schemas()] == ["add"]
-        trajectory = play_episode(env, scripted('<tool_call>{"name": "add", "arguments": {"a": 1, "b": 2}}</tool_call>',
-                                                "<answer>3</answer>"), options={"index": 1})
+        trajectory = play_episode(
+            env,
+            scripted('<tool_call>{"name": "add", "arguments": {"a": 1, "b": 2}}</tool_call>', "<answer>3</answer>"),
+            options={"index": 1},
+        )
     finally:
         env.close()
     assert trajectory.error is None, trajectory.error
@@ -70,8 +76,9 @@ def test_a_tool_environment_runs_its_own_tools_on_the_policys_calls():
     assert (last.reward, last.terminated, last.info["correct"]) == (1.0, True, True)
     env = turnrl.make(SUM, kind="tools")
     try:  # a call that cannot be parsed is no call: verifiers' ToolEnv takes the reply as the answer
-        played = play_episode(env, scripted('<tool_call>{"name": "add", "arguments": {"a": 1,</tool_call>'),
-                              options={"index": 1})
+        played = play_episode(
+            env, scripted('<tool_call>{"name": "add", "arguments": {"a": 1,</tool_call>'), options={"index": 1}
+        )
     finally:
         env.close()
     assert played.error is None and played.turns[0].reward == 0.0 and "not valid JSON" in played.turns[0].info["error"]
@@ -86,8 +93,9 @@ def test_a_rewritten_history_renders_each_tool_call_once():
     call = '<tool_call>{"name": "add", "arguments": {"a": 1, "b": 2}}</tool_call>'
     env = turnrl.make(SUM, kind="tools", trim=True, describe_tools=False)
     try:
-        played = play_episode(env, scripted(f"Let me add. {call}", f"Again. {call}", "<answer>3</answer>"),
-                              options={"index": 1})
+        played = play_episode(
+            env, scripted(f"Let me add. {call}", f"Again. {call}", "<answer>3</answer>"), options={"index": 1}
+        )
         tools = env.tool_schemas()
     finally:
         env.close()
@@ -96,7 +104,8 @@ def test_a_rewritten_history_renders_each_tool_call_once():
     history = played.turns[1].observation
     assistant = next(m for m in history if m.role == "assistant")
     assert assistant.content == "Again." and [(c.name, c.arguments) for c in assistant.tool_calls] == [
-        ("add", {"a": 1, "b": 2})]
+        ("add", {"a": 1, "b": 2})
+    ]
     text = ChatRenderer(tiny_tokenizer("qwen_tools"), tools).render(list(history), add_generation_prompt=True)
     turn = text.split("<|im_start|>assistant")[1].split("<|im_end|>")[0]
     assert turn.count("<tool_call>") == 1 and "Again." in turn
@@ -128,12 +137,15 @@ def test_a_multi_turn_game_gives_its_feedback_and_a_rewritten_history_is_the_who
     assert seen[2][-3:] == [seen[0][-1], "<answer>2</answer>", "higher"] and "lower" not in seen[2]
 
 
-@pytest.mark.parametrize(("kwargs", "message"), [
-    ({"kind": "nope"}, "unknown kind"),
-    ({"kind": "grouped"}, "group-level reward functions"),
-    ({"kind": "tools", "split": "test"}, "no eval dataset"),
-    ({"kind": "sum", "split": "validation"}, "split is 'train'"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"kind": "nope"}, "unknown kind"),
+        ({"kind": "grouped"}, "group-level reward functions"),
+        ({"kind": "tools", "split": "test"}, "no eval dataset"),
+        ({"kind": "sum", "split": "validation"}, "split is 'train'"),
+    ],
+)
 def test_what_cannot_be_used_is_one_clear_error(kwargs, message):
     with pytest.raises(VerifiersEnvError, match=message):
         turnrl.make(SUM, **kwargs)
@@ -208,21 +220,32 @@ def test_episodes_train_token_exact_with_segments_and_a_rubric_that_always_raise
     from turnrl.rl.run.trainer import TrainConfig
 
     tok = tiny_tokenizer("chatml")
-    runs = {"game": {"kind": "guess", "trim": True, "max_turns": 4},
-            "sum": {"kind": "sum"}, "broken": {"kind": "broken"}}
+    runs = {
+        "game": {"kind": "guess", "trim": True, "max_turns": 4},
+        "sum": {"kind": "sum"},
+        "broken": {"kind": "broken"},
+    }
     for name, kwargs in runs.items():
-        cfg = TrainConfig(model="tiny", env={"id": SUM, "kwargs": kwargs}, algorithm={"name": "grpo"},
-                          rollout={"prompts_per_step": 2, "group_size": 2, "max_new_tokens": 8},
-                          optim={"minibatch_size": 4}, steps=2, eval_tasks=2,
-                          out_dir=str(tmp_path / name))
+        cfg = TrainConfig(
+            model="tiny",
+            env={"id": SUM, "kwargs": kwargs},
+            algorithm={"name": "grpo"},
+            rollout={"prompts_per_step": 2, "group_size": 2, "max_new_tokens": 8},
+            optim={"minibatch_size": 4},
+            steps=2,
+            eval_tasks=2,
+            out_dir=str(tmp_path / name),
+        )
         with opened(tiny_trainer(cfg, tok)) as trainer:
             if name == "broken":  # every episode errs: the run stops at step 1 with the first error
                 with pytest.raises(EpisodeFailures, match="step 1: all 4 episodes failed.*broken_reward"):
                     trainer.train()
             else:
                 history = trainer.train()
-        stored = [json.loads(line) for line in (tmp_path / name / "train" / "step-1" / "trajectories.jsonl")
-                  .read_text().splitlines()]
+        stored = [
+            json.loads(line)
+            for line in (tmp_path / name / "train" / "step-1" / "trajectories.jsonl").read_text().splitlines()
+        ]
         if name == "broken":
             assert trainer.step == 0 and len(stored) == 4
             assert all("broken_reward" in t["error"] for t in stored)
@@ -242,18 +265,27 @@ def test_ray_rollout_workers_play_it_token_exact_with_its_segments(ray_cluster, 
     from turnrl.agents.tiny import tiny_tokenizer
     from turnrl.rl.config import TrainConfig
 
-    cfg = TrainConfig.model_validate({
-        "model": "tiny", "env": {"id": SUM, "kwargs": {"kind": "guess", "trim": True, "max_turns": 4}},
-        "placement": "ray", "ray": {"rollout_workers": 2, "start_timeout": 90},
-        "rollout": {"prompts_per_step": 2, "group_size": 2, "max_new_tokens": 8}, "optim": {"minibatch_size": 4},
-        "steps": 1, "eval_tasks": 2, "out_dir": str(tmp_path)})
+    cfg = TrainConfig.model_validate(
+        {
+            "model": "tiny",
+            "env": {"id": SUM, "kwargs": {"kind": "guess", "trim": True, "max_turns": 4}},
+            "placement": "ray",
+            "ray": {"rollout_workers": 2, "start_timeout": 90},
+            "rollout": {"prompts_per_step": 2, "group_size": 2, "max_new_tokens": 8},
+            "optim": {"minibatch_size": 4},
+            "steps": 1,
+            "eval_tasks": 2,
+            "out_dir": str(tmp_path),
+        }
+    )
     tok = tiny_tokenizer("chatml")
     with opened(tiny_trainer(cfg, tok)) as trainer:
         (step,) = trainer.train()[1:]
     assert step["rollout_episodes"] == 4 and step["error_episodes"] == 0 and step["guard_violations"] == 0
     assert step["logp_diff_max"] < 1e-4
-    stored = [json.loads(line) for line in (tmp_path / "train" / "step-1" / "trajectories.jsonl").read_text()
-              .splitlines()]
+    stored = [
+        json.loads(line) for line in (tmp_path / "train" / "step-1" / "trajectories.jsonl").read_text().splitlines()
+    ]
     assert all(len(t["segments"]) == 3 and t["error"] is None for t in stored)
 
 
@@ -266,8 +298,11 @@ def test_a_verifiers_without_the_classic_api_is_named_with_its_version_and_the_f
     from turnrl.envs.adapters.verifiers_load import check_version
 
     v1_only = types.SimpleNamespace(__name__="verifiers")
-    with pytest.raises(VerifiersEnvError, match=r"verifiers:vf-x: the installed verifiers \S+ has no load_environment.*"
-                                                r"pip install 'verifiers==0.3.1'"):
+    with pytest.raises(
+        VerifiersEnvError,
+        match=r"verifiers:vf-x: the installed verifiers \S+ has no load_environment.*"
+        r"pip install 'verifiers==0.3.1'",
+    ):
         check_version("vf-x", v1_only)
     import verifiers
 
@@ -286,14 +321,20 @@ def test_the_examples_reward_does_not_pay_a_restated_question(monkeypatch):
 
     env = turnrl.make("verifiers:vf_arithmetic")
     try:
-        index = next(i for i in range(200) if (q := env.task_at(i).prompt) and " - " in str(q)
-                     and int(str(q).split()[2]) == 2 * int(str(q).split()[4].rstrip("?")))
+        index = next(
+            i
+            for i in range(200)
+            if (q := env.task_at(i).prompt)
+            and " - " in str(q)
+            and int(str(q).split()[2]) == 2 * int(str(q).split()[4].rstrip("?"))
+        )
         obs, _ = env.reset(options={"index": index})
         question = obs[-1].content
         _, echoed, *_ = env.step(question)
         env.reset(options={"index": index})
-        _, answered, *_ = env.step(f"{question.split()[2]} - {question.split()[4].rstrip('?')} = "
-                                   f"{env.task_at(index).answer}")
+        _, answered, *_ = env.step(
+            f"{question.split()[2]} - {question.split()[4].rstrip('?')} = {env.task_at(index).answer}"
+        )
     finally:
         env.close()
     assert (echoed, answered) == (0.0, 1.0), question

@@ -28,8 +28,10 @@ REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
 V1_PYTHON = REPO / ".venv-verifiers-v1" / "bin" / "python"
 VERSION = tuple(int(p) for p in re.findall(r"\d+", vf.__version__)[:2])
-needs_04 = pytest.mark.skipif(VERSION < (0, 4), reason="needs verifiers 0.4: run in .venv-verifiers-v1 by "
-                                                       "test_the_v1_tests_pass_under_verifiers_0_4")
+needs_04 = pytest.mark.skipif(
+    VERSION < (0, 4),
+    reason="needs verifiers 0.4: run in .venv-verifiers-v1 by test_the_v1_tests_pass_under_verifiers_0_4",
+)
 ARITH = "verifiers:vf_arithmetic_v1"
 SMALL = {"num_train": 12, "num_eval": 6}
 
@@ -42,8 +44,11 @@ def _search_paths(monkeypatch):
 
 @pytest.mark.skipif(VERSION >= (0, 4), reason="verifiers 0.3 only")
 def test_a_v1_task_set_under_verifiers_0_3_is_refused_with_the_version_and_the_fix():
-    with pytest.raises(VerifiersEnvError, match=r"is a v1 task set .*installed verifiers 0\.3\.\d+ .*"
-                                                r"pip install 'turnrl\[verifiers-v1\]'"):
+    with pytest.raises(
+        VerifiersEnvError,
+        match=r"is a v1 task set .*installed verifiers 0\.3\.\d+ .*"
+        r"pip install 'turnrl\[verifiers-v1\]'",
+    ):
         turnrl.make(ARITH)
 
 
@@ -51,10 +56,20 @@ def test_a_v1_task_set_under_verifiers_0_3_is_refused_with_the_version_and_the_f
 @pytest.mark.timeout(900)  # the whole module's v1 tests in one run (about 90 s on 2 free cores)
 def test_the_v1_tests_pass_under_verifiers_0_4():
     assert V1_PYTHON.is_file(), f"{V1_PYTHON} is missing: run `bash scripts/setup.sh` (it makes the verifiers 0.4 venv)"
-    env = {k: v for k, v in os.environ.items()  # the inner run's own (its torch threads as this worker's share)
-           if not k.startswith("PYTEST_") or k == "PYTEST_XDIST_WORKER_COUNT"}
-    done = subprocess.run([str(V1_PYTHON), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x", __file__],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=850, check=False)
+    env = {
+        k: v
+        for k, v in os.environ.items()  # the inner run's own (its torch threads as this worker's share)
+        if not k.startswith("PYTEST_") or k == "PYTEST_XDIST_WORKER_COUNT"
+    }
+    done = subprocess.run(
+        [str(V1_PYTHON), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x", __file__],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=850,
+        check=False,
+    )
     tail = "\n".join((done.stdout + done.stderr).splitlines()[-30:])
     assert done.returncode == 0, tail
     passed = re.search(r"(\d+) passed", done.stdout)
@@ -71,7 +86,9 @@ def test_tasks_load_by_name_with_a_held_out_split_that_cannot_leak():
     assert info["task_id"] == held.tasks[0].id and held.tasks[0].answer.lstrip("-").isdigit()
     # ids are the canonical problem (`7+12` is `12+7`): no held-out problem is a training one in any order
     assert not {t.id for t in train.tasks} & {t.id for t in held.tasks}
-    with pytest.raises(VerifiersEnvError, match=r"its harness plays each episode.*turnrl\.envs\.adapters\.verifiers_v1:play"):
+    with pytest.raises(
+        VerifiersEnvError, match=r"its harness plays each episode.*turnrl\.envs\.adapters\.verifiers_v1:play"
+    ):
         held.step("What is it? 3")  # played natively, without the program: refused, saying what to add
 
 
@@ -89,8 +106,10 @@ def test_the_examples_held_out_split_holds_no_training_problem_in_any_order():
     from vf_arithmetic_v1 import ArithmeticConfig, ArithmeticTaskset
 
     for settings in ({}, {"seed": 3}, {"num_train": 800, "num_eval": 130}):
-        train, held = (list(ArithmeticTaskset(ArithmeticConfig(id="vf_arithmetic_v1", split=split, **settings)))
-                       for split in ("train", "test"))
+        train, held = (
+            list(ArithmeticTaskset(ArithmeticConfig(id="vf_arithmetic_v1", split=split, **settings)))
+            for split in ("train", "test")
+        )
         seen, posed = {problem_of(t.data.prompt) for t in train}, [problem_of(t.data.prompt) for t in held]
         assert len(seen) == len(train) and len(set(posed)) == len(held) == settings.get("num_eval", 200)
         assert not seen & set(posed), sorted(seen & set(posed))[:5]
@@ -112,8 +131,18 @@ def test_the_examples_reward_is_the_result_not_the_problem_restated():
         task = ArithmeticTask(ArithmeticData(prompt=question, answer=answer, problem=same_problem(question)))
         return asyncio.run(task.correct(SimpleNamespace(last_reply=reply)))
 
-    for reply, paid in (("What is 14 - 7?", 0), ("14 - 7", 0), ("14-7", 0), ("", 0), ("9" * 5000, 0), ("-7", 0),
-                        ("7", 1), ("The answer is 7.", 1), ("14 - 7 = 7", 1), ("7, that is 14 - 7", 1)):
+    for reply, paid in (
+        ("What is 14 - 7?", 0),
+        ("14 - 7", 0),
+        ("14-7", 0),
+        ("", 0),
+        ("9" * 5000, 0),
+        ("-7", 0),
+        ("7", 1),
+        ("The answer is 7.", 1),
+        ("14 - 7 = 7", 1),
+        ("7, that is 14 - 7", 1),
+    ):
         assert reward("What is 14 - 7?", 7, reply) == paid, reply
     for reply, paid in (("12 + 7", 0), ("7+12", 0), ("12 + 7 = 19", 1), ("19", 1)):
         assert reward("What is 7 + 12?", 19, reply) == paid, reply
@@ -121,8 +150,11 @@ def test_the_examples_reward_is_the_result_not_the_problem_restated():
 
 @needs_04
 def test_a_classic_environment_under_verifiers_0_4_is_named_with_the_version_and_the_fix():
-    with pytest.raises(VerifiersEnvError, match=r"installed verifiers 0\.4\.\d+ has no load_environment.*"
-                                                r"verifiers==0\.3\.1.*v1 task sets"):
+    with pytest.raises(
+        VerifiersEnvError,
+        match=r"installed verifiers 0\.4\.\d+ has no load_environment.*"
+        r"verifiers==0\.3\.1.*v1 task sets",
+    ):
         turnrl.make("verifiers:vf_envs", kind="sum")
 
 
@@ -138,22 +170,25 @@ def test_an_episode_is_the_agents_calls_through_the_gateway_with_exact_tokens():
 
     tok = tiny_tokenizer("chatml")
     env = turnrl.make(ARITH, split="test", harness={"turns": 2}, **SMALL)
-    gateway = Gateway(HFAgent(tiny_model(tok), tok, batch_size=4, kv_cache_mb=32), "tiny", max_context=2048,
-                      max_new_tokens=8).start()
+    gateway = Gateway(
+        HFAgent(tiny_model(tok), tok, batch_size=4, kv_cache_mb=32), "tiny", max_context=2048, max_new_tokens=8
+    ).start()
     try:
         obs, info = env.reset(options={"index": 1})
         sid = gateway.open("v1", seed=5)
-        result = play(gateway.base_url(sid), gateway.api_key, {"id": info["task_id"], "index": 1,
-                                                               "model": gateway.model})
+        result = play(
+            gateway.base_url(sid), gateway.api_key, {"id": info["task_id"], "index": 1, "model": gateway.model}
+        )
         session = gateway.close(sid)
     finally:
         gateway.stop()
     first, second = session.calls
     assert first.messages == [m.to_chat() for m in obs]  # the agent asked what the task set posed
     assert obs[-1].content == env.tasks[1].prompt and info["task_id"] == env.tasks[1].id  # task 1, as asked
-    assert second.prompt[:len(first.prompt) + len(first.outs[0].token_ids)] == first.prompt + first.outs[0].token_ids
-    traj = build_trajectory(session.calls, reward=result["reward"], correct=result["correct"],
-                            eos_ids=gateway.eos_ids, tokenizer=tok)
+    assert second.prompt[: len(first.prompt) + len(first.outs[0].token_ids)] == first.prompt + first.outs[0].token_ids
+    traj = build_trajectory(
+        session.calls, reward=result["reward"], correct=result["correct"], eos_ids=gateway.eos_ids, tokenizer=tok
+    )
     assert traj.segments is None and traj.num_turns == 2 and traj.metadata["gateway"]["reused_prompts"] == 1
     assert traj.token_ids == second.prompt + second.outs[0].token_ids
     assert traj.metadata["gateway"]["template_drift"]  # re-rendering the random text would not give these tokens
@@ -170,11 +205,17 @@ def test_one_training_step_of_a_tiny_model_is_token_exact_and_evaluates_on_held_
 
     tok = tiny_tokenizer("chatml")
     plugged = {"task": {"rewards": {"parity": {"fn": "vf1_sets:parity"}}}}
-    cfg = TrainConfig(model="tiny", env={"id": ARITH, "kwargs": {"split": "train", **SMALL, **plugged}},
-                      program={"function": "turnrl.envs.adapters.verifiers_v1:play", "concurrency": 4, "timeout": 120},
-                      algorithm={"name": "grpo"}, steps=1, eval_tasks=2, out_dir=str(tmp_path),
-                      rollout={"prompts_per_step": 2, "group_size": 2, "max_new_tokens": 6},
-                      optim={"lr": 1e-2, "minibatch_size": 4})
+    cfg = TrainConfig(
+        model="tiny",
+        env={"id": ARITH, "kwargs": {"split": "train", **SMALL, **plugged}},
+        program={"function": "turnrl.envs.adapters.verifiers_v1:play", "concurrency": 4, "timeout": 120},
+        algorithm={"name": "grpo"},
+        steps=1,
+        eval_tasks=2,
+        out_dir=str(tmp_path),
+        rollout={"prompts_per_step": 2, "group_size": 2, "max_new_tokens": 6},
+        optim={"lr": 1e-2, "minibatch_size": 4},
+    )
     torch.manual_seed(0)
     with opened(tiny_trainer(cfg, tok)) as trainer:
         before = {k: v.detach().clone() for k, v in trainer.model.named_parameters()}
@@ -212,8 +253,9 @@ def play_posed(kwargs, timeout=60.0, max_context=None):
     from turnrl.gateway import Gateway
 
     env = turnrl.make("verifiers:vf1_sets", timeout=timeout, **kwargs)
-    gateway = Gateway(ScriptedAgent(tiny_tokenizer("chatml"), lambda prompt: "1"), "tiny",
-                      max_context=max_context).start()
+    gateway = Gateway(
+        ScriptedAgent(tiny_tokenizer("chatml"), lambda prompt: "1"), "tiny", max_context=max_context
+    ).start()
     try:
         _, info = env.reset(options={"index": 0})
         sid = gateway.open("x")
@@ -229,9 +271,11 @@ def play_posed(kwargs, timeout=60.0, max_context=None):
 def test_what_cannot_be_played_is_one_clear_error():
     played = play_posed({})  # the set itself plays: the scripted policy's "1" is the right answer to 0 + 1
     assert (played["reward"], played["correct"], played["stop_condition"]) == (1.0, True, "agent_completed")
-    for kwargs, words in (({"kind": "broken"}, r"episode failed: .*KeyError"),
-                          ({"harness": {"crash": True}}, r"episode failed: .*the agent fell over"),
-                          ({"harness": {"delay": 30.0}}, r"did not finish within timeout=2 s")):
+    for kwargs, words in (
+        ({"kind": "broken"}, r"episode failed: .*KeyError"),
+        ({"harness": {"crash": True}}, r"episode failed: .*the agent fell over"),
+        ({"harness": {"delay": 30.0}}, r"did not finish within timeout=2 s"),
+    ):
         with pytest.raises(VerifiersEnvError, match=words):
             play_posed(kwargs, timeout=2.0 if "delay" in str(kwargs) else 60.0)
     # a call past the context: the gateway's refusal reaches the agent, and verifiers makes it the episode's error
@@ -266,15 +310,23 @@ def test_an_episode_verifiers_retried_is_refused_not_scored():
     from turnrl.envs.adapters.verifiers_v1_run import outcome
 
     def episode(*errors):
-        trace = SimpleNamespace(ok=True, errors=list(errors), reward=1.0, metrics={"turns": 2},
-                                stop_condition="agent_completed")
+        trace = SimpleNamespace(
+            ok=True, errors=list(errors), reward=1.0, metrics={"turns": 2}, stop_condition="agent_completed"
+        )
         return SimpleNamespace(ok=True, errors=[], traces=[trace])
 
-    assert outcome("s", episode(), 1.0) == {"reward": 1.0, "correct": True, "metrics": {"turns": 2.0},
-                                            "stop_condition": "agent_completed"}
+    assert outcome("s", episode(), 1.0) == {
+        "reward": 1.0,
+        "correct": True,
+        "metrics": {"turns": 2.0},
+        "stop_condition": "agent_completed",
+    }
     failed = SimpleNamespace(type="HarnessError", message="harness 's' exited 1")
-    with pytest.raises(VerifiersEnvError, match=r"succeeded only after verifiers retried it \(1 earlier error\(s\), "
-                                                r"the first HarnessError: harness 's' exited 1\).*retries to 0"):
+    with pytest.raises(
+        VerifiersEnvError,
+        match=r"succeeded only after verifiers retried it \(1 earlier error\(s\), "
+        r"the first HarnessError: harness 's' exited 1\).*retries to 0",
+    ):
         outcome("s", episode(failed), 1.0)
     retried = episode()
     retried.errors.append(failed)  # a whole-episode retry keeps the history on the episode
@@ -291,7 +343,7 @@ def test_the_pages_v1_commands_and_config_run_as_written(tmp_path):
     from test_docs_commands import TRAIN
 
     page = (REPO / "docs" / "bring-your-environment.md").read_text()
-    section = page[page.index("{#verifiers-v1}"):]
+    section = page[page.index("{#verifiers-v1}") :]
     section = section.split("\n## ")[0]
     blocks = dict(re.findall(r"^```(bash|yaml)\n(.*?)^```$", section, re.MULTILINE | re.DOTALL))
     commands = blocks["bash"].strip().splitlines()
@@ -299,11 +351,18 @@ def test_the_pages_v1_commands_and_config_run_as_written(tmp_path):
     (tmp_path / "page.yaml").write_text(blocks["yaml"])
     cwd = REPO / commands[0].split()[1]
     turnrl_cli = [sys.executable, "-m", "turnrl"]  # what .venv-verifiers-v1/bin/turnrl runs
-    listing = subprocess.run([sys.executable, *commands[1].split()[1:]], cwd=cwd, capture_output=True, text=True,
-                             timeout=300, check=False)
+    listing = subprocess.run(
+        [sys.executable, *commands[1].split()[1:]], cwd=cwd, capture_output=True, text=True, timeout=300, check=False
+    )
     assert listing.returncode == 0 and "problems in both splits (in any order): 0" in listing.stdout, listing.stderr
     for i, args in enumerate([commands[2].split()[1:], ["train", str(tmp_path / "page.yaml")]]):
         assert args[0] == "train"
-        done = subprocess.run([*turnrl_cli, *args, *TRAIN, f"out_dir={tmp_path / f'run{i}'}", "--no-resume"],
-                              cwd=cwd, capture_output=True, text=True, timeout=600, check=False)
+        done = subprocess.run(
+            [*turnrl_cli, *args, *TRAIN, f"out_dir={tmp_path / f'run{i}'}", "--no-resume"],
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+        )
         assert done.returncode == 0 and "held-out success" in done.stdout + done.stderr, (args, done.stderr[-2000:])

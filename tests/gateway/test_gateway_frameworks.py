@@ -89,8 +89,16 @@ def test_the_agents_sdk_example_is_recorded_with_a_tiny_model(loopback_only):
     bodies, sessions = watch(gateway)
     jobs = [Job(0, 0, task, 0) for task in range(4)]
     try:
-        trajs = play_programs(gateway, Program(function=PROGRAM, search=[EXAMPLES]), ENV, {"level": 1}, jobs,
-                              seed=0, concurrency=4, timeout=120)
+        trajs = play_programs(
+            gateway,
+            Program(function=PROGRAM, search=[EXAMPLES]),
+            ENV,
+            {"level": 1},
+            jobs,
+            seed=0,
+            concurrency=4,
+            timeout=120,
+        )
     finally:
         gateway.stop()
 
@@ -114,8 +122,9 @@ def test_the_agents_sdk_example_is_recorded_with_a_tiny_model(loopback_only):
 
     # what the gateway recorded: the tool schema each prompt was rendered with, and the SDK's messages
     for session in sessions:
-        assert session.history.states and all(tool_names(json.loads(state.tools)) == ["calculator"]
-                                               for state in session.history.states)
+        assert session.history.states and all(
+            tool_names(json.loads(state.tools)) == ["calculator"] for state in session.history.states
+        )
         first = session.calls[0]
         assert first.endpoint == "chat" and [m["role"] for m in first.messages] == ["system", "user"]
         assert "Solve the problem step by step" in first.messages[0]["content"]  # the task's system prompt ...
@@ -150,9 +159,16 @@ def play(program, policy, tasks, endpoint="chat"):
     gateway = Gateway(ScriptedAgent(tiny_tokenizer("qwen_tools"), policy), "tiny", max_context=8192).start()
     bodies, sessions = watch(gateway, endpoint)
     try:
-        trajs = play_programs(gateway, Program(function=program, search=[EXAMPLES]), ENV,
-                              {"level": 1, "answer_format": "auto"}, [Job(0, 0, t, 0) for t in tasks], seed=0,
-                              concurrency=2, timeout=120)
+        trajs = play_programs(
+            gateway,
+            Program(function=program, search=[EXAMPLES]),
+            ENV,
+            {"level": 1, "answer_format": "auto"},
+            [Job(0, 0, t, 0) for t in tasks],
+            seed=0,
+            concurrency=2,
+            timeout=120,
+        )
     finally:
         gateway.stop()
     return trajs, bodies, sessions
@@ -171,8 +187,9 @@ def assert_one_tool_round_trip(trajs, sessions, endpoint):
         assert [c.match.how for c in session.calls] == ["fresh", "extended"]
         assert [c.endpoint for c in session.calls] == [endpoint] * 2
         first, second = session.calls
-        assert second.prompt[: len(first.prompt) + len(first.outs[0].token_ids)] == first.prompt + \
-            first.outs[0].token_ids  # the second prompt holds the sampled call tokens exactly
+        assert (
+            second.prompt[: len(first.prompt) + len(first.outs[0].token_ids)] == first.prompt + first.outs[0].token_ids
+        )  # the second prompt holds the sampled call tokens exactly
         call, result = second.messages[-2:]
         assert call["role"] == "assistant" and call["tool_calls"][0]["function"]["name"] == "calculator"
         assert result["role"] == "tool" and result["tool_call_id"] == call["tool_calls"][0]["id"]
@@ -195,8 +212,7 @@ def test_the_sdk_runs_its_tool_loop_through_the_gateway_token_exactly(loopback_o
     assert trajs[0].metadata["answer"] == "Let me check." and trajs[0].correct is False
 
 
-def test_the_anthropic_sdk_example_runs_its_tool_use_loop_through_the_gateway_token_exactly(loopback_only,
-                                                                                             monkeypatch):
+def test_the_anthropic_sdk_example_runs_its_tool_use_loop_through_the_gateway_token_exactly(loopback_only, monkeypatch):
     """examples/anthropic_agent.py: `tool_use` blocks out, `tool_result` blocks back, until the reply ends its turn."""
     monkeypatch.syspath_prepend(str(EXAMPLES))
     from calculator_tool import HINT, calculator
@@ -253,9 +269,17 @@ def test_an_sdk_agent_with_mcp_tools_trains_on_an_environments_tools_through_the
     gateway = Gateway(ScriptedAgent(tok, inventory_tools_then_answer), "tiny", max_context=8192).start()
     tools = ToolServer(api_key=gateway.api_key).start()
     try:
-        trajs = play_programs(gateway, Program(function="agents_sdk_mcp_agent:run", search=[EXAMPLES]),
-                              "inventory_env:examples/Inventory-v0", {}, [Job(0, 0, t, 0) for t in (0, 1, 2, 3)],
-                              seed=0, concurrency=2, timeout=120, tools=tools)
+        trajs = play_programs(
+            gateway,
+            Program(function="agents_sdk_mcp_agent:run", search=[EXAMPLES]),
+            "inventory_env:examples/Inventory-v0",
+            {},
+            [Job(0, 0, t, 0) for t in (0, 1, 2, 3)],
+            seed=0,
+            concurrency=2,
+            timeout=120,
+            tools=tools,
+        )
         assert tools._envs == {}  # every episode's tools were detached when it ended
     finally:
         tools.stop()

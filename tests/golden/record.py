@@ -32,10 +32,16 @@ VOLATILE = ("seconds", "tokens_per_s", "train_tokens_per_s", "generate_s")
 def config(case: str, out_dir: str) -> dict:
     """The run config of one golden case."""
     extra = CASES[case]
-    return {"model": "tiny", "env": {"id": "tests/Upper-v0"}, "algorithm": extra["algorithm"],
-            "rollout": {"prompts_per_step": 4, "group_size": 8, "max_new_tokens": 4},
-            "optim": {"lr": 1e-2, "minibatch_size": 16, **extra.get("optim", {})}, "steps": 4, "eval_tasks": 8,
-            "out_dir": out_dir}
+    return {
+        "model": "tiny",
+        "env": {"id": "tests/Upper-v0"},
+        "algorithm": extra["algorithm"],
+        "rollout": {"prompts_per_step": 4, "group_size": 8, "max_new_tokens": 4},
+        "optim": {"lr": 1e-2, "minibatch_size": 16, **extra.get("optim", {})},
+        "steps": 4,
+        "eval_tasks": 8,
+        "out_dir": out_dir,
+    }
 
 
 def digest(model: torch.nn.Module) -> str:
@@ -58,8 +64,11 @@ def run(case: str, out_dir: str) -> dict:
     tok = tiny_tokenizer("chatml")
     trainer = Trainer(TrainConfig.model_validate(config(case, out_dir)), model=tiny_model(tok), tokenizer=tok)
     history = trainer.train()
-    return {"history": [{k: v for k, v in h.items() if k not in VOLATILE} for h in history],
-            "params": digest(trainer.model), "param_stats": stats(trainer.model)}
+    return {
+        "history": [{k: v for k, v in h.items() if k not in VOLATILE} for h in history],
+        "params": digest(trainer.model),
+        "param_stats": stats(trainer.model),
+    }
 
 
 if __name__ == "__main__":

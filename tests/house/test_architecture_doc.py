@@ -23,8 +23,11 @@ PY_PATH = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_./-]*\.py")
 
 def package_modules() -> list[str]:
     """Every module file of the package but ``__init__.py`` files, as ``a/b.py`` relative to ``turnrl/``."""
-    return sorted(path.relative_to(PACKAGE).as_posix() for path in PACKAGE.rglob("*.py")
-                  if path.name != "__init__.py" and "__pycache__" not in path.parts)
+    return sorted(
+        path.relative_to(PACKAGE).as_posix()
+        for path in PACKAGE.rglob("*.py")
+        if path.name != "__init__.py" and "__pycache__" not in path.parts
+    )
 
 
 def backticked() -> set[str]:
@@ -37,8 +40,10 @@ def test_every_module_is_named_on_the_architecture_page():
     """A new module gets its line in docs/ARCHITECTURE.md: the page maps every module, so none may be missing."""
     named = backticked()
     missing = [module for module in package_modules() if module not in named]
-    assert not missing, ("modules of turnrl/ not named in docs/ARCHITECTURE.md (add each, in backticks and relative "
-                         "to turnrl/, with one line saying what it holds):\n  " + "\n  ".join(missing))
+    assert not missing, (
+        "modules of turnrl/ not named in docs/ARCHITECTURE.md (add each, in backticks and relative "
+        "to turnrl/, with one line saying what it holds):\n  " + "\n  ".join(missing)
+    )
 
 
 def test_every_module_path_on_the_architecture_page_exists():
@@ -46,10 +51,11 @@ def test_every_module_path_on_the_architecture_page_exists():
     (under ``turnrl/``, or under the repository root for ``tests/``, ``examples/``, ``scripts/`` and ``bench/``)."""
     paths = sorted(span for span in backticked() if PY_PATH.fullmatch(span))
     assert paths, "docs/ARCHITECTURE.md names no module paths: did the page or this test's pattern change?"
-    stale = [path for path in paths
-             if not ((REPO if path.startswith(REPO_FOLDERS) else PACKAGE) / path).is_file()]
-    assert not stale, ("paths in docs/ARCHITECTURE.md that name no file (relative to turnrl/; tests/, examples/, "
-                       "scripts/ and bench/ relative to the repository):\n  " + "\n  ".join(stale))
+    stale = [path for path in paths if not ((REPO if path.startswith(REPO_FOLDERS) else PACKAGE) / path).is_file()]
+    assert not stale, (
+        "paths in docs/ARCHITECTURE.md that name no file (relative to turnrl/; tests/, examples/, "
+        "scripts/ and bench/ relative to the repository):\n  " + "\n  ".join(stale)
+    )
 
 
 #: module names every room may use for its own (a room's contract, its core, its registry, a method's algorithm, its

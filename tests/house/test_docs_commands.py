@@ -44,15 +44,31 @@ REPO = Path(__file__).resolve().parents[2]
 PAGES = ("docs/multi-agent.md", "docs/bring-your-environment.md")
 TINY = "tiny:chatml"
 #: one step of the tiny model, small batches, short moves, two held-out tasks
-TRAIN = [f"model={TINY}", "steps=1", "eval_tasks=2", "rollout.prompts_per_step=1", "rollout.group_size=2",
-         "rollout.max_new_tokens=8", "optim.minibatch_size=2", "optim.grad_accum=1"]
+TRAIN = [
+    f"model={TINY}",
+    "steps=1",
+    "eval_tasks=2",
+    "rollout.prompts_per_step=1",
+    "rollout.group_size=2",
+    "rollout.max_new_tokens=8",
+    "optim.minibatch_size=2",
+    "optim.grad_accum=1",
+]
 #: what a command shows that is changed to run here (see the module docstring)
-SUBSTITUTIONS = {"smollm2-135m-instruct": TINY, "8000": "<a free port>", "--limit N": "--limit 2",
-                 "turnrl train …": "… " + " ".join(TRAIN), "turnrl play …": "moves from stdin",
-                 "turnrl view …": "--port 0 --stop-after 1"}
+SUBSTITUTIONS = {
+    "smollm2-135m-instruct": TINY,
+    "8000": "<a free port>",
+    "--limit N": "--limit 2",
+    "turnrl train …": "… " + " ".join(TRAIN),
+    "turnrl play …": "moves from stdin",
+    "turnrl view …": "--port 0 --stop-after 1",
+}
 #: the prose's placeholders in inline commands
-PLACEHOLDERS = {"OUT_A OUT_B": "runs/ttt-league-s0@0 runs/ttt-league-s0", "OUT_DIR": "runs/ttt-league-s0",
-                "ID": "turnrl/Arithmetic-v0"}
+PLACEHOLDERS = {
+    "OUT_A OUT_B": "runs/ttt-league-s0@0 runs/ttt-league-s0",
+    "OUT_DIR": "runs/ttt-league-s0",
+    "ID": "turnrl/Arithmetic-v0",
+}
 #: why the verifiers v1 section's training command and config do not run here (tests/envs/test_verifiers_v1.py trains the
 #: task set in .venv-verifiers-v1, which scripts/setup.sh makes)
 V1 = "they need verifiers 0.4, which the suite's environment cannot hold beside verifiers 0.3"
@@ -60,8 +76,10 @@ V1 = "they need verifiers 0.4, which the suite's environment cannot hold beside 
 SKIPPED: dict[str, str] = {"turnrl train vf-arithmetic-v1.yaml": V1, "id: verifiers:vf_arithmetic_v1": V1}
 #: moves typed into `turnrl play` (cells, then TextArena's and Nim's words); every game ends on them
 MOVES = "\n".join(["5", "1", "9", "3", "7", "2", "4", "6", "8", "[check]", "[call]", "1", "2", "3"] * 3) + "\n"
-ENV_ID = re.compile(r"`((?:turnrl/[A-Za-z]+-v\d+)|(?:textarena:[\w.-]+)|(?:pettingzoo:\w+:\w+))`"
-                    r"(?:\s*\(`(\w+): (\w+)`\))?")
+ENV_ID = re.compile(
+    r"`((?:turnrl/[A-Za-z]+-v\d+)|(?:textarena:[\w.-]+)|(?:pettingzoo:\w+:\w+))`"
+    r"(?:\s*\(`(\w+): (\w+)`\))?"
+)
 
 
 @dataclass(frozen=True)
@@ -83,19 +101,26 @@ def snippets(page: str) -> list[Snippet]:
     for m in re.finditer(r"^```(\w*)\n(.*?)^```$", text, re.M | re.S):
         line = text[: m.start()].count("\n") + 1
         after = text.find("\n\n", m.end() + 2)  # the paragraph after it too
-        near = text[max(0, m.start() - 400): after if after > 0 else len(text)]
+        near = text[max(0, m.start() - 400) : after if after > 0 else len(text)]
         if m.group(1) in ("bash", "yaml"):
             out.append(Snippet(page, m.group(1), m.group(2), line, near))
         prose.append((m.start(), m.end()))
     outside = "".join(c if not any(a <= i < b for a, b in prose) else " " for i, c in enumerate(text))
     for m in re.finditer(r"`(turnrl [^`]+)`", outside):
         line = text[: m.start()].count("\n") + 1
-        out.append(Snippet(page, "inline", m.group(1), line, text[max(0, m.start() - 300): m.end() + 300]))
+        out.append(Snippet(page, "inline", m.group(1), line, text[max(0, m.start() - 300) : m.end() + 300]))
     for m in ENV_ID.finditer(outside):
         if not any(re.fullmatch(r"[A-Z_]+", part) for part in m.group(1).split(":")):  # not a form: GAME, MODULE
             kw = f"{m.group(2)}={m.group(3)}" if m.group(2) else ""
-            out.append(Snippet(page, "env", f"{m.group(1)} {kw}".strip(), text[: m.start()].count("\n") + 1,
-                               text[max(0, m.start() - 300): m.end() + 300]))
+            out.append(
+                Snippet(
+                    page,
+                    "env",
+                    f"{m.group(1)} {kw}".strip(),
+                    text[: m.start()].count("\n") + 1,
+                    text[max(0, m.start() - 300) : m.end() + 300],
+                )
+            )
     return out
 
 
@@ -134,15 +159,19 @@ class Workspace:
         """Whether a command names a file or module of examples/ (and none of the repository's root)."""
         for word in words:
             for piece in re.split(r"[:#=]", word):
-                if piece and not (REPO / piece).exists() and (
-                        (REPO / "examples" / piece).is_file() or (REPO / "examples" / f"{piece}.py").is_file()):
+                if (
+                    piece
+                    and not (REPO / piece).exists()
+                    and ((REPO / "examples" / piece).is_file() or (REPO / "examples" / f"{piece}.py").is_file())
+                ):
                     return True
         return False
 
     def folder(self, words: list[str], cwd: Path, snippet: Snippet) -> Path:
         if cwd == self.root and self.needs_examples(words):
-            assert "examples/" in snippet.near or "cd examples" in snippet.near, \
+            assert "examples/" in snippet.near or "cd examples" in snippet.near, (
                 f"{snippet.id}: {' '.join(words)} runs from examples/, and the page does not say so"
+            )
             return self.examples
         return cwd
 
@@ -172,8 +201,10 @@ class Workspace:
             argv = [*argv, "--port", "0", "--stop-after", "1"]
         monkeypatch.chdir(cwd)
         res = CliRunner().invoke(app, argv, input=stdin)
-        assert res.exit_code == 0, f"{snippet.id}: turnrl {' '.join(argv)} (in {cwd.name}) exited " \
+        assert res.exit_code == 0, (
+            f"{snippet.id}: turnrl {' '.join(argv)} (in {cwd.name}) exited "
             f"{res.exit_code}:\n{res.output[-3000:]}\n{res.exception!r}"
+        )
         if command == ["train"]:
             self.trained.add((cwd, tuple(a for a in argv if a not in TRAIN)))
             out = cwd / _out_dir(argv, cwd)
@@ -189,8 +220,12 @@ class Workspace:
         found = [a.split(":", 1)[1].split("#")[0] for a in argv if a.startswith("run:")]
         if argv[0] in ("compare", "view"):  # its arguments, not its options' values (`--score first_correct`)
             flags = {"--allow-different-items", "--allow-different-protocol"}
-            found += [a for i, a in enumerate(argv[1:], 1) if not a.startswith("-")
-                      and not (argv[i - 1].startswith("--") and "=" not in argv[i - 1] and argv[i - 1] not in flags)]
+            found += [
+                a
+                for i, a in enumerate(argv[1:], 1)
+                if not a.startswith("-")
+                and not (argv[i - 1].startswith("--") and "=" not in argv[i - 1] and argv[i - 1] not in flags)
+            ]
         return ["/".join(Path(a.split("@")[0]).parts[:2]) for a in found]
 
     def make_run(self, ref: str, cwd: Path, monkeypatch) -> None:
@@ -203,9 +238,12 @@ class Workspace:
             for line in s.text.splitlines():
                 words = shlex.split(line, comments=True)
                 if words[:1] == ["cd"] and "&&" in words:
-                    words = words[words.index("&&") + 1:]
-                if words[:2] == ["turnrl", "train"] and self.folder(words[1:], self.root, s) == cwd \
-                        and _out_dir(words[1:], cwd) == ref:
+                    words = words[words.index("&&") + 1 :]
+                if (
+                    words[:2] == ["turnrl", "train"]
+                    and self.folder(words[1:], self.root, s) == cwd
+                    and _out_dir(words[1:], cwd) == ref
+                ):
                     self.turnrl(words[1:], cwd, s, monkeypatch)
                     return
         raise AssertionError(f"a command names the run folder {ref}, which no `turnrl train` of {PAGES} makes")
@@ -258,12 +296,11 @@ def run_bash(ws: Workspace, s: Snippet, monkeypatch) -> None:
                 continue
             if words[0] == "cd":
                 cwd = (cwd / words[1]).resolve()
-                words = words[words.index("&&") + 1:] if "&&" in words else []
+                words = words[words.index("&&") + 1 :] if "&&" in words else []
                 if not words:
                     continue
             if words[0] == "python":  # its own process, as typed (a script registers environments as __main__)
-                out = subprocess.run([sys.executable, *words[1:]], cwd=cwd, capture_output=True, text=True,
-                                     timeout=120)
+                out = subprocess.run([sys.executable, *words[1:]], cwd=cwd, capture_output=True, text=True, timeout=120)
                 assert out.returncode == 0, f"{s.id}: {line} (in {cwd.name}):\n{out.stdout[-2000:]}{out.stderr[-2000:]}"
             elif words[0] == "curl":
                 words = [w.replace("8000", str(ws.port)) for w in words]
@@ -325,8 +362,12 @@ def test_the_pages_show_commands_configs_and_ids():
     kinds = {(Path(s.page).stem, s.kind) for s in ALL}
     assert kinds >= {(Path(p).stem, k) for p in PAGES for k in ("bash", "yaml", "inline")}
     assert {s.text.split()[0] for s in ALL if s.kind == "env"} >= {
-        "turnrl/TicTacToe-v0", "turnrl/SolverCritic-v0", "textarena:KuhnPoker-v0", "textarena:LiarsDice-v0-small",
-        "pettingzoo:pettingzoo_nim:make_nim"}
+        "turnrl/TicTacToe-v0",
+        "turnrl/SolverCritic-v0",
+        "textarena:KuhnPoker-v0",
+        "textarena:LiarsDice-v0-small",
+        "pettingzoo:pettingzoo_nim:make_nim",
+    }
     for text, why in SKIPPED.items():  # a skipped command is one a page shows, and that page says why
         assert any(text in s.text and why in (REPO / s.page).read_text() for s in ALL), (text, why)
     for page in PAGES:  # and each page says that its commands are tested, and which are not

@@ -7,7 +7,9 @@ Four rules:
 2. No import circle among turnrl's modules.
 3. Environments, tools and verifiers (and the methods' environment and verifier files) never reach ``turnrl.rl`` or
    ``turnrl.agents``, directly or through other modules.
-4. No module over 400 lines unless its docstring says why, with the phrase ``Over 400 lines:``.
+4. No module over 450 lines unless its docstring says why, with the phrase ``Over 450 lines:``. (The code is kept
+   formatted by ruff, whose lines are about 13 % more than the hand-wrapped ones this rule first counted at 400:
+   41,289 lines became 46,787 when the whole package was formatted.)
 
 How the module graph is built:
 
@@ -41,8 +43,8 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = "turnrl"
 ARCHITECTURE = ROOT / "docs" / "ARCHITECTURE.md"
 LAYERS_HEADING = "## Layers"
-MAX_LINES = 400
-LONG_MODULE_MARKER = "Over 400 lines:"
+MAX_LINES = 450
+LONG_MODULE_MARKER = "Over 450 lines:"
 # Modules that must not reach FORBIDDEN: whole packages, plus files of these names under turnrl/methods/.
 ISOLATED_PACKAGES = ("turnrl.envs", "turnrl.tools", "turnrl.verifiers")
 ISOLATED_METHOD_FILES = ("env.py", "envs.py", "verifier.py", "verdicts.py")
@@ -315,8 +317,9 @@ def layer_report(graph: dict[str, dict[str, list[Site]]] | None = None) -> list[
     report = []
     for name in sorted(graph):
         if layer_of(name) is None:
-            report.append(f"{modules()[name].relative_to(ROOT)} is in no layer of {ARCHITECTURE.name}'s "
-                          f"'{LAYERS_HEADING}' block")
+            report.append(
+                f"{modules()[name].relative_to(ROOT)} is in no layer of {ARCHITECTURE.name}'s '{LAYERS_HEADING}' block"
+            )
     for source in sorted(graph):
         low = layer_of(source)
         if low is None:
@@ -324,8 +327,10 @@ def layer_report(graph: dict[str, dict[str, list[Site]]] | None = None) -> list[
         for target, sites in sorted(graph[source].items()):
             high = layer_of(target)
             if high is not None and high.rank > low.rank:
-                report.append(f"{source} (layer {' '.join(low.patterns)}) imports {target} (layer "
-                              f"{' '.join(high.patterns)}), a higher layer, at {sites[0]}")
+                report.append(
+                    f"{source} (layer {' '.join(low.patterns)}) imports {target} (layer "
+                    f"{' '.join(high.patterns)}), a higher layer, at {sites[0]}"
+                )
     return report
 
 
@@ -374,8 +379,11 @@ def folder_pair_report(graph: dict[str, dict[str, list[Site]]] | None = None) ->
             a, b = room_of(source), room_of(target)
             if a != b:
                 first.setdefault((a, b), sites[0])
-    return [f"{a} <-> {b}: {first[(a, b)]} and {first[(b, a)]}" for a, b in sorted(first)
-            if a < b and (b, a) in first and "." not in (a, b)]
+    return [
+        f"{a} <-> {b}: {first[(a, b)]} and {first[(b, a)]}"
+        for a, b in sorted(first)
+        if a < b and (b, a) in first and "." not in (a, b)
+    ]
 
 
 def long_module_report() -> list[str]:
@@ -405,8 +413,12 @@ def test_the_layer_rule_fails_on_an_upward_import():
     site = Site(modules()["turnrl.verifiers.base"], 1, "turnrl.rl.core.learner")
     graph["turnrl.verifiers.base"]["turnrl.rl.core.learner"] = [site]
     report = layer_report(graph)
-    assert any(line.startswith("turnrl.verifiers.base (layer verifiers/) imports turnrl.rl.core.learner (layer "
-                               "rl/core/), a higher layer") for line in report), report
+    assert any(
+        line.startswith(
+            "turnrl.verifiers.base (layer verifiers/) imports turnrl.rl.core.learner (layer rl/core/), a higher layer"
+        )
+        for line in report
+    ), report
     assert layer_of("turnrl.methods.pag.cli") == layer_of("turnrl.cli.commands")  # a module pattern beats its folder
     assert layer_of("turnrl.rl.core.learner") != layer_of("turnrl.rl")  # a longer folder beats a shorter one
 
@@ -435,7 +447,7 @@ def test_envs_tools_verifiers_do_not_reach_rl_or_agents():
 
 
 def test_long_modules_give_a_reason():
-    """A module over 400 lines says why in its docstring (``Over 400 lines: ...``)."""
+    """A module over 450 lines says why in its docstring (``Over 450 lines: ...``)."""
     report = long_module_report()
     assert not report, f"modules over {MAX_LINES} lines:\n" + "\n".join(report)
 

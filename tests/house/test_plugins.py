@@ -20,20 +20,31 @@ class Thing:
 
 def test_builtins_lazy_entries_registration_and_did_you_mean():
     seen = []
-    reg = Registry("widget", "turnrl.no-such-group", {"plain": "turnrl.plugins:Registry"},
-                   check=lambda name, obj: seen.append(name), hint="register yours with reg.register")
+    reg = Registry(
+        "widget",
+        "turnrl.no-such-group",
+        {"plain": "turnrl.plugins:Registry"},
+        check=lambda name, obj: seen.append(name),
+        hint="register yours with reg.register",
+    )
     assert reg.names() == ["plain"] and "plain" in reg and "nope" not in reg
     assert reg.get("plain") is Registry and seen == ["plain"]  # loaded (and checked) on first use
     assert reg.register("thing")(Thing) is Thing and reg.get("thing") is Thing  # as a decorator
     with pytest.raises(ValueError, match=r"'thing' is already registered \(test_plugins:Thing\), so .* cannot take"):
         reg.register("thing", Registry)
     reg.register("thing", Registry, replace=True)
-    with pytest.raises(ValueError, match=r"unknown widget 'plian'\. Did you mean 'plain'\? Registered: plain, thing; "
-                                         r"register yours with reg.register"):
+    with pytest.raises(
+        ValueError,
+        match=r"unknown widget 'plian'\. Did you mean 'plain'\? Registered: plain, thing; "
+        r"register yours with reg.register",
+    ):
         reg.get("plian")
     broken = Registry("widget", "turnrl.no-such-group", {"gone": "no_such_module:X"})
-    with pytest.raises(ValueError, match=r"'gone' is registered as 'no_such_module:X', which does not load "
-                                         r"\(ModuleNotFoundError"):
+    with pytest.raises(
+        ValueError,
+        match=r"'gone' is registered as 'no_such_module:X', which does not load "
+        r"\(ModuleNotFoundError",
+    ):
         broken.get("gone")
     reg.reset()
     assert reg.names() == ["plain"]
@@ -121,18 +132,22 @@ def echo_backend(rest, *, batch_size, tokenizer=None, device="cpu"):
 '''
 
 
-def test_an_algorithm_a_monitor_a_backend_an_env_adapter_a_judge_and_a_command_plug_in_from_an_installed_package(tmp_path):
+def test_an_algorithm_a_monitor_a_backend_an_env_adapter_a_judge_and_a_command_plug_in_from_an_installed_package(
+    tmp_path,
+):
     (tmp_path / "my_plugin.py").write_text(PLUGIN)
     info = tmp_path / "my_plugin-1.0.dist-info"
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: my-plugin\nVersion: 1.0\n")
-    (info / "entry_points.txt").write_text("[turnrl.algorithms]\nhalf-pg = my_plugin:HalfPG\n\n"
-                                           "[turnrl.monitors]\nquiet = my_plugin:always_quiet\n\n"
-                                           "[turnrl.agents]\necho = my_plugin:echo_backend\n\n"
-                                           "[turnrl.env_adapters]\nsums = my_plugin:SUMS\n\n"
-                                           "[turnrl.judges]\nstrict = my_plugin:StrictJudge\n\n"
-                                           "[turnrl.commands]\nhello = my_plugin:hello\ntrain = my_plugin:hello\n"
-                                           "broken = no_such_module:app\n")
+    (info / "entry_points.txt").write_text(
+        "[turnrl.algorithms]\nhalf-pg = my_plugin:HalfPG\n\n"
+        "[turnrl.monitors]\nquiet = my_plugin:always_quiet\n\n"
+        "[turnrl.agents]\necho = my_plugin:echo_backend\n\n"
+        "[turnrl.env_adapters]\nsums = my_plugin:SUMS\n\n"
+        "[turnrl.judges]\nstrict = my_plugin:StrictJudge\n\n"
+        "[turnrl.commands]\nhello = my_plugin:hello\ntrain = my_plugin:hello\n"
+        "broken = no_such_module:app\n"
+    )
     script = textwrap.dedent("""
         from turnrl import make_agent
         from turnrl.rl.algorithms import algorithm_class, algorithm_names

@@ -29,8 +29,11 @@ def test_tests_over_the_limit_are_slow_but_every_module_keeps_its_fastest(tmp_pa
     junit = tmp_path / "suite.xml"
     junit.write_text(JUNIT)
     slow = slow_tests.slow_tests(junit, over=1.0)
-    assert slow == ["tests/test_a.py::test_long[x]", "tests/test_b.py::test_longer",
-                    "tests/test_c.py::TestGroup::test_in_a_class"]  # test_b keeps test_only_long (its fastest)
+    assert slow == [
+        "tests/test_a.py::test_long[x]",
+        "tests/test_b.py::test_longer",
+        "tests/test_c.py::TestGroup::test_in_a_class",
+    ]  # test_b keeps test_only_long (its fastest)
 
 
 def test_the_shipped_list_names_tests_that_exist():

@@ -34,6 +34,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 # ---- a tabular tree MDP, solved by soft backward induction ----
 
+
 def solve_tree(depth=3, branching=3, beta=BETA, seed=0):
     """Random π_ref and rewards on every (prefix, token); returns π*, V*, π_ref and r as dicts keyed by prefix."""
     g = torch.Generator().manual_seed(seed)
@@ -174,6 +175,7 @@ def test_the_stop_gradients_of_section_2():
 
 # ---- learner steps on a tiny model: a two-armed token bandit ----
 
+
 def bandit(tok, model, rewarded="A", n=4):
     """One group: n episodes pulling arm A and n pulling arm B (one generated token each), with behaviour
     log-probabilities of ``model``; only ``rewarded`` pays 1."""
@@ -186,13 +188,27 @@ def bandit(tok, model, rewarded="A", n=4):
     out = []
     for k, arm in enumerate("AB"):
         for _ in range(n):
-            out.append(Trajectory(
-                group_id="g", prompt=[Message(role="user", content="Pick a letter.")], token_ids=ids[k].tolist(),
-                loss_mask=[0] * len(prompt) + [1], logprobs=[0.0] * len(prompt) + [logp[k]],
-                turns=[Turn(index=0, action=Message(role="assistant", content=arm),
-                            token_span=(len(prompt), len(prompt) + 1), reward=float(arm == rewarded),
-                            terminated=True, info={"correct": arm == rewarded})],
-                terminated=True, metadata={"prompt_length": len(prompt)}))
+            out.append(
+                Trajectory(
+                    group_id="g",
+                    prompt=[Message(role="user", content="Pick a letter.")],
+                    token_ids=ids[k].tolist(),
+                    loss_mask=[0] * len(prompt) + [1],
+                    logprobs=[0.0] * len(prompt) + [logp[k]],
+                    turns=[
+                        Turn(
+                            index=0,
+                            action=Message(role="assistant", content=arm),
+                            token_span=(len(prompt), len(prompt) + 1),
+                            reward=float(arm == rewarded),
+                            terminated=True,
+                            info={"correct": arm == rewarded},
+                        )
+                    ],
+                    terminated=True,
+                    metadata={"prompt_length": len(prompt)},
+                )
+            )
     return out, ids[0, :-1], arms
 
 
@@ -203,9 +219,15 @@ def arm_probs(model, prompt, arms):
 
 
 def dqo_config(**algo):
-    return TrainConfig.model_validate({"model": "tiny", "env": {"id": "turnrl/Arithmetic-v0"},
-                                       "algorithm": {"name": "dqo", "beta": 0.1, **algo},
-                                       "data": {"path": "unused.parquet"}, "optim": {"lr": 3e-3}})
+    return TrainConfig.model_validate(
+        {
+            "model": "tiny",
+            "env": {"id": "turnrl/Arithmetic-v0"},
+            "algorithm": {"name": "dqo", "beta": 0.1, **algo},
+            "data": {"path": "unused.parquet"},
+            "optim": {"lr": 3e-3},
+        }
+    )
 
 
 @pytest.mark.parametrize("rewarded,algo", [("A", {}), ("B", {}), ("A", {"critic_model": "tiny:chatml", "lam": 0.5})])
@@ -241,11 +263,15 @@ def test_process_rewards_sit_on_the_last_token_of_their_step():
     tok = tiny_tokenizer("chatml")
     traj = bandit(tok, tiny_model(tok))[0][0]
     n = len(traj.token_ids)
-    long = traj.model_copy(update={  # a 4-token answer, steps ending at tokens n, n+2 and the turn's end n+3
-        "token_ids": [*traj.token_ids, 5, 6, 7], "loss_mask": [*traj.loss_mask, 1, 1, 1],
-        "logprobs": traj.logprobs + [-1.0] * 3,
-        "turns": [traj.turns[0].model_copy(update={"token_span": (n - 1, n + 3)})],
-        "metadata": {**traj.metadata, "process_rewards": [[n - 1, 0.5], [n + 1, -0.25], [n + 2, 1.0]]}})
+    long = traj.model_copy(
+        update={  # a 4-token answer, steps ending at tokens n, n+2 and the turn's end n+3
+            "token_ids": [*traj.token_ids, 5, 6, 7],
+            "loss_mask": [*traj.loss_mask, 1, 1, 1],
+            "logprobs": traj.logprobs + [-1.0] * 3,
+            "turns": [traj.turns[0].model_copy(update={"token_span": (n - 1, n + 3)})],
+            "metadata": {**traj.metadata, "process_rewards": [[n - 1, 0.5], [n + 1, -0.25], [n + 2, 1.0]]},
+        }
+    )
     view = with_process_rewards(long, 2.0)
     b = collate([view], 0)
     want = torch.zeros(n + 3)
@@ -263,7 +289,9 @@ def test_recomputed_logprobs_leave_the_behaviour_logprobs_to_the_importance_weig
     # still be π_θ/μ (not π_θ/π_old, which is 1 on the first pass)
     tok = tiny_tokenizer("chatml")
     trajs, _, _ = bandit(tok, tiny_model(tok, seed=7))
-    config = dqo_config().model_copy(update={"optim": dqo_config().optim.model_copy(update={"recompute_logprobs": True})})
+    config = dqo_config().model_copy(
+        update={"optim": dqo_config().optim.model_copy(update={"recompute_logprobs": True})}
+    )
     learner = learner_of(config, tiny_model(tok, seed=1), tok)
     exp, info = learner.prepare(trajs)
     assert info["rollout_logp_diff"] > 1e-3  # μ and π_old differ
@@ -278,8 +306,9 @@ def test_dqo_refuses_data_sampled_at_another_temperature():
 
     tok = tiny_tokenizer("chatml")
     trajs, _, _ = bandit(tok, tiny_model(tok))
-    hot = [t.model_copy(update={"metadata": {**t.metadata, "dataset": {"sampling": {"temperature": 0.7}}}})
-           for t in trajs]
+    hot = [
+        t.model_copy(update={"metadata": {**t.metadata, "dataset": {"sampling": {"temperature": 0.7}}}}) for t in trajs
+    ]
     with pytest.raises(OfflineDataError, match=r"temperature 0.7.*rollout.temperature=1.*rollout.temperature=0.7"):
         check_temperature(hot, 1.0)
     check_temperature(hot, 0.7)

@@ -21,16 +21,19 @@ class Counting(ScriptedAgent):
         return super().generate(prompts, params)
 
 
-@pytest.mark.parametrize("text, label", [
-    ("The query targets the right entity.\nGOOD", "GOOD"),
-    ("reasoning...\n**BAD**", "BAD"),
-    ("Answer: GOOD.", "GOOD"),
-    ("GOOD or BAD? hard to say", None),
-    ("It is GOOD\nmaybe", None),
-    ("good", None),              # labels are exact
-    ("GOOD BAD", None),
-    ("", None),
-])
+@pytest.mark.parametrize(
+    "text, label",
+    [
+        ("The query targets the right entity.\nGOOD", "GOOD"),
+        ("reasoning...\n**BAD**", "BAD"),
+        ("Answer: GOOD.", "GOOD"),
+        ("GOOD or BAD? hard to say", None),
+        ("It is GOOD\nmaybe", None),
+        ("good", None),  # labels are exact
+        ("GOOD BAD", None),
+        ("", None),
+    ],
+)
 def test_strict_parsing(text, label):
     assert parse_label(text, ("GOOD", "BAD")) == label
 
@@ -49,7 +52,9 @@ def test_process_judge_batches_caches_and_never_reads_off_format_as_good():
 
 
 def test_outcome_judge_as_a_verifier():
-    judge = OutcomeJudge(ScriptedAgent(TOK, lambda p: "Same person.\nYES" if "Shirley" in p.split("My answer is:")[1] else "NO"))
+    judge = OutcomeJudge(
+        ScriptedAgent(TOK, lambda p: "Same person.\nYES" if "Shirley" in p.split("My answer is:")[1] else "NO")
+    )
     assert judge("Shirley Temple Black", "Shirley Temple", question="who?").correct
     v = judge("Judy Garland", "Shirley Temple")
     assert not v.correct and v.score == 0.0 and v.extracted == "NO"
@@ -58,8 +63,16 @@ def test_outcome_judge_as_a_verifier():
 def test_pairwise_judge_removes_position_bias():
     always_a = PairwiseJudge(ScriptedAgent(TOK, lambda p: "A"))
     assert always_a.compare("q", "x", "y") == 0.5
-    prefers_long = PairwiseJudge(ScriptedAgent(TOK, lambda p: "A" if len(p.split("Response A:")[1].split("Response B:")[0])
-                                                 > len(p.split("Response B:")[1]) - 120 else "B"))
+    prefers_long = PairwiseJudge(
+        ScriptedAgent(
+            TOK,
+            lambda p: (
+                "A"
+                if len(p.split("Response A:")[1].split("Response B:")[0]) > len(p.split("Response B:")[1]) - 120
+                else "B"
+            ),
+        )
+    )
     assert prefers_long.compare("q", "a much longer and better answer", "short") == 1.0
     assert prefers_long.compare("q", "short", "a much longer and better answer") == 0.0
     assert PairwiseJudge(ScriptedAgent(TOK, lambda p: "dunno")).compare("q", "x", "y") is None

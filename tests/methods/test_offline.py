@@ -40,20 +40,38 @@ def data(tmp_path_factory):
     """8 tasks x 4 samples of tests/Upper-v0 by the tiny random model, as `turnrl rollout` writes them."""
     out = tmp_path_factory.mktemp("data") / "upper.parquet"
     tok = tiny_tokenizer("chatml")
-    summary = rollout_dataset(HFAgent(tiny_model(tok), tok), "tiny:chatml", "tests/Upper-v0", out=out, tasks=8,
-                              samples=4, params=PARAMS, seed=SEED)
+    summary = rollout_dataset(
+        HFAgent(tiny_model(tok), tok),
+        "tiny:chatml",
+        "tests/Upper-v0",
+        out=out,
+        tasks=8,
+        samples=4,
+        params=PARAMS,
+        seed=SEED,
+    )
     assert summary["groups_both_outcomes"] >= 4, summary  # the tests below need pairs
     return out
 
 
 def run_config(path, algo, tmp_path, **extra):
-    return TrainConfig.model_validate({
-        "model": "tiny:chatml", "env": {"id": "tests/Upper-v0"}, "algorithm": algo,
-        "data": {"path": str(path), "batch_size": 8, **extra.pop("data", {})}, "rollout": {"max_new_tokens": 4},
-        "optim": {"lr": 1e-2, "minibatch_size": 4}, "eval_tasks": 2, "out_dir": str(tmp_path / "run"), **extra})
+    return TrainConfig.model_validate(
+        {
+            "model": "tiny:chatml",
+            "env": {"id": "tests/Upper-v0"},
+            "algorithm": algo,
+            "data": {"path": str(path), "batch_size": 8, **extra.pop("data", {})},
+            "rollout": {"max_new_tokens": 4},
+            "optim": {"lr": 1e-2, "minibatch_size": 4},
+            "eval_tasks": 2,
+            "out_dir": str(tmp_path / "run"),
+            **extra,
+        }
+    )
 
 
 # ---- turnrl rollout ----
+
 
 def test_rollout_records_rewards_behaviour_logprobs_and_identity(data):
     trajs = load(data)
@@ -71,25 +89,57 @@ def test_rollout_resumes_an_interrupted_file_and_samples_what_an_uninterrupted_r
     out = tmp_path / "d.parquet"
     save([t for t in full if t.metadata["task_index"] < 4], out)  # tasks 0-3 finished and written
     partial = out.with_name(out.name + ".partial.jsonl")  # two episodes of task 4 streamed, then the run died
-    partial.write_text("".join(json.dumps(t.model_dump(mode="json")) + "\n" for t in full
-                               if t.metadata["task_index"] == 4 and t.metadata["sample"] < 2) + '{"cut mid-li')
+    partial.write_text(
+        "".join(
+            json.dumps(t.model_dump(mode="json")) + "\n"
+            for t in full
+            if t.metadata["task_index"] == 4 and t.metadata["sample"] < 2
+        )
+        + '{"cut mid-li'
+    )
     tok = tiny_tokenizer("chatml")
-    summary = rollout_dataset(HFAgent(tiny_model(tok), tok), "tiny:chatml", "tests/Upper-v0", out=out, tasks=8,
-                              samples=4, params=PARAMS, seed=SEED, batch_episodes=8)
+    summary = rollout_dataset(
+        HFAgent(tiny_model(tok), tok),
+        "tiny:chatml",
+        "tests/Upper-v0",
+        out=out,
+        tasks=8,
+        samples=4,
+        params=PARAMS,
+        seed=SEED,
+        batch_episodes=8,
+    )
     assert summary["skipped_tasks"] == 4 and summary["new_episodes"] == 16 and not partial.exists()
     resumed = load(out)
     key = lambda t: (t.metadata["task_index"], t.metadata["sample"])
     assert sorted(map(key, resumed)) == sorted(map(key, full))
     assert {key(t): t.token_ids for t in resumed} == {key(t): t.token_ids for t in full}
-    again = rollout_dataset(HFAgent(tiny_model(tok), tok), "tiny:chatml", "tests/Upper-v0", out=out, tasks=8,
-                            samples=4, params=PARAMS, seed=SEED)
+    again = rollout_dataset(
+        HFAgent(tiny_model(tok), tok),
+        "tiny:chatml",
+        "tests/Upper-v0",
+        out=out,
+        tasks=8,
+        samples=4,
+        params=PARAMS,
+        seed=SEED,
+    )
     assert again["new_episodes"] == 0 and again["skipped_tasks"] == 8
     with pytest.raises(ValueError, match="samples: 4 there, 3 now"):
-        rollout_dataset(HFAgent(tiny_model(tok), tok), "tiny:chatml", "tests/Upper-v0", out=out, tasks=8,
-                        samples=3, params=PARAMS, seed=SEED)
+        rollout_dataset(
+            HFAgent(tiny_model(tok), tok),
+            "tiny:chatml",
+            "tests/Upper-v0",
+            out=out,
+            tasks=8,
+            samples=3,
+            params=PARAMS,
+            seed=SEED,
+        )
 
 
 # ---- DPO ----
+
 
 def test_dpo_loss_is_log_2_at_the_reference_and_its_gradient_raises_y_w_and_lowers_y_l():
     logp_w, logp_l = torch.tensor([-3.0, -7.0], requires_grad=True), torch.tensor([-2.0, -9.0], requires_grad=True)
@@ -147,6 +197,7 @@ def test_dpo_pairs_skip_and_count_tasks_with_a_single_outcome(data):
 
 # ---- RFT ----
 
+
 def test_rft_trains_only_the_correct_episodes(data, tmp_path):
     tok = tiny_tokenizer("chatml")
     cfg = run_config(data, "rft", tmp_path)
@@ -165,6 +216,7 @@ def test_rft_trains_only_the_correct_episodes(data, tmp_path):
         return torch.cat([p.grad.flatten() for p in lrn.model.parameters() if p.grad is not None])
 
     assert torch.allclose(grad(trajs), grad(good), atol=1e-6)  # the incorrect episodes add nothing
+
     def nll():
         with torch.no_grad():
             exp, _ = lrn.prepare(good)
@@ -176,6 +228,7 @@ def test_rft_trains_only_the_correct_episodes(data, tmp_path):
 
 
 # ---- the offline source and bad input ----
+
 
 def test_dqo_refuses_a_dataset_without_behaviour_logprobs_and_trains_when_told_it_is_on_policy(tmp_path):
     tok = tiny_tokenizer("chatml")
@@ -199,8 +252,9 @@ def test_a_dataset_from_another_tokenizer_is_refused(data, tmp_path):
     other = tiny_tokenizer("chatml", vocab_size=400)
     with pytest.raises(OfflineDataError, match="another tokenizer"):
         trainer(run_config(data, "rft", tmp_path), tok=other)
-    bare = [t.model_copy(update={"metadata": {k: v for k, v in t.metadata.items() if k != "tokenizer"}})
-            for t in load(data)]  # no fingerprint stored: the prompt must decode to its own text
+    bare = [
+        t.model_copy(update={"metadata": {k: v for k, v in t.metadata.items() if k != "tokenizer"}}) for t in load(data)
+    ]  # no fingerprint stored: the prompt must decode to its own text
     check_tokenizer(bare, tiny_tokenizer("chatml"))
     with pytest.raises(OfflineDataError, match="another tokenizer"):
         check_tokenizer(bare, other)
@@ -213,13 +267,21 @@ def test_offline_configs_say_what_is_missing_or_in_conflict(data, tmp_path):
     with pytest.raises(ValidationError, match="on-policy.*drop `data`"):
         TrainConfig.model_validate({**base, "algorithm": "grpo", "data": {"path": str(data)}})
     with pytest.raises(ValidationError, match="must be even"):
-        TrainConfig.model_validate({**base, "algorithm": "dpo", "data": {"path": str(data)},
-                                    "optim": {"minibatch_size": 3}})
+        TrainConfig.model_validate(
+            {**base, "algorithm": "dpo", "data": {"path": str(data)}, "optim": {"minibatch_size": 3}}
+        )
     with pytest.raises(ValidationError, match="either `steps` or data.epochs"):
         TrainConfig.model_validate({**base, "algorithm": "rft", "steps": 3, "data": {"path": str(data), "epochs": 1}})
     with pytest.raises(ValidationError, match="dpo on a DeepSpeed learner group is not supported yet"):
-        TrainConfig.model_validate({**base, "algorithm": "dpo", "data": {"path": str(data)}, "placement": "ray",
-                                    "learner": {"backend": "deepspeed", "ranks": 2}})
+        TrainConfig.model_validate(
+            {
+                **base,
+                "algorithm": "dpo",
+                "data": {"path": str(data)},
+                "placement": "ray",
+                "learner": {"backend": "deepspeed", "ranks": 2},
+            }
+        )
     with pytest.raises(ValidationError, match="has no option 'lam' .an option of dqo"):
         TrainConfig.model_validate({**base, "algorithm": {"name": "dpo", "lam": 1.0}, "data": {"path": str(data)}})
     with pytest.raises(OfflineDataError, match="does not exist.*turnrl rollout"):
@@ -262,18 +324,34 @@ def test_a_killed_and_resumed_offline_run_continues_bit_exactly(data, tmp_path):
 
 # ---- end to end: one dataset, three algorithms, one config change each ----
 
+
 def test_rollout_then_dqo_dpo_and_rft_from_the_file_through_the_cli(tmp_path):
     out = tmp_path / "upper.parquet"
-    args = ["rollout", "--env", "tests/Upper-v0", "--agent", "tiny:chatml", "--tasks", "8", "--samples", "4",
-            "--max-new-tokens", "4", "--out", str(out)]
+    args = [
+        "rollout",
+        "--env",
+        "tests/Upper-v0",
+        "--agent",
+        "tiny:chatml",
+        "--tasks",
+        "8",
+        "--samples",
+        "4",
+        "--max-new-tokens",
+        "4",
+        "--out",
+        str(out),
+    ]
     result = runner.invoke(app, args, env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
     assert "32 episodes of 8 tasks" in result.output and "success rate" in result.output
     assert "groups with both outcomes" in result.output
     config = tmp_path / "offline.yaml"
-    config.write_text(f"model: 'tiny:chatml'\nenv: {{id: tests/Upper-v0}}\nalgorithm: {{name: dqo}}\n"
-                      f"data: {{path: {out}, batch_size: 8, epochs: 1}}\nrollout: {{max_new_tokens: 4}}\n"
-                      f"optim: {{lr: 0.01, minibatch_size: 4}}\neval_tasks: 2\nout_dir: {tmp_path / 'dqo'}\n")
+    config.write_text(
+        f"model: 'tiny:chatml'\nenv: {{id: tests/Upper-v0}}\nalgorithm: {{name: dqo}}\n"
+        f"data: {{path: {out}, batch_size: 8, epochs: 1}}\nrollout: {{max_new_tokens: 4}}\n"
+        f"optim: {{lr: 0.01, minibatch_size: 4}}\neval_tasks: 2\nout_dir: {tmp_path / 'dqo'}\n"
+    )
     own = {"dqo": "value_loss", "dpo": "dpo_margin", "rft": "nll"}  # each objective's own term was trained
     for algo in ("dqo", "dpo", "rft"):
         run = tmp_path / algo
@@ -294,6 +372,7 @@ def test_a_dataset_that_poses_held_out_problems_is_refused_before_training(tmp_p
     from turnrl.rl.run.held_out import check_dataset
 
     tok = tiny_tokenizer("chatml")
+
     def solve(prompt: str) -> str:  # right on every sum (rft needs right episodes to imitate)
         import re
 
@@ -302,15 +381,29 @@ def test_a_dataset_that_poses_held_out_problems_is_refused_before_training(tmp_p
 
     agent = ScriptedAgent(tok, solve)
     for split in ("test", "train"):
-        rollout_dataset(agent, "scripted", "turnrl/Arithmetic-v0", out=tmp_path / f"{split}.jsonl", tasks=4,
-                        samples=1, params=PARAMS.model_copy(update={"max_new_tokens": 16}),
-                        env_kwargs={"split": split})
+        rollout_dataset(
+            agent,
+            "scripted",
+            "turnrl/Arithmetic-v0",
+            out=tmp_path / f"{split}.jsonl",
+            tasks=4,
+            samples=1,
+            params=PARAMS.model_copy(update={"max_new_tokens": 16}),
+            env_kwargs={"split": split},
+        )
     rows = load(tmp_path / "test.jsonl")
     assert all(t.metadata["item"].startswith("arithmetic:(") for t in rows)
-    cfg = TrainConfig.model_validate({
-        "model": "tiny:chatml", "env": {"id": "turnrl/Arithmetic-v0"}, "algorithm": {"name": "rft"},
-        "data": {"path": str(tmp_path / "test.jsonl"), "batch_size": 2}, "rollout": {"max_new_tokens": 4},
-        "eval_tasks": 4, "out_dir": str(tmp_path / "run")})
+    cfg = TrainConfig.model_validate(
+        {
+            "model": "tiny:chatml",
+            "env": {"id": "turnrl/Arithmetic-v0"},
+            "algorithm": {"name": "rft"},
+            "data": {"path": str(tmp_path / "test.jsonl"), "batch_size": 2},
+            "rollout": {"max_new_tokens": 4},
+            "eval_tasks": 4,
+            "out_dir": str(tmp_path / "run"),
+        }
+    )
     with pytest.raises(OfflineDataError, match="holds 4 of this run's held-out problems"):
         trainer(cfg)
     assert check_dataset("turnrl/Arithmetic-v0", {}, None, 102, load(tmp_path / "train.jsonl")) is None

@@ -33,11 +33,20 @@ def batch(rewards_per_turn, correct=(1.0,), groups=(0,)):
     for b, (r1, r2, r3) in enumerate(rewards_per_turn):
         rewards[b, 2], rewards[b, 5], rewards[b, 8] = r1, r2, r3
     mask = torch.tensor([MASK] * B, dtype=torch.float32)
-    return Batch(input_ids=torch.ones(B, T, dtype=torch.long), attention_mask=torch.ones(B, T, dtype=torch.long),
-                 loss_mask=mask, old_logp=torch.zeros(B, T), token_rewards=rewards,
-                 turn_ids=torch.tensor([TURNS] * B), roles=torch.tensor([ROLES] * B),
-                 response_lengths=mask.sum(-1), scores=rewards.sum(-1), correct=torch.tensor(list(correct)),
-                 group_ids=torch.tensor(list(groups)), truncated=torch.zeros(B))
+    return Batch(
+        input_ids=torch.ones(B, T, dtype=torch.long),
+        attention_mask=torch.ones(B, T, dtype=torch.long),
+        loss_mask=mask,
+        old_logp=torch.zeros(B, T),
+        token_rewards=rewards,
+        turn_ids=torch.tensor([TURNS] * B),
+        roles=torch.tensor([ROLES] * B),
+        response_lengths=mask.sum(-1),
+        scores=rewards.sum(-1),
+        correct=torch.tensor(list(correct)),
+        group_ids=torch.tensor(list(groups)),
+        truncated=torch.zeros(B),
+    )
 
 
 def pag(**options):
@@ -47,12 +56,24 @@ def pag(**options):
 def test_defaults_are_those_of_section_7_and_foreign_options_are_errors():
     c = pag().cfg
     assert (c.lam_actor, c.lam_critic, c.turn_independent, c.role_norm, c.eps_low, c.eps_high, c.agg, c.kl_coef) == (
-        1.0, 1.0, True, True, 0.2, 0.28, "token-mean", 0.0)
+        1.0,
+        1.0,
+        True,
+        True,
+        0.2,
+        0.28,
+        "token-mean",
+        0.0,
+    )
     assert pag().uses_critic and not pag().needs_reference
     with pytest.raises(ValidationError, match="dynamic_sampling"):
-        TrainConfig.model_validate({"env": {"id": "tests/ToyPAG-v0"}, "algorithm": {"name": "pag", "dynamic_sampling": True}})
+        TrainConfig.model_validate(
+            {"env": {"id": "tests/ToyPAG-v0"}, "algorithm": {"name": "pag", "dynamic_sampling": True}}
+        )
     with pytest.raises(ValidationError, match="role_norm"):
-        TrainConfig.model_validate({"env": {"id": "tests/ToyPAG-v0"}, "algorithm": {"name": "grpo", "role_norm": False}})
+        TrainConfig.model_validate(
+            {"env": {"id": "tests/ToyPAG-v0"}, "algorithm": {"name": "grpo", "role_norm": False}}
+        )
 
 
 def test_each_turns_advantage_is_its_own_reward_with_the_cut():
@@ -95,8 +116,9 @@ def test_verifier_balance_makes_a_verdict_that_ignores_the_answer_earn_nothing()
     assert torch.equal(r[:, [2, 8]], b.token_rewards[:, [2, 8]])
     # one truth only: nothing to balance
     same = batch([(1, 1, 0), (1, 0, 0)], correct=(1, 1), groups=(0, 0))
-    assert torch.equal(balance_verifier_rewards(same.token_rewards, same.turn_ids, same.roles, same.loss_mask),
-                       same.token_rewards)
+    assert torch.equal(
+        balance_verifier_rewards(same.token_rewards, same.turn_ids, same.roles, same.loss_mask), same.token_rewards
+    )
     # through both algorithms: the option changes the verifier turns' advantages only
     plain, _ = pag(role_norm=False).advantages(b, 8, torch.zeros(4, 9))
     bal, _ = pag(role_norm=False, verifier_balance=True).advantages(b, 8, torch.zeros(4, 9))
@@ -150,7 +172,8 @@ def episodes(replies, indices):
     tok = tiny_tokenizer("chatml")
     envs = [turnrl.make("tests/ToyPAG-v0") for _ in indices]
     return tok, Rollout(FixedAgent(tok, replies), SamplingParams(max_new_tokens=8)).run(
-        envs, options=[{"index": i} for i in indices], group_ids=[str(i) for i in indices])
+        envs, options=[{"index": i} for i in indices], group_ids=[str(i) for i in indices]
+    )
 
 
 def test_pag_metrics_of_scripted_episodes():
@@ -163,12 +186,16 @@ def test_pag_metrics_of_scripted_episodes():
     assert m["pag_episodes"] == 6 and m["pag_verdicts"] == 6
     assert m["pag_acc_turn1"] == pytest.approx(4 / 6) and m["pag_acc_final"] == pytest.approx(4 / 6)
     assert m["pag_verifier_acc"] == pytest.approx(3 / 6)  # wrong about 0 (said Y), right about 0 (x), 2, 3
-    assert m["pag_verifier_acc_on_wrong"] == pytest.approx(1 / 2) and m["pag_verifier_acc_on_correct"] == pytest.approx(2 / 4)
+    assert m["pag_verifier_acc_on_wrong"] == pytest.approx(1 / 2) and m["pag_verifier_acc_on_correct"] == pytest.approx(
+        2 / 4
+    )
     assert m["pag_verifier_balanced_acc"] == pytest.approx(1 / 2)
     # a verifier that says "correct" to everything: accuracy = the share of right answers, balanced accuracy 0.5
     always = pag_summary([pag_episode(t) for t in says_right + episodes(["answer", "Yes"], [1])[1]])
     assert always["pag_verifier_acc"] == pytest.approx(3 / 4) and always["pag_verifier_balanced_acc"] == 0.5
-    assert (m["pag_verdict_correct"], m["pag_verdict_wrong"], m["pag_verdict_unparseable"]) == pytest.approx((3 / 6, 2 / 6, 1 / 6))
+    assert (m["pag_verdict_correct"], m["pag_verdict_wrong"], m["pag_verdict_unparseable"]) == pytest.approx(
+        (3 / 6, 2 / 6, 1 / 6)
+    )
     assert m["pag_revision_rate"] == pytest.approx(2 / 6)  # train mode: only after "wrong"
     assert m["pag_wrong_to_right"] == 0 and m["pag_right_to_wrong"] == 0
     assert pag_episode(turnrl.Trajectory()) is None and pag_summary([None]) == {}
@@ -181,7 +208,11 @@ def test_eval_on_arithmetic_pag_reports_the_pag_figures(tmp_path):
         if "previous answer was wrong" in prompt:
             q = prompt.split("What is ", 1)[1].split("?")[0]
             return f"\\boxed{{{eval(q)}}}"  # our generated arithmetic
-        return "The answer is wrong" if "Check the solution" in prompt.rsplit("<|im_start|>user", 1)[-1] else "\\boxed{-999}"
+        return (
+            "The answer is wrong"
+            if "Check the solution" in prompt.rsplit("<|im_start|>user", 1)[-1]
+            else "\\boxed{-999}"
+        )
 
     m = evaluate(ScriptedAgent(tok, agent), "turnrl/Arithmetic-PAG-v0", limit=4, out=tmp_path)
     assert m["pag_acc_turn1"] == 0 and m["pag_acc_final"] == 1 and m["pag_wrong_to_right"] == 1
@@ -196,8 +227,15 @@ def test_eval_on_arithmetic_pag_reports_the_pag_figures(tmp_path):
 def test_the_self_verification_headline_leads_with_balanced_accuracy():
     from turnrl.envs.formats.self_verify_metrics import self_verification_lines
 
-    m = {"pag_acc_turn1": 0.7, "pag_acc_final": 0.75, "pag_verifier_acc_on_correct": 1.0, "pag_verifier_acc_on_wrong": 0.0,
-         "pag_verifier_balanced_acc": 0.5, "pag_verdict_correct": 1.0, "pag_verdict_wrong": 0.0}
+    m = {
+        "pag_acc_turn1": 0.7,
+        "pag_acc_final": 0.75,
+        "pag_verifier_acc_on_correct": 1.0,
+        "pag_verifier_acc_on_wrong": 0.0,
+        "pag_verifier_balanced_acc": 0.5,
+        "pag_verdict_correct": 1.0,
+        "pag_verdict_wrong": 0.0,
+    }
     lines = self_verification_lines(m)
     assert lines[2] == "**Verifier balanced accuracy: 50.0%** (50 % is a verdict that ignores the answer)"
     assert "on right first answers 100.0%, on wrong ones 0.0%" in lines[4] and "unparseable n/a" in lines[4]
@@ -206,8 +244,12 @@ def test_the_self_verification_headline_leads_with_balanced_accuracy():
 
 
 def test_verdict_collapse_monitor():
-    step = lambda c, w, n=32: {"pag_verdict_correct": c, "pag_verdict_wrong": w, "pag_verdicts": n,
-                               "pag_verifier_acc": 0.5}
+    step = lambda c, w, n=32: {
+        "pag_verdict_correct": c,
+        "pag_verdict_wrong": w,
+        "pag_verdicts": n,
+        "pag_verifier_acc": 0.5,
+    }
     assert "say the answer is correct" in verdict_collapse([step(0.97, 0.03)] * 2, step(1.0, 0.0))
     assert "say the answer is wrong" in verdict_collapse([step(0.0, 1.0)] * 2, step(0.02, 0.98))
     assert verdict_collapse([step(0.6, 0.4)] * 2, step(0.99, 0.01)) is None  # not yet over the window
@@ -223,10 +265,17 @@ def test_verdict_collapse_monitor():
 
 
 def test_pag_training_raises_the_verifiers_accuracy_on_a_toy_env(tmp_path):
-    cfg = TrainConfig(model="tiny", env={"id": "tests/ToyPAG-v0"}, algorithm={"name": "pag"},
-                      rollout={"prompts_per_step": 4, "group_size": 8, "max_new_tokens": 4},
-                      optim={"lr": 2e-2, "minibatch_size": 16}, steps=40, eval_tasks=8, out_dir=str(tmp_path),
-                      save_trajectories=False)
+    cfg = TrainConfig(
+        model="tiny",
+        env={"id": "tests/ToyPAG-v0"},
+        algorithm={"name": "pag"},
+        rollout={"prompts_per_step": 4, "group_size": 8, "max_new_tokens": 4},
+        optim={"lr": 2e-2, "minibatch_size": 16},
+        steps=40,
+        eval_tasks=8,
+        out_dir=str(tmp_path),
+        save_trajectories=False,
+    )
     tok = tiny_tokenizer("chatml")
     history = train_tiny(cfg, tok)
     acc = [h["pag_verifier_acc"] for h in history[1:]]
@@ -248,7 +297,9 @@ def test_pag_envs_are_evaluated_in_eval_mode_unless_told():
     assert held_out_kwargs(env, {"mode": "train", "split": "train"}) is None
     # eval mode revises after an unparseable verdict too
     tok = tiny_tokenizer("chatml")
-    m = evaluate(FixedAgent(tok, ["\\boxed{-999}", "I am not sure.", "\\boxed{-998}"]), "turnrl/Arithmetic-PAG-v0", limit=2)
+    m = evaluate(
+        FixedAgent(tok, ["\\boxed{-999}", "I am not sure.", "\\boxed{-998}"]), "turnrl/Arithmetic-PAG-v0", limit=2
+    )
     assert m["pag_revision_rate"] == 1 and m["pag_verdict_unparseable"] == 1
 
 
@@ -275,6 +326,7 @@ def test_a_prompt_that_is_not_text_is_refused_when_the_env_is_made():
 
 # ---- the verifier warm-up's rows (ours) ----
 
+
 def test_warm_up_rows_relabel_each_verify_turn_with_the_true_verdict_token_exactly(tmp_path):
     from turnrl.methods.pag.rows import VERDICT_TEXT, pag_rows
     from turnrl.rl.core.batch import untrainable
@@ -294,7 +346,10 @@ def test_warm_up_rows_relabel_each_verify_turn_with_the_true_verdict_token_exact
         action = row.token_ids[start:]
         assert row.loss_mask == [0] * start + [1] * len(action)
         assert tok.decode(action[:-1]) == VERDICT_TEXT[truth] and action[-1] == tok.eos_token_id
-        assert row.turns[-1].action.content == VERDICT_TEXT[truth] and row.turns[-1].token_span == (start, len(row.token_ids))
+        assert row.turns[-1].action.content == VERDICT_TEXT[truth] and row.turns[-1].token_span == (
+            start,
+            len(row.token_ids),
+        )
     # balance down (the default): one row of each verdict; up: the one "wrong" row is repeated three times
     down, report = pag_rows(trajs, tok)
     assert sorted(r.metadata["pag_rows"]["truth"] for r in down) == ["correct", "wrong"] and report["dropped_rows"] == 2
@@ -314,12 +369,34 @@ def test_warm_up_rows_relabel_each_verify_turn_with_the_true_verdict_token_exact
     from turnrl.cli import app
 
     save(trajs, tmp_path / "episodes.parquet")
-    r = CliRunner().invoke(app, ["pag", "rows", str(tmp_path / "episodes.parquet"), "--tokenizer", "tiny:chatml",
-                                 "--balance", "up", "--out", str(tmp_path / "cli-rows.parquet")])
+    r = CliRunner().invoke(
+        app,
+        [
+            "pag",
+            "rows",
+            str(tmp_path / "episodes.parquet"),
+            "--tokenizer",
+            "tiny:chatml",
+            "--balance",
+            "up",
+            "--out",
+            str(tmp_path / "cli-rows.parquet"),
+        ],
+    )
     assert r.exit_code == 0 and "6 rows" in r.output and "2 repeated to balance" in r.output, r.output
     assert [x.token_ids for x in load(tmp_path / "cli-rows.parquet")] == [x.token_ids for x in balanced]
-    r = CliRunner().invoke(app, ["pag", "rows", str(tmp_path / "cli-rows.parquet"), "--tokenizer", "tiny:chatml",
-                                 "--out", str(tmp_path / "again.parquet")])
+    r = CliRunner().invoke(
+        app,
+        [
+            "pag",
+            "rows",
+            str(tmp_path / "cli-rows.parquet"),
+            "--tokenizer",
+            "tiny:chatml",
+            "--out",
+            str(tmp_path / "again.parquet"),
+        ],
+    )
     assert r.exit_code != 0 and "graded verify turn" in r.output, r.output
 
 
@@ -332,11 +409,16 @@ def test_warm_up_rows_keep_only_revisions_that_turned_wrong_right():
         q = prompt.split("What is ", 1)[1].split("?")[0]
         if "previous answer was wrong" in prompt:
             return f"\\boxed{{{eval(q) + (0 if int(q.split()[0]) % 2 == 0 else 1)}}}"
-        return "The answer is wrong" if "Check the solution" in prompt.rsplit("<|im_start|>user", 1)[-1] else "\\boxed{-999}"
+        return (
+            "The answer is wrong"
+            if "Check the solution" in prompt.rsplit("<|im_start|>user", 1)[-1]
+            else "\\boxed{-999}"
+        )
 
     envs = [turnrl.make("turnrl/Arithmetic-PAG-v0", level=1) for _ in range(8)]
     trajs = Rollout(ScriptedAgent(tok, agent), SamplingParams(max_new_tokens=16)).run(
-        envs, options=[{"index": i} for i in range(8)])
+        envs, options=[{"index": i} for i in range(8)]
+    )
     fixed = [t for t in trajs if t.turns[-1].info.get("correct")]
     assert 0 < len(fixed) < 8
     rows, report = pag_rows(trajs, tok, revisions=True)
@@ -365,7 +447,8 @@ def sibling_episodes():
 
     envs = [turnrl.make("turnrl/Arithmetic-PAG-v0", level=1) for _ in range(8)]
     trajs = Rollout(ScriptedAgent(tok, agent), SamplingParams(max_new_tokens=24)).run(
-        envs, options=[{"index": i // 2} for i in range(6)] + [{"index": 10}, {"index": 11}])
+        envs, options=[{"index": i // 2} for i in range(6)] + [{"index": 10}, {"index": 11}]
+    )
     firsts = [t.turns[0].info["correct"] for t in trajs]
     assert firsts[:6] == [True, False] * 3 and all(t.num_turns == 3 for t in trajs)
     trajs[7] = trajs[7].model_copy(update={"task_id": trajs[6].task_id + "-other"})  # a question answered only wrong
@@ -385,7 +468,10 @@ def test_sibling_revisions_pair_a_wrong_answers_revision_state_with_a_right_answ
     for row, wrong, right in zip(paired, trajs[1:6:2], trajs[0:6:2]):
         start = wrong.turns[2].token_span[0]
         # the state: the wrong episode up to its revision, token for token as the rollout appended it
-        assert row.token_ids[:start] == wrong.token_ids[:start] and row.turns[-1].token_span == (start, len(row.token_ids))
+        assert row.token_ids[:start] == wrong.token_ids[:start] and row.turns[-1].token_span == (
+            start,
+            len(row.token_ids),
+        )
         s, e = right.turns[0].token_span
         assert row.token_ids[start:] == right.token_ids[s:e] and row.logprobs[start:] == right.logprobs[s:e]
         assert row.loss_mask == [0] * start + [1] * (e - s) and row.task_id == wrong.task_id
@@ -407,8 +493,9 @@ def test_rationale_verdict_rows_re_solve_with_a_right_sibling_answer_then_give_t
     assert len(verdicts) == 7 and report["no_rationale"] == 1 and report["verdict_rows"] == 7
     assert all(untrainable(r) is None for r in rows)
     # a right answer re-solves with itself (its question's only right answer), a wrong one with its right sibling
-    for row, traj, right in zip(verdicts, trajs[:7], [trajs[0], trajs[0], trajs[2], trajs[2], trajs[4], trajs[4],
-                                                     trajs[6]], strict=True):
+    for row, traj, right in zip(
+        verdicts, trajs[:7], [trajs[0], trajs[0], trajs[2], trajs[2], trajs[4], trajs[4], trajs[6]], strict=True
+    ):
         truth = "correct" if traj.turns[0].info["correct"] else "wrong"
         text = f"{right.turns[0].action.content}\n\n{VERDICT_TEXT[truth]}"  # the right answer, then the truth
         start = traj.turns[1].token_span[0]
@@ -418,8 +505,9 @@ def test_rationale_verdict_rows_re_solve_with_a_right_sibling_answer_then_give_t
     assert trajs[1].turns[0].action.content not in verdicts[1].turns[-1].action.content
     # a sibling revision continues from the re-solving verdict, as a rollout of that verifier would
     paired = [r for r in rows if r.metadata["pag_rows"]["kind"] == "sibling_revision"]
-    assert len(paired) == 3 and all(p.token_ids[:len(v.token_ids)] == v.token_ids
-                                    for p, v in zip(paired, verdicts[1::2]))
+    assert len(paired) == 3 and all(
+        p.token_ids[: len(v.token_ids)] == v.token_ids for p, v in zip(paired, verdicts[1::2])
+    )
     with pytest.raises(ValueError, match="no episode answered right"):
         pag_rows(trajs[7:], tok, rationales=True)
     # the command line
@@ -428,12 +516,24 @@ def test_rationale_verdict_rows_re_solve_with_a_right_sibling_answer_then_give_t
     from turnrl.cli import app
 
     save(trajs, tmp_path / "episodes.parquet")
-    r = CliRunner().invoke(app, ["pag", "rows", str(tmp_path / "episodes.parquet"), "--tokenizer", "tiny:chatml",
-                                 "--rationales", "--out", str(tmp_path / "rows.parquet")])
+    r = CliRunner().invoke(
+        app,
+        [
+            "pag",
+            "rows",
+            str(tmp_path / "episodes.parquet"),
+            "--tokenizer",
+            "tiny:chatml",
+            "--rationales",
+            "--out",
+            str(tmp_path / "rows.parquet"),
+        ],
+    )
     assert r.exit_code == 0 and "1 verify turns without a right answer" in r.output, r.output
 
 
 # ---- verdict exploration (ours) ----
+
 
 def test_verdict_exploration_replaces_a_share_of_verdicts_with_the_other_one_token_exactly():
     from turnrl.methods.pag.explore import VerdictExplorer
@@ -446,7 +546,8 @@ def test_verdict_exploration_replaces_a_share_of_verdicts_with_the_other_one_tok
     explorer = VerdictExplorer(agent, share=0.5, temperature=1.0, seed=0)
     envs = [turnrl.make("tests/ToyPAG-v0") for _ in range(16)]
     trajs = Rollout(agent, SamplingParams(max_new_tokens=8), rewrite=explorer).run(
-        envs, options=[{"index": i % 4} for i in range(16)])
+        envs, options=[{"index": i % 4} for i in range(16)]
+    )
     forced = [t for t in trajs if t.turns[1].info.get("rewritten")]
     kept = [t for t in trajs if not t.turns[1].info.get("rewritten")]
     assert 3 <= len(forced) <= 13 and kept  # about half
@@ -498,7 +599,9 @@ def test_verdict_texts_must_be_read_as_their_verdicts():
     from turnrl.envs.formats.self_verify import SelfVerify
 
     assert turnrl.make("turnrl/Arithmetic-PAG-v0").unwrapped.verdict_texts == {
-        "correct": "The answer is correct.", "wrong": "The answer is wrong."}
+        "correct": "The answer is correct.",
+        "wrong": "The answer is wrong.",
+    }
     with pytest.raises(ValueError, match="is not read as 'wrong'"):
         SelfVerify(ScriptedTruthEnv(), verdict_parser=case_verdict, verdict_texts={"correct": "Yes", "wrong": "No"})
     assert SelfVerify(ScriptedTruthEnv(), verdict_parser=case_verdict).verdict_texts is None  # a parser of its own
@@ -507,9 +610,15 @@ def test_verdict_texts_must_be_read_as_their_verdicts():
 def test_pag_trains_with_verdict_exploration(tmp_path):
     with pytest.raises(ValidationError):
         TrainConfig(model="tiny", env={"id": "tests/ToyPAG-v0"}, algorithm={"name": "pag", "verdict_explore": 1.0})
-    cfg = TrainConfig(model="tiny", env={"id": "tests/ToyPAG-v0"}, algorithm={"name": "pag-grpo", "verdict_explore": 0.5},
-                      rollout={"prompts_per_step": 2, "group_size": 4, "max_new_tokens": 4}, steps=2, eval_tasks=4,
-                      out_dir=str(tmp_path))
+    cfg = TrainConfig(
+        model="tiny",
+        env={"id": "tests/ToyPAG-v0"},
+        algorithm={"name": "pag-grpo", "verdict_explore": 0.5},
+        rollout={"prompts_per_step": 2, "group_size": 4, "max_new_tokens": 4},
+        steps=2,
+        eval_tasks=4,
+        out_dir=str(tmp_path),
+    )
     tok = tiny_tokenizer("chatml")
     history = train_tiny(cfg, tok)
     assert len(history) == 3 and all(torch.isfinite(torch.tensor(h["loss"])) for h in history[1:])
@@ -570,18 +679,23 @@ def test_balance_under_the_truth_baseline_weighs_the_normalized_advantages():
         truth, adv_t = push({"name": name, "verifier_baseline": "truth"})
         assert truth < -1  # each truth centred, but the 6 wrong answers pull to "wrong" harder than the 2 right ones
         # a weight on the rewards alone is divided out by the per-truth normalization: the pull would stay
-        assert torch.allclose(balance_verifier_rewards(b.token_rewards, b.turn_ids, b.roles, b.loss_mask)[:, 5],
-                              b.token_rewards[:, 5] * torch.tensor([2.0, 2.0] + [2 / 3] * 6))
+        assert torch.allclose(
+            balance_verifier_rewards(b.token_rewards, b.turn_ids, b.roles, b.loss_mask)[:, 5],
+            b.token_rewards[:, 5] * torch.tensor([2.0, 2.0] + [2 / 3] * 6),
+        )
         both, adv_b = push({"name": name, "verifier_baseline": "truth", "verifier_balance": True})
         if name == "pag":  # balanced: a truth-blind verdict has no net push
             assert abs(both) < 1e-5
         else:  # GRPO's sample std (n - 1) leaves the smaller truth's advantages a little smaller: a small remainder
             assert abs(both) < abs(truth) / 4
         assert torch.allclose(adv_b[b.roles == 0], adv_t[b.roles == 0])  # the policy turns are untouched
-        assert torch.allclose(adv_b[:2, 4:6], 2.0 * adv_t[:2, 4:6]) and torch.allclose(adv_b[2:, 4:6], adv_t[2:, 4:6] * 2 / 3)
+        assert torch.allclose(adv_b[:2, 4:6], 2.0 * adv_t[:2, 4:6]) and torch.allclose(
+            adv_b[2:, 4:6], adv_t[2:, 4:6] * 2 / 3
+        )
 
 
 # ---- verify turns that may call tools (SelfVerify(verify_tools=True)) ----
+
 
 def tool_pag(**kw):
     return turnrl.make("turnrl/Arithmetic-PAG-v0", calculator=True, tool_style="tags", level=2, verify_tools=True, **kw)
@@ -595,7 +709,12 @@ def test_a_verify_turn_may_check_with_the_tool_before_its_verdict():
     assert "recompute it with a tool" in obs[0].content and info["next_role"] == "verifier"
     obs, r, term, _, info = env.step("<calculator>39 - 23</calculator>")
     assert [m.content for m in obs] == ["16"] and r == 0 and not term
-    assert (info["phase"], info["role"], info["next_role"], info["verify_tool"]) == ("verify", "verifier", "verifier", True)
+    assert (info["phase"], info["role"], info["next_role"], info["verify_tool"]) == (
+        "verify",
+        "verifier",
+        "verifier",
+        True,
+    )
     obs, r, term, _, info = env.step("The tool says 16, not 15. The answer is wrong.")
     assert r == 1 and info["verdict"] == "wrong" and info["next_role"] == "policy"
     assert (info["verify_tool_calls"], info["check_says_right"], info["tool_agreed"]) == (1, False, True)
@@ -673,12 +792,24 @@ def test_every_verifier_turn_is_rewarded_with_its_verdict():
     assert out[0].tolist() == [0, 0, 0, 0, 1, 0, 0, 1, 0, 0, 2]  # the tool turn's last token gets R_v = 1
     assert out[1].tolist() == [0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0]
     single = batch([(1, 1, 0)])  # §7's plain episode: one verifier turn, nothing changes
-    assert torch.equal(spread_verdict_reward(single.token_rewards, single.turn_ids, single.roles, single.loss_mask),
-                       single.token_rewards)
-    b = Batch(input_ids=torch.ones(2, 11, dtype=torch.long), attention_mask=torch.ones(2, 11, dtype=torch.long),
-              loss_mask=mask, old_logp=torch.zeros(2, 11), token_rewards=rewards, turn_ids=turns, roles=roles,
-              response_lengths=mask.sum(-1), scores=rewards.sum(-1), correct=torch.tensor([1.0, 1.0]),
-              group_ids=torch.tensor([0, 1]), truncated=torch.zeros(2))
+    assert torch.equal(
+        spread_verdict_reward(single.token_rewards, single.turn_ids, single.roles, single.loss_mask),
+        single.token_rewards,
+    )
+    b = Batch(
+        input_ids=torch.ones(2, 11, dtype=torch.long),
+        attention_mask=torch.ones(2, 11, dtype=torch.long),
+        loss_mask=mask,
+        old_logp=torch.zeros(2, 11),
+        token_rewards=rewards,
+        turn_ids=turns,
+        roles=roles,
+        response_lengths=mask.sum(-1),
+        scores=rewards.sum(-1),
+        correct=torch.tensor([1.0, 1.0]),
+        group_ids=torch.tensor([0, 1]),
+        truncated=torch.zeros(2),
+    )
     adv, _ = pag(role_norm=False).advantages(b, 8, torch.zeros(2, 11))
     assert adv[0, 3:5].tolist() == [1.0, 1.0]  # the tool call is credited with the verdict it led to
 
@@ -695,8 +826,9 @@ def test_a_comparing_check_subtracts_the_answer_and_its_verdict_reads_the_differ
         return f"\\boxed{{{v if v % 2 == 0 else v + 1}}}"
 
     kw = {"calculator": True, "tool_style": "tags", "level": 2, "verify_tools": True}
-    trajs = generate_checks(ScriptedAgent(tok, policy), "turnrl/Arithmetic-PAG-v0", kw, tasks=8, max_new_tokens=64,
-                            compare=True)
+    trajs = generate_checks(
+        ScriptedAgent(tok, policy), "turnrl/Arithmetic-PAG-v0", kw, tasks=8, max_new_tokens=64, compare=True
+    )
     for t in trajs:
         right = t.turns[0].info["correct"]
         check, compare, verdict = t.turns[1:4]
@@ -704,8 +836,11 @@ def test_a_comparing_check_subtracts_the_answer_and_its_verdict_reads_the_differ
         stated = t.turns[0].info["extracted"]
         assert compare.action.content == f"<calculator>{check.observation[0].content} - ({stated})</calculator>"
         assert compare.observation[0].content == ("0" if right else "-1")  # the answer is one too many
-        assert verdict.action.content == ("The difference is 0. The answer is correct." if right else
-                                          "The difference is -1, not 0. The answer is wrong.")
+        assert verdict.action.content == (
+            "The difference is 0. The answer is correct."
+            if right
+            else "The difference is -1, not 0. The answer is wrong."
+        )
         assert verdict.info["check_says_right"] is right and verdict.info["tool_agreed"] is True
     rows, report = checking_rows(trajs, balance="none")
     assert report["dropped_steps"] == 0 and report["tool_rows"] == 2 * report["verdict_rows"] == 16
@@ -715,15 +850,24 @@ def test_a_comparing_check_subtracts_the_answer_and_its_verdict_reads_the_differ
     keys = task_keys(make("turnrl/Arithmetic-PAG-v0", **kw), 8)  # each row names its problem, so that a run
     assert keys and [t.metadata["item"] for t in trajs] == keys  # refuses rows posing its held-out ones
     assert {r.metadata["item"] for r in rows} <= set(keys)
-    small = generate_checks(ScriptedAgent(tok, policy), "turnrl/Arithmetic-PAG-v0", kw, tasks=4, samples=2,
-                            max_new_tokens=64, compare=True, batch_episodes=3)  # batches across tasks and samples
+    small = generate_checks(
+        ScriptedAgent(tok, policy),
+        "turnrl/Arithmetic-PAG-v0",
+        kw,
+        tasks=4,
+        samples=2,
+        max_new_tokens=64,
+        compare=True,
+        batch_episodes=3,
+    )  # batches across tasks and samples
     assert [t.metadata["item"] for t in small] == [k for k in keys[:4] for _ in range(2)]
     assert all(tu.info["rewritten"] for t in trajs for tu in t.turns if tu.role == "verifier")
     assert report["revision_rows"] == 0 and all(len(t.turns) == 4 + (not t.turns[0].info["correct"]) for t in trajs)
     # --revisions: after "wrong" the teacher states the check's result as the answer; the right ones become rows
     agent = ScriptedAgent(tok, policy)
-    revised = generate_checks(agent, "turnrl/Arithmetic-PAG-v0", kw, tasks=8, max_new_tokens=64, compare=True,
-                              revisions=True)
+    revised = generate_checks(
+        agent, "turnrl/Arithmetic-PAG-v0", kw, tasks=8, max_new_tokens=64, compare=True, revisions=True
+    )
     wrong = [t for t in revised if not t.turns[0].info["correct"]]
     assert wrong and len(wrong) < len(revised)
     assert sum(len(batch) for batch in agent.calls) == 8  # the teacher's turns are never sampled: first answers only
@@ -732,8 +876,12 @@ def test_a_comparing_check_subtracts_the_answer_and_its_verdict_reads_the_differ
         assert revision.info["phase"] == "revise" and revision.info["rewritten"] and revision.info["correct"]
         assert revision.action.content == f"The answer is \\boxed{{{t.turns[1].observation[0].content}}}."
         assert revision.reward == 2.0  # wrong -> right
-    assert not any(tu.info.get("rewritten") for t in revised for tu in t.turns if tu.role == "policy"
-                   and tu.info.get("phase") == "answer")  # the first answers stay the policy's own
+    assert not any(
+        tu.info.get("rewritten")
+        for t in revised
+        for tu in t.turns
+        if tu.role == "policy" and tu.info.get("phase") == "answer"
+    )  # the first answers stay the policy's own
     rows, report = checking_rows(revised, balance="none")
     assert report["revision_rows"] == len(wrong) and report["rows"] == 3 * 8 + len(wrong)
     kinds = [r.metadata["pag_rows"]["kind"] for r in rows]
@@ -790,15 +938,47 @@ def test_checking_warm_up_rows_call_the_tool_then_give_the_true_verdict(tmp_path
         CheckingTeacher(tok)([env], ["verifier"], [[1]], [None])
     # the command: the same rows from a tiny model's answers (mostly wrong: balanced down to the right ones)
     out = tmp_path / "checks.jsonl"
-    result = CliRunner().invoke(app, ["pag", "checks", "--env", "turnrl/Arithmetic-PAG-v0", "--agent", "tiny:chatml",
-                                      "--out", str(out), "--tasks", "4", "--max-new-tokens", "8", "--kw",
-                                      "calculator=true", "--kw", "tool_style=tags", "--kw", "verify_tools=true",
-                                      "--balance", "none"])
+    result = CliRunner().invoke(
+        app,
+        [
+            "pag",
+            "checks",
+            "--env",
+            "turnrl/Arithmetic-PAG-v0",
+            "--agent",
+            "tiny:chatml",
+            "--out",
+            str(out),
+            "--tasks",
+            "4",
+            "--max-new-tokens",
+            "8",
+            "--kw",
+            "calculator=true",
+            "--kw",
+            "tool_style=tags",
+            "--kw",
+            "verify_tools=true",
+            "--balance",
+            "none",
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert "rows in" in result.output and len(load(out)) == 8  # four episodes: a tool call and a verdict each
     assert all(r.metadata["item"] for r in load(out))  # stored with their problems: a run checks them (held out)
-    refused = CliRunner().invoke(app, ["pag", "checks", "--env", "turnrl/Arithmetic-PAG-v0", "--agent", "tiny:chatml",
-                                       "--out", str(tmp_path / "x.jsonl")])
+    refused = CliRunner().invoke(
+        app,
+        [
+            "pag",
+            "checks",
+            "--env",
+            "turnrl/Arithmetic-PAG-v0",
+            "--agent",
+            "tiny:chatml",
+            "--out",
+            str(tmp_path / "x.jsonl"),
+        ],
+    )
     assert refused.exit_code != 0 and "verify_tools=true" in refused.output
 
 
@@ -901,8 +1081,10 @@ def test_a_code_verifier_runs_the_candidate_on_an_example_in_the_sandbox():
 
     def policy(prompt):
         if prompt.rstrip().endswith("Please provide the correct solution.<|im_end|>\n<|im_start|>assistant"):
-            return "```python\ndef has_close_elements(numbers, threshold):\n    return any(abs(a - b) < threshold " \
-                   "for i, a in enumerate(numbers) for b in numbers[i + 1:])\n```"
+            return (
+                "```python\ndef has_close_elements(numbers, threshold):\n    return any(abs(a - b) < threshold "
+                "for i, a in enumerate(numbers) for b in numbers[i + 1:])\n```"
+            )
         if "<|im_start|>tool" in prompt:
             return "The answer is wrong."
         if "Check the solution" in prompt:
@@ -910,10 +1092,15 @@ def test_a_code_verifier_runs_the_candidate_on_an_example_in_the_sandbox():
         return f"```python\n{wrong}```"
 
     [traj] = Rollout(ScriptedAgent(tok, policy), SamplingParams(max_new_tokens=200)).run(
-        [turnrl.make("turnrl/HumanEval-PAG-v0", **kw)], seeds=[0])
+        [turnrl.make("turnrl/HumanEval-PAG-v0", **kw)], seeds=[0]
+    )
     assert traj.error is None, traj.error
-    assert [(t.role, t.info["phase"]) for t in traj.turns] == [("policy", "answer"), ("verifier", "verify"),
-                                                               ("verifier", "verify"), ("policy", "revise")]
+    assert [(t.role, t.info["phase"]) for t in traj.turns] == [
+        ("policy", "answer"),
+        ("verifier", "verify"),
+        ("verifier", "verify"),
+        ("policy", "revise"),
+    ]
     assert traj.turns[1].observation[0].content == "False"
     assert [t.reward for t in traj.turns] == [0.0, 0.0, 1.0, 2.0]  # wrong -> "wrong" -> right
     for t in traj.turns:  # each action's tokens are exactly what the agent produced

@@ -27,6 +27,7 @@ FN = "turnrl/Functions-v0"
 
 # ---- labels ----
 
+
 @pytest.mark.parametrize("n, last_positive", [(1, -1), (1, 0), (5, -1), (5, 0), (5, 2), (5, 4), (8, 6), (13, 3)])
 def test_binary_search_finds_the_last_positive_line_in_few_probes(n, last_positive):
     asked = []
@@ -46,9 +47,11 @@ def test_a_passing_reply_is_positive_everywhere_without_sampling():
 
 def prover(fix: str):
     """Completes a prefix that stops right after the ``def`` line with the right body; anything later with nothing."""
+
     def complete(prompt: str) -> str:
         tail = prompt.split("<|im_start|>assistant\n")[-1]
         return f"    return {fix}\n```" if tail.rstrip(" ").endswith("):\n") else "\n```"
+
     return complete
 
 
@@ -69,7 +72,9 @@ def test_labels_on_the_real_sandbox_mark_where_a_reply_went_wrong():
     agent = ScriptedAgent(TOK, prover(f"x + {k}"))
     labeled, m = label_episodes([wrong, right], agent, env, completions=2)
     ends = [line_ends(t.token_ids, t.turns[0].token_span, TOK) for t in (wrong, right)]
-    texts = [[TOK.decode(t.token_ids[t.turns[0].token_span[0] : i + 1]) for i in e] for t, e in zip((wrong, right), ends)]
+    texts = [
+        [TOK.decode(t.token_ids[t.turns[0].token_span[0] : i + 1]) for i in e] for t, e in zip((wrong, right), ends)
+    ]
     assert [s.splitlines()[-1] for s in texts[0]] == ["```python", "def add(x):", "    y = x - 1", "    return y"]
     assert [y for _, y in labeled[0].metadata["prm_labels"]] == [1, 1, 0, 0]  # after "def add(x):" it could pass
     assert [y for _, y in labeled[1].metadata["prm_labels"]] == [1, 1, 1]
@@ -94,6 +99,7 @@ def test_process_labels_need_an_environment_with_tests():
 
 # ---- dense rewards ----
 
+
 def test_delta_rewards_sum_to_a_constant_so_extra_lines_earn_nothing():
     good, plain = 0.9, 0.4
     once = dense_rewards([plain, good], 0.3, "delta", 0.5)
@@ -101,8 +107,10 @@ def test_delta_rewards_sum_to_a_constant_so_extra_lines_earn_nothing():
     total = lambda r: sum(r[0]) + r[1]
     assert total(once) == pytest.approx(-0.15) and total(padded) == pytest.approx(-0.15)
     assert once[0] == pytest.approx([0.05, 0.25])  # the line that raised the estimate gets the credit
-    value_once, value_padded = dense_rewards([plain, good], 0.3, "value", 0.5), dense_rewards(
-        [plain, good, good, good, good], 0.3, "value", 0.5)
+    value_once, value_padded = (
+        dense_rewards([plain, good], 0.3, "value", 0.5),
+        dense_rewards([plain, good, good, good, good], 0.3, "value", 0.5),
+    )
     assert total(value_once) == pytest.approx(0.5 * 0.65)  # the paper's: coef × the mean score over the lines
     assert total(value_padded) > total(value_once)  # lines that look right still pay (not their count)
     with pytest.raises(ValueError, match="form"):
@@ -110,6 +118,7 @@ def test_delta_rewards_sum_to_a_constant_so_extra_lines_earn_nothing():
 
 
 # ---- the model ----
+
 
 def labeled_synthetic(n=24):
     """One-reply episodes whose line labels are 1 exactly when the line holds 'ok'."""
@@ -122,9 +131,17 @@ def labeled_synthetic(n=24):
         reply = [t for ln in lines for t in TOK.encode(ln)] + [TOK.eos_token_id]
         ids = prompt + reply
         span = (len(prompt), len(ids))
-        t = Trajectory(turns=[Turn(index=0, action=Message(role="assistant", content="".join(lines)),
-                                   token_span=span, terminated=True)], terminated=True, token_ids=ids,
-                       loss_mask=[0] * len(prompt) + [1] * len(reply), logprobs=[0.0] * len(ids))
+        t = Trajectory(
+            turns=[
+                Turn(
+                    index=0, action=Message(role="assistant", content="".join(lines)), token_span=span, terminated=True
+                )
+            ],
+            terminated=True,
+            token_ids=ids,
+            loss_mask=[0] * len(prompt) + [1] * len(reply),
+            logprobs=[0.0] * len(ids),
+        )
         ends = line_ends(ids, span, TOK)
         t.metadata.update(prm_labels=[[i, int(ln.startswith("ok"))] for i, ln in zip(ends, lines)], prm_outcome=0)
         out.append(t)
@@ -144,8 +161,15 @@ def test_the_prm_learns_line_labels_and_a_critic_can_start_as_it(tmp_path):
     positions = [[i for i, _ in targets(t)] for t in data[:3]]
     flat = lambda rows: [v for row in rows for v in row]
     assert flat(again.scores(data[:3], positions)) == pytest.approx(flat(prm.scores(data[:3], positions)), abs=1e-6)
-    models = build_models(type("A", (), {"needs_reference": False, "critic": lambda self: CriticSpec(
-        "tiny:chatml", None, str(tmp_path / "prm"))})(), tiny_model(TOK), TOK)
+    models = build_models(
+        type(
+            "A",
+            (),
+            {"needs_reference": False, "critic": lambda self: CriticSpec("tiny:chatml", None, str(tmp_path / "prm"))},
+        )(),
+        tiny_model(TOK),
+        TOK,
+    )
     ids = torch.tensor([data[0].token_ids])
     assert torch.allclose(models.critic.after(ids, torch.ones_like(ids)), prm.critic.after(ids, torch.ones_like(ids)))
     with pytest.raises(ValueError, match="trained on 'tiny:chatml'"):
@@ -154,13 +178,21 @@ def test_the_prm_learns_line_labels_and_a_critic_can_start_as_it(tmp_path):
 
 # ---- in a run ----
 
+
 def run_config(tmp_path, **extra):
-    return TrainConfig.model_validate({
-        "model": "tiny", "env": {"id": FN, "kwargs": {"split": "train"}},
-        "algorithm": {"name": "ppo", "critic_model": "tiny:chatml"},
-        "rollout": {"prompts_per_step": 2, "group_size": 2, "max_new_tokens": 24},
-        "optim": {"lr": 1e-3, "minibatch_size": 4}, "steps": 2, "eval_tasks": 2, "out_dir": str(tmp_path / "run"),
-        **extra})
+    return TrainConfig.model_validate(
+        {
+            "model": "tiny",
+            "env": {"id": FN, "kwargs": {"split": "train"}},
+            "algorithm": {"name": "ppo", "critic_model": "tiny:chatml"},
+            "rollout": {"prompts_per_step": 2, "group_size": 2, "max_new_tokens": 24},
+            "optim": {"lr": 1e-3, "minibatch_size": 4},
+            "steps": 2,
+            "eval_tasks": 2,
+            "out_dir": str(tmp_path / "run"),
+            **extra,
+        }
+    )
 
 
 def test_ppo_trains_with_dense_process_rewards_and_a_critic_started_as_the_prm(tmp_path, one_thread):
@@ -168,8 +200,11 @@ def test_ppo_trains_with_dense_process_rewards_and_a_critic_started_as_the_prm(t
     prm = ProcessRewardModel.new("tiny:chatml")
     prm.train(labeled_synthetic(8), epochs=2, lr=1e-3, held_out=0.0)
     prm.save(tmp_path / "prm")
-    cfg = run_config(tmp_path, algorithm={"name": "ppo", "critic_init": str(tmp_path / "prm")},
-                     process_reward={"model": str(tmp_path / "prm"), "coef": 0.5})
+    cfg = run_config(
+        tmp_path,
+        algorithm={"name": "ppo", "critic_init": str(tmp_path / "prm")},
+        process_reward={"model": str(tmp_path / "prm"), "coef": 0.5},
+    )
     tok = tiny_tokenizer("chatml")
     trainer = Trainer(cfg, model=tiny_model(tok), tokenizer=tok)
     ids = torch.tensor([labeled_synthetic(1)[0].token_ids])
@@ -186,8 +221,11 @@ def test_settings_that_cannot_work_fail_before_a_model_loads(tmp_path):
         TrainConfig.model_validate({"env": {"id": FN}, "process_reward": {"model": str(tmp_path)}})
     tok = tiny_tokenizer("chatml")
     with pytest.raises(FileNotFoundError, match="holds no process reward model"):  # when the critic is built
-        Trainer(run_config(tmp_path, algorithm={"name": "ppo", "critic_init": str(tmp_path / "nothing")}),
-                model=tiny_model(tok), tokenizer=tok)
+        Trainer(
+            run_config(tmp_path, algorithm={"name": "ppo", "critic_init": str(tmp_path / "nothing")}),
+            model=tiny_model(tok),
+            tokenizer=tok,
+        )
     with pytest.raises(FileNotFoundError, match="holds no process reward model"):
         Trainer(run_config(tmp_path, process_reward={"model": str(tmp_path / "nothing")}))
 

@@ -31,12 +31,14 @@ def question(prompt_text):
 def solver(answer_offset=0, calls=1):
     """A scripted SWiRL policy: ``calls`` calculator steps (the first is the question's expression), then the answer
     (off by ``answer_offset``)."""
+
     def policy(prompt):
         q = question(prompt)
         done = prompt.rsplit("<|im_start|>user", 1)[1].count("<|im_start|>tool")  # after the demonstrations
         if done < calls:
             return f"<math_exp>{q}</math_exp>" if done == 0 else f"<math_exp>{eval(q)} + 0</math_exp>"
         return f"<answer>{eval(q) + answer_offset}</answer>"
+
     return policy
 
 
@@ -59,10 +61,12 @@ class StopRecorder(ScriptedAgent):
 def episodes(policy, n=2, agent=None):
     agent = agent or ScriptedAgent(TOK, policy, end_with_eos=False)
     return Rollout(agent, SamplingParams(max_new_tokens=64)).run(
-        [turnrl.make(ENV, **KW) for _ in range(n)], options=[{"index": i} for i in range(n)])
+        [turnrl.make(ENV, **KW) for _ in range(n)], options=[{"index": i} for i in range(n)]
+    )
 
 
 # ---- the format ----
+
 
 def test_the_swirl_format_of_math_envs(tmp_path):
     env = turnrl.make(ENV, **KW)
@@ -72,11 +76,18 @@ def test_the_swirl_format_of_math_envs(tmp_path):
     # the instructions in the system prompt; the default demos as chat turns between it and the question
     assert "<math_exp>" in obs[0].content and "Examples:" not in obs[0].content and obs[-1].content == f"What is {q}?"
     demos = [(m.role, m.content) for m in obs[1:-1]]
-    assert demos[:3] == [("user", "Tom has 3 boxes of 12 pens and gives away 5 pens. How many pens does he have?"),
-                         ("assistant", "<math_exp>3 * 12</math_exp>"), ("tool", "3 * 12 -> 36")]
+    assert demos[:3] == [
+        ("user", "Tom has 3 boxes of 12 pens and gives away 5 pens. How many pens does he have?"),
+        ("assistant", "<math_exp>3 * 12</math_exp>"),
+        ("tool", "3 * 12 -> 36"),
+    ]
     assert obs[3].name == "calculator" and sum(r == "user" for r, _ in demos) == 3 and demos[-1][0] == "assistant"
     system_style = turnrl.make(ENV, **KW, demos_in="system").reset()[0]
-    assert len(system_style) == 2 and "Examples:" in system_style[0].content and "tool: 3 * 12 -> 36" in system_style[0].content
+    assert (
+        len(system_style) == 2
+        and "Examples:" in system_style[0].content
+        and "tool: 3 * 12 -> 36" in system_style[0].content
+    )
     with pytest.raises(ValueError, match="demos_in must be"):
         turnrl.make(ENV, **KW, demos_in="user")
     result, reward, done, *_ = env.step(f"<math_exp>{q}</math_exp>")
@@ -94,7 +105,10 @@ def test_the_swirl_format_of_math_envs(tmp_path):
     demo_file.write_text("Question: What is 2 * 3?\nassistant: <math_exp>2 * 3</math_exp>\ntool: 2 * 3 -> 6\n")
     assert turnrl.make(ENV, **KW, demos=str(demo_file)).reset()[0][3].content == "2 * 3 -> 6"
     mine = turnrl.make(ENV, **KW, demos="Question: 1 + 1?\nassistant: <answer>2</answer>", demos_in="system")
-    assert "Examples:\n\nQuestion: 1 + 1?" in mine.reset()[0][0].content and "Tom has 3 boxes" not in mine.reset()[0][0].content
+    assert (
+        "Examples:\n\nQuestion: 1 + 1?" in mine.reset()[0][0].content
+        and "Tom has 3 boxes" not in mine.reset()[0][0].content
+    )
     with pytest.raises(ValueError, match="must start with a 'Question:' line"):
         turnrl.make(ENV, **KW, demos="assistant: <answer>2</answer>\nQuestion: 1 + 1?")
     with pytest.raises(FileNotFoundError, match="no such file"):
@@ -123,13 +137,19 @@ def test_the_swirl_format_of_hotpotqa():
 
 
 def test_the_conformance_harness_passes_the_swirl_styles():
-    for env in (turnrl.make(ENV, **KW), turnrl.make("turnrl/GSM8K-v0", tool_style="swirl", limit=3),
-                turnrl.make("turnrl/HotPotQA-v0", tool_style="swirl", limit=3)):
+    for env in (
+        turnrl.make(ENV, **KW),
+        turnrl.make("turnrl/GSM8K-v0", tool_style="swirl", limit=3),
+        turnrl.make("turnrl/HotPotQA-v0", tool_style="swirl", limit=3),
+    ):
         report = check_environment(env)
         assert report.ok, report
     env = turnrl.make(ENV, **KW)
     env.reset(options={"index": 0})
-    assert env.unwrapped.oracle_action().startswith("<math_exp>") and env.unwrapped.format_answer("7") == "<answer>7</answer>"
+    assert (
+        env.unwrapped.oracle_action().startswith("<math_exp>")
+        and env.unwrapped.format_answer("7") == "<answer>7</answer>"
+    )
 
 
 def test_the_rollout_stops_a_turn_at_the_envs_stop_strings():
@@ -140,6 +160,7 @@ def test_the_rollout_stops_a_turn_at_the_envs_stop_strings():
 
 
 # ---- decomposition ----
+
 
 def test_decomposition_gives_one_row_per_step_with_growing_token_exact_prefixes():
     trajs = episodes(solver(calls=2), n=3)
@@ -168,6 +189,7 @@ def test_decomposition_gives_one_row_per_step_with_growing_token_exact_prefixes(
 
 
 # ---- filters ----
+
 
 class ScriptedJudge:
     """A step judge of our own: labels each step by a rule on its text (``GOOD`` / ``BAD`` / ``None``)."""
@@ -204,7 +226,12 @@ def test_the_filter_truth_table():
     assert kept["both"] == kept["process"] & kept["outcome"] == ids(right)
     out, report = filter_trajectories(data, "both", judge)
     assert report["trajectories"] == 11 and report["errors"] == 1 and report["ungraded"] == 2
-    assert (report["kept_by_process"], report["kept_by_outcome"], report["kept_by_both"], report["kept"]) == (6, 4, 2, 2)
+    assert (report["kept_by_process"], report["kept_by_outcome"], report["kept_by_both"], report["kept"]) == (
+        6,
+        4,
+        2,
+        2,
+    )
     assert report["steps_bad"] == 6 and report["steps_good"] == 12 and report["kept_steps"] == 4  # wrong: both BAD
     assert all(lb["good"] for t in out for lb in t.metadata["swirl_labels"])
     assert all("swirl_labels" not in t.metadata for t in data)  # the inputs are not changed
@@ -228,7 +255,9 @@ def test_an_unparseable_judgement_is_never_good():
 
 def test_an_empty_filter_result_says_which_filter_removed_everything():
     data = episodes(guesser)
-    with pytest.raises(EmptyFilterError, match=r"the process filter kept none of 2 .*every step GOOD: 0, correct answer: 2"):
+    with pytest.raises(
+        EmptyFilterError, match=r"the process filter kept none of 2 .*every step GOOD: 0, correct answer: 2"
+    ):
         filter_trajectories(data, "process", RuleStepJudge())
     wrong = episodes(solver(answer_offset=1))
     with pytest.raises(EmptyFilterError, match=r"the outcome filter kept none of 2 .*correct answer: 0 \(0 ungraded\)"):
@@ -242,6 +271,7 @@ def test_an_empty_filter_result_says_which_filter_removed_everything():
 
 
 # ---- generation ----
+
 
 class FlakyAgent(ScriptedAgent):
     """A teacher endpoint that goes down: its generate raises on the calls listed in ``fail_on`` (0-based)."""
@@ -272,8 +302,9 @@ def test_a_failing_teacher_is_retried_then_its_question_skipped_and_nothing_writ
 
     # an endpoint that stays down: its questions are skipped and counted; the questions already written stay
     out2 = tmp_path / "data2.parquet"
-    generate(ScriptedAgent(TOK, solver(), end_with_eos=False), "teacher", ENV, KW, out=out2, tasks=1, samples=2,
-             **settings)
+    generate(
+        ScriptedAgent(TOK, solver(), end_with_eos=False), "teacher", ENV, KW, out=out2, tasks=1, samples=2, **settings
+    )
     before = load(out2)
     down = FlakyAgent(solver(), fail_on=set(range(100)))
     summary = generate(down, "teacher", ENV, KW, out=out2, tasks=3, samples=2, retries=1, **settings)
@@ -294,8 +325,9 @@ def test_generation_takes_the_demonstrations_out_of_the_stored_states(tmp_path):
     """The teacher sees the demos; the stored trajectory holds the prompt without them, token-exact, and the same
     generated and environment tokens after it."""
     agent = ScriptedAgent(TOK, solver(), end_with_eos=False)
-    kept = generate(agent, "teacher", ENV, KW, out=tmp_path / "kept.parquet", tasks=2, samples=1, keep_demos=True,
-                    max_new_tokens=64)
+    kept = generate(
+        agent, "teacher", ENV, KW, out=tmp_path / "kept.parquet", tasks=2, samples=1, keep_demos=True, max_new_tokens=64
+    )
     taken = generate(agent, "teacher", ENV, KW, out=tmp_path / "taken.parquet", tasks=2, samples=1, max_new_tokens=64)
     assert kept["success_rate"] == taken["success_rate"] == 1.0
     env = turnrl.make(ENV, **KW, demos="none")
@@ -314,18 +346,42 @@ def test_generation_takes_the_demonstrations_out_of_the_stored_states(tmp_path):
         rows = decompose(without)
         assert len(rows) == 2 and "Tom has 3 boxes" not in TOK.decode(rows[-1].token_ids)
     with pytest.raises(ValueError, match="not this tokenizer's rendering"):
-        without_demos(load(tmp_path / "kept.parquet")[0], turnrl.make(ENV, **KW).unwrapped.prompt_demos,
-                      ChatRenderer(tiny_tokenizer("llama3")))
+        without_demos(
+            load(tmp_path / "kept.parquet")[0],
+            turnrl.make(ENV, **KW).unwrapped.prompt_demos,
+            ChatRenderer(tiny_tokenizer("llama3")),
+        )
 
 
 # ---- the command line ----
 
+
 def test_the_command_line_pipeline(tmp_path):
     runner = CliRunner()
     data, kept, steps = (str(tmp_path / f) for f in ("data.parquet", "kept.parquet", "steps.parquet"))
-    r = runner.invoke(app, ["swirl", "generate", "--env", ENV, "--kw", "level=2", "--kw", "tool_style=swirl",
-                            "--agent", "tiny:chatml", "--tasks", "2", "--samples", "2", "--max-new-tokens", "8",
-                            "--out", data])
+    r = runner.invoke(
+        app,
+        [
+            "swirl",
+            "generate",
+            "--env",
+            ENV,
+            "--kw",
+            "level=2",
+            "--kw",
+            "tool_style=swirl",
+            "--agent",
+            "tiny:chatml",
+            "--tasks",
+            "2",
+            "--samples",
+            "2",
+            "--max-new-tokens",
+            "8",
+            "--out",
+            data,
+        ],
+    )
     assert r.exit_code == 0, r.output
     assert "4 trajectories of 2 questions" in r.output and "0 questions skipped" in r.output
     assert all(t.metadata["gold"] and t.metadata["question"] for t in load(data))
@@ -340,11 +396,13 @@ def test_the_command_line_pipeline(tmp_path):
     assert r.exit_code == 0 and "step rows from 4 trajectories" in r.output, r.output
     rows, source = load(steps), load(kept)
     assert len(rows) == sum(t.num_turns for t in source)
-    assert all(r.token_ids == t.token_ids[: r.turns[-1].token_span[1]] for t in source for r in rows
-               if r.group_id == t.id)
+    assert all(
+        r.token_ids == t.token_ids[: r.turns[-1].token_span[1]] for t in source for r in rows if r.group_id == t.id
+    )
 
 
 # ---- hindsight answers ----
+
 
 def _hotpot_teacher(tasks):
     """A scripted HotPotQA teacher that finds the evidence and answers badly: it searches each supporting title,
@@ -358,6 +416,7 @@ def _hotpot_teacher(tasks):
         if done < len(titles):
             return f"<search_query>{titles[done]}</search_query>"
         return "<answer>" + " ".join(prompt.rsplit("->", 1)[1].split()[:20]) + "</answer>"
+
     return policy
 
 
@@ -368,8 +427,17 @@ def test_hindsight_answers_cut_at_the_evidence_and_answer_there_with_the_gold_sp
     tasks = hotpotqa_tasks("dev")[:8]
     kw = {"tool_style": "swirl", "demos": "none", "limit": 8}
     agent = ScriptedAgent(TOK, _hotpot_teacher(tasks), end_with_eos=True)
-    generate(agent, "teacher", "turnrl/HotPotQA-v0", kw, out=tmp_path / "d.parquet", tasks=8, samples=1,
-             max_new_tokens=200, max_context=4096)
+    generate(
+        agent,
+        "teacher",
+        "turnrl/HotPotQA-v0",
+        kw,
+        out=tmp_path / "d.parquet",
+        tasks=8,
+        samples=1,
+        max_new_tokens=200,
+        max_context=4096,
+    )
     trajs = load(tmp_path / "d.parquet")
     assert all(t.correct is False and t.num_turns == 3 for t in trajs)  # two searches, then a copied passage
     judge = RuleStepJudge()
@@ -388,7 +456,7 @@ def test_hindsight_answers_cut_at_the_evidence_and_answer_there_with_the_gold_sp
         assert new.loss_mask[start:] == [1] * (len(new.token_ids) - start) and len(new.logprobs) == len(new.token_ids)
         assert [lb.good for lb in judge.label_trajectory(new)] == [True] * new.num_turns  # every step GOOD
         # the earliest grounded step: one search earlier the gold answer was not yet in a result
-        early = new.model_copy(update={"turns": [*new.turns[:at - 1], new.turns[-1]]})
+        early = new.model_copy(update={"turns": [*new.turns[: at - 1], new.turns[-1]]})
         assert at == 1 or judge.label_trajectory(early)[-1].good is False
         rows = decompose(new)
         assert len(rows) == at + 1 and rows[-1].token_ids[:start] == decompose(old)[at].token_ids[:start]
@@ -401,23 +469,59 @@ def test_hindsight_answers_cut_at_the_evidence_and_answer_there_with_the_gold_sp
     assert out == [unreachable, unlabelled, right]
     assert (report["not_grounded"], report["no_gold"], report["already_correct"], report["relabelled"]) == (1, 1, 1, 0)
     # the command line
-    r = CliRunner().invoke(app, ["swirl", "relabel", str(tmp_path / "d.parquet"), "--out", str(tmp_path / "r.parquet"),
-                                 "--tokenizer", "tiny:chatml"])
+    r = CliRunner().invoke(
+        app,
+        [
+            "swirl",
+            "relabel",
+            str(tmp_path / "d.parquet"),
+            "--out",
+            str(tmp_path / "r.parquet"),
+            "--tokenizer",
+            "tiny:chatml",
+        ],
+    )
     assert r.exit_code == 0 and f"relabelled {len(changed)} of 8 trajectories" in r.output, r.output
     assert len(load(tmp_path / "r.parquet")) == 8
 
 
 # ---- the gold-path teacher ----
 
+
 def test_the_gold_path_teacher_searches_the_question_then_the_missing_article_then_answers_gold(tmp_path):
     from turnrl.envs.builtin.hotpotqa import hotpotqa_tasks
     from turnrl.methods.swirl.gold import GoldPathAgent
 
     runner, data = CliRunner(), str(tmp_path / "gold.parquet")
-    r = runner.invoke(app, ["swirl", "generate", "--env", "turnrl/HotPotQA-v0", "--agent", "gold", "--tokenizer",
-                            "tiny:chatml", "--kw", "split=dev-train", "--kw", "limit=12", "--kw", "tool_style=swirl",
-                            "--tasks", "12", "--samples", "1", "--max-new-tokens", "400", "--max-context", "8192",
-                            "--out", data])
+    r = runner.invoke(
+        app,
+        [
+            "swirl",
+            "generate",
+            "--env",
+            "turnrl/HotPotQA-v0",
+            "--agent",
+            "gold",
+            "--tokenizer",
+            "tiny:chatml",
+            "--kw",
+            "split=dev-train",
+            "--kw",
+            "limit=12",
+            "--kw",
+            "tool_style=swirl",
+            "--tasks",
+            "12",
+            "--samples",
+            "1",
+            "--max-new-tokens",
+            "400",
+            "--max-context",
+            "8192",
+            "--out",
+            data,
+        ],
+    )
     assert r.exit_code == 0 and "12 trajectories of 12 questions" in r.output, r.output
     trajs, tasks = load(data), {t.prompt: t for t in hotpotqa_tasks("dev-train")[:12]}
     for t in trajs:
@@ -428,7 +532,9 @@ def test_the_gold_path_teacher_searches_the_question_then_the_missing_article_th
         assert all(s.startswith("<search_query>") for s in steps[:-1])
         if len(steps) == 3:  # the second search asks for a supporting article the first one missed
             title = steps[1].removeprefix("<search_query>").removesuffix("</search_query>")
-            assert title in task.metadata["supporting_titles"] and f"-> {title}:" not in t.turns[0].observation[0].content
+            assert (
+                title in task.metadata["supporting_titles"] and f"-> {title}:" not in t.turns[0].observation[0].content
+            )
         assert t.metadata.get("demos") == "removed"  # the stored states hold no demonstrations
     # the answer is always the gold one, so the process filter decides what is worth learning: an answer that no
     # result of the path holds is BAD
@@ -437,9 +543,25 @@ def test_the_gold_path_teacher_searches_the_question_then_the_missing_article_th
     grounded = [any(task_answer_in(turn, t.metadata["gold"]) for turn in t.turns[:-1]) for t in trajs]
     assert sum(labels) >= 8 and all(g for g, lb in zip(grounded, labels) if lb), (labels, grounded)
     # it refuses the held-out split and environments without supporting articles
-    r = runner.invoke(app, ["swirl", "generate", "--env", "turnrl/HotPotQA-v0", "--agent", "gold", "--tokenizer",
-                            "tiny:chatml", "--kw", "split=dev-test", "--kw", "tool_style=swirl", "--out",
-                            str(tmp_path / "x.parquet")])
+    r = runner.invoke(
+        app,
+        [
+            "swirl",
+            "generate",
+            "--env",
+            "turnrl/HotPotQA-v0",
+            "--agent",
+            "gold",
+            "--tokenizer",
+            "tiny:chatml",
+            "--kw",
+            "split=dev-test",
+            "--kw",
+            "tool_style=swirl",
+            "--out",
+            str(tmp_path / "x.parquet"),
+        ],
+    )
     assert r.exit_code == 2 and "held-out split" in r.output, r.output
     with pytest.raises(ValueError, match="supporting_titles"):
         GoldPathAgent(TOK, turnrl.make(ENV, **KW).unwrapped.tasks)

@@ -46,6 +46,7 @@ def randomly(seed):
 
 # ---- TicTacToe ----
 
+
 def test_perfect_play_draws_and_never_does_worse_than_the_openings_value_against_random_play():
     env = make_multi_agent("turnrl/TicTacToe-v0", max_opening=0)
     _, total, infos = play(env, {"x": perfect, "o": perfect})
@@ -101,6 +102,7 @@ def test_the_turn_limit_truncates_every_seat():
 
 # ---- SolverCritic ----
 
+
 def test_solver_and_critic_are_paid_by_the_final_answer_alone():
     env = make_multi_agent("turnrl/SolverCritic-v0", levels=[1])
     env.reset(options={"index": 3})
@@ -130,16 +132,21 @@ def test_gaming_the_shared_reward_pays_nothing(final):
 
 # ---- TextArena ----
 
-@pytest.mark.parametrize("game, moves", [
-    ("TicTacToe-v0", ["[4]", "[0]", "[8]", "[2]", "[1]", "[6]", "[3]", "[5]", "[7]"]),
-    ("KuhnPoker-v0", ["[check]"] * 12),
-    ("SimpleNegotiation-v0", ["Hello, let us trade.", "[Accept]"] * 10),
-])
+
+@pytest.mark.parametrize(
+    "game, moves",
+    [
+        ("TicTacToe-v0", ["[4]", "[0]", "[8]", "[2]", "[1]", "[6]", "[3]", "[5]", "[7]"]),
+        ("KuhnPoker-v0", ["[check]"] * 12),
+        ("SimpleNegotiation-v0", ["Hello, let us trade.", "[Accept]"] * 10),
+    ],
+)
 def test_textarena_games_play_whole_episodes_with_their_own_rules(game, moves):
     env = make_multi_agent(f"textarena:{game}")
     queue = list(moves)
-    seen, total, infos = play(env, {a: (lambda o, e: queue.pop(0) if queue else "[check]")
-                                    for a in env.possible_agents})
+    seen, total, infos = play(
+        env, {a: (lambda o, e: queue.pop(0) if queue else "[check]") for a in env.possible_agents}
+    )
     assert set(infos) == {"player_0", "player_1"}
     assert {infos[a]["outcome"] for a in infos} in ({"win", "loss"}, {"draw"})
     assert all(seen[a] and seen[a][0].content.strip() for a in seen)  # each player got its own observations
@@ -163,6 +170,7 @@ def test_textarena_seeds_are_split_and_an_unknown_game_names_close_ones():
 
 
 # ---- PettingZoo ----
+
 
 class GuessEnv(AECEnv):
     """A PettingZoo AEC environment with text observations and actions, written as PettingZoo's docs show: two
@@ -257,10 +265,17 @@ class RockPaperScissors(ParallelEnv):
         win = 0 if said[a] == said[b] else 1 if said[a] and (said[b] is None or self.BEATS[said[a]] == said[b]) else -1
         self.round += 1
         done = self.round >= 3
-        obs = {x: f"Round {self.round}: you said {said[x]}, your opponent said {said[y]}. Round {self.round + 1}."
-               for x, y in ((a, b), (b, a))}
-        out = (obs, {a: float(win), b: float(-win)}, dict.fromkeys(self.agents, done), dict.fromkeys(self.agents, False),
-               {x: {} for x in self.agents})
+        obs = {
+            x: f"Round {self.round}: you said {said[x]}, your opponent said {said[y]}. Round {self.round + 1}."
+            for x, y in ((a, b), (b, a))
+        }
+        out = (
+            obs,
+            {a: float(win), b: float(-win)},
+            dict.fromkeys(self.agents, done),
+            dict.fromkeys(self.agents, False),
+            {x: {} for x in self.agents},
+        )
         if done:
             self.agents = []
         return out
@@ -283,8 +298,10 @@ def test_a_parallel_game_is_played_with_simultaneous_moves():
 
 # ---- the registry and the checks ----
 
-@pytest.mark.parametrize("env_id", ["turnrl/TicTacToe-v0", "turnrl/SolverCritic-v0", "textarena:TicTacToe-v0",
-                                    "textarena:KuhnPoker-v0"])
+
+@pytest.mark.parametrize(
+    "env_id", ["turnrl/TicTacToe-v0", "turnrl/SolverCritic-v0", "textarena:TicTacToe-v0", "textarena:KuhnPoker-v0"]
+)
 def test_the_conformance_checks_pass_on_every_built_in_and_textarena_game(env_id):
     report = check_multi_agent_environment(make_multi_agent(env_id))
     assert report.ok, str(report)

@@ -40,8 +40,9 @@ def test_the_random_player_keeps_no_state():
 def test_a_perfect_player_draws_itself_and_beats_random_play_on_held_out_openings():
     tok = tiny_tokenizer("chatml")
     perfect = ScriptedAgent(tok, text_player("perfect"))
-    same = evaluate_multi_agent(perfect, "turnrl/TicTacToe-v0", {"split": "train", "max_opening": 0},
-                                opponent="perfect", episodes=4)
+    same = evaluate_multi_agent(
+        perfect, "turnrl/TicTacToe-v0", {"split": "train", "max_opening": 0}, opponent="perfect", episodes=4
+    )
     assert same["draw_rate"] == 1.0 and same["episodes"] == 4 and same["seat"] == "all"
     m = evaluate_multi_agent(perfect, "turnrl/TicTacToe-v0", opponent="random", episodes=26)
     assert m["env_kwargs"] == {"split": "test"}  # the held-out openings unless told otherwise
@@ -54,15 +55,45 @@ def test_turnrl_eval_takes_a_multi_agent_id(tmp_path):
     from turnrl.cli import app
 
     runner = CliRunner()
-    res = runner.invoke(app, ["eval", "--env", "turnrl/TicTacToe-v0", "--agent", "tiny:chatml", "--opponent",
-                              "perfect", "--limit", "4", "--seat", "x", "--out", str(tmp_path)])
+    res = runner.invoke(
+        app,
+        [
+            "eval",
+            "--env",
+            "turnrl/TicTacToe-v0",
+            "--agent",
+            "tiny:chatml",
+            "--opponent",
+            "perfect",
+            "--limit",
+            "4",
+            "--seat",
+            "x",
+            "--out",
+            str(tmp_path),
+        ],
+    )
     assert res.exit_code == 0, res.output
     assert "4 games as x against perfect" in res.output and "loss: 100.0%" in res.output  # a random model loses
     metrics = json.loads((tmp_path / "metrics.json").read_text())
     assert metrics["loss_rate"] == 1.0 and metrics["invalid_moves_mean"] > 0
     assert len((tmp_path / "items.jsonl").read_text().splitlines()) == 4
-    bad = runner.invoke(app, ["eval", "--env", "turnrl/TicTacToe-v0", "--agent", "tiny:chatml", "--seat", "z",
-                              "--limit", "2", "--out", str(tmp_path)])
+    bad = runner.invoke(
+        app,
+        [
+            "eval",
+            "--env",
+            "turnrl/TicTacToe-v0",
+            "--agent",
+            "tiny:chatml",
+            "--seat",
+            "z",
+            "--limit",
+            "2",
+            "--out",
+            str(tmp_path),
+        ],
+    )
     assert bad.exit_code == 2 and "has no seat 'z'; its seats: x, o" in bad.output
 
 
@@ -78,14 +109,19 @@ def test_turnrl_play_puts_a_person_in_one_seat_against_an_opponent():
     from turnrl.cli import app
 
     runner = CliRunner()
-    res = runner.invoke(app, ["play", "turnrl/TicTacToe-v0", "--seat", "x", "--opponent", "perfect", "--kw",
-                              "max_opening=0"], input="5\n1\n9\n3\n7\n")
+    res = runner.invoke(
+        app,
+        ["play", "turnrl/TicTacToe-v0", "--seat", "x", "--opponent", "perfect", "--kw", "max_opening=0"],
+        input="5\n1\n9\n3\n7\n",
+    )
     assert res.exit_code == 0, res.output
     assert "you play x, perfect plays o" in res.output and "[o: perfect] 1" in res.output  # perfect answers a corner
     assert "Cell 1 is taken" in res.output and "game over: loss" in res.output and "invalid moves 2" in res.output
-    quit_early = runner.invoke(app, ["play", "turnrl/TicTacToe-v0", "--seat", "o", "--opponent", "random", "--kw",
-                                     "max_opening=0"],
-                               input=":q\n")
+    quit_early = runner.invoke(
+        app,
+        ["play", "turnrl/TicTacToe-v0", "--seat", "o", "--opponent", "random", "--kw", "max_opening=0"],
+        input=":q\n",
+    )
     assert quit_early.exit_code == 0 and "[x: random]" in quit_early.output and "Your move (o)" in quit_early.output
     assert quit_early.output.rstrip().endswith("bye")  # x moved first; the person quit at o's first turn
     bad = runner.invoke(app, ["play", "turnrl/TicTacToe-v0", "--seat", "z"])

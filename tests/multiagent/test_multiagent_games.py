@@ -29,8 +29,13 @@ pytestmark = pytest.mark.timeout(300)
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 NIM = "pettingzoo:pettingzoo_nim:make_nim"
 #: (TextArena game, players): KuhnPoker and LiarsDice hide cards and dice; LiarsDice and ThreePlayerTicTacToe seat 3
-TEXTARENA = [("TicTacToe-v0", 2), ("KuhnPoker-v0", 2), ("ConnectFour-v0", 2), ("LiarsDice-v0-small", 3),
-             ("ThreePlayerTicTacToe-v0", 3)]
+TEXTARENA = [
+    ("TicTacToe-v0", 2),
+    ("KuhnPoker-v0", 2),
+    ("ConnectFour-v0", 2),
+    ("LiarsDice-v0-small", 3),
+    ("ThreePlayerTicTacToe-v0", 3),
+]
 
 
 def fixed_move(text):
@@ -84,11 +89,26 @@ def told_once(traj, tok, tags=True):
 
 def trainer(tmp_path, env, **over):
     tok = tiny_tokenizer("chatml")
-    cfg = TrainConfig(**{
-        "model": "tiny", "env": env, "algorithm": {"name": "grpo"}, "steps": 1, "eval_tasks": 4, "out_dir": str(tmp_path), "seed": 3,
-        "rollout": {"prompts_per_step": 2, "group_size": 2, "max_new_tokens": 6, "max_context": 3072,
-                 "temperature": 1.5},
-        "multi_agent": {"eval_opponent": "script:test_multiagent_games:fixed_move"}, **over})
+    cfg = TrainConfig(
+        **{
+            "model": "tiny",
+            "env": env,
+            "algorithm": {"name": "grpo"},
+            "steps": 1,
+            "eval_tasks": 4,
+            "out_dir": str(tmp_path),
+            "seed": 3,
+            "rollout": {
+                "prompts_per_step": 2,
+                "group_size": 2,
+                "max_new_tokens": 6,
+                "max_context": 3072,
+                "temperature": 1.5,
+            },
+            "multi_agent": {"eval_opponent": "script:test_multiagent_games:fixed_move"},
+            **over,
+        }
+    )
     return Trainer(cfg, model=tiny_model(tok, seed=0), tokenizer=tok), tok
 
 
@@ -97,8 +117,9 @@ def trained(out, step=1):
 
 
 @pytest.mark.parametrize("game, players", TEXTARENA, ids=[g for g, _ in TEXTARENA])
-def test_a_textarena_game_trains_on_training_seeds_and_is_evaluated_on_held_out_ones(game, players, tmp_path, tagged,
-                                                                                   seeds_played, one_thread):
+def test_a_textarena_game_trains_on_training_seeds_and_is_evaluated_on_held_out_ones(
+    game, players, tmp_path, tagged, seeds_played, one_thread
+):
     tr, tok = trainer(tmp_path, {"id": f"textarena:{game}", "kwargs": {"num_players": players}})
     history = tr.train()
     seats = [f"player_{i}" for i in range(players)]
@@ -116,14 +137,15 @@ def test_a_textarena_game_trains_on_training_seeds_and_is_evaluated_on_held_out_
     assert len(set(seeds_played["test"])) == 4 and min(seeds_played["test"]) >= SEED_START["test"]  # held-out ones
     # the held-out games alternate the evaluated seat
     rows = [json.loads(line) for line in (tmp_path / "eval" / "step-1" / "items.jsonl").read_text().splitlines()]
-    assert {r["seat"] for r in rows} == set(seats[:min(players, 4)])
+    assert {r["seat"] for r in rows} == set(seats[: min(players, 4)])
 
 
 def test_validation_plays_its_own_seeds_off_the_test_ones(tmp_path, seeds_played, one_thread):
     """validate_every on a game played on seeds reads the validation range (a pilot chooses its step there): no
     validation game is a training or a test game, and the held-out evaluation still plays only test seeds."""
-    tr, _ = trainer(tmp_path, {"id": "textarena:TicTacToe-v0", "kwargs": {"num_players": 2}}, validate_every=1,
-                    validation_tasks=2)
+    tr, _ = trainer(
+        tmp_path, {"id": "textarena:TicTacToe-v0", "kwargs": {"num_players": 2}}, validate_every=1, validation_tasks=2
+    )
     tr.train()
     assert len(set(seeds_played["validation"])) == 2 and min(seeds_played["validation"]) >= SEED_START["validation"]
     assert max(seeds_played["test"]) < SEED_START["validation"] <= min(seeds_played["validation"])
@@ -153,20 +175,40 @@ def test_the_seed_ranges_are_disjoint_and_the_held_out_check_compares_them(monke
         check_game_held_out("textarena:KuhnPoker-v0", {}, None, 64)
 
 
-@pytest.mark.parametrize("env_id, kwargs", [
-    ("textarena:SimpleNegotiation-v0", {}),
-    *[(f"textarena:{g}", {"num_players": n}) for g, n in TEXTARENA],
-])
+@pytest.mark.parametrize(
+    "env_id, kwargs",
+    [
+        ("textarena:SimpleNegotiation-v0", {}),
+        *[(f"textarena:{g}", {"num_players": n}) for g, n in TEXTARENA],
+    ],
+)
 def test_a_textarena_seat_is_told_what_is_new_to_it_once(env_id, kwargs, tagged):
     """Whole games (scripted moves, so that they last): the rules once, each move and each game message once, and
     not the seat's own move echoed back."""
     tok = tiny_tokenizer("chatml")
-    moves = itertools.cycle(["[4]", "[0]", "[check]", "[8]", "[2]", "[3]", "[1]", "[bet]", "[6]", "[5]", "[7]",
-                             "[Accept]", "[1 2]", "[call]"])
+    moves = itertools.cycle(
+        [
+            "[4]",
+            "[0]",
+            "[check]",
+            "[8]",
+            "[2]",
+            "[3]",
+            "[1]",
+            "[bet]",
+            "[6]",
+            "[5]",
+            "[7]",
+            "[Accept]",
+            "[1 2]",
+            "[call]",
+        ]
+    )
     player = ScriptedAgent(tok, lambda text: next(moves))
     envs = [make_multi_agent(env_id, **kwargs) for _ in range(2)]
     trajs = MultiAgentRollout({"p": player}, SamplingParams(max_new_tokens=8), max_context=20_000).run(
-        envs, options=[{"index": i} for i in range(2)])
+        envs, options=[{"index": i} for i in range(2)]
+    )
     assert sum(len(t.turns) for t in trajs) >= 4
     for t in trajs:
         told_once(t, tok)
@@ -182,22 +224,26 @@ def test_a_seat_is_told_what_is_new_once_in_every_other_game_the_suite_plays(mon
     that repeats an earlier one whole."""
     monkeypatch.syspath_prepend(str(EXAMPLES))
     tok = tiny_tokenizer("chatml")
-    for env_id, replies in (("turnrl/TicTacToe-v0", ["5", "1", "9", "3", "7", "2"]),
-                            ("turnrl/SolverCritic-v0", ["It is 4. #### 4", "Looks right.", "#### 4"]),
-                            (NIM, ["1", "2"]), ("pettingzoo:test_multiagent_envs:make_guess", ["1", "2", "4", "5"]),
-                            ("pettingzoo:test_multiagent_envs:make_rps", ["rock", "paper"]),
-                            ("pettingzoo:test_multiagent_games:make_transcript", ["hello", "there"])):
+    for env_id, replies in (
+        ("turnrl/TicTacToe-v0", ["5", "1", "9", "3", "7", "2"]),
+        ("turnrl/SolverCritic-v0", ["It is 4. #### 4", "Looks right.", "#### 4"]),
+        (NIM, ["1", "2"]),
+        ("pettingzoo:test_multiagent_envs:make_guess", ["1", "2", "4", "5"]),
+        ("pettingzoo:test_multiagent_envs:make_rps", ["rock", "paper"]),
+        ("pettingzoo:test_multiagent_games:make_transcript", ["hello", "there"]),
+    ):
         moves = itertools.cycle(replies)
         player = ScriptedAgent(tok, lambda text, moves=moves: next(moves))
         envs = [make_multi_agent(env_id) for _ in range(2)]
         trajs = MultiAgentRollout({"p": player}, SamplingParams(max_new_tokens=16), max_moves=24).run(
-            envs, options=[{"index": i} for i in range(2)])
+            envs, options=[{"index": i} for i in range(2)]
+        )
         assert sum(len(t.turns) for t in trajs) >= 4, env_id
         for t in trajs:
             told_once(t, tok, tags=False)
             told = [m.content for turn in t.turns for m in turn.observation]
             for i, earlier in enumerate(told):
-                assert not any(len(earlier) > 30 and earlier in later for later in told[i + 1:]), (env_id, told)
+                assert not any(len(earlier) > 30 and earlier in later for later in told[i + 1 :]), (env_id, told)
 
 
 class Transcript(AECEnv):
@@ -242,15 +288,26 @@ def make_transcript():
 
 # ---- PettingZoo: the example game, found where it is; outcomes; errors ----
 
-def test_the_example_pettingzoo_game_trains_and_is_evaluated_on_seeds(tmp_path, monkeypatch, seeds_played,
-                                                                      one_thread):
+
+def test_the_example_pettingzoo_game_trains_and_is_evaluated_on_seeds(tmp_path, monkeypatch, seeds_played, one_thread):
     """examples/pettingzoo-nim.yaml, one step with the tiny model, from examples/ (its game found there)."""
     from turnrl.rl.config import load_config
 
     monkeypatch.chdir(EXAMPLES)  # found in the current folder, without --import
-    cfg = load_config(EXAMPLES / "pettingzoo-nim.yaml", [
-        "model=tiny", "steps=1", "eval_tasks=4", f"out_dir={tmp_path}", "rollout.prompts_per_step=2",
-        "rollout.group_size=2", "rollout.max_new_tokens=6", "optim.minibatch_size=2", "optim.grad_accum=1"])
+    cfg = load_config(
+        EXAMPLES / "pettingzoo-nim.yaml",
+        [
+            "model=tiny",
+            "steps=1",
+            "eval_tasks=4",
+            f"out_dir={tmp_path}",
+            "rollout.prompts_per_step=2",
+            "rollout.group_size=2",
+            "rollout.max_new_tokens=6",
+            "optim.minibatch_size=2",
+            "optim.grad_accum=1",
+        ],
+    )
     tok = tiny_tokenizer("chatml")
     tr = Trainer(cfg, model=tiny_model(tok, seed=0), tokenizer=tok)
     history = tr.train()
@@ -287,29 +344,68 @@ def test_pettingzoo_modules_are_found_in_the_current_folder_and_bad_ids_are_one_
     monkeypatch.chdir(EXAMPLES)
     found = runner.invoke(app, ["envs", "check", NIM])
     assert found.exit_code == 0 and "OK" in found.output, found.output
-    played = runner.invoke(app, ["play", NIM, "--seat", "player_1", "--opponent",
-                                 "script:pettingzoo_nim:perfect_player", "--index", "3"], input="3\n2\n1\n3\n")
+    played = runner.invoke(
+        app,
+        ["play", NIM, "--seat", "player_1", "--opponent", "script:pettingzoo_nim:perfect_player", "--index", "3"],
+        input="3\n2\n1\n3\n",
+    )
     assert played.exit_code == 0 and "game over: loss" in played.output, played.output  # perfect play wins
-    evaluated = runner.invoke(app, ["eval", "--env", NIM, "--agent", "tiny:chatml", "--opponent",
-                                    "script:pettingzoo_nim:random_player", "--limit", "4", "--out",
-                                    str(tmp_path / "e")])
+    evaluated = runner.invoke(
+        app,
+        [
+            "eval",
+            "--env",
+            NIM,
+            "--agent",
+            "tiny:chatml",
+            "--opponent",
+            "script:pettingzoo_nim:random_player",
+            "--limit",
+            "4",
+            "--out",
+            str(tmp_path / "e"),
+        ],
+    )
     assert evaluated.exit_code == 0 and "4 games as all against" in evaluated.output, evaluated.output
-    kuhn = runner.invoke(app, ["eval", "--env", "textarena:KuhnPoker-v0", "--agent", "tiny:chatml", "--opponent",
-                               "self", "--seat", "player_0", "--limit", "2", "--out", str(tmp_path / "k")])
+    kuhn = runner.invoke(
+        app,
+        [
+            "eval",
+            "--env",
+            "textarena:KuhnPoker-v0",
+            "--agent",
+            "tiny:chatml",
+            "--opponent",
+            "self",
+            "--seat",
+            "player_0",
+            "--limit",
+            "2",
+            "--out",
+            str(tmp_path / "k"),
+        ],
+    )
     assert kuhn.exit_code == 0 and "2 games as player_0 against self" in kuhn.output, kuhn.output
-    poker = runner.invoke(app, ["play", "textarena:KuhnPoker-v0", "--seat", "player_1", "--opponent", "tiny:chatml",
-                                "--index", "0"], input="[check]\n" * 6)
+    poker = runner.invoke(
+        app,
+        ["play", "textarena:KuhnPoker-v0", "--seat", "player_1", "--opponent", "tiny:chatml", "--index", "0"],
+        input="[check]\n" * 6,
+    )
     assert poker.exit_code == 0 and "game over:" in poker.output and "Kuhn Poker" in poker.output, poker.output
     bad = runner.invoke(app, ["play", NIM, "--opponent", "script:pettingzoo_nim:no_player"])
     assert bad.exit_code == 2 and "has no function 'no_player'" in bad.output, bad.output
     monkeypatch.chdir(tmp_path)
     config = tmp_path / "run.yaml"
-    config.write_text(f"model: tiny:chatml\nenv: {{id: {NIM}}}\nout_dir: {tmp_path / 'run'}\n"
-                      "multi_agent: {eval_opponent: 'script:test_multiagent_games:fixed_move'}\n")
-    for env_id, says in (("pettingzoo:nosuchmodule:make", "no module named 'nosuchmodule' on sys.path or in"),
-                         ("pettingzoo:nosuchmodule", "is not of the form 'pettingzoo:MODULE:FACTORY'"),
-                         ("pettingzoo:pettingzoo_nim:make_chess", "has no factory 'make_chess'"),
-                         ("textarena:NoSuchGame-v0", "TextArena has no game 'NoSuchGame-v0'")):
+    config.write_text(
+        f"model: tiny:chatml\nenv: {{id: {NIM}}}\nout_dir: {tmp_path / 'run'}\n"
+        "multi_agent: {eval_opponent: 'script:test_multiagent_games:fixed_move'}\n"
+    )
+    for env_id, says in (
+        ("pettingzoo:nosuchmodule:make", "no module named 'nosuchmodule' on sys.path or in"),
+        ("pettingzoo:nosuchmodule", "is not of the form 'pettingzoo:MODULE:FACTORY'"),
+        ("pettingzoo:pettingzoo_nim:make_chess", "has no factory 'make_chess'"),
+        ("textarena:NoSuchGame-v0", "TextArena has no game 'NoSuchGame-v0'"),
+    ):
         res = runner.invoke(app, ["train", str(config), f"env.id={env_id}"])
         assert res.exit_code == 2 and says in res.output, res.output
         assert "Traceback" not in res.output and len(res.output.strip().splitlines()) <= 3, res.output
@@ -374,14 +470,23 @@ def test_a_random_legal_player_of_a_textarena_game_that_lists_its_moves_is_the_h
         assert callable(env.random_player)
         team = {s: ScriptedAgent(tok, random_legal_player(i)) for i, s in enumerate(env.possible_agents)}
         trajs = MultiAgentRollout(team, SamplingParams(temperature=0.0, max_new_tokens=8), max_context=4096).run(
-            [env], seeds=[0], options=[{"index": 0}])
+            [env], seeds=[0], options=[{"index": 0}]
+        )
         assert all(t.metadata["outcome"] in ("win", "loss", "draw") for t in trajs), [t.metadata for t in trajs]
         assert all(t.metadata["invalid_moves"] == 0 for t in trajs)
     assert make_multi_agent("textarena:ConnectFour-v0").random_player is None
     agent = ScriptedAgent(tok, first_legal)
-    m = evaluate_multi_agent(agent, "textarena:TicTacToe-v0", {"split": "test"}, episodes=4, seed=0,
-                             opponent=ScriptedAgent(tok, random_legal), opponent_label="random legal",
-                             opponent_checked=True, out_dir=tmp_path / "eval")
+    m = evaluate_multi_agent(
+        agent,
+        "textarena:TicTacToe-v0",
+        {"split": "test"},
+        episodes=4,
+        seed=0,
+        opponent=ScriptedAgent(tok, random_legal),
+        opponent_label="random legal",
+        opponent_checked=True,
+        out_dir=tmp_path / "eval",
+    )
     assert m["floor"]["player"] == "random legal moves" and m["floor"]["episodes"] == 4
     assert (tmp_path / "eval" / "floor" / "items.jsonl").is_file() and m["floor_win_rate"] == m["floor"]["win_rate"]
     assert m["held_out"] == "opponent only" and m["invalid_moves_mean"] == 0  # every game from the empty board

@@ -23,21 +23,33 @@ TTT = "turnrl/TicTacToe-v0"
 
 
 def config(out, env=TTT, **ma):
-    return TrainConfig(model="tiny", env={"id": env}, algorithm={"name": "grpo"}, steps=1, seed=3,
-                       rollout={"prompts_per_step": 2, "group_size": 2, "max_new_tokens": 6, "max_context": 1024,
-                                "temperature": 1.5},
-                       eval_tasks=4, out_dir=str(out), multi_agent=ma)
+    return TrainConfig(
+        model="tiny",
+        env={"id": env},
+        algorithm={"name": "grpo"},
+        steps=1,
+        seed=3,
+        rollout={"prompts_per_step": 2, "group_size": 2, "max_new_tokens": 6, "max_context": 1024, "temperature": 1.5},
+        eval_tasks=4,
+        out_dir=str(out),
+        multi_agent=ma,
+    )
 
 
-@pytest.mark.parametrize(("ma", "named"), [
-    ({"opponent": "random"}, ["eval_opponent 'random' (the default on turnrl/TicTacToe-v0)", "opponent 'random'"]),
-    ({"opponent": "perfect", "eval_opponent": "perfect"}, ["eval_opponent 'perfect'", "opponent 'perfect'"]),
-    ({"opponent": "league", "eval_opponent": "self"}, ["eval_opponent 'self'", "opponent 'league'"]),
-    ({"opponent": "self", "eval_opponent": "hf:tiny"}, ["eval_opponent 'hf:tiny'", "opponent 'self'"]),  # its start
-    ({"opponent": "hf:/models/m", "eval_opponent": "/models/m/"}, ["'/models/m/'", "opponent 'hf:/models/m'"]),
-    ({"policies": {"X": {"seats": ["x"]}, "O": {"seats": ["o"]}}, "eval_opponent": "self"},
-     ["eval_opponent 'self'", "policies (X, O)"]),
-])
+@pytest.mark.parametrize(
+    ("ma", "named"),
+    [
+        ({"opponent": "random"}, ["eval_opponent 'random' (the default on turnrl/TicTacToe-v0)", "opponent 'random'"]),
+        ({"opponent": "perfect", "eval_opponent": "perfect"}, ["eval_opponent 'perfect'", "opponent 'perfect'"]),
+        ({"opponent": "league", "eval_opponent": "self"}, ["eval_opponent 'self'", "opponent 'league'"]),
+        ({"opponent": "self", "eval_opponent": "hf:tiny"}, ["eval_opponent 'hf:tiny'", "opponent 'self'"]),  # its start
+        ({"opponent": "hf:/models/m", "eval_opponent": "/models/m/"}, ["'/models/m/'", "opponent 'hf:/models/m'"]),
+        (
+            {"policies": {"X": {"seats": ["x"]}, "O": {"seats": ["o"]}}, "eval_opponent": "self"},
+            ["eval_opponent 'self'", "policies (X, O)"],
+        ),
+    ],
+)
 def test_an_evaluation_against_a_training_opponent_is_refused_naming_both(tmp_path, ma, named):
     with pytest.raises(ValueError, match="is an opponent this run trains against") as e:
         config(tmp_path, **ma)
@@ -60,8 +72,16 @@ def test_held_out_opponents_pass_and_the_opt_in_is_explicit(tmp_path):
 
 def test_turnrl_train_refuses_it_before_a_model_loads(tmp_path):
     path = tmp_path / "c.yaml"
-    path.write_text(yaml.safe_dump({"model": "hf:/nonexistent/model", "env": {"id": TTT},
-                                    "multi_agent": {"opponent": "random"}, "out_dir": str(tmp_path / "r")}))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "model": "hf:/nonexistent/model",
+                "env": {"id": TTT},
+                "multi_agent": {"opponent": "random"},
+                "out_dir": str(tmp_path / "r"),
+            }
+        )
+    )
     res = CliRunner().invoke(app, ["train", str(path)])
     assert res.exit_code != 0 and "is an opponent this run trains against" in res.output
     assert "nonexistent" not in res.output.replace(str(path), "")  # it stopped before the model
@@ -69,11 +89,26 @@ def test_turnrl_train_refuses_it_before_a_model_loads(tmp_path):
 
 def test_turnrl_train_says_whether_its_figures_are_held_out_beside_the_floor_and_the_paired_gain(tmp_path):
     path = tmp_path / "c.yaml"
-    path.write_text(yaml.safe_dump({"model": "tiny:chatml", "env": {"id": TTT}, "algorithm": {"name": "grpo"},
-                                    "rollout": {"prompts_per_step": 2, "group_size": 2, "max_new_tokens": 6,
-                                                "temperature": 1.5, "max_context": 1024},
-                                    "multi_agent": {"opponent": "random", "eval_opponent": "perfect"}, "steps": 1,
-                                    "eval_tasks": 4, "out_dir": str(tmp_path / "r")}))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "model": "tiny:chatml",
+                "env": {"id": TTT},
+                "algorithm": {"name": "grpo"},
+                "rollout": {
+                    "prompts_per_step": 2,
+                    "group_size": 2,
+                    "max_new_tokens": 6,
+                    "temperature": 1.5,
+                    "max_context": 1024,
+                },
+                "multi_agent": {"opponent": "random", "eval_opponent": "perfect"},
+                "steps": 1,
+                "eval_tasks": 4,
+                "out_dir": str(tmp_path / "r"),
+            }
+        )
+    )
     res = CliRunner().invoke(app, ["train", str(path)], env={"COLUMNS": "200"})
     assert res.exit_code == 0, res.output
     assert "vs random" in res.output  # the step's frozen opponent, not "self"
@@ -83,8 +118,9 @@ def test_turnrl_train_says_whether_its_figures_are_held_out_beside_the_floor_and
 
 def test_an_opted_in_run_labels_its_figures_not_held_out(tmp_path):
     tok = tiny_tokenizer("chatml")
-    tr = Trainer(config(tmp_path, opponent="random", eval_not_held_out=True), model=tiny_model(tok, seed=0),
-                 tokenizer=tok)
+    tr = Trainer(
+        config(tmp_path, opponent="random", eval_not_held_out=True), model=tiny_model(tok, seed=0), tokenizer=tok
+    )
     history = tr.train()
     report = json.loads((tmp_path / "eval" / "step-1" / "metrics.json").read_text())
     assert report["held_out"] == "not held out" and history[-1]["eval_held_out"] == 0.0
@@ -98,8 +134,9 @@ def test_a_held_out_run_evaluates_its_floor_once_and_reports_it_every_time(tmp_p
     real = evaluate_multi._play
     monkeypatch.setattr(evaluate_multi, "_play", lambda *a, **k: played.append(a[4]) or real(*a, **k))
     tok = tiny_tokenizer("chatml")
-    tr = Trainer(config(tmp_path, opponent="random", eval_opponent="perfect"), model=tiny_model(tok, seed=0),
-                 tokenizer=tok)
+    tr = Trainer(
+        config(tmp_path, opponent="random", eval_opponent="perfect"), model=tiny_model(tok, seed=0), tokenizer=tok
+    )
     history = tr.train()
     rows = [h for h in history if "eval_success" in h]
     assert len(rows) == 2 and all(h["eval_held_out"] == 1.0 for h in rows)
@@ -135,14 +172,21 @@ def test_rows_carry_an_item_per_starting_state_and_seat_and_compare_pairs_them(t
     tok = tiny_tokenizer("chatml")
     perfect = ScriptedAgent(tok, text_player("perfect"))
     m = evaluate_multi_agent(perfect, TTT, opponent="random", episodes=52, out_dir=tmp_path / "a", floor=False)
-    evaluate_multi_agent(ScriptedAgent(tok, text_player("random", 9)), TTT, opponent="random", episodes=52,
-                         out_dir=tmp_path / "b", floor=False)
+    evaluate_multi_agent(
+        ScriptedAgent(tok, text_player("random", 9)),
+        TTT,
+        opponent="random",
+        episodes=52,
+        out_dir=tmp_path / "b",
+        floor=False,
+    )
     rows = [json.loads(x) for x in (tmp_path / "a" / "items.jsonl").read_text().splitlines()]
     assert len({r["item"] for r in rows}) == m["distinct_items"] == 52  # 26 states x 2 seats
     assert all(r["item"].startswith("tictactoe:") and r["item"].endswith("@" + r["seat"]) for r in rows)
     assert all(r["correct"] == (r["outcome"] == "win") for r in rows)
-    res = CliRunner().invoke(app, ["compare", str(tmp_path / "b"), str(tmp_path / "a"), "--json",
-                                   str(tmp_path / "c.json")])
+    res = CliRunner().invoke(
+        app, ["compare", str(tmp_path / "b"), str(tmp_path / "a"), "--json", str(tmp_path / "c.json")]
+    )
     assert res.exit_code == 0, res.output
     (pair,) = json.loads((tmp_path / "c.json").read_text())["pairs"]
     assert pair["items"] == 52 and pair["accuracy_b"] == m["win_rate"] and pair["diff"] > 0
@@ -152,8 +196,9 @@ def test_rows_carry_an_item_per_starting_state_and_seat_and_compare_pairs_them(t
 
 
 def test_turnrl_eval_of_a_run_against_its_training_opponent_says_not_held_out(tmp_path):
-    (tmp_path / "config.yaml").write_text(yaml.safe_dump({"model": "tiny", "env": {"id": TTT},
-                                                          "multi_agent": {"opponent": "random"}}))
+    (tmp_path / "config.yaml").write_text(
+        yaml.safe_dump({"model": "tiny", "env": {"id": TTT}, "multi_agent": {"opponent": "random"}})
+    )
     checked, why = run_not_held_out(f"run:{tmp_path}", TTT, "random")
     assert checked and "--opponent 'random' is an opponent this run trains against" in why
     assert run_not_held_out(f"run:{tmp_path}", TTT, "perfect") == (True, None)
@@ -162,8 +207,9 @@ def test_turnrl_eval_of_a_run_against_its_training_opponent_says_not_held_out(tm
     assert "opponent 'self'" in run_not_held_out(f"run:{tmp_path / 'self'}", TTT, "self")[1]  # self-play vs itself
     assert run_not_held_out("tiny:chatml", TTT, "random") == (False, None)  # no run: nothing known
     tok = tiny_tokenizer("chatml")
-    m = evaluate_multi_agent(ScriptedAgent(tok, text_player("perfect")), TTT, opponent="random", episodes=4,
-                             not_held_out=why, floor=False)
+    m = evaluate_multi_agent(
+        ScriptedAgent(tok, text_player("perfect")), TTT, opponent="random", episodes=4, not_held_out=why, floor=False
+    )
     assert m["held_out"] == "not held out" and why in m["held_out_notes"][0]
 
 
@@ -183,16 +229,41 @@ def test_greedy_games_from_one_board_against_a_fixed_player_are_counted_once_and
     tok = tiny_tokenizer("chatml")
     policy = HFAgent(tiny_model(tok, seed=0), tok, kv_cache_mb=0)
     kw = {"max_opening": 0}  # every game starts from the empty board
-    greedy = evaluate_multi_agent(policy, TTT, kw, opponent="perfect", episodes=8, floor=False,
-                                  params=SamplingParams(temperature=0.0, max_new_tokens=6))
+    greedy = evaluate_multi_agent(
+        policy,
+        TTT,
+        kw,
+        opponent="perfect",
+        episodes=8,
+        floor=False,
+        params=SamplingParams(temperature=0.0, max_new_tokens=6),
+    )
     assert greedy["distinct_games"] == 2  # one game from each seat, played four times
     assert any("only 2 of 8 differ" in n and "eval_temperature" in n for n in greedy["held_out_notes"])
-    sampled = evaluate_multi_agent(policy, TTT, kw, opponent="perfect", episodes=8, floor=False, seed=1,
-                                   params=SamplingParams(temperature=1.5, max_new_tokens=6), out_dir=tmp_path / "a")
+    sampled = evaluate_multi_agent(
+        policy,
+        TTT,
+        kw,
+        opponent="perfect",
+        episodes=8,
+        floor=False,
+        seed=1,
+        params=SamplingParams(temperature=1.5, max_new_tokens=6),
+        out_dir=tmp_path / "a",
+    )
     assert sampled["distinct_games"] == 8
     assert "games: sampled at temperature 1.5, each game its own seed; all 8 differ" in sampled["held_out_notes"]
-    again = evaluate_multi_agent(policy, TTT, kw, opponent="perfect", episodes=8, floor=False, seed=1,
-                                 params=SamplingParams(temperature=1.5, max_new_tokens=6), out_dir=tmp_path / "b")
+    again = evaluate_multi_agent(
+        policy,
+        TTT,
+        kw,
+        opponent="perfect",
+        episodes=8,
+        floor=False,
+        seed=1,
+        params=SamplingParams(temperature=1.5, max_new_tokens=6),
+        out_dir=tmp_path / "b",
+    )
     rows = [[json.loads(x)["game"] for x in (tmp_path / d / "items.jsonl").read_text().splitlines()] for d in "ab"]
     assert rows[0] == rows[1]  # the same seeds: the same games, so two evaluations pair game by game
     assert again["distinct_games"] == 8
@@ -225,13 +296,29 @@ def test_validation_games_are_not_the_test_games_replayed_and_the_opponent_stays
     sampled = SamplingParams(temperature=1.5, max_new_tokens=6)
     prints = {}
     for split in ("test", "validation"):  # every game of either split starts from the empty board
-        m = evaluate_multi_agent(policy, "textarena:TicTacToe-v0", {"split": split}, opponent=first_legal,
-                                 episodes=6, floor=False, params=sampled, out_dir=tmp_path / split)
+        m = evaluate_multi_agent(
+            policy,
+            "textarena:TicTacToe-v0",
+            {"split": split},
+            opponent=first_legal,
+            episodes=6,
+            floor=False,
+            params=sampled,
+            out_dir=tmp_path / split,
+        )
         assert m["distinct_games"] == 6
         prints[split] = {json.loads(x)["game"] for x in (tmp_path / split / "items.jsonl").read_text().splitlines()}
     assert not prints["test"] & prints["validation"]  # other streams: validation chooses on games test never plays
     frozen = Opponent(tiny_model(tok, seed=1), tok, kv_cache_mb=0)
-    m = evaluate_multi_agent(policy, TTT, {"max_opening": 0}, opponent=frozen, opponent_label="hf:frozen", episodes=4,
-                             floor=False, params=sampled)
+    m = evaluate_multi_agent(
+        policy,
+        TTT,
+        {"max_opening": 0},
+        opponent=frozen,
+        opponent_label="hf:frozen",
+        episodes=4,
+        floor=False,
+        params=sampled,
+    )
     assert asked and set(asked) == {0.0}  # the held-out opponent is the same fixed player at any temperature
     assert any("the opponent (a model) greedy" in n for n in m["held_out_notes"])

@@ -37,6 +37,7 @@ def scripted(tok, moves):
 
 # ---- turnrl/rollout/multi.py ----
 
+
 def test_a_game_its_turn_limit_cuts_is_truncated_on_every_seat_and_a_finished_one_is_not(tok):
     """R6: the game's own turn limit (``max_turns``) truncates it; the rollout's views say so."""
     cut = MultiAgentRollout(scripted(tok, {"x": ["1", "2", "3"], "o": ["4", "5"]}), PARAMS).run([ttt(max_turns=3)])
@@ -64,13 +65,20 @@ def test_a_trained_policys_failure_is_raised_not_taken_for_a_games_end(tok):
 
 # ---- turnrl/rl/sources/multi.py ----
 
+
 def runner(tmp_path, tok, policy, **ma):
     from turnrl.rl.config import TrainConfig
     from turnrl.rl.sources.multi import MultiAgentRunner
 
-    cfg = TrainConfig(model="tiny", env={"id": "turnrl/TicTacToe-v0"}, algorithm={"name": "grpo"}, steps=1,
-                      rollout={"prompts_per_step": 2, "group_size": 2, "max_new_tokens": 6}, out_dir=str(tmp_path),
-                      multi_agent=ma)
+    cfg = TrainConfig(
+        model="tiny",
+        env={"id": "turnrl/TicTacToe-v0"},
+        algorithm={"name": "grpo"},
+        steps=1,
+        rollout={"prompts_per_step": 2, "group_size": 2, "max_new_tokens": 6},
+        out_dir=str(tmp_path),
+        multi_agent=ma,
+    )
     return MultiAgentRunner(cfg, ScriptedAgent(tok, policy), lambda: 0)
 
 
@@ -94,8 +102,15 @@ def test_the_frozen_opponent_plays_its_seats_not_the_policy(tmp_path, tok):
 
 
 def view(seat, outcome, invalid, reward, tokens=2):
-    t = Trajectory(env_id="g", task_id="0", prompt=[], turns=[], token_ids=[5] * tokens, loss_mask=[1] * tokens,
-                   logprobs=[0.0] * tokens)
+    t = Trajectory(
+        env_id="g",
+        task_id="0",
+        prompt=[],
+        turns=[],
+        token_ids=[5] * tokens,
+        loss_mask=[1] * tokens,
+        logprobs=[0.0] * tokens,
+    )
     t.metadata.update(seat=seat, outcome=outcome, invalid_moves=invalid, seat_reward=reward)
     return t
 
@@ -105,8 +120,14 @@ def test_step_figures_count_solved_games_as_wins_and_add_up_invalid_moves():
     ``invalid_moves`` is the invalid moves of all games over the number of games."""
     from turnrl.rl.sources.multi import seat_metrics
 
-    m = seat_metrics([view("solver", "solved", 2, 1.0), view("critic", "solved", 0, 1.0),
-                      view("solver", "failed", 1, 0.0), view("critic", "failed", 3, 0.0)])
+    m = seat_metrics(
+        [
+            view("solver", "solved", 2, 1.0),
+            view("critic", "solved", 0, 1.0),
+            view("solver", "failed", 1, 0.0),
+            view("critic", "failed", 3, 0.0),
+        ]
+    )
     assert m["win_rate"] == 0.5 and m["invalid_moves"] == 6 / 4
     assert m["seat_solver_solved"] == 0.5 and m["seat_critic_failed"] == 0.5 and m["seat_solver_invalid_moves"] == 1.5
     m = seat_metrics([view("x", "win", 0, 1.0), view("o", "loss", 2, -1.0), view("x", "draw", 1, 0.0)])
@@ -115,13 +136,18 @@ def test_step_figures_count_solved_games_as_wins_and_add_up_invalid_moves():
 
 # ---- turnrl/rl/core/policies.py ----
 
+
 def test_figures_over_policies_sum_counts_max_maxima_and_weight_gaps_by_tokens():
     """P1-P3: over several policies a count is the sum, a ``*_max`` the largest, the lag-0 gap the mean over all
     their tokens."""
     from turnrl.rl.core.policies import merge_metrics
 
-    m = merge_metrics({"A": {"logp_diff_max": 0.1, "lag0_tokens": 30.0, "logp_diff_lag0": 0.001, "loss": 1.0},
-                       "B": {"logp_diff_max": 0.4, "lag0_tokens": 10.0, "logp_diff_lag0": 0.005, "loss": 3.0}})
+    m = merge_metrics(
+        {
+            "A": {"logp_diff_max": 0.1, "lag0_tokens": 30.0, "logp_diff_lag0": 0.001, "loss": 1.0},
+            "B": {"logp_diff_max": 0.4, "lag0_tokens": 10.0, "logp_diff_lag0": 0.005, "loss": 3.0},
+        }
+    )
     assert m["logp_diff_max"] == 0.4 and m["lag0_tokens"] == 40.0 and m["loss"] == 2.0
     assert m["logp_diff_lag0"] == pytest.approx((30 * 0.001 + 10 * 0.005) / 40) and m["B/logp_diff_max"] == 0.4
 
@@ -161,6 +187,7 @@ def test_a_policy_with_nothing_to_train_keeps_its_weights_but_moves_with_the_run
 
 # ---- turnrl/rl/sources/league.py ----
 
+
 def test_a_past_self_plays_each_version_it_is_given(tok):
     """L5: the frozen copy loads every version the league draws, not only its first."""
     from turnrl.agents.hf import HFAgent
@@ -180,6 +207,7 @@ def test_a_past_self_plays_each_version_it_is_given(tok):
 
 
 # ---- the game adapters ----
+
 
 def test_tic_tac_toe_tells_a_move_to_the_seat_that_moves_next():
     """T4: after x plays, o is told x's move and the board (its turn), and x is told nothing (it knows its move)."""

@@ -20,10 +20,24 @@ def cluster(ray_cluster):
 
 
 def config(out, placement="ray", **over):
-    data = {"model": "tiny", "env": {"id": "turnrl/TicTacToe-v0"}, "placement": placement,
-            "rollout": {"prompts_per_step": 4, "group_size": 2, "max_new_tokens": 6, "max_context": 1024,
-                        "temperature": 1.5, "seed_per_episode": True},
-            "steps": 1, "eval_tasks": 2, "out_dir": str(out), "seed": 1, **over}
+    data = {
+        "model": "tiny",
+        "env": {"id": "turnrl/TicTacToe-v0"},
+        "placement": placement,
+        "rollout": {
+            "prompts_per_step": 4,
+            "group_size": 2,
+            "max_new_tokens": 6,
+            "max_context": 1024,
+            "temperature": 1.5,
+            "seed_per_episode": True,
+        },
+        "steps": 1,
+        "eval_tasks": 2,
+        "out_dir": str(out),
+        "seed": 1,
+        **over,
+    }
     if placement == "ray":
         data["ray"] = {"rollout_workers": 2, "start_timeout": 180}
     return TrainConfig.model_validate(data)
@@ -52,8 +66,19 @@ def test_ray_workers_play_the_games_the_local_placement_plays(tmp_path):
 
 
 def test_a_worker_killed_mid_step_loses_and_repeats_no_game(tmp_path):
-    t = trainer(config(tmp_path, rollout={"prompts_per_step": 4, "group_size": 4, "max_new_tokens": 6,
-                                          "max_context": 1024, "temperature": 1.5, "seed_per_episode": True}))
+    t = trainer(
+        config(
+            tmp_path,
+            rollout={
+                "prompts_per_step": 4,
+                "group_size": 4,
+                "max_new_tokens": 6,
+                "max_context": 1024,
+                "temperature": 1.5,
+                "seed_per_episode": True,
+            },
+        )
+    )
     commits, killed = [], []
 
     def on_commit(traj, ledger):
@@ -126,13 +151,22 @@ def test_separate_lora_policies_train_on_ray_workers_each_with_its_own_adapters(
     what the worker sampled, also after the first update has made the adapters differ (a worker that sampled a seat
     with the other policy's adapters would show a gap of ~1e-1, not ~1e-6), and each policy keeps its own version."""
     ma = {"policies": {"X": {"seats": ["x"]}, "O": {"seats": ["o"]}}}
-    t = trainer(config(tmp_path, steps=2, multi_agent=ma, optim={"lr": 0.05},
-                       learner={"lora": {"r": 2, "target_modules": ["q_proj", "v_proj"]}}))
+    t = trainer(
+        config(
+            tmp_path,
+            steps=2,
+            multi_agent=ma,
+            optim={"lr": 0.05},
+            learner={"lora": {"r": 2, "target_modules": ["q_proj", "v_proj"]}},
+        )
+    )
     try:
         history = t.train()
         workers = {w["pid"] for w in ray.get([w.ready.remote() for w in t.runner.workers], timeout=60)}
-        adapters = [{n: p.detach().clone() for n, p in t.policies[name].model.named_parameters() if "lora_B" in n}
-                    for name in ("X", "O")]
+        adapters = [
+            {n: p.detach().clone() for n, p in t.policies[name].model.named_parameters() if "lora_B" in n}
+            for name in ("X", "O")
+        ]
     finally:
         t.close()
     assert len(workers) == 2

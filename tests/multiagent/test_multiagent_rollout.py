@@ -46,9 +46,9 @@ def games(n, **kwargs):
 
 def test_each_seat_is_its_own_token_exact_sequence_of_what_its_policy_sampled(tok):
     policy = Recorder(hf(tok, 0))
-    trajs = MultiAgentRollout({"shared": policy}, PARAMS).run(games(3, retries=2), group_ids=["a", "b", "c"],
-                                                              options=[{"index": i} for i in range(3)],
-                                                              sample_seeds=[0, 1, 2])
+    trajs = MultiAgentRollout({"shared": policy}, PARAMS).run(
+        games(3, retries=2), group_ids=["a", "b", "c"], options=[{"index": i} for i in range(3)], sample_seeds=[0, 1, 2]
+    )
     assert [t.metadata["seat"] for t in trajs] == ["x", "o"] * 3
     assert [t.group_id for t in trajs[:2]] == ["a/x", "a/o"]
     sampled = {tuple(p): c for p, c in policy.calls}
@@ -98,8 +98,9 @@ def test_rewards_go_to_each_seats_moves_and_a_forfeit_win_is_recorded_without_a_
     assert to.metadata["outcome"] == "win"
     # a real game (x: 1, 2, 3 wins the top row; o: 4, 5): every move's reward is what the seat collected until
     # its next move, so only the last ones pay
-    tx, to = MultiAgentRollout({"x": ScriptedAgent(tok, _x_wins()), "o": ScriptedAgent(tok, _o_cells())}, PARAMS
-                               ).run(games(1, max_opening=0))
+    tx, to = MultiAgentRollout({"x": ScriptedAgent(tok, _x_wins()), "o": ScriptedAgent(tok, _o_cells())}, PARAMS).run(
+        games(1, max_opening=0)
+    )
     assert tx.turns[-1].reward == 1.0 and all(t.reward == 0.0 for t in tx.turns[:-1])
     assert to.turns[-1].reward == -1.0 and to.metadata["outcome"] == "loss" and len(to.turns) == 2
 
@@ -189,7 +190,7 @@ def test_max_context_and_max_moves_truncate(tok):
     cut = scripted_game(tok, max_context=budget)
     assert [len(t.turns) for t in cut] == [1, 1] and all(t.truncated for t in cut)  # each seat moved once
     for t, whole in zip(cut, full):  # what each seat holds is what it held in the whole game, up to the cut
-        assert len(t.token_ids) < budget and t.token_ids == whole.token_ids[:len(t.token_ids)]
+        assert len(t.token_ids) < budget and t.token_ids == whole.token_ids[: len(t.token_ids)]
     trajs = MultiAgentRollout({"p": hf(tok, 0)}, PARAMS, max_moves=1).run(games(1, max_opening=0))
     assert trajs[0].truncated and len(trajs[0].turns) == 1 and not trajs[1].turns
 
@@ -197,8 +198,9 @@ def test_max_context_and_max_moves_truncate(tok):
 def test_episodes_with_their_own_seeds_do_not_depend_on_the_batch(tok):
     policy = hf(tok, 0)
     alone = MultiAgentRollout({"p": policy}, PARAMS).run(games(1), options=[{"index": 5}], sample_seeds=[11])
-    batch = MultiAgentRollout({"p": policy}, PARAMS).run(games(3), options=[{"index": i} for i in (2, 5, 9)],
-                                                         sample_seeds=[3, 11, 4])
+    batch = MultiAgentRollout({"p": policy}, PARAMS).run(
+        games(3), options=[{"index": i} for i in (2, 5, 9)], sample_seeds=[3, 11, 4]
+    )
     assert [t.token_ids for t in alone] == [t.token_ids for t in batch[2:4]]
 
 
@@ -212,8 +214,9 @@ def test_an_opponent_endpoint_that_is_gone_ends_its_games_with_the_reason_and_lo
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     gone = OpenAIAgent(f"http://127.0.0.1:{port}/v1", "m", tokenizer=tok, timeout=5, max_retries=0)
-    rollout = MultiAgentRollout({"me": ScriptedAgent(tok, text_player("perfect")), "far": gone}, PARAMS,
-                                seats={"x": "me", "o": "far"})
+    rollout = MultiAgentRollout(
+        {"me": ScriptedAgent(tok, text_player("perfect")), "far": gone}, PARAMS, seats={"x": "me", "o": "far"}
+    )
     trajs = rollout.run(games(2, max_opening=0), options=[{"index": 0}] * 2)
     assert len(trajs) == 4 and all("policy 'far' failed to move" in (t.error or "") for t in trajs)
     xs = [t for t in trajs if t.metadata["seat"] == "x"]

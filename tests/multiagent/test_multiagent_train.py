@@ -18,10 +18,22 @@ pytestmark = pytest.mark.timeout(300)
 
 
 def config(out, **over):
-    base = {"model": "tiny", "env": {"id": "turnrl/TicTacToe-v0"}, "algorithm": {"name": "grpo"}, "steps": 2,
-                "rollout": {"prompts_per_step": 2, "group_size": 2, "max_new_tokens": 6, "max_context": 1024,
-                         "temperature": 1.5},
-                "eval_tasks": 4, "out_dir": str(out), "seed": 3}
+    base = {
+        "model": "tiny",
+        "env": {"id": "turnrl/TicTacToe-v0"},
+        "algorithm": {"name": "grpo"},
+        "steps": 2,
+        "rollout": {
+            "prompts_per_step": 2,
+            "group_size": 2,
+            "max_new_tokens": 6,
+            "max_context": 1024,
+            "temperature": 1.5,
+        },
+        "eval_tasks": 4,
+        "out_dir": str(out),
+        "seed": 3,
+    }
     base.update(over)
     return TrainConfig(**base)
 
@@ -72,8 +84,13 @@ def test_against_a_frozen_player_only_the_policys_seat_trains_in_turn(tmp_path):
         for group in {t.group_id for t in trajs}:  # a whole group plays one seat
             assert len({t.metadata["seat"] for t in trajs if t.group_id == group}) == 1
         assert {t.metadata["seat"] for t in trajs} == {"x", "o"}  # in turn by task and step
-    only_x = trainer(config(tmp_path / "x", steps=1, multi_agent={"opponent": "random", "train_seats": ["x"],
-                                                                         "eval_opponent": "perfect"}))
+    only_x = trainer(
+        config(
+            tmp_path / "x",
+            steps=1,
+            multi_agent={"opponent": "random", "train_seats": ["x"], "eval_opponent": "perfect"},
+        )
+    )
     only_x.train()
     assert {t.metadata["seat"] for t in episodes(tmp_path / "x", 1)} == {"x"}
 
@@ -81,8 +98,9 @@ def test_against_a_frozen_player_only_the_policys_seat_trains_in_turn(tmp_path):
 def test_games_from_the_empty_board_train_and_evaluate(tmp_path):
     """max_opening 0: one starting state, the empty board, in training and in the held-out games (held out then by
     the opponent only)."""
-    history = trainer(config(tmp_path, steps=1, env={"id": "turnrl/TicTacToe-v0", "kwargs": {"max_opening": 0}})
-                      ).train()
+    history = trainer(
+        config(tmp_path, steps=1, env={"id": "turnrl/TicTacToe-v0", "kwargs": {"max_opening": 0}})
+    ).train()
     assert [int(h["step"]) for h in history if "eval_success" in h] == [0, 1]
     trajs = episodes(tmp_path, 1)
     assert trajs and all("starts from this position" not in m.content for t in trajs for m in t.prompt)
@@ -99,8 +117,9 @@ def test_the_league_enters_versions_by_its_rules_and_plays_them_frozen(tmp_path)
     assert all(league.draw(s) == league.draw(s) for s in range(10)) and {league.draw(s) for s in range(20)} == {0, 1}
     assert League(LeagueConfig(latest=1.0), 0).draw(3) is None
 
-    cfg = config(tmp_path, steps=3, multi_agent={"opponent": "league", "league": {"size": 2, "every": 1,
-                                                                                   "latest": 0.0}})
+    cfg = config(
+        tmp_path, steps=3, multi_agent={"opponent": "league", "league": {"size": 2, "every": 1, "latest": 0.0}}
+    )
     tr = trainer(cfg)
     history = tr.train()
     runner = tr.source.runner
@@ -121,8 +140,11 @@ def test_the_league_enters_versions_by_its_rules_and_plays_them_frozen(tmp_path)
 
 
 def test_a_resumed_league_run_ends_like_an_uninterrupted_one(tmp_path):
-    over = {"steps": 3, "algorithm": {"name": "ppo"},  # a critic: every step moves the weights
-                "multi_agent": {"opponent": "league", "league": {"size": 2, "every": 1, "latest": 0.5}}}
+    over = {
+        "steps": 3,
+        "algorithm": {"name": "ppo"},  # a critic: every step moves the weights
+        "multi_agent": {"opponent": "league", "league": {"size": 2, "every": 1, "latest": 0.5}},
+    }
     whole = trainer(config(tmp_path / "whole", **over))
     start = weights(whole.model)
     whole.train()
@@ -141,8 +163,12 @@ def test_a_resumed_league_run_ends_like_an_uninterrupted_one(tmp_path):
 
 
 def test_a_lora_league_keeps_the_adapters_alone(tmp_path):
-    cfg = config(tmp_path, steps=2, learner={"lora": {"r": 2, "target_modules": ["q_proj", "v_proj"]}},
-                 multi_agent={"opponent": "league", "league": {"every": 1, "latest": 0.0}})
+    cfg = config(
+        tmp_path,
+        steps=2,
+        learner={"lora": {"r": 2, "target_modules": ["q_proj", "v_proj"]}},
+        multi_agent={"opponent": "league", "league": {"every": 1, "latest": 0.0}},
+    )
     tr = trainer(cfg)
     history = tr.train()
     pool = tr.source.runner.opponents.league.pool
@@ -150,8 +176,10 @@ def test_a_lora_league_keeps_the_adapters_alone(tmp_path):
     assert history[2]["guard_violations"] == 0 and history[2]["opponent_version"] >= 0
 
 
-@pytest.mark.parametrize("algorithm", [{"name": "rloo"}, {"name": "dapo", "dynamic_sampling": False}, {"name": "ppo"},
-                                       {"name": "reinforce++"}])
+@pytest.mark.parametrize(
+    "algorithm",
+    [{"name": "rloo"}, {"name": "dapo", "dynamic_sampling": False}, {"name": "ppo"}, {"name": "reinforce++"}],
+)
 def test_the_on_policy_algorithms_train_a_game(tmp_path, algorithm):
     history = trainer(config(tmp_path, steps=1, algorithm=algorithm)).train()
     assert history[1]["guard_violations"] == 0 and history[1]["trained_episodes"] > 0
@@ -169,8 +197,12 @@ def test_bad_multi_agent_runs_fail_before_a_model_loads(tmp_path):
     with pytest.raises(ValueError, match="on placement ray plays its games synchronously: rollout.max_staleness"):
         config(tmp_path, placement="ray", rollout={"max_staleness": 1})
     with pytest.raises(ValueError, match="several trainable policies .* play on HF rollout workers"):
-        config(tmp_path, placement="ray", ray={"rollout_backend": "vllm", "rollout_workers": 1},
-               multi_agent={"policies": {"A": {"seats": ["x"]}, "B": {"seats": ["o"]}}})
+        config(
+            tmp_path,
+            placement="ray",
+            ray={"rollout_backend": "vllm", "rollout_workers": 1},
+            multi_agent={"policies": {"A": {"seats": ["x"]}, "B": {"seats": ["o"]}}},
+        )
     with pytest.raises(ValueError, match="native rollouts"):
         config(tmp_path, learner={"backend": "deepspeed"}, placement="ray")
     with pytest.raises(ValueError, match="on-policy algorithm that plays whole games"):
@@ -196,8 +228,13 @@ def test_bad_multi_agent_runs_fail_before_a_model_loads(tmp_path):
 
 def two_policies(out, **over):
     ma = {"policies": {"X": {"seats": ["x"]}, "O": {"seats": ["o"]}}}
-    return config(out, algorithm={"name": "ppo"}, learner={"lora": {"r": 2, "target_modules": ["q_proj", "v_proj"]}},
-                  multi_agent=ma, **over)
+    return config(
+        out,
+        algorithm={"name": "ppo"},
+        learner={"lora": {"r": 2, "target_modules": ["q_proj", "v_proj"]}},
+        multi_agent=ma,
+        **over,
+    )
 
 
 def seat_logprobs(model, traj, temperature=1.5):
@@ -245,11 +282,15 @@ def test_separate_lora_policies_each_train_their_own_seats_on_one_base(tmp_path)
 
 
 def test_policy_names_are_free_a_policy_named_like_the_rollouts_own_trains_its_seats(tmp_path):
-    """"opponent" and "policy" are the names the source gives a frozen opponent and the trained policy: a run's own
+    """ "opponent" and "policy" are the names the source gives a frozen opponent and the trained policy: a run's own
     policies may be called so, and each trains on its own seats."""
-    cfg = config(tmp_path, steps=1, algorithm={"name": "ppo"},
-                 learner={"lora": {"r": 2, "target_modules": ["q_proj", "v_proj"]}},
-                 multi_agent={"policies": {"opponent": {"seats": ["x"]}, "policy": {"seats": ["o"]}}})
+    cfg = config(
+        tmp_path,
+        steps=1,
+        algorithm={"name": "ppo"},
+        learner={"lora": {"r": 2, "target_modules": ["q_proj", "v_proj"]}},
+        multi_agent={"policies": {"opponent": {"seats": ["x"]}, "policy": {"seats": ["o"]}}},
+    )
     tr = trainer(cfg)
     before = {name: weights(agent.model) for name, agent in tr.policies.items()}
     tr.train()
@@ -281,8 +322,9 @@ def test_one_policys_bad_log_probs_among_good_ones_fire_the_guard(tmp_path, monk
     assert row["guard_violations"] == 1 and row["O/logp_diff_lag0"] > 1e-3 > row["X/logp_diff_lag0"]
     assert any("consistency check 'logp' failed: policy 'O'" in r.getMessage() for r in caplog.records)
     assert row["lag0_tokens"] == row["X/lag0_tokens"] + row["O/lag0_tokens"]
-    want = (row["X/logp_diff_lag0"] * row["X/lag0_tokens"] + row["O/logp_diff_lag0"] * row["O/lag0_tokens"]) \
-        / row["lag0_tokens"]
+    want = (row["X/logp_diff_lag0"] * row["X/lag0_tokens"] + row["O/logp_diff_lag0"] * row["O/lag0_tokens"]) / row[
+        "lag0_tokens"
+    ]
     assert row["logp_diff_lag0"] == pytest.approx(want) and row["guard_logp_gap"] == pytest.approx(want)
 
 
@@ -307,8 +349,9 @@ def test_a_resumed_run_restores_every_policy(tmp_path):
     # one policy of the run, as an agent (its adapters merged into the base): run:OUT_DIR#POLICY
     from turnrl.agents import make_agent
 
-    (tmp_path / "whole" / "config.yaml").write_text((tmp_path / "whole" / "config.yaml").read_text().replace(
-        "model: tiny", "model: tiny:chatml"))
+    (tmp_path / "whole" / "config.yaml").write_text(
+        (tmp_path / "whole" / "config.yaml").read_text().replace("model: tiny", "model: tiny:chatml")
+    )
     whole.save(tmp_path / "whole" / "checkpoint.pt")
     o = make_agent(f"run:{tmp_path / 'whole'}#O")
     ids = torch.tensor([[1, 5, 9, 13, 2, 7]])

@@ -29,6 +29,7 @@ GAME = "turnrl/SolverCritic-v0"
 def solver(first: str, final: str):
     """A policy for both seats: as the solver, its first answer is right or off by one (``first``), its answer after
     the review likewise (``final``); as the critic, a fixed review."""
+
     def play(text: str) -> str:
         if "You review" in text:
             return "Check the sum again. VERDICT: wrong"
@@ -36,14 +37,22 @@ def solver(first: str, final: str):
         right = {"+": int(a) + int(b), "-": int(a) - int(b), "*": int(a) * int(b)}[op]
         after_review = "A reviewer read" in text
         return f"\\boxed{{{right + (0 if (final if after_review else first) == 'right' else 1)}}}"
+
     return play
 
 
 def evaluation(tmp_path, name: str, first: str, final: str, episodes: int = 6, **kwargs):
     tok = tiny_tokenizer("chatml")
     out = tmp_path / name
-    m = evaluate_multi_agent(ScriptedAgent(tok, solver(first, final)), GAME, {"levels": [1], **kwargs},
-                             opponent="self", episodes=episodes, max_context=2048, out_dir=out)
+    m = evaluate_multi_agent(
+        ScriptedAgent(tok, solver(first, final)),
+        GAME,
+        {"levels": [1], **kwargs},
+        opponent="self",
+        episodes=episodes,
+        max_context=2048,
+        out_dir=out,
+    )
     return m, [json.loads(x) for x in (out / "items.jsonl").read_text().splitlines()]
 
 
@@ -103,9 +112,18 @@ def test_compare_pairs_two_evaluations_on_either_score_and_refuses_a_score_they_
     assert one.exit_code == 2 and "every row holds correct" in " ".join(one.output.split())
 
 
-TINY = ["model=tiny:chatml", "steps=1", "eval_tasks=3", "validate_every=1", "validation_tasks=2",
-        "rollout.prompts_per_step=1", "rollout.group_size=2", "rollout.max_new_tokens=6", "optim.minibatch_size=2",
-        "optim.grad_accum=1"]
+TINY = [
+    "model=tiny:chatml",
+    "steps=1",
+    "eval_tasks=3",
+    "validate_every=1",
+    "validation_tasks=2",
+    "rollout.prompts_per_step=1",
+    "rollout.group_size=2",
+    "rollout.max_new_tokens=6",
+    "optim.minibatch_size=2",
+    "optim.grad_accum=1",
+]
 
 
 @pytest.fixture(scope="module")
@@ -125,10 +143,14 @@ def test_the_solver_alone_is_evaluated_through_the_review_protocol_as_the_pair_i
         rows = [json.loads(x) for x in (alone / "review" / "eval" / f"step-{step}" / "items.jsonl").open()]
         assert len(rows) == 3 and all(set(r["scores"]) == {"first_correct", "final_correct"} for r in rows)
     history = [json.loads(x) for x in (alone / "metrics.jsonl").read_text().splitlines()]
-    assert all({"eval_success", "eval_review_success", "eval_review_first_correct_rate",
-                "val_review_final_correct_rate"} <= set(h) for h in history)
-    settings = [json.loads((run / "eval" / "step-1" / "run.json").read_text())["settings"]
-                for run in (pair, alone / "review")]
+    assert all(
+        {"eval_success", "eval_review_success", "eval_review_first_correct_rate", "val_review_final_correct_rate"}
+        <= set(h)
+        for h in history
+    )
+    settings = [
+        json.loads((run / "eval" / "step-1" / "run.json").read_text())["settings"] for run in (pair, alone / "review")
+    ]
     for s in settings:
         del s["agent"], s["seed"]
     assert settings[0] == settings[1]  # one protocol: the game, its kwargs and split, seats, sampling, context
@@ -144,16 +166,56 @@ def test_the_solver_alone_is_evaluated_through_the_review_protocol_as_the_pair_i
 
 def test_a_checkpoint_evaluated_with_turnrl_eval_through_the_review_protocol_pairs_with_the_pair(runs, tmp_path):
     out = tmp_path / "alone-review"
-    res = CliRunner().invoke(app, ["eval", "--env", GAME, "--kw", "levels=[1]", "--kw", "answer_format=auto",
-                                   "--agent", f"run:{runs / 'alone'}", "--opponent", "self", "--limit", "3",
-                                   "--max-new-tokens", "6", "--max-context", "1536", "--out", str(out)])
+    res = CliRunner().invoke(
+        app,
+        [
+            "eval",
+            "--env",
+            GAME,
+            "--kw",
+            "levels=[1]",
+            "--kw",
+            "answer_format=auto",
+            "--agent",
+            f"run:{runs / 'alone'}",
+            "--opponent",
+            "self",
+            "--limit",
+            "3",
+            "--max-new-tokens",
+            "6",
+            "--max-context",
+            "1536",
+            "--out",
+            str(out),
+        ],
+    )
     assert res.exit_code == 0, res.output
     assert "first_correct:" in res.output or "first_correct" in (out / "metrics.json").read_text()
     both = compare("--score", "first_correct", out, runs / "pair")
     assert both.exit_code == 0, both.output
-    other = CliRunner().invoke(app, ["eval", "--env", GAME, "--kw", "levels=[1]", "--agent", f"run:{runs / 'alone'}",
-                                     "--opponent", "self", "--limit", "3", "--max-new-tokens", "6",
-                                     "--max-context", "1536", "--out", str(tmp_path / "other")])
+    other = CliRunner().invoke(
+        app,
+        [
+            "eval",
+            "--env",
+            GAME,
+            "--kw",
+            "levels=[1]",
+            "--agent",
+            f"run:{runs / 'alone'}",
+            "--opponent",
+            "self",
+            "--limit",
+            "3",
+            "--max-new-tokens",
+            "6",
+            "--max-context",
+            "1536",
+            "--out",
+            str(tmp_path / "other"),
+        ],
+    )
     assert other.exit_code == 0, other.output
     refused = compare(tmp_path / "other", runs / "pair")  # a setting left out is another protocol
     assert refused.exit_code == 2 and "answer_format" in refused.output
@@ -163,6 +225,7 @@ def test_a_game_validates_on_its_validation_split_and_never_on_training_or_test_
     pair = runs / "pair"
     validation = make_multi_agent(GAME, levels=[1], split="validation")
     test = make_multi_agent(GAME, levels=[1], split="test")
+
     def problems(folder):
         return [json.loads(x)["item"].split("@")[0] for x in (folder / "items.jsonl").open()]
 
@@ -194,29 +257,42 @@ REVIEW = "extra_evals: {review: {env: turnrl/SolverCritic-v0, kwargs: {levels: [
 
 
 def test_bad_extra_evaluations_are_refused_before_a_model_loads(tmp_path):
-    on_test = ("env: {id: turnrl/Arithmetic-v0, kwargs: {level: [1], split: test}, eval_kwargs: {split: validation}}\n"
-               + REVIEW)
-    assert "extra_evals.review (turnrl/SolverCritic-v0): the held-out evaluation (split 'test') would pose" in \
-        train_refusal(tmp_path, on_test)  # a run that trains on the problems the review would pose
+    on_test = (
+        "env: {id: turnrl/Arithmetic-v0, kwargs: {level: [1], split: test}, eval_kwargs: {split: validation}}\n"
+        + REVIEW
+    )
+    assert (
+        "extra_evals.review (turnrl/SolverCritic-v0): the held-out evaluation (split 'test') would pose"
+        in train_refusal(tmp_path, on_test)
+    )  # a run that trains on the problems the review would pose
     from turnrl.envs.registry import make
     from turnrl.rl.config import TrainConfig
     from turnrl.rl.run.held_out import HeldOutError, check_extra_evals
 
-    cfg = TrainConfig(model="tiny", env={"id": "turnrl/Arithmetic-v0", "kwargs": {"level": [1]}}, validate_every=1,
-                      extra_evals={"review": {"env": GAME, "kwargs": {"levels": [1]}}})
+    cfg = TrainConfig(
+        model="tiny",
+        env={"id": "turnrl/Arithmetic-v0", "kwargs": {"level": [1]}},
+        validate_every=1,
+        extra_evals={"review": {"env": GAME, "kwargs": {"levels": [1]}}},
+    )
     assert check_extra_evals(cfg, make("turnrl/Arithmetic-v0", level=[1])) is None
     with pytest.raises(HeldOutError, match="extra_evals.review .*: its validation split 'validation' would pose"):
         check_extra_evals(cfg, make("turnrl/Arithmetic-v0", level=[1], split="validation"))
     assert "declares no validation split" in train_refusal(
-        tmp_path, ARITH + "validate_every: 1\nextra_evals: {ttt: {env: turnrl/TicTacToe-v0}}\n")
+        tmp_path, ARITH + "validate_every: 1\nextra_evals: {ttt: {env: turnrl/TicTacToe-v0}}\n"
+    )
     assert "does not make" in train_refusal(
-        tmp_path, ARITH + "extra_evals: {review: {env: turnrl/SolverCritic-v0, kwargs: {levels: [9]}}}\n")
+        tmp_path, ARITH + "extra_evals: {review: {env: turnrl/SolverCritic-v0, kwargs: {levels: [9]}}}\n"
+    )
     assert "name an evaluation with letters" in train_refusal(
-        tmp_path, ARITH + "extra_evals: {eval: {env: turnrl/SolverCritic-v0}}\n")
+        tmp_path, ARITH + "extra_evals: {eval: {env: turnrl/SolverCritic-v0}}\n"
+    )
     assert "has one agent: drop opponent and seat" in train_refusal(
-        tmp_path, ARITH + "extra_evals: {gsm: {env: turnrl/Arithmetic-v0, opponent: random}}\n")
+        tmp_path, ARITH + "extra_evals: {gsm: {env: turnrl/Arithmetic-v0, opponent: random}}\n"
+    )
     assert "drop extra_evals" in train_refusal(
-        tmp_path, "env: {id: turnrl/SolverCritic-v0}\nmulti_agent: {eval_not_held_out: true}\n" + REVIEW)
+        tmp_path, "env: {id: turnrl/SolverCritic-v0}\nmulti_agent: {eval_not_held_out: true}\n" + REVIEW
+    )
     assert "declares none" in train_refusal(tmp_path, "env: {id: turnrl/TicTacToe-v0}\nvalidate_every: 1\n")
 
 
@@ -226,10 +302,22 @@ def test_a_killed_and_resumed_run_records_each_steps_extra_evaluation_once(tmp_p
     from turnrl.rl.run.trainer import Trainer, load_config
 
     out = tmp_path / "alone"
-    cfg = load_config("configs/solver-alone-lora.yaml", [
-        "model=tiny:chatml", "steps=4", "eval_every=1", "checkpoint_every=2", "eval_tasks=2",
-        "rollout.prompts_per_step=1", "rollout.group_size=2", "rollout.max_new_tokens=4", "optim.minibatch_size=2",
-        "optim.grad_accum=1", f"out_dir={out}"])
+    cfg = load_config(
+        "configs/solver-alone-lora.yaml",
+        [
+            "model=tiny:chatml",
+            "steps=4",
+            "eval_every=1",
+            "checkpoint_every=2",
+            "eval_tasks=2",
+            "rollout.prompts_per_step=1",
+            "rollout.group_size=2",
+            "rollout.max_new_tokens=4",
+            "optim.minibatch_size=2",
+            "optim.grad_accum=1",
+            f"out_dir={out}",
+        ],
+    )
     killed = Trainer(cfg)
     killed.train(stop_after=3)  # steps 1-3 recorded, the checkpoint at step 2: killed before step 4
     killed.close()
@@ -258,17 +346,30 @@ def test_an_offline_dataset_that_poses_an_extra_evaluations_problems_is_refused(
 
     tok = tiny_tokenizer("chatml")
     for split in ("test", "train"):  # right answers (rft needs some to imitate)
-        rollout_dataset(ScriptedAgent(tok, solver("right", "right")), "scripted", "turnrl/Arithmetic-v0", out=tmp_path / f"{split}.jsonl",
-                        tasks=4, samples=1, params=SamplingParams(temperature=1.0, max_new_tokens=16),
-                        env_kwargs={"split": split, "level": [1]})
+        rollout_dataset(
+            ScriptedAgent(tok, solver("right", "right")),
+            "scripted",
+            "turnrl/Arithmetic-v0",
+            out=tmp_path / f"{split}.jsonl",
+            tasks=4,
+            samples=1,
+            params=SamplingParams(temperature=1.0, max_new_tokens=16),
+            env_kwargs={"split": split, "level": [1]},
+        )
 
     def config(data: str) -> TrainConfig:
-        return TrainConfig.model_validate({
-            "model": "tiny:chatml", "env": {"id": "turnrl/Arithmetic-v0", "kwargs": {"level": [1]},
-                                            "eval_kwargs": {"split": "validation"}},
-            "algorithm": {"name": "rft"}, "data": {"path": str(tmp_path / data), "batch_size": 2},
-            "rollout": {"max_new_tokens": 4}, "eval_tasks": 4, "out_dir": str(tmp_path / "run"),
-            "extra_evals": {"review": {"env": GAME, "kwargs": {"levels": [1]}}}})
+        return TrainConfig.model_validate(
+            {
+                "model": "tiny:chatml",
+                "env": {"id": "turnrl/Arithmetic-v0", "kwargs": {"level": [1]}, "eval_kwargs": {"split": "validation"}},
+                "algorithm": {"name": "rft"},
+                "data": {"path": str(tmp_path / data), "batch_size": 2},
+                "rollout": {"max_new_tokens": 4},
+                "eval_tasks": 4,
+                "out_dir": str(tmp_path / "run"),
+                "extra_evals": {"review": {"env": GAME, "kwargs": {"levels": [1]}}},
+            }
+        )
 
     with pytest.raises(OfflineDataError, match=r"holds 4 of the problems of extra_evals.review's held-out evaluation"):
         Trainer(config("test.jsonl"), model=tiny_model(tok), tokenizer=tok)

@@ -63,9 +63,9 @@ def test_the_reach_check_finds_what_a_training_game_could_reach():
     three = next(b for b in test if b.count(".") == 6)
     assert canonical(three) in reachable([turned(three)])  # a rotation of a test opening is that opening
     parent = three.replace("x", ".", 1)  # two moves: a game from it can play x's second move
-    assert canonical(three) in reachable([parent]) and canonical(three) not in reachable([b for b in
-                                                                                          positions_of(3) if
-                                                                                          canonical(b) != three])
+    assert canonical(three) in reachable([parent]) and canonical(three) not in reachable(
+        [b for b in positions_of(3) if canonical(b) != three]
+    )
 
 
 def test_max_opening_0_holds_no_state_out_and_says_so():
@@ -117,7 +117,14 @@ def test_a_run_whose_held_out_openings_its_training_reaches_is_refused_before_a_
     reached = make_multi_agent(env, split="test").reached_by(make_multi_agent(env, max_opening=1))
     assert any(b.count(".") == 6 for b in reached)  # 3-move openings no training game starts from, but reaches
     path = tmp_path / "c.yaml"
-    path.write_text(yaml.safe_dump({"model": "hf:/nonexistent/model", "out_dir": str(tmp_path / "r"),
-                                    "env": {"id": env, "kwargs": {"max_opening": 1}, "eval_kwargs": {"max_opening": 3}}}))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "model": "hf:/nonexistent/model",
+                "out_dir": str(tmp_path / "r"),
+                "env": {"id": env, "kwargs": {"max_opening": 1}, "eval_kwargs": {"max_opening": 3}},
+            }
+        )
+    )
     res = CliRunner().invoke(app, ["train", str(path)])
     assert res.exit_code != 0 and "can be reached by a game from the training ones" in res.output

@@ -31,8 +31,9 @@ def test_auto_is_the_cpu_without_a_gpu_and_a_gpu_that_is_not_there_fails_before_
         with pytest.raises(ValueError, match=r"use device=cpu \(or auto\)"):
             pick_device(spec)
     # the check comes first: a model that does not exist would be an OSError if the trainer got that far
-    cfg = TrainConfig(model=str(tmp_path / "no-such-model"), env={"id": "turnrl/Arithmetic-v0"}, device="cuda",
-                      out_dir=str(tmp_path))
+    cfg = TrainConfig(
+        model=str(tmp_path / "no-such-model"), env={"id": "turnrl/Arithmetic-v0"}, device="cuda", out_dir=str(tmp_path)
+    )
     with pytest.raises(ValueError, match="device='cuda'"):
         Trainer(cfg)
     with pytest.raises(ValueError, match="device='cuda:0'"):
@@ -42,10 +43,38 @@ def test_auto_is_the_cpu_without_a_gpu_and_a_gpu_that_is_not_there_fails_before_
 
 @no_gpu
 def test_eval_with_a_gpu_that_is_not_there_says_what_to_change(tmp_path):
-    result = CliRunner().invoke(app, ["eval", "--env", "turnrl/Arithmetic-v0", "--agent", "tiny:chatml", "--limit",
-                                      "2", "--out", str(tmp_path), "--device", "cuda"])
+    result = CliRunner().invoke(
+        app,
+        [
+            "eval",
+            "--env",
+            "turnrl/Arithmetic-v0",
+            "--agent",
+            "tiny:chatml",
+            "--limit",
+            "2",
+            "--out",
+            str(tmp_path),
+            "--device",
+            "cuda",
+        ],
+    )
     assert result.exit_code != 0
     assert "device='cuda'" in result.output and "device=cpu" in result.output
-    ok = CliRunner().invoke(app, ["eval", "--env", "turnrl/Arithmetic-v0", "--agent", "tiny:chatml", "--limit", "2",
-                                  "--out", str(tmp_path / "cpu"), "--max-new-tokens", "4"])
+    ok = CliRunner().invoke(
+        app,
+        [
+            "eval",
+            "--env",
+            "turnrl/Arithmetic-v0",
+            "--agent",
+            "tiny:chatml",
+            "--limit",
+            "2",
+            "--out",
+            str(tmp_path / "cpu"),
+            "--max-new-tokens",
+            "4",
+        ],
+    )
     assert ok.exit_code == 0, ok.output

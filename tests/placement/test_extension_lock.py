@@ -43,7 +43,9 @@ def built_op() -> Path:
     folder = extensions_dir() / CPU_OP
     if not (folder / f"{CPU_OP}.so").is_file():
         code = "from turnrl.rl.placement.extensions import load_cpu_op; load_cpu_op()"
-        subprocess.run([sys.executable, "-c", code], check=True, timeout=900, env={**os.environ, "DS_ACCELERATOR": "cpu"})
+        subprocess.run(
+            [sys.executable, "-c", code], check=True, timeout=900, env={**os.environ, "DS_ACCELERATOR": "cpu"}
+        )
     return folder
 
 
@@ -55,12 +57,19 @@ def test_a_build_killed_midway_does_not_block_the_next_load(tmp_path, built_op):
     proc.wait(timeout=30)
     assert (folder / CPU_OP / "lock").exists()  # what the killed build left
     # A learner rank's load, in a new process: before, torch's loader waited on that lock for ever.
-    code = ("import logging; logging.basicConfig(level=logging.INFO)\nimport sys\n"
-            "from turnrl.rl.placement.extensions import load_cpu_op\nprint(load_cpu_op(sys.argv[1]))\n"
-            "import deepspeed.ops.op_builder.builder as b\nprint(b.OpBuilder._loaded_ops['deepspeed_shm_comm'].__file__)")
+    code = (
+        "import logging; logging.basicConfig(level=logging.INFO)\nimport sys\n"
+        "from turnrl.rl.placement.extensions import load_cpu_op\nprint(load_cpu_op(sys.argv[1]))\n"
+        "import deepspeed.ops.op_builder.builder as b\nprint(b.OpBuilder._loaded_ops['deepspeed_shm_comm'].__file__)"
+    )
     start = time.monotonic()
-    out = subprocess.run([sys.executable, "-c", code, str(folder)], capture_output=True, text=True, timeout=240,
-                         env={**os.environ, "DS_ACCELERATOR": "cpu"})
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(folder)],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env={**os.environ, "DS_ACCELERATOR": "cpu"},
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     assert time.monotonic() - start < 120  # imports only: the copied op is up to date, so nothing compiles
     assert out.stdout.splitlines() == [str(folder / CPU_OP), str(folder / CPU_OP / f"{CPU_OP}.so")]
@@ -94,13 +103,19 @@ def test_two_virtual_environments_get_two_folders(tmp_path):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), site])}
     env.pop("TORCH_EXTENSIONS_DIR", None)
     here = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
-    there = subprocess.run([str(tmp_path / "venv2" / "bin" / "python"), "-c", code], capture_output=True, text=True,
-                           env=env, timeout=60)
+    there = subprocess.run(
+        [str(tmp_path / "venv2" / "bin" / "python"), "-c", code], capture_output=True, text=True, env=env, timeout=60
+    )
     assert here.returncode == 0 and there.returncode == 0, here.stderr + there.stderr
     a, b = Path(here.stdout.strip()), Path(there.stdout.strip())
     assert a.parent == b.parent == Path.home() / ".cache" / "turnrl" / "torch_extensions"
     assert a != b and a.name.startswith(f"py{sys.version_info.major}{sys.version_info.minor}-torch")
     # a rank is given the folder itself as TORCH_EXTENSIONS_DIR: it is kept, not nested
-    nested = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
-                            env={**env, "TORCH_EXTENSIONS_DIR": str(a)})
+    nested = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**env, "TORCH_EXTENSIONS_DIR": str(a)},
+    )
     assert nested.stdout.strip() == str(a)

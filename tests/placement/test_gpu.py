@@ -14,8 +14,13 @@ from turnrl.agents.tiny import tiny_model, tiny_tokenizer
 from turnrl.rl.core.forward import sequence_logprobs
 from turnrl.rl.run.trainer import TrainConfig, learner_of
 
-pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU "
-                                                   "(tests/placement/test_device.py checks a machine without one)")]
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(
+        not torch.cuda.is_available(),
+        reason="needs a CUDA GPU (tests/placement/test_device.py checks a machine without one)",
+    ),
+]
 PROBE = [[1, 5, 9, 13, 2, 7], [3, 4, 4, 8]]
 LORA = {"r": 4, "target_modules": ["q_proj", "v_proj", "up_proj", "down_proj"]}
 
@@ -30,10 +35,19 @@ def exact_matmuls():
 
 
 def config(tmp_path, device, env="tests/Upper-v0", steps=2, **extra):
-    return TrainConfig.model_validate({
-        "model": "tiny:chatml", "env": {"id": env}, "device": device, "steps": steps, "eval_tasks": 4,
-        "rollout": {"prompts_per_step": 4, "group_size": 4, "max_new_tokens": 4, "seed_per_episode": True},
-        "optim": {"lr": 1e-2, "minibatch_size": 8}, "out_dir": str(tmp_path), **extra})
+    return TrainConfig.model_validate(
+        {
+            "model": "tiny:chatml",
+            "env": {"id": env},
+            "device": device,
+            "steps": steps,
+            "eval_tasks": 4,
+            "rollout": {"prompts_per_step": 4, "group_size": 4, "max_new_tokens": 4, "seed_per_episode": True},
+            "optim": {"lr": 1e-2, "minibatch_size": 8},
+            "out_dir": str(tmp_path),
+            **extra,
+        }
+    )
 
 
 @pytest.mark.parametrize("algo", ["dapo", {"name": "ppo", "kl_coef": 0.05}])
@@ -99,9 +113,22 @@ def cluster():
 
 
 def group_config(tmp_path, stage, lora=None, **extra):
-    return config(tmp_path, "cpu", placement="ray", algorithm={"name": "ppo", "kl_coef": 0.05},
-                  learner={"backend": "deepspeed", "ranks": 1, "rank_gpus": 1, "zero_stage": stage, "timeout": 300,
-                           "start_timeout": 300, "lora": lora}, **extra)
+    return config(
+        tmp_path,
+        "cpu",
+        placement="ray",
+        algorithm={"name": "ppo", "kl_coef": 0.05},
+        learner={
+            "backend": "deepspeed",
+            "ranks": 1,
+            "rank_gpus": 1,
+            "zero_stage": stage,
+            "timeout": 300,
+            "start_timeout": 300,
+            "lora": lora,
+        },
+        **extra,
+    )
 
 
 @pytest.mark.parametrize("stage,lora", [(2, None), (3, None), (2, LORA), (3, LORA)])

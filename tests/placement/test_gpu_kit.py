@@ -37,8 +37,15 @@ def test_the_kit_packs_what_the_gpu_machine_lacks_and_nothing_it_has(kit):
 def test_ray_is_stripped_of_what_turnrl_never_starts_and_keeps_its_binaries_runnable(kit, tmp_path):
     wheel = tmp_path / "ray-9.9.9-cp312-cp312-manylinux2014_x86_64.whl"
     with zipfile.ZipFile(wheel, "w") as z:
-        for name in ["ray/__init__.py", "ray/jars/ray_dist.jar", "ray/rllib/algo.py", "ray/dashboard/client/x.js",
-                     "ray/dashboard/agent.py", "ray/data/read.py", "ray-9.9.9.dist-info/METADATA"]:
+        for name in [
+            "ray/__init__.py",
+            "ray/jars/ray_dist.jar",
+            "ray/rllib/algo.py",
+            "ray/dashboard/client/x.js",
+            "ray/dashboard/agent.py",
+            "ray/data/read.py",
+            "ray-9.9.9.dist-info/METADATA",
+        ]:
             z.writestr(name, f"# {name}")
         binary = zipfile.ZipInfo("ray/core/src/ray/raylet/raylet")
         binary.external_attr = 0o755 << 16
@@ -46,13 +53,18 @@ def test_ray_is_stripped_of_what_turnrl_never_starts_and_keeps_its_binaries_runn
     kit.strip_ray(wheel, tmp_path / "ray.tar.xz")
     with tarfile.open(tmp_path / "ray.tar.xz") as tar:
         kept = {m.name: m for m in tar.getmembers()}
-        assert set(kept) == {"ray/__init__.py", "ray/dashboard/agent.py", "ray-9.9.9.dist-info/METADATA",
-                             "ray/core/src/ray/raylet/raylet"}
+        assert set(kept) == {
+            "ray/__init__.py",
+            "ray/dashboard/agent.py",
+            "ray-9.9.9.dist-info/METADATA",
+            "ray/core/src/ray/raylet/raylet",
+        }
         assert kept["ray/core/src/ray/raylet/raylet"].mode == 0o755  # the raylet must stay executable
         assert tar.extractfile("ray/__init__.py").read() == b"# ray/__init__.py"
 
 
 def test_a_gpu_machine_package_outside_turnrls_pins_is_named(kit):
     assert kit.outside_pins({"transformers": "4.0.0", "gymnasium": "1.4.0"}) == [
-        "the GPU machine's transformers 4.0.0 is outside turnrl's <5.20,>=5.16"]
+        "the GPU machine's transformers 4.0.0 is outside turnrl's <5.20,>=5.16"
+    ]
     assert kit.outside_pins({"transformers": "5.17.0+local", "torch": "2.11.0+cu130"}) == []  # torch: the machine's

@@ -22,28 +22,43 @@ pytest.importorskip("deepspeed")
 def cfg(tmp_path, stage=2, algo="dapo", ranks=2, lr=1e-2, lora=None, **optim):
     name = algo if isinstance(algo, str) else algo["name"]
     stored = {"data": {"path": "unused.parquet"}} if name in ("dqo", "sft", "rft") else {}
-    return TrainConfig.model_validate({
-        **stored, "model": "tiny", "env": {"id": "tests/Upper-v0"}, "algorithm": algo, "placement": "ray",
-        "rollout": {"prompts_per_step": 2, "group_size": 4, "max_new_tokens": 6},
-        "optim": {"lr": lr, "share_prompts": False, **optim},
-        "learner": {"backend": "deepspeed", "ranks": ranks, "zero_stage": stage, "timeout": 120, "lora": lora},
-        "out_dir": str(tmp_path)})
+    return TrainConfig.model_validate(
+        {
+            **stored,
+            "model": "tiny",
+            "env": {"id": "tests/Upper-v0"},
+            "algorithm": algo,
+            "placement": "ray",
+            "rollout": {"prompts_per_step": 2, "group_size": 4, "max_new_tokens": 6},
+            "optim": {"lr": lr, "share_prompts": False, **optim},
+            "learner": {"backend": "deepspeed", "ranks": ranks, "zero_stage": stage, "timeout": 120, "lora": lora},
+            "out_dir": str(tmp_path),
+        }
+    )
 
 
 def test_shards_are_contiguous_whole_groups_of_about_equal_size():
     assert shard_rows([0, 0, 0, 1, 1, 1], 2) == [[0, 1, 2], [3, 4, 5]]
     assert shard_rows([0, 0, 0, 0, 1, 1], 2) == [[0, 1, 2, 3], [4, 5]]
     assert shard_rows([0, 0, 0, 0, 0, 0, 0, 0], 2) == [[0, 1, 2, 3], [4, 5, 6, 7]]  # one big group is split
-    assert sorted(functools.reduce(operator.iadd, shard_rows([0, 0], 3), [])) == [0, 1] and all(len(p) <= 1 for p in shard_rows([0, 0], 3))
+    assert sorted(functools.reduce(operator.iadd, shard_rows([0, 0], 3), [])) == [0, 1] and all(
+        len(p) <= 1 for p in shard_rows([0, 0], 3)
+    )
     parts = shard_rows([0, 1, 1, 2, 3, 3, 3, 4], 3)
     assert functools.reduce(operator.iadd, parts, []) == list(range(8)) and all(parts)
 
 
 # DAPO on ZeRO-2, the rest on ZeRO-3 (PPO there covers a policy-gradient update on partitioned weights; the suite's
 # time went to combinations that add something): SFT back on ZeRO-2.
-@pytest.mark.parametrize("stage,algo,lr", [(2, "dapo", 1e-2),
-                                           (3, {"name": "ppo", "kl_coef": 0.05}, 5e-3),
-                                           (3, {"name": "dqo", "beta": 0.1}, 5e-3), (2, "sft", 1e-2)])
+@pytest.mark.parametrize(
+    "stage,algo,lr",
+    [
+        (2, "dapo", 1e-2),
+        (3, {"name": "ppo", "kl_coef": 0.05}, 5e-3),
+        (3, {"name": "dqo", "beta": 0.1}, 5e-3),
+        (2, "sft", 1e-2),
+    ],
+)
 def test_two_ranks_update_like_one_process(ray_cluster, tmp_path, stage, algo, lr):
     """Unequal rows and tokens per rank, two optimizer steps per update (windows of 6 and 2 rows, micro-batches of
     3); PPO adds the value head (trained in the same DeepSpeed engine, at twice the learning rate) and a reference
@@ -62,8 +77,9 @@ def test_ranks_under_a_token_budget_update_like_one_process(ray_cluster, tmp_pat
     """optim.micro_tokens on a group (rows of 29, 28, 27 and 26 tokens per group; 57 tokens: the longest alone): each
     rank cuts its share into pieces of its own when scoring and in micro-batches — of the first window, rank 0 its
     four rows into three, rank 1 its two into two and a stand-in — and the update is still the single process's."""
-    _check_two_ranks(tmp_path, 3, {"name": "ppo", "kl_coef": 0.05}, 5e-3, minibatch_size=3, grad_accum=2,
-                     micro_tokens=57)
+    _check_two_ranks(
+        tmp_path, 3, {"name": "ppo", "kl_coef": 0.05}, 5e-3, minibatch_size=3, grad_accum=2, micro_tokens=57
+    )
 
 
 # ZeRO-2 here; LoRA on ZeRO-3 ranks: test_a_lora_run_on_a_group_syncs_workers_with_the_adapters_and_checkpoints_them
@@ -72,8 +88,15 @@ def test_lora_ranks_update_like_one_process_and_export_the_adapters_alone(ray_cl
     """learner.lora on the group: the ranks start from the driver's adapters, train only them (PPO: with the value
     head, and the policy with its adapters off as the KL reference — no reference copy on any rank, none
     partitioned), and publish the adapters alone."""
-    _check_two_ranks(tmp_path, stage, {"name": "ppo", "kl_coef": 0.05}, 5e-3, minibatch_size=3, grad_accum=2,
-                     lora={"r": 4, "target_modules": ["q_proj", "v_proj", "up_proj"]})
+    _check_two_ranks(
+        tmp_path,
+        stage,
+        {"name": "ppo", "kl_coef": 0.05},
+        5e-3,
+        minibatch_size=3,
+        grad_accum=2,
+        lora={"r": 4, "target_modules": ["q_proj", "v_proj", "up_proj"]},
+    )
 
 
 def test_ranks_training_trees_once_update_like_separate_rows(ray_cluster, tmp_path):
@@ -90,8 +113,7 @@ def test_ranks_training_trees_once_update_like_separate_rows(ray_cluster, tmp_pa
     trajs = tree_leaves(0, rng) + tree_leaves(1, rng)
     tok = tiny_tokenizer("chatml")
     algo, optim = {"name": "grpo", "advantage": "tree"}, {"minibatch_size": 4, "recompute_logprobs": True}
-    single = learner_of(cfg(tmp_path, 2, algo, prefix_tree=False, **optim), tiny_model(tok, seed=0),
-                     tok)
+    single = learner_of(cfg(tmp_path, 2, algo, prefix_tree=False, **optim), tiny_model(tok, seed=0), tok)
     group = LearnerGroup(cfg(tmp_path, 2, algo, prefix_tree=True, **optim), tiny_model(tok, seed=0), tok)
     try:
         for _ in range(2):
@@ -173,8 +195,9 @@ def run_config(tmp_path, steps=2, **extra):
 
 
 def group_config(tmp_path, steps=2, stage=2, **extra):
-    return run_config(tmp_path, steps=steps, learner={"backend": "deepspeed", "ranks": 2, "zero_stage": stage,
-                                                       "timeout": 60}, **extra)
+    return run_config(
+        tmp_path, steps=steps, learner={"backend": "deepspeed", "ranks": 2, "zero_stage": stage, "timeout": 60}, **extra
+    )
 
 
 def make_trainer(config):
@@ -194,10 +217,15 @@ def group_run(ray_cluster, tmp_path_factory):
     t = make_trainer(group_config(out))
     try:
         history = t.train()
-        run = SimpleNamespace(out=out, history=history, learner=t.learner.score(PROBE), synced=t.runner.sync(),
-                              version=t.learner.version,
-                              workers=[ray.get(w.score.remote(PROBE), timeout=30) for w in t.runner.workers],
-                              params=[p.detach().clone() for p in t.model.parameters()])
+        run = SimpleNamespace(
+            out=out,
+            history=history,
+            learner=t.learner.score(PROBE),
+            synced=t.runner.sync(),
+            version=t.learner.version,
+            workers=[ray.get(w.score.remote(PROBE), timeout=30) for w in t.runner.workers],
+            params=[p.detach().clone() for p in t.model.parameters()],
+        )
     finally:
         t.close()
     return run
@@ -233,8 +261,13 @@ def test_a_lora_run_on_a_group_syncs_workers_with_the_adapters_and_checkpoints_t
     from turnrl.rl.core.forward import sequence_logprobs
 
     lora = {"r": 4, "target_modules": ["q_proj", "v_proj", "up_proj", "down_proj"]}
-    t = make_trainer(run_config(tmp_path, steps=3, learner={"backend": "deepspeed", "ranks": 2, "zero_stage": 3,
-                                                            "timeout": 60, "lora": lora}))
+    t = make_trainer(
+        run_config(
+            tmp_path,
+            steps=3,
+            learner={"backend": "deepspeed", "ranks": 2, "zero_stage": 3, "timeout": 60, "lora": lora},
+        )
+    )
     try:
         history = t.train()
         learner, version = t.learner.score(PROBE), t.runner.sync()
@@ -256,11 +289,15 @@ def test_a_lora_run_on_a_group_syncs_workers_with_the_adapters_and_checkpoints_t
     load_policy(merged, tmp_path)
     for a, b in zip(sequence_logprobs(merged, PROBE), learner):
         assert a == pytest.approx(b, abs=1e-4)
-    assert max(abs(a - b) for a, b in zip(sequence_logprobs(tiny_model(tiny_tokenizer("chatml")), PROBE)[0],
-                                          learner[0])) > 1e-3  # the adapters trained
+    assert (
+        max(abs(a - b) for a, b in zip(sequence_logprobs(tiny_model(tiny_tokenizer("chatml")), PROBE)[0], learner[0]))
+        > 1e-3
+    )  # the adapters trained
 
 
-@pytest.mark.parametrize("algo", [{"name": "dqo", "beta": 0.1}])  # SFT on a group: test_two_ranks_update_like_one_process
+@pytest.mark.parametrize(
+    "algo", [{"name": "dqo", "beta": 0.1}]
+)  # SFT on a group: test_two_ranks_update_like_one_process
 def test_an_offline_run_trains_on_a_learner_group_like_the_local_learner(ray_cluster, tmp_path, algo):
     """Offline objectives through `turnrl train` on 2 ZeRO-3 ranks: the same data, the same losses as one process;
     placement: ray only hosts the ranks (no rollout workers start)."""
@@ -271,15 +308,36 @@ def test_an_offline_run_trains_on_a_learner_group_like_the_local_learner(ray_clu
 
     tok = tiny_tokenizer("chatml")
     data = tmp_path / "data.parquet"
-    rollout_dataset(HFAgent(tiny_model(tok, seed=3), tok), "tiny:chatml", "tests/Upper-v0", out=data, tasks=4,
-                    samples=4, params=SamplingParams(temperature=1.0, max_new_tokens=6))
-    common = {"model": "tiny", "env": {"id": "tests/Upper-v0"}, "algorithm": algo, "steps": 2, "eval_tasks": 2,
-              "data": {"path": str(data), "batch_size": 8}, "optim": {"lr": 5e-3, "minibatch_size": 4}}
+    rollout_dataset(
+        HFAgent(tiny_model(tok, seed=3), tok),
+        "tiny:chatml",
+        "tests/Upper-v0",
+        out=data,
+        tasks=4,
+        samples=4,
+        params=SamplingParams(temperature=1.0, max_new_tokens=6),
+    )
+    common = {
+        "model": "tiny",
+        "env": {"id": "tests/Upper-v0"},
+        "algorithm": algo,
+        "steps": 2,
+        "eval_tasks": 2,
+        "data": {"path": str(data), "batch_size": 8},
+        "optim": {"lr": 5e-3, "minibatch_size": 4},
+    }
     local = make_trainer(TrainConfig.model_validate({**common, "out_dir": str(tmp_path / "local")}))
     want = local.train()
-    group = make_trainer(TrainConfig.model_validate({
-        **common, "out_dir": str(tmp_path / "group"), "placement": "ray",
-        "learner": {"backend": "deepspeed", "ranks": 2, "zero_stage": 3, "timeout": 120}}))
+    group = make_trainer(
+        TrainConfig.model_validate(
+            {
+                **common,
+                "out_dir": str(tmp_path / "group"),
+                "placement": "ray",
+                "learner": {"backend": "deepspeed", "ranks": 2, "zero_stage": 3, "timeout": 120},
+            }
+        )
+    )
     try:
         got = group.train()
         assert group.runner is None  # no rollouts to place
@@ -298,12 +356,25 @@ def test_a_step_wise_run_samples_with_the_groups_weights(ray_cluster, tmp_path):
     from turnrl.agents.tiny import tiny_tokenizer
 
     rows = _upper_rows(tmp_path, tiny_tokenizer("chatml"))
-    common = {"model": "tiny", "env": {"id": "tests/Upper-v0"}, "algorithm": {"name": "swirl", "execute": False},
-              "data": {"path": str(rows)}, "rollout": {"prompts_per_step": 2, "group_size": 4, "max_new_tokens": 4},
-              "optim": {"lr": 1e-2, "minibatch_size": 8}, "steps": 2, "eval_tasks": 2, "save_trajectories": False}
+    common = {
+        "model": "tiny",
+        "env": {"id": "tests/Upper-v0"},
+        "algorithm": {"name": "swirl", "execute": False},
+        "data": {"path": str(rows)},
+        "rollout": {"prompts_per_step": 2, "group_size": 4, "max_new_tokens": 4},
+        "optim": {"lr": 1e-2, "minibatch_size": 8},
+        "steps": 2,
+        "eval_tasks": 2,
+        "save_trajectories": False,
+    }
     runs = []
-    for name, extra in (("local", {}), ("group", {"placement": "ray", "learner": {
-            "backend": "deepspeed", "ranks": 2, "zero_stage": 2, "timeout": 120}})):
+    for name, extra in (
+        ("local", {}),
+        (
+            "group",
+            {"placement": "ray", "learner": {"backend": "deepspeed", "ranks": 2, "zero_stage": 2, "timeout": 120}},
+        ),
+    ):
         t = make_trainer(TrainConfig.model_validate({**common, **extra, "out_dir": str(tmp_path / name)}))
         t.source.judge = CapitalJudge()
         try:
@@ -355,16 +426,28 @@ def test_learner_options_that_cannot_work_fail_with_what_to_change(tmp_path):
     with pytest.raises(ValueError, match="add placement=ray"):
         TrainConfig.model_validate({**base, "learner": {"backend": "deepspeed"}})
     with pytest.raises(ValueError, match="value_warmup_steps"):
-        TrainConfig.model_validate({**base, "placement": "ray", "algorithm": "vapo",
-                                    "learner": {"backend": "deepspeed"}})
-    ok = TrainConfig.model_validate({**base, "placement": "ray", "algorithm": {"name": "vapo", "value_warmup_steps": 0},
-                                     "learner": {"backend": "deepspeed", "ranks": 2, "zero_stage": 3}})
+        TrainConfig.model_validate(
+            {**base, "placement": "ray", "algorithm": "vapo", "learner": {"backend": "deepspeed"}}
+        )
+    ok = TrainConfig.model_validate(
+        {
+            **base,
+            "placement": "ray",
+            "algorithm": {"name": "vapo", "value_warmup_steps": 0},
+            "learner": {"backend": "deepspeed", "ranks": 2, "zero_stage": 3},
+        }
+    )
     assert ok.learner.ranks == 2
 
 
 def test_nccl_weight_sync_needs_a_deepspeed_group_and_one_vllm_engine(tmp_path):
-    base = {"model": "tiny", "env": {"id": "tests/Upper-v0"}, "out_dir": str(tmp_path), "placement": "ray",
-            "learner": {"backend": "deepspeed", "weight_sync": "nccl"}}
+    base = {
+        "model": "tiny",
+        "env": {"id": "tests/Upper-v0"},
+        "out_dir": str(tmp_path),
+        "placement": "ray",
+        "learner": {"backend": "deepspeed", "weight_sync": "nccl"},
+    }
     with pytest.raises(ValueError, match="ray.rollout_backend=vllm and ray.rollout_workers=1"):
         TrainConfig.model_validate(base)
     ok = TrainConfig.model_validate({**base, "ray": {"rollout_backend": "vllm", "rollout_workers": 1}})

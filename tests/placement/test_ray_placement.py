@@ -25,11 +25,23 @@ def cluster(ray_cluster):
 
 
 def config(tmp_path, placement="ray", env="tests/Upper-v0", steps=3, **extra):
-    data = {"model": "tiny", "env": {"id": env}, "placement": placement,
-            "rollout": {"prompts_per_step": 4, "group_size": 8, "max_new_tokens": 4, "seed_per_episode": True,
-                        **extra.pop("rollout", {})},
-            "optim": {"lr": 1e-2, "minibatch_size": 16}, "steps": steps, "eval_tasks": 8, "out_dir": str(tmp_path),
-            **extra}
+    data = {
+        "model": "tiny",
+        "env": {"id": env},
+        "placement": placement,
+        "rollout": {
+            "prompts_per_step": 4,
+            "group_size": 8,
+            "max_new_tokens": 4,
+            "seed_per_episode": True,
+            **extra.pop("rollout", {}),
+        },
+        "optim": {"lr": 1e-2, "minibatch_size": 16},
+        "steps": steps,
+        "eval_tasks": 8,
+        "out_dir": str(tmp_path),
+        **extra,
+    }
     if placement == "ray":
         data["ray"] = {"rollout_workers": 2, "start_timeout": 60, **data.get("ray", {})}
     return TrainConfig.model_validate(data)
@@ -88,8 +100,11 @@ def test_a_worker_killed_mid_step_loses_and_repeats_nothing(tmp_path):
         t.close()
     assert killed and killed[0]["done"] == 2
     keys = [tr.metadata["job"] for tr in trajs]
-    assert sorted(keys) == sorted(Job(0, 0, task, s).key for task in range(t.cfg.rollout.prompts_per_step)
-                                for s in range(t.cfg.rollout.group_size))  # every job exactly once
+    assert sorted(keys) == sorted(
+        Job(0, 0, task, s).key
+        for task in range(t.cfg.rollout.prompts_per_step)
+        for s in range(t.cfg.rollout.group_size)
+    )  # every job exactly once
     assert {tr.id for tr in trajs} >= set(committed[:2])  # what was committed before the kill is kept
     assert len(committed) == len(trajs) == 32 and info["worker_restarts"] >= 1
     assert all(tr.error is None and tr.token_ids for tr in trajs)
@@ -280,13 +295,17 @@ def test_train_command_runs_a_config_on_ray_workers(tmp_path):
     from turnrl.cli import app
 
     cfg = tmp_path / "toy.yaml"
-    cfg.write_text(f"model: 'tiny:chatml'\nenv: {{id: tests/Upper-v0}}\nrollout: {{prompts_per_step: 2, "
-                   f"group_size: 4, max_new_tokens: 4}}\nsteps: 2\neval_tasks: 4\nout_dir: {tmp_path / 'run'}\n")
+    cfg.write_text(
+        f"model: 'tiny:chatml'\nenv: {{id: tests/Upper-v0}}\nrollout: {{prompts_per_step: 2, "
+        f"group_size: 4, max_new_tokens: 4}}\nsteps: 2\neval_tasks: 4\nout_dir: {tmp_path / 'run'}\n"
+    )
     result = CliRunner().invoke(app, ["train", str(cfg), "placement=ray", "ray.rollout_workers=2"])
     assert result.exit_code == 0, result.output
     lines = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
     assert len(lines) == 3 and '"worker_restarts": 0.0' in lines[1] and '"policy_version": 1.0' in lines[1]
-    assert list((tmp_path / "run" / "ray").iterdir()) == []  # the journals of trained steps are pruned at the checkpoint
+    assert (
+        list((tmp_path / "run" / "ray").iterdir()) == []
+    )  # the journals of trained steps are pruned at the checkpoint
     result = CliRunner().invoke(app, ["train", str(cfg), "placement=ray", "ray.rollout_wokers=2"])
     assert result.exit_code == 2 and "rollout_wokers" in result.output
 
@@ -310,8 +329,9 @@ def test_every_turn_of_an_episode_runs_on_its_worker_which_keeps_its_kv_cache(tm
 
 
 def test_tppo_on_ray_continues_each_unfinished_episode_on_its_own_worker(tmp_path):
-    cfg = config(tmp_path, steps=4, algorithm={"name": "tppo", "window": 2, "value_warmup_steps": 1},
-                 save_trajectories=True)
+    cfg = config(
+        tmp_path, steps=4, algorithm={"name": "tppo", "window": 2, "value_warmup_steps": 1}, save_trajectories=True
+    )
     t = trainer(cfg)
     try:
         history = t.train()
@@ -362,9 +382,19 @@ def test_tppo_on_ray_plays_the_episodes_of_a_killed_worker_again_and_trains_none
 def test_tppo_on_ray_with_refill_prompts_and_min_groups_trains_whole_groups_once(tmp_path):
     """``refill: prompts`` on Ray: every step hands the workers a full set of new groups beside the carried episodes,
     and ``min_groups`` holds finished groups until enough are ready; each episode still trains once, whole."""
-    cfg = config(tmp_path, steps=4, save_trajectories=True,
-                 algorithm={"name": "tppo", "window": 1, "value_warmup_steps": 0, "train_on": "finished",
-                            "min_groups": 2, "refill": "prompts"})
+    cfg = config(
+        tmp_path,
+        steps=4,
+        save_trajectories=True,
+        algorithm={
+            "name": "tppo",
+            "window": 1,
+            "value_warmup_steps": 0,
+            "train_on": "finished",
+            "min_groups": 2,
+            "refill": "prompts",
+        },
+    )
     t = trainer(cfg)
     try:
         history = t.train()
@@ -398,12 +428,24 @@ def test_trees_grow_on_ray_workers_as_they_grow_locally(tmp_path):
 
     runs = {}
     for placement in ("ray", "local"):
-        data = {"model": "tiny", "env": {"id": "turnrl/Arithmetic-v0", "kwargs": {"retry": True, "max_turns": 3}},
-                "placement": placement, "algorithm": {"name": "grpo", "advantage": "tree"},
-                "rollout": {"prompts_per_step": 2, "group_size": 4, "max_new_tokens": 4, "seed_per_episode": True,
-                            "tree": {"branches": [{"turn": 1, "children": 2}]}},
-                "optim": {"lr": 1e-2, "minibatch_size": 8}, "steps": 1, "eval_every": 0, "eval_tasks": 2,
-                "out_dir": str(tmp_path / placement)}
+        data = {
+            "model": "tiny",
+            "env": {"id": "turnrl/Arithmetic-v0", "kwargs": {"retry": True, "max_turns": 3}},
+            "placement": placement,
+            "algorithm": {"name": "grpo", "advantage": "tree"},
+            "rollout": {
+                "prompts_per_step": 2,
+                "group_size": 4,
+                "max_new_tokens": 4,
+                "seed_per_episode": True,
+                "tree": {"branches": [{"turn": 1, "children": 2}]},
+            },
+            "optim": {"lr": 1e-2, "minibatch_size": 8},
+            "steps": 1,
+            "eval_every": 0,
+            "eval_tasks": 2,
+            "out_dir": str(tmp_path / placement),
+        }
         if placement == "ray":
             data["ray"] = {"rollout_workers": 2, "start_timeout": 60}
         t = trainer(TrainConfig.model_validate(data))
@@ -418,7 +460,7 @@ def test_trees_grow_on_ray_workers_as_they_grow_locally(tmp_path):
     assert [t.token_ids for t in leaves["ray"]] == [t.token_ids for t in leaves["local"]]
     assert [t.metadata["tree"]["path"] for t in leaves["ray"]] == [t.metadata["tree"]["path"] for t in leaves["local"]]
     for tree in range(4):  # each tree grew on one worker
-        assert len({t.metadata["worker"] for t in leaves["ray"][2 * tree: 2 * tree + 2]}) == 1
+        assert len({t.metadata["worker"] for t in leaves["ray"][2 * tree : 2 * tree + 2]}) == 1
 
 
 def test_a_journaled_episode_that_ended_in_an_error_is_played_again_not_reused(tmp_path):
@@ -431,8 +473,9 @@ def test_a_journaled_episode_that_ended_in_an_error_is_played_again_not_reused(t
     ok = Trajectory(metadata={"job": jobs[0].key, "policy_version": [3, 3]})
     failed = Trajectory(metadata={"job": jobs[1].key, "policy_version": [3, None]}, error="env step failed: down")
     write_jsonl([ok, failed], tmp_path / "step-1.jsonl")
-    runner = SimpleNamespace(journal=tmp_path, learner=SimpleNamespace(version=3),
-                             cfg=config(tmp_path, placement="local"))
+    runner = SimpleNamespace(
+        journal=tmp_path, learner=SimpleNamespace(version=3), cfg=config(tmp_path, placement="local")
+    )
     reused = RayRunner._journaled(runner, jobs)
     assert [t.metadata["job"] for t in reused] == [jobs[0].key]
 

@@ -66,9 +66,16 @@ def clean_registry():
 
 def write_run(tmp_path, algorithm):
     (tmp_path / "my_algorithms.py").write_text(USER_MODULE)
-    config = {"model": "tiny:chatml", "env": {"id": "turnrl/Arithmetic-v0", "kwargs": {"level": 1}},
-              "algorithm": algorithm, "rollout": {"prompts_per_step": 2, "group_size": 4, "max_new_tokens": 6},
-              "optim": {"lr": 1e-2, "minibatch_size": 8}, "steps": 2, "eval_tasks": 2, "out_dir": str(tmp_path / "run")}
+    config = {
+        "model": "tiny:chatml",
+        "env": {"id": "turnrl/Arithmetic-v0", "kwargs": {"level": 1}},
+        "algorithm": algorithm,
+        "rollout": {"prompts_per_step": 2, "group_size": 4, "max_new_tokens": 6},
+        "optim": {"lr": 1e-2, "minibatch_size": 8},
+        "steps": 2,
+        "eval_tasks": 2,
+        "out_dir": str(tmp_path / "run"),
+    }
     (tmp_path / "run.yaml").write_text(json.dumps(config))
     return tmp_path / "run.yaml"
 
@@ -93,8 +100,9 @@ def test_the_documented_example_algorithm_trains_as_written(tmp_path, monkeypatc
 
     readme = (Path(__file__).resolve().parents[2] / "docs" / "training.md").read_text()
     start = readme.index("## Your own algorithm")
-    block = readme[readme.index("```python", start) + len("```python"):readme.index("```", readme.index("```python",
-                                                                                                        start) + 9)]
+    block = readme[
+        readme.index("```python", start) + len("```python") : readme.index("```", readme.index("```python", start) + 9)
+    ]
     path = write_run(tmp_path, {"name": "sign-pg", "scale": 2.0})
     (tmp_path / "my_algorithms.py").write_text(block)
     monkeypatch.chdir(tmp_path)
@@ -139,8 +147,11 @@ def test_registration_refuses_an_incomplete_class_and_a_taken_name(clean_registr
     with pytest.raises(AlgorithmRegistrationError, match=r"'grpo' is already registered .*replace=True"):
         register_algorithm("grpo", Half)
     register_algorithm("broken", "no_such_module_here:Thing")
-    with pytest.raises(AlgorithmRegistrationError, match=r"'broken' is registered as 'no_such_module_here:Thing', "
-                                                         r"which does not load \(ModuleNotFoundError"):
+    with pytest.raises(
+        AlgorithmRegistrationError,
+        match=r"'broken' is registered as 'no_such_module_here:Thing', "
+        r"which does not load \(ModuleNotFoundError",
+    ):
         algorithm_class("broken")
 
 
@@ -157,7 +168,6 @@ def test_an_installed_package_registers_through_the_entry_point_group(tmp_path, 
     assert type(algo).__module__ == "my_algorithms" and algo.cfg.scale == 3.0
 
 
-
 def test_the_methods_come_in_through_the_entry_point_group_and_keep_their_names(monkeypatch, clean_registry):
     """turnrl's own methods are declared as any installed package's algorithms are; the registry's own table holds
     only the general estimators, and a plug-in cannot take a method's name, even before anything asked for it."""
@@ -168,12 +178,17 @@ def test_the_methods_come_in_through_the_entry_point_group_and_keep_their_names(
     assert all(declared[n].startswith("turnrl.methods.") for n in ("pag", "swirl", "dqo", "sft"))
     assert not any("methods" in entry for entry in registry.BUILTINS.values())
     registry.ALGORITHMS.reset()
-    with pytest.raises(AlgorithmRegistrationError, match=r"'pag' is already registered "
-                                                         r"\(turnrl.methods.pag.algorithm:PAG\), so .*Half cannot take"):
+    with pytest.raises(
+        AlgorithmRegistrationError,
+        match=r"'pag' is already registered "
+        r"\(turnrl.methods.pag.algorithm:PAG\), so .*Half cannot take",
+    ):
         register_algorithm("pag", Half)
     assert algorithm_class("pag").__module__ == "turnrl.methods.pag.algorithm"
 
+
 # ---- RLOO (docs/algorithms.md §12) ----
+
 
 def batch_of(scores, groups, T=5, mask=None):
     B = len(scores)
@@ -181,11 +196,20 @@ def batch_of(scores, groups, T=5, mask=None):
     rewards = torch.zeros(B, T)
     last = (m * torch.arange(T)).argmax(-1)
     rewards[torch.arange(B), last] = torch.tensor(scores, dtype=torch.float32)
-    return Batch(input_ids=torch.ones(B, T, dtype=torch.long), attention_mask=torch.ones(B, T, dtype=torch.long),
-                 loss_mask=m, old_logp=torch.zeros(B, T), token_rewards=rewards * m,
-                 turn_ids=torch.zeros(B, T, dtype=torch.long), roles=torch.zeros(B, T, dtype=torch.long),
-                 response_lengths=m.sum(-1), scores=torch.tensor(scores, dtype=torch.float32),
-                 correct=torch.zeros(B), group_ids=torch.tensor(groups), truncated=torch.zeros(B))
+    return Batch(
+        input_ids=torch.ones(B, T, dtype=torch.long),
+        attention_mask=torch.ones(B, T, dtype=torch.long),
+        loss_mask=m,
+        old_logp=torch.zeros(B, T),
+        token_rewards=rewards * m,
+        turn_ids=torch.zeros(B, T, dtype=torch.long),
+        roles=torch.zeros(B, T, dtype=torch.long),
+        response_lengths=m.sum(-1),
+        scores=torch.tensor(scores, dtype=torch.float32),
+        correct=torch.zeros(B),
+        group_ids=torch.tensor(groups),
+        truncated=torch.zeros(B),
+    )
 
 
 @settings(max_examples=40, deadline=None)
@@ -205,12 +229,14 @@ def test_rloo_values_and_k_one_refused():
     adv, _ = get_algorithm({"name": "rloo"}).advantages(batch_of([1.0, 0.0, 0.0, 5.0], [0, 0, 0, 1]), 8)
     assert adv[:, 0].tolist() == pytest.approx([1.0, -0.5, -0.5, 0.0])  # R_i − mean of the others; alone: 0
     with pytest.raises(ValueError, match="group_size"):
-        TrainConfig.model_validate({"env": {"id": "turnrl/Arithmetic-v0"}, "algorithm": "rloo",
-                                    "rollout": {"group_size": 1}})
+        TrainConfig.model_validate(
+            {"env": {"id": "turnrl/Arithmetic-v0"}, "algorithm": "rloo", "rollout": {"group_size": 1}}
+        )
     assert parse_algorithm_config("rloo").agg == "seq-mean-token-sum"
 
 
 # ---- REINFORCE++ (docs/algorithms.md §12) ----
+
 
 def test_reward_to_go_and_the_kl_penalty():
     mask = torch.tensor([[0.0, 1, 1, 0, 1]])
@@ -228,7 +254,8 @@ def test_reinforce_plus_plus_whitens_over_the_whole_batch_not_per_group():
     adv, _ = algo.advantages(b, 8)
     m = b.loss_mask.bool()
     assert float(adv[m].mean()) == pytest.approx(0.0, abs=1e-6) and float(adv[m].var(correction=0)) == pytest.approx(
-        1.0, abs=1e-4)
+        1.0, abs=1e-4
+    )
     assert torch.all(adv[:2] > 0) and torch.all(adv[2:] < 0)
     with_kl = get_algorithm({"name": "reinforce++"})
     assert with_kl.needs_reference

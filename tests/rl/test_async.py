@@ -2,7 +2,6 @@
 learner updates, new weights land between two generation calls of an episode in play, the staleness bound holds,
 and a killed worker or driver loses and duplicates nothing."""
 
-
 import pytest
 import torch
 from tiny_trainer import tiny_trainer as trainer
@@ -19,13 +18,26 @@ ray = pytest.importorskip("ray")
 
 
 def config(tmp_path, env="tests/Upper-v0", steps=3, k=1, **extra):
-    return TrainConfig.model_validate({
-        "model": "tiny", "env": {"id": env}, "placement": "ray",
-        "rollout": {"prompts_per_step": 4, "group_size": 8, "max_new_tokens": 4, "max_staleness": k,
-                    **extra.pop("rollout", {})},
-        "ray": {"rollout_workers": 2, "start_timeout": 60},
-        "optim": {"lr": 1e-2, "minibatch_size": 16}, "steps": steps, "eval_tasks": 8, "out_dir": str(tmp_path),
-        **extra})
+    return TrainConfig.model_validate(
+        {
+            "model": "tiny",
+            "env": {"id": env},
+            "placement": "ray",
+            "rollout": {
+                "prompts_per_step": 4,
+                "group_size": 8,
+                "max_new_tokens": 4,
+                "max_staleness": k,
+                **extra.pop("rollout", {}),
+            },
+            "ray": {"rollout_workers": 2, "start_timeout": 60},
+            "optim": {"lr": 1e-2, "minibatch_size": 16},
+            "steps": steps,
+            "eval_tasks": 8,
+            "out_dir": str(tmp_path),
+            **extra,
+        }
+    )
 
 
 def test_k1_plays_the_next_step_during_the_update_within_the_bound_and_learns(ray_cluster, tmp_path):
@@ -57,10 +69,15 @@ def test_k0_starts_nothing_ahead(ray_cluster, tmp_path):
 def test_new_weights_land_between_two_generation_calls_of_an_episode_in_play():
     tok = tiny_tokenizer("chatml")
     old, new = tiny_model(tok, seed=0), tiny_model(tok, seed=1)
-    cfg = TrainConfig.model_validate({"model": "tiny", "placement": "ray", "ray": {"rollout_workers": 1},
-                                      "env": {"id": "turnrl/Arithmetic-v0", "kwargs": {"level": 1, "retry": True,
-                                                                                        "max_turns": 3}},
-                                      "rollout": {"max_new_tokens": 6, "prompts_per_step": 1, "group_size": 2}})
+    cfg = TrainConfig.model_validate(
+        {
+            "model": "tiny",
+            "placement": "ray",
+            "ray": {"rollout_workers": 1},
+            "env": {"id": "turnrl/Arithmetic-v0", "kwargs": {"level": 1, "retry": True, "max_turns": 3}},
+            "rollout": {"max_new_tokens": 6, "prompts_per_step": 1, "group_size": 2},
+        }
+    )
     threads = torch.get_num_threads()
     try:
         worker = RolloutWorker(cfg.model_dump(), None, batch_size=4)
@@ -107,7 +124,10 @@ def test_a_worker_killed_with_the_next_steps_episodes_in_play_loses_and_repeats_
     finally:
         t.close()
     keys = [tr.metadata["job"] for tr in second]
-    assert sorted(keys) == sorted(Job(1, 0, task, s).key for task in range(4, 8) for s in range(8)) and len(set(keys)) == 32
+    assert (
+        sorted(keys) == sorted(Job(1, 0, task, s).key for task in range(4, 8) for s in range(8))
+        and len(set(keys)) == 32
+    )
     assert info["worker_restarts"] >= 1 and all(tr.error is None and tr.token_ids for tr in second)
     done_before = {tr.id for tr in committed if tr.metadata["job"].startswith("1-")}
     assert done_before <= {tr.id for tr in second} | {tr.id for tr in committed if tr.metadata["job"] not in keys}
@@ -143,8 +163,7 @@ def test_a_resumed_driver_with_episodes_in_play_trains_every_step_on_each_job_on
         resumed.close()
     assert history[3]["reused_episodes"] >= 1 and all(h["rollout_episodes"] == 32 for h in history[1:])
     for step in range(1, 5):
-        keys = [tr.metadata["job"] for tr in read_jsonl(tmp_path / "train" / f"step-{step}" /
-                                                                      "trajectories.jsonl")]
+        keys = [tr.metadata["job"] for tr in read_jsonl(tmp_path / "train" / f"step-{step}" / "trajectories.jsonl")]
         assert len(keys) == len(set(keys)) == 32 and {k.split("-")[0] for k in keys} == {str(step - 1)}
 
 
@@ -159,14 +178,28 @@ def test_trees_with_stale_rollouts_and_a_resumed_driver_train_each_tree_once(ray
     """Issue 79: trees (4 leaves: 2 children after turns 1 and 2) on Ray workers with max_staleness 1 — the next
     step's trees grow while this one trains — and a driver that dies in step 3 and resumes from its step-2
     checkpoint: every step trains each of its trees once, with all its leaves (one job each, a whole tree per job)."""
-    data = {"model": "tiny", "env": {"id": "turnrl/Arithmetic-v0", "kwargs": {"retry": True, "max_turns": 3}},
-            "placement": "ray", "algorithm": {"name": "grpo", "advantage": "tree"},
-            "rollout": {"prompts_per_step": 2, "group_size": 4, "max_new_tokens": 4, "seed_per_episode": True,
-                        "max_staleness": 1,
-                        "tree": {"branches": [{"turn": 1, "children": 2}, {"turn": 2, "children": 2}]}},
-            "ray": {"rollout_workers": 2, "start_timeout": 60}, "optim": {"lr": 1e-2, "minibatch_size": 4},
-            "steps": 4, "checkpoint_every": 2, "save_trajectories": True, "eval_every": 0, "eval_tasks": 2,
-            "out_dir": str(tmp_path)}
+    data = {
+        "model": "tiny",
+        "env": {"id": "turnrl/Arithmetic-v0", "kwargs": {"retry": True, "max_turns": 3}},
+        "placement": "ray",
+        "algorithm": {"name": "grpo", "advantage": "tree"},
+        "rollout": {
+            "prompts_per_step": 2,
+            "group_size": 4,
+            "max_new_tokens": 4,
+            "seed_per_episode": True,
+            "max_staleness": 1,
+            "tree": {"branches": [{"turn": 1, "children": 2}, {"turn": 2, "children": 2}]},
+        },
+        "ray": {"rollout_workers": 2, "start_timeout": 60},
+        "optim": {"lr": 1e-2, "minibatch_size": 4},
+        "steps": 4,
+        "checkpoint_every": 2,
+        "save_trajectories": True,
+        "eval_every": 0,
+        "eval_tasks": 2,
+        "out_dir": str(tmp_path),
+    }
     part = trainer(TrainConfig.model_validate(data))
 
     class DriverDied(Exception):

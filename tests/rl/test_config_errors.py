@@ -20,36 +20,44 @@ def _error(path, overrides=()):
 def test_unknown_keys_get_did_you_mean_in_the_file_and_in_overrides(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text(BASE + "rollout: {group_sise: 4}\nstepz: 3\n")
-    assert _error(path) == (f"{path}: rollout.group_sise: unknown key 'group_sise'; did you mean 'group_size'?; "
-                            f"{path}: stepz: unknown key 'stepz'; did you mean 'steps'?")
+    assert _error(path) == (
+        f"{path}: rollout.group_sise: unknown key 'group_sise'; did you mean 'group_size'?; "
+        f"{path}: stepz: unknown key 'stepz'; did you mean 'steps'?"
+    )
     path.write_text(BASE)
     assert _error(path, ["optim.lerning_rate=1"]) == (
         "override optim.lerning_rate=1: unknown key 'lerning_rate'; optim takes: lr, weight_decay, grad_clip, "
         "warmup_steps, epochs, minibatch_size, grad_accum, micro_tokens, shuffle, share_prompts, prefix_tree, lanes, "
-        "recompute_logprobs")
+        "recompute_logprobs"
+    )
     assert _error(path, ["algorithm.kl_coeff=0.1"]) == (
         "override algorithm.kl_coeff=0.1: algorithm: algorithm 'grpo' has no option 'kl_coeff' (did you mean "
         "'kl_coef'?); its options: eps_low, eps_high, dual_clip, agg, kl_coef, nll_coef, behaviour_is_cap, "
-        "behaviour_is, behaviour_is_floor, dynamic_sampling, max_resample, overlong, advantage")
+        "behaviour_is, behaviour_is_floor, dynamic_sampling, max_resample, overlong, advantage"
+    )
 
 
 def test_an_error_in_an_override_names_the_override_not_the_file(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text(BASE + "rollout: {group_size: 4}\n")
     assert _error(path, ["rollout.group_size=1", "steps=2"]) == (
-        "override rollout.group_size=1: Input should be greater than or equal to 2 (got 1)")
+        "override rollout.group_size=1: Input should be greater than or equal to 2 (got 1)"
+    )
     # a section only the override made: the required field it lacks is the override's too
     assert _error(path, ["rollout.context.budgit=64"]) == (
         "override rollout.context.budgit=64: rollout.context.budget: Field required; "
-        "override rollout.context.budgit=64: unknown key 'budgit'; did you mean 'budget'?")
+        "override rollout.context.budgit=64: unknown key 'budgit'; did you mean 'budget'?"
+    )
     # the file's own mistake stays the file's, whatever the overrides
     path.write_text(BASE + "rollout: {group_size: 1}\n")
     assert _error(path, ["steps=2"]) == (
-        f"{path}: rollout.group_size: Input should be greater than or equal to 2 (got 1)")
+        f"{path}: rollout.group_size: Input should be greater than or equal to 2 (got 1)"
+    )
     # a whole-config check: the file, with the overrides that took part
     path.write_text(BASE)
     assert _error(path, ["rollout.max_staleness=1", "steps=2"]).startswith(
-        f"{path} (with rollout.max_staleness=1, steps=2): rollout.max_staleness=1 lets rollouts of the next step run")
+        f"{path} (with rollout.max_staleness=1, steps=2): rollout.max_staleness=1 lets rollouts of the next step run"
+    )
 
 
 def test_the_train_command_prints_it_on_one_line(tmp_path):
@@ -57,8 +65,9 @@ def test_the_train_command_prints_it_on_one_line(tmp_path):
     path.write_text(BASE)
     result = CliRunner().invoke(app, ["train", str(path), "rollout.temprature=0.5"])
     assert result.exit_code == 2
-    assert result.output == ("error: override rollout.temprature=0.5: unknown key 'temprature'; did you mean "
-                             "'temperature'?\n")
+    assert result.output == (
+        "error: override rollout.temprature=0.5: unknown key 'temprature'; did you mean 'temperature'?\n"
+    )
     result = CliRunner().invoke(app, ["train", str(path), "steps"])
     assert result.exit_code == 2 and result.output == "error: override must be key.sub=value, got 'steps'\n"
 
@@ -66,8 +75,10 @@ def test_the_train_command_prints_it_on_one_line(tmp_path):
 def test_an_override_through_a_value_names_the_override(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text(BASE)
-    for overrides, where in ((["rollout.temperature=0.5", "rollout.temperature.x=1"], "rollout.temperature"),
-                             (["env=foo", "env.id=x"], "env")):
+    for overrides, where in (
+        (["rollout.temperature=0.5", "rollout.temperature.x=1"], "rollout.temperature"),
+        (["env=foo", "env.id=x"], "env"),
+    ):
         with pytest.raises(ValueError) as info:
             load_config(path, overrides)
         message = config_error(info.value, path, overrides)
@@ -91,7 +102,14 @@ def test_opponents_are_read_once_at_load_into_their_kind_and_saved_as_written(tm
     from turnrl.rollout.opponents import Opponent
 
     assert [Opponent(n).kind for n in ("self", "league", "random", "perfect", "script:m:f", "hf:x", "run:out")] == [
-        "self", "league", "scripted", "scripted", "script", "agent", "agent"]
+        "self",
+        "league",
+        "scripted",
+        "scripted",
+        "script",
+        "agent",
+        "agent",
+    ]
     assert Opponent("league").is_policy and not Opponent("random").is_policy and Opponent("run:o").needs_model
     assert Opponent("perfect").is_scripted and Opponent("script:m:f").is_scripted
     assert not Opponent("run:o").is_scripted and not Opponent("self").is_scripted
@@ -101,7 +119,10 @@ def test_opponents_are_read_once_at_load_into_their_kind_and_saved_as_written(tm
     cfg = load_config(path, [])
     ma = cfg.multi_agent
     assert (ma.opponent.kind, ma.eval_opponent.kind, ma.held_out_opponent(cfg.env.id).kind) == (
-        "league", "script", "script")
+        "league",
+        "script",
+        "script",
+    )
     assert cfg.model_dump(mode="json")["multi_agent"]["opponent"] == "league"  # saved as written
     assert ma.held_out_opponent("turnrl/SolverCritic-v0") == "script:my_players:fixed"
     assert cfg.multi_agent.not_held_out(cfg.env.id) is None  # a script is not the league the run trains against

@@ -63,13 +63,17 @@ def _commands(lines: list[str]) -> list[str]:
         for span in re.findall(r"`(turnrl (?:train|plot|eval|quickstart)[^`]*)`", line):
             out.append(span)
         line = re.sub(r"`[^`]*`", "", line)
-        m = re.search(r"(?:^|\s)(turnrl (?:train|rollout|eval|swirl|pag|plot|play|envs|serve|view|check-template)\b.*)",
-                      line)
+        m = re.search(
+            r"(?:^|\s)(turnrl (?:train|rollout|eval|swirl|pag|plot|play|envs|serve|view|check-template)\b.*)", line
+        )
         if m:
             out.append(re.split(r"\s{2,}\(|\s{3,}", m[1])[0])  # drop a trailing "   (and --mode process)" note
     placeholder = re.compile(r"\[?[A-Z][A-Z_]+\]?")  # a schematic `turnrl train CONFIG [--import MODULE]`
-    return [" ".join(c.split()) for c in out
-            if "..." not in c and "…" not in c and not any(placeholder.fullmatch(w) for w in c.split())]
+    return [
+        " ".join(c.split())
+        for c in out
+        if "..." not in c and "…" not in c and not any(placeholder.fullmatch(w) for w in c.split())
+    ]
 
 
 def _is_group(cmd) -> bool:
@@ -86,30 +90,40 @@ def parse(command: str) -> None:
         name, args = args[0], args[1:]
         cmd = cmd.get_command(ctx, name)
         assert cmd is not None, f"no command {name!r} in {command!r}"
-        ctx = typer.Context(cmd, info_name=name, parent=ctx) if _is_group(cmd) else cmd.make_context(
-            name, list(args), parent=ctx)
+        ctx = (
+            typer.Context(cmd, info_name=name, parent=ctx)
+            if _is_group(cmd)
+            else cmd.make_context(name, list(args), parent=ctx)
+        )
     if cmd.name == "train":
         load_config(Path.cwd() / ctx.params["config"], ctx.params["overrides"])  # the config and its overrides validate
 
 
 def test_parse_refuses_what_the_cli_refuses():
     parse("turnrl train configs/quickstart.yaml steps=3")
-    for bad in ("turnrl no-such-command", "turnrl eval --no-such-option 1", "turnrl swirl no-such-step",
-                "turnrl train configs/quickstart.yaml stepz=3"):
+    for bad in (
+        "turnrl no-such-command",
+        "turnrl eval --no-such-option 1",
+        "turnrl swirl no-such-step",
+        "turnrl train configs/quickstart.yaml stepz=3",
+    ):
         with pytest.raises(Exception):  # noqa: B017 — any refusal: click's usage errors or the config's
             parse(bad)
 
 
 def all_commands() -> list[tuple[str, str]]:
     return [(p.name, c) for p in CONFIGS for c in header_commands(p)] + [
-        (str(page.relative_to(REPO)), c) for page in DOC_PAGES for c in readme_commands(page)]
+        (str(page.relative_to(REPO)), c) for page in DOC_PAGES for c in readme_commands(page)
+    ]
 
 
 def test_the_command_extraction_finds_the_documented_pipelines():
     names = {c for _, c in all_commands()}
     assert "turnrl swirl decompose runs/swirl-arith-kept.parquet --out runs/swirl-arith-steps.parquet" in names
-    assert any(c.startswith("turnrl rollout --env turnrl/Arithmetic-v0") and c.endswith(
-        "--out runs/arith-data.parquet") for c in names)
+    assert any(
+        c.startswith("turnrl rollout --env turnrl/Arithmetic-v0") and c.endswith("--out runs/arith-data.parquet")
+        for c in names
+    )
     assert "turnrl train configs/quickstart.yaml placement=ray learner.backend=deepspeed learner.ranks=2" in names
     assert len(names) >= 40
 
@@ -117,13 +131,16 @@ def test_the_command_extraction_finds_the_documented_pipelines():
 @pytest.mark.parametrize("where,command", all_commands(), ids=lambda x: x if len(x) < 60 else x[:57] + "...")
 def test_every_documented_command_parses(where, command, monkeypatch):
     # commands the docs run from examples/ (`cd examples` first): they name a config or an env found there
-    in_examples = "examples/" not in command and ("inventory" in command or any(
-        (REPO / "examples" / word).is_file() for word in command.split() if word.endswith(".yaml")))
+    in_examples = "examples/" not in command and (
+        "inventory" in command
+        or any((REPO / "examples" / word).is_file() for word in command.split() if word.endswith(".yaml"))
+    )
     monkeypatch.chdir(REPO / "examples" if in_examples else REPO)
     parse(command)
 
 
 # ---- one training step per config, tiny model ----
+
 
 def _sample_data(cfg, path: Path, tmp: Path) -> None:
     """Episodes of the tiny model on the config's env (half of each group marked correct, so that correct-only and
@@ -137,8 +154,9 @@ def _sample_data(cfg, path: Path, tmp: Path) -> None:
     agent = make_agent("tiny:chatml", batch_size=8)
     raw = tmp / "raw.parquet"
     params = SamplingParams(temperature=cfg.rollout.temperature, max_new_tokens=8)
-    rollout_dataset(agent, "tiny:chatml", cfg.env.id, out=raw, tasks=2, samples=4, params=params,
-                    env_kwargs=cfg.env.kwargs)
+    rollout_dataset(
+        agent, "tiny:chatml", cfg.env.id, out=raw, tasks=2, samples=4, params=params, env_kwargs=cfg.env.kwargs
+    )
     episodes = []
     for t in load(raw):
         if t.metadata["sample"] < 2 and t.turns:
@@ -158,9 +176,18 @@ def test_every_config_trains_one_step_with_the_tiny_model(path, tmp_path, monkey
     monkeypatch.syspath_prepend(str(REPO))  # as from the repository, where a config finds examples/ (its players)
     cfg = load_config(path)
     source = algorithm_class(cfg.algorithm.name).source_class()
-    over = ["model=tiny:chatml", "steps=1", "eval_tasks=1", "eval_every=0", f"out_dir={tmp_path / 'run'}",
-            "rollout.prompts_per_step=1", "rollout.group_size=2", "rollout.max_new_tokens=8",
-            "optim.minibatch_size=2", "optim.grad_accum=1"]
+    over = [
+        "model=tiny:chatml",
+        "steps=1",
+        "eval_tasks=1",
+        "eval_every=0",
+        f"out_dir={tmp_path / 'run'}",
+        "rollout.prompts_per_step=1",
+        "rollout.group_size=2",
+        "rollout.max_new_tokens=8",
+        "optim.minibatch_size=2",
+        "optim.grad_accum=1",
+    ]
     if cfg.data is not None:
         over.append("data.epochs=null")
         if source.__name__ != "StateSource":

@@ -55,8 +55,14 @@ def _lines(path: Path) -> int:
 
 def _stop_when(cmd: list[str], cwd: Path, watched: Path, at_least: int, sig: int) -> tuple[int, str]:
     """Run ``cmd``; once ``watched`` holds ``at_least`` lines send ``sig``; return its exit status and output."""
-    proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env={**os.environ, "COLUMNS": "250", "PYTHONUNBUFFERED": "1"})
+    proc = subprocess.Popen(
+        cmd,
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "COLUMNS": "250", "PYTHONUNBUFFERED": "1"},
+    )
     try:
         deadline = time.monotonic() + 240
         while _lines(watched) < at_least and proc.poll() is None and time.monotonic() < deadline:
@@ -107,15 +113,33 @@ def work(tmp_path, monkeypatch, sigint_raises):
 
 
 def test_eval_stopped_by_sigint_then_sigterm_resumes_to_the_uninterrupted_report(work):
-    cmd = [sys.executable, "-m", "turnrl", "eval", "--env", ENV, "--agent", "tiny:chatml", "--limit", "12", "--out",
-           "out", "--max-new-tokens", "4", "--batch-size", "1"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "turnrl",
+        "eval",
+        "--env",
+        ENV,
+        "--agent",
+        "tiny:chatml",
+        "--limit",
+        "12",
+        "--out",
+        "out",
+        "--max-new-tokens",
+        "4",
+        "--batch-size",
+        "1",
+    ]
     stream = work / "out" / "trajectories.jsonl"
     code, out = _stop_when(cmd, work, stream, 2, signal.SIGINT)
     assert code == 130, out
     done = json.loads((work / "out" / "metrics.json").read_text())["episodes"]
     assert 2 <= done < 12
-    assert f"interrupted: {done} of 12 episodes finished; out/report.md, items.jsonl, metrics.json and plot.png " \
-           "cover those" in out
+    assert (
+        f"interrupted: {done} of 12 episodes finished; out/report.md, items.jsonl, metrics.json and plot.png "
+        "cover those" in out
+    )
     assert f"**Interrupted**: {done} of 12 episodes finished" in (work / "out" / "report.md").read_text()
     assert _lines(work / "out" / "items.jsonl") == done
     resume = _printed_command(out, f"to finish the other {12 - done}: ")
@@ -124,7 +148,9 @@ def test_eval_stopped_by_sigint_then_sigterm_resumes_to_the_uninterrupted_report
     assert code == 143, out
     again = json.loads((work / "out" / "metrics.json").read_text())
     assert again["interrupted"] is True and done + 2 <= again["episodes"] < 12 and again["resumed_episodes"] == done
-    first = {(r["index"], r["sample"]): r for r in map(json.loads, (work / "out" / "items.jsonl").read_text().splitlines())}
+    first = {
+        (r["index"], r["sample"]): r for r in map(json.loads, (work / "out" / "items.jsonl").read_text().splitlines())
+    }
     out = _finish(resume)  # the same command finishes it
     assert "interrupted" not in out and "# sleepy_env:evaltest/Sleepy-v0: 12 tasks x 1 samples" in out
     rows = [json.loads(x) for x in (work / "out" / "items.jsonl").read_text().splitlines()]
@@ -139,14 +165,33 @@ def test_eval_stopped_by_sigint_then_sigterm_resumes_to_the_uninterrupted_report
 def test_dataset_commands_stopped_keep_what_finished_and_print_how_to_finish(work, command, sig):
     from turnrl.storage import load
 
-    cmd = [sys.executable, "-m", "turnrl", *command, "--env", ENV, "--agent", "tiny:chatml", "--out", "data.jsonl",
-           "--tasks", "12", "--samples", "2", "--max-new-tokens", "4", "--batch-size", "2"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "turnrl",
+        *command,
+        "--env",
+        ENV,
+        "--agent",
+        "tiny:chatml",
+        "--out",
+        "data.jsonl",
+        "--tasks",
+        "12",
+        "--samples",
+        "2",
+        "--max-new-tokens",
+        "4",
+        "--batch-size",
+        "2",
+    ]
     code, out = _stop_when(cmd, work, work / "data.jsonl.partial.jsonl", 4, sig)
     assert code == 128 + sig, out
     line = next(x for x in out.splitlines() if x.startswith("interrupted: "))
     kept = int(line.split()[1])
-    assert 4 <= kept < 24 and line.startswith(f"interrupted: {kept} of 24 episodes are written (data.jsonl and "
-                                              "data.jsonl.partial.jsonl)"), out
+    assert 4 <= kept < 24 and line.startswith(
+        f"interrupted: {kept} of 24 episodes are written (data.jsonl and data.jsonl.partial.jsonl)"
+    ), out
     finish = _printed_command(out, "to finish: ")
     assert finish[3:] == cmd[3:]
     _finish(finish)

@@ -45,9 +45,21 @@ def test_item_key_falls_back_to_the_task_id_without_a_task():
 
 
 def row(item, correct, task_id=None):
-    return {"index": 0, "task_id": task_id or item, "item": item, "correct": correct, "reward": 0.0, "turns": 1,
-            "tool_calls": 0, "generated_tokens": 1, "total_tokens": 2, "truncated": False, "error": None,
-            "metrics": {}, "outcome": "correct" if correct else "wrong"}
+    return {
+        "index": 0,
+        "task_id": task_id or item,
+        "item": item,
+        "correct": correct,
+        "reward": 0.0,
+        "turns": 1,
+        "tool_calls": 0,
+        "generated_tokens": 1,
+        "total_tokens": 2,
+        "truncated": False,
+        "error": None,
+        "metrics": {},
+        "outcome": "correct" if correct else "wrong",
+    }
 
 
 def test_summarize_counts_distinct_items_with_a_wilson_interval_and_keeps_its_keys():
@@ -64,8 +76,13 @@ def test_rows_written_before_items_were_named_count_by_task_id():
     for r in rows:
         del r["item"]
     assert item_accuracy(rows)["distinct_items"] == 2 and item_accuracy(rows)["accuracy_items"] == 0.5
-    assert item_accuracy([]) == {"distinct_items": 0, "accuracy_items": 0.0, "accuracy_se": None,
-                                 "accuracy_low": None, "accuracy_high": None}
+    assert item_accuracy([]) == {
+        "distinct_items": 0,
+        "accuracy_items": 0.0,
+        "accuracy_se": None,
+        "accuracy_low": None,
+        "accuracy_high": None,
+    }
 
 
 def test_report_headline_shows_the_interval_and_the_distinct_items(tmp_path):

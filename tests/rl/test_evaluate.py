@@ -28,8 +28,14 @@ def test_scripted_eval_counts_correct_answers(tmp_path):
         value = eval(q)  # our generated arithmetic
         return f"\\boxed{{{value if value % 2 == 0 else value + 1}}}"
 
-    metrics = evaluate(ScriptedAgent(tok, half_right), "turnrl/Arithmetic-v0", env_kwargs={"level": 2}, limit=20,
-                       samples=2, out=tmp_path)
+    metrics = evaluate(
+        ScriptedAgent(tok, half_right),
+        "turnrl/Arithmetic-v0",
+        env_kwargs={"level": 2},
+        limit=20,
+        samples=2,
+        out=tmp_path,
+    )
     rows = [json.loads(x) for x in (tmp_path / "items.jsonl").read_text().splitlines()]
     assert len(rows) == 40 and metrics["episodes"] == 40 and metrics["tasks"] == 20
     expected = sum(int(r["final_response"][7:-1]) % 2 == 0 and r["correct"] for r in rows) / 40
@@ -54,13 +60,28 @@ def test_eval_repeats_with_the_same_seed(tmp_path):
 
 
 def test_eval_cli(tmp_path):
-    result = CliRunner().invoke(app, ["eval", "--env", "turnrl/Arithmetic-PAG-v0", "--agent", "tiny:gemma", "--limit",
-                                      "3", "--samples", "2", "--max-new-tokens", "8", "--out", str(tmp_path)])
+    result = CliRunner().invoke(
+        app,
+        [
+            "eval",
+            "--env",
+            "turnrl/Arithmetic-PAG-v0",
+            "--agent",
+            "tiny:gemma",
+            "--limit",
+            "3",
+            "--samples",
+            "2",
+            "--max-new-tokens",
+            "8",
+            "--out",
+            str(tmp_path),
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert "pass@2" in result.output and (tmp_path / "metrics.json").exists()
     result = CliRunner().invoke(app, ["eval", "--env", "turnrl/Arithmetic-v0", "--agent", "gpt:x"])
     assert result.exit_code == 2 and "unknown agent spec" in result.output
-
 
 
 def test_eval_defaults_to_the_held_out_split_and_says_so(tmp_path):
@@ -72,11 +93,14 @@ def test_eval_defaults_to_the_held_out_split_and_says_so(tmp_path):
     report = (tmp_path / "held" / "report.md").read_text()
     assert "split: **test** (held-out) · tasks 0–2 of 102 (`arithmetic/test/L1/0` … `arithmetic/test/L1/2`)" in report
     # a split named by the caller is kept, and the report says it is not held out
-    m = evaluate(agent, "turnrl/Arithmetic-v0", env_kwargs={"split": "train"}, limit=2, params=params,
-                 out=tmp_path / "train")
+    m = evaluate(
+        agent, "turnrl/Arithmetic-v0", env_kwargs={"split": "train"}, limit=2, params=params, out=tmp_path / "train"
+    )
     assert m["split"] == "train" and m["held_out"] is False
-    assert "split: **train** — NOT held-out (training tasks; its held-out split is test)" in (
-        tmp_path / "train" / "report.md").read_text()
+    assert (
+        "split: **train** — NOT held-out (training tasks; its held-out split is test)"
+        in (tmp_path / "train" / "report.md").read_text()
+    )
     # PAG wraps its inner env's splits; an env that declares none is reported as unknown
     m = evaluate(agent, "turnrl/Arithmetic-PAG-v0", limit=1, params=params)
     assert m["split"] == "test" and m["held_out"] is True
@@ -98,12 +122,42 @@ def test_training_evaluates_the_held_out_split_unless_told():
 
 
 def test_eval_cli_reports_the_split(tmp_path):
-    result = CliRunner().invoke(app, ["eval", "--env", "turnrl/Arithmetic-v0", "--agent", "tiny:chatml", "--limit", "2",
-                                      "--max-new-tokens", "4", "--out", str(tmp_path)])
+    result = CliRunner().invoke(
+        app,
+        [
+            "eval",
+            "--env",
+            "turnrl/Arithmetic-v0",
+            "--agent",
+            "tiny:chatml",
+            "--limit",
+            "2",
+            "--max-new-tokens",
+            "4",
+            "--out",
+            str(tmp_path),
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert "split: **test** (held-out)" in result.output and "arithmetic/test/L1/1" in result.output
-    result = CliRunner().invoke(app, ["eval", "--env", "turnrl/Arithmetic-v0", "--agent", "tiny:chatml", "--limit", "1",
-                                      "--max-new-tokens", "4", "--kw", "split=train", "--out", str(tmp_path / "t")])
+    result = CliRunner().invoke(
+        app,
+        [
+            "eval",
+            "--env",
+            "turnrl/Arithmetic-v0",
+            "--agent",
+            "tiny:chatml",
+            "--limit",
+            "1",
+            "--max-new-tokens",
+            "4",
+            "--kw",
+            "split=train",
+            "--out",
+            str(tmp_path / "t"),
+        ],
+    )
     assert result.exit_code == 0 and "NOT held-out" in result.output, result.output
 
 
@@ -111,8 +165,9 @@ def test_eval_cli_reports_the_split(tmp_path):
 def test_smollm2_eval_on_gsm8k(tmp_path):
     """The real built-in model, end to end (fetched and converted once into the cache)."""
     agent = make_agent("smollm2-135m-instruct", batch_size=4)
-    metrics = evaluate(agent, "turnrl/GSM8K-v0", limit=4, out=tmp_path,
-                       params=SamplingParams(temperature=0.0, max_new_tokens=48))
+    metrics = evaluate(
+        agent, "turnrl/GSM8K-v0", limit=4, out=tmp_path, params=SamplingParams(temperature=0.0, max_new_tokens=48)
+    )
     assert metrics["episodes"] == 4 and metrics["errors"] == 0
     assert 0 < metrics["generated_tokens_per_episode"] <= 48
     rows = [json.loads(x) for x in (tmp_path / "items.jsonl").read_text().splitlines()]
@@ -141,8 +196,10 @@ def test_report_shows_whole_episodes_and_why_answers_failed(tmp_path):
     assert {None, "wrong", "no answer"} == set(reasons) and all(r["tool_calls"] == 1 for r in rows)
     assert [r["outcome"] for r in rows] == [r or "correct" for r in reasons]
     report = (tmp_path / "report.md").read_text()
-    assert (f"| no answer | {reasons.count('no answer')} | {reasons.count('no answer') / len(rows):.3f} |"
-            in report.split("## Outcomes", 1)[1])
+    assert (
+        f"| no answer | {reasons.count('no answer')} | {reasons.count('no answer') / len(rows):.3f} |"
+        in report.split("## Outcomes", 1)[1]
+    )
     episodes = report.split("## Example episodes", 1)[1].split("## Configuration")[0]
     assert episodes.count("### ") == 6  # 2 successes and 4 failures, the reasons taking turns
     assert "(correct, 2 turn(s), reward 1)" in episodes and "(failed: no answer, 2 turn(s)" in episodes
@@ -151,15 +208,21 @@ def test_report_shows_whole_episodes_and_why_answers_failed(tmp_path):
     assert titles[0].startswith("outcomes") and "pass@k" not in titles  # one sample: no pass@k curve
     metrics = {"accuracy": 0.5, "pass@1": 0.5, "pass@2": 0.7}
     assert [ax.get_title() for ax in figure(metrics, rows, "t").axes[:2]] == ["outcomes (accuracy 0.500)", "pass@k"]
-    assert [ax.get_xlabel() for ax in figure(metrics, rows, "t").axes[2:4]] == ["turns per episode",
-                                                                               "tool calls per episode"]
+    assert [ax.get_xlabel() for ax in figure(metrics, rows, "t").axes[2:4]] == [
+        "turns per episode",
+        "tool calls per episode",
+    ]
 
 
 def _arithmetic_policy(prompt: str) -> str:
     """By the task's sum: right, a long reply cut at the token limit before its (right) answer, no answer, wrong."""
     value = eval(prompt.rsplit("What is ", 1)[1].split("?")[0])  # our generated arithmetic
-    return [f"\\boxed{{{value}}}", "Let me think step by step. " * 10 + f"\\boxed{{{value}}}", "I am not sure.",
-            f"\\boxed{{{value + 1}}}"][value % 4]
+    return [
+        f"\\boxed{{{value}}}",
+        "Let me think step by step. " * 10 + f"\\boxed{{{value}}}",
+        "I am not sure.",
+        f"\\boxed{{{value + 1}}}",
+    ][value % 4]
 
 
 def test_replies_cut_at_max_new_tokens_are_counted_apart(tmp_path):
@@ -168,8 +231,9 @@ def test_replies_cut_at_max_new_tokens_are_counted_apart(tmp_path):
     from turnrl.rl.run.evaluate import figure
 
     agent = ScriptedAgent(tiny_tokenizer("chatml"), _arithmetic_policy)
-    m = evaluate(agent, "turnrl/Arithmetic-v0", limit=16, params=SamplingParams(temperature=0.0, max_new_tokens=12),
-                 out=tmp_path)
+    m = evaluate(
+        agent, "turnrl/Arithmetic-v0", limit=16, params=SamplingParams(temperature=0.0, max_new_tokens=12), out=tmp_path
+    )
     rows = [json.loads(x) for x in (tmp_path / "items.jsonl").read_text().splitlines()]
     cut = [r for r in rows if r["final_response"].startswith("Let me think")]
     assert cut and all(r["outcome"] == r["failure"] == "token limit" and r["turn_tokens"] == [12] for r in cut)
@@ -183,15 +247,22 @@ def test_replies_cut_at_max_new_tokens_are_counted_apart(tmp_path):
     assert "(failed: token limit, 1 turn(s), reward 0)" in report
     assert "> **assistant, turn 0, reward 0, cut at max_new_tokens (12 tokens)**: Let me think" in report
     fig = figure(m, rows, "t", max_new_tokens=12)
-    bars = dict(zip([t.get_text() for t in fig.axes[0].get_xticklabels()], [p.get_height() for p in fig.axes[0].patches]))
+    bars = dict(
+        zip([t.get_text() for t in fig.axes[0].get_xticklabels()], [p.get_height() for p in fig.axes[0].patches])
+    )
     assert bars["token limit"] == len(cut) and bars["no answer"] == m["outcomes"]["no answer"]
     per_turn = next(ax for ax in fig.axes if ax.get_xlabel() == "generated tokens per turn")
     assert [line.get_xdata()[0] for line in per_turn.get_lines()] == [12]
     assert per_turn.get_legend().get_texts()[0].get_text() == "max_new_tokens = 12"
     assert per_turn.get_title() == f"{len(cut)} of 16 turn(s) cut at the token limit"
     # a cut reply that leaves no room in the context is the context's doing, not the token limit's
-    m = evaluate(agent, "turnrl/Arithmetic-v0", limit=4, params=SamplingParams(temperature=0.0, max_new_tokens=64),
-                 max_context=56)
+    m = evaluate(
+        agent,
+        "turnrl/Arithmetic-v0",
+        limit=4,
+        params=SamplingParams(temperature=0.0, max_new_tokens=64),
+        max_context=56,
+    )
     assert m["outcomes"]["token limit"] == 0 and m["outcomes"]["context limit"] >= 1, m["outcomes"]
 
 
@@ -199,13 +270,16 @@ def test_count_axes_have_integer_ticks():
     """Issue 32 §8: episodes, turns and tool calls are counted in whole numbers on every plot axis."""
     from turnrl.rl.run.evaluate import figure
 
-    rows = [{"correct": c, "outcome": o, "turns": t, "tool_calls": 0, "generated_tokens": g, "turn_tokens": [g]}
-            for c, o, t, g in ((True, "correct", 1, 5), (False, "wrong", 2, 7), (False, "wrong", 1, 3))]
+    rows = [
+        {"correct": c, "outcome": o, "turns": t, "tool_calls": 0, "generated_tokens": g, "turn_tokens": [g]}
+        for c, o, t, g in ((True, "correct", 1, 5), (False, "wrong", 2, 7), (False, "wrong", 1, 3))
+    ]
     fig = figure({"accuracy": 1 / 3, "pass@1": 1 / 3}, rows, "t", max_new_tokens=8)
     fig.canvas.draw()
     for ax in fig.axes:
-        axis_ticks = [("y", ax.get_yticks())] + ([("x", ax.get_xticks())] if ax.get_xlabel().endswith("episode") or
-                                                 "tokens" in ax.get_xlabel() else [])
+        axis_ticks = [("y", ax.get_yticks())] + (
+            [("x", ax.get_xticks())] if ax.get_xlabel().endswith("episode") or "tokens" in ax.get_xlabel() else []
+        )
         for which, ticks in axis_ticks:
             assert all(float(t).is_integer() for t in ticks), (ax.get_title(), ax.get_xlabel(), which, ticks)
 
@@ -222,7 +296,10 @@ def test_replies_without_visible_text_are_shown_not_empty(tmp_path):
     report = (tmp_path / "report.md").read_text()
     assert "(empty)" not in report
     n = len(tok.encode("\n\n\n", add_special_tokens=False)) + 1  # and the end-of-turn token
-    assert f"(no visible text: {n} generated token(s), whitespace and special tokens only: `\\n\\n\\n<|im_end|>`)" in report
+    assert (
+        f"(no visible text: {n} generated token(s), whitespace and special tokens only: `\\n\\n\\n<|im_end|>`)"
+        in report
+    )
     assert "(no visible text: 3 generated token(s), special tokens only: `<pad><pad><|im_end|>`)" in report
     assert "whitespace and special tokens only: `  \\t<pad><|im_end|>`" in report
     # without a tokenizer to decode them: the text, escaped
@@ -230,7 +307,10 @@ def test_replies_without_visible_text_are_shown_not_empty(tmp_path):
     from turnrl.types import Message, Trajectory, Turn
 
     turn = Turn(index=0, action=Message(role="assistant", content="\n \n"), token_span=(4, 7))
-    assert shown_reply(Trajectory(turns=[turn]), turn) == "(no visible text: 3 generated token(s), whitespace only: `\\n \\n`)"
+    assert (
+        shown_reply(Trajectory(turns=[turn]), turn)
+        == "(no visible text: 3 generated token(s), whitespace only: `\\n \\n`)"
+    )
     turn = Turn(index=0, action=Message(role="assistant", content=""), token_span=(4, 4))
     assert shown_reply(Trajectory(turns=[turn]), turn) == "(empty: no tokens generated)"
 
@@ -239,21 +319,27 @@ def test_eval_on_a_split_that_is_not_held_out_says_so_first(tmp_path):
     """Issue 32 §4: the warning is at the top of `turnrl eval`'s output, before the model loads, not only in the
     report; none for the held-out split."""
     args = ["eval", "--agent", "tiny:chatml", "--limit", "1", "--max-new-tokens", "2"]
-    result = CliRunner().invoke(app, [*args, "--env", "turnrl/Arithmetic-v0", "--kw", "split=train", "--out",
-                                      str(tmp_path / "a")])
+    result = CliRunner().invoke(
+        app, [*args, "--env", "turnrl/Arithmetic-v0", "--kw", "split=train", "--out", str(tmp_path / "a")]
+    )
     assert result.exit_code == 0, result.output
-    assert result.output.startswith("warning: evaluating turnrl/Arithmetic-v0's 'train' split, which is NOT held out: "
-                                    "these are training tasks (its held-out split is 'test'"), result.output
-    result = CliRunner().invoke(app, [*args, "--env", "turnrl/Arithmetic-v0", "--kw", "split=validation", "--out",
-                                      str(tmp_path / "v")])
+    assert result.output.startswith(
+        "warning: evaluating turnrl/Arithmetic-v0's 'train' split, which is NOT held out: "
+        "these are training tasks (its held-out split is 'test'"
+    ), result.output
+    result = CliRunner().invoke(
+        app, [*args, "--env", "turnrl/Arithmetic-v0", "--kw", "split=validation", "--out", str(tmp_path / "v")]
+    )
     assert result.exit_code == 0, result.output  # a validation split is not training data: it says what it is for
-    assert result.output.startswith("note: evaluating turnrl/Arithmetic-v0's validation split 'validation': problems "
-                                    "training does not see"), result.output
+    assert result.output.startswith(
+        "note: evaluating turnrl/Arithmetic-v0's validation split 'validation': problems training does not see"
+    ), result.output
     assert "split: **validation** (validation: for choosing steps" in (tmp_path / "v" / "report.md").read_text()
     result = CliRunner().invoke(app, [*args, "--env", "toy_envs:tests/Upper-v0", "--out", str(tmp_path / "b")])
     assert result.exit_code == 0, result.output
     assert result.output.startswith("warning: toy_envs:tests/Upper-v0 declares no split, so turnrl cannot tell"), (
-        result.output)
+        result.output
+    )
     result = CliRunner().invoke(app, [*args, "--env", "turnrl/Arithmetic-v0", "--out", str(tmp_path / "c")])
     assert result.exit_code == 0 and "warning" not in result.output, result.output
 
@@ -275,11 +361,17 @@ def test_the_example_environment_is_evaluated_on_its_held_out_split(tmp_path):
         assert held_out_kwargs(env, {}) == {"split": "test"} and held_out_kwargs(env, {"split": "train"}) is None
         test = turnrl.make("examples/Units-v0", split="test")
         assert not {t.prompt for t in env.unwrapped.tasks} & {t.prompt for t in test.unwrapped.tasks}
-        m = evaluate(ScriptedAgent(tiny_tokenizer("chatml"), lambda p: "<answer>1</answer>"), "examples/Units-v0",
-                     limit=2, out=tmp_path)
+        m = evaluate(
+            ScriptedAgent(tiny_tokenizer("chatml"), lambda p: "<answer>1</answer>"),
+            "examples/Units-v0",
+            limit=2,
+            out=tmp_path,
+        )
         assert m["split"] == "test" and m["held_out"] is True
         assert [json.loads(x)["task_id"] for x in (tmp_path / "items.jsonl").read_text().splitlines()] == [
-            "units/test/0", "units/test/1"]
+            "units/test/0",
+            "units/test/1",
+        ]
     finally:
         del gym.registry["examples/Units-v0"]
         registry._REGISTERED.pop("examples/Units-v0", None)
@@ -296,8 +388,13 @@ def test_an_interrupted_evaluation_writes_what_finished_and_resumes(tmp_path, si
     from turnrl.rl.run.evaluate import EvaluationInterrupted
 
     agent = ScriptedAgent(tiny_tokenizer("chatml"), _arithmetic_policy)
-    kwargs = {"limit": 6, "samples": 2, "params": SamplingParams(temperature=0.0, max_new_tokens=12), "batch_episodes": 4,
-                  "agent_name": "scripted"}
+    kwargs = {
+        "limit": 6,
+        "samples": 2,
+        "params": SamplingParams(temperature=0.0, max_new_tokens=12),
+        "batch_episodes": 4,
+        "agent_name": "scripted",
+    }
     seen: list[str] = []
 
     def stop_at_five(traj):
@@ -323,19 +420,32 @@ def test_an_interrupted_evaluation_writes_what_finished_and_resumes(tmp_path, si
     assert len(seen) == 12 - done and m["resumed_episodes"] == done and "interrupted" not in m
     full = evaluate(agent, "turnrl/Arithmetic-v0", out=tmp_path / "full", **kwargs)
     assert items("run") == items("full")
-    same = lambda d: {k: v for k, v in d.items() if k not in ("wall_seconds", "generated_tokens_per_second",
-                                                           "resumed_episodes")}
+    same = lambda d: {
+        k: v for k, v in d.items() if k not in ("wall_seconds", "generated_tokens_per_second", "resumed_episodes")
+    }
     assert same(m) == same(full)
     streamed = (tmp_path / "run" / "trajectories.jsonl").read_text().splitlines()
-    assert sorted(json.loads(x)["metadata"]["job"] for x in streamed) == sorted(f"0-0-{i}-{s}" for i in range(6)
-                                                                                 for s in range(2))
+    assert sorted(json.loads(x)["metadata"]["job"] for x in streamed) == sorted(
+        f"0-0-{i}-{s}" for i in range(6) for s in range(2)
+    )
     report = lambda d: (tmp_path / d / "report.md").read_text().split("## Outcomes")[1]
     assert report("run") == report("full")  # the same outcomes, examples and configuration
 
 
 def test_eval_resume_refuses_other_settings_before_loading_a_model(tmp_path):
-    args = ["eval", "--env", "turnrl/Arithmetic-v0", "--agent", "tiny:chatml", "--limit", "2", "--max-new-tokens", "2",
-            "--out", str(tmp_path)]
+    args = [
+        "eval",
+        "--env",
+        "turnrl/Arithmetic-v0",
+        "--agent",
+        "tiny:chatml",
+        "--limit",
+        "2",
+        "--max-new-tokens",
+        "2",
+        "--out",
+        str(tmp_path),
+    ]
     assert CliRunner().invoke(app, args).exit_code == 0
     result = CliRunner().invoke(app, [*args, "--seed", "3", "--kw", "level=2", "--resume"])
     assert result.exit_code == 2

@@ -22,9 +22,15 @@ def _batch(long: int = 0):
 
     p1, p2 = rand(7), rand(4)
     rows = [  # (prompt, generated-or-env segments as (tokens, generated?))
-        (p1, [(rand(5), 1)]), (p1, [(rand(3), 1), (rand(2), 0), (rand(4), 1)]), (p1, [(rand(6 + long), 1)]),
-        (p2, [(rand(2), 1)]), (p2, [(rand(8), 1)]), (p2, [(rand(1), 1)]),
-        (rand(5), [(rand(4 + long), 1)]), (rand(6), []), (rand(3), [(rand(2), 1)]),
+        (p1, [(rand(5), 1)]),
+        (p1, [(rand(3), 1), (rand(2), 0), (rand(4), 1)]),
+        (p1, [(rand(6 + long), 1)]),
+        (p2, [(rand(2), 1)]),
+        (p2, [(rand(8), 1)]),
+        (p2, [(rand(1), 1)]),
+        (rand(5), [(rand(4 + long), 1)]),
+        (rand(6), []),
+        (rand(3), [(rand(2), 1)]),
     ]
     T = max(len(p) + sum(len(s) for s, _ in segs) for p, segs in rows)
     ids = torch.full((len(rows), T), PAD)
@@ -65,8 +71,9 @@ def test_forward_tokens_equals_the_plain_pass(share, temperature, long):
         seen.append(kwargs["input_ids"].numel())
 
     hook = model.register_forward_pre_hook(count, with_kwargs=True)
-    lp, ent, h = forward_tokens(model, ids, attn, temperature, hidden=True, loss_mask=mask, share_prefix=share,
-                                lanes=bool(long))
+    lp, ent, h = forward_tokens(
+        model, ids, attn, temperature, hidden=True, loss_mask=mask, share_prefix=share, lanes=bool(long)
+    )
     hook.remove()
     if long:  # the long rows ran apart: the short rows beside them were not padded to their length
         lanes_seen, seen = seen, []
@@ -142,8 +149,9 @@ def test_lanes_are_the_cheapest_cut(seed):
     lanes = lanes_of(spans, overhead)
     assert sorted(i for lane in lanes for i in lane) == list(range(n))
     tops = [max(spans[i] for i in lane) for lane in lanes]
-    assert tops == sorted(tops) and all(max(spans[i] for i in a) <= min(spans[i] for i in b)
-                                        for a, b in zip(lanes, lanes[1:]))
+    assert tops == sorted(tops) and all(
+        max(spans[i] for i in a) <= min(spans[i] for i in b) for a, b in zip(lanes, lanes[1:])
+    )
     assert _cost(spans, lanes, overhead) == _brute_force(spans, overhead)
 
 

@@ -28,10 +28,18 @@ turnrl.register("tests/StopProbe-v0", StopProbeEnv)
 
 
 def config(tmp_path, steps, algorithm, *, env="tests/Upper-v0", env_kwargs=None, rollout=None, optim=None, **extra):
-    return TrainConfig(model="tiny", env={"id": env, "kwargs": env_kwargs or {}}, algorithm=algorithm,
-                       rollout={"prompts_per_step": 4, "group_size": 4, "max_new_tokens": 6, **(rollout or {})},
-                       optim={"lr": 1e-2, "minibatch_size": 8, **(optim or {})}, steps=steps, eval_tasks=2,
-                       out_dir=str(tmp_path), save_trajectories=False, **extra)
+    return TrainConfig(
+        model="tiny",
+        env={"id": env, "kwargs": env_kwargs or {}},
+        algorithm=algorithm,
+        rollout={"prompts_per_step": 4, "group_size": 4, "max_new_tokens": 6, **(rollout or {})},
+        optim={"lr": 1e-2, "minibatch_size": 8, **(optim or {})},
+        steps=steps,
+        eval_tasks=2,
+        out_dir=str(tmp_path),
+        save_trajectories=False,
+        **extra,
+    )
 
 
 def train(cfg, model=None):
@@ -98,10 +106,13 @@ def test_held_episodes_dropped_as_stale_fire_the_stale_and_group_checks(tmp_path
 
     monkeypatch.setattr("turnrl.rl.run.driver.within_staleness", per_episode)
     old = train(config(tmp_path / "old", 6, TPPO_FINISHED, env_kwargs=RETRY, rollout=SHORT))
-    assert fired(old, "guard_partial_groups") and fired(old, "guard_partial_groups")[0] == fired(old, "stale_episodes")[0]
+    assert (
+        fired(old, "guard_partial_groups") and fired(old, "guard_partial_groups")[0] == fired(old, "stale_episodes")[0]
+    )
 
 
 # ---- bug 3: a stop string that straddles a window boundary ----
+
 
 def probe_stop(model, tok):
     """The first turn the model plays greedily on task 0, a window length that ends inside it and a stop string
@@ -126,9 +137,14 @@ def test_a_stop_string_missed_across_windows_fires_the_stop_check(tmp_path, monk
     cut, stop = probe_stop(model(), tok)
     monkeypatch.setattr(StopProbeEnv, "stop", (stop,))
     # near-greedy sampling and a learning rate that leaves the weights as they were: the run replays that turn
-    cfg = config(tmp_path / "clean", 5, {"name": "tppo", "window": cut, "value_warmup_steps": 0},
-                 env="tests/StopProbe-v0", rollout={"prompts_per_step": 1, "group_size": 2, "max_new_tokens": 10,
-                                                    "temperature": 1e-4}, optim={"lr": 1e-12})
+    cfg = config(
+        tmp_path / "clean",
+        5,
+        {"name": "tppo", "window": cut, "value_warmup_steps": 0},
+        env="tests/StopProbe-v0",
+        rollout={"prompts_per_step": 1, "group_size": 2, "max_new_tokens": 10, "temperature": 1e-4},
+        optim={"lr": 1e-12},
+    )
     clean = train(cfg, model())
     assert not fired(clean, "guard_violations")
     monkeypatch.setattr("turnrl.rollout.engine.stopped_across_pieces", lambda tok, before, c, stop: c)
@@ -138,6 +154,7 @@ def test_a_stop_string_missed_across_windows_fires_the_stop_check(tmp_path, monk
 
 
 # ---- the other checks, and bad input ----
+
 
 def test_tokens_changed_after_sampling_and_tokens_without_versions_fire(tmp_path):
     cfg = config(tmp_path, 1, {"name": "grpo"})
@@ -159,14 +176,17 @@ def test_tokens_changed_after_sampling_and_tokens_without_versions_fire(tmp_path
 
 
 def test_with_top_p_only_the_learners_excess_counts():
-    cfg = TrainConfig(model="tiny", env={"id": "tests/Upper-v0"}, rollout={"top_p": 0.9},
-                      optim={"recompute_logprobs": True})
+    cfg = TrainConfig(
+        model="tiny", env={"id": "tests/Upper-v0"}, rollout={"top_p": 0.9}, optim={"recompute_logprobs": True}
+    )
     nucleus = ConsistencyGuard(cfg.guard, cfg.rollout, backend="hf", sampled=True)
-    figures, failed = nucleus.check(1, [], [], {"lag0_tokens": 10, "logp_diff_lag0": 0.3, "lag0_gap_max": 1.2,
-                                                "lag0_excess_max": 1e-6})
+    figures, failed = nucleus.check(
+        1, [], [], {"lag0_tokens": 10, "logp_diff_lag0": 0.3, "lag0_gap_max": 1.2, "lag0_excess_max": 1e-6}
+    )
     assert not failed and figures["guard_logp_gap"] == 0.3  # the nucleus's μ is above π: expected
-    _, failed = nucleus.check(2, [], [], {"lag0_tokens": 10, "logp_diff_lag0": 0.3, "lag0_gap_max": 1.2,
-                                          "lag0_excess_max": 0.5})
+    _, failed = nucleus.check(
+        2, [], [], {"lag0_tokens": 10, "logp_diff_lag0": 0.3, "lag0_gap_max": 1.2, "lag0_excess_max": 0.5}
+    )
     assert failed and "exceeds the rollout's by up to 0.5" in failed[0]
 
 
@@ -174,15 +194,22 @@ def test_bad_guard_settings_are_refused_in_one_line(tmp_path):
     with pytest.raises(ValidationError, match="greater than or equal to 0"):
         config(tmp_path, 1, {"name": "grpo"}, guard={"logp_tolerance": -1})
     with pytest.raises(ValidationError, match="guard.strict compares the policy's own samples.*drop guard.strict"):
-        TrainConfig(model="tiny", env={"id": "tests/Upper-v0"}, algorithm={"name": "sft"},
-                    data={"path": "x.jsonl"}, guard={"strict": True})
+        TrainConfig(
+            model="tiny",
+            env={"id": "tests/Upper-v0"},
+            algorithm={"name": "sft"},
+            data={"path": "x.jsonl"},
+            guard={"strict": True},
+        )
     with pytest.raises(ValidationError, match="guard.enabled is false"):
         config(tmp_path, 1, {"name": "grpo"}, guard={"strict": True, "enabled": False})
     vllm = TrainConfig(model="tiny", env={"id": "tests/Upper-v0"}, placement="ray", ray={"rollout_backend": "vllm"})
     cfg = config(tmp_path, 1, {"name": "grpo"})
     hf = ConsistencyGuard(cfg.guard, cfg.rollout, backend=rollout_backend(cfg.placement, cfg.ray), sampled=True)
     assert (hf.mean_tol, hf.max_tol) == (1e-3, 5e-2)
-    on_vllm = ConsistencyGuard(vllm.guard, vllm.rollout, backend=rollout_backend(vllm.placement, vllm.ray), sampled=True)
+    on_vllm = ConsistencyGuard(
+        vllm.guard, vllm.rollout, backend=rollout_backend(vllm.placement, vllm.ray), sampled=True
+    )
     assert rollout_backend(vllm.placement, vllm.ray) == "vllm" and (on_vllm.mean_tol, on_vllm.max_tol) == (5e-2, None)
 
 
@@ -193,11 +220,13 @@ def test_the_train_command_says_a_strict_guards_failure_in_one_line(tmp_path, mo
 
     monkeypatch.setattr("turnrl.rl.core.learner.mark_weights_changed", lambda model: None)
     path = tmp_path / "c.yaml"
-    path.write_text("model: tiny:chatml\nenv: {id: tests/Upper-v0}\n"
-                    "algorithm: {name: tppo, window: 3, value_warmup_steps: 0}\n"
-                    "rollout: {prompts_per_step: 4, group_size: 4, max_new_tokens: 6}\n"
-                    "optim: {lr: 0.01, minibatch_size: 8}\nsteps: 5\neval_tasks: 2\nsave_trajectories: false\n"
-                    f"out_dir: {tmp_path / 'run'}\nguard: {{strict: true}}\n")
+    path.write_text(
+        "model: tiny:chatml\nenv: {id: tests/Upper-v0}\n"
+        "algorithm: {name: tppo, window: 3, value_warmup_steps: 0}\n"
+        "rollout: {prompts_per_step: 4, group_size: 4, max_new_tokens: 6}\n"
+        "optim: {lr: 0.01, minibatch_size: 8}\nsteps: 5\neval_tasks: 2\nsave_trajectories: false\n"
+        f"out_dir: {tmp_path / 'run'}\nguard: {{strict: true}}\n"
+    )
     result = CliRunner().invoke(app, ["train", str(path)])
     assert result.exit_code == 2, result.output
     error = [line for line in result.output.splitlines() if line.startswith("error:")]

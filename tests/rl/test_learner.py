@@ -18,9 +18,15 @@ from turnrl.verifiers.base import Verdict
 
 
 def cfg(algo="dapo", **optim):
-    return TrainConfig.model_validate({"model": "tiny", "env": {"id": "tests/Upper-v0"}, "algorithm": algo,
-                                       "rollout": {"prompts_per_step": 2, "group_size": 4, "max_new_tokens": 6},
-                                       "optim": {"lr": 1e-2, **optim}})
+    return TrainConfig.model_validate(
+        {
+            "model": "tiny",
+            "env": {"id": "tests/Upper-v0"},
+            "algorithm": algo,
+            "rollout": {"prompts_per_step": 2, "group_size": 4, "max_new_tokens": 6},
+            "optim": {"lr": 1e-2, **optim},
+        }
+    )
 
 
 def episodes(n_groups=2, size=4, seed=0):
@@ -31,15 +37,18 @@ def episodes(n_groups=2, size=4, seed=0):
 
     envs = [turnrl.make("tests/Upper-v0") for _ in range(n_groups * size)]
     trajs = Rollout(HFAgent(model, tok), SamplingParams(temperature=1.0, max_new_tokens=6, seed=seed)).run(
-        envs, options=[{"index": g} for g in range(n_groups) for _ in range(size)],
-        group_ids=[f"g{g}" for g in range(n_groups) for _ in range(size)])
+        envs,
+        options=[{"index": g} for g in range(n_groups) for _ in range(size)],
+        group_ids=[f"g{g}" for g in range(n_groups) for _ in range(size)],
+    )
     out = []
     for k, t in enumerate(trajs):  # distinct rewards (every group has a signal) and lengths (k % 4 tokens cut)
         cut = k % 4
         s, e = t.turns[-1].token_span
         data = t.model_dump()
-        data["token_ids"], data["loss_mask"], data["logprobs"] = (data[f][: len(data[f]) - cut]
-                                                                   for f in ("token_ids", "loss_mask", "logprobs"))
+        data["token_ids"], data["loss_mask"], data["logprobs"] = (
+            data[f][: len(data[f]) - cut] for f in ("token_ids", "loss_mask", "logprobs")
+        )
         data["turns"][-1]["token_span"] = (s, e - cut)
         data["turns"][-1]["reward"] = float(k % 3)
         out.append(Trajectory.model_validate(data))
@@ -123,8 +132,11 @@ class _Silent:
 
 class _Generous(ToolEnv):
     def __init__(self, **kw):
-        super().__init__([Task(id="a", prompt="Say anything.", answer="")],
-                         verifier=lambda text, ref: Verdict(correct=True, score=1.0), **kw)
+        super().__init__(
+            [Task(id="a", prompt="Say anything.", answer="")],
+            verifier=lambda text, ref: Verdict(correct=True, score=1.0),
+            **kw,
+        )
 
 
 def test_a_rewarded_turn_without_tokens_is_an_error_episode_not_a_crash():
@@ -253,8 +265,10 @@ def test_a_token_budget_bounds_every_pass_and_changes_no_number():
     base = {"minibatch_size": 8, "grad_accum": 1, "recompute_logprobs": True}
     plain, split = learner(cfg(algo, **base), tok), learner(cfg(algo, micro_tokens=budget, **base), tok)
     passes: list[tuple[int, int]] = []
-    hooks = [m.register_forward_pre_hook(lambda _, args, kw: passes.append(tuple(kw["input_ids"].shape)),
-                                         with_kwargs=True) for m in (split.model, split.ref_model)]
+    hooks = [
+        m.register_forward_pre_hook(lambda _, args, kw: passes.append(tuple(kw["input_ids"].shape)), with_kwargs=True)
+        for m in (split.model, split.ref_model)
+    ]
     before = [p.detach().clone() for p in (*plain.model.parameters(), *plain.value_head.parameters())]
     a, b = plain.update(trajs), split.update(trajs)
     for h in hooks:
@@ -263,6 +277,7 @@ def test_a_token_budget_bounds_every_pass_and_changes_no_number():
     assert len([p for p in passes if p[0] > 1]) > 0 and max(rows for rows, _ in passes) < 8  # split, not row by row
     for key in ("loss", "value_loss", "grad_norm", "ratio_mean", "kl", "rollout_logp_diff"):
         assert b[key] == pytest.approx(a[key], rel=1e-4, abs=1e-6), key
+
     # the new weights: the same step (Adam's first step is about ±lr wherever a gradient is not ~0, so compare the
     # whole step, not each parameter whose gradient is rounding noise)
     def step(lrn):

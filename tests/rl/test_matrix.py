@@ -33,21 +33,37 @@ FACTORS: dict[str, list] = {
     "max_staleness": [0, 1],
 }
 
-ALGORITHMS = {"grpo": {"name": "grpo"}, "ppo": {"name": "ppo"},
-              "tppo-window": {"name": "tppo", "window": 2, "value_warmup_steps": 0},
-              # windows of 4 tokens: some episodes finish within the two steps (with 2 none did, and none trained)
-              "tppo-finished": {"name": "tppo", "window": 4, "value_warmup_steps": 0, "train_on": "finished"}}
+ALGORITHMS = {
+    "grpo": {"name": "grpo"},
+    "ppo": {"name": "ppo"},
+    "tppo-window": {"name": "tppo", "window": 2, "value_warmup_steps": 0},
+    # windows of 4 tokens: some episodes finish within the two steps (with 2 none did, and none trained)
+    "tppo-finished": {"name": "tppo", "window": 4, "value_warmup_steps": 0, "train_on": "finished"},
+}
 
 
 def settings(combo: dict, out_dir: str = "runs/matrix") -> dict:
     """The run config of one combination: two steps of 2 tasks × 4 samples, up to two tries per episode (so that
     episodes have several turns, and KV caches something to reuse)."""
-    data = {"model": "tiny", "env": {"id": "tests/Upper-v0", "kwargs": {"retry": True, "max_turns": 2}},
-            "algorithm": ALGORITHMS[combo["algorithm"]], "placement": combo["placement"],
-            "rollout": {"prompts_per_step": 2, "group_size": 4, "max_new_tokens": 4, "seed_per_episode": True,
-                        "kv_cache_mb": 64 if combo["kv"] else 0, "continuous_batching": combo["continuous"],
-                        "max_staleness": combo["max_staleness"]},
-            "optim": {"lr": 1e-2, "minibatch_size": 8}, "steps": 2, "eval_tasks": 2, "out_dir": out_dir}
+    data = {
+        "model": "tiny",
+        "env": {"id": "tests/Upper-v0", "kwargs": {"retry": True, "max_turns": 2}},
+        "algorithm": ALGORITHMS[combo["algorithm"]],
+        "placement": combo["placement"],
+        "rollout": {
+            "prompts_per_step": 2,
+            "group_size": 4,
+            "max_new_tokens": 4,
+            "seed_per_episode": True,
+            "kv_cache_mb": 64 if combo["kv"] else 0,
+            "continuous_batching": combo["continuous"],
+            "max_staleness": combo["max_staleness"],
+        },
+        "optim": {"lr": 1e-2, "minibatch_size": 8},
+        "steps": 2,
+        "eval_tasks": 2,
+        "out_dir": out_dir,
+    }
     if combo["lora"]:
         data["learner"] = {"lora": {"r": 4}}
     if combo["placement"] == "ray":
@@ -157,8 +173,10 @@ def test_each_combination_runs_consistently_or_is_refused_before_a_model_loads(c
             newest = [v for v, m in zip(t.token_versions[start:], t.loss_mask[start:]) if m]
             if combo["max_staleness"] == 0 and newest and combo["algorithm"] != "tppo-finished":
                 assert set(newest) == {step - 1}  # synchronous: this step's tokens, the weights being updated
-            assert step - 1 - min(newest or versions) <= max(combo["max_staleness"], 0) or \
-                combo["algorithm"] == "tppo-finished"
+            assert (
+                step - 1 - min(newest or versions) <= max(combo["max_staleness"], 0)
+                or combo["algorithm"] == "tppo-finished"
+            )
     assert trained_in_run > 0  # the checks above ran on episodes the learner trained
 
 

@@ -17,7 +17,8 @@ def steps(**series):
     """Training-step records from equal-length series, after a step-0 evaluation record."""
     n = len(next(iter(series.values())))
     return [{"step": 0.0, "eval_success": series.pop("eval0", 0.2)}] + [
-        {"step": float(i + 1), **{k: v[i] for k, v in series.items()}} for i in range(n)]
+        {"step": float(i + 1), **{k: v[i] for k, v in series.items()}} for i in range(n)
+    ]
 
 
 def test_entropy_and_signal_and_length_limit():
@@ -62,13 +63,30 @@ def test_held_out_divergence_against_the_evaluation_before_training():
 
 
 def test_check_health_on_a_healthy_and_a_hacked_run():
-    healthy = steps(reward_mean=[0.2, 0.3, 0.4], entropy=[0.9, 0.8, 0.8], zero_variance_groups=[0.25, 0.25, 0.5],
-                    response_length=[20, 18, 17], rewarded_incorrect=[0.0, 0.0, 0.0])
-    info = {"reward_mean": 0.5, "entropy": 0.7, "zero_variance_groups": 0.25, "response_length": 16,
-            "rewarded_incorrect": 0.0, "eval_success": 0.5}
+    healthy = steps(
+        reward_mean=[0.2, 0.3, 0.4],
+        entropy=[0.9, 0.8, 0.8],
+        zero_variance_groups=[0.25, 0.25, 0.5],
+        response_length=[20, 18, 17],
+        rewarded_incorrect=[0.0, 0.0, 0.0],
+    )
+    info = {
+        "reward_mean": 0.5,
+        "entropy": 0.7,
+        "zero_variance_groups": 0.25,
+        "response_length": 16,
+        "rewarded_incorrect": 0.0,
+        "eval_success": 0.5,
+    }
     assert check_health(healthy, info, max_new_tokens=48) == []
-    hacked = {**info, "entropy": 0.01, "zero_variance_groups": 1.0, "response_length": 63,
-              "rewarded_incorrect": 1.0, "eval_success": 0.0}
+    hacked = {
+        **info,
+        "entropy": 0.01,
+        "zero_variance_groups": 1.0,
+        "response_length": 63,
+        "rewarded_incorrect": 1.0,
+        "eval_success": 0.0,
+    }
     assert len(check_health(healthy, hacked, max_new_tokens=64)) == 6  # 63 tokens: the limit, and 3.4x the start
 
 

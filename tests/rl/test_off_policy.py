@@ -36,8 +36,11 @@ def test_a_token_the_sampler_found_unlikely_weighs_the_cap_not_the_raw_ratio():
     prox = torch.tensor([[-0.1, -1.0, -2.0]])
     mu = torch.tensor([[-9.0, -1.0, -1.5]])  # token 0: μ ≪ π_prox (raw ratio e^8.9); token 2: π_prox < μ
     w, m = behaviour_weights(prox, mu, torch.ones(1, 3), 2.0)
-    assert w[0, 0].item() == 2.0 and w[0, 1].item() == 1.0 and w[0, 2].item() == pytest.approx(float(torch.exp(
-        torch.tensor(-0.5))))  # truncation from above only
+    assert (
+        w[0, 0].item() == 2.0
+        and w[0, 1].item() == 1.0
+        and w[0, 2].item() == pytest.approx(float(torch.exp(torch.tensor(-0.5))))
+    )  # truncation from above only
     assert float(m["is_weight_clipped"]) == pytest.approx(1 / 3) and float(m["is_weight_max"]) == 2.0
     with pytest.raises(ValueError, match=">= 1"):
         behaviour_weights(prox, mu, torch.ones(1, 3), 0.5)
@@ -60,9 +63,14 @@ def test_no_gradient_flows_through_the_weight():
 
 
 def config(**optim):
-    return TrainConfig.model_validate({"model": "tiny", "env": {"id": "tests/Upper-v0"},
-                                       "algorithm": {"name": "grpo", "behaviour_is_cap": 2.0},
-                                       "optim": {"lr": 1e-2, **optim}})
+    return TrainConfig.model_validate(
+        {
+            "model": "tiny",
+            "env": {"id": "tests/Upper-v0"},
+            "algorithm": {"name": "grpo", "behaviour_is_cap": 2.0},
+            "optim": {"lr": 1e-2, **optim},
+        }
+    )
 
 
 def test_the_option_needs_the_learners_own_logprobs():
@@ -86,6 +94,7 @@ def test_a_learner_step_weighs_the_samples_of_another_policy():
 
 
 # ---- masked importance sampling and IcePop (docs/algorithms.md §11; issue 66) ----
+
 
 def test_every_variant_is_one_and_leaves_the_loss_as_section_0s_when_the_sampler_is_the_proximal_policy():
     from turnrl.rl.formulas.importance import off_policy_weights
@@ -160,9 +169,14 @@ def test_a_learner_step_takes_each_variant(mode):
     tok = tiny_tokenizer("chatml")
     trajs, _, _ = bandit(tok, tiny_model(tok, seed=7))
     cap = 5.0 if mode == "icepop" else 2.0
-    cfg = TrainConfig.model_validate({"model": "tiny", "env": {"id": "tests/Upper-v0"},
-                                      "algorithm": {"name": "grpo", "behaviour_is_cap": cap, "behaviour_is": mode},
-                                      "optim": {"lr": 1e-2, "recompute_logprobs": True}})
+    cfg = TrainConfig.model_validate(
+        {
+            "model": "tiny",
+            "env": {"id": "tests/Upper-v0"},
+            "algorithm": {"name": "grpo", "behaviour_is_cap": cap, "behaviour_is": mode},
+            "optim": {"lr": 1e-2, "recompute_logprobs": True},
+        }
+    )
     info = learner_of(cfg, tiny_model(tok, seed=1), tok).update(trajs)
     assert "is_weight_masked" in info and 0 <= info["is_weight_masked"] <= 1
     assert torch.isfinite(torch.tensor(info["loss"]))
@@ -170,13 +184,25 @@ def test_a_learner_step_takes_each_variant(mode):
 
 def test_a_variant_without_its_cap_is_refused_with_what_to_set():
     with pytest.raises(ValidationError, match="behaviour_is=icepop.*set algorithm.behaviour_is_cap"):
-        TrainConfig.model_validate({"model": "tiny", "env": {"id": "tests/Upper-v0"},
-                                    "algorithm": {"name": "grpo", "behaviour_is": "icepop"},
-                                    "optim": {"recompute_logprobs": True}})
+        TrainConfig.model_validate(
+            {
+                "model": "tiny",
+                "env": {"id": "tests/Upper-v0"},
+                "algorithm": {"name": "grpo", "behaviour_is": "icepop"},
+                "optim": {"recompute_logprobs": True},
+            }
+        )
 
 
-@pytest.mark.parametrize("split", [{"minibatch_size": 4, "grad_accum": 2}, {"minibatch_size": 2, "grad_accum": 4},
-                                   {"minibatch_size": 1, "grad_accum": 8}, {"minibatch_size": 2, "epochs": 2}])
+@pytest.mark.parametrize(
+    "split",
+    [
+        {"minibatch_size": 4, "grad_accum": 2},
+        {"minibatch_size": 2, "grad_accum": 4},
+        {"minibatch_size": 1, "grad_accum": 8},
+        {"minibatch_size": 2, "epochs": 2},
+    ],
+)
 def test_counts_and_maxima_do_not_depend_on_how_the_update_is_split(split):
     """Row k's sampler log-probabilities are off by 0.25 (k − 3) nats a token, so ρ_seq = e^{0.25 (k − 3)}: three of the
     eight sequences are masked (C = 2) and the largest weight kept is e^0.5, whatever the micro-batches."""
@@ -192,13 +218,17 @@ def test_counts_and_maxima_do_not_depend_on_how_the_update_is_split(split):
         skewed.append(Trajectory.model_validate(data))
 
     def update(**optim):
-        cfg = TrainConfig.model_validate({"model": "tiny", "env": {"id": "tests/Upper-v0"},
-                                          "algorithm": {"name": "grpo", "behaviour_is_cap": 2.0,
-                                                        "behaviour_is": "mask-sequence"},
-                                          "optim": {"lr": 1e-2, "recompute_logprobs": True, **optim}})
+        cfg = TrainConfig.model_validate(
+            {
+                "model": "tiny",
+                "env": {"id": "tests/Upper-v0"},
+                "algorithm": {"name": "grpo", "behaviour_is_cap": 2.0, "behaviour_is": "mask-sequence"},
+                "optim": {"lr": 1e-2, "recompute_logprobs": True, **optim},
+            }
+        )
         return learner_of(cfg, tiny_model(tok), tok).update(skewed)
 
     whole, split = update(minibatch_size=8, grad_accum=1), update(**split)
-    assert whole["is_sequences_masked"] == 3.0 and whole["is_weight_max"] == pytest.approx(float(torch.e ** 0.5))
+    assert whole["is_sequences_masked"] == 3.0 and whole["is_weight_max"] == pytest.approx(float(torch.e**0.5))
     assert split["is_sequences_masked"] == whole["is_sequences_masked"]
     assert split["is_weight_max"] == pytest.approx(whole["is_weight_max"])

@@ -66,8 +66,9 @@ def test_prefix_tree_equals_separate_rows(temperature, lanes):
     ref_model, model = tiny_model(tok, seed=1).train(), tiny_model(tok, seed=1).train()
     seen: list[int] = []
     hook = model.register_forward_pre_hook(lambda _, a, k: seen.append(k["input_ids"].numel()), with_kwargs=True)
-    lp, ent, h = forward_tokens(model, ids, attn, temperature, hidden=True, loss_mask=mask, prefix_tree=True,
-                                lanes=lanes)
+    lp, ent, h = forward_tokens(
+        model, ids, attn, temperature, hidden=True, loss_mask=mask, prefix_tree=True, lanes=lanes
+    )
     hook.remove()
     ref_lp, ref_ent, ref_h = forward_tokens(ref_model, ids, attn, temperature, hidden=True, loss_mask=mask)
     real = attn > 0  # every position: observations after a row's first generated token are scored too
@@ -111,7 +112,11 @@ def test_a_row_ending_inside_a_short_shared_run_and_answers_that_open_alike():
     model = tiny_model(tok, seed=3)
     g = torch.Generator().manual_seed(11)
     short = _rand(g, 15)
-    ended = [(short, [0] * 10 + [1] * 5), (short + _rand(g, 10), [0] * 10 + [1] * 15), (_rand(g, 12), [0] * 4 + [1] * 8)]
+    ended = [
+        (short, [0] * 10 + [1] * 5),
+        (short + _rand(g, 10), [0] * 10 + [1] * 15),
+        (_rand(g, 12), [0] * 4 + [1] * 8),
+    ]
     prompt, opening = _rand(g, 60), _rand(g, 16)
     alike = [(prompt + opening[:k] + _rand(g, 30 - k), [0] * 60 + [1] * 30) for k in range(16)]
     for rows in (ended, alike):
@@ -121,8 +126,9 @@ def test_a_row_ending_inside_a_short_shared_run_and_answers_that_open_alike():
             seen: list[int] = []
             hook = model.register_forward_pre_hook(lambda _, a, k, seen=seen: seen.append(1), with_kwargs=True)
             with torch.no_grad():
-                out[tree] = forward_tokens(model, ids, attn, hidden=True, loss_mask=mask, share_prefix=True,
-                                           prefix_tree=tree)
+                out[tree] = forward_tokens(
+                    model, ids, attn, hidden=True, loss_mask=mask, share_prefix=True, prefix_tree=tree
+                )
             hook.remove()
             calls[tree] = len(seen)
         (lp, ent, h), ref = out[True], out[False]

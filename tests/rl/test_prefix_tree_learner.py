@@ -38,14 +38,29 @@ def tree_leaves(task: int, rng: random.Random) -> list[Trajectory]:
                 tokens += said + seen
                 mask += [1] * len(said) + [0] * len(seen)
                 logps += [-1.0] * len(said) + [0.0] * len(seen)
-                turns.append(Turn(index=i, role="policy", action=Message(role="assistant", content="x"),
-                                  reward=float(rng.random() < 0.5) if i == 2 else 0.0,
-                                  token_span=(start, start + len(said))))
+                turns.append(
+                    Turn(
+                        index=i,
+                        role="policy",
+                        action=Message(role="assistant", content="x"),
+                        reward=float(rng.random() < 0.5) if i == 2 else 0.0,
+                        token_span=(start, start + len(said)),
+                    )
+                )
             root = f"task{task}"
             path = [root, f"{root}.{a}", f"{root}.{a}.{b}"]
-            leaves.append(Trajectory(env_id="t", group_id=root, turns=turns, token_ids=tokens, loss_mask=mask,
-                                     logprobs=logps, terminated=True,
-                                     metadata={"tree": {"root": root, "path": path, "branch_turns": [1, 2]}}))
+            leaves.append(
+                Trajectory(
+                    env_id="t",
+                    group_id=root,
+                    turns=turns,
+                    token_ids=tokens,
+                    loss_mask=mask,
+                    logprobs=logps,
+                    terminated=True,
+                    metadata={"tree": {"root": root, "path": path, "branch_turns": [1, 2]}},
+                )
+            )
     return leaves
 
 
@@ -53,10 +68,19 @@ def _grads(trajectories, prefix_tree: bool, minibatch: int, accum: int, lora: bo
     """The gradients at the first optimizer step of a tiny learner (and its metrics)."""
     from turnrl.rl.run.trainer import TrainConfig
 
-    cfg = TrainConfig(model="tiny", env=ENV, algorithm={"name": "grpo", "advantage": "tree"},
-                      rollout={"prompts_per_step": 2, "group_size": 4, "max_new_tokens": 20, "tree": TREE},
-                      optim={"lr": 1e-3, "minibatch_size": minibatch, "grad_accum": accum, "prefix_tree": prefix_tree,
-                             "recompute_logprobs": True})
+    cfg = TrainConfig(
+        model="tiny",
+        env=ENV,
+        algorithm={"name": "grpo", "advantage": "tree"},
+        rollout={"prompts_per_step": 2, "group_size": 4, "max_new_tokens": 20, "tree": TREE},
+        optim={
+            "lr": 1e-3,
+            "minibatch_size": minibatch,
+            "grad_accum": accum,
+            "prefix_tree": prefix_tree,
+            "recompute_logprobs": True,
+        },
+    )
     tok = tiny_tokenizer("chatml")
     model = tiny_model(tok, seed=1)
     if lora:

@@ -35,10 +35,16 @@ def fair_judge(prompt: str) -> str:
 
 
 def episode(task: int, reply: str, reward: float, correct: bool | None, *, terminated=True, sample=0):
-    turn = Turn(index=0, action=Message(role="assistant", content=reply), reward=reward, terminated=terminated,
-                info={"correct": correct})
-    return Trajectory(turns=[turn], terminated=terminated, truncated=not terminated,
-                      metadata={"job": Job(0, 0, task, sample).key})
+    turn = Turn(
+        index=0,
+        action=Message(role="assistant", content=reply),
+        reward=reward,
+        terminated=terminated,
+        info={"correct": correct},
+    )
+    return Trajectory(
+        turns=[turn], terminated=terminated, truncated=not terminated, metadata={"job": Job(0, 0, task, sample).key}
+    )
 
 
 def bound(env=None, agent=None, **cfg):
@@ -57,16 +63,22 @@ def test_auto_routes_numbers_to_the_rule_and_text_to_the_judge():
 def test_the_judge_replaces_the_reward_of_judged_tasks_and_keeps_the_rules_beside_it():
     agent = ScriptedAgent(TOK, fair_judge)
     reward = bound(agent=agent)
-    trajs = [episode(0, "The answer is 7.", 1.0, True),     # arithmetic: the rule's reward stays
-             episode(1, "paris.", 0.0, False),               # capitals: the rule missed it, the judge credits it
-             episode(3, "Kyoto", 1.0, True),                 # a rule that paid wrongly: the judge says NO
-             episode(5, "Lima", 0.0, None, terminated=False)]  # cut before answering: not judged, keeps its 0
+    trajs = [
+        episode(0, "The answer is 7.", 1.0, True),  # arithmetic: the rule's reward stays
+        episode(1, "paris.", 0.0, False),  # capitals: the rule missed it, the judge credits it
+        episode(3, "Kyoto", 1.0, True),  # a rule that paid wrongly: the judge says NO
+        episode(5, "Lima", 0.0, None, terminated=False),
+    ]  # cut before answering: not judged, keeps its 0
     reward.apply(trajs)
     assert len(agent.calls) == 1 and len(agent.calls[0]) == 2  # one batch, judged episodes only
     a, b, c, d = trajs
     assert (a.total_reward, a.turns[-1].info["reward_source"]) == (1.0, "rule")
     assert (b.total_reward, b.correct, b.turns[-1].info["rule_reward"], b.turns[-1].info["judge_label"]) == (
-        1.0, True, 0.0, "YES")
+        1.0,
+        True,
+        0.0,
+        "YES",
+    )
     assert (c.total_reward, c.correct, c.turns[-1].info["rule_correct"]) == (0.0, False, True)
     assert d.total_reward == 0.0 and d.turns[-1].info["reward_source"] == "rule"
     m = reward_metrics(trajs)
@@ -126,18 +138,32 @@ def test_a_long_reply_is_cut_from_the_front():
 
 # ---- settings that cannot work ----
 
+
 def run_config(tmp_path, **extra):
-    return TrainConfig.model_validate({
-        "model": "tiny", "env": {"id": "tests/Capitals-v0"},
-        "rollout": {"prompts_per_step": 2, "group_size": 2, "max_new_tokens": 4},
-        "optim": {"lr": 1e-2, "minibatch_size": 4}, "steps": 2, "eval_tasks": 2, "out_dir": str(tmp_path),
-        **extra})
+    return TrainConfig.model_validate(
+        {
+            "model": "tiny",
+            "env": {"id": "tests/Capitals-v0"},
+            "rollout": {"prompts_per_step": 2, "group_size": 2, "max_new_tokens": 4},
+            "optim": {"lr": 1e-2, "minibatch_size": 4},
+            "steps": 2,
+            "eval_tasks": 2,
+            "out_dir": str(tmp_path),
+            **extra,
+        }
+    )
 
 
 def test_bad_reward_specs_fail_before_a_model_loads(tmp_path):
     with pytest.raises(ValueError, match="does not score fresh episodes"):
-        TrainConfig.model_validate({"env": {"id": "tests/Capitals-v0"}, "algorithm": {"name": "sft"},
-                                    "data": {"path": "x.jsonl"}, "reward": {"judge": "policy"}})
+        TrainConfig.model_validate(
+            {
+                "env": {"id": "tests/Capitals-v0"},
+                "algorithm": {"name": "sft"},
+                "data": {"path": "x.jsonl"},
+                "reward": {"judge": "policy"},
+            }
+        )
     with pytest.raises(ValueError, match="only the fields"):
         RewardConfig(template="Q: {question} A: {answer}")
     with pytest.raises(ValueError, match=r"\{prediction\}"):
@@ -146,13 +172,19 @@ def test_bad_reward_specs_fail_before_a_model_loads(tmp_path):
         RewardConfig(route={"capitals": "maybe"})
     # no model is given: these fail while the source is built, before the model would load
     with pytest.raises(ValueError, match=r"does not have.*arith, capitals"):
-        Trainer(run_config(tmp_path, env={"id": "turnrl/Mixture-v0", "kwargs": {"envs": [ARITH, CAPS]}},
-                           reward={"route": {"hotpotqa": "judge"}}))
+        Trainer(
+            run_config(
+                tmp_path,
+                env={"id": "turnrl/Mixture-v0", "kwargs": {"envs": [ARITH, CAPS]}},
+                reward={"route": {"hotpotqa": "judge"}},
+            )
+        )
     with pytest.raises(ValueError, match="task_at"):
         Trainer(run_config(tmp_path, env={"id": "tests/ToyPAG-v0"}, reward={"default": "judge"}))
 
 
 # ---- in a run ----
+
 
 def test_a_run_scores_its_episodes_with_a_separate_judge_model(tmp_path, one_thread):
     tok = tiny_tokenizer("chatml")

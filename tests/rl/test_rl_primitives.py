@@ -34,6 +34,7 @@ def rand(B, T, seed=0):
 
 # ---- §0 masked GAE ----
 
+
 def test_gae_with_gamma_lambda_one_is_monte_carlo_return_minus_value():
     r, v = rand(3, 7), rand(3, 7, 1)
     mask = torch.ones(3, 7)
@@ -106,6 +107,7 @@ def test_padded_truncated_row_keeps_its_bootstrap(cut):
 
 # ---- §0 group normalization, whitening ----
 
+
 @settings(max_examples=50, deadline=None)
 @given(st.lists(st.floats(-10, 10), min_size=2, max_size=24), st.integers(1, 4))
 def test_group_normalized_advantages_sum_to_zero(scores, groups):
@@ -126,7 +128,9 @@ def test_whitening_and_role_whitening():
     x, mask = rand(2, 6), torch.tensor([[1, 1, 1, 0, 1, 1], [1, 0, 1, 1, 1, 1]])
     w = masked_whiten(x, mask)
     sel = mask.bool()
-    assert abs(w[sel].mean().item()) < 1e-9 and abs(w[sel].var(unbiased=False).item() - 1) < 1e-6 and (w[~sel] == 0).all()
+    assert (
+        abs(w[sel].mean().item()) < 1e-9 and abs(w[sel].var(unbiased=False).item() - 1) < 1e-6 and (w[~sel] == 0).all()
+    )
     roles = torch.tensor([[0, 0, 1, 1, 1, 0], [1, 1, 0, 0, 0, 1]])
     rw = role_whiten(x * 10 + roles * 100, mask, roles)
     for role in (0, 1):
@@ -135,6 +139,7 @@ def test_whitening_and_role_whitening():
 
 
 # ---- §0 losses ----
+
 
 def test_at_ratio_one_the_clipped_loss_is_minus_a():
     adv, mask = rand(2, 5), torch.ones(2, 5)
@@ -177,6 +182,7 @@ def test_aggregation_ignores_extra_padding(mode):
 
 
 # ---- §4 DAPO: clip-higher, dual clip, overlong punishment ----
+
 
 def grad_of(ratio, adv, **kw):
     lp = torch.log(torch.tensor([[ratio]])).requires_grad_(True)
@@ -227,6 +233,7 @@ def test_on_last_token_puts_a_sequence_value_on_its_last_generated_token():
 
 # ---- §3 VAPO ----
 
+
 def test_length_adaptive_lambda():
     lengths = torch.tensor([10.0, 20.0, 21.0, 100.0, 1000.0])
     lam = length_adaptive_lambda(lengths, alpha=0.05)
@@ -259,8 +266,9 @@ def test_clipped_value_loss():
     loss, _ = clipped_value_loss(torch.tensor([[0.1]]), old, torch.tensor([[1.0]]), torch.ones(1, 1))
     assert loss.item() == pytest.approx(0.5 * 0.81)
     _good, _m = clipped_value_loss(ret + 0, ret + 0, torch.tensor([[1.0, 2.0]]), torch.ones(1, 2))
-    perfect = clipped_value_loss(torch.tensor([[1.0, 2.0]]), torch.tensor([[1.0, 2.0]]), torch.tensor([[1.0, 2.0]]),
-                                 torch.ones(1, 2))[1]
+    perfect = clipped_value_loss(
+        torch.tensor([[1.0, 2.0]]), torch.tensor([[1.0, 2.0]]), torch.tensor([[1.0, 2.0]]), torch.ones(1, 2)
+    )[1]
     assert perfect["explained_variance"].item() == pytest.approx(1.0)
     flat = clipped_value_loss(torch.tensor([[0.3, 0.1]]), torch.zeros(1, 2), torch.zeros(1, 2), torch.ones(1, 2))[1]
     assert flat["explained_variance"].item() == 0.0  # constant returns: undefined, reported as 0

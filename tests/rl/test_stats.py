@@ -41,8 +41,14 @@ def test_critical_values_match_the_tables():
     assert z_value(0.95) == pytest.approx(1.959963985, abs=1e-9)
     assert z_value(0.90) == pytest.approx(1.644853627, abs=1e-9)
     # two-sided 95% Student-t values from the tables, odd and even degrees of freedom
-    for df, t in [(1, 12.706204736), (2, 4.302652730), (3, 3.182446305), (4, 2.776445105), (9, 2.262157163),
-                  (30, 2.042272456)]:
+    for df, t in [
+        (1, 12.706204736),
+        (2, 4.302652730),
+        (3, 3.182446305),
+        (4, 2.776445105),
+        (9, 2.262157163),
+        (30, 2.042272456),
+    ]:
         assert t_value(0.95, df) == pytest.approx(t, abs=1e-8)
     assert t_value(0.99, 5) == pytest.approx(4.032142984, abs=1e-8)
     with pytest.raises(ValueError, match="degree of freedom"):
@@ -71,8 +77,9 @@ def test_mean_interval_on_outcomes_uses_wilson_and_the_binomial_se():
 def test_mean_interval_on_fractions_uses_the_normal_interval():
     got = mean_interval([0.5, 1.0, 0.0])
     se = 0.5 / math.sqrt(3)  # sample std (ddof=1) 0.5 over sqrt(3)
-    assert got == Interval(0.5, pytest.approx(se), pytest.approx(0.5 - 1.959963985 * se),
-                           pytest.approx(0.5 + 1.959963985 * se), 3)
+    assert got == Interval(
+        0.5, pytest.approx(se), pytest.approx(0.5 - 1.959963985 * se), pytest.approx(0.5 + 1.959963985 * se), 3
+    )
 
 
 def test_mean_interval_of_nothing_is_nan_and_of_one_fraction_has_no_width():

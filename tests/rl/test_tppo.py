@@ -34,8 +34,14 @@ def play(agent, window, n=3, version=None):
     """Play n episodes greedily, in windows of ``window`` tokens (None: all at once); snapshots of each window."""
     steps = []
     rollout = Rollout(agent, SamplingParams(temperature=0.0, max_new_tokens=10), policy_version=version)
-    eps = rollout.start(arithmetic_envs(n, steps), seeds=[0] * n, options=[{"index": i} for i in range(n)],
-                        group_ids=[None] * n, sample_seeds=[None] * n, metadata=[{}] * n)
+    eps = rollout.start(
+        arithmetic_envs(n, steps),
+        seeds=[0] * n,
+        options=[{"index": i} for i in range(n)],
+        group_ids=[None] * n,
+        sample_seeds=[None] * n,
+        metadata=[{}] * n,
+    )
     snaps = []
     while not all(ep.done for ep in eps):
         rollout.play(eps, window)
@@ -89,8 +95,14 @@ def test_a_weight_update_between_windows_changes_the_versions_inside_a_turn(agen
 
     steps = []
     rollout = Rollout(agent, SamplingParams(temperature=0.0, max_new_tokens=10), policy_version=Bumping())
-    eps = rollout.start(arithmetic_envs(1, steps), seeds=[0], options=[{"index": 0}], group_ids=[None],
-                        sample_seeds=[None], metadata=[{}])
+    eps = rollout.start(
+        arithmetic_envs(1, steps),
+        seeds=[0],
+        options=[{"index": 0}],
+        group_ids=[None],
+        sample_seeds=[None],
+        metadata=[{}],
+    )
     while not eps[0].done:
         rollout.play(eps, 4)
         version[0] += 1
@@ -109,8 +121,14 @@ def test_a_stop_string_that_straddles_a_window_boundary_stops_the_turn_where_one
 
     def episode(window, stop):
         rollout = Rollout(agent, SamplingParams(temperature=0.0, max_new_tokens=10, stop=stop))
-        eps = rollout.start(arithmetic_envs(1, []), seeds=[0], options=[{"index": 0}], group_ids=[None],
-                            sample_seeds=[None], metadata=[{}])
+        eps = rollout.start(
+            arithmetic_envs(1, []),
+            seeds=[0],
+            options=[{"index": 0}],
+            group_ids=[None],
+            sample_seeds=[None],
+            metadata=[{}],
+        )
         while not eps[0].done:
             rollout.play(eps, window)
         return eps[0].traj
@@ -155,13 +173,26 @@ def windowed_batch():
     def traj(n_prompt, n_gen, reward, partial, start):
         ids = list(range(5, 5 + n_prompt + n_gen))
         mask = [0] * n_prompt + [1] * n_gen
-        turn = Turn(index=0, role="policy", action=Message(role="assistant", content="x"), reward=reward,
-                    token_span=(n_prompt, n_prompt + n_gen), terminated=not partial)
+        turn = Turn(
+            index=0,
+            role="policy",
+            action=Message(role="assistant", content="x"),
+            reward=reward,
+            token_span=(n_prompt, n_prompt + n_gen),
+            terminated=not partial,
+        )
         meta = {"window_start": start} if start else {}
         if partial:
             meta["partial"] = True
-        return Trajectory(env_id="e", turns=[turn], token_ids=ids, loss_mask=mask, logprobs=[-1.0] * len(ids),
-                          terminated=not partial, metadata=meta)
+        return Trajectory(
+            env_id="e",
+            turns=[turn],
+            token_ids=ids,
+            loss_mask=mask,
+            logprobs=[-1.0] * len(ids),
+            terminated=not partial,
+            metadata=meta,
+        )
 
     rows = [traj(3, 4, 1.0, False, 0), traj(2, 6, 0.0, True, 5), traj(2, 7, 1.0, False, 6)]
     return collate(rows, tok.pad_token_id)
@@ -221,8 +252,9 @@ def test_overlong_punishes_each_finished_sequence_on_its_last_token_and_waits_fo
     assert extra[2, last] == pytest.approx(-0.75) and extra[2].abs().sum() == pytest.approx(0.75)
     values = torch.randn(b.loss_mask.shape) * b.loss_mask
     a0, _ = tppo(whiten_advantages=False, adv_clip=None).advantages(b, 8, values, torch.zeros(3))
-    a1, _ = tppo(whiten_advantages=False, adv_clip=None, overlong={"cache_len": 4}).advantages(b, 8, values,
-                                                                                               torch.zeros(3))
+    a1, _ = tppo(whiten_advantages=False, adv_clip=None, overlong={"cache_len": 4}).advantages(
+        b, 8, values, torch.zeros(3)
+    )
     assert (a1[2] * b.loss_mask[2] < a0[2] * b.loss_mask[2]).sum() > 0 and torch.equal(a1[0], a0[0])
     ppo = get_algorithm(parse_algorithm_config({"name": "ppo", "overlong": {"cache_len": 4}}))
     assert ppo.shaped_rewards(b, 8)[2, last] == pytest.approx(b.token_rewards[2, last].item() - 0.75)
@@ -231,9 +263,16 @@ def test_overlong_punishes_each_finished_sequence_on_its_last_token_and_waits_fo
 
 
 def config(tmp_path, algo, steps, **algorithm):
-    return TrainConfig(model="tiny", env={"id": "tests/Upper-v0"}, algorithm={"name": algo, **algorithm},
-                       rollout={"prompts_per_step": 4, "group_size": 4, "max_new_tokens": 4},
-                       optim={"lr": 1e-2, "minibatch_size": 16}, steps=steps, eval_tasks=8, out_dir=str(tmp_path))
+    return TrainConfig(
+        model="tiny",
+        env={"id": "tests/Upper-v0"},
+        algorithm={"name": algo, **algorithm},
+        rollout={"prompts_per_step": 4, "group_size": 4, "max_new_tokens": 4},
+        optim={"lr": 1e-2, "minibatch_size": 16},
+        steps=steps,
+        eval_tasks=8,
+        out_dir=str(tmp_path),
+    )
 
 
 def run(cfg):
@@ -243,8 +282,17 @@ def run(cfg):
 
 
 def test_a_window_no_response_reaches_is_plain_ppo(tmp_path):
-    as_ppo = {"window": 64, "lam_actor": 0.95, "lam_critic": 0.95, "eps_high": 0.2, "dual_clip": None, "agg": "seq-mean-token-mean",
-                  "nll_coef": 0.0, "adv_clip": None, "value_warmup_steps": 0}
+    as_ppo = {
+        "window": 64,
+        "lam_actor": 0.95,
+        "lam_critic": 0.95,
+        "eps_high": 0.2,
+        "dual_clip": None,
+        "agg": "seq-mean-token-mean",
+        "nll_coef": 0.0,
+        "adv_clip": None,
+        "value_warmup_steps": 0,
+    }
     _, t = run(config(tmp_path / "tppo", "tppo", 3, **as_ppo))
     _, p = run(config(tmp_path / "ppo", "ppo", 3))
     keys = ["loss", "value_loss", "reward_mean", "response_length", "clip_frac", "grad_norm", "eval_success"]
@@ -274,9 +322,14 @@ def test_tppo_in_windows_shorter_than_the_answers_trains_on_each_window_once(tmp
             trained.setdefault(t.metadata["job"], []).extend(window)
     for job, positions in trained.items():  # every generated token trained once, in order
         assert positions == sorted(set(positions)), job
-    done = [t for t in read_jsonl(tmp_path / "train" / "step-6" / "trajectories.jsonl") if not t.metadata.get("partial")]
-    assert done and all(trained[t.metadata["job"]] == [i for i, m in enumerate(t.loss_mask) if m] for t in done
-                        if t.metadata["job"].startswith(("0-", "1-", "2-", "3-")))
+    done = [
+        t for t in read_jsonl(tmp_path / "train" / "step-6" / "trajectories.jsonl") if not t.metadata.get("partial")
+    ]
+    assert done and all(
+        trained[t.metadata["job"]] == [i for i, m in enumerate(t.loss_mask) if m]
+        for t in done
+        if t.metadata["job"].startswith(("0-", "1-", "2-", "3-"))
+    )
 
 
 def test_a_resumed_windowed_run_plays_the_episodes_in_play_again(tmp_path):
@@ -296,8 +349,13 @@ def test_bad_tppo_settings_are_refused_before_a_model_loads(tmp_path):
     with pytest.raises(ValidationError, match="window"):
         config(tmp_path, "tppo", 1, window=0)
     with pytest.raises(ValidationError, match="set rollout.max_staleness=0"):
-        TrainConfig(model="tiny", env={"id": "tests/Upper-v0"}, algorithm={"name": "tppo"}, placement="ray",
-                    rollout={"max_staleness": 1})
+        TrainConfig(
+            model="tiny",
+            env={"id": "tests/Upper-v0"},
+            algorithm={"name": "tppo"},
+            placement="ray",
+            rollout={"max_staleness": 1},
+        )
     with pytest.raises(ValidationError, match="train_on"):
         config(tmp_path, "tppo", 1, train_on="all")
 
@@ -356,15 +414,21 @@ def test_a_turn_resumed_in_a_later_window_does_not_replay_its_random_stream():
             p.zero_()
     uniform = HFAgent(model, tok, batch_size=8)
     rollout = Rollout(uniform, SamplingParams(temperature=1.0, max_new_tokens=12))
-    eps = rollout.start(arithmetic_envs(2, []), seeds=[0, 0], options=[{"index": 0}, {"index": 1}],
-                        group_ids=[None] * 2, sample_seeds=[5, 6], metadata=[{}] * 2)
+    eps = rollout.start(
+        arithmetic_envs(2, []),
+        seeds=[0, 0],
+        options=[{"index": 0}, {"index": 1}],
+        group_ids=[None] * 2,
+        sample_seeds=[5, 6],
+        metadata=[{}] * 2,
+    )
     starts = [len(ep.tokens) for ep in eps]
     for _ in range(3):
         rollout.play(eps, 4)
     for ep, start in zip(eps, starts):
-        generated = list(ep.tokens[start:start + 12])
+        generated = list(ep.tokens[start : start + 12])
         assert len(generated) == 12  # three windows of 4 tokens inside the first turn
-        pieces = [generated[i:i + 4] for i in (0, 4, 8)]
+        pieces = [generated[i : i + 4] for i in (0, 4, 8)]
         assert pieces[0] != pieces[1] and pieces[1] != pieces[2], pieces
 
 
@@ -427,8 +491,9 @@ def test_min_groups_needs_train_on_finished(tmp_path):
 def test_refill_prompts_starts_a_full_set_of_groups_every_step_beside_the_carried_episodes(tmp_path):
     fit = config(tmp_path / "fit", "tppo", 4, window=2, value_warmup_steps=0, train_on="finished")
     _, by_fit = run(fit)
-    full = config(tmp_path / "prompts", "tppo", 4, window=2, value_warmup_steps=0, train_on="finished",
-                  refill="prompts")
+    full = config(
+        tmp_path / "prompts", "tppo", 4, window=2, value_warmup_steps=0, train_on="finished", refill="prompts"
+    )
     _trainer, by_prompts = run(full.model_copy(update={"save_trajectories": True}))
     steps = [h for h in by_prompts if "new_episodes" in h]
     assert len(steps) == 4 and all(h["new_episodes"] == 16 for h in steps)  # 4 prompts × 4, whatever carries
@@ -436,13 +501,19 @@ def test_refill_prompts_starts_a_full_set_of_groups_every_step_beside_the_carrie
     # the default fits new groups into the places the carried episodes leave: a carried episode costs a group
     fitted = [h for h in by_fit if "new_episodes" in h]
     assert any(h["new_episodes"] < 16 for h in fitted[1:])
-    assert all(h["new_episodes"] + c <= 16 or h["new_episodes"] == 4
-               for h, c in zip(fitted[1:], [f["carried_episodes"] for f in fitted[:-1]]))
+    assert all(
+        h["new_episodes"] + c <= 16 or h["new_episodes"] == 4
+        for h, c in zip(fitted[1:], [f["carried_episodes"] for f in fitted[:-1]])
+    )
     from turnrl.storage import read_jsonl
 
-    seen = [t.metadata["job"] for step in range(1, 5)
-            for p in [tmp_path / "prompts" / "train" / f"step-{step}" / "trajectories.jsonl"] if p.exists()
-            for t in read_jsonl(p)]
+    seen = [
+        t.metadata["job"]
+        for step in range(1, 5)
+        for p in [tmp_path / "prompts" / "train" / f"step-{step}" / "trajectories.jsonl"]
+        if p.exists()
+        for t in read_jsonl(p)
+    ]
     assert seen and len(seen) == len(set(seen))  # each episode still trains once
     with pytest.raises(ValidationError, match="refill"):
         config(tmp_path, "tppo", 1, refill="all")

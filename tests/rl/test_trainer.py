@@ -19,10 +19,17 @@ from turnrl.verifiers.base import Verdict
 
 
 def config(tmp_path, algo="grpo", steps=30, **extra):
-    return TrainConfig(model="tiny", env={"id": "tests/Upper-v0"}, algorithm={"name": algo, **extra.pop("algorithm", {})},
-                       rollout={"prompts_per_step": 4, "group_size": 8, "max_new_tokens": 4},
-                       optim={"lr": 1e-2, "minibatch_size": 16, **extra.pop("optim", {})}, steps=steps, eval_tasks=8,
-                       out_dir=str(tmp_path), **extra)
+    return TrainConfig(
+        model="tiny",
+        env={"id": "tests/Upper-v0"},
+        algorithm={"name": algo, **extra.pop("algorithm", {})},
+        rollout={"prompts_per_step": 4, "group_size": 8, "max_new_tokens": 4},
+        optim={"lr": 1e-2, "minibatch_size": 16, **extra.pop("optim", {})},
+        steps=steps,
+        eval_tasks=8,
+        out_dir=str(tmp_path),
+        **extra,
+    )
 
 
 @pytest.mark.parametrize("algo", ["grpo", "dapo", "ppo", "vapo", "rloo", "reinforce++"])
@@ -38,8 +45,18 @@ def test_each_algorithm_raises_the_success_rate(tmp_path, algo):
     assert any(not torch.equal(a, b) for a, b in zip(before, trainer.model.parameters()))
     lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
     assert len(lines) == 31 and "eval_success" in json.loads(lines[0])
-    assert {"reward_mean", "reward_std", "entropy", "clip_frac", "tokens_per_s", "train_tokens_per_s",
-            "rewarded_incorrect", "warnings", "logp_diff", "policy_version"} <= set().union(*map(json.loads, lines))
+    assert {
+        "reward_mean",
+        "reward_std",
+        "entropy",
+        "clip_frac",
+        "tokens_per_s",
+        "train_tokens_per_s",
+        "rewarded_incorrect",
+        "warnings",
+        "logp_diff",
+        "policy_version",
+    } <= set().union(*map(json.loads, lines))
     assert all(h["rewarded_incorrect"] == 0.0 for h in history[1:])  # the toy env rewards only correct answers
 
 
@@ -66,7 +83,9 @@ def test_killed_and_resumed_run_continues_bit_exactly(tmp_path, algo):
     critics = (full.critic or full.value_head, resumed.critic or resumed.value_head)
     if algo != "grpo":
         assert all(torch.equal(a, b) for a, b in zip(critics[0].parameters(), critics[1].parameters()))
-    drop = lambda h: {k: v for k, v in h.items() if k not in ("seconds", "tokens_per_s", "train_tokens_per_s", "generate_s")}
+    drop = lambda h: {
+        k: v for k, v in h.items() if k not in ("seconds", "tokens_per_s", "train_tokens_per_s", "generate_s")
+    }
     assert [drop(h) for h in full.history] == [drop(h) for h in resumed.history]
 
 
@@ -85,9 +104,11 @@ def test_config_rejects_unknown_keys_and_takes_dotted_overrides(tmp_path):
 def test_collate_keeps_turns_roles_and_rewards():
     tok = tiny_tokenizer("chatml")
     agent = FixedAgent(tok, ["\\boxed{5}", "The answer is wrong", "\\boxed{4}"])
-    trajs = Rollout(agent, SamplingParams()).run([turnrl.make("turnrl/Arithmetic-PAG-v0") for _ in range(2)],
-                                                 options=[{"task": {"id": "t", "prompt": "2+2?", "answer": "4"}}] * 2,
-                                                 group_ids=["g", "g"])
+    trajs = Rollout(agent, SamplingParams()).run(
+        [turnrl.make("turnrl/Arithmetic-PAG-v0") for _ in range(2)],
+        options=[{"task": {"id": "t", "prompt": "2+2?", "answer": "4"}}] * 2,
+        group_ids=["g", "g"],
+    )
     b = collate(trajs, tok.pad_token_id)
     assert b.group_ids.tolist() == [0, 0] and b.scores.tolist() == [3.0, 3.0]
     for k, (role, reward) in enumerate([(0, 0.0), (1, 1.0), (0, 2.0)]):
@@ -107,8 +128,10 @@ def test_train_and_plot_commands(tmp_path):
     from turnrl.cli import app
 
     cfg = tmp_path / "toy.yaml"
-    cfg.write_text(f"model: 'tiny:chatml'\nenv: {{id: tests/Upper-v0}}\nrollout: {{prompts_per_step: 2, group_size: 4, "
-                   f"max_new_tokens: 4}}\noptim: {{lr: 0.01}}\nsteps: 2\neval_tasks: 4\nout_dir: {tmp_path / 'run'}\n")
+    cfg.write_text(
+        f"model: 'tiny:chatml'\nenv: {{id: tests/Upper-v0}}\nrollout: {{prompts_per_step: 2, group_size: 4, "
+        f"max_new_tokens: 4}}\noptim: {{lr: 0.01}}\nsteps: 2\neval_tasks: 4\nout_dir: {tmp_path / 'run'}\n"
+    )
     runner = CliRunner()
     result = runner.invoke(app, ["train", str(cfg), "steps=3"])
     assert result.exit_code == 0, result.output
@@ -160,10 +183,20 @@ def test_critic_targets_with_lambda_one_are_returns_to_go():
     T = 5
     mask = torch.tensor([[0.0, 1, 1, 0, 1]])
     rewards = torch.tensor([[0.0, 0, 0.5, 0, 1.0]])
-    b = Batch(input_ids=torch.zeros(1, T, dtype=torch.long), attention_mask=torch.ones(1, T, dtype=torch.long),
-              loss_mask=mask, old_logp=torch.zeros(1, T), token_rewards=rewards, turn_ids=torch.zeros(1, T, dtype=torch.long),
-              roles=torch.zeros(1, T, dtype=torch.long), response_lengths=torch.tensor([3.0]), scores=torch.tensor([1.5]),
-              correct=torch.ones(1), group_ids=torch.zeros(1, dtype=torch.long), truncated=torch.zeros(1))
+    b = Batch(
+        input_ids=torch.zeros(1, T, dtype=torch.long),
+        attention_mask=torch.ones(1, T, dtype=torch.long),
+        loss_mask=mask,
+        old_logp=torch.zeros(1, T),
+        token_rewards=rewards,
+        turn_ids=torch.zeros(1, T, dtype=torch.long),
+        roles=torch.zeros(1, T, dtype=torch.long),
+        response_lengths=torch.tensor([3.0]),
+        scores=torch.tensor([1.5]),
+        correct=torch.ones(1),
+        group_ids=torch.zeros(1, dtype=torch.long),
+        truncated=torch.zeros(1),
+    )
     _adv, ret = get_algorithm({"name": "vapo"}).advantages(b, 4, torch.zeros(1, T))
     assert torch.allclose(ret[0, [1, 2, 4]], torch.tensor([1.5, 1.5, 1.0]))
     _, cut = get_algorithm({"name": "vapo", "turn_independent": True}).advantages(b, 4, torch.zeros(1, T))
@@ -205,8 +238,9 @@ class PartialCreditEnv(ToolEnv):
     """Half the reward for a reply that is not correct: the share of rewarded-but-wrong episodes is 1 - success."""
 
     def __init__(self, **kw):
-        super().__init__([Task(id=f"t{i}", prompt=f"Say something {i}.", answer="") for i in range(8)],
-                         verifier=upper_or_half, **kw)
+        super().__init__(
+            [Task(id=f"t{i}", prompt=f"Say something {i}.", answer="") for i in range(8)], verifier=upper_or_half, **kw
+        )
 
 
 turnrl.register("tests/PartialCredit-v0", PartialCreditEnv)
@@ -246,7 +280,8 @@ def test_a_run_keeps_its_config_and_each_steps_episodes_with_advantages_and_lear
         rewards = torch.tensor([t.total_reward for t in group])
         if rewards.std() > 0:  # advantages are the group-normalized rewards
             assert sorted(g.metadata["advantages"][g.loss_mask.index(1)] > 0 for g in group) == sorted(
-                (rewards > rewards.mean()).tolist())
+                (rewards > rewards.mean()).tolist()
+            )
     sources = discover(tmp_path)
     assert {(s.kind, s.step) for s in sources if s.kind == "train"} == {("train", 1), ("train", 2)}
     index = EpisodeIndex.open(tmp_path, background=False)
@@ -263,7 +298,9 @@ def test_a_run_starts_from_another_runs_policy_and_it_is_the_reference(tmp_path)
     assert second.train()[0]["eval_success"] == history[-1]["eval_success"]  # step 0 is the first run's end
     with pytest.raises(FileNotFoundError, match="no checkpoint at"):
         new_trainer(config(tmp_path / "c", init_from=str(tmp_path / "nowhere")))
-    other = TrainConfig(model="tiny", env={"id": "tests/Upper-v0"}, init_from=str(tmp_path / "a"), out_dir=str(tmp_path / "d"))
+    other = TrainConfig(
+        model="tiny", env={"id": "tests/Upper-v0"}, init_from=str(tmp_path / "a"), out_dir=str(tmp_path / "d")
+    )
     tok = tiny_tokenizer("chatml")
     with pytest.raises(ValueError, match="do not fit this model"):
         Trainer(other, model=tiny_model(tok, hidden=48), tokenizer=tok)

@@ -50,8 +50,11 @@ def test_chains_of_one_task_as_a_forest_reduce_to_grpo(normalize):
     returns = [1.0, 0.0, 0.0, 1.0, 1.0, 0.5]
     paths = [[f"chain{i}"] for i in range(len(returns))]  # G single-leaf trees
     rows = tree_advantages(returns, paths, groups=["task"] * len(returns), normalize=normalize)
-    expected = (torch.tensor(returns) - sum(returns) / len(returns)).tolist() if not normalize else \
-        group_normalize(torch.tensor(returns, dtype=torch.float64), torch.zeros(len(returns))).tolist()
+    expected = (
+        (torch.tensor(returns) - sum(returns) / len(returns)).tolist()
+        if not normalize
+        else group_normalize(torch.tensor(returns, dtype=torch.float64), torch.zeros(len(returns))).tolist()
+    )
     assert [row[0] for row in rows] == pytest.approx(expected)
     # without the forest each chain is its own tree: nothing to compare it with
     assert all(row == [0.0] for row in tree_advantages(returns, paths))

@@ -23,12 +23,20 @@ TREE = {"branches": [{"turn": 1, "children": 2}]}
 def _config(tmp_path, **extra):
     from turnrl.rl.run.trainer import TrainConfig
 
-    rollout = {"prompts_per_step": 2, "group_size": 4, "max_new_tokens": 6, "tree": TREE,
-               **extra.pop("rollout", {})}
+    rollout = {"prompts_per_step": 2, "group_size": 4, "max_new_tokens": 6, "tree": TREE, **extra.pop("rollout", {})}
     steps = extra.pop("steps", 2)
-    return TrainConfig(model="tiny", env=extra.pop("env", ENV), algorithm=extra.pop("algorithm", {"name": "grpo", "advantage": "tree"}),
-                       rollout=rollout, optim={"lr": 1e-2, "minibatch_size": 4}, steps=steps, eval_every=0, eval_tasks=2,
-                       out_dir=str(tmp_path), **extra)
+    return TrainConfig(
+        model="tiny",
+        env=extra.pop("env", ENV),
+        algorithm=extra.pop("algorithm", {"name": "grpo", "advantage": "tree"}),
+        rollout=rollout,
+        optim={"lr": 1e-2, "minibatch_size": 4},
+        steps=steps,
+        eval_every=0,
+        eval_tasks=2,
+        out_dir=str(tmp_path),
+        **extra,
+    )
 
 
 def _train(cfg):
@@ -39,8 +47,9 @@ def _train(cfg):
         return trainer.train(), trainer
 
 
-@pytest.mark.parametrize("algorithm", [{"name": "grpo", "advantage": "tree"}, {"name": "rloo", "advantage": "tree"},
-                                       {"name": "grpo"}])
+@pytest.mark.parametrize(
+    "algorithm", [{"name": "grpo", "advantage": "tree"}, {"name": "rloo", "advantage": "tree"}, {"name": "grpo"}]
+)
 def test_a_run_trains_on_the_leaves_of_trees_with_the_guard_silent(tmp_path, algorithm):
     history, _ = _train(_config(tmp_path, algorithm=algorithm))
     history = [h for h in history if "trained_episodes" in h]
@@ -69,11 +78,25 @@ def _leaf(group: str, path: list[str], rewards: list[float], branch_turns: list[
         start = len(tokens)
         tokens += [3, 4, 5]
         mask += [1, 1, 0]
-        turns.append(Turn(index=i, role="policy", action=Message(role="assistant", content="x"), reward=r,
-                          token_span=(start, start + 2)))
-    return Trajectory(env_id="t", group_id=group, turns=turns, token_ids=tokens, loss_mask=mask,
-                      logprobs=[0.0] * len(tokens), terminated=True,
-                      metadata={"tree": {"root": path[0], "path": path, "branch_turns": branch_turns}})
+        turns.append(
+            Turn(
+                index=i,
+                role="policy",
+                action=Message(role="assistant", content="x"),
+                reward=r,
+                token_span=(start, start + 2),
+            )
+        )
+    return Trajectory(
+        env_id="t",
+        group_id=group,
+        turns=turns,
+        token_ids=tokens,
+        loss_mask=mask,
+        logprobs=[0.0] * len(tokens),
+        terminated=True,
+        metadata={"tree": {"root": path[0], "path": path, "branch_turns": branch_turns}},
+    )
 
 
 def test_the_tree_estimator_gives_each_turn_its_nodes_advantage():
@@ -99,29 +122,37 @@ def test_on_chains_the_tree_estimator_is_grpo():
     assert torch.allclose(tree, group.float(), atol=1e-6)
 
 
-@pytest.mark.parametrize("override, message", [
-    ("algorithm.name=tppo", "T-PPO's windows"),
-    ("rollout.group_size=3", "not a multiple of the tree's 2 leaves"),
-    ("env.id=turnrl/Arithmetic-PAG-v0 algorithm.name=pag", "rollout hook"),
-])
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("algorithm.name=tppo", "T-PPO's windows"),
+        ("rollout.group_size=3", "not a multiple of the tree's 2 leaves"),
+        ("env.id=turnrl/Arithmetic-PAG-v0 algorithm.name=pag", "rollout hook"),
+    ],
+)
 def test_what_trees_cannot_be_combined_with_is_refused_before_a_model_loads(tmp_path, override, message):
     config = tmp_path / "c.yaml"
-    config.write_text("model: no-such-model\nenv: {id: turnrl/Arithmetic-v0, kwargs: {retry: true, max_turns: 3}}\n"
-                      "rollout: {group_size: 4, tree: {branches: [{turn: 1, children: 2}]}}\n"
-                      f"out_dir: {tmp_path / 'run'}\n")
+    config.write_text(
+        "model: no-such-model\nenv: {id: turnrl/Arithmetic-v0, kwargs: {retry: true, max_turns: 3}}\n"
+        "rollout: {group_size: 4, tree: {branches: [{turn: 1, children: 2}]}}\n"
+        f"out_dir: {tmp_path / 'run'}\n"
+    )
     result = CliRunner().invoke(app, ["train", str(config), *override.split()])
     assert result.exit_code != 0 and message in " ".join(result.output.split()), result.output
 
 
 def test_an_environment_that_cannot_fork_is_refused_before_a_model_loads(tmp_path):
     config = tmp_path / "c.yaml"
-    config.write_text("model: no-such-model\nenv: {id: fork_envs:tests/NoFork-v0}\n"
-                      "rollout: {group_size: 4, tree: {branches: [{turn: 1, children: 2}]}}\n"
-                      f"out_dir: {tmp_path / 'run'}\n")
+    config.write_text(
+        "model: no-such-model\nenv: {id: fork_envs:tests/NoFork-v0}\n"
+        "rollout: {group_size: 4, tree: {branches: [{turn: 1, children: 2}]}}\n"
+        f"out_dir: {tmp_path / 'run'}\n"
+    )
     (tmp_path / "fork_envs.py").write_text(
         "import turnrl\nfrom turnrl.envs.builtin.arithmetic import ArithmeticEnv\n\n"
         "class NoFork(ArithmeticEnv):\n    fork_mode = None\n    fork_refusal = 'it talks to a robot arm'\n\n"
-        "turnrl.register('tests/NoFork-v0', NoFork)\n")
+        "turnrl.register('tests/NoFork-v0', NoFork)\n"
+    )
     result = CliRunner().invoke(app, ["train", str(config)])
     out = " ".join(result.output.split())
     assert result.exit_code != 0 and "rollout.tree forks episodes mid-way, and NoFork" in out
@@ -137,22 +168,27 @@ def test_a_tree_run_on_lora_killed_and_resumed_continues_bit_exactly(tmp_path):
     tree = {"branches": [{"turn": 1, "children": 2}, {"turn": 2, "children": 2}]}
     import toy_envs  # noqa: F401 — tests/Upper-v0: a reply that starts with a capital letter is rewarded
 
-    extra = {"rollout": {"tree": tree, "seed_per_episode": True}, "learner": {"lora": {"r": 4}},
-             "algorithm": {"name": "dapo", "advantage": "tree"},
-             "env": {"id": "tests/Upper-v0", "kwargs": {"retry": True, "max_turns": 3}}}
+    extra = {
+        "rollout": {"tree": tree, "seed_per_episode": True},
+        "learner": {"lora": {"r": 4}},
+        "algorithm": {"name": "dapo", "advantage": "tree"},
+        "env": {"id": "tests/Upper-v0", "kwargs": {"retry": True, "max_turns": 3}},
+    }
     full, _ = _train(_config(tmp_path / "a", steps=3, **_copy(extra)))
     from turnrl.agents.tiny import tiny_model, tiny_tokenizer
     from turnrl.rl.run.trainer import Trainer
 
     tok = tiny_tokenizer("chatml")
-    part = Trainer(_config(tmp_path / "b", steps=3, checkpoint_every=2, **_copy(extra)), model=tiny_model(tok),
-                   tokenizer=tok)
+    part = Trainer(
+        _config(tmp_path / "b", steps=3, checkpoint_every=2, **_copy(extra)), model=tiny_model(tok), tokenizer=tok
+    )
     try:
         part.train(stop_after=2)
     finally:
         part.close()
-    resumed = Trainer(_config(tmp_path / "b", steps=3, checkpoint_every=2, **_copy(extra)), model=tiny_model(tok),
-                      tokenizer=tok)
+    resumed = Trainer(
+        _config(tmp_path / "b", steps=3, checkpoint_every=2, **_copy(extra)), model=tiny_model(tok), tokenizer=tok
+    )
     try:
         resumed.load(tmp_path / "b" / "checkpoint.pt")
         assert resumed.step == 2
@@ -177,8 +213,9 @@ def test_trees_under_continuous_batching_are_the_trees_of_rounds(tmp_path):
     runs = {}
     for continuous in (False, True):
         out = tmp_path / str(continuous)
-        runs[continuous], _ = _train(_config(out, steps=1, rollout={"seed_per_episode": True,
-                                                                     "continuous_batching": continuous}))
+        runs[continuous], _ = _train(
+            _config(out, steps=1, rollout={"seed_per_episode": True, "continuous_batching": continuous})
+        )
         runs[continuous] = next(h for h in runs[continuous] if "trained_episodes" in h)
     leaves = {c: read_jsonl(tmp_path / str(c) / "train" / "step-1" / "trajectories.jsonl") for c in runs}
     assert [t.token_ids for t in leaves[True]] == [t.token_ids for t in leaves[False]] and len(leaves[True]) >= 4

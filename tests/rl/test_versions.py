@@ -37,7 +37,8 @@ def two_turn_episodes(n=2):
     agent = UpdatingAgent(tok, ["\\boxed{0}", "\\boxed{1}"])
     envs = [turnrl.make("turnrl/Arithmetic-v0", level=1, retry=True, max_turns=2) for _ in range(n)]
     return Rollout(agent, SamplingParams(max_new_tokens=8), policy_version=lambda: UpdatingAgent.version).run(
-        envs, options=[{"index": i} for i in range(n)])
+        envs, options=[{"index": i} for i in range(n)]
+    )
 
 
 def test_a_weight_update_between_turns_changes_the_tokens_version_at_the_turn_boundary():
@@ -69,11 +70,16 @@ def test_the_staleness_bound_drops_and_counts_old_episodes_and_the_metrics_measu
     kept, dropped = within_staleness(trajs, version=2, max_staleness=1)  # version-0 tokens lag 2 > 1
     assert kept == [] and dropped["stale_episodes"] == 3
     blind = [t.model_copy(update={"token_versions": None}) for t in trajs]
-    assert within_staleness(blind, version=9, max_staleness=0) == (blind, {"stale_episodes": 0,
-                                                                          "stale_group_episodes": 0})
-    grouped = [t.model_copy(update={"group_id": "g", "token_versions": [v + (i > 0) if v >= 0 else v
-                                                                        for v in t.token_versions]})
-               for i, t in enumerate(trajs)]
+    assert within_staleness(blind, version=9, max_staleness=0) == (
+        blind,
+        {"stale_episodes": 0, "stale_group_episodes": 0},
+    )
+    grouped = [
+        t.model_copy(
+            update={"group_id": "g", "token_versions": [v + (i > 0) if v >= 0 else v for v in t.token_versions]}
+        )
+        for i, t in enumerate(trajs)
+    ]
     kept, dropped = within_staleness(grouped, version=2, max_staleness=1)  # one member lags 2: its group goes whole
     assert kept == [] and dropped == {"stale_episodes": 1, "stale_group_episodes": 2}
     b = collate(trajs, 0)
@@ -91,8 +97,15 @@ def test_a_synchronous_run_trains_on_fresh_tokens_only(tmp_path):
     from turnrl.rl.run.trainer import TrainConfig
 
     tok = tiny_tokenizer("chatml")
-    cfg = TrainConfig(model="tiny", env={"id": "tests/Upper-v0"}, rollout={"prompts_per_step": 2, "group_size": 4,
-                      "max_new_tokens": 4}, optim={"minibatch_size": 8}, steps=2, eval_tasks=2, out_dir=str(tmp_path))
+    cfg = TrainConfig(
+        model="tiny",
+        env={"id": "tests/Upper-v0"},
+        rollout={"prompts_per_step": 2, "group_size": 4, "max_new_tokens": 4},
+        optim={"minibatch_size": 8},
+        steps=2,
+        eval_tasks=2,
+        out_dir=str(tmp_path),
+    )
     history = train_tiny(cfg, tok)
     for h in history[1:]:
         assert h["stale_episodes"] == 0 and h["staleness_max"] == 0 and h["staleness_0"] == 1.0

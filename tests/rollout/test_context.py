@@ -24,8 +24,10 @@ class Research(TextEnv):
         super().__init__(max_turns=max_turns)
 
     def _reset(self, options: dict[str, Any]) -> tuple[tuple[Message, ...], dict[str, Any]]:
-        return (Message(role="system", content="Search, then answer."),
-                Message(role="user", content="Report what you find.")), {"task_id": "research"}
+        return (
+            Message(role="system", content="Search, then answer."),
+            Message(role="user", content="Report what you find."),
+        ), {"task_id": "research"}
 
     def _step(self, action: str) -> Any:
         last = self.turn + 1 >= self.max_turns
@@ -102,8 +104,10 @@ def test_context_settings_are_checked():
 
     base = {"env": {"id": "turnrl/Arithmetic-v0"}, "rollout": {"context": {"budget": 512, "mode": "summarize"}}}
     assert TrainConfig(**base).rollout.context.mode == "summarize"
-    for extra, words in (({"algorithm": {"name": "tppo"}}, "on-policy source"),
-                         ({"program": {"function": "a:b"}}, "manages its own history")):
+    for extra, words in (
+        ({"algorithm": {"name": "tppo"}}, "on-policy source"),
+        ({"program": {"function": "a:b"}}, "manages its own history"),
+    ):
         with pytest.raises(ValidationError, match=words):
             TrainConfig(**{**base, **extra})
     with pytest.raises(ValidationError):
@@ -118,8 +122,10 @@ class Notebook(Research):
     def _step(self, action: str) -> Any:
         obs, reward, terminated, truncated, info = super()._step(action)
         if self.turn % 2 == 1 and not terminated:
-            opening = (Message(role="system", content="Search, then answer."),
-                       Message(role="user", content=f"Your notes after turn {self.turn}: {action[:20]!r}"))
+            opening = (
+                Message(role="system", content="Search, then answer."),
+                Message(role="user", content=f"Your notes after turn {self.turn}: {action[:20]!r}"),
+            )
             return opening, reward, terminated, truncated, {**info, "history": True}
         return obs, reward, terminated, truncated, info
 
@@ -132,7 +138,9 @@ def test_an_environment_that_rewrites_the_conversation_starts_a_token_exact_segm
     rollout = Rollout(agent, PARAMS, keep_prompts=True, max_context=4096)
     for traj in rollout.run([Notebook(6) for _ in range(2)], sample_seeds=[0, 1]):
         assert traj.error is None and traj.num_turns == 6 and traj.terminated
-        assert len(traj.segments) == 3 and traj.metadata["segment_reasons"][0].startswith("history rewritten by the env")
+        assert len(traj.segments) == 3 and traj.metadata["segment_reasons"][0].startswith(
+            "history rewritten by the env"
+        )
         for turn, prompt in zip(traj.turns, traj.metadata["prompts"]):
             start = max(s for s in traj.segments if s <= turn.token_span[0])
             assert prompt == traj.token_ids[start : turn.token_span[0]]

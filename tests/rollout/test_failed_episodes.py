@@ -42,11 +42,14 @@ def test_all_failed_stops_and_a_share_warns_each_quoting_the_first_error():
 def test_a_program_whose_calls_all_fail_stops_the_run_with_the_first_error(tmp_path):
     (tmp_path / "wrong_endpoint.py").write_text(WRONG_ENDPOINT)
     cfg = tmp_path / "run.yaml"
-    cfg.write_text("model: tiny:chatml\nenv: {id: turnrl/Arithmetic-v0, kwargs: {level: 1}}\nsteps: 3\n"
-                   "eval_tasks: 2\nprogram: {function: wrong_endpoint:run, timeout: 60}\n"
-                   "rollout: {prompts_per_step: 1, group_size: 2, max_new_tokens: 4}\nout_dir: run\n")
-    done = subprocess.run([sys.executable, "-m", "turnrl", "train", str(cfg)], capture_output=True, text=True,
-                          timeout=300, cwd=tmp_path)
+    cfg.write_text(
+        "model: tiny:chatml\nenv: {id: turnrl/Arithmetic-v0, kwargs: {level: 1}}\nsteps: 3\n"
+        "eval_tasks: 2\nprogram: {function: wrong_endpoint:run, timeout: 60}\n"
+        "rollout: {prompts_per_step: 1, group_size: 2, max_new_tokens: 4}\nout_dir: run\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "turnrl", "train", str(cfg)], capture_output=True, text=True, timeout=300, cwd=tmp_path
+    )
     out = " ".join((done.stdout + done.stderr).split())
     assert done.returncode == 2, out
     assert "step 1: all 2 episodes failed, so there is nothing to train on" in out, out
@@ -68,26 +71,36 @@ def program_fails_every_other_call(base_url, api_key, task):
     if n % 2:
         raise ConnectionError(f"call {n} could not reach its tool server")
     client = OpenAI(base_url=base_url, api_key=api_key, max_retries=0)
-    return client.chat.completions.create(model=task["model"], messages=task["messages"],
-                                          max_tokens=4).choices[0].message.content
+    return (
+        client.chat.completions.create(model=task["model"], messages=task["messages"], max_tokens=4)
+        .choices[0]
+        .message.content
+    )
 
 
 def test_a_step_where_half_the_episodes_failed_warns_and_still_trains(tmp_path, caplog):
     from turnrl.rl.run.trainer import TrainConfig
 
     tok = tiny_tokenizer("chatml")
-    cfg = TrainConfig(model="tiny", env={"id": "turnrl/Arithmetic-v0", "kwargs": {"level": 1}},
-                      algorithm={"name": "grpo"}, steps=1, eval_tasks=2, out_dir=str(tmp_path / "run"),
-                      program={"function": f"{__name__}:program_fails_every_other_call", "concurrency": 1,
-                               "timeout": 60},
-                      rollout={"prompts_per_step": 2, "group_size": 2, "max_new_tokens": 4, "warn_error_share": 0.5})
+    cfg = TrainConfig(
+        model="tiny",
+        env={"id": "turnrl/Arithmetic-v0", "kwargs": {"level": 1}},
+        algorithm={"name": "grpo"},
+        steps=1,
+        eval_tasks=2,
+        out_dir=str(tmp_path / "run"),
+        program={"function": f"{__name__}:program_fails_every_other_call", "concurrency": 1, "timeout": 60},
+        rollout={"prompts_per_step": 2, "group_size": 2, "max_new_tokens": 4, "warn_error_share": 0.5},
+    )
     with opened(tiny_trainer(cfg, tok)) as trainer:
         with caplog.at_level(logging.WARNING):
             history = trainer.train()
     step = history[-1]
     assert step["step"] == 1 and step["error_episodes"] == 2 and step["warnings"] >= 1
-    assert any("2 of 4 episodes failed (50%" in r.getMessage() and "could not reach its tool server" in r.getMessage()
-               for r in caplog.records), [r.getMessage() for r in caplog.records]
+    assert any(
+        "2 of 4 episodes failed (50%" in r.getMessage() and "could not reach its tool server" in r.getMessage()
+        for r in caplog.records
+    ), [r.getMessage() for r in caplog.records]
 
 
 def program_wrong_endpoint(base_url, api_key, task):
@@ -104,11 +117,16 @@ def test_dapo_whose_dynamic_sampling_drops_the_failed_episodes_still_stops(tmp_p
     from turnrl.rl.run.trainer import TrainConfig
 
     tok = tiny_tokenizer("chatml")
-    cfg = TrainConfig(model="tiny", env={"id": "turnrl/Arithmetic-v0", "kwargs": {"level": 1}},
-                      algorithm={"name": "dapo", "max_resample": 2}, steps=2, eval_tasks=2,
-                      out_dir=str(tmp_path / "run"),
-                      program={"function": f"{__name__}:program_wrong_endpoint", "timeout": 60},
-                      rollout={"prompts_per_step": 1, "group_size": 2, "max_new_tokens": 4})
+    cfg = TrainConfig(
+        model="tiny",
+        env={"id": "turnrl/Arithmetic-v0", "kwargs": {"level": 1}},
+        algorithm={"name": "dapo", "max_resample": 2},
+        steps=2,
+        eval_tasks=2,
+        out_dir=str(tmp_path / "run"),
+        program={"function": f"{__name__}:program_wrong_endpoint", "timeout": 60},
+        rollout={"prompts_per_step": 1, "group_size": 2, "max_new_tokens": 4},
+    )
     with opened(tiny_trainer(cfg, tok)) as trainer:
         with pytest.raises(EpisodeFailures, match=r"step 1: all 4 episodes failed.*404.*POST /v1/chat/completions"):
             trainer.train()

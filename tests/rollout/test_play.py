@@ -6,8 +6,9 @@ import sys
 
 
 def _play(*args: str, stdin: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "turnrl", "play", *args], input=stdin, capture_output=True,
-                          text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "turnrl", "play", *args], input=stdin, capture_output=True, text=True, timeout=120
+    )
 
 
 def test_a_piped_oracle_turn_prints_no_markup_tags():

@@ -11,10 +11,30 @@ from turnrl.types import ToolCall
 from turnrl.verifiers.math import verify
 from turnrl.verifiers.pag import parse_verdict
 
-MARKUP = st.sampled_from(["<tool_call>", "</tool_call>", "{", "}", '"name"', ":", '"arguments"', "<calculator>",
-                          "</calculator>", "\\boxed{", "####", "<answer>", "</answer>", "The answer is wrong", "[", "]"])
+MARKUP = st.sampled_from(
+    [
+        "<tool_call>",
+        "</tool_call>",
+        "{",
+        "}",
+        '"name"',
+        ":",
+        '"arguments"',
+        "<calculator>",
+        "</calculator>",
+        "\\boxed{",
+        "####",
+        "<answer>",
+        "</answer>",
+        "The answer is wrong",
+        "[",
+        "]",
+    ]
+)
 TEXTISH = st.lists(st.one_of(st.text(max_size=12), MARKUP), max_size=20).map("".join)
-ARITH = st.lists(st.sampled_from([*list("0123456789+-*/^().!, e"), "**", "sqrt(", "factorial(", "pi"]), max_size=60).map("".join)
+ARITH = st.lists(
+    st.sampled_from([*list("0123456789+-*/^().!, e"), "**", "sqrt(", "factorial(", "pi"]), max_size=60
+).map("".join)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -69,9 +69,16 @@ def test_sequence_is_what_the_model_saw_and_sampled(template):
 @pytest.mark.parametrize("template", sorted(TEMPLATES))
 def test_tokens_decode_to_the_chat_template_rendering(template):
     tok = tiny_tokenizer(template)
-    agent = FixedAgent(tok, [TOOL_CALL, "So it is \\boxed{390}.", "Sorry: \\boxed{391}"],
-                       assistant_marker={"chatml": "<|im_start|>assistant", "qwen_tools": "<|im_start|>assistant",
-                                         "llama3": "<|start_header_id|>assistant", "gemma": "<start_of_turn>model"}[template])
+    agent = FixedAgent(
+        tok,
+        [TOOL_CALL, "So it is \\boxed{390}.", "Sorry: \\boxed{391}"],
+        assistant_marker={
+            "chatml": "<|im_start|>assistant",
+            "qwen_tools": "<|im_start|>assistant",
+            "llama3": "<|start_header_id|>assistant",
+            "gemma": "<start_of_turn>model",
+        }[template],
+    )
     envs = math_envs(2)
     trajs = Rollout(agent, SamplingParams(max_new_tokens=64)).run(envs, options=[{"task": TASK}] * 2)
     for traj, env in zip(trajs, envs):
@@ -79,7 +86,7 @@ def test_tokens_decode_to_the_chat_template_rendering(template):
         assert [t.action.content for t in traj.turns] == [TOOL_CALL, "So it is \\boxed{390}.", "Sorry: \\boxed{391}"]
         text = tok.decode(traj.token_ids, skip_special_tokens=False)
         rendered = ChatRenderer(tok, env.tool_schemas()).render(traj.messages, add_generation_prompt=False)
-        assert rendered.startswith(text) and rendered[len(text):].strip() == ""
+        assert rendered.startswith(text) and rendered[len(text) :].strip() == ""
         # rewards sit on each turn's last generated token (its end-of-turn token)
         rewards = traj.token_rewards()
         last = traj.turns[-1].token_span[1] - 1
@@ -93,16 +100,18 @@ def test_truncated_turn_gets_its_closing_from_the_template():
     traj = Rollout(agent, SamplingParams(max_new_tokens=5)).run([env], seeds=[0])[0]
     first = traj.turns[0]
     assert first.info["finish_reason"] == "length"
-    closing = traj.token_ids[first.token_span[1]: first.obs_span[1]]
+    closing = traj.token_ids[first.token_span[1] : first.obs_span[1]]
     assert tok.decode(closing).startswith("<|im_end|>\n<|im_start|>user\n")
-    assert all(m == 0 for m in traj.loss_mask[first.token_span[1]: first.obs_span[1]])
+    assert all(m == 0 for m in traj.loss_mask[first.token_span[1] : first.obs_span[1]])
 
 
 def test_pag_roles_reach_the_trajectory():
     tok = tiny_tokenizer("chatml")
     agent = FixedAgent(tok, ["\\boxed{5}", "The answer is wrong", "\\boxed{4}"])
     env = turnrl.make("turnrl/Arithmetic-PAG-v0")
-    traj = Rollout(agent, SamplingParams()).run([env], options=[{"task": {"id": "t", "prompt": "2+2?", "answer": "4"}}])[0]
+    traj = Rollout(agent, SamplingParams()).run(
+        [env], options=[{"task": {"id": "t", "prompt": "2+2?", "answer": "4"}}]
+    )[0]
     assert [t.role for t in traj.turns] == ["policy", "verifier", "policy"]
     assert [t.reward for t in traj.turns] == [0.0, 1.0, 2.0]
 
@@ -140,8 +149,9 @@ def test_a_failing_env_ends_only_its_own_episode(tmp_path):
 def test_reset_failure_is_recorded():
     tok = tiny_tokenizer("chatml")
     env = turnrl.make("turnrl/Arithmetic-v0")
-    trajs = Rollout(FixedAgent(tok, ["x"]), SamplingParams()).run([env, turnrl.make("turnrl/Arithmetic-v0")],
-                                                                  options=[{"index": -5}, None])
+    trajs = Rollout(FixedAgent(tok, ["x"]), SamplingParams()).run(
+        [env, turnrl.make("turnrl/Arithmetic-v0")], options=[{"index": -5}, None]
+    )
     assert "reset failed" in trajs[0].error and trajs[1].error is None
 
 

@@ -32,20 +32,35 @@ def build(parts, *, reward=1.0, group="g", seed=0, **extra):
             ids += torch.randint(5, 400, (n,), generator=g).tolist()
             mask += [1 if kind == "g" else 0] * n
             if kind == "g":
-                turns.append(Turn(index=len(turns), action=Message(role="assistant", content=f"a{len(turns)}"),
-                                  token_span=(s, s + n), info={"segment": len(starts) - 1}))
+                turns.append(
+                    Turn(
+                        index=len(turns),
+                        action=Message(role="assistant", content=f"a{len(turns)}"),
+                        token_span=(s, s + n),
+                        info={"segment": len(starts) - 1},
+                    )
+                )
             elif kind == "o":
                 turns[-1].obs_span = (s, s + n)
     turns[-1].reward = reward
-    return Trajectory(group_id=group, prompt=[Message(role="user", content="q")], turns=turns, token_ids=ids,
-                      loss_mask=mask, logprobs=[-0.5 * m for m in mask], terminated=True,
-                      segments=starts if len(starts) > 1 else None, **extra)
+    return Trajectory(
+        group_id=group,
+        prompt=[Message(role="user", content="q")],
+        turns=turns,
+        token_ids=ids,
+        loss_mask=mask,
+        logprobs=[-0.5 * m for m in mask],
+        terminated=True,
+        segments=starts if len(starts) > 1 else None,
+        **extra,
+    )
 
 
 TWO = [[("p", 5), ("g", 4), ("o", 3), ("g", 2)], [("p", 6), ("g", 3)]]
 
 
 # ---- validation ----
+
 
 def test_valid_segments_and_their_bounds():
     t = build(TWO)
@@ -57,18 +72,21 @@ def test_valid_segments_and_their_bounds():
         Trajectory().segment_bounds()
 
 
-@pytest.mark.parametrize("change, match", [
-    ({"segments": [1, 14]}, "start with offset 0"),
-    ({"segments": []}, "start with offset 0"),
-    ({"segments": [0, 14, 14]}, "strictly increase"),
-    ({"segments": [0, 14, 11]}, "strictly increase"),
-    ({"segments": [0, 23]}, "past the last token"),
-    ({"segments": [0, 12]}, "must open with prompt tokens"),  # token 12 opens turn 1's generated tokens
-    ({"segments": [0, 7]}, "token_span .* crosses"),  # turn 0 generated 5..9
-    ({"segments": [0, 10]}, "obs_span .* crosses"),  # turn 0's observation is 9..12
-    ({"segments": [0, 14], "turns": "bridge"}, "token_span .* crosses"),
-    ({"token_ids": None, "loss_mask": None, "logprobs": None}, "segments needs the token fields"),
-])
+@pytest.mark.parametrize(
+    "change, match",
+    [
+        ({"segments": [1, 14]}, "start with offset 0"),
+        ({"segments": []}, "start with offset 0"),
+        ({"segments": [0, 14, 14]}, "strictly increase"),
+        ({"segments": [0, 14, 11]}, "strictly increase"),
+        ({"segments": [0, 23]}, "past the last token"),
+        ({"segments": [0, 12]}, "must open with prompt tokens"),  # token 12 opens turn 1's generated tokens
+        ({"segments": [0, 7]}, "token_span .* crosses"),  # turn 0 generated 5..9
+        ({"segments": [0, 10]}, "obs_span .* crosses"),  # turn 0's observation is 9..12
+        ({"segments": [0, 14], "turns": "bridge"}, "token_span .* crosses"),
+        ({"token_ids": None, "loss_mask": None, "logprobs": None}, "segments needs the token fields"),
+    ],
+)
 def test_each_rule_is_checked(change, match):
     data = build(TWO).model_dump()
     if change.get("turns") == "bridge":  # turn 1 generates on over the boundary at 14 (12..16)
@@ -81,6 +99,7 @@ def test_each_rule_is_checked(change, match):
 
 
 # ---- storage ----
+
 
 @pytest.mark.parametrize("suffix", [".jsonl", ".parquet"])
 def test_segments_survive_a_round_trip(tmp_path, suffix):
@@ -102,6 +121,7 @@ def test_parquet_written_before_segments_reads_as_one_segment(tmp_path):
 
 # ---- collate ----
 
+
 def test_collate_gives_each_token_its_segment():
     seg, plain = build(TWO), build([TWO[0]], seed=1)
     b = collate([plain, seg], PAD)
@@ -112,13 +132,28 @@ def test_collate_gives_each_token_its_segment():
     assert torch.equal(b.to("cpu").segment_ids, b.segment_ids)
     one = collate([plain], PAD)
     assert one.segment_ids.shape == one.input_ids.shape and not one.segment_ids.any()
-    rest = {f: getattr(b, f) for f in ("input_ids", "attention_mask", "loss_mask", "old_logp", "token_rewards",
-                                       "turn_ids", "roles", "response_lengths", "scores", "correct", "group_ids",
-                                       "truncated")}
+    rest = {
+        f: getattr(b, f)
+        for f in (
+            "input_ids",
+            "attention_mask",
+            "loss_mask",
+            "old_logp",
+            "token_rewards",
+            "turn_ids",
+            "roles",
+            "response_lengths",
+            "scores",
+            "correct",
+            "group_ids",
+            "truncated",
+        )
+    }
     assert not type(b)(**rest).segment_ids.any()  # the default: one context per row
 
 
 # ---- forward ----
+
 
 def _alone(model, ids, mask, temperature=1.0):
     """logp, entropy, hidden of one unpadded sequence run by itself, the plain way."""
@@ -150,18 +185,25 @@ def test_each_segment_is_scored_as_its_own_sequence(share):
     trajs = _mixed()
     b = collate(trajs, PAD)
     model, ref = tiny_model(tok, seed=1).train(), tiny_model(tok, seed=1).train()
-    lp, ent, h = forward_tokens(model, b.input_ids, b.attention_mask, 0.7, hidden=True, loss_mask=b.loss_mask,
-                                share_prefix=share, segment_ids=b.segment_ids)
+    lp, ent, h = forward_tokens(
+        model,
+        b.input_ids,
+        b.attention_mask,
+        0.7,
+        hidden=True,
+        loss_mask=b.loss_mask,
+        share_prefix=share,
+        segment_ids=b.segment_ids,
+    )
     ref_loss = torch.zeros(())
     for r, t in enumerate(trajs):
         for s, e in t.segment_bounds():
-            want_lp, want_ent, want_h = _alone(ref, torch.tensor(t.token_ids[s:e]), torch.tensor(t.loss_mask[s:e]),
-                                               0.7)
+            want_lp, want_ent, want_h = _alone(ref, torch.tensor(t.token_ids[s:e]), torch.tensor(t.loss_mask[s:e]), 0.7)
             assert torch.allclose(lp[r, s:e], want_lp, atol=1e-5), (r, s)
             assert torch.allclose(ent[r, s:e], want_ent, atol=1e-5), (r, s)
             assert torch.allclose(h[r, s:e], want_h, atol=1e-5), (r, s)
             ref_loss = ref_loss + (want_lp * torch.tensor(t.loss_mask[s:e])).sum()
-        assert (lp[r, len(t.token_ids):] == 0).all() and (h[r, len(t.token_ids):] == 0).all()
+        assert (lp[r, len(t.token_ids) :] == 0).all() and (h[r, len(t.token_ids) :] == 0).all()
     assert lp[0, 14] == 0 and lp[0, 14:20].abs().sum() == 0  # the second segment's prompt is not scored
     # gradients reach the model through the segmented rows exactly as through the segments run alone
     (lp * b.loss_mask).sum().backward()
@@ -178,8 +220,9 @@ def test_a_segmented_row_differs_from_the_same_tokens_as_one_sequence():
     model = tiny_model(tok, seed=1)
     with torch.no_grad():
         joined = token_logprobs(model, b.input_ids, b.attention_mask, loss_mask=b.loss_mask)[0]
-        split = token_logprobs(model, b.input_ids, b.attention_mask, loss_mask=b.loss_mask,
-                               segment_ids=b.segment_ids)[0]
+        split = token_logprobs(model, b.input_ids, b.attention_mask, loss_mask=b.loss_mask, segment_ids=b.segment_ids)[
+            0
+        ]
     assert torch.allclose(joined[0, :14], split[0, :14], atol=1e-5)
     assert not torch.allclose(joined[0, 20:], split[0, 20:], atol=1e-3)
 
@@ -193,14 +236,29 @@ def test_without_segments_the_pass_is_unchanged(share):
     b = collate(trajs, PAD)
     model = tiny_model(tok, seed=1)
     with torch.no_grad():
-        old = forward_tokens(model, b.input_ids, b.attention_mask, hidden=True, loss_mask=b.loss_mask,
-                             share_prefix=share)
-        new = forward_tokens(model, b.input_ids, b.attention_mask, hidden=True, loss_mask=b.loss_mask,
-                             share_prefix=share, segment_ids=b.segment_ids)
+        old = forward_tokens(
+            model, b.input_ids, b.attention_mask, hidden=True, loss_mask=b.loss_mask, share_prefix=share
+        )
+        new = forward_tokens(
+            model,
+            b.input_ids,
+            b.attention_mask,
+            hidden=True,
+            loss_mask=b.loss_mask,
+            share_prefix=share,
+            segment_ids=b.segment_ids,
+        )
         assert all(torch.equal(x, y) for x, y in zip(old, new))
         mixed = collate([*trajs, build(TWO)], PAD)
-        lp, ent, h = forward_tokens(model, mixed.input_ids, mixed.attention_mask, hidden=True,
-                                    loss_mask=mixed.loss_mask, share_prefix=share, segment_ids=mixed.segment_ids)
+        lp, ent, h = forward_tokens(
+            model,
+            mixed.input_ids,
+            mixed.attention_mask,
+            hidden=True,
+            loss_mask=mixed.loss_mask,
+            share_prefix=share,
+            segment_ids=mixed.segment_ids,
+        )
     T = b.input_ids.shape[1]
     assert torch.allclose(lp[:3, :T], old[0], atol=1e-5) and torch.allclose(ent[:3, :T], old[1], atol=1e-5)
     real = b.attention_mask > 0
@@ -208,6 +266,7 @@ def test_without_segments_the_pass_is_unchanged(share):
 
 
 # ---- critics ----
+
 
 def test_separate_critic_runs_each_segment_alone():
     tok = tiny_tokenizer("chatml")
@@ -238,8 +297,9 @@ def test_value_head_reads_per_segment_hidden_states():
     model, head = tiny_model(tok, seed=1), ValueHead(32)
     torch.nn.init.normal_(head.proj.weight)
     with torch.no_grad():
-        h = forward_tokens(model, b.input_ids, b.attention_mask, hidden=True, loss_mask=b.loss_mask,
-                           segment_ids=b.segment_ids)[2]
+        h = forward_tokens(
+            model, b.input_ids, b.attention_mask, hidden=True, loss_mask=b.loss_mask, segment_ids=b.segment_ids
+        )[2]
         values, last = head(h, b.attention_mask.sum(-1), b.segment_ids)
         for s, e in t.segment_bounds():
             alone = _alone(model, torch.tensor(t.token_ids[s:e]), torch.tensor(t.loss_mask[s:e]))[2]
@@ -250,17 +310,28 @@ def test_value_head_reads_per_segment_hidden_states():
 
 # ---- a learner step ----
 
+
 def _config(algo):
-    return TrainConfig.model_validate({"model": "tiny", "env": {"id": "tests/Upper-v0"}, "algorithm": algo,
-                                       "rollout": {"prompts_per_step": 2, "group_size": 2, "max_new_tokens": 8},
-                                       "optim": {"lr": 1e-2, "minibatch_size": 2, "share_prompts": True}})
+    return TrainConfig.model_validate(
+        {
+            "model": "tiny",
+            "env": {"id": "tests/Upper-v0"},
+            "algorithm": algo,
+            "rollout": {"prompts_per_step": 2, "group_size": 2, "max_new_tokens": 8},
+            "optim": {"lr": 1e-2, "minibatch_size": 2, "share_prompts": True},
+        }
+    )
 
 
 @pytest.mark.parametrize("algo", ["grpo", {"name": "ppo", "whiten_advantages": False}])
 def test_a_learner_step_on_segmented_and_plain_episodes(algo):
     tok = tiny_tokenizer("chatml")
-    trajs = [build(TWO, reward=1.0, group="a", seed=0), build([TWO[0]], reward=0.0, group="a", seed=1),
-             build([TWO[0]], reward=1.0, group="b", seed=2), build([TWO[0]], reward=0.0, group="b", seed=3)]
+    trajs = [
+        build(TWO, reward=1.0, group="a", seed=0),
+        build([TWO[0]], reward=0.0, group="a", seed=1),
+        build([TWO[0]], reward=1.0, group="b", seed=2),
+        build([TWO[0]], reward=0.0, group="b", seed=3),
+    ]
     config = _config(algo)
     lrn = learner_of(config, tiny_model(tok, seed=0), tok)
     exp, info = lrn.prepare(trajs)
@@ -273,8 +344,12 @@ def test_a_learner_step_on_segmented_and_plain_episodes(algo):
         assert first[0] > 0.5 and first[1] < -0.5 and first[0] == pytest.approx(-first[1])
         assert torch.allclose(exp.adv[0][m[0]], torch.full((int(m[0].sum()),), first[0]))  # every segment's tokens
     else:  # the value head sees each segment alone: the second segment opens with value 0
-        lrn_values = lrn._values(exp.batch, forward_tokens(lrn.model, exp.batch.input_ids, exp.batch.attention_mask,
-                                                           hidden=True, segment_ids=exp.batch.segment_ids)[2])
+        lrn_values = lrn._values(
+            exp.batch,
+            forward_tokens(
+                lrn.model, exp.batch.input_ids, exp.batch.attention_mask, hidden=True, segment_ids=exp.batch.segment_ids
+            )[2],
+        )
         assert lrn_values[0, 14] == 0
     before = [p.detach().clone() for p in lrn.model.parameters()]
     out = lrn.update(trajs)
@@ -285,13 +360,18 @@ def test_a_learner_step_on_segmented_and_plain_episodes(algo):
     assert len(logp) == 23 and logp[14] is None and logp[20] is not None  # the second segment's tokens trained
     assert out["logp_diff"] > 0 and trajs[0].metadata["learner_logprobs_after"] == 0  # row 0: the initial weights
     with torch.no_grad():  # the learner's pass saw the second segment alone
-        want = _alone(tiny_model(tok, seed=0), torch.tensor(trajs[0].token_ids[14:]), torch.tensor([0] * 6 + [1] * 3),
-                      config.rollout.temperature)[0]
+        want = _alone(
+            tiny_model(tok, seed=0),
+            torch.tensor(trajs[0].token_ids[14:]),
+            torch.tensor([0] * 6 + [1] * 3),
+            config.rollout.temperature,
+        )[0]
     assert logp[20:] == pytest.approx(want[6:].tolist(), abs=1e-4)
     json.dumps(trajs[0].metadata)
 
 
 # ---- methods that cut episodes into rows ----
+
 
 def test_swirl_step_rows_take_the_tokens_of_their_own_segment():
     from turnrl.methods.swirl.steps import decompose

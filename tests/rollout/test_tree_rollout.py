@@ -29,8 +29,14 @@ def grow(kv_cache_mb=64, spec=SPEC, sample_seeds=(11, 12)):
     tok = tiny_tokenizer("chatml")
     agent = HFAgent(tiny_model(tok), tok, batch_size=8, kv_cache_mb=kv_cache_mb)
     rollout = Rollout(agent, SAMPLE)
-    roots = rollout.start([make_env() for _ in range(ROOTS)], seeds=[0, 1], options=[{"index": 0}, {"index": 1}],
-                          group_ids=["g0", "g1"], sample_seeds=list(sample_seeds), metadata=[{}, {}])
+    roots = rollout.start(
+        [make_env() for _ in range(ROOTS)],
+        seeds=[0, 1],
+        options=[{"index": 0}, {"index": 1}],
+        group_ids=["g0", "g1"],
+        sample_seeds=list(sample_seeds),
+        metadata=[{}, {}],
+    )
     leaves = run_with_daemon_threads(play_tree(rollout, roots, spec))
     return [ep.traj for ep in leaves], rollout, agent
 
@@ -45,8 +51,12 @@ def test_each_root_grows_the_specs_leaves_with_their_place_in_the_tree(cached):
     assert SPEC.leaves == 4 and len(leaves) == ROOTS * 4 and all(t.error is None for t in leaves)
     assert all(t.num_turns == 4 for t in leaves)  # (a random model never answers right: every episode plays 4 turns)
     paths = [t.metadata["tree"]["path"] for t in leaves]
-    assert paths[:4] == [["g0/0", "g0/0.0", "g0/0.0.0"], ["g0/0", "g0/0.0", "g0/0.0.1"],
-                         ["g0/0", "g0/0.1", "g0/0.1.0"], ["g0/0", "g0/0.1", "g0/0.1.1"]]
+    assert paths[:4] == [
+        ["g0/0", "g0/0.0", "g0/0.0.0"],
+        ["g0/0", "g0/0.0", "g0/0.0.1"],
+        ["g0/0", "g0/0.1", "g0/0.1.0"],
+        ["g0/0", "g0/0.1", "g0/0.1.1"],
+    ]
     assert all(t.metadata["tree"]["branch_turns"] == [1, 2] for t in leaves)
     assert len(agent.sessions) == 0  # every leaf released its session
 
@@ -59,7 +69,7 @@ def _history_end(traj, turn):
 def test_siblings_share_their_history_token_for_token_and_then_sample_their_own(cached):
     leaves, _, _ = cached
     for root in range(ROOTS):
-        tree = leaves[4 * root: 4 * root + 4]
+        tree = leaves[4 * root : 4 * root + 4]
         trunk = _history_end(tree[0], 1)
         assert all(t.token_ids[:trunk] == tree[0].token_ids[:trunk] for t in tree)  # turn 0 and its reply, once
         assert all(t.logprobs[:trunk] == tree[0].logprobs[:trunk] for t in tree)
@@ -67,7 +77,9 @@ def test_siblings_share_their_history_token_for_token_and_then_sample_their_own(
             node = _history_end(tree[a], 2)
             assert tree[a].token_ids[:node] == tree[b].token_ids[:node]
             assert tree[a].token_ids[node:] != tree[b].token_ids[node:]  # and then sample apart
-        assert tree[0].token_ids[trunk:_history_end(tree[0], 2)] != tree[2].token_ids[trunk:_history_end(tree[2], 2)]
+        assert (
+            tree[0].token_ids[trunk : _history_end(tree[0], 2)] != tree[2].token_ids[trunk : _history_end(tree[2], 2)]
+        )
     assert leaves[0].token_ids[:20] != leaves[4].token_ids[:20] or leaves[0].task_id != leaves[4].task_id
 
 
@@ -79,8 +91,9 @@ def test_every_leaf_is_what_a_fresh_environment_answers_to_its_actions(cached):
         assert list(obs) == t.prompt
         for turn in t.turns:
             o, r, term, trunc, _ = env.step(turn.action.content)
-            assert list(o) == turn.observation and r == turn.reward and (term, trunc) == (turn.terminated,
-                                                                                        turn.truncated)
+            assert (
+                list(o) == turn.observation and r == turn.reward and (term, trunc) == (turn.terminated, turn.truncated)
+            )
 
 
 def test_forked_kv_sessions_give_the_tokens_and_logprobs_of_re_prefilling(cached):

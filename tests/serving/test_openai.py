@@ -26,8 +26,10 @@ def served():
 
 
 def prompts(tok):
-    texts = [tok.apply_chat_template([{"role": "user", "content": q}], tokenize=False, add_generation_prompt=True)
-             for q in ("What is 2 + 2?", "hello there")]
+    texts = [
+        tok.apply_chat_template([{"role": "user", "content": q}], tokenize=False, add_generation_prompt=True)
+        for q in ("What is 2 + 2?", "hello there")
+    ]
     return [tok.encode(t, add_special_tokens=False) for t in texts]
 
 
@@ -65,8 +67,12 @@ def test_chat(served):
     local, server = served
     remote = OpenAIAgent(server.url, "tiny")
     out = remote.chat([{"role": "user", "content": "hi"}], SamplingParams(temperature=0.0, max_new_tokens=5))
-    ids = local.tokenizer.encode(local.tokenizer.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False,
-                                                                     add_generation_prompt=True), add_special_tokens=False)
+    ids = local.tokenizer.encode(
+        local.tokenizer.apply_chat_template(
+            [{"role": "user", "content": "hi"}], tokenize=False, add_generation_prompt=True
+        ),
+        add_special_tokens=False,
+    )
     assert out == [local.generate([ids], SamplingParams(temperature=0.0, max_new_tokens=5))[0].text]
 
 
@@ -76,8 +82,9 @@ def test_clear_errors(served):
         OpenAIAgent(server.url, "other", max_retries=0).chat([{"role": "user", "content": "hi"}])
     assert e.value.status == 404
     with pytest.raises(OpenAIError, match="returned 400.*invalid sampling parameters"):
-        OpenAIAgent(server.url, "tiny", max_retries=0).chat([{"role": "user", "content": "x"}],
-                                                             SamplingParams(temperature=3.0).model_copy(update={"n": 0}))
+        OpenAIAgent(server.url, "tiny", max_retries=0).chat(
+            [{"role": "user", "content": "x"}], SamplingParams(temperature=3.0).model_copy(update={"n": 0})
+        )
     with pytest.raises(ValueError, match="FIRE"):
         OpenAIAgent(server.url, "tiny").generate([[1]], SamplingParams(fire_temperature=5.0))
 
@@ -180,11 +187,14 @@ def test_streaming_gives_the_same_answer_as_a_plain_request(client):
 
 def test_logprobs_and_top_logprobs_match_the_local_model(served, client):
     local, _ = served
-    r = client.chat.completions.create(model="tiny", messages=ask(), max_tokens=6, temperature=0, logprobs=True,
-                                       top_logprobs=3)
+    r = client.chat.completions.create(
+        model="tiny", messages=ask(), max_tokens=6, temperature=0, logprobs=True, top_logprobs=3
+    )
     entries = r.choices[0].logprobs.content
     tok = local.tokenizer
-    ids = tok.encode(tok.apply_chat_template(ask(), tokenize=False, add_generation_prompt=True), add_special_tokens=False)
+    ids = tok.encode(
+        tok.apply_chat_template(ask(), tokenize=False, add_generation_prompt=True), add_special_tokens=False
+    )
     ref = local.generate([ids], SamplingParams(temperature=0.0, max_new_tokens=6))[0]
     assert len(entries) == 6 and [e.token for e in entries] == [tok.decode([t]) for t in ref.token_ids]
     for e, lp in zip(entries, ref.logprobs):
@@ -195,19 +205,28 @@ def test_logprobs_and_top_logprobs_match_the_local_model(served, client):
     r = client.completions.create(model="tiny", prompt="What is", max_tokens=4, temperature=0, logprobs=2)
     lp = r.choices[0].logprobs
     assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == 4
-    assert all(len(top) <= 2 and max(top.values()) == pytest.approx(v, abs=1e-4)
-               for top, v in zip(lp.top_logprobs, lp.token_logprobs))
+    assert all(
+        len(top) <= 2 and max(top.values()) == pytest.approx(v, abs=1e-4)
+        for top, v in zip(lp.top_logprobs, lp.token_logprobs)
+    )
 
 
 def test_stop_and_seed(client):
-    full = client.chat.completions.create(model="tiny", messages=ask("hello there"), max_tokens=12,
-                                          temperature=0).choices[0].message.content
+    full = (
+        client.chat.completions.create(model="tiny", messages=ask("hello there"), max_tokens=12, temperature=0)
+        .choices[0]
+        .message.content
+    )
     stop = full[len(full) // 2 : len(full) // 2 + 2]
-    cut = client.chat.completions.create(model="tiny", messages=ask("hello there"), max_tokens=12, temperature=0,
-                                         stop=[stop]).choices[0]
+    cut = client.chat.completions.create(
+        model="tiny", messages=ask("hello there"), max_tokens=12, temperature=0, stop=[stop]
+    ).choices[0]
     assert cut.message.content == full[: full.find(stop)] and cut.finish_reason == "stop"
-    draw = lambda seed: client.chat.completions.create(
-        model="tiny", messages=ask(), max_tokens=8, temperature=1.0, seed=seed).choices[0].message.content
+    draw = lambda seed: (
+        client.chat.completions.create(model="tiny", messages=ask(), max_tokens=8, temperature=1.0, seed=seed)
+        .choices[0]
+        .message.content
+    )
     assert draw(7) == draw(7) and draw(7) != draw(8)
 
 
@@ -227,8 +246,16 @@ def tool_server():
         yield agent, openai.OpenAI(base_url=server.url, api_key="unused", max_retries=0, timeout=60)
 
 
-TOOLS = [{"type": "function", "function": {"name": "calculator", "description": "arithmetic",
-          "parameters": {"type": "object", "properties": {"expression": {"type": "string"}}}}}]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "calculator",
+            "description": "arithmetic",
+            "parameters": {"type": "object", "properties": {"expression": {"type": "string"}}},
+        },
+    }
+]
 
 
 def test_tools_come_back_as_parsed_tool_calls(tool_server):
@@ -240,7 +267,11 @@ def test_tools_come_back_as_parsed_tool_calls(tool_server):
     assert call.type == "function" and call.function.name == "calculator"
     assert json.loads(call.function.arguments) == {"expression": "2 + 2"} and call.id.startswith("call_")
     # the reply goes back with the tool's result; the template renders both
-    follow = [*ask(), choice.message.model_dump(exclude_none=True), {"role": "tool", "tool_call_id": call.id, "content": "4"}]
+    follow = [
+        *ask(),
+        choice.message.model_dump(exclude_none=True),
+        {"role": "tool", "tool_call_id": call.id, "content": "4"},
+    ]
     r = client.chat.completions.create(model="scripted", messages=follow, tools=TOOLS)
     assert r.choices[0].message.content == "It is 4." and r.choices[0].message.tool_calls is None
     seen = agent.tokenizer.decode(agent.calls[-1][0])
@@ -257,17 +288,20 @@ def test_tools_come_back_as_parsed_tool_calls(tool_server):
     assert r.choices[0].message.content == "No tools here. "
 
 
-@pytest.mark.parametrize("kwargs, param", [
-    ({"frequency_penalty": 0.5}, "frequency_penalty"),
-    ({"presence_penalty": 1.0}, "presence_penalty"),
-    ({"logit_bias": {"5": 10}}, "logit_bias"),
-    ({"response_format": {"type": "json_object"}}, "response_format"),
-    ({"tools": TOOLS, "tool_choice": "required"}, "tool_choice"),
-    ({"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "calculator"}}}, "tool_choice"),
-    ({"top_logprobs": 2}, "top_logprobs"),
-    ({"extra_body": {"mirostat": 2}}, "mirostat"),
-    ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}, "messages"),
-])
+@pytest.mark.parametrize(
+    "kwargs, param",
+    [
+        ({"frequency_penalty": 0.5}, "frequency_penalty"),
+        ({"presence_penalty": 1.0}, "presence_penalty"),
+        ({"logit_bias": {"5": 10}}, "logit_bias"),
+        ({"response_format": {"type": "json_object"}}, "response_format"),
+        ({"tools": TOOLS, "tool_choice": "required"}, "tool_choice"),
+        ({"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "calculator"}}}, "tool_choice"),
+        ({"top_logprobs": 2}, "top_logprobs"),
+        ({"extra_body": {"mirostat": 2}}, "mirostat"),
+        ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}, "messages"),
+    ],
+)
 def test_unsupported_requests_are_refused_in_openai_shape(client, kwargs, param):
     body = {"model": "tiny", "messages": ask(), "max_tokens": 2, **kwargs}
     with pytest.raises(openai.BadRequestError) as e:

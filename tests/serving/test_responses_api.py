@@ -37,8 +37,15 @@ from turnrl.serving.server import AgentServer
 
 openai = pytest.importorskip("openai", reason="the official client is a dev dependency: pip install -e '.[dev]'")
 
-WEATHER = [{"type": "function", "name": "get_weather", "description": "The weather in a city.", "strict": True,
-            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}]
+WEATHER = [
+    {
+        "type": "function",
+        "name": "get_weather",
+        "description": "The weather in a city.",
+        "strict": True,
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    }
+]
 
 
 @pytest.fixture(scope="module")
@@ -60,10 +67,12 @@ def test_a_response_holds_the_chat_completions_answer_and_its_usage(agent):
     ask = [{"role": "user", "content": "What is 2 + 2?"}]
     with AgentServer(agent, "tiny") as server:
         client = openai.OpenAI(base_url=server.url, api_key="x", max_retries=0)
-        reply = client.responses.create(model="tiny", instructions="Be brief.", input=ask, max_output_tokens=12,
-                                        temperature=0.0)
-        chat = client.chat.completions.create(model="tiny", max_tokens=12, temperature=0.0,
-                                              messages=[{"role": "system", "content": "Be brief."}, *ask])
+        reply = client.responses.create(
+            model="tiny", instructions="Be brief.", input=ask, max_output_tokens=12, temperature=0.0
+        )
+        chat = client.chat.completions.create(
+            model="tiny", max_tokens=12, temperature=0.0, messages=[{"role": "system", "content": "Be brief."}, *ask]
+        )
     assert isinstance(reply, openai.types.responses.Response) and reply.object == "response"
     assert reply.id.startswith("resp_") and reply.model == "tiny" and reply.instructions == "Be brief."
     assert [item.type for item in reply.output] == ["message"] and reply.output[0].id.startswith("msg_")
@@ -83,8 +92,13 @@ def test_max_output_tokens_answers_an_incomplete_response(scripted):
     whole = client.responses.create(model="bot", input="hi", max_output_tokens=50)
     assert whole.status == "completed" and whole.incomplete_details is None
     assert whole.output_text == "Hello there. And more"
-    with httpx.stream("POST", server.url + "/responses", headers={"Authorization": f"Bearer {KEY}"}, timeout=60,
-                      json={"model": "bot", "input": "hi", "max_output_tokens": 3, "stream": True}) as r:
+    with httpx.stream(
+        "POST",
+        server.url + "/responses",
+        headers={"Authorization": f"Bearer {KEY}"},
+        timeout=60,
+        json={"model": "bot", "input": "hi", "max_output_tokens": 3, "stream": True},
+    ) as r:
         events = sse(r)
     assert events[-1][0] == "response.incomplete"  # as OpenAI ends such a stream
     assert events[-1][1]["response"]["incomplete_details"] == {"reason": "max_output_tokens"}
@@ -97,8 +111,12 @@ def test_the_stream_is_the_clients_event_sequence_and_ends_with_the_same_respons
         once = client.responses.create(model="tiny", input=ask, max_output_tokens=16, temperature=0.0)
         with client.responses.stream(model="tiny", input=ask, max_output_tokens=16, temperature=0.0) as stream:
             deltas = [e.delta for e in stream if e.type == "response.output_text.delta"]
-        with httpx.stream("POST", server.url + "/responses", timeout=60, json={
-                "model": "tiny", "input": ask, "max_output_tokens": 16, "temperature": 0.0, "stream": True}) as r:
+        with httpx.stream(
+            "POST",
+            server.url + "/responses",
+            timeout=60,
+            json={"model": "tiny", "input": ask, "max_output_tokens": 16, "temperature": 0.0, "stream": True},
+        ) as r:
             assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
             events = sse(r)
     final = stream.get_final_response() if once.status == "completed" else None
@@ -110,10 +128,17 @@ def test_the_stream_is_the_clients_event_sequence_and_ends_with_the_same_respons
     assert [data["sequence_number"] for _, data in events] == list(range(len(events)))
     n = names.count("response.output_text.delta")
     end = "response.completed" if once.status == "completed" else "response.incomplete"
-    assert n >= 1 and names == ["response.created", "response.in_progress", "response.output_item.added",
-                                "response.content_part.added", *["response.output_text.delta"] * n,
-                                "response.output_text.done", "response.content_part.done",
-                                "response.output_item.done", end]
+    assert n >= 1 and names == [
+        "response.created",
+        "response.in_progress",
+        "response.output_item.added",
+        "response.content_part.added",
+        *["response.output_text.delta"] * n,
+        "response.output_text.done",
+        "response.content_part.done",
+        "response.output_item.done",
+        end,
+    ]
     last = events[-1][1]["response"]
     assert last["id"] == events[0][1]["response"]["id"] and last["usage"]["output_tokens"] == once.usage.output_tokens
     assert last["output"][0]["content"][0]["text"] == once.output_text == events[-4][1]["text"]
@@ -138,12 +163,24 @@ def test_a_hermes_tool_call_becomes_a_function_call_and_its_output_reaches_the_p
         final = stream.get_final_response()
     assert "response.function_call_arguments.delta" in kinds and "response.function_call_arguments.done" in kinds
     assert kinds[-1] == "response.completed" and final.output_text == "Let me look."
-    assert [(i.type, getattr(i, "name", None)) for i in final.output] == [("message", None),
-                                                                          ("function_call", "get_weather")]
+    assert [(i.type, getattr(i, "name", None)) for i in final.output] == [
+        ("message", None),
+        ("function_call", "get_weather"),
+    ]
     # the round trip: the output items sent back as the SDK sends them, then the tool's output
-    answer = client.responses.create(model="bot", tools=WEATHER, input=[
-        *ask, *sent_back(reply), {"type": "function_call_output", "call_id": call.call_id,
-                                  "output": [{"type": "input_text", "text": "18 degrees, sunny"}]}])
+    answer = client.responses.create(
+        model="bot",
+        tools=WEATHER,
+        input=[
+            *ask,
+            *sent_back(reply),
+            {
+                "type": "function_call_output",
+                "call_id": call.call_id,
+                "output": [{"type": "input_text", "text": "18 degrees, sunny"}],
+            },
+        ],
+    )
     seen = bot.tokenizer.decode(bot.calls[-1][0])
     assert "18 degrees, sunny" in seen and '"city": "Paris"' in seen and "Let me look." in seen
     assert answer.output_text == "Hello there. And more" and [i.type for i in answer.output] == ["message"]
@@ -153,12 +190,17 @@ def test_a_hermes_tool_call_becomes_a_function_call_and_its_output_reaches_the_p
 
 def test_previous_response_id_continues_the_stored_conversation(scripted):
     bot, _, client = scripted
-    first = client.responses.create(model="bot", instructions="Be brief.", tools=WEATHER,
-                                    input="What is the weather in Paris?")
+    first = client.responses.create(
+        model="bot", instructions="Be brief.", tools=WEATHER, input="What is the weather in Paris?"
+    )
     call = first.output[1]
-    nxt = client.responses.create(model="bot", previous_response_id=first.id, instructions="Be kind.", tools=WEATHER,
-                                  input=[{"type": "function_call_output", "call_id": call.call_id,
-                                          "output": "18 degrees"}])
+    nxt = client.responses.create(
+        model="bot",
+        previous_response_id=first.id,
+        instructions="Be kind.",
+        tools=WEATHER,
+        input=[{"type": "function_call_output", "call_id": call.call_id, "output": "18 degrees"}],
+    )
     seen = bot.tokenizer.decode(bot.calls[-1][0])
     assert "What is the weather in Paris?" in seen and "Let me look." in seen and "18 degrees" in seen
     assert "Be kind." in seen and "Be brief." not in seen  # as OpenAI: instructions are not carried over
@@ -198,18 +240,33 @@ def test_bad_requests_get_openai_errors_naming_the_parameter(scripted):
     bad = {  # what is sent -> (param, words the message must hold)
         "an unknown field": ({"frobnicate": 1}, "frobnicate", "Unknown parameter"),
         "forced tool choice": ({"tools": WEATHER, "tool_choice": "required"}, "tool_choice", "force a tool call"),
-        "a named tool": ({"tools": WEATHER, "tool_choice": {"type": "function", "name": "get_weather"}},
-                         "tool_choice", "force a tool call"),
+        "a named tool": (
+            {"tools": WEATHER, "tool_choice": {"type": "function", "name": "get_weather"}},
+            "tool_choice",
+            "force a tool call",
+        ),
         "an item of no known type": ({"input": [{"type": "reasoning", "summary": []}]}, "input[0].type", "reasoning"),
-        "an image": ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]},
-                     "input[0].content[0].type", "input_image"),
-        "an unknown item field": ({"input": [{"role": "user", "content": "x", "colour": 1}]}, "input[0].colour",
-                                  "Unknown parameter"),
+        "an image": (
+            {"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]},
+            "input[0].content[0].type",
+            "input_image",
+        ),
+        "an unknown item field": (
+            {"input": [{"role": "user", "content": "x", "colour": 1}]},
+            "input[0].colour",
+            "Unknown parameter",
+        ),
         "a bad role": ({"input": [{"role": "tool", "content": "x"}]}, "input[0].role", "role"),
-        "an output for no call": ({"input": [{"role": "user", "content": "hi"}, output]},
-                                  "input[1].call_id", "No tool call found"),
-        "a call left unanswered": ({"input": [{"role": "user", "content": "hi"}, call,
-                                              {"role": "user", "content": "and?"}]}, "input[2]", "No tool output"),
+        "an output for no call": (
+            {"input": [{"role": "user", "content": "hi"}, output]},
+            "input[1].call_id",
+            "No tool call found",
+        ),
+        "a call left unanswered": (
+            {"input": [{"role": "user", "content": "hi"}, call, {"role": "user", "content": "and?"}]},
+            "input[2]",
+            "No tool output",
+        ),
         "arguments not JSON": ({"input": [{**call, "arguments": "{city"}, output]}, "input[0].arguments", "not JSON"),
         "a call without a name": ({"input": [{**call, "name": ""}, output]}, "input[0].name", "non-empty"),
         "a built-in tool": ({"tools": [{"type": "web_search"}]}, "tools[0].type", "only function tools"),
@@ -228,9 +285,17 @@ def test_bad_requests_get_openai_errors_naming_the_parameter(scripted):
         assert e.value.status_code == 400, name
         assert set(e.value.body) == {"message", "type", "param", "code"}, name  # OpenAI's error shape
         assert e.value.body["param"] == param and words in e.value.body["message"], (name, e.value.body)
-    ok = client.responses.create(model="bot", input=[{"role": "user", "content": "hi"}, call, output],  # well formed
-                                 metadata={"run": "1"}, user="u1", store=True, parallel_tool_calls=True,
-                                 reasoning={"effort": None}, text={"format": {"type": "text"}}, truncation="disabled")
+    ok = client.responses.create(
+        model="bot",
+        input=[{"role": "user", "content": "hi"}, call, output],  # well formed
+        metadata={"run": "1"},
+        user="u1",
+        store=True,
+        parallel_tool_calls=True,
+        reasoning={"effort": None},
+        text={"format": {"type": "text"}},
+        truncation="disabled",
+    )
     assert ok.status == "completed" and ok.metadata == {"run": "1"}
     with pytest.raises(openai.AuthenticationError, match="Bearer"):
         openai.OpenAI(base_url=server.url, api_key="wrong", max_retries=0).responses.create(model="bot", input="hi")
@@ -240,8 +305,9 @@ def test_bad_requests_get_openai_errors_naming_the_parameter(scripted):
 
 def test_a_failure_mid_stream_is_an_error_event_and_a_failed_response(tok):
     with AgentServer(FailsMidway(tok, lambda prompt: ""), "bot") as server:
-        with httpx.stream("POST", server.url + "/responses", json={"model": "bot", "input": "x", "stream": True},
-                          timeout=60) as r:
+        with httpx.stream(
+            "POST", server.url + "/responses", json={"model": "bot", "input": "x", "stream": True}, timeout=60
+        ) as r:
             events = sse(r)
     assert [name for name, _ in events][-2:] == ["error", "response.failed"]
     assert "the policy fell over" in events[-2][1]["message"]
@@ -260,8 +326,13 @@ def play_env_through_responses(client, env, seed, chain, max_tokens=12):
     history = [m for m in chat if m["role"] != "system"]
     new, previous = list(history), None
     while True:
-        reply = client.responses.create(model="tiny", instructions=instructions, max_output_tokens=max_tokens,
-                                        input=new if chain else history, previous_response_id=previous)
+        reply = client.responses.create(
+            model="tiny",
+            instructions=instructions,
+            max_output_tokens=max_tokens,
+            input=new if chain else history,
+            previous_response_id=previous,
+        )
         history += sent_back(reply)
         obs, reward, terminated, truncated, info = env.step(reply.output_text)
         if terminated or truncated:
@@ -272,41 +343,66 @@ def play_env_through_responses(client, env, seed, chain, max_tokens=12):
 
 @pytest.mark.parametrize("chain", [False, True], ids=["whole-history", "previous_response_id"])
 def test_a_responses_session_records_the_native_rollout_token_for_token(agent, gateway, chain):
-    session = records_the_native_rollout(agent, gateway, "responses", lambda sid, env, seed: play_env_through_responses(
-        chat_client(gateway, sid), env, seed, chain))
+    session = records_the_native_rollout(
+        agent,
+        gateway,
+        "responses",
+        lambda sid, env, seed: play_env_through_responses(chat_client(gateway, sid), env, seed, chain),
+    )
     assert len(session.responses.items) == 0  # dropped with the session
 
 
 def test_responses_and_chat_completions_record_the_same_episode_tool_outputs_and_segments_included(agent, gateway):
     """The same four calls in both dialects, same seed: an exchange, its continuation (by previous_response_id), then
     a rewritten history that carries a function call and its output (a new segment), and its continuation."""
-    chat_tools = [{"type": "function", "function": {"name": t["name"], "description": t["description"],
-                                                    "parameters": t["parameters"]}} for t in WEATHER]
+    chat_tools = [
+        {
+            "type": "function",
+            "function": {"name": t["name"], "description": t["description"], "parameters": t["parameters"]},
+        }
+        for t in WEATHER
+    ]
     call = {"type": "function_call", "call_id": "call_7", "name": "get_weather", "arguments": '{"city": "Rome"}'}
 
     def in_responses(sid):
         client = chat_client(gateway, sid)
         ask = lambda items, prev=None: client.responses.create(
-            model="tiny", max_output_tokens=8, instructions=SYSTEM, tools=WEATHER, input=items,
-            previous_response_id=prev)
+            model="tiny",
+            max_output_tokens=8,
+            instructions=SYSTEM,
+            tools=WEATHER,
+            input=items,
+            previous_response_id=prev,
+        )
         r1 = ask([FIRST])
         r2 = ask([{"role": "user", "content": "And in Oslo?"}], r1.id)
-        rewritten = [FIRST, {"role": "assistant", "content": "Checking."}, call,
-                     {"type": "function_call_output", "call_id": "call_7", "output": "21 degrees, clear"}]
+        rewritten = [
+            FIRST,
+            {"role": "assistant", "content": "Checking."},
+            call,
+            {"type": "function_call_output", "call_id": "call_7", "output": "21 degrees, clear"},
+        ]
         r3 = ask(rewritten)
         r4 = ask([*rewritten, *sent_back(r3), {"role": "user", "content": "So?"}])
         return [r.output_text for r in (r1, r2, r3, r4)]
 
-    same_episode_both_ways(gateway, agent, [
-        ("as-responses", in_responses), ("as-chat", lambda sid: four_chat_calls(chat_client(gateway, sid), chat_tools,
-                                                                                "call_7"))])
+    same_episode_both_ways(
+        gateway,
+        agent,
+        [
+            ("as-responses", in_responses),
+            ("as-chat", lambda sid: four_chat_calls(chat_client(gateway, sid), chat_tools, "call_7")),
+        ],
+    )
 
 
 def test_the_runs_settings_govern_a_responses_call(agent):
     with settings_gateway(agent) as (gw, sid):
         client = chat_client(gw, sid)
-        a, b = (client.responses.create(model="tiny", input="Say something.", max_output_tokens=50, temperature=1.0)
-                for _ in range(2))
+        a, b = (
+            client.responses.create(model="tiny", input="Say something.", max_output_tokens=50, temperature=1.0)
+            for _ in range(2)
+        )
         assert a.output_text == b.output_text  # greedy, the run's setting, whatever the request asked
         assert a.usage.output_tokens <= 3 and (a.status == "incomplete") == (a.usage.output_tokens == 3)
         with pytest.raises(openai.BadRequestError, match="maximum context length is 64") as e:
@@ -330,8 +426,11 @@ def test_one_session_speaks_one_dialect(gateway):
     reply = client.responses.create(model="tiny", input=ask, max_output_tokens=4)
     with pytest.raises(openai.ConflictError, match="Responses API.*Chat Completions API"):
         client.chat.completions.create(model="tiny", messages=ask, max_tokens=4)
-    messages = httpx.post(gateway.base_url(sid) + "/messages", headers={"x-api-key": gateway.api_key},
-                          json={"model": "tiny", "max_tokens": 4, "messages": ask})
+    messages = httpx.post(
+        gateway.base_url(sid) + "/messages",
+        headers={"x-api-key": gateway.api_key},
+        json={"model": "tiny", "max_tokens": 4, "messages": ask},
+    )
     assert messages.status_code == 409 and "Anthropic's Messages API" in messages.json()["error"]["message"]
     client.responses.create(model="tiny", previous_response_id=reply.id, input="more", max_output_tokens=4)
     session = gateway.close(sid)
@@ -344,12 +443,20 @@ def test_a_bad_call_or_a_hang_up_leaves_a_responses_session_whole(gateway):
     client = chat_client(gateway, sid)
     reply = client.responses.create(model="tiny", input="hi", max_output_tokens=6)
     with pytest.raises(openai.BadRequestError, match="No tool call found"):
-        client.responses.create(model="tiny", previous_response_id=reply.id, max_output_tokens=6, input=[
-            {"type": "function_call_output", "call_id": "call_nope", "output": "x"}])
-    body = {"model": "tiny", "max_output_tokens": 8, "stream": True, "previous_response_id": reply.id,
-            "input": "go"}
-    with httpx.stream("POST", gateway.base_url(sid) + "/responses", json=body, timeout=60,
-                      headers={"Authorization": f"Bearer {gateway.api_key}"}) as r:
+        client.responses.create(
+            model="tiny",
+            previous_response_id=reply.id,
+            max_output_tokens=6,
+            input=[{"type": "function_call_output", "call_id": "call_nope", "output": "x"}],
+        )
+    body = {"model": "tiny", "max_output_tokens": 8, "stream": True, "previous_response_id": reply.id, "input": "go"}
+    with httpx.stream(
+        "POST",
+        gateway.base_url(sid) + "/responses",
+        json=body,
+        timeout=60,
+        headers={"Authorization": f"Bearer {gateway.api_key}"},
+    ) as r:
         assert r.status_code == 200
         lines = r.iter_lines()
         next(lines)
@@ -362,5 +469,10 @@ def test_a_bad_call_or_a_hang_up_leaves_a_responses_session_whole(gateway):
     assert len(session.calls) == 4
     assert [c.match.how for c in session.calls] == ["fresh", "extended", "extended", "extended"]
     last = session.calls[3].prompt  # continues the hung-up call's sampled tokens (the others' do not fit)
-    assert sum(last[:len(c.prompt) + len(c.outs[0].token_ids)] == c.prompt + c.outs[0].token_ids
-               for c in session.calls[1:3]) == 1
+    assert (
+        sum(
+            last[: len(c.prompt) + len(c.outs[0].token_ids)] == c.prompt + c.outs[0].token_ids
+            for c in session.calls[1:3]
+        )
+        == 1
+    )

@@ -21,8 +21,16 @@ from turnrl.template_tools import fit_to_template, template_support
 
 openai = pytest.importorskip("openai", reason="the official client is a dev dependency: pip install -e '.[dev]'")
 
-TOOLS = [{"type": "function", "function": {"name": "calculator", "description": "Evaluate arithmetic.",
-          "parameters": {"type": "object", "properties": {"expression": {"type": "string"}}}}}]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "calculator",
+            "description": "Evaluate arithmetic.",
+            "parameters": {"type": "object", "properties": {"expression": {"type": "string"}}},
+        },
+    }
+]
 
 
 def ask(text="What is 2 + 2?"):
@@ -57,8 +65,9 @@ def tiny():
 def test_the_first_chunk_arrives_before_the_last_token_is_generated(tiny):
     _, server, client = tiny
     arrived = []
-    stream = client.chat.completions.create(model="tiny", messages=ask(), max_tokens=300, temperature=1.0, seed=1,
-                                            stream=True)
+    stream = client.chat.completions.create(
+        model="tiny", messages=ask(), max_tokens=300, temperature=1.0, seed=1, stream=True
+    )
     text = ""
     for chunk in stream:
         if chunk.choices and chunk.choices[0].delta.content:
@@ -139,8 +148,12 @@ def test_text_stream_holds_half_characters_and_partial_stop_strings():
 
 def test_a_closed_stream_stops_its_generation(tiny):
     _, server, client = tiny
-    with httpx.stream("POST", f"{server.url}/chat/completions", timeout=30, json={
-            "model": "tiny", "messages": ask(), "max_tokens": 4000, "temperature": 1.0, "stream": True}) as r:
+    with httpx.stream(
+        "POST",
+        f"{server.url}/chat/completions",
+        timeout=30,
+        json={"model": "tiny", "messages": ask(), "max_tokens": 4000, "temperature": 1.0, "stream": True},
+    ) as r:
         for line in r.iter_lines():
             if '"content": "' in line and '"content": ""' not in line:
                 break  # the client goes away after its first piece of text
@@ -154,10 +167,21 @@ def test_a_closed_stream_stops_its_generation(tiny):
 def test_top_logprobs_hold_the_chosen_tokens_logprob_exactly(tiny):
     _, _, client = tiny
     for stream in (False, True):
-        r = client.chat.completions.create(model="tiny", messages=ask(), max_tokens=8, temperature=0.7, seed=1,
-                                           logprobs=True, top_logprobs=5, stream=stream)
-        entries = [e for c in r for e in (c.choices[0].logprobs.content if c.choices and c.choices[0].logprobs
-                                          else [])] if stream else r.choices[0].logprobs.content
+        r = client.chat.completions.create(
+            model="tiny",
+            messages=ask(),
+            max_tokens=8,
+            temperature=0.7,
+            seed=1,
+            logprobs=True,
+            top_logprobs=5,
+            stream=stream,
+        )
+        entries = (
+            [e for c in r for e in (c.choices[0].logprobs.content if c.choices and c.choices[0].logprobs else [])]
+            if stream
+            else r.choices[0].logprobs.content
+        )
         assert len(entries) == 8
         for e in entries:
             if e.token == "\ufffd":
@@ -186,14 +210,19 @@ def test_fit_to_template_writes_tools_calls_and_results_into_the_messages():
     from turnrl.template_tools import TemplateSupport
 
     call = {"id": "c1", "type": "function", "function": {"name": "calculator", "arguments": '{"expression": "1+1"}'}}
-    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "1+1?"},
-                {"role": "assistant", "content": "", "tool_calls": [call]},
-                {"role": "tool", "tool_call_id": "c1", "name": "calculator", "content": "2"}]
+    messages = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "1+1?"},
+        {"role": "assistant", "content": "", "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "name": "calculator", "content": "2"},
+    ]
     out, tools = fit_to_template(messages, TOOLS, TemplateSupport(tools=False, tool_calls=False, tool_role=False))
     assert tools is None and out[0]["content"].startswith("Be brief.\n\nYou can call these tools:")
     assert "calculator: Evaluate arithmetic." in out[0]["content"] and "<tool_call>" in out[0]["content"]
-    assert out[2] == {"role": "assistant",
-                      "content": '<tool_call>{"name": "calculator", "arguments": {"expression": "1+1"}}</tool_call>'}
+    assert out[2] == {
+        "role": "assistant",
+        "content": '<tool_call>{"name": "calculator", "arguments": {"expression": "1+1"}}</tool_call>',
+    }
     assert out[3] == {"role": "user", "content": '<tool_response name="calculator">\n2\n</tool_response>'}
     assert messages[2]["tool_calls"] == [call]  # the request itself is left alone
     same, tools = fit_to_template(messages, TOOLS, TemplateSupport(True, True, True))
@@ -210,7 +239,11 @@ def test_serve_describes_tools_a_template_would_drop():
         seen = tok.decode(agent.calls[-1][0])
         assert "calculator: Evaluate arithmetic." in seen and "<tool_call>" in seen  # the model is told
         (call,) = r.choices[0].message.tool_calls
-        follow = [*ask("What is 6*7?"), r.choices[0].message.model_dump(exclude_none=True), {"role": "tool", "tool_call_id": call.id, "content": "42"}]
+        follow = [
+            *ask("What is 6*7?"),
+            r.choices[0].message.model_dump(exclude_none=True),
+            {"role": "tool", "tool_call_id": call.id, "content": "42"},
+        ]
         r = client.chat.completions.create(model="s", messages=follow, tools=TOOLS)
         seen = tok.decode(agent.calls[-1][0])
         assert '<tool_call>{"name": "calculator", "arguments": {"expression": "6*7"}}</tool_call>' in seen
@@ -241,8 +274,9 @@ def test_sampling_params_top_logprobs_from_the_hf_agent():
         assert [v for _, v in row] == sorted((v for _, v in row), reverse=True)
         assert all(v == lp for a, v in row if a == t)
     heard = []
-    (d,) = agent.generate([ids], SamplingParams(temperature=1.0, max_new_tokens=6, seed=0),
-                          on_token=lambda *a: heard.append(a))
+    (d,) = agent.generate(
+        [ids], SamplingParams(temperature=1.0, max_new_tokens=6, seed=0), on_token=lambda *a: heard.append(a)
+    )
     assert d.top_logprobs is None and [(t, lp) for _, t, lp, _ in heard] == list(zip(c.token_ids, c.logprobs))
 
 
@@ -254,9 +288,13 @@ def test_turnrl_serve_with_the_builtin_model_streams_and_sees_tools(tmp_path, si
     import subprocess
     import sys
 
-    proc = subprocess.Popen([sys.executable, "-m", "turnrl", "serve", "--agent", "smollm2-135m-instruct", "--port", "0"],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env={**os.environ, "COLUMNS": "400"})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "turnrl", "serve", "--agent", "smollm2-135m-instruct", "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "COLUMNS": "400"},
+    )
     try:
         lines = []
         deadline = time.monotonic() + 120
@@ -274,8 +312,9 @@ def test_turnrl_serve_with_the_builtin_model_streams_and_sees_tools(tmp_path, si
         tooled = client.chat.completions.create(model=model, messages=ask(), max_tokens=1, tools=TOOLS)
         assert tooled.usage.prompt_tokens > bare.usage.prompt_tokens + 30  # the schema reached the model
         arrived = []
-        for chunk in client.chat.completions.create(model=model, messages=ask("Count from 1 to 30."), max_tokens=48,
-                                                    temperature=0, stream=True):
+        for chunk in client.chat.completions.create(
+            model=model, messages=ask("Count from 1 to 30."), max_tokens=48, temperature=0, stream=True
+        ):
             if chunk.choices and chunk.choices[0].delta.content:
                 arrived.append(time.monotonic())
         assert len(arrived) > 10 and arrived[-1] - arrived[0] > 0.3  # spread over the generation, not one burst
@@ -299,24 +338,32 @@ def test_a_stream_that_fails_before_its_first_token_gets_an_http_error():
 def streamed_message(chunks):
     """What a client rebuilds from a chat stream: the content and the tool calls."""
     content = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
-    calls = [{"id": d.id, "type": "function", "function": {"name": d.function.name, "arguments": d.function.arguments}}
-             for c in chunks if c.choices for d in (c.choices[0].delta.tool_calls or [])]
+    calls = [
+        {"id": d.id, "type": "function", "function": {"name": d.function.name, "arguments": d.function.arguments}}
+        for c in chunks
+        if c.choices
+        for d in (c.choices[0].delta.tool_calls or [])
+    ]
     return content, calls
 
 
-@pytest.mark.parametrize("reply", [
-    "I'll check.\n<tool_call>{\"name\": \"calculator\", \"arguments\": {\"expression\": \"2+2\"}}</tool_call>",
-    "\n<tool_call>{\"name\": \"calculator\", \"arguments\": {\"expression\": \"2+2\"}}</tool_call>\nDone  ",
-    "  Sure <tool_call>{\"name\": \"calculator\", \"arguments\": {\"expression\": \"2+2\"}}</tool_call> then more",
-])
+@pytest.mark.parametrize(
+    "reply",
+    [
+        'I\'ll check.\n<tool_call>{"name": "calculator", "arguments": {"expression": "2+2"}}</tool_call>',
+        '\n<tool_call>{"name": "calculator", "arguments": {"expression": "2+2"}}</tool_call>\nDone  ',
+        '  Sure <tool_call>{"name": "calculator", "arguments": {"expression": "2+2"}}</tool_call> then more',
+    ],
+)
 def test_a_streamed_tool_turn_rebuilds_the_message_a_plain_request_returns(reply):
     agent = ScriptedAgent(tiny_tokenizer("chatml"), lambda _p: reply)
     with AgentServer(agent, "s") as server:
         client = openai.OpenAI(base_url=server.url, api_key="x", max_retries=0, timeout=30)
         plain = client.chat.completions.create(model="s", messages=ask(), tools=TOOLS).choices[0].message
         for logprobs in (False, True):
-            chunks = list(client.chat.completions.create(model="s", messages=ask(), tools=TOOLS, stream=True,
-                                                         logprobs=logprobs))
+            chunks = list(
+                client.chat.completions.create(model="s", messages=ask(), tools=TOOLS, stream=True, logprobs=logprobs)
+            )
             content, calls = streamed_message(chunks)
             assert content == (plain.content or "") and "<tool" not in content
             assert [c["function"]["arguments"] for c in calls] == [c.function.arguments for c in plain.tool_calls]
@@ -326,14 +373,20 @@ def test_a_streamed_tool_turn_extends_the_gateways_token_exact_history():
     from turnrl.gateway.server import Gateway
 
     call = '<tool_call>{"name": "calculator", "arguments": {"expression": "2+2"}}</tool_call>'
-    agent = ScriptedAgent(tiny_tokenizer("chatml"), lambda p: "It is 4." if "<tool_response" in p or "\n4<" in p
-                          else f"Let me see.\n{call}")
+    agent = ScriptedAgent(
+        tiny_tokenizer("chatml"),
+        lambda p: "It is 4." if "<tool_response" in p or "\n4<" in p else f"Let me see.\n{call}",
+    )
     with Gateway(agent, "s") as gateway:
         sid = gateway.open("t")
         client = openai.OpenAI(base_url=gateway.base_url(sid), api_key=gateway.api_key, max_retries=0, timeout=30)
         chunks = list(client.chat.completions.create(model="s", messages=ask(), tools=TOOLS, stream=True))
         content, calls = streamed_message(chunks)
-        follow = [*ask(), {"role": "assistant", "content": content, "tool_calls": calls}, {"role": "tool", "tool_call_id": calls[0]["id"], "content": "4"}]
+        follow = [
+            *ask(),
+            {"role": "assistant", "content": content, "tool_calls": calls},
+            {"role": "tool", "tool_call_id": calls[0]["id"], "content": "4"},
+        ]
         list(client.chat.completions.create(model="s", messages=follow, tools=TOOLS, stream=True))
         session = gateway.close(sid)
     assert [c.match.how for c in session.calls] == ["fresh", "extended"]
@@ -348,12 +401,19 @@ def test_templates_without_a_system_role_or_a_tool_role_get_tools_in_the_first_u
         "{% endif %}{% if (m['role'] == 'user') != (loop.index0 % 2 == 0) %}"
         "{{ raise_exception('roles must alternate user/assistant') }}{% endif %}"
         "{{ '<start>' + m['role'] + '\n' + m['content'] + '<end>\n' }}{% endfor %}"
-        "{% if add_generation_prompt %}{{ '<start>assistant\n' }}{% endif %}")
+        "{% if add_generation_prompt %}{{ '<start>assistant\n' }}{% endif %}"
+    )
     support = template_support(tok)
     assert support == TemplateSupport(tools=False, tool_calls=False, tool_role=False, system_role=False)
-    two_calls = [{"id": f"c{i}", "type": "function", "function": {"name": "calculator", "arguments": "{}"}}
-                 for i in range(2)]
-    messages = [*ask(), {"role": "assistant", "content": "", "tool_calls": two_calls}, {"role": "tool", "tool_call_id": "c0", "content": "1"}, {"role": "tool", "tool_call_id": "c1", "content": "2"}]
+    two_calls = [
+        {"id": f"c{i}", "type": "function", "function": {"name": "calculator", "arguments": "{}"}} for i in range(2)
+    ]
+    messages = [
+        *ask(),
+        {"role": "assistant", "content": "", "tool_calls": two_calls},
+        {"role": "tool", "tool_call_id": "c0", "content": "1"},
+        {"role": "tool", "tool_call_id": "c1", "content": "2"},
+    ]
     out, tools = fit_to_template(messages, TOOLS, support)
     assert [m["role"] for m in out] == ["user", "assistant", "user"] and tools is None
     assert out[0]["content"].startswith("You can call these tools:") and out[0]["content"].endswith("What is 2 + 2?")

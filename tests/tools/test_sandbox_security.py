@@ -71,13 +71,17 @@ def test_the_leftover_check_sees_an_escaped_process():
 
 # ---- network ----
 
-@pytest.mark.parametrize("code", [
-    "import socket\nsocket.create_connection(('1.1.1.1', 80), timeout=2)",
-    "import socket\nsocket.create_connection(('127.0.0.1', 22), timeout=2)",
-    "import socket\nprint(socket.gethostbyname('example.com'))",
-    "import urllib.request\nurllib.request.urlopen('http://example.com', timeout=2)",
-    "import socket\ns = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\ns.sendto(b'x', ('8.8.8.8', 53))",
-])
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "import socket\nsocket.create_connection(('1.1.1.1', 80), timeout=2)",
+        "import socket\nsocket.create_connection(('127.0.0.1', 22), timeout=2)",
+        "import socket\nprint(socket.gethostbyname('example.com'))",
+        "import urllib.request\nurllib.request.urlopen('http://example.com', timeout=2)",
+        "import socket\ns = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\ns.sendto(b'x', ('8.8.8.8', 53))",
+    ],
+)
 def test_no_network(sandbox, code):
     r = sandbox.run(code, timeout=10)
     assert r.exit_code != 0 and not r.timed_out
@@ -101,10 +105,18 @@ def test_loopback_of_the_host_is_not_reachable(sandbox):
 
 # ---- reading and writing the host ----
 
-@pytest.mark.parametrize("path", [
-    os.path.expanduser("~/.bashrc"), os.path.abspath(__file__), "/etc/passwd", "/etc/shadow",
-    "/root/.cache/turnrl", os.environ.get("TURNRL_DATA_DIR", "/work"),
-])
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        os.path.expanduser("~/.bashrc"),
+        os.path.abspath(__file__),
+        "/etc/passwd",
+        "/etc/shadow",
+        "/root/.cache/turnrl",
+        os.environ.get("TURNRL_DATA_DIR", "/work"),
+    ],
+)
 def test_host_files_are_invisible(sandbox, path):
     r = sandbox.run(f"import os\nprint(os.path.exists({path!r}))\nprint(open({path!r}).read()[:50])", timeout=10)
     assert r.stdout.startswith("False") and r.exit_code == 1
@@ -125,8 +137,9 @@ def test_proc_shows_only_the_sandbox(sandbox):
 @pytest.mark.parametrize("target", ["/usr/evil.py", "/tmp/../usr/x", "/bin/x"])
 def test_writes_outside_the_scratch_dir_fail(sandbox, target):
     r = sandbox.run(f"open({target!r}, 'w').write('x')", timeout=10)
-    assert r.exit_code == 1 and ("Read-only file system" in r.stderr or "Permission denied" in r.stderr
-                                 or "No such file" in r.stderr)
+    assert r.exit_code == 1 and (
+        "Read-only file system" in r.stderr or "Permission denied" in r.stderr or "No such file" in r.stderr
+    )
     assert not os.path.exists(target)
 
 
@@ -143,8 +156,10 @@ def test_scratch_is_fresh_and_private_per_run(sandbox):
 
 
 def test_symlink_tricks_stay_inside(sandbox):
-    code = ("import os\nos.symlink('/root', 'r')\nos.symlink('/etc/passwd', 'p')\n"
-            "print(os.path.exists('r/.bashrc'), os.path.exists('p'))")
+    code = (
+        "import os\nos.symlink('/root', 'r')\nos.symlink('/etc/passwd', 'p')\n"
+        "print(os.path.exists('r/.bashrc'), os.path.exists('p'))"
+    )
     r = sandbox.run(code, timeout=10)
     assert r.stdout.strip() == "False False"
 
@@ -157,6 +172,7 @@ def test_files_cannot_escape():
 
 
 # ---- resources ----
+
 
 def test_fork_bomb_is_contained(sandbox):
     r = sandbox.run("import os\nwhile True:\n    os.fork()", timeout=20)
@@ -204,10 +220,12 @@ def test_disk_filling_with_many_files(sandbox):
 
 
 def test_background_and_zombie_processes_die_with_the_run(sandbox):
-    code = ("import subprocess, os\n"
-            "subprocess.Popen(['sleep', '4242'])\n"
-            "if os.fork() == 0:\n    os.setsid()\n    import time; time.sleep(4243)\n"
-            "print('spawned')")
+    code = (
+        "import subprocess, os\n"
+        "subprocess.Popen(['sleep', '4242'])\n"
+        "if os.fork() == 0:\n    os.setsid()\n    import time; time.sleep(4243)\n"
+        "print('spawned')"
+    )
     r = sandbox.run(code, timeout=10)
     assert r.stdout.strip() == "spawned"
     time.sleep(0.3)
@@ -256,8 +274,11 @@ def test_missing_bubblewrap_refuses_unless_weak(monkeypatch):
 
 def test_without_proc_a_program_cannot_read_its_own_memory():
     sb = LocalSandbox(cpu_seconds=2, proc=False)
-    r = sb.run("import os\nfor p in ('/proc/self/mem', '/proc/self/fd/0', '/dev/fd/0', '/dev/stdin'):\n"
-               "    print(p, os.path.exists(p))\nprint(os.getpid(), os.cpu_count() > 0)", timeout=10)
+    r = sb.run(
+        "import os\nfor p in ('/proc/self/mem', '/proc/self/fd/0', '/dev/fd/0', '/dev/stdin'):\n"
+        "    print(p, os.path.exists(p))\nprint(os.getpid(), os.cpu_count() > 0)",
+        timeout=10,
+    )
     assert r.ok and "True" not in r.stdout.splitlines()[0] and r.stdout.count("False") == 4, r
 
 

@@ -39,6 +39,7 @@ async def slow_echo(text: str) -> str:
 
 # ---- @tool and schemas ----
 
+
 def test_schema_from_signature_and_docstring():
     s = add.schema()
     assert s["type"] == "function"
@@ -117,6 +118,7 @@ def test_async_tools():
 
 # ---- parsers ----
 
+
 def test_hermes_parses_calls_in_order():
     text = (
         'Let me check. <tool_call>{"name": "add", "arguments": {"a": 1, "b": 2}}</tool_call> and '
@@ -124,7 +126,10 @@ def test_hermes_parses_calls_in_order():
     )
     r = HermesParser().parse(text)
     assert r.errors == []
-    assert [(c.name, c.arguments) for c in r.calls] == [("add", {"a": 1, "b": 2}), ("calculator", {"expression": "2*3"})]
+    assert [(c.name, c.arguments) for c in r.calls] == [
+        ("add", {"a": 1, "b": 2}),
+        ("calculator", {"expression": "2*3"}),
+    ]
 
 
 def test_hermes_list_payload():
@@ -176,12 +181,28 @@ def test_instructions_mention_format():
 
 # ---- calculator ----
 
+
 @pytest.mark.parametrize(
     "expr, value",
     [
-        ("2+3*4", 14), ("(2+3)*4", 20), ("7/2", 3.5), ("12/4", 3), ("7//2", 3), ("7 % 4", 3), ("2^10", 1024),
-        ("2**-1", 0.5), ("-3 + +2", -1), ("1,000 * 3", 3000), ("3 × 4 ÷ 2", 6), ("= 5 + 5", 10), ("5!", 120),
-        ("sqrt(16)", 4.0), ("round(2.567, 2)", 2.57), ("max(1, 9, 3)", 9), ("abs(-4)", 4), ("gcd(12, 18)", 6),
+        ("2+3*4", 14),
+        ("(2+3)*4", 20),
+        ("7/2", 3.5),
+        ("12/4", 3),
+        ("7//2", 3),
+        ("7 % 4", 3),
+        ("2^10", 1024),
+        ("2**-1", 0.5),
+        ("-3 + +2", -1),
+        ("1,000 * 3", 3000),
+        ("3 × 4 ÷ 2", 6),
+        ("= 5 + 5", 10),
+        ("5!", 120),
+        ("sqrt(16)", 4.0),
+        ("round(2.567, 2)", 2.57),
+        ("max(1, 9, 3)", 9),
+        ("abs(-4)", 4),
+        ("gcd(12, 18)", 6),
     ],
 )
 def test_calculator_values(expr, value):

@@ -64,7 +64,10 @@ def test_answer_format_is_enforced():
 
 
 def test_extract_boxed_handles_nested_braces():
-    assert extract_boxed("x \\boxed{\\frac{1}{\\sqrt{2}}} y \\fbox{3} \\boxed{unclosed") == ["\\frac{1}{\\sqrt{2}}", "3"]
+    assert extract_boxed("x \\boxed{\\frac{1}{\\sqrt{2}}} y \\fbox{3} \\boxed{unclosed") == [
+        "\\frac{1}{\\sqrt{2}}",
+        "3",
+    ]
 
 
 def test_gsm8k_reference():
@@ -92,11 +95,14 @@ def test_every_gsm8k_reference_verifies_against_itself(data_dir):
 
 def test_every_math500_answer_verifies_against_itself(data_dir):
     rows = [json.loads(x) for x in (data_dir / "math500" / "test.jsonl").read_text().splitlines()]
-    failures = [r["answer"] for r in rows if not verify(f"The answer is \\boxed{{{r['answer']}}}.", r["answer"]).correct]
+    failures = [
+        r["answer"] for r in rows if not verify(f"The answer is \\boxed{{{r['answer']}}}.", r["answer"]).correct
+    ]
     assert len(rows) == 500 and failures == []
 
 
 # ---- PAG verdicts and rewards (docs/algorithms.md §7) ----
+
 
 @pytest.mark.parametrize(
     "text, verdict",
@@ -132,27 +138,53 @@ def test_revision_bonus_table():
 
 # ---- gaming the math and QA verifiers (docs/REWARD_HACKING.md) ----
 
-@pytest.mark.parametrize("response", [
-    r"\boxed{17} or \boxed{19}", r"\boxed{17 \text{ or } 19}", r"\boxed{x = 17 \vee x = 19}", r"\boxed{17 \lor 19}",
-    r"\boxed{17 \cup 19}", r"\boxed{17 \;|\; 19}", r"\boxed{17 \mid 19}", r"\boxed{17 \\ 19}", r"\boxed{17 \sim 19}",
-    r"\boxed{18 \pm 1}", r"\boxed{17, 19}", r"\boxed{\{17, 19\}}", r"\boxed{19 \text{ (or 17)}}", "The answer is 17 or 19.",
-    r"\boxed{17}" + "\n" + r"\boxed{19}",
-])
+
+@pytest.mark.parametrize(
+    "response",
+    [
+        r"\boxed{17} or \boxed{19}",
+        r"\boxed{17 \text{ or } 19}",
+        r"\boxed{x = 17 \vee x = 19}",
+        r"\boxed{17 \lor 19}",
+        r"\boxed{17 \cup 19}",
+        r"\boxed{17 \;|\; 19}",
+        r"\boxed{17 \mid 19}",
+        r"\boxed{17 \\ 19}",
+        r"\boxed{17 \sim 19}",
+        r"\boxed{18 \pm 1}",
+        r"\boxed{17, 19}",
+        r"\boxed{\{17, 19\}}",
+        r"\boxed{19 \text{ (or 17)}}",
+        "The answer is 17 or 19.",
+        r"\boxed{17}" + "\n" + r"\boxed{19}",
+    ],
+)
 def test_math_hedges_earn_nothing(response):
     v = math_verify(response, "19")
     assert not v.correct and v.score == 0.0 and v.details["reason"] == "hedged", v
 
 
-@pytest.mark.parametrize("response", [r"\boxed{9^{9^{9^{9}}}}", r"\boxed{10^{10^{10}}}", r"\boxed{9^9^9}",
-                                      r"\boxed{2^{100000}}", r"\boxed{100000!}", "\\boxed{" + "9" * 500 + "}"])
+@pytest.mark.parametrize(
+    "response",
+    [
+        r"\boxed{9^{9^{9^{9}}}}",
+        r"\boxed{10^{10^{10}}}",
+        r"\boxed{9^9^9}",
+        r"\boxed{2^{100000}}",
+        r"\boxed{100000!}",
+        "\\boxed{" + "9" * 500 + "}",
+    ],
+)
 def test_math_answers_that_would_hang_the_verifier_are_refused_fast(response):
     start = time.perf_counter()
     v = math_verify(response, "19")
     assert not v.correct and v.details["reason"] in ("too_complex", "too_long") and time.perf_counter() - start < 1
 
 
-@pytest.mark.parametrize("response", [r"\boxed{|-19|}", r"\boxed{\sqrt{361}}", r"\boxed{19.0}",
-                                      r"\boxed{19 \text{ apples}}", r"\boxed{19}\boxed{19}"])
+@pytest.mark.parametrize(
+    "response",
+    [r"\boxed{|-19|}", r"\boxed{\sqrt{361}}", r"\boxed{19.0}", r"\boxed{19 \text{ apples}}", r"\boxed{19}\boxed{19}"],
+)
 def test_math_honest_answers_still_pass(response):
     assert math_verify(response, "19").correct
 
@@ -160,52 +192,61 @@ def test_math_honest_answers_still_pass(response):
 QUESTION = "Which was released first, Blue Velvet or The Elephant Man?"
 
 
-@pytest.mark.parametrize(("response", "reason"), [
-    ("<answer>The Elephant Man or Blue Velvet</answer>", "hedged"),
-    ("<answer>The Elephant Man; Blue Velvet</answer>", "hedged"),
-    ("<answer>The Elephant Man / Blue Velvet</answer>", "hedged"),
-    ("<answer>The Elephant Man, Blue Velvet</answer>", "hedged"),
-    ("<answer>The Elephant Man\nBlue Velvet</answer>", "hedged"),
-    ("<answer>Blue Velvet</answer> <answer>The Elephant Man</answer>", "hedged"),
-    ("<answer>Elephant Man Blue Velvet</answer>", "padded"),                        # both names of a comparison
-    ("<answer>" + " ".join(["man elephant film 1980 lynch"] * 20) + "</answer>", "padded"),   # a long F1 farm
-    ("<answer>The Elephant Man which was released first of the two films</answer>", "padded"),
-    ("<answer>Elephant Man and Elephant Man</answer>", "padded"),  # the answer twice: F1 0.57 (issue 79)
-    ("<answer>Elephant Man Elephant Man Elephant Man</answer>", "padded"),
-    (f"<answer>{QUESTION} The Elephant Man</answer>", "repeats_question"),
-    ("<answer>Blue Velvet vs The Elephant Man: which was released first</answer>", "repeats_question"),
-])
+@pytest.mark.parametrize(
+    ("response", "reason"),
+    [
+        ("<answer>The Elephant Man or Blue Velvet</answer>", "hedged"),
+        ("<answer>The Elephant Man; Blue Velvet</answer>", "hedged"),
+        ("<answer>The Elephant Man / Blue Velvet</answer>", "hedged"),
+        ("<answer>The Elephant Man, Blue Velvet</answer>", "hedged"),
+        ("<answer>The Elephant Man\nBlue Velvet</answer>", "hedged"),
+        ("<answer>Blue Velvet</answer> <answer>The Elephant Man</answer>", "hedged"),
+        ("<answer>Elephant Man Blue Velvet</answer>", "padded"),  # both names of a comparison
+        ("<answer>" + " ".join(["man elephant film 1980 lynch"] * 20) + "</answer>", "padded"),  # a long F1 farm
+        ("<answer>The Elephant Man which was released first of the two films</answer>", "padded"),
+        ("<answer>Elephant Man and Elephant Man</answer>", "padded"),  # the answer twice: F1 0.57 (issue 79)
+        ("<answer>Elephant Man Elephant Man Elephant Man</answer>", "padded"),
+        (f"<answer>{QUESTION} The Elephant Man</answer>", "repeats_question"),
+        ("<answer>Blue Velvet vs The Elephant Man: which was released first</answer>", "repeats_question"),
+    ],
+)
 def test_qa_gaming_earns_nothing(response, reason):
     v = qa_verify(response, "The Elephant Man", question=QUESTION)
     assert not v.correct and v.score == 0.0 and v.details["reason"] == reason and v.details["tampering"] == 1, v
     assert v.details["f1"] > 0  # the official F1 would have paid
 
 
-@pytest.mark.parametrize(("response", "reference", "score"), [
-    ("<answer>The Elephant Man</answer>", "The Elephant Man", 1.0),
-    ("<answer>Elephant Man</answer>", "The Elephant Man", 1.0),
-    ("<answer>Washington, D.C.</answer>", "Washington, D.C.", 1.0),
-    ("<answer>1,000 people</answer>", "1,000 people", 1.0),
-    ("<answer>Either/Or</answer>", "Either/Or", 1.0),
-    ("<answer>Lynch</answer> <answer>Lynch</answer>", "Lynch", 1.0),
-    ("<answer>David K. Lynch</answer>", "David Lynch", 0.8),                       # partial credit stays
-    ("<answer>Chief</answer>", "Chief of Protocol", 0.5),
-])
+@pytest.mark.parametrize(
+    ("response", "reference", "score"),
+    [
+        ("<answer>The Elephant Man</answer>", "The Elephant Man", 1.0),
+        ("<answer>Elephant Man</answer>", "The Elephant Man", 1.0),
+        ("<answer>Washington, D.C.</answer>", "Washington, D.C.", 1.0),
+        ("<answer>1,000 people</answer>", "1,000 people", 1.0),
+        ("<answer>Either/Or</answer>", "Either/Or", 1.0),
+        ("<answer>Lynch</answer> <answer>Lynch</answer>", "Lynch", 1.0),
+        ("<answer>David K. Lynch</answer>", "David Lynch", 0.8),  # partial credit stays
+        ("<answer>Chief</answer>", "Chief of Protocol", 0.5),
+    ],
+)
 def test_qa_committed_answers_keep_their_credit(response, reference, score):
     v = qa_verify(response, reference, question=QUESTION)
     assert v.score == pytest.approx(score) and v.details["tampering"] == 0, v
 
 
-@pytest.mark.parametrize("response, reference", [
-    ("The answer is 41 * 7 - 56", "231"),  # what Pre-PPO on Arithmetic level 4 taught SmolLM2 (2026-11-26)
-    ("The answer is 558 / 6", "93"),
-    ("The answer is (21 - 10) * 3.", "33"),
-    ("\\boxed{\\frac{558}{6}}", "93"),
-    ("\\boxed{97 \\times 4}", "388"),
-    ("#### 30 \\cdot 8", "240"),
-    ("\\boxed{\\frac{38}{2}}", "19"),  # an integer's unreduced fraction: the division was never done
-    ("\\boxed{2^{4} + 3}", "19"),
-])
+@pytest.mark.parametrize(
+    "response, reference",
+    [
+        ("The answer is 41 * 7 - 56", "231"),  # what Pre-PPO on Arithmetic level 4 taught SmolLM2 (2026-11-26)
+        ("The answer is 558 / 6", "93"),
+        ("The answer is (21 - 10) * 3.", "33"),
+        ("\\boxed{\\frac{558}{6}}", "93"),
+        ("\\boxed{97 \\times 4}", "388"),
+        ("#### 30 \\cdot 8", "240"),
+        ("\\boxed{\\frac{38}{2}}", "19"),  # an integer's unreduced fraction: the division was never done
+        ("\\boxed{2^{4} + 3}", "19"),
+    ],
+)
 def test_restating_the_calculation_instead_of_its_result_earns_nothing(response, reference):
     v = verify(response, reference)
     assert not v.correct and v.details["reason"] == "unevaluated"

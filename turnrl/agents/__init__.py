@@ -27,7 +27,9 @@ __all__ = ["AGENT_BACKENDS", "Agent", "AgentSpec", "Completion", "SamplingParams
 LOCAL_BACKENDS = ("hf", "tiny", "run")
 
 
-def make_agent(spec: str | AgentSpec, *, batch_size: int = 32, tokenizer: str | None = None, device: str = "cpu") -> Any:
+def make_agent(
+    spec: str | AgentSpec, *, batch_size: int = 32, tokenizer: str | None = None, device: str = "cpu"
+) -> Any:
     """Build an agent from a spec string (see the module docstring). ``device`` places the weights of the agents
     that run in this process (hf:, tiny:, run:): ``cpu``, ``cuda``, ``cuda:N`` or ``auto`` (a GPU when torch sees
     one).
@@ -45,4 +47,3 @@ def make_agent(spec: str | AgentSpec, *, batch_size: int = 32, tokenizer: str | 
 
         device = pick_device(device)
     return AGENT_BACKENDS.get(kind)(rest, batch_size=batch_size, tokenizer=tokenizer, device=device)
-

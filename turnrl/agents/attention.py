@@ -25,22 +25,37 @@ from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 
-def cpu_gqa_sdpa(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                 attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
-                 is_causal: bool | None = None, **kwargs: Any) -> tuple[torch.Tensor, None]:
+def cpu_gqa_sdpa(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    is_causal: bool | None = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, None]:
     """transformers' ``sdpa`` attention, except that on a CPU without gradients a masked grouped-query attention
     lets SDPA group the heads (``enable_gqa``) instead of repeating the keys and values. Arguments as
     ``transformers.integrations.sdpa_attention.sdpa_attention_forward``."""
-    plain = (query.device.type != "cpu" or attention_mask is None or torch.is_grad_enabled()
-             or getattr(module, "num_key_value_groups", 1) == 1 or key.shape[-1] != value.shape[-1]
-             or any(kwargs.get(k) is not None for k in ("position_bias", "cache"))
-             or kwargs.get("output_attentions", False))
+    plain = (
+        query.device.type != "cpu"
+        or attention_mask is None
+        or torch.is_grad_enabled()
+        or getattr(module, "num_key_value_groups", 1) == 1
+        or key.shape[-1] != value.shape[-1]
+        or any(kwargs.get(k) is not None for k in ("position_bias", "cache"))
+        or kwargs.get("output_attentions", False)
+    )
     if plain:
-        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
-                                      is_causal=is_causal, **kwargs)
+        return sdpa_attention_forward(
+            module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, is_causal=is_causal, **kwargs
+        )
     # with a mask, transformers' sdpa never asks for a causal kernel (is_causal = ... and attention_mask is None)
-    out = F.scaled_dot_product_attention(query, key, value, attn_mask=attention_mask, dropout_p=dropout,
-                                         scale=scaling, enable_gqa=True)
+    out = F.scaled_dot_product_attention(
+        query, key, value, attn_mask=attention_mask, dropout_p=dropout, scale=scaling, enable_gqa=True
+    )
     return out.transpose(1, 2).contiguous(), None
 
 

@@ -72,8 +72,9 @@ def run(rest: str, *, batch_size: int, tokenizer: str | None = None, device: str
     folder = rest.partition("#")[0]
     config = Path(folder) / "config.yaml"
     if not config.is_file():
-        raise FileNotFoundError(f"run:{folder}: no config.yaml there (run:OUT_DIR takes the out_dir of a `turnrl "
-                                "train` run)")
+        raise FileNotFoundError(
+            f"run:{folder}: no config.yaml there (run:OUT_DIR takes the out_dir of a `turnrl train` run)"
+        )
     name = (yaml.safe_load(config.read_text()) or {}).get("model")
     if not name:
         raise ValueError(f"run:{folder}: its config.yaml names no model")

@@ -115,8 +115,9 @@ class AsyncBatchAgent(Agent, Protocol):
 class JoinBatchAgent(Agent, Protocol):
     """An agent whose capabilities say ``join_batch``; one with ``sessions`` also releases them."""
 
-    async def agenerate_one(self, prompt: list[int], params: SamplingParams, *, seed: int | None = None,
-                            session: str | None = None) -> Completion: ...
+    async def agenerate_one(
+        self, prompt: list[int], params: SamplingParams, *, seed: int | None = None, session: str | None = None
+    ) -> Completion: ...
 
 
 class SessionAgent(Agent, Protocol):
@@ -136,10 +137,14 @@ def capabilities_of(agent: Any) -> Capabilities:
         return shown
     # a declaration its methods do not back (a subclass that narrowed ``generate``, a wrapper that hides
     # ``agenerate_one``) is off: the methods are what gets called
-    return dataclasses.replace(declared, seeds=declared.seeds and shown.seeds, on_token=declared.on_token and
-                               shown.on_token, join_batch=declared.join_batch and shown.join_batch,
-                               join_batch_on_token=declared.join_batch_on_token and shown.join_batch_on_token,
-                               async_batch=declared.async_batch and shown.async_batch)
+    return dataclasses.replace(
+        declared,
+        seeds=declared.seeds and shown.seeds,
+        on_token=declared.on_token and shown.on_token,
+        join_batch=declared.join_batch and shown.join_batch,
+        join_batch_on_token=declared.join_batch_on_token and shown.join_batch_on_token,
+        async_batch=declared.async_batch and shown.async_batch,
+    )
 
 
 def end_of_turn_ids(agent: Any) -> set[int]:
@@ -159,8 +164,13 @@ def inferred_capabilities(agent: Any) -> Capabilities:
     generate, model = getattr(agent, "generate", None), getattr(agent, "model", None)
     one = getattr(agent, "agenerate_one", None)
     return Capabilities(
-        seeds=takes(generate, "seeds"), sessions=bool(getattr(agent, "supports_sessions", False)),
-        on_token=takes(generate, "on_token"), join_batch=one is not None, join_batch_on_token=takes(one, "on_token"),
+        seeds=takes(generate, "seeds"),
+        sessions=bool(getattr(agent, "supports_sessions", False)),
+        on_token=takes(generate, "on_token"),
+        join_batch=one is not None,
+        join_batch_on_token=takes(one, "on_token"),
         async_batch=getattr(agent, "agenerate", None) is not None,
         inflight_updates=bool(getattr(agent, "inflight_updates", False)),
-        eos_ids=frozenset(getattr(agent, "eos_ids", None) or ()), local_model=hasattr(model, "forward"))
+        eos_ids=frozenset(getattr(agent, "eos_ids", None) or ()),
+        local_model=hasattr(model, "forward"),
+    )

@@ -75,8 +75,14 @@ class Batch:
         """Run each row's sampled token through the model; the logits of the following one become pending."""
         device = self.attention.device
         self.attention = torch.cat([self.attention, self.attention.new_ones((len(self.rows), 1))], 1)
-        out = model(input_ids=nxt.to(device)[:, None], attention_mask=self.attention,
-                    position_ids=self.positions[:, None], past_key_values=self.cache, use_cache=True, logits_to_keep=1)
+        out = model(
+            input_ids=nxt.to(device)[:, None],
+            attention_mask=self.attention,
+            position_ids=self.positions[:, None],
+            past_key_values=self.cache,
+            use_cache=True,
+            logits_to_keep=1,
+        )
         self.cache, self.logits = out.past_key_values, out.logits[:, -1, :]
         self.positions = self.positions + 1
 
@@ -107,11 +113,17 @@ class Batch:
             shape[dim] = missing
             return torch.cat([t.new_zeros(shape), t], dim)
 
-        layers = [(torch.cat([pad(a.keys, 2), pad(b.keys, 2)]), torch.cat([pad(a.values, 2), pad(b.values, 2)]))
-                  for a, b in zip(self.cache.layers, other.cache.layers)]
-        return Batch(self.rows + other.rows, growing_cache(layers),
-                      torch.cat([pad(self.attention, 1), pad(other.attention, 1)]),
-                      torch.cat([self.positions, other.positions]), torch.cat([self.logits, other.logits]))
+        layers = [
+            (torch.cat([pad(a.keys, 2), pad(b.keys, 2)]), torch.cat([pad(a.values, 2), pad(b.values, 2)]))
+            for a, b in zip(self.cache.layers, other.cache.layers)
+        ]
+        return Batch(
+            self.rows + other.rows,
+            growing_cache(layers),
+            torch.cat([pad(self.attention, 1), pad(other.attention, 1)]),
+            torch.cat([self.positions, other.positions]),
+            torch.cat([self.logits, other.logits]),
+        )
 
 
 def merge_lanes(lanes: list[Batch], overhead: int) -> list[Batch]:
@@ -120,8 +132,9 @@ def merge_lanes(lanes: list[Batch], overhead: int) -> list[Batch]:
     context): rows that finished leave a lane few and cheap to pad. Full-attention caches only."""
     out: list[Batch] = []
     for batch in sorted(lanes, key=lambda b: b.attention.shape[1]):
-        if out and merge_pays(len(out[-1].rows), int(out[-1].attention.shape[1]), len(batch.rows),
-                              int(batch.attention.shape[1]), overhead):
+        if out and merge_pays(
+            len(out[-1].rows), int(out[-1].attention.shape[1]), len(batch.rows), int(batch.attention.shape[1]), overhead
+        ):
             out[-1] = out[-1].merge(batch)
         else:
             out.append(batch)
@@ -134,16 +147,21 @@ class GrowingLayer(DynamicLayer):
     step at 2,000 tokens of context (measured with the profiler on SmolLM2-135M, batch 4). ``keys``/``values`` are views of the buffer; when something else replaced them
     (a batch selection, a trim) the next update copies them into a new buffer once."""
 
-    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
-               ) -> tuple[torch.Tensor, torch.Tensor]:
+    def update(
+        self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
         keys = self.keys
         assert keys is not None  # set by lazy_initialization
         n, length = key_states.shape[-2], (keys.shape[-2] if keys.numel() else 0)
         buf = getattr(self, "_buffer", None)
-        if (buf is None or length + n > buf[0].shape[-2] or buf[0].shape[:2] != key_states.shape[:2]
-                or (length and buf[0].data_ptr() != keys.data_ptr())):
+        if (
+            buf is None
+            or length + n > buf[0].shape[-2]
+            or buf[0].shape[:2] != key_states.shape[:2]
+            or (length and buf[0].data_ptr() != keys.data_ptr())
+        ):
             capacity = length + n + max(64, (length + n) // 4)  # a quarter more: few copies, little spare memory
             buf = tuple(t.new_empty((*t.shape[:2], capacity, t.shape[-1])) for t in (key_states, value_states))
             if length:
@@ -205,8 +223,10 @@ def sample(batch: Batch) -> torch.Tensor:
     generator and filter draw in one call (so one call's rows sample as they always did); a row with its own stream
     draws alone (batch-invariant)."""
     logits = batch.logits.float()  # (A, V)
-    temps = [row.params.fire_temperature if (row.params.fire_temperature and not row.tokens) else row.params.temperature
-             for row in batch.rows]
+    temps = [
+        row.params.fire_temperature if (row.params.fire_temperature and not row.tokens) else row.params.temperature
+        for row in batch.rows
+    ]
     t = torch.tensor(temps, dtype=logits.dtype, device=logits.device)[:, None]
     scaled = torch.where(t > 0, logits / t.clamp(min=1e-9), logits)
     logp_all = torch.log_softmax(scaled, dim=-1)

@@ -4,7 +4,7 @@ The CPU default. It shares the model object with the trainer (no weight copies):
 next ``generate`` call samples from the updated weights (and the session caches computed with the old ones are
 dropped).
 
-Over 400 lines: one class, :class:`HFAgent` — its public side (construction, ``generate``, ``agenerate_one``,
+Over 450 lines: one class, :class:`HFAgent` — its public side (construction, ``generate``, ``agenerate_one``,
 sessions, capabilities) first, then its decoding loop (the rows of a call in lanes of similar context length,
 admitted into a running batch as others finish, prefilled from their session's cached keys and values where they
 extend it, stepped token by token with each row's own sampling, their sessions' caches kept, their completions
@@ -70,8 +70,9 @@ class HFAgent:
     LANE_CALL = 6000  # one decode call's fixed cost, in rows × tokens of context (SmolLM2, CPU: 42 ms / 7 µs)
     LANE_ROW = 80  # one more row's cost beyond its context, in tokens of context (0.56 ms / 7 µs)
 
-    def __init__(self, model: Any, tokenizer: Any, *, batch_size: int = 32, kv_cache_mb: float = 2048,
-                 decode_lanes: bool = True) -> None:
+    def __init__(
+        self, model: Any, tokenizer: Any, *, batch_size: int = 32, kv_cache_mb: float = 2048, decode_lanes: bool = True
+    ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         if kv_cache_mb < 0:
@@ -97,8 +98,9 @@ class HFAgent:
         self._stream_gen: torch.Generator | None = None
 
     @classmethod
-    def from_pretrained(cls, name_or_path: str, *, batch_size: int = 32, kv_cache_mb: float = 2048,
-                        **kwargs: Any) -> HFAgent:
+    def from_pretrained(
+        cls, name_or_path: str, *, batch_size: int = 32, kv_cache_mb: float = 2048, **kwargs: Any
+    ) -> HFAgent:
         """Load a model by path, hub name or built-in name (see :func:`turnrl.agents.models.load_model`)."""
         from turnrl.agents.models import load_model
 
@@ -110,8 +112,16 @@ class HFAgent:
         """Where the model's parameters are."""
         return next(self.model.parameters()).device
 
-    async def agenerate_one(self, prompt: list[int], params: SamplingParams, *, seed: int | None = None,
-                            session: str | None = None, choice: int = 0, on_token: Any = None) -> Completion:
+    async def agenerate_one(
+        self,
+        prompt: list[int],
+        params: SamplingParams,
+        *,
+        seed: int | None = None,
+        session: str | None = None,
+        choice: int = 0,
+        on_token: Any = None,
+    ) -> Completion:
         """One completion of ``prompt``, decoded in the batch that is already running (continuous batching across
         calls): the request joins it at the next step, and its result returns as soon as it finishes, whatever the
         other rows do. Call it from many coroutines of one event loop (a rollout's episodes, each as soon as its
@@ -194,11 +204,25 @@ class HFAgent:
         """Per-prompt seeds, KV sessions (when its cache budget is above 0 and every layer attends fully), tokens
         reported as sampled, joining the running batch (:meth:`agenerate_one`), its end-of-turn ids, and its model
         in this process."""
-        return Capabilities(seeds=True, sessions=self.supports_sessions, on_token=True, join_batch=True,
-                            join_batch_on_token=True, eos_ids=frozenset(self.eos_ids), local_model=True)
+        return Capabilities(
+            seeds=True,
+            sessions=self.supports_sessions,
+            on_token=True,
+            join_batch=True,
+            join_batch_on_token=True,
+            eos_ids=frozenset(self.eos_ids),
+            local_model=True,
+        )
 
-    def generate(self, prompts: list[list[int]], params: SamplingParams, *, seeds: list[int] | None = None,
-                 sessions: list[str | None] | None = None, on_token: Any = None) -> list[Completion]:
+    def generate(
+        self,
+        prompts: list[list[int]],
+        params: SamplingParams,
+        *,
+        seeds: list[int] | None = None,
+        sessions: list[str | None] | None = None,
+        on_token: Any = None,
+    ) -> list[Completion]:
         """Sample ``params.n`` completions for each token prompt (see :class:`~turnrl.agents.base.Agent`).
 
         ``seeds`` (one per prompt) gives every row its own random stream, so what a row samples does not depend on
@@ -228,8 +252,11 @@ class HFAgent:
             generator.seed()
         else:
             generator.manual_seed(params.seed)
-        rows = [Row(i, p, params, sessions[i] if sessions is not None else None, shared=generator)
-                for i, p in enumerate(prompts) for _ in range(params.n)]
+        rows = [
+            Row(i, p, params, sessions[i] if sessions is not None else None, shared=generator)
+            for i, p in enumerate(prompts)
+            for _ in range(params.n)
+        ]
         if seeds is not None:  # row j of prompt i: its own stream
             for k, row in enumerate(rows):
                 j = k % params.n
@@ -267,9 +294,23 @@ class HFAgent:
         waiting: deque[Row] = deque()
         batch: Batch | None = None
         while pending or waiting or batch is not None:
-            if pending and not waiting and (batch is None or (self.full_attention and merge_pays(
-                    len(batch.rows), int(batch.attention.shape[1]), len(pending[0]),
-                    max(len(row.prompt) for row in pending[0]), self.LANE_CALL))):
+            if (
+                pending
+                and not waiting
+                and (
+                    batch is None
+                    or (
+                        self.full_attention
+                        and merge_pays(
+                            len(batch.rows),
+                            int(batch.attention.shape[1]),
+                            len(pending[0]),
+                            max(len(row.prompt) for row in pending[0]),
+                            self.LANE_CALL,
+                        )
+                    )
+                )
+            ):
                 waiting.extend(pending.popleft())
             admitted = self._admit(batch, waiting)
             assert admitted is not None  # rows are waiting, and an empty batch has room (batch_size >= 1)
@@ -315,7 +356,7 @@ class HFAgent:
             if row.on_token is not None:
                 row.on_token(row.tokens[-1], row.logprobs[-1], row.tops[-1] if row.params.top_logprobs else None)
             stop = row.params.stop
-            if bool(done[a]) or (stop and self._hits_stop(row.tokens[-(max(map(len, stop)) + 2):], stop)):
+            if bool(done[a]) or (stop and self._hits_stop(row.tokens[-(max(map(len, stop)) + 2) :], stop)):
                 row.finish, done[a] = "stop", True
             elif len(row.tokens) >= row.params.max_new_tokens:
                 done[a] = True
@@ -364,11 +405,11 @@ class HFAgent:
         attention = torch.zeros((U, P + S), dtype=torch.long)
         positions = torch.zeros((U, S), dtype=torch.long)
         for u, row in enumerate(uniq):
-            new = row.prompt[row.cached:]
-            ids[u, S - len(new):] = torch.tensor(new)
+            new = row.prompt[row.cached :]
+            ids[u, S - len(new) :] = torch.tensor(new)
             attention[u, P - row.cached : P] = 1
-            attention[u, P + S - len(new):] = 1
-            positions[u, S - len(new):] = torch.arange(row.cached, len(row.prompt))
+            attention[u, P + S - len(new) :] = 1
+            positions[u, S - len(new) :] = torch.arange(row.cached, len(row.prompt))
         past = None
         if P > 0:
             layers = []
@@ -388,8 +429,14 @@ class HFAgent:
             past = growing_cache(layers)
         elif self.full_attention:
             past = growing_cache()
-        out = self.model(input_ids=ids.to(device), attention_mask=attention.to(device),
-                         position_ids=positions.to(device), past_key_values=past, use_cache=True, logits_to_keep=1)
+        out = self.model(
+            input_ids=ids.to(device),
+            attention_mask=attention.to(device),
+            position_ids=positions.to(device),
+            past_key_values=past,
+            use_cache=True,
+            logits_to_keep=1,
+        )
         cache, logits = out.past_key_values, out.logits[:, -1, :]
         if len(rows) > U:
             index = torch.tensor(which, device=device)
@@ -415,10 +462,15 @@ class HFAgent:
         meta: dict[str, Any] = {}
         if row.session is not None:
             meta = {"prompt_tokens": len(row.prompt), "cached_tokens": row.cached, "kv": row.event}
-        return Completion(text=self.tokenizer.decode(row.tokens, skip_special_tokens=True), token_ids=row.tokens,
-                          logprobs=row.logprobs, finish_reason=row.finish,
-                          prompt_index=row.prompt_index, metadata=meta,
-                          top_logprobs=row.tops if row.params.top_logprobs else None)
+        return Completion(
+            text=self.tokenizer.decode(row.tokens, skip_special_tokens=True),
+            token_ids=row.tokens,
+            logprobs=row.logprobs,
+            finish_reason=row.finish,
+            prompt_index=row.prompt_index,
+            metadata=meta,
+            top_logprobs=row.tops if row.params.top_logprobs else None,
+        )
 
     def _hits_stop(self, tail: list[int], stop: tuple[str, ...]) -> bool:
         """Whether a row's recent tokens contain a stop string."""

@@ -185,7 +185,11 @@ class SessionCache:
 
     def stats(self) -> dict[str, Any]:
         """Entries, bytes held and how many were dropped, by reason."""
-        return {"sessions": len(self.entries), "bytes": self.nbytes, **{f"dropped_{k}": v for k, v in self.counts.items()}}
+        return {
+            "sessions": len(self.entries),
+            "bytes": self.nbytes,
+            **{f"dropped_{k}": v for k, v in self.counts.items()},
+        }
 
 
 def kv_metrics(prefill: int, cached: int, events: dict[str, int]) -> dict[str, float]:
@@ -193,8 +197,11 @@ def kv_metrics(prefill: int, cached: int, events: dict[str, int]) -> dict[str, f
     ``cache_hit_share`` (cached ÷ all prompt tokens) and ``kv_<event>`` counts for the events that are not the normal
     course (a rewritten history, an evicted, invalidated or oversize cache)."""
     total = prefill + cached
-    out = {"prefill_tokens": float(prefill), "cached_tokens": float(cached),
-           "cache_hit_share": cached / total if total else 0.0}
+    out = {
+        "prefill_tokens": float(prefill),
+        "cached_tokens": float(cached),
+        "cache_hit_share": cached / total if total else 0.0,
+    }
     for event in ("rewritten", "evicted", "invalidated", "oversize"):
         out[f"kv_{event}"] = float(events.get(event, 0))
     return out
@@ -206,5 +213,8 @@ def trajectory_kv_metrics(trajs: Sequence[Trajectory]) -> dict[str, float]:
     for t in trajs:
         for k, v in (t.metadata.get("kv_events") or {}).items():
             events[k] = events.get(k, 0) + int(v)
-    return kv_metrics(sum(int(t.metadata.get("prefill_tokens", 0)) for t in trajs),
-                      sum(int(t.metadata.get("cached_tokens", 0)) for t in trajs), events)
+    return kv_metrics(
+        sum(int(t.metadata.get("prefill_tokens", 0)) for t in trajs),
+        sum(int(t.metadata.get("cached_tokens", 0)) for t in trajs),
+        events,
+    )

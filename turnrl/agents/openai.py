@@ -72,7 +72,9 @@ class OpenAIAgent:
                 resp = await client.post(url, json=body)
             except httpx.TransportError as e:
                 if last:
-                    raise OpenAIError(f"POST {url} failed after {attempt + 1} attempt(s): {type(e).__name__}: {e}") from e
+                    raise OpenAIError(
+                        f"POST {url} failed after {attempt + 1} attempt(s): {type(e).__name__}: {e}"
+                    ) from e
             else:
                 if resp.status_code == 200:
                     try:
@@ -108,9 +110,15 @@ class OpenAIAgent:
 
             async def one(i: int, prompt: list[int]) -> list[Completion]:
                 body = {
-                    "model": self.model, "prompt": prompt, "max_tokens": params.max_new_tokens,
-                    "temperature": params.temperature, "top_p": params.top_p, "n": params.n, "logprobs": 0,
-                    "return_tokens_as_token_ids": True, "skip_special_tokens": False,
+                    "model": self.model,
+                    "prompt": prompt,
+                    "max_tokens": params.max_new_tokens,
+                    "temperature": params.temperature,
+                    "top_p": params.top_p,
+                    "n": params.n,
+                    "logprobs": 0,
+                    "return_tokens_as_token_ids": True,
+                    "skip_special_tokens": False,
                 }
                 if params.top_k:
                     body["top_k"] = params.top_k
@@ -144,16 +152,28 @@ class OpenAIAgent:
         if exact and self.tokenizer is not None:
             text = self.tokenizer.decode(ids, skip_special_tokens=True)
         finish: FinishReason = "length" if choice.get("finish_reason") == "length" else "stop"
-        return Completion(text=text, token_ids=ids, logprobs=[float(x or 0.0) for x in logprobs], finish_reason=finish,
-                          prompt_index=index, metadata={"token_exact": exact})
+        return Completion(
+            text=text,
+            token_ids=ids,
+            logprobs=[float(x or 0.0) for x in logprobs],
+            finish_reason=finish,
+            prompt_index=index,
+            metadata={"token_exact": exact},
+        )
 
     # ---- chat level (evaluation, judges) ----
 
     async def achat(self, messages: list[dict[str, Any]], params: SamplingParams | None = None) -> list[str]:
         """Chat completion texts (``params.n`` of them) for one conversation."""
         params = params or SamplingParams(temperature=0.0)
-        body: dict[str, Any] = {"model": self.model, "messages": messages, "max_tokens": params.max_new_tokens,
-                                "temperature": params.temperature, "top_p": params.top_p, "n": params.n}
+        body: dict[str, Any] = {
+            "model": self.model,
+            "messages": messages,
+            "max_tokens": params.max_new_tokens,
+            "temperature": params.temperature,
+            "top_p": params.top_p,
+            "n": params.n,
+        }
         if params.stop:
             body["stop"] = list(params.stop)
         if params.seed is not None:

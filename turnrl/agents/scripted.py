@@ -54,8 +54,7 @@ class ScriptedAgent:
     #: Tokens reported as sampled (``on_token``), nothing else.
     capabilities = Capabilities(on_token=True)
 
-    def generate(self, prompts: list[list[int]], params: SamplingParams, *, on_token: Any = None
-                 ) -> list[Completion]:
+    def generate(self, prompts: list[list[int]], params: SamplingParams, *, on_token: Any = None) -> list[Completion]:
         """One reply per prompt and sample; ``on_token(index, token_id, logprob, None)`` hears each reply's tokens
         in order (as a streaming model would report them)."""
         self.calls.append([list(p) for p in prompts])
@@ -77,7 +76,9 @@ class FixedAgent(ScriptedAgent):
     after the generation prompt), so episodes of different lengths in one batch stay in step.
     """
 
-    def __init__(self, tokenizer: Any, replies: Sequence[str], *, assistant_marker: str = "<|im_start|>assistant") -> None:
+    def __init__(
+        self, tokenizer: Any, replies: Sequence[str], *, assistant_marker: str = "<|im_start|>assistant"
+    ) -> None:
         if not replies:
             raise ValueError("FixedAgent needs at least one reply")
         self.replies = list(replies)
@@ -107,8 +108,15 @@ class RandomAgent:
             for _ in range(params.n):
                 n = int(self.rng.integers(1, params.max_new_tokens + 1))
                 ids = self.rng.integers(0, vocab, size=n).tolist()
-                out.append(Completion(self.tokenizer.decode(ids, skip_special_tokens=True), ids,
-                                      [-float(np.log(vocab))] * n, "length" if n == params.max_new_tokens else "stop", i))
+                out.append(
+                    Completion(
+                        self.tokenizer.decode(ids, skip_special_tokens=True),
+                        ids,
+                        [-float(np.log(vocab))] * n,
+                        "length" if n == params.max_new_tokens else "stop",
+                        i,
+                    )
+                )
         return out
 
 

@@ -25,8 +25,10 @@ from turnrl.plugins import Registry
 #: ``turnrl.agents`` entry-point group (``name = "module:function"``), a module of yours with
 #: ``AGENT_BACKENDS.register(name, build)``
 AGENT_BACKENDS: Registry[Callable[..., Any]] = Registry(
-    "agent backend", "turnrl.agents", {name: f"turnrl.agents.backends:{name}" for name in
-                                       ("hf", "vllm", "openai", "tiny", "run")})
+    "agent backend",
+    "turnrl.agents",
+    {name: f"turnrl.agents.backends:{name}" for name in ("hf", "vllm", "openai", "tiny", "run")},
+)
 
 #: how each built-in backend's target reads (for messages)
 FORMS = {"hf": "PATH", "vllm": "PATH", "openai": "URL#MODEL", "tiny": "TEMPLATE", "run": "OUT_DIR"}
@@ -43,8 +45,10 @@ class ConfigStr(str):
     def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler) -> core_schema.CoreSchema:
         """Validated from a string (or an instance) once, at load; saved as the string."""
         return core_schema.no_info_after_validator_function(
-            cls, core_schema.str_schema(),
-            serialization=core_schema.plain_serializer_function_ser_schema(str, when_used="always"))
+            cls,
+            core_schema.str_schema(),
+            serialization=core_schema.plain_serializer_function_ser_schema(str, when_used="always"),
+        )
 
 
 class AgentSpec(ConfigStr):
@@ -65,8 +69,10 @@ class AgentSpec(ConfigStr):
         from turnrl.agents.models import BUILTIN_MODELS
 
         if kind not in AGENT_BACKENDS:
-            raise ValueError(f"unknown agent spec {text!r}; use a built-in name ({', '.join(BUILTIN_MODELS)}), a "
-                             f"path, or {forms()}" + _did_you_mean(kind, AGENT_BACKENDS.names()))
+            raise ValueError(
+                f"unknown agent spec {text!r}; use a built-in name ({', '.join(BUILTIN_MODELS)}), a "
+                f"path, or {forms()}" + _did_you_mean(kind, AGENT_BACKENDS.names())
+            )
         if not target:
             raise ValueError(f"agent spec {text!r} names no {FORMS.get(kind, 'target')} after {kind}:")
         if kind == "openai":

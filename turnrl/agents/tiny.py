@@ -25,7 +25,7 @@ QWEN_TOOLS = (
     "{% if tools %}{{ '<|im_start|>system\n' }}"
     "{% if messages[0]['role'] == 'system' %}{{ messages[0]['content'] + '\n\n' }}{% endif %}"
     "{{ '# Tools\n<tools>' }}{% for t in tools %}{{ '\n' + (t | tojson) }}{% endfor %}"
-    "{{ '\n</tools>\nCall a tool with <tool_call>{\"name\": ..., \"arguments\": ...}</tool_call><|im_end|>\n' }}"
+    '{{ \'\n</tools>\nCall a tool with <tool_call>{"name": ..., "arguments": ...}</tool_call><|im_end|>\n\' }}'
     "{% elif messages[0]['role'] == 'system' %}{{ '<|im_start|>system\n' + messages[0]['content'] + '<|im_end|>\n' }}"
     "{% endif %}"
     "{% for m in messages %}"
@@ -60,13 +60,21 @@ TEMPLATES: dict[str, tuple[str, str]] = {  # name -> (template, end-of-turn toke
     "gemma": (GEMMA, "<end_of_turn>"),
 }
 SPECIAL_TOKENS = [
-    "<pad>", "<|im_start|>", "<|im_end|>", "<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>",
-    "<|eot_id|>", "<bos>", "<start_of_turn>", "<end_of_turn>",
+    "<pad>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|begin_of_text|>",
+    "<|start_header_id|>",
+    "<|end_header_id|>",
+    "<|eot_id|>",
+    "<bos>",
+    "<start_of_turn>",
+    "<end_of_turn>",
 ]
 _CORPUS = [
     "What is 12 + 7? The answer is \\boxed{19}. Let me compute 3 * 4 = 12.",
     "You are a helpful assistant. Solve the problem step by step. Put your final answer within \\boxed{}.",
-    "<tool_call>{\"name\": \"calculator\", \"arguments\": {\"expression\": \"2+3\"}}</tool_call> <calculator>1</calculator>",
+    '<tool_call>{"name": "calculator", "arguments": {"expression": "2+3"}}</tool_call> <calculator>1</calculator>',
     "That is not correct. Try again. The answer is correct. The answer is wrong. Check the solution.",
     "system user assistant tool model 0123456789 abcdefghijklmnopqrstuvwxyz ABCDEFGHIJKLMNOPQRSTUVWXYZ",
 ]
@@ -84,7 +92,9 @@ def tiny_tokenizer(template: str = "chatml", vocab_size: int = 512) -> Any:
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        vocab_size=vocab_size,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
     tok.train_from_iterator(_CORPUS * 4, trainer=trainer)
@@ -93,8 +103,9 @@ def tiny_tokenizer(template: str = "chatml", vocab_size: int = 512) -> Any:
     return fast
 
 
-def tiny_model(tokenizer: Any, *, hidden: int = 32, layers: int = 2, heads: int = 4, kv_heads: int | None = None,
-               seed: int = 0) -> Any:
+def tiny_model(
+    tokenizer: Any, *, hidden: int = 32, layers: int = 2, heads: int = 4, kv_heads: int | None = None, seed: int = 0
+) -> Any:
     """A randomly initialized Llama sized for tests (fp32, eval mode); ``kv_heads`` < ``heads``: grouped-query
     attention (as SmolLM2's 9 query heads over 3 key/value heads)."""
     import torch

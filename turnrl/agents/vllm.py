@@ -190,11 +190,19 @@ class VLLMAgent:
         eos = self.tokenizer.eos_token_id
         self.eos_ids = [eos] if eos is not None else []
 
-    def _vllm_params(self, params: SamplingParams, temperature: float, max_tokens: int, n: int, seed: int | None) -> Any:
+    def _vllm_params(
+        self, params: SamplingParams, temperature: float, max_tokens: int, n: int, seed: int | None
+    ) -> Any:
         vllm = _import_vllm()
         kwargs: dict[str, Any] = {
-            "n": n, "temperature": temperature, "top_p": params.top_p, "top_k": params.top_k if params.top_k > 0 else -1,
-            "max_tokens": max_tokens, "stop": list(params.stop) or None, "seed": seed, "logprobs": 0,
+            "n": n,
+            "temperature": temperature,
+            "top_p": params.top_p,
+            "top_k": params.top_k if params.top_k > 0 else -1,
+            "max_tokens": max_tokens,
+            "stop": list(params.stop) or None,
+            "seed": seed,
+            "logprobs": 0,
             "skip_special_tokens": True,
         }
         return vllm.SamplingParams(**kwargs)
@@ -215,8 +223,9 @@ class VLLMAgent:
         """Per-prompt seeds and its end-of-turn ids."""
         return Capabilities(seeds=True, eos_ids=frozenset(self.eos_ids))
 
-    def generate(self, prompts: list[list[int]], params: SamplingParams, *,
-                 seeds: list[int] | None = None) -> list[Completion]:
+    def generate(
+        self, prompts: list[list[int]], params: SamplingParams, *, seeds: list[int] | None = None
+    ) -> list[Completion]:
         """Sample ``params.n`` completions per token prompt (see :class:`~turnrl.agents.base.Agent`); ``seeds`` (one
         per prompt) gives each prompt its own random stream (vLLM seeds each request), so what a prompt samples does
         not depend on the rest of the batch."""
@@ -225,19 +234,29 @@ class VLLMAgent:
         hot = params.temperature not in (0.0, 1.0) or params.fire_temperature not in (None, 1.0)
         if hot and "processed" not in self.logprobs_mode and not self._warned:
             self._warned = True
-            logger.warning("this vLLM engine returns %s: the logprobs of tokens sampled at temperature %s are not "
-                           "the sampler's; build it with logprobs_mode='processed_logprobs' or train with "
-                           "optim.recompute_logprobs=true", self.logprobs_mode, params.temperature)
+            logger.warning(
+                "this vLLM engine returns %s: the logprobs of tokens sampled at temperature %s are not "
+                "the sampler's; build it with logprobs_mode='processed_logprobs' or train with "
+                "optim.recompute_logprobs=true",
+                self.logprobs_mode,
+                params.temperature,
+            )
         if params.fire_temperature is None:
-            sp = [self._vllm_params(params, params.temperature, params.max_new_tokens, params.n, seed)
-                  for seed in (seeds if seeds is not None else [params.seed])]
+            sp = [
+                self._vllm_params(params, params.temperature, params.max_new_tokens, params.n, seed)
+                for seed in (seeds if seeds is not None else [params.seed])
+            ]
             results = self._run(prompts, sp if seeds is not None else sp[0])
-            return [self._completion(list(o.token_ids), self._logprobs(o), o.finish_reason, i, r, len(prompts[i]))
-                    for i, r in enumerate(results) for o in sorted(r.outputs, key=lambda o: o.index)]
+            return [
+                self._completion(list(o.token_ids), self._logprobs(o), o.finish_reason, i, r, len(prompts[i]))
+                for i, r in enumerate(results)
+                for o in sorted(r.outputs, key=lambda o: o.index)
+            ]
         return self._generate_fire(prompts, params, seeds)
 
-    def _generate_fire(self, prompts: list[list[int]], params: SamplingParams,
-                       seeds: list[int] | None = None) -> list[Completion]:
+    def _generate_fire(
+        self, prompts: list[list[int]], params: SamplingParams, seeds: list[int] | None = None
+    ) -> list[Completion]:
         """FIRE (docs/algorithms.md §8): one token at ``fire_temperature``, then the rest at ``temperature``."""
         fire = params.fire_temperature
         assert fire is not None  # generate comes here with a fire_temperature only
@@ -246,17 +265,23 @@ class VLLMAgent:
                 f"vLLM accepts temperatures up to 2, got fire_temperature={fire}; "
                 "use fire_temperature <= 2 with vLLM, or the hf backend for hotter first tokens"
             )
+
         def seed(i: int) -> int | None:
             return seeds[i] if seeds is not None else params.seed
 
-        first = self._run(prompts, [self._vllm_params(params, fire, 1, params.n, seed(i))
-                                    for i in range(len(prompts))])
+        first = self._run(prompts, [self._vllm_params(params, fire, 1, params.n, seed(i)) for i in range(len(prompts))])
         heads = [(i, list(o.token_ids), self._logprobs(o)) for i, r in enumerate(first) for o in r.outputs]
         conts: list[Any] = [None] * len(heads)
-        todo = [k for k, (_, ids, _) in enumerate(heads) if ids and ids[-1] not in self.eos_ids and params.max_new_tokens > 1]
+        todo = [
+            k
+            for k, (_, ids, _) in enumerate(heads)
+            if ids and ids[-1] not in self.eos_ids and params.max_new_tokens > 1
+        ]
         if todo:
-            sp = [self._vllm_params(params, params.temperature, params.max_new_tokens - 1, 1, seed(heads[k][0]))
-                  for k in todo]
+            sp = [
+                self._vllm_params(params, params.temperature, params.max_new_tokens - 1, 1, seed(heads[k][0]))
+                for k in todo
+            ]
             rest = self._run([prompts[heads[k][0]] + heads[k][1] for k in todo], sp)
             for k, r in zip(todo, rest):
                 conts[k] = r.outputs[0]
@@ -268,8 +293,15 @@ class VLLMAgent:
             out.append(self._completion(ids, lps, finish, i))
         return out
 
-    def _completion(self, ids: list[int], logprobs: list[float], finish: Any, index: int, request: Any = None,
-                    prompt_length: int = 0) -> Completion:
+    def _completion(
+        self,
+        ids: list[int],
+        logprobs: list[float],
+        finish: Any,
+        index: int,
+        request: Any = None,
+        prompt_length: int = 0,
+    ) -> Completion:
         meta = {}
         cached = getattr(request, "num_cached_tokens", None)  # prompt tokens the prefix cache served
         if isinstance(cached, int):
@@ -324,8 +356,10 @@ class VLLMAgent:
         folder = tempfile.mkdtemp(prefix="turnrl-lora-", dir=_scratch(_nbytes(state.values())))
         try:
             config.save_pretrained(folder)  # adapter_config.json
-            save_file({k: v.detach().cpu().contiguous() for k, v in state.items()},
-                      os.path.join(folder, "adapter_model.safetensors"))
+            save_file(
+                {k: v.detach().cpu().contiguous() for k, v in state.items()},
+                os.path.join(folder, "adapter_model.safetensors"),
+            )
             self._lora_serial += 1
             request = LoRARequest(f"turnrl-adapter-{self._lora_serial}", self._lora_serial, folder)
             self.llm.llm_engine.add_lora(request)

@@ -81,8 +81,9 @@ class AsyncVLLMAgent:
 
     inflight_updates = True  # a weight load does not wait for the running generation calls
 
-    def __init__(self, model: str, *, dtype: str = "auto", version: int = 0, timeout: float = 3600.0,
-                 **engine_kwargs: Any) -> None:
+    def __init__(
+        self, model: str, *, dtype: str = "auto", version: int = 0, timeout: float = 3600.0, **engine_kwargs: Any
+    ) -> None:
         _import_vllm()
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
@@ -90,8 +91,10 @@ class AsyncVLLMAgent:
         from turnrl.agents.models import resolve_model_path
 
         if not supports_inflight_updates():
-            raise RuntimeError("this vLLM cannot pause with running requests kept (pause_generation(mode='keep')) "
-                               "or label tokens with weight versions: use VLLMAgent, or vLLM >= 0.32")
+            raise RuntimeError(
+                "this vLLM cannot pause with running requests kept (pause_generation(mode='keep')) "
+                "or label tokens with weight versions: use VLLMAgent, or vLLM >= 0.32"
+            )
         os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")  # weight loads ship a function (as VLLMAgent)
         self.timeout = timeout
         self._ids = itertools.count()
@@ -99,8 +102,11 @@ class AsyncVLLMAgent:
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True, name="turnrl-vllm-loop")
         self._thread.start()
         self._load_lock = threading.Lock()  # one weight load at a time
-        args = AsyncEngineArgs(model=resolve_model_path(model), dtype=dtype,
-                               **{**processed_logprobs_kwargs(), **prefix_caching_kwargs(), **engine_kwargs})
+        args = AsyncEngineArgs(
+            model=resolve_model_path(model),
+            dtype=dtype,
+            **{**processed_logprobs_kwargs(), **prefix_caching_kwargs(), **engine_kwargs},
+        )
 
         async def build() -> Any:  # created on the engine's loop: its output handler task lives there
             return AsyncLLM.from_engine_args(args)
@@ -108,7 +114,9 @@ class AsyncVLLMAgent:
         self.llm = self.call(build())
         self.version = version
         self.call(self.llm.update_weight_version(str(version)))
-        self.logprobs_mode = str(getattr(self.llm.model_config.logprobs_mode, "value", self.llm.model_config.logprobs_mode))
+        self.logprobs_mode = str(
+            getattr(self.llm.model_config.logprobs_mode, "value", self.llm.model_config.logprobs_mode)
+        )
         self.tokenizer = self.llm.get_tokenizer()
         eos = self.tokenizer.eos_token_id
         self.eos_ids = [eos] if eos is not None else []
@@ -122,8 +130,9 @@ class AsyncVLLMAgent:
             return future.result(timeout=self.timeout if timeout is None else timeout)
         except TimeoutError:
             future.cancel()
-            raise TimeoutError(f"the vLLM engine did not answer within {self.timeout if timeout is None else timeout}s"
-                               ) from None
+            raise TimeoutError(
+                f"the vLLM engine did not answer within {self.timeout if timeout is None else timeout}s"
+            ) from None
 
     # ---- generation ----
 
@@ -134,9 +143,15 @@ class AsyncVLLMAgent:
         if params.fire_temperature is not None:
             raise ValueError("the async vLLM agent does not do FIRE sampling (fire_temperature); use VLLMAgent")
         return vllm.SamplingParams(
-            n=params.n, temperature=params.temperature, top_p=params.top_p,
-            top_k=params.top_k if params.top_k > 0 else -1, max_tokens=params.max_new_tokens,
-            stop=list(params.stop) or None, seed=seed, logprobs=0, skip_special_tokens=True,
+            n=params.n,
+            temperature=params.temperature,
+            top_p=params.top_p,
+            top_k=params.top_k if params.top_k > 0 else -1,
+            max_tokens=params.max_new_tokens,
+            stop=list(params.stop) or None,
+            seed=seed,
+            logprobs=0,
+            skip_special_tokens=True,
             output_kind=RequestOutputKind.FINAL_ONLY,
         )
 
@@ -162,8 +177,9 @@ class AsyncVLLMAgent:
         """Per-prompt seeds, new weights in flight (each token labelled with its version), its end-of-turn ids."""
         return Capabilities(seeds=True, inflight_updates=self.inflight_updates, eos_ids=frozenset(self.eos_ids))
 
-    def generate(self, prompts: list[list[int]], params: SamplingParams, *,
-                 seeds: list[int] | None = None) -> list[Completion]:
+    def generate(
+        self, prompts: list[list[int]], params: SamplingParams, *, seeds: list[int] | None = None
+    ) -> list[Completion]:
         """Sample ``params.n`` completions per token prompt (see :class:`~turnrl.agents.base.Agent`); ``seeds`` (one
         per prompt) gives each prompt its own random stream. Each completion carries the version that sampled each
         of its tokens (``token_versions``) and, as ``policy_version``, the version of its first token."""
@@ -177,15 +193,23 @@ class AsyncVLLMAgent:
                 ids = list(o.token_ids)
                 versions = token_versions(o.weight_versions, len(ids))
                 cached = getattr(r, "num_cached_tokens", None)
-                meta = ({"prompt_tokens": len(prompts[i]), "cached_tokens": cached, "kv": "hit" if cached else "new"}
-                        if isinstance(cached, int) else {})
-                out.append(Completion(
-                    text=self.tokenizer.decode(ids, skip_special_tokens=True), token_ids=ids,
-                    logprobs=VLLMAgent._logprobs(o),
-                    finish_reason="length" if o.finish_reason == "length" else "stop", prompt_index=i,
-                    metadata=meta, policy_version=versions[0] if versions else self.version,
-                    token_versions=versions,
-                ))
+                meta = (
+                    {"prompt_tokens": len(prompts[i]), "cached_tokens": cached, "kv": "hit" if cached else "new"}
+                    if isinstance(cached, int)
+                    else {}
+                )
+                out.append(
+                    Completion(
+                        text=self.tokenizer.decode(ids, skip_special_tokens=True),
+                        token_ids=ids,
+                        logprobs=VLLMAgent._logprobs(o),
+                        finish_reason="length" if o.finish_reason == "length" else "stop",
+                        prompt_index=i,
+                        metadata=meta,
+                        policy_version=versions[0] if versions else self.version,
+                        token_versions=versions,
+                    )
+                )
         return out
 
     def score(self, sequences: list[list[int]]) -> list[list[float]]:
@@ -193,14 +217,17 @@ class AsyncVLLMAgent:
         vllm = _import_vllm()
         sp = vllm.SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=0)
         results = self.call(self._many(sequences, [sp] * len(sequences)))
-        return [[0.0] + [float(step[t].logprob) for t, step in zip(seq[1:], (r.prompt_logprobs or [])[1:])]
-                for seq, r in zip(sequences, results)]
+        return [
+            [0.0] + [float(step[t].logprob) for t, step in zip(seq[1:], (r.prompt_logprobs or [])[1:])]
+            for seq, r in zip(sequences, results)
+        ]
 
     # ---- weights ----
 
     def update_weights(self, state_dict: Mapping[str, Any] | Iterable[tuple[str, Any]], version: int) -> None:
         """Load ``state_dict`` as ``version`` while requests may be running: pause (running requests kept, KV and
         prefix caches cleared) → load into every engine worker → label the weights ``version`` → resume."""
+
         async def load(path: str) -> None:
             await self.llm.pause_generation(mode="keep", clear_cache=True)
             try:

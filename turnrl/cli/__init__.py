@@ -28,6 +28,10 @@ def __getattr__(name: str) -> Any:
 
     if name.startswith("__") or not hasattr(commands, name):
         raise AttributeError(f"module 'turnrl.cli' has no attribute {name!r}")
-    warnings.warn(f"turnrl.cli.{name} has moved to turnrl.cli.commands.{name}; import it from there (the old path "
-                  "will be removed in the next release)", FutureWarning, stacklevel=2)
+    warnings.warn(
+        f"turnrl.cli.{name} has moved to turnrl.cli.commands.{name}; import it from there (the old path "
+        "will be removed in the next release)",
+        FutureWarning,
+        stacklevel=2,
+    )
     return getattr(commands, name)

@@ -75,8 +75,9 @@ def envs_check(
     env_id: Annotated[str, typer.Argument(help="e.g. turnrl/GSM8K-v0, or mymodule:myproject/Name-v0")],
     kw: KwOption = None,
     seed: int = 0,
-    call_tools: Annotated[bool, typer.Option(help="call each tool with generated arguments (off for tools with side "
-                                                  "effects)")] = True,
+    call_tools: Annotated[
+        bool, typer.Option(help="call each tool with generated arguments (off for tools with side effects)")
+    ] = True,
     imports: ImportOption = None,
 ) -> None:
     """Run the conformance harness on one environment (with several agents too), then check its splits: no problem
@@ -113,8 +114,9 @@ def envs_check(
 envs_app.command("serve")(envs_serve)
 
 
-lora_app = typer.Typer(help="LoRA runs (learner.lora): merge a run's adapters into its base model.",
-                       no_args_is_help=True)
+lora_app = typer.Typer(
+    help="LoRA runs (learner.lora): merge a run's adapters into its base model.", no_args_is_help=True
+)
 app.add_typer(lora_app, name="lora")
 
 
@@ -236,8 +238,10 @@ def train(
             line = f"step {trainer.step} reward {h.get('reward_mean', 0):.3f} success {h.get('success', 0):.3f}"
             ma = trainer.cfg.multi_agent
             if "win_rate" in h and ma is not None:  # a game: the trained seats' wins, and who they played
-                line = (f"step {trainer.step} reward {h.get('reward_mean', 0):.3f} win {h['win_rate']:.3f} invalid "
-                        f"{h.get('invalid_moves', 0):.2f} vs {_opponent(h, ma.opponent)}")
+                line = (
+                    f"step {trainer.step} reward {h.get('reward_mean', 0):.3f} win {h['win_rate']:.3f} invalid "
+                    f"{h.get('invalid_moves', 0):.2f} vs {_opponent(h, ma.opponent)}"
+                )
             if "pag_verifier_balanced_acc" in h:
                 line += f" verifier (balanced) {h['pag_verifier_balanced_acc']:.3f}"
             progress.update(task, completed=trainer.step, description=line + held_out)
@@ -259,23 +263,31 @@ def train(
             fail(str(e))
         except EpisodeFailures as e:  # a step whose episodes all failed: the last checkpoint is as it was
             saved = trainer.driver.checkpoint_step
-            again = (f"it resumes from {ckpt} (step {saved})" if resume and saved is not None
-                     else "it starts over (--no-resume)" if not resume else "it starts over (no checkpoint yet)")
+            again = (
+                f"it resumes from {ckpt} (step {saved})"
+                if resume and saved is not None
+                else "it starts over (--no-resume)"
+                if not resume
+                else "it starts over (no checkpoint yet)"
+            )
             fail(f"{e}. Fix the cause and run the same command again: {again}")
         finally:
             trainer.close()
     first, last = trainer.history[0], trainer.history[-1]
     label = "success on training tasks (no held-out split)" if on_train else "held-out success"
     if cfg.multi_agent is not None:  # labelled held out or not, beside the floor (a random legal player's wins)
-        label = (f"wins against {cfg.multi_agent.held_out_opponent(cfg.env.id)} ({trainer.eval_metrics.get('held_out')}"
-                 f"), floor {last.get('eval_floor_win_rate', 'none')}")
-    console.print(f"{label}: {first.get('eval_success')} -> {last.get('eval_success')} "
-                  f"after {trainer.step} steps; run in {cfg.out_dir}")
+        label = (
+            f"wins against {cfg.multi_agent.held_out_opponent(cfg.env.id)} ({trainer.eval_metrics.get('held_out')}"
+            f"), floor {last.get('eval_floor_win_rate', 'none')}"
+        )
+    console.print(
+        f"{label}: {first.get('eval_success')} -> {last.get('eval_success')} "
+        f"after {trainer.step} steps; run in {cfg.out_dir}"
+    )
     if first.get("step") == 0 and trainer.step > 0:  # (a game's evaluations pair by starting state and seat)
         from turnrl.cli.compare import gain_line
 
         console.print(gain_line(cfg.out_dir, trainer.step), highlight=False, soft_wrap=True)
-
 
 
 @app.command()
@@ -294,11 +306,17 @@ def plot(run_dir: Annotated[str, typer.Argument(help="a training run folder (wit
 def serve(
     agent: Annotated[str, typer.Option(help="agent spec, e.g. smollm2-135m-instruct or hf:PATH")],
     name: Annotated[str | None, typer.Option(help="model name clients ask for (default: the agent spec)")] = None,
-    host: Annotated[str, typer.Option(help="where to listen; anything but a loopback address needs --api-key")] = "127.0.0.1",
+    host: Annotated[
+        str, typer.Option(help="where to listen; anything but a loopback address needs --api-key")
+    ] = "127.0.0.1",
     port: int = 8000,
-    api_key: Annotated[str | None, typer.Option(envvar="TURNRL_API_KEY", help="the key every request must send "
-                                                "(Authorization: Bearer KEY; on /v1/messages also x-api-key: KEY)")
-                       ] = None,
+    api_key: Annotated[
+        str | None,
+        typer.Option(
+            envvar="TURNRL_API_KEY",
+            help="the key every request must send (Authorization: Bearer KEY; on /v1/messages also x-api-key: KEY)",
+        ),
+    ] = None,
 ) -> None:
     """Serve an agent over OpenAI- and Anthropic-compatible HTTP APIs (/v1/completions, /v1/chat/completions,
     /v1/responses, /v1/messages)."""
@@ -320,7 +338,9 @@ def serve(
 
 @app.command()
 def quickstart(
-    model: Annotated[str, typer.Option(help="agent to train after the scripted episodes (a Hugging Face model)")] = "smollm2-135m-instruct",
+    model: Annotated[
+        str, typer.Option(help="agent to train after the scripted episodes (a Hugging Face model)")
+    ] = "smollm2-135m-instruct",
     no_model: Annotated[bool, typer.Option("--no-model", help="only the scripted episodes")] = False,
     steps: Annotated[int, typer.Option(min=1, help="GRPO steps of the training demo")] = 10,
     eval_tasks: Annotated[int, typer.Option(min=1, help="held-out problems evaluated before and after")] = 102,
@@ -363,8 +383,10 @@ def _mount_methods() -> None:
     taken |= {g.name for g in app.registered_groups if g.name}
     for name in COMMANDS.names():
         if name in taken:
-            print(f"warning: the turnrl.commands entry point {name!r} is a built-in command's name; skipped",
-                  file=sys.stderr)
+            print(
+                f"warning: the turnrl.commands entry point {name!r} is a built-in command's name; skipped",
+                file=sys.stderr,
+            )
             continue
         try:
             sub = COMMANDS.get(name)

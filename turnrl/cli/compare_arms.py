@@ -59,13 +59,18 @@ def evaluation_folder(arg: str, step: int | None = None) -> Path:
             raise CompareError(f"{arg}: {path} is an evaluation folder, not a training run: it has no steps")
         return path
     at = at if at is not None else step
-    steps = sorted(int(d.name[5:]) for d in (path / "eval").glob("step-*")
-                   if d.name[5:].isdigit() and (d / "items.jsonl").is_file())
+    steps = sorted(
+        int(d.name[5:])
+        for d in (path / "eval").glob("step-*")
+        if d.name[5:].isdigit() and (d / "items.jsonl").is_file()
+    )
     if not path.is_dir():
         raise CompareError(f"{arg}: no such folder")
     if not steps:
-        raise CompareError(f"{arg} is neither an evaluation folder (items.jsonl, as `turnrl eval --out` writes) nor a "
-                           "training run with evaluations (eval/step-N/items.jsonl)")
+        raise CompareError(
+            f"{arg} is neither an evaluation folder (items.jsonl, as `turnrl eval --out` writes) nor a "
+            "training run with evaluations (eval/step-N/items.jsonl)"
+        )
     if at is None:
         return path / "eval" / f"step-{steps[-1]}"
     if at not in steps:
@@ -85,12 +90,16 @@ def best_step(run: Path) -> int:
     rows = [json.loads(x) for x in metrics.read_text().splitlines() if x.strip()] if metrics.is_file() else []
     validated = [(r["val_success"], -int(r["step"])) for r in rows if "val_success" in r and "step" in r]
     if not validated:
-        raise CompareError(f"{run}@best: the run recorded no validation figure (val_success); train it with "
-                           "validate_every (and eval_every at the same steps) to choose a step on validation")
+        raise CompareError(
+            f"{run}@best: the run recorded no validation figure (val_success); train it with "
+            "validate_every (and eval_every at the same steps) to choose a step on validation"
+        )
     step = -max(validated)[1]
     if not (run / "eval" / f"step-{step}" / "items.jsonl").is_file():
-        raise CompareError(f"{run}@best: validation chose step {step}, which has no test evaluation; set eval_every "
-                           "to validate_every so that every step validation can choose is evaluated")
+        raise CompareError(
+            f"{run}@best: validation chose step {step}, which has no test evaluation; set eval_every "
+            "to validate_every so that every step validation can choose is evaluated"
+        )
     return step
 
 
@@ -113,8 +122,10 @@ def load_arm(arg: str, step: int | None = None, score: str = DEFAULT_SCORE) -> A
     if not rows:
         raise CompareError(f"{folder}/items.jsonl holds no episodes")
     if not all("correct" in r and ("item" in r or "task_id" in r) for r in rows):
-        raise CompareError(f"{folder}/items.jsonl: rows without `correct` and `task_id` (compare reads `turnrl eval`'s "
-                           "rows of single-agent environments)")
+        raise CompareError(
+            f"{folder}/items.jsonl: rows without `correct` and `task_id` (compare reads `turnrl eval`'s "
+            "rows of single-agent environments)"
+        )
     run = folder / "run.json"
     settings = code = None
     if run.is_file():
@@ -126,10 +137,15 @@ def load_arm(arg: str, step: int | None = None, score: str = DEFAULT_SCORE) -> A
     lacking = sum(not has_score(r, score) for r in rows)
     if lacking:
         held = sorted(set.intersection(*(scores_held(r) for r in rows)))
-        raise CompareError(f"{folder}/items.jsonl: {lacking} of {len(rows)} rows hold no score {score!r}, so the "
-                           f"evaluation cannot be compared on it (--score); every row holds {', '.join(held)}"
-                           + (" (a game that records more scores writes them in each row's `scores`)"
-                              if held == [DEFAULT_SCORE] else ""))
+        raise CompareError(
+            f"{folder}/items.jsonl: {lacking} of {len(rows)} rows hold no score {score!r}, so the "
+            f"evaluation cannot be compared on it (--score); every row holds {', '.join(held)}"
+            + (
+                " (a game that records more scores writes them in each row's `scores`)"
+                if held == [DEFAULT_SCORE]
+                else ""
+            )
+        )
     label = arg if folder == Path(arg) else f"{arg} ({folder.parent.name}/{folder.name})"
     return Arm(label, folder, rows, settings, code=code, score=score)
 

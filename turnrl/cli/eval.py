@@ -28,8 +28,7 @@ from turnrl.cli.shared import (
     say,
 )
 
-AGENT_HELP = ("smollm2-135m-instruct, hf:PATH, vllm:PATH, openai:URL#MODEL, tiny:chatml, run:OUT_DIR (a trained "
-              "run)")
+AGENT_HELP = "smollm2-135m-instruct, hf:PATH, vllm:PATH, openai:URL#MODEL, tiny:chatml, run:OUT_DIR (a trained run)"
 
 
 @contextmanager
@@ -89,15 +88,23 @@ def written_episodes(out: str) -> int:
 
 def dataset_interrupted(ctx: typer.Context, out: str, total: int, code: int) -> typer.Exit:
     """Say what an interrupted dataset run (`turnrl rollout`, `turnrl swirl generate`) kept and how to finish it."""
-    say(f"interrupted: {min(written_episodes(out), total)} of {total} episodes are written ({out} and "
-         f"{out}.partial.jsonl); a rerun keeps every task whose episodes all finished and samples the rest")
+    say(
+        f"interrupted: {min(written_episodes(out), total)} of {total} episodes are written ({out} and "
+        f"{out}.partial.jsonl); a rerun keeps every task whose episodes all finished and samples the rest"
+    )
     say(f"to finish: {resume_command(ctx)}")
     return typer.Exit(code)
 
 
-def dataset_progress(ctx: typer.Context, out: str, what: str, total: int,
-                     work: Callable[[Callable[[Any], None]], dict[str, Any]], *, transient: bool = False
-                     ) -> dict[str, Any]:
+def dataset_progress(
+    ctx: typer.Context,
+    out: str,
+    what: str,
+    total: int,
+    work: Callable[[Callable[[Any], None]], dict[str, Any]],
+    *,
+    transient: bool = False,
+) -> dict[str, Any]:
     """Run ``work(on_episode)`` — a dataset command's episodes — under a progress bar of ``total`` episodes: a bad
     setting (``ValueError``) is one error line, Ctrl-C or SIGTERM says what was kept and how to finish
     (:func:`dataset_interrupted`)."""
@@ -109,8 +116,17 @@ def dataset_progress(ctx: typer.Context, out: str, what: str, total: int,
         TimeElapsedColumn,
     )
 
-    with interruptible() as stop, Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                           TimeElapsedColumn(), console=console, transient=transient) as progress:
+    with (
+        interruptible() as stop,
+        Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+            transient=transient,
+        ) as progress,
+    ):
         bar = progress.add_task(what, total=total)
         try:
             return work(lambda _: progress.advance(bar))
@@ -150,27 +166,46 @@ def _eval_multi_agent(run: EvalRun, params: Any, *, opponent: str, seat: str | N
         make_multi_agent(env, **run.env_kwargs).close()  # fail fast, before loading a model
     except (ImportError, ValueError, TypeError) as e:
         fail(f"cannot make {env}: {e}")
-    policy = make_agent(run.agent, batch_size=run.batch_size, device=run.device,
-                        **({"tokenizer": run.tokenizer} if run.tokenizer else {}))
+    policy = make_agent(
+        run.agent,
+        batch_size=run.batch_size,
+        device=run.device,
+        **({"tokenizer": run.tokenizer} if run.tokenizer else {}),
+    )
     checked, why = run_not_held_out(run.agent, env, opponent)  # a run: agent's training opponents against --opponent
     try:
-        m = evaluate_multi_agent(policy, env, run.env_kwargs, opponent=opponent, seat=seat, episodes=run.limit,
-                                 seed=run.seed, params=params, max_context=run.max_context,
-                                 batch_size=run.batch_size, out_dir=out, not_held_out=why, opponent_checked=checked,
-                                 agent_name=run.agent)
+        m = evaluate_multi_agent(
+            policy,
+            env,
+            run.env_kwargs,
+            opponent=opponent,
+            seat=seat,
+            episodes=run.limit,
+            seed=run.seed,
+            params=params,
+            max_context=run.max_context,
+            batch_size=run.batch_size,
+            out_dir=out,
+            not_held_out=why,
+            opponent_checked=checked,
+            agent_name=run.agent,
+        )
     except ValueError as e:
         fail(str(e))
     say(f"{env} ({m['env_kwargs']}), {m['episodes']} games as {m['seat']} against {opponent}:")
-    for outcome in [k.removesuffix("_rate") for k in m if k.endswith("_rate") and not k.startswith("floor_")
-                    and m[k] > 0]:
+    for outcome in [
+        k.removesuffix("_rate") for k in m if k.endswith("_rate") and not k.startswith("floor_") and m[k] > 0
+    ]:
         lo, hi = m[f"{outcome}_ci95"]
         say(f"  {outcome}: {m[f'{outcome}_rate']:.1%} (95 % CI {lo:.1%}–{hi:.1%})")
     say(f"  invalid moves per game {m['invalid_moves_mean']:.2f}, moves per game {m['moves_mean']:.1f}; {out}/")
     floor = m.get("floor") or {}
     if floor.get("player"):
         lo, hi = floor["win_ci95"]
-        say(f"  floor: a random legal player wins {floor['win_rate']:.1%} (95 % CI {lo:.1%}–{hi:.1%}), draws "
-            f"{floor['draw_rate']:.1%} from the same states against the same opponent ({out}/floor/)")
+        say(
+            f"  floor: a random legal player wins {floor['win_rate']:.1%} (95 % CI {lo:.1%}–{hi:.1%}), draws "
+            f"{floor['draw_rate']:.1%} from the same states against the same opponent ({out}/floor/)"
+        )
     elif floor:
         say(f"  floor: none ({floor.get('why')})")
     say(f"  {m['held_out']}: " + "; ".join(m["held_out_notes"]))
@@ -180,7 +215,9 @@ def eval_cmd(
     ctx: typer.Context,
     env: Annotated[str, typer.Option("--env", help="e.g. turnrl/GSM8K-v0, or mymodule:myproject/Name-v0")],
     agent: Annotated[str, typer.Option(help=AGENT_HELP)],
-    limit: Annotated[int, typer.Option(help="evaluate tasks 0..limit-1 of the held-out split (--kw split=… for another)")] = 100,
+    limit: Annotated[
+        int, typer.Option(help="evaluate tasks 0..limit-1 of the held-out split (--kw split=… for another)")
+    ] = 100,
     samples: Annotated[int, typer.Option(help="episodes per task (pass@k up to this k)")] = 1,
     out: Annotated[str, typer.Option(help="output folder")] = "runs/eval",
     seed: int = 0,
@@ -190,17 +227,36 @@ def eval_cmd(
     batch_size: Annotated[int, typer.Option(help="episodes generated together")] = 32,
     max_context: int = 4096,
     tokenizer: Annotated[str | None, typer.Option(help="tokenizer path/name for openai: agents")] = None,
-    device: Annotated[str, typer.Option(help="where an hf:, tiny: or run: agent runs: auto (a CUDA GPU when torch "
-                                        "sees one), cpu, cuda or cuda:N")] = "auto",
-    resume: Annotated[bool, typer.Option("--resume", help="finish an interrupted evaluation in --out: keep its "
-                                         "finished episodes and play the rest (the same options)")] = False,
+    device: Annotated[
+        str,
+        typer.Option(
+            help="where an hf:, tiny: or run: agent runs: auto (a CUDA GPU when torch sees one), cpu, cuda or cuda:N"
+        ),
+    ] = "auto",
+    resume: Annotated[
+        bool,
+        typer.Option(
+            "--resume",
+            help="finish an interrupted evaluation in --out: keep its "
+            "finished episodes and play the rest (the same options)",
+        ),
+    ] = False,
     kw: KwOption = None,
     imports: ImportOption = None,
-    opponent: Annotated[str, typer.Option(help="an environment with several agents: who plays the other seats — "
-                                          "perfect or random (tic-tac-toe players), script:MODULE:FUNCTION, self, or an "
-                                          "agent spec")] = "random",
-    seat: Annotated[str | None, typer.Option(help="an environment with several agents: the evaluated agent's seat "
-                                             "(default: every seat in turn)")] = None,
+    opponent: Annotated[
+        str,
+        typer.Option(
+            help="an environment with several agents: who plays the other seats — "
+            "perfect or random (tic-tac-toe players), script:MODULE:FUNCTION, self, or an "
+            "agent spec"
+        ),
+    ] = "random",
+    seat: Annotated[
+        str | None,
+        typer.Option(
+            help="an environment with several agents: the evaluated agent's seat (default: every seat in turn)"
+        ),
+    ] = None,
 ) -> None:
     """Evaluate an agent on an environment; write items.jsonl, report.md, metrics.json and plot.png to --out.
     Ctrl-C (or SIGTERM) writes them for the episodes that finished; --resume then plays the rest. On an environment
@@ -210,8 +266,12 @@ def eval_cmd(
 
     if is_multi_agent(env):
         what = EvalRun(env, agent, parse_kwargs(kw), limit, seed, out, batch_size, max_context, tokenizer, device)
-        _eval_multi_agent(what, SamplingParams(temperature=temperature or 0.0, max_new_tokens=max_new_tokens),
-                          opponent=opponent, seat=seat)
+        _eval_multi_agent(
+            what,
+            SamplingParams(temperature=temperature or 0.0, max_new_tokens=max_new_tokens),
+            opponent=opponent,
+            seat=seat,
+        )
         return
     from turnrl.rl.run.evaluate import (
         EvaluationInterrupted,
@@ -251,19 +311,27 @@ def eval_cmd(
     started = time.time()
     with interruptible() as stop:
         try:
-            metrics = _run_eval(EvalRun(env, agent, env_kwargs, limit, seed, out, batch_size, max_context, tokenizer,
-                                        device), samples, params, resume)
+            metrics = _run_eval(
+                EvalRun(env, agent, env_kwargs, limit, seed, out, batch_size, max_context, tokenizer, device),
+                samples,
+                params,
+                resume,
+            )
         except EvaluationInterrupted as e:
             console.print((Path(out) / "report.md").read_text(), markup=False, highlight=False)
-            say(f"interrupted: {e.done} of {e.total} episodes finished; {out}/report.md, items.jsonl, metrics.json "
-                 "and plot.png cover those")
+            say(
+                f"interrupted: {e.done} of {e.total} episodes finished; {out}/report.md, items.jsonl, metrics.json "
+                "and plot.png cover those"
+            )
             say(f"to finish the other {e.total - e.done}: {resume_command(ctx, '--resume')}")
             raise typer.Exit(stop["code"]) from None
         except KeyboardInterrupt:
             run = Path(out) / "run.json"
             if run.is_file() and run.stat().st_mtime >= started - 1:  # this run began writing to --out
-                say(f"interrupted before the report was written; to finish the evaluation from the episodes in "
-                     f"{out}: {resume_command(ctx, '--resume')}")
+                say(
+                    f"interrupted before the report was written; to finish the evaluation from the episodes in "
+                    f"{out}: {resume_command(ctx, '--resume')}"
+                )
             else:
                 say("interrupted before any episode was played; nothing was written")
             raise typer.Exit(stop["code"]) from None
@@ -298,8 +366,13 @@ def _run_eval(run: EvalRun, samples: int, params: Any, resume: bool) -> dict[str
         the_agent = make_agent(run.agent, batch_size=run.batch_size, tokenizer=run.tokenizer, device=run.device)
     except (ValueError, OSError, ImportError) as e:
         fail(str(e))
-    columns = [TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-               TextColumn("{task.fields[rate]} gen tok/s  acc {task.fields[acc]}")]
+    columns = [
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.fields[rate]} gen tok/s  acc {task.fields[acc]}"),
+    ]
     with Progress(*columns, console=console) as progress:
         task = progress.add_task(env, total=limit * samples, rate="-", acc="-")
         state = {"tokens": 0, "correct": 0, "done": 0}
@@ -312,10 +385,22 @@ def _run_eval(run: EvalRun, samples: int, params: Any, resume: bool) -> dict[str
             rate = state["tokens"] / max(time.perf_counter() - started, 1e-9)
             progress.update(task, advance=1, rate=f"{rate:.1f}", acc=f"{state['correct'] / state['done']:.3f}")
 
-        return evaluate(the_agent, env, env_kwargs=run.env_kwargs, limit=limit, samples=samples, params=params,
-                        seed=run.seed, out=run.out, batch_episodes=run.batch_size, max_context=run.max_context,
-                        on_episode=on_episode, resume=resume, agent_name=run.agent,
-                        on_start=lambda done, total: progress.update(task, completed=done, total=total))
+        return evaluate(
+            the_agent,
+            env,
+            env_kwargs=run.env_kwargs,
+            limit=limit,
+            samples=samples,
+            params=params,
+            seed=run.seed,
+            out=run.out,
+            batch_episodes=run.batch_size,
+            max_context=run.max_context,
+            on_episode=on_episode,
+            resume=resume,
+            agent_name=run.agent,
+            on_start=lambda done, total: progress.update(task, completed=done, total=total),
+        )
 
 
 def rollout(
@@ -323,7 +408,9 @@ def rollout(
     env: Annotated[str, typer.Option("--env", help="e.g. turnrl/Arithmetic-v0, or mymodule:myproject/Name-v0")],
     agent: Annotated[str, typer.Option(help=AGENT_HELP)],
     out: Annotated[str, typer.Option(help="the dataset file (.parquet or .jsonl); an existing one is resumed")],
-    tasks: Annotated[int, typer.Option(min=1, help="sample tasks 0..tasks-1 of the environment's (training) split")] = 100,
+    tasks: Annotated[
+        int, typer.Option(min=1, help="sample tasks 0..tasks-1 of the environment's (training) split")
+    ] = 100,
     samples: Annotated[int, typer.Option(min=1, help="episodes per task")] = 8,
     seed: int = 0,
     temperature: Annotated[float, typer.Option(min=0.0, help="sampling temperature of the behaviour policy")] = 1.0,
@@ -345,13 +432,32 @@ def rollout(
     env_kwargs = parse_kwargs(kw)
     _, the_agent, n = dataset_run(env, env_kwargs, out, agent, batch_size, tokenizer, tasks, "tasks")
     params = SamplingParams(temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens)
-    g = dataset_progress(ctx, out, env, n * samples, lambda on_episode: rollout_dataset(
-        the_agent, agent, env, out=out, tasks=tasks, samples=samples, params=params, env_kwargs=env_kwargs, seed=seed,
-        batch_episodes=batch_size, max_context=max_context, on_episode=on_episode))
-    say(f"{int(g['episodes'])} episodes of {int(g['tasks'])} tasks in {g['out']} "
-         f"({int(g['new_episodes'])} new, {int(g['skipped_tasks'])} tasks already written) by {agent}: "
-         f"success rate {g['success_rate']:.3f}, mean reward {g['mean_reward']:.3f}, "
-         f"{g['generated_tokens_per_episode']:.1f} generated tokens/episode, {int(g['errors'])} errors; "
-         f"groups with both outcomes {int(g['groups_both_outcomes'])} (all correct "
-         f"{int(g['groups_all_correct'])}, all incorrect {int(g['groups_all_incorrect'])}); "
-         f"{g['wall_seconds']:.1f} s")
+    g = dataset_progress(
+        ctx,
+        out,
+        env,
+        n * samples,
+        lambda on_episode: rollout_dataset(
+            the_agent,
+            agent,
+            env,
+            out=out,
+            tasks=tasks,
+            samples=samples,
+            params=params,
+            env_kwargs=env_kwargs,
+            seed=seed,
+            batch_episodes=batch_size,
+            max_context=max_context,
+            on_episode=on_episode,
+        ),
+    )
+    say(
+        f"{int(g['episodes'])} episodes of {int(g['tasks'])} tasks in {g['out']} "
+        f"({int(g['new_episodes'])} new, {int(g['skipped_tasks'])} tasks already written) by {agent}: "
+        f"success rate {g['success_rate']:.3f}, mean reward {g['mean_reward']:.3f}, "
+        f"{g['generated_tokens_per_episode']:.1f} generated tokens/episode, {int(g['errors'])} errors; "
+        f"groups with both outcomes {int(g['groups_both_outcomes'])} (all correct "
+        f"{int(g['groups_all_correct'])}, all incorrect {int(g['groups_all_incorrect'])}); "
+        f"{g['wall_seconds']:.1f} s"
+    )

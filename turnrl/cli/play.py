@@ -60,16 +60,23 @@ def _show_messages(messages: Any) -> None:
 
 
 def play(
-    env_id: Annotated[str, typer.Argument(help="e.g. turnrl/Arithmetic-v0, turnrl/TicTacToe-v0, or "
-                                          "mymodule:myproject/Name-v0")],
+    env_id: Annotated[
+        str, typer.Argument(help="e.g. turnrl/Arithmetic-v0, turnrl/TicTacToe-v0, or mymodule:myproject/Name-v0")
+    ],
     kw: KwOption = None,
     seed: int = 0,
     index: Annotated[int | None, typer.Option(help="task index (default: drawn from the seed)")] = None,
-    seat: Annotated[str | None, typer.Option(help="a game with several agents: the seat you play (default: the "
-                                             "first)")] = None,
-    opponent: Annotated[str, typer.Option(help="a game with several agents: who plays the other seats — random or "
-                                          "perfect (tic-tac-toe), script:MODULE:FUNCTION (any game), or an agent "
-                                          "spec such as run:OUT_DIR or smollm2-135m-instruct")] = "random",
+    seat: Annotated[
+        str | None, typer.Option(help="a game with several agents: the seat you play (default: the first)")
+    ] = None,
+    opponent: Annotated[
+        str,
+        typer.Option(
+            help="a game with several agents: who plays the other seats — random or "
+            "perfect (tic-tac-toe), script:MODULE:FUNCTION (any game), or an agent "
+            "spec such as run:OUT_DIR or smollm2-135m-instruct"
+        ),
+    ] = "random",
     max_new_tokens: Annotated[int, typer.Option(help="the most tokens of an opponent's move")] = 64,
     imports: ImportOption = None,
 ) -> None:
@@ -106,8 +113,15 @@ def play(
             return
 
 
-def _play_game(env_id: str, kwargs: dict[str, Any], seed: int, index: int | None, seat: str | None, opponent: str,
-               max_new_tokens: int) -> None:
+def _play_game(
+    env_id: str,
+    kwargs: dict[str, Any],
+    seed: int,
+    index: int | None,
+    seat: str | None,
+    opponent: str,
+    max_new_tokens: int,
+) -> None:
     """A person in ``seat`` of a multi-agent game, ``opponent`` in the others (greedy, each from its own view)."""
     from turnrl.agents.base import SamplingParams
     from turnrl.envs.multiagent import make_multi_agent
@@ -134,8 +148,10 @@ def _play_game(env_id: str, kwargs: dict[str, Any], seed: int, index: int | None
     except (ValueError, OSError, ImportError) as e:  # an agent spec that does not load
         fail(f"--opponent {opponent}: {e}")
     if other.tokenizer is None:
-        fail(f"--opponent {opponent}: an endpoint without a tokenizer cannot read its seat's view; play against a "
-             "model by name or path, or run:OUT_DIR")
+        fail(
+            f"--opponent {opponent}: an endpoint without a tokenizer cannot read its seat's view; play against a "
+            "model by name or path, or run:OUT_DIR"
+        )
     renderer = ChatRenderer(other.tokenizer)
     views: dict[str, list[Message]] = {s: [] for s in seats}
     params = SamplingParams(temperature=0.0, max_new_tokens=max_new_tokens)
@@ -151,9 +167,13 @@ def _play_game(env_id: str, kwargs: dict[str, Any], seed: int, index: int | None
             _show_messages(observation)
         if termination or truncation:
             if agent == mine:
-                _say("game over:", "bold", f"{info.get('outcome') or ('truncated' if truncation else 'ended')} "
-                     f"(your reward {env._cumulative_rewards.get(agent, 0.0):g}, invalid moves "
-                     f"{info.get('invalid_moves', 0)})")
+                _say(
+                    "game over:",
+                    "bold",
+                    f"{info.get('outcome') or ('truncated' if truncation else 'ended')} "
+                    f"(your reward {env._cumulative_rewards.get(agent, 0.0):g}, invalid moves "
+                    f"{info.get('invalid_moves', 0)})",
+                )
             env.step(None)
             continue
         if agent == mine:

@@ -69,10 +69,18 @@ def oracle_agent(conversation: list[Message], env: turnrl.envs.TextEnv) -> str:
 # the base model rarely boxes its answers (with the strict one every group has zero reward variance).
 QUICKSTART: dict[str, Any] = {
     "model": "smollm2-135m-instruct",
-    "env": {"id": "turnrl/Arithmetic-v0",
-            "kwargs": {"level": 1, "split": "train", "answer_format": "auto", "calculator": True, "tool_style": "tags",
-                       "max_turns": 2},
-            "eval_kwargs": {"split": "test"}},
+    "env": {
+        "id": "turnrl/Arithmetic-v0",
+        "kwargs": {
+            "level": 1,
+            "split": "train",
+            "answer_format": "auto",
+            "calculator": True,
+            "tool_style": "tags",
+            "max_turns": 2,
+        },
+        "eval_kwargs": {"split": "test"},
+    },
     "algorithm": {"name": "grpo"},
     "rollout": {"prompts_per_step": 4, "group_size": 8, "max_new_tokens": 48, "temperature": 0.8},
     "optim": {"lr": 2.0e-5, "minibatch_size": 8, "grad_accum": 4},
@@ -82,8 +90,13 @@ QUICKSTART: dict[str, Any] = {
 }
 
 
-def run(console: Console, model: str | None = QUICKSTART["model"], steps: int = QUICKSTART["steps"],
-        eval_tasks: int = QUICKSTART["eval_tasks"], out_dir: str = QUICKSTART["out_dir"]) -> int:
+def run(
+    console: Console,
+    model: str | None = QUICKSTART["model"],
+    steps: int = QUICKSTART["steps"],
+    eval_tasks: int = QUICKSTART["eval_tasks"],
+    out_dir: str = QUICKSTART["out_dir"],
+) -> int:
     """Play the demo episodes, then (with ``model``) train it briefly; return 0 if everything went as expected."""
     failures = run_scripted(console)
     if model is None:
@@ -97,23 +110,27 @@ def train_demo(console: Console, model: str, steps: int, eval_tasks: int, out_di
     from turnrl.rl.run.curves import plot_run
     from turnrl.rl.run.trainer import TrainConfig, Trainer
 
-    cfg = TrainConfig.model_validate({**QUICKSTART, "model": model, "steps": steps, "eval_tasks": eval_tasks,
-                                      "out_dir": out_dir})
+    cfg = TrainConfig.model_validate(
+        {**QUICKSTART, "model": model, "steps": steps, "eval_tasks": eval_tasks, "out_dir": out_dir}
+    )
     r = cfg.rollout
-    console.rule(f"Training {model} with GRPO on turnrl/Arithmetic-v0 (level 1, calculator offered): {steps} steps "
-                 f"of {r.prompts_per_step} problems x {r.group_size} samples")
+    console.rule(
+        f"Training {model} with GRPO on turnrl/Arithmetic-v0 (level 1, calculator offered): {steps} steps "
+        f"of {r.prompts_per_step} problems x {r.group_size} samples"
+    )
     t0 = time.perf_counter()
     trainer = Trainer(cfg)
 
     def show(h: dict[str, float]) -> None:
         if h["step"] == 0:
-            console.print(f"held-out success before training: [bold]{h['eval_success']:.1%}[/] ({_spread(h)}, "
-                          "greedy)")
+            console.print(f"held-out success before training: [bold]{h['eval_success']:.1%}[/] ({_spread(h)}, greedy)")
             return
         held_out = f", held-out {h['eval_success']:.1%}" if "eval_success" in h else ""
-        console.print(f"step {int(h['step'])}/{steps}: reward {h['reward_mean']:.2f}, success {h['success']:.1%} "
-                      f"of {int(h['rollout_episodes'])} samples, {h['response_length']:.0f} tokens/answer, "
-                      f"{h['seconds']:.1f} s{held_out}")
+        console.print(
+            f"step {int(h['step'])}/{steps}: reward {h['reward_mean']:.2f}, success {h['success']:.1%} "
+            f"of {int(h['rollout_episodes'])} samples, {h['response_length']:.0f} tokens/answer, "
+            f"{h['seconds']:.1f} s{held_out}"
+        )
 
     from turnrl.cli.shared import fail
     from turnrl.rl.run.monitors import EpisodeFailures
@@ -132,18 +149,24 @@ def train_demo(console: Console, model: str, steps: int, eval_tasks: int, out_di
         console.print(f"[dim]{label}:[/dim] " + " | ".join(_esc(repr(_reply(i))) for i in items[:3]), soft_wrap=True)
     from turnrl.cli.compare import gain_line
 
-    console.print(Panel(f"held-out success {before:.1%} -> {after:.1%} after {steps} GRPO steps in "
-                        f"{time.perf_counter() - t0:.0f} s ({_spread(history[-1])})\n{gain_line(out_dir, steps)}\n"
-                        f"run folder {out}/: metrics.jsonl, curves.png, eval/step-*/report.md, checkpoint.pt, tb/",
-                        expand=False))
+    console.print(
+        Panel(
+            f"held-out success {before:.1%} -> {after:.1%} after {steps} GRPO steps in "
+            f"{time.perf_counter() - t0:.0f} s ({_spread(history[-1])})\n{gain_line(out_dir, steps)}\n"
+            f"run folder {out}/: metrics.jsonl, curves.png, eval/step-*/report.md, checkpoint.pt, tb/",
+            expand=False,
+        )
+    )
 
 
 def _spread(h: dict[str, float]) -> str:
     """How many distinct test problems an evaluation read, and its 95 % interval."""
     if "eval_success_low" not in h:
         return "held-out test problems"
-    return (f"{h['eval_items']:.0f} distinct test problems, 95 % interval {h['eval_success_low']:.1%}–"
-            f"{h['eval_success_high']:.1%}")
+    return (
+        f"{h['eval_items']:.0f} distinct test problems, 95 % interval {h['eval_success_low']:.1%}–"
+        f"{h['eval_success_high']:.1%}"
+    )
 
 
 def _reply(item: dict[str, Any]) -> str:
@@ -168,12 +191,16 @@ def run_scripted(console: Console) -> int:
     try:
         env = turnrl.make("turnrl/GSM8K-v0")
     except DataNotFoundError:
-        console.print(f"[yellow]GSM8K skipped: set {DATA_ENV_VAR} to a folder with gsm8k/test.jsonl "
-                      "to include it (docs/environments.md, 'Where the data comes from').[/]")
+        console.print(
+            f"[yellow]GSM8K skipped: set {DATA_ENV_VAR} to a folder with gsm8k/test.jsonl "
+            "to include it (docs/environments.md, 'Where the data comes from').[/]"
+        )
     else:
         traj = play_episode(env, oracle_agent, seed=0)
         _show(console, f"GSM8K-v0 from {os.environ.get(DATA_ENV_VAR)}: the oracle agent", traj)
         failures += traj.total_reward != 1.0
 
-    console.print("[bold green]scripted episodes OK[/]" if not failures else f"[bold red]{failures} demo episode(s) failed[/]")
+    console.print(
+        "[bold green]scripted episodes OK[/]" if not failures else f"[bold red]{failures} demo episode(s) failed[/]"
+    )
     return failures

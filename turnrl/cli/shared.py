@@ -52,9 +52,14 @@ def _import_modules(modules: list[str] | None) -> list[str] | None:
 
 ImportOption = Annotated[
     list[str] | None,
-    typer.Option("--import", metavar="MODULE", callback=_import_modules, is_eager=True,
-                 help="Import MODULE first (from sys.path or the current folder), e.g. one that registers "
-                      "environments; repeatable."),
+    typer.Option(
+        "--import",
+        metavar="MODULE",
+        callback=_import_modules,
+        is_eager=True,
+        help="Import MODULE first (from sys.path or the current folder), e.g. one that registers "
+        "environments; repeatable.",
+    ),
 ]
 
 
@@ -74,8 +79,15 @@ def make_env(env_id: str, kwargs: dict[str, Any], search: list[Path] | None = No
     try:
         resolve(env_id, search if search is not None else [Path.cwd()])
         return make(env_id, **kwargs)
-    except (UnknownEnvironmentError, InvalidEnvKwargs, EnvImportError, FileNotFoundError, ValueError, TypeError,
-            RemoteEnvError) as e:
+    except (
+        UnknownEnvironmentError,
+        InvalidEnvKwargs,
+        EnvImportError,
+        FileNotFoundError,
+        ValueError,
+        TypeError,
+        RemoteEnvError,
+    ) as e:
         fail(str(e))
     except Exception as e:  # the environment's own constructor failed: say where, in one line
         fail(f"making {env_id} raised {type(e).__name__}: {e}{error_location(e)}")
@@ -91,9 +103,17 @@ def check_dataset_out(out: str) -> None:
         fail(f"--out must end in .parquet or .jsonl, got {out!r}")
 
 
-def dataset_run(env: str, env_kwargs: dict[str, Any], out: str, agent: str, batch_size: int,
-                 tokenizer: str | None, tasks: int, items: str,
-                 special: Callable[[Any], Any] | None = None) -> tuple[Any, Any, int]:
+def dataset_run(
+    env: str,
+    env_kwargs: dict[str, Any],
+    out: str,
+    agent: str,
+    batch_size: int,
+    tokenizer: str | None,
+    tasks: int,
+    items: str,
+    special: Callable[[Any], Any] | None = None,
+) -> tuple[Any, Any, int]:
     """What `turnrl rollout` and `turnrl swirl generate` check before sampling: the environment (made first, to fail
     before a model loads), a warning when its ``items`` are held-out ones, the --out format, then the agent.
     ``special(env)``, where given, builds an agent of the caller's own (e.g. a teacher) instead of ``agent``'s spec,
@@ -103,8 +123,10 @@ def dataset_run(env: str, env_kwargs: dict[str, Any], out: str, agent: str, batc
     probe = make_env(env, env_kwargs)
     split, held = getattr(probe, "split", None), getattr(probe, "held_out_split", None)
     if split is not None and split == held:
-        say(f"warning: these are {env}'s held-out ({split}) {items}; a policy trained on them is then evaluated on "
-             "what it trained on (pass --kw split=train)")
+        say(
+            f"warning: these are {env}'s held-out ({split}) {items}; a policy trained on them is then evaluated on "
+            "what it trained on (pass --kw split=train)"
+        )
     check_dataset_out(out)
     try:
         the_agent = special(probe) if special is not None else None
@@ -115,8 +137,13 @@ def dataset_run(env: str, env_kwargs: dict[str, Any], out: str, agent: str, batc
     return probe, the_agent, min(tasks, len(probe)) if hasattr(probe, "__len__") else tasks
 
 
-DataTokenizerOption = Annotated[str, typer.Option(
-    "--tokenizer", help="the tokenizer of the model that wrote the data: a model name or path, hf:PATH, tiny:TEMPLATE")]
+DataTokenizerOption = Annotated[
+    str,
+    typer.Option(
+        "--tokenizer",
+        help="the tokenizer of the model that wrote the data: a model name or path, hf:PATH, tiny:TEMPLATE",
+    ),
+]
 
 
 def _with_import_option(fn: Any) -> Any:

@@ -27,9 +27,20 @@ import typer
 
 Status = Literal["pass", "warn", "fail", "skip"]
 
-TOOLS = [{"type": "function", "function": {
-    "name": "calculator", "description": "Evaluate an arithmetic expression.",
-    "parameters": {"type": "object", "properties": {"expression": {"type": "string"}}, "required": ["expression"]}}}]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "calculator",
+            "description": "Evaluate an arithmetic expression.",
+            "parameters": {
+                "type": "object",
+                "properties": {"expression": {"type": "string"}},
+                "required": ["expression"],
+            },
+        },
+    }
+]
 _CALL_TEXT = '<tool_call>{"name": "calculator", "arguments": {"expression": "17 + 25"}}</tool_call>'
 _RESULT = "42 (tool result 7319)"
 _THOUGHT = "private reasoning 5581"
@@ -77,15 +88,22 @@ class TemplateReport:
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready form (``--json``)."""
-        return {"model": self.model, "ok": self.ok, "mode": self.mode,
-                "checks": [{"name": c.name, "status": c.status, "message": c.message} for c in self.checks]}
+        return {
+            "model": self.model,
+            "ok": self.ok,
+            "mode": self.mode,
+            "checks": [{"name": c.name, "status": c.status, "message": c.message} for c in self.checks],
+        }
 
     def __str__(self) -> str:
         lines = [f"chat template of {self.model}"]
         lines += [f"  {c.status.upper():4}  {c.name:12}  {c.message}" for c in self.checks]
         lines.append(f"rollout mode: {self.mode}" if self.mode else "rollout mode: none (the rollout cannot run)")
-        lines.append("result: turnrl can train on this template token-exactly" if self.ok
-                     else "result: turnrl cannot train on this template token-exactly (see FAIL above)")
+        lines.append(
+            "result: turnrl can train on this template token-exactly"
+            if self.ok
+            else "result: turnrl cannot train on this template token-exactly (see FAIL above)"
+        )
         return "\n".join(lines)
 
 
@@ -144,8 +162,11 @@ def _check_roles(tok: Any, add: Any) -> dict[str, bool]:
         "user": [{"role": "user", "content": "hi"}],
         "assistant": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}],
         "system": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}],
-        "tool": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": _CALL_TEXT},
-                 {"role": "tool", "name": "calculator", "content": _RESULT}],
+        "tool": [
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": _CALL_TEXT},
+            {"role": "tool", "name": "calculator", "content": _RESULT},
+        ],
     }
     ok: dict[str, bool] = {}
     errors: dict[str, str] = {}
@@ -161,8 +182,10 @@ def _check_roles(tok: Any, add: Any) -> dict[str, bool]:
         bad = ", ".join(f"{r}: {errors[r]}" for r in ("user", "assistant") if r in errors)
         add(Check("roles", "fail", f"user/assistant turns do not render ({bad})"))
     elif errors:
-        what = {"system": "environments with a system prompt will fail to reset",
-                "tool": "tool-use environments will fail at their first tool result"}
+        what = {
+            "system": "environments with a system prompt will fail to reset",
+            "tool": "tool-use environments will fail at their first tool result",
+        }
         add(Check("roles", "warn", "; ".join(f"{r} messages do not render ({errors[r]}): {what[r]}" for r in errors)))
     else:
         add(Check("roles", "pass", "system, user, assistant and tool messages render"))
@@ -175,15 +198,20 @@ def _check_append_only(tok: Any, chats: list[list[dict[str, Any]]], add: Any) ->
         for k, m in enumerate(chat):
             if m["role"] != "assistant":
                 continue
-            prefix = _render(tok, chat[:k + 1], gen=False) if k + 1 < len(chat) else full
+            prefix = _render(tok, chat[: k + 1], gen=False) if k + 1 < len(chat) else full
             for before in (_render(tok, chat[:k], gen=True), prefix):
                 if not full.startswith(before):
                     at = _first_difference(before, full)
-                    add(Check("append-only", "warn",
-                              f"the rendering up to message {k} is not a prefix of the whole conversation's (at "
-                              f"character {at}: {_excerpt(before, at)} vs {_excerpt(full, at)}); the template rewrites "
-                              "earlier turns. turnrl trains on what the model saw during the rollout; a fresh re-render "
-                              "at inference shows it a different context"))
+                    add(
+                        Check(
+                            "append-only",
+                            "warn",
+                            f"the rendering up to message {k} is not a prefix of the whole conversation's (at "
+                            f"character {at}: {_excerpt(before, at)} vs {_excerpt(full, at)}); the template rewrites "
+                            "earlier turns. turnrl trains on what the model saw during the rollout; a fresh re-render "
+                            "at inference shows it a different context",
+                        )
+                    )
                     return
     add(Check("append-only", "pass", "each turn's rendering (with its generation prompt) is a prefix of the next"))
 
@@ -207,56 +235,118 @@ def _check_tokens(tok: Any, renderer: Any, chat: list[dict[str, Any]], add: Any)
     full = renderer.encode(_render(tok, chat, gen=False))
     closing = renderer.observation_text([], ended_with_eos=False)
     if eos_text and closing.startswith(eos_text):
-        mode = (f"append: the prompt is rendered once; then each turn's generated tokens (trained) and the template "
-                f"text after the turn (not trained); the model's end-of-sequence {eos_text!r} closes its turn, so the "
-                "template's copy is not added twice")
+        mode = (
+            f"append: the prompt is rendered once; then each turn's generated tokens (trained) and the template "
+            f"text after the turn (not trained); the model's end-of-sequence {eos_text!r} closes its turn, so the "
+            "template's copy is not added twice"
+        )
     else:
-        mode = (f"append: the prompt is rendered once; then each turn's generated tokens (trained) and the template "
-                f"text after the turn (not trained); the template closes a turn with {closing[:20]!r}, which is not the "
-                f"model's end-of-sequence {eos_text!r}: both stay in the sequence")
-        add(Check("end of turn", "warn", f"the template closes an assistant turn with {closing[:20]!r} but the model "
-                  f"stops at {eos_text!r}; the rollout keeps the generated {eos_text!r} and appends the template's text"))
+        mode = (
+            f"append: the prompt is rendered once; then each turn's generated tokens (trained) and the template "
+            f"text after the turn (not trained); the template closes a turn with {closing[:20]!r}, which is not the "
+            f"model's end-of-sequence {eos_text!r}: both stay in the sequence"
+        )
+        add(
+            Check(
+                "end of turn",
+                "warn",
+                f"the template closes an assistant turn with {closing[:20]!r} but the model "
+                f"stops at {eos_text!r}; the rollout keeps the generated {eos_text!r} and appends the template's text",
+            )
+        )
     lossless = tok.decode(full, skip_special_tokens=False) == _render(tok, chat, gen=False)
-    tail = tok.decode(full[len(seq):], skip_special_tokens=False) if full[: len(seq)] == seq else None
+    tail = tok.decode(full[len(seq) :], skip_special_tokens=False) if full[: len(seq)] == seq else None
     if tail is not None and not tail.strip():
         extra = f" (the template's {tail!r} after the last turn is not part of an episode)" if tail else ""
-        add(Check("tokens", "pass", f"the rollout's appended sequence equals the re-rendered conversation's "
-                  f"{len(seq)} token ids{extra}" + ("" if lossless else "; the tokenizer is not lossless on this text")))
+        add(
+            Check(
+                "tokens",
+                "pass",
+                f"the rollout's appended sequence equals the re-rendered conversation's "
+                f"{len(seq)} token ids{extra}" + ("" if lossless else "; the tokenizer is not lossless on this text"),
+            )
+        )
     else:
         at = next((i for i, (a, b) in enumerate(zip(seq, full)) if a != b), min(len(seq), len(full)))
         show = lambda ids: repr(tok.decode(ids[max(at - 3, 0) : at + 4], skip_special_tokens=False))
-        add(Check("tokens", "warn", f"the rollout's sequence ({len(seq)} tokens) and the re-rendered conversation "
-                  f"({len(full)}) part at token {at}: {show(seq)} vs {show(full)}; training stays exact (turnrl never "
-                  "re-tokenizes), but the trained context differs from what a re-render shows the model"))
+        add(
+            Check(
+                "tokens",
+                "warn",
+                f"the rollout's sequence ({len(seq)} tokens) and the re-rendered conversation "
+                f"({len(full)}) part at token {at}: {show(seq)} vs {show(full)}; training stays exact (turnrl never "
+                "re-tokenizes), but the trained context differs from what a re-render shows the model",
+            )
+        )
     return mode
 
 
 def _check_tools(tok: Any, roles: dict[str, bool], add: Any) -> None:
     from turnrl.tools.parsers import HermesParser
 
-    call = {"type": "function", "id": "call_0", "function": {"name": "calculator", "arguments": {"expression": "17 + 25"}}}
+    call = {
+        "type": "function",
+        "id": "call_0",
+        "function": {"name": "calculator", "arguments": {"expression": "17 + 25"}},
+    }
     base = [{"role": "user", "content": "What is 17 + 25?"}]
     try:
         text = _render(tok, [*base, {"role": "assistant", "content": "", "tool_calls": [call]}], gen=False, tools=TOOLS)
     except Exception as e:
-        add(Check("tool calls", "warn", f"an assistant message with tool_calls does not render ({type(e).__name__}: "
-                  f"{e}); turnrl is unaffected (the model writes its calls as text), OpenAI-style clients are not"))
+        add(
+            Check(
+                "tool calls",
+                "warn",
+                f"an assistant message with tool_calls does not render ({type(e).__name__}: "
+                f"{e}); turnrl is unaffected (the model writes its calls as text), OpenAI-style clients are not",
+            )
+        )
         text = None
     if text is not None:
         parsed = HermesParser().parse(text).calls
         if parsed and parsed[0].name == "calculator" and parsed[0].arguments == {"expression": "17 + 25"}:
-            add(Check("tool calls", "pass", "structured tool_calls render as <tool_call> blocks and parse back unchanged"))
+            add(
+                Check(
+                    "tool calls", "pass", "structured tool_calls render as <tool_call> blocks and parse back unchanged"
+                )
+            )
         elif "calculator" in text and "17 + 25" in text:
-            add(Check("tool calls", "pass", "structured tool_calls appear in the text (not in turnrl's <tool_call> "
-                      "style: give the env a matching parser)"))
+            add(
+                Check(
+                    "tool calls",
+                    "pass",
+                    "structured tool_calls appear in the text (not in turnrl's <tool_call> "
+                    "style: give the env a matching parser)",
+                )
+            )
         else:
-            add(Check("tool calls", "warn", "the template drops structured tool_calls; turnrl is unaffected (the model "
-                      "writes its calls as text, which is kept), but a server passing tool_calls shows the model nothing"))
+            add(
+                Check(
+                    "tool calls",
+                    "warn",
+                    "the template drops structured tool_calls; turnrl is unaffected (the model "
+                    "writes its calls as text, which is kept), but a server passing tool_calls shows the model nothing",
+                )
+            )
     if roles.get("tool"):
-        shown = _RESULT in _render(tok, [*base, {"role": "assistant", "content": _CALL_TEXT},
-                                         {"role": "tool", "name": "calculator", "content": _RESULT}], gen=True)
-        add(Check("tool results", "pass" if shown else "warn", "tool results appear verbatim in the next prompt" if shown
-                  else "the template drops the tool message's content: the model never sees tool results"))
+        shown = _RESULT in _render(
+            tok,
+            [
+                *base,
+                {"role": "assistant", "content": _CALL_TEXT},
+                {"role": "tool", "name": "calculator", "content": _RESULT},
+            ],
+            gen=True,
+        )
+        add(
+            Check(
+                "tool results",
+                "pass" if shown else "warn",
+                "tool results appear verbatim in the next prompt"
+                if shown
+                else "the template drops the tool message's content: the model never sees tool results",
+            )
+        )
     else:
         add(Check("tool results", "skip", "the template has no tool role"))
 
@@ -264,15 +354,23 @@ def _check_tools(tok: Any, roles: dict[str, bool], add: Any) -> None:
 def _check_thinking(tok: Any, roles: dict[str, bool], add: Any) -> None:
     src = tok.chat_template if isinstance(tok.chat_template, str) else json.dumps(tok.chat_template)
     if "think" not in src and "reasoning_content" not in src:
-        add(Check("thinking", "skip", "the template has no thinking blocks: <think> text passes through like any other"))
+        add(
+            Check("thinking", "skip", "the template has no thinking blocks: <think> text passes through like any other")
+        )
         return
     chat = [m for m in conversation(thinking=True) if roles.get(m["role"], True)]
     text = _render(tok, chat, gen=False)
     if _THOUGHT in text:
         add(Check("thinking", "pass", "earlier turns' <think> blocks are kept"))
     else:
-        add(Check("thinking", "warn", "earlier turns' <think> blocks are stripped by the template; turnrl's rollout "
-                  "appends, so the model sees (and is trained with) its earlier thinking, unlike a re-render"))
+        add(
+            Check(
+                "thinking",
+                "warn",
+                "earlier turns' <think> blocks are stripped by the template; turnrl's rollout "
+                "appends, so the model sees (and is trained with) its earlier thinking, unlike a re-render",
+            )
+        )
 
 
 def load_tokenizer(spec: str) -> Any:

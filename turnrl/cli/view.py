@@ -31,13 +31,21 @@ def find_model(path: str | Path) -> str | None:
 
 def view_command(
     path: Annotated[str, typer.Argument(help="a run folder, an eval folder, or a trajectories .jsonl/.parquet file")],
-    tokenizer: Annotated[str | None, typer.Option(
-        help="tokenizer for the token texts: an agent spec (smollm2-135m-instruct, hf:PATH, tiny:chatml); "
-             "default: the run's config.yaml model, else token ids only")] = None,
+    tokenizer: Annotated[
+        str | None,
+        typer.Option(
+            help="tokenizer for the token texts: an agent spec (smollm2-135m-instruct, hf:PATH, tiny:chatml); "
+            "default: the run's config.yaml model, else token ids only"
+        ),
+    ] = None,
     host: Annotated[str, typer.Option(help="address to bind (keep 127.0.0.1 unless you mean to share)")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="port (0 picks a free one)")] = 8765,
-    open_browser: Annotated[bool, typer.Option("--open/--no-open", help="open the page in the default browser")] = False,
-    stop_after: Annotated[float | None, typer.Option(help="stop serving after this many seconds (scripts, tests)")] = None,
+    open_browser: Annotated[
+        bool, typer.Option("--open/--no-open", help="open the page in the default browser")
+    ] = False,
+    stop_after: Annotated[
+        float | None, typer.Option(help="stop serving after this many seconds (scripts, tests)")
+    ] = None,
 ) -> None:
     """Browse episodes in a local web page: filters, conversation, tokens (trained or not), groups side by side."""
     from rich.console import Console
@@ -58,16 +66,22 @@ def view_command(
         try:
             tok = load_tokenizer(spec)
         except (OSError, ValueError, KeyError) as e:
-            console.print(f"[yellow]warning:[/yellow] could not load tokenizer {spec!r} ({e}); showing token ids only",
-                          soft_wrap=True, highlight=False)
+            console.print(
+                f"[yellow]warning:[/yellow] could not load tokenizer {spec!r} ({e}); showing token ids only",
+                soft_wrap=True,
+                highlight=False,
+            )
             spec = None
     try:
         server = ViewServer(ViewApp(index, tok, spec), host=host, port=port)
     except OSError as e:
         console.print(f"[red]error:[/red] cannot listen on {host}:{port}: {e}; try --port 0", highlight=False)
         raise typer.Exit(2) from e
-    console.print(f"{len(index.sources)} trajectories file(s) under {path}; open {server.url}  (Ctrl-C stops)",
-                  soft_wrap=True, highlight=False)
+    console.print(
+        f"{len(index.sources)} trajectories file(s) under {path}; open {server.url}  (Ctrl-C stops)",
+        soft_wrap=True,
+        highlight=False,
+    )
     if open_browser:
         import webbrowser
 

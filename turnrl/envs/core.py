@@ -201,7 +201,11 @@ class TextEnv(gym.Env[Obs, str]):
             state = None if seed is not None else copy.deepcopy(self.np_random.bit_generator.state)
             # (seed, random state, options, the actions since)
             self._fork_record: tuple[int | None, Any, dict[str, Any] | None, list[str]] = (
-                seed, state, copy.deepcopy(options), [])
+                seed,
+                state,
+                copy.deepcopy(options),
+                [],
+            )
         super().reset(seed=seed)
         if options is not None and not isinstance(options, dict):
             raise TypeError(f"options must be a dict or None, got {type(options).__name__}")

@@ -55,13 +55,17 @@ def fork_refusal(env: Any) -> str | None:
     closing = [t.name for t in tools if _closes_over(getattr(t, "fn", None), base)]
     closing += [k for k, v in vars(base).items() if _closes_over(v, base)]
     if closing and mode == "copy":
-        return (f"{label} cannot be forked by copying: {', '.join(map(repr, closing))} close(s) over the environment "
-                "(a function defined inside it that reads `self` keeps reading the original after a copy); make each "
-                "a bound method (tool(self.method), verifier=self.method), which a copy rebinds")
+        return (
+            f"{label} cannot be forked by copying: {', '.join(map(repr, closing))} close(s) over the environment "
+            "(a function defined inside it that reads `self` keeps reading the original after a copy); make each "
+            "a bound method (tool(self.method), verifier=self.method), which a copy rebinds"
+        )
     stateful = [t.name for t in tools if getattr(t, "stateful", False)]
     if stateful and mode == "copy":
-        return (f"{label} cannot be forked: its tool(s) {', '.join(stateful)} keep state outside the environment "
-                "(an MCP or remote server), which a copy would share; give the environment its own fork()")
+        return (
+            f"{label} cannot be forked: its tool(s) {', '.join(stateful)} keep state outside the environment "
+            "(an MCP or remote server), which a copy would share; give the environment its own fork()"
+        )
     if mode == "replay" and (spec is None or not getattr(spec, "id", None)):
         return f"{label} forks by replay, which makes a new one from its spec; make it with turnrl.make(id, ...)"
     return None
@@ -85,9 +89,11 @@ def fork(env: Any) -> Any:
     try:
         return copy.deepcopy(env)
     except (TypeError, AttributeError, copy.Error) as e:
-        raise ForkError(f"{type(base).__name__} cannot be forked by copying its state: {_culprit(base) or e}. Mark "
-                        "objects that hold no episode state turnrl.utils.Shared, set fork_mode = 'replay' on a "
-                        "deterministic environment, or give it its own fork()") from e
+        raise ForkError(
+            f"{type(base).__name__} cannot be forked by copying its state: {_culprit(base) or e}. Mark "
+            "objects that hold no episode state turnrl.utils.Shared, set fork_mode = 'replay' on a "
+            "deterministic environment, or give it its own fork()"
+        ) from e
 
 
 def _tools(base: Any) -> list[Any]:

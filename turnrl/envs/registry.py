@@ -48,11 +48,15 @@ ENTRY_POINT_GROUP = "turnrl.envs"
 #: an id and makes the environment (:class:`turnrl.envs.adapters.EnvAdapter`): a server (``remote:``), a class written
 #: for TRL's ``environment_factory`` (``trl:``), an environment written for Prime Intellect's verifiers
 #: (``verifiers:``). Installed packages add theirs under the ``turnrl.env_adapters`` entry-point group.
-ENV_ADAPTERS: Registry[Any] = Registry("environment adapter", "turnrl.env_adapters", {
-    "remote": "turnrl.envs.remote.adapter:ADAPTER",
-    "trl": "turnrl.envs.adapters.trl:ADAPTER",
-    "verifiers": "turnrl.envs.adapters.verifiers_env:ADAPTER",
-})
+ENV_ADAPTERS: Registry[Any] = Registry(
+    "environment adapter",
+    "turnrl.env_adapters",
+    {
+        "remote": "turnrl.envs.remote.adapter:ADAPTER",
+        "trl": "turnrl.envs.adapters.trl:ADAPTER",
+        "verifiers": "turnrl.envs.adapters.verifiers_env:ADAPTER",
+    },
+)
 BUILTIN_SOURCE = "turnrl (built-in)"
 
 BUILTIN_ENVS: dict[str, str] = {
@@ -240,8 +244,11 @@ def resolve(env_id: str, search: Sequence[str | Path] = ()) -> str:
     if bare not in gym.registry:
         own = [i for i, s in _SOURCES.items() if s == f"module {module}"]
         close = get_close_matches(bare, own or registered(), n=3, cutoff=0.5)
-        hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else (
-            f" Register it in {module!r} with turnrl.register({bare!r}, '{module}:YourEnvClass').")
+        hint = (
+            f" Did you mean {', '.join(repr(c) for c in close)}?"
+            if close
+            else (f" Register it in {module!r} with turnrl.register({bare!r}, '{module}:YourEnvClass').")
+        )
         what = f"It registers {', '.join(sorted(own))}." if own else "It registers no environment through turnrl."
         raise UnknownEnvironmentError(
             f"module {module!r} was imported but no environment {bare!r} is registered.{hint} {what}"
@@ -254,8 +261,10 @@ def _suggest(env_id: str) -> str:
     lowered = {i.lower(): i for i in ids}
     close = get_close_matches(env_id.lower(), list(lowered), n=3, cutoff=0.5)
     hint = f" Did you mean {', '.join(repr(lowered[c]) for c in close)}?" if close else ""
-    return (f"unknown environment {env_id!r}.{hint} Registered: {', '.join(ids)}. Your own: 'module.path:Name-v0' "
-            "imports module.path, which registers Name-v0.")
+    return (
+        f"unknown environment {env_id!r}.{hint} Registered: {', '.join(ids)}. Your own: 'module.path:Name-v0' "
+        "imports module.path, which registers Name-v0."
+    )
 
 
 # ---- keyword arguments ----
@@ -298,8 +307,9 @@ def _accepted_kwargs(creator: Any) -> tuple[set[str], bool, dict[str, str]]:
         passed = _passed_to_parent(fn) if cls is not None and i + 1 < len(classes) else None
         if passed is not None and cls is not None:  # passed: a class's __init__ only
             keywords, n_positional = passed
-            parent = [p.name for p in _named_params(vars(classes[i + 1])["__init__"])
-                      if p.kind is p.POSITIONAL_OR_KEYWORD]
+            parent = [
+                p.name for p in _named_params(vars(classes[i + 1])["__init__"]) if p.kind is p.POSITIONAL_OR_KEYWORD
+            ]
             for name in keywords | set(parent[: max(n_positional, 0)]):
                 fixed.setdefault(name, cls.__name__)
     return names, False, fixed
@@ -340,8 +350,9 @@ def make(env_id: str, **kwargs: Any) -> TextEnv:
         resolve(env_id)
         env = adapter.make(env_id, **kwargs)
         if adapter.sets_spec:
-            env.unwrapped.spec = gym.envs.registration.EnvSpec(id=env_id, entry_point=adapter.entry,
-                                                               kwargs=dict(kwargs))
+            env.unwrapped.spec = gym.envs.registration.EnvSpec(
+                id=env_id, entry_point=adapter.entry, kwargs=dict(kwargs)
+            )
         return env
     spec = gym.spec(resolve(env_id))
     # the class or factory the id is registered with: it makes a TextEnv

@@ -67,7 +67,9 @@ class MessagesSpace(spaces.Space[tuple[Message, ...]]):
         """One or two random user/tool messages."""
         n = int(self.np_random.integers(1, 3))
         roles = ("user", "tool")
-        return tuple(Message(role=roles[int(self.np_random.integers(2))], content=self._text.sample()) for _ in range(n))
+        return tuple(
+            Message(role=roles[int(self.np_random.integers(2))], content=self._text.sample()) for _ in range(n)
+        )
 
     def contains(self, x: Any) -> bool:
         """Whether ``x`` is a tuple of at most ``max_messages`` Message objects."""

@@ -58,7 +58,8 @@ def _canon(node: ast.AST) -> str:
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.UAdd):
         return _canon(node.operand)
     if (isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub))) or (
-            isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub)):
+        isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub)
+    ):
         terms = _terms(node, 1)
         plus = sorted(t for s, t in terms if s > 0)
         minus = sorted(t for s, t in terms if s < 0)

@@ -150,7 +150,9 @@ class ToolEnv(TextEnv):
     def _reset(self, options: dict[str, Any]) -> tuple[Obs, dict[str, Any]]:
         unknown = set(options) - {"index", "task"}
         if unknown:
-            raise ValueError(f"unknown reset options {sorted(unknown)}; {type(self).__name__} accepts 'index' and 'task'")
+            raise ValueError(
+                f"unknown reset options {sorted(unknown)}; {type(self).__name__} accepts 'index' and 'task'"
+            )
         if "task" in options:
             self.task = _task(options["task"])
             index = None
@@ -158,8 +160,10 @@ class ToolEnv(TextEnv):
             index = pick_index(self, len(self.tasks), options)
             self.task = self.tasks[index]
         system = self.system_message()
-        obs = ((Message(role="system", content=system),) if system else ()) + tuple(self.prompt_demos) + (
-            Message(role="user", content=self.user_message(self.task)),
+        obs = (
+            ((Message(role="system", content=system),) if system else ())
+            + tuple(self.prompt_demos)
+            + (Message(role="user", content=self.user_message(self.task)),)
         )
         return obs, {"task_id": self.task.id, "index": index, "role": "policy"}
 

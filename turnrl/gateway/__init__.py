@@ -14,5 +14,13 @@ from turnrl.gateway.record import Call, build_trajectory
 from turnrl.gateway.runner import GatewayRunner, Program, play_programs
 from turnrl.gateway.server import Gateway
 
-__all__ = ["Call", "Gateway", "GatewayRunner", "Outcome", "Program", "build_trajectory", "parse_outcome",
-           "play_programs"]
+__all__ = [
+    "Call",
+    "Gateway",
+    "GatewayRunner",
+    "Outcome",
+    "Program",
+    "build_trajectory",
+    "parse_outcome",
+    "play_programs",
+]

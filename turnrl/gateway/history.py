@@ -66,15 +66,22 @@ class ChatHistory:
         tools_key = json.dumps(tools or [], sort_keys=True, default=str)
         fresh = renderer.encode(renderer.render(messages, add_generation_prompt=True))
         with self.lock:
-            best = max((s for s in self.states if s.tools == tools_key and keys[: len(s.keys)] == s.keys
-                        and (len(s.keys) < len(keys) if s.assistant else len(s.keys) == len(keys))),
-                       key=lambda s: len(s.keys), default=None)
+            best = max(
+                (
+                    s
+                    for s in self.states
+                    if s.tools == tools_key
+                    and keys[: len(s.keys)] == s.keys
+                    and (len(s.keys) < len(keys) if s.assistant else len(s.keys) == len(keys))
+                ),
+                key=lambda s: len(s.keys),
+                default=None,
+            )
             kept = max((_common(s.keys, keys) for s in self.states), default=0)
         if best is None:
             return fresh, Match("fresh", kept, len(keys))
         if best.assistant:
-            ids = best.ids + renderer.observation_tokens(messages[len(best.keys):],
-                                                         ended_with_eos=best.ended_with_eos)
+            ids = best.ids + renderer.observation_tokens(messages[len(best.keys) :], ended_with_eos=best.ended_with_eos)
             match = Match("extended", len(best.keys), len(keys))
         else:
             ids, match = list(best.ids), Match("repeat", len(keys), len(keys))
@@ -83,16 +90,29 @@ class ChatHistory:
             match.drift = {"at": at, "exact_tokens": len(ids), "template_tokens": len(fresh)}
         return ids, match
 
-    def answered(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, prompt: list[int],
-                 returned: list[dict[str, Any]], sampled: list[list[int]]) -> None:
+    def answered(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None,
+        prompt: list[int],
+        returned: list[dict[str, Any]],
+        sampled: list[list[int]],
+    ) -> None:
         """Remember a call's prompt state and, per completion, the state with the assistant message sent back."""
         keys = tuple(message_key(m) for m in messages)
         tools_key = json.dumps(tools or [], sort_keys=True, default=str)
         with self.lock:
             self.states.append(State(keys, tools_key, list(prompt), False))
             for message, ids in zip(returned, sampled):
-                self.states.append(State((*keys, message_key(message)), tools_key, list(prompt) + list(ids), True,
-                                         bool(ids) and ids[-1] in self.eos_ids))
+                self.states.append(
+                    State(
+                        (*keys, message_key(message)),
+                        tools_key,
+                        list(prompt) + list(ids),
+                        True,
+                        bool(ids) and ids[-1] in self.eos_ids,
+                    )
+                )
 
 
 def _common(a: tuple[str, ...], b: tuple[str, ...]) -> int:

@@ -39,8 +39,10 @@ from typing import Any
 
 from turnrl.utils import import_from
 
-RETURNS = ("return a reward (a number), the final answer (a string), or a dict with 'reward' and/or 'answer' "
-           "(and optionally 'correct')")
+RETURNS = (
+    "return a reward (a number), the final answer (a string), or a dict with 'reward' and/or 'answer' "
+    "(and optionally 'correct')"
+)
 
 
 @dataclass
@@ -67,17 +69,23 @@ def parse_outcome(value: Any) -> Outcome:
     if isinstance(value, dict):
         reward, answer, correct = value.get("reward"), value.get("answer"), value.get("correct")
         if reward is None and answer is None:
-            return Outcome(error=f"the program returned a dict without 'reward' or 'answer' (keys {sorted(value)}); "
-                           f"{RETURNS}")
-        if reward is not None and (isinstance(reward, bool) or not isinstance(reward, (int, float))
-                                   or not math.isfinite(reward)):
+            return Outcome(
+                error=f"the program returned a dict without 'reward' or 'answer' (keys {sorted(value)}); {RETURNS}"
+            )
+        if reward is not None and (
+            isinstance(reward, bool) or not isinstance(reward, (int, float)) or not math.isfinite(reward)
+        ):
             return Outcome(error=f"the program's reward is not a finite number: {reward!r}")
         if answer is not None and not isinstance(answer, str):
             return Outcome(error=f"the program's answer is not a string: {answer!r}")
         if correct is not None and not isinstance(correct, bool):
             return Outcome(error=f"the program's 'correct' is not a bool: {correct!r}")
-        return Outcome(reward=None if reward is None else float(reward), answer=answer, correct=correct,
-                       info={k: v for k, v in value.items() if k not in ("reward", "answer", "correct")})
+        return Outcome(
+            reward=None if reward is None else float(reward),
+            answer=answer,
+            correct=correct,
+            info={k: v for k, v in value.items() if k not in ("reward", "answer", "correct")},
+        )
     if value is None:
         return Outcome(error=f"the program returned None; {RETURNS}")
     return Outcome(error=f"the program returned a {type(value).__name__}; {RETURNS}")
@@ -104,8 +112,10 @@ def load_function(spec: str, search: Sequence[str | Path] = ()) -> Callable[...,
         raise ProgramError(f"importing the program's module {module_name!r} raised {type(e).__name__}: {e}") from e
     fn = getattr(module, attr, None)
     if not callable(fn):
-        raise ProgramError(f"module {module_name!r} has no function {attr!r}"
-                           + ("" if fn is None else f" ({attr} is a {type(fn).__name__})"))
+        raise ProgramError(
+            f"module {module_name!r} has no function {attr!r}"
+            + ("" if fn is None else f" ({attr} is a {type(fn).__name__})")
+        )
     return fn
 
 
@@ -114,13 +124,14 @@ def _import(name: str, search: Sequence[str | Path]) -> Any:
     if module is not None:
         return module
     top = name.split(".")[0]
-    raise ProgramError(f"no module named {name!r} on sys.path"
-                       + "".join(f" or in {p}" for p in search)
-                       + f"; run from the folder that holds {top}.py or add that folder to PYTHONPATH")
+    raise ProgramError(
+        f"no module named {name!r} on sys.path"
+        + "".join(f" or in {p}" for p in search)
+        + f"; run from the folder that holds {top}.py or add that folder to PYTHONPATH"
+    )
 
 
-def call_function(fn: Callable[..., Any], base_url: str, api_key: str, task: dict[str, Any],
-                  timeout: float) -> Outcome:
+def call_function(fn: Callable[..., Any], base_url: str, api_key: str, task: dict[str, Any], timeout: float) -> Outcome:
     """Run ``fn(base_url, api_key, task)`` in its own thread and wait at most ``timeout`` seconds (a program still
     running then is abandoned: its session is closed, so its next call is refused)."""
     box: dict[str, Any] = {}
@@ -149,14 +160,21 @@ async def _awaited(value: Any) -> Any:
     return await value
 
 
-def run_command(command: str | Sequence[str], base_url: str, api_key: str, task: dict[str, Any], session: str,
-                timeout: float) -> Outcome:
+def run_command(
+    command: str | Sequence[str], base_url: str, api_key: str, task: dict[str, Any], session: str, timeout: float
+) -> Outcome:
     """Run a program command (see the module docstring) and read its last line of standard output."""
     argv = shlex.split(command) if isinstance(command, str) else list(command)
-    env = {**os.environ, "OPENAI_BASE_URL": base_url, "OPENAI_API_KEY": api_key,
-           "ANTHROPIC_BASE_URL": base_url.removesuffix("/v1"), "ANTHROPIC_API_KEY": api_key,
-           "TURNRL_TASK": json.dumps(task),
-           "TURNRL_SESSION": session, **({"TURNRL_MCP_URL": task["mcp_url"]} if task.get("mcp_url") else {})}
+    env = {
+        **os.environ,
+        "OPENAI_BASE_URL": base_url,
+        "OPENAI_API_KEY": api_key,
+        "ANTHROPIC_BASE_URL": base_url.removesuffix("/v1"),
+        "ANTHROPIC_API_KEY": api_key,
+        "TURNRL_TASK": json.dumps(task),
+        "TURNRL_SESSION": session,
+        **({"TURNRL_MCP_URL": task["mcp_url"]} if task.get("mcp_url") else {}),
+    }
     try:
         done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout, check=False)
     except subprocess.TimeoutExpired:

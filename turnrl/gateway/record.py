@@ -70,7 +70,7 @@ def chosen(calls: list[Call]) -> dict[int, int]:
         if len(call.outs) > 1:
             for i, c in enumerate(call.outs):
                 seq = call.prompt + c.token_ids
-                if any(later.prompt[: len(seq)] == seq for later in calls[k + 1:]):
+                if any(later.prompt[: len(seq)] == seq for later in calls[k + 1 :]):
                     out[call.index] = i
                     break
     return out
@@ -90,8 +90,16 @@ def segment_reason(call: Call) -> str:
     return f"history rewritten: {m.kept} earlier messages kept, {m.messages - m.kept} new or changed"
 
 
-def build_trajectory(calls: list[Call], *, reward: float, correct: bool | None, eos_ids: set[int],
-                     tokenizer: Any = None, error: str | None = None, **fields: Any) -> Trajectory:
+def build_trajectory(
+    calls: list[Call],
+    *,
+    reward: float,
+    correct: bool | None,
+    eos_ids: set[int],
+    tokenizer: Any = None,
+    error: str | None = None,
+    **fields: Any,
+) -> Trajectory:
     """The episode of a session's ``calls`` (see the module docstring); ``fields`` go to the Trajectory (ids, group,
     metadata, …). A session without calls gives an episode without tokens (left out of training)."""
     calls = sorted(calls, key=lambda c: c.index)
@@ -102,13 +110,14 @@ def build_trajectory(calls: list[Call], *, reward: float, correct: bool | None, 
     segments: list[_Segment] = []
     for call in calls:
         c = call.outs[keep[call.index]]
-        seg = max((s for s in segments if call.prompt[: len(s.tokens)] == s.tokens), key=lambda s: len(s.tokens),
-                  default=None)
+        seg = max(
+            (s for s in segments if call.prompt[: len(s.tokens)] == s.tokens), key=lambda s: len(s.tokens), default=None
+        )
         if seg is None:
             seg = _Segment(reason=segment_reason(call) if segments else None)
             segments.append(seg)
         if seg.turns:  # the tokens added since its last turn: that turn's observation
-            span = seg.add(call.prompt[len(seg.tokens):], 0)
+            span = seg.add(call.prompt[len(seg.tokens) :], 0)
             last = seg.turns[-1]
             seg.turns[-1] = (last[0], last[1], last[2], span)
         else:
@@ -134,32 +143,57 @@ def build_trajectory(calls: list[Call], *, reward: float, correct: bool | None, 
         versions += seg.versions
         for t, (call, i, span, obs) in enumerate(seg.turns):
             next_call = seg.turns[t + 1][0] if t + 1 < len(seg.turns) else None
-            info: dict[str, Any] = {"segment": s, "call": call.index, "finish_reason": call.outs[i].finish_reason,
-                                    "policy_version": call.version}
+            info: dict[str, Any] = {
+                "segment": s,
+                "call": call.index,
+                "finish_reason": call.outs[i].finish_reason,
+                "policy_version": call.version,
+            }
             action = _action(call, i, tokenizer)
             if action.tool_calls:
                 info["tool_calls"] = [tc.model_dump(exclude_none=True) for tc in action.tool_calls]
             if call.index == last_call and correct is not None:
                 info["correct"] = bool(correct)
-            turns.append(Turn(index=len(turns), action=action, observation=_observation(call, next_call),
-                              reward=reward if call.index == last_call else 0.0, info=info,
-                              token_span=(offset + span[0], offset + span[1]),
-                              obs_span=(offset + obs[0], offset + obs[1]) if obs else None))
+            turns.append(
+                Turn(
+                    index=len(turns),
+                    action=action,
+                    observation=_observation(call, next_call),
+                    reward=reward if call.index == last_call else 0.0,
+                    info=info,
+                    token_span=(offset + span[0], offset + span[1]),
+                    obs_span=(offset + obs[0], offset + obs[1]) if obs else None,
+                )
+            )
     drift = [{"call": c.index, **c.match.drift} for c in calls if c.match is not None and c.match.drift]
     meta.update(
         prompt_length=next((i for i, m in enumerate(mask) if m == 1), len(mask)),
         policy_version=[calls[0].version, calls[-1].version],
         prefill_tokens=sum(len(c.prompt) - int(c.outs[0].metadata.get("cached_tokens", 0)) for c in calls),
         cached_tokens=sum(int(c.outs[0].metadata.get("cached_tokens", 0)) for c in calls),
-        gateway={"calls": len(calls), "segments": len(segments), "template_drift": drift,
-                 "unused_choices": sum(len(c.outs) - 1 for c in calls),
-                 "reused_prompts": sum(c.match is not None and c.match.how != "fresh" for c in calls)},
+        gateway={
+            "calls": len(calls),
+            "segments": len(segments),
+            "template_drift": drift,
+            "unused_choices": sum(len(c.outs) - 1 for c in calls),
+            "reused_prompts": sum(c.match is not None and c.match.how != "fresh" for c in calls),
+        },
     )
     if len(segments) > 1:
         meta["segment_reasons"] = [seg.reason for seg in segments[1:]]
-    return Trajectory(prompt=_messages(calls[0].messages or []), turns=turns, terminated=error is None,
-                      error=error, token_ids=tokens, loss_mask=mask, logprobs=logprobs, token_versions=versions,
-                      segments=starts if len(starts) > 1 else None, metadata=meta, **fields)
+    return Trajectory(
+        prompt=_messages(calls[0].messages or []),
+        turns=turns,
+        terminated=error is None,
+        error=error,
+        token_ids=tokens,
+        loss_mask=mask,
+        logprobs=logprobs,
+        token_versions=versions,
+        segments=starts if len(starts) > 1 else None,
+        metadata=meta,
+        **fields,
+    )
 
 
 def _action(call: Call, i: int, tokenizer: Any) -> Message:
@@ -174,7 +208,7 @@ def _observation(call: Call, next_call: Call | None) -> list[Message]:
     """The messages the next call of the segment added after this call's assistant message."""
     if next_call is None or call.messages is None or next_call.messages is None:
         return []
-    return _messages(next_call.messages[len(call.messages) + 1:])
+    return _messages(next_call.messages[len(call.messages) + 1 :])
 
 
 def _messages(dicts: list[dict[str, Any]]) -> list[Message]:
@@ -182,6 +216,13 @@ def _messages(dicts: list[dict[str, Any]]) -> list[Message]:
     for m in dicts:
         role = m.get("role") if m.get("role") in ("system", "user", "assistant", "tool") else "user"
         calls = [ToolCall.from_openai(tc) for tc in m.get("tool_calls") or []]
-        out.append(Message(role=role, content=str(m.get("content") or ""), name=m.get("name"),
-                           tool_call_id=m.get("tool_call_id"), tool_calls=calls or None))
+        out.append(
+            Message(
+                role=role,
+                content=str(m.get("content") or ""),
+                name=m.get("name"),
+                tool_call_id=m.get("tool_call_id"),
+                tool_calls=calls or None,
+            )
+        )
     return out

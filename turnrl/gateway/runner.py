@@ -24,8 +24,9 @@ from turnrl.types import Trajectory
 class Program:
     """A user agent program: a function ``"module:function"`` or a command (see :mod:`turnrl.gateway.program`)."""
 
-    def __init__(self, function: str | None = None, command: str | Sequence[str] | None = None,
-                 search: Sequence[str | Path] = ()) -> None:
+    def __init__(
+        self, function: str | None = None, command: str | Sequence[str] | None = None, search: Sequence[str | Path] = ()
+    ) -> None:
         if (function is None) == (command is None):
             raise ValueError("a program is a function ('module:function') or a command, exactly one of them")
         self.name = function or (command if isinstance(command, str) else " ".join(command or ()))
@@ -45,13 +46,29 @@ def task_of(env: Any, obs: Sequence[Any], info: dict[str, Any], index: int, mode
     message's text, the environment's tool schemas and the model name to ask for (never the reference answer)."""
     messages = [m.to_chat() for m in obs]
     users = [m["content"] for m in messages if m["role"] == "user"]
-    return {"id": info.get("task_id"), "index": index, "messages": messages, "question": users[-1] if users else "",
-            "tools": list(getattr(env.unwrapped, "tool_schemas", list)()), "model": model}
+    return {
+        "id": info.get("task_id"),
+        "index": index,
+        "messages": messages,
+        "question": users[-1] if users else "",
+        "tools": list(getattr(env.unwrapped, "tool_schemas", list)()),
+        "model": model,
+    }
 
 
-def play_one(gateway: Gateway, program: Program, env: Any, *, env_seed: int | None, index: int,
-             sample_seed: int | None, timeout: float, fields: dict[str, Any],
-             sampling: dict[str, Any] | None = None, tools: ToolServer | None = None) -> Trajectory:
+def play_one(
+    gateway: Gateway,
+    program: Program,
+    env: Any,
+    *,
+    env_seed: int | None,
+    index: int,
+    sample_seed: int | None,
+    timeout: float,
+    fields: dict[str, Any],
+    sampling: dict[str, Any] | None = None,
+    tools: ToolServer | None = None,
+) -> Trajectory:
     """One episode: reset ``env`` on task ``index``, run the program in a fresh session, grade its answer with the
     environment where it returned one, and build the Trajectory of what the session recorded (``sampling``
     overrides the gateway's sampling settings for this session, e.g. greedy for evaluation; ``tools`` serves the
@@ -63,8 +80,11 @@ def play_one(gateway: Gateway, program: Program, env: Any, *, env_seed: int | No
         obs, info = env.reset(seed=env_seed, options={"index": index})
     except Exception as e:
         return Trajectory(error=f"reset failed: {type(e).__name__}: {e}", **fields)
-    sid = gateway.open(f"{fields.get('metadata', {}).get('job', 'episode')}-{uuid.uuid4().hex[:8]}",
-                       seed=sample_seed, sampling=sampling)
+    sid = gateway.open(
+        f"{fields.get('metadata', {}).get('job', 'episode')}-{uuid.uuid4().hex[:8]}",
+        seed=sample_seed,
+        sampling=sampling,
+    )
     task = task_of(env, obs, info, index, gateway.model)
     mcp_calls: list[dict[str, Any]] = []
     try:
@@ -86,22 +106,43 @@ def play_one(gateway: Gateway, program: Program, env: Any, *, env_seed: int | No
             correct = step_info.get("correct") if correct is None else correct
             last_info = {k: v for k, v in step_info.items() if k in ("extracted", "metrics", "error")}
     meta = dict(fields.pop("metadata", {}) or {})
-    meta.update(program_seconds=round(time.perf_counter() - t0, 3), **({"answer": outcome.answer}
-                                                                       if outcome.answer is not None else {}))
+    meta.update(
+        program_seconds=round(time.perf_counter() - t0, 3),
+        **({"answer": outcome.answer} if outcome.answer is not None else {}),
+    )
     if tools is not None:
         meta["mcp_calls"] = mcp_calls
-    traj = build_trajectory(session.calls, reward=reward or 0.0, correct=correct, eos_ids=gateway.eos_ids,
-                            tokenizer=gateway.agent.tokenizer, error=error, task_id=info.get("task_id"), metadata=meta,
-                            **fields)
+    traj = build_trajectory(
+        session.calls,
+        reward=reward or 0.0,
+        correct=correct,
+        eos_ids=gateway.eos_ids,
+        tokenizer=gateway.agent.tokenizer,
+        error=error,
+        task_id=info.get("task_id"),
+        metadata=meta,
+        **fields,
+    )
     if traj.turns and last_info:
         traj.turns[-1].info.update(last_info)
     return traj
 
 
-def play_programs(gateway: Gateway, program: Program, env_id: str, env_kwargs: dict[str, Any], jobs: Sequence[Any],
-                  *, seed: int, concurrency: int, timeout: float, sink: Callable[[Trajectory], Any] | None = None,
-                  group_id: Callable[[Any], str] | None = None, sampling: dict[str, Any] | None = None,
-                  tools: ToolServer | None = None) -> list[Trajectory]:
+def play_programs(
+    gateway: Gateway,
+    program: Program,
+    env_id: str,
+    env_kwargs: dict[str, Any],
+    jobs: Sequence[Any],
+    *,
+    seed: int,
+    concurrency: int,
+    timeout: float,
+    sink: Callable[[Trajectory], Any] | None = None,
+    group_id: Callable[[Any], str] | None = None,
+    sampling: dict[str, Any] | None = None,
+    tools: ToolServer | None = None,
+) -> list[Trajectory]:
     """Play ``jobs`` (:class:`~turnrl.rl.sources.base.Job`) with the program, ``concurrency`` at once; the
     Trajectories in job order. Environments are reset like native episodes (seed ``seed + task``, ``{"index":
     task}``) and each session samples from the job's own stream (:func:`~turnrl.rollout.play.sample_seed`)."""
@@ -112,9 +153,18 @@ def play_programs(gateway: Gateway, program: Program, env_id: str, env_kwargs: d
     def one(job: Any, env: Any) -> Trajectory:
         fields = {"group_id": (group_id or (lambda j: j.group_id))(job), "metadata": {"job": job.key}}
         try:
-            traj = play_one(gateway, program, env, env_seed=env_seed(seed, job), index=job.task,
-                            sample_seed=sample_seed(seed, job), timeout=timeout, fields=fields, sampling=sampling,
-                            tools=tools)
+            traj = play_one(
+                gateway,
+                program,
+                env,
+                env_seed=env_seed(seed, job),
+                index=job.task,
+                sample_seed=sample_seed(seed, job),
+                timeout=timeout,
+                fields=fields,
+                sampling=sampling,
+                tools=tools,
+            )
         except Exception as e:  # one episode's failure is its own, the step goes on
             traj = Trajectory(error=f"the episode failed: {type(e).__name__}: {e}", env_id=env_id, **fields)
         if sink is not None:
@@ -146,35 +196,66 @@ class GatewayRunner:
         """The run's gateway (started on first use)."""
         if self.gateway is None:
             pc, r = self.cfg.program, self.cfg.rollout
-            self.gateway = Gateway(self.agent, pc.model_name, host=pc.host, port=pc.port, api_key=pc.api_key,
-                                   version=self.version,
-                                   sampling={"temperature": r.temperature, "top_p": r.top_p, "top_k": 0},
-                                   max_new_tokens=r.max_new_tokens, max_context=r.max_context,
-                                   timeout=pc.timeout, engine_thread=False).start()
+            self.gateway = Gateway(
+                self.agent,
+                pc.model_name,
+                host=pc.host,
+                port=pc.port,
+                api_key=pc.api_key,
+                version=self.version,
+                sampling={"temperature": r.temperature, "top_p": r.top_p, "top_k": 0},
+                max_new_tokens=r.max_new_tokens,
+                max_context=r.max_context,
+                timeout=pc.timeout,
+                engine_thread=False,
+            ).start()
             if pc.mcp_tools:
-                self.tools = ToolServer(pc.host, api_key=self.gateway.api_key, call_timeout=pc.timeout,
-                                        workers=pc.concurrency).start()
+                self.tools = ToolServer(
+                    pc.host, api_key=self.gateway.api_key, call_timeout=pc.timeout, workers=pc.concurrency
+                ).start()
         return self.gateway
 
     def run(self, jobs: Sequence[Any]) -> tuple[list[Trajectory], dict[str, float]]:
         """Play every job once with the program."""
         pc = self.cfg.program
         t0 = time.perf_counter()
-        trajs = play_programs(self.open(), self.program, self.cfg.env.id, self.cfg.env.kwargs, jobs,
-                              seed=self.cfg.seed, concurrency=pc.concurrency, timeout=pc.timeout, tools=self.tools)
-        return trajs, {"generated_tokens": float(sum(sum(t.loss_mask or []) for t in trajs)),
-                       "generate_s": time.perf_counter() - t0}
+        trajs = play_programs(
+            self.open(),
+            self.program,
+            self.cfg.env.id,
+            self.cfg.env.kwargs,
+            jobs,
+            seed=self.cfg.seed,
+            concurrency=pc.concurrency,
+            timeout=pc.timeout,
+            tools=self.tools,
+        )
+        return trajs, {
+            "generated_tokens": float(sum(sum(t.loss_mask or []) for t in trajs)),
+            "generate_s": time.perf_counter() - t0,
+        }
 
     def player(self, greedy: bool = True) -> Callable[..., tuple[list[Trajectory], int]]:
         """Evaluation's player (:func:`turnrl.rl.run.evaluate.evaluate`): the program on held-out jobs, greedy."""
         pc = self.cfg.program
 
-        def play(jobs: Sequence[Any], env_kwargs: dict[str, Any], sink: Callable[[Trajectory], Any]
-                 ) -> tuple[list[Trajectory], int]:
-            trajs = play_programs(self.open(), self.program, self.cfg.env.id, env_kwargs, jobs, seed=self.cfg.seed,
-                                  concurrency=pc.concurrency, timeout=pc.timeout, sink=sink,
-                                  group_id=lambda j: str(j.task), sampling={"temperature": 0.0} if greedy else None,
-                                  tools=self.tools)
+        def play(
+            jobs: Sequence[Any], env_kwargs: dict[str, Any], sink: Callable[[Trajectory], Any]
+        ) -> tuple[list[Trajectory], int]:
+            trajs = play_programs(
+                self.open(),
+                self.program,
+                self.cfg.env.id,
+                env_kwargs,
+                jobs,
+                seed=self.cfg.seed,
+                concurrency=pc.concurrency,
+                timeout=pc.timeout,
+                sink=sink,
+                group_id=lambda j: str(j.task),
+                sampling={"temperature": 0.0} if greedy else None,
+                tools=self.tools,
+            )
             return trajs, sum(sum(t.loss_mask or []) for t in trajs)
 
         return play

@@ -63,9 +63,11 @@ from turnrl.utils import turn_seed
 
 #: the API each generation route belongs to: a session keeps to one
 DIALECTS = {"chat": "openai", "completions": "openai", "messages": "anthropic", "responses": "responses"}
-DIALECT_NAMES = {"openai": "OpenAI's Chat Completions API (/v1/chat/completions, /v1/completions)",
-                 "anthropic": "Anthropic's Messages API (/v1/messages)",
-                 "responses": "OpenAI's Responses API (/v1/responses)"}
+DIALECT_NAMES = {
+    "openai": "OpenAI's Chat Completions API (/v1/chat/completions, /v1/completions)",
+    "anthropic": "Anthropic's Messages API (/v1/messages)",
+    "responses": "OpenAI's Responses API (/v1/responses)",
+}
 
 
 @dataclass
@@ -96,10 +98,14 @@ class Session:
                 return
             mine = self.dialect
         if mine != dialect:
-            raise APIError(409, f"session {self.id!r} speaks {DIALECT_NAMES[mine]}; this call uses "
-                           f"{DIALECT_NAMES[dialect]}. One session may not mix dialects (its episode is one "
-                           "conversation in one API): keep to one, or open another session; nothing recorded so far "
-                           "is lost", code="dialect_mixed")
+            raise APIError(
+                409,
+                f"session {self.id!r} speaks {DIALECT_NAMES[mine]}; this call uses "
+                f"{DIALECT_NAMES[dialect]}. One session may not mix dialects (its episode is one "
+                "conversation in one API): keep to one, or open another session; nothing recorded so far "
+                "is lost",
+                code="dialect_mixed",
+            )
 
     def next_seed(self) -> int | None:
         """The seed of the session's next call that gives none (None: the session has no stream)."""
@@ -144,12 +150,23 @@ class Gateway(AgentServer):
     cancel_streams = False
     api_key: str  # never None here: a random one unless given
 
-    def __init__(self, agent: Any, model: str = "turnrl-policy", *, host: str = "127.0.0.1", port: int = 0,
-                 api_key: str | None = None, version: Callable[[], int] | None = None,
-                 sampling: dict[str, Any] | None = None, max_new_tokens: int | None = None,
-                 max_context: int | None = None, timeout: float = 600.0, engine_thread: bool = True,
-                 policies: Mapping[str, Any] | None = None,
-                 versions: Mapping[str, Callable[[], int]] | None = None) -> None:
+    def __init__(
+        self,
+        agent: Any,
+        model: str = "turnrl-policy",
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        api_key: str | None = None,
+        version: Callable[[], int] | None = None,
+        sampling: dict[str, Any] | None = None,
+        max_new_tokens: int | None = None,
+        max_context: int | None = None,
+        timeout: float = 600.0,
+        engine_thread: bool = True,
+        policies: Mapping[str, Any] | None = None,
+        versions: Mapping[str, Callable[[], int]] | None = None,
+    ) -> None:
         super().__init__(agent, model, host, port, api_key=api_key or secrets.token_urlsafe(24))
         self.version = version or (lambda: 0)
         self.sampling = dict(sampling or {})
@@ -157,14 +174,19 @@ class Gateway(AgentServer):
         self.engine = Engine(agent, timeout=timeout, own_thread=engine_thread)
         self.policies = dict(policies or {})
         if self.policies and not engine_thread:
-            raise ValueError("a gateway with several policies decodes each in its own engine thread: "
-                             "engine_thread=True")
+            raise ValueError(
+                "a gateway with several policies decodes each in its own engine thread: engine_thread=True"
+            )
         for name, other in self.policies.items():
             if not _same_tokenizer(other.tokenizer, agent.tokenizer):
-                raise ValueError(f"policy {name!r} has another tokenizer than the gateway's agent; the policies of one "
-                                 "gateway render their sessions with one chat template")
-        self.engines: dict[str | None, Engine] = {None: self.engine, **{
-            name: Engine(a, timeout=timeout, own_thread=engine_thread) for name, a in self.policies.items()}}
+                raise ValueError(
+                    f"policy {name!r} has another tokenizer than the gateway's agent; the policies of one "
+                    "gateway render their sessions with one chat template"
+                )
+        self.engines: dict[str | None, Engine] = {
+            None: self.engine,
+            **{name: Engine(a, timeout=timeout, own_thread=engine_thread) for name, a in self.policies.items()},
+        }
         self.versions = dict(versions or {})
         self.stream_timeout = timeout
         self.sessions: dict[str, Session] = {}
@@ -188,8 +210,14 @@ class Gateway(AgentServer):
         """The OpenAI ``base_url`` of a session: ``http://HOST:PORT/s/SESSION/v1``."""
         return f"{self.root}/s/{session}/v1"
 
-    def open(self, session: str | None = None, *, seed: int | None = None,
-             sampling: dict[str, Any] | None = None, policy: str | None = None) -> str:
+    def open(
+        self,
+        session: str | None = None,
+        *,
+        seed: int | None = None,
+        sampling: dict[str, Any] | None = None,
+        policy: str | None = None,
+    ) -> str:
         """Start recording a session (default id: a random one); returns its id. ``seed`` starts its own sampling
         stream; ``sampling`` overrides the gateway's sampling settings for it (e.g. greedy for evaluation);
         ``policy`` names which of the gateway's ``policies`` answers it (default: its agent).
@@ -201,14 +229,20 @@ class Gateway(AgentServer):
         if not re.fullmatch(r"[A-Za-z0-9._-]{1,128}", sid):
             raise ValueError(f"a session id may hold letters, digits, '-', '_' and '.', got {sid!r}")
         if policy is not None and policy not in self.policies:
-            raise ValueError(f"the gateway serves no policy {policy!r}; it serves "
-                             f"{', '.join(self.policies) or 'only its agent'}")
+            raise ValueError(
+                f"the gateway serves no policy {policy!r}; it serves {', '.join(self.policies) or 'only its agent'}"
+            )
         with self._sessions_lock:
             if sid in self.sessions or sid in self._ended:
                 raise ValueError(f"session {sid!r} exists already")
             agent = self.policies[policy] if policy is not None else self.agent
-            self.sessions[sid] = Session(sid, ChatHistory(agent.tokenizer, end_of_turn_ids(agent)), policy=policy,
-                                         seed=seed, sampling=dict(sampling or {}))
+            self.sessions[sid] = Session(
+                sid,
+                ChatHistory(agent.tokenizer, end_of_turn_ids(agent)),
+                policy=policy,
+                seed=seed,
+                sampling=dict(sampling or {}),
+            )
         return sid
 
     def close(self, session: str, *, wait: float = 30.0) -> Session:
@@ -242,37 +276,52 @@ class Gateway(AgentServer):
             ended = sid in self._ended
         if s is None:
             if ended:
-                raise APIError(409, f"session {sid!r} has ended (its episode is recorded); open a new one",
-                               code="session_ended")
-            raise APIError(404, f"unknown session {sid!r}: use the base_url the gateway gave your program",
-                           code="session_not_found", kind="not_found_error")
+                raise APIError(
+                    409, f"session {sid!r} has ended (its episode is recorded); open a new one", code="session_ended"
+                )
+            raise APIError(
+                404,
+                f"unknown session {sid!r}: use the base_url the gateway gave your program",
+                code="session_not_found",
+                kind="not_found_error",
+            )
         dialect = DIALECTS.get(endpoint)
         if dialect is not None and s.dialect not in (None, dialect):
             s.claim(dialect)  # refused before the request is read
         return _Request(s, dialect=dialect)
 
-    def chat_prompt(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, ctx: Any = None
-                    ) -> list[int]:
+    def chat_prompt(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, ctx: Any = None
+    ) -> list[int]:
         req = _need_session(ctx)
         try:
             ids, req.match = req.session.history.prompt(messages, tools)
         except Exception as e:  # the template refused these messages
-            raise APIError(400, f"the model's chat template cannot render these messages: {type(e).__name__}: {e}",
-                           param="messages") from e
+            raise APIError(
+                400,
+                f"the model's chat template cannot render these messages: {type(e).__name__}: {e}",
+                param="messages",
+            ) from e
         return ids
 
-    def generate(self, prompt_ids: list[int], params: SamplingParams, ctx: Any = None, on_token: Any = None
-                 ) -> list[Completion]:
+    def generate(
+        self, prompt_ids: list[int], params: SamplingParams, ctx: Any = None, on_token: Any = None
+    ) -> list[Completion]:
         req = _need_session(ctx)
         params = params.model_copy(update={**self.sampling, **req.session.sampling})
-        budget = params.max_new_tokens if self.max_new_tokens is None else min(params.max_new_tokens,
-                                                                                self.max_new_tokens)
+        budget = (
+            params.max_new_tokens if self.max_new_tokens is None else min(params.max_new_tokens, self.max_new_tokens)
+        )
         if self.max_context is not None:
             room = self.max_context - len(prompt_ids)
             if room < 1:
-                raise APIError(400, f"this model's maximum context length is {self.max_context} tokens; the "
-                               f"messages hold {len(prompt_ids)}: shorten the history", param="messages",
-                               code="context_length_exceeded")
+                raise APIError(
+                    400,
+                    f"this model's maximum context length is {self.max_context} tokens; the "
+                    f"messages hold {len(prompt_ids)}: shorten the history",
+                    param="messages",
+                    code="context_length_exceeded",
+                )
             budget = min(budget, room)
         params = params.model_copy(update={"max_new_tokens": budget})
         req.session.claim(req.dialect)  # a call in another dialect that arrived meanwhile is refused here
@@ -282,8 +331,9 @@ class Gateway(AgentServer):
         policy = req.session.policy  # None: the run's one policy
         req.version = int((self.versions.get(policy, self.version) if policy is not None else self.version)())
         try:
-            return self.engines[req.session.policy].generate(prompt_ids, params, seed=seed, session=req.session.id,
-                                                             on_token=on_token)
+            return self.engines[req.session.policy].generate(
+                prompt_ids, params, seed=seed, session=req.session.id, on_token=on_token
+            )
         except TimeoutError as e:
             raise APIError(503, f"generation timed out: {e}", kind="server_error", code="timeout") from e
 
@@ -305,13 +355,22 @@ class Gateway(AgentServer):
         returned = None
         if request["endpoint"] in ("chat", "messages", "responses"):
             returned = chat_messages(request["returned"])
-            s.history.answered(request["messages"], request["tools"], prompt, returned,
-                               [c.token_ids for c in outs])
+            s.history.answered(request["messages"], request["tools"], prompt, returned, [c.token_ids for c in outs])
         with s.lock:
             if s.closed:
                 return  # the episode was recorded without it (its program ran past its time)
-            s.calls.append(Call(len(s.calls), list(prompt), outs, req.version, request["endpoint"],
-                                request.get("messages"), returned, req.match))
+            s.calls.append(
+                Call(
+                    len(s.calls),
+                    list(prompt),
+                    outs,
+                    req.version,
+                    request["endpoint"],
+                    request.get("messages"),
+                    returned,
+                    req.match,
+                )
+            )
 
 
 @contextmanager
@@ -330,8 +389,12 @@ def _busy(ctx: Any) -> Iterator[None]:
 
 def _need_session(ctx: Any) -> _Request:
     if ctx is None:
-        raise APIError(400, "no session: use the base_url the gateway gave your program (…/s/SESSION/v1) or send "
-                       "the header X-Session-Id", code="session_required")
+        raise APIError(
+            400,
+            "no session: use the base_url the gateway gave your program (…/s/SESSION/v1) or send "
+            "the header X-Session-Id",
+            code="session_required",
+        )
     return ctx
 
 

@@ -43,14 +43,16 @@ class Engine:
         if self.streaming:
             self._loop = asyncio.new_event_loop()
             if own_thread:
-                self._thread = threading.Thread(target=self._run_loop, args=(threads,), daemon=True,
-                                                name="turnrl-gateway-engine")
+                self._thread = threading.Thread(
+                    target=self._run_loop, args=(threads,), daemon=True, name="turnrl-gateway-engine"
+                )
         else:
             # requests, and None: stop
             self._queue: queue.Queue[tuple[list[int], SamplingParams, int | None, cf.Future] | None] = queue.Queue()
             self._seeds = self.capabilities.seeds
-            self._thread = threading.Thread(target=self._run_batches, args=(threads,), daemon=True,
-                                            name="turnrl-gateway-engine")
+            self._thread = threading.Thread(
+                target=self._run_batches, args=(threads,), daemon=True, name="turnrl-gateway-engine"
+            )
         if self._thread is not None:
             self._thread.start()
 
@@ -67,8 +69,15 @@ class Engine:
         if futures:
             self._loop.run_until_complete(done())
 
-    def generate(self, prompt: list[int], params: SamplingParams, *, seed: int | None = None,
-                 session: str | None = None, on_token: Any = None) -> list[Completion]:
+    def generate(
+        self,
+        prompt: list[int],
+        params: SamplingParams,
+        *,
+        seed: int | None = None,
+        session: str | None = None,
+        on_token: Any = None,
+    ) -> list[Completion]:
         """``params.n`` completions of ``prompt``; choice ``j`` samples from its own stream of ``seed`` (where the
         agent takes seeds). ``session`` names the KV cache to reuse (one completion only). ``on_token(choice,
         token_id, logprob, top)`` hears each token as it is sampled, where the agent decodes requests as they come
@@ -76,8 +85,9 @@ class Engine:
         if self._closed:
             raise RuntimeError("the gateway's engine is closed")
         one = params.model_copy(update={"n": 1})
-        futures = [self._submit(prompt, one, seed, j, session if params.n == 1 else None, on_token)
-                   for j in range(params.n)]
+        futures = [
+            self._submit(prompt, one, seed, j, session if params.n == 1 else None, on_token) for j in range(params.n)
+        ]
         _done, pending = cf.wait(futures, timeout=self.timeout)
         for f in pending:
             f.cancel()
@@ -109,8 +119,15 @@ class Engine:
 
     # ---- the two paths ----
 
-    def _submit(self, prompt: list[int], params: SamplingParams, seed: int | None, choice: int,
-                session: str | None, on_token: Any = None) -> cf.Future:
+    def _submit(
+        self,
+        prompt: list[int],
+        params: SamplingParams,
+        seed: int | None,
+        choice: int,
+        session: str | None,
+        on_token: Any = None,
+    ) -> cf.Future:
         if self.streaming:
             extra = {"on_token": on_token} if on_token is not None and self.reports_tokens else {}
             if choice:

@@ -58,8 +58,15 @@ class ToolServer:
         start_timeout: seconds to wait for the server to listen.
     """
 
-    def __init__(self, host: str = "127.0.0.1", *, api_key: str | None = None, call_timeout: float = 120.0,
-                 workers: int = 32, start_timeout: float = 30.0) -> None:
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        *,
+        api_key: str | None = None,
+        call_timeout: float = 120.0,
+        workers: int = 32,
+        start_timeout: float = 30.0,
+    ) -> None:
         self.host, self.api_key, self.call_timeout, self.start_timeout = host, api_key, call_timeout, start_timeout
         self._envs: dict[str, tuple[Any, Toolbox]] = {}
         self._calls: dict[str, list[dict[str, Any]]] = {}
@@ -121,8 +128,13 @@ class ToolServer:
             tools = []
             for schema in env.tool_schemas():
                 fn = schema["function"]
-                tools.append(types.Tool(name=fn["name"], description=fn.get("description") or "",
-                                        input_schema=fn.get("parameters") or {"type": "object", "properties": {}}))
+                tools.append(
+                    types.Tool(
+                        name=fn["name"],
+                        description=fn.get("description") or "",
+                        input_schema=fn.get("parameters") or {"type": "object", "properties": {}},
+                    )
+                )
             return types.ListToolsResult(tools=tools)
 
         async def call_tool(ctx: Any, params: Any) -> Any:
@@ -142,9 +154,14 @@ class ToolServer:
             finally:
                 with self._idle:
                     if sid in self._calls:
-                        self._calls[sid].append({"name": call.name, "arguments": call.arguments,
-                                                 "ok": ok,
-                                                 "seconds": round(time.perf_counter() - t0, 4)})
+                        self._calls[sid].append(
+                            {
+                                "name": call.name,
+                                "arguments": call.arguments,
+                                "ok": ok,
+                                "seconds": round(time.perf_counter() - t0, 4),
+                            }
+                        )
                     if sid in self._busy:
                         self._busy[sid] -= 1
                     self._idle.notify_all()
@@ -156,8 +173,9 @@ class ToolServer:
         """The ASGI app: ``/s/SESSION/mcp`` to the MCP transport (the session put in the request's scope), the rest
         404; the key checked where one is needed."""
         server = self._mcp_server()
-        mcp_app = server.streamable_http_app(streamable_http_path="/mcp", stateless_http=True, json_response=True,
-                                             host=self.host)
+        mcp_app = server.streamable_http_app(
+            streamable_http_path="/mcp", stateless_http=True, json_response=True, host=self.host
+        )
         manager = server.session_manager
         from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
 
@@ -165,8 +183,9 @@ class ToolServer:
 
         async def reply(send: Any, status: int, message: str) -> None:
             body = json.dumps({"error": message}).encode()
-            await send({"type": "http.response.start", "status": status,
-                        "headers": [(b"content-type", b"application/json")]})
+            await send(
+                {"type": "http.response.start", "status": status, "headers": [(b"content-type", b"application/json")]}
+            )
             await send({"type": "http.response.body", "body": body})
 
         async def app(scope: Any, receive: Any, send: Any) -> None:
@@ -198,8 +217,9 @@ class ToolServer:
         Raises:
             RuntimeError: the server did not start within ``start_timeout``.
         """
-        self._listening = ListeningApp(self._app(), self.host, 0, name="the MCP tool server", lifespan="on",
-                                       timeout_graceful_shutdown=2)
+        self._listening = ListeningApp(
+            self._app(), self.host, 0, name="the MCP tool server", lifespan="on", timeout_graceful_shutdown=2
+        )
         try:
             self.port = self._listening.start(self.start_timeout)
         except OSError as e:

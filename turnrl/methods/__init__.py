@@ -10,4 +10,3 @@ the CLI, which stands above the methods). Nothing in :mod:`turnrl.rl` names a me
 * :mod:`turnrl.methods.offline` — the offline baselines on stored data: SFT, RFT, DPO (§9);
 * :mod:`turnrl.methods.prm` — PRM for code: process labels and the process reward model (§8).
 """
-

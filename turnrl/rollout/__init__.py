@@ -20,5 +20,18 @@ from turnrl.rollout.job import Job
 from turnrl.rollout.play import Playing, batch_seed, env_seed, play, sample_seed, start_jobs
 from turnrl.rollout.rewrite import Rewrite
 
-__all__ = ["ContextBudget", "Episode", "Job", "Playing", "Rewrite", "Rollout", "RolloutStats", "batch_seed", "env_seed",
-           "play", "sample_seed", "start_jobs", "token_crc"]
+__all__ = [
+    "ContextBudget",
+    "Episode",
+    "Job",
+    "Playing",
+    "Rewrite",
+    "Rollout",
+    "RolloutStats",
+    "batch_seed",
+    "env_seed",
+    "play",
+    "sample_seed",
+    "start_jobs",
+    "token_crc",
+]

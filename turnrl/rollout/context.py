@@ -54,9 +54,12 @@ class RolloutAPI(Protocol):
 
     def finish(self, ep: Episode) -> None: ...
 
-SUMMARY_REQUEST = ("This conversation is getting too long to continue. Summarize what you have done and found so far "
-                   "in this task — the facts and intermediate results you still need — so that you can go on from "
-                   "your summary alone. Do not give the final answer yet.")
+
+SUMMARY_REQUEST = (
+    "This conversation is getting too long to continue. Summarize what you have done and found so far "
+    "in this task — the facts and intermediate results you still need — so that you can go on from "
+    "your summary alone. Do not give the final answer yet."
+)
 SUMMARY_NOTE = "Your summary of the work so far (the earlier conversation was removed to fit the context):"
 DROPPED_NOTE = "[{n} earlier turn(s) of this conversation were removed to fit the context]"
 
@@ -168,8 +171,10 @@ def from_environment(rollout: RolloutAPI, ep: Episode, turn: Turn, history: Sequ
     the rewritten conversation leaves no room to generate, or with an error when the template refuses it)."""
     assert ep.renderer is not None
     if rollout.context is not None:  # a budget's rewrites rebuild from the opening and the turns: they would undo this
-        ep.traj.error = ("the environment rewrote the conversation itself (info['history']); rollout.context cannot "
-                         "manage its history too: drop rollout.context for this environment")
+        ep.traj.error = (
+            "the environment rewrote the conversation itself (info['history']); rollout.context cannot "
+            "manage its history too: drop rollout.context for this environment"
+        )
         rollout.finish(ep)
         return False
     try:
@@ -190,8 +195,11 @@ async def _summarize(rollout: RolloutAPI, ep: Episode, turn: Turn, obs: Sequence
     ended (no room, or the generation failed)."""
     assert ep.renderer is not None
     request = [*obs, Message(role="user", content=SUMMARY_REQUEST)]
-    ended_with_eos = turn.token_span is not None and turn.token_span[1] > turn.token_span[0] and \
-        ep.tokens[turn.token_span[1] - 1] in rollout.eos_ids
+    ended_with_eos = (
+        turn.token_span is not None
+        and turn.token_span[1] > turn.token_span[0]
+        and ep.tokens[turn.token_span[1] - 1] in rollout.eos_ids
+    )
     ask = ep.renderer.observation_tokens(request, ended_with_eos=ended_with_eos)
     room = rollout.max_context - (len(ep.tokens) - ep.context_start) - len(ask)
     if room < 1:
@@ -217,21 +225,25 @@ async def _summarize(rollout: RolloutAPI, ep: Episode, turn: Turn, obs: Sequence
     ep.append(completion.token_ids, 1, completion.logprobs, version)
     ep.window_used += len(completion.token_ids)
     rollout.stats.generated_tokens += len(completion.token_ids)
-    ep.traj.turns.append(Turn(index=len(ep.traj.turns), role=ep.role, action=Message(role="assistant",
-                              content=completion.text), info={"summary": True,
-                                                              "finish_reason": completion.finish_reason},
-                              token_span=(start, len(ep.tokens))))
+    ep.traj.turns.append(
+        Turn(
+            index=len(ep.traj.turns),
+            role=ep.role,
+            action=Message(role="assistant", content=completion.text),
+            info={"summary": True, "finish_reason": completion.finish_reason},
+            token_span=(start, len(ep.tokens)),
+        )
+    )
     return completion.text
 
 
 async def _generate(rollout: RolloutAPI, ep: Episode, params: SamplingParams, seed: int | None):
-    prompt = list(ep.tokens[ep.context_start:])
+    prompt = list(ep.tokens[ep.context_start :])
     if rollout.keep_prompts:
         ep.prompts_seen.append(list(prompt))
     agent = rollout.agent
     if rollout.capabilities.join_batch:  # joins whatever batch is running in this loop
-        c = await agent.agenerate_one(prompt, params, seed=seed,
-                                      session=ep.session if rollout.uses_sessions else None)
+        c = await agent.agenerate_one(prompt, params, seed=seed, session=ep.session if rollout.uses_sessions else None)
     elif rollout.capabilities.async_batch:  # an HTTP backend: do not block the loop
         c = (await agent.agenerate([prompt], params))[0]
     else:

@@ -80,11 +80,22 @@ class Rollout:
     ``generate`` takes ``seeds=``), :meth:`current_version` and :meth:`finish`.
     """
 
-    def __init__(self, agent: Agent, params: SamplingParams, *, max_turns: int | None = None,
-                 max_context: int = 4096, env_concurrency: int = 16, env_timeout: float | None = 60.0,
-                 sink: Callable[[Trajectory], Any] | None = None, keep_prompts: bool = False,
-                 policy_version: int | Callable[[], int] | None = None, rewrite: Rewrite | None = None,
-                 continuous: bool = False, context: ContextBudget | None = None) -> None:
+    def __init__(
+        self,
+        agent: Agent,
+        params: SamplingParams,
+        *,
+        max_turns: int | None = None,
+        max_context: int = 4096,
+        env_concurrency: int = 16,
+        env_timeout: float | None = 60.0,
+        sink: Callable[[Trajectory], Any] | None = None,
+        keep_prompts: bool = False,
+        policy_version: int | Callable[[], int] | None = None,
+        rewrite: Rewrite | None = None,
+        continuous: bool = False,
+        context: ContextBudget | None = None,
+    ) -> None:
         if params.n != 1:
             raise ValueError("Rollout samples one completion per episode (params.n == 1); use several envs per task")
         self.agent, self.params = agent, params
@@ -96,21 +107,30 @@ class Rollout:
         self.rewrite = rewrite
         self.capabilities = capabilities_of(agent)  # what the agent can do beyond generate, declared
         if continuous and not self.capabilities.join_batch:
-            raise ValueError(f"continuous batching needs an agent that decodes requests as they come "
-                             f"(agenerate_one, as the HF agent has); {type(agent).__name__} has none")
+            raise ValueError(
+                f"continuous batching needs an agent that decodes requests as they come "
+                f"(agenerate_one, as the HF agent has); {type(agent).__name__} has none"
+            )
         if continuous and rewrite is not None:
-            raise ValueError("a rollout hook that rewrites turns sees whole rounds: it cannot run with continuous "
-                             "batching")
+            raise ValueError(
+                "a rollout hook that rewrites turns sees whole rounds: it cannot run with continuous batching"
+            )
         self.continuous, self.context = continuous, context
         self.passes_seeds = self.capabilities.seeds
         self.stats = RolloutStats()
         self.eos_ids = end_of_turn_ids(agent)
         self.uses_sessions = self.capabilities.sessions
 
-    def run(self, envs: Sequence[TextEnv], *, seeds: Sequence[int | None] | None = None,
-            options: Sequence[dict[str, Any] | None] | None = None, group_ids: Sequence[str | None] | None = None,
-            sample_seeds: Sequence[int] | None = None, metadata: Sequence[dict[str, Any]] | None = None
-            ) -> list[Trajectory]:
+    def run(
+        self,
+        envs: Sequence[TextEnv],
+        *,
+        seeds: Sequence[int | None] | None = None,
+        options: Sequence[dict[str, Any] | None] | None = None,
+        group_ids: Sequence[str | None] | None = None,
+        sample_seeds: Sequence[int] | None = None,
+        metadata: Sequence[dict[str, Any]] | None = None,
+    ) -> list[Trajectory]:
         """Play one episode per env (reset with ``seeds[i]``/``options[i]``); return the trajectories in env order.
 
         ``metadata[i]`` is copied into episode i's ``Trajectory.metadata`` when it starts (e.g. a job key, so that
@@ -120,13 +140,22 @@ class Rollout:
         with seed ``turnrl.utils.turn_seed(sample_seeds[i], k)``), so an episode's tokens do not depend on the rest
         of the batch; the agent's ``generate`` must accept ``seeds=``.
         """
-        return run_with_daemon_threads(self.arun(envs, seeds=seeds, options=options, group_ids=group_ids,
-                                                 sample_seeds=sample_seeds, metadata=metadata))
+        return run_with_daemon_threads(
+            self.arun(
+                envs, seeds=seeds, options=options, group_ids=group_ids, sample_seeds=sample_seeds, metadata=metadata
+            )
+        )
 
-    async def arun(self, envs: Sequence[TextEnv], *, seeds: Sequence[int | None] | None = None,
-                   options: Sequence[dict[str, Any] | None] | None = None,
-                   group_ids: Sequence[str | None] | None = None, sample_seeds: Sequence[int] | None = None,
-                   metadata: Sequence[dict[str, Any]] | None = None) -> list[Trajectory]:
+    async def arun(
+        self,
+        envs: Sequence[TextEnv],
+        *,
+        seeds: Sequence[int | None] | None = None,
+        options: Sequence[dict[str, Any] | None] | None = None,
+        group_ids: Sequence[str | None] | None = None,
+        sample_seeds: Sequence[int] | None = None,
+        metadata: Sequence[dict[str, Any]] | None = None,
+    ) -> list[Trajectory]:
         """Async :meth:`run` (for callers already inside an event loop)."""
         n = len(envs)
         seeds = list(seeds) if seeds is not None else [None] * n
@@ -137,14 +166,22 @@ class Rollout:
         if not len(seeds) == len(options) == len(group_ids) == len(per_episode) == len(extra) == n:
             raise ValueError("seeds, options, group_ids, sample_seeds and metadata must have one entry per env")
         self.stats = RolloutStats()
-        episodes = self.start(envs, seeds=seeds, options=options, group_ids=group_ids, sample_seeds=per_episode,
-                              metadata=extra)
+        episodes = self.start(
+            envs, seeds=seeds, options=options, group_ids=group_ids, sample_seeds=per_episode, metadata=extra
+        )
         await self.advance(episodes)
         return [ep.traj for ep in episodes]
 
-    def start(self, envs: Sequence[TextEnv], *, seeds: Sequence[int | None], options: Sequence[dict[str, Any] | None],
-              group_ids: Sequence[str | None], sample_seeds: Sequence[int | None],
-              metadata: Sequence[dict[str, Any]]) -> list[Episode]:
+    def start(
+        self,
+        envs: Sequence[TextEnv],
+        *,
+        seeds: Sequence[int | None],
+        options: Sequence[dict[str, Any] | None],
+        group_ids: Sequence[str | None],
+        sample_seeds: Sequence[int | None],
+        metadata: Sequence[dict[str, Any]],
+    ) -> list[Episode]:
         """Reset each env and render its prompt: the episodes, ready for :meth:`advance` (one argument per env; an
         episode whose reset failed or whose prompt fills the context is finished already)."""
         episodes = [self._start(env, s, o, g, m) for env, s, o, g, m in zip(envs, seeds, options, group_ids, metadata)]
@@ -154,8 +191,9 @@ class Rollout:
                 self.finish(ep)
         return episodes
 
-    async def advance(self, episodes: Sequence[Episode], budget: int | None = None,
-                      until_turn: int | None = None) -> None:
+    async def advance(
+        self, episodes: Sequence[Episode], budget: int | None = None, until_turn: int | None = None
+    ) -> None:
         """Play ``episodes`` until each is finished, or — with ``budget`` (T-PPO's window W) — has generated
         ``budget`` more tokens, or — with ``until_turn`` (a tree's branch turn, :mod:`turnrl.rollout.tree`) — has
         played that many turns. A window may end inside a turn: the turn is paused (its tokens so far stay in the
@@ -169,6 +207,7 @@ class Rollout:
             raise ValueError(f"a window must allow at least one token (got budget={budget})")
         if budget is not None and self.rewrite is not None:
             raise ValueError("a rollout hook that rewrites turns cannot run in windows (it would see half turns)")
+
         def more(ep: Episode) -> bool:  # whether an episode in play plays another turn in this call
             return until_turn is None or len(ep.traj.turns) < until_turn
 
@@ -186,8 +225,11 @@ class Rollout:
             if completions is None:
                 break
             results = await asyncio.gather(*(self._step(ep, c, semaphore) for ep, c in zip(live, completions)))
-            live = [ep for ep, keep in zip(live, results)
-                    if keep and (budget is None or ep.window_used < budget) and more(ep)]
+            live = [
+                ep
+                for ep, keep in zip(live, results)
+                if keep and (budget is None or ep.window_used < budget) and more(ep)
+            ]
 
     def play(self, episodes: Sequence[Episode], budget: int | None = None) -> None:
         """:meth:`advance` from synchronous code."""
@@ -201,17 +243,31 @@ class Rollout:
         if self.policy_version is not None:
             traj.token_versions = list(ep.versions)
         traj.segments = [0, *ep.context_starts] if ep.context_starts else None
-        traj.metadata.update(partial=True, window_start=ep.window_start, sampled_crc=ep.sampled_crc,
-                             prompt_length=next((i for i, m in enumerate(ep.mask) if m == 1), len(ep.mask)))
+        traj.metadata.update(
+            partial=True,
+            window_start=ep.window_start,
+            sampled_crc=ep.sampled_crc,
+            prompt_length=next((i for i, m in enumerate(ep.mask) if m == 1), len(ep.mask)),
+        )
         return traj
 
     # ---- pieces of one turn ----
 
-    def _start(self, env: TextEnv, seed: int | None, options: dict[str, Any] | None, group_id: str | None,
-               metadata: dict[str, Any] | None = None) -> Episode:
+    def _start(
+        self,
+        env: TextEnv,
+        seed: int | None,
+        options: dict[str, Any] | None,
+        group_id: str | None,
+        metadata: dict[str, Any] | None = None,
+    ) -> Episode:
         spec = env.unwrapped.spec
-        traj = Trajectory(env_id=spec.id if spec is not None else type(env.unwrapped).__name__, seed=seed,
-                          group_id=group_id, metadata=dict(metadata or {}))
+        traj = Trajectory(
+            env_id=spec.id if spec is not None else type(env.unwrapped).__name__,
+            seed=seed,
+            group_id=group_id,
+            metadata=dict(metadata or {}),
+        )
         if self.policy_version is not None:
             traj.metadata["policy_version"] = [self.current_version(), None]
         ep = Episode(env=env, traj=traj)
@@ -247,7 +303,7 @@ class Rollout:
                 seeds.append(seed)
             for (budget, stop), idx in budgets.items():
                 params = self.params.model_copy(update={"max_new_tokens": budget, "stop": stop})
-                prompts = [list(live[i].tokens[live[i].context_start:]) for i in idx]
+                prompts = [list(live[i].tokens[live[i].context_start :]) for i in idx]
                 kwargs: dict[str, Any] = {}
                 if self.uses_sessions:  # the agent keeps each episode's KV cache between its turns
                     kwargs["sessions"] = [live[i].session for i in idx]
@@ -278,11 +334,12 @@ class Rollout:
         """Continuous batching: the next generation of one episode, joined to the agent's running batch."""
         budget, stop, seed = ep.request(self.params, self.max_context, window)
         params = self.params.model_copy(update={"max_new_tokens": budget, "stop": stop})
-        prompt = list(ep.tokens[ep.context_start:])
+        prompt = list(ep.tokens[ep.context_start :])
         version = self.current_version()
         try:
-            c = await cast("JoinBatchAgent", self.agent).agenerate_one(prompt, params, seed=seed,
-                                               session=ep.session if self.uses_sessions else None)
+            c = await cast("JoinBatchAgent", self.agent).agenerate_one(
+                prompt, params, seed=seed, session=ep.session if self.uses_sessions else None
+            )
         except Exception as e:  # this episode ends; what it collected is kept
             ep.traj.error = f"generation failed: {type(e).__name__}: {e}"
             self.finish(ep)
@@ -292,8 +349,9 @@ class Rollout:
         self.stats.count_prefill(ep, len(prompt), c)
         return c
 
-    async def _play_alone(self, ep: Episode, budget: int | None, semaphore: asyncio.Semaphore,
-                          until_turn: int | None = None) -> None:
+    async def _play_alone(
+        self, ep: Episode, budget: int | None, semaphore: asyncio.Semaphore, until_turn: int | None = None
+    ) -> None:
         """Continuous batching: one episode's turns, each generated as soon as its environment answered."""
         while (budget is None or ep.window_used < budget) and (until_turn is None or len(ep.traj.turns) < until_turn):
             completion = await self._generate_one(ep, budget)
@@ -304,13 +362,15 @@ class Rollout:
         """Record the completion, step the env, append its observation. Returns whether the episode goes on."""
         t0 = time.perf_counter()
         if self.keep_prompts and ep.turn_start is None:
-            ep.prompts_seen.append(list(ep.tokens[ep.context_start:]))
+            ep.prompts_seen.append(list(ep.tokens[ep.context_start :]))
         start = len(ep.tokens) if ep.turn_start is None else ep.turn_start
         if ep.turn_start is not None:  # a turn a window paused: a stop string may straddle the pieces
-            completion = stopped_across_pieces(self.agent.tokenizer, ep.tokens[ep.turn_start:], completion,
-                                               ep.stops(self.params.stop))
-        version: int | list[int] = (completion.policy_version if completion.policy_version is not None
-                                    else self._sampled_by)
+            completion = stopped_across_pieces(
+                self.agent.tokenizer, ep.tokens[ep.turn_start :], completion, ep.stops(self.params.stop)
+            )
+        version: int | list[int] = (
+            completion.policy_version if completion.policy_version is not None else self._sampled_by
+        )
         version = completion.token_versions or version  # per token where the weights changed inside the call
         ep.append(completion.token_ids, 1, completion.logprobs, version)
         ep.window_used += len(completion.token_ids)
@@ -334,29 +394,52 @@ class Rollout:
                     ep.env.astep(text), timeout=self.env_timeout
                 )
         except Exception as e:
-            reason = f"timed out after {self.env_timeout}s" if isinstance(e, TimeoutError) else f"{type(e).__name__}: {e}"
-            ep.traj.turns.append(Turn(index=len(ep.traj.turns), role=ep.role, action=action, token_span=span,
-                                      info={"finish_reason": completion.finish_reason}))
+            reason = (
+                f"timed out after {self.env_timeout}s" if isinstance(e, TimeoutError) else f"{type(e).__name__}: {e}"
+            )
+            ep.traj.turns.append(
+                Turn(
+                    index=len(ep.traj.turns),
+                    role=ep.role,
+                    action=action,
+                    token_span=span,
+                    info={"finish_reason": completion.finish_reason},
+                )
+            )
             ep.traj.error = f"env step failed: {reason}"
             self.finish(ep)
             return False
         self.stats.env_s += time.perf_counter() - t1
         t2 = time.perf_counter()
         turn = Turn(
-            index=len(ep.traj.turns), role=info.get("role", ep.role), action=action, observation=list(obs),
-            reward=reward, terminated=terminated, truncated=truncated,
-            info={**info, "finish_reason": completion.finish_reason, **({"rewritten": True} if ep.rewritten else {}),
-                  **({"cut_by": "context"} if completion.finish_reason == "length" and ep.cut_by_context else {})},
+            index=len(ep.traj.turns),
+            role=info.get("role", ep.role),
+            action=action,
+            observation=list(obs),
+            reward=reward,
+            terminated=terminated,
+            truncated=truncated,
+            info={
+                **info,
+                "finish_reason": completion.finish_reason,
+                **({"rewritten": True} if ep.rewritten else {}),
+                **({"cut_by": "context"} if completion.finish_reason == "length" and ep.cut_by_context else {}),
+            },
             token_span=span,
         )
         ep.rewritten = False
-        past = past_stop(partial(self.agent.tokenizer.decode, skip_special_tokens=False), ep.tokens[span[0]:span[1]],
-                         ep.stops(self.params.stop))
+        past = past_stop(
+            partial(self.agent.tokenizer.decode, skip_special_tokens=False),
+            ep.tokens[span[0] : span[1]],
+            ep.stops(self.params.stop),
+        )
         if past:  # a turn that ran on past its stop string: the consistency guard reports it
             turn.info["past_stop"] = past
         ep.traj.turns.append(turn)
         ep.role = info.get("next_role") or "policy"
-        over_turns = self.max_turns is not None and sum(not t.info.get("summary") for t in ep.traj.turns) >= self.max_turns
+        over_turns = (
+            self.max_turns is not None and sum(not t.info.get("summary") for t in ep.traj.turns) >= self.max_turns
+        )
         if terminated or truncated or over_turns:
             ep.traj.terminated, ep.traj.truncated = terminated, truncated or (over_turns and not terminated)
             self.finish(ep)

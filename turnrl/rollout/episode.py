@@ -65,8 +65,9 @@ class Episode:
         """The stop strings of this episode's turns: the rollout's (``rollout_stop``) and its environment's."""
         return tuple(dict.fromkeys(rollout_stop + tuple(getattr(self.env.unwrapped, "stop", ()) or ())))
 
-    def request(self, params: SamplingParams, max_context: int, window: int | None
-                ) -> tuple[int, tuple[str, ...], int | None]:
+    def request(
+        self, params: SamplingParams, max_context: int, window: int | None
+    ) -> tuple[int, tuple[str, ...], int | None]:
         """The next generation of this episode under the rollout's ``params``: its token budget (the turn's, the
         context's — ``max_context`` — or the window's), its stop strings (the rollout's and the env's) and its seed
         (with its own stream: one per turn and piece). Sets :attr:`cut_by_context` and :attr:`cut_by_window`."""
@@ -88,8 +89,9 @@ class Episode:
         at the end; None when the run has none), each token's version and ``metadata["policy_version"]``. A turn
         whose reward has no generated token to sit on makes the episode an error (see Trajectory.token_rewards)."""
         traj = self.traj
-        traj.metadata.update(prefill_tokens=self.prefill_tokens, cached_tokens=self.cached_tokens,
-                             sampled_crc=self.sampled_crc)
+        traj.metadata.update(
+            prefill_tokens=self.prefill_tokens, cached_tokens=self.cached_tokens, sampled_crc=self.sampled_crc
+        )
         if self.kv_events:
             traj.metadata["kv_events"] = dict(self.kv_events)
         traj.token_ids, traj.loss_mask, traj.logprobs = self.tokens, self.mask, self.logprobs
@@ -113,8 +115,9 @@ class Episode:
             self.traj.segments = [0, *self.context_starts]
             self.traj.metadata["segment_reasons"] = list(self.context_reasons)
 
-    def append(self, ids: Sequence[int], mask: int, logprobs: Sequence[float] | None = None,
-               version: int | Sequence[int] = -1) -> None:
+    def append(
+        self, ids: Sequence[int], mask: int, logprobs: Sequence[float] | None = None, version: int | Sequence[int] = -1
+    ) -> None:
         """Append tokens with their loss mask, log-probabilities and the version that sampled each (one for all,
         or one per token where the weights changed inside the generation call)."""
         if not isinstance(version, int) and len(version) != len(ids):

@@ -104,8 +104,12 @@ class SeatView:
         self._extend(list(completion.token_ids), 1, list(completion.logprobs), -1 if version is None else version)
         self.versioned = self.versioned or version is not None
         self.sampled_crc = token_crc(completion.token_ids, self.sampled_crc)
-        turn = Turn(index=len(self.turns), role=self.seat, action=Message(role="assistant", content=completion.text),
-                    token_span=(start, len(self.tokens)))
+        turn = Turn(
+            index=len(self.turns),
+            role=self.seat,
+            action=Message(role="assistant", content=completion.text),
+            token_span=(start, len(self.tokens)),
+        )
         self.turns.append(turn)
         return turn
 
@@ -138,22 +142,32 @@ class MultiAgentRollout:
             played greedily while the evaluated policy samples); ``max_new_tokens`` is ``params``'s for every policy.
     """
 
-    def __init__(self, policies: Mapping[str, Agent], params: SamplingParams, *,
-                 seats: Mapping[str, str] | None = None, max_context: int = 4096, max_moves: int = 200,
-                 versions: Mapping[str, Callable[[], int]] | None = None,
-                 policy_params: Mapping[str, SamplingParams] | None = None) -> None:
+    def __init__(
+        self,
+        policies: Mapping[str, Agent],
+        params: SamplingParams,
+        *,
+        seats: Mapping[str, str] | None = None,
+        max_context: int = 4096,
+        max_moves: int = 200,
+        versions: Mapping[str, Callable[[], int]] | None = None,
+        policy_params: Mapping[str, SamplingParams] | None = None,
+    ) -> None:
         if params.n != 1 or any(p.n != 1 for p in (policy_params or {}).values()):
             raise ValueError("a multi-agent rollout samples one completion per move: use params.n = 1")
-        self.policy_params = {name: p.model_copy(update={"max_new_tokens": params.max_new_tokens})
-                              for name, p in (policy_params or {}).items()}
+        self.policy_params = {
+            name: p.model_copy(update={"max_new_tokens": params.max_new_tokens})
+            for name, p in (policy_params or {}).items()
+        }
         if not policies:
             raise ValueError("no policies: give at least one agent")
         self.policies, self.params = dict(policies), params
         self.seats = dict(seats or {})
         unknown = sorted({p for p in self.seats.values() if p not in self.policies})
         if unknown:
-            raise ValueError(f"seats map to policies that are not given: {', '.join(unknown)} (policies: "
-                             f"{', '.join(self.policies)})")
+            raise ValueError(
+                f"seats map to policies that are not given: {', '.join(unknown)} (policies: {', '.join(self.policies)})"
+            )
         self.max_context, self.max_moves = max_context, max_moves
         self.versions = dict(versions or {})
         unknown = sorted(set(self.versions) - set(self.policies))
@@ -169,20 +183,30 @@ class MultiAgentRollout:
         seats = self.seats if seats is None else seats
         if seat in seats:
             if seats[seat] not in self.policies:
-                raise ValueError(f"seat {seat!r} is mapped to policy {seats[seat]!r}, which is not given (policies: "
-                                 f"{', '.join(self.policies)})")
+                raise ValueError(
+                    f"seat {seat!r} is mapped to policy {seats[seat]!r}, which is not given (policies: "
+                    f"{', '.join(self.policies)})"
+                )
             return seats[seat]
         if seat in self.policies:
             return seat
         if len(self.policies) == 1:
             return next(iter(self.policies))
-        raise ValueError(f"seat {seat!r} is mapped to no policy: give seats={{{seat!r}: POLICY}} (policies: "
-                         f"{', '.join(self.policies)})")
+        raise ValueError(
+            f"seat {seat!r} is mapped to no policy: give seats={{{seat!r}: POLICY}} (policies: "
+            f"{', '.join(self.policies)})"
+        )
 
-    def run(self, envs: Sequence[MultiAgentTextEnv], *, seeds: Sequence[int | None] | None = None,
-            options: Sequence[dict[str, Any] | None] | None = None, group_ids: Sequence[str | None] | None = None,
-            sample_seeds: Sequence[int | None] | None = None,
-            seat_maps: Sequence[Mapping[str, str] | None] | None = None) -> list[Trajectory]:
+    def run(
+        self,
+        envs: Sequence[MultiAgentTextEnv],
+        *,
+        seeds: Sequence[int | None] | None = None,
+        options: Sequence[dict[str, Any] | None] | None = None,
+        group_ids: Sequence[str | None] | None = None,
+        sample_seeds: Sequence[int | None] | None = None,
+        seat_maps: Sequence[Mapping[str, str] | None] | None = None,
+    ) -> list[Trajectory]:
         """One episode per environment; every seat's view of each, episode by episode, seats in the environment's
         order. ``sample_seeds[i]`` gives episode ``i`` its own random streams (one per seat and move) where the
         policy takes per-prompt seeds; ``seat_maps[i]`` maps episode ``i``'s seats to policies where it differs
@@ -238,8 +262,9 @@ class MultiAgentRollout:
                     continue
                 version = self.versions[policy]() if policy in self.versions else None
                 for (i, seat), completion in zip(jobs, outs):
-                    sampled_by = version if completion.policy_version is None or version is None \
-                        else completion.policy_version  # the weights that sampled it (a worker may load new ones)
+                    sampled_by = (
+                        version if completion.policy_version is None or version is None else completion.policy_version
+                    )  # the weights that sampled it (a worker may load new ones)
                     turn = views[i][seat].act(completion, sampled_by)
                     turn.info["move"] = moves[i]  # its place among every seat's moves (the viewer interleaves them)
                     if budget < self.params.max_new_tokens and completion.finish_reason == "length":
@@ -251,8 +276,13 @@ class MultiAgentRollout:
                         errors[i] = f"{type(e).__name__}: {e}"
                         live.remove(i)
                         continue
-                    turn.info.update({k: v for k, v in envs[i].infos.get(seat, {}).items()
-                                      if isinstance(v, (str, int, float, bool, type(None)))})
+                    turn.info.update(
+                        {
+                            k: v
+                            for k, v in envs[i].infos.get(seat, {}).items()
+                            if isinstance(v, (str, int, float, bool, type(None)))
+                        }
+                    )
         out = []
         for i, env in enumerate(envs):
             for traj in self._trajectories(env, views[i], errors[i], seeds[i], group_ids[i], i):
@@ -304,21 +334,43 @@ class MultiAgentRollout:
             view.invalid = int(env.infos.get(seat, {}).get("invalid_moves", 0))
             view.scores = _scores(env, env.infos.get(seat, {}))
 
-    def _trajectories(self, env: MultiAgentTextEnv, views: dict[str, SeatView], error: str | None,
-                      seed: int | None, group: str | None, index: int) -> list[Trajectory]:
+    def _trajectories(
+        self,
+        env: MultiAgentTextEnv,
+        views: dict[str, SeatView],
+        error: str | None,
+        seed: int | None,
+        group: str | None,
+        index: int,
+    ) -> list[Trajectory]:
         out = []
         episode = f"{group if group is not None else index}"
         for seat, view in views.items():
             truncated = view.truncated
-            traj = Trajectory(env_id=type(env).__name__, task_id=str(index), seed=seed,
-                              group_id=f"{episode}/{seat}", prompt=view.prompt, turns=view.turns,
-                              terminated=not truncated and error is None, truncated=truncated, error=error,
-                              token_ids=view.tokens if view.turns else None,
-                              loss_mask=view.mask if view.turns else None,
-                              logprobs=view.logprobs if view.turns else None,
-                              token_versions=view.versions if view.turns and view.versioned else None)
-            traj.metadata.update(seat=seat, policy=view.policy, episode=episode, sampled_crc=view.sampled_crc,
-                                 outcome=view.outcome, invalid_moves=view.invalid, seat_reward=view.collected)
+            traj = Trajectory(
+                env_id=type(env).__name__,
+                task_id=str(index),
+                seed=seed,
+                group_id=f"{episode}/{seat}",
+                prompt=view.prompt,
+                turns=view.turns,
+                terminated=not truncated and error is None,
+                truncated=truncated,
+                error=error,
+                token_ids=view.tokens if view.turns else None,
+                loss_mask=view.mask if view.turns else None,
+                logprobs=view.logprobs if view.turns else None,
+                token_versions=view.versions if view.turns and view.versioned else None,
+            )
+            traj.metadata.update(
+                seat=seat,
+                policy=view.policy,
+                episode=episode,
+                sampled_crc=view.sampled_crc,
+                outcome=view.outcome,
+                invalid_moves=view.invalid,
+                seat_reward=view.collected,
+            )
             if getattr(env, "item_scores", ()):  # a game that scores its episodes beside the outcome
                 traj.metadata["scores"] = dict(view.scores)
             out.append(traj)

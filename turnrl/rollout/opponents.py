@@ -38,8 +38,10 @@ class Opponent(ConfigStr):
     def __new__(cls, name: str) -> Opponent:
         name = str(name).strip()
         if not name:
-            raise ValueError("an opponent needs a name: self, league, random, perfect, script:MODULE:FUNCTION or an "
-                             "agent spec (hf:PATH, run:OUT_DIR, openai:URL#MODEL)")
+            raise ValueError(
+                "an opponent needs a name: self, league, random, perfect, script:MODULE:FUNCTION or an "
+                "agent spec (hf:PATH, run:OUT_DIR, openai:URL#MODEL)"
+            )
         if name.startswith(SCRIPT_PREFIX):
             script_target(name)  # its form, checked here at load (its module is imported before a model loads)
         elif name not in ("self", "league", *SCRIPTED):
@@ -147,8 +149,9 @@ def check_opponent(name: str, env_id: str, timeout: float = 5.0) -> None:
         return
     if kind == "scripted":
         if env_id != "turnrl/TicTacToe-v0":
-            raise ValueError(f"opponent {name!r} is a tic-tac-toe player and {env_id} is another game: name self or "
-                             "an agent spec")
+            raise ValueError(
+                f"opponent {name!r} is a tic-tac-toe player and {env_id} is another game: name self or an agent spec"
+            )
         return
     backend, sep, rest = name.partition(":")
     if not sep or backend == "hf":
@@ -165,13 +168,16 @@ def check_opponent(name: str, env_id: str, timeout: float = 5.0) -> None:
         try:
             answer = httpx.get(f"{url}/models", timeout=timeout)
         except httpx.HTTPError as e:
-            raise ValueError(f"opponent {name}: the endpoint {url} does not answer ({type(e).__name__}: {e}); start "
-                             "it, or name another opponent") from None
+            raise ValueError(
+                f"opponent {name}: the endpoint {url} does not answer ({type(e).__name__}: {e}); start "
+                "it, or name another opponent"
+            ) from None
         if answer.status_code in (401, 403) or answer.status_code >= 500:
             raise ValueError(f"opponent {name}: the endpoint {url} answers {answer.status_code} to GET /models")
     elif backend == "run":
         from pathlib import Path
 
         if not (Path(rest.partition("#")[0]) / "config.yaml").is_file():
-            raise ValueError(f"opponent {name}: {rest} is not a run folder (no config.yaml); give the OUT_DIR of a "
-                             "turnrl train run")
+            raise ValueError(
+                f"opponent {name}: {rest} is not a run folder (no config.yaml); give the OUT_DIR of a turnrl train run"
+            )

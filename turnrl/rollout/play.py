@@ -84,10 +84,21 @@ class Playing:
     tree: TreeSpec | None = None
 
 
-def play(agent: Any, env_id: str, env_kwargs: dict[str, Any], jobs: Sequence[Job], *, seed: int, how: Playing,
-         version: Callable[[], int] | None = None, sink: Callable[[Trajectory], Any] | None = None,
-         rewrite: Rewrite | None = None, chunk: int = 0, group_id: Callable[[Job], str] | None = None,
-         metadata: Callable[[Job], dict[str, Any]] | None = None) -> tuple[list[Trajectory], Rollout]:
+def play(
+    agent: Any,
+    env_id: str,
+    env_kwargs: dict[str, Any],
+    jobs: Sequence[Job],
+    *,
+    seed: int,
+    how: Playing,
+    version: Callable[[], int] | None = None,
+    sink: Callable[[Trajectory], Any] | None = None,
+    rewrite: Rewrite | None = None,
+    chunk: int = 0,
+    group_id: Callable[[Job], str] | None = None,
+    metadata: Callable[[Job], dict[str, Any]] | None = None,
+) -> tuple[list[Trajectory], Rollout]:
     """Play ``jobs`` (all of one step and round) with ``agent`` in one batched token-exact :class:`Rollout`.
 
     Args:
@@ -110,11 +121,27 @@ def play(agent: Any, env_id: str, env_kwargs: dict[str, Any], jobs: Sequence[Job
     if per_episode_seeds == "auto" or how.continuous:
         per_episode_seeds = supports_episode_seeds(agent)
     params = how.params.model_copy(update={"seed": batch_seed(seed, jobs[0].step, jobs[0].round, chunk)})
-    rollout = Rollout(agent, params, max_context=how.max_context, env_timeout=how.env_timeout,
-                      policy_version=version, sink=sink, rewrite=rewrite, continuous=how.continuous,
-                      context=how.context)
-    episodes = start_jobs(rollout, env_id, env_kwargs, jobs, seed=seed, per_episode_seeds=bool(per_episode_seeds),
-                          group_id=group_id, metadata=metadata)
+    rollout = Rollout(
+        agent,
+        params,
+        max_context=how.max_context,
+        env_timeout=how.env_timeout,
+        policy_version=version,
+        sink=sink,
+        rewrite=rewrite,
+        continuous=how.continuous,
+        context=how.context,
+    )
+    episodes = start_jobs(
+        rollout,
+        env_id,
+        env_kwargs,
+        jobs,
+        seed=seed,
+        per_episode_seeds=bool(per_episode_seeds),
+        group_id=group_id,
+        metadata=metadata,
+    )
     tree = how.tree
     if tree is not None:
         for ep in episodes:
@@ -132,18 +159,29 @@ def play(agent: Any, env_id: str, env_kwargs: dict[str, Any], jobs: Sequence[Job
     return [ep.traj for ep in episodes], rollout
 
 
-def start_jobs(rollout: Rollout, env_id: str, env_kwargs: dict[str, Any], jobs: Sequence[Job], *, seed: int,
-               per_episode_seeds: bool, group_id: Callable[[Job], str] | None = None,
-               metadata: Callable[[Job], dict[str, Any]] | None = None) -> list[Episode]:
+def start_jobs(
+    rollout: Rollout,
+    env_id: str,
+    env_kwargs: dict[str, Any],
+    jobs: Sequence[Job],
+    *,
+    seed: int,
+    per_episode_seeds: bool,
+    group_id: Callable[[Job], str] | None = None,
+    metadata: Callable[[Job], dict[str, Any]] | None = None,
+) -> list[Episode]:
     """The episodes of ``jobs``, reset under the seeding rule (the module docstring) and ready for
     :meth:`Rollout.advance`: one environment per job, reset with the task's seed and index, grouped by
     ``group_id`` (default :attr:`Job.group_id`), ``metadata["job"]`` the job's key, and with ``per_episode_seeds``
     each its own sampling stream."""
-    return rollout.start([_make(env_id, env_kwargs) for _ in jobs], seeds=[env_seed(seed, j) for j in jobs],
-                         options=[{"index": j.task} for j in jobs],
-                         group_ids=[(group_id or (lambda j: j.group_id))(j) for j in jobs],
-                         sample_seeds=[sample_seed(seed, j) if per_episode_seeds else None for j in jobs],
-                         metadata=[{**(metadata(j) if metadata else {}), "job": j.key} for j in jobs])
+    return rollout.start(
+        [_make(env_id, env_kwargs) for _ in jobs],
+        seeds=[env_seed(seed, j) for j in jobs],
+        options=[{"index": j.task} for j in jobs],
+        group_ids=[(group_id or (lambda j: j.group_id))(j) for j in jobs],
+        sample_seeds=[sample_seed(seed, j) if per_episode_seeds else None for j in jobs],
+        metadata=[{**(metadata(j) if metadata else {}), "job": j.key} for j in jobs],
+    )
 
 
 class Unbuilt(TextEnv):

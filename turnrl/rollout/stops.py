@@ -17,8 +17,9 @@ from typing import Any
 from turnrl.agents.base import Completion
 
 
-def stop_cut(decode: Callable[[list[int]], str], before: Sequence[int], new: Sequence[int],
-             stop: Sequence[str]) -> int | None:
+def stop_cut(
+    decode: Callable[[list[int]], str], before: Sequence[int], new: Sequence[int], stop: Sequence[str]
+) -> int | None:
     """How many of ``new`` tokens a turn keeps when a stop string ends among them but began in ``before`` (the
     turn's tokens from its earlier pieces); None when no stop string straddles the boundary (the agent's own check
     covers a stop string wholly inside ``new``).
@@ -40,7 +41,7 @@ def stop_cut(decode: Callable[[list[int]], str], before: Sequence[int], new: Seq
     turn = list(before) + list(new)
     for k in range(1, min(len(new), span) + 1):  # past ``span`` new tokens no window reaches back into ``before``
         end = len(before) + k
-        text, own = decode(turn[max(0, end - span):end]), decode(list(new[:k]))
+        text, own = decode(turn[max(0, end - span) : end]), decode(list(new[:k]))
         if any(s in text and s not in own for s in stop):
             return k
     return None
@@ -64,8 +65,9 @@ def past_stop(decode: Callable[[list[int]], str], tokens: Sequence[int], stop: S
     return len(tokens) - hi
 
 
-def stopped_across_pieces(tokenizer: Any, before: Sequence[int], completion: Completion,
-                          stop: Sequence[str]) -> Completion:
+def stopped_across_pieces(
+    tokenizer: Any, before: Sequence[int], completion: Completion, stop: Sequence[str]
+) -> Completion:
     """``completion`` (the next piece of a turn that began with ``before``) cut where the turn would have stopped in
     one call, when a stop string began in the earlier pieces and ends in this one (:func:`stop_cut`); as it is
     otherwise. The tokens kept are the ones sampled, with their log-probabilities and versions."""
@@ -73,7 +75,12 @@ def stopped_across_pieces(tokenizer: Any, before: Sequence[int], completion: Com
     if k is None:
         return completion
     ids = completion.token_ids[:k]
-    return dataclasses.replace(completion, token_ids=ids, logprobs=completion.logprobs[:k], finish_reason="stop",
-                               text=tokenizer.decode(ids, skip_special_tokens=True),
-                               token_versions=completion.token_versions[:k] if completion.token_versions else None,
-                               top_logprobs=completion.top_logprobs[:k] if completion.top_logprobs else None)
+    return dataclasses.replace(
+        completion,
+        token_ids=ids,
+        logprobs=completion.logprobs[:k],
+        finish_reason="stop",
+        text=tokenizer.decode(ids, skip_special_tokens=True),
+        token_versions=completion.token_versions[:k] if completion.token_versions else None,
+        top_logprobs=completion.top_logprobs[:k] if completion.top_logprobs else None,
+    )

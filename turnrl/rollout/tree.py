@@ -39,8 +39,9 @@ class Branch:
 
     def __post_init__(self) -> None:
         if self.turn < 0 or self.children < 2:
-            raise ValueError(f"a branch needs turn >= 0 and children >= 2, got turn={self.turn}, "
-                             f"children={self.children}")
+            raise ValueError(
+                f"a branch needs turn >= 0 and children >= 2, got turn={self.turn}, children={self.children}"
+            )
 
 
 @dataclass(frozen=True)
@@ -75,8 +76,11 @@ def branch_episode(rollout: Rollout, ep: Episode, node_ids: Sequence[str]) -> li
     out = []
     for c, node in enumerate(node_ids):
         child = ep if c == 0 else _copy(rollout, ep, c)
-        meta = child.traj.metadata["tree"] = {**tree, "path": [*tree["path"], node],
-                                              "branch_turns": [*tree["branch_turns"], turn]}
+        meta = child.traj.metadata["tree"] = {
+            **tree,
+            "path": [*tree["path"], node],
+            "branch_turns": [*tree["branch_turns"], turn],
+        }
         meta["child"] = c
         out.append(child)
     return out

@@ -44,11 +44,31 @@ from pydantic import ValidationError
 from turnrl.agents.base import Completion, SamplingParams
 from turnrl.serving.openai_api import APIError, chat_messages
 
-PARAMS = {"model", "max_tokens", "messages", "system", "stop_sequences", "stream", "temperature", "top_p", "top_k",
-          "tools", "tool_choice", "thinking"}
+PARAMS = {
+    "model",
+    "max_tokens",
+    "messages",
+    "system",
+    "stop_sequences",
+    "stream",
+    "temperature",
+    "top_p",
+    "top_k",
+    "tools",
+    "tool_choice",
+    "thinking",
+}
 #: accepted and ignored (see the module docstring)
-IGNORED = {"metadata", "service_tier", "cache_control", "inference_geo", "speed", "user_profile_id", "workspace_id",
-           "diagnostics"}
+IGNORED = {
+    "metadata",
+    "service_tier",
+    "cache_control",
+    "inference_geo",
+    "speed",
+    "user_profile_id",
+    "workspace_id",
+    "diagnostics",
+}
 #: known fields refused unless null, and why
 UNSUPPORTED = {
     "container": "no code-execution containers",
@@ -62,8 +82,15 @@ TOOL_USE_FIELDS = {"type", "id", "name", "input", "cache_control", "caller", "to
 TOOL_RESULT_FIELDS = {"type", "tool_use_id", "content", "is_error", "cache_control", "toolset_name"}
 TOOL_FIELDS = {"type", "name", "description", "input_schema", "cache_control", "strict"}
 #: the error ``type`` of each HTTP status
-ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
-               404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error", 529: "overloaded_error"}
+ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    529: "overloaded_error",
+}
 
 
 def bad(message: str) -> APIError:
@@ -101,15 +128,19 @@ def messages_request(body: dict[str, Any]) -> MessagesRequest:
     """Check a ``/v1/messages`` body and convert it (see the module docstring); raises :class:`APIError` (400)."""
     unknown = sorted(set(body) - PARAMS - IGNORED - set(UNSUPPORTED))
     if unknown:
-        raise bad(f"{unknown[0]}: Extra inputs are not permitted (this endpoint accepts "
-                  f"{', '.join(sorted(PARAMS | IGNORED))})")
+        raise bad(
+            f"{unknown[0]}: Extra inputs are not permitted (this endpoint accepts "
+            f"{', '.join(sorted(PARAMS | IGNORED))})"
+        )
     for key, why in UNSUPPORTED.items():
         if body.get(key) is not None:
             raise bad(f"{key}: not supported by this server: {why}")
     thinking = body.get("thinking")
     if thinking is not None and (not isinstance(thinking, dict) or thinking.get("type") != "disabled"):
-        raise bad("thinking: extended thinking is not supported by this server (the policy's reasoning, if any, is "
-                  "part of its text); leave it out or send {\"type\": \"disabled\"}")
+        raise bad(
+            "thinking: extended thinking is not supported by this server (the policy's reasoning, if any, is "
+            'part of its text); leave it out or send {"type": "disabled"}'
+        )
     stream = body.get("stream", False)
     if not isinstance(stream, bool):
         raise bad(f"stream: must be true or false, got {stream!r}")
@@ -128,8 +159,9 @@ def _params(body: dict[str, Any]) -> SamplingParams:
         raise bad(f"max_tokens: must be an integer of at least 1, got {max_tokens!r}")
     for key, low, high in (("temperature", 0.0, 1.0), ("top_p", 0.0, 1.0)):
         value = body.get(key)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
-                                  or not low <= value <= high):
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high
+        ):
             raise bad(f"{key}: must be a number from {low:g} to {high:g}, got {value!r}")
     top_k = body.get("top_k")
     if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 0):
@@ -138,9 +170,13 @@ def _params(body: dict[str, Any]) -> SamplingParams:
     if not isinstance(stops, list) or not all(isinstance(s, str) and s for s in stops):
         raise bad("stop_sequences: must be a list of non-empty strings")
     try:
-        return SamplingParams(temperature=1.0 if body.get("temperature") is None else body["temperature"],
-                              top_p=1.0 if body.get("top_p") is None else body["top_p"], top_k=top_k or 0,
-                              max_new_tokens=max_tokens, stop=tuple(stops))
+        return SamplingParams(
+            temperature=1.0 if body.get("temperature") is None else body["temperature"],
+            top_p=1.0 if body.get("top_p") is None else body["top_p"],
+            top_k=top_k or 0,
+            max_new_tokens=max_tokens,
+            stop=tuple(stops),
+        )
     except (ValidationError, TypeError, ValueError) as e:
         raise bad(f"invalid sampling parameters: {e}") from e
 
@@ -150,27 +186,34 @@ def _tools(tools: Any) -> list[dict[str, Any]] | None:
     if tools is None:
         return None
     if not isinstance(tools, list):
-        raise bad("tools: must be a list of {\"name\", \"description\", \"input_schema\"} objects")
+        raise bad('tools: must be a list of {"name", "description", "input_schema"} objects')
     out = []
     for i, tool in enumerate(tools):
         where = f"tools.{i}"
         if not isinstance(tool, dict):
             raise bad(f"{where}: must be an object with name, description and input_schema")
         if tool.get("type") not in (None, "custom"):
-            raise bad(f"{where}: server tools ({tool['type']!r}) are not supported by this server; define a custom "
-                      "tool (name, description, input_schema) and run it in your program")
+            raise bad(
+                f"{where}: server tools ({tool['type']!r}) are not supported by this server; define a custom "
+                "tool (name, description, input_schema) and run it in your program"
+            )
         _fields(tool, TOOL_FIELDS, where)
         if tool.get("strict"):
-            raise bad(f"{where}.strict: not supported by this server: tool inputs are parsed from the model's text, "
-                      "not constrained to the schema")
+            raise bad(
+                f"{where}.strict: not supported by this server: tool inputs are parsed from the model's text, "
+                "not constrained to the schema"
+            )
         if not isinstance(tool.get("name"), str) or not tool["name"]:
             raise bad(f"{where}.name: Field required (a non-empty string)")
         if not isinstance(tool.get("input_schema"), dict):
             raise bad(f"{where}.input_schema: Field required (a JSON schema object)")
         if tool.get("description") is not None and not isinstance(tool["description"], str):
             raise bad(f"{where}.description: must be a string")
-        fn = {"name": tool["name"], **({"description": tool["description"]} if tool.get("description") else {}),
-              "parameters": tool["input_schema"]}
+        fn = {
+            "name": tool["name"],
+            **({"description": tool["description"]} if tool.get("description") else {}),
+            "parameters": tool["input_schema"],
+        }
         out.append({"type": "function", "function": fn})
     return out or None
 
@@ -180,13 +223,17 @@ def _tool_choice(choice: Any, tools: list[dict[str, Any]] | None) -> bool:
     if choice is None:
         return tools is not None
     if not isinstance(choice, dict) or choice.get("type") not in ("auto", "any", "tool", "none"):
-        raise bad("tool_choice: must be an object such as {\"type\": \"auto\"} or {\"type\": \"none\"}")
+        raise bad('tool_choice: must be an object such as {"type": "auto"} or {"type": "none"}')
     if choice["type"] in ("any", "tool"):
-        raise bad(f"tool_choice: {json.dumps(choice)} is not supported by this server: it would force a tool call, "
-                  "which it cannot guarantee; use {\"type\": \"auto\"} (the model decides) or {\"type\": \"none\"}")
+        raise bad(
+            f"tool_choice: {json.dumps(choice)} is not supported by this server: it would force a tool call, "
+            'which it cannot guarantee; use {"type": "auto"} (the model decides) or {"type": "none"}'
+        )
     if choice.get("disable_parallel_tool_use"):
-        raise bad("tool_choice.disable_parallel_tool_use: not supported by this server: it cannot guarantee at most "
-                  "one tool call per reply")
+        raise bad(
+            "tool_choice.disable_parallel_tool_use: not supported by this server: it cannot guarantee at most "
+            "one tool call per reply"
+        )
     return choice["type"] == "auto" and tools is not None
 
 
@@ -220,7 +267,7 @@ def _text(content: Any, where: str) -> str:
 def _messages(messages: Any) -> list[dict[str, Any]]:
     """Messages API messages → OpenAI-form chat messages (see the module docstring)."""
     if not isinstance(messages, list) or not messages:
-        raise bad("messages: must be a non-empty list of {\"role\", \"content\"} objects")
+        raise bad('messages: must be a non-empty list of {"role", "content"} objects')
     out: list[dict[str, Any]] = []
     open_uses: list[str] = []  # the tool_use ids of the assistant message just before, still unanswered
     last_uses: set[str] = set()
@@ -247,14 +294,18 @@ def _messages(messages: Any) -> list[dict[str, Any]]:
                 raise _unanswered(missing, i)
             open_uses, last_uses = [], set()
     if messages[-1].get("role") == "assistant":
-        raise bad("messages: the last message is from the assistant (prefill), which this server does not support: "
-                  "the prompt always ends where a new assistant turn begins; end with a user message")
+        raise bad(
+            "messages: the last message is from the assistant (prefill), which this server does not support: "
+            "the prompt always ends where a new assistant turn begins; end with a user message"
+        )
     return out
 
 
 def _unanswered(ids: list[str], at: int) -> APIError:
-    return bad(f"messages.{at}: tool_use ids were found without tool_result blocks immediately after: "
-               f"{', '.join(ids)}. Each tool_use block must have a corresponding tool_result block in the next message")
+    return bad(
+        f"messages.{at}: tool_use ids were found without tool_result blocks immediately after: "
+        f"{', '.join(ids)}. Each tool_use block must have a corresponding tool_result block in the next message"
+    )
 
 
 def _kind(block: Any, where: str) -> str:
@@ -264,8 +315,10 @@ def _kind(block: Any, where: str) -> str:
 
 
 def _unsupported_block(kind: str, where: str, allowed: str) -> APIError:
-    return bad(f"{where}: content blocks of type {kind!r} are not supported by this server (it serves a text model); "
-               f"send {allowed}")
+    return bad(
+        f"{where}: content blocks of type {kind!r} are not supported by this server (it serves a text model); "
+        f"send {allowed}"
+    )
 
 
 def _blocks(blocks: list[Any], where: str, texts: list[str]) -> Iterator[tuple[str, dict[str, Any], str]]:
@@ -295,8 +348,13 @@ def _assistant(blocks: list[Any], where: str, out: list[dict[str, Any]]) -> list
                 raise bad(f"{at}.input: must be an object (the tool's arguments)")
             if block["id"] in {c["id"] for c in calls}:
                 raise bad(f"{at}.id: tool_use ids must be unique, {block['id']!r} is repeated")
-            calls.append({"id": block["id"], "type": "function",
-                          "function": {"name": block["name"], "arguments": block["input"]}})
+            calls.append(
+                {
+                    "id": block["id"],
+                    "type": "function",
+                    "function": {"name": block["name"], "arguments": block["input"]},
+                }
+            )
         else:
             raise _unsupported_block(kind, at, "text and tool_use blocks in assistant messages")
     message: dict[str, Any] = {"role": "assistant", "content": "\n\n".join(texts)}
@@ -323,8 +381,10 @@ def _user(blocks: list[Any], where: str, out: list[dict[str, Any]], uses: set[st
             if not isinstance(use, str) or not use:
                 raise bad(f"{at}.tool_use_id: Field required (the id of the tool_use block it answers)")
             if use not in uses:
-                raise bad(f"{at}: unexpected `tool_use_id` found in `tool_result` blocks: {use}. Each tool_result "
-                          "block must have a corresponding tool_use block in the previous message")
+                raise bad(
+                    f"{at}: unexpected `tool_use_id` found in `tool_result` blocks: {use}. Each tool_result "
+                    "block must have a corresponding tool_use block in the previous message"
+                )
             if use in answered:
                 raise bad(f"{at}: tool_use {use} is answered twice")
             is_error = block.get("is_error")
@@ -358,8 +418,14 @@ def content_blocks(message: dict[str, Any]) -> list[dict[str, Any]]:
     if message.get("content"):
         blocks.append({"type": "text", "text": message["content"]})
     for call in message.get("tool_calls") or []:
-        blocks.append({"type": "tool_use", "id": call["id"], "name": call["function"]["name"],
-                       "input": json.loads(call["function"]["arguments"] or "{}")})
+        blocks.append(
+            {
+                "type": "tool_use",
+                "id": call["id"],
+                "name": call["function"]["name"],
+                "input": json.loads(call["function"]["arguments"] or "{}"),
+            }
+        )
     return blocks
 
 
@@ -374,10 +440,18 @@ def stop_reason(message: dict[str, Any], c: Completion, stops: tuple[str, ...]) 
     return ("max_tokens" if c.finish_reason == "length" else "end_turn"), None
 
 
-def message_response(msg_id: str, model: str, message: dict[str, Any], c: Completion, prompt_tokens: int,
-                     stops: tuple[str, ...]) -> dict[str, Any]:
+def message_response(
+    msg_id: str, model: str, message: dict[str, Any], c: Completion, prompt_tokens: int, stops: tuple[str, ...]
+) -> dict[str, Any]:
     """A Messages API response for one reply (``message``: the assistant message chat completions returns)."""
     reason, sequence = stop_reason(message, c, stops)
-    return {"id": msg_id, "type": "message", "role": "assistant", "model": model, "content": content_blocks(message),
-            "stop_reason": reason, "stop_sequence": sequence,
-            "usage": {"input_tokens": prompt_tokens, "output_tokens": len(c.token_ids)}}
+    return {
+        "id": msg_id,
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": content_blocks(message),
+        "stop_reason": reason,
+        "stop_sequence": sequence,
+        "usage": {"input_tokens": prompt_tokens, "output_tokens": len(c.token_ids)},
+    }

@@ -38,7 +38,9 @@ class OpenAIEndpoints(Endpoints):
     only through its hooks (``self.hooks``, :class:`~turnrl.serving.hooks.ServerHooks`: the agent, the model name,
     the generation lock, ``generate``, ``chat_prompt``, ``answered``)."""
 
-    def _top_logprobs(self, prompt: list[int], c: Completion, k: int, temperature: float) -> list[list[tuple[int, float]]]:
+    def _top_logprobs(
+        self, prompt: list[int], c: Completion, k: int, temperature: float
+    ) -> list[list[tuple[int, float]]]:
         """The ``k`` most likely tokens at each generated position, under the distribution the agent sampled from:
         recorded while sampling where the agent does (the HF agent), else scored by a forward pass."""
         if c.top_logprobs is not None and len(c.top_logprobs) == len(c.token_ids):
@@ -60,7 +62,9 @@ class OpenAIEndpoints(Endpoints):
     def _check_top_logprobs(self, k: int | None) -> None:
         """Refuse alternatives (``top_logprobs`` > 0) from an agent that has no local model to rank them."""
         if k and not capabilities_of(self.hooks.agent).local_model:
-            raise unsupported("top_logprobs", "this agent has no local model to score alternatives; ask for logprobs only")
+            raise unsupported(
+                "top_logprobs", "this agent has no local model to score alternatives; ask for logprobs only"
+            )
 
     def new_id(self, kind: str) -> str:
         """A response id (``chatcmpl-…`` or ``cmpl-…``)."""
@@ -80,18 +84,23 @@ class OpenAIEndpoints(Endpoints):
             raise unsupported("best_of", "no server-side ranking of candidates; use n")
         k = body.get("logprobs")
         if k is not None and (isinstance(k, bool) or not isinstance(k, int) or not 0 <= k <= 20):
-            raise APIError(400, f"logprobs must be an integer from 0 to 20 on /v1/completions, got {k!r}", param="logprobs")
+            raise APIError(
+                400, f"logprobs must be an integer from 0 to 20 on /v1/completions, got {k!r}", param="logprobs"
+            )
         tok = self.hooks.agent.tokenizer
         prompt = body.get("prompt")
         if isinstance(prompt, str):
             prompts = [list(tok.encode(prompt, add_special_tokens=False))]
-        elif isinstance(prompt, list) and prompt and all(isinstance(x, int) and not isinstance(x, bool) for x in prompt):
+        elif (
+            isinstance(prompt, list) and prompt and all(isinstance(x, int) and not isinstance(x, bool) for x in prompt)
+        ):
             prompts = [prompt]
         elif isinstance(prompt, list) and prompt and all(isinstance(x, str) for x in prompt):
             prompts = [list(tok.encode(p, add_special_tokens=False)) for p in prompt]
         else:
-            raise APIError(400, "prompt must be a non-empty string, a list of strings, or a list of token ids",
-                           param="prompt")
+            raise APIError(
+                400, "prompt must be a non-empty string, a list of strings, or a list of token ids", param="prompt"
+            )
         self._check_top_logprobs(k)
         if k:
             params = params.model_copy(update={"top_logprobs": k})
@@ -100,8 +109,9 @@ class OpenAIEndpoints(Endpoints):
             return completion_events(self, call, body, ctx)
         return self.run_completions(call, ctx)[0]
 
-    def run_completions(self, call: CompletionCall, ctx: Any = None, on_token: Any = None
-                        ) -> tuple[dict[str, Any], list[Completion]]:
+    def run_completions(
+        self, call: CompletionCall, ctx: Any = None, on_token: Any = None
+    ) -> tuple[dict[str, Any], list[Completion]]:
         """Generate every prompt of a checked request: the response and its completions, in choice order."""
         choices: list[dict[str, Any]] = []
         outs_all: list[Completion] = []
@@ -113,16 +123,22 @@ class OpenAIEndpoints(Endpoints):
             self.hooks.answered(ctx, p, outs, {"endpoint": "completions"})
             for c in outs:
                 text = c.text if call.as_ids else cut_at_stop(c.text, call.params.stop)  # token-level: everything
-                choice: dict[str, Any] = {"index": len(choices), "text": text, "finish_reason": c.finish_reason,
-                                          "logprobs": None}
+                choice: dict[str, Any] = {
+                    "index": len(choices),
+                    "text": text,
+                    "finish_reason": c.finish_reason,
+                    "logprobs": None,
+                }
                 if call.k is not None:
                     top = self._top_logprobs(p, c, call.k, call.params.temperature) if call.k > 0 else None
                     pieces = self._pieces(c.token_ids)
                     choice["logprobs"] = {
-                        "tokens": [self._token_name(call, t) for t in c.token_ids], "token_logprobs": c.logprobs,
+                        "tokens": [self._token_name(call, t) for t in c.token_ids],
+                        "token_logprobs": c.logprobs,
                         "text_offset": [sum(len(x) for x in pieces[:i]) for i in range(len(pieces))],
-                        "top_logprobs": None if top is None else [
-                            {self._token_name(call, t): lp for t, lp in row} for row in top],
+                        "top_logprobs": None
+                        if top is None
+                        else [{self._token_name(call, t): lp for t, lp in row} for row in top],
                     }
                 choices.append(choice)
                 outs_all.append(c)
@@ -133,12 +149,16 @@ class OpenAIEndpoints(Endpoints):
     def _token_name(self, call: CompletionCall, t: int) -> str:
         return f"token_id:{t}" if call.as_ids else self.hooks.agent.tokenizer.decode([t])
 
-    def completion_lp(self, call: CompletionCall, token: int, logprob: float, top: Any, offset: int
-                      ) -> dict[str, Any]:
+    def completion_lp(self, call: CompletionCall, token: int, logprob: float, top: Any, offset: int) -> dict[str, Any]:
         """The ``logprobs`` of one streamed token of ``/v1/completions``."""
-        return {"tokens": [self._token_name(call, token)], "token_logprobs": [logprob], "text_offset": [offset],
-                "top_logprobs": None if not call.k or top is None else [
-                    {self._token_name(call, t): lp for t, lp in top[: call.k]}]}
+        return {
+            "tokens": [self._token_name(call, token)],
+            "token_logprobs": [logprob],
+            "text_offset": [offset],
+            "top_logprobs": None
+            if not call.k or top is None
+            else [{self._token_name(call, t): lp for t, lp in top[: call.k]}],
+        }
 
     def _pieces(self, ids: list[int]) -> list[str]:
         return token_pieces(self.hooks.agent.tokenizer, ids)
@@ -150,12 +170,16 @@ class OpenAIEndpoints(Endpoints):
         check_params(body, CHAT_PARAMS)
         fmt = body.get("response_format")
         if fmt is not None and (not isinstance(fmt, dict) or fmt.get("type") != "text"):
-            raise unsupported("response_format", "no constrained decoding (JSON mode, json_schema); ask for JSON in "
-                               "the prompt and validate it yourself")
+            raise unsupported(
+                "response_format",
+                "no constrained decoding (JSON mode, json_schema); ask for JSON in the prompt and validate it yourself",
+            )
         params = sampling_params(body, CHAT_MAX_TOKENS)
         want_lp = body.get("logprobs")
         if want_lp is not None and not isinstance(want_lp, bool):
-            raise APIError(400, f"logprobs must be true or false on /v1/chat/completions, got {want_lp!r}", param="logprobs")
+            raise APIError(
+                400, f"logprobs must be true or false on /v1/chat/completions, got {want_lp!r}", param="logprobs"
+            )
         k = body.get("top_logprobs")
         if k is not None:
             if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k <= 20:
@@ -168,13 +192,16 @@ class OpenAIEndpoints(Endpoints):
         tools = body.get("tools") or None
         parse_tools = tools is not None and tool_choice(body.get("tool_choice"), tools)
         messages = chat_messages(body.get("messages"))
-        call = ChatCall(self.hooks.chat_prompt(messages, tools, ctx), params, messages, tools, parse_tools,
-                        bool(want_lp), k or 0)
+        call = ChatCall(
+            self.hooks.chat_prompt(messages, tools, ctx), params, messages, tools, parse_tools, bool(want_lp), k or 0
+        )
         if body.get("stream"):
             return chat_events(self, call, body, ctx)
         return self.run_chat(call, ctx)[0]
 
-    def run_chat(self, call: ChatCall, ctx: Any = None, on_token: Any = None) -> tuple[dict[str, Any], list[Completion]]:
+    def run_chat(
+        self, call: ChatCall, ctx: Any = None, on_token: Any = None
+    ) -> tuple[dict[str, Any], list[Completion]]:
         """Generate a checked chat request: the response and its completions."""
         outs = self.hooks.generate(call.prompt, call.params, ctx, on_token)
         choices = []
@@ -191,9 +218,17 @@ class OpenAIEndpoints(Endpoints):
             if call.want_lp:
                 logprobs = {"content": self._chat_logprobs(call, c, len(content)), "refusal": None}
             choices.append({"index": i, "message": message, "logprobs": logprobs, "finish_reason": finish})
-        self.hooks.answered(ctx, call.prompt, outs, {"endpoint": call.endpoint, "messages": call.messages,
-                                                     "tools": call.tools,
-                                                     "returned": [ch["message"] for ch in choices]})
+        self.hooks.answered(
+            ctx,
+            call.prompt,
+            outs,
+            {
+                "endpoint": call.endpoint,
+                "messages": call.messages,
+                "tools": call.tools,
+                "returned": [ch["message"] for ch in choices],
+            },
+        )
         envelope = self._envelope("chat.completion", choices, len(call.prompt), sum(len(c.token_ids) for c in outs))
         return envelope, outs
 
@@ -201,8 +236,11 @@ class OpenAIEndpoints(Endpoints):
         """One token's entry in a chat response's ``logprobs.content``."""
         tok = self.hooks.agent.tokenizer
         name = tok.decode([token])
-        alternatives = [{"token": (s := tok.decode([a])), "logprob": b, "bytes": list(s.encode())}
-                        for a, b in (top or [])[:k]] if k else []
+        alternatives = (
+            [{"token": (s := tok.decode([a])), "logprob": b, "bytes": list(s.encode())} for a, b in (top or [])[:k]]
+            if k
+            else []
+        )
         return {"token": name, "logprob": logprob, "bytes": list(name.encode()), "top_logprobs": alternatives}
 
     def _chat_logprobs(self, call: ChatCall, c: Completion, keep_chars: int) -> list[dict[str, Any]]:
@@ -215,10 +253,19 @@ class OpenAIEndpoints(Endpoints):
             out.append(self.lp_entry(t, lp, None if top is None else top[i], call.k))
         return out
 
-    def _envelope(self, kind: str, choices: list[dict[str, Any]], prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:
+    def _envelope(
+        self, kind: str, choices: list[dict[str, Any]], prompt_tokens: int, completion_tokens: int
+    ) -> dict[str, Any]:
         return {
-            "id": self.new_id(kind), "object": kind, "created": int(time.time()), "model": self.hooks.model,
-            "system_fingerprint": None, "choices": choices,
-            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-                      "total_tokens": prompt_tokens + completion_tokens},
+            "id": self.new_id(kind),
+            "object": kind,
+            "created": int(time.time()),
+            "model": self.hooks.model,
+            "system_fingerprint": None,
+            "choices": choices,
+            "usage": {
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": completion_tokens,
+                "total_tokens": prompt_tokens + completion_tokens,
+            },
         }

@@ -38,13 +38,15 @@ class ServerHooks(Protocol):
     cancel_streams: bool
     stream_timeout: float
 
-    def chat_prompt(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
-                    ctx: Any = None) -> list[int]:
+    def chat_prompt(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, ctx: Any = None
+    ) -> list[int]:
         """The token prompt of a chat request."""
         ...
 
-    def generate(self, prompt_ids: list[int], params: SamplingParams, ctx: Any = None,
-                 on_token: Any = None) -> list[Completion]:
+    def generate(
+        self, prompt_ids: list[int], params: SamplingParams, ctx: Any = None, on_token: Any = None
+    ) -> list[Completion]:
         """``params.n`` completions of one token prompt."""
         ...
 
@@ -56,13 +58,15 @@ class ServerHooks(Protocol):
         """Where a request's responses are kept for ``previous_response_id``."""
         ...
 
-    def run_chat(self, call: ChatCall, ctx: Any = None,
-                 on_token: Any = None) -> tuple[dict[str, Any], list[Completion]]:
+    def run_chat(
+        self, call: ChatCall, ctx: Any = None, on_token: Any = None
+    ) -> tuple[dict[str, Any], list[Completion]]:
         """Generate a checked chat call: its envelope in OpenAI's shape and the completions."""
         ...
 
-    def run_completions(self, call: CompletionCall, ctx: Any = None,
-                        on_token: Any = None) -> tuple[dict[str, Any], list[Completion]]:
+    def run_completions(
+        self, call: CompletionCall, ctx: Any = None, on_token: Any = None
+    ) -> tuple[dict[str, Any], list[Completion]]:
         """Generate a checked completions call: its envelope and the completions."""
         ...
 

@@ -46,13 +46,28 @@ class MessagesEndpoint(Endpoints):
         """Handle ``/v1/messages``: a Messages response, or an iterator of server-sent events when streaming."""
         req = messages_request(body)
         server = self.hooks
-        call = ChatCall(server.chat_prompt(req.messages, req.tools, ctx), req.params, req.messages, req.tools,
-                        req.parse_tools, False, 0, endpoint="messages", id_prefix="toolu_")
+        call = ChatCall(
+            server.chat_prompt(req.messages, req.tools, ctx),
+            req.params,
+            req.messages,
+            req.tools,
+            req.parse_tools,
+            False,
+            0,
+            endpoint="messages",
+            id_prefix="toolu_",
+        )
         if req.stream:
             return message_events(server, call, ctx)
         envelope, outs = server.run_chat(call, ctx)
-        return message_response(new_message_id(), server.model, envelope["choices"][0]["message"], outs[0],
-                                len(call.prompt), call.params.stop)
+        return message_response(
+            new_message_id(),
+            server.model,
+            envelope["choices"][0]["message"],
+            outs[0],
+            len(call.prompt),
+            call.params.stop,
+        )
 
 
 def event(name: str, payload: dict[str, Any]) -> str:
@@ -68,15 +83,31 @@ def error_event(e: BaseException) -> str:
 def message_events(server: ServerHooks, call: ChatCall, ctx: Any) -> Iterator[str]:
     """The events of a streamed Messages request (``call``: the checked request in chat form); the generation has
     started (or failed, raising, so the client gets an HTTP error) when this returns."""
-    gen = Generation(lambda on_token: server.run_chat(call, ctx, on_token), cancellable=server.cancel_streams,
-                     timeout=server.stream_timeout).start()
+    gen = Generation(
+        lambda on_token: server.run_chat(call, ctx, on_token),
+        cancellable=server.cancel_streams,
+        timeout=server.stream_timeout,
+    ).start()
     return framed(gen, _events(server, call, gen), error=error_event, done=None)
 
 
 def _events(server: ServerHooks, call: ChatCall, gen: Generation) -> Iterator[str]:
-    yield event("message_start", {"type": "message_start", "message": {
-        "id": new_message_id(), "type": "message", "role": "assistant", "model": server.model, "content": [],
-        "stop_reason": None, "stop_sequence": None, "usage": {"input_tokens": len(call.prompt), "output_tokens": 0}}})
+    yield event(
+        "message_start",
+        {
+            "type": "message_start",
+            "message": {
+                "id": new_message_id(),
+                "type": "message",
+                "role": "assistant",
+                "model": server.model,
+                "content": [],
+                "stop_reason": None,
+                "stop_sequence": None,
+                "usage": {"input_tokens": len(call.prompt), "output_tokens": 0},
+            },
+        },
+    )
     hold = (*call.params.stop, *((TOOL_TAG,) if call.parse_tools else ()))
     stream = TextStream(server.agent.tokenizer, hold, hold_trailing_space=call.parse_tools)
     index = 0  # the block being sent
@@ -86,10 +117,14 @@ def _events(server: ServerHooks, call: ChatCall, gen: Generation) -> Iterator[st
         nonlocal text_open
         if not text_open:
             text_open = True
-            yield event("content_block_start", {"type": "content_block_start", "index": index,
-                                                "content_block": {"type": "text", "text": ""}})
-        yield event("content_block_delta", {"type": "content_block_delta", "index": index,
-                                            "delta": {"type": "text_delta", "text": piece}})
+            yield event(
+                "content_block_start",
+                {"type": "content_block_start", "index": index, "content_block": {"type": "text", "text": ""}},
+            )
+        yield event(
+            "content_block_delta",
+            {"type": "content_block_delta", "index": index, "delta": {"type": "text_delta", "text": piece}},
+        )
 
     for _, token, logprob, top in gen:
         ready = stream.push(token, logprob, top)
@@ -104,13 +139,31 @@ def _events(server: ServerHooks, call: ChatCall, gen: Generation) -> Iterator[st
         index += 1
     for tool in message.get("tool_calls") or []:
         fn = tool["function"]
-        yield event("content_block_start", {"type": "content_block_start", "index": index, "content_block": {
-            "type": "tool_use", "id": tool["id"], "name": fn["name"], "input": {}}})
-        yield event("content_block_delta", {"type": "content_block_delta", "index": index,
-                                            "delta": {"type": "input_json_delta", "partial_json": fn["arguments"]}})
+        yield event(
+            "content_block_start",
+            {
+                "type": "content_block_start",
+                "index": index,
+                "content_block": {"type": "tool_use", "id": tool["id"], "name": fn["name"], "input": {}},
+            },
+        )
+        yield event(
+            "content_block_delta",
+            {
+                "type": "content_block_delta",
+                "index": index,
+                "delta": {"type": "input_json_delta", "partial_json": fn["arguments"]},
+            },
+        )
         yield event("content_block_stop", {"type": "content_block_stop", "index": index})
         index += 1
     reason, sequence = stop_reason(message, outs[0], call.params.stop)
-    yield event("message_delta", {"type": "message_delta", "delta": {"stop_reason": reason, "stop_sequence": sequence},
-                                  "usage": {"output_tokens": len(outs[0].token_ids)}})
+    yield event(
+        "message_delta",
+        {
+            "type": "message_delta",
+            "delta": {"stop_reason": reason, "stop_sequence": sequence},
+            "usage": {"output_tokens": len(outs[0].token_ids)},
+        },
+    )
     yield event("message_stop", {"type": "message_stop"})

@@ -15,20 +15,57 @@ from pydantic import ValidationError
 
 from turnrl.agents.base import SamplingParams
 
-_COMMON = {"model", "max_tokens", "temperature", "top_p", "top_k", "n", "stop", "seed", "stream", "stream_options",
-           "user", "frequency_penalty", "presence_penalty", "logit_bias", "logprobs"}
-CHAT_PARAMS = _COMMON | {"messages", "max_completion_tokens", "top_logprobs", "tools", "tool_choice",
-                         "parallel_tool_calls", "response_format", "metadata", "store"}
-COMPLETION_PARAMS = _COMMON | {"prompt", "echo", "best_of", "suffix", "return_tokens_as_token_ids",
-                               "skip_special_tokens"}
+_COMMON = {
+    "model",
+    "max_tokens",
+    "temperature",
+    "top_p",
+    "top_k",
+    "n",
+    "stop",
+    "seed",
+    "stream",
+    "stream_options",
+    "user",
+    "frequency_penalty",
+    "presence_penalty",
+    "logit_bias",
+    "logprobs",
+}
+CHAT_PARAMS = _COMMON | {
+    "messages",
+    "max_completion_tokens",
+    "top_logprobs",
+    "tools",
+    "tool_choice",
+    "parallel_tool_calls",
+    "response_format",
+    "metadata",
+    "store",
+}
+COMPLETION_PARAMS = _COMMON | {
+    "prompt",
+    "echo",
+    "best_of",
+    "suffix",
+    "return_tokens_as_token_ids",
+    "skip_special_tokens",
+}
 CHAT_MAX_TOKENS = 512  # when a chat request gives no max_tokens (OpenAI's default is the model's whole context)
 
 
 class APIError(Exception):
     """A request the server refuses, sent as ``{"error": {"message", "type", "param", "code"}}``."""
 
-    def __init__(self, status: int, message: str, *, param: str | None = None, code: str | None = None,
-                 kind: str = "invalid_request_error") -> None:
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        param: str | None = None,
+        code: str | None = None,
+        kind: str = "invalid_request_error",
+    ) -> None:
         super().__init__(message)
         self.status, self.param, self.code, self.kind = status, param, code, kind
 
@@ -44,8 +81,12 @@ def unsupported(param: str, why: str) -> APIError:
 def check_params(body: dict[str, Any], allowed: set[str]) -> None:
     unknown = sorted(set(body) - allowed)
     if unknown:
-        raise APIError(400, f"unsupported parameter(s) {unknown}; this endpoint accepts {sorted(allowed)}",
-                       param=unknown[0], code="unsupported_parameter")
+        raise APIError(
+            400,
+            f"unsupported parameter(s) {unknown}; this endpoint accepts {sorted(allowed)}",
+            param=unknown[0],
+            code="unsupported_parameter",
+        )
     for key in ("frequency_penalty", "presence_penalty"):
         if body.get(key):
             raise unsupported(key, "leave it out or 0 (sampling is plain temperature/top-p/top-k)")
@@ -81,14 +122,16 @@ def cut_at_stop(text: str, stop: tuple[str, ...]) -> str:
 def tool_choice(choice: Any, tools: Any) -> bool:
     """Whether to parse tool calls; refuses what cannot be honoured."""
     if not isinstance(tools, list) or not all(isinstance(t, dict) and t.get("type") == "function" for t in tools):
-        raise APIError(400, "tools must be a list of {\"type\": \"function\", \"function\": {...}} objects",
-                       param="tools")
+        raise APIError(400, 'tools must be a list of {"type": "function", "function": {...}} objects', param="tools")
     if choice in (None, "auto"):
         return True
     if choice == "none":
         return False
-    raise unsupported("tool_choice", f"{json.dumps(choice)} would force a tool call, which this server cannot "
-                       "guarantee; use \"auto\" (the model decides) or \"none\"")
+    raise unsupported(
+        "tool_choice",
+        f"{json.dumps(choice)} would force a tool call, which this server cannot "
+        'guarantee; use "auto" (the model decides) or "none"',
+    )
 
 
 def common_prefix(a: str, b: str) -> int:
@@ -104,7 +147,7 @@ def token_pieces(tok: Any, ids: list[int]) -> list[str]:
         if text.endswith("\ufffd") and i + 1 < len(ids):  # half a character: it comes with the next token
             out.append("")
             continue
-        out.append(text[common_prefix(prev, text):])
+        out.append(text[common_prefix(prev, text) :])
         prev = text
     return out
 
@@ -122,8 +165,9 @@ def _text_of(content: Any, where: str) -> str:
     if isinstance(content, list) and all(isinstance(p, dict) for p in content):
         kinds = {p.get("type") for p in content} - {"text"}
         if kinds:
-            raise APIError(400, f"{where}: only text content parts are supported, got {sorted(map(str, kinds))}",
-                           param="messages")
+            raise APIError(
+                400, f"{where}: only text content parts are supported, got {sorted(map(str, kinds))}", param="messages"
+            )
         return "".join(str(p.get("text", "")) for p in content)
     raise APIError(400, f"{where}: content must be a string or a list of text parts", param="messages")
 
@@ -135,10 +179,13 @@ def chat_messages(messages: Any) -> list[dict[str, Any]]:
     out = []
     for i, m in enumerate(messages):
         if not isinstance(m, dict) or m.get("role") not in ("system", "developer", "user", "assistant", "tool"):
-            raise APIError(400, f"messages[{i}] needs a role of system, developer, user, assistant or tool",
-                           param="messages")
-        msg: dict[str, Any] = {"role": "system" if m["role"] == "developer" else m["role"],
-                               "content": _text_of(m.get("content"), f"messages[{i}]")}
+            raise APIError(
+                400, f"messages[{i}] needs a role of system, developer, user, assistant or tool", param="messages"
+            )
+        msg: dict[str, Any] = {
+            "role": "system" if m["role"] == "developer" else m["role"],
+            "content": _text_of(m.get("content"), f"messages[{i}]"),
+        }
         for key in ("name", "tool_call_id"):
             if m.get(key) is not None:
                 msg[key] = m[key]
@@ -150,8 +197,9 @@ def chat_messages(messages: Any) -> list[dict[str, Any]]:
                     try:
                         fn["arguments"] = json.loads(fn["arguments"] or "{}")
                     except json.JSONDecodeError as e:
-                        raise APIError(400, f"messages[{i}].tool_calls: arguments are not JSON: {e}",
-                                       param="messages") from e
+                        raise APIError(
+                            400, f"messages[{i}].tool_calls: arguments are not JSON: {e}", param="messages"
+                        ) from e
                 calls.append({**call, "function": fn})
             msg["tool_calls"] = calls
         out.append(msg)
@@ -164,8 +212,14 @@ def parse_tool_calls(text: str, id_prefix: str = "call_") -> tuple[list[dict[str
     from turnrl.tools.parsers import HermesParser
 
     parsed = HermesParser().parse(text)
-    calls = [{"id": call.id or f"{id_prefix}{uuid.uuid4().hex[:12]}", "type": "function",
-              "function": {"name": call.name, "arguments": json.dumps(call.arguments)}} for call in parsed.calls]
+    calls = [
+        {
+            "id": call.id or f"{id_prefix}{uuid.uuid4().hex[:12]}",
+            "type": "function",
+            "function": {"name": call.name, "arguments": json.dumps(call.arguments)},
+        }
+        for call in parsed.calls
+    ]
     # the text around the calls; only its end is stripped, so that it is what a stream sent (which holds back
     # trailing whitespace where tool calls are parsed: it cannot know whether a call follows)
     rest = re.sub(r"<tool_call>.*?</tool_call>", "", text, flags=re.S).rstrip() if calls else text

@@ -60,8 +60,16 @@ class ResponsesEndpoint(Endpoints):
         server = self.hooks
         store = server.response_store(ctx)
         req = responses_request(body, store)
-        call = ChatCall(server.chat_prompt(req.messages, req.tools, ctx), req.params, req.messages, req.tools,
-                        req.parse_tools, False, 0, endpoint="responses")
+        call = ChatCall(
+            server.chat_prompt(req.messages, req.tools, ctx),
+            req.params,
+            req.messages,
+            req.tools,
+            req.parse_tools,
+            False,
+            0,
+            endpoint="responses",
+        )
         ids = (new_id("resp"), new_id("msg"), int(time.time()))
 
         def finish(result: tuple[dict[str, Any], list[Any]]) -> tuple[dict[str, Any], list[Any], dict[str, Any]]:
@@ -82,27 +90,37 @@ def event(kind: str, seq: Iterator[int], **fields: Any) -> str:
     return f"event: {kind}\ndata: {json.dumps({'type': kind, 'sequence_number': next(seq), **fields})}\n\n"
 
 
-def response_events(server: ServerHooks, call: ChatCall, req: ResponsesRequest, ctx: Any, ids: tuple[str, str, int],
-                    finish: Callable[[Any], Any]) -> Iterator[str]:
+def response_events(
+    server: ServerHooks,
+    call: ChatCall,
+    req: ResponsesRequest,
+    ctx: Any,
+    ids: tuple[str, str, int],
+    finish: Callable[[Any], Any],
+) -> Iterator[str]:
     """The events of a streamed Responses request; the generation has started (or failed, raising, so the client
     gets an HTTP error) when this returns."""
-    gen = Generation(lambda on_token: finish(server.run_chat(call, ctx, on_token)), cancellable=server.cancel_streams,
-                     timeout=server.stream_timeout).start()
+    gen = Generation(
+        lambda on_token: finish(server.run_chat(call, ctx, on_token)),
+        cancellable=server.cancel_streams,
+        timeout=server.stream_timeout,
+    ).start()
     seq = itertools.count()
     first = response_object(ids[0], server.model, req, None, None, len(call.prompt), ids[1], ids[2])
 
     def failed(e: BaseException) -> str:
         code = (e.code if isinstance(e, APIError) else None) or "server_error"
         message = str(e) if isinstance(e, APIError) else f"{type(e).__name__}: {e}"
-        return (event("error", seq, code=code, message=message, param=getattr(e, "param", None))
-                + event("response.failed", seq, response={**first, "status": "failed",
-                                                          "error": {"code": code, "message": message}}))
+        return event("error", seq, code=code, message=message, param=getattr(e, "param", None)) + event(
+            "response.failed", seq, response={**first, "status": "failed", "error": {"code": code, "message": message}}
+        )
 
     return framed(gen, _events(server, call, gen, first, ids[1], seq), error=failed, done=None)
 
 
-def _events(server: ServerHooks, call: ChatCall, gen: Generation, first: dict[str, Any], msg_id: str,
-            seq: Iterator[int]) -> Iterator[str]:
+def _events(
+    server: ServerHooks, call: ChatCall, gen: Generation, first: dict[str, Any], msg_id: str, seq: Iterator[int]
+) -> Iterator[str]:
     yield event("response.created", seq, response=first)
     yield event("response.in_progress", seq, response=first)
     hold = (TOOL_TAG,) if call.parse_tools else ()
@@ -114,10 +132,18 @@ def _events(server: ServerHooks, call: ChatCall, gen: Generation, first: dict[st
         nonlocal opened
         if not opened:
             opened = True
-            yield event("response.output_item.added", seq, output_index=0, item={
-                "type": "message", "id": msg_id, "status": "in_progress", "role": "assistant", "content": []})
-            yield event("response.content_part.added", seq, **where,
-                        part={"type": "output_text", "text": "", "annotations": [], "logprobs": []})
+            yield event(
+                "response.output_item.added",
+                seq,
+                output_index=0,
+                item={"type": "message", "id": msg_id, "status": "in_progress", "role": "assistant", "content": []},
+            )
+            yield event(
+                "response.content_part.added",
+                seq,
+                **where,
+                part={"type": "output_text", "text": "", "annotations": [], "logprobs": []},
+            )
         yield event("response.output_text.delta", seq, **where, delta=piece, logprobs=[])
 
     for _, token, logprob, top in gen:
@@ -134,13 +160,16 @@ def _events(server: ServerHooks, call: ChatCall, gen: Generation, first: dict[st
         yield event("response.output_text.done", seq, **where, text=part["text"], logprobs=[])
         yield event("response.content_part.done", seq, **where, part=part)
         yield event("response.output_item.done", seq, output_index=0, item=items[0])
-    for index, item in enumerate(items[1 if has_message else 0:], start=1 if has_message else 0):
-        yield event("response.output_item.added", seq, output_index=index,
-                    item={**item, "arguments": "", "status": "in_progress"})
+    for index, item in enumerate(items[1 if has_message else 0 :], start=1 if has_message else 0):
+        yield event(
+            "response.output_item.added",
+            seq,
+            output_index=index,
+            item={**item, "arguments": "", "status": "in_progress"},
+        )
         at = {"item_id": item["id"], "output_index": index}
         yield event("response.function_call_arguments.delta", seq, **at, delta=item["arguments"])
-        yield event("response.function_call_arguments.done", seq, **at, name=item["name"],
-                    arguments=item["arguments"])
+        yield event("response.function_call_arguments.done", seq, **at, name=item["name"], arguments=item["arguments"])
         yield event("response.output_item.done", seq, output_index=index, item=item)
     done = "response.completed" if response["status"] == "completed" else "response.incomplete"
     yield event(done, seq, response=response)

@@ -56,12 +56,36 @@ from turnrl.serving.openai_api import (
     unsupported,
 )
 
-PARAMS = {"model", "input", "instructions", "tools", "tool_choice", "max_output_tokens", "temperature", "top_p",
-          "stream", "store", "previous_response_id", "parallel_tool_calls", "metadata", "truncation", "reasoning",
-          "text", "include", "top_logprobs"}
+PARAMS = {
+    "model",
+    "input",
+    "instructions",
+    "tools",
+    "tool_choice",
+    "max_output_tokens",
+    "temperature",
+    "top_p",
+    "stream",
+    "store",
+    "previous_response_id",
+    "parallel_tool_calls",
+    "metadata",
+    "truncation",
+    "reasoning",
+    "text",
+    "include",
+    "top_logprobs",
+}
 #: accepted and ignored (see the module docstring)
-IGNORED = {"user", "safety_identifier", "prompt_cache_key", "prompt_cache_retention", "prompt_cache_options",
-           "service_tier", "stream_options"}
+IGNORED = {
+    "user",
+    "safety_identifier",
+    "prompt_cache_key",
+    "prompt_cache_retention",
+    "prompt_cache_options",
+    "service_tier",
+    "stream_options",
+}
 #: known fields refused unless null, and why
 UNSUPPORTED = {
     "background": "responses are answered while the client waits; leave it out",
@@ -108,9 +132,13 @@ class ResponseStore:
             found = self.items.get(response_id)
         if found is None:
             kept = f"the last {self.limit} stored responses" if self.limit is not None else "its session's responses"
-            raise APIError(404, f"Previous response with id {response_id!r} not found: this server keeps {kept} "
-                           "(not those sent with store=false); send the whole conversation as `input` instead",
-                           param="previous_response_id", code="previous_response_not_found")
+            raise APIError(
+                404,
+                f"Previous response with id {response_id!r} not found: this server keeps {kept} "
+                "(not those sent with store=false); send the whole conversation as `input` instead",
+                param="previous_response_id",
+                code="previous_response_not_found",
+            )
         return list(found)
 
     def clear(self) -> None:
@@ -137,8 +165,12 @@ def responses_request(body: dict[str, Any], store: ResponseStore) -> ResponsesRe
     """Check a ``/v1/responses`` body and convert it (see the module docstring); raises :class:`APIError`."""
     unknown = sorted(set(body) - PARAMS - IGNORED - set(UNSUPPORTED))
     if unknown:
-        raise APIError(400, f"Unknown parameter: {unknown[0]!r} (this endpoint accepts "
-                       f"{', '.join(sorted(PARAMS | IGNORED))})", param=unknown[0], code="unknown_parameter")
+        raise APIError(
+            400,
+            f"Unknown parameter: {unknown[0]!r} (this endpoint accepts {', '.join(sorted(PARAMS | IGNORED))})",
+            param=unknown[0],
+            code="unknown_parameter",
+        )
     for key, why in UNSUPPORTED.items():
         if body.get(key) is not None:
             raise unsupported(key, why)
@@ -147,8 +179,11 @@ def responses_request(body: dict[str, Any], store: ResponseStore) -> ResponsesRe
         if body.get(key) is not None and not isinstance(body[key], bool):
             raise bad(f"{key} must be true or false, got {body[key]!r}", key)
     if body.get("parallel_tool_calls") is False:
-        raise unsupported("parallel_tool_calls", "false would promise at most one tool call per reply, which this "
-                          "server cannot guarantee; leave it out or true")
+        raise unsupported(
+            "parallel_tool_calls",
+            "false would promise at most one tool call per reply, which this "
+            "server cannot guarantee; leave it out or true",
+        )
     instructions = body.get("instructions")
     if instructions is not None and not isinstance(instructions, str):
         raise bad("instructions must be a string", "instructions")
@@ -161,42 +196,69 @@ def responses_request(body: dict[str, Any], store: ResponseStore) -> ResponsesRe
     tools = _tools(body.get("tools"))
     choice = body.get("tool_choice")
     if choice not in (None, "auto", "none"):
-        raise unsupported("tool_choice", f"{json.dumps(choice)} would force a tool call, which this server cannot "
-                          "guarantee; use \"auto\" (the model decides) or \"none\"")
+        raise unsupported(
+            "tool_choice",
+            f"{json.dumps(choice)} would force a tool call, which this server cannot "
+            'guarantee; use "auto" (the model decides) or "none"',
+        )
     metadata = body.get("metadata")
     if metadata is not None and not isinstance(metadata, dict):
         raise bad("metadata must be an object of strings", "metadata")
-    echo = {"instructions": instructions, "max_output_tokens": body.get("max_output_tokens"),
-            "metadata": metadata or {}, "parallel_tool_calls": True, "previous_response_id": previous,
-            "temperature": body.get("temperature", 1.0), "tool_choice": choice or "auto",
-            "tools": body.get("tools") or [], "top_p": body.get("top_p", 1.0), "user": body.get("user"),
-            "store": body.get("store", True) is not False}
-    return ResponsesRequest(messages, chat_messages(history) if history else [], tools,
-                            tools is not None and choice != "none", _params(body), bool(body.get("stream")),
-                            echo["store"], echo)
+    echo = {
+        "instructions": instructions,
+        "max_output_tokens": body.get("max_output_tokens"),
+        "metadata": metadata or {},
+        "parallel_tool_calls": True,
+        "previous_response_id": previous,
+        "temperature": body.get("temperature", 1.0),
+        "tool_choice": choice or "auto",
+        "tools": body.get("tools") or [],
+        "top_p": body.get("top_p", 1.0),
+        "user": body.get("user"),
+        "store": body.get("store", True) is not False,
+    }
+    return ResponsesRequest(
+        messages,
+        chat_messages(history) if history else [],
+        tools,
+        tools is not None and choice != "none",
+        _params(body),
+        bool(body.get("stream")),
+        echo["store"],
+        echo,
+    )
 
 
 def _refuse_features(body: dict[str, Any]) -> None:
     reasoning = body.get("reasoning")
-    if reasoning is not None and (not isinstance(reasoning, dict)
-                                  or reasoning.get("effort") not in (None, "none") or reasoning.get("summary")
-                                  or reasoning.get("generate_summary")):
-        raise unsupported("reasoning", "no reasoning effort or summaries: the policy's reasoning, if any, is part of "
-                          "its text; leave it out")
+    if reasoning is not None and (
+        not isinstance(reasoning, dict)
+        or reasoning.get("effort") not in (None, "none")
+        or reasoning.get("summary")
+        or reasoning.get("generate_summary")
+    ):
+        raise unsupported(
+            "reasoning",
+            "no reasoning effort or summaries: the policy's reasoning, if any, is part of its text; leave it out",
+        )
     if body.get("truncation") not in (None, "disabled"):
-        raise unsupported("truncation", "a prompt past the context is refused, not cut; trim the history yourself "
-                          "(\"disabled\")")
+        raise unsupported(
+            "truncation", 'a prompt past the context is refused, not cut; trim the history yourself ("disabled")'
+        )
     text = body.get("text")
     if text is not None:
         if not isinstance(text, dict) or set(text) - {"format", "verbosity"}:
             raise bad("text must be an object with `format` (and `verbosity`)", "text")
         fmt = text.get("format")
         if fmt is not None and (not isinstance(fmt, dict) or fmt.get("type") != "text"):
-            raise unsupported("text.format", "no structured outputs (json_schema, json_object); ask for JSON in the "
-                              "prompt and validate it")
+            raise unsupported(
+                "text.format",
+                "no structured outputs (json_schema, json_object); ask for JSON in the prompt and validate it",
+            )
     if body.get("include"):
-        raise unsupported("include", f"{body['include']!r}: no extra output data (logprobs, reasoning, tool "
-                          "sources) from this server")
+        raise unsupported(
+            "include", f"{body['include']!r}: no extra output data (logprobs, reasoning, tool sources) from this server"
+        )
     if body.get("top_logprobs"):
         raise unsupported("top_logprobs", "no logprobs on /v1/responses here; use /v1/chat/completions")
 
@@ -210,9 +272,11 @@ def _params(body: dict[str, Any]) -> SamplingParams:
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
             raise bad(f"{key} must be a number, got {value!r}", key)
     try:
-        return SamplingParams(temperature=1.0 if body.get("temperature") is None else body["temperature"],
-                              top_p=1.0 if body.get("top_p") is None else body["top_p"],
-                              max_new_tokens=CHAT_MAX_TOKENS if max_tokens is None else max_tokens)
+        return SamplingParams(
+            temperature=1.0 if body.get("temperature") is None else body["temperature"],
+            top_p=1.0 if body.get("top_p") is None else body["top_p"],
+            max_new_tokens=CHAT_MAX_TOKENS if max_tokens is None else max_tokens,
+        )
     except (ValidationError, TypeError, ValueError) as e:
         raise bad(f"invalid sampling parameters: {e}", None) from e
 
@@ -222,21 +286,27 @@ def _tools(tools: Any) -> list[dict[str, Any]] | None:
     if tools is None:
         return None
     if not isinstance(tools, list):
-        raise bad("tools must be a list of {\"type\": \"function\", \"name\", \"parameters\"} objects", "tools")
+        raise bad('tools must be a list of {"type": "function", "name", "parameters"} objects', "tools")
     out = []
     for i, tool in enumerate(tools):
         where = f"tools[{i}]"
         if not isinstance(tool, dict) or tool.get("type") != "function":
             kind = tool.get("type") if isinstance(tool, dict) else type(tool).__name__
-            raise unsupported(f"{where}.type", f"{kind!r}: only function tools; built-in tools (web search, "
-                              "file search, code interpreter, …) do not run here — define a function, run it yourself")
+            raise unsupported(
+                f"{where}.type",
+                f"{kind!r}: only function tools; built-in tools (web search, "
+                "file search, code interpreter, …) do not run here — define a function, run it yourself",
+            )
         _fields(tool, TOOL_FIELDS, where)
         if not isinstance(tool.get("name"), str) or not tool["name"]:
             raise bad(f"{where}.name: a non-empty string is required", f"{where}.name")
         if tool.get("parameters") is not None and not isinstance(tool["parameters"], dict):
             raise bad(f"{where}.parameters must be a JSON schema object", f"{where}.parameters")
-        fn = {"name": tool["name"], **({"description": tool["description"]} if tool.get("description") else {}),
-              "parameters": tool.get("parameters") or {"type": "object", "properties": {}}}
+        fn = {
+            "name": tool["name"],
+            **({"description": tool["description"]} if tool.get("description") else {}),
+            "parameters": tool.get("parameters") or {"type": "object", "properties": {}},
+        }
         out.append({"type": "function", "function": fn})
     return out or None
 
@@ -264,8 +334,10 @@ def _parts(content: Any, where: str, kinds: tuple[str, ...]) -> str:
         at = f"{where}[{j}]"
         kind = part.get("type") if isinstance(part, dict) else None
         if kind not in kinds:
-            raise bad(f"{at}.type: {kind!r} is not supported here (a text model serves: send {' or '.join(kinds)} "
-                      "parts)", f"{at}.type")
+            raise bad(
+                f"{at}.type: {kind!r} is not supported here (a text model serves: send {' or '.join(kinds)} parts)",
+                f"{at}.type",
+            )
         _fields(part, PART_FIELDS[kind], at)
         texts.append(_string(part, "text", at, empty=True))
     return "".join(texts)
@@ -311,21 +383,26 @@ def _items(items: Any, history: list[dict[str, Any]]) -> list[dict[str, Any]]:
             if last is None or last["role"] != "assistant":  # calls join the assistant message just before
                 last = {"role": "assistant", "content": ""}
                 out.append(last)
-            last.setdefault("tool_calls", []).append({"id": call_id, "type": "function",
-                                                      "function": {"name": name, "arguments": arguments}})
+            last.setdefault("tool_calls", []).append(
+                {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+            )
         elif kind == "function_call_output":
             _fields(item, OUTPUT_FIELDS, where)
             call_id = _string(item, "call_id", where)
             if call_id not in calls:
-                raise bad(f"{where}: No tool call found for function call output with call_id {call_id!r}",
-                          f"{where}.call_id")
+                raise bad(
+                    f"{where}: No tool call found for function call output with call_id {call_id!r}", f"{where}.call_id"
+                )
             calls[call_id] = True
             output = item.get("output")
             text = output if isinstance(output, str) else _parts(output, f"{where}.output", ("input_text",))
             out.append({"role": "tool", "tool_call_id": call_id, "content": text})
         else:
-            raise bad(f"{where}.type: items of type {kind!r} are not supported here; send messages, function_call "
-                      "and function_call_output items", f"{where}.type")
+            raise bad(
+                f"{where}.type: items of type {kind!r} are not supported here; send messages, function_call "
+                "and function_call_output items",
+                f"{where}.type",
+            )
     _unanswered(calls, "input")
     return out
 
@@ -333,8 +410,11 @@ def _items(items: Any, history: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def _unanswered(calls: dict[str, bool], where: str) -> None:
     missing = [k for k, done in calls.items() if not done]
     if missing:
-        raise bad(f"{where}: No tool output found for function call {missing[0]} (each function_call needs its "
-                  "function_call_output before the conversation goes on)", where)
+        raise bad(
+            f"{where}: No tool output found for function call {missing[0]} (each function_call needs its "
+            "function_call_output before the conversation goes on)",
+            where,
+        )
 
 
 # ---- the answer ----
@@ -350,19 +430,39 @@ def output_items(message: dict[str, Any], msg_id: str, complete: bool) -> list[d
     ``message`` with its text (if any), then a ``function_call`` per tool call."""
     items: list[dict[str, Any]] = []
     if message.get("content"):
-        items.append({"type": "message", "id": msg_id, "status": "completed" if complete else "incomplete",
-                      "role": "assistant", "content": [{"type": "output_text", "text": message["content"],
-                                                        "annotations": [], "logprobs": []}]})
+        items.append(
+            {
+                "type": "message",
+                "id": msg_id,
+                "status": "completed" if complete else "incomplete",
+                "role": "assistant",
+                "content": [{"type": "output_text", "text": message["content"], "annotations": [], "logprobs": []}],
+            }
+        )
     for call in message.get("tool_calls") or []:
-        items.append({"type": "function_call", "id": f"fc_{call['id'].removeprefix('call_')}", "call_id": call["id"],
-                      "name": call["function"]["name"], "arguments": call["function"]["arguments"],
-                      "status": "completed"})
+        items.append(
+            {
+                "type": "function_call",
+                "id": f"fc_{call['id'].removeprefix('call_')}",
+                "call_id": call["id"],
+                "name": call["function"]["name"],
+                "arguments": call["function"]["arguments"],
+                "status": "completed",
+            }
+        )
     return items
 
 
-def response_object(resp_id: str, model: str, req: ResponsesRequest, message: dict[str, Any] | None,
-                    c: Completion | None, prompt_tokens: int, msg_id: str, created: int | None = None
-                    ) -> dict[str, Any]:
+def response_object(
+    resp_id: str,
+    model: str,
+    req: ResponsesRequest,
+    message: dict[str, Any] | None,
+    c: Completion | None,
+    prompt_tokens: int,
+    msg_id: str,
+    created: int | None = None,
+) -> dict[str, Any]:
     """A Responses API response object; ``message`` None: one still in progress (no output yet)."""
     status, incomplete, output, usage = "in_progress", None, [], None
     if message is not None and c is not None:
@@ -371,9 +471,26 @@ def response_object(resp_id: str, model: str, req: ResponsesRequest, message: di
         incomplete = None if complete else {"reason": "max_output_tokens"}
         output = output_items(message, msg_id, complete)
         n = len(c.token_ids)
-        usage = {"input_tokens": prompt_tokens, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": n,
-                 "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": prompt_tokens + n}
-    return {"id": resp_id, "object": "response", "created_at": created or int(time.time()), "status": status,
-            "background": False, "error": None, "incomplete_details": incomplete, "model": model, "output": output,
-            "reasoning": {"effort": None, "summary": None}, "text": {"format": {"type": "text"}},
-            "truncation": "disabled", "usage": usage, **req.echo}
+        usage = {
+            "input_tokens": prompt_tokens,
+            "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens": n,
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": prompt_tokens + n,
+        }
+    return {
+        "id": resp_id,
+        "object": "response",
+        "created_at": created or int(time.time()),
+        "status": status,
+        "background": False,
+        "error": None,
+        "incomplete_details": incomplete,
+        "model": model,
+        "output": output,
+        "reasoning": {"effort": None, "summary": None},
+        "text": {"format": {"type": "text"}},
+        "truncation": "disabled",
+        "usage": usage,
+        **req.echo,
+    }

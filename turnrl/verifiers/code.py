@@ -61,7 +61,7 @@ def _read_verdict(stdout: str, token: bytes) -> tuple[dict[str, Any] | None, lis
     for line in stdout.splitlines():
         if VERDICT_PREFIX not in line:
             continue
-        mac, _, body = line[line.index(VERDICT_PREFIX) + len(VERDICT_PREFIX):].partition(" ")
+        mac, _, body = line[line.index(VERDICT_PREFIX) + len(VERDICT_PREFIX) :].partition(" ")
         expected = hmac.new(token, body.encode("utf-8", "surrogateescape"), "sha256").hexdigest()
         if not hmac.compare_digest(mac.encode("ascii", "replace"), expected.encode("ascii")):
             problems.append("a forged verdict line on stdout")
@@ -75,19 +75,33 @@ def _read_verdict(stdout: str, token: bytes) -> tuple[dict[str, Any] | None, lis
         verdict = json.loads(verdicts[0])
     except ValueError:
         return None, [*problems, "an unreadable verdict"]
-    ok = (isinstance(verdict, dict) and isinstance(verdict.get("results"), list)
-          and isinstance(verdict.get("tampering"), list)
-          and all(isinstance(r, list) and len(r) == 2 and isinstance(r[0], bool) and isinstance(r[1], str)
-                  for r in verdict["results"]))
+    ok = (
+        isinstance(verdict, dict)
+        and isinstance(verdict.get("results"), list)
+        and isinstance(verdict.get("tampering"), list)
+        and all(
+            isinstance(r, list) and len(r) == 2 and isinstance(r[0], bool) and isinstance(r[1], str)
+            for r in verdict["results"]
+        )
+    )
     return (verdict if ok else None), problems if ok else [*problems, "a malformed verdict"]
 
 
 def _no_verdict(result: ExecResult, total: int, problems: list[str]) -> Verdict:
     """The run ended without a verdict: it was stopped, crashed, or ended itself. Never a pass."""
-    reason = result.error or trim_traceback(result.stderr) or (
-        f"the program ended before the tests finished (exit status {result.exit_code})")
-    details: dict[str, Any] = {"feedback": reason, "passed": 0, "total": total, "exit_code": result.exit_code,
-                               "error": result.error, "tampering": len(problems)}
+    reason = (
+        result.error
+        or trim_traceback(result.stderr)
+        or (f"the program ended before the tests finished (exit status {result.exit_code})")
+    )
+    details: dict[str, Any] = {
+        "feedback": reason,
+        "passed": 0,
+        "total": total,
+        "exit_code": result.exit_code,
+        "error": result.error,
+        "tampering": len(problems),
+    }
     if problems:
         details["tampering_events"] = problems
     return Verdict(correct=False, score=0.0, details=details)
@@ -98,19 +112,26 @@ def _verdict(verdict: dict[str, Any], tests: list[str], script: bool, problems: 
     total = len(tests)
     if verdict.get("error") or len(results) != total:
         reason = str(verdict.get("error") or f"the harness reported {len(results)} results for {total} tests")
-        return Verdict(correct=False, score=0.0, details={"feedback": reason, "passed": 0, "total": total,
-                                                          "error": reason, "tampering": len(tampering)})
+        return Verdict(
+            correct=False,
+            score=0.0,
+            details={"feedback": reason, "passed": 0, "total": total, "error": reason, "tampering": len(tampering)},
+        )
     passed = sum(ok for ok, _ in results)
     details: dict[str, Any] = {"passed": passed, "total": total, "tampering": len(tampering)}
     failed = [(t, fb) for t, (ok, fb) in zip(tests, results) if not ok]
     if failed:
         test, feedback = failed[0]
-        details["feedback"] = feedback if script else (
-            f"{len(failed)} of {total} tests failed. First failure:\n{test}\n{feedback}")
+        details["feedback"] = (
+            feedback if script else (f"{len(failed)} of {total} tests failed. First failure:\n{test}\n{feedback}")
+        )
     if tampering:
         details["tampering_events"] = tampering
-        details["feedback"] = ("The verifier refused what the code under test tried: " + "; ".join(tampering[:5])
-                               + (f"\n{details['feedback']}" if failed else ""))
+        details["feedback"] = (
+            "The verifier refused what the code under test tried: "
+            + "; ".join(tampering[:5])
+            + (f"\n{details['feedback']}" if failed else "")
+        )
         return Verdict(correct=False, score=0.0, details=details)
     return Verdict(correct=not failed, score=passed / total, details=details)
 
@@ -155,15 +176,29 @@ def run_tests(
     if not test_list:
         raise ValueError("tests is an empty list: nothing would be checked")
     token = secrets.token_hex(32)
-    job = {"solution": code, "tests": test_list, "script": script, "entry_point": entry_point,
-           "trusted": trusted_code, "budget": _budget(timeout)}
+    job = {
+        "solution": code,
+        "tests": test_list,
+        "script": script,
+        "entry_point": entry_point,
+        "trusted": trusted_code,
+        "budget": _budget(timeout),
+    }
     stdin = token + "\n" + json.dumps(job, ensure_ascii=True)
     try:
         result = (sandbox or default_test_sandbox()).run(HARNESS, timeout=timeout, stdin=stdin, files=files)
     except Exception as e:  # a sandbox that fails is an answer, not a crash in a rollout
-        return Verdict(correct=False, score=0.0, details={"feedback": f"the sandbox failed: {type(e).__name__}: {e}",
-                                                          "passed": 0, "total": len(test_list),
-                                                          "error": f"{type(e).__name__}: {e}", "tampering": 0})
+        return Verdict(
+            correct=False,
+            score=0.0,
+            details={
+                "feedback": f"the sandbox failed: {type(e).__name__}: {e}",
+                "passed": 0,
+                "total": len(test_list),
+                "error": f"{type(e).__name__}: {e}",
+                "tampering": 0,
+            },
+        )
     verdict, problems = _read_verdict(result.stdout, token.encode("ascii"))
     if verdict is None:
         return _no_verdict(result, len(test_list), problems)

@@ -1,7 +1,7 @@
 """The test harness that ``turnrl.verifiers.code.run_tests`` runs as ``main.py`` inside the sandbox.
 
 turnrl never imports this module: its *source* is the program the sandbox runs (standard library only, Python ≥ 3.8).
-Over 400 lines: the sandbox runs one self-contained file — the harness cannot import helpers of its own, and every
+Over 450 lines: the sandbox runs one self-contained file — the harness cannot import helpers of its own, and every
 defence below must be in it before any untrusted code runs.
 The threat model and every defence are in ``docs/REWARD_HACKING.md``. In short:
 
@@ -53,31 +53,124 @@ NUMERIC_BUILTINS = frozenset({"abs", "round", "float", "int", "complex", "divmod
 MAX_FEEDBACK = 600
 MAX_NODES = 1_000_000
 MAX_EVENTS = 20
-SAFE_DUNDERS = frozenset({
-    "__module__", "__qualname__", "__doc__", "__dict__", "__weakref__", "__slots__", "__init__", "__new__",
-    "__annotations__", "__orig_bases__", "__parameters__", "__match_args__", "__firstlineno__",
-    "__static_attributes__", "__init_subclass__", "__class_getitem__", "__getnewargs__",
-})
-BEHAVIOUR_DUNDERS = frozenset(f"__{n}__" for n in ["eq", "ne", "lt", "le", "gt", "ge", "hash", "bool", "len", "contains", "iter", "next", "getitem", "reversed", "missing", "abs", "neg", "pos", "invert", "add", "radd", "sub", "rsub", "mul", "rmul", "truediv", "rtruediv", "floordiv", "rfloordiv", "mod", "rmod", "divmod", "rdivmod", "pow", "rpow", "float", "int", "index", "complex", "round", "trunc", "floor", "ceil", "getattribute", "getattr", "class", "instancecheck", "subclasscheck", "and", "rand", "or", "ror", "xor", "rxor"])
+SAFE_DUNDERS = frozenset(
+    {
+        "__module__",
+        "__qualname__",
+        "__doc__",
+        "__dict__",
+        "__weakref__",
+        "__slots__",
+        "__init__",
+        "__new__",
+        "__annotations__",
+        "__orig_bases__",
+        "__parameters__",
+        "__match_args__",
+        "__firstlineno__",
+        "__static_attributes__",
+        "__init_subclass__",
+        "__class_getitem__",
+        "__getnewargs__",
+    }
+)
+BEHAVIOUR_DUNDERS = frozenset(
+    f"__{n}__"
+    for n in [
+        "eq",
+        "ne",
+        "lt",
+        "le",
+        "gt",
+        "ge",
+        "hash",
+        "bool",
+        "len",
+        "contains",
+        "iter",
+        "next",
+        "getitem",
+        "reversed",
+        "missing",
+        "abs",
+        "neg",
+        "pos",
+        "invert",
+        "add",
+        "radd",
+        "sub",
+        "rsub",
+        "mul",
+        "rmul",
+        "truediv",
+        "rtruediv",
+        "floordiv",
+        "rfloordiv",
+        "mod",
+        "rmod",
+        "divmod",
+        "rdivmod",
+        "pow",
+        "rpow",
+        "float",
+        "int",
+        "index",
+        "complex",
+        "round",
+        "trunc",
+        "floor",
+        "ceil",
+        "getattribute",
+        "getattr",
+        "class",
+        "instancecheck",
+        "subclasscheck",
+        "and",
+        "rand",
+        "or",
+        "ror",
+        "xor",
+        "rxor",
+    ]
+)
 FRAME_ATTRS = frozenset({"tb_frame", "gi_frame", "cr_frame", "ag_frame", "f_code"})
-ALWAYS_REFUSED = frozenset({
-    "sys._current_frames", "sys.settrace", "sys.setprofile", "sys._settraceallthreads",
-    "sys._setprofileallthreads", "sys.addaudithook", "sys.monitoring.register_callback", "gc.get_objects",
-    "gc.get_referrers", "gc.get_referents", "os.fork", "os.forkpty", "os.exec", "os.posix_spawn", "os.spawn",
-    "os.system", "subprocess.Popen", "pty.spawn", "os.startfile",
-})
+ALWAYS_REFUSED = frozenset(
+    {
+        "sys._current_frames",
+        "sys.settrace",
+        "sys.setprofile",
+        "sys._settraceallthreads",
+        "sys._setprofileallthreads",
+        "sys.addaudithook",
+        "sys.monitoring.register_callback",
+        "gc.get_objects",
+        "gc.get_referrers",
+        "gc.get_referents",
+        "os.fork",
+        "os.forkpty",
+        "os.exec",
+        "os.posix_spawn",
+        "os.spawn",
+        "os.system",
+        "subprocess.Popen",
+        "pty.spawn",
+        "os.startfile",
+    }
+)
 PROC_PATHS = ("/proc/", "/dev/fd/", "/dev/stdin", "/dev/stdout", "/dev/stderr")
 REFUSED_IMPORTS = frozenset({"ctypes", "_ctypes", "_testcapi", "_testinternalcapi", "_xxsubinterpreters"})
 
 
 # No class of the harness has Python methods: code under test can reach any class (``TypeError.__subclasses__()``),
 # and a method's ``__globals__`` would be the harness's own namespace.
-NotPlainValue = type("NotPlainValue", (TypeError,), {"__module__": "turnrl", "__doc__": "A value under test is not plain."})
+NotPlainValue = type(
+    "NotPlainValue", (TypeError,), {"__module__": "turnrl", "__doc__": "A value under test is not plain."}
+)
 
 
 def _write_all(fd, data, write=os.write):
     while data:
-        data = data[write(fd, data):]
+        data = data[write(fd, data) :]
 
 
 def _read_all(fd, read=os.read):
@@ -95,11 +188,17 @@ def _cap(text, n=MAX_FEEDBACK):
 
 # ---- plain values ----
 
+
 def _make_checker(tampering):
     """``plain(value, what)``: the value if it is plain, else raise NotPlainValue (and record tampering)."""
     leaves = [int, float, complex, bool, str, bytes, bytearray, type(None), range, type(Ellipsis)]
-    containers = {id(list): list.__iter__, id(tuple): tuple.__iter__, id(set): set.__iter__,
-                  id(frozenset): frozenset.__iter__, id(collections.deque): collections.deque.__iter__}
+    containers = {
+        id(list): list.__iter__,
+        id(tuple): tuple.__iter__,
+        id(set): set.__iter__,
+        id(frozenset): frozenset.__iter__,
+        id(collections.deque): collections.deque.__iter__,
+    }
     leaf_ids = frozenset(id(t) for t in leaves)
     type_id, dict_id = id(type), id(dict)
     nt_repr = collections.namedtuple("_T", "a").__repr__.__code__
@@ -107,10 +206,26 @@ def _make_checker(tampering):
     type_name = type.__dict__["__name__"].__get__
     mro_of = type.__dict__["__mro__"].__get__
     dict_of = type.__dict__["__dict__"].__get__
-    iter_ids = frozenset(id(t) for t in (
-        types.GeneratorType, map, filter, zip, enumerate, reversed, type(iter([])), type(iter(())),
-        type(iter(range(0))), type(iter("")), type(iter({})), type(iter({}.values())), type(iter({}.items())),
-        type(iter(set())), *[t for t in vars(itertools).values() if isinstance(t, type)]))
+    iter_ids = frozenset(
+        id(t)
+        for t in (
+            types.GeneratorType,
+            map,
+            filter,
+            zip,
+            enumerate,
+            reversed,
+            type(iter([])),
+            type(iter(())),
+            type(iter(range(0))),
+            type(iter("")),
+            type(iter({})),
+            type(iter({}.values())),
+            type(iter({}.items())),
+            type(iter(set())),
+            *[t for t in vars(itertools).values() if isinstance(t, type)],
+        )
+    )
     view_ids = frozenset(id(type(v)) for v in ({}.keys(), {}.values(), {}.items()))
 
     def kind(t):
@@ -159,8 +274,9 @@ def _make_checker(tampering):
                 message, tampered = base
                 if tampered:
                     tampering.append(f"non-plain value: {message}")
-                raise NotPlainValue(f"{what} is {message}; return plain values (numbers, strings, lists, tuples, "
-                                    "dicts, sets, None)")
+                raise NotPlainValue(
+                    f"{what} is {message}; return plain values (numbers, strings, lists, tuples, dicts, sets, None)"
+                )
             if k == "leaf" or id(v) in seen:
                 continue
             seen.add(id(v))
@@ -194,6 +310,7 @@ def _make_checker(tampering):
 
 # ---- feedback without frames ----
 
+
 def _make_describe(solution_lines):
     tb_of = BaseException.__dict__["__traceback__"].__get__
     type_name = type.__dict__["__name__"].__get__
@@ -212,7 +329,9 @@ def _make_describe(solution_lines):
         while type(tb) is traceback_type and len(where) < 40:
             line = tb.tb_lineno
             if type(line) is int and line >= SOLUTION_LINE and line - SOLUTION_LINE <= len(solution_lines):
-                where.append(f"  your code, line {line - SOLUTION_LINE}: {solution_lines[line - SOLUTION_LINE - 1].strip()}")
+                where.append(
+                    f"  your code, line {line - SOLUTION_LINE}: {solution_lines[line - SOLUTION_LINE - 1].strip()}"
+                )
             elif type(line) is int and TEST_LINE <= line < SOLUTION_LINE and line - TEST_LINE <= len(test_lines):
                 where.append(f"  test, line {line - TEST_LINE}: {test_lines[line - TEST_LINE - 1].strip()}")
             tb = tb.tb_next
@@ -226,12 +345,19 @@ def _make_describe(solution_lines):
 
 # ---- the audit hook ----
 
+
 def _make_hook(tampering, counts):
     get_ident, getframe, stat = _thread.get_ident, sys._getframe, os.stat
     busy = set()
-    allowed_callers = frozenset(id(c) for c in (
-        collections.namedtuple.__code__, getattr(getattr(enum.EnumMeta, "_create_", None), "__code__", None),
-        getattr(getattr(typing, "_caller", None), "__code__", None)) if c is not None)
+    allowed_callers = frozenset(
+        id(c)
+        for c in (
+            collections.namedtuple.__code__,
+            getattr(getattr(enum.EnumMeta, "_create_", None), "__code__", None),
+            getattr(getattr(typing, "_caller", None), "__code__", None),
+        )
+        if c is not None
+    )
     try:
         proc_dev = stat("/proc").st_dev
     except OSError:
@@ -285,6 +411,7 @@ def _make_hook(tampering, counts):
 
 # ---- monkeypatching ----
 
+
 def _snapshot(modules):
     """What code under test must not rebind: the functions, classes and submodules of every loaded module, and the
     attributes of their (mutable) classes, as (label, module or None, mapping, [(key, value)])."""
@@ -321,6 +448,7 @@ def _changed(snap, modules):
 
 # ---- compiling ----
 
+
 def _plainify(tree):
     """Rewrite every ``assert`` of the tests so that the values whose special methods decide it are checked.
 
@@ -329,6 +457,7 @@ def _plainify(tree):
     (``__turnrl_value__``: iterators are checked item by item). Other values (``isinstance(S(), S)``,
     ``len(stack)``, ``Solution().f(x)``) are left alone: forging them would need the expected answer.
     """
+
     def call(name, e):
         return ast.copy_location(ast.Call(ast.Name(name, ast.Load()), [e], []), e)
 
@@ -376,8 +505,12 @@ def _compile_test(source):
         nodes = list(ast.walk(tree))
         bound = {n.id for n in nodes if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
         bound |= {n.name for n in nodes if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
-        bound |= {(a.asname or a.name).split(".")[0] for n in nodes if isinstance(n, (ast.Import, ast.ImportFrom))
-                  for a in n.names}
+        bound |= {
+            (a.asname or a.name).split(".")[0]
+            for n in nodes
+            if isinstance(n, (ast.Import, ast.ImportFrom))
+            for a in n.names
+        }
         names = {n.id for n in nodes if isinstance(n, ast.Name)} - bound
         imports = [a.name for n in nodes if isinstance(n, ast.Import) for a in n.names]
         imports += [n.module for n in nodes if isinstance(n, ast.ImportFrom) and n.module and not n.level]
@@ -401,6 +534,7 @@ def _compile_solution(source):
 
 
 # ---- running ----
+
 
 def _run(job, tampering):
     """Results, tampering and an error for ``job`` (see the module docstring)."""
@@ -521,7 +655,7 @@ def _run(job, tampering):
 def _encode(results, tampering, error, esc=_json.encode_basestring_ascii):
     """The verdict as JSON, built without the json module (which code under test may have patched)."""
     rows = ",".join(f"[{'true' if ok is True else 'false'},{esc(fb if type(fb) is str else '')}]" for ok, fb in results)
-    events = ",".join(esc(t) for t in list(tampering)[:MAX_EVENTS + 1] if type(t) is str)
+    events = ",".join(esc(t) for t in list(tampering)[: MAX_EVENTS + 1] if type(t) is str)
     return f'{{"results":[{rows}],"tampering":[{events}],"error":{esc(error) if error else "null"}}}'
 
 

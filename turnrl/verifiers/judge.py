@@ -54,8 +54,10 @@ def chat_texts(agent: Any, conversations: Sequence[list[dict[str, str]]], params
     if hasattr(agent, "chat"):
         return [agent.chat(conv, params)[0] for conv in conversations]
     tok = agent.tokenizer
-    prompts = [tok.encode(tok.apply_chat_template(conv, tokenize=False, add_generation_prompt=True),
-                          add_special_tokens=False) for conv in conversations]
+    prompts = [
+        tok.encode(tok.apply_chat_template(conv, tokenize=False, add_generation_prompt=True), add_special_tokens=False)
+        for conv in conversations
+    ]
     return [c.text for c in agent.generate(prompts, params)]
 
 
@@ -65,8 +67,11 @@ def parse_label(text: str, labels: Sequence[str]) -> str | None:
     if not lines:
         return None
     alternation = "|".join(re.escape(label) for label in labels)
-    m = re.fullmatch(rf"\W*(?:(?:final\s+)?(?:answer|verdict|judgement|judgment)\s*[:\-]\s*)?\W*({alternation})\W*",
-                     lines[-1].strip(), flags=re.I)
+    m = re.fullmatch(
+        rf"\W*(?:(?:final\s+)?(?:answer|verdict|judgement|judgment)\s*[:\-]\s*)?\W*({alternation})\W*",
+        lines[-1].strip(),
+        flags=re.I,
+    )
     if not m:
         return None
     word = m.group(1)
@@ -87,8 +92,15 @@ class Judge:
     template = PROCESS_TEMPLATE
     labels: tuple[str, ...] = ("GOOD", "BAD")
 
-    def __init__(self, agent: Any, *, template: str | None = None, labels: Sequence[str] | None = None,
-                 params: Any = None, system_prompt: str | None = None) -> None:
+    def __init__(
+        self,
+        agent: Any,
+        *,
+        template: str | None = None,
+        labels: Sequence[str] | None = None,
+        params: Any = None,
+        system_prompt: str | None = None,
+    ) -> None:
         if params is None:
             from turnrl.types import SamplingParams
 
@@ -106,7 +118,8 @@ class Judge:
         except KeyError as e:
             raise ValueError(f"the judge template needs the field {e.args[0]!r}; got {sorted(fields)}") from None
         return ([{"role": "system", "content": self.system_prompt}] if self.system_prompt else []) + [
-            {"role": "user", "content": user}]
+            {"role": "user", "content": user}
+        ]
 
     def _key(self, conv: list[dict[str, str]]) -> str:
         params = self.params.model_dump() if hasattr(self.params, "model_dump") else repr(self.params)
@@ -175,14 +188,16 @@ class PairwiseJudge(Judge):
 
     def compare_many(self, items: Sequence[tuple[str, str, str]]) -> list[float | None]:
         """Preferences for the first response of each ``(question, a, b)``."""
-        asks = [{"question": q, "a": a, "b": b} for q, a, b in items] + [{"question": q, "a": b, "b": a}
-                                                                          for q, a, b in items]
+        asks = [{"question": q, "a": a, "b": b} for q, a, b in items] + [
+            {"question": q, "a": b, "b": a} for q, a, b in items
+        ]
         js = self.judge_many(asks)
         n = len(items)
         out: list[float | None] = []
         for fwd, rev in zip(js[:n], js[n:]):
             votes = ([1.0 if fwd.label == "A" else 0.0] if fwd.parsed else []) + (
-                [1.0 if rev.label == "B" else 0.0] if rev.parsed else [])
+                [1.0 if rev.label == "B" else 0.0] if rev.parsed else []
+            )
             out.append(sum(votes) / len(votes) if votes else None)
         return out
 
@@ -201,8 +216,12 @@ class HybridReward:
             expression and it has no letters beyond LaTeX commands).
     """
 
-    def __init__(self, judge: OutcomeJudge, rule: Callable[[str, str], Verdict] | None = None,
-                 applies: Callable[[str], bool] | None = None) -> None:
+    def __init__(
+        self,
+        judge: OutcomeJudge,
+        rule: Callable[[str, str], Verdict] | None = None,
+        applies: Callable[[str], bool] | None = None,
+    ) -> None:
         if rule is None:
             from turnrl.verifiers.math import verify
 

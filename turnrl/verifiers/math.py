@@ -192,14 +192,20 @@ def verify(prediction: str, reference: str, *, answer_format: AnswerFormat = "au
     )
     if hedged:
         return Verdict(
-            correct=False, score=0.0, extracted=final, details={"reason": "hedged", "candidates": distinct, "format": fmt}
+            correct=False,
+            score=0.0,
+            extracted=final,
+            details={"reason": "hedged", "candidates": distinct, "format": fmt},
         )
     if _PLAIN_NUMBER.match(ref) and _unevaluated(final) and not ("." in ref and _FRACTION.match(final)):
         return Verdict(correct=False, score=0.0, extracted=final, details={"reason": "unevaluated", "format": fmt})
     correct = _matches(final, ref)
     if correct and _ambiguous(final, ref):
         return Verdict(
-            correct=False, score=0.0, extracted=final, details={"reason": "hedged", "candidates": distinct, "format": fmt}
+            correct=False,
+            score=0.0,
+            extracted=final,
+            details={"reason": "hedged", "candidates": distinct, "format": fmt},
         )
     details = {"format": fmt} if correct else {"reason": "mismatch", "format": fmt}
     return Verdict(correct=correct, score=float(correct), extracted=final, details=details)

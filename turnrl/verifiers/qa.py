@@ -24,8 +24,14 @@ from turnrl.verifiers.base import Verdict
 
 _ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.S)
 # Separators of alternatives: ; / | newline, the words "or"/"either", a comma that is not a thousands separator.
-_SEPARATORS = {"semicolon": r";", "slash": r"/", "bar": r"\|", "newline": r"\n", "or": r"\bor\b|\beither\b",
-               "comma": r"(?<!\d),|,(?!\d{3}(?!\d))"}
+_SEPARATORS = {
+    "semicolon": r";",
+    "slash": r"/",
+    "bar": r"\|",
+    "newline": r"\n",
+    "or": r"\bor\b|\beither\b",
+    "comma": r"(?<!\d),|,(?!\d{3}(?!\d))",
+}
 MIN_PRECISION = 0.5  # share of the answer's tokens that must be in the reference for F1 credit (strictly more)
 QUESTION_SHARE = 0.8  # share of the question's tokens that an answer repeating it holds
 
@@ -101,12 +107,19 @@ def verify(prediction: str, reference: str, *, reward: str = "f1", question: str
         raise ValueError(f"reward must be 'f1' or 'em', got {reward!r}")
     answers = [a.strip() for a in _ANSWER_TAG.findall(prediction)]
     if not answers:
-        return Verdict(correct=False, score=0.0, extracted=None,
-                       details={"reason": "no_answer", "em": 0.0, "f1": 0.0, "tampering": 0})
+        return Verdict(
+            correct=False,
+            score=0.0,
+            extracted=None,
+            details={"reason": "no_answer", "em": 0.0, "f1": 0.0, "tampering": 0},
+        )
     answer = answers[-1]
     em, f1 = exact_match(answer, reference), f1_score(answer, reference)
-    gamed = None if em == 1.0 and len({normalize_answer(a) for a in answers}) == 1 else (
-        _gamed(answers, reference, question) if f1 > 0 else None)
+    gamed = (
+        None
+        if em == 1.0 and len({normalize_answer(a) for a in answers}) == 1
+        else (_gamed(answers, reference, question) if f1 > 0 else None)
+    )
     details = {"em": em, "f1": f1, "tampering": int(gamed is not None)}
     if gamed:
         return Verdict(correct=False, score=0.0, extracted=answer, details={**details, "reason": gamed})

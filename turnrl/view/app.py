@@ -24,8 +24,11 @@ from turnrl.types import Trajectory
 from turnrl.view.index import EpisodeIndex
 
 STATIC = Path(__file__).parent / "static"
-_CONTENT_TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
-                  ".css": "text/css; charset=utf-8"}
+_CONTENT_TYPES = {
+    ".html": "text/html; charset=utf-8",
+    ".js": "text/javascript; charset=utf-8",
+    ".css": "text/css; charset=utf-8",
+}
 
 
 class TokenTexts:
@@ -68,9 +71,16 @@ def contexts(traj: Trajectory) -> tuple[list[dict[str, Any]], list[int]]:
     n = max([len(starts), *(s + 1 for s in of_turn)])
     reasons = traj.metadata.get("segment_reasons")
     reasons = reasons if isinstance(reasons, list) else []
-    out = [{"index": i, "start": starts[i] if i < len(starts) else None,
-            "reason": reasons[i - 1] if i - 1 < len(reasons) and isinstance(reasons[i - 1], str) and reasons[i - 1]
-            else "new context segment"} for i in range(1, n)]
+    out = [
+        {
+            "index": i,
+            "start": starts[i] if i < len(starts) else None,
+            "reason": reasons[i - 1]
+            if i - 1 < len(reasons) and isinstance(reasons[i - 1], str) and reasons[i - 1]
+            else "new context segment",
+        }
+        for i in range(1, n)
+    ]
     return out, of_turn
 
 
@@ -94,27 +104,50 @@ def episode_payload(traj: Trajectory, texts: TokenTexts, row: dict[str, Any]) ->
     tokens = None
     if traj.token_ids is not None:
         tokens = {
-            "ids": ids, "text": texts(ids), "mask": traj.loss_mask, "logp": _finite(traj.logprobs),
+            "ids": ids,
+            "text": texts(ids),
+            "mask": traj.loss_mask,
+            "logp": _finite(traj.logprobs),
             "adv": _finite(adv) if adv is not None and len(adv) == n else None,
             "learner": _finite(learner) if learner is not None and len(learner) == n else None,
-            "segment": segment, "turn": turn_of,
+            "segment": segment,
+            "turn": turn_of,
         }
     segments, turn_segment = contexts(traj)
-    turns = [{
-        "index": t.index, "segment": seg, "role": t.role, "reward": t.reward, "terminated": t.terminated,
-        "truncated": t.truncated,
-        "action": t.action.model_dump(exclude_none=True),
-        "observation": [m.model_dump(exclude_none=True) for m in t.observation],
-        "tool_calls": t.info.get("tool_calls") or [c.model_dump() for c in t.action.tool_calls or []],
-        "info": {k: v for k, v in t.info.items() if k != "tool_calls"},
-        "token_span": t.token_span, "obs_span": t.obs_span,
-    } for t, seg in zip(traj.turns, turn_segment)]
+    turns = [
+        {
+            "index": t.index,
+            "segment": seg,
+            "role": t.role,
+            "reward": t.reward,
+            "terminated": t.terminated,
+            "truncated": t.truncated,
+            "action": t.action.model_dump(exclude_none=True),
+            "observation": [m.model_dump(exclude_none=True) for m in t.observation],
+            "tool_calls": t.info.get("tool_calls") or [c.model_dump() for c in t.action.tool_calls or []],
+            "info": {k: v for k, v in t.info.items() if k != "tool_calls"},
+            "token_span": t.token_span,
+            "obs_span": t.obs_span,
+        }
+        for t, seg in zip(traj.turns, turn_segment)
+    ]
     meta.pop("prompts", None)
     return {
-        "row": row, "id": traj.id, "env_id": traj.env_id, "task_id": traj.task_id, "seed": traj.seed,
-        "group_id": traj.group_id, "error": traj.error, "terminated": traj.terminated, "truncated": traj.truncated,
-        "prompt": [m.model_dump(exclude_none=True) for m in traj.prompt], "turns": turns, "tokens": tokens,
-        "metadata": json.loads(json.dumps(meta, default=str)), "notes": notes, "contexts": segments,
+        "row": row,
+        "id": traj.id,
+        "env_id": traj.env_id,
+        "task_id": traj.task_id,
+        "seed": traj.seed,
+        "group_id": traj.group_id,
+        "error": traj.error,
+        "terminated": traj.terminated,
+        "truncated": traj.truncated,
+        "prompt": [m.model_dump(exclude_none=True) for m in traj.prompt],
+        "turns": turns,
+        "tokens": tokens,
+        "metadata": json.loads(json.dumps(meta, default=str)),
+        "notes": notes,
+        "contexts": segments,
     }
 
 
@@ -123,16 +156,18 @@ class ViewApp:
 
     def __init__(self, index: EpisodeIndex, tokenizer: Any | None = None, tokenizer_name: str | None = None) -> None:
         self.index, self.texts, self.tokenizer_name = index, TokenTexts(tokenizer), tokenizer_name
-        self.urls = Map([
-            Rule("/", endpoint="page"),
-            Rule("/static/<name>", endpoint="static"),
-            Rule("/api/info", endpoint="info"),
-            Rule("/api/episodes", endpoint="episodes"),
-            Rule("/api/episode/<int:i>", endpoint="episode"),
-            Rule("/api/group/<int:i>", endpoint="group"),
-            Rule("/api/game/<int:i>", endpoint="game"),
-            Rule("/api/tree/<int:i>", endpoint="tree"),
-        ])
+        self.urls = Map(
+            [
+                Rule("/", endpoint="page"),
+                Rule("/static/<name>", endpoint="static"),
+                Rule("/api/info", endpoint="info"),
+                Rule("/api/episodes", endpoint="episodes"),
+                Rule("/api/episode/<int:i>", endpoint="episode"),
+                Rule("/api/group/<int:i>", endpoint="group"),
+                Rule("/api/game/<int:i>", endpoint="game"),
+                Rule("/api/tree/<int:i>", endpoint="tree"),
+            ]
+        )
 
     def __call__(self, environ: dict[str, Any], start_response: Any) -> Any:
         request = Request(environ)
@@ -158,17 +193,25 @@ class ViewApp:
 
     def on_info(self, request: Request) -> Response:
         ix = self.index
-        return self._json({
-            "path": str(ix.path), "sources": [{"label": s.label, "kind": s.kind, "step": s.step} for s in ix.sources],
-            "indexed": len(ix.rows), "done": ix.done, "error": ix.error, "seconds": round(ix.seconds, 3),
-            "tokenizer": self.tokenizer_name, "facets": ix.facets(),
-        })
+        return self._json(
+            {
+                "path": str(ix.path),
+                "sources": [{"label": s.label, "kind": s.kind, "step": s.step} for s in ix.sources],
+                "indexed": len(ix.rows),
+                "done": ix.done,
+                "error": ix.error,
+                "seconds": round(ix.seconds, 3),
+                "tokenizer": self.tokenizer_name,
+                "facets": ix.facets(),
+            }
+        )
 
     def on_episodes(self, request: Request) -> Response:
         args = request.args
         try:
-            result = self.index.query(dict(args), offset=args.get("offset", 0, type=int),
-                                      limit=min(args.get("limit", 200, type=int), 2000))
+            result = self.index.query(
+                dict(args), offset=args.get("offset", 0, type=int), limit=min(args.get("limit", 200, type=int), 2000)
+            )
         except ValueError as e:
             return self._json({"error": f"bad filter: {e}"}, 400)
         return self._json(result)
@@ -185,13 +228,11 @@ class ViewApp:
             raise NotFound(f"no episode {i}")
         return self._json({"rows": self.index.group(i)})
 
-
     def on_game(self, request: Request, i: int) -> Response:
         if not 0 <= i < len(self.index.rows):
             raise NotFound(f"no episode {i}")
         rows = self.index.game(i)
         return self._json(game_payload([(r, self.index.load(r["index"])) for r in rows]))
-
 
     def on_tree(self, request: Request, i: int) -> Response:
         if not 0 <= i < len(self.index.rows):
@@ -211,11 +252,22 @@ def tree_payload(leaves: list[tuple[dict[str, Any], Trajectory]]) -> dict[str, A
         for j, node in enumerate(path):
             if node not in nodes:
                 end = starts[j + 1] if j + 1 < len(path) else len(traj.turns)
-                nodes[node] = {"id": node, "parent": path[j - 1] if j else None, "depth": j, "leaves": [],
-                               "rewards": [], "turns": [
-                                   {"turn": t.index, "reward": t.reward, "action": t.action.content or "",
-                                    "told": [m.model_dump(exclude_none=True) for m in t.observation]}
-                                   for t in traj.turns[starts[j]:end]]}
+                nodes[node] = {
+                    "id": node,
+                    "parent": path[j - 1] if j else None,
+                    "depth": j,
+                    "leaves": [],
+                    "rewards": [],
+                    "turns": [
+                        {
+                            "turn": t.index,
+                            "reward": t.reward,
+                            "action": t.action.content or "",
+                            "told": [m.model_dump(exclude_none=True) for m in t.observation],
+                        }
+                        for t in traj.turns[starts[j] : end]
+                    ],
+                }
             nodes[node]["leaves"].append(row["index"])
             nodes[node]["rewards"].append(row["reward"])
     out = []
@@ -231,13 +283,32 @@ def game_payload(seats: list[tuple[dict[str, Any], Trajectory]]) -> dict[str, An
     moves = []
     for row, traj in seats:
         for t in traj.turns:
-            moves.append({"move": t.info.get("move"), "seat": row.get("seat") or t.role, "row": row["index"],
-                          "turn": t.index, "reward": t.reward, "action": t.action.content or "",
-                          "told": [m.model_dump(exclude_none=True) for m in t.observation],
-                          "invalid_moves": t.info.get("invalid_moves")})
+            moves.append(
+                {
+                    "move": t.info.get("move"),
+                    "seat": row.get("seat") or t.role,
+                    "row": row["index"],
+                    "turn": t.index,
+                    "reward": t.reward,
+                    "action": t.action.content or "",
+                    "told": [m.model_dump(exclude_none=True) for m in t.observation],
+                    "invalid_moves": t.info.get("invalid_moves"),
+                }
+            )
     moves.sort(key=lambda m: (m["move"] if isinstance(m["move"], int) else 1 << 30, m["row"], m["turn"]))
-    return {"seats": [{"seat": r.get("seat"), "index": r["index"], "outcome": r["outcome"], "reward": r["reward"],
-                       "policy": traj.metadata.get("policy")} for r, traj in seats], "moves": moves}
+    return {
+        "seats": [
+            {
+                "seat": r.get("seat"),
+                "index": r["index"],
+                "outcome": r["outcome"],
+                "reward": r["reward"],
+                "policy": traj.metadata.get("policy"),
+            }
+            for r, traj in seats
+        ],
+        "moves": moves,
+    }
 
 
 class _QuietHandler(WSGIRequestHandler):

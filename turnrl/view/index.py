@@ -73,8 +73,9 @@ def _run_of(f: Path, base: Path) -> str:
     """The run ``f`` came from: the outermost folder from ``base`` down to ``f``'s that holds a run's files (else
     the first folder below ``base``, or ``base``), named relative to ``base`` (``base`` by its own name)."""
     folders = [base] + [p for p in reversed(f.parents) if base in p.parents]
-    run = next((d for d in folders if any((d / m).is_file() for m in _RUN_MARKERS)),
-               folders[1] if len(folders) > 1 else base)
+    run = next(
+        (d for d in folders if any((d / m).is_file() for m in _RUN_MARKERS)), folders[1] if len(folders) > 1 else base
+    )
     return base.resolve().name if run == base else str(run.relative_to(base))
 
 
@@ -93,8 +94,9 @@ def summarize(data: dict[str, Any]) -> tuple[dict[str, Any], str]:
         if c is not None:
             correct = bool(c)
             break
-    tool_calls = sum(len((t.get("info") or {}).get("tool_calls") or (t.get("action") or {}).get("tool_calls") or [])
-                     for t in turns)
+    tool_calls = sum(
+        len((t.get("info") or {}).get("tool_calls") or (t.get("action") or {}).get("tool_calls") or []) for t in turns
+    )
     mask = data.get("loss_mask") or []
     meta = data.get("metadata") or {}
     if data.get("error"):
@@ -287,8 +289,13 @@ class EpisodeIndex:
         preds = _predicates(filters)
         words = (filters.get("q") or "").lower().split()
         hits = [r for r, t in zip(rows, texts) if all(p(r) for p in preds) and all(w in t for w in words)]
-        return {"total": len(hits), "indexed": n, "done": self.done, "offset": offset,
-                "rows": hits[offset : offset + limit]}
+        return {
+            "total": len(hits),
+            "indexed": n,
+            "done": self.done,
+            "offset": offset,
+            "rows": hits[offset : offset + limit],
+        }
 
     def group(self, i: int) -> list[dict[str, Any]]:
         """The episodes of episode ``i``'s group (same file and ``group_id``), ``i`` included."""
@@ -360,8 +367,13 @@ def _predicates(filters: dict[str, str]) -> list[Callable[[dict[str, Any]], bool
     def within(column: str, op: Callable[[float, float], bool], bound: float) -> Callable[[dict[str, Any]], bool]:
         return lambda r: op(float(r[column]), bound)
 
-    for key, column in (("env", "env_id"), ("member", "member"), ("run", "run"), ("outcome", "outcome"),
-                        ("kind", "kind")):
+    for key, column in (
+        ("env", "env_id"),
+        ("member", "member"),
+        ("run", "run"),
+        ("outcome", "outcome"),
+        ("kind", "kind"),
+    ):
         if filters.get(key):
             preds.append(equals(column, filters[key]))
     if filters.get("step"):
@@ -369,8 +381,12 @@ def _predicates(filters: dict[str, str]) -> list[Callable[[dict[str, Any]], bool
     if filters.get("group"):
         source, _, gid = filters["group"].rpartition("|")
         preds.append(lambda r: r["source"] == source and r["group_id"] == gid)
-    for key, field_, op in (("reward_min", "reward", float.__ge__), ("reward_max", "reward", float.__le__),
-                            ("turns_min", "turns", float.__ge__), ("turns_max", "turns", float.__le__)):
+    for key, field_, op in (
+        ("reward_min", "reward", float.__ge__),
+        ("reward_max", "reward", float.__le__),
+        ("turns_min", "turns", float.__ge__),
+        ("turns_max", "turns", float.__le__),
+    ):
         bound = num(key)
         if bound is not None:
             preds.append(within(field_, op, bound))

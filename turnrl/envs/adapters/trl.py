@@ -51,6 +51,7 @@ def row_problem(row: dict[str, Any]) -> str:
 
     return "trl:" + json.dumps({k: v for k, v in row.items() if k != "id"}, sort_keys=True, default=str)
 
+
 class TRLEnvError(ValueError):
     """A TRL environment class, its rows or its reward functions cannot be used; the message says why."""
 
@@ -107,8 +108,10 @@ def read_rows(data: Any, beside: Path | None = None) -> list[dict[str, Any]]:
         rows = list(data)
     bad = next((i for i, r in enumerate(rows) if not isinstance(r, dict) or "prompt" not in r), None)
     if bad is not None:
-        raise TRLEnvError(f"row {bad} has no 'prompt' column (each row is an object with a prompt: text or chat "
-                          "messages, and any other columns reset() takes)")
+        raise TRLEnvError(
+            f"row {bad} has no 'prompt' column (each row is an object with a prompt: text or chat "
+            "messages, and any other columns reset() takes)"
+        )
     if not rows:
         raise TRLEnvError("the data holds no rows")
     return rows
@@ -129,9 +132,10 @@ def class_tools(instance: Any) -> list[Tool]:
         try:
             tools.append(Tool(getattr(instance, name), name=name))
         except Exception as e:  # say which method and why
-            raise TRLEnvError(f"{type(instance).__name__}.{name} cannot be a tool: {e} (TRL exposes every public "
-                              "method; give it typed arguments and an Args: docstring, or make it private with _)") \
-                from e
+            raise TRLEnvError(
+                f"{type(instance).__name__}.{name} cannot be a tool: {e} (TRL exposes every public "
+                "method; give it typed arguments and an Args: docstring, or make it private with _)"
+            ) from e
     return tools
 
 
@@ -152,10 +156,22 @@ class TRLClassEnv(ToolEnv):
         TRLEnvError: the class, a reward function or the rows cannot be used (said before any episode).
     """
 
-    def __init__(self, env_class: Any, data: Any, reward: Any, *, reward_weights: Sequence[float] | None = None,
-                 test_data: Any = None, split: Literal["train", "test"] = "train", success_at: float = 1.0,
-                 tool_style: str = "hermes", system_prompt: str | None = None, max_turns: int = 4,
-                 describe_tools: bool = True, render_mode: str | None = None) -> None:
+    def __init__(
+        self,
+        env_class: Any,
+        data: Any,
+        reward: Any,
+        *,
+        reward_weights: Sequence[float] | None = None,
+        test_data: Any = None,
+        split: Literal["train", "test"] = "train",
+        success_at: float = 1.0,
+        tool_style: str = "hermes",
+        system_prompt: str | None = None,
+        max_turns: int = 4,
+        describe_tools: bool = True,
+        render_mode: str | None = None,
+    ) -> None:
         cls = load_object(env_class, "the environment class")
         if not inspect.isclass(cls):
             raise TRLEnvError(f"{env_class!r} is not a class (TRL's environment_factory takes the class)")
@@ -168,12 +184,14 @@ class TRLClassEnv(ToolEnv):
         funcs = reward if isinstance(reward, (list, tuple)) else [reward]
         self.reward_funcs: list[Callable[..., Any]] = [load_object(f, "the reward function") for f in funcs]
         if not self.reward_funcs or not all(callable(f) for f in self.reward_funcs):
-            raise TRLEnvError("reward: one or more functions (environments, prompts, completions, **columns) -> "
-                              "list of floats")
+            raise TRLEnvError(
+                "reward: one or more functions (environments, prompts, completions, **columns) -> list of floats"
+            )
         self.reward_weights = list(reward_weights) if reward_weights is not None else [1.0] * len(self.reward_funcs)
         if len(self.reward_weights) != len(self.reward_funcs):
-            raise TRLEnvError(f"{len(self.reward_weights)} reward_weights for {len(self.reward_funcs)} reward "
-                              "functions")
+            raise TRLEnvError(
+                f"{len(self.reward_weights)} reward_weights for {len(self.reward_funcs)} reward functions"
+            )
         if split not in ("train", "test"):
             raise TRLEnvError(f"split is 'train' (data) or 'test' (test_data), got {split!r}")
         if split == "test" and test_data is None:
@@ -185,11 +203,25 @@ class TRLClassEnv(ToolEnv):
         self.rows = read_rows(test_data if split == "test" else data, beside)
         self.split, self.success_at = split, success_at
         self.held_out_split = "test" if test_data is not None else None
-        tasks = [Task(id=str(r.get("id", f"row-{i}")), prompt=_text(r["prompt"]), answer=str(r.get("answer", "")),
-                      metadata={"row": i, "canonical": row_problem(r)}) for i, r in enumerate(self.rows)]
-        super().__init__(tasks, class_tools(self.instance), self._verdict, tool_style=tool_style,
-                         system_prompt=system_prompt, max_turns=max_turns, describe_tools=describe_tools,
-                         render_mode=render_mode)
+        tasks = [
+            Task(
+                id=str(r.get("id", f"row-{i}")),
+                prompt=_text(r["prompt"]),
+                answer=str(r.get("answer", "")),
+                metadata={"row": i, "canonical": row_problem(r)},
+            )
+            for i, r in enumerate(self.rows)
+        ]
+        super().__init__(
+            tasks,
+            class_tools(self.instance),
+            self._verdict,
+            tool_style=tool_style,
+            system_prompt=system_prompt,
+            max_turns=max_turns,
+            describe_tools=describe_tools,
+            render_mode=render_mode,
+        )
         self.row: dict[str, Any] = {}
         self.prompt: list[dict[str, Any]] = []
         self.completion: list[dict[str, Any]] = []
@@ -236,8 +268,9 @@ class TRLClassEnv(ToolEnv):
         for fn, weight in zip(self.reward_funcs, self.reward_weights):
             name = getattr(fn, "__name__", type(fn).__name__)
             try:
-                values = fn(environments=[self.instance], prompts=[self.prompt], completions=[list(self.completion)],
-                            **columns)
+                values = fn(
+                    environments=[self.instance], prompts=[self.prompt], completions=[list(self.completion)], **columns
+                )
             except Exception as e:  # the episode fails with the reward function's error
                 raise RuntimeError(f"the reward function {name} raised {type(e).__name__}: {e}") from e
             value = values[0] if isinstance(values, (list, tuple)) and values else values
@@ -248,8 +281,10 @@ class TRLClassEnv(ToolEnv):
                 except (TypeError, ValueError):
                     number = math.nan
                 if isinstance(value, bool) or not math.isfinite(number):
-                    raise RuntimeError(f"the reward function {name} returned {values!r}: a list with one finite "
-                                       "number (or None) per environment")
+                    raise RuntimeError(
+                        f"the reward function {name} returned {values!r}: a list with one finite "
+                        "number (or None) per environment"
+                    )
             parts[name] = number
             total += weight * number
         return Verdict(correct=total >= self.success_at, score=total, extracted=response or None, details=parts)
@@ -259,9 +294,11 @@ class TRLClassEnv(ToolEnv):
         instance); best effort: a failing one does not stop the rest of a run's cleanup."""
         closer = getattr(self.instance, "close", None)
         try:
-            if callable(closer) and not [p for p in inspect.signature(closer).parameters.values()
-                                         if p.default is p.empty
-                                         and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]:
+            if callable(closer) and not [
+                p
+                for p in inspect.signature(closer).parameters.values()
+                if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+            ]:
                 closer()
         except Exception:  # closing is best effort
             pass
@@ -280,7 +317,7 @@ def _text(prompt: Any) -> str:
 
 def make_trl_env(env_id: str, **kwargs: Any) -> TRLClassEnv:
     """``trl:module.path:ClassName`` with keyword arguments → :class:`TRLClassEnv`."""
-    return TRLClassEnv(env_id[len(TRL_PREFIX):], **kwargs)
+    return TRLClassEnv(env_id[len(TRL_PREFIX) :], **kwargs)
 
 
 def check_trl_id(env_id: str, search: Sequence[str | Path] = ()) -> None:
@@ -294,8 +331,9 @@ def check_trl_id(env_id: str, search: Sequence[str | Path] = ()) -> None:
     from turnrl.envs.registry import EnvImportError, UnknownEnvironmentError, import_module_from
 
     if env_id.count(":") != 2:
-        raise UnknownEnvironmentError(f"{env_id!r} is not of the form 'trl:module.path:ClassName' (a class written for "
-                                      "TRL's environment_factory)")
+        raise UnknownEnvironmentError(
+            f"{env_id!r} is not of the form 'trl:module.path:ClassName' (a class written for TRL's environment_factory)"
+        )
     if search:
         try:
             import_module_from(env_id.split(":")[1], search)

@@ -96,6 +96,7 @@ def _watched(func: Any) -> Any:
             channel.rubric_errors.append(f"reward function {name} raised {type(e).__name__}: {e}")
 
     if inspect.iscoroutinefunction(func):
+
         @functools.wraps(func)
         async def watched_async(*args: Any, **kwargs: Any) -> Any:
             try:
@@ -106,6 +107,7 @@ def _watched(func: Any) -> Any:
 
         wrapper: Any = watched_async
     else:
+
         @functools.wraps(func)
         def watched(*args: Any, **kwargs: Any) -> Any:
             try:
@@ -131,17 +133,23 @@ class _Transport:
     async def handle_async_request(self, request: Any) -> Any:
         httpx = self.httpx
         if request.method != "POST" or not request.url.path.rstrip("/").endswith("/chat/completions"):
-            error = {"message": f"the turnrl policy answers POST /chat/completions only, not {request.method} "
-                                f"{request.url.path}", "type": "invalid_request_error"}
+            error = {
+                "message": f"the turnrl policy answers POST /chat/completions only, not {request.method} "
+                f"{request.url.path}",
+                "type": "invalid_request_error",
+            }
             return httpx.Response(404, json={"error": error})
         body = json.loads(await request.aread() or b"{}")
         message = await self.channel.ask(body)
         calls = message.get("tool_calls") or []
         completion = {
-            "id": f"chatcmpl-{uuid.uuid4().hex[:16]}", "object": "chat.completion", "created": int(time.time()),
+            "id": f"chatcmpl-{uuid.uuid4().hex[:16]}",
+            "object": "chat.completion",
+            "created": int(time.time()),
             "model": body.get("model", MODEL),
-            "choices": [{"index": 0, "message": message, "logprobs": None,
-                         "finish_reason": "tool_calls" if calls else "stop"}],
+            "choices": [
+                {"index": 0, "message": message, "logprobs": None, "finish_reason": "tool_calls" if calls else "stop"}
+            ],
             "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
         }
         return httpx.Response(200, json=completion)
@@ -178,13 +186,18 @@ def client(channel: Channel) -> Any:
 
     transport = _Transport(channel)
     http = httpx.AsyncClient(transport=transport, timeout=None)  # type: ignore[arg-type]  # duck-typed transport
-    return vf.OpenAIChatCompletionsClient(openai.AsyncOpenAI(
-        base_url="http://turnrl-policy.invalid/v1", api_key="turnrl",
-        http_client=http,  # type: ignore[arg-type]  # openai takes an httpx client too (typed for httpx2 only)
-        max_retries=0))
+    return vf.OpenAIChatCompletionsClient(
+        openai.AsyncOpenAI(
+            base_url="http://turnrl-policy.invalid/v1",
+            api_key="turnrl",
+            http_client=http,  # type: ignore[arg-type]  # openai takes an httpx client too (typed for httpx2 only)
+            max_retries=0,
+        )
+    )
 
 
 # ---- messages between the two sides ----
+
 
 def text_of(content: Any) -> str:
     """A message's content as text (the text parts of a list of parts)."""

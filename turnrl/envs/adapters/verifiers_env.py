@@ -80,8 +80,9 @@ __all__ = ["INSTALL", "VERIFIERS_PREFIX", "VerifiersEnv", "VerifiersEnvError", "
 
 #: verifiers' errors that the policy's reply causes (an empty reply, a tool call it cannot parse or run, a prompt grown
 #: too long): the episode stands, scored by the rubric. Any other (a model or infrastructure error) fails it.
-POLICY_ERRORS = frozenset({"EmptyModelResponseError", "OverlongPromptError", "ToolError", "ToolParseError",
-                           "ToolCallError"})
+POLICY_ERRORS = frozenset(
+    {"EmptyModelResponseError", "OverlongPromptError", "ToolError", "ToolParseError", "ToolCallError"}
+)
 
 
 @dataclass
@@ -117,16 +118,28 @@ class VerifiersEnv(TextEnv):
     """
 
     fork_mode = None
-    fork_refusal = ("a verifiers environment keeps an episode's state in the library's own rollout (a coroutine "
-                    "waiting for the next turn), which cannot be copied")
+    fork_refusal = (
+        "a verifiers environment keeps an episode's state in the library's own rollout (a coroutine "
+        "waiting for the next turn), which cannot be copied"
+    )
 
-    def __init__(self, name: str, *, env_args: dict[str, Any] | None = None, split: Literal["train", "test"] = "train",
-                 success_at: float = 1.0, max_turns: int | None = None, describe_tools: bool = True,
-                 turn_timeout: float = 50.0, search: Sequence[str | Path] = (), render_mode: str | None = None
-                 ) -> None:
+    def __init__(
+        self,
+        name: str,
+        *,
+        env_args: dict[str, Any] | None = None,
+        split: Literal["train", "test"] = "train",
+        success_at: float = 1.0,
+        max_turns: int | None = None,
+        describe_tools: bool = True,
+        turn_timeout: float = 50.0,
+        search: Sequence[str | Path] = (),
+        render_mode: str | None = None,
+    ) -> None:
         if split not in ("train", "test"):
-            raise VerifiersEnvError(f"split is 'train' (the environment's dataset) or 'test' (its eval dataset), "
-                                    f"got {split!r}")
+            raise VerifiersEnvError(
+                f"split is 'train' (the environment's dataset) or 'test' (its eval dataset), got {split!r}"
+            )
         if not turn_timeout > 0:
             raise VerifiersEnvError(f"turn_timeout must be positive, got {turn_timeout}")
         self.name, self.env_args = name, dict(env_args or {})
@@ -137,9 +150,15 @@ class VerifiersEnv(TextEnv):
         super().__init__(max_turns=cap, render_mode=render_mode)
         self.split, self.held_out_split = split, "test" if has_eval_dataset(self.vf_env) else None
         self.success_at, self.describe_tools, self.turn_timeout = success_at, describe_tools, turn_timeout
-        self.tasks = [Task(id=f"{name}/{split}/{row.get('example_id', i)}", prompt=text_of(last_user(row["prompt"])),
-                           answer=str(row.get("answer", "") or ""), metadata={"row": i}) for i, row in
-                      enumerate(self.rows)]
+        self.tasks = [
+            Task(
+                id=f"{name}/{split}/{row.get('example_id', i)}",
+                prompt=text_of(last_user(row["prompt"])),
+                answer=str(row.get("answer", "") or ""),
+                metadata={"row": i},
+            )
+            for i, row in enumerate(self.rows)
+        ]
         self._tools = tool_schemas(self.vf_env)  # until an episode's first request says which it offers
         self._parser = HermesParser()
         self._episode: _Episode | None = None
@@ -169,8 +188,9 @@ class VerifiersEnv(TextEnv):
         rollout_input.setdefault("example_id", index)
         loop = background_loop()
         channel = Channel(loop)
-        ep = self._episode = _Episode(channel, asyncio.run_coroutine_threadsafe(
-            run_rollout(self.vf_env, rollout_input, channel), loop))
+        ep = self._episode = _Episode(
+            channel, asyncio.run_coroutine_threadsafe(run_rollout(self.vf_env, rollout_input, channel), loop)
+        )
         kind, body, reply = self._next(ep, "to ask the model for the first turn")
         if kind != "request":
             self._stop(ep)
@@ -194,8 +214,8 @@ class VerifiersEnv(TextEnv):
         sent, ep.sent = ep.sent, messages
         if self.turn + 1 >= self.max_turns:  # turnrl's turn limit cuts the episode here: its rollout ends too
             self._stop(ep)
-        if [message_key(m) for m in messages[:len(sent)]] == [message_key(m) for m in sent]:
-            return self._observation(ep, messages[len(sent):]), 0.0, False, False, info
+        if [message_key(m) for m in messages[: len(sent)]] == [message_key(m) for m in sent]:
+            return self._observation(ep, messages[len(sent) :]), 0.0, False, False, info
         info["history"] = True  # the environment rewrote its conversation: all of it, a new segment
         return self._observation(ep, messages, first=True), 0.0, False, False, info
 
@@ -213,8 +233,9 @@ class VerifiersEnv(TextEnv):
             kind, body, extra = ep.channel.events.get(timeout=self.turn_timeout)
         except queue.Empty:
             self._stop(ep)
-            raise VerifiersEnvError(f"{self.name} did not go on within turn_timeout={self.turn_timeout:g} s "
-                                    f"({what})") from None
+            raise VerifiersEnvError(
+                f"{self.name} did not go on within turn_timeout={self.turn_timeout:g} s ({what})"
+            ) from None
         if kind == "error":
             self._stop(ep)
             raise VerifiersEnvError(f"{self.name}'s rollout failed: {body}")
@@ -236,8 +257,11 @@ class VerifiersEnv(TextEnv):
         reward = float(output.get("reward") or 0.0)
         if not math.isfinite(reward):
             raise VerifiersEnvError(f"{self.name}'s rubric gave a reward of {reward}")
-        metrics = {k: float(v) for k, v in (output.get("metrics") or {}).items()
-                   if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)}
+        metrics = {
+            k: float(v)
+            for k, v in (output.get("metrics") or {}).items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+        }
         info.update(correct=reward >= self.success_at, metrics=metrics, stop_condition=output.get("stop_condition"))
         return (), reward, True, False, info
 
@@ -257,14 +281,24 @@ class VerifiersEnv(TextEnv):
 
     def _observation(self, ep: _Episode, messages: Sequence[dict[str, Any]], first: bool = False) -> Obs:
         """The request's messages as turnrl messages (the tools described in the system message of an opening)."""
-        names = {c.get("id"): c.get("function", {}).get("name") for m in ep.sent if m.get("role") == "assistant"
-                 for c in m.get("tool_calls") or []}
+        names = {
+            c.get("id"): c.get("function", {}).get("name")
+            for m in ep.sent
+            if m.get("role") == "assistant"
+            for c in m.get("tool_calls") or []
+        }
         out = []
         for m in messages:
             role = m.get("role")
             if role == "tool":
-                out.append(Message(role="tool", content=text_of(m.get("content")), name=names.get(m.get("tool_call_id"))
-                                   or m.get("name"), tool_call_id=m.get("tool_call_id")))
+                out.append(
+                    Message(
+                        role="tool",
+                        content=text_of(m.get("content")),
+                        name=names.get(m.get("tool_call_id")) or m.get("name"),
+                        tool_call_id=m.get("tool_call_id"),
+                    )
+                )
             elif role == "assistant":
                 calls = [ToolCall.from_openai(c) for c in m.get("tool_calls") or []]
                 out.append(Message(role="assistant", content=text_of(m.get("content")), tool_calls=calls or None))
@@ -295,10 +329,18 @@ class VerifiersEnv(TextEnv):
             info["error"] = "; ".join(parsed.errors)
         if not parsed.calls:
             return {"role": "assistant", "content": action}, info
-        calls: list[dict[str, Any]] = [{"id": f"call_{uuid.uuid4().hex[:12]}", "type": "function",
-                  "function": {"name": call.name, "arguments": json.dumps(call.arguments)}} for call in parsed.calls]
-        info["tool_calls"] = [{"name": c["function"]["name"], "arguments": call.arguments, "id": c["id"]}
-                              for c, call in zip(calls, parsed.calls)]
+        calls: list[dict[str, Any]] = [
+            {
+                "id": f"call_{uuid.uuid4().hex[:12]}",
+                "type": "function",
+                "function": {"name": call.name, "arguments": json.dumps(call.arguments)},
+            }
+            for call in parsed.calls
+        ]
+        info["tool_calls"] = [
+            {"name": c["function"]["name"], "arguments": call.arguments, "id": c["id"]}
+            for c, call in zip(calls, parsed.calls)
+        ]
         return {"role": "assistant", "content": without_calls(action, self._parser), "tool_calls": calls}, info
 
 
@@ -308,6 +350,7 @@ CALL_BLOCK = re.compile(r"\s*<tool_call>.*?</tool_call>", re.S)  # HermesParser'
 def without_calls(text: str, parser: HermesParser) -> str:
     """``text`` without the ``<tool_call>`` blocks that ``parser`` reads as calls (the message's content once
     ``tool_calls`` carry them); a block it cannot read stays, as the model wrote it."""
+
     def drop(block: re.Match[str]) -> str:
         parsed = parser.parse(block.group(0))
         return "" if parsed.calls and not parsed.errors else block.group(0)
@@ -319,7 +362,7 @@ def make_verifiers_env(env_id: str, **kwargs: Any) -> Any:
     """``verifiers:NAME`` with keyword arguments → :class:`VerifiersEnv` (arguments this adapter does not take
     are the environment's ``load_environment`` arguments), or, where NAME is a verifiers v1 task set,
     :class:`~turnrl.envs.adapters.verifiers_v1.VerifiersTasksetEnv`."""
-    name = env_id[len(VERIFIERS_PREFIX):]
+    name = env_id[len(VERIFIERS_PREFIX) :]
     if kind_of(name, kwargs.get("search", ())) == "v1":
         from turnrl.envs.adapters.verifiers_v1 import make_verifiers_v1_env
 
@@ -327,7 +370,7 @@ def make_verifiers_env(env_id: str, **kwargs: Any) -> Any:
     own = set(inspect.signature(VerifiersEnv.__init__).parameters) - {"self", "name", "env_args"}
     env_args = dict(kwargs.pop("env_args", None) or {})
     env_args.update({k: kwargs.pop(k) for k in list(kwargs) if k not in own})
-    return VerifiersEnv(env_id[len(VERIFIERS_PREFIX):], env_args=env_args, **kwargs)
+    return VerifiersEnv(env_id[len(VERIFIERS_PREFIX) :], env_args=env_args, **kwargs)
 
 
 def check_verifiers_id(env_id: str, search: Sequence[str | Path] = ()) -> None:
@@ -340,10 +383,12 @@ def check_verifiers_id(env_id: str, search: Sequence[str | Path] = ()) -> None:
     from turnrl.envs.registry import EnvImportError, UnknownEnvironmentError
     from turnrl.utils import import_from
 
-    name = env_id[len(VERIFIERS_PREFIX):]
+    name = env_id[len(VERIFIERS_PREFIX) :]
     if not name or ":" in name or "/" in name:
-        raise UnknownEnvironmentError(f"{env_id!r} is not of the form 'verifiers:NAME' (an environment that "
-                                      "verifiers.load_environment(NAME) loads)")
+        raise UnknownEnvironmentError(
+            f"{env_id!r} is not of the form 'verifiers:NAME' (an environment that "
+            "verifiers.load_environment(NAME) loads)"
+        )
     if search:
         try:
             import_from(name.replace("-", "_"), search)
@@ -352,5 +397,6 @@ def check_verifiers_id(env_id: str, search: Sequence[str | Path] = ()) -> None:
 
 
 #: the ``verifiers:`` prefix's adapter (:mod:`turnrl.envs.adapters`)
-ADAPTER = EnvAdapter(make=make_verifiers_env, check=check_verifiers_id,
-                     entry="turnrl.envs.adapters.verifiers_env:make_verifiers_env")
+ADAPTER = EnvAdapter(
+    make=make_verifiers_env, check=check_verifiers_id, entry="turnrl.envs.adapters.verifiers_env:make_verifiers_env"
+)

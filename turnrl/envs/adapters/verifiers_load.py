@@ -28,8 +28,10 @@ _cache_lock = threading.Lock()
 #: the verifiers releases whose classic ``Environment`` API this adapter plays (0.4 ships only its v1 task sets)
 SUPPORTED = "verifiers 0.3's classic environments (pip install 'verifiers==0.3.1'; scripts/setup.sh installs it)"
 #: what a verifiers 0.4 environment plays instead (turnrl.envs.adapters.verifiers_v1)
-V1_NOTE = ("; verifiers 0.4 ships only v1 task sets, which turnrl plays too (a module exporting a verifiers.v1 "
-           "Taskset); one Python environment holds one verifiers release")
+V1_NOTE = (
+    "; verifiers 0.4 ships only v1 task sets, which turnrl plays too (a module exporting a verifiers.v1 "
+    "Taskset); one Python environment holds one verifiers release"
+)
 
 
 def _version(vf: Any) -> str:
@@ -49,8 +51,10 @@ def check_version(name: str, vf: Any) -> None:
         VerifiersEnvError: the installed verifiers has no ``load_environment``.
     """
     if not callable(getattr(vf, "load_environment", None)):
-        raise VerifiersEnvError(f"verifiers:{name}: the installed verifiers {_version(vf)} has no load_environment "
-                                f"(its classic environments); turnrl plays {SUPPORTED}{V1_NOTE}")
+        raise VerifiersEnvError(
+            f"verifiers:{name}: the installed verifiers {_version(vf)} has no load_environment "
+            f"(its classic environments); turnrl plays {SUPPORTED}{V1_NOTE}"
+        )
 
 
 def kind_of(name: str, search: Sequence[str | Path] = ()) -> str:
@@ -65,8 +69,10 @@ def kind_of(name: str, search: Sequence[str | Path] = ()) -> str:
     try:
         import verifiers as vf
     except ImportError as e:
-        raise VerifiersEnvError(f"verifiers:{name} needs the verifiers package: {INSTALL} (classic environments) or "
-                                f"pip install 'turnrl[verifiers-v1]' (v1 task sets) ({e})") from None
+        raise VerifiersEnvError(
+            f"verifiers:{name} needs the verifiers package: {INSTALL} (classic environments) or "
+            f"pip install 'turnrl[verifiers-v1]' (v1 task sets) ({e})"
+        ) from None
     classic = callable(getattr(vf, "load_environment", None))
     for folder in [*(str(Path(f).resolve()) for f in search), str(Path.cwd())]:
         if folder not in sys.path:
@@ -90,11 +96,15 @@ def kind_of(name: str, search: Sequence[str | Path] = ()) -> str:
         return "classic"
     taskset = getattr(sys.modules.get("verifiers.v1.taskset"), "Taskset", None)
     names = getattr(module, "__all__", None) or list(vars(module))
-    if taskset is not None and any(isinstance(obj := getattr(module, n, None), type) and issubclass(obj, taskset)
-                                   and obj is not taskset for n in names):
+    if taskset is not None and any(
+        isinstance(obj := getattr(module, n, None), type) and issubclass(obj, taskset) and obj is not taskset
+        for n in names
+    ):
         return "v1"
-    raise VerifiersEnvError(f"verifiers:{name}: module {module_name} has neither a load_environment() (a classic "
-                            "verifiers environment) nor a verifiers.v1 Taskset subclass in its __all__ (a v1 task set)")
+    raise VerifiersEnvError(
+        f"verifiers:{name}: module {module_name} has neither a load_environment() (a classic "
+        "verifiers environment) nor a verifiers.v1 Taskset subclass in its __all__ (a v1 task set)"
+    )
 
 
 def load(name: str, env_args: dict[str, Any], search: Sequence[str | Path] = ()) -> Any:
@@ -128,22 +138,29 @@ def load(name: str, env_args: dict[str, Any], search: Sequence[str | Path] = ())
         except Exception as e:  # verifiers wraps the cause; say it in one line
             cause = e.__cause__ or e
             if isinstance(cause, ModuleNotFoundError) and cause.name == module:
-                raise VerifiersEnvError(f"verifiers:{name}: no environment module {module!r}: install its package "
-                                        f"(pip install {name}; `prime env install OWNER/{name}` for one on Prime's "
-                                        f"Environments Hub) or put {module}.py with a load_environment() in the "
-                                        "config's or the current folder") from None
-            raise VerifiersEnvError(f"verifiers:{name}: load_environment({_args(env_args)}) failed: "
-                                    f"{type(cause).__name__}: {cause}") from None
+                raise VerifiersEnvError(
+                    f"verifiers:{name}: no environment module {module!r}: install its package "
+                    f"(pip install {name}; `prime env install OWNER/{name}` for one on Prime's "
+                    f"Environments Hub) or put {module}.py with a load_environment() in the "
+                    "config's or the current folder"
+                ) from None
+            raise VerifiersEnvError(
+                f"verifiers:{name}: load_environment({_args(env_args)}) failed: {type(cause).__name__}: {cause}"
+            ) from None
         finally:
             restore()
         if not callable(getattr(env, "run_rollout", None)):
-            raise VerifiersEnvError(f"verifiers:{name}: load_environment() returned {type(env).__name__}, not a "
-                                    "verifiers Environment (the classic API: SingleTurnEnv, MultiTurnEnv, ToolEnv…)"
-                                    f"; verifiers {_version(vf)} is installed, turnrl plays {SUPPORTED}")
+            raise VerifiersEnvError(
+                f"verifiers:{name}: load_environment() returned {type(env).__name__}, not a "
+                "verifiers Environment (the classic API: SingleTurnEnv, MultiTurnEnv, ToolEnv…)"
+                f"; verifiers {_version(vf)} is installed, turnrl plays {SUPPORTED}"
+            )
         rubric = getattr(env, "rubric", None)
         if rubric is not None and getattr(rubric, "has_group_rewards", False):
-            raise VerifiersEnvError(f"verifiers:{name}: its rubric has group-level reward functions, which score a "
-                                    "whole group of rollouts at once; turnrl scores each episode on its own")
+            raise VerifiersEnvError(
+                f"verifiers:{name}: its rubric has group-level reward functions, which score a "
+                "whole group of rollouts at once; turnrl scores each episode on its own"
+            )
         if rubric is not None:
             watch_reward_functions(rubric)
         _cache[key] = env
@@ -196,8 +213,10 @@ def rows_of(vf_env: Any, name: str, split: str) -> list[dict[str, Any]]:
     if key in _rows:
         return _rows[key]
     if split == "test" and not has_eval_dataset(vf_env):
-        raise VerifiersEnvError(f"verifiers:{name} has no eval dataset, so no held-out split (split='test'); "
-                                "give its load_environment an eval dataset, or evaluate on split='train'")
+        raise VerifiersEnvError(
+            f"verifiers:{name} has no eval dataset, so no held-out split (split='test'); "
+            "give its load_environment an eval dataset, or evaluate on split='train'"
+        )
     restore = _quiet_datasets()
     try:
         dataset = vf_env.get_eval_dataset() if split == "test" else vf_env.get_dataset()
@@ -222,8 +241,11 @@ def tool_schemas(vf_env: Any) -> list[dict[str, Any]]:
         if isinstance(tool, dict):
             out.append(tool if "function" in tool else {"type": "function", "function": tool})
             continue
-        function = {"name": tool.name, "description": getattr(tool, "description", "") or "",
-                    "parameters": dict(getattr(tool, "parameters", None) or {"type": "object", "properties": {}})}
+        function = {
+            "name": tool.name,
+            "description": getattr(tool, "description", "") or "",
+            "parameters": dict(getattr(tool, "parameters", None) or {"type": "object", "properties": {}}),
+        }
         out.append({"type": "function", "function": function})
     return out
 

@@ -64,24 +64,40 @@ class VerifiersTasksetEnv(TextEnv):
     fork_mode = None
     fork_refusal = "a verifiers v1 episode runs in its harness's own program, which cannot be copied"
 
-    def __init__(self, name: str, *, taskset_args: dict[str, Any] | None = None,
-                 harness: str | dict[str, Any] | None = None, runtime: dict[str, Any] | None = None,
-                 num_tasks: int | None = None, success_at: float = 1.0, timeout: float = 300.0,
-                 held_out_split: str = "test", search: Sequence[str | Path] = (), render_mode: str | None = None
-                 ) -> None:
+    def __init__(
+        self,
+        name: str,
+        *,
+        taskset_args: dict[str, Any] | None = None,
+        harness: str | dict[str, Any] | None = None,
+        runtime: dict[str, Any] | None = None,
+        num_tasks: int | None = None,
+        success_at: float = 1.0,
+        timeout: float = 300.0,
+        held_out_split: str = "test",
+        search: Sequence[str | Path] = (),
+        render_mode: str | None = None,
+    ) -> None:
         if not timeout > 0:
             raise VerifiersEnvError(f"timeout must be positive, got {timeout}")
         if num_tasks is not None and (isinstance(num_tasks, bool) or not isinstance(num_tasks, int) or num_tasks < 1):
             raise VerifiersEnvError(f"num_tasks must be a positive integer, got {num_tasks!r}")
         super().__init__(max_turns=1, render_mode=render_mode)
         self.name, self.success_at, self.timeout = name, success_at, timeout
-        self.taskset: TaskSet = load_taskset(name, dict(taskset_args or {}), harness=harness, runtime=runtime,
-                                             num_tasks=num_tasks, search=search)
+        self.taskset: TaskSet = load_taskset(
+            name, dict(taskset_args or {}), harness=harness, runtime=runtime, num_tasks=num_tasks, search=search
+        )
         self.split = self.taskset.split
         self.held_out_split = held_out_split if self.split is not None else None
-        self.tasks = [Task(id=task_id(name, t), prompt=t.data.prompt_text,
-                           answer=str(getattr(t.data, "answer", "") or ""), metadata={"index": i})
-                      for i, t in enumerate(self.taskset.tasks)]
+        self.tasks = [
+            Task(
+                id=task_id(name, t),
+                prompt=t.data.prompt_text,
+                answer=str(getattr(t.data, "answer", "") or ""),
+                metadata={"index": i},
+            )
+            for i, t in enumerate(self.taskset.tasks)
+        ]
         self.task: Task | None = None
 
     def __len__(self) -> int:
@@ -103,10 +119,12 @@ class VerifiersTasksetEnv(TextEnv):
         return opening(vf_task.data), {"task_id": self.task.id, "index": index, "role": "policy"}
 
     def _step(self, action: str) -> StepResult:
-        raise VerifiersEnvError(f"verifiers:{self.name} is a verifiers v1 task set: its harness plays each episode, "
-                                "and the harness's model calls are trained through turnrl's gateway. Add "
-                                f"`program: {{function: {PROGRAM}}}` to the run config (the environment poses the "
-                                "tasks; the program plays them)")
+        raise VerifiersEnvError(
+            f"verifiers:{self.name} is a verifiers v1 task set: its harness plays each episode, "
+            "and the harness's model calls are trained through turnrl's gateway. Add "
+            f"`program: {{function: {PROGRAM}}}` to the run config (the environment poses the "
+            "tasks; the program plays them)"
+        )
 
 
 def task_id(name: str, task: Any) -> str:
@@ -123,8 +141,13 @@ def opening(data: Any) -> Obs:
     for m in data.prompt if isinstance(data.prompt, list) else []:
         role = getattr(m, "role", None) or m.get("role")
         content = getattr(m, "content", None) if not isinstance(m, dict) else m.get("content")
-        text = content if isinstance(content, str) else "".join(
-            getattr(p, "text", None) or (p.get("text", "") if isinstance(p, dict) else "") for p in content or [])
+        text = (
+            content
+            if isinstance(content, str)
+            else "".join(
+                getattr(p, "text", None) or (p.get("text", "") if isinstance(p, dict) else "") for p in content or []
+            )
+        )
         out.append(Message(role=role if role in ("system", "user", "assistant") else "user", content=text))
     return tuple(out)
 
@@ -146,9 +169,11 @@ def play(base_url: str, api_key: str, task: dict[str, Any]) -> dict[str, Any]:
     with _posed_lock:
         posed = _posed.get(str(task.get("id")))
     if posed is None:
-        raise VerifiersEnvError(f"task {task.get('id')!r} was not posed by a verifiers v1 task set in this process: "
-                                f"{PROGRAM} plays the tasks of a `verifiers:NAME` environment whose NAME is a v1 "
-                                "task set")
+        raise VerifiersEnvError(
+            f"task {task.get('id')!r} was not posed by a verifiers v1 task set in this process: "
+            f"{PROGRAM} plays the tasks of a `verifiers:NAME` environment whose NAME is a v1 "
+            "task set"
+        )
     taskset, vf_task, success_at, timeout = posed
     episode = taskset.play(vf_task, base_url, api_key, str(task.get("model") or "turnrl-policy"), timeout)
     return outcome(taskset.name, episode, success_at)

@@ -51,11 +51,13 @@ def require_v1(name: str) -> Any:
     version = version_of(verifiers)
     parts = [int(p) for p in re.findall(r"\d+", version)[:2]]
     if len(parts) == 2 and tuple(parts) < (0, 4):
-        raise VerifiersEnvError(f"verifiers:{name} is a v1 task set (verifiers 0.4's task-set API), but the installed "
-                                f"verifiers {version} is the release of classic environments; turnrl plays "
-                                f"{SUPPORTED_V1}. One Python environment holds one verifiers release: use a second "
-                                "one for v1 task sets (in a turnrl checkout, scripts/setup.sh makes one: "
-                                "source .venv-verifiers-v1/bin/activate, then its turnrl)")
+        raise VerifiersEnvError(
+            f"verifiers:{name} is a v1 task set (verifiers 0.4's task-set API), but the installed "
+            f"verifiers {version} is the release of classic environments; turnrl plays "
+            f"{SUPPORTED_V1}. One Python environment holds one verifiers release: use a second "
+            "one for v1 task sets (in a turnrl checkout, scripts/setup.sh makes one: "
+            "source .venv-verifiers-v1/bin/activate, then its turnrl)"
+        )
     try:
         import verifiers.v1 as vf
         from verifiers.v1.utils import loaders
@@ -66,9 +68,11 @@ def require_v1(name: str) -> Any:
             getattr(loaders, what)
         from verifiers.v1.clients import EvalClientConfig  # noqa: F401 — present or not: the check
     except (ImportError, AttributeError) as e:
-        raise VerifiersEnvError(f"verifiers:{name}: the installed verifiers {version} lacks the v1 API turnrl uses "
-                                f"({type(e).__name__}: {e}); turnrl plays {SUPPORTED_V1}: pip install "
-                                "'verifiers>=0.4,<0.5'") from None
+        raise VerifiersEnvError(
+            f"verifiers:{name}: the installed verifiers {version} lacks the v1 API turnrl uses "
+            f"({type(e).__name__}: {e}); turnrl plays {SUPPORTED_V1}: pip install "
+            "'verifiers>=0.4,<0.5'"
+        ) from None
     return vf
 
 
@@ -95,15 +99,17 @@ class TaskSet:
         self._serve(loop, timeout)
         var = KEY_VAR + hashlib.sha256(api_key.encode()).hexdigest()[:12]
         os.environ[var] = api_key  # verifiers' client reads its key from a variable; the gateway's is this one
-        ctx = vf.ModelContext(model=model, client=EvalClientConfig(base_url=base_url, api_key_var=var),
-                              sampling=vf.SamplingConfig())
+        ctx = vf.ModelContext(
+            model=model, client=EvalClientConfig(base_url=base_url, api_key_var=var), sampling=vf.SamplingConfig()
+        )
         future = asyncio.run_coroutine_threadsafe(self.env.run_episode(task, ctx), loop)
         try:
             return future.result(timeout=timeout)
         except concurrent.futures.TimeoutError:
             future.cancel()
-            raise VerifiersEnvError(f"verifiers:{self.name}: the episode did not finish within timeout={timeout:g} s "
-                                    "(cancelled)") from None
+            raise VerifiersEnvError(
+                f"verifiers:{self.name}: the episode did not finish within timeout={timeout:g} s (cancelled)"
+            ) from None
 
     def _serve(self, loop: asyncio.AbstractEventLoop, timeout: float) -> None:
         """Enter verifiers' ``Env.serving()`` (its interception server, shared tool servers) once for the process."""
@@ -121,17 +127,25 @@ class TaskSet:
                 self.serving = future.result(timeout=timeout)
             except concurrent.futures.TimeoutError:
                 future.cancel()
-                raise VerifiersEnvError(f"verifiers:{self.name}: its serving resources (verifiers' interception "
-                                        f"server) did not start within {timeout:g} s") from None
+                raise VerifiersEnvError(
+                    f"verifiers:{self.name}: its serving resources (verifiers' interception "
+                    f"server) did not start within {timeout:g} s"
+                ) from None
 
 
 _cache: dict[str, TaskSet] = {}
 _cache_lock = threading.Lock()
 
 
-def load_taskset(name: str, taskset_args: dict[str, Any], *, harness: str | dict[str, Any] | None = None,
-                 runtime: dict[str, Any] | None = None, num_tasks: int | None = None,
-                 search: Sequence[str | Path] = ()) -> TaskSet:
+def load_taskset(
+    name: str,
+    taskset_args: dict[str, Any],
+    *,
+    harness: str | dict[str, Any] | None = None,
+    runtime: dict[str, Any] | None = None,
+    num_tasks: int | None = None,
+    search: Sequence[str | Path] = (),
+) -> TaskSet:
     """The v1 task set ``name`` with its config's fields ``taskset_args`` (``--env.taskset.*`` in verifiers' own
     command line), played by ``harness`` (an id or a harness config; default: the task set's own harness, else
     verifiers' ``bash``) in ``runtime`` (default: ``{"type": "subprocess"}``, a process on this machine); loaded
@@ -169,8 +183,9 @@ def load_taskset(name: str, taskset_args: dict[str, Any], *, harness: str | dict
             if num_tasks is not None:
                 taskset = taskset.take(num_tasks)
             elif not taskset.bounded:
-                raise VerifiersEnvError(f"verifiers:{name} is an infinite task set: say how many of its tasks to "
-                                        "pose with num_tasks")
+                raise VerifiersEnvError(
+                    f"verifiers:{name} is an infinite task set: say how many of its tasks to pose with num_tasks"
+                )
             tasks = list(taskset)
     except VerifiersEnvError:
         raise
@@ -201,19 +216,30 @@ def outcome(name: str, episode: Any, success_at: float) -> dict[str, Any]:
         said = f"{last.type}: {last.message}" if last is not None else "no error recorded"
         raise VerifiersEnvError(f"verifiers:{name}: the episode failed: {said[:2000]}")
     if len(traces) != 1:
-        raise VerifiersEnvError(f"verifiers:{name}: its env played {len(traces)} agent runs in one episode; turnrl "
-                                "trains episodes of one agent (verifiers' SingleAgentEnv)")
+        raise VerifiersEnvError(
+            f"verifiers:{name}: its env played {len(traces)} agent runs in one episode; turnrl "
+            "trains episodes of one agent (verifiers' SingleAgentEnv)"
+        )
     trace = traces[0]
     retried = [*episode.errors, *trace.errors]  # a good attempt after failed ones carries their errors
     if retried:
-        raise VerifiersEnvError(f"verifiers:{name}: the episode succeeded only after verifiers retried it "
-                                f"({len(retried)} earlier error(s), the first {retried[0].type}: "
-                                f"{str(retried[0].message)[:300]}); the gateway session holds every attempt's calls, "
-                                "which the last attempt's reward would score: set the task set's retries to 0")
+        raise VerifiersEnvError(
+            f"verifiers:{name}: the episode succeeded only after verifiers retried it "
+            f"({len(retried)} earlier error(s), the first {retried[0].type}: "
+            f"{str(retried[0].message)[:300]}); the gateway session holds every attempt's calls, "
+            "which the last attempt's reward would score: set the task set's retries to 0"
+        )
     reward = float(trace.reward)
     if not math.isfinite(reward):
         raise VerifiersEnvError(f"verifiers:{name}: its rewards sum to {reward}")
-    metrics = {k: float(v) for k, v in (trace.metrics or {}).items()
-               if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)}
-    return {"reward": reward, "correct": reward >= success_at, "metrics": metrics,
-            "stop_condition": trace.stop_condition}
+    metrics = {
+        k: float(v)
+        for k, v in (trace.metrics or {}).items()
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    }
+    return {
+        "reward": reward,
+        "correct": reward >= success_at,
+        "metrics": metrics,
+        "stop_condition": trace.stop_condition,
+    }

@@ -79,8 +79,15 @@ class CodeEnv(ToolEnv):
     ) -> None:
         tools = [python_tool(sandbox, timeout=timeout)] if python else []
         super().__init__(
-            tasks, tools, verifier=self._no_reference_verifier, tool_style=tool_style, system_prompt=system_prompt,
-            instruction=instruction, max_turns=max_turns, retry=max_turns > 1, render_mode=render_mode,
+            tasks,
+            tools,
+            verifier=self._no_reference_verifier,
+            tool_style=tool_style,
+            system_prompt=system_prompt,
+            instruction=instruction,
+            max_turns=max_turns,
+            retry=max_turns > 1,
+            render_mode=render_mode,
         )
         self.sandbox, self.timeout, self.partial_credit = sandbox, timeout, partial_credit
 
@@ -96,8 +103,9 @@ class CodeEnv(ToolEnv):
             if not isinstance(row.get("prompt"), str) or not isinstance(row.get("tests"), (str, list)):
                 raise DataFormatError(f"{path}: row {i + 1} needs a 'prompt' string and 'tests' (a string or a list)")
             meta = {k: row[k] for k in ("tests", "setup", "files", "entry_point") if k in row}
-            tasks.append(Task(id=str(row.get("id", f"{Path(path).stem}/{i}")), prompt=row["prompt"], answer="",
-                              metadata=meta))
+            tasks.append(
+                Task(id=str(row.get("id", f"{Path(path).stem}/{i}")), prompt=row["prompt"], answer="", metadata=meta)
+            )
         return cls(tasks, **kwargs)
 
     def program(self, response: str) -> str | None:
@@ -117,12 +125,22 @@ class CodeEnv(ToolEnv):
             raise RuntimeError("no current task; call reset() first")
         program = self.program(response)
         if program is None:
-            return Verdict(correct=False, score=0.0, extracted=None,
-                           details={"reason": "no_code", "feedback": f"No code block found. {self.instruction}"})
+            return Verdict(
+                correct=False,
+                score=0.0,
+                extracted=None,
+                details={"reason": "no_code", "feedback": f"No code block found. {self.instruction}"},
+            )
         meta = self.task.metadata
-        verdict = run_tests(program, meta["tests"], sandbox=self.sandbox, timeout=self.timeout,
-                            files=meta.get("files"), entry_point=meta.get("entry_point"),
-                            trusted_code=meta.get("prompt_code"))
+        verdict = run_tests(
+            program,
+            meta["tests"],
+            sandbox=self.sandbox,
+            timeout=self.timeout,
+            files=meta.get("files"),
+            entry_point=meta.get("entry_point"),
+            trusted_code=meta.get("prompt_code"),
+        )
         score = verdict.score if self.partial_credit else float(verdict.correct)
         return Verdict(correct=verdict.correct, score=score, extracted=program[-2000:], details=verdict.details)
 
@@ -152,13 +170,20 @@ def humaneval_tasks() -> list[Task]:
         row = json.loads(line)
         entry = row["entry_point"]
         imports = "\n".join(ln for ln in row["prompt"].splitlines() if ln.startswith(("import ", "from ")))
-        tasks.append(Task(
-            id=row["task_id"],
-            prompt=f"Complete this Python function:\n```python\n{row['prompt']}```",
-            answer="",
-            metadata={"tests": f"{row['test']}\n\ncheck({entry})\n", "setup": imports, "entry_point": entry,
-                      "solution": row["prompt"] + row["canonical_solution"], "prompt_code": row["prompt"]},
-        ))
+        tasks.append(
+            Task(
+                id=row["task_id"],
+                prompt=f"Complete this Python function:\n```python\n{row['prompt']}```",
+                answer="",
+                metadata={
+                    "tests": f"{row['test']}\n\ncheck({entry})\n",
+                    "setup": imports,
+                    "entry_point": entry,
+                    "solution": row["prompt"] + row["canonical_solution"],
+                    "prompt_code": row["prompt"],
+                },
+            )
+        )
     return tasks
 
 

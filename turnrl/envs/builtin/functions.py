@@ -60,14 +60,30 @@ FAMILIES: tuple[Family, ...] = (
     Family("distance", "x", "Return the absolute difference between x and {k}.", "abs(x - {k})", _k(1, 30)),
     Family("at_most", "x", "Return the smaller of x and {k}.", "min(x, {k})", _k(-10, 20)),
     Family("divisible", "n", "Return True if n is divisible by {k}, otherwise False.", "n % {k} == 0", _k(2, 9)),
-    Family("scale", "xs", "Return a new list with every element of xs multiplied by {k}.", "[v * {k} for v in xs]",
-           _k(2, 12)),
-    Family("shift", "xs", "Return a new list with {k} added to every element of xs.", "[v + {k} for v in xs]",
-           _k(1, 30)),
-    Family("above", "xs", "Return the elements of xs that are greater than {k}, in order.",
-           "[v for v in xs if v > {k}]", _k(-5, 15)),
-    Family("count_above", "xs", "Return how many elements of xs are greater than {k}.",
-           "sum(1 for v in xs if v > {k})", _k(-5, 15)),
+    Family(
+        "scale",
+        "xs",
+        "Return a new list with every element of xs multiplied by {k}.",
+        "[v * {k} for v in xs]",
+        _k(2, 12),
+    ),
+    Family(
+        "shift", "xs", "Return a new list with {k} added to every element of xs.", "[v + {k} for v in xs]", _k(1, 30)
+    ),
+    Family(
+        "above",
+        "xs",
+        "Return the elements of xs that are greater than {k}, in order.",
+        "[v for v in xs if v > {k}]",
+        _k(-5, 15),
+    ),
+    Family(
+        "count_above",
+        "xs",
+        "Return how many elements of xs are greater than {k}.",
+        "sum(1 for v in xs if v > {k})",
+        _k(-5, 15),
+    ),
     Family("total_plus", "xs", "Return the sum of the elements of xs plus {k}.", "sum(xs) + {k}", _k(1, 30)),
     Family("largest_minus", "xs", "Return the largest element of xs minus {k}.", "max(xs) - {k}", _k(1, 30)),
     Family("repeat", "s", "Return the string s repeated {k} times.", "s * {k}", _k(2, 5)),
@@ -93,8 +109,9 @@ def _inputs(arg: str, rng: np.random.Generator) -> list[Any]:
     if arg in ("x", "n"):
         return [0] + [int(v) for v in rng.integers(-20, 40, size=3)]
     if arg == "xs":
-        return [[int(rng.integers(-5, 20))]] + [[int(v) for v in rng.integers(-5, 20, size=int(rng.integers(3, 7)))]
-                                                 for _ in range(3)]
+        return [[int(rng.integers(-5, 20))]] + [
+            [int(v) for v in rng.integers(-5, 20, size=int(rng.integers(3, 7)))] for _ in range(3)
+        ]
     return [str(WORDS[int(i)]) for i in rng.choice(len(WORDS), size=4, replace=False)]
 
 
@@ -107,9 +124,19 @@ def make_task(family: Family, params: dict[str, Any], inputs: list[Any], task_id
     exec(solution, reference)  # our own template, not model output
     fn = reference[family.name]
     tests = [f"assert {family.name}({v!r}) == {fn(v)!r}" for v in inputs]
-    return Task(id=task_id, prompt=_prompt(family, params), answer="",
-                metadata={"tests": tests, "entry_point": family.name, "prompt_code": head, "solution": solution,
-                          "family": family.name, "canonical": canonical(family, params)})
+    return Task(
+        id=task_id,
+        prompt=_prompt(family, params),
+        answer="",
+        metadata={
+            "tests": tests,
+            "entry_point": family.name,
+            "prompt_code": head,
+            "solution": solution,
+            "family": family.name,
+            "canonical": canonical(family, params),
+        },
+    )
 
 
 @functools.cache
@@ -167,7 +194,8 @@ class FunctionsEnv(CodeEnv):
         **options: the :class:`CodeEnv` options (``sandbox``, ``timeout``, ``max_turns``, ``partial_credit`` …).
     """
 
-    def __init__(self, split: Literal["train", "validation", "test"] = "train", size: int | None = None,
-                 **options: Any) -> None:
+    def __init__(
+        self, split: Literal["train", "validation", "test"] = "train", size: int | None = None, **options: Any
+    ) -> None:
         super().__init__(FunctionTasks(split, size), **options)  # type: ignore[arg-type]  # a lazy sequence of tasks
         self.split, self.held_out_split, self.validation_split, self.train_split = split, "test", "validation", "train"

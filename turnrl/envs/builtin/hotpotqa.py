@@ -48,12 +48,24 @@ def hotpotqa_tasks(split: str = "dev", path: str | Path | None = None) -> list[T
         try:
             context = [(str(title), "".join(sentences)) for title, sentences in row["context"]]
             support = sorted({str(title) for title, _ in row["supporting_facts"]})
-            tasks.append(Task(id=str(row["_id"]), prompt=str(row["question"]), answer=str(row["answer"]),
-                              metadata={"context": context, "supporting_titles": support,
-                                        "type": row.get("type"), "level": row.get("level")}))
+            tasks.append(
+                Task(
+                    id=str(row["_id"]),
+                    prompt=str(row["question"]),
+                    answer=str(row["answer"]),
+                    metadata={
+                        "context": context,
+                        "supporting_titles": support,
+                        "type": row.get("type"),
+                        "level": row.get("level"),
+                    },
+                )
+            )
         except (KeyError, TypeError, ValueError) as e:
-            raise DataFormatError(f"hotpotqa row {i + 1}: expected _id, question, answer, supporting_facts, "
-                                  f"context ({type(e).__name__}: {e})") from e
+            raise DataFormatError(
+                f"hotpotqa row {i + 1}: expected _id, question, answer, supporting_facts, "
+                f"context ({type(e).__name__}: {e})"
+            ) from e
     return tasks
 
 
@@ -110,9 +122,19 @@ class HotPotQAEnv(SearchQAEnv):
         tasks = tasks[:limit] if limit is not None else tasks
         self.corpus = corpus
         self._split_index: BM25Index | None = None
-        super().__init__(tasks, top_k=top_k, max_searches=max_searches, tool_style=tool_style, max_turns=max_turns,
-                         reward=reward, retriever=retriever, system_prompt=system_prompt, demos=demos,
-                         demos_in=demos_in, render_mode=render_mode)
+        super().__init__(
+            tasks,
+            top_k=top_k,
+            max_searches=max_searches,
+            tool_style=tool_style,
+            max_turns=max_turns,
+            reward=reward,
+            retriever=retriever,
+            system_prompt=system_prompt,
+            demos=demos,
+            demos_in=demos_in,
+            render_mode=render_mode,
+        )
         # split "dev" is the whole file: its own held-out split, for evaluation only (a training run on it is refused:
         # its held-out questions would be its training questions); train on dev-train
         parts = split in _DEV_PARTS
@@ -123,7 +145,9 @@ class HotPotQAEnv(SearchQAEnv):
     def _corpus_index(self) -> BM25Index:
         assert self.task is not None
         if "context" not in self.task.metadata:  # a task posed via options={"task": ...}
-            raise ValueError("a HotPotQA task needs metadata['context'] (list of [title, text]) and 'supporting_titles'")
+            raise ValueError(
+                "a HotPotQA task needs metadata['context'] (list of [title, text]) and 'supporting_titles'"
+            )
         if self.corpus == "example":
             return bm25_index([Passage(t, text) for t, text in self.task.metadata["context"]], kind=self.retriever)
         if self._split_index is None:

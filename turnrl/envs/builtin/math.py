@@ -89,11 +89,14 @@ class MathEnv(ToolEnv):
         parser: Any = tool_style
         if tool_style == "swirl":
             if answer_format not in (None, "tag"):
-                raise ValueError(f"tool_style='swirl' answers in <answer> tags, so answer_format={answer_format!r} "
-                                 "cannot go with it; leave answer_format out (or pass 'tag')")
+                raise ValueError(
+                    f"tool_style='swirl' answers in <answer> tags, so answer_format={answer_format!r} "
+                    "cannot go with it; leave answer_format out (or pass 'tag')"
+                )
             answer_format, calculator, parser = "tag", True, TagParser({"math_exp": "calculator"})
-            system_prompt, self.prompt_demos = place_demos(system_prompt, MATH_INSTRUCTIONS, demos, MATH_DEMOS,
-                                                           demos_in, "calculator")
+            system_prompt, self.prompt_demos = place_demos(
+                system_prompt, MATH_INSTRUCTIONS, demos, MATH_DEMOS, demos_in, "calculator"
+            )
             self.stop = MATH_STOP
             instruction = "" if instruction is None else instruction
             max_turns = 10 if max_turns is None else max_turns
@@ -118,8 +121,10 @@ class MathEnv(ToolEnv):
     def _tool_step(self, parsed: ParseResult, outputs: Sequence[ToolOutput]) -> StepResult:
         """SWiRL's style shows each result as ``EXPR -> RESULT``."""
         if self.swirl:
-            outputs = [ToolOutput(content=f"{call.raw or ''} -> {out.content}", ok=out.ok)
-                       for call, out in zip(parsed.calls, outputs)]
+            outputs = [
+                ToolOutput(content=f"{call.raw or ''} -> {out.content}", ok=out.ok)
+                for call, out in zip(parsed.calls, outputs)
+            ]
         return super()._tool_step(parsed, outputs)
 
     def format_answer(self, answer: str) -> str:
@@ -172,9 +177,11 @@ def gsm8k_tasks(split: str = "test", path: str | Path | None = None) -> list[Tas
         for i, r in enumerate(load_rows("gsm8k", file, path))
     ]
     if split == "validation" and path is not None:
-        raise ValueError("split 'validation' is the GSM8K train file's last 500 problems; with path=… the file is "
-                         "taken whole, so validation would be the training problems: evaluate another file by path "
-                         "with split 'test', or leave path out")
+        raise ValueError(
+            "split 'validation' is the GSM8K train file's last 500 problems; with path=… the file is "
+            "taken whole, so validation would be the training problems: evaluate another file by path "
+            "with split 'test', or leave path out"
+        )
     if file == "train" and path is None:  # a file given by path is taken whole, as the caller asked
         cut = len(tasks) - GSM8K_VALIDATION_SIZE
         tasks = tasks[cut:] if split == "validation" else tasks[:cut]
@@ -216,7 +223,10 @@ class GSM8KEnv(MathEnv):
     """
 
     def __init__(
-        self, split: Literal["train", "validation", "test"] = "test", path: str | None = None, limit: int | None = None,
+        self,
+        split: Literal["train", "validation", "test"] = "test",
+        path: str | None = None,
+        limit: int | None = None,
         **options: Any,
     ) -> None:
         super().__init__(_limit(gsm8k_tasks(split, path), limit), **options)

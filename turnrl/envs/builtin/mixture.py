@@ -64,22 +64,25 @@ class MixtureEnv(TextEnv):
         if envs is None:
             envs = [{"id": "turnrl/Arithmetic-v0", "kwargs": {"level": k}, "name": f"arith-l{k}"} for k in range(1, 6)]
         if not isinstance(envs, (list, tuple)) or not envs:
-            raise MixtureError("envs must be a non-empty list of members such as {id: turnrl/Arithmetic-v0, "
-                               "kwargs: {level: 1}, weight: 1}")
+            raise MixtureError(
+                "envs must be a non-empty list of members such as {id: turnrl/Arithmetic-v0, "
+                "kwargs: {level: 1}, weight: 1}"
+            )
         self.names: list[str] = []
         self.weights: list[float] = []
         self._specs: list[tuple[str, dict[str, Any]]] = []
         for i, m in enumerate(envs):
             if not isinstance(m, dict) or "id" not in m:
-                raise MixtureError(f"member {i} must be a mapping with an `id` (and optional kwargs, name, weight), "
-                                   f"got {m!r}")
+                raise MixtureError(
+                    f"member {i} must be a mapping with an `id` (and optional kwargs, name, weight), got {m!r}"
+                )
             if unknown := set(m) - _MEMBER_KEYS:
-                raise MixtureError(f"member {i} ({m['id']}): unknown keys {sorted(unknown)}; a member takes "
-                                   f"{sorted(_MEMBER_KEYS)}")
+                raise MixtureError(
+                    f"member {i} ({m['id']}): unknown keys {sorted(unknown)}; a member takes {sorted(_MEMBER_KEYS)}"
+                )
             name = str(m.get("name") or _member_name(str(m["id"])))
             if name in self.names:
-                raise MixtureError(f"two members are named {name!r}: give each a distinct `name` "
-                                   "(e.g. name: arith-l1)")
+                raise MixtureError(f"two members are named {name!r}: give each a distinct `name` (e.g. name: arith-l1)")
             if not name or any(c in name for c in ":/ "):
                 raise MixtureError(f"member {i}: name {name!r} must be non-empty without ':', '/' or spaces")
             weight = m.get("weight", 1.0)
@@ -89,8 +92,10 @@ class MixtureEnv(TextEnv):
             self.weights.append(float(weight))
             self._specs.append((str(m["id"]), dict(m.get("kwargs") or {})))
         if sum(self.weights) <= 0:
-            raise MixtureError(f"every member of the mixture has weight 0 ({', '.join(self.names)}): nothing would "
-                               "be trained on; give at least one a positive weight")
+            raise MixtureError(
+                f"every member of the mixture has weight 0 ({', '.join(self.names)}): nothing would "
+                "be trained on; give at least one a positive weight"
+            )
         self.split, self.held_out_split = split, HELD_OUT
         self._lacking: list[str] = []  # members without a held-out split (held-out mode)
         self._members: list[TextEnv] = [self._member(i, kw) for i, kw in self._specs]

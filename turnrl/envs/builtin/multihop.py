@@ -64,23 +64,39 @@ def split_worlds(split: str, worlds: int, test_worlds: int, validation_worlds: i
     if split not in _SPLIT_CODE:
         raise ValueError(f"split must be one of {list(SPLITS)}, got {split!r}")
     if test_worlds < 1 or validation_worlds < 0 or worlds - test_worlds - validation_worlds < 1:
-        raise ValueError(f"need test_worlds >= 1, validation_worlds >= 0 and a training world left, got worlds={worlds}, "
-                         f"test_worlds={test_worlds}, validation_worlds={validation_worlds}")
+        raise ValueError(
+            f"need test_worlds >= 1, validation_worlds >= 0 and a training world left, got worlds={worlds}, "
+            f"test_worlds={test_worlds}, validation_worlds={validation_worlds}"
+        )
     cut = test_worlds + validation_worlds
     return {"test": range(test_worlds), "validation": range(test_worlds, cut), "train": range(cut, worlds)}[split]
 
 
-def multihop_tasks(kb: KnowledgeBase, split: str, worlds: range, hops: Sequence[int] = (2, 3),
-                   kinds: Sequence[str] = KINDS) -> list[Task]:
+def multihop_tasks(
+    kb: KnowledgeBase, split: str, worlds: range, hops: Sequence[int] = (2, 3), kinds: Sequence[str] = KINDS
+) -> list[Task]:
     """The questions of ``worlds`` with the given hops and kinds, as tasks in a shuffle fixed by the seed and split.
     ``metadata``: ``canonical``, ``supporting_titles`` (the path's documents, in reading order), ``kind``, ``hops``,
     ``named`` (the entities the question names), ``relations`` and ``world``."""
     chosen = [q for w in worlds for q in kb.questions[w] if q.hops in hops and q.kind in kinds]
     order = np.random.default_rng([kb.seed, _SPLIT_CODE[split], 7]).permutation(len(chosen))
-    return [Task(id=f"multihop/{split}/{q.kind}{q.hops}/{i}", prompt=q.text, answer=q.answer,
-                 metadata={"canonical": q.key, "supporting_titles": list(q.path), "kind": q.kind, "hops": q.hops,
-                           "named": list(q.named), "relations": list(q.relations), "world": q.world})
-            for i, q in enumerate(chosen[int(j)] for j in order)]
+    return [
+        Task(
+            id=f"multihop/{split}/{q.kind}{q.hops}/{i}",
+            prompt=q.text,
+            answer=q.answer,
+            metadata={
+                "canonical": q.key,
+                "supporting_titles": list(q.path),
+                "kind": q.kind,
+                "hops": q.hops,
+                "named": list(q.named),
+                "relations": list(q.relations),
+                "world": q.world,
+            },
+        )
+        for i, q in enumerate(chosen[int(j)] for j in order)
+    ]
 
 
 class MultiHopEnv(SearchQAEnv):
@@ -123,8 +139,9 @@ class MultiHopEnv(SearchQAEnv):
     ) -> None:
         hops, kinds = tuple(hops), tuple(kinds)
         if not hops or any(h not in (2, 3) for h in hops) or not kinds or any(k not in KINDS for k in kinds):
-            raise ValueError(f"hops must be drawn from [2, 3] and kinds from {list(KINDS)}, got {list(hops)}, "
-                             f"{list(kinds)}")
+            raise ValueError(
+                f"hops must be drawn from [2, 3] and kinds from {list(KINDS)}, got {list(hops)}, {list(kinds)}"
+            )
         if corpus not in ("world", "split"):
             raise ValueError(f"corpus must be 'world' or 'split', got {corpus!r}")
         in_split = split_worlds(split, worlds, test_worlds, validation_worlds)
@@ -143,8 +160,10 @@ class MultiHopEnv(SearchQAEnv):
         world = self.task.metadata.get("world") if self.task is not None else None
         if world not in self.worlds:  # a task posed via options={"task": ...}
             if self.corpus == "world":
-                raise ValueError(f"a MultiHop task needs metadata['world'], one of the split's worlds "
-                                 f"{list(self.worlds)}; got {world!r}")
+                raise ValueError(
+                    f"a MultiHop task needs metadata['world'], one of the split's worlds "
+                    f"{list(self.worlds)}; got {world!r}"
+                )
         chosen = [cast(int, world)] if self.corpus == "world" else self.worlds  # one of them: checked above
         return bm25_index([Passage(t, x) for t, x in self.kb.documents(chosen)], kind=self.retriever)
 
@@ -163,7 +182,13 @@ class MultiHopEnv(SearchQAEnv):
 
     def report_lines(self, metrics: dict[str, Any]) -> list[str]:
         """Exact match by kind of question, comparisons with their chance level."""
-        shown = [f"{k.removeprefix('em_')} {float(metrics[k]):.3f}" for k in
-                 ("em_bridge2", "em_bridge3", "em_comparison2", "em_comparison3") if k in metrics]
-        return [f"Exact match by question kind: {', '.join(shown)} (a comparison is right by chance half the time)."] \
-            if shown else []
+        shown = [
+            f"{k.removeprefix('em_')} {float(metrics[k]):.3f}"
+            for k in ("em_bridge2", "em_bridge3", "em_comparison2", "em_comparison3")
+            if k in metrics
+        ]
+        return (
+            [f"Exact match by question kind: {', '.join(shown)} (a comparison is right by chance half the time)."]
+            if shown
+            else []
+        )

@@ -37,8 +37,14 @@ import numpy as np
 from turnrl.utils import Shared
 
 #: relation: (the kind it links from, the kind it links to)
-RELATIONS = {"birthplace": ("person", "city"), "employer": ("person", "org"), "founder": ("org", "person"),
-             "base": ("org", "city"), "region": ("city", "region"), "capital": ("region", "city")}
+RELATIONS = {
+    "birthplace": ("person", "city"),
+    "employer": ("person", "org"),
+    "founder": ("org", "person"),
+    "base": ("org", "city"),
+    "region": ("city", "region"),
+    "capital": ("region", "city"),
+}
 #: Bridge questions: the path of relations from the entity the question names, and the question.
 BRIDGES = {
     ("founder", "birthplace"): "Where was the founder of {0} born?",
@@ -60,19 +66,41 @@ COMPARISONS = {
     ("person", "founder"): "Who was born earlier, the founder of {0} or {1}?",
     ("org", "employer"): "Which was founded earlier, the organization that {0} works for or {1}?",
 }
-ORG_KINDS = {"Labs": "laboratory", "Press": "publishing house", "Foundry": "foundry", "Mills": "mill",
-             "Guild": "guild", "Forge": "forge", "Trust": "trust", "Society": "society", "Bank": "bank",
-             "Company": "company"}
+ORG_KINDS = {
+    "Labs": "laboratory",
+    "Press": "publishing house",
+    "Foundry": "foundry",
+    "Mills": "mill",
+    "Guild": "guild",
+    "Forge": "forge",
+    "Trust": "trust",
+    "Society": "society",
+    "Bank": "bank",
+    "Company": "company",
+}
 FIRST_NAMES = 16  # people share first names: searches for one person find namesakes
 NAMED_K, HIDDEN_K = 3, 5  # the filter: named documents in the top 3 of the question's search, no other in the top 5
 _ONSETS = ("b", "d", "f", "g", "h", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z", "br", "dr", "st", "th", "sh")
 _VOWELS = ("a", "e", "i", "o", "u", "a", "e", "o", "ai", "ou")
 _CODAS = ("n", "r", "l", "s", "m", "k", "th", "nd", "rk", "", "", "")
 # the documents' and questions' own words, and the names of the built-in SWiRL demonstrations: never a name
-_RESERVED = {w.lower() for w in re.findall(r"[A-Za-z]+", " ".join([*BRIDGES.values(), *COMPARISONS.values(),
-             *ORG_KINDS, *ORG_KINDS.values(), "is a founded in by it based was born and works for city region of "
-             "whose capital earlier person organization ostervale ilsa marrow quenby dunharrow pellin hask tam "
-             "orsley wendel crake brinmoor lusk"]))}
+_RESERVED = {
+    w.lower()
+    for w in re.findall(
+        r"[A-Za-z]+",
+        " ".join(
+            [
+                *BRIDGES.values(),
+                *COMPARISONS.values(),
+                *ORG_KINDS,
+                *ORG_KINDS.values(),
+                "is a founded in by it based was born and works for city region of "
+                "whose capital earlier person organization ostervale ilsa marrow quenby dunharrow pellin hask tam "
+                "orsley wendel crake brinmoor lusk",
+            ]
+        ),
+    )
+}
 
 
 @dataclass(frozen=True)
@@ -132,8 +160,9 @@ class _Namer:
     def word(self) -> str:
         while True:  # two syllables, or three now and then; a final consonant most of the time
             n = 2 if self.rng.random() < 0.85 else 3
-            syllables = [_ONSETS[self.rng.integers(len(_ONSETS))] + _VOWELS[self.rng.integers(len(_VOWELS))]
-                         for _ in range(n)]
+            syllables = [
+                _ONSETS[self.rng.integers(len(_ONSETS))] + _VOWELS[self.rng.integers(len(_VOWELS))] for _ in range(n)
+            ]
             word = "".join(syllables) + _CODAS[self.rng.integers(len(_CODAS))]
             if 4 <= len(word) <= 9 and word not in self.used:
                 self.used.add(word)
@@ -173,7 +202,7 @@ def _world(w: int, rng: np.random.Generator, namer: _Namer, first: list[str], si
     # every region has at least two cities; its capital is the first
     order = [int(i) for i in rng.permutation(len(cities))]
     region_of = {cities[i]: regions[k % len(regions)] for k, i in enumerate(order[: 2 * len(regions)])}
-    region_of.update({cities[i]: regions[int(rng.integers(len(regions)))] for i in order[2 * len(regions):]})
+    region_of.update({cities[i]: regions[int(rng.integers(len(regions)))] for i in order[2 * len(regions) :]})
     capital = {r: next(cities[i] for i in order if region_of[cities[i]] == r) for r in regions}
     born = {p: int(rng.integers(1800, 1951)) for p in people}
     birthplace = {p: cities[int(rng.integers(len(cities)))] for p in people}
@@ -184,10 +213,12 @@ def _world(w: int, rng: np.random.Generator, namer: _Namer, first: list[str], si
     for p in people:  # never an organization the person founded: its founder's document would name it
         choices = [o for o in orgs if founder[o] != p]
         employer[p] = choices[int(rng.integers(len(choices)))]
-    spec = ([(r, "region", None, {"capital": capital[r]}) for r in regions]
-            + [(x, "city", None, {"region": region_of[x]}) for x in cities]
-            + [(o, "org", founded[o], {"founder": founder[o], "base": base[o]}) for o in orgs]
-            + [(p, "person", born[p], {"birthplace": birthplace[p], "employer": employer[p]}) for p in people])
+    spec = (
+        [(r, "region", None, {"capital": capital[r]}) for r in regions]
+        + [(x, "city", None, {"region": region_of[x]}) for x in cities]
+        + [(o, "org", founded[o], {"founder": founder[o], "base": base[o]}) for o in orgs]
+        + [(p, "person", born[p], {"birthplace": birthplace[p], "employer": employer[p]}) for p in people]
+    )
     return [Entity(n, k, w, y, tuple(links.items()), _document(k, n, y, links)) for n, k, y, links in spec]
 
 
@@ -205,12 +236,16 @@ def _bridges(world: list[Entity], ents: dict[str, Entity], seed: int) -> list[Qu
             for r in relations:
                 path.append(ents[path[-1]].link(r))
             answer, text = path[-1], template.format(e.name)
-            if len(set(path)) < len(path) or _mentions(text, answer) or any(
-                    _mentions(ents[n].text, answer) for n in path[:-2]):
+            if (
+                len(set(path)) < len(path)
+                or _mentions(text, answer)
+                or any(_mentions(ents[n].text, answer) for n in path[:-2])
+            ):
                 continue  # a cycle, or the answer readable before the last document of the path
             key = f"multihop:{seed}:{'>'.join(relations)}:{e.name}"
-            out.append(Question("bridge", len(relations), text, answer, tuple(path[:-1]), (e.name,), relations,
-                                e.world, key))
+            out.append(
+                Question("bridge", len(relations), text, answer, tuple(path[:-1]), (e.name,), relations, e.world, key)
+            )
     return out
 
 
@@ -229,8 +264,14 @@ def _comparisons(world: list[Entity], ents: dict[str, Entity], seed: int, rng: n
         for start in starts:
             first = ents[start.link(via)] if via else start
             want_first = bool(rng.random() < 0.5)  # which of the two is the answer: balanced
-            others = [o for o in pool if o.name != first.name and o.name != start.name and o.year != first.year
-                      and frozenset((first.name, o.name)) not in used]
+            others = [
+                o
+                for o in pool
+                if o.name != first.name
+                and o.name != start.name
+                and o.year != first.year
+                and frozenset((first.name, o.name)) not in used
+            ]
             right = [o for o in others if (_year(first) < _year(o)) == want_first]
             if not (right or others):
                 continue
@@ -240,16 +281,24 @@ def _comparisons(world: list[Entity], ents: dict[str, Entity], seed: int, rng: n
             answer = min((first, other), key=_year).name
             path: tuple[str, ...]
             if via:
-                text, path, named = template.format(start.name, other.name), (start.name, first.name, other.name), (
-                    start.name, other.name)
+                text, path, named = (
+                    template.format(start.name, other.name),
+                    (start.name, first.name, other.name),
+                    (start.name, other.name),
+                )
                 items = sorted([f"{via}({start.name})", other.name])
             else:
                 a, b = (first, other) if rng.random() < 0.5 else (other, first)
-                text, path, named, items = template.format(a.name, b.name), (a.name, b.name), (a.name, b.name), sorted(
-                    [a.name, b.name])
+                text, path, named, items = (
+                    template.format(a.name, b.name),
+                    (a.name, b.name),
+                    (a.name, b.name),
+                    sorted([a.name, b.name]),
+                )
             key = f"multihop:{seed}:earlier-{attr}:{'|'.join(items)}"
-            out.append(Question("comparison", len(path), text, answer, path, named, (via,) if via else (), start.world,
-                                key))
+            out.append(
+                Question("comparison", len(path), text, answer, path, named, (via,) if via else (), start.world, key)
+            )
     return out
 
 

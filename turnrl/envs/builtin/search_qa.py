@@ -89,14 +89,27 @@ class SearchQAEnv(ToolEnv):
         self._retrieved: set[str] = set()
         parser = TagParser({"search_query": "search", "lookup": "lookup"}) if tool_style == "swirl" else "hermes"
         if tool_style == "swirl":  # the instructions name the tags; the demos show them
-            system_prompt, self.prompt_demos = place_demos(system_prompt, f"{SEARCH_INSTRUCTIONS} {LOOKUP_INSTRUCTION}",
-                                                           demos, self.default_demos, demos_in, "search", INSTRUCTION)
+            system_prompt, self.prompt_demos = place_demos(
+                system_prompt,
+                f"{SEARCH_INSTRUCTIONS} {LOOKUP_INSTRUCTION}",
+                demos,
+                self.default_demos,
+                demos_in,
+                "search",
+                INSTRUCTION,
+            )
             self.stop = (*SEARCH_STOP, "</lookup>")
             max_turns = min(5, max_searches + 1) if max_turns is None else max_turns
         super().__init__(
-            tasks, tools=[Tool(self.search), Tool(self.lookup)], verifier=self._verify, tool_style=parser,
-            describe_tools=tool_style != "swirl", system_prompt=system_prompt, instruction=INSTRUCTION,
-            max_turns=max_turns if max_turns is not None else max_searches + 1, render_mode=render_mode,
+            tasks,
+            tools=[Tool(self.search), Tool(self.lookup)],
+            verifier=self._verify,
+            tool_style=parser,
+            describe_tools=tool_style != "swirl",
+            system_prompt=system_prompt,
+            instruction=INSTRUCTION,
+            max_turns=max_turns if max_turns is not None else max_searches + 1,
+            render_mode=render_mode,
         )
 
     # ---- tools (bound methods: they act on this environment's episode) ----

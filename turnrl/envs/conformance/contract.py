@@ -74,8 +74,9 @@ def run_episode(env: TextEnv, agent: Agent, name: str, seed: int, report: CheckR
         return log
 
 
-def _play(env: TextEnv, agent: Agent, name: str, seed: int, report: CheckReport, max_steps: int,
-          log: EpisodeLog) -> EpisodeLog:
+def _play(
+    env: TextEnv, agent: Agent, name: str, seed: int, report: CheckReport, max_steps: int, log: EpisodeLog
+) -> EpisodeLog:
     env.reset(seed=seed)
     for _ in range(max_steps):
         result = env.step(agent(env))
@@ -154,7 +155,8 @@ def check_environment(
         report.warnings.append(
             "no held-out split (held_out_split is None): `turnrl eval` and a training run's held-out evaluation then "
             "score tasks the policy may have trained on; give __init__ a `split` argument that picks the tasks and set "
-            "`self.split, self.held_out_split = split, \"test\"` (as turnrl/envs/builtin/arithmetic.py does)")
+            '`self.split, self.held_out_split = split, "test"` (as turnrl/envs/builtin/arithmetic.py does)'
+        )
     _gymnasium_check(base, report)
     for check in (_check_reset, *((check_tools,) if call_tools else ()), check_verifier):
         try:

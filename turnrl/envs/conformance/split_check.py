@@ -91,16 +91,23 @@ class SplitCheck:
 
     def lines(self) -> list[str]:
         """The report, a line each: splits, overlaps (FAIL), repeats, notes."""
-        out = [f"split {name}: {self.tasks[name]} task(s) read, {self.distinct[name]} distinct problem(s)"
-               for name in self.tasks]
+        out = [
+            f"split {name}: {self.tasks[name]} task(s) read, {self.distinct[name]} distinct problem(s)"
+            for name in self.tasks
+        ]
         for (a, b), shared in self.overlaps.items():
             if shared:
-                out.append(f"FAIL splits {a} and {b} share {len(shared)} problem(s), e.g. "
-                           + ", ".join(repr(k) for k in shared[:SHOWN]))
+                out.append(
+                    f"FAIL splits {a} and {b} share {len(shared)} problem(s), e.g. "
+                    + ", ".join(repr(k) for k in shared[:SHOWN])
+                )
             else:
                 out.append(f"splits {a} and {b}: no problem in both")
-        out += [f"note {name}: {n} task(s) repeat a problem posed earlier in the split (figures count distinct "
-                "problems)" for name, n in self.repeats.items() if n]
+        out += [
+            f"note {name}: {n} task(s) repeat a problem posed earlier in the split (figures count distinct problems)"
+            for name, n in self.repeats.items()
+            if n
+        ]
         out += [f"note {n}" for n in self.notes]
         return out
 
@@ -123,8 +130,11 @@ def check_splits(env_id: str, kwargs: dict[str, Any] | None = None, *, limit: in
     try:
         base = env.unwrapped
         own = getattr(base, "split", None)
-        named = {"held-out": getattr(base, "held_out_split", None), "validation": getattr(base, "validation_split", None),
-                 "training": getattr(base, "train_split", None)}
+        named = {
+            "held-out": getattr(base, "held_out_split", None),
+            "validation": getattr(base, "validation_split", None),
+            "training": getattr(base, "train_split", None),
+        }
         keys: dict[str, list[str]] = {}
         if own is None or named["held-out"] is None:
             report.notes.append("declares no split and held-out split: nothing to compare")
@@ -150,15 +160,17 @@ def check_splits(env_id: str, kwargs: dict[str, Any] | None = None, *, limit: in
         keys[name] = found
     held = named["held-out"]
     if own == held:
-        report.notes.append(f"made with split {own!r}, which is its own held-out split: an evaluation set (a training "
-                            "run on it is refused)")
+        report.notes.append(
+            f"made with split {own!r}, which is its own held-out split: an evaluation set (a training "
+            "run on it is refused)"
+        )
     for name, found in keys.items():
         report.tasks[name], report.distinct[name] = len(found), len(set(found))
         if name in (held, named["validation"]):
             report.repeats[name] = sum(c - 1 for c in Counter(found).values())
     names = list(keys)
     for i, a in enumerate(names):
-        for b in names[i + 1:]:
+        for b in names[i + 1 :]:
             report.overlaps[(a, b)] = _shared(keys[a], keys[b])
     return report
 

@@ -97,24 +97,30 @@ def _external_calls(env: TextEnv, tool: Tool, seed: int, report: CheckReport) ->
         try:
             out = tool.invoke(ToolCall(name=tool.name, arguments=args))
         except Exception as e:  # the bug this check is for
-            report.failures.append(f"tool {tool.name!r} raised {type(e).__name__}: {e} on arguments "
-                                   f"{json.dumps(args, default=str)} instead of returning an output")
+            report.failures.append(
+                f"tool {tool.name!r} raised {type(e).__name__}: {e} on arguments "
+                f"{json.dumps(args, default=str)} instead of returning an output"
+            )
             return ran + 1
         if not isinstance(out, ToolOutput) or not isinstance(out.content, str):
-            report.failures.append(f"tool {tool.name!r} returned {out!r} for {json.dumps(args, default=str)}, not a "
-                                   "ToolOutput")
+            report.failures.append(
+                f"tool {tool.name!r} returned {out!r} for {json.dumps(args, default=str)}, not a ToolOutput"
+            )
             continue
         ran += 1
         if not out.ok and out.content.startswith(f"Error: {tool.name} failed: "):  # an exception inside the tool
-            report.failures.append(f"tool {tool.name!r} raised inside on arguments {json.dumps(args, default=str)}: "
-                                   f"{out.content[:200]}; fix it, or raise turnrl.tools.ToolError('what to change') "
-                                   "so that the model reads why")
+            report.failures.append(
+                f"tool {tool.name!r} raised inside on arguments {json.dumps(args, default=str)}: "
+                f"{out.content[:200]}; fix it, or raise turnrl.tools.ToolError('what to change') "
+                "so that the model reads why"
+            )
             return ran
         if not out.ok:
             refused.append(out.content)
     example = f", e.g. {refused[0][:120]!r}" if refused else ""
-    report.notes.append(f"tool {tool.name!r} (runs elsewhere) answered {ran} generated call(s), refused "
-                        f"{len(refused)}{example}")
+    report.notes.append(
+        f"tool {tool.name!r} (runs elsewhere) answered {ran} generated call(s), refused {len(refused)}{example}"
+    )
     return ran
 
 
@@ -140,7 +146,8 @@ def _valid_calls(env: TextEnv, tool: Tool, seed: int, report: CheckReport) -> in
                 report.warnings.append(
                     f"tool {tool.name!r} raised {error} on schema-valid arguments {json.dumps(args, default=str)}; "
                     f"the model reads 'Error: {tool.name} failed: {error}'. Fix it if the tool should take this value, "
-                    "or raise turnrl.tools.ToolError('what to change') so that the model reads how to call it")
+                    "or raise turnrl.tools.ToolError('what to change') so that the model reads how to call it"
+                )
         except Exception as e:  # the bug this check is for
             report.failures.append(
                 f"tool {tool.name!r} raised {type(e).__name__}: {e} on valid arguments {json.dumps(args, default=str)}; "
@@ -182,12 +189,16 @@ def check_tools(env: TextEnv, seed: int, report: CheckReport) -> None:
             try:
                 out = tool.invoke(ToolCall(name=tool.name, arguments=args))
             except Exception as e:
-                report.failures.append(f"tool {tool.name!r} raised {type(e).__name__} for {label} instead of "
-                                       "returning an error message for the model")
+                report.failures.append(
+                    f"tool {tool.name!r} raised {type(e).__name__} for {label} instead of "
+                    "returning an error message for the model"
+                )
                 continue
             if out.ok or not out.content:
-                report.failures.append(f"tool {tool.name!r} accepted {label} ({json.dumps(args, default=str)}); "
-                                       "a bad call must come back as an error message (ok=False)")
+                report.failures.append(
+                    f"tool {tool.name!r} accepted {label} ({json.dumps(args, default=str)}); "
+                    "a bad call must come back as an error message (ok=False)"
+                )
             else:
                 refused += 1
         report.notes.append(f"tool {tool.name!r}: {ran} generated call(s) ran, {refused} malformed call(s) refused")

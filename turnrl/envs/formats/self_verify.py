@@ -120,14 +120,18 @@ class SelfVerify(TextEnv):
                 f"{type(inner).__name__} has none"
             )
         if verify_tools and not len(getattr(inner, "toolbox", ()) or ()):
-            raise ValueError(f"verify_tools needs an environment with tools; {type(inner).__name__} has none here "
-                             "(math environments: calculator=True; code: python=True; or verify_tools=False, the "
-                             "paper's setting)")
+            raise ValueError(
+                f"verify_tools needs an environment with tools; {type(inner).__name__} has none here "
+                "(math environments: calculator=True; code: python=True; or verify_tools=False, the "
+                "paper's setting)"
+            )
         if max_verify_calls < 1:
             raise ValueError(f"max_verify_calls must be at least 1, got {max_verify_calls}")
         if recall_answer and not verify_tools:
-            raise ValueError("recall_answer restates the first answer beside the verifier's first tool result: it "
-                             "needs verify_tools=True (and an environment with tools)")
+            raise ValueError(
+                "recall_answer restates the first answer beside the verifier's first tool result: it "
+                "needs verify_tools=True (and an environment with tools)"
+            )
         if verify_prompt is None:
             verify_prompt = VERIFY_PROMPT
             if verify_tools:  # the tools are offered where they may be used: in the verify turn, not the answer's
@@ -136,8 +140,10 @@ class SelfVerify(TextEnv):
                 inner.describe_tools = False
         for name, prompt in (("verify_prompt", verify_prompt), ("revise_prompt", revise_prompt)):
             if not isinstance(prompt, str):
-                raise TypeError(f"{name} must be a string, got {type(prompt).__name__} ({prompt!r:.60}); on the command "
-                                "line a value is read as YAML: quote it if it holds ': '")
+                raise TypeError(
+                    f"{name} must be a string, got {type(prompt).__name__} ({prompt!r:.60}); on the command "
+                    "line a value is read as YAML: quote it if it holds ': '"
+                )
         if mode not in ("train", "eval"):
             raise ValueError(f"mode must be 'train' or 'eval', got {mode!r}")
         self.verify_tools, self.max_verify_calls = bool(verify_tools), int(max_verify_calls)
@@ -156,8 +162,10 @@ class SelfVerify(TextEnv):
         misread = [v for v in ("correct", "wrong") if verdict_parser(texts.get(v, "")) != v]
         if misread and verdict_texts is not None:
             v = misread[0]
-            raise ValueError(f"verdict_texts[{v!r}] = {texts.get(v)!r} is not read as {v!r} by the verdict parser: "
-                             "give a reply for each verdict that the parser reads as that verdict")
+            raise ValueError(
+                f"verdict_texts[{v!r}] = {texts.get(v)!r} is not read as {v!r} by the verdict parser: "
+                "give a reply for each verdict that the parser reads as that verdict"
+            )
         self.verdict_texts: dict[str, str] | None = None if misread else texts  # None: a parser of its own, no texts
         self.phase: Phase = "answer"
         self.first: Verdict | None = None
@@ -186,7 +194,9 @@ class SelfVerify(TextEnv):
         if self.phase == "answer":
             self.first = self.env.score(action)
             self.phase = "verify"
-            info = self._info("answer", "policy", "verifier", correct=self.first.correct, extracted=self.first.extracted)
+            info = self._info(
+                "answer", "policy", "verifier", correct=self.first.correct, extracted=self.first.extracted
+            )
             return (Message(role="user", content=self.verify_prompt),), self.first.score, False, False, info
         assert self.first is not None
         if self.phase == "verify":
@@ -198,11 +208,21 @@ class SelfVerify(TextEnv):
             revise = verdict == "wrong" or (self.mode == "eval" and verdict != "correct")
             check = self._check_says_right()
             info = self._info(
-                "verify", "verifier", "policy" if revise else None,
-                verdict=verdict, verdict_correct=reward == 1.0, correct=self.first.correct,
-                **({"verify_tool_calls": self.verify_calls, "check_says_right": check,
-                    "tool_agreed": None if check is None or verdict is None else (verdict == "correct") == check}
-                   if self.verify_tools else {}),
+                "verify",
+                "verifier",
+                "policy" if revise else None,
+                verdict=verdict,
+                verdict_correct=reward == 1.0,
+                correct=self.first.correct,
+                **(
+                    {
+                        "verify_tool_calls": self.verify_calls,
+                        "check_says_right": check,
+                        "tool_agreed": None if check is None or verdict is None else (verdict == "correct") == check,
+                    }
+                    if self.verify_tools
+                    else {}
+                ),
             )
             if revise:
                 self.phase = "revise"
@@ -212,8 +232,14 @@ class SelfVerify(TextEnv):
         second = self.env.score(action)
         self.phase = "done"
         reward = revision_reward(self.first.correct, second.correct, self.alpha)
-        info = self._info("revise", "policy", None, correct=second.correct, extracted=second.extracted,
-                          first_correct=self.first.correct)
+        info = self._info(
+            "revise",
+            "policy",
+            None,
+            correct=second.correct,
+            extracted=second.extracted,
+            first_correct=self.first.correct,
+        )
         return (), reward, True, False, info
 
     async def _astep(self, action: str) -> StepResult:
@@ -279,8 +305,18 @@ class SelfVerify(TextEnv):
 
 
 def _pag(cls_path: str, **kwargs: Any) -> SelfVerify:
-    pag_keys = {"alpha", "mode", "verify_prompt", "revise_prompt", "verdict_parser", "verdict_texts", "verify_tools",
-                "max_verify_calls", "recall_answer", "render_mode"}
+    pag_keys = {
+        "alpha",
+        "mode",
+        "verify_prompt",
+        "revise_prompt",
+        "verdict_parser",
+        "verdict_texts",
+        "verify_tools",
+        "max_verify_calls",
+        "recall_answer",
+        "render_mode",
+    }
     pag = {k: kwargs.pop(k) for k in list(kwargs) if k in pag_keys}
     module, name = cls_path.split(":")
     import importlib

@@ -78,7 +78,9 @@ def pag_summary(episodes: Iterable[dict[str, Any] | None]) -> dict[str, float]:
             if part:
                 out[key] = sum(e["verdict_right"] for e in part) / len(part)
         if "pag_verifier_acc_on_correct" in out and "pag_verifier_acc_on_wrong" in out:
-            out["pag_verifier_balanced_acc"] = (out["pag_verifier_acc_on_correct"] + out["pag_verifier_acc_on_wrong"]) / 2
+            out["pag_verifier_balanced_acc"] = (
+                out["pag_verifier_acc_on_correct"] + out["pag_verifier_acc_on_wrong"]
+            ) / 2
         out.update(_tool_figures(verified))
     return out
 
@@ -111,8 +113,10 @@ def self_verification_lines(metrics: dict[str, Any]) -> list[str]:
     balanced = metrics.get("pag_verifier_balanced_acc")
     lines = ["## Self-verification", ""]
     if balanced is None:
-        lines.append("**Verifier balanced accuracy: n/a** (the verdicts judged only right or only wrong first answers: "
-                     "there is nothing to tell apart)")
+        lines.append(
+            "**Verifier balanced accuracy: n/a** (the verdicts judged only right or only wrong first answers: "
+            "there is nothing to tell apart)"
+        )
     else:
         lines.append(f"**Verifier balanced accuracy: {balanced:.1%}** (50 % is a verdict that ignores the answer)")
     lines += [

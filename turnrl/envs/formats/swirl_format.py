@@ -70,8 +70,9 @@ def demo_text(demos: str | None, default: str) -> str | None:
     if demos is None or demos == "none":
         return None
     if not isinstance(demos, str):
-        raise TypeError(f"demos must be 'default', 'none', a file path or the demonstrations' text, got "
-                        f"{type(demos).__name__}")
+        raise TypeError(
+            f"demos must be 'default', 'none', a file path or the demonstrations' text, got {type(demos).__name__}"
+        )
     if demos == "default":
         return default
     if len(demos.split()) == 1 and len(demos) < 1024:
@@ -82,8 +83,10 @@ def demo_text(demos: str | None, default: str) -> str | None:
         except OSError:  # e.g. a name too long to be a file: it is text
             return demos
         if "/" in demos or path.suffix in (".txt", ".md"):
-            raise FileNotFoundError(f"demos={demos!r} looks like a file path, but there is no such file; pass an "
-                                    "existing file, the demonstrations' text, 'default' or 'none'")
+            raise FileNotFoundError(
+                f"demos={demos!r} looks like a file path, but there is no such file; pass an "
+                "existing file, the demonstrations' text, 'default' or 'none'"
+            )
     return demos
 
 
@@ -131,8 +134,15 @@ def demo_messages(text: str | None, tool_name: str, question_suffix: str = "") -
     return tuple(out)
 
 
-def place_demos(system_prompt: str | None, instructions: str, demos: str | None, default: str, demos_in: str,
-                tool_name: str, question_suffix: str = "") -> tuple[str, tuple[Message, ...]]:
+def place_demos(
+    system_prompt: str | None,
+    instructions: str,
+    demos: str | None,
+    default: str,
+    demos_in: str,
+    tool_name: str,
+    question_suffix: str = "",
+) -> tuple[str, tuple[Message, ...]]:
     """``(system prompt, demonstration messages)`` for ``demos_in`` ``"turns"`` (the demonstrations as earlier chat
     turns) or ``"system"`` (inside the system prompt).
 
@@ -142,6 +152,8 @@ def place_demos(system_prompt: str | None, instructions: str, demos: str | None,
     if demos_in == "system":
         return with_demos(system_prompt, instructions, demos, default), ()
     if demos_in == "turns":
-        return (with_demos(system_prompt, instructions, None, default),
-                demo_messages(demo_text(demos, default), tool_name, question_suffix))
+        return (
+            with_demos(system_prompt, instructions, None, default),
+            demo_messages(demo_text(demos, default), tool_name, question_suffix),
+        )
     raise ValueError(f"demos_in must be 'turns' or 'system', got {demos_in!r}")

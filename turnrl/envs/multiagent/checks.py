@@ -29,8 +29,9 @@ def _observations(env: MultiAgentTextEnv) -> dict[str, tuple[Message, ...]]:
     return {agent: env.observe(agent) for agent in env.agents}
 
 
-def check_multi_agent_environment(env: MultiAgentTextEnv, *, episodes: int = 3, max_moves: int = 400,
-                                  seed: int = 0) -> CheckReport:
+def check_multi_agent_environment(
+    env: MultiAgentTextEnv, *, episodes: int = 3, max_moves: int = 400, seed: int = 0
+) -> CheckReport:
     """Play ``episodes`` games with random and malformed replies and check the rules above.
 
     Args:
@@ -83,16 +84,27 @@ def check_held_out_states(env: Any, report: CheckReport) -> None:
         return
     reached = list(states.reached)
     if states.claimed and reached:
-        report.failures.append(f"{len(reached)} held-out starting state(s) can be reached by a training game, e.g. "
-                               f"{', '.join(map(repr, reached[:3]))} ({states.rule})")
+        report.failures.append(
+            f"{len(reached)} held-out starting state(s) can be reached by a training game, e.g. "
+            f"{', '.join(map(repr, reached[:3]))} ({states.rule})"
+        )
     elif states.claimed:
         report.notes.append(f"held-out starting states: none reachable from training ({states.rule})")
     else:
         report.notes.append(f"no held-out starting states: {states.rule}")
 
 
-def _play(env: MultiAgentTextEnv, rng: np.random.Generator, log: EpisodeLog, report: CheckReport, *,
-          malformed_only: bool, max_moves: int, seed: int, index: int) -> None:
+def _play(
+    env: MultiAgentTextEnv,
+    rng: np.random.Generator,
+    log: EpisodeLog,
+    report: CheckReport,
+    *,
+    malformed_only: bool,
+    max_moves: int,
+    seed: int,
+    index: int,
+) -> None:
     env.reset(seed=seed, options={"index": index})
     problems = _cycle_problems(env)
     for problem in problems:
@@ -110,8 +122,10 @@ def _play(env: MultiAgentTextEnv, rng: np.random.Generator, log: EpisodeLog, rep
         totals[agent] += float(reward) if isinstance(reward, (int, float)) else 0.0
         if termination or truncation:
             seen_done.add(agent)
-            ends[agent] = f"{info.get('outcome', 'truncated' if truncation else 'ended')}, reward {totals[agent]:g}, " \
+            ends[agent] = (
+                f"{info.get('outcome', 'truncated' if truncation else 'ended')}, reward {totals[agent]:g}, "
                 f"{info.get('invalid_moves', 0)} invalid"
+            )
             log.terminated, log.truncated = log.terminated or termination, log.truncated or truncation
             env.step(None)
             if agent in env.agents:
@@ -120,13 +134,17 @@ def _play(env: MultiAgentTextEnv, rng: np.random.Generator, log: EpisodeLog, rep
         if log.steps >= max_moves:
             report.failures.append(f"the game did not end within {max_moves} moves")
             return
-        reply = BAD_REPLIES[int(rng.integers(len(BAD_REPLIES)))] if malformed_only or rng.random() < 0.3 else \
-            env.action_space(agent).sample()
+        reply = (
+            BAD_REPLIES[int(rng.integers(len(BAD_REPLIES)))]
+            if malformed_only or rng.random() < 0.3
+            else env.action_space(agent).sample()
+        )
         env.step(reply)
         log.steps += 1
     if env.agents:
-        report.failures.append(f"the game did not end within {max_moves} moves (agents still in play: "
-                               f"{', '.join(env.agents)})")
+        report.failures.append(
+            f"the game did not end within {max_moves} moves (agents still in play: {', '.join(env.agents)})"
+        )
     report.notes.append(f"episode {index} ({log.agent} replies): " + "; ".join(f"{a}: {e}" for a, e in ends.items()))
     missing = set(env.possible_agents) - seen_done
     if missing:

@@ -81,8 +81,11 @@ class MultiAgentTextEnv(AECEnv):
         render_mode: ``"ansi"`` (``render()`` returns the transcript as text) or None.
     """
 
-    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi"], "name": "turnrl_multi_agent_text",
-                                          "is_parallelizable": False}
+    metadata: ClassVar[dict[str, Any]] = {
+        "render_modes": ["ansi"],
+        "name": "turnrl_multi_agent_text",
+        "is_parallelizable": False,
+    }
     #: the seats, in turn order where turns rotate (subclasses set it)
     possible_agents: list[str] = []  # noqa: RUF012 — a subclass replaces it
     #: the split ``options={"index": i}`` draws from, the one held-out evaluation uses, and the one a run's
@@ -131,8 +134,10 @@ class MultiAgentTextEnv(AECEnv):
         """Show ``agents`` (one, or several) a message; each sees it in its next observation."""
         for agent in [agents] if isinstance(agents, str) else agents:
             if agent not in self._pending:
-                raise KeyError(f"{type(self).__name__} told {agent!r}, which is not an agent of this game "
-                               f"({', '.join(self.possible_agents)})")
+                raise KeyError(
+                    f"{type(self).__name__} told {agent!r}, which is not an agent of this game "
+                    f"({', '.join(self.possible_agents)})"
+                )
             self._pending[agent].append(Message(role=role, content=content, name=name))
             self.transcript.append((f"to {agent}", content))
 
@@ -174,8 +179,10 @@ class MultiAgentTextEnv(AECEnv):
         self.agent_selection = self.agents[0]
         self._reset(dict(options or {}))
         if self.agent_selection not in self.agents:
-            raise ValueError(f"{type(self).__name__}._reset chose {self.agent_selection!r} to move first, which is not "
-                             f"an agent ({', '.join(self.agents)})")
+            raise ValueError(
+                f"{type(self).__name__}._reset chose {self.agent_selection!r} to move first, which is not "
+                f"an agent ({', '.join(self.agents)})"
+            )
         self._reset_needed = False
 
     def observe(self, agent: str) -> Obs:
@@ -186,8 +193,9 @@ class MultiAgentTextEnv(AECEnv):
         """The selected agent acts: its text (a move), or None once it is terminated or truncated (PettingZoo's
         dead step, which removes it)."""
         if self._reset_needed or not self.agents:
-            raise RuntimeError(f"{type(self).__name__}: call reset() before step() (a new game after the last one "
-                               "ended)")
+            raise RuntimeError(
+                f"{type(self).__name__}: call reset() before step() (a new game after the last one ended)"
+            )
         agent = self.agent_selection
         if self.terminations[agent] or self.truncations[agent]:
             self._was_dead_step(action)

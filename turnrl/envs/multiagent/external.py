@@ -115,14 +115,23 @@ class TextArenaEnv(SeededGame, MultiAgentTextEnv):
 
     possible_agents: list[str] = []  # noqa: RUF012 — set per game
 
-    def __init__(self, game: str, *, num_players: int = 2, split: Literal["train", "test", "validation"] = "train",
-                 max_turns: int | None = None, render_mode: str | None = None, **game_kwargs: Any) -> None:
+    def __init__(
+        self,
+        game: str,
+        *,
+        num_players: int = 2,
+        split: Literal["train", "test", "validation"] = "train",
+        max_turns: int | None = None,
+        render_mode: str | None = None,
+        **game_kwargs: Any,
+    ) -> None:
         _check_split(split)
         try:
             import textarena
         except ImportError as e:
-            raise ImportError("TextArena games need the `textarena` package: pip install 'turnrl[games]' "
-                              "(or pip install textarena)") from e
+            raise ImportError(
+                "TextArena games need the `textarena` package: pip install 'turnrl[games]' (or pip install textarena)"
+            ) from e
         if game not in textarena.envs.registration.ENV_REGISTRY:
             known = textarena.envs.registration.ENV_REGISTRY
             close = sorted(i for i in known if i.lower().startswith(game[:4].lower()))
@@ -135,7 +144,8 @@ class TextArenaEnv(SeededGame, MultiAgentTextEnv):
         self.raw: Any = None  # the game under its wrappers: its observations are each player's new ones
         # the floor of a held-out evaluation (a random legal player), for the games that list their legal moves
         self.random_player: Callable[[int], Callable[[str], str]] | None = (
-            random_legal_player if game in LISTS_MOVES else None)
+            random_legal_player if game in LISTS_MOVES else None
+        )
         if game in SAME_START:  # what its held-out games hold out: the opponent only (the evaluation says so)
             self.held_out_states = self._same_start
 
@@ -145,8 +155,12 @@ class TextArenaEnv(SeededGame, MultiAgentTextEnv):
         Kuhn poker's six deals, say, are dealt under training seeds too)."""
         from turnrl.envs.multiagent.tictactoe import HeldOutStates
 
-        return HeldOutStates(False, ("the empty board",), f"TextArena's {self.game_id} starts every game from the "
-                             "empty board, whatever its seed: only the opponent is held out")
+        return HeldOutStates(
+            False,
+            ("the empty board",),
+            f"TextArena's {self.game_id} starts every game from the "
+            "empty board, whatever its seed: only the opponent is held out",
+        )
 
     def _reset(self, options: dict[str, Any]) -> None:
         index = options.get("index")
@@ -230,8 +244,14 @@ class PettingZooTextEnv(SeededGame, MultiAgentTextEnv):
 
     possible_agents: list[str] = []  # noqa: RUF012 — the wrapped environment's
 
-    def __init__(self, env: Any, *, split: Literal["train", "test", "validation"] = "train", max_turns: int | None = None,
-                 render_mode: str | None = None) -> None:
+    def __init__(
+        self,
+        env: Any,
+        *,
+        split: Literal["train", "test", "validation"] = "train",
+        max_turns: int | None = None,
+        render_mode: str | None = None,
+    ) -> None:
         from pettingzoo import AECEnv, ParallelEnv
 
         _check_split(split)
@@ -274,7 +294,7 @@ class PettingZooTextEnv(SeededGame, MultiAgentTextEnv):
             observation = inner.observe(inner.agent_selection)
             text = observation if isinstance(observation, str) else str(observation)
             last, self.told[agent] = self.told.get(agent, ""), text
-            news = text[len(last):].lstrip("\n") if last and text.startswith(last) else text  # a history: its tail
+            news = text[len(last) :].lstrip("\n") if last and text.startswith(last) else text  # a history: its tail
             if news.strip():
                 self.tell(agent, news)
 

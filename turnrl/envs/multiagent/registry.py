@@ -33,11 +33,15 @@ def register_multi_agent(env_id: str, entry: str | Any, *, replace: bool = False
         ValueError: ``env_id`` is taken (``replace=True`` overrides it), or uses a reserved prefix.
     """
     if env_id.startswith((TEXTARENA_PREFIX, PETTINGZOO_PREFIX)):
-        raise ValueError(f"{env_id!r}: ids starting with {TEXTARENA_PREFIX!r} or {PETTINGZOO_PREFIX!r} name other "
-                         "libraries' environments; pick another id")
+        raise ValueError(
+            f"{env_id!r}: ids starting with {TEXTARENA_PREFIX!r} or {PETTINGZOO_PREFIX!r} name other "
+            "libraries' environments; pick another id"
+        )
     if env_id in _REGISTRY and not replace and _REGISTRY[env_id] is not entry:
-        raise ValueError(f"multi-agent environment {env_id!r} is already registered ({_REGISTRY[env_id]!r}); pick "
-                         "another id, or pass replace=True")
+        raise ValueError(
+            f"multi-agent environment {env_id!r} is already registered ({_REGISTRY[env_id]!r}); pick "
+            "another id, or pass replace=True"
+        )
     _REGISTRY[env_id] = entry
 
 
@@ -70,8 +74,10 @@ def make_multi_agent(env_id: str, **kwargs: Any) -> MultiAgentTextEnv:
         try:
             made = factory(**kwargs)
         except Exception as e:  # the user's factory: say what it raised, in one line
-            raise ValueError(f"{env_id}: {factory.__name__}({', '.join(f'{k}={v!r}' for k, v in kwargs.items())}) "
-                             f"raised {type(e).__name__}: {e}") from e
+            raise ValueError(
+                f"{env_id}: {factory.__name__}({', '.join(f'{k}={v!r}' for k, v in kwargs.items())}) "
+                f"raised {type(e).__name__}: {e}"
+            ) from e
         try:
             return PettingZooTextEnv(made, **wrap)
         except TypeError as e:
@@ -79,8 +85,10 @@ def make_multi_agent(env_id: str, **kwargs: Any) -> MultiAgentTextEnv:
     if env_id not in _REGISTRY:
         close = get_close_matches(env_id, list(_REGISTRY), n=1)
         hint = f" Did you mean {close[0]!r}?" if close else ""
-        raise ValueError(f"unknown multi-agent environment {env_id!r}.{hint} Registered: "
-                         f"{', '.join(multi_agent_ids())}; also textarena:GAME and pettingzoo:MODULE:FACTORY")
+        raise ValueError(
+            f"unknown multi-agent environment {env_id!r}.{hint} Registered: "
+            f"{', '.join(multi_agent_ids())}; also textarena:GAME and pettingzoo:MODULE:FACTORY"
+        )
     entry = _REGISTRY[env_id]
     cls = load_entry(entry) if isinstance(entry, str) else entry
     env = cls(**kwargs)
@@ -98,17 +106,21 @@ def pettingzoo_factory(env_id: str, search: Sequence[str | Path] = ()) -> Any:
     """
     module, sep, name = env_id.removeprefix(PETTINGZOO_PREFIX).partition(":")
     if not module or not sep or not name or ":" in name:
-        raise ValueError(f"{env_id!r} is not of the form 'pettingzoo:MODULE:FACTORY' (FACTORY(**kwargs) returns a "
-                         "PettingZoo environment with text observations)")
+        raise ValueError(
+            f"{env_id!r} is not of the form 'pettingzoo:MODULE:FACTORY' (FACTORY(**kwargs) returns a "
+            "PettingZoo environment with text observations)"
+        )
     places = [*search, Path.cwd()]
     try:
         found = import_from(module, places)
     except Exception as e:  # the module exists and fails to import: say why, in one line
         raise ValueError(f"{env_id}: importing {module!r} raised {type(e).__name__}: {e}") from e
     if found is None:
-        raise ValueError(f"{env_id}: no module named {module!r} on sys.path or in "
-                         f"{', '.join(str(Path(p).resolve()) for p in places)}; run from the folder that holds "
-                         f"{module.split('.')[0]}.py, or add that folder to PYTHONPATH")
+        raise ValueError(
+            f"{env_id}: no module named {module!r} on sys.path or in "
+            f"{', '.join(str(Path(p).resolve()) for p in places)}; run from the folder that holds "
+            f"{module.split('.')[0]}.py, or add that folder to PYTHONPATH"
+        )
     factory = getattr(found, name, None)
     if not callable(factory):
         raise ValueError(f"{env_id}: module {module!r} has no factory {name!r}")

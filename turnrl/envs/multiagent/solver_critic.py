@@ -30,8 +30,10 @@ from turnrl.envs.splits import canonical_key
 from turnrl.verifiers.math import verify
 
 SOLVER_PROMPT = "Solve the problem. Give your final answer as \\boxed{number}."
-CRITIC_PROMPT = ("You review another model's answer to an arithmetic problem. Check the calculation, say what is "
-                 "wrong if anything, and end with VERDICT: correct or VERDICT: wrong.")
+CRITIC_PROMPT = (
+    "You review another model's answer to an arithmetic problem. Check the calculation, say what is "
+    "wrong if anything, and end with VERDICT: correct or VERDICT: wrong."
+)
 VERDICT = re.compile(r"VERDICT:\s*(correct|wrong)", re.IGNORECASE)
 
 
@@ -50,9 +52,15 @@ class SolverCritic(MultiAgentTextEnv):
     validation_split = "validation"
     item_scores = ("first_correct", "final_correct")
 
-    def __init__(self, *, levels: Sequence[int] = (1, 2), split: Literal["train", "validation", "test"] = "train",
-                 answer_format: Literal["auto", "boxed", "hash", "tag"] = "auto", max_turns: int | None = None,
-                 render_mode: str | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        levels: Sequence[int] = (1, 2),
+        split: Literal["train", "validation", "test"] = "train",
+        answer_format: Literal["auto", "boxed", "hash", "tag"] = "auto",
+        max_turns: int | None = None,
+        render_mode: str | None = None,
+    ) -> None:
         super().__init__(max_turns=max_turns, render_mode=render_mode)
         self.answer_format = answer_format
         self.tasks = ArithmeticTasks(levels, split)
@@ -94,8 +102,11 @@ class SolverCritic(MultiAgentTextEnv):
             found = VERDICT.findall(action)
             self.infos["critic"]["verdict"] = found[-1].lower() if found else None
             self.phase = "revise"
-            self.tell("solver", f"A reviewer read your answer:\n{action}\n\nGive your final answer as "
-                      "\\boxed{number} (repeat it if you keep it).")
+            self.tell(
+                "solver",
+                f"A reviewer read your answer:\n{action}\n\nGive your final answer as "
+                "\\boxed{number} (repeat it if you keep it).",
+            )
             self.agent_selection = "solver"
         else:
             right = verify(action, self.task.answer, answer_format=self.answer_format).correct

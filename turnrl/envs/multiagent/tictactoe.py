@@ -44,10 +44,12 @@ from turnrl.envs.splits import split_of_key, unit_hash
 
 LINES = ((0, 1, 2), (3, 4, 5), (6, 7, 8), (0, 3, 6), (1, 4, 7), (2, 5, 8), (0, 4, 8), (2, 4, 6))
 CELL = re.compile(r"(?<!\d)(?<!\d\.)[1-9](?!\d)(?!\.\d)")  # a digit standing alone (not part of 12 or 1.5)
-RULES = ("You are playing tic-tac-toe as {mark}, against {other}. The board's cells are numbered:\n"
-         " 1 | 2 | 3\n 4 | 5 | 6\n 7 | 8 | 9\n"
-         "Three of your marks in a row, a column or a diagonal win. At your turn, reply with the number of a free "
-         "cell; the last cell number in your reply is your move.")
+RULES = (
+    "You are playing tic-tac-toe as {mark}, against {other}. The board's cells are numbered:\n"
+    " 1 | 2 | 3\n 4 | 5 | 6\n 7 | 8 | 9\n"
+    "Three of your marks in a row, a column or a diagonal win. At your turn, reply with the number of a free "
+    "cell; the last cell number in your reply is your move."
+)
 
 
 def winner(board: str) -> str | None:
@@ -169,12 +171,15 @@ def openings(split: str, max_moves: int = 3) -> tuple[str, ...]:
     in either split."""
     if max_moves == 0:
         return ("." * 9,)
+
     def drawn(boards: Iterable[str]) -> list[str]:
         return sorted(boards, key=lambda b: (unit_hash(f"tictactoe order {b}"), b))
 
     if split == "train":  # the two layers in turn, so that consecutive openings alternate who moves first
-        layers = (drawn(b for b in positions_of(max_moves) if split_of(b) == "train"),
-                  drawn(positions_of(max_moves + 1)))
+        layers = (
+            drawn(b for b in positions_of(max_moves) if split_of(b) == "train"),
+            drawn(positions_of(max_moves + 1)),
+        )
         return tuple(b for pair in itertools.zip_longest(*layers) for b in pair if b is not None)
     found = {canonical(b) for m in range(max_moves) for b in positions_of(m)}
     return tuple(drawn(found | {canonical(b) for b in positions_of(max_moves) if split_of(b) == "test"}))
@@ -187,8 +192,9 @@ def reachable(starts: Iterable[str]) -> frozenset[str]:
     frontier = set(starts)
     while frontier:
         seen |= frontier
-        frontier = {b[:i] + to_move(b) + b[i + 1 :] for b in frontier if winner(b) is None
-                    for i in range(9) if b[i] == "."} - seen
+        frontier = {
+            b[:i] + to_move(b) + b[i + 1 :] for b in frontier if winner(b) is None for i in range(9) if b[i] == "."
+        } - seen
     return frozenset(canonical(b) for b in seen)
 
 
@@ -230,8 +236,15 @@ class TicTacToe(MultiAgentTextEnv):
     possible_agents = ["x", "o"]  # noqa: RUF012 — the seats
     held_out_split = "test"
 
-    def __init__(self, *, split: Literal["train", "test"] = "train", max_opening: int = 3, retries: int = 1,
-                 max_turns: int | None = None, render_mode: str | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        split: Literal["train", "test"] = "train",
+        max_opening: int = 3,
+        retries: int = 1,
+        max_turns: int | None = None,
+        render_mode: str | None = None,
+    ) -> None:
         if split not in ("train", "test"):
             raise ValueError(f"split must be 'train' or 'test', got {split!r}")
         if not 0 <= max_opening <= 3:
@@ -270,20 +283,29 @@ class TicTacToe(MultiAgentTextEnv):
     def held_out_states(self) -> HeldOutStates:
         """Whether the test openings are ones a training game cannot reach (checked by :func:`held_out_reached`)."""
         if self.max_opening == 0:
-            return HeldOutStates(False, ("." * 9,), "max_opening 0: every game of either split starts from the empty "
-                                 "board, so no starting state is held out (held out by the opponent only)")
+            return HeldOutStates(
+                False,
+                ("." * 9,),
+                "max_opening 0: every game of either split starts from the empty "
+                "board, so no starting state is held out (held out by the opponent only)",
+            )
         k = self.max_opening
-        rule = (f"training starts from positions of {k} moves outside the held-out classes and of {k + 1} moves; a "
-                f"move adds a mark, so no training game passes through a position of {k} moves or fewer but its own "
-                f"start; test openings are the positions of fewer than {k} moves and the held-out classes of {k} "
-                "(rotations and reflections count as one position)")
+        rule = (
+            f"training starts from positions of {k} moves outside the held-out classes and of {k + 1} moves; a "
+            f"move adds a mark, so no training game passes through a position of {k} moves or fewer but its own "
+            f"start; test openings are the positions of fewer than {k} moves and the held-out classes of {k} "
+            "(rotations and reflections count as one position)"
+        )
         return HeldOutStates(True, tuple(held_out_reached(self.max_opening)), rule)
 
     def _reset(self, options: dict[str, Any]) -> None:
         positions = self.positions()
         index = options.get("index")
-        self.board = positions[int(index) % len(positions)] if index is not None else \
-            positions[int(self.np_random.integers(len(positions)))]
+        self.board = (
+            positions[int(index) % len(positions)]
+            if index is not None
+            else positions[int(self.np_random.integers(len(positions)))]
+        )
         self.tries = 0
         for seat in self.possible_agents:
             other = "o" if seat == "x" else "x"
@@ -314,8 +336,11 @@ class TicTacToe(MultiAgentTextEnv):
             outcome = {agent: "win", other: "loss"} if won else {agent: "draw", other: "draw"}
             if won:
                 self.reward({agent: 1.0, other: -1.0})
-            self.tell(other, f"{agent} played {cell + 1}.\n{show(self.board)}\n"
-                      + ("You lose." if won else "The board is full: a draw."))
+            self.tell(
+                other,
+                f"{agent} played {cell + 1}.\n{show(self.board)}\n"
+                + ("You lose." if won else "The board is full: a draw."),
+            )
             self.tell(agent, "You win." if won else "The board is full: a draw.")
             self.end(outcome)
             return

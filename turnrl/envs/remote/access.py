@@ -55,8 +55,10 @@ def require_key(host: str, api_key: str | None) -> None:
         ValueError: ``host`` is not a loopback address and there is no key (the message says how to give one).
     """
     if not is_loopback(host) and not api_key:
-        raise ValueError(f"listening on {host} (not a loopback address) needs an API key: pass --api-key KEY or set "
-                         f"{KEY_VARIABLE} (EnvServer(api_key=...) in Python), or listen on 127.0.0.1")
+        raise ValueError(
+            f"listening on {host} (not a loopback address) needs an API key: pass --api-key KEY or set "
+            f"{KEY_VARIABLE} (EnvServer(api_key=...) in Python), or listen on 127.0.0.1"
+        )
 
 
 def presented_key(authorization: str) -> str:
@@ -76,9 +78,11 @@ def presented_key(authorization: str) -> str:
 
 def unauthorized_message() -> str:
     """What a client without the right key is told."""
-    return ("this environment server needs its API key: send `Authorization: Bearer KEY` (a remote: id sends "
-            f"${KEY_VARIABLE} or its remote_api_key keyword argument; an OpenEnv client takes the key in its URL, "
-            "http://turnrl:KEY@HOST:PORT/ID)")
+    return (
+        "this environment server needs its API key: send `Authorization: Bearer KEY` (a remote: id sends "
+        f"${KEY_VARIABLE} or its remote_api_key keyword argument; an OpenEnv client takes the key in its URL, "
+        "http://turnrl:KEY@HOST:PORT/ID)"
+    )
 
 
 class KeyGuard:
@@ -96,8 +100,12 @@ class KeyGuard:
         if hmac.compare_digest(given.encode(), self.api_key.encode()):
             await self.app(scope, receive, send)
             return
-        response = Response(dumps({"error": unauthorized_message(), "code": UNAUTHORIZED}) + "\n", status_code=401,
-                            media_type="application/json", headers={"WWW-Authenticate": 'Bearer realm="turnrl"'})
+        response = Response(
+            dumps({"error": unauthorized_message(), "code": UNAUTHORIZED}) + "\n",
+            status_code=401,
+            media_type="application/json",
+            headers={"WWW-Authenticate": 'Bearer realm="turnrl"'},
+        )
         if scope["type"] == "websocket" and "websocket.http.response" not in scope.get("extensions", {}):
             await send({"type": "websocket.close", "code": 1008, "reason": "missing or wrong API key"})
             return
@@ -125,8 +133,10 @@ async def read_body(request: Request, limit: int) -> bytes:
 def too_large(size: int | None, limit: int) -> str:
     """The 413 message."""
     what = f"{size} bytes" if size is not None else "more"
-    return (f"the request body is {what}; this server takes at most {limit} bytes per request (max_request_bytes, "
-            "`turnrl envs serve --max-request-bytes`)")
+    return (
+        f"the request body is {what}; this server takes at most {limit} bytes per request (max_request_bytes, "
+        "`turnrl envs serve --max-request-bytes`)"
+    )
 
 
 def client_of(connection: HTTPConnection) -> str:
@@ -150,9 +160,13 @@ class ClientQuota:
             Refused: ``client`` holds ``per_client`` sessions already (``CAPACITY_REACHED``, HTTP 429).
         """
         if self.held[client] >= self.per_client:
-            raise Refused(f"this client ({client}) holds {self.per_client} sessions already "
-                          "(max_sessions_per_client); close one or try again later", p.CAPACITY_REACHED, keep=False,
-                          status=429)
+            raise Refused(
+                f"this client ({client}) holds {self.per_client} sessions already "
+                "(max_sessions_per_client); close one or try again later",
+                p.CAPACITY_REACHED,
+                keep=False,
+                status=429,
+            )
         self.held[client] += 1
         given: list[bool] = []  # one entry once released
 
@@ -163,4 +177,5 @@ class ClientQuota:
             self.held[client] -= 1
             if self.held[client] <= 0:
                 del self.held[client]
+
         return release

@@ -71,8 +71,9 @@ class RemoteTool(ExternalTool):
         env = self._env()
         if env is None:
             raise RemoteEnvError(f"tool {self.name}: its remote environment is gone")
-        data = env._request({"type": "tool", "data": call.model_dump(exclude_none=True)}, f"tool {self.name}",
-                                  new_session=True).data
+        data = env._request(
+            {"type": "tool", "data": call.model_dump(exclude_none=True)}, f"tool {self.name}", new_session=True
+        ).data
         return ToolOutput(str(data.get("content", "")), ok=bool(data.get("ok", False)))
 
 
@@ -102,11 +103,21 @@ class RemoteEnv(TextEnv):
     """
 
     fork_mode = None
-    fork_refusal = ("its state lives in a session on the server, which the client cannot copy (a server that can "
-                    "clone a session would need a fork call in the protocol)")
+    fork_refusal = (
+        "its state lives in a session on the server, which the client cannot copy (a server that can "
+        "clone a session would need a fork call in the protocol)"
+    )
 
-    def __init__(self, url: str, *, remote_timeout: float = 120.0, remote_connect_timeout: float = 10.0,
-                 remote_api_key: str | None = None, render_mode: str | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        remote_timeout: float = 120.0,
+        remote_connect_timeout: float = 10.0,
+        remote_api_key: str | None = None,
+        render_mode: str | None = None,
+        **kwargs: Any,
+    ) -> None:
         self.url = p.split_remote_id(url)
         key = remote_api_key if remote_api_key is not None else os.environ.get("TURNRL_ENV_API_KEY")
         self.headers = {} if not key or urlsplit(self.url).password else {"Authorization": f"Bearer {key}"}
@@ -126,7 +137,8 @@ class RemoteEnv(TextEnv):
                 raise RemoteEnvError(
                     f"{p.redact(self.url, self.url)} is an OpenEnv server, which makes its environment itself: it "
                     f"takes no keyword arguments ({', '.join(sorted(self.env_kwargs))} given); only max_turns and "
-                    "openenv_tasks, which the client keeps")
+                    "openenv_tasks, which the client keeps"
+                )
             if not isinstance(tasks, int) or isinstance(tasks, bool) or tasks < 1:
                 raise ValueError(f"openenv_tasks must be a positive integer, got {tasks!r}")
             spec = self._openenv_spec(max_turns, tasks)
@@ -150,21 +162,30 @@ class RemoteEnv(TextEnv):
     def _connect(self) -> ClientConnection:
         local = urlsplit(self.url).hostname in ("127.0.0.1", "localhost", "::1")
         try:
-            return connect(p.ws_url(self.url), open_timeout=self.remote_connect_timeout, max_size=2**24,
-                           close_timeout=2, proxy=None if local else True, additional_headers=self.headers)
+            return connect(
+                p.ws_url(self.url),
+                open_timeout=self.remote_connect_timeout,
+                max_size=2**24,
+                close_timeout=2,
+                proxy=None if local else True,
+                additional_headers=self.headers,
+            )
         except InvalidStatus as e:
             body = e.response.body.decode(errors="replace").strip() if e.response.body else ""
             try:
                 body = json.loads(body).get("error", body)
             except (json.JSONDecodeError, AttributeError):
                 pass
-            raise RemoteEnvError(f"{self.where} refused the session (HTTP {e.response.status_code}): "
-                                 f"{body or 'no environment at this path'}") from None
+            raise RemoteEnvError(
+                f"{self.where} refused the session (HTTP {e.response.status_code}): "
+                f"{body or 'no environment at this path'}"
+            ) from None
         except (OSError, TimeoutError, InvalidURI, WebSocketException) as e:
             raise RemoteEnvError(
                 f"cannot reach {self.where}: {type(e).__name__}: {p.redact(str(e), self.url)}. Is a server running "
                 "there? Start one with `turnrl envs serve ID --port PORT` (or an OpenEnv server) and name it as "
-                "remote:http://HOST:PORT/ID") from None
+                "remote:http://HOST:PORT/ID"
+            ) from None
 
     def _open(self) -> p.Spec | None:
         """Open the session (``self._conn``) and send ``make``: a turnrl server answers with the spec (returned); an
@@ -174,8 +195,12 @@ class RemoteEnv(TextEnv):
         while True:
             self._conn = self._connect()
             try:
-                reply = self._exchange(self._conn, {"type": "make", "data": {"kwargs": self.env_kwargs}}, "make",
-                                       timeout=max(self.remote_timeout, MAKE_TIMEOUT))
+                reply = self._exchange(
+                    self._conn,
+                    {"type": "make", "data": {"kwargs": self.env_kwargs}},
+                    "make",
+                    timeout=max(self.remote_timeout, MAKE_TIMEOUT),
+                )
             except RemoteEnvError:
                 self._drop()
                 raise
@@ -183,9 +208,11 @@ class RemoteEnv(TextEnv):
                 break
             self._drop()
             if time.monotonic() + pause > deadline:
-                raise RemoteEnvError(f"{self.where} is at capacity and no session freed within "
-                                     f"{self.remote_connect_timeout:g} s (remote_connect_timeout): "
-                                     f"{reply.data.get('message')}")
+                raise RemoteEnvError(
+                    f"{self.where} is at capacity and no session freed within "
+                    f"{self.remote_connect_timeout:g} s (remote_connect_timeout): "
+                    f"{reply.data.get('message')}"
+                )
             time.sleep(pause)
             pause = min(2 * pause, 1.0)
         if reply.type == "error" and reply.data.get("code") == p.UNKNOWN_TYPE:
@@ -203,8 +230,9 @@ class RemoteEnv(TextEnv):
             raise RemoteEnvError(f"{self.where} sent a malformed spec: {e}") from None
         return spec
 
-    def _exchange(self, conn: ClientConnection, message: dict[str, Any], what: str,
-                  timeout: float | None = None) -> p.Reply:
+    def _exchange(
+        self, conn: ClientConnection, message: dict[str, Any], what: str, timeout: float | None = None
+    ) -> p.Reply:
         timeout = timeout or self.remote_timeout
         try:
             try:
@@ -215,14 +243,20 @@ class RemoteEnv(TextEnv):
                 raw = conn.recv(timeout=timeout)
         except TimeoutError:
             self._drop()
-            raise RemoteEnvError(f"{self.where} did not answer the {what} within {timeout:g} s "
-                                 "(remote_timeout); the session is dropped, the next reset opens a new one") from None
+            raise RemoteEnvError(
+                f"{self.where} did not answer the {what} within {timeout:g} s "
+                "(remote_timeout); the session is dropped, the next reset opens a new one"
+            ) from None
         except ConnectionClosed as e:
             self._drop()
-            big = " (the message was larger than the server takes: its max_request_bytes)" if (
-                e.rcvd is not None and e.rcvd.code == 1009) else ""
-            raise _Lost(f"{self.where} closed the session during the {what} ({e}){big}; the next reset opens a "
-                        "new one") from None
+            big = (
+                " (the message was larger than the server takes: its max_request_bytes)"
+                if (e.rcvd is not None and e.rcvd.code == 1009)
+                else ""
+            )
+            raise _Lost(
+                f"{self.where} closed the session during the {what} ({e}){big}; the next reset opens a new one"
+            ) from None
         except OSError as e:
             self._drop()
             raise _Lost(f"{self.where}: the {what} failed: {e}") from None
@@ -251,8 +285,7 @@ class RemoteEnv(TextEnv):
                     if attempt or not new_session:
                         raise
                     continue  # the server had closed this session (idle, restarted): once more on a new one
-                if (new_session and not attempt and reply.type == "error"
-                        and reply.data.get("code") == p.SESSION_ERROR):
+                if new_session and not attempt and reply.type == "error" and reply.data.get("code") == p.SESSION_ERROR:
                     self._drop()
                     continue
                 break
@@ -335,8 +368,9 @@ class RemoteEnv(TextEnv):
             if isinstance(payload, str):  # the text is no action: the model reads why, as with a malformed tool call
                 return (Message(role="user", content=payload),), 0.0, False, False, {"error": payload}
             return openenv.turn(self._request({"type": "step", "data": payload}, f"step {self.turn}"), self.where)
-        return p.parse_turn(self._request({"type": "step", "data": {"message": action}}, f"step {self.turn}"),
-                            self.where)
+        return p.parse_turn(
+            self._request({"type": "step", "data": {"message": action}}, f"step {self.turn}"), self.where
+        )
 
     async def _astep(self, action: str) -> StepResult:
         return await asyncio.get_running_loop().run_in_executor(_POOL, self._step, action)
@@ -346,8 +380,9 @@ class RemoteEnv(TextEnv):
     def _call(self, method: str, *args: Any) -> Any:
         if method not in self.remote_helpers:
             return None
-        return self._request({"type": "call", "data": {"method": method, "args": list(args)}}, method,
-                             new_session=True).data.get("value")
+        return self._request(
+            {"type": "call", "data": {"method": method, "args": list(args)}}, method, new_session=True
+        ).data.get("value")
 
     @property
     def remote_helpers(self) -> tuple[str, ...]:
@@ -373,8 +408,9 @@ class RemoteEnv(TextEnv):
         """The server environment's own figures over these episodes."""
         if not trajectories or "summarize_episodes" not in self.remote_helpers:
             return {}
-        value = self._call("summarize_episodes", [t.model_dump(mode="json") if isinstance(t, Trajectory) else t
-                                                  for t in trajectories])
+        value = self._call(
+            "summarize_episodes", [t.model_dump(mode="json") if isinstance(t, Trajectory) else t for t in trajectories]
+        )
         return {k: float(v) for k, v in (value or {}).items()}
 
     # ---- OpenEnv servers (the mapping is in turnrl.envs.remote.openenv) ----

@@ -68,8 +68,9 @@ class McpSessions:
         while self.sessions:
             await self.sessions.popitem()[1].close()
 
-    async def answer(self, raw: str | bytes, env_id: str, connection: Session | None = None,
-                     client: str = "unknown") -> dict[str, Any]:
+    async def answer(
+        self, raw: str | bytes, env_id: str, connection: Session | None = None, client: str = "unknown"
+    ) -> dict[str, Any]:
         """The JSON-RPC reply to one request body for environment ``env_id``; ``connection``: the WebSocket's own
         session (HTTP requests name theirs by ``session_id``); ``client``: the address a new session counts for."""
         try:
@@ -77,16 +78,18 @@ class McpSessions:
         except json.JSONDecodeError as e:
             return _error(None, PARSE_ERROR, f"Parse error: {e}")
         if not isinstance(request, dict) or not isinstance(request.get("method"), str):
-            return _error(None, INVALID_REQUEST, "a JSON-RPC request is {\"jsonrpc\": \"2.0\", \"method\": ..., "
-                                                 "\"params\": {...}, \"id\": ...}")
+            return _error(
+                None,
+                INVALID_REQUEST,
+                'a JSON-RPC request is {"jsonrpc": "2.0", "method": ..., "params": {...}, "id": ...}',
+            )
         rid, method, params = request.get("id"), request["method"], request.get("params") or {}
         if not isinstance(params, dict):
             return _error(rid, INVALID_PARAMS, "params is a JSON object")
         if method not in METHODS:
             return _error(rid, METHOD_NOT_FOUND, f"unknown method {method!r}: {', '.join(METHODS)}")
         try:
-            return {"jsonrpc": "2.0", "id": rid, "result": await self._run(method, params, env_id, connection,
-                                                                                client)}
+            return {"jsonrpc": "2.0", "id": rid, "result": await self._run(method, params, env_id, connection, client)}
         except _BadParams as e:
             return _error(rid, INVALID_PARAMS, str(e))
         except Refused as e:
@@ -96,8 +99,9 @@ class McpSessions:
         except Exception as e:  # the environment's own error: the client reads it
             return _error(rid, INTERNAL_ERROR, f"{type(e).__name__}: {e}")
 
-    async def _run(self, method: str, params: dict[str, Any], env_id: str, connection: Session | None,
-                   client: str) -> Any:
+    async def _run(
+        self, method: str, params: dict[str, Any], env_id: str, connection: Session | None, client: str
+    ) -> Any:
         session: Session | None
         if method == "openenv/session/create":
             if connection is not None:
@@ -117,8 +121,10 @@ class McpSessions:
         if session is None and params.get("session_id") is not None:
             session = self.sessions.get(self._key(params))
             if session is None:
-                raise _BadParams(f"no session {params['session_id']!r} (it was closed, or idle for longer than "
-                                 f"{self.idle_timeout:g} s); create one with openenv/session/create")
+                raise _BadParams(
+                    f"no session {params['session_id']!r} (it was closed, or idle for longer than "
+                    f"{self.idle_timeout:g} s); create one with openenv/session/create"
+                )
         if session is None:
             session, own = self.open_session(env_id, client), True
             self.transient += 1
@@ -130,7 +136,7 @@ class McpSessions:
                     return {"tools": tool_list(await session.environment())}
                 name, arguments = params.get("name"), params.get("arguments") or {}
                 if not isinstance(name, str) or not isinstance(arguments, dict):
-                    raise _BadParams("tools/call's params are {\"name\": str, \"arguments\": {...}}")
+                    raise _BadParams('tools/call\'s params are {"name": str, "arguments": {...}}')
                 text, ok = await session.call_tool(name, arguments)
                 return {"content": [{"type": "text", "text": text}], "isError": not ok, "data": text}
         finally:
@@ -144,7 +150,7 @@ class McpSessions:
     def _key(params: dict[str, Any]) -> str:
         key = params.get("session_id")
         if not isinstance(key, str):
-            raise _BadParams("name the session: {\"session_id\": ...} (from openenv/session/create)")
+            raise _BadParams('name the session: {"session_id": ...} (from openenv/session/create)')
         return key
 
 

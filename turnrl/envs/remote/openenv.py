@@ -58,8 +58,11 @@ class Action:
             value = None
         if not isinstance(value, dict):
             fields = self.schema.get("properties")
-            return ("Error: this environment's action is a JSON object"
-                    + (f" with the fields {json.dumps(fields)}" if fields else "") + "; write only that object.")
+            return (
+                "Error: this environment's action is a JSON object"
+                + (f" with the fields {json.dumps(fields)}" if fields else "")
+                + "; write only that object."
+            )
         return value
 
 

@@ -45,12 +45,19 @@ class PlainHttp:
 
     async def _health(self, request: Request) -> Response:
         busy = self._threads.running if self._threads is not None else 0
-        return self._json({"status": "healthy", "sessions": self.open_sessions,
-                           "max_sessions": self.max_sessions, "calls_running": busy})
+        return self._json(
+            {
+                "status": "healthy",
+                "sessions": self.open_sessions,
+                "max_sessions": self.max_sessions,
+                "calls_running": busy,
+            }
+        )
 
     async def _metadata(self, request: Request, env_id: str) -> Response:
-        return self._json({"name": env_id, "description": self.descriptions[env_id], "version": p.version(),
-                           "protocol": p.PROTOCOL})
+        return self._json(
+            {"name": env_id, "description": self.descriptions[env_id], "version": p.version(), "protocol": p.PROTOCOL}
+        )
 
     async def _schema(self, request: Request, env_id: str) -> Response:
         return self._json(p.SCHEMAS)
@@ -59,8 +66,14 @@ class PlainHttp:
         return self._json(Session(env_id, self.limits).state())
 
     async def _ws_over_http(self, request: Request, env_id: str) -> Response:
-        return self._json({"error": f"{request.url.path} is a WebSocket endpoint (connect with ws://…); over plain "
-                                    "HTTP use POST …/reset and …/step", "code": "UPGRADE_REQUIRED"}, 426)
+        return self._json(
+            {
+                "error": f"{request.url.path} is a WebSocket endpoint (connect with ws://…); over plain "
+                "HTTP use POST …/reset and …/step",
+                "code": "UPGRADE_REQUIRED",
+            },
+            426,
+        )
 
     async def _body(self, request: Request) -> dict[str, Any]:
         raw = await read_body(request, self.max_request_bytes)
@@ -102,20 +115,31 @@ class PlainHttp:
         for extra in ("timeout_s", "request_id"):  # OpenEnv's StepRequest fields that a turnrl step does not use
             body.pop(extra, None)
         if not isinstance(action, dict) or not isinstance(action.get("message"), str):
-            raise HTTPException(422, "a step's body is {\"action\": {\"message\": the assistant's text}, \"seed\": "
-                                     "the seed of the reset it answers, \"options\"?: {...}}")
+            raise HTTPException(
+                422,
+                'a step\'s body is {"action": {"message": the assistant\'s text}, "seed": '
+                'the seed of the reset it answers, "options"?: {...}}',
+            )
         if body.get("seed") is None:
-            return self._json({"error": "a step over plain HTTP needs the seed of the reset it answers (HTTP holds no "
-                                        "session, so the step plays the first turn of the episode POST /reset with "
-                                        "the same seed and options starts); play multi-turn episodes over the /ws "
-                                        "WebSocket", "code": "NO_SESSION"}, 409)
-        response = await self._stateless(request, env_id, [{"type": "reset", "data": body},
-                                                  {"type": "step", "data": {"message": action["message"]}}])
+            return self._json(
+                {
+                    "error": "a step over plain HTTP needs the seed of the reset it answers (HTTP holds no "
+                    "session, so the step plays the first turn of the episode POST /reset with "
+                    "the same seed and options starts); play multi-turn episodes over the /ws "
+                    "WebSocket",
+                    "code": "NO_SESSION",
+                },
+                409,
+            )
+        response = await self._stateless(
+            request, env_id, [{"type": "reset", "data": body}, {"type": "step", "data": {"message": action["message"]}}]
+        )
         if response.status_code == 200:
             data = json.loads(bytes(response.body))
             if not data.get("done"):
                 data["observation"].setdefault("info", {})["session"] = (
-                    "the episode goes on, but HTTP holds no session: play its next turns over the /ws WebSocket")
+                    "the episode goes on, but HTTP holds no session: play its next turns over the /ws WebSocket"
+                )
                 return self._json(data)
         return response
 

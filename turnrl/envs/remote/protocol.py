@@ -112,14 +112,27 @@ def error(message: str, code: str, **extra: Any) -> dict[str, Any]:
     return {"type": "error", "data": {"message": message, "code": code, **extra}}
 
 
-def observation(messages: tuple[Message, ...], info: dict[str, Any], reward: float | None,
-                terminated: bool = False, truncated: bool = False) -> dict[str, Any]:
+def observation(
+    messages: tuple[Message, ...],
+    info: dict[str, Any],
+    reward: float | None,
+    terminated: bool = False,
+    truncated: bool = False,
+) -> dict[str, Any]:
     """An ``observation`` message for a turnrl environment's reset or step."""
-    return {"type": "observation", "data": {
-        "observation": {"messages": [m.model_dump(exclude_none=True) for m in messages], "info": info,
-                        "terminated": terminated, "truncated": truncated},
-        "reward": reward, "done": bool(terminated or truncated),
-    }}
+    return {
+        "type": "observation",
+        "data": {
+            "observation": {
+                "messages": [m.model_dump(exclude_none=True) for m in messages],
+                "info": info,
+                "terminated": terminated,
+                "truncated": truncated,
+            },
+            "reward": reward,
+            "done": bool(terminated or truncated),
+        },
+    }
 
 
 def parse_reply(raw: str | bytes, where: str) -> Reply:
@@ -136,8 +149,9 @@ def parse_turn(reply: Reply, where: str) -> tuple[tuple[Message, ...], float, bo
         data = ObservationData.model_validate(reply.data)
         turn = TurnObservation.model_validate(data.observation)
     except ValidationError as e:
-        raise RemoteEnvError(f"{where} sent a malformed observation ({_problems(e)}): {_clip(str(reply.data))}") \
-            from None
+        raise RemoteEnvError(
+            f"{where} sent a malformed observation ({_problems(e)}): {_clip(str(reply.data))}"
+        ) from None
     reward = 0.0 if data.reward is None else float(data.reward)
     if not math.isfinite(reward):
         raise RemoteEnvError(f"{where} sent a non-finite reward {reward}")
@@ -158,12 +172,14 @@ def _clip(raw: Any, n: int = 200) -> str:
 
 def split_remote_id(env_id: str) -> str:
     """``"remote:http://host:port/ns/Name-v0"`` → ``"http://host:port/ns/Name-v0"`` (checked)."""
-    url = env_id[len(REMOTE_PREFIX):] if env_id.startswith(REMOTE_PREFIX) else env_id
+    url = env_id[len(REMOTE_PREFIX) :] if env_id.startswith(REMOTE_PREFIX) else env_id
     parts = urlsplit(url)
     env_id = redact(env_id, url)  # only for the messages
     if parts.scheme not in ("http", "https", "ws", "wss") or not parts.hostname:
-        raise ValueError(f"{env_id!r} is not of the form 'remote:http://HOST:PORT/namespace/Name-v0' (or "
-                         "'remote:http://HOST:PORT' for the server's first environment)")
+        raise ValueError(
+            f"{env_id!r} is not of the form 'remote:http://HOST:PORT/namespace/Name-v0' (or "
+            "'remote:http://HOST:PORT' for the server's first environment)"
+        )
     try:
         parts.port  # noqa: B018 — raises on a port that is not a number
     except ValueError:
@@ -211,13 +227,29 @@ def version() -> str:
 
 #: The JSON schemas ``GET /schema`` answers (OpenEnv's ``action``, ``observation`` and ``state``).
 SCHEMAS = {
-    "action": {"type": "object", "properties": {"message": {"type": "string",
-                                                            "description": "the assistant's text"}},
-               "required": ["message"]},
-    "observation": {"type": "object", "properties": {
-        "messages": {"type": "array", "items": Message.model_json_schema()},
-        "info": {"type": "object"}, "terminated": {"type": "boolean"}, "truncated": {"type": "boolean"}}},
-    "state": {"type": "object", "properties": {
-        "env_id": {"type": "string"}, "episodes": {"type": "integer"}, "turn": {"type": "integer"},
-        "started": {"type": "boolean"}, "finished": {"type": "boolean"}, "task_id": {"type": ["string", "null"]}}},
+    "action": {
+        "type": "object",
+        "properties": {"message": {"type": "string", "description": "the assistant's text"}},
+        "required": ["message"],
+    },
+    "observation": {
+        "type": "object",
+        "properties": {
+            "messages": {"type": "array", "items": Message.model_json_schema()},
+            "info": {"type": "object"},
+            "terminated": {"type": "boolean"},
+            "truncated": {"type": "boolean"},
+        },
+    },
+    "state": {
+        "type": "object",
+        "properties": {
+            "env_id": {"type": "string"},
+            "episodes": {"type": "integer"},
+            "turn": {"type": "integer"},
+            "started": {"type": "boolean"},
+            "finished": {"type": "boolean"},
+            "task_id": {"type": ["string", "null"]},
+        },
+    },
 }

@@ -84,22 +84,37 @@ class EnvServer(PlainHttp):
             made once here, so that a mistake shows before the first client connects).
     """
 
-    def __init__(self, env_ids: Sequence[str], *, kwargs: dict[str, Any] | None = None, host: str = "127.0.0.1",
-                 port: int = 8000, max_sessions: int = 1024, step_timeout: float = 120.0, idle_timeout: float = 600.0,
-                 make_timeout: float = 300.0, max_sessions_per_client: int = 512, api_key: str | None = None,
-                 max_request_bytes: int = 2**24) -> None:
+    def __init__(
+        self,
+        env_ids: Sequence[str],
+        *,
+        kwargs: dict[str, Any] | None = None,
+        host: str = "127.0.0.1",
+        port: int = 8000,
+        max_sessions: int = 1024,
+        step_timeout: float = 120.0,
+        idle_timeout: float = 600.0,
+        make_timeout: float = 300.0,
+        max_sessions_per_client: int = 512,
+        api_key: str | None = None,
+        max_request_bytes: int = 2**24,
+    ) -> None:
         from turnrl.envs.registry import make, resolve
 
         require_key(host, api_key)
         if not env_ids:
             raise ValueError("name at least one environment id to serve")
         if max_sessions < 1 or max_request_bytes < 1:
-            raise ValueError(f"max_sessions and max_request_bytes must be at least 1, got {max_sessions}, "
-                             f"{max_request_bytes}")
+            raise ValueError(
+                f"max_sessions and max_request_bytes must be at least 1, got {max_sessions}, {max_request_bytes}"
+            )
         self.quota = ClientQuota(max_sessions_per_client)
         self.api_key, self.max_request_bytes = api_key or None, max_request_bytes
-        for name, value in (("step_timeout", step_timeout), ("idle_timeout", idle_timeout),
-                            ("make_timeout", make_timeout)):
+        for name, value in (
+            ("step_timeout", step_timeout),
+            ("idle_timeout", idle_timeout),
+            ("make_timeout", make_timeout),
+        ):
             if not value > 0:
                 raise ValueError(f"{name} must be positive, got {value}")
         self.kwargs = dict(kwargs or {})
@@ -145,9 +160,17 @@ class EnvServer(PlainHttp):
         return self._listening is not None and self._listening.running
 
     def _listen(self) -> ListeningApp:
-        self._listening = ListeningApp(self.app(), self.host, self._port, name="the environment server",
-                                       lifespan="on", ws_max_size=self.max_request_bytes, ws_ping_interval=20,
-                                       ws_ping_timeout=60, timeout_graceful_shutdown=5)
+        self._listening = ListeningApp(
+            self.app(),
+            self.host,
+            self._port,
+            name="the environment server",
+            lifespan="on",
+            ws_max_size=self.max_request_bytes,
+            ws_ping_interval=20,
+            ws_ping_timeout=60,
+            timeout_graceful_shutdown=5,
+        )
         return self._listening
 
     def serve_forever(self) -> None:
@@ -217,35 +240,49 @@ class EnvServer(PlainHttp):
                 WebSocketRoute(f"{prefix}/mcp", self._bound(self._mcp_session, env_id)),
             ]
         routes.append(WebSocketRoute("/{path:path}", self._no_session))
-        return KeyGuard(Starlette(routes=routes, lifespan=self._lifespan,
-                                  exception_handlers={HTTPException: self._http_error, Exception: self._crash}),
-                        self.api_key)
+        return KeyGuard(
+            Starlette(
+                routes=routes,
+                lifespan=self._lifespan,
+                exception_handlers={HTTPException: self._http_error, Exception: self._crash},
+            ),
+            self.api_key,
+        )
 
     @staticmethod
     def _bound(handler: Any, env_id: str) -> Any:
         async def endpoint(request: Any) -> Any:
             return await handler(request, env_id)
+
         return endpoint
 
     def _where(self) -> str:
-        return (f"this server serves {', '.join(self.env_ids)}: sessions at /ID/ws (the first id also at /ws); "
-                "POST /ID/reset, /ID/step, /ID/mcp; GET /, /health, /ID/metadata, /ID/schema, /ID/state")
+        return (
+            f"this server serves {', '.join(self.env_ids)}: sessions at /ID/ws (the first id also at /ws); "
+            "POST /ID/reset, /ID/step, /ID/mcp; GET /, /health, /ID/metadata, /ID/schema, /ID/state"
+        )
 
     async def _http_error(self, request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
         if exc.status_code == 404:
-            return self._json({"error": f"nothing is served at {request.url.path}; {self._where()}",
-                               "code": p.NOT_FOUND}, 404)
+            return self._json(
+                {"error": f"nothing is served at {request.url.path}; {self._where()}", "code": p.NOT_FOUND}, 404
+            )
         if exc.status_code == 405:
             allowed = (exc.headers or {}).get("Allow", "")
-            return self._json({"error": f"{request.method} is not answered at {request.url.path}; it takes {allowed}",
-                               "code": "METHOD_NOT_ALLOWED"}, 405, headers={"Allow": allowed})
+            return self._json(
+                {
+                    "error": f"{request.method} is not answered at {request.url.path}; it takes {allowed}",
+                    "code": "METHOD_NOT_ALLOWED",
+                },
+                405,
+                headers={"Allow": allowed},
+            )
         code = TOO_LARGE if exc.status_code == 413 else p.VALIDATION_ERROR
         return self._json({"error": str(exc.detail), "code": code}, exc.status_code)
 
     async def _crash(self, request: Request, exc: Exception) -> Response:
-        return self._json({"error": f"the server failed: {type(exc).__name__}: {exc}", "code": p.EXECUTION_ERROR},
-                          500)
+        return self._json({"error": f"the server failed: {type(exc).__name__}: {exc}", "code": p.EXECUTION_ERROR}, 500)
 
     @property
     def open_sessions(self) -> int:
@@ -258,8 +295,11 @@ class EnvServer(PlainHttp):
         release = self.quota.take(client)
         if self.open_sessions >= self.max_sessions:
             release()
-            raise Refused(f"the server holds {self.max_sessions} sessions already (max_sessions); try again later",
-                          p.CAPACITY_REACHED, keep=False)
+            raise Refused(
+                f"the server holds {self.max_sessions} sessions already (max_sessions); try again later",
+                p.CAPACITY_REACHED,
+                keep=False,
+            )
         self.served_sessions += 1
         session = Session(env_id, self.limits)
         session.release = release
@@ -283,6 +323,7 @@ class EnvServer(PlainHttp):
 
     async def _session(self, websocket: WebSocket, env_id: str) -> None:
         """A ``/ws`` session: turnrl's and OpenEnv's messages (:meth:`Session.answer`)."""
+
         async def refuse(e: Refused) -> dict[str, Any]:
             return p.error(str(e), e.code, active_sessions=len(self.sessions), max_sessions=self.max_sessions)
 
@@ -293,6 +334,7 @@ class EnvServer(PlainHttp):
 
     async def _mcp_session(self, websocket: WebSocket, env_id: str) -> None:
         """An ``/mcp`` WebSocket: JSON-RPC requests, the connection being their session."""
+
         async def answer(session: Session, raw: str | bytes) -> tuple[dict[str, Any], bool]:
             return await self.mcp.answer(raw, env_id, connection=session), True
 

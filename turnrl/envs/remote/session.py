@@ -101,8 +101,9 @@ class Session:
 
             merged = {**self.limits.kwargs, **(kwargs or {})}
             try:
-                self.env = await asyncio.wait_for(asyncio.to_thread(make, self.env_id, **merged),
-                                                  self.limits.make_timeout)
+                self.env = await asyncio.wait_for(
+                    asyncio.to_thread(make, self.env_id, **merged), self.limits.make_timeout
+                )
             except TimeoutError:
                 raise
             except Exception as e:  # a bad keyword argument, a missing file: the client reads it
@@ -146,12 +147,13 @@ class Session:
         except json.JSONDecodeError as e:
             return p.error(f"Invalid JSON: {e}", p.INVALID_JSON), True
         if not isinstance(message, dict) or not isinstance(message.get("data", {}), dict):
-            return p.error("a message is a JSON object {\"type\": ..., \"data\": {...}}", p.VALIDATION_ERROR), True
+            return p.error('a message is a JSON object {"type": ..., "data": {...}}', p.VALIDATION_ERROR), True
         kind, data = message.get("type"), message.get("data") or {}
         handler = getattr(self, f"on_{kind}", None) if isinstance(kind, str) else None
         if handler is None:
-            return p.error(f"Unknown message type: {kind!r} (reset, step, state, close, make, call, tool)",
-                           p.UNKNOWN_TYPE), True
+            return p.error(
+                f"Unknown message type: {kind!r} (reset, step, state, close, make, call, tool)", p.UNKNOWN_TYPE
+            ), True
         try:
             return await handler(data)
         except TimeoutError:
@@ -167,15 +169,17 @@ class Session:
         """The ``TIMEOUT`` error of a ``kind`` message that ran past its limit."""
         what = "making the environment" if self.env is None else f"the {kind}"
         limit = self.limits.make_timeout if self.env is None else self.limits.step_timeout
-        return p.error(f"{what} took longer than {limit:g} s; the session is closed (the environment's state is "
-                       "unknown)", p.TIMEOUT)
+        return p.error(
+            f"{what} took longer than {limit:g} s; the session is closed (the environment's state is unknown)",
+            p.TIMEOUT,
+        )
 
     async def on_make(self, data: dict[str, Any]) -> tuple[dict[str, Any], bool]:
         if self.env is not None:
             raise Refused("make must be the session's first message", p.VALIDATION_ERROR)
         kwargs = data.get("kwargs") or {}
         if not isinstance(kwargs, dict):
-            raise Refused("make's data is {\"kwargs\": {...}}", p.VALIDATION_ERROR)
+            raise Refused('make\'s data is {"kwargs": {...}}', p.VALIDATION_ERROR)
         env = await self.environment(kwargs)
         return {"type": "spec", "data": spec_of(self.env_id, env)}, True
 
@@ -211,9 +215,16 @@ class Session:
         env = self.env
         task = getattr(env, "task", None)
         turn = env.turn if env is not None else 0
-        return {"env_id": self.env_id, "episodes": self.episodes, "turn": turn,
-                "started": bool(env is not None and env._started), "finished": bool(env is not None and env._finished),
-                "task_id": getattr(task, "id", None), "episode_id": None, "step_count": turn}
+        return {
+            "env_id": self.env_id,
+            "episodes": self.episodes,
+            "turn": turn,
+            "started": bool(env is not None and env._started),
+            "finished": bool(env is not None and env._finished),
+            "task_id": getattr(task, "id", None),
+            "episode_id": None,
+            "step_count": turn,
+        }
 
     async def on_close(self, data: dict[str, Any]) -> tuple[None, bool]:
         raise Closed
@@ -221,8 +232,9 @@ class Session:
     async def on_call(self, data: dict[str, Any]) -> tuple[dict[str, Any], bool]:
         method, args = data.get("method"), data.get("args") or []
         if method not in p.CALLABLE or not isinstance(args, list):
-            raise Refused(f"call's data is {{\"method\": one of {', '.join(p.CALLABLE)}, \"args\": [...]}}",
-                          p.VALIDATION_ERROR)
+            raise Refused(
+                f'call\'s data is {{"method": one of {", ".join(p.CALLABLE)}, "args": [...]}}', p.VALIDATION_ERROR
+            )
         env = await self.environment()
         if method == "summarize_episodes":
             args = [[Trajectory.model_validate(t) for t in args[0]]] if args else [[]]
@@ -244,11 +256,16 @@ class Session:
         else:
             name, arguments = data.get("tool_name"), data.get("arguments") or {}
             if not isinstance(name, str):
-                raise Refused("a call_tool action is {\"type\": \"call_tool\", \"tool_name\": ..., \"arguments\": "
-                              "{...}}", p.VALIDATION_ERROR)
+                raise Refused(
+                    'a call_tool action is {"type": "call_tool", "tool_name": ..., "arguments": {...}}',
+                    p.VALIDATION_ERROR,
+                )
             content, ok = await self.call_tool(name, arguments)
-            obs = {"tool_name": name, "result": {"data": content} if ok else None,
-                   "error": None if ok else {"error_type": "execution_error", "message": content}}
+            obs = {
+                "tool_name": name,
+                "result": {"data": content} if ok else None,
+                "error": None if ok else {"error_type": "execution_error", "message": content},
+            }
         return {"type": "observation", "data": {"observation": obs, "reward": None, "done": False}}
 
     async def call_tool(self, name: str, arguments: Any, raw: str | None = None) -> tuple[str, bool]:
@@ -263,15 +280,22 @@ class Session:
             raise Refused(f"{self.env_id} has no toolbox to call", p.VALIDATION_ERROR)
         if not isinstance(arguments, dict):
             raise Refused(f"a tool's arguments are a JSON object, got {arguments!r}", p.VALIDATION_ERROR)
-        out = await asyncio.wait_for(toolbox.ainvoke(ToolCall(name=name, arguments=arguments, raw=raw)),
-                                     self.limits.step_timeout)
+        out = await asyncio.wait_for(
+            toolbox.ainvoke(ToolCall(name=name, arguments=arguments, raw=raw)), self.limits.step_timeout
+        )
         return out.content, out.ok
 
 
 def tool_list(env: TextEnv) -> list[dict[str, Any]]:
     """The environment's tools as MCP lists them: ``{"name", "description", "input_schema"}`` each."""
-    return [{"name": s["function"]["name"], "description": s["function"].get("description", ""),
-             "input_schema": s["function"].get("parameters", {})} for s in env.tool_schemas()]
+    return [
+        {
+            "name": s["function"]["name"],
+            "description": s["function"].get("description", ""),
+            "input_schema": s["function"].get("parameters", {}),
+        }
+        for s in env.tool_schemas()
+    ]
 
 
 def close_env(env: TextEnv) -> None:
@@ -286,13 +310,19 @@ def spec_of(env_id: str, env: TextEnv) -> dict[str, Any]:
     """The answer to ``make``: what a client needs to know of the environment before its first reset."""
     size = len(env) if hasattr(env, "__len__") else None
     return p.Spec(
-        protocol=p.PROTOCOL, env_id=env_id,
+        protocol=p.PROTOCOL,
+        env_id=env_id,
         kwargs=json.loads(json.dumps(dict(getattr(env.spec, "kwargs", None) or {}), default=repr)),
-        max_turns=env.max_turns, split=env.split, held_out_split=env.held_out_split,
+        max_turns=env.max_turns,
+        split=env.split,
+        held_out_split=env.held_out_split,
         evaluation_options=dict(env.evaluation_options),
         options={k: getattr(env, k, None) for k in env.evaluation_options},
         helpers=[m for m in p.CALLABLE if getattr(type(env), m, None) is not getattr(TextEnv, m)],
-        stop=list(env.stop), tools=env.tool_schemas(), size=size, description=doc_line(env),
+        stop=list(env.stop),
+        tools=env.tool_schemas(),
+        size=size,
+        description=doc_line(env),
     ).model_dump(mode="json")
 
 

@@ -59,18 +59,30 @@ class DQOConfig(AlgorithmConfig):
     name: Literal["dqo"] = "dqo"
     beta: float = Field(0.05, gt=0, description="β: the KL coefficient folded into the reward (§2: 0.03–0.1)")
     lam: float = Field(1.0, ge=0, le=1, description="λ of the λ-returns (the paper: λ = 1 beat 0.95)")
-    importance_weights: ImportanceMode = Field("token", description=(
-        "π_θ/μ from the stored behaviour log-probabilities, per token or per trajectory; none = assume the data "
-        "is on-policy (every weight 1; for data without behaviour log-probabilities)"))
+    importance_weights: ImportanceMode = Field(
+        "token",
+        description=(
+            "π_θ/μ from the stored behaviour log-probabilities, per token or per trajectory; none = assume the data "
+            "is on-policy (every weight 1; for data without behaviour log-probabilities)"
+        ),
+    )
     is_clip: float = Field(2.0, ge=1, description="importance weights are truncated at this value")
     vf_coef: float = Field(1.0, ge=0, description="weight of the value loss")
     agg: AggMode = Field("token-mean", description="aggregation of both losses over the actions")
-    critic_model: str | None = Field(None, description="a separate value model (agent spec sharing the policy's "
-                                     "tokenizer, e.g. a smaller model); default: a value head on the policy")
-    critic_lr: float | None = Field(None, gt=0, description="the value model's lr (§2 suggests ~20 x the policy's); "
-                                    "default 2 x optim.lr")
-    process_reward_coef: float = Field(0.0, ge=0, description="scale of the process rewards an episode carries in "
-                                       "metadata['process_rewards'] ([[token_index, reward], ...]); 0 = off")
+    critic_model: str | None = Field(
+        None,
+        description="a separate value model (agent spec sharing the policy's "
+        "tokenizer, e.g. a smaller model); default: a value head on the policy",
+    )
+    critic_lr: float | None = Field(
+        None, gt=0, description="the value model's lr (§2 suggests ~20 x the policy's); default 2 x optim.lr"
+    )
+    process_reward_coef: float = Field(
+        0.0,
+        ge=0,
+        description="scale of the process rewards an episode carries in "
+        "metadata['process_rewards'] ([[token_index, reward], ...]); 0 = off",
+    )
 
 
 def missing_behaviour_logprobs(trajectories: Sequence[Trajectory]) -> int:
@@ -100,8 +112,10 @@ def with_process_rewards(traj: Trajectory, coef: float) -> Trajectory:
     bonus: dict[int, float] = {}
     for idx, reward in marks:
         if not any(s <= idx < e for s, e in spans):
-            raise OfflineDataError(f"episode {traj.id}: process reward at token {idx}, which is not a generated token "
-                                   f"of any turn (turn spans {spans})")
+            raise OfflineDataError(
+                f"episode {traj.id}: process reward at token {idx}, which is not a generated token "
+                f"of any turn (turn spans {spans})"
+            )
         bonus[int(idx)] = bonus.get(int(idx), 0.0) + coef * float(reward)
     turns: list[Turn] = []
     for turn in traj.turns:
@@ -110,11 +124,26 @@ def with_process_rewards(traj: Trajectory, coef: float) -> Trajectory:
             continue
         start, end = turn.token_span
         for cut in sorted(i for i in bonus if start <= i < end - 1):
-            turns.append(Turn(index=len(turns), role=turn.role, action=Message(role="assistant", content=""),
-                              token_span=(start, cut + 1), reward=bonus[cut], info={"process_step": True}))
+            turns.append(
+                Turn(
+                    index=len(turns),
+                    role=turn.role,
+                    action=Message(role="assistant", content=""),
+                    token_span=(start, cut + 1),
+                    reward=bonus[cut],
+                    info={"process_step": True},
+                )
+            )
             start = cut + 1
-        turns.append(turn.model_copy(update={"index": len(turns), "token_span": (start, end),
-                                             "reward": turn.reward + bonus.get(end - 1, 0.0)}))
+        turns.append(
+            turn.model_copy(
+                update={
+                    "index": len(turns),
+                    "token_span": (start, end),
+                    "reward": turn.reward + bonus.get(end - 1, 0.0),
+                }
+            )
+        )
     return traj.model_copy(update={"turns": turns})
 
 
@@ -151,19 +180,27 @@ class DQO(OfflineAlgorithm):
                 f"{n} of {len(trajectories)} episodes carry no behaviour log-probabilities (every generated token's "
                 f"logprob is 0), but dqo's importance weights π_θ/μ need them ({self.cfg.importance_weights!r}); "
                 "produce the data with `turnrl rollout` (it records the sampling agent's log-probabilities), or set "
-                "algorithm.importance_weights=none to assume the data is on-policy (every weight 1)")
+                "algorithm.importance_weights=none to assume the data is on-policy (every weight 1)"
+            )
         if self.cfg.process_reward_coef > 0 and not any(t.metadata.get("process_rewards") for t in trajectories):
-            raise OfflineDataError("algorithm.process_reward_coef > 0 but no episode carries process rewards "
-                                   "(metadata['process_rewards'] = [[token_index, reward], ...]); set it to 0 or "
-                                   "add them to the data")
+            raise OfflineDataError(
+                "algorithm.process_reward_coef > 0 but no episode carries process rewards "
+                "(metadata['process_rewards'] = [[token_index, reward], ...]); set it to 0 or "
+                "add them to the data"
+            )
 
     def training_view(self, traj: Trajectory) -> Trajectory:
         """With process rewards on, each step's reward on its last token (:func:`with_process_rewards`)."""
         return with_process_rewards(traj, self.cfg.process_reward_coef)
 
-    def advantages(self, batch: Batch, max_new_tokens: int, values: torch.Tensor | None = None,
-                   bootstrap: torch.Tensor | None = None, ref_logp: torch.Tensor | None = None
-                   ) -> tuple[torch.Tensor, torch.Tensor]:
+    def advantages(
+        self,
+        batch: Batch,
+        max_new_tokens: int,
+        values: torch.Tensor | None = None,
+        bootstrap: torch.Tensor | None = None,
+        ref_logp: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """``(zeros, V(s_{h+1}))``: DQO estimates no advantages (its soft advantage β log π_θ/π_ref is learned);
         the ``returns`` slot carries the next-state values of the prepare-time critic (the sg targets' values)."""
         if values is None:
@@ -174,8 +211,9 @@ class DQO(OfflineAlgorithm):
         """``policy``: the normalizer of both losses over the actions."""
         return {"policy": agg_count(batch.loss_mask, self.cfg.agg)}
 
-    def loss(self, fwd: Forward, exp: Experience, counts: dict[str, torch.Tensor],
-             train_policy: bool = True) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    def loss(
+        self, fwd: Forward, exp: Experience, counts: dict[str, torch.Tensor], train_policy: bool = True
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """Policy loss + ``vf_coef`` · value loss of the micro-batch (see the module docstring)."""
         if fwd.values is None or exp.old_values is None or exp.returns is None or exp.ref_logp is None:
             raise ValueError("dqo needs values, prepare-time values and next values, and reference log-probabilities")
@@ -186,12 +224,17 @@ class DQO(OfflineAlgorithm):
         G, N = lambda_returns(soft_r, exp.returns, m, cfg.lam)
         w = importance_weights(fwd.logp, b.behaviour_logp, m, cfg.importance_weights, cfg.is_clip)  # μ, never π_old
         vloss, metrics = dqo_value_loss(fwd.values, G, m, w, cfg.agg, counts["policy"])
-        ploss, pmetrics = dqo_policy_loss(log_ratio, exp.old_values, rewards, N, m, w, cfg.beta, cfg.agg,
-                                          counts["policy"])
+        ploss, pmetrics = dqo_policy_loss(
+            log_ratio, exp.old_values, rewards, N, m, w, cfg.beta, cfg.agg, counts["policy"]
+        )
         n = m.sum().clamp(min=1)
-        metrics.update(pmetrics, value_loss=vloss.detach(), policy_loss=ploss.detach(),
-                       is_weight_mean=(w * m).sum() / n,
-                       is_clip_frac=((w >= cfg.is_clip - 1e-6).float() * m).sum() / n)
+        metrics.update(
+            pmetrics,
+            value_loss=vloss.detach(),
+            policy_loss=ploss.detach(),
+            is_weight_mean=(w * m).sum() / n,
+            is_clip_frac=((w >= cfg.is_clip - 1e-6).float() * m).sum() / n,
+        )
         if not train_policy:
             return cfg.vf_coef * vloss, metrics
         return ploss + cfg.vf_coef * vloss, metrics

@@ -35,8 +35,7 @@ from turnrl.rl.formulas.losses import AggMode, aggregate
 ImportanceMode = Literal["token", "trajectory", "none"]
 
 
-def next_state_values(values: torch.Tensor, mask: torch.Tensor, bootstrap: torch.Tensor | None = None
-                      ) -> torch.Tensor:
+def next_state_values(values: torch.Tensor, mask: torch.Tensor, bootstrap: torch.Tensor | None = None) -> torch.Tensor:
     """``V(s_{h+1})`` at every action ``h``: the value at the row's next generated token (docs/algorithms.md §2).
 
     Environment/template tokens between two actions are part of the transition, so they are skipped. After a row's
@@ -66,8 +65,9 @@ def soft_rewards(rewards: torch.Tensor, log_ratio: torch.Tensor, mask: torch.Ten
     return (rewards - beta * log_ratio) * mask.to(rewards.dtype)
 
 
-def lambda_returns(soft_r: torch.Tensor, next_values: torch.Tensor, mask: torch.Tensor, lam: float | torch.Tensor
-                   ) -> tuple[torch.Tensor, torch.Tensor]:
+def lambda_returns(
+    soft_r: torch.Tensor, next_values: torch.Tensor, mask: torch.Tensor, lam: float | torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """λ-returns by the recursion of docs/algorithms.md §2: ``G^λ_h = r̃_h + (1−λ)·V(s_{h+1}) + λ·G^λ_{h+1}``.
 
     The recursion runs over a row's actions only (env tokens are part of the transition); after the last action
@@ -102,8 +102,9 @@ def lambda_returns(soft_r: torch.Tensor, next_values: torch.Tensor, mask: torch.
     return G, N
 
 
-def lambda_returns_explicit(soft_r: torch.Tensor, next_values: torch.Tensor, mask: torch.Tensor, lam: float
-                            ) -> torch.Tensor:
+def lambda_returns_explicit(
+    soft_r: torch.Tensor, next_values: torch.Tensor, mask: torch.Tensor, lam: float
+) -> torch.Tensor:
     """The plain definition of ``G^λ`` (docs/algorithms.md §2), O(H²) per row: the reference :func:`lambda_returns` is
     tested against.
 
@@ -127,8 +128,14 @@ def lambda_returns_explicit(soft_r: torch.Tensor, next_values: torch.Tensor, mas
     return G
 
 
-def soft_bellman_residual(log_ratio: torch.Tensor, values: torch.Tensor, next_values: torch.Tensor,
-                          rewards: torch.Tensor, mask: torch.Tensor, beta: float) -> torch.Tensor:
+def soft_bellman_residual(
+    log_ratio: torch.Tensor,
+    values: torch.Tensor,
+    next_values: torch.Tensor,
+    rewards: torch.Tensor,
+    mask: torch.Tensor,
+    beta: float,
+) -> torch.Tensor:
     """``δ_h = β log(π_θ/π_ref)(a_h|s_h) + V(s_h) − r_h − V(s_{h+1})`` on actions, 0 elsewhere (docs/algorithms.md §2).
 
     Zero at every action when π_θ and V are the soft-optimal π* and V* of the MDP (``π* ∝ π_ref·exp(Q*/β)``).
@@ -137,8 +144,13 @@ def soft_bellman_residual(log_ratio: torch.Tensor, values: torch.Tensor, next_va
     return (beta * log_ratio + values - rewards - next_values) * mask.to(values.dtype)
 
 
-def importance_weights(logp: torch.Tensor, behaviour_logp: torch.Tensor, mask: torch.Tensor,
-                       mode: ImportanceMode = "token", clip: float = 2.0) -> torch.Tensor:
+def importance_weights(
+    logp: torch.Tensor,
+    behaviour_logp: torch.Tensor,
+    mask: torch.Tensor,
+    mode: ImportanceMode = "token",
+    clip: float = 2.0,
+) -> torch.Tensor:
     """Detached, clipped importance weights ``min(π_θ/μ, clip)`` of the data's behaviour policy μ (docs/algorithms.md
     §2).
 
@@ -170,9 +182,14 @@ def importance_weights(logp: torch.Tensor, behaviour_logp: torch.Tensor, mask: t
     raise ValueError(f"unknown importance-weight mode {mode!r}; choose token, trajectory or none")
 
 
-def dqo_value_loss(values: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor, weights: torch.Tensor,
-                   agg: AggMode = "token-mean", count: torch.Tensor | float | None = None
-                   ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+def dqo_value_loss(
+    values: torch.Tensor,
+    targets: torch.Tensor,
+    mask: torch.Tensor,
+    weights: torch.Tensor,
+    agg: AggMode = "token-mean",
+    count: torch.Tensor | float | None = None,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """DQO's value loss ``agg(w_h · (V_φ(s_h) − sg G^λ(s_h))²)`` (docs/algorithms.md §2); only ``values`` get a
     gradient.
 
@@ -187,10 +204,17 @@ def dqo_value_loss(values: torch.Tensor, targets: torch.Tensor, mask: torch.Tens
     return aggregate(loss_t, mask, agg, count), metrics
 
 
-def dqo_policy_loss(log_ratio: torch.Tensor, values: torch.Tensor, rewards: torch.Tensor,
-                    next_targets: torch.Tensor, mask: torch.Tensor, weights: torch.Tensor, beta: float,
-                    agg: AggMode = "token-mean", count: torch.Tensor | float | None = None
-                    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+def dqo_policy_loss(
+    log_ratio: torch.Tensor,
+    values: torch.Tensor,
+    rewards: torch.Tensor,
+    next_targets: torch.Tensor,
+    mask: torch.Tensor,
+    weights: torch.Tensor,
+    beta: float,
+    agg: AggMode = "token-mean",
+    count: torch.Tensor | float | None = None,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """DQO's policy loss ``agg(w_h · (β log ρ_h + sg V(s_h) − r_h − sg Ĝ(s_{h+1}))²)`` (docs/algorithms.md §2).
 
     Only ``log_ratio`` (through log π_θ) gets a gradient: ``values`` and ``next_targets`` are stopped. With

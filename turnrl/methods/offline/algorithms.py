@@ -58,8 +58,13 @@ def dpo_pairs(groups: Units, mode: Literal["all", "one"]) -> tuple[Units, dict[s
         else:
             both += 1
             pairs += [[w, lose] for w in good for lose in bad] if mode == "all" else [[good[0], bad[0]]]
-    info.update(dpo_pairs=float(len(pairs)), dpo_tasks=float(both), dpo_skipped_tasks=float(all_correct + all_wrong),
-                dpo_all_correct_tasks=float(all_correct), dpo_all_incorrect_tasks=float(all_wrong))
+    info.update(
+        dpo_pairs=float(len(pairs)),
+        dpo_tasks=float(both),
+        dpo_skipped_tasks=float(all_correct + all_wrong),
+        dpo_all_correct_tasks=float(all_correct),
+        dpo_all_incorrect_tasks=float(all_wrong),
+    )
     return pairs, info
 
 
@@ -89,12 +94,16 @@ class DPO(OfflineAlgorithm):
         process (a learner group's ranks would split pairs)."""
         super().check_config(cfg)
         if cfg.learner.backend == "deepspeed":
-            raise ValueError("dpo on a DeepSpeed learner group is not supported yet: the ranks split a task's rows "
-                             "by group, which can cut a (correct, incorrect) pair in two; use learner.backend=torch")
+            raise ValueError(
+                "dpo on a DeepSpeed learner group is not supported yet: the ranks split a task's rows "
+                "by group, which can cut a (correct, incorrect) pair in two; use learner.backend=torch"
+            )
         if cfg.optim.minibatch_size % 2 or (cfg.data is not None and cfg.data.batch_size % 2):
-            raise ValueError(f"dpo trains on (correct, incorrect) pairs, so optim.minibatch_size "
-                             f"({cfg.optim.minibatch_size}) and data.batch_size "
-                             f"({cfg.data.batch_size if cfg.data else None}) must be even")
+            raise ValueError(
+                f"dpo trains on (correct, incorrect) pairs, so optim.minibatch_size "
+                f"({cfg.optim.minibatch_size}) and data.batch_size "
+                f"({cfg.data.batch_size if cfg.data else None}) must be even"
+            )
 
     def units(self, groups: Units) -> tuple[Units, dict[str, float]]:
         """The pairs (:func:`dpo_pairs`).
@@ -107,15 +116,17 @@ class DPO(OfflineAlgorithm):
             raise OfflineDataError(
                 f"no task in the data has both a correct and an incorrect episode, so dpo has no pair to train on "
                 f"({int(info['dpo_all_correct_tasks'])} task(s) all correct, {int(info['dpo_all_incorrect_tasks'])} "
-                "all incorrect); sample more episodes per task (turnrl rollout --samples N) or train rft or dqo")
+                "all incorrect); sample more episodes per task (turnrl rollout --samples N) or train rft or dqo"
+            )
         return pairs, info
 
     def counts(self, batch: Batch) -> dict[str, torch.Tensor]:
         """``pairs``: the number of pairs in ``batch``."""
         return {"pairs": torch.tensor(float(len(batch) // 2))}
 
-    def loss(self, fwd: Forward, exp: Experience, counts: dict[str, torch.Tensor],
-             train_policy: bool = True) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    def loss(
+        self, fwd: Forward, exp: Experience, counts: dict[str, torch.Tensor], train_policy: bool = True
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """Σ_pairs DPO loss / the step's number of pairs; rows ``2k, 2k+1`` are pair k's y_w and y_l.
 
         Raises:
@@ -125,10 +136,13 @@ class DPO(OfflineAlgorithm):
         if exp.ref_logp is None:
             raise ValueError("dpo needs reference log-probabilities")
         w, lo = slice(0, None, 2), slice(1, None, 2)
-        if len(b) % 2 or not bool((b.correct[w] == 1).all() and (b.correct[lo] == 0).all()
-                                  and (b.group_ids[w] == b.group_ids[lo]).all()):
-            raise ValueError("dpo micro-batches must hold whole (correct, incorrect) pairs of one task, correct first; "
-                             "train it from `data:` (the offline source) with an even optim.minibatch_size")
+        if len(b) % 2 or not bool(
+            (b.correct[w] == 1).all() and (b.correct[lo] == 0).all() and (b.group_ids[w] == b.group_ids[lo]).all()
+        ):
+            raise ValueError(
+                "dpo micro-batches must hold whole (correct, incorrect) pairs of one task, correct first; "
+                "train it from `data:` (the offline source) with an even optim.minibatch_size"
+            )
         seq, ref = sequence_logp(fwd.logp, b.loss_mask), sequence_logp(exp.ref_logp, b.loss_mask)
         losses, metrics = dpo_loss(seq[w], ref[w], seq[lo], ref[lo], self.cfg.beta)
         return losses.sum() / counts["pairs"], metrics
@@ -156,19 +170,24 @@ class RFT(OfflineAlgorithm):
         """
         split, info = _outcome_groups(groups)
         units = [good for good, _ in split if good]
-        info.update(rft_correct_episodes=float(sum(len(u) for u in units)),
-                    rft_incorrect_episodes=float(sum(len(bad) for _, bad in split)))
+        info.update(
+            rft_correct_episodes=float(sum(len(u) for u in units)),
+            rft_incorrect_episodes=float(sum(len(bad) for _, bad in split)),
+        )
         if not units:
-            raise OfflineDataError("no episode in the data is correct, so rft has nothing to imitate; sample more "
-                                   "episodes per task (turnrl rollout --samples N) or easier tasks")
+            raise OfflineDataError(
+                "no episode in the data is correct, so rft has nothing to imitate; sample more "
+                "episodes per task (turnrl rollout --samples N) or easier tasks"
+            )
         return units, info
 
     def counts(self, batch: Batch) -> dict[str, torch.Tensor]:
         """``nll``: the normalizer over the correct rows' generated tokens."""
         return {"nll": agg_count(batch.loss_mask * batch.correct[:, None], self.cfg.agg)}
 
-    def loss(self, fwd: Forward, exp: Experience, counts: dict[str, torch.Tensor],
-             train_policy: bool = True) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    def loss(
+        self, fwd: Forward, exp: Experience, counts: dict[str, torch.Tensor], train_policy: bool = True
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """Masked NLL over the correct rows (an incorrect row that reaches the loss contributes nothing)."""
         b = exp.batch
         nll = masked_nll(fwd.logp, b.loss_mask * b.correct[:, None], self.cfg.agg, counts["nll"])
@@ -199,16 +218,19 @@ class SFT(OfflineAlgorithm):
         units, info = super().units(groups)
         rows = [[t] for g in units for t in g if t.loss_mask and any(t.loss_mask)]
         if not rows:
-            raise OfflineDataError("no row in the data has generated tokens to imitate (every loss mask is 0); "
-                                   "pass step rows from `turnrl swirl decompose` or rollout Trajectories")
+            raise OfflineDataError(
+                "no row in the data has generated tokens to imitate (every loss mask is 0); "
+                "pass step rows from `turnrl swirl decompose` or rollout Trajectories"
+            )
         return rows, {**info, "sft_rows": float(len(rows))}
 
     def counts(self, batch: Batch) -> dict[str, torch.Tensor]:
         """``nll``: the normalizer over the rows' generated tokens."""
         return {"nll": agg_count(batch.loss_mask, self.cfg.agg)}
 
-    def loss(self, fwd: Forward, exp: Experience, counts: dict[str, torch.Tensor],
-             train_policy: bool = True) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    def loss(
+        self, fwd: Forward, exp: Experience, counts: dict[str, torch.Tensor], train_policy: bool = True
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """Masked NLL over the generated tokens."""
         nll = masked_nll(fwd.logp, exp.batch.loss_mask, self.cfg.agg, counts["nll"])
         return nll, {"nll": nll.detach()}

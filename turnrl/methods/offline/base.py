@@ -44,17 +44,29 @@ class OfflineAlgorithm(Algorithm):
         dropped = [(t.id, r) for g, reasons in zip(groups, why) for t, r in zip(g, reasons) if r is not None]
         n = sum(len(g) for g in groups)
         if dropped:
-            logger.warning("%d of %d stored episodes cannot be trained on and are left out; the first, %s: %s",
-                           len(dropped), n, *dropped[0])
-        return units, {"data_episodes": float(n), "data_tasks": float(len(groups)),
-                       "data_untrainable": float(len(dropped))}
+            logger.warning(
+                "%d of %d stored episodes cannot be trained on and are left out; the first, %s: %s",
+                len(dropped),
+                n,
+                *dropped[0],
+            )
+        return units, {
+            "data_episodes": float(n),
+            "data_tasks": float(len(groups)),
+            "data_untrainable": float(len(dropped)),
+        }
 
     def training_view(self, traj: Trajectory) -> Trajectory:
         """The episode as the learner should see it (default: unchanged)."""
         return traj
 
-    def advantages(self, batch: Batch, max_new_tokens: int, values: torch.Tensor | None = None,
-                   bootstrap: torch.Tensor | None = None, ref_logp: torch.Tensor | None = None
-                   ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def advantages(
+        self,
+        batch: Batch,
+        max_new_tokens: int,
+        values: torch.Tensor | None = None,
+        bootstrap: torch.Tensor | None = None,
+        ref_logp: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Offline objectives estimate no advantages: ``(zeros (B, T), None)``."""
         return torch.zeros_like(batch.loss_mask), None

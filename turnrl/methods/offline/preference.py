@@ -14,8 +14,9 @@ def sequence_logp(logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (logp * mask.to(logp.dtype)).sum(-1)
 
 
-def dpo_loss(logp_w: torch.Tensor, ref_w: torch.Tensor, logp_l: torch.Tensor, ref_l: torch.Tensor, beta: float
-             ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+def dpo_loss(
+    logp_w: torch.Tensor, ref_w: torch.Tensor, logp_l: torch.Tensor, ref_l: torch.Tensor, beta: float
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Per-pair DPO loss ``−log σ(β[(log π_θ(y_w) − log π_ref(y_w)) − (log π_θ(y_l) − log π_ref(y_l))])``
     (docs/algorithms.md §9); ``(P,)`` sequence log-probabilities in, ``(P,)`` losses out.
 
@@ -29,6 +30,10 @@ def dpo_loss(logp_w: torch.Tensor, ref_w: torch.Tensor, logp_l: torch.Tensor, re
     margin = chosen - rejected
     losses = F.softplus(-margin)  # −log σ(margin), stable for large |margin|
     with torch.no_grad():
-        metrics = {"dpo_margin": margin.mean(), "dpo_accuracy": (margin > 0).float().mean(),
-                   "chosen_reward": chosen.mean(), "rejected_reward": rejected.mean()}
+        metrics = {
+            "dpo_margin": margin.mean(),
+            "dpo_accuracy": (margin > 0).float().mean(),
+            "chosen_reward": chosen.mean(),
+            "rejected_reward": rejected.mean(),
+        }
     return losses, metrics

@@ -46,13 +46,22 @@ class OfflineSource(ReplaySource):
         OfflineDataError: a missing or unusable file, or data the algorithm cannot train on.
     """
 
-    def __init__(self, paths: str | Path | Sequence[str | Path], algorithm: OfflineAlgorithm, batch_size: int, *,
-                 seed: int = 0, shuffle: bool = True, temperature: float | None = None) -> None:
+    def __init__(
+        self,
+        paths: str | Path | Sequence[str | Path],
+        algorithm: OfflineAlgorithm,
+        batch_size: int,
+        *,
+        seed: int = 0,
+        shuffle: bool = True,
+        temperature: float | None = None,
+    ) -> None:
         files = [paths] if isinstance(paths, (str, Path)) else list(paths)
         for f in files:
             if not Path(f).is_file():
-                raise OfflineDataError(f"data.path {f} does not exist; write it with `turnrl rollout --env ENV "
-                                       f"--agent MODEL --out {f}`")
+                raise OfflineDataError(
+                    f"data.path {f} does not exist; write it with `turnrl rollout --env ENV --agent MODEL --out {f}`"
+                )
         try:
             super().__init__(files, batch_size, seed=seed, shuffle=shuffle)
         except ValueError as e:
@@ -75,12 +84,16 @@ class OfflineSource(ReplaySource):
         """``data`` set (steps or data.epochs, not both); no rollouts to place (``placement: ray`` only for the ranks
         of a DeepSpeed learner group)."""
         if cfg.data is None:
-            raise ValueError(f"algorithm {cfg.algorithm.name!r} trains offline from a dataset: set data.path to "
-                             "Trajectories written by `turnrl rollout` (e.g. data: {path: runs/arith-data.parquet})")
+            raise ValueError(
+                f"algorithm {cfg.algorithm.name!r} trains offline from a dataset: set data.path to "
+                "Trajectories written by `turnrl rollout` (e.g. data: {path: runs/arith-data.parquet})"
+            )
         super().check_config(cfg)
         if cfg.placement != "local" and cfg.learner.backend != "deepspeed":
-            raise ValueError(f"algorithm {cfg.algorithm.name!r} trains offline (no rollouts to place); use "
-                             "placement: local (placement: ray only hosts a learner.backend: deepspeed group)")
+            raise ValueError(
+                f"algorithm {cfg.algorithm.name!r} trains offline (no rollouts to place); use "
+                "placement: local (placement: ray only hosts a learner.backend: deepspeed group)"
+            )
 
     @classmethod
     def open(cls, cfg: TrainConfig, algorithm: Any) -> OfflineSource:
@@ -88,14 +101,26 @@ class OfflineSource(ReplaySource):
         from turnrl.envs.registry import make
 
         assert cfg.data is not None  # check_config
-        source = cls(cfg.data.path, algorithm, cfg.data.batch_size, seed=cfg.seed, shuffle=cfg.data.shuffle,
-                     temperature=cfg.rollout.temperature)
+        source = cls(
+            cfg.data.path,
+            algorithm,
+            cfg.data.batch_size,
+            seed=cfg.seed,
+            shuffle=cfg.data.shuffle,
+            temperature=cfg.rollout.temperature,
+        )
         source.env = make(cfg.env.id, **cfg.env.kwargs)  # e.g. PAG's figures of stored verdict rows
         from turnrl.rl.run.held_out import HeldOutError, check_dataset, check_dataset_extra_evals
 
         try:
-            warning = check_dataset(cfg.env.id, cfg.env.kwargs, cfg.env.eval_kwargs, cfg.eval_tasks, source.episodes,
-                                    cfg.validation_tasks if cfg.validate_every else 0)
+            warning = check_dataset(
+                cfg.env.id,
+                cfg.env.kwargs,
+                cfg.env.eval_kwargs,
+                cfg.eval_tasks,
+                source.episodes,
+                cfg.validation_tasks if cfg.validate_every else 0,
+            )
             if cfg.extra_evals:  # and none of the problems its evaluations on other environments score
                 check_dataset_extra_evals(cfg, source.episodes)
         except HeldOutError as e:
@@ -108,8 +133,9 @@ class OfflineSource(ReplaySource):
     def configure(self, cfg: TrainConfig) -> TrainConfig:
         """``data.epochs`` resolved to ``steps`` (the run's config.yaml records them)."""
         if cfg.data is not None and cfg.data.epochs is not None:
-            cfg = cfg.model_copy(update={"steps": self.steps_for(cfg.data.epochs),
-                                         "data": cfg.data.model_copy(update={"epochs": None})})
+            cfg = cfg.model_copy(
+                update={"steps": self.steps_for(cfg.data.epochs), "data": cfg.data.model_copy(update={"epochs": None})}
+            )
         return cfg
 
     def attach(self, parts: RunParts) -> None:
@@ -136,5 +162,4 @@ class OfflineSource(ReplaySource):
     def collect(self, step: int) -> tuple[list[Trajectory], dict[str, float]]:
         """The next batch of whole units, in the algorithm's training view, with the data's metrics."""
         out, info = super().collect(step)
-        return [self.algorithm.training_view(t) for t in out], {**info, **self.data_metrics,
-                                                                "generated_tokens": 0.0}
+        return [self.algorithm.training_view(t) for t in out], {**info, **self.data_metrics, "generated_tokens": 0.0}

@@ -46,23 +46,39 @@ if TYPE_CHECKING:
 class VerifierOptions(BaseModel):
     """The verifier options [ours] that ``pag`` and ``pag-grpo`` share."""
 
-    verdict_explore: float = Field(0.0, ge=0.0, lt=1.0, description=(
-        "[ours] the share of verify turns whose sampled verdict is replaced by the other one (scored by the current "
-        "policy, played out and rewarded like any verdict): the verifier learns the reward of a verdict it never "
-        "samples (turnrl.methods.pag.explore); held-out evaluations never explore"))
-    verifier_balance: bool = Field(False, description=(
-        "[ours] weigh verifier rewards by the inverse share of their answer's truth in the batch (the verifier "
-        "optimizes balanced accuracy); with verifier_baseline: truth the weights go on the normalized advantages"))
-    verifier_baseline: Literal["role", "truth"] = Field("role", description=(
-        "[ours] what verify turns' advantages are normalized against: all verify turns (role, RoleAdvNorm as in "
-        "the paper), or the verify turns that judged a first answer of the same truth (truth: right-answer and "
-        "wrong-answer verdicts normalized apart, so a verdict that ignores the answer earns zero net advantage)"))
+    verdict_explore: float = Field(
+        0.0,
+        ge=0.0,
+        lt=1.0,
+        description=(
+            "[ours] the share of verify turns whose sampled verdict is replaced by the other one (scored by the current "
+            "policy, played out and rewarded like any verdict): the verifier learns the reward of a verdict it never "
+            "samples (turnrl.methods.pag.explore); held-out evaluations never explore"
+        ),
+    )
+    verifier_balance: bool = Field(
+        False,
+        description=(
+            "[ours] weigh verifier rewards by the inverse share of their answer's truth in the batch (the verifier "
+            "optimizes balanced accuracy); with verifier_baseline: truth the weights go on the normalized advantages"
+        ),
+    )
+    verifier_baseline: Literal["role", "truth"] = Field(
+        "role",
+        description=(
+            "[ours] what verify turns' advantages are normalized against: all verify turns (role, RoleAdvNorm as in "
+            "the paper), or the verify turns that judged a first answer of the same truth (truth: right-answer and "
+            "wrong-answer verdicts normalized apart, so a verdict that ignores the answer earns zero net advantage)"
+        ),
+    )
 
     @model_validator(mode="after")
     def _truth_needs_roles(self) -> VerifierOptions:
         if self.verifier_baseline == "truth" and not getattr(self, "role_norm", True):
-            raise ValueError("verifier_baseline: truth normalizes verify turns per truth inside the per-role "
-                             "normalization; it needs role_norm: true")
+            raise ValueError(
+                "verifier_baseline: truth normalizes verify turns per truth inside the per-role "
+                "normalization; it needs role_norm: true"
+            )
         return self
 
 
@@ -76,10 +92,12 @@ class PAGConfig(PPOConfig, VerifierOptions):
     agg: AggMode = "token-mean"
     turn_independent: bool = Field(True, description="cut GAE at turn boundaries (ablation: false)")
     whiten_advantages: bool = Field(False, description="one whitening over all tokens (used when role_norm is off)")
-    role_norm: bool = Field(True, description="RoleAdvNorm: whiten policy-turn and verifier-turn advantages "
-                            "separately (ablation: false)")
+    role_norm: bool = Field(
+        True, description="RoleAdvNorm: whiten policy-turn and verifier-turn advantages separately (ablation: false)"
+    )
     reward: Literal["per-turn", "final-only"] = Field(
-        "per-turn", description="each turn's own reward, or only the final answer's correctness (ablation)")
+        "per-turn", description="each turn's own reward, or only the final answer's correctness (ablation)"
+    )
 
 
 class PAGGRPOConfig(GRPOConfig, VerifierOptions):
@@ -88,8 +106,11 @@ class PAGGRPOConfig(GRPOConfig, VerifierOptions):
     name: Literal["pag-grpo"] = "pag-grpo"  # type: ignore[assignment]  # its own name: the discriminator
     eps_high: float = Field(0.28, gt=0)
     agg: AggMode = "token-mean"
-    role_norm: bool = Field(True, description="normalize each turn's reward over the group's turns of its role "
-                            "(false: over all of the group's turns)")
+    role_norm: bool = Field(
+        True,
+        description="normalize each turn's reward over the group's turns of its role "
+        "(false: over all of the group's turns)",
+    )
 
 
 def final_only_rewards(loss_mask: torch.Tensor, correct: torch.Tensor) -> torch.Tensor:
@@ -103,8 +124,9 @@ def final_only_rewards(loss_mask: torch.Tensor, correct: torch.Tensor) -> torch.
     return out
 
 
-def spread_verdict_reward(token_rewards: torch.Tensor, turn_ids: torch.Tensor, roles: torch.Tensor,
-                          mask: torch.Tensor, verifier_role: int = 1) -> torch.Tensor:
+def spread_verdict_reward(
+    token_rewards: torch.Tensor, turn_ids: torch.Tensor, roles: torch.Tensor, mask: torch.Tensor, verifier_role: int = 1
+) -> torch.Tensor:
     """Every verifier turn of a sequence rewarded with its verdict (§7 with verify tools [ours]).
 
     With ``verify_tools`` the verify phase is several verifier turns — tool calls, then the verdict — and the
@@ -121,8 +143,9 @@ def spread_verdict_reward(token_rewards: torch.Tensor, turn_ids: torch.Tensor, r
     nxt = torch.nn.functional.pad(turn_ids[:, 1:], (0, 1), value=-1)  # the next position's turn (−1 past the end)
     nxt_in = torch.nn.functional.pad(m[:, 1:], (0, 1), value=False)
     last = ver & ~(nxt_in & (nxt == turn_ids))  # the last generated token of each verifier turn
-    return torch.where(ver, torch.where(last, total.expand_as(token_rewards), torch.zeros_like(token_rewards)),
-                       token_rewards)
+    return torch.where(
+        ver, torch.where(last, total.expand_as(token_rewards), torch.zeros_like(token_rewards)), token_rewards
+    )
 
 
 def first_answer_right(token_rewards: torch.Tensor, turn_ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -158,8 +181,9 @@ def truth_weights(right: torch.Tensor, has_verifier: torch.Tensor) -> torch.Tens
     return torch.where(right, n / (2 * n_right), n / (2 * n_wrong))
 
 
-def balance_verifier_rewards(token_rewards: torch.Tensor, turn_ids: torch.Tensor, roles: torch.Tensor,
-                             mask: torch.Tensor, verifier_role: int = 1) -> torch.Tensor:
+def balance_verifier_rewards(
+    token_rewards: torch.Tensor, turn_ids: torch.Tensor, roles: torch.Tensor, mask: torch.Tensor, verifier_role: int = 1
+) -> torch.Tensor:
     """Weigh each verifier turn's reward by the inverse share of its answer's truth in the batch (§7, option [ours]).
 
     The truth a verdict judges is the first answer's reward (turn 0: R_y = 1 if correct). With ``n`` verifier turns,
@@ -172,8 +196,14 @@ def balance_verifier_rewards(token_rewards: torch.Tensor, turn_ids: torch.Tensor
     return _weigh_verifier_turns(token_rewards, token_rewards, turn_ids, roles, mask, verifier_role)
 
 
-def balance_truth_advantages(adv: torch.Tensor, token_rewards: torch.Tensor, turn_ids: torch.Tensor,
-                             roles: torch.Tensor, mask: torch.Tensor, verifier_role: int = 1) -> torch.Tensor:
+def balance_truth_advantages(
+    adv: torch.Tensor,
+    token_rewards: torch.Tensor,
+    turn_ids: torch.Tensor,
+    roles: torch.Tensor,
+    mask: torch.Tensor,
+    verifier_role: int = 1,
+) -> torch.Tensor:
     """``verifier_balance`` under ``verifier_baseline: truth`` (§7, options [ours]): the weights on the advantages.
 
     A per-truth normalization gives each truth's verify turns mean-0, variance-1 advantages, so a weight put on the
@@ -187,8 +217,14 @@ def balance_truth_advantages(adv: torch.Tensor, token_rewards: torch.Tensor, tur
     return _weigh_verifier_turns(adv, token_rewards, turn_ids, roles, mask, verifier_role)
 
 
-def _weigh_verifier_turns(x: torch.Tensor, token_rewards: torch.Tensor, turn_ids: torch.Tensor, roles: torch.Tensor,
-                          mask: torch.Tensor, verifier_role: int) -> torch.Tensor:
+def _weigh_verifier_turns(
+    x: torch.Tensor,
+    token_rewards: torch.Tensor,
+    turn_ids: torch.Tensor,
+    roles: torch.Tensor,
+    mask: torch.Tensor,
+    verifier_role: int,
+) -> torch.Tensor:
     """``x`` with every verifier token multiplied by its row's :func:`truth_weights` (the truth read from
     ``token_rewards``' first turn); unchanged where only one truth occurs."""
     ver = mask.bool() & (roles == verifier_role)
@@ -198,8 +234,14 @@ def _weigh_verifier_turns(x: torch.Tensor, token_rewards: torch.Tensor, turn_ids
     return torch.where(ver, x * weight.to(x.dtype)[:, None], x)
 
 
-def turn_group_advantages(token_rewards: torch.Tensor, turn_ids: torch.Tensor, roles: torch.Tensor,
-                          group_ids: torch.Tensor, mask: torch.Tensor, by_role: bool = True) -> torch.Tensor:
+def turn_group_advantages(
+    token_rewards: torch.Tensor,
+    turn_ids: torch.Tensor,
+    roles: torch.Tensor,
+    group_ids: torch.Tensor,
+    mask: torch.Tensor,
+    by_role: bool = True,
+) -> torch.Tensor:
     """Per-turn group-relative advantages (``pag-grpo``, §7 with §0's group normalization).
 
     Each turn's reward (the sum of its tokens' rewards) is normalized against the turns of the same group — and,
@@ -230,8 +272,9 @@ class ExploresVerdicts:
         """The roles advantages are normalized over: the batch's, verify turns split by truth where asked."""
         if self.cfg.verifier_baseline == "role":
             return batch.roles
-        return truth_roles(batch.roles, first_answer_right(batch.token_rewards, batch.turn_ids, batch.loss_mask),
-                           batch.loss_mask)
+        return truth_roles(
+            batch.roles, first_answer_right(batch.token_rewards, batch.turn_ids, batch.loss_mask), batch.loss_mask
+        )
 
     def verifier_rewards(self, batch: Batch) -> torch.Tensor:
         """Each turn's reward on its last token, every verifier turn credited with the verdict
@@ -283,10 +326,21 @@ class PAGGRPO(ExploresVerdicts, GRPO):
     Config = PAGGRPOConfig
     cfg: PAGGRPOConfig
 
-    def advantages(self, batch: Batch, max_new_tokens: int, values: torch.Tensor | None = None,
-                   bootstrap: torch.Tensor | None = None, ref_logp: torch.Tensor | None = None
-                   ) -> tuple[torch.Tensor, None]:
+    def advantages(
+        self,
+        batch: Batch,
+        max_new_tokens: int,
+        values: torch.Tensor | None = None,
+        bootstrap: torch.Tensor | None = None,
+        ref_logp: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, None]:
         """Per-turn, per-role group-normalized rewards on each turn's tokens."""
-        adv = turn_group_advantages(self.verifier_rewards(batch), batch.turn_ids, self.roles(batch), batch.group_ids,
-                                    batch.loss_mask, self.cfg.role_norm)
+        adv = turn_group_advantages(
+            self.verifier_rewards(batch),
+            batch.turn_ids,
+            self.roles(batch),
+            batch.group_ids,
+            batch.loss_mask,
+            self.cfg.role_norm,
+        )
         return self.balance(adv, batch), None

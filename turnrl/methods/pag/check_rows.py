@@ -99,8 +99,13 @@ class CheckingTeacher:
         eos = getattr(tokenizer, "eos_token_id", None)
         self.eos = [int(eos)] if eos is not None else []
 
-    def __call__(self, envs: Sequence[TextEnv], roles: Sequence[str], prompts: Sequence[list[int]],
-                 completions: Sequence[Completion]) -> list[Completion | None]:
+    def __call__(
+        self,
+        envs: Sequence[TextEnv],
+        roles: Sequence[str],
+        prompts: Sequence[list[int]],
+        completions: Sequence[Completion],
+    ) -> list[Completion | None]:
         """The teacher's reply for every verifier turn (and, with ``revisions``, every revision), None for the
         policy's other turns (kept as sampled)."""
         out: list[Completion | None] = [None] * len(completions)
@@ -112,8 +117,10 @@ class CheckingTeacher:
                     out[i] = self._completion(text, c)
                 continue
             if not getattr(inner, "verify_tools", False):
-                raise ValueError(f"the checking teacher writes tool calls in verify turns: {type(inner).__name__} "
-                                 "needs verify_tools=True (and an environment with tools, e.g. calculator=True)")
+                raise ValueError(
+                    f"the checking teacher writes tool calls in verify turns: {type(inner).__name__} "
+                    "needs verify_tools=True (and an environment with tools, e.g. calculator=True)"
+                )
             call = check_call(inner) if inner.verify_calls == 0 else None
             if self.compare and inner.verify_calls == 1 and inner.max_verify_calls >= 2:
                 call = compare_call(inner)
@@ -131,16 +138,18 @@ class CheckingTeacher:
 
     def _completion(self, text: str, sampled: Completion) -> Completion:
         ids = list(self.tokenizer.encode(text, add_special_tokens=False)) + self.eos
-        return Completion(text=text, token_ids=ids, logprobs=[0.0] * len(ids), finish_reason="stop",
-                          prompt_index=sampled.prompt_index)
+        return Completion(
+            text=text, token_ids=ids, logprobs=[0.0] * len(ids), finish_reason="stop", prompt_index=sampled.prompt_index
+        )
 
 
 def _verify_steps(traj: Trajectory) -> list[int]:
     return [i for i, t in enumerate(traj.turns) if t.info.get("phase") == "verify"]
 
 
-def checking_rows(trajectories: Sequence[Trajectory], *, balance: Literal["down", "none"] = "down",
-                  seed: int = 0) -> tuple[list[Trajectory], dict[str, float]]:
+def checking_rows(
+    trajectories: Sequence[Trajectory], *, balance: Literal["down", "none"] = "down", seed: int = 0
+) -> tuple[list[Trajectory], dict[str, float]]:
     """The filtered, balanced verifier step rows of checked PAG episodes (module docstring) and a report.
 
     Raises:
@@ -148,15 +157,26 @@ def checking_rows(trajectories: Sequence[Trajectory], *, balance: Literal["down"
     """
     if balance not in ("down", "none"):
         raise ValueError(f"balance must be 'down' or 'none', got {balance!r}")
-    usable = [t for t in trajectories if t.error is None and t.token_ids is not None and _verify_steps(t)
-              and t.turns[0].info.get("correct") is not None]
+    usable = [
+        t
+        for t in trajectories
+        if t.error is None
+        and t.token_ids is not None
+        and _verify_steps(t)
+        and t.turns[0].info.get("correct") is not None
+    ]
     if not usable:
-        raise ValueError(f"none of the {len(trajectories)} episodes has a graded first answer and a verify phase: "
-                         "the data must be whole, token-exact PAG episodes with verify_tools (turnrl pag checks)")
+        raise ValueError(
+            f"none of the {len(trajectories)} episodes has a graded first answer and a verify phase: "
+            "the data must be whole, token-exact PAG episodes with verify_tools (turnrl pag checks)"
+        )
     by = {truth: [t for t in usable if bool(t.turns[0].info["correct"]) == truth] for truth in (True, False)}
     kept = list(usable)
-    report: dict[str, float] = {"episodes": float(len(trajectories)), "right_first": float(len(by[True])),
-                                "wrong_first": float(len(by[False]))}
+    report: dict[str, float] = {
+        "episodes": float(len(trajectories)),
+        "right_first": float(len(by[True])),
+        "wrong_first": float(len(by[False])),
+    }
     if balance == "down" and by[True] and by[False]:
         small, large = sorted(by.values(), key=len)
         chosen = {t.id for t in small} | {t.id for t in random.Random(seed).sample(large, len(small))}
@@ -171,13 +191,20 @@ def checking_rows(trajectories: Sequence[Trajectory], *, balance: Literal["down"
         for i in _verify_steps(traj):
             turn = traj.turns[i]
             is_tool = bool(turn.info.get("verify_tool"))
-            good = (turn.info.get("error") is None and check_right) if is_tool else bool(turn.info.get("verdict_correct"))
+            good = (
+                (turn.info.get("error") is None and check_right) if is_tool else bool(turn.info.get("verdict_correct"))
+            )
             if not good:
                 dropped_steps += 1
                 continue
             row = steps[i]
-            row.metadata = {**row.metadata, "pag_rows": {"kind": "check_call" if is_tool else "check_verdict",
-                                                         "truth": "correct" if traj.turns[0].info["correct"] else "wrong"}}
+            row.metadata = {
+                **row.metadata,
+                "pag_rows": {
+                    "kind": "check_call" if is_tool else "check_verdict",
+                    "truth": "correct" if traj.turns[0].info["correct"] else "wrong",
+                },
+            }
             rows.append(row)
             tool_rows += is_tool
             verdict_rows += not is_tool
@@ -191,14 +218,31 @@ def checking_rows(trajectories: Sequence[Trajectory], *, balance: Literal["down"
             row.metadata = {**row.metadata, "pag_rows": {"kind": "check_revision", "truth": "wrong"}}
             rows.append(row)
             revision_rows += 1
-    report.update(rows=float(len(rows)), tool_rows=float(tool_rows), verdict_rows=float(verdict_rows),
-                  revision_rows=float(revision_rows), dropped_steps=float(dropped_steps))
+    report.update(
+        rows=float(len(rows)),
+        tool_rows=float(tool_rows),
+        verdict_rows=float(verdict_rows),
+        revision_rows=float(revision_rows),
+        dropped_steps=float(dropped_steps),
+    )
     return rows, report
 
 
-def generate_checks(agent: Any, env_id: str, env_kwargs: dict[str, Any], *, tasks: int, samples: int = 1,
-                    temperature: float = 1.0, max_new_tokens: int = 128, seed: int = 0, batch_episodes: int = 64,
-                    on_batch: Any = None, compare: bool = False, revisions: bool = False) -> list[Trajectory]:
+def generate_checks(
+    agent: Any,
+    env_id: str,
+    env_kwargs: dict[str, Any],
+    *,
+    tasks: int,
+    samples: int = 1,
+    temperature: float = 1.0,
+    max_new_tokens: int = 128,
+    seed: int = 0,
+    batch_episodes: int = 64,
+    on_batch: Any = None,
+    compare: bool = False,
+    revisions: bool = False,
+) -> list[Trajectory]:
     """Play ``samples`` checked PAG episodes of each of the first ``tasks`` tasks: the policy ``agent`` answers, the
     :class:`CheckingTeacher` verifies (``compare``: with a comparing check; ``revisions``: and revises after
     "wrong"); returns the whole episodes.
@@ -216,12 +260,15 @@ def generate_checks(agent: Any, env_id: str, env_kwargs: dict[str, Any], *, task
     items = _items(env_id, env_kwargs, tasks)
     out: list[Trajectory] = []
     for start in range(0, len(jobs), batch_episodes):
-        chunk = jobs[start:start + batch_episodes]
+        chunk = jobs[start : start + batch_episodes]
         envs = [make(env_id, **env_kwargs) for _ in chunk]
         try:
             rollout = Rollout(agent, params, rewrite=teacher)
-            played = rollout.run(envs, seeds=[seed * 1_000_003 + task * 101 + k for task, k in chunk],
-                                 options=[{"index": task} for task, _ in chunk])
+            played = rollout.run(
+                envs,
+                seeds=[seed * 1_000_003 + task * 101 + k for task, k in chunk],
+                options=[{"index": task} for task, _ in chunk],
+            )
         finally:
             for env in envs:
                 env.close()

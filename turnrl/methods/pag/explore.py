@@ -44,16 +44,23 @@ class VerdictExplorer:
         if not 0 < share < 1:
             raise ValueError(f"verdict_explore must be in (0, 1), got {share}")
         if not capabilities_of(agent).local_model:
-            raise ValueError("verdict_explore scores the forced verdicts with the policy's model; the agent "
-                             f"{type(agent).__name__} has none (use the local HF policy)")
+            raise ValueError(
+                "verdict_explore scores the forced verdicts with the policy's model; the agent "
+                f"{type(agent).__name__} has none (use the local HF policy)"
+            )
         self.agent, self.share = agent, float(share)
         self.temperature = float(temperature) if temperature > 0 else 1.0  # greedy: log-probabilities at T = 1
         self.rng = random.Random(seed)
         eos = getattr(agent.tokenizer, "eos_token_id", None)
         self.eos = [int(eos)] if eos is not None else []
 
-    def __call__(self, envs: Sequence[TextEnv], roles: Sequence[str], prompts: Sequence[list[int]],
-                 completions: Sequence[Completion]) -> list[Completion | None]:
+    def __call__(
+        self,
+        envs: Sequence[TextEnv],
+        roles: Sequence[str],
+        prompts: Sequence[list[int]],
+        completions: Sequence[Completion],
+    ) -> list[Completion | None]:
         """A replacement for the chosen verify turns, None for every other turn."""
         from turnrl.rl.core.forward import sequence_logprobs
 
@@ -67,8 +74,10 @@ class VerdictExplorer:
                 continue
             texts = getattr(inner, "verdict_texts", None)
             if not texts:
-                raise ValueError(f"verdict_explore needs the environment's verdict_texts; {type(inner).__name__} has "
-                                 "none (a SelfVerify env with a verdict_parser of its own: pass verdict_texts)")
+                raise ValueError(
+                    f"verdict_explore needs the environment's verdict_texts; {type(inner).__name__} has "
+                    "none (a SelfVerify env with a verdict_parser of its own: pass verdict_texts)"
+                )
             sampled = inner.verdict_parser(c.text)
             other = {"correct": "wrong", "wrong": "correct"}.get(sampled or "", self.rng.choice(["correct", "wrong"]))
             ids = list(self.agent.tokenizer.encode(texts[other], add_special_tokens=False)) + self.eos
@@ -78,8 +87,13 @@ class VerdictExplorer:
             return out
         scored = sequence_logprobs(self.agent.model, [prompts[i] + ids for i, ids, _ in chosen], self.temperature)
         for (i, ids, text), logp in zip(chosen, scored):
-            out[i] = Completion(text=text, token_ids=ids, logprobs=[float(x) for x in logp[len(prompts[i]):]],
-                                finish_reason="stop", prompt_index=completions[i].prompt_index)
+            out[i] = Completion(
+                text=text,
+                token_ids=ids,
+                logprobs=[float(x) for x in logp[len(prompts[i]) :]],
+                finish_reason="stop",
+                prompt_index=completions[i].prompt_index,
+            )
         return out
 
 

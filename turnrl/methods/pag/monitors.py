@@ -14,8 +14,9 @@ from collections.abc import Sequence
 Metrics = dict[str, float]
 
 
-def verdict_collapse(history: Sequence[Metrics], info: Metrics, share: float = 0.95, window: int = 3,
-                     min_verdicts: int = 16) -> str | None:
+def verdict_collapse(
+    history: Sequence[Metrics], info: Metrics, share: float = 0.95, window: int = 3, min_verdicts: int = 16
+) -> str | None:
     """Over the last ``window`` steps (at least ``min_verdicts`` verdicts), at least ``share`` of the PAG verdicts
     say the same thing: the verifier has stopped checking (docs/algorithms.md §7's collapse modes)."""
     records = [h for h in [*history, info][-window:] if "pag_verdict_correct" in h]
@@ -23,11 +24,15 @@ def verdict_collapse(history: Sequence[Metrics], info: Metrics, share: float = 0
     if not records or "pag_verdict_correct" not in info or sum(counts) < min_verdicts:
         return None
     total = sum(counts)
-    for key, word, why in (("pag_verdict_correct", "correct", "the paper's final-only-reward ablation does this"),
-                           ("pag_verdict_wrong", "wrong", "the paper's ablation without the turn cut does this")):
+    for key, word, why in (
+        ("pag_verdict_correct", "correct", "the paper's final-only-reward ablation does this"),
+        ("pag_verdict_wrong", "wrong", "the paper's ablation without the turn cut does this"),
+    ):
         said = sum(h.get(key, 0.0) * c for h, c in zip(records, counts)) / total
         if said >= share:
-            return (f"verdicts collapsed: {said:.0%} of the last {total:.0f} say the answer is {word} "
-                    f"(verifier accuracy {info.get('pag_verifier_acc', float('nan')):.0%}); {why}, and so does a "
-                    "verifier that (almost) never samples the other verdict")
+            return (
+                f"verdicts collapsed: {said:.0%} of the last {total:.0f} say the answer is {word} "
+                f"(verifier accuracy {info.get('pag_verifier_acc', float('nan')):.0%}); {why}, and so does a "
+                "verifier that (almost) never samples the other verdict"
+            )
     return None

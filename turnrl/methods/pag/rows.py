@@ -87,10 +87,15 @@ def verdict_row(traj: Trajectory, tokenizer: Any, rationale: str | None = None) 
     ids += end_of_turn(tokenizer, tokens[start:end])
     turn = row.turns[-1]
     sampled = turn.info.get("verdict")
-    row.turns[-1] = turn.model_copy(update={
-        "action": Message(role="assistant", content=text), "token_span": (start, start + len(ids)),
-        "reward": 1.0, "terminated": truth == "correct",
-        "info": {**turn.info, "verdict": truth, "verdict_correct": True, "sampled_verdict": sampled}})
+    row.turns[-1] = turn.model_copy(
+        update={
+            "action": Message(role="assistant", content=text),
+            "token_span": (start, start + len(ids)),
+            "reward": 1.0,
+            "terminated": truth == "correct",
+            "info": {**turn.info, "verdict": truth, "verdict_correct": True, "sampled_verdict": sampled},
+        }
+    )
     row.token_ids = tokens[:start] + ids
     row.loss_mask = [0] * start + [1] * len(ids)
     row.logprobs = [0.0] * (start + len(ids))
@@ -141,8 +146,9 @@ def sibling_rationale(traj: Trajectory, right: dict[str | None, list[Trajectory]
     return min(texts, key=len) if texts else None
 
 
-def sibling_revision_rows(trajectories: Sequence[Trajectory], tokenizer: Any,
-                          rationales: bool = False) -> list[Trajectory]:
+def sibling_revision_rows(
+    trajectories: Sequence[Trajectory], tokenizer: Any, rationales: bool = False
+) -> list[Trajectory]:
     """For each wrong first answer whose question has a right first answer in another episode: the wrong episode's
     revision state after the true verdict (with ``rationales``, the verdict row's re-solving text before it), with
     that right answer's tokens as the action (module docstring)."""
@@ -171,21 +177,49 @@ def sibling_revision_rows(trajectories: Sequence[Trajectory], tokenizer: Any,
         s, e = source.token_span
         action = sibling.token_ids[s:e]
         context = [*verdict.turns[:-1], context_turn(verdict.turns[-1]).model_copy(update={"observation": [prompt]})]
-        revise = source.model_copy(update={
-            "index": len(context), "token_span": (len(state), len(state) + len(action)), "observation": [],
-            "reward": 1.0, "terminated": True,
-            "info": {**source.info, "phase": "revise", "correct": True, "first_correct": False, "sibling": sibling.id}})
-        rows.append(verdict.model_copy(update={
-            "id": f"{traj.id}/sibling-revision", "turns": [*context, revise], "terminated": True,
-            "token_ids": state + action, "loss_mask": [0] * len(state) + [1] * len(action),
-            "logprobs": [0.0] * len(state) + list(sibling.logprobs[s:e]), "token_versions": None,
-            "metadata": {**verdict.metadata, "pag_rows": {"kind": "sibling_revision", "sibling": sibling.id}}}))
+        revise = source.model_copy(
+            update={
+                "index": len(context),
+                "token_span": (len(state), len(state) + len(action)),
+                "observation": [],
+                "reward": 1.0,
+                "terminated": True,
+                "info": {
+                    **source.info,
+                    "phase": "revise",
+                    "correct": True,
+                    "first_correct": False,
+                    "sibling": sibling.id,
+                },
+            }
+        )
+        rows.append(
+            verdict.model_copy(
+                update={
+                    "id": f"{traj.id}/sibling-revision",
+                    "turns": [*context, revise],
+                    "terminated": True,
+                    "token_ids": state + action,
+                    "loss_mask": [0] * len(state) + [1] * len(action),
+                    "logprobs": [0.0] * len(state) + list(sibling.logprobs[s:e]),
+                    "token_versions": None,
+                    "metadata": {**verdict.metadata, "pag_rows": {"kind": "sibling_revision", "sibling": sibling.id}},
+                }
+            )
+        )
     return rows
 
 
-def pag_rows(trajectories: Sequence[Trajectory], tokenizer: Any, *, balance: Literal["down", "up", "none"] = "down",
-             revisions: bool = False, sibling_revisions: bool = False, rationales: bool = False,
-             seed: int = 0) -> tuple[list[Trajectory], dict[str, float]]:
+def pag_rows(
+    trajectories: Sequence[Trajectory],
+    tokenizer: Any,
+    *,
+    balance: Literal["down", "up", "none"] = "down",
+    revisions: bool = False,
+    sibling_revisions: bool = False,
+    rationales: bool = False,
+    seed: int = 0,
+) -> tuple[list[Trajectory], dict[str, float]]:
     """The warm-up rows of ``trajectories`` (see the module docstring) and a report of what was kept.
 
     With ``rationales`` each verdict row re-solves before its verdict (:func:`sibling_rationale`); an episode whose
@@ -201,20 +235,27 @@ def pag_rows(trajectories: Sequence[Trajectory], tokenizer: Any, *, balance: Lit
     texts = {t.id: sibling_rationale(t, right) for t in trajectories} if rationales else {}
     graded = [(t, r) for t in trajectories if (r := verdict_row(t, tokenizer, texts.get(t.id))) is not None]
     if not graded:
-        raise ValueError(f"none of the {len(trajectories)} episodes has a graded verify turn: the data must be whole, "
-                         "token-exact PAG episodes (turnrl rollout --env turnrl/Arithmetic-PAG-v0 ...), not rows")
+        raise ValueError(
+            f"none of the {len(trajectories)} episodes has a graded verify turn: the data must be whole, "
+            "token-exact PAG episodes (turnrl rollout --env turnrl/Arithmetic-PAG-v0 ...), not rows"
+        )
     verdicts = [r for t, r in graded if not rationales or texts[t.id]]
     if not verdicts:
-        raise ValueError(f"rationales: none of the {len(graded)} graded verify turns has a right answer to its "
-                         "question in the data to re-solve with (no episode answered right)")
+        raise ValueError(
+            f"rationales: none of the {len(graded)} graded verify turns has a right answer to its "
+            "question in the data to re-solve with (no episode answered right)"
+        )
     by = {v: [r for r in verdicts if r.metadata["pag_rows"]["truth"] == v] for v in ("correct", "wrong")}
     sampled = [r.metadata["pag_rows"]["sampled_verdict"] for r in verdicts]
     report: dict[str, float] = {
-        "episodes": float(len(trajectories)), "verdict_rows": float(len(verdicts)),
-        "truth_correct": float(len(by["correct"])), "truth_wrong": float(len(by["wrong"])),
+        "episodes": float(len(trajectories)),
+        "verdict_rows": float(len(verdicts)),
+        "truth_correct": float(len(by["correct"])),
+        "truth_wrong": float(len(by["wrong"])),
         "sampled_verdict_agreed": sum(s == r.metadata["pag_rows"]["truth"] for s, r in zip(sampled, verdicts))
         / len(verdicts),
-        "sampled_verdict_unparseable": sum(s is None for s in sampled) / len(verdicts)}
+        "sampled_verdict_unparseable": sum(s is None for s in sampled) / len(verdicts),
+    }
     if rationales:
         report["no_rationale"] = float(len(graded) - len(verdicts))
     rows = list(verdicts)
@@ -226,8 +267,10 @@ def pag_rows(trajectories: Sequence[Trajectory], tokenizer: Any, *, balance: Lit
             report["dropped_rows"] = float(len(large) - len(small))
         else:
             n = len(small)
-            rows += [small[i % n].model_copy(update={"id": f"{small[i % n].id}/repeat-{i // n}"})
-                     for i in range(len(large) - n)]
+            rows += [
+                small[i % n].model_copy(update={"id": f"{small[i % n].id}/repeat-{i // n}"})
+                for i in range(len(large) - n)
+            ]
             report["repeated_rows"] = float(len(large) - len(small))
     if revisions:
         fixed = [r for r in (revision_row(t) for t in trajectories) if r is not None]

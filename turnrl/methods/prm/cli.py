@@ -11,17 +11,23 @@ from turnrl.cli.shared import check_dataset_out, fail, say
 if TYPE_CHECKING:
     from turnrl.types import Trajectory
 
-app = typer.Typer(help="PRM for code (docs/algorithms.md §8): label line prefixes by Monte-Carlo completion, train a "
-                  "process reward model.", no_args_is_help=True)
+app = typer.Typer(
+    help="PRM for code (docs/algorithms.md §8): label line prefixes by Monte-Carlo completion, train a "
+    "process reward model.",
+    no_args_is_help=True,
+)
 
 
 @app.command("label")
 def prm_label_command(
-    data: Annotated[str, typer.Argument(help="one-reply episodes of a code environment (turnrl rollout on "
-                                        "turnrl/Functions-v0, HumanEval, …)")],
+    data: Annotated[
+        str,
+        typer.Argument(
+            help="one-reply episodes of a code environment (turnrl rollout on turnrl/Functions-v0, HumanEval, …)"
+        ),
+    ],
     out: Annotated[str, typer.Option(help="where the labeled episodes go (.parquet or .jsonl)")],
-    agent: Annotated[str, typer.Option(help="the prover that completes prefixes (default: the dataset's agent)")]
-    = "",
+    agent: Annotated[str, typer.Option(help="the prover that completes prefixes (default: the dataset's agent)")] = "",
     completions: Annotated[int, typer.Option(min=1, help="completions sampled per probed prefix")] = 4,
     temperature: Annotated[float, typer.Option(min=0.0)] = 1.0,
     max_new_tokens: Annotated[int, typer.Option(min=1)] = 256,
@@ -69,25 +75,32 @@ def prm_label_command(
         say(f"{len(labeled)} / {len(trajs)} episodes labeled")
     save(labeled, out)
     positive = sum(y for t in labeled for _, y in t.metadata["prm_labels"])
-    say(f"{int(totals['episodes'])} episodes ({int(totals['passing_episodes'])} passing) in {out}: "
-         f"{int(totals['line_ends'])} line ends, {positive / max(totals['line_ends'], 1):.0%} positive; "
-         f"{int(totals['probes'])} probes, {int(totals['completions_sampled'])} completions; "
-         f"{int(totals['rescued'])} failing replies had a positive prefix")
+    say(
+        f"{int(totals['episodes'])} episodes ({int(totals['passing_episodes'])} passing) in {out}: "
+        f"{int(totals['line_ends'])} line ends, {positive / max(totals['line_ends'], 1):.0%} positive; "
+        f"{int(totals['probes'])} probes, {int(totals['completions_sampled'])} completions; "
+        f"{int(totals['rescued'])} failing replies had a positive prefix"
+    )
 
 
 @app.command("train")
 def prm_train_command(
     data: Annotated[str, typer.Argument(help="labeled episodes (turnrl prm label)")],
     out: Annotated[str, typer.Option(help="the PRM's folder")],
-    base: Annotated[str, typer.Option(help="the model the PRM starts from (the policy's, so that PPO's critic can "
-                                      "start as it)")] = "smollm2-135m-instruct",
+    base: Annotated[
+        str, typer.Option(help="the model the PRM starts from (the policy's, so that PPO's critic can start as it)")
+    ] = "smollm2-135m-instruct",
     epochs: Annotated[int, typer.Option(min=1)] = 3,
     lr: Annotated[float, typer.Option(min=0.0)] = 1e-5,
     batch_size: Annotated[int, typer.Option(min=1)] = 8,
-    held_out: Annotated[float, typer.Option(min=0.0, max=0.5, help="share of episodes held out for its figures")]
-    = 0.1,
-    select: Annotated[str, typer.Option(help="all: every labeled episode; revised: only failing replies with a "
-                                        "positive prefix (the paper's best subset)")] = "all",
+    held_out: Annotated[float, typer.Option(min=0.0, max=0.5, help="share of episodes held out for its figures")] = 0.1,
+    select: Annotated[
+        str,
+        typer.Option(
+            help="all: every labeled episode; revised: only failing replies with a "
+            "positive prefix (the paper's best subset)"
+        ),
+    ] = "all",
     seed: int = 0,
 ) -> None:
     """Train a process reward model: the base model's backbone and a value head, fit by regression to the line
@@ -102,8 +115,11 @@ def prm_train_command(
     if select not in ("all", "revised"):
         fail(f"--select must be all or revised, got {select!r}")
     if select == "revised":
-        trajs = [t for t in trajs if not t.metadata.get("prm_outcome") and any(
-            y for _, y in t.metadata.get("prm_labels") or [])]
+        trajs = [
+            t
+            for t in trajs
+            if not t.metadata.get("prm_outcome") and any(y for _, y in t.metadata.get("prm_labels") or [])
+        ]
         say(f"{len(trajs)} revised episodes (failing, with a positive prefix)")
     prm = ProcessRewardModel.new(base)
 

@@ -72,8 +72,10 @@ def label_prefixes(n_lines: int, passes: bool, passes_from: Callable[[int], bool
 def _reply_span(traj: Trajectory) -> tuple[int, int]:
     spans = [t.token_span for t in traj.turns if t.token_span is not None]
     if traj.token_ids is None or len(spans) != 1:
-        raise PRMDataError(f"episode {traj.id}: process labels are made for one-turn episodes with tokens (one reply "
-                           f"per task); it has {len(spans)} generated turns")
+        raise PRMDataError(
+            f"episode {traj.id}: process labels are made for one-turn episodes with tokens (one reply "
+            f"per task); it has {len(spans)} generated turns"
+        )
     return spans[0]
 
 
@@ -93,13 +95,16 @@ def check_env(env: Any) -> None:
     u = env.unwrapped
     task = u.task_at(0) if len(u) else None
     if task is None or not task.metadata.get("tests") or not hasattr(u, "score"):
-        raise PRMDataError(f"{type(u).__name__} has no tests to run: process labels (a prefix is positive when some "
-                           "completion passes the tests) need a code environment such as turnrl/Functions-v0 or "
-                           "turnrl/HumanEval-v0")
+        raise PRMDataError(
+            f"{type(u).__name__} has no tests to run: process labels (a prefix is positive when some "
+            "completion passes the tests) need a code environment such as turnrl/Functions-v0 or "
+            "turnrl/HumanEval-v0"
+        )
 
 
-def label_episodes(trajs: Sequence[Trajectory], agent: Any, env: Any, *, completions: int = 4,
-                   params: SamplingParams | None = None) -> tuple[list[Trajectory], dict[str, float]]:
+def label_episodes(
+    trajs: Sequence[Trajectory], agent: Any, env: Any, *, completions: int = 4, params: SamplingParams | None = None
+) -> tuple[list[Trajectory], dict[str, float]]:
     """Label every line end of each one-turn episode (see the module docstring).
 
     Args:
@@ -125,8 +130,16 @@ def label_episodes(trajs: Sequence[Trajectory], agent: Any, env: Any, *, complet
         span = _reply_span(t)
         assert t.token_ids is not None  # _reply_span refused an episode without tokens
         ends = line_ends(t.token_ids, span, tok)
-        c: dict[str, Any] = {"traj": t, "span": span, "ends": ends, "task": task_index(t), "passes": bool(t.correct),
-             "search": search(len(ends), bool(t.correct)), "probes": 0, "labels": None}
+        c: dict[str, Any] = {
+            "traj": t,
+            "span": span,
+            "ends": ends,
+            "task": task_index(t),
+            "passes": bool(t.correct),
+            "search": search(len(ends), bool(t.correct)),
+            "probes": 0,
+            "labels": None,
+        }
         try:
             c["mid"] = next(c["search"])
         except StopIteration as done:
@@ -150,14 +163,21 @@ def label_episodes(trajs: Sequence[Trajectory], agent: Any, env: Any, *, complet
     for c in cases:
         labels = c["labels"]
         positive, total = positive + sum(labels), total + len(labels)
-        meta = {**c["traj"].metadata, "prm_labels": [[i, y] for i, y in zip(c["ends"], labels)],
-                "prm_outcome": int(c["passes"])}
+        meta = {
+            **c["traj"].metadata,
+            "prm_labels": [[i, y] for i, y in zip(c["ends"], labels)],
+            "prm_outcome": int(c["passes"]),
+        }
         out.append(c["traj"].model_copy(update={"metadata": meta}))
-    return out, {"episodes": float(len(cases)), "line_ends": float(total),
-                 "positive_share": positive / total if total else 0.0,
-                 "probes": float(sum(c["probes"] for c in cases)), "completions_sampled": float(sampled),
-                 "passing_episodes": float(sum(c["passes"] for c in cases)),
-                 "rescued": float(sum(not c["passes"] and any(c["labels"]) for c in cases))}
+    return out, {
+        "episodes": float(len(cases)),
+        "line_ends": float(total),
+        "positive_share": positive / total if total else 0.0,
+        "probes": float(sum(c["probes"] for c in cases)),
+        "completions_sampled": float(sampled),
+        "passing_episodes": float(sum(c["passes"] for c in cases)),
+        "rescued": float(sum(not c["passes"] and any(c["labels"]) for c in cases)),
+    }
 
 
 def _passes(env: Any, task: int, reply: str) -> bool:

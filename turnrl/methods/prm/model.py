@@ -23,8 +23,17 @@ from turnrl.rl.core.value_model import FILE, META, ValueModel, check_folder, lin
 from turnrl.rl.formulas.rewards import dense_rewards
 from turnrl.types import Trajectory
 
-__all__ = ["FILE", "META", "ProcessRewardModel", "check_folder", "dense_rewards", "line_ends", "load_into",
-           "saved_base", "targets"]
+__all__ = [
+    "FILE",
+    "META",
+    "ProcessRewardModel",
+    "check_folder",
+    "dense_rewards",
+    "line_ends",
+    "load_into",
+    "saved_base",
+    "targets",
+]
 
 
 def targets(traj: Trajectory) -> list[tuple[int, float]]:
@@ -41,8 +50,17 @@ class ProcessRewardModel(ValueModel):
     """A PRM: a :class:`~turnrl.rl.core.value_model.ValueModel` that learns from process labels (:meth:`train`) and
     reports how well it predicts them (:meth:`evaluate`); :meth:`save` writes the folder a run reads."""
 
-    def train(self, trajs: Sequence[Trajectory], *, epochs: int = 3, lr: float = 1e-5, batch_size: int = 8,
-              held_out: float = 0.1, seed: int = 0, log: Any = None) -> dict[str, float]:
+    def train(
+        self,
+        trajs: Sequence[Trajectory],
+        *,
+        epochs: int = 3,
+        lr: float = 1e-5,
+        batch_size: int = 8,
+        held_out: float = 0.1,
+        seed: int = 0,
+        log: Any = None,
+    ) -> dict[str, float]:
         """Fit the labels of ``trajs`` (see the module docstring); the held-out figures of the last epoch.
 
         Raises:
@@ -50,8 +68,9 @@ class ProcessRewardModel(ValueModel):
         """
         labeled = [t for t in trajs if targets(t)]
         if not labeled:
-            raise ValueError("no episode carries process labels (metadata prm_labels); make them with `turnrl prm "
-                             "label`")
+            raise ValueError(
+                "no episode carries process labels (metadata prm_labels); make them with `turnrl prm label`"
+            )
         rng = random.Random(seed)
         order = labeled[:]
         rng.shuffle(order)
@@ -72,8 +91,12 @@ class ProcessRewardModel(ValueModel):
                 loss.backward()
                 opt.step()
                 total, count = total + float(loss.detach()) * len(rows), count + len(rows)
-            self.metrics = {"epoch": float(epoch + 1), "train_mse": total / max(count, 1),
-                            "fit_episodes": float(len(fit)), **self.evaluate(held)}
+            self.metrics = {
+                "epoch": float(epoch + 1),
+                "train_mse": total / max(count, 1),
+                "fit_episodes": float(len(fit)),
+                **self.evaluate(held),
+            }
             if log is not None:
                 log(self.metrics)
         return self.metrics
@@ -86,12 +109,17 @@ class ProcessRewardModel(ValueModel):
         marks = [targets(t) for t in trajs]
         values = self.scores(trajs, [[i for i, _ in m] for m in marks])
         pairs = [(v, y) for m, vs in zip(marks, values) for (_, y), v in zip(m, vs)]
-        lines = [(v, y) for t, m, vs in zip(trajs, marks, values) for (_, y), v in zip(m, vs[: len(
-            t.metadata.get("prm_labels") or [])])]
-        out = {"held_episodes": float(len(trajs)),
-               "held_mse": sum((v - y) ** 2 for v, y in pairs) / len(pairs),
-               "held_accuracy": sum((v > 0.5) == (y > 0.5) for v, y in pairs) / len(pairs),
-               "held_positive_share": sum(y > 0.5 for _, y in pairs) / len(pairs)}
+        lines = [
+            (v, y)
+            for t, m, vs in zip(trajs, marks, values)
+            for (_, y), v in zip(m, vs[: len(t.metadata.get("prm_labels") or [])])
+        ]
+        out = {
+            "held_episodes": float(len(trajs)),
+            "held_mse": sum((v - y) ** 2 for v, y in pairs) / len(pairs),
+            "held_accuracy": sum((v > 0.5) == (y > 0.5) for v, y in pairs) / len(pairs),
+            "held_positive_share": sum(y > 0.5 for _, y in pairs) / len(pairs),
+        }
         if lines:
             out["held_line_accuracy"] = sum((v > 0.5) == (y > 0.5) for v, y in lines) / len(lines)
         return out

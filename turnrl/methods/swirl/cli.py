@@ -19,8 +19,11 @@ from turnrl.cli.shared import (
     say,
 )
 
-app = typer.Typer(help="SWiRL's data (docs/algorithms.md §1): generate multi-step tool-use trajectories, filter "
-                  "them, decompose them into steps.", no_args_is_help=True)
+app = typer.Typer(
+    help="SWiRL's data (docs/algorithms.md §1): generate multi-step tool-use trajectories, filter "
+    "them, decompose them into steps.",
+    no_args_is_help=True,
+)
 
 
 def _gold_agent(env: Any, tokenizer: str | None) -> Any:
@@ -30,8 +33,10 @@ def _gold_agent(env: Any, tokenizer: str | None) -> Any:
 
     split, held = getattr(env, "split", None), getattr(env, "held_out_split", None)
     if split is not None and split == held:
-        raise ValueError(f"--agent gold reads the gold answers: it writes training data, and {split!r} is the "
-                         "held-out split (pass --kw split=… for a training split)")
+        raise ValueError(
+            f"--agent gold reads the gold answers: it writes training data, and {split!r} is the "
+            "held-out split (pass --kw split=… for a training split)"
+        )
     return GoldPathAgent(load_tokenizer(tokenizer or "smollm2-135m-instruct"), getattr(env.unwrapped, "tasks", []))
 
 
@@ -39,7 +44,12 @@ def _gold_agent(env: Any, tokenizer: str | None) -> Any:
 def swirl_generate(
     ctx: typer.Context,
     env: Annotated[str, typer.Option("--env", help="e.g. turnrl/Arithmetic-v0 with --kw tool_style=swirl")],
-    agent: Annotated[str, typer.Option(help="smollm2-135m-instruct, hf:PATH, vllm:PATH, openai:URL#MODEL, tiny:chatml, run:OUT_DIR (a trained run), or gold (HotPotQA's annotated search path and answer, training splits only; --tokenizer the student's)")],
+    agent: Annotated[
+        str,
+        typer.Option(
+            help="smollm2-135m-instruct, hf:PATH, vllm:PATH, openai:URL#MODEL, tiny:chatml, run:OUT_DIR (a trained run), or gold (HotPotQA's annotated search path and answer, training splits only; --tokenizer the student's)"
+        ),
+    ],
     out: Annotated[str, typer.Option(help="the dataset (.parquet or .jsonl); an existing one is resumed")],
     tasks: Annotated[int, typer.Option(min=1, help="questions 0..tasks-1 of the environment's split")] = 100,
     samples: Annotated[int, typer.Option(min=1, help="trajectories per question (the paper: 5)")] = 5,
@@ -50,9 +60,18 @@ def swirl_generate(
     batch_size: Annotated[int, typer.Option(min=1, help="episodes generated together")] = 64,
     max_context: int = 2048,
     retries: Annotated[int, typer.Option(min=0, help="rounds that re-ask questions whose generation failed")] = 2,
-    tokenizer: Annotated[str | None, typer.Option(help="tokenizer path/name for openai: agents and --agent gold (default smollm2-135m-instruct)")] = None,
-    keep_demos: Annotated[bool, typer.Option("--keep-demos", help="keep the few-shot demonstrations in the stored "
-                                             "prompts (default: taken out, as the trained policy sees none)")] = False,
+    tokenizer: Annotated[
+        str | None,
+        typer.Option(help="tokenizer path/name for openai: agents and --agent gold (default smollm2-135m-instruct)"),
+    ] = None,
+    keep_demos: Annotated[
+        bool,
+        typer.Option(
+            "--keep-demos",
+            help="keep the few-shot demonstrations in the stored "
+            "prompts (default: taken out, as the trained policy sees none)",
+        ),
+    ] = False,
     kw: KwOption = None,
     imports: ImportOption = None,
 ) -> None:
@@ -66,19 +85,43 @@ def swirl_generate(
 
     env_kwargs = parse_kwargs(kw)
     special = (lambda probe: _gold_agent(probe, tokenizer)) if agent == "gold" else None
-    probe, the_agent, n = dataset_run(env, env_kwargs, out, agent, batch_size, tokenizer, tasks, "questions",
-                                       special)
+    probe, the_agent, n = dataset_run(env, env_kwargs, out, agent, batch_size, tokenizer, tasks, "questions", special)
     if not getattr(probe.unwrapped, "stop", ()):
-        say(f"note: {env} declares no stop strings, so a turn may hold several steps; SWiRL's format is "
-             "--kw tool_style=swirl")
-    g = dataset_progress(ctx, out, env, n * samples, lambda on_episode: generate(
-        the_agent, agent, env, env_kwargs, out=out, tasks=tasks, samples=samples, temperature=temperature, top_p=top_p,
-        max_new_tokens=max_new_tokens, seed=seed, retries=retries, batch_episodes=batch_size, max_context=max_context,
-        keep_demos=keep_demos, on_episode=on_episode), transient=True)
-    say(f"{int(g['episodes'])} trajectories of {int(g['tasks'])} questions in {g['out']} by {agent}: success rate "
-         f"{g['success_rate']:.3f}, tool-call rate {g['tool_call_rate']:.3f}, {g['steps_per_trajectory']:.2f} steps per "
-         f"trajectory, {int(g['errors'])} errors; {int(g['skipped_questions'])} questions skipped after {retries} "
-         f"retries ({int(g['retried_questions'])} retried); {g['wall_seconds']:.1f} s")
+        say(
+            f"note: {env} declares no stop strings, so a turn may hold several steps; SWiRL's format is "
+            "--kw tool_style=swirl"
+        )
+    g = dataset_progress(
+        ctx,
+        out,
+        env,
+        n * samples,
+        lambda on_episode: generate(
+            the_agent,
+            agent,
+            env,
+            env_kwargs,
+            out=out,
+            tasks=tasks,
+            samples=samples,
+            temperature=temperature,
+            top_p=top_p,
+            max_new_tokens=max_new_tokens,
+            seed=seed,
+            retries=retries,
+            batch_episodes=batch_size,
+            max_context=max_context,
+            keep_demos=keep_demos,
+            on_episode=on_episode,
+        ),
+        transient=True,
+    )
+    say(
+        f"{int(g['episodes'])} trajectories of {int(g['tasks'])} questions in {g['out']} by {agent}: success rate "
+        f"{g['success_rate']:.3f}, tool-call rate {g['tool_call_rate']:.3f}, {g['steps_per_trajectory']:.2f} steps per "
+        f"trajectory, {int(g['errors'])} errors; {int(g['skipped_questions'])} questions skipped after {retries} "
+        f"retries ({int(g['retried_questions'])} retried); {g['wall_seconds']:.1f} s"
+    )
 
 
 @app.command("filter")
@@ -86,7 +129,9 @@ def swirl_filter(
     data: Annotated[str, typer.Argument(help="trajectories from `turnrl swirl generate`")],
     out: Annotated[str, typer.Option(help="where the kept trajectories go (.parquet or .jsonl)")],
     mode: Annotated[str, typer.Option(help="none, process, outcome or both (process ∧ outcome)")] = "process",
-    judge: Annotated[str, typer.Option(help="the process judge: rule, or an agent (openai:URL#MODEL, hf:PATH, …)")] = "rule",
+    judge: Annotated[
+        str, typer.Option(help="the process judge: rule, or an agent (openai:URL#MODEL, hf:PATH, …)")
+    ] = "rule",
 ) -> None:
     """Keep the trajectories that pass the filter (process: every step GOOD; outcome: the answer is correct); print
     how many each criterion kept. Exit 2 when nothing is kept."""
@@ -142,9 +187,11 @@ def swirl_relabel(
         fail(str(e))
     save(trajs, out)
     r = report
-    say(f"relabelled {r['relabelled']} of {r['trajectories']} trajectories in {out} ({r['steps_dropped']} later steps "
-         f"dropped); left as they were: {r['already_correct']} already correct, {r['not_grounded']} whose results hold "
-         f"no gold answer, {r['no_gold']} without a gold label or tokens")
+    say(
+        f"relabelled {r['relabelled']} of {r['trajectories']} trajectories in {out} ({r['steps_dropped']} later steps "
+        f"dropped); left as they were: {r['already_correct']} already correct, {r['not_grounded']} whose results hold "
+        f"no gold answer, {r['no_gold']} without a gold label or tokens"
+    )
 
 
 @app.command("decompose")
@@ -167,5 +214,7 @@ def swirl_decompose(
         fail(f"{data} holds no steps to decompose")
     save(rows, out)
     per = [t.num_turns for t in trajs]
-    say(f"{len(rows)} step rows from {len(trajs)} trajectories in {out}: {len(rows) / max(len(trajs), 1):.2f} steps "
-         f"per trajectory (min {min(per)}, max {max(per)})")
+    say(
+        f"{len(rows)} step rows from {len(trajs)} trajectories in {out}: {len(rows) / max(len(trajs), 1):.2f} steps "
+        f"per trajectory (min {min(per)}, max {max(per)})"
+    )

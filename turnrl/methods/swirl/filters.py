@@ -32,8 +32,9 @@ class EmptyFilterError(ValueError):
         self.report = report
 
 
-def filter_trajectories(trajectories: Sequence[Trajectory], mode: FilterMode,
-                        judge: StepJudge | None = None) -> tuple[list[Trajectory], dict[str, Any]]:
+def filter_trajectories(
+    trajectories: Sequence[Trajectory], mode: FilterMode, judge: StepJudge | None = None
+) -> tuple[list[Trajectory], dict[str, Any]]:
     """Keep the trajectories that pass ``mode``'s filter.
 
     Args:
@@ -58,16 +59,24 @@ def filter_trajectories(trajectories: Sequence[Trajectory], mode: FilterMode,
     if process and judge is None:
         raise ValueError(f"the {mode} filter needs a step judge (--judge rule, or an agent)")
     usable = [t for t in trajectories if t.error is None and t.turns]
-    report: dict[str, Any] = {"mode": mode, "trajectories": len(trajectories), "errors": len(trajectories) - len(usable),
-                              "steps_good": 0, "steps_bad": 0, "steps_unparseable": 0}
+    report: dict[str, Any] = {
+        "mode": mode,
+        "trajectories": len(trajectories),
+        "errors": len(trajectories) - len(usable),
+        "steps_good": 0,
+        "steps_bad": 0,
+        "steps_unparseable": 0,
+    }
     labelled, passes_process, passes_outcome = [], [], []
     for t in usable:
         if process:
             assert judge is not None  # refused above
             labels = judge.label_trajectory(t)
             if len(labels) != t.num_turns:
-                raise ValueError(f"the step judge gave {len(labels)} labels for trajectory {t.id} of {t.num_turns} "
-                                 "steps; it must label every step")
+                raise ValueError(
+                    f"the step judge gave {len(labels)} labels for trajectory {t.id} of {t.num_turns} "
+                    "steps; it must label every step"
+                )
             report["steps_good"] += sum(lb.good is True for lb in labels)
             report["steps_bad"] += sum(lb.good is False for lb in labels)
             report["steps_unparseable"] += sum(lb.good is None for lb in labels)
@@ -99,10 +108,12 @@ def _empty_message(report: dict[str, Any]) -> str:
     if report["errors"] == n:
         return f"the {mode} filter kept none of {n} trajectories: every one ended in an error (or has no step)"
     judged = report["kept_by_process"] is not None
-    return (f"the {mode} filter kept none of {n} trajectories ({report['errors']} ended in an error; every step GOOD: "
-            f"{report['kept_by_process'] if judged else 'not judged'}, correct answer: {report['kept_by_outcome']} "
-            f"({report['ungraded']} ungraded), both: {report['kept_by_both'] if judged else 'not judged'}); try "
-            "another mode, more samples per question, or a stronger agent for the data")
+    return (
+        f"the {mode} filter kept none of {n} trajectories ({report['errors']} ended in an error; every step GOOD: "
+        f"{report['kept_by_process'] if judged else 'not judged'}, correct answer: {report['kept_by_outcome']} "
+        f"({report['ungraded']} ungraded), both: {report['kept_by_both'] if judged else 'not judged'}); try "
+        "another mode, more samples per question, or a stronger agent for the data"
+    )
 
 
 def report_table(report: dict[str, Any]) -> str:
@@ -112,13 +123,19 @@ def report_table(report: dict[str, Any]) -> str:
     def cell(value: int | None) -> str:
         return "not judged" if value is None else f"{value} / {n}"
 
-    rows = [("every step GOOD (process)", cell(report["kept_by_process"])),
-            ("correct answer (outcome)", f"{cell(report['kept_by_outcome'])} ({report['ungraded']} ungraded)"),
-            ("both (process ∧ outcome)", cell(report["kept_by_both"])),
-            (f"**kept by {report['mode']}**", f"**{report['kept']} / {n}** ({report['kept_steps']} steps)")]
+    rows = [
+        ("every step GOOD (process)", cell(report["kept_by_process"])),
+        ("correct answer (outcome)", f"{cell(report['kept_by_outcome'])} ({report['ungraded']} ungraded)"),
+        ("both (process ∧ outcome)", cell(report["kept_by_both"])),
+        (f"**kept by {report['mode']}**", f"**{report['kept']} / {n}** ({report['kept_steps']} steps)"),
+    ]
     if report["errors"]:
         rows.insert(0, ("ended in an error (left out)", f"{report['errors']} / {n}"))
     if report["kept_by_process"] is not None:
-        rows.append(("steps GOOD / BAD / unparseable",
-                     f"{report['steps_good']} / {report['steps_bad']} / {report['steps_unparseable']}"))
+        rows.append(
+            (
+                "steps GOOD / BAD / unparseable",
+                f"{report['steps_good']} / {report['steps_bad']} / {report['steps_unparseable']}",
+            )
+        )
     return "\n".join(["| criterion | trajectories |", "|---|---|", *(f"| {a} | {b} |" for a, b in rows)])

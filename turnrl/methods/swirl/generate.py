@@ -66,39 +66,62 @@ def without_demos(traj: Trajectory, demos: tuple[Message, ...], renderer: ChatRe
             tokenizer), so they cannot be replaced exactly; or the episode has several context segments.
     """
     prompt, k = list(traj.prompt), len(demos)
-    start = next((i for i in range(len(prompt) - k + 1) if tuple(prompt[i:i + k]) == tuple(demos)), None)
+    start = next((i for i in range(len(prompt) - k + 1) if tuple(prompt[i : i + k]) == tuple(demos)), None)
     if not demos or start is None or traj.token_ids is None:
         return traj
     if traj.segments is not None and len(traj.segments) > 1:
-        raise ValueError(f"trajectory {traj.id} has {len(traj.segments)} context segments (its history was "
-                         "rewritten): each segment's prompt tokens would need re-rendering without the demonstrations")
+        raise ValueError(
+            f"trajectory {traj.id} has {len(traj.segments)} context segments (its history was "
+            "rewritten): each segment's prompt tokens would need re-rendering without the demonstrations"
+        )
     old = renderer.prompt_tokens(prompt)
     assert traj.loss_mask is not None and traj.logprobs is not None  # the token fields come together
     if list(traj.token_ids[: len(old)]) != old:
-        raise ValueError(f"trajectory {traj.id}: its prompt tokens are not this tokenizer's rendering of its prompt; "
-                         "pass the tokenizer that generated it")
-    new_prompt = prompt[:start] + prompt[start + k:]
+        raise ValueError(
+            f"trajectory {traj.id}: its prompt tokens are not this tokenizer's rendering of its prompt; "
+            "pass the tokenizer that generated it"
+        )
+    new_prompt = prompt[:start] + prompt[start + k :]
     new = renderer.prompt_tokens(new_prompt)
     shift = len(new) - len(old)
     data = traj.model_dump()
-    data.update(prompt=new_prompt, token_ids=new + list(traj.token_ids[len(old):]),
-                loss_mask=[0] * len(new) + list(traj.loss_mask[len(old):]),
-                logprobs=[0.0] * len(new) + list(traj.logprobs[len(old):]),
-                token_versions=None,  # re-rendered tokens: the versions of the sampling run no longer line up
-                metadata={**traj.metadata, "demos": "removed",
-                          **({"prompt_length": traj.metadata["prompt_length"] + shift}
-                             if "prompt_length" in traj.metadata else {})})
+    data.update(
+        prompt=new_prompt,
+        token_ids=new + list(traj.token_ids[len(old) :]),
+        loss_mask=[0] * len(new) + list(traj.loss_mask[len(old) :]),
+        logprobs=[0.0] * len(new) + list(traj.logprobs[len(old) :]),
+        token_versions=None,  # re-rendered tokens: the versions of the sampling run no longer line up
+        metadata={
+            **traj.metadata,
+            "demos": "removed",
+            **({"prompt_length": traj.metadata["prompt_length"] + shift} if "prompt_length" in traj.metadata else {}),
+        },
+    )
     for turn in data["turns"]:
         if turn["token_span"] is not None:
             turn["token_span"] = (turn["token_span"][0] + shift, turn["token_span"][1] + shift)
     return Trajectory.model_validate(data)
 
 
-def generate(agent: Any, agent_name: str, env_id: str, env_kwargs: dict[str, Any] | None = None, *,
-             out: str | Path, tasks: int, samples: int = 5, temperature: float = 1.0, top_p: float = 1.0,
-             max_new_tokens: int = 256, seed: int = 0, retries: int = 2, batch_episodes: int = 64,
-             max_context: int = 2048, keep_demos: bool = False,
-             on_episode: Callable[[Trajectory], Any] | None = None) -> dict[str, Any]:
+def generate(
+    agent: Any,
+    agent_name: str,
+    env_id: str,
+    env_kwargs: dict[str, Any] | None = None,
+    *,
+    out: str | Path,
+    tasks: int,
+    samples: int = 5,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    max_new_tokens: int = 256,
+    seed: int = 0,
+    retries: int = 2,
+    batch_episodes: int = 64,
+    max_context: int = 2048,
+    keep_demos: bool = False,
+    on_episode: Callable[[Trajectory], Any] | None = None,
+) -> dict[str, Any]:
     """Sample ``samples`` trajectories of each of the first ``tasks`` questions of ``env_id`` into ``out``.
 
     Args:
@@ -137,9 +160,20 @@ def generate(agent: Any, agent_name: str, env_id: str, env_kwargs: dict[str, Any
     failed: set[int] = set()
     wall = 0.0
     for attempt in range(retries + 1):
-        summary = rollout_dataset(agent, agent_name, env_id, out=out, tasks=tasks, samples=samples, params=params,
-                                  env_kwargs=env_kwargs, seed=seed, batch_episodes=batch_episodes,
-                                  max_context=max_context, on_episode=on_episode)
+        summary = rollout_dataset(
+            agent,
+            agent_name,
+            env_id,
+            out=out,
+            tasks=tasks,
+            samples=samples,
+            params=params,
+            env_kwargs=env_kwargs,
+            seed=seed,
+            batch_episodes=batch_episodes,
+            max_context=max_context,
+            on_episode=on_episode,
+        )
         wall += summary["wall_seconds"]
         trajs = load(out)
         failed = {t.metadata["task_index"] for t in trajs if failed_generation(t)}
@@ -157,7 +191,12 @@ def generate(agent: Any, agent_name: str, env_id: str, env_kwargs: dict[str, Any
             break
     trajs = load(out)
     n = max(len(trajs), 1)
-    return {**dataset_summary(trajs), "steps_per_trajectory": sum(t.num_turns for t in trajs) / n,
-            "tool_call_rate": sum(any(turn.info.get("tool_calls") for turn in t.turns) for t in trajs) / n,
-            "skipped_questions": float(len(failed)), "retried_questions": float(len(retried)),
-            "wall_seconds": round(wall, 2), "out": str(out)}
+    return {
+        **dataset_summary(trajs),
+        "steps_per_trajectory": sum(t.num_turns for t in trajs) / n,
+        "tool_call_rate": sum(any(turn.info.get("tool_calls") for turn in t.turns) for t in trajs) / n,
+        "skipped_questions": float(len(failed)),
+        "retried_questions": float(len(retried)),
+        "wall_seconds": round(wall, 2),
+        "out": str(out),
+    }

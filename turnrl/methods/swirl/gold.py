@@ -43,8 +43,10 @@ class GoldPathAgent(ScriptedAgent):
     def __init__(self, tokenizer: Any, tasks: Sequence[Any], *, max_searches: int = 2) -> None:
         self.tasks = {str(t.prompt): t for t in tasks if t.metadata.get("supporting_titles")}
         if not self.tasks:
-            raise ValueError(f"none of the {len(tasks)} tasks has metadata['supporting_titles']: the gold-path "
-                             "teacher needs multi-hop QA tasks with their supporting articles (turnrl/HotPotQA-v0)")
+            raise ValueError(
+                f"none of the {len(tasks)} tasks has metadata['supporting_titles']: the gold-path "
+                "teacher needs multi-hop QA tasks with their supporting articles (turnrl/HotPotQA-v0)"
+            )
         if max_searches < 1:
             raise ValueError(f"max_searches must be >= 1, got {max_searches}")
         self.max_searches = max_searches
@@ -58,8 +60,10 @@ class GoldPathAgent(ScriptedAgent):
         """
         found = [(at, q) for q in self.tasks if (at := prompt.find(q)) >= 0]  # first: a search's result echoes it
         if not found:
-            raise ValueError(f"the gold-path teacher found none of its {len(self.tasks)} questions in the prompt "
-                             f"(…{prompt[-200:]!r}); give it the environment's tasks")
+            raise ValueError(
+                f"the gold-path teacher found none of its {len(self.tasks)} questions in the prompt "
+                f"(…{prompt[-200:]!r}); give it the environment's tasks"
+            )
         start, question = max(found, key=lambda f: (f[0], len(f[1])))  # the last question asked (after any demos)
         task, after = self.tasks[question], prompt[start:]
         searches = after.count("<search_query>")

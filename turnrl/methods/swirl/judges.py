@@ -52,9 +52,81 @@ _ANSWER = re.compile(r"<answer>(.*?)</answer>", re.S)
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
 # Words that carry no answer: an answer made only of these is BAD wherever it is "found".
 STOP_WORDS = frozenset(
-    ["a", "an", "the", "of", "in", "on", "at", "to", "for", "by", "with", "from", "and", "or", "but", "not", "no", "yes", "is", "are", "was", "were", "be", "been", "being", "do", "does", "did", "which", "what", "who", "whom", "whose", "when", "where", "why", "how", "that", "this", "these", "those", "it", "its", "as", "he", "she", "they", "his", "her", "their"])
+    [
+        "a",
+        "an",
+        "the",
+        "of",
+        "in",
+        "on",
+        "at",
+        "to",
+        "for",
+        "by",
+        "with",
+        "from",
+        "and",
+        "or",
+        "but",
+        "not",
+        "no",
+        "yes",
+        "is",
+        "are",
+        "was",
+        "were",
+        "be",
+        "been",
+        "being",
+        "do",
+        "does",
+        "did",
+        "which",
+        "what",
+        "who",
+        "whom",
+        "whose",
+        "when",
+        "where",
+        "why",
+        "how",
+        "that",
+        "this",
+        "these",
+        "those",
+        "it",
+        "its",
+        "as",
+        "he",
+        "she",
+        "they",
+        "his",
+        "her",
+        "their",
+    ]
+)
 # A question that starts with one of these asks yes or no.
-_YES_NO_OPENERS = frozenset(["is", "are", "was", "were", "do", "does", "did", "can", "could", "has", "have", "had", "will", "would", "should", "may", "might"])
+_YES_NO_OPENERS = frozenset(
+    [
+        "is",
+        "are",
+        "was",
+        "were",
+        "do",
+        "does",
+        "did",
+        "can",
+        "could",
+        "has",
+        "have",
+        "had",
+        "will",
+        "would",
+        "should",
+        "may",
+        "might",
+    ]
+)
 
 StepKind = Literal["calculator", "search", "answer", "invalid"]
 
@@ -157,8 +229,12 @@ def _found_nothing(result: str) -> bool:
 
 def searches_with_results(turns: Sequence[Turn]) -> int:
     """How many of ``turns`` were searches that returned something."""
-    return sum(parse_step(t.action.content).kind == "search" and (found := _result_of(t)) is not None
-               and not _found_nothing(found) for t in turns)
+    return sum(
+        parse_step(t.action.content).kind == "search"
+        and (found := _result_of(t)) is not None
+        and not _found_nothing(found)
+        for t in turns
+    )
 
 
 def _result_of(turn: Turn) -> str | None:
@@ -189,23 +265,27 @@ class RuleStepJudge:
 
     def __init__(self, max_answer_words: int = 8, max_searches: int | None = None) -> None:
         if max_answer_words < 1 or (max_searches is not None and max_searches < 1):
-            raise ValueError(f"need max_answer_words >= 1 and max_searches >= 1 (or None), got {max_answer_words}, "
-                             f"{max_searches}")
+            raise ValueError(
+                f"need max_answer_words >= 1 and max_searches >= 1 (or None), got {max_answer_words}, {max_searches}"
+            )
         self.max_answer_words = int(max_answer_words)
         self.max_searches = max_searches
 
     def label_trajectory(self, traj: Trajectory) -> list[StepLabel]:
         """Every step of ``traj``; a calculator result must also be used by a later step."""
         q = question_text(traj)
-        return [self.label_step(q, traj.turns[:i], turn, traj.turns[i + 1:]) for i, turn in enumerate(traj.turns)]
+        return [self.label_step(q, traj.turns[:i], turn, traj.turns[i + 1 :]) for i, turn in enumerate(traj.turns)]
 
     def label_rows(self, rows: Sequence[Trajectory]) -> list[StepLabel]:
         """The last turn of each row, from its own context (no later steps to look at)."""
-        return [self.label_step(question_text(r), r.turns[:-1], r.turns[-1], None) if r.turns
-                else StepLabel(False, "no step") for r in rows]
+        return [
+            self.label_step(question_text(r), r.turns[:-1], r.turns[-1], None)
+            if r.turns
+            else StepLabel(False, "no step")
+            for r in rows
+        ]
 
-    def label_step(self, question: str, before: Sequence[Turn], turn: Turn,
-                   later: Sequence[Turn] | None) -> StepLabel:
+    def label_step(self, question: str, before: Sequence[Turn], turn: Turn, later: Sequence[Turn] | None) -> StepLabel:
         """One step given the question, the turns before it and (for whole trajectories) the turns after it."""
         step = parse_step(turn.action.content)
         if step.kind == "invalid":
@@ -217,16 +297,26 @@ class RuleStepJudge:
             return self._search(step.text, before, results, turn)
         return self._answer(step.text, question, before)
 
-    def _calculator(self, expr: str, question: str, before: Sequence[Turn], results: list[str], turn: Turn,
-                    later: Sequence[Turn] | None) -> StepLabel:
+    def _calculator(
+        self,
+        expr: str,
+        question: str,
+        before: Sequence[Turn],
+        results: list[str],
+        turn: Turn,
+        later: Sequence[Turn] | None,
+    ) -> StepLabel:
         from turnrl.tools.calculator import CalculatorError, evaluate
 
         try:
             value = evaluate(expr)
         except (CalculatorError, ValueError, TypeError, ZeroDivisionError, OverflowError) as e:
             return StepLabel(False, f"the expression does not evaluate: {e}")
-        earlier = {_norm(parse_step(t.action.content).text) for t in before
-                   if parse_step(t.action.content).kind == "calculator"}
+        earlier = {
+            _norm(parse_step(t.action.content).text)
+            for t in before
+            if parse_step(t.action.content).kind == "calculator"
+        }
         if _norm(expr) in earlier:
             return StepLabel(False, "repeats an earlier calculation")
         try:
@@ -241,8 +331,11 @@ class RuleStepJudge:
         known = numbers(question) + [x for r in results for x in numbers(r)]
         made_up = [x for x in numbers(expr) if not _has(known, x) and not _has(known, -x)]
         if made_up:
-            return StepLabel(False, f"uses numbers found neither in the question nor in earlier results: "
-                                    f"{', '.join(f'{x:g}' for x in made_up[:3])}")
+            return StepLabel(
+                False,
+                f"uses numbers found neither in the question nor in earlier results: "
+                f"{', '.join(f'{x:g}' for x in made_up[:3])}",
+            )
         if later is not None:
             used = [x for t in later for x in numbers(parse_step(t.action.content).text)]
             if result is None or not _has(used, result):
@@ -252,8 +345,9 @@ class RuleStepJudge:
     def _search(self, query: str, before: Sequence[Turn], results: list[str], turn: Turn) -> StepLabel:
         if not _norm(query):
             return StepLabel(False, "an empty search query")
-        earlier = {_norm(parse_step(t.action.content).text) for t in before
-                   if parse_step(t.action.content).kind == "search"}
+        earlier = {
+            _norm(parse_step(t.action.content).text) for t in before if parse_step(t.action.content).kind == "search"
+        }
         if _norm(query) in earlier:
             return StepLabel(False, "repeats an earlier search")
         done = sum(parse_step(t.action.content).kind == "search" for t in before)
@@ -342,8 +436,10 @@ class LLMStepJudge:
 def _check_judge(name: str, obj: Any) -> None:
     """A step judge plug-in is a class or function that builds a judge from its options."""
     if not callable(obj):
-        raise ValueError(f"step judge {name!r} must be a class or a function that returns a judge (with "
-                         f"label_trajectory and label_rows), got {type(obj).__name__}")
+        raise ValueError(
+            f"step judge {name!r} must be a class or a function that returns a judge (with "
+            f"label_trajectory and label_rows), got {type(obj).__name__}"
+        )
 
 
 #: the process judges by name (:func:`make_step_judge`): ``rule`` is built in; an installed package adds its own
@@ -351,8 +447,12 @@ def _check_judge(name: str, obj: Any) -> None:
 #: module of yours with ``STEP_JUDGES.register(name, Class)``. A spec that no judge is registered under is an agent
 #: spec: an :class:`LLMStepJudge` asks that model.
 STEP_JUDGES: Registry[Callable[..., StepJudge]] = Registry(
-    "step judge", "turnrl.judges", {"rule": "turnrl.methods.swirl.judges:RuleStepJudge"}, check=_check_judge,
-    hint="or give an agent spec (tiny:chatml, hf:PATH, openai:URL#MODEL, a built-in model name) for a model judge")
+    "step judge",
+    "turnrl.judges",
+    {"rule": "turnrl.methods.swirl.judges:RuleStepJudge"},
+    check=_check_judge,
+    hint="or give an agent spec (tiny:chatml, hf:PATH, openai:URL#MODEL, a built-in model name) for a model judge",
+)
 
 
 def make_step_judge(spec: str | StepJudge, **kwargs: Any) -> StepJudge:
@@ -376,5 +476,17 @@ def make_step_judge(spec: str | StepJudge, **kwargs: Any) -> StepJudge:
     return LLMStepJudge(agent, **kwargs)
 
 
-__all__ = ["STEP_JUDGES", "LLMStepJudge", "RuleStepJudge", "Step", "StepJudge", "StepLabel", "make_step_judge", "numbers",
-           "parse_step", "question_text", "render_context", "tool_results"]
+__all__ = [
+    "STEP_JUDGES",
+    "LLMStepJudge",
+    "RuleStepJudge",
+    "Step",
+    "StepJudge",
+    "StepLabel",
+    "make_step_judge",
+    "numbers",
+    "parse_step",
+    "question_text",
+    "render_context",
+    "tool_results",
+]

@@ -69,32 +69,62 @@ def ground_answer(traj: Trajectory, tokenizer: Any, judge: RuleStepJudge | None 
     text = ANSWER_FORMAT.format(gold.strip())
     ids = list(tokenizer.encode(text, add_special_tokens=False)) + end_of_turn(tokenizer, traj.token_ids[start:end])
     original = [parse_step(t.action.content).text for t in traj.turns[at:]]
-    turn = Turn(index=old.index, role=old.role, action=Message(role="assistant", content=text), observation=[],
-                reward=1.0, terminated=True, truncated=False, token_span=(start, start + len(ids)),
-                info={**{k: v for k, v in old.info.items() if k in ("role", "turn")}, "correct": True,
-                      "relabelled": True, "extracted": gold.strip(), "tool_calls": []})
+    turn = Turn(
+        index=old.index,
+        role=old.role,
+        action=Message(role="assistant", content=text),
+        observation=[],
+        reward=1.0,
+        terminated=True,
+        truncated=False,
+        token_span=(start, start + len(ids)),
+        info={
+            **{k: v for k, v in old.info.items() if k in ("role", "turn")},
+            "correct": True,
+            "relabelled": True,
+            "extracted": gold.strip(),
+            "tool_calls": [],
+        },
+    )
     assert traj.loss_mask is not None and traj.logprobs is not None
     segments = [s for s in traj.segments or [0] if s < start]  # the context segments before the cut
     meta = {k: v for k, v in traj.metadata.items() if k != "sampled_crc"}  # edited tokens: not what was sampled
     if isinstance(meta.get("segment_reasons"), list):
         meta["segment_reasons"] = meta["segment_reasons"][: len(segments) - 1]
-    return traj.model_copy(update={
-        "id": f"{traj.id}/grounded", "turns": [*traj.turns[:at], turn], "terminated": True, "truncated": False,
-        "token_ids": traj.token_ids[:start] + ids, "loss_mask": traj.loss_mask[:start] + [1] * len(ids),
-        "logprobs": traj.logprobs[:start] + [0.0] * len(ids), "token_versions": None,  # edited tokens: no sampler
-        "segments": segments if traj.segments else None,
-        "metadata": {**meta, "relabel": {"step": at, "replaced_steps": original, "source_correct": traj.correct}}})
+    return traj.model_copy(
+        update={
+            "id": f"{traj.id}/grounded",
+            "turns": [*traj.turns[:at], turn],
+            "terminated": True,
+            "truncated": False,
+            "token_ids": traj.token_ids[:start] + ids,
+            "loss_mask": traj.loss_mask[:start] + [1] * len(ids),
+            "logprobs": traj.logprobs[:start] + [0.0] * len(ids),
+            "token_versions": None,  # edited tokens: no sampler
+            "segments": segments if traj.segments else None,
+            "metadata": {**meta, "relabel": {"step": at, "replaced_steps": original, "source_correct": traj.correct}},
+        }
+    )
 
 
-def ground_answers(trajectories: Sequence[Trajectory], tokenizer: Any, judge: RuleStepJudge | None = None,
-                   ) -> tuple[list[Trajectory], dict[str, int]]:
+def ground_answers(
+    trajectories: Sequence[Trajectory],
+    tokenizer: Any,
+    judge: RuleStepJudge | None = None,
+) -> tuple[list[Trajectory], dict[str, int]]:
     """Every trajectory, relabelled where :func:`ground_answer` can (in the data's order), and a report:
     ``trajectories``, ``relabelled``, ``already_correct``, ``no_gold``, ``not_grounded`` (the gold answer is in
     none of its results) and ``steps_dropped`` (teacher steps after the new answer)."""
     judge = judge or RuleStepJudge()
     out: list[Trajectory] = []
-    report = {"trajectories": len(trajectories), "relabelled": 0, "already_correct": 0, "no_gold": 0,
-              "not_grounded": 0, "steps_dropped": 0}
+    report = {
+        "trajectories": len(trajectories),
+        "relabelled": 0,
+        "already_correct": 0,
+        "no_gold": 0,
+        "not_grounded": 0,
+        "steps_dropped": 0,
+    }
     for t in trajectories:
         new = ground_answer(t, tokenizer, judge)
         if new is not None:

@@ -47,13 +47,16 @@ def state_of(row: Trajectory) -> tuple[list[int], Turn]:
         StateError: the row has no tokens or its last turn no token span.
     """
     if row.token_ids is None or not row.turns or row.turns[-1].token_span is None:
-        raise StateError(f"row {row.id} is not a step row (token fields and a last turn with a token span); write "
-                         "step rows with `turnrl swirl decompose`")
+        raise StateError(
+            f"row {row.id} is not a step row (token fields and a last turn with a token span); write "
+            "step rows with `turnrl swirl decompose`"
+        )
     return list(row.token_ids[: row.turns[-1].token_span[0]]), row.turns[-1]
 
 
-def replay_spec(row: Trajectory, default_env: str, default_kwargs: dict[str, Any]) -> tuple[str, dict[str, Any],
-                                                                                            int | None, dict]:
+def replay_spec(
+    row: Trajectory, default_env: str, default_kwargs: dict[str, Any]
+) -> tuple[str, dict[str, Any], int | None, dict]:
     """How to rebuild a row's environment: ``(env id, kwargs, reset seed, reset options)``, from what the rollout
     recorded (``metadata["dataset"]`` and ``metadata["task_index"]``), else the run's env and the row's task id."""
     data = row.metadata.get("dataset") or {}
@@ -61,8 +64,10 @@ def replay_spec(row: Trajectory, default_env: str, default_kwargs: dict[str, Any
     kwargs = data.get("env_kwargs") if data.get("env_id") else default_kwargs
     index = row.metadata.get("task_index")
     if index is None:
-        raise StateError(f"row {row.id} does not say which task it is (metadata task_index); generate the data with "
-                         "`turnrl swirl generate` or `turnrl rollout`, or set algorithm.execute=false")
+        raise StateError(
+            f"row {row.id} does not say which task it is (metadata task_index); generate the data with "
+            "`turnrl swirl generate` or `turnrl rollout`, or set algorithm.execute=false"
+        )
     return env_id, dict(kwargs or {}), row.seed, {"index": int(index)}
 
 
@@ -77,14 +82,18 @@ def replay(row: Trajectory, context: Sequence[Turn], default_env: str, default_k
     env = make(env_id, **kwargs)
     _, info = env.reset(seed=seed, options=options)
     if row.task_id is not None and info.get("task_id") != row.task_id:
-        raise StateError(f"replaying row {row.id}: the environment posed task {info.get('task_id')!r}, the row "
-                         f"holds {row.task_id!r} (were the env kwargs changed?)")
+        raise StateError(
+            f"replaying row {row.id}: the environment posed task {info.get('task_id')!r}, the row "
+            f"holds {row.task_id!r} (were the env kwargs changed?)"
+        )
     for turn in context:
         obs, _, terminated, truncated, _ = env.step(turn.action.content)
         if [m.content for m in obs] != [m.content for m in turn.observation]:
-            raise StateError(f"replaying row {row.id}: turn {turn.index} gave another observation than the stored "
-                             "one; the environment is not deterministic, so its states cannot be replayed (set "
-                             "algorithm.execute=false)")
+            raise StateError(
+                f"replaying row {row.id}: turn {turn.index} gave another observation than the stored "
+                "one; the environment is not deterministic, so its states cannot be replayed (set "
+                "algorithm.execute=false)"
+            )
         if terminated or truncated:
             raise StateError(f"replaying row {row.id}: the episode ended at turn {turn.index}, before the state")
     return env
@@ -128,15 +137,21 @@ class StateSource(ExperienceSource):
         ranks of a DeepSpeed learner group, whose weights the driver's copy loads after every update)."""
         name = cfg.algorithm.name
         if cfg.data is None:
-            raise ValueError(f"algorithm {name!r} samples fresh steps from stored states: set data.path to step rows "
-                             "written by `turnrl swirl decompose`")
+            raise ValueError(
+                f"algorithm {name!r} samples fresh steps from stored states: set data.path to step rows "
+                "written by `turnrl swirl decompose`"
+            )
         super().check_config(cfg)
         if "batch_size" in cfg.data.model_fields_set:
-            raise ValueError(f"algorithm {name!r} draws rollout.prompts_per_step states per step and "
-                             "rollout.group_size samples of each; drop data.batch_size")
+            raise ValueError(
+                f"algorithm {name!r} draws rollout.prompts_per_step states per step and "
+                "rollout.group_size samples of each; drop data.batch_size"
+            )
         if cfg.placement != "local" and cfg.learner.backend != "deepspeed":
-            raise ValueError(f"algorithm {name!r} samples in the driver's process: use placement: local (placement: "
-                             "ray only hosts a learner.backend: deepspeed group)")
+            raise ValueError(
+                f"algorithm {name!r} samples in the driver's process: use placement: local (placement: "
+                "ray only hosts a learner.backend: deepspeed group)"
+            )
 
     @classmethod
     def open(cls, cfg: TrainConfig, algorithm: Any) -> StateSource:
@@ -146,8 +161,9 @@ class StateSource(ExperienceSource):
     def configure(self, cfg: TrainConfig) -> TrainConfig:
         """``data.epochs`` resolved to ``steps`` (the run's config.yaml records them)."""
         if cfg.data is not None and cfg.data.epochs is not None:
-            cfg = cfg.model_copy(update={"steps": self.steps_for(cfg.data.epochs),
-                                         "data": cfg.data.model_copy(update={"epochs": None})})
+            cfg = cfg.model_copy(
+                update={"steps": self.steps_for(cfg.data.epochs), "data": cfg.data.model_copy(update={"epochs": None})}
+            )
         self.cfg = cfg
         return cfg
 
@@ -155,8 +171,9 @@ class StateSource(ExperienceSource):
         """Sample with the policy being trained; record its version."""
         self.agent, self.version = parts.agent, parts.version
 
-    def __init__(self, cfg: TrainConfig, agent: Any, *, judge: StepJudge | None = None,
-                 version: Callable[[], int] = lambda: 0) -> None:
+    def __init__(
+        self, cfg: TrainConfig, agent: Any, *, judge: StepJudge | None = None, version: Callable[[], int] = lambda: 0
+    ) -> None:
         from turnrl.storage import load
 
         if cfg.data is None:
@@ -172,15 +189,19 @@ class StateSource(ExperienceSource):
             if not Path(f).is_file():
                 raise StateError(f"no such file: {f} (step rows from `turnrl swirl decompose`)")
             rows += load(f)
-        self.rows = [r for r in rows if r.error is None and r.token_ids is not None and r.turns
-                     and r.turns[-1].token_span is not None]
+        self.rows = [
+            r
+            for r in rows
+            if r.error is None and r.token_ids is not None and r.turns and r.turns[-1].token_span is not None
+        ]
         if not self.rows:
-            raise StateError(f"no step row in {files}: every row needs token fields and a last turn with a token span "
-                             "(write them with `turnrl swirl decompose`)")
+            raise StateError(
+                f"no step row in {files}: every row needs token fields and a last turn with a token span "
+                "(write them with `turnrl swirl decompose`)"
+            )
         self.left_out = len(rows) - len(self.rows)
         if judge is None and self.reward != "rollout":
-            judge = make_step_judge("rule" if self.reward == "rule" else alg.judge,
-                                    **getattr(alg, "judge_options", {}))
+            judge = make_step_judge("rule" if self.reward == "rule" else alg.judge, **getattr(alg, "judge_options", {}))
         self.judge = judge
         self.env = probe = make(cfg.env.id, **cfg.env.kwargs)  # its stop strings and its own episode figures
         self.stop = tuple(getattr(probe.unwrapped, "stop", ()) or ())
@@ -219,51 +240,81 @@ class StateSource(ExperienceSource):
         prefixes = [state_of(s)[0] for s in states]
         longest = max(len(p) for p in prefixes)
         budget = max(1, min(r.max_new_tokens, r.max_context - longest))
-        params = SamplingParams(temperature=r.temperature, top_p=r.top_p, max_new_tokens=budget,
-                                stop=self.stop, seed=self.cfg.seed * 1_000_003 + step)
+        params = SamplingParams(
+            temperature=r.temperature,
+            top_p=r.top_p,
+            max_new_tokens=budget,
+            stop=self.stop,
+            seed=self.cfg.seed * 1_000_003 + step,
+        )
         completions = self.agent.generate([p for p in prefixes for _ in range(fresh)], params)
         steps: list[tuple[str, list[int], list[float], str | None, bool]] = [
-            (c.text, list(c.token_ids), list(c.logprobs), c.finish_reason, False) for c in completions]
+            (c.text, list(c.token_ids), list(c.logprobs), c.finish_reason, False) for c in completions
+        ]
         if self.data_action:
             stored = self.stored_steps(states, prefixes)
-            steps = [x for i in range(len(states)) for x in (*steps[i * fresh:(i + 1) * fresh], stored[i])]
+            steps = [x for i in range(len(states)) for x in (*steps[i * fresh : (i + 1) * fresh], stored[i])]
         version = self.version()
         out = []
         for k, (text, ids, logprobs, finish, from_data) in enumerate(steps):
             row, prefix = states[k // G], prefixes[k // G]
             context = [t.model_copy(update={"token_span": None, "obs_span": None}) for t in row.turns[:-1]]
-            turn = Turn(index=len(context), role=row.turns[-1].role, action=Message(role="assistant", content=text),
-                        token_span=(len(prefix), len(prefix) + len(ids)),
-                        info={"finish_reason": finish, "kind": parse_step(text).kind})
+            turn = Turn(
+                index=len(context),
+                role=row.turns[-1].role,
+                action=Message(role="assistant", content=text),
+                token_span=(len(prefix), len(prefix) + len(ids)),
+                info={"finish_reason": finish, "kind": parse_step(text).kind},
+            )
             swirl = {**row.metadata.get("swirl", {}), "state": row.id, "sample": k % G, "data_action": from_data}
-            out.append(Trajectory(
-                env_id=row.env_id, task_id=row.task_id, seed=row.seed, group_id=f"{step}-{row.id}",
-                prompt=row.prompt, turns=[*context, turn], token_ids=prefix + ids,
-                loss_mask=[0] * len(prefix) + [1] * len(ids),
-                logprobs=[0.0] * len(prefix) + logprobs,
-                metadata={**{k2: v for k2, v in row.metadata.items()  # not the stored episode's sampling record
-                             if k2 not in ("swirl", "policy_version", "sampled_crc")},
-                          "swirl": swirl, "prompt_length": len(prefix), "policy_version": [version, version]}))
+            out.append(
+                Trajectory(
+                    env_id=row.env_id,
+                    task_id=row.task_id,
+                    seed=row.seed,
+                    group_id=f"{step}-{row.id}",
+                    prompt=row.prompt,
+                    turns=[*context, turn],
+                    token_ids=prefix + ids,
+                    loss_mask=[0] * len(prefix) + [1] * len(ids),
+                    logprobs=[0.0] * len(prefix) + logprobs,
+                    metadata={
+                        **{
+                            k2: v
+                            for k2, v in row.metadata.items()  # not the stored episode's sampling record
+                            if k2 not in ("swirl", "policy_version", "sampled_crc")
+                        },
+                        "swirl": swirl,
+                        "prompt_length": len(prefix),
+                        "policy_version": [version, version],
+                    },
+                )
+            )
         return out
 
-    def stored_steps(self, states: Sequence[Trajectory], prefixes: Sequence[list[int]]
-                     ) -> list[tuple[str, list[int], list[float], str | None, bool]]:
+    def stored_steps(
+        self, states: Sequence[Trajectory], prefixes: Sequence[list[int]]
+    ) -> list[tuple[str, list[int], list[float], str | None, bool]]:
         """Each row's own step: its text and tokens as stored, its log-probabilities under the current policy (the
         stored ones were the teacher's, often with demonstrations in its context), all scored in one forward pass."""
         from turnrl.rl.core.forward import sequence_logprobs
 
         model = self.agent.model if capabilities_of(self.agent).local_model else None
         if model is None:
-            raise StateError("algorithm.data_action scores the stored steps with the policy's model; the agent "
-                             f"{type(self.agent).__name__} has none (use the local HF policy)")
+            raise StateError(
+                "algorithm.data_action scores the stored steps with the policy's model; the agent "
+                f"{type(self.agent).__name__} has none (use the local HF policy)"
+            )
         ids: list[list[int]] = []
         for row in states:
             span, tokens = row.turns[-1].token_span, row.token_ids
             assert span is not None and tokens is not None  # a step row (checked when the rows were read)
             ids.append(list(tokens[span[0] : span[1]]))
         scored = sequence_logprobs(model, [p + x for p, x in zip(prefixes, ids)], self.cfg.rollout.temperature)
-        return [(row.turns[-1].action.content, x, logp[len(p):], "stop", True)
-                for row, p, x, logp in zip(states, prefixes, ids, scored)]
+        return [
+            (row.turns[-1].action.content, x, logp[len(p) :], "stop", True)
+            for row, p, x, logp in zip(states, prefixes, ids, scored)
+        ]
 
     def run_steps(self, samples: list[Trajectory]) -> list[TextEnv | None]:
         """Run each sampled step in its replayed environment (observation, flags and info go on the turn)."""
@@ -279,9 +330,14 @@ class StateSource(ExperienceSource):
                 t.error = f"env step failed: {type(e).__name__}: {e}"
                 envs.append(None)
                 continue
-            t.turns[-1] = turn.model_copy(update={
-                "observation": list(obs), "terminated": terminated, "truncated": truncated,
-                "info": {**info, **turn.info, "env_reward": reward}})
+            t.turns[-1] = turn.model_copy(
+                update={
+                    "observation": list(obs),
+                    "terminated": terminated,
+                    "truncated": truncated,
+                    "info": {**info, **turn.info, "env_reward": reward},
+                }
+            )
             t.terminated, t.truncated = terminated, truncated
             envs.append(None if terminated or truncated else env)
         return envs
@@ -312,8 +368,9 @@ class StateSource(ExperienceSource):
         envs: list[TextEnv | None] = self.run_steps(samples) if self.execute else [None] * len(samples)
         if self.reward == "rollout":
             scores = self.play_on(samples, envs)
-            labels = [StepLabel(s > 0, "the episode ends correct" if s > 0 else "the episode ends wrong")
-                      for s in scores]
+            labels = [
+                StepLabel(s > 0, "the episode ends correct" if s > 0 else "the episode ends wrong") for s in scores
+            ]
         else:
             assert self.judge is not None
             labels = self.judge.label_rows(samples)
@@ -323,8 +380,12 @@ class StateSource(ExperienceSource):
             if self.final_outcome > 0 and turn.terminated:
                 w = self.final_outcome
                 score *= 1.0 - w + w * float(turn.info.get("env_reward") or 0.0)
-            t.turns[-1] = turn.model_copy(update={"reward": score, "info": {
-                **turn.info, "step_good": label.good, "step_reason": label.reason[:300]}})
+            t.turns[-1] = turn.model_copy(
+                update={
+                    "reward": score,
+                    "info": {**turn.info, "step_good": label.good, "step_reason": label.reason[:300]},
+                }
+            )
         # the policy's own steps measure the policy; the stored steps (data_action) are reported apart
         from_data = [bool(t.metadata["swirl"].get("data_action")) for t in samples]
         own = [t for t, d in zip(samples, from_data) if not d]
@@ -332,11 +393,16 @@ class StateSource(ExperienceSource):
         data_labels = [lb for lb, d in zip(labels, from_data) if d]
         n = max(len(own), 1)
         kinds = [t.turns[-1].info.get("kind") for t in own]
-        metrics = {**rollout_metrics(own, self.env), "epoch": float(self.epoch), "states": float(len(states)),
-                   "generate_s": generate_s, "generated_tokens": float(sum(sum(t.loss_mask or []) for t in own)),
-                   "step_good": sum(bool(lb.good) for lb in own_labels) / n,
-                   "step_unparseable": sum(lb.good is None for lb in own_labels) / n,
-                   **{f"step_{k}": kinds.count(k) / n for k in ("calculator", "search", "answer", "invalid")}}
+        metrics = {
+            **rollout_metrics(own, self.env),
+            "epoch": float(self.epoch),
+            "states": float(len(states)),
+            "generate_s": generate_s,
+            "generated_tokens": float(sum(sum(t.loss_mask or []) for t in own)),
+            "step_good": sum(bool(lb.good) for lb in own_labels) / n,
+            "step_unparseable": sum(lb.good is None for lb in own_labels) / n,
+            **{f"step_{k}": kinds.count(k) / n for k in ("calculator", "search", "answer", "invalid")},
+        }
         if data_labels:
             metrics["data_step_good"] = sum(bool(lb.good) for lb in data_labels) / len(data_labels)
         return samples, metrics

@@ -32,8 +32,9 @@ def decompose(traj: Trajectory) -> list[Trajectory]:
         ValueError: the trajectory has no token fields, or a turn without a token span.
     """
     if traj.token_ids is None or traj.loss_mask is None or traj.logprobs is None:
-        raise ValueError(f"trajectory {traj.id} has no token fields; SWiRL rows need token-exact rollouts "
-                         "(turnrl swirl generate)")
+        raise ValueError(
+            f"trajectory {traj.id} has no token fields; SWiRL rows need token-exact rollouts (turnrl swirl generate)"
+        )
     question = question_text(traj)
     segments = traj.segments or [0]
     meta = {k: v for k, v in traj.metadata.items() if k != "segment_reasons"}  # a row is one segment
@@ -45,17 +46,37 @@ def decompose(traj: Trajectory) -> list[Trajectory]:
         base = max(s for s in segments if s <= start)  # where the turn's context segment begins
         n = start - base
         context = [context_turn(t) for t in traj.turns[:i]]
-        rows.append(Trajectory(
-            id=f"{traj.id}/step-{i}", env_id=traj.env_id, task_id=traj.task_id, seed=traj.seed, group_id=traj.id,
-            prompt=traj.prompt, turns=[*context, turn.model_copy(update={"obs_span": None, "token_span": (n, end - base)})],
-            terminated=bool(turn.terminated), truncated=bool(turn.truncated),
-            token_ids=traj.token_ids[base:end], loss_mask=[0] * n + [1] * (end - start),
-            logprobs=[0.0] * n + list(traj.logprobs[start:end]),
-            metadata={**meta, "prompt_length": n,
-                      "swirl": {"source": traj.id, "step": i, "steps": len(traj.turns), "prefix_len": n,
-                                "task_id": traj.task_id, "gold": traj.metadata.get("gold"), "question": question,
-                                "source_correct": traj.correct,
-                                **({"segment": segments.index(base)} if base else {})}}))
+        rows.append(
+            Trajectory(
+                id=f"{traj.id}/step-{i}",
+                env_id=traj.env_id,
+                task_id=traj.task_id,
+                seed=traj.seed,
+                group_id=traj.id,
+                prompt=traj.prompt,
+                turns=[*context, turn.model_copy(update={"obs_span": None, "token_span": (n, end - base)})],
+                terminated=bool(turn.terminated),
+                truncated=bool(turn.truncated),
+                token_ids=traj.token_ids[base:end],
+                loss_mask=[0] * n + [1] * (end - start),
+                logprobs=[0.0] * n + list(traj.logprobs[start:end]),
+                metadata={
+                    **meta,
+                    "prompt_length": n,
+                    "swirl": {
+                        "source": traj.id,
+                        "step": i,
+                        "steps": len(traj.turns),
+                        "prefix_len": n,
+                        "task_id": traj.task_id,
+                        "gold": traj.metadata.get("gold"),
+                        "question": question,
+                        "source_correct": traj.correct,
+                        **({"segment": segments.index(base)} if base else {}),
+                    },
+                },
+            )
+        )
     return rows
 
 

@@ -51,26 +51,38 @@ def check_algorithm_class(name: str, cls: Any) -> None:
     every method of :attr:`Algorithm.required`."""
     where = f"{getattr(cls, '__module__', '?')}.{getattr(cls, '__qualname__', cls)!s}"
     if not (isinstance(cls, type) and issubclass(cls, Algorithm)):
-        raise AlgorithmRegistrationError(f"algorithm {name!r}: {where} is not a subclass of "
-                                         "turnrl.rl.algorithms.Algorithm; derive it from Algorithm (or PolicyGradient)")
+        raise AlgorithmRegistrationError(
+            f"algorithm {name!r}: {where} is not a subclass of "
+            "turnrl.rl.algorithms.Algorithm; derive it from Algorithm (or PolicyGradient)"
+        )
     config = getattr(cls, "Config", None)
     if not (isinstance(config, type) and issubclass(config, AlgorithmConfig)):
-        raise AlgorithmRegistrationError(f"algorithm {name!r}: {where} has no Config; set Config to an "
-                                         "AlgorithmConfig subclass holding its options")
+        raise AlgorithmRegistrationError(
+            f"algorithm {name!r}: {where} has no Config; set Config to an AlgorithmConfig subclass holding its options"
+        )
     default = config.model_fields["name"].default
     if default != name:
-        raise AlgorithmRegistrationError(f"algorithm {name!r}: {where}.Config's name defaults to {default!r}; declare "
-                                         f"`name: Literal[{name!r}] = {name!r}` in {config.__name__}")
+        raise AlgorithmRegistrationError(
+            f"algorithm {name!r}: {where}.Config's name defaults to {default!r}; declare "
+            f"`name: Literal[{name!r}] = {name!r}` in {config.__name__}"
+        )
     missing = [m for m in cls.required if getattr(cls, m) is getattr(Algorithm, m)]
     if missing:
-        raise AlgorithmRegistrationError(f"algorithm {name!r}: {where} does not implement {', '.join(missing)}; "
-                                         f"every algorithm defines {', '.join(Algorithm.required)}")
+        raise AlgorithmRegistrationError(
+            f"algorithm {name!r}: {where} does not implement {', '.join(missing)}; "
+            f"every algorithm defines {', '.join(Algorithm.required)}"
+        )
 
 
 #: every algorithm by name (:class:`turnrl.plugins.Registry`): the built-ins, the entry points, a module's own
 ALGORITHMS: Registry[type[Algorithm]] = Registry(
-    "algorithm", ENTRY_POINT_GROUP, BUILTINS, check=check_algorithm_class, error=AlgorithmRegistrationError,
-    hint="a module of yours that registers one is loaded with `turnrl train --import MODULE`.")
+    "algorithm",
+    ENTRY_POINT_GROUP,
+    BUILTINS,
+    check=check_algorithm_class,
+    error=AlgorithmRegistrationError,
+    hint="a module of yours that registers one is loaded with `turnrl train --import MODULE`.",
+)
 
 
 def register_algorithm(name: str, entry: str | type[Algorithm], *, replace: bool = False) -> None:
@@ -120,11 +132,18 @@ def parse_algorithm_config(data: Any) -> AlgorithmConfig:
         for key in unknown:
             owners = [n for n in algorithm_names() if key in _options(n)]
             close = get_close_matches(key, [k for k in cls.Config.model_fields if k != "name"], n=1)
-            where = (f"an option of {', '.join(owners)}" if owners else
-                     f"did you mean {close[0]!r}?" if close else "not an option of any algorithm")
+            where = (
+                f"an option of {', '.join(owners)}"
+                if owners
+                else f"did you mean {close[0]!r}?"
+                if close
+                else "not an option of any algorithm"
+            )
             parts.append(f"{key!r} ({where})")
-        raise ValueError(f"algorithm {name!r} has no option {', '.join(parts)}; its options: "
-                         f"{', '.join(k for k in cls.Config.model_fields if k != 'name')}")
+        raise ValueError(
+            f"algorithm {name!r} has no option {', '.join(parts)}; its options: "
+            f"{', '.join(k for k in cls.Config.model_fields if k != 'name')}"
+        )
     return cls.Config.model_validate({**data, "name": name})
 
 
@@ -150,6 +169,19 @@ def get_algorithm(config: AlgorithmConfig | dict[str, Any]) -> Algorithm:
     return algorithm_class(cfg.name)(cfg)
 
 
-__all__ = ["Algorithm", "AlgorithmConfig", "AlgorithmRegistrationError", "CriticSpec", "Experience", "Forward",
-           "PolicyGradient", "PolicyGradientConfig", "algorithm_class", "algorithm_names", "check_algorithm_class",
-           "get_algorithm", "parse_algorithm_config", "register_algorithm"]
+__all__ = [
+    "Algorithm",
+    "AlgorithmConfig",
+    "AlgorithmRegistrationError",
+    "CriticSpec",
+    "Experience",
+    "Forward",
+    "PolicyGradient",
+    "PolicyGradientConfig",
+    "algorithm_class",
+    "algorithm_names",
+    "check_algorithm_class",
+    "get_algorithm",
+    "parse_algorithm_config",
+    "register_algorithm",
+]

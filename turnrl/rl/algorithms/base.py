@@ -76,15 +76,24 @@ class PolicyGradientConfig(AlgorithmConfig):
     agg: AggMode = Field("seq-mean-token-mean", description="loss aggregation (dapo, vapo: token-mean)")
     kl_coef: float = Field(0.0, ge=0, description="β of the k3 KL to a frozen reference model; 0 = no reference")
     nll_coef: float = Field(0.0, ge=0, description="μ of the NLL on correct samples (vapo 0.1)")
-    behaviour_is_cap: float | None = Field(None, ge=1, description=(
-        "decoupled PPO / truncated importance sampling (docs/algorithms.md §11): weigh each token's surrogate by "
-        "min(π_old/μ, C) with C this cap (2 is usual), π_old the learner's own log-probabilities "
-        "(optim.recompute_logprobs) and μ the sampler's — for rollout engines whose numbers differ from the "
-        "learner's, or stale samples; None = off"))
-    behaviour_is: Literal["truncate", "mask-token", "mask-sequence", "icepop"] = Field("truncate", description=(
-        "what behaviour_is_cap C does with ρ = π_old/μ (docs/algorithms.md §11): truncate (min(ρ, C)), mask-token "
-        "(ρ, or 0 above C), mask-sequence (the answer's geometric-mean ρ, or the whole answer left out outside "
-        "[1/C, C]) or icepop (ρ, or 0 outside [behaviour_is_floor, C])"))
+    behaviour_is_cap: float | None = Field(
+        None,
+        ge=1,
+        description=(
+            "decoupled PPO / truncated importance sampling (docs/algorithms.md §11): weigh each token's surrogate by "
+            "min(π_old/μ, C) with C this cap (2 is usual), π_old the learner's own log-probabilities "
+            "(optim.recompute_logprobs) and μ the sampler's — for rollout engines whose numbers differ from the "
+            "learner's, or stale samples; None = off"
+        ),
+    )
+    behaviour_is: Literal["truncate", "mask-token", "mask-sequence", "icepop"] = Field(
+        "truncate",
+        description=(
+            "what behaviour_is_cap C does with ρ = π_old/μ (docs/algorithms.md §11): truncate (min(ρ, C)), mask-token "
+            "(ρ, or 0 above C), mask-sequence (the answer's geometric-mean ρ, or the whole answer left out outside "
+            "[1/C, C]) or icepop (ρ, or 0 outside [behaviour_is_floor, C])"
+        ),
+    )
     behaviour_is_floor: float = Field(0.5, gt=0, lt=1, description="IcePop's lower bound α (behaviour_is: icepop)")
 
 
@@ -191,9 +200,14 @@ class Algorithm:
         these): each sequence's current window — the whole response unless it was played in windows."""
         return window_mask(batch.loss_mask, batch.window_start)
 
-    def advantages(self, batch: Batch, max_new_tokens: int, values: torch.Tensor | None = None,
-                   bootstrap: torch.Tensor | None = None, ref_logp: torch.Tensor | None = None
-                   ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def advantages(
+        self,
+        batch: Batch,
+        max_new_tokens: int,
+        values: torch.Tensor | None = None,
+        bootstrap: torch.Tensor | None = None,
+        ref_logp: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """``(adv (B, T), returns (B, T) or None)`` over the whole batch.
 
         Args:
@@ -209,8 +223,9 @@ class Algorithm:
         """Additive normalizers of the aggregated loss terms on ``batch`` (summed over micro-batches and ranks)."""
         raise NotImplementedError
 
-    def loss(self, fwd: Forward, exp: Experience, counts: dict[str, torch.Tensor],
-             train_policy: bool = True) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    def loss(
+        self, fwd: Forward, exp: Experience, counts: dict[str, torch.Tensor], train_policy: bool = True
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """The loss of one micro-batch under the step's global ``counts``, and tensor metrics."""
         raise NotImplementedError
 
@@ -226,15 +241,22 @@ class PolicyGradient(Algorithm):
         """The source's checks; ``behaviour_is_cap`` needs the learner's own π_old (``optim.recompute_logprobs``)."""
         super().check_config(cfg)
         algo = cfg.algorithm
-        if isinstance(algo, PolicyGradientConfig) and algo.behaviour_is_cap is not None \
-                and not cfg.optim.recompute_logprobs:
-            raise ValueError("algorithm.behaviour_is_cap weighs tokens by π_old/μ, the learner's log-probabilities "
-                             "over the sampler's: set optim.recompute_logprobs=true (without it π_old is μ and every "
-                             "weight is 1)")
+        if (
+            isinstance(algo, PolicyGradientConfig)
+            and algo.behaviour_is_cap is not None
+            and not cfg.optim.recompute_logprobs
+        ):
+            raise ValueError(
+                "algorithm.behaviour_is_cap weighs tokens by π_old/μ, the learner's log-probabilities "
+                "over the sampler's: set optim.recompute_logprobs=true (without it π_old is μ and every "
+                "weight is 1)"
+            )
         if isinstance(algo, PolicyGradientConfig) and algo.behaviour_is_cap is None and algo.behaviour_is != "truncate":
-            raise ValueError(f"algorithm.behaviour_is={algo.behaviour_is} chooses what the importance weights do, "
-                             "and they are off: set algorithm.behaviour_is_cap (C, e.g. 2; icepop: its upper bound "
-                             "β, e.g. 5)")
+            raise ValueError(
+                f"algorithm.behaviour_is={algo.behaviour_is} chooses what the importance weights do, "
+                "and they are off: set algorithm.behaviour_is_cap (C, e.g. 2; icepop: its upper bound "
+                "β, e.g. 5)"
+            )
 
     @property
     def needs_reference(self) -> bool:
@@ -257,17 +279,34 @@ class PolicyGradient(Algorithm):
             out["nll"] = agg_count(batch.loss_mask * batch.correct[:, None], self.cfg.agg)
         return out
 
-    def policy_loss(self, fwd: Forward, exp: Experience, counts: dict[str, torch.Tensor]
-                    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    def policy_loss(
+        self, fwd: Forward, exp: Experience, counts: dict[str, torch.Tensor]
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """Surrogate (+ β·KL, + μ·NLL) of the micro-batch."""
         cfg, b = self.cfg, exp.batch
         weights: torch.Tensor | None = None
         is_metrics: dict[str, torch.Tensor] = {}
         if cfg.behaviour_is_cap is not None:  # §11: importance weights against the sampler's μ
-            weights, is_metrics = off_policy_weights(cfg.behaviour_is, b.old_logp, b.behaviour_logp, b.loss_mask,
-                                                     cfg.behaviour_is_cap, cfg.behaviour_is_floor)
-        loss, metrics = clipped_surrogate(fwd.logp, b.old_logp, exp.adv, b.loss_mask, cfg.eps_low, cfg.eps_high,
-                                          cfg.dual_clip, cfg.agg, counts["policy"], weights)
+            weights, is_metrics = off_policy_weights(
+                cfg.behaviour_is,
+                b.old_logp,
+                b.behaviour_logp,
+                b.loss_mask,
+                cfg.behaviour_is_cap,
+                cfg.behaviour_is_floor,
+            )
+        loss, metrics = clipped_surrogate(
+            fwd.logp,
+            b.old_logp,
+            exp.adv,
+            b.loss_mask,
+            cfg.eps_low,
+            cfg.eps_high,
+            cfg.dual_clip,
+            cfg.agg,
+            counts["policy"],
+            weights,
+        )
         metrics.update(is_metrics)
         if cfg.kl_coef > 0:
             if exp.ref_logp is None:
@@ -283,7 +322,8 @@ class PolicyGradient(Algorithm):
             metrics["nll"] = nll.detach()
         return loss, metrics
 
-    def loss(self, fwd: Forward, exp: Experience, counts: dict[str, torch.Tensor],
-             train_policy: bool = True) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    def loss(
+        self, fwd: Forward, exp: Experience, counts: dict[str, torch.Tensor], train_policy: bool = True
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """The policy loss (see :meth:`policy_loss`)."""
         return self.policy_loss(fwd, exp, counts)

@@ -30,10 +30,14 @@ class GRPOConfig(PolicyGradientConfig):
     dynamic_sampling: bool = Field(False, description="drop zero-variance groups and sample more (dapo: on)")
     max_resample: int = Field(10, ge=1, description="generation rounds per step when dynamic sampling")
     overlong: OverlongConfig | None = Field(None, description="DAPO's soft overlong punishment (off by default)")
-    advantage: Literal["group", "tree"] = Field("group", description=(
-        "group: one advantage per episode against its group; tree: turn-level credit on tree rollouts "
-        "(rollout.tree), each turn's tokens the advantage of the node they lead to (docs/algorithms.md §14; on chains "
-        "it equals group)"))
+    advantage: Literal["group", "tree"] = Field(
+        "group",
+        description=(
+            "group: one advantage per episode against its group; tree: turn-level credit on tree rollouts "
+            "(rollout.tree), each turn's tokens the advantage of the node they lead to (docs/algorithms.md §14; on chains "
+            "it equals group)"
+        ),
+    )
 
 
 class DAPOConfig(GRPOConfig):
@@ -73,15 +77,21 @@ class GRPO(PolicyGradient):
         zero = zero_variance_groups(sequence_rewards(batch, self.cfg.overlong, max_new_tokens), batch.group_ids)
         return [not z for z in zero.tolist()]
 
-    def advantages(self, batch: Batch, max_new_tokens: int, values: torch.Tensor | None = None,
-                   bootstrap: torch.Tensor | None = None, ref_logp: torch.Tensor | None = None
-                   ) -> tuple[torch.Tensor, None]:
+    def advantages(
+        self,
+        batch: Batch,
+        max_new_tokens: int,
+        values: torch.Tensor | None = None,
+        bootstrap: torch.Tensor | None = None,
+        ref_logp: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, None]:
         """Each sequence's group-normalized reward on its generated tokens ``(B, T)`` — or, with ``advantage: tree``,
         each turn's tokens the std-normalized tree advantage of its node (docs/algorithms.md §14)."""
         scores = sequence_rewards(batch, self.cfg.overlong, max_new_tokens)
         if self.cfg.advantage == "tree":
-            return tree_token_advantages(scores, batch.tree_paths, batch.tree_depth, batch.group_ids,
-                                         batch.loss_mask, normalize=True), None
+            return tree_token_advantages(
+                scores, batch.tree_paths, batch.tree_depth, batch.group_ids, batch.loss_mask, normalize=True
+            ), None
         return group_normalize(scores, batch.group_ids)[:, None] * batch.loss_mask, None
 
 

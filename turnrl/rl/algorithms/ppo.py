@@ -42,16 +42,27 @@ class PPOConfig(PolicyGradientConfig):
     vf_coef: float = Field(0.5, ge=0)
     eps_value: float = Field(0.5, gt=0)
     critic_lr: float | None = Field(None, gt=0, description="default: 2 x the actor's lr")
-    critic_model: str | None = Field(None, description="a separate critic transformer (agent spec sharing the "
-                                     "policy's tokenizer, e.g. a smaller model); default: a value head on the policy")
-    critic_init: str | None = Field(None, description=(
-        "start the separate critic as a process reward model (its folder, `turnrl prm train`): its backbone and "
-        "head; critic_model defaults to the PRM's base model"))
+    critic_model: str | None = Field(
+        None,
+        description="a separate critic transformer (agent spec sharing the "
+        "policy's tokenizer, e.g. a smaller model); default: a value head on the policy",
+    )
+    critic_init: str | None = Field(
+        None,
+        description=(
+            "start the separate critic as a process reward model (its folder, `turnrl prm train`): its backbone and "
+            "head; critic_model defaults to the PRM's base model"
+        ),
+    )
     value_warmup_steps: int = Field(0, ge=0, description="steps that train only the critic (vapo: 50)")
     whiten_advantages: bool = Field(True, description="whiten the actor's advantages (vapo: off)")
     turn_independent: bool = Field(False, description="cut GAE at turn boundaries: nothing flows across turns (PAG)")
-    overlong: OverlongConfig | None = Field(None, description=(
-        "DAPO's soft overlong punishment on the last token's reward of each finished episode (off by default)"))
+    overlong: OverlongConfig | None = Field(
+        None,
+        description=(
+            "DAPO's soft overlong punishment on the last token's reward of each finished episode (off by default)"
+        ),
+    )
 
 
 class VAPOConfig(PPOConfig):
@@ -82,9 +93,11 @@ class PPO(PolicyGradient):
         super().check_config(cfg)
         alg = cast(PPOConfig, cfg.algorithm)  # this algorithm's (PPO's or a subclass's)
         if cfg.learner.backend == "deepspeed" and alg.value_warmup_steps > 0:
-            raise ValueError("value pretraining (algorithm.value_warmup_steps > 0) needs learner.backend=torch: "
-                             "DeepSpeed's optimizer steps the policy too (with zero gradients, its Adam moments and "
-                             "step count move); set algorithm.value_warmup_steps=0 or use the torch learner")
+            raise ValueError(
+                "value pretraining (algorithm.value_warmup_steps > 0) needs learner.backend=torch: "
+                "DeepSpeed's optimizer steps the policy too (with zero gradients, its Adam moments and "
+                "step count move); set algorithm.value_warmup_steps=0 or use the torch learner"
+            )
         init, model = alg.critic_init, alg.critic_model
         if init is not None and model is not None:
             try:
@@ -92,9 +105,11 @@ class PPO(PolicyGradient):
             except FileNotFoundError:  # a folder made later (documented commands): it fails when the critic is built
                 return
             if model != base:
-                raise ValueError(f"algorithm.critic_init's process reward model was trained on {base!r}, but "
-                                 f"algorithm.critic_model is {model!r}: the critic starts as the PRM, so it must be "
-                                 "the same model (leave critic_model out)")
+                raise ValueError(
+                    f"algorithm.critic_init's process reward model was trained on {base!r}, but "
+                    f"algorithm.critic_model is {model!r}: the critic starts as the PRM, so it must be "
+                    "the same model (leave critic_model out)"
+                )
 
     def critic(self) -> CriticSpec:
         """A value head on the policy, or the separate ``critic_model`` (started as the PRM of ``critic_init``), at
@@ -116,9 +131,14 @@ class PPO(PolicyGradient):
             return length_adaptive_lambda(batch.response_lengths, self.cfg.alpha)
         return lam
 
-    def advantages(self, batch: Batch, max_new_tokens: int, values: torch.Tensor | None = None,
-                   bootstrap: torch.Tensor | None = None, ref_logp: torch.Tensor | None = None
-                   ) -> tuple[torch.Tensor, torch.Tensor]:
+    def advantages(
+        self,
+        batch: Batch,
+        max_new_tokens: int,
+        values: torch.Tensor | None = None,
+        bootstrap: torch.Tensor | None = None,
+        ref_logp: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Actor advantages (GAE with λ_actor, optionally whitened) and critic targets (GAE with λ_critic).
 
         Decoupled GAE (VC-PPO/VAPO): the two λ differ; with λ_critic = 1 and γ = 1 the target is the return to go.
@@ -149,8 +169,9 @@ class PPO(PolicyGradient):
         """Whiten the actor's advantages over the generated tokens (``whiten_advantages``), or leave them."""
         return masked_whiten(adv, batch.loss_mask) if self.cfg.whiten_advantages else adv
 
-    def loss(self, fwd: Forward, exp: Experience, counts: dict[str, torch.Tensor],
-             train_policy: bool = True) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    def loss(
+        self, fwd: Forward, exp: Experience, counts: dict[str, torch.Tensor], train_policy: bool = True
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """Policy loss (when ``train_policy``) + vf_coef · clipped value loss."""
         if fwd.values is None or exp.old_values is None or exp.returns is None:
             raise ValueError(f"{self.name} needs values, old values and returns")
@@ -158,8 +179,15 @@ class PPO(PolicyGradient):
             loss, metrics = self.policy_loss(fwd, exp, counts)
         else:
             loss, metrics = torch.zeros((), device=fwd.values.device), {}
-        vloss, vmetrics = clipped_value_loss(fwd.values, exp.old_values, exp.returns, exp.batch.loss_mask,
-                                             self.cfg.eps_value, self.cfg.agg, counts["policy"])
+        vloss, vmetrics = clipped_value_loss(
+            fwd.values,
+            exp.old_values,
+            exp.returns,
+            exp.batch.loss_mask,
+            self.cfg.eps_value,
+            self.cfg.agg,
+            counts["policy"],
+        )
         metrics.update(vmetrics, value_loss=vloss.detach())
         return loss + self.cfg.vf_coef * vloss, metrics
 

@@ -26,8 +26,11 @@ class REINFORCEPlusPlusConfig(PolicyGradientConfig):
     """REINFORCE++'s options (docs/algorithms.md §12)."""
 
     name: Literal["reinforce++"] = "reinforce++"
-    kl_reward_coef: float = Field(0.01, ge=0, description="β of the per-token KL penalty folded into the reward "
-                                  "(needs a reference model when > 0)")
+    kl_reward_coef: float = Field(
+        0.01,
+        ge=0,
+        description="β of the per-token KL penalty folded into the reward (needs a reference model when > 0)",
+    )
     agg: AggMode = "token-mean"
 
 
@@ -43,9 +46,14 @@ class REINFORCEPlusPlus(PolicyGradient):
         """A frozen reference for the KL in the reward (β > 0) or in the loss (``kl_coef`` > 0)."""
         return self.cfg.kl_reward_coef > 0 or self.cfg.kl_coef > 0
 
-    def advantages(self, batch: Batch, max_new_tokens: int, values: torch.Tensor | None = None,
-                   bootstrap: torch.Tensor | None = None, ref_logp: torch.Tensor | None = None
-                   ) -> tuple[torch.Tensor, None]:
+    def advantages(
+        self,
+        batch: Batch,
+        max_new_tokens: int,
+        values: torch.Tensor | None = None,
+        bootstrap: torch.Tensor | None = None,
+        ref_logp: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, None]:
         """Globally whitened returns to go of the KL-penalized per-token rewards ``(B, T)``."""
         rewards = batch.token_rewards
         if self.cfg.kl_reward_coef > 0:

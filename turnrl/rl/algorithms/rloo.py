@@ -28,12 +28,17 @@ class RLOOConfig(PolicyGradientConfig):
     """RLOO's options (docs/algorithms.md §12)."""
 
     name: Literal["rloo"] = "rloo"
-    agg: AggMode = Field("seq-mean-token-sum", description="loss aggregation (the paper: each sequence's summed "
-                         "log-probability)")
-    advantage: Literal["group", "tree"] = Field("group", description=(
-        "group: the leave-one-out baseline; tree: turn-level credit on tree rollouts "
-        "(rollout.tree), each turn's tokens the advantage of the node they lead to (docs/algorithms.md §14; on chains "
-        "it equals group)"))
+    agg: AggMode = Field(
+        "seq-mean-token-sum", description="loss aggregation (the paper: each sequence's summed log-probability)"
+    )
+    advantage: Literal["group", "tree"] = Field(
+        "group",
+        description=(
+            "group: the leave-one-out baseline; tree: turn-level credit on tree rollouts "
+            "(rollout.tree), each turn's tokens the advantage of the node they lead to (docs/algorithms.md §14; on chains "
+            "it equals group)"
+        ),
+    )
 
 
 class RLOO(PolicyGradient):
@@ -48,15 +53,23 @@ class RLOO(PolicyGradient):
         """At least two samples per prompt (the baseline is the mean of the others)."""
         super().check_config(cfg)
         if cfg.rollout.group_size < 2:
-            raise ValueError(f"rloo's baseline is the mean of a prompt's other samples: rollout.group_size must be "
-                             f">= 2, got {cfg.rollout.group_size}")
+            raise ValueError(
+                f"rloo's baseline is the mean of a prompt's other samples: rollout.group_size must be "
+                f">= 2, got {cfg.rollout.group_size}"
+            )
 
-    def advantages(self, batch: Batch, max_new_tokens: int, values: torch.Tensor | None = None,
-                   bootstrap: torch.Tensor | None = None, ref_logp: torch.Tensor | None = None
-                   ) -> tuple[torch.Tensor, None]:
+    def advantages(
+        self,
+        batch: Batch,
+        max_new_tokens: int,
+        values: torch.Tensor | None = None,
+        bootstrap: torch.Tensor | None = None,
+        ref_logp: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, None]:
         """Each sequence's leave-one-out advantage on its generated tokens ``(B, T)`` — or, with ``advantage: tree``,
         each turn's tokens the tree advantage of its node, not normalized (docs/algorithms.md §14)."""
         if self.cfg.advantage == "tree":
-            return tree_token_advantages(batch.scores, batch.tree_paths, batch.tree_depth, batch.group_ids,
-                                         batch.loss_mask), None
+            return tree_token_advantages(
+                batch.scores, batch.tree_paths, batch.tree_depth, batch.group_ids, batch.loss_mask
+            ), None
         return leave_one_out(batch.scores, batch.group_ids)[:, None] * batch.loss_mask, None

@@ -49,8 +49,11 @@ class TPPOConfig(PPOConfig):
     """T-PPO's options (docs/algorithms.md §6). ``lam_actor`` None = length-adaptive with a floor."""
 
     name: Literal["tppo"] = "tppo"  # type: ignore[assignment]  # its own name: the discriminator
-    window: int = Field(128, ge=1, description="W: the most tokens an episode generates per step; an unfinished "
-                        "one carries on in the next step")
+    window: int = Field(
+        128,
+        ge=1,
+        description="W: the most tokens an episode generates per step; an unfinished one carries on in the next step",
+    )
     lam_actor: float | None = Field(None, ge=0, le=1, description="None: max(lam_floor, 1 - 1/(alpha·length))")  # type: ignore[assignment]  # None: adaptive
     alpha: float = Field(0.05, gt=0, description="length-adaptive λ_actor: 1 - 1/(alpha·length)")
     lam_floor: float = Field(0.95, ge=0, le=1, description="the floor of the length-adaptive λ_actor")
@@ -60,26 +63,44 @@ class TPPOConfig(PPOConfig):
     agg: AggMode = "token-mean"
     nll_coef: float = Field(0.1, ge=0)
     adv_clip: float | None = Field(10.0, gt=0, description="clamp the whitened advantages to ±adv_clip; None = off")
-    value_warmup_steps: int = Field(10, ge=0, description=(
-        "critic warm-up: updates that train only the critic (a step that trains nothing does not count)"))
-    train_on: Literal["window", "finished"] = Field("window", description=(
-        "window: every step trains each episode's newest window, an unfinished one through EGAE (the paper's T-PPO); "
-        "finished: a group trains once all its episodes finished, on all their tokens (partial rollouts: earlier "
-        "windows were sampled by older versions, see optim.recompute_logprobs and algorithm.behaviour_is_cap)"))
-    refill: Literal["fit", "prompts"] = Field("fit", description=(
-        "which new tasks a step starts beside the carried episodes — fit: whole groups into the places the carried "
-        "ones leave of rollout.prompts_per_step × group_size (at least one group); prompts: prompts_per_step new "
-        "groups every step, as many as an unwindowed step takes, the carried episodes on top"))
-    min_groups: int | None = Field(None, ge=1, description=(
-        "train_on finished: hold finished groups until at least this many are ready, then train them together, so "
-        "that no policy update is made of a few slow groups alone (e.g. rollout.prompts_per_step; None: train "
-        "whatever groups have finished); the critic warm-up's updates and the first policy update do not wait"))
+    value_warmup_steps: int = Field(
+        10,
+        ge=0,
+        description=("critic warm-up: updates that train only the critic (a step that trains nothing does not count)"),
+    )
+    train_on: Literal["window", "finished"] = Field(
+        "window",
+        description=(
+            "window: every step trains each episode's newest window, an unfinished one through EGAE (the paper's T-PPO); "
+            "finished: a group trains once all its episodes finished, on all their tokens (partial rollouts: earlier "
+            "windows were sampled by older versions, see optim.recompute_logprobs and algorithm.behaviour_is_cap)"
+        ),
+    )
+    refill: Literal["fit", "prompts"] = Field(
+        "fit",
+        description=(
+            "which new tasks a step starts beside the carried episodes — fit: whole groups into the places the carried "
+            "ones leave of rollout.prompts_per_step × group_size (at least one group); prompts: prompts_per_step new "
+            "groups every step, as many as an unwindowed step takes, the carried episodes on top"
+        ),
+    )
+    min_groups: int | None = Field(
+        None,
+        ge=1,
+        description=(
+            "train_on finished: hold finished groups until at least this many are ready, then train them together, so "
+            "that no policy update is made of a few slow groups alone (e.g. rollout.prompts_per_step; None: train "
+            "whatever groups have finished); the critic warm-up's updates and the first policy update do not wait"
+        ),
+    )
 
     @model_validator(mode="after")
     def _min_groups_needs_finished(self) -> TPPOConfig:
         if self.min_groups is not None and self.train_on != "finished":
-            raise ValueError("algorithm.min_groups holds finished groups and needs algorithm.train_on=finished "
-                             "(or leave min_groups unset)")
+            raise ValueError(
+                "algorithm.min_groups holds finished groups and needs algorithm.train_on=finished "
+                "(or leave min_groups unset)"
+            )
         return self
 
 
@@ -109,9 +130,14 @@ class TPPO(PPO):
         """The tokens the value loss covers: every generated token of the finished sequences."""
         return batch.loss_mask * batch.finished[:, None]
 
-    def advantages(self, batch: Batch, max_new_tokens: int, values: torch.Tensor | None = None,
-                   bootstrap: torch.Tensor | None = None, ref_logp: torch.Tensor | None = None
-                   ) -> tuple[torch.Tensor, torch.Tensor]:
+    def advantages(
+        self,
+        batch: Batch,
+        max_new_tokens: int,
+        values: torch.Tensor | None = None,
+        bootstrap: torch.Tensor | None = None,
+        ref_logp: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Actor advantages (EGAE with λ_actor, whitened over the window and clamped; 0 outside the window) and
         critic targets (EGAE with λ_critic)."""
         if values is None:
@@ -130,8 +156,11 @@ class TPPO(PPO):
 
     def batch_metrics(self, batch: Batch) -> dict[str, float]:
         """PPO's, and how many sequences are still in play and how many tokens the window trained on."""
-        return {**super().batch_metrics(batch), "unfinished_share": float(1 - batch.finished.mean()),
-                "window_tokens": float(self.policy_mask(batch).sum())}
+        return {
+            **super().batch_metrics(batch),
+            "unfinished_share": float(1 - batch.finished.mean()),
+            "window_tokens": float(self.policy_mask(batch).sum()),
+        }
 
     def counts(self, batch: Batch) -> dict[str, torch.Tensor]:
         """``policy``: over the window's tokens; ``value``: over the finished sequences' tokens; ``nll``: over the
@@ -142,8 +171,9 @@ class TPPO(PPO):
             out["nll"] = agg_count(pmask * batch.correct[:, None], self.cfg.agg)
         return out
 
-    def loss(self, fwd: Forward, exp: Experience, counts: dict[str, torch.Tensor],
-             train_policy: bool = True) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    def loss(
+        self, fwd: Forward, exp: Experience, counts: dict[str, torch.Tensor], train_policy: bool = True
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """The policy loss on the window (when ``train_policy``) + vf_coef · clipped value loss on finished rows."""
         if fwd.values is None or exp.old_values is None or exp.returns is None:
             raise ValueError("tppo needs values, old values and returns")
@@ -153,7 +183,14 @@ class TPPO(PPO):
             loss, metrics = self.policy_loss(fwd, windowed, counts)
         else:
             loss, metrics = torch.zeros((), device=fwd.values.device), {}
-        vloss, vmetrics = clipped_value_loss(fwd.values, exp.old_values, exp.returns, self.value_mask(b),
-                                             self.cfg.eps_value, self.cfg.agg, counts["value"].clamp(min=1))
+        vloss, vmetrics = clipped_value_loss(
+            fwd.values,
+            exp.old_values,
+            exp.returns,
+            self.value_mask(b),
+            self.cfg.eps_value,
+            self.cfg.agg,
+            counts["value"].clamp(min=1),
+        )
         metrics.update(vmetrics, value_loss=vloss.detach())
         return loss + self.cfg.vf_coef * vloss, metrics

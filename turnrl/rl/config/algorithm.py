@@ -53,7 +53,9 @@ def algorithm_hooks() -> AlgorithmHooks:
             :mod:`turnrl.rl`, e.g. by file path).
     """
     if not _hooks:
-        raise RuntimeError("no algorithm registry is loaded, so the algorithm section cannot be resolved: import "
-                           "turnrl.rl (its package loads the registry, turnrl.rl.algorithms) before validating a "
-                           "training config")
+        raise RuntimeError(
+            "no algorithm registry is loaded, so the algorithm section cannot be resolved: import "
+            "turnrl.rl (its package loads the registry, turnrl.rl.algorithms) before validating a "
+            "training config"
+        )
     return _hooks[0]

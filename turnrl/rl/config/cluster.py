@@ -29,8 +29,11 @@ def check_resources(resources: dict[str, float], key: str) -> dict[str, float]:
             raise ValueError(f"{key}: resource name {name!r} is empty or has surrounding spaces")
         if name in RESERVED:
             instead = RESERVED[name]
-            hint = (f"set {key.rsplit('_', 1)[0]}_{instead} instead" if instead
-                    else "Ray accounts for it itself; name a custom resource of your nodes")
+            hint = (
+                f"set {key.rsplit('_', 1)[0]}_{instead} instead"
+                if instead
+                else "Ray accounts for it itself; name a custom resource of your nodes"
+            )
             raise ValueError(f"{key}: {name!r} is not a custom resource: {hint}")
         if not amount > 0:
             raise ValueError(f"{key}: {name} must be more than 0, got {amount}")
@@ -47,19 +50,35 @@ class RuntimeEnvConfig(BaseModel):
     (docs/cluster.md#shipping-your-code)."""
 
     model_config = ConfigDict(extra="forbid")
-    working_dir: str | None = Field(None, description=(
-        "a folder (relative: to the folder `turnrl train` runs in) uploaded to every node, where each worker starts "
-        "and imports from (its relative paths resolve there); or the URI of a zip (s3://, gs://, https://)"))
-    py_modules: list[str] = Field(default_factory=list, description=(
-        "module folders (packages), single .py files or .whl files uploaded and put on every worker's sys.path, or "
-        "their URIs"))
-    pip: list[str] | str | None = Field(None, description=(
-        "packages pip installs for the workers on every node (a list of requirements, or a requirements.txt path); "
-        "the node's own packages stay visible"))
-    env_vars: dict[str, str] = Field(default_factory=dict, description=(
-        "environment variables of every worker and rank (on top of the thread counts turnrl sets)"))
-    excludes: list[str] = Field(default_factory=list, description=(
-        "gitignore-style patterns left out of the working_dir upload (data, checkpoints, .venv, runs/)"))
+    working_dir: str | None = Field(
+        None,
+        description=(
+            "a folder (relative: to the folder `turnrl train` runs in) uploaded to every node, where each worker starts "
+            "and imports from (its relative paths resolve there); or the URI of a zip (s3://, gs://, https://)"
+        ),
+    )
+    py_modules: list[str] = Field(
+        default_factory=list,
+        description=(
+            "module folders (packages), single .py files or .whl files uploaded and put on every worker's sys.path, or "
+            "their URIs"
+        ),
+    )
+    pip: list[str] | str | None = Field(
+        None,
+        description=(
+            "packages pip installs for the workers on every node (a list of requirements, or a requirements.txt path); "
+            "the node's own packages stay visible"
+        ),
+    )
+    env_vars: dict[str, str] = Field(
+        default_factory=dict,
+        description=("environment variables of every worker and rank (on top of the thread counts turnrl sets)"),
+    )
+    excludes: list[str] = Field(
+        default_factory=list,
+        description=("gitignore-style patterns left out of the working_dir upload (data, checkpoints, .venv, runs/)"),
+    )
 
     @field_validator("py_modules")
     @classmethod

@@ -40,8 +40,9 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> TrainCo
         for n, p in enumerate(parents):
             node = node.setdefault(p, {})
             if not isinstance(node, dict):  # e.g. rollout.temperature.x=1: temperature is a value, not a section
-                raise ValueError(f"override {item}: {'.'.join(parents[: n + 1])} is a value ({node!r}), not a "
-                                 "section with keys")
+                raise ValueError(
+                    f"override {item}: {'.'.join(parents[: n + 1])} is a value ({node!r}), not a section with keys"
+                )
         node[leaf] = value
     return TrainConfig.model_validate(data)
 

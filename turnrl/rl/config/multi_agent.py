@@ -23,8 +23,12 @@ class LeagueConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
     size: int = Field(4, ge=1, description="past versions kept; the oldest leaves when a new one enters")
     every: int = Field(2, ge=1, description="a snapshot of the policy enters the pool before every N-th step")
-    latest: float = Field(0.25, ge=0, le=1, description="the share of steps played against the current policy "
-                          "itself instead of a past version")
+    latest: float = Field(
+        0.25,
+        ge=0,
+        le=1,
+        description="the share of steps played against the current policy itself instead of a past version",
+    )
 
 
 class PolicyConfig(BaseModel):
@@ -32,65 +36,104 @@ class PolicyConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     seats: list[str] = Field(min_length=1, description="the seats this policy plays (and trains on)")
-    init_from: str | None = Field(None, description="its starting weights: another run's OUT_DIR or checkpoint of "
-                                  "the same `model` (default: the run's starting policy)")
+    init_from: str | None = Field(
+        None,
+        description="its starting weights: another run's OUT_DIR or checkpoint of "
+        "the same `model` (default: the run's starting policy)",
+    )
 
 
 class MultiAgentConfig(BaseModel):
     """Seats, opponents and the held-out opponent of a multi-agent run."""
 
     model_config = ConfigDict(extra="forbid")
-    train_seats: list[str] | None = Field(None, description=(
-        "the seats whose episodes train the policy (default: every seat). Against a frozen opponent the policy "
-        "plays one of them per group of episodes, in turn by task and step, and the opponent the others"))
-    opponent: Opponent = Field(Opponent("self"), description=(
-        "who plays the other seats: self (the current policy: every seat is the policy), league (its past versions, "
-        "see `league`), random or perfect (tic-tac-toe players that need no model), or a frozen agent spec "
-        "(hf:PATH, run:OUT_DIR, openai:URL#MODEL)"))
+    train_seats: list[str] | None = Field(
+        None,
+        description=(
+            "the seats whose episodes train the policy (default: every seat). Against a frozen opponent the policy "
+            "plays one of them per group of episodes, in turn by task and step, and the opponent the others"
+        ),
+    )
+    opponent: Opponent = Field(
+        Opponent("self"),
+        description=(
+            "who plays the other seats: self (the current policy: every seat is the policy), league (its past versions, "
+            "see `league`), random or perfect (tic-tac-toe players that need no model), or a frozen agent spec "
+            "(hf:PATH, run:OUT_DIR, openai:URL#MODEL)"
+        ),
+    )
     league: LeagueConfig = Field(default_factory=LeagueConfig)
-    eval_opponent: Opponent | None = Field(None, description=(
-        "the opponent of the held-out evaluation: self, random or perfect (tic-tac-toe), or a frozen agent spec. "
-        "One the run trains against (see eval_not_held_out) is refused before a model loads. Default: random on "
-        "tic-tac-toe, else self (every seat the policy, as a cooperative game is played)"))
-    eval_not_held_out: bool = Field(False, description=(
-        "evaluate against an opponent the run trains against anyway (the policies of a cooperative game playing "
-        "together, self-play read as self-play): its figures are labelled 'not held out' (metrics.json `held_out`: "
-        "false, with the reason). Without it such a run is refused"))
-    eval_seat: str | None = Field(None, description="the seat the policy plays in held-out games (default: every "
-                                  "seat in turn)")
-    eval_temperature: float = Field(0.0, ge=0.0, le=2.0, description=(
-        "the sampling temperature of the held-out and validation games (0: greedy). A game that always starts from "
-        "one state, played greedily against a fixed player, is the same game every time from a seat (the report "
-        "counts `distinct_games`); above 0 every game samples its moves from its own seed, the same seeds at every "
-        "evaluation, so the games differ and two evaluations pair game by game"))
-    policies: dict[str, PolicyConfig] | None = Field(None, description=(
-        "separate trainable policies, by name, each playing its own seats with its own weights (a LoRA adapter each "
-        "under learner.lora, all on one copy of the base model), optimizer, version and checkpoint; every seat "
-        "belongs to exactly one. Default: one policy in every seat"))
+    eval_opponent: Opponent | None = Field(
+        None,
+        description=(
+            "the opponent of the held-out evaluation: self, random or perfect (tic-tac-toe), or a frozen agent spec. "
+            "One the run trains against (see eval_not_held_out) is refused before a model loads. Default: random on "
+            "tic-tac-toe, else self (every seat the policy, as a cooperative game is played)"
+        ),
+    )
+    eval_not_held_out: bool = Field(
+        False,
+        description=(
+            "evaluate against an opponent the run trains against anyway (the policies of a cooperative game playing "
+            "together, self-play read as self-play): its figures are labelled 'not held out' (metrics.json `held_out`: "
+            "false, with the reason). Without it such a run is refused"
+        ),
+    )
+    eval_seat: str | None = Field(
+        None, description="the seat the policy plays in held-out games (default: every seat in turn)"
+    )
+    eval_temperature: float = Field(
+        0.0,
+        ge=0.0,
+        le=2.0,
+        description=(
+            "the sampling temperature of the held-out and validation games (0: greedy). A game that always starts from "
+            "one state, played greedily against a fixed player, is the same game every time from a seat (the report "
+            "counts `distinct_games`); above 0 every game samples its moves from its own seed, the same seeds at every "
+            "evaluation, so the games differ and two evaluations pair game by game"
+        ),
+    )
+    policies: dict[str, PolicyConfig] | None = Field(
+        None,
+        description=(
+            "separate trainable policies, by name, each playing its own seats with its own weights (a LoRA adapter each "
+            "under learner.lora, all on one copy of the base model), optimizer, version and checkpoint; every seat "
+            "belongs to exactly one. Default: one policy in every seat"
+        ),
+    )
 
     @model_validator(mode="after")
     def _policies(self) -> MultiAgentConfig:
         if self.eval_opponent is not None and self.eval_opponent.kind == "league":
-            raise ValueError("multi_agent.eval_opponent: the league is the training opponent; held-out games need a "
-                             "fixed one (random, perfect, self or an agent spec)")
+            raise ValueError(
+                "multi_agent.eval_opponent: the league is the training opponent; held-out games need a "
+                "fixed one (random, perfect, self or an agent spec)"
+            )
         if self.policies is None:
             return self
         if len(self.policies) < 2:
-            raise ValueError("multi_agent.policies names one policy: drop it (one policy plays every seat by default) "
-                             "or name two or more")
+            raise ValueError(
+                "multi_agent.policies names one policy: drop it (one policy plays every seat by default) "
+                "or name two or more"
+            )
         owner: dict[str, str] = {}
         for name, p in self.policies.items():
             if not name or "::" in name or "/" in name:
-                raise ValueError(f"policy name {name!r}: use letters, digits, - and _ (it names the policy's metrics, "
-                                 "checkpoint entry and weights)")
+                raise ValueError(
+                    f"policy name {name!r}: use letters, digits, - and _ (it names the policy's metrics, "
+                    "checkpoint entry and weights)"
+                )
             for seat in p.seats:
                 if seat in owner:
-                    raise ValueError(f"seat {seat!r} is played by two policies ({owner[seat]!r} and {name!r}): give "
-                                     "each seat to one")
+                    raise ValueError(
+                        f"seat {seat!r} is played by two policies ({owner[seat]!r} and {name!r}): give each seat to one"
+                    )
                 owner[seat] = name
         if self.opponent.kind != "self":
-            raise ValueError(f"multi_agent.policies plays every seat with its own policy, so there is no opponent "
-                             f"to set (opponent: {self.opponent!r}); drop `opponent`")
+            raise ValueError(
+                f"multi_agent.policies plays every seat with its own policy, so there is no opponent "
+                f"to set (opponent: {self.opponent!r}); drop `opponent`"
+            )
         if self.train_seats is not None:
             raise ValueError("multi_agent.policies trains every policy on its own seats: drop train_seats")
         return self
@@ -116,8 +159,9 @@ class MultiAgentConfig(BaseModel):
         name = self.held_out_opponent(env_id)
         if who(name, model, out_dir) not in self.trained_against():
             return None
-        evaluated = f"multi_agent.eval_opponent {name!r}" + ("" if self.eval_opponent is not None else
-                                                            f" (the default on {env_id})")
+        evaluated = f"multi_agent.eval_opponent {name!r}" + (
+            "" if self.eval_opponent is not None else f" (the default on {env_id})"
+        )
         if self.policies is not None:
             trained = f"multi_agent.policies ({', '.join(self.policies)}), which train together"
         elif self.opponent.is_policy:
@@ -140,8 +184,9 @@ def who(name: str, model: str | None = None, out_dir: str | None = None) -> str:
     kind, sep, rest = name.partition(":")
     if sep and kind == "run":
         path = Path(rest.partition("#")[0]).expanduser().resolve()
-        if out_dir is not None and (path == Path(out_dir).expanduser().resolve()
-                                    or Path(out_dir).expanduser().resolve() in path.parents):
+        if out_dir is not None and (
+            path == Path(out_dir).expanduser().resolve() or Path(out_dir).expanduser().resolve() in path.parents
+        ):
             return "self"
         return f"run:{path}"
     bare = (rest if sep and kind == "hf" else name).rstrip("/")

@@ -31,16 +31,29 @@ class RewardConfig(BaseModel):
     environment's own grading."""
 
     model_config = ConfigDict(extra="forbid")
-    judge: AgentSpec = Field(AgentSpec("policy"), description=(
-        "the judge: `policy` (the model being trained, with its current weights — no second model in memory) or an "
-        "agent spec (a built-in model name, a path, hf:PATH, openai:URL#MODEL), its form checked at load"))
-    route: dict[str, Route] = Field(default_factory=dict, description=(
-        "per mixture member name (turnrl/Mixture-v0's `name`s) or environment id: rule, judge or auto"))
-    default: Route = Field("auto", description="the route of tasks `route` does not name (auto: rule where the "
-                           "reference is a number or a formula or the task has tests, else judge)")
-    template: str | None = Field(None, description=(
-        "the judge's prompt, with the fields {question}, {gold} and {prediction}; it must end by asking for a last "
-        "line that is exactly YES or NO (default: the built-in outcome template)"))
+    judge: AgentSpec = Field(
+        AgentSpec("policy"),
+        description=(
+            "the judge: `policy` (the model being trained, with its current weights — no second model in memory) or an "
+            "agent spec (a built-in model name, a path, hf:PATH, openai:URL#MODEL), its form checked at load"
+        ),
+    )
+    route: dict[str, Route] = Field(
+        default_factory=dict,
+        description=("per mixture member name (turnrl/Mixture-v0's `name`s) or environment id: rule, judge or auto"),
+    )
+    default: Route = Field(
+        "auto",
+        description="the route of tasks `route` does not name (auto: rule where the "
+        "reference is a number or a formula or the task has tests, else judge)",
+    )
+    template: str | None = Field(
+        None,
+        description=(
+            "the judge's prompt, with the fields {question}, {gold} and {prediction}; it must end by asking for a last "
+            "line that is exactly YES or NO (default: the built-in outcome template)"
+        ),
+    )
     max_new_tokens: int = Field(128, ge=1, description="the longest judgement")
     max_prediction_chars: int = Field(2000, ge=16, description="the end of the final reply the judge sees, at most")
 
@@ -52,13 +65,14 @@ class RewardConfig(BaseModel):
         try:
             template.format(**dict.fromkeys(TEMPLATE_FIELDS, "x"))
         except (KeyError, IndexError, ValueError) as e:
-            raise ValueError(f"reward.template may use only the fields {{question}}, {{gold}} and {{prediction}} "
-                             f"(write braces as {{{{ }}}}): {type(e).__name__}: {e}") from None
+            raise ValueError(
+                f"reward.template may use only the fields {{question}}, {{gold}} and {{prediction}} "
+                f"(write braces as {{{{ }}}}): {type(e).__name__}: {e}"
+            ) from None
         missing = [k for k in ("gold", "prediction") if "{" + k + "}" not in template]
         if missing:
             raise ValueError(f"reward.template must show the judge {', '.join('{' + k + '}' for k in missing)}")
         return template
-
 
 
 class ProcessRewardConfig(BaseModel):
@@ -69,7 +83,11 @@ class ProcessRewardConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
     model: str = Field(description="the PRM's folder (`turnrl prm train … --out FOLDER`)")
     coef: float = Field(0.5, gt=0, description="the scale of the dense rewards")
-    form: Literal["delta", "value"] = Field("delta", description=(
-        "delta: the change of the PRM's value since the line before, and the last value taken back at the reply's "
-        "end (potential-based: a reply's dense rewards add up to the same amount whatever it writes); value: the "
-        "PRM's value at each line end divided by the reply's line count (the paper's; lines that look right pay)"))
+    form: Literal["delta", "value"] = Field(
+        "delta",
+        description=(
+            "delta: the change of the PRM's value since the line before, and the last value taken back at the reply's "
+            "end (potential-based: a reply's dense rewards add up to the same amount whatever it writes); value: the "
+            "PRM's value at each line end divided by the reply's line count (the paper's; lines that look right pay)"
+        ),
+    )

@@ -38,8 +38,9 @@ class DifficultyTasks(_Tasks):
     strategy: Literal["difficulty"] = Field("difficulty", description="tasks near a 50 % pass rate preferred")
     ema: float = Field(0.5, gt=0, le=1, description="the weight of the newest group in a pass rate's average")
     epsilon: float = Field(0.02, gt=0, description="added to every weight, so that no task becomes unreachable")
-    prior: float = Field(0.5, ge=0, le=1, description="the pass rate assumed of a member none of whose tasks has "
-                         "been played")
+    prior: float = Field(
+        0.5, ge=0, le=1, description="the pass rate assumed of a member none of whose tasks has been played"
+    )
 
 
 class PrePPOTasks(_Tasks):
@@ -58,8 +59,12 @@ class CurriculumStage(_Tasks):
 
     members: list[str] = Field(min_length=1, description="mixture member names (turnrl/Mixture-v0's `name`s)")
     steps: int | None = Field(None, ge=1, description="move on after this many steps in the stage")
-    success: float | None = Field(None, gt=0, le=1, description="move on once the stage's rollout success, averaged "
-                                  "over the last `window` steps, reaches this")
+    success: float | None = Field(
+        None,
+        gt=0,
+        le=1,
+        description="move on once the stage's rollout success, averaged over the last `window` steps, reaches this",
+    )
     window: int = Field(3, ge=1)
 
 
@@ -68,17 +73,21 @@ class CurriculumTasks(_Tasks):
     each until its switch rule (``steps`` or ``success``, whichever comes first) holds; the last stage needs none."""
 
     strategy: Literal["curriculum"] = Field("curriculum", description="stages of mixture members")
-    stages: list[CurriculumStage] = Field(min_length=1, description="the stages in order, each {members, steps?, "
-                                          "success?, window?}")
+    stages: list[CurriculumStage] = Field(
+        min_length=1, description="the stages in order, each {members, steps?, success?, window?}"
+    )
 
     @model_validator(mode="after")
     def _rules(self) -> CurriculumTasks:
         for i, s in enumerate(self.stages[:-1]):
             if s.steps is None and s.success is None:
-                raise ValueError(f"curriculum stage {i} ({', '.join(s.members)}) has no switch rule: give it `steps` "
-                                 "or `success` (only the last stage may go on to the end)")
+                raise ValueError(
+                    f"curriculum stage {i} ({', '.join(s.members)}) has no switch rule: give it `steps` "
+                    "or `success` (only the last stage may go on to the end)"
+                )
         return self
 
 
-TaskConfig = Annotated[SequentialTasks | UniformTasks | DifficultyTasks | PrePPOTasks | CurriculumTasks,
-                       Field(discriminator="strategy")]
+TaskConfig = Annotated[
+    SequentialTasks | UniformTasks | DifficultyTasks | PrePPOTasks | CurriculumTasks, Field(discriminator="strategy")
+]

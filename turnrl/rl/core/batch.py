@@ -153,14 +153,24 @@ def collate(trajectories: Sequence[Trajectory], pad_id: int, roles: Mapping[str,
         group_ids[b] = groups.setdefault(key, len(groups))
     tree_paths, tree_depth = _tree_fields(trajectories, turn_ids)
     return Batch(
-        input_ids=input_ids, attention_mask=attention, loss_mask=loss_mask, old_logp=old_logp, token_rewards=rewards,
-        turn_ids=turn_ids, roles=role_ids, response_lengths=loss_mask.sum(-1),
+        input_ids=input_ids,
+        attention_mask=attention,
+        loss_mask=loss_mask,
+        old_logp=old_logp,
+        token_rewards=rewards,
+        turn_ids=turn_ids,
+        roles=role_ids,
+        response_lengths=loss_mask.sum(-1),
         scores=torch.tensor([t.total_reward for t in trajectories], dtype=torch.float32),
-        correct=torch.tensor([float(bool(t.correct)) for t in trajectories]), group_ids=group_ids,
-        truncated=torch.tensor([float(t.truncated and not t.terminated) for t in trajectories]), versions=versions,
+        correct=torch.tensor([float(bool(t.correct)) for t in trajectories]),
+        group_ids=group_ids,
+        truncated=torch.tensor([float(t.truncated and not t.terminated) for t in trajectories]),
+        versions=versions,
         window_start=torch.tensor([int(t.metadata.get("window_start", 0)) for t in trajectories], dtype=torch.long),
         finished=torch.tensor([0.0 if t.metadata.get("partial") else 1.0 for t in trajectories]),
-        segment_ids=segment_ids, tree_paths=tree_paths, tree_depth=tree_depth,
+        segment_ids=segment_ids,
+        tree_paths=tree_paths,
+        tree_depth=tree_depth,
     )
 
 

@@ -34,8 +34,12 @@ def _after(proj: torch.nn.Linear, hidden: torch.Tensor) -> torch.Tensor:
     return proj(torch.nn.functional.layer_norm(hidden.float(), hidden.shape[-1:])).squeeze(-1)
 
 
-def _values(proj: torch.nn.Linear, hidden: torch.Tensor, lengths: torch.Tensor | None = None,
-            segment_ids: torch.Tensor | None = None) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+def _values(
+    proj: torch.nn.Linear,
+    hidden: torch.Tensor,
+    lengths: torch.Tensor | None = None,
+    segment_ids: torch.Tensor | None = None,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """``(B, T, H)`` features → ``(B, T)`` values of the state before each token (position 0, and with
     ``segment_ids`` the first token of each segment, get 0).
 
@@ -65,8 +69,9 @@ class ValueHead(torch.nn.Module):
         super().__init__()
         self.proj = _zero_linear(hidden_size)
 
-    def forward(self, last_hidden: torch.Tensor, lengths: torch.Tensor | None = None,
-                segment_ids: torch.Tensor | None = None) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        self, last_hidden: torch.Tensor, lengths: torch.Tensor | None = None, segment_ids: torch.Tensor | None = None
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """``(B, T, H)`` hidden states → ``(B, T)`` values aligned to token positions (and, given ``lengths``, the
         ``(B,)`` values after each row's last token). With ``segment_ids`` the hidden states must be per segment
         (:func:`turnrl.rl.core.forward.forward_tokens` given the same ``segment_ids``)."""
@@ -89,8 +94,10 @@ class SeparateCritic(torch.nn.Module):
         super().__init__()
         embeddings = model.get_input_embeddings().num_embeddings
         if embeddings < vocab_size:
-            raise ValueError(f"the critic model has {embeddings} token embeddings but the policy's tokenizer has "
-                             f"{vocab_size} tokens; the critic must share the policy's tokenizer")
+            raise ValueError(
+                f"the critic model has {embeddings} token embeddings but the policy's tokenizer has "
+                f"{vocab_size} tokens; the critic must share the policy's tokenizer"
+            )
         self.backbone = model.base_model
         self.proj = _zero_linear(model.config.hidden_size)
 
@@ -99,14 +106,22 @@ class SeparateCritic(torch.nn.Module):
         trained as this critic predicts at a line end: :mod:`turnrl.methods.prm`)."""
         return _after(self.proj, self.backbone(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state)
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, lengths: torch.Tensor | None = None,
-                segment_ids: torch.Tensor | None = None) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        lengths: torch.Tensor | None = None,
+        segment_ids: torch.Tensor | None = None,
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """``(B, T)`` token ids → ``(B, T)`` values aligned to token positions (and, given ``lengths``, the ``(B,)``
         values after each row's last token); with ``segment_ids`` each context segment is run alone (one call)."""
         segments = Segments.of(attention_mask, segment_ids)
         if segments is None:
             hidden = self.backbone(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
         else:
-            hidden = segments.pack(self.backbone(input_ids=segments.unpack(input_ids),
-                                                 attention_mask=segments.attention_mask).last_hidden_state)
+            hidden = segments.pack(
+                self.backbone(
+                    input_ids=segments.unpack(input_ids), attention_mask=segments.attention_mask
+                ).last_hidden_state
+            )
         return _values(self.proj, hidden, lengths, segment_ids)

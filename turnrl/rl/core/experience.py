@@ -32,8 +32,11 @@ class Experience:
     def select(self, index: torch.Tensor | Sequence[int]) -> Experience:
         """The rows ``index`` (micro-batches, rank shards)."""
         idx = torch.as_tensor(index, dtype=torch.long, device=self.adv.device)
-        rows: dict[str, Any] = {f.name: None if getattr(self, f.name) is None else getattr(self, f.name)[idx]
-                                for f in fields(self) if f.name != "batch"}
+        rows: dict[str, Any] = {
+            f.name: None if getattr(self, f.name) is None else getattr(self, f.name)[idx]
+            for f in fields(self)
+            if f.name != "batch"
+        }
         return Experience(self.batch.select(idx), **rows)
 
 
@@ -85,9 +88,14 @@ class Objective(Protocol):
         """The generated tokens an update trains the policy on."""
         ...
 
-    def advantages(self, batch: Batch, max_new_tokens: int, values: torch.Tensor | None = None,
-                   bootstrap: torch.Tensor | None = None, ref_logp: torch.Tensor | None = None
-                   ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def advantages(
+        self,
+        batch: Batch,
+        max_new_tokens: int,
+        values: torch.Tensor | None = None,
+        bootstrap: torch.Tensor | None = None,
+        ref_logp: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """``(adv (B, T), returns (B, T) or None)`` over the whole batch."""
         ...
 
@@ -95,7 +103,8 @@ class Objective(Protocol):
         """Additive normalizers of the aggregated loss terms on ``batch``."""
         ...
 
-    def loss(self, fwd: Forward, exp: Experience, counts: dict[str, torch.Tensor],
-             train_policy: bool = True) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    def loss(
+        self, fwd: Forward, exp: Experience, counts: dict[str, torch.Tensor], train_policy: bool = True
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """The loss of one micro-batch under the step's global ``counts``, and tensor metrics."""
         ...

@@ -39,8 +39,9 @@ def load_critic_backbone(spec: str) -> torch.nn.Module:
     return make_agent(spec, batch_size=1).model
 
 
-def build_models(algorithm: Any, policy: Any, tokenizer: Any,
-                 load: Callable[[str], torch.nn.Module] = load_critic_backbone) -> Models:
+def build_models(
+    algorithm: Any, policy: Any, tokenizer: Any, load: Callable[[str], torch.nn.Module] = load_critic_backbone
+) -> Models:
     """Build what ``algorithm`` needs beside ``policy``, on the policy's device.
 
     Args:

@@ -53,7 +53,9 @@ class Segments:
         steps = torch.arange(int(lens.max()), device=device)
         self.valid = steps[None] < lens[:, None]  # (S, T_max)
         self.attention_mask = self.valid.long()
-        self.src = torch.where(self.valid, starts[:, None] + steps[None], torch.zeros_like(self.valid, dtype=torch.long))
+        self.src = torch.where(
+            self.valid, starts[:, None] + steps[None], torch.zeros_like(self.valid, dtype=torch.long)
+        )
 
     @classmethod
     def of(cls, attention_mask: torch.Tensor, segment_ids: torch.Tensor | None) -> Segments | None:
@@ -93,19 +95,36 @@ class Segments:
 PASS_OVERHEAD = 32  # what one more forward call costs, in tokens of a pass (its launch, a few small kernels)
 
 
-def token_logprobs(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                   temperature: float = 1.0, *, loss_mask: torch.Tensor | None = None,
-                   share_prefix: bool = False, segment_ids: torch.Tensor | None = None, lanes: bool = False,
-                   prefix_tree: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+def token_logprobs(
+    model: torch.nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    temperature: float = 1.0,
+    *,
+    loss_mask: torch.Tensor | None = None,
+    share_prefix: bool = False,
+    segment_ids: torch.Tensor | None = None,
+    lanes: bool = False,
+    prefix_tree: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """``(logp, entropy)``, both ``(B, T)``, aligned to token positions (see :func:`forward_tokens`)."""
-    logp, entropy, _ = forward_tokens(model, input_ids, attention_mask, temperature, loss_mask=loss_mask,
-                                      share_prefix=share_prefix, segment_ids=segment_ids, lanes=lanes,
-                                      prefix_tree=prefix_tree)
+    logp, entropy, _ = forward_tokens(
+        model,
+        input_ids,
+        attention_mask,
+        temperature,
+        loss_mask=loss_mask,
+        share_prefix=share_prefix,
+        segment_ids=segment_ids,
+        lanes=lanes,
+        prefix_tree=prefix_tree,
+    )
     return logp, entropy
 
 
-def sequence_logprobs(model: torch.nn.Module, sequences: list[list[int]], temperature: float = 1.0
-                      ) -> list[list[float]]:
+def sequence_logprobs(
+    model: torch.nn.Module, sequences: list[list[int]], temperature: float = 1.0
+) -> list[list[float]]:
     """Each token's log-probability given the tokens before it (position 0: 0.0), for unpadded token lists; the
     probe that compares the weights two processes hold (a learner rank and a rollout worker)."""
     device = next(model.parameters()).device
@@ -120,11 +139,20 @@ def sequence_logprobs(model: torch.nn.Module, sequences: list[list[int]], temper
     return [logp[i, : len(s)].tolist() for i, s in enumerate(sequences)]
 
 
-def forward_tokens(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                   temperature: float = 1.0, hidden: bool = False, *, loss_mask: torch.Tensor | None = None,
-                   share_prefix: bool = False, segment_ids: torch.Tensor | None = None, scores: bool = True,
-                   lanes: bool = False, prefix_tree: bool = False
-                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+def forward_tokens(
+    model: torch.nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    temperature: float = 1.0,
+    hidden: bool = False,
+    *,
+    loss_mask: torch.Tensor | None = None,
+    share_prefix: bool = False,
+    segment_ids: torch.Tensor | None = None,
+    scores: bool = True,
+    lanes: bool = False,
+    prefix_tree: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """``(logp, entropy, last_hidden)`` of right-padded sequences.
 
     Args:
@@ -150,11 +178,22 @@ def forward_tokens(model: torch.nn.Module, input_ids: torch.Tensor, attention_ma
     segments = Segments.of(attention_mask, segment_ids)
     if segments is not None:
         logp, entropy, last_hidden = forward_tokens(
-            model, segments.unpack(input_ids), segments.attention_mask, temperature, hidden,
+            model,
+            segments.unpack(input_ids),
+            segments.attention_mask,
+            temperature,
+            hidden,
             loss_mask=None if loss_mask is None else segments.unpack(loss_mask) * segments.valid,
-            share_prefix=share_prefix, scores=scores, lanes=lanes, prefix_tree=prefix_tree)
-        return (segments.pack(logp), segments.pack(entropy),
-                None if last_hidden is None else segments.pack(last_hidden))
+            share_prefix=share_prefix,
+            scores=scores,
+            lanes=lanes,
+            prefix_tree=prefix_tree,
+        )
+        return (
+            segments.pack(logp),
+            segments.pack(entropy),
+            None if last_hidden is None else segments.pack(last_hidden),
+        )
     B, T = input_ids.shape
     device = input_ids.device
     lengths = attention_mask.sum(-1)
@@ -173,8 +212,19 @@ def forward_tokens(model: torch.nn.Module, input_ids: torch.Tensor, attention_ma
         return [list(range(len(spans)))] if spans else []
 
     if prefix_tree and loss_mask is not None and full_attention_only(model):
-        for piece in prefix_tree_pieces(model, input_ids, attention_mask, list(range(B)), first.tolist(),
-                                        temperature, hidden, scores, _score, 2 * PASS_OVERHEAD, cut):
+        for piece in prefix_tree_pieces(
+            model,
+            input_ids,
+            attention_mask,
+            list(range(B)),
+            first.tolist(),
+            temperature,
+            hidden,
+            scores,
+            _score,
+            2 * PASS_OVERHEAD,
+            cut,
+        ):
             idx = torch.tensor(piece.rows, device=device)
             if piece.logp is not None:
                 assert piece.entropy is not None  # scored together
@@ -201,8 +251,9 @@ def forward_tokens(model: torch.nn.Module, input_ids: torch.Tensor, attention_ma
         for lane in cut(spans, F + PASS_OVERHEAD):
             part = [rows[k] for k in lane]
             end = int(lengths[part].max())
-            lp, ent, h = _shared_prompt_pass(model, input_ids, attention_mask, part, F, end, temperature, hidden,
-                                             scores)
+            lp, ent, h = _shared_prompt_pass(
+                model, input_ids, attention_mask, part, F, end, temperature, hidden, scores
+            )
             idx = torch.tensor(part, device=device)
             if scores:
                 logp[idx, F:end] = lp
@@ -213,8 +264,12 @@ def forward_tokens(model: torch.nn.Module, input_ids: torch.Tensor, attention_ma
     for lane in cut([int(lengths[b]) for b in rest], PASS_OVERHEAD):
         idx = torch.tensor(sorted(rest[k] for k in lane), device=device)
         F, end = int(first[idx].min()), int(lengths[idx].max())
-        out = model(input_ids=input_ids[idx, :end], attention_mask=attention_mask[idx, :end],
-                    output_hidden_states=hidden, logits_to_keep=max(end - F + 1, 1) if scores else 1)
+        out = model(
+            input_ids=input_ids[idx, :end],
+            attention_mask=attention_mask[idx, :end],
+            output_hidden_states=hidden,
+            logits_to_keep=max(end - F + 1, 1) if scores else 1,
+        )
         if end > F and scores:
             lp, ent = _score(out.logits[:, -(end - F + 1) : -1], input_ids[idx, F:end], temperature)
             logp[idx, F:end] = lp
@@ -242,22 +297,38 @@ def counted_tokens(model: torch.nn.Module) -> Iterator[list[int]]:
         hook.remove()
 
 
-def _shared_prompt_pass(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                        rows: list[int], F: int, end: int, temperature: float, hidden: bool,
-                        scores: bool = True):
+def _shared_prompt_pass(
+    model: torch.nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    rows: list[int],
+    F: int,
+    end: int,
+    temperature: float,
+    hidden: bool,
+    scores: bool = True,
+):
     """One pass of the common prompt ``[0, F)``, then the rows' continuations ``[F, end)`` on its keys/values
     (``scores`` False: hidden states only; the log-probabilities and entropies returned are None)."""
     n = len(rows)
     idx = torch.tensor(rows, device=input_ids.device)
-    head = model(input_ids=input_ids[rows[0] : rows[0] + 1, :F], use_cache=True, logits_to_keep=1,
-                 output_hidden_states=hidden)
+    head = model(
+        input_ids=input_ids[rows[0] : rows[0] + 1, :F], use_cache=True, logits_to_keep=1, output_hidden_states=hidden
+    )
     cache = head.past_key_values
     cache.batch_repeat_interleave(n)
     tail_ids = input_ids[idx, F:end]
     mask = torch.cat([attention_mask.new_ones((n, F)), attention_mask[idx, F:end]], 1)
     positions = torch.arange(F, end, device=input_ids.device)[None].expand(n, -1)
-    tail = model(input_ids=tail_ids, attention_mask=mask, position_ids=positions, past_key_values=cache,
-                 use_cache=True, output_hidden_states=hidden, logits_to_keep=0 if scores else 1)
+    tail = model(
+        input_ids=tail_ids,
+        attention_mask=mask,
+        position_ids=positions,
+        past_key_values=cache,
+        use_cache=True,
+        output_hidden_states=hidden,
+        logits_to_keep=0 if scores else 1,
+    )
     lp = ent = None
     if scores:
         logits = torch.cat([head.logits[:, -1:].expand(n, 1, -1), tail.logits[:, :-1]], 1)  # predict tokens F..end-1
@@ -280,8 +351,9 @@ def _score(logits: torch.Tensor, targets: torch.Tensor, temperature: float) -> t
     return lp, ent
 
 
-def _place(full: torch.Tensor | None, part: torch.Tensor, idx: torch.Tensor, B: int, T: int, start: int = 0
-           ) -> torch.Tensor:
+def _place(
+    full: torch.Tensor | None, part: torch.Tensor, idx: torch.Tensor, B: int, T: int, start: int = 0
+) -> torch.Tensor:
     """Write ``part`` (rows ``idx``, or one row for all of them; positions ``[start, start + len)``) into a detached
     ``(B, T, H)`` tensor."""
     part = part.detach()

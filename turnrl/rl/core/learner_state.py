@@ -69,11 +69,15 @@ class WeightsAndState:
     def state_dict(self) -> dict[str, Any]:
         """Everything the learner needs to continue exactly."""
         t = self.trainable
-        return {**policy_state(t.model, t.lora),  # of a LoRA policy: the adapters
-                "optimizer": t.optimizer.state_dict(),
-                "value_head": t.value_head.state_dict() if t.value_head is not None else None,
-                "critic": t.critic.state_dict() if t.critic is not None else None,
-                "scheduler": t.scheduler.state_dict(), "version": t.version, "updates": t.updates}
+        return {
+            **policy_state(t.model, t.lora),  # of a LoRA policy: the adapters
+            "optimizer": t.optimizer.state_dict(),
+            "value_head": t.value_head.state_dict() if t.value_head is not None else None,
+            "critic": t.critic.state_dict() if t.critic is not None else None,
+            "scheduler": t.scheduler.state_dict(),
+            "version": t.version,
+            "updates": t.updates,
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state_dict`.
@@ -82,8 +86,10 @@ class WeightsAndState:
             ValueError: the checkpoint is of a run with several policies (``multi_agent.policies``).
         """
         if "policies" in state and "optimizer" not in state:
-            raise ValueError(f"the checkpoint holds policies {sorted(state['policies'])} and this run has one: resume "
-                             "with the same multi_agent.policies")
+            raise ValueError(
+                f"the checkpoint holds policies {sorted(state['policies'])} and this run has one: resume "
+                "with the same multi_agent.policies"
+            )
         t = self.trainable
         restore(t.model, state, t.lora if is_lora(t.model) else None)  # marks the weights changed
         if t.value_head is not None:

@@ -21,7 +21,15 @@ from typing import Any
 from turnrl.types import Trajectory
 
 #: figures that are counts: added up over the policies
-SUMMED = ("dropped_episodes", "train_tokens", "pass_tokens", "skipped", "untrainable_episodes", "error_episodes", "lag0_tokens")
+SUMMED = (
+    "dropped_episodes",
+    "train_tokens",
+    "pass_tokens",
+    "skipped",
+    "untrainable_episodes",
+    "error_episodes",
+    "lag0_tokens",
+)
 #: figures that are means over tokens, by the count of those tokens: averaged weighted by it
 WEIGHTED = {"logp_diff_lag0": "lag0_tokens"}
 
@@ -170,8 +178,10 @@ class LearnerSet:
         """
         saved = state.get("policies")
         if saved is None or set(saved) != set(self.learners):
-            raise ValueError(f"the checkpoint holds policies {sorted(saved or [])}, this run has "
-                             f"{sorted(self.learners)}: resume with the same multi_agent.policies")
+            raise ValueError(
+                f"the checkpoint holds policies {sorted(saved or [])}, this run has "
+                f"{sorted(self.learners)}: resume with the same multi_agent.policies"
+            )
         for name, learner in self.learners.items():
             learner.load_state_dict(saved[name])
 

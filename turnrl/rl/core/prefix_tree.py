@@ -73,9 +73,19 @@ def _cache(kv: KV | None, n: int) -> DynamicCache | None:
     return cache
 
 
-def prefix_tree_pieces(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, rows: list[int],
-                       first: list[int], temperature: float, hidden: bool, scores: bool, score: Score,
-                       min_shared: int, lanes: Callable[[list[int], int], list[list[int]]]) -> list[Piece]:
+def prefix_tree_pieces(
+    model: Any,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    rows: list[int],
+    first: list[int],
+    temperature: float,
+    hidden: bool,
+    scores: bool,
+    score: Score,
+    min_shared: int,
+    lanes: Callable[[list[int], int], list[list[int]]],
+) -> list[Piece]:
     """The passes of ``rows`` (right-padded rows of ``input_ids``) as a prefix tree; see the module docstring.
 
     Args:
@@ -89,8 +99,9 @@ def prefix_tree_pieces(model: Any, input_ids: torch.Tensor, attention_mask: torc
     pieces: list[Piece] = []
     device = input_ids.device
 
-    def scored_part(logits: torch.Tensor, carry: torch.Tensor | None, targets: torch.Tensor, c: int, lo: int
-                    ) -> tuple[torch.Tensor, torch.Tensor]:
+    def scored_part(
+        logits: torch.Tensor, carry: torch.Tensor | None, targets: torch.Tensor, c: int, lo: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         # the logits of positions lo−1 .. end−2 predict tokens lo .. end−1; the carry (position c−1) when lo == c
         parts: list[torch.Tensor] = []
         if lo == c:  # c ≥ 1 here (lo ≥ 1): the caller carries the logits at c − 1
@@ -98,16 +109,21 @@ def prefix_tree_pieces(model: Any, input_ids: torch.Tensor, attention_mask: torc
             parts.append(carry.expand(len(logits), 1, -1))
         return score(torch.cat([*parts, logits[:, :-1]], 1), targets, temperature)
 
-    def shared(R: list[int], c: int, e: int, kv: KV | None, carry: torch.Tensor | None
-               ) -> tuple[KV, torch.Tensor]:
+    def shared(R: list[int], c: int, e: int, kv: KV | None, carry: torch.Tensor | None) -> tuple[KV, torch.Tensor]:
         """Run ``[c, e)`` of the rows ``R`` once; the keys/values of ``[0, e)`` and the logits at ``e − 1``."""
         lo = max(c, min(first[b] for b in R), 1)
         keep = e - max(c, lo - 1) if scores and lo < e else 1
         cache = _cache(kv, 1)
         positions = torch.arange(c, e, device=device)[None]
-        out = model(input_ids=input_ids[R[0] : R[0] + 1, c:e], position_ids=positions, past_key_values=cache,
-                    attention_mask=attention_mask.new_ones((1, e)), use_cache=True, output_hidden_states=hidden,
-                    logits_to_keep=keep)
+        out = model(
+            input_ids=input_ids[R[0] : R[0] + 1, c:e],
+            position_ids=positions,
+            past_key_values=cache,
+            attention_mask=attention_mask.new_ones((1, e)),
+            use_cache=True,
+            output_hidden_states=hidden,
+            logits_to_keep=keep,
+        )
         lp = ent = None
         if scores and lo < e:
             lp, ent = scored_part(out.logits, carry, input_ids[R[0] : R[0] + 1, lo:e], c, lo)
@@ -127,9 +143,15 @@ def prefix_tree_pieces(model: Any, input_ids: torch.Tensor, attention_mask: torc
             idx = torch.tensor(part, device=device)
             mask = torch.cat([attention_mask.new_ones((n, c)), attention_mask[idx, c:end]], 1)
             positions = torch.arange(c, end, device=device)[None].expand(n, -1)
-            out = model(input_ids=input_ids[idx, c:end], attention_mask=mask, position_ids=positions,
-                        past_key_values=_cache(kv, n), use_cache=kv is not None, output_hidden_states=hidden,
-                        logits_to_keep=keep)
+            out = model(
+                input_ids=input_ids[idx, c:end],
+                attention_mask=mask,
+                position_ids=positions,
+                past_key_values=_cache(kv, n),
+                use_cache=kv is not None,
+                output_hidden_states=hidden,
+                logits_to_keep=keep,
+            )
             lp = ent = None
             if scores and lo < end:
                 lp, ent = scored_part(out.logits, carry, input_ids[idx, lo:end], c, lo)

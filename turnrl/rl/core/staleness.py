@@ -20,14 +20,16 @@ def staleness_metrics(versions: torch.Tensor, mask: torch.Tensor, version: int) 
     return out
 
 
-def logp_diff_by_lag(diff: torch.Tensor, versions: torch.Tensor, mask: torch.Tensor, version: int
-                     ) -> dict[str, float]:
+def logp_diff_by_lag(diff: torch.Tensor, versions: torch.Tensor, mask: torch.Tensor, version: int) -> dict[str, float]:
     """``logp_diff_lag{d}``: the mean |learner − sampler| log-probability gap over the tokens sampled ``d`` versions
     before ``version`` (d = 0, 1, 2, 3 or more): how far the policy moved since a stale token was sampled."""
     known = (versions >= 0) & mask.bool()
     lag = (version - versions).clamp(max=3)
-    return {f"logp_diff_lag{d}": float(diff[known & (lag == d)].mean()) for d in range(4)
-            if bool((known & (lag == d)).any())}
+    return {
+        f"logp_diff_lag{d}": float(diff[known & (lag == d)].mean())
+        for d in range(4)
+        if bool((known & (lag == d)).any())
+    }
 
 
 def lag0_gap(diff: torch.Tensor, versions: torch.Tensor, mask: torch.Tensor, version: int) -> dict[str, float]:
@@ -51,5 +53,8 @@ def lag0_gap(diff: torch.Tensor, versions: torch.Tensor, mask: torch.Tensor, ver
     if not bool(lag0.any()):
         return {}
     d = diff[lag0].float()
-    return {"lag0_tokens": float(lag0.sum()), "lag0_gap_max": float(d.abs().max()),
-            "lag0_excess_max": float(d.max().clamp(min=0))}
+    return {
+        "lag0_tokens": float(lag0.sum()),
+        "lag0_gap_max": float(d.abs().max()),
+        "lag0_excess_max": float(d.max().clamp(min=0)),
+    }

@@ -47,8 +47,10 @@ def check_folder(folder: str | Path) -> Path:
     """
     path = Path(folder)
     if not (path / FILE).is_file() or not (path / META).is_file():
-        raise FileNotFoundError(f"{folder} holds no process reward model ({FILE}, {META}); train one with `turnrl prm "
-                                "train LABELS --out FOLDER`")
+        raise FileNotFoundError(
+            f"{folder} holds no process reward model ({FILE}, {META}); train one with `turnrl prm "
+            "train LABELS --out FOLDER`"
+        )
     return path
 
 
@@ -73,8 +75,10 @@ def load_into(critic: SeparateCritic, folder: str | Path, base: str) -> None:
     """
     saved = _saved(folder)
     if saved["base"] != base:
-        raise ValueError(f"the value model in {folder} was trained on {saved['base']!r}, but the critic is "
-                         f"{base!r}: set algorithm.critic_model to {saved['base']!r} (or leave it out)")
+        raise ValueError(
+            f"the value model in {folder} was trained on {saved['base']!r}, but the critic is "
+            f"{base!r}: set algorithm.critic_model to {saved['base']!r} (or leave it out)"
+        )
     critic.load_state_dict(saved["state_dict"])
 
 
@@ -125,8 +129,9 @@ class ValueModel:
         return b.input_ids, b.attention_mask
 
     @torch.no_grad()
-    def scores(self, trajs: Sequence[Trajectory], positions: Sequence[Sequence[int]], batch_size: int = 8
-               ) -> list[list[float]]:
+    def scores(
+        self, trajs: Sequence[Trajectory], positions: Sequence[Sequence[int]], batch_size: int = 8
+    ) -> list[list[float]]:
         """The value after each of ``positions[b]`` (token indices) of episode ``b``."""
         self.critic.eval()
         out: list[list[float]] = []

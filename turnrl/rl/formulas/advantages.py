@@ -152,8 +152,9 @@ def zero_variance_groups(scores: torch.Tensor, group_ids: torch.Tensor) -> torch
     return out
 
 
-def kl_penalized_rewards(rewards: torch.Tensor, logp: torch.Tensor, ref_logp: torch.Tensor, mask: torch.Tensor,
-                         beta: float) -> torch.Tensor:
+def kl_penalized_rewards(
+    rewards: torch.Tensor, logp: torch.Tensor, ref_logp: torch.Tensor, mask: torch.Tensor, beta: float
+) -> torch.Tensor:
     """REINFORCE++'s per-token reward r_t − β·(log π(y_t) − log π_ref(y_t)) on generated tokens (docs/algorithms.md
     §12).
 

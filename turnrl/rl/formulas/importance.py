@@ -31,8 +31,12 @@ def _metrics(w: torch.Tensor, m: torch.Tensor, out: torch.Tensor, name: str) -> 
     return {"is_weight_mean": w.sum() / n, "is_weight_max": w.max(), name: (out.to(m.dtype) * m).sum() / n}
 
 
-def _masked(prox_logp: torch.Tensor, behaviour_logp: torch.Tensor, mask: torch.Tensor,
-            out_of: Callable[[torch.Tensor], torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+def _masked(
+    prox_logp: torch.Tensor,
+    behaviour_logp: torch.Tensor,
+    mask: torch.Tensor,
+    out_of: Callable[[torch.Tensor], torch.Tensor],
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """w_t = ρ_t, or 0 where ``out_of(ρ)`` marks the token (the token-level masks), with their metrics."""
     m = mask.to(prox_logp.dtype)
     raw = _ratio(prox_logp, behaviour_logp)
@@ -41,8 +45,9 @@ def _masked(prox_logp: torch.Tensor, behaviour_logp: torch.Tensor, mask: torch.T
     return w, _metrics(w, m, out, "is_weight_masked")
 
 
-def behaviour_weights(prox_logp: torch.Tensor, behaviour_logp: torch.Tensor, mask: torch.Tensor, cap: float
-                      ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+def behaviour_weights(
+    prox_logp: torch.Tensor, behaviour_logp: torch.Tensor, mask: torch.Tensor, cap: float
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Truncated importance sampling: w_t = min(ρ_t, C) (docs/algorithms.md §11; decoupled PPO, Hilton et al., 2021;
     the rollout–learner mismatch, Yao et al., 2025).
 
@@ -62,8 +67,9 @@ def behaviour_weights(prox_logp: torch.Tensor, behaviour_logp: torch.Tensor, mas
     return w, _metrics(w, m, raw > cap, "is_weight_clipped")
 
 
-def token_mask_weights(prox_logp: torch.Tensor, behaviour_logp: torch.Tensor, mask: torch.Tensor, cap: float
-                       ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+def token_mask_weights(
+    prox_logp: torch.Tensor, behaviour_logp: torch.Tensor, mask: torch.Tensor, cap: float
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Masked importance sampling, token level: w_t = ρ_t if ρ_t ≤ C, else 0 (docs/algorithms.md §11; "When speed
     kills stability", 2025): a token the sampler found far less likely than the learner does carries no gradient,
     instead of coming in at the cap.
@@ -76,8 +82,9 @@ def token_mask_weights(prox_logp: torch.Tensor, behaviour_logp: torch.Tensor, ma
     return _masked(prox_logp, behaviour_logp, mask, lambda raw: raw > cap)
 
 
-def sequence_mask_weights(prox_logp: torch.Tensor, behaviour_logp: torch.Tensor, mask: torch.Tensor, cap: float
-                          ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+def sequence_mask_weights(
+    prox_logp: torch.Tensor, behaviour_logp: torch.Tensor, mask: torch.Tensor, cap: float
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Masked importance sampling, sequence level (docs/algorithms.md §11): ρ_seq = exp(mean_t log ρ_t) over each
     row's masked tokens (the geometric mean, so that length does not decide); every token of the row weighs ρ_seq
     if 1/C ≤ ρ_seq ≤ C, else 0 — the whole sequence is left out of the update (``is_sequences_masked`` counts
@@ -99,8 +106,9 @@ def sequence_mask_weights(prox_logp: torch.Tensor, behaviour_logp: torch.Tensor,
     return w, metrics
 
 
-def icepop_weights(prox_logp: torch.Tensor, behaviour_logp: torch.Tensor, mask: torch.Tensor, low: float,
-                   high: float) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+def icepop_weights(
+    prox_logp: torch.Tensor, behaviour_logp: torch.Tensor, mask: torch.Tensor, low: float, high: float
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """IcePop's two-sided token mask (docs/algorithms.md §11; inclusionAI, 2025): w_t = ρ_t if α ≤ ρ_t ≤ β, else 0 —
     a token whose probability trainer and engine disagree on in either direction carries no gradient (typical
     α = 0.5, β = 5).
@@ -113,8 +121,9 @@ def icepop_weights(prox_logp: torch.Tensor, behaviour_logp: torch.Tensor, mask: 
     return _masked(prox_logp, behaviour_logp, mask, lambda raw: (raw < low) | (raw > high))
 
 
-def off_policy_weights(mode: str, prox_logp: torch.Tensor, behaviour_logp: torch.Tensor, mask: torch.Tensor,
-                       cap: float, floor: float = 0.5) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+def off_policy_weights(
+    mode: str, prox_logp: torch.Tensor, behaviour_logp: torch.Tensor, mask: torch.Tensor, cap: float, floor: float = 0.5
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """The weights of ``mode`` (``algorithm.behaviour_is``): ``truncate`` (:func:`behaviour_weights`), ``mask-token``,
     ``mask-sequence`` (with C = ``cap``) or ``icepop`` (α = ``floor``, β = ``cap``)."""
     if mode == "truncate":

@@ -27,8 +27,9 @@ def agg_count(mask: torch.Tensor, mode: AggMode = "token-mean") -> torch.Tensor:
     return m.sum() if mode == "token-mean" else (m.sum(-1) > 0).sum().to(torch.float32)
 
 
-def aggregate(values: torch.Tensor, mask: torch.Tensor, mode: AggMode = "token-mean",
-              count: torch.Tensor | float | None = None) -> torch.Tensor:
+def aggregate(
+    values: torch.Tensor, mask: torch.Tensor, mode: AggMode = "token-mean", count: torch.Tensor | float | None = None
+) -> torch.Tensor:
     """Reduce per-token losses to a scalar (docs/algorithms.md §0 "Loss aggregation").
 
     ``token-mean``: Σ m·ℓ / Σ m over the batch (DAPO, VAPO, PAG). ``seq-mean-token-mean``: mean over sequences of
@@ -114,14 +115,17 @@ def clipped_value_loss(
         resid = (((returns - values) ** 2) * m).sum() / m.sum().clamp(min=1)
         # Undefined when the returns have no variance (e.g. a minibatch with no success): reported as 0 then.
         ev = torch.where(var > 1e-8, 1.0 - resid / var.clamp(min=1e-8), torch.zeros_like(var))
-        metrics = {"explained_variance": ev,
-                   "value_clip_frac": (((clipped - returns) ** 2 > (values - returns) ** 2).to(m.dtype) * m).sum()
-                   / m.sum().clamp(min=1)}
+        metrics = {
+            "explained_variance": ev,
+            "value_clip_frac": (((clipped - returns) ** 2 > (values - returns) ** 2).to(m.dtype) * m).sum()
+            / m.sum().clamp(min=1),
+        }
     return aggregate(loss_t, mask, agg, count), metrics
 
 
-def masked_nll(logp: torch.Tensor, mask: torch.Tensor, agg: AggMode = "token-mean",
-               count: torch.Tensor | float | None = None) -> torch.Tensor:
+def masked_nll(
+    logp: torch.Tensor, mask: torch.Tensor, agg: AggMode = "token-mean", count: torch.Tensor | float | None = None
+) -> torch.Tensor:
     """Negative log-likelihood of the masked tokens (VAPO's positive-example LM loss uses the correct samples' mask).
 
     Returns 0 (with a gradient path) when the mask is empty, e.g. when no sample in the batch was correct.

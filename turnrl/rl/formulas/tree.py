@@ -51,9 +51,14 @@ def node_values(returns: Sequence[float], paths: Sequence[Sequence[Hashable]]) -
     return {n: (total[n] / count[n], count[n]) for n in total}
 
 
-def tree_advantages(returns: Sequence[float], paths: Sequence[Sequence[Hashable]],
-                    groups: Sequence[Hashable] | None = None, *, normalize: bool = False,
-                    eps: float = 1e-6) -> list[list[float]]:
+def tree_advantages(
+    returns: Sequence[float],
+    paths: Sequence[Sequence[Hashable]],
+    groups: Sequence[Hashable] | None = None,
+    *,
+    normalize: bool = False,
+    eps: float = 1e-6,
+) -> list[list[float]]:
     """Row-view advantages (docs/algorithms.md §14): for each leaf, one value per node of its path — what every
     generated token of the edge into that node gets in the leaf's row, A(n) / √|L(n)|.
 
@@ -92,9 +97,14 @@ def tree_advantages(returns: Sequence[float], paths: Sequence[Sequence[Hashable]
     return out
 
 
-def shared_weights(returns: Sequence[float], paths: Sequence[Sequence[Hashable]],
-                   groups: Sequence[Hashable] | None = None, *, normalize: bool = False,
-                   eps: float = 1e-6) -> dict[Hashable, float]:
+def shared_weights(
+    returns: Sequence[float],
+    paths: Sequence[Sequence[Hashable]],
+    groups: Sequence[Hashable] | None = None,
+    *,
+    normalize: bool = False,
+    eps: float = 1e-6,
+) -> dict[Hashable, float]:
     """Shared-view advantages: for each node, what the edge into it gets when a prefix tree trains it once — the sum
     of the row-view advantages of the leaves below it, √|L(n)| · A(n) (the same gradient as the rows)."""
     rows = tree_advantages(returns, paths, groups, normalize=normalize, eps=eps)
@@ -113,8 +123,16 @@ def _std(xs: Sequence[float]) -> float:
     return math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1))
 
 
-def tree_token_advantages(scores: torch.Tensor, paths: torch.Tensor, depth: torch.Tensor, group_ids: torch.Tensor,
-                          loss_mask: torch.Tensor, *, normalize: bool = False, eps: float = 1e-6) -> torch.Tensor:
+def tree_token_advantages(
+    scores: torch.Tensor,
+    paths: torch.Tensor,
+    depth: torch.Tensor,
+    group_ids: torch.Tensor,
+    loss_mask: torch.Tensor,
+    *,
+    normalize: bool = False,
+    eps: float = 1e-6,
+) -> torch.Tensor:
     """:func:`tree_advantages` on a batch's tensors: ``scores`` ``(B,)`` returns, ``paths`` ``(B, D)`` each row's
     node numbers (−1 padding), ``depth`` ``(B, T)`` each token's place on its row's path, ``group_ids`` ``(B,)``;
     returns ``(B, T)`` — each generated token (``loss_mask``) the row-view advantage of its node."""

@@ -42,8 +42,9 @@ def ray_module() -> Any:
 _CONNECTION: dict[str, Any] = {}
 
 
-def connect(address: str | None, num_cpus: float | None, timeout: float,
-            runtime_env: dict[str, Any] | None = None) -> bool:
+def connect(
+    address: str | None, num_cpus: float | None, timeout: float, runtime_env: dict[str, Any] | None = None
+) -> bool:
     """Join the cluster at ``address`` ('auto' or HOST:PORT) or start a local one, as a Ray job whose every worker
     starts in ``runtime_env`` (the user's code shipped: Ray uploads local folders only for a whole job); returns
     whether this call connected (the caller's ``stop`` then disconnects, and stops a local cluster it started).
@@ -62,22 +63,32 @@ def connect(address: str | None, num_cpus: float | None, timeout: float,
             with socket.create_connection((host, int(port) if port.isdigit() else 6379), timeout=min(timeout, 5.0)):
                 pass
         except (OSError, ValueError) as e:
-            raise RayPlacementError(f"cannot reach a Ray cluster at ray.address={address!r} ({e}); start one there "
-                                    "with `ray start --head`, fix the address, or drop ray.address to start a "
-                                    "local cluster") from e
+            raise RayPlacementError(
+                f"cannot reach a Ray cluster at ray.address={address!r} ({e}); start one there "
+                "with `ray start --head`, fix the address, or drop ray.address to start a "
+                "local cluster"
+            ) from e
     if ray.is_initialized():
         return False
     try:
         if address is None or address == "local":  # a cluster of its own, whatever RAY_ADDRESS or the last
             # `ray start` on this machine (/tmp/ray/ray_current_cluster) say; the CPUs this process may use
-            ray.init(address="local", num_cpus=num_cpus or len(os.sched_getaffinity(0)), include_dashboard=False,
-                     log_to_driver=False, configure_logging=False, runtime_env=runtime_env)
+            ray.init(
+                address="local",
+                num_cpus=num_cpus or len(os.sched_getaffinity(0)),
+                include_dashboard=False,
+                log_to_driver=False,
+                configure_logging=False,
+                runtime_env=runtime_env,
+            )
         else:
             ray.init(address=address, log_to_driver=False, configure_logging=False, runtime_env=runtime_env)
     except ConnectionError as e:
-        raise RayPlacementError(f"could not join a Ray cluster at ray.address={address!r}: {e}. {auth_hint()} "
-                                "Start one with `ray start --head`, or drop ray.address to start a local "
-                                "cluster") from e
+        raise RayPlacementError(
+            f"could not join a Ray cluster at ray.address={address!r}: {e}. {auth_hint()} "
+            "Start one with `ray start --head`, or drop ray.address to start a local "
+            "cluster"
+        ) from e
     except (ValueError, TypeError, OSError) as e:  # the runtime environment: a package too large, a bad field
         if ray.is_initialized():
             ray.shutdown()
@@ -117,7 +128,8 @@ def check_head(timeout: float) -> None:
                 f"lost the Ray cluster's head: nothing has answered at {address} (its GCS) for {timeout:g}s "
                 "(ray.head_timeout), so the run stops here — Ray would end this process without a word. Start the "
                 "head (and its nodes) again and run the same command: it resumes from the last checkpoint "
-                "(docs/cluster.md#node-loss)")
+                "(docs/cluster.md#node-loss)"
+            )
         time.sleep(0.5)
     _SILENT.pop(address, None)
 
@@ -142,12 +154,18 @@ def auth_hint() -> str:
     a driver that sends none or another one (docs/cluster.md#token-authentication)."""
     mode = os.environ.get("RAY_AUTH_MODE")
     if (mode or "").lower() != "token":
-        return (f"RAY_AUTH_MODE is {mode or 'unset'} here, so no token is sent: a cluster started with token "
-                "authentication refuses this driver — set RAY_AUTH_MODE=token and RAY_AUTH_TOKEN_PATH to a file "
-                "holding the head's token (or RAY_AUTH_TOKEN to the token).")
-    source = ("RAY_AUTH_TOKEN" if os.environ.get("RAY_AUTH_TOKEN") else
-              f"RAY_AUTH_TOKEN_PATH={os.environ['RAY_AUTH_TOKEN_PATH']}" if os.environ.get("RAY_AUTH_TOKEN_PATH")
-              else "~/.ray/auth_token")
+        return (
+            f"RAY_AUTH_MODE is {mode or 'unset'} here, so no token is sent: a cluster started with token "
+            "authentication refuses this driver — set RAY_AUTH_MODE=token and RAY_AUTH_TOKEN_PATH to a file "
+            "holding the head's token (or RAY_AUTH_TOKEN to the token)."
+        )
+    source = (
+        "RAY_AUTH_TOKEN"
+        if os.environ.get("RAY_AUTH_TOKEN")
+        else f"RAY_AUTH_TOKEN_PATH={os.environ['RAY_AUTH_TOKEN_PATH']}"
+        if os.environ.get("RAY_AUTH_TOKEN_PATH")
+        else "~/.ray/auth_token"
+    )
     return f"The token this driver sends comes from {source}: is it the head's?"
 
 

@@ -72,10 +72,18 @@ def blueprint(model: Any, lora: LoraConfig | None = None) -> dict[str, Any]:  # 
     unpickled in another process returns no hidden states (``output_hidden_states``), which the value head needs."""
     if lora is not None:
         base = model.get_base_model()
-        return {"cls": type(base), "config": base.config, "state": {k: v.cpu() for k, v in base_state(model).items()},
-                "lora": lora.model_dump(), "adapter": adapter_state(model)}
-    return {"cls": type(model), "config": model.config,
-            "state": {k: v.detach().cpu() for k, v in model.state_dict().items()}}
+        return {
+            "cls": type(base),
+            "config": base.config,
+            "state": {k: v.cpu() for k, v in base_state(model).items()},
+            "lora": lora.model_dump(),
+            "adapter": adapter_state(model),
+        }
+    return {
+        "cls": type(model),
+        "config": model.config,
+        "state": {k: v.detach().cpu() for k, v in model.state_dict().items()},
+    }
 
 
 def rebuild(spec: dict[str, Any]) -> torch.nn.Module:
@@ -112,8 +120,15 @@ class RankLearner(Learner):
         if lc.zero_stage == 3 and (o.share_prompts or o.lanes or o.prefix_tree is not False):  # one forward call
             # per micro-batch on every rank: ZeRO-3 gathers each layer's weights in lock-step with the peers
             o = o.model_copy(update={"share_prompts": False, "lanes": False, "prefix_tree": False})
-        super().__init__(get_algorithm(config.algorithm), model, tokenizer, optim=o, rollout=config.rollout,
-                         lora=lc.lora, seed=config.seed)
+        super().__init__(
+            get_algorithm(config.algorithm),
+            model,
+            tokenizer,
+            optim=o,
+            rollout=config.rollout,
+            lora=lc.lora,
+            seed=config.seed,
+        )
         self.rank, self.world = rank, world
         ds_config = {
             "train_micro_batch_size_per_gpu": config.optim.minibatch_size,
@@ -125,17 +140,22 @@ class RankLearner(Learner):
             "wall_clock_breakdown": False,
         }
         value = self.critic or self.value_head
-        self.engine, *_ = deepspeed.initialize(model=_Trainable(model, value), optimizer=self.optimizer,
-                                               config=ds_config, dist_init_required=False)
+        self.engine, *_ = deepspeed.initialize(
+            model=_Trainable(model, value), optimizer=self.optimizer, config=ds_config, dist_init_required=False
+        )
         self.model = self.policy = self.engine.module.policy
         self.ref_engine = None
         if isinstance(self.ref_model, torch.nn.Module) and lc.zero_stage == 3:  # partitioned like the policy (a
             # LoRA policy's reference is the policy itself with the adapters off: nothing of its own to partition)
-            ref_config = {"train_micro_batch_size_per_gpu": config.optim.minibatch_size,
-                          "zero_optimization": {"stage": 3}, "steps_per_print": 2**31 - 1,
-                          "wall_clock_breakdown": False}
-            self.ref_engine, *_ = deepspeed.initialize(model=self.ref_model, config=ref_config,
-                                                       dist_init_required=False)
+            ref_config = {
+                "train_micro_batch_size_per_gpu": config.optim.minibatch_size,
+                "zero_optimization": {"stage": 3},
+                "steps_per_print": 2**31 - 1,
+                "wall_clock_breakdown": False,
+            }
+            self.ref_engine, *_ = deepspeed.initialize(
+                model=self.ref_model, config=ref_config, dist_init_required=False
+            )
             self.ref_model = self.ref_engine.module.eval()
 
     def reference_share(self) -> float:
@@ -143,8 +163,9 @@ class RankLearner(Learner):
         ZeRO-3; 0: none of its own, the LoRA policy with its adapters off)."""
         if self.ref_model is None or isinstance(self.ref_model, AdapterOff):
             return 0.0
-        held = sum(int(p.ds_tensor.numel()) if hasattr(p, "ds_tensor") else int(p.numel())
-                   for p in self.ref_model.parameters())
+        held = sum(
+            int(p.ds_tensor.numel()) if hasattr(p, "ds_tensor") else int(p.numel()) for p in self.ref_model.parameters()
+        )
         full = sum(int(getattr(p, "ds_numel", p.numel())) for p in self.ref_model.parameters())
         return held / max(full, 1)
 
@@ -200,8 +221,9 @@ class DeepSpeedRank:
         needs: the run's modules outside turnrl (a plug-in algorithm's), imported first; :meth:`check` says how.
     """
 
-    def __init__(self, config: dict[str, Any], model: list[Any], tokenizer: Any, rank: int, world: int,
-                 needs: Sequence[str] = ()) -> None:
+    def __init__(
+        self, config: dict[str, Any], model: list[Any], tokenizer: Any, rank: int, world: int, needs: Sequence[str] = ()
+    ) -> None:
         self.where = here()
         self.problems, self.imports = import_problems(needs)  # before the config, which names the algorithm
         self.rank, self.world = rank, world
@@ -243,10 +265,19 @@ class DeepSpeedRank:
             from turnrl.rl.placement.extensions import extensions_dir, load_cpu_op
 
             load_cpu_op(extensions_dir())
-        os.environ.update(MASTER_ADDR=master, MASTER_PORT=str(port), RANK=str(self.rank), LOCAL_RANK="0",
-                          WORLD_SIZE=str(self.world), LOCAL_WORLD_SIZE="1")
-        deepspeed.init_distributed("nccl" if gpu else "gloo", auto_mpi_discovery=False,
-                                   timeout=datetime.timedelta(seconds=self.cfg.learner.timeout))
+        os.environ.update(
+            MASTER_ADDR=master,
+            MASTER_PORT=str(port),
+            RANK=str(self.rank),
+            LOCAL_RANK="0",
+            WORLD_SIZE=str(self.world),
+            LOCAL_WORLD_SIZE="1",
+        )
+        deepspeed.init_distributed(
+            "nccl" if gpu else "gloo",
+            auto_mpi_discovery=False,
+            timeout=datetime.timedelta(seconds=self.cfg.learner.timeout),
+        )
         if gpu:
             policy = policy.to("cuda")
         self.learner = RankLearner(self.cfg, policy, self.tokenizer, self.rank, self.world)
@@ -280,8 +311,11 @@ class DeepSpeedRank:
             return self._export_adapter(model)
         keys = list(model.state_dict().keys())
         if self.cfg.learner.zero_stage < 3:
-            return to_shared({k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}) \
-                if self.rank == 0 else None
+            return (
+                to_shared({k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()})
+                if self.rank == 0
+                else None
+            )
         out: dict[str, torch.Tensor] = {}
         for names, tensor in full_parameters(model, True, bucket_mb):
             if self.rank == 0:
@@ -300,8 +334,9 @@ class DeepSpeedRank:
         if self.cfg.learner.zero_stage == 3:
             import deepspeed
 
-            gathered = deepspeed.zero.GatheredParameters([p for p in model.parameters() if p.requires_grad],
-                                                         modifier_rank=None)
+            gathered = deepspeed.zero.GatheredParameters(
+                [p for p in model.parameters() if p.requires_grad], modifier_rank=None
+            )
         with gathered:  # copies: the gathered tensors are released on exit
             state = {k: v.clone() for k, v in adapter_state(model).items()} if self.rank == 0 else None
         return to_shared(state) if state is not None else None
@@ -314,8 +349,16 @@ class DeepSpeedRank:
         from turnrl.rl.placement.weight_sync import open_trainer
 
         learner = self._ready()
-        self._sync = open_trainer(learner.policy, self.cfg.learner.zero_stage == 3, self.cfg.learner.export_bucket_mb,
-                                  self.rank, host, port, world_size, workers)
+        self._sync = open_trainer(
+            learner.policy,
+            self.cfg.learner.zero_stage == 3,
+            self.cfg.learner.export_bucket_mb,
+            self.rank,
+            host,
+            port,
+            world_size,
+            workers,
+        )
         return self.rank
 
     def send_weights(self, version: int) -> int:
@@ -341,8 +384,15 @@ class DeepSpeedRank:
         import torch.distributed as dist
 
         learner = self._ready()
-        learner.engine.save_checkpoint(folder, tag=tag, client_state={
-            "scheduler": learner.scheduler.state_dict(), "version": learner.version, "updates": learner.updates})
+        learner.engine.save_checkpoint(
+            folder,
+            tag=tag,
+            client_state={
+                "scheduler": learner.scheduler.state_dict(),
+                "version": learner.version,
+                "updates": learner.updates,
+            },
+        )
         dist.barrier()
         if self.rank == 0:
             for old in Path(folder).iterdir():
@@ -353,8 +403,9 @@ class DeepSpeedRank:
     def load(self, folder: str, tag: str) -> dict[str, int]:
         """Restore :meth:`save`'s checkpoint (parameters, optimizer, scheduler, version)."""
         learner = self._ready()
-        path, client = learner.engine.load_checkpoint(folder, tag=tag, load_optimizer_states=True,
-                                                      load_lr_scheduler_states=False)
+        path, client = learner.engine.load_checkpoint(
+            folder, tag=tag, load_optimizer_states=True, load_lr_scheduler_states=False
+        )
         if path is None:
             raise FileNotFoundError(f"learner rank {self.rank}: no DeepSpeed checkpoint {tag!r} in {folder}")
         learner.scheduler.load_state_dict(client["scheduler"])

@@ -97,8 +97,10 @@ def build_guard(build_dir: Path, timeout: float | None = None, report_every: flo
                     raise
             waited = time.monotonic() - start
             if timeout is not None and waited >= timeout:
-                raise TimeoutError(f"{_holder(owner)} has been building {build_dir.name} in {build_dir} for over "
-                                   f"{timeout:g} s (it holds {owner}); wait for it, or stop it")
+                raise TimeoutError(
+                    f"{_holder(owner)} has been building {build_dir.name} in {build_dir} for over "
+                    f"{timeout:g} s (it holds {owner}); wait for it, or stop it"
+                )
             if time.monotonic() - last >= report_every:
                 last = time.monotonic()
                 logger.info("waiting %.0f s for %s, which is building %s", waited, _holder(owner), build_dir)
@@ -126,11 +128,17 @@ def clear_stale_lock(build_dir: Path) -> bool:
     except FileNotFoundError:
         return False
     except OSError as e:
-        raise RuntimeError(f"{lock} was left by a process that died while compiling {build_dir.name}, and every "
-                           f"later build waits for it; it could not be removed ({e}): remove it by hand "
-                           f"(rm {lock})") from e
-    logger.warning("removed %s: left by a process that died while compiling %s (no living process held %s)",
-                   lock, build_dir.name, build_dir.with_name(build_dir.name + ".owner"))
+        raise RuntimeError(
+            f"{lock} was left by a process that died while compiling {build_dir.name}, and every "
+            f"later build waits for it; it could not be removed ({e}): remove it by hand "
+            f"(rm {lock})"
+        ) from e
+    logger.warning(
+        "removed %s: left by a process that died while compiling %s (no living process held %s)",
+        lock,
+        build_dir.name,
+        build_dir.with_name(build_dir.name + ".owner"),
+    )
     return True
 
 

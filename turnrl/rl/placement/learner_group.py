@@ -63,9 +63,11 @@ class LearnerGroup:
         try:
             import deepspeed  # noqa: F401 — fail here, with the fix, rather than in every rank
         except ImportError as e:
-            raise LearnerGroupError("learner.backend=deepspeed needs the `deepspeed` package; on CPU install it with "
-                                    "`DS_BUILD_OPS=0 DS_ACCELERATOR=cpu pip install --no-build-isolation deepspeed` "
-                                    "(scripts/setup.sh does)") from e
+            raise LearnerGroupError(
+                "learner.backend=deepspeed needs the `deepspeed` package; on CPU install it with "
+                "`DS_BUILD_OPS=0 DS_ACCELERATOR=cpu pip install --no-build-isolation deepspeed` "
+                "(scripts/setup.sh does)"
+            ) from e
         self.cfg, self.model, self.tokenizer = config, model, tokenizer
         self.version = self.updates = 0
         self._lr = config.optim.lr * warmup_factor(0, config.optim.warmup_steps)  # the rate of the first update
@@ -80,8 +82,12 @@ class LearnerGroup:
             keys = ("learner.ranks", "learner.rank_cpus, learner.rank_gpus or learner.rank_resources")
             check_room("learner rank", lc.ranks, asks, keys, 5.0 if rc.address is None else rc.placement_timeout)
             threads = str(max(1, int(lc.rank_cpus)))
-            env = {"OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads, "TOKENIZERS_PARALLELISM": "false",
-                   "TORCH_EXTENSIONS_DIR": str(extensions_dir())}
+            env = {
+                "OMP_NUM_THREADS": threads,
+                "MKL_NUM_THREADS": threads,
+                "TOKENIZERS_PARALLELISM": "false",
+                "TORCH_EXTENSIONS_DIR": str(extensions_dir()),
+            }
             if lc.rank_gpus == 0:
                 env["DS_ACCELERATOR"] = "cpu"  # must be set before deepspeed is imported in the rank
             shipped = actor_env(config.ray, env, job)
@@ -90,8 +96,13 @@ class LearnerGroup:
             raise LearnerGroupError(str(e)) from e
         from turnrl.rl.placement.deepspeed_rank import DeepSpeedRank, blueprint
 
-        actor = ray.remote(DeepSpeedRank).options(num_cpus=lc.rank_cpus, num_gpus=lc.rank_gpus, max_restarts=0,
-                                                  resources=lc.rank_resources or None, runtime_env=shipped)
+        actor = ray.remote(DeepSpeedRank).options(
+            num_cpus=lc.rank_cpus,
+            num_gpus=lc.rank_gpus,
+            max_restarts=0,
+            resources=lc.rank_resources or None,
+            runtime_env=shipped,
+        )
         model_ref = ray.put(blueprint(model, config.learner.lora))
         self._published: tuple[int, Any] | None = None  # (version, ref) of the driver's copy
         self._streamed = -1  # the version last streamed over NCCL (weight_sync: nccl)
@@ -99,8 +110,10 @@ class LearnerGroup:
             # only what was set: a rank re-validates the config, and checks that read which options were set (e.g.
             # a step-wise source refusing data.batch_size) must see the same config as the driver
             needs = needed_modules(config.algorithm.name, None)  # a rank makes no environment
-            self.ranks = [actor.remote(config.model_dump(exclude_unset=True), [model_ref], tokenizer, r, lc.ranks,
-                                       needs) for r in range(lc.ranks)]
+            self.ranks = [
+                actor.remote(config.model_dump(exclude_unset=True), [model_ref], tokenizer, r, lc.ranks, needs)
+                for r in range(lc.ranks)
+            ]
             self._place(self._wait([r.check.remote() for r in self.ranks], "import check", lc.start_timeout), asks)
             host, port = self._wait([self.ranks[0].address.remote()], "rendezvous", lc.start_timeout, [0])[0]
             self.info = self._wait([r.setup.remote(host, port) for r in self.ranks], "setup", lc.start_timeout)
@@ -115,13 +128,17 @@ class LearnerGroup:
                 self.close()
                 raise LearnerGroupError(problem_text(f"learner rank {r}", state["where"], state["problems"]))
         self.where = [s["where"] for s in checks]
-        record(self.cfg.out_dir, "learner_ranks", [{"index": r, **s["where"], "asks": asks, "imports": s["imports"]}
-                                                    for r, s in enumerate(checks)])
+        record(
+            self.cfg.out_dir,
+            "learner_ranks",
+            [{"index": r, **s["where"], "asks": asks, "imports": s["imports"]} for r, s in enumerate(checks)],
+        )
 
     # ---- waits that name the rank ----
 
-    def _wait(self, refs: list[Any], op: str, timeout: float | None = None, which: Sequence[int] | None = None
-              ) -> list[Any]:
+    def _wait(
+        self, refs: list[Any], op: str, timeout: float | None = None, which: Sequence[int] | None = None
+    ) -> list[Any]:
         """Results of ``refs`` (one per rank in ``which``, default all) within ``timeout`` (``learner.timeout``);
         the first rank that fails or dies stops the group with an error naming it and ``op``."""
         ray = _ray()
@@ -144,10 +161,15 @@ class LearnerGroup:
                 late = sorted(rank_of[p] for p in pending)
                 self._halt()
                 lock = extensions_dir() / CPU_OP / "lock"
-                hint = (f" ({lock} exists: if no process is compiling DeepSpeed's CPU op, a killed one left it; "
-                        "remove it)" if lock.exists() else "")
-                raise LearnerGroupError(f"learner rank(s) {late} did not finish {op} within learner.timeout="
-                                        f"{timeout:g}s; the group was stopped{hint}")
+                hint = (
+                    f" ({lock} exists: if no process is compiling DeepSpeed's CPU op, a killed one left it; remove it)"
+                    if lock.exists()
+                    else ""
+                )
+                raise LearnerGroupError(
+                    f"learner rank(s) {late} did not finish {op} within learner.timeout="
+                    f"{timeout:g}s; the group was stopped{hint}"
+                )
             r = rank_of[done[0]]
             try:
                 results[r] = ray.get(done[0])
@@ -155,9 +177,11 @@ class LearnerGroup:
                 died = isinstance(e, ray.exceptions.RayActorError)
                 where = self._node_of(r, died)
                 self._halt()
-                raise LearnerGroupError(f"learner rank {r}{where} {'died' if died else 'failed'} during {op}: "
-                                        f"{_cause(e)}; the group was stopped — run the same command again to resume "
-                                        "from the last checkpoint (docs/cluster.md#node-loss)") from e
+                raise LearnerGroupError(
+                    f"learner rank {r}{where} {'died' if died else 'failed'} during {op}: "
+                    f"{_cause(e)}; the group was stopped — run the same command again to resume "
+                    "from the last checkpoint (docs/cluster.md#node-loss)"
+                ) from e
         return [results[r] for r in which]
 
     def _node_of(self, r: int, died: bool) -> str:
@@ -210,8 +234,11 @@ class LearnerGroup:
             return
         host, port = self._wait([self.ranks[0].address.remote()], "transfer rendezvous", which=[0])[0]
         world = 1 + int(self.cfg.ray.vllm.get("tensor_parallel_size", 1))
-        self._wait([r.open_weight_sync.remote(host, port, world, workers) for r in self.ranks],
-                   "opening the NCCL weight transfer", self.cfg.learner.start_timeout)
+        self._wait(
+            [r.open_weight_sync.remote(host, port, world, workers) for r in self.ranks],
+            "opening the NCCL weight transfer",
+            self.cfg.learner.start_timeout,
+        )
         self._streamed = 0  # the workers start from the same weights as the ranks
 
     def _publish(self) -> None:
@@ -219,8 +246,10 @@ class LearnerGroup:
         follows on demand), or gathered into the object store and the driver's copy."""
         if self.cfg.learner.weight_sync == "nccl":
             if self._streamed != self.version:
-                self._wait([r.send_weights.remote(self.version) for r in self.ranks],
-                           f"weight transfer of version {self.version}")
+                self._wait(
+                    [r.send_weights.remote(self.version) for r in self.ranks],
+                    f"weight transfer of version {self.version}",
+                )
                 self._streamed = self.version
             return
         self.sync_driver()
@@ -271,8 +300,13 @@ class LearnerGroup:
         folder, tag = str(Path(self.cfg.out_dir) / "deepspeed"), f"update-{self.updates}"
         self._wait([r.save.remote(folder, tag) for r in self.ranks], f"checkpoint {tag}")
         self.sync_driver()
-        return {**policy_state(self.model, self.cfg.learner.lora), "deepspeed": {"folder": folder, "tag": tag},
-                "version": self.version, "updates": self.updates, "lr": self._lr}
+        return {
+            **policy_state(self.model, self.cfg.learner.lora),
+            "deepspeed": {"folder": folder, "tag": tag},
+            "version": self.version,
+            "updates": self.updates,
+            "lr": self._lr,
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume every rank from the checkpoint :meth:`state_dict` wrote."""
@@ -280,8 +314,10 @@ class LearnerGroup:
         if ds:  # before the ranks try to load adapters they do not have
             check_resume(state, self.cfg.learner.lora)
         if not ds:
-            raise ValueError("this checkpoint was written by the torch learner; resume it with learner.backend=torch "
-                             "(or start the DeepSpeed run fresh with init_from)")
+            raise ValueError(
+                "this checkpoint was written by the torch learner; resume it with learner.backend=torch "
+                "(or start the DeepSpeed run fresh with init_from)"
+            )
         got = self._wait([r.load.remote(ds["folder"], ds["tag"]) for r in self.ranks], f"resume from {ds['tag']}")
         self.version, self.updates, self._lr = got[0]["version"], got[0]["updates"], state.get("lr", self._lr)
         restore(self.model, state, self.cfg.learner.lora)

@@ -142,8 +142,14 @@ class Ledger:
     def book(self) -> dict[str, int]:
         """The books since the ledger began: jobs ``collected``, ``replayed``, ``handed`` to training, ``lost`` and
         ``duplicated`` (both 0 when every job was trained exactly once) and commits ``refused``."""
-        return {"collected": self.collected, "replayed": self.replayed, "handed": self.handed, "lost": self.lost,
-                "duplicated": self.duplicated, "refused": self.refused}
+        return {
+            "collected": self.collected,
+            "replayed": self.replayed,
+            "handed": self.handed,
+            "lost": self.lost,
+            "duplicated": self.duplicated,
+            "refused": self.refused,
+        }
 
     def summary(self) -> dict[str, Any]:
         """Counts for metrics and error messages."""

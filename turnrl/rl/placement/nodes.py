@@ -52,8 +52,14 @@ def nodes() -> list[dict[str, Any]]:
     for n in ray_module().nodes():
         if n.get("Alive"):
             resources = {k: v for k, v in (n.get("Resources") or {}).items() if not k.startswith(_HIDDEN)}
-            out.append({"node_id": n["NodeID"], "node_ip": n.get("NodeManagerAddress"),
-                        "name": n.get("NodeName"), "resources": resources})
+            out.append(
+                {
+                    "node_id": n["NodeID"],
+                    "node_ip": n.get("NodeManagerAddress"),
+                    "name": n.get("NodeName"),
+                    "resources": resources,
+                }
+            )
     return out
 
 
@@ -76,22 +82,28 @@ def shortfall(role: str, count: int, need: dict[str, float], keys: tuple[str, st
     missing = [r for r in need if r != "CPU" and not any(n["resources"].get(r, 0) > 0 for n in live)]
     if missing:
         r = missing[0]
-        return (f"no node of the cluster has the resource {r!r} that each {role} asks for ({_show(need)}); the "
-                f"nodes: {listing}. Start a node that has it (`ray start --address=HEAD --resources='{{\"{r}\": "
-                f"{count:g}}}'`) or change {ask_key}")
+        return (
+            f"no node of the cluster has the resource {r!r} that each {role} asks for ({_show(need)}); the "
+            f'nodes: {listing}. Start a node that has it (`ray start --address=HEAD --resources=\'{{"{r}": '
+            f"{count:g}}}'`) or change {ask_key}"
+        )
     room = sum(_fits(n["resources"], need) for n in live)
     if room < count:
         which = [r for r in need if sum(n["resources"].get(r, 0.0) for n in live) < need[r] * count]
         what = f" (its {', '.join(repr(r) for r in which)} is too little for all)" if which else ""
-        return (f"the cluster's nodes have room for {room} of the {many} asking {_show(need)} each{what}; the "
-                f"nodes: {listing}. Add nodes, or lower {count_key} or {ask_key}")
+        return (
+            f"the cluster's nodes have room for {room} of the {many} asking {_show(need)} each{what}; the "
+            f"nodes: {listing}. Add nodes, or lower {count_key} or {ask_key}"
+        )
     free = ray_module().available_resources()
     busy = [r for r, v in need.items() if free.get(r, 0.0) + 1e-9 < v * count]
     if busy:
         r = busy[0]
-        return (f"{many} need {need[r] * count:g} {r!r} in all ({_show(need)} each) but only "
-                f"{free.get(r, 0.0):g} is free: other actors hold the rest (`ray status` shows them); lower "
-                f"{count_key} or {ask_key}")
+        return (
+            f"{many} need {need[r] * count:g} {r!r} in all ({_show(need)} each) but only "
+            f"{free.get(r, 0.0):g} is free: other actors hold the rest (`ray status` shows them); lower "
+            f"{count_key} or {ask_key}"
+        )
     return None
 
 
@@ -117,8 +129,10 @@ def check_room(role: str, count: int, need: dict[str, float], keys: tuple[str, s
 def describe(role: str, entry: dict[str, Any]) -> str:
     """One line that says where a worker or rank runs and what it asked for."""
     node = entry.get("node_id") or "?"
-    text = (f"{_ROLES[role]} {entry['index']}: node {entry.get('node_ip')} ({node[:8]}), pid {entry.get('pid')}, "
-            f"asks {_show(entry.get('asks', {}))}")
+    text = (
+        f"{_ROLES[role]} {entry['index']}: node {entry.get('node_ip')} ({node[:8]}), pid {entry.get('pid')}, "
+        f"asks {_show(entry.get('asks', {}))}"
+    )
     if entry.get("restarts"):
         text += f", restarted {entry['restarts']}x"
     return text

@@ -25,8 +25,7 @@ def _distinct_parameters(model: torch.nn.Module) -> list[tuple[list[str], torch.
     return [(names_of[id(p)], p) for p in order]
 
 
-def full_parameters(model: torch.nn.Module, zero3: bool, bucket_mb: float
-                    ) -> Iterator[tuple[list[str], torch.Tensor]]:
+def full_parameters(model: torch.nn.Module, zero3: bool, bucket_mb: float) -> Iterator[tuple[list[str], torch.Tensor]]:
     """``(names, full tensor)`` for each distinct parameter of ``model`` in ``state_dict`` order (tied names
     together), on every rank. Under ZeRO-3 the partitions are gathered in buckets of about ``bucket_mb``: every rank
     must iterate to the end, in lockstep (each bucket is a collective). A yielded tensor is valid only until the next

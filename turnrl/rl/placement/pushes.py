@@ -39,9 +39,11 @@ class PushLog:
         rows, self.pending = self.pending, []
         if not rows:
             return {"weight_push_bytes": 0.0, "weight_push_s": 0.0, "weight_push_nodes": 0.0}
-        return {"weight_push_bytes": float(max(r["bytes"] for r in rows)),
-                "weight_push_s": max(r["fetch_s"] + r["load_s"] for r in rows),
-                "weight_push_nodes": float(len({r.get("node_id") for r in rows}))}
+        return {
+            "weight_push_bytes": float(max(r["bytes"] for r in rows)),
+            "weight_push_s": max(r["fetch_s"] + r["load_s"] for r in rows),
+            "weight_push_nodes": float(len({r.get("node_id") for r in rows})),
+        }
 
     def reset(self) -> None:
         """A fresh run: forget an earlier run's record in the same folder."""

@@ -74,24 +74,39 @@ class RayRunner:
         ray = _ray()
         self.asks = demand(rc.worker_cpus, rc.worker_gpus, rc.worker_resources)
         try:
-            check_room("rollout worker", rc.rollout_workers, self.asks, KEYS,
-                       5.0 if rc.address is None else rc.placement_timeout)
+            check_room(
+                "rollout worker",
+                rc.rollout_workers,
+                self.asks,
+                KEYS,
+                5.0 if rc.address is None else rc.placement_timeout,
+            )
             self._env_spec = _env_spec(config.env.id)
-            self.needs = needed_modules(config.algorithm.name, config.env.id, self._env_spec[1] if self._env_spec else None)
+            self.needs = needed_modules(
+                config.algorithm.name, config.env.id, self._env_spec[1] if self._env_spec else None
+            )
             # the worker's torch threads, also in the threads it computes on (OpenMP starts a new thread with
             # OMP_NUM_THREADS, whatever torch.set_num_threads said in the main thread: 1 would halve its speed)
             threads = str(max(1, int(rc.worker_cpus)))
-            shipped = actor_env(config.ray, {"OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads,
-                                         "TOKENIZERS_PARALLELISM": "false"}, job)
+            shipped = actor_env(
+                config.ray,
+                {"OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads, "TOKENIZERS_PARALLELISM": "false"},
+                job,
+            )
         except BaseException:
             self.close()
             raise
         from turnrl.rl.placement.worker import RolloutWorker
 
-        self._actor = ray.remote(RolloutWorker).options(num_cpus=rc.worker_cpus, num_gpus=rc.worker_gpus,
-                                                        resources=rc.worker_resources or None,
-                                                        max_restarts=rc.max_restarts, max_concurrency=2,
-                                                        max_task_retries=0, runtime_env=shipped)
+        self._actor = ray.remote(RolloutWorker).options(
+            num_cpus=rc.worker_cpus,
+            num_gpus=rc.worker_gpus,
+            resources=rc.worker_resources or None,
+            max_restarts=rc.max_restarts,
+            max_concurrency=2,
+            max_task_retries=0,
+            runtime_env=shipped,
+        )
         # The policy and tokenizer reach a worker with ``setup`` after each (re)start, never as constructor
         # arguments: Ray cannot always restart an actor whose constructor arguments were in the object store
         # (ray#53727). The runner holds these references for its whole life.
@@ -137,21 +152,30 @@ class RayRunner:
                         raise RayPlacementError(problem_text(f"rollout worker {i}", state["where"], state["problems"]))
                     self._place(i, state)
                     if not state["setup"]:
-                        ray.get(self.workers[i].setup.remote([self._model_ref], [self._tokenizer_ref]),
-                                timeout=max(deadline - time.monotonic(), 0.1))
+                        ray.get(
+                            self.workers[i].setup.remote([self._model_ref], [self._tokenizer_ref]),
+                            timeout=max(deadline - time.monotonic(), 0.1),
+                        )
                     break
                 except ray.exceptions.GetTimeoutError as e:
-                    raise RayPlacementError(f"rollout worker {i} did not start within ray.start_timeout="
-                                            f"{self.cfg.ray.start_timeout}s while {doing} (is the cluster out of "
-                                            "CPUs or memory? `ray status` shows it)") from e
+                    raise RayPlacementError(
+                        f"rollout worker {i} did not start within ray.start_timeout="
+                        f"{self.cfg.ray.start_timeout}s while {doing} (is the cluster out of "
+                        "CPUs or memory? `ray status` shows it)"
+                    ) from e
                 except ray.exceptions.ActorUnavailableError as e:
                     if time.monotonic() > deadline:
-                        raise RayPlacementError(f"rollout worker {i} still unavailable after ray.start_timeout="
-                                                f"{self.cfg.ray.start_timeout}s while {doing}") from e
+                        raise RayPlacementError(
+                            f"rollout worker {i} still unavailable after ray.start_timeout="
+                            f"{self.cfg.ray.start_timeout}s while {doing}"
+                        ) from e
                     time.sleep(0.2)
                 except ray.exceptions.RayError as e:
-                    env = " (Ray could not set up ray.runtime_env on its node)" \
-                        if isinstance(e, ray.exceptions.RuntimeEnvSetupError) else ""
+                    env = (
+                        " (Ray could not set up ray.runtime_env on its node)"
+                        if isinstance(e, ray.exceptions.RuntimeEnvSetupError)
+                        else ""
+                    )
                     raise RayPlacementError(f"rollout worker {i} died while {doing}{env}: {_cause(e)}") from e
 
     def _place(self, i: int, state: dict[str, Any]) -> None:
@@ -179,8 +203,9 @@ class RayRunner:
         lease); returns the version they hold."""
         ray = _ray()
         version, ref = self._weights()
-        held = ray.get([self.workers[w].set_weights.remote(version, [ref]) for w in self.alive],
-                       timeout=self.cfg.ray.start_timeout)
+        held = ray.get(
+            [self.workers[w].set_weights.remote(version, [ref]) for w in self.alive], timeout=self.cfg.ray.start_timeout
+        )
         if any(v != version for v in held):
             raise RayPlacementError(f"rollout workers hold versions {held} after a push of version {version}")
         return version
@@ -210,8 +235,11 @@ class RayRunner:
         busy = {w for w, _ in self.streams.values()}
         idle = [w for w in self.alive if w not in busy]
         while idle and self.ledger.pending:
-            first = step if step is not None and any(j.step == step for j in self.ledger.pending) \
+            first = (
+                step
+                if step is not None and any(j.step == step for j in self.ledger.pending)
                 else min(j.step for j in self.ledger.pending)
+            )
             todo = [j for j in self.ledger.pending if j.step == first]
             # this step's jobs over the idle workers; a later step's over all, so that workers that finish this
             # step afterwards find some of it left
@@ -238,16 +266,20 @@ class RayRunner:
         last = time.monotonic()
         while not ledger.settled(keys):
             for job in jobs:  # a job that broke every worker it ran on ends as an error episode
-                if job.key not in ledger.done and ledger.lease_of.get(job.key) is None \
-                        and ledger.attempts.get(job.key, 0) > rc.max_restarts:
+                if (
+                    job.key not in ledger.done
+                    and ledger.lease_of.get(job.key) is None
+                    and ledger.attempts.get(job.key, 0) > rc.max_restarts
+                ):
                     self._journal([ledger.fail(job.key, f"rollout failed on {ledger.attempts[job.key]} attempts")])
             if ledger.settled(keys):
                 break
             self._dispatch(step)
             if not self.streams:
                 if not self.recovery.back:
-                    raise RayPlacementError(f"no rollout worker left: {ledger.summary()} at step {step} "
-                                            f"(restarts: {self.restarts})")
+                    raise RayPlacementError(
+                        f"no rollout worker left: {ledger.summary()} at step {step} (restarts: {self.restarts})"
+                    )
                 self.recovery.await_any(step, ledger.summary())  # lost with their nodes: one must come back
                 continue
             ready, _ = ray.wait(list(self.streams), num_returns=1, timeout=1.0)
@@ -257,8 +289,9 @@ class RayRunner:
                 check_head(rc.head_timeout)
                 if time.monotonic() - last > rc.episode_timeout:
                     for gen, (w, lease) in list(self.streams.items()):  # hung: restart and hand its jobs out again
-                        logger.warning("rollout worker %d finished no episode in %ss; restarting it", w,
-                                       rc.episode_timeout)
+                        logger.warning(
+                            "rollout worker %d finished no episode in %ss; restarting it", w, rc.episode_timeout
+                        )
                         ray.kill(self.workers[w], no_restart=False)
                         del self.streams[gen]
                         ledger.release(lease, lost=True)
@@ -275,7 +308,9 @@ class RayRunner:
                     continue
                 except (ray.exceptions.RayError, RuntimeError) as e:
                     check_head(rc.head_timeout)  # every lease fails when the head is gone: say that instead
-                    logger.warning("rollout worker %d lost its lease (%s); re-running its unfinished jobs", w, _cause(e))
+                    logger.warning(
+                        "rollout worker %d lost its lease (%s); re-running its unfinished jobs", w, _cause(e)
+                    )
                     del self.streams[gen]
                     ledger.release(lease, lost=True)
                     self._recover(w, step)
@@ -297,23 +332,29 @@ class RayRunner:
         trajs = ledger.take(keys)
         self.recovery.watch_nodes(step, force=True)
         after = ledger.book()
-        return trajs, {"generated_tokens": float(sum(sum(t.loss_mask or []) for t in trajs)),
-                       "generate_s": time.perf_counter() - t0, "reused_episodes": float(reused),
-                       "prefetched_episodes": float(ahead), "worker_restarts": float(self.restarts - restarts),
-                       "refused_commits": float(after["refused"] - book["refused"]),
-                       "nodes_lost": float(len(self.recovery.lost_nodes) - nodes_lost),
-                       "workers_waiting": float(len(self.recovery.back)),
-                       **{name: float(after[k] - book[k]) for name, k in _BOOKS.items()},
-                       **self.pushes.metrics()}
+        return trajs, {
+            "generated_tokens": float(sum(sum(t.loss_mask or []) for t in trajs)),
+            "generate_s": time.perf_counter() - t0,
+            "reused_episodes": float(reused),
+            "prefetched_episodes": float(ahead),
+            "worker_restarts": float(self.restarts - restarts),
+            "refused_commits": float(after["refused"] - book["refused"]),
+            "nodes_lost": float(len(self.recovery.lost_nodes) - nodes_lost),
+            "workers_waiting": float(len(self.recovery.back)),
+            **{name: float(after[k] - book[k]) for name, k in _BOOKS.items()},
+            **self.pushes.metrics(),
+        }
 
     def _recover(self, w: int, step: int | None = None) -> None:
         """After worker ``w`` failed: out of the live workers until Ray has restarted it and it answers (its next
         lease carries the current weights: a restart re-runs ``__init__``, with version-0 weights)."""
         self.restarts += 1
         if self.cfg.learner.weight_sync == "nccl":
-            raise RayPlacementError(f"rollout worker {w} failed, and a restarted vLLM worker cannot rejoin the NCCL "
-                                    "weight transfer mid-run; resume the run from its checkpoint (or use "
-                                    "learner.weight_sync=object_store, which survives restarts)")
+            raise RayPlacementError(
+                f"rollout worker {w} failed, and a restarted vLLM worker cannot rejoin the NCCL "
+                "weight transfer mid-run; resume the run from its checkpoint (or use "
+                "learner.weight_sync=object_store, which survives restarts)"
+            )
         self.recovery.lose(w, step)
 
     # ---- the journal: committed episodes of unfinished steps survive a driver restart ----

@@ -30,8 +30,9 @@ class RayWindows:
         self.runner = runner
         self.owner: dict[str, int] = {}  # job key → the worker index holding its episode
 
-    def assign(self, carried: Sequence[Job], jobs: Sequence[Job]) -> tuple[dict[int, tuple[list[Job], list[Job]]],
-                                                                          list[Job]]:
+    def assign(
+        self, carried: Sequence[Job], jobs: Sequence[Job]
+    ) -> tuple[dict[int, tuple[list[Job], list[Job]]], list[Job]]:
         """Per live worker, ``(its carried jobs, new jobs)`` — new jobs go one by one to the least loaded worker —
         and the carried jobs whose worker is gone (lost)."""
         alive = list(self.runner.alive)
@@ -60,8 +61,11 @@ class RayWindows:
             raise RayPlacementError(f"no rollout worker left at step {step} (restarts: {runner.restarts})")
         plan, lost = self.assign(carried, jobs)
         version, ref = runner._weights()
-        calls = {runner.workers[w].play_window.remote(step, old, new, window, snapshots, version, [ref]): w
-                 for w, (old, new) in plan.items() if old or new}
+        calls = {
+            runner.workers[w].play_window.remote(step, old, new, window, snapshots, version, [ref]): w
+            for w, (old, new) in plan.items()
+            if old or new
+        }
         out = Window(lost=lost)
         tokens = 0.0
         deadline = time.monotonic() + runner.cfg.ray.episode_timeout
@@ -71,8 +75,11 @@ class RayWindows:
             ready, _ = ray.wait(list(calls), num_returns=1, timeout=max(deadline - time.monotonic(), 0.0))
             if not ready:  # hung: restart the workers still playing; their episodes are lost
                 for w in calls.values():
-                    logger.warning("rollout worker %d did not finish its window in ray.episode_timeout=%ss; "
-                                   "restarting it", w, runner.cfg.ray.episode_timeout)
+                    logger.warning(
+                        "rollout worker %d did not finish its window in ray.episode_timeout=%ss; restarting it",
+                        w,
+                        runner.cfg.ray.episode_timeout,
+                    )
                     ray.kill(runner.workers[w], no_restart=False)
                     out.lost += plan[w][0] + plan[w][1]
                     runner._recover(w, step)
@@ -91,8 +98,11 @@ class RayWindows:
             out.in_play += got.in_play
             self.owner.update({j.key: w for j in got.in_play})
             tokens += got.stats.get("generated_tokens", 0.0)
-        out.stats = {"generated_tokens": tokens, "generate_s": time.perf_counter() - t0,
-                     "worker_restarts": float(runner.restarts - restarts)}
+        out.stats = {
+            "generated_tokens": tokens,
+            "generate_s": time.perf_counter() - t0,
+            "worker_restarts": float(runner.restarts - restarts),
+        }
         return out
 
     def close(self) -> None:

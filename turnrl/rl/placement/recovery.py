@@ -53,8 +53,15 @@ class Recovery:
         where = self.runner.placed[w] if w < len(self.runner.placed) else {}
         node = where.get("node_id")
         now = time.monotonic()
-        self.back[w] = {"probe": self.runner.workers[w].ready.remote(), "asked": now, "retry": 0.0, "since": now,
-                        "node_id": node, "node_ip": where.get("node_ip"), "warned": False}
+        self.back[w] = {
+            "probe": self.runner.workers[w].ready.remote(),
+            "asked": now,
+            "retry": 0.0,
+            "since": now,
+            "node_id": node,
+            "node_ip": where.get("node_ip"),
+            "warned": False,
+        }
         if node is not None and node not in {n["node_id"] for n in self.lost_nodes}:
             self.watched.setdefault(node, {"node_ip": where.get("node_ip"), "workers": set(), "step": step})
             self.watched[node]["workers"].add(w)
@@ -90,16 +97,21 @@ class Recovery:
             if state.get("problems"):  # the run's modules do not import on its new node
                 raise RayPlacementError(problem_text(f"rollout worker {w}", state["where"], state["problems"]))
             if not state["setup"]:  # a new process: the policy at version 0 (the next lease brings the current one)
-                state = ray.get(self.runner.workers[w].setup.remote([self.runner._model_ref],
-                                                                    [self.runner._tokenizer_ref]),
-                                timeout=cfg.start_timeout)
+                state = ray.get(
+                    self.runner.workers[w].setup.remote([self.runner._model_ref], [self.runner._tokenizer_ref]),
+                    timeout=cfg.start_timeout,
+                )
         except (ray.exceptions.ActorUnavailableError, ray.exceptions.GetTimeoutError):
             # Ray is restarting it, or waits for a node that can hold it: ask again (at once if this answer is old)
             b["probe"], b["retry"] = None, max(b["asked"] + _RETRY, time.monotonic())
             if not b["warned"] and time.monotonic() - b["since"] > cfg.start_timeout:
                 why = shortfall("rollout worker", 1, self.runner.asks, KEYS)
-                logger.warning("rollout worker %d has not come back for %.0fs%s; the run goes on without it", w,
-                               time.monotonic() - b["since"], f": {why}" if why else "")
+                logger.warning(
+                    "rollout worker %d has not come back for %.0fs%s; the run goes on without it",
+                    w,
+                    time.monotonic() - b["since"],
+                    f": {why}" if why else "",
+                )
                 b["warned"] = True
             return
         except ray.exceptions.RayActorError as e:  # its restarts are used up: gone for good
@@ -109,8 +121,12 @@ class Recovery:
         del self.back[w]
         self.runner._place(w, state)
         self.runner.alive = sorted({*self.runner.alive, w})
-        logger.info("rollout worker %d is back on node %s (%s)", w, state["where"].get("node_ip"),
-                    (state["where"].get("node_id") or "?")[:8])
+        logger.info(
+            "rollout worker %d is back on node %s (%s)",
+            w,
+            state["where"].get("node_ip"),
+            (state["where"].get("node_id") or "?")[:8],
+        )
 
     def watch_nodes(self, step: int, force: bool = False) -> None:
         """Count the watched nodes that Ray has marked dead (once a second at most, unless ``force``); forget those
@@ -123,11 +139,20 @@ class Recovery:
             if node not in alive:
                 del self.watched[node]
                 at = (info["step"] if info["step"] is not None else step) + 1  # the step it was lost in
-                entry = {"node_id": node, "node_ip": info["node_ip"], "step": at,
-                         "rollout_workers": sorted(info["workers"])}
+                entry = {
+                    "node_id": node,
+                    "node_ip": info["node_ip"],
+                    "step": at,
+                    "rollout_workers": sorted(info["workers"]),
+                }
                 self.lost_nodes.append(entry)
-                logger.warning("lost node %s (%s) at step %d with rollout workers %s; the run goes on without it",
-                               info["node_ip"], node[:8], at, entry["rollout_workers"])
+                logger.warning(
+                    "lost node %s (%s) at step %d with rollout workers %s; the run goes on without it",
+                    info["node_ip"],
+                    node[:8],
+                    at,
+                    entry["rollout_workers"],
+                )
                 record_lost(self.runner.cfg.out_dir, self.lost_nodes)
             elif not info["workers"] & set(self.back):
                 del self.watched[node]
@@ -144,13 +169,16 @@ class Recovery:
         since = time.monotonic()
         while not self.runner.alive:
             if not self.back:
-                raise RayPlacementError(f"no rollout worker left at step {step + 1}: Ray will not restart any "
-                                        f"(ray.max_restarts={cfg.max_restarts}); collected so far: {collected}")
+                raise RayPlacementError(
+                    f"no rollout worker left at step {step + 1}: Ray will not restart any "
+                    f"(ray.max_restarts={cfg.max_restarts}); collected so far: {collected}"
+                )
             check_head(cfg.head_timeout)
             self.watch_nodes(step)
             why = shortfall("rollout worker", len(self.back), self.runner.asks, KEYS)
-            limit, key = (cfg.placement_timeout, "ray.placement_timeout") if why else (cfg.start_timeout,
-                                                                                        "ray.start_timeout")
+            limit, key = (
+                (cfg.placement_timeout, "ray.placement_timeout") if why else (cfg.start_timeout, "ray.start_timeout")
+            )
             if time.monotonic() - since >= limit:
                 raise RayPlacementError(self._stranded(step, why, f"waited {limit:g}s: {key}", collected))
             self.poll(wait=_RETRY)
@@ -159,7 +187,9 @@ class Recovery:
         lost = sorted(self.back)
         where = sorted({f"{b['node_ip']} ({(b['node_id'] or '?')[:8]})" for b in self.back.values()})
         gone = "" if not self.lost_nodes else f"; lost nodes: {', '.join(n['node_ip'] for n in self.lost_nodes)}"
-        return (f"no rollout worker left at step {step + 1}: rollout worker{'s' if len(lost) > 1 else ''} "
-                f"{', '.join(map(str, lost))} (last on {', '.join(where)}) did not come back — "
-                f"{why or 'Ray is still restarting them'} ({waited}){gone}. Collected so far: {collected}; the "
-                f"step's journal ({self.runner.journal}/step-{step}.jsonl) lets the same command, run again, reuse it")
+        return (
+            f"no rollout worker left at step {step + 1}: rollout worker{'s' if len(lost) > 1 else ''} "
+            f"{', '.join(map(str, lost))} (last on {', '.join(where)}) did not come back — "
+            f"{why or 'Ray is still restarting them'} ({waited}){gone}. Collected so far: {collected}; the "
+            f"step's journal ({self.runner.journal}/step-{step}.jsonl) lets the same command, run again, reuse it"
+        )

@@ -41,8 +41,10 @@ def _local(path: str, key: str, kinds: Sequence[str]) -> str:
     ok = (p.is_dir() and "dir" in kinds) or (p.is_file() and p.suffix in kinds)
     if not ok:
         what = " or ".join("a folder" if k == "dir" else f"a {k} file" for k in kinds)
-        raise RayPlacementError(f"{key}={path!r}: {p} is not {what} (relative paths are from the current folder, "
-                                f"{Path.cwd()}; a remote zip needs its URI, e.g. s3://bucket/project.zip)")
+        raise RayPlacementError(
+            f"{key}={path!r}: {p} is not {what} (relative paths are from the current folder, "
+            f"{Path.cwd()}; a remote zip needs its URI, e.g. s3://bucket/project.zip)"
+        )
     return str(p)
 
 
@@ -86,9 +88,11 @@ def actor_env(ray: RayConfig, env_vars: dict[str, str], job: dict[str, Any] | No
     if job and not ships_runtime_env():
         local = [p for p in [job.get("working_dir"), *job.get("py_modules", [])] if p and not _is_uri(p)]
         if local:
-            raise RayPlacementError(f"ray.runtime_env ships {', '.join(local)}, which Ray uploads for a whole job "
-                                    "only, and this process joined Ray by itself before the run (ray.init): pass "
-                                    "the same runtime_env to that ray.init, or let the run connect (ray.address)")
+            raise RayPlacementError(
+                f"ray.runtime_env ships {', '.join(local)}, which Ray uploads for a whole job "
+                "only, and this process joined Ray by itself before the run (ray.init): pass "
+                "the same runtime_env to that ray.init, or let the run connect (ray.address)"
+            )
         out = {k: v for k, v in job.items() if k != "env_vars"}
         variables = {**job.get("env_vars", {}), **variables}
     out["env_vars"] = variables
@@ -140,6 +144,8 @@ def problem_text(what: str, where: dict[str, Any], problems: list[dict[str, Any]
         missing = p.get("missing")
         via = "" if missing in (None, p["module"]) else f" (it imports {missing!r}, which is not there)"
         parts.append(f"cannot import {p['module']!r}{via}: {p['error']}")
-    return (f"{what} on {node} {'; '.join(parts)}. Ship your project's code to the nodes with ray.runtime_env "
-            "(working_dir or py_modules; a missing package: pip) or install it on every node "
-            "(docs/cluster.md#shipping-your-code)")
+    return (
+        f"{what} on {node} {'; '.join(parts)}. Ship your project's code to the nodes with ray.runtime_env "
+        "(working_dir or py_modules; a missing package: pip) or install it on every node "
+        "(docs/cluster.md#shipping-your-code)"
+    )

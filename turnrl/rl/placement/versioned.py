@@ -58,11 +58,22 @@ class VersionedAgent:
         end-of-turn ids; no joining a running batch and no non-blocking batch call (a weight load must fall between
         two calls)."""
         inner = capabilities_of(self.agent)
-        return Capabilities(seeds=True, sessions=inner.sessions, inflight_updates=inner.inflight_updates,
-                            eos_ids=inner.eos_ids, local_model=inner.local_model)
+        return Capabilities(
+            seeds=True,
+            sessions=inner.sessions,
+            inflight_updates=inner.inflight_updates,
+            eos_ids=inner.eos_ids,
+            local_model=inner.local_model,
+        )
 
-    def generate(self, prompts: list[list[int]], params: Any, *, seeds: list[int] | None = None,
-                 sessions: list[str | None] | None = None) -> list[Any]:
+    def generate(
+        self,
+        prompts: list[list[int]],
+        params: Any,
+        *,
+        seeds: list[int] | None = None,
+        sessions: list[str | None] | None = None,
+    ) -> list[Any]:
         """The agent's completions, each stamped with the version that sampled it."""
         kwargs: dict[str, Any] = {"seeds": seeds} if seeds is not None else {}
         if sessions is not None:

@@ -54,8 +54,16 @@ class TrainerSync:
             ray.get([w.update_weight_version.remote(str(version)) for w in self.workers])
 
 
-def open_trainer(policy: torch.nn.Module, zero3: bool, bucket_mb: float, rank: int, host: str, port: int,
-                 world_size: int, workers: list[Any]) -> TrainerSync:
+def open_trainer(
+    policy: torch.nn.Module,
+    zero3: bool,
+    bucket_mb: float,
+    rank: int,
+    host: str,
+    port: int,
+    world_size: int,
+    workers: list[Any],
+) -> TrainerSync:
     """Join the transfer group as learner rank ``rank`` (rank 0 opens it at ``host:port`` and waits for the
     workers' ``world_size - 1`` engine ranks)."""
     from vllm.distributed.weight_transfer.clients import RayVLLMWeightSyncClient
@@ -63,6 +71,5 @@ def open_trainer(policy: torch.nn.Module, zero3: bool, bucket_mb: float, rank: i
 
     info = NCCLTrainerInitInfo(master_address=host, master_port=port, world_size=world_size, rank=rank)
     client = RayVLLMWeightSyncClient(workers if rank == 0 else [])
-    engine = NCCLTrainerWeightTransferEngine.trainer_init(info, client=client,
-                                                          source=_source(policy, zero3, bucket_mb))
+    engine = NCCLTrainerWeightTransferEngine.trainer_init(info, client=client, source=_source(policy, zero3, bucket_mb))
     return TrainerSync(engine, rank, workers)

@@ -53,8 +53,13 @@ class RolloutWorker:
         needs: the run's modules outside turnrl (:func:`~turnrl.rl.placement.shipping.needed_modules`), imported first.
     """
 
-    def __init__(self, config: dict[str, Any], env_spec: tuple[str, Any, dict[str, Any]] | None,
-                 batch_size: int = 64, needs: Sequence[str] = ()) -> None:
+    def __init__(
+        self,
+        config: dict[str, Any],
+        env_spec: tuple[str, Any, dict[str, Any]] | None,
+        batch_size: int = 64,
+        needs: Sequence[str] = (),
+    ) -> None:
         self.where = here()
         # the run's own modules first (a plug-in algorithm registers itself; the config names it): a node without
         # them answers ``ready`` with what failed, and the driver refuses the run before any step
@@ -117,15 +122,15 @@ class RolloutWorker:
             else:
                 self.agent.load_weights(policy.state_dict())
         else:
-            self.agent = HFAgent(policy, tok, batch_size=self.batch_size,
-                                 kv_cache_mb=self.cfg.rollout.kv_cache_mb)
+            self.agent = HFAgent(policy, tok, batch_size=self.batch_size, kv_cache_mb=self.cfg.rollout.kv_cache_mb)
         self.version = 0
         self.player = VersionedAgent(self.agent, self.lock, lambda: self.version)
         self.games = None  # built for this player on the first game
         from turnrl.rl.sources.windows import LocalWindows
 
-        self.windows = LocalWindows(self.cfg.env, self.cfg.rollout, self.cfg.seed, self.player, lambda: self.version,
-                                    per_episode_seeds=True)
+        self.windows = LocalWindows(
+            self.cfg.env, self.cfg.rollout, self.cfg.seed, self.player, lambda: self.version, per_episode_seeds=True
+        )
         return self.ready()
 
     def _setup_policies(self, models: dict[str, torch.nn.Module], tokenizer: Any) -> dict[str, Any]:
@@ -133,13 +138,17 @@ class RolloutWorker:
         a base shared in memory with the others — behind the worker's one lock and version (every policy's version
         is the run's step)."""
         if self.vllm:
-            raise RuntimeError("several trainable policies play on HF rollout workers (ray.rollout_backend: hf); "
-                               "vLLM workers with one adapter per policy are not built yet")
+            raise RuntimeError(
+                "several trainable policies play on HF rollout workers (ray.rollout_backend: hf); "
+                "vLLM workers with one adapter per policy are not built yet"
+            )
         names = list(models)
         for name in names[1:]:
             share_frozen_base(models[names[0]], models[name])
-        self.policies = {name: HFAgent(m, tokenizer, batch_size=self.batch_size,
-                                       kv_cache_mb=self.cfg.rollout.kv_cache_mb) for name, m in models.items()}
+        self.policies = {
+            name: HFAgent(m, tokenizer, batch_size=self.batch_size, kv_cache_mb=self.cfg.rollout.kv_cache_mb)
+            for name, m in models.items()
+        }
         self.agent = self.policies[names[0]]
         self.version = 0
         self.players = {name: VersionedAgent(a, self.lock, lambda: self.version) for name, a in self.policies.items()}
@@ -170,8 +179,14 @@ class RolloutWorker:
     def ready(self) -> dict[str, Any]:
         """Answer once started: the process id, the weights' version, whether :meth:`setup` ran, where it runs, and
         the run's modules — the file each came from, or what failed to import (then it can play nothing)."""
-        return {"pid": self.where["pid"], "version": getattr(self, "version", 0), "setup": self.agent is not None,
-                "where": self.where, "imports": self.imports, "problems": self.problems}
+        return {
+            "pid": self.where["pid"],
+            "version": getattr(self, "version", 0),
+            "setup": self.agent is not None,
+            "where": self.where,
+            "imports": self.imports,
+            "problems": self.problems,
+        }
 
     def set_weights(self, version: int, weights: list[Any]) -> int:
         """Load ``weights[0]`` (a state dict, or an object ref to one) as ``version`` if it is newer than the weights
@@ -186,10 +201,18 @@ class RolloutWorker:
                 state = ray.get(state, timeout=self.cfg.ray.start_timeout)
             fetched, size = time.perf_counter(), shared_bytes(state)
             if self._load(version, from_shared(state)):  # numpy arrays from the object store: no copy until the load
-                self.loads = [*self.loads[1 - _LOADS_KEPT:], {
-                    "version": version, "bytes": size, "fetch_s": fetched - t0,
-                    "load_s": time.perf_counter() - fetched, "node_id": self.where["node_id"],
-                    "node_ip": self.where["node_ip"], "pid": self.pid}]
+                self.loads = [
+                    *self.loads[1 - _LOADS_KEPT :],
+                    {
+                        "version": version,
+                        "bytes": size,
+                        "fetch_s": fetched - t0,
+                        "load_s": time.perf_counter() - fetched,
+                        "node_id": self.where["node_id"],
+                        "node_ip": self.where["node_ip"],
+                        "pid": self.pid,
+                    },
+                ]
         return self.version
 
     def _load(self, version: int, state: dict[str, torch.Tensor]) -> bool:
@@ -268,8 +291,16 @@ class RolloutWorker:
 
         return self.version, sequence_logprobs(self.agent.model, input_ids, temperature)
 
-    def play_window(self, step: int, carried: list[Job], jobs: list[Job], window: int, snapshots: bool, version: int,
-                    weights: list[Any]) -> Any:
+    def play_window(
+        self,
+        step: int,
+        carried: list[Job],
+        jobs: list[Job],
+        window: int,
+        snapshots: bool,
+        version: int,
+        weights: list[Any],
+    ) -> Any:
         """T-PPO's successive batching with weights ``version``: :meth:`turnrl.rl.sources.windows.LocalWindows.play`
         on the episodes this worker holds (a restarted worker holds none: its carried jobs come back ``lost``);
         returns the :class:`~turnrl.rl.sources.windows.Window`."""
@@ -282,8 +313,9 @@ class RolloutWorker:
             traj.metadata["worker"] = self.pid
         return out
 
-    def run(self, lease: int, jobs: list[Job], version: int, weights: list[Any],
-            opponent: dict[str, Any] | None = None) -> Iterator[tuple[int, str | None, Any]]:
+    def run(
+        self, lease: int, jobs: list[Job], version: int, weights: list[Any], opponent: dict[str, Any] | None = None
+    ) -> Iterator[tuple[int, str | None, Any]]:
         """Play ``jobs`` with weights ``version`` (fetched first if this worker holds another); yield
         ``(lease, job key, Trajectory)`` for each episode as soon as it finishes (a game: its trained views, as one
         list; a tree: its leaves, as one list, once the lease's trees are grown) — first, ``(lease, None, loads)``
@@ -296,7 +328,9 @@ class RolloutWorker:
         if self.loads:  # the weight loads since the last lease: their figures first, under no job
             loads, self.loads = self.loads, []
             yield lease, None, loads
-        done: queue.Queue[Trajectory | list[Trajectory] | BaseException | None] = queue.Queue()  # a tree's leaves: a list
+        done: queue.Queue[Trajectory | list[Trajectory] | BaseException | None] = (
+            queue.Queue()
+        )  # a tree's leaves: a list
 
         def sink(traj: Trajectory) -> None:
             traj.metadata["worker"] = self.pid
@@ -309,8 +343,16 @@ class RolloutWorker:
                 if c.multi_agent is not None:
                     self._play_games(jobs, done, opponent)
                 elif c.rollout.tree is not None:  # a tree's leaves share its job: committed together
-                    trajs, _ = play_jobs(c.env, c.rollout, c.algorithm, c.seed, self.player, jobs, lambda: self.version,
-                                         per_episode_seeds=True)
+                    trajs, _ = play_jobs(
+                        c.env,
+                        c.rollout,
+                        c.algorithm,
+                        c.seed,
+                        self.player,
+                        jobs,
+                        lambda: self.version,
+                        per_episode_seeds=True,
+                    )
                     trees: dict[str, list[Trajectory]] = {}
                     for traj in trajs:
                         traj.metadata["worker"] = self.pid
@@ -318,8 +360,17 @@ class RolloutWorker:
                     for leaves in trees.values():
                         done.put(leaves)
                 else:
-                    play_jobs(c.env, c.rollout, c.algorithm, c.seed, self.player, jobs, lambda: self.version,
-                              per_episode_seeds=True, sink=sink)
+                    play_jobs(
+                        c.env,
+                        c.rollout,
+                        c.algorithm,
+                        c.seed,
+                        self.player,
+                        jobs,
+                        lambda: self.version,
+                        per_episode_seeds=True,
+                        sink=sink,
+                    )
                 done.put(None)
             except BaseException as e:  # reported to the driver, which re-runs the jobs
                 done.put(e)
@@ -341,13 +392,16 @@ class RolloutWorker:
         from turnrl.rl.sources.multi import MultiAgentRunner
 
         if self.games is None:
-            self.games = MultiAgentRunner(self.cfg, self.player, lambda: self.version, policies=self.players,
-                                          drawn_by_driver=True)
+            self.games = MultiAgentRunner(
+                self.cfg, self.player, lambda: self.version, policies=self.players, drawn_by_driver=True
+            )
         if opponent is not None:  # the league's pick: its snapshot from the object store
             import ray
 
-            self.games.given = (int(opponent["version"]),
-                                ray.get(opponent["weights"][0], timeout=self.cfg.ray.start_timeout))
+            self.games.given = (
+                int(opponent["version"]),
+                ray.get(opponent["weights"][0], timeout=self.cfg.ray.start_timeout),
+            )
         else:
             self.games.given = None
         trajs, _ = self.games.run(jobs)

@@ -5,8 +5,17 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-CURVES = ("reward_mean", "success", "eval_success", "entropy", "response_length", "clip_frac", "kl",
-          "explained_variance", "zero_variance_groups")
+CURVES = (
+    "reward_mean",
+    "success",
+    "eval_success",
+    "entropy",
+    "response_length",
+    "clip_frac",
+    "kl",
+    "explained_variance",
+    "zero_variance_groups",
+)
 
 
 def plot_run(run_dir: str | Path) -> Path:

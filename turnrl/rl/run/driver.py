@@ -45,8 +45,15 @@ class Driver:
             before training and every ``validate_every`` steps (reports in ``OUT_DIR/validation/step-N``).
     """
 
-    def __init__(self, config: TrainConfig, learner: Any, source: Any, evaluate: Callable[[Path], dict[str, float]],
-                 monitors: Sequence[Check] = (), validate: Callable[[Path], dict[str, float]] | None = None) -> None:
+    def __init__(
+        self,
+        config: TrainConfig,
+        learner: Any,
+        source: Any,
+        evaluate: Callable[[Path], dict[str, float]],
+        monitors: Sequence[Check] = (),
+        validate: Callable[[Path], dict[str, float]] | None = None,
+    ) -> None:
         self.cfg, self.learner, self.source, self.evaluate = config, learner, source, evaluate
         self.validate = validate
         self.monitors = tuple(monitors)
@@ -54,13 +61,19 @@ class Driver:
         self.step = 0
         self.history: list[dict[str, float]] = []
         self.out = Path(config.out_dir)
-        self.guard = ConsistencyGuard(config.guard, config.rollout, backend=rollout_backend(config.placement, config.ray),
-                                      sampled=self.sampled, group_size=source.group_size())
+        self.guard = ConsistencyGuard(
+            config.guard,
+            config.rollout,
+            backend=rollout_backend(config.placement, config.ray),
+            sampled=self.sampled,
+            group_size=source.group_size(),
+        )
         self._halt: list[str] = []  # a strict guard's failures: the run stops once the step is recorded
         self.checkpoint_step: int | None = None  # the step of the checkpoint saved or loaded last (None: none yet)
 
-    def train(self, *, stop_after: int | None = None,
-              on_step: Callable[[dict[str, float]], None] | None = None) -> list[dict[str, float]]:
+    def train(
+        self, *, stop_after: int | None = None, on_step: Callable[[dict[str, float]], None] | None = None
+    ) -> list[dict[str, float]]:
         """Run until ``cfg.steps`` (or ``stop_after`` more steps, to simulate an interruption); return the history.
 
         ``on_step`` is called with each step's metrics (after the held-out evaluation, if any, ran), and with the
@@ -74,15 +87,20 @@ class Driver:
         try:
             if self.step == 0 and not self.history:
                 self.source.reset()
-                self._record({"step": 0.0, **self.evaluate(self.out / "eval" / "step-0"), **self._validation()},
-                             tracker, on_step, fresh=True)
+                self._record(
+                    {"step": 0.0, **self.evaluate(self.out / "eval" / "step-0"), **self._validation()},
+                    tracker,
+                    on_step,
+                    fresh=True,
+                )
             end = self.cfg.steps if stop_after is None else min(self.cfg.steps, self.step + stop_after)
             while self.step < end:
                 self._record(self._one_step(), tracker, on_step)
                 if self._halt:
                     raise ConsistencyError("guard.strict: " + " | ".join(self._halt))
-                if self.step == self.cfg.steps or (self.cfg.checkpoint_every
-                                                   and self.step % self.cfg.checkpoint_every == 0):
+                if self.step == self.cfg.steps or (
+                    self.cfg.checkpoint_every and self.step % self.cfg.checkpoint_every == 0
+                ):
                     self.save(self.out / "checkpoint.pt")
         finally:
             tracker.close()
@@ -97,8 +115,9 @@ class Driver:
             raise EpisodeFailures(f"{stop}{f' (the episodes: {saved})' if saved else ''}")
         fresh = trajs
         if self.sampled:  # the staleness bound (stored data carries no versions of this run)
-            fresh, dropped = within_staleness(trajs, self.learner.version, self.cfg.rollout.max_staleness,
-                                              self.source.lag)
+            fresh, dropped = within_staleness(
+                trajs, self.learner.version, self.cfg.rollout.max_staleness, self.source.lag
+            )
             info.update(dropped)
         info.update(self.learner.update(fresh))
         # every episode collected is trained or counted as dropped, with its reason (stale, stale_group, untrainable)
@@ -118,7 +137,8 @@ class Driver:
             info.update(self.evaluate(self.out / "eval" / f"step-{self.step}"))
         info.update(self._validation())
         warnings = ([failing] if failing else []) + check_health(
-            self.history, info, self.cfg.rollout.max_new_tokens, sampled=self.sampled, monitors=self.monitors)
+            self.history, info, self.cfg.rollout.max_new_tokens, sampled=self.sampled, monitors=self.monitors
+        )
         for w in warnings:
             logger.warning("step %d: %s", self.step, w)
         info["warnings"] = float(len(warnings))
@@ -132,8 +152,14 @@ class Driver:
         played = int(info.get("rollout_episodes", len(trajs)))
         failed = int(info.get("error_episodes", len(errors)))
         first = errors[0] if errors else getattr(self.source, "first_error", None)
-        return failed_episodes(self.step + 1, played, failed, first, self.cfg.rollout.warn_error_share,
-                               in_play=int(info.get("carried_episodes", 0)))
+        return failed_episodes(
+            self.step + 1,
+            played,
+            failed,
+            first,
+            self.cfg.rollout.warn_error_share,
+            in_play=int(info.get("carried_episodes", 0)),
+        )
 
     def _save_trajectories(self, step: int, trajs: Sequence[Any]) -> Path | None:
         """``train/step-N/trajectories.jsonl`` (when ``save_trajectories``): the file, or None."""
@@ -152,8 +178,13 @@ class Driver:
             return {}
         return self.validate(self.out / "validation" / f"step-{self.step}")
 
-    def _record(self, info: dict[str, float], tracker: Tracker, on_step: Callable[[dict[str, float]], None] | None,
-                fresh: bool = False) -> None:
+    def _record(
+        self,
+        info: dict[str, float],
+        tracker: Tracker,
+        on_step: Callable[[dict[str, float]], None] | None,
+        fresh: bool = False,
+    ) -> None:
         self.history.append(info)
         with (self.out / "metrics.jsonl").open("w" if fresh else "a") as f:
             f.write(json.dumps(info) + "\n")
@@ -166,8 +197,13 @@ class Driver:
     def save(self, path: str | Path) -> None:
         """Everything needed to continue exactly: the learner, the source's position, RNG, step and history."""
         state = self.learner.state_dict()
-        state.update(rng=torch.get_rng_state(), step=self.step, history=self.history, source=self.source.state_dict(),
-                     config=self.cfg.model_dump())
+        state.update(
+            rng=torch.get_rng_state(),
+            step=self.step,
+            history=self.history,
+            source=self.source.state_dict(),
+            config=self.cfg.model_dump(),
+        )
         tmp = Path(path).with_suffix(".tmp")
         torch.save(state, tmp)
         tmp.replace(path)  # a run killed while saving keeps its previous checkpoint

@@ -27,9 +27,9 @@ OUTCOMES = ("correct", *FAILURES)
 EXPLAINED = {
     "error": "the rollout failed (the environment or the model raised; see the episode's error)",
     "token limit": "the last reply was cut at its token limit{limit} before it ended: raise it (`turnrl eval "
-                   "--max-new-tokens`, `rollout.max_new_tokens` in a training config, or the program's max_tokens)",
+    "--max-new-tokens`, `rollout.max_new_tokens` in a training config, or the program's max_tokens)",
     "context limit": "the episode filled its context: raise it (`turnrl eval --max-context`, `rollout.max_context` "
-                     "in a training config)",
+    "in a training config)",
     "turn limit": "the episode used all its turns without a final answer",
     "tool error": "a tool call failed and no final answer came",
     "no answer": "the reply ended without a final answer the verifier could find",
@@ -137,7 +137,9 @@ def summarize(rows: list[dict[str, Any]], samples: int) -> dict[str, Any]:
         "turns_cut_at_token_limit": sum(r.get("turns_cut_at_token_limit", 0) for r in rows),
     }
     for k in ks:
-        metrics[f"pass@{k}"] = float(np.mean([pass_at_k(len(v), sum(v), k) for v in by_task.values()])) if by_task else 0.0
+        metrics[f"pass@{k}"] = (
+            float(np.mean([pass_at_k(len(v), sum(v), k) for v in by_task.values()])) if by_task else 0.0
+        )
     extra: dict[str, list[float]] = defaultdict(list)
     for r in rows:
         for key, value in r["metrics"].items():
@@ -164,9 +166,13 @@ def item_accuracy(rows: list[dict[str, Any]]) -> dict[str, Any]:
     per_item = collapse([row_item(r) for r in rows], [float(r["correct"]) for r in rows])
     interval = mean_interval(per_item.values())
     known = lambda x: None if math.isnan(x) else x  # metrics.json stays JSON
-    return {"distinct_items": interval.n, "accuracy_items": known(interval.mean) if rows else 0.0,
-            "accuracy_se": known(interval.se), "accuracy_low": known(interval.low),
-            "accuracy_high": known(interval.high)}
+    return {
+        "distinct_items": interval.n,
+        "accuracy_items": known(interval.mean) if rows else 0.0,
+        "accuracy_se": known(interval.se),
+        "accuracy_low": known(interval.low),
+        "accuracy_high": known(interval.high),
+    }
 
 
 def accuracy_headline(metrics: dict[str, Any]) -> list[str]:
@@ -177,12 +183,16 @@ def accuracy_headline(metrics: dict[str, Any]) -> list[str]:
     n, episodes = metrics["distinct_items"], metrics.get("episodes", 0)
     low, high, se = metrics.get("accuracy_low"), metrics.get("accuracy_high"), metrics.get("accuracy_se")
     spread = f", 95% interval [{low:.3f}, {high:.3f}], se {se:.3f}" if None not in (low, high, se) else ""
-    return [f"**Accuracy {metrics['accuracy_items']:.3f} over {n} distinct item(s){spread}** "
-            f"({episodes} episode(s); an item's samples and repeated presentations count once)", ""]
+    return [
+        f"**Accuracy {metrics['accuracy_items']:.3f} over {n} distinct item(s){spread}** "
+        f"({episodes} episode(s); an item's samples and repeated presentations count once)",
+        "",
+    ]
 
 
-def pick_examples(trajs: list[Trajectory], successes: int = 2, failures: int = 4,
-                  max_new_tokens: int | None = None) -> list[Trajectory]:
+def pick_examples(
+    trajs: list[Trajectory], successes: int = 2, failures: int = 4, max_new_tokens: int | None = None
+) -> list[Trajectory]:
     """A few successes and failures to show, the failures of different reasons first."""
     good = [t for t in trajs if t.correct][:successes]
     by_reason: dict[str, list[Trajectory]] = defaultdict(list)
@@ -206,18 +216,27 @@ def shown_reply(traj: Trajectory, turn: Turn, decode: Callable[[list[int]], str]
     n = turn_tokens(turn)
     raw = text
     if decode is not None and n and traj.token_ids is not None and turn.token_span is not None:
-        raw = decode(list(traj.token_ids[turn.token_span[0]:turn.token_span[1]]))
+        raw = decode(list(traj.token_ids[turn.token_span[0] : turn.token_span[1]]))
     if not n and not raw:
         return "(empty: no tokens generated)"
-    kind = ("whitespace and special tokens only" if text and raw != text else
-            "special tokens only" if raw != text else "whitespace only")
+    kind = (
+        "whitespace and special tokens only"
+        if text and raw != text
+        else "special tokens only"
+        if raw != text
+        else "whitespace only"
+    )
     shown = json.dumps(raw, ensure_ascii=False)[1:-1].replace("`", "'")
     count = f"{n} generated token(s), " if n else ""
     return f"(no visible text: {count}{kind}: `{shown[:300]}`{'…' if len(shown) > 300 else ''})"
 
 
-def render_episode(traj: Trajectory, max_chars: int = 600, decode: Callable[[list[int]], str] | None = None,
-                   max_new_tokens: int | None = None) -> list[str]:
+def render_episode(
+    traj: Trajectory,
+    max_chars: int = 600,
+    decode: Callable[[list[int]], str] | None = None,
+    max_new_tokens: int | None = None,
+) -> list[str]:
     """The whole episode as Markdown lines: each assistant turn (marked where it was cut at ``max_new_tokens``), the
     tool calls' results and feedback, rewards."""
 
@@ -241,20 +260,41 @@ def render_episode(traj: Trajectory, max_chars: int = 600, decode: Callable[[lis
     return lines + (quote("error", traj.error) if traj.error else [])
 
 
-def write_report(out: Path, title: str, metrics: dict[str, Any], rows: list[dict[str, Any]], config: dict[str, Any],
-                 examples: Sequence[Trajectory] = (), subtitle: str | None = None, notice: str | None = None,
-                 decode: Callable[[list[int]], str] | None = None, headline: Sequence[str] = ()) -> str:
+def write_report(
+    out: Path,
+    title: str,
+    metrics: dict[str, Any],
+    rows: list[dict[str, Any]],
+    config: dict[str, Any],
+    examples: Sequence[Trajectory] = (),
+    subtitle: str | None = None,
+    notice: str | None = None,
+    decode: Callable[[list[int]], str] | None = None,
+    headline: Sequence[str] = (),
+) -> str:
     """Write ``report.md`` (metrics, outcomes, whole example episodes, configuration); return its text. ``notice``
     (e.g. that the run was interrupted) stands under the title, then ``headline``: the environment's own lines
     (:meth:`turnrl.envs.core.TextEnv.report_lines`)."""
     max_new = (config.get("params") or {}).get("max_new_tokens")
-    lines = [f"# {title}", "", *([subtitle, ""] if subtitle else []), *([notice, ""] if notice else []),
-             *accuracy_headline(metrics), *headline, "| metric | value |", "|---|---|"]
+    lines = [
+        f"# {title}",
+        "",
+        *([subtitle, ""] if subtitle else []),
+        *([notice, ""] if notice else []),
+        *accuracy_headline(metrics),
+        *headline,
+        "| metric | value |",
+        "|---|---|",
+    ]
     for k, v in metrics.items():
         if not isinstance(v, dict):
             lines.append(f"| {k} | {v:.4f} |" if isinstance(v, float) else f"| {k} | {v} |")
-    counts = {name: sum((r.get("outcome") or ("correct" if r["correct"] else r.get("failure") or "wrong")) == name
-                        for r in rows) for name in OUTCOMES}
+    counts = {
+        name: sum(
+            (r.get("outcome") or ("correct" if r["correct"] else r.get("failure") or "wrong")) == name for r in rows
+        )
+        for name in OUTCOMES
+    }
     if rows:
         lines += ["", "## Outcomes", "", "| outcome | episodes | share |", "|---|---|---|"]
         lines += [f"| {name} | {n} | {n / len(rows):.3f} |" for name, n in counts.items() if n]
@@ -272,8 +312,9 @@ def write_report(out: Path, title: str, metrics: dict[str, Any], rows: list[dict
     return text
 
 
-def plot(out: Path, metrics: dict[str, Any], rows: list[dict[str, Any]], title: str,
-         max_new_tokens: int | None = None) -> Path:
+def plot(
+    out: Path, metrics: dict[str, Any], rows: list[dict[str, Any]], title: str, max_new_tokens: int | None = None
+) -> Path:
     """Draw :func:`figure` to ``plot.png``."""
     import matplotlib.pyplot as plt
 
@@ -310,10 +351,17 @@ def figure(metrics: dict[str, Any], rows: list[dict[str, Any]], title: str, max_
     fig, grid = plt.subplots(2, 3, figsize=(14, 7))
     axes = list(grid.flat)
     a = axes.pop(0)
-    shown = [o for o in OUTCOMES if o in ("correct", "wrong", "no answer", "token limit", "turn limit")
-             or any(r.get("outcome") == o for r in rows)]
-    a.bar(shown, [sum(r.get("outcome") == o for r in rows) for o in shown],
-          color=["tab:green" if o == "correct" else "tab:orange" if "limit" in o else "tab:red" for o in shown])
+    shown = [
+        o
+        for o in OUTCOMES
+        if o in ("correct", "wrong", "no answer", "token limit", "turn limit")
+        or any(r.get("outcome") == o for r in rows)
+    ]
+    a.bar(
+        shown,
+        [sum(r.get("outcome") == o for r in rows) for o in shown],
+        color=["tab:green" if o == "correct" else "tab:orange" if "limit" in o else "tab:red" for o in shown],
+    )
     a.set(ylabel="episodes", title=f"outcomes (accuracy {metrics.get('accuracy', 0):.3f})")
     a.tick_params(axis="x", labelrotation=30)
     a.yaxis.set_major_locator(MaxNLocator(integer=True))
@@ -335,8 +383,13 @@ def figure(metrics: dict[str, Any], rows: list[dict[str, Any]], title: str, max_
         ax.axvline(max_new_tokens, color="tab:red", linestyle="--", label=f"max_new_tokens = {max_new_tokens}")
         ax.legend(loc="upper left")
     ax.set_title(f"{cut} of {len(per_turn)} turn(s) cut at the token limit")
-    _histogram(axes.pop(0), [r["generated_tokens"] for r in rows], "generated tokens per episode", "episodes",
-               color="tab:orange")
+    _histogram(
+        axes.pop(0),
+        [r["generated_tokens"] for r in rows],
+        "generated tokens per episode",
+        "episodes",
+        color="tab:orange",
+    )
     for ax in axes:  # one sample per task: no pass@k panel
         fig.delaxes(ax)
     fig.suptitle(title)
@@ -353,6 +406,10 @@ def __getattr__(name: str) -> Any:
 
     from turnrl.envs.formats.self_verify_metrics import self_verification_lines
 
-    warnings.warn("turnrl.rl.run.eval_report.self_verification_lines has moved to "
-                  "turnrl.envs.formats.self_verify_metrics.self_verification_lines", FutureWarning, stacklevel=2)
+    warnings.warn(
+        "turnrl.rl.run.eval_report.self_verification_lines has moved to "
+        "turnrl.envs.formats.self_verify_metrics.self_verification_lines",
+        FutureWarning,
+        stacklevel=2,
+    )
     return self_verification_lines

@@ -97,11 +97,15 @@ def split_line(env: Any, first: int, last: int, first_id: str | None, last_id: s
     if split == held:
         return f"split: **{split}** (held-out) · {span}"
     if held is None:
-        return f"split: **{split}** — the environment declares no held-out split (turnrl cannot tell whether " \
-               f"these are held out) · {span}"
+        return (
+            f"split: **{split}** — the environment declares no held-out split (turnrl cannot tell whether "
+            f"these are held out) · {span}"
+        )
     if split == getattr(env, "validation_split", None):
-        return f"split: **{split}** (validation: for choosing steps and recipes, not a held-out figure; its held-out " \
-               f"split is {held}) · {span}"
+        return (
+            f"split: **{split}** (validation: for choosing steps and recipes, not a held-out figure; its held-out "
+            f"split is {held}) · {span}"
+        )
     return f"split: **{split}** — NOT held-out (training tasks; its held-out split is {held}) · {span}"
 
 
@@ -113,14 +117,20 @@ def held_out_warning(env: Any, env_id: str) -> str | None:
         return None
     if split is None or held is None:
         what = "no split" if split is None else f"no held-out split (this is its {split!r} split)"
-        return (f"warning: {env_id} declares {what}, so turnrl cannot tell whether these tasks are held out from "
-                "training; an environment declares them with `split` and `held_out_split` (see "
-                "examples/unit_converter_env.py)")
+        return (
+            f"warning: {env_id} declares {what}, so turnrl cannot tell whether these tasks are held out from "
+            "training; an environment declares them with `split` and `held_out_split` (see "
+            "examples/unit_converter_env.py)"
+        )
     if split == getattr(env, "validation_split", None):
-        return (f"note: evaluating {env_id}'s validation split {split!r}: problems training does not see, kept for "
-                f"choosing steps and recipes; report held-out figures on {held!r} (leave out --kw split=…)")
-    return (f"warning: evaluating {env_id}'s {split!r} split, which is NOT held out: these are training tasks "
-            f"(its held-out split is {held!r}; leave out --kw split=… to evaluate that)")
+        return (
+            f"note: evaluating {env_id}'s validation split {split!r}: problems training does not see, kept for "
+            f"choosing steps and recipes; report held-out figures on {held!r} (leave out --kw split=…)"
+        )
+    return (
+        f"warning: evaluating {env_id}'s {split!r} split, which is NOT held out: these are training tasks "
+        f"(its held-out split is {held!r}; leave out --kw split=… to evaluate that)"
+    )
 
 
 def item_key(env: Any, index: int, task_id: str | None) -> str | None:
@@ -146,13 +156,28 @@ def _read_finished(path: Path) -> list[Trajectory]:
     return out
 
 
-def eval_settings(env_id: str, env_kwargs: dict[str, Any], samples: int, seed: int, params: SamplingParams,
-                  max_context: int, agent_name: str | None, context: Any = None) -> dict[str, Any]:
+def eval_settings(
+    env_id: str,
+    env_kwargs: dict[str, Any],
+    samples: int,
+    seed: int,
+    params: SamplingParams,
+    max_context: int,
+    agent_name: str | None,
+    context: Any = None,
+) -> dict[str, Any]:
     """What an evaluation must share with the one it resumes (``run.json``'s ``settings``; ``env_kwargs`` as
     evaluated, the held-out split included)."""
-    return {"env_id": env_id, "env_kwargs": env_kwargs, "samples": samples, "seed": seed,
-            "params": params.model_dump(mode="json"), "max_context": max_context, "agent": agent_name,
-            "context": repr(context) if context is not None else None}
+    return {
+        "env_id": env_id,
+        "env_kwargs": env_kwargs,
+        "samples": samples,
+        "seed": seed,
+        "params": params.model_dump(mode="json"),
+        "max_context": max_context,
+        "agent": agent_name,
+        "context": repr(context) if context is not None else None,
+    }
 
 
 def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -172,15 +197,22 @@ def previous_episodes(out: Path, settings: dict[str, Any]) -> dict[str, Trajecto
     run, stream = out / "run.json", out / "trajectories.jsonl"
     if not run.is_file():
         if stream.is_file():
-            raise ValueError(f"--resume: {out} holds trajectories but no run.json, so turnrl cannot tell which settings "
-                             "made them; evaluate into another --out")
+            raise ValueError(
+                f"--resume: {out} holds trajectories but no run.json, so turnrl cannot tell which settings "
+                "made them; evaluate into another --out"
+            )
         return {}
     theirs, mine = _flat(json.loads(run.read_text())["settings"]), _flat(json.loads(json.dumps(settings, default=str)))
     if theirs != mine:
-        diff = "; ".join(f"{k}: {theirs.get(k)!r} there, {mine.get(k)!r} now" for k in sorted(set(theirs) | set(mine))
-                         if theirs.get(k) != mine.get(k))
-        raise ValueError(f"--resume: {out} was evaluated with other settings ({diff}); rerun with the same options "
-                         "to resume it, or evaluate into another --out")
+        diff = "; ".join(
+            f"{k}: {theirs.get(k)!r} there, {mine.get(k)!r} now"
+            for k in sorted(set(theirs) | set(mine))
+            if theirs.get(k) != mine.get(k)
+        )
+        raise ValueError(
+            f"--resume: {out} was evaluated with other settings ({diff}); rerun with the same options "
+            "to resume it, or evaluate into another --out"
+        )
     found: dict[str, Trajectory] = {}  # every finished episode once, those this evaluation does not reuse too
     for traj in _read_finished(stream):
         key = traj.metadata.get("job")
@@ -255,8 +287,9 @@ def evaluate(
         stream = out_dir / "trajectories.jsonl" if out_dir is not None else None
         if out_dir is not None and stream is not None:
             out_dir.mkdir(parents=True, exist_ok=True)
-            (out_dir / "run.json").write_text(json.dumps({"settings": settings, "limit": limit, "code": code_version()},
-                                                          indent=2, default=str))
+            (out_dir / "run.json").write_text(
+                json.dumps({"settings": settings, "limit": limit, "code": code_version()}, indent=2, default=str)
+            )
             tmp = stream.with_name("trajectories.tmp.jsonl")  # the reused episodes in job order, those past the limit,
             beyond = [t for k, t in found.items() if k not in by_key]  # then the new ones
             write_jsonl(sorted(previous.values(), key=lambda t: by_key[t.metadata["job"]][0]) + beyond, tmp)
@@ -305,9 +338,17 @@ def evaluate(
                 if player is not None:
                     trajs, tokens = player(chunk, env_kwargs, sink)
                 else:
-                    trajs, rollout = play(agent, env_id, env_kwargs, chunk, seed=seed,
-                                          how=Playing(params, max_context, env_timeout=env_timeout, context=context),
-                                          sink=sink, chunk=chunk[0].task, group_id=lambda j: str(j.task))
+                    trajs, rollout = play(
+                        agent,
+                        env_id,
+                        env_kwargs,
+                        chunk,
+                        seed=seed,
+                        how=Playing(params, max_context, env_timeout=env_timeout, context=context),
+                        sink=sink,
+                        chunk=chunk[0].task,
+                        group_id=lambda j: str(j.task),
+                    )
                     tokens = rollout.stats.generated_tokens
                 generated += tokens
                 for traj, job in zip(trajs, chunk):  # those the sink did not see (no job key)
@@ -332,23 +373,39 @@ def evaluate(
         notice = None
         if interrupted is not None:
             metrics.update(interrupted=True, episodes_planned=len(jobs))
-            notice = (f"**Interrupted**: {len(done)} of {len(jobs)} episodes finished; this report covers those only. "
-                      f"Rerun with `--resume` (the same options) to play the other {len(jobs) - len(done)}.")
+            notice = (
+                f"**Interrupted**: {len(done)} of {len(jobs)} episodes finished; this report covers those only. "
+                f"Rerun with `--resume` (the same options) to play the other {len(jobs) - len(done)}."
+            )
         if out_dir is not None:
             ids = {r["index"]: r["task_id"] for r in rows.values()}
             with (out_dir / "items.jsonl").open("w") as f:
                 for j in done:
                     f.write(json.dumps(rows[j.key]) + "\n")
             (out_dir / "metrics.json").write_text(json.dumps(metrics, indent=2))
-            config = {"env_id": env_id, "env_kwargs": env_kwargs, "limit": limit, "samples": samples, "seed": seed,
-                      "params": params.model_dump(), **({"agent": agent_name} if agent_name else {})}
+            config = {
+                "env_id": env_id,
+                "env_kwargs": env_kwargs,
+                "limit": limit,
+                "samples": samples,
+                "seed": seed,
+                "params": params.model_dump(),
+                **({"agent": agent_name} if agent_name else {}),
+            }
             tok = getattr(agent, "tokenizer", None)
             decode = (lambda ids: tok.decode(ids, skip_special_tokens=False)) if tok is not None else None
-            write_report(out_dir, f"{env_id}: {n_tasks} tasks x {samples} samples", metrics,
-                         [rows[j.key] for j in done],
-                         config, pick_examples([t for _, t in kept], max_new_tokens=max_new),
-                         subtitle=split_line(probe, 0, n_tasks - 1, ids.get(0), ids.get(n_tasks - 1)), notice=notice,
-                         decode=decode, headline=probe.unwrapped.report_lines(metrics) if done else [])
+            write_report(
+                out_dir,
+                f"{env_id}: {n_tasks} tasks x {samples} samples",
+                metrics,
+                [rows[j.key] for j in done],
+                config,
+                pick_examples([t for _, t in kept], max_new_tokens=max_new),
+                subtitle=split_line(probe, 0, n_tasks - 1, ids.get(0), ids.get(n_tasks - 1)),
+                notice=notice,
+                decode=decode,
+                headline=probe.unwrapped.report_lines(metrics) if done else [],
+            )
             plot(out_dir, metrics, [rows[j.key] for j in done], env_id, max_new)
         if interrupted is not None:
             raise EvaluationInterrupted(metrics, len(done), len(jobs)) from interrupted

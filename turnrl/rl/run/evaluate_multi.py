@@ -41,13 +41,25 @@ def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
     return max(0.0, centre - half), min(1.0, centre + half)
 
 
-def evaluate_multi_agent(agent: Agent | Mapping[str, Agent], env_id: str, env_kwargs: dict[str, Any] | None = None, *,
-                         opponent: str | Agent = "random", seat: str | None = None, episodes: int = 64,
-                         seed: int = 0, params: SamplingParams | None = None, max_context: int = 4096,
-                         batch_size: int = 32, out_dir: str | Path | None = None,
-                         opponent_label: str | None = None, not_held_out: str | None = None,
-                         opponent_checked: bool = False, floor: bool | dict[str, Any] = True,
-                         agent_name: str | None = None) -> dict[str, Any]:
+def evaluate_multi_agent(
+    agent: Agent | Mapping[str, Agent],
+    env_id: str,
+    env_kwargs: dict[str, Any] | None = None,
+    *,
+    opponent: str | Agent = "random",
+    seat: str | None = None,
+    episodes: int = 64,
+    seed: int = 0,
+    params: SamplingParams | None = None,
+    max_context: int = 4096,
+    batch_size: int = 32,
+    out_dir: str | Path | None = None,
+    opponent_label: str | None = None,
+    not_held_out: str | None = None,
+    opponent_checked: bool = False,
+    floor: bool | dict[str, Any] = True,
+    agent_name: str | None = None,
+) -> dict[str, Any]:
     """Play ``episodes`` games of ``env_id`` (its held-out split unless ``env_kwargs`` names one) with ``agent`` in
     ``seat`` (every seat in turn when None) and ``opponent`` in the others; return the figures (and write
     ``metrics.json``, ``items.jsonl`` and ``run.json`` to ``out_dir``, and the floor's to ``out_dir/floor``;
@@ -77,8 +89,10 @@ def evaluate_multi_agent(agent: Agent | Mapping[str, Agent], env_id: str, env_kw
     except TypeError:  # an environment that does not count its starting states
         states = episodes
     key_of = getattr(probe, "state_key", None)
-    keys = [str(key_of(i)) if callable(key_of) else f"{kwargs.get('split', 'state')}:{i}" for i in range(min(states,
-                                                                                                           episodes))]
+    keys = [
+        str(key_of(i)) if callable(key_of) else f"{kwargs.get('split', 'state')}:{i}"
+        for i in range(min(states, episodes))
+    ]
     notes, states_held = _states_held_out(probe)
     random_player = getattr(probe, "random_player", None)
     scores = tuple(getattr(probe, "item_scores", ()))
@@ -90,29 +104,55 @@ def evaluate_multi_agent(agent: Agent | Mapping[str, Agent], env_id: str, env_kw
     if missing:
         raise ValueError(f"seat {', '.join(map(repr, missing))} of {env_id} is mapped to no policy")
     tokenizer = team[seats[0]].tokenizer
-    other = None if opponent == "self" else (make_opponent(opponent, tokenizer, seed)
-                                             if isinstance(opponent, str) else opponent)
+    other = (
+        None
+        if opponent == "self"
+        else (make_opponent(opponent, tokenizer, seed) if isinstance(opponent, str) else opponent)
+    )
     params = params or SamplingParams(temperature=0.0, max_new_tokens=64)
     plan = Games(env_id, kwargs, seats, states, keys, seat, episodes, seed, scores)
     play = functools.partial(_play, plan, params, max_context, batch_size)
     rows = play(team, other)
     label = opponent_label or (opponent if isinstance(opponent, str) else type(opponent).__name__)
     metrics = summarize(rows)
-    notes.insert(0, f"opponent: not held out: {not_held_out}" if not_held_out else
-                 (f"opponent: {label}, not one the run trains against" if opponent_checked else
-                  f"opponent: {label} (the agent's training opponents are not known here)") if label != "self" else
-                 "opponent: the evaluated agent itself")
+    notes.insert(
+        0,
+        f"opponent: not held out: {not_held_out}"
+        if not_held_out
+        else (
+            f"opponent: {label}, not one the run trains against"
+            if opponent_checked
+            else f"opponent: {label} (the agent's training opponents are not known here)"
+        )
+        if label != "self"
+        else "opponent: the evaluated agent itself",
+    )
     from turnrl.agents.scripted import ScriptedAgent
 
     seeded = all(capabilities_of(a).seeds for a in team.values())
     model_opponent = other is not None and not isinstance(other, ScriptedAgent)
     notes.append(_games_note(metrics["distinct_games"], len(rows), params.temperature, seeded, model_opponent))
     held = "not held out" if not_held_out or label == "self" else "held out" if states_held else "opponent only"
-    settings = {"env_id": env_id, "env_kwargs": kwargs, "opponent": label, "seat": seat or "all",
-                "episodes": episodes, "seed": seed, "params": params.model_dump(mode="json"),
-                "max_context": max_context}
-    metrics.update(env=env_id, env_kwargs=kwargs, opponent=label, seat=seat or "all", episodes=len(rows),
-                   distinct_items=len({r["item"] for r in rows}), held_out=held, held_out_notes=notes)
+    settings = {
+        "env_id": env_id,
+        "env_kwargs": kwargs,
+        "opponent": label,
+        "seat": seat or "all",
+        "episodes": episodes,
+        "seed": seed,
+        "params": params.model_dump(mode="json"),
+        "max_context": max_context,
+    }
+    metrics.update(
+        env=env_id,
+        env_kwargs=kwargs,
+        opponent=label,
+        seat=seat or "all",
+        episodes=len(rows),
+        distinct_items=len({r["item"] for r in rows}),
+        held_out=held,
+        held_out_notes=notes,
+    )
     floor_rows: list[dict[str, Any]] = []
     if isinstance(floor, dict):
         metrics["floor"] = floor
@@ -121,16 +161,24 @@ def evaluate_multi_agent(agent: Agent | Mapping[str, Agent], env_id: str, env_kw
         floor_rows = play(dict.fromkeys(seats, player), other)
         metrics["floor"] = {"player": "random legal moves", **summarize(floor_rows), "episodes": len(floor_rows)}
     elif floor:
-        metrics["floor"] = {"player": None, "why": "the opponent is the evaluated agent itself" if other is None else
-                            f"{env_id} has no random legal player (random_player)"}
+        metrics["floor"] = {
+            "player": None,
+            "why": "the opponent is the evaluated agent itself"
+            if other is None
+            else f"{env_id} has no random legal player (random_player)",
+        }
     for key in ("win_rate", "draw_rate", "loss_rate", "success_rate"):
         if key in metrics.get("floor", {}):
             metrics[f"floor_{key}"] = metrics["floor"][key]
     if out_dir is not None:
         _write(Path(out_dir), metrics, rows, {**settings, "agent": agent_name})
         if floor_rows:
-            _write(Path(out_dir) / "floor", {**metrics["floor"], "opponent": label, "held_out": held}, floor_rows,
-                   {**settings, "agent": "random legal moves"})
+            _write(
+                Path(out_dir) / "floor",
+                {**metrics["floor"], "opponent": label, "held_out": held},
+                floor_rows,
+                {**settings, "agent": "random legal moves"},
+            )
     return metrics
 
 
@@ -138,14 +186,25 @@ def _games_note(distinct: int, n: int, temperature: float, seeded: bool = True, 
     """What the evaluation's games are: sampled (from each game's own seed where the agent takes seeds; a model
     opponent still greedy) or greedy, and how many of them differ (the intervals count every game as one draw, which
     repeated games are not)."""
-    how = "greedy" if temperature == 0 else (f"sampled at temperature {temperature:g}, each game its own seed"
-                                             if seeded else f"sampled at temperature {temperature:g} without seeds "
-                                             "(the agent takes none: another evaluation plays other games)")
+    how = (
+        "greedy"
+        if temperature == 0
+        else (
+            f"sampled at temperature {temperature:g}, each game its own seed"
+            if seeded
+            else f"sampled at temperature {temperature:g} without seeds "
+            "(the agent takes none: another evaluation plays other games)"
+        )
+    )
     how += "; the opponent (a model) greedy" if temperature > 0 and model_opponent else ""
     if distinct >= n:
         return f"games: {how}; all {n} differ"
-    fix = (" (greedy play against a fixed player from one starting state repeats a game: sample them with a "
-           "temperature — multi_agent.eval_temperature, turnrl eval --temperature)" if temperature == 0 else "")
+    fix = (
+        " (greedy play against a fixed player from one starting state repeats a game: sample them with a "
+        "temperature — multi_agent.eval_temperature, turnrl eval --temperature)"
+        if temperature == 0
+        else ""
+    )
     return f"games: {how}; only {distinct} of {n} differ, and the intervals count every repeat as a new game{fix}"
 
 
@@ -186,8 +245,14 @@ class Games:
     scores: Sequence[str] = ()
 
 
-def _play(plan: Games, params: SamplingParams, max_context: int, batch_size: int, team: Mapping[str, Agent],
-          other: Agent | None) -> list[dict[str, Any]]:
+def _play(
+    plan: Games,
+    params: SamplingParams,
+    max_context: int,
+    batch_size: int,
+    team: Mapping[str, Agent],
+    other: Agent | None,
+) -> list[dict[str, Any]]:
     """The rows of ``plan.episodes`` games: ``team``'s seat against ``other`` in the others (``None``: every seat
     its own policy), sampled with ``params`` within ``max_context`` tokens, ``batch_size`` at once. Each row: the
     starting state's ``index``, ``task_id`` and ``item`` (its key and the seat: what two runs' evaluations pair on),
@@ -211,18 +276,25 @@ def _play(plan: Games, params: SamplingParams, max_context: int, batch_size: int
                 player = team[s] if s == mine or other is None else other
                 seat_map[s] = f"agent{id(player)}"
                 policies[seat_map[s]] = player
-            frozen = {} if other is None or any(other is a for a in team.values()) else {  # the opponent: greedy,
-                f"agent{id(other)}": params.model_copy(update={"temperature": 0.0})}  # whatever the agent samples at
+            frozen = (
+                {}
+                if other is None or any(other is a for a in team.values())
+                else {  # the opponent: greedy,
+                    f"agent{id(other)}": params.model_copy(update={"temperature": 0.0})
+                }
+            )  # whatever the agent samples at
             rollout = MultiAgentRollout(policies, params, max_context=max_context, seats=seat_map, policy_params=frozen)
             envs = [make_multi_agent(env_id, **kwargs) for _ in games]
             try:
                 seeded = not counts_starting_states(envs[0])  # played on seeds: the held-out range (split_seed),
                 where = "validation" if getattr(envs[0], "split", None) == "validation" else "test"  # or validation's
-                trajs = rollout.run(envs, seeds=[split_seed(where, i) if seeded else seed + i for i in games],
-                                    options=[{"index": i} for i in games],
-                                    group_ids=[str(i) for i in games],
-                                    sample_seeds=[sample_stream(seed, getattr(envs[0], "split", None), i)
-                                                  for i in games])
+                trajs = rollout.run(
+                    envs,
+                    seeds=[split_seed(where, i) if seeded else seed + i for i in games],
+                    options=[{"index": i} for i in games],
+                    group_ids=[str(i) for i in games],
+                    sample_seeds=[sample_stream(seed, getattr(envs[0], "split", None), i) for i in games],
+                )
             finally:
                 close_all(envs)
             scored: dict[int, dict[str, Any]] = {}  # each game's scores, from every seat's view
@@ -231,11 +303,21 @@ def _play(plan: Games, params: SamplingParams, max_context: int, batch_size: int
             for i, t in zip([g for g in games for _ in seats], trajs):
                 if t.metadata["seat"] == mine:
                     outcome = t.metadata["outcome"] or ("truncated" if t.truncated else "error" if t.error else "none")
-                    rows.append({"index": i, "task_id": str(i), "item": f"{keys[i % len(keys)]}@{mine}", "seat": mine,
-                                 "outcome": outcome, "correct": outcome in ("win", "solved"),
-                                 "reward": t.metadata["seat_reward"], "moves": len(t.turns),
-                                 "invalid_moves": t.metadata["invalid_moves"], "error": t.error,
-                                 "game": game_print(t)})
+                    rows.append(
+                        {
+                            "index": i,
+                            "task_id": str(i),
+                            "item": f"{keys[i % len(keys)]}@{mine}",
+                            "seat": mine,
+                            "outcome": outcome,
+                            "correct": outcome in ("win", "solved"),
+                            "reward": t.metadata["seat_reward"],
+                            "moves": len(t.turns),
+                            "invalid_moves": t.metadata["invalid_moves"],
+                            "error": t.error,
+                            "game": game_print(t),
+                        }
+                    )
                     if scores:
                         rows[-1]["scores"] = {k: bool(scored[i].get(k, False)) for k in scores}
     return rows
@@ -254,10 +336,20 @@ def game_print(trajectory: Any) -> str:
     or, where the seat never moved (the rollout kept no tokens), what it was told and how the game ended. Two rows
     with one fingerprint are the same game from the same seat — greedy play against a fixed player from one starting
     state repeats itself, and ``distinct_games`` counts what an evaluation really played."""
-    text = (json.dumps(trajectory.token_ids) if trajectory.token_ids is not None else  # (a seat that never moved:
-            json.dumps([[m.content for m in trajectory.prompt], trajectory.error, trajectory.metadata.get("outcome"),
-                        [[m.content for m in (t.observation or [])] + [t.action.content] for t in trajectory.turns]],
-                       default=str))  # what it was told, and how its game ended)
+    text = (
+        json.dumps(trajectory.token_ids)
+        if trajectory.token_ids is not None
+        # (a seat that never moved:
+        else json.dumps(
+            [
+                [m.content for m in trajectory.prompt],
+                trajectory.error,
+                trajectory.metadata.get("outcome"),
+                [[m.content for m in (t.observation or [])] + [t.action.content] for t in trajectory.turns],
+            ],
+            default=str,
+        )
+    )  # what it was told, and how its game ended)
     return hashlib.sha1(text.encode()).hexdigest()[:16]
 
 
@@ -288,8 +380,9 @@ def run_not_held_out(agent: str, env_id: str, opponent: str) -> tuple[bool, str 
         cfg = yaml.safe_load((folder / "config.yaml").read_text(encoding="utf-8")) or {}
         if (cfg.get("env") or {}).get("id") != env_id:
             return False, None
-        ma = MultiAgentConfig(**{**(cfg.get("multi_agent") or {}), "eval_opponent": opponent,
-                                 "eval_not_held_out": False})
+        ma = MultiAgentConfig(
+            **{**(cfg.get("multi_agent") or {}), "eval_opponent": opponent, "eval_not_held_out": False}
+        )
     except (OSError, ValueError, TypeError, AttributeError):
         return False, None
     why = ma.not_held_out(env_id, cfg.get("model"), str(folder))

@@ -88,22 +88,44 @@ class ExtraEvals:
             if p.several:
                 if p.opponent.kind != "self" and p.name not in self._opponents:
                     self._opponents[p.name] = self._opponent(p.opponent)
-                m = evaluate_multi_agent(agent, p.env, kwargs, opponent=self._opponents.get(p.name, "self"),
-                                         seat=p.seat, episodes=n, seed=cfg.seed, params=params,
-                                         max_context=cfg.rollout.max_context, out_dir=out, opponent_label=p.opponent,
-                                         opponent_checked=True, agent_name=f"the run's policy ({cfg.out_dir})",
-                                         floor=False if validating else self._floors.get(p.name, True))
+                m = evaluate_multi_agent(
+                    agent,
+                    p.env,
+                    kwargs,
+                    opponent=self._opponents.get(p.name, "self"),
+                    seat=p.seat,
+                    episodes=n,
+                    seed=cfg.seed,
+                    params=params,
+                    max_context=cfg.rollout.max_context,
+                    out_dir=out,
+                    opponent_label=p.opponent,
+                    opponent_checked=True,
+                    agent_name=f"the run's policy ({cfg.out_dir})",
+                    floor=False if validating else self._floors.get(p.name, True),
+                )
                 if not validating and "floor" in m:
                     self._floors[p.name] = m["floor"]
                 success = m["success_rate"]
-                own = {k: v for k, v in m.items() if k.endswith(("_rate", "_mean")) and k != "success_rate"
-                       and not k.startswith("floor_")}
+                own = {
+                    k: v
+                    for k, v in m.items()
+                    if k.endswith(("_rate", "_mean")) and k != "success_rate" and not k.startswith("floor_")
+                }
             else:
-                m = evaluate(agent, p.env, env_kwargs=kwargs, limit=n, seed=cfg.seed, params=params,
-                             batch_episodes=64, max_context=cfg.rollout.max_context, out=out,
-                             env_timeout=cfg.rollout.env_timeout)
+                m = evaluate(
+                    agent,
+                    p.env,
+                    env_kwargs=kwargs,
+                    limit=n,
+                    seed=cfg.seed,
+                    params=params,
+                    batch_episodes=64,
+                    max_context=cfg.rollout.max_context,
+                    out=out,
+                    env_timeout=cfg.rollout.env_timeout,
+                )
                 success, own = m["accuracy"], dict(m.get("env") or {})
             figures[f"{prefix}{p.name}_success"] = float(success)
-            figures.update({f"{prefix}{p.name}_{k}": float(v) for k, v in own.items()
-                            if isinstance(v, (int, float))})
+            figures.update({f"{prefix}{p.name}_{k}": float(v) for k, v in own.items() if isinstance(v, (int, float))})
         return figures

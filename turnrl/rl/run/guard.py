@@ -38,7 +38,15 @@ from turnrl.rl.config import GuardConfig, RayConfig, RolloutConfig
 from turnrl.rollout.episode import token_crc
 from turnrl.types import Trajectory
 
-__all__ = ["CAUSES", "TOLERANCES", "ConsistencyError", "ConsistencyGuard", "GuardConfig", "generated", "rollout_backend"]
+__all__ = [
+    "CAUSES",
+    "TOLERANCES",
+    "ConsistencyError",
+    "ConsistencyGuard",
+    "GuardConfig",
+    "generated",
+    "rollout_backend",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -49,18 +57,18 @@ TOLERANCES: dict[str, tuple[float, float | None]] = {"hf": (1e-3, 5e-2), "vllm":
 
 CAUSES = {
     "logp": "likely causes: a KV cache computed with older weights (a weight write that did not call "
-            "turnrl.weights.mark_weights_changed), a chat template or tokenizer that differs between rollout and "
-            "learner, sampling options the learner does not apply (temperature, top-p/top-k), or numerics (another "
-            "engine or precision: raise guard.logp_tolerance)",
+    "turnrl.weights.mark_weights_changed), a chat template or tokenizer that differs between rollout and "
+    "learner, sampling options the learner does not apply (temperature, top-p/top-k), or numerics (another "
+    "engine or precision: raise guard.logp_tolerance)",
     "tokens": "likely causes: tokens re-tokenized from text, an episode's pieces joined in the wrong order, or a "
-              "history rewrite that replaced generated tokens",
+    "history rewrite that replaced generated tokens",
     "versions": "likely causes: an agent or rollout path that does not stamp the policy version on what it samples",
     "stops": "likely causes: a turn resumed after a window whose stop string straddled the pieces, or a backend that "
-             "ignores stop strings",
+    "ignores stop strings",
     "groups": "likely causes: a staleness bound or filter that dropped some of a group's episodes, or a source that "
-              "released a group before all its episodes finished",
+    "released a group before all its episodes finished",
     "stale": "likely causes: a source that holds episodes back on purpose without measuring their lag "
-             "(ExperienceSource.lag), or weights that changed while an episode was in play",
+    "(ExperienceSource.lag), or weights that changed while an episode was in play",
 }
 
 
@@ -82,10 +90,10 @@ def generated(traj: Trajectory) -> list[int]:
 def policy_figures(info: dict[str, float]) -> dict[str, dict[str, float]]:
     """The lag-0 figures to hold: each policy's own where the step trained several (``{policy}/{figure}``, as
     :func:`turnrl.rl.core.policies.merge_metrics` reports them), else the step's under the name ""."""
-    policies = sorted({k[:-len("/lag0_tokens")] for k in info if k.endswith("/lag0_tokens")})
+    policies = sorted({k[: -len("/lag0_tokens")] for k in info if k.endswith("/lag0_tokens")})
     if not policies:
         return {"": info}
-    return {p: {k[len(p) + 1:]: v for k, v in info.items() if k.startswith(p + "/")} for p in policies}
+    return {p: {k[len(p) + 1 :]: v for k, v in info.items() if k.startswith(p + "/")} for p in policies}
 
 
 class ConsistencyGuard:
@@ -101,8 +109,9 @@ class ConsistencyGuard:
             groups; None where it does not.
     """
 
-    def __init__(self, guard: GuardConfig, rollout: RolloutConfig, *, backend: str, sampled: bool,
-                 group_size: int | None = None) -> None:
+    def __init__(
+        self, guard: GuardConfig, rollout: RolloutConfig, *, backend: str, sampled: bool, group_size: int | None = None
+    ) -> None:
         mean, most = TOLERANCES[backend]
         self.enabled, self.strict = guard.enabled, guard.strict
         self.mean_tol = guard.logp_tolerance if guard.logp_tolerance is not None else mean
@@ -112,8 +121,9 @@ class ConsistencyGuard:
         self.sampled, self.group_size = sampled, group_size
         self.warned: set[str] = set()
 
-    def check(self, step: int, collected: Sequence[Trajectory], trained: Sequence[Trajectory],
-              info: dict[str, float]) -> tuple[dict[str, float], list[str]]:
+    def check(
+        self, step: int, collected: Sequence[Trajectory], trained: Sequence[Trajectory], info: dict[str, float]
+    ) -> tuple[dict[str, float], list[str]]:
         """The step's ``guard_*`` figures and a message per check that failed.
 
         Args:
@@ -129,14 +139,24 @@ class ConsistencyGuard:
         if self.sampled and "lag0_tokens" in info:
             self._logp(info, figures, failed)
         if self.sampled:  # stored data may have been edited on purpose (relabelled steps): this run's samples only
-            bad = [t for t in trained
-                   if "sampled_crc" in t.metadata and token_crc(generated(t)) != t.metadata["sampled_crc"]]
+            bad = [
+                t
+                for t in trained
+                if "sampled_crc" in t.metadata and token_crc(generated(t)) != t.metadata["sampled_crc"]
+            ]
             figures["guard_token_mismatch"] = float(len(bad))
             if bad:
-                failed["tokens"] = (f"{len(bad)} episode(s) reached the learner with generated tokens that are not "
-                                    f"the ones the agent returned (e.g. {bad[0].metadata.get('job', bad[0].id)})")
-            unversioned = sum(int(v < 0) for t in trained if t.token_versions is not None
-                              for v, m in zip(t.token_versions, t.loss_mask or []) if m)
+                failed["tokens"] = (
+                    f"{len(bad)} episode(s) reached the learner with generated tokens that are not "
+                    f"the ones the agent returned (e.g. {bad[0].metadata.get('job', bad[0].id)})"
+                )
+            unversioned = sum(
+                int(v < 0)
+                for t in trained
+                if t.token_versions is not None
+                for v, m in zip(t.token_versions, t.loss_mask or [])
+                if m
+            )
             figures["guard_unversioned_tokens"] = float(unversioned)
             if unversioned:
                 failed["versions"] = f"{unversioned} generated token(s) carry no policy version"
@@ -144,8 +164,10 @@ class ConsistencyGuard:
         figures["guard_past_stop_turns"] = float(len(past))
         if past:
             t, turn = past[0]
-            failed["stops"] = (f"{len(past)} turn(s) ran on past their stop string (e.g. turn {turn.index} of "
-                               f"{t.metadata.get('job', t.id)}: {turn.info['past_stop']} token(s) after it)")
+            failed["stops"] = (
+                f"{len(past)} turn(s) ran on past their stop string (e.g. turn {turn.index} of "
+                f"{t.metadata.get('job', t.id)}: {turn.info['past_stop']} token(s) after it)"
+            )
         partial = self._partial_groups(collected, trained)
         figures["guard_partial_groups"] = float(len(partial))
         if partial:
@@ -153,11 +175,14 @@ class ConsistencyGuard:
         stale = info.get("stale_episodes", 0.0) + info.get("stale_group_episodes", 0.0)
         if self.sampled and self.synchronous and stale:
             figures["guard_stale_synchronous"] = stale
-            failed["stale"] = (f"{int(stale)} episode(s) dropped as stale with rollout.max_staleness 0, where every "
-                               "token is sampled by the weights being updated")
+            failed["stale"] = (
+                f"{int(stale)} episode(s) dropped as stale with rollout.max_staleness 0, where every "
+                "token is sampled by the weights being updated"
+            )
         figures["guard_violations"] = float(len(failed))
-        messages = [f"step {step}: consistency check '{kind}' failed: {what}; {CAUSES[kind]}"
-                    for kind, what in failed.items()]
+        messages = [
+            f"step {step}: consistency check '{kind}' failed: {what}; {CAUSES[kind]}" for kind, what in failed.items()
+        ]
         for kind, message in zip(failed, messages):
             if kind not in self.warned and not self.strict:
                 self.warned.add(kind)
@@ -177,16 +202,23 @@ class ConsistencyGuard:
         n = int(info["lag0_tokens"])
         mean, most = info.get("logp_diff_lag0", 0.0), info.get("lag0_gap_max", 0.0)
         if self.nucleus:  # the rollout's are of the renormalized nucleus: only the learner's excess is a fault
-            excess, limit = info.get("lag0_excess_max", 0.0), self.max_tol if self.max_tol is not None else self.mean_tol
+            excess, limit = (
+                info.get("lag0_excess_max", 0.0),
+                self.max_tol if self.max_tol is not None else self.mean_tol,
+            )
             if excess > limit:
-                return (f"the learner's log-probability exceeds the rollout's by up to {excess:.4g} nats on {n} "
-                        f"token(s) sampled by the weights being updated (tolerance {limit:g}; with top_p < 1 the "
-                        "rollout's is of the nucleus and never below the learner's)")
+                return (
+                    f"the learner's log-probability exceeds the rollout's by up to {excess:.4g} nats on {n} "
+                    f"token(s) sampled by the weights being updated (tolerance {limit:g}; with top_p < 1 the "
+                    "rollout's is of the nucleus and never below the learner's)"
+                )
             return None
         if mean > self.mean_tol or (self.max_tol is not None and most > self.max_tol):
-            return (f"rollout and learner log-probabilities differ by {mean:.4g} nats on average, up to {most:.4g}, "
-                    f"on {n} token(s) sampled by the weights being updated (tolerance {self.mean_tol:g} mean"
-                    + (f", {self.max_tol:g} max)" if self.max_tol is not None else ")"))
+            return (
+                f"rollout and learner log-probabilities differ by {mean:.4g} nats on average, up to {most:.4g}, "
+                f"on {n} token(s) sampled by the weights being updated (tolerance {self.mean_tol:g} mean"
+                + (f", {self.max_tol:g} max)" if self.max_tol is not None else ")")
+            )
         return None
 
     def _partial_groups(self, collected: Sequence[Trajectory], trained: Sequence[Trajectory]) -> list[str]:
@@ -195,6 +227,9 @@ class ConsistencyGuard:
         got = Counter(str(t.group_id) for t in trained if t.group_id is not None)
         out = [f"{g} ({n} of {have[g]} collected)" for g, n in got.items() if n != have[g]]
         if self.group_size:
-            out += [f"{g} ({n} episodes, groups of {self.group_size})" for g, n in got.items()
-                    if n == have[g] and n % self.group_size]
+            out += [
+                f"{g} ({n} episodes, groups of {self.group_size})"
+                for g, n in got.items()
+                if n == have[g] and n % self.group_size
+            ]
         return out

@@ -34,8 +34,9 @@ def _shares_prompts(train_env: Any, held_env: Any, n: int) -> list[str]:
     environments without a list of tasks, whose tasks only a reset shows)."""
     try:
         n = min(n, 16, len(train_env), len(held_env))
-        prompts = [[env.reset(seed=0, options={"index": i})[0][-1].content for i in range(n)]
-                   for env in (train_env, held_env)]
+        prompts = [
+            [env.reset(seed=0, options={"index": i})[0][-1].content for i in range(n)] for env in (train_env, held_env)
+        ]
     except Exception:  # no index option or no length: nothing to compare
         return []
     return sorted(set(prompts[0]) & set(prompts[1]))
@@ -68,10 +69,13 @@ def check_held_out(env_id: str, train_env: Any, held_env: Any, n_tasks: int) -> 
             f"{env_id}: the held-out evaluation (split {split!r}) would pose {len(shared)} problem(s) this run trains "
             f"on (training split {train_split!r}), e.g. {example}; its held-out figures would be training figures. "
             "Train on a split held apart from it (HotPotQA: split dev-train, held-out dev-test; GSM8K: split train), "
-            "or set env.eval_kwargs to tasks the run does not train on")
-    return (f"warning: {env_id} has no held-out split here ({len(shared)} of the evaluated problems are training "
-            f"problems, e.g. {example}), so the held-out success below is measured on training tasks; set "
-            "env.eval_kwargs (e.g. split: test) to tasks the policy does not train on")
+            "or set env.eval_kwargs to tasks the run does not train on"
+        )
+    return (
+        f"warning: {env_id} has no held-out split here ({len(shared)} of the evaluated problems are training "
+        f"problems, e.g. {example}), so the held-out success below is measured on training tasks; set "
+        "env.eval_kwargs (e.g. split: test) to tasks the policy does not train on"
+    )
 
 
 def check_validation(env_id: str, train_env: Any, kwargs: dict[str, Any], n_tasks: int) -> None:
@@ -91,13 +95,21 @@ def check_validation(env_id: str, train_env: Any, kwargs: dict[str, Any], n_task
     finally:
         val_env.close()
     if shared:
-        raise HeldOutError(f"{env_id}: the validation split {kwargs.get('split')!r} would pose {len(shared)} problem(s) "
-                           f"this run trains on, e.g. {', '.join(repr(k) for k in shared[:SHOWN])}; choices made on it "
-                           "would be made on training problems. Train on the training split")
+        raise HeldOutError(
+            f"{env_id}: the validation split {kwargs.get('split')!r} would pose {len(shared)} problem(s) "
+            f"this run trains on, e.g. {', '.join(repr(k) for k in shared[:SHOWN])}; choices made on it "
+            "would be made on training problems. Train on the training split"
+        )
 
 
-def check_dataset(env_id: str, kwargs: dict[str, Any], eval_kwargs: dict[str, Any] | None, n_eval: int,
-                  episodes: list[Trajectory], n_validation: int = 0) -> str | None:
+def check_dataset(
+    env_id: str,
+    kwargs: dict[str, Any],
+    eval_kwargs: dict[str, Any] | None,
+    n_eval: int,
+    episodes: list[Trajectory],
+    n_validation: int = 0,
+) -> str | None:
     """Refuse stored episodes (an offline run's dataset) that pose the run's held-out problems — the first ``n_eval``
     of its evaluation — or, with ``n_validation``, its validation problems, by the canonical form ``turnrl rollout``
     records in each (``metadata["item"]``).
@@ -119,14 +131,18 @@ def check_dataset(env_id: str, kwargs: dict[str, Any], eval_kwargs: dict[str, An
     finally:
         train_env.close()
     guarded: dict[str, str] = {}
-    for role, env_kwargs, n in (("held-out", held_kwargs, n_eval),
-                                ("validation", {**held_kwargs, "split": validation}, n_validation)):
+    for role, env_kwargs, n in (
+        ("held-out", held_kwargs, n_eval),
+        ("validation", {**held_kwargs, "split": validation}, n_validation),
+    ):
         if n <= 0 or (role == "validation" and validation is None):
             continue
         env = make(env_id, **env_kwargs)
         try:
             declared = getattr(env, "split", None) is not None and getattr(env, "split", None) in (
-                getattr(env, "held_out_split", None), validation)
+                getattr(env, "held_out_split", None),
+                validation,
+            )
             if declared:  # (an environment without a held-out split evaluates on training tasks, and says so)
                 guarded.update(dict.fromkeys(task_keys(env, n) or [], role))
         finally:
@@ -134,20 +150,26 @@ def check_dataset(env_id: str, kwargs: dict[str, Any], eval_kwargs: dict[str, An
     items = [t.metadata.get("item") for t in episodes]
     shared = sorted({i for i in items if i is not None and i in guarded})
     if shared:
-        raise HeldOutError(f"the data holds {len(shared)} of this run's {'/'.join(sorted(set(guarded.values())))} "
-                           f"problems ({sum(i in guarded for i in items)} episodes), e.g. "
-                           f"{', '.join(repr(k) for k in shared[:SHOWN])}: it would train on what it evaluates on. "
-                           "Sample the data from the training split (turnrl rollout --kw split=train)")
+        raise HeldOutError(
+            f"the data holds {len(shared)} of this run's {'/'.join(sorted(set(guarded.values())))} "
+            f"problems ({sum(i in guarded for i in items)} episodes), e.g. "
+            f"{', '.join(repr(k) for k in shared[:SHOWN])}: it would train on what it evaluates on. "
+            "Sample the data from the training split (turnrl rollout --kw split=train)"
+        )
     missing = sum(i is None for i in items)
     if missing:
-        return (f"{missing} of {len(items)} stored episodes carry no item (each task's canonical form, which turnrl "
-                "rollout and turnrl pag checks record; a file written before they did, or by another tool, has none): "
-                "they cannot be checked against the held-out problems; re-sample them if they came from an older "
-                "split")
+        return (
+            f"{missing} of {len(items)} stored episodes carry no item (each task's canonical form, which turnrl "
+            "rollout and turnrl pag checks record; a file written before they did, or by another tool, has none): "
+            "they cannot be checked against the held-out problems; re-sample them if they came from an older "
+            "split"
+        )
     return None
 
 
-def check_game_held_out(env_id: str, kwargs: dict[str, Any], eval_kwargs: dict[str, Any] | None, n_tasks: int) -> str | None:
+def check_game_held_out(
+    env_id: str, kwargs: dict[str, Any], eval_kwargs: dict[str, Any] | None, n_tasks: int
+) -> str | None:
     """:func:`check_held_out` for an environment with several agents: the game made with the run's ``kwargs``
     against the one its held-out evaluation plays (``eval_kwargs``, else its held-out split), where the game has a
     list of problems (``task_at``: the solver–critic game), and where it can tell (``reached_by``: tic-tac-toe), whether
@@ -169,18 +191,21 @@ def check_game_held_out(env_id: str, kwargs: dict[str, Any], eval_kwargs: dict[s
         if claims and callable(getattr(held, "reached_by", None)) and type(train) is type(held):
             reached = held.reached_by(train)
             if reached:
-                raise HeldOutError(f"{env_id}: {len(reached)} held-out starting state(s) ({held_kwargs}) can be reached "
-                                   f"by a game from the training ones ({kwargs}), e.g. {', '.join(map(repr, reached[:3]))}"
-                                   "; its held-out figures would be measured where training plays. Evaluate with the "
-                                   "training kwargs (drop env.eval_kwargs' max_opening)")
+                raise HeldOutError(
+                    f"{env_id}: {len(reached)} held-out starting state(s) ({held_kwargs}) can be reached "
+                    f"by a game from the training ones ({kwargs}), e.g. {', '.join(map(repr, reached[:3]))}"
+                    "; its held-out figures would be measured where training plays. Evaluate with the "
+                    "training kwargs (drop env.eval_kwargs' max_opening)"
+                )
         return warning
     finally:
         train.close()
         held.close()
 
 
-def check_game_validation(env_id: str, kwargs: dict[str, Any], eval_kwargs: dict[str, Any] | None,
-                          n_tasks: int) -> dict[str, Any]:
+def check_game_validation(
+    env_id: str, kwargs: dict[str, Any], eval_kwargs: dict[str, Any] | None, n_tasks: int
+) -> dict[str, Any]:
     """:func:`check_validation` for an environment with several agents (``validate_every`` on a game with a list of
     problems, the solver–critic game): the game's validation split, made with the run's ``kwargs`` and
     ``eval_kwargs``, against its training problems. Returns the validation games' kwargs.
@@ -196,8 +221,10 @@ def check_game_validation(env_id: str, kwargs: dict[str, Any], eval_kwargs: dict
     try:
         split = getattr(train, "validation_split", None)
         if split is None:
-            raise ValueError(f"validate_every reads a validation split, but {env_id} declares none "
-                             "(validation_split); set validate_every=0 and use eval_every, or give the game one")
+            raise ValueError(
+                f"validate_every reads a validation split, but {env_id} declares none "
+                "(validation_split); set validate_every=0 and use eval_every, or give the game one"
+            )
         val_kwargs = {k: v for k, v in kwargs.items() if k != "split"} | dict(eval_kwargs or {}) | {"split": split}
         val = make_multi_agent(env_id, **val_kwargs)
         try:
@@ -207,9 +234,11 @@ def check_game_validation(env_id: str, kwargs: dict[str, Any], eval_kwargs: dict
     finally:
         train.close()
     if shared:
-        raise HeldOutError(f"{env_id}: the validation split {split!r} would pose {len(shared)} problem(s) this run "
-                           f"trains on, e.g. {', '.join(repr(k) for k in shared[:SHOWN])}; choices made on it would "
-                           "be made on training problems. Train on the training split")
+        raise HeldOutError(
+            f"{env_id}: the validation split {split!r} would pose {len(shared)} problem(s) this run "
+            f"trains on, e.g. {', '.join(repr(k) for k in shared[:SHOWN])}; choices made on it would "
+            "be made on training problems. Train on the training split"
+        )
     return val_kwargs
 
 
@@ -237,13 +266,19 @@ def check_run(cfg: Any, train_env: Any, held_env: Any) -> str | None:
         return warning
     try:
         if cfg.validate_every and getattr(train_env.unwrapped, "validation_split", None) is None:
-            raise ValueError(f"validate_every={cfg.validate_every}, but {cfg.env.id} declares no validation split to "
-                             "read (validation_split); set validate_every=0, or give the environment one")
+            raise ValueError(
+                f"validate_every={cfg.validate_every}, but {cfg.env.id} declares no validation split to "
+                "read (validation_split); set validate_every=0, or give the environment one"
+            )
         warning = check_held_out(cfg.env.id, train_env, held_env, cfg.eval_tasks)
         if cfg.validate_every:  # (the training tasks' forms, read once above, are kept on train_env)
             held_kwargs = run_eval_kwargs(train_env, cfg.env.kwargs, cfg.env.eval_kwargs)
-            check_validation(cfg.env.id, train_env, {**held_kwargs, "split": train_env.unwrapped.validation_split},
-                             cfg.validation_tasks)
+            check_validation(
+                cfg.env.id,
+                train_env,
+                {**held_kwargs, "split": train_env.unwrapped.validation_split},
+                cfg.validation_tasks,
+            )
         if cfg.extra_evals:  # the policy's evaluations on other environments: none on a training problem either
             extra = check_extra_evals(cfg, train_env)
             warning = "\n".join(w for w in (warning, extra) if w) or None
@@ -303,8 +338,17 @@ def plan_extra_evals(cfg: Any) -> list[Planned]:
             split = getattr(base, "validation_split", None)
         finally:
             probe.close()
-        out.append(Planned(name, spec.env, several, held, None if split is None else {**held, "split": split},
-                           spec.opponent, spec.seat))
+        out.append(
+            Planned(
+                name,
+                spec.env,
+                several,
+                held,
+                None if split is None else {**held, "split": split},
+                spec.opponent,
+                spec.seat,
+            )
+        )
     return out
 
 
@@ -333,16 +377,20 @@ def check_extra_evals(cfg: Any, train_env: Any, planned: list[Planned] | None = 
         if not cfg.validate_every:
             continue
         if p.validation is None:
-            raise ValueError(f"{what}: validate_every validates it too, but {p.env} declares no validation split "
-                             "(validation_split); drop it from extra_evals or set validate_every=0")
+            raise ValueError(
+                f"{what}: validate_every validates it too, but {p.env} declares no validation split "
+                "(validation_split); drop it from extra_evals or set validate_every=0"
+            )
         val = _make(p.env, p.validation, p.several)
         try:
             shared = held_out_overlap(train_env, val, cfg.validation_tasks) or []
         finally:
             val.close()
         if shared:
-            raise HeldOutError(f"{what}: its validation split {p.validation['split']!r} would pose {len(shared)} "
-                               f"problem(s) this run trains on, e.g. {', '.join(repr(k) for k in shared[:SHOWN])}")
+            raise HeldOutError(
+                f"{what}: its validation split {p.validation['split']!r} would pose {len(shared)} "
+                f"problem(s) this run trains on, e.g. {', '.join(repr(k) for k in shared[:SHOWN])}"
+            )
     return "\n".join(warnings) or None
 
 
@@ -369,8 +417,10 @@ def check_dataset_extra_evals(cfg: Any, episodes: list[Trajectory]) -> None:
             try:
                 base = getattr(env, "unwrapped", env)
                 split = getattr(base, "split", None)
-                if split is not None and split in (getattr(base, "held_out_split", None),
-                                                   getattr(base, "validation_split", None)):
+                if split is not None and split in (
+                    getattr(base, "held_out_split", None),
+                    getattr(base, "validation_split", None),
+                ):
                     guarded.update(dict.fromkeys(task_keys(env, n) or [], f"extra_evals.{p.name}'s {role}"))
             finally:
                 env.close()
@@ -378,7 +428,9 @@ def check_dataset_extra_evals(cfg: Any, episodes: list[Trajectory]) -> None:
     shared = sorted({i for i in items if i is not None and i in guarded})
     if shared:
         where = ", ".join(sorted({guarded[i] for i in shared}))
-        raise HeldOutError(f"the data holds {len(shared)} of the problems of {where} evaluation "
-                           f"({sum(i in guarded for i in items)} episodes), e.g. "
-                           f"{', '.join(repr(k) for k in shared[:SHOWN])}: it would train on what it evaluates on. "
-                           "Sample the data from the training split (turnrl rollout --kw split=train)")
+        raise HeldOutError(
+            f"the data holds {len(shared)} of the problems of {where} evaluation "
+            f"({sum(i in guarded for i in items)} episodes), e.g. "
+            f"{', '.join(repr(k) for k in shared[:SHOWN])}: it would train on what it evaluates on. "
+            "Sample the data from the training split (turnrl rollout --kw split=train)"
+        )

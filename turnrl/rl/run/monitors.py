@@ -38,8 +38,9 @@ class EpisodeFailures(RuntimeError):
     checkpoint and metrics are as they were; the step's episodes are saved for inspection)."""
 
 
-def failed_episodes(step: int, played: int, failed: int, first_error: str | None, warn_share: float,
-                    in_play: int = 0) -> tuple[str | None, str | None]:
+def failed_episodes(
+    step: int, played: int, failed: int, first_error: str | None, warn_share: float, in_play: int = 0
+) -> tuple[str | None, str | None]:
     """``(warning, stop)`` for a step that played ``played`` episodes of which ``failed`` ended in an error
     (``first_error``: the first one's), ``in_play`` more still running (windowed rollouts carry them over).
 
@@ -54,11 +55,14 @@ def failed_episodes(step: int, played: int, failed: int, first_error: str | None
     first = first if len(first) <= 500 else first[:500] + " …"
     share = failed / played
     if failed >= played and in_play == 0:
-        return None, (f"step {step}: all {played} episodes failed, so there is nothing to train on; the first "
-                      f"error: {first}")
+        return None, (
+            f"step {step}: all {played} episodes failed, so there is nothing to train on; the first error: {first}"
+        )
     if share >= warn_share:
-        return (f"{failed} of {played} episodes failed ({share:.0%}; they are left out of training); the "
-                f"first error: {first}"), None
+        return (
+            f"{failed} of {played} episodes failed ({share:.0%}; they are left out of training); the "
+            f"first error: {first}"
+        ), None
     return None, None
 
 
@@ -112,8 +116,9 @@ def length_explosion(history: Sequence[Metrics], info: Metrics, factor: float = 
     return None
 
 
-def reward_without_correctness(history: Sequence[Metrics], info: Metrics, share: float = 0.5, rise: float = 0.25,
-                               window: int = 3) -> str | None:
+def reward_without_correctness(
+    history: Sequence[Metrics], info: Metrics, share: float = 0.5, rise: float = 0.25, window: int = 3
+) -> str | None:
     """At least ``share`` of the episodes earn a positive reward the verifier does not call correct, ``rise`` more
     than over the run's first ``window`` training steps.
 
@@ -124,8 +129,10 @@ def reward_without_correctness(history: Sequence[Metrics], info: Metrics, share:
     if now is None or base is None:
         return None
     if now >= share and now - base >= rise:
-        return (f"{now:.0%} of episodes earn reward without a correct answer (from {base:.0%} at the start): "
-                "a format or partial-credit bonus may be being farmed")
+        return (
+            f"{now:.0%} of episodes earn reward without a correct answer (from {base:.0%} at the start): "
+            "a format or partial-credit bonus may be being farmed"
+        )
     return None
 
 
@@ -150,8 +157,10 @@ def held_out_divergence(history: Sequence[Metrics], info: Metrics, drop: float =
     now = _mean(records[-window:], "reward_mean")
     if then is None or now is None or now <= then:
         return None
-    return (f"held-out success fell to {info['eval_success']:.1%} from its best {history[best]['eval_success']:.1%} "
-            f"while the training reward rose ({then:.3f} -> {now:.3f}): reward hacking or overfitting")
+    return (
+        f"held-out success fell to {info['eval_success']:.1%} from its best {history[best]['eval_success']:.1%} "
+        f"while the training reward rose ({then:.3f} -> {now:.3f}): reward hacking or overfitting"
+    )
 
 
 Check = Callable[[Sequence[Metrics], Metrics], "str | None"]
@@ -179,16 +188,28 @@ def registered_monitors() -> dict[str, Check]:
     return MONITORS.loaded()
 
 
-def check_health(history: Sequence[Metrics], info: Metrics, max_new_tokens: int, *, sampled: bool = True,
-                 monitors: Sequence[Check] = ()) -> list[str]:
+def check_health(
+    history: Sequence[Metrics],
+    info: Metrics,
+    max_new_tokens: int,
+    *,
+    sampled: bool = True,
+    monitors: Sequence[Check] = (),
+) -> list[str]:
     """All warnings for this step's ``info`` given the ``history`` of earlier records (step 0 included): the
     built-in checks and ``monitors`` (e.g. :func:`registered_monitors`'s); ``sampled=False`` (an offline objective's
     stored episodes): only the checks of the learner's own figures."""
     if not sampled:
         return [w for w in (entropy_collapse(info),) if w is not None]
-    found = [entropy_collapse(info), no_signal(info), length_limit(info, max_new_tokens),
-             length_explosion(history, info), reward_without_correctness(history, info),
-             held_out_divergence(history, info), *(check(history, info) for check in monitors)]
+    found = [
+        entropy_collapse(info),
+        no_signal(info),
+        length_limit(info, max_new_tokens),
+        length_explosion(history, info),
+        reward_without_correctness(history, info),
+        held_out_divergence(history, info),
+        *(check(history, info) for check in monitors),
+    ]
     return [w for w in found if w is not None]
 
 
@@ -196,6 +217,9 @@ def method_checks() -> list[Check]:
     """Deprecated: the registered checks, for one release (:func:`registered_monitors` gives them by name)."""
     import warnings
 
-    warnings.warn("turnrl.rl.run.monitors.method_checks is deprecated: use list(registered_monitors().values())",
-                  FutureWarning, stacklevel=2)
+    warnings.warn(
+        "turnrl.rl.run.monitors.method_checks is deprecated: use list(registered_monitors().values())",
+        FutureWarning,
+        stacklevel=2,
+    )
     return list(registered_monitors().values())

@@ -20,8 +20,17 @@ from turnrl.lora import LoraConfig, share_frozen_base
 from turnrl.rl.config import PolicyConfig
 
 
-def build_policies(specs: dict[str, PolicyConfig], model: Any, tokenizer: Any, *, device: Any, batch_size: int,
-                   lora: LoraConfig | None, seed: int, kv_cache_mb: float) -> dict[str, HFAgent]:
+def build_policies(
+    specs: dict[str, PolicyConfig],
+    model: Any,
+    tokenizer: Any,
+    *,
+    device: Any,
+    batch_size: int,
+    lora: LoraConfig | None,
+    seed: int,
+    kv_cache_mb: float,
+) -> dict[str, HFAgent]:
     """An agent per policy of ``specs`` (the run's ``multi_agent.policies``; see the module docstring); ``model``
     (already loaded with the run's ``init_from``) becomes the first policy's. ``lora`` (``learner.lora``) gives each
     its own adapters, drawn from the run's ``seed``; ``kv_cache_mb`` is ``rollout.kv_cache_mb``."""

@@ -27,14 +27,25 @@ class Tracker:
             try:
                 import wandb as wb
             except ImportError as e:
-                raise ImportError("wandb logging is configured but wandb is not installed: "
-                                  "pip install 'turnrl[wandb]' (or remove the wandb section)") from e
+                raise ImportError(
+                    "wandb logging is configured but wandb is not installed: "
+                    "pip install 'turnrl[wandb]' (or remove the wandb section)"
+                ) from e
             id_file = out / "wandb_id.txt"
             run_id = id_file.read_text().strip() if id_file.exists() else uuid.uuid4().hex[:12]
             id_file.write_text(run_id)
-            self.wandb = wb.init(project=wandb.project, entity=wandb.entity, name=wandb.name or out.name,
-                                 mode=wandb.mode, tags=wandb.tags, config=config, dir=str(out), id=run_id,
-                                 resume="allow", reinit="create_new")
+            self.wandb = wb.init(
+                project=wandb.project,
+                entity=wandb.entity,
+                name=wandb.name or out.name,
+                mode=wandb.mode,
+                tags=wandb.tags,
+                config=config,
+                dir=str(out),
+                id=run_id,
+                resume="allow",
+                reinit="create_new",
+            )
 
     def log(self, metrics: dict[str, float], step: int) -> None:
         """Record one step's scalars."""

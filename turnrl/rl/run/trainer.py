@@ -38,8 +38,15 @@ def learner_of(config: TrainConfig, model: Any, tokenizer: Any, algorithm: Any =
     (``config.algorithm`` unless given) and the models that algorithm asks for
     (:func:`~turnrl.rl.core.extra_models.build_models`: reference, critic)."""
     algorithm = get_algorithm(config.algorithm) if algorithm is None else algorithm
-    return Learner(algorithm, model, tokenizer, optim=config.optim, rollout=config.rollout, lora=config.learner.lora,
-                   seed=config.seed)
+    return Learner(
+        algorithm,
+        model,
+        tokenizer,
+        optim=config.optim,
+        rollout=config.rollout,
+        lora=config.learner.lora,
+        seed=config.seed,
+    )
 
 
 class Trainer:
@@ -52,8 +59,9 @@ class Trainer:
             (:func:`turnrl.rl.run.monitors.registered_monitors`, the methods' included).
     """
 
-    def __init__(self, config: TrainConfig, *, model: Any = None, tokenizer: Any = None,
-                 monitors: Sequence[Check] | None = None) -> None:
+    def __init__(
+        self, config: TrainConfig, *, model: Any = None, tokenizer: Any = None, monitors: Sequence[Check] | None = None
+    ) -> None:
         from turnrl.agents.models import pick_device
 
         # the health checks first: a plug-in's check that does not load fails here, before anything starts
@@ -91,9 +99,16 @@ class Trainer:
         if config.multi_agent is not None and config.multi_agent.policies:
             from turnrl.rl.run.policies import build_policies
 
-            self.policies = build_policies(config.multi_agent.policies, model, tokenizer, device=self.device,
-                                           batch_size=batch, lora=config.learner.lora, seed=config.seed,
-                                           kv_cache_mb=config.rollout.kv_cache_mb)
+            self.policies = build_policies(
+                config.multi_agent.policies,
+                model,
+                tokenizer,
+                device=self.device,
+                batch_size=batch,
+                lora=config.learner.lora,
+                seed=config.seed,
+                kv_cache_mb=config.rollout.kv_cache_mb,
+            )
             self.agent = next(iter(self.policies.values()))
             model = self.agent.model
         else:
@@ -108,8 +123,9 @@ class Trainer:
         self.runner: Runner | None = None
         # the source sees the policy now, before a learner group starts (stored data of another tokenizer fails
         # here); a runner is built when the source first asks, once the learner exists
-        self.source.attach(RunParts(self.agent, tokenizer, lambda: self.learner.version, self._runner,
-                                    policies=self.policies))
+        self.source.attach(
+            RunParts(self.agent, tokenizer, lambda: self.learner.version, self._runner, policies=self.policies)
+        )
         if config.learner.backend == "deepspeed":  # M DeepSpeed ranks on Ray; `model` stays as the published copy
             from turnrl.rl.placement.learner_group import LearnerGroup
 
@@ -117,7 +133,9 @@ class Trainer:
         elif self.policies:  # one learner per policy: its own optimizer, scheduler, version and checkpoint
             from turnrl.rl.core.policies import LearnerSet
 
-            self.learner = LearnerSet({name: learner_of(config, a.model, tokenizer, self.algorithm) for name, a in self.policies.items()})
+            self.learner = LearnerSet(
+                {name: learner_of(config, a.model, tokenizer, self.algorithm) for name, a in self.policies.items()}
+            )
         else:
             self.learner = learner_of(config, model, tokenizer, self.algorithm)
         try:
@@ -129,10 +147,17 @@ class Trainer:
             from turnrl.rl.run.extra_evals import ExtraEvals
             from turnrl.rollout.opponents import make_opponent
 
-            self.extra_evals = ExtraEvals(config, lambda name: make_opponent(name, self.agent.tokenizer, config.seed,
-                                                                             str(self.device)))
-        self.driver = Driver(config, self.learner, self.source, self._held_out, self.monitors,
-                             validate=self._validation if config.validate_every else None)
+            self.extra_evals = ExtraEvals(
+                config, lambda name: make_opponent(name, self.agent.tokenizer, config.seed, str(self.device))
+            )
+        self.driver = Driver(
+            config,
+            self.learner,
+            self.source,
+            self._held_out,
+            self.monitors,
+            validate=self._validation if config.validate_every else None,
+        )
 
     def _runner(self) -> Runner:
         """The placement's runner of on-policy jobs (built when a source first asks)."""
@@ -147,8 +172,9 @@ class Trainer:
                 self.runner = RayRunner(self.cfg, self.learner, self._tokenizer)
             else:
                 c = self.cfg
-                self.runner = LocalRunner(c.env, c.rollout, c.algorithm, c.seed, self.agent,
-                                          lambda: self.learner.version)
+                self.runner = LocalRunner(
+                    c.env, c.rollout, c.algorithm, c.seed, self.agent, lambda: self.learner.version
+                )
         return self.runner
 
     # the parts, under the names the first trainer had
@@ -189,9 +215,9 @@ class Trainer:
                 check_game_held_out(self.cfg.env.id, self.cfg.env.kwargs, self.cfg.env.eval_kwargs, self.cfg.eval_tasks)
                 self._eval_kwargs = {}
                 if self.cfg.validate_every:  # (and validates on none: a game that declares a validation split)
-                    self._validation_split = check_game_validation(self.cfg.env.id, self.cfg.env.kwargs,
-                                                                   self.cfg.env.eval_kwargs,
-                                                                   self.cfg.validation_tasks)["split"]
+                    self._validation_split = check_game_validation(
+                        self.cfg.env.id, self.cfg.env.kwargs, self.cfg.env.eval_kwargs, self.cfg.validation_tasks
+                    )["split"]
             player: Any = self.agent
             if self.policies:  # every seat played by its own policy
                 player = {seat: self.policies[name] for seat, name in ma.policy_of_seat().items()}
@@ -200,27 +226,39 @@ class Trainer:
             episodes, validating = self.cfg.eval_tasks, split == "validation"
             if validating:  # the validation split's first validation_tasks problems; no floor
                 if self._validation_split is None:
-                    raise ValueError(f"{self.cfg.env.id}: evaluate(split='validation') reads the game's validation "
-                                     "split, which the run checks against its training problems with validate_every "
-                                     "only: set validate_every")
+                    raise ValueError(
+                        f"{self.cfg.env.id}: evaluate(split='validation') reads the game's validation "
+                        "split, which the run checks against its training problems with validate_every "
+                        "only: set validate_every"
+                    )
                 kwargs, episodes = {**kwargs, "split": self._validation_split}, self.cfg.validation_tasks
             name = ma.held_out_opponent(self.cfg.env.id)
             if self._eval_opponent is None and name.kind != "self":  # built once, on the policy's device
                 from turnrl.rollout.opponents import make_opponent
 
                 self._eval_opponent = make_opponent(name, self.agent.tokenizer, self.cfg.seed, str(self.device))
-            m = evaluate_multi_agent(player, self.cfg.env.id, kwargs, opponent=self._eval_opponent or "self",
-                                     seat=ma.eval_seat, episodes=episodes, seed=self.cfg.seed,
-                                     params=SamplingParams(temperature=ma.eval_temperature,
-                                                           max_new_tokens=self.cfg.rollout.max_new_tokens),
-                                     max_context=self.cfg.rollout.max_context, out_dir=out,
-                                     opponent_label=name, opponent_checked=True,
-                                     floor=False if validating else self.eval_metrics.get("floor", True),
-                                     not_held_out=ma.not_held_out(self.cfg.env.id, self.cfg.model, self.cfg.out_dir))
+            m = evaluate_multi_agent(
+                player,
+                self.cfg.env.id,
+                kwargs,
+                opponent=self._eval_opponent or "self",
+                seat=ma.eval_seat,
+                episodes=episodes,
+                seed=self.cfg.seed,
+                params=SamplingParams(temperature=ma.eval_temperature, max_new_tokens=self.cfg.rollout.max_new_tokens),
+                max_context=self.cfg.rollout.max_context,
+                out_dir=out,
+                opponent_label=name,
+                opponent_checked=True,
+                floor=False if validating else self.eval_metrics.get("floor", True),
+                not_held_out=ma.not_held_out(self.cfg.env.id, self.cfg.model, self.cfg.out_dir),
+            )
             # (the floor — a random legal player's figures from the same states — is played at the first evaluation)
-            figures = {**m, "env": {k: v for k, v in m.items() if k.endswith(("_rate", "_mean"))
-                                    and k != "success_rate"} | {"held_out": float(m["held_out"] == "held out"),
-                                                                 "distinct_games": float(m["distinct_games"])}}
+            figures = {
+                **m,
+                "env": {k: v for k, v in m.items() if k.endswith(("_rate", "_mean")) and k != "success_rate"}
+                | {"held_out": float(m["held_out"] == "held out"), "distinct_games": float(m["distinct_games"])},
+            }
             if validating:
                 self.validation_metrics = figures
             else:
@@ -238,17 +276,22 @@ class Trainer:
                     finally:
                         held_env.close()
                 if self.cfg.validate_every and self._validation_split is not None:
-                    check_validation(self.cfg.env.id, train_env, {**self._eval_kwargs,
-                                                                  "split": self._validation_split},
-                                     self.cfg.validation_tasks)
+                    check_validation(
+                        self.cfg.env.id,
+                        train_env,
+                        {**self._eval_kwargs, "split": self._validation_split},
+                        self.cfg.validation_tasks,
+                    )
             finally:
                 train_env.close()
         kwargs, limit = self._eval_kwargs, self.cfg.eval_tasks
         if split == "validation":
             if self._validation_split is None:
-                raise ValueError(f"{self.cfg.env.id} declares no validation split (validation_split), so "
-                                 "validate_every has nothing to read; set validate_every=0, or give the environment "
-                                 "one (a split distinct from its held-out split)")
+                raise ValueError(
+                    f"{self.cfg.env.id} declares no validation split (validation_split), so "
+                    "validate_every has nothing to read; set validate_every=0, or give the environment "
+                    "one (a split distinct from its held-out split)"
+                )
             kwargs, limit = {**kwargs, "split": self._validation_split}, self.cfg.validation_tasks
         player = None
         if self.cfg.program is not None:  # the program is the agent: evaluated through the gateway, greedy
@@ -257,10 +300,20 @@ class Trainer:
             runner = self._runner()
             assert isinstance(runner, GatewayRunner)
             player = runner.player(greedy=True)
-        m = evaluate(self.agent, self.cfg.env.id, env_kwargs=kwargs, limit=limit, seed=self.cfg.seed,
-                     params=SamplingParams(temperature=0.0, max_new_tokens=self.cfg.rollout.max_new_tokens),
-                     batch_episodes=64, max_context=self.cfg.rollout.max_context, out=out,
-                     env_timeout=self.cfg.rollout.env_timeout, player=player, context=context_budget(self.cfg.rollout))
+        m = evaluate(
+            self.agent,
+            self.cfg.env.id,
+            env_kwargs=kwargs,
+            limit=limit,
+            seed=self.cfg.seed,
+            params=SamplingParams(temperature=0.0, max_new_tokens=self.cfg.rollout.max_new_tokens),
+            batch_episodes=64,
+            max_context=self.cfg.rollout.max_context,
+            out=out,
+            env_timeout=self.cfg.rollout.env_timeout,
+            player=player,
+            context=context_budget(self.cfg.rollout),
+        )
         if split == "validation":
             self.validation_metrics = m
         else:
@@ -273,9 +326,15 @@ class Trainer:
         evaluations' (``eval_NAME_success``, …: ``extra_evals``)."""
         success = self.evaluate(out)
         own = self.eval_metrics.get("env") or {}
-        spread = {f"eval_{k}": float(self.eval_metrics[m]) for k, m in
-                  (("items", "distinct_items"), ("success_low", "accuracy_low"), ("success_high", "accuracy_high"))
-                  if self.eval_metrics.get(m) is not None}  # distinct items and the 95 % interval over them
+        spread = {
+            f"eval_{k}": float(self.eval_metrics[m])
+            for k, m in (
+                ("items", "distinct_items"),
+                ("success_low", "accuracy_low"),
+                ("success_high", "accuracy_high"),
+            )
+            if self.eval_metrics.get(m) is not None
+        }  # distinct items and the 95 % interval over them
         extra = self.extra_evals.run(self.agent, out.name) if self.extra_evals is not None else {}
         return {"eval_success": success, **spread, **{f"eval_{k}": float(v) for k, v in own.items()}, **extra}
 
@@ -286,8 +345,9 @@ class Trainer:
         extra = self.extra_evals.run(self.agent, out.name, "validation") if self.extra_evals is not None else {}
         return {"val_success": success, **{f"val_{k}": float(v) for k, v in own.items()}, **extra}
 
-    def train(self, *, stop_after: int | None = None,
-              on_step: Callable[[dict[str, float]], None] | None = None) -> list[dict[str, float]]:
+    def train(
+        self, *, stop_after: int | None = None, on_step: Callable[[dict[str, float]], None] | None = None
+    ) -> list[dict[str, float]]:
         """Run the driver (see :meth:`turnrl.rl.run.driver.Driver.train`)."""
         return self.driver.train(stop_after=stop_after, on_step=on_step)
 
@@ -311,4 +371,13 @@ class Trainer:
                 self.learner.close()
 
 
-__all__ = ["EnvConfig", "OptimConfig", "RayConfig", "RolloutConfig", "TrainConfig", "Trainer", "load_config", "load_policy"]
+__all__ = [
+    "EnvConfig",
+    "OptimConfig",
+    "RayConfig",
+    "RolloutConfig",
+    "TrainConfig",
+    "Trainer",
+    "load_config",
+    "load_policy",
+]

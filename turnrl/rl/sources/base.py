@@ -125,21 +125,31 @@ class ExperienceSource:
         """
         name = cfg.algorithm.name
         if cfg.multi_agent is not None and not cls.plays_games:
-            raise ValueError(f"{cfg.env.id} has several agents, which train with an on-policy algorithm that plays "
-                             f"whole games (grpo, rloo, dapo, ppo, reinforce++); algorithm {name!r} does not")
+            raise ValueError(
+                f"{cfg.env.id} has several agents, which train with an on-policy algorithm that plays "
+                f"whole games (grpo, rloo, dapo, ppo, reinforce++); algorithm {name!r} does not"
+            )
         if cls.reads_data and cfg.data is None:
-            raise ValueError(f"algorithm {name!r} trains from stored data: set data.path (e.g. data: {{path: "
-                             "runs/arith-data.parquet}})")
+            raise ValueError(
+                f"algorithm {name!r} trains from stored data: set data.path (e.g. data: {{path: "
+                "runs/arith-data.parquet}})"
+            )
         if not cls.reads_data and cfg.data is not None:
-            raise ValueError(f"algorithm {name!r} samples its own episodes (on-policy) and cannot train from `data`; "
-                             f"drop `data`, or pick an algorithm that trains from it ({', '.join(data_readers())})")
+            raise ValueError(
+                f"algorithm {name!r} samples its own episodes (on-policy) and cannot train from `data`; "
+                f"drop `data`, or pick an algorithm that trains from it ({', '.join(data_readers())})"
+            )
         if not cls.samples_tasks and cfg.tasks.strategy != "sequential":
-            raise ValueError(f"algorithm {name!r} does not choose its tasks with a task sampler: drop `tasks` "
-                             f"(strategy {cfg.tasks.strategy!r}), or pick an on-policy algorithm such as grpo or ppo")
+            raise ValueError(
+                f"algorithm {name!r} does not choose its tasks with a task sampler: drop `tasks` "
+                f"(strategy {cfg.tasks.strategy!r}), or pick an on-policy algorithm such as grpo or ppo"
+            )
         if not cls.scores_episodes and (cfg.reward is not None or cfg.process_reward is not None):
-            raise ValueError(f"algorithm {name!r} does not score fresh episodes, which is what `reward` (a rule or a "
-                             "judge per task) and `process_reward` are for: drop them, or pick an on-policy algorithm "
-                             "such as grpo or ppo")
+            raise ValueError(
+                f"algorithm {name!r} does not score fresh episodes, which is what `reward` (a rule or a "
+                "judge per task) and `process_reward` are for: drop them, or pick an on-policy algorithm "
+                "such as grpo or ppo"
+            )
         if cfg.data is not None and cfg.data.epochs is not None and "steps" in cfg.model_fields_set:
             raise ValueError("set either `steps` or data.epochs (which sets the steps), not both")
 
@@ -212,16 +222,22 @@ def rollout_metrics(seen: Sequence[Trajectory], env: Any = None) -> dict[str, fl
     n = max(len(seen), 1)
     played = [t for t in seen if "prefill_tokens" in t.metadata]
     rewards = torch.tensor([t.total_reward for t in seen] or [0.0])
-    return {"rollout_episodes": float(len(seen)), "reward_mean": float(rewards.mean()),
-            "reward_std": float(rewards.std(correction=0)), "success": sum(bool(t.correct) for t in seen) / n,
-            "rewarded_incorrect": sum(t.total_reward > 0 and t.correct is False for t in seen) / n,
-            "turns": sum(t.num_turns for t in seen) / n,
-            "tool_calls": sum(len(turn.info.get("tool_calls") or []) for t in seen for turn in t.turns) / n,
-            "error_episodes": float(sum(t.error is not None for t in seen)),
-            "tampering_episodes": sum(any((turn.info.get("metrics") or {}).get("tampering", 0) > 0 for turn in t.turns)
-                                      for t in seen) / n,
-            **(trajectory_kv_metrics(played) if played else {}),
-            **(env.unwrapped.summarize_episodes(seen) if env is not None else {})}
+    return {
+        "rollout_episodes": float(len(seen)),
+        "reward_mean": float(rewards.mean()),
+        "reward_std": float(rewards.std(correction=0)),
+        "success": sum(bool(t.correct) for t in seen) / n,
+        "rewarded_incorrect": sum(t.total_reward > 0 and t.correct is False for t in seen) / n,
+        "turns": sum(t.num_turns for t in seen) / n,
+        "tool_calls": sum(len(turn.info.get("tool_calls") or []) for t in seen for turn in t.turns) / n,
+        "error_episodes": float(sum(t.error is not None for t in seen)),
+        "tampering_episodes": sum(
+            any((turn.info.get("metrics") or {}).get("tampering", 0) > 0 for turn in t.turns) for t in seen
+        )
+        / n,
+        **(trajectory_kv_metrics(played) if played else {}),
+        **(env.unwrapped.summarize_episodes(seen) if env is not None else {}),
+    }
 
 
 def whole_groups(trajectories: Sequence[Trajectory], want: int) -> list[Trajectory]:
@@ -248,14 +264,18 @@ def oldest_version(traj: Trajectory) -> int | None:
     return min(versions) if versions else None
 
 
-def within_staleness(trajectories: Sequence[Trajectory], version: int, max_staleness: int,
-                     lag: Callable[[Trajectory, int], int | None] | None = None
-                     ) -> tuple[list[Trajectory], dict[str, float]]:
+def within_staleness(
+    trajectories: Sequence[Trajectory],
+    version: int,
+    max_staleness: int,
+    lag: Callable[[Trajectory, int], int | None] | None = None,
+) -> tuple[list[Trajectory], dict[str, float]]:
     """The episodes an update of ``version`` may train under the bound ``max_staleness`` (docs/algorithms.md §11:
     an update uses no token with lag > k), in whole groups, and what was left out: ``stale_episodes`` (over the
     bound) and ``stale_group_episodes`` (within it, left out with a stale member of their group, which would
     otherwise train in part). ``lag(traj, version)`` is the source's measure (:meth:`ExperienceSource.lag`; default
     the on-policy one); episodes without recorded versions are kept."""
+
     def on_policy(traj: Trajectory, v: int) -> int | None:
         oldest = oldest_version(traj)
         return None if oldest is None else v - oldest
@@ -264,8 +284,10 @@ def within_staleness(trajectories: Sequence[Trajectory], version: int, max_stale
     stale = [t for t in trajectories if (d := measure(t, version)) is not None and d > max_staleness]
     groups = {_group(t) for t in stale}
     kept = [t for t in trajectories if _group(t) not in groups]
-    return kept, {"stale_episodes": float(len(stale)),
-                  "stale_group_episodes": float(len(trajectories) - len(kept) - len(stale))}
+    return kept, {
+        "stale_episodes": float(len(stale)),
+        "stale_group_episodes": float(len(trajectories) - len(kept) - len(stale)),
+    }
 
 
 def _group(traj: Trajectory) -> str:

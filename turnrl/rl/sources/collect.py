@@ -50,20 +50,35 @@ def dataset_summary(trajectories: list[Trajectory]) -> dict[str, float]:
     for t in trajectories:
         groups.setdefault(t.group_id or t.id, []).append(bool(t.correct))
     n = max(len(trajectories), 1)
-    return {"episodes": float(len(trajectories)), "tasks": float(len(groups)),
-            "success_rate": sum(bool(t.correct) for t in trajectories) / n,
-            "mean_reward": sum(t.total_reward for t in trajectories) / n,
-            "generated_tokens_per_episode": sum(sum(t.loss_mask or []) for t in trajectories) / n,
-            "errors": float(sum(t.error is not None for t in trajectories)),
-            "groups_both_outcomes": float(sum(any(v) and not all(v) for v in groups.values())),
-            "groups_all_correct": float(sum(all(v) for v in groups.values())),
-            "groups_all_incorrect": float(sum(not any(v) for v in groups.values()))}
+    return {
+        "episodes": float(len(trajectories)),
+        "tasks": float(len(groups)),
+        "success_rate": sum(bool(t.correct) for t in trajectories) / n,
+        "mean_reward": sum(t.total_reward for t in trajectories) / n,
+        "generated_tokens_per_episode": sum(sum(t.loss_mask or []) for t in trajectories) / n,
+        "errors": float(sum(t.error is not None for t in trajectories)),
+        "groups_both_outcomes": float(sum(any(v) and not all(v) for v in groups.values())),
+        "groups_all_correct": float(sum(all(v) for v in groups.values())),
+        "groups_all_incorrect": float(sum(not any(v) for v in groups.values())),
+    }
 
 
-def rollout_dataset(agent: Any, agent_name: str, env_id: str, *, out: str | Path, tasks: int, samples: int,
-                    params: SamplingParams, env_kwargs: dict[str, Any] | None = None, seed: int = 0,
-                    batch_episodes: int = 64, max_context: int = 4096, env_timeout: float | None = 60.0,
-                    on_episode: Callable[[Trajectory], Any] | None = None) -> dict[str, Any]:
+def rollout_dataset(
+    agent: Any,
+    agent_name: str,
+    env_id: str,
+    *,
+    out: str | Path,
+    tasks: int,
+    samples: int,
+    params: SamplingParams,
+    env_kwargs: dict[str, Any] | None = None,
+    seed: int = 0,
+    batch_episodes: int = 64,
+    max_context: int = 4096,
+    env_timeout: float | None = 60.0,
+    on_episode: Callable[[Trajectory], Any] | None = None,
+) -> dict[str, Any]:
     """Sample ``samples`` episodes of each task ``0..tasks-1`` of ``env_id`` with ``agent``; write them to ``out``.
 
     Args:
@@ -93,19 +108,30 @@ def rollout_dataset(agent: Any, agent_name: str, env_id: str, *, out: str | Path
         items = task_items(probe, n_tasks)  # so that a run can refuse rows that pose its held-out problems
     finally:
         probe.close()  # the episodes make their own
-    key = {"env_id": env_id, "env_kwargs": env_kwargs, "samples": samples, "seed": seed,
-           "sampling": params.model_dump(mode="json", exclude={"seed"})}
+    key = {
+        "env_id": env_id,
+        "env_kwargs": env_kwargs,
+        "samples": samples,
+        "seed": seed,
+        "sampling": params.model_dump(mode="json", exclude={"seed"}),
+    }
     fingerprint = tokenizer_fingerprint(agent.tokenizer)
     old = (load(out) if out.is_file() else []) + _read_partial(partial)
     mine = {"agent": agent_name, "tokenizer": fingerprint, **key}
     for t in old:
-        theirs = {"agent": t.metadata.get("agent"), "tokenizer": t.metadata.get("tokenizer"),
-                  **(t.metadata.get("dataset") or {})}
+        theirs = {
+            "agent": t.metadata.get("agent"),
+            "tokenizer": t.metadata.get("tokenizer"),
+            **(t.metadata.get("dataset") or {}),
+        }
         if theirs != mine:
-            diff = ", ".join(f"{k}: {theirs.get(k)!r} there, {mine.get(k)!r} now" for k in mine
-                             if theirs.get(k) != mine.get(k))
-            raise ValueError(f"{out} already holds episodes sampled with other settings ({diff}); write to another "
-                             "--out, or rerun with the same agent and options to resume it")
+            diff = ", ".join(
+                f"{k}: {theirs.get(k)!r} there, {mine.get(k)!r} now" for k in mine if theirs.get(k) != mine.get(k)
+            )
+            raise ValueError(
+                f"{out} already holds episodes sampled with other settings ({diff}); write to another "
+                "--out, or rerun with the same agent and options to resume it"
+            )
     by_task: dict[int, dict[int, Trajectory]] = {}
     for t in old:
         by_task.setdefault(t.metadata["task_index"], {})[t.metadata["sample"]] = t
@@ -124,16 +150,35 @@ def rollout_dataset(agent: Any, agent_name: str, env_id: str, *, out: str | Path
     how = Playing(params, max_context, env_timeout=env_timeout)
     for c in range(0, len(todo), per_chunk):  # a chunk is named by its first task: a resumed run draws the same
         jobs = [Job(0, 0, i, s) for i in todo[c : c + per_chunk] for s in range(samples)]
-        trajs, _ = play(agent, env_id, env_kwargs, jobs, seed=seed, how=how, sink=sink, chunk=todo[c],
-                        group_id=lambda j: f"task-{j.task}",
-                        metadata=lambda j: {"agent": agent_name, "tokenizer": fingerprint, "dataset": key,
-                                            "task_index": j.task, "sample": j.sample,
-                                            **({"item": items[j.task]} if j.task in items else {})})
+        trajs, _ = play(
+            agent,
+            env_id,
+            env_kwargs,
+            jobs,
+            seed=seed,
+            how=how,
+            sink=sink,
+            chunk=todo[c],
+            group_id=lambda j: f"task-{j.task}",
+            metadata=lambda j: {
+                "agent": agent_name,
+                "tokenizer": fingerprint,
+                "dataset": key,
+                "task_index": j.task,
+                "sample": j.sample,
+                **({"item": items[j.task]} if j.task in items else {}),
+            },
+        )
         new += trajs
     everything = sorted(kept + new, key=lambda t: (t.metadata["task_index"], t.metadata["sample"]))
     tmp = out.with_name(out.name + ".tmp" + out.suffix)
     save(everything, tmp)
     tmp.replace(out)
     partial.unlink(missing_ok=True)
-    return {**dataset_summary(everything), "new_episodes": float(len(new)), "skipped_tasks": float(len(done)),
-            "wall_seconds": round(time.perf_counter() - t0, 2), "out": str(out)}
+    return {
+        **dataset_summary(everything),
+        "new_episodes": float(len(new)),
+        "skipped_tasks": float(len(done)),
+        "wall_seconds": round(time.perf_counter() - t0, 2),
+        "out": str(out),
+    }

@@ -59,18 +59,25 @@ def seats_of(game: EnvConfig, multi_agent: MultiAgentConfig | None, env: Any = N
         probe.close()
     train = list(ma.train_seats) if ma.train_seats is not None else seats
     owner = ma.policy_of_seat()
-    for name, wanted in (("multi_agent.train_seats", train), ("multi_agent.eval_seat", [ma.eval_seat] * bool(
-            ma.eval_seat)), ("multi_agent.policies", list(owner))):
+    for name, wanted in (
+        ("multi_agent.train_seats", train),
+        ("multi_agent.eval_seat", [ma.eval_seat] * bool(ma.eval_seat)),
+        ("multi_agent.policies", list(owner)),
+    ):
         unknown = [s for s in wanted if s not in seats]
         if unknown:
-            raise ValueError(f"{name} names {', '.join(map(repr, unknown))}, which {game.id} does not have; its "
-                             f"seats: {', '.join(seats)}")
+            raise ValueError(
+                f"{name} names {', '.join(map(repr, unknown))}, which {game.id} does not have; its "
+                f"seats: {', '.join(seats)}"
+            )
     if not train:
         raise ValueError("multi_agent.train_seats is empty: name at least one seat whose games train the policy")
     orphans = [s for s in seats if owner and s not in owner]
     if orphans:
-        raise ValueError(f"seat {', '.join(map(repr, orphans))} of {game.id} is mapped to no policy: add it to the "
-                         f"seats of one of multi_agent.policies ({', '.join(ma.policies or {})})")
+        raise ValueError(
+            f"seat {', '.join(map(repr, orphans))} of {game.id} is mapped to no policy: add it to the "
+            f"seats of one of multi_agent.policies ({', '.join(ma.policies or {})})"
+        )
     return seats, train
 
 
@@ -87,8 +94,14 @@ class MultiAgentRunner:
             (:attr:`given`: ``(version, snapshot)`` or None for the policy itself) instead of being made here.
     """
 
-    def __init__(self, cfg: TrainConfig, agent: Any, version: Callable[[], int],
-                 policies: Mapping[str, Any] | None = None, drawn_by_driver: bool = False) -> None:
+    def __init__(
+        self,
+        cfg: TrainConfig,
+        agent: Any,
+        version: Callable[[], int],
+        policies: Mapping[str, Any] | None = None,
+        drawn_by_driver: bool = False,
+    ) -> None:
         self.cfg, self.agent, self.version = cfg, agent, version
         self.ma = cfg.multi_agent or MultiAgentConfig()
         self.policies = dict(policies or {})
@@ -126,20 +139,28 @@ class MultiAgentRunner:
             policies = {"policy": self.agent}
             if opponent is not None:
                 policies["opponent"] = opponent
-            maps = [{s: "policy" if opponent is None or s == self.learner_seat(j) else "opponent" for s in self.seats}
-                    for j in jobs]
+            maps = [
+                {s: "policy" if opponent is None or s == self.learner_seat(j) else "opponent" for s in self.seats}
+                for j in jobs
+            ]
             trained = {"policy"}  # the rollout's own names here: the frozen opponent never trains
         r = self.cfg.rollout
         params = SamplingParams(temperature=r.temperature, top_p=r.top_p, max_new_tokens=r.max_new_tokens)
-        rollout = MultiAgentRollout(policies, params, max_context=r.max_context,
-                                    versions=dict.fromkeys(trained, self.version))
+        rollout = MultiAgentRollout(
+            policies, params, max_context=r.max_context, versions=dict.fromkeys(trained, self.version)
+        )
         envs = [make_multi_agent(self.cfg.env.id, **self.cfg.env.kwargs) for _ in jobs]
         t0 = time.perf_counter()
         try:
             seeds = [split_seed("train", j.task) if self.seeded else env_seed(self.cfg.seed, j) for j in jobs]
-            trajs = rollout.run(envs, seeds=seeds,
-                                options=[{"index": j.task} for j in jobs], group_ids=[j.group_id for j in jobs],
-                                sample_seeds=[sample_seed(self.cfg.seed, j) for j in jobs], seat_maps=maps)
+            trajs = rollout.run(
+                envs,
+                seeds=seeds,
+                options=[{"index": j.task} for j in jobs],
+                group_ids=[j.group_id for j in jobs],
+                sample_seeds=[sample_seed(self.cfg.seed, j) for j in jobs],
+                seat_maps=maps,
+            )
         finally:
             close_all(envs)
         out = []
@@ -215,8 +236,10 @@ class MultiAgentSource(OnPolicySource):
             if not name.is_policy:
                 check_opponent(name, cfg.env.id)
         if type(algorithm).rollout_hook is not Algorithm.rollout_hook:
-            raise ValueError(f"algorithm {cfg.algorithm.name!r} rewrites its episodes while they are played, which "
-                             "games with several agents do not support: use grpo, rloo, dapo, ppo or reinforce++")
+            raise ValueError(
+                f"algorithm {cfg.algorithm.name!r} rewrites its episodes while they are played, which "
+                "games with several agents do not support: use grpo, rloo, dapo, ppo or reinforce++"
+            )
         self.n_tasks = len(self.env) if counts_starting_states(self.env) else SEEDS_PER_SPLIT  # else: seeds
         pool = TaskPool([cfg.env.id], np.ones(1), np.zeros(self.n_tasks, dtype=np.int64))
         self.sampler = make_sampler(cfg.tasks, pool, cfg.seed)
@@ -245,8 +268,9 @@ class MultiAgentSource(OnPolicySource):
 
             self.opponents.before(step, self._version())
             drawn = self.opponents.drawn(step)
-            self.runner.opponent = None if drawn is None else {"version": drawn[0],  # type: ignore[attr-defined]  # Ray's runner
-                                                               "weights": [ray.put(drawn[1])]}
+            self.runner.opponent = (  # type: ignore[attr-defined]  # Ray's runner
+                None if drawn is None else {"version": drawn[0], "weights": [ray.put(drawn[1])]}
+            )
             self._drawn = self.opponents.figures(-1 if drawn is None else drawn[0])
         return super().collect(step)
 

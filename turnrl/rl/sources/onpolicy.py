@@ -47,9 +47,18 @@ def tree_spec(rollout: RolloutConfig) -> TreeSpec | None:
     return None if rollout.tree is None else rollout.tree.spec()
 
 
-def play_jobs(env: EnvConfig, rollout: RolloutConfig, algorithm: AlgorithmConfig, seed: int, agent: Any,
-              jobs: Sequence[Job], version: Callable[[], int], *, per_episode_seeds: bool,
-              sink: Callable[[Trajectory], Any] | None = None) -> tuple[list[Trajectory], Rollout]:
+def play_jobs(
+    env: EnvConfig,
+    rollout: RolloutConfig,
+    algorithm: AlgorithmConfig,
+    seed: int,
+    agent: Any,
+    jobs: Sequence[Job],
+    version: Callable[[], int],
+    *,
+    per_episode_seeds: bool,
+    sink: Callable[[Trajectory], Any] | None = None,
+) -> tuple[list[Trajectory], Rollout]:
     """Play a training round's ``jobs`` as the run's sections say — the environment, the rollout's sampling and
     limits, the algorithm's rollout hook, the run's seed; the Trajectories in job order and the rollout (its
     stats)."""
@@ -57,26 +66,54 @@ def play_jobs(env: EnvConfig, rollout: RolloutConfig, algorithm: AlgorithmConfig
 
     r = rollout
     params = SamplingParams(temperature=r.temperature, top_p=r.top_p, max_new_tokens=r.max_new_tokens)
-    hook = get_algorithm(algorithm).rollout_hook(agent, r.temperature, batch_seed(seed, jobs[0].step,
-                                                                                  jobs[0].round)) if jobs else None
-    how = Playing(params, r.max_context, env_timeout=r.env_timeout, per_episode_seeds=per_episode_seeds,
-                  continuous=r.continuous_batching, context=context_budget(r), tree=tree_spec(r))
+    hook = (
+        get_algorithm(algorithm).rollout_hook(agent, r.temperature, batch_seed(seed, jobs[0].step, jobs[0].round))
+        if jobs
+        else None
+    )
+    how = Playing(
+        params,
+        r.max_context,
+        env_timeout=r.env_timeout,
+        per_episode_seeds=per_episode_seeds,
+        continuous=r.continuous_batching,
+        context=context_budget(r),
+        tree=tree_spec(r),
+    )
     return play(agent, env.id, env.kwargs, jobs, seed=seed, how=how, version=version, sink=sink, rewrite=hook)
 
 
 class LocalRunner:
     """Plays jobs in this process with an agent that shares the learner's model (no weight copies)."""
 
-    def __init__(self, env: EnvConfig, rollout: RolloutConfig, algorithm: AlgorithmConfig, seed: int, agent: Any,
-                 version: Callable[[], int]) -> None:
+    def __init__(
+        self,
+        env: EnvConfig,
+        rollout: RolloutConfig,
+        algorithm: AlgorithmConfig,
+        seed: int,
+        agent: Any,
+        version: Callable[[], int],
+    ) -> None:
         self.env, self.rollout, self.algorithm, self.seed = env, rollout, algorithm, seed
         self.agent, self.version = agent, version
 
     def run(self, jobs: Sequence[Job]) -> tuple[list[Trajectory], dict[str, float]]:
         """One batched rollout over all jobs."""
-        trajs, rollout = play_jobs(self.env, self.rollout, self.algorithm, self.seed, self.agent, jobs, self.version,
-                                   per_episode_seeds=self.rollout.seed_per_episode)
-        return trajs, {"generated_tokens": float(rollout.stats.generated_tokens), "generate_s": rollout.stats.generate_s}
+        trajs, rollout = play_jobs(
+            self.env,
+            self.rollout,
+            self.algorithm,
+            self.seed,
+            self.agent,
+            jobs,
+            self.version,
+            per_episode_seeds=self.rollout.seed_per_episode,
+        )
+        return trajs, {
+            "generated_tokens": float(rollout.stats.generated_tokens),
+            "generate_s": rollout.stats.generate_s,
+        }
 
     def prefetch(self, jobs: Sequence[Job], start: bool = True) -> None:
         """Nothing: one process cannot generate while it updates (max_staleness must be 0 here)."""
@@ -188,8 +225,13 @@ class OnPolicySource(ExperienceSource):
         if not tasks:
             return
         members = [self.sampler.pool.names[int(self.sampler.pool.member[t])] for t in tasks]
-        row = {"step": jobs[0].step, "round": jobs[0].round, "tasks": tasks, "members": members,
-               "pass_estimates": self.sampler.assumed(jobs[0].step, jobs[0].round, tasks)}
+        row = {
+            "step": jobs[0].step,
+            "round": jobs[0].round,
+            "tasks": tasks,
+            "members": members,
+            "pass_estimates": self.sampler.assumed(jobs[0].step, jobs[0].round, tasks),
+        }
         path = Path(self.cfg.out_dir) / "tasks.jsonl"
         path.parent.mkdir(parents=True, exist_ok=True)
         with path.open("a", encoding="utf-8") as f:
@@ -255,8 +297,7 @@ class OnPolicySource(ExperienceSource):
         elif isinstance(self.sampler, Sequential):
             self.sampler.cursors = [int(state["cursor"])]
         else:
-            raise ValueError("this checkpoint predates task samplers: resume it with the default `tasks:` "
-                             "(sequential)")
+            raise ValueError("this checkpoint predates task samplers: resume it with the default `tasks:` (sequential)")
 
     def close(self) -> None:
         """Close the probe environment."""

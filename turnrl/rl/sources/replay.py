@@ -47,12 +47,15 @@ def check_tokenizer(trajectories: Sequence[Trajectory], tokenizer: Any, where: s
                     f"{where} was tokenized by another tokenizer (fingerprint {stored}, sampled by "
                     f"{t.metadata.get('agent', 'an unknown agent')}) than the model's ({mine}); its token ids would "
                     "mean other text: sample the data with this model's tokenizer (turnrl rollout --agent ...) or "
-                    "train the model that sampled it")
+                    "train the model that sampled it"
+                )
             continue
         ids = t.token_ids or []
         if any(not 0 <= i < size for i in ids):
-            raise OfflineDataError(f"{where}: episode {t.id} has token ids outside the model tokenizer's "
-                                   f"vocabulary of {size}; it was tokenized by another tokenizer")
+            raise OfflineDataError(
+                f"{where}: episode {t.id} has token ids outside the model tokenizer's "
+                f"vocabulary of {size}; it was tokenized by another tokenizer"
+            )
         prompt = next((m.content.strip() for m in reversed(t.prompt) if m.content.strip()), None)
         n = t.metadata.get("prompt_length")
         if prompt and isinstance(n, int):
@@ -61,7 +64,8 @@ def check_tokenizer(trajectories: Sequence[Trajectory], tokenizer: Any, where: s
                 raise OfflineDataError(
                     f"{where}: episode {t.id}'s prompt tokens do not decode to its prompt with the model's tokenizer "
                     f"(no tokenizer fingerprint stored, and {prompt[:60]!r} is not in {text[:120]!r}); it was "
-                    "tokenized by another tokenizer: re-sample it with `turnrl rollout` and this model")
+                    "tokenized by another tokenizer: re-sample it with `turnrl rollout` and this model"
+                )
 
 
 def check_temperature(trajectories: Sequence[Trajectory], temperature: float, where: str = "the data") -> None:
@@ -85,7 +89,8 @@ def check_temperature(trajectories: Sequence[Trajectory], temperature: float, wh
             raise OfflineDataError(
                 f"{where}: episode {t.id}'s log-probabilities were taken at temperature {theirs:g}, but the learner "
                 f"scores at rollout.temperature={mine:g}, so π_θ/μ would measure the temperature change; set "
-                f"rollout.temperature={theirs:g} (or algorithm.importance_weights=none)")
+                f"rollout.temperature={theirs:g} (or algorithm.importance_weights=none)"
+            )
 
 
 class ReplaySource(ExperienceSource):
@@ -101,8 +106,9 @@ class ReplaySource(ExperienceSource):
     sampled = False  # stored episodes, not the policy's samples
     reads_data = True
 
-    def __init__(self, paths: str | Path | Sequence[str | Path], batch_size: int, *, seed: int = 0,
-                 shuffle: bool = True) -> None:
+    def __init__(
+        self, paths: str | Path | Sequence[str | Path], batch_size: int, *, seed: int = 0, shuffle: bool = True
+    ) -> None:
         from turnrl.storage import load
 
         files = [paths] if isinstance(paths, (str, Path)) else list(paths)
@@ -111,8 +117,10 @@ class ReplaySource(ExperienceSource):
         trajs = [t for f in files for t in load(f)]
         usable = [t for t in trajs if t.token_ids is not None]
         if not usable:
-            raise ValueError(f"no trajectory with token fields in {[str(f) for f in files]}; record them with a "
-                             "token-level rollout (turnrl.rollout.engine.Rollout)")
+            raise ValueError(
+                f"no trajectory with token fields in {[str(f) for f in files]}; record them with a "
+                "token-level rollout (turnrl.rollout.engine.Rollout)"
+            )
         groups: dict[str, list[Trajectory]] = {}
         for t in usable:
             groups.setdefault(t.group_id if t.group_id is not None else t.id, []).append(t)

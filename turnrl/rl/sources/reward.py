@@ -52,16 +52,20 @@ class RunReward:
         self.pool = TaskPool.of(env)
         unknown = sorted(set(cfg.route) - set(self.pool.names))
         if unknown:
-            raise ValueError(f"reward.route names {unknown}, which the environment does not have: route by "
-                             f"{'mixture member' if len(self.pool.names) > 1 else 'environment id'} "
-                             f"({', '.join(self.pool.names)})")
+            raise ValueError(
+                f"reward.route names {unknown}, which the environment does not have: route by "
+                f"{'mixture member' if len(self.pool.names) > 1 else 'environment id'} "
+                f"({', '.join(self.pool.names)})"
+            )
         routes = {cfg.route.get(name, cfg.default) for name in self.pool.names}
         for m, name in enumerate(self.pool.names):  # `auto` sends a task without a reference to the rule
             own = self.pool.tasks_of[m]
             if cfg.route.get(name, cfg.default) == "judge" and len(own) and self.env.task_at(int(own[0])) is None:
-                raise ValueError(f"reward routes the tasks of {name} to the judge, but that environment cannot give "
-                                 "the judge its tasks' questions and reference answers (no task_at): route them to "
-                                 f"`rule` (reward.route: {{{name}: rule}})")
+                raise ValueError(
+                    f"reward routes the tasks of {name} to the judge, but that environment cannot give "
+                    "the judge its tasks' questions and reference answers (no task_at): route them to "
+                    f"`rule` (reward.route: {{{name}: rule}})"
+                )
         self.uses_judge = bool(routes & {"judge", "auto"})
         self.agent: Any = None
         self._judge: OutcomeJudge | None = None
@@ -76,8 +80,11 @@ class RunReward:
             from turnrl.agents import make_agent
 
             self.agent = make_agent(self.cfg.judge)
-        self._judge = OutcomeJudge(self.agent, template=self.cfg.template,
-                                   params=SamplingParams(temperature=0.0, max_new_tokens=self.cfg.max_new_tokens))
+        self._judge = OutcomeJudge(
+            self.agent,
+            template=self.cfg.template,
+            params=SamplingParams(temperature=0.0, max_new_tokens=self.cfg.max_new_tokens),
+        )
 
     def route(self, index: int) -> str:
         """``rule`` or ``judge`` for task ``index``."""
@@ -111,8 +118,13 @@ class RunReward:
                 last.info["reward_source"] = "judge"
                 continue
             verdict = self._judge.verdict(j)
-            last.info.update(reward_source="judge", rule_reward=last.reward, rule_correct=last.info.get("correct"),
-                             correct=verdict.correct, judge_label=j.label)
+            last.info.update(
+                reward_source="judge",
+                rule_reward=last.reward,
+                rule_correct=last.info.get("correct"),
+                correct=verdict.correct,
+                judge_label=j.label,
+            )
             last.reward = verdict.score
 
     def item(self, traj: Trajectory) -> dict[str, str]:
@@ -120,8 +132,11 @@ class RunReward:
         task = self.env.task_at(Job.parse(traj.metadata["job"]).task)
         reply = traj.turns[-1].action.content
         limit = self.cfg.max_prediction_chars
-        return {"question": task.prompt, "gold": task.answer,
-                "prediction": reply if len(reply) <= limit else "…" + reply[-limit:]}
+        return {
+            "question": task.prompt,
+            "gold": task.answer,
+            "prediction": reply if len(reply) <= limit else "…" + reply[-limit:],
+        }
 
 
 def reward_metrics(trajs: Sequence[Trajectory]) -> dict[str, float]:
@@ -142,8 +157,9 @@ def reward_metrics(trajs: Sequence[Trajectory]) -> dict[str, float]:
         out["reward_judge_unparseable"] = sum(t.turns[-1].info.get("judge_label") is None for t in ok) / len(ok)
     both = [t for t in ok if t.turns[-1].info.get("rule_correct") is not None]
     if both:
-        out["reward_judge_agreement"] = sum(bool(t.turns[-1].info["rule_correct"]) == bool(t.turns[-1].info["correct"])
-                                            for t in both) / len(both)
+        out["reward_judge_agreement"] = sum(
+            bool(t.turns[-1].info["rule_correct"]) == bool(t.turns[-1].info["correct"]) for t in both
+        ) / len(both)
     return out
 
 
@@ -168,8 +184,10 @@ class ProcessRewards:
 
         self.prm, self.tokenizer = ValueModel.load(self.cfg.model), tokenizer
         if len(self.prm.tokenizer) != len(tokenizer) or self.prm.tokenizer.eos_token != tokenizer.eos_token:
-            raise ValueError(f"the process reward model in {self.cfg.model} was trained on {self.prm.base!r}, whose "
-                             "tokenizer is not the policy's: train the PRM on the policy's own model")
+            raise ValueError(
+                f"the process reward model in {self.cfg.model} was trained on {self.prm.base!r}, whose "
+                "tokenizer is not the policy's: train the PRM on the policy's own model"
+            )
 
     def apply(self, trajs: Sequence[Trajectory]) -> None:
         """Put the dense rewards on ``trajs`` (episodes with tokens and no error)."""
@@ -177,10 +195,14 @@ class ProcessRewards:
         from turnrl.rl.formulas.rewards import dense_rewards
 
         live = [t for t in trajs if t.error is None and t.token_ids is not None]
-        spans = [[(s, e) for s, e in (turn.token_span for turn in t.turns if turn.token_span is not None) if e > s]
-                 for t in live]
-        plans = [[[s - 1, *line_ends(cast(list[int], t.token_ids), (s, e), self.tokenizer)] for s, e in sp]  # (live)
-                 for t, sp in zip(live, spans)]                                                 # then its line ends
+        spans = [
+            [(s, e) for s, e in (turn.token_span for turn in t.turns if turn.token_span is not None) if e > s]
+            for t in live
+        ]
+        plans = [
+            [[s - 1, *line_ends(cast(list[int], t.token_ids), (s, e), self.tokenizer)] for s, e in sp]  # (live)
+            for t, sp in zip(live, spans)
+        ]  # then its line ends
         values = self.prm.scores(live, [[p for turn in plan for p in turn] for plan in plans])
         for t, sp, plan, vs in zip(live, spans, plans, values):
             marks: list[list[float]] = []
@@ -197,8 +219,10 @@ def process_metrics(trajs: Sequence[Trajectory]) -> dict[str, float]:
     scored = [t for t in trajs if "dense_rewards" in t.metadata]
     if not scored:
         return {}
-    return {"process_reward_mean": sum(r for t in scored for _, r in t.metadata["dense_rewards"]) / len(scored),
-            "process_rewarded_tokens": sum(len(t.metadata["dense_rewards"]) for t in scored) / len(scored)}
+    return {
+        "process_reward_mean": sum(r for t in scored for _, r in t.metadata["dense_rewards"]) / len(scored),
+        "process_rewarded_tokens": sum(len(t.metadata["dense_rewards"]) for t in scored) / len(scored),
+    }
 
 
 def process_rewards(cfg: ProcessRewardConfig | None) -> ProcessRewards | None:

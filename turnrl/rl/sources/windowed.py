@@ -55,11 +55,15 @@ class WindowedSource(ExperienceSource):
         """The on-policy checks, and no overlap of steps (the windows are T-PPO's own)."""
         super().check_config(cfg)
         if cfg.tasks.strategy == "pre-ppo":
-            raise ValueError(f"algorithm {cfg.algorithm.name!r} plays episodes in windows and cannot score a Pre-PPO "
-                             "pool first: use tasks.strategy difficulty, uniform or curriculum")
+            raise ValueError(
+                f"algorithm {cfg.algorithm.name!r} plays episodes in windows and cannot score a Pre-PPO "
+                "pool first: use tasks.strategy difficulty, uniform or curriculum"
+            )
         if cfg.rollout.max_staleness > 0:
-            raise ValueError(f"algorithm {cfg.algorithm.name!r} plays episodes in windows, which bound every step's "
-                             "generation instead of overlapping steps: set rollout.max_staleness=0")
+            raise ValueError(
+                f"algorithm {cfg.algorithm.name!r} plays episodes in windows, which bound every step's "
+                "generation instead of overlapping steps: set rollout.max_staleness=0"
+            )
 
     def __init__(self, cfg: TrainConfig, algorithm: Any) -> None:
         self.cfg, self.algorithm = cfg, algorithm
@@ -98,8 +102,9 @@ class WindowedSource(ExperienceSource):
             if self.cfg.placement == "ray":  # on the workers, through the placement's runner
                 self._player = self.parts.runner().windows()
             else:
-                self._player = LocalWindows(self.cfg.env, self.cfg.rollout, self.cfg.seed, self.parts.agent,
-                                            self.parts.version)
+                self._player = LocalWindows(
+                    self.cfg.env, self.cfg.rollout, self.cfg.seed, self.parts.agent, self.parts.version
+                )
         return self._player
 
     def new_jobs(self, step: int, room: int) -> list[Job]:
@@ -137,15 +142,24 @@ class WindowedSource(ExperienceSource):
             for traj in out.finished:  # set aside for its group: the staleness bound measures from here (lag())
                 traj.metadata["finished_at_version"] = now
             trajs = self.complete_groups(out.finished)
-        held = [self.parts.version() - int(t.metadata["finished_at_version"]) for t in trajs
-                if self.parts is not None and "finished_at_version" in t.metadata]
-        return trajs, {**out.stats, "carried_episodes": float(len(self.carry)), "new_episodes": float(len(jobs)),
-                       **({"held_versions_max": float(max(held))} if held else {}),
-                       "regenerated_episodes": float(replayed), "lost_episodes": float(len(out.lost)),
-                       "waiting_episodes": float(sum(map(len, self.waiting.values()))),
-                       "ready_episodes": float(len(self.ready)),
-                       **rollout_metrics(out.finished, self.env), **reward_metrics(out.finished),
-                       **process_metrics(out.finished)}
+        held = [
+            self.parts.version() - int(t.metadata["finished_at_version"])
+            for t in trajs
+            if self.parts is not None and "finished_at_version" in t.metadata
+        ]
+        return trajs, {
+            **out.stats,
+            "carried_episodes": float(len(self.carry)),
+            "new_episodes": float(len(jobs)),
+            **({"held_versions_max": float(max(held))} if held else {}),
+            "regenerated_episodes": float(replayed),
+            "lost_episodes": float(len(out.lost)),
+            "waiting_episodes": float(sum(map(len, self.waiting.values()))),
+            "ready_episodes": float(len(self.ready)),
+            **rollout_metrics(out.finished, self.env),
+            **reward_metrics(out.finished),
+            **process_metrics(out.finished),
+        }
 
     def complete_groups(self, finished: list[Trajectory]) -> list[Trajectory]:
         """``train_on: finished``: add ``finished`` to the waiting groups; the groups none of whose episodes is still
@@ -201,7 +215,10 @@ class WindowedSource(ExperienceSource):
         """The task sampler's state and the jobs still in play or waiting for their group (a resumed run plays them again from
         the start)."""
         waiting = [str(t.metadata["job"]) for group in [*self.waiting.values(), self.ready] for t in group]
-        return {"tasks": self.sampler.state_dict(), "in_play": [j.key for j in self.carry] + [j.key for j in self.replay] + waiting}
+        return {
+            "tasks": self.sampler.state_dict(),
+            "in_play": [j.key for j in self.carry] + [j.key for j in self.replay] + waiting,
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore the task sampler; the jobs that were in play are played again from the start."""
@@ -210,8 +227,7 @@ class WindowedSource(ExperienceSource):
         elif isinstance(self.sampler, Sequential):  # a checkpoint from before task samplers: a plain cursor
             self.sampler.cursors = [int(state["cursor"])]
         else:
-            raise ValueError("this checkpoint predates task samplers: resume it with the default `tasks:` "
-                             "(sequential)")
+            raise ValueError("this checkpoint predates task samplers: resume it with the default `tasks:` (sequential)")
         self.replay = [Job.parse(key) for key in state.get("in_play", [])]
         self.carry, self.waiting, self.ready = [], {}, []
 

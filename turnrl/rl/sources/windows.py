@@ -32,26 +32,45 @@ class Window:
     stats: dict[str, float] = field(default_factory=dict)
 
 
-def play_window(env: EnvConfig, r: RolloutConfig, seed: int, agent: Any, version: Callable[[], int] | None,
-                carry: Sequence[tuple[Job, Episode]], jobs: Sequence[Job], step: int, window: int, *,
-                per_episode_seeds: bool, snapshots: bool) -> tuple[Window, list[tuple[Job, Episode]]]:
+def play_window(
+    env: EnvConfig,
+    r: RolloutConfig,
+    seed: int,
+    agent: Any,
+    version: Callable[[], int] | None,
+    carry: Sequence[tuple[Job, Episode]],
+    jobs: Sequence[Job],
+    step: int,
+    window: int,
+    *,
+    per_episode_seeds: bool,
+    snapshots: bool,
+) -> tuple[Window, list[tuple[Job, Episode]]]:
     """Continue the ``carry`` episodes and start ``jobs``, each for at most ``window`` generated tokens; the
     :class:`Window` and the (job, episode) pairs still in play. ``env`` and ``r`` are the run's ``env`` and
     ``rollout`` sections, ``seed`` its seed."""
-    params = SamplingParams(temperature=r.temperature, top_p=r.top_p, max_new_tokens=r.max_new_tokens,
-                            seed=batch_seed(seed, step, 0))
-    rollout = Rollout(agent, params, max_context=r.max_context, env_timeout=r.env_timeout, policy_version=version,
-                      continuous=r.continuous_batching)
+    params = SamplingParams(
+        temperature=r.temperature, top_p=r.top_p, max_new_tokens=r.max_new_tokens, seed=batch_seed(seed, step, 0)
+    )
+    rollout = Rollout(
+        agent,
+        params,
+        max_context=r.max_context,
+        env_timeout=r.env_timeout,
+        policy_version=version,
+        continuous=r.continuous_batching,
+    )
     fresh = start_jobs(rollout, env.id, env.kwargs, jobs, seed=seed, per_episode_seeds=per_episode_seeds)
     playing = list(carry) + list(zip(jobs, fresh))
     rollout.play([ep for _, ep in playing], window)
     still = [(j, ep) for j, ep in playing if not ep.done]
     close_all([ep.env for _, ep in playing if ep.done])  # finished: their environments are done with
-    out = Window(finished=[ep.traj for _, ep in playing if ep.done],
-                 snapshots=[rollout.snapshot(ep) for _, ep in still] if snapshots else [],
-                 in_play=[j for j, _ in still],
-                 stats={"generated_tokens": float(rollout.stats.generated_tokens),
-                        "generate_s": rollout.stats.generate_s})
+    out = Window(
+        finished=[ep.traj for _, ep in playing if ep.done],
+        snapshots=[rollout.snapshot(ep) for _, ep in still] if snapshots else [],
+        in_play=[j for j, _ in still],
+        stats={"generated_tokens": float(rollout.stats.generated_tokens), "generate_s": rollout.stats.generate_s},
+    )
     return out, still
 
 
@@ -61,13 +80,21 @@ class LocalWindows:
     sections and its seed; ``per_episode_seeds`` None: the rollout section's rule (``seed_per_episode`` or
     ``continuous_batching``)."""
 
-    def __init__(self, env: EnvConfig, rollout: RolloutConfig, seed: int, agent: Any, version: Callable[[], int],
-                 per_episode_seeds: bool | None = None) -> None:
+    def __init__(
+        self,
+        env: EnvConfig,
+        rollout: RolloutConfig,
+        seed: int,
+        agent: Any,
+        version: Callable[[], int],
+        per_episode_seeds: bool | None = None,
+    ) -> None:
         self.env, self.rollout, self.seed = env, rollout, seed
         self.agent, self.version = agent, version
         r = rollout
-        self.per_episode_seeds = (r.seed_per_episode or r.continuous_batching) if per_episode_seeds is None \
-            else per_episode_seeds
+        self.per_episode_seeds = (
+            (r.seed_per_episode or r.continuous_batching) if per_episode_seeds is None else per_episode_seeds
+        )
         self.in_play: dict[str, tuple[Job, Episode]] = {}
 
     def play(self, step: int, carried: Sequence[Job], jobs: Sequence[Job], window: int, snapshots: bool) -> Window:
@@ -81,8 +108,19 @@ class LocalWindows:
                 pass
         lost = [j for j in carried if j.key not in self.in_play]
         carry = [self.in_play[j.key] for j in carried if j.key in self.in_play]
-        out, still = play_window(self.env, self.rollout, self.seed, self.agent, self.version, carry, jobs, step, window,
-                                 per_episode_seeds=self.per_episode_seeds, snapshots=snapshots)
+        out, still = play_window(
+            self.env,
+            self.rollout,
+            self.seed,
+            self.agent,
+            self.version,
+            carry,
+            jobs,
+            step,
+            window,
+            per_episode_seeds=self.per_episode_seeds,
+            snapshots=snapshots,
+        )
         self.in_play = {j.key: (j, ep) for j, ep in still}
         out.lost = lost
         return out

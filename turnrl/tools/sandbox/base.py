@@ -45,7 +45,9 @@ class ExecResult(BaseModel):
 class Sandbox(Protocol):
     """Runs untrusted Python code in isolation."""
 
-    def run(self, code: str, *, timeout: float = 10.0, stdin: str = "", files: dict[str, str] | None = None) -> ExecResult:
+    def run(
+        self, code: str, *, timeout: float = 10.0, stdin: str = "", files: dict[str, str] | None = None
+    ) -> ExecResult:
         """Run ``code`` as ``main.py`` in a fresh directory holding ``files``."""
         ...
 

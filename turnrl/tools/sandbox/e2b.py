@@ -52,7 +52,9 @@ class E2BSandbox(Shared):
         try:
             import e2b_code_interpreter
         except ImportError as e:
-            raise SandboxUnavailable("E2BSandbox needs the e2b-code-interpreter package: pip install 'turnrl[e2b]'") from e
+            raise SandboxUnavailable(
+                "E2BSandbox needs the e2b-code-interpreter package: pip install 'turnrl[e2b]'"
+            ) from e
         self._sdk: Any = e2b_code_interpreter
         self.api_key, self.template, self.output_limit = key, template, output_limit
         self.api_url, self.request_timeout = api_url, request_timeout
@@ -65,7 +67,9 @@ class E2BSandbox(Shared):
             opts["template"] = self.template
         return self._sdk.Sandbox.create(timeout=int(timeout) + 60, allow_internet_access=False, **opts)
 
-    def run(self, code: str, *, timeout: float = 10.0, stdin: str = "", files: dict[str, str] | None = None) -> ExecResult:
+    def run(
+        self, code: str, *, timeout: float = 10.0, stdin: str = "", files: dict[str, str] | None = None
+    ) -> ExecResult:
         """Run ``code`` as ``main.py`` in a fresh E2B sandbox that also holds ``files``."""
         if not isinstance(code, str):
             raise TypeError(f"code must be a str, got {type(code).__name__}")
@@ -74,8 +78,10 @@ class E2BSandbox(Shared):
         try:
             sbx = self._create(timeout)
         except Exception as e:  # auth, network, quota: an answer, not a crash
-            return ExecResult(error=f"E2B: could not create a sandbox: {type(e).__name__}: {str(e)[:300]}",
-                              duration=time.perf_counter() - start)
+            return ExecResult(
+                error=f"E2B: could not create a sandbox: {type(e).__name__}: {str(e)[:300]}",
+                duration=time.perf_counter() - start,
+            )
         try:
             for name, text in {"main.py": code, "stdin.txt": stdin, **extra}.items():
                 sbx.files.write(f"{_WORKDIR}/{name}", text)
@@ -99,8 +105,16 @@ class E2BSandbox(Shared):
                 pass
         out, out_cut = _cap(stdout, self.output_limit)
         err, err_cut = _cap(stderr, self.output_limit)
-        return ExecResult(stdout=out, stderr=err, exit_code=exit_code, timed_out=timed_out, error=error,
-                          duration=time.perf_counter() - start, stdout_truncated=out_cut, stderr_truncated=err_cut)
+        return ExecResult(
+            stdout=out,
+            stderr=err,
+            exit_code=exit_code,
+            timed_out=timed_out,
+            error=error,
+            duration=time.perf_counter() - start,
+            stdout_truncated=out_cut,
+            stderr_truncated=err_cut,
+        )
 
     async def arun(
         self, code: str, *, timeout: float = 10.0, stdin: str = "", files: dict[str, str] | None = None

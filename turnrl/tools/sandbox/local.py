@@ -141,12 +141,32 @@ class LocalSandbox(Shared):
         size = str(self.disk_mb * 1024 * 1024)
         cmd = [
             self.bwrap,
-            "--ro-bind", "/usr", "/usr",
-            "--symlink", "usr/bin", "/bin", "--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64",
-            "--symlink", "usr/sbin", "/sbin",
-            "--dev", "/dev", *(["--proc", "/proc"] if self.proc else []),
-            "--size", size, "--tmpfs", "/tmp",
-            "--size", size, "--tmpfs", "/sandbox",
+            "--ro-bind",
+            "/usr",
+            "/usr",
+            "--symlink",
+            "usr/bin",
+            "/bin",
+            "--symlink",
+            "usr/lib",
+            "/lib",
+            "--symlink",
+            "usr/lib64",
+            "/lib64",
+            "--symlink",
+            "usr/sbin",
+            "/sbin",
+            "--dev",
+            "/dev",
+            *(["--proc", "/proc"] if self.proc else []),
+            "--size",
+            size,
+            "--tmpfs",
+            "/tmp",
+            "--size",
+            size,
+            "--tmpfs",
+            "/sandbox",
         ]
         for path in self.extra_ro_binds:
             cmd += ["--ro-bind", path, path]
@@ -155,11 +175,27 @@ class LocalSandbox(Shared):
         for name, fd in fds.items():
             cmd += ["--file", str(fd), f"/sandbox/{name}"]
         cmd += [
-            "--chdir", "/sandbox",
-            "--unshare-all", "--die-with-parent", "--new-session", "--clearenv",
-            "--setenv", "PATH", "/usr/local/bin:/usr/bin:/bin", "--setenv", "HOME", "/sandbox",
-            "--setenv", "LANG", "C.UTF-8", "--setenv", "PYTHONDONTWRITEBYTECODE", "1",
-            self.python, "-I", "main.py",
+            "--chdir",
+            "/sandbox",
+            "--unshare-all",
+            "--die-with-parent",
+            "--new-session",
+            "--clearenv",
+            "--setenv",
+            "PATH",
+            "/usr/local/bin:/usr/bin:/bin",
+            "--setenv",
+            "HOME",
+            "/sandbox",
+            "--setenv",
+            "LANG",
+            "C.UTF-8",
+            "--setenv",
+            "PYTHONDONTWRITEBYTECODE",
+            "1",
+            self.python,
+            "-I",
+            "main.py",
         ]
         return cmd
 
@@ -186,7 +222,9 @@ class LocalSandbox(Shared):
 
     # ---- running ----
 
-    def run(self, code: str, *, timeout: float = 10.0, stdin: str = "", files: dict[str, str] | None = None) -> ExecResult:
+    def run(
+        self, code: str, *, timeout: float = 10.0, stdin: str = "", files: dict[str, str] | None = None
+    ) -> ExecResult:
         """Run ``code`` as ``main.py`` in a fresh sandbox directory that also holds ``files``."""
         return run_sync(self.arun(code, timeout=timeout, stdin=stdin, files=files))
 
@@ -223,20 +261,29 @@ class LocalSandbox(Shared):
                 handles = [(name, open(scratch / name, "rb")) for name in contents]  # noqa: ASYNC230, SIM115 — closed in finally
                 fds = {name: h.fileno() for name, h in handles}
                 cwd = "/"
-            return await self._execute(self._command(files, fds), cwd, list(fds.values()), timeout, stdin,
-                                       slot if self.as_root else None)
+            return await self._execute(
+                self._command(files, fds), cwd, list(fds.values()), timeout, stdin, slot if self.as_root else None
+            )
         finally:
             for _, h in handles:
                 h.close()
             shutil.rmtree(scratch, ignore_errors=True)
 
-    async def _execute(self, cmd: list[str], cwd: str, pass_fds: list[int], timeout: float, stdin: str,
-                       uid: int | None) -> ExecResult:
+    async def _execute(
+        self, cmd: list[str], cwd: str, pass_fds: list[int], timeout: float, stdin: str, uid: int | None
+    ) -> ExecResult:
         env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": cwd} if self.weak else {}
         start = time.perf_counter()
         proc = await asyncio.create_subprocess_exec(
-            *cmd, cwd=cwd, env=env, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE, start_new_session=True, preexec_fn=self._preexec(uid), pass_fds=pass_fds,
+            *cmd,
+            cwd=cwd,
+            env=env,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            start_new_session=True,
+            preexec_fn=self._preexec(uid),
+            pass_fds=pass_fds,
         )
         pipe_in, pipe_out, pipe_err = proc.stdin, proc.stdout, proc.stderr
         assert pipe_in is not None and pipe_out is not None and pipe_err is not None  # all three opened as pipes
@@ -273,9 +320,14 @@ class LocalSandbox(Shared):
         stderr, err_cut = err.text()
         code = proc.returncode
         return ExecResult(
-            stdout=stdout, stderr=stderr, exit_code=None if timed_out or code is None or code < 0 else code,
-            timed_out=timed_out, error=self._diagnose(code, stderr, timed_out, flooded, timeout), duration=duration,
-            stdout_truncated=out_cut, stderr_truncated=err_cut,
+            stdout=stdout,
+            stderr=stderr,
+            exit_code=None if timed_out or code is None or code < 0 else code,
+            timed_out=timed_out,
+            error=self._diagnose(code, stderr, timed_out, flooded, timeout),
+            duration=duration,
+            stdout_truncated=out_cut,
+            stderr_truncated=err_cut,
         )
 
     def _diagnose(self, code: int | None, stderr: str, timed_out: bool, flooded: bool, timeout: float) -> str | None:

@@ -30,9 +30,13 @@ from turnrl.rl.sources.tasks.base import TaskPool, TaskSampler, draw, draw_by_me
 from turnrl.rl.sources.tasks.online import Difficulty, Sequential, Uniform, difficulty_weight, ema_update
 from turnrl.rl.sources.tasks.plans import Curriculum, PrePPO, Selection, select_lowest
 
-SAMPLERS: dict[type, type[TaskSampler]] = {SequentialTasks: Sequential, UniformTasks: Uniform,
-                                           DifficultyTasks: Difficulty, PrePPOTasks: PrePPO,
-                                           CurriculumTasks: Curriculum}
+SAMPLERS: dict[type, type[TaskSampler]] = {
+    SequentialTasks: Sequential,
+    UniformTasks: Uniform,
+    DifficultyTasks: Difficulty,
+    PrePPOTasks: PrePPO,
+    CurriculumTasks: Curriculum,
+}
 
 
 def make_sampler(cfg: TaskConfig, env: Any, seed: int) -> TaskSampler:

@@ -63,8 +63,7 @@ def draw(rng: np.random.Generator, weights: np.ndarray, k: int) -> list[int]:
     return [int(i) for i in rng.choice(len(weights), size=k, replace=k > positive, p=weights / weights.sum())]
 
 
-def draw_by_member(rng: np.random.Generator, pool: TaskPool, k: int, members: Sequence[int] | None = None
-                   ) -> list[int]:
+def draw_by_member(rng: np.random.Generator, pool: TaskPool, k: int, members: Sequence[int] | None = None) -> list[int]:
     """``k`` tasks: each slot's member drawn by weight (only ``members`` where given), then that many distinct tasks
     of each member uniformly (with replacement only where a member has fewer tasks than slots) — so the members'
     shares follow their weights exactly in expectation."""
@@ -142,14 +141,15 @@ class TaskSampler:
 
     def state_dict(self) -> dict[str, Any]:
         """The choices made ahead and the strategy's own state."""
-        return {"strategy": self.strategy, "chosen": [[s, r, t] for (s, r), t in self._chosen.items()],
-                **self._state()}
+        return {"strategy": self.strategy, "chosen": [[s, r, t] for (s, r), t in self._chosen.items()], **self._state()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state_dict` (a checkpoint of another strategy is refused)."""
         if state.get("strategy") != self.strategy:
-            raise ValueError(f"the checkpoint's task sampler is {state.get('strategy')!r}, this run's is "
-                             f"{self.strategy!r}: resume with the same `tasks:` settings")
+            raise ValueError(
+                f"the checkpoint's task sampler is {state.get('strategy')!r}, this run's is "
+                f"{self.strategy!r}: resume with the same `tasks:` settings"
+            )
         self._chosen = {(int(s), int(r)): [int(x) for x in t] for s, r, t in state["chosen"]}
         self._load(state)
 

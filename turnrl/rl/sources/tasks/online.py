@@ -94,8 +94,9 @@ class Difficulty(TaskSampler):
         for task, oks in by_task.items():
             s = sum(oks) / len(oks)
             first = self.member_p[int(self.pool.member[task])]  # a new task starts from its member's rate
-            self.task_p[task] = ema_update(self.task_p.get(task, self.cfg.prior if first is None else first), s,
-                                           self.cfg.ema)
+            self.task_p[task] = ema_update(
+                self.task_p.get(task, self.cfg.prior if first is None else first), s, self.cfg.ema
+            )
             by_member.setdefault(int(self.pool.member[task]), []).append(s)
         for m, ss in by_member.items():
             self.member_p[m] = ema_update(self.member_p[m], sum(ss) / len(ss), self.cfg.ema)

@@ -42,8 +42,12 @@ class PrePPO(TaskSampler):
         pool = self.candidates()
         scores = select_lowest(pool, play(pool, self.cfg.samples), self.cfg.keep)
         self.kept = scores.kept
-        return {"preppo_pool": float(len(pool)), "preppo_pool_score": scores.pool_mean,
-                "preppo_kept_score": scores.kept_mean, "preppo_kept": float(len(self.kept))}
+        return {
+            "preppo_pool": float(len(pool)),
+            "preppo_pool_score": scores.pool_mean,
+            "preppo_kept_score": scores.kept_mean,
+            "preppo_kept": float(len(self.kept)),
+        }
 
     def _choose(self, step: int, round_: int, k: int, rng: np.random.Generator) -> list[int]:
         if self.kept is None:
@@ -87,12 +91,14 @@ def select_lowest(pool: Sequence[int], results: Sequence[tuple[int, float]], kee
         got.setdefault(task, []).append(score)
     scored = [(sum(got[t]) / len(got[t]), i, t) for i, t in enumerate(pool) if t in got]
     if not scored:
-        raise RuntimeError("Pre-PPO could not score any task of its pool (every episode failed); see the rollout "
-                           "errors above")
+        raise RuntimeError(
+            "Pre-PPO could not score any task of its pool (every episode failed); see the rollout errors above"
+        )
     scored.sort()
     n = max(1, math.ceil(keep * len(scored)))
-    return Selection([t for _, _, t in scored[:n]], sum(s for s, _, _ in scored) / len(scored),
-                     sum(s for s, _, _ in scored[:n]) / n)
+    return Selection(
+        [t for _, _, t in scored[:n]], sum(s for s, _, _ in scored) / len(scored), sum(s for s, _, _ in scored[:n]) / n
+    )
 
 
 class Curriculum(TaskSampler):
@@ -103,14 +109,18 @@ class Curriculum(TaskSampler):
     def __init__(self, cfg: CurriculumTasks, pool: TaskPool, seed: int) -> None:
         super().__init__(cfg, pool, seed)
         if len(pool.names) < 2:
-            raise ValueError("a curriculum's stages name members of a mixture: use env.id turnrl/Mixture-v0 with "
-                             "named members (e.g. one per level)")
+            raise ValueError(
+                "a curriculum's stages name members of a mixture: use env.id turnrl/Mixture-v0 with "
+                "named members (e.g. one per level)"
+            )
         self.members: list[list[int]] = []
         for i, stage in enumerate(cfg.stages):
             unknown = [n for n in stage.members if n not in pool.names]
             if unknown:
-                raise ValueError(f"curriculum stage {i} names {unknown}, which the mixture does not have; its members "
-                                 f"are {pool.names}")
+                raise ValueError(
+                    f"curriculum stage {i} names {unknown}, which the mixture does not have; its members "
+                    f"are {pool.names}"
+                )
             ms = [pool.names.index(n) for n in stage.members]
             if not any(pool.weights[m] > 0 for m in ms):
                 raise ValueError(f"curriculum stage {i}: every member it names has weight 0")
@@ -132,8 +142,11 @@ class Curriculum(TaskSampler):
         if self.stage == len(self.cfg.stages) - 1:
             return
         by_steps = rule.steps is not None and self.steps_in_stage >= rule.steps
-        by_success = (rule.success is not None and len(self.recent) >= rule.window
-                      and sum(self.recent[-rule.window:]) / rule.window >= rule.success)
+        by_success = (
+            rule.success is not None
+            and len(self.recent) >= rule.window
+            and sum(self.recent[-rule.window :]) / rule.window >= rule.success
+        )
         if by_steps or by_success:
             self.stage, self.steps_in_stage, self.recent = self.stage + 1, 0, []
 
