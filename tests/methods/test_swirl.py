@@ -9,7 +9,8 @@ import turnrl
 from turnrl.agents.base import SamplingParams
 from turnrl.agents.scripted import FixedAgent, ScriptedAgent
 from turnrl.agents.tiny import tiny_model, tiny_tokenizer
-from turnrl.methods.swirl.judges import LLMStepJudge, RuleStepJudge, StepLabel, make_step_judge, parse_step
+from turnrl.methods.swirl.judges import LLMStepJudge, RuleStepJudge, StepLabel, make_step_judge
+from turnrl.methods.swirl.reading import parse_step
 from turnrl.methods.swirl.source import StateError, StateSource
 from turnrl.methods.swirl.steps import decompose_all
 from turnrl.rl.algorithms import get_algorithm

@@ -32,7 +32,7 @@ from api_servers import (  # noqa: F401 — *_fixture: the fixtures agent, gatew
 from turnrl.gateway import Program, build_trajectory
 from turnrl.gateway.runner import play_programs
 from turnrl.rl.sources.base import Job
-from turnrl.serving.anthropic_api import content_blocks
+from turnrl.serving.anthropic_answers import content_blocks
 from turnrl.serving.openai_api import parse_tool_calls
 from turnrl.serving.server import AgentServer
 

@@ -32,7 +32,7 @@ from api_servers import (  # noqa: F401 — *_fixture: the fixtures agent, gatew
 )
 
 from turnrl.serving.openai_api import parse_tool_calls
-from turnrl.serving.responses_api import output_items
+from turnrl.serving.responses_answers import output_items
 from turnrl.serving.server import AgentServer
 
 openai = pytest.importorskip("openai", reason="the official client is a dev dependency: pip install -e '.[dev]'")
@@ -222,7 +222,7 @@ def test_previous_response_id_continues_the_stored_conversation(scripted):
 
 def test_the_store_keeps_the_last_responses():
     from turnrl.serving.openai_api import APIError
-    from turnrl.serving.responses_api import ResponseStore
+    from turnrl.serving.responses_requests import ResponseStore
 
     store = ResponseStore(limit=2)
     for i in range(3):

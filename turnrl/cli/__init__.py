@@ -6,6 +6,7 @@ what it runs, and nothing below imports the command line.
 * :mod:`~turnrl.cli.shared` — what the commands share, public for the methods' subcommands: the one-line error
   (:func:`~turnrl.cli.shared.say`), the options, making an environment or a dataset with clear errors;
 * :mod:`~turnrl.cli.eval` — ``turnrl eval`` and ``turnrl rollout``;
+* :mod:`~turnrl.cli.interrupt` — what a command that plays many episodes does when it is stopped;
 * :mod:`~turnrl.cli.play` — ``turnrl play``;
 * :mod:`~turnrl.cli.quickstart` — ``turnrl quickstart``, the demo;
 * :mod:`~turnrl.cli.template_check` — ``turnrl check-template MODEL``.

@@ -149,7 +149,7 @@ def lora_merge(
 app.command()(play)  # turnrl/cli/play.py
 
 
-# `turnrl eval` and `turnrl rollout` (and what an interrupted run of either does) live in turnrl/cli/eval.py.
+# `turnrl eval` and `turnrl rollout` live in turnrl/cli/eval.py (what an interrupted run of either does: cli/interrupt.py).
 app.command("eval")(eval_cmd)
 app.command()(rollout)
 

@@ -1,22 +1,20 @@
-"""``turnrl eval`` and ``turnrl rollout`` (registered on :data:`turnrl.cli.app`), and what every command that plays
-many episodes does when it is stopped: Ctrl-C or SIGTERM writes what finished, says how many of how many, and prints
-the exact command that finishes the rest (:func:`interruptible`, :func:`resume_command`)."""
+"""``turnrl eval`` and ``turnrl rollout`` (registered on :data:`turnrl.cli.app`), each playing its episodes under a
+progress bar: an evaluation's shows its generated tokens per second and its accuracy so far; :func:`dataset_progress`
+is the one every command that writes a dataset shares (``turnrl rollout``, ``turnrl swirl generate``). What they do
+when stopped — write what finished and print the command that finishes the rest — is in :mod:`turnrl.cli.interrupt`."""
 
 from __future__ import annotations
 
 import json
-import shlex
-import signal
-import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
+from turnrl.cli.interrupt import dataset_interrupted, interrupted_evaluation, interruptible, resume_command
 from turnrl.cli.shared import (
     ImportOption,
     KwOption,
@@ -31,71 +29,6 @@ from turnrl.cli.shared import (
 AGENT_HELP = "smollm2-135m-instruct, hf:PATH, vllm:PATH, openai:URL#MODEL, tiny:chatml, run:OUT_DIR (a trained run)"
 
 
-@contextmanager
-def interruptible() -> Iterator[dict[str, Any]]:
-    """SIGTERM raises ``KeyboardInterrupt`` as Ctrl-C does, inside the block; yields ``{"code": exit status}``, 130
-    (SIGINT) or 143 (SIGTERM) by the last signal."""
-    state: dict[str, Any] = {"code": 130}
-    if threading.current_thread() is not threading.main_thread():  # signals reach the main thread only
-        yield state
-        return
-
-    def on_term(signum: int, frame: Any) -> None:
-        state["code"] = 128 + signum
-        raise KeyboardInterrupt
-
-    old = signal.signal(signal.SIGTERM, on_term)
-    try:
-        yield state
-    finally:
-        signal.signal(signal.SIGTERM, old)
-
-
-def resume_command(ctx: typer.Context, flag: str | None = None) -> str:
-    """The command line that ran ``ctx``'s command (the options given on it, as parsed), with ``flag`` added."""
-    names: list[str] = []
-    c: Any = ctx  # click's contexts, up to the program's
-    while c.parent is not None:  # the subcommands' names, not the program's (`python -m turnrl` or a path)
-        names.insert(0, c.info_name or "")
-        c = c.parent
-    words = ["turnrl", *names]
-    params: list[Any] = ctx.command.params  # click's Options and Arguments
-    for p in params:
-        source = ctx.get_parameter_source(p.name) if p.name else None
-        value = ctx.params.get(p.name) if p.name else None
-        if getattr(source, "name", None) not in ("COMMANDLINE", "ENVIRONMENT") or value is None:
-            continue
-        if getattr(p, "param_type_name", None) != "option":
-            words += [str(v) for v in (value if isinstance(value, (list, tuple)) else [value])]
-        elif p.is_flag and isinstance(value, bool):
-            words += [p.opts[0]] if value else p.secondary_opts[:1]
-        else:
-            words += [w for v in (value if p.multiple else [value]) for w in (p.opts[0], str(v))]
-    if flag is not None and flag not in words:
-        words.append(flag)
-    return shlex.join(words)
-
-
-def written_episodes(out: str) -> int:
-    """Distinct (task, sample) episodes a dataset run has kept in ``out`` and its partial file."""
-    from turnrl.rl.sources.collect import _read_partial
-    from turnrl.storage import load
-
-    path = Path(out)
-    trajs = (load(path) if path.is_file() else []) + _read_partial(path.with_name(path.name + ".partial.jsonl"))
-    return len({(t.metadata.get("task_index"), t.metadata.get("sample")) for t in trajs})
-
-
-def dataset_interrupted(ctx: typer.Context, out: str, total: int, code: int) -> typer.Exit:
-    """Say what an interrupted dataset run (`turnrl rollout`, `turnrl swirl generate`) kept and how to finish it."""
-    say(
-        f"interrupted: {min(written_episodes(out), total)} of {total} episodes are written ({out} and "
-        f"{out}.partial.jsonl); a rerun keeps every task whose episodes all finished and samples the rest"
-    )
-    say(f"to finish: {resume_command(ctx)}")
-    return typer.Exit(code)
-
-
 def dataset_progress(
     ctx: typer.Context,
     out: str,
@@ -107,7 +40,7 @@ def dataset_progress(
 ) -> dict[str, Any]:
     """Run ``work(on_episode)`` — a dataset command's episodes — under a progress bar of ``total`` episodes: a bad
     setting (``ValueError``) is one error line, Ctrl-C or SIGTERM says what was kept and how to finish
-    (:func:`dataset_interrupted`)."""
+    (:func:`~turnrl.cli.interrupt.dataset_interrupted`)."""
     from rich.progress import (
         BarColumn,
         MofNCompleteColumn,
@@ -306,7 +239,7 @@ def eval_cmd(
             fail(str(e))
         if not (Path(out) / "run.json").is_file():
             say(f"note: --resume: {out} holds no earlier evaluation; evaluating every episode")
-    elif (old := _interrupted_in(out)) is not None:
+    elif (old := interrupted_evaluation(out)) is not None:
         say(f"note: {out} holds an interrupted evaluation ({old}); this run starts it over (--resume would finish it)")
     started = time.time()
     with interruptible() as stop:
@@ -337,15 +270,6 @@ def eval_cmd(
             raise typer.Exit(stop["code"]) from None
     console.print((Path(out) / "report.md").read_text(), markup=False, highlight=False)
     console.print(f"[dim]metrics: {json.dumps(metrics)}[/dim]", soft_wrap=True)
-
-
-def _interrupted_in(out: str) -> str | None:
-    """``"N of M episodes"`` where ``out`` holds an interrupted evaluation, else None."""
-    try:
-        m = json.loads((Path(out) / "metrics.json").read_text())
-    except (OSError, ValueError):
-        return None
-    return f"{m.get('episodes')} of {m.get('episodes_planned')} episodes" if m.get("interrupted") else None
 
 
 def _run_eval(run: EvalRun, samples: int, params: Any, resume: bool) -> dict[str, Any]:

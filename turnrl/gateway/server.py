@@ -14,8 +14,9 @@ and Anthropic's ``POST /v1/messages``; ``tools``, streaming, ``n``, logprobs —
 * **Exact tokens.** A chat call that extends an earlier one is prompted with the exact tokens sampled before, plus
   the template tokens of the new messages (:mod:`turnrl.gateway.history`); everything answered is recorded
   (:mod:`turnrl.gateway.record`). A Messages or Responses call is converted into the same chat form
-  (:mod:`turnrl.serving.anthropic_api`, :mod:`turnrl.serving.responses_api`) and held to the same rules; a session
-  keeps its responses for ``previous_response_id`` until it closes (a continuation extends the same sampled tokens).
+  (:mod:`turnrl.serving.anthropic_requests`, :mod:`turnrl.serving.responses_requests`) and held to the same rules; a
+  session keeps its responses for ``previous_response_id`` until it closes (a continuation extends the same sampled
+  tokens).
   One session speaks one dialect (Chat Completions, Responses or Messages): a call in another is refused with a 409
   naming both, and what the session recorded stays.
 * **Batching.** Concurrent sessions share the policy's generation calls (:mod:`turnrl.gateway.shared_engine`).
@@ -57,7 +58,7 @@ from turnrl.gateway.history import ChatHistory, Match
 from turnrl.gateway.record import Call
 from turnrl.gateway.shared_engine import Engine
 from turnrl.serving.openai_api import APIError, chat_messages
-from turnrl.serving.responses_api import ResponseStore
+from turnrl.serving.responses_requests import ResponseStore
 from turnrl.serving.server import AgentServer
 from turnrl.utils import turn_seed
 

@@ -5,6 +5,7 @@ through this room; it sits above the agents and environments and below everythin
 
 * :mod:`~turnrl.rollout.engine` — :class:`Rollout`: batched multi-turn rollouts, continuous batching, windows;
 * :mod:`~turnrl.rollout.episode` — an episode in play and the rollout's figures (:class:`RolloutStats`);
+* :mod:`~turnrl.rollout.generation` — the calls that ask the agent for tokens, by what it can do;
 * :mod:`~turnrl.rollout.play` — :func:`play`, the one function that plays jobs, under one seeding rule;
 * :mod:`~turnrl.rollout.job` — :class:`Job`, one episode to play;
 * :mod:`~turnrl.rollout.context` — histories rewritten under a token budget (:class:`ContextBudget`);

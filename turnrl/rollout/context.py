@@ -14,6 +14,10 @@ current context (``budget`` tokens), the rollout rewrites the history instead an
 Each rewrite is recorded in ``metadata["segment_reasons"]`` and on the turn it followed (``info["context"]``). An
 episode whose latest turn alone does not fit ends ``truncated`` by context, as without a budget.
 
+The rollout (:mod:`turnrl.rollout.engine`, its sibling) hands every reply of the environment to
+:func:`append_observation`, which appends it, rewrites the history, or ends the episode truncated by context when
+there is no room left to generate (with or without a budget).
+
 An environment may rewrite the history itself (one that manages its own context, such as a ``verifiers``
 environment that trims its conversation): its step's ``info["history"]`` is then true and its observation is the whole
 conversation the next turn sees. :func:`from_environment` starts the new segment with it.
@@ -21,11 +25,13 @@ conversation the next turn sees. :func:`from_environment` starts the new segment
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from turnrl.agents.base import Capabilities, SamplingParams
+from turnrl.rollout.generation import generate_one
 from turnrl.types import Message, Turn
 from turnrl.utils import turn_seed
 
@@ -99,6 +105,36 @@ def _history(turns: Sequence[Turn], last_observation: Sequence[Message]) -> list
     if out:
         out[-1] = [turns[-1].action, *last_observation]
     return out
+
+
+async def append_observation(
+    rollout: RolloutAPI, ep: Episode, turn: Turn, obs: Sequence[Message], *, rewrote_history: bool = False
+) -> bool:
+    """Append the environment's reply ``obs`` to ``ep`` after ``turn`` (its chat-template tokens, loss mask 0), or
+    start a new segment instead: with ``rewrote_history`` (the step's ``info["history"]``: ``obs`` is the whole
+    conversation, :func:`from_environment`), or when the reply would pass the rollout's budget (:func:`compact`).
+    A reply that leaves no room to generate ends the episode truncated by context. Returns whether it goes on."""
+    if rewrote_history:
+        return from_environment(rollout, ep, turn, obs)
+    t0 = time.perf_counter()
+    assert ep.renderer is not None
+    obs_ids = ep.renderer.observation_tokens(obs, ended_with_eos=_ended_with_eos(rollout, ep, turn))
+    used = len(ep.tokens) - ep.context_start
+    if rollout.context is not None and rollout.context.overflows(used, len(obs_ids), rollout.params.max_new_tokens):
+        return await compact(rollout, ep, turn, obs)  # the history rewritten: a new segment
+    if used + len(obs_ids) >= rollout.max_context:  # no room to append the reply and generate
+        _truncate(rollout, ep)
+        return False
+    turn.obs_span = (len(ep.tokens), len(ep.tokens) + len(obs_ids))
+    ep.append(obs_ids, 0)
+    rollout.stats.bookkeeping_s += time.perf_counter() - t0
+    return True
+
+
+def _ended_with_eos(rollout: RolloutAPI, ep: Episode, turn: Turn) -> bool:
+    """Whether ``turn``'s generated tokens end with an end-of-turn token (the template's reply then adds none)."""
+    span = turn.token_span
+    return span is not None and span[1] > span[0] and ep.tokens[span[1] - 1] in rollout.eos_ids
 
 
 async def compact(rollout: RolloutAPI, ep: Episode, turn: Turn, obs: Sequence[Message]) -> bool:
@@ -195,12 +231,7 @@ async def _summarize(rollout: RolloutAPI, ep: Episode, turn: Turn, obs: Sequence
     ended (no room, or the generation failed)."""
     assert ep.renderer is not None
     request = [*obs, Message(role="user", content=SUMMARY_REQUEST)]
-    ended_with_eos = (
-        turn.token_span is not None
-        and turn.token_span[1] > turn.token_span[0]
-        and ep.tokens[turn.token_span[1] - 1] in rollout.eos_ids
-    )
-    ask = ep.renderer.observation_tokens(request, ended_with_eos=ended_with_eos)
+    ask = ep.renderer.observation_tokens(request, ended_with_eos=_ended_with_eos(rollout, ep, turn))
     room = rollout.max_context - (len(ep.tokens) - ep.context_start) - len(ask)
     if room < 1:
         _truncate(rollout, ep)
@@ -212,8 +243,10 @@ async def _summarize(rollout: RolloutAPI, ep: Episode, turn: Turn, obs: Sequence
     assert budget is not None  # histories are rewritten under a context budget only
     params = rollout.params.model_copy(update={"max_new_tokens": min(budget.summary_tokens, room), "n": 1})
     seed = None if ep.sample_seed is None else turn_seed(ep.sample_seed, len(ep.traj.turns), salt=104_729)
+    if rollout.keep_prompts:
+        ep.prompts_seen.append(list(ep.tokens[ep.context_start :]))
     try:
-        completion = await _generate(rollout, ep, params, seed)
+        completion = await generate_one(rollout, ep, params, seed)
     except Exception as e:  # this episode ends; what it collected is kept
         ep.traj.error = f"generation failed (summary): {type(e).__name__}: {e}"
         rollout.finish(ep)
@@ -235,19 +268,3 @@ async def _summarize(rollout: RolloutAPI, ep: Episode, turn: Turn, obs: Sequence
         )
     )
     return completion.text
-
-
-async def _generate(rollout: RolloutAPI, ep: Episode, params: SamplingParams, seed: int | None):
-    prompt = list(ep.tokens[ep.context_start :])
-    if rollout.keep_prompts:
-        ep.prompts_seen.append(list(prompt))
-    agent = rollout.agent
-    if rollout.capabilities.join_batch:  # joins whatever batch is running in this loop
-        c = await agent.agenerate_one(prompt, params, seed=seed, session=ep.session if rollout.uses_sessions else None)
-    elif rollout.capabilities.async_batch:  # an HTTP backend: do not block the loop
-        c = (await agent.agenerate([prompt], params))[0]
-    else:
-        kwargs = {"seeds": [seed]} if seed is not None and rollout.passes_seeds else {}
-        c = agent.generate([prompt], params, **kwargs)[0]
-    rollout.stats.count_prefill(ep, len(prompt), c)
-    return c

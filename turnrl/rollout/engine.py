@@ -23,6 +23,10 @@ rewritten, evicted, invalidated or too large.
 Windows (T-PPO's successive batching): :meth:`Rollout.start` resets the envs, :meth:`Rollout.advance` plays until
 each episode finished or generated ``budget`` more tokens — a window may end inside a turn, which the next call
 continues token-exactly — and :meth:`Rollout.snapshot` gives a trainable copy of an episode still in play.
+
+This module holds the turn loop; its siblings hold the pieces it plays with: an episode's state
+(:mod:`~turnrl.rollout.episode`), the calls to the agent (:mod:`~turnrl.rollout.generation`), the environment's reply
+appended or the history rewritten (:mod:`~turnrl.rollout.context`), stop strings (:mod:`~turnrl.rollout.stops`).
 """
 
 from __future__ import annotations
@@ -35,8 +39,9 @@ from typing import TYPE_CHECKING, Any, cast
 
 from turnrl.agents.base import Agent, Completion, SamplingParams, capabilities_of, end_of_turn_ids
 from turnrl.envs.core import TextEnv
-from turnrl.rollout.context import ContextBudget, compact, from_environment
+from turnrl.rollout.context import ContextBudget, append_observation
 from turnrl.rollout.episode import Episode, RolloutStats
+from turnrl.rollout.generation import generate_one, generate_round
 from turnrl.rollout.rewrite import Rewrite, rewrite_round, unsampled
 from turnrl.rollout.stops import past_stop, stopped_across_pieces
 from turnrl.tokens import ChatRenderer
@@ -44,7 +49,7 @@ from turnrl.types import Message, Trajectory, Turn
 from turnrl.utils import run_with_daemon_threads
 
 if TYPE_CHECKING:  # the agents that capabilities say more of
-    from turnrl.agents.base import AsyncBatchAgent, JoinBatchAgent, SessionAgent
+    from turnrl.agents.base import SessionAgent
 
 
 class Rollout:
@@ -238,18 +243,7 @@ class Rollout:
     def snapshot(self, ep: Episode) -> Trajectory:
         """A trainable copy of an unfinished episode as it stands: its tokens so far, the turns completed so far,
         ``metadata["partial"] = True`` and ``metadata["window_start"]`` (where the last window began)."""
-        traj = ep.traj.model_copy(deep=True)
-        traj.token_ids, traj.loss_mask, traj.logprobs = list(ep.tokens), list(ep.mask), list(ep.logprobs)
-        if self.policy_version is not None:
-            traj.token_versions = list(ep.versions)
-        traj.segments = [0, *ep.context_starts] if ep.context_starts else None
-        traj.metadata.update(
-            partial=True,
-            window_start=ep.window_start,
-            sampled_crc=ep.sampled_crc,
-            prompt_length=next((i for i, m in enumerate(ep.mask) if m == 1), len(ep.mask)),
-        )
-        return traj
+        return ep.snapshot(with_versions=self.policy_version is not None)
 
     # ---- pieces of one turn ----
 
@@ -288,34 +282,13 @@ class Rollout:
         return ep
 
     async def _generate(self, live: list[Episode], window: int | None = None) -> list[Completion] | None:
-        budgets: dict[tuple[int, tuple[str, ...]], list[int]] = {}
-        seeds: list[int | None] = []
-        completions: list[Completion | None] = [None] * len(live)
         self._sampled_by = self.current_version()  # the weights generating now
         t0 = time.perf_counter()
         try:
             envs, roles = [ep.env for ep in live], [ep.role for ep in live]
             skipped = unsampled(self.rewrite, envs, roles)  # turns the hook writes itself: not sampled
-            for i, ep in enumerate(live):  # one generate call per (token budget, the env's stop strings)
-                budget, stop, seed = ep.request(self.params, self.max_context, window)
-                if i not in skipped:
-                    budgets.setdefault((budget, stop), []).append(i)
-                seeds.append(seed)
-            for (budget, stop), idx in budgets.items():
-                params = self.params.model_copy(update={"max_new_tokens": budget, "stop": stop})
-                prompts = [list(live[i].tokens[live[i].context_start :]) for i in idx]
-                kwargs: dict[str, Any] = {}
-                if self.uses_sessions:  # the agent keeps each episode's KV cache between its turns
-                    kwargs["sessions"] = [live[i].session for i in idx]
-                if seeds[idx[0]] is not None:  # batch-invariant: each episode's own stream per turn
-                    kwargs["seeds"] = [seeds[i] for i in idx]
-                if kwargs or not self.capabilities.async_batch:
-                    outs = self.agent.generate(prompts, params, **kwargs)
-                else:  # HTTP backends: don't block the event loop
-                    outs = await cast("AsyncBatchAgent", self.agent).agenerate(prompts, params)
-                for i, p, c in zip(idx, prompts, outs):
-                    completions[i] = c
-                    self.stats.count_prefill(live[i], len(p), c)
+            requests = [ep.request(self.params, self.max_context, window) for ep in live]
+            completions = await generate_round(self, live, self.params, requests, skipped)
             if self.rewrite is not None:
                 new = rewrite_round(self.rewrite, envs, roles, [list(ep.tokens) for ep in live], completions, skipped)
                 for i, written in enumerate(new):
@@ -334,19 +307,15 @@ class Rollout:
         """Continuous batching: the next generation of one episode, joined to the agent's running batch."""
         budget, stop, seed = ep.request(self.params, self.max_context, window)
         params = self.params.model_copy(update={"max_new_tokens": budget, "stop": stop})
-        prompt = list(ep.tokens[ep.context_start :])
         version = self.current_version()
         try:
-            c = await cast("JoinBatchAgent", self.agent).agenerate_one(
-                prompt, params, seed=seed, session=ep.session if self.uses_sessions else None
-            )
+            c = await generate_one(self, ep, params, seed)  # joins the agent's running batch
         except Exception as e:  # this episode ends; what it collected is kept
             ep.traj.error = f"generation failed: {type(e).__name__}: {e}"
             self.finish(ep)
             return None
         if c.policy_version is None:
             c.policy_version = version
-        self.stats.count_prefill(ep, len(prompt), c)
         return c
 
     async def _play_alone(
@@ -444,23 +413,8 @@ class Rollout:
             ep.traj.terminated, ep.traj.truncated = terminated, truncated or (over_turns and not terminated)
             self.finish(ep)
             return False
-        if info.get("history"):  # the environment rewrote the conversation: obs is all of it, a new segment
-            return from_environment(self, ep, turn, obs)
-        ended_with_eos = span[1] > span[0] and ep.tokens[span[1] - 1] in self.eos_ids
-        assert ep.renderer is not None
-        obs_ids = ep.renderer.observation_tokens(obs, ended_with_eos=ended_with_eos)
-        used = len(ep.tokens) - ep.context_start
-        if self.context is not None and self.context.overflows(used, len(obs_ids), self.params.max_new_tokens):
-            return await compact(self, ep, turn, obs)  # the history rewritten: a new segment
-        if used + len(obs_ids) >= self.max_context:  # no room to append the reply and generate
-            ep.traj.truncated = True
-            ep.traj.metadata["truncated_by"] = "context"
-            self.finish(ep)
-            return False
-        turn.obs_span = (len(ep.tokens), len(ep.tokens) + len(obs_ids))
-        ep.append(obs_ids, 0)
         self.stats.bookkeeping_s += time.perf_counter() - t2
-        return True
+        return await append_observation(self, ep, turn, obs, rewrote_history=bool(info.get("history")))
 
     def current_version(self) -> int:
         """The policy's version now (``policy_version``, read if it is a callable); -1 when the rollout has none (what

@@ -109,6 +109,23 @@ class Episode:
         if keep_prompts:
             traj.metadata["prompts"] = self.prompts_seen
 
+    def snapshot(self, *, with_versions: bool) -> Trajectory:
+        """A trainable copy of the episode as it stands, unfinished (:meth:`turnrl.rollout.engine.Rollout.snapshot`):
+        its tokens so far, the turns completed so far, each token's version (``with_versions``: the run has policy
+        versions), ``metadata["partial"] = True`` and ``metadata["window_start"]`` (where the last window began)."""
+        traj = self.traj.model_copy(deep=True)
+        traj.token_ids, traj.loss_mask, traj.logprobs = list(self.tokens), list(self.mask), list(self.logprobs)
+        if with_versions:
+            traj.token_versions = list(self.versions)
+        traj.segments = [0, *self.context_starts] if self.context_starts else None
+        traj.metadata.update(
+            partial=True,
+            window_start=self.window_start,
+            sampled_crc=self.sampled_crc,
+            prompt_length=next((i for i, m in enumerate(self.mask) if m == 1), len(self.mask)),
+        )
+        return traj
+
     def finish_segments(self) -> None:
         """Record the contexts in the Trajectory (``segments`` and ``metadata["segment_reasons"]``)."""
         if self.context_starts:

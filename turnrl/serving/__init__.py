@@ -8,8 +8,10 @@ the agents, below the gateway (docs/ARCHITECTURE.md).
 * :mod:`~turnrl.serving.responses` — OpenAI's ``/v1/responses``, run through the chat path, and its events;
 * :mod:`~turnrl.serving.streaming` — server-sent events while the tokens are generated;
 * :mod:`~turnrl.serving.openai_api` — OpenAI's request checks and message forms, errors in OpenAI's shape;
-* :mod:`~turnrl.serving.anthropic_api` — Anthropic's request checks and content blocks, errors in Anthropic's shape;
-* :mod:`~turnrl.serving.responses_api` — the Responses API's request checks and items, stored responses.
+* :mod:`~turnrl.serving.anthropic_requests` — Anthropic's Messages requests read into the chat form;
+* :mod:`~turnrl.serving.anthropic_answers` — Anthropic's responses, content blocks, stop reasons and errors;
+* :mod:`~turnrl.serving.responses_requests` — the Responses API's requests read into the chat form, stored responses;
+* :mod:`~turnrl.serving.responses_answers` — the Responses API's response objects and output items.
 """
 
 from turnrl.serving.server import LOOPBACK, AgentServer

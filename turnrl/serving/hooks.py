@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 if TYPE_CHECKING:
     from turnrl.agents.base import Completion, SamplingParams
     from turnrl.serving.openai_api import ChatCall, CompletionCall
-    from turnrl.serving.responses_api import ResponseStore
+    from turnrl.serving.responses_requests import ResponseStore
 
 
 class ServerHooks(Protocol):

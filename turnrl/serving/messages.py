@@ -1,12 +1,12 @@
 """Anthropic's Messages API endpoint of :class:`turnrl.serving.server.AgentServer` (which derives from
 :class:`MessagesEndpoint`): ``POST /v1/messages`` and its server-sent events.
 
-A Messages request runs through the chat completions path: :func:`turnrl.serving.anthropic_api.messages_request`
+A Messages request runs through the chat completions path: :func:`turnrl.serving.anthropic_requests.messages_request`
 converts it into the internal chat form, the server's hooks build the prompt (``chat_prompt``), generate
 (``generate``) and record (``answered``, with ``endpoint`` ``"messages"``) as for ``/v1/chat/completions``
 (:meth:`~turnrl.serving.endpoints.OpenAIEndpoints.run_chat`), and the answer is converted back
-(:func:`~turnrl.serving.anthropic_api.message_response`); tool calls come from the same Hermes ``<tool_call>`` parser,
-with ``toolu_`` ids.
+(:func:`~turnrl.serving.anthropic_answers.message_response`); tool calls come from the same Hermes ``<tool_call>``
+parser, with ``toolu_`` ids.
 
 A stream sends the events the official ``anthropic`` SDK parses, as the tokens are generated (the same
 :class:`~turnrl.serving.streaming.Generation` and :class:`~turnrl.serving.streaming.TextStream` as chat streams:
@@ -24,14 +24,14 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-from turnrl.serving.anthropic_api import (
+from turnrl.serving.anthropic_answers import (
     anthropic_error,
     message_response,
-    messages_request,
     new_message_id,
     server_error,
     stop_reason,
 )
+from turnrl.serving.anthropic_requests import messages_request
 from turnrl.serving.hooks import Endpoints, ServerHooks
 from turnrl.serving.openai_api import APIError, ChatCall
 from turnrl.serving.streaming import TOOL_TAG, Generation, TextStream, framed

@@ -1,12 +1,12 @@
 """OpenAI's Responses API endpoint of :class:`turnrl.serving.server.AgentServer` (which derives from
 :class:`ResponsesEndpoint`): ``POST /v1/responses`` and its server-sent events.
 
-A Responses request runs through the chat completions path: :func:`turnrl.serving.responses_api.responses_request`
+A Responses request runs through the chat completions path: :func:`turnrl.serving.responses_requests.responses_request`
 converts it into the internal chat form (``previous_response_id`` resolved through :meth:`ResponsesEndpoint.
 response_store`), the server's hooks build the prompt (``chat_prompt``), generate (``generate``) and record
 (``answered``, with ``endpoint`` ``"responses"``) as for ``/v1/chat/completions``
 (:meth:`~turnrl.serving.endpoints.OpenAIEndpoints.run_chat`), and the answer is converted back
-(:func:`~turnrl.serving.responses_api.response_object`); tool calls come from the same Hermes ``<tool_call>`` parser
+(:func:`~turnrl.serving.responses_answers.response_object`); tool calls come from the same Hermes ``<tool_call>`` parser
 and become ``function_call`` items. The response's conversation is stored once it is generated — also when a
 streaming client hung up and the generation ran on (the gateway) — so that ``previous_response_id`` can continue it.
 
@@ -32,13 +32,8 @@ from typing import Any
 
 from turnrl.serving.hooks import Endpoints, ServerHooks
 from turnrl.serving.openai_api import APIError, ChatCall, chat_messages
-from turnrl.serving.responses_api import (
-    ResponsesRequest,
-    ResponseStore,
-    new_id,
-    response_object,
-    responses_request,
-)
+from turnrl.serving.responses_answers import new_id, response_object
+from turnrl.serving.responses_requests import ResponsesRequest, ResponseStore, responses_request
 from turnrl.serving.streaming import TOOL_TAG, Generation, TextStream, framed
 
 

@@ -6,8 +6,9 @@ ids; ``logprobs=k``; vLLM's ``return_tokens_as_token_ids``), ``POST /v1/chat/com
 same path, and answered in Anthropic's shape, events and errors included) and OpenAI's ``POST /v1/responses``
 (:mod:`turnrl.serving.responses`: the Responses API run through the same path, with ``previous_response_id`` over
 the last 1,000 responses, answered as response objects and the Responses event stream;
-:mod:`turnrl.serving.responses_api`). ``/v1/completions`` and ``/v1/chat/completions`` support ``stream``
-(server-sent events sent while the tokens are generated, with ``stream_options.include_usage``;
+:mod:`turnrl.serving.responses_requests`, :mod:`turnrl.serving.responses_answers`). ``/v1/completions`` and
+``/v1/chat/completions`` support ``stream`` (server-sent events sent while the tokens are generated, with
+``stream_options.include_usage``;
 :mod:`turnrl.serving.streaming`), logprobs with ``top_logprobs`` (recorded while sampling by the HF agent), ``stop``
 (cut from the returned text, as OpenAI does), ``seed`` and ``n``; chat supports ``tools`` with ``tool_choice``
 ``"auto"``/``"none"`` and returns parsed ``tool_calls`` (Hermes ``<tool_call>`` blocks). Tools are rendered by the
@@ -15,7 +16,7 @@ chat template; where it cannot render them (or earlier turns' tool calls), they 
 instead (:mod:`turnrl.template_tools`), so no model silently loses them. Anything else — penalties, ``logit_bias``,
 ``response_format`` other than text, forced tool choice, ``echo``, unknown parameters — is refused with a 400 in
 OpenAI's error shape that names the parameter (:mod:`turnrl.serving.openai_api`); on ``/v1/messages`` errors take
-Anthropic's shape (:mod:`turnrl.serving.anthropic_api`). One generation runs at a time.
+Anthropic's shape (:mod:`turnrl.serving.anthropic_answers`). One generation runs at a time.
 
 With ``api_key`` every request must carry it (``Authorization: Bearer KEY``; on ``/v1/messages`` also ``x-api-key:
 KEY``: the ``anthropic`` SDK has sent its key either way); listening on anything but a loopback address requires one.
@@ -42,14 +43,14 @@ from werkzeug.serving import WSGIRequestHandler, make_server
 from werkzeug.wrappers import Request, Response
 
 from turnrl.agents.base import Completion, SamplingParams, capabilities_of
-from turnrl.serving.anthropic_api import anthropic_error, server_error
+from turnrl.serving.anthropic_answers import anthropic_error, server_error
 from turnrl.serving.endpoints import OpenAIEndpoints
 from turnrl.serving.messages import MessagesEndpoint
 from turnrl.serving.openai_api import (
     APIError,
 )
 from turnrl.serving.responses import ResponsesEndpoint
-from turnrl.serving.responses_api import ResponseStore
+from turnrl.serving.responses_requests import ResponseStore
 from turnrl.tokens import ChatRenderer
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")

@@ -1,7 +1,9 @@
 """SWiRL's step judges (docs/algorithms.md §1, §10): is one step GOOD or BAD, judged from the context alone.
 
 No judge sees the gold answer. A step is one agent turn in the SWiRL format: a calculator call
-``<math_exp>EXPR</math_exp>``, a search ``<search_query>Q</search_query>`` or a final ``<answer>…</answer>``.
+``<math_exp>EXPR</math_exp>``, a search ``<search_query>Q</search_query>`` or a final ``<answer>…</answer>``; its
+sibling :mod:`turnrl.methods.swirl.reading` reads a step and what a trajectory shows (the question, the tools'
+results), and this module holds the judges that label steps from that.
 
 * :class:`RuleStepJudge` — rule-based process scores where the tool allows them:
 
@@ -37,19 +39,26 @@ earlier turns; the step's own tool result is read from the turn's observation wh
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
+from turnrl.methods.swirl.reading import (
+    NUMBER,
+    found_nothing,
+    normalize,
+    numbers,
+    parse_step,
+    question_text,
+    render_context,
+    result_of,
+    result_texts,
+    searches_with_results,
+    tool_results,
+)
 from turnrl.plugins import Registry
-from turnrl.tools.parsers import TagParser
 from turnrl.types import Trajectory, Turn
 
-TOOL_TAGS = {"math_exp": "calculator", "search_query": "search"}
-_PARSER = TagParser(TOOL_TAGS)  # the environments' own parser of SWiRL's tags
-_ANSWER = re.compile(r"<answer>(.*?)</answer>", re.S)
-_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
 # Words that carry no answer: an answer made only of these is BAD wherever it is "found".
 STOP_WORDS = frozenset(
     [
@@ -128,8 +137,6 @@ _YES_NO_OPENERS = frozenset(
     ]
 )
 
-StepKind = Literal["calculator", "search", "answer", "invalid"]
-
 
 @dataclass(frozen=True)
 class StepLabel:
@@ -144,102 +151,8 @@ class StepLabel:
         return 1.0 if self.good else 0.0
 
 
-@dataclass(frozen=True)
-class Step:
-    """One parsed step: what kind it is and its text (the expression, query or answer; the reason when invalid)."""
-
-    kind: StepKind
-    text: str
-
-
-def parse_step(text: str) -> Step:
-    """Parse one SWiRL-format agent turn (a tool call first, as the environment reads it; else an answer)."""
-    calls = _PARSER.parse(text).calls
-    if len(calls) > 1:
-        return Step("invalid", f"{len(calls)} tool calls in one step (one per step)")
-    if calls:
-        return Step(calls[0].name, calls[0].raw or "")  # type: ignore[arg-type]  # the tool names are step kinds
-    for tag in (*TOOL_TAGS, "answer"):
-        if f"<{tag}>" in text and f"</{tag}>" not in text:
-            return Step("invalid", f"<{tag}> opened but never closed")
-    answers = _ANSWER.findall(text)
-    if answers:
-        return Step("answer", answers[-1].strip())
-    return Step("invalid", "neither a tool call nor an <answer>")
-
-
-def numbers(text: str) -> list[float]:
-    """The numbers written in ``text`` (thousands separators allowed)."""
-    out = []
-    for m in _NUMBER.findall(text):
-        try:
-            out.append(float(m.replace(",", "")))
-        except ValueError:
-            continue
-    return out
-
-
 def _has(values: Sequence[float], x: float) -> bool:
     return any(abs(v - x) <= 1e-6 * max(1.0, abs(x)) for v in values)
-
-
-def _norm(text: str) -> str:
-    return " ".join(re.sub(r"[^\w\s]", " ", text.lower()).split())
-
-
-def question_text(traj: Trajectory) -> str:
-    """The task as the user posed it: the prompt's last user message (not the system prompt nor the
-    demonstrations before it, whose numbers are their own)."""
-    meta = traj.metadata.get("swirl", {}).get("question") or traj.metadata.get("question")
-    if isinstance(meta, str) and meta:
-        return meta
-    return next((m.content for m in reversed(traj.prompt) if m.role == "user"), "")
-
-
-def tool_results(turns: Sequence[Turn]) -> list[str]:
-    """The tool messages the environment returned after ``turns``; SWiRL shows them as ``QUERY -> RESULT``, and
-    this returns the RESULT part."""
-    out = []
-    for turn in turns:
-        for m in turn.observation:
-            if m.role == "tool":
-                out.append(m.content.split(" -> ", 1)[1] if " -> " in m.content else m.content)
-    return out
-
-
-def result_texts(turns: Sequence[Turn]) -> list[str]:
-    """What an answer may be drawn from: :func:`tool_results`, with each search hit's ``TITLE: `` cut off (one
-    hit per line, ``QUERY -> TITLE: TEXT``); results of other tools are kept whole."""
-    out = []
-    for turn in turns:
-        if parse_step(turn.action.content).kind != "search":
-            out += tool_results([turn])
-            continue
-        for m in turn.observation:
-            for line in m.content.splitlines() if m.role == "tool" else ():
-                hit = line.split(" -> ", 1)[1] if " -> " in line else line
-                out.append(hit.split(": ", 1)[1] if ": " in hit else hit)
-    return out
-
-
-def _found_nothing(result: str) -> bool:
-    """A search result that returned nothing."""
-    return not _norm(result) or _norm(result).startswith("no results")
-
-
-def searches_with_results(turns: Sequence[Turn]) -> int:
-    """How many of ``turns`` were searches that returned something."""
-    return sum(
-        parse_step(t.action.content).kind == "search"
-        and (found := _result_of(t)) is not None
-        and not _found_nothing(found)
-        for t in turns
-    )
-
-
-def _result_of(turn: Turn) -> str | None:
-    results = tool_results([turn])
-    return results[0] if results else None
 
 
 class StepJudge(Protocol):
@@ -313,11 +226,11 @@ class RuleStepJudge:
         except (CalculatorError, ValueError, TypeError, ZeroDivisionError, OverflowError) as e:
             return StepLabel(False, f"the expression does not evaluate: {e}")
         earlier = {
-            _norm(parse_step(t.action.content).text)
+            normalize(parse_step(t.action.content).text)
             for t in before
             if parse_step(t.action.content).kind == "calculator"
         }
-        if _norm(expr) in earlier:
+        if normalize(expr) in earlier:
             return StepLabel(False, "repeats an earlier calculation")
         try:
             result = float(value)
@@ -343,40 +256,42 @@ class RuleStepJudge:
         return StepLabel(True, "a grounded calculation" + ("" if later is None else " whose result is used"))
 
     def _search(self, query: str, before: Sequence[Turn], results: list[str], turn: Turn) -> StepLabel:
-        if not _norm(query):
+        if not normalize(query):
             return StepLabel(False, "an empty search query")
         earlier = {
-            _norm(parse_step(t.action.content).text) for t in before if parse_step(t.action.content).kind == "search"
+            normalize(parse_step(t.action.content).text)
+            for t in before
+            if parse_step(t.action.content).kind == "search"
         }
-        if _norm(query) in earlier:
+        if normalize(query) in earlier:
             return StepLabel(False, "repeats an earlier search")
         done = sum(parse_step(t.action.content).kind == "search" for t in before)
         if self.max_searches is not None and done >= self.max_searches:
             return StepLabel(False, f"a search after {done} (at most {self.max_searches} can be GOOD): answer")
-        found = _result_of(turn)
+        found = result_of(turn)
         if found is not None:
-            if _found_nothing(found):
+            if found_nothing(found):
                 return StepLabel(False, "the search returned nothing")
-            if _norm(found) in {_norm(r) for r in results}:
+            if normalize(found) in {normalize(r) for r in results}:
                 return StepLabel(False, "the search returned nothing new")
         return StepLabel(True, "a new search" + ("" if found is None else " with new results"))
 
     def _answer(self, answer: str, question: str, before: Sequence[Turn]) -> StepLabel:
-        if not _norm(answer):
+        if not normalize(answer):
             return StepLabel(False, "an empty answer")
         results = result_texts(before)
         if not results:
             return StepLabel(False, "no tool result to follow from")
         values = numbers(answer)
-        if values and len(values) == 1 and _norm(answer) == _norm(_NUMBER.findall(answer)[0]):
+        if values and len(values) == 1 and normalize(answer) == normalize(NUMBER.findall(answer)[0]):
             computed = [x for r in results for x in numbers(r)]
             ok = _has(computed, values[0])
             return StepLabel(ok, "equals a tool result" if ok else "equals no tool result")
-        norm = _norm(answer)
+        norm = normalize(answer)
         words = norm.split()
         if len(words) > self.max_answer_words:
             return StepLabel(False, f"not a short answer ({len(words)} words; at most {self.max_answer_words})")
-        q_words = _norm(question).split()
+        q_words = normalize(question).split()
         if norm in ("yes", "no"):
             if not q_words or q_words[0] not in _YES_NO_OPENERS:
                 return StepLabel(False, "yes/no to a question that does not ask yes or no")
@@ -388,17 +303,8 @@ class RuleStepJudge:
             return StepLabel(False, "only stop words")
         if set(content) <= set(q_words) and "or" not in q_words:
             return StepLabel(False, "every word of it is in the question")
-        ok = any(f" {norm} " in f" {_norm(r)} " for r in results)
+        ok = any(f" {norm} " in f" {normalize(r)} " for r in results)
         return StepLabel(ok, "found in a retrieved text" if ok else "found in no retrieved text")
-
-
-def render_context(before: Sequence[Turn]) -> str:
-    """The steps so far as text for an LLM judge: each action, then each result."""
-    lines = []
-    for t in before:
-        lines.append(t.action.content.strip())
-        lines += [m.content.strip() for m in t.observation if m.role == "tool"]
-    return "\n".join(lines) or "(nothing yet)"
 
 
 class LLMStepJudge:
@@ -478,15 +384,10 @@ def make_step_judge(spec: str | StepJudge, **kwargs: Any) -> StepJudge:
 
 __all__ = [
     "STEP_JUDGES",
+    "STOP_WORDS",
     "LLMStepJudge",
     "RuleStepJudge",
-    "Step",
     "StepJudge",
     "StepLabel",
     "make_step_judge",
-    "numbers",
-    "parse_step",
-    "question_text",
-    "render_context",
-    "tool_results",
 ]

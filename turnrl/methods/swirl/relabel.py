@@ -23,7 +23,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from turnrl.methods.swirl.judges import RuleStepJudge, parse_step, question_text
+from turnrl.methods.swirl.judges import RuleStepJudge
+from turnrl.methods.swirl.reading import parse_step, question_text
 from turnrl.tokens import end_of_turn
 from turnrl.types import Message, Trajectory, Turn
 

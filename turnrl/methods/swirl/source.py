@@ -29,7 +29,8 @@ from typing import Any
 from turnrl.agents.base import SamplingParams, capabilities_of
 from turnrl.envs.core import Obs, StepResult, TextEnv
 from turnrl.envs.registry import make
-from turnrl.methods.swirl.judges import StepJudge, StepLabel, make_step_judge, parse_step
+from turnrl.methods.swirl.judges import StepJudge, StepLabel, make_step_judge
+from turnrl.methods.swirl.reading import parse_step
 from turnrl.rl.config import TrainConfig
 from turnrl.rl.sources.base import ExperienceSource, RunParts, rollout_metrics
 from turnrl.rl.sources.replay import OfflineDataError

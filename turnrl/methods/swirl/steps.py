@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from turnrl.methods.swirl.judges import question_text
+from turnrl.methods.swirl.reading import question_text
 from turnrl.types import Trajectory, Turn
 
 

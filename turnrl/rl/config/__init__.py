@@ -2,8 +2,10 @@
 key.sub=value …`` reads, as pydantic models in which unknown keys are errors.
 
 * :mod:`~turnrl.rl.config.train` — :class:`TrainConfig`, the whole run, and the combinations it refuses;
-* :mod:`~turnrl.rl.config.sections` — its sections (``env``, ``rollout``, ``optim``, ``ray``, ``learner``, ``data``,
-  ``program``, ``guard``, ``wandb``);
+* :mod:`~turnrl.rl.config.sections` — its sections about the training itself (``env``, ``rollout``, ``optim``,
+  ``data``, ``program``, ``guard``, ``wandb``, ``extra_evals``);
+* :mod:`~turnrl.rl.config.cluster` — where the run runs: the ``ray`` and ``learner`` sections, the custom resources
+  and the ``runtime_env`` they declare to a cluster;
 * :mod:`~turnrl.rl.config.tasks` and :mod:`~turnrl.rl.config.rewards` — the ``tasks`` and ``reward`` sections;
 * :mod:`~turnrl.rl.config.multi_agent` — the ``multi_agent`` section (seats, opponents, the league);
 * :mod:`~turnrl.rl.config.algorithm` — the base of every algorithm's options and the registry's hooks;
@@ -18,6 +20,7 @@ from turnrl.rl.config.algorithm import (
     algorithm_hooks,
     install_algorithm_hooks,
 )
+from turnrl.rl.config.cluster import LearnerConfig, RayConfig
 from turnrl.rl.config.loading import config_error, load_config, parse_overrides
 from turnrl.rl.config.multi_agent import LeagueConfig, MultiAgentConfig, PolicyConfig
 from turnrl.rl.config.rewards import ProcessRewardConfig, RewardConfig
@@ -26,10 +29,8 @@ from turnrl.rl.config.sections import (
     DataConfig,
     EnvConfig,
     GuardConfig,
-    LearnerConfig,
     OptimConfig,
     ProgramConfig,
-    RayConfig,
     RolloutConfig,
     WandbConfig,
 )

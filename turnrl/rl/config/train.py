@@ -21,6 +21,7 @@ from pydantic import (
 from turnrl.agents.spec import AgentSpec
 from turnrl.envs.multiagent.registry import is_multi_agent
 from turnrl.rl.config.algorithm import AlgorithmConfig, algorithm_hooks
+from turnrl.rl.config.cluster import LearnerConfig, RayConfig
 from turnrl.rl.config.multi_agent import MultiAgentConfig
 from turnrl.rl.config.rewards import ProcessRewardConfig, RewardConfig
 from turnrl.rl.config.sections import (
@@ -28,10 +29,8 @@ from turnrl.rl.config.sections import (
     EnvConfig,
     ExtraEvalConfig,
     GuardConfig,
-    LearnerConfig,
     OptimConfig,
     ProgramConfig,
-    RayConfig,
     RolloutConfig,
     WandbConfig,
 )

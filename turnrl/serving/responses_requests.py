@@ -1,11 +1,13 @@
-"""OpenAI's Responses API contract (``POST /v1/responses``), shared by ``turnrl serve`` and the training gateway.
+"""Reading OpenAI's Responses API requests (``POST /v1/responses``) and keeping the conversations that
+``previous_response_id`` continues, shared by ``turnrl serve`` and the training gateway; its sibling
+:mod:`turnrl.serving.responses_answers` writes the answers (response objects, output items, ids).
 
 A Responses request is checked and converted into the internal chat form that ``/v1/chat/completions`` uses
 (:func:`responses_request`): ``instructions`` as a system message first, then the conversation of the previous
 response (``previous_response_id``), then the ``input`` items as chat messages
 (:func:`turnrl.serving.openai_api.chat_messages`), the function tools as chat tools, the sampling parameters. The
 server then builds the prompt, generates, parses tool calls (Hermes ``<tool_call>``) and records exactly as for chat
-completions, and the answer is converted back (:func:`response_object`).
+completions, and the answer is converted back (:func:`turnrl.serving.responses_answers.response_object`).
 
 * ``input``: a string (one user message) or a list of items: messages (``{"role": "user"|"assistant"|"system"|
   "developer", "content": str | [{"type": "input_text"|"output_text", "text"}]}``, with or without ``"type":
@@ -40,15 +42,13 @@ from __future__ import annotations
 
 import json
 import threading
-import time
-import uuid
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import ValidationError
 
-from turnrl.agents.base import Completion, SamplingParams
+from turnrl.agents.base import SamplingParams
 from turnrl.serving.openai_api import (
     CHAT_MAX_TOKENS,
     APIError,
@@ -415,82 +415,3 @@ def _unanswered(calls: dict[str, bool], where: str) -> None:
             "function_call_output before the conversation goes on)",
             where,
         )
-
-
-# ---- the answer ----
-
-
-def new_id(prefix: str) -> str:
-    """An id such as ``resp_…``, ``msg_…``, ``fc_…``."""
-    return f"{prefix}_{uuid.uuid4().hex}"
-
-
-def output_items(message: dict[str, Any], msg_id: str, complete: bool) -> list[dict[str, Any]]:
-    """The assistant message (OpenAI chat form, as chat completions returns it) as Responses output items: a
-    ``message`` with its text (if any), then a ``function_call`` per tool call."""
-    items: list[dict[str, Any]] = []
-    if message.get("content"):
-        items.append(
-            {
-                "type": "message",
-                "id": msg_id,
-                "status": "completed" if complete else "incomplete",
-                "role": "assistant",
-                "content": [{"type": "output_text", "text": message["content"], "annotations": [], "logprobs": []}],
-            }
-        )
-    for call in message.get("tool_calls") or []:
-        items.append(
-            {
-                "type": "function_call",
-                "id": f"fc_{call['id'].removeprefix('call_')}",
-                "call_id": call["id"],
-                "name": call["function"]["name"],
-                "arguments": call["function"]["arguments"],
-                "status": "completed",
-            }
-        )
-    return items
-
-
-def response_object(
-    resp_id: str,
-    model: str,
-    req: ResponsesRequest,
-    message: dict[str, Any] | None,
-    c: Completion | None,
-    prompt_tokens: int,
-    msg_id: str,
-    created: int | None = None,
-) -> dict[str, Any]:
-    """A Responses API response object; ``message`` None: one still in progress (no output yet)."""
-    status, incomplete, output, usage = "in_progress", None, [], None
-    if message is not None and c is not None:
-        complete = c.finish_reason != "length" or bool(message.get("tool_calls"))
-        status = "completed" if complete else "incomplete"
-        incomplete = None if complete else {"reason": "max_output_tokens"}
-        output = output_items(message, msg_id, complete)
-        n = len(c.token_ids)
-        usage = {
-            "input_tokens": prompt_tokens,
-            "input_tokens_details": {"cached_tokens": 0},
-            "output_tokens": n,
-            "output_tokens_details": {"reasoning_tokens": 0},
-            "total_tokens": prompt_tokens + n,
-        }
-    return {
-        "id": resp_id,
-        "object": "response",
-        "created_at": created or int(time.time()),
-        "status": status,
-        "background": False,
-        "error": None,
-        "incomplete_details": incomplete,
-        "model": model,
-        "output": output,
-        "reasoning": {"effort": None, "summary": None},
-        "text": {"format": {"type": "text"}},
-        "truncation": "disabled",
-        "usage": usage,
-        **req.echo,
-    }

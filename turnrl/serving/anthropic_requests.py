@@ -1,10 +1,12 @@
-"""Anthropic's Messages API contract (``POST /v1/messages``), shared by ``turnrl serve`` and the training gateway.
+"""Reading Anthropic's Messages API requests (``POST /v1/messages``), shared by ``turnrl serve`` and the training
+gateway; its sibling :mod:`turnrl.serving.anthropic_answers` writes the answers (responses, content blocks, stop
+reasons, errors in Anthropic's shape).
 
 A Messages request is checked and converted into the internal chat form that ``/v1/chat/completions`` uses
 (:func:`messages_request`): the messages as chat templates expect them
 (:func:`turnrl.serving.openai_api.chat_messages`), the tools as OpenAI function tools, the sampling parameters. The
 server then builds the prompt, generates, parses tool calls and records exactly as for chat completions, and the
-answer is converted back (:func:`message_response`).
+answer is converted back (:func:`turnrl.serving.anthropic_answers.message_response`).
 
 * ``system``: a string or a list of text blocks → a system message first.
 * ``messages``: roles ``user`` and ``assistant``; content a string or a list of blocks. ``text`` blocks (several in one
@@ -27,21 +29,18 @@ says why: forced tool use (``any``, ``tool``), ``disable_parallel_tool_use``, ex
 ``strict`` tools, structured outputs (``output_config``, ``output_format``), ``container``, ``mcp_servers``,
 ``context_management``, image and document blocks, and a last message from the assistant (prefill: the prompt always
 ends with the template's generation prompt).
-
-Errors go out in Anthropic's shape (:func:`anthropic_error`): ``{"type": "error", "error": {"type", "message"}}``.
 """
 
 from __future__ import annotations
 
 import json
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
 
-from turnrl.agents.base import Completion, SamplingParams
+from turnrl.agents.base import SamplingParams
 from turnrl.serving.openai_api import APIError, chat_messages
 
 PARAMS = {
@@ -81,36 +80,11 @@ TEXT_FIELDS = {"type", "text", "cache_control", "citations"}
 TOOL_USE_FIELDS = {"type", "id", "name", "input", "cache_control", "caller", "toolset_name"}
 TOOL_RESULT_FIELDS = {"type", "tool_use_id", "content", "is_error", "cache_control", "toolset_name"}
 TOOL_FIELDS = {"type", "name", "description", "input_schema", "cache_control", "strict"}
-#: the error ``type`` of each HTTP status
-ERROR_TYPES = {
-    400: "invalid_request_error",
-    401: "authentication_error",
-    403: "permission_error",
-    404: "not_found_error",
-    413: "request_too_large",
-    429: "rate_limit_error",
-    529: "overloaded_error",
-}
 
 
 def bad(message: str) -> APIError:
     """A 400 ``invalid_request_error``."""
     return APIError(400, message)
-
-
-def error_type(status: int) -> str:
-    """Anthropic's error ``type`` for an HTTP status."""
-    return ERROR_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
-
-
-def anthropic_error(e: APIError) -> dict[str, Any]:
-    """An error in Anthropic's shape: ``{"type": "error", "error": {"type", "message"}}``."""
-    return {"type": "error", "error": {"type": error_type(e.status), "message": str(e)}}
-
-
-def server_error(e: BaseException) -> dict[str, Any]:
-    """An unexpected failure in Anthropic's shape (``api_error``)."""
-    return {"type": "error", "error": {"type": "api_error", "message": f"{type(e).__name__}: {e}"}}
 
 
 @dataclass
@@ -401,57 +375,3 @@ def _user(blocks: list[Any], where: str, out: list[dict[str, Any]], uses: set[st
     if not blocks:
         out.append({"role": "user", "content": ""})
     return answered
-
-
-# ---- the answer ----
-
-
-def new_message_id() -> str:
-    """A response id, ``msg_…``."""
-    return f"msg_{uuid.uuid4().hex[:24]}"
-
-
-def content_blocks(message: dict[str, Any]) -> list[dict[str, Any]]:
-    """The assistant message (OpenAI form, as chat completions returns it) as Messages content blocks: its text (if
-    any), then a ``tool_use`` block per tool call."""
-    blocks: list[dict[str, Any]] = []
-    if message.get("content"):
-        blocks.append({"type": "text", "text": message["content"]})
-    for call in message.get("tool_calls") or []:
-        blocks.append(
-            {
-                "type": "tool_use",
-                "id": call["id"],
-                "name": call["function"]["name"],
-                "input": json.loads(call["function"]["arguments"] or "{}"),
-            }
-        )
-    return blocks
-
-
-def stop_reason(message: dict[str, Any], c: Completion, stops: tuple[str, ...]) -> tuple[str, str | None]:
-    """``stop_reason`` and ``stop_sequence`` of a reply: ``tool_use`` where it holds tool calls, ``stop_sequence``
-    where a stop sequence ended it (the first in the text), ``max_tokens`` where it ran out, else ``end_turn``."""
-    if message.get("tool_calls"):
-        return "tool_use", None
-    hits = [(at, s) for s in stops if (at := c.text.find(s)) >= 0]
-    if hits:
-        return "stop_sequence", min(hits)[1]
-    return ("max_tokens" if c.finish_reason == "length" else "end_turn"), None
-
-
-def message_response(
-    msg_id: str, model: str, message: dict[str, Any], c: Completion, prompt_tokens: int, stops: tuple[str, ...]
-) -> dict[str, Any]:
-    """A Messages API response for one reply (``message``: the assistant message chat completions returns)."""
-    reason, sequence = stop_reason(message, c, stops)
-    return {
-        "id": msg_id,
-        "type": "message",
-        "role": "assistant",
-        "model": model,
-        "content": content_blocks(message),
-        "stop_reason": reason,
-        "stop_sequence": sequence,
-        "usage": {"input_tokens": prompt_tokens, "output_tokens": len(c.token_ids)},
-    }
