@@ -4,6 +4,7 @@ Token-exactness against a native turnrl rollout, segments where a program rewrit
 sessions recorded once each, and every kind of bad input answered in OpenAI's error shape or as an errored episode.
 """
 
+import functools
 import json
 import sys
 import threading
@@ -65,8 +66,9 @@ def test_the_recorded_episode_equals_a_native_rollout_token_for_token(agent, gat
     sid = gateway.open("same", seed=77)  # the session's stream: call k samples with seed 77·1009 + k, like turn k
     reward, info = play_env_through(OpenAI(base_url=gateway.base_url(sid), api_key=gateway.api_key), arithmetic(), 3)
     session = gateway.close(sid)
-    traj = build_trajectory(session.calls, reward=reward, correct=info.get("correct"), eos_ids=gateway.eos_ids,
-                            tokenizer=agent.tokenizer)
+    traj = build_trajectory(
+        session.calls, reward=reward, correct=info.get("correct"), eos_ids=gateway.eos_ids, tokenizer=agent.tokenizer
+    )
     assert native.num_turns == traj.num_turns == 4 and native.error is None
     assert traj.token_ids == native.token_ids
     assert traj.loss_mask == native.loss_mask
@@ -83,14 +85,15 @@ def test_a_rewritten_history_becomes_a_new_token_exact_segment(agent, gateway):
     client = OpenAI(base_url=gateway.base_url(sid), api_key=gateway.api_key)
     history = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is 2 + 3?"}]
     first = client.chat.completions.create(model="tiny", messages=history, max_tokens=8)
-    history += [{"role": "assistant", "content": first.choices[0].message.content},
-                {"role": "user", "content": "And 4 + 4?"}]
+    history += [
+        {"role": "assistant", "content": first.choices[0].message.content},
+        {"role": "user", "content": "And 4 + 4?"},
+    ]
     client.chat.completions.create(model="tiny", messages=history, max_tokens=8)
     summary = [history[0], {"role": "user", "content": "Summary so far: two sums. What is 9 - 1?"}]
     client.chat.completions.create(model="tiny", messages=summary, max_tokens=8)  # the program rewrote its history
     session = gateway.close(sid)
-    traj = build_trajectory(session.calls, reward=1.0, correct=True, eos_ids=gateway.eos_ids,
-                            tokenizer=agent.tokenizer)
+    traj = build_trajectory(session.calls, reward=1.0, correct=True, eos_ids=gateway.eos_ids, tokenizer=agent.tokenizer)
     assert len(traj.segments) == 2 and traj.segments[0] == 0
     cut = traj.segments[1]
     assert [t.info["segment"] for t in traj.turns] == [0, 0, 1]
@@ -99,8 +102,9 @@ def test_a_rewritten_history_becomes_a_new_token_exact_segment(agent, gateway):
         assert traj.token_ids[s:e] == call.outs[0].token_ids
         assert traj.logprobs[s:e] == call.outs[0].logprobs
     tok = agent.tokenizer
-    fresh = tok.encode(tok.apply_chat_template(summary, tokenize=False, add_generation_prompt=True),
-                       add_special_tokens=False)
+    fresh = tok.encode(
+        tok.apply_chat_template(summary, tokenize=False, add_generation_prompt=True), add_special_tokens=False
+    )
     assert traj.token_ids[cut : traj.turns[2].token_span[0]] == fresh  # the new segment's prompt, as the model saw it
     assert traj.token_ids[: len(session.calls[1].prompt)] == session.calls[1].prompt  # segment 0 is one sequence
     assert "1 earlier messages kept" in traj.metadata["segment_reasons"][0]
@@ -147,14 +151,17 @@ def test_n_streaming_tools_and_logprobs_are_recorded(agent, gateway):
     client = OpenAI(base_url=gateway.base_url(sid), api_key=gateway.api_key)
     tools = [{"type": "function", "function": {"name": "calc", "parameters": {"type": "object", "properties": {}}}}]
     messages = [{"role": "user", "content": "hi"}]
-    reply = client.chat.completions.create(model="tiny", messages=messages, n=3, max_tokens=6, logprobs=True,
-                                           tools=tools)
+    reply = client.chat.completions.create(
+        model="tiny", messages=messages, n=3, max_tokens=6, logprobs=True, tools=tools
+    )
     assert len(reply.choices) == 3 and len(reply.choices[0].logprobs.content) >= 1
     pick = reply.choices[2].message
-    follow = [*messages, pick.model_dump(exclude_none=True, include={"role", "content", "tool_calls"}),
-              {"role": "user", "content": "more"}]
-    chunks = list(client.chat.completions.create(model="tiny", messages=follow, max_tokens=6, stream=True,
-                                                 tools=tools))
+    follow = [
+        *messages,
+        pick.model_dump(exclude_none=True, include={"role", "content", "tool_calls"}),
+        {"role": "user", "content": "more"},
+    ]
+    chunks = list(client.chat.completions.create(model="tiny", messages=follow, max_tokens=6, stream=True, tools=tools))
     assert chunks[-1].choices[0].finish_reason is not None
     session = gateway.close(sid)
     assert len(session.calls) == 2 and len(session.calls[0].outs) == 3
@@ -168,8 +175,13 @@ def test_n_streaming_tools_and_logprobs_are_recorded(agent, gateway):
 def test_a_client_that_disconnects_mid_stream_loses_nothing(gateway):
     sid = gateway.open("gone")
     body = {"model": "tiny", "messages": [{"role": "user", "content": "hello"}], "max_tokens": 8, "stream": True}
-    with httpx.stream("POST", gateway.base_url(sid) + "/chat/completions", json=body,
-                      headers={"Authorization": f"Bearer {gateway.api_key}"}, timeout=60) as r:
+    with httpx.stream(
+        "POST",
+        gateway.base_url(sid) + "/chat/completions",
+        json=body,
+        headers={"Authorization": f"Bearer {gateway.api_key}"},
+        timeout=60,
+    ) as r:
         next(r.iter_lines())  # read one event, then hang up
     assert len(gateway.close(sid).calls) == 1
 
@@ -180,8 +192,12 @@ def test_sessions_keys_and_malformed_requests_get_openai_errors(gateway):
     good = {"model": "tiny", "messages": [{"role": "user", "content": "x"}], "max_tokens": 2}
 
     def post(url, body, key=key, headers=None):
-        return httpx.post(url, content=body if isinstance(body, bytes) else json.dumps(body), timeout=30,
-                          headers={"Authorization": f"Bearer {key}", **(headers or {})})
+        return httpx.post(
+            url,
+            content=body if isinstance(body, bytes) else json.dumps(body),
+            timeout=30,
+            headers={"Authorization": f"Bearer {key}", **(headers or {})},
+        )
 
     cases = {
         "wrong key": (post(gateway.base_url(sid) + "/chat/completions", good, key="nope"), 401),
@@ -189,10 +205,19 @@ def test_sessions_keys_and_malformed_requests_get_openai_errors(gateway):
         "unknown session": (post(gateway.root + "/s/nobody/v1/chat/completions", good), 404),
         "not JSON": (post(gateway.base_url(sid) + "/chat/completions", b"{oops"), 400),
         "not a chat": (post(gateway.base_url(sid) + "/chat/completions", {**good, "messages": "hi"}), 400),
-        "bad role": (post(gateway.base_url(sid) + "/chat/completions",
-                          {**good, "messages": [{"role": "robot", "content": "x"}]}), 400),
-        "too long": (post(gateway.base_url(sid) + "/chat/completions",
-                          {**good, "messages": [{"role": "user", "content": "word " * 5000}]}), 400),
+        "bad role": (
+            post(
+                gateway.base_url(sid) + "/chat/completions", {**good, "messages": [{"role": "robot", "content": "x"}]}
+            ),
+            400,
+        ),
+        "too long": (
+            post(
+                gateway.base_url(sid) + "/chat/completions",
+                {**good, "messages": [{"role": "user", "content": "word " * 5000}]},
+            ),
+            400,
+        ),
     }
     for name, (response, status) in cases.items():
         assert response.status_code == status, name
@@ -205,11 +230,13 @@ def test_sessions_keys_and_malformed_requests_get_openai_errors(gateway):
     assert ended.status_code == 409 and ended.json()["error"]["code"] == "session_ended"
     with pytest.raises(openai.NotFoundError):
         OpenAI(base_url=gateway.root + "/s/nobody/v1", api_key=key, max_retries=0).chat.completions.create(
-            model="tiny", messages=[{"role": "user", "content": "x"}])
+            model="tiny", messages=[{"role": "user", "content": "x"}]
+        )
     # an endpoint the gateway does not answer (embeddings) names the ones it does, as the real client shows it
     with pytest.raises(openai.NotFoundError, match=r"POST /v1/chat/completions.*POST /s/<session>/v1/chat/completions"):
         OpenAI(base_url=gateway.base_url(gateway.open("emb")), api_key=key, max_retries=0).embeddings.create(
-            model="tiny", input="x")
+            model="tiny", input="x"
+        )
     wrong_method = httpx.get(gateway.base_url(sid) + "/chat/completions", headers={"Authorization": f"Bearer {key}"})
     assert wrong_method.status_code == 405 and "POST /v1/chat/completions" in wrong_method.json()["error"]["message"]
 
@@ -293,20 +320,25 @@ def test_programs_run_and_every_failure_is_an_errored_episode(agent, gateway):
 
     def play(name, timeout=30.0):
         program = Program(function=f"{here.__name__}:{name}")
-        return play_programs(gateway, program, "turnrl/Arithmetic-v0", env_kwargs, jobs, seed=0, concurrency=2,
-                             timeout=timeout)
+        return play_programs(
+            gateway, program, "turnrl/Arithmetic-v0", env_kwargs, jobs, seed=0, concurrency=2, timeout=timeout
+        )
 
     ok = play("program_ok")
     assert [t.error for t in ok] == [None, None] and [t.total_reward for t in ok] == [0.5, 0.5]
     assert ok[0].group_id == ok[1].group_id and ok[0].correct is False and ok[0].metadata["job"] == jobs[0].key
     graded = play("program_answer")  # a string is the answer: the environment grades it
-    assert graded[0].error is None and graded[0].correct is False and "12345" in str(graded[0].turns[-1].info["extracted"])
+    assert (
+        graded[0].error is None and graded[0].correct is False and "12345" in str(graded[0].turns[-1].info["extracted"])
+    )
     assert play("program_async")[0].total_reward == 1.0
-    for name, words, timeout in (("program_raises", "raised RuntimeError: boom", 30.0),
-                                 ("program_hangs", "ran past its timeout", 1.0),
-                                 ("program_none", "returned None", 30.0),
-                                 ("program_bool", "returned a bool", 30.0),
-                                 ("program_silent", "made no calls", 30.0)):
+    for name, words, timeout in (
+        ("program_raises", "raised RuntimeError: boom", 30.0),
+        ("program_hangs", "ran past its timeout", 1.0),
+        ("program_none", "returned None", 30.0),
+        ("program_bool", "returned a bool", 30.0),
+        ("program_silent", "made no calls", 30.0),
+    ):
         trajs = play(name, timeout)
         assert all(words in (t.error or "") for t in trajs), (name, [t.error for t in trajs])
     time.sleep(2.5)  # the abandoned program's late call is refused (its session ended); the gateway goes on
@@ -320,12 +352,24 @@ def test_a_command_program_gets_the_task_and_its_last_line_is_the_result(gateway
         "task = json.loads(os.environ['TURNRL_TASK'])\n"
         "c = OpenAI(base_url=os.environ['OPENAI_BASE_URL'], api_key=os.environ['OPENAI_API_KEY'], max_retries=0)\n"
         "c.chat.completions.create(model=task['model'], messages=task['messages'], max_tokens=3)\n"
-        "print('working...')\nprint(json.dumps({'reward': 0.25}))\n")
+        "print('working...')\nprint(json.dumps({'reward': 0.25}))\n"
+    )
     crash = tmp_path / "crash.py"
     crash.write_text("import sys\nprint('bad things', file=sys.stderr)\nsys.exit(3)\n")
     jobs = [Job(0, 0, 1, 0)]
-    run = [play_programs(gateway, Program(command=[sys.executable, str(p)]), "turnrl/Arithmetic-v0", {"level": 1},
-                         jobs, seed=0, concurrency=1, timeout=60)[0] for p in (script, crash)]
+    run = [
+        play_programs(
+            gateway,
+            Program(command=[sys.executable, str(p)]),
+            "turnrl/Arithmetic-v0",
+            {"level": 1},
+            jobs,
+            seed=0,
+            concurrency=1,
+            timeout=60,
+        )[0]
+        for p in (script, crash)
+    ]
     assert run[0].error is None and run[0].total_reward == 0.25 and run[0].num_turns == 1
     assert "exited with status 3" in run[1].error and "bad things" in run[1].error
 
@@ -333,8 +377,16 @@ def test_a_command_program_gets_the_task_and_its_last_line_is_the_result(gateway
 def test_results_are_parsed_strictly():
     assert parse_outcome(2).reward == 2.0 and parse_outcome("x").answer == "x"
     assert parse_outcome({"answer": "7", "correct": True}).correct is True
-    for bad in (None, True, float("nan"), [1], {"note": 1}, {"reward": "high"}, {"answer": 3}, {"reward": 1,
-                                                                                                  "correct": "y"}):
+    for bad in (
+        None,
+        True,
+        float("nan"),
+        [1],
+        {"note": 1},
+        {"reward": "high"},
+        {"answer": 3},
+        {"reward": 1, "correct": "y"},
+    ):
         assert parse_outcome(bad).error, bad
 
 
@@ -356,8 +408,10 @@ def program_trims(base_url, api_key, task):
     messages = list(task["messages"])
     for _ in range(2):
         reply = client.chat.completions.create(model=task["model"], messages=messages, max_tokens=6)
-        messages += [{"role": "assistant", "content": reply.choices[0].message.content},
-                     {"role": "user", "content": "Check it once more."}]
+        messages += [
+            {"role": "assistant", "content": reply.choices[0].message.content},
+            {"role": "user", "content": "Check it once more."},
+        ]
     short = [*task["messages"], {"role": "user", "content": "Now give the final answer."}]
     reply = client.chat.completions.create(model=task["model"], messages=short, max_tokens=6)
     return float(len(reply.choices[0].message.content) % 2)  # a reward that varies within groups (a tiny random model
@@ -369,11 +423,17 @@ def test_a_training_run_learns_from_program_episodes_with_segments(tmp_path):
     from turnrl.storage import read_jsonl
 
     tok = tiny_tokenizer("chatml")
-    cfg = TrainConfig(model="tiny", env={"id": "turnrl/Arithmetic-v0", "kwargs": {"level": 1}},
-                      algorithm={"name": "grpo"}, steps=1, eval_tasks=2, out_dir=str(tmp_path / "run"),
-                      program={"function": f"{__name__}:program_trims", "concurrency": 8, "timeout": 120},
-                      rollout={"prompts_per_step": 2, "group_size": 4, "max_new_tokens": 6},
-                      optim={"lr": 1e-2, "minibatch_size": 8})
+    cfg = TrainConfig(
+        model="tiny",
+        env={"id": "turnrl/Arithmetic-v0", "kwargs": {"level": 1}},
+        algorithm={"name": "grpo"},
+        steps=1,
+        eval_tasks=2,
+        out_dir=str(tmp_path / "run"),
+        program={"function": f"{__name__}:program_trims", "concurrency": 8, "timeout": 120},
+        rollout={"prompts_per_step": 2, "group_size": 4, "max_new_tokens": 6},
+        optim={"lr": 1e-2, "minibatch_size": 8},
+    )
     torch.manual_seed(0)
     with opened(tiny_trainer(cfg, tok)) as trainer:
         before = {k: v.detach().clone() for k, v in trainer.model.named_parameters()}
@@ -390,11 +450,21 @@ def test_a_training_run_learns_from_program_episodes_with_segments(tmp_path):
     assert len(evals) == 2 and all(t.metadata["gateway"]["calls"] == 3 for t in evals)
 
 
+@functools.cache
+def shared_http():
+    """One HTTP client for every call of program_answers_once (thread-safe; no connection kept between calls, as with
+    a client per call): an `openai` client of its own builds an SSL context, ~20 ms, most of a step of 32 episodes."""
+    return openai.DefaultHttpxClient(limits=httpx.Limits(max_keepalive_connections=0))
+
+
 def program_answers_once(base_url, api_key, task):
     """The smallest agent: one call, its reply is the answer (graded by the environment)."""
-    client = OpenAI(base_url=base_url, api_key=api_key, max_retries=0)
-    return client.chat.completions.create(model=task["model"], messages=task["messages"],
-                                          max_tokens=4).choices[0].message.content
+    client = OpenAI(base_url=base_url, api_key=api_key, max_retries=0, http_client=shared_http())
+    return (
+        client.chat.completions.create(model=task["model"], messages=task["messages"], max_tokens=4)
+        .choices[0]
+        .message.content
+    )
 
 
 def test_a_policy_learns_through_the_gateway_as_it_does_natively(tmp_path):
@@ -405,10 +475,17 @@ def test_a_policy_learns_through_the_gateway_as_it_does_natively(tmp_path):
 
     from turnrl.rl.run.trainer import TrainConfig
 
-    cfg = TrainConfig(model="tiny", env={"id": "tests/Upper-v0"}, algorithm={"name": "grpo"}, steps=30, eval_tasks=8,
-                      out_dir=str(tmp_path), rollout={"prompts_per_step": 4, "group_size": 8, "max_new_tokens": 4},
-                      optim={"lr": 1e-2, "minibatch_size": 16},
-                      program={"function": f"{__name__}:program_answers_once", "concurrency": 32, "timeout": 60})
+    cfg = TrainConfig(
+        model="tiny",
+        env={"id": "tests/Upper-v0"},
+        algorithm={"name": "grpo"},
+        steps=30,
+        eval_tasks=8,
+        out_dir=str(tmp_path),
+        rollout={"prompts_per_step": 4, "group_size": 8, "max_new_tokens": 4},
+        optim={"lr": 1e-2, "minibatch_size": 16},
+        program={"function": f"{__name__}:program_answers_once", "concurrency": 32, "timeout": 60},
+    )
     tok = tiny_tokenizer("chatml")
     torch.manual_seed(0)
     history = train_tiny(cfg, tok)
@@ -423,18 +500,25 @@ def test_program_settings_are_checked():
 
     base = {"env": {"id": "turnrl/Arithmetic-v0"}, "program": {"function": "a:b"}}
     TrainConfig(**base)
-    for extra, words in (({"program": {"function": "a:b", "command": "x"}}, "exactly one"),
-                         ({"program": {}}, "exactly one"),
-                         ({"placement": "ray"}, "placement=local"),
-                         ({"program": {"function": "a:b", "host": "0.0.0.0"}}, "set program.api_key"),
-                         ({"algorithm": {"name": "tppo"}}, "on-policy")):
+    for extra, words in (
+        ({"program": {"function": "a:b", "command": "x"}}, "exactly one"),
+        ({"program": {}}, "exactly one"),
+        ({"placement": "ray"}, "placement=local"),
+        ({"program": {"function": "a:b", "host": "0.0.0.0"}}, "set program.api_key"),
+        ({"algorithm": {"name": "tppo"}}, "on-policy"),
+    ):
         with pytest.raises(ValidationError, match=words):
             TrainConfig(**{**base, **extra})
 
 
 #: each example agent (examples/NAME.py and NAME.yaml) and the endpoint its model calls go to: its dialect
-EXAMPLE_DIALECTS = {"openai_agent": "chat", "agents_sdk_agent": "chat", "agents_sdk_mcp_agent": "chat",
-                    "agents_sdk_responses_agent": "responses", "anthropic_agent": "messages"}
+EXAMPLE_DIALECTS = {
+    "openai_agent": "chat",
+    "agents_sdk_agent": "chat",
+    "agents_sdk_mcp_agent": "chat",
+    "agents_sdk_responses_agent": "responses",
+    "anthropic_agent": "messages",
+}
 #: a field every call in a dialect carries, set by the example from the task (its system prompt, in the dialect's place)
 SYSTEM_FIELD = {"chat": "messages", "responses": "instructions", "messages": "system"}
 
@@ -467,9 +551,20 @@ def test_each_example_agent_trains_one_step_unchanged(example, dialect, tmp_path
         monkeypatch.setattr(AgentServer, name, spy(getattr(AgentServer, name), bodies))
     examples = Path(__file__).resolve().parents[2] / "examples"
     monkeypatch.chdir(examples)  # the config names the program as `EXAMPLE:run`, found next to it
-    cfg = load_config(examples / f"{example}.yaml", [
-        "model=tiny:chatml", "steps=1", "eval_tasks=2", f"out_dir={tmp_path / 'run'}", "rollout.prompts_per_step=2",
-        "rollout.group_size=2", "rollout.max_new_tokens=8", "optim.minibatch_size=4", "optim.grad_accum=1"])
+    cfg = load_config(
+        examples / f"{example}.yaml",
+        [
+            "model=tiny:chatml",
+            "steps=1",
+            "eval_tasks=2",
+            f"out_dir={tmp_path / 'run'}",
+            "rollout.prompts_per_step=2",
+            "rollout.group_size=2",
+            "rollout.max_new_tokens=8",
+            "optim.minibatch_size=4",
+            "optim.grad_accum=1",
+        ],
+    )
     assert cfg.program.function == f"{example}:run"
     trainer = Trainer(cfg)
     try:
@@ -492,8 +587,9 @@ def test_the_cli_says_in_one_line_that_a_program_cannot_be_loaded(tmp_path):
 
     cfg = tmp_path / "run.yaml"
     cfg.write_text("model: tiny:chatml\nenv: {id: turnrl/Arithmetic-v0}\nprogram: {function: not_here:run}\n")
-    done = subprocess.run([sys.executable, "-m", "turnrl", "train", str(cfg)], capture_output=True, text=True,
-                          timeout=120, cwd=tmp_path)
+    done = subprocess.run(
+        [sys.executable, "-m", "turnrl", "train", str(cfg)], capture_output=True, text=True, timeout=120, cwd=tmp_path
+    )
     assert done.returncode != 0
     lines = [line for line in (done.stdout + done.stderr).splitlines() if line.strip()]
     assert any("program.function" in line and "no module named 'not_here'" in line for line in lines), lines
@@ -508,12 +604,21 @@ def test_the_segment_of_the_last_call_comes_last_so_the_reward_ends_the_row():
     from turnrl.gateway.record import Call
 
     def call(i, prompt, out):
-        return Call(i, prompt, [Completion(text="", token_ids=out, logprobs=[-0.5] * len(out), finish_reason="stop")],
-                    version=0, endpoint="completions")
+        return Call(
+            i,
+            prompt,
+            [Completion(text="", token_ids=out, logprobs=[-0.5] * len(out), finish_reason="stop")],
+            version=0,
+            endpoint="completions",
+        )
 
     # a sub-agent's conversation (call 1) runs between two calls of the main one (calls 0 and 2)
-    traj = build_trajectory([call(0, [1, 2], [3]), call(1, [9, 9], [8]), call(2, [1, 2, 3, 4], [5])], reward=1.0,
-                            correct=True, eos_ids=set())
+    traj = build_trajectory(
+        [call(0, [1, 2], [3]), call(1, [9, 9], [8]), call(2, [1, 2, 3, 4], [5])],
+        reward=1.0,
+        correct=True,
+        eos_ids=set(),
+    )
     assert traj.token_ids == [9, 9, 8, 1, 2, 3, 4, 5] and traj.segments == [0, 3]
     rewards = traj.token_rewards()
     assert rewards[-1] == 1.0 and sum(rewards) == 1.0  # on the last token: returns reach every sampled token
@@ -529,8 +634,11 @@ def test_streamed_logprob_chunks_carry_whole_characters():
     text = "héllo wörld — ok"
     with AgentServer(ScriptedAgent(tok, lambda prompt: text), "scripted") as server:
         client = OpenAI(base_url=server.url, api_key="x")
-        chunks = list(client.chat.completions.create(model="scripted", messages=[{"role": "user", "content": "hi"}],
-                                                     stream=True, logprobs=True))
+        chunks = list(
+            client.chat.completions.create(
+                model="scripted", messages=[{"role": "user", "content": "hi"}], stream=True, logprobs=True
+            )
+        )
     streamed = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert streamed == text
 
@@ -538,13 +646,21 @@ def test_streamed_logprob_chunks_carry_whole_characters():
 def test_a_session_with_its_own_stream_ignores_the_requests_seed(gateway):
     def sample(sid):
         client = OpenAI(base_url=gateway.base_url(sid), api_key=gateway.api_key)
-        out = client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}], seed=0,
-                                             max_tokens=8, temperature=1.0).choices[0].message.content
+        out = (
+            client.chat.completions.create(
+                model="tiny", messages=[{"role": "user", "content": "hi"}], seed=0, max_tokens=8, temperature=1.0
+            )
+            .choices[0]
+            .message.content
+        )
         gateway.close(sid)
         return out
 
-    a, b, a_again = sample(gateway.open("g1", seed=1)), sample(gateway.open("g2", seed=2)), sample(
-        gateway.open("g3", seed=1))
+    a, b, a_again = (
+        sample(gateway.open("g1", seed=1)),
+        sample(gateway.open("g2", seed=2)),
+        sample(gateway.open("g3", seed=1)),
+    )
     assert a == a_again and a != b  # a group's samples differ even when the program always sends seed=0
 
 
@@ -557,8 +673,11 @@ def test_a_gateway_without_an_engine_thread_decodes_while_its_caller_serves(agen
 
         def ask(sid):
             client = OpenAI(base_url=gw.base_url(sid), api_key=gw.api_key, max_retries=0)
-            return client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": sid}],
-                                                  max_tokens=4).choices[0].message.content
+            return (
+                client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": sid}], max_tokens=4)
+                .choices[0]
+                .message.content
+            )
 
         with ThreadPoolExecutor(4) as pool:
             futures = [pool.submit(ask, sid) for sid in sids]

@@ -30,8 +30,14 @@ hooks = _hooks()
 
 def mkdocs_build(config: Path, site: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
-    return subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(config), "-d", str(site)],
-                          cwd=REPO, capture_output=True, text=True, timeout=300, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(config), "-d", str(site)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -79,7 +85,9 @@ def test_a_broken_link_or_anchor_fails_the_build(tmp_path):
     """The same config on a copy of docs/ with one dead link and one dead anchor: the strict build must refuse both."""
     shutil.copytree(DOCS, tmp_path / "docs")
     page = tmp_path / "docs" / "concepts.md"
-    page.write_text(page.read_text() + "\n\nSee [a page](no-such-page.md) and [a section](training.md#no-such-section).\n")
+    page.write_text(
+        page.read_text() + "\n\nSee [a page](no-such-page.md) and [a section](training.md#no-such-section).\n"
+    )
     config = yaml.safe_load((REPO / "mkdocs.yml").read_text())
     config["docs_dir"] = str(tmp_path / "docs")
     config["hooks"] = [str(REPO / h) for h in config["hooks"]]
@@ -144,8 +152,14 @@ def _sections(page: str) -> set[str]:
 def test_every_cited_section_exists():
     """`docs/algorithms.md §N` and `docs/concepts.md §N` in code, configs, tests and pages name a real section."""
     cited = {"algorithms.md": set(), "concepts.md": set()}
-    files = [*REPO.glob("turnrl/**/*.py"), *REPO.glob("tests/**/*.py"), *REPO.glob("bench/*.py"),
-             *REPO.glob("examples/*"), *REPO.glob("configs/*.yaml"), *DOCS.rglob("*.md")]
+    files = [
+        *REPO.glob("turnrl/**/*.py"),
+        *REPO.glob("tests/**/*.py"),
+        *REPO.glob("bench/*.py"),
+        *REPO.glob("examples/*"),
+        *REPO.glob("configs/*.yaml"),
+        *DOCS.rglob("*.md"),
+    ]
     for f in (f for f in files if f.is_file()):  # examples/__pycache__ after a run from examples/ is no file
         for page, numbers in re.findall(r"docs/(algorithms\.md|concepts\.md) (§\d+(?:,? §\d+)*)", f.read_text()):
             cited[page] |= set(re.findall(r"§(\d+)", numbers))
@@ -158,9 +172,17 @@ def test_every_cited_section_exists():
 def test_user_facing_text_points_at_nothing_outside_the_repository():
     """A clone has no ../shared: no page, docstring, help text, message or config header may send a reader there
     (README's first command sets the development data folder, which is where this checkout keeps it)."""
-    files = [REPO / "README.md", REPO / "mkdocs.yml", REPO / "pyproject.toml", *DOCS.rglob("*.md"),
-             *REPO.glob("turnrl/**/*.py"), *REPO.glob("configs/*.yaml"), *REPO.glob("examples/*"),
-             *REPO.glob("scripts/*"), *REPO.glob("bench/*.py")]
+    files = [
+        REPO / "README.md",
+        REPO / "mkdocs.yml",
+        REPO / "pyproject.toml",
+        *DOCS.rglob("*.md"),
+        *REPO.glob("turnrl/**/*.py"),
+        *REPO.glob("configs/*.yaml"),
+        *REPO.glob("examples/*"),
+        *REPO.glob("scripts/*"),
+        *REPO.glob("bench/*.py"),
+    ]
     bad = []
     for f in files:
         if not f.is_file():  # e.g. scripts/__pycache__, once a test has imported a script
@@ -168,8 +190,11 @@ def test_user_facing_text_points_at_nothing_outside_the_repository():
         for n, line in enumerate(f.read_text().splitlines(), 1):
             if f.name == "README.md" and n == 4:
                 continue
-            if re.search(r"ALGORITHMS\.md|DESIGN\.md|STYLE\.md|PLATFORM_NOTES|DEVELOPERS\.md|shared/docs|\.\./shared|"
-                         r"like shared/data", line):
+            if re.search(
+                r"ALGORITHMS\.md|DESIGN\.md|STYLE\.md|PLATFORM_NOTES|DEVELOPERS\.md|shared/docs|\.\./shared|"
+                r"like shared/data",
+                line,
+            ):
                 bad.append(f"{f.relative_to(REPO)}:{n}: {line.strip()}")
     assert not bad, "\n".join(bad)
     assert "TURNRL_DATA_DIR=../shared/data" in (REPO / "README.md").read_text().splitlines()[3]
@@ -185,13 +210,17 @@ def test_the_front_page_example_runs():
 
 def test_the_readme_training_example_trains(tmp_path, monkeypatch):
     """README's "Train in Python" block, run as written with the real model, one step instead of ten (a smaller
-    batch and evaluation, its folder under tmp_path): the config validates, training runs, metrics come back and the
-    run folder it names is written — so the first Python a newcomer copies keeps working."""
+    batch, shorter replies and a smaller evaluation, its folder under tmp_path): the config validates, training runs,
+    metrics come back and the run folder it names is written — so the first Python a newcomer copies keeps working."""
     readme = (REPO / "README.md").read_text()
     block = next(b for b in re.findall(r"```python\n(.*?)```", readme, re.S) if "Trainer(config)" in b)
     assert '"steps": 10' in block and '"prompts_per_step": 4' in block and '"out_dir": "runs/first"' in block
-    small = (block.replace('"steps": 10', '"steps": 1, "eval_tasks": 2')
-             .replace('"prompts_per_step": 4', '"prompts_per_step": 1'))
+    assert '"max_new_tokens": 48' in block
+    small = (
+        block.replace('"steps": 10', '"steps": 1, "eval_tasks": 2')
+        .replace('"prompts_per_step": 4', '"prompts_per_step": 1')
+        .replace('"max_new_tokens": 48', '"max_new_tokens": 16')
+    )
     monkeypatch.chdir(tmp_path)
     scope: dict = {"print": lambda *a, **k: None}
     exec(compile(small, "README.md", "exec"), scope)

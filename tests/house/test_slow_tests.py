@@ -44,3 +44,23 @@ def test_the_shipped_list_names_tests_that_exist():
         path, *names = line.split("::")
         text = (REPO / path).read_text()
         assert f"def {names[-1].split('[')[0]}(" in text, line
+
+
+def test_module_seconds_sum_each_modules_tests_longest_first(tmp_path):
+    junit = tmp_path / "suite.xml"
+    junit.write_text(JUNIT)
+    assert list(slow_tests.module_seconds(junit).items()) == [
+        ("tests/test_b.py", 21.0),
+        ("tests/test_a.py", 4.2),
+        ("tests/test_c.py", 3.1),
+    ]
+
+
+def test_the_shipped_module_seconds_name_test_modules_that_exist():
+    """Every line of tests/module_seconds.txt (the order the full suite hands modules out in) is seconds and a test
+    module (a moved or renamed module shows up here)."""
+    for line in (REPO / "tests" / "module_seconds.txt").read_text().splitlines():
+        if not line.strip() or line.startswith("#"):
+            continue
+        seconds, path = line.split()
+        assert float(seconds) >= 0 and (REPO / path).is_file() and Path(path).name.startswith("test_"), line

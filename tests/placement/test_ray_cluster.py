@@ -60,15 +60,27 @@ def cluster():
     nodes = {}
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(ray._private.utils, "write_ray_address", lambda *a, **k: None)
-        c = Cluster(initialize_head=True, head_node_args={
-            "num_cpus": 1, "node_ip_address": "127.0.0.2", "temp_dir": str(temp / "head"), "include_dashboard": False,
-            "_system_config": {"health_check_period_ms": 1000, "health_check_timeout_ms": 1500,
-                               "health_check_failure_threshold": 3}})
+        c = Cluster(
+            initialize_head=True,
+            head_node_args={
+                "num_cpus": 1,
+                "node_ip_address": "127.0.0.2",
+                "temp_dir": str(temp / "head"),
+                "include_dashboard": False,
+                "_system_config": {
+                    "health_check_period_ms": 1000,
+                    "health_check_timeout_ms": 1500,
+                    "health_check_failure_threshold": 3,
+                },
+            },
+        )
         try:
-            nodes["a"] = c.add_node(num_cpus=2, resources={"rollout": 2}, node_ip_address="127.0.0.3",
-                                    temp_dir=str(temp / "a"))
-            nodes["b"] = c.add_node(num_cpus=1, resources={"learner": 1}, node_ip_address="127.0.0.4",
-                                    temp_dir=str(temp / "b"))
+            nodes["a"] = c.add_node(
+                num_cpus=2, resources={"rollout": 2}, node_ip_address="127.0.0.3", temp_dir=str(temp / "a")
+            )
+            nodes["b"] = c.add_node(
+                num_cpus=1, resources={"learner": 1}, node_ip_address="127.0.0.4", temp_dir=str(temp / "b")
+            )
             c.wait_for_nodes(timeout=120)
             c.ids = {k: n.node_id for k, n in nodes.items()}
             c.temp = temp
@@ -88,12 +100,27 @@ def cluster():
 
 def config(cluster, tmp_path, env="turnrl/Arithmetic-v0", steps=1, ray_opts=None, **extra):
     kwargs = {"level": 1} if env == "turnrl/Arithmetic-v0" else {}
-    return TrainConfig.model_validate({
-        "model": "tiny", "env": {"id": env, "kwargs": kwargs}, "placement": "ray",
-        "rollout": {"prompts_per_step": 2, "group_size": 4, "max_new_tokens": 4, "seed_per_episode": True},
-        "optim": {"lr": 1e-2, "minibatch_size": 8}, "steps": steps, "eval_tasks": 2, "out_dir": str(tmp_path),
-        "ray": {"address": cluster.address, "rollout_workers": 2, "worker_resources": {"rollout": 1},
-                "start_timeout": 120, "placement_timeout": 2, **(ray_opts or {})}, **extra})
+    return TrainConfig.model_validate(
+        {
+            "model": "tiny",
+            "env": {"id": env, "kwargs": kwargs},
+            "placement": "ray",
+            "rollout": {"prompts_per_step": 2, "group_size": 4, "max_new_tokens": 4, "seed_per_episode": True},
+            "optim": {"lr": 1e-2, "minibatch_size": 8},
+            "steps": steps,
+            "eval_tasks": 2,
+            "out_dir": str(tmp_path),
+            "ray": {
+                "address": cluster.address,
+                "rollout_workers": 2,
+                "worker_resources": {"rollout": 1},
+                "start_timeout": 120,
+                "placement_timeout": 2,
+                **(ray_opts or {}),
+            },
+            **extra,
+        }
+    )
 
 
 def trainer(cfg, model=None):
@@ -129,9 +156,15 @@ def kill_node(cluster, node):
 
 def ds_config(cluster, out, rank_resources, workers=2):
     """Two steps of GRPO with one DeepSpeed rank on the node ``rank_resources`` names, checkpointed every step."""
-    return config(cluster, out, steps=2, checkpoint_every=1, save_trajectories=True,
-                  ray_opts={"rollout_workers": workers},
-                  learner={"backend": "deepspeed", "ranks": 1, "rank_resources": rank_resources, "timeout": 120})
+    return config(
+        cluster,
+        out,
+        steps=2,
+        checkpoint_every=1,
+        save_trajectories=True,
+        ray_opts={"rollout_workers": workers},
+        learner={"backend": "deepspeed", "ranks": 1, "rank_resources": rank_resources, "timeout": 120},
+    )
 
 
 @pytest.fixture(scope="module")
@@ -203,20 +236,32 @@ def read_jsonl_rows(path):
 
 def test_a_request_no_node_can_hold_is_refused_at_once_naming_the_resource(cluster, tmp_path):
     start = time.monotonic()
-    with pytest.raises(RayPlacementError, match=r"no node of the cluster has the resource 'gpu_box'.*127\.0\.0\.3 "
-                       r"\([0-9a-f]{8}\) \{CPU: 2, rollout: 2\}.*change ray\.worker_cpus, ray\.worker_gpus or "
-                       r"ray\.worker_resources \(waited 2s"):
+    with pytest.raises(
+        RayPlacementError,
+        match=r"no node of the cluster has the resource 'gpu_box'.*127\.0\.0\.3 "
+        r"\([0-9a-f]{8}\) \{CPU: 2, rollout: 2\}.*change ray\.worker_cpus, ray\.worker_gpus or "
+        r"ray\.worker_resources \(waited 2s",
+    ):
         trainer(config(cluster, tmp_path, ray_opts={"worker_resources": {"gpu_box": 1}}))
-    with pytest.raises(RayPlacementError, match=r"the cluster's nodes have room for 2 of the 3 rollout workers "
-                       r"asking \{CPU: 0.5, rollout: 1\} each \(its 'rollout' is too little for all\)"):
+    with pytest.raises(
+        RayPlacementError,
+        match=r"the cluster's nodes have room for 2 of the 3 rollout workers "
+        r"asking \{CPU: 0.5, rollout: 1\} each \(its 'rollout' is too little for all\)",
+    ):
         trainer(config(cluster, tmp_path, ray_opts={"rollout_workers": 3}))
     if _importable("deepspeed"):  # (the group refuses to start without it, before any placement)
-        with pytest.raises(LearnerGroupError, match=r"room for 0 of the 1 learner rank asking \{CPU: 0.5, "
-                           r"learner: 2\} each.*lower learner\.ranks or learner\.rank_cpus"):
+        with pytest.raises(
+            LearnerGroupError,
+            match=r"room for 0 of the 1 learner rank asking \{CPU: 0.5, "
+            r"learner: 2\} each.*lower learner\.ranks or learner\.rank_cpus",
+        ):
             trainer(config(cluster, tmp_path, learner={"backend": "deepspeed", "rank_resources": {"learner": 2}}))
     assert time.monotonic() - start < 90 and not ray.is_initialized()
-    with pytest.raises(ValueError, match=r"ray.worker_resources: 'CPU' is not a custom resource: set "
-                       r"ray.worker_cpus instead"):
+    with pytest.raises(
+        ValueError,
+        match=r"ray.worker_resources: 'CPU' is not a custom resource: set "
+        r"ray.worker_cpus instead",
+    ):
         config(cluster, tmp_path, ray_opts={"worker_resources": {"CPU": 1}})
     with pytest.raises(ValueError, match=r"learner.rank_resources: learner=1.5: Ray grants amounts above 1 in whole"):
         config(cluster, tmp_path, learner={"rank_resources": {"learner": 1.5}})
@@ -231,8 +276,12 @@ def _importable(name):
 def test_a_module_only_in_the_project_folder_is_shipped_to_the_nodes_and_trains(cluster, tmp_path, monkeypatch):
     project = write_module(tmp_path / "project", "shipped_upper", USER_ENV.format(imports="", name="shipped_upper"))
     monkeypatch.syspath_prepend(str(project))  # the driver imports it from the project folder, as `turnrl train` does
-    cfg = config(cluster, tmp_path / "run", env="shipped_upper:shipped_upper/Upper-v0",
-                 ray_opts={"runtime_env": {"working_dir": str(project), "excludes": ["*.log"]}})
+    cfg = config(
+        cluster,
+        tmp_path / "run",
+        env="shipped_upper:shipped_upper/Upper-v0",
+        ray_opts={"runtime_env": {"working_dir": str(project), "excludes": ["*.log"]}},
+    )
     t = trainer(cfg)
     try:
         history = t.train()
@@ -250,16 +299,24 @@ def test_a_module_only_in_the_project_folder_is_shipped_to_the_nodes_and_trains(
 def test_a_module_a_node_lacks_is_named_with_the_node_before_the_first_step(cluster, tmp_path, monkeypatch):
     # needy_env imports vendor_helper, which the driver finds in a folder of its own that the run does not ship
     vendor = write_module(tmp_path / "vendor", "vendor_helper", "VALUE = 1\n")
-    project = write_module(tmp_path / "project", "needy_env",
-                           USER_ENV.format(imports="import vendor_helper", name="needy_env"))
+    project = write_module(
+        tmp_path / "project", "needy_env", USER_ENV.format(imports="import vendor_helper", name="needy_env")
+    )
     monkeypatch.syspath_prepend(str(project))
     monkeypatch.syspath_prepend(str(vendor))
-    cfg = config(cluster, tmp_path / "run", env="needy_env:needy_env/Upper-v0",
-                 ray_opts={"runtime_env": {"working_dir": str(project)}})
+    cfg = config(
+        cluster,
+        tmp_path / "run",
+        env="needy_env:needy_env/Upper-v0",
+        ray_opts={"runtime_env": {"working_dir": str(project)}},
+    )
     start = time.monotonic()
-    with pytest.raises(RayPlacementError, match=r"rollout worker 0 on node 127\.0\.0\.3 \([0-9a-f]{8}, host .*\) "
-                       r"cannot import 'needy_env' \(it imports 'vendor_helper', which is not there\): "
-                       r"ModuleNotFoundError: No module named 'vendor_helper'\. Ship your project's code"):
+    with pytest.raises(
+        RayPlacementError,
+        match=r"rollout worker 0 on node 127\.0\.0\.3 \([0-9a-f]{8}, host .*\) "
+        r"cannot import 'needy_env' \(it imports 'vendor_helper', which is not there\): "
+        r"ModuleNotFoundError: No module named 'vendor_helper'\. Ship your project's code",
+    ):
         trainer(cfg)
     assert time.monotonic() - start < 120 and not ray.is_initialized()
     assert not (tmp_path / "run" / "metrics.jsonl").exists()  # refused before any step
@@ -302,8 +359,17 @@ def answers(actor, timeout):
 
 #: what a step did to get its episodes rather than what it trained: faults, episodes reused from the journal, and
 #: weight loads (a resumed step that reuses every journaled episode loads no weights)
-FAULTS = {"reused_episodes", "worker_restarts", "nodes_lost", "episodes_replayed", "workers_waiting",
-          "refused_commits", "prefetched_episodes", "weight_push_bytes", "weight_push_nodes"}
+FAULTS = {
+    "reused_episodes",
+    "worker_restarts",
+    "nodes_lost",
+    "episodes_replayed",
+    "workers_waiting",
+    "refused_commits",
+    "prefetched_episodes",
+    "weight_push_bytes",
+    "weight_push_nodes",
+}
 
 
 def outcome(h):
@@ -312,7 +378,8 @@ def outcome(h):
 
 
 def test_a_rollout_node_lost_mid_run_is_replayed_and_its_worker_returns_on_a_node_that_joins(
-        cluster, tmp_path, monkeypatch):
+    cluster, tmp_path, monkeypatch
+):
     """Nodes C and D hold one rollout worker each (their only 'spare'). In step 2, while every episode waits at a
     gate, worker 0's node is killed — raylet and worker. Its lease's jobs are replayed on the other worker, the step
     and the run go on, and the ledger shows every episode trained once. The lost worker waits (no live node has a
@@ -327,11 +394,21 @@ def test_a_rollout_node_lost_mid_run_is_replayed_and_its_worker_returns_on_a_nod
     gate.touch()
     monkeypatch.setenv("TURNRL_TEST_GATE", str(gate))  # (the driver's held-out evaluations pass it)
     nodes = {"c": add_node(cluster, "c", "127.0.0.5", spare=1), "d": add_node(cluster, "d", "127.0.0.6", spare=1)}
-    cfg = config(cluster, tmp_path / "run", env="gated_upper:gated_upper/Upper-v0", steps=3, save_trajectories=True,
-                 learner={"lora": {"r": 8, "target_modules": LEARNING_TARGETS}},
-                 ray_opts={"worker_resources": {"spare": 1}, "start_timeout": 60, "placement_timeout": 2,
-                           "max_restarts": 4, "runtime_env": {"working_dir": str(project),
-                                                              "env_vars": {"TURNRL_TEST_GATE": str(gate)}}})
+    cfg = config(
+        cluster,
+        tmp_path / "run",
+        env="gated_upper:gated_upper/Upper-v0",
+        steps=3,
+        save_trajectories=True,
+        learner={"lora": {"r": 8, "target_modules": LEARNING_TARGETS}},
+        ray_opts={
+            "worker_resources": {"spare": 1},
+            "start_timeout": 60,
+            "placement_timeout": 2,
+            "max_restarts": 4,
+            "runtime_env": {"working_dir": str(project), "env_vars": {"TURNRL_TEST_GATE": str(gate)}},
+        },
+    )
     t = trainer(cfg, model=untied_tiny())
     killed, came_back, threads = [], [], []
 
@@ -358,10 +435,13 @@ def test_a_rollout_node_lost_mid_run_is_replayed_and_its_worker_returns_on_a_nod
         for node in nodes.values():  # now every node with 'spare' is gone
             if node in cluster.worker_nodes:
                 kill_node(cluster, node)
-        with pytest.raises(RayPlacementError, match=r"no rollout worker left at step 4: rollout workers 0, 1 \(last "
-                           r"on 127\.0\.0\.[56] \(\w+\), 127\.0\.0\.7 \(\w+\)\) did not come back — no node of the "
-                           r"cluster has the resource 'spare' .*\(waited 2s: ray.placement_timeout\); lost nodes: .*"
-                           r"Collected so far"):
+        with pytest.raises(
+            RayPlacementError,
+            match=r"no rollout worker left at step 4: rollout workers 0, 1 \(last "
+            r"on 127\.0\.0\.[56] \(\w+\), 127\.0\.0\.7 \(\w+\)\) did not come back — no node of the "
+            r"cluster has the resource 'spare' .*\(waited 2s: ray.placement_timeout\); lost nodes: .*"
+            r"Collected so far",
+        ):
             t.source.collect(3)
     finally:
         gate.touch()
@@ -377,8 +457,11 @@ def test_a_rollout_node_lost_mid_run_is_replayed_and_its_worker_returns_on_a_nod
     assert steps[1]["episodes_replayed"] >= 1 and steps[0]["episodes_replayed"] == 0
     assert sum(h["nodes_lost"] for h in steps) == 1 and steps[1]["worker_restarts"] >= 1
     assert steps[1]["workers_waiting"] == 1 and steps[2]["workers_waiting"] == 0
-    keys = [tr.metadata["job"] for s in (1, 2, 3)
-            for tr in read_jsonl(tmp_path / "run" / "train" / f"step-{s}" / "trajectories.jsonl")]
+    keys = [
+        tr.metadata["job"]
+        for s in (1, 2, 3)
+        for tr in read_jsonl(tmp_path / "run" / "train" / f"step-{s}" / "trajectories.jsonl")
+    ]
     jobs = [Job.parse(k) for k in keys]  # each step: 2 tasks × 4 samples, every job exactly once
     assert len(set(keys)) == len(keys) == 24
     want = [(s, n) for s in range(3) for _ in range(2) for n in range(4)]
@@ -402,7 +485,8 @@ def test_a_rollout_node_lost_mid_run_is_replayed_and_its_worker_returns_on_a_nod
 
 
 def test_a_learner_ranks_node_lost_stops_the_run_naming_both_and_resume_ends_as_the_uninterrupted_run(
-        cluster, tmp_path, ds_run):
+    cluster, tmp_path, ds_run
+):
     """The rank runs on node F ({ds: 1}), which is killed in step 2 (after step 1's checkpoint): the run stops with
     an error naming the rank, its node and that Ray found the node lost. With node G ({ds: 1}) joined, the same
     config resumes from the checkpoint and its step 2 is the uninterrupted run's (timings aside)."""
@@ -418,9 +502,12 @@ def test_a_learner_ranks_node_lost_stops_the_run_naming_both_and_resume_ends_as_
 
     t.runner.on_commit = on_commit
     try:
-        with pytest.raises(LearnerGroupError, match=r"learner rank 0 on node 127\.0\.0\.8 \([0-9a-f]{8}\), which Ray "
-                           r"found lost \(its raylet and every worker on it\), died during update 2: .*run the same "
-                           r"command again to resume from the last checkpoint"):
+        with pytest.raises(
+            LearnerGroupError,
+            match=r"learner rank 0 on node 127\.0\.0\.8 \([0-9a-f]{8}\), which Ray "
+            r"found lost \(its raylet and every worker on it\), died during update 2: .*run the same "
+            r"command again to resume from the last checkpoint",
+        ):
             t.train()
         assert time.monotonic() - killed[0] < 60
     finally:
@@ -449,7 +536,8 @@ def test_turnrl_train_joins_only_with_the_clusters_token_and_says_so_when_the_he
     driver without a word — at once on its next object-store write, or after a minute — but the run says what
     happened and where its checkpoint is, and exits (2) within seconds."""
     cfg = tmp_path / "run.yaml"
-    cfg.write_text(textwrap.dedent(f"""\
+    cfg.write_text(
+        textwrap.dedent(f"""\
         model: tiny:chatml
         env: {{id: turnrl/Arithmetic-v0, kwargs: {{level: 1}}}}
         rollout: {{prompts_per_step: 2, group_size: 4, max_new_tokens: 4}}
@@ -460,23 +548,39 @@ def test_turnrl_train_joins_only_with_the_clusters_token_and_says_so_when_the_he
         placement: ray
         ray: {{address: "{cluster.address}", rollout_workers: 2, worker_resources: {{rollout: 1}}, start_timeout: 120,
               head_timeout: 3}}
-        """))
+        """)
+    )
     turnrl = [sys.executable, "-m", "turnrl", "train", str(cfg), "--no-resume"]
     env = {k: v for k, v in os.environ.items() if k not in AUTH}
-    refused = subprocess.run([*turnrl, f"out_dir={tmp_path / 'b'}"], capture_output=True, text=True, timeout=400,
-                             cwd=REPO, env=env)
+    # (Ray asks a GCS that refuses the driver again every second, 20 times by default: 2 are as telling)
+    refused = subprocess.run(
+        [*turnrl, f"out_dir={tmp_path / 'b'}"],
+        capture_output=True,
+        text=True,
+        timeout=400,
+        cwd=REPO,
+        env={**env, "RAY_gcs_server_port_wait_time_s": "2"},
+    )
     assert refused.returncode == 2
     assert "RAY_AUTH_MODE is unset here, so no token is sent" in refused.stdout, refused.stdout[-3000:]
     token = tmp_path / "token"
     token.write_text(os.environ["RAY_AUTH_TOKEN"])
     out = tmp_path / "out.log"
     with out.open("w") as log:
-        run = subprocess.Popen([*turnrl, f"out_dir={tmp_path / 'a'}"], stdout=log, stderr=subprocess.STDOUT, cwd=REPO,
-                               env={**env, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token)})
+        run = subprocess.Popen(
+            [*turnrl, f"out_dir={tmp_path / 'a'}"],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=REPO,
+            env={**env, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token)},
+        )
         try:
             metrics, deadline = tmp_path / "a" / "metrics.jsonl", time.monotonic() + 300
-            while not (metrics.exists() and len(metrics.read_text().splitlines()) >= 2  # step 1 trained
-                       and (tmp_path / "a" / "checkpoint.pt").exists()):  # and its checkpoint written
+            while not (
+                metrics.exists()
+                and len(metrics.read_text().splitlines()) >= 2  # step 1 trained
+                and (tmp_path / "a" / "checkpoint.pt").exists()
+            ):  # and its checkpoint written
                 assert run.poll() is None and time.monotonic() < deadline, out.read_text()[-3000:]
                 time.sleep(0.2)
             cluster.remove_node(cluster.head_node, allow_graceful=False)
@@ -497,6 +601,9 @@ def test_turnrl_train_joins_only_with_the_clusters_token_and_says_so_when_the_he
         assert (tmp_path / "a" / "checkpoint.pt").exists(), ours[-4000:]
         return
     assert rc == 2, (rc, took, ours[-4000:])
-    assert re.search(r"error: lost the Ray cluster's head: nothing has answered at 127\.0\.0\.2:\d+ \(its GCS\) "
-                     r"for 3s \(ray\.head_timeout\).*resumes from the last checkpoint.*\(last checkpoint: \S+"
-                     r"checkpoint\.pt, step \d+\)", text), text[-3000:]
+    assert re.search(
+        r"error: lost the Ray cluster's head: nothing has answered at 127\.0\.0\.2:\d+ \(its GCS\) "
+        r"for 3s \(ray\.head_timeout\).*resumes from the last checkpoint.*\(last checkpoint: \S+"
+        r"checkpoint\.pt, step \d+\)",
+        text,
+    ), text[-3000:]

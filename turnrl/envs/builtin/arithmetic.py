@@ -101,19 +101,25 @@ def _level5(rng: np.random.Generator) -> Problem:
     if kind == 0:
         a, b, c = r(5, 40), r(2, 6), r(3, 12)
         d = r(1, a + b * c - 1)
-        q = (f"{name} has {a} {item}. {name} buys {b} packs of {c} {item} each and then gives away {d} {item}. "
-             f"How many {item} does {name} have now?")
+        q = (
+            f"{name} has {a} {item}. {name} buys {b} packs of {c} {item} each and then gives away {d} {item}. "
+            f"How many {item} does {name} have now?"
+        )
         return q, a + b * c - d, f"{a} + {b} * {c} - {d}"
     if kind == 1:
         p, n = r(2, 15), r(2, 8)
         bill = (p * n // 10 + 1 + r(0, 5)) * 10
-        q = (f"A shop sells {item} for ${p} each. {name} buys {n} of them and pays with ${bill}. "
-             f"How many dollars of change does {name} get back?")
+        q = (
+            f"A shop sells {item} for ${p} each. {name} buys {n} of them and pays with ${bill}. "
+            f"How many dollars of change does {name} get back?"
+        )
         return q, bill - p * n, f"{bill} - {p} * {n}"
     if kind == 2:
         a, d, b, e = r(5, 30), r(2, 7), r(5, 30), r(2, 7)
-        q = (f"{name} reads {a} pages a day for {d} days, then {b} pages a day for {e} days. "
-             f"How many pages does {name} read in total?")
+        q = (
+            f"{name} reads {a} pages a day for {d} days, then {b} pages a day for {e} days. "
+            f"How many pages does {name} read in total?"
+        )
         return q, a * d + b * e, f"{a} * {d} + {b} * {e}"
     if kind == 3:
         a, b = r(3, 15), r(3, 15)
@@ -135,12 +141,14 @@ GENERATORS: dict[int, Callable[[np.random.Generator], Problem]] = {
 }
 
 
+@functools.lru_cache(maxsize=1 << 16)  # problems repeat (level 1 has 210): a split's tasks are read by the thousand
 def canonical(expression: str) -> str:
     """The canonical form of a generated problem (its ``Task.metadata["canonical"]``): ``arithmetic:`` and the
     canonical expression (see the module docstring)."""
     return "arithmetic:" + canonical_expression(expression)
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def split_of(expression: str) -> Literal["train", "validation", "test"]:
     """The split a problem belongs to, by a hash of its canonical form; sums of two numbers from 1 to 20 with
     :data:`SMALL_SUM_SHARES`, every other problem with :data:`SHARES` (see the module docstring)."""
@@ -169,6 +177,19 @@ def held_out_problems(level: int, split: str) -> tuple[Problem, ...]:
     return tuple(seen.values())
 
 
+@functools.lru_cache(maxsize=1 << 16)  # a run's held-out check reads the first 20,000 training tasks (split_check.py)
+def _train_problem(level: int, index: int) -> Problem:
+    """Training task ``index`` of ``level``: drawn from a generator seeded with ``(level, index)`` until the problem
+    is a training one."""
+    rng = np.random.default_rng([_SPLIT_CODE["train"], level, index])
+    for _ in range(10_000):  # 85-50 % of candidates are train: a few draws at most
+        problem = GENERATORS[level](rng)
+        if split_of(problem[2]) == "train":
+            return problem
+    # (would mean a generator with (almost) no training problems)
+    raise RuntimeError(f"level {level} produced no train problem in 10000 draws")  # pragma: no cover
+
+
 class ArithmeticTasks(Shared):
     """An indexable, reproducible source of arithmetic tasks (a :class:`~turnrl.envs.core.TaskSource`).
 
@@ -179,8 +200,9 @@ class ArithmeticTasks(Shared):
     as every level can fill.
     """
 
-    def __init__(self, levels: Sequence[int] = (1,), split: Literal["train", "validation", "test"] = "train",
-                 size: int = 100_000):
+    def __init__(
+        self, levels: Sequence[int] = (1,), split: Literal["train", "validation", "test"] = "train", size: int = 100_000
+    ):
         levels = tuple(levels)
         if not levels or any(lv not in GENERATORS for lv in levels):
             raise ValueError(f"levels must be a non-empty list drawn from {LEVELS}, got {list(levels)}")
@@ -210,13 +232,7 @@ class ArithmeticTasks(Shared):
             k = index // len(self.levels) * self.levels.count(level) + self.levels[:slot].count(level)
             question, answer, expr = self._held[level][k]
         else:
-            rng = np.random.default_rng([_SPLIT_CODE[self.split], level, index])
-            for _ in range(10_000):  # 85-50 % of candidates are train: a few draws at most
-                question, answer, expr = GENERATORS[level](rng)
-                if split_of(expr) == "train":
-                    break
-            else:  # pragma: no cover — would mean a generator with (almost) no training problems
-                raise RuntimeError(f"level {level} produced no train problem in 10000 draws")
+            question, answer, expr = _train_problem(level, index)
         return Task(
             id=f"arithmetic/{self.split}/L{level}/{index}",
             prompt=question,
