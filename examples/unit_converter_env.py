@@ -1,4 +1,4 @@
-"""Your own tool-use environment: unit conversion with a `convert` tool (the environment is the first 50 lines).
+"""Your own tool-use environment: unit conversion with a `convert` tool (the environment is the first 60 lines or so).
 
 From this folder, every command sees it as `unit_converter_env:examples/Units-v0` (see "Your own environment" in
 docs/environments.md). `python examples/unit_converter_env.py` checks it with the conformance harness and plays one

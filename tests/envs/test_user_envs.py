@@ -387,9 +387,9 @@ def test_example_claims_hold():
     lines = (REPO / "examples" / "unit_converter_env.py").read_text().splitlines()
     start = next(i for i, x in enumerate(lines) if x.startswith("import "))
     end = next(i for i, x in enumerate(lines) if x.startswith("turnrl.register("))
-    assert 45 <= end - start + 1 <= 55  # "about 50 lines"
+    assert 55 <= end - start + 1 <= 65  # "about 60 lines" (as ruff format lays it out)
     page = (REPO / "docs" / "environments.md").read_text()
-    assert "about 50 lines" in page
+    assert "about 60 lines" in page
     assert (
         textwrap.dedent('''
         [project.entry-points."turnrl.envs"]

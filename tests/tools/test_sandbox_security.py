@@ -63,6 +63,10 @@ def test_the_leftover_check_sees_an_escaped_process():
     """The check the resource tests rely on finds a process that outlived its parent (re-parented to init)."""
     subprocess.run(["sh", "-c", "sleep 4244 >/dev/null 2>&1 &"], timeout=10)
     try:
+        # the background child is `sh -c …` until it has exec'd sleep (seen once in the whole suite): wait up to 2 s
+        deadline = time.monotonic() + 2
+        while leftovers("sleep 4244") != ["sleep 4244"] and time.monotonic() < deadline:
+            time.sleep(0.05)
         assert leftovers("sleep 4244") == ["sleep 4244"]
     finally:
         subprocess.run(["pkill", "-f", "sleep 4244"], timeout=10)
