@@ -361,7 +361,7 @@ def table(rows: list[tuple[Claim, dict[str, object] | None, float | None, str | 
         if v is None:
             lines.append(f"| {claim.name} | {published} | **failed**: {error} | | | no | {minutes} |")
             continue
-        for name, p in v["parts"].items():  # type: ignore[union-attr]
+        for name, p in v["parts"].items():  # type: ignore[union-attr]  # a claim with parts
             label, shown = (claim.name, published) if name == "all" else (f"{claim.name}: {name}", "")
             holds = ("yes" if v["holds"] else f"**no**: {v['why']}") if name == "all" else ""
             lines.append(

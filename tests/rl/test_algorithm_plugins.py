@@ -143,7 +143,7 @@ def test_registration_refuses_an_incomplete_class_and_a_taken_name(clean_registr
     with pytest.raises(AlgorithmRegistrationError, match=r"Config's name defaults to 'half'.*Literal\['halve'\]"):
         register_algorithm("halve", Half)
     with pytest.raises(AlgorithmRegistrationError, match="not a subclass of turnrl.rl.algorithms.Algorithm"):
-        register_algorithm("thing", dict)  # type: ignore[arg-type]
+        register_algorithm("thing", dict)  # type: ignore[arg-type]  # the wrong type is the test
     with pytest.raises(AlgorithmRegistrationError, match=r"'grpo' is already registered .*replace=True"):
         register_algorithm("grpo", Half)
     register_algorithm("broken", "no_such_module_here:Thing")

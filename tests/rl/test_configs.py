@@ -203,6 +203,6 @@ def test_every_config_trains_one_step_with_the_tiny_model(path, tmp_path, monkey
     step = history[1]
     assert step["rollout_episodes"] > 0 or step.get("data_episodes", 0) > 0, step
     if step.get("skipped"):  # dynamic sampling found no group with a reward signal in the tiny model's episodes
-        assert cfg.algorithm.dynamic_sampling, step  # type: ignore[attr-defined]
+        assert cfg.algorithm.dynamic_sampling, step  # type: ignore[attr-defined]  # DAPO's field
     else:
         assert torch.isfinite(torch.tensor(step["loss"])), step
