@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from turnrl.agents.base import Capabilities, SamplingParams
+from turnrl.rollout.episode import ended_with_eos
 from turnrl.rollout.generation import generate_one
 from turnrl.types import Message, Turn
 from turnrl.utils import turn_seed
@@ -133,8 +134,7 @@ async def append_observation(
 
 def _ended_with_eos(rollout: RolloutAPI, ep: Episode, turn: Turn) -> bool:
     """Whether ``turn``'s generated tokens end with an end-of-turn token (the template's reply then adds none)."""
-    span = turn.token_span
-    return span is not None and span[1] > span[0] and ep.tokens[span[1] - 1] in rollout.eos_ids
+    return ended_with_eos(ep.tokens, turn.token_span, rollout.eos_ids)
 
 
 async def compact(rollout: RolloutAPI, ep: Episode, turn: Turn, obs: Sequence[Message]) -> bool:

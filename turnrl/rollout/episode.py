@@ -25,6 +25,12 @@ def token_crc(ids: Sequence[int], crc: int = 0) -> int:
     return zlib.crc32(array("q", ids).tobytes(), crc)
 
 
+def ended_with_eos(tokens: Sequence[int], span: tuple[int, int] | None, eos_ids: set[int]) -> bool:
+    """Whether the turn whose generated tokens are ``tokens[span[0]:span[1]]`` ended with an end-of-turn token (a
+    chat template's reply after it then adds none): the rollout's episodes and a game's seats both ask."""
+    return span is not None and span[1] > span[0] and tokens[span[1] - 1] in eos_ids
+
+
 @dataclass
 class Episode:
     """One episode in play: its environment, the Trajectory so far and its token fields (only ever appended to)."""

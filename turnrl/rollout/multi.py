@@ -31,7 +31,7 @@ from typing import Any, cast
 
 from turnrl.agents.base import Agent, Completion, SamplingParams, capabilities_of, end_of_turn_ids
 from turnrl.envs.multiagent.core import MultiAgentTextEnv
-from turnrl.rollout.episode import token_crc
+from turnrl.rollout.episode import ended_with_eos, token_crc
 from turnrl.tokens import ChatRenderer
 from turnrl.types import Message, Trajectory, Turn
 
@@ -114,8 +114,7 @@ class SeatView:
         return turn
 
     def _last_ended_with_eos(self) -> bool:
-        span = self.turns[-1].token_span if self.turns else None
-        return bool(span and span[1] > span[0] and self.tokens[span[1] - 1] in self.eos_ids)
+        return bool(self.turns) and ended_with_eos(self.tokens, self.turns[-1].token_span, self.eos_ids)
 
     def _extend(self, ids: list[int], mask: int, logprobs: list[float] | None, version: int = -1) -> None:
         self.tokens.extend(ids)
