@@ -45,9 +45,16 @@ PAIRS = (
     ("rft", "dpo"),
     ("difficulty", "uniform"),
     ("swirl", "sft"),
+    ("tree", "chain"),
 )
 #: arm B against arm A at a step fixed in bench/preregistered.md, beside the comparison at the end
-AT_STEP = (("difficulty", "uniform", 6),)
+AT_STEP = (("difficulty", "uniform", 6), ("tree", "chain", 16))
+#: arm B at one step against arm A at another, both fixed in advance: trees at step 16 against chains at step 8, at
+#: about equal generated tokens (bench/preregistered.md, trees against chains)
+AT_STEPS = (("tree", 16, "chain", 8),)
+#: issue 79's goal in tokens: arm B, read where its validation chose, reaches arm A's final figure in at most this
+#: share of A's generated tokens (bench/preregistered.md)
+TOKEN_GOALS = (("tree", "chain", 0.7),)
 #: the gain from arm A's step 0 to arm B's end, where B starts from A (PAG from its warm-up: the base model first)
 CHAINS = (("pag-warmup", "pag"),)
 #: The 18 of today's 102 level-1 test problems that earlier runs of the gateway example (2026-11-26 to 12-02) were
@@ -234,20 +241,23 @@ def gain_table(out: Path, arm: str) -> list[str]:
     return [*lines, ""]
 
 
-def arms_table(out: Path, b: str, a: str, at: int | None = None) -> list[str]:
-    """Arm ``b`` against arm ``a`` at the end (``at``: at that step instead), seed by seed (same seed in both), then
-    over seeds."""
+def arms_table(out: Path, b: str, a: str, at: int | None = None, at_a: int | None = None) -> list[str]:
+    """Arm ``b`` against arm ``a`` at the end (``at``: at that step instead; ``at_a``: ``a`` at that other step),
+    seed by seed (same seed in both), then over seeds."""
     both = sorted(set(seeds_of(out, a)) & set(seeds_of(out, b)))
     both = [s for s in both if finished(out / f"{a}-s{s}") and finished(out / f"{b}-s{s}")]
     if not both:
         return []
     read = (lambda run: f"{run}@{at}") if at is not None else end
+    read_a = (lambda run: f"{run}@{at_a}") if at_a is not None else read
     try:
-        pairs = [one_pair(read(out / f"{a}-s{s}"), read(out / f"{b}-s{s}")) for s in both]
+        pairs = [one_pair(read_a(out / f"{a}-s{s}"), read(out / f"{b}-s{s}")) for s in both]
     except CompareError as e:
         return [f"**{b} − {a}**: not compared ({e})", ""]
     where = (
-        f"at step {at} (fixed in advance)"
+        f"{b} at step {at}, {a} at step {at_a} (fixed in advance)"
+        if at_a is not None
+        else f"at step {at} (fixed in advance)"
         if at is not None
         else "each at its best step on validation"
         if end(out / f"{a}-s{both[0]}").endswith("@best")
@@ -523,6 +533,63 @@ def pag_table(out: Path, arm: str) -> list[str]:
     return [*lines, ""]
 
 
+def generated_tokens(run: Path, upto: int) -> float:
+    """The tokens a run's rollouts generated in its steps 1..``upto`` (the sum of ``generated_tokens`` in its
+    metrics.jsonl; step 0 generates nothing)."""
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if x.strip()]
+    return sum(float(r.get("generated_tokens", 0.0)) for r in rows if "step" in r and 0 < r["step"] <= upto)
+
+
+def token_goal_table(out: Path, b: str, a: str, share: float) -> list[str]:
+    """Issue 79's goal: ``b`` read at its validation's step reaches ``a``'s final figure in at most ``share`` of
+    ``a``'s generated tokens. Per seed the two figures and token sums; the goal is judged on the means over the seeds
+    (as the issue states it: the ratio of the mean token sums, the mean figures), the difference's pooled interval
+    printed beside."""
+    import yaml
+
+    from turnrl.cli.compare_arms import best_step
+
+    both = [s for s in sorted(set(seeds_of(out, a)) & set(seeds_of(out, b)))]
+    both = [s for s in both if finished(out / f"{a}-s{s}") and finished(out / f"{b}-s{s}")]
+    if not both:
+        return []
+    lines = [
+        f"**Goal: {b} reaches {a}'s final figure in ≤ {share:g}× its generated tokens** ({b} at its validation's "
+        f"step, {a} at its last)",
+        "",
+        f"| seed | {a} at end | its tokens | {b} read at | success there | its tokens | ratio |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    pairs, ratios, spent = [], [], []
+    for s in both:
+        run_a, run_b = out / f"{a}-s{s}", out / f"{b}-s{s}"
+        last = int((yaml.safe_load((run_a / "config.yaml").read_text()) or {})["steps"])
+        step = best_step(run_b) if (run_b / "validation").is_dir() else last
+        p = one_pair(str(run_a), f"{run_b}@{step}")
+        t_a, t_b = generated_tokens(run_a, last), generated_tokens(run_b, step)
+        ratios.append(t_b / t_a if t_a else float("nan"))
+        spent.append((t_a, t_b))
+        pairs.append(p)
+        lines.append(
+            f"| {s} | {pct(p['accuracy_a'])} | {t_a:,.0f} | step {step} | {pct(p['accuracy_b'])} | {t_b:,.0f} | "
+            f"{ratios[-1]:.2f} |"
+        )
+    o = pooled(pairs)
+    mean_a = float(np.mean([p["accuracy_a"] for p in pairs]))
+    mean_b = float(np.mean([p["accuracy_b"] for p in pairs]))
+    ratio = float(np.mean([b for _, b in spent]) / np.mean([a for a, _ in spent]))  # of the mean token sums
+    holds = ratio <= share and mean_b >= mean_a
+    lines += [
+        f"| mean of {len(pairs)} | {pct(mean_a)} | | | {pct(mean_b)} | | {ratio:.2f} |",
+        "",
+        f"{b} − {a} there: {pts(o['diff'])} points [{pts(o['low'])}, {pts(o['high'])}]. Goal (mean ratio ≤ {share:g} "
+        f"and mean {b} ≥ mean {a}): **{'holds' if holds else 'does not hold'}**"
+        + ("" if len(pairs) >= 3 else f" (only {len(pairs)} seed(s) finished)")
+        + ".",
+    ]
+    return [*lines, ""]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("out", type=Path)
@@ -553,6 +620,12 @@ def main() -> None:
     for b, a, at in AT_STEP:
         if b in arms and a in arms:
             lines += arms_table(args.out, b, a, at)
+    for b, at, a, at_a in AT_STEPS:
+        if b in arms and a in arms:
+            lines += arms_table(args.out, b, a, at, at_a)
+    for b, a, share in TOKEN_GOALS:
+        if b in arms and a in arms:
+            lines += token_goal_table(args.out, b, a, share)
     for arm in arms:
         if arm == "pag":
             lines += pag_table(args.out, arm)

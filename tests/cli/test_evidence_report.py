@@ -210,3 +210,64 @@ def test_the_sdk_examples_script_runs_the_preregistered_seeds_arms_and_items():
     assert f"seeds **{', '.join(map(str, seeds))}**" in section and f"all **{len(held)}**" in section
     said = " ".join(section.split())  # the arm each config was preregistered as
     assert all(f"`examples/{example}.yaml` (arm `{arm}`)" in said for arm, example in arms.items()), arms
+
+
+def test_trees_against_chains_at_two_steps_and_the_goal_in_tokens(env, tmp_path):
+    """Issue 79's preregistered tables: the tree at step 16 against the chain at step 8 (about equal tokens), and the
+    goal — the tree, read where its validation chose, reaching the chain's final figure in ≤ 0.7× its generated
+    tokens — judged on the means over seeds, from the runs' own metrics."""
+
+    def arith(i: int, right: bool) -> dict:
+        return pag_episode(env, i, right, "correct", False)
+
+    def runs(arm: str, right: dict[int, int], per_step: int, validation: dict[int, float]) -> None:
+        for seed in (0, 1, 2):
+            run = write_run(
+                tmp_path / f"{arm}-s{seed}",
+                16,
+                {s: [arith(i, i < n) for i in range(20)] for s, n in right.items()},
+                validation,
+            )
+            rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+            rows = [{**r, "generated_tokens": float(per_step) if r["step"] else 0.0} for r in rows]
+            (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+    steps = (0, 4, 8, 12, 16)
+    runs("chain", {0: 4, 4: 6, 8: 8, 12: 10, 16: 12}, 100, {s: 0.1 * i for i, s in enumerate(steps)})
+    # the tree: half the tokens a step, its validation best at step 8 where it already has the chain's final figure
+    runs("tree", {0: 4, 4: 10, 8: 12, 12: 12, 16: 14}, 50, {0: 0.1, 4: 0.2, 8: 0.5, 12: 0.4, 16: 0.3})
+    both = "\n".join(report.arms_table(tmp_path, "tree", "chain", 16, 8))
+    assert "tree at step 16, chain at step 8 (fixed in advance)" in both
+    assert "| 0 | 20 | 40.0 % | 70.0 % | +30.0 |" in both
+    goal = "\n".join(report.token_goal_table(tmp_path, "tree", "chain", 0.7))
+    # chain: 1,600 tokens to step 16 and 60 %; tree: read at step 8, 400 tokens and 60 %: ratio 0.25
+    assert "| 0 | 60.0 % | 1,600 | step 8 | 60.0 % | 400 | 0.25 |" in goal
+    assert "Goal (mean ratio ≤ 0.7 and mean tree ≥ mean chain): **holds**" in goal
+    # one seed's tree spends 8x the tokens: means 1,333 against 1,600 tokens, a ratio of 0.83
+    runs_dir = tmp_path / "tree-s1" / "metrics.jsonl"
+    rows = [json.loads(x) for x in runs_dir.read_text().splitlines()]
+    runs_dir.write_text("".join(json.dumps({**r, "generated_tokens": 8 * r["generated_tokens"]}) + "\n" for r in rows))
+    goal = "\n".join(report.token_goal_table(tmp_path, "tree", "chain", 0.7))
+    assert "| mean of 3 | 60.0 % | | | 60.0 % | | 0.83 |" in goal and "**does not hold**" in goal
+
+
+def test_the_trees_script_runs_the_preregistered_seeds_and_every_held_out_question():
+    """bench/evidence_trees.sh runs what bench/preregistered.md fixed: seeds 0 1 2, 16 steps read every 4, all of the
+    test and validation questions, the same settings for both arms but the tree."""
+    import re
+
+    import turnrl
+
+    script = (REPO / "bench" / "evidence_trees.sh").read_text()
+    code = "\n".join(line for line in script.splitlines() if not line.lstrip().startswith("#"))
+    assert re.search(r"^for S in 0 1 2; do$", code, re.MULTILINE)
+    kw = {"tool_style": "swirl", "demos": "none", "kinds": ["bridge"], "hops": [2]}
+    test = turnrl.make("turnrl/MultiHop-v0", split="test", **kw)
+    val = turnrl.make("turnrl/MultiHop-v0", split="validation", **kw)
+    assert f"validation_tasks={len(val)} eval_every=4 eval_tasks={len(test)} seed=$S" in code
+    assert "steps=16 validate_every=4" in code
+    section = (REPO / "bench" / "preregistered.md").read_text().split("trees against chains on MultiHop")[1]
+    said = " ".join(section.split())
+    assert f"all **{len(test)}** test questions" in said and f"all **{len(val)}** validation questions" in said
+    assert "seeds **0, 1, 2**" in said and "**16**" in said
+    assert report.TOKEN_GOALS == (("tree", "chain", 0.7),) and ("tree", "chain") in report.PAIRS
