@@ -549,7 +549,7 @@ def token_goal_table(out: Path, b: str, a: str, share: float) -> list[str]:
 
     from turnrl.cli.compare_arms import best_step
 
-    both = [s for s in sorted(set(seeds_of(out, a)) & set(seeds_of(out, b)))]
+    both = sorted(set(seeds_of(out, a)) & set(seeds_of(out, b)))
     both = [s for s in both if finished(out / f"{a}-s{s}") and finished(out / f"{b}-s{s}")]
     if not both:
         return []
