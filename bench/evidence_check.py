@@ -51,6 +51,7 @@ def check_train(config: str, overrides: list[str] | None) -> str:
     """`turnrl train`'s checks before a model loads (``turnrl.cli.commands.train`` up to ``Trainer(cfg)``); what
     the run will read, in one line. Exits 2 with `turnrl train`'s own message where one fails."""
     from turnrl.cli.shared import fail, make_env
+    from turnrl.envs.registry import UnknownEnvironmentError, adapter_of
     from turnrl.rl.config import config_error
     from turnrl.rl.run.evaluate import run_eval_kwargs
     from turnrl.rl.run.held_out import HeldOutError, check_run
@@ -61,12 +62,11 @@ def check_train(config: str, overrides: list[str] | None) -> str:
     except Exception as e:  # as `turnrl train`: a config that does not load or validate, in one line
         fail(config_error(e, config, overrides))
     search = [Path(config).resolve().parent, Path.cwd()]
-    if str(cfg.env.id).startswith("pettingzoo:"):
-        from turnrl.envs.multiagent.registry import pettingzoo_factory
-
+    adapter = adapter_of(str(cfg.env.id))
+    if adapter is not None and adapter.multi_agent:  # e.g. a pettingzoo: module, from the config's folder or here
         try:
-            pettingzoo_factory(cfg.env.id, search)
-        except ValueError as e:
+            adapter.check(cfg.env.id, search)
+        except (ValueError, ImportError, UnknownEnvironmentError) as e:
             fail(f"{config}: {e}")
     train_env = held_env = None
     if cfg.multi_agent is None:

@@ -1,8 +1,8 @@
 """One registry shape for every extension point (turnrl.plugins.Registry): built-ins, entry points of installed
 packages and a module's own registration through the same call; unknown names refused with "did you mean". Each
 recipe is proved from outside the package: a throw-away distribution declares an algorithm, a monitor, an agent
-backend, an environment adapter (an id prefix) and a CLI subcommand as entry points, and a fresh process finds and
-uses all five without a change to turnrl's files."""
+backend, an environment adapter (an id prefix), a multi-agent environment, a process judge and a CLI subcommand as
+entry points, and a fresh process finds and uses all seven without a change to turnrl's files."""
 
 import os
 import subprocess
@@ -123,6 +123,13 @@ class StrictJudge:
         return [self.verdict for _ in rows]
 
 
+from turnrl.envs.multiagent.solver_critic import SolverCritic
+
+
+class QuietCritic(SolverCritic):
+    """A multi-agent environment from outside the package."""
+
+
 def echo_backend(rest, *, batch_size, tokenizer=None, device="cpu"):
     from turnrl.agents import make_agent
 
@@ -145,6 +152,7 @@ def test_an_algorithm_a_monitor_a_backend_an_env_adapter_a_judge_and_a_command_p
         "[turnrl.agents]\necho = my_plugin:echo_backend\n\n"
         "[turnrl.env_adapters]\nsums = my_plugin:SUMS\n\n"
         "[turnrl.judges]\nstrict = my_plugin:StrictJudge\n\n"
+        "[turnrl.multi_agent_envs]\nmine/Critic-v0 = my_plugin:QuietCritic\n\n"
         "[turnrl.commands]\nhello = my_plugin:hello\ntrain = my_plugin:hello\n"
         "broken = no_such_module:app\n"
     )
@@ -187,6 +195,9 @@ def test_an_algorithm_a_monitor_a_backend_an_env_adapter_a_judge_and_a_command_p
             assert "'sums:x' is not of the form 'sums:LEVEL'" in str(e), str(e)
         else:
             raise AssertionError("a malformed id was accepted")
+        from turnrl.envs.multiagent import is_multi_agent, make_multi_agent, multi_agent_ids
+        assert "mine/Critic-v0" in multi_agent_ids() and is_multi_agent("mine/Critic-v0")
+        assert type(make_multi_agent("mine/Critic-v0")).__name__ == "QuietCritic"
         from typer.testing import CliRunner
         from turnrl.cli import app
         result = CliRunner().invoke(app, ["hello", "greet", "world"])

@@ -340,9 +340,41 @@ def test_registration_and_unknown_ids():
         register_multi_agent("tests/Endless-v0", "x:Y")
     with pytest.raises(ValueError, match="Did you mean 'turnrl/TicTacToe-v0'"):
         make_multi_agent("turnrl/TicTacToe-v1")
-    with pytest.raises(ValueError, match="name other libraries"):
+    with pytest.raises(ValueError, match="name environments its adapter makes"):
         register_multi_agent("textarena:Mine-v0", Endless)
     assert not is_multi_agent("turnrl/Arithmetic-v0")
+
+
+def test_a_packages_prefix_of_games_plugs_in_as_every_adapter_does():
+    """One registry of id prefixes (ENV_ADAPTERS) for environments written elsewhere, one agent or several: an adapter
+    that says multi_agent is made by make_multi_agent, refused by turnrl.make, and its prefix is taken for ids."""
+    import turnrl
+    from turnrl.envs.adapters import EnvAdapter
+    from turnrl.envs.registry import ENV_ADAPTERS, UnknownEnvironmentError
+
+    made: list[tuple[str, dict]] = []
+
+    def make(env_id: str, **kwargs):
+        made.append((env_id, kwargs))
+        return Endless(max_turns=kwargs.get("max_turns"))
+
+    ENV_ADAPTERS.register("mygames", EnvAdapter(make=make, multi_agent=True, usage="mygames:NAME — my games"))
+    try:
+        assert is_multi_agent("mygames:Endless") and not is_multi_agent("remote:http://127.0.0.1:1/x")
+        assert isinstance(make_multi_agent("mygames:Endless", max_turns=3), Endless)
+        assert made == [("mygames:Endless", {"max_turns": 3})]
+        with pytest.raises(UnknownEnvironmentError, match="several agents: make it with"):
+            turnrl.make("mygames:Endless")
+        with pytest.raises(ValueError, match="name environments its adapter makes"):
+            register_multi_agent("mygames:Other", Endless)
+        from typer.testing import CliRunner
+
+        from turnrl.cli import app
+
+        listed = CliRunner().invoke(app, ["envs", "list"], terminal_width=200)
+        assert "mygames:NAME" in listed.output and "pettingzoo:MODULE:FACTORY" in listed.output
+    finally:
+        ENV_ADAPTERS.entries.pop("mygames")
 
 
 def test_envs_check_and_list_take_multi_agent_ids():

@@ -28,7 +28,14 @@ from turnrl.cli.shared import (
 )
 from turnrl.cli.template_check import check_template_command
 from turnrl.cli.view import view_command
-from turnrl.envs.registry import entry_point_problems, registered, source_of
+from turnrl.envs.registry import (
+    ENV_ADAPTERS,
+    UnknownEnvironmentError,
+    adapter_of,
+    entry_point_problems,
+    registered,
+    source_of,
+)
 from turnrl.plugins import Registry
 from turnrl.rollout.opponents import Opponent
 
@@ -64,7 +71,13 @@ def envs_list(imports: ImportOption = None) -> None:
 
     for env_id in multi_agent_ids():
         table.add_row(env_id, "several agents (turnrl/envs/multiagent)", "turnrl")
-    table.add_row("textarena:GAME", "a TextArena game, e.g. textarena:KuhnPoker-v0 (extra games)", "textarena")
+    for prefix in ENV_ADAPTERS.names():  # ids that name an environment written elsewhere, by their adapter's prefix
+        try:
+            usage = ENV_ADAPTERS.get(prefix).usage or f"{prefix}:…"
+        except Exception as e:  # a package's adapter that does not load must not hide the others
+            usage = f"{prefix}:… (cannot load its adapter: {e})"
+        form, _, what = usage.partition(" — ")
+        table.add_row(form, what or "(an adapter's id)", "adapter")
     console.print(table)
     for problem in entry_point_problems():
         console.print(f"[yellow]skipped[/yellow] {problem}", markup=True, highlight=False, soft_wrap=True)
@@ -181,12 +194,11 @@ def train(
     except Exception as e:  # a config that does not load or validate: say why, in one line
         fail(config_error(e, config, overrides))
     search = [Path(config).resolve().parent, Path.cwd()]
-    if str(cfg.env.id).startswith("pettingzoo:"):  # its module, from the config's folder or the current one
-        from turnrl.envs.multiagent.registry import pettingzoo_factory
-
+    adapter = adapter_of(str(cfg.env.id))
+    if adapter is not None and adapter.multi_agent:  # e.g. a pettingzoo: module, from the config's folder or here
         try:
-            pettingzoo_factory(cfg.env.id, search)
-        except ValueError as e:
+            adapter.check(cfg.env.id, search)
+        except (ValueError, ImportError, UnknownEnvironmentError) as e:
             fail(f"{config}: {e}")
     if cfg.multi_agent is None:  # a game's seats and splits are checked when its source opens, before a model loads
         train_env = make_env(cfg.env.id, cfg.env.kwargs, search)  # fail fast, before loading any model

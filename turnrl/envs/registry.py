@@ -47,7 +47,9 @@ ENTRY_POINT_GROUP = "turnrl.envs"
 #: Id prefixes (``PREFIX:REST``) that name an environment written elsewhere, each with the adapter that checks such
 #: an id and makes the environment (:class:`turnrl.envs.adapters.EnvAdapter`): a server (``remote:``), a class written
 #: for TRL's ``environment_factory`` (``trl:``), an environment written for Prime Intellect's verifiers
-#: (``verifiers:``). Installed packages add theirs under the ``turnrl.env_adapters`` entry-point group.
+#: (``verifiers:``), and games with several agents (``textarena:``, ``pettingzoo:``; their adapters say
+#: ``multi_agent``: :func:`turnrl.envs.multiagent.make_multi_agent` makes them). Installed packages add theirs under the
+#: ``turnrl.env_adapters`` entry-point group.
 ENV_ADAPTERS: Registry[Any] = Registry(
     "environment adapter",
     "turnrl.env_adapters",
@@ -55,6 +57,8 @@ ENV_ADAPTERS: Registry[Any] = Registry(
         "remote": "turnrl.envs.remote.adapter:ADAPTER",
         "trl": "turnrl.envs.adapters.trl:ADAPTER",
         "verifiers": "turnrl.envs.adapters.verifiers_env:ADAPTER",
+        "textarena": "turnrl.envs.multiagent.adapters:TEXTARENA",
+        "pettingzoo": "turnrl.envs.multiagent.adapters:PETTINGZOO",
     },
 )
 BUILTIN_SOURCE = "turnrl (built-in)"
@@ -346,6 +350,11 @@ def make(env_id: str, **kwargs: Any) -> TextEnv:
         RemoteEnvError: a ``remote:`` server cannot be reached or refuses the kwargs.
     """
     adapter = adapter_of(env_id) if isinstance(env_id, str) else None
+    if adapter is not None and adapter.multi_agent:
+        raise UnknownEnvironmentError(
+            f"{env_id!r} names an environment with several agents: make it with "
+            "turnrl.envs.multiagent.make_multi_agent (turnrl train, eval and play take it as they are)"
+        )
     if adapter is not None:  # the id names the environment, its adapter makes it
         resolve(env_id)
         env = adapter.make(env_id, **kwargs)

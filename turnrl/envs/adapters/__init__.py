@@ -2,10 +2,12 @@
 class written for another library — and the adapter that checks such an id and makes the environment.
 
 Adapters are registered in :data:`turnrl.envs.registry.ENV_ADAPTERS` (a :class:`turnrl.plugins.Registry`): turnrl's
-own (``remote:``, ``trl:``, ``verifiers:``) by name, a package's under the ``turnrl.env_adapters`` entry-point group
+own (``remote:``, ``trl:``, ``verifiers:``, and for games with several agents ``textarena:`` and ``pettingzoo:``) by
+name, a package's under the ``turnrl.env_adapters`` entry-point group
 (``myprefix = "my_pkg.adapter:ADAPTER"``), a module's with ``ENV_ADAPTERS.register("myprefix", EnvAdapter(...))``.
 ``turnrl.make("myprefix:REST", **kwargs)`` then checks the id (before anything loads: a config is refused at once)
-and makes the environment.
+and makes the environment; an adapter of multi-agent environments (``multi_agent=True``) is made by
+:func:`turnrl.envs.multiagent.make_multi_agent` instead, and every command and config takes its ids the same way.
 """
 
 from __future__ import annotations
@@ -28,9 +30,15 @@ class EnvAdapter:
         sets_spec: give the made environment a Gymnasium ``EnvSpec`` with the id and the arguments (an adapter whose
             environment sets its own, e.g. one that learns its spec from a server, says False).
         entry: what the spec names as its entry point (``"module:function"``).
+        multi_agent: the environments it makes have several agents (a
+            :class:`~turnrl.envs.multiagent.core.MultiAgentTextEnv`): ``turnrl.make`` refuses its ids and
+            ``make_multi_agent`` makes them.
+        usage: the id's form and what it names, one line (``turnrl envs list``), e.g. ``"trl:MODULE:CLASS — …"``.
     """
 
     make: Callable[..., Any]
     check: Callable[[str, Sequence[str | Path]], None] = lambda env_id, search: None
     sets_spec: bool = True
     entry: str = ""
+    multi_agent: bool = False
+    usage: str = ""

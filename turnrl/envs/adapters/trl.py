@@ -342,4 +342,9 @@ def check_trl_id(env_id: str, search: Sequence[str | Path] = ()) -> None:
 
 
 #: the ``trl:`` prefix's adapter (:mod:`turnrl.envs.adapters`)
-ADAPTER = EnvAdapter(make=make_trl_env, check=check_trl_id, entry="turnrl.envs.adapters.trl:make_trl_env")
+ADAPTER = EnvAdapter(
+    make=make_trl_env,
+    check=check_trl_id,
+    entry="turnrl.envs.adapters.trl:make_trl_env",
+    usage="trl:MODULE:CLASS — a class written for TRL's environment_factory",
+)

@@ -398,5 +398,8 @@ def check_verifiers_id(env_id: str, search: Sequence[str | Path] = ()) -> None:
 
 #: the ``verifiers:`` prefix's adapter (:mod:`turnrl.envs.adapters`)
 ADAPTER = EnvAdapter(
-    make=make_verifiers_env, check=check_verifiers_id, entry="turnrl.envs.adapters.verifiers_env:make_verifiers_env"
+    make=make_verifiers_env,
+    check=check_verifiers_id,
+    entry="turnrl.envs.adapters.verifiers_env:make_verifiers_env",
+    usage="verifiers:NAME — an environment written for Prime Intellect's verifiers (extra verifiers)",
 )

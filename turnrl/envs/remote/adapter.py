@@ -32,4 +32,10 @@ def make(env_id: str, **kwargs: Any) -> Any:
     return make_remote(env_id, **kwargs)
 
 
-ADAPTER = EnvAdapter(make=make, check=check, sets_spec=False, entry="turnrl.envs.remote.client:make_remote")
+ADAPTER = EnvAdapter(
+    make=make,
+    check=check,
+    sets_spec=False,
+    entry="turnrl.envs.remote.client:make_remote",
+    usage="remote:http://HOST:PORT/ID — an environment a server runs (turnrl envs serve, OpenEnv)",
+)
