@@ -50,6 +50,24 @@ def sigint_raises():
     signal.signal(signal.SIGINT, old)
 
 
+@pytest.fixture
+def trainer_of():
+    """``trainer_of(cfg, tok=None, model=None, **kwargs)``: a :class:`Trainer` of ``cfg`` on a fresh tiny model
+    (tests/tiny_trainer.py's ``tiny_trainer``); every trainer built is closed when the test ends, however it ends
+    (its rollout workers, sandboxes and servers with it)."""
+    from tiny_trainer import tiny_trainer
+
+    made = []
+
+    def build(cfg, tok=None, model=None, **kwargs):
+        made.append(tiny_trainer(cfg, tok, model, **kwargs))
+        return made[-1]
+
+    yield build
+    for trainer in made:
+        trainer.close()
+
+
 #: the GCS address of the local cluster ray_cluster started in this process (kept from module to module)
 _LOCAL_RAY: dict[str, str] = {}
 

@@ -1,7 +1,8 @@
 """One way for a test to build a :class:`~turnrl.rl.run.trainer.Trainer` on the tiny model, train it and close it.
 
 Tests used to repeat those lines (and a few left their trainer open: its rollout workers, sandboxes and servers with
-it). ``train_tiny(cfg)`` is the whole run; ``with opened(tiny_trainer(cfg)) as trainer:`` when the test looks inside.
+it). ``train_tiny(cfg)`` is the whole run; ``with opened(tiny_trainer(cfg)) as trainer:`` when the test looks inside, or
+the ``trainer_of`` fixture (tests/conftest.py): ``trainer_of(cfg)`` builds one that is closed when the test ends.
 """
 
 from __future__ import annotations
@@ -15,11 +16,11 @@ from turnrl.rl.config import TrainConfig
 from turnrl.rl.run.trainer import Trainer
 
 
-def tiny_trainer(cfg: TrainConfig, tok: Any = None, **kwargs: Any) -> Trainer:
-    """A trainer of ``cfg`` on a fresh tiny model; ``tok`` is its tokenizer (ChatML's tiny one by default), the
-    other keyword arguments go to :class:`Trainer`."""
+def tiny_trainer(cfg: TrainConfig, tok: Any = None, model: Any = None, **kwargs: Any) -> Trainer:
+    """A trainer of ``cfg`` on a fresh tiny model (or ``model``); ``tok`` is its tokenizer (ChatML's tiny one by
+    default), the other keyword arguments go to :class:`Trainer`."""
     tok = tok if tok is not None else tiny_tokenizer("chatml")
-    return Trainer(cfg, model=tiny_model(tok), tokenizer=tok, **kwargs)
+    return Trainer(cfg, model=model if model is not None else tiny_model(tok), tokenizer=tok, **kwargs)
 
 
 @contextmanager

@@ -195,7 +195,7 @@ def run_config(tmp_path, **extra):
     )
 
 
-def test_ppo_trains_with_dense_process_rewards_and_a_critic_started_as_the_prm(tmp_path, one_thread):
+def test_ppo_trains_with_dense_process_rewards_and_a_critic_started_as_the_prm(tmp_path, one_thread, trainer_of):
     torch.manual_seed(0)
     prm = ProcessRewardModel.new("tiny:chatml")
     prm.train(labeled_synthetic(8), epochs=2, lr=1e-3, held_out=0.0)
@@ -206,7 +206,7 @@ def test_ppo_trains_with_dense_process_rewards_and_a_critic_started_as_the_prm(t
         process_reward={"model": str(tmp_path / "prm"), "coef": 0.5},
     )
     tok = tiny_tokenizer("chatml")
-    trainer = Trainer(cfg, model=tiny_model(tok), tokenizer=tok)
+    trainer = trainer_of(cfg, tok)
     ids = torch.tensor([labeled_synthetic(1)[0].token_ids])
     start = trainer.critic.after(ids, torch.ones_like(ids))
     assert torch.allclose(start, prm.critic.after(ids, torch.ones_like(ids)))  # the critic starts as the PRM

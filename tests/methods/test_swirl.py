@@ -8,7 +8,7 @@ from tiny_trainer import train_tiny
 import turnrl
 from turnrl.agents.base import SamplingParams
 from turnrl.agents.scripted import FixedAgent, ScriptedAgent
-from turnrl.agents.tiny import tiny_model, tiny_tokenizer
+from turnrl.agents.tiny import tiny_tokenizer
 from turnrl.methods.swirl.judges import LLMStepJudge, RuleStepJudge, StepLabel, make_step_judge
 from turnrl.methods.swirl.reading import parse_step
 from turnrl.methods.swirl.source import StateError, StateSource
@@ -573,7 +573,7 @@ class CapitalJudge:
         return self.label_rows([traj])
 
 
-def test_swirl_raises_the_mean_step_reward_on_a_toy_env(tmp_path):
+def test_swirl_raises_the_mean_step_reward_on_a_toy_env(tmp_path, trainer_of):
     tok = tiny_tokenizer("chatml")
     cfg = TrainConfig(
         model="tiny",
@@ -587,7 +587,7 @@ def test_swirl_raises_the_mean_step_reward_on_a_toy_env(tmp_path):
         out_dir=str(tmp_path / "run"),
         save_trajectories=False,
     )
-    trainer = Trainer(cfg, model=tiny_model(tok), tokenizer=tok)
+    trainer = trainer_of(cfg, tok)
     trainer.source.judge = CapitalJudge()
     history = trainer.train()
     reward = [h["reward_mean"] for h in history[1:]]
@@ -630,7 +630,7 @@ class ExactJudge:
         return self.label_rows([traj])
 
 
-def test_data_action_puts_the_stored_step_in_each_group_and_pulls_the_policy_to_it(tmp_path):
+def test_data_action_puts_the_stored_step_in_each_group_and_pulls_the_policy_to_it(tmp_path, trainer_of):
     from turnrl.rl.core.forward import sequence_logprobs
 
     tok = tiny_tokenizer("chatml")
@@ -654,7 +654,7 @@ def test_data_action_puts_the_stored_step_in_each_group_and_pulls_the_policy_to_
             out_dir=str(tmp_path / f"run-{data_action}"),
             save_trajectories=False,
         )
-        t = Trainer(cfg, model=tiny_model(tok), tokenizer=tok)
+        t = trainer_of(cfg, tok)
         t.source.judge = ExactJudge(good)
         return t
 

@@ -7,6 +7,7 @@ import logging
 import pytest
 import torch
 from pydantic import ValidationError
+from tiny_trainer import opened, tiny_trainer
 from toy_envs import UpperEnv, straddling_stop
 
 import turnrl
@@ -14,7 +15,7 @@ from turnrl.agents.base import SamplingParams
 from turnrl.agents.hf import HFAgent
 from turnrl.agents.tiny import tiny_model, tiny_tokenizer
 from turnrl.rl.run.guard import ConsistencyError, ConsistencyGuard, rollout_backend
-from turnrl.rl.run.trainer import TrainConfig, Trainer
+from turnrl.rl.run.trainer import TrainConfig
 from turnrl.rollout.engine import Rollout
 
 
@@ -43,8 +44,8 @@ def config(tmp_path, steps, algorithm, *, env="tests/Upper-v0", env_kwargs=None,
 
 
 def train(cfg, model=None):
-    tok = tiny_tokenizer("chatml")
-    return Trainer(cfg, model=model if model is not None else tiny_model(tok), tokenizer=tok).train()
+    with opened(tiny_trainer(cfg, model=model)) as trainer:
+        return trainer.train()
 
 
 def fired(history, check):

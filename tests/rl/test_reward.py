@@ -9,7 +9,7 @@ import toy_envs  # noqa: F401 — registers the toy environments
 
 import turnrl
 from turnrl.agents.scripted import ScriptedAgent
-from turnrl.agents.tiny import tiny_model, tiny_tokenizer
+from turnrl.agents.tiny import tiny_tokenizer
 from turnrl.rl.config.rewards import RewardConfig
 from turnrl.rl.run.trainer import TrainConfig, Trainer
 from turnrl.rl.sources.base import Job
@@ -186,10 +186,10 @@ def test_bad_reward_specs_fail_before_a_model_loads(tmp_path):
 # ---- in a run ----
 
 
-def test_a_run_scores_its_episodes_with_a_separate_judge_model(tmp_path, one_thread):
+def test_a_run_scores_its_episodes_with_a_separate_judge_model(tmp_path, one_thread, trainer_of):
     tok = tiny_tokenizer("chatml")
     cfg = run_config(tmp_path, reward={"judge": "tiny:chatml", "default": "judge", "max_new_tokens": 4})
-    trainer = Trainer(cfg, model=tiny_model(tok), tokenizer=tok)
+    trainer = trainer_of(cfg, tok)
     history = trainer.train()
     assert all(h["reward_judged"] == 1.0 for h in history[1:])
     # an untrained judge writes no YES/NO line: every judgement is unreadable and pays 0, whatever the rule said
@@ -199,7 +199,7 @@ def test_a_run_scores_its_episodes_with_a_separate_judge_model(tmp_path, one_thr
     assert '"reward_source":"judge"' in saved.replace(" ", "")
 
 
-def test_the_policy_judges_with_the_learners_own_model(tmp_path):
+def test_the_policy_judges_with_the_learners_own_model(tmp_path, trainer_of):
     tok = tiny_tokenizer("chatml")
-    trainer = Trainer(run_config(tmp_path, reward={"judge": "policy"}), model=tiny_model(tok), tokenizer=tok)
+    trainer = trainer_of(run_config(tmp_path, reward={"judge": "policy"}), tok)
     assert trainer.source.reward.agent is trainer.agent
