@@ -271,3 +271,19 @@ def test_the_trees_script_runs_the_preregistered_seeds_and_every_held_out_questi
     assert f"all **{len(test)}** test questions" in said and f"all **{len(val)}** validation questions" in said
     assert "seeds **0, 1, 2**" in said and "**16**" in said
     assert report.TOKEN_GOALS == (("tree", "chain", 0.7),) and ("tree", "chain") in report.PAIRS
+
+
+def test_the_verifiers_v1_script_runs_the_preregistered_seeds_and_items():
+    """bench/evidence_vf_v1.sh runs what bench/preregistered.md fixed: seeds 0 1 2 of the committed config, every
+    test problem of the task set (its size: examples/vf_arithmetic_v1.py's num_eval, read from the file since
+    verifiers 0.4 is not in this environment)."""
+    import re
+
+    script = (REPO / "bench" / "evidence_vf_v1.sh").read_text()
+    code = "\n".join(line for line in script.splitlines() if not line.lstrip().startswith("#"))
+    assert re.search(r"^for S in 0 1 2; do$", code, re.MULTILINE)
+    num_eval = int(re.search(r"num_eval: int = (\d+)", (REPO / "examples" / "vf_arithmetic_v1.py").read_text())[1])
+    assert f"train vf-arithmetic-v1.yaml eval_tasks={num_eval} seed=$S " in code and "--no-resume" in code
+    section = (REPO / "bench" / "preregistered.md").read_text().split("a verifiers v1 task set learning")[1]
+    said = " ".join(section.split())
+    assert f"**{num_eval}** distinct test problems" in said and "seeds **0, 1, 2**" in said
