@@ -131,7 +131,7 @@ CLAIMS = [
     ),
     Claim(
         "gateway-example",
-        "docs/results/evidence.md#gateway (seed 0 of three; configuration chosen before the "
+        "docs/results/gateway-evidence.md#gateway (seed 0 of three; configuration chosen before the "
         "split, with test exposure: 18 of the 102 problems)",
         "turnrl train openai_agent.yaml eval_tasks=102 out_dir={out} --no-resume",
         (0.441, 0.843),
