@@ -62,7 +62,7 @@ def _summary(env_id: str) -> str:
 def envs_list(imports: ImportOption = None) -> None:
     """List the registered environments: built-in, declared by installed packages, or from imported modules."""
     table = Table(title="turnrl environments")
-    table.add_column("id", style="bold cyan")
+    table.add_column("id", style="bold cyan", no_wrap=True)
     table.add_column("description")
     table.add_column("from", style="dim")
     for env_id in registered():
