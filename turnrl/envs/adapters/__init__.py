@@ -34,6 +34,9 @@ class EnvAdapter:
             :class:`~turnrl.envs.multiagent.core.MultiAgentTextEnv`): ``turnrl.make`` refuses its ids and
             ``make_multi_agent`` makes them.
         usage: the id's form and what it names, one line (``turnrl envs list``), e.g. ``"trl:MODULE:CLASS — …"``.
+        modules: ``modules(env_id)``: the modules outside turnrl the id needs imported (a ``trl:`` class's module),
+            which each Ray worker imports before its first step so that a node missing one is named at once; the
+            default names none.
     """
 
     make: Callable[..., Any]
@@ -42,3 +45,4 @@ class EnvAdapter:
     entry: str = ""
     multi_agent: bool = False
     usage: str = ""
+    modules: Callable[[str], list[str]] = lambda env_id: []

@@ -347,4 +347,5 @@ ADAPTER = EnvAdapter(
     check=check_trl_id,
     entry="turnrl.envs.adapters.trl:make_trl_env",
     usage="trl:MODULE:CLASS — a class written for TRL's environment_factory",
+    modules=lambda env_id: [env_id.split(":")[1]] if env_id.count(":") == 2 else [],
 )

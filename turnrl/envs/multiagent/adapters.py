@@ -96,6 +96,7 @@ TEXTARENA = EnvAdapter(
     entry="turnrl.envs.multiagent.adapters:make_textarena",
     multi_agent=True,
     usage="textarena:GAME — a TextArena game, e.g. textarena:KuhnPoker-v0 (extra games)",
+    modules=lambda env_id: ["textarena"],
 )
 PETTINGZOO = EnvAdapter(
     make=make_pettingzoo,
@@ -103,4 +104,5 @@ PETTINGZOO = EnvAdapter(
     entry="turnrl.envs.multiagent.adapters:make_pettingzoo",
     multi_agent=True,
     usage="pettingzoo:MODULE:FACTORY — a PettingZoo environment with text seats that FACTORY(**kwargs) returns",
+    modules=lambda env_id: [env_id.removeprefix(PETTINGZOO_PREFIX).partition(":")[0]],
 )
