@@ -62,12 +62,12 @@ def check_train(config: str, overrides: list[str] | None) -> str:
     except Exception as e:  # as `turnrl train`: a config that does not load or validate, in one line
         fail(config_error(e, config, overrides))
     search = [Path(config).resolve().parent, Path.cwd()]
-    adapter = adapter_of(str(cfg.env.id))
-    if adapter is not None and adapter.multi_agent:  # e.g. a pettingzoo: module, from the config's folder or here
-        try:
+    try:  # a game's adapter checks its id (e.g. a pettingzoo: module, from the config's folder or here)
+        adapter = adapter_of(str(cfg.env.id))
+        if adapter is not None and getattr(adapter, "multi_agent", False):
             adapter.check(cfg.env.id, search)
-        except (ValueError, ImportError, UnknownEnvironmentError) as e:
-            fail(f"{config}: {e}")
+    except (ValueError, ImportError, UnknownEnvironmentError) as e:
+        fail(f"{config}: {e}")
     train_env = held_env = None
     if cfg.multi_agent is None:
         train_env = make_env(cfg.env.id, cfg.env.kwargs, search)

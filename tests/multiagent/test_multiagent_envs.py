@@ -345,10 +345,13 @@ def test_registration_and_unknown_ids():
     assert not is_multi_agent("turnrl/Arithmetic-v0")
 
 
-def test_a_packages_prefix_of_games_plugs_in_as_every_adapter_does():
+def test_a_packages_prefix_of_games_plugs_in_as_every_adapter_does(monkeypatch):
     """One registry of id prefixes (ENV_ADAPTERS) for environments written elsewhere, one agent or several: an adapter
-    that says multi_agent is made by make_multi_agent, refused by turnrl.make, and its prefix is taken for ids."""
+    that says multi_agent is made by make_multi_agent, refused by turnrl.make, and its prefix is taken for ids; its
+    check's refusal reaches the callers as the ValueError they catch; an adapter that does not load makes no id a game
+    (making the id says why)."""
     import turnrl
+    from turnrl.cli.shared import console
     from turnrl.envs.adapters import EnvAdapter
     from turnrl.envs.registry import ENV_ADAPTERS, UnknownEnvironmentError
 
@@ -358,23 +361,51 @@ def test_a_packages_prefix_of_games_plugs_in_as_every_adapter_does():
         made.append((env_id, kwargs))
         return Endless(max_turns=kwargs.get("max_turns"))
 
-    ENV_ADAPTERS.register("mygames", EnvAdapter(make=make, multi_agent=True, usage="mygames:NAME — my games"))
+    def check(env_id: str, search) -> None:
+        if not env_id.removeprefix("mygames:"):
+            raise UnknownEnvironmentError(f"{env_id!r} is not of the form 'mygames:NAME'")
+
+    ENV_ADAPTERS.register("mygames", EnvAdapter(make=make, check=check, multi_agent=True, usage="mygames:NAME — mine"))
+    ENV_ADAPTERS.register("brokengames", "no_such_module_of_games:ADAPTER")
     try:
         assert is_multi_agent("mygames:Endless") and not is_multi_agent("remote:http://127.0.0.1:1/x")
         assert isinstance(make_multi_agent("mygames:Endless", max_turns=3), Endless)
         assert made == [("mygames:Endless", {"max_turns": 3})]
+        with pytest.raises(ValueError, match="not of the form 'mygames:NAME'"):
+            make_multi_agent("mygames:")
         with pytest.raises(UnknownEnvironmentError, match="several agents: make it with"):
             turnrl.make("mygames:Endless")
         with pytest.raises(ValueError, match="name environments its adapter makes"):
             register_multi_agent("mygames:Other", Endless)
+        assert not is_multi_agent("brokengames:x")  # not known to be a game: making it says the adapter does not load
         from typer.testing import CliRunner
 
         from turnrl.cli import app
 
-        listed = CliRunner().invoke(app, ["envs", "list"], terminal_width=200)
+        monkeypatch.setattr(console, "width", 200)  # the table as a wide terminal shows it, whatever COLUMNS says
+        listed = CliRunner().invoke(app, ["envs", "list"])
         assert "mygames:NAME" in listed.output and "pettingzoo:MODULE:FACTORY" in listed.output
+        assert "cannot load its adapter" in listed.output, listed.output
     finally:
-        ENV_ADAPTERS.entries.pop("mygames")
+        ENV_ADAPTERS.entries.pop("mygames", None)
+        ENV_ADAPTERS.entries.pop("brokengames", None)
+
+
+def test_a_registered_game_whose_module_is_missing_is_an_import_error():
+    """A registered entry that does not import is an ImportError (a Ray worker names the node and the module), and a
+    registered id may not take an adapter's prefix however it comes in."""
+    from turnrl.envs.multiagent.registry import MULTI_AGENT_ENVS
+
+    register_multi_agent("tests/Missing-v0", "no_such_module_of_games:Game")
+    try:
+        with pytest.raises(ImportError, match="does not load"):
+            make_multi_agent("tests/Missing-v0")
+        MULTI_AGENT_ENVS.entries["textarena:Mine-v0"] = "turnrl.envs.multiagent.tictactoe:TicTacToe"  # as an entry point
+        with pytest.raises(ValueError, match="name environments its adapter makes"):
+            MULTI_AGENT_ENVS.get("textarena:Mine-v0")
+    finally:
+        MULTI_AGENT_ENVS.entries.pop("tests/Missing-v0", None)
+        MULTI_AGENT_ENVS.entries.pop("textarena:Mine-v0", None)
 
 
 def test_envs_check_and_list_take_multi_agent_ids():

@@ -13,7 +13,8 @@ from turnrl.rl.placement.shipping import import_problems, needed_modules
         ("turnrl/Arithmetic-v0", []),  # built in
         ("toy_envs:tests/Upper-v0", ["toy_envs"]),  # a module that registers the id
         ("trl:my_tools.env:Counter", ["my_tools.env"]),  # a class written for TRL
-        ("verifiers:vf-arithmetic", ["vf_arithmetic"]),  # the module verifiers imports for the name
+        ("verifiers:vf-arithmetic", []),  # verifiers finds its own (an installed name, a v1 task set)
+        ("turnrl/TicTacToe-v0", []),  # a built-in game
         ("pettingzoo:pettingzoo_nim:make_nim", ["pettingzoo_nim"]),  # the user's factory, not PettingZoo itself
         ("textarena:KuhnPoker-v0", ["textarena"]),
         ("remote:http://127.0.0.1:8000/turnrl/Arithmetic-v0", []),  # a server runs it
@@ -21,6 +22,17 @@ from turnrl.rl.placement.shipping import import_problems, needed_modules
 )
 def test_each_kind_of_id_names_the_modules_its_workers_import(env_id, modules):
     assert needed_modules("grpo", env_id) == modules
+
+
+def test_a_registered_games_module_is_imported_first():
+    from turnrl.envs.multiagent import register_multi_agent
+    from turnrl.envs.multiagent.registry import MULTI_AGENT_ENVS
+
+    register_multi_agent("tests/Shipped-v0", "my_games.board:Board")
+    try:
+        assert needed_modules("grpo", "tests/Shipped-v0") == ["my_games.board"]
+    finally:
+        MULTI_AGENT_ENVS.entries.pop("tests/Shipped-v0")
 
 
 def test_a_missing_module_is_a_problem_named_before_the_first_step():

@@ -62,8 +62,8 @@ def _summary(env_id: str) -> str:
 def envs_list(imports: ImportOption = None) -> None:
     """List the registered environments: built-in, declared by installed packages, or from imported modules."""
     table = Table(title="turnrl environments")
-    table.add_column("id", style="bold cyan", no_wrap=True)
-    table.add_column("description")
+    table.add_column("id", style="bold cyan", overflow="fold")
+    table.add_column("description", min_width=24)
     table.add_column("from", style="dim")
     for env_id in registered():
         table.add_row(env_id, _summary(env_id), source_of(env_id))
@@ -73,11 +73,11 @@ def envs_list(imports: ImportOption = None) -> None:
         table.add_row(env_id, "several agents (turnrl/envs/multiagent)", "turnrl")
     for prefix in ENV_ADAPTERS.names():  # ids that name an environment written elsewhere, by their adapter's prefix
         try:
-            usage = ENV_ADAPTERS.get(prefix).usage or f"{prefix}:…"
+            usage = getattr(ENV_ADAPTERS.get(prefix), "usage", "") or f"{prefix}:… — (an adapter's id)"
         except Exception as e:  # a package's adapter that does not load must not hide the others
-            usage = f"{prefix}:… (cannot load its adapter: {e})"
+            usage = f"{prefix}:… — (cannot load its adapter: {e})"
         form, _, what = usage.partition(" — ")
-        table.add_row(form, what or "(an adapter's id)", "adapter")
+        table.add_row(form, what, "adapter")
     console.print(table)
     for problem in entry_point_problems():
         console.print(f"[yellow]skipped[/yellow] {problem}", markup=True, highlight=False, soft_wrap=True)
@@ -194,12 +194,12 @@ def train(
     except Exception as e:  # a config that does not load or validate: say why, in one line
         fail(config_error(e, config, overrides))
     search = [Path(config).resolve().parent, Path.cwd()]
-    adapter = adapter_of(str(cfg.env.id))
-    if adapter is not None and adapter.multi_agent:  # e.g. a pettingzoo: module, from the config's folder or here
-        try:
+    try:  # a game's adapter checks its id (e.g. a pettingzoo: module, from the config's folder or here)
+        adapter = adapter_of(str(cfg.env.id))
+        if adapter is not None and getattr(adapter, "multi_agent", False):
             adapter.check(cfg.env.id, search)
-        except (ValueError, ImportError, UnknownEnvironmentError) as e:
-            fail(f"{config}: {e}")
+    except (ValueError, ImportError, UnknownEnvironmentError) as e:
+        fail(f"{config}: {e}")
     if cfg.multi_agent is None:  # a game's seats and splits are checked when its source opens, before a model loads
         train_env = make_env(cfg.env.id, cfg.env.kwargs, search)  # fail fast, before loading any model
         held_env = make_env(cfg.env.id, run_eval_kwargs(train_env, cfg.env.kwargs, cfg.env.eval_kwargs), search)

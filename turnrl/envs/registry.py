@@ -341,16 +341,17 @@ def make(env_id: str, **kwargs: Any) -> TextEnv:
             server runs (``turnrl envs serve ID``, or an OpenEnv server): the kwargs are made there.
             ``"trl:module:Class"`` for a class written for TRL (:mod:`turnrl.envs.adapters.trl`) and ``"verifiers:NAME"`` for an
             environment written for verifiers (:mod:`turnrl.envs.adapters.verifiers_env`; the kwargs this adapter does not
-            take go to its ``load_environment``).
+            take go to its ``load_environment``). An adapter's id of a game with several agents (``textarena:GAME``,
+            ``pettingzoo:MODULE:FACTORY``) is refused: :func:`turnrl.envs.multiagent.make_multi_agent` makes it.
 
     Raises:
-        UnknownEnvironmentError: no such id (the message suggests close ids).
+        UnknownEnvironmentError: no such id (the message suggests close ids), or an id of several agents.
         EnvImportError: the module of ``"module:Name-v0"`` cannot be imported.
         InvalidEnvKwargs: a keyword argument the environment does not accept (with a suggestion).
         RemoteEnvError: a ``remote:`` server cannot be reached or refuses the kwargs.
     """
     adapter = adapter_of(env_id) if isinstance(env_id, str) else None
-    if adapter is not None and adapter.multi_agent:
+    if adapter is not None and getattr(adapter, "multi_agent", False):
         raise UnknownEnvironmentError(
             f"{env_id!r} names an environment with several agents: make it with "
             "turnrl.envs.multiagent.make_multi_agent (turnrl train, eval and play take it as they are)"

@@ -402,6 +402,4 @@ ADAPTER = EnvAdapter(
     check=check_verifiers_id,
     entry="turnrl.envs.adapters.verifiers_env:make_verifiers_env",
     usage="verifiers:NAME — an environment written for Prime Intellect's verifiers (extra verifiers)",
-    # the module verifiers.load_environment(NAME) imports
-    modules=lambda env_id: [env_id[len(VERIFIERS_PREFIX) :].replace("-", "_")],
 )

@@ -102,16 +102,20 @@ def actor_env(ray: RayConfig, env_vars: dict[str, str], job: dict[str, Any] | No
 def needed_modules(algorithm: str, env_id: str | None, entry_point: Any = None) -> list[str]:
     """The modules outside turnrl a worker or rank imports for this run: a plug-in algorithm's (``algorithm``, the
     run's ``algorithm.name``) and, with an ``env_id`` (None for a rank, which makes no environment), the
-    environment's (``module:Name-v0``, or those an adapter's id names: ``trl:MODULE:CLASS``'s MODULE) and its
-    registered entry point's (``entry_point``: a ``"module:attr"`` string or the callable)."""
+    environment's (``module:Name-v0``, those an adapter's id names: ``trl:MODULE:CLASS``'s MODULE, or a registered
+    multi-agent id's entry's) and its registered entry point's (``entry_point``: a ``"module:attr"`` string or the callable)."""
+    from turnrl.envs.multiagent.registry import MULTI_AGENT_ENVS
     from turnrl.envs.registry import adapter_of
     from turnrl.rl.algorithms import algorithm_class
 
     names = [algorithm_class(algorithm).__module__]
     env_id = str(env_id or "")
-    adapter = adapter_of(env_id)
-    if adapter is not None:  # trl:MODULE:CLASS, pettingzoo:MODULE:FACTORY, …: the modules its adapter names
-        names += adapter.modules(env_id)
+    adapter = adapter_of(env_id) if env_id else None
+    if env_id in MULTI_AGENT_ENVS:  # a registered game: its entry's module
+        entry = MULTI_AGENT_ENVS.entries[env_id]
+        names.append(entry.partition(":")[0] if isinstance(entry, str) else getattr(entry, "__module__", "") or "")
+    elif adapter is not None:  # trl:MODULE:CLASS, pettingzoo:MODULE:FACTORY, …: the modules its adapter names
+        names += getattr(adapter, "modules", lambda env_id: [])(env_id)
     elif ":" in env_id:  # module:Name-v0
         names.append(env_id.partition(":")[0])
     if isinstance(entry_point, str):
