@@ -400,7 +400,9 @@ def test_a_registered_game_whose_module_is_missing_is_an_import_error():
     try:
         with pytest.raises(ImportError, match="does not load"):
             make_multi_agent("tests/Missing-v0")
-        MULTI_AGENT_ENVS.entries["textarena:Mine-v0"] = "turnrl.envs.multiagent.tictactoe:TicTacToe"  # as an entry point
+        MULTI_AGENT_ENVS.entries["textarena:Mine-v0"] = (
+            "turnrl.envs.multiagent.tictactoe:TicTacToe"  # as an entry point
+        )
         with pytest.raises(ValueError, match="name environments its adapter makes"):
             MULTI_AGENT_ENVS.get("textarena:Mine-v0")
     finally:
