@@ -50,8 +50,7 @@ def parse(args: list[str]) -> tuple[list[str], dict[str, Any]]:
 def check_train(config: str, overrides: list[str] | None) -> str:
     """`turnrl train`'s checks before a model loads (``turnrl.cli.commands.train`` up to ``Trainer(cfg)``); what
     the run will read, in one line. Exits 2 with `turnrl train`'s own message where one fails."""
-    from turnrl.cli.shared import fail, make_env
-    from turnrl.envs.registry import UnknownEnvironmentError, adapter_of
+    from turnrl.cli.shared import check_game_id, fail, make_env
     from turnrl.rl.config import config_error
     from turnrl.rl.run.evaluate import run_eval_kwargs
     from turnrl.rl.run.held_out import HeldOutError, check_run
@@ -62,12 +61,7 @@ def check_train(config: str, overrides: list[str] | None) -> str:
     except Exception as e:  # as `turnrl train`: a config that does not load or validate, in one line
         fail(config_error(e, config, overrides))
     search = [Path(config).resolve().parent, Path.cwd()]
-    try:  # a game's adapter checks its id (e.g. a pettingzoo: module, from the config's folder or here)
-        adapter = adapter_of(str(cfg.env.id))
-        if adapter is not None and getattr(adapter, "multi_agent", False):
-            adapter.check(cfg.env.id, search)
-    except (ValueError, ImportError, UnknownEnvironmentError) as e:
-        fail(f"{config}: {e}")
+    check_game_id(config, str(cfg.env.id), search)
     train_env = held_env = None
     if cfg.multi_agent is None:
         train_env = make_env(cfg.env.id, cfg.env.kwargs, search)

@@ -21,6 +21,7 @@ from turnrl.cli.shared import (
     ImportOption,
     KwOption,
     add_import_option,
+    check_game_id,
     console,
     fail,
     make_env,
@@ -30,8 +31,6 @@ from turnrl.cli.template_check import check_template_command
 from turnrl.cli.view import view_command
 from turnrl.envs.registry import (
     ENV_ADAPTERS,
-    UnknownEnvironmentError,
-    adapter_of,
     entry_point_problems,
     registered,
     source_of,
@@ -194,12 +193,7 @@ def train(
     except Exception as e:  # a config that does not load or validate: say why, in one line
         fail(config_error(e, config, overrides))
     search = [Path(config).resolve().parent, Path.cwd()]
-    try:  # a game's adapter checks its id (e.g. a pettingzoo: module, from the config's folder or here)
-        adapter = adapter_of(str(cfg.env.id))
-        if adapter is not None and getattr(adapter, "multi_agent", False):
-            adapter.check(cfg.env.id, search)
-    except (ValueError, ImportError, UnknownEnvironmentError) as e:
-        fail(f"{config}: {e}")
+    check_game_id(config, str(cfg.env.id), search)
     if cfg.multi_agent is None:  # a game's seats and splits are checked when its source opens, before a model loads
         train_env = make_env(cfg.env.id, cfg.env.kwargs, search)  # fail fast, before loading any model
         held_env = make_env(cfg.env.id, run_eval_kwargs(train_env, cfg.env.kwargs, cfg.env.eval_kwargs), search)

@@ -74,6 +74,19 @@ def parse_kwargs(pairs: list[str] | None) -> dict[str, Any]:
     return out
 
 
+def check_game_id(config: str, env_id: str, search: list[Path]) -> None:
+    """A game's adapter checks its id before anything loads (e.g. a ``pettingzoo:`` module, from the config's folder
+    or the current one); a refusal is the one-line ``error:`` (exit 2) naming the config."""
+    from turnrl.envs.registry import UnknownEnvironmentError, adapter_of
+
+    try:
+        adapter = adapter_of(env_id)
+        if adapter is not None and getattr(adapter, "multi_agent", False):
+            adapter.check(env_id, search)
+    except (ValueError, ImportError, UnknownEnvironmentError) as e:
+        fail(f"{config}: {e}")
+
+
 def make_env(env_id: str, kwargs: dict[str, Any], search: list[Path] | None = None) -> Any:
     """The environment, or the one-line ``error:`` (exit 2) saying what to change."""
     try:
