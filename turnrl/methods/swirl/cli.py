@@ -26,18 +26,26 @@ app = typer.Typer(
 )
 
 
-def _gold_agent(env: Any, tokenizer: str | None) -> Any:
-    """``--agent gold``: the teacher that writes each training question's gold search path (turnrl.methods.swirl.gold)."""
+def _gold_agent(env: Any, tokenizer: str | None, tasks: int) -> Any:
+    """``--agent gold``: a teacher that reads each training task's annotation — HotPotQA-style questions their gold
+    search path (turnrl.methods.swirl.gold), generated arithmetic its calculator path (turnrl.methods.swirl.gold_steps)
+    — for the first ``tasks`` tasks."""
     from turnrl.cli.template_check import load_tokenizer
     from turnrl.methods.swirl.gold import GoldPathAgent
+    from turnrl.methods.swirl.gold_steps import GoldStepsAgent
 
     split, held = getattr(env, "split", None), getattr(env, "held_out_split", None)
-    if split is not None and split == held:
+    if split is not None and (split == held or split in ("validation", "test")):
         raise ValueError(
-            f"--agent gold reads the gold answers: it writes training data, and {split!r} is the "
+            f"--agent gold reads the gold answers: it writes training data, and {split!r} is a "
             "held-out split (pass --kw split=… for a training split)"
         )
-    return GoldPathAgent(load_tokenizer(tokenizer or "smollm2-135m-instruct"), getattr(env.unwrapped, "tasks", []))
+    everything = getattr(env.unwrapped, "tasks", [])
+    first = [everything[i] for i in range(min(tasks, len(everything)))]
+    student = load_tokenizer(tokenizer or "smollm2-135m-instruct")
+    if any(t.metadata.get("expression") for t in first):
+        return GoldStepsAgent(student, first)
+    return GoldPathAgent(student, first)
 
 
 @app.command("generate")
@@ -47,7 +55,7 @@ def swirl_generate(
     agent: Annotated[
         str,
         typer.Option(
-            help="smollm2-135m-instruct, hf:PATH, vllm:PATH, openai:URL#MODEL, tiny:chatml, run:OUT_DIR (a trained run), or gold (HotPotQA's annotated search path and answer, training splits only; --tokenizer the student's)"
+            help="smollm2-135m-instruct, hf:PATH, vllm:PATH, openai:URL#MODEL, tiny:chatml, run:OUT_DIR (a trained run), or gold (a teacher reading the annotations: a multi-hop question's search path, a generated arithmetic problem's calculator steps; training splits only; --tokenizer the student's)"
         ),
     ],
     out: Annotated[str, typer.Option(help="the dataset (.parquet or .jsonl); an existing one is resumed")],
@@ -84,7 +92,7 @@ def swirl_generate(
     from turnrl.methods.swirl.generate import generate
 
     env_kwargs = parse_kwargs(kw)
-    special = (lambda probe: _gold_agent(probe, tokenizer)) if agent == "gold" else None
+    special = (lambda probe: _gold_agent(probe, tokenizer, tasks)) if agent == "gold" else None
     probe, the_agent, n = dataset_run(env, env_kwargs, out, agent, batch_size, tokenizer, tasks, "questions", special)
     if not getattr(probe.unwrapped, "stop", ()):
         say(
