@@ -38,7 +38,8 @@ import torch
 
 from turnrl.lora import AdapterOff, LoraConfig, adapter_state, apply_lora, base_state, is_lora, load_adapter
 from turnrl.rl.algorithms import Experience, get_algorithm
-from turnrl.rl.config import TrainConfig
+from turnrl.rl.config import LearnerConfig, OptimConfig, RolloutConfig, TrainConfig
+from turnrl.rl.core.experience import Objective
 from turnrl.rl.core.learner import Learner, _trainable
 from turnrl.rl.placement.nodes import here
 from turnrl.rl.placement.parameters import full_parameters, to_shared
@@ -110,31 +111,38 @@ class _Trainable(torch.nn.Module):
 
 
 class RankLearner(Learner):
-    """The learner core as rank ``rank`` of ``world`` (see the module docstring); the optimizer is DeepSpeed's."""
+    """The learner core as rank ``rank`` of ``world`` (see the module docstring); the optimizer is DeepSpeed's.
 
-    def __init__(self, config: TrainConfig, model: Any, tokenizer: Any, rank: int, world: int) -> None:
+    It takes the sections it reads, as :class:`~turnrl.rl.core.learner.Learner` does, and the ``learner`` section
+    (the ZeRO stage and ``lora``).
+    """
+
+    def __init__(
+        self,
+        algorithm: Objective,
+        model: Any,
+        tokenizer: Any,
+        rank: int,
+        world: int,
+        *,
+        optim: OptimConfig,
+        rollout: RolloutConfig,
+        learner: LearnerConfig,
+        seed: int = 0,
+    ) -> None:
         import deepspeed
 
-        lc = config.learner
-        o = config.optim
-        if lc.zero_stage == 3 and (o.share_prompts or o.lanes or o.prefix_tree is not False):  # one forward call
-            # per micro-batch on every rank: ZeRO-3 gathers each layer's weights in lock-step with the peers
+        o = optim
+        if learner.zero_stage == 3 and (o.share_prompts or o.lanes or o.prefix_tree is not False):  # one forward
+            # call per micro-batch on every rank: ZeRO-3 gathers each layer's weights in lock-step with the peers
             o = o.model_copy(update={"share_prompts": False, "lanes": False, "prefix_tree": False})
-        super().__init__(
-            get_algorithm(config.algorithm),
-            model,
-            tokenizer,
-            optim=o,
-            rollout=config.rollout,
-            lora=lc.lora,
-            seed=config.seed,
-        )
+        super().__init__(algorithm, model, tokenizer, optim=o, rollout=rollout, lora=learner.lora, seed=seed)
         self.rank, self.world = rank, world
         ds_config = {
-            "train_micro_batch_size_per_gpu": config.optim.minibatch_size,
+            "train_micro_batch_size_per_gpu": optim.minibatch_size,
             "gradient_accumulation_steps": 1,  # the boundary is set by hand (see backward)
-            "gradient_clipping": config.optim.grad_clip,
-            "zero_optimization": {"stage": lc.zero_stage},
+            "gradient_clipping": optim.grad_clip,
+            "zero_optimization": {"stage": learner.zero_stage},
             "zero_allow_untested_optimizer": True,
             "steps_per_print": 2**31 - 1,
             "wall_clock_breakdown": False,
@@ -145,10 +153,10 @@ class RankLearner(Learner):
         )
         self.model = self.policy = self.engine.module.policy
         self.ref_engine = None
-        if isinstance(self.ref_model, torch.nn.Module) and lc.zero_stage == 3:  # partitioned like the policy (a
+        if isinstance(self.ref_model, torch.nn.Module) and learner.zero_stage == 3:  # partitioned like the policy (a
             # LoRA policy's reference is the policy itself with the adapters off: nothing of its own to partition)
             ref_config = {
-                "train_micro_batch_size_per_gpu": config.optim.minibatch_size,
+                "train_micro_batch_size_per_gpu": optim.minibatch_size,
                 "zero_optimization": {"stage": 3},
                 "steps_per_print": 2**31 - 1,
                 "wall_clock_breakdown": False,
@@ -280,7 +288,18 @@ class DeepSpeedRank:
         )
         if gpu:
             policy = policy.to("cuda")
-        self.learner = RankLearner(self.cfg, policy, self.tokenizer, self.rank, self.world)
+        cfg = self.cfg
+        self.learner = RankLearner(
+            get_algorithm(cfg.algorithm),
+            policy,
+            self.tokenizer,
+            self.rank,
+            self.world,
+            optim=cfg.optim,
+            rollout=cfg.rollout,
+            learner=cfg.learner,
+            seed=cfg.seed,
+        )
         self._model = None
         return {"rank": self.rank, "pid": os.getpid(), "device": str(self.learner.device)}
 
