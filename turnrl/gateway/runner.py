@@ -183,19 +183,33 @@ def play_programs(
 class GatewayRunner:
     """The on-policy source's runner when the run trains a user program (``program:`` in the run config): one
     gateway over the policy for the whole run, the step's jobs played by the program, ``program.concurrency`` at
-    once. Episodes are sampled at the run's temperature and top-p whatever the program asks for."""
+    once. Episodes are sampled at the run's temperature and top-p whatever the program asks for.
 
-    def __init__(self, cfg: Any, agent: Any, version: Callable[[], int]) -> None:
-        pc = cfg.program
-        self.cfg, self.agent, self.version = cfg, agent, version
-        self.program = Program(pc.function, pc.command)
+    Args:
+        program: the run config's ``program`` section (the function or command, the gateway's address, key, model
+            name and timeout, ``concurrency``, ``mcp_tools``).
+        env: its ``env`` section (``id`` and ``kwargs``: the environments the program's episodes are scored in).
+        rollout: its ``rollout`` section (``temperature``, ``top_p``, ``max_new_tokens``, ``max_context``).
+        agent: the policy the gateway serves.
+        version: the policy's current version.
+        seed: the run's seed (the environments' seeds derive from it).
+
+    The sections are read by name, not by type: the gateway sits below ``rl/``, which defines them.
+    """
+
+    def __init__(
+        self, program: Any, env: Any, rollout: Any, agent: Any, version: Callable[[], int], *, seed: int = 0
+    ) -> None:
+        self.program_cfg, self.env_cfg, self.rollout, self.seed = program, env, rollout, seed
+        self.agent, self.version = agent, version
+        self.program = Program(program.function, program.command)
         self.gateway: Gateway | None = None
         self.tools: ToolServer | None = None  # the environments' tools over MCP (program.mcp_tools)
 
     def open(self) -> Gateway:
         """The run's gateway (started on first use)."""
         if self.gateway is None:
-            pc, r = self.cfg.program, self.cfg.rollout
+            pc, r = self.program_cfg, self.rollout
             self.gateway = Gateway(
                 self.agent,
                 pc.model_name,
@@ -217,15 +231,15 @@ class GatewayRunner:
 
     def run(self, jobs: Sequence[Any]) -> tuple[list[Trajectory], dict[str, float]]:
         """Play every job once with the program."""
-        pc = self.cfg.program
+        pc = self.program_cfg
         t0 = time.perf_counter()
         trajs = play_programs(
             self.open(),
             self.program,
-            self.cfg.env.id,
-            self.cfg.env.kwargs,
+            self.env_cfg.id,
+            self.env_cfg.kwargs,
             jobs,
-            seed=self.cfg.seed,
+            seed=self.seed,
             concurrency=pc.concurrency,
             timeout=pc.timeout,
             tools=self.tools,
@@ -237,7 +251,7 @@ class GatewayRunner:
 
     def player(self, greedy: bool = True) -> Callable[..., tuple[list[Trajectory], int]]:
         """Evaluation's player (:func:`turnrl.rl.run.evaluate.evaluate`): the program on held-out jobs, greedy."""
-        pc = self.cfg.program
+        pc = self.program_cfg
 
         def play(
             jobs: Sequence[Any], env_kwargs: dict[str, Any], sink: Callable[[Trajectory], Any]
@@ -245,10 +259,10 @@ class GatewayRunner:
             trajs = play_programs(
                 self.open(),
                 self.program,
-                self.cfg.env.id,
+                self.env_cfg.id,
                 env_kwargs,
                 jobs,
-                seed=self.cfg.seed,
+                seed=self.seed,
                 concurrency=pc.concurrency,
                 timeout=pc.timeout,
                 sink=sink,

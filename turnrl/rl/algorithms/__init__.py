@@ -26,7 +26,7 @@ from turnrl.rl.algorithms.base import (
     PolicyGradientConfig,
 )
 from turnrl.rl.algorithms.run_checks import check_run_config
-from turnrl.rl.config import AlgorithmHooks, install_algorithm_hooks
+from turnrl.rl.config import AlgorithmHooks, TrainConfig, install_algorithm_hooks
 
 #: The general estimators of this package; the methods' algorithms are entry points (see the module docstring).
 BUILTINS: dict[str, str] = {
@@ -155,7 +155,7 @@ def _options(name: str) -> set[str]:
         return set()
 
 
-def _check_run_config(cfg: Any) -> None:
+def _check_run_config(cfg: TrainConfig) -> None:
     """The configuration's check hook: ``cfg`` against the algorithm it names."""
     check_run_config(cfg, algorithm_class(cfg.algorithm.name))
 

@@ -33,10 +33,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from turnrl.agents.base import Agent, SamplingParams
 from turnrl.rl.run.held_out import Planned, check_extra_evals, plan_extra_evals
+
+if TYPE_CHECKING:
+    from turnrl.rl.config import TrainConfig
 
 
 class ExtraEvals:
@@ -48,7 +51,7 @@ class ExtraEvals:
         opponent: builds a frozen opponent from its name (built once per evaluation, on the policy's device).
     """
 
-    def __init__(self, cfg: Any, opponent: Callable[[str], Agent]) -> None:
+    def __init__(self, cfg: TrainConfig, opponent: Callable[[str], Agent]) -> None:
         self.cfg, self._opponent = cfg, opponent
         self._planned: list[Planned] | None = None
         self._opponents: dict[str, Agent] = {}

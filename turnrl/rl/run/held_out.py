@@ -16,12 +16,15 @@ problems, and returns a warning where nothing can be claimed held out.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from turnrl.envs.multiagent.registry import is_multi_agent
 from turnrl.rl.run.evaluate import held_out_kwargs, run_eval_kwargs
 from turnrl.rollout.opponents import Opponent
 from turnrl.types import Trajectory
+
+if TYPE_CHECKING:
+    from turnrl.rl.config import TrainConfig
 
 
 class HeldOutError(ValueError):
@@ -242,7 +245,7 @@ def check_game_validation(
     return val_kwargs
 
 
-def check_run(cfg: Any, train_env: Any, held_env: Any) -> str | None:
+def check_run(cfg: TrainConfig, train_env: Any, held_env: Any) -> str | None:
     """Everything :mod:`held_out` asks of a training run (``cfg``, a TrainConfig) before a model loads: its held-out
     tasks (``held_env``) against its training tasks (``train_env``; both closed here), or a game's; where
     ``validate_every`` asks for one, a validation split to read that poses no training problem (a game's too:
@@ -313,7 +316,7 @@ def _make(env_id: str, kwargs: dict[str, Any], several: bool) -> Any:
     return make(env_id, **kwargs)
 
 
-def plan_extra_evals(cfg: Any) -> list[Planned]:
+def plan_extra_evals(cfg: TrainConfig) -> list[Planned]:
     """``cfg.extra_evals`` resolved: each environment made once with its kwargs, and the split it is evaluated on
     (the kwargs' own, else its held-out split) and validated on (its validation split).
 
@@ -352,7 +355,7 @@ def plan_extra_evals(cfg: Any) -> list[Planned]:
     return out
 
 
-def check_extra_evals(cfg: Any, train_env: Any, planned: list[Planned] | None = None) -> str | None:
+def check_extra_evals(cfg: TrainConfig, train_env: Any, planned: list[Planned] | None = None) -> str | None:
     """Refuse an extra evaluation that would read the run's training problems (by canonical form: its first
     ``eval_tasks`` problems where the environment calls them held out, and with ``validate_every`` its first
     ``validation_tasks`` validation problems), or that cannot validate where the run validates. Returns a warning
@@ -394,7 +397,7 @@ def check_extra_evals(cfg: Any, train_env: Any, planned: list[Planned] | None = 
     return "\n".join(warnings) or None
 
 
-def check_dataset_extra_evals(cfg: Any, episodes: list[Trajectory]) -> None:
+def check_dataset_extra_evals(cfg: TrainConfig, episodes: list[Trajectory]) -> None:
     """:func:`check_dataset` for the run's ``extra_evals``: refuse stored episodes (an offline run's dataset, by the
     canonical form ``turnrl rollout`` records in ``metadata["item"]``) that pose the problems an extra evaluation
     scores — its first ``eval_tasks`` where its environment calls that split held out, and with ``validate_every``

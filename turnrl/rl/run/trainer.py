@@ -165,7 +165,10 @@ class Trainer:
             if self.cfg.program is not None:
                 from turnrl.gateway.runner import GatewayRunner
 
-                self.runner = GatewayRunner(self.cfg, self.agent, lambda: self.learner.version)
+                c = self.cfg
+                self.runner = GatewayRunner(
+                    c.program, c.env, c.rollout, self.agent, lambda: self.learner.version, seed=c.seed
+                )
             elif self.cfg.placement == "ray":
                 from turnrl.rl.placement.ray import RayRunner
 
