@@ -60,7 +60,7 @@ class Registry(Generic[T]):
         if self._read:
             return
         self._read = True
-        for name, value in entry_points_turnrl_first(self.group):
+        for name, value, _ in entry_points_turnrl_first(self.group):
             self.entries.setdefault(name, value)
 
     def register(self, name: str, entry: str | T | None = None, *, replace: bool = False) -> Any:

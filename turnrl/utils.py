@@ -123,13 +123,19 @@ def load_entry(entry: str) -> Any:
     return getattr(importlib.import_module(module), attr)
 
 
-def entry_points_turnrl_first(group: str) -> list[tuple[str, str]]:
-    """``(name, "module:attr")`` of every entry point installed packages declare under ``group``, turnrl's own first,
-    so that a registry filling itself with ``setdefault`` lets no other package take a name turnrl holds."""
+def entry_points_turnrl_first(group: str) -> list[tuple[str, str, str]]:
+    """``(name, "module:attr", distribution)`` of every entry point installed packages declare under ``group``,
+    turnrl's own first, so that a registry filling itself with ``setdefault`` lets no other package take a name
+    turnrl holds; ``distribution`` is the declaring package's name and version (``"an unnamed distribution"`` when
+    its metadata says none). The one reader of entry points: the plug-in registries (:mod:`turnrl.plugins`) and the
+    environment ids (:mod:`turnrl.envs.registry`) call it."""
     from importlib.metadata import entry_points
 
     found = sorted(entry_points(group=group), key=lambda ep: not ep.value.startswith("turnrl."))
-    return [(ep.name, ep.value) for ep in found]
+    return [
+        (ep.name, ep.value, f"{ep.dist.name} {ep.dist.version}" if ep.dist is not None else "an unnamed distribution")
+        for ep in found
+    ]
 
 
 def code_version(timeout: float = 5.0) -> dict[str, Any]:

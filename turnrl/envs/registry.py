@@ -25,8 +25,6 @@ from __future__ import annotations
 
 import ast
 import dataclasses
-import importlib
-import importlib.metadata
 import inspect
 import textwrap
 import traceback
@@ -41,7 +39,7 @@ from gymnasium.envs.registration import load_env_creator, parse_env_id
 
 from turnrl.envs.core import TextEnv
 from turnrl.plugins import Registry
-from turnrl.utils import import_from, parse_python
+from turnrl.utils import entry_points_turnrl_first, import_from, parse_python
 
 ENTRY_POINT_GROUP = "turnrl.envs"
 #: Id prefixes (``PREFIX:REST``) that name an environment written elsewhere, each with the adapter that checks such
@@ -137,17 +135,16 @@ def load_entry_points() -> None:
     """Register the ids that installed packages declare in the ``turnrl.envs`` entry-point group (no import)."""
     _ENTRY_POINT_PROBLEMS.clear()
     try:
-        found = importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
+        found = entry_points_turnrl_first(ENTRY_POINT_GROUP)
     except Exception as e:  # broken metadata must not break `import turnrl`
         _ENTRY_POINT_PROBLEMS.append(f"reading the {ENTRY_POINT_GROUP!r} entry points failed: {e}")
         return
-    for ep in found:
-        dist = f"{ep.dist.name} {ep.dist.version}" if ep.dist is not None else "an unnamed distribution"
-        problem = _entry_point_problem(ep.name, ep.value)
+    for name, value, dist in found:
+        problem = _entry_point_problem(name, value)
         if problem:
-            _ENTRY_POINT_PROBLEMS.append(f"entry point {ep.name!r} = {ep.value!r} of {dist}: {problem}")
+            _ENTRY_POINT_PROBLEMS.append(f"entry point {name!r} = {value!r} of {dist}: {problem}")
             continue
-        _register(ep.name, ep.value, {}, f"package {dist} (entry point)")
+        _register(name, value, {}, f"package {dist} (entry point)")
 
 
 def _entry_point_problem(name: str, value: str) -> str | None:
