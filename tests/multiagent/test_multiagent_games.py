@@ -20,7 +20,6 @@ from turnrl.envs.multiagent.external import PettingZooTextEnv, TextArenaEnv
 from turnrl.envs.spaces import TextSpace
 from turnrl.rl.config import TrainConfig
 from turnrl.rl.run.evaluate_multi import evaluate_multi_agent
-from turnrl.rl.run.trainer import Trainer
 from turnrl.rollout.multi import MultiAgentRollout
 from turnrl.storage import read_jsonl
 from turnrl.types import SamplingParams
@@ -87,7 +86,14 @@ def told_once(traj, tok, tags=True):
         assert counts, "no tagged message reached the seat"
 
 
-def trainer(tmp_path, env, **over):
+@pytest.fixture
+def trainer(trainer_of):
+    """``trainer(tmp_path, env, **over)``: ``(trainer, tokenizer)`` of a one-step game run on ``env``; the trainer is
+    closed when the test ends."""
+    return lambda tmp_path, env, **over: _trainer(trainer_of, tmp_path, env, **over)
+
+
+def _trainer(trainer_of, tmp_path, env, **over):
     tok = tiny_tokenizer("chatml")
     cfg = TrainConfig(
         **{
@@ -109,7 +115,7 @@ def trainer(tmp_path, env, **over):
             **over,
         }
     )
-    return Trainer(cfg, model=tiny_model(tok, seed=0), tokenizer=tok), tok
+    return trainer_of(cfg, tok, tiny_model(tok, seed=0)), tok
 
 
 def trained(out, step=1):
@@ -118,7 +124,7 @@ def trained(out, step=1):
 
 @pytest.mark.parametrize("game, players", TEXTARENA, ids=[g for g, _ in TEXTARENA])
 def test_a_textarena_game_trains_on_training_seeds_and_is_evaluated_on_held_out_ones(
-    game, players, tmp_path, tagged, seeds_played, one_thread
+    game, players, tmp_path, tagged, seeds_played, one_thread, trainer
 ):
     tr, tok = trainer(tmp_path, {"id": f"textarena:{game}", "kwargs": {"num_players": players}})
     history = tr.train()
@@ -140,7 +146,7 @@ def test_a_textarena_game_trains_on_training_seeds_and_is_evaluated_on_held_out_
     assert {r["seat"] for r in rows} == set(seats[: min(players, 4)])
 
 
-def test_validation_plays_its_own_seeds_off_the_test_ones(tmp_path, seeds_played, one_thread):
+def test_validation_plays_its_own_seeds_off_the_test_ones(tmp_path, seeds_played, one_thread, trainer):
     """validate_every on a game played on seeds reads the validation range (a pilot chooses its step there): no
     validation game is a training or a test game, and the held-out evaluation still plays only test seeds."""
     tr, _ = trainer(
@@ -289,7 +295,9 @@ def make_transcript():
 # ---- PettingZoo: the example game, found where it is; outcomes; errors ----
 
 
-def test_the_example_pettingzoo_game_trains_and_is_evaluated_on_seeds(tmp_path, monkeypatch, seeds_played, one_thread):
+def test_the_example_pettingzoo_game_trains_and_is_evaluated_on_seeds(
+    tmp_path, monkeypatch, seeds_played, one_thread, trainer_of
+):
     """examples/pettingzoo-nim.yaml, one step with the tiny model, from examples/ (its game found there)."""
     from turnrl.rl.config import load_config
 
@@ -309,7 +317,7 @@ def test_the_example_pettingzoo_game_trains_and_is_evaluated_on_seeds(tmp_path, 
         ],
     )
     tok = tiny_tokenizer("chatml")
-    tr = Trainer(cfg, model=tiny_model(tok, seed=0), tokenizer=tok)
+    tr = trainer_of(cfg, tok, tiny_model(tok, seed=0))
     history = tr.train()
     trajs = trained(tmp_path)
     assert trajs and history[1]["guard_violations"] == 0
@@ -416,7 +424,7 @@ def test_pettingzoo_modules_are_found_in_the_current_folder_and_bad_ids_are_one_
     assert "no module named" not in res.output, res.output
 
 
-def test_a_game_of_ones_own_without_a_length_trains_on_seeds(tmp_path, one_thread):
+def test_a_game_of_ones_own_without_a_length_trains_on_seeds(tmp_path, one_thread, trainer):
     class Coin(MultiAgentTextEnv):
         """Guess the coin the seed tossed: no list of starting states, only seeds."""
 

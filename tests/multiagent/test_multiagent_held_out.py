@@ -16,7 +16,6 @@ from turnrl.cli import app
 from turnrl.envs.multiagent.tictactoe import text_player
 from turnrl.rl.config import TrainConfig
 from turnrl.rl.run.evaluate_multi import evaluate_multi_agent, run_not_held_out
-from turnrl.rl.run.trainer import Trainer
 
 pytestmark = pytest.mark.timeout(300)
 TTT = "turnrl/TicTacToe-v0"
@@ -116,27 +115,23 @@ def test_turnrl_train_says_whether_its_figures_are_held_out_beside_the_floor_and
     assert "over 4 distinct items (paired" in res.output  # step 0 and step 1 paired by starting state and seat
 
 
-def test_an_opted_in_run_labels_its_figures_not_held_out(tmp_path):
+def test_an_opted_in_run_labels_its_figures_not_held_out(tmp_path, trainer_of):
     tok = tiny_tokenizer("chatml")
-    tr = Trainer(
-        config(tmp_path, opponent="random", eval_not_held_out=True), model=tiny_model(tok, seed=0), tokenizer=tok
-    )
+    tr = trainer_of(config(tmp_path, opponent="random", eval_not_held_out=True), tok, tiny_model(tok, seed=0))
     history = tr.train()
     report = json.loads((tmp_path / "eval" / "step-1" / "metrics.json").read_text())
     assert report["held_out"] == "not held out" and history[-1]["eval_held_out"] == 0.0
     assert "trains against (multi_agent.opponent 'random')" in report["held_out_notes"][0]
 
 
-def test_a_held_out_run_evaluates_its_floor_once_and_reports_it_every_time(tmp_path, monkeypatch):
+def test_a_held_out_run_evaluates_its_floor_once_and_reports_it_every_time(tmp_path, monkeypatch, trainer_of):
     from turnrl.rl.run import evaluate_multi
 
     played = []
     real = evaluate_multi._play
     monkeypatch.setattr(evaluate_multi, "_play", lambda *a, **k: played.append(a[4]) or real(*a, **k))
     tok = tiny_tokenizer("chatml")
-    tr = Trainer(
-        config(tmp_path, opponent="random", eval_opponent="perfect"), model=tiny_model(tok, seed=0), tokenizer=tok
-    )
+    tr = trainer_of(config(tmp_path, opponent="random", eval_opponent="perfect"), tok, tiny_model(tok, seed=0))
     history = tr.train()
     rows = [h for h in history if "eval_success" in h]
     assert len(rows) == 2 and all(h["eval_held_out"] == 1.0 for h in rows)
@@ -269,11 +264,11 @@ def test_greedy_games_from_one_board_against_a_fixed_player_are_counted_once_and
     assert again["distinct_games"] == 8
 
 
-def test_a_runs_held_out_games_are_sampled_at_its_evaluation_temperature(tmp_path):
+def test_a_runs_held_out_games_are_sampled_at_its_evaluation_temperature(tmp_path, trainer_of):
     tok = tiny_tokenizer("chatml")
     cfg = config(tmp_path, opponent="self", eval_opponent="perfect", eval_temperature=1.5)
     cfg = cfg.model_copy(update={"env": cfg.env.model_copy(update={"kwargs": {"max_opening": 0}})})
-    tr = Trainer(cfg, model=tiny_model(tok, seed=0), tokenizer=tok)
+    tr = trainer_of(cfg, tok, tiny_model(tok, seed=0))
     tr.evaluate(tmp_path / "e")
     run = json.loads((tmp_path / "e" / "run.json").read_text())
     assert run["settings"]["params"]["temperature"] == 1.5

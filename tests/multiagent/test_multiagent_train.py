@@ -38,9 +38,15 @@ def config(out, **over):
     return TrainConfig(**base)
 
 
-def trainer(cfg, seed=0):
-    tok = tiny_tokenizer("chatml")
-    return Trainer(cfg, model=tiny_model(tok, seed=seed), tokenizer=tok)
+@pytest.fixture
+def trainer(trainer_of):
+    """``trainer(cfg, seed=0)``: a trainer of ``cfg`` on a tiny model of ``seed``, closed when the test ends."""
+
+    def build(cfg, seed=0):
+        tok = tiny_tokenizer("chatml")
+        return trainer_of(cfg, tok, tiny_model(tok, seed=seed))
+
+    return build
 
 
 def weights(model):
@@ -51,7 +57,7 @@ def episodes(out, step):
     return list(read_jsonl(out / "train" / f"step-{step}" / "trajectories.jsonl"))
 
 
-def test_self_play_trains_every_seat_in_groups_per_seat_on_exactly_what_was_sampled(tmp_path):
+def test_self_play_trains_every_seat_in_groups_per_seat_on_exactly_what_was_sampled(tmp_path, trainer):
     tr = trainer(config(tmp_path))
     before = weights(tr.model)
     history = tr.train()
@@ -75,7 +81,7 @@ def test_self_play_trains_every_seat_in_groups_per_seat_on_exactly_what_was_samp
     assert report["opponent"] == "random" and report["env_kwargs"]["split"] == "test"
 
 
-def test_against_a_frozen_player_only_the_policys_seat_trains_in_turn(tmp_path):
+def test_against_a_frozen_player_only_the_policys_seat_trains_in_turn(tmp_path, trainer):
     tr = trainer(config(tmp_path, multi_agent={"opponent": "random", "eval_opponent": "perfect"}))
     tr.train()
     for step in (1, 2):
@@ -95,7 +101,7 @@ def test_against_a_frozen_player_only_the_policys_seat_trains_in_turn(tmp_path):
     assert {t.metadata["seat"] for t in episodes(tmp_path / "x", 1)} == {"x"}
 
 
-def test_games_from_the_empty_board_train_and_evaluate(tmp_path):
+def test_games_from_the_empty_board_train_and_evaluate(tmp_path, trainer):
     """max_opening 0: one starting state, the empty board, in training and in the held-out games (held out then by
     the opponent only)."""
     history = trainer(
@@ -109,7 +115,7 @@ def test_games_from_the_empty_board_train_and_evaluate(tmp_path):
     assert report["opponent"] == "random"
 
 
-def test_the_league_enters_versions_by_its_rules_and_plays_them_frozen(tmp_path):
+def test_the_league_enters_versions_by_its_rules_and_plays_them_frozen(tmp_path, trainer):
     league = League(LeagueConfig(size=2, every=2, latest=0.0), seed=0)
     model = torch.nn.Linear(2, 2)
     assert league.enter(0, 0, model) and not league.enter(1, 1, model) and not league.enter(2, 0, model)
@@ -139,7 +145,7 @@ def test_the_league_enters_versions_by_its_rules_and_plays_them_frozen(tmp_path)
         assert len(trajs) == 4 and all(t.metadata["opponent"].startswith("league:v") for t in trajs)
 
 
-def test_a_resumed_league_run_ends_like_an_uninterrupted_one(tmp_path):
+def test_a_resumed_league_run_ends_like_an_uninterrupted_one(tmp_path, trainer):
     over = {
         "steps": 3,
         "algorithm": {"name": "ppo"},  # a critic: every step moves the weights
@@ -162,7 +168,7 @@ def test_a_resumed_league_run_ends_like_an_uninterrupted_one(tmp_path):
     assert [[h.get(k) for k in key] for h in again.history[1:]] == [[h.get(k) for k in key] for h in whole.history[1:]]
 
 
-def test_a_lora_league_keeps_the_adapters_alone(tmp_path):
+def test_a_lora_league_keeps_the_adapters_alone(tmp_path, trainer):
     cfg = config(
         tmp_path,
         steps=2,
@@ -180,7 +186,7 @@ def test_a_lora_league_keeps_the_adapters_alone(tmp_path):
     "algorithm",
     [{"name": "rloo"}, {"name": "dapo", "dynamic_sampling": False}, {"name": "ppo"}, {"name": "reinforce++"}],
 )
-def test_the_on_policy_algorithms_train_a_game(tmp_path, algorithm):
+def test_the_on_policy_algorithms_train_a_game(tmp_path, algorithm, trainer):
     history = trainer(config(tmp_path, steps=1, algorithm=algorithm)).train()
     assert history[1]["guard_violations"] == 0 and history[1]["trained_episodes"] > 0
 
@@ -246,7 +252,7 @@ def seat_logprobs(model, traj, temperature=1.5):
     return logp[mask], torch.tensor([0.0 if x is None else x for x in traj.logprobs[1:]])[mask]
 
 
-def test_separate_lora_policies_each_train_their_own_seats_on_one_base(tmp_path):
+def test_separate_lora_policies_each_train_their_own_seats_on_one_base(tmp_path, trainer):
     tr = trainer(two_policies(tmp_path, steps=1))
     x, o = tr.policies["X"].model, tr.policies["O"].model
     with torch.no_grad():  # the two adapters differ from the start, so that a swapped one would show
@@ -281,7 +287,7 @@ def test_separate_lora_policies_each_train_their_own_seats_on_one_base(tmp_path)
     assert json.loads((tmp_path / "eval" / "step-1" / "metrics.json").read_text())["episodes"] == 4
 
 
-def test_policy_names_are_free_a_policy_named_like_the_rollouts_own_trains_its_seats(tmp_path):
+def test_policy_names_are_free_a_policy_named_like_the_rollouts_own_trains_its_seats(tmp_path, trainer):
     """ "opponent" and "policy" are the names the source gives a frozen opponent and the trained policy: a run's own
     policies may be called so, and each trains on its own seats."""
     cfg = config(
@@ -301,7 +307,7 @@ def test_policy_names_are_free_a_policy_named_like_the_rollouts_own_trains_its_s
         assert any(not torch.equal(before[name][n], after[n]) for n in after), name
 
 
-def test_one_policys_bad_log_probs_among_good_ones_fire_the_guard(tmp_path, monkeypatch, caplog):
+def test_one_policys_bad_log_probs_among_good_ones_fire_the_guard(tmp_path, monkeypatch, caplog, trainer):
     """Policy O's sampler reports log-probabilities 1.6e-3 nats off (over the guard's 1e-3 mean tolerance, under its
     max one); X's are right. A mean over both policies would hide it (O brings the fewer tokens): the guard holds each
     policy's own figures, and the figures over both are over all their tokens."""
@@ -328,7 +334,7 @@ def test_one_policys_bad_log_probs_among_good_ones_fire_the_guard(tmp_path, monk
     assert row["logp_diff_lag0"] == pytest.approx(want) and row["guard_logp_gap"] == pytest.approx(want)
 
 
-def test_a_resumed_run_restores_every_policy(tmp_path):
+def test_a_resumed_run_restores_every_policy(tmp_path, trainer):
     whole = trainer(two_policies(tmp_path / "whole", steps=2))
     whole.train()
     cut = trainer(two_policies(tmp_path / "cut", steps=2))
@@ -386,7 +392,7 @@ def test_bad_policy_maps_are_refused_before_a_model_loads(tmp_path):
         seats_of(half.env, half.multi_agent)
 
 
-def test_a_rollout_worker_samples_each_seat_with_its_own_policys_adapters(tmp_path):
+def test_a_rollout_worker_samples_each_seat_with_its_own_policys_adapters(tmp_path, trainer):
     """A Ray rollout worker (the actor's class, in this process) with two LoRA policies: every seat's tokens are its
     own policy's samples — scored under the other policy they would not match — and pushed weights land each in its
     own policy (a worker that swapped adapters fails both)."""

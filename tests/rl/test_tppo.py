@@ -13,7 +13,7 @@ from turnrl.agents.tiny import tiny_model, tiny_tokenizer
 from turnrl.rl.algorithms import get_algorithm, parse_algorithm_config
 from turnrl.rl.core.batch import collate
 from turnrl.rl.formulas.advantages import masked_gae
-from turnrl.rl.run.trainer import TrainConfig, Trainer
+from turnrl.rl.run.trainer import TrainConfig
 from turnrl.rollout.engine import Rollout
 
 
@@ -275,13 +275,19 @@ def config(tmp_path, algo, steps, **algorithm):
     )
 
 
-def run(cfg):
-    tok = tiny_tokenizer("chatml")
-    trainer = Trainer(cfg, model=tiny_model(tok), tokenizer=tok)
-    return trainer, trainer.train()
+@pytest.fixture
+def run(trainer_of):
+    """``run(cfg)``: ``(trainer, history)`` of ``cfg`` trained to its end on a fresh tiny model; the trainer is
+    closed when the test ends."""
+
+    def go(cfg):
+        trainer = trainer_of(cfg)
+        return trainer, trainer.train()
+
+    return go
 
 
-def test_a_window_no_response_reaches_is_plain_ppo(tmp_path):
+def test_a_window_no_response_reaches_is_plain_ppo(tmp_path, run):
     as_ppo = {
         "window": 64,
         "lam_actor": 0.95,
@@ -303,7 +309,7 @@ def test_a_window_no_response_reaches_is_plain_ppo(tmp_path):
     assert all(h.get("carried_episodes", 0) == 0 for h in t)
 
 
-def test_tppo_in_windows_shorter_than_the_answers_trains_on_each_window_once(tmp_path):
+def test_tppo_in_windows_shorter_than_the_answers_trains_on_each_window_once(tmp_path, run):
     cfg = config(tmp_path, "tppo", 6, window=3, value_warmup_steps=2).model_copy(update={"save_trajectories": True})
     _trainer, history = run(cfg)
     assert sum(h["carried_episodes"] for h in history[1:]) > 0 and all(h["critic_only"] == 1 for h in history[1:3])
@@ -332,13 +338,12 @@ def test_tppo_in_windows_shorter_than_the_answers_trains_on_each_window_once(tmp
     )
 
 
-def test_a_resumed_windowed_run_plays_the_episodes_in_play_again(tmp_path):
+def test_a_resumed_windowed_run_plays_the_episodes_in_play_again(tmp_path, run, trainer_of):
     cfg = config(tmp_path, "tppo", 4, window=2, value_warmup_steps=0)
     trainer, _ = run(cfg.model_copy(update={"steps": 2}))
     state = trainer.driver.source.state_dict()
     assert state["in_play"] and all(len(k.split("-")) == 4 for k in state["in_play"])
-    tok = tiny_tokenizer("chatml")
-    again = Trainer(cfg, model=tiny_model(tok), tokenizer=tok)
+    again = trainer_of(cfg)
     again.driver.source.load_state_dict(state)
     trajs, info = again.driver.source.collect(2)
     keys = [t.metadata["job"] for t in trajs]
@@ -360,7 +365,7 @@ def test_bad_tppo_settings_are_refused_before_a_model_loads(tmp_path):
         config(tmp_path, "tppo", 1, train_on="all")
 
 
-def test_train_on_finished_trains_each_group_once_whole_after_its_episodes_finish(tmp_path):
+def test_train_on_finished_trains_each_group_once_whole_after_its_episodes_finish(tmp_path, run):
     cfg = config(tmp_path, "tppo", 6, window=3, value_warmup_steps=0, train_on="finished")
     # up to three tries per episode: a group's episodes finish windows apart, its quick ones wait across updates
     retry = cfg.env.model_copy(update={"kwargs": {"retry": True, "max_turns": 3}})
@@ -432,7 +437,7 @@ def test_a_turn_resumed_in_a_later_window_does_not_replay_its_random_stream():
         assert pieces[0] != pieces[1] and pieces[1] != pieces[2], pieces
 
 
-def test_min_groups_holds_finished_groups_until_enough_are_ready(tmp_path):
+def test_min_groups_holds_finished_groups_until_enough_are_ready(tmp_path, run):
     cfg = config(tmp_path, "tppo", 6, window=2, value_warmup_steps=0, train_on="finished", min_groups=4)
     trainer, history = run(cfg.model_copy(update={"save_trajectories": True}))
     assert any(h.get("ready_episodes", 0) > 0 for h in history[1:])  # some step held groups back
@@ -457,7 +462,7 @@ def test_min_groups_holds_finished_groups_until_enough_are_ready(tmp_path):
     assert held <= set(source.state_dict()["in_play"])  # a resumed run plays the held groups again
 
 
-def test_min_groups_holds_nothing_during_the_critic_warm_up_nor_for_the_first_policy_update(tmp_path):
+def test_min_groups_holds_nothing_during_the_critic_warm_up_nor_for_the_first_policy_update(tmp_path, run):
     """The warm-up's updates train no policy: they take whatever groups have finished, so that the warm-up ends on the
     step an unwindowed run's would; so does the first policy update, so that the actor starts on that step too; the
     policy's later updates wait for ``min_groups`` groups."""
@@ -488,7 +493,7 @@ def test_min_groups_needs_train_on_finished(tmp_path):
         config(tmp_path, "tppo", 1, train_on="finished", min_groups=0)
 
 
-def test_refill_prompts_starts_a_full_set_of_groups_every_step_beside_the_carried_episodes(tmp_path):
+def test_refill_prompts_starts_a_full_set_of_groups_every_step_beside_the_carried_episodes(tmp_path, run):
     fit = config(tmp_path / "fit", "tppo", 4, window=2, value_warmup_steps=0, train_on="finished")
     _, by_fit = run(fit)
     full = config(
