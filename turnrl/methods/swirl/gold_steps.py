@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from turnrl.agents.scripted import ScriptedAgent
+from turnrl.utils import parse_python
 
 _OPS: dict[type, tuple[str, Callable[[int, int], int]]] = {
     ast.Add: ("+", operator.add),
@@ -57,7 +58,7 @@ def calculator_steps(expression: str) -> list[tuple[str, int]]:
         raise ValueError(f"{expression!r} is not an integer expression of + - * / and parentheses")
 
     try:
-        tree = ast.parse(expression, mode="eval").body
+        tree = parse_python(expression, mode="eval").body
     except SyntaxError as e:
         raise ValueError(f"{expression!r} is not an integer expression of + - * / and parentheses") from e
     value(tree)
