@@ -1,33 +1,47 @@
 #!/usr/bin/env bash
-# Issue 79's learning comparison, as fixed in bench/preregistered.md ("trees against chains on MultiHop") before its
-# first run: turnrl/MultiHop-v0 (2-hop bridge questions, the swirl tool style, no demonstrations), the pilot's recipe
-# (bench/pilot_trees.sh): the gold-path teacher's step rows on 256 training questions (written afresh here by today's
-# teacher, which stops at its stop strings), a 12-step supervised warm-up per seed, then from it 16 GRPO steps of 4
-# questions x 4 episodes as chains (G = 4) and as trees (2 children after turns 1 and 2: 4 leaves a question, the
-# tree advantage). Every GRPO run validates every 4 steps on all 96 validation questions (world 3) and evaluates
-# every 4 steps on all 193 test questions (worlds 0-1), greedy. Seeds 0 1 2, seed by seed (warm-up, chains, trees),
-# one run at a time, alone on the machine:
-#   bash bench/evidence_trees.sh [OUT]       (default runs/e79; about 25 minutes a seed on 2 CPU cores)
+# Issue 79's learning comparison, trees against chains, as fixed in bench/preregistered.md before each testbed's first
+# run. TESTBED picks the task (nothing else differs between the testbeds):
+#   multihop (default; "trees against chains on MultiHop"): turnrl/MultiHop-v0, 2-hop bridge questions, the gold-path
+#     teacher's rows; validation on all 96 validation questions (world 3), test on all 193 test questions (worlds 0-1)
+#   arithmetic ("trees against chains on Arithmetic"; bench/evidence_trees_arith.sh): turnrl/Arithmetic-v0 level 5,
+#     word problems of two or three operations, the calculator teacher's rows; validation on the first 100 distinct
+#     level-5 validation problems, test on the first 200 distinct level-5 test problems
+# Both: the swirl tool style, no demonstrations; the teacher's step rows on the first 256 training tasks (written afresh,
+# deterministic), a 12-step supervised warm-up per seed, then from it 16 GRPO steps of 4 tasks x 4 episodes as chains
+# (G = 4) and as trees (2 children after turns 1 and 2: 4 leaves a task, the tree advantage), each validating and
+# evaluating every 4 steps, greedy. Seeds 0 1 2, seed by seed (warm-up, chains, trees), one run at a time, alone on
+# the machine:
+#   bash bench/evidence_trees.sh [OUT]       (default runs/e79; about 45 minutes a seed on 2 CPU cores)
+#   TESTBED=arithmetic bash bench/evidence_trees.sh [OUT]   (default runs/e79a; about 35 minutes a seed)
 # then: python bench/evidence_report.py OUT --arms chain tree
 # TURNRL names the turnrl to run (default .venv/bin/turnrl); a finished run is skipped, an unfinished one is run
 # again whole.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-OUT=${1:-runs/e79}
+case ${TESTBED:-multihop} in
+  multihop)
+    OUT=${1:-runs/e79} ENV=turnrl/MultiHop-v0 VAL=96 TEST=193
+    KW=(--kw tool_style=swirl --kw demos=none --kw 'kinds=[bridge]' --kw 'hops=[2]')
+    KWARGS='{split: train, tool_style: swirl, demos: none, kinds: [bridge], hops: [2]}' ;;
+  arithmetic)
+    OUT=${1:-runs/e79a} ENV=turnrl/Arithmetic-v0 VAL=100 TEST=200
+    KW=(--kw tool_style=swirl --kw demos=none --kw 'level=[5]')
+    KWARGS='{split: train, tool_style: swirl, demos: none, level: [5]}' ;;
+  *) echo "TESTBED must be multihop or arithmetic, got ${TESTBED}" >&2; exit 2 ;;
+esac
 T=${TURNRL:-.venv/bin/turnrl}
 mkdir -p "$OUT"
-KW=(--kw tool_style=swirl --kw demos=none --kw 'kinds=[bridge]' --kw 'hops=[2]')
 cat > "$OUT/base.yaml" <<YAML
 model: smollm2-135m-instruct
 env:
-  id: turnrl/MultiHop-v0
-  kwargs: {split: train, tool_style: swirl, demos: none, kinds: [bridge], hops: [2]}
+  id: $ENV
+  kwargs: $KWARGS
   eval_kwargs: {split: test}
 YAML
-# The gold-path teacher on 256 training questions (it reads gold answers and refuses held-out splits), once: it is
-# deterministic (temperature 0, the first 256 questions).
+# The teacher (--agent gold: the gold search path, or the calculator path) on the first 256 training tasks (it reads
+# gold answers and refuses held-out splits), once: it is deterministic (temperature 0).
 [ -f "$OUT/gold-steps.parquet" ] || {
-  $T swirl generate --env turnrl/MultiHop-v0 --agent gold --kw split=train "${KW[@]}" --tasks 256 --samples 1 \
+  $T swirl generate --env "$ENV" --agent gold --kw split=train "${KW[@]}" --tasks 256 --samples 1 \
     --temperature 0 --max-new-tokens 64 --out "$OUT/gold.parquet" &&
   $T swirl filter "$OUT/gold.parquet" --mode both --out "$OUT/gold-kept.parquet" &&
   $T swirl decompose "$OUT/gold-kept.parquet" --out "$OUT/gold-steps.parquet"; } > "$OUT-gold.log" 2>&1
@@ -40,7 +54,7 @@ for S in 0 1 2; do
     'optim={lr: 2.0e-5, minibatch_size: 8, grad_accum: 2}' steps=12 eval_tasks=1 seed=$S \
     out_dir="$OUT/warmup-s$S" > "$OUT-warmup-s$S.log" 2>&1
   rl=("$OUT/base.yaml" --no-resume init_from="$OUT/warmup-s$S" 'optim={lr: 1.0e-5, minibatch_size: 8, grad_accum: 2}'
-      steps=16 validate_every=4 validation_tasks=96 eval_every=4 eval_tasks=193 seed=$S)
+      steps=16 validate_every=4 validation_tasks=$VAL eval_every=4 eval_tasks=$TEST seed=$S)
   done_run "$OUT/chain-s$S" 16 || $T train "${rl[@]}" 'algorithm={name: grpo}' "$ro}" out_dir="$OUT/chain-s$S" \
     > "$OUT-chain-s$S.log" 2>&1
   done_run "$OUT/tree-s$S" 16 || $T train "${rl[@]}" 'algorithm={name: grpo, advantage: tree}' \

@@ -1,28 +1,42 @@
 #!/usr/bin/env bash
-# Pilot for issue 79's learning comparison (trees against chains) on turnrl/MultiHop-v0, read on the VALIDATION split
-# only (world 3: no test entity anywhere): it picks the recipe — the supervised warm-up's length and whether GRPO
-# from it has signal left (its validation exact match neither 0 nor saturated) — before the comparison is
-# preregistered. It never reads the test split (eval_tasks 1, the runs' final one-task evaluation, is not looked at).
+# Pilot for issue 79's learning comparison (trees against chains), read on the VALIDATION split only: it picks the
+# recipe — the supervised warm-up's length and whether GRPO from it has signal left (its validation success neither 0
+# nor saturated) — before the comparison is preregistered. It never reads the test split (eval_tasks 1, the runs' final
+# one-task evaluation, is not looked at). TESTBED picks the task (bench/evidence_trees.sh's two):
+#   multihop (default): turnrl/MultiHop-v0, 2-hop bridge questions (world 3 validation: no test entity anywhere), the
+#     gold-path teacher, 48 validation questions
+#   arithmetic (bench/pilot_trees_arith.sh): turnrl/Arithmetic-v0 level 5, the calculator teacher, 64 validation
+#     problems
 #   bash bench/pilot_trees.sh runs/pilot79        (alone on the machine: about an hour on 2 cores)
+#   TESTBED=arithmetic bash bench/pilot_trees.sh runs/pilot79a        (about 25 minutes)
 # Then read: OUT/sft/metrics.jsonl (val_success by step), OUT/{chain,tree}/metrics.jsonl (val_success, success,
 # generated_tokens, logp_diff, guard_violations).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-OUT=${1:-runs/pilot79}
+case ${TESTBED:-multihop} in
+  multihop)
+    OUT=${1:-runs/pilot79} ENV=turnrl/MultiHop-v0 VAL=48
+    KW=(--kw tool_style=swirl --kw demos=none --kw 'kinds=[bridge]' --kw 'hops=[2]')
+    KWARGS='{split: train, tool_style: swirl, demos: none, kinds: [bridge], hops: [2]}' ;;
+  arithmetic)
+    OUT=${1:-runs/pilot79a} ENV=turnrl/Arithmetic-v0 VAL=64
+    KW=(--kw tool_style=swirl --kw demos=none --kw 'level=[5]')
+    KWARGS='{split: train, tool_style: swirl, demos: none, level: [5]}' ;;
+  *) echo "TESTBED must be multihop or arithmetic, got ${TESTBED}" >&2; exit 2 ;;
+esac
 T=${TURNRL:-.venv/bin/turnrl}
 mkdir -p "$OUT"
-KW=(--kw tool_style=swirl --kw demos=none --kw 'kinds=[bridge]' --kw 'hops=[2]')
 cat > "$OUT/base.yaml" <<YAML
 model: smollm2-135m-instruct
 env:
-  id: turnrl/MultiHop-v0
-  kwargs: {split: train, tool_style: swirl, demos: none, kinds: [bridge], hops: [2]}
+  id: $ENV
+  kwargs: $KWARGS
   eval_kwargs: {split: test}
 eval_tasks: 1
-validation_tasks: 48
+validation_tasks: $VAL
 YAML
-# The gold-path teacher on 256 training questions (it reads gold answers and refuses held-out splits).
-[ -f "$OUT/gold.parquet" ] || $T swirl generate --env turnrl/MultiHop-v0 --agent gold --kw split=train "${KW[@]}" \
+# The teacher (--agent gold) on 256 training tasks (it reads gold answers and refuses held-out splits).
+[ -f "$OUT/gold.parquet" ] || $T swirl generate --env "$ENV" --agent gold --kw split=train "${KW[@]}" \
   --tasks 256 --samples 1 --temperature 0 --max-new-tokens 64 --out "$OUT/gold.parquet"
 [ -f "$OUT/gold-steps.parquet" ] || { $T swirl filter "$OUT/gold.parquet" --mode both --out "$OUT/gold-kept.parquet" &&
   $T swirl decompose "$OUT/gold-kept.parquet" --out "$OUT/gold-steps.parquet"; }
