@@ -252,8 +252,9 @@ def test_trees_against_chains_at_two_steps_and_the_goal_in_tokens(env, tmp_path)
 
 
 def test_the_trees_script_runs_the_preregistered_seeds_and_every_held_out_question():
-    """bench/evidence_trees.sh runs what bench/preregistered.md fixed: seeds 0 1 2, 16 steps read every 4, all of the
-    test and validation questions, the same settings for both arms but the tree."""
+    """bench/evidence_trees.sh runs what bench/preregistered.md fixed for each testbed: seeds 0 1 2, 16 steps read
+    every 4, the same settings for both arms but the tree; on MultiHop all of the test and validation questions, on
+    Arithmetic the first 200 and 100 distinct level-5 problems (of more)."""
     import re
 
     import turnrl
@@ -261,15 +262,25 @@ def test_the_trees_script_runs_the_preregistered_seeds_and_every_held_out_questi
     script = (REPO / "bench" / "evidence_trees.sh").read_text()
     code = "\n".join(line for line in script.splitlines() if not line.lstrip().startswith("#"))
     assert re.search(r"^for S in 0 1 2; do$", code, re.MULTILINE)
+    assert "steps=16 validate_every=4 validation_tasks=$VAL eval_every=4 eval_tasks=$TEST seed=$S" in code
+    found = {env: (int(v), int(t)) for env, v, t in re.findall(r"ENV=turnrl/(\w+)-v0 VAL=(\d+) TEST=(\d+)", code)}
+    found = {"multihop": found["MultiHop"], "arithmetic": found["Arithmetic"]}
     kw = {"tool_style": "swirl", "demos": "none", "kinds": ["bridge"], "hops": [2]}
     test = turnrl.make("turnrl/MultiHop-v0", split="test", **kw)
     val = turnrl.make("turnrl/MultiHop-v0", split="validation", **kw)
-    assert f"validation_tasks={len(val)} eval_every=4 eval_tasks={len(test)} seed=$S" in code
-    assert "steps=16 validate_every=4" in code
-    section = (REPO / "bench" / "preregistered.md").read_text().split("trees against chains on MultiHop")[1]
-    said = " ".join(section.split())
+    assert found["multihop"] == (len(val), len(test))
+    text = (REPO / "bench" / "preregistered.md").read_text()
+    said = " ".join(text.split("trees against chains on MultiHop")[1].split())
     assert f"all **{len(test)}** test questions" in said and f"all **{len(val)}** validation questions" in said
     assert "seeds **0, 1, 2**" in said and "**16**" in said
+    arith = " ".join(text.split("(fifth session): trees against chains on Arithmetic (issue 79)")[1].split())
+    a_val, a_test = found["arithmetic"]
+    assert f"the first **{a_test}** distinct level-5 test problems" in arith and "seeds **0, 1, 2**" in arith
+    assert f"the first **{a_val}** distinct level-5 validation problems" in arith
+    for split, n in (("test", a_test), ("validation", a_val)):  # fewer than the split holds, as said
+        assert n < len(turnrl.make("turnrl/Arithmetic-v0", level=[5], split=split, tool_style="swirl"))
+    wrapper = (REPO / "bench" / "evidence_trees_arith.sh").read_text()
+    assert "TESTBED=arithmetic" in wrapper and "evidence_trees.sh" in wrapper
     assert report.TOKEN_GOALS == (("tree", "chain", 0.7),) and ("tree", "chain") in report.PAIRS
 
 
