@@ -2,7 +2,7 @@
 # Issue 79's learning comparison, trees against chains, as fixed in bench/preregistered.md before each testbed's first
 # run. TESTBED picks the task (nothing else differs between the testbeds):
 #   multihop (default; "trees against chains on MultiHop"): turnrl/MultiHop-v0, 2-hop bridge questions, the gold-path
-#     teacher's rows; validation on all 96 validation questions (world 3), test on all 193 test questions (worlds 0-1)
+#     teacher's rows; validation on all 96 validation questions (world 2), test on all 193 test questions (worlds 0-1)
 #   arithmetic ("trees against chains on Arithmetic"; bench/evidence_trees_arith.sh): turnrl/Arithmetic-v0 level 5,
 #     word problems of two or three operations, the calculator teacher's rows; validation on the first 100 distinct
 #     level-5 validation problems, test on the first 200 distinct level-5 test problems

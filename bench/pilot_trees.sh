@@ -3,7 +3,7 @@
 # recipe — the supervised warm-up's length and whether GRPO from it has signal left (its validation success neither 0
 # nor saturated) — before the comparison is preregistered. It never reads the test split (eval_tasks 1, the runs' final
 # one-task evaluation, is not looked at). TESTBED picks the task (bench/evidence_trees.sh's two):
-#   multihop (default): turnrl/MultiHop-v0, 2-hop bridge questions (world 3 validation: no test entity anywhere), the
+#   multihop (default): turnrl/MultiHop-v0, 2-hop bridge questions (world 2 validation: no test entity anywhere), the
 #     gold-path teacher, 48 validation questions
 #   arithmetic (bench/pilot_trees_arith.sh): turnrl/Arithmetic-v0 level 5, the calculator teacher, 64 validation
 #     problems
