@@ -18,16 +18,11 @@
 # again whole.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source bench/trees_testbeds.sh  # ENV, KW, KWARGS of the TESTBED
+# this script's held-out sizes and output folder, per testbed
 case ${TESTBED:-multihop} in
-  multihop)
-    OUT=${1:-runs/e79} ENV=turnrl/MultiHop-v0 VAL=96 TEST=193
-    KW=(--kw tool_style=swirl --kw demos=none --kw 'kinds=[bridge]' --kw 'hops=[2]')
-    KWARGS='{split: train, tool_style: swirl, demos: none, kinds: [bridge], hops: [2]}' ;;
-  arithmetic)
-    OUT=${1:-runs/e79a} ENV=turnrl/Arithmetic-v0 VAL=100 TEST=200
-    KW=(--kw tool_style=swirl --kw demos=none --kw 'level=[5]')
-    KWARGS='{split: train, tool_style: swirl, demos: none, level: [5]}' ;;
-  *) echo "TESTBED must be multihop or arithmetic, got ${TESTBED}" >&2; exit 2 ;;
+  multihop) OUT=${1:-runs/e79} VAL=96 TEST=193 ;;
+  arithmetic) OUT=${1:-runs/e79a} VAL=100 TEST=200 ;;
 esac
 T=${TURNRL:-.venv/bin/turnrl}
 mkdir -p "$OUT"

@@ -263,8 +263,9 @@ def test_the_trees_script_runs_the_preregistered_seeds_and_every_held_out_questi
     code = "\n".join(line for line in script.splitlines() if not line.lstrip().startswith("#"))
     assert re.search(r"^for S in 0 1 2; do$", code, re.MULTILINE)
     assert "steps=16 validate_every=4 validation_tasks=$VAL eval_every=4 eval_tasks=$TEST seed=$S" in code
-    found = {env: (int(v), int(t)) for env, v, t in re.findall(r"ENV=turnrl/(\w+)-v0 VAL=(\d+) TEST=(\d+)", code)}
-    found = {"multihop": found["MultiHop"], "arithmetic": found["Arithmetic"]}
+    found = {
+        bed: (int(v), int(t)) for bed, v, t in re.findall(r"(multihop|arithmetic)\) OUT=\S+ VAL=(\d+) TEST=(\d+)", code)
+    }
     kw = {"tool_style": "swirl", "demos": "none", "kinds": ["bridge"], "hops": [2]}
     test = turnrl.make("turnrl/MultiHop-v0", split="test", **kw)
     val = turnrl.make("turnrl/MultiHop-v0", split="validation", **kw)
