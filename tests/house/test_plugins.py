@@ -61,6 +61,24 @@ def test_a_refused_plugin_is_not_registered():
     assert "w" not in reg
 
 
+def test_an_environment_adapter_must_be_an_env_adapter(tmp_path, monkeypatch):
+    """ENV_ADAPTERS refuses what is not an EnvAdapter — registered as an object, or a lazy entry when it loads — so
+    every reader of an adapter reads its fields, with no defaults of its own."""
+    from turnrl.envs.registry import ENV_ADAPTERS, adapter_of
+
+    with pytest.raises(ValueError, match=r"'half' is not an EnvAdapter \(its type is dict\)"):
+        ENV_ADAPTERS.register("half", {"make": print, "multi_agent": False})
+    assert "half" not in ENV_ADAPTERS
+    (tmp_path / "half_adapter.py").write_text("ADAPTER = object()\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    ENV_ADAPTERS.register("halflazy", "half_adapter:ADAPTER")
+    try:
+        with pytest.raises(ValueError, match=r"'halflazy' is not an EnvAdapter \(its type is object\)"):
+            adapter_of("halflazy:thing")
+    finally:
+        ENV_ADAPTERS.entries.pop("halflazy", None)
+
+
 PLUGIN = '''
 import torch
 from typing import Literal
@@ -98,7 +116,7 @@ def check_sums(env_id, search):
         raise UnknownEnvironmentError(f"{env_id!r} is not of the form 'sums:LEVEL'")
 
 
-from turnrl.envs.adapters import EnvAdapter
+from turnrl.envs.registry import EnvAdapter
 import typer
 
 SUMS = EnvAdapter(make=make_sums, check=check_sums, entry="my_plugin:make_sums")

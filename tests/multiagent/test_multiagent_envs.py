@@ -352,8 +352,7 @@ def test_a_packages_prefix_of_games_plugs_in_as_every_adapter_does(monkeypatch):
     (making the id says why)."""
     import turnrl
     from turnrl.cli.shared import console
-    from turnrl.envs.adapters import EnvAdapter
-    from turnrl.envs.registry import ENV_ADAPTERS, UnknownEnvironmentError
+    from turnrl.envs.registry import ENV_ADAPTERS, EnvAdapter, UnknownEnvironmentError
 
     made: list[tuple[str, dict]] = []
 

@@ -72,7 +72,7 @@ def envs_list(imports: ImportOption = None) -> None:
         table.add_row(env_id, "several agents (turnrl/envs/multiagent)", "turnrl")
     for prefix in ENV_ADAPTERS.names():  # ids that name an environment written elsewhere, by their adapter's prefix
         try:
-            usage = getattr(ENV_ADAPTERS.get(prefix), "usage", "") or f"{prefix}:… — (an adapter's id)"
+            usage = ENV_ADAPTERS.get(prefix).usage or f"{prefix}:… — (an adapter's id)"
         except Exception as e:  # a package's adapter that does not load must not hide the others
             usage = f"{prefix}:… — (cannot load its adapter: {e})"
         form, _, what = usage.partition(" — ")

@@ -81,7 +81,7 @@ def check_game_id(config: str, env_id: str, search: list[Path]) -> None:
 
     try:
         adapter = adapter_of(env_id)
-        if adapter is not None and getattr(adapter, "multi_agent", False):
+        if adapter is not None and adapter.multi_agent:
             adapter.check(env_id, search)
     except (ValueError, ImportError, UnknownEnvironmentError) as e:
         fail(f"{config}: {e}")

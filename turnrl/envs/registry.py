@@ -28,7 +28,8 @@ import dataclasses
 import inspect
 import textwrap
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from difflib import get_close_matches
 from pathlib import Path
 from types import ModuleType
@@ -42,13 +43,59 @@ from turnrl.plugins import Registry
 from turnrl.utils import entry_points_turnrl_first, import_from, parse_python
 
 ENTRY_POINT_GROUP = "turnrl.envs"
+
+
+@dataclass(frozen=True)
+class EnvAdapter:
+    """One id prefix's adapter.
+
+    Attributes:
+        make: ``make(env_id, **kwargs) -> env``, the whole id (prefix included) and the environment's arguments.
+        check: ``check(env_id, search)``: raise ``UnknownEnvironmentError`` for a malformed id and ``EnvImportError``
+            for a module that does not import (from ``sys.path`` or the folders ``search``, e.g. a config's folder);
+            the default accepts every id.
+        sets_spec: give the made environment a Gymnasium ``EnvSpec`` with the id and the arguments (an adapter whose
+            environment sets its own, e.g. one that learns its spec from a server, says False).
+        entry: what the spec names as its entry point (``"module:function"``).
+        multi_agent: the environments it makes have several agents (a
+            :class:`~turnrl.envs.multiagent.core.MultiAgentTextEnv`): ``turnrl.make`` refuses its ids and
+            ``make_multi_agent`` makes them.
+        usage: the id's form and what it names, one line (``turnrl envs list``), e.g. ``"trl:MODULE:CLASS — …"``.
+        modules: ``modules(env_id)``: the modules outside turnrl the id needs imported (a ``trl:`` class's module),
+            which each Ray worker imports before its first step so that a node missing one is named at once; the
+            default names none.
+    """
+
+    make: Callable[..., Any]
+    check: Callable[[str, Sequence[str | Path]], None] = lambda env_id, search: None
+    sets_spec: bool = True
+    entry: str = ""
+    multi_agent: bool = False
+    usage: str = ""
+    modules: Callable[[str], list[str]] = lambda env_id: []
+
+
+def check_adapter(prefix: str, adapter: Any) -> None:
+    """Refuse an adapter that is not an :class:`EnvAdapter` (a module's object or an entry point's), naming the prefix
+    and what was given, so every reader of an adapter can rely on its fields.
+
+    Raises:
+        ValueError: ``adapter`` is something else (the registry's error).
+    """
+    if not isinstance(adapter, EnvAdapter):
+        raise ValueError(
+            f"environment adapter {prefix!r} is not an EnvAdapter (its type is {type(adapter).__name__}): build it as "
+            "turnrl.envs.registry.EnvAdapter(make=..., check=..., multi_agent=..., usage=...)"
+        )
+
+
 #: Id prefixes (``PREFIX:REST``) that name an environment written elsewhere, each with the adapter that checks such
-#: an id and makes the environment (:class:`turnrl.envs.adapters.EnvAdapter`): a server (``remote:``), a class written
+#: an id and makes the environment (:class:`EnvAdapter`): a server (``remote:``), a class written
 #: for TRL's ``environment_factory`` (``trl:``), an environment written for Prime Intellect's verifiers
 #: (``verifiers:``), and games with several agents (``textarena:``, ``pettingzoo:``; their adapters say
 #: ``multi_agent``: :func:`turnrl.envs.multiagent.make_multi_agent` makes them). Installed packages add theirs under the
 #: ``turnrl.env_adapters`` entry-point group.
-ENV_ADAPTERS: Registry[Any] = Registry(
+ENV_ADAPTERS: Registry[EnvAdapter] = Registry(
     "environment adapter",
     "turnrl.env_adapters",
     {
@@ -58,6 +105,7 @@ ENV_ADAPTERS: Registry[Any] = Registry(
         "textarena": "turnrl.envs.multiagent.adapters:TEXTARENA",
         "pettingzoo": "turnrl.envs.multiagent.adapters:PETTINGZOO",
     },
+    check=check_adapter,
 )
 BUILTIN_SOURCE = "turnrl (built-in)"
 
@@ -214,7 +262,7 @@ def import_module_from(name: str, search: Sequence[str | Path]) -> ModuleType:
     )
 
 
-def adapter_of(env_id: str) -> Any:
+def adapter_of(env_id: str) -> EnvAdapter | None:
     """The adapter whose prefix ``env_id`` starts with (``remote:…``: :data:`ENV_ADAPTERS`' ``remote``), or None for
     an id Gymnasium's registry holds (``namespace/Name-v0``, ``module.path:Name-v0``)."""
     prefix, sep, _ = env_id.partition(":")
@@ -348,7 +396,7 @@ def make(env_id: str, **kwargs: Any) -> TextEnv:
         RemoteEnvError: a ``remote:`` server cannot be reached or refuses the kwargs.
     """
     adapter = adapter_of(env_id) if isinstance(env_id, str) else None
-    if adapter is not None and getattr(adapter, "multi_agent", False):
+    if adapter is not None and adapter.multi_agent:
         raise UnknownEnvironmentError(
             f"{env_id!r} names an environment with several agents: make it with "
             "turnrl.envs.multiagent.make_multi_agent (turnrl train, eval and play take it as they are)"

@@ -33,8 +33,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from turnrl.envs.adapters import EnvAdapter
 from turnrl.envs.core import Obs, StepResult, Task
+from turnrl.envs.registry import EnvAdapter
 from turnrl.envs.tool_env import ToolEnv
 from turnrl.tools.base import Tool, ToolOutput
 from turnrl.tools.parsers import ParseResult

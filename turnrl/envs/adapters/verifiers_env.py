@@ -50,7 +50,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from turnrl.envs.adapters import EnvAdapter
 from turnrl.envs.adapters.verifiers_bridge import (
     Channel,
     background_loop,
@@ -70,6 +69,7 @@ from turnrl.envs.adapters.verifiers_load import (
     tool_schemas,
 )
 from turnrl.envs.core import Obs, StepResult, Task, TextEnv, pick_index
+from turnrl.envs.registry import EnvAdapter
 from turnrl.template_tools import describe_tools
 from turnrl.tools.parsers import HermesParser
 from turnrl.types import Message, ToolCall, message_key

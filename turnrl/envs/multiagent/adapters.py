@@ -1,5 +1,5 @@
 """The id prefixes of other libraries' games with several agents, as environment adapters
-(:class:`turnrl.envs.adapters.EnvAdapter` with ``multi_agent=True``, registered in
+(:class:`turnrl.envs.registry.EnvAdapter` with ``multi_agent=True``, registered in
 :data:`turnrl.envs.registry.ENV_ADAPTERS` beside ``remote:``, ``trl:`` and ``verifiers:``):
 
 * ``textarena:GAME`` — a TextArena game by its id, e.g. ``textarena:KuhnPoker-v0`` (extra ``games``);
@@ -18,8 +18,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from turnrl.envs.adapters import EnvAdapter
 from turnrl.envs.multiagent.core import MultiAgentTextEnv
+from turnrl.envs.registry import EnvAdapter
 from turnrl.utils import import_from
 
 TEXTARENA_PREFIX, PETTINGZOO_PREFIX = "textarena:", "pettingzoo:"

@@ -68,7 +68,7 @@ def is_multi_agent(env_id: Any) -> bool:
         adapter = adapter_of(env_id)
     except Exception:  # an adapter that does not load: not known to be a game; making the id says why, in one line
         return False
-    return bool(getattr(adapter, "multi_agent", False))
+    return adapter is not None and adapter.multi_agent
 
 
 def make_multi_agent(env_id: str, **kwargs: Any) -> MultiAgentTextEnv:
@@ -83,7 +83,7 @@ def make_multi_agent(env_id: str, **kwargs: Any) -> MultiAgentTextEnv:
             entry's module does not import.
     """
     adapter = adapter_of(env_id)
-    if adapter is not None and getattr(adapter, "multi_agent", False):
+    if adapter is not None and adapter.multi_agent:
         try:
             adapter.check(env_id, ())
         except UnknownEnvironmentError as e:  # a malformed id, as adapters say it: the callers' ValueError

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from turnrl.envs.adapters import EnvAdapter
+from turnrl.envs.registry import EnvAdapter
 from turnrl.envs.remote.protocol import split_remote_id
 
 

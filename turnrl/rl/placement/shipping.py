@@ -115,7 +115,7 @@ def needed_modules(algorithm: str, env_id: str | None, entry_point: Any = None) 
         entry = MULTI_AGENT_ENVS.entries[env_id]
         names.append(entry.partition(":")[0] if isinstance(entry, str) else getattr(entry, "__module__", "") or "")
     elif adapter is not None:  # trl:MODULE:CLASS, pettingzoo:MODULE:FACTORY, …: the modules its adapter names
-        names += getattr(adapter, "modules", lambda env_id: [])(env_id)
+        names += adapter.modules(env_id)
     elif ":" in env_id:  # module:Name-v0
         names.append(env_id.partition(":")[0])
     if isinstance(entry_point, str):
