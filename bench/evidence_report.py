@@ -85,9 +85,14 @@ GATEWAY_SEEN = frozenset(
 )
 #: the arms trained with the gateway example's configuration: itself and issue 81's SDK examples, which took it
 GATEWAY_CONFIG = ("gateway", "agents-sdk-responses", "anthropic-sdk")
-#: arm -> (bar, seeds): its claim is the seeds' pooled 95 % interval, lower end at or above the bar (0.10: +10 points),
-#: decided once they are all finished (issue 81's SDK examples, seeds fixed in bench/preregistered.md)
-BARS = {"agents-sdk-responses": (0.10, (0, 1, 2)), "anthropic-sdk": (0.10, (0, 1, 2))}
+#: arm -> (bar, seeds, strict): its claim is the seeds' pooled 95 % interval, lower end at or above the bar (0.10: +10
+#: points; strictly above it where ``strict``), decided once they are all finished (issue 81's SDK examples and its
+#: verifiers v1 task set, seeds fixed in bench/preregistered.md)
+BARS = {
+    "agents-sdk-responses": (0.10, (0, 1, 2), False),
+    "anthropic-sdk": (0.10, (0, 1, 2), False),
+    "vf-v1": (0.0, (0, 1, 2), True),
+}
 #: one evaluation (a folder ``OUT/NAME``, no seeds) that arms are compared with seed by seed under another protocol,
 #: the difference named: the base model given the demonstrations SWiRL's data came from (``demos: default``; the arms
 #: are evaluated without them)
@@ -224,19 +229,21 @@ def gain_table(out: Path, arm: str) -> list[str]:
             f"({m.get('only_b', '—')} / {m.get('only_a', '—')}) | {gap:.1e}, {violations:.0f} |"
         )
         pairs.append(p)
-        fixed += [p] if seed in BARS.get(arm, (0, ()))[1] else []
+        fixed += [p] if seed in BARS.get(arm, (0, (), False))[1] else []
     if len(pairs) >= 2:
         o = pooled(pairs)
         lines.append(f"| mean of {o['seeds']} | | | | | {pts(o['diff'])} | [{pts(o['low'])}, {pts(o['high'])}] | | |")
     if arm in BARS:
-        bar, seeds = BARS[arm]
-        claim = f"Claim: the pooled 95 % interval of seeds {', '.join(map(str, seeds))} at or above {pts(bar)} points"
+        bar, seeds, strict = BARS[arm]
+        where = "above" if strict else "at or above"
+        claim = f"Claim: the pooled 95 % interval of seeds {', '.join(map(str, seeds))} {where} {pts(bar)} points"
         o = pooled(fixed)
+        holds = o["low"] > bar or (o["low"] == bar and not strict)
         lines += [
             "",
             f"{claim}: not decided, {len(fixed)} of {len(seeds)} finished."
             if len(fixed) < len(seeds)
-            else f"{claim}: **{'holds' if o['low'] >= bar else 'does not hold'}** (lower end {pts(o['low'])}).",
+            else f"{claim}: **{'holds' if holds else 'does not hold'}** (lower end {pts(o['low'])}).",
         ]
     return [*lines, ""]
 

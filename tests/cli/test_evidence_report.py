@@ -187,7 +187,17 @@ def test_an_sdk_examples_gain_is_held_to_its_preregistered_bar(env, tmp_path):
     assert "| mean of 5 | | | | | +49.0 |" in short and "**does not hold** (lower end -1.7)" in short
     (tmp_path / "anthropic-sdk-s2" / "eval" / "step-20" / "items.jsonl").unlink()  # a seed not finished yet
     assert "points: not decided, 2 of 3 finished." in "\n".join(report.gain_table(tmp_path, "anthropic-sdk"))
-    assert "gateway" not in report.BARS and set(report.BARS) <= set(report.GATEWAY_CONFIG)
+    assert "gateway" not in report.BARS and set(report.BARS) - {"vf-v1"} <= set(report.GATEWAY_CONFIG)
+    # the verifiers v1 task set's claim is a gain strictly above 0: no change on any item is a lower end of exactly 0
+    runs("vf-v1", 0)
+    flat = "\n".join(report.gain_table(tmp_path, "vf-v1"))
+    assert "seeds 0, 1, 2 above +0.0 points: **does not hold** (lower end +0.0)" in flat, flat
+    import shutil
+
+    for seed in (0, 1, 2):
+        shutil.rmtree(tmp_path / f"vf-v1-s{seed}")
+    runs("vf-v1", 8)
+    assert "above +0.0 points: **holds** (lower end +" in "\n".join(report.gain_table(tmp_path, "vf-v1"))
 
 
 def test_the_sdk_examples_script_runs_the_preregistered_seeds_arms_and_items():
@@ -201,7 +211,7 @@ def test_the_sdk_examples_script_runs_the_preregistered_seeds_arms_and_items():
     code = "\n".join(line for line in script.splitlines() if not line.lstrip().startswith("#"))
     seeds = tuple(int(s) for s in re.search(r"^for S in ([\d ]+); do$", code, re.MULTILINE).group(1).split())
     arms = dict(a.split(":") for a in re.search(r"^\s*for ARM in ([^;]+); do$", code, re.MULTILINE).group(1).split())
-    assert set(arms) == set(report.BARS) and all(report.BARS[arm] == (0.10, seeds) for arm in arms)
+    assert set(arms) == set(report.BARS) - {"vf-v1"} and all(report.BARS[arm] == (0.10, seeds, False) for arm in arms)
     assert all((REPO / "examples" / f"{example}.yaml").is_file() for example in arms.values())
     train = re.search(r'^\s*\$T train "examples/\$EXAMPLE\.yaml" (.*)$', code, re.MULTILINE).group(1)
     held = turnrl.make("turnrl/Arithmetic-v0", level=1, split="test")
