@@ -166,6 +166,18 @@ CLAIMS = [
         "over the three +46.7, [+34.2, +59.3])",
     ),
     Claim(
+        "verifiers-v1-example",
+        "docs/results/gateway-evidence.md#verifiers-v1 (a verifiers 0.4 task set, its agent a subprocess, seed 0 of "
+        "three; in .venv-verifiers-v1, which scripts/setup.sh builds)",
+        "../.venv-verifiers-v1/bin/turnrl train vf-arithmetic-v1.yaml eval_tasks=200 seed=0 out_dir={out} --no-resume",
+        (0.16, 0.44),
+        31,
+        cwd="examples",
+        quick=False,
+        figure="held-out 16.0 % -> 44.0 % of 200 distinct test problems (seed 0; seeds 1 and 2: 49.5 %, 42.5 %; "
+        "over the three +29.3, [+19.9, +38.8])",
+    ),
+    Claim(
         "swirl-guided",
         "docs/results.md#withdrawn (a format floor: re-measured against SFT and the base model given "
         "the demonstrations in docs/results/evidence.md#swirl)",
