@@ -161,3 +161,5 @@ if __name__ == "__main__":
     for s, tasks in splits.items():
         print(f"{s}: {len(tasks)} tasks, e.g. {tasks[0].data.prompt!r} -> {tasks[0].data.answer}")
     print(f"problems in both splits (in any order): {len(shared)}")
+    if shared:
+        raise SystemExit(f"the splits share {len(shared)} problems, e.g. {sorted(shared)[:3]}")
