@@ -309,3 +309,25 @@ def test_the_verifiers_v1_script_runs_the_preregistered_seeds_and_items():
     section = (REPO / "bench" / "preregistered.md").read_text().split("a verifiers v1 task set learning")[1]
     said = " ".join(section.split())
     assert f"**{num_eval}** distinct test problems" in said and "seeds **0, 1, 2**" in said
+
+
+def test_the_hotpotqa_pilot_reads_what_its_preregistration_fixed():
+    """bench/pilot_hotpotqa.sh poses what bench/preregistered.md fixed for HotPotQA's pilot: one passage a search, at
+    most 3 searches, no demonstrations, the teacher on every dev-train question, validation on all of dev-validation,
+    the test split never read beyond the one-question evaluation nobody looks at."""
+    import re
+
+    import turnrl
+
+    script = (REPO / "bench" / "pilot_hotpotqa.sh").read_text()
+    code = "\n".join(line for line in script.splitlines() if not line.lstrip().startswith("#"))
+    kwargs = re.search(r"^  kwargs: \{(.*)\}$", code, re.MULTILINE)[1]
+    assert kwargs == "split: dev-train, tool_style: swirl, demos: none, max_searches: 3"
+    assert "KW=(--kw tool_style=swirl --kw demos=none --kw max_searches=3)" in code
+    train = turnrl.make("turnrl/HotPotQA-v0", split="dev-train")
+    val = turnrl.make("turnrl/HotPotQA-v0", split="dev-validation")
+    assert f"--tasks {len(train)} " in code and f"validation_tasks: {len(val)}" in code
+    assert "eval_tasks: 1" in code and code.count("eval_every=") == 2  # one evaluation at each run's end
+    said = " ".join((REPO / "bench" / "preregistered.md").read_text().split("HotPotQA's recipe — the pilot")[1].split())
+    assert "at most **3 searches**" in said and f"(100–149, all {len(val)})" in said
+    assert f"the {len(train)} dev-train questions" in said and "seed 0" in said
