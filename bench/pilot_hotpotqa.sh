@@ -7,8 +7,9 @@
 # searched for: one search of the question's words finds 41 % of the supporting articles on dev-test, where the
 # default three passages a search find 72 %), no demonstrations, at most 3 searches.
 #   TURNRL_DATA_DIR=DIR bash bench/pilot_hotpotqa.sh runs/pilot79h   (alone on the machine; DIR holds hotpotqa/dev*.jsonl)
-# Then read OUT/{sft,chain,tree}/metrics.jsonl: val_f1, val_support_recall, val_searches by step (and success,
-# generated_tokens, logp_diff, guard_violations for the GRPO runs).
+# Then read OUT/{sft,chain,tree}/validation/step-N/metrics.json: mean_f1, mean_support_recall, mean_searches by step
+# (metrics.jsonl's val_success is exact match only); and success, generated_tokens, logp_diff, guard_violations from
+# OUT/{chain,tree}/metrics.jsonl for the GRPO runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-runs/pilot79h}
