@@ -223,3 +223,36 @@ def test_compare_notes_evaluations_by_different_code(folders, tmp_path):
     (other / "run.json").write_text(json.dumps(changed))
     figures, _ = compare_json(tmp_path, folders / "a", other)
     assert figures["pairs"][0]["notes"] == [f"code not checked: {other}/run.json does not say which turnrl wrote it"]
+
+
+def test_compare_reads_a_number_the_environment_records_and_skips_mcnemar(tmp_path):
+    """HotPotQA records each episode's F1 and supporting-article recall in its rows' ``metrics``: ``--score f1``
+    compares their means item by item (paired bootstrap, no McNemar: F1 is not right-or-wrong); a 0/1 number keeps
+    McNemar; a name no row holds is refused naming the numbers they hold."""
+    from turnrl.agents.scripted import FixedAgent
+    from turnrl.agents.tiny import tiny_tokenizer
+
+    search = '<tool_call>{"name": "search", "arguments": {"query": "film"}}</tool_call>'
+    for name, answer in (("full", "Chief of Protocol"), ("part", "Protocol")):
+        agent = FixedAgent(tiny_tokenizer("chatml"), [search, f"<answer>{answer}</answer>"])
+        evaluate(agent, "turnrl/HotPotQA-v0", limit=4, out=tmp_path / name, agent_name=name)
+    f1 = {
+        name: [json.loads(x)["metrics"]["f1"] for x in (tmp_path / name / "items.jsonl").read_text().splitlines()]
+        for name in ("full", "part")
+    }
+    assert any(0 < v < 1 for v in f1["full"] + f1["part"]) and f1["full"] != f1["part"]  # not right-or-wrong
+    figures, output = compare_json(tmp_path, tmp_path / "full", tmp_path / "part", "--score", "f1")
+    (p,) = figures["pairs"]
+    assert figures["score"] == "f1" and p["items"] == 4 and p["mcnemar"] is None
+    assert p["accuracy_a"] == pytest.approx(sum(f1["full"]) / 4) and p["accuracy_b"] == pytest.approx(
+        sum(f1["part"]) / 4
+    )
+    assert p["diff"] == pytest.approx((sum(f1["part"]) - sum(f1["full"])) / 4)
+    assert "McNemar skipped: the score 'f1' is a number" in " ".join(output.split())
+    em, _ = compare_json(tmp_path, tmp_path / "full", tmp_path / "part", "--score", "em")
+    assert em["pairs"][0]["mcnemar"] is not None  # exact match is 0 or 1: McNemar applies
+    recall, _ = compare_json(tmp_path, tmp_path / "full", tmp_path / "part", "--score", "support_recall")
+    assert recall["pairs"][0]["diff"] == 0.0  # the same search in both
+    bad = compare("--score", "f2", tmp_path / "full", tmp_path / "part")
+    assert bad.exit_code == 2 and "hold no score 'f2'" in bad.output
+    assert "correct, em, f1, searches, support_recall" in " ".join(bad.output.split())

@@ -11,8 +11,9 @@ compared), or ran under different protocols — environment and its kwargs, samp
 field that differs, unless ``--allow-different-protocol``.
 
 ``--score NAME`` compares another score of the rows than ``correct`` (:mod:`turnrl.cli.compare_arms`): the
-solver–critic game records ``first_correct`` (the solver's answer before the review) and ``final_correct``; an
-evaluation whose rows do not hold it is refused, naming the scores they hold.
+solver–critic game records ``first_correct`` (the solver's answer before the review) and ``final_correct``; a number
+an environment records in each row's ``metrics`` (HotPotQA's ``f1``, ``support_recall``) is compared by its mean, item
+by item, without McNemar's test; an evaluation whose rows do not hold it is refused, naming the scores they hold.
 
 Items are joined by their ``item`` (the problem's canonical form, :func:`turnrl.rl.run.evaluate.item_key`); folders
 written before items were named are joined by ``task_id``, and the output says so. An item's several episodes
@@ -125,7 +126,7 @@ def compare_pair(
     Raises:
         CompareError: the item sets or the protocols differ and that is not allowed.
     """
-    from turnrl.stats import mcnemar_exact, mean_interval, paired_bootstrap
+    from turnrl.stats import is_binary, mcnemar_exact, mean_interval, paired_bootstrap
 
     notes: list[str] = []
     if a.folder.resolve() == b.folder.resolve():
@@ -191,6 +192,8 @@ def compare_pair(
     mcnemar = None
     if repeats_a or repeats_b:
         notes.append("McNemar skipped: items have several episodes, so their outcomes are not right-or-wrong")
+    elif not is_binary(xa + xb):
+        notes.append(f"McNemar skipped: the score {a.score!r} is a number, not right-or-wrong (means compared)")
     else:
         mcnemar = asdict(mcnemar_exact(xa, xb))
     ia, ib = mean_interval(xa), mean_interval(xb)
@@ -374,9 +377,11 @@ def compare_command(
     score: Annotated[
         str,
         typer.Option(
-            help="the score of each episode compared: correct (solved or won), or one a "
+            help="the score of each episode compared: correct (solved or won), one a "
             "game records in its rows' `scores`, such as first_correct (the "
-            "solver–critic game's first answer) or final_correct"
+            "solver–critic game's first answer) or final_correct, or a number an "
+            "environment records in its rows' `metrics`, such as f1 or support_recall "
+            "(HotPotQA; means compared, no McNemar)"
         ),
     ] = DEFAULT_SCORE,
 ) -> None:

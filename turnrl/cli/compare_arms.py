@@ -4,7 +4,9 @@
 A row's **score** is right (1) or wrong (0). ``correct`` is every row's own (the episode solved, the game won) and the
 default; a row may hold more in ``scores`` — a game that records a score beside its outcome (the solver–critic game:
 ``first_correct``, the solver's first answer, and ``final_correct``, its answer after the review) — and
-``turnrl compare --score NAME`` compares two evaluations on one of them. An evaluation whose rows do not hold the
+``turnrl compare --score NAME`` compares two evaluations on one of them. A score may also be a number the environment
+records in each row's ``metrics`` (HotPotQA's ``f1`` and ``support_recall``): then its mean is compared, item by
+item, and McNemar's test, which needs right-or-wrong outcomes, is skipped. An evaluation whose rows do not hold the
 score asked for is refused, naming the scores they hold.
 """
 
@@ -38,7 +40,7 @@ class Arm:
     score: str = DEFAULT_SCORE  # which score of its rows is compared (:func:`score_of`)
 
     def values(self) -> list[float]:
-        """Each row's :attr:`score`, 1.0 (right) or 0.0 (wrong)."""
+        """Each row's :attr:`score`: 1.0 (right) or 0.0 (wrong), or the number a row's ``metrics`` records."""
         return [score_of(r, self.score) for r in self.rows]
 
 
@@ -151,10 +153,16 @@ def load_arm(arg: str, step: int | None = None, score: str = DEFAULT_SCORE) -> A
 
 
 def scores_held(row: dict[str, Any]) -> set[str]:
-    """The scores a row holds: ``correct`` (every row's) and the names in its ``scores`` whose value is true or
-    false."""
+    """The scores a row holds: ``correct`` (every row's), the names in its ``scores`` whose value is true or
+    false, and the names in its ``metrics`` whose value is a number (the environment's per-episode figures)."""
     own = {k for k, v in (row.get("scores") or {}).items() if isinstance(v, bool)}
-    return own | ({DEFAULT_SCORE} if DEFAULT_SCORE in row else set())
+    measured = {k for k, v in (row.get("metrics") or {}).items() if _number(v)}
+    return own | measured | ({DEFAULT_SCORE} if DEFAULT_SCORE in row else set())
+
+
+def _number(value: Any) -> bool:
+    """Whether ``value`` is a finite number (not nan: an item's mean would be nan)."""
+    return isinstance(value, (int, float)) and value == value and abs(value) != float("inf")
 
 
 def has_score(row: dict[str, Any], score: str) -> bool:
@@ -163,7 +171,11 @@ def has_score(row: dict[str, Any], score: str) -> bool:
 
 
 def score_of(row: dict[str, Any], score: str = DEFAULT_SCORE) -> float:
-    """A row's ``score`` as 1.0 or 0.0: ``correct`` is the row's own (an episode solved, a game won); another name
-    is read from the row's ``scores`` (what a game records beside its outcome, e.g. the solver–critic game's
-    ``first_correct``: the solver's answer before the review)."""
-    return float(row[score] if score == DEFAULT_SCORE else row["scores"][score])
+    """A row's ``score``: ``correct`` is the row's own (an episode solved, a game won), 1.0 or 0.0; another name is
+    read from the row's ``scores`` (what a game records beside its outcome, e.g. the solver–critic game's
+    ``first_correct``: the solver's answer before the review), 1.0 or 0.0, else from its ``metrics`` (a number the
+    environment records per episode, e.g. HotPotQA's ``f1``)."""
+    if score == DEFAULT_SCORE:
+        return float(row[score])
+    own = row.get("scores") or {}
+    return float(own[score] if isinstance(own.get(score), bool) else row["metrics"][score])
