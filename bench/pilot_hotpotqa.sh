@@ -14,35 +14,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-runs/pilot79h}
 T=${TURNRL:-.venv/bin/turnrl}
-ENV=turnrl/HotPotQA-v0
-KW=(--kw tool_style=swirl --kw demos=none --kw max_searches=3)
-mkdir -p "$OUT"
-cat > "$OUT/base.yaml" <<YAML
-model: smollm2-135m-instruct
-env:
-  id: $ENV
-  kwargs: {split: dev-train, tool_style: swirl, demos: none, max_searches: 3}
-  eval_kwargs: {split: dev-test}
-eval_tasks: 1
-validation_tasks: 50
-YAML
-# The teacher (--agent gold) on the 350 dev-train questions: the question as the first search, then a supporting
-# article the first search missed, then the gold answer, played in the live environment; the filters keep the paths
-# whose answer a search found.
-[ -f "$OUT/gold.parquet" ] || $T swirl generate --env "$ENV" --agent gold --kw split=dev-train "${KW[@]}" \
-  --tasks 350 --samples 1 --temperature 0 --max-new-tokens 200 --out "$OUT/gold.parquet"
-[ -f "$OUT/gold-steps.parquet" ] || { $T swirl filter "$OUT/gold.parquet" --mode both --out "$OUT/gold-kept.parquet" &&
-  $T swirl decompose "$OUT/gold-kept.parquet" --out "$OUT/gold-steps.parquet"; }
+source bench/hotpotqa_recipe.sh  # ENV, KW, hotpotqa_base, hotpotqa_rows, SFT, RL_OPTIM, CHAIN, TREE
+hotpotqa_base 1 50  # eval_tasks 1: each run's one-question test evaluation, not looked at
+hotpotqa_rows
 common=("$OUT/base.yaml" --no-resume)
-ro='rollout={prompts_per_step: 8, group_size: 4, max_new_tokens: 40, max_context: 2048, temperature: 1.0'
-# SFT warm-up (the recipe of docs/results/methods.md#swirl: 30 steps of 16 step rows at 5e-5), validated every 10.
-[ -f "$OUT/sft/checkpoint.pt" ] || $T train "${common[@]}" 'algorithm={name: sft}' \
-  "data={path: $OUT/gold-steps.parquet, batch_size: 16}" "$ro}" \
-  'optim={lr: 5.0e-5, minibatch_size: 8, grad_accum: 2}' steps=30 validate_every=10 eval_every=30 out_dir="$OUT/sft"
-# GRPO on the answer's F1 from its end, 16 steps of 8 questions x 4 episodes at 1e-5, validated every 4: chains, then
-# trees (2 children after turns 1 and 2: 4 leaves, the tree advantage), seed 0.
-rl=("${common[@]}" init_from="$OUT/sft" 'optim={lr: 1.0e-5, minibatch_size: 8, grad_accum: 4}' steps=16
-    validate_every=4 eval_every=16 seed=0)
-[ -f "$OUT/chain/checkpoint.pt" ] || $T train "${rl[@]}" 'algorithm={name: grpo}' "$ro}" out_dir="$OUT/chain"
-[ -f "$OUT/tree/checkpoint.pt" ] || $T train "${rl[@]}" 'algorithm={name: grpo, advantage: tree}' \
-  "$ro, tree: {branches: [{turn: 1, children: 2}, {turn: 2, children: 2}]}}" out_dir="$OUT/tree"
+# SFT warm-up: 30 steps, validated every 10.
+[ -f "$OUT/sft/checkpoint.pt" ] || $T train "${common[@]}" "${SFT[@]}" steps=30 validate_every=10 eval_every=30 \
+  out_dir="$OUT/sft"
+# GRPO from its end, 16 steps validated every 4: chains, then trees, seed 0.
+rl=("${common[@]}" init_from="$OUT/sft" "$RL_OPTIM" steps=16 validate_every=4 eval_every=16 seed=0)
+[ -f "$OUT/chain/checkpoint.pt" ] || $T train "${rl[@]}" "${CHAIN[@]}" out_dir="$OUT/chain"
+[ -f "$OUT/tree/checkpoint.pt" ] || $T train "${rl[@]}" "${TREE[@]}" out_dir="$OUT/tree"

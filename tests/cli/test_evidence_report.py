@@ -311,23 +311,42 @@ def test_the_verifiers_v1_script_runs_the_preregistered_seeds_and_items():
     assert f"**{num_eval}** distinct test problems" in said and "seeds **0, 1, 2**" in said
 
 
-def test_the_hotpotqa_pilot_reads_what_its_preregistration_fixed():
+def bench_commands(script, out):
+    """The commands a bench script runs (turnrl's, with ``echo`` in its place: nothing trains) and the base
+    configuration it writes in ``out``."""
+    import os
+    import subprocess
+
+    import yaml
+
+    env = {**os.environ, "TURNRL": "echo"}
+    ran = subprocess.run(
+        ["bash", str(REPO / "bench" / script), str(out)], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert ran.returncode == 0, ran.stderr
+    return ran.stdout.splitlines(), yaml.safe_load((out / "base.yaml").read_text())
+
+
+def test_the_hotpotqa_pilot_reads_what_its_preregistration_fixed(tmp_path):
     """bench/pilot_hotpotqa.sh poses what bench/preregistered.md fixed for HotPotQA's pilot: one passage a search, at
     most 3 searches, no demonstrations, the teacher on every dev-train question, validation on all of dev-validation,
     the test split never read beyond the one-question evaluation nobody looks at."""
-    import re
-
     import turnrl
 
-    script = (REPO / "bench" / "pilot_hotpotqa.sh").read_text()
-    code = "\n".join(line for line in script.splitlines() if not line.lstrip().startswith("#"))
-    kwargs = re.search(r"^  kwargs: \{(.*)\}$", code, re.MULTILINE)[1]
-    assert kwargs == "split: dev-train, tool_style: swirl, demos: none, max_searches: 3"
-    assert "KW=(--kw tool_style=swirl --kw demos=none --kw max_searches=3)" in code
+    commands, base = bench_commands("pilot_hotpotqa.sh", tmp_path)
+    task = {"split": "dev-train", "tool_style": "swirl", "demos": "none", "max_searches": 3}
+    assert base["env"]["kwargs"] == task and base["env"]["eval_kwargs"] == {"split": "dev-test"}
     train = turnrl.make("turnrl/HotPotQA-v0", split="dev-train")
     val = turnrl.make("turnrl/HotPotQA-v0", split="dev-validation")
-    assert f"--tasks {len(train)} " in code and f"validation_tasks: {len(val)}" in code
-    assert "eval_tasks: 1" in code and code.count("eval_every=") == 2  # one evaluation at each run's end
+    assert base["eval_tasks"] == 1 and base["validation_tasks"] == len(val)
+    teacher = commands[0]
+    assert f"--tasks {len(train)} " in teacher and "--agent gold --kw split=dev-train" in teacher
+    assert "--kw tool_style=swirl --kw demos=none --kw max_searches=3" in teacher
+    runs = [c for c in commands if c.startswith("train ")]
+    assert [c.rsplit("/", 1)[1] for c in runs] == ["sft", "chain", "tree"]
+    assert "steps=30 validate_every=10 eval_every=30" in runs[0]
+    assert all("steps=16 validate_every=4 eval_every=16 seed=0" in c for c in runs[1:])  # one evaluation at the end
+    assert "advantage: tree" in runs[2] and "advantage" not in runs[1]
     said = " ".join((REPO / "bench" / "preregistered.md").read_text().split("HotPotQA's recipe — the pilot")[1].split())
     assert "at most **3 searches**" in said and f"(100–149, all {len(val)})" in said
     assert f"the {len(train)} dev-train questions" in said and "seed 0" in said
