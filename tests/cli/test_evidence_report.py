@@ -350,3 +350,38 @@ def test_the_hotpotqa_pilot_reads_what_its_preregistration_fixed(tmp_path):
     said = " ".join((REPO / "bench" / "preregistered.md").read_text().split("HotPotQA's recipe — the pilot")[1].split())
     assert "at most **3 searches**" in said and f"(100–149, all {len(val)})" in said
     assert f"the {len(train)} dev-train questions" in said and "seed 0" in said
+
+
+def test_the_hotpotqa_test_runs_repeat_the_recipe_the_pilot_chose(tmp_path):
+    """bench/evidence_hotpotqa.sh runs the recipe its preregistration names (the pilot's choice), with the pilot's
+    own training commands (only the folder, the steps, the seed and the validation differ), seeds 0, 1 and 2, each
+    evaluated on all of dev-test and nothing validated."""
+    import re
+
+    import turnrl
+
+    pilot, pilot_base = bench_commands("pilot_hotpotqa.sh", tmp_path / "pilot")
+    runs, base = bench_commands("evidence_hotpotqa.sh", tmp_path / "test")
+    script = (REPO / "bench" / "evidence_hotpotqa.sh").read_text()
+    recipe, step = re.search(r"^RECIPE=(sft|chain|tree) STEP=(\d+) ", script, re.MULTILINE).groups()
+    assert base["eval_tasks"] == len(turnrl.make("turnrl/HotPotQA-v0", split="dev-test")) == 100
+    assert base["env"] == pilot_base["env"] and base["model"] == pilot_base["model"]
+    assert runs[:3] == [c.replace(str(tmp_path / "pilot"), str(tmp_path / "test")) for c in pilot[:3]]  # the rows
+
+    def recipe_of(command):
+        for pattern in (r" (validate_every|eval_every|steps|seed)=\d+", r" (out_dir|init_from)=\S+"):
+            command = re.sub(pattern, "", command)
+        return command.replace(str(tmp_path / "pilot"), "OUT").replace(str(tmp_path / "test"), "OUT")
+
+    trains = [c for c in runs if c.startswith("train ")]
+    want = [f"{name}-s{seed}" for seed in (0, 1, 2) for name in ("sft", recipe)[: 1 if recipe == "sft" else 2]]
+    assert [c.rsplit("/", 1)[1] for c in trains] == want
+    chosen = {"sft": [0], "chain": [0, 1], "tree": [0, 2]}[recipe]  # the pilot's runs this recipe repeats
+    pilot_trains = [c for c in pilot if c.startswith("train ")]
+    assert [recipe_of(c) for c in trains] == [recipe_of(pilot_trains[i]) for i in chosen] * 3
+    for c in trains:
+        seed = int(c.rsplit("-s", 1)[1])
+        assert f" seed={seed} " in c and "validate_every" not in c and "eval_every" not in c
+        assert f" steps={step} " in c if c.rsplit("/", 1)[1].startswith(recipe) else " steps=30 " in c
+    said = " ".join((REPO / "bench" / "preregistered.md").read_text().split("HotPotQA's test runs")[1].split())
+    assert f"`RECIPE={recipe} STEP={step}`" in said and "seeds **0, 1, 2**" in said
