@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Issue 79's HotPotQA figure, as fixed in bench/preregistered.md ("HotPotQA's test runs"): the recipe its pilot chose
 # on the validation split (bench/pilot_hotpotqa.sh; both source bench/hotpotqa_recipe.sh), repeated whole with seeds
-# 0, 1 and 2 — the SFT warm-up, then GRPO from its end where the pilot chose GRPO — each evaluated once on all 100
-# dev-test questions, greedy, at its end. The base model is each SFT run's step-0 evaluation (greedy: the same on
-# every seed). Goal (issue 79): mean F1 >= 0.20 and supporting-article recall >= 0.60 within 3 searches.
+# 0, 1 and 2 — the SFT warm-up, then GRPO from its end where the pilot chose GRPO — each run evaluated on all 100
+# dev-test questions, greedy, before and after training (nothing in between, nothing validated). The base model is
+# each SFT run's step-0 evaluation (greedy: the same on every seed); a GRPO run's step 0 is its warm-up's end. Goal (issue 79): mean F1 >= 0.20 and supporting-article recall >= 0.60 within 3 searches.
 #   TURNRL_DATA_DIR=DIR bash bench/evidence_hotpotqa.sh [OUT]   (default runs/e79h; alone on the machine: about 40
 #   minutes a seed on 2 CPU cores; finished runs are skipped, an unfinished one is run again whole)
 # then, each trained run against the base model, paired on the 100 questions (three pairs: the seeds):

@@ -256,3 +256,19 @@ def test_compare_reads_a_number_the_environment_records_and_skips_mcnemar(tmp_pa
     bad = compare("--score", "f2", tmp_path / "full", tmp_path / "part")
     assert bad.exit_code == 2 and "hold no score 'f2'" in bad.output
     assert "correct, em, f1, searches, support_recall" in " ".join(bad.output.split())
+    # a row without the number (an episode whose environment failed records none) refuses the evaluation, and a
+    # name held both as a game's score and as a number is not guessed at
+    for name, change in (
+        ("lacking", lambda r: r["metrics"].pop("f1")),
+        ("both", lambda r: r.update(scores={"f1": True})),
+    ):
+        shutil.copytree(tmp_path / "part", tmp_path / name)
+        rows = [json.loads(x) for x in (tmp_path / name / "items.jsonl").read_text().splitlines()]
+        change(rows[1])
+        (tmp_path / name / "items.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    lacking = compare("--score", "f1", tmp_path / "full", tmp_path / "lacking")
+    assert lacking.exit_code == 2 and "1 of 4 rows hold no score 'f1'" in " ".join(lacking.output.split())
+    both = compare("--score", "f1", tmp_path / "full", tmp_path / "both")
+    assert both.exit_code == 2 and "row 2 holds 'f1' both in its `scores` and in its `metrics`" in " ".join(
+        both.output.split()
+    )

@@ -312,19 +312,27 @@ def test_the_verifiers_v1_script_runs_the_preregistered_seeds_and_items():
 
 
 def bench_commands(script, out):
-    """The commands a bench script runs (turnrl's, with ``echo`` in its place: nothing trains) and the base
-    configuration it writes in ``out``."""
+    """The turnrl commands a bench script runs, each as its argument list (a stand-in for turnrl prints them:
+    nothing trains), and the base configuration it writes in ``out``."""
     import os
     import subprocess
 
     import yaml
 
-    env = {**os.environ, "TURNRL": "echo"}
+    stand_in = out.parent / f"{out.name}-turnrl"
+    stand_in.write_text(
+        f"#!/bin/sh\nexec {sys.executable} -c 'import json, sys; print(json.dumps(sys.argv[1:]))' \"$@\"\n"
+    )
+    stand_in.chmod(0o755)
     ran = subprocess.run(
-        ["bash", str(REPO / "bench" / script), str(out)], env=env, capture_output=True, text=True, timeout=60
+        ["bash", str(REPO / "bench" / script), str(out)],
+        env={**os.environ, "TURNRL": str(stand_in)},
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert ran.returncode == 0, ran.stderr
-    return ran.stdout.splitlines(), yaml.safe_load((out / "base.yaml").read_text())
+    return [json.loads(line) for line in ran.stdout.splitlines()], yaml.safe_load((out / "base.yaml").read_text())
 
 
 def test_the_hotpotqa_pilot_reads_what_its_preregistration_fixed(tmp_path):
@@ -333,16 +341,16 @@ def test_the_hotpotqa_pilot_reads_what_its_preregistration_fixed(tmp_path):
     the test split never read beyond the one-question evaluation nobody looks at."""
     import turnrl
 
-    commands, base = bench_commands("pilot_hotpotqa.sh", tmp_path)
+    commands, base = bench_commands("pilot_hotpotqa.sh", tmp_path / "pilot")
     task = {"split": "dev-train", "tool_style": "swirl", "demos": "none", "max_searches": 3}
     assert base["env"]["kwargs"] == task and base["env"]["eval_kwargs"] == {"split": "dev-test"}
     train = turnrl.make("turnrl/HotPotQA-v0", split="dev-train")
     val = turnrl.make("turnrl/HotPotQA-v0", split="dev-validation")
     assert base["eval_tasks"] == 1 and base["validation_tasks"] == len(val)
-    teacher = commands[0]
+    teacher = " ".join(commands[0])
     assert f"--tasks {len(train)} " in teacher and "--agent gold --kw split=dev-train" in teacher
     assert "--kw tool_style=swirl --kw demos=none --kw max_searches=3" in teacher
-    runs = [c for c in commands if c.startswith("train ")]
+    runs = [" ".join(c) for c in commands if c[0] == "train"]
     assert [c.rsplit("/", 1)[1] for c in runs] == ["sft", "chain", "tree"]
     assert "steps=30 validate_every=10 eval_every=30" in runs[0]
     assert all("steps=16 validate_every=4 eval_every=16 seed=0" in c for c in runs[1:])  # one evaluation at the end
@@ -352,36 +360,64 @@ def test_the_hotpotqa_pilot_reads_what_its_preregistration_fixed(tmp_path):
     assert f"the {len(train)} dev-train questions" in said and "seed 0" in said
 
 
+def hotpotqa_choice(records):
+    """The preregistered rule on the pilot's kept records: the highest validation mean F1 among SFT@10/20/30 and
+    chain@4–16 and tree@4–16 (GRPO from SFT@30); of the candidates within 0.01 of it, the fewest training steps, SFT
+    before GRPO and chains before trees at equal steps. Returns (recipe, step)."""
+    candidates = []  # (F1, training steps, order, recipe, step)
+    for order, (recipe, steps, before) in enumerate(
+        (("sft", (10, 20, 30), 0), ("chain", (4, 8, 12, 16), 30), ("tree", (4, 8, 12, 16), 30))
+    ):
+        for step in steps:
+            f1 = json.loads((records / recipe / "validation" / f"step-{step}" / "metrics.json").read_text())["mean_f1"]
+            candidates.append((f1, before + step, order, recipe, step))
+    best = max(c[0] for c in candidates)
+    return min((c[1], c[2], c[3], c[4]) for c in candidates if c[0] >= best - 0.01)[2:]
+
+
 def test_the_hotpotqa_test_runs_repeat_the_recipe_the_pilot_chose(tmp_path):
-    """bench/evidence_hotpotqa.sh runs the recipe its preregistration names (the pilot's choice), with the pilot's
-    own training commands (only the folder, the steps, the seed and the validation differ), seeds 0, 1 and 2, each
-    evaluated on all of dev-test and nothing validated."""
+    """bench/evidence_hotpotqa.sh runs the recipe the preregistered rule picks from the pilot's kept records, with the
+    settings the pilot's runs recorded (only the folder, the steps, the seed, what is evaluated and where they start
+    differ), the GRPO run of each seed from that seed's warm-up, seeds 0, 1 and 2, each evaluated on all of dev-test
+    and nothing validated."""
     import re
 
-    import turnrl
+    import yaml
 
-    pilot, pilot_base = bench_commands("pilot_hotpotqa.sh", tmp_path / "pilot")
+    import turnrl
+    from turnrl.rl.config.loading import load_config
+
+    records = REPO / "bench" / "evidence" / "pilot79h"
+    pilot, _ = bench_commands("pilot_hotpotqa.sh", tmp_path / "pilot")
     runs, base = bench_commands("evidence_hotpotqa.sh", tmp_path / "test")
     script = (REPO / "bench" / "evidence_hotpotqa.sh").read_text()
     recipe, step = re.search(r"^RECIPE=(sft|chain|tree) STEP=(\d+) ", script, re.MULTILINE).groups()
+    assert (recipe, int(step)) == hotpotqa_choice(records)
     assert base["eval_tasks"] == len(turnrl.make("turnrl/HotPotQA-v0", split="dev-test")) == 100
-    assert base["env"] == pilot_base["env"] and base["model"] == pilot_base["model"]
-    assert runs[:3] == [c.replace(str(tmp_path / "pilot"), str(tmp_path / "test")) for c in pilot[:3]]  # the rows
-
-    def recipe_of(command):
-        for pattern in (r" (validate_every|eval_every|steps|seed)=\d+", r" (out_dir|init_from)=\S+"):
-            command = re.sub(pattern, "", command)
-        return command.replace(str(tmp_path / "pilot"), "OUT").replace(str(tmp_path / "test"), "OUT")
-
-    trains = [c for c in runs if c.startswith("train ")]
+    test = str(tmp_path / "test")
+    assert runs[:3] == [[a.replace(str(tmp_path / "pilot"), test) for a in c] for c in pilot[:3]]  # the rows
+    trains = [c for c in runs if c[0] == "train"]
     want = [f"{name}-s{seed}" for seed in (0, 1, 2) for name in ("sft", recipe)[: 1 if recipe == "sft" else 2]]
-    assert [c.rsplit("/", 1)[1] for c in trains] == want
-    chosen = {"sft": [0], "chain": [0, 1], "tree": [0, 2]}[recipe]  # the pilot's runs this recipe repeats
-    pilot_trains = [c for c in pilot if c.startswith("train ")]
-    assert [recipe_of(c) for c in trains] == [recipe_of(pilot_trains[i]) for i in chosen] * 3
-    for c in trains:
-        seed = int(c.rsplit("-s", 1)[1])
-        assert f" seed={seed} " in c and "validate_every" not in c and "eval_every" not in c
-        assert f" steps={step} " in c if c.rsplit("/", 1)[1].startswith(recipe) else " steps=30 " in c
+    assert [c[-1].rsplit("/", 1)[1] for c in trains] == want
+    differ = {"out_dir", "seed", "steps", "init_from", "eval_tasks", "validate_every", "eval_every", "path"}
+
+    def same(recorded, now, where=""):  # every setting the pilot's run recorded, but those allowed to differ
+        for key, value in recorded.items():
+            if key in differ:
+                continue
+            if isinstance(value, dict):
+                same(value, now[key], f"{where}{key}.")
+            else:
+                assert now[key] == value, f"{where}{key}: {now[key]!r} here, {value!r} in the pilot"
+
+    for argv in trains:
+        name, seed = argv[-1].rsplit("/", 1)[1].split("-s")
+        config = load_config(argv[1], [a for a in argv[2:] if a != "--no-resume"])
+        same(yaml.safe_load((records / name / "config.yaml").read_text()), config.model_dump())
+        assert config.seed == int(seed) and config.validate_every == 0 and config.eval_every == 0
+        assert config.steps == (int(step) if name == recipe else 30)
+        if name != "sft":
+            assert config.init_from == f"{test}/sft-s{seed}"
+        assert config.data is None or config.data.path == f"{test}/gold-steps.parquet"
     said = " ".join((REPO / "bench" / "preregistered.md").read_text().split("HotPotQA's test runs")[1].split())
     assert f"`RECIPE={recipe} STEP={step}`" in said and "seeds **0, 1, 2**" in said

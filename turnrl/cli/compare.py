@@ -13,11 +13,12 @@ field that differs, unless ``--allow-different-protocol``.
 ``--score NAME`` compares another score of the rows than ``correct`` (:mod:`turnrl.cli.compare_arms`): the
 solver–critic game records ``first_correct`` (the solver's answer before the review) and ``final_correct``; a number
 an environment records in each row's ``metrics`` (HotPotQA's ``f1``, ``support_recall``) is compared by its mean, item
-by item, without McNemar's test; an evaluation whose rows do not hold it is refused, naming the scores they hold.
+by item, without McNemar's test unless every value is 0 or 1; an evaluation whose rows do not hold it is refused,
+naming the scores they hold.
 
 Items are joined by their ``item`` (the problem's canonical form, :func:`turnrl.rl.run.evaluate.item_key`); folders
 written before items were named are joined by ``task_id``, and the output says so. An item's several episodes
-(samples, or two presentations of one problem) collapse to their mean correctness first ("repeats collapsed"). Per
+(samples, or two presentations of one problem) collapse to their mean score first ("repeats collapsed"). Per
 pair: distinct items, A's and B's accuracy, B − A with its paired bootstrap 95% interval, and McNemar's exact test
 where every item has one episode in each run; over the pairs: the mean difference with its interval
 (:func:`turnrl.stats.pooled_paired`). ``--json PATH`` writes the same figures.
@@ -120,7 +121,7 @@ def compare_pair(
     a: Arm, b: Arm, *, allow_items: bool = False, allow_protocol: bool = False, resamples: int = 10000, seed: int = 0
 ) -> dict[str, Any]:
     """The figures of one pair (run B against run A on their items): ``items``, ``accuracy_a``/``accuracy_b`` with
-    their intervals, ``diff`` (B − A) with its paired bootstrap ``se``/``low``/``high``, ``mcnemar`` (None where
+    their intervals (the mean score: accuracy for ``correct``, the mean F1 for ``--score f1``), ``diff`` (B − A) with its paired bootstrap ``se``/``low``/``high``, ``mcnemar`` (None where
     skipped) and ``notes`` (what the reader must know: repeats collapsed, items joined by task id, …).
 
     Raises:
@@ -186,7 +187,7 @@ def compare_pair(
     if not shared:
         raise CompareError(f"{a.label} and {b.label} share no items")
     if repeats_a or repeats_b:
-        notes.append("repeats collapsed: an item's several episodes count once, at their mean correctness")
+        notes.append("repeats collapsed: an item's several episodes count once, at their mean score")
     xa, xb = [va[k] for k in shared], [vb[k] for k in shared]
     paired = paired_bootstrap(xa, xb, resamples=resamples, seed=seed)
     mcnemar = None
@@ -344,7 +345,7 @@ def show(result: dict[str, Any]) -> None:
             console.print(f"  note: {note}", soft_wrap=True, markup=False, highlight=False)
     console.print(
         f"over {o['seeds']} seed(s): B − A{on} = {o['diff']:+.3f}, 95% interval [{_f(o['low'])}, "
-        f"{_f(o['high'])}] ({o['method']}); accuracy counts each distinct item once",
+        f"{_f(o['high'])}] ({o['method']}); each distinct item counts once",
         soft_wrap=True,
         markup=False,
         highlight=False,
@@ -381,7 +382,7 @@ def compare_command(
             "game records in its rows' `scores`, such as first_correct (the "
             "solver–critic game's first answer) or final_correct, or a number an "
             "environment records in its rows' `metrics`, such as f1 or support_recall "
-            "(HotPotQA; means compared, no McNemar)"
+            "(HotPotQA; means compared)"
         ),
     ] = DEFAULT_SCORE,
 ) -> None:

@@ -5,9 +5,9 @@ A row's **score** is right (1) or wrong (0). ``correct`` is every row's own (the
 default; a row may hold more in ``scores`` — a game that records a score beside its outcome (the solver–critic game:
 ``first_correct``, the solver's first answer, and ``final_correct``, its answer after the review) — and
 ``turnrl compare --score NAME`` compares two evaluations on one of them. A score may also be a number the environment
-records in each row's ``metrics`` (HotPotQA's ``f1`` and ``support_recall``): then its mean is compared, item by
-item, and McNemar's test, which needs right-or-wrong outcomes, is skipped. An evaluation whose rows do not hold the
-score asked for is refused, naming the scores they hold.
+records in each row's ``metrics`` (HotPotQA's ``f1`` and ``support_recall``): then its mean is compared, item by item,
+and McNemar's test, which needs right-or-wrong outcomes, is skipped unless every value is 0 or 1. An evaluation whose
+rows do not hold the score asked for is refused, naming the scores they hold.
 """
 
 from __future__ import annotations
@@ -110,8 +110,9 @@ def load_arm(arg: str, step: int | None = None, score: str = DEFAULT_SCORE) -> A
     ``score`` (:func:`score_of`).
 
     Raises:
-        CompareError: the folder cannot be read, holds no episodes, its rows have no ``correct`` field, or some row
-            does not hold ``score`` (the message names the scores every row holds).
+        CompareError: the folder cannot be read, holds no episodes, its rows have no ``correct`` field, some row
+            does not hold ``score`` (the message names the scores every row holds), or holds it both in its
+            ``scores`` and its ``metrics``.
     """
     folder = evaluation_folder(arg, step)
     rows: list[dict[str, Any]] = []
@@ -136,6 +137,12 @@ def load_arm(arg: str, step: int | None = None, score: str = DEFAULT_SCORE) -> A
             settings, code = written.get("settings"), written.get("code")
         except (ValueError, AttributeError):
             raise CompareError(f"{run} is not a run.json that `turnrl eval` writes") from None
+    both = [n for n, r in enumerate(rows, 1) if score in (r.get("scores") or {}) and score in (r.get("metrics") or {})]
+    if score != DEFAULT_SCORE and both:
+        raise CompareError(
+            f"{folder}/items.jsonl: row {both[0]} holds {score!r} both in its `scores` and in its `metrics`, so "
+            "which one to compare is not clear"
+        )
     lacking = sum(not has_score(r, score) for r in rows)
     if lacking:
         held = sorted(set.intersection(*(scores_held(r) for r in rows)))
