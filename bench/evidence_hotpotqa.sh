@@ -3,13 +3,15 @@
 # on the validation split (bench/pilot_hotpotqa.sh; both source bench/hotpotqa_recipe.sh), repeated whole with seeds
 # 0, 1 and 2 — the SFT warm-up, then GRPO from its end where the pilot chose GRPO — each run evaluated on all 100
 # dev-test questions, greedy, before and after training (nothing in between, nothing validated). The base model is
-# each SFT run's step-0 evaluation (greedy: the same on every seed); a GRPO run's step 0 is its warm-up's end. Goal (issue 79): mean F1 >= 0.20 and supporting-article recall >= 0.60 within 3 searches.
+# each SFT run's step-0 evaluation (greedy: the same on every seed); a GRPO run's step 0 is its warm-up's end.
+# Goal (issue 79): mean F1 >= 0.20 and supporting-article recall >= 0.60 within 3 searches.
 #   TURNRL_DATA_DIR=DIR bash bench/evidence_hotpotqa.sh [OUT]   (default runs/e79h; alone on the machine: about 40
 #   minutes a seed on 2 CPU cores; finished runs are skipped, an unfinished one is run again whole)
-# then, each trained run against the base model, paired on the 100 questions (three pairs: the seeds):
+# then, paired on the 100 questions (three pairs: the seeds), the recipe against the base model
 #   turnrl compare --score f1 OUT/sft-s0@0 OUT/RECIPE-s0 OUT/sft-s1@0 OUT/RECIPE-s1 OUT/sft-s2@0 OUT/RECIPE-s2
-# (and --score support_recall, and the default: exact match), and OUT/RECIPE-sN/eval/step-STEP/metrics.json for
-# mean_f1, mean_support_recall and mean_searches.
+# and the GRPO steps' own share (OUT/RECIPE-sN@0 against OUT/RECIPE-sN); each with --score support_recall and the
+# default (exact match) too; OUT/RECIPE-sN/eval/step-STEP/metrics.json holds mean_f1, mean_support_recall and
+# mean_searches.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-runs/e79h}

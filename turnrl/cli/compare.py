@@ -18,10 +18,10 @@ naming the scores they hold.
 
 Items are joined by their ``item`` (the problem's canonical form, :func:`turnrl.rl.run.evaluate.item_key`); folders
 written before items were named are joined by ``task_id``, and the output says so. An item's several episodes
-(samples, or two presentations of one problem) collapse to their mean score first ("repeats collapsed"). Per
-pair: distinct items, A's and B's accuracy, B − A with its paired bootstrap 95% interval, and McNemar's exact test
-where every item has one episode in each run; over the pairs: the mean difference with its interval
-(:func:`turnrl.stats.pooled_paired`). ``--json PATH`` writes the same figures.
+(samples, or two presentations of one problem) collapse to their mean score first ("repeats collapsed"). Per pair:
+distinct items, A's and B's mean score (accuracy by default), B − A with its paired bootstrap 95% interval, and
+McNemar's exact test where every item has one episode in each run; over the pairs: the mean difference with its
+interval (:func:`turnrl.stats.pooled_paired`). ``--json PATH`` writes the same figures.
 """
 
 from __future__ import annotations
@@ -121,8 +121,9 @@ def compare_pair(
     a: Arm, b: Arm, *, allow_items: bool = False, allow_protocol: bool = False, resamples: int = 10000, seed: int = 0
 ) -> dict[str, Any]:
     """The figures of one pair (run B against run A on their items): ``items``, ``accuracy_a``/``accuracy_b`` with
-    their intervals (the mean score: accuracy for ``correct``, the mean F1 for ``--score f1``), ``diff`` (B − A) with its paired bootstrap ``se``/``low``/``high``, ``mcnemar`` (None where
-    skipped) and ``notes`` (what the reader must know: repeats collapsed, items joined by task id, …).
+    their intervals (each run's mean score: its accuracy for ``correct``, its mean F1 for ``--score f1``), ``diff``
+    (B − A) with its paired bootstrap ``se``/``low``/``high``, ``mcnemar`` (None where skipped) and ``notes`` (what
+    the reader must know: repeats collapsed, items joined by task id, …).
 
     Raises:
         CompareError: the item sets or the protocols differ and that is not allowed.

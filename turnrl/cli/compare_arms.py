@@ -1,13 +1,13 @@
 """What ``turnrl compare`` reads: the evaluation folder an argument names (an evaluation, a training run at a step,
 ``OUT_DIR@best``), its ``items.jsonl`` rows and ``run.json`` settings, and the score of each row it compares.
 
-A row's **score** is right (1) or wrong (0). ``correct`` is every row's own (the episode solved, the game won) and the
-default; a row may hold more in ``scores`` — a game that records a score beside its outcome (the solver–critic game:
-``first_correct``, the solver's first answer, and ``final_correct``, its answer after the review) — and
-``turnrl compare --score NAME`` compares two evaluations on one of them. A score may also be a number the environment
-records in each row's ``metrics`` (HotPotQA's ``f1`` and ``support_recall``): then its mean is compared, item by item,
-and McNemar's test, which needs right-or-wrong outcomes, is skipped unless every value is 0 or 1. An evaluation whose
-rows do not hold the score asked for is refused, naming the scores they hold.
+A row's **score** is right (1) or wrong (0), or a number (below). ``correct`` is every row's own (the episode solved,
+the game won) and the default; a row may hold more in ``scores`` — a game that records a score beside its outcome (the
+solver–critic game: ``first_correct``, the solver's first answer, and ``final_correct``, its answer after the review)
+— and ``turnrl compare --score NAME`` compares two evaluations on one of them. A score may also be a number the
+environment records in each row's ``metrics`` (HotPotQA's ``f1`` and ``support_recall``): then its mean is compared,
+item by item, and McNemar's test, which needs right-or-wrong outcomes, is skipped unless every value is 0 or 1. An
+evaluation whose rows do not hold the score asked for is refused, naming the scores they hold.
 """
 
 from __future__ import annotations
