@@ -115,7 +115,9 @@ def test_eval_reports_em_f1_recall(tmp_path):
         tiny_tokenizer("chatml"), ['<tool_call>{"name": "search", "arguments": {"query": "film"}}</tool_call>']
     )
     m = evaluate(searcher, "turnrl/HotPotQA-v0", limit=3, out=tmp_path / "searcher")
-    assert m["truncated_rate"] == 1.0 and m["mean_f1"] == 0.0 and m["mean_searches"] == 5.0, m
+    # (one reaches the turn limit after 5 searches; the context fills after 3 and 4 searches in the other two, which
+    # count too: before unanswered_metrics the mean was 5.0, over the one episode the environment ended)
+    assert m["truncated_rate"] == 1.0 and m["mean_f1"] == 0.0 and m["mean_searches"] == 4.0, m
 
 
 def test_dense_retriever_finds_paraphrases():
@@ -219,3 +221,21 @@ def test_a_qa_verifier_looks_the_fact_up_before_its_verdict():
     plain.step("<answer>Paris</answer>")
     obs, reward, done, _, info = plain.step(f"<search_query>{task.answer}</search_query>")
     assert info["verdict"] is None and reward == 0.0  # the paper's setting: a tool call is an unparseable verdict
+
+
+def test_an_episode_the_rollout_cuts_counts_with_the_figures_of_no_answer(tmp_path):
+    """An episode whose context fills after a search ends before the environment grades an answer: its row still
+    holds the environment's figures of no answer (F1 0, the articles its searches found), so the report's means count
+    it and `turnrl compare --score f1` can pair it."""
+    from turnrl.agents.scripted import FixedAgent
+    from turnrl.agents.tiny import tiny_tokenizer
+    from turnrl.rl.run.evaluate import evaluate
+
+    search = '<tool_call>{"name": "search", "arguments": {"query": "film"}}</tool_call>'
+    agent = FixedAgent(tiny_tokenizer("chatml"), [search])
+    m = evaluate(agent, "turnrl/HotPotQA-v0", limit=3, out=tmp_path, max_context=900)
+    rows = [json.loads(x) for x in (tmp_path / "items.jsonl").read_text().splitlines()]
+    assert {r["outcome"] for r in rows} == {"context limit"}, [r["outcome"] for r in rows]
+    assert all(r["metrics"]["f1"] == 0.0 and r["metrics"]["searches"] >= 1 for r in rows)
+    assert m["mean_f1"] == 0.0 and m["mean_searches"] == sum(r["metrics"]["searches"] for r in rows) / 3
+    assert any(r["metrics"]["support_recall"] > 0 for r in rows)  # what its searches found counts

@@ -169,6 +169,14 @@ class TextEnv(gym.Env[Obs, str]):
         Example: the self-verification environments lead with the verifier's balanced accuracy."""
         return []
 
+    def unanswered_metrics(self) -> dict[str, float]:
+        """The figures (``info["metrics"]``) of the current episode were it to end now without an answer, for an
+        episode the caller cuts before the environment ends it (the rollout's context is full, or its turn limit
+        came first): each finished episode then counts in the report's ``mean_*`` figures, with what it earned so far.
+        None by default (``{}``). Example: the search environments give F1 0 and the supporting articles retrieved
+        so far. Pure: it does not advance the episode."""
+        return {}
+
     def task_at(self, index: int) -> Task | None:
         """The task ``reset(options={"index": index})`` poses (its prompt and reference answer), when the environment
         has such a list; None by default. A training run's generative judge (``reward:``) reads the question and the

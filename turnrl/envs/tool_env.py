@@ -182,6 +182,10 @@ class ToolEnv(TextEnv):
             info["metrics"] = self._metrics("")
         return tuple(messages), 0.0, False, last, info
 
+    def unanswered_metrics(self) -> dict[str, float]:
+        """The figures of no answer now (F1 0, the searches so far): :meth:`TextEnv.unanswered_metrics`."""
+        return self._metrics("") if self.task is not None else {}
+
     def _metrics(self, response: str) -> dict[str, float]:
         """The numeric details of ``score(response)`` (the report's ``mean_*`` figures); none if it cannot score."""
         try:

@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any, cast
 from turnrl.agents.base import Agent, Completion, SamplingParams, capabilities_of, end_of_turn_ids
 from turnrl.envs.core import TextEnv
 from turnrl.rollout.context import ContextBudget, append_observation
-from turnrl.rollout.episode import Episode, RolloutStats
+from turnrl.rollout.episode import Episode, RolloutStats, record_unanswered
 from turnrl.rollout.generation import generate_one, generate_round
 from turnrl.rollout.rewrite import Rewrite, rewrite_round, unsampled
 from turnrl.rollout.stops import past_stop, stopped_across_pieces
@@ -425,9 +425,11 @@ class Rollout:
         return int(v() if callable(v) else v)
 
     def finish(self, ep: Episode) -> None:
-        """End the episode: release its agent session, write its Trajectory (:meth:`Episode.write_trajectory`) and
-        hand that to ``sink``."""
+        """End the episode: record the environment's figures where the rollout cut it (:func:`record_unanswered`),
+        release its agent session, write its Trajectory (:meth:`Episode.write_trajectory`) and hand that to
+        ``sink``."""
         ep.done = True
+        record_unanswered(ep)
         if self.uses_sessions:
             cast("SessionAgent", self.agent).release([ep.session])
         version = self.current_version() if self.policy_version is not None else None

@@ -183,3 +183,21 @@ class RolloutStats:
         """Prompt tokens run through the model vs served from KV caches, and the cache events (see
         :func:`kv_metrics`)."""
         return kv_metrics(self.prefill_tokens, self.cached_tokens, self.kv_events)
+
+
+def record_unanswered(ep: Episode) -> None:
+    """Where the rollout ended ``ep`` before its environment did (its context full, its turn limit first), record on
+    the last turn the environment's figures of no answer (:meth:`~turnrl.envs.core.TextEnv.unanswered_metrics`:
+    F1 0 and the articles found so far, for the search environments), so that the episode counts in the report's
+    ``mean_*`` figures and in ``turnrl compare --score``. Nothing where the environment ended the episode, gave its
+    figures already, the episode failed (an environment that failed is not asked again) or has no turn."""
+    last = ep.traj.turns[-1] if ep.traj.turns else None
+    if last is None or ep.traj.error is not None or last.terminated or last.truncated or "metrics" in last.info:
+        return
+    figures = getattr(ep.env.unwrapped, "unanswered_metrics", None)
+    try:
+        metrics = figures() if callable(figures) else {}
+    except Exception:  # figures only: an environment that cannot give them must not end the rollout
+        metrics = {}
+    if metrics:
+        last.info["metrics"] = dict(metrics)
