@@ -194,7 +194,7 @@ def record_unanswered(ep: Episode) -> None:
     last = ep.traj.turns[-1] if ep.traj.turns else None
     if last is None or ep.traj.error is not None or last.terminated or last.truncated or "metrics" in last.info:
         return
-    figures = getattr(ep.env.unwrapped, "unanswered_metrics", None)
+    figures = getattr(getattr(ep.env, "unwrapped", ep.env), "unanswered_metrics", None)  # any environment object
     try:
         metrics = figures() if callable(figures) else {}
     except Exception:  # figures only: an environment that cannot give them must not end the rollout
