@@ -13,6 +13,7 @@ evaluation whose rows do not hold the score asked for is refused, naming the sco
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -169,7 +170,7 @@ def scores_held(row: dict[str, Any]) -> set[str]:
 
 def _number(value: Any) -> bool:
     """Whether ``value`` is a finite number (not nan: an item's mean would be nan)."""
-    return isinstance(value, (int, float)) and value == value and abs(value) != float("inf")
+    return isinstance(value, (int, float)) and math.isfinite(value)
 
 
 def has_score(row: dict[str, Any], score: str) -> bool:

@@ -179,7 +179,7 @@ class ToolEnv(TextEnv):
         }
         last = self._turn + 1 >= self.max_turns
         if last:  # cut while still calling tools: the episode's figures are those of no answer (F1 0, not missing)
-            info["metrics"] = self._metrics("")
+            info["metrics"] = self.unanswered_metrics()
         return tuple(messages), 0.0, False, last, info
 
     def unanswered_metrics(self) -> dict[str, float]:
