@@ -206,3 +206,39 @@ def test_environments_whose_state_lives_elsewhere_are_refused_with_the_reason():
             return [t]
 
     assert "its tool(s) remember keep state outside the environment" in fork_refusal(StatefulTool())
+
+
+def test_a_mixture_is_refused_when_a_member_cannot_be_copied_with_it():
+    """A mixture forks by copying its members: one that cannot fork, or that forks only by replay or by its own
+    fork() (which a copy would bypass), makes the whole mixture refuse, naming the member."""
+    from turnrl.envs.builtin.arithmetic import ArithmeticEnv
+
+    class NoFork(ArithmeticEnv):
+        fork_mode = None
+        fork_refusal = "its state lives elsewhere"
+
+    class Replayed(ArithmeticEnv):
+        fork_mode = "replay"
+
+    class OwnFork(ArithmeticEnv):
+        def fork(self) -> OwnFork:
+            raise AssertionError("a mixture's fork must not hand the member's own fork() the whole episode")
+
+    arith = {"id": "turnrl/Arithmetic-v0", "name": "plain", "kwargs": {"level": 1}}
+    for cls, why in (
+        (NoFork, "its member NoFork (tests/NoFork-v0) cannot be forked: its state lives elsewhere"),
+        (Replayed, "its member Replayed forks by replay, which a copy would bypass"),
+        (OwnFork, "its member OwnFork forks by its own fork(), which a copy would bypass"),
+    ):
+        turnrl.register(f"tests/{cls.__name__}-v0", cls)
+        mixture = turnrl.make("turnrl/Mixture-v0", envs=[arith, {"id": f"tests/{cls.__name__}-v0", "name": "odd"}])
+        try:
+            mixture.reset(seed=0, options={"index": 0})  # the current member is the plain one: the odd one refuses
+            assert why in fork_refusal(mixture)
+            with pytest.raises(ForkError, match="cannot be forked|which a copy would bypass"):
+                fork(mixture)
+        finally:
+            mixture.close()
+    plain = turnrl.make("turnrl/Mixture-v0", envs=[arith, {**arith, "name": "again"}])
+    assert fork_refusal(plain) is None
+    plain.close()

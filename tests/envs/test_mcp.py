@@ -258,3 +258,20 @@ def test_gateway_tool_server_serves_each_sessions_environment_tools():
             mcp_tools({"url": server.attach("none", none), "headers": headers}, timeout=10)
     finally:
         server.stop()
+
+
+def test_an_environment_with_mcp_tools_cannot_be_forked_for_a_tree(monkeypatch):
+    """An MCP server may keep state between calls, which a copied environment would share: a tree rollout refuses
+    the environment (turnrl/envs/fork.py) before a model loads, naming the tools."""
+    from turnrl.envs.fork import ForkError, fork, fork_refusal
+
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+    env = turnrl.make("inventory_env:examples/Inventory-v0")
+    try:
+        env.reset(seed=0)
+        why = fork_refusal(env)
+        assert why is not None and "search_items, get_stock, get_price keep state outside the environment" in why
+        with pytest.raises(ForkError, match="give the environment its own fork"):
+            fork(env)
+    finally:
+        env.close()

@@ -223,6 +223,8 @@ def test_trees_with_stale_rollouts_and_a_resumed_driver_train_each_tree_once(ray
     finally:
         resumed.close()
     assert all(h["guard_violations"] == 0 for h in history[1:])
+    assert all(h["staleness_max"] <= 1 for h in history[1:])
+    assert any(h.get("staleness_1", 0) > 0 for h in history[1:])  # trees grown by the weights before the update
     for step in range(1, 5):
         leaves = read_jsonl(tmp_path / "train" / f"step-{step}" / "trajectories.jsonl")
         trees: dict[str, list] = {}

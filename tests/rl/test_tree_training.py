@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 
 from turnrl.cli import app
 from turnrl.rl.algorithms.grpo import GRPO, GRPOConfig
+from turnrl.rl.algorithms.rloo import RLOO, RLOOConfig
 from turnrl.rl.core.batch import collate
 from turnrl.rl.formulas.advantages import group_normalize
 from turnrl.rl.formulas.tree import tree_advantages
@@ -122,12 +123,59 @@ def test_on_chains_the_tree_estimator_is_grpo():
     assert torch.allclose(tree, group.float(), atol=1e-6)
 
 
+def test_a_batch_maps_each_token_to_its_node_on_a_tree_of_two_branch_points():
+    """collate's tree fields: one number per distinct node id (shared ones the same in every row), −1 padding, and
+    each token's depth on its row's path — 0 before the first branch turn, 1 from it, 2 from the second."""
+    leaves = [
+        _leaf("g", ["r", "r.0", "r.0.1"], [0.0, 0.0, 1.0], [1, 2]),
+        _leaf("g", ["r", "r.1", "r.1.0"], [0.0, 0.0, 0.0], [1, 2]),
+        _leaf("g", ["r", "r.1"], [0.0, 0.0], [1]),  # ended before the second branch turn: a leaf there
+    ]
+    chain = _leaf("h", ["c"], [1.0], [])
+    chain.metadata.pop("tree")
+    batch = collate([*leaves, chain], pad_id=0)
+    paths = batch.tree_paths.tolist()
+    assert paths[0][0] == paths[1][0] == paths[2][0]  # the root: one node
+    assert paths[1][1] == paths[2][1] != paths[0][1]  # r.1 shared by two rows, r.0 another node
+    assert paths[2][2] == -1 and paths[3][1:] == [-1, -1]  # padding
+    assert len({n for p in paths for n in p if n >= 0}) == 6  # r, r.0, r.1, r.0.1, r.1.0 and the chain's row
+    for b, turns in ((0, 3), (1, 3), (2, 2)):
+        for turn in range(turns):
+            tokens = batch.turn_ids[b] == turn
+            assert (batch.tree_depth[b][tokens] == min(turn, 2 if turns == 3 else 1)).all(), (b, turn)
+    assert (batch.tree_depth[3] == 0).all()
+
+
+def test_rloo_with_the_tree_estimator_takes_the_trees_mean_baselines_not_leave_one_out():
+    """RLOO's ``advantage: tree`` is §14's estimator unnormalized: on a tree each turn gets its node's advantage; on
+    chains it is R − mean R, (k − 1)/k of RLOO's leave-one-out advantage (docs/training.md says so)."""
+    leaves = [_leaf("g", ["r", "r.0"], [0.0, 1.0], [1]), _leaf("g", ["r", "r.1"], [0.0, 0.0], [1])]
+    batch = collate(leaves, pad_id=0)
+    adv, _ = RLOO(RLOOConfig(advantage="tree")).advantages(batch, 16)
+    expected = tree_advantages([1.0, 0.0], [["r", "r.0"], ["r", "r.1"]], ["g", "g"])
+    for b in range(2):
+        for turn in (0, 1):
+            assert torch.allclose(adv[b][batch.turn_ids[b] == turn], torch.tensor(expected[b][turn]))
+    chains = [_leaf("g", [f"c{i}"], [float(r)], []) for i, r in enumerate([1, 0, 0, 1])]
+    for t in chains:
+        t.metadata.pop("tree")
+    batch = collate(chains, pad_id=0)
+    tree, _ = RLOO(RLOOConfig(advantage="tree")).advantages(batch, 16)
+    loo, _ = RLOO(RLOOConfig()).advantages(batch, 16)
+    firsts = torch.stack([row[mask == 1][0] for row, mask in zip(tree, batch.loss_mask)])  # a generated token each
+    assert torch.allclose(firsts, torch.tensor([0.5, -0.5, -0.5, 0.5]))
+    assert torch.allclose(tree, loo * 3 / 4, atol=1e-6)
+
+
 @pytest.mark.parametrize(
     "override, message",
     [
         ("algorithm.name=tppo", "T-PPO's windows"),
         ("rollout.group_size=3", "not a multiple of the tree's 2 leaves"),
         ("env.id=turnrl/Arithmetic-PAG-v0 algorithm.name=pag", "rollout hook"),
+        ("algorithm.name=dpo data.path=rows.parquet", "offline and step-wise algorithms read stored data"),
+        ("program.command=agent.py", "a `program` runs its own episode through the gateway"),
+        ("env.id=turnrl/TicTacToe-v0 env.kwargs={} multi_agent.opponent=self", "games with several agents"),
     ],
 )
 def test_what_trees_cannot_be_combined_with_is_refused_before_a_model_loads(tmp_path, override, message):

@@ -21,6 +21,10 @@ None
     Cannot fork; :attr:`~turnrl.envs.core.TextEnv.fork_refusal` says why (a remote environment's state lives on its
     server; a verifiers environment keeps it in the library's rollout).
 
+Environments made of environments (a mixture) fork by copying, members and all; they list their members in a
+``fork_parts()`` method, and :func:`fork_refusal` refuses the whole where a member cannot fork or forks only its own
+way (by replay or its own ``fork()``), which a copy of the whole would bypass.
+
 Tools: a tool whose calls change state somewhere (``Tool.stateful``: an MCP server's tools, a remote environment's)
 cannot be copied with the environment; such an environment is refused unless it forks itself (defines a ``fork()``
 method returning the copy, which :func:`fork` calls instead).
@@ -43,7 +47,7 @@ def fork_refusal(env: Any) -> str | None:
     name = type(base).__name__
     spec = getattr(base, "spec", None)
     label = f"{name} ({spec.id})" if spec is not None and getattr(spec, "id", None) else name
-    if callable(getattr(base, "fork", None)):  # the environment forks itself
+    if _forks_itself(base):
         return None
     mode = getattr(base, "fork_mode", None)
     if mode is None:
@@ -68,7 +72,30 @@ def fork_refusal(env: Any) -> str | None:
         )
     if mode == "replay" and (spec is None or not getattr(spec, "id", None)):
         return f"{label} forks by replay, which makes a new one from its spec; make it with turnrl.make(id, ...)"
+    return _parts_refusal(base, label) if mode == "copy" else None
+
+
+def _parts_refusal(base: Any, label: str) -> str | None:
+    """Why an environment that copies its member environments (``fork_parts()``) cannot fork, or None."""
+    parts = getattr(type(base), "fork_parts", None)
+    for part in parts(base) if callable(parts) else ():
+        inner = getattr(part, "unwrapped", part)
+        why = fork_refusal(part)
+        if why is not None:
+            return f"{label} cannot be forked: its member {why}"
+        own = "its own fork()" if _forks_itself(inner) else "replay" if inner.fork_mode == "replay" else None
+        if own is not None:
+            return (
+                f"{label} forks by copying its members, and its member {type(inner).__name__} forks by {own}, "
+                "which a copy would bypass"
+            )
     return None
+
+
+def _forks_itself(base: Any) -> bool:
+    """Whether ``base``'s class defines its own ``fork()`` (looked up on the class: a mixture hands unknown
+    attributes to its current member, whose ``fork`` would fork the member alone)."""
+    return callable(getattr(type(base), "fork", None))
 
 
 def fork(env: Any) -> Any:
@@ -79,7 +106,7 @@ def fork(env: Any) -> Any:
         ForkError: ``env`` cannot be forked (:func:`fork_refusal`), or its state cannot be copied.
     """
     base = getattr(env, "unwrapped", env)
-    if callable(getattr(base, "fork", None)):  # its own fork
+    if _forks_itself(base):
         return base.fork()
     why = fork_refusal(env)
     if why is not None:

@@ -210,6 +210,10 @@ class MixtureEnv(TextEnv):
             raise AttributeError(name)
         return getattr(self.member, name)
 
+    def fork_parts(self) -> list[TextEnv]:
+        """The members, which a fork copies with the mixture (turnrl/envs/fork.py checks that each can be)."""
+        return list(self._members)
+
     def task_at(self, index: int) -> Task | None:
         """The member's task behind mixture index ``index``."""
         m, local = self.locate(index)

@@ -35,8 +35,8 @@ class RLOOConfig(PolicyGradientConfig):
         "group",
         description=(
             "group: the leave-one-out baseline; tree: turn-level credit on tree rollouts "
-            "(rollout.tree), each turn's tokens the advantage of the node they lead to (docs/algorithms.md §14; on chains "
-            "it equals group)"
+            "(rollout.tree), each turn's tokens the advantage of the node they lead to (docs/algorithms.md §14): its "
+            "baselines are means, not leave-one-out (on chains R - mean R, (k-1)/k of group's)"
         ),
     )
 
