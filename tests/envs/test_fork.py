@@ -226,12 +226,13 @@ def test_a_mixture_is_refused_when_a_member_cannot_be_copied_with_it():
 
     arith = {"id": "turnrl/Arithmetic-v0", "name": "plain", "kwargs": {"level": 1}}
     for cls, why in (
-        (NoFork, "its member NoFork (tests/NoFork-v0) cannot be forked: its state lives elsewhere"),
+        (NoFork, "its member NoFork (tests/MixtureMemberNoFork-v0) cannot be forked: its state lives elsewhere"),
         (Replayed, "its member Replayed forks by replay, which a copy would bypass"),
         (OwnFork, "its member OwnFork forks by its own fork(), which a copy would bypass"),
     ):
-        turnrl.register(f"tests/{cls.__name__}-v0", cls)
-        mixture = turnrl.make("turnrl/Mixture-v0", envs=[arith, {"id": f"tests/{cls.__name__}-v0", "name": "odd"}])
+        env_id = f"tests/MixtureMember{cls.__name__}-v0"
+        turnrl.register(env_id, cls)
+        mixture = turnrl.make("turnrl/Mixture-v0", envs=[arith, {"id": env_id, "name": "odd"}])
         try:
             mixture.reset(seed=0, options={"index": 0})  # the current member is the plain one: the odd one refuses
             assert why in fork_refusal(mixture)
