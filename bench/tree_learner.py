@@ -15,6 +15,7 @@ resident memory and the loss (the same in both arms: the sharing changes how, no
 them. Nothing else may run on the machine meanwhile.
 
 Usage: python bench/tree_learner.py [--tasks 4] [--turns 4] [--prompt 150] [--said 40] [--seen 60] [--arms rows,tree]
+       python bench/tree_learner.py --model tiny --tasks 2     (a tiny random model: that it runs, in seconds)
 """
 
 from __future__ import annotations
@@ -106,7 +107,13 @@ def arm(args: argparse.Namespace) -> None:
             },
         }
     )
-    model, tok = load_model(args.model)
+    if args.model == "tiny":  # a tiny random model: checks the benchmark runs, not the figures
+        from turnrl.agents.tiny import tiny_model, tiny_tokenizer
+
+        tok = tiny_tokenizer("chatml")
+        model = tiny_model(tok)
+    else:
+        model, tok = load_model(args.model)
     learner = learner_of(config, model, tok)
     trajs = trees(args, len(tok))
     load_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -131,7 +138,7 @@ def arm(args: argparse.Namespace) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--model", default="smollm2-135m-instruct")
+    p.add_argument("--model", default="smollm2-135m-instruct", help="a model name or path, or tiny (a random one)")
     p.add_argument("--tasks", type=int, default=4, help="trees (4 leaves each)")
     p.add_argument("--turns", type=int, default=4, help="turns per episode (at least 3: branches after 1 and 2)")
     p.add_argument("--prompt", type=int, default=150, help="prompt tokens")

@@ -130,3 +130,25 @@ def test_prefix_tree_step_has_the_separate_rows_gradients(minibatch, accum, lora
 def _distinct(trajectories) -> int:
     """The tokens a pass over the leaves must run at least: their distinct prefixes."""
     return len({tuple(t.token_ids[: i + 1]) for t in trajectories for i in range(len(t.token_ids))})
+
+
+def test_the_learner_benchmark_runs_on_a_tiny_model_with_the_same_loss_in_both_arms():
+    """bench/tree_learner.py (docs/results/speed.md#trees-speed) with a tiny random model: both arms run in their own
+    processes, the prefix tree runs fewer tokens, and the loss and gradient norm are the separate rows'."""
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    bench = Path(__file__).resolve().parents[2] / "bench" / "tree_learner.py"
+    out = subprocess.run(
+        [sys.executable, str(bench), "--model", "tiny", "--tasks", "2"], capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    arms = {}
+    for line in out.stdout.splitlines():
+        if m := re.match(r"(rows|tree) .*pass_tokens\s+(\d+).* loss ([\d.]+)\s+grad_norm ([\d.]+)", line):
+            arms[m[1]] = (int(m[2]), m[3], m[4])
+    assert set(arms) == {"rows", "tree"}, out.stdout
+    assert arms["tree"][0] < 0.8 * arms["rows"][0]
+    assert arms["tree"][1:] == arms["rows"][1:]
