@@ -88,7 +88,7 @@ def arm(args: argparse.Namespace) -> None:
     """Child process: load, build, update once; print one JSON line."""
     import torch
 
-    from turnrl.agents.models import load_model
+    from turnrl.agents import make_agent
     from turnrl.rl.config import TrainConfig
     from turnrl.rl.run.trainer import learner_of
 
@@ -107,13 +107,9 @@ def arm(args: argparse.Namespace) -> None:
             },
         }
     )
-    if args.model == "tiny":  # a tiny random model: checks the benchmark runs, not the figures
-        from turnrl.agents.tiny import tiny_model, tiny_tokenizer
-
-        tok = tiny_tokenizer("chatml")
-        model = tiny_model(tok)
-    else:
-        model, tok = load_model(args.model)
+    # a built-in name, a path, or tiny: a tiny random model (checks the benchmark runs, not the figures)
+    agent = make_agent("tiny:chatml" if args.model == "tiny" else args.model, batch_size=1)
+    model, tok = agent.model, agent.tokenizer
     learner = learner_of(config, model, tok)
     trajs = trees(args, len(tok))
     load_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

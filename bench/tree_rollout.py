@@ -30,6 +30,7 @@ def arm(model: str, tasks: int, leaves: int, tree: bool) -> dict[str, float]:
     import transformers
     from multiturn_env import SearchSession
 
+    from turnrl.agents import make_agent
     from turnrl.agents.base import SamplingParams
     from turnrl.agents.hf import HFAgent
     from turnrl.rollout.engine import Rollout
@@ -38,13 +39,8 @@ def arm(model: str, tasks: int, leaves: int, tree: bool) -> dict[str, float]:
 
     transformers.utils.logging.disable_progress_bar()
     torch.manual_seed(0)
-    if model == "tiny":
-        from turnrl.agents.tiny import tiny_model, tiny_tokenizer
-
-        tok = tiny_tokenizer("chatml")
-        agent = HFAgent(tiny_model(tok), tok, batch_size=tasks * leaves, kv_cache_mb=4096)
-    else:
-        agent = HFAgent.from_pretrained(model, batch_size=tasks * leaves, kv_cache_mb=4096)
+    loaded = make_agent("tiny:chatml" if model == "tiny" else model, batch_size=1)  # a name, a path, or tiny
+    agent = HFAgent(loaded.model, loaded.tokenizer, batch_size=tasks * leaves, kv_cache_mb=4096)
     rollout = Rollout(agent, SamplingParams(temperature=1.0, max_new_tokens=24), max_turns=3)
     roots = tasks if tree else tasks * leaves
     envs = [SearchSession(max_turns=3) for _ in range(roots)]
