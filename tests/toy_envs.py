@@ -2,6 +2,8 @@
 
 import turnrl
 from turnrl.envs import Task, ToolEnv
+from turnrl.envs.core import TextEnv, pick_index
+from turnrl.types import Message
 from turnrl.verifiers.base import Verdict
 
 
@@ -124,6 +126,32 @@ class CapitalsEnv(ToolEnv):
 
 
 turnrl.register("tests/Capitals-v0", "toy_envs:CapitalsEnv")
+
+
+class ResearchEnv(TextEnv):
+    """Toy env with long observations (context budgets): every turn but the last is answered by a ~40-token search
+    result; the last reply is rewarded when it starts with a capital letter. Four tasks."""
+
+    def __init__(self, max_turns: int = 3, **kw):
+        super().__init__(max_turns=max_turns, **kw)
+
+    def __len__(self) -> int:
+        return 4
+
+    def _reset(self, options):
+        i = pick_index(self, len(self), options)
+        prompt = (Message(role="system", content="Search, then answer."), Message(role="user", content=f"Topic {i}."))
+        return prompt, {"task_id": f"r{i}"}
+
+    def _step(self, action):
+        if self.turn + 1 < self.max_turns:
+            result = Message(role="tool", name="search", content=f"Result {self.turn}: " + "facts and figures " * 6)
+            return (result,), 0.0, False, False, {}
+        ok = action.strip()[:1].isupper()
+        return (), float(ok), True, False, {"correct": ok}
+
+
+turnrl.register("tests/Research-v0", "toy_envs:ResearchEnv")
 
 
 def straddling_stop(tok, turn: list[int], *, visible: bool = False) -> tuple[int, str]:

@@ -31,7 +31,7 @@ def _config(tmp_path, **extra):
         env=extra.pop("env", ENV),
         algorithm=extra.pop("algorithm", {"name": "grpo", "advantage": "tree"}),
         rollout=rollout,
-        optim={"lr": 1e-2, "minibatch_size": 4},
+        optim=extra.pop("optim", {"lr": 1e-2, "minibatch_size": 4}),
         steps=steps,
         eval_every=0,
         eval_tasks=2,
@@ -276,3 +276,37 @@ def _copy(extra):
     import copy
 
     return copy.deepcopy(extra)
+
+
+def test_trees_under_a_context_budget_share_the_rewritten_history_and_train_like_separate_rows(tmp_path):
+    """rollout.context with rollout.tree: the history is trimmed after turn 2, just before the fork (and again after
+    turn 3), so siblings share a whole segment and the opening of the next; the learner's prefix tree runs their
+    segments as rows of their own, and the update is the one of the same leaves trained as separate rows."""
+    import toy_envs  # noqa: F401 — registers tests/Research-v0 (a ~40-token search result a turn)
+
+    from turnrl.storage import read_jsonl
+
+    runs = {}
+    for shared in (True, False):
+        out = tmp_path / str(shared)
+        history, _ = _train(
+            _config(
+                out,
+                steps=1,
+                env={"id": "tests/Research-v0", "kwargs": {"max_turns": 4}},
+                rollout={"context": {"budget": 250}, "tree": {"branches": [{"turn": 2, "children": 2}]}},
+                optim={"lr": 1e-2, "minibatch_size": 4, "prefix_tree": shared},
+            )
+        )
+        runs[shared] = next(h for h in history if "trained_episodes" in h)
+        assert runs[shared]["guard_violations"] == 0 and runs[shared]["logp_diff"] < 1e-4
+    leaves = read_jsonl(tmp_path / "True" / "train" / "step-1" / "trajectories.jsonl")
+    assert len(leaves) == 8 == runs[True]["trained_episodes"]
+    for a, b in zip(leaves[::2], leaves[1::2]):
+        assert a.metadata["tree"]["root"] == b.metadata["tree"]["root"] and a.metadata["tree"]["branch_turns"] == [2]
+        assert len(a.segments or []) == 3 and a.segments[:2] == b.segments[:2]  # trimmed after turns 2 and 3
+        fork = a.turns[2].token_span[0]  # the siblings' own tokens start with turn 2's action
+        assert a.segments[1] < fork and a.token_ids[:fork] == b.token_ids[:fork]
+    assert runs[True]["pass_tokens"] < runs[False]["pass_tokens"]  # the shared history ran once
+    for key in ("loss", "grad_norm"):
+        assert runs[True][key] == pytest.approx(runs[False][key], rel=1e-4, abs=1e-6)
