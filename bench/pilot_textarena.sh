@@ -13,8 +13,8 @@ cd "$(dirname "$0")/.."
 OUT=${1:-runs/pilot78}
 T=${TURNRL:-.venv/bin/turnrl}
 mkdir -p "$OUT"
-# Each run checkpoints every step, and one cut (a session's end) resumes from its last step, bit-exactly: a rate's run
-# took longer than a session at 1e-4 (games reach full length sooner, 8-10 minutes a step late).
+# Each run checkpoints every step, and one cut (a session's end) resumes from its last step, bit-exactly: at 1e-4 the
+# games reach full length sooner (3-7.5 minutes a step from step 2, plus the validations), about a session's length.
 for LR in ${LRS:-2e-5 1e-4}; do
   [ -f "$OUT/lr$LR/eval/step-20/items.jsonl" ] && continue
   fresh=--no-resume

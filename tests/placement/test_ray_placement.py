@@ -423,9 +423,9 @@ def test_tppo_on_ray_with_refill_prompts_and_min_groups_trains_whole_groups_once
 
 def test_trees_grow_on_ray_workers_as_they_grow_locally(tmp_path):
     """Issue 79: a tree stays on one worker and its leaves are committed together; with each episode's own sampling
-    stream, the first step's leaves are the local placement's, token for token. On LoRA (full weights on Ray workers:
-    tests/rl/test_async.py's stale trees): the second step's trees grow on the workers from the adapters the first
-    update sent them, which the guard checks token by token."""
+    stream, the first step's leaves are the local placement's, token for token. On LoRA (the full-weight case on Ray
+    is tests/rl/test_async.py's stale-trees test): the second step's trees grow on the workers from the adapters the
+    first update sent them, which the guard checks token by token."""
     from turnrl.storage import read_jsonl
 
     runs = {}

@@ -279,9 +279,10 @@ def _copy(extra):
 
 
 def test_trees_under_a_context_budget_share_the_rewritten_history_and_train_like_separate_rows(tmp_path):
-    """rollout.context with rollout.tree: the history is trimmed after turn 2, just before the fork (and again after
-    turn 3), so siblings share a whole segment and the opening of the next; the learner's prefix tree runs their
-    segments as rows of their own, and the update is the one of the same leaves trained as separate rows."""
+    """rollout.context (mode drop) with rollout.tree: the history is trimmed after the second turn, just before the
+    fork (and again after each child's first turn), so siblings share the first segment whole and the opening of the
+    rewritten one; the learner's prefix tree runs each segment as a row of its own, shared where the rows share it, and
+    the update's loss and gradient norm are those of the same leaves trained as separate rows."""
     import toy_envs  # noqa: F401 — registers tests/Research-v0 (a ~40-token search result a turn)
 
     from turnrl.storage import read_jsonl
@@ -302,11 +303,18 @@ def test_trees_under_a_context_budget_share_the_rewritten_history_and_train_like
         assert runs[shared]["guard_violations"] == 0 and runs[shared]["logp_diff"] < 1e-4
     leaves = read_jsonl(tmp_path / "True" / "train" / "step-1" / "trajectories.jsonl")
     assert len(leaves) == 8 == runs[True]["trained_episodes"]
+    openings = 0  # the rewritten segment's tokens the siblings share: from its start to the fork
     for a, b in zip(leaves[::2], leaves[1::2]):
         assert a.metadata["tree"]["root"] == b.metadata["tree"]["root"] and a.metadata["tree"]["branch_turns"] == [2]
-        assert len(a.segments or []) == 3 and a.segments[:2] == b.segments[:2]  # trimmed after turns 2 and 3
+        assert a.metadata["segment_reasons"] == b.metadata["segment_reasons"] and len(a.segments or []) == 3
+        for leaf in (a, b):  # trimmed after the second turn (the fork's) and again after each child's own first
+            assert "context" not in leaf.turns[0].info and "context" in leaf.turns[1].info
+            assert leaf.segments[1:] == [leaf.turns[1].token_span[1], leaf.turns[2].token_span[1]]
         fork = a.turns[2].token_span[0]  # the siblings' own tokens start with turn 2's action
-        assert a.segments[1] < fork and a.token_ids[:fork] == b.token_ids[:fork]
-    assert runs[True]["pass_tokens"] < runs[False]["pass_tokens"]  # the shared history ran once
+        assert a.segments[1] < fork and a.token_ids[:fork] == b.token_ids[:fork] and a.token_ids != b.token_ids
+        openings += fork - a.segments[1]
+    # the first segment and the rewritten one's opening each ran once for both siblings (the first alone saves less)
+    assert runs[False]["pass_tokens"] - runs[True]["pass_tokens"] >= openings
+    assert runs[False]["grad_norm"] > 0  # the update is not zero by construction
     for key in ("loss", "grad_norm"):
         assert runs[True][key] == pytest.approx(runs[False][key], rel=1e-4, abs=1e-6)
