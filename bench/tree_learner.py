@@ -12,7 +12,10 @@ observation. Micro-batches of 8 rows (two whole trees), two per optimizer step. 
 
 Printed per arm: the update's seconds, the tokens its forward passes ran (``pass_tokens``), the process's peak
 resident memory and the loss (the same in both arms: the sharing changes how, not what). The ratio line compares
-them. Nothing else may run on the machine meanwhile.
+them. Nothing else may run on the machine meanwhile. The model is loaded as a run loads its policy
+(``turnrl.agents.make_agent``: a built-in name, a path, or ``tiny``), which also makes transformers' ``sdpa`` attention
+the CPU grouped-query one for passes without gradients in the process, as in a run (the same results; the figures of
+2026-12-06 on docs/results/speed.md were measured before this, with the model loaded alone).
 
 Usage: python bench/tree_learner.py [--tasks 4] [--turns 4] [--prompt 150] [--said 40] [--seen 60] [--arms rows,tree]
        python bench/tree_learner.py --model tiny --tasks 2     (a tiny random model: that it runs, in seconds)
