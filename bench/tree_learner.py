@@ -15,7 +15,7 @@ resident memory and the loss (the same in both arms: the sharing changes how, no
 them. Nothing else may run on the machine meanwhile. The model is loaded as a run loads its policy
 (``turnrl.agents.make_agent``: a built-in name, a path, or ``tiny``), which also makes transformers' ``sdpa`` attention
 the CPU grouped-query one for passes without gradients in the process, as in a run (the same results; the figures of
-2026-12-06 on docs/results/speed.md were measured before this, with the model loaded alone).
+2026-12-05 on docs/results/speed.md were measured before this, with the model loaded alone).
 
 Usage: python bench/tree_learner.py [--tasks 4] [--turns 4] [--prompt 150] [--said 40] [--seen 60] [--arms rows,tree]
        python bench/tree_learner.py --model tiny --tasks 2     (a tiny random model: that it runs, in seconds)
