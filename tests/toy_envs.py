@@ -129,8 +129,9 @@ turnrl.register("tests/Capitals-v0", "toy_envs:CapitalsEnv")
 
 
 class ResearchEnv(TextEnv):
-    """Toy env with long observations (context budgets): every turn but the last is answered by a ~40-token search
-    result; the last reply is rewarded when it starts with a capital letter. Four tasks."""
+    """Toy env with long observations (context budgets): every turn but the last is answered by a 118-character search
+    result (about 100 tokens of the tiny tokenizer); the last reply is rewarded when it starts with a capital letter.
+    Four tasks. (tests/rollout/test_context.py's ``Research`` is its rollout-level sibling: six turns, always correct.)"""
 
     def __init__(self, max_turns: int = 3, **kw):
         super().__init__(max_turns=max_turns, **kw)

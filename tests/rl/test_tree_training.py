@@ -283,7 +283,7 @@ def test_trees_under_a_context_budget_share_the_rewritten_history_and_train_like
     fork (and again after each child's first turn), so siblings share the first segment whole and the opening of the
     rewritten one; the learner's prefix tree runs each segment as a row of its own, shared where the rows share it, and
     the update's loss and gradient norm are those of the same leaves trained as separate rows."""
-    import toy_envs  # noqa: F401 — registers tests/Research-v0 (a ~40-token search result a turn)
+    import toy_envs  # noqa: F401 — registers tests/Research-v0 (a long search result a turn)
 
     from turnrl.storage import read_jsonl
 
