@@ -49,7 +49,14 @@ def _train(cfg):
 
 
 @pytest.mark.parametrize(
-    "algorithm", [{"name": "grpo", "advantage": "tree"}, {"name": "rloo", "advantage": "tree"}, {"name": "grpo"}]
+    "algorithm",
+    [
+        {"name": "grpo", "advantage": "tree"},
+        {"name": "rloo", "advantage": "tree"},
+        {"name": "grpo"},
+        {"name": "ppo", "kl_coef": 0.05},  # a critic (and a reference) over the leaves
+        {"name": "vapo"},
+    ],
 )
 def test_a_run_trains_on_the_leaves_of_trees_with_the_guard_silent(tmp_path, algorithm):
     history, _ = _train(_config(tmp_path, algorithm=algorithm))
