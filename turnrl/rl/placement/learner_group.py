@@ -186,14 +186,21 @@ class LearnerGroup:
 
     def _node_of(self, r: int, died: bool) -> str:
         """`` on node IP (ID…)`` of rank ``r``, and when it died whether Ray found its node lost (asked for up to
-        5 s: Ray's health checks take a moment to mark a node whose raylet died)."""
+        5 s: Ray's health checks take a moment to mark a node whose raylet died) — at once where the rank ran on the
+        driver's own node, which is up while the driver runs."""
         if r >= len(self.where):
             return ""
         node, ip = self.where[r].get("node_id") or "?", self.where[r].get("node_ip")
         text = f" on node {ip} ({node[:8]})"
         if not died:
             return text
-        ray, deadline = _ray(), time.monotonic() + 5.0
+        ray = _ray()
+        try:
+            if node == ray.get_runtime_context().get_node_id():
+                return f"{text}, the driver's own node (which is up: the rank's process alone),"
+        except Exception:  # no runtime context to ask: look the node up as for any other
+            pass
+        deadline = time.monotonic() + 5.0
         while time.monotonic() < deadline:
             try:
                 if not any(n["NodeID"] == node and n.get("Alive") for n in ray.nodes()):
