@@ -186,8 +186,8 @@ class LearnerGroup:
 
     def _node_of(self, r: int, died: bool) -> str:
         """`` on node IP (ID…)`` of rank ``r``, and when it died whether Ray found its node lost (asked for up to
-        5 s: Ray's health checks take a moment to mark a node whose raylet died) — at once where the rank ran on the
-        driver's own node, which is up while the driver runs."""
+        5 s: Ray's health checks take a moment to mark a node whose raylet died) — asked once, with no wait, where the
+        rank ran on the driver's own node, whose raylet the driver itself reaches Ray through."""
         if r >= len(self.where):
             return ""
         node, ip = self.where[r].get("node_id") or "?", self.where[r].get("node_ip")
@@ -196,17 +196,20 @@ class LearnerGroup:
             return text
         ray = _ray()
         try:
-            if node == ray.get_runtime_context().get_node_id():
-                return f"{text}, the driver's own node (which is up: the rank's process alone),"
+            own = node == ray.get_runtime_context().get_node_id()
         except Exception:  # no runtime context to ask: look the node up as for any other
-            pass
+            own = False
         deadline = time.monotonic() + 5.0
-        while time.monotonic() < deadline:
+        while True:
             try:
                 if not any(n["NodeID"] == node and n.get("Alive") for n in ray.nodes()):
                     return f"{text}, which Ray found lost (its raylet and every worker on it),"
             except Exception:  # the head may be gone too: say what is known
                 return text
+            if own:  # no wait for Ray's health checks: the driver reaches Ray through this node's raylet
+                return f"{text}, the driver's own node, which Ray has up,"
+            if time.monotonic() >= deadline:
+                break
             time.sleep(0.5)
         return f"{text} (Ray had not marked that node lost 5 s later: its process died, or the loss is not seen yet)"
 
