@@ -421,3 +421,72 @@ def test_the_hotpotqa_test_runs_repeat_the_recipe_the_pilot_chose(tmp_path):
         assert config.data is None or config.data.path == f"{test}/gold-steps.parquet"
     said = " ".join((REPO / "bench" / "preregistered.md").read_text().split("HotPotQA's test runs")[1].split())
     assert f"`RECIPE={recipe} STEP={step}`" in said and "seeds **0, 1, 2**" in said
+
+
+def textarena_choice(records):
+    """The pilot's preregistered rule on its kept records: the learning rate whose validation win rate at step 20 is
+    higher, 2e-5 on a tie. Returns (rate, {rate: wins of 40 at steps 0, 5, 10, 15, 20})."""
+    curves = {}
+    for rate in ("2e-5", "1e-4"):
+        rows = [json.loads(line) for line in (records / f"lr{rate}" / "metrics.jsonl").read_text().splitlines()]
+        curves[rate] = [round(40 * r["val_success"]) for r in rows if "val_success" in r]
+    return ("1e-4" if curves["1e-4"][-1] > curves["2e-5"][-1] else "2e-5"), curves
+
+
+def test_the_textarena_figure_runs_the_rate_its_pilot_chose_on_the_preregistered_schedule(tmp_path):
+    """configs/textarena-tictactoe.yaml (which bench/evidence_textarena.sh runs as shipped) carries the learning rate
+    the pilot's rule picks from its kept validation records and the schedule bench/preregistered.md fixed for the
+    figure; the script runs seeds 0, 1 and 2 once each, checkpointing every step, and resumes a cut seed."""
+    import os
+    import subprocess
+
+    import yaml
+
+    rate, curves = textarena_choice(REPO / "bench" / "evidence" / "pilot78")
+    assert [len(c) for c in curves.values()] == [5, 5]  # steps 0, 5, 10, 15 and 20 of both arms
+    shipped = yaml.safe_load((REPO / "configs" / "textarena-tictactoe.yaml").read_text())
+    assert shipped["optim"]["lr"] == float(rate) and shipped["steps"] == 20
+    assert (shipped["eval_every"], shipped["eval_tasks"], shipped["validate_every"], shipped["validation_tasks"]) == (
+        5,
+        96,
+        5,
+        40,
+    )
+    assert shipped["multi_agent"]["opponent"] == "self" and shipped["multi_agent"]["eval_temperature"] == 1.0
+    section = (
+        (REPO / "bench" / "preregistered.md").read_text().split("TextArena tic-tac-toe's learning figure (issue")[1]
+    )
+    said = " ".join(section.split())
+    assert f"so the learning rate is **{rate}**" in said and "seeds **0, 1, 2**" in said
+    assert "test win rate on **96** games" in said and "**20 steps**" in said
+    for arm, wins in curves.items():
+        assert f"{arm} {', '.join(map(str, wins))}" in said
+
+    stand_in = tmp_path / "turnrl"
+    stand_in.write_text(f'#!/bin/sh\nexec {sys.executable} -c \'import sys; print(" ".join(sys.argv[1:]))\' "$@"\n')
+    stand_in.chmod(0o755)
+    out = tmp_path / "e78t"
+
+    def run():
+        ran = subprocess.run(
+            ["bash", str(REPO / "bench" / "evidence_textarena.sh"), str(out)],
+            env={**os.environ, "TURNRL": str(stand_in)},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert ran.returncode == 0, ran.stderr
+        return {s: (out / f"s{s}.log").read_text().splitlines() for s in range(3)}
+
+    first = run()
+    for s in range(3):
+        assert first[s] == [
+            f"train configs/textarena-tictactoe.yaml seed={s} checkpoint_every=1 out_dir={out}/s{s} --no-resume"
+        ]
+    (out / "s0" / "eval" / "step-20").mkdir(parents=True)
+    (out / "s0" / "eval" / "step-20" / "items.jsonl").write_text("")  # seed 0 finished
+    (out / "s1" / "checkpoint.pt").parent.mkdir(parents=True)
+    (out / "s1" / "checkpoint.pt").write_text("")  # seed 1 cut
+    second = run()
+    assert second[0] == first[0]  # a finished seed is never run again
+    assert second[1][1].endswith(f"out_dir={out}/s1 --resume") and second[2][1].endswith("--no-resume")
