@@ -426,38 +426,38 @@ def test_the_hotpotqa_test_runs_repeat_the_recipe_the_pilot_chose(tmp_path):
 def textarena_choice(records):
     """The pilot's preregistered rule on its kept records: the learning rate whose validation win rate at step 20 is
     higher, 2e-5 on a tie. Returns (rate, {rate: wins of 40 at steps 0, 5, 10, 15, 20})."""
+    import yaml
+
     curves = {}
     for rate in ("2e-5", "1e-4"):
+        pilot = yaml.safe_load((records / f"lr{rate}" / "config.yaml").read_text())  # the arm is what it says
+        assert pilot["optim"]["lr"] == float(rate) and pilot["seed"] == 100 and pilot["validation_tasks"] == 40
         rows = [json.loads(line) for line in (records / f"lr{rate}" / "metrics.jsonl").read_text().splitlines()]
         curves[rate] = [round(40 * r["val_success"]) for r in rows if "val_success" in r]
+        assert [r["step"] for r in rows if "val_success" in r] == [0, 5, 10, 15, 20]
     return ("1e-4" if curves["1e-4"][-1] > curves["2e-5"][-1] else "2e-5"), curves
 
 
 def test_the_textarena_figure_runs_the_rate_its_pilot_chose_on_the_preregistered_schedule(tmp_path):
     """configs/textarena-tictactoe.yaml (which bench/evidence_textarena.sh runs as shipped) carries the learning rate
     the pilot's rule picks from its kept validation records and the schedule bench/preregistered.md fixed for the
-    figure; the script runs seeds 0, 1 and 2 once each, checkpointing every step, and resumes a cut seed."""
+    figure; the script runs seeds 0, 1 and 2 once each, checkpointing every step, resumes a cut seed and skips only a
+    seed whose step 20 is recorded whole."""
     import os
     import subprocess
 
     import yaml
 
     rate, curves = textarena_choice(REPO / "bench" / "evidence" / "pilot78")
-    assert [len(c) for c in curves.values()] == [5, 5]  # steps 0, 5, 10, 15 and 20 of both arms
     shipped = yaml.safe_load((REPO / "configs" / "textarena-tictactoe.yaml").read_text())
     assert shipped["optim"]["lr"] == float(rate) and shipped["steps"] == 20
-    assert (shipped["eval_every"], shipped["eval_tasks"], shipped["validate_every"], shipped["validation_tasks"]) == (
-        5,
-        96,
-        5,
-        40,
-    )
+    schedule = (shipped["eval_every"], shipped["eval_tasks"], shipped["validate_every"], shipped["validation_tasks"])
+    assert schedule == (5, 96, 5, 40)
     assert shipped["multi_agent"]["opponent"] == "self" and shipped["multi_agent"]["eval_temperature"] == 1.0
-    section = (
-        (REPO / "bench" / "preregistered.md").read_text().split("TextArena tic-tac-toe's learning figure (issue")[1]
-    )
+    text = (REPO / "bench" / "preregistered.md").read_text()
+    section = text.split("## 2026-12-07: TextArena tic-tac-toe's learning figure (issue 78)")[1].split("\n## ")[0]
     said = " ".join(section.split())
-    assert f"so the learning rate is **{rate}**" in said and "seeds **0, 1, 2**" in said
+    assert f"so the learning rate is **{rate}**" in said and "**Seeds**: **0, 1, 2**" in said
     assert "test win rate on **96** games" in said and "**20 steps**" in said
     for arm, wins in curves.items():
         assert f"{arm} {', '.join(map(str, wins))}" in said
@@ -470,7 +470,7 @@ def test_the_textarena_figure_runs_the_rate_its_pilot_chose_on_the_preregistered
     def run():
         ran = subprocess.run(
             ["bash", str(REPO / "bench" / "evidence_textarena.sh"), str(out)],
-            env={**os.environ, "TURNRL": str(stand_in)},
+            env={**os.environ, "TURNRL": str(stand_in), "PYTHON": sys.executable},
             capture_output=True,
             text=True,
             timeout=60,
@@ -483,10 +483,22 @@ def test_the_textarena_figure_runs_the_rate_its_pilot_chose_on_the_preregistered
         assert first[s] == [
             f"train configs/textarena-tictactoe.yaml seed={s} checkpoint_every=1 out_dir={out}/s{s} --no-resume"
         ]
-    (out / "s0" / "eval" / "step-20").mkdir(parents=True)
-    (out / "s0" / "eval" / "step-20" / "items.jsonl").write_text("")  # seed 0 finished
-    (out / "s1" / "checkpoint.pt").parent.mkdir(parents=True)
-    (out / "s1" / "checkpoint.pt").write_text("")  # seed 1 cut
+    (out / "s0").mkdir()
+    step_20 = {"step": 20.0, "eval_success": 0.5, "val_success": 0.5}
+    (out / "s0" / "metrics.jsonl").write_text(json.dumps({"step": 19.0}) + "\n" + json.dumps(step_20) + "\n")
+    for s in (1, 2):  # cut: seed 1 before its step-20 evaluation, seed 2 between that evaluation and its validation
+        (out / f"s{s}").mkdir()
+        (out / f"s{s}" / "checkpoint.pt").write_text("")
+    (out / "s2" / "eval" / "step-20").mkdir(parents=True)
+    (out / "s2" / "eval" / "step-20" / "items.jsonl").write_text("")
+    (out / "s2" / "metrics.jsonl").write_text(json.dumps({"step": 19.0, "eval_success": 0.5}) + "\n")
     second = run()
     assert second[0] == first[0]  # a finished seed is never run again
-    assert second[1][1].endswith(f"out_dir={out}/s1 --resume") and second[2][1].endswith("--no-resume")
+    assert second[1][1].endswith(f"out_dir={out}/s1 --resume") and second[2][1].endswith(f"out_dir={out}/s2 --resume")
+    starts = (out / "runs.log").read_text().splitlines()
+    assert [line.split(" ", 1)[1] for line in starts[-4:]] == [
+        "seed 1: turnrl train --resume",
+        "seed 1: exit 0",
+        "seed 2: turnrl train --resume",
+        "seed 2: exit 0",
+    ]
