@@ -142,7 +142,10 @@ def t_value(confidence: float, df: int) -> float:
 
 def wilson(successes: float, n: int, confidence: float = 0.95) -> tuple[float, float]:
     """The Wilson score interval of a proportion ``successes / n``: centre ``(p + z²/2n) / (1 + z²/n)``, half-width
-    ``z / (1 + z²/n) * sqrt(p(1-p)/n + z²/4n²)``; stays inside [0, 1] and is not empty at p = 0 or 1."""
+    ``z / (1 + z²/n) * sqrt(p(1-p)/n + z²/4n²)``; stays inside [0, 1] and is not empty at p = 0 or 1. No trials
+    (n = 0): (0, 1), nothing known."""
+    if n == 0:
+        return 0.0, 1.0
     z = z_value(confidence)
     p = successes / n
     denominator = 1 + z * z / n

@@ -9,7 +9,8 @@ from typer.testing import CliRunner
 from turnrl.agents.scripted import ScriptedAgent
 from turnrl.agents.tiny import tiny_tokenizer
 from turnrl.envs.multiagent.tictactoe import board_in, show, text_player
-from turnrl.rl.run.evaluate_multi import evaluate_multi_agent, wilson
+from turnrl.rl.run.evaluate_multi import evaluate_multi_agent
+from turnrl.stats import wilson
 
 
 def test_wilson_intervals():

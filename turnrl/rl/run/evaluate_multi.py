@@ -15,7 +15,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,18 +26,9 @@ from turnrl.envs.multiagent import make_multi_agent
 from turnrl.envs.multiagent.core import counts_starting_states, split_seed
 from turnrl.rollout.multi import MultiAgentRollout
 from turnrl.rollout.opponents import make_opponent
+from turnrl.stats import wilson
 
 OUTCOMES = ("win", "draw", "loss")
-
-
-def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    """The Wilson score interval of a share ``k / n`` (95 % for z = 1.96); (0, 1) when n is 0."""
-    if n == 0:
-        return 0.0, 1.0
-    p = k / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return max(0.0, centre - half), min(1.0, centre + half)
 
 
 def evaluate_multi_agent(
