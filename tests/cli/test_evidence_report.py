@@ -311,6 +311,14 @@ def test_the_verifiers_v1_script_runs_the_preregistered_seeds_and_items():
     assert f"**{num_eval}** distinct test problems" in said and "seeds **0, 1, 2**" in said
 
 
+def turnrl_stand_in(path):
+    """An executable at ``path`` that a bench script can run as ``turnrl`` (``TURNRL=path``): it prints its arguments
+    as one JSON list a line, and nothing trains."""
+    path.write_text(f"#!/bin/sh\nexec {sys.executable} -c 'import json, sys; print(json.dumps(sys.argv[1:]))' \"$@\"\n")
+    path.chmod(0o755)
+    return path
+
+
 def bench_commands(script, out):
     """The turnrl commands a bench script runs, each as its argument list (a stand-in for turnrl prints them:
     nothing trains), and the base configuration it writes in ``out``."""
@@ -319,11 +327,7 @@ def bench_commands(script, out):
 
     import yaml
 
-    stand_in = out.parent / f"{out.name}-turnrl"
-    stand_in.write_text(
-        f"#!/bin/sh\nexec {sys.executable} -c 'import json, sys; print(json.dumps(sys.argv[1:]))' \"$@\"\n"
-    )
-    stand_in.chmod(0o755)
+    stand_in = turnrl_stand_in(out.parent / f"{out.name}-turnrl")
     ran = subprocess.run(
         ["bash", str(REPO / "bench" / script), str(out)],
         env={**os.environ, "TURNRL": str(stand_in)},
@@ -462,9 +466,7 @@ def test_the_textarena_figure_runs_the_rate_its_pilot_chose_on_the_preregistered
     for arm, wins in curves.items():
         assert f"{arm} {', '.join(map(str, wins))}" in said
 
-    stand_in = tmp_path / "turnrl"
-    stand_in.write_text(f'#!/bin/sh\nexec {sys.executable} -c \'import sys; print(" ".join(sys.argv[1:]))\' "$@"\n')
-    stand_in.chmod(0o755)
+    stand_in = turnrl_stand_in(tmp_path / "turnrl")
     out = tmp_path / "e78t"
 
     def run():
@@ -476,7 +478,7 @@ def test_the_textarena_figure_runs_the_rate_its_pilot_chose_on_the_preregistered
             timeout=60,
         )
         assert ran.returncode == 0, ran.stderr
-        return {s: (out / f"s{s}.log").read_text().splitlines() for s in range(3)}
+        return {s: [" ".join(json.loads(c)) for c in (out / f"s{s}.log").read_text().splitlines()] for s in range(3)}
 
     first = run()
     for s in range(3):
