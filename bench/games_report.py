@@ -1,0 +1,98 @@
+"""The per-seed table of a game's learning figure (win, draw and loss rates over the evaluated steps), read from the
+run folders — for the preregistered figures of bench/preregistered.md whose environment reports games
+(``textarena:``, ``pettingzoo:`` and the built-in tic-tac-toe): each evaluated step's test win rate with its 95 %
+Wilson interval, draws, losses, invalid moves a game and the distinct games; the validation wins that chose the step
+read (``OUT@best``, `turnrl compare`'s rule: the highest validation win rate, the earliest on ties); the floor (a
+random legal player's games from the same seeds, ``eval/step-0/floor``); and the run's health (the consistency
+guard's violations summed over the steps, the worst step's rollout–learner log-probability gap and its largest single
+token).
+
+    python bench/games_report.py runs/e78t/s0 runs/e78t/s1 runs/e78t/s2
+
+Prints Markdown; nothing is run. The claims themselves come from `turnrl compare` (the figure's script header names
+the commands); this prints what the docs report beside them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from turnrl.cli.compare_arms import CompareError, best_step
+from turnrl.stats import wilson
+
+
+def rate(share: float, n: int) -> str:
+    """``48.0 % (38.3–57.9)``: a share of ``n`` games with its 95 % Wilson interval."""
+    low, high = wilson(round(share * n), n)
+    return f"{100 * share:.1f} % ({100 * low:.1f}–{100 * high:.1f})"
+
+
+def evaluations(run: Path, split: str) -> dict[int, dict[str, Any]]:
+    """``{step: metrics.json}`` of the run's ``eval`` (test) or ``validation`` folders."""
+    found = {}
+    for folder in (run / split).glob("step-*"):
+        metrics = folder / "metrics.json"
+        if metrics.is_file():
+            found[int(folder.name.split("-", 1)[1])] = json.loads(metrics.read_text())
+    return dict(sorted(found.items()))
+
+
+def health(run: Path) -> str:
+    """The guard's violations over every step, and the worst step's log-probability gap (its largest token)."""
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    steps = [r for r in rows if "logp_diff" in r]
+    if not steps:
+        return "no training step recorded"
+    violations = sum(int(r.get("guard_violations", 0)) for r in steps)
+    gap = max(float(r["logp_diff"]) for r in steps)
+    token = max(float(r.get("logp_diff_max", 0.0)) for r in steps)
+    return f"guard {violations}, logp gap {gap:.1e} (token {token:.1e}), {len(steps)} steps"
+
+
+def seed_rows(run: Path) -> list[str]:
+    """The Markdown lines of one run: its curve, its chosen step, its floor and its health."""
+    test, val = evaluations(run, "eval"), evaluations(run, "validation")
+    lines = [f"**{run}**", ""]
+    if not test:
+        return [*lines, "no test evaluation recorded", ""]
+    try:
+        chosen = f"validation chose step {best_step(run)}"
+    except CompareError:
+        chosen = "no validation figure chose a step"
+    lines += [
+        "| step | test wins | draws | losses | invalid moves a game | distinct games | validation wins |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for step, m in test.items():
+        n = int(m["episodes"])
+        v = val.get(step)
+        v_text = (
+            f"{round(v['win_rate'] * v['episodes'])} of {v['episodes']} ({v['distinct_games']} distinct)" if v else "—"
+        )
+        lines.append(
+            f"| {step} | {rate(m['win_rate'], n)} | {100 * m['draw_rate']:.1f} % | {100 * m['loss_rate']:.1f} % "
+            f"| {m['invalid_moves_mean']:.2f} | {m['distinct_games']} of {n} | {v_text} |"
+        )
+    first = next(iter(test.values()))
+    if "floor_win_rate" in first:
+        n = int(first["episodes"])
+        lines.append(
+            f"\nfloor (a random legal player, step {next(iter(test))}): wins {rate(first['floor_win_rate'], n)}, "
+            f"draws {100 * first['floor_draw_rate']:.1f} %, losses {100 * first['floor_loss_rate']:.1f} %"
+        )
+    lines += [f"{chosen}; {health(run)}", ""]
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("runs", nargs="+", type=Path, help="run folders (OUT_DIR of each seed)")
+    for run in parser.parse_args().runs:
+        print("\n".join(seed_rows(run)))
+
+
+if __name__ == "__main__":
+    main()
