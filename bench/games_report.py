@@ -3,9 +3,13 @@ run folders — for the preregistered figures of bench/preregistered.md whose en
 (``textarena:``, ``pettingzoo:`` and the built-in tic-tac-toe): each evaluated step's test win rate with its 95 %
 Wilson interval, draws, losses, invalid moves a game and the distinct games; the validation wins that chose the step
 read (``OUT@best``, `turnrl compare`'s rule: the highest validation win rate, the earliest on ties); the floor (a
-random legal player's games from the same seeds, ``eval/step-0/floor``); and the run's health (the consistency
-guard's violations summed over the steps, the worst step's rollout–learner log-probability gap and its largest single
-token).
+random legal player's games from the same seeds, ``eval/step-0/floor``, with its distinct games); and the run's
+health (the consistency guard's violations summed over the steps, the worst step's rollout–learner log-probability
+gap, and the largest single token's over all steps).
+
+A game counts as distinct by its whole token sequence (the evaluation's ``game`` fingerprint), free text included:
+two games with the same moves and different words count twice. Draws and forfeits (repeated invalid moves) are not
+wins.
 
     python bench/games_report.py runs/e78t/s0 runs/e78t/s1 runs/e78t/s2
 
@@ -41,15 +45,19 @@ def evaluations(run: Path, split: str) -> dict[int, dict[str, Any]]:
 
 
 def health(run: Path) -> str:
-    """The guard's violations over every step, and the worst step's log-probability gap (its largest token)."""
+    """The guard's violations over every step; the rollout–learner log-probability gap of the worst step (a step's
+    mean over its tokens) and, separately, the largest single token's over all steps (often another step's)."""
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
     steps = [r for r in rows if "logp_diff" in r]
     if not steps:
         return "no training step recorded"
     violations = sum(int(r.get("guard_violations", 0)) for r in steps)
-    gap = max(float(r["logp_diff"]) for r in steps)
+    worst = max(steps, key=lambda r: float(r["logp_diff"]))
     token = max(float(r.get("logp_diff_max", 0.0)) for r in steps)
-    return f"guard {violations}, logp gap {gap:.1e} (token {token:.1e}), {len(steps)} steps"
+    return (
+        f"guard {violations}, logp gap {float(worst['logp_diff']):.1e} (worst step, {int(worst['step'])}), largest "
+        f"single token {token:.1e} (any step), {len(steps)} steps"
+    )
 
 
 def seed_rows(run: Path) -> list[str]:
@@ -76,12 +84,15 @@ def seed_rows(run: Path) -> list[str]:
             f"| {step} | {rate(m['win_rate'], n)} | {100 * m['draw_rate']:.1f} % | {100 * m['loss_rate']:.1f} % "
             f"| {m['invalid_moves_mean']:.2f} | {m['distinct_games']} of {n} | {v_text} |"
         )
-    first = next(iter(test.values()))
+    step0, first = next(iter(test.items()))
     if "floor_win_rate" in first:
         n = int(first["episodes"])
+        floor = run / "eval" / f"step-{step0}" / "floor" / "metrics.json"
+        distinct = json.loads(floor.read_text()).get("distinct_games") if floor.is_file() else None
         lines.append(
-            f"\nfloor (a random legal player, step {next(iter(test))}): wins {rate(first['floor_win_rate'], n)}, "
+            f"\nfloor (a random legal player, step {step0}): wins {rate(first['floor_win_rate'], n)}, "
             f"draws {100 * first['floor_draw_rate']:.1f} %, losses {100 * first['floor_loss_rate']:.1f} %"
+            + (f", {distinct} distinct games of {n}" if distinct is not None else "")
         )
     lines += [f"{chosen}; {health(run)}", ""]
     return lines

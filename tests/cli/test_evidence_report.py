@@ -516,7 +516,12 @@ def test_the_games_table_reads_the_kept_self_play_records_as_the_docs_report_the
     assert "| 0 | 1.9 % (0.3–10.1) | 1.9 % | 96.2 % | 1.92 | 52 of 52 | — |" in lines
     assert "| 10 | 28.8 % (18.3–42.3) |" in lines
     assert "| 20 | 50.0 % (36.9–63.1) | 5.8 % | 44.2 % | 0.48 | 52 of 52 | — |" in lines
-    assert "floor (a random legal player, step 0): wins 32.7 % (21.5–46.2), draws 21.2 %" in lines
-    assert "no validation figure chose a step; guard 0, logp gap 4.0e-06" in lines
+    assert (
+        "floor (a random legal player, step 0): wins 32.7 % (21.5–46.2), draws 21.2 %, losses 46.2 %, 52 distinct"
+        in lines
+    )
+    assert (
+        "no validation figure chose a step; guard 0, logp gap 4.0e-06 (worst step, 15), largest single token" in lines
+    )
     pilot = "\n".join(games_report.seed_rows(REPO / "bench/evidence/pilot78/lr1e-4"))
     assert "| 20 | " in pilot and "30 of 40 (38 distinct)" in pilot and "validation chose step 20;" in pilot
