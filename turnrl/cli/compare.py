@@ -300,7 +300,8 @@ def _f(x: float) -> str:
 
 
 def show(result: dict[str, Any]) -> None:
-    """Print the comparison: a row per pair (seed) and one over seeds, then which folders and the notes."""
+    """Print the comparison: a row per pair (a seed's A and B, numbered in the order given) and one over them, then
+    each pair's folders and notes."""
     from rich import box
     from rich.table import Table
 
@@ -312,8 +313,8 @@ def show(result: dict[str, Any]) -> None:
         box=box.SIMPLE_HEAD,
         pad_edge=False,
     )
-    for name in ("seed", "items", "A", "B", "B − A", "95% interval", "McNemar", "p"):
-        table.add_column(name, justify="left" if name == "seed" else "right", no_wrap=True)
+    for name in ("pair", "items", "A", "B", "B − A", "95% interval", "McNemar", "p"):
+        table.add_column(name, justify="left" if name == "pair" else "right", no_wrap=True)
     for n, p in enumerate(result["pairs"], 1):
         mc = p["mcnemar"]
         table.add_row(
@@ -341,7 +342,8 @@ def show(result: dict[str, Any]) -> None:
         )
     console.print(table)
     for n, p in enumerate(pairs, 1):
-        console.print(f"seed {n}: A = {p['a']}, B = {p['b']}", soft_wrap=True, markup=False, highlight=False)
+        # numbered by their order on the command line, not by seed: runs/x-s0 is pair 1
+        console.print(f"pair {n}: A = {p['a']}, B = {p['b']}", soft_wrap=True, markup=False, highlight=False)
         for note in p["notes"]:
             console.print(f"  note: {note}", soft_wrap=True, markup=False, highlight=False)
     console.print(
