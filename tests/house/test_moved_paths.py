@@ -1,5 +1,6 @@
 """The old module paths were removed before the first release: each is listed in CHANGELOG.md with its new path,
-fails to import, and its new path imports."""
+fails to import, and its new path imports; so were the old names kept in modules that stayed (the changelog names
+them)."""
 
 import importlib
 import re
@@ -33,6 +34,11 @@ def test_each_removed_path_is_gone_and_its_new_path_imports():
             raise SystemExit(f"{{old}} still imports")
         import turnrl.methods
         assert not hasattr(turnrl.methods, "MONITORS")
+        import turnrl.cli, turnrl.rl.run.monitors, turnrl.rl.run.eval_report, turnrl.rl.formulas.losses
+        for module, name in [(turnrl.cli, "parse_kwargs"), (turnrl.cli, "train"), (turnrl.rl.run.monitors, "method_checks"),
+                             (turnrl.rl.run.eval_report, "self_verification_lines"),
+                             (turnrl.rl.formulas.losses, "behaviour_weights")]:
+            assert not hasattr(module, name), (module.__name__, name)
         print("gone", {len(removed)})
     """)
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=ROOT)

@@ -10,7 +10,8 @@ from test_dqo import bandit
 from turnrl.agents.tiny import tiny_model, tiny_tokenizer
 from turnrl.rl.algorithms import get_algorithm
 from turnrl.rl.config import TrainConfig
-from turnrl.rl.formulas.losses import behaviour_weights, clipped_surrogate
+from turnrl.rl.formulas.importance import behaviour_weights
+from turnrl.rl.formulas.losses import clipped_surrogate
 from turnrl.rl.run.trainer import learner_of
 
 

@@ -14,25 +14,6 @@ what it runs, and nothing below imports the command line.
 ``turnrl.cli:app`` is the console script; ``main()`` runs it (``python -m turnrl``).
 """
 
-import warnings
-from typing import Any
-
 from turnrl.cli.commands import app, main
 
 __all__ = ["app", "main"]
-
-
-def __getattr__(name: str) -> Any:
-    """The names the ``turnrl.cli`` module held before the command line became a package (``parse_kwargs``,
-    ``train``, ``envs_app``, …) still resolve, for one release, with a warning that names their new home."""
-    from turnrl.cli import commands
-
-    if name.startswith("__") or not hasattr(commands, name):
-        raise AttributeError(f"module 'turnrl.cli' has no attribute {name!r}")
-    warnings.warn(
-        f"turnrl.cli.{name} has moved to turnrl.cli.commands.{name}; import it from there (the old path "
-        "will be removed in the next release)",
-        FutureWarning,
-        stacklevel=2,
-    )
-    return getattr(commands, name)

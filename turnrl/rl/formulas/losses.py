@@ -11,8 +11,6 @@ from typing import Literal
 
 import torch
 
-from turnrl.rl.formulas.importance import behaviour_weights  # noqa: F401 — where it used to live
-
 AggMode = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"]
 AGG_MODES: tuple[str, ...] = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
 

@@ -395,21 +395,3 @@ def figure(metrics: dict[str, Any], rows: list[dict[str, Any]], title: str, max_
     fig.suptitle(title)
     fig.tight_layout()
     return fig
-
-
-def __getattr__(name: str) -> Any:
-    """``self_verification_lines`` moved to the self-verification environments' figures
-    (:func:`turnrl.envs.formats.self_verify_metrics.self_verification_lines`); the old name resolves for one release."""
-    if name != "self_verification_lines":
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import warnings
-
-    from turnrl.envs.formats.self_verify_metrics import self_verification_lines
-
-    warnings.warn(
-        "turnrl.rl.run.eval_report.self_verification_lines has moved to "
-        "turnrl.envs.formats.self_verify_metrics.self_verification_lines",
-        FutureWarning,
-        stacklevel=2,
-    )
-    return self_verification_lines

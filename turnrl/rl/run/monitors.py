@@ -211,15 +211,3 @@ def check_health(
         *(check(history, info) for check in monitors),
     ]
     return [w for w in found if w is not None]
-
-
-def method_checks() -> list[Check]:
-    """Deprecated: the registered checks, for one release (:func:`registered_monitors` gives them by name)."""
-    import warnings
-
-    warnings.warn(
-        "turnrl.rl.run.monitors.method_checks is deprecated: use list(registered_monitors().values())",
-        FutureWarning,
-        stacklevel=2,
-    )
-    return list(registered_monitors().values())
