@@ -68,6 +68,22 @@ def test_unknown_id_suggests_close_match():
         turnrl.make("turnrl/GSM8k-v0")
 
 
+def test_a_misspelt_adapter_prefix_is_named_with_the_prefixes():
+    """An id whose part before ':' does not import, and looks like an adapter's prefix, names the prefix it meant; a
+    module that is plainly not one gets no such guess."""
+    from turnrl.envs.registry import EnvImportError
+
+    with pytest.raises(UnknownEnvironmentError, match=r"not of the form .* Did you mean the prefix 'remote:'\? Id "):
+        turnrl.make("remot:http://127.0.0.1:1/x/Y-v0")  # (a URL's ':' makes it no module:Name id)
+    with pytest.raises(EnvImportError, match=r"no module named 'verifers'.* Did you mean the prefix 'verifiers:'"):
+        turnrl.make("verifers:vf_arithmetic")
+    with pytest.raises(EnvImportError, match=r"Did you mean the prefix 'textarena:'"):
+        turnrl.make("texarena:TicTacToe-v0")
+    with pytest.raises(EnvImportError) as e:
+        turnrl.make("no_such_module_xyz:Name-v0")
+    assert "Did you mean" not in str(e.value)
+
+
 def test_bad_kwargs_are_named_with_suggestion():
     with pytest.raises(InvalidEnvKwargs, match="'max_turn'.*Did you mean 'max_turns'"):
         turnrl.make("turnrl/Arithmetic-v0", max_turn=3)

@@ -288,8 +288,13 @@ def resolve(env_id: str, search: Sequence[str | Path] = ()) -> str:
         return env_id
     module, _, bare = env_id.partition(":")
     if not module or not bare or ":" in bare:
-        raise UnknownEnvironmentError(f"{env_id!r} is not of the form 'module.path:namespace/Name-v0'")
-    import_env_module(module, search)
+        raise UnknownEnvironmentError(
+            f"{env_id!r} is not of the form 'module.path:namespace/Name-v0'.{_prefix_hint(module)}"
+        )
+    try:
+        import_env_module(module, search)
+    except EnvImportError as e:  # perhaps an adapter's prefix misspelt (remot:…, texarena:…)
+        raise EnvImportError(f"{e}{_prefix_hint(module)}") from e
     if bare not in gym.registry:
         own = [i for i, s in _SOURCES.items() if s == f"module {module}"]
         close = get_close_matches(bare, own or registered(), n=3, cutoff=0.5)
@@ -303,6 +308,18 @@ def resolve(env_id: str, search: Sequence[str | Path] = ()) -> str:
             f"module {module!r} was imported but no environment {bare!r} is registered.{hint} {what}"
         )
     return bare
+
+
+def _prefix_hint(module: str) -> str:
+    """`` Did you mean the prefix 'remote:'? …`` where ``module`` (an id's part before ``:``, which did not import)
+    looks like a misspelt adapter prefix; empty where it does not."""
+    if "." in module:
+        return ""
+    close = get_close_matches(module, ENV_ADAPTERS.names(), n=1, cutoff=0.7)
+    if not close:
+        return ""
+    prefixes = ", ".join(f"'{p}:'" for p in ENV_ADAPTERS.names())
+    return f" Did you mean the prefix '{close[0]}:'? Id prefixes: {prefixes} (`turnrl envs list` shows them)."
 
 
 def _suggest(env_id: str) -> str:
