@@ -1,8 +1,8 @@
 """One registry shape for every extension point (turnrl.plugins.Registry): built-ins, entry points of installed
 packages and a module's own registration through the same call; unknown names refused with "did you mean". Each
 recipe is proved from outside the package: a throw-away distribution declares an algorithm, a monitor, an agent
-backend, an environment adapter (an id prefix), a multi-agent environment, a process judge and a CLI subcommand as
-entry points, and a fresh process finds and uses all seven without a change to turnrl's files."""
+backend, an environment adapter (an id prefix), a multi-agent environment, a process judge, a tool-call style and a
+CLI subcommand as entry points, and a fresh process finds and uses all eight without a change to turnrl's files."""
 
 import os
 import subprocess
@@ -148,6 +148,30 @@ class QuietCritic(SolverCritic):
     """A multi-agent environment from outside the package."""
 
 
+class BangParser:
+    """Calls written `!TOOL INPUT`, one a line."""
+
+    style = "bang"
+
+    def __init__(self, names):
+        self.names = list(names)
+
+    def parse(self, text):
+        from turnrl.tools import ParseResult
+        from turnrl.types import ToolCall
+
+        calls = [ToolCall(name=w[1:], raw=rest) for w, _, rest in (line.partition(" ") for line in text.splitlines())
+                 if w.startswith("!") and w[1:] in self.names]
+        return ParseResult(calls=calls)
+
+    def instructions(self, tools):
+        return "Call a tool with a line `!NAME INPUT`."
+
+
+def bang_parser(tool_names):
+    return BangParser(tool_names)
+
+
 def echo_backend(rest, *, batch_size, tokenizer=None, device="cpu"):
     from turnrl.agents import make_agent
 
@@ -157,7 +181,7 @@ def echo_backend(rest, *, batch_size, tokenizer=None, device="cpu"):
 '''
 
 
-def test_an_algorithm_a_monitor_a_backend_an_env_adapter_a_judge_and_a_command_plug_in_from_an_installed_package(
+def test_an_algorithm_a_monitor_a_backend_an_env_adapter_a_judge_a_tool_style_and_a_command_plug_in_from_a_package(
     tmp_path,
 ):
     (tmp_path / "my_plugin.py").write_text(PLUGIN)
@@ -171,6 +195,7 @@ def test_an_algorithm_a_monitor_a_backend_an_env_adapter_a_judge_and_a_command_p
         "[turnrl.env_adapters]\nsums = my_plugin:SUMS\n\n"
         "[turnrl.judges]\nstrict = my_plugin:StrictJudge\n\n"
         "[turnrl.multi_agent_envs]\nmine/Critic-v0 = my_plugin:QuietCritic\n\n"
+        "[turnrl.tool_parsers]\nbang = my_plugin:bang_parser\n\n"
         "[turnrl.commands]\nhello = my_plugin:hello\ntrain = my_plugin:hello\n"
         "broken = no_such_module:app\n"
     )
@@ -216,6 +241,9 @@ def test_an_algorithm_a_monitor_a_backend_an_env_adapter_a_judge_and_a_command_p
         from turnrl.envs.multiagent import is_multi_agent, make_multi_agent, multi_agent_ids
         assert "mine/Critic-v0" in multi_agent_ids() and is_multi_agent("mine/Critic-v0")
         assert type(make_multi_agent("mine/Critic-v0")).__name__ == "QuietCritic"
+        from turnrl.tools import get_parser
+        parsed = get_parser("bang", ["calculator"]).parse("!calculator 2+3")
+        assert [(c.name, c.raw) for c in parsed.calls] == [("calculator", "2+3")], parsed
         from typer.testing import CliRunner
         from turnrl.cli import app
         result = CliRunner().invoke(app, ["hello", "greet", "world"])

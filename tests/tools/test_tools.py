@@ -170,8 +170,10 @@ def test_tag_parser_with_mapping_and_errors():
 def test_extract_tag_and_get_parser():
     assert extract_tag("<answer> 4 </answer> x <answer>5</answer>", "answer") == ["4", "5"]
     assert isinstance(get_parser("tags", ["calculator"]), TagParser)
-    with pytest.raises(ValueError, match="unknown tool-call style"):
+    with pytest.raises(ValueError, match="unknown tool-call style 'json'.* Registered: hermes, tags; or pass a parser"):
         get_parser("json")
+    with pytest.raises(ValueError, match="Did you mean 'hermes'"):
+        get_parser("hermez")
 
 
 def test_instructions_mention_format():

@@ -1,10 +1,13 @@
 """Parsers that turn assistant text into tool calls.
 
-Two styles:
+Two styles built in (:data:`TOOL_PARSERS`, by the name an environment's ``tool_style`` gives):
 
-* :class:`HermesParser` — Hermes/Qwen ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``;
-* :class:`TagParser` — XML-tag styles such as ``<calculator>2+3</calculator>`` or SWiRL's
+* ``hermes``, :class:`HermesParser` — Hermes/Qwen ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``;
+* ``tags``, :class:`TagParser` — XML-tag styles such as ``<calculator>2+3</calculator>`` or SWiRL's
   ``<search_query>…</search_query>``.
+
+Installed packages add styles under the ``turnrl.tool_parsers`` entry-point group, a module of yours with
+``TOOL_PARSERS.register(name, build)``: ``build(tool_names) -> ToolCallParser``.
 
 A parser never raises on model text: malformed calls are reported in :attr:`ParseResult.errors` with a message
 meant for the model.
@@ -14,10 +17,11 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from turnrl.plugins import Registry
 from turnrl.template_tools import describe_tools
 from turnrl.types import ToolCall
 
@@ -169,12 +173,32 @@ class TagParser:
         return "\n".join(lines)
 
 
+def hermes(tool_names: Sequence[str]) -> ToolCallParser:
+    """The ``hermes`` style: one JSON call per ``<tool_call>`` block, for any tool."""
+    return HermesParser()
+
+
+def tags(tool_names: Sequence[str]) -> ToolCallParser:
+    """The ``tags`` style: each tool's calls in a tag of its own name."""
+    return TagParser(list(tool_names))
+
+
+#: Tool-call styles by name: ``build(tool_names) -> ToolCallParser`` (the module docstring says how to add one).
+TOOL_PARSERS: Registry[Callable[[Sequence[str]], ToolCallParser]] = Registry(
+    "tool-call style",
+    "turnrl.tool_parsers",
+    {"hermes": hermes, "tags": tags},
+    hint="or pass a parser object",
+)
+
+
 def get_parser(style: str | ToolCallParser, tool_names: Sequence[str] = ()) -> ToolCallParser:
-    """A parser by style name (``"hermes"`` or ``"tags"``, whose tags are the tool names) or the parser given."""
+    """A parser by style name (:data:`TOOL_PARSERS`: ``"hermes"``, or ``"tags"`` whose tags are the tool names) or
+    the parser given.
+
+    Raises:
+        ValueError: a style nobody registered (with the closest name and the list).
+    """
     if not isinstance(style, str):
         return style
-    if style == "hermes":
-        return HermesParser()
-    if style == "tags":
-        return TagParser(list(tool_names))
-    raise ValueError(f"unknown tool-call style {style!r}; choose 'hermes' or 'tags', or pass a parser object")
+    return TOOL_PARSERS.get(style)(tool_names)
