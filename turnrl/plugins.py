@@ -110,10 +110,16 @@ class Registry(Generic[T]):
     def __iter__(self) -> Iterator[str]:
         return iter(self.names())
 
+    def closest(self, name: str, cutoff: float = 0.6) -> str | None:
+        """The registered name most like ``name`` (difflib's ratio at least ``cutoff``), or None: what "did you mean"
+        offers, for a caller whose message says more than :meth:`unknown`'s."""
+        close = get_close_matches(name, self.names(), n=1, cutoff=cutoff)
+        return close[0] if close else None
+
     def unknown(self, name: str) -> ValueError:
         """The error for a name nobody registered: the closest registered name and the list."""
-        close = get_close_matches(name, self.names(), n=1)
-        did_you_mean = f" Did you mean {close[0]!r}?" if close else ""
+        close = self.closest(name)
+        did_you_mean = f" Did you mean {close!r}?" if close else ""
         return ValueError(
             f"unknown {self.kind} {name!r}.{did_you_mean} Registered: {', '.join(self.names())}"
             + (f"; {self.hint}" if self.hint else "")

@@ -71,7 +71,7 @@ class AgentSpec(ConfigStr):
         if kind not in AGENT_BACKENDS:
             raise ValueError(
                 f"unknown agent spec {text!r}; use a built-in name ({', '.join(BUILTIN_MODELS)}), a "
-                f"path, or {forms()}" + _did_you_mean(kind, AGENT_BACKENDS.names())
+                f"path, or {forms()}" + (f". Did you mean {close}:?" if (close := AGENT_BACKENDS.closest(kind)) else "")
             )
         if not target:
             raise ValueError(f"agent spec {text!r} names no {FORMS.get(kind, 'target')} after {kind}:")
@@ -101,10 +101,3 @@ def split_spec(spec: str) -> tuple[str, str]:
 def forms() -> str:
     """The prefixed forms every registered backend takes, for messages."""
     return ", ".join(f"{k}:{FORMS.get(k, 'SPEC')}" for k in AGENT_BACKENDS.names())
-
-
-def _did_you_mean(kind: str, names: list[str]) -> str:
-    from difflib import get_close_matches
-
-    close = get_close_matches(kind, names, n=1)
-    return f". Did you mean {close[0]}:?" if close else ""

@@ -315,11 +315,11 @@ def _prefix_hint(module: str) -> str:
     looks like a misspelt adapter prefix; empty where it does not."""
     if "." in module:
         return ""
-    close = get_close_matches(module, ENV_ADAPTERS.names(), n=1, cutoff=0.7)
-    if not close:
+    close = ENV_ADAPTERS.closest(module, cutoff=0.7)
+    if close is None:
         return ""
     prefixes = ", ".join(f"'{p}:'" for p in ENV_ADAPTERS.names())
-    return f" Did you mean the prefix '{close[0]}:'? Id prefixes: {prefixes} (`turnrl envs list` shows them)."
+    return f" Did you mean the prefix '{close}:'? Id prefixes: {prefixes} (`turnrl envs list` shows them)."
 
 
 def _suggest(env_id: str) -> str:
