@@ -58,9 +58,10 @@ def test_every_module_path_on_the_architecture_page_exists():
     )
 
 
-#: module names every room may use for its own (a room's contract, its core, its registry, a method's algorithm, its
-#: source and its commands): two of them in different rooms are two rooms' own, not a concept named twice
-ROOM_NAMES = {"__init__", "__main__", "base", "core", "registry", "algorithm", "source", "cli"}
+#: module names every room may use for its own (a room's contract, a method's algorithm, its source and its
+#: commands): two of them in different rooms are two rooms' own, not a concept named twice (``core`` and ``registry``
+#: are not: the two of each are one concept at two layers, and say so)
+ROOM_NAMES = {"__init__", "__main__", "base", "algorithm", "source", "cli"}
 
 
 def test_two_modules_of_one_name_say_why_each_names_the_other():

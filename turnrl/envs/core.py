@@ -1,6 +1,8 @@
 """The base class of every turnrl environment: a Gymnasium ``Env`` whose actions are text.
 
-The docstrings here are the specification (docs/concepts.md §1).
+The docstrings here are the specification (docs/concepts.md §1). Its namesake for games of several agents is
+:mod:`turnrl.envs.multiagent.core` (``MultiAgentTextEnv``, a PettingZoo ``AECEnv`` whose observations are the same
+messages): the same concept — an environment whose actions are text — with one agent here, several there.
 """
 
 from __future__ import annotations

@@ -18,7 +18,9 @@ Three ways to bring your own environment, as the Gymnasium ecosystem does it:
 * ``import_env_module(name)`` (the command line's ``--import MODULE``) imports a module that registers several.
 
 ``turnrl.make`` returns the environment itself (so ``env.tools``, ``env.task`` … are at hand); ``gymnasium.make``
-returns it inside Gymnasium's usual wrappers.
+returns it inside Gymnasium's usual wrappers. Its namesake :mod:`turnrl.envs.multiagent.registry` names the
+environments of several agents (``make_multi_agent``), the same two ways: a registered id, or an adapter's prefix from
+:data:`ENV_ADAPTERS` here.
 """
 
 from __future__ import annotations

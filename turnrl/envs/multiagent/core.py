@@ -1,5 +1,6 @@
 """Text environments with several agents, in PettingZoo's agent–environment cycle (AEC): named agents take turns,
-each sees its own messages, and each has its own rewards, terminations and truncations.
+each sees its own messages, and each has its own rewards, terminations and truncations. The same concept as
+:mod:`turnrl.envs.core` (one agent, a Gymnasium ``Env``), for several agents.
 
 :class:`MultiAgentTextEnv` *is* a PettingZoo ``AECEnv`` whose actions are an agent's text and whose observations are
 the new messages that agent may see (a tuple of :class:`~turnrl.types.Message`, as a :class:`~turnrl.envs.core.TextEnv`

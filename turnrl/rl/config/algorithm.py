@@ -1,7 +1,9 @@
 """The ``algorithm:`` section of a training config, as the run configuration sees it: the base of every
 algorithm's options (:class:`AlgorithmConfig`) and the two hooks by which the algorithm registry resolves a section
 to the named algorithm's own options and checks a whole run against that algorithm
-(:func:`install_algorithm_hooks`).
+(:func:`install_algorithm_hooks`). Not to be confused with the methods' ``algorithm`` modules
+(``turnrl.methods.dqo.algorithm``, ``turnrl.methods.pag.algorithm``, ``turnrl.methods.swirl.algorithm``): those are
+algorithms this section names and configures.
 
 The configuration sits below the algorithms (docs/ARCHITECTURE.md), so it never imports them: the registry,
 :mod:`turnrl.rl.algorithms`, installs the hooks when it is imported, and the package :mod:`turnrl.rl` imports the
