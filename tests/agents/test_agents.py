@@ -188,6 +188,7 @@ def test_a_scripted_reply_ends_on_its_stop_string_as_a_model_would():
 
 def test_run_spec_loads_the_policy_a_training_run_saved(tmp_path):
     import toy_envs  # noqa: F401 — registers tests/Upper-v0
+    from tiny_trainer import opened
 
     from turnrl.agents import make_agent
     from turnrl.rl.run.trainer import TrainConfig, Trainer
@@ -205,12 +206,12 @@ def test_run_spec_loads_the_policy_a_training_run_saved(tmp_path):
             "out_dir": str(tmp_path),
         }
     )
-    trainer = Trainer(cfg)
-    before = [p.detach().clone() for p in make_agent("tiny:chatml").model.parameters()]
-    with pytest.raises(FileNotFoundError, match="no checkpoint"):
-        (tmp_path / "config.yaml").write_text("model: tiny:chatml\n")
-        make_agent(f"run:{tmp_path}")
-    trainer.train()
+    with opened(Trainer(cfg)) as trainer:
+        before = [p.detach().clone() for p in make_agent("tiny:chatml").model.parameters()]
+        with pytest.raises(FileNotFoundError, match="no checkpoint"):
+            (tmp_path / "config.yaml").write_text("model: tiny:chatml\n")
+            make_agent(f"run:{tmp_path}")
+        trainer.train()
     agent = make_agent(f"run:{tmp_path}")
     trained = list(trainer.model.parameters())
     assert all(torch.equal(a, b) for a, b in zip(agent.model.parameters(), trained))

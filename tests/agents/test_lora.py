@@ -7,6 +7,7 @@ import sys
 
 import pytest
 import torch
+from tiny_trainer import opened
 from toy_envs import assert_learns  # importing it registers tests/*
 
 from turnrl.agents import make_agent
@@ -48,19 +49,18 @@ def untied_tiny():
 
 def test_only_the_adapters_train_and_the_policy_learns(tmp_path, one_thread):
     # seed 1: of seeds 0-3, seed 0's stream of draws stayed near 0.18 for 30 steps; 1, 2 and 3 reach 1.0
-    trainer = Trainer(
-        config(tmp_path, steps=30, lora={"r": 8, "target_modules": LEARNING_TARGETS}, seed=1),
-        model=untied_tiny(),
-        tokenizer=tiny_tokenizer("chatml"),
-    )
-    base = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if "lora_" not in n}
-    trained = [p for group in trainer.learner.optimizer.param_groups for p in group["params"]]
-    assert trained and all(p.requires_grad for p in trained)
-    assert sum(p.numel() for p in trained) < sum(p.numel() for p in trainer.model.parameters()) / 2
-    try:
+    with opened(
+        Trainer(
+            config(tmp_path, steps=30, lora={"r": 8, "target_modules": LEARNING_TARGETS}, seed=1),
+            model=untied_tiny(),
+            tokenizer=tiny_tokenizer("chatml"),
+        )
+    ) as trainer:
+        base = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if "lora_" not in n}
+        trained = [p for group in trainer.learner.optimizer.param_groups for p in group["params"]]
+        assert trained and all(p.requires_grad for p in trained)
+        assert sum(p.numel() for p in trained) < sum(p.numel() for p in trainer.model.parameters()) / 2
         history = trainer.train()
-    finally:
-        trainer.close()
     assert_learns(history)
     for name, p in trainer.model.named_parameters():  # the base weights never moved
         if "lora_" not in name:
@@ -68,8 +68,7 @@ def test_only_the_adapters_train_and_the_policy_learns(tmp_path, one_thread):
 
 
 def test_the_reference_is_the_base_model_with_the_adapters_off(tmp_path, one_thread):
-    trainer = Trainer(config(tmp_path, steps=3, algorithm={"kl_coef": 0.1}))
-    try:
+    with opened(Trainer(config(tmp_path, steps=3, algorithm={"kl_coef": 0.1}))) as trainer:
         trainer.train()
         ref = trainer.learner.ref_model
         assert isinstance(ref, AdapterOff) and ref.policy is trainer.model  # no second copy of the weights
@@ -77,18 +76,13 @@ def test_the_reference_is_the_base_model_with_the_adapters_off(tmp_path, one_thr
         assert torch.allclose(logits(ref), logits(pristine), atol=1e-5)
         assert not torch.allclose(logits(trainer.model), logits(pristine), atol=1e-4)  # the adapters did train
         assert all(p.requires_grad for n, p in trainer.model.named_parameters() if "lora_" in n)  # not frozen by it
-    finally:
-        trainer.close()
 
 
 def test_the_checkpoint_holds_the_adapters_and_run_agents_and_merge_give_the_learners_policy(tmp_path, one_thread):
     out = tmp_path / "run"
-    trainer = Trainer(config(out, steps=3))
-    try:
+    with opened(Trainer(config(out, steps=3))) as trainer:
         first = trainer.train()
         learned = logits(trainer.model)
-    finally:
-        trainer.close()
     state = torch.load(out / "checkpoint.pt", weights_only=False)
     assert state["lora"]["r"] == 4 and state["model"] and all("lora_" in k for k in state["model"])
     agent = make_agent(f"run:{out}", batch_size=1)  # base + adapters, merged
@@ -103,13 +97,10 @@ def test_the_checkpoint_holds_the_adapters_and_run_agents_and_merge_give_the_lea
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert torch.allclose(logits(make_agent(str(merged), batch_size=1).model), learned, atol=1e-5)
-    again = Trainer(config(out, steps=4))  # resumes: the adapters and their optimizer state come back
-    try:
+    with opened(Trainer(config(out, steps=4))) as again:  # resumes: the adapters and their optimizer state come back
         again.load(out / "checkpoint.pt")
         assert torch.allclose(logits(again.model), learned, atol=1e-6)
         history = again.train()
-    finally:
-        again.close()
     figures = [(h.get("reward_mean"), h.get("loss")) for h in history]
     assert len(history) == 5 and figures[:4] == [(h.get("reward_mean"), h.get("loss")) for h in first]  # restored
     assert history[4]["loss"] is not None  # step 4 trained on the restored adapters
@@ -118,26 +109,19 @@ def test_the_checkpoint_holds_the_adapters_and_run_agents_and_merge_give_the_lea
 def test_a_lora_run_as_a_start_merges_onto_its_own_base_and_trains_whole(tmp_path, one_thread):
     first, second = tmp_path / "first", tmp_path / "second"
     for out, start in ((first, None), (second, str(first))):  # a LoRA run, then a LoRA run that starts from it
-        trainer = Trainer(config(out, steps=2, init_from=start))
-        try:
+        with opened(Trainer(config(out, steps=2, init_from=start))) as trainer:
             trainer.train()
             learned = logits(trainer.model)
-        finally:
-            trainer.close()
     agent = make_agent(f"run:{second}", batch_size=1)  # the first run's adapters, then the second's
     assert torch.allclose(logits(agent.model), learned, atol=1e-5)
-    full = Trainer(config(tmp_path / "full", steps=1, init_from=str(second), learner={}))  # no lora: the whole model
-    try:
+    with opened(
+        Trainer(config(tmp_path / "full", steps=1, init_from=str(second), learner={}))
+    ) as full:  # no lora: the whole model
         assert all(p.requires_grad for p in full.model.parameters())
         assert "loss" in full.train()[1]
-    finally:
-        full.close()
-    resumed = Trainer(config(second, steps=3, lora={"r": 8}, init_from=str(first)))
-    try:
+    with opened(Trainer(config(second, steps=3, lora={"r": 8}, init_from=str(first)))) as resumed:
         with pytest.raises(ValueError, match=r"made with learner.lora=\{'r': 4.* this run has \{'r': 8"):
             resumed.load(second / "checkpoint.pt")
-    finally:
-        resumed.close()
 
 
 @pytest.mark.parametrize("algo", [{"name": "dqo", "beta": 0.1}, {"name": "sft"}])
@@ -174,14 +158,12 @@ def test_offline_objectives_train_the_adapters_alone(tmp_path, one_thread, algo)
             }
         )
     )
-    base = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if "lora_" not in n}
-    adapters = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if "lora_" in n}
-    try:
+    with opened(trainer):
+        base = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if "lora_" not in n}
+        adapters = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if "lora_" in n}
         history = trainer.train()
         if algo["name"] == "dqo":
             assert isinstance(trainer.learner.ref_model, AdapterOff)
-    finally:
-        trainer.close()
     assert all(h["loss"] == h["loss"] for h in history[1:])  # finite losses
     named = dict(trainer.model.named_parameters())
     assert all(torch.equal(named[n], p) for n, p in base.items())

@@ -566,11 +566,8 @@ def test_each_example_agent_trains_one_step_unchanged(example, dialect, tmp_path
         ],
     )
     assert cfg.program.function == f"{example}:run"
-    trainer = Trainer(cfg)
-    try:
+    with opened(Trainer(cfg)) as trainer:
         history = trainer.train()
-    finally:
-        trainer.close()
     step = history[-1]
     assert step["rollout_episodes"] == 4 and step["error_episodes"] == 0 and "eval_success" in step
     assert torch.isfinite(torch.tensor(step["loss"]))

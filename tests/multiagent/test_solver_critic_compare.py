@@ -14,6 +14,7 @@ import json
 import re
 
 import pytest
+from tiny_trainer import opened
 from typer.testing import CliRunner
 
 from turnrl.agents.scripted import ScriptedAgent
@@ -318,14 +319,12 @@ def test_a_killed_and_resumed_run_records_each_steps_extra_evaluation_once(tmp_p
             f"out_dir={out}",
         ],
     )
-    killed = Trainer(cfg)
-    killed.train(stop_after=3)  # steps 1-3 recorded, the checkpoint at step 2: killed before step 4
-    killed.close()
+    with opened(Trainer(cfg)) as killed:
+        killed.train(stop_after=3)  # steps 1-3 recorded, the checkpoint at step 2: killed before step 4
     before = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
-    resumed = Trainer(cfg)
-    resumed.load(out / "checkpoint.pt")
-    resumed.train()
-    resumed.close()
+    with opened(Trainer(cfg)) as resumed:
+        resumed.load(out / "checkpoint.pt")
+        resumed.train()
     rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert [int(r["step"]) for r in rows] == [0, 1, 2, 3, 4]
     assert all("eval_review_success" in r and "eval_review_first_correct_rate" in r for r in rows)

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 import typer
+from tiny_trainer import opened
 
 from turnrl.cli import app
 from turnrl.rl.algorithms import algorithm_class
@@ -194,11 +195,8 @@ def test_every_config_trains_one_step_with_the_tiny_model(path, tmp_path, monkey
             over.append("data.batch_size=4")
         _sample_data(cfg, Path(cfg.data.path), tmp_path)
     small = load_config(path, over)
-    trainer = Trainer(small)
-    try:
+    with opened(Trainer(small)) as trainer:
         history = trainer.train()
-    finally:
-        trainer.close()
     assert len(history) == 2 and "eval_success" in history[0] and "eval_success" in history[1]
     step = history[1]
     assert step["rollout_episodes"] > 0 or step.get("data_episodes", 0) > 0, step

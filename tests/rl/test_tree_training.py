@@ -230,21 +230,9 @@ def test_a_tree_run_on_lora_killed_and_resumed_continues_bit_exactly(tmp_path):
         "env": {"id": "tests/Upper-v0", "kwargs": {"retry": True, "max_turns": 3}},
     }
     full, _ = _train(_config(tmp_path / "a", steps=3, **_copy(extra)))
-    from turnrl.agents.tiny import tiny_model, tiny_tokenizer
-    from turnrl.rl.run.trainer import Trainer
-
-    tok = tiny_tokenizer("chatml")
-    part = Trainer(
-        _config(tmp_path / "b", steps=3, checkpoint_every=2, **_copy(extra)), model=tiny_model(tok), tokenizer=tok
-    )
-    try:
+    with opened(tiny_trainer(_config(tmp_path / "b", steps=3, checkpoint_every=2, **_copy(extra)))) as part:
         part.train(stop_after=2)
-    finally:
-        part.close()
-    resumed = Trainer(
-        _config(tmp_path / "b", steps=3, checkpoint_every=2, **_copy(extra)), model=tiny_model(tok), tokenizer=tok
-    )
-    try:
+    with opened(tiny_trainer(_config(tmp_path / "b", steps=3, checkpoint_every=2, **_copy(extra)))) as resumed:
         resumed.load(tmp_path / "b" / "checkpoint.pt")
         assert resumed.step == 2
         history = resumed.train()
@@ -256,8 +244,6 @@ def test_a_tree_run_on_lora_killed_and_resumed_continues_bit_exactly(tmp_path):
         a, b = (read_jsonl(tmp_path / run / "train" / "step-3" / "trajectories.jsonl") for run in ("a", "b"))
         assert [t.token_ids for t in a] == [t.token_ids for t in b] and len(a) >= 4
         assert len({t.metadata["tree"]["root"] for t in b}) == 2
-    finally:
-        resumed.close()
 
 
 def test_trees_under_continuous_batching_are_the_trees_of_rounds(tmp_path):
