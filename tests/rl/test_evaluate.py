@@ -161,7 +161,6 @@ def test_eval_cli_reports_the_split(tmp_path):
     assert result.exit_code == 0 and "NOT held-out" in result.output, result.output
 
 
-@pytest.mark.slow
 def test_smollm2_eval_on_gsm8k(tmp_path):
     """The real built-in model, end to end (fetched and converted once into the cache)."""
     agent = make_agent("smollm2-135m-instruct", batch_size=4)
