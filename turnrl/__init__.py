@@ -4,7 +4,8 @@
 user reaches for first is here, the trainer's part loaded on first use:
 
 * ``make(id, **kwargs)``, ``register``, ``registered`` — environments (Gymnasium's registry);
-* ``Message``, ``ToolCall``, ``Turn``, ``Trajectory`` — the interchange types;
+* ``Message``, ``ToolCall``, ``Turn``, ``Trajectory`` — the interchange types, and ``SamplingParams``, how an agent
+  samples;
 * ``TrainConfig``, ``load_config(path, overrides)`` — a run's configuration, from Python or a YAML file;
 * ``Trainer(config).train()`` — a training run;
 * ``make_agent(spec)`` — a policy by name or path (``"smollm2-135m-instruct"``, ``"tiny"``, a hub id, a folder);
@@ -17,7 +18,7 @@ import importlib
 from typing import Any
 
 from turnrl.envs.registry import make, register, registered
-from turnrl.types import Message, ToolCall, Trajectory, Turn
+from turnrl.types import Message, SamplingParams, ToolCall, Trajectory, Turn
 
 __version__ = "0.1.0"
 
@@ -32,6 +33,7 @@ _LAZY = {
 
 __all__ = [
     "Message",
+    "SamplingParams",
     "ToolCall",
     "TrainConfig",
     "Trainer",

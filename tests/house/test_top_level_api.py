@@ -8,14 +8,16 @@ import turnrl
 
 
 def test_the_names_a_user_reaches_for_first_are_at_the_top():
-    from turnrl import TrainConfig, Trainer, evaluate, load_config, make, make_agent
+    from turnrl import SamplingParams, TrainConfig, Trainer, evaluate, load_config, make, make_agent
     from turnrl.agents import make_agent as agents_make_agent
     from turnrl.rl.config import TrainConfig as Config
     from turnrl.rl.run.evaluate import evaluate as run_evaluate
     from turnrl.rl.run.trainer import Trainer as RunTrainer
+    from turnrl.types import SamplingParams as Params
 
     assert Trainer is RunTrainer and TrainConfig is Config and evaluate is run_evaluate
     assert make_agent is agents_make_agent and callable(load_config) and make is turnrl.make
+    assert SamplingParams is Params
     assert all(getattr(turnrl, name) is not None for name in turnrl.__all__)  # each name resolves
     assert "importlib" not in dir(turnrl) and set(turnrl.__all__) <= set(dir(turnrl))
     try:
