@@ -65,7 +65,8 @@ def test_judges_and_opponents_are_read_at_load(tmp_path):
     from turnrl.rl.config.multi_agent import MultiAgentConfig
 
     assert SWiRLConfig(reward="judge", judge="rule").judge == "rule"  # a registered judge's name
-    assert SWiRLConfig(reward="judge", judge="tiny:chatml").judge.kind == "tiny"  # an agent spec
+    assert SWiRLConfig(reward="judge", judge="tiny:chatml").judge.agent.kind == "tiny"  # an agent spec
+    assert SWiRLConfig(reward="judge", judge="rule").judge.agent is None
     with pytest.raises(ValueError, match="unknown step judge 'tinny:chatml'.*as an agent spec"):
         SWiRLConfig(reward="judge", judge="tinny:chatml")
     with pytest.raises(ValueError, match="openai:URL#MODEL"):

@@ -1,6 +1,8 @@
 """A training config's mistakes on one line that says where: the file's own keys by their path in the file, a
 command-line override by the override; an unknown key with "did you mean" (as environment ids have)."""
 
+import re
+
 import pytest
 from pydantic import ValidationError
 from typer.testing import CliRunner
@@ -132,3 +134,36 @@ def test_opponents_are_read_once_at_load_into_their_kind_and_saved_as_written(tm
     assert "the league is the training opponent" in _error(path)
     path.write_text(BASE + "extra_evals: {games: {env: turnrl/TicTacToe-v0, opponent: league}}\n")
     assert "the league is a training opponent" in _error(path)
+
+
+def test_a_misspelt_keyword_among_agent_specs_is_refused_with_the_keyword_it_meant(tmp_path):
+    """Where a few words mean something of their own and any other bare word names a model — an opponent's self,
+    league, random and perfect, a step judge's rule, a reward judge's policy — a near miss is a config error (and an
+    option's error) saying which word it meant, not a model name that fails later; a model of that name is still
+    reachable as hf:NAME, and prefixed or path-like specs are never taken for a keyword."""
+    from typer.testing import CliRunner
+
+    from turnrl.cli import app
+    from turnrl.methods.swirl.judges import StepJudgeSpec
+    from turnrl.rollout.opponents import Opponent
+
+    for typo, meant in (("slef", "self"), ("leage", "league"), ("randon", "random"), ("perfekt", "perfect")):
+        with pytest.raises(ValueError, match=rf"opponent '{typo}': did you mean '{meant}'\? .*write hf:{typo}"):
+            Opponent(typo)
+    assert [Opponent(s).kind for s in ("hf:slef", "./slef", "gpt2", "smollm2-135m-instruct")] == ["agent"] * 4
+    with pytest.raises(ValueError, match=r"step judge 'rulle': did you mean 'rule'\?"):
+        StepJudgeSpec("rulle")
+    assert StepJudgeSpec("rule").is_registered and not StepJudgeSpec("tiny:chatml").is_registered
+    path = tmp_path / "c.yaml"
+    path.write_text(BASE + "reward: {judge: polcy}\n")
+    assert "reward.judge 'polcy': did you mean 'policy'?" in _error(path)
+    path.write_text("model: tiny:chatml\nenv: {id: turnrl/TicTacToe-v0}\nmulti_agent: {opponent: slef}\n")
+    assert "opponent 'slef': did you mean 'self'?" in _error(path)
+    result = CliRunner().invoke(
+        app, ["eval", "--env", "turnrl/TicTacToe-v0", "--agent", "tiny:chatml", "--opponent", "randon"]
+    )
+    plain = " ".join(re.sub("[│╭╮╰╯─]", " ", result.output).split())  # the message out of rich's box
+    assert result.exit_code == 2 and "did you mean 'random'?" in plain
+    result = CliRunner().invoke(app, ["swirl", "filter", "x.jsonl", "--out", "y.jsonl", "--judge", "rulle"])
+    plain = " ".join(re.sub("[│╭╮╰╯─]", " ", result.output).split())
+    assert result.exit_code == 2 and "did you mean 'rule'?" in plain

@@ -13,7 +13,8 @@ hold them.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from difflib import get_close_matches
 from typing import Any
 
 from pydantic import GetCoreSchemaHandler
@@ -32,6 +33,22 @@ AGENT_BACKENDS: Registry[Callable[..., Any]] = Registry(
 
 #: how each built-in backend's target reads (for messages)
 FORMS = {"hf": "PATH", "vllm": "PATH", "openai": "URL#MODEL", "tiny": "TEMPLATE", "run": "OUT_DIR"}
+
+
+def keyword_typo(text: str, keywords: Sequence[str], what: str) -> ValueError | None:
+    """The error for a bare word that most likely misspells one of ``keywords`` (difflib's ratio at least 0.75), or
+    None. For fields where a few words mean something of their own — an opponent's ``self``, a judge's ``rule``, a
+    reward judge's ``policy`` — and any other bare word is a model's name or folder: ``slef`` is refused with "did
+    you mean 'self'", and a folder of that name is still written ``hf:slef`` or ``./slef``. Words with a ``:``, a
+    ``/`` or a leading ``.`` are never taken for one."""
+    if not text or ":" in text or "/" in text or text.startswith("."):
+        return None
+    close = get_close_matches(text, list(keywords), n=1, cutoff=0.75)
+    if not close or text in keywords:
+        return None
+    return ValueError(
+        f"{what} {text!r}: did you mean {close[0]!r}? (a model of that name: write hf:{text}, or ./{text} for a folder)"
+    )
 
 
 class ConfigStr(str):

@@ -23,6 +23,7 @@ from turnrl.cli.shared import (
     fail,
     make_env,
     parse_kwargs,
+    parse_opponent,
     say,
 )
 
@@ -179,9 +180,10 @@ def eval_cmd(
     opponent: Annotated[
         str,
         typer.Option(
+            parser=parse_opponent,
             help="an environment with several agents: who plays the other seats — "
             "perfect or random (tic-tac-toe players), script:MODULE:FUNCTION, self, or an "
-            "agent spec"
+            "agent spec",
         ),
     ] = "random",
     seat: Annotated[

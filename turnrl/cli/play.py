@@ -22,6 +22,7 @@ from turnrl.cli.shared import (
     fail,
     make_env,
     parse_kwargs,
+    parse_opponent,
 )
 
 
@@ -72,9 +73,10 @@ def play(
     opponent: Annotated[
         str,
         typer.Option(
+            parser=parse_opponent,
             help="a game with several agents: who plays the other seats — random or "
             "perfect (tic-tac-toe), script:MODULE:FUNCTION (any game), or an agent "
-            "spec such as run:OUT_DIR or smollm2-135m-instruct"
+            "spec such as run:OUT_DIR or smollm2-135m-instruct",
         ),
     ] = "random",
     max_new_tokens: Annotated[int, typer.Option(help="the most tokens of an opponent's move")] = 64,

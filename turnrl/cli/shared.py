@@ -106,6 +106,14 @@ def make_env(env_id: str, kwargs: dict[str, Any], search: list[Path] | None = No
         fail(f"making {env_id} raised {type(e).__name__}: {e}{error_location(e)}")
 
 
+def parse_opponent(text: str) -> Any:
+    """``--opponent`` read once, as a config's ``multi_agent.opponent`` is (:class:`~turnrl.rollout.opponents.Opponent`:
+    a misspelt keyword, backend or ``script:`` form is the option's error, before anything loads)."""
+    from turnrl.rollout.opponents import Opponent
+
+    return Opponent(text)
+
+
 def say(text: str) -> None:
     console.print(text, soft_wrap=True, markup=False, highlight=False)
 

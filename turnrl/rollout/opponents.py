@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from turnrl.agents.spec import AgentSpec, ConfigStr
+from turnrl.agents.spec import AgentSpec, ConfigStr, keyword_typo
 
 if TYPE_CHECKING:
     from turnrl.agents.base import Agent
@@ -45,6 +45,8 @@ class Opponent(ConfigStr):
         if name.startswith(SCRIPT_PREFIX):
             script_target(name)  # its form, checked here at load (its module is imported before a model loads)
         elif name not in ("self", "league", *SCRIPTED):
+            if typo := keyword_typo(name, ("self", "league", *SCRIPTED), "opponent"):
+                raise typo
             AgentSpec(name)  # an agent's: its backend and target's form (it loads before a model does)
         return super().__new__(cls, name)
 

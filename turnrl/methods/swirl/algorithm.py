@@ -20,8 +20,9 @@ from __future__ import annotations
 from typing import Any, ClassVar, Literal
 
 import torch
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, model_validator
 
+from turnrl.methods.swirl.judges import StepJudgeSpec
 from turnrl.rl.algorithms.base import PolicyGradient, PolicyGradientConfig
 from turnrl.rl.core.batch import Batch
 from turnrl.rl.formulas.advantages import group_normalize, leave_one_out
@@ -38,7 +39,7 @@ class SWiRLConfig(PolicyGradientConfig):
             "outcome of finishing the episode from the sampled step with the current policy)"
         ),
     )
-    judge: str | None = Field(
+    judge: StepJudgeSpec | None = Field(
         None,
         description="the process judge for reward: judge — a registered judge's name "
         "(STEP_JUDGES: rule, or a plug-in's) or an agent spec (e.g. "
@@ -78,21 +79,6 @@ class SWiRLConfig(PolicyGradientConfig):
             "judge"
         ),
     )
-
-    @field_validator("judge")
-    @classmethod
-    def _judge_spec(cls, judge: str | None) -> str | None:
-        """A registered judge's name as it is; anything else read as an agent spec (its form checked at load)."""
-        from turnrl.methods.swirl.judges import STEP_JUDGES
-
-        if judge is None or judge in STEP_JUDGES:
-            return judge
-        from turnrl.agents.spec import AgentSpec
-
-        try:
-            return AgentSpec(judge)
-        except ValueError as e:
-            raise ValueError(f"{STEP_JUDGES.unknown(judge)} (as an agent spec: {e})") from None
 
     @model_validator(mode="after")
     def _judge(self) -> SWiRLConfig:

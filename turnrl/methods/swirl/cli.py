@@ -132,13 +132,21 @@ def swirl_generate(
     )
 
 
+def _judge_spec(text: str) -> Any:
+    """``--judge`` read once, as a config's ``algorithm.judge`` is (:class:`~turnrl.methods.swirl.judges.StepJudgeSpec`)."""
+    from turnrl.methods.swirl.judges import StepJudgeSpec
+
+    return StepJudgeSpec(text)
+
+
 @app.command("filter")
 def swirl_filter(
     data: Annotated[str, typer.Argument(help="trajectories from `turnrl swirl generate`")],
     out: Annotated[str, typer.Option(help="where the kept trajectories go (.parquet or .jsonl)")],
     mode: Annotated[str, typer.Option(help="none, process, outcome or both (process ∧ outcome)")] = "process",
     judge: Annotated[
-        str, typer.Option(help="the process judge: rule, or an agent (openai:URL#MODEL, hf:PATH, …)")
+        str,
+        typer.Option(parser=_judge_spec, help="the process judge: rule, or an agent (openai:URL#MODEL, hf:PATH, …)"),
     ] = "rule",
 ) -> None:
     """Keep the trajectories that pass the filter (process: every step GOOD; outcome: the answer is correct); print

@@ -43,6 +43,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from turnrl.agents.spec import AgentSpec, ConfigStr, keyword_typo
 from turnrl.methods.swirl.reading import (
     NUMBER,
     found_nothing,
@@ -359,6 +360,39 @@ STEP_JUDGES: Registry[Callable[..., StepJudge]] = Registry(
     check=_check_judge,
     hint="or give an agent spec (tiny:chatml, hf:PATH, openai:URL#MODEL, a built-in model name) for a model judge",
 )
+
+
+class StepJudgeSpec(ConfigStr):
+    """A step judge as written (a ``str``: it compares, prints and saves as the user wrote it): a registered judge's
+    name (:data:`STEP_JUDGES`), or else an agent spec (:class:`~turnrl.agents.spec.AgentSpec`, judged by that model).
+    The config's ``algorithm.judge`` and ``turnrl swirl filter --judge`` read it once, at load.
+
+    Raises (at load, as a config error):
+        ValueError: neither a registered judge's name nor a well-formed agent spec (the message names both forms).
+    """
+
+    __slots__ = ()
+
+    def __new__(cls, spec: str) -> StepJudgeSpec:
+        text = str(spec).strip()
+        if text not in STEP_JUDGES:
+            if typo := keyword_typo(text, STEP_JUDGES.names(), "step judge"):
+                raise typo
+            try:
+                AgentSpec(text)
+            except ValueError as e:
+                raise ValueError(f"{STEP_JUDGES.unknown(text)} (as an agent spec: {e})") from None
+        return super().__new__(cls, text)
+
+    @property
+    def is_registered(self) -> bool:
+        """A registered judge's name (else an agent spec: a model judges)."""
+        return self in STEP_JUDGES
+
+    @property
+    def agent(self) -> AgentSpec | None:
+        """The agent spec of a model judge (its ``kind``, ``target``); None for a registered judge."""
+        return None if self.is_registered else AgentSpec(self)
 
 
 def make_step_judge(spec: str | StepJudge, **kwargs: Any) -> StepJudge:

@@ -16,7 +16,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from turnrl.agents.spec import AgentSpec
+from turnrl.agents.spec import AgentSpec, keyword_typo
 
 Route = Literal["rule", "judge", "auto"]
 TEMPLATE_FIELDS = ("question", "gold", "prediction")
@@ -56,6 +56,14 @@ class RewardConfig(BaseModel):
     )
     max_new_tokens: int = Field(128, ge=1, description="the longest judgement")
     max_prediction_chars: int = Field(2000, ge=16, description="the end of the final reply the judge sees, at most")
+
+    @field_validator("judge")
+    @classmethod
+    def _not_policy_misspelt(cls, judge: AgentSpec) -> AgentSpec:
+        """``polcy`` is refused with "did you mean 'policy'" (a bare word is otherwise a model's name)."""
+        if typo := keyword_typo(judge, ("policy",), "reward.judge"):
+            raise typo
+        return judge
 
     @field_validator("template")
     @classmethod
