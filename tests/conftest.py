@@ -16,6 +16,12 @@ os.environ.setdefault("TURNRL_DATA_DIR", str(SHARED_DATA))
 # Never reach for the hub from tests: a missing file must fail fast with our message.
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# Ray's log monitor (one per cluster) looks for new log files every 0.1 s while it has fewer than a thousand, and
+# every 0.5 s past that; the tests' clusters send no worker output to a driver (log_to_driver=False; only the GPU
+# test's does, whose output then shows up to 5 s late), so the search only takes CPU (the monitors took 20
+# CPU-seconds over the suite; searching every 5 s, the first time 5 s after the start, halves an idle one's)
+os.environ.setdefault("RAY_LOG_MONITOR_MANY_FILES_THRESHOLD", "0")
+os.environ.setdefault("LOG_NAME_UPDATE_INTERVAL_S", "5")
 # Under pytest-xdist (scripts/test.sh runs the suite in 2 processes), each process takes its share of the cores for
 # torch: two processes with a thread per core each would fight over them (torch's threads spin while they wait).
 if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
@@ -100,7 +106,14 @@ def ray_cluster(_local_ray):
         if ray.is_initialized():  # an earlier module's connection (another size of cluster, or a joined one)
             ray.shutdown()
         # address="local": a cluster of its own, never one that RAY_ADDRESS or /tmp/ray/ray_current_cluster names
-        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+        ray.init(
+            address="local",
+            num_cpus=2,
+            include_dashboard=False,
+            log_to_driver=False,
+            configure_logging=False,
+            _system_config={"prestart_worker_first_driver": False},  # as turnrl's own local cluster (cluster.connect)
+        )
         _LOCAL_RAY["address"] = ray.get_runtime_context().gcs_address
     yield ray
     if _ours(ray):  # kept for the next module, unless actors still hold CPUs once killed ones have let go

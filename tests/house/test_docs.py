@@ -215,10 +215,11 @@ def test_the_readme_training_example_trains(tmp_path, monkeypatch):
     readme = (REPO / "README.md").read_text()
     block = next(b for b in re.findall(r"```python\n(.*?)```", readme, re.S) if "Trainer(config)" in b)
     assert '"steps": 10' in block and '"prompts_per_step": 4' in block and '"out_dir": "runs/first"' in block
-    assert '"max_new_tokens": 48' in block
+    assert '"max_new_tokens": 48' in block and '"group_size": 8' in block
     small = (
         block.replace('"steps": 10', '"steps": 1, "eval_tasks": 2')
         .replace('"prompts_per_step": 4', '"prompts_per_step": 1')
+        .replace('"group_size": 8', '"group_size": 2')
         .replace('"max_new_tokens": 48', '"max_new_tokens": 16')
     )
     monkeypatch.chdir(tmp_path)

@@ -71,6 +71,7 @@ def cluster():
                     "health_check_period_ms": 1000,
                     "health_check_timeout_ms": 1500,
                     "health_check_failure_threshold": 3,
+                    "prestart_worker_first_driver": False,  # as turnrl's own local cluster (cluster.connect)
                 },
             },
         )
@@ -280,7 +281,8 @@ def test_a_module_only_in_the_project_folder_is_shipped_to_the_nodes_and_trains(
         cluster,
         tmp_path / "run",
         env="shipped_upper:shipped_upper/Upper-v0",
-        ray_opts={"runtime_env": {"working_dir": str(project), "excludes": ["*.log"]}},
+        # one rollout worker: shipping is per job and node, the same for any number of workers
+        ray_opts={"rollout_workers": 1, "runtime_env": {"working_dir": str(project), "excludes": ["*.log"]}},
     )
     t = trainer(cfg)
     try:
@@ -290,6 +292,7 @@ def test_a_module_only_in_the_project_folder_is_shipped_to_the_nodes_and_trains(
     assert len(history) == 2 and "loss" in history[1] and history[1]["rollout_episodes"] == 8
     assert history[1].get("error_episodes", 0) == 0
     workers = json.loads((tmp_path / "run" / "placement.json").read_text())["rollout_workers"]
+    assert len(workers) == 1
     for w in workers:  # imported from the node's own copy, in node A's temporary folder, not the project folder
         where = Path(w["imports"]["shipped_upper"])
         assert where.is_relative_to(cluster.temp / "a") and "working_dir_files" in where.parts, where
@@ -308,7 +311,7 @@ def test_a_module_a_node_lacks_is_named_with_the_node_before_the_first_step(clus
         cluster,
         tmp_path / "run",
         env="needy_env:needy_env/Upper-v0",
-        ray_opts={"runtime_env": {"working_dir": str(project)}},
+        ray_opts={"rollout_workers": 1, "runtime_env": {"working_dir": str(project)}},
     )
     start = time.monotonic()
     with pytest.raises(

@@ -142,8 +142,10 @@ def test_ray_workers_play_a_remote_environment_whose_hanging_step_the_server_cut
 
 
 def test_resumed_driver_reuses_committed_episodes_and_ends_with_the_same_weights(ray_run, tmp_path):
-    # the same config as ray_run's uninterrupted run, checkpointed every 2 steps; compared after step 4
-    part = trainer(config(tmp_path / "part", steps=30, checkpoint_every=2))
+    # the same config as ray_run's uninterrupted run, checkpointed every 2 steps; compared after step 4. One rollout
+    # worker: the same episodes as ray_run's two (rollout.seed_per_episode), two worker starts fewer per trainer
+    one = {"checkpoint_every": 2, "ray": {"rollout_workers": 1}}
+    part = trainer(config(tmp_path / "part", steps=30, **one))
 
     class DriverDied(Exception):
         pass
@@ -160,7 +162,7 @@ def test_resumed_driver_reuses_committed_episodes_and_ends_with_the_same_weights
     finally:
         part.close()
     assert len((tmp_path / "part" / "ray" / "step-2.jsonl").read_text().splitlines()) == 5
-    resumed = trainer(config(tmp_path / "part", steps=30, checkpoint_every=2))
+    resumed = trainer(config(tmp_path / "part", steps=30, **one))
     try:
         resumed.load(tmp_path / "part" / "checkpoint.pt")
         assert resumed.step == 2

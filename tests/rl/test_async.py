@@ -58,7 +58,8 @@ def test_k1_plays_the_next_step_during_the_update_within_the_bound_and_learns(ra
 
 
 def test_k0_starts_nothing_ahead(ray_cluster, tmp_path):
-    t = trainer(config(tmp_path, steps=2, k=0))
+    # one rollout worker: what a worker is handed ahead does not depend on how many there are
+    t = trainer(config(tmp_path, steps=2, k=0, ray={"rollout_workers": 1, "start_timeout": 60}))
     try:
         history = t.train()
     finally:

@@ -80,6 +80,11 @@ def connect(
                 log_to_driver=False,
                 configure_logging=False,
                 runtime_env=runtime_env,
+                # no idle workers started ahead for this driver (one per CPU): every rollout worker and rank starts in
+                # a runtime environment of its own (its thread counts), which no prestarted worker can serve, so
+                # they would only take CPU — their start, which ray.init waits for, then polling until Ray stops
+                # idle workers past its soft limit
+                _system_config={"prestart_worker_first_driver": False},
             )
         else:
             ray.init(address=address, log_to_driver=False, configure_logging=False, runtime_env=runtime_env)
