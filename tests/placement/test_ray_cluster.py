@@ -25,11 +25,12 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from tiny_trainer import tiny_trainer as trainer
 
 from turnrl.agents.tiny import tiny_model, tiny_tokenizer
 from turnrl.rl.placement.learner_group import LearnerGroupError
 from turnrl.rl.placement.ray import RayPlacementError
-from turnrl.rl.run.trainer import TrainConfig, Trainer
+from turnrl.rl.run.trainer import TrainConfig
 from turnrl.rl.sources.base import Job
 from turnrl.storage import read_jsonl
 
@@ -122,11 +123,6 @@ def config(cluster, tmp_path, env="turnrl/Arithmetic-v0", steps=1, ray_opts=None
             **extra,
         }
     )
-
-
-def trainer(cfg, model=None):
-    tok = tiny_tokenizer("chatml")
-    return Trainer(cfg, model=model or tiny_model(tok), tokenizer=tok)
 
 
 def add_node(cluster, name, ip, **resources):

@@ -8,10 +8,9 @@ import torch
 from tiny_trainer import tiny_trainer as trainer
 from toy_envs import assert_learns  # (importing it registers the toy environments)
 
-from turnrl.agents.tiny import tiny_tokenizer
 from turnrl.rl.placement.ledger import Ledger
 from turnrl.rl.placement.ray import RayPlacementError
-from turnrl.rl.run.trainer import TrainConfig, Trainer
+from turnrl.rl.run.trainer import TrainConfig
 from turnrl.rl.sources.base import Job
 from turnrl.types import Trajectory
 
@@ -243,7 +242,7 @@ def test_lora_workers_receive_only_the_adapter_and_sample_with_each_new_one(tmp_
     from turnrl.rl.core.forward import sequence_logprobs
 
     cfg = config(tmp_path, steps=4, learner={"lora": {"r": 8, "target_modules": LEARNING_TARGETS}})
-    t = Trainer(cfg, model=untied_tiny(), tokenizer=tiny_tokenizer("chatml"))
+    t = trainer(cfg, model=untied_tiny())
     seen = []
 
     def check(info):
