@@ -208,23 +208,33 @@ def test_the_front_page_example_runs():
     assert scope["reward"] == 1.0 and scope["terminated"] is True
 
 
+def run_python_block(page: str, marker: str, changes: dict[str, str], tmp_path, monkeypatch) -> tuple[dict, list]:
+    """Run ``page``'s ```python block holding ``marker`` in ``tmp_path``, each of ``changes`` (which must all be in
+    it) made first; the block's names and what it printed."""
+    text = (REPO / page).read_text()
+    block = next(b for b in re.findall(r"```python\n(.*?)```", text, re.S) if marker in b)
+    for old, new in changes.items():
+        assert old in block, (page, old)
+        block = block.replace(old, new)
+    monkeypatch.chdir(tmp_path)
+    printed: list = []
+    scope: dict = {"print": lambda *a, **k: printed.append(a)}
+    exec(compile(block, page, "exec"), scope)
+    return scope, printed
+
+
 def test_the_readme_training_example_trains(tmp_path, monkeypatch):
     """README's "Train in Python" block, run as written with the real model, one step instead of ten (a smaller
     batch, shorter replies and a smaller evaluation, its folder under tmp_path): the config validates, training runs,
     metrics come back and the run folder it names is written — so the first Python a newcomer copies keeps working."""
-    readme = (REPO / "README.md").read_text()
-    block = next(b for b in re.findall(r"```python\n(.*?)```", readme, re.S) if "Trainer(config)" in b)
-    assert '"steps": 10' in block and '"prompts_per_step": 4' in block and '"out_dir": "runs/first"' in block
-    assert '"max_new_tokens": 48' in block and '"group_size": 8' in block
-    small = (
-        block.replace('"steps": 10', '"steps": 1, "eval_tasks": 2')
-        .replace('"prompts_per_step": 4', '"prompts_per_step": 1')
-        .replace('"group_size": 8', '"group_size": 2')
-        .replace('"max_new_tokens": 48', '"max_new_tokens": 16')
-    )
-    monkeypatch.chdir(tmp_path)
-    scope: dict = {"print": lambda *a, **k: None}
-    exec(compile(small, "README.md", "exec"), scope)
+    assert '"out_dir": "runs/first"' in (REPO / "README.md").read_text()
+    small = {
+        '"steps": 10': '"steps": 1, "eval_tasks": 2',
+        '"prompts_per_step": 4': '"prompts_per_step": 1',
+        '"group_size": 8': '"group_size": 2',
+        '"max_new_tokens": 48': '"max_new_tokens": 16',
+    }
+    scope, _ = run_python_block("README.md", "Trainer(config)", small, tmp_path, monkeypatch)
     history = scope["history"]
     steps = [h for h in history if "success" in h]  # the rest: the held-out evaluations before and after
     assert [h["step"] for h in steps] == [1] and 0.0 <= steps[0]["success"] <= 1.0
@@ -235,21 +245,14 @@ def test_the_readme_training_example_trains(tmp_path, monkeypatch):
 def test_the_evaluation_pages_python_example_evaluates(tmp_path, monkeypatch):
     """docs/evaluation.md's Python block, run as written but on the tiny model, two tasks of two samples and short
     replies: the top-level names import, the held-out split is evaluated and reported, and the folder is written."""
-    page = (REPO / "docs" / "evaluation.md").read_text()
-    block = next(b for b in re.findall(r"```python\n(.*?)```", page, re.S) if "evaluate(" in b)
-    assert block.startswith("from turnrl import SamplingParams, evaluate, make_agent\n")
-    for text in ('"smollm2-135m-instruct"', "limit=200", "samples=4", "max_new_tokens=256"):
-        assert text in block, text
-    small = (
-        block.replace('"smollm2-135m-instruct"', '"tiny:chatml"')
-        .replace("limit=200", "limit=2")
-        .replace("samples=4", "samples=2")
-        .replace("max_new_tokens=256", "max_new_tokens=8")
-    )
-    monkeypatch.chdir(tmp_path)
-    printed: list = []
-    scope: dict = {"print": lambda *a, **k: printed.append(a)}
-    exec(compile(small, "docs/evaluation.md", "exec"), scope)
+    small = {
+        "from turnrl import SamplingParams, evaluate, make_agent\n": "from turnrl import SamplingParams, evaluate, make_agent\n",
+        '"smollm2-135m-instruct"': '"tiny:chatml"',
+        "limit=200": "limit=2",
+        "samples=4": "samples=2",
+        "max_new_tokens=256": "max_new_tokens=8",
+    }
+    _, printed = run_python_block("docs/evaluation.md", "evaluate(", small, tmp_path, monkeypatch)
     assert printed and printed[0][0] == "test" and 0.0 <= printed[0][1] <= 1.0  # GSM8K's held-out split
     assert printed[0][2] <= printed[0][1] <= printed[0][3]
     assert (tmp_path / "runs" / "gsm8k" / "metrics.json").is_file()
