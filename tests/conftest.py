@@ -101,6 +101,8 @@ def ray_cluster(_local_ray):
     its CPUs; shut down at the end of the session. ``TURNRL_TEST_PID`` names the test's own process (``toy_envs``'
     environments that build only there make a rollout worker that builds them die at start)."""
     ray = pytest.importorskip("ray")
+    from turnrl.rl.placement.cluster import LOCAL_SYSTEM_CONFIG
+
     os.environ["TURNRL_TEST_PID"] = str(os.getpid())
     if not _ours(ray):
         if ray.is_initialized():  # an earlier module's connection (another size of cluster, or a joined one)
@@ -112,7 +114,7 @@ def ray_cluster(_local_ray):
             include_dashboard=False,
             log_to_driver=False,
             configure_logging=False,
-            _system_config={"prestart_worker_first_driver": False},  # as turnrl's own local cluster (cluster.connect)
+            _system_config=LOCAL_SYSTEM_CONFIG,  # as turnrl's own local cluster (cluster.connect)
         )
         _LOCAL_RAY["address"] = ray.get_runtime_context().gcs_address
     yield ray

@@ -28,6 +28,7 @@ import pytest
 from tiny_trainer import tiny_trainer as trainer
 
 from turnrl.agents.tiny import tiny_model, tiny_tokenizer
+from turnrl.rl.placement.cluster import LOCAL_SYSTEM_CONFIG
 from turnrl.rl.placement.learner_group import LearnerGroupError
 from turnrl.rl.placement.ray import RayPlacementError
 from turnrl.rl.run.trainer import TrainConfig
@@ -72,7 +73,7 @@ def cluster():
                     "health_check_period_ms": 1000,
                     "health_check_timeout_ms": 1500,
                     "health_check_failure_threshold": 3,
-                    "prestart_worker_first_driver": False,  # as turnrl's own local cluster (cluster.connect)
+                    **LOCAL_SYSTEM_CONFIG,  # as turnrl's own local cluster (cluster.connect)
                 },
             },
         )

@@ -42,6 +42,13 @@ def ray_module() -> Any:
 _CONNECTION: dict[str, Any] = {}
 
 
+#: Ray's settings for a cluster this process starts: no idle workers started ahead for its driver (one per CPU):
+#: every rollout worker and rank starts in a runtime environment of its own (its thread counts), which no prestarted
+#: worker can serve, so they would only take CPU — their start, which ray.init waits for, then polling until Ray stops
+#: idle workers past its soft limit. The tests' clusters start with the same.
+LOCAL_SYSTEM_CONFIG: dict[str, Any] = {"prestart_worker_first_driver": False}
+
+
 def connect(
     address: str | None, num_cpus: float | None, timeout: float, runtime_env: dict[str, Any] | None = None
 ) -> bool:
@@ -80,11 +87,7 @@ def connect(
                 log_to_driver=False,
                 configure_logging=False,
                 runtime_env=runtime_env,
-                # no idle workers started ahead for this driver (one per CPU): every rollout worker and rank starts in
-                # a runtime environment of its own (its thread counts), which no prestarted worker can serve, so
-                # they would only take CPU — their start, which ray.init waits for, then polling until Ray stops
-                # idle workers past its soft limit
-                _system_config={"prestart_worker_first_driver": False},
+                _system_config=LOCAL_SYSTEM_CONFIG,
             )
         else:
             ray.init(address=address, log_to_driver=False, configure_logging=False, runtime_env=runtime_env)
