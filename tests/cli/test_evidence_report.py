@@ -525,3 +525,35 @@ def test_the_games_table_reads_the_kept_self_play_records_as_the_docs_report_the
     )
     pilot = "\n".join(games_report.seed_rows(REPO / "bench/evidence/pilot78/lr1e-4"))
     assert "| 20 | " in pilot and "30 of 40 (38 distinct)" in pilot and "validation chose step 20;" in pilot
+
+
+def test_suite_cpu_counts_a_commands_processes_by_kind(tmp_path):
+    """bench/suite_cpu.py on a command that starts a Python child burning about 0.6 CPU-seconds: the child is seen
+    under its kind with most of that time, the command's own exit status comes back, and the figures are written."""
+    import subprocess
+
+    burn = "import time; t = time.process_time()\nwhile time.process_time() - t < 0.6: pass"
+    out = tmp_path / "cpu.json"
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "bench/suite_cpu.py"),
+            "--every",
+            "0.1",
+            "--json",
+            str(out),
+            "--",
+            "bash",
+            "-c",
+            f"{sys.executable} -c '{burn}'; exit 3",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 3, done.stderr
+    figures = json.loads(out.read_text())
+    assert figures["exit"] == 3 and figures["wall_s"] >= 0.6
+    assert 0.4 <= figures["kinds"]["python"]["cpu_s"] <= 1.5  # the child (not the sampler itself)
+    assert figures["busy_cpu_s"] >= figures["kinds"]["python"]["cpu_s"] - 0.2
+    assert "python" in done.stderr and "busy" in done.stderr
