@@ -39,7 +39,7 @@ def config(out, placement="ray", **over):
         **over,
     }
     if placement == "ray":
-        data["ray"] = {"rollout_workers": 2, "start_timeout": 180}
+        data.setdefault("ray", {"rollout_workers": 2, "start_timeout": 180})
     return TrainConfig.model_validate(data)
 
 
@@ -123,7 +123,7 @@ def test_a_league_on_ray_workers_plays_the_version_the_driver_drew(tmp_path):
     local = trainer(config(tmp_path / "local", "local", **over))
     local.train(stop_after=1)
     here, _ = local.source.collect(1)
-    remote = trainer(config(tmp_path / "ray", **over))
+    remote = trainer(config(tmp_path / "ray", ray={"rollout_workers": 1, "start_timeout": 180}, **over))
     try:
         remote.train(stop_after=1)
         there, info = remote.source.collect(1)

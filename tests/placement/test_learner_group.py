@@ -211,9 +211,10 @@ PROBE = [[1, 5, 9, 13, 2, 7], [3, 4, 4, 8]]
 @pytest.fixture(scope="module")
 def group_run(ray_cluster, tmp_path_factory):
     """One 2-step run on a 2-rank DeepSpeed group, which both tests below compare with: its folder, history and
-    final weights, and the probe's log-probabilities under the learner and under each rollout worker after a sync."""
+    final weights, and the probe's log-probabilities under the learner and under the rollout worker after a sync (one
+    worker: the group's weights reach each worker alike, as test_ray_placement's two-worker runs show)."""
     out = tmp_path_factory.mktemp("group")
-    t = make_trainer(group_config(out))
+    t = make_trainer(group_config(out, ray={"rollout_workers": 1}))
     try:
         history = t.train()
         run = SimpleNamespace(
@@ -253,8 +254,8 @@ def test_a_learner_group_trains_like_the_local_learner_and_workers_get_each_vers
 
 
 def test_a_lora_run_on_a_group_syncs_workers_with_the_adapters_and_checkpoints_them(ray_cluster, tmp_path):
-    """`learner.lora` on 2 ZeRO-3 ranks with 2 rollout workers: every episode is sampled with the current adapters,
-    the workers get the adapters alone and score like the group, and the checkpoint (adapters + settings) loads as
+    """`learner.lora` on 2 ZeRO-3 ranks with a rollout worker: every episode is sampled with the current adapters,
+    the worker gets the adapters alone and scores like the group, and the checkpoint (adapters + settings) loads as
     the group's policy."""
     from turnrl.checkpoint import load_policy
     from turnrl.rl.core.forward import sequence_logprobs
@@ -265,6 +266,7 @@ def test_a_lora_run_on_a_group_syncs_workers_with_the_adapters_and_checkpoints_t
             tmp_path,
             steps=2,
             learner={"backend": "deepspeed", "ranks": 2, "zero_stage": 3, "timeout": 60, "lora": lora},
+            ray={"rollout_workers": 1},
         )
     )
     try:
@@ -398,7 +400,7 @@ def test_a_step_wise_run_samples_with_the_groups_weights(ray_cluster, tmp_path):
 def test_a_rank_killed_mid_step_is_a_clear_error_and_resume_reproduces_the_run(group_run, tmp_path):
     from turnrl.rl.placement.learner_group import LearnerGroupError
 
-    # one rollout worker: the same episodes as group_run's two (rollout.seed_per_episode), two worker starts fewer
+    # one rollout worker, as group_run's
     one_worker = {"checkpoint_every": 1, "ray": {"rollout_workers": 1}}
     part = make_trainer(group_config(tmp_path / "part", **one_worker))
 

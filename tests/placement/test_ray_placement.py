@@ -124,17 +124,18 @@ def test_a_hanging_environment_times_out_and_the_run_goes_on(tmp_path):
 
 
 def test_ray_workers_play_a_remote_environment_whose_hanging_step_the_server_cuts(tmp_path):
-    """remote: ids on the Ray placement: the workers open their own sessions; the server's step timeout ends the
-    hanging episodes (task t0) with an error, and the run goes on."""
+    """remote: ids on the Ray placement: the worker opens its own sessions; the server's step timeout ends the
+    hanging episodes (task t0) with an error, and the run goes on. (One worker: the server, not the worker, cuts.)"""
     from turnrl.envs.remote.server import EnvServer
 
     with EnvServer(["tests/Hanging-v0"], port=0, step_timeout=1.0) as server:
-        t = trainer(config(tmp_path, env=f"remote:http://127.0.0.1:{server.port}/tests/Hanging-v0", steps=2))
+        env = f"remote:http://127.0.0.1:{server.port}/tests/Hanging-v0"
+        t = trainer(config(tmp_path, env=env, steps=2, ray={"rollout_workers": 1}))
         try:
             history = t.train()
         finally:
             t.close()
-        assert server.served_sessions >= 3  # two workers' and the held-out evaluation's
+        assert server.served_sessions >= 2  # the worker's and the held-out evaluation's
     step = history[1]
     assert step["error_episodes"] == 8 and step["dropped_episodes"] == 8 and step["rollout_episodes"] == 32
     assert "loss" in step and len(history) == 3
@@ -241,7 +242,9 @@ def test_lora_workers_receive_only_the_adapter_and_sample_with_each_new_one(tmp_
 
     from turnrl.rl.core.forward import sequence_logprobs
 
-    cfg = config(tmp_path, steps=4, learner={"lora": {"r": 8, "target_modules": LEARNING_TARGETS}})
+    # one worker: what each worker holds is checked alone, and its restart below
+    lora = {"lora": {"r": 8, "target_modules": LEARNING_TARGETS}}
+    cfg = config(tmp_path, steps=4, learner=lora, ray={"rollout_workers": 1})
     t = trainer(cfg, model=untied_tiny())
     seen = []
 
@@ -381,12 +384,14 @@ def test_tppo_on_ray_plays_the_episodes_of_a_killed_worker_again_and_trains_none
 
 
 def test_tppo_on_ray_with_refill_prompts_and_min_groups_trains_whole_groups_once(tmp_path):
-    """``refill: prompts`` on Ray: every step hands the workers a full set of new groups beside the carried episodes,
-    and ``min_groups`` holds finished groups until enough are ready; each episode still trains once, whole."""
+    """``refill: prompts`` on Ray: every step hands the worker a full set of new groups beside the carried episodes,
+    and ``min_groups`` holds finished groups until enough are ready; each episode still trains once, whole. (One
+    worker: which worker continues an episode is the test above's.)"""
     cfg = config(
         tmp_path,
         steps=4,
         save_trajectories=True,
+        ray={"rollout_workers": 1},
         algorithm={
             "name": "tppo",
             "window": 1,

@@ -137,7 +137,9 @@ def test_a_worker_killed_with_the_next_steps_episodes_in_play_loses_and_repeats_
 
 
 def test_a_resumed_driver_with_episodes_in_play_trains_every_step_on_each_job_once(ray_cluster, tmp_path):
-    part = trainer(config(tmp_path, steps=4, checkpoint_every=2, save_trajectories=True))
+    # one rollout worker (two worker starts fewer a trainer): the next step's episodes are in play all the same
+    one = {"checkpoint_every": 2, "save_trajectories": True, "ray": {"rollout_workers": 1, "start_timeout": 60}}
+    part = trainer(config(tmp_path, steps=4, **one))
 
     class DriverDied(Exception):
         pass
@@ -156,7 +158,7 @@ def test_a_resumed_driver_with_episodes_in_play_trains_every_step_on_each_job_on
             part.train()
     finally:
         part.close()
-    resumed = trainer(config(tmp_path, steps=4, checkpoint_every=2, save_trajectories=True))
+    resumed = trainer(config(tmp_path, steps=4, **one))
     try:
         resumed.load(tmp_path / "checkpoint.pt")
         history = resumed.train()
@@ -192,7 +194,7 @@ def test_trees_with_stale_rollouts_and_a_resumed_driver_train_each_tree_once(ray
             "max_staleness": 1,
             "tree": {"branches": [{"turn": 1, "children": 2}, {"turn": 2, "children": 2}]},
         },
-        "ray": {"rollout_workers": 2, "start_timeout": 60},
+        "ray": {"rollout_workers": 1, "start_timeout": 60},  # (trees on two workers: test_ray_placement's)
         "optim": {"lr": 1e-2, "minibatch_size": 4},
         "steps": 4,
         "checkpoint_every": 2,
