@@ -212,7 +212,8 @@ PROBE = [[1, 5, 9, 13, 2, 7], [3, 4, 4, 8]]
 def group_run(ray_cluster, tmp_path_factory):
     """One 2-step run on a 2-rank DeepSpeed group, which both tests below compare with: its folder, history and
     final weights, and the probe's log-probabilities under the learner and under the rollout worker after a sync (one
-    worker: the group's weights reach each worker alike, as test_ray_placement's two-worker runs show)."""
+    worker: the runner hands every worker the same published version; several workers taking it are
+    test_ray_placement's runs)."""
     out = tmp_path_factory.mktemp("group")
     t = make_trainer(group_config(out, ray={"rollout_workers": 1}))
     try:
