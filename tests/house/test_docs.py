@@ -200,9 +200,14 @@ def test_user_facing_text_points_at_nothing_outside_the_repository():
     assert "TURNRL_DATA_DIR=../shared/data" in (REPO / "README.md").read_text().splitlines()[3]
 
 
+def python_block(page: str, marker: str) -> str:
+    """The first ```python block of ``page`` that holds ``marker``."""
+    text = (REPO / page).read_text()
+    return next(b for b in re.findall(r"```python\n(.*?)```", text, re.S) if marker in b)
+
+
 def test_the_front_page_example_runs():
-    readme = (REPO / "README.md").read_text()  # the site's front page too
-    block = next(b for b in re.findall(r"```python\n(.*?)```", readme, re.S) if "turnrl.make(" in b)
+    block = python_block("README.md", "turnrl.make(")  # the site's front page too
     scope: dict = {}
     exec(compile(block, "README.md", "exec"), scope)
     assert scope["reward"] == 1.0 and scope["terminated"] is True
@@ -211,8 +216,7 @@ def test_the_front_page_example_runs():
 def run_python_block(page: str, marker: str, changes: dict[str, str], tmp_path, monkeypatch) -> tuple[dict, list]:
     """Run ``page``'s ```python block holding ``marker`` in ``tmp_path``, each of ``changes`` (which must all be in
     it) made first; the block's names and what it printed."""
-    text = (REPO / page).read_text()
-    block = next(b for b in re.findall(r"```python\n(.*?)```", text, re.S) if marker in b)
+    block = python_block(page, marker)
     for old, new in changes.items():
         assert old in block, (page, old)
         block = block.replace(old, new)
@@ -227,7 +231,7 @@ def test_the_readme_training_example_trains(tmp_path, monkeypatch):
     """README's "Train in Python" block, run as written with the real model, one step instead of ten (a smaller
     batch, shorter replies and a smaller evaluation, its folder under tmp_path): the config validates, training runs,
     metrics come back and the run folder it names is written — so the first Python a newcomer copies keeps working."""
-    assert '"out_dir": "runs/first"' in (REPO / "README.md").read_text()
+    assert '"out_dir": "runs/first"' in python_block("README.md", "Trainer(config)")
     small = {
         '"steps": 10': '"steps": 1, "eval_tasks": 2',
         '"prompts_per_step": 4': '"prompts_per_step": 1',
@@ -245,8 +249,10 @@ def test_the_readme_training_example_trains(tmp_path, monkeypatch):
 def test_the_evaluation_pages_python_example_evaluates(tmp_path, monkeypatch):
     """docs/evaluation.md's Python block, run as written but on the tiny model, two tasks of two samples and short
     replies: the top-level names import, the held-out split is evaluated and reported, and the folder is written."""
+    assert python_block("docs/evaluation.md", "evaluate(").startswith(
+        "from turnrl import SamplingParams, evaluate, make_agent\n"
+    )
     small = {
-        "from turnrl import SamplingParams, evaluate, make_agent\n": "from turnrl import SamplingParams, evaluate, make_agent\n",
         '"smollm2-135m-instruct"': '"tiny:chatml"',
         "limit=200": "limit=2",
         "samples=4": "samples=2",
