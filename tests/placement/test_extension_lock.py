@@ -110,6 +110,14 @@ def test_two_virtual_environments_get_two_folders(tmp_path):
     a, b = Path(here.stdout.strip()), Path(there.stdout.strip())
     assert a.parent == b.parent == Path.home() / ".cache" / "turnrl" / "torch_extensions"
     assert a != b and a.name.startswith(f"py{sys.version_info.major}{sys.version_info.minor}-torch")
+    # this venv reached through a link (a second checkout's .venv pointing at this one): its own folder too, as
+    # torch's build file names the headers by the linked path (one folder: each rebuilds after the other)
+    (tmp_path / "link").symlink_to(sys.prefix, target_is_directory=True)
+    linked = subprocess.run(
+        [str(tmp_path / "link" / "bin" / "python"), "-c", code], capture_output=True, text=True, env=env, timeout=60
+    )
+    assert linked.returncode == 0, linked.stderr
+    assert Path(linked.stdout.strip()) not in (a, b)
     # a rank is given the folder itself as TORCH_EXTENSIONS_DIR: it is kept, not nested
     nested = subprocess.run(
         [sys.executable, "-c", code],

@@ -8,7 +8,10 @@ loader the first time a learner group starts (about a minute), into ``TORCH_EXTE
   environment's own torch headers: two virtual environments sharing one folder would rebuild each other's op (and
   could load a library built against the other's torch). :func:`extensions_dir` is therefore
   ``ROOT/py311-torch2.13.0-deepspeed0.19.8-<hash of sys.prefix>``, ROOT being ``TORCH_EXTENSIONS_DIR`` or
-  ``~/.cache/turnrl/torch_extensions``.
+  ``~/.cache/turnrl/torch_extensions``. The prefix as Python reached it, links not resolved: the build file names
+  torch's headers by that path, so a link to a venv (a second checkout's ``.venv`` pointing at the first's) is a
+  folder of its own too — sharing one, each would rebuild the op after the other (about a minute, in the middle of
+  the first learner group's start).
 * **No stale lock.** torch marks a build in progress with a ``lock`` file that records no owner, and every later
   loader waits for it to disappear — forever when its process was killed mid-build (a learner group then fails
   with "did not finish setup within learner.timeout"). :func:`build_guard` holds an ``flock`` of its own
@@ -45,9 +48,10 @@ def _version(package: str) -> str:
 
 def environment_tag(prefix: str | None = None) -> str:
     """``py311-torch2.13.0-deepspeed0.19.8-1a2b3c4d``: the Python, torch and DeepSpeed versions of this environment
-    and a hash of its ``sys.prefix`` (two virtual environments never share a tag)."""
+    and a hash of its ``sys.prefix`` as reached, links not resolved (two virtual environments, or two paths to one,
+    never share a tag: torch's build file names the headers by that path)."""
     prefix = sys.prefix if prefix is None else prefix
-    digest = hashlib.sha256(os.path.realpath(prefix).encode()).hexdigest()[:8]
+    digest = hashlib.sha256(os.path.abspath(prefix).encode()).hexdigest()[:8]
     py = f"py{sys.version_info.major}{sys.version_info.minor}"
     return f"{py}-torch{_version('torch')}-deepspeed{_version('deepspeed')}-{digest}".replace("+", "_")
 
