@@ -115,7 +115,9 @@ class AgentServer(OpenAIEndpoints, MessagesEndpoint, ResponsesEndpoint):
 
     def start(self) -> Self:
         """Serve in a background thread."""
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        # werkzeug's loop looks for a shutdown request every poll_interval (0.5 s by default): every stop() waited
+        # that long, and a run with an agent program stops a gateway per evaluation and per run
+        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
         self.thread.start()
         return self
 

@@ -333,7 +333,10 @@ class ViewServer:
 
     def start(self) -> ViewServer:
         """Serve in a daemon thread."""
-        self.thread = threading.Thread(target=self.httpd.serve_forever, name="turnrl-view", daemon=True)
+        # (poll_interval: how often werkzeug's loop looks for stop()'s request; 0.5 s by default, each stop's wait)
+        self.thread = threading.Thread(
+            target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, name="turnrl-view", daemon=True
+        )
         self.thread.start()
         return self
 
