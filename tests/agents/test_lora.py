@@ -2,16 +2,15 @@
 the base with the adapters off (no copy); checkpoints hold the adapters alone; `run:OUT_DIR` and `turnrl lora merge`
 give the same policy as the learner's; bad settings are one clear error."""
 
-import subprocess
-import sys
-
 import pytest
 import torch
 from tiny_trainer import opened
 from toy_envs import assert_learns  # importing it registers tests/*
+from typer.testing import CliRunner
 
 from turnrl.agents import make_agent
 from turnrl.agents.tiny import tiny_model, tiny_tokenizer
+from turnrl.cli import app
 from turnrl.lora import AdapterOff, apply_lora, load_adapter
 from turnrl.rl.run.trainer import TrainConfig, Trainer
 
@@ -89,13 +88,8 @@ def test_the_checkpoint_holds_the_adapters_and_run_agents_and_merge_give_the_lea
     assert not hasattr(agent.model, "peft_config")
     assert torch.allclose(logits(agent.model), learned, atol=1e-5)
     merged = tmp_path / "merged"
-    result = subprocess.run(
-        [sys.executable, "-m", "turnrl", "lora", "merge", str(out), "--out", str(merged)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
+    result = CliRunner().invoke(app, ["lora", "merge", str(out), "--out", str(merged)])
+    assert result.exit_code == 0, (result.output[-3000:], result.exception)
     assert torch.allclose(logits(make_agent(str(merged), batch_size=1).model), learned, atol=1e-5)
     with opened(Trainer(config(out, steps=4))) as again:  # resumes: the adapters and their optimizer state come back
         again.load(out / "checkpoint.pt")
@@ -190,10 +184,5 @@ def test_bad_lora_settings_are_one_clear_error(tmp_path):
             ray={"rollout_backend": "vllm"},
             learner={"lora": {"r": 4}, "backend": "deepspeed", "weight_sync": "nccl"},
         )
-    result = subprocess.run(
-        [sys.executable, "-m", "turnrl", "lora", "merge", str(tmp_path), "--out", str(tmp_path / "m")],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert result.returncode == 2 and "no checkpoint.pt there" in result.stdout + result.stderr
+    result = CliRunner().invoke(app, ["lora", "merge", str(tmp_path), "--out", str(tmp_path / "m")])
+    assert result.exit_code == 2 and "no checkpoint.pt there" in result.output, result.output

@@ -340,10 +340,12 @@ def test_cli_serves_and_stops_by_itself(run_dir):
     finally:
         proc.terminate()
         proc.wait(10)
-    missing = subprocess.run(
-        [sys.executable, "-m", "turnrl", "view", str(run_dir / "nope")], capture_output=True, text=True, timeout=60
-    )
-    assert missing.returncode == 2 and "does not exist" in missing.stdout
+    from typer.testing import CliRunner
+
+    from turnrl.cli import app
+
+    missing = CliRunner().invoke(app, ["view", str(run_dir / "nope")])
+    assert missing.exit_code == 2 and "does not exist" in missing.output, missing.output
 
 
 def test_nan_logprobs_are_served_as_null(run_dir, tmp_path):

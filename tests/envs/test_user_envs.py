@@ -314,9 +314,10 @@ def test_train_errors_are_one_line_before_any_model_loads(tmp_path):
         assert result.output.count("\n") == 1, result.output
 
 
-def test_the_documented_commands_run_on_the_example(tmp_path):
+def test_the_documented_commands_run_on_the_example(tmp_path, monkeypatch):
     """The "Your own environment" commands of docs/environments.md, as written, except the tiny model and fewer
-    steps (run side by side: none depends on another's output)."""
+    steps. The first runs as the installed `turnrl` script, in a process of its own, while the others run in this
+    process (none depends on another's output; each process start costs the imports again)."""
     page = (REPO / "docs" / "environments.md").read_text()
     section = page.split("## Your own environment", 1)[1].split("\n## ", 1)[0]
     block = re.search(r"```bash\n(.*?)```", section, re.S)[1]
@@ -330,7 +331,6 @@ def test_the_documented_commands_run_on_the_example(tmp_path):
     ]
     work = tmp_path / "examples"
     shutil.copytree(REPO / "examples", work)  # runs/ is written there, not into the checkout
-    turnrl = str(Path(sys.executable).with_name("turnrl"))
     fast = {
         "eval": ["--max-new-tokens", "8"],
         "train": [
@@ -343,38 +343,35 @@ def test_the_documented_commands_run_on_the_example(tmp_path):
             "optim.grad_accum=1",
         ],
     }
-    # the commands do not depend on each other (each reads the example; eval and train write their own runs/
-    # folders): all four start at once, so that their start-ups (imports, the model) share the cores
-    (tmp_path / "typed").write_text(":oracle\n:oracle\n")
-    procs = {}
+
+    def argv(cmd: list[str]) -> list[str]:
+        return [*("tiny:chatml" if a == "smollm2-135m-instruct" else a for a in cmd[1:]), *fast.get(cmd[1], [])]
+
+    script = Path(sys.executable).with_name("turnrl")
+    with open(tmp_path / "envs.out", "w") as stdout, open(tmp_path / "envs.err", "w") as stderr:
+        envs = subprocess.Popen(
+            [str(script), *argv(commands[1])],
+            cwd=work,
+            stdin=subprocess.DEVNULL,
+            stdout=stdout,
+            stderr=stderr,
+            env={**os.environ, "COLUMNS": "200"},
+        )
     try:
-        for cmd in commands[1:]:
-            args = [
-                turnrl,
-                *("tiny:chatml" if a == "smollm2-135m-instruct" else a for a in cmd[1:]),
-                *fast.get(cmd[1], []),
-            ]
-            with (
-                open(tmp_path / "typed") as stdin,
-                open(tmp_path / f"{cmd[1]}.out", "w") as stdout,
-                open(tmp_path / f"{cmd[1]}.err", "w") as stderr,
-            ):
-                procs[cmd[1]] = (
-                    cmd,
-                    subprocess.Popen(
-                        args, cwd=work, stdin=stdin, stdout=stdout, stderr=stderr, env={**os.environ, "COLUMNS": "200"}
-                    ),
-                )
+        monkeypatch.chdir(work)
+        monkeypatch.setenv("COLUMNS", "200")
         outputs = {}
-        for name, (cmd, proc) in procs.items():
-            proc.wait(timeout=300)
-            outputs[name] = (tmp_path / f"{name}.out").read_text()
-            assert proc.returncode == 0, (cmd, outputs[name], (tmp_path / f"{name}.err").read_text())
+        for cmd in commands[2:]:
+            done = runner.invoke(app, argv(cmd), input=":oracle\n:oracle\n")
+            assert done.exit_code == 0, (cmd, done.output[-3000:], done.exception)
+            outputs[cmd[1]] = done.output
+        envs.wait(timeout=300)
+        outputs["envs"] = (tmp_path / "envs.out").read_text()
+        assert envs.returncode == 0, (commands[1], outputs["envs"], (tmp_path / "envs.err").read_text())
     finally:
-        for _, proc in procs.values():
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+        if envs.poll() is None:
+            envs.kill()
+            envs.wait()
     assert "examples/Units-v0: OK" in outputs["envs"]
     assert "reward 1" in outputs["play"] and "episode over: terminated=True" in outputs["play"]
     assert (work / "runs" / "units-eval" / "report.md").is_file()

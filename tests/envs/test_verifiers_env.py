@@ -260,8 +260,9 @@ def test_episodes_train_token_exact_with_segments_and_a_rubric_that_always_raise
 
 
 def test_ray_rollout_workers_play_it_token_exact_with_its_segments(ray_cluster, tmp_path):
-    """placement: ray — each worker loads the environment itself and runs verifiers' rollouts on its own loop; the
-    rewritten histories arrive as segments and the learner's log-probabilities match the workers' sampling."""
+    """placement: ray — a worker loads the environment itself and runs verifiers' rollouts on its own loop; the
+    rewritten histories arrive as segments and the learner's log-probabilities match the worker's sampling (one
+    worker: what a worker does with the environment does not depend on how many there are)."""
     from turnrl.agents.tiny import tiny_tokenizer
     from turnrl.rl.config import TrainConfig
 
@@ -270,7 +271,7 @@ def test_ray_rollout_workers_play_it_token_exact_with_its_segments(ray_cluster, 
             "model": "tiny",
             "env": {"id": SUM, "kwargs": {"kind": "guess", "trim": True, "max_turns": 4}},
             "placement": "ray",
-            "ray": {"rollout_workers": 2, "start_timeout": 90},
+            "ray": {"rollout_workers": 1, "start_timeout": 90},
             "rollout": {"prompts_per_step": 2, "group_size": 2, "max_new_tokens": 8},
             "optim": {"minibatch_size": 4},
             "steps": 1,

@@ -335,12 +335,16 @@ def test_an_episode_verifiers_retried_is_refused_not_scored():
 
 
 @needs_04
-def test_the_pages_v1_commands_and_config_run_as_written(tmp_path):
+def test_the_pages_v1_commands_and_config_run_as_written(tmp_path, monkeypatch):
     """docs/bring-your-environment.md#verifiers-v1's commands and config, which the page test (in verifiers 0.3's
     environment) skips: run here, in verifiers 0.4's, as a user runs them — from the repository's root, `cd examples`,
-    the example's listing, then `turnrl train` of the example's config and of the page's own, one step of the tiny
-    model each (the page test's substitutions)."""
+    the example's listing, then `turnrl train` of the example's config (a process of its own, as typed) and of the
+    page's own (the same command, run in this process), one step of the tiny model each with one held-out task (the
+    page test's substitutions)."""
     from test_docs_commands import TRAIN
+    from typer.testing import CliRunner
+
+    from turnrl.cli import app
 
     page = (REPO / "docs" / "bring-your-environment.md").read_text()
     section = page[page.index("{#verifiers-v1}") :]
@@ -355,14 +359,18 @@ def test_the_pages_v1_commands_and_config_run_as_written(tmp_path):
         [sys.executable, *commands[1].split()[1:]], cwd=cwd, capture_output=True, text=True, timeout=300, check=False
     )
     assert listing.returncode == 0 and "problems in both splits (in any order): 0" in listing.stdout, listing.stderr
-    for i, args in enumerate([commands[2].split()[1:], ["train", str(tmp_path / "page.yaml")]]):
-        assert args[0] == "train"
-        done = subprocess.run(
-            [*turnrl_cli, *args, *TRAIN, f"out_dir={tmp_path / f'run{i}'}", "--no-resume"],
-            cwd=cwd,
-            capture_output=True,
-            text=True,
-            timeout=600,
-            check=False,
-        )
-        assert done.returncode == 0 and "held-out success" in done.stdout + done.stderr, (args, done.stderr[-2000:])
+    args = commands[2].split()[1:]
+    assert args[0] == "train"
+    done = subprocess.run(
+        [*turnrl_cli, *args, *TRAIN, "eval_tasks=1", f"out_dir={tmp_path / 'run0'}", "--no-resume"],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 0 and "held-out success" in done.stdout + done.stderr, (args, done.stderr[-2000:])
+    monkeypatch.chdir(cwd)
+    page = [str(tmp_path / "page.yaml"), *TRAIN, "eval_tasks=1", f"out_dir={tmp_path / 'run1'}", "--no-resume"]
+    res = CliRunner().invoke(app, ["train", *page])
+    assert res.exit_code == 0 and "held-out success" in res.output, (res.output[-2000:], res.exception)

@@ -48,22 +48,15 @@ def test_shards_are_contiguous_whole_groups_of_about_equal_size():
     assert functools.reduce(operator.iadd, parts, []) == list(range(8)) and all(parts)
 
 
-# DAPO on ZeRO-2, PPO on ZeRO-3 (a policy-gradient update on partitioned weights; the suite's time went to
-# combinations that add something), SFT on ZeRO-2; DQO on ZeRO-3 ranks is compared with one process in loss, gradient
-# norm and weights through `turnrl train` (test_an_offline_run_trains_on_a_learner_group_like_the_local_learner).
-@pytest.mark.parametrize(
-    "stage,algo,lr",
-    [
-        (2, "dapo", 1e-2),
-        (3, {"name": "ppo", "kl_coef": 0.05}, 5e-3),
-        (2, "sft", 1e-2),
-    ],
-)
+# DAPO and SFT on ZeRO-2 here. PPO on ZeRO-3 (a policy-gradient update on partitioned weights, with the value head
+# and a partitioned reference) is the token-budget test below: the same run with micro-batches cut by tokens. DQO on
+# ZeRO-3 ranks is compared with one process in loss, gradient norm and weights through `turnrl train`
+# (test_an_offline_run_trains_on_a_learner_group_like_the_local_learner). The suite's time goes to combinations
+# that add something.
+@pytest.mark.parametrize("stage,algo,lr", [(2, "dapo", 1e-2), (2, "sft", 1e-2)])
 def test_two_ranks_update_like_one_process(ray_cluster, tmp_path, stage, algo, lr):
     """Unequal rows and tokens per rank, two optimizer steps per update (windows of 6 and 2 rows, micro-batches of
-    3); PPO adds the value head (trained in the same DeepSpeed engine, at twice the learning rate) and a reference
-    model; SFT trains on a group too. Each rank scores only its own rows before the update (values, reference
-    log-probabilities), and under ZeRO-3 the reference is partitioned: each rank holds about half of it."""
+    3); SFT trains on a group too. Each rank scores only its own rows before the update."""
     _check_two_ranks(tmp_path, stage, algo, lr, minibatch_size=3, grad_accum=2)
 
 
@@ -75,7 +68,10 @@ def test_a_rank_with_nothing_to_train_keeps_step_with_its_peer(ray_cluster, tmp_
 def test_ranks_under_a_token_budget_update_like_one_process(ray_cluster, tmp_path):
     """optim.micro_tokens on a group (rows of 29, 28, 27 and 26 tokens per group; 57 tokens: the longest alone): each
     rank cuts its share into pieces of its own when scoring and in micro-batches — of the first window, rank 0 its
-    four rows into three, rank 1 its two into two and a stand-in — and the update is still the single process's."""
+    four rows into three, rank 1 its two into two and a stand-in — and the update is still the single process's.
+    PPO on ZeRO-3: the value head (trained in the same DeepSpeed engine, at twice the learning rate) and a reference
+    model; each rank scores only its own rows (values, reference log-probabilities), and the reference is
+    partitioned: each rank holds about half of it."""
     _check_two_ranks(
         tmp_path, 3, {"name": "ppo", "kl_coef": 0.05}, 5e-3, minibatch_size=3, grad_accum=2, micro_tokens=57
     )

@@ -546,7 +546,7 @@ def test_turnrl_train_joins_only_with_the_clusters_token_and_says_so_when_the_he
         eval_tasks: 2
         checkpoint_every: 1
         placement: ray
-        ray: {{address: "{cluster.address}", rollout_workers: 2, worker_resources: {{rollout: 1}}, start_timeout: 120,
+        ray: {{address: "{cluster.address}", rollout_workers: 1, worker_resources: {{rollout: 1}}, start_timeout: 120,
               head_timeout: 3}}
         """)
     )
@@ -592,7 +592,7 @@ def test_turnrl_train_joins_only_with_the_clusters_token_and_says_so_when_the_he
                 run.kill()
     text = out.read_text()
     ours = "\n".join(line for line in text.splitlines() if "(raylet)" not in line)  # the driver's own lines
-    assert "rollout worker 0: node 127.0.0.3" in text and "rollout worker 1: node 127.0.0.3" in text
+    assert "rollout worker 0: node 127.0.0.3" in text  # (several workers' places: ds_run's placement.json)
     text = " ".join(text.split())
     assert took < 30, (rc, took, ours[-4000:])
     if rc == 1 and "error: lost the Ray cluster's head" not in text:

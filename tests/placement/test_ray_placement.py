@@ -77,6 +77,8 @@ def test_two_workers_train_like_the_local_placement(ray_run, tmp_path):
     assert remote[-1]["eval_success"] > remote[0]["eval_success"]
     assert all(h["logp_diff"] < 1e-4 for h in remote[1:])  # workers sample with the learner's current weights
     assert [h["policy_version"] for h in remote[1:]] == [float(s) for s in range(1, 31)]
+    # rollout.max_staleness = 0 (the default) starts nothing ahead: no worker is handed the next step's episodes
+    assert all(h["prefetched_episodes"] == 0 and h["staleness_max"] == 0 for h in remote[1:])
 
 
 def test_a_worker_killed_mid_step_loses_and_repeats_nothing(tmp_path):
@@ -184,7 +186,7 @@ def test_bad_placements_fail_fast_with_what_to_change(tmp_path):
         trainer(config(tmp_path, ray={"rollout_workers": 5, "worker_cpus": 1.0}))
     start = time.monotonic()
     with pytest.raises(RayPlacementError, match="died while starting.*not available on the worker"):
-        trainer(config(tmp_path, env="tests/WorkerHostile-v0"))
+        trainer(config(tmp_path, env="tests/WorkerHostile-v0", ray={"rollout_workers": 1}))
     assert time.monotonic() - start < 60
     with pytest.raises(ValueError, match="workers"):
         config(tmp_path, ray={"workers": 2})

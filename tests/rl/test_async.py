@@ -57,16 +57,6 @@ def test_k1_plays_the_next_step_during_the_update_within_the_bound_and_learns(ra
     assert history[-1]["eval_success"] > history[0]["eval_success"]
 
 
-def test_k0_starts_nothing_ahead(ray_cluster, tmp_path):
-    # one rollout worker: what a worker is handed ahead does not depend on how many there are
-    t = trainer(config(tmp_path, steps=2, k=0, ray={"rollout_workers": 1, "start_timeout": 60}))
-    try:
-        history = t.train()
-    finally:
-        t.close()
-    assert all(h["prefetched_episodes"] == 0 and h["staleness_max"] == 0 for h in history[1:])
-
-
 def test_new_weights_land_between_two_generation_calls_of_an_episode_in_play():
     tok = tiny_tokenizer("chatml")
     old, new = tiny_model(tok, seed=0), tiny_model(tok, seed=1)

@@ -67,7 +67,8 @@ def settings(combo: dict, out_dir: str = "runs/matrix") -> dict:
     if combo["lora"]:
         data["learner"] = {"lora": {"r": 4}}
     if combo["placement"] == "ray":
-        data["ray"] = {"rollout_workers": 2, "start_timeout": 60}
+        # two workers where weights are pushed while they play (k ≥ 1); a synchronous row's checks hold for one
+        data["ray"] = {"rollout_workers": 2 if combo["max_staleness"] else 1, "start_timeout": 60}
     return data
 
 
