@@ -82,7 +82,9 @@ def test_the_site_builds_strictly_with_every_page_of_the_nav(site):
 
 
 def test_a_broken_link_or_anchor_fails_the_build(tmp_path):
-    """The same config on a copy of docs/ with one dead link and one dead anchor: the strict build must refuse both."""
+    """The same config on a copy of docs/ with one dead link and one dead anchor: the strict build must refuse both.
+    (Without mkdocstrings: the API pages' docstrings are not rendered, which spares loading the package; links and
+    anchors are checked by mkdocs itself, whatever the plugins.)"""
     shutil.copytree(DOCS, tmp_path / "docs")
     page = tmp_path / "docs" / "concepts.md"
     page.write_text(
@@ -91,9 +93,7 @@ def test_a_broken_link_or_anchor_fails_the_build(tmp_path):
     config = yaml.safe_load((REPO / "mkdocs.yml").read_text())
     config["docs_dir"] = str(tmp_path / "docs")
     config["hooks"] = [str(REPO / h) for h in config["hooks"]]
-    for plugin in config["plugins"]:
-        if isinstance(plugin, dict) and "mkdocstrings" in plugin:
-            plugin["mkdocstrings"]["handlers"]["python"]["paths"] = [str(REPO)]
+    config["plugins"] = [p for p in config["plugins"] if not (isinstance(p, dict) and "mkdocstrings" in p)]
     for ext in config["markdown_extensions"]:
         if isinstance(ext, dict) and "pymdownx.snippets" in ext:
             ext["pymdownx.snippets"]["base_path"] = [str(REPO)]
