@@ -74,13 +74,17 @@ def test_example_env_script():
     assert "examples/Units-v0: OK" in result.stdout and "reward: 1.0 correct: True" in result.stdout
 
 
-def test_quickstart_trains_a_model(tmp_path, monkeypatch):
-    # in this process (the command as installed, in a process of its own: test_quickstart_command_runs_as_installed)
-    monkeypatch.chdir(tmp_path)
-    result = CliRunner().invoke(app, ["quickstart", "--model", "tiny:chatml", "--steps", "2", "--eval-tasks", "4"])
-    assert result.exit_code == 0, (result.output[-3000:], result.exception)
-    assert "held-out success before training" in result.output and "step 2/2" in result.output
-    assert "after 2 GRPO steps" in result.output
+def test_quickstart_trains_a_model(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "turnrl", "quickstart", "--model", "tiny:chatml", "--steps", "2", "--eval-tasks", "4"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "held-out success before training" in result.stdout and "step 2/2" in result.stdout
+    assert "after 2 GRPO steps" in result.stdout
     run = tmp_path / "runs" / "quickstart"
     assert len((run / "metrics.jsonl").read_text().splitlines()) == 3
     for name in ("curves.png", "checkpoint.pt", "eval/step-0/report.md", "eval/step-2/items.jsonl"):

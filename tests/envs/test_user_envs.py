@@ -314,10 +314,12 @@ def test_train_errors_are_one_line_before_any_model_loads(tmp_path):
         assert result.output.count("\n") == 1, result.output
 
 
-def test_the_documented_commands_run_on_the_example(tmp_path, monkeypatch):
+def test_the_documented_commands_run_on_the_example(tmp_path, monkeypatch, forget_new_ids):
     """The "Your own environment" commands of docs/environments.md, as written, except the tiny model and fewer
     steps. The first runs as the installed `turnrl` script, in a process of its own, while the others run in this
-    process (none depends on another's output; each process start costs the imports again)."""
+    process (none depends on another's output; each process start costs the imports again), which they leave as
+    they found it: the example's module imported afresh from the copy and forgotten after, its id unregistered, its
+    folder off sys.path."""
     page = (REPO / "docs" / "environments.md").read_text()
     section = page.split("## Your own environment", 1)[1].split("\n## ", 1)[0]
     block = re.search(r"```bash\n(.*?)```", section, re.S)[1]
@@ -360,6 +362,8 @@ def test_the_documented_commands_run_on_the_example(tmp_path, monkeypatch):
     try:
         monkeypatch.chdir(work)
         monkeypatch.setenv("COLUMNS", "200")
+        monkeypatch.setattr(sys, "path", list(sys.path))  # the commands add the current folder
+        monkeypatch.delitem(sys.modules, "unit_converter_env", raising=False)  # (an earlier test's import, put back)
         outputs = {}
         for cmd in commands[2:]:
             done = runner.invoke(app, argv(cmd), input=":oracle\n:oracle\n")
@@ -369,6 +373,7 @@ def test_the_documented_commands_run_on_the_example(tmp_path, monkeypatch):
         outputs["envs"] = (tmp_path / "envs.out").read_text()
         assert envs.returncode == 0, (commands[1], outputs["envs"], (tmp_path / "envs.err").read_text())
     finally:
+        sys.modules.pop("unit_converter_env", None)  # the copy's, imported here
         if envs.poll() is None:
             envs.kill()
             envs.wait()

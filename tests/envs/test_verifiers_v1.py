@@ -339,8 +339,8 @@ def test_the_pages_v1_commands_and_config_run_as_written(tmp_path, monkeypatch):
     """docs/bring-your-environment.md#verifiers-v1's commands and config, which the page test (in verifiers 0.3's
     environment) skips: run here, in verifiers 0.4's, as a user runs them — from the repository's root, `cd examples`,
     the example's listing, then `turnrl train` of the example's config (a process of its own, as typed) and of the
-    page's own (the same command, run in this process), one step of the tiny model each with one held-out task (the
-    page test's substitutions)."""
+    page's own (the same command, run in this process), one step of the tiny model each (the page test's
+    substitutions, with one held-out task)."""
     from test_docs_commands import TRAIN
     from typer.testing import CliRunner
 

@@ -73,11 +73,7 @@ PLACEHOLDERS = {
 #: task set in .venv-verifiers-v1, which scripts/setup.sh makes)
 V1 = "they need verifiers 0.4, which the suite's environment cannot hold beside verifiers 0.3"
 #: a command as the page shows it -> why it cannot run in the suite, in the words the page says it with
-SKIPPED: dict[str, str] = {
-    "python vf_arithmetic_v1.py": V1,
-    "turnrl train vf-arithmetic-v1.yaml": V1,
-    "id: verifiers:vf_arithmetic_v1": V1,
-}
+SKIPPED: dict[str, str] = {"turnrl train vf-arithmetic-v1.yaml": V1, "id: verifiers:vf_arithmetic_v1": V1}
 #: moves typed into `turnrl play` (cells, then TextArena's and Nim's words); every game ends on them
 MOVES = "\n".join(["5", "1", "9", "3", "7", "2", "4", "6", "8", "[check]", "[call]", "1", "2", "3"] * 3) + "\n"
 ENV_ID = re.compile(

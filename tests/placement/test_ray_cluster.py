@@ -30,6 +30,7 @@ from tiny_trainer import tiny_trainer as trainer
 from turnrl.agents.tiny import tiny_model, tiny_tokenizer
 from turnrl.rl.placement.cluster import LOCAL_SYSTEM_CONFIG
 from turnrl.rl.placement.learner_group import LearnerGroupError
+from turnrl.rl.placement.nodes import summary
 from turnrl.rl.placement.ray import RayPlacementError
 from turnrl.rl.run.trainer import TrainConfig
 from turnrl.rl.sources.base import Job
@@ -214,6 +215,13 @@ def test_workers_and_ranks_go_to_the_nodes_their_resources_name(cluster, ds_run)
     assert workers[0]["asks"] == {"CPU": 0.5, "rollout": 1}
     assert [r["node_id"] for r in ranks] == [cluster.ids["b"]] and ranks[0]["node_ip"] == "127.0.0.4"
     assert ranks[0]["asks"] == {"CPU": 0.5, "learner": 1}
+    # the lines `turnrl train` prints from it: every worker and rank, each with its node
+    lines = summary(ds_run.out)
+    assert [line.split(", pid")[0] for line in lines] == [
+        f"rollout worker 0: node 127.0.0.3 ({cluster.ids['a'][:8]})",
+        f"rollout worker 1: node 127.0.0.3 ({cluster.ids['a'][:8]})",
+        f"learner rank 0: node 127.0.0.4 ({cluster.ids['b'][:8]})",
+    ], lines
     assert not ray.is_initialized()  # the run left the cluster it joined
     # the full weights of version 1, exported by the rank on node B, reached both workers on node A through the
     # object store before step 2: every token of step 2 was sampled with them
@@ -592,7 +600,7 @@ def test_turnrl_train_joins_only_with_the_clusters_token_and_says_so_when_the_he
                 run.kill()
     text = out.read_text()
     ours = "\n".join(line for line in text.splitlines() if "(raylet)" not in line)  # the driver's own lines
-    assert "rollout worker 0: node 127.0.0.3" in text  # (several workers' places: ds_run's placement.json)
+    assert "rollout worker 0: node 127.0.0.3" in text  # (several workers' lines: ds_run's, from placement.json)
     text = " ".join(text.split())
     assert took < 30, (rc, took, ours[-4000:])
     if rc == 1 and "error: lost the Ray cluster's head" not in text:
