@@ -557,3 +557,15 @@ def test_suite_cpu_counts_a_commands_processes_by_kind(tmp_path):
     assert 0.4 <= figures["kinds"]["python"]["cpu_s"] <= 1.5  # the child (not the sampler itself)
     assert figures["busy_cpu_s"] >= figures["kinds"]["python"]["cpu_s"] - 0.2
     assert "python" in done.stderr and "busy" in done.stderr
+
+
+def test_suite_cpu_names_a_compiler_a_compiler_though_its_arguments_name_python():
+    """DeepSpeed's op build: the compiler's arguments name Python's headers, and it is still a compiler (session 20's
+    profile counted a 47 s build as Python's)."""
+    import suite_cpu
+
+    build = "/usr/lib/gcc/x86_64-linux-gnu/12/cc1plus -quiet -I /w/.venv/lib/python3.11/site-packages shm.cpp"
+    assert suite_cpu.kind(build) == "compiler"
+    assert suite_cpu.kind("c++ -MMD -isystem /root/.pyenv/versions/3.11.7/include/python3.11 -c shm.cpp") == "compiler"
+    assert suite_cpu.kind("/w/.venv/bin/python -m turnrl train c.yaml") == "python"
+    assert suite_cpu.kind("/w/.venv/bin/python -m pytest -q") == "pytest"
