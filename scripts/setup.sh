@@ -4,16 +4,34 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
-# A headless browser for tests/cli/test_view.py (Debian's chromium + chromedriver, driven by selenium). Checked on every
-# run (instant when present); installed only as root with apt-get, otherwise a warning and the test skips.
-if ! { command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1; }; then
+# Debian packages the tests use: a headless browser for tests/cli/test_view.py (chromium + chromedriver, driven by
+# selenium) and bubblewrap (bwrap), which isolates LocalSandbox runs. Checked on every run (instant when present);
+# installed only as root with apt-get, otherwise a warning (the browser test skips; LocalSandbox refuses to run
+# unless told to run weakly isolated). apt-get runs in the background while pip installs (they share nothing), and
+# is waited for before this script ends, whichever way it ends.
+debs=()
+{ command -v chromium && command -v chromedriver; } >/dev/null 2>&1 || debs+=(chromium chromium-driver)
+command -v bwrap >/dev/null 2>&1 || debs+=(bubblewrap)
+apt_pid=""
+apt_log=""
+if ((${#debs[@]})); then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver) >/dev/null 2>&1 \
-      || echo "warning: could not install chromium and chromium-driver; tests/cli/test_view.py's browser test will skip" >&2
+    apt_log=$(mktemp)
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${debs[@]}") >"$apt_log" 2>&1 &
+    apt_pid=$!
   else
-    echo "warning: chromium/chromedriver missing (tests/cli/test_view.py's browser test skips): sudo apt-get install chromium chromium-driver" >&2
+    echo "warning: ${debs[*]} missing (tests/cli/test_view.py's browser test skips without chromium; LocalSandbox" \
+      "needs bubblewrap): sudo apt-get install ${debs[*]}" >&2
   fi
 fi
+wait_apt() {
+  [ -n "$apt_pid" ] || return 0
+  wait "$apt_pid" || echo "warning: could not install ${debs[*]} with apt-get ($(tail -c 300 "$apt_log" | tr '\n' ' '))" \
+    "— tests/cli/test_view.py's browser test skips without chromium; LocalSandbox needs bubblewrap" >&2
+  rm -f "$apt_log"
+  apt_pid=""
+}
+trap wait_apt EXIT
 stamp=.venv/.turnrl-installed
 # verifiers 0.4 (its v1 task sets: turnrl.envs.adapters.verifiers_v1, tests/envs/test_verifiers_v1.py) cannot share .venv with 0.3:
 # one distribution name, and 0.4 dropped the classic API. .venv-verifiers-v1 is a venv of its own that sees .venv's
@@ -28,7 +46,7 @@ v1_ready() { [ -x "$V1/bin/turnrl" ] && compgen -G "$V1/lib/python*/site-package
 make_v1() {
   [ -x "$V1/bin/python" ] || .venv/bin/python -m venv "$V1"
   echo "import site; site.addsitedir('$(site_of .venv/bin/python)')" > "$(site_of "$V1/bin/python")/zz_turnrl_venv.pth"
-  "$V1/bin/python" -m pip install -q --no-deps "verifiers==0.4.0" "prime-runs==0.1.4" "prime-traces==0.0.10" \
+  "$V1/bin/python" -m pip install -q --no-compile --no-deps "verifiers==0.4.0" "prime-runs==0.1.4" "prime-traces==0.0.10" \
     2> >(grep -v "is ignored: it is neither" >&2)
   printf '#!/bin/sh\nexec "%s" -m turnrl "$@"\n' "$PWD/$V1/bin/python" > "$V1/bin/turnrl"
   chmod +x "$V1/bin/turnrl"
@@ -40,16 +58,10 @@ if [ -x .venv/bin/turnrl ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]
   fi
   exit 0
 fi
-# bubblewrap isolates LocalSandbox runs (Debian package; needs root to install).
-if ! command -v bwrap >/dev/null 2>&1; then
-  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    (apt-get update -qq && apt-get install -y -qq bubblewrap) >/dev/null 2>&1 || echo "warning: could not install bubblewrap" >&2
-  else
-    echo "warning: bubblewrap (bwrap) is missing; LocalSandbox needs it: sudo apt-get install bubblewrap" >&2
-  fi
-fi
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
-pipq() { .venv/bin/python -m pip install -q "$@" 2> >(grep -v "is ignored: it is neither" >&2); }
+# --no-compile: pip would byte-compile every module of every package it installs (about 35 s of one core for this
+# environment's 32,000 files); Python compiles a module the first time it is imported instead, and keeps it
+pipq() { .venv/bin/python -m pip install -q --no-compile "$@" 2> >(grep -v "is ignored: it is neither" >&2); }
 pipq --upgrade pip
 # torch pinned first: the CPU build; a plain `torch` pulls a multi-GB CUDA build.
 pipq "torch==2.13.0"
