@@ -60,7 +60,8 @@ if [ -x .venv/bin/turnrl ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]
 fi
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 # --no-compile: pip would byte-compile every module of every package it installs (about 35 s of one core for this
-# environment's 32,000 files); Python compiles a module the first time it is imported instead, and keeps it
+# environment's 32,000 files); Python compiles a module the first time it is imported instead, and keeps it where
+# PYTHONDONTWRITEBYTECODE is unset (scripts/test.sh unsets it for the suite's processes)
 pipq() { .venv/bin/python -m pip install -q --no-compile "$@" 2> >(grep -v "is ignored: it is neither" >&2); }
 pipq --upgrade pip
 # torch pinned first: the CPU build; a plain `torch` pulls a multi-GB CUDA build.
