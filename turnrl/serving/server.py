@@ -39,7 +39,6 @@ from typing import Any, Self
 
 from werkzeug.exceptions import HTTPException
 from werkzeug.routing import Map, Rule
-from werkzeug.serving import WSGIRequestHandler, make_server
 from werkzeug.wrappers import Request, Response
 
 from turnrl.agents.base import Completion, SamplingParams, capabilities_of
@@ -52,6 +51,7 @@ from turnrl.serving.openai_api import (
 from turnrl.serving.responses import ResponsesEndpoint
 from turnrl.serving.responses_requests import ResponseStore
 from turnrl.tokens import ChatRenderer
+from turnrl.wsgi import quiet_server, serve_in_thread, stop
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 _ANTHROPIC_PATH = re.compile(r"/v1/messages(/|$)")
@@ -81,7 +81,7 @@ class AgentServer(OpenAIEndpoints, MessagesEndpoint, ResponsesEndpoint):
         except (AttributeError, TypeError, ValueError):
             self._agent_streams = False
         self.urls = Map(self.rules(), strict_slashes=False)
-        self.httpd = make_server(host, port, self._wsgi, threaded=True, request_handler=_QuietHandler)
+        self.httpd = quiet_server(host, port, self._wsgi)
         self.thread: threading.Thread | None = None
 
     def rules(self) -> list[Rule]:
@@ -115,16 +115,12 @@ class AgentServer(OpenAIEndpoints, MessagesEndpoint, ResponsesEndpoint):
 
     def start(self) -> Self:
         """Serve in a background thread."""
-        # werkzeug's loop looks for a shutdown request every poll_interval (0.5 s by default): every stop() waited
-        # that long, and a run with an agent program stops a gateway per evaluation and per run
-        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-        self.thread.start()
+        self.thread = serve_in_thread(self.httpd)
         return self
 
     def stop(self) -> None:
         """Stop serving and release the port."""
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        stop(self.httpd)
 
     def __enter__(self) -> AgentServer:
         return self.start()
@@ -273,10 +269,3 @@ class AgentServer(OpenAIEndpoints, MessagesEndpoint, ResponsesEndpoint):
         "messages", "tools", "returned": the assistant messages sent back, one per completion}`` (chat, and
         Anthropic's Messages API and OpenAI's Responses API in the same internal chat form) or ``{"endpoint":
         "completions"}``. Nothing here."""
-
-
-class _QuietHandler(WSGIRequestHandler):
-    """Werkzeug's handler without a log line per request (errors are still logged)."""
-
-    def log_request(self, *args: Any, **kwargs: Any) -> None:
-        pass

@@ -17,11 +17,11 @@ from typing import Any
 
 from werkzeug.exceptions import HTTPException, NotFound
 from werkzeug.routing import Map, Rule
-from werkzeug.serving import WSGIRequestHandler, make_server
 from werkzeug.wrappers import Request, Response
 
 from turnrl.types import Trajectory
 from turnrl.view.index import EpisodeIndex
+from turnrl.wsgi import quiet_server, serve_in_thread, stop
 
 STATIC = Path(__file__).parent / "static"
 _CONTENT_TYPES = {
@@ -311,19 +311,12 @@ def game_payload(seats: list[tuple[dict[str, Any], Trajectory]]) -> dict[str, An
     }
 
 
-class _QuietHandler(WSGIRequestHandler):
-    """Werkzeug's handler without a log line per request (errors are still logged)."""
-
-    def log_request(self, *args: Any, **kwargs: Any) -> None:
-        pass
-
-
 class ViewServer:
     """Serve a :class:`ViewApp` on ``host:port`` (port 0 picks a free one); a context manager in tests."""
 
     def __init__(self, app: ViewApp, host: str = "127.0.0.1", port: int = 0) -> None:
         self.app = app
-        self.httpd = make_server(host, port, app, threaded=True, request_handler=_QuietHandler)
+        self.httpd = quiet_server(host, port, app)
         self.thread: threading.Thread | None = None
 
     @property
@@ -333,17 +326,12 @@ class ViewServer:
 
     def start(self) -> ViewServer:
         """Serve in a daemon thread."""
-        # (poll_interval: how often werkzeug's loop looks for stop()'s request; 0.5 s by default, each stop's wait)
-        self.thread = threading.Thread(
-            target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, name="turnrl-view", daemon=True
-        )
-        self.thread.start()
+        self.thread = serve_in_thread(self.httpd, name="turnrl-view")
         return self
 
     def stop(self) -> None:
         """Stop serving and release the port."""
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        stop(self.httpd)
 
     def __enter__(self) -> ViewServer:
         return self.start()
