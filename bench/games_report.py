@@ -46,7 +46,10 @@ def evaluations(run: Path, split: str) -> dict[int, dict[str, Any]]:
 
 def health(run: Path) -> str:
     """The guard's violations over every step; the rollout–learner log-probability gap of the worst step (a step's
-    mean over its tokens) and, separately, the largest single token's over all steps (often another step's)."""
+    mean over its tokens) and, separately, the largest single token's over all steps (often another step's); then the
+    run's other health checks: the steps whose log printed a warning (its kinds are in the training log), the steps
+    where every group had one reward (no learning signal), and the episodes the learner left out of all it collected
+    (errors, timeouts, and views with a reward but no tokens: in a game, a seat that never moved)."""
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
     steps = [r for r in rows if "logp_diff" in r]
     if not steps:
@@ -54,9 +57,14 @@ def health(run: Path) -> str:
     violations = sum(int(r.get("guard_violations", 0)) for r in steps)
     worst = max(steps, key=lambda r: float(r["logp_diff"]))
     token = max(float(r.get("logp_diff_max", 0.0)) for r in steps)
+    warned = sum(1 for r in steps if r.get("warnings", 0) > 0)
+    flat = sum(1 for r in steps if r.get("zero_variance_groups", 0) >= 1)
+    left_out = sum(int(r.get("dropped_episodes", 0)) for r in steps)
+    collected = sum(int(r.get("rollout_episodes", 0)) for r in steps)
     return (
         f"guard {violations}, logp gap {float(worst['logp_diff']):.1e} (worst step, {int(worst['step'])}), largest "
-        f"single token {token:.1e} (any step), {len(steps)} steps"
+        f"single token {token:.1e} (any step), {len(steps)} steps; warned on {warned} of them, every group without "
+        f"reward variance on {flat}, {left_out} of {collected} episodes left out"
     )
 
 
