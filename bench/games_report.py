@@ -24,6 +24,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from turnrl.cli.compare_arms import CompareError, best_step
 from turnrl.stats import wilson
 
@@ -49,7 +51,9 @@ def health(run: Path) -> str:
     mean over its tokens) and, separately, the largest single token's over all steps (often another step's); then the
     run's other health checks: the steps whose log printed a warning (its kinds are in the training log), the steps
     where every group had one reward (no learning signal), and the episodes the learner left out of all it collected
-    (errors, timeouts, and views with a reward but no tokens: in a game, a seat that never moved)."""
+    (errors, timeouts, and views with a reward but no tokens: in a game, a seat that never moved); and the range of
+    the steps' mean reply length against the run's token limit a move (a warning fires only when the mean nears the
+    limit, so a run whose replies are mostly cut can warn on few steps)."""
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
     steps = [r for r in rows if "logp_diff" in r]
     if not steps:
@@ -58,6 +62,9 @@ def health(run: Path) -> str:
     worst = max(steps, key=lambda r: float(r["logp_diff"]))
     token = max(float(r.get("logp_diff_max", 0.0)) for r in steps)
     warned = sum(1 for r in steps if r.get("warnings", 0) > 0)
+    replies = [float(r["turn_length"]) for r in steps if "turn_length" in r]
+    config = run / "config.yaml"
+    limit = yaml.safe_load(config.read_text())["rollout"]["max_new_tokens"] if config.is_file() else None
     flat = sum(1 for r in steps if r.get("zero_variance_groups", 0) >= 1)
     left_out = sum(int(r.get("dropped_episodes", 0)) for r in steps)
     collected = sum(int(r.get("rollout_episodes", 0)) for r in steps)
@@ -65,6 +72,11 @@ def health(run: Path) -> str:
         f"guard {violations}, logp gap {float(worst['logp_diff']):.1e} (worst step, {int(worst['step'])}), largest "
         f"single token {token:.1e} (any step), {len(steps)} steps; warned on {warned} of them, every group without "
         f"reward variance on {flat}, {left_out} of {collected} episodes left out"
+        + (
+            f"; a reply {min(replies):.1f}–{max(replies):.1f} tokens a move (the steps' means; limit {limit})"
+            if replies
+            else ""
+        )
     )
 
 

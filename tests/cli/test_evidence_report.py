@@ -525,8 +525,8 @@ def test_the_games_table_reads_the_kept_self_play_records_as_the_docs_report_the
     )
     textarena = "\n".join(games_report.seed_rows(REPO / "bench/evidence/e78t/s0"))
     assert (  # the other health checks: warnings, steps without a signal, views of seats that never moved
-        "20 steps; warned on 15 of them, every group without reward variance on 1, 37 of 640 episodes left out"
-        in textarena
+        "20 steps; warned on 15 of them, every group without reward variance on 1, 37 of 640 episodes left out; "
+        "a reply 14.7–16.0 tokens a move (the steps' means; limit 16)" in textarena
     )
     pilot = "\n".join(games_report.seed_rows(REPO / "bench/evidence/pilot78/lr1e-4"))
     assert "| 20 | " in pilot and "30 of 40 (38 distinct)" in pilot and "validation chose step 20;" in pilot
