@@ -130,36 +130,6 @@ def test_every_shipped_config_validates_and_names_a_registered_env():
     )
 
 
-def test_serve_command_answers_on_127_0_0_1():
-    """`turnrl serve` for real: a subprocess on a free port, asked for its models and a completion, then stopped."""
-    import json
-    import os
-    import re
-    import urllib.request
-
-    cmd = [sys.executable, "-m", "turnrl", "serve", "--agent", "tiny:chatml", "--name", "tiny", "--port", "0"]
-    proc = subprocess.Popen(
-        cmd,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1", "COLUMNS": "200"},
-    )
-    try:
-        line = proc.stdout.readline()
-        url = re.search(r"at (http://127\.0\.0\.1:\d+)", line)
-        assert url, line
-        with urllib.request.urlopen(url[1] + "/v1/models", timeout=30) as r:
-            assert json.load(r)["data"][0]["id"] == "tiny"
-        body = json.dumps({"model": "tiny", "prompt": "hi", "max_tokens": 3, "temperature": 0}).encode()
-        req = urllib.request.Request(url[1] + "/v1/completions", body, {"Content-Type": "application/json"})
-        with urllib.request.urlopen(req, timeout=30) as r:
-            assert json.load(r)["choices"][0]["finish_reason"] in ("length", "stop")
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
-
-
 def test_train_help_names_every_algorithm():
     from turnrl.rl import algorithms
 

@@ -189,6 +189,9 @@ def test_every_config_trains_one_step_with_the_tiny_model(path, tmp_path, monkey
         "optim.minibatch_size=2",
         "optim.grad_accum=1",
     ]
+    if getattr(cfg.algorithm, "critic_model", None):  # a separate critic, the tiny model too: functions-ppo names
+        # SmolLM2, which a critic loads as any model by name (extra_models' `load`, tested with SmolLM2 as a policy)
+        over.append("algorithm.critic_model=tiny:chatml")
     if cfg.data is not None:
         over.append("data.epochs=null")
         if source.__name__ != "StateSource":

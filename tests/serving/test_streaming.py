@@ -281,7 +281,9 @@ def test_sampling_params_top_logprobs_from_the_hf_agent():
 
 
 def test_turnrl_serve_with_the_builtin_model_streams_and_sees_tools(tmp_path, sigint_raises):
-    """The issue's own scenario: `turnrl serve --agent smollm2-135m-instruct`, the official client, tools, stream."""
+    """The issue's own scenario: `turnrl serve --agent smollm2-135m-instruct`, the official client, tools, stream; the
+    server listens on 127.0.0.1 and serves the model under the name `--name` gives (its /v1/models and its plain
+    completions too: the command's one test that starts it as a process)."""
     import os
     import re
     import signal
@@ -289,7 +291,7 @@ def test_turnrl_serve_with_the_builtin_model_streams_and_sees_tools(tmp_path, si
     import sys
 
     proc = subprocess.Popen(
-        [sys.executable, "-m", "turnrl", "serve", "--agent", "smollm2-135m-instruct", "--port", "0"],
+        [sys.executable, "-m", "turnrl", "serve", "--agent", "smollm2-135m-instruct", "--name", "smol", "--port", "0"],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -301,13 +303,16 @@ def test_turnrl_serve_with_the_builtin_model_streams_and_sees_tools(tmp_path, si
         while time.monotonic() < deadline:
             line = proc.stdout.readline()
             lines.append(line)
-            if (m := re.search(r"at (http://\S+/v1)", line)) or not line:
+            if (m := re.search(r"at (http://127\.0\.0\.1:\d+/v1)", line)) or not line:
                 break
         assert m, "".join(lines)
         note = proc.stdout.readline()
         assert "does not render tools" in note and "<tool_call>" in note
         client = openai.OpenAI(base_url=m.group(1), api_key="x", max_retries=0, timeout=120)
-        model = "smollm2-135m-instruct"
+        model = "smol"
+        assert [entry.id for entry in client.models.list()] == [model]
+        plain = client.completions.create(model=model, prompt="hi", max_tokens=3, temperature=0)
+        assert plain.choices[0].finish_reason in ("length", "stop") and plain.usage.completion_tokens <= 3
         bare = client.chat.completions.create(model=model, messages=ask(), max_tokens=1)
         tooled = client.chat.completions.create(model=model, messages=ask(), max_tokens=1, tools=TOOLS)
         assert tooled.usage.prompt_tokens > bare.usage.prompt_tokens + 30  # the schema reached the model
