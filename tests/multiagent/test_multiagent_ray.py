@@ -47,12 +47,33 @@ def by_view(trajs):
     return {(t.metadata["job"], t.metadata["seat"]): t for t in trajs}
 
 
-def test_ray_workers_play_the_games_the_local_placement_plays(tmp_path):
+def test_ray_workers_play_the_games_the_local_placement_plays_and_a_killed_worker_loses_and_repeats_none(tmp_path):
+    """Step 0's games collected on both placements: the same games, token for token, from both workers. Then the run
+    trains that step with the other worker killed at the first game committed: every game played once and whole,
+    none committed twice, and the step trains with the guard silent (one run of 2 workers for both checks)."""
     local = trainer(config(tmp_path / "local", "local"))
     here, _ = local.source.collect(0)
     remote = trainer(config(tmp_path / "ray"))
+    commits, killed, trained = [], [], []
+
+    def on_commit(traj, ledger):
+        commits.append((traj.metadata["job"], traj.metadata["seat"]))
+        if not killed:  # at the first commit, kill the other worker while it plays
+            pids = [ray.get(w.ready.remote(), timeout=60)["pid"] for w in remote.runner.workers]
+            other = 1 - pids.index(traj.metadata["worker"])
+            killed.append(other)
+            ray.kill(remote.runner.workers[other], no_restart=False)
+
+    collect = remote.source.collect
+
+    def collect_and_keep(step):
+        trained.append(collect(step))
+        return trained[-1]
+
     try:
         there, _info = remote.source.collect(0)
+        remote.runner.on_commit = on_commit
+        remote.source.collect = collect_and_keep
         history = remote.train()
     finally:
         remote.close()
@@ -61,44 +82,16 @@ def test_ray_workers_play_the_games_the_local_placement_plays(tmp_path):
     for key, t in a.items():  # the same game, token for token, from either placement
         assert b[key].token_ids == t.token_ids and b[key].metadata["outcome"] == t.metadata["outcome"], key
     assert {t.metadata["worker"] for t in there} and len({t.metadata["worker"] for t in there}) == 2
+    assert killed and len(trained) == 1
+    trajs, info = trained[0]
+    views = [(tr.metadata["job"], tr.metadata["seat"]) for tr in trajs]
+    tasks = {Job.parse(j).task for j, _ in views}  # the source's next 4 tasks (the first collect took 0-3)
+    jobs = {Job(0, 0, task, s).key for task in tasks for s in range(2)}
+    assert len(tasks) == 4 and len(views) == len(set(views)) == 16 and {j for j, _ in views} == jobs  # once, whole
+    assert len(commits) == len(set(commits)) == 16  # nothing committed twice
+    assert all(tr.error is None for tr in trajs) and info["worker_restarts"] >= 1
     assert history[1]["guard_violations"] == 0 and history[1]["logp_diff_max"] < 1e-4
     assert {"seat_x_win", "seat_o_loss", "win_rate"} <= set(history[1])
-
-
-def test_a_worker_killed_mid_step_loses_and_repeats_no_game(tmp_path):
-    t = trainer(
-        config(
-            tmp_path,
-            rollout={
-                "prompts_per_step": 4,
-                "group_size": 4,
-                "max_new_tokens": 6,
-                "max_context": 1024,
-                "temperature": 1.5,
-                "seed_per_episode": True,
-            },
-        )
-    )
-    commits, killed = [], []
-
-    def on_commit(traj, ledger):
-        commits.append((traj.metadata["job"], traj.metadata["seat"]))
-        if not killed:  # at the first commit, kill the other worker while it plays
-            other = 1 - [ray.get(w.ready.remote())["pid"] for w in t.runner.workers].index(traj.metadata["worker"])
-            killed.append(other)
-            ray.kill(t.runner.workers[other], no_restart=False)
-
-    t.runner.on_commit = on_commit
-    try:
-        trajs, _info = t.source.collect(0)
-    finally:
-        t.close()
-    assert killed
-    views = [(tr.metadata["job"], tr.metadata["seat"]) for tr in trajs]
-    jobs = {Job(0, 0, task, s).key for task in range(4) for s in range(4)}
-    assert len(views) == len(set(views)) == 32 and {j for j, _ in views} == jobs  # every game once, whole
-    assert len(commits) == len(set(commits)) == 32  # nothing committed twice
-    assert all(tr.error is None for tr in trajs)
 
 
 def test_a_games_views_are_committed_together_once():
