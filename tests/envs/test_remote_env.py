@@ -463,37 +463,20 @@ def test_turnrl_plays_and_evaluates_an_openenv_environment(openenv_server, tmp_p
     assert unclosed_sessions(openenv_server) == {"open": 0, "ended without close": 0}
     with pytest.raises(RemoteEnvError, match=r"is an OpenEnv server, .* takes no keyword arguments \(split given\)"):
         turnrl.make(f"remote:{openenv_server}", split="test")
-    out = tmp_path / "eval"
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "turnrl",
-            "eval",
-            "--env",
-            f"remote:{openenv_server}",
-            "--agent",
-            "tiny:chatml",
-            "--limit",
-            "3",
-            "--max-new-tokens",
-            "4",
-            "--out",
-            str(out),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "COLUMNS": "200"},
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
+    # the commands in this process (`turnrl envs serve` and `turnrl train` as processes: the test below)
+    from typer.testing import CliRunner
+
+    from turnrl.cli import app
+
+    out, cli = tmp_path / "eval", CliRunner()
+    opts = ["--agent", "tiny:chatml", "--limit", "3", "--max-new-tokens", "4", "--out", str(out)]
+    result = cli.invoke(app, ["eval", "--env", f"remote:{openenv_server}", *opts], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, (result.output[-3000:], result.exception)
     rows = [json.loads(line) for line in (out / "items.jsonl").read_text().splitlines()]
     assert len(rows) == 3 and [r["task_id"] for r in rows] == [f"EchoProbeEnvironment-v0/seed/{i}" for i in range(3)]
     # every environment the evaluation opened (its probes too) it closed with a close message
     assert unclosed_sessions(openenv_server) == {"open": 0, "ended without close": 0}
-    subprocess.run(
-        [sys.executable, "-m", "turnrl", "envs", "check", f"remote:{openenv_server}"], capture_output=True, timeout=300
-    )  # whatever the check finds, it closes what it opened
+    cli.invoke(app, ["envs", "check", f"remote:{openenv_server}"])  # whatever it finds, it closes what it opened
     assert unclosed_sessions(openenv_server) == {"open": 0, "ended without close": 0}
     config = tmp_path / "openenv.yaml"  # and trains on it: GRPO groups share their task (the same reset seed)
     config.write_text(
@@ -501,14 +484,8 @@ def test_turnrl_plays_and_evaluates_an_openenv_environment(openenv_server, tmp_p
         f"  group_size: 2\n  max_new_tokens: 4\noptim:\n  minibatch_size: 4\nsteps: 2\neval_tasks: 2\n"
         f"out_dir: {tmp_path / 'run'}\n"
     )
-    result = subprocess.run(
-        [sys.executable, "-m", "turnrl", "train", str(config)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "COLUMNS": "200"},
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
+    result = cli.invoke(app, ["train", str(config)], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, (result.output[-3000:], result.exception)
     steps = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert len(steps) == 3 and steps[1]["rollout_episodes"] == 4 and steps[1]["reward_mean"] > 0
     # and so did training (its probes, its episodes, its held-out evaluations)
