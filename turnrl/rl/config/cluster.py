@@ -210,7 +210,7 @@ class LearnerConfig(BaseModel):
     start_timeout: float = Field(
         300.0,
         gt=0,
-        description="seconds the ranks may take to start (load the model, build DeepSpeed's CPU ops the first time)",
+        description="seconds the ranks may take to start (import DeepSpeed, load the model, join the process group)",
     )
     weight_sync: Literal["object_store", "nccl"] = Field(
         "object_store",

@@ -67,6 +67,19 @@ def shard_rows(groups: list[int], world: int) -> list[list[int]]:
     return [list(range(cuts[r], cuts[r + 1])) for r in range(world)]
 
 
+def skip_cpu_op() -> None:
+    """Tell DeepSpeed (on CPU, before ``init_distributed``) that its one CPU op, a shared-memory all-reduce
+    (``deepspeed_shm_comm``), is unavailable, so that it is neither compiled (about a minute of C++ the first time,
+    per Python environment) nor loaded. The op serves only DeepSpeed's ``inference_all_reduce`` (tensor-parallel
+    inference); the group's training collectives — ZeRO's all-reduces, reduce-scatters and all-gathers, the weights'
+    gathering — are torch.distributed's over gloo either way. DeepSpeed reads the op's availability from
+    ``deepspeed.ops.__compatible_ops__`` when its communication backend starts (``build_shm_op``), a dict it keeps
+    for edits like this one."""
+    import deepspeed.ops
+
+    deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
+
+
 def blueprint(model: Any, lora: LoraConfig | None = None) -> dict[str, Any]:  # a transformers model
     """What a rank rebuilds the policy from: its class, config and weights — of a LoRA policy (``lora``: its
     settings) the base model's and the adapters'. The model object itself is not sent: a transformers model
@@ -269,10 +282,8 @@ class DeepSpeedRank:
             spec = ray.get(spec, timeout=self.cfg.learner.start_timeout)
         policy = rebuild(spec)
         gpu = self.cfg.learner.rank_gpus > 0 and torch.cuda.is_available()
-        if not gpu:  # DeepSpeed's CPU op, built (once) or loaded where no killed rank's lock can block it
-            from turnrl.rl.placement.extensions import extensions_dir, load_cpu_op
-
-            load_cpu_op(extensions_dir())
+        if not gpu:
+            skip_cpu_op()
         os.environ.update(
             MASTER_ADDR=master,
             MASTER_PORT=str(port),

@@ -17,9 +17,9 @@ the ranks' resources that can read ``OUT_DIR/deepspeed``. A head that stops answ
 DeepSpeed's own, sharded (``OUT_DIR/deepspeed/update-N``); the driver's ``checkpoint.pt`` points at them and holds
 the published weights, so ``init_from`` and ``turnrl eval`` read a group's run like any other.
 
-The first start of DeepSpeed on CPU compiles its shared-memory op (about a minute) into a folder of this Python
-environment's own under ``TORCH_EXTENSIONS_DIR`` (default ``~/.cache/turnrl/torch_extensions``), which keeps it for
-later runs; a build that a killed rank left half done is cleared, not waited for (:mod:`.extensions`).
+On CPU nothing is compiled: DeepSpeed's one CPU op, a shared-memory all-reduce, serves only its inference all-reduce,
+never the group's training collectives (torch.distributed's, over gloo), so the ranks tell DeepSpeed it is
+unavailable (:func:`~turnrl.rl.placement.deepspeed_rank.skip_cpu_op`) and it is never built or loaded.
 """
 
 from __future__ import annotations
@@ -36,7 +36,6 @@ from turnrl.rl.core.learner import _trainable, warmup_factor
 from turnrl.rl.placement.cluster import RayPlacementError, check_head, connect, put, stop
 from turnrl.rl.placement.cluster import cause as _cause
 from turnrl.rl.placement.cluster import ray_module as _ray
-from turnrl.rl.placement.extensions import CPU_OP, extensions_dir
 from turnrl.rl.placement.nodes import check_room, demand, record
 from turnrl.rl.placement.parameters import from_shared
 from turnrl.rl.placement.shipping import actor_env, job_env, needed_modules, problem_text
@@ -86,7 +85,6 @@ class LearnerGroup:
                 "OMP_NUM_THREADS": threads,
                 "MKL_NUM_THREADS": threads,
                 "TOKENIZERS_PARALLELISM": "false",
-                "TORCH_EXTENSIONS_DIR": str(extensions_dir()),
             }
             if lc.rank_gpus == 0:
                 env["DS_ACCELERATOR"] = "cpu"  # must be set before deepspeed is imported in the rank
@@ -160,15 +158,9 @@ class LearnerGroup:
             if not done:
                 late = sorted(rank_of[p] for p in pending)
                 self._halt()
-                lock = extensions_dir() / CPU_OP / "lock"
-                hint = (
-                    f" ({lock} exists: if no process is compiling DeepSpeed's CPU op, a killed one left it; remove it)"
-                    if lock.exists()
-                    else ""
-                )
                 raise LearnerGroupError(
-                    f"learner rank(s) {late} did not finish {op} within learner.timeout="
-                    f"{timeout:g}s; the group was stopped{hint}"
+                    f"learner rank(s) {late} did not finish {op} within learner.timeout={timeout:g}s; the group was "
+                    "stopped"
                 )
             r = rank_of[done[0]]
             try:
