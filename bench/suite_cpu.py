@@ -9,10 +9,10 @@ Written for the test suite (issue 80: which processes its time goes to), it work
 Kinds, by a process's command line: ``pytest`` (the pytest processes: the main one and xdist's workers), ``ray
 worker`` (Ray's worker processes: rollout workers, learner ranks, tasks), ``ray daemon`` (raylet, GCS, the
 dashboard's agents, log monitors), ``python`` (other Python processes: what the tests start, ``python -m turnrl …``),
-``type checker`` (mypy), ``compiler`` (a C++ build: DeepSpeed's op, compiled on a learner group's first start where
-no build is cached) and ``other``. A process is counted at its last sample, so one that lives less than a sample
-period is missed, and so is one orphaned before its first sample: the line "seen" against "busy" (the machine's busy
-CPU-seconds from /proc/stat, everything on it) says how much. Linux only. Run it alone for timings: anything else on
+``type checker`` (mypy), ``compiler`` (a C++ build: a torch extension compiled at run time) and ``other``. A process
+is counted at its last sample, so one that lives less than a sample period is missed, and so is one orphaned before
+its first sample: the line "seen" against "busy" (the machine's busy CPU-seconds from /proc/stat, everything on it)
+says how much. Linux only. Run it alone for timings: anything else on
 the machine slows the command and counts in "busy", though in no kind.
 """
 

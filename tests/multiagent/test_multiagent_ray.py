@@ -85,11 +85,13 @@ def test_ray_workers_play_the_games_the_local_placement_plays_and_a_killed_worke
     assert killed and len(trained) == 1
     trajs, info = trained[0]
     views = [(tr.metadata["job"], tr.metadata["seat"]) for tr in trajs]
-    tasks = {Job.parse(j).task for j, _ in views}  # the source's next 4 tasks (the first collect took 0-3)
+    tasks = {Job.parse(j).task for j, _ in views}  # the source's next 4 tasks (the first collect took 0-3): each game
+    # once and whole (both seats)
     jobs = {Job(0, 0, task, s).key for task in tasks for s in range(2)}
-    assert len(tasks) == 4 and len(views) == len(set(views)) == 16 and {j for j, _ in views} == jobs  # once, whole
+    assert tasks == set(range(4, 8)) and len(views) == len(set(views)) == 16 and {j for j, _ in views} == jobs
     assert len(commits) == len(set(commits)) == 16  # nothing committed twice
     assert all(tr.error is None for tr in trajs) and info["worker_restarts"] >= 1
+    assert history[1]["episodes_replayed"] >= 1 and history[1]["ledger_lost"] == history[1]["ledger_duplicated"] == 0
     assert history[1]["guard_violations"] == 0 and history[1]["logp_diff_max"] < 1e-4
     assert {"seat_x_win", "seat_o_loss", "win_rate"} <= set(history[1])
 

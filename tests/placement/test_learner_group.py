@@ -221,6 +221,7 @@ def group_run(ray_cluster, tmp_path_factory):
             synced=t.runner.sync(),
             version=t.learner.version,
             workers=[ray.get(w.score.remote(PROBE), timeout=30) for w in t.runner.workers],
+            ranks=t.learner.info,  # each rank's setup: pid, device, whether DeepSpeed loaded its shared-memory op
             params=[p.detach().clone() for p in t.model.parameters()],
         )
     finally:
@@ -233,6 +234,7 @@ def test_a_learner_group_trains_like_the_local_learner_and_workers_get_each_vers
     want = local.train()
     got = group_run.history
     assert group_run.synced == group_run.version == 2
+    assert [r["shm_op"] for r in group_run.ranks] == [False, False]  # trained without DeepSpeed's CPU op (skip_cpu_op)
     for version, held in group_run.workers:  # each worker holds the group's last version, token for token
         assert version == 2
         for a, b in zip(held, group_run.learner):

@@ -68,13 +68,12 @@ def shard_rows(groups: list[int], world: int) -> list[list[int]]:
 
 
 def skip_cpu_op() -> None:
-    """Tell DeepSpeed (on CPU, before ``init_distributed``) that its one CPU op, a shared-memory all-reduce
-    (``deepspeed_shm_comm``), is unavailable, so that it is neither compiled (about a minute of C++ the first time,
-    per Python environment) nor loaded. The op serves only DeepSpeed's ``inference_all_reduce`` (tensor-parallel
-    inference); the group's training collectives — ZeRO's all-reduces, reduce-scatters and all-gathers, the weights'
-    gathering — are torch.distributed's over gloo either way. DeepSpeed reads the op's availability from
-    ``deepspeed.ops.__compatible_ops__`` when its communication backend starts (``build_shm_op``), a dict it keeps
-    for edits like this one."""
+    """Declare DeepSpeed's shared-memory all-reduce op (``deepspeed_shm_comm``) unavailable, on CPU before
+    ``init_distributed``, so that it is neither compiled (a minute of C++ the first time, per Python environment) nor
+    loaded. It serves only ``inference_all_reduce`` (tensor-parallel inference); the group's training collectives
+    (ZeRO's all-reduces, reduce-scatters, all-gathers; the weights' gathering) are torch.distributed's over gloo either
+    way. DeepSpeed reads ``deepspeed.ops.__compatible_ops__``, a dict it keeps for edits like this one, when its
+    communication backend starts (``build_shm_op``; docs/training.md says what it does not stop)."""
     import deepspeed.ops
 
     deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
@@ -272,7 +271,7 @@ class DeepSpeedRank:
 
     def setup(self, master: str, port: int) -> dict[str, Any]:
         """Join the process group (gloo on CPU, NCCL with a GPU; collectives time out after ``learner.timeout``)
-        and build the DeepSpeed engine. Returns the pid and the device."""
+        and build the DeepSpeed engine. Returns the pid, the device and whether DeepSpeed loaded its CPU op."""
         import deepspeed
 
         spec = self._model
@@ -312,7 +311,8 @@ class DeepSpeedRank:
             seed=cfg.seed,
         )
         self._model = None
-        return {"rank": self.rank, "pid": os.getpid(), "device": str(self.learner.device)}
+        shm = getattr(deepspeed.comm.comm.cdb, "shm_comm_op", None) is not None  # DeepSpeed's CPU op loaded
+        return {"rank": self.rank, "pid": os.getpid(), "device": str(self.learner.device), "shm_op": shm}
 
     def _ready(self) -> RankLearner:
         if self.learner is None:

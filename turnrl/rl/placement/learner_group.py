@@ -17,7 +17,7 @@ the ranks' resources that can read ``OUT_DIR/deepspeed``. A head that stops answ
 DeepSpeed's own, sharded (``OUT_DIR/deepspeed/update-N``); the driver's ``checkpoint.pt`` points at them and holds
 the published weights, so ``init_from`` and ``turnrl eval`` read a group's run like any other.
 
-On CPU nothing is compiled: DeepSpeed's one CPU op, a shared-memory all-reduce, serves only its inference all-reduce,
+On CPU nothing is compiled: DeepSpeed's shared-memory all-reduce op serves only its inference all-reduce,
 never the group's training collectives (torch.distributed's, over gloo), so the ranks tell DeepSpeed it is
 unavailable (:func:`~turnrl.rl.placement.deepspeed_rank.skip_cpu_op`) and it is never built or loaded.
 """
