@@ -9,9 +9,9 @@ import functools
 import random
 
 import turnrl
+from turnrl import ToolCall
 from turnrl.envs import Task, ToolEnv
 from turnrl.tools import ToolError, tool
-from turnrl.types import ToolCall
 from turnrl.verifiers.math import verify
 
 FACTORS = {"m": 1.0, "km": 1000.0, "cm": 0.01, "mile": 1609.344, "ft": 0.3048}

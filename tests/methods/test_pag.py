@@ -264,7 +264,16 @@ def test_verdict_collapse_monitor():
     assert any("entropy" in w for w in check_health([], {"entropy": 0.01}, 64, sampled=False))
 
 
-def test_pag_training_raises_the_verifiers_accuracy_on_a_toy_env(tmp_path):
+def test_pag_training_raises_the_verifiers_accuracy_on_a_toy_env(tmp_path, one_thread):
+    """PAG's verdict reward reaches the verifier turn with its sign: the verdicts move to the one the reward favours.
+
+    What the toy can show is that and no more. Its truth is scripted per task (3 tasks in 4 right, whatever is said),
+    and the tiny model learns no task-conditional verdict: accuracy rises from 0.16 to 0.75 by saying "correct"
+    always, balanced accuracy stays at chance (0.5), and the collapse monitor says so. With the verdict reward's sign
+    flipped the run reads 0.0 at every step. Telling right from wrong is measured on SmolLM2 (docs/results/pag.md).
+
+    One torch thread, as the figures below were taken: at lr 2e-2 the run is near the optimizer's edge, and with two
+    threads (sums in another order) seed 0 reached 0.75 by step 26 and fell back to 0.2-0.4 from step 31."""
     cfg = TrainConfig(
         model="tiny",
         env={"id": "tests/ToyPAG-v0"},
