@@ -147,6 +147,9 @@ class GrowingLayer(DynamicLayer):
     step at 2,000 tokens of context (measured with the profiler on SmolLM2-135M, batch 4). ``keys``/``values`` are views of the buffer; when something else replaced them
     (a batch selection, a trim) the next update copies them into a new buffer once."""
 
+    keys: torch.Tensor | None  # (DynamicLayer's, declared here as mypy reads transformers as Any)
+    values: torch.Tensor | None
+
     def update(
         self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
     ) -> tuple[torch.Tensor, torch.Tensor]:

@@ -190,7 +190,7 @@ def client(channel: Channel) -> Any:
         openai.AsyncOpenAI(
             base_url="http://turnrl-policy.invalid/v1",
             api_key="turnrl",
-            http_client=http,  # type: ignore[arg-type]  # openai takes an httpx client too (typed for httpx2 only)
+            http_client=http,  # openai takes an httpx client too (its types name httpx2's)
             max_retries=0,
         )
     )
