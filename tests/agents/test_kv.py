@@ -408,7 +408,7 @@ def test_smollm2_multi_turn_with_sessions_equals_re_prefill():
     for continuous, mb in ((False, 0), (True, 256)):
         rollout = Rollout(
             HFAgent(model, tok, batch_size=2, kv_cache_mb=mb),
-            SamplingParams(temperature=0.0, max_new_tokens=16),
+            SamplingParams(temperature=0.0, max_new_tokens=8),
             continuous=continuous,
         )
         got.append((rollout.run(envs(2, 3), seeds=[0, 1]), rollout.stats.kv_metrics()))
