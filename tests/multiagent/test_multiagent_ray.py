@@ -49,8 +49,10 @@ def by_view(trajs):
 
 def test_ray_workers_play_the_games_the_local_placement_plays_and_a_killed_worker_loses_and_repeats_none(tmp_path):
     """Step 0's games collected on both placements: the same games, token for token, from both workers. Then the run
-    trains that step with the other worker killed at the first game committed: every game played once and whole,
-    none committed twice, and the step trains with the guard silent (one run of 2 workers for both checks)."""
+    trains that step with worker 1 killed as soon as it holds its lease: its games are played again on the others,
+    every game once and whole, none committed twice, and the step trains with the guard silent (one run of 2 workers
+    for both checks). (Killed at the first game committed instead, the other worker had once played out its lease
+    already, in a suite run: a tiny model's games end within a few milliseconds of each other.)"""
     local = trainer(config(tmp_path / "local", "local"))
     here, _ = local.source.collect(0)
     remote = trainer(config(tmp_path / "ray"))
@@ -58,16 +60,23 @@ def test_ray_workers_play_the_games_the_local_placement_plays_and_a_killed_worke
 
     def on_commit(traj, ledger):
         commits.append((traj.metadata["job"], traj.metadata["seat"]))
-        if not killed:  # at the first commit, kill the other worker while it plays
-            pids = [ray.get(w.ready.remote(), timeout=60)["pid"] for w in remote.runner.workers]
-            other = 1 - pids.index(traj.metadata["worker"])
-            killed.append(other)
-            ray.kill(remote.runner.workers[other], no_restart=False)
+
+    dispatch = remote.runner._dispatch
+
+    def dispatch_then_kill(step=None):  # the step's leases handed out: worker 1 dies holding its own
+        dispatch(step)
+        if not killed and any(w == 1 for w, _lease in remote.runner.streams.values()):
+            killed.append(1)
+            ray.kill(remote.runner.workers[1], no_restart=False)
 
     collect = remote.source.collect
 
-    def collect_and_keep(step):
-        trained.append(collect(step))
+    def collect_and_keep(step):  # the trained step's collection, its worker 1 killed
+        remote.runner._dispatch = dispatch_then_kill
+        try:
+            trained.append(collect(step))
+        finally:
+            remote.runner._dispatch = dispatch
         return trained[-1]
 
     try:
