@@ -413,7 +413,8 @@ def test_smollm2_multi_turn_with_sessions_equals_re_prefill():
         )
         got.append((rollout.run(envs(2, 3), seeds=[0, 1]), rollout.stats.kv_metrics()))
     (plain, m0), (cached, m1) = got
-    assert_same(plain, cached, tol=5e-5)  # fp32 sums of other shapes: 1.1e-5 apart at 654 tokens; a wrong cache: >1e-2
+    # fp32 sums of other shapes: 1.1e-5 apart at 654 tokens (16 a turn); a wrong cache: >1e-2
+    assert_same(plain, cached, tol=5e-5)
     assert all(t.num_turns == 3 for t in cached)
     assert m0["cache_hit_share"] == 0 and m1["cache_hit_share"] > 0.6
 

@@ -268,12 +268,15 @@ def test_pag_training_raises_the_verifiers_accuracy_on_a_toy_env(tmp_path, one_t
     """PAG's verdict reward reaches the verifier turn with its sign: the verdicts move to the one the reward favours.
 
     What the toy can show is that and no more. Its truth is scripted per task (3 tasks in 4 right, whatever is said),
-    and the tiny model learns no task-conditional verdict: accuracy rises from 0.16 to 0.75 by saying "correct"
-    always, balanced accuracy stays at chance (0.5), and the collapse monitor says so. With the verdict reward's sign
-    flipped the run reads 0.0 at every step. Telling right from wrong is measured on SmolLM2 (docs/results/pag.md).
+    and the tiny model learns no task-conditional verdict: in the run measured for this docstring (seed 0, one thread)
+    accuracy rose from 0.16 to 0.75 by saying "correct" always, balanced accuracy stayed at 0.5 and the collapse
+    monitor warned. A verdict counts as right when its reward is 1 (envs/formats/self_verify.py), so with the verdict
+    reward's sign flipped the metric reads 0.0 at every step and the test fails. Telling right from wrong is measured
+    on SmolLM2 (docs/results/pag.md).
 
-    One torch thread, as the figures below were taken: at lr 2e-2 the run is near the optimizer's edge, and with two
-    threads (sums in another order) seed 0 reached 0.75 by step 26 and fell back to 0.2-0.4 from step 31."""
+    One torch thread, as each of the suite's two processes runs torch: at lr 2e-2 the run is near the optimizer's
+    edge, and run alone on two threads (sums in another order) seed 0 reached 0.75 by step 26 and fell back to
+    0.2-0.4 from step 31, failing the test."""
     cfg = TrainConfig(
         model="tiny",
         env={"id": "tests/ToyPAG-v0"},

@@ -49,10 +49,12 @@ def by_view(trajs):
 
 def test_ray_workers_play_the_games_the_local_placement_plays_and_a_killed_worker_loses_and_repeats_none(tmp_path):
     """Step 0's games collected on both placements: the same games, token for token, from both workers. Then the run
-    trains that step with worker 1 killed as soon as it holds its lease: its games are played again on the others,
-    every game once and whole, none committed twice, and the step trains with the guard silent (one run of 2 workers
-    for both checks). (Killed at the first game committed instead, the other worker had once played out its lease
-    already, in a suite run: a tiny model's games end within a few milliseconds of each other.)"""
+    trains that step with worker 1 killed as soon as it holds its lease: its games are played again, every game once
+    and whole (both seats), and the step trains with the guard silent (one run of 2 workers for both checks). Killed
+    at the first game committed instead, the other worker had once played out its lease already, in a suite run (a
+    tiny model's games end within milliseconds of each other), so worker 1 now dies before it commits anything: a
+    lease cut after some of its episodes were committed, and those kept, is test_ray_placement's worker-kill test
+    (single-agent; a game's seats committed together once: test_a_games_views_are_committed_together_once)."""
     local = trainer(config(tmp_path / "local", "local"))
     here, _ = local.source.collect(0)
     remote = trainer(config(tmp_path / "ray"))

@@ -53,16 +53,16 @@ def test_shards_are_contiguous_whole_groups_of_about_equal_size():
 # ZeRO-3 ranks is compared with one process in loss, gradient norm and weights through `turnrl train`
 # (test_an_offline_run_trains_on_a_learner_group_like_the_local_learner). The suite's time goes to combinations
 # that add something.
-def test_two_ranks_update_like_one_process(ray_cluster, tmp_path):
+@pytest.mark.parametrize("stage,algo,lr", [(2, "dapo", 1e-2), (2, "sft", 1e-2)])
+def test_two_ranks_update_like_one_process(ray_cluster, tmp_path, stage, algo, lr):
     """Unequal rows and tokens per rank, two optimizer steps per update (windows of 6 and 2 rows, micro-batches of
-    3). Each rank scores only its own rows before the update."""
-    _check_two_ranks(tmp_path, 2, "dapo", 1e-2, minibatch_size=3, grad_accum=2)
+    3); SFT trains on a group too. Each rank scores only its own rows before the update."""
+    _check_two_ranks(tmp_path, stage, algo, lr, minibatch_size=3, grad_accum=2)
 
 
 def test_a_rank_with_nothing_to_train_keeps_step_with_its_peer(ray_cluster, tmp_path):
-    """One row per optimizer step: rank 1 runs only stand-ins (it hung when its metrics had fewer keys to reduce).
-    SFT, so that SFT is shown training on a group too (one group fewer to start than a case of its own)."""
-    _check_two_ranks(tmp_path, 2, "sft", 1e-2, minibatch_size=1, grad_accum=1, unequal=False)
+    """One row per optimizer step: rank 1 runs only stand-ins (it hung when its metrics had fewer keys to reduce)."""
+    _check_two_ranks(tmp_path, 2, "grpo", 1e-2, minibatch_size=1, grad_accum=1, unequal=False)
 
 
 def test_ranks_under_a_token_budget_update_like_one_process(ray_cluster, tmp_path):
@@ -297,7 +297,7 @@ def test_a_lora_run_on_a_group_syncs_workers_with_the_adapters_and_checkpoints_t
 
 @pytest.mark.parametrize(
     "algo", [{"name": "dqo", "beta": 0.1}]
-)  # SFT on a group: test_a_rank_with_nothing_to_train_keeps_step_with_its_peer
+)  # SFT on a group: test_two_ranks_update_like_one_process
 def test_an_offline_run_trains_on_a_learner_group_like_the_local_learner(ray_cluster, tmp_path, algo):
     """Offline objectives through `turnrl train` on 2 ZeRO-3 ranks: the same data, losses, gradient norms and weights
     as one process (DQO: a value head, a reference partitioned over the ranks — each holds about half of it — and
