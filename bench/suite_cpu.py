@@ -12,8 +12,8 @@ dashboard's agents, log monitors), ``python`` (other Python processes: what the 
 ``type checker`` (mypy), ``compiler`` (a C++ build: a torch extension compiled at run time) and ``other``. A process
 is counted at its last sample, so one that lives less than a sample period is missed, and so is one orphaned before
 its first sample: the line "seen" against "busy" (the machine's busy CPU-seconds from /proc/stat, everything on it)
-says how much. Linux only. Run it alone for timings: anything else on
-the machine slows the command and counts in "busy", though in no kind.
+says how much. Linux only. Run it alone for timings: anything else on the machine slows the command and counts in
+"busy", though in no kind.
 """
 
 from __future__ import annotations
